@@ -1,0 +1,613 @@
+"""Read a format-v1 profile (``.json`` or ``.json.gz``), validate it, build a Profile.
+
+Every problem is a :class:`ProfileFormatError` naming the file, the place in
+the document (``programs[812].children[3]``) and what is wrong. Columnar data
+goes straight into numpy arrays; per-program work is one short Python loop
+over programs (tens of thousands), never over variables (millions).
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import logging
+import os
+import zlib
+from pathlib import Path
+from typing import Any, NoReturn
+
+import numpy as np
+
+from popliner.errors import ProfileFormatError
+from popliner.profile.model import (
+    TYPE_CODE,
+    Contexts,
+    Profile,
+    Programs,
+    Target,
+    Variables,
+    VertexTypes,
+)
+from popliner.profile.tilevector import MAX_VALUE, RunTableBuilder, decode_tilevector
+
+__all__ = ["MAX_TILES", "load_profile", "parse_profile_bytes", "read_profile_bytes"]
+
+log = logging.getLogger(__name__)
+
+#: Refuse targets beyond this many tiles per IPU (Mk2 has 1472): a typo or a
+#: corrupt number would otherwise make every per-tile array absurdly large.
+MAX_TILES = 1 << 16
+_GZIP_MAGIC = b"\x1f\x8b"
+
+
+def read_profile_bytes(path: str | os.PathLike[str]) -> bytes:
+    """The raw bytes of the file (still compressed when it is gzip)."""
+    p = Path(path)
+    try:
+        return p.read_bytes()
+    except FileNotFoundError:
+        raise ProfileFormatError(str(p), "", "no such file") from None
+    except IsADirectoryError:
+        raise ProfileFormatError(str(p), "", "is a directory, not a profile file") from None
+    except OSError as exc:
+        raise ProfileFormatError(str(p), "", f"cannot read: {exc.strerror}") from None
+
+
+def load_profile(path: str | os.PathLike[str]) -> Profile:
+    """Read, decompress, parse and validate one profile file."""
+    raw = read_profile_bytes(path)
+    return parse_profile_bytes(raw, str(path))
+
+
+def parse_profile_bytes(raw: bytes, path: str, sha256: str | None = None) -> Profile:
+    digest = sha256 or hashlib.sha256(raw).hexdigest()
+    doc = _parse_json(_decompress(raw, path), path)
+    return _Builder(doc, path, digest).build()
+
+
+def _decompress(raw: bytes, path: str) -> bytes:
+    if not (path.endswith(".gz") or raw[:2] == _GZIP_MAGIC):
+        return raw
+    try:
+        return gzip.decompress(raw)
+    except (OSError, EOFError, zlib.error) as exc:
+        raise ProfileFormatError(path, "", f"corrupt gzip stream ({exc}); re-export or re-copy the file") from None
+
+
+def _parse_json(text: bytes, path: str) -> Any:
+    try:
+        import orjson
+    except ImportError:  # pragma: no cover - orjson is optional
+        orjson = None
+    if orjson is not None:
+        try:
+            return orjson.loads(text)
+        except orjson.JSONDecodeError as exc:
+            # orjson's messages are good but name UTF-8 problems vaguely; add the fix.
+            msg = str(exc)
+            if "utf-8" in msg.lower() or "utf8" in msg.lower():
+                raise ProfileFormatError(path, "", "not UTF-8 text; a profile is UTF-8 JSON") from None
+            raise ProfileFormatError(path, "", f"not valid JSON: {msg}") from None
+    try:
+        decoded = text.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ProfileFormatError(path, f"byte {exc.start}", "not UTF-8 text; a profile is UTF-8 JSON") from None
+    try:
+        return json.loads(decoded)
+    except json.JSONDecodeError as exc:
+        raise ProfileFormatError(path, f"line {exc.lineno} column {exc.colno}", f"not valid JSON: {exc.msg}") from None
+    except RecursionError:
+        raise ProfileFormatError(path, "", "JSON nested too deeply") from None
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    return {bool: "boolean", int: "integer", float: "number", str: "string", list: "list", dict: "object"}.get(
+        type(value), type(value).__name__
+    )
+
+
+class _Builder:
+    """Validates the document section by section while building arrays."""
+
+    def __init__(self, doc: Any, path: str, sha256: str) -> None:
+        self.doc = doc
+        self.path = path
+        self.sha256 = sha256
+
+    # -- errors -------------------------------------------------------------
+
+    def err(self, where: str, problem: str) -> ProfileFormatError:
+        return ProfileFormatError(self.path, where, problem)
+
+    def fail(self, where: str, problem: str) -> NoReturn:
+        raise self.err(where, problem)
+
+    def need(self, obj: dict[str, Any], key: str, where: str, kinds: tuple[type, ...], what: str) -> Any:
+        if key not in obj:
+            self.fail(where, f'missing required key "{key}"')
+        return self.check(obj[key], f"{where}.{key}" if where else key, kinds, what)
+
+    def check(self, value: Any, where: str, kinds: tuple[type, ...], what: str) -> Any:
+        # bool is an int subclass in Python; JSON true is never a valid number here.
+        if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
+            self.fail(where, f"expected {what}, got {_kind(value)}")
+        return value
+
+    def int_at(self, value: Any, where: str, lo: int = 0, hi: int | None = None) -> int:
+        self.check(value, where, (int,), "an integer")
+        if value < lo:
+            self.fail(where, f"{value} is below the minimum {lo}")
+        if hi is not None and value > hi:
+            self.fail(where, f"{value} is above the maximum {hi}")
+        return int(value)
+
+    # -- sections -----------------------------------------------------------
+
+    def build(self) -> Profile:
+        doc = self.check(self.doc, "", (dict,), "a JSON object at the top level")
+        fmt = doc.get("format")
+        if fmt != "popliner-profile":
+            self.fail("format", f'expected "popliner-profile", got {json.dumps(fmt)}; is this a popliner profile?')
+        version = doc.get("version")
+        if version != 1:
+            self.fail("version", f"unsupported version {json.dumps(version)}; this popliner reads version 1")
+        self.target = self.build_target(self.need(doc, "target", "", (dict,), "an object"))
+        self.tiles = self.target.tiles_per_ipu
+        steps_raw = self.need(doc, "steps", "", (list,), "a list of program ids")
+        self.num_steps = len(steps_raw)
+        self.contexts = self.build_contexts(self.need(doc, "debugContexts", "", (list,), "a list"))
+        classes = self.build_classes(self.need(doc, "livenessClasses", "", (list,), "a list"))
+        variables = self.build_variables(self.need(doc, "variables", "", (dict,), "an object"), len(classes[0]) - 1)
+        self.num_vars = variables.count
+        vertex_types = self.build_vertex_types(self.need(doc, "vertexTypes", "", (list,), "a list"))
+        programs = self.build_programs(self.need(doc, "programs", "", (list,), "a list"), variables, vertex_types)
+        controls = self.program_refs(self.need(doc, "controlPrograms", "", (list,), "a list"), "controlPrograms")
+        steps = self.program_refs(steps_raw, "steps")
+        tile_memory = self.build_tile_memory(doc.get("tileMemory"))
+        source = doc.get("source") or {}
+        if not isinstance(source, dict):
+            self.fail("source", f"expected an object, got {_kind(source)}")
+        return Profile(
+            path=self.path,
+            sha256=self.sha256,
+            target=self.target,
+            vertex_types=vertex_types,
+            programs=programs,
+            control_programs=controls,
+            steps=steps,
+            variables=variables,
+            class_ptr=classes[0],
+            iv_start=classes[1],
+            iv_end=classes[2],
+            contexts=self.contexts,
+            tile_memory=tile_memory,
+            source=source,
+        )
+
+    def build_target(self, t: dict[str, Any]) -> Target:
+        tiles = self.int_at(self.need(t, "tilesPerIpu", "target", (int,), "an integer"), "target.tilesPerIpu", 1)
+        if tiles > MAX_TILES:
+            self.fail("target.tilesPerIpu", f"{tiles} tiles per IPU is beyond any IPU (limit {MAX_TILES})")
+        num_tiles = self.int_at(self.need(t, "numTiles", "target", (int,), "an integer"), "target.numTiles", 1)
+        num_ipus = self.int_at(self.need(t, "numIpus", "target", (int,), "an integer"), "target.numIpus", 1)
+        bpt = self.int_at(self.need(t, "bytesPerTile", "target", (int,), "an integer"), "target.bytesPerTile", 1,
+                          MAX_VALUE)
+        clock = self.need(t, "clockFrequency", "target", (int, float), "a number")
+        if not clock > 0 or clock != clock or clock == float("inf"):
+            self.fail("target.clockFrequency", f"expected a positive frequency in Hz, got {clock}")
+        arch = t.get("arch")
+        if arch is not None:
+            self.check(arch, "target.arch", (str,), "a string")
+        if num_tiles != tiles:
+            log.warning(
+                "%s: target.numTiles (%d) differs from tilesPerIpu (%d): the profile covers several IPUs or "
+                "replicas; popliner models one IPU and uses its first %d tiles",
+                self.path, num_tiles, tiles, tiles,
+            )
+        return Target(tiles, num_tiles, num_ipus, bpt, float(clock), arch)
+
+    def build_contexts(self, raw: list[Any]) -> Contexts:
+        n = len(raw)
+        ids = np.empty(n, np.int64)
+        parent_ids: list[int | None] = []
+        layers: list[str] = []
+        names: list[str] = []
+        data: list[dict[str, Any] | None] = []
+        for i, c in enumerate(raw):
+            where = f"debugContexts[{i}]"
+            self.check(c, where, (dict,), "an object")
+            ids[i] = self.int_at(self.need(c, "id", where, (int,), "an integer"), f"{where}.id", 0, 2**63 - 1)
+            if "parent" not in c:
+                self.fail(where, 'missing required key "parent" (null for a root)')
+            par = c["parent"]
+            if par is not None:
+                self.int_at(par, f"{where}.parent", 0, 2**63 - 1)
+            parent_ids.append(par)
+            layers.append(self.need(c, "layer", where, (str,), "a string"))
+            names.append(self.need(c, "name", where, (str,), "a string"))
+            d = c.get("data")
+            if d is not None:
+                self.check(d, f"{where}.data", (dict,), "an object")
+                inputs = d.get("inputs")
+                if inputs is not None and not (isinstance(inputs, list) and all(isinstance(s, str) for s in inputs)):
+                    self.fail(f"{where}.data.inputs", "expected a list of strings")
+            data.append(d)
+        index = self._index_of(ids, "debugContexts", "debug context")
+        self.ctx_index = index
+        parent = np.full(n, -1, np.int64)
+        for i, par in enumerate(parent_ids):
+            if par is not None:
+                j = index.get(par)
+                if j is None:
+                    self.fail(f"debugContexts[{i}].parent", f"no debug context has id {par}")
+                parent[i] = j
+        self._check_context_cycles(parent)
+        return Contexts(ids, parent, tuple(layers), tuple(names), tuple(data))
+
+    def _index_of(self, ids: np.ndarray, section: str, what: str) -> dict[int, int]:
+        index: dict[int, int] = {}
+        for i, v in enumerate(ids.tolist()):
+            if v in index:
+                self.fail(f"{section}[{i}].id", f"{what} id {v} is used twice (also at {section}[{index[v]}])")
+            index[v] = i
+        return index
+
+    def _check_context_cycles(self, parent: np.ndarray) -> None:
+        # Follow parent links with a per-walk visited mark; a node reached again
+        # within one walk is on a cycle. Finished nodes are skipped later.
+        state = np.zeros(len(parent), np.int8)  # 0 new, 1 on current walk, 2 done
+        par = parent.tolist()
+        for start in range(len(par)):
+            node, walk = start, []
+            while node != -1 and state[node] == 0:
+                state[node] = 1
+                walk.append(node)
+                node = par[node]
+            if node != -1 and state[node] == 1:
+                self.fail(f"debugContexts[{node}].parent", "the parent links form a cycle")
+            for w in walk:
+                state[w] = 2
+
+    def build_classes(self, raw: list[Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        lens = np.zeros(len(raw), np.int64)
+        flat: list[Any] = []
+        for i, intervals in enumerate(raw):
+            if not isinstance(intervals, list):
+                self.fail(f"livenessClasses[{i}]", f"expected a list of [start, end] intervals, got {_kind(intervals)}")
+            lens[i] = len(intervals)
+            flat.extend(intervals)
+        ptr = np.zeros(len(raw) + 1, np.int64)
+        np.cumsum(lens, out=ptr[1:])
+        if not flat:
+            return ptr, np.zeros(0, np.int64), np.zeros(0, np.int64)
+        try:
+            arr = np.asarray(flat, dtype=np.int64)
+            ok = arr.ndim == 2 and arr.shape[1] == 2 and all(type(v) is int for pair in flat for v in pair)
+        except (TypeError, ValueError, OverflowError):
+            ok = False
+        if not ok:
+            k = next((j for j, p in enumerate(flat) if not _is_int_pair(p)), 0)
+            self.fail(self._class_place(ptr, k), "expected an interval [start, end] of two integers")
+        start, end = arr[:, 0], arr[:, 1]
+        bad = np.flatnonzero((start < 0) | (end > self.num_steps) | (end < start))
+        if bad.size:
+            k = int(bad[0])
+            self.fail(
+                self._class_place(ptr, k),
+                f"interval [{start[k]}, {end[k]}) is outside the steps [0, {self.num_steps})",
+            )
+        return _merge_intervals(ptr, start, end)
+
+    @staticmethod
+    def _class_place(ptr: np.ndarray, k: int) -> str:
+        c = int(np.searchsorted(ptr, k, side="right") - 1)
+        return f"livenessClasses[{c}][{k - int(ptr[c])}]"
+
+    def build_variables(self, v: dict[str, Any], num_classes: int) -> Variables:
+        cols = {}
+        for key in ("id", "bytes", "tile", "class"):
+            col = self.need(v, key, "variables", (list,), "a list of integers")
+            cols[key] = self._int_column(col, f"variables.{key}")
+        n = len(cols["id"])
+        for key, arr in cols.items():
+            if len(arr) != n:
+                self.fail(f"variables.{key}", f"has {len(arr)} entries but variables.id has {n}")
+        self._first_bad(cols["bytes"] < 0, "variables.bytes", "negative size")
+        self._first_bad(cols["bytes"] > MAX_VALUE, "variables.bytes", f"size above {MAX_VALUE} bytes")
+        self._first_bad((cols["tile"] < 0) | (cols["tile"] >= self.tiles), "variables.tile",
+                        f"tile outside [0, {self.tiles})")
+        self._first_bad((cols["class"] < 0) | (cols["class"] >= num_classes), "variables.class",
+                        f"no such liveness class (there are {num_classes})")
+        ids = cols["id"]
+        order = np.argsort(ids, kind="stable")
+        dup = np.flatnonzero(ids[order][1:] == ids[order][:-1])
+        if dup.size:
+            i = int(order[dup[0] + 1])
+            self.fail(f"variables.id[{i}]", f"variable id {ids[i]} is used twice")
+        self.var_order = order
+        self.var_sorted_ids = ids[order]
+        blob, ptr = self._names(v.get("name"), n)
+        return Variables(
+            ids=ids,
+            bytes=cols["bytes"],
+            tile=cols["tile"].astype(np.int32),
+            klass=cols["class"].astype(np.int32),
+            name_blob=blob,
+            name_ptr=ptr,
+        )
+
+    def _names(self, names: Any, n: int) -> tuple[np.ndarray, np.ndarray]:
+        if names is None:
+            return np.zeros(0, np.uint8), np.zeros(n + 1, np.int64)
+        self.check(names, "variables.name", (list,), "a list of strings")
+        if len(names) != n:
+            self.fail("variables.name", f"has {len(names)} entries but variables.id has {n}")
+        try:
+            encoded = [s.encode("utf-8") for s in names]
+        except AttributeError:
+            k = next(i for i, s in enumerate(names) if not isinstance(s, str))
+            self.fail(f"variables.name[{k}]", f"expected a string, got {_kind(names[k])}")
+        ptr = np.zeros(n + 1, np.int64)
+        np.cumsum([len(b) for b in encoded], out=ptr[1:])
+        return np.frombuffer(b"".join(encoded), dtype=np.uint8).copy(), ptr
+
+    def _int_column(self, col: list[Any], where: str) -> np.ndarray:
+        try:
+            arr = np.asarray(col, dtype=np.int64)
+        except (TypeError, ValueError, OverflowError):
+            k = next((i for i, x in enumerate(col) if type(x) is not int or not -(2**63) <= x < 2**63), 0)
+            self.fail(f"{where}[{k}]", f"expected an integer, got {_kind(col[k]) if k < len(col) else 'nothing'}")
+        if arr.ndim != 1:
+            self.fail(where, "expected a flat list of integers")
+        # Floats convert silently under dtype=int64: look for them explicitly.
+        if len(col) and not all(type(x) is int for x in col):
+            k = next(i for i, x in enumerate(col) if type(x) is not int)
+            self.fail(f"{where}[{k}]", f"expected an integer, got {_kind(col[k])}")
+        return arr
+
+    def _first_bad(self, mask: np.ndarray, where: str, problem: str) -> None:
+        bad = np.flatnonzero(mask)
+        if bad.size:
+            self.fail(f"{where}[{int(bad[0])}]", problem)
+
+    def build_vertex_types(self, raw: list[Any]) -> VertexTypes:
+        names: list[str] = []
+        sizes = np.zeros(len(raw), np.int64)
+        code = RunTableBuilder()
+        for i, vt in enumerate(raw):
+            where = f"vertexTypes[{i}]"
+            self.check(vt, where, (dict,), "an object")
+            names.append(self.need(vt, "name", where, (str,), "a string"))
+            sizes[i] = self.int_at(self.need(vt, "size", where, (int,), "an integer"), f"{where}.size", 0, MAX_VALUE)
+            if "codeBytes" not in vt:
+                self.fail(where, 'missing required key "codeBytes"')
+            code.add(*decode_tilevector(vt["codeBytes"], self.tiles, f"{where}.codeBytes", self.err))
+            code.end_row()
+        return VertexTypes(tuple(names), sizes, code.build())
+
+    def build_programs(self, raw: list[Any], variables: Variables, vtypes: VertexTypes) -> Programs:
+        n = len(raw)
+        ids = np.empty(n, np.int64)
+        types = np.empty(n, np.int8)
+        names: list[str] = []
+        context = np.full(n, -1, np.int64)
+        repeat = np.ones(n, np.int64)
+        child_ids: list[list[Any]] = []
+        var_ids: list[Any] = []
+        var_lens = np.zeros(n, np.int64)
+        tables = {k: RunTableBuilder() for k in ("controlCode", "exchangeCode", "cycles")}
+        verts = RunTableBuilder(keyed=True)
+        has_cycles = False
+        num_types = len(vtypes.names)
+        for i, p in enumerate(raw):
+            where = f"programs[{i}]"
+            self.check(p, where, (dict,), "an object")
+            ids[i] = self.int_at(self.need(p, "id", where, (int,), "an integer"), f"{where}.id", 0, 2**63 - 1)
+            ptype = self.need(p, "type", where, (str,), "a string")
+            code = TYPE_CODE.get(ptype)
+            if code is None:
+                self.fail(f"{where}.type", f'unknown program type "{ptype}"; expected one of {", ".join(TYPE_CODE)}')
+            types[i] = code
+            name = p.get("name", "")
+            names.append(self.check(name, f"{where}.name", (str,), "a string"))
+            children = p.get("children") or []
+            self.check(children, f"{where}.children", (list,), "a list of program ids")
+            child_ids.append(children)
+            ctx = p.get("debugContext")
+            if ctx is not None:
+                self.int_at(ctx, f"{where}.debugContext", 0, 2**63 - 1)
+                j = self.ctx_index.get(ctx)
+                if j is None:
+                    self.fail(f"{where}.debugContext", f"no debug context has id {ctx}")
+                context[i] = j
+            if "repeatCount" in p:
+                repeat[i] = self.int_at(p["repeatCount"], f"{where}.repeatCount", 0, MAX_VALUE)
+            for key, table in tables.items():
+                if key in p:
+                    table.add(*decode_tilevector(p[key], self.tiles, f"{where}.{key}", self.err))
+                table.end_row()
+            has_cycles = has_cycles or "cycles" in p
+            self._program_vertices(p.get("vertices"), where, num_types, verts)
+            pvars = p.get("vars")
+            if pvars:
+                self.check(pvars, f"{where}.vars", (list,), "a list of variable ids")
+                var_ids.append(pvars)
+                var_lens[i] = len(pvars)
+        index = self._index_of(ids, "programs", "program")
+        self.prog_index = index
+        child_ptr, child_idx = self._children(child_ids, index)
+        _check_program_cycles(child_ptr, child_idx, self)
+        var_ptr = np.zeros(n + 1, np.int64)
+        np.cumsum(var_lens, out=var_ptr[1:])
+        var_idx = self._var_refs(var_ids, var_ptr)
+        return Programs(
+            ids=ids,
+            type=types,
+            names=tuple(names),
+            child_ptr=child_ptr,
+            child_idx=child_idx,
+            context=context,
+            control=tables["controlCode"].build(),
+            exchange=tables["exchangeCode"].build(),
+            cycles=tables["cycles"].build(),
+            vertices=verts.build(),
+            var_ptr=var_ptr,
+            var_idx=var_idx,
+            repeat_count=repeat,
+            has_cycles=has_cycles,
+        )
+
+    def _program_vertices(self, raw: Any, where: str, num_types: int, out: RunTableBuilder) -> None:
+        if raw is not None:
+            self.check(raw, f"{where}.vertices", (list,), "a list of [vertexTypeId, TileVector]")
+            for k, entry in enumerate(raw):
+                at = f"{where}.vertices[{k}]"
+                if not (isinstance(entry, list) and len(entry) == 2):
+                    self.fail(at, "expected [vertexTypeId, TileVector]")
+                vt = self.int_at(entry[0], f"{at}[0]", 0)
+                if vt >= num_types:
+                    self.fail(f"{at}[0]", f"no vertex type {vt} (there are {num_types})")
+                first, stop, value = decode_tilevector(entry[1], self.tiles, f"{at}[1]", self.err)
+                out.add(first, stop, value, np.full(len(first), vt, np.int32))
+        out.end_row()
+
+    def _children(self, child_ids: list[list[Any]], index: dict[int, int]) -> tuple[np.ndarray, np.ndarray]:
+        lens = np.fromiter((len(c) for c in child_ids), np.int64, len(child_ids))
+        ptr = np.zeros(len(child_ids) + 1, np.int64)
+        np.cumsum(lens, out=ptr[1:])
+        idx = np.empty(int(ptr[-1]), np.int64)
+        k = 0
+        for i, children in enumerate(child_ids):
+            for j, cid in enumerate(children):
+                if type(cid) is not int:
+                    self.fail(f"programs[{i}].children[{j}]", f"expected a program id, got {_kind(cid)}")
+                target = index.get(cid)
+                if target is None:
+                    self.fail(f"programs[{i}].children[{j}]", f"no program has id {cid}")
+                idx[k] = target
+                k += 1
+        return ptr, idx
+
+    def _var_refs(self, var_ids: list[Any], var_ptr: np.ndarray) -> np.ndarray:
+        flat = [v for chunk in var_ids for v in chunk]
+        if not flat:
+            return np.zeros(0, np.int64)
+        try:
+            arr = np.asarray(flat, dtype=np.int64)
+            ok = arr.ndim == 1 and all(type(x) is int for x in flat)
+        except (TypeError, ValueError, OverflowError):
+            ok = False
+        if not ok:
+            k = next(i for i, x in enumerate(flat) if type(x) is not int)
+            p, j = self._var_place(var_ptr, k)
+            self.fail(f"programs[{p}].vars[{j}]", f"expected a variable id, got {_kind(flat[k])}")
+        pos = np.searchsorted(self.var_sorted_ids, arr)
+        pos_clip = np.minimum(pos, max(len(self.var_sorted_ids) - 1, 0))
+        found = (pos < len(self.var_sorted_ids)) & (self.var_sorted_ids[pos_clip] == arr) if len(
+            self.var_sorted_ids) else np.zeros(len(arr), bool)
+        if not found.all():
+            k = int(np.flatnonzero(~found)[0])
+            p, j = self._var_place(var_ptr, k)
+            self.fail(f"programs[{p}].vars[{j}]", f"no variable has id {arr[k]}")
+        return self.var_order[pos].astype(np.int64)
+
+    @staticmethod
+    def _var_place(var_ptr: np.ndarray, k: int) -> tuple[int, int]:
+        p = int(np.searchsorted(var_ptr, k, side="right") - 1)
+        return p, k - int(var_ptr[p])
+
+    def program_refs(self, raw: list[Any], section: str) -> np.ndarray:
+        out = np.empty(len(raw), np.int64)
+        for i, pid in enumerate(raw):
+            if type(pid) is not int:
+                self.fail(f"{section}[{i}]", f"expected a program id, got {_kind(pid)}")
+            j = self.prog_index.get(pid)
+            if j is None:
+                self.fail(f"{section}[{i}]", f"no program has id {pid}")
+            out[i] = j
+        return out
+
+    def build_tile_memory(self, raw: Any) -> dict[str, np.ndarray] | None:
+        if raw is None:
+            return None
+        self.check(raw, "tileMemory", (dict,), "an object")
+        out: dict[str, np.ndarray] = {}
+        tables: list[tuple[str, Any, str]] = []
+        for key in ("alwaysLive", "notAlwaysLivePeak"):
+            if key in raw:
+                tables.append((key, raw[key], f"tileMemory.{key}"))
+        cats = raw.get("categories", {})
+        self.check(cats, "tileMemory.categories", (dict,), "an object")
+        for name, vec in cats.items():
+            tables.append((f"category.{name}", vec, f"tileMemory.categories.{name}"))
+        for key, vec, where in tables:
+            b = RunTableBuilder()
+            b.add(*decode_tilevector(vec, self.tiles, where, self.err))
+            b.end_row()
+            out[key] = b.build().dense(0, self.tiles)
+        return out
+
+
+def _is_int_pair(p: Any) -> bool:
+    return isinstance(p, list) and len(p) == 2 and all(type(v) is int for v in p)
+
+
+def _merge_intervals(ptr: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Sort each class's intervals and merge overlaps, dropping empty ones.
+
+    Liveness is the union of a class's intervals; merged, a sweep can add a
+    class's bytes once per interval without double counting.
+    """
+    cls = np.repeat(np.arange(len(ptr) - 1), np.diff(ptr))
+    keep = end > start
+    cls, start, end = cls[keep], start[keep], end[keep]
+    order = np.lexsort((start, cls))
+    cls, start, end = cls[order], start[order], end[order]
+    if len(cls) > 1:
+        same = cls[1:] == cls[:-1]
+        # Running max of ends within a class: offset each class so one global
+        # maximum.accumulate cannot leak across class boundaries.
+        offset = cls.astype(np.int64) * (int(end.max()) + 1)
+        run_end = np.maximum.accumulate(end + offset) - offset
+        new = np.ones(len(cls), bool)
+        new[1:] = ~(same & (start[1:] <= run_end[:-1]))
+        group = np.cumsum(new) - 1
+        starts = start[new]
+        ends = np.zeros(int(group[-1]) + 1, np.int64)
+        np.maximum.at(ends, group, end)
+        cls = cls[new]
+        start, end = starts, ends
+    new_ptr = np.zeros(len(ptr), np.int64)
+    np.cumsum(np.bincount(cls, minlength=len(ptr) - 1), out=new_ptr[1:])
+    return new_ptr, start.astype(np.int64), end.astype(np.int64)
+
+
+def _check_program_cycles(child_ptr: np.ndarray, child_idx: np.ndarray, b: _Builder) -> None:
+    """Iterative three-colour DFS over the whole program graph."""
+    n = len(child_ptr) - 1
+    colour = bytearray(n)  # 0 white, 1 grey (on stack), 2 black
+    ptr = child_ptr.tolist()
+    idx = child_idx.tolist()
+    for root in range(n):
+        if colour[root]:
+            continue
+        stack: list[tuple[int, int]] = [(root, ptr[root])]
+        colour[root] = 1
+        while stack:
+            node, k = stack[-1]
+            if k < ptr[node + 1]:
+                stack[-1] = (node, k + 1)
+                child = idx[k]
+                if colour[child] == 1:
+                    b.fail(f"programs[{node}].children[{k - ptr[node]}]",
+                           f"program {b.doc['programs'][child].get('id')} is its own ancestor (cycle in the tree)")
+                if colour[child] == 0:
+                    colour[child] = 1
+                    stack.append((child, ptr[child]))
+            else:
+                colour[node] = 2
+                stack.pop()
+

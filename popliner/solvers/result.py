@@ -1,0 +1,69 @@
+"""The result every solver returns: plain frozen dataclasses."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from popliner.memory.types import ComponentBytes
+
+__all__ = ["SplitResult", "StageResult"]
+
+
+@dataclass(frozen=True)
+class StageResult:
+    """One pipeline stage = the layers placed on one IPU.
+
+    ``memory`` is each component summed over tiles (without stash);
+    ``worst_tile``/``worst_tile_bytes`` are the tile with the largest total
+    including the stash; ``stash_bytes`` is the stash held on that IPU summed
+    over tiles (already multiplied by the number of stash entries).
+    """
+
+    index: int
+    ipu: int
+    layers: tuple[str, ...]
+    memory: ComponentBytes
+    worst_tile: int
+    worst_tile_bytes: int
+    stash_bytes: int
+    stash_entries: int
+    cycles: int
+    bytes_in: int
+    fits: bool
+
+    @property
+    def first_layer(self) -> str | None:
+        return self.layers[0] if self.layers else None
+
+    @property
+    def last_layer(self) -> str | None:
+        return self.layers[-1] if self.layers else None
+
+
+@dataclass(frozen=True)
+class SplitResult:
+    """A split of the layers over IPUs, as a solver found it."""
+
+    solver: str  # "greedy" or "ilp"
+    status: str  # "OPTIMAL", "FEASIBLE", "GREEDY" or "INFEASIBLE"
+    mode: str  # "inference" or "training"
+    num_ipus_requested: int
+    budget_bytes: int  # per-tile budget the split was solved against
+    stages: tuple[StageResult, ...]
+    objective: float | None = None
+    bound: float | None = None
+    gap: float | None = None
+    wall_seconds: float = 0.0
+    note: str = ""
+
+    @property
+    def num_ipus_used(self) -> int:
+        return len(self.stages)
+
+    @property
+    def ipu_of_layer(self) -> dict[str, int]:
+        return {layer: s.ipu for s in self.stages for layer in s.layers}
+
+    @property
+    def fits(self) -> bool:
+        return bool(self.stages) and all(s.fits for s in self.stages)
