@@ -1,0 +1,233 @@
+"""One analysed profile: loaded (or cached), operations derived, layers assigned.
+
+:func:`load_analysis` is the entry point of the library for everything that
+works per layer: breakdowns, solvers, the simulator and the CI check.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Literal
+
+import numpy as np
+
+from popliner.errors import UsageProblem
+from popliner.memory.model import MemoryModel
+from popliner.memory.types import StageMemory
+from popliner.ops.layers import (
+    DEFAULT_INPUTS_REGEX_LAYER_0,
+    DEFAULT_LAYER_NAME_REGEX,
+    LayerAssignment,
+    assign_layers,
+    compile_regex,
+)
+from popliner.ops.operations import DEFAULT_OP_LAYERS, OperationTable, derive_operations
+from popliner.profile.cache import cache_path, load_cached, store_cached
+from popliner.profile.loader import parse_profile_bytes, read_profile_bytes
+from popliner.profile.model import Profile
+
+__all__ = ["DEFAULT_BACKWARD_REGEX", "Analysis", "AnalysisOptions", "analyse_profile", "load_analysis"]
+
+log = logging.getLogger(__name__)
+
+#: Operation names that belong to the backward pass or the weight update.
+DEFAULT_BACKWARD_REGEX = r"(?i)grad|backward|varupdate|sgd|adam|lamb|optimi[sz]er"
+Mode = Literal["auto", "inference", "training"]
+
+
+@dataclass(frozen=True)
+class AnalysisOptions:
+    """Everything that changes how a profile is read into operations and layers."""
+
+    op_layers: tuple[str, ...] = DEFAULT_OP_LAYERS
+    layer_name_regex: str = DEFAULT_LAYER_NAME_REGEX
+    inputs_regex_layer_0: str = DEFAULT_INPUTS_REGEX_LAYER_0
+    layer_order: Literal["steps", "natural"] = "steps"
+    #: Count only variables of operations that have a layer (PopLiner's rule).
+    layered_vars_only: bool = True
+    mode: Mode = "auto"
+    backward_regex: str = DEFAULT_BACKWARD_REGEX
+
+    def cache_key(self) -> str:
+        # Only what shapes the cached data (operations) goes into the key.
+        return "ops:" + ",".join(self.op_layers)
+
+
+@dataclass(eq=False)
+class Analysis:
+    """A profile with its operations and layers, and the memory model over them."""
+
+    profile: Profile
+    ops: OperationTable
+    layers: LayerAssignment
+    options: AnalysisOptions
+    model: MemoryModel = field(init=False)
+    from_cache: bool = False
+
+    def __post_init__(self) -> None:
+        counted = self.layers.layer_of_op >= 0 if self.options.layered_vars_only else np.ones(self.ops.count, bool)
+        self.model = MemoryModel(self.profile, self.ops, counted)
+
+    # -- layers and operations -----------------------------------------------
+
+    @property
+    def layer_names(self) -> tuple[str, ...]:
+        return self.layers.names
+
+    @cached_property
+    def is_backward(self) -> np.ndarray:
+        """Bool per operation: part of the backward pass or the weight update."""
+        regex = compile_regex(self.options.backward_regex, "--backward-regex")
+        return np.array([bool(regex.search(name)) for name in self.ops.names], bool)
+
+    @cached_property
+    def mode(self) -> str:
+        if self.options.mode != "auto":
+            return self.options.mode
+        return "training" if bool(self.is_backward.any()) else "inference"
+
+    def layer_index(self, name: str) -> int:
+        try:
+            return self.layer_names.index(name)
+        except ValueError:
+            raise UsageProblem(f"no layer named {name!r}; layers are {_preview(self.layer_names)}") from None
+
+    def stage_ops(self, layers: Sequence[str], first_stage: bool) -> np.ndarray:
+        """Operations of the given layers, plus the unlayered ones for the first stage."""
+        wanted = np.array([self.layer_index(name) for name in layers], np.int64)
+        mask = np.isin(self.layers.layer_of_op, wanted)
+        if first_stage:
+            mask |= self.layers.layer_of_op < 0
+        return np.flatnonzero(mask)
+
+    # -- figures ---------------------------------------------------------------
+
+    def stage_memory(self, layers: Sequence[str], first_stage: bool = False) -> StageMemory:
+        return self.model.stage(self.stage_ops(layers, first_stage))
+
+    @cached_property
+    def step_cycles(self) -> np.ndarray:
+        """Cycles of each step: its program's maximum over tiles."""
+        per_program = self.profile.programs.cycles.row_max()
+        return per_program[self.profile.steps] if self.profile.num_steps else np.zeros(0, np.int64)
+
+    @cached_property
+    def op_cycles(self) -> np.ndarray:
+        """Cycles per operation: the sum over the steps it runs at."""
+        owner = self.ops.op_of_step
+        keep = owner >= 0
+        return np.bincount(owner[keep], weights=self.step_cycles[keep], minlength=self.ops.count).astype(np.int64)
+
+    def stage_cycles_split(self, layers: Sequence[str], first_stage: bool = False) -> tuple[int, int]:
+        """(forward, backward) cycles of one micro-batch through the stage."""
+        ops = self.stage_ops(layers, first_stage)
+        back = self.is_backward[ops]
+        cyc = self.op_cycles[ops]
+        return int(cyc[~back].sum()), int(cyc[back].sum())
+
+    def stage_cycles(self, layers: Sequence[str], first_stage: bool = False) -> int:
+        return sum(self.stage_cycles_split(layers, first_stage))
+
+    @cached_property
+    def var_first_step(self) -> np.ndarray:
+        """First live step of each variable (its class's first interval start)."""
+        p = self.profile
+        starts = np.full(p.num_classes, -1, np.int64)
+        nonempty = np.diff(p.class_ptr) > 0
+        starts[nonempty] = p.iv_start[p.class_ptr[:-1][nonempty]]
+        return starts[p.variables.klass]
+
+    @cached_property
+    def var_last_step(self) -> np.ndarray:
+        """Last live step of each variable (inclusive), -1 when never live."""
+        p = self.profile
+        ends = np.full(p.num_classes, -1, np.int64)
+        nonempty = np.diff(p.class_ptr) > 0
+        ends[nonempty] = p.iv_end[p.class_ptr[1:][nonempty] - 1] - 1
+        return ends[p.variables.klass]
+
+    @cached_property
+    def always_live_var(self) -> np.ndarray:
+        return self.profile.always_live_classes()[self.profile.variables.klass]
+
+    def stash_entry_per_tile(self, layers: Sequence[str], first_stage: bool = False) -> np.ndarray:
+        """Bytes per tile of one activation stash entry of the stage (training).
+
+        A stashed variable goes live during the stage's forward part and dies
+        during its backward part: it must be kept for every micro-batch in
+        flight between the two. Zero in inference.
+        """
+        tiles = self.profile.tiles
+        if self.mode != "training":
+            return np.zeros(tiles, np.int64)
+        ops = self.stage_ops(layers, first_stage)
+        back = self.is_backward[ops]
+        fwd_lo, fwd_hi = self.model.window(ops[~back])
+        bwd_lo, bwd_hi = self.model.window(ops[back])
+        if fwd_hi < fwd_lo or bwd_hi < bwd_lo:
+            return np.zeros(tiles, np.int64)
+        var = self.model.counted_variables(ops)
+        first, last = self.var_first_step[var], self.var_last_step[var]
+        stash = (first >= fwd_lo) & (first <= fwd_hi) & (last >= bwd_lo) & (last <= bwd_hi) & ~self.always_live_var[var]
+        v = self.profile.variables
+        return np.bincount(v.tile[var[stash]], weights=v.bytes[var[stash]], minlength=tiles).astype(np.int64)
+
+    def boundary_bytes(self, layers_before: Sequence[str], layers_after: Sequence[str]) -> int:
+        """Bytes of non-always-live variables used on both sides of a stage boundary."""
+        before = self.model.counted_variables(self.stage_ops(layers_before, False))
+        after = self.model.counted_variables(self.stage_ops(layers_after, False))
+        shared = np.intersect1d(before, after, assume_unique=True)
+        shared = shared[~self.always_live_var[shared]]
+        return int(self.profile.variables.bytes[shared].sum())
+
+
+def _preview(names: Sequence[str], limit: int = 8) -> str:
+    shown = ", ".join(names[:limit])
+    return shown + (f", ... ({len(names)} in all)" if len(names) > limit else "")
+
+
+def analyse_profile(profile: Profile, options: AnalysisOptions = AnalysisOptions(),
+                    ops: OperationTable | None = None) -> Analysis:
+    """Operations and layers of an already loaded profile."""
+    for pattern, flag in ((options.layer_name_regex, "--layer-name-regex"),
+                          (options.inputs_regex_layer_0, "--inputs-regex-layer-0"),
+                          (options.backward_regex, "--backward-regex")):
+        compile_regex(pattern, flag)
+    if ops is None:
+        ops = derive_operations(profile, options.op_layers)
+    layers = assign_layers(ops, options.layer_name_regex, options.inputs_regex_layer_0, options.layer_order)
+    if ops.unattributed_programs:
+        log.info("%d of %d reachable programs have no debug context and belong to no operation",
+                 ops.unattributed_programs, ops.reachable_programs)
+    return Analysis(profile, ops, layers, options)
+
+
+def load_analysis(path: str, options: AnalysisOptions = AnalysisOptions(), *, use_cache: bool = True) -> Analysis:
+    """Load a profile file (through the cache unless ``use_cache`` is off) and analyse it."""
+    t0 = time.perf_counter()
+    raw = read_profile_bytes(path)
+    sha = hashlib.sha256(raw).hexdigest()
+    key = options.cache_key()
+    where = cache_path(sha, key)
+    if use_cache:
+        hit = load_cached(where, sha, key, str(path))
+        if hit is not None:
+            log.info("loaded %s from cache in %.2f s", path, time.perf_counter() - t0)
+            analysis = analyse_profile(hit[0], options, ops=hit[1])
+            analysis.from_cache = True
+            return analysis
+    log.info("reading %s (%.1f MB)", path, len(raw) / 1e6)
+    profile = parse_profile_bytes(raw, str(path), sha256=sha)
+    del raw
+    ops = derive_operations(profile, options.op_layers)
+    log.info("loaded %s in %.2f s: %d programs, %d steps, %d variables, %d operations", path,
+             time.perf_counter() - t0, profile.programs.count, profile.num_steps, profile.variables.count, ops.count)
+    if use_cache:
+        store_cached(where, sha, key, profile, ops)
+    return analyse_profile(profile, options, ops=ops)
+

@@ -1,0 +1,236 @@
+"""The pipeline config as plain frozen dataclasses, and how to make one from a split.
+
+A config places each layer of the model on one IPU. Inference with K IPUs is
+a pipeline of K stages; training is a pipeline of 2K-1 stages because the
+backward pass of IPU i becomes a stage of its own, ``2K-2-i``, except on the
+last IPU where the forward and backward pass share stage ``K-1`` (the loss
+is computed there, so nothing needs to wait for another IPU in between).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass
+
+from popliner.errors import UsageProblem
+from popliner.memory.types import ComponentBytes
+from popliner.solvers.result import SplitResult, StageResult
+
+__all__ = [
+    "CONFIG_VERSION",
+    "MODES",
+    "ConfigStage",
+    "LayerPlacement",
+    "PipelineConfig",
+    "backward_stage",
+    "config_from_split",
+    "default_gradient_accumulation",
+    "forward_stage",
+    "layers_fingerprint",
+    "num_pipeline_stages",
+]
+
+CONFIG_VERSION = 1
+MODES: tuple[str, ...] = ("inference", "training")
+
+
+def num_pipeline_stages(mode: str, num_ipus: int) -> int:
+    """P: K stages in inference, 2K-1 in training (backward of the last IPU shares its stage)."""
+    return 2 * num_ipus - 1 if mode == "training" else num_ipus
+
+
+def forward_stage(ipu: int) -> int:
+    """Pipeline stage of the forward pass on ``ipu`` (the same in both modes)."""
+    return ipu
+
+
+def backward_stage(ipu: int, num_ipus: int) -> int:
+    """Pipeline stage of the backward pass on ``ipu`` in training."""
+    return 2 * num_ipus - 2 - ipu
+
+
+def default_gradient_accumulation(num_stages: int) -> int:
+    """Micro-batches per step when the user gives none.
+
+    PopART needs at least one per pipeline stage; twice as many keeps the
+    fill/flush bubble (P-1)/(G+P-1) at or below a third, and 16 is the
+    smallest value that is common in practice.
+    """
+    return max(16, 2 * num_stages)
+
+
+def layers_fingerprint(layers: tuple[str, ...]) -> str:
+    """Short hash of a stage's layer list; tells whether predicted figures still apply."""
+    digest = hashlib.sha256("\x1f".join(layers).encode("utf-8")).hexdigest()
+    return digest[:16]
+
+
+@dataclass(frozen=True)
+class LayerPlacement:
+    """Where one layer runs: PopART ``virtualGraph`` and ``pipelineStage``.
+
+    ``backward_stage`` is the pipeline stage its gradient ops get in training
+    (PopART assigns it; listed so users can check), None in inference.
+    """
+
+    name: str
+    ipu: int
+    pipeline_stage: int
+    backward_stage: int | None
+
+
+@dataclass(frozen=True)
+class ConfigStage:
+    """One IPU's share of the model and what popliner predicted for it.
+
+    ``memory`` is each component summed over tiles (stash excluded);
+    ``worst_tile_bytes`` is the total on the worst tile including the stash;
+    ``stash_bytes`` is summed over tiles and over ``stash_entries`` entries;
+    ``cycles`` are compute cycles per micro-batch (forward + backward in
+    training); ``bytes_in`` crosses from the previous IPU per micro-batch.
+    ``predicted_for`` is :func:`layers_fingerprint` of the layers the figures
+    were computed for.
+    """
+
+    index: int
+    ipu: int
+    layers: tuple[str, ...]
+    memory: ComponentBytes
+    worst_tile: int
+    worst_tile_bytes: int
+    stash_bytes: int
+    stash_entries: int
+    cycles: int
+    bytes_in: int
+    predicted_for: str
+
+    @property
+    def predicted_stale(self) -> bool:
+        """True when the layers were edited after popliner predicted the figures."""
+        return self.predicted_for != layers_fingerprint(self.layers)
+
+
+@dataclass(frozen=True)
+class PipelineConfig:
+    """A pipeline over ``len(stages)`` IPUs; ``stages[i]`` runs on IPU i.
+
+    ``stages[].layers`` is the source of truth for placement; the per-layer
+    table (:attr:`placements`) and the snippets are derived from it.
+    ``model_layers`` is every layer of the model in model (data-flow) order.
+    """
+
+    profile_path: str
+    profile_sha256: str
+    tiles_per_ipu: int
+    bytes_per_tile: int
+    clock_hz: float
+    mode: str
+    gradient_accumulation: int
+    stages: tuple[ConfigStage, ...]
+    model_layers: tuple[str, ...]
+    solver: str = ""
+    solver_status: str = ""
+    budget_bytes: int | None = None
+    version: int = CONFIG_VERSION
+
+    @property
+    def num_ipus(self) -> int:
+        return len(self.stages)
+
+    @property
+    def training(self) -> bool:
+        return self.mode == "training"
+
+    @property
+    def num_pipeline_stages(self) -> int:
+        return num_pipeline_stages(self.mode, self.num_ipus)
+
+    @property
+    def placements(self) -> tuple[LayerPlacement, ...]:
+        """One row per layer in model order, derived from ``stages[].layers``."""
+        where = {layer: s.ipu for s in self.stages for layer in s.layers}
+        return tuple(
+            LayerPlacement(
+                name=layer,
+                ipu=where[layer],
+                pipeline_stage=forward_stage(where[layer]),
+                backward_stage=backward_stage(where[layer], self.num_ipus) if self.training else None,
+            )
+            for layer in self.model_layers
+            if layer in where
+        )
+
+    @property
+    def layers_per_ipu(self) -> tuple[int, ...]:
+        return tuple(len(s.layers) for s in self.stages)
+
+    @property
+    def effective_budget(self) -> int:
+        """Per-tile budget to check against: the solver's, else the whole tile."""
+        return self.budget_bytes if self.budget_bytes is not None else self.bytes_per_tile
+
+
+def config_from_split(
+    split: SplitResult,
+    *,
+    profile_path: str | os.PathLike[str],
+    profile_sha256: str,
+    tiles: int,
+    bytes_per_tile: int,
+    clock_hz: float,
+    gradient_accumulation: int | None,
+) -> PipelineConfig:
+    """Turn a solver's split into a config; ``None`` G picks :func:`default_gradient_accumulation`."""
+    if not split.stages:
+        raise UsageProblem("the split has no stages; there is nothing to write a pipeline config for")
+    if split.mode not in MODES:
+        raise UsageProblem(f"split mode {split.mode!r} is neither 'inference' nor 'training'")
+    stages = tuple(_config_stage(position, s) for position, s in enumerate(split.stages))
+    num_stages = num_pipeline_stages(split.mode, len(stages))
+    g = default_gradient_accumulation(num_stages) if gradient_accumulation is None else gradient_accumulation
+    check_gradient_accumulation(g, num_stages)
+    return PipelineConfig(
+        profile_path=os.fspath(profile_path),
+        profile_sha256=profile_sha256,
+        tiles_per_ipu=int(tiles),
+        bytes_per_tile=int(bytes_per_tile),
+        clock_hz=float(clock_hz),
+        mode=split.mode,
+        gradient_accumulation=int(g),
+        stages=stages,
+        model_layers=tuple(layer for s in stages for layer in s.layers),
+        solver=split.solver,
+        solver_status=split.status,
+        budget_bytes=int(split.budget_bytes),
+    )
+
+
+def check_gradient_accumulation(g: int, num_stages: int) -> None:
+    """PopART refuses fewer micro-batches than pipeline stages (no main phase)."""
+    if g < num_stages:
+        raise UsageProblem(
+            f"--gradient-accumulation {g} is smaller than the {num_stages} pipeline stages; "
+            f"a pipeline needs at least one micro-batch per stage: use {num_stages} or more"
+        )
+
+
+def _config_stage(position: int, s: StageResult) -> ConfigStage:
+    if s.ipu != position:
+        raise UsageProblem(f"split stage {position} is on IPU {s.ipu}; a pipeline config needs stage i on IPU i")
+    if not s.layers:
+        raise UsageProblem(f"split stage {position} has no layers; every IPU of a pipeline needs at least one")
+    layers = tuple(str(layer) for layer in s.layers)
+    return ConfigStage(
+        index=position,
+        ipu=position,
+        layers=layers,
+        memory=ComponentBytes(*(int(v) for v in s.memory.as_tuple())),
+        worst_tile=int(s.worst_tile),
+        worst_tile_bytes=int(s.worst_tile_bytes),
+        stash_bytes=int(s.stash_bytes),
+        stash_entries=int(s.stash_entries),
+        cycles=int(s.cycles),
+        bytes_in=int(s.bytes_in),
+        predicted_for=layers_fingerprint(layers),
+    )

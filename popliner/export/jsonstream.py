@@ -1,0 +1,211 @@
+"""Write one large JSON document piece by piece, and spool columns to disk.
+
+A full-size Poplar report has millions of lowered variables. Building the
+whole format-v1 document as Python objects first would need gigabytes, so
+the exporter writes it as a stream: small values (one program, the target)
+are encoded whole, big arrays are written chunk by chunk. Data that has to be
+written in a different order than it is read (the variable columns) goes
+through unnamed temporary files (:class:`IntSpool`, :class:`FragmentSpool`),
+which the OS removes even when the process dies.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+
+__all__ = ["FragmentSpool", "IntSpool", "JsonWriter", "dumps", "int_items", "spool_folder"]
+
+try:  # orjson is much faster on big documents, but stays optional.
+    import orjson as _orjson
+except ImportError:  # pragma: no cover - exercised only without orjson
+    _orjson = None
+
+
+def dumps(obj: Any) -> bytes:
+    """Compact UTF-8 JSON for one value (numpy arrays and ints allowed)."""
+    if _orjson is not None:
+        return _orjson.dumps(obj, option=_orjson.OPT_SERIALIZE_NUMPY)
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False, default=_numpy_default).encode("utf-8")
+
+
+def _numpy_default(obj: Any) -> Any:
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    if isinstance(obj, np.integer):
+        return int(obj)
+    raise TypeError(f"cannot write {type(obj).__name__} as JSON")
+
+
+def int_items(values: np.ndarray) -> bytes:
+    """``1,2,3`` (no brackets) for a 1-D integer array: one chunk of a JSON list."""
+    if values.size == 0:
+        return b""
+    return dumps(np.ascontiguousarray(values, dtype=np.int64))[1:-1]
+
+
+class JsonWriter:
+    """Writes nested objects and arrays in order, placing commas itself.
+
+    Output is buffered and handed to ``stream`` in blocks of about
+    ``flush_bytes`` so that a gzip stream below gets large writes.
+    """
+
+    def __init__(self, stream: IO[bytes], flush_bytes: int = 1 << 20) -> None:
+        self._stream = stream
+        self._buf = bytearray()
+        self._flush_bytes = flush_bytes
+        self._first: list[bool] = []  # per open container: nothing written yet
+        self._after_key = False
+
+    # -- containers ---------------------------------------------------------
+
+    def begin_object(self) -> None:
+        self._prefix()
+        self._write(b"{")
+        self._first.append(True)
+
+    def end_object(self) -> None:
+        self._first.pop()
+        self._write(b"}")
+
+    def begin_array(self) -> None:
+        self._prefix()
+        self._write(b"[")
+        self._first.append(True)
+
+    def end_array(self) -> None:
+        self._first.pop()
+        self._write(b"]")
+
+    # -- values -------------------------------------------------------------
+
+    def key(self, name: str) -> None:
+        """Start a member of the current object; the next value is its value."""
+        if not self._first[-1]:
+            self._write(b",")
+        self._first[-1] = False
+        self._write(dumps(name) + b":")
+        self._after_key = True
+
+    def value(self, obj: Any) -> None:
+        """One whole value: an array element, or the value after :meth:`key`."""
+        self._prefix()
+        self._write(dumps(obj))
+
+    def field(self, name: str, obj: Any) -> None:
+        self.key(name)
+        self.value(obj)
+
+    def items(self, fragment: bytes) -> None:
+        """Append pre-encoded, comma-separated array elements (may be empty)."""
+        if fragment:
+            self._prefix()
+            self._write(fragment)
+
+    def raw(self, data: bytes) -> None:
+        """Bytes that continue what the last call wrote (no separator added)."""
+        self._write(data)
+
+    def int_array(self, chunks: Iterator[np.ndarray]) -> None:
+        """A JSON list of integers written chunk by chunk."""
+        self.begin_array()
+        for chunk in chunks:
+            self.items(int_items(chunk))
+        self.end_array()
+
+    def flush(self) -> None:
+        if self._buf:
+            self._stream.write(bytes(self._buf))
+            self._buf.clear()
+
+    # -- internals ----------------------------------------------------------
+
+    def _prefix(self) -> None:
+        if self._after_key:
+            self._after_key = False
+            return
+        if self._first:
+            if not self._first[-1]:
+                self._write(b",")
+            self._first[-1] = False
+
+    def _write(self, data: bytes) -> None:
+        self._buf += data
+        if len(self._buf) >= self._flush_bytes:
+            self.flush()
+
+
+class IntSpool:
+    """An append-only int64 column kept in an unnamed temporary file."""
+
+    def __init__(self, folder: Path | None = None) -> None:
+        self._file: IO[bytes] = tempfile.TemporaryFile(dir=folder)
+        self.count = 0
+
+    def append(self, values: list[int] | np.ndarray) -> None:
+        arr = np.asarray(values, dtype=np.int64)
+        self._file.write(arr.tobytes())
+        self.count += len(arr)
+
+    def chunks(self, size: int) -> Iterator[np.ndarray]:
+        """Read the column back in order, ``size`` values at a time."""
+        self._file.flush()
+        self._file.seek(0)
+        while True:
+            block = self._file.read(size * 8)
+            if not block:
+                return
+            yield np.frombuffer(block, dtype=np.int64)
+
+    def read_all(self) -> np.ndarray:
+        self._file.flush()
+        self._file.seek(0)
+        return np.fromfile(self._file, dtype=np.int64) if self.count else np.zeros(0, np.int64)
+
+    def close(self) -> None:
+        self._file.close()
+
+
+class FragmentSpool:
+    """Encoded JSON array elements, comma-separated, in a temporary file."""
+
+    def __init__(self, folder: Path | None = None) -> None:
+        self._file: IO[bytes] = tempfile.TemporaryFile(dir=folder)
+        self.count = 0
+
+    def add(self, obj: Any) -> None:
+        self._file.write((b"," if self.count else b"") + dumps(obj))
+        self.count += 1
+
+    def write_array(self, writer: JsonWriter, block: int = 1 << 20) -> None:
+        """Copy the elements into ``writer`` as one JSON list."""
+        self._file.flush()
+        self._file.seek(0)
+        writer.begin_array()
+        first = True
+        while True:
+            data = self._file.read(block)
+            if not data:
+                break
+            if first:
+                writer.items(data)  # places the separator before the first element
+                first = False
+            else:
+                writer.raw(data)  # continues the same run of elements
+        writer.end_array()
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def spool_folder(out_path: Path) -> Path | None:
+    """Spool next to the output: that disk was chosen to hold a profile."""
+    parent = out_path.parent if str(out_path.parent) else Path(".")
+    return parent if os.access(parent, os.W_OK) else None

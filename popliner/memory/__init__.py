@@ -1,0 +1,1 @@
+"""The per-tile memory model of a set of operations."""

@@ -1,0 +1,112 @@
+"""Liveness peaks: the most variable bytes live at once, per tile, over a window of steps.
+
+One vectorised sweep serves single stages and many groups at once (every
+operation alone, every layer alone): variables are aggregated per
+(group, liveness class, tile), their class intervals clipped to the group's
+window become +bytes/-bytes events, and one sort plus a cumulative sum gives
+the running live bytes of every (group, tile); the peak is its maximum.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from popliner.profile.model import Profile
+
+__all__ = ["group_peaks", "live_bytes_at", "window_peak"]
+
+
+def window_peak(profile: Profile, var_idx: np.ndarray, lo: int, hi: int) -> np.ndarray:
+    """Per-tile peak of live bytes of ``var_idx`` over steps ``lo..hi`` (inclusive)."""
+    group = np.zeros(len(var_idx), np.int64)
+    return group_peaks(profile, group, var_idx, np.array([lo]), np.array([hi]))[0]
+
+
+def group_peaks(
+    profile: Profile, group: np.ndarray, var_idx: np.ndarray, lo: np.ndarray, hi: np.ndarray
+) -> np.ndarray:
+    """Peaks for many groups: returns int64 [groups, tiles].
+
+    ``group[k]`` is the group of variable ``var_idx[k]``; a variable listed twice
+    in one group must have been de-duplicated by the caller. Group ``g``
+    looks at steps ``lo[g]..hi[g]`` inclusive; a group with ``hi < lo`` peaks at 0.
+    """
+    tiles = profile.tiles
+    num_groups = len(lo)
+    out = np.zeros((num_groups, tiles), np.int64)
+    if var_idx.size == 0 or num_groups == 0:
+        return out
+    v = profile.variables
+    agg_group, agg_cls, agg_tile, agg_bytes = _aggregate(group, v.klass[var_idx], v.tile[var_idx], v.bytes[var_idx], tiles)
+    # Expand each aggregate into its class's intervals.
+    counts = profile.class_ptr[agg_cls + 1] - profile.class_ptr[agg_cls]
+    rep = np.repeat(np.arange(len(agg_cls)), counts)
+    iv = _expand_ranges(profile.class_ptr[agg_cls], counts)
+    g = agg_group[rep]
+    start = np.maximum(profile.iv_start[iv], lo[g])
+    end = np.minimum(profile.iv_end[iv], hi[g] + 1)
+    keep = start < end
+    rep, g, start, end = rep[keep], g[keep], start[keep], end[keep]
+    if rep.size == 0:
+        return out
+    t = agg_tile[rep].astype(np.int64)
+    b = agg_bytes[rep]
+    # Ends at hi+1 are never observed inside the window: no event needed.
+    has_end = end <= hi[g]
+    # One int64 sort key: (group, tile, step, end-before-start). Ends sort
+    # first at a step because an interval's end is exclusive.
+    tile_bits = max(tiles - 1, 1).bit_length()
+    pos_bits = (profile.num_steps + 1).bit_length() + 1
+    if (num_groups - 1).bit_length() + tile_bits + pos_bits > 62:
+        raise ValueError("too many groups for one sweep; split the call")
+    gt = (g << tile_bits) | t
+    key_start = (gt << pos_bits) | (start << 1) | 1
+    key_end = (gt[has_end] << pos_bits) | (end[has_end] << 1)
+    keys = np.concatenate((key_end, key_start))
+    deltas = np.concatenate((-b[has_end], b))
+    order = np.argsort(keys, kind="stable")
+    keys, deltas = keys[order], deltas[order]
+    running = np.cumsum(deltas)
+    owner = keys >> pos_bits
+    first_of_owner = np.flatnonzero(np.concatenate(([True], owner[1:] != owner[:-1])))
+    base = np.concatenate(([0], running[:-1]))[first_of_owner]
+    peaks = np.maximum.reduceat(running, first_of_owner) - base
+    owners = owner[first_of_owner]
+    out[owners >> tile_bits, owners & ((1 << tile_bits) - 1)] = np.maximum(peaks, 0)
+    return out
+
+
+def _aggregate(
+    group: np.ndarray, cls: np.ndarray, tile: np.ndarray, nbytes: np.ndarray, tiles: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Sum bytes per (group, class, tile): one event pair per distinct triple."""
+    key = (group.astype(np.int64) * (int(cls.max()) + 1) + cls.astype(np.int64)) * tiles + tile.astype(np.int64)
+    uniq, inverse = np.unique(key, return_inverse=True)
+    summed = np.bincount(inverse, weights=nbytes, minlength=len(uniq))
+    # float64 bincount is exact below 2**53 bytes per aggregate.
+    tile_out = uniq % tiles
+    rest = uniq // tiles
+    ncls = int(cls.max()) + 1
+    return rest // ncls, (rest % ncls).astype(np.int64), tile_out, summed.astype(np.int64)
+
+
+def _expand_ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Concatenate ``arange(s, s + c)`` for every pair."""
+    total = int(counts.sum())
+    if total == 0:
+        return np.zeros(0, np.int64)
+    offsets = np.repeat(starts - np.concatenate(([0], np.cumsum(counts)[:-1])), counts)
+    return np.arange(total, dtype=np.int64) + offsets
+
+
+def live_bytes_at(profile: Profile, var_idx: np.ndarray, tile: int, step: int) -> np.ndarray:
+    """Which of ``var_idx`` on ``tile`` are live at ``step`` (bool per entry)."""
+    v = profile.variables
+    on_tile = v.tile[var_idx] == tile
+    cls = v.klass[var_idx]
+    live = np.zeros(len(var_idx), bool)
+    for k in np.flatnonzero(on_tile):
+        c = int(cls[k])
+        a, b = int(profile.class_ptr[c]), int(profile.class_ptr[c + 1])
+        live[k] = bool(np.any((profile.iv_start[a:b] <= step) & (step < profile.iv_end[a:b])))
+    return live

@@ -1,0 +1,181 @@
+"""The per-tile memory of a set of operations (a "stage") on one IPU.
+
+For a set S of operations, per tile:
+
+- variables: the peak, over the steps from S's first step to its last, of the
+  bytes of S's variables live at that step (by default only variables of
+  operations that have a layer count, as PopLiner did);
+- vertex code: for each vertex type present on the tile in S's programs, its
+  code bytes there, once however many instances;
+- vertex state: instance count x state bytes per instance;
+- exchange code: the sum over S's distinct ``DoExchange`` programs;
+- control code: the sum over S's distinct leaf programs.
+
+Every program belongs to exactly one operation, so a set's distinct programs
+are the disjoint union of its operations' programs: exchange code, control
+code and vertex state add up over operations, vertex code and variables do not.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from popliner.memory.liveness import group_peaks, window_peak
+from popliner.memory.types import ComponentBytes, StageMemory
+from popliner.ops.operations import OperationTable
+from popliner.profile.model import DO_EXCHANGE, Profile
+
+__all__ = ["MemoryModel"]
+
+
+class MemoryModel:
+    """Memory of operation sets of one profile, memoised per set.
+
+    ``counted_vars`` says which operations' variables count: by default those
+    with a layer (``layer_of_op >= 0``).
+    """
+
+    def __init__(self, profile: Profile, ops: OperationTable, counted_vars: np.ndarray) -> None:
+        self.profile = profile
+        self.ops = ops
+        self.counted_vars = np.asarray(counted_vars, bool)
+        progs = profile.programs
+        self.tiles = profile.tiles
+        self._leaf = progs.is_leaf()
+        self._exchange = progs.type == DO_EXCHANGE
+        vt = profile.vertex_types
+        self._code = np.stack([vt.code.dense(t, self.tiles) for t in range(len(vt.names))]) if vt.names else (
+            np.zeros((0, self.tiles), np.int64))
+        self._memo: dict[bytes, StageMemory] = {}
+
+    # -- one set -------------------------------------------------------------
+
+    def stage(self, op_idx: np.ndarray | Sequence[int]) -> StageMemory:
+        """Per-tile memory of a set of operations (memoised)."""
+        ops = np.unique(np.asarray(op_idx, dtype=np.int64))
+        key = ops.tobytes()
+        hit = self._memo.get(key)
+        if hit is None:
+            hit = StageMemory(np.stack(self._components(ops)))
+            self._memo[key] = hit
+        return hit
+
+    def _components(self, ops: np.ndarray) -> tuple[np.ndarray, ...]:
+        progs = self.profile.programs
+        p = self.ops.programs_of_set(ops)
+        control = progs.control.sum_rows(p[self._leaf[p]], self.tiles)
+        exchange = progs.exchange.sum_rows(p[self._exchange[p]], self.tiles)
+        runs = progs.vertices.runs_of(p)
+        code, state = self._vertex_memory(runs)
+        return self.variables(ops), code, state, exchange, control
+
+    def _vertex_memory(self, runs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        verts = self.profile.programs.vertices
+        sizes = self.profile.vertex_types.size
+        if runs.size == 0:
+            zero = np.zeros(self.tiles, np.int64)
+            return zero, zero.copy()
+        vtype = verts.key[runs].astype(np.int64)
+        state = verts.sum_runs(runs, self.tiles, weights=sizes[vtype])
+        # Presence of each type on each tile: a difference array per type.
+        width = self.tiles + 1
+        diff = np.zeros(len(sizes) * width, np.int64)
+        np.add.at(diff, vtype * width + verts.first[runs], 1)
+        np.add.at(diff, vtype * width + verts.stop[runs], -1)
+        present = np.cumsum(diff.reshape(len(sizes), width), axis=1)[:, : self.tiles] > 0
+        code = (self._code * present).sum(axis=0)
+        return code, state
+
+    def window(self, ops: np.ndarray) -> tuple[int, int]:
+        """First and last step of the set (``(0, -1)`` when it runs at no step)."""
+        first = self.ops.first_step[ops]
+        first = first[first >= 0]
+        if first.size == 0:
+            return 0, -1
+        return int(first.min()), int(self.ops.last_step[ops].max())
+
+    def counted_variables(self, ops: np.ndarray) -> np.ndarray:
+        return self.ops.vars_of_set(ops[self.counted_vars[ops]])
+
+    def variables(self, ops: np.ndarray) -> np.ndarray:
+        lo, hi = self.window(ops)
+        return window_peak(self.profile, self.counted_variables(ops), lo, hi)
+
+    # -- many sets at once ----------------------------------------------------
+
+    def per_operation_totals(self) -> list[ComponentBytes]:
+        """Each operation alone, every component summed over tiles."""
+        n = self.ops.count
+        progs = self.profile.programs
+        owner = self.ops.op_of_program
+        control = _owner_sum(progs.control.row_totals(), owner, self._leaf, n)
+        exchange = _owner_sum(progs.exchange.row_totals(), owner, self._exchange, n)
+        state, code = self._per_op_vertex_totals(n)
+        variables = self._per_op_variable_totals(n)
+        return [
+            ComponentBytes(int(variables[i]), int(code[i]), int(state[i]), int(exchange[i]), int(control[i]))
+            for i in range(n)
+        ]
+
+    def _per_op_vertex_totals(self, n: int) -> tuple[np.ndarray, np.ndarray]:
+        verts = self.profile.programs.vertices
+        if verts.value.size == 0:
+            return np.zeros(n, np.int64), np.zeros(n, np.int64)
+        run_op = self.ops.op_of_program[verts.run_rows()]
+        keep = run_op >= 0
+        run_op = run_op[keep]
+        vtype = verts.key[keep].astype(np.int64)
+        first, stop = verts.first[keep].astype(np.int64), verts.stop[keep].astype(np.int64)
+        length = stop - first
+        sizes = self.profile.vertex_types.size
+        state = np.bincount(run_op, weights=verts.value[keep] * length * sizes[vtype], minlength=n)
+        # Code: union of each (op, type)'s tile runs, then prefix sums of code.
+        group = run_op * len(sizes) + vtype
+        m_group, m_first, m_stop = _merge_runs(group, first, stop)
+        prefix = np.concatenate((np.zeros((len(sizes), 1), np.int64), np.cumsum(self._code, axis=1)), axis=1)
+        t = m_group % len(sizes)
+        code_bytes = prefix[t, m_stop] - prefix[t, m_first]
+        code = np.bincount(m_group // len(sizes), weights=code_bytes, minlength=n)
+        return state.astype(np.int64), code.astype(np.int64)
+
+    def _per_op_variable_totals(self, n: int) -> np.ndarray:
+        totals = np.zeros(n, np.int64)
+        counted = np.flatnonzero(self.counted_vars & (self.ops.first_step >= 0))
+        # Chunks keep the sweep's sort key in 62 bits and its memory bounded.
+        for chunk in np.array_split(counted, max(1, len(counted) // 2048 + 1)):
+            if chunk.size == 0:
+                continue
+            lens = self.ops.var_ptr[chunk + 1] - self.ops.var_ptr[chunk]
+            group = np.repeat(np.arange(len(chunk)), lens)
+            var_idx = self.ops.var_idx[_ranges(self.ops.var_ptr[chunk], lens)]
+            peaks = group_peaks(self.profile, group, var_idx, self.ops.first_step[chunk], self.ops.last_step[chunk])
+            totals[chunk] = peaks.sum(axis=1)
+        return totals
+
+
+def _ranges(starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
+    total = int(lens.sum())
+    if total == 0:
+        return np.zeros(0, np.int64)
+    return np.arange(total, dtype=np.int64) + np.repeat(starts - np.concatenate(([0], np.cumsum(lens)[:-1])), lens)
+
+
+def _owner_sum(per_program: np.ndarray, owner: np.ndarray, mask: np.ndarray, n: int) -> np.ndarray:
+    keep = mask & (owner >= 0)
+    return np.bincount(owner[keep], weights=per_program[keep], minlength=n).astype(np.int64)
+
+
+def _merge_runs(group: np.ndarray, first: np.ndarray, stop: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Union of tile runs within each group: disjoint, sorted runs per group."""
+    order = np.lexsort((first, group))
+    group, first, stop = group[order], first[order], stop[order]
+    offset = group * (int(stop.max()) + 1)
+    reach = np.maximum.accumulate(stop + offset) - offset
+    new = np.ones(len(group), bool)
+    new[1:] = (group[1:] != group[:-1]) | (first[1:] > reach[:-1])
+    ids = np.cumsum(new) - 1
+    m_stop = np.zeros(int(ids[-1]) + 1, np.int64)
+    np.maximum.at(m_stop, ids, stop)
+    return group[new], first[new], m_stop

@@ -1,0 +1,1 @@
+"""Operations (programs attributed through debug contexts) and layers."""

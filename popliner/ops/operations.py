@@ -1,0 +1,248 @@
+"""Operations: the programs of a profile grouped by the debug context that made them.
+
+The rule (format v1, "Operations"): a program belongs to the nearest debug
+context, walking up from its own, whose layer is an operation layer (by
+default ``popart``, ``poptorch``, ``xla_op``, ``popxl``); failing that, to
+the outermost ancestor. Each distinct operation context is one operation,
+stored once; programs without a debug context are unattributed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from popliner.profile.model import Profile
+
+__all__ = ["DEFAULT_OP_LAYERS", "OperationTable", "derive_operations", "reachable_programs"]
+
+DEFAULT_OP_LAYERS: tuple[str, ...] = ("popart", "poptorch", "xla_op", "popxl")
+
+
+@dataclass(frozen=True, eq=False)
+class OperationTable:
+    """Distinct operations in order of first step (ties by context id).
+
+    Programs and variables per operation are CSR arrays (``*_ptr`` of length
+    ``count + 1``). ``first_step``/``last_step`` are -1 for an operation whose
+    programs run at no liveness step.
+    """
+
+    names: tuple[str, ...]
+    context: np.ndarray  # int64 context index of each operation
+    op_type: tuple[str, ...]
+    inputs: tuple[tuple[str, ...], ...]
+    is_call: np.ndarray  # bool: a call site (its layer may come from the next op)
+    is_tensor: np.ndarray  # bool: a tensor initialiser rather than an op (no layer)
+    first_step: np.ndarray
+    last_step: np.ndarray
+    prog_ptr: np.ndarray
+    prog_idx: np.ndarray
+    var_ptr: np.ndarray
+    var_idx: np.ndarray
+    op_of_program: np.ndarray  # int64 per program, -1 unattributed or unreachable
+    op_of_step: np.ndarray  # int64 per step, -1 when its program is unattributed
+    unattributed_programs: int  # reachable programs with no debug context
+    reachable_programs: int
+
+    @property
+    def count(self) -> int:
+        return len(self.names)
+
+    def programs_of(self, op: int) -> np.ndarray:
+        return self.prog_idx[self.prog_ptr[op] : self.prog_ptr[op + 1]]
+
+    def vars_of(self, op: int) -> np.ndarray:
+        return self.var_idx[self.var_ptr[op] : self.var_ptr[op + 1]]
+
+    def programs_of_set(self, ops: np.ndarray | Sequence[int]) -> np.ndarray:
+        return _gather(self.prog_ptr, self.prog_idx, ops)
+
+    def vars_of_set(self, ops: np.ndarray | Sequence[int]) -> np.ndarray:
+        """Distinct variables used by any of ``ops`` (sorted)."""
+        return np.unique(_gather(self.var_ptr, self.var_idx, ops))
+
+
+def _gather(ptr: np.ndarray, idx: np.ndarray, rows: np.ndarray | Sequence[int]) -> np.ndarray:
+    rows = np.asarray(rows, dtype=np.int64)
+    if rows.size == 0:
+        return np.zeros(0, np.int64)
+    starts, ends = ptr[rows], ptr[rows + 1]
+    lens = ends - starts
+    total = int(lens.sum())
+    if total == 0:
+        return np.zeros(0, np.int64)
+    offsets = np.repeat(starts - np.concatenate(([0], np.cumsum(lens)[:-1])), lens)
+    return idx[np.arange(total, dtype=np.int64) + offsets]
+
+
+def reachable_programs(profile: Profile) -> np.ndarray:
+    """Bool per program: reachable from ``controlPrograms``; each visited once."""
+    progs = profile.programs
+    seen = np.zeros(progs.count, bool)
+    ptr, idx = progs.child_ptr.tolist(), progs.child_idx.tolist()
+    stack = [int(p) for p in profile.control_programs]
+    while stack:
+        p = stack.pop()
+        if seen[p]:
+            continue
+        seen[p] = True
+        stack.extend(c for c in idx[ptr[p] : ptr[p + 1]] if not seen[c])
+    return seen
+
+
+def _operation_context(profile: Profile, op_layers: frozenset[str]) -> np.ndarray:
+    """For every debug context, the context index of its operation."""
+    ctx = profile.contexts
+    parent = ctx.parent.tolist()
+    layer = ctx.layer
+    result = [-2] * ctx.count  # -2 = not computed yet
+    for start in range(ctx.count):
+        path = []
+        node = start
+        found = -1
+        while node != -1:
+            if result[node] != -2:
+                found = result[node]
+                break
+            path.append(node)
+            if layer[node] in op_layers:
+                found = node
+                break
+            node = parent[node]
+        if found == -1 and path:
+            # No operation layer on the way up: the outermost ancestor is the op.
+            found = path[-1]
+            while parent[found] != -1:
+                found = parent[found]
+        for n in path:
+            # Nodes below the op context share its answer; the op context itself
+            # maps to itself by the loop above.
+            result[n] = found
+    return np.asarray(result, dtype=np.int64)
+
+
+def _data_chain(profile: Profile, c: int) -> list[dict[str, Any]]:
+    """The ``data`` objects of ``c`` and its ancestors, nearest first."""
+    out = []
+    ctx = profile.contexts
+    while c != -1:
+        d = ctx.data[c]
+        if d:
+            out.append(d)
+        c = int(ctx.parent[c])
+    return out
+
+
+def _describe(profile: Profile, c: int) -> tuple[str, str, tuple[str, ...], bool, bool]:
+    """Name, op type, inputs, is-call, is-tensor of the operation at context ``c``."""
+    chain = _data_chain(profile, c)
+
+    def nearest(*keys: str) -> Any:
+        for d in chain:
+            for k in keys:
+                v = d.get(k)
+                if v not in (None, ""):
+                    return v
+        return None
+
+    name = nearest("opName", "op_name")
+    name = str(name) if name is not None else profile.contexts.name[c]
+    op_type = str(nearest("opType", "op_type") or "")
+    inputs_raw = nearest("inputs")
+    inputs = tuple(str(s) for s in inputs_raw) if isinstance(inputs_raw, list) else ()
+    tensor_id = nearest("tensorId")
+    instance_id = nearest("instanceId")
+    is_call = name == "Call" or op_type == "Call" or name.startswith("Call(")
+    is_tensor = False
+    if name in ("", "Call") and tensor_id is not None:
+        name, is_tensor = f"Tensor/{tensor_id}", True
+    elif name in ("", "Call") and instance_id is not None:
+        name, is_call = f"Call({instance_id})", True
+    elif name == "":
+        name = "Anonymous"
+    return name, op_type, inputs, is_call, is_tensor
+
+
+def derive_operations(profile: Profile, op_layers: Sequence[str] = DEFAULT_OP_LAYERS) -> OperationTable:
+    """Walk the program tree and attribute every reachable program to an operation."""
+    progs = profile.programs
+    reach = reachable_programs(profile)
+    op_ctx_of_ctx = _operation_context(profile, frozenset(op_layers))
+    prog_ctx = progs.context
+    attributed = reach & (prog_ctx >= 0)
+    prog_op_ctx = np.where(attributed, op_ctx_of_ctx[np.maximum(prog_ctx, 0)], -1)
+
+    op_contexts = np.unique(prog_op_ctx[prog_op_ctx >= 0])
+    # Temporary op numbering by context index, re-ordered by first step below.
+    tmp_of_ctx = np.full(profile.contexts.count, -1, np.int64)
+    tmp_of_ctx[op_contexts] = np.arange(len(op_contexts))
+    tmp_of_prog = np.where(prog_op_ctx >= 0, tmp_of_ctx[np.maximum(prog_op_ctx, 0)], -1)
+
+    n = len(op_contexts)
+    tmp_of_step = tmp_of_prog[profile.steps] if profile.num_steps else np.zeros(0, np.int64)
+    first = np.full(n, np.iinfo(np.int64).max, np.int64)
+    last = np.full(n, -1, np.int64)
+    has = tmp_of_step >= 0
+    step_idx = np.arange(profile.num_steps, dtype=np.int64)
+    np.minimum.at(first, tmp_of_step[has], step_idx[has])
+    np.maximum.at(last, tmp_of_step[has], step_idx[has])
+    first[last < 0] = -1
+
+    # Order: by first step, operations without steps last; ties by context id.
+    no_step = first < 0
+    order = np.lexsort((profile.contexts.ids[op_contexts], first, no_step))
+    new_of_tmp = np.empty(n, np.int64)
+    new_of_tmp[order] = np.arange(n)
+    op_of_program = np.where(tmp_of_prog >= 0, new_of_tmp[np.maximum(tmp_of_prog, 0)], -1)
+    op_of_step = np.where(tmp_of_step >= 0, new_of_tmp[np.maximum(tmp_of_step, 0)], -1)
+
+    prog_ptr, prog_idx = _csr_by_owner(op_of_program, n)
+    var_ptr, var_idx = _op_variables(profile, op_of_program, n)
+    described = [_describe(profile, int(c)) for c in op_contexts[order]]
+    return OperationTable(
+        names=tuple(d[0] for d in described),
+        context=op_contexts[order],
+        op_type=tuple(d[1] for d in described),
+        inputs=tuple(d[2] for d in described),
+        is_call=np.array([d[3] for d in described], bool),
+        is_tensor=np.array([d[4] for d in described], bool),
+        first_step=first[order],
+        last_step=last[order],
+        prog_ptr=prog_ptr,
+        prog_idx=prog_idx,
+        var_ptr=var_ptr,
+        var_idx=var_idx,
+        op_of_program=op_of_program,
+        op_of_step=op_of_step,
+        unattributed_programs=int((reach & (prog_ctx < 0)).sum()),
+        reachable_programs=int(reach.sum()),
+    )
+
+
+def _csr_by_owner(owner: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    items = np.flatnonzero(owner >= 0)
+    order = np.argsort(owner[items], kind="stable")
+    ptr = np.zeros(n + 1, np.int64)
+    np.cumsum(np.bincount(owner[items], minlength=n), out=ptr[1:])
+    return ptr, items[order].astype(np.int64)
+
+
+def _op_variables(profile: Profile, op_of_program: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct variables per operation: the union of its programs' ``vars``."""
+    progs = profile.programs
+    lens = np.diff(progs.var_ptr)
+    owner = np.repeat(op_of_program, lens)
+    keep = owner >= 0
+    owner, var = owner[keep], progs.var_idx[keep]
+    if var.size == 0:
+        return np.zeros(n + 1, np.int64), np.zeros(0, np.int64)
+    key = owner * profile.variables.count + var
+    key = np.unique(key)
+    owner, var = key // profile.variables.count, key % profile.variables.count
+    ptr = np.zeros(n + 1, np.int64)
+    np.cumsum(np.bincount(owner, minlength=n), out=ptr[1:])
+    return ptr, var.astype(np.int64)

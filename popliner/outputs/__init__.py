@@ -1,0 +1,1 @@
+"""Writers: spreadsheets, plots, tables. Each format in its own module."""

@@ -1,0 +1,548 @@
+"""A small spreadsheet-formula layer shared by the CSV, TSV and XLSX writers.
+
+Every derived figure in a review table (a row total, a column sum, a byte
+count shown in MB, a per-IPU sum in the split planner) is built once as a
+formula object. The same object
+
+* renders as spreadsheet text (``=SUM(D2:D9)``) for TSV and XLSX, so an
+  engineer sees how the figure is obtained and edits propagate, and
+* evaluates in Python to the value popliner writes into CSV.
+
+Because both come from one object the two outputs agree cell for cell; the
+tests check that against an independent engine (the ``formulas`` package).
+
+Evaluation follows the spreadsheet rules that matter here: blank cells count
+as 0 in arithmetic, SUM ignores text, blanks and booleans in ranges, ROUND
+takes halves away from zero, and SUMIF/COUNTIF match by equality only (no
+``">5"``-style criteria; popliner never needs them).
+
+A :class:`Grid` is one sheet: it places rows, knows each cell's A1 address
+and evaluates its formula cells, following references into other grids of a
+:class:`Book` when a reference names another sheet.
+"""
+
+from __future__ import annotations
+
+import operator
+import re
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from decimal import ROUND_HALF_UP, Decimal
+from typing import Protocol, Union
+
+__all__ = [
+    "BYTES_PER_MB",
+    "Arith",
+    "Book",
+    "Cell",
+    "CellRef",
+    "Compare",
+    "Const",
+    "CountIf",
+    "Expr",
+    "FormulaError",
+    "Grid",
+    "RangeRef",
+    "Ref",
+    "Round",
+    "Sum",
+    "SumIf",
+    "Value",
+    "column_index",
+    "column_letter",
+    "mb",
+    "sum_range",
+]
+
+#: popliner reports MB as 10**6 bytes (not MiB), matching the MB columns' titles.
+BYTES_PER_MB = 1_000_000
+
+#: What a cell holds once evaluated.
+Value = Union[int, float, str, bool, None]
+#: What a grid cell holds before evaluation: a plain value or a formula.
+Cell = Union[int, float, str, bool, None, "Expr"]
+
+#: Resolves a reference to the evaluated value of that cell.
+Resolver = Callable[["CellRef"], Value]
+
+
+class FormulaError(ValueError):
+    """A formula that cannot be evaluated (a spreadsheet would show #VALUE! etc.)."""
+
+
+# ---------------------------------------------------------------------------
+# Addressing
+
+
+def column_letter(col: int) -> str:
+    """1 -> "A", 26 -> "Z", 27 -> "AA" (bijective base 26)."""
+    if col < 1:
+        raise ValueError(f"column numbers start at 1, got {col}")
+    letters = ""
+    while col:
+        col, rest = divmod(col - 1, 26)
+        letters = chr(ord("A") + rest) + letters
+    return letters
+
+
+def column_index(letters: str) -> int:
+    """"A" -> 1, "AA" -> 27; the inverse of :func:`column_letter`."""
+    if not letters or not letters.isalpha():
+        raise ValueError(f"not a column name: {letters!r}")
+    index = 0
+    for char in letters.upper():
+        index = index * 26 + (ord(char) - ord("A") + 1)
+    return index
+
+
+# Sheet names made only of these characters need no quotes in a reference.
+_PLAIN_SHEET = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
+
+
+def _sheet_prefix(sheet: str | None, here: str | None) -> str:
+    if sheet is None or sheet == here:
+        return ""
+    if _PLAIN_SHEET.fullmatch(sheet):
+        return f"{sheet}!"
+    return "'" + sheet.replace("'", "''") + "'!"
+
+
+@dataclass(frozen=True)
+class CellRef:
+    """One cell, 1-based. ``sheet`` None means the sheet the formula is on."""
+
+    row: int
+    col: int
+    sheet: str | None = None
+    abs_row: bool = False
+    abs_col: bool = False
+
+    def __post_init__(self) -> None:
+        if self.row < 1 or self.col < 1:
+            raise ValueError(f"cell positions start at 1, got row {self.row} col {self.col}")
+
+    @property
+    def a1(self) -> str:
+        col = ("$" if self.abs_col else "") + column_letter(self.col)
+        row = ("$" if self.abs_row else "") + str(self.row)
+        return col + row
+
+    def absolute(self) -> CellRef:
+        return CellRef(self.row, self.col, self.sheet, True, True)
+
+    def render(self, here: str | None = None) -> str:
+        return _sheet_prefix(self.sheet, here) + self.a1
+
+    def local(self) -> CellRef:
+        """The same position without ``$`` marks, for lookups."""
+        return CellRef(self.row, self.col, self.sheet)
+
+
+@dataclass(frozen=True)
+class RangeRef:
+    """A rectangle of cells, ``first`` top-left and ``last`` bottom-right."""
+
+    first: CellRef
+    last: CellRef
+
+    def __post_init__(self) -> None:
+        if self.first.sheet != self.last.sheet:
+            raise ValueError("a range lies on one sheet")
+        if self.last.row < self.first.row or self.last.col < self.first.col:
+            raise ValueError(f"empty range {self.first.a1}:{self.last.a1}")
+
+    def cells(self) -> Iterator[CellRef]:
+        """Row by row, as spreadsheets pair up SUMIF's two ranges."""
+        for row in range(self.first.row, self.last.row + 1):
+            for col in range(self.first.col, self.last.col + 1):
+                yield CellRef(row, col, self.first.sheet)
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (self.last.row - self.first.row + 1, self.last.col - self.first.col + 1)
+
+    def absolute(self) -> RangeRef:
+        return RangeRef(self.first.absolute(), self.last.absolute())
+
+    def render(self, here: str | None = None) -> str:
+        return _sheet_prefix(self.first.sheet, here) + f"{self.first.a1}:{self.last.a1}"
+
+
+# ---------------------------------------------------------------------------
+# Formula kinds
+
+
+class Expr(Protocol):
+    """A formula (or part of one): renders as text and evaluates to a value."""
+
+    def render(self, here: str | None = None) -> str:
+        """Spreadsheet text without the leading ``=``; ``here`` is the formula's sheet."""
+        ...
+
+    def evaluate(self, resolve: Resolver) -> Value: ...
+
+
+def _is_number(value: Value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _as_number(value: Value) -> int | float:
+    """A value used in arithmetic: blank is 0, booleans are 0/1, text is an error."""
+    if value is None:
+        return 0
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, (int, float)):
+        return value
+    raise FormulaError(f"#VALUE!: text {value!r} used as a number")
+
+
+def _render_number(value: int | float) -> str:
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return repr(value)
+
+
+@dataclass(frozen=True)
+class Const:
+    """A literal number, text or boolean inside a formula."""
+
+    value: int | float | str | bool
+
+    def render(self, here: str | None = None) -> str:
+        if isinstance(self.value, bool):
+            return "TRUE" if self.value else "FALSE"
+        if isinstance(self.value, str):
+            return '"' + self.value.replace('"', '""') + '"'
+        return _render_number(self.value)
+
+    def evaluate(self, resolve: Resolver) -> Value:
+        return self.value
+
+
+@dataclass(frozen=True)
+class Ref:
+    """The value of one cell (``=B3``); a blank cell reads as 0, as in spreadsheets."""
+
+    cell: CellRef
+
+    def render(self, here: str | None = None) -> str:
+        return self.cell.render(here)
+
+    def evaluate(self, resolve: Resolver) -> Value:
+        value = resolve(self.cell)
+        return 0 if value is None else value
+
+
+@dataclass(frozen=True)
+class Sum:
+    """``SUM(...)`` over ranges and cells; text, blanks and booleans are skipped."""
+
+    args: tuple[RangeRef | CellRef, ...]
+
+    def render(self, here: str | None = None) -> str:
+        return "SUM(" + ",".join(arg.render(here) for arg in self.args) + ")"
+
+    def evaluate(self, resolve: Resolver) -> Value:
+        total: int | float = 0
+        for arg in self.args:
+            cells = arg.cells() if isinstance(arg, RangeRef) else iter((arg,))
+            for cell in cells:
+                value = resolve(cell)
+                if _is_number(value):
+                    total += value  # type: ignore[operator]
+        return total
+
+
+@dataclass(frozen=True)
+class Round:
+    """``ROUND(x, digits)``: halves go away from zero (Python's round() would go to even)."""
+
+    arg: Expr
+    digits: int
+
+    def render(self, here: str | None = None) -> str:
+        return f"ROUND({self.arg.render(here)},{self.digits})"
+
+    def evaluate(self, resolve: Resolver) -> Value:
+        number = _as_number(self.arg.evaluate(resolve))
+        # str() gives the shortest decimal that reads back as this float, which
+        # is what a spreadsheet shows and rounds, not the binary expansion.
+        rounded = Decimal(str(number)).quantize(Decimal(1).scaleb(-self.digits), rounding=ROUND_HALF_UP)
+        return float(rounded) if self.digits > 0 else int(rounded)
+
+
+def _criterion_matches(value: Value, criterion: Value) -> bool:
+    """SUMIF/COUNTIF equality: numbers by value, text case-insensitively, blanks never."""
+    if value is None or criterion is None:
+        return False
+    if isinstance(value, bool) or isinstance(criterion, bool):
+        return value is criterion
+    if _is_number(value) and _is_number(criterion):
+        return value == criterion
+    if isinstance(value, str) and isinstance(criterion, str):
+        return value.casefold() == criterion.casefold()
+    return False
+
+
+def _check_same_shape(first: RangeRef, second: RangeRef) -> None:
+    if first.shape != second.shape:
+        raise FormulaError(f"ranges {first.render()} and {second.render()} differ in shape")
+
+
+@dataclass(frozen=True)
+class SumIf:
+    """``SUMIF(range, criterion, sum_range)``: sum where ``range`` equals the criterion."""
+
+    range: RangeRef
+    criterion: Expr
+    sum_range: RangeRef
+
+    def __post_init__(self) -> None:
+        _check_same_shape(self.range, self.sum_range)
+
+    def render(self, here: str | None = None) -> str:
+        parts = (self.range.render(here), self.criterion.render(here), self.sum_range.render(here))
+        return "SUMIF(" + ",".join(parts) + ")"
+
+    def evaluate(self, resolve: Resolver) -> Value:
+        wanted = self.criterion.evaluate(resolve)
+        total: int | float = 0
+        for key_cell, sum_cell in zip(self.range.cells(), self.sum_range.cells()):
+            if _criterion_matches(resolve(key_cell), wanted):
+                value = resolve(sum_cell)
+                if _is_number(value):
+                    total += value  # type: ignore[operator]
+        return total
+
+
+@dataclass(frozen=True)
+class CountIf:
+    """``COUNTIF(range, criterion)``: how many cells equal the criterion."""
+
+    range: RangeRef
+    criterion: Expr
+
+    def render(self, here: str | None = None) -> str:
+        return f"COUNTIF({self.range.render(here)},{self.criterion.render(here)})"
+
+    def evaluate(self, resolve: Resolver) -> Value:
+        wanted = self.criterion.evaluate(resolve)
+        return sum(1 for cell in self.range.cells() if _criterion_matches(resolve(cell), wanted))
+
+
+_ARITH: dict[str, Callable[[float, float], float]] = {
+    "+": operator.add,
+    "-": operator.sub,
+    "*": operator.mul,
+    "/": operator.truediv,
+}
+
+
+def _operand(expr: Expr, here: str | None) -> str:
+    # Parenthesise nested operators so the text never depends on precedence rules.
+    text = expr.render(here)
+    return f"({text})" if isinstance(expr, (Arith, Compare)) else text
+
+
+@dataclass(frozen=True)
+class Arith:
+    """``left op right`` for op in ``+ - * /`` (``/`` turns bytes into MB)."""
+
+    left: Expr
+    op: str
+    right: Expr
+
+    def __post_init__(self) -> None:
+        if self.op not in _ARITH:
+            raise ValueError(f"unknown operator {self.op!r}")
+
+    def render(self, here: str | None = None) -> str:
+        return _operand(self.left, here) + self.op + _operand(self.right, here)
+
+    def evaluate(self, resolve: Resolver) -> Value:
+        left = _as_number(self.left.evaluate(resolve))
+        right = _as_number(self.right.evaluate(resolve))
+        if self.op == "/" and right == 0:
+            raise FormulaError("#DIV/0!")
+        return _ARITH[self.op](left, right)
+
+
+_COMPARE: dict[str, Callable[[float, float], bool]] = {
+    "<": operator.lt,
+    "<=": operator.le,
+    ">": operator.gt,
+    ">=": operator.ge,
+    "=": operator.eq,
+    "<>": operator.ne,
+}
+
+
+@dataclass(frozen=True)
+class Compare:
+    """``left op right`` giving TRUE/FALSE, e.g. a stage figure against the budget cell."""
+
+    left: Expr
+    op: str
+    right: Expr
+
+    def __post_init__(self) -> None:
+        if self.op not in _COMPARE:
+            raise ValueError(f"unknown comparison {self.op!r}")
+
+    def render(self, here: str | None = None) -> str:
+        return _operand(self.left, here) + self.op + _operand(self.right, here)
+
+    def evaluate(self, resolve: Resolver) -> Value:
+        left = _as_number(self.left.evaluate(resolve))
+        right = _as_number(self.right.evaluate(resolve))
+        return bool(_COMPARE[self.op](left, right))
+
+
+# ---------------------------------------------------------------------------
+# Helpers used by the table builders
+
+
+def sum_range(col: int, first_row: int, last_row: int) -> Expr:
+    """SUM of one column's rows; an empty span is the constant 0 (no inverted range)."""
+    if last_row < first_row:
+        return Const(0)
+    return Sum((RangeRef(CellRef(first_row, col), CellRef(last_row, col)),))
+
+
+def mb(cell: CellRef, digits: int = 1) -> Expr:
+    """Bytes in ``cell`` as MB with ``digits`` decimals: ``ROUND(H2/1000000,1)``."""
+    return Round(Arith(Ref(cell), "/", Const(BYTES_PER_MB)), digits)
+
+
+# ---------------------------------------------------------------------------
+# Sheets
+
+
+_FORMULA_KINDS = (Const, Ref, Sum, Round, SumIf, CountIf, Arith, Compare)
+
+
+def _is_formula(cell: object) -> bool:
+    return isinstance(cell, _FORMULA_KINDS)
+
+
+@dataclass
+class _Row:
+    cells: list[Cell]
+    style: str
+
+
+@dataclass
+class Grid:
+    """One sheet: rows of plain values and formulas, addressed A1-style.
+
+    ``style`` tags rows for the XLSX writer ("header", "group", "total",
+    "title", "note", "data"); ``column_formats`` and per-cell formats give
+    number formats (``#,##0`` ...). Text writers ignore both.
+    """
+
+    name: str
+    column_formats: dict[int, str] = field(default_factory=dict)
+    _rows: list[_Row] = field(default_factory=list)
+    _formats: dict[tuple[int, int], str] = field(default_factory=dict)
+    _cache: dict[tuple[int, int], Value] = field(default_factory=dict, repr=False)
+
+    # -- building ---------------------------------------------------------
+
+    def append(self, cells: Sequence[Cell], *, style: str = "data") -> int:
+        """Add a row below the last one; returns its 1-based row number."""
+        self._rows.append(_Row(list(cells), style))
+        self._cache.clear()
+        return len(self._rows)
+
+    def put(self, row: int, col: int, value: Cell, *, fmt: str | None = None) -> None:
+        """Set one cell, adding blank rows/cells up to it as needed."""
+        while len(self._rows) < row:
+            self._rows.append(_Row([], "data"))
+        cells = self._rows[row - 1].cells
+        cells.extend([None] * (col - len(cells)))
+        cells[col - 1] = value
+        if fmt is not None:
+            self._formats[(row, col)] = fmt
+        self._cache.clear()
+
+    def set_style(self, row: int, style: str) -> None:
+        self._rows[row - 1].style = style
+
+    def ref(self, row: int, col: int) -> CellRef:
+        """A reference to a cell of this grid, as formulas on this grid use it."""
+        return CellRef(row, col)
+
+    # -- reading ----------------------------------------------------------
+
+    @property
+    def n_rows(self) -> int:
+        return len(self._rows)
+
+    @property
+    def n_cols(self) -> int:
+        return max((len(r.cells) for r in self._rows), default=0)
+
+    def cell(self, row: int, col: int) -> Cell:
+        if not (1 <= row <= len(self._rows)) or col < 1:
+            return None
+        cells = self._rows[row - 1].cells
+        return cells[col - 1] if col <= len(cells) else None
+
+    def style(self, row: int) -> str:
+        return self._rows[row - 1].style
+
+    def number_format(self, row: int, col: int) -> str | None:
+        return self._formats.get((row, col), self.column_formats.get(col))
+
+    def row_cells(self, row: int) -> list[Cell]:
+        return list(self._rows[row - 1].cells)
+
+    def text(self, row: int, col: int) -> Cell:
+        """What a spreadsheet is given: ``=...`` text for formulas, else the value."""
+        cell = self.cell(row, col)
+        if _is_formula(cell):
+            return "=" + cell.render(self.name)  # type: ignore[union-attr]
+        return cell
+
+    # -- evaluation -------------------------------------------------------
+
+    def value(self, row: int, col: int, book: Book | None = None) -> Value:
+        """The evaluated value of a cell; formulas follow references (memoised)."""
+        return self._evaluate(row, col, book, set())
+
+    def values(self, book: Book | None = None) -> list[list[Value]]:
+        """Every cell evaluated, row by row (rows keep their own lengths)."""
+        return [
+            [self.value(r, c, book) for c in range(1, len(self._rows[r - 1].cells) + 1)]
+            for r in range(1, self.n_rows + 1)
+        ]
+
+    def _evaluate(self, row: int, col: int, book: Book | None, busy: set[tuple[str, int, int]]) -> Value:
+        key = (row, col)
+        if key in self._cache:
+            return self._cache[key]
+        cell = self.cell(row, col)
+        if not _is_formula(cell):
+            return cell  # type: ignore[return-value]
+        mark = (self.name, row, col)
+        if mark in busy:
+            raise FormulaError(f"circular reference at {self.name}!{CellRef(row, col).a1}")
+        busy.add(mark)
+        try:
+            value = cell.evaluate(lambda ref: self._resolve(ref, book, busy))  # type: ignore[union-attr]
+        finally:
+            busy.discard(mark)
+        self._cache[key] = value
+        return value
+
+    def _resolve(self, ref: CellRef, book: Book | None, busy: set[tuple[str, int, int]]) -> Value:
+        if ref.sheet is None or ref.sheet == self.name:
+            return self._evaluate(ref.row, ref.col, book, busy)
+        if book is None or ref.sheet not in book:
+            raise FormulaError(f"#REF!: no sheet {ref.sheet!r}")
+        return book[ref.sheet]._evaluate(ref.row, ref.col, book, busy)
+
+
+#: Grids by sheet name, for formulas that refer to other sheets.
+Book = Mapping[str, Grid]

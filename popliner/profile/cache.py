@@ -1,0 +1,128 @@
+"""The derived-data cache: one ``.npz`` per (profile content, popliner version, options).
+
+Stored with numpy's own format and loaded with ``allow_pickle=False``: the
+arrays of the frozen dataclasses go in as arrays, everything else (strings,
+small scalars) as one JSON document held in a ``uint8`` array. A file that is
+unreadable, truncated, from another version or for another profile is
+ignored and rebuilt; nothing here ever raises to the user.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import os
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from popliner import __version__
+from popliner.fileio import atomic_write
+from popliner.ops.operations import OperationTable
+from popliner.profile.model import Contexts, Profile, Programs, Target, Variables, VertexTypes
+from popliner.profile.tilevector import RunTable
+
+__all__ = ["CACHE_FORMAT", "cache_dir", "cache_path", "load_cached", "store_cached"]
+
+log = logging.getLogger(__name__)
+
+CACHE_FORMAT = 1
+_CLASSES: dict[str, type] = {
+    c.__name__: c for c in (Profile, Target, Programs, Variables, Contexts, VertexTypes, RunTable, OperationTable)
+}
+
+
+def cache_dir() -> Path:
+    """``$POPLINER_CACHE_DIR``, else ``$XDG_CACHE_HOME/popliner``, else ``~/.cache/popliner``."""
+    explicit = os.environ.get("POPLINER_CACHE_DIR")
+    if explicit:
+        return Path(explicit)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "popliner"
+
+
+def cache_path(sha256: str, options_key: str) -> Path:
+    digest = hashlib.sha256(f"{__version__}|{CACHE_FORMAT}|{options_key}".encode()).hexdigest()[:16]
+    return cache_dir() / f"{sha256[:40]}-{digest}.npz"
+
+
+def store_cached(path: Path, sha256: str, options_key: str, profile: Profile, ops: OperationTable) -> None:
+    """Write the cache file; a failure (read-only disk, full disk) is only logged."""
+    arrays: dict[str, np.ndarray] = {}
+    meta = {
+        "version": __version__,
+        "format": CACHE_FORMAT,
+        "sha256": sha256,
+        "options": options_key,
+        "profile": _flatten(profile, "p.", arrays),
+        "ops": _flatten(ops, "o.", arrays),
+    }
+    arrays["__meta__"] = np.frombuffer(json.dumps(meta).encode("utf-8"), dtype=np.uint8)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_write(path, force=True, binary=True) as fh:
+            np.savez(fh, **arrays)  # type: ignore[arg-type]
+    except OSError as exc:
+        log.info("could not write cache %s: %s", path, exc)
+
+
+def load_cached(path: Path, sha256: str, options_key: str, profile_path: str) -> tuple[Profile, OperationTable] | None:
+    """The cached profile and operations, or None when absent, stale or corrupt."""
+    if not path.is_file():
+        return None
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            arrays = {k: data[k] for k in data.files}
+        meta = json.loads(bytes(arrays.pop("__meta__")).decode("utf-8"))
+        if (meta.get("version"), meta.get("format"), meta.get("sha256"), meta.get("options")) != (
+            __version__, CACHE_FORMAT, sha256, options_key,
+        ):
+            log.debug("cache %s is stale; rebuilding", path)
+            return None
+        profile = _unflatten(meta["profile"], arrays)
+        ops = _unflatten(meta["ops"], arrays)
+    except (OSError, ValueError, KeyError, TypeError, EOFError, zipfile.BadZipFile, json.JSONDecodeError,
+            UnicodeDecodeError) as exc:
+        log.debug("cache %s is unreadable (%s); rebuilding", path, exc)
+        return None
+    if not isinstance(profile, Profile) or not isinstance(ops, OperationTable):
+        return None
+    # The same content may sit under another name; report the name used now.
+    return dataclasses.replace(profile, path=profile_path), ops
+
+
+def _flatten(obj: Any, prefix: str, arrays: dict[str, np.ndarray]) -> Any:
+    """JSON-able description of ``obj``; its arrays go into ``arrays``."""
+    if isinstance(obj, np.ndarray):
+        arrays[prefix] = obj
+        return {"__array__": prefix}
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        fields = {f.name: _flatten(getattr(obj, f.name), f"{prefix}{f.name}.", arrays) for f in dataclasses.fields(obj)}
+        return {"__class__": type(obj).__name__, "fields": fields}
+    if isinstance(obj, tuple):
+        return {"__tuple__": [_flatten(v, f"{prefix}{i}.", arrays) for i, v in enumerate(obj)]}
+    if isinstance(obj, dict):
+        if all(isinstance(v, np.ndarray) for v in obj.values()) and obj:
+            return {"__arraydict__": {k: _flatten(v, f"{prefix}{k}.", arrays) for k, v in obj.items()}}
+        return obj
+    if isinstance(obj, (np.bool_, np.integer, np.floating)):
+        return obj.item()
+    return obj
+
+
+def _unflatten(desc: Any, arrays: dict[str, np.ndarray]) -> Any:
+    if isinstance(desc, dict):
+        if "__array__" in desc:
+            return arrays[desc["__array__"]]
+        if "__class__" in desc:
+            cls = _CLASSES[desc["__class__"]]
+            return cls(**{k: _unflatten(v, arrays) for k, v in desc["fields"].items()})
+        if "__tuple__" in desc:
+            return tuple(_unflatten(v, arrays) for v in desc["__tuple__"])
+        if "__arraydict__" in desc:
+            return {k: _unflatten(v, arrays) for k, v in desc["__arraydict__"].items()}
+    return desc

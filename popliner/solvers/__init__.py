@@ -1,0 +1,1 @@
+"""Split solvers: greedy (PopLiner's algorithm) and exact (CP-SAT)."""
