@@ -17,7 +17,7 @@ import numpy as np
 
 from popliner.profile.model import Profile
 
-__all__ = ["DEFAULT_OP_LAYERS", "OperationTable", "derive_operations", "reachable_programs"]
+__all__ = ["DEFAULT_OP_LAYERS", "OperationTable", "derive_operations", "gather_csr", "reachable_programs"]
 
 DEFAULT_OP_LAYERS: tuple[str, ...] = ("popart", "poptorch", "xla_op", "popxl")
 
@@ -59,14 +59,14 @@ class OperationTable:
         return self.var_idx[self.var_ptr[op] : self.var_ptr[op + 1]]
 
     def programs_of_set(self, ops: np.ndarray | Sequence[int]) -> np.ndarray:
-        return _gather(self.prog_ptr, self.prog_idx, ops)
+        return gather_csr(self.prog_ptr, self.prog_idx, ops)
 
     def vars_of_set(self, ops: np.ndarray | Sequence[int]) -> np.ndarray:
         """Distinct variables used by any of ``ops`` (sorted)."""
-        return np.unique(_gather(self.var_ptr, self.var_idx, ops))
+        return np.unique(gather_csr(self.var_ptr, self.var_idx, ops))
 
 
-def _gather(ptr: np.ndarray, idx: np.ndarray, rows: np.ndarray | Sequence[int]) -> np.ndarray:
+def gather_csr(ptr: np.ndarray, idx: np.ndarray, rows: np.ndarray | Sequence[int]) -> np.ndarray:
     rows = np.asarray(rows, dtype=np.int64)
     if rows.size == 0:
         return np.zeros(0, np.int64)

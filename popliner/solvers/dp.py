@@ -1,0 +1,73 @@
+"""Dynamic programming min-max split over a range table.
+
+Exact for the first objective (the largest stage cost) over contiguous
+splits; used to cross-check CP-SAT and to seed it. ``best[k][j]`` is the
+smallest possible largest cost of layers ``0..j`` in ``k+1`` stages.
+"""
+
+from __future__ import annotations
+
+import math
+
+from popliner.solvers.ranges import RangeCosts, SplitProblem, extra_stash_entries
+
+__all__ = ["dp_bounds", "stage_cost"]
+
+Bounds = tuple[tuple[int, int], ...]
+
+
+def stage_cost(table: RangeCosts, i: int, j: int, extra: int) -> float:
+    """The first objective's value for one stage (cycles, or memory without cycles)."""
+    if table.has_cycles:
+        return float(table.cost(i, j))
+    return table.memory(i, j, extra)
+
+
+def dp_bounds(table: RangeCosts, problem: SplitProblem) -> tuple[Bounds, float] | None:
+    """Optimal stages (``(first, last)`` pairs) and their largest cost, or None if none fits."""
+    counts = [problem.num_ipus] if problem.exact_ipus else range(1, problem.num_ipus + 1)
+    best: tuple[Bounds, float] | None = None
+    for k in counts:
+        found = _solve_k(table, problem, k)
+        if found is not None and (best is None or found[1] < best[1]):
+            best = found
+    return best
+
+
+def _solve_k(table: RangeCosts, problem: SplitProblem, stages: int) -> tuple[Bounds, float] | None:
+    n = table.num_layers
+    if stages > n:
+        return None
+    forbidden = table.forbidden_splits(problem)
+    inf = math.inf
+    best = [[inf] * n for _ in range(stages)]
+    back = [[-1] * n for _ in range(stages)]
+    for k in range(stages):
+        extra = extra_stash_entries(k, stages) if problem.training else 0
+        for j in range(n):
+            if j < n - 1 and (k == stages - 1 or not problem.allowed_split(j, forbidden)):
+                continue  # only the last stage ends at the last layer; splits must be allowed
+            for i in range(j, -1, -1):
+                if j - i + 1 < problem.min_layers:
+                    continue
+                if any(i <= p < j for p in problem.split_after):
+                    break
+                if table.memory(i, j, extra) == inf:
+                    break  # longer ranges (smaller i) only use more memory
+                if (i == 0) != (k == 0):
+                    continue  # the first stage starts at layer 0, and only it does
+                prev = 0.0 if k == 0 else best[k - 1][i - 1]
+                if prev == inf:
+                    continue
+                value = max(prev, stage_cost(table, i, j, extra))
+                if value < best[k][j]:
+                    best[k][j], back[k][j] = value, i
+    if best[stages - 1][n - 1] == inf:
+        return None
+    bounds: list[tuple[int, int]] = []
+    j = n - 1
+    for k in range(stages - 1, -1, -1):
+        i = back[k][j]
+        bounds.append((i, j))
+        j = i - 1
+    return tuple(reversed(bounds)), best[stages - 1][n - 1]

@@ -1,0 +1,77 @@
+"""PopLiner's greedy split, kept for parity.
+
+For a minimum of 3, then 2, then 1 layers per stage, and a memory cap of
+50%, 60%, ... 100% of the per-tile budget: fill IPU 0 with layers until the
+next one would go over the cap, then IPU 1, and so on. The first (minimum,
+cap) pair that places every layer on at most N IPUs wins. Low caps come
+first, so the winner spreads memory as evenly as the greedy rule can; it may
+use fewer IPUs than asked.
+"""
+
+from __future__ import annotations
+
+from popliner.solvers.ranges import RangeCosts, SplitProblem, extra_stash_entries
+
+__all__ = ["CAPS", "MIN_LAYERS", "greedy_bounds"]
+
+MIN_LAYERS = (3, 2, 1)
+CAPS = (0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
+
+Bounds = tuple[tuple[int, int], ...]
+
+
+def greedy_bounds(table: RangeCosts, problem: SplitProblem) -> tuple[Bounds, float, int] | None:
+    """Stages as ``(first, last)`` layer pairs, with the cap and minimum that won.
+
+    Constraints the greedy rule cannot express (pins, same-IPU pairs) are
+    honoured by refusing a split where it is not allowed: the stage then
+    keeps growing, and the attempt fails if that overflows.
+    """
+    forbidden = table.forbidden_splits(problem)
+    for min_layers in MIN_LAYERS:
+        need = max(min_layers, problem.min_layers)
+        for cap in CAPS:
+            bounds = _fill(table, problem, int(cap * problem.budget), need, forbidden)
+            if bounds is not None:
+                return bounds, cap, need
+    return None
+
+
+def _fill(table: RangeCosts, problem: SplitProblem, cap: int, min_layers: int,
+          forbidden: frozenset[int]) -> Bounds | None:
+    n = table.num_layers
+    # Stash depth depends on the number of stages; plan for all N IPUs,
+    # which over-estimates (is safe) when fewer end up used.
+    stages = problem.num_ipus
+    bounds: list[tuple[int, int]] = []
+    start = 0
+    while start < n:
+        k = len(bounds)
+        if k >= problem.num_ipus:
+            return None
+        extra = extra_stash_entries(k, stages) if problem.training else 0
+        end = _furthest_fit(table, problem, start, cap, extra, forbidden)
+        if end is None or end - start + 1 < min(min_layers, n):
+            return None
+        bounds.append((start, end))
+        start = end + 1
+    if problem.exact_ipus and len(bounds) != problem.num_ipus:
+        return None
+    return tuple(bounds)
+
+
+def _furthest_fit(table: RangeCosts, problem: SplitProblem, start: int, cap: int, extra: int,
+                  forbidden: frozenset[int]) -> int | None:
+    """Last layer of the longest allowed range from ``start`` within ``cap``."""
+    best = None
+    for j in range(start, table.num_layers):
+        if table.memory(start, j, extra) > cap:
+            break
+        pinned = any(start <= p < j for p in problem.split_after)
+        if pinned:
+            break  # a pinned split inside the range: the stage must end there
+        if j == table.num_layers - 1 or problem.allowed_split(j, forbidden):
+            best = j
+        if j in problem.split_after:
+            break
+    return best

@@ -1,0 +1,103 @@
+"""Solve a split for an analysed profile: greedy and/or CP-SAT, then the stage figures."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Literal
+
+import numpy as np
+
+from popliner.analysis import Analysis
+from popliner.memory.types import ComponentBytes
+from popliner.solvers.dp import dp_bounds
+from popliner.solvers.greedy import greedy_bounds
+from popliner.solvers.ilp import ilp_bounds
+from popliner.solvers.ranges import ProfileRanges, SplitProblem, extra_stash_entries, stash_depth
+from popliner.solvers.result import SplitResult, StageResult
+
+__all__ = ["SolverName", "minimum_ipus", "solve_split", "stage_results"]
+
+log = logging.getLogger(__name__)
+SolverName = Literal["greedy", "ilp"]
+Bounds = tuple[tuple[int, int], ...]
+
+
+def solve_split(analysis: Analysis, problem: SplitProblem, *, solver: SolverName = "ilp",
+                time_limit: float = 60.0, seed: int = 0, link_bytes_per_second: float = 64e9) -> SplitResult:
+    """Split the analysed profile's layers over at most ``problem.num_ipus`` IPUs."""
+    t0 = time.perf_counter()
+    table = ProfileRanges(analysis, problem.budget, link_bytes_per_second)
+    greedy = greedy_bounds(table, problem)
+    if solver == "greedy":
+        if greedy is None:
+            return _infeasible(analysis, problem, "greedy", table, t0)
+        bounds, cap, min_layers = greedy
+        note = f"greedy: cap {cap:.0%} of the budget, at least {min_layers} layer(s) per stage"
+        stages = stage_results(table, problem, bounds)
+        return SplitResult("greedy", "GREEDY", analysis.mode, problem.num_ipus, problem.budget, stages,
+                           objective=_first_objective(table, stages), wall_seconds=time.perf_counter() - t0,
+                           note=note)
+    hints = [greedy[0]] if greedy is not None else []
+    dp = dp_bounds(table, problem)
+    if dp is not None:
+        hints.append(dp[0])
+    outcome = ilp_bounds(table, problem, time_limit=time_limit, seed=seed, hints=hints)
+    if outcome is None:
+        return _infeasible(analysis, problem, "ilp", table, t0)
+    stages = stage_results(table, problem, outcome.bounds)
+    return SplitResult(
+        "ilp", "OPTIMAL" if outcome.optimal else "FEASIBLE", analysis.mode, problem.num_ipus, problem.budget,
+        stages, objective=float(outcome.objectives[0]), bound=float(outcome.bound), gap=outcome.gap,
+        wall_seconds=time.perf_counter() - t0,
+        note=("objective: largest stage cycles (compute + received transfer)" if table.has_cycles
+              else "objective: largest stage worst-tile bytes (the profile has no cycles)"),
+    )
+
+
+def _first_objective(table: ProfileRanges, stages: tuple[StageResult, ...]) -> float:
+    if table.has_cycles:
+        return float(max(s.cycles + table.transfer(s.bytes_in) for s in stages))
+    return float(max(s.worst_tile_bytes for s in stages))
+
+
+def _infeasible(analysis: Analysis, problem: SplitProblem, solver: str, table: ProfileRanges,
+                t0: float) -> SplitResult:
+    need = minimum_ipus(table, problem)
+    hint = (f"it needs at least {need} IPUs at this budget" if need else
+            "some single layer does not fit one IPU at this budget")
+    log.warning("no split of %d layers fits on %d IPUs of %d bytes per tile: %s",
+                table.num_layers, problem.num_ipus, problem.budget, hint)
+    return SplitResult(solver, "INFEASIBLE", analysis.mode, problem.num_ipus, problem.budget, (),
+                       wall_seconds=time.perf_counter() - t0, note=hint)
+
+
+def minimum_ipus(table: ProfileRanges, problem: SplitProblem) -> int | None:
+    """Fewest stages that fit (ignoring the IPU count asked for), or None."""
+    for k in range(1, table.num_layers + 1):
+        trial = SplitProblem(k, problem.budget, True, problem.min_layers, problem.split_after,
+                             problem.same_ipu, problem.keep_shared_together, problem.training)
+        if dp_bounds(table, trial) is not None:
+            return k
+    return None
+
+
+def stage_results(table: ProfileRanges, problem: SplitProblem, bounds: Bounds) -> tuple[StageResult, ...]:
+    """Exact figures of each stage of a split, stash included in training."""
+    out = []
+    count = len(bounds)
+    for k, (i, j) in enumerate(bounds):
+        mem = table.stage_memory(i, j)
+        extra = extra_stash_entries(k, count) if problem.training else 0
+        stash = table.stash_per_tile(i, j) * extra if extra else np.zeros(mem.tiles, np.int64)
+        total = mem.total_per_tile + stash
+        worst = int(np.argmax(total)) if total.size else 0
+        out.append(StageResult(
+            index=k, ipu=k, layers=table.layer_names[i : j + 1], memory=mem.summed(), worst_tile=worst,
+            worst_tile_bytes=int(total[worst]) if total.size else 0, stash_bytes=int(stash.sum()),
+            stash_entries=stash_depth(k, count) if problem.training else 0, cycles=table.compute(i, j),
+            bytes_in=table.crossing(i - 1) if i > 0 else 0, fits=int(total.max(initial=0)) <= problem.budget,
+        ))
+    return tuple(out)
+
+
