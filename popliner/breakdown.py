@@ -1,0 +1,147 @@
+"""Build the review tables (operations, layers, totals, layer matrices) of an analysis."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from popliner.analysis import Analysis
+from popliner.memory.model import MemoryModel
+from popliner.memory.types import COMPONENTS, StageMemory
+from popliner.ops.operations import gather_csr
+from popliner.outputs.rows import Breakdown, LayerMatrix, LayerRow, OperationRow, TotalsRow
+
+__all__ = ["affinity_matrix", "build_breakdown", "interlayer_matrix", "profile_totals", "whole_profile_memory"]
+
+#: Ground-truth categories of ``tileMemory`` that match each model component.
+GROUND_TRUTH = {
+    "vertex_code": ("category.vertexCode",),
+    "vertex_state": ("category.vertexInstanceState", "category.vectorListDescriptor"),
+    "exchange_code": ("category.internalExchangeCode",),
+    "control_code": ("category.controlCode",),
+}
+
+
+def build_breakdown(analysis: Analysis, *, with_operations: bool = True, with_totals: bool = True) -> Breakdown:
+    p = analysis.profile
+    return Breakdown(
+        profile_path=p.path,
+        tiles=p.tiles,
+        bytes_per_tile=p.target.bytes_per_tile,
+        operations=operation_rows(analysis) if with_operations else (),
+        layers=layer_rows(analysis),
+        totals=profile_totals(analysis) if with_totals else (),
+    )
+
+
+def operation_rows(analysis: Analysis) -> tuple[OperationRow, ...]:
+    ops, layers = analysis.ops, analysis.layers
+    totals = analysis.model.per_operation_totals()
+    return tuple(
+        OperationRow(
+            position=i,
+            layer=layers.name_of_op(i),
+            note=layers.note[i],
+            name=ops.names[i],
+            first_step=int(ops.first_step[i]),
+            last_step=int(ops.last_step[i]),
+            memory=totals[i],
+        )
+        for i in range(ops.count)
+    )
+
+
+def layer_rows(analysis: Analysis) -> tuple[LayerRow, ...]:
+    rows = []
+    for k, name in enumerate(analysis.layer_names):
+        ops = analysis.layers.ops_of(k)
+        mem = analysis.model.stage(ops)
+        rows.append(LayerRow(
+            layer=name,
+            num_operations=len(ops),
+            memory=mem.summed(),
+            worst_tile=mem.worst_tile,
+            worst_tile_bytes=mem.worst_bytes,
+            cycles=int(analysis.op_cycles[ops].sum()),
+        ))
+    return tuple(rows)
+
+
+def whole_profile_memory(analysis: Analysis) -> StageMemory:
+    """Every operation with every one of its variables: the whole single-IPU program."""
+    everything = MemoryModel(analysis.profile, analysis.ops, np.ones(analysis.ops.count, bool))
+    return everything.stage(np.arange(analysis.ops.count))
+
+
+def profile_totals(analysis: Analysis) -> tuple[TotalsRow, ...]:
+    """Model figures over the whole profile beside the profile's own ground truth."""
+    mem = whole_profile_memory(analysis)
+    truth = analysis.profile.tile_memory or {}
+    summed = mem.summed().as_dict()
+    rows = []
+    for comp in COMPONENTS:
+        keys = GROUND_TRUTH.get(comp, ())
+        present = [truth[k] for k in keys if k in truth]
+        rows.append(TotalsRow(comp, summed[comp], int(sum(int(v.sum()) for v in present)) if present else None))
+    gt_total = None
+    if "alwaysLive" in truth and "notAlwaysLivePeak" in truth:
+        gt_total = int((truth["alwaysLive"] + truth["notAlwaysLivePeak"]).sum())
+    rows.append(TotalsRow("total", int(mem.total_per_tile.sum()), gt_total))
+    gt_worst = None
+    if "alwaysLive" in truth and "notAlwaysLivePeak" in truth:
+        gt_worst = int((truth["alwaysLive"] + truth["notAlwaysLivePeak"]).max())
+    rows.append(TotalsRow("worst_tile_total", mem.worst_bytes, gt_worst))
+    return tuple(rows)
+
+
+def _var_layer_pairs(analysis: Analysis) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct (variable, layer) pairs over operations with a layer, sorted by variable."""
+    ops = analysis.ops
+    with_layer = np.flatnonzero(analysis.layers.layer_of_op >= 0)
+    lens = ops.var_ptr[with_layer + 1] - ops.var_ptr[with_layer]
+    var = gather_csr(ops.var_ptr, ops.var_idx, with_layer)
+    lay = np.repeat(analysis.layers.layer_of_op[with_layer], lens)
+    num_layers = max(len(analysis.layer_names), 1)
+    key = np.unique(var * num_layers + lay)
+    return key // num_layers, key % num_layers
+
+
+def affinity_matrix(analysis: Analysis) -> LayerMatrix:
+    """For each pair of layers, the bytes of variables both use (diagonal: all a layer uses)."""
+    n = len(analysis.layer_names)
+    values = np.zeros((n, n), np.int64)
+    var, lay = _var_layer_pairs(analysis)
+    nbytes = analysis.profile.variables.bytes[var]
+    # Pair every entry with the ones after it within the same variable.
+    same_start = np.flatnonzero(np.concatenate(([True], var[1:] != var[:-1])))
+    group_len = np.diff(np.append(same_start, len(var)))
+    rank = np.arange(len(var)) - np.repeat(same_start, group_len)
+    size = np.repeat(group_len, group_len)
+    for d in range(int(group_len.max(initial=1))):
+        a = np.flatnonzero(rank + d < size)
+        b = a + d
+        np.add.at(values, (lay[a], lay[b]), nbytes[a])
+        if d:
+            np.add.at(values, (lay[b], lay[a]), nbytes[a])
+    return LayerMatrix("Memory affinity (bytes of variables both layers use)", analysis.layer_names, values)
+
+
+def interlayer_matrix(analysis: Analysis) -> LayerMatrix:
+    """Bytes of variables that go live in the row's layer and die in the column's layer."""
+    n = len(analysis.layer_names)
+    values = np.zeros((n, n), np.int64)
+    p = analysis.profile
+    if p.num_steps == 0 or n == 0:
+        return LayerMatrix("Interlayer communication (bytes)", analysis.layer_names, values)
+    layer_of_step = np.full(p.num_steps, -1, np.int64)
+    owner = analysis.ops.op_of_step
+    has = owner >= 0
+    layer_of_step[has] = analysis.layers.layer_of_op[owner[has]]
+    used = np.unique(analysis.ops.var_idx)
+    first, last = analysis.var_first_step[used], analysis.var_last_step[used]
+    ok = (first >= 0) & (last >= 0) & ~analysis.always_live_var[used]
+    used, first, last = used[ok], first[ok], last[ok]
+    src, dst = layer_of_step[first], layer_of_step[last]
+    keep = (src >= 0) & (dst >= 0)
+    np.add.at(values, (src[keep], dst[keep]), p.variables.bytes[used[keep]])
+    return LayerMatrix("Interlayer communication (bytes going live in row layer, dying in column layer)",
+                       analysis.layer_names, values)

@@ -1,0 +1,317 @@
+"""``popliner PROFILE [options]``: breakdowns, spreadsheets, plots and the split solver."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+import click
+
+from popliner.analysis import DEFAULT_BACKWARD_REGEX, Analysis, AnalysisOptions, load_analysis
+from popliner.errors import EXIT_DOES_NOT_FIT, UsageProblem
+from popliner.fileio import atomic_write, check_writable
+from popliner.ops.layers import DEFAULT_INPUTS_REGEX_LAYER_0, DEFAULT_LAYER_NAME_REGEX
+from popliner.ops.operations import DEFAULT_OP_LAYERS
+
+__all__ = ["command"]
+
+log = logging.getLogger("popliner")
+
+
+@dataclass(frozen=True)
+class Outputs:
+    """Which tables/files the user asked for."""
+
+    operation_breakdown: bool
+    layer_breakdown: bool
+    memory_totals: bool
+    memory_affinity: bool
+    interlayer: bool
+
+    @property
+    def any_table(self) -> bool:
+        return any((self.operation_breakdown, self.layer_breakdown, self.memory_totals, self.memory_affinity,
+                    self.interlayer))
+
+
+def _fraction(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
+    if value is not None and not 0.0 <= value < 1.0:
+        raise click.BadParameter(f"{value} is not a fraction in [0, 1)")
+    return value
+
+
+def _positive(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+    if value is not None and value <= 0:
+        raise click.BadParameter(f"{value} must be positive")
+    return value
+
+
+@click.command(name="analyse", context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("profile", type=click.Path(dir_okay=False, path_type=str))
+@click.argument("debug_info", required=False, type=click.Path(dir_okay=False, path_type=str))
+@click.option("--operation-breakdown", is_flag=True, help="One row per operation: layer, note, name, components.")
+@click.option("--layer-breakdown", is_flag=True, help="One row per layer (the default table).")
+@click.option("--memory-totals", is_flag=True, help="Totals by category beside the profile's own figures.")
+@click.option("--memory-affinity", is_flag=True, help="Layer x layer bytes of variables both layers use.")
+@click.option("--interlayer-communication", "interlayer", is_flag=True,
+              help="Layer x layer bytes going live in one layer and dying in the other.")
+@click.option("--format", "fmt", type=click.Choice(["csv", "tsv"]), default=None,
+              help="csv: values; tsv: live formulas. Default from the -o suffix, else csv.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=str),
+              help="Write tables here instead of stdout; a .xlsx name writes the review workbook.")
+@click.option("--plot", type=click.Path(dir_okay=False, path_type=str),
+              help="PNG/SVG of per-layer memory; with --solve also NAME-split and NAME-tiles images.")
+@click.option("--force", is_flag=True, help="Overwrite existing output files.")
+@click.option("--layer-name-regex", default=DEFAULT_LAYER_NAME_REGEX, show_default=True,
+              help="Regex on operation names; group 1 is the layer.")
+@click.option("--inputs-regex-layer-0", default=DEFAULT_INPUTS_REGEX_LAYER_0, show_default=True,
+              help="Operations whose inputs match go to the first layer.")
+@click.option("--layer-order", type=click.Choice(["steps", "natural"]), default="steps", show_default=True,
+              help="steps: order of first appearance; natural: natural sort of layer names.")
+@click.option("--op-layers", default=",".join(DEFAULT_OP_LAYERS), show_default=True,
+              help="Debug-context layers that name an operation (comma separated).")
+@click.option("--all-vars", is_flag=True,
+              help="Count variables of operations without a layer too (PopLiner counted only layered ones).")
+@click.option("--mode", type=click.Choice(["auto", "inference", "training"]), default="auto", show_default=True,
+              help="Training keeps stashes; auto looks for gradient operations.")
+@click.option("--backward-regex", default=DEFAULT_BACKWARD_REGEX, show_default=True,
+              help="Operation names of the backward pass and weight update.")
+@click.option("--solve", is_flag=True, help="Split the layers over --num-ipus IPUs; JSON on stdout.")
+@click.option("--num-ipus", type=int, default=4, show_default=True, callback=_positive, help="IPUs to split over.")
+@click.option("--exact-ipus", is_flag=True, help="Use exactly --num-ipus IPUs (ILP), not at most.")
+@click.option("--mem-per-tile", type=int, default=None, callback=_positive,
+              help="Bytes per tile. Default: the profile's bytesPerTile (638976 on Mk2).")
+@click.option("--headroom", type=float, default=0.0, callback=_fraction, show_default=True,
+              help="Fraction of each tile kept free.")
+@click.option("--solver", type=click.Choice(["ilp", "greedy"]), default="ilp", show_default=True)
+@click.option("--time-limit", type=float, default=60.0, show_default=True, callback=_positive,
+              help="Seconds for the ILP solver.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Random seed of the ILP solver.")
+@click.option("--split-after", multiple=True, metavar="LAYER", help="Force a stage to end after LAYER.")
+@click.option("--same-ipu", multiple=True, metavar="A,B", help="Keep layers A and B on one IPU.")
+@click.option("--min-layers-per-stage", type=int, default=1, show_default=True, callback=_positive)
+@click.option("--keep-shared-vars-together", is_flag=True,
+              help="Never split between layers that share an always-live variable (tied weights).")
+@click.option("--link-bandwidth", type=float, default=64e9, show_default=True, callback=_positive,
+              help="IPU-link bytes per second, for transfer cycles.")
+@click.option("--config-out", type=click.Path(dir_okay=False, path_type=str),
+              help="With --solve: write the pipeline config (YAML) here.")
+@click.option("--gradient-accumulation", type=int, default=None, callback=_positive,
+              help="Micro-batches per step for the config (default: max(16, 2 x stages)).")
+@click.option("--no-cache", is_flag=True, help="Do not read or write the derived-data cache.")
+def command(profile: str, debug_info: str | None, operation_breakdown: bool, layer_breakdown: bool,
+            memory_totals: bool, memory_affinity: bool, interlayer: bool, fmt: str | None, output: str | None,
+            plot: str | None, force: bool, layer_name_regex: str, inputs_regex_layer_0: str, layer_order: str,
+            op_layers: str, all_vars: bool, mode: str, backward_regex: str, solve: bool, num_ipus: int,
+            exact_ipus: bool, mem_per_tile: int | None, headroom: float, solver: str, time_limit: float, seed: int,
+            split_after: tuple[str, ...], same_ipu: tuple[str, ...], min_layers_per_stage: int,
+            keep_shared_vars_together: bool, link_bandwidth: float, config_out: str | None,
+            gradient_accumulation: int | None, no_cache: bool) -> None:
+    """Analyse PROFILE (format-v1 .json or .json.gz): memory per operation and layer, and splits.
+
+    \b
+    popliner model.json                       layer breakdown (CSV) on stdout
+    popliner model.json --operation-breakdown --format tsv -o ops.tsv
+    popliner model.json -o review.xlsx --solve --num-ipus 4
+    popliner model.json --solve --num-ipus 4 --config-out pipeline.yaml
+    """
+    _refuse_poplar_report(profile, debug_info)
+    outputs = Outputs(operation_breakdown, layer_breakdown, memory_totals, memory_affinity, interlayer)
+    if not outputs.any_table and not solve and not (output and output.lower().endswith(".xlsx")):
+        outputs = Outputs(False, True, False, False, False)
+    if solve and outputs.any_table and not output:
+        raise UsageProblem("with --solve, stdout carries the split JSON; write the tables with -o FILE")
+    if config_out and not solve:
+        raise UsageProblem("--config-out needs --solve")
+    fmt = _table_format(fmt, output)
+    for path in (output, config_out, plot):
+        if path:
+            check_writable(path, force)
+    if plot and solve:
+        for extra in (_suffixed(plot, "split"), _suffixed(plot, "tiles")):
+            check_writable(extra, force)
+
+    options = AnalysisOptions(
+        op_layers=tuple(s.strip() for s in op_layers.split(",") if s.strip()),
+        layer_name_regex=layer_name_regex, inputs_regex_layer_0=inputs_regex_layer_0,
+        layer_order=layer_order,  # type: ignore[arg-type]
+        layered_vars_only=not all_vars, mode=mode, backward_regex=backward_regex,  # type: ignore[arg-type]
+    )
+    if not options.op_layers:
+        raise UsageProblem("--op-layers: give at least one debug-context layer name")
+    analysis = load_analysis(profile, options, use_cache=not no_cache)
+    budget_full = mem_per_tile or analysis.profile.target.bytes_per_tile
+    budget = int(budget_full * (1.0 - headroom))
+
+    split = None
+    if solve:
+        split = _solve(analysis, num_ipus, exact_ipus, budget, solver, time_limit, seed, split_after, same_ipu,
+                       min_layers_per_stage, keep_shared_vars_together, link_bandwidth)
+    _write_tables(analysis, outputs, fmt, output, force, split, budget, num_ipus)
+    if plot:
+        _write_plots(analysis, plot, force, split, budget)
+    if split is not None:
+        _report_split(analysis, split, config_out, force, gradient_accumulation)
+        if not split.fits:
+            sys.exit(EXIT_DOES_NOT_FIT)
+
+
+def _refuse_poplar_report(profile: str, debug_info: str | None) -> None:
+    if profile.lower().endswith(".pop") or (debug_info and debug_info.lower().endswith(".cbor")):
+        raise UsageProblem(
+            f"{profile}: a Poplar report; convert it first with "
+            f"`popliner export {profile} {debug_info or 'debug.cbor'} -o profile.json.gz` "
+            "(needs the Poplar SDK), then run popliner on profile.json.gz"
+        )
+    if debug_info:
+        raise UsageProblem(f"unexpected extra argument {debug_info!r}: give one profile file")
+
+
+def _table_format(fmt: str | None, output: str | None) -> str:
+    if fmt:
+        return fmt
+    if output and output.lower().endswith(".tsv"):
+        return "tsv"
+    return "csv"
+
+
+def _suffixed(path: str, tag: str) -> str:
+    p = Path(path)
+    return str(p.with_name(f"{p.stem}-{tag}{p.suffix}"))
+
+
+def _layer_indices(analysis: Analysis, names: tuple[str, ...], option: str) -> list[int]:
+    out = []
+    for name in names:
+        if name not in analysis.layer_names:
+            raise UsageProblem(f"{option} {name!r}: no such layer; layers are {', '.join(analysis.layer_names)}")
+        out.append(analysis.layer_names.index(name))
+    return out
+
+
+def _solve(analysis: Analysis, num_ipus: int, exact_ipus: bool, budget: int, solver: str, time_limit: float,
+           seed: int, split_after: tuple[str, ...], same_ipu: tuple[str, ...], min_layers: int,
+           keep_shared: bool, link_bandwidth: float) -> Any:
+    from popliner.solvers.ranges import SplitProblem
+    from popliner.solvers.solve import solve_split
+
+    if not analysis.layer_names:
+        raise UsageProblem(f"{analysis.profile.path}: no operation got a layer, so there is nothing to split; "
+                           "check --layer-name-regex")
+    pairs = []
+    for item in same_ipu:
+        parts = [s.strip() for s in item.split(",")]
+        if len(parts) != 2:
+            raise UsageProblem(f"--same-ipu {item!r}: expected two layer names separated by a comma")
+        a, b = _layer_indices(analysis, tuple(parts), "--same-ipu")
+        pairs.append((a, b))
+    problem = SplitProblem(
+        num_ipus=num_ipus, budget=budget, exact_ipus=exact_ipus, min_layers=min_layers,
+        split_after=tuple(_layer_indices(analysis, split_after, "--split-after")), same_ipu=tuple(pairs),
+        keep_shared_together=keep_shared, training=analysis.mode == "training",
+    )
+    log.info("solving: %d layers over %s %d IPUs, %s bytes per tile, %s, solver %s", len(analysis.layer_names),
+             "exactly" if exact_ipus else "at most", num_ipus, f"{budget:,}", analysis.mode, solver)
+    split = solve_split(analysis, problem, solver=solver, time_limit=time_limit, seed=seed,  # type: ignore[arg-type]
+                        link_bytes_per_second=link_bandwidth)
+    log.info("solved in %.2f s: %s", split.wall_seconds, split.status)
+    if split.stages and split.num_ipus_used < num_ipus:
+        log.warning("the split uses %d of the %d IPUs asked for", split.num_ipus_used, num_ipus)
+    return split
+
+
+def _write_tables(analysis: Analysis, outputs: Outputs, fmt: str, output: str | None, force: bool, split: Any,
+                  budget: int, num_ipus: int) -> None:
+    from popliner.breakdown import affinity_matrix, build_breakdown, interlayer_matrix
+
+    xlsx = bool(output and output.lower().endswith(".xlsx"))
+    if not outputs.any_table and not xlsx:
+        return
+    breakdown = build_breakdown(analysis, with_operations=outputs.operation_breakdown or xlsx,
+                                with_totals=outputs.memory_totals or xlsx)
+    matrices = []
+    if outputs.memory_affinity:
+        matrices.append(affinity_matrix(analysis))
+    if outputs.interlayer:
+        matrices.append(interlayer_matrix(analysis))
+    if xlsx:
+        from popliner.outputs.xlsx import write_workbook
+
+        write_workbook(breakdown, output, force=force, split=split, matrices=matrices, budget_bytes=budget,  # type: ignore[arg-type]
+                       num_ipus=num_ipus)
+        log.info("wrote %s", output)
+        return
+    from popliner.outputs import tables
+
+    with _table_stream(output, force) as stream:
+        writers = []
+        if outputs.operation_breakdown:
+            writers.append(lambda s: tables.write_operations(breakdown, s, fmt))  # type: ignore[arg-type]
+        if outputs.layer_breakdown:
+            writers.append(lambda s: tables.write_layers(breakdown, s, fmt))  # type: ignore[arg-type]
+        if outputs.memory_totals:
+            writers.append(lambda s: tables.write_totals(breakdown, s, fmt))  # type: ignore[arg-type]
+        for matrix in matrices:
+            writers.append(lambda s, m=matrix: tables.write_matrix(m, s, fmt))  # type: ignore[arg-type]
+        for k, write in enumerate(writers):
+            if k:
+                stream.write("\n")  # a blank line between tables
+            write(stream)
+    if output:
+        log.info("wrote %s", output)
+
+
+@contextlib.contextmanager
+def _table_stream(output: str | None, force: bool) -> Iterator[IO[str]]:
+    if output is None:
+        # The csv module wants newline="" streams; stdout is already text.
+        yield click.get_text_stream("stdout")
+        return
+    with atomic_write(output, force=force, newline="") as stream:
+        yield stream
+
+
+def _write_plots(analysis: Analysis, plot: str, force: bool, split: Any, budget: int) -> None:
+    from popliner.breakdown import build_breakdown
+    from popliner.outputs.plots import plot_layers, plot_split, plot_tile_profile
+
+    breakdown = build_breakdown(analysis, with_operations=False, with_totals=False)
+    plot_layers(breakdown, plot, budget_bytes=budget, force=force)
+    log.info("wrote %s", plot)
+    if split is not None and split.stages:
+        plot_split(split, _suffixed(plot, "split"), force=force)
+        worst = max(split.stages, key=lambda s: s.worst_tile_bytes)
+        memory = analysis.stage_memory(worst.layers, first_stage=worst.index == 0)
+        plot_tile_profile(memory, _suffixed(plot, "tiles"), force=force, budget_bytes=budget,
+                          title=f"Memory per tile on IPU {worst.ipu} (layers {worst.first_layer}..{worst.last_layer})")
+        log.info("wrote %s and %s", _suffixed(plot, "split"), _suffixed(plot, "tiles"))
+
+
+def _report_split(analysis: Analysis, split: Any, config_out: str | None, force: bool,
+                  gradient_accumulation: int | None) -> None:
+    from popliner.outputs.split_report import split_document, split_picture, split_table, write_split_json
+
+    has_unlayered = bool((analysis.layers.layer_of_op < 0).any())
+    click.echo(split_picture(split, has_unlayered), err=True)
+    if split.stages:
+        click.echo(split_table(split), err=True)
+    else:
+        click.echo(f"popliner: no split fits: {split.note}", err=True)
+    doc = split_document(split, profile_path=analysis.profile.path, profile_sha256=analysis.profile.sha256)
+    write_split_json(doc, click.get_text_stream("stdout"))
+    if config_out and split.stages:
+        from popliner.config.model import config_from_split
+        from popliner.config.yaml_io import write_config
+
+        t = analysis.profile.target
+        cfg = config_from_split(split, profile_path=analysis.profile.path, profile_sha256=analysis.profile.sha256,
+                                tiles=t.tiles_per_ipu, bytes_per_tile=t.bytes_per_tile, clock_hz=t.clock_hz,
+                                gradient_accumulation=gradient_accumulation)
+        with atomic_write(config_out, force=force) as stream:
+            write_config(cfg, stream)
+        log.info("wrote %s", config_out)
