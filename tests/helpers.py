@@ -1,0 +1,50 @@
+"""Small profile documents built in tests."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from popliner.analysis import Analysis, AnalysisOptions, analyse_profile
+from popliner.profile.loader import parse_profile_bytes
+
+
+def chain_document(contexts: list[dict[str, Any]], tiles: int = 2) -> dict[str, Any]:
+    """One leaf program per debug context, run in order, one step each.
+
+    ``contexts`` are debug-context objects without ``id``/``parent`` (ids are
+    assigned 100, 101, ...; ``parent`` may be given as an index into the list).
+    """
+    ctx_docs = []
+    for i, c in enumerate(contexts):
+        doc = {"id": 100 + i, "parent": None, "layer": "popart", "name": ""} | c
+        if isinstance(c.get("parent"), int):
+            doc["parent"] = 100 + c["parent"]
+        ctx_docs.append(doc)
+    programs = [{"id": 1, "type": "Sequence", "children": list(range(2, 2 + len(contexts)))}]
+    programs += [{"id": 2 + i, "type": "OnTileExecute", "debugContext": 100 + i, "controlCode": [1] * tiles}
+                 for i in range(len(contexts))]
+    return {
+        "format": "popliner-profile",
+        "version": 1,
+        "target": {"tilesPerIpu": tiles, "numTiles": tiles, "numIpus": 1, "bytesPerTile": 1000,
+                   "clockFrequency": 1e9},
+        "vertexTypes": [],
+        "programs": programs,
+        "controlPrograms": [1],
+        "steps": list(range(2, 2 + len(contexts))),
+        "variables": {"id": [], "bytes": [], "tile": [], "class": []},
+        "livenessClasses": [],
+        "debugContexts": ctx_docs,
+    }
+
+
+def analyse_document(doc: dict[str, Any], options: AnalysisOptions = AnalysisOptions(),
+                     path: str = "test.json") -> Analysis:
+    return analyse_profile(parse_profile_bytes(json.dumps(doc).encode(), path), options)
+
+
+def write_document(doc: dict[str, Any], path: Path) -> Path:
+    path.write_text(json.dumps(doc))
+    return path

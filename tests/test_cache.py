@@ -1,0 +1,103 @@
+"""The derived-data cache: hit, stale, corrupt, bypassed."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from popliner.analysis import load_analysis
+from popliner.profile import cache as cache_mod
+
+TINY = Path(__file__).resolve().parent.parent / "fixtures" / "profiles" / "tiny.json"
+
+
+@pytest.fixture()
+def profile(tmp_path, monkeypatch):
+    monkeypatch.setenv("POPLINER_CACHE_DIR", str(tmp_path / "cache"))
+    target = tmp_path / "model.json"
+    shutil.copy(TINY, target)
+    return target
+
+
+def cache_files(tmp_path):
+    return sorted((tmp_path / "cache").glob("*.npz"))
+
+
+def figures(a):
+    return a.model.stage(np.arange(a.ops.count)).per_tile.tolist(), a.ops.names, a.layer_names
+
+
+def test_second_run_hits_the_cache(profile, tmp_path):
+    cold = load_analysis(str(profile))
+    assert not cold.from_cache
+    assert len(cache_files(tmp_path)) == 1
+    warm = load_analysis(str(profile))
+    assert warm.from_cache
+    assert figures(warm) == figures(cold)
+    assert warm.profile.sha256 == cold.profile.sha256
+
+
+def test_same_content_under_another_name_reuses_cache_and_reports_new_name(profile, tmp_path):
+    load_analysis(str(profile))
+    other = tmp_path / "renamed.json"
+    shutil.copy(profile, other)
+    warm = load_analysis(str(other))
+    assert warm.from_cache and warm.profile.path == str(other)
+
+
+def test_changed_content_is_a_new_key(profile, tmp_path):
+    load_analysis(str(profile))
+    profile.write_text(profile.read_text().replace('"bytesPerTile": 1000', '"bytesPerTile": 2000'))
+    again = load_analysis(str(profile))
+    assert not again.from_cache
+    assert again.profile.target.bytes_per_tile == 2000
+    assert len(cache_files(tmp_path)) == 2
+
+
+def test_corrupt_cache_is_rebuilt_silently(profile, tmp_path):
+    cold = load_analysis(str(profile))
+    (path,) = cache_files(tmp_path)
+    path.write_bytes(b"PK\x03\x04 not really a zip")
+    rebuilt = load_analysis(str(profile))
+    assert not rebuilt.from_cache
+    assert figures(rebuilt) == figures(cold)
+    assert load_analysis(str(profile)).from_cache  # and written back
+
+
+def test_truncated_cache_is_rebuilt(profile, tmp_path):
+    load_analysis(str(profile))
+    (path,) = cache_files(tmp_path)
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    assert not load_analysis(str(profile)).from_cache
+
+
+def test_stale_version_is_rebuilt(profile, tmp_path, monkeypatch):
+    load_analysis(str(profile))
+    (path,) = cache_files(tmp_path)
+    # A file at the same name written by another version: its metadata disagrees.
+    monkeypatch.setattr(cache_mod, "__version__", "0.0.0-other")
+    assert cache_mod.load_cached(path, "x" * 64, "ops:popart,poptorch,xla_op,popxl", "p") is None
+
+
+def test_no_cache_neither_reads_nor_writes(profile, tmp_path):
+    a = load_analysis(str(profile), use_cache=False)
+    assert not a.from_cache
+    assert cache_files(tmp_path) == []
+
+
+def test_cache_holds_no_pickles(profile, tmp_path):
+    load_analysis(str(profile))
+    (path,) = cache_files(tmp_path)
+    with np.load(path, allow_pickle=False) as data:
+        for key in data.files:
+            assert data[key].dtype != object
+
+
+def test_unwritable_cache_dir_is_not_an_error(profile, tmp_path, monkeypatch):
+    blocker = tmp_path / "file-not-dir"
+    blocker.write_text("x")
+    monkeypatch.setenv("POPLINER_CACHE_DIR", str(blocker / "cache"))
+    assert not load_analysis(str(profile)).from_cache

@@ -1,0 +1,221 @@
+"""Greedy, DP and CP-SAT solvers over range tables."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from popliner.analysis import analyse_profile
+from popliner.profile import load_profile
+from popliner.solvers.dp import dp_bounds
+from popliner.solvers.greedy import greedy_bounds
+from popliner.solvers.ilp import ilp_bounds
+from popliner.solvers.ranges import ArrayRanges, ProfileRanges, SplitProblem, stash_depth
+from popliner.solvers.solve import solve_split
+
+TINY = Path(__file__).resolve().parent.parent / "fixtures" / "profiles" / "tiny.json"
+
+
+def flat(n, mem=10, cycles=1, cross=0):
+    return ArrayRanges([mem] * n, [0] * n, [cycles] * n, [cross] * n)
+
+
+def test_stash_depth_matches_popart():
+    # K = 4 IPUs: 7, 5, 3 entries, none on the last.
+    assert [stash_depth(k, 4) for k in range(4)] == [7, 5, 3, 0]
+    assert stash_depth(0, 1) == 0
+
+
+def test_greedy_fills_at_the_lowest_cap_that_works():
+    # 6 layers of 10 bytes, budget 100. The minimum is the outer loop: with at
+    # least 3 layers per stage, cap 50% packs 5 + 1 (the last stage too short),
+    # cap 60% packs all 6 on one IPU, which wins before smaller minimums are tried.
+    table = flat(6)
+    bounds, cap, need = greedy_bounds(table, SplitProblem(2, 100))
+    assert (bounds, cap, need) == (((0, 5),), 0.6, 3)
+
+
+def test_greedy_prefers_min_three_layers():
+    table = flat(6)
+    bounds, cap, need = greedy_bounds(table, SplitProblem(2, 60))
+    # cap 50% = 30 bytes -> 3 + 3 layers with min 3.
+    assert (bounds, cap, need) == (((0, 2), (3, 5)), 0.5, 3)
+
+
+def test_greedy_may_use_fewer_ipus():
+    bounds, _, _ = greedy_bounds(flat(4), SplitProblem(4, 1000))
+    assert bounds == ((0, 3),)
+
+
+def test_greedy_fails_when_too_big():
+    assert greedy_bounds(flat(6, mem=60), SplitProblem(2, 100)) is None
+
+
+def test_dp_min_max_by_hand():
+    # cycles 5, 1, 1, 1, 1, 5 over 3 stages: best largest stage is 5.
+    table = ArrayRanges([1] * 6, [0] * 6, [5, 1, 1, 1, 1, 5], [0] * 5)
+    bounds, value = dp_bounds(table, SplitProblem(3, 1000, exact_ipus=True))
+    assert value == 5
+    assert bounds == ((0, 0), (1, 4), (5, 5))
+
+
+def test_ilp_breaks_cost_ties_by_memory():
+    # One cycle per layer, any transfer costs one cycle (1000 bytes per cycle):
+    # splitting after layer 1 or 2 both give a largest cost of 3; after 1 the
+    # largest memory is 20, after 2 it is 30.
+    table = ArrayRanges([10] * 4, [0] * 4, [1] * 4, [5, 1, 5], bytes_per_cycle=1000)
+    out = ilp_bounds(table, SplitProblem(2, 1000, exact_ipus=True), time_limit=10)
+    assert out.bounds == ((0, 1), (2, 3))
+    assert out.objectives == (3, 20, 1)
+    assert out.optimal
+
+
+def test_ilp_breaks_memory_ties_by_crossing_bytes():
+    # Every range peaks at 10 bytes and there are no cycles: only the bytes
+    # crossing the boundary tell the splits apart.
+    table = ArrayRanges([0] * 4, [10] * 4, [0] * 4, [5, 1, 5])
+    out = ilp_bounds(table, SplitProblem(2, 1000, exact_ipus=True), time_limit=10)
+    assert out.bounds == ((0, 1), (2, 3))
+    assert out.objectives == (10, 10, 1)
+
+
+def test_ilp_honours_pins_same_ipu_and_min_layers():
+    table = flat(6)
+    out = ilp_bounds(table, SplitProblem(3, 1000, exact_ipus=True, split_after=(0,)), time_limit=10)
+    assert out.bounds[0] == (0, 0)
+    out = ilp_bounds(table, SplitProblem(2, 1000, exact_ipus=True, same_ipu=((1, 4),)), time_limit=10)
+    (holding_1,) = [(a, b) for a, b in out.bounds if a <= 1 <= b]
+    assert holding_1[1] >= 4  # layers 1 and 4 share an IPU
+    assert out.bounds in (((0, 0), (1, 5)), ((0, 4), (5, 5)))
+    out = ilp_bounds(table, SplitProblem(3, 1000, exact_ipus=True, min_layers=2), time_limit=10)
+    assert all(b - a + 1 >= 2 for a, b in out.bounds)
+
+
+def test_ilp_memory_is_a_hard_limit():
+    table = ArrayRanges([40, 40, 40, 40], [0] * 4, [1, 1, 1, 100], [0] * 3, limit=80)
+    out = ilp_bounds(table, SplitProblem(4, 80), time_limit=10)
+    for a, b in out.bounds:
+        assert table.memory(a, b, 0) <= 80
+    assert ilp_bounds(ArrayRanges([90], [0], [1], [], limit=80), SplitProblem(2, 80), time_limit=5) is None
+
+
+def test_training_stash_changes_the_split():
+    # Stash entries weigh most on the first IPU (7 extra... here K=2: depth 3 -> 2 extra).
+    table = ArrayRanges([10] * 4, [0] * 4, [1] * 4, [0] * 3, stash=[10] * 4, limit=100)
+    problem = SplitProblem(2, 100, exact_ipus=True, training=True)
+    out = ilp_bounds(table, problem, time_limit=10)
+    (a0, b0), _ = out.bounds
+    # First stage with n layers needs 10n + 2*10n <= 100 -> n <= 3.
+    assert b0 - a0 + 1 <= 3
+    assert table.memory(a0, b0, 2) <= 100
+
+
+@st.composite
+def tables(draw):
+    n = draw(st.integers(2, 8))
+    base = draw(st.lists(st.integers(1, 30), min_size=n, max_size=n))
+    peak = draw(st.lists(st.integers(0, 30), min_size=n, max_size=n))
+    cycles = draw(st.lists(st.integers(0, 50), min_size=n, max_size=n))
+    cross = draw(st.lists(st.integers(0, 20), min_size=n - 1, max_size=n - 1))
+    stash = draw(st.lists(st.integers(0, 5), min_size=n, max_size=n))
+    limit = draw(st.integers(40, 150))
+    return ArrayRanges(base, peak, cycles, cross, stash=stash, limit=limit), limit
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(tables(), st.integers(1, 4), st.booleans())
+def test_ilp_agrees_with_dp_and_never_loses_to_greedy(data, ipus, training):
+    table, limit = data
+    problem = SplitProblem(ipus, limit, training=training)
+    dp = dp_bounds(table, problem)
+    ilp = ilp_bounds(table, problem, time_limit=10)
+    greedy = greedy_bounds(table, problem)
+    assert (dp is None) == (ilp is None)
+    if ilp is None:
+        assert greedy is None  # nothing fits: greedy cannot find a split either
+        return
+    assert ilp.optimal
+    assert ilp.objectives[0] == dp[1]
+    _check_split(table, problem, ilp.bounds)
+    if greedy is not None:
+        g_bounds = greedy[0]
+        _check_split(table, problem, g_bounds)
+        k = len(g_bounds)
+        worst = max(_cost(table, a, b, k, j, problem) for j, (a, b) in enumerate(g_bounds))
+        assert ilp.objectives[0] <= worst
+
+
+def _cost(table, a, b, k, position, problem):
+    from popliner.solvers.ranges import extra_stash_entries
+
+    extra = extra_stash_entries(position, k) if problem.training else 0
+    return table.cost(a, b) if table.has_cycles else table.memory(a, b, extra)
+
+
+def _check_split(table, problem, bounds):
+    """Contiguous, covers every layer, every stage fits at its position."""
+    from popliner.solvers.ranges import extra_stash_entries
+
+    assert bounds[0][0] == 0 and bounds[-1][1] == table.num_layers - 1
+    for (a, b), (c, _) in zip(bounds, bounds[1:]):
+        assert c == b + 1
+    for k, (a, b) in enumerate(bounds):
+        extra = extra_stash_entries(k, len(bounds)) if problem.training else 0
+        assert table.memory(a, b, extra) <= problem.budget
+    assert len(bounds) <= problem.num_ipus
+
+
+def test_profile_ranges_match_the_memory_model():
+    a = analyse_profile(load_profile(TINY))
+    table = ProfileRanges(a, limit=10_000)
+    for i in range(2):
+        for j in range(i, 2):
+            total, _ = table._range(i, j)
+            assert total.tolist() == table.stage_memory(i, j).total_per_tile.tolist()
+    assert table.memory(0, 0, 0) == 422
+    assert table.crossing(0) == 30  # emb/out (10) and l0/add/out (20) are used by both layers
+
+
+def test_profile_ranges_stop_at_the_limit():
+    a = analyse_profile(load_profile(TINY))
+    table = ProfileRanges(a, limit=450)
+    assert table.memory(0, 0, 0) == 422
+    assert table.memory(0, 1, 0) == math.inf  # 472 > 450
+    assert (0, 1) not in table._ranges
+
+
+def test_solve_split_on_tiny():
+    a = analyse_profile(load_profile(TINY))
+    split = solve_split(a, SplitProblem(2, 1000), solver="ilp", time_limit=10)
+    assert split.status == "OPTIMAL"
+    assert [s.layers for s in split.stages] == [("0",), ("1",)]
+    assert [s.worst_tile_bytes for s in split.stages] == [422, 235]
+    assert [s.cycles for s in split.stages] == [565, 860]
+    assert [s.bytes_in for s in split.stages] == [0, 30]
+    # 30 bytes at 64 bytes per cycle is one cycle of transfer.
+    assert split.objective == 861
+    greedy = solve_split(a, SplitProblem(2, 1000), solver="greedy")
+    assert [s.layers for s in greedy.stages] == [("0", "1")]
+    assert greedy.stages[0].worst_tile_bytes == 472
+
+
+def test_solve_split_infeasible_names_the_reason():
+    a = analyse_profile(load_profile(TINY))
+    split = solve_split(a, SplitProblem(2, 300), solver="ilp", time_limit=5)
+    assert split.status == "INFEASIBLE" and not split.fits
+    assert "single layer" in split.note
+    split = solve_split(a, SplitProblem(1, 430), solver="ilp", time_limit=5)
+    assert "at least 2 IPUs" in split.note
+
+
+@pytest.mark.parametrize("solver", ["greedy", "ilp"])
+def test_solvers_are_deterministic(solver):
+    a = analyse_profile(load_profile(TINY))
+    runs = [solve_split(a, SplitProblem(2, 1000), solver=solver, time_limit=5) for _ in range(2)]
+    assert [s.stages for s in runs[0:1]] == [s.stages for s in runs[1:2]]
+    assert np.isfinite(runs[0].objective)
