@@ -1,0 +1,140 @@
+"""The CI memory-budget check: recompute each IPU of a pipeline config from the profile.
+
+Figures come from the profile's operations, never from the config's
+predictions, so a hand-edited config or a changed model is checked for real.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from popliner.analysis import Analysis
+from popliner.config.model import PipelineConfig
+from popliner.errors import ConfigError
+from popliner.memory.types import ComponentBytes
+from popliner.profile.model import Profile
+from popliner.solvers.ranges import extra_stash_entries
+
+__all__ = ["CheckResult", "IpuCheck", "LiveVariable", "check_config", "ipu_memory_per_tile"]
+
+
+@dataclass(frozen=True)
+class LiveVariable:
+    name: str
+    bytes: int
+
+
+@dataclass(frozen=True)
+class IpuCheck:
+    """One IPU: its worst tile against the budget; for an overflow, why."""
+
+    ipu: int
+    layers: tuple[str, ...]
+    memory: ComponentBytes  # summed over tiles, stash excluded
+    stash_bytes: int  # summed over tiles, all extra entries
+    worst_tile: int
+    worst_tile_bytes: int
+    worst_tile_memory: ComponentBytes  # the worst tile's components (stash not included)
+    budget: int
+    fits: bool
+    peak_step: int  # step of the variable peak on the worst tile, -1 if none
+    largest_live: tuple[LiveVariable, ...]
+
+    @property
+    def headroom(self) -> int:
+        return self.budget - self.worst_tile_bytes
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    profile_path: str
+    config_path: str
+    budget: int
+    ipus: tuple[IpuCheck, ...]
+
+    @property
+    def fits(self) -> bool:
+        return all(i.fits for i in self.ipus)
+
+
+def ipu_memory_per_tile(analysis: Analysis, layers: Sequence[str], position: int, num_ipus: int,
+                        training: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(stage memory per tile (5, tiles), extra stash per tile) of the IPU at ``position``."""
+    mem = analysis.stage_memory(layers, first_stage=position == 0)
+    extra = extra_stash_entries(position, num_ipus) if training else 0
+    stash = analysis.stash_entry_per_tile(layers, first_stage=position == 0) * extra if extra else (
+        np.zeros(mem.tiles, np.int64))
+    return mem.per_tile, stash
+
+
+def check_config(analysis: Analysis, config: PipelineConfig, config_path: str, *, budget: int,
+                 largest: int = 5) -> CheckResult:
+    _check_layers(analysis, config, config_path)
+    training = config.mode == "training"
+    results = []
+    for k, stage in enumerate(config.stages):
+        per_tile, stash = ipu_memory_per_tile(analysis, stage.layers, k, config.num_ipus, training)
+        total = per_tile.sum(axis=0) + stash
+        worst = int(np.argmax(total))
+        fits = int(total[worst]) <= budget
+        step, live = (-1, ())
+        if not fits:
+            step, live = _largest_live(analysis, stage.layers, k == 0, worst, largest)
+        results.append(IpuCheck(
+            ipu=k, layers=stage.layers, memory=ComponentBytes(*(int(v) for v in per_tile.sum(axis=1))),
+            stash_bytes=int(stash.sum()), worst_tile=worst, worst_tile_bytes=int(total[worst]),
+            worst_tile_memory=ComponentBytes(*(int(v) for v in per_tile[:, worst])), budget=budget, fits=fits,
+            peak_step=step, largest_live=live,
+        ))
+    return CheckResult(analysis.profile.path, config_path, budget, tuple(results))
+
+
+def _check_layers(analysis: Analysis, config: PipelineConfig, config_path: str) -> None:
+    known = set(analysis.layer_names)
+    for k, stage in enumerate(config.stages):
+        for j, layer in enumerate(stage.layers):
+            if layer not in known:
+                raise ConfigError(
+                    f"{config_path} at stages[{k}].layers[{j}]: layer {layer!r} is not in the profile "
+                    f"{analysis.profile.path} (its layers: {', '.join(analysis.layer_names[:12])}"
+                    f"{' ...' if len(known) > 12 else ''}); was the config made for another model?"
+                )
+    placed = {layer for s in config.stages for layer in s.layers}
+    missing = [name for name in analysis.layer_names if name not in placed]
+    if missing:
+        raise ConfigError(f"{config_path}: layers {', '.join(missing[:8])} of the profile are on no IPU; "
+                          "add them to a stage")
+
+
+def _largest_live(analysis: Analysis, layers: Sequence[str], first: bool, tile: int,
+                  count: int) -> tuple[int, tuple[LiveVariable, ...]]:
+    """The step where the stage's variables peak on ``tile``, and the largest live there."""
+    ops = analysis.stage_ops(layers, first)
+    lo, hi = analysis.model.window(ops)
+    var = analysis.model.counted_variables(ops)
+    v = analysis.profile.variables
+    var = var[v.tile[var] == tile]
+    if var.size == 0 or hi < lo:
+        return -1, ()
+    p = analysis.profile
+    live_by_step = np.zeros(hi - lo + 2, np.int64)
+    for idx in var:
+        c = int(v.klass[idx])
+        for a, b in zip(p.iv_start[p.class_ptr[c]:p.class_ptr[c + 1]], p.iv_end[p.class_ptr[c]:p.class_ptr[c + 1]]):
+            a, b = max(int(a), lo), min(int(b), hi + 1)
+            if a < b:
+                live_by_step[a - lo] += v.bytes[idx]
+                live_by_step[b - lo] -= v.bytes[idx]
+    live = np.cumsum(live_by_step)[:-1]
+    step = lo + int(np.argmax(live))
+    alive = [int(i) for i in var if _live_at(p, int(v.klass[i]), step)]
+    alive.sort(key=lambda i: (-int(v.bytes[i]), int(i)))
+    return step, tuple(LiveVariable(v.name(i), int(v.bytes[i])) for i in alive[:count])
+
+
+def _live_at(p: Profile, c: int, step: int) -> bool:
+    a, b = p.class_ptr[c], p.class_ptr[c + 1]
+    return bool(np.any((p.iv_start[a:b] <= step) & (step < p.iv_end[a:b])))

@@ -1,0 +1,60 @@
+"""``popliner check PIPELINE.yaml --profile PROFILE``: the CI memory-budget gate."""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import click
+
+from popliner.analysis import AnalysisOptions, load_analysis
+from popliner.errors import EXIT_DOES_NOT_FIT
+from popliner.fileio import atomic_write, check_writable
+
+__all__ = ["command"]
+
+log = logging.getLogger("popliner")
+
+
+def _budget(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
+    if value is not None and not 0.0 < value <= 1.0:
+        raise click.BadParameter(f"{value} is not a fraction in (0, 1]")
+    return value
+
+
+@click.command(name="check", context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("config", type=click.Path(dir_okay=False, path_type=str))
+@click.option("--profile", required=True, type=click.Path(dir_okay=False, path_type=str),
+              help="The profile to recompute memory from.")
+@click.option("--budget", type=float, default=None, callback=_budget,
+              help="Fraction of each tile's bytes an IPU may use (default: the config's budget, else 1.0).")
+@click.option("--junit", type=click.Path(dir_okay=False, path_type=str), help="Write JUnit XML here.")
+@click.option("--force", is_flag=True, help="Overwrite an existing --junit file.")
+@click.option("--no-cache", is_flag=True, help="Do not read or write the derived-data cache.")
+def command(config: str, profile: str, budget: float | None, junit: str | None, force: bool, no_cache: bool) -> None:
+    """Check that every IPU of CONFIG fits: exit 0 if all fit, 1 if any does not, 2 on bad input.
+
+    Memory is recomputed from PROFILE's operations for the config's split,
+    not copied from the config's predictions.
+    """
+    from popliner.check import check_config
+    from popliner.config.yaml_io import read_config
+    from popliner.outputs.check_report import check_table, write_junit
+
+    if junit:
+        check_writable(junit, force)
+    cfg = read_config(config)
+    analysis = load_analysis(profile, AnalysisOptions(mode=cfg.mode), use_cache=not no_cache)  # type: ignore[arg-type]
+    if cfg.profile_sha256 and cfg.profile_sha256 != analysis.profile.sha256:
+        log.warning("%s was made from a profile with another content hash; checking against %s", config, profile)
+    per_tile = analysis.profile.target.bytes_per_tile
+    limit = int(per_tile * budget) if budget is not None else cfg.effective_budget
+    result = check_config(analysis, cfg, config, budget=limit)
+    click.echo(check_table(result))
+    if junit:
+        with atomic_write(junit, force=force, binary=True) as stream:
+            write_junit(result, stream)
+        log.info("wrote %s", junit)
+    if not result.fits:
+        log.error("%d of %d IPUs do not fit", sum(not i.fits for i in result.ipus), len(result.ipus))
+        sys.exit(EXIT_DOES_NOT_FIT)
