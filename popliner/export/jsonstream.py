@@ -22,6 +22,7 @@ import numpy as np
 
 __all__ = ["FragmentSpool", "IntSpool", "JsonWriter", "dumps", "int_items", "spool_folder"]
 
+_orjson: Any
 try:  # orjson is much faster on big documents, but stays optional.
     import orjson as _orjson
 except ImportError:  # pragma: no cover - exercised only without orjson
@@ -31,7 +32,8 @@ except ImportError:  # pragma: no cover - exercised only without orjson
 def dumps(obj: Any) -> bytes:
     """Compact UTF-8 JSON for one value (numpy arrays and ints allowed)."""
     if _orjson is not None:
-        return _orjson.dumps(obj, option=_orjson.OPT_SERIALIZE_NUMPY)
+        encoded: bytes = _orjson.dumps(obj, option=_orjson.OPT_SERIALIZE_NUMPY)
+        return encoded
     return json.dumps(obj, separators=(",", ":"), ensure_ascii=False, default=_numpy_default).encode("utf-8")
 
 
@@ -146,7 +148,7 @@ class IntSpool:
     """An append-only int64 column kept in an unnamed temporary file."""
 
     def __init__(self, folder: Path | None = None) -> None:
-        self._file: IO[bytes] = tempfile.TemporaryFile(dir=folder)
+        self._file: IO[bytes] = tempfile.TemporaryFile(dir=folder)  # noqa: SIM115 - closed by close()
         self.count = 0
 
     def append(self, values: list[int] | np.ndarray) -> None:
@@ -177,7 +179,7 @@ class FragmentSpool:
     """Encoded JSON array elements, comma-separated, in a temporary file."""
 
     def __init__(self, folder: Path | None = None) -> None:
-        self._file: IO[bytes] = tempfile.TemporaryFile(dir=folder)
+        self._file: IO[bytes] = tempfile.TemporaryFile(dir=folder)  # noqa: SIM115 - closed by close()
         self.count = 0
 
     def add(self, obj: Any) -> None:

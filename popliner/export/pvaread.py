@@ -22,6 +22,7 @@ __all__ = [
     "ContextRecord",
     "as_int",
     "attr",
+    "context_id",
     "encode_tilevector",
     "enum_name",
     "ident",
@@ -114,7 +115,8 @@ def encode_tilevector(values: np.ndarray) -> list[int] | dict[str, Any] | None:
     runs = np.stack([first[keep], stop[keep], value[keep]], axis=1)
     if 3 * len(runs) < len(values):
         return {"runs": runs.tolist()}
-    return values.tolist()
+    dense: list[int] = values.tolist()
+    return dense
 
 
 def enum_name(value: Any) -> str:
