@@ -162,14 +162,13 @@ def command(profile: str, debug_info: str | None, operation_breakdown: bool, lay
 
 
 def _refuse_poplar_report(profile: str, debug_info: str | None) -> None:
-    if profile.lower().endswith(".pop") or (debug_info and debug_info.lower().endswith(".cbor")):
-        raise UsageProblem(
-            f"{profile}: a Poplar report; convert it first with "
-            f"`popliner export {profile} {debug_info or 'debug.cbor'} -o profile.json.gz` "
-            "(needs the Poplar SDK), then run popliner on profile.json.gz"
-        )
+    from popliner.export import export_hint, is_poplar_report
+
+    if is_poplar_report(profile):
+        raise UsageProblem(export_hint(profile))
     if debug_info:
-        raise UsageProblem(f"unexpected extra argument {debug_info!r}: give one profile file")
+        raise UsageProblem(f"unexpected extra argument {debug_info!r}: give one profile file "
+                           "(a Poplar profile.pop and debug.cbor pair goes to `popliner export` first)")
 
 
 def _table_format(fmt: str | None, output: str | None) -> str:
