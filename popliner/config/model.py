@@ -24,6 +24,7 @@ __all__ = [
     "LayerPlacement",
     "PipelineConfig",
     "backward_stage",
+    "check_gradient_accumulation",
     "config_from_split",
     "default_gradient_accumulation",
     "forward_stage",

@@ -13,7 +13,15 @@ from typing import Any
 
 from popliner.config.model import PipelineConfig
 
-__all__ = ["optimum_snippet", "popart_snippet", "poptorch_snippet", "snippets"]
+
+class FlowList(list):  # type: ignore[type-arg]
+    """A list the YAML writer puts on one line (short lists of numbers)."""
+
+
+def flow_list(values: Any) -> FlowList:
+    return FlowList(values)
+
+__all__ = ["FlowList", "flow_list", "optimum_snippet", "popart_snippet", "poptorch_snippet", "snippets"]
 
 
 def snippets(cfg: PipelineConfig) -> dict[str, Any]:
@@ -101,11 +109,11 @@ def poptorch_snippet(cfg: PipelineConfig) -> str:
 
 def optimum_snippet(cfg: PipelineConfig) -> dict[str, Any]:
     """Keys of a Hugging Face optimum-graphcore ``IPUConfig``."""
-    counts = list(cfg.layers_per_ipu)
-    out: dict[str, Any] = {"ipus_per_replica": cfg.num_ipus, "layers_per_ipu": counts}
+    counts = cfg.layers_per_ipu
+    out: dict[str, Any] = {"ipus_per_replica": cfg.num_ipus, "layers_per_ipu": flow_list(counts)}
     if cfg.training:
         out["gradient_accumulation_steps"] = cfg.gradient_accumulation
     else:
-        out["inference_layers_per_ipu"] = list(counts)
+        out["inference_layers_per_ipu"] = flow_list(counts)
         out["inference_device_iterations"] = cfg.gradient_accumulation
     return out

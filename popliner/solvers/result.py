@@ -15,8 +15,9 @@ class StageResult:
 
     ``memory`` is each component summed over tiles (without stash);
     ``worst_tile``/``worst_tile_bytes`` are the tile with the largest total
-    including the stash; ``stash_bytes`` is the stash held on that IPU summed
-    over tiles (already multiplied by the number of stash entries).
+    including the stash; ``stash_entries`` is the stash depth PopART keeps on
+    the IPU and ``stash_bytes`` what the stash adds to the single-IPU profile:
+    ``depth - 1`` entries (the profile already holds one), summed over tiles.
     """
 
     index: int

@@ -1,0 +1,141 @@
+"""``popliner simulate PIPELINE.yaml``: run a pipeline config on the bundled simulator."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import click
+
+from popliner.config.model import PipelineConfig
+from popliner.config.yaml_io import read_config
+from popliner.errors import UsageProblem
+from popliner.fileio import atomic_write, check_writable
+from popliner.simulator.engine import (
+    DEFAULT_LINK_BANDWIDTH,
+    DEFAULT_SYNC_CYCLES,
+    SimResult,
+    simulate,
+)
+from popliner.simulator.inputs import (
+    SimInputs,
+    inputs_from_analysis,
+    inputs_from_config,
+)
+from popliner.simulator.outputs import (
+    render_text,
+    result_document,
+    write_gantt,
+    write_trace,
+)
+
+__all__ = ["command"]
+
+logger = logging.getLogger(__name__)
+
+
+@click.command("simulate", context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("config_path", metavar="PIPELINE.yaml", type=click.Path(dir_okay=False))
+@click.option("--profile", "profile_path", type=click.Path(dir_okay=False), default=None,
+              help="Recompute stage memory and cycles from this profile (default: the config's predictions).")
+@click.option("--gradient-accumulation", "-G", type=click.IntRange(min=1), default=None,
+              help="Micro-batches per step G (default: the config's). Must be >= the pipeline stages.")
+@click.option("--micro-batch-size", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Samples per micro-batch, for the throughput.")
+@click.option("--link-bandwidth", type=click.FloatRange(min=0, min_open=True), default=DEFAULT_LINK_BANDWIDTH,
+              show_default=True, help="Bytes/s of an inter-IPU copy (one IPU-Link: 512 Gbit/s).")
+@click.option("--sync-cycles", type=click.IntRange(min=0), default=DEFAULT_SYNC_CYCLES, show_default=True,
+              help="Clock cycles of the sync before each copy phase.")
+@click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None,
+              help="Write a Chrome/Perfetto trace (JSON) of one step.")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
+              help="Write a Gantt chart (PNG) of one step.")
+@click.option("--force", is_flag=True, help="Overwrite existing --trace/--plot files.")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON instead of tables.")
+@click.option("--all-cycles", is_flag=True, help="Print every pipeline cycle in the schedule views.")
+def command(config_path: str, profile_path: str | None, gradient_accumulation: int | None, micro_batch_size: int,
+            link_bandwidth: float, sync_cycles: int, trace_path: str | None, plot_path: str | None, force: bool,
+            as_json: bool, all_cycles: bool) -> None:
+    """Simulate one step of the pipeline in PIPELINE.yaml and report time, bubbles and memory.
+
+    \b
+    popliner simulate pipeline.yaml
+    popliner simulate pipeline.yaml --profile model.json -G 32 --trace step.json --plot step.png
+    """
+    _check_outputs(trace_path, plot_path, force)
+    cfg = read_config(config_path)
+    inputs = _inputs(cfg, profile_path)
+    result = simulate(
+        inputs.stages,
+        gradient_accumulation if gradient_accumulation is not None else cfg.gradient_accumulation,
+        clock_hz=inputs.clock_hz,
+        link_bandwidth=link_bandwidth,
+        sync_cycles=sync_cycles,
+        budget_bytes=cfg.effective_budget,
+        micro_batch_size=micro_batch_size,
+        tiles_per_ipu=inputs.tiles_per_ipu,
+    )
+    if as_json:
+        click.echo(json.dumps(_json(result, config_path, inputs.source), indent=2))
+    else:
+        columns = None if all_cycles else max(24, 2 * result.num_stages + 4)
+        click.echo(render_text(result, max_columns=columns), nl=False)
+    _write_files(result, trace_path, plot_path, force)
+
+
+def _check_outputs(trace_path: str | None, plot_path: str | None, force: bool) -> None:
+    """Fail before any work when an output exists (no --force) or both name one file."""
+    if trace_path and plot_path and Path(trace_path).resolve() == Path(plot_path).resolve():
+        raise UsageProblem("--trace and --plot name the same file; give two file names")
+    for path in (trace_path, plot_path):
+        if path:
+            check_writable(path, force)
+
+
+def _inputs(cfg: PipelineConfig, profile_path: str | None) -> SimInputs:
+    if profile_path is None:
+        logger.info("no --profile: simulating with the config's predicted memory and cycles "
+                       "(per-tile detail approximated; pass --profile for exact figures)")
+        for s in cfg.stages:
+            if s.predicted_stale:
+                logger.warning("stages[%d] was edited after popliner predicted its figures; they are stale: "
+                               "pass --profile to recompute them", s.index)
+        return inputs_from_config(cfg)
+    analysis = _load_analysis(profile_path)
+    if analysis.profile.sha256.lower() != cfg.profile_sha256.lower():
+        logger.warning("%s differs from the profile the config was written for (%s): sha256 %s.. vs %s..",
+                       profile_path, cfg.profile_path, analysis.profile.sha256[:12], cfg.profile_sha256[:12])
+    target = analysis.profile.target
+    return inputs_from_analysis(cfg, analysis, tiles_per_ipu=int(target.tiles_per_ipu),
+                                clock_hz=float(target.clock_hz))
+
+
+def _load_analysis(profile_path: str) -> Any:
+    """The lead's analysis API, imported only when --profile is given."""
+    try:
+        from popliner.analysis import AnalysisOptions, load_analysis
+    except ImportError as exc:
+        if exc.name in ("popliner.analysis", None):
+            raise UsageProblem("--profile support needs popliner.analysis, which this installation lacks; "
+                               "run without --profile to use the config's predictions") from None
+        raise
+    return load_analysis(profile_path, AnalysisOptions(), use_cache=True)
+
+
+def _json(result: SimResult, config_path: str, source: str) -> dict[str, Any]:
+    doc = {"config": config_path, "figures_from": source}
+    doc.update(result_document(result))
+    return doc
+
+
+def _write_files(result: SimResult, trace_path: str | None, plot_path: str | None, force: bool) -> None:
+    if trace_path:
+        with atomic_write(trace_path, force=force) as f:
+            write_trace(result, f)
+        logger.info("wrote %s", trace_path)
+    if plot_path:
+        with atomic_write(plot_path, force=force, binary=True) as b:
+            write_gantt(result, b)
+        logger.info("wrote %s", plot_path)

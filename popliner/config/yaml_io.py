@@ -1,0 +1,425 @@
+"""Reading and writing pipeline configs (YAML, schema in docs/pipeline-config.md).
+
+Writing is deterministic: the same config gives the same bytes. Reading uses
+``yaml.safe_load`` only and checks everything a hand edit can break; every
+problem is a :class:`ConfigError` whose one-line message names the file, the
+place (``stages[2].layers[0]``) and the fix.
+
+``stages[].layers`` is the source of truth for placement. The per-layer
+table ``layers`` contributes the model's layer names and their order (so a
+misspelt or forgotten layer is caught); its ``ipu``/``pipelineStage`` columns
+and the ``snippets`` are derived and regenerated on read, with a warning when
+the file's copy disagrees.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from collections.abc import Mapping, Sequence
+from typing import IO, Any, NoReturn
+
+import yaml
+
+from popliner.config.model import (
+    CONFIG_VERSION,
+    MODES,
+    ConfigStage,
+    PipelineConfig,
+    backward_stage,
+    forward_stage,
+    num_pipeline_stages,
+)
+from popliner.config.snippets import FlowList as _FlowList
+from popliner.config.snippets import snippets
+from popliner.errors import ConfigError
+from popliner.memory.types import COMPONENTS, ComponentBytes
+
+__all__ = ["config_from_document", "config_to_document", "parse_config", "read_config", "write_config"]
+
+logger = logging.getLogger(__name__)
+
+HEADER = (
+    "# popliner pipeline config (schema: docs/pipeline-config.md).\n"
+    "# To move a layer, edit stages[].layers only; the `layers` table and the\n"
+    "# snippets are regenerated from them when popliner reads this file.\n"
+)
+
+TOP_KEYS = ("version", "profile", "target", "mode", "num_ipus", "pipeline_stages", "gradient_accumulation",
+            "solver", "stages", "layers", "snippets")
+STAGE_KEYS = ("index", "ipu", "pipeline_stages", "layers", "predicted")
+PREDICTED_KEYS = ("for_layers", "memory", "worst_tile", "worst_tile_bytes", "stash_bytes", "stash_entries",
+                  "cycles", "bytes_in")
+LAYER_KEYS = ("name", "ipu", "pipelineStage", "backwardPipelineStage")
+_SHA256 = re.compile(r"[0-9a-fA-F]{64}")
+
+
+# --------------------------------------------------------------------- writing
+
+
+class _Flow(dict):  # type: ignore[type-arg]
+    """A mapping written on one line (the rows of the per-layer table)."""
+
+
+class _Dumper(yaml.SafeDumper):
+    """SafeDumper plus block scalars for code and one-line rows where they read better."""
+
+
+def _str_rep(dumper: yaml.SafeDumper, text: str) -> yaml.Node:
+    style = "|" if "\n" in text else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", text, style=style)
+
+
+_Dumper.add_representer(str, _str_rep)
+_Dumper.add_representer(_Flow, lambda d, m: d.represent_mapping("tag:yaml.org,2002:map", m.items(),
+                                                                 flow_style=True))
+_Dumper.add_representer(_FlowList, lambda d, seq: d.represent_sequence("tag:yaml.org,2002:seq", seq,
+                                                                        flow_style=True))
+
+
+def write_config(cfg: PipelineConfig, stream: IO[str]) -> None:
+    """Write ``cfg`` as YAML to an open text stream (the caller uses atomic_write)."""
+    stream.write(HEADER)
+    yaml.dump(config_to_document(cfg), stream, Dumper=_Dumper, sort_keys=False, default_flow_style=False,
+              allow_unicode=True, width=1000)  # one-line rows stay on one line
+
+
+def config_to_document(cfg: PipelineConfig) -> dict[str, Any]:
+    """The YAML document as plain Python data (keys in schema order)."""
+    return {
+        "version": cfg.version,
+        "profile": {"path": cfg.profile_path, "sha256": cfg.profile_sha256},
+        "target": {"tiles_per_ipu": cfg.tiles_per_ipu, "bytes_per_tile": cfg.bytes_per_tile,
+                   "clock_hz": float(cfg.clock_hz)},
+        "mode": cfg.mode,
+        "num_ipus": cfg.num_ipus,
+        "pipeline_stages": cfg.num_pipeline_stages,
+        "gradient_accumulation": cfg.gradient_accumulation,
+        "solver": {"name": cfg.solver, "status": cfg.solver_status, "budget_bytes": cfg.budget_bytes},
+        "stages": [_stage_document(cfg, s) for s in cfg.stages],
+        "layers": [_layer_row(cfg, p.name, p.ipu, p.pipeline_stage, p.backward_stage) for p in cfg.placements],
+        "snippets": snippets(cfg),
+    }
+
+
+def _stage_document(cfg: PipelineConfig, s: ConfigStage) -> dict[str, Any]:
+    stages = [forward_stage(s.ipu)]
+    if cfg.training and backward_stage(s.ipu, cfg.num_ipus) != stages[0]:
+        stages.append(backward_stage(s.ipu, cfg.num_ipus))
+    memory = s.memory.as_dict()
+    memory["total"] = s.memory.total
+    return {
+        "index": s.index,
+        "ipu": s.ipu,
+        "pipeline_stages": _FlowList(stages),
+        "layers": list(s.layers),
+        "predicted": {
+            "for_layers": s.predicted_for,
+            "memory": memory,
+            "worst_tile": s.worst_tile,
+            "worst_tile_bytes": s.worst_tile_bytes,
+            "stash_bytes": s.stash_bytes,
+            "stash_entries": s.stash_entries,
+            "cycles": s.cycles,
+            "bytes_in": s.bytes_in,
+        },
+    }
+
+
+def _layer_row(cfg: PipelineConfig, name: str, ipu: int, fwd: int, bwd: int | None) -> _Flow:
+    row = _Flow(name=name, ipu=ipu, pipelineStage=fwd)
+    if cfg.training:
+        row["backwardPipelineStage"] = bwd
+    return row
+
+
+# --------------------------------------------------------------------- reading
+
+
+def read_config(path: str | os.PathLike[str]) -> PipelineConfig:
+    """Read and validate a config file; any problem raises :class:`ConfigError`."""
+    source = os.fspath(path)
+    try:
+        with open(source, encoding="utf-8") as f:
+            text = f.read()
+    except FileNotFoundError:
+        raise ConfigError(f"{source}: no such file; check the path of the pipeline config") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{source}: is a folder; give the pipeline config's YAML file") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{source}: not UTF-8 text (byte {exc.start}); save the file as UTF-8") from None
+    except OSError as exc:
+        raise ConfigError(f"{source}: cannot read: {exc.strerror}; check the path and permissions") from None
+    return parse_config(text, source)
+
+
+def parse_config(text: str, source: str = "<config>") -> PipelineConfig:
+    """Validate YAML text; ``source`` names it in error messages."""
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark is not None else "somewhere"
+        problem = _one_line(exc.problem or str(exc))
+        raise ConfigError(f"{source}: {where}: YAML syntax error ({problem}); fix the syntax there "
+                          "(indentation, a missing ':' or an unclosed quote)") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{source}: YAML error ({_one_line(str(exc))}); fix the file's syntax") from None
+    return config_from_document(doc, source)
+
+
+def config_from_document(doc: Any, source: str = "<config>") -> PipelineConfig:
+    """Validate an already parsed document (see :func:`parse_config`)."""
+    r = _Reader(source)
+    if doc is None:
+        r.fail("", "the file is empty", "write a config with `popliner PROFILE --solve` and edit that")
+    top = r.mapping(doc, "", TOP_KEYS, ("version",), what="the top level")
+    version = top["version"]
+    if isinstance(version, bool) or not isinstance(version, int) or version != CONFIG_VERSION:
+        r.fail("version", f"unsupported version {version!r}", f"this popliner reads `version: {CONFIG_VERSION}`")
+    for key in ("profile", "target", "mode", "num_ipus", "gradient_accumulation", "stages", "layers"):
+        if key not in top:
+            r.fail(key, "missing", f"add the `{key}:` entry (see docs/pipeline-config.md)")
+    profile = r.mapping(top["profile"], "profile", ("path", "sha256"), ("path", "sha256"))
+    sha = r.text(profile["sha256"], "profile.sha256")
+    if not _SHA256.fullmatch(sha):
+        r.fail("profile.sha256", "not a sha256 digest (64 hex digits)", "restore the value popliner wrote")
+    target = r.mapping(top["target"], "target", ("tiles_per_ipu", "bytes_per_tile", "clock_hz"),
+                       ("tiles_per_ipu", "bytes_per_tile", "clock_hz"))
+    mode = top["mode"]
+    if mode not in MODES:
+        r.fail("mode", f"unknown mode {mode!r}", "use `inference` or `training`")
+    stages = _read_stages(r, top["stages"])
+    num_ipus = r.integer(top["num_ipus"], "num_ipus", minimum=1)
+    if num_ipus != len(stages):
+        r.fail("num_ipus", f"is {num_ipus} but `stages` lists {len(stages)}",
+               f"set `num_ipus: {len(stages)}` (one stage per IPU)")
+    model_layers = _read_layer_names(r, top["layers"])
+    _check_assignment(r, stages, model_layers)
+    p = num_pipeline_stages(mode, len(stages))
+    g = r.integer(top["gradient_accumulation"], "gradient_accumulation", minimum=1)
+    if g < p:
+        r.fail("gradient_accumulation", f"{g} is smaller than the {p} pipeline stages",
+               f"set it to {p} or more (at least one micro-batch per pipeline stage)")
+    solver_name, solver_status, budget = _read_solver(r, top.get("solver"))
+    tiles = r.integer(target["tiles_per_ipu"], "target.tiles_per_ipu", minimum=1)
+    for s in stages:
+        if s.worst_tile >= tiles:
+            r.fail(f"stages[{s.index}].predicted.worst_tile", f"tile {s.worst_tile} does not exist on an IPU "
+                   f"of {tiles} tiles", "restore the value popliner wrote")
+    cfg = PipelineConfig(
+        profile_path=r.text(profile["path"], "profile.path"),
+        profile_sha256=sha.lower(),
+        tiles_per_ipu=tiles,
+        bytes_per_tile=r.integer(target["bytes_per_tile"], "target.bytes_per_tile", minimum=1),
+        clock_hz=r.number(target["clock_hz"], "target.clock_hz"),
+        mode=mode,
+        gradient_accumulation=g,
+        stages=stages,
+        model_layers=model_layers,
+        solver=solver_name,
+        solver_status=solver_status,
+        budget_bytes=budget,
+    )
+    _warn_if_table_differs(source, cfg, top["layers"])
+    return cfg
+
+
+def _read_solver(r: _Reader, value: Any) -> tuple[str, str, int | None]:
+    if value is None:
+        return "", "", None
+    m = r.mapping(value, "solver", ("name", "status", "budget_bytes"), ())
+    budget = m.get("budget_bytes")
+    return (
+        r.text(m.get("name", ""), "solver.name", allow_empty=True),
+        r.text(m.get("status", ""), "solver.status", allow_empty=True),
+        None if budget is None else r.integer(budget, "solver.budget_bytes", minimum=1),
+    )
+
+
+def _read_stages(r: _Reader, value: Any) -> tuple[ConfigStage, ...]:
+    if not isinstance(value, list) or not value:
+        r.fail("stages", "must be a non-empty list of stages", "list one `- index: ...` entry per IPU")
+    return tuple(_read_stage(r, position, item) for position, item in enumerate(value))
+
+
+def _read_stage(r: _Reader, position: int, item: Any) -> ConfigStage:
+    where = f"stages[{position}]"
+    m = r.mapping(item, where, STAGE_KEYS, ("index", "ipu", "layers", "predicted"))
+    index = r.integer(m["index"], f"{where}.index")
+    if index != position:
+        r.fail(f"{where}.index", f"is {index} but this is entry {position} of `stages`",
+               "list the stages in pipeline (data-flow) order and number them 0, 1, 2, ...")
+    ipu = r.integer(m["ipu"], f"{where}.ipu")
+    if ipu != position:
+        r.fail(f"{where}.ipu", f"is {ipu} but stage {position} must run on IPU {position}",
+               "each IPU 0..K-1 holds exactly one stage, in pipeline order")
+    layers = m["layers"]
+    if not isinstance(layers, list) or not layers:
+        r.fail(f"{where}.layers", "must be a non-empty list of layer names",
+               "give every IPU at least one layer, or remove the stage and lower num_ipus")
+    names = tuple(r.layer_name(name, f"{where}.layers[{j}]") for j, name in enumerate(layers))
+    pw = f"{where}.predicted"
+    pred = r.mapping(m["predicted"], pw, PREDICTED_KEYS, PREDICTED_KEYS)
+    return ConfigStage(
+        index=index,
+        ipu=ipu,
+        layers=names,
+        memory=_read_memory(r, pred["memory"], f"{pw}.memory"),
+        worst_tile=r.integer(pred["worst_tile"], f"{pw}.worst_tile"),
+        worst_tile_bytes=r.integer(pred["worst_tile_bytes"], f"{pw}.worst_tile_bytes"),
+        stash_bytes=r.integer(pred["stash_bytes"], f"{pw}.stash_bytes"),
+        stash_entries=r.integer(pred["stash_entries"], f"{pw}.stash_entries"),
+        cycles=r.integer(pred["cycles"], f"{pw}.cycles"),
+        bytes_in=r.integer(pred["bytes_in"], f"{pw}.bytes_in"),
+        predicted_for=r.text(pred["for_layers"], f"{pw}.for_layers", allow_empty=True),
+    )
+
+
+def _read_memory(r: _Reader, value: Any, where: str) -> ComponentBytes:
+    m = r.mapping(value, where, (*COMPONENTS, "total"), COMPONENTS)
+    if "total" in m:  # derived; only its type is checked
+        r.integer(m["total"], f"{where}.total")
+    return ComponentBytes(*(r.integer(m[c], f"{where}.{c}") for c in COMPONENTS))
+
+
+def _read_layer_names(r: _Reader, value: Any) -> tuple[str, ...]:
+    if not isinstance(value, list) or not value:
+        r.fail("layers", "must be the non-empty list of the model's layers in order",
+               "restore the `layers:` table popliner wrote")
+    names: list[str] = []
+    first_row: dict[str, int] = {}
+    for k, row in enumerate(value):
+        m = r.mapping(row, f"layers[{k}]", LAYER_KEYS, ("name",))
+        name = r.layer_name(m["name"], f"layers[{k}].name")
+        if name in first_row:
+            r.fail(f"layers[{k}].name", f"layer {name!r} is listed twice (also layers[{first_row[name]}])",
+                   "keep one row per layer")
+        first_row[name] = k
+        names.append(name)
+    return tuple(names)
+
+
+def _check_assignment(r: _Reader, stages: tuple[ConfigStage, ...], model_layers: tuple[str, ...]) -> None:
+    """Every model layer in exactly one stage, and stages in model (data-flow) order."""
+    position = {name: k for k, name in enumerate(model_layers)}
+    seen: dict[str, str] = {}
+    last: tuple[int, str, str] | None = None  # (model position, name, place) of the previous layer
+    for s in stages:
+        for j, name in enumerate(s.layers):
+            place = f"stages[{s.index}].layers[{j}]"
+            if name not in position:
+                r.fail(place, f"unknown layer {name!r}: it is not in the model's `layers` table",
+                       "check the spelling against the `layers` table")
+            if name in seen:
+                r.fail(place, f"layer {name!r} is assigned twice (also at {seen[name]})",
+                       "keep it in one stage only")
+            seen[name] = place
+            if last is not None and position[name] < last[0]:
+                r.fail(place, f"layer {name!r} comes before {last[1]!r} ({last[2]}) in the model",
+                       "keep layers in model order across stages: a pipeline only passes data forward, "
+                       "so move one of them so that earlier layers sit in earlier (or the same) stages")
+            last = (position[name], name, place)
+    for k, name in enumerate(model_layers):
+        if name not in seen:
+            hint = _stage_of_neighbour(stages, model_layers, k)
+            r.fail(f"layers[{k}]", f"layer {name!r} is in no stage", f"add it to {hint}")
+
+
+def _stage_of_neighbour(stages: tuple[ConfigStage, ...], model_layers: tuple[str, ...], k: int) -> str:
+    """Where a forgotten layer belongs: the stage of the layer before it (else after it)."""
+    stage_of = {name: s.index for s in stages for name in s.layers}
+    for j in [*range(k - 1, -1, -1), *range(k + 1, len(model_layers))]:
+        if model_layers[j] in stage_of:
+            return f"stages[{stage_of[model_layers[j]]}].layers (next to {model_layers[j]!r})"
+    return "stages[0].layers"
+
+
+def _warn_if_table_differs(source: str, cfg: PipelineConfig, rows: Sequence[Any]) -> None:
+    """The table is derived; say once if the file's copy no longer matches stages[].layers."""
+    expected = {p.name: (p.ipu, p.pipeline_stage, p.backward_stage) for p in cfg.placements}
+    diffs: list[str] = []
+    for k, row in enumerate(rows):
+        name = row["name"]
+        want = expected[name]
+        got = (row.get("ipu", want[0]), row.get("pipelineStage", want[1]),
+               row.get("backwardPipelineStage", want[2]) if cfg.training else None)
+        if got != want:
+            diffs.append(f"layers[{k}] ({name!r}) says IPU {got[0]} / pipelineStage {got[1]}, "
+                         f"stages[] put it on IPU {want[0]} / pipelineStage {want[1]}")
+    if diffs:
+        more = f" (and {len(diffs) - 1} more)" if len(diffs) > 1 else ""
+        logger.warning("%s: %s%s; stages[].layers is the source of truth, so the layers table and snippets "
+                       "were regenerated from it", source, diffs[0], more)
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+class _Reader:
+    """Typed access to the parsed document with one-line errors that name the place."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+
+    def fail(self, where: str, problem: str, fix: str) -> NoReturn:
+        place = f" {where}:" if where else ""
+        raise ConfigError(f"{self.source}:{place} {problem}; {fix}")
+
+    def mapping(self, value: Any, where: str, allowed: Sequence[str], required: Sequence[str],
+                what: str | None = None) -> Mapping[str, Any]:
+        if not isinstance(value, dict):
+            self.fail(where, f"{what or 'this'} must be a mapping (`key: value` lines), got {_kind(value)}",
+                      "see docs/pipeline-config.md for the layout")
+        for key in value:
+            if key not in allowed:
+                self.fail(_join(where, str(key)), "unknown key", f"allowed here: {', '.join(allowed)}")
+        for key in required:
+            if key not in value:
+                self.fail(_join(where, key), "missing", f"add the `{key}:` entry")
+        return value
+
+    def integer(self, value: Any, where: str, minimum: int = 0) -> int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            self.fail(where, f"expected a whole number, got {_kind(value)}", "write it without quotes or a dot")
+        if value < minimum:
+            self.fail(where, f"{value} is below {minimum}", f"use a value of {minimum} or more")
+        return int(value)
+
+    def number(self, value: Any, where: str) -> float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+            self.fail(where, f"expected a positive number, got {value!r}", "write e.g. 1330000000.0")
+        return float(value)
+
+    def text(self, value: Any, where: str, allow_empty: bool = False) -> str:
+        if not isinstance(value, str) or (not value and not allow_empty):
+            self.fail(where, f"expected text, got {_kind(value)}", "quote the value")
+        return value
+
+    def layer_name(self, value: Any, where: str) -> str:
+        if not isinstance(value, str) or not value:
+            self.fail(where, f"expected a layer name (text), got {_kind(value)}",
+                      f"quote it: '{value}'" if value is not None else "remove the empty entry")
+        return value
+
+
+def _join(where: str, key: str) -> str:
+    return f"{where}.{key}" if where else key
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "nothing"
+    if isinstance(value, bool):
+        return f"the boolean {value}"
+    if isinstance(value, (int, float)):
+        return f"the number {value}"
+    if isinstance(value, str):
+        return f"the text {value!r}"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, dict):
+        return "a mapping"
+    return type(value).__name__

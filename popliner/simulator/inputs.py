@@ -1,0 +1,170 @@
+"""Turn a pipeline config (and optionally a profile's analysis) into simulator stages.
+
+K IPUs give K pipeline stages in inference and 2K-1 in training:
+forward of IPU i is stage i, backward of IPU i is stage 2K-2-i, and the last
+IPU runs forward and backward in one stage K-1.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from popliner.config.model import PipelineConfig
+from popliner.errors import ConfigError
+from popliner.memory.types import StageMemory
+from popliner.simulator.engine import SimStage
+
+__all__ = [
+    "BACKWARD_FRACTION",
+    "AnalysisLike",
+    "IpuFigures",
+    "SimInputs",
+    "inputs_from_analysis",
+    "inputs_from_config",
+    "pipeline_stages",
+]
+
+logger = logging.getLogger(__name__)
+
+#: Share of a stage's training cycles taken by the backward pass when only
+#: the total is known (the config stores forward + backward): backward
+#: computes gradients for both inputs and weights, about twice the forward.
+BACKWARD_FRACTION = 2.0 / 3.0
+
+
+class AnalysisLike(Protocol):
+    """The part of ``popliner.analysis.Analysis`` the simulator uses."""
+
+    @property
+    def layer_names(self) -> tuple[str, ...]: ...
+
+    @property
+    def mode(self) -> str: ...
+
+    def stage_memory(self, layers: Sequence[str], first_stage: bool) -> StageMemory: ...
+
+    def stage_cycles_split(self, layers: Sequence[str], first_stage: bool) -> tuple[int, int]: ...
+
+    def stash_entry_per_tile(self, layers: Sequence[str], first_stage: bool = False) -> np.ndarray: ...
+
+    def boundary_bytes(self, layers_before: Sequence[str], layers_after: Sequence[str]) -> int: ...
+
+
+@dataclass(frozen=True)
+class SimInputs:
+    """Stages plus the target figures they were computed for."""
+
+    stages: tuple[SimStage, ...]
+    tiles_per_ipu: int
+    clock_hz: float
+    source: str  # "config" or "profile"
+
+
+@dataclass(frozen=True, eq=False)
+class IpuFigures:
+    """Per IPU (config stage): what the pipeline stages are built from."""
+
+    forward_cycles: int
+    backward_cycles: int
+    memory_per_tile: np.ndarray
+    stash_entry_per_tile: np.ndarray | None
+    bytes_in: int  # activations crossing into this IPU per micro-batch
+    label: str
+
+
+def pipeline_stages(mode: str, ipus: Sequence[IpuFigures]) -> tuple[SimStage, ...]:
+    """Expand per-IPU figures into the K (inference) or 2K-1 (training) pipeline stages."""
+    k = len(ipus)
+    if mode != "training":
+        return tuple(
+            SimStage(i, i, "forward", f.forward_cycles, ipus[i + 1].bytes_in if i + 1 < k else 0,
+                     f.memory_per_tile, None, f.label)
+            for i, f in enumerate(ipus)
+        )
+    out = [
+        SimStage(i, i, "forward", f.forward_cycles, ipus[i + 1].bytes_in, f.memory_per_tile,
+                 f.stash_entry_per_tile, f.label)
+        for i, f in enumerate(ipus[:-1])
+    ]
+    last = ipus[-1]
+    # The last IPU computes the loss and sends the gradient of its input back.
+    out.append(SimStage(k - 1, k - 1, "forward+backward", last.forward_cycles + last.backward_cycles,
+                        last.bytes_in if k > 1 else 0, last.memory_per_tile, None, last.label))
+    for i in range(k - 2, -1, -1):
+        f = ipus[i]
+        # Resident memory is given once per IPU, on its forward stage.
+        out.append(SimStage(2 * k - 2 - i, i, "backward", f.backward_cycles, f.bytes_in if i > 0 else 0,
+                            None, None, f.label))
+    return tuple(out)
+
+
+def inputs_from_config(cfg: PipelineConfig, backward_fraction: float = BACKWARD_FRACTION) -> SimInputs:
+    """Stages from the config's predicted figures.
+
+    Per-tile detail is not in the config, so: ``stash_bytes`` holds the
+    ``stash_entries - 1`` entries beyond the one the single-IPU profile
+    already has; one entry is spread evenly over all tiles; the worst tile
+    carries the rest of the stage's worst-tile bytes. With the simulated
+    number of entries equal to ``stash_entries`` the peak is the prediction.
+    """
+    tiles = cfg.tiles_per_ipu
+    figures = []
+    for s in cfg.stages:
+        extra = s.stash_entries - 1
+        per_entry = math.ceil(s.stash_bytes / extra / tiles) if extra > 0 else 0
+        memory = np.zeros(tiles, dtype=np.int64)
+        memory[s.worst_tile] = max(0, s.worst_tile_bytes - s.stash_entries * per_entry)
+        backward = round(s.cycles * backward_fraction) if cfg.training else 0
+        figures.append(IpuFigures(s.cycles - backward, backward, memory,
+                                   np.full(tiles, per_entry, dtype=np.int64), s.bytes_in, _label(s.layers)))
+    return SimInputs(pipeline_stages(cfg.mode, figures), tiles, cfg.clock_hz, "config")
+
+
+def inputs_from_analysis(cfg: PipelineConfig, analysis: AnalysisLike, *, tiles_per_ipu: int,
+                         clock_hz: float) -> SimInputs:
+    """Stages recomputed from the profile for the config's layer placement.
+
+    The single-IPU profile already holds one stash entry of every stage (its
+    activations live from forward to backward), so that entry is taken out
+    of the resident memory and the simulator adds back as many as are in
+    flight.
+    """
+    check_profile_matches(cfg, analysis)
+    layers = [s.layers for s in cfg.stages]
+    figures = []
+    for i, group in enumerate(layers):
+        first = i == 0
+        fwd, bwd = analysis.stage_cycles_split(group, first)
+        total = np.asarray(analysis.stage_memory(group, first).total_per_tile, dtype=np.int64)
+        entry = (np.asarray(analysis.stash_entry_per_tile(group, first_stage=first), dtype=np.int64)
+                 if cfg.training else np.zeros_like(total))
+        before = [x for g in layers[:i] for x in g]
+        after = [x for g in layers[i:] for x in g]
+        figures.append(IpuFigures(
+            int(fwd), int(bwd) if cfg.training else 0, np.maximum(total - entry, 0), entry,
+            int(analysis.boundary_bytes(before, after)) if before else 0, _label(group),
+        ))
+    return SimInputs(pipeline_stages(cfg.mode, figures), tiles_per_ipu, clock_hz, "profile")
+
+
+def check_profile_matches(cfg: PipelineConfig, analysis: AnalysisLike) -> None:
+    """The config must name only the profile's layers and share its mode."""
+    known = set(analysis.layer_names)
+    for s in cfg.stages:
+        for j, layer in enumerate(s.layers):
+            if layer not in known:
+                raise ConfigError(f"stages[{s.index}].layers[{j}]: layer {layer!r} is not in the profile; "
+                                  "was the config written for another profile?")
+    if analysis.mode != cfg.mode:
+        raise ConfigError(f"mode: the config says {cfg.mode} but the profile is {analysis.mode}; "
+                          "write the config again from this profile")
+
+
+def _label(layers: Sequence[str]) -> str:
+    return layers[0] if len(layers) == 1 else f"{layers[0]} .. {layers[-1]}"
