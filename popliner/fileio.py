@@ -52,6 +52,12 @@ def atomic_write(
     return _atomic(Path(path), force, binary, newline)
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 @contextlib.contextmanager
 def _atomic(target: Path, force: bool, binary: bool, newline: str | None) -> Iterator[IO]:  # type: ignore[type-arg]
     check_writable(target, force)
@@ -64,6 +70,8 @@ def _atomic(target: Path, force: bool, binary: bool, newline: str | None) -> Ite
             yield stream
             stream.flush()
             os.fsync(stream.fileno())
+        # mkstemp creates 0600; give the file the mode a plain open() would.
+        os.chmod(tmp, 0o666 & ~_umask())
         # Re-check at rename time: the file may have appeared while we worked.
         if target.exists() and not force:
             raise OutputExistsError(str(target))

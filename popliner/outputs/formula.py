@@ -23,12 +23,13 @@ and evaluates its formula cells, following references into other grids of a
 
 from __future__ import annotations
 
+import numbers
 import operator
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import ROUND_HALF_UP, Decimal
-from typing import Protocol, Union
+from typing import Protocol, TypeAlias
 
 __all__ = [
     "BYTES_PER_MB",
@@ -41,9 +42,11 @@ __all__ = [
     "CountIf",
     "Expr",
     "FormulaError",
+    "FunctionResolver",
     "Grid",
     "RangeRef",
     "Ref",
+    "Resolver",
     "Round",
     "Sum",
     "SumIf",
@@ -58,12 +61,9 @@ __all__ = [
 BYTES_PER_MB = 1_000_000
 
 #: What a cell holds once evaluated.
-Value = Union[int, float, str, bool, None]
+Value: TypeAlias = int | float | str | bool | None
 #: What a grid cell holds before evaluation: a plain value or a formula.
-Cell = Union[int, float, str, bool, None, "Expr"]
-
-#: Resolves a reference to the evaluated value of that cell.
-Resolver = Callable[["CellRef"], Value]
+Cell: TypeAlias = "int | float | str | bool | None | Expr"
 
 
 class FormulaError(ValueError):
@@ -86,7 +86,7 @@ def column_letter(col: int) -> str:
 
 
 def column_index(letters: str) -> int:
-    """"A" -> 1, "AA" -> 27; the inverse of :func:`column_letter`."""
+    """ "A" -> 1, "AA" -> 27; the inverse of :func:`column_letter`."""
     if not letters or not letters.isalpha():
         raise ValueError(f"not a column name: {letters!r}")
     index = 0
@@ -172,6 +172,27 @@ class RangeRef:
 # Formula kinds
 
 
+class Resolver(Protocol):
+    """Where formulas read cells from: one cell, or a whole range at once (row by row)."""
+
+    def cell(self, ref: CellRef) -> Value: ...
+
+    def range(self, cells: RangeRef) -> list[Value]: ...
+
+
+@dataclass(frozen=True)
+class FunctionResolver:
+    """A :class:`Resolver` over a function of one reference (for simple callers and tests)."""
+
+    lookup: Callable[[CellRef], Value]
+
+    def cell(self, ref: CellRef) -> Value:
+        return self.lookup(ref)
+
+    def range(self, cells: RangeRef) -> list[Value]:
+        return [self.lookup(ref) for ref in cells.cells()]
+
+
 class Expr(Protocol):
     """A formula (or part of one): renders as text and evaluates to a value."""
 
@@ -186,7 +207,7 @@ def _is_number(value: Value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def _as_number(value: Value) -> int | float:
+def _as_number(value: Value) -> float:
     """A value used in arithmetic: blank is 0, booleans are 0/1, text is an error."""
     if value is None:
         return 0
@@ -197,7 +218,7 @@ def _as_number(value: Value) -> int | float:
     raise FormulaError(f"#VALUE!: text {value!r} used as a number")
 
 
-def _render_number(value: int | float) -> str:
+def _render_number(value: float) -> str:
     if isinstance(value, float) and value.is_integer():
         return str(int(value))
     return repr(value)
@@ -207,7 +228,7 @@ def _render_number(value: int | float) -> str:
 class Const:
     """A literal number, text or boolean inside a formula."""
 
-    value: int | float | str | bool
+    value: float | str | bool
 
     def render(self, here: str | None = None) -> str:
         if isinstance(self.value, bool):
@@ -230,7 +251,7 @@ class Ref:
         return self.cell.render(here)
 
     def evaluate(self, resolve: Resolver) -> Value:
-        value = resolve(self.cell)
+        value = resolve.cell(self.cell)
         return 0 if value is None else value
 
 
@@ -244,13 +265,10 @@ class Sum:
         return "SUM(" + ",".join(arg.render(here) for arg in self.args) + ")"
 
     def evaluate(self, resolve: Resolver) -> Value:
-        total: int | float = 0
+        total: float = 0
         for arg in self.args:
-            cells = arg.cells() if isinstance(arg, RangeRef) else iter((arg,))
-            for cell in cells:
-                value = resolve(cell)
-                if _is_number(value):
-                    total += value  # type: ignore[operator]
+            values = resolve.range(arg) if isinstance(arg, RangeRef) else [resolve.cell(arg)]
+            total += sum(value for value in values if _is_number(value))  # type: ignore[misc]
         return total
 
 
@@ -307,12 +325,10 @@ class SumIf:
 
     def evaluate(self, resolve: Resolver) -> Value:
         wanted = self.criterion.evaluate(resolve)
-        total: int | float = 0
-        for key_cell, sum_cell in zip(self.range.cells(), self.sum_range.cells()):
-            if _criterion_matches(resolve(key_cell), wanted):
-                value = resolve(sum_cell)
-                if _is_number(value):
-                    total += value  # type: ignore[operator]
+        total: float = 0
+        for key, value in zip(resolve.range(self.range), resolve.range(self.sum_range)):
+            if _criterion_matches(key, wanted) and _is_number(value):
+                total += value  # type: ignore[operator]
         return total
 
 
@@ -328,7 +344,7 @@ class CountIf:
 
     def evaluate(self, resolve: Resolver) -> Value:
         wanted = self.criterion.evaluate(resolve)
-        return sum(1 for cell in self.range.cells() if _criterion_matches(resolve(cell), wanted))
+        return sum(1 for value in resolve.range(self.range) if _criterion_matches(value, wanted))
 
 
 _ARITH: dict[str, Callable[[float, float], float]] = {
@@ -403,10 +419,10 @@ class Compare:
 # Helpers used by the table builders
 
 
-def sum_range(col: int, first_row: int, last_row: int) -> Expr:
-    """SUM of one column's rows; an empty span is the constant 0 (no inverted range)."""
+def sum_range(col: int, first_row: int, last_row: int) -> Cell:
+    """SUM of one column's rows; an empty span is a plain 0 (no inverted range)."""
     if last_row < first_row:
-        return Const(0)
+        return 0
     return Sum((RangeRef(CellRef(first_row, col), CellRef(last_row, col)),))
 
 
@@ -419,11 +435,23 @@ def mb(cell: CellRef, digits: int = 1) -> Expr:
 # Sheets
 
 
-_FORMULA_KINDS = (Const, Ref, Sum, Round, SumIf, CountIf, Arith, Compare)
+_FORMULA_KINDS = frozenset({Const, Ref, Sum, Round, SumIf, CountIf, Arith, Compare})
 
 
 def _is_formula(cell: object) -> bool:
-    return isinstance(cell, _FORMULA_KINDS)
+    # An exact type check: this runs once per cell read, and the kinds are final.
+    return type(cell) in _FORMULA_KINDS
+
+
+def _native(cell: Cell) -> Cell:
+    """numpy scalars (profile arrays) become Python numbers, which the evaluator and every writer know."""
+    if cell is None or isinstance(cell, (bool, int, float, str)) or _is_formula(cell):
+        return cell
+    if isinstance(cell, numbers.Integral):
+        return int(cell)
+    if isinstance(cell, numbers.Real):
+        return float(cell)
+    return cell
 
 
 @dataclass
@@ -437,7 +465,7 @@ class Grid:
     """One sheet: rows of plain values and formulas, addressed A1-style.
 
     ``style`` tags rows for the XLSX writer ("header", "group", "total",
-    "title", "note", "data"); ``column_formats`` and per-cell formats give
+    "title", "note", "params", "data"); ``column_formats`` and per-cell formats give
     number formats (``#,##0`` ...). Text writers ignore both.
     """
 
@@ -445,13 +473,13 @@ class Grid:
     column_formats: dict[int, str] = field(default_factory=dict)
     _rows: list[_Row] = field(default_factory=list)
     _formats: dict[tuple[int, int], str] = field(default_factory=dict)
-    _cache: dict[tuple[int, int], Value] = field(default_factory=dict, repr=False)
+    _cache: dict[tuple[str, int, int], Value] = field(default_factory=dict, repr=False)
 
     # -- building ---------------------------------------------------------
 
     def append(self, cells: Sequence[Cell], *, style: str = "data") -> int:
         """Add a row below the last one; returns its 1-based row number."""
-        self._rows.append(_Row(list(cells), style))
+        self._rows.append(_Row([_native(cell) for cell in cells], style))
         self._cache.clear()
         return len(self._rows)
 
@@ -461,7 +489,7 @@ class Grid:
             self._rows.append(_Row([], "data"))
         cells = self._rows[row - 1].cells
         cells.extend([None] * (col - len(cells)))
-        cells[col - 1] = value
+        cells[col - 1] = _native(value)
         if fmt is not None:
             self._formats[(row, col)] = fmt
         self._cache.clear()
@@ -498,50 +526,97 @@ class Grid:
     def row_cells(self, row: int) -> list[Cell]:
         return list(self._rows[row - 1].cells)
 
-    def text(self, row: int, col: int) -> Cell:
-        """What a spreadsheet is given: ``=...`` text for formulas, else the value."""
+    def is_formula(self, row: int, col: int) -> bool:
+        return _is_formula(self.cell(row, col))
+
+    def formula_text(self, row: int, col: int) -> str | None:
+        """The cell's formula as a spreadsheet takes it (``=SUM(D2:D9)``), or None for a plain value."""
         cell = self.cell(row, col)
         if _is_formula(cell):
             return "=" + cell.render(self.name)  # type: ignore[union-attr]
-        return cell
+        return None
 
     # -- evaluation -------------------------------------------------------
 
     def value(self, row: int, col: int, book: Book | None = None) -> Value:
-        """The evaluated value of a cell; formulas follow references (memoised)."""
-        return self._evaluate(row, col, book, set())
+        """The evaluated value of a cell; formulas follow references.
 
-    def values(self, book: Book | None = None) -> list[list[Value]]:
-        """Every cell evaluated, row by row (rows keep their own lengths)."""
-        return [
-            [self.value(r, c, book) for c in range(1, len(self._rows[r - 1].cells) + 1)]
-            for r in range(1, self.n_rows + 1)
-        ]
-
-    def _evaluate(self, row: int, col: int, book: Book | None, busy: set[tuple[str, int, int]]) -> Value:
-        key = (row, col)
-        if key in self._cache:
-            return self._cache[key]
+        Without ``book`` only this grid can be involved, so results are kept
+        until the grid changes. With ``book`` other grids may change behind
+        this one's back, so results are kept for this call only.
+        """
         cell = self.cell(row, col)
         if not _is_formula(cell):
             return cell  # type: ignore[return-value]
-        mark = (self.name, row, col)
-        if mark in busy:
+        memo = self._cache if book is None else {}
+        return self._evaluate(row, col, _Context(book, memo, set()))
+
+    def values(self, book: Book | None = None) -> list[list[Value]]:
+        """Every cell evaluated, row by row (rows keep their own lengths)."""
+        context = _Context(book, self._cache if book is None else {}, set())
+        return [
+            [self._evaluate(r, c, context) for c in range(1, len(self._rows[r - 1].cells) + 1)]
+            for r in range(1, self.n_rows + 1)
+        ]
+
+    def _evaluate(self, row: int, col: int, context: _Context) -> Value:
+        cell = self.cell(row, col)
+        if not _is_formula(cell):
+            return cell  # type: ignore[return-value]
+        key = (self.name, row, col)
+        if key in context.memo:
+            return context.memo[key]
+        if key in context.busy:
             raise FormulaError(f"circular reference at {self.name}!{CellRef(row, col).a1}")
-        busy.add(mark)
+        context.busy.add(key)
         try:
-            value = cell.evaluate(lambda ref: self._resolve(ref, book, busy))  # type: ignore[union-attr]
+            value = cell.evaluate(_GridResolver(self, context))  # type: ignore[union-attr]
         finally:
-            busy.discard(mark)
-        self._cache[key] = value
+            context.busy.discard(key)
+        context.memo[key] = value
         return value
 
-    def _resolve(self, ref: CellRef, book: Book | None, busy: set[tuple[str, int, int]]) -> Value:
-        if ref.sheet is None or ref.sheet == self.name:
-            return self._evaluate(ref.row, ref.col, book, busy)
-        if book is None or ref.sheet not in book:
-            raise FormulaError(f"#REF!: no sheet {ref.sheet!r}")
-        return book[ref.sheet]._evaluate(ref.row, ref.col, book, busy)
+    def _sheet(self, sheet: str | None, context: _Context) -> Grid:
+        """The grid a reference on this grid points into."""
+        if sheet is None or sheet == self.name:
+            return self
+        if context.book is None or sheet not in context.book:
+            raise FormulaError(f"#REF!: no sheet {sheet!r}")
+        return context.book[sheet]
+
+    def _range_values(self, cells: RangeRef, context: _Context) -> list[Value]:
+        # Walks the stored rows directly: big column sums are the hot path and
+        # building a CellRef per cell would dominate their cost.
+        values: list[Value] = []
+        for row in range(cells.first.row, cells.last.row + 1):
+            stored = self._rows[row - 1].cells if row <= len(self._rows) else []
+            for col in range(cells.first.col, cells.last.col + 1):
+                cell = stored[col - 1] if col <= len(stored) else None
+                values.append(self._evaluate(row, col, context) if _is_formula(cell) else cell)  # type: ignore[arg-type]
+        return values
+
+
+@dataclass(frozen=True)
+class _GridResolver:
+    """Reads cells for formulas on ``grid``, following other sheets through the book."""
+
+    grid: Grid
+    context: _Context
+
+    def cell(self, ref: CellRef) -> Value:
+        return self.grid._sheet(ref.sheet, self.context)._evaluate(ref.row, ref.col, self.context)
+
+    def range(self, cells: RangeRef) -> list[Value]:
+        return self.grid._sheet(cells.first.sheet, self.context)._range_values(cells, self.context)
+
+
+@dataclass
+class _Context:
+    """One evaluation: the other sheets, results so far, and the cells being worked on."""
+
+    book: Book | None
+    memo: dict[tuple[str, int, int], Value]
+    busy: set[tuple[str, int, int]]
 
 
 #: Grids by sheet name, for formulas that refer to other sheets.

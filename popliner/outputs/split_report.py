@@ -67,8 +67,10 @@ def split_picture(split: SplitResult, has_unlayered: bool) -> str:
 
 def split_table(split: SplitResult) -> str:
     """Per-IPU lines: layers, worst tile, stash, cycles and headroom against the budget."""
-    header = f"{'IPU':>3}  {'layers':<18} {'worst tile':>10} {'bytes':>10} {'stash':>10} {'cycles':>12} " \
-             f"{'headroom':>9}  fits"
+    header = (
+        f"{'IPU':>3}  {'layers':<18} {'worst tile':>10} {'bytes':>10} {'stash':>10} {'cycles':>12} "
+        f"{'headroom':>9}  fits"
+    )
     lines = [header]
     for s in split.stages:
         span = s.first_layer if s.first_layer == s.last_layer else f"{s.first_layer}..{s.last_layer}"

@@ -1,0 +1,268 @@
+"""Review plots (matplotlib, Agg): per-layer memory, a split's IPUs, one IPU's tiles.
+
+Which figure each plot shows:
+
+* :func:`plot_layers` has two panels. The top one stacks the five components
+  of each layer *summed over tiles* (the only per-component view the layer
+  rows carry), with the IPU's capacity (budget x tiles) as a reference line.
+  The bottom one shows each layer's *worst-tile* bytes against the per-tile
+  budget: that is the figure that decides whether a layer fits, and a layer
+  over the line cannot fit on any IPU by itself.
+* :func:`plot_split` shows each IPU's worst tile (stash included) against the
+  budget, with the headroom left on top of each bar.
+* :func:`plot_tile_profile` stacks the components of one IPU over its tiles
+  (normally the worst IPU of a split) with the budget line and the worst tile.
+
+Output is PNG or SVG by the file suffix and is reproducible: matplotlib's
+default style (not the user's matplotlibrc), a fixed SVG hash salt and no
+date or software stamp in the metadata. matplotlib is imported inside the
+functions so importing popliner stays cheap; pyplot is never used, so no
+global figure state or GUI backend is involved.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from popliner.errors import UsageProblem
+from popliner.fileio import atomic_write, check_writable
+from popliner.memory.types import COMPONENT_TITLES, COMPONENTS, StageMemory
+from popliner.outputs.rows import Breakdown
+from popliner.solvers.result import SplitResult, StageResult
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+__all__ = ["plot_layers", "plot_split", "plot_tile_profile"]
+
+#: One fixed colour per component (matplotlib's tab10), so every plot agrees.
+COMPONENT_COLOURS: dict[str, str] = {
+    "variables": "#1f77b4",
+    "vertex_code": "#ff7f0e",
+    "vertex_state": "#2ca02c",
+    "exchange_code": "#9467bd",
+    "control_code": "#8c564b",
+}
+_BUDGET_COLOUR = "#d62728"
+_OVER_COLOUR = "#d62728"
+_FIT_COLOUR = "#4c72b0"
+_HEADROOM_COLOUR = "#c7e9c0"
+_SUFFIXES = {".png": "png", ".svg": "svg"}
+
+
+def _image_format(path: str | os.PathLike[str], force: bool) -> str:
+    """PNG or SVG from the suffix; checked (with overwrite) before any drawing."""
+    target = Path(path)
+    fmt = _SUFFIXES.get(target.suffix.lower())
+    if fmt is None:
+        raise UsageProblem(f"{target}: plot file names end in .png or .svg")
+    check_writable(target, force)
+    return fmt
+
+
+@contextlib.contextmanager
+def _plot_style() -> Iterator[None]:
+    """matplotlib defaults plus a fixed SVG id salt, whatever the user's rc file says."""
+    import matplotlib
+    import matplotlib.style
+
+    with matplotlib.style.context("default"), matplotlib.rc_context({"svg.hashsalt": "popliner"}):
+        yield
+
+
+def _new_figure(width: float, height: float) -> Figure:
+    from matplotlib.figure import Figure
+
+    return Figure(figsize=(width, height), dpi=100, layout="constrained")
+
+
+def _save(figure: Figure, path: str | os.PathLike[str], fmt: str, force: bool) -> None:
+    # No dates or version stamps: the same data gives the same file.
+    metadata: dict[str, Any] = {"Date": None} if fmt == "svg" else {"Software": None}
+    with atomic_write(path, force=force, binary=True) as stream:
+        figure.savefig(stream, format=fmt, metadata=metadata)
+
+
+def _bytes_axis(axes: Axes) -> None:
+    from matplotlib.ticker import EngFormatter
+
+    axes.yaxis.set_major_formatter(EngFormatter(unit="B", places=1))
+    axes.grid(axis="y", alpha=0.3)
+    axes.set_axisbelow(True)
+
+
+def _budget_line(axes: Axes, budget: float, label: str) -> None:
+    axes.axhline(budget, color=_BUDGET_COLOUR, linestyle="--", linewidth=1.2, label=label)
+
+
+def _width_for(count: int) -> float:
+    return float(min(40.0, max(10.0, 5.0 + 0.3 * count)))
+
+
+# ---------------------------------------------------------------------------
+# Per-layer memory
+
+
+def plot_layers(breakdown: Breakdown, path: str | os.PathLike[str], *, budget_bytes: int, force: bool) -> None:
+    """Per-layer memory: components summed over tiles (top), worst tile vs budget (bottom)."""
+    fmt = _image_format(path, force)
+    with _plot_style():
+        names = [layer.layer for layer in breakdown.layers]
+        figure = _new_figure(_width_for(len(names)), 8.0)
+        top, bottom = figure.subplots(2, 1, sharex=True)
+        _draw_layer_components(top, breakdown, budget_bytes)
+        _draw_layer_worst(bottom, breakdown, budget_bytes)
+        bottom.set_xticks(range(len(names)), names, rotation=90, fontsize=8)
+        bottom.set_xlabel("Layer (program order)")
+        _save(figure, path, fmt, force)
+
+
+def _draw_layer_components(axes: Axes, breakdown: Breakdown, budget_bytes: int) -> None:
+    x = np.arange(len(breakdown.layers))
+    base = np.zeros(len(x))
+    for component in COMPONENTS:
+        heights = np.array([getattr(layer.memory, component) for layer in breakdown.layers], dtype=float)
+        axes.bar(x, heights, bottom=base, color=COMPONENT_COLOURS[component], label=COMPONENT_TITLES[component])
+        base += heights
+    capacity = budget_bytes * breakdown.tiles
+    label = f"IPU capacity {_engineering(capacity)}\n({breakdown.tiles:,} tiles x budget)"
+    # Single layers are usually a small part of an IPU: a capacity line far
+    # above the bars would squash them, so it is then only named in the legend.
+    if capacity <= 1.5 * max(base.max(initial=0.0), 1.0):
+        _budget_line(axes, capacity, label)
+    else:
+        axes.plot([], [], color=_BUDGET_COLOUR, linestyle="--", label=label + ",\nabove the scale")
+    axes.set_ylabel("Bytes, summed over tiles")
+    axes.set_title("Memory per layer by component (each layer alone, summed over tiles)")
+    _bytes_axis(axes)
+    axes.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
+
+
+def _engineering(value: float) -> str:
+    from matplotlib.ticker import EngFormatter
+
+    return str(EngFormatter(unit="B", places=1).format_data(value))
+
+
+def _draw_layer_worst(axes: Axes, breakdown: Breakdown, budget_bytes: int) -> None:
+    worst = [layer.worst_tile_bytes for layer in breakdown.layers]
+    colours = [_OVER_COLOUR if value > budget_bytes else _FIT_COLOUR for value in worst]
+    axes.bar(np.arange(len(worst)), worst, color=colours)
+    _budget_line(axes, budget_bytes, "Budget per tile")
+    axes.set_ylabel("Bytes on the layer's worst tile")
+    axes.set_title("Worst tile per layer (red: over the per-tile budget on its own)")
+    _bytes_axis(axes)
+    axes.set_ylim(0, 1.1 * max(budget_bytes, max(worst, default=0)))
+    axes.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
+
+
+# ---------------------------------------------------------------------------
+# A split
+
+
+def plot_split(
+    split: SplitResult,
+    path: str | os.PathLike[str],
+    *,
+    force: bool,
+    budget_bytes: int | None = None,
+) -> None:
+    """Each IPU's worst tile (stash included) with the budget line and the headroom left.
+
+    ``budget_bytes`` defaults to the per-tile budget the split was solved against.
+    """
+    fmt = _image_format(path, force)
+    budget = split.budget_bytes if budget_bytes is None else budget_bytes
+    with _plot_style():
+        figure = _new_figure(_width_for(2 * len(split.stages)), 5.0)
+        axes = figure.subplots()
+        _draw_stages(axes, split, budget)
+        axes.set_title(f"Split over {split.num_ipus_used} IPU(s): {split.solver}, {split.status}, {split.mode}")
+        _save(figure, path, fmt, force)
+
+
+def _stage_label(stage: StageResult) -> str:
+    if not stage.layers:
+        return f"IPU {stage.ipu}\n(empty)"
+    span = stage.first_layer if len(stage.layers) == 1 else f"{stage.first_layer} .. {stage.last_layer}"
+    return f"IPU {stage.ipu}\n{span}"
+
+
+def _draw_stages(axes: Axes, split: SplitResult, budget: int) -> None:
+    x = np.arange(len(split.stages))
+    worst = np.array([stage.worst_tile_bytes for stage in split.stages], dtype=float)
+    headroom = np.clip(budget - worst, 0, None)
+    colours = [_OVER_COLOUR if value > budget else _FIT_COLOUR for value in worst]
+    axes.bar(x, worst, width=0.6, color=colours, label="Worst tile (incl. stash)")
+    axes.bar(x, headroom, width=0.6, bottom=worst, color=_HEADROOM_COLOUR, label="Headroom")
+    _budget_line(axes, budget, "Budget per tile")
+    for xi, value in zip(x, worst):
+        note = f"{_kb(budget - value)} free" if value <= budget else f"{_kb(value - budget)} over"
+        axes.annotate(
+            note, (xi, max(value, budget)), textcoords="offset points", xytext=(0, 3), ha="center", fontsize=8
+        )
+    axes.set_xticks(x, [_stage_label(stage) for stage in split.stages], fontsize=8)
+    axes.set_ylabel("Bytes on the IPU's worst tile")
+    _bytes_axis(axes)
+    axes.set_ylim(0, 1.12 * max(budget, worst.max(initial=0.0)))  # room for the notes above the bars
+    axes.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
+
+
+def _kb(value: float) -> str:
+    return f"{value / 1000:,.1f} kB"
+
+
+# ---------------------------------------------------------------------------
+# One IPU over its tiles
+
+
+def plot_tile_profile(
+    stage_memory: StageMemory,
+    path: str | os.PathLike[str],
+    *,
+    force: bool,
+    budget_bytes: int | None = None,
+    title: str = "Memory per tile",
+) -> None:
+    """Components stacked over tile index for one IPU, the budget line and the worst tile marked."""
+    fmt = _image_format(path, force)
+    with _plot_style():
+        figure = _new_figure(12.0, 5.0)
+        axes = figure.subplots()
+        _draw_tiles(axes, stage_memory, budget_bytes)
+        axes.set_title(title)
+        _save(figure, path, fmt, force)
+
+
+def _draw_tiles(axes: Axes, memory: StageMemory, budget_bytes: int | None) -> None:
+    tiles = np.arange(memory.tiles)
+    rows: Sequence[np.ndarray] = [np.asarray(memory.per_tile[i], dtype=float) for i in range(len(COMPONENTS))]
+    axes.stackplot(
+        tiles,
+        *rows,
+        labels=[COMPONENT_TITLES[c] for c in COMPONENTS],
+        colors=[COMPONENT_COLOURS[c] for c in COMPONENTS],
+        step="mid",
+        linewidth=0,
+    )
+    if budget_bytes is not None:
+        _budget_line(axes, budget_bytes, "Budget per tile")
+    if memory.tiles:
+        worst = memory.worst_tile
+        axes.axvline(
+            worst, color="black", linewidth=0.8, linestyle=":", label=f"Worst tile {worst}: {memory.worst_bytes:,} B"
+        )
+        axes.set_xlim(-0.5, memory.tiles - 0.5)
+    top = float(memory.total_per_tile.max(initial=0))
+    axes.set_ylim(0, 1.08 * max(top, budget_bytes or 0, 1))
+    axes.set_xlabel("Tile")
+    axes.set_ylabel("Bytes")
+    _bytes_axis(axes)
+    axes.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)

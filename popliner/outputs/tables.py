@@ -1,0 +1,220 @@
+"""CSV and TSV review tables: operations, layers, memory totals, layer matrices.
+
+Each table is first built as a :class:`~popliner.outputs.formula.Grid`, the
+same grid the XLSX workbook uses, then written row by row:
+
+* CSV (``fmt="csv"``) holds plain values: every derived cell evaluated;
+* TSV (``fmt="tsv"``) holds the formulas (``=SUM(D2:D9)``,
+  ``=ROUND(H2/1000000,1)``) wherever a value is derived, for pasting into a
+  spreadsheet. Evaluated, the TSV equals the CSV cell for cell.
+
+Text cells that a spreadsheet program could take for a formula (a leading
+``=``, ``+``, ``-``, ``@``, tab or carriage return) get a leading ``'`` so
+that opening a table never runs an operation name as a formula. Quoting
+otherwise follows the csv module's ``excel`` / ``excel-tab`` dialects.
+
+The writers take an open text stream; the caller opens it, normally with
+:func:`open_table` (atomic write, ``newline=""`` as the csv module wants).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import os
+from collections.abc import Sequence
+from typing import IO, Literal, TextIO
+
+from popliner.errors import UsageProblem
+from popliner.fileio import atomic_write
+from popliner.memory.types import COMPONENT_TITLES, COMPONENTS
+from popliner.outputs.formula import Arith, Cell, CellRef, Grid, RangeRef, Ref, Sum, Value, mb, sum_range
+from popliner.outputs.rows import Breakdown, LayerMatrix, LayerRow, OperationRow, TotalsRow
+
+__all__ = [
+    "BYTES_FORMAT",
+    "COMPONENT_HEADERS",
+    "COUNT_FORMAT",
+    "FORMULA_TRIGGERS",
+    "MB_FORMAT",
+    "TableFormat",
+    "escape_text",
+    "layers_grid",
+    "matrix_grid",
+    "open_table",
+    "operations_grid",
+    "totals_grid",
+    "write_grid",
+    "write_layers",
+    "write_matrix",
+    "write_operations",
+    "write_totals",
+]
+
+TableFormat = Literal["csv", "tsv"]
+
+#: Number formats the XLSX writer applies (bytes with thousands separators, MB with one decimal).
+BYTES_FORMAT = "#,##0"
+MB_FORMAT = "0.0"
+COUNT_FORMAT = "0"
+
+#: Leading characters that make a spreadsheet program read text as a formula.
+FORMULA_TRIGGERS = ("=", "+", "-", "@", "\t", "\r")
+
+#: Column titles of the five components, in report order.
+COMPONENT_HEADERS: tuple[str, ...] = tuple(f"{COMPONENT_TITLES[c]} (bytes)" for c in COMPONENTS)
+
+
+def escape_text(text: str) -> str:
+    """Prefix ``'`` to text a spreadsheet would otherwise evaluate (CSV injection)."""
+    return "'" + text if text.startswith(FORMULA_TRIGGERS) else text
+
+
+def _dialect(fmt: str) -> type[csv.Dialect]:
+    if fmt == "csv":
+        return csv.excel
+    if fmt == "tsv":
+        return csv.excel_tab
+    raise UsageProblem(f"unknown table format {fmt!r}; use csv or tsv")
+
+
+# ---------------------------------------------------------------------------
+# Grids
+
+
+def operations_grid(breakdown: Breakdown, name: str = "Operations") -> Grid:
+    """One row per operation (in the breakdown's order), a row total and a column-total row.
+
+    Columns: Layer, Note, Operation, the five components (D-H), Total (I).
+    """
+    grid = Grid(name, column_formats={c: BYTES_FORMAT for c in range(4, 10)})
+    grid.append(["Layer", "Note", "Operation", *COMPONENT_HEADERS, "Total (bytes)"], style="header")
+    for op in breakdown.operations:
+        _append_operation(grid, op)
+    last = grid.n_rows
+    grid.append(["Total", None, None, *(sum_range(col, 2, last) for col in range(4, 10))], style="total")
+    return grid
+
+
+def _append_operation(grid: Grid, op: OperationRow) -> int:
+    row = grid.n_rows + 1
+    return grid.append(
+        [op.layer, op.note, op.name, *op.memory.as_tuple(), _row_sum(row, 4, 8)],
+    )
+
+
+def _row_sum(row: int, first_col: int, last_col: int) -> Cell:
+    return Sum((RangeRef(CellRef(row, first_col), CellRef(row, last_col)),))
+
+
+def layers_grid(breakdown: Breakdown, name: str = "Layers") -> Grid:
+    """One row per layer: operations, components (C-G), Total (H), Total MB (I), worst tile, cycles.
+
+    The total row sums every additive column; the worst-tile columns are left
+    blank there because adding worst tiles of different layers is no figure of
+    any single tile.
+    """
+    formats = {2: COUNT_FORMAT, **{c: BYTES_FORMAT for c in range(3, 9)}, 9: MB_FORMAT}
+    formats.update({10: COUNT_FORMAT, 11: BYTES_FORMAT, 12: BYTES_FORMAT})
+    grid = Grid(name, column_formats=formats)
+    header = ["Layer", "Operations", *COMPONENT_HEADERS, "Total (bytes)", "Total (MB)"]
+    grid.append([*header, "Worst tile", "Worst-tile bytes", "Cycles"], style="header")
+    for layer in breakdown.layers:
+        _append_layer(grid, layer)
+    last = grid.n_rows
+    row = last + 1
+    sums = [sum_range(col, 2, last) for col in range(2, 9)]
+    grid.append(["Total", *sums, mb(CellRef(row, 8)), None, None, sum_range(12, 2, last)], style="total")
+    return grid
+
+
+def _append_layer(grid: Grid, layer: LayerRow) -> int:
+    row = grid.n_rows + 1
+    cells: list[Cell] = [layer.layer, layer.num_operations, *layer.memory.as_tuple()]
+    cells += [_row_sum(row, 3, 7), mb(CellRef(row, 8)), layer.worst_tile, layer.worst_tile_bytes, layer.cycles]
+    return grid.append(cells)
+
+
+def totals_grid(totals: Sequence[TotalsRow], name: str = "Totals") -> Grid:
+    """Category, model figure, ground truth (blank when absent), difference = model - ground truth."""
+    grid = Grid(name, column_formats={c: BYTES_FORMAT for c in range(2, 5)})
+    grid.append(["Category", "Model (bytes)", "Ground truth (bytes)", "Difference (bytes)"], style="header")
+    for total in totals:
+        row = grid.n_rows + 1
+        difference: Cell = None
+        if total.ground_truth is not None:
+            difference = Arith(Ref(CellRef(row, 2)), "-", Ref(CellRef(row, 3)))
+        grid.append([total.category, total.model, total.ground_truth, difference])
+    return grid
+
+
+def matrix_grid(matrix: LayerMatrix, name: str | None = None) -> Grid:
+    """The square matrix with the title in A1, a Total column and a Total row."""
+    size = len(matrix.layers)
+    if matrix.values.shape != (size, size):
+        raise ValueError(f"{matrix.title}: values shape {matrix.values.shape} does not match {size} layers")
+    grid = Grid(name or matrix.title, column_formats={c: BYTES_FORMAT for c in range(2, size + 3)})
+    grid.append([matrix.title, *matrix.layers, "Total"], style="header")
+    for i, layer in enumerate(matrix.layers):
+        row = grid.n_rows + 1
+        values = [int(v) for v in matrix.values[i]]
+        grid.append([layer, *values, _row_sum(row, 2, size + 1)])
+    last = grid.n_rows
+    grid.append(["Total", *(sum_range(col, 2, last) for col in range(2, size + 3))], style="total")
+    return grid
+
+
+# ---------------------------------------------------------------------------
+# Writing
+
+
+def _plain(value: Value) -> str | int | float:
+    """A value as the csv module should write it."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "TRUE" if value else "FALSE"
+    if isinstance(value, str):
+        return escape_text(value)
+    return value
+
+
+def write_grid(grid: Grid, stream: TextIO | IO[str], fmt: TableFormat) -> None:
+    """Write ``grid`` as CSV (values) or TSV (formulas); rows padded to the widest."""
+    writer = csv.writer(stream, dialect=_dialect(fmt))
+    width = grid.n_cols
+    for row in range(1, grid.n_rows + 1):
+        cells: list[str | int | float] = []
+        for col in range(1, width + 1):
+            formula = grid.formula_text(row, col) if fmt == "tsv" else None
+            cells.append(formula if formula is not None else _plain(grid.value(row, col)))
+        writer.writerow(cells)
+
+
+def write_operations(breakdown: Breakdown, stream: TextIO | IO[str], fmt: TableFormat = "csv") -> None:
+    """The operation breakdown: one row per operation, then the column totals."""
+    _dialect(fmt)
+    write_grid(operations_grid(breakdown), stream, fmt)
+
+
+def write_layers(breakdown: Breakdown, stream: TextIO | IO[str], fmt: TableFormat = "csv") -> None:
+    """The layer breakdown: one row per layer, then the column totals."""
+    _dialect(fmt)
+    write_grid(layers_grid(breakdown), stream, fmt)
+
+
+def write_totals(breakdown: Breakdown, stream: TextIO | IO[str], fmt: TableFormat = "csv") -> None:
+    """The memory totals: model figure against the profile's ground truth."""
+    _dialect(fmt)
+    write_grid(totals_grid(breakdown.totals), stream, fmt)
+
+
+def write_matrix(matrix: LayerMatrix, stream: TextIO | IO[str], fmt: TableFormat = "csv") -> None:
+    """A layer x layer matrix (affinity or interlayer traffic) with row and column totals."""
+    _dialect(fmt)
+    write_grid(matrix_grid(matrix), stream, fmt)
+
+
+def open_table(path: str | os.PathLike[str], *, force: bool) -> contextlib.AbstractContextManager[IO[str]]:
+    """An atomic text stream for one table, with the ``newline=""`` the csv module needs."""
+    return atomic_write(path, force=force, newline="")
