@@ -39,6 +39,7 @@ log = logging.getLogger(__name__)
 #: corrupt number would otherwise make every per-tile array absurdly large.
 MAX_TILES = 1 << 16
 _GZIP_MAGIC = b"\x1f\x8b"
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 
 def read_profile_bytes(path: str | os.PathLike[str]) -> bytes:
@@ -76,6 +77,9 @@ def _decompress(raw: bytes, path: str) -> bytes:
 
 
 def _parse_json(text: bytes, path: str) -> Any:
+    # isspace() stops at the first other byte; strip() would copy a big file.
+    if not text or text.isspace():
+        raise ProfileFormatError(path, "", "empty file; a profile is one JSON object")
     try:
         import orjson
     except ImportError:  # pragma: no cover - orjson is optional
@@ -94,11 +98,23 @@ def _parse_json(text: bytes, path: str) -> Any:
     except UnicodeDecodeError as exc:
         raise ProfileFormatError(path, f"byte {exc.start}", "not UTF-8 text; a profile is UTF-8 JSON") from None
     try:
-        return json.loads(decoded)
+        return json.loads(decoded, parse_constant=_refuse_constant)
     except json.JSONDecodeError as exc:
         raise ProfileFormatError(path, f"line {exc.lineno} column {exc.colno}", f"not valid JSON: {exc.msg}") from None
+    except ValueError as exc:
+        # NaN/Infinity (refused below) or an integer literal beyond Python's digit limit.
+        raise ProfileFormatError(path, "", f"not valid JSON: {exc}") from None
     except RecursionError:
         raise ProfileFormatError(path, "", "JSON nested too deeply") from None
+
+
+def _refuse_constant(name: str) -> Any:
+    # json.loads accepts NaN and Infinity, which are not JSON; orjson refuses them too.
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _is_int64(value: Any) -> bool:
+    return type(value) is int and _INT64_MIN <= value <= _INT64_MAX
 
 
 def _kind(value: Any) -> str:
@@ -148,11 +164,16 @@ class _Builder:
 
     def build(self) -> Profile:
         doc = self.check(self.doc, "", (dict,), "a JSON object at the top level")
-        fmt = doc.get("format")
+        if "format" not in doc:
+            self.fail("", 'missing required key "format"; is this a popliner profile?')
+        fmt = doc["format"]
         if fmt != "popliner-profile":
             self.fail("format", f'expected "popliner-profile", got {json.dumps(fmt)}; is this a popliner profile?')
-        version = doc.get("version")
-        if version != 1:
+        if "version" not in doc:
+            self.fail("", 'missing required key "version"')
+        version = doc["version"]
+        # true == 1 and 1.0 == 1 in Python; only the JSON integer 1 is version 1.
+        if type(version) is not int or version != 1:
             self.fail("version", f"unsupported version {json.dumps(version)}; this popliner reads version 1")
         self.target = self.build_target(self.need(doc, "target", "", (dict,), "an object"))
         self.tiles = self.target.tiles_per_ipu
@@ -167,9 +188,10 @@ class _Builder:
         controls = self.program_refs(self.need(doc, "controlPrograms", "", (list,), "a list"), "controlPrograms")
         steps = self.program_refs(steps_raw, "steps")
         tile_memory = self.build_tile_memory(doc.get("tileMemory"))
-        source = doc.get("source") or {}
-        if not isinstance(source, dict):
-            self.fail("source", f"expected an object, got {_kind(source)}")
+        source = doc.get("source")
+        if source is None:
+            source = {}
+        self.check(source, "source", (dict,), "an object")
         return Profile(
             path=self.path,
             sha256=self.sha256,
@@ -191,8 +213,10 @@ class _Builder:
         tiles = self.int_at(self.need(t, "tilesPerIpu", "target", (int,), "an integer"), "target.tilesPerIpu", 1)
         if tiles > MAX_TILES:
             self.fail("target.tilesPerIpu", f"{tiles} tiles per IPU is beyond any IPU (limit {MAX_TILES})")
-        num_tiles = self.int_at(self.need(t, "numTiles", "target", (int,), "an integer"), "target.numTiles", 1)
-        num_ipus = self.int_at(self.need(t, "numIpus", "target", (int,), "an integer"), "target.numIpus", 1)
+        num_tiles = self.int_at(self.need(t, "numTiles", "target", (int,), "an integer"), "target.numTiles", 1,
+                                MAX_VALUE)
+        num_ipus = self.int_at(self.need(t, "numIpus", "target", (int,), "an integer"), "target.numIpus", 1,
+                               MAX_VALUE)
         bpt = self.int_at(self.need(t, "bytesPerTile", "target", (int,), "an integer"), "target.bytesPerTile", 1,
                           MAX_VALUE)
         clock = self.need(t, "clockFrequency", "target", (int, float), "a number")
@@ -289,10 +313,19 @@ class _Builder:
         except (TypeError, ValueError, OverflowError):
             ok = False
         if not ok:
-            k = next((j for j, p in enumerate(flat) if not _is_int_pair(p)), 0)
+            k = next((j for j, p in enumerate(flat) if not _is_int_pair(p)), -1)
+            if k < 0:
+                # Integer pairs that failed to convert: a bound beyond int64, far outside any step.
+                k = next(j for j, p in enumerate(flat) if not all(map(_is_int64, p)))
+                self.fail(self._class_place(ptr, k),
+                          f"interval [{flat[k][0]}, {flat[k][1]}) is outside the steps [0, {self.num_steps})")
             self.fail(self._class_place(ptr, k), "expected an interval [start, end] of two integers")
         start, end = arr[:, 0], arr[:, 1]
-        bad = np.flatnonzero((start < 0) | (end > self.num_steps) | (end < start))
+        reversed_ = np.flatnonzero(end < start)
+        if reversed_.size:
+            k = int(reversed_[0])
+            self.fail(self._class_place(ptr, k), f"interval [{start[k]}, {end[k]}) ends before it starts")
+        bad = np.flatnonzero((start < 0) | (end > self.num_steps))
         if bad.size:
             k = int(bad[0])
             self.fail(
@@ -350,6 +383,9 @@ class _Builder:
         except AttributeError:
             k = next(i for i, s in enumerate(names) if not isinstance(s, str))
             self.fail(f"variables.name[{k}]", f"expected a string, got {_kind(names[k])}")
+        except UnicodeEncodeError:
+            k = next(i for i, s in enumerate(names) if not _encodable(s))
+            self.fail(f"variables.name[{k}]", "not valid Unicode (a lone surrogate escape)")
         ptr = np.zeros(n + 1, np.int64)
         np.cumsum([len(b) for b in encoded], out=ptr[1:])
         return np.frombuffer(b"".join(encoded), dtype=np.uint8).copy(), ptr
@@ -358,7 +394,9 @@ class _Builder:
         try:
             arr = np.asarray(col, dtype=np.int64)
         except (TypeError, ValueError, OverflowError):
-            k = next((i for i, x in enumerate(col) if type(x) is not int or not -(2**63) <= x < 2**63), 0)
+            k = next((i for i, x in enumerate(col) if not _is_int64(x)), 0)
+            if k < len(col) and type(col[k]) is int:
+                self.fail(f"{where}[{k}]", f"{col[k]} does not fit in a 64-bit integer")
             self.fail(f"{where}[{k}]", f"expected an integer, got {_kind(col[k]) if k < len(col) else 'nothing'}")
         if arr.ndim != 1:
             self.fail(where, "expected a flat list of integers")
@@ -413,7 +451,9 @@ class _Builder:
             types[i] = code
             name = p.get("name", "")
             names.append(self.check(name, f"{where}.name", (str,), "a string"))
-            children = p.get("children") or []
+            children = p.get("children")
+            if children is None:
+                children = []
             self.check(children, f"{where}.children", (list,), "a list of program ids")
             child_ids.append(children)
             ctx = p.get("debugContext")
@@ -432,7 +472,7 @@ class _Builder:
             has_cycles = has_cycles or "cycles" in p
             self._program_vertices(p.get("vertices"), where, num_types, verts)
             pvars = p.get("vars")
-            if pvars:
+            if pvars is not None:
                 self.check(pvars, f"{where}.vars", (list,), "a list of variable ids")
                 var_ids.append(pvars)
                 var_lens[i] = len(pvars)
@@ -501,8 +541,10 @@ class _Builder:
         except (TypeError, ValueError, OverflowError):
             ok = False
         if not ok:
-            k = next(i for i, x in enumerate(flat) if type(x) is not int)
+            k = next(i for i, x in enumerate(flat) if not _is_int64(x))
             p, j = self._var_place(var_ptr, k)
+            if type(flat[k]) is int:  # beyond int64, so no variable can have it
+                self.fail(f"programs[{p}].vars[{j}]", f"no variable has id {flat[k]}")
             self.fail(f"programs[{p}].vars[{j}]", f"expected a variable id, got {_kind(flat[k])}")
         pos = np.searchsorted(self.var_sorted_ids, arr)
         pos_clip = np.minimum(pos, max(len(self.var_sorted_ids) - 1, 0))
@@ -549,6 +591,14 @@ class _Builder:
             b.end_row()
             out[key] = b.build().dense(0, self.tiles)
         return out
+
+
+def _encodable(s: str) -> bool:
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _is_int_pair(p: Any) -> bool:

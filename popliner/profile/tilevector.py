@@ -55,7 +55,13 @@ def _int_array(raw: Any, where: str, fail: Raise, width: int | None = None) -> n
     """A list (or list of fixed-width lists) of non-negative ints as int64."""
     try:
         arr = np.asarray(raw, dtype=np.int64)
-    except (TypeError, ValueError, OverflowError):
+    except OverflowError:
+        # An integer beyond int64 (named like the MAX_VALUE check below) or a huge float.
+        huge = _first_huge(raw)
+        if huge is None:
+            raise fail(where, "expected integers, found a non-integer value") from None
+        raise fail(where, f"value {huge} is implausibly large (limit {MAX_VALUE})") from None
+    except (TypeError, ValueError):
         raise fail(where, "expected non-negative integers" + (f" in [{width}]-lists" if width else "")) from None
     if width is not None and raw and (arr.ndim != 2 or arr.shape[1] != width):
         raise fail(where, f"expected a list of {width}-element integer lists")
@@ -69,6 +75,15 @@ def _int_array(raw: Any, where: str, fail: Raise, width: int | None = None) -> n
     if arr.size and int(arr.max()) > MAX_VALUE:
         raise fail(where, f"value {int(arr.max())} is implausibly large (limit {MAX_VALUE})")
     return arr
+
+
+def _first_huge(raw: list[Any]) -> int | None:
+    """The first integer beyond int64 in a list or a list of lists (None: a float overflowed)."""
+    for item in raw:
+        for v in item if isinstance(item, list) else (item,):
+            if type(v) is int and not -(2**63) <= v < 2**63:
+                return v
+    return None
 
 
 def _all_ints(raw: Any, width: int | None) -> bool:
@@ -109,8 +124,9 @@ def _explicit_runs(raw: Any, tiles: int, where: str, fail: Raise) -> tuple[np.nd
     first, stop, value = first[order], stop[order], value[order]
     overlap = np.flatnonzero(first[1:] < stop[:-1])
     if overlap.size:
-        i = int(order[overlap[0] + 1])
-        raise fail(f"{where}[{i}]", "runs overlap")
+        k = int(overlap[0])
+        i, j = int(order[k + 1]), int(order[k])
+        raise fail(f"{where}[{i}]", f"run [{first[k + 1]}, {stop[k + 1]}) overlaps [{first[k]}, {stop[k]}) (runs[{j}])")
     keep = value != 0
     return first[keep].astype(np.int32), stop[keep].astype(np.int32), value[keep]
 
