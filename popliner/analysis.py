@@ -38,6 +38,8 @@ log = logging.getLogger(__name__)
 #: Operation names that belong to the backward pass or the weight update.
 DEFAULT_BACKWARD_REGEX = r"(?i)grad|backward|varupdate|sgd|adam|lamb|optimi[sz]er"
 Mode = Literal["auto", "inference", "training"]
+#: Files at least this big get a "reading" progress line before the long parse.
+_ANNOUNCE_BYTES = 16 << 20
 
 
 @dataclass(frozen=True)
@@ -221,7 +223,8 @@ def load_analysis(path: str, options: AnalysisOptions = AnalysisOptions(), *, us
             analysis = analyse_profile(hit[0], options, ops=hit[1])
             analysis.from_cache = True
             return analysis
-    log.info("reading %s (%.1f MB)", path, len(raw) / 1e6)
+    if len(raw) > _ANNOUNCE_BYTES:
+        log.info("reading %s (%.1f MB)", path, len(raw) / 1e6)
     profile = parse_profile_bytes(raw, str(path), sha256=sha)
     del raw
     ops = derive_operations(profile, options.op_layers)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import io
 import json
 import logging
 import os
@@ -39,6 +40,7 @@ log = logging.getLogger(__name__)
 #: corrupt number would otherwise make every per-tile array absurdly large.
 MAX_TILES = 1 << 16
 _GZIP_MAGIC = b"\x1f\x8b"
+_DEFAULT_MAX_BYTES = 8 << 30
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 
@@ -67,13 +69,37 @@ def parse_profile_bytes(raw: bytes, path: str, sha256: str | None = None) -> Pro
     return _Builder(doc, path, digest).build()
 
 
-def _decompress(raw: bytes, path: str) -> bytes:
-    if not (path.endswith(".gz") or raw[:2] == _GZIP_MAGIC):
-        return raw
+def max_profile_bytes() -> int:
+    """Largest decompressed profile accepted (``$POPLINER_MAX_PROFILE_BYTES``, default 8 GiB)."""
     try:
-        return gzip.decompress(raw)
+        return int(os.environ.get("POPLINER_MAX_PROFILE_BYTES", "")) or _DEFAULT_MAX_BYTES
+    except ValueError:
+        return _DEFAULT_MAX_BYTES
+
+
+def _decompress(raw: bytes, path: str) -> bytes:
+    limit = max_profile_bytes()
+    if not (path.endswith(".gz") or raw[:2] == _GZIP_MAGIC):
+        if len(raw) > limit:
+            raise ProfileFormatError(path, "", _too_big(limit))
+        return raw
+    # Decompress in pieces so that a gzip bomb is refused, not an out-of-memory kill.
+    out = bytearray()
+    try:
+        with gzip.GzipFile(fileobj=io.BytesIO(raw)) as stream:
+            while chunk := stream.read(1 << 24):
+                out += chunk
+                if len(out) > limit:
+                    raise ProfileFormatError(path, "", _too_big(limit))
     except (OSError, EOFError, zlib.error) as exc:
-        raise ProfileFormatError(path, "", f"corrupt gzip stream ({exc}); re-export or re-copy the file") from None
+        reason = str(exc).split(" 0x")[0]  # drop checksum values: same message for the same fault
+        raise ProfileFormatError(path, "", f"corrupt gzip stream ({reason}); re-export or re-copy the file") from None
+    return bytes(out)
+
+
+def _too_big(limit: int) -> str:
+    return (f"decompressed profile is larger than {limit:,} bytes; if it is genuine, raise "
+            "POPLINER_MAX_PROFILE_BYTES")
 
 
 def _parse_json(text: bytes, path: str) -> Any:
