@@ -1,0 +1,90 @@
+"""``popliner synth``: write a synthetic format-v1 profile."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Any
+
+import click
+
+from popliner.errors import UsageProblem
+from popliner.synth import PRESETS, SynthSpec, preset_names, preset_spec, write_profile
+from popliner.synth.spec import KINDS, MODES, OPTIMIZERS
+
+__all__ = ["command"]
+
+log = logging.getLogger("popliner.synth")
+
+#: CLI option -> SynthSpec field, for the options that override a preset.
+_OVERRIDES = {
+    "layers": "layers", "hidden": "hidden", "seq": "seq", "batch": "batch", "vocab": "vocab", "tiles": "tiles",
+    "bytes_per_tile": "bytes_per_tile", "clock": "clock_hz", "seed": "seed", "scale": "scale",
+    "optimizer": "optimizer",
+}
+
+
+@click.command("synth", context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("-p", "--preset", type=click.Choice(preset_names()), default=None,
+              help="Start from a named model (default: a small custom encoder; see --list-presets).")
+@click.option("-m", "--mode", type=click.Choice(MODES), default="inference", show_default=True)
+@click.option("--kind", type=click.Choice(KINDS), default=None, help="Model family, when no --preset is given.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, allow_dash=True), default=None,
+              help="Profile to write; .gz compresses; '-' writes to stdout.")
+@click.option("--scale", type=float, default=None,
+              help="Granularity: 0.5 roughly halves variables and steps (not the model).")
+@click.option("--seed", type=int, default=None, help="Random seed (default 0).")
+@click.option("--layers", type=int, default=None, help="Encoder/decoder layers, or CNN blocks.")
+@click.option("--hidden", type=int, default=None, help="Model width (CNN: stem channels).")
+@click.option("--seq", type=int, default=None, help="Sequence length (CNN: image side).")
+@click.option("--batch", type=int, default=None, help="Micro-batch size.")
+@click.option("--vocab", type=int, default=None, help="Vocabulary (CNN: classes).")
+@click.option("--tiles", type=int, default=None, help="Tiles per IPU (Mk2: 1472).")
+@click.option("--bytes-per-tile", type=int, default=None, help="Tile memory (Mk2: 638976).")
+@click.option("--clock", type=float, default=None, help="Clock frequency in Hz (default 1.33e9).")
+@click.option("--optimizer", type=click.Choice(OPTIMIZERS), default=None, help="Training optimizer.")
+@click.option("--gzip/--no-gzip", "gzip_out", default=None, help="Compress (default: when the name ends .gz).")
+@click.option("--no-var-names", is_flag=True, help="Leave out variable names (smaller, faster files).")
+@click.option("-f", "--force", is_flag=True, help="Overwrite an existing output file.")
+@click.option("--list-presets", is_flag=True, help="List the presets and exit.")
+def command(preset: str | None, mode: str, kind: str | None, output: str | None, gzip_out: bool | None,
+            no_var_names: bool, force: bool, list_presets: bool, **options: Any) -> None:
+    """Generate a deterministic synthetic profile (format v1) of a model on one IPU.
+
+    \b
+    popliner synth --preset bert-large --mode training -o big.json.gz
+    popliner synth --preset gpt2-small --layers 6 --tiles 256 -o gpt.json
+    popliner synth --kind cnn --layers 8 --hidden 32 --seq 64 -o cnn.json.gz
+    """
+    if list_presets:
+        _print_presets()
+        return
+    if output is None:
+        raise UsageProblem("give the output file with -o/--output ('-' for stdout)")
+    spec = _spec(preset, mode, kind, no_var_names, options)
+    log.info("generating %s %s (%d layers, %d tiles, scale %g, seed %d)", spec.model, spec.mode, spec.layers,
+             spec.tiles, spec.scale, spec.seed)
+    target: Any = sys.stdout.buffer if output == "-" else output
+    summary = write_profile(spec, target, force=force, compress=gzip_out)
+    log.info("wrote %s: %d operations, %d programs, %d steps, %d variables, %d liveness classes, %.1f MB in %.1f s",
+             output, summary.operations, summary.programs, summary.steps, summary.variables, summary.classes,
+             summary.bytes_written / 1e6, summary.seconds)
+
+
+def _spec(preset: str | None, mode: str, kind: str | None, no_var_names: bool, options: dict[str, Any]) -> SynthSpec:
+    changes = {_OVERRIDES[k]: v for k, v in options.items() if v is not None}
+    if no_var_names:
+        changes["var_names"] = False
+    if preset is None:
+        return SynthSpec(kind=kind or "encoder", mode=mode).replace(**changes)
+    if kind is not None and kind != PRESETS[preset]["kind"]:
+        raise UsageProblem(f"--kind {kind} contradicts --preset {preset} (kind {PRESETS[preset]['kind']}); drop one")
+    return preset_spec(preset, mode, **changes)
+
+
+def _print_presets() -> None:
+    keys = ("kind", "layers", "hidden", "seq", "batch", "vocab", "tiles")
+    click.echo("preset        " + " ".join(f"{k:>7}" for k in keys))
+    for name in preset_names():
+        spec = preset_spec(name)
+        click.echo(f"{name:<13} " + " ".join(f"{getattr(spec, k)!s:>7}" for k in keys))

@@ -1,0 +1,346 @@
+"""The logical model: tensors and operations, before lowering to programs.
+
+A model builder (:mod:`popliner.synth.models`) declares forward operations
+with :meth:`GraphBuilder.op`. For training, :meth:`GraphBuilder.backward`
+walks the forward operations in reverse and emits, for each, the gradient
+operations its :class:`GradRule` list describes. Forward tensors a gradient
+rule reads ("saved" tensors) become inputs of the backward operation, so
+their live range runs from the forward to the backward pass, as in a real
+training graph. Gradients that reach a tensor along several paths are summed
+by ``GradSum_<n>`` operations, whose names carry no layer (only their inputs
+do). Once a weight's gradient is complete, its optimizer operations follow.
+
+Operations declared with ``share=KEY`` become PopART-style outlined calls:
+the first one with a given key creates a shared body operation; every one
+becomes a ``Call`` operation whose program calls that body.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from popliner.synth.catalog import KERNELS
+
+__all__ = ["GradRule", "Graph", "GraphBuilder", "Op", "TKind", "Tensor"]
+
+
+class TKind(enum.IntEnum):
+    WEIGHT = 0  # trainable parameter: always live
+    STATE = 1  # optimizer state, running statistics: always live
+    INPUT = 2  # streamed from the host or initialised on the device
+    ACT = 3  # produced by one operation, read by later ones
+    GRAD = 4  # a gradient (an activation of the backward pass)
+    TEMP = 5  # scratch of one operation: live only while it runs
+
+
+ALWAYS_LIVE = (TKind.WEIGHT, TKind.STATE)
+GOLDEN = 0.6180339887498949
+
+
+@dataclass
+class Tensor:
+    index: int
+    name: str
+    nbytes: int
+    kind: TKind
+    start: int  # first tile of its span (the span wraps around the last tile)
+    count: int  # tiles in its span
+    producer: int = -1
+    consumers: list[int] = field(default_factory=list)
+    requires_grad: bool = False
+    temp_of: int = -1  # TEMP: the operation whose executions bound its liveness
+    group: str = ""
+
+
+@dataclass(frozen=True)
+class GradRule:
+    """One backward operation of a forward one.
+
+    ``wrt`` is the index of the forward input it produces the gradient of;
+    ``saved`` names forward tensors it reads (``"i0"`` = input 0, ``"o1"`` =
+    output 1); its name is the forward name plus ``suffix``.
+    """
+
+    suffix: str
+    op_type: str
+    kind: str
+    wrt: int
+    saved: tuple[str, ...] = ()
+    work: float = 1.0
+    share: bool = False
+    calls: int = 1  # > 1: serialised into this many calls of one body
+
+
+@dataclass
+class Op:
+    index: int
+    name: str  # opName of its debug context ('' for Tensor and Call contexts)
+    logical: str  # the name gradients and output tensors derive from
+    op_type: str
+    kind: str
+    phase: str  # setup, fwd, loss, bwd, upd
+    group: str  # layer prefix, e.g. bert/encoder/layer_3 (for Sync and sharing)
+    inputs: list[int]
+    outputs: list[int]
+    temps: list[int] = field(default_factory=list)
+    work: float = 0.0
+    start: int = 0
+    count: int = 1
+    tensor_id: str | None = None  # Tensor/<id> operations
+    instance_id: int | None = None  # Call operations
+    body: int = -1  # Call operations: the shared body operation
+    calls: int = 1  # Call operations: how many times the body is called in a row
+    is_body: bool = False
+    grads: tuple[GradRule, ...] = ()
+
+
+@dataclass
+class Graph:
+    tiles: int
+    tensors: list[Tensor]
+    ops: list[Op]
+    setup: list[int]  # operations of the setup program, in order
+    main: list[int]  # operations of the main program, in order (bodies excluded)
+
+
+class GraphBuilder:
+    """Collects tensors and operations; see the module docstring."""
+
+    #: A tensor occupies at least this many bytes per tile of its span.
+    GRAIN = 256
+
+    def __init__(self, tiles: int, rng: np.random.Generator, optimizer: str) -> None:
+        self.tiles = tiles
+        self.rng = rng
+        self.optimizer = optimizer
+        self.tensors: list[Tensor] = []
+        self.ops: list[Op] = []
+        self.setup: list[int] = []
+        self.main: list[int] = []
+        self.phase = "fwd"
+        self.bodies: dict[str, int] = {}
+        self.counter = 0  # suffix of generic names (Transpose_<n>, GradSum_<n>)
+        self.instances = 0  # Call instance ids
+
+    # -- tensors --------------------------------------------------------------
+
+    def span(self, nbytes: int) -> tuple[int, int]:
+        """Tiles for a tensor: as many as its size needs, from a seeded start.
+
+        Small tensors start on low tiles more often (Poplar maps them from
+        tile 0 upwards), which makes the first tiles a little hotter.
+        Tensors spanning every tile start at well spread positions.
+        """
+        count = int(min(self.tiles, max(1, -(-nbytes // self.GRAIN))))
+        if count >= self.tiles:
+            # Golden-ratio starts: whatever subset of its tiles a tensor uses
+            # (scale < 1 uses every k-th), consecutive tensors use different ones.
+            return int((len(self.tensors) * GOLDEN) % 1.0 * self.tiles), self.tiles
+        hi = self.tiles if count * 8 > self.tiles else max(1, self.tiles // 4)
+        return int(self.rng.integers(0, hi)), count
+
+    def tensor(self, name: str, nbytes: int, kind: TKind, group: str = "",
+               span: tuple[int, int] | None = None) -> int:
+        start, count = span if span is not None else self.span(nbytes)
+        t = Tensor(len(self.tensors), name, int(nbytes), kind, start, count, group=group)
+        t.requires_grad = kind == TKind.WEIGHT
+        self.tensors.append(t)
+        return t.index
+
+    def weight(self, name: str, nbytes: int, group: str) -> int:
+        return self.tensor(name, nbytes, TKind.WEIGHT, group)
+
+    def state(self, name: str, nbytes: int, group: str) -> int:
+        return self.tensor(name, nbytes, TKind.STATE, group)
+
+    def generic(self, stem: str) -> str:
+        """A name like ``Transpose_17``: no layer in it, only in its inputs."""
+        self.counter += 1
+        return f"{stem}_{self.counter}"
+
+    # -- setup operations -------------------------------------------------------
+
+    def stream_in(self, tensor_id: str, nbytes: int) -> int:
+        """A host-to-device stream: a ``Tensor/<id>`` operation and its tensor."""
+        t = self.tensor(tensor_id, nbytes, TKind.INPUT)
+        self._setup_op(tensor_id, "stream", [], [t], nbytes)
+        return t
+
+    def const(self, tensor_id: str, nbytes: int) -> int:
+        """A tensor initialised on the device (``Tensor/<id>``, a Fill)."""
+        t = self.tensor(tensor_id, nbytes, TKind.INPUT)
+        self._setup_op(tensor_id, "fill", [], [t], nbytes)
+        return t
+
+    def stream_out(self, t: int) -> None:
+        """An anchor: the tensor is copied back to the host at the end."""
+        op = self._new_op("", "", "HostStore", "stream", "", [t], [], self.tensors[t].nbytes)
+        op.tensor_id = self.tensors[t].name
+        self.main.append(op.index)
+
+    def _setup_op(self, tensor_id: str, kind: str, inputs: list[int], outputs: list[int], work: float) -> None:
+        op = self._new_op("", "", "Init" if kind == "fill" else "HostLoad", kind, "", inputs, outputs, work)
+        op.tensor_id = tensor_id
+        op.phase = "setup"
+        self.setup.append(op.index)
+
+    # -- operations -------------------------------------------------------------
+
+    def op(self, name: str, op_type: str, kind: str, group: str, inputs: Sequence[int],
+           outputs: Sequence[tuple[str, int]], work: float, *, grads: Sequence[GradRule] = (),
+           share: str | None = None, out_kind: TKind = TKind.ACT, calls: int = 1) -> list[int]:
+        """Declare an operation; returns the indices of its output tensors.
+
+        ``outputs`` are (suffix, bytes): the tensor is named ``name + suffix``.
+        ``calls`` > 1 serialises the operation (as PopART serialises a large
+        matmul): one body, called that many times, each doing a slice.
+        """
+        if calls > 1 and share is None:
+            share = f"{name}/serialised"
+        outs = [self.tensor(f"{name}{suffix}", nbytes, out_kind, group) for suffix, nbytes in outputs]
+        if share is None:
+            op = self._new_op(name, name, op_type, kind, group, list(inputs), outs, work)
+        else:
+            op = self._call_op(share, name, op_type, kind, group, list(inputs), outs, work, calls)
+        op.grads = tuple(grads)
+        needs = any(self.tensors[i].requires_grad for i in inputs)
+        for o in outs:
+            self.tensors[o].requires_grad = needs
+        self.main.append(op.index)
+        return outs
+
+    def _new_op(self, name: str, logical: str, op_type: str, kind: str, group: str, inputs: list[int],
+                outputs: list[int], work: float) -> Op:
+        op = Op(len(self.ops), name, logical, op_type, kind, self.phase, group, inputs, outputs, work=float(work))
+        self.ops.append(op)
+        for t in inputs:
+            self.tensors[t].consumers.append(op.index)
+        for t in outputs:
+            self.tensors[t].producer = op.index
+        op.start, op.count = self._op_span(inputs + outputs)
+        self._add_temp(op, KERNELS[kind].temp_factor if kind in KERNELS else 0.0, outputs or inputs)
+        return op
+
+    def _op_span(self, tensors: list[int]) -> tuple[int, int]:
+        if not tensors:
+            return 0, min(self.tiles, 4)
+        big = max(tensors, key=lambda t: self.tensors[t].nbytes)
+        return self.tensors[big].start, self.tensors[big].count
+
+    def _add_temp(self, op: Op, factor: float, basis: list[int], extra: int = 0) -> None:
+        nbytes = int(factor * max((self.tensors[t].nbytes for t in basis), default=0)) + extra
+        if nbytes > 0:
+            t = self.tensor(f"{op.logical or op.op_type}/tmp", nbytes, TKind.TEMP, op.group, (op.start, op.count))
+            self.tensors[t].temp_of = op.index
+            op.temps.append(t)
+
+    def _call_op(self, key: str, name: str, op_type: str, kind: str, group: str, inputs: list[int],
+                 outputs: list[int], work: float, calls: int) -> Op:
+        """A Call operation to the shared body ``key`` (created on first use)."""
+        body = self.bodies.get(key)
+        if body is None:
+            body = self._body_op(name, op_type, kind, group, inputs, outputs, work / calls, calls)
+            self.bodies[key] = body
+        self.instances += 1
+        op = self._new_op("", name, "Call", "call", group, inputs, outputs, work)
+        op.body = body
+        op.instance_id = self.instances
+        op.calls = calls
+        return op
+
+    def _body_op(self, name: str, op_type: str, kind: str, group: str, inputs: list[int], outputs: list[int],
+                 work: float, calls: int) -> int:
+        """The shared body; with ``calls`` > 1 one call computes 1/calls of the outputs."""
+        op = Op(len(self.ops), name, name, op_type, kind, self.phase, group, [], [], work=float(work),
+                is_body=True)
+        self.ops.append(op)
+        op.start, op.count = self._op_span(inputs + outputs)
+        # A forward or backward body works on its own copies of the caller's
+        # activations; weights and optimizer state are aliased, and optimizer
+        # bodies update everything in place, so those are never copied.
+        def copied(ts: list[int]) -> int:
+            return sum(self.tensors[t].nbytes for t in ts if self.tensors[t].kind not in ALWAYS_LIVE)
+
+        interface = 0 if self.phase == "upd" else copied(inputs) + copied(outputs) // calls
+        scratch = KERNELS[kind].temp_factor / calls
+        self._add_temp(op, scratch, outputs or inputs, interface)
+        return op.index
+
+    # -- training ---------------------------------------------------------------
+
+    def backward(self, loss: int, seed: int) -> None:
+        """Emit gradient and optimizer operations for everything declared so far."""
+        forward = list(self.main)
+        grads: dict[int, list[int]] = {loss: [seed]}
+        pending: dict[int, int] = {}
+        for i in forward:
+            for t in self.ops[i].inputs:
+                if self.tensors[t].kind == TKind.WEIGHT:
+                    pending[t] = pending.get(t, 0) + 1
+        self.phase = "bwd"
+        for i in reversed(forward):
+            self._backward_op(self.ops[i], grads)
+            for t in self.ops[i].inputs:
+                if t in pending:
+                    pending[t] -= 1
+                    if pending[t] == 0 and t in grads:
+                        self._update(t, self._final_grad(t, grads, self.ops[i].group))
+
+    def _backward_op(self, op: Op, grads: dict[int, list[int]]) -> None:
+        outs = [self._final_grad(t, grads, op.group) for t in op.outputs if t in grads]
+        if not outs or not op.grads:
+            return
+        for rule in op.grads:
+            target = op.inputs[rule.wrt]
+            if not self.tensors[target].requires_grad:
+                continue
+            if rule.kind == "identity":  # the gradient passes through unchanged: no operation
+                grads.setdefault(target, []).append(outs[0])
+                continue
+            saved = [self._saved(op, s) for s in rule.saved]
+            nbytes = self.tensors[target].nbytes
+            share = f"{op.group}{rule.suffix}/{nbytes}/{rule.calls}" if rule.share else None
+            (g,) = self.op(f"{op.logical}{rule.suffix}", rule.op_type, rule.kind, op.group, outs + saved,
+                           [(":0", nbytes)], op.work * rule.work, share=share, out_kind=TKind.GRAD,
+                           calls=rule.calls)
+            grads.setdefault(target, []).append(g)
+
+    def _saved(self, op: Op, ref: str) -> int:
+        side = op.inputs if ref[0] == "i" else op.outputs
+        return side[int(ref[1:])]
+
+    def _final_grad(self, t: int, grads: dict[int, list[int]], group: str) -> int:
+        """The gradient of ``t``, summing its contributions when there are several."""
+        parts = grads[t]
+        if len(parts) > 1:
+            nbytes = self.tensors[t].nbytes
+            name = self.generic("GradSum")
+            (total,) = self.op(name, "Sum", "add", group, parts, [(":0", nbytes)], nbytes * len(parts),
+                               out_kind=TKind.GRAD)
+            grads[t] = [total]
+        return grads[t][0]
+
+    def _update(self, w: int, g: int) -> None:
+        """Optimizer operations for weight ``w`` with gradient ``g``."""
+        saved_phase, self.phase = self.phase, "upd"
+        t = self.tensors[w]
+        span = (t.start, t.count)
+        key = f"{t.group}/{self.optimizer}/{t.nbytes}"
+        if self.optimizer == "adam":
+            m = self.tensor(f"Accl1___{t.name}", 2 * t.nbytes, TKind.STATE, t.group, span)
+            v = self.tensor(f"Accl2___{t.name}", 2 * t.nbytes, TKind.STATE, t.group, span)
+            (u,) = self.op(f"{t.name}/AdamUpdater", "AdamUpdater", "adam_updater", t.group, [g, m, v, w],
+                           [(":0", t.nbytes)], 10 * t.nbytes, share=key)
+            self.op(f"{t.name}/AdamVarUpdate", "AdamVarUpdate", "var_update", t.group, [w, u], [], 4 * t.nbytes)
+        else:
+            a = self.tensor(f"Accl___{t.name}", 2 * t.nbytes, TKind.STATE, t.group, span)
+            self.op(f"{t.name}/SGD_update", "SGD1Combo", "sgd_update", t.group, [g, a, w], [], 8 * t.nbytes,
+                    share=key)
+        self.phase = saved_phase
+
+    def build(self) -> Graph:
+        return Graph(self.tiles, self.tensors, self.ops, self.setup, self.main)

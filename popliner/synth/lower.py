@@ -1,0 +1,389 @@
+"""Lowering: operations -> debug contexts, programs and liveness steps.
+
+Every operation gets a ``popart`` debug context carrying ``opName``,
+``opType``, ``inputs`` and ``outputs`` (forward operations also get an
+``onnx`` parent, as PopART makes one per ONNX node). Its programs point at
+child contexts: compute sets at a ``poplibs`` context, exchanges at a
+``poplar`` grandchild, so that finding the operation of a program means
+walking up more than one level.
+
+An operation lowers to a Sequence of leaves: for each phase of its kernel an
+optional DoExchange and an OnTileExecute. Leaves are appended to the step
+list as they are created, which is execution order. A shared body (an
+outlined subgraph) is lowered once, at its first call; later calls append
+its leaves to the steps again, so its programs run at several places.
+
+Per-leaf amounts (control code, exchange code, vertex instances, cycles) are
+divided over the phases actually generated, so ``scale`` changes how finely
+the work is cut, not how much there is.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from popliner.synth.catalog import KERNELS, VERTEX_TYPES, Kernel, Phase, VertexType
+from popliner.synth.graph import ALWAYS_LIVE, Graph, Op
+from popliner.synth.layout import Layout
+from popliner.synth.tilevec import (
+    Runs,
+    dense_to_runs,
+    encode_runs,
+    span_runs,
+    stride_runs,
+    sum_runs,
+)
+
+__all__ = ["Lowered", "lower", "plan_phases"]
+
+#: FLOPs per cycle per tile a matmul or convolution reaches (half AMP, ~50% of peak).
+FLOPS_PER_CYCLE = 64
+#: Bytes per cycle per tile an element-wise vertex streams through.
+BYTES_PER_CYCLE = 8
+#: Bytes per cycle per tile of internal exchange, and the cost of its sync.
+EXCHANGE_BYTES_PER_CYCLE = 4
+SYNC_CYCLES = 100
+#: Bytes per cycle per tile of a host stream copy.
+HOST_BYTES_PER_CYCLE = 1
+#: Control code bytes per tile of one leaf program at scale 1, by program type.
+CONTROL = {"OnTileExecute": 10, "DoExchange": 12, "Copy": 6, "Sync": 4, "Stream": 16}
+#: Tiles between two vertices of a "strided" coverage.
+STRIDE = 8
+
+_VT_BY_NAME = {vt.name: vt for vt in VERTEX_TYPES}
+
+
+@dataclass
+class Lowered:
+    programs: list[dict[str, Any]]
+    control_programs: list[int]
+    steps: list[int]
+    contexts: list[dict[str, Any]]
+    ranges: list[list[tuple[int, int]]]  # per operation: [first step, stop step) of each execution
+    vertex_types: list[VertexType]  # in id order
+    control: list[Runs]  # control code of every leaf program, once each
+    exchange: list[Runs]  # exchange code of every DoExchange, once each
+    vertex_runs: list[tuple[int, Runs]]  # (vertex type id, instance counts) of every compute set
+
+
+def plan_phases(k: Kernel, n: int) -> list[Phase]:
+    """``n`` phases of kernel ``k``: the main phase repeated or thinned out."""
+    full = [*k.pre, *([k.main] * k.repeats), *k.post]
+    if n >= len(full):
+        return [*k.pre, *([k.main] * (n - len(k.pre) - len(k.post))), *k.post]
+    # Evenly spaced picks, centred, keep the order (pre, main..., post).
+    picks = sorted({min(len(full) - 1, int((i + 0.5) * len(full) / n)) for i in range(n)})
+    return [full[i] for i in picks]
+
+
+def lower(graph: Graph, layout: Layout, scale: float, rng: np.random.Generator) -> Lowered:
+    return _Lowerer(graph, layout, scale, rng).run()
+
+
+class _Lowerer:
+    def __init__(self, graph: Graph, layout: Layout, scale: float, rng: np.random.Generator) -> None:
+        self.g = graph
+        self.layout = layout
+        self.scale = scale
+        self.rng = rng
+        self.tiles = graph.tiles
+        self.programs: list[dict[str, Any]] = []
+        self.cycles: list[Runs] = []
+        self.control_of: list[Runs] = []
+        self.steps: list[int] = []
+        self.contexts: list[dict[str, Any]] = []
+        self.ranges: list[list[tuple[int, int]]] = [[] for _ in graph.ops]
+        self.bodies: dict[int, tuple[int, int, int]] = {}  # body op -> (Sequence id, first step, stop step)
+        self.vt_ids: dict[str, int] = {}
+        self.leaf_control: list[Runs] = []
+        self.exchange: list[Runs] = []
+        self.vertex_runs: list[tuple[int, Runs]] = []
+
+    def run(self) -> Lowered:
+        setup = [self.op(self.g.ops[i]) for i in self.g.setup]
+        roots = [self.composite("Sequence", "setup", None, setup)]
+        roots.append(self.composite("Sequence", "main", None, self.main_children()))
+        vts = sorted(self.vt_ids, key=self.vt_ids.__getitem__)
+        return Lowered(self.programs, roots, self.steps, self.contexts, self.ranges,
+                       [_VT_BY_NAME[n] for n in vts], self.leaf_control, self.exchange, self.vertex_runs)
+
+    def main_children(self) -> list[int]:
+        """Operations of the main program, with an unattributed Sync where the layer changes."""
+        children: list[int] = []
+        group = None
+        for i in self.g.main:
+            op = self.g.ops[i]
+            if op.group != group and group is not None:
+                runs = span_runs(0, self.tiles, self.tiles, SYNC_CYCLES)
+                children.append(self.leaf("Sync", "Sync", None, runs, self.control_runs("Sync", 0, self.tiles, 1.0)))
+            group = op.group
+            children.append(self.op(op))
+        return children
+
+    # -- programs and contexts ----------------------------------------------------
+
+    def program(self, ptype: str, name: str, ctx: int | None, cycles: Runs, control: Runs,
+                children: list[int] | None = None, extra: dict[str, Any] | None = None) -> int:
+        pid = len(self.programs)
+        p: dict[str, Any] = {"id": pid, "type": ptype, "name": name}
+        if ctx is not None:
+            p["debugContext"] = ctx
+        if children:
+            p["children"] = children
+        code = encode_runs(control, self.tiles)
+        if code is not None:
+            p["controlCode"] = code
+        if extra:
+            p.update(extra)
+        cyc = encode_runs(cycles, self.tiles)
+        if cyc is not None:
+            p["cycles"] = cyc
+        self.programs.append(p)
+        self.cycles.append(cycles)
+        self.control_of.append(control)
+        return pid
+
+    def leaf(self, ptype: str, name: str, ctx: int | None, cycles: Runs, control: Runs,
+             extra: dict[str, Any] | None = None) -> int:
+        pid = self.program(ptype, name, ctx, cycles, control, extra=extra)
+        self.steps.append(pid)
+        self.leaf_control.append(control)
+        return pid
+
+    def composite(self, ptype: str, name: str, ctx: int | None, children: list[int], repeat: int = 1,
+                  extra: dict[str, Any] | None = None) -> int:
+        # Control code of a parent includes its children's; cycles are per execution.
+        cycles = sum_runs(((self.cycles[c], repeat) for c in children), self.tiles)
+        control = sum_runs(((self.control_of[c], 1) for c in children), self.tiles)
+        return self.program(ptype, name, ctx, cycles, control, children, extra)
+
+    def context(self, layer: str, name: str, parent: int | None, data: dict[str, Any] | None = None) -> int:
+        cid = len(self.contexts) + 1  # ids start at 1: a reader must not take them for positions
+        c: dict[str, Any] = {"id": cid, "parent": parent, "layer": layer, "name": name}
+        if data:
+            c["data"] = data
+        self.contexts.append(c)
+        return cid
+
+    def names(self, tensors: list[int]) -> list[str]:
+        return [self.g.tensors[t].name for t in tensors]
+
+    def op_context(self, op: Op, caller: Op | None = None) -> int:
+        if op.tensor_id is not None:
+            return self.context("popart", "", None, {"tensorId": op.tensor_id})
+        if op.kind == "call":
+            # The subgraph's inputs: those of the caller's own layer first (weights, usually).
+            first = sorted(op.inputs, key=lambda t: self.g.tensors[t].group != op.group)
+            data = {"opType": "Call", "instanceId": str(op.instance_id), "inputs": self.names(first),
+                    "outputs": self.names(op.outputs)}
+            return self.context("popart", "", None, data)
+        if caller is not None:  # a shared body: its tensors live in the subgraph
+            sub = f"_subgraph({op.index})/"
+            ins, outs = [sub + n for n in self.names(caller.inputs)], [sub + n for n in self.names(caller.outputs)]
+        else:
+            ins, outs = self.names(op.inputs), self.names(op.outputs)
+        parent = None
+        if op.phase == "fwd" and caller is None:
+            parent = self.context("onnx", op.op_type, None, {"category": "op", "opName": op.name,
+                                                              "opType": op.op_type})
+        data = {"opName": op.name, "opType": op.op_type, "inputs": ins, "outputs": outs}
+        return self.context("popart", op.name, parent, data)
+
+    def display(self, op: Op) -> str:
+        if op.tensor_id is not None:
+            return f"Tensor/{op.tensor_id}"
+        if op.kind == "call":
+            return f"Call({op.instance_id})"
+        return op.name
+
+    def vertex_type(self, name: str) -> int:
+        vid = self.vt_ids.get(name)
+        if vid is None:
+            vid = self.vt_ids[name] = len(self.vt_ids)
+        return vid
+
+    def control_runs(self, ptype: str, start: int, count: int, ratio: float) -> Runs:
+        return span_runs(start, count, self.tiles, max(1, round(CONTROL[ptype] * ratio)))
+
+    # -- operations ---------------------------------------------------------------
+
+    def op(self, op: Op) -> int:
+        """Lower one operation of the setup or main program; returns its top program."""
+        first = len(self.steps)
+        ctx = self.op_context(op)
+        if op.kind == "stream":
+            pid = self.stream(op, ctx)
+        elif op.kind == "call":
+            pid = self.call(op, ctx)
+        else:
+            pid = self.sequence(self.display(op), ctx, self.kernel(op, ctx))
+        self.ranges[op.index].append((first, len(self.steps)))
+        return pid
+
+    def sequence(self, name: str, ctx: int, children: list[int]) -> int:
+        """An operation's Sequence; a lone leaf stands for itself (its program is the leaf)."""
+        if len(children) == 1 and "children" not in self.programs[children[0]]:
+            return children[0]
+        return self.composite("Sequence", name, ctx, children)
+
+    def stream(self, op: Op, ctx: int) -> int:
+        tensors = op.outputs or op.inputs
+        t = self.g.tensors[tensors[0]]
+        per_tile = -(-t.nbytes // t.count)
+        name = self.display(op)
+        ctl = self.control_runs("Stream", op.start, op.count, 1.0)
+        leaves = [
+            self.leaf("StreamCopyBegin", f"{name}/StreamCopyBegin", ctx, span_runs(op.start, op.count, self.tiles, 40),
+                      ctl),
+            self.leaf("StreamCopyMid", f"{name}/StreamCopyMid", ctx,
+                      span_runs(op.start, op.count, self.tiles, per_tile // HOST_BYTES_PER_CYCLE + SYNC_CYCLES), ctl,
+                      {"vars": self.layout.ids(tensors)}),
+            self.leaf("StreamCopyEnd", f"{name}/StreamCopyEnd", ctx, span_runs(op.start, op.count, self.tiles, 30),
+                      ctl),
+        ]
+        return self.composite("Sequence", name, ctx, leaves)
+
+    def call(self, op: Op, ctx: int) -> int:
+        """Copy the arguments in, call the shared body, copy the results out."""
+        name = self.display(op)
+        copies = self.context("poplar", "copy", ctx)
+        body = self.g.ops[op.body]
+        children = [self.copy(f"{name}/CopyIn", copies, op, op.inputs)] if op.inputs else []
+        children += [self.call_body(body, op, ctx, name) for _ in range(op.calls)]
+        if op.outputs:
+            children.append(self.copy(f"{name}/CopyOut", copies, op, op.outputs))
+        return self.composite("Sequence", name, ctx, children)
+
+    def call_body(self, body: Op, caller: Op, ctx: int, name: str) -> int:
+        """One Call program; the body is lowered at its first call, re-stepped at later ones."""
+        first = len(self.steps)
+        known = self.bodies.get(body.index)
+        if known is None:
+            seq = self.body(body, caller)
+            self.bodies[body.index] = (seq, first, len(self.steps))
+        else:
+            seq, a, b = known
+            self.steps.extend(self.steps[a:b])
+        self.ranges[body.index].append((first, len(self.steps)))
+        return self.composite("Call", name, ctx, [seq])
+
+    def copy(self, name: str, ctx: int, op: Op, tensors: list[int]) -> int:
+        moved = sum(self.g.tensors[t].nbytes for t in tensors if self.g.tensors[t].kind not in ALWAYS_LIVE)
+        cycles = moved // max(1, op.count) // BYTES_PER_CYCLE + 20
+        return self.leaf("Copy", name, ctx, span_runs(op.start, op.count, self.tiles, cycles),
+                         self.control_runs("Copy", op.start, op.count, 1.0), {"vars": self.layout.ids(tensors)})
+
+    def body(self, body: Op, caller: Op) -> int:
+        ctx = self.op_context(body, caller)
+        # Always a Sequence: the Call programs of every caller point at it.
+        return self.composite("Sequence", f"{body.name}/subgraph", ctx, self.kernel(body, ctx))
+
+    # -- kernels --------------------------------------------------------------------
+
+    def kernel(self, op: Op, ctx: int) -> list[int]:
+        """The children of an operation's Sequence: leaves, and a Repeat for looped kernels."""
+        k = KERNELS[op.kind]
+        phases = plan_phases(k, max(1, round(k.base_phases * self.scale)))
+        ratio = k.base_phases / len(phases)
+        lib = self.context("poplibs", k.context, ctx)
+        xctx = self.context("poplar", "exchange", lib) if any(p.exchange for p in phases) else lib
+        total = sum(p.weight for p in phases)
+        busy = self.compute_cycles(op, k)
+        computes = len(phases)
+        io = sum(self.g.tensors[t].nbytes for t in op.inputs + op.outputs + op.temps)
+        exchanges = max(1, sum(p.exchange for p in phases))
+        x_cycles = io // max(1, op.count) // 2 // exchanges // EXCHANGE_BYTES_PER_CYCLE + SYNC_CYCLES
+        children: list[int] = []
+        loop: list[int] = []
+        for j, ph in enumerate(phases):
+            looped = k.loop > 0 and ph is k.main
+            repeat = k.loop if looped else 1
+            out = loop if looped else children
+            if not looped and loop:
+                children.append(self.repeat(op, ctx, loop, k.loop))
+                loop = []
+            name = f"{self.display(op)}/{ph.label}_{j}"
+            if ph.exchange:
+                out.append(self.do_exchange(op, name, xctx, k, ratio, max(1, x_cycles // repeat)))
+            cycles = max(1, int(busy * ph.weight / total / repeat))
+            out.append(self.compute(op, name, lib, ph, j, computes, ratio, cycles, k.jitter))
+        if loop:
+            children.append(self.repeat(op, ctx, loop, k.loop))
+        return children
+
+    def repeat(self, op: Op, ctx: int, body: list[int], count: int) -> int:
+        seq = self.composite("Sequence", f"{self.display(op)}/loopBody", ctx, body)
+        return self.composite("Repeat", f"{self.display(op)}/loop", ctx, [seq], repeat=count,
+                              extra={"repeatCount": count})
+
+    def compute_cycles(self, op: Op, k: Kernel) -> float:
+        per = FLOPS_PER_CYCLE if k.bound == "flops" else BYTES_PER_CYCLE
+        return max(50.0, op.work / (max(1, op.count) * per))
+
+    def do_exchange(self, op: Op, name: str, ctx: int, k: Kernel, ratio: float, cycles: int) -> int:
+        code = max(4, round(k.exchange_code * ratio))
+        # A few tiles gather partial results: more exchange code there (where, varies by operation).
+        edge = min(8, op.count)
+        hot = op.start + (op.index * 97) % (op.count - edge + 1)
+        runs = sum_runs([(span_runs(op.start, op.count, self.tiles, code), 1),
+                         (span_runs(hot, edge, self.tiles, code), 1)], self.tiles)
+        self.exchange.append(runs)
+        return self.leaf("DoExchange", f"{name}/Exchange", ctx, span_runs(op.start, op.count, self.tiles, cycles),
+                         self.control_runs("DoExchange", op.start, op.count, ratio), {"exchangeCode": encode_runs(
+                             runs, self.tiles)})
+
+    def compute(self, op: Op, name: str, ctx: int, ph: Phase, j: int, computes: int, ratio: float, cycles: int,
+                jitter: bool) -> int:
+        vertices = []
+        for vname, coverage in ph.vertices:
+            vid = self.vertex_type(vname)
+            runs = self.coverage(op, coverage, _VT_BY_NAME[vname].per_tile * ratio, j)
+            if runs:
+                self.vertex_runs.append((vid, runs))
+                vertices.append([vid, encode_runs(runs, self.tiles)])
+        extra: dict[str, Any] = {"vertices": vertices}
+        tensors = self.vars_of(op, j, computes)
+        if tensors:
+            extra["vars"] = self.layout.ids(tensors)
+        return self.leaf("OnTileExecute", name, ctx, self.cycle_runs(op, cycles, jitter),
+                         self.control_runs("OnTileExecute", op.start, op.count, ratio), extra)
+
+    def vars_of(self, op: Op, j: int, computes: int) -> list[int]:
+        """Inputs on the first compute set, temporaries in the middle, outputs on the last."""
+        out: list[int] = []
+        if j == 0:
+            out += op.inputs
+        if j == computes // 2:
+            out += op.temps
+        if j == computes - 1:
+            out += op.outputs
+        return list(dict.fromkeys(out))
+
+    def coverage(self, op: Op, coverage: str, per_tile: float, j: int) -> Runs:
+        """Instance counts of one vertex type: ``per_tile`` on average over its coverage."""
+        count = {"all": op.count, "head": max(1, op.count // 2), "few": min(4, op.count)}.get(coverage, op.count)
+        start = op.start
+        if per_tile < 1:
+            # Fewer instances than tiles: a rotating slice of the coverage.
+            part = max(1, round(count * per_tile))
+            start, count = op.start + (j * part) % count, part
+        value = max(1, round(per_tile))
+        if coverage == "strided":
+            return stride_runs(start, count, self.tiles, value, STRIDE)
+        return span_runs(start, count, self.tiles, value)
+
+    def cycle_runs(self, op: Op, cycles: int, jitter: bool) -> Runs:
+        if not jitter or op.count < 2:
+            base = span_runs(op.start, op.count, self.tiles, cycles)
+            # The last tiles of a span get the remainder of the work: a little less.
+            tail = max(1, op.count // 16)
+            less = span_runs(op.start + op.count - tail, tail, self.tiles, cycles // 4)
+            return sum_runs([(base, 1), (less, -1)], self.tiles) if op.count > 16 else base
+        # Data-dependent work (gathers, losses): a different count on every tile.
+        noise = self.rng.integers(cycles * 3 // 4, cycles * 5 // 4 + 2, size=op.count)
+        dense = np.zeros(self.tiles, dtype=np.int64)
+        dense[(op.start + np.arange(op.count)) % self.tiles] = noise
+        return dense_to_runs(dense)

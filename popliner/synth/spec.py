@@ -1,0 +1,153 @@
+"""What to generate: :class:`SynthSpec` and the named presets.
+
+A spec is a frozen value: every field is checked when it is built, so the
+generator never meets a nonsensical parameter half-way through its work.
+Bad values raise :class:`~popliner.errors.UsageProblem` naming the field,
+the value and the allowed range.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any, Final
+
+from popliner.errors import UsageProblem
+
+__all__ = ["KINDS", "MODES", "OPTIMIZERS", "PRESETS", "SynthSpec", "preset_names", "preset_spec"]
+
+#: Model families the generator knows.
+KINDS: Final = ("encoder", "decoder", "cnn")
+MODES: Final = ("inference", "training")
+OPTIMIZERS: Final = ("adam", "sgd")
+#: Scale is a granularity factor; beyond this the output gets silly (and huge).
+MAX_SCALE: Final = 16.0
+MIN_SCALE: Final = 1.0 / 64
+MAX_TILES: Final = 1 << 16  # same limit as the loader
+
+
+@dataclass(frozen=True)
+class SynthSpec:
+    """Parameters of one synthetic profile.
+
+    ``kind`` picks the model family. For ``encoder`` (BERT-like) and
+    ``decoder`` (GPT-like) models ``hidden`` is the model width, ``seq`` the
+    sequence length and ``vocab`` the vocabulary. For ``cnn`` (ResNet-like)
+    models ``layers`` is the number of bottleneck blocks, ``hidden`` the base
+    channel width (64 in ResNet-50), ``seq`` the image side in pixels and
+    ``vocab`` the number of classes.
+
+    ``scale`` changes the granularity of the profile, not the model: at 2 the
+    same model is described by about twice as many lowered variables,
+    programs and steps (finer pieces, more compute sets), while its memory
+    footprint and cycle totals stay roughly the same.
+    """
+
+    kind: str = "encoder"
+    mode: str = "inference"
+    layers: int = 4
+    hidden: int = 128
+    seq: int = 128
+    batch: int = 1
+    vocab: int = 4096
+    tiles: int = 1472
+    bytes_per_tile: int = 638976
+    clock_hz: float = 1.33e9
+    seed: int = 0
+    scale: float = 1.0
+    optimizer: str = "adam"
+    var_names: bool = True
+    model: str = "custom"
+
+    def __post_init__(self) -> None:
+        _choice("kind", self.kind, KINDS)
+        _choice("mode", self.mode, MODES)
+        _choice("optimizer", self.optimizer, OPTIMIZERS)
+        _int_range("layers", self.layers, 1, 512)
+        _int_range("hidden", self.hidden, 8, 1 << 16)
+        _int_range("seq", self.seq, 1 if self.kind != "cnn" else 32, 1 << 16)
+        _int_range("batch", self.batch, 1, 1 << 12)
+        _int_range("vocab", self.vocab, 2, 1 << 22)
+        _int_range("tiles", self.tiles, 1, MAX_TILES)
+        _int_range("bytes_per_tile", self.bytes_per_tile, 1, 1 << 40)
+        _int_range("seed", self.seed, 0, 2**63 - 1)
+        _number_range("clock_hz", self.clock_hz, 1e3, 1e12)
+        _number_range("scale", self.scale, MIN_SCALE, MAX_SCALE)
+        if not isinstance(self.var_names, bool):
+            raise UsageProblem(f"var_names must be true or false, got {self.var_names!r}")
+        if not isinstance(self.model, str) or not self.model:
+            raise UsageProblem(f"model must be a non-empty label, got {self.model!r}")
+        if self.kind != "cnn" and self.hidden % self.heads:
+            raise UsageProblem(f"hidden={self.hidden} is not a multiple of its {self.heads} attention heads of 64")
+
+    @property
+    def training(self) -> bool:
+        return self.mode == "training"
+
+    @property
+    def heads(self) -> int:
+        """Attention heads: BERT and GPT-2 use a head size of 64."""
+        return max(1, self.hidden // 64)
+
+    def replace(self, **changes: Any) -> SynthSpec:
+        """A copy with some fields changed (validated again); unknown names are a UsageProblem."""
+        names = {f.name for f in dataclasses.fields(self)}
+        unknown = sorted(set(changes) - names)
+        if unknown:
+            raise UsageProblem(f"unknown synth parameter(s) {', '.join(unknown)}; known: {', '.join(sorted(names))}")
+        return dataclasses.replace(self, **changes)
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _choice(name: str, value: Any, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise UsageProblem(f"{name} must be one of {', '.join(allowed)}, got {value!r}")
+
+
+def _int_range(name: str, value: Any, lo: int, hi: int) -> None:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise UsageProblem(f"{name} must be an integer, got {value!r}")
+    if not lo <= value <= hi:
+        raise UsageProblem(f"{name}={value} is outside [{lo}, {hi}]")
+
+
+def _number_range(name: str, value: Any, lo: float, hi: float) -> None:
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+        raise UsageProblem(f"{name} must be a finite number, got {value!r}")
+    if not lo <= value <= hi:
+        raise UsageProblem(f"{name}={value} is outside [{lo:g}, {hi:g}]")
+
+
+# Preset parameters (mode is given separately). The real-model presets keep a
+# Mk2 IPU (1472 tiles of 624 KiB); the small ones use a few tens of tiles so
+# that their profiles are small enough to read and to commit.
+_PRESETS: dict[str, dict[str, Any]] = {
+    "bert-tiny": {"kind": "encoder", "layers": 4, "hidden": 128, "seq": 128, "batch": 4, "vocab": 4096, "tiles": 32},
+    "bert-base": {"kind": "encoder", "layers": 12, "hidden": 768, "seq": 128, "batch": 8, "vocab": 30522},
+    "bert-large": {"kind": "encoder", "layers": 24, "hidden": 1024, "seq": 384, "batch": 2, "vocab": 30522},
+    "gpt2-tiny": {"kind": "decoder", "layers": 4, "hidden": 128, "seq": 128, "batch": 2, "vocab": 4096, "tiles": 32},
+    "gpt2-small": {"kind": "decoder", "layers": 12, "hidden": 768, "seq": 1024, "batch": 1, "vocab": 50257},
+    "resnet-small": {"kind": "cnn", "layers": 8, "hidden": 16, "seq": 64, "batch": 32, "vocab": 10, "tiles": 32,
+                     "optimizer": "sgd"},
+    "resnet50": {"kind": "cnn", "layers": 16, "hidden": 64, "seq": 224, "batch": 16, "vocab": 1000,
+                 "optimizer": "sgd"},
+}
+#: name -> parameters (read-only view).
+PRESETS: Final = MappingProxyType(_PRESETS)
+
+
+def preset_names() -> tuple[str, ...]:
+    return tuple(_PRESETS)
+
+
+def preset_spec(name: str, mode: str = "inference", **overrides: Any) -> SynthSpec:
+    """The spec of a named preset in ``mode``, with some fields overridden."""
+    params = _PRESETS.get(name)
+    if params is None:
+        raise UsageProblem(f"unknown preset {name!r}; choose one of {', '.join(_PRESETS)}")
+    base = SynthSpec(**{**params, "mode": mode, "model": name})
+    return base.replace(**overrides) if overrides else base

@@ -1,0 +1,113 @@
+"""Per-tile vectors while generating, and their TileVector encoding.
+
+While generating, a per-tile vector is a short Python list of runs
+``(first, stop, value)`` (sorted, non-overlapping, value > 0): most vectors
+of a program are one or two runs, and plain tuples are much cheaper than
+numpy arrays at that size. Sums of many vectors (a Sequence's cycles, the
+ground truth) go through numpy difference arrays.
+
+:func:`encode_runs` writes a vector in whichever of the three TileVector
+forms is shortest, so a document naturally uses all of them: ``runs`` for
+contiguous ranges, ``sparse`` for scattered tiles, a dense list for vectors
+that change on almost every tile. A zero vector is left out (absent key).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+
+__all__ = ["Runs", "dense_to_runs", "encode_dense", "encode_runs", "runs_to_dense", "span_runs", "stride_runs",
+           "sum_runs"]
+
+Runs = list[tuple[int, int, int]]
+
+
+def span_runs(start: int, count: int, tiles: int, value: int) -> Runs:
+    """``value`` on ``count`` tiles from ``start``, wrapping past the last tile."""
+    if value <= 0 or count <= 0:
+        return []
+    count = min(count, tiles)
+    start %= tiles
+    end = start + count
+    if end <= tiles:
+        return [(start, end, value)]
+    return [(0, end - tiles, value), (start, tiles, value)]
+
+
+def stride_runs(start: int, count: int, tiles: int, value: int, stride: int) -> Runs:
+    """``value`` on every ``stride``-th tile of a span (one-tile runs, sorted)."""
+    if value <= 0 or count <= 0:
+        return []
+    picked = sorted({(start + k) % tiles for k in range(0, min(count, tiles), stride)})
+    return [(t, t + 1, value) for t in picked]
+
+
+def sum_runs(parts: Iterable[tuple[Runs, int]], tiles: int) -> Runs:
+    """Sum of vectors, each multiplied by its integer weight."""
+    edges: dict[int, int] = {}
+    for runs, weight in parts:
+        for f, s, v in runs:
+            edges[f] = edges.get(f, 0) + v * weight
+            edges[s] = edges.get(s, 0) - v * weight
+    if len(edges) > 256:  # long vectors (a root program's): numpy is faster
+        pos = np.fromiter(edges.keys(), dtype=np.int64, count=len(edges))
+        val = np.fromiter(edges.values(), dtype=np.int64, count=len(edges))
+        return dense_to_runs(np.cumsum(np.bincount(pos, weights=val, minlength=tiles + 1)[:-1]).astype(np.int64))
+    out: Runs = []
+    level = 0
+    keys = sorted(edges)
+    for here, nxt in itertools.pairwise(keys):
+        level += edges[here]
+        if level:
+            if out and out[-1][1] == here and out[-1][2] == level:
+                out[-1] = (out[-1][0], nxt, level)
+            else:
+                out.append((here, nxt, level))
+    return out
+
+
+def runs_to_dense(runs: Runs, tiles: int) -> np.ndarray:
+    out = np.zeros(tiles, dtype=np.int64)
+    for f, s, v in runs:
+        out[f:s] += v
+    return out
+
+
+def dense_to_runs(dense: np.ndarray) -> Runs:
+    """Maximal runs of equal non-zero values."""
+    if dense.size == 0:
+        return []
+    change = np.flatnonzero(dense[1:] != dense[:-1]) + 1
+    first = np.concatenate(([0], change))
+    stop = np.concatenate((change, [dense.size]))
+    value = dense[first]
+    keep = value != 0
+    return list(zip(first[keep].tolist(), stop[keep].tolist(), value[keep].tolist()))
+
+
+def encode_runs(runs: Runs, tiles: int) -> Any | None:
+    """The shortest TileVector form of ``runs``; None for all zeros."""
+    if not runs:
+        return None
+    covered = sum(s - f for f, s, _ in runs)
+    runs_cost, sparse_cost = 3 * len(runs), 2 * covered
+    if runs_cost <= sparse_cost and runs_cost <= tiles:
+        return {"runs": [[f, s, v] for f, s, v in runs]}
+    if sparse_cost <= tiles:
+        return {"sparse": [[t, v] for f, s, v in runs for t in range(f, s)]}
+    dense = [0] * tiles
+    for f, s, v in runs:
+        dense[f:s] = [v] * (s - f)
+    return dense
+
+
+def encode_dense(dense: np.ndarray) -> Any | None:
+    """Like :func:`encode_runs` for a numpy vector; a dense one stays a numpy array (orjson writes it)."""
+    runs = dense_to_runs(dense)
+    if 3 * len(runs) > dense.size and 2 * int(np.count_nonzero(dense)) > dense.size:
+        return np.ascontiguousarray(dense, dtype=np.int64)
+    return encode_runs(runs, int(dense.size))

@@ -1,0 +1,144 @@
+"""Liveness classes and the ``tileMemory`` ground truth.
+
+The ground truth is computed from the generator's own records (the pieces of
+every tensor, the leaf programs as they were made), not from the document
+and not with popliner's memory model, so that the model can be checked
+against it:
+
+- ``vertexCode``: the code of each vertex type on every tile where any
+  compute set places an instance of it, counted once per tile;
+- ``vertexInstanceState``: instances x state size, over all compute sets;
+- ``controlCode``: over leaf programs (each program once, however often it runs);
+- ``internalExchangeCode``: over DoExchange programs;
+- ``alwaysLive``: always-live variables plus the four categories;
+- ``notAlwaysLivePeak``: the largest, over steps, of the bytes of
+  not-always-live variables live on the tile.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from popliner.synth.graph import ALWAYS_LIVE, Graph, TKind
+from popliner.synth.layout import Layout
+from popliner.synth.lower import Lowered
+from popliner.synth.tilevec import Runs
+
+__all__ = ["liveness", "tile_memory", "vertex_counts"]
+
+Interval = tuple[int, int]
+
+
+def liveness(graph: Graph, ranges: Sequence[list[Interval]], steps: int) -> tuple[list[tuple[Interval, ...]],
+                                                                                    np.ndarray]:
+    """Liveness classes (class 0 is always-live) and the class of every tensor.
+
+    Tensors with identical live ranges share a class.
+    """
+    always: tuple[Interval, ...] = ((0, steps),)
+    classes: dict[tuple[Interval, ...], int] = {always: 0}
+    of_tensor = np.zeros(len(graph.tensors), dtype=np.int64)
+    for t in graph.tensors:
+        if t.kind in ALWAYS_LIVE:
+            key = always
+        elif t.kind == TKind.TEMP:
+            key = tuple(r for r in ranges[t.temp_of] if r[1] > r[0])
+        else:
+            users = [u for u in (t.producer, *t.consumers) if u >= 0 and ranges[u]]
+            key = ((min(ranges[u][0][0] for u in users), max(ranges[u][-1][1] for u in users)),) if users else ()
+        of_tensor[t.index] = classes.setdefault(key, len(classes))
+    return list(classes), of_tensor
+
+
+def tile_memory(tiles: int, layout: Layout, piece_class: np.ndarray, classes: Sequence[tuple[Interval, ...]],
+                steps: int, low: Lowered, counts: np.ndarray) -> dict[str, np.ndarray]:
+    """Dense per-tile ground truth; keys as in the document (categories prefixed ``category.``).
+
+    ``counts`` is :func:`vertex_counts` of ``low``.
+    """
+    always = np.array([c == ((0, steps),) for c in classes], dtype=bool)
+    sizes = np.array([vt.size for vt in low.vertex_types], dtype=np.int64)
+    codes = np.array([vt.code for vt in low.vertex_types], dtype=np.int64)
+    cats = {
+        "vertexCode": ((counts > 0) * codes[:, None]).sum(axis=0),
+        "vertexInstanceState": (counts * sizes[:, None]).sum(axis=0),
+        "controlCode": _sum(tiles, low.control),
+        "internalExchangeCode": _sum(tiles, low.exchange),
+    }
+    live = always[piece_class]
+    variables = np.bincount(layout.tile[live], weights=layout.nbytes[live], minlength=tiles)
+    out = {"alwaysLive": np.rint(variables).astype(np.int64) + sum(cats.values()),
+           "notAlwaysLivePeak": _peak(tiles, layout, piece_class, classes, ~always)}
+    out.update({f"category.{k}": v.astype(np.int64) for k, v in cats.items()})
+    return out
+
+
+def vertex_counts(tiles: int, types: int, vertex_runs: Sequence[tuple[int, Runs]]) -> np.ndarray:
+    """Int [types, tiles]: instances of each vertex type on each tile, over all compute sets."""
+    flat_first: list[int] = []
+    flat_stop: list[int] = []
+    vals: list[int] = []
+    for vid, runs in vertex_runs:
+        base = vid * (tiles + 1)
+        for f, s, v in runs:
+            flat_first.append(base + f)
+            flat_stop.append(base + s)
+            vals.append(v)
+    diff = np.zeros(types * (tiles + 1), dtype=np.int64)
+    if vals:
+        arr = np.asarray(vals, dtype=np.int64)
+        np.add.at(diff, np.asarray(flat_first, dtype=np.int64), arr)
+        np.add.at(diff, np.asarray(flat_stop, dtype=np.int64), -arr)
+    return np.cumsum(diff.reshape(types, tiles + 1), axis=1)[:, :tiles]
+
+
+def _sum(tiles: int, vectors: Sequence[Runs]) -> np.ndarray:
+    diff = np.zeros(tiles + 1, dtype=np.int64)
+    runs = [r for vec in vectors for r in vec]
+    if runs:
+        arr = np.asarray(runs, dtype=np.int64)
+        np.add.at(diff, arr[:, 0], arr[:, 2])
+        np.add.at(diff, arr[:, 1], -arr[:, 2])
+    return np.cumsum(diff[:-1])
+
+
+def _peak(tiles: int, layout: Layout, piece_class: np.ndarray, classes: Sequence[tuple[Interval, ...]],
+          counted: np.ndarray) -> np.ndarray:
+    """Per tile, the largest sum over steps of the live bytes of ``counted`` classes.
+
+    Works on a block of tiles at a time: bytes per (class, tile), then a
+    [steps + 1, tiles] difference matrix (+bytes at each interval's start,
+    -bytes at its end), a running sum down the steps, and its maximum.
+    Blocks keep both matrices near 128 MB whatever the profile's size.
+    """
+    ptr, starts, stops = _intervals(classes)
+    iv_class = np.repeat(np.arange(len(classes)), np.diff(ptr))
+    keep = counted[iv_class] & (stops > starts)
+    iv_class, starts, stops = iv_class[keep], starts[keep], stops[keep]
+    steps = int(stops.max()) if stops.size else 0
+    peak = np.zeros(tiles, dtype=np.int64)
+    if not iv_class.size:
+        return peak
+    width = int(max(1, min(tiles, (16 << 20) // max(steps + 1, len(classes)))))
+    for lo in range(0, tiles, width):
+        hi = min(tiles, lo + width)
+        sel = (layout.tile >= lo) & (layout.tile < hi) & counted[piece_class]
+        cells = np.bincount(piece_class[sel] * (hi - lo) + (layout.tile[sel] - lo), weights=layout.nbytes[sel],
+                            minlength=len(classes) * (hi - lo)).reshape(len(classes), hi - lo)
+        rows = cells[iv_class]
+        diff = np.zeros((steps + 1, hi - lo))
+        np.add.at(diff, starts, rows)
+        np.add.at(diff, stops, -rows)
+        np.cumsum(diff, axis=0, out=diff)
+        peak[lo:hi] = np.rint(diff.max(axis=0)).astype(np.int64)
+    return np.maximum(peak, 0)
+
+
+def _intervals(classes: Sequence[tuple[Interval, ...]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    lens = np.array([len(c) for c in classes], dtype=np.int64)
+    ptr = np.zeros(len(classes) + 1, dtype=np.int64)
+    np.cumsum(lens, out=ptr[1:])
+    flat = np.array([iv for c in classes for iv in c], dtype=np.int64).reshape(-1, 2)
+    return ptr, flat[:, 0], flat[:, 1]

@@ -1,0 +1,70 @@
+#!/usr/bin/env python3
+"""Regenerate the synthetic profiles in fixtures/profiles/ (deterministically).
+
+    python scripts/make_fixtures.py            # rewrite every fixture
+    python scripts/make_fixtures.py --check    # exit 1 if a committed fixture differs
+
+``fixtures/profiles/tiny.json`` is written by hand and is not touched.
+The specs below are the single source of truth; README.md in the same
+folder describes each fixture.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # run from a checkout without installing
+
+from popliner.synth import SynthSpec, preset_spec, write_profile
+
+OUT = ROOT / "fixtures" / "profiles"
+
+
+def fixtures() -> dict[str, SynthSpec]:
+    """File name -> spec. Sizes are chosen so that each profile stays well under 1 MB."""
+    return {
+        # 3 layers on 32 tiles, plain JSON so it can be read with a JSON viewer.
+        "bert-tiny-inference.json": preset_spec("bert-tiny", "inference", layers=3, scale=0.5),
+        "bert-tiny-training.json": preset_spec("bert-tiny", "training", layers=3, scale=0.5),
+        # BERT-base structure (12 layers), narrowed so that it splits over a few 128-tile IPUs.
+        "bert-base-training.json.gz": preset_spec("bert-base", "training", hidden=256, vocab=8192, batch=4,
+                                                  tiles=128, scale=0.25),
+        # Full GPT-2 small widths (tied 50257-word embedding) on 384 tiles, sequence 256.
+        "gpt2-small-inference.json.gz": preset_spec("gpt2-small", "inference", tiles=384, seq=256, scale=0.5),
+        "resnet-small-training.json.gz": preset_spec("resnet-small", "training", scale=0.5),
+    }
+
+
+def render(spec: SynthSpec, name: str) -> bytes:
+    buf = io.BytesIO()
+    write_profile(spec, buf, compress=name.endswith(".gz"))
+    return buf.getvalue()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="compare with the committed files, write nothing")
+    args = parser.parse_args(argv)
+    stale = []
+    for name, spec in fixtures().items():
+        data = render(spec, name)
+        path = OUT / name
+        if args.check:
+            if not path.exists() or path.read_bytes() != data:
+                stale.append(name)
+            continue
+        with open(path, "wb") as f:  # plain write: the fixtures folder is ours, and git keeps the old copy
+            f.write(data)
+        print(f"{name}: {len(data) / 1e3:.0f} kB", file=sys.stderr)
+    if stale:
+        print("out of date: " + ", ".join(stale) + "; run scripts/make_fixtures.py", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
