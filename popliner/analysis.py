@@ -125,10 +125,25 @@ class Analysis:
         keep = owner >= 0
         return np.bincount(owner[keep], weights=self.step_cycles[keep], minlength=self.ops.count).astype(np.int64)
 
+    def backward_part(self, ops: np.ndarray) -> np.ndarray:
+        """Bool per operation of a stage: in the stage's backward part.
+
+        The backward part starts at the stage's first operation whose name marks
+        it as backward; everything from that step on belongs to it. Names alone
+        would leave out call sites and helpers of the backward pass that carry
+        no gradient name.
+        """
+        named = self.is_backward[ops]
+        if not named.any():
+            return np.zeros(len(ops), bool)
+        first = self.ops.first_step[ops]
+        start = int(first[named & (first >= 0)].min(initial=np.iinfo(np.int64).max))
+        return named | (first >= start)
+
     def stage_cycles_split(self, layers: Sequence[str], first_stage: bool = False) -> tuple[int, int]:
         """(forward, backward) cycles of one micro-batch through the stage."""
         ops = self.stage_ops(layers, first_stage)
-        back = self.is_backward[ops]
+        back = self.backward_part(ops)
         cyc = self.op_cycles[ops]
         return int(cyc[~back].sum()), int(cyc[back].sum())
 
@@ -168,7 +183,7 @@ class Analysis:
         if self.mode != "training":
             return np.zeros(tiles, np.int64)
         ops = self.stage_ops(layers, first_stage)
-        back = self.is_backward[ops]
+        back = self.backward_part(ops)
         fwd_lo, fwd_hi = self.model.window(ops[~back])
         bwd_lo, bwd_hi = self.model.window(ops[back])
         if fwd_hi < fwd_lo or bwd_hi < bwd_lo:

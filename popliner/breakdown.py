@@ -7,7 +7,7 @@ import numpy as np
 from popliner.analysis import Analysis
 from popliner.memory.model import MemoryModel
 from popliner.memory.types import COMPONENTS, StageMemory
-from popliner.ops.operations import gather_csr
+from popliner.arrays import gather_csr, sorted_unique, union_of
 from popliner.outputs.rows import Breakdown, LayerMatrix, LayerRow, OperationRow, TotalsRow
 
 __all__ = ["affinity_matrix", "build_breakdown", "interlayer_matrix", "profile_totals", "whole_profile_memory"]
@@ -101,7 +101,7 @@ def _var_layer_pairs(analysis: Analysis) -> tuple[np.ndarray, np.ndarray]:
     var = gather_csr(ops.var_ptr, ops.var_idx, with_layer)
     lay = np.repeat(analysis.layers.layer_of_op[with_layer], lens)
     num_layers = max(len(analysis.layer_names), 1)
-    key = np.unique(var * num_layers + lay)
+    key = sorted_unique(var * num_layers + lay)
     return key // num_layers, key % num_layers
 
 
@@ -136,7 +136,7 @@ def interlayer_matrix(analysis: Analysis) -> LayerMatrix:
     owner = analysis.ops.op_of_step
     has = owner >= 0
     layer_of_step[has] = analysis.layers.layer_of_op[owner[has]]
-    used = np.unique(analysis.ops.var_idx)
+    used = union_of(analysis.ops.var_idx, p.variables.count)
     first, last = analysis.var_first_step[used], analysis.var_last_step[used]
     ok = (first >= 0) & (last >= 0) & ~analysis.always_live_var[used]
     used, first, last = used[ok], first[ok], last[ok]

@@ -30,9 +30,10 @@ def fixtures() -> dict[str, SynthSpec]:
         # 3 layers on 32 tiles, plain JSON so it can be read with a JSON viewer.
         "bert-tiny-inference.json": preset_spec("bert-tiny", "inference", layers=3, scale=0.5),
         "bert-tiny-training.json": preset_spec("bert-tiny", "training", layers=3, scale=0.5),
-        # BERT-base structure (12 layers), narrowed so that it splits over a few 128-tile IPUs.
-        "bert-base-training.json.gz": preset_spec("bert-base", "training", hidden=256, vocab=8192, batch=4,
-                                                  tiles=128, scale=0.25),
+        # BERT-base structure (12 layers), narrowed so that it splits over four 128-tile IPUs
+        # with its activation stashes (SGD, micro-batch 1).
+        "bert-base-training.json.gz": preset_spec("bert-base", "training", hidden=256, vocab=8192, batch=1,
+                                                  tiles=128, scale=0.25, optimizer="sgd"),
         # Full GPT-2 small widths (tied 50257-word embedding) on 384 tiles, sequence 256.
         "gpt2-small-inference.json.gz": preset_spec("gpt2-small", "inference", tiles=384, seq=256, scale=0.5),
         "resnet-small-training.json.gz": preset_spec("resnet-small", "training", scale=0.5),

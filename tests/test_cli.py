@@ -111,7 +111,7 @@ def test_greedy_solver_and_fewer_ipus_warning(tiny):
 def test_solve_that_does_not_fit_exits_1(tiny):
     result = run(tiny, "--solve", "--num-ipus", "2", "--mem-per-tile", "300", ok=(1,))
     assert json.loads(result.stdout)["status"] == "INFEASIBLE"
-    assert "single layer" in result.stderr
+    assert "layer 0 alone needs 422 bytes" in result.stderr
 
 
 def test_headroom_shrinks_the_budget(tiny):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from popliner.arrays import expand_ranges, unique_inverse
 from popliner.profile.model import Profile
 
 __all__ = ["group_peaks", "live_bytes_at", "window_peak"]
@@ -41,7 +42,7 @@ def group_peaks(
     # Expand each aggregate into its class's intervals.
     counts = profile.class_ptr[agg_cls + 1] - profile.class_ptr[agg_cls]
     rep = np.repeat(np.arange(len(agg_cls)), counts)
-    iv = _expand_ranges(profile.class_ptr[agg_cls], counts)
+    iv = expand_ranges(profile.class_ptr[agg_cls], counts)
     g = agg_group[rep]
     start = np.maximum(profile.iv_start[iv], lo[g])
     end = np.minimum(profile.iv_end[iv], hi[g] + 1)
@@ -81,22 +82,13 @@ def _aggregate(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Sum bytes per (group, class, tile): one event pair per distinct triple."""
     key = (group.astype(np.int64) * (int(cls.max()) + 1) + cls.astype(np.int64)) * tiles + tile.astype(np.int64)
-    uniq, inverse = np.unique(key, return_inverse=True)
+    uniq, inverse = unique_inverse(key)
     summed = np.bincount(inverse, weights=nbytes, minlength=len(uniq))
     # float64 bincount is exact below 2**53 bytes per aggregate.
     tile_out = uniq % tiles
     rest = uniq // tiles
     ncls = int(cls.max()) + 1
     return rest // ncls, (rest % ncls).astype(np.int64), tile_out, summed.astype(np.int64)
-
-
-def _expand_ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
-    """Concatenate ``arange(s, s + c)`` for every pair."""
-    total = int(counts.sum())
-    if total == 0:
-        return np.zeros(0, np.int64)
-    offsets = np.repeat(starts - np.concatenate(([0], np.cumsum(counts)[:-1])), counts)
-    return np.arange(total, dtype=np.int64) + offsets
 
 
 def live_bytes_at(profile: Profile, var_idx: np.ndarray, tile: int, step: int) -> np.ndarray:

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from popliner.arrays import gather_csr
 from popliner.memory.liveness import group_peaks, window_peak
 from popliner.memory.types import ComponentBytes, StageMemory
 from popliner.ops.operations import OperationTable
@@ -149,17 +150,10 @@ class MemoryModel:
                 continue
             lens = self.ops.var_ptr[chunk + 1] - self.ops.var_ptr[chunk]
             group = np.repeat(np.arange(len(chunk)), lens)
-            var_idx = self.ops.var_idx[_ranges(self.ops.var_ptr[chunk], lens)]
+            var_idx = gather_csr(self.ops.var_ptr, self.ops.var_idx, chunk)
             peaks = group_peaks(self.profile, group, var_idx, self.ops.first_step[chunk], self.ops.last_step[chunk])
             totals[chunk] = peaks.sum(axis=1)
         return totals
-
-
-def _ranges(starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
-    total = int(lens.sum())
-    if total == 0:
-        return np.zeros(0, np.int64)
-    return np.arange(total, dtype=np.int64) + np.repeat(starts - np.concatenate(([0], np.cumsum(lens)[:-1])), lens)
 
 
 def _owner_sum(per_program: np.ndarray, owner: np.ndarray, mask: np.ndarray, n: int) -> np.ndarray:

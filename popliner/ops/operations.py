@@ -15,9 +15,10 @@ from typing import Any
 
 import numpy as np
 
+from popliner.arrays import gather_csr, sorted_unique, union_of
 from popliner.profile.model import Profile
 
-__all__ = ["DEFAULT_OP_LAYERS", "OperationTable", "derive_operations", "gather_csr", "reachable_programs"]
+__all__ = ["DEFAULT_OP_LAYERS", "OperationTable", "derive_operations", "reachable_programs"]
 
 DEFAULT_OP_LAYERS: tuple[str, ...] = ("popart", "poptorch", "xla_op", "popxl")
 
@@ -47,6 +48,7 @@ class OperationTable:
     op_of_step: np.ndarray  # int64 per step, -1 when its program is unattributed
     unattributed_programs: int  # reachable programs with no debug context
     reachable_programs: int
+    num_variables: int  # variables in the profile (the range of ``var_idx``)
 
     @property
     def count(self) -> int:
@@ -63,20 +65,7 @@ class OperationTable:
 
     def vars_of_set(self, ops: np.ndarray | Sequence[int]) -> np.ndarray:
         """Distinct variables used by any of ``ops`` (sorted)."""
-        return np.unique(gather_csr(self.var_ptr, self.var_idx, ops))
-
-
-def gather_csr(ptr: np.ndarray, idx: np.ndarray, rows: np.ndarray | Sequence[int]) -> np.ndarray:
-    rows = np.asarray(rows, dtype=np.int64)
-    if rows.size == 0:
-        return np.zeros(0, np.int64)
-    starts, ends = ptr[rows], ptr[rows + 1]
-    lens = ends - starts
-    total = int(lens.sum())
-    if total == 0:
-        return np.zeros(0, np.int64)
-    offsets = np.repeat(starts - np.concatenate(([0], np.cumsum(lens)[:-1])), lens)
-    return idx[np.arange(total, dtype=np.int64) + offsets]
+        return union_of(gather_csr(self.var_ptr, self.var_idx, ops), self.num_variables)
 
 
 def reachable_programs(profile: Profile) -> np.ndarray:
@@ -220,6 +209,7 @@ def derive_operations(profile: Profile, op_layers: Sequence[str] = DEFAULT_OP_LA
         op_of_step=op_of_step,
         unattributed_programs=int((reach & (prog_ctx < 0)).sum()),
         reachable_programs=int(reach.sum()),
+        num_variables=profile.variables.count,
     )
 
 
@@ -240,8 +230,7 @@ def _op_variables(profile: Profile, op_of_program: np.ndarray, n: int) -> tuple[
     owner, var = owner[keep], progs.var_idx[keep]
     if var.size == 0:
         return np.zeros(n + 1, np.int64), np.zeros(0, np.int64)
-    key = owner * profile.variables.count + var
-    key = np.unique(key)
+    key = sorted_unique(owner * profile.variables.count + var)
     owner, var = key // profile.variables.count, key % profile.variables.count
     ptr = np.zeros(n + 1, np.int64)
     np.cumsum(np.bincount(owner, minlength=n), out=ptr[1:])

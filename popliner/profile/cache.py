@@ -30,7 +30,7 @@ __all__ = ["CACHE_FORMAT", "cache_dir", "cache_path", "load_cached", "store_cach
 
 log = logging.getLogger(__name__)
 
-CACHE_FORMAT = 1
+CACHE_FORMAT = 2
 _CLASSES: dict[str, type] = {
     c.__name__: c for c in (Profile, Target, Programs, Variables, Contexts, VertexTypes, RunTable, OperationTable)
 }

@@ -15,6 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from popliner.arrays import expand_ranges
+
 __all__ = ["RunTable", "RunTableBuilder", "decode_tilevector"]
 
 #: Largest integer a profile may use for bytes, counts or cycles. JSON numbers
@@ -188,15 +190,7 @@ class RunTable:
     def runs_of(self, rows: np.ndarray | Sequence[int]) -> np.ndarray:
         """Indices of all runs belonging to ``rows``."""
         rows = np.asarray(rows, dtype=np.int64)
-        if rows.size == 0:
-            return np.zeros(0, np.int64)
-        starts = self.ptr[rows]
-        lens = self.ptr[rows + 1] - starts
-        total = int(lens.sum())
-        if total == 0:
-            return np.zeros(0, np.int64)
-        offsets = np.repeat(starts - np.concatenate(([0], np.cumsum(lens)[:-1])), lens)
-        return np.arange(total, dtype=np.int64) + offsets
+        return expand_ranges(self.ptr[rows], self.ptr[rows + 1] - self.ptr[rows])
 
     def sum_runs(self, runs: np.ndarray, tiles: int, weights: np.ndarray | None = None) -> np.ndarray:
         """Per-tile sum of the given runs, optionally each scaled by ``weights``."""

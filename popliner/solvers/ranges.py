@@ -26,7 +26,7 @@ import numpy as np
 
 from popliner.analysis import Analysis
 from popliner.memory.types import StageMemory
-from popliner.ops.operations import gather_csr
+from popliner.arrays import expand_ranges, gather_csr, unique_inverse
 from popliner.profile.model import DO_EXCHANGE, Profile
 
 __all__ = ["ArrayRanges", "ProfileRanges", "RangeCosts", "SplitProblem", "extra_stash_entries", "stash_depth"]
@@ -333,13 +333,12 @@ class _EventList:
         p = self.p
         v = p.variables
         key = v.klass[var_idx].astype(np.int64) * p.tiles + v.tile[var_idx]
-        uniq, inv = np.unique(key, return_inverse=True)
+        uniq, inv = unique_inverse(key)
         nbytes = np.bincount(inv, weights=v.bytes[var_idx]).astype(np.int64)
         cls, tile = uniq // p.tiles, uniq % p.tiles
         counts = p.class_ptr[cls + 1] - p.class_ptr[cls]
         rep = np.repeat(np.arange(len(cls)), counts)
-        iv = np.arange(int(counts.sum()), dtype=np.int64) + np.repeat(
-            p.class_ptr[cls] - np.concatenate(([0], np.cumsum(counts)[:-1])), counts)
+        iv = expand_ranges(p.class_ptr[cls], counts)
         t = tile[rep]
         base = t << self.pos_bits
         keys = np.concatenate((base | (p.iv_end[iv] << 1), base | (p.iv_start[iv] << 1) | 1))

@@ -63,13 +63,26 @@ def _first_objective(table: ProfileRanges, stages: tuple[StageResult, ...]) -> f
 
 def _infeasible(analysis: Analysis, problem: SplitProblem, solver: str, table: ProfileRanges,
                 t0: float) -> SplitResult:
-    need = minimum_ipus(table, problem)
-    hint = (f"it needs at least {need} IPUs at this budget" if need else
-            "some single layer does not fit one IPU at this budget")
+    hint = infeasibility_reason(table, problem)
     log.warning("no split of %d layers fits on %d IPUs of %d bytes per tile: %s",
                 table.num_layers, problem.num_ipus, problem.budget, hint)
     return SplitResult(solver, "INFEASIBLE", analysis.mode, problem.num_ipus, problem.budget, (),
                        wall_seconds=time.perf_counter() - t0, note=hint)
+
+
+def infeasibility_reason(table: ProfileRanges, problem: SplitProblem) -> str:
+    """Why nothing fits, in terms a user can act on."""
+    need = minimum_ipus(table, problem)
+    if need is not None:
+        return f"it needs at least {need} IPUs at this budget"
+    for k, name in enumerate(table.layer_names):
+        if table.memory(k, k, 0) > problem.budget:
+            worst = table.stage_memory(k, k).worst_bytes
+            return (f"layer {name} alone needs {worst:,} bytes on its worst tile"
+                    f"{' (with the operations that have no layer)' if k == 0 else ''}")
+    return ("no number of IPUs works: every layer fits alone, but the activation stashes of the first IPUs "
+            "grow with the pipeline depth (2(K-1-i)+1 entries on IPU i); raise --mem-per-tile, use a smaller "
+            "micro-batch or recomputation, or compare with --mode inference")
 
 
 def minimum_ipus(table: ProfileRanges, problem: SplitProblem) -> int | None:

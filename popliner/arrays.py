@@ -1,0 +1,65 @@
+"""Small numpy building blocks shared by the loader, the memory model and the solvers.
+
+Sorting-based and mask-based set operations here replace ``np.unique``, whose
+hash-based path in numpy 2 is several times slower on the millions of
+int64 keys a full-size profile produces.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+__all__ = ["expand_ranges", "gather_csr", "sorted_unique", "union_of", "unique_inverse"]
+
+
+def expand_ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Concatenation of ``arange(s, s + c)`` for every (start, count) pair."""
+    counts = np.asarray(counts, dtype=np.int64)
+    total = int(counts.sum())
+    if total == 0:
+        return np.zeros(0, np.int64)
+    offsets = np.repeat(np.asarray(starts, np.int64) - np.concatenate(([0], np.cumsum(counts)[:-1])), counts)
+    return np.arange(total, dtype=np.int64) + offsets
+
+
+def gather_csr(ptr: np.ndarray, idx: np.ndarray, rows: np.ndarray | Sequence[int]) -> np.ndarray:
+    """Entries of the given rows of a CSR table, row after row (duplicates kept)."""
+    rows = np.asarray(rows, dtype=np.int64)
+    if rows.size == 0:
+        return np.zeros(0, idx.dtype)
+    return idx[expand_ranges(ptr[rows], ptr[rows + 1] - ptr[rows])]
+
+
+def union_of(indices: np.ndarray, size: int) -> np.ndarray:
+    """Sorted distinct values of ``indices``, all in ``[0, size)``: a mask, not a sort."""
+    mask = np.zeros(size, bool)
+    mask[indices] = True
+    return np.flatnonzero(mask)
+
+
+def sorted_unique(keys: np.ndarray) -> np.ndarray:
+    """Sorted distinct values."""
+    if keys.size == 0:
+        return keys.copy()
+    s = np.sort(keys)
+    keep = np.empty(len(s), bool)
+    keep[0] = True
+    np.not_equal(s[1:], s[:-1], out=keep[1:])
+    return s[keep]
+
+
+def unique_inverse(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted distinct values and, for each key, the position of its value."""
+    if keys.size == 0:
+        return keys.copy(), np.zeros(0, np.int64)
+    order = np.argsort(keys, kind="stable")
+    s = keys[order]
+    new = np.empty(len(s), bool)
+    new[0] = True
+    np.not_equal(s[1:], s[:-1], out=new[1:])
+    group = np.cumsum(new) - 1
+    inverse = np.empty(len(keys), np.int64)
+    inverse[order] = group
+    return s[new], inverse
