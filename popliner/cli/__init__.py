@@ -88,12 +88,25 @@ class PoplinerGroup(click.Group):
         return translate_errors(lambda: super(PoplinerGroup, self).invoke(ctx))
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        # Options meant for the default command (e.g. `popliner --version` is
-        # ours, but `popliner -o x.csv prof.json` is analyse's) go through.
-        if args and args[0].startswith("-") and args[0] not in ("--help", "-h", "--version", "-v", "--verbose",
-                                                                "-q", "--quiet"):
-            args = [DEFAULT_COMMAND, *args]
+        args = _hoist_verbosity(args)
+        # Options meant for the default command (`popliner -o x.csv prof.json`)
+        # go through to it; `popliner --version` and `--help` stay ours.
+        first_other = next((i for i, a in enumerate(args) if a not in _GROUP_OPTIONS), len(args))
+        if first_other < len(args) and args[first_other].startswith("-"):
+            args = [*args[:first_other], DEFAULT_COMMAND, *args[first_other:]]
         return super().parse_args(ctx, args)
+
+
+_VERBOSITY = {"-q", "--quiet", "-v", "--verbose", "-vv", "-vvv"}
+_GROUP_OPTIONS = _VERBOSITY | {"--help", "-h", "--version"}
+
+
+def _hoist_verbosity(args: list[str]) -> list[str]:
+    """Accept -v/-q anywhere on the line (before ``--``), as users type them."""
+    end = args.index("--") if "--" in args else len(args)
+    moved = [a for a in args[:end] if a in _VERBOSITY]
+    kept = [a for a in args[:end] if a not in _VERBOSITY]
+    return moved + kept + args[end:]
 
 
 @click.group(cls=PoplinerGroup, context_settings={"help_option_names": ["-h", "--help"]},

@@ -296,11 +296,12 @@ def _report_split(analysis: Analysis, split: Any, config_out: str | None, force:
     from popliner.outputs.split_report import split_document, split_picture, split_table, write_split_json
 
     has_unlayered = bool((analysis.layers.layer_of_op < 0).any())
-    click.echo(split_picture(split, has_unlayered), err=True)
-    if split.stages:
-        click.echo(split_table(split), err=True)
-    else:
-        click.echo(f"popliner: no split fits: {split.note}", err=True)
+    if log.isEnabledFor(logging.WARNING):  # -q keeps stderr to errors only
+        click.echo(split_picture(split, has_unlayered), err=True)
+        if split.stages:
+            click.echo(split_table(split), err=True)
+        else:
+            click.echo(f"popliner: no split fits: {split.note}", err=True)
     doc = split_document(split, profile_path=analysis.profile.path, profile_sha256=analysis.profile.sha256)
     write_split_json(doc, click.get_text_stream("stdout"))
     if config_out and split.stages:

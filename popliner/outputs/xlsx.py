@@ -12,8 +12,10 @@ spreadsheet program to recalculate everything when it is opened.
 
 from __future__ import annotations
 
+import io
 import os
 import re
+import zipfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -160,8 +162,34 @@ def write_workbook(
         breakdown, budget_bytes=budget_bytes, split=split, matrices=matrices, num_ipus=num_ipus
     )
     book = build_workbook(grids, layout)
+    buffer = io.BytesIO()
+    book.save(buffer)
     with atomic_write(target, force=force, binary=True) as stream:
-        book.save(stream)
+        stream.write(reproducible_xlsx(buffer.getvalue()))
+
+
+#: Written into docProps/core.xml instead of the time of saving.
+_FIXED_TIMESTAMP = "2000-01-01T00:00:00Z"
+_TIMESTAMP = re.compile(rb"(<dcterms:(?:created|modified)[^>]*>)[^<]*(</dcterms:)")
+
+
+def reproducible_xlsx(raw: bytes) -> bytes:
+    """The same workbook with fixed zip-entry dates and document timestamps.
+
+    openpyxl stamps the save time into the zip entries and the document
+    properties; fixing both makes the same inputs give byte-identical files.
+    """
+    out = io.BytesIO()
+    with zipfile.ZipFile(io.BytesIO(raw)) as src, zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as dst:
+        for info in src.infolist():
+            data = src.read(info.filename)
+            if info.filename == "docProps/core.xml":
+                data = _TIMESTAMP.sub(rb"\g<1>" + _FIXED_TIMESTAMP.encode() + rb"\g<2>", data)
+            entry = zipfile.ZipInfo(info.filename, date_time=(1980, 1, 1, 0, 0, 0))
+            entry.compress_type = zipfile.ZIP_DEFLATED
+            entry.external_attr = 0o644 << 16
+            dst.writestr(entry, data)
+    return out.getvalue()
 
 
 def build_workbook(grids: Sequence[Grid], layout: PlannerLayout) -> Workbook:
