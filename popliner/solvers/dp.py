@@ -11,7 +11,7 @@ import math
 
 from popliner.solvers.ranges import RangeCosts, SplitProblem, extra_stash_entries
 
-__all__ = ["dp_bounds", "stage_cost"]
+__all__ = ["dp_bounds", "dp_for_stages", "stage_cost"]
 
 Bounds = tuple[tuple[int, int], ...]
 
@@ -28,13 +28,14 @@ def dp_bounds(table: RangeCosts, problem: SplitProblem) -> tuple[Bounds, float] 
     counts = [problem.num_ipus] if problem.exact_ipus else range(1, problem.num_ipus + 1)
     best: tuple[Bounds, float] | None = None
     for k in counts:
-        found = _solve_k(table, problem, k)
+        found = dp_for_stages(table, problem, k)
         if found is not None and (best is None or found[1] < best[1]):
             best = found
     return best
 
 
-def _solve_k(table: RangeCosts, problem: SplitProblem, stages: int) -> tuple[Bounds, float] | None:
+def dp_for_stages(table: RangeCosts, problem: SplitProblem, stages: int) -> tuple[Bounds, float] | None:
+    """Optimal split into exactly ``stages`` stages, or None when none fits."""
     n = table.num_layers
     if stages > n:
         return None

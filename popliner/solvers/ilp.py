@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from ortools.sat.python import cp_model
 
-from popliner.solvers.dp import stage_cost
+from popliner.solvers.dp import dp_for_stages, stage_cost
 from popliner.solvers.ranges import RangeCosts, SplitProblem, extra_stash_entries
 
 __all__ = ["IlpOutcome", "ilp_bounds"]
@@ -44,25 +44,69 @@ class IlpOutcome:
 
 
 def ilp_bounds(table: RangeCosts, problem: SplitProblem, *, time_limit: float = 60.0, seed: int = 0,
-               hints: Sequence[Bounds] = ()) -> IlpOutcome | None:
-    """The best split found within ``time_limit`` seconds, or None when none fits."""
+               hints: Sequence[Bounds] = (), prune: bool = True) -> IlpOutcome | None:
+    """The best split found within ``time_limit`` seconds, or None when none fits.
+
+    The exact DP gives the optimum of objective 1 for every stage count first:
+    a count that cannot reach it can never win the lexicographic order, so
+    CP-SAT only runs for the counts that can, and (with ``prune``) only over
+    ranges whose cost is within that optimum; ``prune=False`` lets CP-SAT find
+    objective 1 on its own (the cross-check against the DP in the tests).
+    When time runs out, the best of the DP splits and the ``hints`` is
+    returned as FEASIBLE.
+    """
     counts = [problem.num_ipus] if problem.exact_ipus else list(range(1, problem.num_ipus + 1))
-    counts = [k for k in counts if k <= table.num_layers]
+    per_count = {k: dp_for_stages(table, problem, k) for k in counts if k <= table.num_layers}
+    reachable = {k: found for k, found in per_count.items() if found is not None}
+    if not reachable:
+        return None  # the DP is exact: no stage count fits
+    target = min(found[1] for found in reachable.values())
+    candidates = [k for k, found in sorted(reachable.items()) if found[1] == target]
     deadline = time.monotonic() + time_limit
     best: IlpOutcome | None = None
     all_proved = True
-    for n, k in enumerate(counts):
-        remaining = max(deadline - time.monotonic(), 0.05)
-        share = remaining / (len(counts) - n)
-        outcome = _solve_k(table, problem, k, share, seed, [h for h in hints if len(h) == k])
+    for n, k in enumerate(candidates):
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            all_proved = False
+            break
+        seeds = [reachable[k][0], *(h for h in hints if len(h) == k)]
+        outcome, _ = _solve_k(table, problem, k, remaining / (len(candidates) - n), seed, seeds,
+                              target if prune else math.inf)
         if outcome is None:
-            continue  # infeasible with k stages (proved, or none found in time)
+            all_proved = False
+            continue
         all_proved &= outcome.optimal
         if best is None or outcome.objectives < best.objectives:
             best = outcome
-    if best is None:
+    for split in [*(found[0] for found in reachable.values()), *hints]:
+        value = hint_objectives(table, problem, split)
+        if value is not None and (best is None or value < best.objectives):
+            best = IlpOutcome(split, value, False, float(target), 0.0, len(counts))
+            all_proved = False
+    if best is None:  # pragma: no cover - the DP splits are always candidates
         return None
-    return IlpOutcome(best.bounds, best.objectives, all_proved and best.optimal, best.bound, best.gap, len(counts))
+    gap = (best.objectives[0] - target) / best.objectives[0] if best.objectives[0] else 0.0
+    return IlpOutcome(best.bounds, best.objectives, all_proved and best.optimal, float(target), max(gap, 0.0),
+                      len(candidates))
+
+
+def hint_objectives(table: RangeCosts, problem: SplitProblem, bounds: Bounds) -> tuple[int, int, int] | None:
+    """The three objectives of a given split, or None if it breaks a limit."""
+    k = len(bounds)
+    if k == 0 or k > problem.num_ipus or (problem.exact_ipus and k != problem.num_ipus):
+        return None
+    costs, mems, crossing = [], [], 0
+    for position, (i, j) in enumerate(bounds):
+        extra = extra_stash_entries(position, k) if problem.training else 0
+        mem = table.memory(i, j, extra)
+        if mem == math.inf:
+            return None
+        costs.append(int(stage_cost(table, i, j, extra)))
+        mems.append(int(mem))
+        if j < table.num_layers - 1:
+            crossing += table.crossing(j)
+    return max(costs), max(mems), crossing
 
 
 @dataclass(frozen=True)
@@ -75,7 +119,7 @@ class _Edge:
     crossing: int
 
 
-def _edges(table: RangeCosts, problem: SplitProblem, stages: int) -> list[_Edge]:
+def _edges(table: RangeCosts, problem: SplitProblem, stages: int, cost_cap: float = math.inf) -> list[_Edge]:
     n = table.num_layers
     forbidden = table.forbidden_splits(problem)
     edges = []
@@ -95,15 +139,22 @@ def _edges(table: RangeCosts, problem: SplitProblem, stages: int) -> list[_Edge]
                 if not last and not problem.allowed_split(j, forbidden):
                     continue
                 cost = stage_cost(table, i, j, extra)
+                if cost > cost_cap:
+                    continue  # can never be part of a split that reaches the optimum of objective 1
                 edges.append(_Edge(k, i, j, int(cost), int(mem), table.crossing(j)))
     return edges
 
 
 def _solve_k(table: RangeCosts, problem: SplitProblem, stages: int, time_limit: float, seed: int,
-             hints: Sequence[Bounds]) -> IlpOutcome | None:
-    edges = _edges(table, problem, stages)
+             hints: Sequence[Bounds], cost_cap: float = math.inf) -> tuple[IlpOutcome | None, bool]:
+    """Best split with exactly ``stages`` stages, and whether "none" was proved.
+
+    ``cost_cap`` leaves out ranges whose cost is above it (the DP's optimum of
+    objective 1): they cannot be part of any lexicographically optimal split.
+    """
+    edges = _edges(table, problem, stages, cost_cap)
     if not edges:
-        return None
+        return None, True
     model = cp_model.CpModel()
     x = [model.new_bool_var(f"stage{e.position}_layers{e.first}_{e.last}") for e in edges]
     by_position: list[list[int]] = [[] for _ in range(stages)]
@@ -113,7 +164,7 @@ def _solve_k(table: RangeCosts, problem: SplitProblem, stages: int, time_limit: 
     # Each position holds exactly one range.
     for members in by_position:
         if not members:
-            return None
+            return None, True
         model.add_exactly_one(x[m] for m in members)
     # Consecutive positions join up: stage k+1 starts right after stage k ends.
     n = table.num_layers
@@ -137,11 +188,10 @@ def _solve_k(table: RangeCosts, problem: SplitProblem, stages: int, time_limit: 
         model.add(max_mem >= sum(edges[m].memory * x[m] for m in members))
     crossing = sum(e.crossing * x[m] for m, e in enumerate(edges) if e.last < n - 1)
 
-    for hint in hints:
-        chosen = {(k, a, b) for k, (a, b) in enumerate(hint)}
+    if hints:
+        chosen = {(k, a, b) for k, (a, b) in enumerate(hints[0])}
         for m, e in enumerate(edges):
             model.add_hint(x[m], (e.position, e.first, e.last) in chosen)
-        break
 
     solver = cp_model.CpSolver()
     solver.parameters.random_seed = seed
@@ -157,7 +207,7 @@ def _solve_k(table: RangeCosts, problem: SplitProblem, stages: int, time_limit: 
         status = solver.solve(model)
         if status not in _OK:
             if phase == 0:
-                return None
+                return None, status == cp_model.INFEASIBLE
             break
         value = int(round(solver.objective_value))
         if phase == 0:
@@ -176,7 +226,7 @@ def _solve_k(table: RangeCosts, problem: SplitProblem, stages: int, time_limit: 
     while len(values) < 3:
         values.append(_fallback(values, edges, chosen_bounds, n))
     gap = (values[0] - bound) / values[0] if values[0] else 0.0
-    return IlpOutcome(chosen_bounds, (values[0], values[1], values[2]), optimal, bound, max(gap, 0.0), 1)
+    return IlpOutcome(chosen_bounds, (values[0], values[1], values[2]), optimal, bound, max(gap, 0.0), 1), False
 
 
 def _fallback(values: list[int], edges: list[_Edge], bounds: Bounds, n: int) -> int:
