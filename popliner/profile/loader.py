@@ -113,12 +113,12 @@ def _parse_json(text: bytes, path: str) -> Any:
     if orjson is not None:
         try:
             return orjson.loads(text)
-        except orjson.JSONDecodeError as exc:
-            # orjson's messages are good but name UTF-8 problems vaguely; add the fix.
-            msg = str(exc)
-            if "utf-8" in msg.lower() or "utf8" in msg.lower():
-                raise ProfileFormatError(path, "", "not UTF-8 text; a profile is UTF-8 JSON") from None
-            raise ProfileFormatError(path, "", f"not valid JSON: {msg}") from None
+        except orjson.JSONDecodeError:
+            # Only bad input gets here. orjson's wording changes between its
+            # versions, so the standard parser re-reads the text to name the
+            # fault in the same words everywhere (or to accept what orjson
+            # cannot hold, such as integers beyond 64 bits, for the checks below).
+            pass
     try:
         decoded = text.decode("utf-8")
     except UnicodeDecodeError as exc:
