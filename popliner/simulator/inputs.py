@@ -142,8 +142,11 @@ def inputs_from_analysis(cfg: PipelineConfig, analysis: AnalysisLike, *, tiles_p
         first = i == 0
         fwd, bwd = analysis.stage_cycles_split(group, first)
         total = np.asarray(analysis.stage_memory(group, first).total_per_tile, dtype=np.int64)
+        # The last IPU runs forward and backward back to back: no stash, and its
+        # activations stay live in between exactly as the profile shows them.
+        stashed = cfg.training and i < len(layers) - 1
         entry = (np.asarray(analysis.stash_entry_per_tile(group, first_stage=first), dtype=np.int64)
-                 if cfg.training else np.zeros_like(total))
+                 if stashed else np.zeros_like(total))
         before = [x for g in layers[:i] for x in g]
         after = [x for g in layers[i:] for x in g]
         figures.append(IpuFigures(
