@@ -14,7 +14,9 @@ import dataclasses
 import gzip
 import json
 import logging
+import os
 import sys
+import tempfile
 import tracemalloc
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -657,9 +659,14 @@ def keep_logging() -> Iterator[None]:
 def run_cli(bad: Bad, cache_dir: Path, *options: str) -> tuple[int, str, str]:
     """Run ``popliner [options] FILE`` in a scratch directory; (exit code, stdout, stderr)."""
     runner = CliRunner()
-    with runner.isolated_filesystem():
-        Path(bad.filename).write_bytes(bad.make())
-        result = runner.invoke(cli, [*options, bad.filename], env={"POPLINER_CACHE_DIR": str(cache_dir)})
+    with tempfile.TemporaryDirectory() as scratch:
+        here = os.getcwd()
+        os.chdir(scratch)  # the message names the file as given: a bare name
+        try:
+            Path(bad.filename).write_bytes(bad.make())
+            result = runner.invoke(cli, [*options, bad.filename], env={"POPLINER_CACHE_DIR": str(cache_dir)})
+        finally:
+            os.chdir(here)
     return result.exit_code, result.stdout, result.stderr
 
 
