@@ -58,17 +58,6 @@ def inputs(tmp_path: Path) -> tuple[Path, Path]:
     return pop, cbor
 
 
-@pytest.fixture(autouse=True)
-def restore_popliner_logger() -> Any:
-    """The CLI configures the "popliner" logger globally; undo it so other tests' caplog works."""
-    logger = logging.getLogger("popliner")
-    saved = (list(logger.handlers), logger.level, logger.propagate)
-    yield
-    logger.handlers[:] = saved[0]
-    logger.setLevel(saved[1])
-    logger.propagate = saved[2]
-
-
 @pytest.fixture
 def popliner_log(caplog: pytest.LogCaptureFixture) -> Any:
     """caplog that also sees records when the CLI has made the "popliner" logger non-propagating."""

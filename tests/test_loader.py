@@ -13,7 +13,6 @@ import copy
 import dataclasses
 import gzip
 import json
-import logging
 import os
 import sys
 import tempfile
@@ -645,17 +644,6 @@ def test_fallback_parser_loads_the_same_profile(monkeypatch: pytest.MonkeyPatch)
 # -- the CLI path -------------------------------------------------------------
 
 
-@pytest.fixture
-def keep_logging() -> Iterator[None]:
-    """The CLI configures the "popliner" logger; put it back for later tests (caplog)."""
-    logger = logging.getLogger("popliner")
-    saved = (list(logger.handlers), logger.level, logger.propagate)
-    yield
-    logger.handlers[:] = saved[0]
-    logger.setLevel(saved[1])
-    logger.propagate = saved[2]
-
-
 def run_cli(bad: Bad, cache_dir: Path, *options: str) -> tuple[int, str, str]:
     """Run ``popliner [options] FILE`` in a scratch directory; (exit code, stdout, stderr)."""
     runner = CliRunner()
@@ -675,7 +663,7 @@ CLI_CASES = ["empty", "top-array", "truncated", "non-utf8", "gzip-crc", "no-targ
 
 
 @pytest.mark.parametrize("name", CLI_CASES)
-def test_cli_prints_one_error_line_and_exits_2(name: str, tmp_path: Path, keep_logging: None) -> None:
+def test_cli_prints_one_error_line_and_exits_2(name: str, tmp_path: Path) -> None:
     bad = next(b for b in BAD_INPUTS if b.name == name)
     code, out, err = run_cli(bad, tmp_path)
     assert code == 2
@@ -690,12 +678,12 @@ def test_cli_prints_one_error_line_and_exits_2(name: str, tmp_path: Path, keep_l
 
 
 @pytest.mark.parametrize("name", CLI_CASES)
-def test_cli_quiet_prints_only_the_error_line(name: str, tmp_path: Path, keep_logging: None) -> None:
+def test_cli_quiet_prints_only_the_error_line(name: str, tmp_path: Path) -> None:
     bad = next(b for b in BAD_INPUTS if b.name == name)
     assert run_cli(bad, tmp_path, "-q") == (2, "", f"popliner: error: {bad.message}\n")
 
 
-def test_cli_missing_file(tmp_path: Path, keep_logging: None) -> None:
+def test_cli_missing_file(tmp_path: Path) -> None:
     result = CliRunner().invoke(cli, [str(tmp_path / "gone.json")], env={"POPLINER_CACHE_DIR": str(tmp_path)})
     assert result.exit_code == 2
     assert result.stderr == f"popliner: error: {tmp_path / 'gone.json'}: no such file\n"
@@ -732,7 +720,7 @@ def render_bad_inputs_table(cache_dir: Path) -> str:
     return "\n".join(lines)
 
 
-def test_bad_inputs_doc_matches_the_cli(tmp_path: Path, keep_logging: None) -> None:
+def test_bad_inputs_doc_matches_the_cli(tmp_path: Path) -> None:
     text = BAD_INPUTS_DOC.read_text(encoding="utf-8")
     block = text.split(TABLE_START, 1)[1].split(TABLE_END, 1)[0].strip()
     assert block == render_bad_inputs_table(tmp_path), "regenerate with: python -m tests.test_loader"

@@ -9,7 +9,6 @@ from typing import Literal
 import numpy as np
 
 from popliner.analysis import Analysis
-from popliner.memory.types import ComponentBytes
 from popliner.solvers.dp import dp_bounds
 from popliner.solvers.greedy import greedy_bounds
 from popliner.solvers.ilp import ilp_bounds
