@@ -1,4 +1,4 @@
-"""Shared test set-up: an isolated cache folder, and the package logger restored after each test."""
+"""Shared test set-up: an isolated cache folder, and the package logger reset around each test."""
 
 from __future__ import annotations
 
@@ -15,12 +15,17 @@ def _isolated_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytes
 
 
 @pytest.fixture(autouse=True)
-def _restore_logger() -> Iterator[None]:
-    # The CLI configures the "popliner" logger (own handler, no propagation);
-    # undo that so caplog sees records in later tests.
-    logger = logging.getLogger("popliner")
-    saved = (list(logger.handlers), logger.level, logger.propagate)
+def _pristine_logger() -> Iterator[None]:
+    # The CLI configures the "popliner" logger (own handler, no propagation),
+    # also from module-scoped fixtures; reset it around every test so that
+    # caplog always sees the package's records.
+    _reset_logger()
     yield
-    logger.handlers[:] = saved[0]
-    logger.setLevel(saved[1])
-    logger.propagate = saved[2]
+    _reset_logger()
+
+
+def _reset_logger() -> None:
+    logger = logging.getLogger("popliner")
+    logger.handlers.clear()
+    logger.setLevel(logging.NOTSET)
+    logger.propagate = True
