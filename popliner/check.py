@@ -15,16 +15,10 @@ from popliner.analysis import Analysis
 from popliner.config.model import PipelineConfig
 from popliner.errors import ConfigError
 from popliner.memory.types import ComponentBytes
-from popliner.profile.model import Profile
+from popliner.memory.overflow import LiveVariable, overflow_detail
 from popliner.solvers.ranges import extra_stash_entries
 
 __all__ = ["CheckResult", "IpuCheck", "LiveVariable", "check_config", "ipu_memory_per_tile"]
-
-
-@dataclass(frozen=True)
-class LiveVariable:
-    name: str
-    bytes: int
 
 
 @dataclass(frozen=True)
@@ -82,7 +76,8 @@ def check_config(analysis: Analysis, config: PipelineConfig, config_path: str, *
         fits = int(total[worst]) <= budget
         step, live = (-1, ())
         if not fits:
-            step, live = _largest_live(analysis, stage.layers, k == 0, worst, largest)
+            detail = overflow_detail(analysis.model, analysis.stage_ops(stage.layers, k == 0), worst, largest)
+            step, live = detail.step, detail.largest_live
         results.append(IpuCheck(
             ipu=k, layers=stage.layers, memory=ComponentBytes(*(int(v) for v in per_tile.sum(axis=1))),
             stash_bytes=int(stash.sum()), worst_tile=worst, worst_tile_bytes=int(total[worst]),
@@ -107,34 +102,3 @@ def _check_layers(analysis: Analysis, config: PipelineConfig, config_path: str) 
     if missing:
         raise ConfigError(f"{config_path}: layers {', '.join(missing[:8])} of the profile are on no IPU; "
                           "add them to a stage")
-
-
-def _largest_live(analysis: Analysis, layers: Sequence[str], first: bool, tile: int,
-                  count: int) -> tuple[int, tuple[LiveVariable, ...]]:
-    """The step where the stage's variables peak on ``tile``, and the largest live there."""
-    ops = analysis.stage_ops(layers, first)
-    lo, hi = analysis.model.window(ops)
-    var = analysis.model.counted_variables(ops)
-    v = analysis.profile.variables
-    var = var[v.tile[var] == tile]
-    if var.size == 0 or hi < lo:
-        return -1, ()
-    p = analysis.profile
-    live_by_step = np.zeros(hi - lo + 2, np.int64)
-    for idx in var:
-        c = int(v.klass[idx])
-        for a, b in zip(p.iv_start[p.class_ptr[c]:p.class_ptr[c + 1]], p.iv_end[p.class_ptr[c]:p.class_ptr[c + 1]]):
-            a, b = max(int(a), lo), min(int(b), hi + 1)
-            if a < b:
-                live_by_step[a - lo] += v.bytes[idx]
-                live_by_step[b - lo] -= v.bytes[idx]
-    live = np.cumsum(live_by_step)[:-1]
-    step = lo + int(np.argmax(live))
-    alive = [int(i) for i in var if _live_at(p, int(v.klass[i]), step)]
-    alive.sort(key=lambda i: (-int(v.bytes[i]), int(i)))
-    return step, tuple(LiveVariable(v.name(i), int(v.bytes[i])) for i in alive[:count])
-
-
-def _live_at(p: Profile, c: int, step: int) -> bool:
-    a, b = p.class_ptr[c], p.class_ptr[c + 1]
-    return bool(np.any((p.iv_start[a:b] <= step) & (step < p.iv_end[a:b])))

@@ -9,6 +9,7 @@ from __future__ import annotations
 __all__ = [
     "EXIT_BAD_INPUT",
     "EXIT_DOES_NOT_FIT",
+    "EXIT_NO_SPLIT",
     "ConfigError",
     "DoesNotFitError",
     "ExportError",
@@ -21,8 +22,10 @@ __all__ = [
 
 #: Bad input: unreadable or invalid profile, config or option values.
 EXIT_BAD_INPUT = 2
-#: The input is valid but a stage does not fit (``popliner check``, ``--solve``).
+#: The input is valid but a checked stage does not fit (``popliner check``).
 EXIT_DOES_NOT_FIT = 1
+#: ``--solve`` found no split that fits (a best-effort split is still reported).
+EXIT_NO_SPLIT = 3
 
 
 class PoplinerError(Exception):

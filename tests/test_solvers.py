@@ -208,6 +208,7 @@ def test_solve_split_infeasible_names_the_reason():
     a = analyse_profile(load_profile(TINY))
     split = solve_split(a, SplitProblem(2, 300), solver="ilp", time_limit=5)
     assert split.status == "INFEASIBLE" and not split.fits
+    assert [s.fits for s in split.stages] == [False, True]  # the best effort: one stage per layer
     assert "layer 0 alone needs 422 bytes on its worst tile" in split.note
     split = solve_split(a, SplitProblem(1, 430), solver="ilp", time_limit=5)
     assert "at least 2 IPUs" in split.note

@@ -13,7 +13,7 @@ from typing import IO, Any
 import click
 
 from popliner.analysis import DEFAULT_BACKWARD_REGEX, Analysis, AnalysisOptions, load_analysis
-from popliner.errors import EXIT_DOES_NOT_FIT, UsageProblem
+from popliner.errors import EXIT_NO_SPLIT, UsageProblem
 from popliner.fileio import atomic_write, check_writable
 from popliner.ops.layers import DEFAULT_INPUTS_REGEX_LAYER_0, DEFAULT_LAYER_NAME_REGEX
 from popliner.ops.operations import DEFAULT_OP_LAYERS
@@ -158,7 +158,7 @@ def command(profile: str, debug_info: str | None, operation_breakdown: bool, lay
     if split is not None:
         _report_split(analysis, split, config_out, force, gradient_accumulation)
         if not split.fits:
-            sys.exit(EXIT_DOES_NOT_FIT)
+            sys.exit(EXIT_NO_SPLIT)
 
 
 def _refuse_poplar_report(profile: str, debug_info: str | None) -> None:
@@ -298,10 +298,11 @@ def _report_split(analysis: Analysis, split: Any, config_out: str | None, force:
     has_unlayered = bool((analysis.layers.layer_of_op < 0).any())
     if log.isEnabledFor(logging.WARNING):  # -q keeps stderr to errors only
         click.echo(split_picture(split, has_unlayered), err=True)
+        if not split.fits:
+            click.echo(f"popliner: no split fits: {split.note}"
+                       + ("; the best effort below is over budget" if split.stages else ""), err=True)
         if split.stages:
             click.echo(split_table(split), err=True)
-        else:
-            click.echo(f"popliner: no split fits: {split.note}", err=True)
     doc = split_document(split, profile_path=analysis.profile.path, profile_sha256=analysis.profile.sha256)
     write_split_json(doc, click.get_text_stream("stdout"))
     if config_out and split.stages:

@@ -41,6 +41,11 @@ def split_document(split: SplitResult, *, profile_path: str, profile_sha256: str
                 "cycles": s.cycles,
                 "bytes_in": s.bytes_in,
                 "fits": s.fits,
+                **({"overflow": {
+                    "tile": s.overflow.tile,
+                    "step": s.overflow.step,
+                    "largest_live_variables": [{"name": v.name, "bytes": v.bytes} for v in s.overflow.largest_live],
+                }} if s.overflow is not None else {}),
             }
             for s in split.stages
         ],
@@ -79,4 +84,10 @@ def split_table(split: SplitResult) -> str:
             f"{s.ipu:>3}  {span or '-':<18} {s.worst_tile:>10} {s.worst_tile_bytes:>10,} {s.stash_bytes:>10,} "
             f"{s.cycles:>12,} {headroom:>8.1%}  {'yes' if s.fits else 'NO'}"
         )
+    for s in split.stages:
+        if s.overflow is not None:
+            lines.append(f"IPU {s.ipu} is over budget by {s.worst_tile_bytes - split.budget_bytes:,} bytes on tile "
+                         f"{s.overflow.tile}" + (f"; variables peak at step {s.overflow.step}:" if s.overflow.step >= 0
+                                                 else ""))
+            lines.extend(f"    {v.bytes:>10,}  {v.name}" for v in s.overflow.largest_live)
     return "\n".join(lines)

@@ -23,18 +23,22 @@ def stage_cost(table: RangeCosts, i: int, j: int, extra: int) -> float:
     return table.memory(i, j, extra)
 
 
-def dp_bounds(table: RangeCosts, problem: SplitProblem) -> tuple[Bounds, float] | None:
-    """Optimal stages (``(first, last)`` pairs) and their largest cost, or None if none fits."""
+def dp_bounds(table: RangeCosts, problem: SplitProblem, by_memory: bool = False) -> tuple[Bounds, float] | None:
+    """Optimal stages (``(first, last)`` pairs) and their largest cost, or None if none fits.
+
+    ``by_memory`` minimises the largest worst-tile memory instead of the cost.
+    """
     counts = [problem.num_ipus] if problem.exact_ipus else range(1, problem.num_ipus + 1)
     best: tuple[Bounds, float] | None = None
     for k in counts:
-        found = dp_for_stages(table, problem, k)
+        found = dp_for_stages(table, problem, k, by_memory)
         if found is not None and (best is None or found[1] < best[1]):
             best = found
     return best
 
 
-def dp_for_stages(table: RangeCosts, problem: SplitProblem, stages: int) -> tuple[Bounds, float] | None:
+def dp_for_stages(table: RangeCosts, problem: SplitProblem, stages: int,
+                  by_memory: bool = False) -> tuple[Bounds, float] | None:
     """Optimal split into exactly ``stages`` stages, or None when none fits."""
     n = table.num_layers
     if stages > n:
@@ -60,7 +64,8 @@ def dp_for_stages(table: RangeCosts, problem: SplitProblem, stages: int) -> tupl
                 prev = 0.0 if k == 0 else best[k - 1][i - 1]
                 if prev == inf:
                     continue
-                value = max(prev, stage_cost(table, i, j, extra))
+                cost = table.memory(i, j, extra) if by_memory else stage_cost(table, i, j, extra)
+                value = max(prev, cost)
                 if value < best[k][j]:
                     best[k][j], back[k][j] = value, i
     if best[stages - 1][n - 1] == inf:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from popliner.memory.overflow import OverflowDetail
 from popliner.memory.types import ComponentBytes
 
 __all__ = ["SplitResult", "StageResult"]
@@ -31,6 +32,7 @@ class StageResult:
     cycles: int
     bytes_in: int
     fits: bool
+    overflow: OverflowDetail | None = None  # for a stage that does not fit: where and why
 
     @property
     def first_layer(self) -> str | None:
@@ -46,7 +48,7 @@ class SplitResult:
     """A split of the layers over IPUs, as a solver found it."""
 
     solver: str  # "greedy" or "ilp"
-    status: str  # "OPTIMAL", "FEASIBLE", "GREEDY" or "INFEASIBLE"
+    status: str  # "OPTIMAL", "FEASIBLE", "GREEDY" or "INFEASIBLE" (stages then hold a best-effort split)
     mode: str  # "inference" or "training"
     num_ipus_requested: int
     budget_bytes: int  # per-tile budget the split was solved against

@@ -9,6 +9,7 @@ from typing import Literal
 import numpy as np
 
 from popliner.analysis import Analysis
+from popliner.memory.overflow import overflow_detail
 from popliner.solvers.dp import dp_bounds
 from popliner.solvers.greedy import greedy_bounds
 from popliner.solvers.ilp import ilp_bounds
@@ -65,8 +66,28 @@ def _infeasible(analysis: Analysis, problem: SplitProblem, solver: str, table: P
     hint = infeasibility_reason(table, problem)
     log.warning("no split of %d layers fits on %d IPUs of %d bytes per tile: %s",
                 table.num_layers, problem.num_ipus, problem.budget, hint)
-    return SplitResult(solver, "INFEASIBLE", analysis.mode, problem.num_ipus, problem.budget, (),
+    stages = best_effort(analysis, problem)
+    return SplitResult(solver, "INFEASIBLE", analysis.mode, problem.num_ipus, problem.budget, stages,
                        wall_seconds=time.perf_counter() - t0, note=hint)
+
+
+#: Budget multiples tried, in order, for a best-effort split when nothing fits.
+_RELAXATIONS = (1.25, 1.5, 2.0, 3.0, 4.0, 8.0)
+
+
+def best_effort(analysis: Analysis, problem: SplitProblem) -> tuple[StageResult, ...]:
+    """The split over the IPUs asked for whose fullest tile is smallest, for a stage that does not fit.
+
+    Tables are pruned at a relaxed limit (1.25x, 1.5x, ... the budget) so that
+    the search stays as cheap as a normal solve; every stage over the real
+    budget gets its overflow details (tile, step, largest live variables).
+    """
+    for factor in _RELAXATIONS:
+        relaxed = ProfileRanges(analysis, int(problem.budget * factor))
+        found = dp_bounds(relaxed, problem, by_memory=True)
+        if found is not None:
+            return stage_results(relaxed, problem, found[0], explain=True)
+    return ()
 
 
 def infeasibility_reason(table: ProfileRanges, problem: SplitProblem) -> str:
@@ -94,8 +115,13 @@ def minimum_ipus(table: ProfileRanges, problem: SplitProblem) -> int | None:
     return None
 
 
-def stage_results(table: ProfileRanges, problem: SplitProblem, bounds: Bounds) -> tuple[StageResult, ...]:
-    """Exact figures of each stage of a split, stash included in training."""
+def stage_results(table: ProfileRanges, problem: SplitProblem, bounds: Bounds,
+                  explain: bool = False) -> tuple[StageResult, ...]:
+    """Exact figures of each stage of a split, stash included in training.
+
+    With ``explain``, a stage over the budget says on which tile, at which
+    step and with which variables it overflows.
+    """
     out = []
     count = len(bounds)
     for k, (i, j) in enumerate(bounds):
@@ -104,11 +130,13 @@ def stage_results(table: ProfileRanges, problem: SplitProblem, bounds: Bounds) -
         stash = table.stash_per_tile(i, j) * extra if extra else np.zeros(mem.tiles, np.int64)
         total = mem.total_per_tile + stash
         worst = int(np.argmax(total)) if total.size else 0
+        fits = int(total.max(initial=0)) <= problem.budget
+        detail = None if fits or not explain else overflow_detail(table.analysis.model, table.stage_ops(i, j), worst)
         out.append(StageResult(
             index=k, ipu=k, layers=table.layer_names[i : j + 1], memory=mem.summed(), worst_tile=worst,
             worst_tile_bytes=int(total[worst]) if total.size else 0, stash_bytes=int(stash.sum()),
             stash_entries=stash_depth(k, count) if problem.training else 0, cycles=table.compute(i, j),
-            bytes_in=table.crossing(i - 1) if i > 0 else 0, fits=int(total.max(initial=0)) <= problem.budget,
+            bytes_in=table.crossing(i - 1) if i > 0 else 0, fits=fits, overflow=detail,
         ))
     return tuple(out)
 
