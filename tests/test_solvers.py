@@ -241,3 +241,109 @@ def test_ilp_respects_its_time_limit_and_returns_its_best():
     assert full.optimal
     assert full.objectives[0] == rushed.objectives[0] == dp_bounds(table, problem)[1]
     assert full.objectives <= rushed.objectives
+
+
+def test_greedy_minimum_layers_fallback():
+    # 4 layers of 40 bytes, 2 IPUs, budget 100. At least 3 layers per stage
+    # never fits (120 > 100); at least 2 with a 80% cap packs 2 + 2.
+    table = flat(4, mem=40)
+    bounds, cap, need = greedy_bounds(table, SplitProblem(2, 100))
+    assert (bounds, cap, need) == (((0, 1), (2, 3)), 0.8, 2)
+
+
+def _brute_force(table, problem):
+    """Every contiguous split into at most N stages; the best (cost, memory, crossing) tuple."""
+    from itertools import combinations
+
+    from popliner.solvers.ranges import extra_stash_entries
+
+    n = table.num_layers
+    best = None
+    counts = [problem.num_ipus] if problem.exact_ipus else range(1, problem.num_ipus + 1)
+    for k in counts:
+        for cuts in combinations(range(n - 1), k - 1):
+            bounds, start = [], 0
+            for c in (*cuts, n - 1):
+                bounds.append((start, c))
+                start = c + 1
+            costs, mems, crossing = [], [], 0
+            for position, (a, b) in enumerate(bounds):
+                extra = extra_stash_entries(position, k) if problem.training else 0
+                mem = _memory_by_hand(table, a, b, extra)
+                if mem > problem.budget:
+                    break
+                costs.append(table.cost(a, b) if table.has_cycles else mem)
+                mems.append(mem)
+                crossing += table.crossing(b) if b < n - 1 else 0
+            else:
+                value = (max(costs), max(mems), crossing)
+                best = value if best is None or value < best else best
+    return best
+
+
+def _memory_by_hand(table, a, b, extra):
+    """ArrayRanges' memory recomputed from its raw lists, not through its method."""
+    return max(table._peak[a : b + 1]) + sum(table._base[a : b + 1]) + extra * sum(table._stash[a : b + 1])
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(tables(), st.integers(1, 4), st.booleans(), st.booleans())
+def test_ilp_equals_brute_force(data, ipus, training, exact):
+    table, limit = data
+    problem = SplitProblem(ipus, limit, exact_ipus=exact, training=training)
+    expected = _brute_force(table, problem)
+    for prune in (True, False):
+        got = ilp_bounds(table, problem, time_limit=10, prune=prune)
+        if expected is None:
+            assert got is None
+            continue
+        assert got.optimal and got.objectives == expected
+        # Every stage fits when recomputed independently.
+        from popliner.solvers.ranges import extra_stash_entries
+
+        k = len(got.bounds)
+        for position, (a, b) in enumerate(got.bounds):
+            extra = extra_stash_entries(position, k) if training else 0
+            assert _memory_by_hand(table, a, b, extra) <= limit
+
+
+def test_training_stash_by_hand():
+    from tests.helpers import analyse_document
+
+    # Two layers on 2 tiles. Steps: 0 layer0 forward, 1 layer1 forward,
+    # 2 layer1 backward, 3 and 4 layer0 backward (its program runs twice).
+    # Every program has 1 byte of control code per tile.
+    names = ["layer0/fc", "layer1/fc", "layer1/fc_grad", "layer0/fc_grad"]
+    vars_of = [[1, 2], [3], [3], [1, 2]]
+    doc = {
+        "format": "popliner-profile", "version": 1,
+        "target": {"tilesPerIpu": 2, "numTiles": 2, "numIpus": 1, "bytesPerTile": 1000, "clockFrequency": 1e9},
+        "vertexTypes": [],
+        "programs": [{"id": 0, "type": "Sequence", "children": [1, 2, 3, 4]}] + [
+            {"id": 1 + i, "type": "OnTileExecute", "debugContext": 100 + i, "controlCode": [1, 1],
+             "vars": vars_of[i]} for i in range(4)],
+        "controlPrograms": [0],
+        "steps": [1, 2, 3, 4, 4],
+        # w0: 50 B on tile 0, always live (steps 0..4); act0: 100 B on tile 0,
+        # steps 0..3 (forward of layer 0 to its backward); act1: 40 B on tile 1, steps 1..2.
+        "variables": {"id": [1, 2, 3], "bytes": [50, 100, 40], "tile": [0, 0, 1], "class": [0, 1, 2]},
+        "livenessClasses": [[[0, 5]], [[0, 4]], [[1, 3]]],
+        "debugContexts": [{"id": 100 + i, "parent": None, "layer": "popart", "name": n, "data": {"opName": n}}
+                          for i, n in enumerate(names)],
+    }
+    a = analyse_document(doc)
+    assert a.mode == "training"
+    # One entry: the activations going live in the forward part and dying in the
+    # backward part; the always-live weight is not stashed.
+    assert a.stash_entry_per_tile(["0"], first_stage=True).tolist() == [100, 0]
+    assert a.stash_entry_per_tile(["1"]).tolist() == [0, 40]
+    split = solve_split(a, SplitProblem(2, 1000, exact_ipus=True, training=True), solver="ilp", time_limit=5)
+    first, last = split.stages
+    # IPU 0 of 2 keeps 2(2-1-0)+1 = 3 entries: 2 more than the profile holds.
+    assert (first.stash_entries, first.stash_bytes) == (3, 200)
+    # Layer 0 (steps 0..4): w0 (50) + act0 (100) on tile 0, 2 programs x 1 B of
+    # control code, plus 2 x 100 of stash.
+    assert (first.worst_tile, first.worst_tile_bytes) == (0, 50 + 100 + 2 + 200)
+    # The last IPU runs forward and backward back to back: act1 (40) on tile 1
+    # and 2 B of control code, no stash.
+    assert (last.stash_entries, last.stash_bytes, last.worst_tile_bytes) == (0, 0, 42)
