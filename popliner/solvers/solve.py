@@ -72,13 +72,13 @@ def _infeasible(analysis: Analysis, problem: SplitProblem, solver: str, table: P
 
 
 #: Budget multiples tried, in order, for a best-effort split when nothing fits.
-_RELAXATIONS = (1.25, 1.5, 2.0, 3.0, 4.0, 8.0)
+_RELAXATIONS = (1.5, 3.0, 8.0)
 
 
 def best_effort(analysis: Analysis, problem: SplitProblem) -> tuple[StageResult, ...]:
     """The split over the IPUs asked for whose fullest tile is smallest, for a stage that does not fit.
 
-    Tables are pruned at a relaxed limit (1.25x, 1.5x, ... the budget) so that
+    Tables are pruned at a relaxed limit (1.5x, 3x, 8x the budget) so that
     the search stays as cheap as a normal solve; every stage over the real
     budget gets its overflow details (tile, step, largest live variables).
     """
