@@ -338,3 +338,24 @@ def test_document_is_not_modified_by_validation() -> None:
     config_from_document(doc, "x.yaml")
     assert doc == before
     assert config_to_document(make_config())["version"] == 1
+
+
+@pytest.mark.parametrize("old, new, message", [
+    ("tiles_per_ipu: 4", "tiles_per_ipu: 1000000000000", "target.tiles_per_ipu: 1000000000000 is above the limit"),
+    ("gradient_accumulation: 16", "gradient_accumulation: 1000000000000",
+     "gradient_accumulation: 1000000000000 is above the limit"),
+])
+def test_absurd_sizes_are_refused_not_run(tmp_path, old, new, message):
+    from click.testing import CliRunner
+
+    from popliner.cli import cli
+
+    profile = Path(__file__).resolve().parent.parent / "fixtures" / "profiles" / "tiny.json"
+    cfg = tmp_path / "p.yaml"
+    assert CliRunner().invoke(cli, [str(profile), "--solve", "--num-ipus", "2", "--config-out", str(cfg)]).exit_code == 0
+    text = cfg.read_text()
+    assert old in text
+    cfg.write_text(text.replace(old, new))
+    result = CliRunner().invoke(cli, ["simulate", str(cfg)])
+    assert result.exit_code == 2
+    assert message in result.stderr

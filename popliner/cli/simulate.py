@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from popliner.config.model import PipelineConfig
-from popliner.config.yaml_io import read_config
+from popliner.config.yaml_io import MAX_MICRO_BATCHES, read_config
 from popliner.errors import UsageProblem
 from popliner.fileio import atomic_write, check_writable
 from popliner.simulator.engine import (
@@ -40,7 +40,7 @@ logger = logging.getLogger(__name__)
 @click.argument("config_path", metavar="PIPELINE.yaml", type=click.Path(dir_okay=False))
 @click.option("--profile", "profile_path", type=click.Path(dir_okay=False), default=None,
               help="Recompute stage memory and cycles from this profile (default: the config's predictions).")
-@click.option("--gradient-accumulation", "-G", type=click.IntRange(min=1), default=None,
+@click.option("--gradient-accumulation", "-G", type=click.IntRange(min=1, max=MAX_MICRO_BATCHES), default=None,
               help="Micro-batches per step G (default: the config's). Must be >= the pipeline stages.")
 @click.option("--micro-batch-size", type=click.IntRange(min=1), default=1, show_default=True,
               help="Samples per micro-batch, for the throughput.")

@@ -35,6 +35,8 @@ from popliner.config.snippets import FlowList as _FlowList
 from popliner.config.snippets import snippets
 from popliner.errors import ConfigError
 from popliner.memory.types import COMPONENTS, ComponentBytes
+from popliner.profile.loader import MAX_TILES
+from popliner.profile.tilevector import MAX_VALUE
 
 __all__ = ["config_from_document", "config_to_document", "parse_config", "read_config", "write_config"]
 
@@ -45,6 +47,9 @@ HEADER = (
     "# To move a layer, edit stages[].layers only; the `layers` table and the\n"
     "# snippets are regenerated from them when popliner reads this file.\n"
 )
+
+#: Micro-batches a simulated step may have; the schedule is built cycle by cycle.
+MAX_MICRO_BATCHES = 100_000
 
 TOP_KEYS = ("version", "profile", "target", "mode", "num_ipus", "pipeline_stages", "gradient_accumulation",
             "solver", "stages", "layers", "snippets")
@@ -198,12 +203,12 @@ def config_from_document(doc: Any, source: str = "<config>") -> PipelineConfig:
     model_layers = _read_layer_names(r, top["layers"])
     _check_assignment(r, stages, model_layers)
     p = num_pipeline_stages(mode, len(stages))
-    g = r.integer(top["gradient_accumulation"], "gradient_accumulation", minimum=1)
+    g = r.integer(top["gradient_accumulation"], "gradient_accumulation", minimum=1, maximum=MAX_MICRO_BATCHES)
     if g < p:
         r.fail("gradient_accumulation", f"{g} is smaller than the {p} pipeline stages",
                f"set it to {p} or more (at least one micro-batch per pipeline stage)")
     solver_name, solver_status, budget = _read_solver(r, top.get("solver"))
-    tiles = r.integer(target["tiles_per_ipu"], "target.tiles_per_ipu", minimum=1)
+    tiles = r.integer(target["tiles_per_ipu"], "target.tiles_per_ipu", minimum=1, maximum=MAX_TILES)
     for s in stages:
         if s.worst_tile >= tiles:
             r.fail(f"stages[{s.index}].predicted.worst_tile", f"tile {s.worst_tile} does not exist on an IPU "
@@ -381,11 +386,14 @@ class _Reader:
                 self.fail(_join(where, key), "missing", f"add the `{key}:` entry")
         return value
 
-    def integer(self, value: Any, where: str, minimum: int = 0) -> int:
+    def integer(self, value: Any, where: str, minimum: int = 0, maximum: int = MAX_VALUE) -> int:
         if isinstance(value, bool) or not isinstance(value, int):
             self.fail(where, f"expected a whole number, got {_kind(value)}", "write it without quotes or a dot")
         if value < minimum:
             self.fail(where, f"{value} is below {minimum}", f"use a value of {minimum} or more")
+        if value > maximum:
+            # Refuse absurd sizes here rather than run out of memory or time later.
+            self.fail(where, f"{value} is above the limit {maximum:,}", f"use a value of at most {maximum:,}")
         return int(value)
 
     def number(self, value: Any, where: str) -> float:
