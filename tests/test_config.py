@@ -350,6 +350,8 @@ def test_absurd_sizes_are_refused_not_run(tmp_path, old, new, message):
 
     from popliner.cli import cli
 
+    from pathlib import Path
+
     profile = Path(__file__).resolve().parent.parent / "fixtures" / "profiles" / "tiny.json"
     cfg = tmp_path / "p.yaml"
     assert CliRunner().invoke(cli, [str(profile), "--solve", "--num-ipus", "2", "--config-out", str(cfg)]).exit_code == 0
