@@ -74,7 +74,8 @@ def check_config(analysis: Analysis, config: PipelineConfig, config_path: str, *
         total = per_tile.sum(axis=0) + stash
         worst = int(np.argmax(total))
         fits = int(total[worst]) <= budget
-        step, live = (-1, ())
+        step = -1
+        live: tuple[LiveVariable, ...] = ()
         if not fits:
             detail = overflow_detail(analysis.model, analysis.stage_ops(stage.layers, k == 0), worst, largest)
             step, live = detail.step, detail.largest_live

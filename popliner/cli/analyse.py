@@ -5,7 +5,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from functools import partial
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -246,17 +247,18 @@ def _write_tables(analysis: Analysis, outputs: Outputs, fmt: str, output: str | 
         log.info("wrote %s", output)
         return
     from popliner.outputs import tables
+    from popliner.outputs.tables import TableFormat
 
     with _table_stream(output, force) as stream:
-        writers = []
+        writers: list[Callable[[IO[str]], None]] = []
+        table_fmt: TableFormat = "tsv" if fmt == "tsv" else "csv"
         if outputs.operation_breakdown:
-            writers.append(lambda s: tables.write_operations(breakdown, s, fmt))  # type: ignore[arg-type]
+            writers.append(partial(tables.write_operations, breakdown, fmt=table_fmt))
         if outputs.layer_breakdown:
-            writers.append(lambda s: tables.write_layers(breakdown, s, fmt))  # type: ignore[arg-type]
+            writers.append(partial(tables.write_layers, breakdown, fmt=table_fmt))
         if outputs.memory_totals:
-            writers.append(lambda s: tables.write_totals(breakdown, s, fmt))  # type: ignore[arg-type]
-        for matrix in matrices:
-            writers.append(lambda s, m=matrix: tables.write_matrix(m, s, fmt))  # type: ignore[arg-type]
+            writers.append(partial(tables.write_totals, breakdown, fmt=table_fmt))
+        writers.extend(partial(tables.write_matrix, matrix, fmt=table_fmt) for matrix in matrices)
         for k, write in enumerate(writers):
             if k:
                 stream.write("\n")  # a blank line between tables

@@ -27,6 +27,7 @@ from popliner.memory.liveness import group_peaks, window_peak
 from popliner.memory.types import ComponentBytes, StageMemory
 from popliner.ops.operations import OperationTable
 from popliner.profile.model import DO_EXCHANGE, Profile
+from popliner.profile.tilevector import RunTable
 
 __all__ = ["MemoryModel"]
 
@@ -78,7 +79,7 @@ class MemoryModel:
         if runs.size == 0:
             zero = np.zeros(self.tiles, np.int64)
             return zero, zero.copy()
-        vtype = verts.key[runs].astype(np.int64)
+        vtype = _keys(verts)[runs].astype(np.int64)
         state = verts.sum_runs(runs, self.tiles, weights=sizes[vtype])
         # Presence of each type on each tile: a difference array per type.
         width = self.tiles + 1
@@ -127,7 +128,7 @@ class MemoryModel:
         run_op = self.ops.op_of_program[verts.run_rows()]
         keep = run_op >= 0
         run_op = run_op[keep]
-        vtype = verts.key[keep].astype(np.int64)
+        vtype = _keys(verts)[keep].astype(np.int64)
         first, stop = verts.first[keep].astype(np.int64), verts.stop[keep].astype(np.int64)
         length = stop - first
         sizes = self.profile.vertex_types.size
@@ -154,6 +155,13 @@ class MemoryModel:
             peaks = group_peaks(self.profile, group, var_idx, self.ops.first_step[chunk], self.ops.last_step[chunk])
             totals[chunk] = peaks.sum(axis=1)
         return totals
+
+
+def _keys(table: RunTable) -> np.ndarray:
+    """The vertex type of every run of a vertex-count table (always keyed)."""
+    if table.key is None:  # pragma: no cover - the loader always builds it keyed
+        raise ValueError("vertex-count table without vertex types")
+    return table.key
 
 
 def _owner_sum(per_program: np.ndarray, owner: np.ndarray, mask: np.ndarray, n: int) -> np.ndarray:

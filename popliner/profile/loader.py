@@ -108,8 +108,8 @@ def _parse_json(text: bytes, path: str) -> Any:
         raise ProfileFormatError(path, "", "empty file; a profile is one JSON object")
     try:
         import orjson
-    except ImportError:  # pragma: no cover - orjson is optional
-        orjson = None
+    except ImportError:  # pragma: no cover - orjson is a dependency, but the fallback stays correct
+        orjson = None  # type: ignore[assignment]
     if orjson is not None:
         try:
             return orjson.loads(text)
