@@ -347,3 +347,11 @@ def test_training_stash_by_hand():
     # The last IPU runs forward and backward back to back: act1 (40) on tile 1
     # and 2 B of control code, no stash.
     assert (last.stash_entries, last.stash_bytes, last.worst_tile_bytes) == (0, 0, 42)
+
+
+def test_greedy_in_training_plans_stashes_for_the_ipus_it_uses():
+    # Planning stashes for all 8 IPUs, IPU 0 would hold 14 extra entries of
+    # 10 bytes per layer: nothing fits. One IPU (no stash) holds all 4 layers.
+    table = ArrayRanges([10] * 4, [0] * 4, [1] * 4, [0] * 3, stash=[10] * 4, limit=100)
+    bounds, cap, need = greedy_bounds(table, SplitProblem(8, 100, training=True))
+    assert (bounds, cap, need) == (((0, 3),), 0.5, 3)

@@ -39,15 +39,28 @@ def greedy_bounds(table: RangeCosts, problem: SplitProblem) -> tuple[Bounds, flo
 
 def _fill(table: RangeCosts, problem: SplitProblem, cap: int, min_layers: int,
           forbidden: frozenset[int]) -> Bounds | None:
+    if not problem.training:
+        return _fill_for(table, problem, cap, min_layers, forbidden, problem.num_ipus)
+    # In training the stash depth of IPU k depends on how many IPUs the
+    # pipeline has. Plan for K = 1, 2, ... IPUs and keep the first plan that
+    # needs no more than K: with fewer stages than planned the real stashes
+    # are only smaller, so it still fits.
+    for planned in range(1, problem.num_ipus + 1):
+        bounds = _fill_for(table, problem, cap, min_layers, forbidden, planned)
+        if bounds is not None:
+            return bounds
+    return None
+
+
+def _fill_for(table: RangeCosts, problem: SplitProblem, cap: int, min_layers: int,
+              forbidden: frozenset[int], stages: int) -> Bounds | None:
+    """Fill IPUs in order, planning stashes for ``stages`` IPUs; None if more are needed."""
     n = table.num_layers
-    # Stash depth depends on the number of stages; plan for all N IPUs,
-    # which over-estimates (is safe) when fewer end up used.
-    stages = problem.num_ipus
     bounds: list[tuple[int, int]] = []
     start = 0
     while start < n:
         k = len(bounds)
-        if k >= problem.num_ipus:
+        if k >= stages:
             return None
         extra = extra_stash_entries(k, stages) if problem.training else 0
         end = _furthest_fit(table, problem, start, cap, extra, forbidden)
