@@ -2,23 +2,32 @@
 
 Stored with numpy's own format and loaded with ``allow_pickle=False``: the
 arrays of the frozen dataclasses go in as arrays, everything else (strings,
-small scalars) as one JSON document held in a ``uint8`` array. A file that is
-unreadable, truncated, from another version or for another profile is
-ignored and rebuilt; nothing here ever raises to the user.
+small scalars) as one JSON document held in a ``uint8`` array. The file is a
+plain ``np.savez`` archive (stored members, no compression), but it is
+written and read here member by member, each array in one ``write`` or
+``readinto`` with its CRC-32 checked, which is about twice as fast as
+``np.savez``/``np.load`` on a large profile. A file that is unreadable,
+truncated, damaged, from another version or for another profile is ignored
+and rebuilt; nothing here ever raises to the user.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
+import io
 import json
 import logging
+import math
 import os
+import struct
 import zipfile
+import zlib
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
+from numpy.lib import format as npy_format
 
 from popliner import __version__
 from popliner.fileio import atomic_write
@@ -65,7 +74,7 @@ def store_cached(path: Path, sha256: str, options_key: str, profile: Profile, op
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with atomic_write(path, force=True, binary=True) as fh:
-            np.savez(fh, **arrays)  # type: ignore[arg-type]
+            _write_npz(fh, arrays)
     except OSError as exc:
         log.info("could not write cache %s: %s", path, exc)
 
@@ -75,8 +84,7 @@ def load_cached(path: Path, sha256: str, options_key: str, profile_path: str) ->
     if not path.is_file():
         return None
     try:
-        with np.load(path, allow_pickle=False) as data:
-            arrays = {k: data[k] for k in data.files}
+        arrays = _read_npz(path)
         meta = json.loads(bytes(arrays.pop("__meta__")).decode("utf-8"))
         if (meta.get("version"), meta.get("format"), meta.get("sha256"), meta.get("options")) != (
             __version__, CACHE_FORMAT, sha256, options_key,
@@ -93,6 +101,80 @@ def load_cached(path: Path, sha256: str, options_key: str, profile_path: str) ->
         return None
     # The same content may sit under another name; report the name used now.
     return dataclasses.replace(profile, path=profile_path), ops
+
+
+def _write_npz(fh: BinaryIO, arrays: dict[str, np.ndarray]) -> None:
+    """What ``np.savez`` writes (stored members ``KEY.npy``), each array in one write.
+
+    ``np.savez`` copies every array through a 16 MB buffer; here the bytes go
+    straight from the array to the file (zipfile computes the CRC-32 on the way).
+    """
+    with zipfile.ZipFile(fh, mode="w", compression=zipfile.ZIP_STORED, allowZip64=True) as zf:
+        for key, value in arrays.items():
+            arr = np.ascontiguousarray(value)
+            if arr.dtype.hasobject:
+                raise ValueError(f"{key}: object arrays are not cached")
+            head = io.BytesIO()
+            header = npy_format.header_data_from_array_1_0(arr)
+            try:
+                npy_format.write_array_header_1_0(head, header)
+            except ValueError:  # a header beyond 64 KiB
+                head = io.BytesIO()
+                npy_format.write_array_header_2_0(head, header)
+            with zf.open(f"{key}.npy", "w", force_zip64=True) as out:
+                out.write(head.getvalue())
+                if arr.nbytes:
+                    out.write(memoryview(arr).cast("B"))
+
+
+def _read_npz(path: Path) -> dict[str, np.ndarray]:
+    """``np.load(path, allow_pickle=False)`` of every member, each read straight into its array.
+
+    The CRC-32 of every member is checked, as zipfile does, so a damaged file
+    is an error (and the cache is rebuilt). A file with compressed members
+    (not written by popliner) goes through ``np.load``.
+    """
+    arrays: dict[str, np.ndarray] = {}
+    with open(path, "rb") as f, zipfile.ZipFile(f) as zf:
+        infos = zf.infolist()
+        if any(i.compress_type != zipfile.ZIP_STORED or i.flag_bits & 0x1 for i in infos):
+            with np.load(path, allow_pickle=False) as data:
+                return {k: data[k] for k in data.files}
+        for info in infos:
+            name = info.filename[:-4] if info.filename.endswith(".npy") else info.filename
+            f.seek(info.header_offset)
+            local = f.read(30)
+            if len(local) != 30 or local[:4] != b"PK\x03\x04":
+                raise zipfile.BadZipFile(f"{info.filename}: bad local header")
+            name_len, extra_len = struct.unpack("<HH", local[26:30])
+            start = info.header_offset + 30 + name_len + extra_len
+            f.seek(start)
+            version = npy_format.read_magic(f)
+            if version == (1, 0):
+                shape, fortran, dtype = npy_format.read_array_header_1_0(f)
+            elif version == (2, 0):
+                shape, fortran, dtype = npy_format.read_array_header_2_0(f)
+            else:
+                raise ValueError(f"{info.filename}: .npy version {version} is not read here")
+            if dtype.hasobject:
+                raise ValueError(f"{info.filename}: object arrays cannot be loaded without pickles")
+            head_len = f.tell() - start
+            count = math.prod(shape)
+            nbytes = count * dtype.itemsize
+            if head_len + nbytes != info.file_size:
+                raise ValueError(f"{info.filename}: member size does not match its array")
+            f.seek(start)
+            crc = zlib.crc32(f.read(head_len))
+            arr = np.empty(count, dtype)
+            if nbytes:
+                buf = memoryview(arr).cast("B")
+                if f.readinto(buf) != nbytes:
+                    raise EOFError(f"{info.filename}: truncated")
+                crc = zlib.crc32(buf, crc)
+            if crc != info.CRC:
+                raise zipfile.BadZipFile(f"Bad CRC-32 for file {info.filename!r}")
+            arrays[name] = arr.reshape(shape, order="F" if fortran else "C")
+    return arrays
 
 
 def _flatten(obj: Any, prefix: str, arrays: dict[str, np.ndarray]) -> Any:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import io
+import itertools
 import json
 import logging
 import os
@@ -30,7 +31,7 @@ from popliner.profile.model import (
     Variables,
     VertexTypes,
 )
-from popliner.profile.tilevector import MAX_VALUE, RunTableBuilder, decode_tilevector
+from popliner.profile.tilevector import MAX_VALUE, RunTableBuilder, decode_tilevector, decode_tilevector_lists
 
 __all__ = ["MAX_TILES", "load_profile", "parse_profile_bytes", "read_profile_bytes"]
 
@@ -83,6 +84,9 @@ def _decompress(raw: bytes, path: str) -> bytes:
         if len(raw) > limit:
             raise ProfileFormatError(path, "", _too_big(limit))
         return raw
+    fast = _gunzip_one_member(raw, limit)
+    if fast is not None:
+        return fast
     # Decompress in pieces so that a gzip bomb is refused, not an out-of-memory kill.
     out = bytearray()
     try:
@@ -95,6 +99,24 @@ def _decompress(raw: bytes, path: str) -> bytes:
         reason = str(exc).split(" 0x")[0]  # drop checksum values: same message for the same fault
         raise ProfileFormatError(path, "", f"corrupt gzip stream ({reason}); re-export or re-copy the file") from None
     return bytes(out)
+
+
+def _gunzip_one_member(raw: bytes, limit: int) -> bytes | None:
+    """The usual case in one zlib call: a single gzip member, nothing after it.
+
+    At most ``limit + 1`` bytes come out, so a bomb still stops early. Anything
+    else (over the limit, several members, trailing bytes, a corrupt or
+    truncated stream) returns None, and the stream reader decides, with its
+    own messages.
+    """
+    try:
+        d = zlib.decompressobj(wbits=31)  # gzip header and trailer (CRC-32, size) checked by zlib
+        out = d.decompress(raw, limit + 1)
+    except zlib.error:
+        return None
+    if len(out) > limit or not d.eof or d.unused_data or d.unconsumed_tail:
+        return None
+    return out
 
 
 def _too_big(limit: int) -> str:
@@ -381,11 +403,14 @@ class _Builder:
         self._first_bad((cols["class"] < 0) | (cols["class"] >= num_classes), "variables.class",
                         f"no such liveness class (there are {num_classes})")
         ids = cols["id"]
-        order = np.argsort(ids, kind="stable")
-        dup = np.flatnonzero(ids[order][1:] == ids[order][:-1])
-        if dup.size:
-            i = int(order[dup[0] + 1])
-            self.fail(f"variables.id[{i}]", f"variable id {ids[i]} is used twice")
+        order = _permutation_order(ids)
+        self.var_ids_dense = order is not None
+        if order is None:
+            order = np.argsort(ids, kind="stable")
+            dup = np.flatnonzero(ids[order][1:] == ids[order][:-1])
+            if dup.size:
+                i = int(order[dup[0] + 1])
+                self.fail(f"variables.id[{i}]", f"variable id {ids[i]} is used twice")
         self.var_order = order
         self.var_sorted_ids = ids[order]
         blob, ptr = self._names(v.get("name"), n)
@@ -404,6 +429,9 @@ class _Builder:
         self.check(names, "variables.name", (list,), "a list of strings")
         if len(names) != n:
             self.fail("variables.name", f"has {len(names)} entries but variables.id has {n}")
+        fast = _ascii_names(names, n)
+        if fast is not None:
+            return fast
         try:
             encoded = [s.encode("utf-8") for s in names]
         except AttributeError:
@@ -426,8 +454,8 @@ class _Builder:
             self.fail(f"{where}[{k}]", f"expected an integer, got {_kind(col[k]) if k < len(col) else 'nothing'}")
         if arr.ndim != 1:
             self.fail(where, "expected a flat list of integers")
-        # Floats convert silently under dtype=int64: look for them explicitly.
-        if len(col) and not all(type(x) is int for x in col):
+        # Floats (and booleans) convert silently under dtype=int64: look for them explicitly.
+        if len(col) and not _only_ints(col):
             k = next(i for i, x in enumerate(col) if type(x) is not int)
             self.fail(f"{where}[{k}]", f"expected an integer, got {_kind(col[k])}")
         return arr
@@ -493,7 +521,7 @@ class _Builder:
                 repeat[i] = self.int_at(p["repeatCount"], f"{where}.repeatCount", 0, MAX_VALUE)
             for key, table in tables.items():
                 if key in p:
-                    table.add(*decode_tilevector(p[key], self.tiles, f"{where}.{key}", self.err))
+                    table.add(*decode_tilevector_lists(p[key], self.tiles, f"{where}.{key}", self.err))
                 table.end_row()
             has_cycles = has_cycles or "cycles" in p
             self._program_vertices(p.get("vertices"), where, num_types, verts)
@@ -536,8 +564,8 @@ class _Builder:
                 vt = self.int_at(entry[0], f"{at}[0]", 0)
                 if vt >= num_types:
                     self.fail(f"{at}[0]", f"no vertex type {vt} (there are {num_types})")
-                first, stop, value = decode_tilevector(entry[1], self.tiles, f"{at}[1]", self.err)
-                out.add(first, stop, value, np.full(len(first), vt, np.int32))
+                first, stop, value = decode_tilevector_lists(entry[1], self.tiles, f"{at}[1]", self.err)
+                out.add(first, stop, value, [vt] * len(first))
         out.end_row()
 
     def _children(self, child_ids: list[list[Any]], index: dict[int, int]) -> tuple[np.ndarray, np.ndarray]:
@@ -558,12 +586,12 @@ class _Builder:
         return ptr, idx
 
     def _var_refs(self, var_ids: list[Any], var_ptr: np.ndarray) -> np.ndarray:
-        flat = [v for chunk in var_ids for v in chunk]
+        flat = list(itertools.chain.from_iterable(var_ids))
         if not flat:
             return np.zeros(0, np.int64)
         try:
             arr = np.asarray(flat, dtype=np.int64)
-            ok = arr.ndim == 1 and all(type(x) is int for x in flat)
+            ok = arr.ndim == 1 and _only_ints(flat)
         except (TypeError, ValueError, OverflowError):
             ok = False
         if not ok:
@@ -572,6 +600,15 @@ class _Builder:
             if type(flat[k]) is int:  # beyond int64, so no variable can have it
                 self.fail(f"programs[{p}].vars[{j}]", f"no variable has id {flat[k]}")
             self.fail(f"programs[{p}].vars[{j}]", f"expected a variable id, got {_kind(flat[k])}")
+        n = len(self.var_sorted_ids)
+        if self.var_ids_dense:
+            # Ids 0..n-1: an id is its own position in sorted order, no search needed.
+            bad = np.flatnonzero((arr < 0) | (arr >= n))
+            if bad.size:
+                k = int(bad[0])
+                p, j = self._var_place(var_ptr, k)
+                self.fail(f"programs[{p}].vars[{j}]", f"no variable has id {arr[k]}")
+            return self.var_order[arr].astype(np.int64)
         pos = np.searchsorted(self.var_sorted_ids, arr)
         pos_clip = np.minimum(pos, max(len(self.var_sorted_ids) - 1, 0))
         found = (pos < len(self.var_sorted_ids)) & (self.var_sorted_ids[pos_clip] == arr) if len(
@@ -617,6 +654,43 @@ class _Builder:
             b.end_row()
             out[key] = b.build().dense(0, self.tiles)
         return out
+
+
+def _only_ints(values: list[Any]) -> bool:
+    """Every item is a Python int (not a bool, not a float): one C-level pass over the types."""
+    return set(map(type, values)) <= {int}
+
+
+def _permutation_order(ids: np.ndarray) -> np.ndarray | None:
+    """``argsort(ids)`` when the ids are exactly 0..n-1 (the usual numbering), else None.
+
+    With no repeats the stable argsort is the inverse permutation, built in
+    one scatter instead of a sort.
+    """
+    n = len(ids)
+    if n == 0 or int(ids.min()) != 0 or int(ids.max()) != n - 1:
+        return None
+    seen = np.zeros(n, bool)
+    seen[ids] = True
+    if not seen.all():
+        return None  # a repeated id: the sort path names it
+    order = np.empty(n, np.int64)
+    order[ids] = np.arange(n, dtype=np.int64)
+    return order
+
+
+def _ascii_names(names: list[Any], n: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """Name blob and offsets when every name is an ASCII string (one join, one encode), else None."""
+    try:
+        joined = "".join(names)
+    except TypeError:
+        return None  # a name that is not a string: the slow path names it
+    if not joined.isascii():
+        return None  # UTF-8 lengths differ from string lengths
+    ptr = np.zeros(n + 1, np.int64)
+    np.cumsum(np.fromiter(map(len, names), np.int64, n), out=ptr[1:])
+    # Encoded straight into a bytearray: a writable array with no second copy.
+    return np.frombuffer(bytearray(joined, "ascii"), dtype=np.uint8), ptr
 
 
 def _encodable(s: str) -> bool:

@@ -17,7 +17,7 @@ import numpy as np
 
 from popliner.arrays import expand_ranges
 
-__all__ = ["RunTable", "RunTableBuilder", "decode_tilevector"]
+__all__ = ["RunTable", "RunTableBuilder", "decode_tilevector", "decode_tilevector_lists"]
 
 #: Largest integer a profile may use for bytes, counts or cycles. JSON numbers
 #: beyond it are almost surely corruption, and they would overflow int64 sums.
@@ -43,6 +43,74 @@ def decode_tilevector(
             return _sparse_runs(raw["sparse"], tiles, f"{where}.sparse", fail)
         raise fail(where, 'a TileVector object must have exactly one key, "runs" or "sparse"')
     raise fail(where, f"expected a TileVector (list or object), got {_kind(raw)}")
+
+
+def decode_tilevector_lists(
+    raw: Any, tiles: int, where: str, fail: Raise
+) -> tuple[list[int], list[int], list[int]] | tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`decode_tilevector`, with plain lists for the common small cases.
+
+    A profile holds tens of thousands of TileVectors of one to a few runs; for
+    those, checking the integers in Python and handing lists to
+    :class:`RunTableBuilder` beats making numpy arrays per vector. Only runs
+    already in order and sparse entries in tile order are taken here; dense
+    lists, out-of-order input and anything invalid go to
+    :func:`decode_tilevector`, which sorts and words the errors, so the
+    result (and every message) is the same either way.
+    """
+    if type(raw) is dict and len(raw) == 1:
+        runs = raw.get("runs")
+        if type(runs) is list:
+            fast = _ordered_runs(runs, tiles)
+            if fast is not None:
+                return fast
+        else:
+            sparse = raw.get("sparse")
+            if type(sparse) is list:
+                fast = _ordered_sparse(sparse, tiles)
+                if fast is not None:
+                    return fast
+    return decode_tilevector(raw, tiles, where, fail)
+
+
+def _ordered_runs(runs: list[Any], tiles: int) -> tuple[list[int], list[int], list[int]] | None:
+    first: list[int] = []
+    stop: list[int] = []
+    value: list[int] = []
+    prev = 0
+    for run in runs:
+        if type(run) is not list or len(run) != 3:
+            return None
+        a, b, v = run
+        if type(a) is not int or type(b) is not int or type(v) is not int:
+            return None
+        if not (prev <= a < b <= tiles and 0 <= v <= MAX_VALUE):
+            return None
+        prev = b
+        if v:
+            first.append(a)
+            stop.append(b)
+            value.append(v)
+    return first, stop, value
+
+
+def _ordered_sparse(entries: list[Any], tiles: int) -> tuple[list[int], list[int], list[int]] | None:
+    first: list[int] = []
+    value: list[int] = []
+    prev = -1
+    for entry in entries:
+        if type(entry) is not list or len(entry) != 2:
+            return None
+        t, v = entry
+        if type(t) is not int or type(v) is not int:
+            return None
+        if not (prev < t < tiles and 0 <= v <= MAX_VALUE):
+            return None
+        prev = t
+        if v:
+            first.append(t)
+            value.append(v)
+    return first, [t + 1 for t in first], value
 
 
 def _kind(value: Any) -> str:
@@ -231,25 +299,32 @@ class RunTable:
 
 
 class RunTableBuilder:
-    """Collects rows of runs, then concatenates them once."""
+    """Collects rows of runs, then makes the arrays once.
+
+    Runs arrive as numpy arrays or as plain lists (see
+    :func:`decode_tilevector_lists`); both are kept as Python ints, because
+    most rows hold one or two runs and one conversion at the end is far
+    cheaper than an array per row.
+    """
 
     def __init__(self, keyed: bool = False) -> None:
         self._lens: list[int] = []
-        self._first: list[np.ndarray] = []
-        self._stop: list[np.ndarray] = []
-        self._value: list[np.ndarray] = []
-        self._key: list[np.ndarray] | None = [] if keyed else None
+        self._first: list[int] = []
+        self._stop: list[int] = []
+        self._value: list[int] = []
+        self._key: list[int] | None = [] if keyed else None
         self._pending = 0
 
-    def add(self, first: np.ndarray, stop: np.ndarray, value: np.ndarray, key: np.ndarray | None = None) -> None:
+    def add(self, first: np.ndarray | list[int], stop: np.ndarray | list[int], value: np.ndarray | list[int],
+            key: np.ndarray | list[int] | None = None) -> None:
         """Append runs to the current row (call :meth:`end_row` to close it)."""
-        self._first.append(first)
-        self._stop.append(stop)
-        self._value.append(value)
+        if self._key is not None and key is None:
+            raise ValueError("keyed table needs a key per run")
+        self._first += first.tolist() if isinstance(first, np.ndarray) else first
+        self._stop += stop.tolist() if isinstance(stop, np.ndarray) else stop
+        self._value += value.tolist() if isinstance(value, np.ndarray) else value
         if self._key is not None:
-            if key is None:
-                raise ValueError("keyed table needs a key per run")
-            self._key.append(key)
+            self._key += key.tolist() if isinstance(key, np.ndarray) else key  # type: ignore[union-attr]
         self._pending += len(first)
 
     def end_row(self) -> None:
@@ -260,13 +335,13 @@ class RunTableBuilder:
         ptr = np.zeros(len(self._lens) + 1, dtype=np.int64)
         np.cumsum(self._lens, out=ptr[1:])
 
-        def cat(parts: list[np.ndarray], dtype: type) -> np.ndarray:
-            return np.concatenate(parts).astype(dtype, copy=False) if parts else np.zeros(0, dtype)
+        def arr(values: list[int], dtype: type) -> np.ndarray:
+            return np.array(values, dtype=dtype) if values else np.zeros(0, dtype)
 
         return RunTable(
             ptr=ptr,
-            first=cat(self._first, np.int32),
-            stop=cat(self._stop, np.int32),
-            value=cat(self._value, np.int64),
-            key=None if self._key is None else cat(self._key, np.int32),
+            first=arr(self._first, np.int32),
+            stop=arr(self._stop, np.int32),
+            value=arr(self._value, np.int64),
+            key=None if self._key is None else arr(self._key, np.int32),
         )

@@ -18,6 +18,7 @@ added per tile.
 from __future__ import annotations
 
 import math
+import weakref
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -151,7 +152,13 @@ class ArrayRanges(RangeCosts):
 
 
 class ProfileRanges(RangeCosts):
-    """The range table of an analysed profile, evaluated lazily and memoised."""
+    """The range table of an analysed profile, evaluated lazily and memoised.
+
+    Tables of the same analysis (a solve builds several: the asked budget,
+    relaxed budgets for a best-effort split) share what does not depend on
+    the limit: per-layer parts, crossing bytes and every range figure already
+    evaluated, so a second table only evaluates ranges the first did not.
+    """
 
     def __init__(self, analysis: Analysis, limit: int, link_bytes_per_second: float = 64e9) -> None:
         self.analysis = analysis
@@ -162,9 +169,10 @@ class ProfileRanges(RangeCosts):
         self._training = analysis.mode == "training"
         self._ranges: dict[tuple[int, int], tuple[np.ndarray, np.ndarray] | None] = {}
         self._done_from: set[int] = set()
-        self._layer_ops = [analysis.stage_ops([n], first_stage=(k == 0)) for k, n in enumerate(self._names)]
-        self._layer_cycles = np.array([int(analysis.op_cycles[o].sum()) for o in self._layer_ops], np.int64)
-        self._cross = self._crossing_bytes()
+        self._shared = _Shared.of(analysis)
+        self._layer_ops = self._shared.layer_ops
+        self._layer_cycles = self._shared.layer_cycles
+        self._cross = self._shared.cross
 
     # -- RangeCosts -----------------------------------------------------------
 
@@ -200,7 +208,7 @@ class ProfileRanges(RangeCosts):
     def forbidden_splits(self, problem: SplitProblem) -> frozenset[int]:
         if not problem.keep_shared_together:
             return frozenset()
-        lo, hi, _ = self._var_layer_span(always_live_only=True)
+        lo, hi = self._shared.always_live_spans
         forbidden: set[int] = set()
         for a, b in zip(lo.tolist(), hi.tolist()):
             forbidden.update(range(a, b))
@@ -227,90 +235,340 @@ class ProfileRanges(RangeCosts):
     def _extend_from(self, i: int) -> None:
         """Evaluate ``i..j`` for growing ``j`` until the range overflows the limit."""
         self._done_from.add(i)
-        state = _RunningStage(self.analysis)
+        shared = self._shared
+        state: _RunningStage | None = None
         for j in range(i, self.num_layers):
-            state.add(self._layer_ops[j])
-            total = state.total_per_tile()
-            stash = self.stash_per_tile(i, j) if self._training else np.zeros_like(total)
-            if int(total.max()) > self.limit:
+            known = shared.figures.get((i, j))
+            if known is None or (known[1] is None and known[0] <= self.limit):
+                # Not evaluated yet, or only up to its total (it overflowed a lower limit).
+                if state is None:
+                    state = _RunningStage(self.analysis, shared.liveness_grid(self.analysis.profile))
+                    for k in range(i, j):  # figures known: rebuild the running set only
+                        state.add(shared.layer_parts(self.analysis, k))
+                state.add(shared.layer_parts(self.analysis, j))
+                total = state.total_per_tile()
+                worst = int(total.max())
+                stash = None
+                if worst <= self.limit:
+                    # Same figure as stash_per_tile(i, j), from the running set of variables.
+                    stash = state.stash_entry() if self._training else np.zeros_like(total)
+                known = shared.figures[(i, j)] = (worst, stash, total)
+            elif state is not None:
+                state.add(shared.layer_parts(self.analysis, j))
+            worst, stash, total = known
+            if worst > self.limit:
                 break  # memory only grows with j: no longer range fits either
             self._ranges[(i, j)] = (total, stash)
 
-    def _crossing_bytes(self) -> np.ndarray:
-        """Per boundary: bytes of not-always-live variables used on both sides."""
-        lo, hi, nbytes = self._var_layer_span(always_live_only=False)
-        diff = np.zeros(self.num_layers + 1, np.int64)
-        np.add.at(diff, lo, nbytes)
-        np.add.at(diff, hi, -nbytes)
-        return np.cumsum(diff)[: max(self.num_layers - 1, 0)]
 
-    def _var_layer_span(self, always_live_only: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Variables used by layers ``lo < hi``: first and last layer using them."""
-        a = self.analysis
+class _Shared:
+    """Per analysis: what every range table of it can reuse, whatever its limit.
+
+    Held in a weak-keyed map, so it goes when the analysis goes; it keeps no
+    reference to the analysis itself (that would keep the key alive).
+    """
+
+    _by_analysis: weakref.WeakKeyDictionary[Analysis, _Shared] = weakref.WeakKeyDictionary()
+
+    def __init__(self, analysis: Analysis) -> None:
+        names = analysis.layer_names
+        self.layer_ops = [analysis.stage_ops([n], first_stage=(k == 0)) for k, n in enumerate(names)]
+        self.layer_cycles = np.array([int(analysis.op_cycles[o].sum()) for o in self.layer_ops], np.int64)
+        self._parts: dict[int, _LayerParts] = {}
+        self._grid: _SegmentGrid | None = None
+        #: (i, j) -> (worst tile bytes, stash entry per tile or None when over the limit asked, total per tile)
+        self.figures: dict[tuple[int, int], tuple[int, np.ndarray | None, np.ndarray]] = {}
+        self._layer_spans(analysis)
+
+    @classmethod
+    def of(cls, analysis: Analysis) -> _Shared:
+        found = cls._by_analysis.get(analysis)
+        if found is None:
+            found = cls._by_analysis[analysis] = cls(analysis)
+        return found
+
+    def layer_parts(self, analysis: Analysis, j: int) -> _LayerParts:
+        """What layer ``j`` adds to any range holding it (memoised: every start reuses it)."""
+        parts = self._parts.get(j)
+        if parts is None:
+            parts = self._parts[j] = _LayerParts.of(analysis, self.layer_ops[j], self.liveness_grid(analysis.profile),
+                                                    self.multi_layer)
+        return parts
+
+    def liveness_grid(self, profile: Profile) -> _SegmentGrid | None:
+        """The dense (tile x liveness segment) grid, or None when it would be too big."""
+        if self._grid is None:
+            self._grid = _SegmentGrid.of(profile)
+        return self._grid if self._grid.usable else None
+
+    def _layer_spans(self, a: Analysis) -> None:
+        """Crossing bytes per boundary, always-live spans, and which variables several layers use."""
         ops = a.ops
+        num_layers = len(self.layer_ops)
         layer_of_op = a.layers.layer_of_op.copy()
         layer_of_op[layer_of_op < 0] = 0  # unlayered operations live in the first stage
         counted = np.flatnonzero(a.model.counted_vars)
-        lens = ops.var_ptr[counted + 1] - ops.var_ptr[counted]
-        var = gather_csr(ops.var_ptr, ops.var_idx, counted)
-        lay = np.repeat(layer_of_op[counted], lens)
+        lay_of = layer_of_op[counted]
         n = a.profile.variables.count
         lo = np.full(n, np.iinfo(np.int64).max, np.int64)
         hi = np.full(n, -1, np.int64)
-        np.minimum.at(lo, var, lay)
-        np.maximum.at(hi, var, lay)
+        # Smallest and largest layer per variable, one plain scatter per layer in
+        # layer order (later layers overwrite hi, earlier ones lo). Every value in
+        # one scatter is the same, so repeated indices cannot matter; this gives
+        # np.minimum.at / np.maximum.at's arrays several times faster.
+        per_layer = [(k, gather_csr(ops.var_ptr, ops.var_idx, counted[lay_of == k]))
+                     for k in np.unique(lay_of).tolist()]
+        for k, var in per_layer:
+            hi[var] = k
+        for k, var in reversed(per_layer):
+            lo[var] = k
+        del per_layer
+        multi = hi > lo
         always = a.always_live_var
-        pick = (hi > lo) & (always if always_live_only else ~always)
-        return lo[pick], hi[pick], a.profile.variables.bytes[pick]
+        # Variables used by layers lo < hi: the not-always-live ones cross every
+        # boundary in between; the always-live ones forbid those splits on request.
+        pick = multi & ~always
+        diff = np.zeros(num_layers + 1, np.int64)
+        np.add.at(diff, lo[pick], a.profile.variables.bytes[pick])
+        np.add.at(diff, hi[pick], -a.profile.variables.bytes[pick])
+        self.cross = np.cumsum(diff)[: max(num_layers - 1, 0)]
+        pick = multi & always
+        self.always_live_spans = (lo[pick], hi[pick])
+        self.multi_layer = multi
+
+
+@dataclass(frozen=True, eq=False)
+class _LayerParts:
+    """What one layer adds to a range: computed once, reused by every start ``i``.
+
+    Control code, exchange code and vertex state add up over the layer's
+    programs (``additive``); ``presence`` is the layer's difference array of
+    vertex instances per (type, tile). Its counted variables are split into
+    ``private`` ones, used by no other layer, and ``shared`` ones, which may
+    already be in a range. With a liveness grid, ``*_events`` hold each
+    variable's grid cells and bytes; in training ``*_stash`` hold the columns a
+    stash entry reads. The shared parts carry ``owner``, the position in
+    ``shared`` of each row, so that variables already in a range are dropped.
+    """
+
+    ops: np.ndarray
+    additive: np.ndarray  # int64 [tiles]
+    presence: np.ndarray  # int64 [types, tiles + 1]
+    lo: int
+    hi: int
+    private: np.ndarray  # sorted variable indices
+    shared: np.ndarray  # sorted variable indices
+    private_events: dict[str, np.ndarray] | None
+    shared_events: dict[str, np.ndarray] | None
+    private_stash: dict[str, np.ndarray] | None
+    shared_stash: dict[str, np.ndarray] | None
+
+    @classmethod
+    def of(cls, analysis: Analysis, ops: np.ndarray, grid: _SegmentGrid | None,
+           multi_layer: np.ndarray) -> _LayerParts:
+        p = analysis.profile
+        progs = p.programs
+        tiles = p.tiles
+        model = analysis.model
+        prog = analysis.ops.programs_of_set(ops)
+        additive = progs.control.sum_rows(prog[model._leaf[prog]], tiles)
+        additive += progs.exchange.sum_rows(prog[model._exchange[prog]], tiles)
+        presence = np.zeros((len(p.vertex_types.names), tiles + 1), np.int64)
+        runs = progs.vertices.runs_of(prog)
+        if runs.size:
+            vtype = progs.vertices.key[runs].astype(np.int64)
+            additive += progs.vertices.sum_runs(runs, tiles, weights=p.vertex_types.size[vtype])
+            np.add.at(presence, (vtype, progs.vertices.first[runs]), 1)
+            np.add.at(presence, (vtype, progs.vertices.stop[runs]), -1)
+        lo, hi = model.window(ops)
+        var = model.counted_variables(ops)
+        multi = multi_layer[var]
+        private, shared = var[~multi], var[multi]
+        return cls(ops, additive, presence, lo, hi, private, shared,
+                   grid.events_of(private) if grid is not None else None,
+                   grid.events_of(shared, with_owner=True) if grid is not None else None,
+                   _stash_columns(analysis, private), _stash_columns(analysis, shared, with_owner=True))
+
+
+def _stash_columns(analysis: Analysis, var: np.ndarray, with_owner: bool = False) -> dict[str, np.ndarray] | None:
+    """What a stash entry reads of each variable that is not always live (training only)."""
+    if analysis.mode != "training":
+        return None
+    keep = np.flatnonzero(~analysis.always_live_var[var])  # never part of a stash entry
+    sv = var[keep]
+    v = analysis.profile.variables
+    cols = {"first": analysis.var_first_step[sv], "last": analysis.var_last_step[sv], "tile": v.tile[sv],
+            "nbytes": v.bytes[sv]}
+    if with_owner:
+        cols["owner"] = keep
+    return cols
 
 
 class _RunningStage:
     """Running per-tile memory of a growing set of operations.
 
     Control code, exchange code and vertex state add up; vertex presence is a
-    running count per (type, tile); variable liveness keeps the sorted event
-    list of the set, so each extension merges the new variables' events into it.
+    running count per (type, tile). Variable liveness goes into the dense
+    (tile x liveness segment) grid when the profile has few enough distinct
+    interval ends, else into the sorted event list of the set. In training,
+    the stash columns of each layer's new variables are kept, so one stash
+    entry is a masked sum rather than a new set union.
     """
 
-    def __init__(self, analysis: Analysis) -> None:
+    def __init__(self, analysis: Analysis, grid: _SegmentGrid | None) -> None:
         self.a = analysis
         p = analysis.profile
         self.tiles = p.tiles
         self.additive = np.zeros(self.tiles, np.int64)
         self.presence = np.zeros((len(p.vertex_types.names), self.tiles + 1), np.int64)
         self.code = analysis.model._code
-        self.in_set = np.zeros(p.variables.count, bool)
-        self.events = _EventList(p)
+        self.in_set = np.zeros(p.variables.count, bool)  # only shared variables are marked
+        self.grid = grid
+        if grid is not None:
+            grid.clear()
+        self.events = _EventList(p) if grid is None else None
         self.lo, self.hi = 0, -1
         self.ops: list[np.ndarray] = []
-        self._leaf = p.programs.is_leaf()
-        self._exchange = p.programs.type == DO_EXCHANGE
+        self.stash_chunks: list[dict[str, np.ndarray]] = []
 
-    def add(self, ops: np.ndarray) -> None:
-        a, p = self.a, self.a.profile
-        progs = p.programs
-        self.ops.append(ops)
-        prog = a.ops.programs_of_set(ops)
-        self.additive += progs.control.sum_rows(prog[self._leaf[prog]], self.tiles)
-        self.additive += progs.exchange.sum_rows(prog[self._exchange[prog]], self.tiles)
-        runs = progs.vertices.runs_of(prog)
-        if runs.size:
-            vtype = progs.vertices.key[runs].astype(np.int64)
-            self.additive += progs.vertices.sum_runs(runs, self.tiles, weights=p.vertex_types.size[vtype])
-            np.add.at(self.presence, (vtype, progs.vertices.first[runs]), 1)
-            np.add.at(self.presence, (vtype, progs.vertices.stop[runs]), -1)
-        lo, hi = a.model.window(ops)
+    def add(self, parts: _LayerParts) -> None:
+        self.ops.append(parts.ops)
+        self.additive += parts.additive
+        self.presence += parts.presence
+        lo, hi = parts.lo, parts.hi
         if hi >= lo:
             self.lo, self.hi = (lo, hi) if self.hi < self.lo else (min(self.lo, lo), max(self.hi, hi))
-        new = a.model.counted_variables(ops)
-        new = new[~self.in_set[new]]
-        self.in_set[new] = True
-        self.events.add(new)
+        fresh = ~self.in_set[parts.shared]
+        self.in_set[parts.shared] = True
+        if self.grid is not None:
+            self.grid.add(parts.private_events)
+            self.grid.add(_rows_of(parts.shared_events, fresh))
+        else:
+            self.events.add(np.sort(np.concatenate((parts.private, parts.shared[fresh]))))
+        if parts.private_stash is not None:
+            self.stash_chunks.append(parts.private_stash)
+            self.stash_chunks.append(_rows_of(parts.shared_stash, fresh))
 
     def total_per_tile(self) -> np.ndarray:
         present = np.cumsum(self.presence, axis=1)[:, : self.tiles] > 0
         code = (self.code * present).sum(axis=0)
-        return self.additive + code + self.events.peak(self.lo, self.hi)
+        peak = self.grid.peak(self.lo, self.hi) if self.grid is not None else self.events.peak(self.lo, self.hi)
+        return self.additive + code + peak
+
+    def stash_entry(self) -> np.ndarray:
+        """``Analysis.stash_entry_per_tile`` of the set so far (training)."""
+        a = self.a
+        out = np.zeros(self.tiles, np.int64)
+        ops = np.concatenate(self.ops)
+        back = a.backward_part(ops)
+        fwd_lo, fwd_hi = a.model.window(ops[~back])
+        bwd_lo, bwd_hi = a.model.window(ops[back])
+        if fwd_hi < fwd_lo or bwd_hi < bwd_lo:
+            return out
+        for c in self.stash_chunks:
+            stash = _between(c["first"], fwd_lo, fwd_hi) & _between(c["last"], bwd_lo, bwd_hi)
+            # float64 bincount as in Analysis: exact while a tile's entry is below 2**53 bytes.
+            out += np.bincount(c["tile"][stash], weights=c["nbytes"][stash], minlength=self.tiles).astype(np.int64)
+        return out
+
+
+def _between(x: np.ndarray, lo: int, hi: int) -> np.ndarray:
+    """``(x >= lo) & (x <= hi)`` for int64 ``x`` and ``lo <= hi``, in one comparison."""
+    return (x - lo).view(np.uint64) <= np.uint64(hi - lo)
+
+
+def _rows_of(cols: dict[str, np.ndarray], fresh: np.ndarray) -> dict[str, np.ndarray]:
+    """The rows whose owner variable is fresh (not yet in the range)."""
+    keep = fresh[cols["owner"]]
+    return {name: col[keep] for name, col in cols.items()}
+
+
+class _SegmentGrid:
+    """Live bytes per (tile, liveness segment) of a growing set of variables.
+
+    The distinct interval starts and ends of the profile's liveness classes,
+    ``ends``, cut the steps into segments; live bytes are constant within one.
+    ``diff[t, k]`` holds the bytes that go live (+) or die (-) at ``ends[k]``
+    on tile ``t``, so a cumulative sum along a row gives the live bytes of
+    every segment, and the peak over steps ``lo..hi`` is the largest of the
+    segments holding ``lo`` to ``hi``. Adding variables is a scatter, with no
+    sort; the grid's cost is ``tiles x segments`` per reading, whatever the
+    number of variables, so it is used only when that is small (synthetic
+    profiles have under 3,000 distinct interval ends at every scale).
+    """
+
+    #: Largest grid, in cells (int64 each; a second buffer of the same size holds the sums).
+    MAX_CELLS = 1 << 23
+
+    def __init__(self, profile: Profile, ends: np.ndarray, usable: bool) -> None:
+        self.p = profile
+        self.ends = ends
+        self.usable = usable
+        self.width = len(ends)
+        self._dirty = False
+        if usable:
+            # Column of each interval's start and end, once per profile.
+            self.col_start = np.searchsorted(ends, profile.iv_start)
+            self.col_end = np.searchsorted(ends, profile.iv_end)
+            # int32 cells when no tile's variables reach 2**31 bytes in all: every
+            # cell and every running sum is then the bytes of a subset of them.
+            per_tile = np.bincount(profile.variables.tile, weights=profile.variables.bytes,
+                                   minlength=profile.tiles)
+            self.dtype = np.int32 if per_tile.size == 0 or per_tile.max() < 2**31 - 1 else np.int64
+            self.diff = np.zeros((profile.tiles, self.width), self.dtype)
+            self.live = np.empty_like(self.diff)
+
+    @classmethod
+    def of(cls, profile: Profile) -> _SegmentGrid:
+        ends = np.union1d(profile.iv_start, profile.iv_end).astype(np.int64)
+        usable = profile.tiles * max(len(ends), 1) <= cls.MAX_CELLS
+        return cls(profile, ends, usable)
+
+    def clear(self) -> None:
+        if self._dirty:
+            self.diff.fill(0)
+            self._dirty = False
+
+    def events_of(self, var_idx: np.ndarray, with_owner: bool = False) -> dict[str, np.ndarray]:
+        """Grid cells where each variable's intervals start and end, and its bytes."""
+        p = self.p
+        v = p.variables
+        cls = v.klass[var_idx]
+        counts = p.class_ptr[cls + 1] - p.class_ptr[cls]
+        iv = expand_ranges(p.class_ptr[cls], counts)
+        owner = np.repeat(np.arange(len(var_idx)), counts)
+        row = v.tile[var_idx].astype(np.int64)[owner] * self.width
+        # Cells fit int32: the grid has at most MAX_CELLS of them.
+        events = {"start": (row + self.col_start[iv]).astype(np.int32),
+                  "end": (row + self.col_end[iv]).astype(np.int32),
+                  "nbytes": v.bytes[var_idx][owner].astype(self.dtype)}
+        if with_owner:
+            events["owner"] = owner
+        return events
+
+    def add(self, events: dict[str, np.ndarray]) -> None:
+        if events["nbytes"].size == 0:
+            return
+        flat = self.diff.reshape(-1)
+        # Integer scatter-adds: exact, whatever the order.
+        np.add.at(flat, events["start"], events["nbytes"])
+        np.add.at(flat, events["end"], -events["nbytes"])
+        self._dirty = True
+
+    def peak(self, lo: int, hi: int) -> np.ndarray:
+        """Per tile, the most live bytes at any step ``lo..hi`` (inclusive)."""
+        out = np.zeros(self.p.tiles, np.int64)
+        if hi < lo or not self._dirty:
+            return out
+        # Segment k covers steps ends[k] <= s < ends[k+1]; before ends[0] nothing is live.
+        k_lo = int(np.searchsorted(self.ends, lo, side="right")) - 1
+        k_hi = int(np.searchsorted(self.ends, hi, side="right")) - 1
+        if k_hi < 0:
+            return out
+        live = self.live[:, : k_hi + 1]
+        np.cumsum(self.diff[:, : k_hi + 1], axis=1, out=live)
+        np.max(live[:, max(k_lo, 0) :], axis=1, out=out)
+        return np.maximum(out, 0)
 
 
 class _EventList:

@@ -1,0 +1,26 @@
+"""Smoke test of scripts/bench.py --quick: one tiny profile, every measurement once (about 10 s)."""
+
+from __future__ import annotations
+
+import csv
+import subprocess
+import sys
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent.parent / "scripts" / "bench.py"
+
+
+def test_bench_quick_writes_tables_and_plot(tmp_path: Path) -> None:
+    out = tmp_path / "bench-out"
+    run = subprocess.run([sys.executable, str(BENCH), "--quick", "--out", str(out)], capture_output=True,
+                         text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert "cold_load 1/1" in run.stderr  # progress goes to stderr
+    rows = list(csv.DictReader((out / "summary.csv").open()))
+    assert {r["measurement"] for r in rows} == {"cold_load", "cached_load", "layer_breakdown", "greedy_4",
+                                                "greedy_16", "ilp_4", "ilp_16", "simulate", "xlsx"}
+    for r in rows:
+        assert not r["status"].startswith(("ERROR", "CRASH", "EXIT", "CACHE")), r
+        assert float(r["median_s"]) >= 0 and float(r["peak_rss_mb_max"]) > 0
+    assert (out / "summary.md").read_text().startswith("# popliner benchmark")
+    assert (out / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
