@@ -256,9 +256,9 @@ def write_outputs(out: Path, runs: list[Run], profiles: dict[float, dict[str, An
                         json.dumps(r.extra, sort_keys=True)])
     rows = summarise(runs)
     with open(out / "summary.csv", "w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=list(rows[0]) if rows else ["measurement"])
-        w.writeheader()
-        w.writerows(rows)
+        table = csv.DictWriter(fh, fieldnames=list(rows[0]) if rows else ["measurement"])
+        table.writeheader()
+        table.writerows(rows)
     (out / "profiles.json").write_text(json.dumps({str(k): v for k, v in profiles.items()}, indent=1))
     (out / "machine.json").write_text(json.dumps(info, indent=1))
     (out / "summary.md").write_text(markdown(rows, profiles, info, sizes))
@@ -301,7 +301,8 @@ def markdown(rows: list[dict[str, Any]], profiles: dict[float, dict[str, Any]], 
         lines.append(line)
     for s in sizes:
         lines += ["", f"## Size {s:g}x", "",
-                  "| measurement | status | runs | median s | min s | max s | wall median s | peak RSS MB (median / max) |",
+                  "| measurement | status | runs | median s | min s | max s | wall median s "
+                  "| peak RSS MB (median / max) |",
                   "|---|---|---|---|---|---|---|---|"]
         for r in rows:
             if r["size"] != s:

@@ -1,14 +1,10 @@
 """Liveness peaks: the most variable bytes live at once, per tile, over a window of steps.
 
-One vectorised pass serves single stages and many groups at once (every
-operation alone, every layer alone): each variable's class intervals,
-clipped to its group's window, become +bytes/-bytes changes, and a
-cumulative sum gives the running live bytes of every (group, tile); the peak
-is its maximum. The distinct interval bounds of the profile cut the steps
-into segments of constant liveness, so the changes go into a dense grid of
-(group, tile, segment) cells with no sort. A group whose grid would be too
-large (a profile with very many distinct bounds) is swept instead: its
-variables are aggregated per (liveness class, tile) and the changes sorted.
+One vectorised sweep serves single stages and many groups at once (every
+operation alone, every layer alone): variables are aggregated per
+(group, liveness class, tile), their class intervals clipped to the group's
+window become +bytes/-bytes events, and one sort plus a cumulative sum gives
+the running live bytes of every (group, tile); the peak is its maximum.
 """
 
 from __future__ import annotations
@@ -36,107 +32,6 @@ def group_peaks(
     in one group must have been de-duplicated by the caller. Group ``g``
     looks at steps ``lo[g]..hi[g]`` inclusive; a group with ``hi < lo`` peaks at 0.
     """
-    tiles = profile.tiles
-    num_groups = len(lo)
-    out = np.zeros((num_groups, tiles), np.int64)
-    if var_idx.size == 0 or num_groups == 0:
-        return out
-    lo = np.asarray(lo, np.int64)
-    hi = np.asarray(hi, np.int64)
-    group = np.asarray(group, np.int64)
-    ends = np.union1d(profile.iv_start, profile.iv_end)
-    if ends.size == 0:
-        return out  # no liveness interval at all: nothing is ever live
-    # Window of each group in segments (steps ends[k] <= s < ends[k+1]).
-    first_col = np.maximum(np.searchsorted(ends, lo, side="right") - 1, 0)
-    last_col = np.searchsorted(ends, hi, side="right") - 1
-    width = np.where((hi >= lo) & (last_col >= 0), last_col - first_col + 1, 0)
-    cells = width * tiles
-    # Batches of consecutive groups whose grids fit; a group too wide alone is swept.
-    batch_end = np.cumsum(cells)
-    g0 = 0
-    while g0 < num_groups:
-        limit = (batch_end[g0 - 1] if g0 else 0) + _MAX_CELLS
-        g1 = max(int(np.searchsorted(batch_end, limit, side="right")), g0 + 1)
-        pick = (group >= g0) & (group < g1) if (g0, g1) != (0, num_groups) else slice(None)
-        if g1 == g0 + 1 and cells[g0] > _MAX_CELLS:
-            out[g0] = _group_peaks_sorted(profile, group[pick] - g0, var_idx[pick], lo[g0:g1], hi[g0:g1])[0]
-        else:
-            out[g0:g1] = _grid_peaks(profile, ends, group[pick] - g0, var_idx[pick], lo[g0:g1], hi[g0:g1],
-                                     first_col[g0:g1], width[g0:g1])
-        g0 = g1
-    return out
-
-
-#: Largest grid of (group, tile, segment) cells one pass of ``group_peaks`` builds (int64 each).
-_MAX_CELLS = 1 << 23
-
-
-def _grid_peaks(profile: Profile, ends: np.ndarray, group: np.ndarray, var_idx: np.ndarray, lo: np.ndarray,
-                hi: np.ndarray, first_col: np.ndarray, width: np.ndarray) -> np.ndarray:
-    """``group_peaks`` without sorting: a dense grid of live-bytes changes per (group, tile, segment).
-
-    Interval bounds cut the steps into segments in which live bytes are
-    constant, so a group's peak on a tile is the largest running sum along
-    its row of ``width`` segments (its window). Rows of every group and tile
-    lie end to end, so one cumulative sum serves all, each row measured from
-    the sum just before it.
-    """
-    tiles = profile.tiles
-    num_groups = len(lo)
-    out = np.zeros((num_groups, tiles), np.int64)
-    if var_idx.size == 0:
-        return out
-    row_cells = width.astype(np.int64)
-    offset = np.concatenate(([0], np.cumsum(row_cells * tiles)))
-    # A group with an empty window keeps nothing: no interval ends after step 2**62.
-    lo_eff = np.where(width > 0, lo, np.int64(1) << 62)
-    v = profile.variables
-    ptr = profile.class_ptr
-    cls = v.klass[var_idx]
-    counts = (ptr[1:] - ptr[:-1])[cls]
-    if bool((counts == 1).all()):
-        rep, iv = None, ptr[cls]
-        g = group
-    else:
-        rep = np.repeat(np.arange(len(var_idx)), counts)
-        iv = expand_ranges(ptr[cls], counts)
-        g = group[rep]
-    # Interval [s, e) meets window lo..hi: s <= hi and e > lo (intervals are non-empty).
-    iv_end = profile.iv_end[iv]
-    keep = np.flatnonzero((profile.iv_start[iv] <= hi[g]) & (iv_end > lo_eff[g]))
-    if keep.size == 0:
-        return out
-    iv, g, iv_end = iv[keep], g[keep], iv_end[keep]
-    entry = keep if rep is None else rep[keep]
-    b = v.bytes[var_idx[entry]]
-    base = offset[g] + v.tile[var_idx[entry]].astype(np.int64) * row_cells[g] - first_col[g]
-    # Segment of each interval bound; a start before lo is clipped into lo's segment.
-    col_start = np.searchsorted(ends, profile.iv_start)
-    col_end = np.searchsorted(ends, profile.iv_end)
-    start_cell = base + np.maximum(col_start[iv], first_col[g])
-    # Ends after hi are never observed inside the window: no change needed.
-    has_end = np.flatnonzero(iv_end <= hi[g])
-    end_cell = base[has_end] + col_end[iv[has_end]]
-    # float64 bincount: exact while a (group, tile)'s bytes stay below 2**53.
-    grid = np.bincount(np.concatenate((start_cell, end_cell)),
-                       weights=np.concatenate((b, -b[has_end])), minlength=int(offset[-1]))
-    running = np.cumsum(grid.astype(np.int64))
-    del grid
-    groups_with_rows = np.flatnonzero(row_cells > 0)
-    row_g = np.repeat(groups_with_rows, tiles)
-    row_t = np.tile(np.arange(tiles, dtype=np.int64), len(groups_with_rows))
-    row_start = offset[row_g] + row_t * row_cells[row_g]
-    before = np.concatenate(([0], running))[row_start]  # running total before each row
-    peaks = np.maximum.reduceat(running, row_start) - before
-    out[row_g, row_t] = np.maximum(peaks, 0)
-    return out
-
-
-def _group_peaks_sorted(
-    profile: Profile, group: np.ndarray, var_idx: np.ndarray, lo: np.ndarray, hi: np.ndarray
-) -> np.ndarray:
-    """``group_peaks`` by one sort of all events: for groups too wide for a grid."""
     tiles = profile.tiles
     num_groups = len(lo)
     out = np.zeros((num_groups, tiles), np.int64)

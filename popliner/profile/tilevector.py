@@ -318,13 +318,13 @@ class RunTableBuilder:
     def add(self, first: np.ndarray | list[int], stop: np.ndarray | list[int], value: np.ndarray | list[int],
             key: np.ndarray | list[int] | None = None) -> None:
         """Append runs to the current row (call :meth:`end_row` to close it)."""
-        if self._key is not None and key is None:
-            raise ValueError("keyed table needs a key per run")
-        self._first += first.tolist() if isinstance(first, np.ndarray) else first
-        self._stop += stop.tolist() if isinstance(stop, np.ndarray) else stop
-        self._value += value.tolist() if isinstance(value, np.ndarray) else value
         if self._key is not None:
-            self._key += key.tolist() if isinstance(key, np.ndarray) else key  # type: ignore[union-attr]
+            if key is None:
+                raise ValueError("keyed table needs a key per run")
+            self._key += _ints(key)
+        self._first += _ints(first)
+        self._stop += _ints(stop)
+        self._value += _ints(value)
         self._pending += len(first)
 
     def end_row(self) -> None:
@@ -345,3 +345,7 @@ class RunTableBuilder:
             value=arr(self._value, np.int64),
             key=None if self._key is None else arr(self._key, np.int32),
         )
+
+
+def _ints(values: np.ndarray | list[int]) -> list[int]:
+    return values.tolist() if isinstance(values, np.ndarray) else values

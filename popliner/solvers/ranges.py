@@ -28,7 +28,7 @@ import numpy as np
 from popliner.analysis import Analysis
 from popliner.memory.types import StageMemory
 from popliner.arrays import expand_ranges, gather_csr, unique_inverse
-from popliner.profile.model import DO_EXCHANGE, Profile
+from popliner.profile.model import Profile
 
 __all__ = ["ArrayRanges", "ProfileRanges", "RangeCosts", "SplitProblem", "extra_stash_entries", "stash_depth"]
 
@@ -256,7 +256,7 @@ class ProfileRanges(RangeCosts):
             elif state is not None:
                 state.add(shared.layer_parts(self.analysis, j))
             worst, stash, total = known
-            if worst > self.limit:
+            if worst > self.limit or stash is None:  # stash is None only when worst > a limit <= this one
                 break  # memory only grows with j: no longer range fits either
             self._ranges[(i, j)] = (total, stash)
 
@@ -441,18 +441,24 @@ class _RunningStage:
         fresh = ~self.in_set[parts.shared]
         self.in_set[parts.shared] = True
         if self.grid is not None:
+            assert parts.private_events is not None and parts.shared_events is not None
             self.grid.add(parts.private_events)
             self.grid.add(_rows_of(parts.shared_events, fresh))
         else:
+            assert self.events is not None
             self.events.add(np.sort(np.concatenate((parts.private, parts.shared[fresh]))))
-        if parts.private_stash is not None:
+        if parts.private_stash is not None and parts.shared_stash is not None:
             self.stash_chunks.append(parts.private_stash)
             self.stash_chunks.append(_rows_of(parts.shared_stash, fresh))
 
     def total_per_tile(self) -> np.ndarray:
         present = np.cumsum(self.presence, axis=1)[:, : self.tiles] > 0
         code = (self.code * present).sum(axis=0)
-        peak = self.grid.peak(self.lo, self.hi) if self.grid is not None else self.events.peak(self.lo, self.hi)
+        if self.grid is not None:
+            peak = self.grid.peak(self.lo, self.hi)
+        else:
+            assert self.events is not None
+            peak = self.events.peak(self.lo, self.hi)
         return self.additive + code + peak
 
     def stash_entry(self) -> np.ndarray:
