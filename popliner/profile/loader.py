@@ -8,6 +8,8 @@ over programs (tens of thousands), never over variables (millions).
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import gzip
 import hashlib
 import io
@@ -16,6 +18,7 @@ import json
 import logging
 import os
 import zlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -66,8 +69,27 @@ def load_profile(path: str | os.PathLike[str]) -> Profile:
 
 def parse_profile_bytes(raw: bytes, path: str, sha256: str | None = None) -> Profile:
     digest = sha256 or hashlib.sha256(raw).hexdigest()
-    doc = _parse_json(_decompress(raw, path), path)
-    return _Builder(doc, path, digest).build()
+    with _gc_paused():
+        doc = _parse_json(_decompress(raw, path), path)
+        return _Builder(doc, path, digest).build()
+
+
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector while the document is parsed and read.
+
+    The parsed document is millions of lists and dicts with no reference
+    cycles; every full collection during the parse walks all of them again,
+    which made parsing grow faster than the file (bert-large at 2x: 6.2 s
+    with the collector, 3.8 s without). The previous state is restored.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def max_profile_bytes() -> int:
