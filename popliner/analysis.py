@@ -16,6 +16,7 @@ from typing import Literal
 
 import numpy as np
 
+from popliner.arrays import gather_csr
 from popliner.errors import UsageProblem
 from popliner.memory.model import MemoryModel
 from popliner.memory.types import StageMemory
@@ -196,11 +197,34 @@ class Analysis:
 
     def boundary_bytes(self, layers_before: Sequence[str], layers_after: Sequence[str]) -> int:
         """Bytes of non-always-live variables used on both sides of a stage boundary."""
-        before = self.model.counted_variables(self.stage_ops(layers_before, False))
-        after = self.model.counted_variables(self.stage_ops(layers_after, False))
-        shared = np.intersect1d(before, after, assume_unique=True)
-        shared = shared[~self.always_live_var[shared]]
-        return int(self.profile.variables.bytes[shared].sum())
+        before = sorted(self.layer_index(n) for n in layers_before)
+        after = sorted(self.layer_index(n) for n in layers_after)
+        cut = len(before)
+        if before == list(range(cut)) and after == list(range(cut, len(self.layer_names))):
+            # The usual case, a cut through the layer order: one pass over the
+            # per-variable layer span instead of two set unions per boundary.
+            lo, hi = self._variable_layer_span
+            shared = (lo < cut) & (hi >= cut) & ~self.always_live_var
+            return int(self.profile.variables.bytes[shared].sum())
+        used_before = self.model.counted_variables(self.stage_ops(layers_before, False))
+        used_after = self.model.counted_variables(self.stage_ops(layers_after, False))
+        both = np.intersect1d(used_before, used_after, assume_unique=True)
+        both = both[~self.always_live_var[both]]
+        return int(self.profile.variables.bytes[both].sum())
+
+    @cached_property
+    def _variable_layer_span(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per variable: the first and last layer whose counted operations use it."""
+        n = self.profile.variables.count
+        lo = np.full(n, np.iinfo(np.int64).max, np.int64)
+        hi = np.full(n, -1, np.int64)
+        ops = np.flatnonzero((self.layers.layer_of_op >= 0) & self.model.counted_vars)
+        lens = self.ops.var_ptr[ops + 1] - self.ops.var_ptr[ops]
+        var = gather_csr(self.ops.var_ptr, self.ops.var_idx, ops)
+        layer = np.repeat(self.layers.layer_of_op[ops], lens)
+        np.minimum.at(lo, var, layer)
+        np.maximum.at(hi, var, layer)
+        return lo, hi
 
 
 def _preview(names: Sequence[str], limit: int = 8) -> str:

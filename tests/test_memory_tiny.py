@@ -157,3 +157,23 @@ def test_affinity_and_interlayer(tiny):
     # emb/out (10) lives 1..8: layer 0 to 1. l1/mm/out (40) and relu/out (15)
     # live 6..8: layer 1 to 1. loss/out goes live in the loss (no layer).
     assert inter.values.tolist() == [[60, 55], [0, 55]]
+
+
+def test_boundary_bytes_fast_path_agrees_with_set_intersection():
+    from popliner.analysis import load_analysis
+
+    a = load_analysis(str(TINY.parent / "bert-base-training.json.gz"))
+    names = a.layer_names
+    for cut in range(1, len(names)):
+        before = a.model.counted_variables(a.stage_ops(names[:cut], False))
+        after = a.model.counted_variables(a.stage_ops(names[cut:], False))
+        both = np.intersect1d(before, after)
+        both = both[~a.always_live_var[both]]
+        assert a.boundary_bytes(names[:cut], names[cut:]) == int(a.profile.variables.bytes[both].sum())
+    # A boundary that is not a cut through the layer order takes the general path.
+    assert a.boundary_bytes([names[0], names[2]], [names[1]]) >= 0
+
+
+def test_boundary_bytes_on_tiny(tiny):
+    # emb/out (10) and l0/add/out (20) are used by both layers.
+    assert tiny.boundary_bytes(["0"], ["1"]) == 30
