@@ -340,7 +340,9 @@ def plot(path: Path, rows: list[dict[str, Any]], profiles: dict[float, dict[str,
         a.set_title(title, fontsize=10)
         a.grid(True, which="both", alpha=0.3)
     labels = ", ".join(f"{s:g}x" for s in sizes)
-    fig.suptitle(f"popliner on synthetic BERT-large training profiles ({labels})", fontsize=11)
+    model = str(profiles[sizes[0]].get("spec", "")).split("model='")[-1].split("'")[0] or "synthetic"
+    fig.suptitle(f"popliner on synthetic {model} training profiles ({labels}); "
+                 f"{profiles[sizes[-1]]['variables']:,} variables at {sizes[-1]:g}x", fontsize=10)
     ax.legend(fontsize=7, ncol=2)
     fig.tight_layout()
     fig.savefig(path)
