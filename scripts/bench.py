@@ -42,6 +42,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import math
 import os
 import platform
 import shutil
@@ -332,9 +333,19 @@ def plot(path: Path, rows: list[dict[str, Any]], profiles: dict[float, dict[str,
         err = [[p[1] - p[2] for p in pts], [p[3] - p[1] for p in pts]]
         ax.errorbar(x, med, yerr=err, marker="o", ms=4, capsize=2, label=m)
         ax2.plot(x, [p[4] / 1024 for p in pts], marker="o", ms=4, label=m)
+    from matplotlib.ticker import FuncFormatter
+
+    plain = FuncFormatter(lambda v, _pos: f"{v:g}")
+    # Minor ticks: label 2 and 5 of each decade only, so labels do not collide.
+    some = FuncFormatter(lambda v, _pos: f"{v:g}" if v > 0 and round(v / 10 ** math.floor(math.log10(v))) in (2, 5)
+                         else "")
     for a, title, unit in ((ax, "time (median, min-max)", "seconds"), (ax2, "peak resident memory", "GiB")):
         a.set_xscale("log")
         a.set_yscale("log")
+        for axis in (a.xaxis, a.yaxis):
+            axis.set_major_formatter(plain)
+            axis.set_minor_formatter(some)
+        a.tick_params(which="minor", labelsize=7)
         a.set_xlabel("lowered variables (millions)")
         a.set_ylabel(unit)
         a.set_title(title, fontsize=10)
