@@ -47,7 +47,7 @@ _OVERRIDES = {
 @click.option("--recompute", type=click.Choice(RECOMPUTES), default=None,
               help="Training compiled with recomputation: a checkpoint per layer, or per pipeline stage.")
 @click.option("--split-after", default=None, metavar="L1,L2,...",
-              help="With --recompute pipeline: the last layer of each stage but the last (default: one stage).")
+              help="With --recompute pipeline (required): the last layer of each stage but the last.")
 @click.option("--optimizer-state", type=click.Choice(OPTIMIZER_STATES), default=None,
               help="off-chip: optimizer state in streaming memory, loaded for its update only.")
 @click.option("--replication-factor", type=int, default=None,

@@ -17,7 +17,8 @@ becomes a ``Call`` operation whose program calls that body.
 :class:`Compiled` says how the training graph was "compiled":
 
 - recomputation (``every-layer`` or ``pipeline``): the forward operations
-  of a segment (one layer, or one pipeline stage's layers) whose results
+  of a segment (one layer, or one pipeline stage's layers, the last stage
+  excepted) whose results
   the segment's backward reads are cloned, in forward order, just before
   that backward. Clones keep their forward names; their outputs are named
   ``<tensor>__re`` as in PopART's explicit recomputation, and the backward
@@ -363,7 +364,9 @@ class GraphBuilder:
         layer = int(m.group(1))
         if self.compiled.recompute == "every-layer":
             return layer
-        return bisect.bisect_left(self.compiled.split_after, layer)
+        stage = bisect.bisect_left(self.compiled.split_after, layer)
+        # The last stage runs its backward right after its forward: PopART does not recompute it.
+        return stage if stage < len(self.compiled.split_after) else None
 
     def _segments(self, forward: list[int]) -> dict[int, list[int]]:
         out: dict[int, list[int]] = {}
@@ -404,9 +407,11 @@ class GraphBuilder:
             recomputed[o] = c
             outs.append(c)
         if op.kind == "call" and op.share is not None:
+            # Clones are outlined among themselves, not with the forward operations (their recompute
+            # setting differs), so a shared body never runs in both the forward and the backward pass.
             body = self.ops[op.body]
-            new = self._call_op(op.share, op.logical, body.op_type, body.kind, op.group, inputs, outs, op.work,
-                                op.calls)
+            new = self._call_op(op.share + RECOMPUTED, op.logical, body.op_type, body.kind, op.group, inputs, outs,
+                                op.work, op.calls)
         else:
             new = self._new_op(op.name, op.logical, op.op_type, op.kind, op.group, inputs, outs, op.work)
         new.share = op.share

@@ -110,6 +110,9 @@ class SynthSpec:
             raise UsageProblem(f"split_after must be increasing layer numbers, got {list(self.split_after)}")
         if self.split_after and self.recompute != "pipeline":
             raise UsageProblem("split_after (the pipeline stages) only applies with recompute=pipeline")
+        if self.recompute == "pipeline" and not self.split_after:
+            raise UsageProblem("recompute=pipeline needs split_after, the last layer of every stage but the last "
+                               "(the last stage is not recomputed)")
         if self.sharded_optimizer_state and self.replication_factor < 2:
             raise UsageProblem("sharded_optimizer_state needs replication_factor of 2 or more")
         if not self.training:
