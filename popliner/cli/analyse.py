@@ -6,8 +6,8 @@ import contextlib
 import logging
 import sys
 from collections.abc import Callable, Iterator
-from functools import partial
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import IO, Any
 
@@ -197,8 +197,8 @@ def _layer_indices(analysis: Analysis, names: tuple[str, ...], option: str) -> l
 def _solve(analysis: Analysis, num_ipus: int, exact_ipus: bool, budget: int, solver: str, time_limit: float,
            seed: int, split_after: tuple[str, ...], same_ipu: tuple[str, ...], min_layers: int,
            keep_shared: bool, link_bandwidth: float) -> Any:
-    from popliner.solvers.ranges import SplitProblem
-    from popliner.solvers.solve import solve_split
+    from popliner.analysis import solve_split
+    from popliner.solvers.problem import SplitProblem
 
     if not analysis.layer_names:
         raise UsageProblem(f"{analysis.profile.path}: no operation got a layer, so there is nothing to split; "
