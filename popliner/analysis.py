@@ -23,7 +23,7 @@ import numpy as np
 from popliner.errors import UsageProblem
 from popliner.memory.engine import MemoryEngine
 from popliner.memory.model import MemoryModel
-from popliner.memory.options import TrainingOptions
+from popliner.memory.training import TrainingOptions
 from popliner.memory.overflow import overflow_detail
 from popliner.memory.types import StageMemory
 from popliner.ops.layers import (

@@ -7,7 +7,8 @@ indices, or layer indices into ``layer_names``; the unlayered operations go
 with the first stage (``first_stage=True``), as PopLiner did.
 
 Training-dependent figures each have one named method, so that a change to
-the training model (``TrainingOptions``) changes them in one place:
+the training model (:class:`popliner.memory.training.TrainingOptions`, held
+as ``options``) changes them in one place:
 
 - :meth:`MemoryEngine.backward_part`: which operations of a stage are backward;
 - :meth:`MemoryEngine.stash_windows` and :func:`stash_mask`: what one stash
@@ -24,7 +25,7 @@ import numpy as np
 
 from popliner.arrays import gather_csr
 from popliner.memory.model import MemoryModel
-from popliner.memory.options import TrainingOptions
+from popliner.memory.training import TrainingOptions
 from popliner.memory.types import StageMemory
 from popliner.ops.operations import OperationTable
 from popliner.profile.model import Profile
