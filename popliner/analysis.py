@@ -23,8 +23,8 @@ import numpy as np
 from popliner.errors import UsageProblem
 from popliner.memory.engine import MemoryEngine
 from popliner.memory.model import MemoryModel
-from popliner.memory.training import TrainingOptions
 from popliner.memory.overflow import overflow_detail
+from popliner.memory.training import TrainingOptions
 from popliner.memory.types import StageMemory
 from popliner.ops.layers import (
     DEFAULT_INPUTS_REGEX_LAYER_0,
