@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from popliner.pipeline import RangeCosts, position_memory
+from popliner.progress import phase
 from popliner.solvers.dp import dp_bounds
 from popliner.solvers.greedy import greedy_bounds
 from popliner.solvers.ilp import ilp_bounds
@@ -50,7 +51,8 @@ def solve_bounds(table: RangeCosts, problem: SplitProblem, *, solver: SolverName
     budget, for a best-effort split when nothing fits; ``layer_bytes(k)`` the
     worst-tile bytes of layer ``k`` alone, to say which layer is too large.
     """
-    greedy = greedy_bounds(table, problem)
+    with phase("building range tables"):
+        greedy = greedy_bounds(table, problem)
     if solver == "greedy":
         if greedy is None:
             return _infeasible(table, problem, "greedy", relaxed, layer_bytes)
@@ -58,10 +60,12 @@ def solve_bounds(table: RangeCosts, problem: SplitProblem, *, solver: SolverName
         return SplitOutcome("greedy", "GREEDY", bounds, objective=first_objective(table, problem, bounds),
                             note=f"greedy: cap {cap:.0%} of the budget, at least {min_layers} layer(s) per stage")
     hints = [greedy[0]] if greedy is not None else []
-    dp = dp_bounds(table, problem)
+    with phase("building range tables"):
+        dp = dp_bounds(table, problem)
     if dp is not None:
         hints.append(dp[0])
-    outcome = ilp_bounds(table, problem, time_limit=time_limit, seed=seed, hints=hints)
+    with phase("solving (CP-SAT)"):
+        outcome = ilp_bounds(table, problem, time_limit=time_limit, seed=seed, hints=hints)
     if outcome is None:
         return _infeasible(table, problem, "ilp", relaxed, layer_bytes)
     return SplitOutcome(
@@ -84,7 +88,8 @@ def _infeasible(table: RangeCosts, problem: SplitProblem, solver: str, relaxed: 
     hint = infeasibility_reason(table, problem, layer_bytes)
     log.warning("no split of %d layers fits on %d IPUs of %d bytes per tile: %s",
                 table.num_layers, problem.num_ipus, problem.budget, hint)
-    bounds = best_effort(relaxed, problem) if relaxed is not None else ()
+    with phase("best-effort split"):
+        bounds = best_effort(relaxed, problem) if relaxed is not None else ()
     return SplitOutcome(solver, "INFEASIBLE", bounds, note=hint)
 
 
