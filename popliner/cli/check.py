@@ -9,7 +9,7 @@ import click
 
 from popliner.analysis import AnalysisOptions, load_analysis
 from popliner.errors import EXIT_DOES_NOT_FIT
-from popliner.fileio import atomic_write, check_writable
+from popliner.fileio import atomic_write, check_writable, is_stdout
 
 __all__ = ["command"]
 
@@ -50,7 +50,7 @@ def command(config: str, profile: str, budget: float | None, junit: str | None, 
     per_tile = analysis.profile.target.bytes_per_tile
     limit = int(per_tile * budget) if budget is not None else cfg.effective_budget
     result = check_config(analysis, cfg, config, budget=limit)
-    click.echo(check_table(result))
+    click.echo(check_table(result), err=bool(junit and is_stdout(junit)))  # JUnit to stdout takes it
     if junit:
         with atomic_write(junit, force=force, binary=True) as stream:
             write_junit(result, stream)

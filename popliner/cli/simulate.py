@@ -12,7 +12,7 @@ import click
 from popliner.config.model import PipelineConfig
 from popliner.config.yaml_io import MAX_MICRO_BATCHES, read_config
 from popliner.errors import UsageProblem
-from popliner.fileio import atomic_write, check_writable
+from popliner.fileio import atomic_write, check_writable, is_stdout, one_stdout
 from popliner.simulator.engine import (
     DEFAULT_LINK_BANDWIDTH,
     DEFAULT_SYNC_CYCLES,
@@ -77,11 +77,13 @@ def command(config_path: str, profile_path: str | None, gradient_accumulation: i
         micro_batch_size=micro_batch_size,
         tiles_per_ipu=inputs.tiles_per_ipu,
     )
+    # A trace or chart written to stdout takes it; the summary then goes to stderr.
+    to_stderr = any(p is not None and is_stdout(p) for p in (trace_path, plot_path))
     if as_json:
-        click.echo(json.dumps(_json(result, config_path, inputs.source), indent=2))
+        click.echo(json.dumps(_json(result, config_path, inputs.source), indent=2), err=to_stderr)
     else:
         columns = None if all_cycles else max(24, 2 * result.num_stages + 4)
-        click.echo(render_text(result, max_columns=columns), nl=False)
+        click.echo(render_text(result, max_columns=columns), nl=False, err=to_stderr)
     _write_files(result, trace_path, plot_path, force)
 
 
@@ -89,9 +91,11 @@ def _check_outputs(trace_path: str | None, plot_path: str | None, force: bool) -
     """Fail before any work when an output exists (no --force) or both name one file."""
     if trace_path and plot_path and Path(trace_path).resolve() == Path(plot_path).resolve():
         raise UsageProblem("--trace and --plot name the same file; give two file names")
-    for path in (trace_path, plot_path):
-        if path:
-            check_writable(path, force)
+    one_stdout(trace=bool(trace_path and is_stdout(trace_path)), plot=bool(plot_path and is_stdout(plot_path)))
+    if trace_path:
+        check_writable(trace_path, force)
+    if plot_path:
+        check_writable(plot_path, force, suffixes=(".png",), what="Gantt chart")
 
 
 def _inputs(cfg: PipelineConfig, profile_path: str | None) -> SimInputs:
