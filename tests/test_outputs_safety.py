@@ -319,24 +319,27 @@ def test_stdout_names_work_for_every_output(name: str, option: str, config: Path
 
 def _signal_run(argv: list[str], folder: Path, sig: int, rng: random.Random, finish_s: float) -> int:
     """Start the CLI, wait for its first log line (it is running), signal it at a random later moment."""
-    p = subprocess.Popen([sys.executable, "-m", "popliner", *argv], stdout=subprocess.DEVNULL,
+    p = subprocess.Popen([sys.executable, "-m", "popliner", "-vv", *argv], stdout=subprocess.DEVNULL,
                          stderr=subprocess.PIPE, env=env(), cwd=folder)
     assert p.stderr is not None
     first = p.stderr.readline().decode()
-    time.sleep(rng.uniform(0.0, finish_s))
+    assert "pid" in first, first
+    time.sleep(rng.uniform(0.0, 0.8 * finish_s))  # mostly before the end, at a random point
     p.send_signal(sig)
     text = first + p.stderr.read().decode()
     code = p.wait(timeout=120)
     assert "Traceback" not in text, text
     assert code in (0, 128 + sig), (code, text)
     if code:
-        assert text.strip().splitlines()[-1].startswith("popliner: error: interrupted; no partial output"), text
+        errors = [ln for ln in text.splitlines() if ln.startswith("popliner: error: ")]
+        assert errors == [f"popliner: error: interrupted; no partial output file was left behind "
+                          f"({'Ctrl-C' if sig == signal.SIGINT else signal.Signals(sig).name})"], text
     return code
 
 
 def _timed(argv: list[str], folder: Path) -> float:
     """Seconds from the first log line to the end of a run."""
-    p = subprocess.Popen([sys.executable, "-m", "popliner", *argv], stdout=subprocess.DEVNULL,
+    p = subprocess.Popen([sys.executable, "-m", "popliner", "-vv", *argv], stdout=subprocess.DEVNULL,
                          stderr=subprocess.PIPE, env=env(), cwd=folder)
     assert p.stderr is not None
     p.stderr.readline()

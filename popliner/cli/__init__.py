@@ -77,7 +77,7 @@ def failure_for(exc: BaseException) -> PoplinerFailure | QuietExit:
         return PoplinerFailure(str(exc), exc.exit_code)
     if isinstance(exc, KeyboardInterrupt):
         signum = exc.signum if isinstance(exc, Interrupted) else signal.SIGINT
-        name = exc.name if isinstance(exc, Interrupted) else "Ctrl-C"
+        name = exc.name if isinstance(exc, Interrupted) and signum != signal.SIGINT else "Ctrl-C"
         return PoplinerFailure(f"interrupted; no partial output file was left behind ({name})", 128 + signum)
     if isinstance(exc, click.Abort):
         cause = exc.__cause__ or exc.__context__
@@ -337,6 +337,8 @@ def cli(verbose: int, quiet: bool) -> None:
     """
     level = logging.ERROR if quiet else (logging.WARNING, logging.INFO, logging.DEBUG)[min(verbose + 1, 2)]
     setup_logging(level)
+    # The first line under -vv: the run is under way (signal handlers are installed; tests wait for it).
+    log.debug("popliner %s, pid %d: %s", __version__, os.getpid(), " ".join(sys.argv[1:]))
 
 
 def setup_logging(level: int) -> None:
