@@ -143,3 +143,28 @@ def test_a_backward_op_reading_a_recomputed_tensor_is_no_clone(tiny):
     clones = recompute_operations(analysis.profile, analysis.ops, analysis.is_backward)
     grad = analysis.ops.names.index("layer1/act_grad")
     assert not clones[grad]
+
+
+# -- what-if peaks: the figures without stash (the stash rule is the engine's) ------------------
+
+
+def peaks(tiny, **kwargs) -> list[list[int]]:
+    """Per-tile totals of IPU 0 (embedding, 0) and IPU 1 (1, head) with --head-placement last."""
+    from popliner.analysis import Analysis
+
+    view = build_training_view(tiny.profile, tiny.ops, tiny.layers, tiny.is_backward, tiny.op_cycles,
+                               TrainingOptions(head_placement="last", **kwargs))
+    what_if = Analysis(view.profile, tiny.ops, view.layers, tiny.options)
+    return [what_if.stage_memory(s).total_per_tile.tolist() for s in (["embedding", "0"], ["1", "head"])]
+
+
+@pytest.mark.parametrize(("kwargs", "expected"), [
+    ({}, [[391, 50], [50, 475]]),
+    ({"recompute": "every-layer"}, [[391, 50], [50, 445]]),
+    ({"optimizer_state": "off-chip"}, [[300, 50], [50, 335]]),
+    ({"optimizer_state": "off-chip", "recompute": "every-layer"}, [[300, 50], [50, 325]]),
+    ({"replication_factor": 2, "sharded_optimizer_state": True}, [[321, 50], [50, 395]]),
+    ({"replication_factor": 2, "sharded_optimizer_state": True, "optimizer_state": "off-chip"}, [[250, 50], [50, 315]]),
+])
+def test_what_if_peaks_by_hand(tiny, kwargs, expected):
+    assert peaks(tiny, **kwargs) == expected

@@ -20,6 +20,7 @@ from typing import Literal
 
 import numpy as np
 
+from popliner.arrays import expand_ranges, gather_csr
 from popliner.errors import UsageProblem
 from popliner.ops.layers import LayerAssignment, compile_regex
 from popliner.ops.operations import OperationTable
@@ -53,6 +54,8 @@ DEFAULT_UPDATE_REGEX = r"(?i)varupdate|updater|sgd|adam|lamb|momentum|optimi[sz]
 EMBEDDING_GROUP = "embedding"
 HEAD_GROUP = "head"
 #: A tensor written by a PopART recompute clone: ``<id>__re``, then the end or a non-word character.
+#: A step after every profile's last (int32 range, so sums stay small).
+_NEVER = 2**31 - 1
 _RE_TENSOR = re.compile(r"__re(?![A-Za-z0-9_])")
 
 
@@ -154,11 +157,26 @@ def optimizer_state_variables(
     return always_live_var & used & ~by_other
 
 
+def _recompute_tensor_variables(profile: Profile) -> np.ndarray:
+    """Bool per variable: its name holds ``__re`` followed by the end of the name or a non-word character."""
+    v = profile.variables
+    out = np.zeros(v.count, bool)
+    if v.count == 0 or int(v.name_ptr[-1]) == 0:
+        return out
+    raw = v.name_blob.tobytes()
+    ends = v.name_ptr[1:]
+    for m in re.finditer(rb"__re", raw):
+        var = int(np.searchsorted(ends, m.start(), side="right"))
+        end = int(ends[var])
+        if m.end() == end or not (chr(raw[m.end()]).isalnum() or raw[m.end()] == ord("_")):
+            out[var] = True
+    return out
+
+
 def recompute_operations(profile: Profile, ops: OperationTable, backward_named: np.ndarray) -> np.ndarray:
     """Bool per operation: a PopART recompute clone (forward name, writes a ``__re`` tensor)."""
     out = np.zeros(ops.count, bool)
-    v = profile.variables
-    re_var = np.array([bool(_RE_TENSOR.search(v.name(i))) for i in range(v.count)], bool)
+    re_var = _recompute_tensor_variables(profile)
     data = profile.contexts.data
     for op in np.flatnonzero(~backward_named).tolist():
         d = data[int(ops.context[op])] or {}
@@ -297,11 +315,16 @@ def build_training_view(profile: Profile, ops: OperationTable, layers: LayerAssi
     nbytes = v.bytes.copy()
     if options.shard > 1:
         nbytes[state] = -(-nbytes[state] // options.shard)
-    # Per-variable live intervals, changed where an option says so.
-    changed: dict[int, list[tuple[int, int]]] = {}
+    # Variables whose live steps change: new (start, end) per variable, -1 = unchanged.
+    cut_lo = np.full(v.count, -1, np.int64)  # keep steps <= cut_lo ...
+    cut_hi = np.full(v.count, -1, np.int64)  # ... and >= cut_hi
+    keep_lo = np.full(v.count, -1, np.int64)  # off chip: keep only steps keep_lo..keep_hi
+    keep_hi = np.full(v.count, -1, np.int64)
     if options.optimizer_state == "off-chip" and training:
-        for var, steps in _update_steps(ops, is_update, state).items():
-            changed[var] = steps
+        lo, hi = _update_window(ops, is_update, state, v.count)
+        # Live only from its first update step to its last (never, when no update uses it).
+        keep_lo[state] = np.where(hi[state] >= 0, lo[state], _NEVER)
+        keep_hi[state] = hi[state]
     unit = _unit_of_op(layers.layer_of_op, groups)
     num_units = int(unit.max()) + 1 if unit.size else 0
     bstart = _unit_backward_start(unit, ops.first_step, is_backward, num_units)
@@ -316,17 +339,14 @@ def build_training_view(profile: Profile, ops: OperationTable, layers: LayerAssi
     if recompute == "every-layer":
         r = np.where(lo_unit >= 0, bstart[np.maximum(lo_unit, 0)], -1)
         pick = kept & (lo_unit == hi_unit) & (first <= u) & (r <= last) & (r > u + 1) & ~state
-        for var in np.flatnonzero(pick).tolist():
-            changed[var] = _cut(profile, var, int(u[var]), int(r[var]))
+        cut_lo[pick], cut_hi[pick] = u[pick], r[pick]
         never_stash = pick
-        owners = np.unique(lo_unit[pick])
-        rerun = _forward_cycles_per_layer(layers, unit, owners, forward_op, op_cycles)
+        rerun = _forward_cycles_per_layer(layers, unit, np.unique(lo_unit[pick]), forward_op, op_cycles)
     elif recompute == "pipeline":
         pick = kept & (first <= u) & (last > u) & ~state
         forward_cut[pick] = u[pick]
-        layer_ids = np.unique(unit[unit >= 0])
-        rerun = _forward_cycles_per_layer(layers, unit, layer_ids, forward_op, op_cycles)
-    what_if = _with_variables(profile, nbytes, changed)
+        rerun = _forward_cycles_per_layer(layers, unit, np.unique(unit[unit >= 0]), forward_op, op_cycles)
+    what_if = _with_cuts(profile, nbytes, cut_lo, cut_hi, keep_lo, keep_hi)
     return TrainingView(options, recompute, what_if, layers, is_backward, is_update, state, clones, never_stash,
                         recompute in ("pipeline", "every-layer"), forward_cut, rerun, tuple(notes))
 
@@ -351,59 +371,41 @@ def _var_first_last(profile: Profile) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _last_forward_read(ops: OperationTable, forward_op: np.ndarray, num_vars: int) -> np.ndarray:
+    """Per variable: the last step of a forward operation that uses it (-1 when none)."""
     u = np.full(num_vars, -1, np.int64)
-    for op in np.flatnonzero(forward_op).tolist():
-        var = ops.vars_of(op)
-        np.maximum.at(u, var, int(ops.last_step[op]))
+    picked = np.flatnonzero(forward_op)
+    # Plain scatters in order of last step: a later (larger) one overwrites.
+    for op in picked[np.argsort(ops.last_step[picked], kind="stable")].tolist():
+        u[ops.vars_of(op)] = int(ops.last_step[op])
     return u
 
 
 def _unit_span(ops: OperationTable, unit: np.ndarray, num_vars: int) -> tuple[np.ndarray, np.ndarray]:
-    lo = np.full(num_vars, np.iinfo(np.int64).max, np.int64)
+    """Per variable: the smallest and largest unit of the operations that use it (-1 when none)."""
+    lo = np.full(num_vars, -1, np.int64)
     hi = np.full(num_vars, -1, np.int64)
-    lens = ops.var_ptr[1:] - ops.var_ptr[:-1]
-    owner_unit = np.repeat(unit, lens)
-    keep = owner_unit >= 0
-    np.minimum.at(lo, ops.var_idx[keep], owner_unit[keep])
-    np.maximum.at(hi, ops.var_idx[keep], owner_unit[keep])
-    lo[hi < 0] = -1
+    units = np.unique(unit[unit >= 0])
+    per_unit = [(int(k), gather_csr(ops.var_ptr, ops.var_idx, np.flatnonzero(unit == k))) for k in units.tolist()]
+    # One plain scatter per unit, in unit order (hi) and reversed (lo): each writes one value.
+    for k, var in per_unit:
+        hi[var] = k
+    for k, var in reversed(per_unit):
+        lo[var] = k
     return lo, hi
 
 
-def _update_steps(ops: OperationTable, is_update: np.ndarray, state: np.ndarray) -> dict[int, list[tuple[int, int]]]:
-    """Off chip: each state variable is live at the steps of the updates that use it."""
-    steps: dict[int, list[int]] = {}
-    for op in np.flatnonzero(is_update & (ops.first_step >= 0)).tolist():
-        for var in ops.vars_of(op).tolist():
-            if state[var]:
-                steps.setdefault(var, []).extend(range(int(ops.first_step[op]), int(ops.last_step[op]) + 1))
-    out: dict[int, list[tuple[int, int]]] = {}
-    for var in np.flatnonzero(state).tolist():
-        out[var] = _runs(sorted(set(steps.get(var, []))))
-    return out
-
-
-def _runs(steps: list[int]) -> list[tuple[int, int]]:
-    """Sorted steps as half-open intervals."""
-    out: list[tuple[int, int]] = []
-    for s in steps:
-        if out and out[-1][1] == s:
-            out[-1] = (out[-1][0], s + 1)
-        else:
-            out.append((s, s + 1))
-    return out
-
-
-def _cut(profile: Profile, var: int, u: int, r: int) -> list[tuple[int, int]]:
-    """The variable's intervals without the steps strictly between ``u`` and ``r``."""
-    c = int(profile.variables.klass[var])
-    a, b = int(profile.class_ptr[c]), int(profile.class_ptr[c + 1])
-    out: list[tuple[int, int]] = []
-    for s, e in zip(profile.iv_start[a:b].tolist(), profile.iv_end[a:b].tolist()):
-        for lo, hi in ((s, min(e, u + 1)), (max(s, r), e)):
-            if lo < hi:
-                out.append((lo, hi))
-    return out
+def _update_window(ops: OperationTable, is_update: np.ndarray, state: np.ndarray,
+                   num_vars: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per variable: first and last step of the weight updates that use it (-1 when none)."""
+    lo = np.full(num_vars, np.iinfo(np.int64).max, np.int64)
+    hi = np.full(num_vars, -1, np.int64)
+    picked = np.flatnonzero(is_update & (ops.first_step >= 0))
+    lens = ops.var_ptr[picked + 1] - ops.var_ptr[picked]
+    var = gather_csr(ops.var_ptr, ops.var_idx, picked)
+    np.minimum.at(lo, var, np.repeat(ops.first_step[picked], lens))
+    np.maximum.at(hi, var, np.repeat(ops.last_step[picked], lens))
+    lo[hi < 0] = -1
+    return lo, hi
 
 
 def _forward_cycles_per_layer(layers: LayerAssignment, unit: np.ndarray, owners: np.ndarray, forward_op: np.ndarray,
@@ -422,28 +424,67 @@ def _forward_cycles_per_layer(layers: LayerAssignment, unit: np.ndarray, owners:
     return out
 
 
-def _with_variables(profile: Profile, nbytes: np.ndarray, changed: dict[int, list[tuple[int, int]]]) -> Profile:
-    """A copy of the profile with new variable bytes and, for ``changed`` ones, their own live intervals."""
+def _unique_rows(key: np.ndarray, num_steps: int) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct rows of (class, cut lo, cut hi, keep lo, keep hi) and each row's position among them."""
+    # Steps fit in few bits once "never" is mapped to num_steps + 1; pack the
+    # row into one int64 when it fits (a sort on one key instead of five).
+    cap = num_steps + 2
+    small = np.minimum(np.where(key[:, 1:] < 0, cap, key[:, 1:]), cap)
+    step_bits = max(int(cap).bit_length(), 1)
+    cls_bits = max(int(key[:, 0].max()).bit_length(), 1)
+    if cls_bits + 4 * step_bits <= 62:
+        packed = key[:, 0].copy()
+        for col in range(4):
+            packed = (packed << step_bits) | small[:, col]
+        _, first, inverse = np.unique(packed, return_index=True, return_inverse=True)
+        return key[first], inverse.reshape(-1)
+    uniq, inverse = np.unique(key, axis=0, return_inverse=True)
+    return uniq, inverse.reshape(-1)
+
+
+def _with_cuts(profile: Profile, nbytes: np.ndarray, cut_lo: np.ndarray, cut_hi: np.ndarray,
+               keep_lo: np.ndarray, keep_hi: np.ndarray) -> Profile:
+    """A copy of the profile with new bytes and new live steps where asked.
+
+    A variable with ``cut_hi >= 0`` loses the steps strictly between
+    ``cut_lo`` and ``cut_hi``; one with ``keep_lo >= 0`` keeps only the steps
+    ``keep_lo..keep_hi``. Variables with the same class and the same change
+    share one new class, so the number of classes stays small.
+    """
     v = profile.variables
-    if not changed and np.array_equal(nbytes, v.bytes):
-        return profile
+    changed = np.flatnonzero((cut_hi >= 0) | (keep_lo >= 0))
+    if changed.size == 0:
+        if np.array_equal(nbytes, v.bytes):
+            return profile
+        return replace(profile, variables=replace(v, bytes=nbytes.astype(v.bytes.dtype)))
+    big = np.int64(_NEVER)
+    is_cut = cut_hi[changed] >= 0
+    c_lo = np.where(is_cut, cut_lo[changed], big)
+    c_hi = np.where(is_cut, cut_hi[changed], big)
+    k_lo = np.where(is_cut, 0, keep_lo[changed])
+    k_hi = np.where(is_cut, big, keep_hi[changed])
+    key = np.stack((v.klass[changed].astype(np.int64), c_lo, c_hi, k_lo, k_hi), axis=1)
+    uniq, inverse = _unique_rows(key, profile.num_steps)
+    cls = uniq[:, 0]
+    counts = profile.class_ptr[cls + 1] - profile.class_ptr[cls]
+    rep = np.repeat(np.arange(len(uniq)), counts)
+    iv = expand_ranges(profile.class_ptr[cls], counts)
+    s = np.maximum(profile.iv_start[iv], uniq[rep, 3])
+    e = np.minimum(profile.iv_end[iv], uniq[rep, 4] + 1)
+    # Two pieces per interval: up to the cut's start (inclusive), and from its end.
+    starts = np.concatenate((s, np.maximum(s, uniq[rep, 2])))
+    ends = np.concatenate((np.minimum(e, uniq[rep, 1] + 1), e))
+    own = np.concatenate((rep, rep))
+    keep = starts < ends
+    own, starts, ends = own[keep], starts[keep], ends[keep]
+    order = np.lexsort((starts, own))
+    own, starts, ends = own[order], starts[order], ends[order]
+    new_counts = np.bincount(own, minlength=len(uniq))
+    base = int(profile.class_ptr[-1])
+    class_ptr = np.concatenate((profile.class_ptr, base + np.cumsum(new_counts)))
     klass = v.klass.copy()
-    ptr = [profile.class_ptr]
-    starts = [profile.iv_start]
-    ends = [profile.iv_end]
-    next_class = profile.num_classes
-    total = int(profile.class_ptr[-1])
-    extra_ptr: list[int] = []
-    for var in sorted(changed):
-        ivs = changed[var]
-        klass[var] = next_class
-        next_class += 1
-        starts.append(np.array([s for s, _ in ivs], np.int64))
-        ends.append(np.array([e for _, e in ivs], np.int64))
-        total += len(ivs)
-        extra_ptr.append(total)
-    class_ptr = np.concatenate((ptr[0], np.array(extra_ptr, np.int64)))
+    klass[changed] = profile.num_classes + inverse
     variables = replace(v, bytes=nbytes.astype(v.bytes.dtype), klass=klass.astype(v.klass.dtype))
-    return replace(profile, variables=variables, class_ptr=class_ptr,
-                   iv_start=np.concatenate(starts).astype(profile.iv_start.dtype),
-                   iv_end=np.concatenate(ends).astype(profile.iv_end.dtype))
+    return replace(profile, variables=variables, class_ptr=class_ptr.astype(profile.class_ptr.dtype),
+                   iv_start=np.concatenate((profile.iv_start, starts)).astype(profile.iv_start.dtype),
+                   iv_end=np.concatenate((profile.iv_end, ends)).astype(profile.iv_end.dtype))
