@@ -36,6 +36,7 @@ __all__ = [
     "TrainingOptions",
     "TrainingView",
     "build_training_view",
+    "called_operations",
     "head_groups",
     "optimizer_state_variables",
     "recompute_operations",
@@ -127,15 +128,28 @@ def _called_op(profile: Profile, ops: OperationTable, op: int) -> int:
     return -1
 
 
-def update_operations(profile: Profile, ops: OperationTable, update_regex: str = DEFAULT_UPDATE_REGEX) -> np.ndarray:
+def called_operations(profile: Profile, ops: OperationTable) -> np.ndarray:
+    """Per operation: the operation a call site calls (-1 for other operations)."""
+    out = np.full(ops.count, -1, np.int64)
+    for op in np.flatnonzero(ops.is_call).tolist():
+        out[op] = _called_op(profile, ops, op)
+    return out
+
+
+def _through_calls(named: np.ndarray, called: np.ndarray) -> np.ndarray:
+    """``named``, plus every call site whose called operation is named."""
+    out = named.copy()
+    calls = np.flatnonzero(called >= 0)
+    out[calls] |= named[called[calls]]
+    return np.asarray(out, bool)
+
+
+def update_operations(profile: Profile, ops: OperationTable, update_regex: str = DEFAULT_UPDATE_REGEX,
+                      called: np.ndarray | None = None) -> np.ndarray:
     """Bool per operation: a weight update (by name, or a call site whose body is one)."""
     regex = compile_regex(update_regex, "--update-regex")
     named = np.array([bool(regex.search(n)) for n in ops.names], bool)
-    out = named.copy()
-    for op in np.flatnonzero(ops.is_call & ~named).tolist():
-        body = _called_op(profile, ops, op)
-        out[op] = body >= 0 and bool(named[body])
-    return np.asarray(out, bool)
+    return _through_calls(named, called_operations(profile, ops) if called is None else called)
 
 
 def optimizer_state_variables(
@@ -295,7 +309,10 @@ def build_training_view(profile: Profile, ops: OperationTable, layers: LayerAssi
     """Apply the options that do not depend on the split; describe the rest."""
     v = profile.variables
     always = profile.always_live_classes()[v.klass]
-    is_update = update_operations(profile, ops, options.update_regex)
+    called = called_operations(profile, ops)
+    is_update = update_operations(profile, ops, options.update_regex, called)
+    # A call site is backward when what it calls is (its name, Call(<n>), says nothing).
+    backward_named = _through_calls(backward_named, called)
     clones = recompute_operations(profile, ops, backward_named) if training else np.zeros(ops.count, bool)
     is_backward = backward_named | clones
     notes: list[str] = []
@@ -348,7 +365,7 @@ def build_training_view(profile: Profile, ops: OperationTable, layers: LayerAssi
         rerun = _forward_cycles_per_layer(layers, unit, np.unique(unit[unit >= 0]), forward_op, op_cycles)
     what_if = _with_cuts(profile, nbytes, cut_lo, cut_hi, keep_lo, keep_hi)
     return TrainingView(options, recompute, what_if, layers, is_backward, is_update, state, clones, never_stash,
-                        recompute in ("pipeline", "every-layer"), forward_cut, rerun, tuple(notes))
+                        recompute in ("pipeline", "every-layer", "compiled"), forward_cut, rerun, tuple(notes))
 
 
 def _unit_of_op(layer_of_op: np.ndarray, groups: np.ndarray) -> np.ndarray:
