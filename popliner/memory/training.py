@@ -36,6 +36,8 @@ __all__ = [
     "TrainingOptions",
     "TrainingView",
     "build_training_view",
+    "place_unlayered",
+    "with_live_steps",
     "called_operations",
     "head_groups",
     "optimizer_state_variables",
@@ -249,7 +251,7 @@ def head_groups(ops: OperationTable, layer_of_op: np.ndarray, num_layers: int, b
 
 def regroup_layers(layers: LayerAssignment, groups: np.ndarray, placement: HeadPlacement) -> LayerAssignment:
     """The layer assignment with the embedding and head as layers of their own (``last``/``wrap``)."""
-    if placement == "first":
+    if placement == "first" or EMBEDDING_GROUP in layers.names:
         return layers
     names = list(layers.names)
     shift = np.where(layers.layer_of_op >= 0, layers.layer_of_op + 1, -1)
@@ -266,48 +268,61 @@ def regroup_layers(layers: LayerAssignment, groups: np.ndarray, placement: HeadP
 
 @dataclass(frozen=True, eq=False)
 class TrainingView:
-    """What the options change, for the engine.
+    """What the options change, for the memory engine.
 
     ``profile`` carries the variables' what-if bytes and live steps.
-    ``is_backward`` marks backward operations (recompute clones included).
-    ``never_stash`` marks variables the stash entry leaves out (recomputed by
-    ``every-layer``); with ``stash_inputs`` the entry also takes variables
-    that went live before the stage's forward part (received inputs).
-    ``forward_cut`` (``pipeline``) is, per variable, the last step it stays live
-    in a stage's forward part, or -1 when it is not cut; ``rerun_cycles`` are
-    the re-run cycles each layer adds to a stage's backward (``pipeline``
-    leaves the last stage out: see :meth:`stage_rerun_cycles`).
+    ``is_backward`` marks backward operations (call sites of backward bodies
+    and recompute clones included). ``never_stash`` marks variables the stash
+    entry leaves out (recomputed by ``every-layer``); ``stash_inputs`` says the
+    entry also takes variables that went live before the stage's forward part
+    (received inputs); ``inputs_only`` (``pipeline``) that it takes nothing
+    else. ``forward_cut`` (``pipeline``) is, per variable, the last step it
+    stays live in a stage's forward part, or -1 when it is not cut.
+    ``rerun_ops`` are the operations whose cycles a recomputing stage runs
+    again in its backward part.
     """
 
     options: TrainingOptions
     recompute: str  # the mode applied: none, pipeline, every-layer, or "compiled"
     profile: Profile
-    layers: LayerAssignment
     is_backward: np.ndarray
     is_update: np.ndarray
     optimizer_state: np.ndarray
     recompute_ops: np.ndarray
     never_stash: np.ndarray
     stash_inputs: bool
+    inputs_only: bool
     forward_cut: np.ndarray
-    rerun_cycles: np.ndarray  # per layer
+    rerun_ops: np.ndarray
     notes: tuple[str, ...] = field(default=())
 
     @property
     def compiled_with_recomputation(self) -> bool:
         return bool(self.recompute_ops.any())
 
-    def stage_rerun_cycles(self, first_layer: int, last_layer: int) -> int:
-        """Cycles a stage of layers ``first..last`` adds to its backward for recomputation."""
-        if self.recompute == "pipeline" and last_layer == len(self.layers.names) - 1:
-            return 0
-        return int(self.rerun_cycles[first_layer : last_layer + 1].sum())
+
+def place_unlayered(profile: Profile, ops: OperationTable, layers: LayerAssignment, backward_named: np.ndarray,
+                    options: TrainingOptions) -> LayerAssignment:
+    """The layer assignment for ``--head-placement``: with ``last``/``wrap`` the embedding and head become layers."""
+    if options.head_placement == "first" or not (layers.layer_of_op < 0).any() or not layers.names:
+        return layers
+    called = called_operations(profile, ops)
+    is_update = update_operations(profile, ops, options.update_regex, called)
+    backward = _through_calls(backward_named, called)
+    backward |= recompute_operations(profile, ops, backward)
+    groups = head_groups(ops, layers.layer_of_op, len(layers.names), backward, is_update)
+    return regroup_layers(layers, groups, options.head_placement)
 
 
-def build_training_view(profile: Profile, ops: OperationTable, layers: LayerAssignment, backward_named: np.ndarray,
-                        op_cycles: np.ndarray, options: TrainingOptions, training: bool = True) -> TrainingView:
-    """Apply the options that do not depend on the split; describe the rest."""
+def build_training_view(profile: Profile, ops: OperationTable, layer_of_op: np.ndarray, num_layers: int,
+                        backward_named: np.ndarray, options: TrainingOptions, training: bool = True) -> TrainingView:
+    """Apply the options that do not depend on the split; describe the rest (docs/solvers.md)."""
     v = profile.variables
+    if not training:
+        # Inference: nothing to stash, recompute or update.
+        none = np.zeros(ops.count, bool)
+        return TrainingView(options, "none", profile, np.asarray(backward_named, bool), none, np.zeros(v.count, bool),
+                            none, np.zeros(v.count, bool), False, False, np.full(v.count, -1, np.int64), none)
     always = profile.always_live_classes()[v.klass]
     called = called_operations(profile, ops)
     is_update = update_operations(profile, ops, options.update_regex, called)
@@ -316,25 +331,22 @@ def build_training_view(profile: Profile, ops: OperationTable, layers: LayerAssi
     clones = recompute_operations(profile, ops, backward_named) if training else np.zeros(ops.count, bool)
     is_backward = backward_named | clones
     notes: list[str] = []
-    recompute: str = options.recompute
+    recompute: str = options.recompute if training else "none"
     if clones.any():
         if recompute != "none":
             notes.append(f"the profile was compiled with recomputation ({int(clones.sum())} recompute operations); "
                          f"--recompute {recompute} is not applied again")
         recompute = "compiled"
-    if not training:
-        recompute = "none"
-    groups = head_groups(ops, layers.layer_of_op, len(layers.names), is_backward, is_update)
-    layers = regroup_layers(layers, groups, options.head_placement)
+    groups = head_groups(ops, layer_of_op, num_layers, is_backward, is_update)
     state = optimizer_state_variables(profile, ops, always, is_update, options.optimizer_state_regex)
 
     first, last = _var_first_last(profile)
     nbytes = v.bytes.copy()
     if options.shard > 1:
         nbytes[state] = -(-nbytes[state] // options.shard)
-    # Variables whose live steps change: new (start, end) per variable, -1 = unchanged.
-    cut_lo = np.full(v.count, -1, np.int64)  # keep steps <= cut_lo ...
-    cut_hi = np.full(v.count, -1, np.int64)  # ... and >= cut_hi
+    # Variables whose live steps change.
+    cut_lo = np.full(v.count, -1, np.int64)  # lose the steps strictly between cut_lo ...
+    cut_hi = np.full(v.count, -1, np.int64)  # ... and cut_hi
     keep_lo = np.full(v.count, -1, np.int64)  # off chip: keep only steps keep_lo..keep_hi
     keep_hi = np.full(v.count, -1, np.int64)
     if options.optimizer_state == "off-chip" and training:
@@ -342,38 +354,38 @@ def build_training_view(profile: Profile, ops: OperationTable, layers: LayerAssi
         # Live only from its first update step to its last (never, when no update uses it).
         keep_lo[state] = np.where(hi[state] >= 0, lo[state], _NEVER)
         keep_hi[state] = hi[state]
-    unit = _unit_of_op(layers.layer_of_op, groups)
-    num_units = int(unit.max()) + 1 if unit.size else 0
-    bstart = _unit_backward_start(unit, ops.first_step, is_backward, num_units)
+    unit = _unit_of_op(layer_of_op, groups, num_layers)
+    bstart = _unit_backward_start(unit, ops.first_step, is_backward, num_layers + 2)
     forward_op = (ops.first_step >= 0) & ~is_backward
     forward_op &= ops.first_step < bstart[np.maximum(unit, 0)]
     u = _last_forward_read(ops, forward_op, v.count)
     lo_unit, hi_unit = _unit_span(ops, unit, v.count)
     never_stash = np.zeros(v.count, bool)
     forward_cut = np.full(v.count, -1, np.int64)
-    rerun = np.zeros(len(layers.names), np.int64)
-    kept = ~always & (u >= 0) & (lo_unit >= 0)
+    rerun_ops = np.zeros(ops.count, bool)
+    kept = ~always & (u >= 0) & (lo_unit >= 0) & ~state
     if recompute == "every-layer":
         r = np.where(lo_unit >= 0, bstart[np.maximum(lo_unit, 0)], -1)
-        pick = kept & (lo_unit == hi_unit) & (first <= u) & (r <= last) & (r > u + 1) & ~state
+        pick = kept & (lo_unit == hi_unit) & (first <= u) & (r <= last) & (r > u + 1)
         cut_lo[pick], cut_hi[pick] = u[pick], r[pick]
         never_stash = pick
-        rerun = _forward_cycles_per_layer(layers, unit, np.unique(lo_unit[pick]), forward_op, op_cycles)
+        # Each layer owning a recomputed variable runs its forward part again.
+        rerun_ops = forward_op & np.isin(unit, np.unique(lo_unit[pick]))
     elif recompute == "pipeline":
-        pick = kept & (first <= u) & (last > u) & ~state
+        pick = kept & (first <= u) & (last > u)
         forward_cut[pick] = u[pick]
-        rerun = _forward_cycles_per_layer(layers, unit, np.unique(unit[unit >= 0]), forward_op, op_cycles)
-    what_if = _with_cuts(profile, nbytes, cut_lo, cut_hi, keep_lo, keep_hi)
-    return TrainingView(options, recompute, what_if, layers, is_backward, is_update, state, clones, never_stash,
-                        recompute in ("pipeline", "every-layer", "compiled"), forward_cut, rerun, tuple(notes))
+        rerun_ops = forward_op.copy()
+    what_if = with_live_steps(profile, nbytes, cut_lo, cut_hi, keep_lo, keep_hi)
+    return TrainingView(options, recompute, what_if, is_backward, is_update, state, clones, never_stash,
+                        recompute in ("pipeline", "every-layer", "compiled"), recompute == "pipeline", forward_cut,
+                        rerun_ops, tuple(notes))
 
 
-def _unit_of_op(layer_of_op: np.ndarray, groups: np.ndarray) -> np.ndarray:
+def _unit_of_op(layer_of_op: np.ndarray, groups: np.ndarray, num_layers: int) -> np.ndarray:
     """Layer index per operation, the two unlayered groups numbered after the layers."""
-    n = int(layer_of_op.max()) + 1 if layer_of_op.size and layer_of_op.max() >= 0 else 0
     unit = layer_of_op.copy()
-    unit[(layer_of_op < 0) & (groups == 0)] = n
-    unit[(layer_of_op < 0) & (groups == 1)] = n + 1
+    unit[(layer_of_op < 0) & (groups == 0)] = num_layers
+    unit[(layer_of_op < 0) & (groups == 1)] = num_layers + 1
     return np.asarray(unit, np.int64)
 
 
@@ -425,22 +437,6 @@ def _update_window(ops: OperationTable, is_update: np.ndarray, state: np.ndarray
     return lo, hi
 
 
-def _forward_cycles_per_layer(layers: LayerAssignment, unit: np.ndarray, owners: np.ndarray, forward_op: np.ndarray,
-                              op_cycles: np.ndarray) -> np.ndarray:
-    """Forward cycles of the given units, per layer of the assignment.
-
-    With ``--head-placement first`` the unlayered groups are no layer of
-    their own: their cycles go to the first layer, whose stage holds them.
-    """
-    out = np.zeros(len(layers.names), np.int64)
-    if out.size == 0:
-        return out
-    mine = forward_op & np.isin(unit, owners)
-    target = np.maximum(layers.layer_of_op[mine], 0)
-    np.add.at(out, target, op_cycles[mine])
-    return out
-
-
 def _unique_rows(key: np.ndarray, num_steps: int) -> tuple[np.ndarray, np.ndarray]:
     """Distinct rows of (class, cut lo, cut hi, keep lo, keep hi) and each row's position among them."""
     # Steps fit in few bits once "never" is mapped to num_steps + 1; pack the
@@ -459,7 +455,7 @@ def _unique_rows(key: np.ndarray, num_steps: int) -> tuple[np.ndarray, np.ndarra
     return uniq, inverse.reshape(-1)
 
 
-def _with_cuts(profile: Profile, nbytes: np.ndarray, cut_lo: np.ndarray, cut_hi: np.ndarray,
+def with_live_steps(profile: Profile, nbytes: np.ndarray, cut_lo: np.ndarray, cut_hi: np.ndarray,
                keep_lo: np.ndarray, keep_hi: np.ndarray) -> Profile:
     """A copy of the profile with new bytes and new live steps where asked.
 
