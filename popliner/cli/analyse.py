@@ -279,17 +279,17 @@ def _table_stream(output: str | None, force: bool) -> Iterator[IO[str]]:
 
 def _write_plots(analysis: Analysis, plot: str, force: bool, split: Any, budget: int) -> None:
     from popliner.breakdown import build_breakdown
-    from popliner.outputs.plots import plot_layers, plot_split, plot_tile_profile
+    from popliner.outputs.plots import plot_layers, plot_split, plot_tiles
+    from popliner.report.data import ipu_memories
 
     breakdown = build_breakdown(analysis, with_operations=False, with_totals=False)
     plot_layers(breakdown, plot, budget_bytes=budget, force=force)
     log.info("wrote %s", plot)
     if split is not None and split.stages:
         plot_split(split, _suffixed(plot, "split"), force=force)
-        worst = max(split.stages, key=lambda s: s.worst_tile_bytes)
-        memory = analysis.stage_memory(worst.layers, first_stage=worst.index == 0)
-        plot_tile_profile(memory, _suffixed(plot, "tiles"), force=force, budget_bytes=budget,
-                          title=f"Memory per tile on IPU {worst.ipu} (layers {worst.first_layer}..{worst.last_layer})")
+        ipus = ipu_memories(analysis, [s.layers for s in split.stages], budget=budget)
+        plot_tiles(ipus, _suffixed(plot, "tiles"), force=force,
+                   title=f"Memory per tile of each IPU ({analysis.mode}, stash and copy buffers included)")
         log.info("wrote %s and %s", _suffixed(plot, "split"), _suffixed(plot, "tiles"))
 
 
