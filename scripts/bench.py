@@ -89,9 +89,8 @@ def worker(spec: dict[str, Any]) -> dict[str, Any]:
             out["status"] = "CACHE MISS" if kind == "cached_load" else "CACHE HIT"
         return out
     if kind.startswith(("greedy_", "ilp_")):
-        from popliner.analysis import AnalysisOptions, load_analysis
-        from popliner.solvers.ranges import SplitProblem
-        from popliner.solvers.solve import solve_split
+        from popliner.analysis import AnalysisOptions, load_analysis, solve_split
+        from popliner.solvers.problem import SplitProblem
 
         solver, ipus = kind.split("_")
         t0 = time.perf_counter()
