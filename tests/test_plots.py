@@ -168,3 +168,25 @@ def test_tile_plot_draws_every_ipu(count: int, tmp_path: Path) -> None:
     width, height = _png_size(path.read_bytes())
     # 5 IPUs wrap onto two rows of heatmaps: taller than one row.
     assert height > 500 and width > 400
+
+
+@pytest.mark.parametrize("name", ["bert-tiny-training.json", "bert-tiny-inference.json"])
+def test_tile_figures_are_the_check_figures(name: str) -> None:
+    """The tile plot and the report show, per IPU, the bytes `popliner check` reports."""
+    from popliner.analysis import load_analysis, solve_split
+    from popliner.check import check_config
+    from popliner.config.model import config_from_split
+    from popliner.report.data import ipu_memories
+    from popliner.solvers.problem import SplitProblem
+
+    analysis = load_analysis(str(Path(__file__).parents[1] / "fixtures" / "profiles" / name), use_cache=False)
+    budget = analysis.profile.target.bytes_per_tile * 4
+    split = solve_split(analysis, SplitProblem(num_ipus=3, budget=budget, exact_ipus=True,
+                                               training=analysis.mode == "training"), solver="greedy")
+    t = analysis.profile.target
+    cfg = config_from_split(split, profile_path=name, profile_sha256=analysis.profile.sha256, tiles=t.tiles_per_ipu,
+                            bytes_per_tile=t.bytes_per_tile, clock_hz=t.clock_hz, gradient_accumulation=None)
+    checked = check_config(analysis, cfg, "cfg.yaml", budget=budget)
+    shown = ipu_memories(analysis, [s.layers for s in cfg.stages], budget=budget)
+    assert [(m.worst_tile, m.worst_bytes) for m in shown] == [(c.worst_tile, c.worst_tile_bytes) for c in checked.ipus]
+    assert [(s.worst_tile, s.worst_tile_bytes) for s in split.stages] == [(m.worst_tile, m.worst_bytes) for m in shown]
