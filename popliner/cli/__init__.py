@@ -27,6 +27,7 @@ SUBCOMMANDS: dict[str, str] = {
     "cache": "popliner.cli.cache",
     "check": "popliner.cli.check",
     "export": "popliner.cli.export",
+    "report": "popliner.cli.report",
     "simulate": "popliner.cli.simulate",
     "synth": "popliner.cli.synth",
 }

@@ -127,6 +127,8 @@ class HiddenArgument(click.Argument):
               help="With --solve: write an optimum-graphcore ipu_config.json for the split here.")
 @click.option("--matmul-proportion", type=float, multiple=True, callback=_matmul_proportion, metavar="F",
               help="ipu_config.json matmul_proportion: once for every IPU, or once per IPU (default 0.6).")
+@click.option("--report", "report", type=click.Path(dir_okay=False, path_type=str), metavar="FILE.html",
+              help="With --solve: write the HTML review report of the split here (one self-contained file).")
 @click.option("--no-cache", is_flag=True, help="Do not read or write the derived-data cache.")
 @click.option("--cache-dir", type=click.Path(file_okay=False, path_type=str), default=None,
               help="Cache folder (default $POPLINER_CACHE_DIR, else ~/.cache/popliner).")
@@ -140,7 +142,7 @@ def command(profile: str, debug_info: str | None, operation_breakdown: bool, lay
             split_after: tuple[str, ...], same_ipu: tuple[str, ...], min_layers_per_stage: int,
             keep_shared_vars_together: bool, link_bandwidth: float, config_out: str | None,
             gradient_accumulation: int | None, ipu_config_out: str | None, matmul_proportion: tuple[float, ...],
-            no_cache: bool, cache_dir: str | None) -> None:
+            report: str | None, no_cache: bool, cache_dir: str | None) -> None:
     """Analyse PROFILE (format-v1 .json or .json.gz): memory per operation and layer, and splits.
 
     \b
@@ -171,7 +173,7 @@ def _run(profile: str, debug_info: str | None, operation_breakdown: bool, layer_
          time_limit: float, seed: int, split_after: tuple[str, ...], same_ipu: tuple[str, ...],
          min_layers_per_stage: int, keep_shared_vars_together: bool, link_bandwidth: float, config_out: str | None,
          gradient_accumulation: int | None, ipu_config_out: str | None, matmul_proportion: tuple[float, ...],
-         no_cache: bool, cache_dir: str | None) -> None:
+         report: str | None, no_cache: bool, cache_dir: str | None) -> None:
     _refuse_poplar_report(profile, debug_info)
     outputs = Outputs(operation_breakdown, layer_breakdown, memory_totals, memory_affinity, interlayer)
     if not outputs.any_table and not solve and not (output and output.lower().endswith(".xlsx")):
@@ -179,13 +181,13 @@ def _run(profile: str, debug_info: str | None, operation_breakdown: bool, layer_
     if solve and outputs.any_table and not output:
         raise UsageProblem("with --solve, stdout carries the split JSON; write the tables with -o FILE")
     for flag, value in (("--config-out", config_out), ("--ipu-config-out", ipu_config_out),
-                        ("--min-ipus", min_ipus)):
+                        ("--min-ipus", min_ipus), ("--report", report)):
         if value and not solve:
             raise UsageProblem(f"{flag} needs --solve")
     if min_ipus and exact_ipus:
         raise UsageProblem("--min-ipus and --exact-ipus contradict each other; give one")
     fmt = _table_format(fmt, output)
-    for path in (output, config_out, ipu_config_out, plot):
+    for path in (output, config_out, ipu_config_out, plot, report):
         if path:
             check_writable(path, force)
     if plot and solve:
@@ -218,6 +220,9 @@ def _run(profile: str, debug_info: str | None, operation_breakdown: bool, layer_
         _report_split(analysis, split, config_out, force, gradient_accumulation)
         if ipu_config_out and split.stages:
             _write_ipu_config(analysis, split, ipu_config_out, force, gradient_accumulation, matmul_proportion)
+        if report and split.stages:
+            with phase("writing the report"):
+                _write_report(analysis, split, report, force, gradient_accumulation, link_bandwidth)
         _summarise(analysis, split, problem, link_bandwidth, min_ipus, config_out, ipu_config_out)
         if not split.fits:
             sys.exit(EXIT_NO_SPLIT)
@@ -397,6 +402,21 @@ def _report_split(analysis: Analysis, split: Any, config_out: str | None, force:
         with atomic_write(config_out, force=force) as stream:
             write_config(cfg, stream)
         log.info("wrote %s", config_out)
+
+
+def _write_report(analysis: Analysis, split: Any, path: str, force: bool, gradient_accumulation: int | None,
+                  link_bandwidth: float) -> None:
+    from popliner.config.model import config_from_split
+    from popliner.report import build_report, write_report
+
+    t = analysis.profile.target
+    cfg = config_from_split(split, profile_path=analysis.profile.path, profile_sha256=analysis.profile.sha256,
+                            tiles=t.tiles_per_ipu, bytes_per_tile=t.bytes_per_tile, clock_hz=t.clock_hz,
+                            gradient_accumulation=gradient_accumulation)
+    page = build_report(analysis, cfg, budget=split.budget_bytes, source=f"popliner --solve ({split.solver})",
+                        link_bandwidth=link_bandwidth)
+    write_report(page, path, force=force)
+    log.info("wrote %s", path)
 
 
 def _write_ipu_config(analysis: Analysis, split: Any, path: str, force: bool, gradient_accumulation: int | None,
