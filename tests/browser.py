@@ -12,6 +12,7 @@ import base64
 import json
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -107,11 +108,13 @@ class _Session:
 @contextmanager
 def _browser(chromium: str) -> Iterator[str]:
     """Start Chromium on a free DevTools port; yield the first page's websocket URL."""
-    with tempfile.TemporaryDirectory(prefix="popliner-chromium-") as profile:
+    # Chromium's helpers may still be writing to the profile as it closes: clean up leniently.
+    with tempfile.TemporaryDirectory(prefix="popliner-chromium-", ignore_cleanup_errors=True) as profile:
+        # A session of its own, so the browser and its helper processes end together.
         proc = subprocess.Popen(
             [chromium, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "--remote-debugging-port=0",
              "--window-size=1400,900", "about:blank"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
         )
         try:
             port_file = Path(profile) / "DevToolsActivePort"
@@ -125,12 +128,29 @@ def _browser(chromium: str) -> Iterator[str]:
                 targets = json.load(reply)
             yield next(t["webSocketDebuggerUrl"] for t in targets if t.get("type") == "page")
         finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            _stop(proc)
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    """End the browser's process group (only the processes this driver started)."""
+    for sig, wait in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 10.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            break
+        try:
+            proc.wait(timeout=wait)
+            break
+        except subprocess.TimeoutExpired:
+            continue
+    # Let the group's helpers go before the profile folder is removed.
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(proc.pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.1)
 
 
 def load_page(path: Path, expressions: dict[str, str], *, ready: str, width: int = 1400, height: int = 900,

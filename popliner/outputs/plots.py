@@ -267,7 +267,7 @@ def plot_tiles(
 def _bytes_formatter(axis: Any) -> None:
     from matplotlib.ticker import EngFormatter
 
-    axis.set_major_formatter(EngFormatter(unit="B", places=0))
+    axis.set_major_formatter(EngFormatter(unit="B", places=1))
 
 
 def _tile_colours(budget: int, top: int) -> tuple[Any, Any]:

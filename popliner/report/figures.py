@@ -21,7 +21,7 @@ from popliner.report.types import IpuMemory
 from popliner.simulator.engine import SimResult
 from popliner.simulator.outputs import BAR_COLOURS, PHASE_COLOURS, legend_entries, schedule_bars, schedule_title
 
-__all__ = ["HEATMAP_COLUMNS", "heatmap_figure", "liveness_figure", "memory_figure", "schedule_figure"]
+__all__ = ["HEATMAP_COLUMNS", "heatmap_figure", "liveness_figure", "memory_figure", "schedule_figure", "short_bytes"]
 
 Figure = dict[str, Any]
 
@@ -70,12 +70,13 @@ def memory_figure(ipus: Sequence[IpuMemory], budget: int) -> Figure:
     # The budget: a line across the plot, and a legend entry for it.
     data.append({"type": "scatter", "mode": "lines", "name": f"Budget {budget:,} B per tile", "x": [None],
                  "y": [None], "line": {"color": _BUDGET_COLOUR, "dash": "dash", "width": 2}, "hoverinfo": "skip"})
-    over = [{"x": n, "y": i.worst_bytes, "text": f"{i.worst_bytes - budget:,} B over", "showarrow": False,
-             "yshift": 10, "font": {"color": _BUDGET_COLOUR}} for n, i in zip(names, ipus) if not i.fits]
+    over = [{"x": n, "y": i.worst_bytes, "text": f"+{short_bytes(i.worst_bytes - budget)}", "showarrow": False,
+             "yshift": 10, "font": {"color": _BUDGET_COLOUR, "size": 11 if len(ipus) <= 8 else 9}}
+            for n, i in zip(names, ipus) if not i.fits]
     top = max([budget, *(i.worst_bytes for i in ipus)])
     return {"data": data, "layout": _base_layout(
         440, barmode="stack", annotations=over, margin={"l": 70, "r": 30, "t": 40, "b": 90},
-        legend={"orientation": "h", "yref": "container", "y": 0, "yanchor": "bottom"},
+        legend={"orientation": "h", "yref": "container", "y": 0, "yanchor": "bottom", "traceorder": "normal"},
         yaxis={**_bytes_axis("Bytes on the IPU's worst tile"), "range": [0, 1.08 * top]},
         xaxis={"type": "category"},
         shapes=[{"type": "line", "xref": "paper", "x0": 0, "x1": 1, "y0": budget, "y1": budget,
@@ -114,9 +115,9 @@ def heatmap_figure(ipus: Sequence[IpuMemory], budget: int) -> Figure:
         layout[f"yaxis{suffix}"] = {"domain": [y1 - height, y1], "visible": False, "autorange": "reversed",
                                     "scaleanchor": f"x{suffix}", "anchor": f"x{suffix}"}
         data.extend(_ipu_heatmap(ipu, f"x{suffix}", f"y{suffix}"))
-        verdict = "fits" if ipu.fits else f"{-ipu.headroom:,} B over"
-        annotations.append({"text": f"<b>{ipu.label}</b><br>worst tile {ipu.worst_tile}: {ipu.worst_bytes:,} B "
-                                    f"({verdict})", "xref": "paper", "yref": "paper", "x": x0 + width / 2,
+        verdict = "fits" if ipu.fits else f"+{short_bytes(-ipu.headroom)} over"
+        annotations.append({"text": f"<b>{ipu.label}</b><br>tile {ipu.worst_tile}: {short_bytes(ipu.worst_bytes)}, "
+                                    f"{verdict}", "xref": "paper", "yref": "paper", "x": x0 + width / 2,
                             "y": y1, "yanchor": "bottom", "showarrow": False, "font": {"size": 11}})
     layout["annotations"] = annotations
     return {"data": data, "layout": layout}
@@ -159,10 +160,11 @@ def liveness_figure(live: Liveness) -> Figure:
          "hovertemplate": "step %{x}: %{y:,} B on all tiles<extra></extra>"},
     ]
     top = max(live.room, live.peak_bytes, 1)
+    bottom = min(0.0, 1.15 * live.room)  # a negative room: the rest alone is over the budget
     layout = _base_layout(
         420, legend={"orientation": "h", "yref": "container", "y": 0, "yanchor": "bottom"},
         xaxis={"title": {"text": "Program step"}, "gridcolor": "#e5e5e5"},
-        yaxis={**_bytes_axis(f"Bytes on tile {live.tile}"), "range": [0, 1.08 * top]},
+        yaxis={**_bytes_axis(f"Bytes on tile {live.tile}"), "range": [bottom, 1.08 * top]},
         yaxis2={**_bytes_axis("Bytes on all tiles"), "overlaying": "y", "side": "right", "showgrid": False,
                 "range": [0, 1.08 * max(float(live.summed.y.max(initial=0)), 1.0)]},
     )
@@ -188,8 +190,8 @@ def schedule_figure(sim: SimResult) -> Figure:
                                                        "line": {"width": 0 if thin else 0.5, "color": "#333"}},
             "text": [_bar_text(b.stage, b.microbatch, b.cycle, kind) for b in mine], "textposition": "none",
             "hovertemplate": "%{y}: %{text}<br>%{base:,.1f} us + %{x:,.1f} us<extra></extra>",
-            # A legend entry even when the kind has no bar (e.g. recompute off).
-            **({} if mine else {"visible": "legendonly"}),
+            # A legend entry even when the kind has no bar (e.g. recompute off): one empty bar, greyed out.
+            **({} if mine else {"visible": "legendonly", "y": [rows[0]], "x": [0], "base": [0], "text": [""]}),
         })
     us = 1e6 / sim.clock_hz
     shapes, notes = [], []
@@ -206,12 +208,22 @@ def schedule_figure(sim: SimResult) -> Figure:
     layout = _base_layout(
         120 + 34 * len(rows), barmode="overlay", shapes=shapes, annotations=notes, bargap=0.2,
         title={"text": schedule_title(sim), "font": {"size": 13}, "x": 0.01, "y": 0.99, "yanchor": "top"},
-        legend={"orientation": "h", "yref": "container", "y": 0, "yanchor": "bottom"},
+        legend={"orientation": "h", "yref": "container", "y": 0, "yanchor": "bottom", "traceorder": "normal"},
         xaxis={"title": {"text": "Time in the step (us)"}, "gridcolor": "#e5e5e5", "rangemode": "tozero"},
         yaxis={"categoryorder": "array", "categoryarray": rows, "autorange": "reversed", "type": "category"},
     )
     layout["margin"] = {"l": 60, "r": 20, "t": 60, "b": 90}
     return {"data": data, "layout": layout}
+
+
+def short_bytes(value: int) -> str:
+    """1,834,770 -> "1.83 MB", 122,062 -> "122.1 kB", 512 -> "512 B"."""
+    size = abs(value)
+    if size >= 1_000_000:
+        return f"{value / 1e6:,.2f} MB"
+    if size >= 1000:
+        return f"{value / 1e3:,.1f} kB"
+    return f"{value} B"
 
 
 def _bar_text(stage: int | None, microbatch: int | None, cycle: int, kind: str) -> str:

@@ -20,7 +20,7 @@ import numpy as np
 from popliner.memory.types import COMPONENT_TITLES, COMPONENTS
 from popliner.outputs.rows import LayerRow
 from popliner.report.build import LIVENESS_POINTS, Report
-from popliner.report.figures import heatmap_figure, liveness_figure, memory_figure, schedule_figure
+from popliner.report.figures import heatmap_figure, liveness_figure, memory_figure, schedule_figure, short_bytes
 
 __all__ = ["SECTIONS", "render_html"]
 
@@ -83,11 +83,11 @@ def _split(r: Report) -> str:
         state = "ok" if i.fits else "bad"
         span = (_e(i.layers[0]) if len(i.layers) == 1 else f"{_e(i.layers[0])} .. {_e(i.layers[-1])}") \
             if i.layers else "(empty)"
+        room = f"{short_bytes(i.headroom)} free" if i.fits else f"+{short_bytes(-i.headroom)} over"
         boxes.append(
-            f"<div class='ipu {state}' style='flex-grow:{grow:.4f}'><b>IPU {i.ipu}</b><span>{span}</span>"
-            f"<span>{_n(len(i.layers), 'layer')}</span><span>{_kb(i.worst_bytes)} on tile {i.worst_tile}</span>"
-            f"<span>{'fits' if i.fits else 'OVER'}: {_kb(abs(i.headroom))} {'free' if i.fits else 'over'}</span>"
-            "</div>")
+            f"<div class='ipu {state}' style='flex-grow:{grow:.4f}' title='IPU {i.ipu}: {_e(_span(i.layers))}'>"
+            f"<b>IPU {i.ipu}</b><span>{span}</span><span>{_n(len(i.layers), 'layer')}</span>"
+            f"<span>{short_bytes(i.worst_bytes)}</span><span>tile {i.worst_tile}</span><span>{room}</span></div>")
     note = ("<p class='note'>Operations without a layer go with IPU 0.</p>" if r.unlayered is not None else "")
     intro = ("<p>Each box is one IPU, as wide as its share of the layers, green when its worst tile "
              "(stash and copy buffers included) is within the budget.</p>")
@@ -227,10 +227,6 @@ def _n(count: int, one: str) -> str:
     return f"{count} {one}{'' if count == 1 else 's'}"
 
 
-def _kb(value: int) -> str:
-    return f"{value / 1000:,.1f} kB"
-
-
 def _time(seconds: float) -> str:
     if seconds >= 1:
         return f"{seconds:.3f} s"
@@ -284,7 +280,8 @@ h2 { font-size: 18px; margin: 16px 0 8px; }
 .bad { color: var(--bad); font-weight: 600; }
 .note, .facts { color: var(--muted); }
 .split { display: flex; gap: 6px; flex-wrap: nowrap; overflow-x: auto; }
-.ipu { flex-basis: 0; min-width: 110px; border-radius: 6px; padding: 8px; color: white; display: flex;
+.ipu { flex-basis: 0; min-width: 72px; overflow: hidden; overflow-wrap: anywhere;
+       border-radius: 6px; padding: 8px; color: white; display: flex;
        flex-direction: column; font-size: 12px; }
 .ipu.ok { background: #2da44e; } .ipu.bad { background: #cf222e; }
 .ipu b { font-size: 14px; }
