@@ -8,7 +8,6 @@ import click
 
 from popliner.analysis import AnalysisOptions, load_analysis
 from popliner.cli.options import force_option, output_option
-from popliner.errors import UsageProblem
 from popliner.fileio import check_writable
 from popliner.simulator.engine import DEFAULT_LINK_BANDWIDTH, DEFAULT_SYNC_CYCLES
 
@@ -59,9 +58,7 @@ def command(config: str, profile: str, output: str | None, force: bool, budget: 
     from popliner.report import build_report, write_report
 
     path = output or "report.html"
-    if not path.lower().endswith((".html", ".htm")):
-        raise UsageProblem(f"{path}: the report is an HTML page; give a name ending in .html")
-    check_writable(path, force)
+    check_writable(path, force, suffixes=(".html", ".htm"), what="report")
     cfg = read_config(config)
     analysis = load_analysis(profile, AnalysisOptions(mode=cfg.mode), use_cache=not no_cache,  # type: ignore[arg-type]
                              cache_dir=cache_dir)
