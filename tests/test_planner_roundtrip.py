@@ -255,3 +255,38 @@ def test_libreoffice_reads_the_written_workbook_like_the_csv(tmp_path: Path) -> 
                 assert float(b.replace(",", "")) == pytest.approx(float(a)), (mine, theirs)
             else:
                 assert b == a.removeprefix("'")
+
+
+# ---------------------------------------------------------------------------
+# One figure: the planner beside check and the solver
+
+
+@pytest.mark.parametrize(("fixture", "mode"), [
+    ("bert-tiny-training.json", "training"),
+    ("bert-tiny-training.json", "inference"),
+    ("bert-tiny-inference.json", "inference"),
+    ("bert-base-training.json.gz", "training"),
+    ("gpt2-small-inference.json.gz", "inference"),
+])
+def test_planner_view_equals_check_and_solve(fixture: str, mode: str) -> None:
+    from popliner.analysis import solve_split
+    from popliner.outputs.planner import planner_figures
+    from popliner.solvers.problem import SplitProblem
+
+    analysis = load_analysis(str(FIXTURES / fixture), AnalysisOptions(mode=mode))  # type: ignore[arg-type]
+    names = analysis.layer_names
+    budget = analysis.profile.target.bytes_per_tile
+    breakdown = build_breakdown(analysis, with_operations=False, with_totals=False, planner_ipus=4)
+    half = len(names) // 2
+    splits = [[names[:half], names[half:]], [names[:1], names[1:-1], names[-1:]] if len(names) > 2 else [names]]
+    split = solve_split(analysis, SplitProblem(num_ipus=4, budget=budget * 4, training=mode == "training"),
+                        solver="greedy")
+    splits.append([list(stage.layers) for stage in split.stages])
+    for stages in splits:
+        ipu_of_layer = {layer: k for k, stage in enumerate(stages) for layer in stage}
+        planner, exact = planner_figures(breakdown, ipu_of_layer, budget_bytes=budget, num_ipus=4)
+        check = [figure.worst_bytes for figure in analysis.pipeline_figures(stages)]
+        assert exact
+        assert planner[: len(check)] == check, (fixture, mode, stages)
+    solved = [stage.worst_tile_bytes for stage in split.stages]
+    assert planner[: len(solved)] == solved
