@@ -49,3 +49,16 @@ def test_off_chip_and_sharding_never_increase_a_stage(fixture):
             base = none.stage_memory(ops).total_per_tile
             assert (off.stage_memory(ops).total_per_tile <= base).all(), (i, j)
             assert (shard.stage_memory(ops).total_per_tile <= base).all(), (i, j)
+
+
+@pytest.mark.parametrize("fixture", ["bert-tiny-training.json", "bert-base-training.json.gz",
+                                     "resnet-small-training.json.gz", "tiny-training.json"])
+def test_every_training_fixture_fits_with_the_options_engineers_use(fixture):
+    from popliner.analysis import solve_split
+    from popliner.solvers.problem import SplitProblem
+
+    analysis = analysed(fixture, recompute="every-layer", optimizer_state="off-chip")
+    assert analysis.mode == "training"
+    budget = analysis.profile.target.bytes_per_tile
+    split = solve_split(analysis, SplitProblem(4, budget, training=True), solver="greedy")
+    assert split.fits, [s.worst_tile_bytes for s in split.stages]
