@@ -104,7 +104,7 @@ class Model:
 
         rows = profile_totals(self.analysis)
         frame = pd.DataFrame({
-            "category": pd.array([r.category for r in rows], dtype="string"),
+            "category": pd.array([_category_key(r.category) for r in rows], dtype="string"),
             "model_bytes": pd.array([r.model for r in rows], dtype="int64"),
             "profile_bytes": pd.array([r.ground_truth for r in rows], dtype="Int64"),
         })
@@ -127,8 +127,8 @@ class Model:
               link_bytes_per_second: float = 64e9, **constraints: Any) -> SplitResult:
         """Split the layers over at most ``num_ipus`` IPUs (see :class:`popliner.solvers.problem.SplitProblem`
         for ``constraints``: ``min_layers``, ``split_after``, ``same_ipu``, ``keep_shared_together``)."""
-        from popliner.solvers.problem import SplitProblem
         from popliner.analysis import solve_split
+        from popliner.solvers.problem import SplitProblem
 
         budget = int((mem_per_tile or self.analysis.profile.target.bytes_per_tile) * (1.0 - headroom))
         problem = SplitProblem(num_ipus=num_ipus, budget=budget, exact_ipus=exact_ipus,
@@ -160,6 +160,15 @@ def split_frame(split: SplitResult) -> pd.DataFrame:
     frame["fits"] = frame["fits"].astype(bool)
     frame["layers"] = pd.Series([list(s.layers) for s in stages], dtype=object)
     return frame
+
+
+def _category_key(title: str) -> str:
+    """A stable identifier for a totals row: the component name, ``total`` or ``worst_tile_total``."""
+    from popliner.breakdown import TOTAL_SUMMED, TOTAL_WORST
+    from popliner.memory.types import COMPONENT_TITLES
+
+    keys = {v: k for k, v in COMPONENT_TITLES.items()} | {TOTAL_SUMMED: "total", TOTAL_WORST: "worst_tile_total"}
+    return keys.get(title, title)
 
 
 def _components(memories: list[Any]) -> dict[str, list[int]]:
