@@ -103,8 +103,11 @@ class Model:
         from popliner.breakdown import profile_totals
 
         rows = profile_totals(self.analysis)
+        # Machine keys for notebooks (the component names of the other frames), titles as in the Totals table.
+        keys = (*COMPONENTS, "total_summed_over_tiles", "total_worst_tile")
         frame = pd.DataFrame({
-            "category": pd.array([_category_key(r.category) for r in rows], dtype="string"),
+            "category": pd.array(keys[: len(rows)], dtype="string"),
+            "title": pd.array([r.category for r in rows], dtype="string"),
             "model_bytes": pd.array([r.model for r in rows], dtype="int64"),
             "profile_bytes": pd.array([r.ground_truth for r in rows], dtype="Int64"),
         })
@@ -160,15 +163,6 @@ def split_frame(split: SplitResult) -> pd.DataFrame:
     frame["fits"] = frame["fits"].astype(bool)
     frame["layers"] = pd.Series([list(s.layers) for s in stages], dtype=object)
     return frame
-
-
-def _category_key(title: str) -> str:
-    """A stable identifier for a totals row: the component name, ``total`` or ``worst_tile_total``."""
-    from popliner.breakdown import TOTAL_SUMMED, TOTAL_WORST
-    from popliner.memory.types import COMPONENT_TITLES
-
-    keys = {v: k for k, v in COMPONENT_TITLES.items()} | {TOTAL_SUMMED: "total", TOTAL_WORST: "worst_tile_total"}
-    return keys.get(title, title)
 
 
 def _components(memories: list[Any]) -> dict[str, list[int]]:
