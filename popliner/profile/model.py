@@ -8,14 +8,16 @@ program variable lists and all TileVectors are columnar arrays.
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from popliner.profile import zcodec
 from popliner.profile.tilevector import RunTable
 
-__all__ = ["PROGRAM_TYPES", "Contexts", "Profile", "Programs", "Target", "Variables", "VertexTypes"]
+__all__ = ["PROGRAM_TYPES", "Contexts", "NameTable", "Profile", "Programs", "Target", "Variables", "VertexTypes"]
 
 PROGRAM_TYPES: tuple[str, ...] = (
     "Sequence",
@@ -80,7 +82,67 @@ class Programs:
         return self.child_idx[self.child_ptr[p] : self.child_ptr[p + 1]]
 
     def is_leaf(self) -> np.ndarray:
-        return np.diff(self.child_ptr) == 0
+        leaf: np.ndarray = np.diff(self.child_ptr) == 0
+        return leaf
+
+
+#: Raw bytes of names per compressed chunk in a packed NameTable.
+NAME_CHUNK_BYTES = 1 << 22
+
+
+@dataclass(frozen=True, eq=False)
+class NameTable:
+    """Variable names, UTF-8, read one at a time (only reports need them).
+
+    The bytes of name i are ``blob[ptr[i] + i*pad + lead : ptr[i+1] + i*pad + lead]``:
+    ``pad`` and ``lead`` let the blob be a list of strings cut straight out of
+    the document (quotes and commas left in). A packed table (the cache's
+    form) holds the blob as zlib chunks of ``chunk_bytes`` raw bytes each,
+    starting at ``chunk_ptr`` offsets; a chunk is inflated the first time a
+    name in it is read.
+    """
+
+    blob: np.ndarray  # uint8
+    ptr: np.ndarray  # int64 [names + 1]; all zero when the profile has no names
+    lead: int = 0
+    pad: int = 0
+    chunk_ptr: np.ndarray | None = None  # int64 [chunks + 1] into blob, when packed
+    chunk_bytes: int = 0
+    _inflated: dict[int, bytes] = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def get(self, i: int) -> bytes:
+        """The UTF-8 bytes of name ``i`` (empty when it has none)."""
+        a, b = int(self.ptr[i]), int(self.ptr[i + 1])
+        if a == b:
+            return b""
+        off = self.lead + i * self.pad
+        lo, hi = a + off, b + off
+        if self.chunk_ptr is None:
+            return bytes(self.blob[lo:hi])
+        first, last = lo // self.chunk_bytes, (hi - 1) // self.chunk_bytes
+        raw = b"".join(self._chunk(c) for c in range(first, last + 1))
+        base = first * self.chunk_bytes
+        return raw[lo - base : hi - base]
+
+    def _chunk(self, c: int) -> bytes:
+        if c not in self._inflated:
+            assert self.chunk_ptr is not None
+            a, b = int(self.chunk_ptr[c]), int(self.chunk_ptr[c + 1])
+            self._inflated[c] = zcodec.decompress(self.blob[a:b])
+        return self._inflated[c]
+
+    def packed(self) -> NameTable:
+        """The same names with the blob as zlib chunks (compressed on two threads)."""
+        if self.chunk_ptr is not None:
+            return self
+        raw = self.blob
+        parts = [raw[k : k + NAME_CHUNK_BYTES] for k in range(0, len(raw), NAME_CHUNK_BYTES)]
+        with ThreadPoolExecutor(2) as pool:  # zlib lets go of the GIL while it compresses
+            chunks = list(pool.map(zcodec.compress, parts))
+        ptr = np.zeros(len(chunks) + 1, np.int64)
+        np.cumsum([len(c) for c in chunks], out=ptr[1:])
+        blob = np.frombuffer(b"".join(chunks), np.uint8)
+        return NameTable(blob, self.ptr, self.lead, self.pad, ptr, NAME_CHUNK_BYTES)
 
 
 @dataclass(frozen=True, eq=False)
@@ -89,18 +151,17 @@ class Variables:
     bytes: np.ndarray  # int64
     tile: np.ndarray  # int32
     klass: np.ndarray  # int32, index into liveness classes
-    name_blob: np.ndarray  # uint8, UTF-8 names back to back (empty when absent)
-    name_ptr: np.ndarray  # int64 [vars+1] offsets into name_blob (all zero when absent)
+    names: NameTable
 
     @property
     def count(self) -> int:
         return len(self.ids)
 
     def name(self, i: int) -> str:
-        a, b = int(self.name_ptr[i]), int(self.name_ptr[i + 1])
-        if a == b:
+        raw = self.names.get(i)
+        if not raw:
             return f"var#{int(self.ids[i])}"
-        return bytes(self.name_blob[a:b]).decode("utf-8")
+        return raw.decode("utf-8")
 
 
 @dataclass(frozen=True, eq=False)
