@@ -21,16 +21,17 @@ from popliner.errors import UsageProblem
 from popliner.memory.model import MemoryModel
 from popliner.memory.types import StageMemory
 from popliner.ops.layers import (
+    AUTO_PRESET,
     DEFAULT_INPUTS_REGEX_LAYER_0,
-    DEFAULT_LAYER_NAME_REGEX,
     LayerAssignment,
-    assign_layers,
+    choose_layers,
     compile_regex,
 )
 from popliner.ops.operations import DEFAULT_OP_LAYERS, OperationTable, derive_operations
 from popliner.profile.cache import cache_path, load_cached, store_cached
 from popliner.profile.loader import parse_profile_bytes, read_profile_bytes
 from popliner.profile.model import Profile
+from popliner.progress import phase
 
 __all__ = ["DEFAULT_BACKWARD_REGEX", "Analysis", "AnalysisOptions", "analyse_profile", "load_analysis"]
 
@@ -48,7 +49,10 @@ class AnalysisOptions:
     """Everything that changes how a profile is read into operations and layers."""
 
     op_layers: tuple[str, ...] = DEFAULT_OP_LAYERS
-    layer_name_regex: str = DEFAULT_LAYER_NAME_REGEX
+    #: A named layer rule (popliner.ops.layers.LAYER_PRESETS) or "auto" (the one covering most operations).
+    layer_preset: str = AUTO_PRESET
+    #: Overrides the preset when given.
+    layer_name_regex: str | None = None
     inputs_regex_layer_0: str = DEFAULT_INPUTS_REGEX_LAYER_0
     layer_order: Literal["steps", "natural"] = "steps"
     #: Count only variables of operations that have a layer (PopLiner's rule).
@@ -238,25 +242,32 @@ def analyse_profile(profile: Profile, options: AnalysisOptions = AnalysisOptions
     for pattern, flag in ((options.layer_name_regex, "--layer-name-regex"),
                           (options.inputs_regex_layer_0, "--inputs-regex-layer-0"),
                           (options.backward_regex, "--backward-regex")):
-        compile_regex(pattern, flag)
+        if pattern is not None:
+            compile_regex(pattern, flag)
     if ops is None:
-        ops = derive_operations(profile, options.op_layers)
-    layers = assign_layers(ops, options.layer_name_regex, options.inputs_regex_layer_0, options.layer_order)
+        with phase("deriving operations"):
+            ops = derive_operations(profile, options.op_layers)
+    with phase("assigning layers"):
+        layers = choose_layers(ops, options.layer_preset, options.layer_name_regex, options.inputs_regex_layer_0,
+                               options.layer_order)
     if ops.unattributed_programs:
         log.info("%d of %d reachable programs have no debug context and belong to no operation",
                  ops.unattributed_programs, ops.reachable_programs)
     return Analysis(profile, ops, layers, options)
 
 
-def load_analysis(path: str, options: AnalysisOptions = AnalysisOptions(), *, use_cache: bool = True) -> Analysis:
-    """Load a profile file (through the cache unless ``use_cache`` is off) and analyse it."""
+def load_analysis(path: str, options: AnalysisOptions = AnalysisOptions(), *, use_cache: bool = True,
+                  cache_dir: str | None = None) -> Analysis:
+    """Load a profile file (through the cache in ``cache_dir`` unless ``use_cache`` is off) and analyse it."""
     t0 = time.perf_counter()
-    raw = read_profile_bytes(path)
-    sha = hashlib.sha256(raw).hexdigest()
+    with phase("reading"):
+        raw = read_profile_bytes(path)
+        sha = hashlib.sha256(raw).hexdigest()
     key = options.cache_key()
-    where = cache_path(sha, key)
+    where = cache_path(sha, key, cache_dir)
     if use_cache:
-        hit = load_cached(where, sha, key, str(path))
+        with phase("reading the cache"):
+            hit = load_cached(where, sha, key, str(path))
         if hit is not None:
             log.info("loaded %s from cache in %.2f s", path, time.perf_counter() - t0)
             analysis = analyse_profile(hit[0], options, ops=hit[1])
@@ -264,12 +275,15 @@ def load_analysis(path: str, options: AnalysisOptions = AnalysisOptions(), *, us
             return analysis
     if len(raw) > _ANNOUNCE_BYTES:
         log.info("reading %s (%.1f MB)", path, len(raw) / 1e6)
-    profile = parse_profile_bytes(raw, str(path), sha256=sha)
+    with phase("parsing"):
+        profile = parse_profile_bytes(raw, str(path), sha256=sha)
     del raw
-    ops = derive_operations(profile, options.op_layers)
+    with phase("deriving operations"):
+        ops = derive_operations(profile, options.op_layers)
     log.info("loaded %s in %.2f s: %d programs, %d steps, %d variables, %d operations", path,
              time.perf_counter() - t0, profile.programs.count, profile.num_steps, profile.variables.count, ops.count)
     if use_cache:
-        store_cached(where, sha, key, profile, ops)
+        with phase("writing the cache"):
+            store_cached(where, sha, key, profile, ops)
     return analyse_profile(profile, options, ops=ops)
 

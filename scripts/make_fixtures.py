@@ -19,7 +19,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 
-from popliner.synth import SynthSpec, preset_spec, write_profile
+from popliner.synth import SynthSpec, preset_spec, write_profile  # noqa: E402 (after the path set-up)
 
 OUT = ROOT / "fixtures" / "profiles"
 

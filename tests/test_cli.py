@@ -90,7 +90,7 @@ def test_solve_json_and_stderr_picture(tiny):
     assert doc["status"] == "OPTIMAL" and doc["solver"] == "ilp"
     assert [s["layers"] for s in doc["stages"]] == [["0"], ["1"]]
     assert [s["worst_tile_bytes"] for s in doc["stages"]] == [422, 235]
-    assert "[ None 0 | 1 ]" in result.stderr
+    assert "[ (unlayered) 0 | 1 ]" in result.stderr
     assert doc["profile"] == str(tiny)
     golden("solve.json", result.stdout.replace(json.dumps(str(tiny)), '"tiny.json"'))
 

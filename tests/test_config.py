@@ -158,9 +158,10 @@ def test_snippets_contain_every_layer(mode: str) -> None:
         assert f"{json.dumps(p.name)}: ({p.ipu}, {p.pipeline_stage})," in popart
         assert f"{json.dumps(p.name)}: {p.ipu}," in poptorch
     assert "builder.virtualGraph(ipu), builder.pipelineStage(stage)" in popart
-    for s in cfg.stages:
-        assert f"begin_block(model, {json.dumps(s.layers[0])}, {s.ipu})" in poptorch
-        assert f'poptorch.Stage("ipu{s.ipu}").ipu({s.ipu})' in poptorch
+    # PopTorch: a BeginBlock per layer (IPU_OF_LAYER above), stages follow the IPUs.
+    assert "for path, ipu in IPU_OF_LAYER.items():\n    begin_block(model, path, ipu)" in poptorch
+    assert "poptorch.BeginBlock(getattr(owner, name), user_id=path, ipu_id=ipu)" in poptorch
+    assert "poptorch.PipelinedExecution(poptorch.AutoStage.SameAsIpu)" in poptorch
     compile(popart, "<popart>", "exec")  # valid Python
     compile(poptorch, "<poptorch>", "exec")
     assert optimum_snippet(cfg)["layers_per_ipu"] == [2, 3, 2]

@@ -124,3 +124,91 @@ def test_mode_detection():
     assert (inf.mode, train.mode) == ("inference", "training")
     _, _, forced = layers_and_notes([op(opName="layer0/mm")], mode="training")
     assert forced.mode == "training"
+
+
+# -- presets: real-style operation names of each framework, with the expected layer ------------
+
+PRESET_TABLE = [
+    # PopART / TensorFlow-style scopes (today's rule)
+    ("popart", "bert/encoder/layer_3/attention/self/query/MatMul", "3"),
+    ("popart", "Layer7/ffn/Gelu", "7"),
+    ("popart", "gpt2/blocks/11/attn/c_proj/MatMul", "11"),
+    ("popart", "bert/embeddings/Gather", None),
+    # Hugging Face transformers module paths (PopTorch keeps them as op names)
+    ("huggingface", "bert.encoder.layer.3.attention.self.query/MatMul", "bert.encoder.layer.3"),
+    ("huggingface", "bert.encoder.layer.11.output.LayerNorm/LayerNorm", "bert.encoder.layer.11"),
+    ("huggingface", "roberta.encoder.layer.0.intermediate.dense", "roberta.encoder.layer.0"),
+    ("huggingface", "encoder.block.5.layer.0.SelfAttention.q", "encoder.block.5"),
+    ("huggingface", "vit.encoder.layer.2.attention.attention.key", "vit.encoder.layer.2"),
+    ("huggingface", "bert.embeddings.word_embeddings/Gather", None),
+    ("huggingface", "bert.encoder.layer1.x", None),  # no dot before the index: not a module list
+    # GPT-2
+    ("gpt2", "transformer.h.3.mlp.c_fc/MatMul", "transformer.h.3"),
+    ("gpt2", "transformer.h.10.attn.c_attn", "transformer.h.10"),
+    ("gpt2", "transformer.wte/Gather", None),
+    ("gpt2", "transformer.ln_f/LayerNorm", None),
+    # Llama and other decoder-only models
+    ("llama", "model.layers.3.self_attn.q_proj/MatMul", "model.layers.3"),
+    ("llama", "model.layers.31.mlp.down_proj", "model.layers.31"),
+    ("llama", "model.embed_tokens/Gather", None),
+    ("llama", "lm_head/MatMul", None),
+    # timm
+    ("timm", "blocks.3.attn.qkv/MatMul", "blocks.3"),
+    ("timm", "stages.1.blocks.2.conv_dw", "stages.1.blocks.2"),
+    ("timm", "patch_embed.proj/Conv", None),
+    # torchvision ResNets
+    ("torchvision", "layer3.1.conv2/Conv", "layer3.1"),
+    ("torchvision", "layer1.0.downsample.0/Conv", "layer1.0"),
+    ("torchvision", "layer1.1.bn2/BatchNorm", "layer1.1"),
+    ("torchvision", "layer2.0.conv1/Conv", "layer2.0"),
+    ("torchvision", "conv1/Conv", None),
+    ("torchvision", "fc/MatMul", None),
+]
+
+
+@pytest.mark.parametrize("preset, name, layer", PRESET_TABLE)
+def test_preset_table(preset, name, layer):
+    layers, notes, a = layers_and_notes([op(opName=name)], layer_preset=preset)
+    assert layers == [layer], (preset, name)
+    assert a.layers.rule == preset
+
+
+def test_preset_does_not_match_a_longer_index():
+    layers, _, _ = layers_and_notes([op(opName="model.layers.12.mlp"), op(opName="model.layers.1.mlp")],
+                                    layer_preset="llama")
+    assert layers == ["model.layers.12", "model.layers.1"]
+
+
+@pytest.mark.parametrize("preset", ["huggingface", "gpt2", "llama", "timm", "torchvision"])
+def test_auto_picks_the_preset_that_names_most_operations(preset):
+    names = [name for p, name, layer in PRESET_TABLE if p == preset and layer is not None]
+    _, _, a = layers_and_notes([op(opName=n) for n in names], layer_preset="auto")
+    # huggingface also reads Llama's `model.layers.N`; the earlier preset wins a tie with the same layers.
+    # popart reads `layer3.1` as layer 3: as many operations, fewer layers, so torchvision wins.
+    assert a.layers.rule == ("huggingface" if preset == "llama" else preset)
+    assert a.layers.coverage == 1.0
+
+
+def test_auto_keeps_popart_on_a_tie_and_regex_overrides():
+    _, _, a = layers_and_notes([op(opName="model/layer.12/x")])  # popart and huggingface both match
+    assert (a.layers.rule, a.layer_names) == ("popart", ("12",))
+    _, _, b = layers_and_notes([op(opName="transformer.h.3.mlp")], layer_preset="auto",
+                               layer_name_regex=r"h\.(\d+)")
+    assert (b.layers.rule, b.layer_names) == ("regex", ("3",))
+
+
+def test_module_path_inputs_keep_their_dots():
+    layers, notes, _ = layers_and_notes([op(opName="Add", inputs=["bert.encoder.layer.5.output.dense.bias"])],
+                                        layer_preset="huggingface")
+    assert (layers, notes) == (["bert.encoder.layer.5"], ["inputs"])
+
+
+def test_auto_says_which_preset_and_its_coverage(caplog):
+    with caplog.at_level(logging.INFO, logger="popliner"):
+        layers_and_notes([op(opName="transformer.h.0.mlp"), op(opName="transformer.wte")])
+    assert any("preset gpt2 (auto): 1 layers, 1 of 2 operations (50%)" in r.getMessage() for r in caplog.records)
+
+
+def test_unknown_preset_is_a_usage_problem():
+    with pytest.raises(UsageProblem, match="--layer-preset 'keras'"):
+        layers_and_notes([op(opName="x")], layer_preset="keras")

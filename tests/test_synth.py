@@ -516,3 +516,236 @@ def test_fixture_layers_and_memory_agree_with_the_project_model(name: str) -> No
     assert (stage[4] <= truth["category.controlCode"]).all()
     total_truth = truth["alwaysLive"] + truth["notAlwaysLivePeak"]
     assert (stage.sum(axis=0) <= total_truth).all()
+
+
+# -- compiled-with options: recomputation, off-chip and sharded optimizer state --------------------------------
+
+
+def live_at(doc: dict[str, Any], step: int) -> dict[str, int]:
+    """Tensor name -> bytes of its not-always-live pieces live at ``step`` (plain Python)."""
+    nsteps = len(doc["steps"])
+    classes = doc["livenessClasses"]
+    out: Counter[str] = Counter()
+    var = doc["variables"]
+    for name, b, c in zip(var["name"], var["bytes"], var["class"]):
+        ivs = classes[c]
+        if ivs != [[0, nsteps]] and any(s <= step < e for s, e in ivs):
+            out[name] += b
+    return dict(out)
+
+
+def always_live_bytes(doc: dict[str, Any]) -> dict[str, int]:
+    """Tensor name -> bytes, for tensors in the always-live class."""
+    nsteps = len(doc["steps"])
+    out: Counter[str] = Counter()
+    var = doc["variables"]
+    for name, b, c in zip(var["name"], var["bytes"], var["class"]):
+        if doc["livenessClasses"][c] == [[0, nsteps]]:
+            out[name] += b
+    return dict(out)
+
+
+def tiny_weight_bytes(hidden: int = 64, vocab: int = 64, layers: int = 2) -> int:
+    """Bytes of the fp16 trainable weights of the tiny encoder, from its shapes (see models._bert)."""
+    h = hidden
+    embeddings = vocab * h * 2 + 512 * h * 2 + 2 * h * 2 + 2 * h * 2  # word, position (512 rows), type, LN
+    layer = (4 * h * h * 2 + 4 * h * 2  # Q, K, V, output projections and biases
+             + 2 * 2 * h * 2  # two layer norms (gamma, beta)
+             + 2 * 4 * h * h * 2 + 4 * h * 2 + h * 2)  # feed-forward kernels and biases
+    head = h * 2 * 2 + 2 * 2
+    return embeddings + layers * layer + head
+
+
+def test_recompute_every_layer_stashes_only_the_layer_outputs() -> None:
+    """At the loss (between forward and backward) the only layer activations still live are the
+    checkpoints: every layer's output, batch x seq x hidden fp16 values each."""
+    plain, recomputed = doc_of(tiny()), doc_of(tiny(recompute="every-layer"))
+    for doc, expect_only_outputs in ((plain, False), (recomputed, True)):
+        loss_step = min(op_steps(doc)["Loss/SoftmaxCrossEntropy"])
+        layered = {n: b for n, b in live_at(doc, loss_step).items() if LAYER_RE.search(n)}
+        outputs = {f"bert/encoder/layer_{i}/output/LayerNorm:0" for i in range(2)}
+        if expect_only_outputs:
+            assert set(layered) == outputs
+            assert sum(layered.values()) == 2 * (2 * 16 * 64 * 2)
+        else:
+            assert outputs < set(layered) and sum(layered.values()) > 10 * 2 * (2 * 16 * 64 * 2)
+
+
+def test_recompute_clones_keep_forward_names_and_run_in_the_backward() -> None:
+    doc = doc_of(tiny(recompute="every-layer"))
+    steps = op_steps(doc)
+    softmax = "bert/encoder/layer_1/attention/self/Softmax"
+    grad = f"{softmax}/SoftmaxGrad"
+    # The forward operation runs twice: once in the forward pass, once (recomputed) just before its gradient.
+    runs = sorted(steps[softmax])
+    loss = min(steps["Loss/SoftmaxCrossEntropy"])
+    assert runs[0] < loss < runs[-1] < min(steps[grad])
+    contexts = {c["data"]["opName"]: c for c in op_contexts(doc) if (c.get("data") or {}).get("opName") == grad}
+    assert f"{softmax}:0__re" in contexts[grad]["data"]["inputs"]
+    names = set(doc["variables"]["name"])
+    assert f"{softmax}:0__re" in names and f"{softmax}:0" in names
+    # Nothing outside the layers is recomputed (generic names such as Transpose_<n> belong to a layer).
+    outside = ("bert/embeddings", "bert/encoder/AttentionMask", "bert/squad", "Loss")
+    assert not any(n.endswith("__re") and n.startswith(outside) for n in names)
+    assert any(n.startswith("Transpose_") and n.endswith("__re") for n in names)
+    # Outlined bodies are never shared between the forward pass and the recomputation: every body
+    # runs either only before the loss or only after it.
+    progs = programs_by_id(doc)
+    step_of: dict[int, list[int]] = defaultdict(list)
+    for st, pid in enumerate(doc["steps"]):
+        step_of[pid].append(st)
+    for body in {p["children"][0] for p in doc["programs"] if p["type"] == "Call"}:
+        leaf = body
+        while progs[leaf].get("children"):
+            leaf = progs[leaf]["children"][0]
+        at = step_of[leaf]
+        assert max(at) < loss or min(at) > loss
+
+
+def test_recompute_adds_the_cycles_of_the_clones() -> None:
+    def total_cycles(doc: dict[str, Any]) -> int:
+        progs = programs_by_id(doc)
+        return sum(sum(dense(progs[pid].get("cycles"), 8)) for pid in doc["steps"])
+
+    plain, recomputed = doc_of(tiny()), doc_of(tiny(recompute="every-layer"))
+    assert len(recomputed["steps"]) > len(plain["steps"])
+    assert total_cycles(plain) < total_cycles(recomputed) < 1.6 * total_cycles(plain)
+
+
+def test_recompute_pipeline_checkpoints_only_stage_inputs() -> None:
+    """Three layers in stages [0, 1] and [2]. The first stage is recomputed from its input (the
+    embedding output): at the loss none of its activations is live but its output, the second stage's
+    input. The last stage is not recomputed: its activations are all still live."""
+    doc = doc_of(tiny(layers=3, recompute="pipeline", split_after=(1,)))
+    loss_step = min(op_steps(doc)["Loss/SoftmaxCrossEntropy"])
+    live = live_at(doc, loss_step)
+    first_stage = {n for n in live if re.search(r"layer_[01]/", n)}
+    assert first_stage == {"bert/encoder/layer_1/output/LayerNorm:0"}
+    assert len([n for n in live if "layer_2/" in n]) > 10
+    names = set(doc["variables"]["name"])
+    assert not any("layer_2/" in n and n.endswith("__re") for n in names)
+    # The whole first stage is re-run before the backward of either of its layers.
+    steps = op_steps(doc)
+    re0 = max(steps["bert/encoder/layer_0/attention/self/Softmax"])
+    assert re0 < min(steps["bert/encoder/layer_1/attention/self/Softmax/SoftmaxGrad"])
+    assert max(steps["bert/encoder/layer_2/attention/self/Softmax"]) < loss_step
+
+
+def test_recompute_lowers_the_ground_truth_peak() -> None:
+    def peak(doc: dict[str, Any]) -> int:
+        return sum(dense(doc["tileMemory"]["notAlwaysLivePeak"], 8))
+
+    assert peak(doc_of(tiny(recompute="every-layer"))) < peak(doc_of(tiny()))
+    assert peak(doc_of(tiny(layers=3, recompute="pipeline", split_after=(1,)))) < peak(doc_of(tiny(layers=3)))
+
+
+def test_off_chip_state_leaves_always_live_memory() -> None:
+    """Adam keeps two fp32 moments of every fp16 weight: 4 x the weight bytes, always live on chip,
+    or streamed in for each update only."""
+    weights = tiny_weight_bytes()
+    on = always_live_bytes(doc_of(tiny()))
+    off = always_live_bytes(doc_of(tiny(optimizer_state="off-chip")))
+    assert sum(v for n, v in on.items() if not n.startswith("Accl")) == weights
+    assert sum(on.values()) - sum(off.values()) == 4 * weights
+    assert not any(n.startswith("Accl") for n in off)
+    doc = doc_of(tiny(optimizer_state="off-chip"))
+    steps = op_steps(doc)
+    w = "bert/encoder/layer_0/intermediate/dense/kernel"
+    load, store = steps[f"{w}/OptimizerState/RemoteLoad"], steps[f"{w}/OptimizerState/RemoteStore"]
+    # The moments are live from their load to their store: a transient buffer of one update.
+    assert max(load) < min(steps[f"{w}/AdamVarUpdate"]) <= max(steps[f"{w}/AdamVarUpdate"]) < min(store)
+    mid = live_at(doc, max(load) + 1)
+    assert mid[f"Accl1___{w}"] == mid[f"Accl2___{w}"] == 2 * (64 * 256 * 2)
+    assert f"Accl1___{w}" not in live_at(doc, min(load) - 1) and f"Accl1___{w}" not in live_at(doc, max(store) + 1)
+    # Less on chip overall, also at the worst tile.
+    total = {k: sum(dense(d["tileMemory"]["alwaysLive"], 8)) for k, d in (("on", doc_of(tiny())), ("off", doc))}
+    assert total["on"] - total["off"] > 3 * weights
+
+
+@pytest.mark.parametrize("replicas", [2, 4])
+def test_sharded_state_is_divided_over_the_replicas(replicas: int) -> None:
+    weights = tiny_weight_bytes()  # every weight size is a multiple of 4 bytes: the shards are exact
+    on = always_live_bytes(doc_of(tiny(replication_factor=replicas, sharded_optimizer_state=True)))
+    assert sum(v for n, v in on.items() if n.startswith("Accl")) == 4 * weights // replicas
+    # Replication without sharding changes nothing on one replica.
+    assert doc_of(tiny(replication_factor=replicas))["variables"] == doc_of(tiny())["variables"]
+
+
+def test_half_first_moment() -> None:
+    on = always_live_bytes(doc_of(tiny(first_moment="half")))
+    assert sum(v for n, v in on.items() if n.startswith("Accl1")) == tiny_weight_bytes()
+    assert sum(v for n, v in on.items() if n.startswith("Accl2")) == 2 * tiny_weight_bytes()
+
+
+@pytest.mark.parametrize("changes", [
+    {"recompute": "every-layer"}, {"recompute": "pipeline", "layers": 3, "split_after": (0,)},
+    {"optimizer_state": "off-chip"}, {"replication_factor": 2, "sharded_optimizer_state": True},
+    {"first_moment": "half"}, {"kind": "decoder", "recompute": "every-layer", "optimizer_state": "off-chip"},
+    {"kind": "cnn", "recompute": "pipeline", "split_after": (0,), "optimizer_state": "off-chip"},
+], ids=["every-layer", "pipeline", "off-chip", "sharded", "half", "decoder", "cnn"])
+def test_compiled_with_options_are_deterministic_and_truthful(changes: dict[str, Any]) -> None:
+    spec = tiny(**changes)
+    a, b = io.BytesIO(), io.BytesIO()
+    write_profile(spec, a)
+    write_profile(spec, b)
+    assert a.getvalue() == b.getvalue()
+    doc = json.loads(a.getvalue())
+    assert doc["source"]["generator"]["seed"] == 0
+    assert all(doc["source"]["generator"][k] == (list(v) if isinstance(v, tuple) else v) for k, v in changes.items()
+               if k != "kind")
+    want = recompute_tile_memory(doc)
+    assert dense(doc["tileMemory"]["alwaysLive"], 8) == want["alwaysLive"]
+    assert dense(doc["tileMemory"]["notAlwaysLivePeak"], 8) == want["notAlwaysLivePeak"]
+
+
+def test_default_options_are_not_recorded() -> None:
+    generator = doc_of(tiny())["source"]["generator"]
+    assert "recompute" not in generator and "optimizer_state" not in generator
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"mode": "inference", "recompute": "every-layer"}, "only apply to mode=training"),
+    ({"recompute": "sometimes"}, "recompute must be one of"),
+    ({"split_after": (0,)}, "only applies with recompute=pipeline"),
+    ({"recompute": "pipeline", "split_after": (5,)}, "split_after layer=5"),
+    ({"recompute": "pipeline"}, "needs split_after"),
+    ({"recompute": "pipeline", "layers": 4, "split_after": (1, 0)}, "increasing"),
+    ({"sharded_optimizer_state": True}, "replication_factor of 2"),
+    ({"replication_factor": 0}, "replication_factor=0"),
+    ({"first_moment": "half", "optimizer": "sgd"}, "adam"),
+    ({"optimizer_state": "nowhere"}, "optimizer_state must be one of"),
+])
+def test_bad_compiled_with_options(changes: dict[str, Any], message: str) -> None:
+    with pytest.raises(UsageProblem, match=message):
+        tiny().replace(**changes)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--recompute", "every-layer"], "only apply to mode=training"),
+    (["--mode", "training", "--split-after", "1,x"], "--split-after takes layer numbers"),
+    (["--mode", "training", "--sharded-optimizer-state"], "replication_factor of 2"),
+    (["--mode", "training", "--recompute", "pipeline", "--split-after", "9"], "split_after layer=9"),
+])
+def test_cli_option_errors_are_one_line_with_exit_code_2(tmp_path: Path, args: list[str], message: str) -> None:
+    from popliner.cli import cli
+
+    out = tmp_path / "x.json"
+    result = CliRunner().invoke(cli, ["synth", "--preset", "bert-tiny", *args, "-o", str(out)])
+    assert result.exit_code == 2, result.output
+    assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert not out.exists()
+
+
+def test_cli_compiled_with_options(tmp_path: Path) -> None:
+    from popliner.cli import cli
+
+    out = tmp_path / "r.json"
+    args = ["synth", "--preset", "bert-tiny", "--mode", "training", "--layers", "2", "--scale", "0.5",
+            "--recompute", "pipeline", "--split-after", "0", "--optimizer-state", "off-chip",
+            "--replication-factor", "2", "--sharded-optimizer-state", "--first-moment", "half", "-o", str(out)]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    spec = preset_spec("bert-tiny", "training", layers=2, scale=0.5, recompute="pipeline", split_after=(0,),
+                       optimizer_state="off-chip", replication_factor=2, sharded_optimizer_state=True,
+                       first_moment="half")
+    assert json.loads(out.read_bytes()) == doc_of(spec)

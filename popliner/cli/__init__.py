@@ -24,6 +24,7 @@ __all__ = ["cli", "main"]
 #: subcommand name -> module holding ``command``
 SUBCOMMANDS: dict[str, str] = {
     "analyse": "popliner.cli.analyse",
+    "cache": "popliner.cli.cache",
     "check": "popliner.cli.check",
     "export": "popliner.cli.export",
     "simulate": "popliner.cli.simulate",
@@ -88,6 +89,7 @@ class PoplinerGroup(click.Group):
         return translate_errors(lambda: super(PoplinerGroup, self).invoke(ctx))
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        ctx.meta["popliner.argv"] = list(args)  # for the exact commands in next-step hints
         args = _hoist_verbosity(args)
         # Options meant for the default command (`popliner -o x.csv prof.json`)
         # go through to it; `popliner --version` and `--help` stay ours.
@@ -122,6 +124,7 @@ def cli(verbose: int, quiet: bool) -> None:
     popliner PROFILE --solve --num-ipus 4
     popliner simulate pipeline.yaml     run a pipeline config on the bundled simulator
     popliner check pipeline.yaml --profile PROFILE   CI memory-budget gate
+    popliner cache info                 where the cache is and how big it is
     """
     level = logging.ERROR if quiet else (logging.WARNING, logging.INFO, logging.DEBUG)[min(verbose + 1, 2)]
     setup_logging(level)

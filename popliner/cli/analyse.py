@@ -6,8 +6,8 @@ import contextlib
 import logging
 import sys
 from collections.abc import Callable, Iterator
-from functools import partial
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import IO, Any
 
@@ -16,8 +16,9 @@ import click
 from popliner.analysis import DEFAULT_BACKWARD_REGEX, Analysis, AnalysisOptions, load_analysis
 from popliner.errors import EXIT_NO_SPLIT, UsageProblem
 from popliner.fileio import atomic_write, check_writable
-from popliner.ops.layers import DEFAULT_INPUTS_REGEX_LAYER_0, DEFAULT_LAYER_NAME_REGEX
+from popliner.ops.layers import AUTO_PRESET, DEFAULT_INPUTS_REGEX_LAYER_0, preset_names
 from popliner.ops.operations import DEFAULT_OP_LAYERS
+from popliner.progress import Tracker, phase, progress_wanted, tracking
 
 __all__ = ["command"]
 
@@ -46,15 +47,29 @@ def _fraction(ctx: click.Context, param: click.Parameter, value: float | None) -
     return value
 
 
+def _matmul_proportion(ctx: click.Context, param: click.Parameter, value: tuple[float, ...]) -> tuple[float, ...]:
+    for v in value:
+        if not 0.0 < v <= 1.0:
+            raise click.BadParameter(f"{v} is not a fraction in (0, 1]")
+    return value
+
+
 def _positive(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
     if value is not None and value <= 0:
         raise click.BadParameter(f"{value} must be positive")
     return value
 
 
+class HiddenArgument(click.Argument):
+    """An argument that is accepted only to be refused with a helpful message: not in the usage line."""
+
+    def get_usage_pieces(self, ctx: click.Context) -> list[str]:
+        return []
+
+
 @click.command(name="analyse", context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("profile", type=click.Path(dir_okay=False, path_type=str))
-@click.argument("debug_info", required=False, type=click.Path(dir_okay=False, path_type=str))
+@click.argument("debug_info", cls=HiddenArgument, required=False, type=click.Path(dir_okay=False, path_type=str))
 @click.option("--operation-breakdown", is_flag=True, help="One row per operation: layer, note, name, components.")
 @click.option("--layer-breakdown", is_flag=True, help="One row per layer (the default table).")
 @click.option("--memory-totals", is_flag=True, help="Totals by category beside the profile's own figures.")
@@ -67,9 +82,12 @@ def _positive(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
               help="Write tables here instead of stdout; a .xlsx name writes the review workbook.")
 @click.option("--plot", type=click.Path(dir_okay=False, path_type=str),
               help="PNG/SVG of per-layer memory; with --solve also NAME-split and NAME-tiles images.")
-@click.option("--force", is_flag=True, help="Overwrite existing output files.")
-@click.option("--layer-name-regex", default=DEFAULT_LAYER_NAME_REGEX, show_default=True,
-              help="Regex on operation names; group 1 is the layer.")
+@click.option("-f", "--force", is_flag=True, help="Overwrite existing output files.")
+@click.option("--layer-preset", type=click.Choice([AUTO_PRESET, *preset_names()]), default=AUTO_PRESET,
+              show_default=True, help="Layer naming rule: PopART scopes or the module paths of PyTorch models; "
+              "auto picks the one that gives the most operations a layer.")
+@click.option("--layer-name-regex", default=None,
+              help="Regex on operation names, group 1 is the layer; overrides --layer-preset.")
 @click.option("--inputs-regex-layer-0", default=DEFAULT_INPUTS_REGEX_LAYER_0, show_default=True,
               help="Operations whose inputs match go to the first layer.")
 @click.option("--layer-order", type=click.Choice(["steps", "natural"]), default="steps", show_default=True,
@@ -85,6 +103,8 @@ def _positive(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
 @click.option("--solve", is_flag=True, help="Split the layers over --num-ipus IPUs; JSON on stdout.")
 @click.option("--num-ipus", type=int, default=4, show_default=True, callback=_positive, help="IPUs to split over.")
 @click.option("--exact-ipus", is_flag=True, help="Use exactly --num-ipus IPUs (ILP), not at most.")
+@click.option("--min-ipus", is_flag=True,
+              help="Use the fewest IPUs that fit (at most --num-ipus) instead of spreading for throughput.")
 @click.option("--mem-per-tile", type=int, default=None, callback=_positive,
               help="Bytes per tile. Default: the profile's bytesPerTile (638976 on Mk2).")
 @click.option("--headroom", type=float, default=0.0, callback=_fraction, show_default=True,
@@ -104,15 +124,24 @@ def _positive(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
               help="With --solve: write the pipeline config (YAML) here.")
 @click.option("--gradient-accumulation", type=int, default=None, callback=_positive,
               help="Micro-batches per step for the config (default: max(16, 2 x stages)).")
+@click.option("--ipu-config-out", type=click.Path(dir_okay=False, path_type=str),
+              help="With --solve: write an optimum-graphcore ipu_config.json for the split here.")
+@click.option("--matmul-proportion", type=float, multiple=True, callback=_matmul_proportion, metavar="F",
+              help="ipu_config.json matmul_proportion: once for every IPU, or once per IPU (default 0.6).")
 @click.option("--no-cache", is_flag=True, help="Do not read or write the derived-data cache.")
+@click.option("--cache-dir", type=click.Path(file_okay=False, path_type=str), default=None,
+              help="Cache folder (default $POPLINER_CACHE_DIR, else ~/.cache/popliner).")
 def command(profile: str, debug_info: str | None, operation_breakdown: bool, layer_breakdown: bool,
             memory_totals: bool, memory_affinity: bool, interlayer: bool, fmt: str | None, output: str | None,
-            plot: str | None, force: bool, layer_name_regex: str, inputs_regex_layer_0: str, layer_order: str,
+            plot: str | None, force: bool, layer_preset: str, layer_name_regex: str | None,
+            inputs_regex_layer_0: str, layer_order: str,
             op_layers: str, all_vars: bool, mode: str, backward_regex: str, solve: bool, num_ipus: int,
-            exact_ipus: bool, mem_per_tile: int | None, headroom: float, solver: str, time_limit: float, seed: int,
+            exact_ipus: bool, min_ipus: bool, mem_per_tile: int | None, headroom: float, solver: str,
+            time_limit: float, seed: int,
             split_after: tuple[str, ...], same_ipu: tuple[str, ...], min_layers_per_stage: int,
             keep_shared_vars_together: bool, link_bandwidth: float, config_out: str | None,
-            gradient_accumulation: int | None, no_cache: bool) -> None:
+            gradient_accumulation: int | None, ipu_config_out: str | None, matmul_proportion: tuple[float, ...],
+            no_cache: bool, cache_dir: str | None) -> None:
     """Analyse PROFILE (format-v1 .json or .json.gz): memory per operation and layer, and splits.
 
     \b
@@ -120,17 +149,44 @@ def command(profile: str, debug_info: str | None, operation_breakdown: bool, lay
     popliner model.json --operation-breakdown --format tsv -o ops.tsv
     popliner model.json -o review.xlsx --solve --num-ipus 4
     popliner model.json --solve --num-ipus 4 --config-out pipeline.yaml
+    popliner model.json --solve --min-ipus --ipu-config-out ipu_config.json
     """
+    stream = click.get_text_stream("stderr")
+    quiet = not log.isEnabledFor(logging.WARNING)
+    with tracking(stream if progress_wanted(stream, quiet) else None) as tracker:
+        _run(**click.get_current_context().params)
+    _say_timings(tracker)
+
+
+def _say_timings(tracker: Tracker) -> None:
+    """-v: how long each step took (the steps that ran)."""
+    if log.isEnabledFor(logging.DEBUG) and tracker.timings:
+        click.echo("popliner: time per step:\n" + tracker.breakdown(), err=True)
+
+
+def _run(profile: str, debug_info: str | None, operation_breakdown: bool, layer_breakdown: bool,
+         memory_totals: bool, memory_affinity: bool, interlayer: bool, fmt: str | None, output: str | None,
+         plot: str | None, force: bool, layer_preset: str, layer_name_regex: str | None, inputs_regex_layer_0: str,
+         layer_order: str, op_layers: str, all_vars: bool, mode: str, backward_regex: str, solve: bool,
+         num_ipus: int, exact_ipus: bool, min_ipus: bool, mem_per_tile: int | None, headroom: float, solver: str,
+         time_limit: float, seed: int, split_after: tuple[str, ...], same_ipu: tuple[str, ...],
+         min_layers_per_stage: int, keep_shared_vars_together: bool, link_bandwidth: float, config_out: str | None,
+         gradient_accumulation: int | None, ipu_config_out: str | None, matmul_proportion: tuple[float, ...],
+         no_cache: bool, cache_dir: str | None) -> None:
     _refuse_poplar_report(profile, debug_info)
     outputs = Outputs(operation_breakdown, layer_breakdown, memory_totals, memory_affinity, interlayer)
     if not outputs.any_table and not solve and not (output and output.lower().endswith(".xlsx")):
         outputs = Outputs(False, True, False, False, False)
     if solve and outputs.any_table and not output:
         raise UsageProblem("with --solve, stdout carries the split JSON; write the tables with -o FILE")
-    if config_out and not solve:
-        raise UsageProblem("--config-out needs --solve")
+    for flag, value in (("--config-out", config_out), ("--ipu-config-out", ipu_config_out),
+                        ("--min-ipus", min_ipus)):
+        if value and not solve:
+            raise UsageProblem(f"{flag} needs --solve")
+    if min_ipus and exact_ipus:
+        raise UsageProblem("--min-ipus and --exact-ipus contradict each other; give one")
     fmt = _table_format(fmt, output)
-    for path in (output, config_out, plot):
+    for path in (output, config_out, ipu_config_out, plot):
         if path:
             check_writable(path, force)
     if plot and solve:
@@ -139,25 +195,31 @@ def command(profile: str, debug_info: str | None, operation_breakdown: bool, lay
 
     options = AnalysisOptions(
         op_layers=tuple(s.strip() for s in op_layers.split(",") if s.strip()),
-        layer_name_regex=layer_name_regex, inputs_regex_layer_0=inputs_regex_layer_0,
+        layer_preset=layer_preset, layer_name_regex=layer_name_regex, inputs_regex_layer_0=inputs_regex_layer_0,
         layer_order=layer_order,  # type: ignore[arg-type]
         layered_vars_only=not all_vars, mode=mode, backward_regex=backward_regex,  # type: ignore[arg-type]
     )
     if not options.op_layers:
         raise UsageProblem("--op-layers: give at least one debug-context layer name")
-    analysis = load_analysis(profile, options, use_cache=not no_cache)
+    analysis = load_analysis(profile, options, use_cache=not no_cache, cache_dir=cache_dir)
     budget_full = mem_per_tile or analysis.profile.target.bytes_per_tile
     budget = int(budget_full * (1.0 - headroom))
 
     split = None
     if solve:
-        split = _solve(analysis, num_ipus, exact_ipus, budget, solver, time_limit, seed, split_after, same_ipu,
-                       min_layers_per_stage, keep_shared_vars_together, link_bandwidth)
-    _write_tables(analysis, outputs, fmt, output, force, split, budget, num_ipus)
+        problem = _problem(analysis, num_ipus, exact_ipus, budget, split_after, same_ipu, min_layers_per_stage,
+                           keep_shared_vars_together)
+        split = _solve(analysis, problem, min_ipus, solver, time_limit, seed, link_bandwidth)
+    with phase("writing tables"):
+        _write_tables(analysis, outputs, fmt, output, force, split, budget, num_ipus)
     if plot:
-        _write_plots(analysis, plot, force, split, budget)
+        with phase("plotting"):
+            _write_plots(analysis, plot, force, split, budget)
     if split is not None:
         _report_split(analysis, split, config_out, force, gradient_accumulation)
+        if ipu_config_out and split.stages:
+            _write_ipu_config(analysis, split, ipu_config_out, force, gradient_accumulation, matmul_proportion)
+        _summarise(analysis, split, problem, link_bandwidth, min_ipus, config_out, ipu_config_out)
         if not split.fits:
             sys.exit(EXIT_NO_SPLIT)
 
@@ -173,11 +235,16 @@ def _refuse_poplar_report(profile: str, debug_info: str | None) -> None:
 
 
 def _table_format(fmt: str | None, output: str | None) -> str:
+    """The table format: --format, else the -o suffix, else CSV. A mismatch is said, never silent."""
+    suffix = Path(output).suffix.lower().lstrip(".") if output else ""
+    if fmt and output and suffix == "xlsx":
+        log.warning("--format %s is ignored: %s is written as an XLSX workbook", fmt, output)
+    elif fmt and suffix in ("csv", "tsv") and suffix != fmt:
+        log.warning("writing %s tables to %s as you asked (--format %s), although its name ends .%s",
+                    fmt.upper(), output, fmt, suffix)
     if fmt:
         return fmt
-    if output and output.lower().endswith(".tsv"):
-        return "tsv"
-    return "csv"
+    return "tsv" if suffix == "tsv" else "csv"
 
 
 def _suffixed(path: str, tag: str) -> str:
@@ -194,11 +261,9 @@ def _layer_indices(analysis: Analysis, names: tuple[str, ...], option: str) -> l
     return out
 
 
-def _solve(analysis: Analysis, num_ipus: int, exact_ipus: bool, budget: int, solver: str, time_limit: float,
-           seed: int, split_after: tuple[str, ...], same_ipu: tuple[str, ...], min_layers: int,
-           keep_shared: bool, link_bandwidth: float) -> Any:
+def _problem(analysis: Analysis, num_ipus: int, exact_ipus: bool, budget: int, split_after: tuple[str, ...],
+             same_ipu: tuple[str, ...], min_layers: int, keep_shared: bool) -> Any:
     from popliner.solvers.ranges import SplitProblem
-    from popliner.solvers.solve import solve_split
 
     if not analysis.layer_names:
         raise UsageProblem(f"{analysis.profile.path}: no operation got a layer, so there is nothing to split; "
@@ -210,18 +275,35 @@ def _solve(analysis: Analysis, num_ipus: int, exact_ipus: bool, budget: int, sol
             raise UsageProblem(f"--same-ipu {item!r}: expected two layer names separated by a comma")
         a, b = _layer_indices(analysis, tuple(parts), "--same-ipu")
         pairs.append((a, b))
-    problem = SplitProblem(
+    return SplitProblem(
         num_ipus=num_ipus, budget=budget, exact_ipus=exact_ipus, min_layers=min_layers,
         split_after=tuple(_layer_indices(analysis, split_after, "--split-after")), same_ipu=tuple(pairs),
         keep_shared_together=keep_shared, training=analysis.mode == "training",
     )
+
+
+def _solve(analysis: Analysis, problem: Any, min_ipus: bool, solver: str, time_limit: float, seed: int,
+           link_bandwidth: float) -> Any:
+    import dataclasses
+
+    from popliner.solvers.solve import solve_split
+
+    asked = problem
+    if min_ipus:
+        from popliner.outputs.split_report import fit_facts
+
+        with phase("finding the fewest IPUs"):
+            fewest = fit_facts(analysis, problem, link_bandwidth).fewest_ipus
+        if fewest is not None and fewest <= problem.num_ipus:
+            problem = dataclasses.replace(problem, num_ipus=fewest, exact_ipus=True)
     log.info("solving: %d layers over %s %d IPUs, %s bytes per tile, %s, solver %s", len(analysis.layer_names),
-             "exactly" if exact_ipus else "at most", num_ipus, f"{budget:,}", analysis.mode, solver)
+             "exactly" if problem.exact_ipus else "at most", problem.num_ipus, f"{problem.budget:,}", analysis.mode,
+             solver)
     split = solve_split(analysis, problem, solver=solver, time_limit=time_limit, seed=seed,  # type: ignore[arg-type]
                         link_bytes_per_second=link_bandwidth)
     log.info("solved in %.2f s: %s", split.wall_seconds, split.status)
-    if split.stages and split.num_ipus_used < num_ipus:
-        log.warning("the split uses %d of the %d IPUs asked for", split.num_ipus_used, num_ipus)
+    if split.num_ipus_requested != asked.num_ipus:
+        split = dataclasses.replace(split, num_ipus_requested=asked.num_ipus)
     return split
 
 
@@ -318,3 +400,37 @@ def _report_split(analysis: Analysis, split: Any, config_out: str | None, force:
         with atomic_write(config_out, force=force) as stream:
             write_config(cfg, stream)
         log.info("wrote %s", config_out)
+
+
+def _write_ipu_config(analysis: Analysis, split: Any, path: str, force: bool, gradient_accumulation: int | None,
+                      matmul_proportion: tuple[float, ...]) -> None:
+    from popliner.config.model import config_from_split
+    from popliner.config.snippets import ipu_config, write_ipu_config
+
+    t = analysis.profile.target
+    cfg = config_from_split(split, profile_path=analysis.profile.path, profile_sha256=analysis.profile.sha256,
+                            tiles=t.tiles_per_ipu, bytes_per_tile=t.bytes_per_tile, clock_hz=t.clock_hz,
+                            gradient_accumulation=gradient_accumulation)
+    document = ipu_config(cfg, matmul_proportion)
+    with atomic_write(path, force=force) as stream:
+        write_ipu_config(document, stream)
+    log.info("wrote %s", path)
+
+
+def _summarise(analysis: Analysis, split: Any, problem: Any, link_bandwidth: float, min_ipus: bool,
+               config_out: str | None, ipu_config_out: str | None) -> None:
+    """The human summary on stderr: IPUs used, whether fewer would do, what to run next."""
+    from popliner.outputs.split_report import NextSteps, fit_facts, solve_command, split_summary
+
+    if not log.isEnabledFor(logging.WARNING):
+        return
+    facts = None
+    if split.fits:
+        with phase("checking fewer IPUs"):
+            facts = fit_facts(analysis, problem, link_bandwidth)
+    argv = click.get_current_context().find_root().meta.get("popliner.argv", [])
+    config = config_out or "pipeline.yaml"
+    steps = NextSteps(solve_command(argv, config), config, config_out is not None, analysis.profile.path)
+    click.echo(split_summary(split, facts, steps, min_ipus), err=True)
+    if ipu_config_out:
+        click.echo(f"popliner: wrote {ipu_config_out} (optimum-graphcore IPUConfig)", err=True)

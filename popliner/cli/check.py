@@ -8,6 +8,7 @@ import sys
 import click
 
 from popliner.analysis import AnalysisOptions, load_analysis
+from popliner.cli.options import force_option, output_option, output_stream
 from popliner.errors import EXIT_DOES_NOT_FIT
 from popliner.fileio import atomic_write, check_writable
 
@@ -29,9 +30,13 @@ def _budget(ctx: click.Context, param: click.Parameter, value: float | None) -> 
 @click.option("--budget", type=float, default=None, callback=_budget,
               help="Fraction of each tile's bytes an IPU may use (default: the config's budget, else 1.0).")
 @click.option("--junit", type=click.Path(dir_okay=False, path_type=str), help="Write JUnit XML here.")
-@click.option("--force", is_flag=True, help="Overwrite an existing --junit file.")
+@output_option("Write the per-IPU table to FILE instead of stdout.")
+@force_option("Overwrite existing -o/--junit files.")
 @click.option("--no-cache", is_flag=True, help="Do not read or write the derived-data cache.")
-def command(config: str, profile: str, budget: float | None, junit: str | None, force: bool, no_cache: bool) -> None:
+@click.option("--cache-dir", type=click.Path(file_okay=False, path_type=str), default=None,
+              help="Cache folder (default $POPLINER_CACHE_DIR, else ~/.cache/popliner).")
+def command(config: str, profile: str, budget: float | None, junit: str | None, output: str | None, force: bool,
+            no_cache: bool, cache_dir: str | None) -> None:
     """Check that every IPU of CONFIG fits: exit 0 if all fit, 1 if any does not, 2 on bad input.
 
     Memory is recomputed from PROFILE's operations for the config's split,
@@ -41,16 +46,19 @@ def command(config: str, profile: str, budget: float | None, junit: str | None, 
     from popliner.config.yaml_io import read_config
     from popliner.outputs.check_report import check_table, write_junit
 
-    if junit:
-        check_writable(junit, force)
+    for path in (junit, output):
+        if path:
+            check_writable(path, force)
     cfg = read_config(config)
-    analysis = load_analysis(profile, AnalysisOptions(mode=cfg.mode), use_cache=not no_cache)  # type: ignore[arg-type]
+    analysis = load_analysis(profile, AnalysisOptions(mode=cfg.mode), use_cache=not no_cache,  # type: ignore[arg-type]
+                             cache_dir=cache_dir)
     if cfg.profile_sha256 and cfg.profile_sha256 != analysis.profile.sha256:
         log.warning("%s was made from a profile with another content hash; checking against %s", config, profile)
     per_tile = analysis.profile.target.bytes_per_tile
     limit = int(per_tile * budget) if budget is not None else cfg.effective_budget
     result = check_config(analysis, cfg, config, budget=limit)
-    click.echo(check_table(result))
+    with output_stream(output, force) as stream:
+        stream.write(check_table(result) + "\n")
     if junit:
         with atomic_write(junit, force=force, binary=True) as stream:
             write_junit(result, stream)

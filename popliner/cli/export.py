@@ -22,7 +22,7 @@ __all__ = ["command"]
     type=click.Path(dir_okay=False, path_type=Path),
     help="The profile to write; gzip-compressed when the name ends in .gz.",
 )
-@click.option("--force", is_flag=True, help="Overwrite OUT if it exists.")
+@click.option("-f", "--force", is_flag=True, help="Overwrite OUT if it exists.")
 def command(profile: Path, debug_info: Path, output: Path, force: bool) -> None:
     """Convert a Poplar compilation report to popliner's profile format (v1).
 

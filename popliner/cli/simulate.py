@@ -9,6 +9,7 @@ from typing import Any
 
 import click
 
+from popliner.cli.options import force_option, output_option, output_stream
 from popliner.config.model import PipelineConfig
 from popliner.config.yaml_io import MAX_MICRO_BATCHES, read_config
 from popliner.errors import UsageProblem
@@ -52,12 +53,13 @@ logger = logging.getLogger(__name__)
               help="Write a Chrome/Perfetto trace (JSON) of one step.")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
               help="Write a Gantt chart (PNG) of one step.")
-@click.option("--force", is_flag=True, help="Overwrite existing --trace/--plot files.")
+@output_option("Write the report (tables or --json) to FILE instead of stdout.")
+@force_option("Overwrite existing -o/--trace/--plot files.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON instead of tables.")
 @click.option("--all-cycles", is_flag=True, help="Print every pipeline cycle in the schedule views.")
 def command(config_path: str, profile_path: str | None, gradient_accumulation: int | None, micro_batch_size: int,
-            link_bandwidth: float, sync_cycles: int, trace_path: str | None, plot_path: str | None, force: bool,
-            as_json: bool, all_cycles: bool) -> None:
+            link_bandwidth: float, sync_cycles: int, trace_path: str | None, plot_path: str | None,
+            output: str | None, force: bool, as_json: bool, all_cycles: bool) -> None:
     """Simulate one step of the pipeline in PIPELINE.yaml and report time, bubbles and memory.
 
     \b
@@ -65,6 +67,8 @@ def command(config_path: str, profile_path: str | None, gradient_accumulation: i
     popliner simulate pipeline.yaml --profile model.json -G 32 --trace step.json --plot step.png
     """
     _check_outputs(trace_path, plot_path, force)
+    if output:
+        check_writable(output, force)
     cfg = read_config(config_path)
     inputs = _inputs(cfg, profile_path)
     result = simulate(
@@ -77,11 +81,12 @@ def command(config_path: str, profile_path: str | None, gradient_accumulation: i
         micro_batch_size=micro_batch_size,
         tiles_per_ipu=inputs.tiles_per_ipu,
     )
-    if as_json:
-        click.echo(json.dumps(_json(result, config_path, inputs.source), indent=2))
-    else:
-        columns = None if all_cycles else max(24, 2 * result.num_stages + 4)
-        click.echo(render_text(result, max_columns=columns), nl=False)
+    with output_stream(output, force) as stream:
+        if as_json:
+            stream.write(json.dumps(_json(result, config_path, inputs.source), indent=2) + "\n")
+        else:
+            columns = None if all_cycles else max(24, 2 * result.num_stages + 4)
+            stream.write(render_text(result, max_columns=columns))
     _write_files(result, trace_path, plot_path, force)
 
 

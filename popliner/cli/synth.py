@@ -10,7 +10,7 @@ import click
 
 from popliner.errors import UsageProblem
 from popliner.synth import PRESETS, SynthSpec, preset_names, preset_spec, write_profile
-from popliner.synth.spec import KINDS, MODES, OPTIMIZERS
+from popliner.synth.spec import FIRST_MOMENTS, KINDS, MODES, OPTIMIZER_STATES, OPTIMIZERS, RECOMPUTES
 
 __all__ = ["command"]
 
@@ -20,7 +20,8 @@ log = logging.getLogger("popliner.synth")
 _OVERRIDES = {
     "layers": "layers", "hidden": "hidden", "seq": "seq", "batch": "batch", "vocab": "vocab", "tiles": "tiles",
     "bytes_per_tile": "bytes_per_tile", "clock": "clock_hz", "seed": "seed", "scale": "scale",
-    "optimizer": "optimizer",
+    "optimizer": "optimizer", "recompute": "recompute", "optimizer_state": "optimizer_state",
+    "replication_factor": "replication_factor", "first_moment": "first_moment",
 }
 
 
@@ -43,24 +44,42 @@ _OVERRIDES = {
 @click.option("--bytes-per-tile", type=int, default=None, help="Tile memory (Mk2: 638976).")
 @click.option("--clock", type=float, default=None, help="Clock frequency in Hz (default 1.33e9).")
 @click.option("--optimizer", type=click.Choice(OPTIMIZERS), default=None, help="Training optimizer.")
+@click.option("--recompute", type=click.Choice(RECOMPUTES), default=None,
+              help="Training compiled with recomputation: a checkpoint per layer, or per pipeline stage.")
+@click.option("--split-after", default=None, metavar="L1,L2,...",
+              help="With --recompute pipeline (required): the last layer of each stage but the last.")
+@click.option("--optimizer-state", type=click.Choice(OPTIMIZER_STATES), default=None,
+              help="off-chip: optimizer state in streaming memory, loaded for its update only.")
+@click.option("--replication-factor", type=int, default=None,
+              help="Replicas (default 1); see --sharded-optimizer-state.")
+@click.option("--sharded-optimizer-state", is_flag=True,
+              help="Divide the optimizer state over the replicas (replicated tensor sharding).")
+@click.option("--first-moment", type=click.Choice(FIRST_MOMENTS), default=None,
+              help="Type of Adam's first moment (default float).")
 @click.option("--gzip/--no-gzip", "gzip_out", default=None, help="Compress (default: when the name ends .gz).")
 @click.option("--no-var-names", is_flag=True, help="Leave out variable names (smaller, faster files).")
 @click.option("-f", "--force", is_flag=True, help="Overwrite an existing output file.")
 @click.option("--list-presets", is_flag=True, help="List the presets and exit.")
 def command(preset: str | None, mode: str, kind: str | None, output: str | None, gzip_out: bool | None,
-            no_var_names: bool, force: bool, list_presets: bool, **options: Any) -> None:
+            no_var_names: bool, force: bool, list_presets: bool, split_after: str | None,
+            sharded_optimizer_state: bool, **options: Any) -> None:
     """Generate a deterministic synthetic profile (format v1) of a model on one IPU.
 
     \b
     popliner synth --preset bert-large --mode training -o big.json.gz
     popliner synth --preset gpt2-small --layers 6 --tiles 256 -o gpt.json
     popliner synth --kind cnn --layers 8 --hidden 32 --seq 64 -o cnn.json.gz
+    popliner synth --preset bert-large --mode training --recompute every-layer --optimizer-state off-chip -o r.json.gz
     """
     if list_presets:
         _print_presets()
         return
     if output is None:
         raise UsageProblem("give the output file with -o/--output ('-' for stdout)")
+    if split_after is not None:
+        options["split_after"] = _layer_list(split_after)
+    if sharded_optimizer_state:
+        options["sharded_optimizer_state"] = True
     spec = _spec(preset, mode, kind, no_var_names, options)
     log.info("generating %s %s (%d layers, %d tiles, scale %g, seed %d)", spec.model, spec.mode, spec.layers,
              spec.tiles, spec.scale, spec.seed)
@@ -71,8 +90,15 @@ def command(preset: str | None, mode: str, kind: str | None, output: str | None,
              summary.bytes_written / 1e6, summary.seconds)
 
 
+def _layer_list(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise UsageProblem(f"--split-after takes layer numbers separated by commas, got {text!r}") from None
+
+
 def _spec(preset: str | None, mode: str, kind: str | None, no_var_names: bool, options: dict[str, Any]) -> SynthSpec:
-    changes = {_OVERRIDES[k]: v for k, v in options.items() if v is not None}
+    changes = {_OVERRIDES.get(k, k): v for k, v in options.items() if v is not None}
     if no_var_names:
         changes["var_names"] = False
     if preset is None:

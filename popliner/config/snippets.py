@@ -9,9 +9,12 @@ and the user maps them onto their own module paths where those differ.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from popliner.config.model import PipelineConfig
+from popliner.errors import UsageProblem
 
 
 class FlowList(list):  # type: ignore[type-arg]
@@ -21,7 +24,24 @@ class FlowList(list):  # type: ignore[type-arg]
 def flow_list(values: Any) -> FlowList:
     return FlowList(values)
 
-__all__ = ["FlowList", "flow_list", "optimum_snippet", "popart_snippet", "poptorch_snippet", "snippets"]
+__all__ = [
+    "DEFAULT_MATMUL_PROPORTION",
+    "FlowList",
+    "ModelOptions",
+    "flow_list",
+    "ipu_config",
+    "memory_settings",
+    "optimum_snippet",
+    "popart_snippet",
+    "poptorch_snippet",
+    "snippets",
+    "write_ipu_config",
+]
+
+#: Poplar's default ``availableMemoryProportion``: what a profile compiled
+#: without setting it used for matmul and convolution temporaries. popliner's
+#: figures hold for the proportion the profile was compiled with.
+DEFAULT_MATMUL_PROPORTION = 0.6
 
 
 def snippets(cfg: PipelineConfig) -> dict[str, Any]:
@@ -87,19 +107,23 @@ def poptorch_snippet(cfg: PipelineConfig) -> str:
         "",
         "",
         "def begin_block(model, path, ipu):",
-        "    # path: the module path of the layer in your model (e.g. \"encoder.layer.3\")",
+        "    # path: the module path of the layer in your model (e.g. \"bert.encoder.layer.3\";",
+        "    # with --layer-preset huggingface/gpt2/llama/timm/torchvision the layer names are such paths)",
         "    parent, _, name = path.rpartition(\".\")",
         "    owner = model.get_submodule(parent) if parent else model",
-        "    setattr(owner, name, poptorch.BeginBlock(getattr(owner, name), user_id=f\"ipu{ipu}\", ipu_id=ipu))",
+        "    setattr(owner, name, poptorch.BeginBlock(getattr(owner, name), user_id=path, ipu_id=ipu))",
         "",
+        "",
+        "# Every layer starts a block on its IPU; consecutive blocks on one IPU share its pipeline stage.",
+        "for path, ipu in IPU_OF_LAYER.items():",
+        "    begin_block(model, path, ipu)",
         "",
     ]
     for s in cfg.stages:
         tail = f" .. {s.layers[-1]}" if len(s.layers) > 1 else ""
-        lines.append(f"begin_block(model, {_q(s.layers[0])}, {s.ipu})  # IPU {s.ipu}: {s.layers[0]}{tail}")
-    lines += ["", "opts = poptorch.Options()", "opts.setExecutionStrategy(poptorch.PipelinedExecution("]
-    lines += [f"    poptorch.Stage(\"ipu{s.ipu}\").ipu({s.ipu})," for s in cfg.stages]
-    lines.append("))")
+        lines.append(f"# IPU {s.ipu}: {len(s.layers)} layer(s), {s.layers[0]}{tail}")
+    lines += ["", "opts = poptorch.Options()",
+              "opts.setExecutionStrategy(poptorch.PipelinedExecution(poptorch.AutoStage.SameAsIpu))"]
     if cfg.training:
         lines.append(f"opts.Training.gradientAccumulation({cfg.gradient_accumulation})")
     else:
@@ -117,3 +141,81 @@ def optimum_snippet(cfg: PipelineConfig) -> dict[str, Any]:
         out["inference_layers_per_ipu"] = flow_list(counts)
         out["inference_device_iterations"] = cfg.gradient_accumulation
     return out
+
+
+# -- optimum-graphcore ipu_config.json ------------------------------------------
+
+
+@dataclass(frozen=True)
+class ModelOptions:
+    """The training options of the model as popliner evaluated it (defaults: as the profile was compiled).
+
+    ``recompute``: ``none``, ``pipeline``, ``every-layer`` or ``auto``;
+    ``optimizer_state``: ``on-chip`` or ``off-chip``.
+    """
+
+    recompute: str = "none"
+    optimizer_state: str = "on-chip"
+    replication_factor: int = 1
+    sharded_optimizer_state: bool = False
+
+
+def memory_settings(options: ModelOptions) -> dict[str, Any]:
+    """The IPUConfig fields that follow the model options: recomputation and optimizer state.
+
+    The one place that maps popliner's options onto optimum-graphcore's names;
+    an option added to :class:`ModelOptions` gets its field here.
+    """
+    return {
+        "recompute_checkpoint_every_layer": options.recompute == "every-layer",
+        "optimizer_state_offchip": options.optimizer_state == "off-chip",
+        "replicated_tensor_sharding": options.sharded_optimizer_state and options.replication_factor > 1,
+    }
+
+
+def ipu_config(cfg: PipelineConfig, matmul_proportion: Sequence[float] = (),
+               options: ModelOptions = ModelOptions()) -> dict[str, Any]:
+    """An optimum-graphcore ``IPUConfig`` (its ``ipu_config.json`` keys) for the config's split.
+
+    Field names are those of ``optimum.graphcore.IPUConfig.__init__``. A
+    training split sets the training fields (``layers_per_ipu``,
+    ``ipus_per_replica``, ``matmul_proportion``, ``gradient_accumulation_steps``,
+    ``replication_factor``, ``device_iterations``); an inference split sets the
+    ``inference_`` ones instead, because IPUConfig keeps the two apart and the
+    split only holds for the mode it was solved in. ``matmul_proportion`` is
+    one value (used for every IPU) or one per IPU.
+    """
+    k = cfg.num_ipus
+    proportions = _per_ipu(matmul_proportion, k)
+    counts = [int(n) for n in cfg.layers_per_ipu]
+    prefix = "" if cfg.training else "inference_"
+    out: dict[str, Any] = {
+        f"{prefix}layers_per_ipu": counts,
+        f"{prefix}ipus_per_replica": k,
+        f"{prefix}matmul_proportion": proportions,
+        f"{prefix}replication_factor": options.replication_factor,
+    }
+    if cfg.training:
+        out["gradient_accumulation_steps"] = cfg.gradient_accumulation
+        out["device_iterations"] = 1
+    else:
+        # Pipelined inference needs at least one batch per stage in flight.
+        out["inference_device_iterations"] = cfg.gradient_accumulation
+    out.update(memory_settings(options))
+    return out
+
+
+def _per_ipu(values: Sequence[float], k: int) -> list[float]:
+    if not values:
+        return [DEFAULT_MATMUL_PROPORTION] * k
+    if len(values) == 1:
+        return [float(values[0])] * k
+    if len(values) != k:
+        raise UsageProblem(f"--matmul-proportion: give one value or one per IPU ({k}), not {len(values)}")
+    return [float(v) for v in values]
+
+
+def write_ipu_config(document: dict[str, Any], stream: Any) -> None:
+    """``ipu_config.json`` text: indented, keys in a fixed order, a final newline."""
+    json.dump(document, stream, indent=2)
+    stream.write("\n")

@@ -11,6 +11,12 @@ can see the layer of the operation after it):
 5. ``inputs-layer-0``: its inputs match ``inputs_regex_layer_0`` (the
    embedding) -> the first layer;
 6. ``none``: no layer.
+
+The layer regex comes from a named preset (:data:`LAYER_PRESETS`): PopART's
+slash-separated scopes, or the dot-separated module paths of PyTorch models
+(Hugging Face, GPT-2, Llama, timm, torchvision). ``auto`` tries them in order
+and keeps the one that gives the most operations a layer; on a tie, the one
+with more layers (finer stages to split between), then the earlier one. An explicit ``--layer-name-regex`` overrides any preset.
 """
 
 from __future__ import annotations
@@ -26,12 +32,17 @@ from popliner.errors import UsageProblem
 from popliner.ops.operations import OperationTable
 
 __all__ = [
+    "AUTO_PRESET",
     "DEFAULT_INPUTS_REGEX_LAYER_0",
     "DEFAULT_LAYER_NAME_REGEX",
+    "LAYER_PRESETS",
     "LayerAssignment",
+    "LayerPreset",
     "assign_layers",
+    "choose_layers",
     "compile_regex",
     "natural_key",
+    "preset_names",
 ]
 
 log = logging.getLogger(__name__)
@@ -39,6 +50,53 @@ log = logging.getLogger(__name__)
 DEFAULT_LAYER_NAME_REGEX = r"(?:^|\/)(?:[L|l]ayer|blocks|encoder)[\/_\.]?(\d+)"
 DEFAULT_INPUTS_REGEX_LAYER_0 = r"(word_embeddings|Embedding_Dict)"
 LayerOrder = Literal["steps", "natural"]
+AUTO_PRESET = "auto"
+
+
+def _module_path(block: str) -> str:
+    """A dot-separated module path ending in ``<block>.<index>``; group 1 is that path.
+
+    The path starts at the beginning of the name or after a ``/`` scope, may
+    have any prefix of modules (``bert.encoder.``), and must end at a module
+    boundary so that ``layer.1`` never matches inside ``layer.12``.
+    """
+    return rf"(?:^|/)((?:\w+\.)*?{block}\.\d+)(?=[./:]|$)"
+
+
+@dataclass(frozen=True)
+class LayerPreset:
+    """A named layer rule: the regex on operation names and how input names are joined."""
+
+    name: str
+    regex: str
+    #: Input names are joined by ``/`` and their dots turned into ``/`` first
+    #: (PopART scopes); module-path presets keep the dots.
+    dots_to_slashes: bool
+    example: str  # an operation name and the layer it gets, for help and docs
+
+
+#: Tried in this order by ``auto``; on equal coverage and layer count the first one wins.
+LAYER_PRESETS: tuple[LayerPreset, ...] = (
+    LayerPreset("popart", DEFAULT_LAYER_NAME_REGEX, True, "bert/encoder/layer_3/attention/MatMul -> 3"),
+    LayerPreset("huggingface", _module_path("(?:layer|layers|block)"), False,
+                "bert.encoder.layer.3.attention.self.query -> bert.encoder.layer.3"),
+    LayerPreset("gpt2", _module_path("h"), False, "transformer.h.3.mlp.c_fc -> transformer.h.3"),
+    LayerPreset("llama", _module_path("layers"), False, "model.layers.3.self_attn.q_proj -> model.layers.3"),
+    LayerPreset("timm", _module_path("blocks"), False, "blocks.3.attn.qkv -> blocks.3"),
+    LayerPreset("torchvision", _module_path(r"layer\d+"), False, "layer3.1.conv2 -> layer3.1"),
+)
+
+
+def preset_names() -> tuple[str, ...]:
+    """The preset names, in the order ``auto`` tries them."""
+    return tuple(p.name for p in LAYER_PRESETS)
+
+
+def _preset(name: str) -> LayerPreset:
+    for preset in LAYER_PRESETS:
+        if preset.name == name:
+            return preset
+    raise UsageProblem(f"--layer-preset {name!r}: expected {AUTO_PRESET} or one of {', '.join(preset_names())}")
 
 
 @dataclass(frozen=True, eq=False)
@@ -48,6 +106,8 @@ class LayerAssignment:
     layer_of_op: np.ndarray  # int64 index into ``names``, -1 for no layer
     note: tuple[str, ...]  # how each operation's layer was found
     names: tuple[str, ...]  # layers in order
+    #: The preset that gave the layer regex, or ``"regex"`` for --layer-name-regex.
+    rule: str = "regex"
 
     def ops_of(self, layer: int) -> np.ndarray:
         return np.flatnonzero(self.layer_of_op == layer)
@@ -57,9 +117,13 @@ class LayerAssignment:
         return self.names[k] if k >= 0 else None
 
     @property
+    def layered_ops(self) -> int:
+        return int((self.layer_of_op >= 0).sum())
+
+    @property
     def coverage(self) -> float:
         n = len(self.layer_of_op)
-        return float((self.layer_of_op >= 0).sum()) / n if n else 1.0
+        return self.layered_ops / n if n else 1.0
 
 
 def compile_regex(pattern: str, option: str) -> re.Pattern[str]:
@@ -81,11 +145,46 @@ def _match(regex: re.Pattern[str], text: str) -> str | None:
     return m.group(1) if regex.groups else m.group(0)
 
 
+def choose_layers(
+    ops: OperationTable,
+    preset: str = AUTO_PRESET,
+    layer_name_regex: str | None = None,
+    inputs_regex_layer_0: str = DEFAULT_INPUTS_REGEX_LAYER_0,
+    layer_order: LayerOrder = "steps",
+) -> LayerAssignment:
+    """Layers from ``layer_name_regex`` when given, else from the preset (``auto``: the best one)."""
+    if layer_name_regex is not None:
+        return _said(assign_layers(ops, layer_name_regex, inputs_regex_layer_0, layer_order), "--layer-name-regex")
+    if preset != AUTO_PRESET:
+        chosen = _preset(preset)
+        return _said(assign_layers(ops, chosen.regex, inputs_regex_layer_0, layer_order, rule=chosen.name,
+                                   dots_to_slashes=chosen.dots_to_slashes), f"preset {chosen.name}")
+    best: LayerAssignment | None = None
+    for candidate in LAYER_PRESETS:
+        trial = assign_layers(ops, candidate.regex, inputs_regex_layer_0, layer_order, rule=candidate.name,
+                              dots_to_slashes=candidate.dots_to_slashes, warn=False)
+        if best is None or (trial.layered_ops, len(trial.names)) > (best.layered_ops, len(best.names)):
+            best = trial
+    assert best is not None
+    _warn_low_coverage(best, f"the best preset, {best.rule}; try --layer-preset or --layer-name-regex")
+    return _said(best, f"preset {best.rule} (auto)")
+
+
+def _said(layers: LayerAssignment, how: str) -> LayerAssignment:
+    log.info("layers by %s: %d layers, %d of %d operations (%.0f%%) have one", how, len(layers.names),
+             layers.layered_ops, len(layers.layer_of_op), 100 * layers.coverage)
+    return layers
+
+
 def assign_layers(
     ops: OperationTable,
     layer_name_regex: str = DEFAULT_LAYER_NAME_REGEX,
     inputs_regex_layer_0: str = DEFAULT_INPUTS_REGEX_LAYER_0,
     layer_order: LayerOrder = "steps",
+    *,
+    rule: str = "regex",
+    dots_to_slashes: bool = True,
+    warn: bool = True,
 ) -> LayerAssignment:
     if layer_order not in ("steps", "natural"):
         raise UsageProblem(f"--layer-order {layer_order!r}: expected 'steps' or 'natural'")
@@ -96,12 +195,12 @@ def assign_layers(
     notes = ["none"] * n
     next_layer: str | None = None
     for op in range(n - 1, -1, -1):
-        layer, note = _layer_of(ops, op, name_re, next_layer)
+        joined = _joined_inputs(ops.inputs[op], dots_to_slashes)
+        layer, note = _layer_of(ops, op, name_re, next_layer, joined)
         found[op], notes[op] = layer, note
         if layer is not None:
             next_layer = layer
         if layer is None and not ops.is_tensor[op]:
-            joined = "/".join(ops.inputs[op]).replace(".", "/")
             if joined and layer0_re.search(joined):
                 notes[op] = "inputs-layer-0"
     names = _order_layers(ops, found, layer_order)
@@ -116,24 +215,33 @@ def assign_layers(
             found[op] = first
         if found[op] is not None:
             layer_of_op[op] = index[found[op]]  # type: ignore[index]
-    result = LayerAssignment(layer_of_op, tuple(notes), tuple(names))
-    if n and result.coverage < 0.5:
-        log.warning(
-            "only %d of %d operations (%.0f%%) got a layer; check --layer-name-regex (now %r)",
-            int((layer_of_op >= 0).sum()), n, 100 * result.coverage, layer_name_regex,
-        )
+    result = LayerAssignment(layer_of_op, tuple(notes), tuple(names), rule)
+    if warn:
+        what = f"--layer-preset {rule}" if rule != "regex" else f"--layer-name-regex (now {layer_name_regex!r})"
+        _warn_low_coverage(result, f"check {what}")
     return result
 
 
+def _warn_low_coverage(result: LayerAssignment, advice: str) -> None:
+    n = len(result.layer_of_op)
+    if n and result.coverage < 0.5:
+        log.warning("only %d of %d operations (%.0f%%) got a layer; %s", result.layered_ops, n,
+                    100 * result.coverage, advice)
+
+
+def _joined_inputs(inputs: tuple[str, ...], dots_to_slashes: bool) -> str:
+    joined = "/".join(inputs)
+    return joined.replace(".", "/") if dots_to_slashes else joined
+
+
 def _layer_of(
-    ops: OperationTable, op: int, name_re: re.Pattern[str], next_layer: str | None
+    ops: OperationTable, op: int, name_re: re.Pattern[str], next_layer: str | None, joined: str
 ) -> tuple[str | None, str]:
     if ops.is_tensor[op]:
         return None, "tensor"
     layer = _match(name_re, ops.names[op])
     if layer is not None:
         return layer, "name"
-    joined = "/".join(ops.inputs[op]).replace(".", "/")
     layer = _match(name_re, joined) if joined else None
     if layer is not None:
         return layer, "inputs"

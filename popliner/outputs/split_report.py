@@ -1,13 +1,20 @@
-"""A solved split as JSON (stdout) and as a one-line picture plus a per-IPU table (stderr)."""
+"""A solved split as JSON (stdout), and for people (stderr): a one-line picture, a per-IPU table,
+whether fewer IPUs would do, and what to run next."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import IO, Any
 
 from popliner.solvers.result import SplitResult
 
-__all__ = ["split_document", "split_picture", "split_table", "write_split_json"]
+__all__ = ["UNLAYERED", "FitFacts", "NextSteps", "split_document", "split_picture", "split_summary", "split_table",
+           "write_split_json"]
+
+#: How the operations without a layer are shown in the picture (they go with the first stage).
+UNLAYERED = "(unlayered)"
 
 
 def split_document(split: SplitResult, *, profile_path: str, profile_sha256: str) -> dict[str, Any]:
@@ -20,6 +27,7 @@ def split_document(split: SplitResult, *, profile_path: str, profile_sha256: str
         "mode": split.mode,
         "num_ipus_requested": split.num_ipus_requested,
         "num_ipus_used": split.num_ipus_used,
+        "layers_per_ipu": [len(s.layers) for s in split.stages],
         "budget_bytes_per_tile": split.budget_bytes,
         "objective": split.objective,
         "bound": split.bound,
@@ -58,14 +66,14 @@ def write_split_json(document: dict[str, Any], stream: IO[str]) -> None:
 
 
 def split_picture(split: SplitResult, has_unlayered: bool) -> str:
-    """``[ None 0 1 2 | 3 4 5 6 ]``: layers per IPU, ``None`` for operations without a layer."""
+    """``[ (unlayered) 0 1 2 | 3 4 5 6 ]``: layers per IPU; the operations without a layer go first."""
     if not split.stages:
         return "[ no split ]"
     parts = []
     for s in split.stages:
         names = list(s.layers)
         if s.index == 0 and has_unlayered:
-            names.insert(0, "None")
+            names.insert(0, UNLAYERED)
         parts.append(" ".join(names))
     return "[ " + " | ".join(parts) + " ]"
 
@@ -91,3 +99,108 @@ def split_table(split: SplitResult) -> str:
                                                  else ""))
             lines.extend(f"    {v.bytes:>10,}  {v.name}" for v in s.overflow.largest_live)
     return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class FitFacts:
+    """What the summary says about fewer IPUs.
+
+    ``fewest_ipus`` is the fewest IPUs any split fits on under the same
+    constraints (None: no count works); ``one_ipu_worst_bytes`` is the worst
+    tile of the whole model on one IPU.
+    """
+
+    fewest_ipus: int | None
+    one_ipu_worst_bytes: int
+
+
+@dataclass(frozen=True)
+class NextSteps:
+    """Exact commands for the hints: the solve command with a config output, and the config's name."""
+
+    solve_command: str  # the user's command line, with --config-out when it had none
+    config: str
+    config_written: bool
+    profile: str
+
+
+def split_summary(split: SplitResult, facts: FitFacts | None, steps: NextSteps | None,
+                  min_ipus_used: bool) -> str:
+    """The human summary printed after ``--solve`` (the picture and table come before it)."""
+    lines = [_usage_line(split)]
+    if facts is not None and split.fits:
+        lines += _fewer_ipus_lines(split, facts, min_ipus_used)
+    if steps is not None and split.fits:
+        lines += _next_step_lines(steps)
+    return "\n".join(lines)
+
+
+def _usage_line(split: SplitResult) -> str:
+    layers = sum(len(s.layers) for s in split.stages)
+    fit = "fits" if split.fits else "does NOT fit"
+    return (f"popliner: the split uses {split.num_ipus_used} of the {split.num_ipus_requested} IPUs asked for: "
+            f"{layers} layers, {split.mode}, {fit} in {split.budget_bytes:,} bytes per tile "
+            f"({split.solver} {split.status}).")
+
+
+def _fewer_ipus_lines(split: SplitResult, facts: FitFacts, min_ipus_used: bool) -> list[str]:
+    used, budget = split.num_ipus_used, split.budget_bytes
+    share = facts.one_ipu_worst_bytes / budget if budget else 0.0
+    if facts.fewest_ipus == 1:
+        out = [f"popliner: the whole model fits on ONE IPU (worst tile {facts.one_ipu_worst_bytes:,} bytes, "
+               f"{share:.0%} of the budget): more IPUs only buy throughput, not memory."]
+        if used > 1:
+            out.append("          --min-ipus (or --num-ipus 1) keeps it on one IPU; --num-ipus N pipelines it over N.")
+        return out
+    one = (f"not on one: its worst tile would need {facts.one_ipu_worst_bytes:,} bytes, "
+           f"{share:.1f}x the budget")
+    if facts.fewest_ipus is None or facts.fewest_ipus >= used:
+        why = "--min-ipus" if min_ipus_used else f"no split fits on {used - 1}"
+        return [f"popliner: {used} IPUs is the fewest that fit ({why});", f"          {one}."]
+    return [f"popliner: it would also fit on {facts.fewest_ipus} IPUs, {one}.",
+            f"          --min-ipus uses {facts.fewest_ipus}; --num-ipus {used} spreads the layers for throughput."]
+
+
+def _next_step_lines(steps: NextSteps) -> list[str]:
+    rows: list[tuple[str, str]] = []
+    if not steps.config_written:
+        rows.append((steps.solve_command, "write the pipeline config"))
+    profile = _shell_word(steps.profile)
+    config = _shell_word(steps.config)
+    rows += [
+        (f"popliner simulate {config} --profile {profile}", "fill/main/flush, bubbles, memory over time"),
+        (f"popliner check {config} --profile {profile}", "CI gate: exit 1 if an IPU is over budget"),
+    ]
+    width = max(len(cmd) for cmd, _ in rows)
+    head = f"popliner: wrote {steps.config}; next:" if steps.config_written else "popliner: next:"
+    return [head, *(f"  {cmd:<{width}}  # {why}" for cmd, why in rows)]
+
+
+def _shell_word(text: str) -> str:
+    import shlex
+
+    return shlex.quote(text)
+
+
+def solve_command(argv: Sequence[str], config: str) -> str:
+    """The user's command line with ``--config-out CONFIG`` added (verbosity flags dropped)."""
+    import shlex
+
+    kept = [a for a in argv if a not in ("-v", "-vv", "-vvv", "--verbose", "-q", "--quiet")]
+    if kept and kept[0] == "analyse":
+        kept = kept[1:]
+    return shlex.join(["popliner", *kept, "--config-out", config])
+
+
+def fit_facts(analysis: Any, problem: Any, link_bytes_per_second: float = 64e9) -> FitFacts:
+    """Fewest IPUs that fit under ``problem``'s constraints, and the whole model's worst tile on one IPU.
+
+    Uses the solver's memoised range table, so after a solve this costs a few
+    dynamic programs over ranges that are mostly evaluated already.
+    """
+    from popliner.solvers.ranges import ProfileRanges
+    from popliner.solvers.solve import minimum_ipus
+
+    table = ProfileRanges(analysis, problem.budget, link_bytes_per_second)
+    whole = table.stage_memory(0, table.num_layers - 1).worst_bytes if table.num_layers else 0
+    return FitFacts(minimum_ipus(table, problem), int(whole))

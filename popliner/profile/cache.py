@@ -26,10 +26,12 @@ import json
 import logging
 import math
 import os
+import re
 import struct
 import zipfile
 import zlib
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +45,17 @@ from popliner.profile import zcodec
 from popliner.profile.model import Contexts, NameTable, Profile, Programs, Target, Variables, VertexTypes
 from popliner.profile.tilevector import RunTable
 
-__all__ = ["CACHE_FORMAT", "cache_dir", "cache_path", "load_cached", "store_cached"]
+__all__ = [
+    "CACHE_FORMAT",
+    "CacheEntry",
+    "CacheInfo",
+    "cache_dir",
+    "cache_info",
+    "cache_path",
+    "clear_cache",
+    "load_cached",
+    "store_cached",
+]
 
 log = logging.getLogger(__name__)
 
@@ -61,8 +73,11 @@ _PACK_MIN = 4096
 _INT_TYPES = tuple(np.dtype(t) for t in (np.int8, np.uint8, np.int16, np.uint16, np.int32, np.uint32, np.int64))
 
 
-def cache_dir() -> Path:
-    """``$POPLINER_CACHE_DIR``, else ``$XDG_CACHE_HOME/popliner``, else ``~/.cache/popliner``."""
+def cache_dir(directory: str | os.PathLike[str] | None = None) -> Path:
+    """``directory`` (``--cache-dir``), else ``$POPLINER_CACHE_DIR``, else ``$XDG_CACHE_HOME/popliner``,
+    else ``~/.cache/popliner``."""
+    if directory:
+        return Path(directory)
     explicit = os.environ.get("POPLINER_CACHE_DIR")
     if explicit:
         return Path(explicit)
@@ -70,9 +85,9 @@ def cache_dir() -> Path:
     return Path(base) / "popliner"
 
 
-def cache_path(sha256: str, options_key: str) -> Path:
+def cache_path(sha256: str, options_key: str, directory: str | os.PathLike[str] | None = None) -> Path:
     digest = hashlib.sha256(f"{__version__}|{CACHE_FORMAT}|{options_key}".encode()).hexdigest()[:16]
-    return cache_dir() / f"{sha256[:40]}-{digest}.npz"
+    return cache_dir(directory) / f"{sha256[:40]}-{digest}.npz"
 
 
 def store_cached(path: Path, sha256: str, options_key: str, profile: Profile, ops: OperationTable) -> None:
@@ -276,3 +291,69 @@ def _unflatten(desc: Any, arrays: dict[str, np.ndarray]) -> Any:
         if "__arraydict__" in desc:
             return {k: _unflatten(v, arrays) for k, v in desc["__arraydict__"].items()}
     return desc
+
+
+# -- seeing and clearing the cache (``popliner cache info|clear``) -------------
+
+#: Names of cache entries (``<profile sha256[:40]>-<options digest>.<ext>``) and
+#: of the temporary files an interrupted write may leave. Only these are ever
+#: listed or removed, so a --cache-dir pointed at a busy folder is safe.
+_ENTRY_NAME = re.compile(r"^\.?[0-9a-f]{40}-[0-9a-f]{16}\.[A-Za-z0-9.]+$")
+
+
+@dataclass(frozen=True)
+class CacheEntry:
+    """One cache file."""
+
+    path: Path
+    bytes: int
+    modified: float  # seconds since the epoch
+
+
+@dataclass(frozen=True)
+class CacheInfo:
+    """What the cache folder holds, largest entry first."""
+
+    directory: Path
+    exists: bool
+    entries: tuple[CacheEntry, ...]
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(e.bytes for e in self.entries)
+
+    @property
+    def largest(self) -> CacheEntry | None:
+        return self.entries[0] if self.entries else None
+
+
+def cache_info(directory: str | os.PathLike[str] | None = None) -> CacheInfo:
+    """The cache entries under ``directory`` (default: :func:`cache_dir`)."""
+    where = cache_dir(directory)
+    if not where.is_dir():
+        return CacheInfo(where, False, ())
+    entries = []
+    for child in where.iterdir():
+        if not _ENTRY_NAME.match(child.name):
+            continue
+        try:
+            st = child.lstat()
+        except OSError:
+            continue
+        if child.is_file() and not child.is_symlink():
+            entries.append(CacheEntry(child, st.st_size, st.st_mtime))
+    entries.sort(key=lambda e: (-e.bytes, e.path.name))
+    return CacheInfo(where, True, tuple(entries))
+
+
+def clear_cache(directory: str | os.PathLike[str] | None = None) -> tuple[int, int]:
+    """Remove every cache entry; returns (files removed, bytes freed). Other files are left alone."""
+    removed = freed = 0
+    for entry in cache_info(directory).entries:
+        try:
+            entry.path.unlink()
+        except FileNotFoundError:
+            continue
+        removed += 1
+        freed += entry.bytes
+    return removed, freed

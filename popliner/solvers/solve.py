@@ -10,6 +10,7 @@ import numpy as np
 
 from popliner.analysis import Analysis
 from popliner.memory.overflow import overflow_detail
+from popliner.progress import phase
 from popliner.solvers.dp import dp_bounds
 from popliner.solvers.greedy import greedy_bounds
 from popliner.solvers.ilp import ilp_bounds
@@ -27,8 +28,9 @@ def solve_split(analysis: Analysis, problem: SplitProblem, *, solver: SolverName
                 time_limit: float = 60.0, seed: int = 0, link_bytes_per_second: float = 64e9) -> SplitResult:
     """Split the analysed profile's layers over at most ``problem.num_ipus`` IPUs."""
     t0 = time.perf_counter()
-    table = ProfileRanges(analysis, problem.budget, link_bytes_per_second)
-    greedy = greedy_bounds(table, problem)
+    with phase("building range tables"):
+        table = ProfileRanges(analysis, problem.budget, link_bytes_per_second)
+        greedy = greedy_bounds(table, problem)
     if solver == "greedy":
         if greedy is None:
             return _infeasible(analysis, problem, "greedy", table, t0)
@@ -39,10 +41,12 @@ def solve_split(analysis: Analysis, problem: SplitProblem, *, solver: SolverName
                            objective=_first_objective(table, stages), wall_seconds=time.perf_counter() - t0,
                            note=note)
     hints = [greedy[0]] if greedy is not None else []
-    dp = dp_bounds(table, problem)
+    with phase("building range tables"):
+        dp = dp_bounds(table, problem)
     if dp is not None:
         hints.append(dp[0])
-    outcome = ilp_bounds(table, problem, time_limit=time_limit, seed=seed, hints=hints)
+    with phase("solving (CP-SAT)"):
+        outcome = ilp_bounds(table, problem, time_limit=time_limit, seed=seed, hints=hints)
     if outcome is None:
         return _infeasible(analysis, problem, "ilp", table, t0)
     stages = stage_results(table, problem, outcome.bounds)
@@ -66,7 +70,8 @@ def _infeasible(analysis: Analysis, problem: SplitProblem, solver: str, table: P
     hint = infeasibility_reason(table, problem)
     log.warning("no split of %d layers fits on %d IPUs of %d bytes per tile: %s",
                 table.num_layers, problem.num_ipus, problem.budget, hint)
-    stages = best_effort(analysis, problem)
+    with phase("best-effort split"):
+        stages = best_effort(analysis, problem)
     return SplitResult(solver, "INFEASIBLE", analysis.mode, problem.num_ipus, problem.budget, stages,
                        wall_seconds=time.perf_counter() - t0, note=hint)
 

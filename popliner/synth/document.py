@@ -23,7 +23,7 @@ from typing import IO, Any
 import numpy as np
 
 from popliner.fileio import atomic_write, check_writable
-from popliner.synth.graph import GraphBuilder
+from popliner.synth.graph import Compiled, GraphBuilder
 from popliner.synth.layout import Layout, lay_out
 from popliner.synth.lower import Lowered, lower
 from popliner.synth.models import build_model
@@ -118,7 +118,9 @@ def _plain(value: Any) -> Any:
 def _build(spec: SynthSpec) -> tuple[dict[str, Any], SynthSummary]:
     # Independent random streams, so that changing one part does not reshuffle the others.
     seeds = np.random.SeedSequence(spec.seed).spawn(2)
-    g = GraphBuilder(spec.tiles, np.random.default_rng(seeds[0]), spec.optimizer)
+    compiled = Compiled(spec.recompute, spec.split_after, spec.optimizer_state == "off-chip", spec.state_shards,
+                        spec.first_moment == "half")
+    g = GraphBuilder(spec.tiles, np.random.default_rng(seeds[0]), spec.optimizer, compiled)
     build_model(g, spec)
     graph = g.build()
     layout = lay_out(graph.tensors, spec.tiles, spec.scale, spec.bytes_per_tile)
@@ -155,7 +157,7 @@ def _build(spec: SynthSpec) -> tuple[dict[str, Any], SynthSummary]:
 
 def _source(spec: SynthSpec) -> dict[str, Any]:
     # No timestamp: the output must be byte-identical for the same spec.
-    return {"tool": TOOL, "model": spec.model, "framework": "synthetic", "generator": spec.as_dict()}
+    return {"tool": TOOL, "model": spec.model, "framework": "synthetic", "generator": spec.record()}
 
 
 def _vertex_types(low: Lowered, counts: np.ndarray) -> list[dict[str, Any]]:

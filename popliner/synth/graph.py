@@ -13,11 +13,29 @@ do). Once a weight's gradient is complete, its optimizer operations follow.
 Operations declared with ``share=KEY`` become PopART-style outlined calls:
 the first one with a given key creates a shared body operation; every one
 becomes a ``Call`` operation whose program calls that body.
+
+:class:`Compiled` says how the training graph was "compiled":
+
+- recomputation (``every-layer`` or ``pipeline``): the forward operations
+  of a segment (one layer, or one pipeline stage's layers, the last stage
+  excepted) whose results
+  the segment's backward reads are cloned, in forward order, just before
+  that backward. Clones keep their forward names; their outputs are named
+  ``<tensor>__re`` as in PopART's explicit recomputation, and the backward
+  reads those instead of the originals. Only what a segment reads from
+  outside it (its checkpoints) lives from the forward to the backward pass;
+- off-chip optimizer state: the state is an activation of the update,
+  streamed in by a ``RemoteLoad`` before it and out by a ``RemoteStore``
+  after it, instead of an always-live variable;
+- sharded optimizer state: each replica holds and updates 1/R of it;
+- a half-precision first moment (Adam's ``Accl1``).
 """
 
 from __future__ import annotations
 
+import bisect
 import enum
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -25,7 +43,7 @@ import numpy as np
 
 from popliner.synth.catalog import KERNELS
 
-__all__ = ["GradRule", "Graph", "GraphBuilder", "Op", "TKind", "Tensor"]
+__all__ = ["RECOMPUTED", "Compiled", "GradRule", "Graph", "GraphBuilder", "Op", "TKind", "Tensor"]
 
 
 class TKind(enum.IntEnum):
@@ -39,6 +57,21 @@ class TKind(enum.IntEnum):
 
 ALWAYS_LIVE = (TKind.WEIGHT, TKind.STATE)
 GOLDEN = 0.6180339887498949
+#: Suffix of a recomputed tensor's name (PopART's explicit recomputation).
+RECOMPUTED = "__re"
+#: The layer number in an operation's group, as the project's default layer regex finds it.
+_LAYER = re.compile(r"(?:^|/)(?:[L|l]ayer|blocks|encoder)[/_.]?(\d+)")
+
+
+@dataclass(frozen=True)
+class Compiled:
+    """Training options the profile is "compiled with" (see the module docstring)."""
+
+    recompute: str = "none"  # none, every-layer, pipeline
+    split_after: tuple[int, ...] = ()  # pipeline: last layer of every stage but the last
+    off_chip_state: bool = False
+    state_shards: int = 1
+    half_first_moment: bool = False
 
 
 @dataclass
@@ -96,6 +129,7 @@ class Op:
     calls: int = 1  # Call operations: how many times the body is called in a row
     is_body: bool = False
     grads: tuple[GradRule, ...] = ()
+    share: str | None = None  # outlining key of a Call operation
 
 
 @dataclass
@@ -113,10 +147,12 @@ class GraphBuilder:
     #: A tensor occupies at least this many bytes per tile of its span.
     GRAIN = 256
 
-    def __init__(self, tiles: int, rng: np.random.Generator, optimizer: str) -> None:
+    def __init__(self, tiles: int, rng: np.random.Generator, optimizer: str,
+                 compiled: Compiled = Compiled()) -> None:
         self.tiles = tiles
         self.rng = rng
         self.optimizer = optimizer
+        self.compiled = compiled
         self.tensors: list[Tensor] = []
         self.ops: list[Op] = []
         self.setup: list[int] = []
@@ -207,6 +243,7 @@ class GraphBuilder:
         else:
             op = self._call_op(share, name, op_type, kind, group, list(inputs), outs, work, calls)
         op.grads = tuple(grads)
+        op.share = share
         needs = any(self.tensors[i].requires_grad for i in inputs)
         for o in outs:
             self.tensors[o].requires_grad = needs
@@ -282,15 +319,21 @@ class GraphBuilder:
                 if self.tensors[t].kind == TKind.WEIGHT:
                     pending[t] = pending.get(t, 0) + 1
         self.phase = "bwd"
+        segments = self._segments(forward)
+        recomputed: dict[int, int] = {}  # original tensor -> its recomputed clone
         for i in reversed(forward):
-            self._backward_op(self.ops[i], grads)
+            seg = self._segment_of(self.ops[i])
+            if seg is not None and seg in segments:
+                # The segment's last forward operation: re-run its forward before its backward.
+                self._recompute(segments.pop(seg), recomputed)
+            self._backward_op(self.ops[i], grads, recomputed)
             for t in self.ops[i].inputs:
                 if t in pending:
                     pending[t] -= 1
                     if pending[t] == 0 and t in grads:
                         self._update(t, self._final_grad(t, grads, self.ops[i].group))
 
-    def _backward_op(self, op: Op, grads: dict[int, list[int]]) -> None:
+    def _backward_op(self, op: Op, grads: dict[int, list[int]], recomputed: dict[int, int]) -> None:
         outs = [self._final_grad(t, grads, op.group) for t in op.outputs if t in grads]
         if not outs or not op.grads:
             return
@@ -301,13 +344,78 @@ class GraphBuilder:
             if rule.kind == "identity":  # the gradient passes through unchanged: no operation
                 grads.setdefault(target, []).append(outs[0])
                 continue
-            saved = [self._saved(op, s) for s in rule.saved]
+            saved = [recomputed.get(t, t) for t in (self._saved(op, s) for s in rule.saved)]
             nbytes = self.tensors[target].nbytes
             share = f"{op.group}{rule.suffix}/{nbytes}/{rule.calls}" if rule.share else None
             (g,) = self.op(f"{op.logical}{rule.suffix}", rule.op_type, rule.kind, op.group, outs + saved,
                            [(":0", nbytes)], op.work * rule.work, share=share, out_kind=TKind.GRAD,
                            calls=rule.calls)
             grads.setdefault(target, []).append(g)
+
+    # -- recomputation ------------------------------------------------------------
+
+    def _segment_of(self, op: Op) -> int | None:
+        """The recomputation segment of a forward operation: its layer, or its pipeline stage."""
+        if self.compiled.recompute == "none" or op.phase != "fwd":
+            return None
+        m = _LAYER.search(op.group)
+        if m is None:
+            return None  # embeddings, heads, the loss: never recomputed
+        layer = int(m.group(1))
+        if self.compiled.recompute == "every-layer":
+            return layer
+        stage = bisect.bisect_left(self.compiled.split_after, layer)
+        # The last stage runs its backward right after its forward: PopART does not recompute it.
+        return stage if stage < len(self.compiled.split_after) else None
+
+    def _segments(self, forward: list[int]) -> dict[int, list[int]]:
+        out: dict[int, list[int]] = {}
+        for i in forward:
+            seg = self._segment_of(self.ops[i])
+            if seg is not None:
+                out.setdefault(seg, []).append(i)
+        return out
+
+    def _recompute(self, ops: list[int], recomputed: dict[int, int]) -> None:
+        """Clone, in forward order, the operations of a segment whose results its backward reads."""
+        fwd = [self.ops[i] for i in ops]
+        produced = {t for op in fwd for t in op.outputs}
+        needed: set[int] = set()
+        for op in fwd:
+            for rule in op.grads:
+                if rule.kind != "identity" and self.tensors[op.inputs[rule.wrt]].requires_grad:
+                    needed.update(t for t in (self._saved(op, s) for s in rule.saved) if t in produced)
+        chosen: list[Op] = []
+        for op in reversed(fwd):
+            if needed.intersection(op.outputs):
+                chosen.append(op)
+                needed.update(t for t in op.inputs if t in produced)
+        saved_phase, self.phase = self.phase, "re"
+        for op in reversed(chosen):
+            self._clone(op, recomputed)
+        self.phase = saved_phase
+
+    def _clone(self, op: Op, recomputed: dict[int, int]) -> None:
+        """A recompute clone: same name and work, inputs from earlier clones, outputs ``<name>__re``."""
+        inputs = [recomputed.get(t, t) for t in op.inputs]
+        outs = []
+        for o in op.outputs:
+            src = self.tensors[o]
+            # Mapped where the original was: Poplar lays out a clone like its original.
+            c = self.tensor(f"{src.name}{RECOMPUTED}", src.nbytes, src.kind, src.group, (src.start, src.count))
+            self.tensors[c].requires_grad = src.requires_grad
+            recomputed[o] = c
+            outs.append(c)
+        if op.kind == "call" and op.share is not None:
+            # Clones are outlined among themselves, not with the forward operations (their recompute
+            # setting differs), so a shared body never runs in both the forward and the backward pass.
+            body = self.ops[op.body]
+            new = self._call_op(op.share + RECOMPUTED, op.logical, body.op_type, body.kind, op.group, inputs, outs,
+                                op.work, op.calls)
+        else:
+            new = self._new_op(op.name, op.logical, op.op_type, op.kind, op.group, inputs, outs, op.work)
+        new.share = op.share
+        self.main.append(new.index)
 
     def _saved(self, op: Op, ref: str) -> int:
         side = op.inputs if ref[0] == "i" else op.outputs
@@ -328,19 +436,34 @@ class GraphBuilder:
         """Optimizer operations for weight ``w`` with gradient ``g``."""
         saved_phase, self.phase = self.phase, "upd"
         t = self.tensors[w]
-        span = (t.start, t.count)
+        c = self.compiled
         key = f"{t.group}/{self.optimizer}/{t.nbytes}"
-        if self.optimizer == "adam":
-            m = self.tensor(f"Accl1___{t.name}", 2 * t.nbytes, TKind.STATE, t.group, span)
-            v = self.tensor(f"Accl2___{t.name}", 2 * t.nbytes, TKind.STATE, t.group, span)
-            (u,) = self.op(f"{t.name}/AdamUpdater", "AdamUpdater", "adam_updater", t.group, [g, m, v, w],
-                           [(":0", t.nbytes)], 10 * t.nbytes, share=key)
-            self.op(f"{t.name}/AdamVarUpdate", "AdamVarUpdate", "var_update", t.group, [w, u], [], 4 * t.nbytes)
+        shard = -(-t.nbytes // c.state_shards)  # this replica's part of the weight, in bytes
+        adam = self.optimizer == "adam"
+        # fp32 state (2 bytes per byte of fp16 weight); Adam's first moment may be fp16.
+        names = ("Accl1", "Accl2") if adam else ("Accl",)
+        factors = (1 if c.half_first_moment else 2, 2) if adam else (2,)
+        kind = TKind.ACT if c.off_chip_state else TKind.STATE
+        state = [self.tensor(f"{n}___{t.name}", f * shard, kind, t.group, (t.start, t.count))
+                 for n, f in zip(names, factors)]
+        if c.off_chip_state:
+            self._remote(f"{t.name}/OptimizerState/RemoteLoad", "RemoteLoad", t.group, [], state)
+        if adam:
+            (u,) = self.op(f"{t.name}/AdamUpdater", "AdamUpdater", "adam_updater", t.group, [g, *state, w],
+                           [(":0", shard)], 10 * shard, share=key)
+            self.op(f"{t.name}/AdamVarUpdate", "AdamVarUpdate", "var_update", t.group, [w, u], [], 4 * shard)
         else:
-            a = self.tensor(f"Accl___{t.name}", 2 * t.nbytes, TKind.STATE, t.group, span)
-            self.op(f"{t.name}/SGD_update", "SGD1Combo", "sgd_update", t.group, [g, a, w], [], 8 * t.nbytes,
+            self.op(f"{t.name}/SGD_update", "SGD1Combo", "sgd_update", t.group, [g, *state, w], [], 8 * shard,
                     share=key)
+        if c.off_chip_state:
+            self._remote(f"{t.name}/OptimizerState/RemoteStore", "RemoteStore", t.group, state, [])
         self.phase = saved_phase
+
+    def _remote(self, name: str, op_type: str, group: str, inputs: list[int], outputs: list[int]) -> None:
+        """A copy between streaming memory and the tiles (lowered like a host stream)."""
+        moved = sum(self.tensors[i].nbytes for i in inputs + outputs)
+        op = self._new_op(name, name, op_type, "stream", group, inputs, outputs, moved)
+        self.main.append(op.index)
 
     def build(self) -> Graph:
         return Graph(self.tiles, self.tensors, self.ops, self.setup, self.main)

@@ -186,7 +186,7 @@ class _Lowerer:
         else:
             ins, outs = self.names(op.inputs), self.names(op.outputs)
         parent = None
-        if op.phase == "fwd" and caller is None:
+        if op.phase in ("fwd", "re") and caller is None:  # a recompute clone comes from the same ONNX node
             parent = self.context("onnx", op.op_type, None, {"category": "op", "opName": op.name,
                                                               "opType": op.op_type})
         data = {"opName": op.name, "opType": op.op_type, "inputs": ins, "outputs": outs}

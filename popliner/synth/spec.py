@@ -16,12 +16,17 @@ from typing import Any, Final
 
 from popliner.errors import UsageProblem
 
-__all__ = ["KINDS", "MODES", "OPTIMIZERS", "PRESETS", "SynthSpec", "preset_names", "preset_spec"]
+__all__ = ["FIRST_MOMENTS", "KINDS", "MODES", "OPTIMIZERS", "OPTIMIZER_STATES", "PRESETS", "RECOMPUTES", "SynthSpec",
+           "preset_names", "preset_spec"]
 
 #: Model families the generator knows.
 KINDS: Final = ("encoder", "decoder", "cnn")
 MODES: Final = ("inference", "training")
 OPTIMIZERS: Final = ("adam", "sgd")
+#: How the profile was "compiled": recomputation, where optimizer state lives, its first-moment type.
+RECOMPUTES: Final = ("none", "every-layer", "pipeline")
+OPTIMIZER_STATES: Final = ("on-chip", "off-chip")
+FIRST_MOMENTS: Final = ("float", "half")
 #: Scale is a granularity factor; beyond this the output gets silly (and huge).
 MAX_SCALE: Final = 16.0
 MIN_SCALE: Final = 1.0 / 64
@@ -60,6 +65,13 @@ class SynthSpec:
     optimizer: str = "adam"
     var_names: bool = True
     model: str = "custom"
+    # Training as it is compiled in practice (docs/synthetic-profiles.md, "Compiled-with options").
+    recompute: str = "none"
+    split_after: tuple[int, ...] = ()
+    optimizer_state: str = "on-chip"
+    replication_factor: int = 1
+    sharded_optimizer_state: bool = False
+    first_moment: str = "float"
 
     def __post_init__(self) -> None:
         _choice("kind", self.kind, KINDS)
@@ -81,6 +93,42 @@ class SynthSpec:
             raise UsageProblem(f"model must be a non-empty label, got {self.model!r}")
         if self.kind != "cnn" and self.hidden % self.heads:
             raise UsageProblem(f"hidden={self.hidden} is not a multiple of its {self.heads} attention heads of 64")
+        self._check_training_options()
+
+    def _check_training_options(self) -> None:
+        _choice("recompute", self.recompute, RECOMPUTES)
+        _choice("optimizer_state", self.optimizer_state, OPTIMIZER_STATES)
+        _choice("first_moment", self.first_moment, FIRST_MOMENTS)
+        _int_range("replication_factor", self.replication_factor, 1, 1 << 12)
+        if not isinstance(self.sharded_optimizer_state, bool):
+            raise UsageProblem(f"sharded_optimizer_state must be true or false, got {self.sharded_optimizer_state!r}")
+        if not isinstance(self.split_after, tuple):
+            raise UsageProblem(f"split_after must be a tuple of layer numbers, got {self.split_after!r}")
+        for layer in self.split_after:
+            _int_range("split_after layer", layer, 0, self.layers - 2)
+        if list(self.split_after) != sorted(set(self.split_after)):
+            raise UsageProblem(f"split_after must be increasing layer numbers, got {list(self.split_after)}")
+        if self.split_after and self.recompute != "pipeline":
+            raise UsageProblem("split_after (the pipeline stages) only applies with recompute=pipeline")
+        if self.recompute == "pipeline" and not self.split_after:
+            raise UsageProblem("recompute=pipeline needs split_after, the last layer of every stage but the last "
+                               "(the last stage is not recomputed)")
+        if self.sharded_optimizer_state and self.replication_factor < 2:
+            raise UsageProblem("sharded_optimizer_state needs replication_factor of 2 or more")
+        if not self.training:
+            used = [name for name, value, default in (
+                ("recompute", self.recompute, "none"), ("optimizer_state", self.optimizer_state, "on-chip"),
+                ("sharded_optimizer_state", self.sharded_optimizer_state, False),
+                ("first_moment", self.first_moment, "float")) if value != default]
+            if used:
+                raise UsageProblem(f"{', '.join(used)} only apply to mode=training")
+        if self.first_moment == "half" and self.optimizer != "adam":
+            raise UsageProblem("first_moment=half applies to the adam optimizer only")
+
+    @property
+    def state_shards(self) -> int:
+        """Replicas the optimizer state is divided over (1 without sharding)."""
+        return self.replication_factor if self.sharded_optimizer_state else 1
 
     @property
     def training(self) -> bool:
@@ -101,6 +149,25 @@ class SynthSpec:
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+    def record(self) -> dict[str, Any]:
+        """The parameters as written in a profile's ``source.generator``.
+
+        The compiled-with options are left out at their defaults, so that
+        profiles generated before they existed keep their exact bytes.
+        """
+        out = self.as_dict()
+        for name, default in _QUIET_DEFAULTS.items():
+            if out[name] == default:
+                del out[name]
+        if "split_after" in out:
+            out["split_after"] = list(self.split_after)
+        return out
+
+
+#: Fields omitted from :meth:`SynthSpec.record` at these values.
+_QUIET_DEFAULTS: Final = {"recompute": "none", "split_after": (), "optimizer_state": "on-chip",
+                          "replication_factor": 1, "sharded_optimizer_state": False, "first_moment": "float"}
 
 
 def _choice(name: str, value: Any, allowed: tuple[str, ...]) -> None:

@@ -1,0 +1,145 @@
+"""Training options on fixtures/profiles/tiny-training.json: exact figures worked by hand in tiny-training.md."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from popliner.analysis import analyse_profile
+from popliner.errors import UsageProblem
+from popliner.memory.training import (
+    TrainingOptions,
+    build_training_view,
+    head_groups,
+    optimizer_state_variables,
+    recompute_operations,
+    update_operations,
+)
+from popliner.profile import load_profile
+from popliner.profile.loader import parse_profile_bytes
+
+TINY = Path(__file__).resolve().parent.parent / "fixtures" / "profiles" / "tiny-training.json"
+STATE = ["mE", "vE", "m0", "v0", "m1", "v1", "mh", "vh"]
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return analyse_profile(load_profile(TINY))
+
+
+def var_names(analysis, mask) -> list[str]:
+    v = analysis.profile.variables
+    return sorted(v.name(i) for i in np.flatnonzero(mask))
+
+
+def test_operations_one_per_step(tiny):
+    assert tiny.ops.first_step.tolist() == list(range(18))
+    assert tiny.ops.names[14] == "Call(9)"
+    assert tiny.layer_names == ("0", "1")
+    assert tiny.mode == "training"
+
+
+def test_weight_updates_include_the_call_site_of_an_update_body(tiny):
+    upd = update_operations(tiny.profile, tiny.ops)
+    assert np.flatnonzero(upd).tolist() == [8, 11, 14, 15, 17]
+
+
+def test_optimizer_state_is_always_live_and_used_by_updates_only(tiny):
+    upd = update_operations(tiny.profile, tiny.ops)
+    state = optimizer_state_variables(tiny.profile, tiny.ops, tiny.always_live_var, upd)
+    assert var_names(tiny, state) == sorted(STATE)
+    # The regex replaces the rule; it still takes always-live variables only.
+    by_name = optimizer_state_variables(tiny.profile, tiny.ops, tiny.always_live_var, upd, r"^m|^x0$")
+    assert var_names(tiny, by_name) == sorted(["mE", "m0", "m1", "mh"])
+
+
+def test_head_and_embedding_groups_by_step_order(tiny):
+    upd = update_operations(tiny.profile, tiny.ops)
+    groups = head_groups(tiny.ops, tiny.layers.layer_of_op, 2, tiny.is_backward, upd)
+    assert np.flatnonzero(groups == 1).tolist() == [5, 6, 7, 8]
+    assert np.flatnonzero(groups == 0).tolist() == [0, 16, 17]
+
+
+def test_last_placement_makes_the_groups_layers(tiny):
+    view = build_training_view(tiny.profile, tiny.ops, tiny.layers, tiny.is_backward, tiny.op_cycles,
+                               TrainingOptions(head_placement="last"))
+    assert view.layers.names == ("embedding", "0", "1", "head")
+    assert view.layers.layer_of_op.tolist() == [0, 1, 1, 2, 2, 3, 3, 3, 3, 2, 2, 2, 1, 1, 1, 1, 0, 0]
+
+
+@pytest.mark.parametrize("kwargs", [
+    {"recompute": "sometimes"}, {"optimizer_state": "nowhere"}, {"head_placement": "middle"},
+    {"replication_factor": 0}, {"sharded_optimizer_state": True}, {"update_regex": "("},
+    {"optimizer_state_regex": "["},
+])
+def test_bad_options_are_usage_problems(kwargs):
+    with pytest.raises(UsageProblem):
+        TrainingOptions(**kwargs)
+
+
+# -- a profile compiled with recomputation ----------------------------------------------
+
+
+def compiled_variant() -> dict[str, Any]:
+    """tiny-training with layer 1's ``fc`` cloned before ``layer1/act_grad``, writing ``a1__re``."""
+    doc = json.loads(TINY.read_text())
+    doc = copy.deepcopy(doc)
+    steps = doc["steps"]
+    programs = doc["programs"]
+    var = doc["variables"]
+    vid = max(var["id"]) + 1
+    var["id"].append(vid)
+    var["bytes"].append(30)
+    var["tile"].append(1)
+    var["class"].append(len(doc["livenessClasses"]))
+    var["name"].append("a1__re")
+    # a1 now dies after its forward read (step 4); the clone's copy lives from
+    # the clone (inserted as step 9) to layer1/act_grad (now step 10).
+    a1 = var["name"].index("a1")
+    doc["livenessClasses"][var["class"][a1]] = [[3, 5]]
+    doc["livenessClasses"].append([[9, 11]])
+    # Every interval at or after step 9 moves one step later.
+    for k, cls in enumerate(doc["livenessClasses"][:-1]):
+        doc["livenessClasses"][k] = [[s + (s >= 9), e + (e >= 9)] for s, e in cls]
+    doc["debugContexts"].append({"id": 900, "parent": None, "layer": "popart", "name": "layer1/fc",
+                                 "data": {"opName": "layer1/fc", "opType": "MatMul", "outputs": ["a1__re"]}})
+    h0 = var["id"][var["name"].index("h0")]
+    w1 = var["id"][var["name"].index("W1")]
+    programs.append({"id": 95, "type": "OnTileExecute", "name": "layer1/fc recompute", "debugContext": 900,
+                     "vars": [h0, w1, vid], "cycles": [100, 50]})
+    programs[0]["children"].insert(programs[0]["children"].index(19), 95)
+    steps.insert(9, 95)
+    # layer1/act_grad reads the clone's output instead of a1.
+    act_grad = next(p for p in programs if p.get("name") == "layer1/act_grad")
+    act_grad["vars"] = [vid if x == var["id"][a1] else x for x in act_grad["vars"]]
+    return doc
+
+
+def test_recompute_clone_is_detected_and_belongs_to_the_backward():
+    doc = compiled_variant()
+    analysis = analyse_profile(parse_profile_bytes(json.dumps(doc).encode(), "compiled.json"))
+    clones = recompute_operations(analysis.profile, analysis.ops, analysis.is_backward)
+    names = [analysis.ops.names[i] for i in np.flatnonzero(clones)]
+    assert names == ["layer1/fc"]
+    clone = int(np.flatnonzero(clones)[0])
+    assert analysis.ops.first_step[clone] == 9
+    view = build_training_view(analysis.profile, analysis.ops, analysis.layers, analysis.is_backward,
+                               analysis.op_cycles, TrainingOptions(recompute="every-layer", head_placement="last"))
+    assert view.recompute == "compiled"
+    assert view.is_backward[clone]
+    assert not view.never_stash.any()
+    assert view.notes and "compiled with recomputation" in view.notes[0]
+
+
+def test_a_backward_op_reading_a_recomputed_tensor_is_no_clone(tiny):
+    # Only forward-named operations can be clones: layer1/act_grad reads a1__re but is a gradient.
+    doc = compiled_variant()
+    analysis = analyse_profile(parse_profile_bytes(json.dumps(doc).encode(), "compiled.json"))
+    clones = recompute_operations(analysis.profile, analysis.ops, analysis.is_backward)
+    grad = analysis.ops.names.index("layer1/act_grad")
+    assert not clones[grad]
