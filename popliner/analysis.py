@@ -1,7 +1,11 @@
-"""One analysed profile: loaded (or cached), operations derived, layers assigned.
+"""One analysed profile: loaded (or cached), operations derived, layers assigned: a thin facade.
 
 :func:`load_analysis` is the entry point of the library for everything that
-works per layer: breakdowns, solvers, the simulator and the CI check.
+works per layer: breakdowns, solvers, the simulator and the CI check. The
+memory figures come from :class:`popliner.memory.engine.MemoryEngine`, the
+pipeline rules from :mod:`popliner.pipeline`; the solvers take a
+:class:`popliner.solvers.problem.SplitProblem` and range costs
+(:func:`solve_split` hands them over).
 """
 
 from __future__ import annotations
@@ -12,13 +16,15 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
-from popliner.arrays import gather_csr
 from popliner.errors import UsageProblem
+from popliner.memory.engine import MemoryEngine
 from popliner.memory.model import MemoryModel
+from popliner.memory.overflow import overflow_detail
+from popliner.memory.training import TrainingOptions
 from popliner.memory.types import StageMemory
 from popliner.ops.layers import (
     AUTO_PRESET,
@@ -28,12 +34,18 @@ from popliner.ops.layers import (
     compile_regex,
 )
 from popliner.ops.operations import DEFAULT_OP_LAYERS, OperationTable, derive_operations
+from popliner.pipeline import StageFigure, range_figure, stage_figures
 from popliner.profile.cache import cache_path, load_cached, store_cached
 from popliner.profile.loader import parse_profile_bytes, read_profile_bytes
 from popliner.profile.model import Profile
 from popliner.progress import phase
+from popliner.solvers.problem import SplitProblem
+from popliner.solvers.result import SplitResult, stage_result
 
-__all__ = ["DEFAULT_BACKWARD_REGEX", "Analysis", "AnalysisOptions", "analyse_profile", "load_analysis"]
+if TYPE_CHECKING:
+    from popliner.solvers.solve import SolverName
+
+__all__ = ["DEFAULT_BACKWARD_REGEX", "Analysis", "AnalysisOptions", "analyse_profile", "load_analysis", "solve_split"]
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +71,8 @@ class AnalysisOptions:
     layered_vars_only: bool = True
     mode: Mode = "auto"
     backward_regex: str = DEFAULT_BACKWARD_REGEX
+    #: How training memory is modelled (read only by the memory engine and the pipeline rules).
+    training: TrainingOptions = field(default_factory=TrainingOptions)
 
     def cache_key(self) -> str:
         # Only what shapes the cached data (operations) goes into the key.
@@ -67,18 +81,18 @@ class AnalysisOptions:
 
 @dataclass(eq=False)
 class Analysis:
-    """A profile with its operations and layers, and the memory model over them."""
+    """A profile with its operations and layers, and the memory engine over them.
+
+    The figures themselves come from :attr:`engine` (a
+    :class:`popliner.memory.engine.MemoryEngine`); the methods here take
+    layer names, as users and configs give them, and hand indices on.
+    """
 
     profile: Profile
     ops: OperationTable
     layers: LayerAssignment
     options: AnalysisOptions
-    model: MemoryModel = field(init=False)
     from_cache: bool = False
-
-    def __post_init__(self) -> None:
-        counted = self.layers.layer_of_op >= 0 if self.options.layered_vars_only else np.ones(self.ops.count, bool)
-        self.model = MemoryModel(self.profile, self.ops, counted)
 
     # -- layers and operations -----------------------------------------------
 
@@ -98,137 +112,104 @@ class Analysis:
             return self.options.mode
         return "training" if bool(self.is_backward.any()) else "inference"
 
+    @cached_property
+    def engine(self) -> MemoryEngine:
+        """The memory engine of this profile, its layers and its mode."""
+        counted = self.layers.layer_of_op >= 0 if self.options.layered_vars_only else np.ones(self.ops.count, bool)
+        return MemoryEngine(self.profile, self.ops, self.layers.layer_of_op, self.layers.names, counted,
+                            self.is_backward, self.mode == "training", self.options.training)
+
+    @property
+    def model(self) -> MemoryModel:
+        return self.engine.model
+
     def layer_index(self, name: str) -> int:
         try:
             return self.layer_names.index(name)
         except ValueError:
             raise UsageProblem(f"no layer named {name!r}; layers are {_preview(self.layer_names)}") from None
 
+    def layer_indices(self, names: Sequence[str]) -> list[int]:
+        return [self.layer_index(name) for name in names]
+
     def stage_ops(self, layers: Sequence[str], first_stage: bool) -> np.ndarray:
         """Operations of the given layers, plus the unlayered ones for the first stage."""
-        wanted = np.array([self.layer_index(name) for name in layers], np.int64)
-        mask = np.isin(self.layers.layer_of_op, wanted)
-        if first_stage:
-            mask |= self.layers.layer_of_op < 0
-        return np.flatnonzero(mask)
+        return self.engine.stage_ops(self.layer_indices(layers), first_stage)
 
-    # -- figures ---------------------------------------------------------------
+    # -- figures (by layer name) -------------------------------------------------
 
     def stage_memory(self, layers: Sequence[str], first_stage: bool = False) -> StageMemory:
-        return self.model.stage(self.stage_ops(layers, first_stage))
-
-    @cached_property
-    def step_cycles(self) -> np.ndarray:
-        """Cycles of each step: its program's maximum over tiles."""
-        per_program = self.profile.programs.cycles.row_max()
-        return per_program[self.profile.steps] if self.profile.num_steps else np.zeros(0, np.int64)
-
-    @cached_property
-    def op_cycles(self) -> np.ndarray:
-        """Cycles per operation: the sum over the steps it runs at."""
-        owner = self.ops.op_of_step
-        keep = owner >= 0
-        return np.bincount(owner[keep], weights=self.step_cycles[keep], minlength=self.ops.count).astype(np.int64)
-
-    def backward_part(self, ops: np.ndarray) -> np.ndarray:
-        """Bool per operation of a stage: in the stage's backward part.
-
-        The backward part starts at the stage's first operation whose name marks
-        it as backward; everything from that step on belongs to it. Names alone
-        would leave out call sites and helpers of the backward pass that carry
-        no gradient name.
-        """
-        named = self.is_backward[ops]
-        if not named.any():
-            return np.zeros(len(ops), bool)
-        first = self.ops.first_step[ops]
-        start = int(first[named & (first >= 0)].min(initial=np.iinfo(np.int64).max))
-        return named | (first >= start)
+        return self.engine.stage_memory(self.stage_ops(layers, first_stage))
 
     def stage_cycles_split(self, layers: Sequence[str], first_stage: bool = False) -> tuple[int, int]:
         """(forward, backward) cycles of one micro-batch through the stage."""
-        ops = self.stage_ops(layers, first_stage)
-        back = self.backward_part(ops)
-        cyc = self.op_cycles[ops]
-        return int(cyc[~back].sum()), int(cyc[back].sum())
+        return self.engine.cycles_split(self.stage_ops(layers, first_stage))
 
     def stage_cycles(self, layers: Sequence[str], first_stage: bool = False) -> int:
         return sum(self.stage_cycles_split(layers, first_stage))
 
-    @cached_property
-    def var_first_step(self) -> np.ndarray:
-        """First live step of each variable (its class's first interval start)."""
-        p = self.profile
-        starts = np.full(p.num_classes, -1, np.int64)
-        nonempty = np.diff(p.class_ptr) > 0
-        starts[nonempty] = p.iv_start[p.class_ptr[:-1][nonempty]]
-        return starts[p.variables.klass]
-
-    @cached_property
-    def var_last_step(self) -> np.ndarray:
-        """Last live step of each variable (inclusive), -1 when never live."""
-        p = self.profile
-        ends = np.full(p.num_classes, -1, np.int64)
-        nonempty = np.diff(p.class_ptr) > 0
-        ends[nonempty] = p.iv_end[p.class_ptr[1:][nonempty] - 1] - 1
-        return ends[p.variables.klass]
-
-    @cached_property
-    def always_live_var(self) -> np.ndarray:
-        return self.profile.always_live_classes()[self.profile.variables.klass]
-
     def stash_entry_per_tile(self, layers: Sequence[str], first_stage: bool = False) -> np.ndarray:
-        """Bytes per tile of one activation stash entry of the stage (training).
-
-        A stashed variable goes live during the stage's forward part and dies
-        during its backward part: it must be kept for every micro-batch in
-        flight between the two. Zero in inference.
-        """
-        tiles = self.profile.tiles
-        if self.mode != "training":
-            return np.zeros(tiles, np.int64)
-        ops = self.stage_ops(layers, first_stage)
-        back = self.backward_part(ops)
-        fwd_lo, fwd_hi = self.model.window(ops[~back])
-        bwd_lo, bwd_hi = self.model.window(ops[back])
-        if fwd_hi < fwd_lo or bwd_hi < bwd_lo:
-            return np.zeros(tiles, np.int64)
-        var = self.model.counted_variables(ops)
-        first, last = self.var_first_step[var], self.var_last_step[var]
-        stash = (first >= fwd_lo) & (first <= fwd_hi) & (last >= bwd_lo) & (last <= bwd_hi) & ~self.always_live_var[var]
-        v = self.profile.variables
-        return np.bincount(v.tile[var[stash]], weights=v.bytes[var[stash]], minlength=tiles).astype(np.int64)
+        """Bytes per tile of one activation stash entry of the stage (zero in inference)."""
+        return self.engine.stash_entry_per_tile(self.stage_ops(layers, first_stage))
 
     def boundary_bytes(self, layers_before: Sequence[str], layers_after: Sequence[str]) -> int:
         """Bytes of non-always-live variables used on both sides of a stage boundary."""
-        before = sorted(self.layer_index(n) for n in layers_before)
-        after = sorted(self.layer_index(n) for n in layers_after)
-        cut = len(before)
-        if before == list(range(cut)) and after == list(range(cut, len(self.layer_names))):
-            # The usual case, a cut through the layer order: one pass over the
-            # per-variable layer span instead of two set unions per boundary.
-            lo, hi = self._variable_layer_span
-            shared = (lo < cut) & (hi >= cut) & ~self.always_live_var
-            return int(self.profile.variables.bytes[shared].sum())
-        used_before = self.model.counted_variables(self.stage_ops(layers_before, False))
-        used_after = self.model.counted_variables(self.stage_ops(layers_after, False))
-        both = np.intersect1d(used_before, used_after, assume_unique=True)
-        both = both[~self.always_live_var[both]]
-        return int(self.profile.variables.bytes[both].sum())
+        return self.engine.boundary_bytes(self.layer_indices(layers_before), self.layer_indices(layers_after))
 
-    @cached_property
-    def _variable_layer_span(self) -> tuple[np.ndarray, np.ndarray]:
-        """Per variable: the first and last layer whose counted operations use it."""
-        n = self.profile.variables.count
-        lo = np.full(n, np.iinfo(np.int64).max, np.int64)
-        hi = np.full(n, -1, np.int64)
-        ops = np.flatnonzero((self.layers.layer_of_op >= 0) & self.model.counted_vars)
-        lens = self.ops.var_ptr[ops + 1] - self.ops.var_ptr[ops]
-        var = gather_csr(self.ops.var_ptr, self.ops.var_idx, ops)
-        layer = np.repeat(self.layers.layer_of_op[ops], lens)
-        np.minimum.at(lo, var, layer)
-        np.maximum.at(hi, var, layer)
-        return lo, hi
+    def pipeline_figures(self, stages: Sequence[Sequence[str]]) -> tuple[StageFigure, ...]:
+        """Each IPU's figure (model, stash, copy buffers) for a placement given by layer names."""
+        return stage_figures(self.engine, [self.layer_indices(group) for group in stages])
+
+    # Per-operation and per-variable arrays the review tables read.
+
+    @property
+    def op_cycles(self) -> np.ndarray:
+        return self.engine.op_cycles
+
+    @property
+    def var_first_step(self) -> np.ndarray:
+        return self.engine.var_first_step
+
+    @property
+    def var_last_step(self) -> np.ndarray:
+        return self.engine.var_last_step
+
+    @property
+    def always_live_var(self) -> np.ndarray:
+        return self.engine.always_live_var
+
+
+def solve_split(analysis: Analysis, problem: SplitProblem, *, solver: SolverName = "ilp", time_limit: float = 60.0,
+                seed: int = 0, link_bytes_per_second: float = 64e9) -> SplitResult:
+    """Split the analysed profile's layers over at most ``problem.num_ipus`` IPUs, with each stage's figures.
+
+    The solvers see only the problem and the profile's range costs; each
+    stage's figures then come from :func:`popliner.pipeline.range_figure`.
+    A stage over budget (a best effort) says on which tile, at which step
+    and with which variables it overflows.
+    """
+    from popliner.memory.ranges import ProfileRanges
+    from popliner.solvers.solve import solve_bounds
+
+    t0 = time.perf_counter()
+    engine = analysis.engine
+    table = ProfileRanges(engine, problem.budget, link_bytes_per_second)
+    outcome = solve_bounds(
+        table, problem, solver=solver, time_limit=time_limit, seed=seed,
+        relaxed=lambda factor: ProfileRanges(engine, int(problem.budget * factor), link_bytes_per_second),
+        layer_bytes=lambda k: table.stage_memory(k, k).worst_bytes,
+    )
+    count = len(outcome.bounds)
+    stages = []
+    for k, (i, j) in enumerate(outcome.bounds):
+        figure = range_figure(engine, i, j, k, count)
+        detail = None
+        if not figure.fits(problem.budget) and outcome.status == "INFEASIBLE":
+            detail = overflow_detail(engine.model, engine.range_ops(i, j), figure.worst_tile)
+        stages.append(stage_result(figure, analysis.layer_names, problem.budget, detail))
+    return SplitResult(outcome.solver, outcome.status, analysis.mode, problem.num_ipus, problem.budget, tuple(stages),
+                       objective=outcome.objective, bound=outcome.bound, gap=outcome.gap,
+                       wall_seconds=time.perf_counter() - t0, note=outcome.note)
 
 
 def _preview(names: Sequence[str], limit: int = 8) -> str:

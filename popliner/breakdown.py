@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 
 from popliner.analysis import Analysis
+from popliner.arrays import gather_csr, sorted_unique, union_of
 from popliner.memory.model import MemoryModel
 from popliner.memory.types import COMPONENTS, StageMemory
-from popliner.arrays import gather_csr, sorted_unique, union_of
 from popliner.outputs.rows import Breakdown, LayerMatrix, LayerRow, OperationRow, TotalsRow
 
 __all__ = ["affinity_matrix", "build_breakdown", "interlayer_matrix", "profile_totals", "whole_profile_memory"]

@@ -6,19 +6,15 @@ predictions, so a hand-edited config or a changed model is checked for real.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
-
-import numpy as np
 
 from popliner.analysis import Analysis
 from popliner.config.model import PipelineConfig
 from popliner.errors import ConfigError
-from popliner.memory.types import ComponentBytes
 from popliner.memory.overflow import LiveVariable, overflow_detail
-from popliner.solvers.ranges import extra_stash_entries
+from popliner.memory.types import ComponentBytes
 
-__all__ = ["CheckResult", "IpuCheck", "LiveVariable", "check_config", "ipu_memory_per_tile"]
+__all__ = ["CheckResult", "IpuCheck", "LiveVariable", "check_config"]
 
 
 @dataclass(frozen=True)
@@ -30,8 +26,10 @@ class IpuCheck:
     memory: ComponentBytes  # summed over tiles, stash excluded
     stash_bytes: int  # summed over tiles, all extra entries
     worst_tile: int
-    worst_tile_bytes: int
-    worst_tile_memory: ComponentBytes  # the worst tile's components (stash not included)
+    worst_tile_bytes: int  # on the worst tile: model + stash + copy buffer
+    worst_tile_memory: ComponentBytes  # the worst tile's components (stash and copy buffer not included)
+    worst_tile_stash: int  # the stash on the worst tile
+    copy_buffer: int  # per tile (the same on every tile)
     budget: int
     fits: bool
     peak_step: int  # step of the variable peak on the worst tile, -1 if none
@@ -54,35 +52,24 @@ class CheckResult:
         return all(i.fits for i in self.ipus)
 
 
-def ipu_memory_per_tile(analysis: Analysis, layers: Sequence[str], position: int, num_ipus: int,
-                        training: bool) -> tuple[np.ndarray, np.ndarray]:
-    """(stage memory per tile (5, tiles), extra stash per tile) of the IPU at ``position``."""
-    mem = analysis.stage_memory(layers, first_stage=position == 0)
-    extra = extra_stash_entries(position, num_ipus) if training else 0
-    stash = analysis.stash_entry_per_tile(layers, first_stage=position == 0) * extra if extra else (
-        np.zeros(mem.tiles, np.int64))
-    return mem.per_tile, stash
-
-
 def check_config(analysis: Analysis, config: PipelineConfig, config_path: str, *, budget: int,
                  largest: int = 5) -> CheckResult:
+    """Each IPU of the config against ``budget``, from the profile (:func:`popliner.pipeline.stage_figures`)."""
     _check_layers(analysis, config, config_path)
-    training = config.mode == "training"
+    figures = analysis.pipeline_figures([stage.layers for stage in config.stages])
     results = []
-    for k, stage in enumerate(config.stages):
-        per_tile, stash = ipu_memory_per_tile(analysis, stage.layers, k, config.num_ipus, training)
-        total = per_tile.sum(axis=0) + stash
-        worst = int(np.argmax(total))
-        fits = int(total[worst]) <= budget
+    for k, (stage, figure) in enumerate(zip(config.stages, figures)):
+        worst = figure.worst_tile
+        fits = figure.fits(budget)
         step = -1
         live: tuple[LiveVariable, ...] = ()
         if not fits:
             detail = overflow_detail(analysis.model, analysis.stage_ops(stage.layers, k == 0), worst, largest)
             step, live = detail.step, detail.largest_live
         results.append(IpuCheck(
-            ipu=k, layers=stage.layers, memory=ComponentBytes(*(int(v) for v in per_tile.sum(axis=1))),
-            stash_bytes=int(stash.sum()), worst_tile=worst, worst_tile_bytes=int(total[worst]),
-            worst_tile_memory=ComponentBytes(*(int(v) for v in per_tile[:, worst])), budget=budget, fits=fits,
+            ipu=k, layers=stage.layers, memory=figure.memory.summed(), stash_bytes=figure.stash_bytes_summed,
+            worst_tile=worst, worst_tile_bytes=figure.worst_bytes, worst_tile_memory=figure.worst_tile_memory,
+            worst_tile_stash=figure.worst_tile_stash, copy_buffer=figure.copy_buffer, budget=budget, fits=fits,
             peak_step=step, largest_live=live,
         ))
     return CheckResult(analysis.profile.path, config_path, budget, tuple(results))

@@ -20,12 +20,17 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 
 from popliner.synth import SynthSpec, preset_spec, write_profile  # noqa: E402 (after the path set-up)
+from popliner.synth.spec import UNCALIBRATED  # noqa: E402
 
 OUT = ROOT / "fixtures" / "profiles"
 
 
 def fixtures() -> dict[str, SynthSpec]:
-    """File name -> spec. Sizes are chosen so that each profile stays well under 1 MB."""
+    """File name -> spec. Sizes are chosen so that each profile stays well under 1 MB.
+
+    The fixtures made from calibrated presets keep the catalog's own amounts
+    (``UNCALIBRATED``): tests and goldens were written against them.
+    """
     return {
         # 3 layers on 32 tiles, plain JSON so it can be read with a JSON viewer.
         "bert-tiny-inference.json": preset_spec("bert-tiny", "inference", layers=3, scale=0.5),
@@ -33,9 +38,10 @@ def fixtures() -> dict[str, SynthSpec]:
         # BERT-base structure (12 layers), narrowed so that it splits over four 128-tile IPUs
         # with its activation stashes (SGD, micro-batch 1).
         "bert-base-training.json.gz": preset_spec("bert-base", "training", hidden=256, vocab=8192, batch=1,
-                                                  tiles=128, scale=0.25, optimizer="sgd"),
+                                                  tiles=128, scale=0.25, optimizer="sgd", **UNCALIBRATED),
         # Full GPT-2 small widths (tied 50257-word embedding) on 384 tiles, sequence 256.
-        "gpt2-small-inference.json.gz": preset_spec("gpt2-small", "inference", tiles=384, seq=256, scale=0.5),
+        "gpt2-small-inference.json.gz": preset_spec("gpt2-small", "inference", tiles=384, seq=256, scale=0.5,
+                                                    **UNCALIBRATED),
         "resnet-small-training.json.gz": preset_spec("resnet-small", "training", scale=0.5),
     }
 

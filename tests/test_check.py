@@ -14,9 +14,9 @@ from popliner.analysis import load_analysis
 from popliner.check import check_config
 from popliner.cli import cli
 from popliner.config.yaml_io import read_config
+from popliner.pipeline import extra_stash_entries
 from popliner.simulator.engine import simulate
 from popliner.simulator.inputs import inputs_from_analysis
-from popliner.solvers.ranges import extra_stash_entries
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "profiles"
 

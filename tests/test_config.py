@@ -347,11 +347,11 @@ def test_document_is_not_modified_by_validation() -> None:
      "gradient_accumulation: 1000000000000 is above the limit"),
 ])
 def test_absurd_sizes_are_refused_not_run(tmp_path, old, new, message):
+    from pathlib import Path
+
     from click.testing import CliRunner
 
     from popliner.cli import cli
-
-    from pathlib import Path
 
     profile = Path(__file__).resolve().parent.parent / "fixtures" / "profiles" / "tiny.json"
     cfg = tmp_path / "p.yaml"

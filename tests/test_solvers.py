@@ -10,13 +10,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from popliner.analysis import analyse_profile
+from popliner.analysis import analyse_profile, solve_split
+from popliner.memory.ranges import ProfileRanges
+from popliner.pipeline import stash_depth
 from popliner.profile import load_profile
 from popliner.solvers.dp import dp_bounds
 from popliner.solvers.greedy import greedy_bounds
 from popliner.solvers.ilp import ilp_bounds
-from popliner.solvers.ranges import ArrayRanges, ProfileRanges, SplitProblem, stash_depth
-from popliner.solvers.solve import solve_split
+from popliner.solvers.problem import ArrayRanges, SplitProblem
 
 TINY = Path(__file__).resolve().parent.parent / "fixtures" / "profiles" / "tiny.json"
 
@@ -151,7 +152,7 @@ def test_ilp_agrees_with_dp_and_never_loses_to_greedy(data, ipus, training):
 
 
 def _cost(table, a, b, k, position, problem):
-    from popliner.solvers.ranges import extra_stash_entries
+    from popliner.pipeline import extra_stash_entries
 
     extra = extra_stash_entries(position, k) if problem.training else 0
     return table.cost(a, b) if table.has_cycles else table.memory(a, b, extra)
@@ -159,10 +160,10 @@ def _cost(table, a, b, k, position, problem):
 
 def _check_split(table, problem, bounds):
     """Contiguous, covers every layer, every stage fits at its position."""
-    from popliner.solvers.ranges import extra_stash_entries
+    from popliner.pipeline import extra_stash_entries
 
     assert bounds[0][0] == 0 and bounds[-1][1] == table.num_layers - 1
-    for (a, b), (c, _) in zip(bounds, bounds[1:]):
+    for (_, b), (c, _) in zip(bounds, bounds[1:]):
         assert c == b + 1
     for k, (a, b) in enumerate(bounds):
         extra = extra_stash_entries(k, len(bounds)) if problem.training else 0
@@ -172,7 +173,7 @@ def _check_split(table, problem, bounds):
 
 def test_profile_ranges_match_the_memory_model():
     a = analyse_profile(load_profile(TINY))
-    table = ProfileRanges(a, limit=10_000)
+    table = ProfileRanges(a.engine, limit=10_000)
     for i in range(2):
         for j in range(i, 2):
             total, _ = table._range(i, j)
@@ -183,7 +184,7 @@ def test_profile_ranges_match_the_memory_model():
 
 def test_profile_ranges_stop_at_the_limit():
     a = analyse_profile(load_profile(TINY))
-    table = ProfileRanges(a, limit=450)
+    table = ProfileRanges(a.engine, limit=450)
     assert table.memory(0, 0, 0) == 422
     assert table.memory(0, 1, 0) == math.inf  # 472 > 450
     assert (0, 1) not in table._ranges
@@ -255,7 +256,7 @@ def _brute_force(table, problem):
     """Every contiguous split into at most N stages; the best (cost, memory, crossing) tuple."""
     from itertools import combinations
 
-    from popliner.solvers.ranges import extra_stash_entries
+    from popliner.pipeline import extra_stash_entries
 
     n = table.num_layers
     best = None
@@ -299,7 +300,7 @@ def test_ilp_equals_brute_force(data, ipus, training, exact):
             continue
         assert got.optimal and got.objectives == expected
         # Every stage fits when recomputed independently.
-        from popliner.solvers.ranges import extra_stash_entries
+        from popliner.pipeline import extra_stash_entries
 
         k = len(got.bounds)
         for position, (a, b) in enumerate(got.bounds):

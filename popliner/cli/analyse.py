@@ -263,7 +263,7 @@ def _layer_indices(analysis: Analysis, names: tuple[str, ...], option: str) -> l
 
 def _problem(analysis: Analysis, num_ipus: int, exact_ipus: bool, budget: int, split_after: tuple[str, ...],
              same_ipu: tuple[str, ...], min_layers: int, keep_shared: bool) -> Any:
-    from popliner.solvers.ranges import SplitProblem
+    from popliner.solvers.problem import SplitProblem
 
     if not analysis.layer_names:
         raise UsageProblem(f"{analysis.profile.path}: no operation got a layer, so there is nothing to split; "
@@ -286,7 +286,7 @@ def _solve(analysis: Analysis, problem: Any, min_ipus: bool, solver: str, time_l
            link_bandwidth: float) -> Any:
     import dataclasses
 
-    from popliner.solvers.solve import solve_split
+    from popliner.analysis import solve_split
 
     asked = problem
     if min_ipus:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -33,6 +33,9 @@ from popliner.simulator.outputs import (
 )
 
 __all__ = ["command"]
+
+if TYPE_CHECKING:
+    from popliner.analysis import Analysis
 
 logger = logging.getLogger(__name__)
 
@@ -117,15 +120,9 @@ def _inputs(cfg: PipelineConfig, profile_path: str | None) -> SimInputs:
                                 clock_hz=float(target.clock_hz))
 
 
-def _load_analysis(profile_path: str) -> Any:
-    """The lead's analysis API, imported only when --profile is given."""
-    try:
-        from popliner.analysis import AnalysisOptions, load_analysis
-    except ImportError as exc:
-        if exc.name in ("popliner.analysis", None):
-            raise UsageProblem("--profile support needs popliner.analysis, which this installation lacks; "
-                               "run without --profile to use the config's predictions") from None
-        raise
+def _load_analysis(profile_path: str) -> Analysis:
+    from popliner.analysis import AnalysisOptions, load_analysis
+
     return load_analysis(profile_path, AnalysisOptions(), use_cache=True)
 
 

@@ -10,7 +10,7 @@ import click
 
 from popliner.errors import UsageProblem
 from popliner.synth import PRESETS, SynthSpec, preset_names, preset_spec, write_profile
-from popliner.synth.spec import FIRST_MOMENTS, KINDS, MODES, OPTIMIZER_STATES, OPTIMIZERS, RECOMPUTES
+from popliner.synth.spec import FIRST_MOMENTS, KINDS, MODES, OPTIMIZER_STATES, OPTIMIZERS, RECOMPUTES, UNCALIBRATED
 
 __all__ = ["command"]
 
@@ -56,13 +56,15 @@ _OVERRIDES = {
               help="Divide the optimizer state over the replicas (replicated tensor sharding).")
 @click.option("--first-moment", type=click.Choice(FIRST_MOMENTS), default=None,
               help="Type of Adam's first moment (default float).")
+@click.option("--uncalibrated", is_flag=True,
+              help="Use the catalog's own code and state sizes, not the preset's calibration.")
 @click.option("--gzip/--no-gzip", "gzip_out", default=None, help="Compress (default: when the name ends .gz).")
 @click.option("--no-var-names", is_flag=True, help="Leave out variable names (smaller, faster files).")
 @click.option("-f", "--force", is_flag=True, help="Overwrite an existing output file.")
 @click.option("--list-presets", is_flag=True, help="List the presets and exit.")
 def command(preset: str | None, mode: str, kind: str | None, output: str | None, gzip_out: bool | None,
             no_var_names: bool, force: bool, list_presets: bool, split_after: str | None,
-            sharded_optimizer_state: bool, **options: Any) -> None:
+            sharded_optimizer_state: bool, uncalibrated: bool, **options: Any) -> None:
     """Generate a deterministic synthetic profile (format v1) of a model on one IPU.
 
     \b
@@ -80,6 +82,8 @@ def command(preset: str | None, mode: str, kind: str | None, output: str | None,
         options["split_after"] = _layer_list(split_after)
     if sharded_optimizer_state:
         options["sharded_optimizer_state"] = True
+    if uncalibrated:
+        options.update(UNCALIBRATED)
     spec = _spec(preset, mode, kind, no_var_names, options)
     log.info("generating %s %s (%d layers, %d tiles, scale %g, seed %d)", spec.model, spec.mode, spec.layers,
              spec.tiles, spec.scale, spec.seed)

@@ -1,10 +1,8 @@
 """The pipeline config as plain frozen dataclasses, and how to make one from a split.
 
-A config places each layer of the model on one IPU. Inference with K IPUs is
-a pipeline of K stages; training is a pipeline of 2K-1 stages because the
-backward pass of IPU i becomes a stage of its own, ``2K-2-i``, except on the
-last IPU where the forward and backward pass share stage ``K-1`` (the loss
-is computed there, so nothing needs to wait for another IPU in between).
+A config places each layer of the model on one IPU. The stage numbering
+(K stages in inference, 2K-1 in training) is PopART's, from
+:mod:`popliner.pipeline`.
 """
 
 from __future__ import annotations
@@ -13,8 +11,10 @@ import hashlib
 import os
 from dataclasses import dataclass
 
+from popliner import pipeline
 from popliner.errors import UsageProblem
 from popliner.memory.types import ComponentBytes
+from popliner.pipeline import backward_stage, forward_stage
 from popliner.solvers.result import SplitResult, StageResult
 
 __all__ = [
@@ -37,18 +37,8 @@ MODES: tuple[str, ...] = ("inference", "training")
 
 
 def num_pipeline_stages(mode: str, num_ipus: int) -> int:
-    """P: K stages in inference, 2K-1 in training (backward of the last IPU shares its stage)."""
-    return 2 * num_ipus - 1 if mode == "training" else num_ipus
-
-
-def forward_stage(ipu: int) -> int:
-    """Pipeline stage of the forward pass on ``ipu`` (the same in both modes)."""
-    return ipu
-
-
-def backward_stage(ipu: int, num_ipus: int) -> int:
-    """Pipeline stage of the backward pass on ``ipu`` in training."""
-    return 2 * num_ipus - 2 - ipu
+    """P for a config's mode: the rule is :func:`popliner.pipeline.num_pipeline_stages`."""
+    return pipeline.num_pipeline_stages(mode == "training", num_ipus)
 
 
 def default_gradient_accumulation(num_stages: int) -> int:

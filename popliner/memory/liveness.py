@@ -14,13 +14,13 @@ import numpy as np
 from popliner.arrays import expand_ranges, unique_inverse
 from popliner.profile.model import Profile
 
-__all__ = ["group_peaks", "live_bytes_at", "window_peak"]
+__all__ = ["group_peaks", "window_peak"]
 
 
 def window_peak(profile: Profile, var_idx: np.ndarray, lo: int, hi: int) -> np.ndarray:
     """Per-tile peak of live bytes of ``var_idx`` over steps ``lo..hi`` (inclusive)."""
     group = np.zeros(len(var_idx), np.int64)
-    return group_peaks(profile, group, var_idx, np.array([lo]), np.array([hi]))[0]
+    return np.asarray(group_peaks(profile, group, var_idx, np.array([lo]), np.array([hi]))[0])
 
 
 def group_peaks(
@@ -38,7 +38,8 @@ def group_peaks(
     if var_idx.size == 0 or num_groups == 0:
         return out
     v = profile.variables
-    agg_group, agg_cls, agg_tile, agg_bytes = _aggregate(group, v.klass[var_idx], v.tile[var_idx], v.bytes[var_idx], tiles)
+    agg_group, agg_cls, agg_tile, agg_bytes = _aggregate(group, v.klass[var_idx], v.tile[var_idx], v.bytes[var_idx],
+                                                         tiles)
     # Expand each aggregate into its class's intervals.
     counts = profile.class_ptr[agg_cls + 1] - profile.class_ptr[agg_cls]
     rep = np.repeat(np.arange(len(agg_cls)), counts)
@@ -89,16 +90,3 @@ def _aggregate(
     rest = uniq // tiles
     ncls = int(cls.max()) + 1
     return rest // ncls, (rest % ncls).astype(np.int64), tile_out, summed.astype(np.int64)
-
-
-def live_bytes_at(profile: Profile, var_idx: np.ndarray, tile: int, step: int) -> np.ndarray:
-    """Which of ``var_idx`` on ``tile`` are live at ``step`` (bool per entry)."""
-    v = profile.variables
-    on_tile = v.tile[var_idx] == tile
-    cls = v.klass[var_idx]
-    live = np.zeros(len(var_idx), bool)
-    for k in np.flatnonzero(on_tile):
-        c = int(cls[k])
-        a, b = int(profile.class_ptr[c]), int(profile.class_ptr[c + 1])
-        live[k] = bool(np.any((profile.iv_start[a:b] <= step) & (step < profile.iv_end[a:b])))
-    return live

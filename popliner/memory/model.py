@@ -45,10 +45,12 @@ class MemoryModel:
         self.counted_vars = np.asarray(counted_vars, bool)
         progs = profile.programs
         self.tiles = profile.tiles
-        self._leaf = progs.is_leaf()
-        self._exchange = progs.type == DO_EXCHANGE
+        #: Per program: a leaf (its control code counts), a ``DoExchange`` (its exchange code counts).
+        self.leaf = progs.is_leaf()
+        self.exchange = progs.type == DO_EXCHANGE
         vt = profile.vertex_types
-        self._code = np.stack([vt.code.dense(t, self.tiles) for t in range(len(vt.names))]) if vt.names else (
+        #: Code bytes of each vertex type on each tile, int64 [types, tiles].
+        self.code_by_type = np.stack([vt.code.dense(t, self.tiles) for t in range(len(vt.names))]) if vt.names else (
             np.zeros((0, self.tiles), np.int64))
         self._memo: dict[bytes, StageMemory] = {}
 
@@ -67,8 +69,8 @@ class MemoryModel:
     def _components(self, ops: np.ndarray) -> tuple[np.ndarray, ...]:
         progs = self.profile.programs
         p = self.ops.programs_of_set(ops)
-        control = progs.control.sum_rows(p[self._leaf[p]], self.tiles)
-        exchange = progs.exchange.sum_rows(p[self._exchange[p]], self.tiles)
+        control = progs.control.sum_rows(p[self.leaf[p]], self.tiles)
+        exchange = progs.exchange.sum_rows(p[self.exchange[p]], self.tiles)
         runs = progs.vertices.runs_of(p)
         code, state = self._vertex_memory(runs)
         return self.variables(ops), code, state, exchange, control
@@ -87,7 +89,7 @@ class MemoryModel:
         np.add.at(diff, vtype * width + verts.first[runs], 1)
         np.add.at(diff, vtype * width + verts.stop[runs], -1)
         present = np.cumsum(diff.reshape(len(sizes), width), axis=1)[:, : self.tiles] > 0
-        code = (self._code * present).sum(axis=0)
+        code = (self.code_by_type * present).sum(axis=0)
         return code, state
 
     def window(self, ops: np.ndarray) -> tuple[int, int]:
@@ -112,8 +114,8 @@ class MemoryModel:
         n = self.ops.count
         progs = self.profile.programs
         owner = self.ops.op_of_program
-        control = _owner_sum(progs.control.row_totals(), owner, self._leaf, n)
-        exchange = _owner_sum(progs.exchange.row_totals(), owner, self._exchange, n)
+        control = _owner_sum(progs.control.row_totals(), owner, self.leaf, n)
+        exchange = _owner_sum(progs.exchange.row_totals(), owner, self.exchange, n)
         state, code = self._per_op_vertex_totals(n)
         variables = self._per_op_variable_totals(n)
         return [
@@ -136,7 +138,7 @@ class MemoryModel:
         # Code: union of each (op, type)'s tile runs, then prefix sums of code.
         group = run_op * len(sizes) + vtype
         m_group, m_first, m_stop = _merge_runs(group, first, stop)
-        prefix = np.concatenate((np.zeros((len(sizes), 1), np.int64), np.cumsum(self._code, axis=1)), axis=1)
+        prefix = np.concatenate((np.zeros((len(sizes), 1), np.int64), np.cumsum(self.code_by_type, axis=1)), axis=1)
         t = m_group % len(sizes)
         code_bytes = prefix[t, m_stop] - prefix[t, m_first]
         code = np.bincount(m_group // len(sizes), weights=code_bytes, minlength=n)

@@ -55,7 +55,7 @@ class StageMemory:
 
     @property
     def total_per_tile(self) -> np.ndarray:
-        return self.per_tile.sum(axis=0)
+        return np.asarray(self.per_tile.sum(axis=0))
 
     @property
     def worst_tile(self) -> int:

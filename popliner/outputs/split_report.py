@@ -198,9 +198,9 @@ def fit_facts(analysis: Any, problem: Any, link_bytes_per_second: float = 64e9) 
     Uses the solver's memoised range table, so after a solve this costs a few
     dynamic programs over ranges that are mostly evaluated already.
     """
-    from popliner.solvers.ranges import ProfileRanges
+    from popliner.memory.ranges import ProfileRanges
     from popliner.solvers.solve import minimum_ipus
 
-    table = ProfileRanges(analysis, problem.budget, link_bytes_per_second)
+    table = ProfileRanges(analysis.engine, problem.budget, link_bytes_per_second)
     whole = table.stage_memory(0, table.num_layers - 1).worst_bytes if table.num_layers else 0
     return FitFacts(minimum_ipus(table, problem), int(whole))

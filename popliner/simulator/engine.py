@@ -22,13 +22,13 @@ evenly over its tiles). The peak is taken over the run on the worst tile.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from popliner.errors import UsageProblem
+from popliner.pipeline import spread_over_tiles
 from popliner.simulator.schedule import (
     Fragment,
     Schedule,
@@ -448,7 +448,7 @@ def _copy_buffer_per_tile(stages: tuple[SimStage, ...], u: int, tiles: int) -> i
             continue
         if s.ipu == u or stages[s.index + 1].ipu == u:
             total += s.send_bytes
-    return math.ceil(total / tiles) if tiles else 0
+    return spread_over_tiles(total, tiles)
 
 
 # -------------------------------------------------------------------- summary

@@ -17,7 +17,7 @@ import numpy as np
 
 from popliner.config.model import PipelineConfig
 from popliner.errors import ConfigError
-from popliner.memory.types import StageMemory
+from popliner.pipeline import StageFigure, backward_stage
 from popliner.simulator.engine import SimStage
 
 __all__ = [
@@ -47,13 +47,7 @@ class AnalysisLike(Protocol):
     @property
     def mode(self) -> str: ...
 
-    def stage_memory(self, layers: Sequence[str], first_stage: bool) -> StageMemory: ...
-
-    def stage_cycles_split(self, layers: Sequence[str], first_stage: bool) -> tuple[int, int]: ...
-
-    def stash_entry_per_tile(self, layers: Sequence[str], first_stage: bool = False) -> np.ndarray: ...
-
-    def boundary_bytes(self, layers_before: Sequence[str], layers_after: Sequence[str]) -> int: ...
+    def pipeline_figures(self, stages: Sequence[Sequence[str]]) -> tuple[StageFigure, ...]: ...
 
 
 @dataclass(frozen=True)
@@ -99,7 +93,7 @@ def pipeline_stages(mode: str, ipus: Sequence[IpuFigures]) -> tuple[SimStage, ..
     for i in range(k - 2, -1, -1):
         f = ipus[i]
         # Resident memory is given once per IPU, on its forward stage.
-        out.append(SimStage(2 * k - 2 - i, i, "backward", f.backward_cycles, f.bytes_in if i > 0 else 0,
+        out.append(SimStage(backward_stage(i, k), i, "backward", f.backward_cycles, f.bytes_in if i > 0 else 0,
                             None, None, f.label))
     return tuple(out)
 
@@ -138,20 +132,14 @@ def inputs_from_analysis(cfg: PipelineConfig, analysis: AnalysisLike, *, tiles_p
     check_profile_matches(cfg, analysis)
     layers = [s.layers for s in cfg.stages]
     figures = []
-    for i, group in enumerate(layers):
-        first = i == 0
-        fwd, bwd = analysis.stage_cycles_split(group, first)
-        total = np.asarray(analysis.stage_memory(group, first).total_per_tile, dtype=np.int64)
+    for group, fig in zip(layers, analysis.pipeline_figures(layers)):
+        total = np.asarray(fig.memory.total_per_tile, dtype=np.int64)
         # The last IPU runs forward and backward back to back: no stash, and its
         # activations stay live in between exactly as the profile shows them.
-        stashed = cfg.training and i < len(layers) - 1
-        entry = (np.asarray(analysis.stash_entry_per_tile(group, first_stage=first), dtype=np.int64)
-                 if stashed else np.zeros_like(total))
-        before = [x for g in layers[:i] for x in g]
-        after = [x for g in layers[i:] for x in g]
+        entry = np.asarray(fig.stash_entry_per_tile, dtype=np.int64) if fig.stash_entries else np.zeros_like(total)
         figures.append(IpuFigures(
-            int(fwd), int(bwd) if cfg.training else 0, np.maximum(total - entry, 0), entry,
-            int(analysis.boundary_bytes(before, after)) if before else 0, _label(group),
+            fig.forward_cycles, fig.backward_cycles if cfg.training else 0, np.maximum(total - entry, 0), entry,
+            fig.bytes_in, _label(group),
         ))
     return SimInputs(pipeline_stages(cfg.mode, figures), tiles_per_ipu, clock_hz, "profile")
 

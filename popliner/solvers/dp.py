@@ -9,18 +9,17 @@ from __future__ import annotations
 
 import math
 
-from popliner.solvers.ranges import RangeCosts, SplitProblem, extra_stash_entries
+from popliner.pipeline import RangeCosts, grows_past_limit, position_memory
+from popliner.solvers.problem import Bounds, SplitProblem
 
 __all__ = ["dp_bounds", "dp_for_stages", "stage_cost"]
 
-Bounds = tuple[tuple[int, int], ...]
 
-
-def stage_cost(table: RangeCosts, i: int, j: int, extra: int) -> float:
-    """The first objective's value for one stage (cycles, or memory without cycles)."""
+def stage_cost(table: RangeCosts, i: int, j: int, memory: float) -> float:
+    """The first objective's value for one stage: cycles, or its worst-tile ``memory`` without cycles."""
     if table.has_cycles:
         return float(table.cost(i, j))
-    return table.memory(i, j, extra)
+    return memory
 
 
 def dp_bounds(table: RangeCosts, problem: SplitProblem, by_memory: bool = False) -> tuple[Bounds, float] | None:
@@ -43,12 +42,11 @@ def dp_for_stages(table: RangeCosts, problem: SplitProblem, stages: int,
     n = table.num_layers
     if stages > n:
         return None
-    forbidden = table.forbidden_splits(problem)
+    forbidden = table.forbidden_splits(problem.keep_shared_together)
     inf = math.inf
     best = [[inf] * n for _ in range(stages)]
     back = [[-1] * n for _ in range(stages)]
     for k in range(stages):
-        extra = extra_stash_entries(k, stages) if problem.training else 0
         for j in range(n):
             if j < n - 1 and (k == stages - 1 or not problem.allowed_split(j, forbidden)):
                 continue  # only the last stage ends at the last layer; splits must be allowed
@@ -57,14 +55,17 @@ def dp_for_stages(table: RangeCosts, problem: SplitProblem, stages: int,
                     continue
                 if any(i <= p < j for p in problem.split_after):
                     break
-                if table.memory(i, j, extra) == inf:
+                if grows_past_limit(table, i, j, k, stages, problem.training):
                     break  # longer ranges (smaller i) only use more memory
                 if (i == 0) != (k == 0):
                     continue  # the first stage starts at layer 0, and only it does
                 prev = 0.0 if k == 0 else best[k - 1][i - 1]
                 if prev == inf:
                     continue
-                cost = table.memory(i, j, extra) if by_memory else stage_cost(table, i, j, extra)
+                memory = position_memory(table, i, j, k, stages, problem.training)
+                if memory == inf:
+                    continue  # over the limit with its copy buffers; a longer range may still fit
+                cost = memory if by_memory else stage_cost(table, i, j, memory)
                 value = max(prev, cost)
                 if value < best[k][j]:
                     best[k][j], back[k][j] = value, i

@@ -10,14 +10,13 @@ use fewer IPUs than asked.
 
 from __future__ import annotations
 
-from popliner.solvers.ranges import RangeCosts, SplitProblem, extra_stash_entries
+from popliner.pipeline import RangeCosts, position_memory
+from popliner.solvers.problem import Bounds, SplitProblem
 
 __all__ = ["CAPS", "MIN_LAYERS", "greedy_bounds"]
 
 MIN_LAYERS = (3, 2, 1)
 CAPS = (0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
-
-Bounds = tuple[tuple[int, int], ...]
 
 
 def greedy_bounds(table: RangeCosts, problem: SplitProblem) -> tuple[Bounds, float, int] | None:
@@ -27,7 +26,7 @@ def greedy_bounds(table: RangeCosts, problem: SplitProblem) -> tuple[Bounds, flo
     honoured by refusing a split where it is not allowed: the stage then
     keeps growing, and the attempt fails if that overflows.
     """
-    forbidden = table.forbidden_splits(problem)
+    forbidden = table.forbidden_splits(problem.keep_shared_together)
     for min_layers in MIN_LAYERS:
         need = max(min_layers, problem.min_layers)
         for cap in CAPS:
@@ -62,8 +61,7 @@ def _fill_for(table: RangeCosts, problem: SplitProblem, cap: int, min_layers: in
         k = len(bounds)
         if k >= stages:
             return None
-        extra = extra_stash_entries(k, stages) if problem.training else 0
-        end = _furthest_fit(table, problem, start, cap, extra, forbidden)
+        end = _furthest_fit(table, problem, start, cap, k, stages, forbidden)
         if end is None or end - start + 1 < min(min_layers, n):
             return None
         bounds.append((start, end))
@@ -73,12 +71,12 @@ def _fill_for(table: RangeCosts, problem: SplitProblem, cap: int, min_layers: in
     return tuple(bounds)
 
 
-def _furthest_fit(table: RangeCosts, problem: SplitProblem, start: int, cap: int, extra: int,
+def _furthest_fit(table: RangeCosts, problem: SplitProblem, start: int, cap: int, position: int, stages: int,
                   forbidden: frozenset[int]) -> int | None:
-    """Last layer of the longest allowed range from ``start`` within ``cap``."""
+    """Last layer of the longest allowed range from ``start`` within ``cap`` at ``position`` of ``stages``."""
     best = None
     for j in range(start, table.num_layers):
-        if table.memory(start, j, extra) > cap:
+        if position_memory(table, start, j, position, stages, problem.training) > cap:
             break
         pinned = any(start <= p < j for p in problem.split_after)
         if pinned:

@@ -24,12 +24,11 @@ from dataclasses import dataclass
 
 from ortools.sat.python import cp_model
 
+from popliner.pipeline import RangeCosts, grows_past_limit, position_memory
 from popliner.solvers.dp import dp_for_stages, stage_cost
-from popliner.solvers.ranges import RangeCosts, SplitProblem, extra_stash_entries
+from popliner.solvers.problem import Bounds, SplitProblem
 
 __all__ = ["IlpOutcome", "ilp_bounds"]
-
-Bounds = tuple[tuple[int, int], ...]
 _OK = (cp_model.OPTIMAL, cp_model.FEASIBLE)
 
 
@@ -98,11 +97,10 @@ def hint_objectives(table: RangeCosts, problem: SplitProblem, bounds: Bounds) ->
         return None
     costs, mems, crossing = [], [], 0
     for position, (i, j) in enumerate(bounds):
-        extra = extra_stash_entries(position, k) if problem.training else 0
-        mem = table.memory(i, j, extra)
+        mem = position_memory(table, i, j, position, k, problem.training)
         if mem == math.inf:
             return None
-        costs.append(int(stage_cost(table, i, j, extra)))
+        costs.append(int(stage_cost(table, i, j, mem)))
         mems.append(int(mem))
         if j < table.num_layers - 1:
             crossing += table.crossing(j)
@@ -121,24 +119,25 @@ class _Edge:
 
 def _edges(table: RangeCosts, problem: SplitProblem, stages: int, cost_cap: float = math.inf) -> list[_Edge]:
     n = table.num_layers
-    forbidden = table.forbidden_splits(problem)
+    forbidden = table.forbidden_splits(problem.keep_shared_together)
     edges = []
     for k in range(stages):
-        extra = extra_stash_entries(k, stages) if problem.training else 0
         starts = [0] if k == 0 else range(1, n)
         for i in starts:
             for j in range(i + problem.min_layers - 1, n):
-                mem = table.memory(i, j, extra)
-                if mem == math.inf:
-                    break
+                if grows_past_limit(table, i, j, k, stages, problem.training):
+                    break  # longer ranges (larger j) only use more memory
                 if any(i <= p < j for p in problem.split_after):
                     break
+                mem = position_memory(table, i, j, k, stages, problem.training)
+                if mem == math.inf:
+                    continue
                 last = j == n - 1
                 if last != (k == stages - 1):
                     continue
                 if not last and not problem.allowed_split(j, forbidden):
                     continue
-                cost = stage_cost(table, i, j, extra)
+                cost = stage_cost(table, i, j, mem)
                 if cost > cost_cap:
                     continue  # can never be part of a split that reaches the optimum of objective 1
                 edges.append(_Edge(k, i, j, int(cost), int(mem), table.crossing(j)))
@@ -216,7 +215,7 @@ def _solve_k(table: RangeCosts, problem: SplitProblem, stages: int, time_limit: 
         values.append(value)
         # Keep this optimum while improving the next objective; hint the answer.
         model.add(objective <= value)
-        model.clear_hints()
+        model.clear_hints()  # type: ignore[no-untyped-call]
         for m in range(len(edges)):
             model.add_hint(x[m], bool(solver.value(x[m])))
         chosen_bounds = tuple(

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from popliner.memory.overflow import OverflowDetail
 from popliner.memory.types import ComponentBytes
+from popliner.pipeline import StageFigure
 
-__all__ = ["SplitResult", "StageResult"]
+__all__ = ["SplitResult", "StageResult", "stage_result"]
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,9 @@ class StageResult:
     bytes_in: int
     fits: bool
     overflow: OverflowDetail | None = None  # for a stage that does not fit: where and why
+
+    #: The per-tile figures behind the numbers (the tile plot draws them); not part of equality.
+    figure: StageFigure | None = field(default=None, compare=False, repr=False)
 
     @property
     def first_layer(self) -> str | None:
@@ -70,3 +74,14 @@ class SplitResult:
     @property
     def fits(self) -> bool:
         return bool(self.stages) and all(s.fits for s in self.stages)
+
+
+def stage_result(figure: StageFigure, layer_names: tuple[str, ...], budget: int,
+                 overflow: OverflowDetail | None = None) -> StageResult:
+    """The result of one stage from its pipeline figure (IPU = position)."""
+    return StageResult(
+        index=figure.position, ipu=figure.position, layers=tuple(layer_names[k] for k in figure.layers),
+        memory=figure.memory.summed(), worst_tile=figure.worst_tile, worst_tile_bytes=figure.worst_bytes,
+        stash_bytes=figure.stash_bytes_summed, stash_entries=figure.stash_entries, cycles=figure.cycles,
+        bytes_in=figure.bytes_in, fits=figure.fits(budget), overflow=overflow, figure=figure,
+    )

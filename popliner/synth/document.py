@@ -25,7 +25,7 @@ import numpy as np
 from popliner.fileio import atomic_write, check_writable
 from popliner.synth.graph import Compiled, GraphBuilder
 from popliner.synth.layout import Layout, lay_out
-from popliner.synth.lower import Lowered, lower
+from popliner.synth.lower import Calibration, Lowered, lower
 from popliner.synth.models import build_model
 from popliner.synth.spec import SynthSpec
 from popliner.synth.tilevec import encode_dense
@@ -124,7 +124,9 @@ def _build(spec: SynthSpec) -> tuple[dict[str, Any], SynthSummary]:
     build_model(g, spec)
     graph = g.build()
     layout = lay_out(graph.tensors, spec.tiles, spec.scale, spec.bytes_per_tile)
-    low = lower(graph, layout, spec.scale, np.random.default_rng(seeds[1]))
+    calibration = Calibration(spec.vertex_code_factor, spec.vertex_state_factor, spec.exchange_code_factor,
+                              spec.control_code_factor)
+    low = lower(graph, layout, spec.scale, np.random.default_rng(seeds[1]), calibration)
     nsteps = len(low.steps)
     classes, tensor_class = liveness(graph, low.ranges, nsteps)
     piece_class = tensor_class[layout.tensor]

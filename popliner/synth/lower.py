@@ -37,7 +37,7 @@ from popliner.synth.tilevec import (
     sum_runs,
 )
 
-__all__ = ["Lowered", "lower", "plan_phases"]
+__all__ = ["Calibration", "Lowered", "lower", "plan_phases"]
 
 #: FLOPs per cycle per tile a matmul or convolution reaches (half AMP, ~50% of peak).
 FLOPS_PER_CYCLE = 64
@@ -54,6 +54,22 @@ CONTROL = {"OnTileExecute": 10, "DoExchange": 12, "Copy": 6, "Sync": 4, "Stream"
 STRIDE = 8
 
 _VT_BY_NAME = {vt.name: vt for vt in VERTEX_TYPES}
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Multipliers of the catalog's vertex code and state sizes, exchange code and control code."""
+
+    vertex_code: float = 1.0
+    vertex_state: float = 1.0
+    exchange_code: float = 1.0
+    control_code: float = 1.0
+
+    def vertex_type(self, vt: VertexType) -> VertexType:
+        if self.vertex_code == 1.0 and self.vertex_state == 1.0:
+            return vt
+        size = max(1, round(vt.size * self.vertex_state))
+        return VertexType(vt.name, size, max(1, round(vt.code * self.vertex_code)), vt.per_tile)
 
 
 @dataclass
@@ -79,13 +95,16 @@ def plan_phases(k: Kernel, n: int) -> list[Phase]:
     return [full[i] for i in picks]
 
 
-def lower(graph: Graph, layout: Layout, scale: float, rng: np.random.Generator) -> Lowered:
-    return _Lowerer(graph, layout, scale, rng).run()
+def lower(graph: Graph, layout: Layout, scale: float, rng: np.random.Generator,
+          calibration: Calibration = Calibration()) -> Lowered:
+    return _Lowerer(graph, layout, scale, rng, calibration).run()
 
 
 class _Lowerer:
-    def __init__(self, graph: Graph, layout: Layout, scale: float, rng: np.random.Generator) -> None:
+    def __init__(self, graph: Graph, layout: Layout, scale: float, rng: np.random.Generator,
+                 calibration: Calibration) -> None:
         self.g = graph
+        self.calib = calibration
         self.layout = layout
         self.scale = scale
         self.rng = rng
@@ -108,7 +127,8 @@ class _Lowerer:
         roots.append(self.composite("Sequence", "main", None, self.main_children()))
         vts = sorted(self.vt_ids, key=self.vt_ids.__getitem__)
         return Lowered(self.programs, roots, self.steps, self.contexts, self.ranges,
-                       [_VT_BY_NAME[n] for n in vts], self.leaf_control, self.exchange, self.vertex_runs)
+                       [self.calib.vertex_type(_VT_BY_NAME[n]) for n in vts], self.leaf_control, self.exchange,
+                       self.vertex_runs)
 
     def main_children(self) -> list[int]:
         """Operations of the main program, with an unattributed Sync where the layer changes."""
@@ -206,7 +226,7 @@ class _Lowerer:
         return vid
 
     def control_runs(self, ptype: str, start: int, count: int, ratio: float) -> Runs:
-        return span_runs(start, count, self.tiles, max(1, round(CONTROL[ptype] * ratio)))
+        return span_runs(start, count, self.tiles, max(1, round(CONTROL[ptype] * ratio * self.calib.control_code)))
 
     # -- operations ---------------------------------------------------------------
 
@@ -324,7 +344,8 @@ class _Lowerer:
         return max(50.0, op.work / (max(1, op.count) * per))
 
     def do_exchange(self, op: Op, name: str, ctx: int, k: Kernel, ratio: float, cycles: int) -> int:
-        code = max(4, round(k.exchange_code * ratio))
+        factor = self.calib.exchange_code
+        code = max(max(1, round(4 * factor)), round(k.exchange_code * ratio * factor))
         # A few tiles gather partial results: more exchange code there (where, varies by operation).
         edge = min(8, op.count)
         hot = op.start + (op.index * 97) % (op.count - edge + 1)

@@ -16,8 +16,8 @@ from typing import Any, Final
 
 from popliner.errors import UsageProblem
 
-__all__ = ["FIRST_MOMENTS", "KINDS", "MODES", "OPTIMIZERS", "OPTIMIZER_STATES", "PRESETS", "RECOMPUTES", "SynthSpec",
-           "preset_names", "preset_spec"]
+__all__ = ["CALIBRATION_FIELDS", "FIRST_MOMENTS", "KINDS", "MODES", "OPTIMIZERS", "OPTIMIZER_STATES", "PRESETS",
+           "RECOMPUTES", "UNCALIBRATED", "SynthSpec", "preset_names", "preset_spec"]
 
 #: Model families the generator knows.
 KINDS: Final = ("encoder", "decoder", "cnn")
@@ -27,6 +27,9 @@ OPTIMIZERS: Final = ("adam", "sgd")
 RECOMPUTES: Final = ("none", "every-layer", "pipeline")
 OPTIMIZER_STATES: Final = ("on-chip", "off-chip")
 FIRST_MOMENTS: Final = ("float", "half")
+#: Spec fields that scale the catalog's code and state amounts.
+CALIBRATION_FIELDS: Final = ("vertex_code_factor", "vertex_state_factor", "exchange_code_factor",
+                             "control_code_factor")
 #: Scale is a granularity factor; beyond this the output gets silly (and huge).
 MAX_SCALE: Final = 16.0
 MIN_SCALE: Final = 1.0 / 64
@@ -72,6 +75,11 @@ class SynthSpec:
     replication_factor: int = 1
     sharded_optimizer_state: bool = False
     first_moment: str = "float"
+    # Calibration: multipliers of the catalog's per-program amounts (docs/synthetic-profiles.md, "Calibration").
+    vertex_code_factor: float = 1.0
+    vertex_state_factor: float = 1.0
+    exchange_code_factor: float = 1.0
+    control_code_factor: float = 1.0
 
     def __post_init__(self) -> None:
         _choice("kind", self.kind, KINDS)
@@ -87,6 +95,8 @@ class SynthSpec:
         _int_range("seed", self.seed, 0, 2**63 - 1)
         _number_range("clock_hz", self.clock_hz, 1e3, 1e12)
         _number_range("scale", self.scale, MIN_SCALE, MAX_SCALE)
+        for name in CALIBRATION_FIELDS:
+            _number_range(name, getattr(self, name), 0.01, 100.0)
         if not isinstance(self.var_names, bool):
             raise UsageProblem(f"var_names must be true or false, got {self.var_names!r}")
         if not isinstance(self.model, str) or not self.model:
@@ -167,7 +177,9 @@ class SynthSpec:
 
 #: Fields omitted from :meth:`SynthSpec.record` at these values.
 _QUIET_DEFAULTS: Final = {"recompute": "none", "split_after": (), "optimizer_state": "on-chip",
-                          "replication_factor": 1, "sharded_optimizer_state": False, "first_moment": "float"}
+                          "replication_factor": 1, "sharded_optimizer_state": False, "first_moment": "float",
+                          "vertex_code_factor": 1.0, "vertex_state_factor": 1.0, "exchange_code_factor": 1.0,
+                          "control_code_factor": 1.0}
 
 
 def _choice(name: str, value: Any, allowed: tuple[str, ...]) -> None:
@@ -189,15 +201,25 @@ def _number_range(name: str, value: Any, lo: float, hi: float) -> None:
         raise UsageProblem(f"{name}={value} is outside [{lo:g}, {hi:g}]")
 
 
+#: Calibration of the Mk2 transformer presets against a real BERT-Large profile (docs/synthetic-profiles.md).
+_CALIBRATED: Final = {"vertex_code_factor": 0.247, "vertex_state_factor": 0.301, "exchange_code_factor": 0.342,
+                      "control_code_factor": 0.545}
+
+#: The catalog's own amounts (what the small presets and the committed fixtures use).
+UNCALIBRATED: Final = MappingProxyType({name: 1.0 for name in CALIBRATION_FIELDS})
+
 # Preset parameters (mode is given separately). The real-model presets keep a
 # Mk2 IPU (1472 tiles of 624 KiB); the small ones use a few tens of tiles so
 # that their profiles are small enough to read and to commit.
 _PRESETS: dict[str, dict[str, Any]] = {
     "bert-tiny": {"kind": "encoder", "layers": 4, "hidden": 128, "seq": 128, "batch": 4, "vocab": 4096, "tiles": 32},
-    "bert-base": {"kind": "encoder", "layers": 12, "hidden": 768, "seq": 128, "batch": 8, "vocab": 30522},
-    "bert-large": {"kind": "encoder", "layers": 24, "hidden": 1024, "seq": 384, "batch": 2, "vocab": 30522},
+    "bert-base": {"kind": "encoder", "layers": 12, "hidden": 768, "seq": 128, "batch": 8, "vocab": 30522,
+                  **_CALIBRATED},
+    "bert-large": {"kind": "encoder", "layers": 24, "hidden": 1024, "seq": 128, "batch": 16, "vocab": 30522,
+                   **_CALIBRATED},
     "gpt2-tiny": {"kind": "decoder", "layers": 4, "hidden": 128, "seq": 128, "batch": 2, "vocab": 4096, "tiles": 32},
-    "gpt2-small": {"kind": "decoder", "layers": 12, "hidden": 768, "seq": 1024, "batch": 1, "vocab": 50257},
+    "gpt2-small": {"kind": "decoder", "layers": 12, "hidden": 768, "seq": 1024, "batch": 1, "vocab": 50257,
+                   **_CALIBRATED},
     "resnet-small": {"kind": "cnn", "layers": 8, "hidden": 16, "seq": 64, "batch": 32, "vocab": 10, "tiles": 32,
                      "optimizer": "sgd"},
     "resnet50": {"kind": "cnn", "layers": 16, "hidden": 64, "seq": 224, "batch": 16, "vocab": 1000,

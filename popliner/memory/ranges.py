@@ -1,4 +1,4 @@
-"""Memory and cost of contiguous layer ranges: the table every solver reads.
+"""The incremental range engine: per-tile memory of every contiguous layer range, grown one layer at a time.
 
 A stage is a contiguous range ``i..j`` of layers (in layer order); the first
 stage also holds the operations without a layer, as PopLiner did. A stage's
@@ -9,172 +9,68 @@ time, adding the new layer's programs and variables to running state, and
 stops once the range no longer fits the largest budget of interest (memory
 only grows as a range grows).
 
-In training, the IPU at position ``k`` of ``K`` also holds activation stashes:
-``2(K-1-k)+1`` entries on IPU ``k`` and none on the last IPU; one entry is
-already in the single-IPU liveness, so ``max(depth-1, 0)`` extra entries are
-added per tile.
+The figures are the same as :meth:`popliner.memory.engine.MemoryEngine.stage_memory`
+and :meth:`~popliner.memory.engine.MemoryEngine.stash_entry_per_tile` of the
+range's operations, to the byte (a property test holds the two against each
+other on every fixture, with both liveness paths).
+
+Liveness has two paths: a dense (tile x liveness segment) grid when the
+profile has few distinct interval ends, else a sorted event list. ``liveness``
+forces one (``"grid"`` or ``"events"``); ``"auto"`` picks by size.
+
+:class:`ProfileRanges` offers what a solver reads (see
+:class:`popliner.pipeline.RangeCosts`); the pipeline rules (stash depth, copy
+buffers) are applied by :mod:`popliner.pipeline`, not here.
 """
 
 from __future__ import annotations
 
 import math
 import weakref
-from abc import ABC, abstractmethod
-from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 
-from popliner.analysis import Analysis
+from popliner.arrays import expand_ranges, unique_inverse
+from popliner.memory.engine import MemoryEngine, StashWindows, stash_mask
 from popliner.memory.types import StageMemory
-from popliner.arrays import expand_ranges, gather_csr, unique_inverse
 from popliner.profile.model import Profile
 
-__all__ = ["ArrayRanges", "ProfileRanges", "RangeCosts", "SplitProblem", "extra_stash_entries", "stash_depth"]
+__all__ = ["OVERFLOW", "Liveness", "ProfileRanges"]
 
 #: A range that does not fit (or was not evaluated because a shorter one did not).
 OVERFLOW = math.inf
+#: Which liveness path the running stages use.
+Liveness = Literal["auto", "grid", "events"]
 
 
-def stash_depth(position: int, num_stages: int) -> int:
-    """Stash entries PopART keeps on the IPU at ``position`` of ``num_stages``."""
-    if position >= num_stages - 1:
-        return 0
-    return 2 * (num_stages - 1 - position) + 1
+class ProfileRanges:
+    """The range table of a profile's memory engine, evaluated lazily and memoised.
 
-
-def extra_stash_entries(position: int, num_stages: int) -> int:
-    """Entries beyond the one the single-IPU profile already holds."""
-    return max(stash_depth(position, num_stages) - 1, 0)
-
-
-@dataclass(frozen=True)
-class SplitProblem:
-    """What the user asked for: IPUs, budget and constraints (layer indices)."""
-
-    num_ipus: int
-    budget: int  # bytes per tile a stage may use (headroom already taken off)
-    exact_ipus: bool = False
-    min_layers: int = 1
-    split_after: tuple[int, ...] = ()
-    same_ipu: tuple[tuple[int, int], ...] = ()
-    keep_shared_together: bool = False
-    training: bool = False
-
-    def allowed_split(self, j: int, forbidden: frozenset[int]) -> bool:
-        """May a stage end after layer ``j`` (with more layers after it)?"""
-        if j in forbidden:
-            return False
-        return all(not (min(a, b) <= j < max(a, b)) for a, b in self.same_ipu)
-
-
-class RangeCosts(ABC):
-    """Memory and cost of every contiguous range ``i..j`` (inclusive) of layers."""
-
-    @property
-    @abstractmethod
-    def num_layers(self) -> int: ...
-
-    @property
-    @abstractmethod
-    def layer_names(self) -> tuple[str, ...]: ...
-
-    @abstractmethod
-    def memory(self, i: int, j: int, extra_stash: int) -> float:
-        """Worst-tile bytes of the range with ``extra_stash`` extra stash entries (inf if over the limit)."""
-
-    @abstractmethod
-    def compute(self, i: int, j: int) -> int:
-        """Compute cycles of one micro-batch through the range."""
-
-    @abstractmethod
-    def crossing(self, j: int) -> int:
-        """Bytes crossing the boundary after layer ``j`` (0 after the last layer)."""
-
-    @abstractmethod
-    def transfer(self, nbytes: int) -> int:
-        """Cycles to move ``nbytes`` over the IPU link."""
-
-    @property
-    @abstractmethod
-    def has_cycles(self) -> bool: ...
-
-    def cost(self, i: int, j: int) -> int:
-        """Compute cycles plus the transfer of what the range receives."""
-        return self.compute(i, j) + (self.transfer(self.crossing(i - 1)) if i > 0 else 0)
-
-    def forbidden_splits(self, problem: SplitProblem) -> frozenset[int]:
-        return frozenset()
-
-
-class ArrayRanges(RangeCosts):
-    """A range table from explicit numbers (tests, properties, what-if studies).
-
-    Range memory is ``max(peak[i..j]) + sum(base[i..j])`` plus stash entries,
-    a sub-additive shape like the real model's.
+    ``limit`` is the largest worst-tile figure of interest: a range over it
+    reads as :data:`OVERFLOW`, and no longer range from the same start is
+    evaluated. Tables of the same engine (a solve builds several: the asked
+    budget, relaxed budgets for a best-effort split) share what does not
+    depend on the limit: per-layer parts, crossing bytes and every range
+    figure already evaluated, so a second table only evaluates ranges the
+    first did not.
     """
 
-    def __init__(self, base: Sequence[int], peak: Sequence[int], cycles: Sequence[int],
-                 crossing: Sequence[int], stash: Sequence[int] | None = None, limit: float = OVERFLOW,
-                 bytes_per_cycle: float = 1.0) -> None:
-        self._base = list(base)
-        self._peak = list(peak)
-        self._cycles = list(cycles)
-        self._cross = list(crossing)
-        self._stash = list(stash) if stash is not None else [0] * len(self._base)
-        self._limit = limit
-        self._bpc = bytes_per_cycle
-
-    @property
-    def num_layers(self) -> int:
-        return len(self._base)
-
-    @property
-    def layer_names(self) -> tuple[str, ...]:
-        return tuple(str(i) for i in range(self.num_layers))
-
-    @property
-    def has_cycles(self) -> bool:
-        return any(self._cycles)
-
-    def memory(self, i: int, j: int, extra_stash: int) -> float:
-        value = max(self._peak[i : j + 1]) + sum(self._base[i : j + 1]) + extra_stash * sum(self._stash[i : j + 1])
-        return value if value <= self._limit else OVERFLOW
-
-    def compute(self, i: int, j: int) -> int:
-        return sum(self._cycles[i : j + 1])
-
-    def crossing(self, j: int) -> int:
-        return self._cross[j] if 0 <= j < self.num_layers - 1 else 0
-
-    def transfer(self, nbytes: int) -> int:
-        return math.ceil(nbytes / self._bpc)
-
-
-class ProfileRanges(RangeCosts):
-    """The range table of an analysed profile, evaluated lazily and memoised.
-
-    Tables of the same analysis (a solve builds several: the asked budget,
-    relaxed budgets for a best-effort split) share what does not depend on
-    the limit: per-layer parts, crossing bytes and every range figure already
-    evaluated, so a second table only evaluates ranges the first did not.
-    """
-
-    def __init__(self, analysis: Analysis, limit: int, link_bytes_per_second: float = 64e9) -> None:
-        self.analysis = analysis
+    def __init__(self, engine: MemoryEngine, limit: int, link_bytes_per_second: float = 64e9,
+                 liveness: Liveness = "auto") -> None:
+        self.engine = engine
         self.limit = limit
-        self._names = analysis.layer_names
-        self._clock = analysis.profile.target.clock_hz
-        self._bytes_per_cycle = link_bytes_per_second / self._clock
-        self._training = analysis.mode == "training"
+        self._names = engine.layer_names
+        self._bytes_per_cycle = link_bytes_per_second / engine.profile.target.clock_hz
+        self._training = engine.training
         self._ranges: dict[tuple[int, int], tuple[np.ndarray, np.ndarray] | None] = {}
         self._done_from: set[int] = set()
-        self._shared = _Shared.of(analysis)
-        self._layer_ops = self._shared.layer_ops
-        self._layer_cycles = self._shared.layer_cycles
-        self._cross = self._shared.cross
+        self._shared = _Shared.of(engine, liveness)
+        self._layer_cycles = engine.layer_cycles
+        self._cross = engine.crossing
 
-    # -- RangeCosts -----------------------------------------------------------
+    # -- what a solver reads ------------------------------------------------------
 
     @property
     def num_layers(self) -> int:
@@ -185,10 +81,33 @@ class ProfileRanges(RangeCosts):
         return self._names
 
     @property
+    def tiles(self) -> int:
+        return self.engine.tiles
+
+    @property
+    def training(self) -> bool:
+        return self._training
+
+    @property
+    def has_unlayered(self) -> bool:
+        return self.engine.has_unlayered
+
+    @property
     def has_cycles(self) -> bool:
-        return bool(self.analysis.profile.programs.has_cycles and self._layer_cycles.any())
+        return self.engine.has_cycles
+
+    @property
+    def liveness(self) -> Literal["grid", "events"]:
+        """The liveness path this table's running stages take."""
+        return self._shared.liveness
 
     def memory(self, i: int, j: int, extra_stash: int) -> float:
+        """Worst-tile bytes of the range with ``extra_stash`` stash entries beyond the profile's one.
+
+        :data:`OVERFLOW` when over the limit; then every longer range from
+        ``i`` overflows too. Copy buffers are not included: see
+        :func:`popliner.pipeline.position_memory`.
+        """
         entry = self._range(i, j)
         if entry is None:
             return OVERFLOW
@@ -205,25 +124,31 @@ class ProfileRanges(RangeCosts):
     def transfer(self, nbytes: int) -> int:
         return math.ceil(nbytes / self._bytes_per_cycle) if nbytes else 0
 
-    def forbidden_splits(self, problem: SplitProblem) -> frozenset[int]:
-        if not problem.keep_shared_together:
+    def cost(self, i: int, j: int) -> int:
+        """Compute cycles plus the transfer of what the range receives."""
+        return self.compute(i, j) + (self.transfer(self.crossing(i - 1)) if i > 0 else 0)
+
+    def forbidden_splits(self, keep_shared_together: bool) -> frozenset[int]:
+        """Boundaries inside the span of an always-live variable several layers use (when asked)."""
+        if not keep_shared_together:
             return frozenset()
-        lo, hi = self._shared.always_live_spans
         forbidden: set[int] = set()
-        for a, b in zip(lo.tolist(), hi.tolist()):
+        for a, b in self.engine.always_live_spans:
             forbidden.update(range(a, b))
         return frozenset(forbidden)
 
-    # -- stage figures ----------------------------------------------------------
+    # -- per-tile figures ---------------------------------------------------------
+
+    def per_tile(self, i: int, j: int) -> tuple[np.ndarray, np.ndarray] | None:
+        """(total per tile, one stash entry per tile) of the range, incrementally; None if over the limit."""
+        return self._range(i, j)
 
     def stage_ops(self, i: int, j: int) -> np.ndarray:
-        return np.concatenate(self._layer_ops[i : j + 1])
+        return self.engine.range_ops(i, j)
 
     def stage_memory(self, i: int, j: int) -> StageMemory:
-        return self.analysis.model.stage(self.stage_ops(i, j))
-
-    def stash_per_tile(self, i: int, j: int) -> np.ndarray:
-        return self.analysis.stash_entry_per_tile(self._names[i : j + 1], first_stage=(i == 0))
+        """The direct model's figure of the range (memoised by the engine)."""
+        return self.engine.stage_memory(self.stage_ops(i, j))
 
     # -- incremental evaluation -----------------------------------------------
 
@@ -242,19 +167,19 @@ class ProfileRanges(RangeCosts):
             if known is None or (known[1] is None and known[0] <= self.limit):
                 # Not evaluated yet, or only up to its total (it overflowed a lower limit).
                 if state is None:
-                    state = _RunningStage(self.analysis, shared.liveness_grid(self.analysis.profile))
+                    state = _RunningStage(self.engine, shared.grid)
                     for k in range(i, j):  # figures known: rebuild the running set only
-                        state.add(shared.layer_parts(self.analysis, k))
-                state.add(shared.layer_parts(self.analysis, j))
+                        state.add(shared.layer_parts(k))
+                state.add(shared.layer_parts(j))
                 total = state.total_per_tile()
                 worst = int(total.max())
                 stash = None
                 if worst <= self.limit:
-                    # Same figure as stash_per_tile(i, j), from the running set of variables.
+                    # Same figure as the engine's stash_entry_per_tile, from the running set of variables.
                     stash = state.stash_entry() if self._training else np.zeros_like(total)
                 known = shared.figures[(i, j)] = (worst, stash, total)
             elif state is not None:
-                state.add(shared.layer_parts(self.analysis, j))
+                state.add(shared.layer_parts(j))
             worst, stash, total = known
             if worst > self.limit or stash is None:  # stash is None only when worst > a limit <= this one
                 break  # memory only grows with j: no longer range fits either
@@ -262,79 +187,44 @@ class ProfileRanges(RangeCosts):
 
 
 class _Shared:
-    """Per analysis: what every range table of it can reuse, whatever its limit.
+    """Per engine and liveness path: what every range table of it can reuse, whatever its limit.
 
-    Held in a weak-keyed map, so it goes when the analysis goes; it keeps no
-    reference to the analysis itself (that would keep the key alive).
+    Held in a weak-keyed map, so it goes when the engine goes; it keeps no
+    reference to the engine itself (that would keep the key alive).
     """
 
-    _by_analysis: weakref.WeakKeyDictionary[Analysis, _Shared] = weakref.WeakKeyDictionary()
+    _by_engine: weakref.WeakKeyDictionary[MemoryEngine, dict[str, _Shared]] = weakref.WeakKeyDictionary()
 
-    def __init__(self, analysis: Analysis) -> None:
-        names = analysis.layer_names
-        self.layer_ops = [analysis.stage_ops([n], first_stage=(k == 0)) for k, n in enumerate(names)]
-        self.layer_cycles = np.array([int(analysis.op_cycles[o].sum()) for o in self.layer_ops], np.int64)
+    def __init__(self, engine: MemoryEngine, grid: _SegmentGrid | None) -> None:
+        self.layer_ops = [engine.range_ops(k, k) for k in range(engine.num_layers)]
+        self.grid = grid
+        self.liveness: Literal["grid", "events"] = "grid" if grid is not None else "events"
         self._parts: dict[int, _LayerParts] = {}
-        self._grid: _SegmentGrid | None = None
+        self._engine = weakref.ref(engine)
         #: (i, j) -> (worst tile bytes, stash entry per tile or None when over the limit asked, total per tile)
         self.figures: dict[tuple[int, int], tuple[int, np.ndarray | None, np.ndarray]] = {}
-        self._layer_spans(analysis)
 
     @classmethod
-    def of(cls, analysis: Analysis) -> _Shared:
-        found = cls._by_analysis.get(analysis)
+    def of(cls, engine: MemoryEngine, liveness: Liveness) -> _Shared:
+        per_path = cls._by_engine.get(engine)
+        if per_path is None:
+            per_path = cls._by_engine[engine] = {}
+        if liveness == "auto":
+            liveness = "grid" if _SegmentGrid.fits(engine.profile) else "events"
+        found = per_path.get(liveness)
         if found is None:
-            found = cls._by_analysis[analysis] = cls(analysis)
+            grid = _SegmentGrid.of(engine.profile) if liveness == "grid" else None
+            found = per_path[liveness] = cls(engine, grid)
         return found
 
-    def layer_parts(self, analysis: Analysis, j: int) -> _LayerParts:
+    def layer_parts(self, j: int) -> _LayerParts:
         """What layer ``j`` adds to any range holding it (memoised: every start reuses it)."""
         parts = self._parts.get(j)
         if parts is None:
-            parts = self._parts[j] = _LayerParts.of(analysis, self.layer_ops[j], self.liveness_grid(analysis.profile),
-                                                    self.multi_layer)
+            engine = self._engine()
+            assert engine is not None  # a table holds its engine
+            parts = self._parts[j] = _LayerParts.of(engine, self.layer_ops[j], self.grid)
         return parts
-
-    def liveness_grid(self, profile: Profile) -> _SegmentGrid | None:
-        """The dense (tile x liveness segment) grid, or None when it would be too big."""
-        if self._grid is None:
-            self._grid = _SegmentGrid.of(profile)
-        return self._grid if self._grid.usable else None
-
-    def _layer_spans(self, a: Analysis) -> None:
-        """Crossing bytes per boundary, always-live spans, and which variables several layers use."""
-        ops = a.ops
-        num_layers = len(self.layer_ops)
-        layer_of_op = a.layers.layer_of_op.copy()
-        layer_of_op[layer_of_op < 0] = 0  # unlayered operations live in the first stage
-        counted = np.flatnonzero(a.model.counted_vars)
-        lay_of = layer_of_op[counted]
-        n = a.profile.variables.count
-        lo = np.full(n, np.iinfo(np.int64).max, np.int64)
-        hi = np.full(n, -1, np.int64)
-        # Smallest and largest layer per variable, one plain scatter per layer in
-        # layer order (later layers overwrite hi, earlier ones lo). Every value in
-        # one scatter is the same, so repeated indices cannot matter; this gives
-        # np.minimum.at / np.maximum.at's arrays several times faster.
-        per_layer = [(k, gather_csr(ops.var_ptr, ops.var_idx, counted[lay_of == k]))
-                     for k in np.unique(lay_of).tolist()]
-        for k, var in per_layer:
-            hi[var] = k
-        for k, var in reversed(per_layer):
-            lo[var] = k
-        del per_layer
-        multi = hi > lo
-        always = a.always_live_var
-        # Variables used by layers lo < hi: the not-always-live ones cross every
-        # boundary in between; the always-live ones forbid those splits on request.
-        pick = multi & ~always
-        diff = np.zeros(num_layers + 1, np.int64)
-        np.add.at(diff, lo[pick], a.profile.variables.bytes[pick])
-        np.add.at(diff, hi[pick], -a.profile.variables.bytes[pick])
-        self.cross = np.cumsum(diff)[: max(num_layers - 1, 0)]
-        pick = multi & always
-        self.always_live_spans = (lo[pick], hi[pick])
-        self.multi_layer = multi
 
 
 @dataclass(frozen=True, eq=False)
@@ -364,40 +254,40 @@ class _LayerParts:
     shared_stash: dict[str, np.ndarray] | None
 
     @classmethod
-    def of(cls, analysis: Analysis, ops: np.ndarray, grid: _SegmentGrid | None,
-           multi_layer: np.ndarray) -> _LayerParts:
-        p = analysis.profile
+    def of(cls, engine: MemoryEngine, ops: np.ndarray, grid: _SegmentGrid | None) -> _LayerParts:
+        p = engine.profile
         progs = p.programs
         tiles = p.tiles
-        model = analysis.model
-        prog = analysis.ops.programs_of_set(ops)
-        additive = progs.control.sum_rows(prog[model._leaf[prog]], tiles)
-        additive += progs.exchange.sum_rows(prog[model._exchange[prog]], tiles)
+        model = engine.model
+        prog = engine.ops.programs_of_set(ops)
+        additive = progs.control.sum_rows(prog[model.leaf[prog]], tiles)
+        additive += progs.exchange.sum_rows(prog[model.exchange[prog]], tiles)
         presence = np.zeros((len(p.vertex_types.names), tiles + 1), np.int64)
         runs = progs.vertices.runs_of(prog)
         if runs.size:
+            assert progs.vertices.key is not None  # the loader always keys vertex counts by type
             vtype = progs.vertices.key[runs].astype(np.int64)
             additive += progs.vertices.sum_runs(runs, tiles, weights=p.vertex_types.size[vtype])
             np.add.at(presence, (vtype, progs.vertices.first[runs]), 1)
             np.add.at(presence, (vtype, progs.vertices.stop[runs]), -1)
         lo, hi = model.window(ops)
         var = model.counted_variables(ops)
-        multi = multi_layer[var]
+        multi = engine.multi_layer_var[var]
         private, shared = var[~multi], var[multi]
         return cls(ops, additive, presence, lo, hi, private, shared,
                    grid.events_of(private) if grid is not None else None,
                    grid.events_of(shared, with_owner=True) if grid is not None else None,
-                   _stash_columns(analysis, private), _stash_columns(analysis, shared, with_owner=True))
+                   _stash_columns(engine, private), _stash_columns(engine, shared, with_owner=True))
 
 
-def _stash_columns(analysis: Analysis, var: np.ndarray, with_owner: bool = False) -> dict[str, np.ndarray] | None:
+def _stash_columns(engine: MemoryEngine, var: np.ndarray, with_owner: bool = False) -> dict[str, np.ndarray] | None:
     """What a stash entry reads of each variable that is not always live (training only)."""
-    if analysis.mode != "training":
+    if not engine.training:
         return None
-    keep = np.flatnonzero(~analysis.always_live_var[var])  # never part of a stash entry
+    keep = np.flatnonzero(~engine.always_live_var[var])  # never part of a stash entry
     sv = var[keep]
-    v = analysis.profile.variables
-    cols = {"first": analysis.var_first_step[sv], "last": analysis.var_last_step[sv], "tile": v.tile[sv],
+    v = engine.profile.variables
+    cols = {"first": engine.var_first_step[sv], "last": engine.var_last_step[sv], "tile": v.tile[sv],
             "nbytes": v.bytes[sv]}
     if with_owner:
         cols["owner"] = keep
@@ -409,19 +299,19 @@ class _RunningStage:
 
     Control code, exchange code and vertex state add up; vertex presence is a
     running count per (type, tile). Variable liveness goes into the dense
-    (tile x liveness segment) grid when the profile has few enough distinct
-    interval ends, else into the sorted event list of the set. In training,
-    the stash columns of each layer's new variables are kept, so one stash
-    entry is a masked sum rather than a new set union.
+    (tile x liveness segment) grid when there is one, else into the sorted
+    event list of the set. In training, the stash columns of each layer's new
+    variables are kept, so one stash entry is a masked sum rather than a new
+    set union.
     """
 
-    def __init__(self, analysis: Analysis, grid: _SegmentGrid | None) -> None:
-        self.a = analysis
-        p = analysis.profile
+    def __init__(self, engine: MemoryEngine, grid: _SegmentGrid | None) -> None:
+        self.engine = engine
+        p = engine.profile
         self.tiles = p.tiles
         self.additive = np.zeros(self.tiles, np.int64)
         self.presence = np.zeros((len(p.vertex_types.names), self.tiles + 1), np.int64)
-        self.code = analysis.model._code
+        self.code = engine.model.code_by_type
         self.in_set = np.zeros(p.variables.count, bool)  # only shared variables are marked
         self.grid = grid
         if grid is not None:
@@ -459,28 +349,19 @@ class _RunningStage:
         else:
             assert self.events is not None
             peak = self.events.peak(self.lo, self.hi)
-        return self.additive + code + peak
+        return np.asarray(self.additive + code + peak)
 
     def stash_entry(self) -> np.ndarray:
-        """``Analysis.stash_entry_per_tile`` of the set so far (training)."""
-        a = self.a
+        """The engine's ``stash_entry_per_tile`` of the set so far (training)."""
         out = np.zeros(self.tiles, np.int64)
-        ops = np.concatenate(self.ops)
-        back = a.backward_part(ops)
-        fwd_lo, fwd_hi = a.model.window(ops[~back])
-        bwd_lo, bwd_hi = a.model.window(ops[back])
-        if fwd_hi < fwd_lo or bwd_hi < bwd_lo:
+        windows: StashWindows | None = self.engine.stash_windows(np.concatenate(self.ops))
+        if windows is None:
             return out
         for c in self.stash_chunks:
-            stash = _between(c["first"], fwd_lo, fwd_hi) & _between(c["last"], bwd_lo, bwd_hi)
-            # float64 bincount as in Analysis: exact while a tile's entry is below 2**53 bytes.
+            stash = stash_mask(c["first"], c["last"], windows)
+            # float64 bincount as in the engine: exact while a tile's entry is below 2**53 bytes.
             out += np.bincount(c["tile"][stash], weights=c["nbytes"][stash], minlength=self.tiles).astype(np.int64)
         return out
-
-
-def _between(x: np.ndarray, lo: int, hi: int) -> np.ndarray:
-    """``(x >= lo) & (x <= hi)`` for int64 ``x`` and ``lo <= hi``, in one comparison."""
-    return (x - lo).view(np.uint64) <= np.uint64(hi - lo)
 
 
 def _rows_of(cols: dict[str, np.ndarray], fresh: np.ndarray) -> dict[str, np.ndarray]:
@@ -506,29 +387,31 @@ class _SegmentGrid:
     #: Largest grid, in cells (int64 each; a second buffer of the same size holds the sums).
     MAX_CELLS = 1 << 23
 
-    def __init__(self, profile: Profile, ends: np.ndarray, usable: bool) -> None:
+    def __init__(self, profile: Profile, ends: np.ndarray) -> None:
         self.p = profile
         self.ends = ends
-        self.usable = usable
         self.width = len(ends)
         self._dirty = False
-        if usable:
-            # Column of each interval's start and end, once per profile.
-            self.col_start = np.searchsorted(ends, profile.iv_start)
-            self.col_end = np.searchsorted(ends, profile.iv_end)
-            # int32 cells when no tile's variables reach 2**31 bytes in all: every
-            # cell and every running sum is then the bytes of a subset of them.
-            per_tile = np.bincount(profile.variables.tile, weights=profile.variables.bytes,
-                                   minlength=profile.tiles)
-            self.dtype = np.int32 if per_tile.size == 0 or per_tile.max() < 2**31 - 1 else np.int64
-            self.diff = np.zeros((profile.tiles, self.width), self.dtype)
-            self.live = np.empty_like(self.diff)
+        # Column of each interval's start and end, once per profile.
+        self.col_start = np.searchsorted(ends, profile.iv_start)
+        self.col_end = np.searchsorted(ends, profile.iv_end)
+        # int32 cells when no tile's variables reach 2**31 bytes in all: every
+        # cell and every running sum is then the bytes of a subset of them.
+        per_tile = np.bincount(profile.variables.tile, weights=profile.variables.bytes, minlength=profile.tiles)
+        self.dtype = np.int32 if per_tile.size == 0 or per_tile.max() < 2**31 - 1 else np.int64
+        # Cell indices fit int32 unless a forced grid is very large.
+        self.cell_dtype = np.int32 if profile.tiles * max(self.width, 1) < 2**31 else np.int64
+        self.diff = np.zeros((profile.tiles, self.width), self.dtype)
+        self.live = np.empty_like(self.diff)
 
     @classmethod
     def of(cls, profile: Profile) -> _SegmentGrid:
-        ends = np.union1d(profile.iv_start, profile.iv_end).astype(np.int64)
-        usable = profile.tiles * max(len(ends), 1) <= cls.MAX_CELLS
-        return cls(profile, ends, usable)
+        return cls(profile, _segment_ends(profile))
+
+    @classmethod
+    def fits(cls, profile: Profile) -> bool:
+        """Is the grid small enough for the automatic choice?"""
+        return profile.tiles * max(len(_segment_ends(profile)), 1) <= cls.MAX_CELLS
 
     def clear(self) -> None:
         if self._dirty:
@@ -544,9 +427,8 @@ class _SegmentGrid:
         iv = expand_ranges(p.class_ptr[cls], counts)
         owner = np.repeat(np.arange(len(var_idx)), counts)
         row = v.tile[var_idx].astype(np.int64)[owner] * self.width
-        # Cells fit int32: the grid has at most MAX_CELLS of them.
-        events = {"start": (row + self.col_start[iv]).astype(np.int32),
-                  "end": (row + self.col_end[iv]).astype(np.int32),
+        events = {"start": (row + self.col_start[iv]).astype(self.cell_dtype),
+                  "end": (row + self.col_end[iv]).astype(self.cell_dtype),
                   "nbytes": v.bytes[var_idx][owner].astype(self.dtype)}
         if with_owner:
             events["owner"] = owner
@@ -575,6 +457,10 @@ class _SegmentGrid:
         np.cumsum(self.diff[:, : k_hi + 1], axis=1, out=live)
         np.max(live[:, max(k_lo, 0) :], axis=1, out=out)
         return np.maximum(out, 0)
+
+
+def _segment_ends(profile: Profile) -> np.ndarray:
+    return np.union1d(profile.iv_start, profile.iv_end).astype(np.int64)
 
 
 class _EventList:

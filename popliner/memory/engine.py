@@ -1,0 +1,275 @@
+"""The memory engine of one analysed profile: stage memory, training stash, cycles and boundary bytes.
+
+Everything popliner says about the memory of a set of operations comes from
+here (or from :mod:`popliner.memory.ranges`, the incremental form of the same
+figures for contiguous layer ranges). Callers give plain data: operation
+indices, or layer indices into ``layer_names``; the unlayered operations go
+with the first stage (``first_stage=True``), as PopLiner did.
+
+Training-dependent figures each have one named method, so that a change to
+the training model (:class:`popliner.memory.training.TrainingOptions`, held
+as ``options``) changes them in one place:
+
+- :meth:`MemoryEngine.backward_part`: which operations of a stage are backward;
+- :meth:`MemoryEngine.stash_windows` and :func:`stash_mask`: what one stash
+  entry holds; :meth:`MemoryEngine.stash_entry_per_tile` sums it per tile;
+- :meth:`MemoryEngine.cycles_split`: forward and backward cycles of a stage.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import cached_property
+
+import numpy as np
+
+from popliner.arrays import gather_csr
+from popliner.memory.model import MemoryModel
+from popliner.memory.training import TrainingOptions
+from popliner.memory.types import StageMemory
+from popliner.ops.operations import OperationTable
+from popliner.profile.model import Profile
+
+__all__ = ["MemoryEngine", "StashWindows", "stash_mask"]
+
+#: (forward first step, forward last step, backward first step, backward last step) of a stage.
+StashWindows = tuple[int, int, int, int]
+
+
+def stash_mask(first: np.ndarray, last: np.ndarray, windows: StashWindows) -> np.ndarray:
+    """Which variables (first and last live step) belong to one stash entry of a stage.
+
+    A stashed variable goes live during the stage's forward part and dies
+    during its backward part: it must be kept for every micro-batch in flight
+    between the two. Always-live variables must have been left out already.
+    """
+    fwd_lo, fwd_hi, bwd_lo, bwd_hi = windows
+    # (x >= lo) & (x <= hi) for int64 x and lo <= hi, in one comparison each.
+    in_fwd = (first - fwd_lo).view(np.uint64) <= np.uint64(fwd_hi - fwd_lo)
+    in_bwd = (last - bwd_lo).view(np.uint64) <= np.uint64(bwd_hi - bwd_lo)
+    return np.asarray(in_fwd & in_bwd)
+
+
+class MemoryEngine:
+    """Per-tile memory and the other per-stage figures of one profile's operations and layers.
+
+    ``layer_of_op`` gives each operation's layer (an index into
+    ``layer_names``, -1 for none); ``counted_vars`` which operations'
+    variables count; ``is_backward`` which operations' names mark the
+    backward pass; ``training`` whether the profile is a training step.
+    """
+
+    def __init__(self, profile: Profile, ops: OperationTable, layer_of_op: np.ndarray, layer_names: Sequence[str],
+                 counted_vars: np.ndarray, is_backward: np.ndarray, training: bool,
+                 options: TrainingOptions | None = None) -> None:
+        self.profile = profile
+        self.ops = ops
+        self.layer_of_op = np.asarray(layer_of_op, np.int64)
+        self.layer_names = tuple(layer_names)
+        self.is_backward = np.asarray(is_backward, bool)
+        self.training = training
+        self.options = options if options is not None else TrainingOptions()
+        self.model = MemoryModel(profile, ops, counted_vars)
+
+    @property
+    def tiles(self) -> int:
+        return self.profile.tiles
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.layer_names)
+
+    @property
+    def has_unlayered(self) -> bool:
+        """Are there operations without a layer (they go with the first stage)?"""
+        return bool((self.layer_of_op < 0).any())
+
+    # -- operations of a stage ---------------------------------------------------
+
+    def stage_ops(self, layers: Sequence[int], first_stage: bool) -> np.ndarray:
+        """Operations of the given layers, plus the unlayered ones for the first stage."""
+        mask = np.isin(self.layer_of_op, np.asarray(layers, np.int64))
+        if first_stage:
+            mask |= self.layer_of_op < 0
+        return np.flatnonzero(mask)
+
+    def range_ops(self, i: int, j: int) -> np.ndarray:
+        """Operations of the contiguous layer range ``i..j``; range 0.. holds the unlayered ones."""
+        return self.stage_ops(range(i, j + 1), first_stage=i == 0)
+
+    # -- memory ----------------------------------------------------------------
+
+    def stage_memory(self, ops: np.ndarray) -> StageMemory:
+        """Per-tile memory of a set of operations (the direct model, memoised)."""
+        return self.model.stage(ops)
+
+    # -- training ----------------------------------------------------------------
+
+    def backward_part(self, ops: np.ndarray) -> np.ndarray:
+        """Bool per operation of a stage: in the stage's backward part.
+
+        The backward part starts at the stage's first operation whose name marks
+        it as backward; everything from that step on belongs to it. Names alone
+        would leave out call sites and helpers of the backward pass that carry
+        no gradient name.
+        """
+        named = self.is_backward[ops]
+        if not named.any():
+            return np.zeros(len(ops), bool)
+        first = self.ops.first_step[ops]
+        start = int(first[named & (first >= 0)].min(initial=np.iinfo(np.int64).max))
+        return np.asarray(named | (first >= start))
+
+    def stash_windows(self, ops: np.ndarray) -> StashWindows | None:
+        """The steps of the stage's forward and backward parts; None when it has no stash (inference too)."""
+        if not self.training:
+            return None
+        back = self.backward_part(ops)
+        fwd_lo, fwd_hi = self.model.window(ops[~back])
+        bwd_lo, bwd_hi = self.model.window(ops[back])
+        if fwd_hi < fwd_lo or bwd_hi < bwd_lo:
+            return None
+        return fwd_lo, fwd_hi, bwd_lo, bwd_hi
+
+    def stash_entry_per_tile(self, ops: np.ndarray) -> np.ndarray:
+        """Bytes per tile of one activation stash entry of the stage (zero in inference)."""
+        out = np.zeros(self.tiles, np.int64)
+        windows = self.stash_windows(ops)
+        if windows is None:
+            return out
+        var = self.model.counted_variables(ops)
+        var = var[~self.always_live_var[var]]
+        stash = var[stash_mask(self.var_first_step[var], self.var_last_step[var], windows)]
+        v = self.profile.variables
+        # float64 bincount: exact while a tile's entry is below 2**53 bytes.
+        return np.bincount(v.tile[stash], weights=v.bytes[stash], minlength=self.tiles).astype(np.int64)
+
+    def cycles_split(self, ops: np.ndarray) -> tuple[int, int]:
+        """(forward, backward) cycles of one micro-batch through the stage."""
+        back = self.backward_part(ops)
+        cyc = self.op_cycles[ops]
+        return int(cyc[~back].sum()), int(cyc[back].sum())
+
+    # -- cycles ------------------------------------------------------------------
+
+    @cached_property
+    def step_cycles(self) -> np.ndarray:
+        """Cycles of each step: its program's maximum over tiles."""
+        per_program = self.profile.programs.cycles.row_max()
+        return per_program[self.profile.steps] if self.profile.num_steps else np.zeros(0, np.int64)
+
+    @cached_property
+    def op_cycles(self) -> np.ndarray:
+        """Cycles per operation: the sum over the steps it runs at."""
+        owner = self.ops.op_of_step
+        keep = owner >= 0
+        return np.bincount(owner[keep], weights=self.step_cycles[keep], minlength=self.ops.count).astype(np.int64)
+
+    @cached_property
+    def layer_cycles(self) -> np.ndarray:
+        """Cycles per layer (layer 0 with the unlayered operations)."""
+        layer = np.where(self.layer_of_op < 0, 0, self.layer_of_op)
+        if not self.num_layers:
+            return np.zeros(0, np.int64)
+        return np.bincount(layer, weights=self.op_cycles, minlength=self.num_layers).astype(np.int64)
+
+    @property
+    def has_cycles(self) -> bool:
+        return bool(self.profile.programs.has_cycles and self.layer_cycles.any())
+
+    # -- variables -------------------------------------------------------------
+
+    @cached_property
+    def var_first_step(self) -> np.ndarray:
+        """First live step of each variable (its class's first interval start)."""
+        p = self.profile
+        starts = np.full(p.num_classes, -1, np.int64)
+        nonempty = np.diff(p.class_ptr) > 0
+        starts[nonempty] = p.iv_start[p.class_ptr[:-1][nonempty]]
+        return np.asarray(starts[p.variables.klass])
+
+    @cached_property
+    def var_last_step(self) -> np.ndarray:
+        """Last live step of each variable (inclusive), -1 when never live."""
+        p = self.profile
+        ends = np.full(p.num_classes, -1, np.int64)
+        nonempty = np.diff(p.class_ptr) > 0
+        ends[nonempty] = p.iv_end[p.class_ptr[1:][nonempty] - 1] - 1
+        return np.asarray(ends[p.variables.klass])
+
+    @cached_property
+    def always_live_var(self) -> np.ndarray:
+        return np.asarray(self.profile.always_live_classes()[self.profile.variables.klass])
+
+    # -- boundaries ------------------------------------------------------------
+
+    @cached_property
+    def variable_layer_span(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per variable: the first and last layer whose counted operations use it.
+
+        The unlayered operations count as layer 0 (they go with the first
+        stage). Unused variables get ``lo = int64 max`` and ``hi = -1``.
+        """
+        ops = self.ops
+        layer_of_op = np.where(self.layer_of_op < 0, 0, self.layer_of_op)
+        counted = np.flatnonzero(self.model.counted_vars)
+        lay_of = layer_of_op[counted]
+        n = self.profile.variables.count
+        lo = np.full(n, np.iinfo(np.int64).max, np.int64)
+        hi = np.full(n, -1, np.int64)
+        # One plain scatter per layer in layer order (later layers overwrite hi,
+        # earlier ones lo). Every value in one scatter is the same, so repeated
+        # indices cannot matter; several times faster than np.minimum.at.
+        per_layer = [(k, gather_csr(ops.var_ptr, ops.var_idx, counted[lay_of == k]))
+                     for k in np.unique(lay_of).tolist()]
+        for k, var in per_layer:
+            hi[var] = k
+        for k, var in reversed(per_layer):
+            lo[var] = k
+        return lo, hi
+
+    @cached_property
+    def multi_layer_var(self) -> np.ndarray:
+        """Variables that more than one layer uses."""
+        lo, hi = self.variable_layer_span
+        return np.asarray(hi > lo)
+
+    @cached_property
+    def crossing(self) -> np.ndarray:
+        """Bytes crossing the boundary after each layer but the last (``num_layers - 1`` entries).
+
+        The not-always-live variables used on both sides of the cut: what a
+        stage must send on (activations forwards; in training their gradients
+        come back over the same boundary).
+        """
+        lo, hi = self.variable_layer_span
+        pick = self.multi_layer_var & ~self.always_live_var
+        diff = np.zeros(self.num_layers + 1, np.int64)
+        np.add.at(diff, lo[pick], self.profile.variables.bytes[pick])
+        np.add.at(diff, hi[pick], -self.profile.variables.bytes[pick])
+        return np.cumsum(diff)[: max(self.num_layers - 1, 0)]
+
+    @cached_property
+    def always_live_spans(self) -> tuple[tuple[int, int], ...]:
+        """(first, last) layer of every always-live variable several layers use (tied weights)."""
+        lo, hi = self.variable_layer_span
+        pick = self.multi_layer_var & self.always_live_var
+        return tuple(zip(lo[pick].tolist(), hi[pick].tolist()))
+
+    def boundary_bytes(self, before: Sequence[int], after: Sequence[int]) -> int:
+        """Bytes of not-always-live variables used on both sides of a boundary between two sets of layers.
+
+        ``before`` holds the first stage's layers when it is not empty, so the
+        unlayered operations count on its side.
+        """
+        b, a = sorted(before), sorted(after)
+        cut = len(b)
+        if not b or not a:
+            return 0
+        if b == list(range(cut)) and a == list(range(cut, self.num_layers)):
+            return int(self.crossing[cut - 1])  # the usual case, a cut through the layer order
+        used_before = self.model.counted_variables(self.stage_ops(b, first_stage=True))
+        used_after = self.model.counted_variables(self.stage_ops(a, first_stage=False))
+        both = np.intersect1d(used_before, used_after, assume_unique=True)
+        both = both[~self.always_live_var[both]]
+        return int(self.profile.variables.bytes[both].sum())

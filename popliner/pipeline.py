@@ -1,0 +1,299 @@
+"""PopART's pipeline rules, in one place, and the figure of an IPU in a pipeline.
+
+A split puts a contiguous share of the layers on each of K IPUs; IPU ``i``
+holds the layers of position ``i``. PopART then runs:
+
+- **stages**: K pipeline stages in inference. In training, 2K-1: the forward
+  pass of IPU ``i`` is stage ``i``, its backward pass stage ``2K-2-i``, and the
+  last IPU runs forward and backward in one stage, K-1 (it computes the loss,
+  so nothing waits for another IPU in between). IPU ``i`` holds stages ``i``
+  and ``2K-2-i``;
+- **stash**: in training, IPU ``i < K-1`` keeps ``2(K-1-i)+1`` activation
+  stash entries, one per micro-batch between its forward and backward pass;
+  the last IPU keeps none. The single-IPU profile already holds one entry
+  (its activations live from forward to backward), so ``depth - 1`` entries
+  are added;
+- **copy buffers**: an IPU holds what it sends to and receives from its
+  neighbours per micro-batch: the bytes crossing its two boundaries, twice
+  in training (the gradients of the activations come back over the same
+  boundary), spread evenly over its tiles.
+
+The memory of an IPU, per tile, is therefore::
+
+    model(its operations) + (depth - 1) x stash entry + copy buffer
+
+:func:`stage_figures` (any placement, from a memory engine),
+:func:`range_figure` (one contiguous range at position ``k`` of ``K``) and
+:func:`position_memory` (the worst tile from a range table, for solvers) all
+apply that one formula, so the solver, ``popliner check``, the simulator,
+the pipeline config, the tile plot and the planner give the same bytes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+import numpy as np
+
+from popliner.memory.types import ComponentBytes, StageMemory
+
+if TYPE_CHECKING:
+    from popliner.memory.engine import MemoryEngine
+
+__all__ = [
+    "RangeCosts",
+    "StageFigure",
+    "backward_stage",
+    "copy_buffer_per_tile",
+    "extra_stash_entries",
+    "forward_stage",
+    "grows_past_limit",
+    "num_pipeline_stages",
+    "position_memory",
+    "range_figure",
+    "spread_over_tiles",
+    "stage_figures",
+    "stash_depth",
+]
+
+#: Step 1 of the engine move keeps today's figures; the next step counts copy buffers everywhere.
+_COUNT_COPY_BUFFERS = False
+
+# -- stage numbering ------------------------------------------------------------
+
+
+def num_pipeline_stages(training: bool, num_ipus: int) -> int:
+    """P: K stages in inference, 2K-1 in training (the last IPU's backward shares its stage)."""
+    return 2 * num_ipus - 1 if training else num_ipus
+
+
+def forward_stage(ipu: int) -> int:
+    """Pipeline stage of the forward pass on ``ipu`` (the same in both modes)."""
+    return ipu
+
+
+def backward_stage(ipu: int, num_ipus: int) -> int:
+    """Pipeline stage of the backward pass on ``ipu`` in training (K-1 on the last IPU: forward and backward)."""
+    return 2 * num_ipus - 2 - ipu
+
+
+# -- stash ------------------------------------------------------------------------
+
+
+def stash_depth(position: int, num_ipus: int) -> int:
+    """Stash entries PopART keeps on the IPU at ``position`` of ``num_ipus`` (training)."""
+    if position >= num_ipus - 1:
+        return 0
+    return 2 * (num_ipus - 1 - position) + 1
+
+
+def extra_stash_entries(position: int, num_ipus: int) -> int:
+    """Entries beyond the one the single-IPU profile already holds."""
+    return max(stash_depth(position, num_ipus) - 1, 0)
+
+
+# -- copy buffers -----------------------------------------------------------------
+
+
+def spread_over_tiles(nbytes: int, tiles: int) -> int:
+    """Bytes per tile of a buffer spread evenly over ``tiles`` tiles (0 without tiles)."""
+    return math.ceil(nbytes / tiles) if tiles else 0
+
+
+def copy_buffer_per_tile(bytes_in: int, bytes_out: int, tiles: int, training: bool) -> int:
+    """Per tile, the buffers of what an IPU receives (``bytes_in``) and sends on (``bytes_out``) per micro-batch."""
+    return spread_over_tiles((2 if training else 1) * (bytes_in + bytes_out), tiles)
+
+
+# -- from a range table (solvers) ------------------------------------------------
+
+
+class RangeCosts(Protocol):
+    """What a solver reads about contiguous layer ranges ``i..j`` (inclusive).
+
+    :class:`popliner.memory.ranges.ProfileRanges` reads a profile;
+    :class:`popliner.solvers.problem.ArrayRanges` takes plain numbers.
+    """
+
+    @property
+    def num_layers(self) -> int: ...
+
+    @property
+    def layer_names(self) -> tuple[str, ...]: ...
+
+    @property
+    def has_cycles(self) -> bool: ...
+
+    @property
+    def has_unlayered(self) -> bool:
+        """Are there operations without a layer (they go with the first range)?"""
+
+    @property
+    def limit(self) -> float:
+        """Largest worst-tile figure of interest; above it a range reads as ``inf``."""
+
+    @property
+    def tiles(self) -> int:
+        """Tiles per IPU (copy buffers are spread over them; 0: no copy buffers)."""
+
+    def memory(self, i: int, j: int, extra_stash: int) -> float:
+        """Worst-tile bytes of the range's operations plus ``extra_stash`` stash entries, without copy buffers.
+
+        ``inf`` over the limit; it only grows with the range, so every range
+        holding an ``inf`` one is ``inf`` too.
+        """
+
+    def compute(self, i: int, j: int) -> int:
+        """Compute cycles of one micro-batch through the range."""
+
+    def crossing(self, j: int) -> int:
+        """Bytes crossing the boundary after layer ``j`` (0 after the last layer, and for ``j < 0``)."""
+
+    def transfer(self, nbytes: int) -> int:
+        """Cycles to move ``nbytes`` over the IPU link."""
+
+    def cost(self, i: int, j: int) -> int:
+        """Compute cycles plus the transfer of what the range receives."""
+
+    def forbidden_splits(self, keep_shared_together: bool) -> frozenset[int]:
+        """Layers after which no stage may end."""
+
+
+def grows_past_limit(costs: RangeCosts, i: int, j: int, position: int, num_ipus: int, training: bool) -> bool:
+    """The range is over the limit before its copy buffers: so is every range that holds it."""
+    extra = extra_stash_entries(position, num_ipus) if training else 0
+    return costs.memory(i, j, extra) == math.inf
+
+
+def position_memory(costs: RangeCosts, i: int, j: int, position: int, num_ipus: int, training: bool) -> float:
+    """Worst-tile bytes of range ``i..j`` on the IPU at ``position`` of ``num_ipus``; ``inf`` over the limit.
+
+    The model, the stash entries of the position and the copy buffers of the
+    range's two boundaries. Copy buffers are the same on every tile, so they
+    add to the worst tile as they are.
+    """
+    extra = extra_stash_entries(position, num_ipus) if training else 0
+    base = costs.memory(i, j, extra)
+    if base == math.inf:
+        return base
+    total = base + (copy_buffer_per_tile(costs.crossing(i - 1), costs.crossing(j), costs.tiles, training)
+                    if _COUNT_COPY_BUFFERS else 0)
+    return total if total <= costs.limit else math.inf
+
+
+# -- from the memory engine (exact per-tile figures) ------------------------------
+
+
+@dataclass(frozen=True, eq=False)
+class StageFigure:
+    """The memory of one IPU of a pipeline, per tile, and what it is made of.
+
+    ``memory`` is the model of the IPU's operations (five components, per
+    tile, as in the single-IPU profile); ``stash_entry_per_tile`` one
+    activation stash entry; ``stash_entries`` the depth PopART keeps;
+    ``copy_buffer`` the bytes per tile of its copy buffers.
+    """
+
+    position: int
+    num_ipus: int
+    layers: tuple[int, ...]
+    memory: StageMemory
+    stash_entry_per_tile: np.ndarray
+    stash_entries: int
+    copy_buffer: int
+    bytes_in: int
+    bytes_out: int
+    forward_cycles: int
+    backward_cycles: int
+
+    @property
+    def extra_stash_entries(self) -> int:
+        return max(self.stash_entries - 1, 0)
+
+    @property
+    def stash_per_tile(self) -> np.ndarray:
+        """What the stash adds to the profile, per tile: ``depth - 1`` entries."""
+        return np.asarray(self.stash_entry_per_tile * self.extra_stash_entries)
+
+    @property
+    def total_per_tile(self) -> np.ndarray:
+        return np.asarray(self.memory.total_per_tile + self.stash_per_tile
+                          + (self.copy_buffer if _COUNT_COPY_BUFFERS else 0))
+
+    @property
+    def worst_tile(self) -> int:
+        """The tile with the largest total (lowest index on ties)."""
+        total = self.total_per_tile
+        return int(np.argmax(total)) if total.size else 0
+
+    @property
+    def worst_bytes(self) -> int:
+        total = self.total_per_tile
+        return int(total.max()) if total.size else 0
+
+    @property
+    def worst_tile_memory(self) -> ComponentBytes:
+        """The model's five components on the worst tile (stash and copy buffer not included)."""
+        return self.memory.on_tile(self.worst_tile) if self.memory.tiles else ComponentBytes()
+
+    @property
+    def worst_tile_stash(self) -> int:
+        return int(self.stash_per_tile[self.worst_tile]) if self.memory.tiles else 0
+
+    @property
+    def stash_bytes_summed(self) -> int:
+        """The stash's addition summed over tiles."""
+        return int(self.stash_per_tile.sum())
+
+    @property
+    def cycles(self) -> int:
+        return self.forward_cycles + self.backward_cycles
+
+    def fits(self, budget: int) -> bool:
+        return self.worst_bytes <= budget
+
+
+def _figure(engine: MemoryEngine, layers: Sequence[int], position: int, num_ipus: int, bytes_in: int,
+            bytes_out: int) -> StageFigure:
+    ops = engine.stage_ops(layers, first_stage=position == 0)
+    depth = stash_depth(position, num_ipus) if engine.training else 0
+    entry = engine.stash_entry_per_tile(ops) if depth else np.zeros(engine.tiles, np.int64)
+    forward, backward = engine.cycles_split(ops)
+    return StageFigure(
+        position=position, num_ipus=num_ipus, layers=tuple(int(k) for k in layers), memory=engine.stage_memory(ops),
+        stash_entry_per_tile=entry, stash_entries=depth,
+        copy_buffer=copy_buffer_per_tile(bytes_in, bytes_out, engine.tiles, engine.training),
+        bytes_in=bytes_in, bytes_out=bytes_out, forward_cycles=forward, backward_cycles=backward,
+    )
+
+
+def stage_figures(engine: MemoryEngine, stages: Sequence[Sequence[int]]) -> tuple[StageFigure, ...]:
+    """Each IPU's figure for a placement: ``stages[k]`` are the layer indices on IPU ``k``.
+
+    Stages need not be contiguous (``popliner check`` takes hand-edited
+    configs); the bytes crossing into IPU ``k`` are those used both by the
+    layers of IPUs ``0..k-1`` and by those of ``k..K-1``.
+    """
+    count = len(stages)
+    crossing = [0] * (count + 1)  # crossing[k]: into IPU k (0 into the first, 0 out of the last)
+    for k in range(1, count):
+        before = [x for group in stages[:k] for x in group]
+        after = [x for group in stages[k:] for x in group]
+        crossing[k] = engine.boundary_bytes(before, after)
+    return tuple(_figure(engine, group, k, count, crossing[k], crossing[k + 1]) for k, group in enumerate(stages))
+
+
+def range_figure(engine: MemoryEngine, i: int, j: int, position: int, num_ipus: int) -> StageFigure:
+    """The figure of the contiguous layer range ``i..j`` on the IPU at ``position`` of ``num_ipus``.
+
+    Exact for any contiguous split (the planner's view): the range receives
+    the bytes crossing the boundary before layer ``i`` and sends those after
+    layer ``j``.
+    """
+    cross = engine.crossing
+    bytes_in = int(cross[i - 1]) if 0 < i <= len(cross) else 0
+    bytes_out = int(cross[j]) if 0 <= j < len(cross) else 0
+    return _figure(engine, range(i, j + 1), position, num_ipus, bytes_in, bytes_out)
