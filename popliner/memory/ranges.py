@@ -66,6 +66,7 @@ class ProfileRanges:
         self._training = engine.training
         self._ranges: dict[tuple[int, int], tuple[np.ndarray, np.ndarray] | None] = {}
         self._done_from: set[int] = set()
+        self._memory: dict[tuple[int, int, int], float] = {}
         self._shared = _Shared.of(engine, liveness)
         self._layer_cycles = engine.layer_cycles
         self._cross = engine.crossing
@@ -108,12 +109,20 @@ class ProfileRanges:
         ``i`` overflows too. Copy buffers are not included: see
         :func:`popliner.pipeline.position_memory`.
         """
-        entry = self._range(i, j)
-        if entry is None:
-            return OVERFLOW
-        total, stash = entry
-        worst = int((total + extra_stash * stash).max()) if extra_stash else int(total.max())
-        return worst if worst <= self.limit else OVERFLOW
+        key = (i, j, extra_stash)
+        found = self._memory.get(key)
+        if found is None:
+            # The solvers ask for the same (range, depth) many times: every stage count of the DP,
+            # the fewest-IPUs search and the ILP's edges read it again.
+            entry = self._range(i, j)
+            if entry is None:
+                found = OVERFLOW
+            else:
+                total, stash = entry
+                worst = int((total + extra_stash * stash).max()) if extra_stash else int(total.max())
+                found = worst if worst <= self.limit else OVERFLOW
+            self._memory[key] = found
+        return found
 
     def compute(self, i: int, j: int) -> int:
         return int(self._layer_cycles[i : j + 1].sum())
