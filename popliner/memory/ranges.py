@@ -284,7 +284,7 @@ class _LayerParts:
         multi = engine.multi_layer_var[var]
         private, shared = var[~multi], var[multi]
         return cls(ops, additive, presence, lo, hi, private, shared,
-                   grid.events_of(private) if grid is not None else None,
+                   grid.merged(grid.events_of(private)) if grid is not None else None,
                    grid.events_of(shared, with_owner=True) if grid is not None else None,
                    _stash_columns(engine, private), _stash_columns(engine, shared, with_owner=True))
 
@@ -443,7 +443,28 @@ class _SegmentGrid:
             events["owner"] = owner
         return events
 
+    def merged(self, events: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The same events as one net change per distinct cell, which :meth:`add` applies without ``add.at``.
+
+        For a layer's private variables, added to every range that holds the
+        layer: the merge is done once, and each addition is then a plain
+        indexed add over distinct cells (exact: integer sums in any order).
+        """
+        cells = np.concatenate((events["start"], events["end"]))
+        delta = np.concatenate((events["nbytes"], -events["nbytes"]))
+        uniq, inverse = unique_inverse(cells)
+        net = np.zeros(len(uniq), np.int64)
+        np.add.at(net, inverse, delta)
+        keep = net != 0
+        return {"cells": uniq[keep], "delta": net[keep].astype(self.dtype)}
+
     def add(self, events: dict[str, np.ndarray]) -> None:
+        if "cells" in events:
+            if events["cells"].size:
+                flat = self.diff.reshape(-1)
+                flat[events["cells"]] += events["delta"]  # distinct cells: a plain indexed add is exact
+                self._dirty = True
+            return
         if events["nbytes"].size == 0:
             return
         flat = self.diff.reshape(-1)
