@@ -120,3 +120,19 @@ def test_pretty_printed_profile_reads_the_same(tiny_text: bytes) -> None:
     assert extract_columns(pretty) is None
     got = parse_profile_bytes(pretty, "t.json")
     same(dataclasses.replace(got, sha256=""), dataclasses.replace(parse_profile_bytes(tiny_text, "t.json"), sha256=""))
+
+
+def test_name_table_reads_and_finds_the_same_in_every_form() -> None:
+    from popliner.profile.model import NameTable
+
+    names = [b"a__re", b"", b"x__re_y", b"__re.1", b"plain", b"__", b"re", b"b__re__re"]
+    ptr = np.zeros(len(names) + 1, np.int64)
+    np.cumsum([len(n) for n in names], out=ptr[1:])
+    contiguous = NameTable(np.frombuffer(b"".join(names), np.uint8), ptr)
+    quoted = b"[" + b",".join(b'"' + n + b'"' for n in names) + b"]"
+    cut = NameTable(np.frombuffer(quoted[1:-1], np.uint8), ptr, lead=1, pad=3)
+    # Packed in 3-byte chunks: names and matches straddle chunk boundaries.
+    for table in (contiguous, cut, contiguous.packed(3), cut.packed(3)):
+        assert [table.get(i) for i in range(len(names))] == names
+        # By hand: (name, offset) of each "__re" wholly inside one name.
+        assert table.find(b"__re") == [(0, 1), (2, 1), (3, 0), (7, 1), (7, 5)]

@@ -124,6 +124,49 @@ class NameTable:
         base = first * self.chunk_bytes
         return raw[lo - base : hi - base]
 
+    def find(self, needle: bytes) -> list[tuple[int, int]]:
+        """Every occurrence of ``needle`` inside a name: (name index, offset in that name), in order.
+
+        Scans the blob once (a packed one chunk by chunk, without keeping the
+        chunks); occurrences that straddle two names are not counted.
+        """
+        n = len(self.ptr) - 1
+        if n <= 0 or int(self.ptr[-1]) == 0 or not needle:
+            return []
+        hits: list[int] = []
+        for base, raw in self._pieces(len(needle) - 1):
+            pos = raw.find(needle)
+            while pos >= 0:
+                hits.append(base + pos)
+                pos = raw.find(needle, pos + len(needle))
+        if not hits:
+            return []
+        index = np.arange(n, dtype=np.int64)
+        starts = self.ptr[:-1] + index * self.pad + self.lead
+        stops = self.ptr[1:] + index * self.pad + self.lead
+        at = np.asarray(hits, np.int64)
+        owner = np.searchsorted(starts, at, side="right") - 1
+        ok = (owner >= 0) & (at + len(needle) <= stops[np.maximum(owner, 0)])
+        return [(int(i), int(h - starts[i])) for i, h in zip(owner[ok], at[ok])]
+
+    def _pieces(self, overlap: int) -> list[tuple[int, bytes]]:
+        """The raw blob as (offset, bytes) pieces, each with ``overlap`` bytes of the next one."""
+        if self.chunk_ptr is None:
+            return [(0, self.blob.tobytes())]
+        out = []
+        count = len(self.chunk_ptr) - 1
+        nxt = self._inflate(0) if count else b""
+        for c in range(count):
+            raw, nxt = nxt, (self._inflate(c + 1) if c + 1 < count else b"")
+            out.append((c * self.chunk_bytes, raw + nxt[:overlap]))
+        return out
+
+    def _inflate(self, c: int) -> bytes:
+        assert self.chunk_ptr is not None
+        if c in self._inflated:
+            return self._inflated[c]
+        return zcodec.decompress(self.blob[int(self.chunk_ptr[c]) : int(self.chunk_ptr[c + 1])])
+
     def _chunk(self, c: int) -> bytes:
         if c not in self._inflated:
             assert self.chunk_ptr is not None
@@ -131,18 +174,18 @@ class NameTable:
             self._inflated[c] = zcodec.decompress(self.blob[a:b])
         return self._inflated[c]
 
-    def packed(self) -> NameTable:
+    def packed(self, chunk_bytes: int = NAME_CHUNK_BYTES) -> NameTable:
         """The same names with the blob as zlib chunks (compressed on two threads)."""
         if self.chunk_ptr is not None:
             return self
         raw = self.blob
-        parts = [raw[k : k + NAME_CHUNK_BYTES] for k in range(0, len(raw), NAME_CHUNK_BYTES)]
+        parts = [raw[k : k + chunk_bytes] for k in range(0, len(raw), chunk_bytes)]
         with ThreadPoolExecutor(2) as pool:  # zlib lets go of the GIL while it compresses
             chunks = list(pool.map(zcodec.compress, parts))
         ptr = np.zeros(len(chunks) + 1, np.int64)
         np.cumsum([len(c) for c in chunks], out=ptr[1:])
         blob = np.frombuffer(b"".join(chunks), np.uint8)
-        return NameTable(blob, self.ptr, self.lead, self.pad, ptr, NAME_CHUNK_BYTES)
+        return NameTable(blob, self.ptr, self.lead, self.pad, ptr, chunk_bytes)
 
 
 @dataclass(frozen=True, eq=False)
