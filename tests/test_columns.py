@@ -85,6 +85,9 @@ def _variants(doc: dict[str, Any]) -> list[tuple[str, bytes]]:
         ("escaped name", text.replace(b'"name":["', b'"name":["\\u00e9', 1)),
         ("non-ascii name", text.replace(b'"name":["', '"name":["\u00e9'.encode(), 1)),
         ("name with bracket", text.replace(b'"name":["', b'"name":["]', 1)),
+        ("brackets inside names", text.replace(b'"name":["', b'"name":["x[0]","a]b]","', 1).replace(
+            b'"tile":[', b'"tile":[0,0,', 1).replace(b'"bytes":[', b'"bytes":[1,1,', 1).replace(
+            b'"class":[', b'"class":[0,0,', 1).replace(b'"id":[', b'"id":[99999998,99999999,', 1)),
         ("spaced list", text.replace(b'"vars":[', b'"vars": [', 1)),
         ("vars elsewhere", text.replace(b'"source":{', b'"source":{"vars":[1],', 1)),
         ("names too short", text.replace(b'"name":["', b'"name":["x","', 1)),
