@@ -189,10 +189,15 @@ class Run:
     wall: float
     peak_rss_mb: float
     extra: dict[str, Any] = field(default_factory=dict)
+    cpu: float = 0.0  # the child's user + system seconds, whole process
 
 
 def run_child(spec: dict[str, Any], env: dict[str, str], log_path: Path) -> tuple[dict[str, Any], float, float]:
-    """One measurement in a fresh interpreter: (its result, wall seconds, peak RSS in MB)."""
+    """One measurement in a fresh interpreter: (its result, wall seconds, peak RSS in MB).
+
+    The child's CPU seconds (user + system, its whole life) go into the result as ``child_cpu``:
+    on a machine shared with other work they move much less than wall times do.
+    """
     with tempfile.NamedTemporaryFile("w+", suffix=".json", delete=False) as fh:
         result_path = fh.name
     spec = dict(spec, result=result_path)
@@ -222,6 +227,7 @@ def run_child(spec: dict[str, Any], env: dict[str, str], log_path: Path) -> tupl
         Path(result_path).unlink(missing_ok=True)
     if not result:
         result = {"status": f"CRASH (exit {proc.returncode}; see {log_path})"}
+    result["child_cpu"] = usage.ru_utime + usage.ru_stime
     return result, wall, rss_mb
 
 
@@ -287,6 +293,7 @@ def summarise(runs: list[Run]) -> list[dict[str, Any]]:
             "median_s": _round(statistics.median(secs)) if secs else None,
             "min_s": _round(min(secs)) if secs else None, "max_s": _round(max(secs)) if secs else None,
             "wall_median_s": _round(statistics.median(walls)),
+            "cpu_median_s": _round(statistics.median(r.cpu for r in group)),
             "peak_rss_mb_median": round(statistics.median(r.peak_rss_mb for r in group)),
             "peak_rss_mb_max": round(max(r.peak_rss_mb for r in group)),
             "command_median_s": _median_extra(group, "command_seconds"),
@@ -348,11 +355,11 @@ def write_outputs(out: Path, runs: list[Run], profiles: dict[float, dict[str, An
     out.mkdir(parents=True, exist_ok=True)
     with open(out / "runs.csv", "w", newline="") as fh:
         w = csv.writer(fh)
-        w.writerow(["measurement", "size", "repeat", "status", "seconds", "wall", "peak_rss_mb", "extra"])
+        w.writerow(["measurement", "size", "repeat", "status", "seconds", "wall", "cpu", "peak_rss_mb", "extra"])
         for r in runs:
             w.writerow([r.measurement, r.size, r.repeat, r.status,
-                        "" if r.seconds is None else f"{r.seconds:.4f}", f"{r.wall:.4f}", f"{r.peak_rss_mb:.1f}",
-                        json.dumps(r.extra, sort_keys=True)])
+                        "" if r.seconds is None else f"{r.seconds:.4f}", f"{r.wall:.4f}", f"{r.cpu:.3f}",
+                        f"{r.peak_rss_mb:.1f}", json.dumps(r.extra, sort_keys=True)])
     rows = summarise(runs)
     with open(out / "summary.csv", "w", newline="") as fh:
         table = csv.DictWriter(fh, fieldnames=list(rows[0]) if rows else ["measurement"])
@@ -400,17 +407,25 @@ def markdown(rows: list[dict[str, Any]], profiles: dict[float, dict[str, Any]], 
             ratio = b["median_s"] / a["median_s"] if a and b and a["median_s"] and b["median_s"] else None
             line += f" {ratio:.2f} |" if ratio else " - |"
         lines.append(line)
+    for title, key, fmt in (("Median child CPU seconds (user + system, whole process) by size", "cpu_median_s", _fmt),
+                            ("Median peak resident memory (MiB) by size", "peak_rss_mb_median", lambda v: f"{v:,}")):
+        lines += ["", f"## {title}", "", "| measurement | " + " | ".join(f"{s:g}x" for s in sizes) + " |",
+                  "|---|" + "---|" * len(sizes)]
+        for m in MEASUREMENTS:
+            if any((m, s) in by for s in sizes):
+                lines.append(f"| {m} | " + " | ".join(fmt(by[(m, s)][key]) if (m, s) in by else "-"
+                                                      for s in sizes) + " |")
     for s in sizes:
         lines += ["", f"## Size {s:g}x", "",
-                  "| measurement | status | runs | median s | min s | max s | whole command s | wall median s "
-                  "| peak RSS MB (median / max) |",
-                  "|---|---|---|---|---|---|---|---|---|"]
+                  "| measurement | status | runs | median s | min s | max s | whole command s | child wall s "
+                  "| child CPU s | peak RSS MB (median / max) |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
         for r in rows:
             if r["size"] != s:
                 continue
             lines.append(f"| {r['measurement']} | {r['status']} | {r['runs']} | {_fmt(r['median_s'])} | "
                          f"{_fmt(r['min_s'])} | {_fmt(r['max_s'])} | {_fmt(r['command_median_s'])} | "
-                         f"{_fmt(r['wall_median_s'])} | "
+                         f"{_fmt(r['wall_median_s'])} | {_fmt(r['cpu_median_s'])} | "
                          f"{r['peak_rss_mb_median']:,} / {r['peak_rss_mb_max']:,} |")
     return "\n".join(lines) + "\n"
 
@@ -537,10 +552,11 @@ def main(argv: list[str] | None = None) -> int:
                 res, wall, rss = run_child(dict(base, measurement=m), env, log_path)
                 secs = res.pop("seconds", None)
                 status = res.pop("status", "?")
-                runs.append(Run(m, size, k + 1, status, secs, wall, rss, res))
+                cpu = res.pop("child_cpu", 0.0)
+                runs.append(Run(m, size, k + 1, status, secs, wall, rss, res, cpu))
                 shown = f"{secs:.2f} s" if secs is not None else "-"
                 log(f"[{size:g}x] {m} {k + 1}/{repeat}: {shown} ({status}), wall {wall:.1f} s, "
-                    f"peak {rss:,.0f} MB")
+                    f"cpu {cpu:.1f} s, peak {rss:,.0f} MB")
         write_outputs(out, runs, profiles, info, [s for s in sizes if s in profiles])
     log(f"done in {time.perf_counter() - t_start:.0f} s; results in {out}/summary.md, summary.csv, bench.png")
     return 0

@@ -2,7 +2,7 @@
 
 Stored with numpy's own format and loaded with ``allow_pickle=False``: the
 arrays of the frozen dataclasses go in as arrays, everything else (strings,
-small scalars) as one JSON document held in a ``uint8`` array. The file is a
+small scalars) as one deflated JSON document held in a ``uint8`` array. The file is a
 plain ``np.savez`` archive (stored members); it is read here member by
 member, each array in one ``readinto`` with its CRC-32 checked, which is
 several times faster than ``np.load`` on a large profile (``np.load`` copies
@@ -102,7 +102,8 @@ def store_cached(path: Path, sha256: str, options_key: str, profile: Profile, op
         "ops": _flatten(ops, "o.", arrays),
     }
     meta["codecs"] = _pack_all(arrays)
-    arrays["__meta__"] = np.frombuffer(json.dumps(meta).encode("utf-8"), dtype=np.uint8)
+    # The document (names of programs and contexts, their data) is deflated too.
+    arrays["__meta__"] = np.frombuffer(zcodec.compress(json.dumps(meta).encode("utf-8")), dtype=np.uint8)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with atomic_write(path, force=True, binary=True) as fh:
@@ -117,7 +118,7 @@ def load_cached(path: Path, sha256: str, options_key: str, profile_path: str) ->
         return None
     try:
         arrays = _read_npz(path)
-        meta = json.loads(bytes(arrays.pop("__meta__")).decode("utf-8"))
+        meta = json.loads(zcodec.decompress(arrays.pop("__meta__")).decode("utf-8"))
         if (meta.get("version"), meta.get("format"), meta.get("sha256"), meta.get("options")) != (
             __version__, CACHE_FORMAT, sha256, options_key,
         ):
