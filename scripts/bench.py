@@ -71,7 +71,11 @@ LAYERS_1X = 24
 SHAPE: dict[str, Any] = {"seq": 384, "batch": 2}
 #: IPUs of the 1x split; size S is split over 16*S IPUs.
 IPUS_1X = 16
-MEASUREMENTS = ("cold_load", "cached_load", "greedy", "ilp", "layer_breakdown", "simulate", "xlsx")
+MEASUREMENTS = ("cold_load", "cached_load", "greedy", "ilp", "greedy_recompute", "ilp_recompute", "layer_breakdown",
+                "simulate", "xlsx")
+#: ``*_recompute``: the same solves with the training options engineers use (every-layer recomputation,
+#: off-chip optimizer state).
+RECOMPUTE_FLAGS = ("--recompute", "every-layer", "--optimizer-state", "off-chip")
 DEFAULT_MEASUREMENTS = ("cold_load", "cached_load", "greedy", "ilp")
 CHILD_TIMEOUT = 3600.0
 #: Issue 15's targets: (size, measurement, what is compared, limit, unit).
@@ -120,7 +124,7 @@ def worker(spec: dict[str, Any]) -> dict[str, Any]:
             out["cache_bytes"] = sum(f.stat().st_size for f in cache_dir().glob("*.npz"))
         return out
     seen: dict[str, Any] = {}
-    if kind in ("greedy", "ilp", "config"):
+    if kind in ("greedy", "ilp", "greedy_recompute", "ilp_recompute", "config"):
         _watch_solver(seen)
     from popliner.cli import main
 
@@ -132,6 +136,8 @@ def worker(spec: dict[str, Any]) -> dict[str, Any]:
         "simulate": ["simulate", spec["pipeline"], "--profile", profile, "-q"],
         "greedy": [*solve, "--solver", "greedy"],
         "ilp": [*solve, "--solver", "ilp"],
+        "greedy_recompute": [*solve, "--solver", "greedy", *RECOMPUTE_FLAGS],
+        "ilp_recompute": [*solve, "--solver", "ilp", *RECOMPUTE_FLAGS],
         "config": [*solve, "--solver", "greedy", "--config-out", spec["pipeline"], "--force"],
     }[kind]
     t0 = time.perf_counter()

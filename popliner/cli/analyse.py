@@ -15,6 +15,14 @@ import click
 from popliner.analysis import DEFAULT_BACKWARD_REGEX, Analysis, AnalysisOptions, load_analysis
 from popliner.errors import EXIT_NO_SPLIT, UsageProblem
 from popliner.fileio import atomic_write, check_writable, is_stdout, one_stdout
+from popliner.memory.training import (
+    DEFAULT_UPDATE_REGEX,
+    HEAD_PLACEMENTS,
+    OPTIMIZER_STATES,
+    RECOMPUTE_MODES,
+    TrainingOptions,
+    training_record,
+)
 from popliner.ops.layers import AUTO_PRESET, DEFAULT_INPUTS_REGEX_LAYER_0, preset_names
 from popliner.ops.operations import DEFAULT_OP_LAYERS
 from popliner.progress import Tracker, phase, progress_wanted, tracking
@@ -99,6 +107,21 @@ class HiddenArgument(click.Argument):
               help="Training keeps stashes; auto looks for gradient operations.")
 @click.option("--backward-regex", default=DEFAULT_BACKWARD_REGEX, show_default=True,
               help="Operation names of the backward pass and weight update.")
+@click.option("--recompute", type=click.Choice(list(RECOMPUTE_MODES)), default="none", show_default=True,
+              help="Training: recomputation to model (docs/solvers.md); auto = the least that fits.")
+@click.option("--optimizer-state", type=click.Choice(list(OPTIMIZER_STATES)), default="on-chip", show_default=True,
+              help="Training: off-chip keeps optimizer state in streaming memory, loaded for its update only.")
+@click.option("--replication-factor", type=int, default=1, show_default=True, callback=_positive,
+              help="Training: replicas of the pipeline (total IPUs = IPUs x replicas).")
+@click.option("--sharded-optimizer-state", is_flag=True,
+              help="Training: divide optimizer state over the replicas (replicated tensor sharding).")
+@click.option("--head-placement", type=click.Choice(list(HEAD_PLACEMENTS)), default="first", show_default=True,
+              help="Operations without a layer: all on the first IPU; or the embedding there and the head on "
+                   "the last IPU (last).")
+@click.option("--update-regex", default=DEFAULT_UPDATE_REGEX, show_default=True,
+              help="Names of weight-update operations (finds the optimizer state).")
+@click.option("--optimizer-state-regex", default=None,
+              help="Variable names that are optimizer state (replaces the rule).")
 @click.option("--solve", is_flag=True, help="Split the layers over --num-ipus IPUs; JSON on stdout.")
 @click.option("--num-ipus", type=int, default=4, show_default=True, callback=_positive, help="IPUs to split over.")
 @click.option("--exact-ipus", is_flag=True, help="Use exactly --num-ipus IPUs (ILP), not at most.")
@@ -127,6 +150,8 @@ class HiddenArgument(click.Argument):
               help="With --solve: write an optimum-graphcore ipu_config.json for the split here.")
 @click.option("--matmul-proportion", type=float, multiple=True, callback=_matmul_proportion, metavar="F",
               help="ipu_config.json matmul_proportion: once for every IPU, or once per IPU (default 0.6).")
+@click.option("--report", "report", type=click.Path(dir_okay=False, path_type=str), metavar="FILE.html",
+              help="With --solve: write the HTML review report of the split here (one self-contained file).")
 @click.option("--no-cache", is_flag=True, help="Do not read or write the derived-data cache.")
 @click.option("--cache-dir", type=click.Path(file_okay=False, path_type=str), default=None,
               help="Cache folder (default $POPLINER_CACHE_DIR, else ~/.cache/popliner).")
@@ -134,13 +159,15 @@ def command(profile: str, debug_info: str | None, operation_breakdown: bool, lay
             memory_totals: bool, memory_affinity: bool, interlayer: bool, fmt: str | None, output: str | None,
             plot: str | None, force: bool, layer_preset: str, layer_name_regex: str | None,
             inputs_regex_layer_0: str, layer_order: str,
-            op_layers: str, all_vars: bool, mode: str, backward_regex: str, solve: bool, num_ipus: int,
+            op_layers: str, all_vars: bool, mode: str, backward_regex: str, recompute: str, optimizer_state: str,
+            replication_factor: int, sharded_optimizer_state: bool, head_placement: str, update_regex: str,
+            optimizer_state_regex: str | None, solve: bool, num_ipus: int,
             exact_ipus: bool, min_ipus: bool, mem_per_tile: int | None, headroom: float, solver: str,
             time_limit: float, seed: int,
             split_after: tuple[str, ...], same_ipu: tuple[str, ...], min_layers_per_stage: int,
             keep_shared_vars_together: bool, link_bandwidth: float, config_out: str | None,
             gradient_accumulation: int | None, ipu_config_out: str | None, matmul_proportion: tuple[float, ...],
-            no_cache: bool, cache_dir: str | None) -> None:
+            report: str | None, no_cache: bool, cache_dir: str | None) -> None:
     """Analyse PROFILE (format-v1 .json or .json.gz): memory per operation and layer, and splits.
 
     \b
@@ -153,8 +180,10 @@ def command(profile: str, debug_info: str | None, operation_breakdown: bool, lay
     stream = click.get_text_stream("stderr")
     quiet = not log.isEnabledFor(logging.WARNING)
     with tracking(stream if progress_wanted(stream, quiet) else None) as tracker:
-        _run(**click.get_current_context().params)
-    _say_timings(tracker)
+        try:
+            _run(**click.get_current_context().params)
+        finally:  # also when no split fits (exit 3)
+            _say_timings(tracker)
 
 
 def _say_timings(tracker: Tracker) -> None:
@@ -166,12 +195,14 @@ def _say_timings(tracker: Tracker) -> None:
 def _run(profile: str, debug_info: str | None, operation_breakdown: bool, layer_breakdown: bool,
          memory_totals: bool, memory_affinity: bool, interlayer: bool, fmt: str | None, output: str | None,
          plot: str | None, force: bool, layer_preset: str, layer_name_regex: str | None, inputs_regex_layer_0: str,
-         layer_order: str, op_layers: str, all_vars: bool, mode: str, backward_regex: str, solve: bool,
+         layer_order: str, op_layers: str, all_vars: bool, mode: str, backward_regex: str, recompute: str,
+         optimizer_state: str, replication_factor: int, sharded_optimizer_state: bool, head_placement: str,
+         update_regex: str, optimizer_state_regex: str | None, solve: bool,
          num_ipus: int, exact_ipus: bool, min_ipus: bool, mem_per_tile: int | None, headroom: float, solver: str,
          time_limit: float, seed: int, split_after: tuple[str, ...], same_ipu: tuple[str, ...],
          min_layers_per_stage: int, keep_shared_vars_together: bool, link_bandwidth: float, config_out: str | None,
          gradient_accumulation: int | None, ipu_config_out: str | None, matmul_proportion: tuple[float, ...],
-         no_cache: bool, cache_dir: str | None) -> None:
+         report: str | None, no_cache: bool, cache_dir: str | None) -> None:
     _refuse_poplar_report(profile, debug_info)
     outputs = Outputs(operation_breakdown, layer_breakdown, memory_totals, memory_affinity, interlayer)
     plot_to_stdout = bool(plot and is_stdout(plot))  # then it is the only thing on stdout
@@ -181,7 +212,7 @@ def _run(profile: str, debug_info: str | None, operation_breakdown: bool, layer_
     if solve and outputs.any_table and not output:
         raise UsageProblem("with --solve, stdout carries the split JSON; write the tables with -o FILE")
     for flag, value in (("--config-out", config_out), ("--ipu-config-out", ipu_config_out),
-                        ("--min-ipus", min_ipus)):
+                        ("--min-ipus", min_ipus), ("--report", report)):
         if value and not solve:
             raise UsageProblem(f"{flag} needs --solve")
     if min_ipus and exact_ipus:
@@ -191,6 +222,8 @@ def _run(profile: str, debug_info: str | None, operation_breakdown: bool, layer_
     for path in (output, config_out, ipu_config_out):
         if path:
             check_writable(path, force)
+    if report:
+        check_writable(report, force, suffixes=(".html", ".htm"), what="report")
     one_stdout(tables=outputs.any_table and (not output or is_stdout(output)), split_JSON=solve,
                config_out=bool(config_out and is_stdout(config_out)), plot=bool(plot and is_stdout(plot)),
                ipu_config_out=bool(ipu_config_out and is_stdout(ipu_config_out)))
@@ -205,6 +238,12 @@ def _run(profile: str, debug_info: str | None, operation_breakdown: bool, layer_
         layer_preset=layer_preset, layer_name_regex=layer_name_regex, inputs_regex_layer_0=inputs_regex_layer_0,
         layer_order=layer_order,  # type: ignore[arg-type]
         layered_vars_only=not all_vars, mode=mode, backward_regex=backward_regex,  # type: ignore[arg-type]
+        training=TrainingOptions(
+            recompute="none" if recompute == "auto" else recompute,  # type: ignore[arg-type]
+            optimizer_state=optimizer_state,  # type: ignore[arg-type]
+            replication_factor=replication_factor, sharded_optimizer_state=sharded_optimizer_state,
+            head_placement=head_placement,  # type: ignore[arg-type]
+            update_regex=update_regex, optimizer_state_regex=optimizer_state_regex),
     )
     if not options.op_layers:
         raise UsageProblem("--op-layers: give at least one debug-context layer name")
@@ -217,6 +256,9 @@ def _run(profile: str, debug_info: str | None, operation_breakdown: bool, layer_
         problem = _problem(analysis, num_ipus, exact_ipus, budget, split_after, same_ipu, min_layers_per_stage,
                            keep_shared_vars_together)
         split = _solve(analysis, problem, min_ipus, solver, time_limit, seed, link_bandwidth)
+        if recompute == "auto":
+            analysis, split = _auto_recompute(analysis, problem, split, min_ipus, solver, time_limit, seed,
+                                              link_bandwidth)
     with phase("writing tables"):
         _write_tables(analysis, outputs, fmt, output, force, split, budget, num_ipus)
     if plot:
@@ -226,8 +268,12 @@ def _run(profile: str, debug_info: str | None, operation_breakdown: bool, layer_
         _report_split(analysis, split, config_out, force, gradient_accumulation)
         if ipu_config_out and split.stages:
             _write_ipu_config(analysis, split, ipu_config_out, force, gradient_accumulation, matmul_proportion)
+        if report and split.stages:
+            with phase("writing the report"):
+                _write_report(analysis, split, report, force, gradient_accumulation, link_bandwidth)
         _summarise(analysis, split, problem, link_bandwidth, min_ipus, config_out, ipu_config_out)
         if not split.fits:
+            _suggest_training_options(analysis, problem, link_bandwidth)
             sys.exit(EXIT_NO_SPLIT)
 
 
@@ -314,6 +360,41 @@ def _solve(analysis: Analysis, problem: Any, min_ipus: bool, solver: str, time_l
     return split
 
 
+def _auto_recompute(analysis: Analysis, problem: Any, split: Any, min_ipus: bool, solver: str, time_limit: float,
+                    seed: int, link_bandwidth: float) -> tuple[Analysis, Any]:
+    """``--recompute auto``: the first of none, pipeline, every-layer whose split fits (the last tried otherwise)."""
+    from popliner.training_choice import AUTO_ORDER, reanalyse
+
+    for mode in AUTO_ORDER[1:]:
+        if split.fits or analysis.mode != "training" or analysis.engine.view.recompute == "compiled":
+            break
+        analysis = reanalyse(analysis, recompute=mode)
+        problem = _problem_again(analysis, problem)
+        split = _solve(analysis, problem, min_ipus, solver, time_limit, seed, link_bandwidth)
+    log.warning("--recompute auto chose %s", analysis.engine.view.recompute)
+    return analysis, split
+
+
+def _suggest_training_options(analysis: Analysis, problem: Any, link_bandwidth: float) -> None:
+    """Before exit 3 in training: name the usual option that would make the model fit, if one does."""
+    from popliner.training_choice import suggest_options, training_flags
+
+    if analysis.mode != "training" or not log.isEnabledFor(logging.WARNING):
+        return
+    with phase("trying recomputation and off-chip optimizer state"):
+        found = suggest_options(analysis, problem, link_bandwidth)
+    if found is not None:
+        option, fewest = found
+        flags = training_flags(option, analysis.options.training)
+        click.echo(f"popliner: fits on {fewest} IPUs with {flags}", err=True)
+
+
+def _problem_again(analysis: Analysis, problem: Any) -> Any:
+    import dataclasses
+
+    return dataclasses.replace(problem, training=analysis.mode == "training")
+
+
 def _write_tables(analysis: Analysis, outputs: Outputs, fmt: str, output: str | None, force: bool, split: Any,
                   budget: int, num_ipus: int) -> None:
     from popliner.breakdown import affinity_matrix, build_breakdown, interlayer_matrix
@@ -367,17 +448,17 @@ def _table_stream(output: str | None, force: bool) -> Iterator[IO[str]]:
 
 def _write_plots(analysis: Analysis, plot: str, force: bool, split: Any, budget: int) -> None:
     from popliner.breakdown import build_breakdown
-    from popliner.outputs.plots import plot_layers, plot_split, plot_tile_profile
+    from popliner.outputs.plots import plot_layers, plot_split, plot_tiles
+    from popliner.report.data import ipu_memories
 
     breakdown = build_breakdown(analysis, with_operations=False, with_totals=False)
     plot_layers(breakdown, plot, budget_bytes=budget, force=force)
     log.info("wrote %s", plot)
     if split is not None and split.stages:
         plot_split(split, _suffixed(plot, "split"), force=force)
-        worst = max(split.stages, key=lambda s: s.worst_tile_bytes)
-        memory = analysis.stage_memory(worst.layers, first_stage=worst.index == 0)
-        plot_tile_profile(memory, _suffixed(plot, "tiles"), force=force, budget_bytes=budget,
-                          title=f"Memory per tile on IPU {worst.ipu} (layers {worst.first_layer}..{worst.last_layer})")
+        ipus = ipu_memories(analysis, [s.layers for s in split.stages], budget=budget)
+        plot_tiles(ipus, _suffixed(plot, "tiles"), force=force,
+                   title=f"Memory per tile of each IPU ({analysis.mode}, stash and copy buffers included)")
         log.info("wrote %s and %s", _suffixed(plot, "split"), _suffixed(plot, "tiles"))
 
 
@@ -394,6 +475,12 @@ def _report_split(analysis: Analysis, split: Any, config_out: str | None, force:
         if split.stages:
             click.echo(split_table(split), err=True)
     doc = split_document(split, profile_path=analysis.profile.path, profile_sha256=analysis.profile.sha256)
+    record = training_record(analysis)
+    if record is not None:
+        doc["training"] = record
+    if analysis.options.training.head_placement != "first" and "unlayered_operations" in doc:
+        doc["unlayered_operations"] = (f"embedding and head are layers of their own "
+                                       f"(--head-placement {analysis.options.training.head_placement})")
     write_split_json(doc, click.get_text_stream("stdout"))
     if config_out and split.stages:
         from popliner.config.model import config_from_split
@@ -406,6 +493,21 @@ def _report_split(analysis: Analysis, split: Any, config_out: str | None, force:
         with atomic_write(config_out, force=force) as stream:
             write_config(cfg, stream)
         log.info("wrote %s", config_out)
+
+
+def _write_report(analysis: Analysis, split: Any, path: str, force: bool, gradient_accumulation: int | None,
+                  link_bandwidth: float) -> None:
+    from popliner.config.model import config_from_split
+    from popliner.report import build_report, write_report
+
+    t = analysis.profile.target
+    cfg = config_from_split(split, profile_path=analysis.profile.path, profile_sha256=analysis.profile.sha256,
+                            tiles=t.tiles_per_ipu, bytes_per_tile=t.bytes_per_tile, clock_hz=t.clock_hz,
+                            gradient_accumulation=gradient_accumulation)
+    page = build_report(analysis, cfg, budget=split.budget_bytes, source=f"popliner --solve ({split.solver})",
+                        link_bandwidth=link_bandwidth)
+    write_report(page, path, force=force)
+    log.info("wrote %s", path)
 
 
 def _write_ipu_config(analysis: Analysis, split: Any, path: str, force: bool, gradient_accumulation: int | None,
