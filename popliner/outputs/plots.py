@@ -187,7 +187,9 @@ def plot_split(
         figure = _new_figure(_width_for(2 * len(split.stages)), 5.0)
         axes = figure.subplots()
         _draw_stages(axes, split, budget)
-        axes.set_title(f"Split over {split.num_ipus_used} IPU(s): {split.solver}, {split.status}, {split.mode}")
+        count = split.num_ipus_used
+        axes.set_title(f"{split.mode.capitalize()}: split over {count} IPU{'' if count == 1 else 's'} "
+                       f"({split.solver}, {split.status})")
         _save(figure, path, fmt, force)
 
 

@@ -324,8 +324,13 @@ _SCRIPT = r"""
   var figures = JSON.parse(document.getElementById("popliner-figures").textContent);
   var config = {responsive: true, displaylogo: false, showLink: false, showSendToCloud: false,
                 modeBarButtonsToRemove: ["sendDataToCloud"]};
+  var timings = window.poplinerTimings = {};
   var drawn = Object.keys(figures).map(function (id) {
-    return Plotly.newPlot(id, figures[id].data, figures[id].layout, config);
+    var t0 = performance.now();
+    return Plotly.newPlot(id, figures[id].data, figures[id].layout, config).then(function (gd) {
+      timings[id] = Math.round(performance.now() - t0);
+      return gd;
+    });
   });
   Promise.all(drawn).then(function () { document.body.setAttribute("data-rendered", "yes"); },
                           function (err) { console.error("popliner report: " + err); });
