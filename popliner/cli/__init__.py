@@ -36,7 +36,9 @@ SUBCOMMANDS: dict[str, str] = {
     "analyse": "popliner.cli.analyse",
     "cache": "popliner.cli.cache",
     "check": "popliner.cli.check",
+    "config-from": "popliner.cli.config_from",
     "export": "popliner.cli.export",
+    "report": "popliner.cli.report",
     "simulate": "popliner.cli.simulate",
     "synth": "popliner.cli.synth",
 }
