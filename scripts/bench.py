@@ -61,7 +61,9 @@ from typing import Any
 #: 26,595 steps, at 1.15 it has 20,014 programs and 31,355 steps.
 SCALE_1X = 1.15
 MEASUREMENTS = ("cold_load", "cached_load", "layer_breakdown", "greedy_4", "greedy_16", "ilp_4", "ilp_16",
-                "simulate", "xlsx")
+                "greedy_16_recompute", "ilp_16_recompute", "simulate", "xlsx")
+#: ``*_recompute``: the training options engineers use (every-layer recomputation, off-chip optimizer state).
+RECOMPUTE_OPTIONS = {"recompute": "every-layer", "optimizer_state": "off-chip"}
 #: The pipeline config that ``simulate`` runs comes from this split.
 SIM_IPUS = 16
 CHILD_TIMEOUT = 3600.0
@@ -90,11 +92,13 @@ def worker(spec: dict[str, Any]) -> dict[str, Any]:
         return out
     if kind.startswith(("greedy_", "ilp_")):
         from popliner.analysis import AnalysisOptions, load_analysis, solve_split
+        from popliner.memory.training import TrainingOptions
         from popliner.solvers.problem import SplitProblem
 
-        solver, ipus = kind.split("_")
+        solver, ipus, *variant = kind.split("_")
+        training = TrainingOptions(**RECOMPUTE_OPTIONS) if variant == ["recompute"] else TrainingOptions()  # type: ignore[arg-type]
         t0 = time.perf_counter()
-        analysis = load_analysis(profile, AnalysisOptions(), use_cache=True)
+        analysis = load_analysis(profile, AnalysisOptions(training=training), use_cache=True)
         out["load_seconds"] = time.perf_counter() - t0
         problem = SplitProblem(int(ipus), analysis.profile.target.bytes_per_tile,
                                training=analysis.mode == "training")

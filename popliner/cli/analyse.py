@@ -180,8 +180,10 @@ def command(profile: str, debug_info: str | None, operation_breakdown: bool, lay
     stream = click.get_text_stream("stderr")
     quiet = not log.isEnabledFor(logging.WARNING)
     with tracking(stream if progress_wanted(stream, quiet) else None) as tracker:
-        _run(**click.get_current_context().params)
-    _say_timings(tracker)
+        try:
+            _run(**click.get_current_context().params)
+        finally:  # also when no split fits (exit 3)
+            _say_timings(tracker)
 
 
 def _say_timings(tracker: Tracker) -> None:
