@@ -179,14 +179,10 @@ def _recompute_tensor_variables(profile: Profile) -> np.ndarray:
     """Bool per variable: its name holds ``__re`` followed by the end of the name or a non-word character."""
     v = profile.variables
     out = np.zeros(v.count, bool)
-    if v.count == 0 or int(v.name_ptr[-1]) == 0:
-        return out
-    raw = v.name_blob.tobytes()
-    ends = v.name_ptr[1:]
-    for m in re.finditer(rb"__re", raw):
-        var = int(np.searchsorted(ends, m.start(), side="right"))
-        end = int(ends[var])
-        if m.end() == end or not (chr(raw[m.end()]).isalnum() or raw[m.end()] == ord("_")):
+    for var, at in v.names.find(b"__re"):
+        name = v.names.get(var)
+        after = at + 4
+        if after == len(name) or not (chr(name[after]).isalnum() or name[after] == ord("_")):
             out[var] = True
     return out
 
