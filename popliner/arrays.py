@@ -29,7 +29,8 @@ def gather_csr(ptr: np.ndarray, idx: np.ndarray, rows: np.ndarray | Sequence[int
     rows = np.asarray(rows, dtype=np.int64)
     if rows.size == 0:
         return np.zeros(0, idx.dtype)
-    return idx[expand_ranges(ptr[rows], ptr[rows + 1] - ptr[rows])]
+    out: np.ndarray = idx[expand_ranges(ptr[rows], ptr[rows + 1] - ptr[rows])]
+    return out
 
 
 def union_of(indices: np.ndarray, size: int) -> np.ndarray:
@@ -46,7 +47,8 @@ def sorted_unique(keys: np.ndarray, nearly_sorted: bool = False) -> np.ndarray:
     runs), where the merge sort is several times faster than the default.
     """
     if keys.size == 0:
-        return keys.copy()
+        empty: np.ndarray = keys.copy()
+        return empty
     s = np.sort(keys, kind="stable" if nearly_sorted else None)
     keep = np.empty(len(s), bool)
     keep[0] = True

@@ -40,9 +40,9 @@ def chain_document(contexts: list[dict[str, Any]], tiles: int = 2) -> dict[str, 
     }
 
 
-def analyse_document(doc: dict[str, Any], options: AnalysisOptions = AnalysisOptions(),
+def analyse_document(doc: dict[str, Any], options: AnalysisOptions | None = None,
                      path: str = "test.json") -> Analysis:
-    return analyse_profile(parse_profile_bytes(json.dumps(doc).encode(), path), options)
+    return analyse_profile(parse_profile_bytes(json.dumps(doc).encode(), path), options or AnalysisOptions())
 
 
 def write_document(doc: dict[str, Any], path: Path) -> Path:

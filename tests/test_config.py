@@ -355,7 +355,8 @@ def test_absurd_sizes_are_refused_not_run(tmp_path, old, new, message):
 
     profile = Path(__file__).resolve().parent.parent / "fixtures" / "profiles" / "tiny.json"
     cfg = tmp_path / "p.yaml"
-    assert CliRunner().invoke(cli, [str(profile), "--solve", "--num-ipus", "2", "--config-out", str(cfg)]).exit_code == 0
+    args = [str(profile), "--solve", "--num-ipus", "2", "--config-out", str(cfg)]
+    assert CliRunner().invoke(cli, args).exit_code == 0
     text = cfg.read_text()
     assert old in text
     cfg.write_text(text.replace(old, new))

@@ -16,7 +16,8 @@ The layer regex comes from a named preset (:data:`LAYER_PRESETS`): PopART's
 slash-separated scopes, or the dot-separated module paths of PyTorch models
 (Hugging Face, GPT-2, Llama, timm, torchvision). ``auto`` tries them in order
 and keeps the one that gives the most operations a layer; on a tie, the one
-with more layers (finer stages to split between), then the earlier one. An explicit ``--layer-name-regex`` overrides any preset.
+with more layers (finer stages to split between), then the earlier one. An
+explicit ``--layer-name-regex`` overrides any preset.
 """
 
 from __future__ import annotations

@@ -70,7 +70,8 @@ _READ_ERRORS: tuple[type[Exception], ...] = (
 ) + zcodec.ERRORS
 #: Integer arrays at least this long are narrowed and deflated.
 _PACK_MIN = 4096
-_INT_TYPES = tuple(np.dtype(t) for t in (np.int8, np.uint8, np.int16, np.uint16, np.int32, np.uint32, np.int64))
+_INT_TYPES: tuple[np.dtype[np.signedinteger[Any] | np.unsignedinteger[Any]], ...] = tuple(
+    np.dtype(t) for t in (np.int8, np.uint8, np.int16, np.uint16, np.int32, np.uint32, np.int64))
 
 
 def cache_dir(directory: str | os.PathLike[str] | None = None) -> Path:

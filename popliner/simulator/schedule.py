@@ -98,9 +98,8 @@ def schedule(
     host = num_stages - 1 if to_host_stage is None else to_host_stage
     if not (0 <= to_device_stage < num_stages and 0 <= host < num_stages):
         raise UsageProblem(f"host stream stages {to_device_stage}/{host} are outside 0..{num_stages - 1}")
-    return tuple(
-        _cycle(c, num_stages, micro_batches, to_device_stage, host) for c in range(num_cycles(num_stages, micro_batches))
-    )
+    cycles = range(num_cycles(num_stages, micro_batches))
+    return tuple(_cycle(c, num_stages, micro_batches, to_device_stage, host) for c in cycles)
 
 
 def _cycle(c: int, p: int, g: int, d_stage: int, h_stage: int) -> tuple[Fragment, ...]:
