@@ -369,8 +369,9 @@ def _write_plots(analysis: Analysis, plot: str, force: bool, split: Any, budget:
     if split is not None and split.stages:
         plot_split(split, _suffixed(plot, "split"), force=force)
         worst = max(split.stages, key=lambda s: s.worst_tile_bytes)
-        memory = analysis.stage_memory(worst.layers, first_stage=worst.index == 0)
-        plot_tile_profile(memory, _suffixed(plot, "tiles"), force=force, budget_bytes=budget,
+        # The IPU's pipeline figure: model, stash and copy buffers, as in the --solve table.
+        figure = worst.figure or analysis.stage_memory(worst.layers, first_stage=worst.index == 0)
+        plot_tile_profile(figure, _suffixed(plot, "tiles"), force=force, budget_bytes=budget,
                           title=f"Memory per tile on IPU {worst.ipu} (layers {worst.first_layer}..{worst.last_layer})")
         log.info("wrote %s and %s", _suffixed(plot, "split"), _suffixed(plot, "tiles"))
 

@@ -11,7 +11,9 @@ Which figure each plot shows:
 * :func:`plot_split` shows each IPU's worst tile (stash included) against the
   budget, with the headroom left on top of each bar.
 * :func:`plot_tile_profile` stacks the components of one IPU over its tiles
-  (normally the worst IPU of a split) with the budget line and the worst tile.
+  (normally the worst IPU of a split), with its stash and copy buffers when
+  given the IPU's :class:`popliner.pipeline.StageFigure`, the budget line and
+  the worst tile (the same tile and bytes as ``--solve`` reports).
 
 Output is PNG or SVG by the file suffix and is reproducible: matplotlib's
 default style (not the user's matplotlibrc), a fixed SVG hash salt and no
@@ -24,7 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -34,13 +36,14 @@ from popliner.errors import UsageProblem
 from popliner.fileio import atomic_write, check_writable
 from popliner.memory.types import COMPONENT_TITLES, COMPONENTS, StageMemory
 from popliner.outputs.rows import Breakdown
+from popliner.pipeline import StageFigure
 from popliner.solvers.result import SplitResult, StageResult
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-__all__ = ["plot_layers", "plot_split", "plot_tile_profile"]
+__all__ = ["plot_layers", "plot_split", "plot_tile_profile", "tile_profile_series"]
 
 #: One fixed colour per component (matplotlib's tab10), so every plot agrees.
 COMPONENT_COLOURS: dict[str, str] = {
@@ -223,15 +226,40 @@ def _kb(value: float) -> str:
 # One IPU over its tiles
 
 
+#: Colours of what the pipeline adds to an IPU on top of the model's five components.
+_STASH_COLOUR = "#e377c2"
+_COPY_COLOUR = "#7f7f7f"
+
+
+def tile_profile_series(source: StageFigure | StageMemory) -> tuple[list[tuple[str, str, np.ndarray]], int, int]:
+    """What the tile plot stacks, per tile: (label, colour, bytes) rows; and its worst tile and bytes.
+
+    From a :class:`popliner.pipeline.StageFigure` the rows are the five
+    components, the stash and the copy buffers, so the worst tile is the
+    figure ``--solve``, ``check`` and ``simulate`` report.
+    """
+    memory = source.memory if isinstance(source, StageFigure) else source
+    rows = [(COMPONENT_TITLES[c], COMPONENT_COLOURS[c], np.asarray(memory.per_tile[i], dtype=np.int64))
+            for i, c in enumerate(COMPONENTS)]
+    if isinstance(source, StageFigure):
+        rows.append(("Stash", _STASH_COLOUR, np.asarray(source.stash_per_tile, dtype=np.int64)))
+        rows.append(("Copy buffers", _COPY_COLOUR, np.full(memory.tiles, source.copy_buffer, dtype=np.int64)))
+        return rows, source.worst_tile, source.worst_bytes
+    return rows, memory.worst_tile, memory.worst_bytes
+
+
 def plot_tile_profile(
-    stage_memory: StageMemory,
+    stage_memory: StageFigure | StageMemory,
     path: str | os.PathLike[str],
     *,
     force: bool,
     budget_bytes: int | None = None,
     title: str = "Memory per tile",
 ) -> None:
-    """Components stacked over tile index for one IPU, the budget line and the worst tile marked."""
+    """Components (and, from a pipeline figure, stash and copy buffers) stacked over one IPU's tiles.
+
+    The budget line and the worst tile are marked.
+    """
     fmt = _image_format(path, force)
     with _plot_style():
         figure = _new_figure(12.0, 5.0)
@@ -241,27 +269,24 @@ def plot_tile_profile(
         _save(figure, path, fmt, force)
 
 
-def _draw_tiles(axes: Axes, memory: StageMemory, budget_bytes: int | None) -> None:
-    tiles = np.arange(memory.tiles)
-    rows: Sequence[np.ndarray] = [np.asarray(memory.per_tile[i], dtype=float) for i in range(len(COMPONENTS))]
+def _draw_tiles(axes: Axes, source: StageFigure | StageMemory, budget_bytes: int | None) -> None:
+    rows, worst, worst_bytes = tile_profile_series(source)
+    tiles_count = len(rows[0][2])
+    tiles = np.arange(tiles_count)
     axes.stackplot(
         tiles,
-        *rows,
-        labels=[COMPONENT_TITLES[c] for c in COMPONENTS],
-        colors=[COMPONENT_COLOURS[c] for c in COMPONENTS],
+        *[row.astype(float) for _, _, row in rows],
+        labels=[label for label, _, _ in rows],
+        colors=[colour for _, colour, _ in rows],
         step="mid",
         linewidth=0,
     )
     if budget_bytes is not None:
         _budget_line(axes, budget_bytes, "Budget per tile")
-    if memory.tiles:
-        worst = memory.worst_tile
-        axes.axvline(
-            worst, color="black", linewidth=0.8, linestyle=":", label=f"Worst tile {worst}: {memory.worst_bytes:,} B"
-        )
-        axes.set_xlim(-0.5, memory.tiles - 0.5)
-    top = float(memory.total_per_tile.max(initial=0))
-    axes.set_ylim(0, 1.08 * max(top, budget_bytes or 0, 1))
+    if tiles_count:
+        axes.axvline(worst, color="black", linewidth=0.8, linestyle=":", label=f"Worst tile {worst}: {worst_bytes:,} B")
+        axes.set_xlim(-0.5, tiles_count - 0.5)
+    axes.set_ylim(0, 1.08 * max(worst_bytes, budget_bytes or 0, 1))
     axes.set_xlabel("Tile")
     axes.set_ylabel("Bytes")
     _bytes_axis(axes)
