@@ -7,7 +7,7 @@ import numpy as np
 from popliner.analysis import Analysis
 from popliner.arrays import gather_csr, sorted_unique, union_of
 from popliner.memory.model import MemoryModel
-from popliner.memory.types import COMPONENTS, StageMemory
+from popliner.memory.types import COMPONENT_TITLES, COMPONENTS, StageMemory
 from popliner.outputs.rows import Breakdown, LayerMatrix, LayerRow, OperationRow, TotalsRow
 
 __all__ = ["affinity_matrix", "build_breakdown", "interlayer_matrix", "profile_totals", "whole_profile_memory"]
@@ -30,6 +30,8 @@ def build_breakdown(analysis: Analysis, *, with_operations: bool = True, with_to
         operations=operation_rows(analysis) if with_operations else (),
         layers=layer_rows(analysis),
         totals=profile_totals(analysis) if with_totals else (),
+        unlayered=unlayered_row(analysis),
+        whole=whole_model_row(analysis),
     )
 
 
@@ -50,26 +52,60 @@ def operation_rows(analysis: Analysis) -> tuple[OperationRow, ...]:
     )
 
 
+#: How the layer tables name the operations of no layer (PopLiner's first row).
+NO_LAYER = "(no layer)"
+#: How the layer table names the whole model on one IPU.
+WHOLE_MODEL = "Whole model on one IPU"
+
+
+def _row(analysis: Analysis, name: str, ops: np.ndarray) -> LayerRow:
+    mem = analysis.model.stage(ops)
+    return LayerRow(
+        layer=name,
+        num_operations=len(ops),
+        memory=mem.summed(),
+        worst_tile=mem.worst_tile,
+        worst_tile_bytes=mem.worst_bytes,
+        cycles=int(analysis.op_cycles[ops].sum()),
+    )
+
+
 def layer_rows(analysis: Analysis) -> tuple[LayerRow, ...]:
-    rows = []
-    for k, name in enumerate(analysis.layer_names):
-        ops = analysis.layers.ops_of(k)
-        mem = analysis.model.stage(ops)
-        rows.append(LayerRow(
-            layer=name,
-            num_operations=len(ops),
-            memory=mem.summed(),
-            worst_tile=mem.worst_tile,
-            worst_tile_bytes=mem.worst_bytes,
-            cycles=int(analysis.op_cycles[ops].sum()),
-        ))
-    return tuple(rows)
+    return tuple(_row(analysis, name, analysis.layers.ops_of(k)) for k, name in enumerate(analysis.layer_names))
+
+
+def unlayered_row(analysis: Analysis) -> LayerRow | None:
+    """The operations of no layer as one stage (the first IPU carries them), None when every op has a layer."""
+    ops = np.flatnonzero(analysis.layers.layer_of_op < 0)
+    return _row(analysis, NO_LAYER, ops) if len(ops) else None
+
+
+def whole_model_row(analysis: Analysis) -> LayerRow:
+    """Every operation with every variable on one IPU: the Totals table's model figures, as a row.
+
+    Code and variables that several layers share count once here, so this is
+    smaller than the sum of the layer rows.
+    """
+    mem = whole_profile_memory(analysis)
+    return LayerRow(
+        layer=WHOLE_MODEL,
+        num_operations=analysis.ops.count,
+        memory=mem.summed(),
+        worst_tile=mem.worst_tile,
+        worst_tile_bytes=mem.worst_bytes,
+        cycles=int(analysis.op_cycles.sum()),
+    )
 
 
 def whole_profile_memory(analysis: Analysis) -> StageMemory:
     """Every operation with every one of its variables: the whole single-IPU program."""
     everything = MemoryModel(analysis.profile, analysis.ops, np.ones(analysis.ops.count, bool))
     return everything.stage(np.arange(analysis.ops.count))
+
+
+#: The Totals table's last two categories (the others are the component names of every other table).
+TOTAL_SUMMED = "Total (summed over tiles)"
+TOTAL_WORST = "Total on the worst tile"
 
 
 def profile_totals(analysis: Analysis) -> tuple[TotalsRow, ...]:
@@ -81,15 +117,16 @@ def profile_totals(analysis: Analysis) -> tuple[TotalsRow, ...]:
     for comp in COMPONENTS:
         keys = GROUND_TRUTH.get(comp, ())
         present = [truth[k] for k in keys if k in truth]
-        rows.append(TotalsRow(comp, summed[comp], int(sum(int(v.sum()) for v in present)) if present else None))
+        ground = int(sum(int(v.sum()) for v in present)) if present else None
+        rows.append(TotalsRow(COMPONENT_TITLES[comp], summed[comp], ground))
     gt_total = None
     if "alwaysLive" in truth and "notAlwaysLivePeak" in truth:
         gt_total = int((truth["alwaysLive"] + truth["notAlwaysLivePeak"]).sum())
-    rows.append(TotalsRow("total", int(mem.total_per_tile.sum()), gt_total))
+    rows.append(TotalsRow(TOTAL_SUMMED, int(mem.total_per_tile.sum()), gt_total))
     gt_worst = None
     if "alwaysLive" in truth and "notAlwaysLivePeak" in truth:
         gt_worst = int((truth["alwaysLive"] + truth["notAlwaysLivePeak"]).max())
-    rows.append(TotalsRow("worst_tile_total", mem.worst_bytes, gt_worst))
+    rows.append(TotalsRow(TOTAL_WORST, mem.worst_bytes, gt_worst))
     return tuple(rows)
 
 
@@ -122,7 +159,8 @@ def affinity_matrix(analysis: Analysis) -> LayerMatrix:
         np.add.at(values, (lay[a], lay[b]), nbytes[a])
         if d:
             np.add.at(values, (lay[b], lay[a]), nbytes[a])
-    return LayerMatrix("Memory affinity (bytes of variables both layers use)", analysis.layer_names, values)
+    return LayerMatrix("Memory affinity (bytes of variables both layers use)", analysis.layer_names, values,
+                       sheet="Affinity")
 
 
 def interlayer_matrix(analysis: Analysis) -> LayerMatrix:
@@ -131,7 +169,7 @@ def interlayer_matrix(analysis: Analysis) -> LayerMatrix:
     values = np.zeros((n, n), np.int64)
     p = analysis.profile
     if p.num_steps == 0 or n == 0:
-        return LayerMatrix("Interlayer communication (bytes)", analysis.layer_names, values)
+        return LayerMatrix("Interlayer communication (bytes)", analysis.layer_names, values, sheet="Interlayer")
     layer_of_step = np.full(p.num_steps, -1, np.int64)
     owner = analysis.ops.op_of_step
     has = owner >= 0
@@ -144,4 +182,4 @@ def interlayer_matrix(analysis: Analysis) -> LayerMatrix:
     keep = (src >= 0) & (dst >= 0)
     np.add.at(values, (src[keep], dst[keep]), p.variables.bytes[used[keep]])
     return LayerMatrix("Interlayer communication (bytes going live in row layer, dying in column layer)",
-                       analysis.layer_names, values)
+                       analysis.layer_names, values, sheet="Interlayer")

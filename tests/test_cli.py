@@ -49,8 +49,13 @@ def csv_rows(text: str, delimiter: str = ",") -> list[list[str]]:
 def test_default_is_the_layer_breakdown(tiny):
     out = run(tiny).stdout
     rows = csv_rows(out)
-    header, layer0, layer1 = rows[0], rows[1], rows[2]
+    header, unlayered, layer0, layer1 = rows[0], rows[1], rows[2], rows[3]
     col = {name: k for k, name in enumerate(header)}
+    # The operations of no layer come first (Tensor/w0 and loss: 5 + 30 cycles, as in test_memory_tiny).
+    assert unlayered[0] == "(no layer)"
+    assert unlayered[col["Operations"]] == "2"
+    assert unlayered[col["Cycles"]] == "35"
+    assert [r[0] for r in rows[-3:]] == ["Sum of the rows above", "Whole model on one IPU", rows[-1][0]]
     # Hand-computed in fixtures/profiles/tiny.md: sums over tiles of each component.
     assert layer0[col["Variables (bytes)"]] == "190"
     assert layer0[col["Vertex code (bytes)"]] == "570"
@@ -73,8 +78,8 @@ def test_operation_breakdown_tsv_has_formulas(tiny):
 def test_memory_totals_show_ground_truth(tiny):
     out = run(tiny, "--memory-totals").stdout
     rows = {r[0]: r[1:] for r in csv_rows(out)[1:]}
-    assert rows["vertex_code"][:2] == ["630", "630"]
-    assert rows["control_code"][:2] == ["177", "181"]
+    assert rows["Vertex code"][:2] == ["630", "630"]
+    assert rows["Control code"][:2] == ["177", "181"]
     golden("totals.csv", out.replace("\r\n", "\n"))
 
 

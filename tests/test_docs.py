@@ -13,12 +13,23 @@ ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 
 
-def test_readme_python_example_runs(capsys):
-    (code,) = re.findall(r"```python\n(.*?)```", README, flags=re.S)
+def _run_readme_example(index: int) -> None:
+    code = re.findall(r"```python\n(.*?)```", README, flags=re.S)[index]
     profile = ROOT / "fixtures" / "profiles" / "bert-base-training.json.gz"
     exec(compile(code.replace('"model.json.gz"', repr(str(profile))), "README.md", "exec"), {})  # noqa: S102
+
+
+def test_readme_python_example_runs(capsys):
+    _run_readme_example(0)
     out = capsys.readouterr().out
     assert out.startswith("OPTIMAL ")
+
+
+def test_readme_notebook_example_prints_what_the_readme_shows(capsys):
+    _run_readme_example(1)
+    out = capsys.readouterr().out
+    blocks = re.findall(r"On the bundled BERT profile this prints:\n\n```\n(.*?)```", README, flags=re.S)
+    assert blocks == [out]
 
 
 def test_every_command_has_help_and_is_in_the_readme():

@@ -140,10 +140,10 @@ def test_cycles(tiny):
 
 def test_totals_against_ground_truth(tiny):
     got = {row.category: (row.model, row.ground_truth) for row in profile_totals(tiny)}
-    assert got["vertex_code"] == (630, 630)
-    assert got["exchange_code"] == (96, 96)
+    assert got["Vertex code"] == (630, 630)
+    assert got["Exchange code"] == (96, 96)
     # The ground truth includes the unattributed host Sync (1 byte per tile).
-    assert got["control_code"] == (177, 181)
+    assert got["Control code"] == (177, 181)
 
 
 def test_affinity_and_interlayer(tiny):

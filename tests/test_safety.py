@@ -43,11 +43,11 @@ def test_no_pickle_eval_or_unsafe_yaml():
 def test_ctrl_c_while_writing_leaves_no_file(tmp_path, monkeypatch):
     from popliner.outputs import tables
 
-    def interrupted(breakdown, stream, fmt="csv"):
+    def interrupted(grids, stream, fmt="csv"):
         stream.write("Layer,half a row")
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(tables, "write_layers", interrupted)
+    monkeypatch.setattr(tables, "write_grids", interrupted)
     out = tmp_path / "layers.csv"
     result = CliRunner().invoke(cli, [str(TINY), "-o", str(out)])
     assert result.exit_code == 130
@@ -59,11 +59,11 @@ def test_ctrl_c_while_writing_leaves_no_file(tmp_path, monkeypatch):
 def test_ctrl_c_keeps_the_users_existing_file(tmp_path, monkeypatch):
     from popliner.outputs import tables
 
-    def interrupted(breakdown, stream, fmt="csv"):
+    def interrupted(grids, stream, fmt="csv"):
         stream.write("partial")
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(tables, "write_layers", interrupted)
+    monkeypatch.setattr(tables, "write_grids", interrupted)
     out = tmp_path / "layers.csv"
     out.write_text("the user's data")
     result = CliRunner().invoke(cli, [str(TINY), "-o", str(out), "--force"])

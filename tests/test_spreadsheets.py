@@ -67,9 +67,12 @@ def make_breakdown() -> Breakdown:
     totals = (
         TotalsRow("Variables", 10_400_000, 10_500_000),
         TotalsRow("Vertex code", 950_000, None),
-        TotalsRow("Total", 12_230_000, 12_000_000),
+        TotalsRow("Total (summed over tiles)", 12_230_000, 12_000_000),
     )
-    return Breakdown("model.json", 4, 624_000, operations, layers, totals)
+    unlayered = LayerRow("(no layer)", 1, ComponentBytes(100_000, 0, 0, 60_000, 5_000), 0, 50_000, 100)
+    whole = LayerRow("Whole model on one IPU", 8, ComponentBytes(9_000_000, 900_000, 240_000, 400_000, 100_000),
+                     7, 600_000, 8100)
+    return Breakdown("model.json", 4, 624_000, operations, layers, totals, unlayered, whole)
 
 
 def make_matrices() -> tuple[LayerMatrix, LayerMatrix]:
@@ -180,12 +183,15 @@ def test_operations_csv_by_hand() -> None:
     assert len(rows) == 1 + 8 + 1
     assert rows[1] == ["embed", "name", "embed/gather", "1000000", "200000", "30000", "40000", "10000", "1280000"]
     assert rows[8][0] == ""  # the operation of no layer
-    assert rows[-1] == ["Total", "", "", "10400000", "950000", "260000", "510000", "110000", "12230000"]
+    assert rows[-1] == [
+        "Sum of the operations", "", "", "10400000", "950000", "260000", "510000", "110000", "12230000"
+    ]
 
 
 def test_layers_csv_by_hand() -> None:
     rows = parse_rows(render("layers", "csv"), "csv")
-    assert rows[2] == [
+    assert rows[1][:2] == ["(no layer)", "1"]  # the unlayered operations come first, as in PopLiner
+    assert rows[3] == [
         "block0",
         "3",
         "7000000",
@@ -199,22 +205,27 @@ def test_layers_csv_by_hand() -> None:
         "400000",
         "5000",
     ]
-    mb_column = [row[8] for row in rows[1:]]
-    assert mb_column == ["1.9", "8.0", "2.2", "12.1"]  # 7.95 MB rounds half away from zero
-    assert rows[-1] == [
-        "Total",
-        "7",
-        "10300000",
+    mb_column = [row[8] for row in rows[1:-1]]
+    assert mb_column == ["0.2", "1.9", "8.0", "2.2", "12.2", "10.6"]  # 7.95 MB rounds half away from zero
+    # Every layer row plus the unlayered row, labelled as what it is.
+    assert rows[-3] == [
+        "Sum of the rows above",
+        "8",
+        "10400000",
         "950000",
         "260000",
-        "450000",
-        "105000",
-        "12065000",
-        "12.1",
+        "510000",
+        "110000",
+        "12230000",
+        "12.2",
         "",
         "",
-        "8000",
+        "8100",
     ]
+    # The model's own total (shared code once) is smaller, and a note says why the two differ.
+    assert rows[-2] == ["Whole model on one IPU", "8", "9000000", "900000", "240000", "400000", "100000",
+                        "10640000", "10.6", "7", "600000", "8100"]
+    assert rows[-1][0] == tables.LAYERS_NOTE and "not the model's total" in rows[-1][0]
 
 
 def test_totals_csv_by_hand() -> None:
@@ -223,7 +234,7 @@ def test_totals_csv_by_hand() -> None:
         ["Category", "Model (bytes)", "Ground truth (bytes)", "Difference (bytes)"],
         ["Variables", "10400000", "10500000", "-100000"],
         ["Vertex code", "950000", "", ""],
-        ["Total", "12230000", "12000000", "230000"],
+        ["Total (summed over tiles)", "12230000", "12000000", "230000"],
     ]
 
 
@@ -231,7 +242,7 @@ def test_matrix_csv_by_hand() -> None:
     rows = parse_rows(render("affinity", "csv"), "csv")
     assert rows[0] == ["Affinity", "embed", "block0", "head", "Total"]
     assert rows[2] == ["block0", "10000", "0", "20000", "30000"]
-    assert rows[-1] == ["Total", "10000", "30000", "20000", "60000"]
+    assert rows[-1] == ["Sum of the rows above", "10000", "30000", "20000", "60000"]
 
 
 def test_tsv_carries_formulas_where_values_are_derived() -> None:
@@ -247,7 +258,8 @@ def test_tsv_carries_formulas_where_values_are_derived() -> None:
     ]
     layers = parse_rows(render("layers", "tsv"), "tsv")
     assert layers[1][7:9] == ["=SUM(C2:G2)", "=ROUND(H2/1000000,1)"]
-    assert layers[-1][8] == "=ROUND(H5/1000000,1)"
+    assert layers[-3][1] == "=SUM(B2:B5)"
+    assert layers[-3][8] == "=ROUND(H6/1000000,1)"
     totals = parse_rows(render("totals", "tsv"), "tsv")
     assert totals[1][3] == "=B2-C2"
     assert totals[2][3] == ""  # no ground truth, no difference
@@ -265,7 +277,7 @@ def test_empty_breakdown_writes_headers_and_zero_totals() -> None:
     stream = io.StringIO(newline="")
     tables.write_operations(empty, stream, "tsv")
     rows = parse_rows(stream.getvalue(), "tsv")
-    assert rows[-1] == ["Total", "", "", "0", "0", "0", "0", "0", "0"]
+    assert rows[-1] == ["Sum of the operations", "", "", "0", "0", "0", "0", "0", "0"]
 
 
 def _tsv_workbook(path: Path, kinds: list[str]) -> None:
@@ -408,28 +420,29 @@ def test_operations_sheet_groups_by_layer(tmp_path: Path) -> None:
     column_a = [sheet.cell(row=r, column=1).value for r in range(1, sheet.max_row + 1)]
     assert column_a == [
         "Layer",
-        "embed",
-        "embed",
-        "embed",
-        "block0",
-        "block0",
-        "block0",
-        "block0",
-        "head",
-        "head",
-        "head",
         "(no layer)",
-        None,
-        "Total",
+        None,  # the operation of no layer, first as on the Layers sheet
+        "embed",
+        "embed",
+        "embed",
+        "block0",
+        "block0",
+        "block0",
+        "block0",
+        "head",
+        "head",
+        "head",
+        "Sum of the operations",
+        xlsx.OPERATIONS_NOTE,
     ]
-    # group rows carry each layer's total (J) and its MB (K)
-    assert [engine[("OPERATIONS", f"J{r}")] for r in (2, 5, 9, 12)] == [1_930_000, 7_950_000, 2_185_000, 165_000]
-    assert engine[("OPERATIONS", "K5")] == pytest.approx(8.0)
+    # group rows carry the sum of each layer's operations (J) and its MB (K)
+    assert [engine[("OPERATIONS", f"J{r}")] for r in (2, 4, 7, 11)] == [165_000, 1_930_000, 7_950_000, 2_185_000]
+    assert engine[("OPERATIONS", "K7")] == pytest.approx(8.0)
     # the grand total counts each operation once and matches the CSV total row
     assert engine[("OPERATIONS", "I14")] == 12_230_000
     assert engine[("OPERATIONS", "J14")] == 12_230_000
     levels = [sheet.row_dimensions[r].outline_level for r in range(2, 14)]
-    assert levels == [0, 1, 1, 0, 1, 1, 1, 0, 1, 1, 0, 1]
+    assert levels == [0, 1, 0, 1, 1, 0, 1, 1, 1, 0, 1, 1]
 
 
 def test_workbook_is_readable(tmp_path: Path) -> None:
@@ -442,7 +455,7 @@ def test_workbook_is_readable(tmp_path: Path) -> None:
     layers = book["Layers"]
     assert layers["C2"].number_format == "#,##0"
     assert layers["I2"].number_format == "0.0"
-    assert layers["H5"].font.b  # the total row is bold
+    assert layers["H6"].font.b  # the sum row is bold
     assert layers.column_dimensions["A"].width >= len("Total") + 2
     assert book.calculation.fullCalcOnLoad
     planner = book["Split planner"]
@@ -614,11 +627,12 @@ def test_workbook_write_that_fails_midway_leaves_the_old_file(tmp_path: Path, mo
         _write_review(path)
     assert path.read_bytes() == b"old"
 
-    def broken_save(self: Any, stream: Any) -> None:
-        stream.write(b"PK\x03\x04 half a zip")
+    def broken_save(self: Any) -> None:
         raise OSError("disk full")
 
-    monkeypatch.setattr(openpyxl.Workbook, "save", broken_save)
+    import xlsxwriter
+
+    monkeypatch.setattr(xlsxwriter.Workbook, "close", broken_save)
     with pytest.raises(OSError):
         xlsx.write_workbook(make_breakdown(), path, force=True, budget_bytes=BUDGET)
     assert path.read_bytes() == b"old"
@@ -707,3 +721,117 @@ def test_plot_needs_png_or_svg_and_force_to_overwrite(tmp_path: Path) -> None:
     assert existing.read_bytes() == b"keep"
     PLOTS["split"](existing, True)
     assert _png_is_valid(existing.read_bytes())
+
+
+# ---------------------------------------------------------------------------
+# Several tables in one stream; a workbook every reader sees with numbers
+
+
+def _stream_of_tables(fmt: str) -> str:
+    breakdown = make_breakdown()
+    grids = [
+        tables.operations_grid(breakdown),
+        tables.layers_grid(breakdown),
+        tables.totals_grid(breakdown.totals),
+        *(tables.matrix_grid(m) for m in make_matrices()),
+    ]
+    stream = io.StringIO(newline="")
+    tables.write_grids(grids, stream, fmt)  # type: ignore[arg-type]
+    return stream.getvalue()
+
+
+def test_several_tables_in_one_tsv_point_at_their_own_rows(tmp_path: Path) -> None:
+    """Paste the whole TSV stream at A1 of one sheet; the engine must give the CSV stream's values."""
+    rows = parse_rows(_stream_of_tables("tsv"), "tsv")
+    book = openpyxl.Workbook()
+    sheet = book.active
+    sheet.title = "Pasted"
+    for r, row in enumerate(rows, start=1):
+        for c, text in enumerate(row, start=1):
+            value = typed(text)
+            if value is not None:
+                sheet.cell(row=r, column=c, value=value)
+    path = tmp_path / "pasted.xlsx"
+    book.save(path)
+    engine = engine_values(path)
+    assert_no_errors(engine)
+    expected_rows = parse_rows(_stream_of_tables("csv"), "csv")
+    assert len(expected_rows) == len(rows)
+    compared = 0
+    for r, row in enumerate(expected_rows, start=1):
+        for c, text in enumerate(row, start=1):
+            expected = typed(text)
+            actual = engine.get(("PASTED", f"{column_letter(c)}{r}"))
+            assert same(expected, actual), f"{column_letter(c)}{r}: csv {expected!r}, pasted tsv {actual!r}"
+            compared += 1
+    assert compared > 150
+    # The layers table starts on line 12 (operations: header, 8 rows, sum, then a blank line), so its
+    # first row total reads row 13, not row 2 as it would alone.
+    assert rows[12][7] == "=SUM(C13:G13)"
+
+
+def _workbook_csv(grid: Any) -> list[list[Any]]:
+    stream = io.StringIO(newline="")
+    tables.write_grid(grid, stream, "csv")
+    return [[typed(text) for text in row] for row in parse_rows(stream.getvalue(), "csv")]
+
+
+def test_pandas_reads_the_same_numbers_as_the_csv_on_every_sheet(tmp_path: Path) -> None:
+    pd = pytest.importorskip("pandas")
+    path = tmp_path / "review.xlsx"
+    _write_review(path, make_split())
+    frames = pd.read_excel(path, sheet_name=None, header=None)
+    grids, _ = xlsx.workbook_grids(make_breakdown(), budget_bytes=BUDGET, split=make_split(), matrices=make_matrices())
+    assert list(frames) == [g.name for g in grids]
+    numbers = 0
+    for grid in grids:
+        frame = frames[grid.name]
+        for r, row in enumerate(_workbook_csv(grid)):
+            for c, expected in enumerate(row):
+                actual = frame.iat[r, c] if r < frame.shape[0] and c < frame.shape[1] else None
+                if expected is None:
+                    assert actual is None or pd.isna(actual), f"{grid.name} {column_letter(c + 1)}{r + 1}"
+                elif isinstance(expected, str):
+                    assert str(actual) == expected.removeprefix("'")
+                elif isinstance(expected, bool):
+                    assert actual is expected or actual == expected, f"{grid.name} {column_letter(c + 1)}{r + 1}"
+                else:
+                    assert not pd.isna(actual), f"{grid.name} {column_letter(c + 1)}{r + 1} reads as NaN"
+                    assert float(actual) == pytest.approx(expected), f"{grid.name} {column_letter(c + 1)}{r + 1}"
+                    numbers += 1
+    assert numbers > 200
+
+
+def test_formula_cells_carry_values_and_booleans_read_as_booleans(tmp_path: Path) -> None:
+    path = tmp_path / "review.xlsx"
+    _write_review(path, make_split())
+    formulas_book = openpyxl.load_workbook(path)
+    values_book = openpyxl.load_workbook(path, data_only=True)
+    layers_f, layers_v = formulas_book["Layers"], values_book["Layers"]
+    assert layers_f["H3"].value == "=SUM(C3:G3)"  # the formula is kept
+    assert layers_v["H3"].value == 1_930_000  # and its value is there without recalculation
+    planner_v = values_book["Split planner"]
+    fits = [cell for row in planner_v.iter_rows() for cell in row if isinstance(cell.value, bool)]
+    assert fits, "the planner's fit flags are booleans"
+    assert all(cell.number_format == xlsx.BOOL_FORMAT for cell in fits)
+    assert formulas_book.calculation.fullCalcOnLoad  # spreadsheet programs still recalculate
+
+
+def test_sheet_names_are_short_and_whole() -> None:
+    long = LayerMatrix("Memory affinity (bytes of variables both layers use)", LAYERS, np.zeros((3, 3), np.int64))
+    named = LayerMatrix("Memory affinity (bytes of variables both layers use)", LAYERS, np.zeros((3, 3), np.int64),
+                        sheet="Affinity")
+    grids, _ = xlsx.workbook_grids(make_breakdown(), budget_bytes=BUDGET, matrices=[named, long])
+    assert [g.name for g in grids[4:]] == ["Affinity", "Memory affinity"]
+
+
+def test_every_number_column_has_a_format(tmp_path: Path) -> None:
+    path = tmp_path / "review.xlsx"
+    _write_review(path, make_split())
+    book = openpyxl.load_workbook(path)
+    layers = book["Layers"]
+    formats = {layers.cell(row=1, column=c).value: layers.column_dimensions[column_letter(c)] for c in range(2, 13)}
+    assert all(dim.width for dim in formats.values())
+    assert [layers.cell(row=3, column=c).number_format for c in range(2, 13)] == [
+        "0", *["#,##0"] * 6, "0.0", "0", "#,##0", "#,##0"
+    ]

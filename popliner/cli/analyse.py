@@ -5,9 +5,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 from typing import IO, Any
 
@@ -331,20 +330,18 @@ def _write_tables(analysis: Analysis, outputs: Outputs, fmt: str, output: str | 
     from popliner.outputs import tables
     from popliner.outputs.tables import TableFormat
 
+    table_fmt: TableFormat = "tsv" if fmt == "tsv" else "csv"
+    grids = []
+    if outputs.operation_breakdown:
+        grids.append(tables.operations_grid(breakdown))
+    if outputs.layer_breakdown:
+        grids.append(tables.layers_grid(breakdown))
+    if outputs.memory_totals:
+        grids.append(tables.totals_grid(breakdown.totals))
+    grids.extend(tables.matrix_grid(matrix) for matrix in matrices)
     with _table_stream(output, force) as stream:
-        writers: list[Callable[[IO[str]], None]] = []
-        table_fmt: TableFormat = "tsv" if fmt == "tsv" else "csv"
-        if outputs.operation_breakdown:
-            writers.append(partial(tables.write_operations, breakdown, fmt=table_fmt))
-        if outputs.layer_breakdown:
-            writers.append(partial(tables.write_layers, breakdown, fmt=table_fmt))
-        if outputs.memory_totals:
-            writers.append(partial(tables.write_totals, breakdown, fmt=table_fmt))
-        writers.extend(partial(tables.write_matrix, matrix, fmt=table_fmt) for matrix in matrices)
-        for k, write in enumerate(writers):
-            if k:
-                stream.write("\n")  # a blank line between tables
-            write(stream)
+        # One stream, several tables: each table's TSV formulas point at its own rows.
+        tables.write_grids(grids, stream, table_fmt)
     if output:
         log.info("wrote %s", output)
 

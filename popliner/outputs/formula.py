@@ -23,6 +23,7 @@ and evaluates its formula cells, following references into other grids of a
 
 from __future__ import annotations
 
+import dataclasses
 import numbers
 import operator
 import re
@@ -33,6 +34,7 @@ from typing import Protocol, TypeAlias
 
 __all__ = [
     "BYTES_PER_MB",
+    "And",
     "Arith",
     "Book",
     "Cell",
@@ -44,6 +46,9 @@ __all__ = [
     "FormulaError",
     "FunctionResolver",
     "Grid",
+    "If",
+    "Index",
+    "Match",
     "RangeRef",
     "Ref",
     "Resolver",
@@ -53,7 +58,9 @@ __all__ = [
     "Value",
     "column_index",
     "column_letter",
+    "evaluate_book",
     "mb",
+    "shifted",
     "sum_range",
 ]
 
@@ -415,6 +422,121 @@ class Compare:
         return bool(_COMPARE[self.op](left, right))
 
 
+@dataclass(frozen=True)
+class If:
+    """``IF(condition, then, else)``; only the chosen branch is evaluated, as in spreadsheets."""
+
+    condition: Expr
+    then: Expr
+    otherwise: Expr
+
+    def render(self, here: str | None = None) -> str:
+        parts = (self.condition.render(here), self.then.render(here), self.otherwise.render(here))
+        return "IF(" + ",".join(parts) + ")"
+
+    def evaluate(self, resolve: Resolver) -> Value:
+        condition = self.condition.evaluate(resolve)
+        if isinstance(condition, str):
+            raise FormulaError(f"#VALUE!: text {condition!r} used as a condition")
+        chosen = self.then if _as_number(condition) else self.otherwise
+        return chosen.evaluate(resolve)
+
+
+@dataclass(frozen=True)
+class And:
+    """``AND(...)`` over conditions and ranges; blanks and text in ranges are skipped."""
+
+    args: tuple[Expr | RangeRef, ...]
+
+    def render(self, here: str | None = None) -> str:
+        return "AND(" + ",".join(arg.render(here) for arg in self.args) + ")"
+
+    def evaluate(self, resolve: Resolver) -> Value:
+        seen = False
+        result = True
+        for arg in self.args:
+            values: list[Value]
+            if isinstance(arg, RangeRef):
+                values = [v for v in resolve.range(arg) if isinstance(v, (bool, int, float))]
+            else:
+                values = [arg.evaluate(resolve)]
+            for value in values:
+                seen = True
+                result = result and bool(_as_number(value))
+        if not seen:
+            raise FormulaError("#VALUE!: AND of nothing")
+        return result
+
+
+@dataclass(frozen=True)
+class Match:
+    """``MATCH(value, range, 0)``: 1-based position of the first equal cell (exact match only)."""
+
+    lookup: Expr
+    range: RangeRef
+
+    def __post_init__(self) -> None:
+        if 1 not in self.range.shape:
+            raise ValueError("MATCH looks along one row or one column")
+
+    def render(self, here: str | None = None) -> str:
+        return f"MATCH({self.lookup.render(here)},{self.range.render(here)},0)"
+
+    def evaluate(self, resolve: Resolver) -> Value:
+        wanted = self.lookup.evaluate(resolve)
+        for position, value in enumerate(resolve.range(self.range), start=1):
+            if _criterion_matches(value, wanted):
+                return position
+        raise FormulaError(f"#N/A: {wanted!r} not found in {self.range.render()}")
+
+
+@dataclass(frozen=True)
+class Index:
+    """``INDEX(range, row, column)``: the cell at a 1-based position inside ``range``."""
+
+    range: RangeRef
+    row: Expr
+    col: Expr
+
+    def render(self, here: str | None = None) -> str:
+        return f"INDEX({self.range.render(here)},{self.row.render(here)},{self.col.render(here)})"
+
+    def evaluate(self, resolve: Resolver) -> Value:
+        rows, cols = self.range.shape
+        row = _as_number(self.row.evaluate(resolve))
+        col = _as_number(self.col.evaluate(resolve))
+        if not (float(row).is_integer() and float(col).is_integer() and 1 <= row <= rows and 1 <= col <= cols):
+            raise FormulaError(f"#REF!: INDEX({row}, {col}) outside a {rows}x{cols} range")
+        first = self.range.first
+        value = resolve.cell(CellRef(first.row + int(row) - 1, first.col + int(col) - 1, first.sheet))
+        return 0 if value is None else value
+
+
+def shifted(expr: Expr, rows: int) -> Expr:
+    """The same formula with every reference into its own sheet moved down ``rows`` rows.
+
+    Used when a table is written below other tables in one text stream, so
+    that its formulas still point at its own cells.
+    """
+    if rows == 0:
+        return expr
+    moved: Expr = _shift(expr, rows)  # type: ignore[assignment]
+    return moved
+
+
+def _shift(item: object, rows: int) -> object:
+    if isinstance(item, CellRef):
+        return dataclasses.replace(item, row=item.row + rows) if item.sheet is None else item
+    if isinstance(item, RangeRef):
+        return RangeRef(_shift(item.first, rows), _shift(item.last, rows))  # type: ignore[arg-type]
+    if isinstance(item, tuple):
+        return tuple(_shift(part, rows) for part in item)
+    if dataclasses.is_dataclass(item) and not isinstance(item, type):
+        changes = {f.name: _shift(getattr(item, f.name), rows) for f in dataclasses.fields(item)}
+        return dataclasses.replace(item, **changes)
+    return item
+
+
 # ---------------------------------------------------------------------------
 # Helpers used by the table builders
 
@@ -435,7 +557,7 @@ def mb(cell: CellRef, digits: int = 1) -> Expr:
 # Sheets
 
 
-_FORMULA_KINDS = frozenset({Const, Ref, Sum, Round, SumIf, CountIf, Arith, Compare})
+_FORMULA_KINDS = frozenset({Const, Ref, Sum, Round, SumIf, CountIf, Arith, Compare, If, And, Match, Index})
 
 
 def _is_formula(cell: object) -> bool:
@@ -529,11 +651,14 @@ class Grid:
     def is_formula(self, row: int, col: int) -> bool:
         return _is_formula(self.cell(row, col))
 
-    def formula_text(self, row: int, col: int) -> str | None:
-        """The cell's formula as a spreadsheet takes it (``=SUM(D2:D9)``), or None for a plain value."""
+    def formula_text(self, row: int, col: int, row_offset: int = 0) -> str | None:
+        """The cell's formula as a spreadsheet takes it (``=SUM(D2:D9)``), or None for a plain value.
+
+        ``row_offset`` renders it for the grid placed that many rows further down.
+        """
         cell = self.cell(row, col)
         if _is_formula(cell):
-            return "=" + cell.render(self.name)  # type: ignore[union-attr]
+            return "=" + shifted(cell, row_offset).render(self.name)  # type: ignore[arg-type]
         return None
 
     # -- evaluation -------------------------------------------------------
@@ -621,3 +746,27 @@ class _Context:
 
 #: Grids by sheet name, for formulas that refer to other sheets.
 Book = Mapping[str, Grid]
+
+
+def evaluate_book(grids: Sequence[Grid]) -> dict[str, list[list[Value | FormulaError]]]:
+    """Every cell of every grid evaluated, sharing results across sheets.
+
+    A cell whose formula cannot be evaluated holds its :class:`FormulaError`
+    (what a spreadsheet would show as ``#N/A``, ``#VALUE!`` ...).
+    """
+    book = {grid.name: grid for grid in grids}
+    context = _Context(book, {}, set())
+    out: dict[str, list[list[Value | FormulaError]]] = {}
+    for grid in grids:
+        rows: list[list[Value | FormulaError]] = []
+        for r in range(1, grid.n_rows + 1):
+            row: list[Value | FormulaError] = []
+            for c in range(1, len(grid.row_cells(r)) + 1):
+                try:
+                    row.append(grid._evaluate(r, c, context))
+                except FormulaError as error:
+                    context.busy.clear()
+                    row.append(error)
+            rows.append(row)
+        out[grid.name] = rows
+    return out

@@ -55,11 +55,15 @@ class TotalsRow:
 
 @dataclass(frozen=True, eq=False)
 class LayerMatrix:
-    """A square layer x layer matrix of bytes (affinity or interlayer traffic)."""
+    """A square layer x layer matrix of bytes (affinity or interlayer traffic).
+
+    ``sheet`` is a short name for a workbook sheet (at most 31 characters); the title says the rest.
+    """
 
     title: str
     layers: tuple[str, ...]
     values: np.ndarray  # int64 [len(layers), len(layers)]
+    sheet: str = ""
 
 
 @dataclass(frozen=True)
@@ -72,3 +76,7 @@ class Breakdown:
     operations: tuple[OperationRow, ...]
     layers: tuple[LayerRow, ...]
     totals: tuple[TotalsRow, ...]
+    #: The operations of no layer as a stage of their own (they go on the first IPU); None if there are none.
+    unlayered: LayerRow | None = None
+    #: Every operation on one IPU, counted like a stage: the model's own total, which no sum of rows gives.
+    whole: LayerRow | None = None

@@ -45,6 +45,7 @@ __all__ = [
     "operations_grid",
     "totals_grid",
     "write_grid",
+    "write_grids",
     "write_layers",
     "write_matrix",
     "write_operations",
@@ -92,8 +93,19 @@ def operations_grid(breakdown: Breakdown, name: str = "Operations") -> Grid:
     for op in breakdown.operations:
         _append_operation(grid, op)
     last = grid.n_rows
-    grid.append(["Total", None, None, *(sum_range(col, 2, last) for col in range(4, 10))], style="total")
+    sums = (sum_range(col, 2, last) for col in range(4, 10))
+    grid.append([SUM_OF_OPERATIONS, None, None, *sums], style="total")
     return grid
+
+
+#: Labels of total rows: each says what was added, because no sum of parts is the model's total.
+SUM_OF_OPERATIONS = "Sum of the operations"
+SUM_OF_ROWS = "Sum of the rows above"
+LAYERS_NOTE = (
+    "A sum of per-layer figures is not the model's total: code and variables that several layers use count "
+    "once per layer in it. The whole-model row counts them once, with every variable of the profile: it is the "
+    "model's total, the same figure as the Totals table's."
+)
 
 
 def _append_operation(grid: Grid, op: OperationRow) -> int:
@@ -110,29 +122,36 @@ def _row_sum(row: int, first_col: int, last_col: int) -> Cell:
 def layers_grid(breakdown: Breakdown, name: str = "Layers") -> Grid:
     """One row per layer: operations, components (C-G), Total (H), Total MB (I), worst tile, cycles.
 
-    The total row sums every additive column; the worst-tile columns are left
-    blank there because adding worst tiles of different layers is no figure of
-    any single tile.
+    The operations of no layer come first, as in PopLiner (the first IPU
+    carries them). Below the layers: the sum of the rows (every additive
+    column; the worst-tile columns stay blank because adding worst tiles of
+    different layers is no figure of any single tile), the whole model on one
+    IPU, and a note saying why the two differ.
     """
     formats = {2: COUNT_FORMAT, **{c: BYTES_FORMAT for c in range(3, 9)}, 9: MB_FORMAT}
     formats.update({10: COUNT_FORMAT, 11: BYTES_FORMAT, 12: BYTES_FORMAT})
     grid = Grid(name, column_formats=formats)
     header = ["Layer", "Operations", *COMPONENT_HEADERS, "Total (bytes)", "Total (MB)"]
     grid.append([*header, "Worst tile", "Worst-tile bytes", "Cycles"], style="header")
+    if breakdown.unlayered is not None:
+        _append_layer(grid, breakdown.unlayered)
     for layer in breakdown.layers:
         _append_layer(grid, layer)
     last = grid.n_rows
     row = last + 1
     sums = [sum_range(col, 2, last) for col in range(2, 9)]
-    grid.append(["Total", *sums, mb(CellRef(row, 8)), None, None, sum_range(12, 2, last)], style="total")
+    grid.append([SUM_OF_ROWS, *sums, mb(CellRef(row, 8)), None, None, sum_range(12, 2, last)], style="total")
+    if breakdown.whole is not None:
+        _append_layer(grid, breakdown.whole, style="total")
+        grid.append([LAYERS_NOTE], style="note")
     return grid
 
 
-def _append_layer(grid: Grid, layer: LayerRow) -> int:
+def _append_layer(grid: Grid, layer: LayerRow, style: str = "data") -> int:
     row = grid.n_rows + 1
     cells: list[Cell] = [layer.layer, layer.num_operations, *layer.memory.as_tuple()]
     cells += [_row_sum(row, 3, 7), mb(CellRef(row, 8)), layer.worst_tile, layer.worst_tile_bytes, layer.cycles]
-    return grid.append(cells)
+    return grid.append(cells, style=style)
 
 
 def totals_grid(totals: Sequence[TotalsRow], name: str = "Totals") -> Grid:
@@ -160,7 +179,7 @@ def matrix_grid(matrix: LayerMatrix, name: str | None = None) -> Grid:
         values = [int(v) for v in matrix.values[i]]
         grid.append([layer, *values, _row_sum(row, 2, size + 1)])
     last = grid.n_rows
-    grid.append(["Total", *(sum_range(col, 2, last) for col in range(2, size + 3))], style="total")
+    grid.append([SUM_OF_ROWS, *(sum_range(col, 2, last) for col in range(2, size + 3))], style="total")
     return grid
 
 
@@ -179,16 +198,33 @@ def _plain(value: Value) -> str | int | float:
     return value
 
 
-def write_grid(grid: Grid, stream: TextIO | IO[str], fmt: TableFormat) -> None:
-    """Write ``grid`` as CSV (values) or TSV (formulas); rows padded to the widest."""
+def write_grid(grid: Grid, stream: TextIO | IO[str], fmt: TableFormat, *, first_row: int = 1) -> None:
+    """Write ``grid`` as CSV (values) or TSV (formulas); rows padded to the widest.
+
+    ``first_row`` is the line of the stream (1-based) the grid's first row
+    lands on; TSV formulas are moved down to match, so they point at the
+    grid's own cells once the stream is pasted into a spreadsheet at A1.
+    """
     writer = csv.writer(stream, dialect=_dialect(fmt))
     width = grid.n_cols
     for row in range(1, grid.n_rows + 1):
         cells: list[str | int | float] = []
         for col in range(1, width + 1):
-            formula = grid.formula_text(row, col) if fmt == "tsv" else None
+            formula = grid.formula_text(row, col, first_row - 1) if fmt == "tsv" else None
             cells.append(formula if formula is not None else _plain(grid.value(row, col)))
         writer.writerow(cells)
+
+
+def write_grids(grids: Sequence[Grid], stream: TextIO | IO[str], fmt: TableFormat) -> None:
+    """Several tables in one stream, a blank line between them, each one's formulas on its own rows."""
+    _dialect(fmt)
+    line = 1
+    for k, grid in enumerate(grids):
+        if k:
+            csv.writer(stream, dialect=_dialect(fmt)).writerow([])  # a blank row between tables
+            line += 1
+        write_grid(grid, stream, fmt, first_row=line)
+        line += grid.n_rows
 
 
 def write_operations(breakdown: Breakdown, stream: TextIO | IO[str], fmt: TableFormat = "csv") -> None:

@@ -1,4 +1,4 @@
-"""The review workbook (XLSX, openpyxl): Operations, Layers, Split planner, Totals, matrices.
+"""The review workbook (XLSX, XlsxWriter): Operations, Layers, Split planner, Totals, matrices.
 
 Every sheet is a :class:`~popliner.outputs.formula.Grid`, the same objects
 the CSV/TSV writers use, so derived cells are live formulas that evaluate to
@@ -6,57 +6,63 @@ the figures popliner reports. This module only places the grids in a
 workbook and makes them readable: frozen headers, column widths, number
 formats, outline groups, the planner's highlighting and input validation.
 
-openpyxl stores formulas without cached results, so the workbook asks the
-spreadsheet program to recalculate everything when it is opened.
+Each formula cell is stored with its formula *and* the value popliner
+computed for it, so readers that do not recalculate (pandas, openpyxl with
+``data_only=True``, file previewers) see numbers; spreadsheet programs still
+recalculate on opening. Booleans carry a ``TRUE``/``FALSE`` number format so
+that programs which show a comparison's result as a number show the words.
 """
 
 from __future__ import annotations
 
+import datetime
 import io
 import os
 import re
-import zipfile
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
-from openpyxl import Workbook
-from openpyxl.cell.cell import ILLEGAL_CHARACTERS_RE
-from openpyxl.formatting.rule import CellIsRule, FormulaRule
-from openpyxl.styles import Alignment, Border, Font, PatternFill, Side
-from openpyxl.workbook.properties import CalcProperties
-from openpyxl.worksheet.datavalidation import DataValidation
-from openpyxl.worksheet.worksheet import Worksheet
+from xlsxwriter.format import Format
+from xlsxwriter.workbook import Workbook
+from xlsxwriter.worksheet import Worksheet
 
 from popliner.errors import UsageProblem
 from popliner.fileio import atomic_write, check_writable
-from popliner.outputs.formula import Cell, CellRef, Grid, RangeRef, Sum, Value, column_letter, mb, sum_range
-from popliner.outputs.planner import IPU_COL, WORST_COL, PlannerLayout, planner_grid
+from popliner.outputs.formula import (
+    CellRef,
+    FormulaError,
+    Grid,
+    RangeRef,
+    Sum,
+    Value,
+    evaluate_book,
+    mb,
+    sum_range,
+)
+from popliner.outputs.planner import CYCLES_COL, IPU_COL, IPU_ROW, WORST_COL, PlannerLayout, planner_grid
 from popliner.outputs.rows import Breakdown, LayerMatrix, OperationRow
 from popliner.outputs.tables import (
     BYTES_FORMAT,
     COMPONENT_HEADERS,
     FORMULA_TRIGGERS,
     MB_FORMAT,
+    SUM_OF_OPERATIONS,
     layers_grid,
     matrix_grid,
     totals_grid,
 )
 from popliner.solvers.result import SplitResult
 
-__all__ = ["build_workbook", "grouped_operations_grid", "workbook_grids", "write_workbook"]
+__all__ = ["BOOL_FORMAT", "grouped_operations_grid", "workbook_bytes", "workbook_grids", "write_workbook"]
 
 NO_LAYER = "(no layer)"
+_SHEET_MAX = 31
 _MAX_WIDTH = 48
 _MIN_WIDTH = 6
 # Characters Excel forbids in sheet names.
 _BAD_SHEET_CHARS = re.compile(r"[\[\]:*?/\\]")
 
-# Colours (ARGB without alpha prefix, as openpyxl takes them).
-_HEADER_FILL = "DDE3EA"
-_GROUP_FILL = "EEF2F7"
-_INPUT_FILL = "FFF6CC"
-_OVER_FILL = "F4B6B6"
-_WARN_FILL = "FCD9A8"
 
 
 # ---------------------------------------------------------------------------
@@ -66,21 +72,30 @@ _WARN_FILL = "FCD9A8"
 def grouped_operations_grid(breakdown: Breakdown, name: str = "Operations") -> Grid:
     """Operations grouped by layer (layer order, then operation order).
 
-    Each layer starts with a group row holding the layer's total in columns J
-    and K; its operations follow. Group totals live in their own columns so
-    the grand total of columns D-I adds each operation exactly once.
-    Operations of no (known) layer come last under "(no layer)".
+    Each layer starts with a group row holding the sum of its operations in
+    columns J and K; its operations follow. Group sums live in their own
+    columns so the grand sum of columns D-I adds each operation exactly once.
+    Operations of no (known) layer come first under "(no layer)", as on the
+    Layers sheet.
     """
     grid = Grid(name, column_formats={**{c: BYTES_FORMAT for c in range(4, 11)}, 11: MB_FORMAT})
     header = ["Layer", "Note", "Operation", *COMPONENT_HEADERS, "Total (bytes)"]
-    grid.append([*header, "Layer total (bytes)", "Layer total (MB)"], style="header")
+    grid.append([*header, "Sum of its operations (bytes)", "Sum of its operations (MB)"], style="header")
     for label, ops in _operations_by_layer(breakdown):
         _append_group(grid, label, ops)
     last = grid.n_rows
     row = last + 1
     sums = [sum_range(col, 2, last) for col in range(4, 11)]
-    grid.append(["Total", None, None, *sums, mb(CellRef(row, 10))], style="total")
+    grid.append([SUM_OF_OPERATIONS, None, None, *sums, mb(CellRef(row, 10))], style="total")
+    grid.append([OPERATIONS_NOTE], style="note")
     return grid
+
+
+#: Why the Operations sheet's sums exceed the Layers sheet's figures.
+OPERATIONS_NOTE = (
+    "Each operation's figure counts all the code and variables it uses, so code and variables shared by "
+    "several operations count once per operation in these sums; the Layers sheet counts them once per layer."
+)
 
 
 def _operations_by_layer(breakdown: Breakdown) -> list[tuple[str, list[OperationRow]]]:
@@ -90,7 +105,7 @@ def _operations_by_layer(breakdown: Breakdown) -> list[tuple[str, list[Operation
     for op in sorted(breakdown.operations, key=lambda o: o.position):
         (stray if op.layer is None else groups.get(op.layer, stray)).append(op)
     ordered = [(name, groups[name]) for name in known if groups[name]]
-    return ordered + ([(NO_LAYER, stray)] if stray else [])
+    return ([(NO_LAYER, stray)] if stray else []) + ordered
 
 
 def _append_group(grid: Grid, label: str, ops: list[OperationRow]) -> None:
@@ -118,20 +133,40 @@ def workbook_grids(
     grids = [grouped_operations_grid(breakdown), layers_grid(breakdown), planner, totals_grid(breakdown.totals)]
     taken = {g.name.casefold() for g in grids}
     for matrix in matrices:
-        name = _sheet_name(matrix.title, taken)
+        name = _sheet_name(matrix.sheet or matrix.title, taken)
         taken.add(name.casefold())
         grids.append(matrix_grid(matrix, name))
     return grids, layout
 
 
 def _sheet_name(title: str, taken: set[str]) -> str:
-    """A legal, unused sheet name from a matrix title (<= 31 chars, none of []:*?/\\)."""
-    base = _BAD_SHEET_CHARS.sub(" ", title).strip().strip("'")[:31] or "Matrix"
+    """A legal, unused sheet name from a matrix title (<= 31 chars, none of []:*?/\\).
+
+    A long title is cut at a word boundary (and without a dangling bracket),
+    never mid-word.
+    """
+    base = _short(_BAD_SHEET_CHARS.sub(" ", title).strip().strip("'")) or "Matrix"
     name, number = base, 2
     while name.casefold() in taken:
         suffix = f" ({number})"
-        name, number = base[: 31 - len(suffix)] + suffix, number + 1
+        name, number = _short(base, _SHEET_MAX - len(suffix)) + suffix, number + 1
     return name
+
+
+def _short(text: str, limit: int = _SHEET_MAX) -> str:
+    """``text`` cut to whole words within ``limit`` characters, an unclosed bracket part dropped."""
+    if len(text) <= limit:
+        return text
+    words = text.split()
+    out = ""
+    for word in words:
+        candidate = f"{out} {word}".strip()
+        if len(candidate) > limit:
+            break
+        out = candidate
+    if "(" in out and ")" not in out[out.rindex("("):]:
+        out = out[: out.rindex("(")].rstrip()
+    return out or text[:limit]
 
 
 # ---------------------------------------------------------------------------
@@ -161,115 +196,122 @@ def write_workbook(
     grids, layout = workbook_grids(
         breakdown, budget_bytes=budget_bytes, split=split, matrices=matrices, num_ipus=num_ipus
     )
-    book = build_workbook(grids, layout)
-    buffer = io.BytesIO()
-    book.save(buffer)
+    data = workbook_bytes(grids, layout)
     with atomic_write(target, force=force, binary=True) as stream:
-        stream.write(reproducible_xlsx(buffer.getvalue()))
+        stream.write(data)
 
 
-#: Written into docProps/core.xml instead of the time of saving.
-_FIXED_TIMESTAMP = "2000-01-01T00:00:00Z"
-_TIMESTAMP = re.compile(rb"(<dcterms:(?:created|modified)[^>]*>)[^<]*(</dcterms:)")
+#: Document dates written instead of the time of saving, so reruns give identical bytes.
+_FIXED_DATE = datetime.datetime(2000, 1, 1, tzinfo=datetime.timezone.utc)
+_ERROR_CODES = ("#DIV/0!", "#N/A", "#NAME?", "#NULL!", "#NUM!", "#REF!", "#VALUE!")
+#: Shows a boolean formula result as TRUE/FALSE in programs that would show 1/0.
+BOOL_FORMAT = '"TRUE";"TRUE";"FALSE"'
 
 
-def reproducible_xlsx(raw: bytes) -> bytes:
-    """The same workbook with fixed zip-entry dates and document timestamps.
+def workbook_bytes(grids: Sequence[Grid], layout: PlannerLayout) -> bytes:
+    """The workbook of ``grids`` as XLSX bytes; the same grids always give the same bytes.
 
-    openpyxl stamps the save time into the zip entries and the document
-    properties; fixing both makes the same inputs give byte-identical files.
+    XlsxWriter stamps zip entries with a fixed date; the document's creation
+    date is fixed here.
     """
-    out = io.BytesIO()
-    with zipfile.ZipFile(io.BytesIO(raw)) as src, zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as dst:
-        for info in src.infolist():
-            data = src.read(info.filename)
-            if info.filename == "docProps/core.xml":
-                data = _TIMESTAMP.sub(rb"\g<1>" + _FIXED_TIMESTAMP.encode() + rb"\g<2>", data)
-            entry = zipfile.ZipInfo(info.filename, date_time=(1980, 1, 1, 0, 0, 0))
-            entry.compress_type = zipfile.ZIP_DEFLATED
-            entry.external_attr = 0o644 << 16
-            dst.writestr(entry, data)
-    return out.getvalue()
-
-
-def build_workbook(grids: Sequence[Grid], layout: PlannerLayout) -> Workbook:
-    """An openpyxl workbook of ``grids`` with styling; the planner gets its extras."""
-    book = Workbook()
-    book.remove(book.active)
-    book.calculation = CalcProperties(fullCalcOnLoad=True)
-    book.properties.creator = "popliner"
+    buffer = io.BytesIO()
+    book = Workbook(buffer, {"in_memory": True, "strings_to_formulas": False, "strings_to_urls": False,
+                             "strings_to_numbers": False})
+    book.set_properties({"creator": "popliner", "created": _FIXED_DATE})
+    book.set_calc_mode("auto")
+    styles = _Styles(book)
+    values = evaluate_book(grids)
+    sheets = {grid.name: book.add_worksheet(grid.name) for grid in grids}
     for grid in grids:
-        sheet = book.create_sheet(grid.name)
-        _fill(sheet, grid)
-        _set_widths(sheet, grid)
-    _decorate_operations(book[grids[0].name], grids[0])
-    _decorate_table(book[grids[1].name], grids[1], freeze="B2")
-    _decorate_planner(book[grids[2].name], layout)
+        _fill(sheets[grid.name], grid, values[grid.name], styles)
+        _set_widths(sheets[grid.name], grid, values[grid.name], styles)
+    _decorate_operations(sheets[grids[0].name], grids[0])
+    _decorate_table(sheets[grids[1].name], grids[1], freeze=(1, 1))
+    _decorate_planner(sheets[grids[2].name], layout, styles)
     for grid in grids[3:]:
-        _decorate_table(book[grid.name], grid, freeze="B2", autofilter=False)
-    return book
+        _decorate_table(sheets[grid.name], grid, freeze=(1, 1), autofilter=False)
+    book.close()
+    return buffer.getvalue()
 
 
-def _fill(sheet: Worksheet, grid: Grid) -> None:
+class _Styles:
+    """XlsxWriter formats, one per (row style, number format), made once per workbook."""
+
+    def __init__(self, book: Workbook) -> None:
+        self._book = book
+        self._made: dict[tuple[str, str | None, bool], Format] = {}
+
+    def get(self, style: str, number_format: str | None, quote: bool = False) -> Format:
+        key = (style, number_format, quote)
+        if key not in self._made:
+            props: dict[str, Any] = dict(_STYLE_PROPS.get(style, {}))
+            if number_format is not None:
+                props["num_format"] = number_format
+            if quote:
+                props["quote_prefix"] = True
+            self._made[key] = self._book.add_format(props)
+        return self._made[key]
+
+    def fill(self, colour: str) -> Format:
+        return self.get(f"fill:{colour}", None)
+
+
+_STYLE_PROPS: dict[str, dict[str, Any]] = {
+    "header": {"bold": True, "bg_color": "#DDE3EA", "bottom": 1, "text_wrap": True, "valign": "top"},
+    "group": {"bold": True, "bg_color": "#EEF2F7"},
+    "total": {"bold": True, "top": 1},
+    "title": {"bold": True, "font_size": 13},
+    "note": {"italic": True, "font_color": "#555555"},
+    "fill:over": {"bg_color": "#F4B6B6"},
+    "fill:input": {"bg_color": "#FFF6CC"},
+    "fill:warn": {"bg_color": "#FCD9A8"},
+}
+
+
+def _fill(sheet: Worksheet, grid: Grid, values: list[list[Value | FormulaError]], styles: _Styles) -> None:
     for row in range(1, grid.n_rows + 1):
         style = grid.style(row)
-        for col, value in enumerate(grid.row_cells(row), start=1):
-            if value is None:
+        for col, cell in enumerate(grid.row_cells(row), start=1):
+            if cell is None:
                 continue
-            cell = sheet.cell(row=row, column=col)
-            _set_value(cell, grid, row, col, value)
-            fmt = grid.number_format(row, col)
-            if fmt is not None and not isinstance(value, str):
-                cell.number_format = fmt
-            _style_cell(cell, style)
+            value = values[row - 1][col - 1]
+            fmt = grid.number_format(row, col) if not isinstance(value, str) else None
+            if isinstance(value, bool):
+                fmt = BOOL_FORMAT
+            formula = grid.formula_text(row, col)
+            r, c = row - 1, col - 1
+            if formula is not None:
+                sheet.write_formula(r, c, formula, styles.get(style, fmt), _cached(value))
+            elif isinstance(cell, str):
+                text = _clean_text(cell)
+                sheet.write_string(r, c, text, styles.get(style, None, quote=text.startswith(FORMULA_TRIGGERS)))
+            elif isinstance(cell, bool):
+                sheet.write_boolean(r, c, cell, styles.get(style, fmt))
+            else:
+                sheet.write_number(r, c, cell, styles.get(style, fmt))
 
 
-def _set_value(cell: object, grid: Grid, row: int, col: int, value: Cell) -> None:
-    formula = grid.formula_text(row, col)
-    if formula is not None:
-        cell.value = formula  # type: ignore[attr-defined]
-    elif isinstance(value, str):
-        _set_text(cell, value)
-    else:
-        cell.value = value  # type: ignore[attr-defined]
+def _cached(value: Value | FormulaError) -> Value:
+    """A formula's value as XlsxWriter stores it (blank as "", an error as its code)."""
+    if isinstance(value, FormulaError):
+        code = str(value).split(":", 1)[0]
+        return code if code in _ERROR_CODES else "#VALUE!"
+    return "" if value is None else value
 
 
-def _set_text(cell: object, text: str) -> None:
-    """Store text as text, even when it looks like a formula.
-
-    openpyxl turns any string starting with "=" into a formula, so such names
-    are forced back to a string cell and marked with Excel's quote prefix (the
-    hidden ``'`` a user would type), which also keeps them text when edited.
-    """
-    text = ILLEGAL_CHARACTERS_RE.sub("?", text)
-    cell.value = text  # type: ignore[attr-defined]
-    if text.startswith(FORMULA_TRIGGERS):
-        cell.data_type = "s"  # type: ignore[attr-defined]
-        cell.quotePrefix = True  # type: ignore[attr-defined]
+# Characters XML 1.0 cannot carry (XlsxWriter would write them and spoil the file).
+_ILLEGAL_XML = re.compile(r"[\000-\010]|[\013-\014]|[\016-\037]")
 
 
-def _style_cell(cell: object, style: str) -> None:
-    if style == "header":
-        cell.font = Font(bold=True)  # type: ignore[attr-defined]
-        cell.fill = PatternFill("solid", fgColor=_HEADER_FILL)  # type: ignore[attr-defined]
-        cell.border = Border(bottom=Side(style="thin"))  # type: ignore[attr-defined]
-        cell.alignment = Alignment(wrap_text=True, vertical="top")  # type: ignore[attr-defined]
-    elif style == "group":
-        cell.font = Font(bold=True)  # type: ignore[attr-defined]
-        cell.fill = PatternFill("solid", fgColor=_GROUP_FILL)  # type: ignore[attr-defined]
-    elif style == "total":
-        cell.font = Font(bold=True)  # type: ignore[attr-defined]
-        cell.border = Border(top=Side(style="thin"))  # type: ignore[attr-defined]
-    elif style == "title":
-        cell.font = Font(bold=True, size=13)  # type: ignore[attr-defined]
-    elif style == "note":
-        cell.font = Font(italic=True, color="555555")  # type: ignore[attr-defined]
+def _clean_text(text: str) -> str:
+    """Text without the control characters an XLSX cannot hold (each becomes "?")."""
+    return _ILLEGAL_XML.sub("?", text)
 
 
-def _display_width(value: Value) -> int:
+def _display_width(value: Value | FormulaError) -> int:
     """Roughly how many characters a value takes once formatted."""
-    if value is None:
-        return 0
+    if value is None or isinstance(value, FormulaError):
+        return 0 if value is None else 7
     if isinstance(value, bool):
         return 5
     if isinstance(value, int):
@@ -283,89 +325,77 @@ def _display_width(value: Value) -> int:
 _SPILL_STYLES = ("title", "note", "params")
 
 
-def _set_widths(sheet: Worksheet, grid: Grid) -> None:
+def _set_widths(sheet: Worksheet, grid: Grid, values: list[list[Value | FormulaError]], styles: _Styles) -> None:
+    """Column widths from the content, each column with its number format for cells typed in later."""
     widths: dict[int, int] = {}
     for row in range(1, grid.n_rows + 1):
         style = grid.style(row)
-        for col in range(1, len(grid.row_cells(row)) + 1):
-            value = grid.value(row, col)
+        for col, value in enumerate(values[row - 1], start=1):
             if style in _SPILL_STYLES and isinstance(value, str):
                 continue
             width = _display_width(value)
             if style == "header":
                 width = min(width, 18)  # headers wrap instead of widening numeric columns
             widths[col] = max(widths.get(col, 0), width)
-    for col, width in widths.items():
-        sheet.column_dimensions[column_letter(col)].width = max(_MIN_WIDTH, min(_MAX_WIDTH, width + 2))
+    for col in sorted(set(widths) | set(grid.column_formats)):
+        width = max(_MIN_WIDTH, min(_MAX_WIDTH, widths.get(col, 0) + 2))
+        fmt = grid.column_formats.get(col)
+        sheet.set_column(col - 1, col - 1, width, styles.get("data", fmt) if fmt else None)
 
 
-def _decorate_table(sheet: Worksheet, grid: Grid, *, freeze: str, autofilter: bool = True) -> None:
-    sheet.freeze_panes = freeze
-    last_data = grid.n_rows - 1 if grid.n_rows > 1 and grid.style(grid.n_rows) == "total" else grid.n_rows
+def _decorate_table(sheet: Worksheet, grid: Grid, *, freeze: tuple[int, int], autofilter: bool = True) -> None:
+    sheet.freeze_panes(*freeze)
+    last_data = grid.n_rows
+    while last_data > 1 and grid.style(last_data) in ("total", "note"):
+        last_data -= 1
     if autofilter and last_data > 1:
-        sheet.auto_filter.ref = f"A1:{column_letter(grid.n_cols)}{last_data}"
+        sheet.autofilter(0, 0, last_data - 1, grid.n_cols - 1)
 
 
 def _decorate_operations(sheet: Worksheet, grid: Grid) -> None:
     """Freeze names and header; make each layer's operations a collapsible group."""
-    _decorate_table(sheet, grid, freeze="D2")
-    sheet.sheet_properties.outlinePr.summaryBelow = False  # the group row sits above its operations
-    row = 2
-    while row <= grid.n_rows:
-        if grid.style(row) != "data":
-            row += 1
-            continue
-        start = row
-        while row <= grid.n_rows and grid.style(row) == "data":
-            row += 1
-        sheet.row_dimensions.group(start, row - 1, outline_level=1, hidden=False)
+    _decorate_table(sheet, grid, freeze=(1, 3))
+    sheet.outline_settings(True, False, True, False)  # the group row sits above its operations
+    for row in range(2, grid.n_rows + 1):
+        if grid.style(row) == "data":
+            sheet.set_row(row - 1, None, None, {"level": 1})
 
 
-def _decorate_planner(sheet: Worksheet, layout: PlannerLayout) -> None:
+def _decorate_planner(sheet: Worksheet, layout: PlannerLayout, styles: _Styles) -> None:
     """Freeze the per-IPU figures above the table, highlight overruns, validate the IPU column."""
-    sheet.freeze_panes = f"C{layout.first_layer_row}"
+    sheet.freeze_panes(layout.first_layer_row - 1, 2)
     budget = layout.budget.a1
-    over = PatternFill("solid", fgColor=_OVER_FILL)
-    sheet.conditional_formatting.add(
-        layout.worst_sums.render(), CellIsRule(operator="greaterThan", formula=[budget], fill=over)
-    )
-    sheet.conditional_formatting.add(
-        layout.headroom.render(), CellIsRule(operator="lessThan", formula=["0"], fill=over)
-    )
+    over, warn = styles.fill("over"), styles.fill("warn")
+    sheet.conditional_format(layout.worst_sums.render(), {"type": "cell", "criteria": ">", "value": budget,
+                                                          "format": over})
+    sheet.conditional_format(layout.headroom.render(), {"type": "cell", "criteria": "<", "value": 0, "format": over})
     first_fit = layout.fits.first.a1
-    sheet.conditional_formatting.add(layout.fits.render(), FormulaRule(formula=[f"{first_fit}=FALSE"], fill=over))
-    sheet.conditional_formatting.add(
-        layout.unplaced.a1,
-        CellIsRule(operator="greaterThan", formula=["0"], fill=PatternFill("solid", fgColor=_WARN_FILL)),
-    )
+    sheet.conditional_format(layout.fits.render(), {"type": "formula", "criteria": f"={first_fit}=FALSE",
+                                                    "format": over})
+    sheet.conditional_format(layout.unplaced.a1, {"type": "cell", "criteria": ">", "value": 0, "format": warn})
     if not layout.has_layers:
         return
-    sheet.conditional_formatting.add(
-        _plain_range(layout.layer_column(WORST_COL)), CellIsRule(operator="greaterThan", formula=[budget], fill=over)
-    )
-    sheet.auto_filter.ref = f"A{layout.header_row}:K{layout.last_layer_row}"
-    _validate_ipu_column(sheet, layout)
+    sheet.conditional_format(_plain_range(layout.layer_column(WORST_COL)),
+                             {"type": "cell", "criteria": ">", "value": budget, "format": over})
+    sheet.autofilter(layout.header_row - 1, 0, layout.last_layer_row - 1, CYCLES_COL - 1)
+    _validate_ipu_column(sheet, layout, styles)
 
 
-def _validate_ipu_column(sheet: Worksheet, layout: PlannerLayout) -> None:
+def _validate_ipu_column(sheet: Worksheet, layout: PlannerLayout, styles: _Styles) -> None:
     column = _plain_range(layout.layer_column(IPU_COL))
-    rule = DataValidation(
-        type="whole",
-        operator="between",
-        formula1="0",
-        formula2=str(layout.num_ipus - 1),
-        allow_blank=True,
-        showErrorMessage=True,
-        errorTitle="IPU number",
-        error=f"Give an IPU number from 0 to {layout.num_ipus - 1} (the IPUs in row 4).",
-    )
-    rule.add(column)
-    sheet.add_data_validation(rule)
-    fill = PatternFill("solid", fgColor=_INPUT_FILL)
-    for row in range(layout.first_layer_row, layout.last_layer_row + 1):
-        sheet.cell(row=row, column=IPU_COL).fill = fill
+    # The cells to edit are tinted (a rule, so that the cells keep their own number format).
+    sheet.conditional_format(column, {"type": "formula", "criteria": "=TRUE", "format": styles.fill("input")})
+    sheet.data_validation(column, {
+        "validate": "integer",
+        "criteria": "between",
+        "minimum": 0,
+        "maximum": layout.num_ipus - 1,
+        "ignore_blank": True,
+        "error_title": "IPU number",
+        "error_message": f"Give an IPU number from 0 to {layout.num_ipus - 1} (the IPUs in row {IPU_ROW}).",
+    })
 
 
 def _plain_range(cells: RangeRef) -> str:
-    """``B12:B40`` without ``$`` marks, as openpyxl wants ranges for rules."""
+    """``B12:B40`` without ``$`` marks, as the rules take ranges."""
     return f"{cells.first.local().a1}:{cells.last.local().a1}"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from popliner.memory.overflow import OverflowDetail
 from popliner.memory.types import ComponentBytes
@@ -81,6 +82,12 @@ class SplitResult:
     @property
     def fits(self) -> bool:
         return bool(self.stages) and all(s.fits for s in self.stages)
+
+    def to_frame(self) -> Any:
+        """One row per IPU as a pandas DataFrame (see :func:`popliner.frames.split_frame`)."""
+        from popliner.frames import split_frame
+
+        return split_frame(self)
 
 
 def stage_result(figure: StageFigure, layer_names: tuple[str, ...], budget: int,

@@ -1,0 +1,185 @@
+"""pandas DataFrames of an analysed profile, for notebooks.
+
+::
+
+    import popliner
+
+    model = popliner.load("model.json.gz", layer_preset="huggingface")
+    model.layers()                    # one row per layer
+    split = model.solve(num_ipus=4)
+    split.to_frame()                  # one row per IPU
+
+Every frame has typed columns: ``string`` for names, ``int64`` for bytes,
+counts and cycles, nullable ``Int64`` where a figure may be missing. The
+frames hold the same figures as the CSV tables (``popliner PROFILE
+--layer-breakdown`` and friends); column names are snake_case identifiers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import pandas as pd
+
+from popliner.analysis import Analysis, AnalysisOptions, load_analysis
+from popliner.errors import UsageProblem
+from popliner.memory.types import COMPONENTS
+
+if TYPE_CHECKING:
+    from popliner.outputs.rows import LayerMatrix
+    from popliner.solvers.result import SplitResult
+
+__all__ = ["Model", "load", "split_frame"]
+
+_BYTES = [*COMPONENTS, "total"]
+
+
+def load(path: str, *, use_cache: bool = True, cache_dir: str | None = None, **options: Any) -> Model:
+    """Load and analyse a profile; ``options`` are :class:`popliner.analysis.AnalysisOptions` fields.
+
+    For example ``layer_preset="gpt2"``, ``layer_name_regex=r"block(\\d+)"``,
+    ``mode="training"``, ``layered_vars_only=False``.
+    """
+    names = {f.name for f in dataclasses.fields(AnalysisOptions)}
+    unknown = sorted(set(options) - names)
+    if unknown:
+        raise UsageProblem(f"unknown option(s) {', '.join(unknown)}; expected some of {', '.join(sorted(names))}")
+    if isinstance(options.get("op_layers"), list):
+        options["op_layers"] = tuple(options["op_layers"])
+    return Model(load_analysis(str(path), AnalysisOptions(**options), use_cache=use_cache, cache_dir=cache_dir))
+
+
+@dataclass(eq=False)
+class Model:
+    """An analysed profile with DataFrame views. ``analysis`` is the full library object."""
+
+    analysis: Analysis
+
+    @property
+    def layer_names(self) -> tuple[str, ...]:
+        return self.analysis.layer_names
+
+    @property
+    def mode(self) -> str:
+        return self.analysis.mode
+
+    def layers(self) -> pd.DataFrame:
+        """One row per layer (the layer as a stage of its own): components summed over tiles, worst tile, cycles."""
+        from popliner.breakdown import layer_rows
+
+        rows = layer_rows(self.analysis)
+        return _typed(pd.DataFrame({
+            "layer": [r.layer for r in rows],
+            "operations": [r.num_operations for r in rows],
+            **_components([r.memory for r in rows]),
+            "worst_tile": [r.worst_tile for r in rows],
+            "worst_tile_bytes": [r.worst_tile_bytes for r in rows],
+            "cycles": [r.cycles for r in rows],
+        }), strings=("layer",))
+
+    def operations(self) -> pd.DataFrame:
+        """One row per operation in step order: its layer (``<NA>`` without one), how it got it, its memory alone."""
+        from popliner.breakdown import operation_rows
+
+        rows = operation_rows(self.analysis)
+        frame = pd.DataFrame({
+            "position": [r.position for r in rows],
+            "layer": [r.layer for r in rows],
+            "note": [r.note for r in rows],
+            "name": [r.name for r in rows],
+            "first_step": [r.first_step for r in rows],
+            "last_step": [r.last_step for r in rows],
+            **_components([r.memory for r in rows]),
+            "cycles": [int(c) for c in self.analysis.op_cycles],
+        })
+        frame = _typed(frame, strings=("layer", "name"))
+        frame["note"] = frame["note"].astype("category")
+        return frame
+
+    def totals(self) -> pd.DataFrame:
+        """Model totals per memory category beside the profile's own figures (``<NA>`` when it has none)."""
+        from popliner.breakdown import profile_totals
+
+        rows = profile_totals(self.analysis)
+        frame = pd.DataFrame({
+            "category": pd.array([r.category for r in rows], dtype="string"),
+            "model_bytes": pd.array([r.model for r in rows], dtype="int64"),
+            "profile_bytes": pd.array([r.ground_truth for r in rows], dtype="Int64"),
+        })
+        return frame
+
+    def affinity(self) -> pd.DataFrame:
+        """Layer x layer bytes of variables both layers use (the diagonal: all a layer uses)."""
+        from popliner.breakdown import affinity_matrix
+
+        return _matrix(affinity_matrix(self.analysis))
+
+    def interlayer(self) -> pd.DataFrame:
+        """Layer x layer bytes of variables that go live in the row's layer and die in the column's."""
+        from popliner.breakdown import interlayer_matrix
+
+        return _matrix(interlayer_matrix(self.analysis))
+
+    def solve(self, num_ipus: int = 4, *, mem_per_tile: int | None = None, headroom: float = 0.0,
+              exact_ipus: bool = False, solver: str = "ilp", time_limit: float = 60.0, seed: int = 0,
+              link_bytes_per_second: float = 64e9, **constraints: Any) -> SplitResult:
+        """Split the layers over at most ``num_ipus`` IPUs (see :class:`popliner.solvers.problem.SplitProblem`
+        for ``constraints``: ``min_layers``, ``split_after``, ``same_ipu``, ``keep_shared_together``)."""
+        from popliner.solvers.problem import SplitProblem
+        from popliner.analysis import solve_split
+
+        budget = int((mem_per_tile or self.analysis.profile.target.bytes_per_tile) * (1.0 - headroom))
+        problem = SplitProblem(num_ipus=num_ipus, budget=budget, exact_ipus=exact_ipus,
+                               training=self.analysis.mode == "training", **constraints)
+        return solve_split(self.analysis, problem, solver=solver, time_limit=time_limit,  # type: ignore[arg-type]
+                           seed=seed, link_bytes_per_second=link_bytes_per_second)
+
+
+def split_frame(split: SplitResult) -> pd.DataFrame:
+    """One row per IPU of a split: layers, memory summed over tiles, worst tile, headroom, stash, cycles."""
+    stages = split.stages
+    budget = split.budget_bytes
+    frame = pd.DataFrame({
+        "ipu": [s.ipu for s in stages],
+        "first_layer": [s.first_layer for s in stages],
+        "last_layer": [s.last_layer for s in stages],
+        "num_layers": [len(s.layers) for s in stages],
+        **_components([s.memory for s in stages]),
+        "worst_tile": [s.worst_tile for s in stages],
+        "worst_tile_bytes": [s.worst_tile_bytes for s in stages],
+        "headroom_bytes": [budget - s.worst_tile_bytes for s in stages],
+        "stash_entries": [s.stash_entries for s in stages],
+        "stash_bytes": [s.stash_bytes for s in stages],
+        "cycles": [s.cycles for s in stages],
+        "bytes_in": [s.bytes_in for s in stages],
+        "fits": [s.fits for s in stages],
+    })
+    frame = _typed(frame, strings=("first_layer", "last_layer"))
+    frame["fits"] = frame["fits"].astype(bool)
+    frame["layers"] = pd.Series([list(s.layers) for s in stages], dtype=object)
+    return frame
+
+
+def _components(memories: list[Any]) -> dict[str, list[int]]:
+    cols: dict[str, list[int]] = {name: [getattr(m, name) for m in memories] for name in COMPONENTS}
+    cols["total"] = [m.total for m in memories]
+    return cols
+
+
+def _typed(frame: pd.DataFrame, strings: tuple[str, ...]) -> pd.DataFrame:
+    """``string`` dtype for the named columns, ``int64`` for the numeric ones (also when the frame is empty)."""
+    for col in frame.columns:
+        if col in strings:
+            frame[col] = frame[col].astype("string")
+        elif col not in ("note", "fits", "layers"):
+            frame[col] = frame[col].astype("int64")
+    return frame
+
+
+def _matrix(matrix: LayerMatrix) -> pd.DataFrame:
+    index = pd.Index(list(matrix.layers), dtype="string", name="layer")
+    frame = pd.DataFrame(matrix.values.astype("int64"), index=index, columns=index.copy())
+    frame.attrs["title"] = matrix.title
+    return frame

@@ -1,0 +1,123 @@
+"""--ipu-config-out: an optimum-graphcore ipu_config.json for the chosen split, loaded back field by field."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from popliner.cli import cli
+from popliner.config.snippets import ModelOptions, memory_settings
+
+ROOT = Path(__file__).resolve().parent.parent
+BERT = ROOT / "fixtures" / "profiles" / "bert-base-training.json.gz"
+TINY = ROOT / "fixtures" / "profiles" / "tiny.json"
+
+#: The keyword parameters of optimum.graphcore.IPUConfig.__init__ (optimum-graphcore, ipu_configuration.py).
+#: IPUConfig refuses unknown keys, so every key popliner writes must be one of these.
+IPU_CONFIG_PARAMETERS = {
+    "replication_factor", "inference_replication_factor", "gradient_accumulation_steps", "layers_per_ipu",
+    "inference_layers_per_ipu", "ipus_per_replica", "inference_ipus_per_replica", "optimizer_state_offchip",
+    "replicated_tensor_sharding", "matmul_proportion", "inference_matmul_proportion", "enable_half_partials",
+    "embedding_serialization_factor", "inference_embedding_serialization_factor",
+    "serialized_embedding_splits_per_ipu", "inference_serialized_embedding_splits_per_ipu",
+    "projection_serialization_factor", "inference_projection_serialization_factor",
+    "serialized_projection_splits_per_ipu", "inference_serialized_projection_splits_per_ipu",
+    "recompute_checkpoint_every_layer", "device_iterations", "inference_device_iterations", "output_mode", "seed",
+    "auto_loss_scaling", "executable_cache_dir", "explicit_ir_inference", "parallelize_kwargs",
+    "inference_parallelize_kwargs",
+}
+
+
+def solve(profile: Path, tmp_path: Path, *extra: str, ok: int = 0):
+    out = tmp_path / "ipu_config.json"
+    result = CliRunner().invoke(cli, [str(profile), "--solve", "--ipu-config-out", str(out), *extra])
+    assert result.exit_code == ok, (result.stdout, result.stderr)
+    if ok:
+        return None, None, result
+    return json.loads(out.read_text()), json.loads(result.stdout), result
+
+
+def test_training_split_gives_every_training_field(tmp_path: Path) -> None:
+    cfg, split, result = solve(BERT, tmp_path, "--num-ipus", "4")
+    assert set(cfg) <= IPU_CONFIG_PARAMETERS
+    layers = [len(s["layers"]) for s in split["stages"]]
+    assert split["layers_per_ipu"] == layers and sum(layers) == 12
+    assert cfg == {
+        "layers_per_ipu": layers,
+        "ipus_per_replica": 4,
+        "matmul_proportion": [0.6, 0.6, 0.6, 0.6],
+        "replication_factor": 1,
+        # 4 IPUs in training: 2x4-1 = 7 pipeline stages; default G = max(16, 2x7) = 16
+        "gradient_accumulation_steps": 16,
+        "device_iterations": 1,
+        "recompute_checkpoint_every_layer": False,
+        "optimizer_state_offchip": False,
+        "replicated_tensor_sharding": False,
+    }
+    assert "wrote" in result.stderr and "ipu_config.json" in result.stderr
+
+
+def test_matmul_proportion_once_or_per_ipu_and_gradient_accumulation(tmp_path: Path) -> None:
+    cfg, _, _ = solve(BERT, tmp_path, "--num-ipus", "4", "--exact-ipus", "--matmul-proportion", "0.25",
+                      "--gradient-accumulation", "32")
+    assert cfg["matmul_proportion"] == [0.25] * 4 and cfg["gradient_accumulation_steps"] == 32
+    shutil.rmtree(tmp_path)
+    tmp_path.mkdir()
+    cfg, _, _ = solve(BERT, tmp_path, "--num-ipus", "4", "--exact-ipus", *sum(
+        (["--matmul-proportion", v] for v in ("0.1", "0.2", "0.3", "0.4")), []))
+    assert cfg["matmul_proportion"] == [0.1, 0.2, 0.3, 0.4]
+
+
+def test_matmul_proportion_count_must_match(tmp_path: Path) -> None:
+    _, _, result = solve(BERT, tmp_path, "--num-ipus", "4", "--exact-ipus", "--matmul-proportion", "0.1",
+                         "--matmul-proportion", "0.2", ok=2)
+    assert "one value or one per IPU (4), not 2" in result.stderr
+    _, _, result = solve(BERT, tmp_path, "--matmul-proportion", "1.5", ok=2)
+    assert "not a fraction" in result.stderr
+
+
+def test_inference_split_gives_the_inference_fields(tmp_path: Path) -> None:
+    cfg, split, _ = solve(TINY, tmp_path, "--num-ipus", "2", "--exact-ipus")
+    assert set(cfg) <= IPU_CONFIG_PARAMETERS
+    assert cfg == {
+        "inference_layers_per_ipu": [1, 1],
+        "inference_ipus_per_replica": 2,
+        "inference_matmul_proportion": [0.6, 0.6],
+        "inference_replication_factor": 1,
+        # 2 IPUs in inference: 2 stages; default batches per step max(16, 4) = 16
+        "inference_device_iterations": 16,
+        "recompute_checkpoint_every_layer": False,
+        "optimizer_state_offchip": False,
+        "replicated_tensor_sharding": False,
+    }
+    assert split["layers_per_ipu"] == [1, 1]
+
+
+def test_ipu_config_needs_solve_and_force(tmp_path: Path) -> None:
+    out = tmp_path / "ipu_config.json"
+    result = CliRunner().invoke(cli, [str(TINY), "--ipu-config-out", str(out)])
+    assert result.exit_code == 2 and "--ipu-config-out needs --solve" in result.stderr
+    out.write_text("{}")
+    result = CliRunner().invoke(cli, [str(TINY), "--solve", "--ipu-config-out", str(out)])
+    assert result.exit_code == 2 and out.read_text() == "{}"
+    result = CliRunner().invoke(cli, [str(TINY), "--solve", "--ipu-config-out", str(out), "-f"])
+    assert result.exit_code == 0 and json.loads(out.read_text())["inference_ipus_per_replica"] >= 1
+
+
+@pytest.mark.parametrize("options, expected", [
+    (ModelOptions(), (False, False, False)),
+    (ModelOptions(recompute="every-layer"), (True, False, False)),
+    (ModelOptions(recompute="pipeline"), (False, False, False)),  # IPUConfig has no field for it
+    (ModelOptions(optimizer_state="off-chip"), (False, True, False)),
+    (ModelOptions(replication_factor=4, sharded_optimizer_state=True), (False, False, True)),
+    (ModelOptions(replication_factor=1, sharded_optimizer_state=True), (False, False, False)),
+])
+def test_model_options_map_onto_ipu_config_names(options: ModelOptions, expected: tuple[bool, bool, bool]) -> None:
+    got = memory_settings(options)
+    assert set(got) <= IPU_CONFIG_PARAMETERS
+    keys = ("recompute_checkpoint_every_layer", "optimizer_state_offchip", "replicated_tensor_sharding")
+    assert tuple(got[k] for k in keys) == expected
