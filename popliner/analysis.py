@@ -24,7 +24,7 @@ from popliner.errors import UsageProblem
 from popliner.memory.engine import MemoryEngine
 from popliner.memory.model import MemoryModel
 from popliner.memory.overflow import overflow_detail
-from popliner.memory.training import TrainingOptions
+from popliner.memory.training import TrainingOptions, place_unlayered
 from popliner.memory.types import StageMemory
 from popliner.ops.layers import (
     AUTO_PRESET,
@@ -234,6 +234,10 @@ def analyse_profile(profile: Profile, options: AnalysisOptions = AnalysisOptions
     if ops.unattributed_programs:
         log.info("%d of %d reachable programs have no debug context and belong to no operation",
                  ops.unattributed_programs, ops.reachable_programs)
+    if options.training.head_placement != "first":
+        regex = compile_regex(options.backward_regex, "--backward-regex")
+        named = np.array([bool(regex.search(name)) for name in ops.names], bool)
+        layers = place_unlayered(profile, ops, layers, named, options.training)
     return Analysis(profile, ops, layers, options)
 
 

@@ -9,23 +9,33 @@ from __future__ import annotations
 __all__ = [
     "EXIT_BAD_INPUT",
     "EXIT_DOES_NOT_FIT",
+    "EXIT_INTERNAL",
     "EXIT_NO_SPLIT",
+    "EXIT_OK",
     "ConfigError",
     "DoesNotFitError",
     "ExportError",
     "InfeasibleSplitError",
+    "Interrupted",
+    "OutputError",
     "OutputExistsError",
     "PoplinerError",
     "ProfileFormatError",
     "UsageProblem",
 ]
 
-#: Bad input: unreadable or invalid profile, config or option values.
-EXIT_BAD_INPUT = 2
-#: The input is valid but a checked stage does not fit (``popliner check``).
+# The exit codes of the CLI (the table in README.md lists the same).
+#: Success.
+EXIT_OK = 0
+#: ``popliner check`` found an IPU over its budget; used for nothing else.
 EXIT_DOES_NOT_FIT = 1
+#: Bad input, usage or OS error: unreadable or invalid profile, config or
+#: option values, an output that cannot be written.
+EXIT_BAD_INPUT = 2
 #: ``--solve`` found no split that fits (a best-effort split is still reported).
 EXIT_NO_SPLIT = 3
+#: A bug in popliner (an exception nobody expected); BSD's EX_SOFTWARE.
+EXIT_INTERNAL = 70
 
 
 class PoplinerError(Exception):
@@ -65,10 +75,26 @@ class OutputExistsError(PoplinerError):
         super().__init__(f"{path}: file exists; pass --force to overwrite it")
 
 
+class OutputError(PoplinerError, OSError):
+    """An output that cannot be written: the OS refused (read-only, no space, ...) or it is no file.
+
+    ``path`` is the name the user gave (``stdout`` for ``-``). Also an
+    ``OSError``, so that library callers catching ``OSError`` still do.
+    """
+
+    def __init__(self, path: str, problem: str) -> None:
+        super().__init__(f"{path}: {problem}")
+        self.path = path
+        self.problem = problem
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.problem}"
+
+
 class InfeasibleSplitError(PoplinerError):
     """No split of the layers fits the IPUs and memory given."""
 
-    exit_code = EXIT_DOES_NOT_FIT
+    exit_code = EXIT_NO_SPLIT
 
 
 class DoesNotFitError(PoplinerError):
@@ -79,3 +105,16 @@ class DoesNotFitError(PoplinerError):
 
 class ExportError(PoplinerError):
     """Exporting from Poplar's profile.pop/debug.cbor failed (e.g. no SDK)."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, raised where the program was so that cleanup runs as for Ctrl-C.
+
+    A KeyboardInterrupt subclass: every ``except Exception`` lets it through,
+    exactly like Ctrl-C. The CLI exits with ``128 + signum``.
+    """
+
+    def __init__(self, signum: int, name: str) -> None:
+        self.signum = signum
+        self.name = name
+        super().__init__(name)

@@ -1,36 +1,179 @@
-"""Safe file writing: a temporary file in the target's folder, renamed into place.
+"""Every output file of popliner goes through here.
 
-An interrupted run (an error, Ctrl-C, a kill between write and rename) never
-leaves a half-written file under the user's name, and an existing file is
-only replaced when the caller says ``force=True``.
+* A regular file is written to a temporary file in its folder and renamed
+  into place, so an error, Ctrl-C, SIGTERM or SIGHUP never leaves a
+  half-written file under the user's name (nor the temporary file). An
+  existing file is replaced only with ``force=True``; a symlink to a file
+  stays a symlink (its target is replaced).
+* ``-`` and ``/dev/stdout`` write to standard output; ``/dev/stderr`` to
+  standard error.
+* A character device (``/dev/null``) or a FIFO is written straight into, as
+  the shell's ``>`` would; ``force`` never changes what kind of thing is
+  there. Directories, block devices and sockets are refused.
+* Any ``OSError`` of the file system (read-only, permission denied, no space,
+  name too long ...) becomes :class:`~popliner.errors.OutputError`, one line
+  naming the path, the cause and a fix.
+
+:func:`check_writable` runs the same checks up front (including creating and
+removing a probe file in the folder) so that commands fail before any work or
+any other output.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import io
 import os
+import stat
+import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, Literal, overload
 
-from popliner.errors import OutputExistsError, UsageProblem
+from popliner.errors import OutputError, OutputExistsError, UsageProblem
 
-__all__ = ["atomic_write", "check_writable"]
+__all__ = ["STDOUT_NAMES", "atomic_write", "check_writable", "describe_os_error", "is_stdout", "one_stdout",
+           "writes_in_place"]
+
+#: Output names that mean standard output.
+STDOUT_NAMES = frozenset({"-", "/dev/stdout", "/proc/self/fd/1", "/dev/fd/1"})
+_STDERR_NAMES = frozenset({"/dev/stderr", "/proc/self/fd/2", "/dev/fd/2"})
+
+#: errno -> (cause, fix) for the one-line message.
+_CAUSES: dict[int, tuple[str, str]] = {
+    errno.EROFS: ("read-only file system", "write somewhere else or pass - for stdout"),
+    errno.EACCES: ("permission denied", "write somewhere else or pass - for stdout"),
+    errno.EPERM: ("operation not permitted (immutable or protected)", "write somewhere else or pass - for stdout"),
+    errno.ENOSPC: ("no space left on device", "free some space or write somewhere else"),
+    errno.EDQUOT: ("disk quota exceeded", "free some space or write somewhere else"),
+    errno.EFBIG: ("file too large for the file system or the file size limit (ulimit -f)",
+                  "raise the limit or write somewhere else"),
+    errno.EISDIR: ("is a directory", "give a file name"),
+    errno.ENAMETOOLONG: ("file name too long", "use a shorter name"),
+    errno.ENOENT: ("no such folder", "create the folder first"),
+    errno.ENOTDIR: ("a part of the path is not a folder", "check the path"),
+    errno.EIO: ("input/output error on the device", "check the disk or write somewhere else"),
+    errno.EBADF: ("closed", "redirect it to a file"),
+    errno.ENXIO: ("no reader on the other end", "start the reader first or write to a file"),
+    errno.ETXTBSY: ("file is busy", "write somewhere else"),
+    errno.ELOOP: ("too many levels of symbolic links", "check the path"),
+}
 
 
-def check_writable(path: str | os.PathLike[str], force: bool) -> Path:
-    """Fail early, before any work, when ``path`` exists and ``force`` is off."""
-    target = Path(path)
-    if target.exists() and not force:
-        raise OutputExistsError(str(target))
-    if target.exists() and target.is_dir():
-        raise UsageProblem(f"{target}: is a directory; give a file name")
-    parent = target.parent if str(target.parent) else Path(".")
-    if not parent.is_dir():
-        raise UsageProblem(f"{target}: folder {parent} does not exist; create it first")
+def describe_os_error(exc: OSError, path: str) -> str:
+    """``PATH: cause; fix`` for an OS error on an output."""
+    cause, fix = _CAUSES.get(exc.errno or 0, ((exc.strerror or str(exc)).lower(), "write somewhere else"))
+    return f"{path}: {cause}; {fix}"
+
+
+def is_stdout(path: str | os.PathLike[str]) -> bool:
+    """True for the names that mean standard output (``-``, ``/dev/stdout``)."""
+    return os.fspath(path) in STDOUT_NAMES
+
+
+def writes_in_place(path: str | os.PathLike[str]) -> bool:
+    """True when ``path`` is stdout/stderr, a character device or a FIFO: written into, not replaced.
+
+    Such names carry no suffix to take a format from; callers pick a default.
+    """
+    shown = os.fspath(path)
+    if is_stdout(shown) or shown in _STDERR_NAMES:
+        return True
+    try:
+        mode = os.stat(shown).st_mode
+    except (OSError, ValueError):
+        return False
+    return stat.S_ISCHR(mode) or stat.S_ISFIFO(mode)
+
+
+def one_stdout(**users: bool) -> None:
+    """Refuse when more than one output would go to stdout (``users``: what -> whether it does)."""
+    taking = [what.replace("_", " ") for what, uses in users.items() if uses]
+    if len(taking) > 1:
+        raise UsageProblem(f"{' and '.join(taking)} would both go to stdout; give one of them a file name")
+
+
+def _os_error(exc: OSError, shown: str) -> OutputError:
+    return OutputError(shown, describe_os_error(exc, shown).split(": ", 1)[1])
+
+
+def _kind(mode: int) -> str | None:
+    """What a non-regular file is, or None for a regular file."""
+    for test, name in ((stat.S_ISDIR, "is a directory"), (stat.S_ISBLK, "is a block device"),
+                       (stat.S_ISSOCK, "is a socket"), (stat.S_ISCHR, "character device"),
+                       (stat.S_ISFIFO, "FIFO")):
+        if test(mode):
+            return name
+    return None
+
+
+def _real_target(target: Path) -> Path:
+    """Where a write lands: a symlink's final target (so the link is kept), else the path."""
+    if target.is_symlink():
+        return Path(os.path.realpath(target))
     return target
+
+
+def check_writable(path: str | os.PathLike[str], force: bool, *, suffixes: Iterable[str] | None = None,
+                   what: str = "output") -> Path:
+    """Fail early, before any work or output, when ``path`` cannot be written.
+
+    Checks the suffix (when ``suffixes`` is given), that an existing regular
+    file is only replaced with ``force``, that the path is no directory,
+    block device or socket, that the name is not too long, and that the
+    folder exists and takes a new file (by creating and removing a probe).
+    Returns the path that will be written (a symlink's target).
+    """
+    shown = os.fspath(path)
+    if suffixes is not None and not writes_in_place(shown):
+        allowed = tuple(suffixes)
+        if not shown.lower().endswith(allowed):
+            raise UsageProblem(f"{shown}: {what} file names end in {' or '.join(allowed)}")
+    if is_stdout(shown) or shown in _STDERR_NAMES:
+        return Path(shown)
+    if not shown:
+        raise UsageProblem(f"empty {what} file name")
+    target = Path(shown)
+    real = _real_target(target)
+    try:
+        st = os.stat(real)
+    except FileNotFoundError:
+        st = None
+    except OSError as exc:
+        raise _os_error(exc, shown) from None
+    if st is not None:
+        kind = _kind(st.st_mode)
+        if kind in ("is a directory", "is a block device", "is a socket"):
+            raise OutputError(shown, f"{kind}; give a file name")
+        if kind is not None:
+            return real  # a character device or FIFO: written into, never replaced
+        if not force:
+            raise OutputExistsError(shown)
+    _check_folder(real, shown)
+    return real
+
+
+def _check_folder(real: Path, shown: str) -> None:
+    parent = real.parent
+    if not parent.is_dir():
+        raise UsageProblem(f"{shown}: folder {parent} does not exist; create it first")
+    try:
+        name_max = os.pathconf(parent, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        name_max = 255
+    if len(os.fsencode(real.name)) > name_max:
+        raise OutputError(shown, f"file name too long (over {name_max} bytes); use a shorter name")
+    try:
+        # A probe file: the only sure test (root ignores permission bits, but
+        # not a read-only mount, an immutable folder or a full inode table).
+        fd, probe = tempfile.mkstemp(prefix=".popliner-probe.", suffix=".tmp", dir=parent)
+    except OSError as exc:
+        raise _os_error(exc, shown) from None
+    os.close(fd)
+    with contextlib.suppress(OSError):
+        os.unlink(probe)
 
 
 @overload
@@ -48,8 +191,8 @@ def atomic_write(
 def atomic_write(
     path: str | os.PathLike[str], *, force: bool, binary: bool = False, newline: str | None = None
 ) -> contextlib.AbstractContextManager[IO[str]] | contextlib.AbstractContextManager[IO[bytes]]:
-    """Open a temporary file next to ``path``; on success rename it onto ``path``."""
-    return _atomic(Path(path), force, binary, newline)
+    """A stream for the output ``path``; see the module docstring for what each kind of path gets."""
+    return _output(os.fspath(path), force, binary, newline)
 
 
 def _umask() -> int:
@@ -59,24 +202,126 @@ def _umask() -> int:
 
 
 @contextlib.contextmanager
-def _atomic(target: Path, force: bool, binary: bool, newline: str | None) -> Iterator[IO]:  # type: ignore[type-arg]
-    check_writable(target, force)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent or ".")
-    tmp = Path(tmp_name)
+def _output(shown: str, force: bool, binary: bool, newline: str | None) -> Iterator[IO]:  # type: ignore[type-arg]
+    if is_stdout(shown) or shown in _STDERR_NAMES:
+        with _standard_stream(shown, binary) as stream:
+            yield stream
+        return
+    real = check_writable(shown, force)
     try:
-        raw = os.fdopen(fd, "wb")
-        stream: IO = raw if binary else io.TextIOWrapper(raw, encoding="utf-8", newline=newline)  # type: ignore[type-arg]
-        with stream:
+        st = os.stat(real)
+    except OSError:
+        st = None
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        with _direct(real, shown, binary, newline) as stream:
+            yield stream
+        return
+    with _atomic(real, shown, force, binary, newline, st) as stream:
+        yield stream
+
+
+def _ours(exc: OSError, *names: Path) -> bool:
+    """Whether an OSError is about our stream (no file name) or one of our files."""
+    return exc.filename is None or str(exc.filename) in {str(n) for n in names}
+
+
+def _wrap(raw: IO[bytes], binary: bool, newline: str | None) -> IO:  # type: ignore[type-arg]
+    if binary:
+        return raw
+    return io.TextIOWrapper(raw, encoding="utf-8", newline=newline)  # type: ignore[type-var, unused-ignore]
+
+
+@contextlib.contextmanager
+def _atomic(target: Path, shown: str, force: bool, binary: bool, newline: str | None,
+            existing: os.stat_result | None) -> Iterator[IO]:  # type: ignore[type-arg]
+    # A short prefix keeps the temporary name within NAME_MAX whenever the target's is.
+    tmp: Path | None = None
+    try:
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name[:40]}.", suffix=".tmp", dir=target.parent)
+        tmp = Path(tmp_name)
+        with _wrap(os.fdopen(fd, "wb"), binary, newline) as stream:
             yield stream
             stream.flush()
             os.fsync(stream.fileno())
-        # mkstemp creates 0600; give the file the mode a plain open() would.
-        os.chmod(tmp, 0o666 & ~_umask())
+        # mkstemp creates 0600: keep the replaced file's mode, else what open() would give.
+        os.chmod(tmp, stat.S_IMODE(existing.st_mode) if existing else 0o666 & ~_umask())
         # Re-check at rename time: the file may have appeared while we worked.
         if target.exists() and not force:
-            raise OutputExistsError(str(target))
+            raise OutputExistsError(shown)
         os.replace(tmp, target)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
-        raise
+        tmp = None
+    except OSError as exc:
+        if isinstance(exc, OutputError) or not _ours(exc, target, tmp or target):
+            raise
+        raise _os_error(exc, shown) from None
+    finally:
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+
+
+@contextlib.contextmanager
+def _direct(target: Path, shown: str, binary: bool, newline: str | None) -> Iterator[IO]:  # type: ignore[type-arg]
+    """Write straight into a character device or FIFO (nothing to replace, nothing to leave)."""
+    try:
+        raw = open(target, "wb")  # noqa: SIM115 - closed by the with below
+        with _wrap(raw, binary, newline) as stream:
+            yield stream
+            stream.flush()
+    except OSError as exc:
+        if isinstance(exc, OutputError) or not _ours(exc, target):
+            raise
+        raise _os_error(exc, shown) from None
+
+
+class _TextOnto(io.TextIOBase):
+    """UTF-8 text onto a binary stream that it never closes (unlike TextIOWrapper).
+
+    No newline translation is needed: on POSIX both ``newline=""`` and the
+    default write ``\\n`` as is.
+    """
+
+    def __init__(self, buffer: IO[bytes]) -> None:
+        super().__init__()
+        self._buffer = buffer
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        self._buffer.write(text.encode("utf-8"))
+        return len(text)
+
+    def flush(self) -> None:
+        if not self.closed:
+            self._buffer.flush()
+
+    def close(self) -> None:
+        # Mark closed only: the buffer is sys.stdout's, and a failed flush was already reported.
+        with contextlib.suppress(OSError, ValueError):
+            super().close()
+
+
+@contextlib.contextmanager
+def _standard_stream(shown: str, binary: bool) -> Iterator[IO]:  # type: ignore[type-arg]
+    """stdout or stderr, never closed; errors name ``stdout``/``stderr``."""
+    to_stderr = shown in _STDERR_NAMES
+    name = "stderr" if to_stderr else "stdout"
+    text = sys.stderr if to_stderr else sys.stdout
+    if text is None:
+        raise OutputError(name, "closed; redirect it to a file or give a file name")
+    try:
+        text.flush()
+        buffer: IO[bytes] = text.buffer
+        if binary:
+            yield buffer
+            buffer.flush()
+            return
+        yield _TextOnto(buffer)  # type: ignore[misc]
+        buffer.flush()
+    except BrokenPipeError:
+        raise  # the reader went away: the CLI exits quietly
+    except OSError as exc:
+        if isinstance(exc, OutputError) or exc.filename is not None:
+            raise
+        raise _os_error(exc, name) from None

@@ -751,6 +751,24 @@ def test_cli_compiled_with_options(tmp_path: Path) -> None:
     assert json.loads(out.read_bytes()) == doc_of(spec)
 
 
+def test_masked_lm_head_classifies_the_masked_positions_over_the_tied_vocabulary() -> None:
+    doc = doc_of(tiny(head="mlm"))
+    var = doc["variables"]
+    sizes: Counter[str] = Counter()
+    for name, b in zip(var["name"], var["bytes"]):
+        sizes[name] += b
+    masked = 2 * 3  # batch 2 x 15% of 16 tokens, rounded up
+    assert sizes["bert/cls/predictions/decoder/BiasAdd:0"] == masked * 64 * 2  # fp16 logits over 64 words
+    assert sizes["masked_lm_positions"] == masked * 4
+    decoder = [c for c in op_contexts(doc) if c["name"] == "" and "bert/cls/predictions/decoder/MatMul:0" in
+               (c.get("data") or {}).get("outputs", [])] or [c for c in op_contexts(doc) if
+                                                            c["name"] == "bert/cls/predictions/decoder/MatMul"]
+    assert decoder and "bert/embeddings/word_embeddings" in decoder[0]["data"]["inputs"]
+    assert not any(n.startswith("bert/squad") for n in sizes)
+    with pytest.raises(UsageProblem, match="encoder head"):
+        tiny("decoder", head="mlm")
+
+
 # -- calibration -------------------------------------------------------------------------------------------------
 
 #: Per encoder layer of Graphcore's real BERT-Large SQuAD inference profile (sequence 128), summed over tiles:

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from popliner.analysis import analyse_profile
+from popliner.analysis import AnalysisOptions, analyse_profile
 from popliner.errors import UsageProblem
 from popliner.memory.training import (
     TrainingOptions,
@@ -65,11 +65,10 @@ def test_head_and_embedding_groups_by_step_order(tiny):
     assert np.flatnonzero(groups == 0).tolist() == [0, 16, 17]
 
 
-def test_last_placement_makes_the_groups_layers(tiny):
-    view = build_training_view(tiny.profile, tiny.ops, tiny.layers, tiny.is_backward, tiny.op_cycles,
-                               TrainingOptions(head_placement="last"))
-    assert view.layers.names == ("embedding", "0", "1", "head")
-    assert view.layers.layer_of_op.tolist() == [0, 1, 1, 2, 2, 3, 3, 3, 3, 2, 2, 2, 1, 1, 1, 1, 0, 0]
+def test_last_placement_makes_the_groups_layers():
+    layers = analysed(head_placement="last").layers
+    assert layers.names == ("embedding", "0", "1", "head")
+    assert layers.layer_of_op.tolist() == [0, 1, 1, 2, 2, 3, 3, 3, 3, 2, 2, 2, 1, 1, 1, 1, 0, 0]
 
 
 @pytest.mark.parametrize("kwargs", [
@@ -128,8 +127,8 @@ def test_recompute_clone_is_detected_and_belongs_to_the_backward():
     assert names == ["layer1/fc"]
     clone = int(np.flatnonzero(clones)[0])
     assert analysis.ops.first_step[clone] == 9
-    view = build_training_view(analysis.profile, analysis.ops, analysis.layers, analysis.is_backward,
-                               analysis.op_cycles, TrainingOptions(recompute="every-layer", head_placement="last"))
+    view = build_training_view(analysis.profile, analysis.ops, analysis.layers.layer_of_op, 2, analysis.is_backward,
+                               TrainingOptions(recompute="every-layer"))
     assert view.recompute == "compiled"
     assert view.is_backward[clone]
     assert not view.never_stash.any()
@@ -143,3 +142,67 @@ def test_a_backward_op_reading_a_recomputed_tensor_is_no_clone(tiny):
     clones = recompute_operations(analysis.profile, analysis.ops, analysis.is_backward)
     grad = analysis.ops.names.index("layer1/act_grad")
     assert not clones[grad]
+
+
+# -- figures of a pipeline: model + stash, per IPU (copy buffers left out) -------------------------
+
+
+def analysed(**kwargs):
+    return analyse_profile(load_profile(TINY), AnalysisOptions(training=TrainingOptions(**kwargs)))
+
+
+def ipu_figures(stages, **kwargs) -> list[list[int]]:
+    figures = analysed(**kwargs).pipeline_figures(stages)
+    return [(f.memory.total_per_tile + f.stash_per_tile).tolist() for f in figures]
+
+
+LAST_2 = [["embedding", "0"], ["1", "head"]]
+
+
+@pytest.mark.parametrize(("kwargs", "expected"), [
+    ({}, [[491, 50], [50, 475]]),
+    ({"recompute": "every-layer"}, [[431, 50], [50, 445]]),
+    ({"recompute": "pipeline"}, [[391, 25], [50, 475]]),
+    ({"optimizer_state": "off-chip"}, [[400, 50], [50, 335]]),
+    ({"optimizer_state": "off-chip", "recompute": "every-layer"}, [[340, 50], [50, 325]]),
+    ({"replication_factor": 2, "sharded_optimizer_state": True}, [[421, 50], [50, 395]]),
+    ({"replication_factor": 2, "sharded_optimizer_state": True, "optimizer_state": "off-chip"}, [[350, 50], [50, 315]]),
+    ({"replication_factor": 4}, [[491, 50], [50, 475]]),  # replicas without sharding change nothing per IPU
+])
+def test_two_ipus_head_last_by_hand(kwargs, expected):
+    assert ipu_figures(LAST_2, head_placement="last", **kwargs) == expected
+
+
+def test_three_ipus_embedding_alone_by_hand():
+    stages = [["embedding"], ["0"], ["1", "head"]]
+    assert ipu_figures(stages, head_placement="last") == [[141, 0], [370, 50], [50, 475]]
+
+
+def test_head_first_is_todays_model():
+    one = analysed().pipeline_figures([["0", "1"]])[0]
+    assert one.memory.total_per_tile.tolist() == [310, 320]
+    two = analysed().pipeline_figures([["0"], ["1"]])
+    assert two[0].stash_entry_per_tile.tolist() == [50, 25]
+
+
+@pytest.mark.parametrize(("kwargs", "expected"), [
+    ({}, [(130, 310), (175, 390)]),
+    ({"recompute": "every-layer"}, [(130, 430), (175, 510)]),
+    ({"recompute": "pipeline"}, [(130, 440), (175, 390)]),
+])
+def test_rerun_cycles_by_hand(kwargs, expected):
+    figures = analysed(head_placement="last", **kwargs).pipeline_figures(LAST_2)
+    assert [(f.forward_cycles, f.backward_cycles) for f in figures] == expected
+
+
+def test_range_table_agrees_with_the_figures():
+    from popliner.memory.ranges import ProfileRanges
+
+    for kwargs in ({}, {"recompute": "every-layer"}, {"recompute": "pipeline"}, {"optimizer_state": "off-chip"}):
+        analysis = analysed(head_placement="last", **kwargs)
+        table = ProfileRanges(analysis.engine, 10_000)
+        figures = analysis.pipeline_figures(LAST_2)
+        assert table.memory(0, 1, 2) == figures[0].worst_bytes
+        assert table.memory(2, 3, 0) == figures[1].worst_bytes
+        assert table.compute(0, 1) == figures[0].cycles
+        assert table.compute(2, 3) == figures[1].cycles

@@ -9,15 +9,25 @@ into a one-line message and an exit code.
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import functools
 import importlib
+import io
 import logging
+import os
+import signal
 import sys
+import threading
+import traceback
+from collections.abc import Iterator
 from typing import Any
 
 import click
 
 from popliner import __version__
-from popliner.errors import PoplinerError
+from popliner.errors import EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_OK, Interrupted, OutputError, PoplinerError
+from popliner.fileio import describe_os_error
 
 __all__ = ["cli", "main"]
 
@@ -31,29 +41,220 @@ SUBCOMMANDS: dict[str, str] = {
     "synth": "popliner.cli.synth",
 }
 DEFAULT_COMMAND = "analyse"
+log = logging.getLogger("popliner")
 
 
 class PoplinerFailure(click.ClickException):
-    """A library error on its way out: one line on stderr, the error's exit code."""
+    """A failure on its way out: one line on stderr, the error's exit code."""
 
     def __init__(self, message: str, exit_code: int) -> None:
         super().__init__(message)
         self.exit_code = exit_code
 
     def show(self, file: Any = None) -> None:
-        click.echo(f"popliner: error: {self.format_message()}", err=True)
+        if self.message:
+            click.echo(f"popliner: error: {self.format_message()}", err=True)
+
+
+class QuietExit(Exception):
+    """Leave with ``exit_code`` and no message (the reader of stdout went away)."""
+
+    def __init__(self, exit_code: int) -> None:
+        super().__init__(exit_code)
+        self.exit_code = exit_code
+
+
+#: Exit code when the reader of stdout closed the pipe: what a shell reports for SIGPIPE.
+EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE
+_SIGNALS = tuple(s for s in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGHUP", None)) if s is not None)
+
+
+def failure_for(exc: BaseException) -> PoplinerFailure | QuietExit:
+    """THE mapping from an exception to a one-line message and an exit code (see README, Exit codes)."""
+    if isinstance(exc, (PoplinerFailure, QuietExit)):
+        return exc
+    if isinstance(exc, PoplinerError):
+        return PoplinerFailure(str(exc), exc.exit_code)
+    if isinstance(exc, KeyboardInterrupt):
+        signum = exc.signum if isinstance(exc, Interrupted) else signal.SIGINT
+        name = exc.name if isinstance(exc, Interrupted) and signum != signal.SIGINT else "Ctrl-C"
+        return PoplinerFailure(f"interrupted; no partial output file was left behind ({name})", 128 + signum)
+    if isinstance(exc, click.Abort):
+        cause = exc.__cause__ or exc.__context__
+        return failure_for(cause if isinstance(cause, KeyboardInterrupt) else KeyboardInterrupt())
+    if isinstance(exc, click.UsageError):
+        return PoplinerFailure(_usage_line(exc), EXIT_BAD_INPUT)
+    if isinstance(exc, click.ClickException):
+        return PoplinerFailure(exc.format_message(), exc.exit_code)
+    if isinstance(exc, BrokenPipeError):
+        return QuietExit(EXIT_BROKEN_PIPE)
+    if isinstance(exc, OSError):
+        return PoplinerFailure(_os_line(exc), EXIT_BAD_INPUT)
+    if isinstance(exc, MemoryError):
+        return PoplinerFailure("out of memory; try a smaller profile or fewer outputs at once", EXIT_BAD_INPUT)
+    if log.isEnabledFor(logging.INFO):  # -v: the full traceback for the bug report
+        traceback.print_exception(type(exc), exc, exc.__traceback__, file=sys.stderr)
+    where = "" if log.isEnabledFor(logging.INFO) else "; rerun with -v for the traceback"
+    return PoplinerFailure(f"internal error (a bug in popliner {__version__}): {type(exc).__name__}: "
+                           f"{_one_line(str(exc))}; please report it with the command line{where}", EXIT_INTERNAL)
+
+
+def _one_line(text: str) -> str:
+    return "; ".join(part.strip() for part in text.splitlines() if part.strip())
+
+
+def _usage_line(exc: click.UsageError) -> str:
+    message = _one_line(exc.format_message())
+    command = exc.ctx.command_path if exc.ctx is not None else "popliner"
+    return f"{message} (see `{command} --help`)"
+
+
+def _os_line(exc: OSError) -> str:
+    """An OS error that escaped the output layer: on a named file, or on stdout (no file name)."""
+    if exc.filename is not None:
+        return describe_os_error(exc, os.fspath(exc.filename)).replace("; write somewhere else or pass - for stdout",
+                                                                       "; check the path and its permissions")
+    buffer = getattr(sys.stdout, "buffer", None)
+    if isinstance(buffer, io.BufferedWriter) and isinstance(buffer.raw, _StdoutRaw):
+        # stdout errors arrive as OutputError; this one is about some other (temporary) file.
+        cause = describe_os_error(exc, "").split(";")[0].lstrip(": ")
+        return f"{cause} (writing a temporary file); free some space or set TMPDIR to a roomier folder"
+    cause = describe_os_error(exc, "stdout").split(";")[0]
+    return f"{cause}; redirect stdout somewhere else"
 
 
 def translate_errors(invoke: Any) -> Any:
-    """Run ``invoke`` turning library exceptions into :class:`PoplinerFailure`."""
+    """Run ``invoke`` turning every exception but SystemExit into :class:`PoplinerFailure`."""
     try:
         return invoke()
-    except PoplinerError as exc:
-        raise PoplinerFailure(str(exc), exc.exit_code) from None
-    except KeyboardInterrupt:
-        raise PoplinerFailure("interrupted; no partial output file was left behind", 130) from None
-    except MemoryError:
-        raise PoplinerFailure("out of memory; try a smaller profile or fewer outputs at once", 2) from None
+    except (click.exceptions.Exit, QuietExit):
+        raise
+    except BaseException as exc:
+        if isinstance(exc, SystemExit):
+            raise
+        failure = failure_for(exc)
+        raise failure from None
+
+
+@contextlib.contextmanager
+def signals_interrupt(then_ignore: bool = False) -> Iterator[None]:
+    """SIGTERM and SIGHUP raise :class:`Interrupted` like Ctrl-C; later signals wait for the cleanup.
+
+    ``then_ignore``: on the way out, ignore the signals instead of restoring the old handlers (the
+    process is about to exit and its work is complete or cleaned up; a late signal changes nothing).
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: Any) -> None:
+        for s in _SIGNALS:  # a second signal must not cut the removal of temporary files short
+            signal.signal(s, signal.SIG_IGN)
+        raise Interrupted(signum, signal.Signals(signum).name)
+
+    previous = {s: signal.signal(s, interrupt) for s in _SIGNALS}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, signal.SIG_IGN if then_ignore else handler)
+
+
+def _flush_stdout() -> None:
+    if sys.stdout is not None:
+        sys.stdout.flush()
+
+
+def _silence_stdout() -> None:
+    """After stdout failed, point fd 1 at /dev/null so the interpreter's last flush stays quiet."""
+    if sys.stdout is None or not (sys.stdout is sys.__stdout__ or _REPLACED):
+        return
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+
+
+class _ClosedStdout(io.TextIOBase):
+    """Stands for a stdout that was closed before we started (``>&-``): writing fails with EBADF."""
+
+    encoding = "utf-8"
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        raise OSError(errno.EBADF, "Bad file descriptor")
+
+    @property
+    def buffer(self) -> Any:
+        return self
+
+
+class _StdoutRaw(io.FileIO):
+    """fd 1, whose write errors say they are about stdout (other unnamed OSErrors are not)."""
+
+    def write(self, data: Any) -> int:
+        try:
+            return super().write(data)
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            raise OutputError("stdout", describe_os_error(exc, "stdout").split(": ", 1)[1].split(";")[0]
+                              + "; redirect stdout somewhere else") from None
+
+
+_REPLACED: list[Any] = []
+
+
+def _guard_stdout() -> None:
+    """Put :class:`_StdoutRaw` under the real sys.stdout; a closed stdout gets a stand-in."""
+    out = sys.stdout
+    if out is None:
+        sys.stdout = _ClosedStdout()
+        return
+    if out is not sys.__stdout__ or not isinstance(out, io.TextIOWrapper):
+        return  # tests (CliRunner) or an embedding program own stdout
+    try:
+        fd = out.fileno()
+        out.flush()
+    except (OSError, ValueError):
+        return
+    raw = _StdoutRaw(fd, "w", closefd=False)
+    _REPLACED.append(out)  # keep it alive: collecting it would close fd 1
+    sys.stdout = io.TextIOWrapper(io.BufferedWriter(raw), encoding=out.encoding, errors=out.errors,
+                                  line_buffering=out.line_buffering)
+
+
+def _quiet_unraisable(info: Any) -> None:
+    """Errors in finalizers (a half-written zip closing) after the one-line message: debug log only."""
+    log.debug("ignored in %r: %s", info.object, info.exc_value)
+
+
+def run_standalone(call: Any) -> int:
+    """Run the CLI; every outcome becomes an exit code, every error one line on stderr."""
+    _guard_stdout()
+    sys.unraisablehook = _quiet_unraisable
+    try:
+        with signals_interrupt(then_ignore=bool(_REPLACED)):
+            try:
+                rv = call()
+                _flush_stdout()
+            except SystemExit as exc:
+                _flush_stdout()  # e.g. the split JSON before exit 3
+                raise exc
+        return rv if isinstance(rv, int) else EXIT_OK
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else (EXIT_OK if exc.code is None else EXIT_BAD_INPUT)
+    except BaseException as exc:  # noqa: BLE001 - this is the one place every error ends up
+        failure = failure_for(exc)
+        with contextlib.suppress(Exception):
+            _flush_stdout()  # what was written so far, if stdout still takes it
+        _silence_stdout()  # and no second error from the interpreter's last flush
+        if isinstance(failure, QuietExit):
+            return failure.exit_code
+        failure.show()
+        return failure.exit_code
 
 
 class PoplinerGroup(click.Group):
@@ -87,6 +288,14 @@ class PoplinerGroup(click.Group):
 
     def invoke(self, ctx: click.Context) -> Any:
         return translate_errors(lambda: super(PoplinerGroup, self).invoke(ctx))
+
+    def main(self, args: Any = None, prog_name: str | None = None, complete_var: str | None = None,
+             standalone_mode: bool = True, **extra: Any) -> Any:
+        """click's main, with the outcomes (errors, signals, exit codes) handled by :func:`run_standalone`."""
+        run = functools.partial(super().main, args, prog_name or "popliner", complete_var, False, **extra)
+        if not standalone_mode:
+            return run()
+        sys.exit(run_standalone(run))
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         ctx.meta["popliner.argv"] = list(args)  # for the exact commands in next-step hints
@@ -128,6 +337,8 @@ def cli(verbose: int, quiet: bool) -> None:
     """
     level = logging.ERROR if quiet else (logging.WARNING, logging.INFO, logging.DEBUG)[min(verbose + 1, 2)]
     setup_logging(level)
+    # The first line under -vv: the run is under way (signal handlers are installed; tests wait for it).
+    log.debug("popliner %s, pid %d: %s", __version__, os.getpid(), " ".join(sys.argv[1:]))
 
 
 def setup_logging(level: int) -> None:

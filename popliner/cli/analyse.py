@@ -14,7 +14,7 @@ import click
 
 from popliner.analysis import DEFAULT_BACKWARD_REGEX, Analysis, AnalysisOptions, load_analysis
 from popliner.errors import EXIT_NO_SPLIT, UsageProblem
-from popliner.fileio import atomic_write, check_writable
+from popliner.fileio import atomic_write, check_writable, is_stdout, one_stdout
 from popliner.ops.layers import AUTO_PRESET, DEFAULT_INPUTS_REGEX_LAYER_0, preset_names
 from popliner.ops.operations import DEFAULT_OP_LAYERS
 from popliner.progress import Tracker, phase, progress_wanted, tracking
@@ -174,7 +174,9 @@ def _run(profile: str, debug_info: str | None, operation_breakdown: bool, layer_
          no_cache: bool, cache_dir: str | None) -> None:
     _refuse_poplar_report(profile, debug_info)
     outputs = Outputs(operation_breakdown, layer_breakdown, memory_totals, memory_affinity, interlayer)
-    if not outputs.any_table and not solve and not (output and output.lower().endswith(".xlsx")):
+    plot_to_stdout = bool(plot and is_stdout(plot))  # then it is the only thing on stdout
+    if not outputs.any_table and not solve and not (output and output.lower().endswith(".xlsx")) and not (
+            plot_to_stdout and not output):
         outputs = Outputs(False, True, False, False, False)
     if solve and outputs.any_table and not output:
         raise UsageProblem("with --solve, stdout carries the split JSON; write the tables with -o FILE")
@@ -185,12 +187,18 @@ def _run(profile: str, debug_info: str | None, operation_breakdown: bool, layer_
     if min_ipus and exact_ipus:
         raise UsageProblem("--min-ipus and --exact-ipus contradict each other; give one")
     fmt = _table_format(fmt, output)
-    for path in (output, config_out, ipu_config_out, plot):
+    # Every output is checked (name, suffix, folder, overwrite) before any output is written.
+    for path in (output, config_out, ipu_config_out):
         if path:
             check_writable(path, force)
-    if plot and solve:
-        for extra in (_suffixed(plot, "split"), _suffixed(plot, "tiles")):
-            check_writable(extra, force)
+    one_stdout(tables=outputs.any_table and (not output or is_stdout(output)), split_JSON=solve,
+               config_out=bool(config_out and is_stdout(config_out)), plot=bool(plot and is_stdout(plot)),
+               ipu_config_out=bool(ipu_config_out and is_stdout(ipu_config_out)))
+    if plot and solve and is_stdout(plot):
+        raise UsageProblem("--plot with --solve writes three images; give a file name, not stdout")
+    if plot:
+        for image in (plot, *((_suffixed(plot, "split"), _suffixed(plot, "tiles")) if solve else ())):
+            check_writable(image, force, suffixes=(".png", ".svg"), what="plot")
 
     options = AnalysisOptions(
         op_layers=tuple(s.strip() for s in op_layers.split(",") if s.strip()),

@@ -10,7 +10,7 @@ import click
 from popliner.analysis import AnalysisOptions, load_analysis
 from popliner.cli.options import force_option, output_option, output_stream
 from popliner.errors import EXIT_DOES_NOT_FIT
-from popliner.fileio import atomic_write, check_writable
+from popliner.fileio import atomic_write, check_writable, is_stdout
 
 __all__ = ["command"]
 
@@ -57,7 +57,9 @@ def command(config: str, profile: str, budget: float | None, junit: str | None, 
     per_tile = analysis.profile.target.bytes_per_tile
     limit = int(per_tile * budget) if budget is not None else cfg.effective_budget
     result = check_config(analysis, cfg, config, budget=limit)
-    with output_stream(output, force) as stream:
+    # JUnit to stdout takes it; the table then goes to stderr.
+    to_stderr = output is None and bool(junit and is_stdout(junit))
+    with output_stream("/dev/stderr" if to_stderr else output, force) as stream:
         stream.write(check_table(result) + "\n")
     if junit:
         with atomic_write(junit, force=force, binary=True) as stream:

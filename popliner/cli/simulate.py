@@ -13,7 +13,7 @@ from popliner.cli.options import force_option, output_option, output_stream
 from popliner.config.model import PipelineConfig
 from popliner.config.yaml_io import MAX_MICRO_BATCHES, read_config
 from popliner.errors import UsageProblem
-from popliner.fileio import atomic_write, check_writable
+from popliner.fileio import atomic_write, check_writable, is_stdout, one_stdout
 from popliner.simulator.engine import (
     DEFAULT_LINK_BANDWIDTH,
     DEFAULT_SYNC_CYCLES,
@@ -84,7 +84,9 @@ def command(config_path: str, profile_path: str | None, gradient_accumulation: i
         micro_batch_size=micro_batch_size,
         tiles_per_ipu=inputs.tiles_per_ipu,
     )
-    with output_stream(output, force) as stream:
+    # A trace or chart written to stdout takes it; the summary then goes to stderr.
+    to_stderr = output is None and any(p is not None and is_stdout(p) for p in (trace_path, plot_path))
+    with output_stream("/dev/stderr" if to_stderr else output, force) as stream:
         if as_json:
             stream.write(json.dumps(_json(result, config_path, inputs.source), indent=2) + "\n")
         else:
@@ -97,9 +99,11 @@ def _check_outputs(trace_path: str | None, plot_path: str | None, force: bool) -
     """Fail before any work when an output exists (no --force) or both name one file."""
     if trace_path and plot_path and Path(trace_path).resolve() == Path(plot_path).resolve():
         raise UsageProblem("--trace and --plot name the same file; give two file names")
-    for path in (trace_path, plot_path):
-        if path:
-            check_writable(path, force)
+    one_stdout(trace=bool(trace_path and is_stdout(trace_path)), plot=bool(plot_path and is_stdout(plot_path)))
+    if trace_path:
+        check_writable(trace_path, force)
+    if plot_path:
+        check_writable(plot_path, force, suffixes=(".png",), what="Gantt chart")
 
 
 def _inputs(cfg: PipelineConfig, profile_path: str | None) -> SimInputs:

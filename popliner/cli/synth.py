@@ -10,7 +10,16 @@ import click
 
 from popliner.errors import UsageProblem
 from popliner.synth import PRESETS, SynthSpec, preset_names, preset_spec, write_profile
-from popliner.synth.spec import FIRST_MOMENTS, KINDS, MODES, OPTIMIZER_STATES, OPTIMIZERS, RECOMPUTES, UNCALIBRATED
+from popliner.synth.spec import (
+    FIRST_MOMENTS,
+    HEADS,
+    KINDS,
+    MODES,
+    OPTIMIZER_STATES,
+    OPTIMIZERS,
+    RECOMPUTES,
+    UNCALIBRATED,
+)
 
 __all__ = ["command"]
 
@@ -21,7 +30,7 @@ _OVERRIDES = {
     "layers": "layers", "hidden": "hidden", "seq": "seq", "batch": "batch", "vocab": "vocab", "tiles": "tiles",
     "bytes_per_tile": "bytes_per_tile", "clock": "clock_hz", "seed": "seed", "scale": "scale",
     "optimizer": "optimizer", "recompute": "recompute", "optimizer_state": "optimizer_state",
-    "replication_factor": "replication_factor", "first_moment": "first_moment",
+    "replication_factor": "replication_factor", "first_moment": "first_moment", "head": "head",
 }
 
 
@@ -56,6 +65,8 @@ _OVERRIDES = {
               help="Divide the optimizer state over the replicas (replicated tensor sharding).")
 @click.option("--first-moment", type=click.Choice(FIRST_MOMENTS), default=None,
               help="Type of Adam's first moment (default float).")
+@click.option("--head", type=click.Choice(HEADS), default=None,
+              help="Encoder head: squad (default) or mlm (pretraining's masked-LM head, tied to the embedding).")
 @click.option("--uncalibrated", is_flag=True,
               help="Use the catalog's own code and state sizes, not the preset's calibration.")
 @click.option("--gzip/--no-gzip", "gzip_out", default=None, help="Compress (default: when the name ends .gz).")

@@ -24,8 +24,9 @@ from functools import cached_property
 import numpy as np
 
 from popliner.arrays import gather_csr
+from popliner.memory.liveness import window_peak
 from popliner.memory.model import MemoryModel
-from popliner.memory.training import TrainingOptions
+from popliner.memory.training import TrainingOptions, build_training_view, with_live_steps
 from popliner.memory.types import StageMemory
 from popliner.ops.operations import OperationTable
 from popliner.profile.model import Profile
@@ -62,14 +63,19 @@ class MemoryEngine:
     def __init__(self, profile: Profile, ops: OperationTable, layer_of_op: np.ndarray, layer_names: Sequence[str],
                  counted_vars: np.ndarray, is_backward: np.ndarray, training: bool,
                  options: TrainingOptions | None = None) -> None:
-        self.profile = profile
         self.ops = ops
         self.layer_of_op = np.asarray(layer_of_op, np.int64)
         self.layer_names = tuple(layer_names)
-        self.is_backward = np.asarray(is_backward, bool)
         self.training = training
         self.options = options if options is not None else TrainingOptions()
-        self.model = MemoryModel(profile, ops, counted_vars)
+        # The one place the training options change figures: the what-if
+        # profile (bytes and live steps of variables) and the view's rules
+        # (backward part, stash entry, re-run cycles, pipeline recomputation).
+        self.view = build_training_view(profile, ops, self.layer_of_op, len(self.layer_names),
+                                        np.asarray(is_backward, bool), self.options, training)
+        self.profile = self.view.profile
+        self.is_backward = self.view.is_backward
+        self.model = MemoryModel(self.profile, ops, counted_vars)
 
     @property
     def tiles(self) -> int:
@@ -100,8 +106,42 @@ class MemoryEngine:
     # -- memory ----------------------------------------------------------------
 
     def stage_memory(self, ops: np.ndarray) -> StageMemory:
-        """Per-tile memory of a set of operations (the direct model, memoised)."""
-        return self.model.stage(ops)
+        """Per-tile memory of a set of operations (the direct model, memoised).
+
+        With ``--recompute pipeline`` a stage other than the last re-runs its
+        forward part when its backward starts: its variables peak is the larger
+        of the forward window's (recomputed variables cut at their last
+        forward read) and the backward part's (live steps as profiled).
+        """
+        memory = self.model.stage(ops)
+        if self.view.recompute != "pipeline" or self.is_last_stage(ops):
+            return memory
+        back = self.backward_part(ops)
+        if not back.any() or back.all():
+            return memory
+        lo, hi = self.model.window(ops)
+        b0 = int(self.model.window(ops[back])[0])
+        var = self.model.counted_variables(ops)
+        forward = window_peak(self._forward_cut_profile, var, lo, b0 - 1)
+        backward = window_peak(self.profile, var, b0, hi)
+        per_tile = memory.per_tile.copy()
+        per_tile[0] = np.maximum(forward, backward)
+        return StageMemory(per_tile)
+
+    def is_last_stage(self, ops: np.ndarray) -> bool:
+        """Does the set hold operations of the last layer (the last pipeline stage does)?"""
+        return bool(self.num_layers and (self.layer_of_op[ops] == self.num_layers - 1).any())
+
+    @cached_property
+    def _forward_cut_profile(self) -> Profile:
+        """``pipeline``: the what-if profile with every recomputed variable live only up to its last forward read."""
+        cut = self.view.forward_cut
+        pick = cut >= 0
+        n = self.profile.variables.count
+        keep_lo = np.where(pick, 0, -1).astype(np.int64)
+        keep_hi = np.where(pick, cut, -1).astype(np.int64)
+        none = np.full(n, -1, np.int64)
+        return with_live_steps(self.profile, self.profile.variables.bytes, none, none, keep_lo, keep_hi)
 
     # -- training ----------------------------------------------------------------
 
@@ -138,17 +178,58 @@ class MemoryEngine:
         if windows is None:
             return out
         var = self.model.counted_variables(ops)
-        var = var[~self.always_live_var[var]]
-        stash = var[stash_mask(self.var_first_step[var], self.var_last_step[var], windows)]
+        var = var[self.stash_candidate[var]]
+        stash = var[self.stash_select(self.var_first_step[var], self.var_last_step[var], windows)]
         v = self.profile.variables
         # float64 bincount: exact while a tile's entry is below 2**53 bytes.
         return np.bincount(v.tile[stash], weights=v.bytes[stash], minlength=self.tiles).astype(np.int64)
 
+    @cached_property
+    def stash_candidate(self) -> np.ndarray:
+        """Variables a stash entry may hold: not always live, not recomputed by ``every-layer``."""
+        return np.asarray(~self.always_live_var & ~self.view.never_stash)
+
+    def stash_select(self, first: np.ndarray, last: np.ndarray, windows: StashWindows) -> np.ndarray:
+        """Which candidates (first and last live step) one stash entry of a stage holds, by the training options.
+
+        Today's rule (:func:`stash_mask`) takes what goes live in the forward
+        part and dies in the backward part. Recomputing modes also take what
+        went live before the forward part (the stage's received inputs);
+        ``pipeline`` takes only those.
+        """
+        if not self.view.stash_inputs:
+            return stash_mask(first, last, windows)
+        fwd_lo, fwd_hi, bwd_lo, bwd_hi = windows
+        early = first < fwd_lo if self.view.inputs_only else first <= fwd_hi
+        in_bwd = (last - bwd_lo).view(np.uint64) <= np.uint64(bwd_hi - bwd_lo)
+        return np.asarray(early & (first >= 0) & in_bwd)
+
     def cycles_split(self, ops: np.ndarray) -> tuple[int, int]:
-        """(forward, backward) cycles of one micro-batch through the stage."""
+        """(forward, backward) cycles of one micro-batch through the stage, re-run forward work in the backward."""
         back = self.backward_part(ops)
         cyc = self.op_cycles[ops]
-        return int(cyc[~back].sum()), int(cyc[back].sum())
+        rerun = 0 if self._rerun_skipped(ops) else int(cyc[self.view.rerun_ops[ops]].sum())
+        return int(cyc[~back].sum()), int(cyc[back].sum()) + rerun
+
+    def _rerun_skipped(self, ops: np.ndarray) -> bool:
+        """``pipeline`` leaves the last stage as it is."""
+        return self.view.recompute == "pipeline" and self.is_last_stage(ops)
+
+    def range_cycles(self, i: int, j: int) -> int:
+        """Cycles of one micro-batch through layers ``i..j`` (with re-run forward work)."""
+        base = int(self.layer_cycles[i : j + 1].sum())
+        if self.view.recompute == "pipeline" and j == self.num_layers - 1:
+            return base
+        return base + int(self.rerun_layer_cycles[i : j + 1].sum())
+
+    @cached_property
+    def rerun_layer_cycles(self) -> np.ndarray:
+        """Per layer, the forward cycles a recomputing stage runs again (layer 0 with the unlayered operations)."""
+        if not self.num_layers:
+            return np.zeros(0, np.int64)
+        layer = np.where(self.layer_of_op < 0, 0, self.layer_of_op)
+        weights = np.where(self.view.rerun_ops, self.op_cycles, 0)
+        return np.bincount(layer, weights=weights, minlength=self.num_layers).astype(np.int64)
 
     # -- cycles ------------------------------------------------------------------
 

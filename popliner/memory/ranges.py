@@ -33,7 +33,7 @@ from typing import Literal
 import numpy as np
 
 from popliner.arrays import expand_ranges, unique_inverse
-from popliner.memory.engine import MemoryEngine, StashWindows, stash_mask
+from popliner.memory.engine import MemoryEngine, StashWindows
 from popliner.memory.types import StageMemory
 from popliner.profile.model import Profile
 
@@ -116,7 +116,7 @@ class ProfileRanges:
         return worst if worst <= self.limit else OVERFLOW
 
     def compute(self, i: int, j: int) -> int:
-        return int(self._layer_cycles[i : j + 1].sum())
+        return self.engine.range_cycles(i, j)
 
     def crossing(self, j: int) -> int:
         return int(self._cross[j]) if 0 <= j < self.num_layers - 1 else 0
@@ -172,6 +172,9 @@ class ProfileRanges:
                         state.add(shared.layer_parts(k))
                 state.add(shared.layer_parts(j))
                 total = state.total_per_tile()
+                if self.engine.view.recompute == "pipeline" and j < self.num_layers - 1:
+                    # Recomputed from the stash when its backward starts: a figure of the whole stage.
+                    total = self.engine.stage_memory(self.engine.range_ops(i, j)).total_per_tile
                 worst = int(total.max())
                 stash = None
                 if worst <= self.limit:
@@ -284,7 +287,7 @@ def _stash_columns(engine: MemoryEngine, var: np.ndarray, with_owner: bool = Fal
     """What a stash entry reads of each variable that is not always live (training only)."""
     if not engine.training:
         return None
-    keep = np.flatnonzero(~engine.always_live_var[var])  # never part of a stash entry
+    keep = np.flatnonzero(engine.stash_candidate[var])  # the others are never part of a stash entry
     sv = var[keep]
     v = engine.profile.variables
     cols = {"first": engine.var_first_step[sv], "last": engine.var_last_step[sv], "tile": v.tile[sv],
@@ -358,7 +361,7 @@ class _RunningStage:
         if windows is None:
             return out
         for c in self.stash_chunks:
-            stash = stash_mask(c["first"], c["last"], windows)
+            stash = self.engine.stash_select(c["first"], c["last"], windows)
             # float64 bincount as in the engine: exact while a tile's entry is below 2**53 bytes.
             out += np.bincount(c["tile"][stash], weights=c["nbytes"][stash], minlength=self.tiles).astype(np.int64)
         return out

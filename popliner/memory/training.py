@@ -20,6 +20,7 @@ from typing import Literal
 
 import numpy as np
 
+from popliner.arrays import expand_ranges, gather_csr
 from popliner.errors import UsageProblem
 from popliner.ops.layers import LayerAssignment, compile_regex
 from popliner.ops.operations import OperationTable
@@ -35,6 +36,9 @@ __all__ = [
     "TrainingOptions",
     "TrainingView",
     "build_training_view",
+    "place_unlayered",
+    "with_live_steps",
+    "called_operations",
     "head_groups",
     "optimizer_state_variables",
     "recompute_operations",
@@ -53,6 +57,8 @@ DEFAULT_UPDATE_REGEX = r"(?i)varupdate|updater|sgd|adam|lamb|momentum|optimi[sz]
 EMBEDDING_GROUP = "embedding"
 HEAD_GROUP = "head"
 #: A tensor written by a PopART recompute clone: ``<id>__re``, then the end or a non-word character.
+#: A step after every profile's last (int32 range, so sums stay small).
+_NEVER = 2**31 - 1
 _RE_TENSOR = re.compile(r"__re(?![A-Za-z0-9_])")
 
 
@@ -124,15 +130,28 @@ def _called_op(profile: Profile, ops: OperationTable, op: int) -> int:
     return -1
 
 
-def update_operations(profile: Profile, ops: OperationTable, update_regex: str = DEFAULT_UPDATE_REGEX) -> np.ndarray:
+def called_operations(profile: Profile, ops: OperationTable) -> np.ndarray:
+    """Per operation: the operation a call site calls (-1 for other operations)."""
+    out = np.full(ops.count, -1, np.int64)
+    for op in np.flatnonzero(ops.is_call).tolist():
+        out[op] = _called_op(profile, ops, op)
+    return out
+
+
+def _through_calls(named: np.ndarray, called: np.ndarray) -> np.ndarray:
+    """``named``, plus every call site whose called operation is named."""
+    out = named.copy()
+    calls = np.flatnonzero(called >= 0)
+    out[calls] |= named[called[calls]]
+    return np.asarray(out, bool)
+
+
+def update_operations(profile: Profile, ops: OperationTable, update_regex: str = DEFAULT_UPDATE_REGEX,
+                      called: np.ndarray | None = None) -> np.ndarray:
     """Bool per operation: a weight update (by name, or a call site whose body is one)."""
     regex = compile_regex(update_regex, "--update-regex")
     named = np.array([bool(regex.search(n)) for n in ops.names], bool)
-    out = named.copy()
-    for op in np.flatnonzero(ops.is_call & ~named).tolist():
-        body = _called_op(profile, ops, op)
-        out[op] = body >= 0 and bool(named[body])
-    return np.asarray(out, bool)
+    return _through_calls(named, called_operations(profile, ops) if called is None else called)
 
 
 def optimizer_state_variables(
@@ -154,11 +173,26 @@ def optimizer_state_variables(
     return always_live_var & used & ~by_other
 
 
+def _recompute_tensor_variables(profile: Profile) -> np.ndarray:
+    """Bool per variable: its name holds ``__re`` followed by the end of the name or a non-word character."""
+    v = profile.variables
+    out = np.zeros(v.count, bool)
+    if v.count == 0 or int(v.name_ptr[-1]) == 0:
+        return out
+    raw = v.name_blob.tobytes()
+    ends = v.name_ptr[1:]
+    for m in re.finditer(rb"__re", raw):
+        var = int(np.searchsorted(ends, m.start(), side="right"))
+        end = int(ends[var])
+        if m.end() == end or not (chr(raw[m.end()]).isalnum() or raw[m.end()] == ord("_")):
+            out[var] = True
+    return out
+
+
 def recompute_operations(profile: Profile, ops: OperationTable, backward_named: np.ndarray) -> np.ndarray:
     """Bool per operation: a PopART recompute clone (forward name, writes a ``__re`` tensor)."""
     out = np.zeros(ops.count, bool)
-    v = profile.variables
-    re_var = np.array([bool(_RE_TENSOR.search(v.name(i))) for i in range(v.count)], bool)
+    re_var = _recompute_tensor_variables(profile)
     data = profile.contexts.data
     for op in np.flatnonzero(~backward_named).tolist():
         d = data[int(ops.context[op])] or {}
@@ -217,7 +251,7 @@ def head_groups(ops: OperationTable, layer_of_op: np.ndarray, num_layers: int, b
 
 def regroup_layers(layers: LayerAssignment, groups: np.ndarray, placement: HeadPlacement) -> LayerAssignment:
     """The layer assignment with the embedding and head as layers of their own (``last``/``wrap``)."""
-    if placement == "first":
+    if placement == "first" or EMBEDDING_GROUP in layers.names:
         return layers
     names = list(layers.names)
     shift = np.where(layers.layer_of_op >= 0, layers.layer_of_op + 1, -1)
@@ -234,109 +268,124 @@ def regroup_layers(layers: LayerAssignment, groups: np.ndarray, placement: HeadP
 
 @dataclass(frozen=True, eq=False)
 class TrainingView:
-    """What the options change, for the engine.
+    """What the options change, for the memory engine.
 
     ``profile`` carries the variables' what-if bytes and live steps.
-    ``is_backward`` marks backward operations (recompute clones included).
-    ``never_stash`` marks variables the stash entry leaves out (recomputed by
-    ``every-layer``); with ``stash_inputs`` the entry also takes variables
-    that went live before the stage's forward part (received inputs).
-    ``forward_cut`` (``pipeline``) is, per variable, the last step it stays live
-    in a stage's forward part, or -1 when it is not cut; ``rerun_cycles`` are
-    the re-run cycles each layer adds to a stage's backward (``pipeline``
-    leaves the last stage out: see :meth:`stage_rerun_cycles`).
+    ``is_backward`` marks backward operations (call sites of backward bodies
+    and recompute clones included). ``never_stash`` marks variables the stash
+    entry leaves out (recomputed by ``every-layer``); ``stash_inputs`` says the
+    entry also takes variables that went live before the stage's forward part
+    (received inputs); ``inputs_only`` (``pipeline``) that it takes nothing
+    else. ``forward_cut`` (``pipeline``) is, per variable, the last step it
+    stays live in a stage's forward part, or -1 when it is not cut.
+    ``rerun_ops`` are the operations whose cycles a recomputing stage runs
+    again in its backward part.
     """
 
     options: TrainingOptions
     recompute: str  # the mode applied: none, pipeline, every-layer, or "compiled"
     profile: Profile
-    layers: LayerAssignment
     is_backward: np.ndarray
     is_update: np.ndarray
     optimizer_state: np.ndarray
     recompute_ops: np.ndarray
     never_stash: np.ndarray
     stash_inputs: bool
+    inputs_only: bool
     forward_cut: np.ndarray
-    rerun_cycles: np.ndarray  # per layer
+    rerun_ops: np.ndarray
     notes: tuple[str, ...] = field(default=())
 
     @property
     def compiled_with_recomputation(self) -> bool:
         return bool(self.recompute_ops.any())
 
-    def stage_rerun_cycles(self, first_layer: int, last_layer: int) -> int:
-        """Cycles a stage of layers ``first..last`` adds to its backward for recomputation."""
-        if self.recompute == "pipeline" and last_layer == len(self.layers.names) - 1:
-            return 0
-        return int(self.rerun_cycles[first_layer : last_layer + 1].sum())
+
+def place_unlayered(profile: Profile, ops: OperationTable, layers: LayerAssignment, backward_named: np.ndarray,
+                    options: TrainingOptions) -> LayerAssignment:
+    """The layer assignment for ``--head-placement``: with ``last``/``wrap`` the embedding and head become layers."""
+    if options.head_placement == "first" or not (layers.layer_of_op < 0).any() or not layers.names:
+        return layers
+    called = called_operations(profile, ops)
+    is_update = update_operations(profile, ops, options.update_regex, called)
+    backward = _through_calls(backward_named, called)
+    backward |= recompute_operations(profile, ops, backward)
+    groups = head_groups(ops, layers.layer_of_op, len(layers.names), backward, is_update)
+    return regroup_layers(layers, groups, options.head_placement)
 
 
-def build_training_view(profile: Profile, ops: OperationTable, layers: LayerAssignment, backward_named: np.ndarray,
-                        op_cycles: np.ndarray, options: TrainingOptions, training: bool = True) -> TrainingView:
-    """Apply the options that do not depend on the split; describe the rest."""
+def build_training_view(profile: Profile, ops: OperationTable, layer_of_op: np.ndarray, num_layers: int,
+                        backward_named: np.ndarray, options: TrainingOptions, training: bool = True) -> TrainingView:
+    """Apply the options that do not depend on the split; describe the rest (docs/solvers.md)."""
     v = profile.variables
+    if not training:
+        # Inference: nothing to stash, recompute or update.
+        none = np.zeros(ops.count, bool)
+        return TrainingView(options, "none", profile, np.asarray(backward_named, bool), none, np.zeros(v.count, bool),
+                            none, np.zeros(v.count, bool), False, False, np.full(v.count, -1, np.int64), none)
     always = profile.always_live_classes()[v.klass]
-    is_update = update_operations(profile, ops, options.update_regex)
+    called = called_operations(profile, ops)
+    is_update = update_operations(profile, ops, options.update_regex, called)
+    # A call site is backward when what it calls is (its name, Call(<n>), says nothing).
+    backward_named = _through_calls(backward_named, called)
     clones = recompute_operations(profile, ops, backward_named) if training else np.zeros(ops.count, bool)
     is_backward = backward_named | clones
     notes: list[str] = []
-    recompute: str = options.recompute
+    recompute: str = options.recompute if training else "none"
     if clones.any():
         if recompute != "none":
             notes.append(f"the profile was compiled with recomputation ({int(clones.sum())} recompute operations); "
                          f"--recompute {recompute} is not applied again")
         recompute = "compiled"
-    if not training:
-        recompute = "none"
-    groups = head_groups(ops, layers.layer_of_op, len(layers.names), is_backward, is_update)
-    layers = regroup_layers(layers, groups, options.head_placement)
+    groups = head_groups(ops, layer_of_op, num_layers, is_backward, is_update)
     state = optimizer_state_variables(profile, ops, always, is_update, options.optimizer_state_regex)
 
     first, last = _var_first_last(profile)
     nbytes = v.bytes.copy()
     if options.shard > 1:
         nbytes[state] = -(-nbytes[state] // options.shard)
-    # Per-variable live intervals, changed where an option says so.
-    changed: dict[int, list[tuple[int, int]]] = {}
+    # Variables whose live steps change.
+    cut_lo = np.full(v.count, -1, np.int64)  # lose the steps strictly between cut_lo ...
+    cut_hi = np.full(v.count, -1, np.int64)  # ... and cut_hi
+    keep_lo = np.full(v.count, -1, np.int64)  # off chip: keep only steps keep_lo..keep_hi
+    keep_hi = np.full(v.count, -1, np.int64)
     if options.optimizer_state == "off-chip" and training:
-        for var, steps in _update_steps(ops, is_update, state).items():
-            changed[var] = steps
-    unit = _unit_of_op(layers.layer_of_op, groups)
-    num_units = int(unit.max()) + 1 if unit.size else 0
-    bstart = _unit_backward_start(unit, ops.first_step, is_backward, num_units)
+        lo, hi = _update_window(ops, is_update, state, v.count)
+        # Live only from its first update step to its last (never, when no update uses it).
+        keep_lo[state] = np.where(hi[state] >= 0, lo[state], _NEVER)
+        keep_hi[state] = hi[state]
+    unit = _unit_of_op(layer_of_op, groups, num_layers)
+    bstart = _unit_backward_start(unit, ops.first_step, is_backward, num_layers + 2)
     forward_op = (ops.first_step >= 0) & ~is_backward
     forward_op &= ops.first_step < bstart[np.maximum(unit, 0)]
     u = _last_forward_read(ops, forward_op, v.count)
     lo_unit, hi_unit = _unit_span(ops, unit, v.count)
     never_stash = np.zeros(v.count, bool)
     forward_cut = np.full(v.count, -1, np.int64)
-    rerun = np.zeros(len(layers.names), np.int64)
-    kept = ~always & (u >= 0) & (lo_unit >= 0)
+    rerun_ops = np.zeros(ops.count, bool)
+    kept = ~always & (u >= 0) & (lo_unit >= 0) & ~state
     if recompute == "every-layer":
         r = np.where(lo_unit >= 0, bstart[np.maximum(lo_unit, 0)], -1)
-        pick = kept & (lo_unit == hi_unit) & (first <= u) & (r <= last) & (r > u + 1) & ~state
-        for var in np.flatnonzero(pick).tolist():
-            changed[var] = _cut(profile, var, int(u[var]), int(r[var]))
+        pick = kept & (lo_unit == hi_unit) & (first <= u) & (r <= last) & (r > u + 1)
+        cut_lo[pick], cut_hi[pick] = u[pick], r[pick]
         never_stash = pick
-        owners = np.unique(lo_unit[pick])
-        rerun = _forward_cycles_per_layer(layers, unit, owners, forward_op, op_cycles)
+        # Each layer owning a recomputed variable runs its forward part again.
+        rerun_ops = forward_op & np.isin(unit, np.unique(lo_unit[pick]))
     elif recompute == "pipeline":
-        pick = kept & (first <= u) & (last > u) & ~state
+        pick = kept & (first <= u) & (last > u)
         forward_cut[pick] = u[pick]
-        layer_ids = np.unique(unit[unit >= 0])
-        rerun = _forward_cycles_per_layer(layers, unit, layer_ids, forward_op, op_cycles)
-    what_if = _with_variables(profile, nbytes, changed)
-    return TrainingView(options, recompute, what_if, layers, is_backward, is_update, state, clones, never_stash,
-                        recompute in ("pipeline", "every-layer"), forward_cut, rerun, tuple(notes))
+        rerun_ops = forward_op.copy()
+    what_if = with_live_steps(profile, nbytes, cut_lo, cut_hi, keep_lo, keep_hi)
+    return TrainingView(options, recompute, what_if, is_backward, is_update, state, clones, never_stash,
+                        recompute in ("pipeline", "every-layer", "compiled"), recompute == "pipeline", forward_cut,
+                        rerun_ops, tuple(notes))
 
 
-def _unit_of_op(layer_of_op: np.ndarray, groups: np.ndarray) -> np.ndarray:
+def _unit_of_op(layer_of_op: np.ndarray, groups: np.ndarray, num_layers: int) -> np.ndarray:
     """Layer index per operation, the two unlayered groups numbered after the layers."""
-    n = int(layer_of_op.max()) + 1 if layer_of_op.size and layer_of_op.max() >= 0 else 0
     unit = layer_of_op.copy()
-    unit[(layer_of_op < 0) & (groups == 0)] = n
-    unit[(layer_of_op < 0) & (groups == 1)] = n + 1
+    unit[(layer_of_op < 0) & (groups == 0)] = num_layers
+    unit[(layer_of_op < 0) & (groups == 1)] = num_layers + 1
     return np.asarray(unit, np.int64)
 
 
@@ -351,99 +400,104 @@ def _var_first_last(profile: Profile) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _last_forward_read(ops: OperationTable, forward_op: np.ndarray, num_vars: int) -> np.ndarray:
+    """Per variable: the last step of a forward operation that uses it (-1 when none)."""
     u = np.full(num_vars, -1, np.int64)
-    for op in np.flatnonzero(forward_op).tolist():
-        var = ops.vars_of(op)
-        np.maximum.at(u, var, int(ops.last_step[op]))
+    picked = np.flatnonzero(forward_op)
+    # Plain scatters in order of last step: a later (larger) one overwrites.
+    for op in picked[np.argsort(ops.last_step[picked], kind="stable")].tolist():
+        u[ops.vars_of(op)] = int(ops.last_step[op])
     return u
 
 
 def _unit_span(ops: OperationTable, unit: np.ndarray, num_vars: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per variable: the smallest and largest unit of the operations that use it (-1 when none)."""
+    lo = np.full(num_vars, -1, np.int64)
+    hi = np.full(num_vars, -1, np.int64)
+    units = np.unique(unit[unit >= 0])
+    per_unit = [(int(k), gather_csr(ops.var_ptr, ops.var_idx, np.flatnonzero(unit == k))) for k in units.tolist()]
+    # One plain scatter per unit, in unit order (hi) and reversed (lo): each writes one value.
+    for k, var in per_unit:
+        hi[var] = k
+    for k, var in reversed(per_unit):
+        lo[var] = k
+    return lo, hi
+
+
+def _update_window(ops: OperationTable, is_update: np.ndarray, state: np.ndarray,
+                   num_vars: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per variable: first and last step of the weight updates that use it (-1 when none)."""
     lo = np.full(num_vars, np.iinfo(np.int64).max, np.int64)
     hi = np.full(num_vars, -1, np.int64)
-    lens = ops.var_ptr[1:] - ops.var_ptr[:-1]
-    owner_unit = np.repeat(unit, lens)
-    keep = owner_unit >= 0
-    np.minimum.at(lo, ops.var_idx[keep], owner_unit[keep])
-    np.maximum.at(hi, ops.var_idx[keep], owner_unit[keep])
+    picked = np.flatnonzero(is_update & (ops.first_step >= 0))
+    lens = ops.var_ptr[picked + 1] - ops.var_ptr[picked]
+    var = gather_csr(ops.var_ptr, ops.var_idx, picked)
+    np.minimum.at(lo, var, np.repeat(ops.first_step[picked], lens))
+    np.maximum.at(hi, var, np.repeat(ops.last_step[picked], lens))
     lo[hi < 0] = -1
     return lo, hi
 
 
-def _update_steps(ops: OperationTable, is_update: np.ndarray, state: np.ndarray) -> dict[int, list[tuple[int, int]]]:
-    """Off chip: each state variable is live at the steps of the updates that use it."""
-    steps: dict[int, list[int]] = {}
-    for op in np.flatnonzero(is_update & (ops.first_step >= 0)).tolist():
-        for var in ops.vars_of(op).tolist():
-            if state[var]:
-                steps.setdefault(var, []).extend(range(int(ops.first_step[op]), int(ops.last_step[op]) + 1))
-    out: dict[int, list[tuple[int, int]]] = {}
-    for var in np.flatnonzero(state).tolist():
-        out[var] = _runs(sorted(set(steps.get(var, []))))
-    return out
+def _unique_rows(key: np.ndarray, num_steps: int) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct rows of (class, cut lo, cut hi, keep lo, keep hi) and each row's position among them."""
+    # Steps fit in few bits once "never" is mapped to num_steps + 1; pack the
+    # row into one int64 when it fits (a sort on one key instead of five).
+    cap = num_steps + 2
+    small = np.minimum(np.where(key[:, 1:] < 0, cap, key[:, 1:]), cap)
+    step_bits = max(int(cap).bit_length(), 1)
+    cls_bits = max(int(key[:, 0].max()).bit_length(), 1)
+    if cls_bits + 4 * step_bits <= 62:
+        packed = key[:, 0].copy()
+        for col in range(4):
+            packed = (packed << step_bits) | small[:, col]
+        _, first, inverse = np.unique(packed, return_index=True, return_inverse=True)
+        return key[first], inverse.reshape(-1)
+    uniq, inverse = np.unique(key, axis=0, return_inverse=True)
+    return uniq, inverse.reshape(-1)
 
 
-def _runs(steps: list[int]) -> list[tuple[int, int]]:
-    """Sorted steps as half-open intervals."""
-    out: list[tuple[int, int]] = []
-    for s in steps:
-        if out and out[-1][1] == s:
-            out[-1] = (out[-1][0], s + 1)
-        else:
-            out.append((s, s + 1))
-    return out
+def with_live_steps(profile: Profile, nbytes: np.ndarray, cut_lo: np.ndarray, cut_hi: np.ndarray,
+               keep_lo: np.ndarray, keep_hi: np.ndarray) -> Profile:
+    """A copy of the profile with new bytes and new live steps where asked.
 
-
-def _cut(profile: Profile, var: int, u: int, r: int) -> list[tuple[int, int]]:
-    """The variable's intervals without the steps strictly between ``u`` and ``r``."""
-    c = int(profile.variables.klass[var])
-    a, b = int(profile.class_ptr[c]), int(profile.class_ptr[c + 1])
-    out: list[tuple[int, int]] = []
-    for s, e in zip(profile.iv_start[a:b].tolist(), profile.iv_end[a:b].tolist()):
-        for lo, hi in ((s, min(e, u + 1)), (max(s, r), e)):
-            if lo < hi:
-                out.append((lo, hi))
-    return out
-
-
-def _forward_cycles_per_layer(layers: LayerAssignment, unit: np.ndarray, owners: np.ndarray, forward_op: np.ndarray,
-                              op_cycles: np.ndarray) -> np.ndarray:
-    """Forward cycles of the given units, per layer of the assignment.
-
-    With ``--head-placement first`` the unlayered groups are no layer of
-    their own: their cycles go to the first layer, whose stage holds them.
+    A variable with ``cut_hi >= 0`` loses the steps strictly between
+    ``cut_lo`` and ``cut_hi``; one with ``keep_lo >= 0`` keeps only the steps
+    ``keep_lo..keep_hi``. Variables with the same class and the same change
+    share one new class, so the number of classes stays small.
     """
-    out = np.zeros(len(layers.names), np.int64)
-    if out.size == 0:
-        return out
-    mine = forward_op & np.isin(unit, owners)
-    target = np.maximum(layers.layer_of_op[mine], 0)
-    np.add.at(out, target, op_cycles[mine])
-    return out
-
-
-def _with_variables(profile: Profile, nbytes: np.ndarray, changed: dict[int, list[tuple[int, int]]]) -> Profile:
-    """A copy of the profile with new variable bytes and, for ``changed`` ones, their own live intervals."""
     v = profile.variables
-    if not changed and np.array_equal(nbytes, v.bytes):
-        return profile
+    changed = np.flatnonzero((cut_hi >= 0) | (keep_lo >= 0))
+    if changed.size == 0:
+        if np.array_equal(nbytes, v.bytes):
+            return profile
+        return replace(profile, variables=replace(v, bytes=nbytes.astype(v.bytes.dtype)))
+    big = np.int64(_NEVER)
+    is_cut = cut_hi[changed] >= 0
+    c_lo = np.where(is_cut, cut_lo[changed], big)
+    c_hi = np.where(is_cut, cut_hi[changed], big)
+    k_lo = np.where(is_cut, 0, keep_lo[changed])
+    k_hi = np.where(is_cut, big, keep_hi[changed])
+    key = np.stack((v.klass[changed].astype(np.int64), c_lo, c_hi, k_lo, k_hi), axis=1)
+    uniq, inverse = _unique_rows(key, profile.num_steps)
+    cls = uniq[:, 0]
+    counts = profile.class_ptr[cls + 1] - profile.class_ptr[cls]
+    rep = np.repeat(np.arange(len(uniq)), counts)
+    iv = expand_ranges(profile.class_ptr[cls], counts)
+    s = np.maximum(profile.iv_start[iv], uniq[rep, 3])
+    e = np.minimum(profile.iv_end[iv], uniq[rep, 4] + 1)
+    # Two pieces per interval: up to the cut's start (inclusive), and from its end.
+    starts = np.concatenate((s, np.maximum(s, uniq[rep, 2])))
+    ends = np.concatenate((np.minimum(e, uniq[rep, 1] + 1), e))
+    own = np.concatenate((rep, rep))
+    keep = starts < ends
+    own, starts, ends = own[keep], starts[keep], ends[keep]
+    order = np.lexsort((starts, own))
+    own, starts, ends = own[order], starts[order], ends[order]
+    new_counts = np.bincount(own, minlength=len(uniq))
+    base = int(profile.class_ptr[-1])
+    class_ptr = np.concatenate((profile.class_ptr, base + np.cumsum(new_counts)))
     klass = v.klass.copy()
-    ptr = [profile.class_ptr]
-    starts = [profile.iv_start]
-    ends = [profile.iv_end]
-    next_class = profile.num_classes
-    total = int(profile.class_ptr[-1])
-    extra_ptr: list[int] = []
-    for var in sorted(changed):
-        ivs = changed[var]
-        klass[var] = next_class
-        next_class += 1
-        starts.append(np.array([s for s, _ in ivs], np.int64))
-        ends.append(np.array([e for _, e in ivs], np.int64))
-        total += len(ivs)
-        extra_ptr.append(total)
-    class_ptr = np.concatenate((ptr[0], np.array(extra_ptr, np.int64)))
+    klass[changed] = profile.num_classes + inverse
     variables = replace(v, bytes=nbytes.astype(v.bytes.dtype), klass=klass.astype(v.klass.dtype))
-    return replace(profile, variables=variables, class_ptr=class_ptr,
-                   iv_start=np.concatenate(starts).astype(profile.iv_start.dtype),
-                   iv_end=np.concatenate(ends).astype(profile.iv_end.dtype))
+    return replace(profile, variables=variables, class_ptr=class_ptr.astype(profile.class_ptr.dtype),
+                   iv_start=np.concatenate((profile.iv_start, starts)).astype(profile.iv_start.dtype),
+                   iv_end=np.concatenate((profile.iv_end, ends)).astype(profile.iv_end.dtype))

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from popliner.errors import UsageProblem
-from popliner.fileio import atomic_write, check_writable
+from popliner.fileio import atomic_write, check_writable, writes_in_place
 from popliner.memory.types import COMPONENT_TITLES, COMPONENTS, StageMemory
 from popliner.outputs.rows import Breakdown
 from popliner.pipeline import StageFigure
@@ -63,7 +63,7 @@ _SUFFIXES = {".png": "png", ".svg": "svg"}
 def _image_format(path: str | os.PathLike[str], force: bool) -> str:
     """PNG or SVG from the suffix; checked (with overwrite) before any drawing."""
     target = Path(path)
-    fmt = _SUFFIXES.get(target.suffix.lower())
+    fmt = _SUFFIXES.get(target.suffix.lower()) or ("png" if writes_in_place(target) else None)
     if fmt is None:
         raise UsageProblem(f"{target}: plot file names end in .png or .svg")
     check_writable(target, force)

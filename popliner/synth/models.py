@@ -51,7 +51,7 @@ def build_model(g: GraphBuilder, spec: SynthSpec) -> None:
     """Declare the whole model of ``spec`` on ``g``."""
     d = Dims(spec.batch, spec.seq, spec.hidden, spec.heads, spec.vocab, spec.training)
     if spec.kind == "encoder":
-        out = _bert(g, d, spec.layers)
+        out = _bert(g, d, spec.layers, spec.head)
     elif spec.kind == "decoder":
         out = _gpt(g, d, spec.layers)
     else:
@@ -155,10 +155,12 @@ def _loss_and_backward(g: GraphBuilder, logits: int, rows: int, classes: int) ->
 # -- BERT-like encoder --------------------------------------------------------------
 
 
-def _bert(g: GraphBuilder, d: Dims, layers: int) -> tuple[int, int, int]:
-    x, mask = _bert_embeddings(g, d)
+def _bert(g: GraphBuilder, d: Dims, layers: int, head_kind: str) -> tuple[int, int, int]:
+    x, mask, word = _bert_embeddings(g, d)
     for i in range(layers):
         x = _bert_layer(g, d, i, x, mask)
+    if head_kind == "mlm":
+        return _bert_mlm_head(g, d, x, word)
     head = "bert/squad"
     w = g.weight(f"{head}/dense/kernel", d.hidden * 2 * HALF, head)
     b = g.weight(f"{head}/dense/bias", 2 * HALF, head)
@@ -167,7 +169,32 @@ def _bert(g: GraphBuilder, d: Dims, layers: int) -> tuple[int, int, int]:
     return logits, 2 * d.batch, d.seq
 
 
-def _bert_embeddings(g: GraphBuilder, d: Dims) -> tuple[int, int]:
+def masked_tokens(seq: int) -> int:
+    """Masked positions per sequence in pretraining: 15% of the tokens, rounded up (20 at 128)."""
+    return max(1, -(-15 * seq // 100))
+
+
+def _bert_mlm_head(g: GraphBuilder, d: Dims, x: int, word: int) -> tuple[int, int, int]:
+    """The masked-LM head of pretraining: only the masked positions are gathered and classified, over
+    the whole vocabulary, by a decoder tied to the word embedding (the next-sentence head is left out)."""
+    h = "bert/cls/predictions"
+    rows = d.batch * masked_tokens(d.seq)
+    positions = g.stream_in("masked_lm_positions", rows * INT)
+    y = gather(g, f"{h}/GatherMasked", h, x, positions, rows * d.hidden * HALF)
+    w = g.weight(f"{h}/transform/dense/kernel", d.hidden * d.hidden * HALF, h)
+    b = g.weight(f"{h}/transform/dense/bias", d.hidden * HALF, h)
+    y = matmul(g, f"{h}/transform/dense/MatMul", h, y, w, rows, d.hidden, d.hidden)
+    y = bias_add(g, f"{h}/transform/dense/BiasAdd", h, y, b)
+    y = unary(g, f"{h}/transform/Gelu", "Gelu", "gelu", h, y,
+              GradRule("/GeluGrad", "GeluGrad", "gelu_grad", 0, ("i0",)))
+    y = norm(g, f"{h}/transform/LayerNorm", "LayerNorm", h, y, g.weight(f"{h}/transform/LayerNorm/gamma",
+             d.hidden * HALF, h), g.weight(f"{h}/transform/LayerNorm/beta", d.hidden * HALF, h), rows)
+    logits = matmul(g, f"{h}/decoder/MatMul", h, y, word, rows, d.hidden, d.vocab)
+    logits = bias_add(g, f"{h}/decoder/BiasAdd", h, logits, g.weight(f"{h}/output_bias", d.vocab * HALF, h))
+    return logits, rows, d.vocab
+
+
+def _bert_embeddings(g: GraphBuilder, d: Dims) -> tuple[int, int, int]:
     e = "bert/embeddings"
     ids = g.stream_in("input_ids", d.tokens * INT)
     seg = g.stream_in("segment_ids", d.tokens * INT)
@@ -190,7 +217,7 @@ def _bert_embeddings(g: GraphBuilder, d: Dims) -> tuple[int, int]:
     m = "bert/encoder/AttentionMask"
     (mask,) = g.op(f"{m}/Cast", "Cast", "cast", m, [input_mask], [(":0", d.tokens * HALF)], 3 * d.tokens * HALF,
                    share="attention-mask")
-    return x, mask
+    return x, mask, word
 
 
 def _bert_layer(g: GraphBuilder, d: Dims, i: int, x: int, mask: int) -> int:

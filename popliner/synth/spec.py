@@ -16,8 +16,8 @@ from typing import Any, Final
 
 from popliner.errors import UsageProblem
 
-__all__ = ["CALIBRATION_FIELDS", "FIRST_MOMENTS", "KINDS", "MODES", "OPTIMIZERS", "OPTIMIZER_STATES", "PRESETS",
-           "RECOMPUTES", "UNCALIBRATED", "SynthSpec", "preset_names", "preset_spec"]
+__all__ = ["CALIBRATION_FIELDS", "FIRST_MOMENTS", "HEADS", "KINDS", "MODES", "OPTIMIZERS", "OPTIMIZER_STATES",
+           "PRESETS", "RECOMPUTES", "UNCALIBRATED", "SynthSpec", "preset_names", "preset_spec"]
 
 #: Model families the generator knows.
 KINDS: Final = ("encoder", "decoder", "cnn")
@@ -25,6 +25,8 @@ MODES: Final = ("inference", "training")
 OPTIMIZERS: Final = ("adam", "sgd")
 #: How the profile was "compiled": recomputation, where optimizer state lives, its first-moment type.
 RECOMPUTES: Final = ("none", "every-layer", "pipeline")
+#: Heads of an encoder: SQuAD (fine-tuning, inference) or the masked-LM head of pretraining.
+HEADS: Final = ("squad", "mlm")
 OPTIMIZER_STATES: Final = ("on-chip", "off-chip")
 FIRST_MOMENTS: Final = ("float", "half")
 #: Spec fields that scale the catalog's code and state amounts.
@@ -75,6 +77,7 @@ class SynthSpec:
     replication_factor: int = 1
     sharded_optimizer_state: bool = False
     first_moment: str = "float"
+    head: str = "squad"
     # Calibration: multipliers of the catalog's per-program amounts (docs/synthetic-profiles.md, "Calibration").
     vertex_code_factor: float = 1.0
     vertex_state_factor: float = 1.0
@@ -109,6 +112,9 @@ class SynthSpec:
         _choice("recompute", self.recompute, RECOMPUTES)
         _choice("optimizer_state", self.optimizer_state, OPTIMIZER_STATES)
         _choice("first_moment", self.first_moment, FIRST_MOMENTS)
+        _choice("head", self.head, HEADS)
+        if self.head != "squad" and self.kind != "encoder":
+            raise UsageProblem(f"head={self.head} is an encoder head; kind={self.kind} has its own")
         _int_range("replication_factor", self.replication_factor, 1, 1 << 12)
         if not isinstance(self.sharded_optimizer_state, bool):
             raise UsageProblem(f"sharded_optimizer_state must be true or false, got {self.sharded_optimizer_state!r}")
@@ -178,6 +184,7 @@ class SynthSpec:
 #: Fields omitted from :meth:`SynthSpec.record` at these values.
 _QUIET_DEFAULTS: Final = {"recompute": "none", "split_after": (), "optimizer_state": "on-chip",
                           "replication_factor": 1, "sharded_optimizer_state": False, "first_moment": "float",
+                          "head": "squad",
                           "vertex_code_factor": 1.0, "vertex_state_factor": 1.0, "exchange_code_factor": 1.0,
                           "control_code_factor": 1.0}
 

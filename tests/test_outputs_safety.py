@@ -1,0 +1,453 @@
+"""Issue 12: output errors, non-regular files, signals, exit codes and one-line messages.
+
+Every OS error here is produced for real (a read-only mount, an immutable
+folder, /sys, /dev/full, RLIMIT_FSIZE, a folder that is not writable for an
+unprivileged user), not by mocking. We run as root in CI, where permission
+bits are ignored, so each cause uses a mechanism that also holds for root;
+the ones that need a privilege the machine lacks are skipped, saying why.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import resource
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from popliner.cli import cli
+from popliner.errors import EXIT_BAD_INPUT, EXIT_DOES_NOT_FIT, EXIT_INTERNAL, EXIT_NO_SPLIT
+
+REPO = Path(__file__).resolve().parent.parent
+TINY = REPO / "fixtures" / "profiles" / "tiny.json"
+BERT_TRAIN = REPO / "fixtures" / "profiles" / "bert-tiny-training.json"
+
+
+def env() -> dict[str, str]:
+    e = dict(os.environ)
+    e["PYTHONPATH"] = str(REPO) + os.pathsep + e.get("PYTHONPATH", "")
+    e.setdefault("MPLBACKEND", "Agg")
+    return e
+
+
+def popliner(*args: str, **kw: Any) -> subprocess.CompletedProcess[str]:
+    """The real CLI in a subprocess (signals, rlimits, stdout that is a device)."""
+    return subprocess.run([sys.executable, "-m", "popliner", "-q", *args], capture_output=True, text=True,
+                          env=env(), timeout=120, **kw)
+
+
+def one_error_line(stderr: str, *needles: str) -> str:
+    lines = [ln for ln in stderr.splitlines() if ln.strip()]
+    assert "Traceback" not in stderr, stderr
+    assert len(lines) == 1, stderr
+    assert lines[0].startswith("popliner: error: "), stderr
+    for needle in needles:
+        assert needle in lines[0], (needle, lines[0])
+    return lines[0]
+
+
+def leftovers(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir() if p.name.endswith(".tmp") or p.name.startswith("."))
+
+
+@pytest.fixture(scope="module")
+def config(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("cfg")
+    cfg = folder / "pipeline.yaml"
+    r = popliner(str(TINY), "--solve", "--num-ipus", "2", "--config-out", str(cfg))
+    assert r.returncode == 0, r.stderr
+    return cfg
+
+
+# Every output option, as (name, argv builder for an output path). The suffix is what the option wants.
+OUTPUTS: dict[str, tuple[str, Callable[[str, Path], list[str]]]] = {
+    "-o csv": (".csv", lambda p, cfg: [str(TINY), "-o", p]),
+    "-o xlsx": (".xlsx", lambda p, cfg: [str(TINY), "-o", p]),
+    "--plot": (".png", lambda p, cfg: [str(TINY), "--plot", p]),
+    "--config-out": (".yaml", lambda p, cfg: [str(TINY), "--solve", "--num-ipus", "2", "--config-out", p]),
+    "--junit": (".xml", lambda p, cfg: ["check", str(cfg), "--profile", str(TINY), "--junit", p]),
+    "--trace": (".json", lambda p, cfg: ["simulate", str(cfg), "--trace", p]),
+    "simulate --plot": (".png", lambda p, cfg: ["simulate", str(cfg), "--plot", p]),
+    "synth -o": (".json", lambda p, cfg: ["synth", "--layers", "2", "--tiles", "8", "-o", p]),
+}
+
+
+def _can_unshare_mount() -> bool:
+    if not shutil.which("unshare"):
+        return False
+    r = subprocess.run(["unshare", "-rm", "true"], capture_output=True)
+    return r.returncode == 0
+
+
+def _readonly_mount_run(folder: Path, argv: list[str]) -> subprocess.CompletedProcess[str]:
+    """Run popliner in a private mount namespace where ``folder`` is a read-only tmpfs (root or not)."""
+    inner = " ".join([f"mount -t tmpfs -o ro tmpfs {folder} &&", "exec", sys.executable, "-m", "popliner", "-q",
+                      *(f"'{a}'" for a in argv)])
+    return subprocess.run(["unshare", "-rm", "sh", "-c", inner], capture_output=True, text=True, env=env(),
+                          timeout=120)
+
+
+@pytest.mark.skipif(not _can_unshare_mount(), reason="needs unshare -rm (user+mount namespaces)")
+@pytest.mark.parametrize("option", list(OUTPUTS))
+def test_read_only_file_system(option: str, tmp_path: Path, config: Path) -> None:
+    suffix, argv = OUTPUTS[option]
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    out = ro / f"out{suffix}"
+    r = _readonly_mount_run(ro, argv(str(out), config))
+    assert r.returncode == EXIT_BAD_INPUT, r.stderr
+    one_error_line(r.stderr, str(out), "read-only file system", "write somewhere else")
+    assert r.stdout == ""  # checked before any output
+
+
+@pytest.mark.parametrize("option", list(OUTPUTS))
+def test_permission_denied_under_sys(option: str, config: Path) -> None:
+    """/sys refuses new files to everyone, root included."""
+    suffix, argv = OUTPUTS[option]
+    if not Path("/sys/kernel").is_dir():
+        pytest.skip("no /sys")
+    out = f"/sys/kernel/popliner-out{suffix}"
+    r = popliner(*argv(out, config))
+    assert r.returncode == EXIT_BAD_INPUT, r.stderr
+    one_error_line(r.stderr, out, "permission denied")
+    assert r.stdout == ""
+
+
+def test_permission_denied_for_an_unprivileged_user(tmp_path: Path) -> None:
+    """A folder without write permission: as root, the child drops to nobody first."""
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    tmp_path.chmod(0o755)
+    locked.chmod(0o555)
+    readable = tmp_path / "tiny.json"
+    shutil.copy(TINY, readable)
+    readable.chmod(0o644)
+
+    def drop() -> None:
+        if os.geteuid() == 0:
+            os.setgid(65534)
+            os.setuid(65534)
+
+    out = locked / "x.csv"
+    e = env()
+    e["POPLINER_CACHE_DIR"] = str(tmp_path / "no-cache")
+    try:
+        r = subprocess.run([sys.executable, "-m", "popliner", "-q", str(readable), "-o", str(out), "--no-cache"],
+                           capture_output=True, text=True, env=e, preexec_fn=drop, timeout=120)
+    except PermissionError:
+        pytest.skip("user nobody cannot run this Python (it lives in a private home); /sys covers EACCES for root")
+    if r.returncode != EXIT_BAD_INPUT and "popliner" not in r.stderr:
+        pytest.skip(f"user nobody cannot import popliner here: {r.stderr[-200:]}")
+    assert r.returncode == EXIT_BAD_INPUT, r.stderr
+    one_error_line(r.stderr, str(out), "permission denied")
+    assert list(locked.iterdir()) == []
+
+
+def test_immutable_folder(tmp_path: Path) -> None:
+    """chattr +i stops root too (EPERM)."""
+    folder = tmp_path / "imm"
+    folder.mkdir()
+    if not shutil.which("chattr") or subprocess.run(["chattr", "+i", str(folder)]).returncode != 0:
+        pytest.skip("chattr +i not possible here")
+    try:
+        r = CliRunner().invoke(cli, ["-q", str(TINY), "-o", str(folder / "x.csv")])
+        assert r.exit_code == EXIT_BAD_INPUT
+        one_error_line(r.stderr, "x.csv", "not permitted")
+        assert r.stdout == ""
+    finally:
+        subprocess.run(["chattr", "-i", str(folder)], check=True)
+    assert list(folder.iterdir()) == []
+
+
+@pytest.mark.parametrize("option", list(OUTPUTS))
+def test_dev_full_and_force_keeps_the_device(option: str, config: Path) -> None:
+    suffix, argv = OUTPUTS[option]
+    before = os.stat("/dev/full")
+    for extra in ([], ["--force"]):
+        r = popliner(*argv("/dev/full", config), *extra)
+        assert r.returncode == EXIT_BAD_INPUT, r.stderr
+        lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+        assert "Traceback" not in r.stderr
+        assert lines[-1] == ("popliner: error: /dev/full: no space left on device; "
+                             "free some space or write somewhere else")
+    after = os.stat("/dev/full")
+    assert stat.S_ISCHR(after.st_mode) and after.st_rdev == before.st_rdev
+
+
+def test_stdout_on_dev_full() -> None:
+    with open("/dev/full", "w") as full:
+        r = subprocess.run([sys.executable, "-m", "popliner", "-q", str(TINY)], stdout=full, stderr=subprocess.PIPE,
+                           text=True, env=env(), timeout=120)
+    assert r.returncode == EXIT_BAD_INPUT
+    one_error_line(r.stderr, "stdout: no space left on device")
+
+
+def test_stdout_closed() -> None:
+    r = subprocess.run([sys.executable, "-m", "popliner", "-q", str(TINY)], stdout=subprocess.DEVNULL,
+                       stderr=subprocess.PIPE, text=True, env=env(), timeout=120,
+                       preexec_fn=lambda: os.close(1))
+    assert r.returncode == EXIT_BAD_INPUT
+    one_error_line(r.stderr, "stdout: closed")
+
+
+def test_reader_of_stdout_goes_away_quietly() -> None:
+    """`popliner ... | head -1`: no traceback, no message, exit 141 (as if killed by SIGPIPE)."""
+    p = subprocess.Popen([sys.executable, "-m", "popliner", "-q", str(BERT_TRAIN), "--operation-breakdown"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env())
+    assert p.stdout is not None and p.stderr is not None
+    p.stdout.readline()
+    p.stdout.close()
+    err = p.stderr.read().decode()
+    assert p.wait(timeout=120) == 141
+    assert err == ""
+
+
+def _limit_file_size(limit: int) -> Callable[[], None]:
+    def apply() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # so write() fails with EFBIG instead of killing us
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+    return apply
+
+
+@pytest.mark.parametrize("option", ["-o csv", "-o xlsx", "--plot", "synth -o", "--trace"])
+def test_disk_full_via_file_size_limit(option: str, tmp_path: Path, config: Path) -> None:
+    suffix, argv = OUTPUTS[option]
+    out = tmp_path / f"out{suffix}"
+    r = subprocess.run([sys.executable, "-m", "popliner", "-q", *argv(str(out), config)], capture_output=True,
+                       text=True, env=env(), preexec_fn=_limit_file_size(100), timeout=120)
+    assert r.returncode == EXIT_BAD_INPUT, r.stderr
+    # The workbook's zip is built in temporary files first: those hit the limit, and the message says so.
+    one_error_line(r.stderr, "file too large", "temporary file" if option == "-o xlsx" else str(out))
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_is_a_directory_and_name_too_long(tmp_path: Path) -> None:
+    r = CliRunner().invoke(cli, ["-q", "synth", "-o", str(tmp_path)])
+    assert r.exit_code == EXIT_BAD_INPUT
+    one_error_line(r.stderr, str(tmp_path), "is a directory")
+    long_name = str(tmp_path / ("x" * 300 + ".csv"))
+    r = CliRunner().invoke(cli, ["-q", str(TINY), "-o", long_name])
+    assert r.exit_code == EXIT_BAD_INPUT
+    one_error_line(r.stderr, "file name too long")
+    assert r.stdout == ""
+    # A long name that the file system takes must not fail because of the temporary name.
+    ok = tmp_path / ("y" * 250 + ".csv")
+    r = CliRunner().invoke(cli, ["-q", str(TINY), "-o", str(ok)])
+    assert r.exit_code == 0, r.stderr
+    assert ok.read_text().startswith("Layer,")
+
+
+# -- never replace anything but a regular file ------------------------------------
+
+
+def test_fifo_is_written_into(tmp_path: Path) -> None:
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    p = subprocess.Popen([sys.executable, "-m", "popliner", "-q", str(TINY), "-o", str(fifo), "--force"],
+                         stderr=subprocess.PIPE, env=env())
+    with open(fifo) as f:
+        text = f.read()
+    assert p.wait(timeout=120) == 0
+    assert text.startswith("Layer,")
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+    assert sorted(os.listdir(tmp_path)) == ["pipe"]
+
+
+def test_symlinks_are_kept(tmp_path: Path) -> None:
+    to_null = tmp_path / "null"
+    to_null.symlink_to("/dev/null")
+    r = CliRunner().invoke(cli, ["-q", str(TINY), "-o", str(to_null), "--force"])
+    assert r.exit_code == 0, r.stderr
+    assert to_null.is_symlink() and os.readlink(to_null) == "/dev/null"
+    real = tmp_path / "real.csv"
+    real.write_text("old")
+    real.chmod(0o640)
+    link = tmp_path / "link.csv"
+    link.symlink_to(real.name)
+    r = CliRunner().invoke(cli, ["-q", str(TINY), "-o", str(link)])
+    assert r.exit_code == EXIT_BAD_INPUT and "--force" in r.stderr
+    r = CliRunner().invoke(cli, ["-q", str(TINY), "-o", str(link), "--force"])
+    assert r.exit_code == 0, r.stderr
+    assert link.is_symlink() and real.read_text().startswith("Layer,")
+    assert stat.S_IMODE(real.stat().st_mode) == 0o640  # the replaced file keeps its mode
+    assert sorted(os.listdir(tmp_path)) == ["link.csv", "null", "real.csv"]
+
+
+def test_block_device_socket_and_directory_are_refused(tmp_path: Path) -> None:
+    block = next((str(p) for p in Path("/dev").iterdir() if p.is_block_device()), None)
+    cases = [str(tmp_path)] + ([block] if block else [])
+    for target in cases:
+        r = CliRunner().invoke(cli, ["-q", str(TINY), "-o", target, "--force"])
+        assert r.exit_code == EXIT_BAD_INPUT
+        one_error_line(r.stderr, target)
+    if block:
+        assert Path(block).is_block_device()
+
+
+@pytest.mark.parametrize("name", ["-", "/dev/stdout"])
+@pytest.mark.parametrize("option", list(OUTPUTS))
+def test_stdout_names_work_for_every_output(name: str, option: str, config: Path) -> None:
+    suffix, argv = OUTPUTS[option]
+    args = argv(name, config)
+    if option == "--config-out":  # the split JSON has stdout already
+        r = popliner(*args)
+        assert r.returncode == EXIT_BAD_INPUT
+        one_error_line(r.stderr, "would both go to stdout")
+        return
+    r = subprocess.run([sys.executable, "-m", "popliner", "-q", *args], capture_output=True, env=env(), timeout=120)
+    assert r.returncode == 0, r.stderr
+    head = r.stdout[:8]
+    # The format comes from the name; "-" has none, so -o - gives CSV (--format picks TSV).
+    expected = {".csv": b"Layer,", ".xlsx": b"Layer,", ".png": b"\x89PNG", ".yaml": b"",
+                ".xml": b"<?xml", ".json": b"{"}[suffix]
+    assert head.startswith(expected), head
+
+
+# -- signals -----------------------------------------------------------------------
+
+
+def _signal_run(argv: list[str], folder: Path, sig: int, rng: random.Random, finish_s: float) -> int:
+    """Start the CLI, wait for its first log line (it is running), signal it at a random later moment."""
+    p = subprocess.Popen([sys.executable, "-m", "popliner", "-vv", *argv], stdout=subprocess.DEVNULL,
+                         stderr=subprocess.PIPE, env=env(), cwd=folder)
+    assert p.stderr is not None
+    first = p.stderr.readline().decode()
+    assert "pid" in first, first
+    time.sleep(rng.uniform(0.0, 0.8 * finish_s))  # mostly before the end, at a random point
+    p.send_signal(sig)
+    text = first + p.stderr.read().decode()
+    code = p.wait(timeout=120)
+    assert "Traceback" not in text, text
+    assert code in (0, 128 + sig), (code, text)
+    if code:
+        errors = [ln for ln in text.splitlines() if ln.startswith("popliner: error: ")]
+        assert errors == [f"popliner: error: interrupted; no partial output file was left behind "
+                          f"({'Ctrl-C' if sig == signal.SIGINT else signal.Signals(sig).name})"], text
+    return code
+
+
+def _timed(argv: list[str], folder: Path) -> float:
+    """Seconds from the first log line to the end of a run."""
+    p = subprocess.Popen([sys.executable, "-m", "popliner", "-vv", *argv], stdout=subprocess.DEVNULL,
+                         stderr=subprocess.PIPE, env=env(), cwd=folder)
+    assert p.stderr is not None
+    p.stderr.readline()
+    started = time.perf_counter()
+    err = p.stderr.read()
+    assert p.wait(timeout=300) == 0, err
+    return time.perf_counter() - started
+
+
+SIGNALS = [signal.SIGTERM, signal.SIGHUP, signal.SIGINT]
+
+
+@pytest.mark.parametrize("what", ["synth", "workbook", "export"])
+def test_signals_at_random_points_leave_nothing(what: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = random.Random(f"signals-{what}")
+    folder = tmp_path / "run"
+    folder.mkdir()
+    out = {"synth": "out.json.gz", "workbook": "out.xlsx", "export": "out.json"}[what]
+    if what == "synth":
+        argv = ["synth", "--preset", "bert-base", "-o", out, "--force"]
+    elif what == "workbook":
+        argv = [str(BERT_TRAIN), "-o", out, "--force", "--no-cache"]
+    else:
+        argv = _export_argv(tmp_path, out, monkeypatch)
+    elapsed = _timed(argv, folder)
+    (folder / out).unlink()
+    interrupted = 0
+    for k in range(4):
+        sig = SIGNALS[k % len(SIGNALS)]
+        code = _signal_run(argv, folder, sig, rng, elapsed)
+        names = sorted(os.listdir(folder))
+        if code:
+            interrupted += 1
+            assert names == [], names
+        else:
+            assert names == [out]
+            (folder / out).unlink()
+    assert interrupted >= 2
+
+
+def _export_argv(tmp_path: Path, out: str, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """A `pva` module on the path that is the in-test double of a mid-sized synthetic profile."""
+    doc = tmp_path / "doc.json"
+    r = popliner("synth", "--preset", "bert-base", "--scale", "0.25", "-o", str(doc))
+    assert r.returncode == 0, r.stderr
+    mod = tmp_path / "pvamod"
+    mod.mkdir()
+    (mod / "pva.py").write_text(
+        "import json, sys\n"
+        f"sys.path.insert(0, {str(REPO / 'tests')!r})\n"
+        "from pva_double import make_pva\n"
+        f"_double = make_pva(json.load(open({str(doc)!r})))\n"
+        "globals().update({k: v for k, v in vars(_double).items() if not k.startswith('__')})\n")
+    pop, cbor = tmp_path / "profile.pop", tmp_path / "debug.cbor"
+    pop.write_bytes(b"SQLite format 3\x00")
+    cbor.write_bytes(b"\xa0")
+    monkeypatch.setenv("PYTHONPATH", str(mod) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    return ["export", str(pop), str(cbor), "-o", out, "--force"]
+
+
+# -- exit codes --------------------------------------------------------------------
+
+
+def test_check_over_budget_is_1_and_a_crash_is_70(config: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    r = CliRunner().invoke(cli, ["-q", "check", str(config), "--profile", str(TINY), "--budget", "0.1"])
+    assert r.exit_code == EXIT_DOES_NOT_FIT
+    import popliner.check
+
+    def crash(*a: Any, **k: Any) -> None:
+        raise ZeroDivisionError("division by zero")
+
+    monkeypatch.setattr(popliner.check, "check_config", crash)
+    r = CliRunner().invoke(cli, ["-q", "check", str(config), "--profile", str(TINY)])
+    assert r.exit_code == EXIT_INTERNAL
+    line = one_error_line(r.stderr, "internal error (a bug in popliner", "ZeroDivisionError", "-v")
+    assert "report" in line
+    r = CliRunner().invoke(cli, ["-v", "check", str(config), "--profile", str(TINY)])
+    assert r.exit_code == EXIT_INTERNAL
+    assert "Traceback (most recent call last)" in r.stderr and 'raise ZeroDivisionError("division by zero")' in r.stderr
+
+
+def test_no_fitting_split_is_3() -> None:
+    r = CliRunner().invoke(cli, ["-q", str(TINY), "--solve", "--num-ipus", "1", "--mem-per-tile", "10"])
+    assert r.exit_code == EXIT_NO_SPLIT
+    assert json.loads(r.stdout)
+
+
+@pytest.mark.parametrize(("argv", "needle"), [
+    (["TINY", "--num-ipus", "0"], "--num-ipus"),
+    (["simulate", "CFG", "-G", "0"], "-G"),
+    (["DIR"], "is a directory"),
+    (["TINY", "--no-such-option"], "--no-such-option"),
+    (["TINY", "--plot", "out.jpg"], "out.jpg: plot file names end in .png or .svg"),
+])
+def test_usage_errors_are_one_line_and_2(argv: list[str], needle: str, config: Path, tmp_path: Path) -> None:
+    subs = {"TINY": str(TINY), "CFG": str(config), "DIR": str(tmp_path)}
+    r = CliRunner().invoke(cli, [subs.get(a, a) for a in argv])
+    assert r.exit_code == EXIT_BAD_INPUT
+    one_error_line(r.stderr, needle)
+    assert r.stdout == ""  # nothing written before the failure
+
+
+def test_readme_exit_code_table_matches_the_constants() -> None:
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    table = text.split("<!-- exit-codes:start -->")[1].split("<!-- exit-codes:end -->")[0]
+    codes = [row.split("|")[1].strip() for row in table.strip().splitlines()[2:]]
+    from popliner.cli import EXIT_BROKEN_PIPE
+
+    expected = [str(c) for c in (0, EXIT_DOES_NOT_FIT, EXIT_BAD_INPUT, EXIT_NO_SPLIT, EXIT_INTERNAL)]
+    expected += [f"{128 + signal.SIGINT} / {128 + signal.SIGTERM} / {128 + signal.SIGHUP}", str(EXIT_BROKEN_PIPE)]
+    assert codes == expected
