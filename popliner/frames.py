@@ -103,8 +103,11 @@ class Model:
         from popliner.breakdown import profile_totals
 
         rows = profile_totals(self.analysis)
+        # Machine keys for notebooks (the component names of the other frames), titles as in the Totals table.
+        keys = (*COMPONENTS, "total_summed_over_tiles", "total_worst_tile")
         frame = pd.DataFrame({
-            "category": pd.array([r.category for r in rows], dtype="string"),
+            "category": pd.array(keys[: len(rows)], dtype="string"),
+            "title": pd.array([r.category for r in rows], dtype="string"),
             "model_bytes": pd.array([r.model for r in rows], dtype="int64"),
             "profile_bytes": pd.array([r.ground_truth for r in rows], dtype="Int64"),
         })
