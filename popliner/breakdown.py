@@ -7,8 +7,10 @@ import numpy as np
 from popliner.analysis import Analysis
 from popliner.arrays import gather_csr, sorted_unique, union_of
 from popliner.memory.model import MemoryModel
+from popliner.memory.ranges import ProfileRanges
 from popliner.memory.types import COMPONENT_TITLES, COMPONENTS, StageMemory
-from popliner.outputs.rows import Breakdown, LayerMatrix, LayerRow, OperationRow, TotalsRow
+from popliner.outputs.rows import Breakdown, LayerMatrix, LayerRow, OperationRow, RangeTable, TotalsRow
+from popliner.pipeline import position_memory
 
 __all__ = ["affinity_matrix", "build_breakdown", "interlayer_matrix", "profile_totals", "whole_profile_memory"]
 
@@ -21,7 +23,9 @@ GROUND_TRUTH = {
 }
 
 
-def build_breakdown(analysis: Analysis, *, with_operations: bool = True, with_totals: bool = True) -> Breakdown:
+def build_breakdown(analysis: Analysis, *, with_operations: bool = True, with_totals: bool = True,
+                    planner_ipus: int | None = None) -> Breakdown:
+    """The review tables; ``planner_ipus`` adds the range table of splits over up to that many IPUs."""
     p = analysis.profile
     return Breakdown(
         profile_path=p.path,
@@ -32,7 +36,44 @@ def build_breakdown(analysis: Analysis, *, with_operations: bool = True, with_to
         totals=profile_totals(analysis) if with_totals else (),
         unlayered=unlayered_row(analysis),
         whole=whole_model_row(analysis),
+        ranges=range_table(analysis, planner_ipus) if planner_ipus else None,
+        mode=analysis.mode,
+        profile_sha256=p.sha256,
     )
+
+
+def range_table(analysis: Analysis, max_ipus: int) -> RangeTable:
+    """The exact worst-tile figure of every contiguous layer range at every depth a split can give it.
+
+    Figures come from the solver's range table and :func:`popliner.pipeline.position_memory`,
+    so they are the bytes ``solve``, ``check`` and ``simulate`` report for the same IPU. The
+    range ``i..j`` sits at position 0 when ``i == 0`` (it then carries the operations of no
+    layer), else at some position >= 1; only the depth ``d`` (IPUs after it) changes its
+    figure, through the stash, so it is evaluated at position ``k`` of ``k + 1 + d`` IPUs.
+    """
+    n = len(analysis.layer_names)
+    training = analysis.mode == "training"
+    max_ipus = max(1, min(max_ipus, n))
+    depths = max_ipus if training else 1
+    values = np.full((n, n, depths), -1, np.int64)
+    costs = ProfileRanges(analysis.engine, np.iinfo(np.int64).max // 4)
+    for i in range(n):
+        k = 0 if i == 0 else 1
+        for j in range(i, n):
+            for d in _depths(i, j, n, max_ipus, training):
+                figure = position_memory(costs, i, j, k, k + 1 + d, training)
+                values[i, j, d if training else 0] = int(figure)
+    return RangeTable(analysis.layer_names, training, max_ipus, values)
+
+
+def _depths(i: int, j: int, n: int, max_ipus: int, training: bool) -> range:
+    """Depths a contiguous split over at most ``max_ipus`` IPUs can give range ``i..j``."""
+    if j == n - 1:
+        return range(0, 1)  # the last layer is on the last IPU
+    most = min(n - 1 - j, max_ipus - 1 - (1 if i > 0 else 0))  # each later IPU needs a layer
+    if not training:
+        return range(1, 2) if most >= 1 else range(0)
+    return range(1, most + 1)
 
 
 def operation_rows(analysis: Analysis) -> tuple[OperationRow, ...]:

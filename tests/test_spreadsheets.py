@@ -30,7 +30,7 @@ from popliner.memory.types import ComponentBytes, StageMemory
 from popliner.outputs import plots, tables, xlsx
 from popliner.outputs.formula import column_letter
 from popliner.outputs.planner import PLANNER_NOTE, planner_grid, write_planner
-from popliner.outputs.rows import Breakdown, LayerMatrix, LayerRow, OperationRow, TotalsRow
+from popliner.outputs.rows import Breakdown, LayerMatrix, LayerRow, OperationRow, RangeTable, TotalsRow
 from popliner.solvers.result import SplitResult, StageResult
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -72,7 +72,18 @@ def make_breakdown() -> Breakdown:
     unlayered = LayerRow("(no layer)", 1, ComponentBytes(100_000, 0, 0, 60_000, 5_000), 0, 50_000, 100)
     whole = LayerRow("Whole model on one IPU", 8, ComponentBytes(9_000_000, 900_000, 240_000, 400_000, 100_000),
                      7, 600_000, 8100)
-    return Breakdown("model.json", 4, 624_000, operations, layers, totals, unlayered, whole)
+    return Breakdown("model.json", 4, 624_000, operations, layers, totals, unlayered, whole, make_ranges(),
+                     "inference", "ab" * 32)
+
+
+def make_ranges() -> RangeTable:
+    """Exact figures of the six ranges of 3 layers, made up (inference: one column; -1 where no split of at
+    most 2 IPUs puts the range: block0 alone would leave head for a third IPU)."""
+    figures = {(0, 0): 200_000, (0, 1): 560_000, (0, 2): 700_000, (1, 1): -1, (1, 2): 480_000, (2, 2): 250_000}
+    values = np.full((3, 3, 1), -1, dtype=np.int64)
+    for (i, j), v in figures.items():
+        values[i, j, 0] = v
+    return RangeTable(LAYERS, False, 2, values)
 
 
 def make_matrices() -> tuple[LayerMatrix, LayerMatrix]:
@@ -150,6 +161,8 @@ def same(mine: Any, theirs: Any) -> bool:
     """Cell equality across engines: numbers approximately, booleans as booleans, blanks as None."""
     if isinstance(theirs, str) and theirs == "":
         theirs = None
+    if isinstance(mine, str) and mine == "":
+        mine = None  # a formula giving "" shows as blank
     if isinstance(mine, bool) != isinstance(theirs, (bool, np.bool_)):
         return False
     if isinstance(mine, bool):
@@ -379,7 +392,9 @@ def test_workbook_sheets(tmp_path: Path) -> None:
     path = tmp_path / "review.xlsx"
     _write_review(path)
     book = openpyxl.load_workbook(path)
-    assert book.sheetnames == ["Operations", "Layers", "Split planner", "Totals", "Affinity", "Interlayer"]
+    assert book.sheetnames == [
+        "Operations", "Layers", "Split planner", "Totals", "Affinity", "Interlayer", "Pipeline figures"
+    ]
 
 
 def test_workbook_formulas_agree_with_popliner_and_csv(tmp_path: Path) -> None:
@@ -389,12 +404,15 @@ def test_workbook_formulas_agree_with_popliner_and_csv(tmp_path: Path) -> None:
     engine = engine_values(path)
     assert_no_errors(engine)
     grids, _ = xlsx.workbook_grids(make_breakdown(), budget_bytes=BUDGET, split=make_split(), matrices=make_matrices())
+    book = {g.name: g for g in grids}
     for grid in grids:
-        for r, row in enumerate(grid.values(), start=1):
+        for r, row in enumerate(grid.values(book), start=1):
             for c, mine in enumerate(row, start=1):
                 theirs = engine.get((grid.name.upper(), f"{column_letter(c)}{r}"))
                 if mine is None:
-                    assert theirs is None
+                    assert theirs is None or str(theirs) == "empty"  # a blank cell inside a range read
+                elif mine == "":
+                    assert theirs in ("", None)
                 else:
                     assert same(mine, theirs), f"{grid.name}!{column_letter(c)}{r}: {mine!r} vs {theirs!r}"
     for sheet, kind in [
@@ -451,7 +469,7 @@ def test_workbook_is_readable(tmp_path: Path) -> None:
     book = openpyxl.load_workbook(path)
     assert book["Operations"].freeze_panes == "D2"
     assert book["Layers"].freeze_panes == "B2"
-    assert book["Split planner"].freeze_panes == "C12"
+    assert book["Split planner"].freeze_panes == "C19"
     layers = book["Layers"]
     assert layers["C2"].number_format == "#,##0"
     assert layers["I2"].number_format == "0.0"
@@ -460,11 +478,11 @@ def test_workbook_is_readable(tmp_path: Path) -> None:
     assert book.calculation.fullCalcOnLoad
     planner = book["Split planner"]
     assert planner["B3"].number_format == "#,##0"
-    assert planner["J12"].number_format == "0.0"
+    assert planner["J19"].number_format == "0.0"
     ranges = {str(rng.sqref) for rng in planner.conditional_formatting}
-    assert {"B6:C6", "B7:C7", "B10:C10", "C3", "C12:C14"} <= ranges
+    assert {"B12:C12", "B13:C13", "B14:C14", "C3", "C19:C21", "B19:B21"} <= ranges
     validations = planner.data_validations.dataValidation
-    assert [str(v.sqref) for v in validations] == ["B12:B14"]
+    assert [str(v.sqref) for v in validations] == ["B19:B21"]
     assert (validations[0].formula1, validations[0].formula2) == ("0", "1")
 
 
@@ -493,7 +511,7 @@ def test_workbook_needs_xlsx_suffix(tmp_path: Path) -> None:
 def test_long_or_odd_matrix_titles_become_legal_sheet_names() -> None:
     odd = LayerMatrix("Bytes [in/out]: layer*layer? and a long tail", LAYERS, np.zeros((3, 3), dtype=np.int64))
     grids, _ = xlsx.workbook_grids(make_breakdown(), budget_bytes=BUDGET, matrices=[odd, odd])
-    names = [g.name for g in grids[4:]]
+    names = [g.name for g in grids[4:6]]
     assert all(len(n) <= 31 and not re.search(r"[\[\]:*?/\\]", n) for n in names)
     assert len(set(names)) == 2
 
@@ -503,87 +521,118 @@ def test_long_or_odd_matrix_titles_become_legal_sheet_names() -> None:
 
 
 def _planner_figures(engine: dict[tuple[str, str], Any]) -> dict[str, list[Any]]:
-    rows = {"layers": 5, "worst": 6, "headroom": 7, "total": 8, "mb": 9, "fits": 10}
+    rows = {"layers": 8, "first": 9, "last": 10, "contiguous": 11, "worst": 12, "headroom": 13, "fits": 14,
+            "estimate": 15, "total": 16, "mb": 17}
     return {
         name: [engine.get(("SPLIT PLANNER", f"{col}{row}")) for col in ("B", "C")] for name, row in rows.items()
-    } | {"unplaced": [engine.get(("SPLIT PLANNER", "C3"))]}
+    } | {"unplaced": [engine.get(("SPLIT PLANNER", "C3"))], "used": [engine.get(("SPLIT PLANNER", "B6"))],
+         "exact": [engine.get(("SPLIT PLANNER", "C6"))]}
 
 
 def _normalise(figures: dict[str, list[Any]]) -> dict[str, list[Any]]:
     return {k: [bool(v) if isinstance(v, (bool, np.bool_)) else float(v) for v in vs] for k, vs in figures.items()}
 
 
+def _edited(tmp_path: Path, ipus: dict[str, int | None]) -> dict[str, list[Any]]:
+    """Type IPU numbers into the planner (cell -> IPU), save, recalculate with the independent engine."""
+    path = tmp_path / "review.xlsx"
+    if not path.exists():
+        _write_review(path, make_split())
+    book = openpyxl.load_workbook(path)
+    for cell, ipu in ipus.items():
+        book["Split planner"][cell] = ipu
+    edited = tmp_path / "edited.xlsx"
+    book.save(edited)
+    engine = engine_values(edited)
+    assert_no_errors(engine)
+    return _normalise(_planner_figures(engine))
+
+
 def test_planner_is_prefilled_from_the_split(tmp_path: Path) -> None:
     path = tmp_path / "review.xlsx"
     _write_review(path, make_split())
     sheet = openpyxl.load_workbook(path)["Split planner"]
-    assert [sheet[f"B{r}"].value for r in (12, 13, 14)] == [0, 1, 1]
-    assert [sheet[f"A{r}"].value for r in (12, 13, 14)] == list(LAYERS)
+    assert [sheet[f"B{r}"].value for r in (19, 20, 21)] == [0, 1, 1]
+    assert [sheet[f"A{r}"].value for r in (19, 20, 21)] == list(LAYERS)
     assert sheet["B3"].value == BUDGET
     assert sheet["A2"].value == PLANNER_NOTE
-    assert "upper bound" in PLANNER_NOTE and "popliner check" in PLANNER_NOTE
-    assert sheet["B6"].value == "=SUMIF($B$12:$B$14,B$4,$C$12:$C$14)"
-    assert sheet["B10"].value == "=B6<=$B$3"
+    assert "exact" in PLANNER_NOTE and "popliner check" in PLANNER_NOTE
+    assert sheet["B15"].value == "=SUMIF($B$19:$B$21,B$7,$C$19:$C$21)+$B$5"
+    assert sheet["C12"].value == (
+        "=IF(C8=0,0,IF($C$6,INDEX('Pipeline figures'!$F$2:$F$7,MATCH((C9*3)+C10,'Pipeline figures'!$A$2:$A$7,0),1),"
+        "C15))"
+    )
+    assert sheet["B14"].value == "=B12<=$B$3"
     figures = _normalise(_planner_figures(engine_values(path)))
     assert figures == {
         "layers": [1, 2],
-        "worst": [150_000, 650_000],  # 400,000 + 250,000
-        "headroom": [350_000, -150_000],
+        "first": [0, 1],
+        "last": [0, 2],
+        "contiguous": [True, True],
+        "worst": [200_000, 480_000],  # looked up: ranges 0..0 and 1..2
+        "headroom": [300_000, 20_000],
+        "fits": [True, True],
+        "estimate": [200_000, 650_000],  # 150,000 + 50,000 (no layer) | 400,000 + 250,000
         "total": [1_930_000, 10_135_000],
         "mb": [1.9, 10.1],
-        "fits": [True, False],
         "unplaced": [0],
+        "used": [2],
+        "exact": [True],
     }
 
 
-def test_planner_totals_follow_an_edited_ipu(tmp_path: Path) -> None:
-    """Move "head" to IPU 0 in the sheet, recalculate, and compare with sums done by hand."""
-    path = tmp_path / "review.xlsx"
-    _write_review(path, make_split())
-    book = openpyxl.load_workbook(path)
-    book["Split planner"]["B14"] = 0
-    edited = tmp_path / "edited.xlsx"
-    book.save(edited)
-    figures = _normalise(_planner_figures(engine_values(edited)))
-    assert figures == {
-        "layers": [2, 1],
-        "worst": [400_000, 400_000],  # 150,000 + 250,000 | 400,000
-        "headroom": [100_000, 100_000],
-        "total": [4_115_000, 7_950_000],  # 1,930,000 + 2,185,000 | 7,950,000
-        "mb": [4.1, 8.0],
-        "fits": [True, True],
-        "unplaced": [0],
-    }
+def test_planner_looks_up_another_contiguous_split(tmp_path: Path) -> None:
+    """Move block0 to IPU 0: ranges 0..1 and 2..2, figures from the table, by hand."""
+    figures = _edited(tmp_path, {"B20": 0})
+    assert figures["exact"] == [True]
+    assert figures["worst"] == [560_000, 250_000]
+    assert figures["fits"] == [False, True]
+    assert figures["headroom"] == [-60_000, 250_000]
+
+
+def test_planner_falls_back_to_the_estimate_when_not_contiguous(tmp_path: Path) -> None:
+    """Move head to IPU 0: IPU 0 holds embed and head around IPU 1's block0."""
+    figures = _edited(tmp_path, {"B21": 0})
+    assert figures["exact"] == [False]
+    assert figures["contiguous"] == [False, False]  # IPU 0 in two runs; IPU 1 does not follow IPU 0's last layer
+    assert figures["worst"] == [450_000, 400_000]  # 150,000 + 250,000 + 50,000 | 400,000
+    assert figures["total"] == [4_115_000, 7_950_000]
 
 
 def test_planner_counts_layers_on_no_listed_ipu(tmp_path: Path) -> None:
-    path = tmp_path / "review.xlsx"
-    _write_review(path, make_split())
-    book = openpyxl.load_workbook(path)
-    book["Split planner"]["B13"] = 5  # an IPU without a column
-    edited = tmp_path / "edited.xlsx"
-    book.save(edited)
-    figures = _normalise(_planner_figures(engine_values(edited)))
+    figures = _edited(tmp_path, {"B20": 5})  # an IPU without a column
     assert figures["unplaced"] == [1]
     assert figures["layers"] == [1, 1]
+    assert figures["exact"] == [False]
+
+
+def test_planner_one_ipu_is_exact(tmp_path: Path) -> None:
+    figures = _edited(tmp_path, {"B20": 0, "B21": 0})
+    assert figures["used"] == [1]
+    assert figures["exact"] == [True]
+    assert figures["worst"] == [700_000, 0]
 
 
 def test_planner_without_split_puts_everything_on_ipu_0() -> None:
     grid, layout = planner_grid(make_breakdown(), budget_bytes=BUDGET)
     assert layout.num_ipus == 2  # 800,000 worst-tile bytes over a 500,000 budget
-    assert [grid.value(r, 2) for r in (12, 13, 14)] == [0, 0, 0]
-    assert [grid.value(6, c) for c in (2, 3)] == [800_000, 0]
-    assert grid.value(10, 2) is False
+    assert [grid.value(r, 2) for r in (19, 20, 21)] == [0, 0, 0]
+    assert [grid.value(15, c) for c in (2, 3)] == [850_000, 0]
+    # The exact figure needs the Pipeline figures sheet: evaluate with the whole book.
+    grids, _ = xlsx.workbook_grids(make_breakdown(), budget_bytes=BUDGET)
+    book = {g.name: g for g in grids}
+    assert grid.value(12, 2, book) == 700_000
+    assert grid.value(14, 2, book) is False
 
 
 def test_planner_leaves_unsplit_layers_blank() -> None:
     split = SplitResult("greedy", "GREEDY", "inference", 2, BUDGET, (_stage(0, ("embed", "block0"), 0),))
     grid, _ = planner_grid(make_breakdown(), budget_bytes=BUDGET, split=split)
-    assert [grid.value(r, 2) for r in (12, 13, 14)] == [0, 0, None]
+    assert [grid.value(r, 2) for r in (19, 20, 21)] == [0, 0, None]
     assert grid.value(3, 3) == 1
-    grid.put(14, 2, 1)  # the grid itself recalculates too
+    grid.put(21, 2, 1)  # the grid itself recalculates too
     assert grid.value(3, 3) == 0
-    assert grid.value(6, 3) == 250_000
+    assert grid.value(15, 3) == 250_000
 
 
 def test_planner_refuses_a_bad_budget() -> None:
@@ -770,9 +819,9 @@ def test_several_tables_in_one_tsv_point_at_their_own_rows(tmp_path: Path) -> No
     assert rows[12][7] == "=SUM(C13:G13)"
 
 
-def _workbook_csv(grid: Any) -> list[list[Any]]:
+def _workbook_csv(grid: Any, book: Any) -> list[list[Any]]:
     stream = io.StringIO(newline="")
-    tables.write_grid(grid, stream, "csv")
+    tables.write_grid(grid, stream, "csv", book=book)
     return [[typed(text) for text in row] for row in parse_rows(stream.getvalue(), "csv")]
 
 
@@ -784,9 +833,10 @@ def test_pandas_reads_the_same_numbers_as_the_csv_on_every_sheet(tmp_path: Path)
     grids, _ = xlsx.workbook_grids(make_breakdown(), budget_bytes=BUDGET, split=make_split(), matrices=make_matrices())
     assert list(frames) == [g.name for g in grids]
     numbers = 0
+    book = {g.name: g for g in grids}
     for grid in grids:
         frame = frames[grid.name]
-        for r, row in enumerate(_workbook_csv(grid)):
+        for r, row in enumerate(_workbook_csv(grid, book)):
             for c, expected in enumerate(row):
                 actual = frame.iat[r, c] if r < frame.shape[0] and c < frame.shape[1] else None
                 if expected is None:
@@ -822,7 +872,7 @@ def test_sheet_names_are_short_and_whole() -> None:
     named = LayerMatrix("Memory affinity (bytes of variables both layers use)", LAYERS, np.zeros((3, 3), np.int64),
                         sheet="Affinity")
     grids, _ = xlsx.workbook_grids(make_breakdown(), budget_bytes=BUDGET, matrices=[named, long])
-    assert [g.name for g in grids[4:]] == ["Affinity", "Memory affinity"]
+    assert [g.name for g in grids[4:6]] == ["Affinity", "Memory affinity"]
 
 
 def test_every_number_column_has_a_format(tmp_path: Path) -> None:

@@ -36,6 +36,7 @@ SUBCOMMANDS: dict[str, str] = {
     "analyse": "popliner.cli.analyse",
     "cache": "popliner.cli.cache",
     "check": "popliner.cli.check",
+    "config-from": "popliner.cli.config_from",
     "export": "popliner.cli.export",
     "simulate": "popliner.cli.simulate",
     "synth": "popliner.cli.synth",

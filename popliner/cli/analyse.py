@@ -322,7 +322,8 @@ def _write_tables(analysis: Analysis, outputs: Outputs, fmt: str, output: str | 
     if not outputs.any_table and not xlsx:
         return
     breakdown = build_breakdown(analysis, with_operations=outputs.operation_breakdown or xlsx,
-                                with_totals=outputs.memory_totals or xlsx)
+                                with_totals=outputs.memory_totals or xlsx,
+                                planner_ipus=max(num_ipus, split.num_ipus_used if split else 0) if xlsx else None)
     matrices = []
     if outputs.memory_affinity:
         matrices.append(affinity_matrix(analysis))

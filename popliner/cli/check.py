@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from dataclasses import replace
 
 import click
 
@@ -24,7 +25,7 @@ def _budget(ctx: click.Context, param: click.Parameter, value: float | None) -> 
 
 
 @click.command(name="check", context_settings={"help_option_names": ["-h", "--help"]})
-@click.argument("config", type=click.Path(dir_okay=False, path_type=str))
+@click.argument("config", type=click.Path(dir_okay=False, path_type=str), metavar="CONFIG|REVIEW.xlsx")
 @click.option("--profile", required=True, type=click.Path(dir_okay=False, path_type=str),
               help="The profile to recompute memory from.")
 @click.option("--budget", type=float, default=None, callback=_budget,
@@ -39,19 +40,32 @@ def command(config: str, profile: str, budget: float | None, junit: str | None, 
             no_cache: bool, cache_dir: str | None) -> None:
     """Check that every IPU of CONFIG fits: exit 0 if all fit, 1 if any does not, 2 on bad input.
 
+    CONFIG is a pipeline YAML, or a review workbook (.xlsx) whose Split
+    planner sheet holds the split typed into its IPU column.
+
     Memory is recomputed from PROFILE's operations for the config's split,
     not copied from the config's predictions.
     """
     from popliner.check import check_config
+    from popliner.config.planner import config_from_planner, is_workbook, read_planner
     from popliner.config.yaml_io import read_config
     from popliner.outputs.check_report import check_table, write_junit
 
     for path in (junit, output):
         if path:
             check_writable(path, force)
-    cfg = read_config(config)
-    analysis = load_analysis(profile, AnalysisOptions(mode=cfg.mode), use_cache=not no_cache,  # type: ignore[arg-type]
-                             cache_dir=cache_dir)
+    if is_workbook(config):
+        # The split typed into the review workbook's planner, checked exactly as a config.
+        choice = read_planner(config)
+        analysis = load_analysis(profile, AnalysisOptions(mode=choice.mode), use_cache=not no_cache,  # type: ignore[arg-type]
+                                 cache_dir=cache_dir)
+        cfg = config_from_planner(choice, analysis)
+        if choice.profile_sha256:
+            cfg = replace(cfg, profile_sha256=choice.profile_sha256)
+    else:
+        cfg = read_config(config)
+        analysis = load_analysis(profile, AnalysisOptions(mode=cfg.mode), use_cache=not no_cache,  # type: ignore[arg-type]
+                                 cache_dir=cache_dir)
     if cfg.profile_sha256 and cfg.profile_sha256 != analysis.profile.sha256:
         log.warning("%s was made from a profile with another content hash; checking against %s", config, profile)
     per_tile = analysis.profile.target.bytes_per_tile

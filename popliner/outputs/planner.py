@@ -1,26 +1,38 @@
-"""The split-planner sheet: layers with an editable IPU column and live per-IPU sums.
+"""The split-planner sheet: layers with an editable IPU column and live per-IPU figures.
 
 Layout (rows are fixed so the XLSX writer can freeze everything above the
 layer table and keep the per-IPU figures in view while the IPU column is
 edited)::
 
     1  title
-    2  note: the per-IPU figures are upper bounds; `popliner check` is exact
+    2  note: exact figures for a contiguous split, an estimate otherwise
     3  Budget per tile (bytes) | <budget> | <layers on no listed IPU> | explanation
-    4  IPU                      | 0 | 1 | ...          (one column per IPU)
-    5  Layers                   | COUNTIF over the IPU column
-    6  Worst-tile bytes (sum)   | SUMIF of the layers' worst-tile bytes
-    7  Headroom per tile        | budget - row 6
-    8  Total (bytes)            | SUMIF of the layers' totals (summed over tiles)
-    9  Total (MB)               | ROUND(row 8 / 10^6, 1)
-    10 Fits the budget          | row 6 <= budget
-    11 layer table header: Layer | IPU | Worst-tile bytes | five components | Total | Total MB | Cycles
-    12... one row per layer
+    4  Mode | <training/inference> | Profile sha256 | <sha256> (read back by config-from)
+    5  Operations of no layer (on IPU 0) | their worst-tile bytes
+    6  IPUs used | K | exact? | what the figures are
+    7  IPU                      | 0 | 1 | ...          (one column per IPU)
+    8  Layers                   | COUNTIF over the IPU column
+    9  First layer (#)          | MATCH of the IPU in the IPU column
+    10 Last layer (#)           | first + count - 1
+    11 Contiguous, in order     | one run of the IPU, right after the previous IPU's
+    12 Worst-tile bytes         | exact: INDEX/MATCH into the Pipeline figures sheet; else row 15
+    13 Headroom per tile        | budget - row 12
+    14 Fits the budget          | row 12 <= budget
+    15 Estimate (sum of layers) | SUMIF of the layers' own worst-tile bytes (+ row 5 on IPU 0)
+    16 Total (bytes)            | SUMIF of the layers' totals (summed over tiles)
+    17 Total (MB)               | ROUND(row 16 / 10^6, 1)
+    18 layer table header: Layer | IPU | Worst-tile bytes | five components | Total | Total MB | Cycles | # | run
+    19... one row per layer
 
-Adding the worst-tile bytes of the layers on an IPU bounds that IPU's worst
-tile from above: the layers' worst tiles need not coincide, vertex code is
-shared between layers, and not every layer's data is live at the same time.
-The note on the sheet says so; ``popliner check`` computes the real figure.
+When every layer has an IPU, each IPU's layers are one run, and the IPUs
+follow the layer order (IPU 0 first, no IPU skipped), the split is a
+contiguous pipeline and row 12 looks up popliner's own figure of each IPU's
+layer range at its depth in the pipeline (the "Pipeline figures" sheet,
+:class:`~popliner.outputs.rows.RangeTable`): the bytes ``popliner check``
+reports for the same split. Otherwise row 12 falls back to the sum of the
+layers' own worst-tile bytes, an estimate (the layers' worst tiles need not
+coincide, shared code counts once per layer, and the stash is left out), and
+row 6 says so.
 """
 
 from __future__ import annotations
@@ -31,6 +43,7 @@ from typing import IO, TextIO
 
 from popliner.errors import UsageProblem
 from popliner.outputs.formula import (
+    And,
     Arith,
     Cell,
     CellRef,
@@ -39,38 +52,68 @@ from popliner.outputs.formula import (
     CountIf,
     Expr,
     Grid,
+    If,
+    Index,
+    Match,
     RangeRef,
     Ref,
     Sum,
     SumIf,
     mb,
 )
-from popliner.outputs.rows import Breakdown, LayerRow
+from popliner.outputs.rows import Breakdown, LayerRow, RangeTable
 from popliner.outputs.tables import BYTES_FORMAT, COMPONENT_HEADERS, COUNT_FORMAT, MB_FORMAT, TableFormat, write_grid
 from popliner.solvers.result import SplitResult
 
-__all__ = ["PLANNER_NOTE", "PlannerLayout", "default_num_ipus", "planner_grid", "write_planner"]
+__all__ = [
+    "EXACT_TEXT",
+    "ESTIMATE_TEXT",
+    "PLANNER_NOTE",
+    "PLANNER_SHEET",
+    "RANGES_SHEET",
+    "PlannerLayout",
+    "default_num_ipus",
+    "planner_grid",
+    "ranges_grid",
+    "write_planner",
+]
 
+PLANNER_SHEET = "Split planner"
+RANGES_SHEET = "Pipeline figures"
 PLANNER_TITLE = (
     "Split planner: type an IPU number for each layer in column B; the per-IPU figures above the table update."
 )
 PLANNER_NOTE = (
-    "Per-IPU figures add up the layers' own figures, so they are an upper bound: code shared between "
-    "layers and liveness peaks that do not coincide make the true stage figure smaller. "
-    "Run `popliner check` on the chosen split for the exact figure."
+    "For a contiguous split (each IPU one run of layers, IPUs in layer order from IPU 0) the worst-tile bytes "
+    "are popliner's exact figures, the same as `popliner check` gives: looked up per IPU on the "
+    f"'{RANGES_SHEET}' sheet (stash and copy buffers included). Any other assignment falls back to the sum "
+    "of the layers' own figures, an estimate only. `popliner check THIS.xlsx --profile P` checks the split "
+    "typed here."
+)
+EXACT_TEXT = "exact: popliner's figures for this contiguous split (as popliner check)"
+ESTIMATE_TEXT = (
+    "estimate: not a contiguous split over the IPUs of the table, so row 12 adds up the layers' own figures "
+    "(no stash, shared code counted per layer)"
 )
 
 # Fixed rows of the layout (see the module docstring).
 BUDGET_ROW = 3
-IPU_ROW = 4
-COUNT_ROW = 5
-WORST_ROW = 6
-HEADROOM_ROW = 7
-TOTAL_ROW = 8
-MB_ROW = 9
-FITS_ROW = 10
-HEADER_ROW = 11
-FIRST_LAYER_ROW = 12
+MODE_ROW = 4
+UNLAYERED_ROW = 5
+STATUS_ROW = 6
+IPU_ROW = 7
+COUNT_ROW = 8
+FIRST_ROW = 9
+LAST_ROW = 10
+CONTIGUOUS_ROW = 11
+WORST_ROW = 12
+HEADROOM_ROW = 13
+FITS_ROW = 14
+ESTIMATE_ROW = 15
+TOTAL_ROW = 16
+MB_ROW = 17
+HEADER_ROW = 18
+FIRST_LAYER_ROW = 19
 
 # Columns of the layer table.
 LAYER_COL = 1
@@ -80,18 +123,25 @@ FIRST_COMPONENT_COL = 4
 TOTAL_COL = 9
 MB_COL = 10
 CYCLES_COL = 11
+INDEX_COL = 12  # the layer's position (0-based), which the range lookup keys on
+RUN_COL = 13  # the IPU where a run of equal IPUs starts, else blank: one run per IPU means contiguous
+
+# Columns of the Pipeline figures sheet.
+KEY_COL = 1
+FIRST_FIGURE_COL = 6
 
 
 @dataclass(frozen=True)
 class PlannerLayout:
-    """Where the planner's interesting cells are, for styling and for tests."""
+    """Where the planner's interesting cells are, for styling, reading back and tests."""
 
     budget: CellRef
     unplaced: CellRef
+    exact: CellRef
     num_ipus: int
-    ipu_numbers: RangeRef  # row 4, one cell per IPU
+    ipu_numbers: RangeRef  # one cell per IPU
     layer_counts: RangeRef
-    worst_sums: RangeRef
+    worst_sums: RangeRef  # the per-IPU worst-tile figure (exact or estimate)
     headroom: RangeRef
     totals: RangeRef
     fits: RangeRef
@@ -117,7 +167,7 @@ def default_num_ipus(breakdown: Breakdown, budget_bytes: int, split: SplitResult
     """How many IPU columns the planner offers.
 
     With a split: every IPU it requested or used. Without: enough IPUs for the
-    summed worst-tile figures to fit (the upper bound), at most one per layer.
+    summed worst-tile figures to fit, at most one per layer.
     """
     if split is not None:
         used = max(split.ipu_of_layer.values(), default=-1) + 1
@@ -132,12 +182,14 @@ def planner_grid(
     budget_bytes: int,
     split: SplitResult | None = None,
     num_ipus: int | None = None,
-    name: str = "Split planner",
+    name: str = PLANNER_SHEET,
 ) -> tuple[Grid, PlannerLayout]:
     """Build the planner sheet. IPUs come from ``split`` when given, else every layer is on IPU 0.
 
     A layer the split does not place is left blank, so it shows up in the
     "layers on no listed IPU" count instead of silently landing on IPU 0.
+    Exact figures need ``breakdown.ranges`` and the :func:`ranges_grid` sheet
+    in the same workbook; without them the planner shows estimates only.
     """
     if budget_bytes <= 0:
         raise UsageProblem(f"the per-tile budget must be positive, got {budget_bytes}")
@@ -148,8 +200,8 @@ def planner_grid(
     grid = Grid(name, column_formats=_layer_formats())
     grid.append([PLANNER_TITLE], style="title")
     grid.append([PLANNER_NOTE], style="note")
-    _add_budget_row(grid, layout, budget_bytes, len(breakdown.layers))
-    _add_ipu_rows(grid, layout)
+    _add_params(grid, layout, breakdown, budget_bytes)
+    _add_ipu_rows(grid, layout, breakdown.ranges)
     _add_layer_table(grid, breakdown.layers, split)
     return grid, layout
 
@@ -161,6 +213,7 @@ def _layout(n_layers: int, ipus: int) -> PlannerLayout:
     return PlannerLayout(
         budget=CellRef(BUDGET_ROW, 2, abs_row=True, abs_col=True),
         unplaced=CellRef(BUDGET_ROW, 3),
+        exact=CellRef(STATUS_ROW, 3, abs_row=True, abs_col=True),
         num_ipus=ipus,
         ipu_numbers=ipu_row(IPU_ROW),
         layer_counts=ipu_row(COUNT_ROW),
@@ -177,49 +230,137 @@ def _layout(n_layers: int, ipus: int) -> PlannerLayout:
 def _layer_formats() -> dict[int, str]:
     formats = {IPU_COL: COUNT_FORMAT, WORST_COL: BYTES_FORMAT, MB_COL: MB_FORMAT, CYCLES_COL: BYTES_FORMAT}
     formats.update({c: BYTES_FORMAT for c in range(FIRST_COMPONENT_COL, TOTAL_COL + 1)})
+    formats.update({INDEX_COL: COUNT_FORMAT, RUN_COL: COUNT_FORMAT})
     return formats
 
 
-def _add_budget_row(grid: Grid, layout: PlannerLayout, budget_bytes: int, n_layers: int) -> None:
-    # The unplaced count goes before its explanation so the text can spill
-    # into the empty cells on its right instead of being cut off.
+def _add_params(grid: Grid, layout: PlannerLayout, breakdown: Breakdown, budget_bytes: int) -> None:
+    # A figure goes before its explanation so the text can spill into the
+    # empty cells on its right instead of being cut off.
     placed = Sum((layout.layer_counts,))
     grid.put(BUDGET_ROW, 1, "Budget per tile (bytes)")
     grid.put(BUDGET_ROW, 2, budget_bytes, fmt=BYTES_FORMAT)
-    grid.put(BUDGET_ROW, 3, Arith(Const(n_layers), "-", placed), fmt=COUNT_FORMAT)
-    grid.put(BUDGET_ROW, 4, "layer(s) on no IPU listed below: give each layer an IPU from row 4")
-    grid.set_style(BUDGET_ROW, "params")
+    grid.put(BUDGET_ROW, 3, Arith(Const(len(breakdown.layers)), "-", placed), fmt=COUNT_FORMAT)
+    grid.put(BUDGET_ROW, 4, f"layer(s) on no IPU listed below: give each layer an IPU from row {IPU_ROW}")
+    grid.put(MODE_ROW, 1, "Mode")
+    grid.put(MODE_ROW, 2, breakdown.mode or "inference")
+    grid.put(MODE_ROW, 3, "Profile")
+    grid.put(MODE_ROW, 4, breakdown.profile_path)
+    grid.put(MODE_ROW, 5, breakdown.profile_sha256)
+    unlayered = breakdown.unlayered.worst_tile_bytes if breakdown.unlayered is not None else 0
+    grid.put(UNLAYERED_ROW, 1, "Operations of no layer (on IPU 0), worst-tile bytes")
+    grid.put(UNLAYERED_ROW, 2, unlayered, fmt=BYTES_FORMAT)
+    for row in (BUDGET_ROW, MODE_ROW, UNLAYERED_ROW):
+        grid.set_style(row, "params")
 
 
-def _ipu_summary(layout: PlannerLayout, row: int, col: int) -> Expr:
+def _ipu(col: int) -> Ref:
+    return Ref(CellRef(IPU_ROW, col, abs_row=True))
+
+
+def _at(row: int, col: int) -> Ref:
+    return Ref(CellRef(row, col))
+
+
+def _status_row(grid: Grid, layout: PlannerLayout, ranges: RangeTable | None) -> None:
+    last_col = 1 + layout.num_ipus
+    zero_ipus = CountIf(layout.layer_counts, Const(0))
+    grid.put(STATUS_ROW, 1, "IPUs used")
+    grid.put(STATUS_ROW, 2, Arith(Const(layout.num_ipus), "-", zero_ipus), fmt=COUNT_FORMAT)
+    exact: Cell = False
+    if ranges is not None and layout.has_layers:
+        contiguous = RangeRef(CellRef(CONTIGUOUS_ROW, 2), CellRef(CONTIGUOUS_ROW, last_col))
+        exact = And((
+            Compare(Ref(layout.unplaced), "=", Const(0)),
+            contiguous,
+            Compare(_at(STATUS_ROW, 2), "<=", Const(ranges.max_ipus)),
+        ))
+    grid.put(STATUS_ROW, 3, exact)
+    grid.put(STATUS_ROW, 4, If(Ref(layout.exact), Const(EXACT_TEXT), Const(ESTIMATE_TEXT)))
+    grid.set_style(STATUS_ROW, "params")
+
+
+def _contiguous(layout: PlannerLayout, col: int) -> Expr:
+    """One run of this IPU's layers, right after the previous IPU's (IPU 0 starting at layer 0)."""
+    one_run = Compare(CountIf(layout.layer_column(RUN_COL), _ipu(col)), "=", Const(1))
+    if col == 2:
+        in_order: Expr = Compare(_at(FIRST_ROW, col), "=", Const(0))
+    else:
+        in_order = And((
+            Compare(_at(COUNT_ROW, col - 1), ">", Const(0)),
+            Compare(Arith(_at(LAST_ROW, col - 1), "+", Const(1)), "=", _at(FIRST_ROW, col)),
+        ))
+    return If(Compare(_at(COUNT_ROW, col), "=", Const(0)), Const(True), And((one_run, in_order)))
+
+
+def _lookup(layout: PlannerLayout, col: int, ranges: RangeTable) -> Expr:
+    """This IPU's exact figure: its range's row on the figures sheet, the column of its depth."""
+    n = len(ranges.layers)
+    last_row = 1 + n * (n + 1) // 2
+    keys = RangeRef(CellRef(2, KEY_COL, RANGES_SHEET, True, True), CellRef(last_row, KEY_COL, RANGES_SHEET, True, True))
+    figures = RangeRef(CellRef(2, FIRST_FIGURE_COL, RANGES_SHEET, True, True),
+                       CellRef(last_row, FIRST_FIGURE_COL + ranges.depths - 1, RANGES_SHEET, True, True))
+    key = Arith(Arith(_at(FIRST_ROW, col), "*", Const(n)), "+", _at(LAST_ROW, col))
+    ipu = col - 2
+    # Depth d = K-1-i picks column d+1 = K-i; inference has one column.
+    depth_col: Expr = Arith(Ref(CellRef(STATUS_ROW, 2, abs_row=True, abs_col=True)), "-", Const(ipu)) if (
+        ranges.training) else Const(1)
+    return Index(figures, Match(key, keys), depth_col)
+
+
+def _ipu_summary(layout: PlannerLayout, row: int, col: int, ranges: RangeTable | None) -> Expr:
     """The formula of one per-IPU cell (``row`` picks the figure)."""
-    ipu = Ref(CellRef(IPU_ROW, col, abs_row=True))
     budget = Ref(layout.budget)
+    count = _at(COUNT_ROW, col)
     if row == HEADROOM_ROW:
-        return Arith(budget, "-", Ref(CellRef(WORST_ROW, col)))
+        return Arith(budget, "-", _at(WORST_ROW, col))
     if row == MB_ROW:
         return mb(CellRef(TOTAL_ROW, col))
     if row == FITS_ROW:
-        return Compare(Ref(CellRef(WORST_ROW, col)), "<=", budget)
+        return Compare(_at(WORST_ROW, col), "<=", budget)
     if not layout.has_layers:
-        return Const(0)
+        return Const(True) if row == CONTIGUOUS_ROW else Const(0) if row != FIRST_ROW and row != LAST_ROW else (
+            Const(-1))
+    ipus = layout.layer_column(IPU_COL)
     if row == COUNT_ROW:
-        return CountIf(layout.layer_column(IPU_COL), ipu)
-    source = WORST_COL if row == WORST_ROW else TOTAL_COL
-    return SumIf(layout.layer_column(IPU_COL), ipu, layout.layer_column(source))
+        return CountIf(ipus, _ipu(col))
+    if row == FIRST_ROW:
+        return If(Compare(count, "=", Const(0)), Const(-1), Arith(Match(_ipu(col), ipus), "-", Const(1)))
+    if row == LAST_ROW:
+        return If(Compare(count, "=", Const(0)), Const(-1),
+                  Arith(Arith(_at(FIRST_ROW, col), "+", count), "-", Const(1)))
+    if row == CONTIGUOUS_ROW:
+        return _contiguous(layout, col)
+    if row == ESTIMATE_ROW:
+        summed: Expr = SumIf(ipus, _ipu(col), layout.layer_column(WORST_COL))
+        if col == 2:
+            summed = Arith(summed, "+", Ref(CellRef(UNLAYERED_ROW, 2, abs_row=True, abs_col=True)))
+        return summed
+    if row == WORST_ROW:
+        estimate = _at(ESTIMATE_ROW, col)
+        if ranges is None:
+            return If(Compare(count, "=", Const(0)), Const(0), estimate)
+        return If(Compare(count, "=", Const(0)), Const(0), If(Ref(layout.exact), _lookup(layout, col, ranges),
+                                                             estimate))
+    return SumIf(ipus, _ipu(col), layout.layer_column(TOTAL_COL))  # TOTAL_ROW
 
 
 _SUMMARY_ROWS: dict[int, tuple[str, str | None]] = {
     COUNT_ROW: ("Layers", COUNT_FORMAT),
-    WORST_ROW: ("Worst-tile bytes (sum over its layers)", BYTES_FORMAT),
+    FIRST_ROW: ("First layer (#, -1: none)", COUNT_FORMAT),
+    LAST_ROW: ("Last layer (#, -1: none)", COUNT_FORMAT),
+    CONTIGUOUS_ROW: ("One run of layers, in pipeline order", None),
+    WORST_ROW: ("Worst-tile bytes (row 6 says exact or estimate)", BYTES_FORMAT),
     HEADROOM_ROW: ("Headroom per tile (bytes)", BYTES_FORMAT),
-    TOTAL_ROW: ("Total (bytes, summed over tiles)", BYTES_FORMAT),
+    FITS_ROW: ("Fits the budget", None),
+    ESTIMATE_ROW: ("Estimate: sum of its layers' worst-tile bytes", BYTES_FORMAT),
+    TOTAL_ROW: ("Total (bytes, summed over tiles and layers)", BYTES_FORMAT),
     MB_ROW: ("Total (MB)", MB_FORMAT),
-    FITS_ROW: ("Fits the budget (upper bound)", None),
 }
 
 
-def _add_ipu_rows(grid: Grid, layout: PlannerLayout) -> None:
+def _add_ipu_rows(grid: Grid, layout: PlannerLayout, ranges: RangeTable | None) -> None:
+    _status_row(grid, layout, ranges)
     grid.put(IPU_ROW, 1, "IPU")
     grid.set_style(IPU_ROW, "header")
     for ipu in range(layout.num_ipus):
@@ -227,21 +368,46 @@ def _add_ipu_rows(grid: Grid, layout: PlannerLayout) -> None:
     for row, (label, fmt) in _SUMMARY_ROWS.items():
         grid.put(row, 1, label)
         for ipu in range(layout.num_ipus):
-            grid.put(row, 2 + ipu, _ipu_summary(layout, row, 2 + ipu), fmt=fmt)
+            grid.put(row, 2 + ipu, _ipu_summary(layout, row, 2 + ipu, ranges), fmt=fmt)
 
 
 def _add_layer_table(grid: Grid, layers: tuple[LayerRow, ...], split: SplitResult | None) -> None:
-    header = ["Layer", "IPU", "Worst-tile bytes", *COMPONENT_HEADERS, "Total (bytes)", "Total (MB)", "Cycles"]
+    header = ["Layer", "IPU", "Worst-tile bytes", *COMPONENT_HEADERS, "Total (bytes)", "Total (MB)", "Cycles",
+              "Layer #", "Run of IPU"]
     for col, title in enumerate(header, start=1):
         grid.put(HEADER_ROW, col, title)
     grid.set_style(HEADER_ROW, "header")
     placement = split.ipu_of_layer if split is not None else {}
-    for layer in layers:
+    for k, layer in enumerate(layers):
         row = grid.n_rows + 1
         ipu: Cell = placement.get(layer.layer) if split is not None else 0
         total = Sum((RangeRef(CellRef(row, FIRST_COMPONENT_COL), CellRef(row, TOTAL_COL - 1)),))
+        here = Ref(CellRef(row, IPU_COL))
+        run: Cell = here if k == 0 else If(Compare(here, "=", Ref(CellRef(row - 1, IPU_COL))), Const(""), here)
         cells: list[Cell] = [layer.layer, ipu, layer.worst_tile_bytes, *layer.memory.as_tuple()]
-        grid.append([*cells, total, mb(CellRef(row, TOTAL_COL)), layer.cycles])
+        grid.append([*cells, total, mb(CellRef(row, TOTAL_COL)), layer.cycles, k, run])
+
+
+def ranges_grid(ranges: RangeTable, name: str = RANGES_SHEET) -> Grid:
+    """The exact figure of every contiguous layer range: the sheet the planner looks up.
+
+    One row per range ``i..j`` (i, then j, ascending), keyed ``i * layers + j``;
+    one figure column per depth (IPUs after the range's IPU) in training, one
+    column in inference. Blank where no split puts the range at that depth.
+    """
+    n = len(ranges.layers)
+    depth_titles = [f"Worst-tile bytes, {d} IPU(s) after it" for d in range(ranges.depths)] if ranges.training else [
+        "Worst-tile bytes"]
+    formats = {KEY_COL: COUNT_FORMAT, 2: COUNT_FORMAT, 3: COUNT_FORMAT}
+    formats.update({FIRST_FIGURE_COL + d: BYTES_FORMAT for d in range(len(depth_titles))})
+    grid = Grid(name, column_formats=formats)
+    grid.append(["Key (first x layers + last)", "First layer (#)", "Last layer (#)", "First layer", "Last layer",
+                 *depth_titles], style="header")
+    for i in range(n):
+        for j in range(i, n):
+            figures: list[Cell] = [int(v) if v >= 0 else None for v in ranges.values[i, j]]
+            grid.append([i * n + j, i, j, ranges.layers[i], ranges.layers[j], *figures])
+    return grid
 
 
 def write_planner(
@@ -253,10 +419,14 @@ def write_planner(
     split: SplitResult | None = None,
     num_ipus: int | None = None,
 ) -> None:
-    """The planner as a table: TSV keeps the SUMIF/COUNTIF formulas, CSV their values.
+    """The planner as a table: TSV keeps the formulas, CSV their values.
 
-    Pasted into a spreadsheet at A1, the TSV behaves like the workbook's sheet
-    (minus highlighting and validation).
+    A table holds one sheet, so this planner shows estimates only (the exact
+    figures live on the workbook's second sheet); pasted into a spreadsheet at
+    A1, the TSV behaves like the workbook's sheet otherwise.
     """
-    grid, _ = planner_grid(breakdown, budget_bytes=budget_bytes, split=split, num_ipus=num_ipus)
+    alone = Breakdown(breakdown.profile_path, breakdown.tiles, breakdown.bytes_per_tile, breakdown.operations,
+                      breakdown.layers, breakdown.totals, breakdown.unlayered, breakdown.whole, None,
+                      breakdown.mode, breakdown.profile_sha256)
+    grid, _ = planner_grid(alone, budget_bytes=budget_bytes, split=split, num_ipus=num_ipus)
     write_grid(grid, stream, fmt)

@@ -12,7 +12,7 @@ import numpy as np
 
 from popliner.memory.types import ComponentBytes
 
-__all__ = ["Breakdown", "LayerMatrix", "LayerRow", "OperationRow", "TotalsRow"]
+__all__ = ["Breakdown", "LayerMatrix", "LayerRow", "OperationRow", "RangeTable", "TotalsRow"]
 
 
 @dataclass(frozen=True)
@@ -66,6 +66,29 @@ class LayerMatrix:
     sheet: str = ""
 
 
+@dataclass(frozen=True, eq=False)
+class RangeTable:
+    """The exact worst-tile figure of every contiguous layer range, as the planner looks it up.
+
+    ``values[i, j, d]`` is popliner's figure (the pipeline rules of
+    :mod:`popliner.pipeline`: the model of the range's operations, with the
+    operations of no layer when ``i == 0``, the stash entries of an IPU that
+    has ``d`` IPUs after it, and the copy buffers of its two boundaries) for
+    layers ``i..j`` on an IPU with ``d`` IPUs after it; -1 where no contiguous
+    split over at most ``max_ipus`` IPUs puts that range at that depth. In
+    inference the figure does not depend on ``d`` and there is one column.
+    """
+
+    layers: tuple[str, ...]
+    training: bool
+    max_ipus: int
+    values: np.ndarray  # int64 [layers, layers, depths]
+
+    @property
+    def depths(self) -> int:
+        return int(self.values.shape[2]) if self.values.ndim == 3 else 0
+
+
 @dataclass(frozen=True)
 class Breakdown:
     """Everything the review spreadsheets show for one profile."""
@@ -80,3 +103,7 @@ class Breakdown:
     unlayered: LayerRow | None = None
     #: Every operation on one IPU, counted like a stage: the model's own total, which no sum of rows gives.
     whole: LayerRow | None = None
+    #: The exact figure of every contiguous layer range, for the planner (None: estimates only).
+    ranges: RangeTable | None = None
+    mode: str = ""  # "training" or "inference", as the figures were computed
+    profile_sha256: str = ""

@@ -28,7 +28,7 @@ from typing import IO, Literal, TextIO
 from popliner.errors import UsageProblem
 from popliner.fileio import atomic_write
 from popliner.memory.types import COMPONENT_TITLES, COMPONENTS
-from popliner.outputs.formula import Arith, Cell, CellRef, Grid, RangeRef, Ref, Sum, Value, mb, sum_range
+from popliner.outputs.formula import Arith, Book, Cell, CellRef, Grid, RangeRef, Ref, Sum, Value, mb, sum_range
 from popliner.outputs.rows import Breakdown, LayerMatrix, LayerRow, OperationRow, TotalsRow
 
 __all__ = [
@@ -198,12 +198,14 @@ def _plain(value: Value) -> str | int | float:
     return value
 
 
-def write_grid(grid: Grid, stream: TextIO | IO[str], fmt: TableFormat, *, first_row: int = 1) -> None:
+def write_grid(grid: Grid, stream: TextIO | IO[str], fmt: TableFormat, *, first_row: int = 1,
+               book: Book | None = None) -> None:
     """Write ``grid`` as CSV (values) or TSV (formulas); rows padded to the widest.
 
     ``first_row`` is the line of the stream (1-based) the grid's first row
     lands on; TSV formulas are moved down to match, so they point at the
     grid's own cells once the stream is pasted into a spreadsheet at A1.
+    ``book`` holds the other sheets the grid's formulas read (CSV values).
     """
     writer = csv.writer(stream, dialect=_dialect(fmt))
     width = grid.n_cols
@@ -211,7 +213,7 @@ def write_grid(grid: Grid, stream: TextIO | IO[str], fmt: TableFormat, *, first_
         cells: list[str | int | float] = []
         for col in range(1, width + 1):
             formula = grid.formula_text(row, col, first_row - 1) if fmt == "tsv" else None
-            cells.append(formula if formula is not None else _plain(grid.value(row, col)))
+            cells.append(formula if formula is not None else _plain(grid.value(row, col, book)))
         writer.writerow(cells)
 
 

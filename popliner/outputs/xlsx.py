@@ -40,7 +40,16 @@ from popliner.outputs.formula import (
     mb,
     sum_range,
 )
-from popliner.outputs.planner import CYCLES_COL, IPU_COL, IPU_ROW, WORST_COL, PlannerLayout, planner_grid
+from popliner.outputs.planner import (
+    IPU_COL,
+    IPU_ROW,
+    RANGES_SHEET,
+    RUN_COL,
+    WORST_COL,
+    PlannerLayout,
+    planner_grid,
+    ranges_grid,
+)
 from popliner.outputs.rows import Breakdown, LayerMatrix, OperationRow
 from popliner.outputs.tables import (
     BYTES_FORMAT,
@@ -131,11 +140,13 @@ def workbook_grids(
     """The workbook's sheets in order, and where the planner's cells are."""
     planner, layout = planner_grid(breakdown, budget_bytes=budget_bytes, split=split, num_ipus=num_ipus)
     grids = [grouped_operations_grid(breakdown), layers_grid(breakdown), planner, totals_grid(breakdown.totals)]
-    taken = {g.name.casefold() for g in grids}
+    taken = {g.name.casefold() for g in grids} | {RANGES_SHEET.casefold()}
     for matrix in matrices:
         name = _sheet_name(matrix.sheet or matrix.title, taken)
         taken.add(name.casefold())
         grids.append(matrix_grid(matrix, name))
+    if breakdown.ranges is not None:
+        grids.append(ranges_grid(breakdown.ranges))
     return grids, layout
 
 
@@ -377,7 +388,7 @@ def _decorate_planner(sheet: Worksheet, layout: PlannerLayout, styles: _Styles) 
         return
     sheet.conditional_format(_plain_range(layout.layer_column(WORST_COL)),
                              {"type": "cell", "criteria": ">", "value": budget, "format": over})
-    sheet.autofilter(layout.header_row - 1, 0, layout.last_layer_row - 1, CYCLES_COL - 1)
+    sheet.autofilter(layout.header_row - 1, 0, layout.last_layer_row - 1, RUN_COL - 1)
     _validate_ipu_column(sheet, layout, styles)
 
 

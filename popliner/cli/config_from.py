@@ -1,0 +1,69 @@
+"""``popliner config-from REVIEW.xlsx -o pipeline.yaml``: the planner's split as a pipeline config."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import click
+
+from popliner.analysis import AnalysisOptions, load_analysis
+from popliner.cli.options import force_option, output_option, output_stream
+from popliner.errors import ConfigError
+from popliner.fileio import check_writable
+
+__all__ = ["command"]
+
+log = logging.getLogger("popliner")
+
+
+def _positive(ctx: click.Context, param: click.Parameter, value: int | None) -> int | None:
+    if value is not None and value <= 0:
+        raise click.BadParameter(f"{value} must be positive")
+    return value
+
+
+@click.command(name="config-from", context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("workbook", type=click.Path(dir_okay=False, path_type=str), metavar="REVIEW.xlsx")
+@click.option("--profile", type=click.Path(dir_okay=False, path_type=str), default=None,
+              help="The profile to compute the figures from (default: the one the workbook names).")
+@click.option("--gradient-accumulation", type=int, default=None, callback=_positive,
+              help="Micro-batches per step (default: max(16, 2 x stages)).")
+@output_option("Write the pipeline YAML to FILE instead of stdout.")
+@force_option("Overwrite an existing -o file.")
+@click.option("--no-cache", is_flag=True, help="Do not read or write the derived-data cache.")
+def command(workbook: str, profile: str | None, gradient_accumulation: int | None, output: str | None, force: bool,
+            no_cache: bool) -> None:
+    """Turn the split typed into REVIEW.xlsx's Split planner sheet into a pipeline config (YAML).
+
+    \b
+    popliner model.json -o review.xlsx --solve --num-ipus 4   write the workbook
+    (edit the IPU column of the Split planner sheet, save)
+    popliner config-from review.xlsx -o pipeline.yaml
+    popliner check review.xlsx --profile model.json           or check it directly
+    """
+    from popliner.config.planner import config_from_planner, read_planner
+    from popliner.config.yaml_io import write_config
+
+    if output:
+        check_writable(output, force)
+    choice = read_planner(workbook)
+    source = profile or _recorded_profile(workbook, choice.profile_path)
+    analysis = load_analysis(source, AnalysisOptions(mode=choice.mode), use_cache=not no_cache)  # type: ignore[arg-type]
+    if choice.profile_sha256 and choice.profile_sha256 != analysis.profile.sha256:
+        log.warning("%s was made from a profile with another content hash than %s", workbook, source)
+    cfg = config_from_planner(choice, analysis, gradient_accumulation=gradient_accumulation)
+    with output_stream(output, force) as stream:
+        write_config(cfg, stream)
+    if output:
+        log.info("wrote %s: %d IPUs", output, cfg.num_ipus)
+
+
+def _recorded_profile(workbook: str, recorded: str) -> str:
+    """The profile the workbook was made from, as written or next to the workbook."""
+    if not recorded:
+        raise ConfigError(f"{workbook}: the planner names no profile; give --profile")
+    for candidate in (Path(recorded), Path(workbook).parent / Path(recorded).name):
+        if candidate.is_file():
+            return str(candidate)
+    raise ConfigError(f"{workbook}: the profile it was made from, {recorded}, is not there; give --profile")

@@ -1,0 +1,199 @@
+"""Read the split a user typed into a review workbook's planner, and turn it into a pipeline config.
+
+The planner sheet (:mod:`popliner.outputs.planner`) has an IPU column in its
+layer table. Editing it is how people choose a split by hand; this module
+reads that column back (openpyxl, plain cell values, no recalculation) so
+that ``popliner check review.xlsx`` and ``popliner config-from review.xlsx``
+take the split exactly as typed.
+
+Every problem names the cell, e.g. ``review.xlsx, sheet Split planner, cell
+B21: ...``, and raises :class:`~popliner.errors.ConfigError` (exit code 2).
+"""
+
+from __future__ import annotations
+
+import os
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from popliner.analysis import Analysis
+from popliner.config.model import PipelineConfig, config_from_split
+from popliner.errors import ConfigError
+from popliner.outputs.formula import column_letter
+from popliner.outputs.planner import IPU_COL, LAYER_COL, PLANNER_SHEET
+from popliner.solvers.result import SplitResult, stage_result
+
+__all__ = ["PlannerChoice", "config_from_planner", "is_workbook", "read_planner"]
+
+#: How far down the sheet the labels of the planner's rows are looked for.
+_SEARCH_ROWS = 60
+
+
+def is_workbook(path: str | os.PathLike[str]) -> bool:
+    """Does ``path`` name a review workbook (by its suffix) rather than a pipeline YAML?"""
+    return os.fspath(path).lower().endswith(".xlsx")
+
+
+@dataclass(frozen=True)
+class PlannerChoice:
+    """The split typed into a planner: ``stages[k]`` are the layers on IPU ``k``, in layer order."""
+
+    path: str
+    mode: str
+    profile_path: str
+    profile_sha256: str
+    budget_bytes: int | None
+    stages: tuple[tuple[str, ...], ...]
+    #: Where each layer's name is (for messages about a layer): layer -> "A19".
+    cells: dict[str, str]
+
+    def where(self, cell: str) -> str:
+        return _where(self.path, cell)
+
+
+def _where(path: str, cell: str) -> str:
+    return f"{path}, sheet {PLANNER_SHEET}, cell {cell}"
+
+
+def read_planner(path: str | os.PathLike[str]) -> PlannerChoice:
+    """The split in the planner sheet of ``path``; :class:`ConfigError` naming the cell on a bad edit."""
+    source = os.fspath(path)
+    sheet = _planner_sheet(source)
+    labels = {str(sheet.cell(row=r, column=1).value).strip(): r for r in range(1, _SEARCH_ROWS + 1)
+              if sheet.cell(row=r, column=1).value is not None}
+    header = next((r for r in range(1, _SEARCH_ROWS + 1) if sheet.cell(row=r, column=LAYER_COL).value == "Layer"
+                   and sheet.cell(row=r, column=IPU_COL).value == "IPU"), None)
+    if header is None or "IPU" not in labels:
+        raise ConfigError(f"{source}, sheet {PLANNER_SHEET}: no layer table with a 'Layer' and an 'IPU' column; "
+                          "is this a workbook written by popliner?")
+    ipus = _ipu_numbers(sheet, labels["IPU"])
+    mode_row = labels.get("Mode")
+    mode = str(sheet.cell(row=mode_row, column=2).value or "inference") if mode_row else "inference"
+    if mode not in ("inference", "training"):
+        raise ConfigError(f"{_where(source, f'B{mode_row}')}: mode {mode!r} is neither inference nor training")
+    budget_row = labels.get("Budget per tile (bytes)")
+    budget = sheet.cell(row=budget_row, column=2).value if budget_row else None
+    if budget is not None and (not _is_whole(budget) or int(budget) <= 0):
+        raise ConfigError(f"{_where(source, f'B{budget_row}')}: the budget {budget!r} is not a positive whole number")
+    stages, cells = _stages(source, sheet, header + 1, ipus)
+    return PlannerChoice(
+        path=source,
+        mode=mode,
+        profile_path=str(sheet.cell(row=mode_row, column=4).value or "") if mode_row else "",
+        profile_sha256=str(sheet.cell(row=mode_row, column=5).value or "") if mode_row else "",
+        budget_bytes=int(budget) if budget is not None else None,
+        stages=stages,
+        cells=cells,
+    )
+
+
+def _planner_sheet(source: str) -> Any:
+    from openpyxl import load_workbook
+
+    if not Path(source).is_file():
+        raise ConfigError(f"{source}: no such file")
+    try:
+        book = load_workbook(source, read_only=False, data_only=False)
+    except (zipfile.BadZipFile, KeyError, ValueError, OSError) as exc:
+        raise ConfigError(f"{source}: not a readable .xlsx workbook ({exc})") from None
+    if PLANNER_SHEET not in book.sheetnames:
+        raise ConfigError(f"{source}: no sheet {PLANNER_SHEET!r} (its sheets: {', '.join(book.sheetnames)}); "
+                          "write the review workbook with `popliner PROFILE -o review.xlsx`")
+    return book[PLANNER_SHEET]
+
+
+def _is_whole(value: object) -> bool:
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, int):
+        return True
+    return isinstance(value, float) and value.is_integer()
+
+
+def _ipu_numbers(sheet: Any, row: int) -> int:
+    """How many IPU columns the planner offers (0, 1, ... from column B of the IPU row)."""
+    count = 0
+    while sheet.cell(row=row, column=2 + count).value == count:
+        count += 1
+    return max(count, 1)
+
+
+def _stages(source: str, sheet: Any, first_row: int, num_ipus: int) -> tuple[tuple[tuple[str, ...], ...],
+                                                                            dict[str, str]]:
+    stages: list[list[str]] = []
+    cells: dict[str, str] = {}
+    row = first_row
+    ipu_letter = column_letter(IPU_COL)
+    while (name := sheet.cell(row=row, column=LAYER_COL).value) is not None and str(name) != "":
+        layer = str(name)
+        cell = f"{ipu_letter}{row}"
+        ipu = _ipu_of(source, cell, layer, sheet.cell(row=row, column=IPU_COL).value, num_ipus)
+        current = len(stages) - 1
+        if ipu == current:
+            stages[-1].append(layer)
+        elif ipu == current + 1:
+            stages.append([layer])
+        elif ipu < current:
+            raise ConfigError(f"{_where(source, cell)}: layer {layer!r} goes back to IPU {ipu} after IPU {current}; "
+                              "each IPU must hold one run of consecutive layers, IPUs in layer order")
+        elif current < 0:
+            raise ConfigError(f"{_where(source, cell)}: the first layer {layer!r} is on IPU {ipu}; "
+                              "the pipeline starts on IPU 0")
+        else:
+            raise ConfigError(f"{_where(source, cell)}: layer {layer!r} is on IPU {ipu} right after IPU {current}; "
+                              f"IPU {current + 1} has no layers (number the IPUs 0, 1, 2, ... in layer order)")
+        cells[layer] = f"{column_letter(LAYER_COL)}{row}"
+        row += 1
+    if not stages:
+        raise ConfigError(f"{_where(source, f'A{first_row}')}: the planner lists no layers")
+    return tuple(tuple(group) for group in stages), cells
+
+
+def _ipu_of(source: str, cell: str, layer: str, value: object, num_ipus: int) -> int:
+    if value is None or (isinstance(value, str) and not value.strip()):
+        raise ConfigError(f"{_where(source, cell)}: layer {layer!r} has no IPU; type an IPU number "
+                          f"from 0 to {num_ipus - 1}")
+    number: object = value
+    if isinstance(value, str):
+        try:
+            number = int(value.strip())
+        except ValueError:
+            number = value
+    if not _is_whole(number):
+        raise ConfigError(f"{_where(source, cell)}: {value!r} is not an IPU number (0 to {num_ipus - 1})")
+    assert isinstance(number, (int, float))  # _is_whole said so
+    ipu = int(number)
+    if not 0 <= ipu < num_ipus:
+        raise ConfigError(f"{_where(source, cell)}: IPU {ipu} is not one of the planner's IPUs "
+                          f"(0 to {num_ipus - 1})")
+    return ipu
+
+
+def config_from_planner(choice: PlannerChoice, analysis: Analysis, *,
+                        gradient_accumulation: int | None = None) -> PipelineConfig:
+    """The pipeline config of the planner's split, its figures computed from ``analysis``.
+
+    The figures are :func:`popliner.pipeline.stage_figures`' (the same as
+    ``popliner check``); the budget is the planner's.
+    """
+    known = set(analysis.layer_names)
+    for stage in choice.stages:
+        for layer in stage:
+            if layer not in known:
+                raise ConfigError(f"{choice.where(choice.cells[layer])}: layer {layer!r} is not in the profile "
+                                  f"{analysis.profile.path}; was the workbook made for another model?")
+    placed = {layer for stage in choice.stages for layer in stage}
+    missing = [name for name in analysis.layer_names if name not in placed]
+    if missing:
+        raise ConfigError(f"{choice.path}, sheet {PLANNER_SHEET}: layers {', '.join(missing[:8])} of the profile "
+                          "are not in the planner; add a row for each")
+    budget = choice.budget_bytes or analysis.profile.target.bytes_per_tile
+    figures = analysis.pipeline_figures(choice.stages)
+    stages = tuple(stage_result(figure, analysis.layer_names, budget) for figure in figures)
+    split = SplitResult("planner", "PLANNER", analysis.mode, len(stages), budget, stages)
+    t = analysis.profile.target
+    return config_from_split(split, profile_path=analysis.profile.path, profile_sha256=analysis.profile.sha256,
+                             tiles=t.tiles_per_ipu, bytes_per_tile=t.bytes_per_tile, clock_hz=t.clock_hz,
+                             gradient_accumulation=gradient_accumulation)
