@@ -22,7 +22,7 @@ from click.testing import CliRunner
 from popliner.analysis import AnalysisOptions, load_analysis
 from popliner.cli import cli
 from popliner.config.yaml_io import read_config
-from popliner.outputs.plots import tile_profile_series
+from popliner.report.data import ipu_memories
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "profiles"
 
@@ -70,16 +70,11 @@ def solve_table_view(run: Run) -> list[tuple[int, int]]:
 
 
 def tile_plot_view(run: Run) -> list[tuple[int, int]]:
-    # What `--plot` draws for an IPU: the series of its pipeline figure and the worst tile marked.
+    # What `--plot FILE` draws in FILE-tiles: each IPU's tiles and its worst tile marked.
     analysis = load_analysis(str(run.profile), AnalysisOptions(mode=run.mode))  # type: ignore[arg-type]
     cfg = read_config(run.config)
-    out = []
-    for figure in analysis.pipeline_figures([s.layers for s in cfg.stages]):
-        rows, worst, worst_bytes = tile_profile_series(figure)
-        stacked = sum(row for _, _, row in rows)
-        assert (int(stacked.argmax()), int(stacked.max())) == (worst, worst_bytes)  # the bars reach the mark
-        out.append((worst, worst_bytes))
-    return out
+    ipus = ipu_memories(analysis, [s.layers for s in cfg.stages], budget=cfg.effective_budget)
+    return [(ipu.worst_tile, ipu.worst_bytes) for ipu in ipus]
 
 
 def simulate_view(run: Run) -> list[tuple[int, int]]:

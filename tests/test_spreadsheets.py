@@ -31,6 +31,7 @@ from popliner.outputs import plots, tables, xlsx
 from popliner.outputs.formula import column_letter
 from popliner.outputs.planner import PLANNER_NOTE, planner_grid, write_planner
 from popliner.outputs.rows import Breakdown, LayerMatrix, LayerRow, OperationRow, RangeTable, TotalsRow
+from popliner.report.types import IpuMemory
 from popliner.solvers.result import SplitResult, StageResult
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -711,10 +712,16 @@ def _stage_memory() -> StageMemory:
     return StageMemory(per_tile.astype(np.int64))
 
 
+def _ipu_memories() -> list[IpuMemory]:
+    first = _stage_memory().per_tile
+    return [IpuMemory(0, ("0", "1"), first, np.full(16, 400, np.int64), np.zeros(16, np.int64), 3000),
+            IpuMemory(1, ("2",), first // 2, np.zeros(16, np.int64), np.zeros(16, np.int64), 3000)]
+
+
 PLOTS: dict[str, Callable[[Path, bool], None]] = {
     "layers": lambda p, f: plots.plot_layers(make_breakdown(), p, budget_bytes=BUDGET, force=f),
     "split": lambda p, f: plots.plot_split(make_split(), p, force=f),
-    "tiles": lambda p, f: plots.plot_tile_profile(_stage_memory(), p, force=f, budget_bytes=3000),
+    "tiles": lambda p, f: plots.plot_tiles(_ipu_memories(), p, force=f),
 }
 
 

@@ -127,6 +127,8 @@ class HiddenArgument(click.Argument):
               help="With --solve: write an optimum-graphcore ipu_config.json for the split here.")
 @click.option("--matmul-proportion", type=float, multiple=True, callback=_matmul_proportion, metavar="F",
               help="ipu_config.json matmul_proportion: once for every IPU, or once per IPU (default 0.6).")
+@click.option("--report", "report", type=click.Path(dir_okay=False, path_type=str), metavar="FILE.html",
+              help="With --solve: write the HTML review report of the split here (one self-contained file).")
 @click.option("--no-cache", is_flag=True, help="Do not read or write the derived-data cache.")
 @click.option("--cache-dir", type=click.Path(file_okay=False, path_type=str), default=None,
               help="Cache folder (default $POPLINER_CACHE_DIR, else ~/.cache/popliner).")
@@ -140,7 +142,7 @@ def command(profile: str, debug_info: str | None, operation_breakdown: bool, lay
             split_after: tuple[str, ...], same_ipu: tuple[str, ...], min_layers_per_stage: int,
             keep_shared_vars_together: bool, link_bandwidth: float, config_out: str | None,
             gradient_accumulation: int | None, ipu_config_out: str | None, matmul_proportion: tuple[float, ...],
-            no_cache: bool, cache_dir: str | None) -> None:
+            report: str | None, no_cache: bool, cache_dir: str | None) -> None:
     """Analyse PROFILE (format-v1 .json or .json.gz): memory per operation and layer, and splits.
 
     \b
@@ -171,7 +173,7 @@ def _run(profile: str, debug_info: str | None, operation_breakdown: bool, layer_
          time_limit: float, seed: int, split_after: tuple[str, ...], same_ipu: tuple[str, ...],
          min_layers_per_stage: int, keep_shared_vars_together: bool, link_bandwidth: float, config_out: str | None,
          gradient_accumulation: int | None, ipu_config_out: str | None, matmul_proportion: tuple[float, ...],
-         no_cache: bool, cache_dir: str | None) -> None:
+         report: str | None, no_cache: bool, cache_dir: str | None) -> None:
     _refuse_poplar_report(profile, debug_info)
     outputs = Outputs(operation_breakdown, layer_breakdown, memory_totals, memory_affinity, interlayer)
     plot_to_stdout = bool(plot and is_stdout(plot))  # then it is the only thing on stdout
@@ -181,7 +183,7 @@ def _run(profile: str, debug_info: str | None, operation_breakdown: bool, layer_
     if solve and outputs.any_table and not output:
         raise UsageProblem("with --solve, stdout carries the split JSON; write the tables with -o FILE")
     for flag, value in (("--config-out", config_out), ("--ipu-config-out", ipu_config_out),
-                        ("--min-ipus", min_ipus)):
+                        ("--min-ipus", min_ipus), ("--report", report)):
         if value and not solve:
             raise UsageProblem(f"{flag} needs --solve")
     if min_ipus and exact_ipus:
@@ -191,6 +193,8 @@ def _run(profile: str, debug_info: str | None, operation_breakdown: bool, layer_
     for path in (output, config_out, ipu_config_out):
         if path:
             check_writable(path, force)
+    if report:
+        check_writable(report, force, suffixes=(".html", ".htm"), what="report")
     one_stdout(tables=outputs.any_table and (not output or is_stdout(output)), split_JSON=solve,
                config_out=bool(config_out and is_stdout(config_out)), plot=bool(plot and is_stdout(plot)),
                ipu_config_out=bool(ipu_config_out and is_stdout(ipu_config_out)))
@@ -226,6 +230,9 @@ def _run(profile: str, debug_info: str | None, operation_breakdown: bool, layer_
         _report_split(analysis, split, config_out, force, gradient_accumulation)
         if ipu_config_out and split.stages:
             _write_ipu_config(analysis, split, ipu_config_out, force, gradient_accumulation, matmul_proportion)
+        if report and split.stages:
+            with phase("writing the report"):
+                _write_report(analysis, split, report, force, gradient_accumulation, link_bandwidth)
         _summarise(analysis, split, problem, link_bandwidth, min_ipus, config_out, ipu_config_out)
         if not split.fits:
             sys.exit(EXIT_NO_SPLIT)
@@ -367,18 +374,17 @@ def _table_stream(output: str | None, force: bool) -> Iterator[IO[str]]:
 
 def _write_plots(analysis: Analysis, plot: str, force: bool, split: Any, budget: int) -> None:
     from popliner.breakdown import build_breakdown
-    from popliner.outputs.plots import plot_layers, plot_split, plot_tile_profile
+    from popliner.outputs.plots import plot_layers, plot_split, plot_tiles
+    from popliner.report.data import ipu_memories
 
     breakdown = build_breakdown(analysis, with_operations=False, with_totals=False)
     plot_layers(breakdown, plot, budget_bytes=budget, force=force)
     log.info("wrote %s", plot)
     if split is not None and split.stages:
         plot_split(split, _suffixed(plot, "split"), force=force)
-        worst = max(split.stages, key=lambda s: s.worst_tile_bytes)
-        # The IPU's pipeline figure: model, stash and copy buffers, as in the --solve table.
-        figure = worst.figure or analysis.stage_memory(worst.layers, first_stage=worst.index == 0)
-        plot_tile_profile(figure, _suffixed(plot, "tiles"), force=force, budget_bytes=budget,
-                          title=f"Memory per tile on IPU {worst.ipu} (layers {worst.first_layer}..{worst.last_layer})")
+        ipus = ipu_memories(analysis, [s.layers for s in split.stages], budget=budget)
+        plot_tiles(ipus, _suffixed(plot, "tiles"), force=force,
+                   title=f"Memory per tile of each IPU ({analysis.mode}, stash and copy buffers included)")
         log.info("wrote %s and %s", _suffixed(plot, "split"), _suffixed(plot, "tiles"))
 
 
@@ -407,6 +413,21 @@ def _report_split(analysis: Analysis, split: Any, config_out: str | None, force:
         with atomic_write(config_out, force=force) as stream:
             write_config(cfg, stream)
         log.info("wrote %s", config_out)
+
+
+def _write_report(analysis: Analysis, split: Any, path: str, force: bool, gradient_accumulation: int | None,
+                  link_bandwidth: float) -> None:
+    from popliner.config.model import config_from_split
+    from popliner.report import build_report, write_report
+
+    t = analysis.profile.target
+    cfg = config_from_split(split, profile_path=analysis.profile.path, profile_sha256=analysis.profile.sha256,
+                            tiles=t.tiles_per_ipu, bytes_per_tile=t.bytes_per_tile, clock_hz=t.clock_hz,
+                            gradient_accumulation=gradient_accumulation)
+    page = build_report(analysis, cfg, budget=split.budget_bytes, source=f"popliner --solve ({split.solver})",
+                        link_bandwidth=link_bandwidth)
+    write_report(page, path, force=force)
+    log.info("wrote %s", path)
 
 
 def _write_ipu_config(analysis: Analysis, split: Any, path: str, force: bool, gradient_accumulation: int | None,

@@ -10,10 +10,9 @@ Which figure each plot shows:
   over the line cannot fit on any IPU by itself.
 * :func:`plot_split` shows each IPU's worst tile (stash included) against the
   budget, with the headroom left on top of each bar.
-* :func:`plot_tile_profile` stacks the components of one IPU over its tiles
-  (normally the worst IPU of a split), with its stash and copy buffers when
-  given the IPU's :class:`popliner.pipeline.StageFigure`, the budget line and
-  the worst tile (the same tile and bytes as ``--solve`` reports).
+* :func:`plot_tiles` shows every IPU of a split tile by tile: a heatmap per
+  IPU (tiles in a grid, worst tile boxed) and the per-tile totals of all IPUs
+  sorted, both with the stash and copy buffers included.
 
 Output is PNG or SVG by the file suffix and is reproducible: matplotlib's
 default style (not the user's matplotlibrc), a fixed SVG hash salt and no
@@ -26,7 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -34,16 +33,17 @@ import numpy as np
 
 from popliner.errors import UsageProblem
 from popliner.fileio import atomic_write, check_writable, writes_in_place
-from popliner.memory.types import COMPONENT_TITLES, COMPONENTS, StageMemory
+from popliner.memory.types import COMPONENT_TITLES, COMPONENTS
 from popliner.outputs.rows import Breakdown
-from popliner.pipeline import StageFigure
+from popliner.report.aggregate import grid_values
+from popliner.report.types import IpuMemory
 from popliner.solvers.result import SplitResult, StageResult
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-__all__ = ["plot_layers", "plot_split", "plot_tile_profile", "tile_profile_series"]
+__all__ = ["plot_layers", "plot_split", "plot_tiles"]
 
 #: One fixed colour per component (matplotlib's tab10), so every plot agrees.
 COMPONENT_COLOURS: dict[str, str] = {
@@ -223,71 +223,101 @@ def _kb(value: float) -> str:
 
 
 # ---------------------------------------------------------------------------
-# One IPU over its tiles
+# Every IPU of a split, tile by tile
+
+#: IPU heatmaps per row of the tile plot.
+TILE_PLOT_COLUMNS = 4
 
 
-#: Colours of what the pipeline adds to an IPU on top of the model's five components.
-_STASH_COLOUR = "#e377c2"
-_COPY_COLOUR = "#7f7f7f"
-
-
-def tile_profile_series(source: StageFigure | StageMemory) -> tuple[list[tuple[str, str, np.ndarray]], int, int]:
-    """What the tile plot stacks, per tile: (label, colour, bytes) rows; and its worst tile and bytes.
-
-    From a :class:`popliner.pipeline.StageFigure` the rows are the five
-    components, the stash and the copy buffers, so the worst tile is the
-    figure ``--solve``, ``check`` and ``simulate`` report.
-    """
-    memory = source.memory if isinstance(source, StageFigure) else source
-    rows = [(COMPONENT_TITLES[c], COMPONENT_COLOURS[c], np.asarray(memory.per_tile[i], dtype=np.int64))
-            for i, c in enumerate(COMPONENTS)]
-    if isinstance(source, StageFigure):
-        rows.append(("Stash", _STASH_COLOUR, np.asarray(source.stash_per_tile, dtype=np.int64)))
-        rows.append(("Copy buffers", _COPY_COLOUR, np.full(memory.tiles, source.copy_buffer, dtype=np.int64)))
-        return rows, source.worst_tile, source.worst_bytes
-    return rows, memory.worst_tile, memory.worst_bytes
-
-
-def plot_tile_profile(
-    stage_memory: StageFigure | StageMemory,
+def plot_tiles(
+    ipus: Sequence[IpuMemory],
     path: str | os.PathLike[str],
     *,
     force: bool,
-    budget_bytes: int | None = None,
     title: str = "Memory per tile",
 ) -> None:
-    """Components (and, from a pipeline figure, stash and copy buffers) stacked over one IPU's tiles.
+    """Each IPU's tiles as a heatmap, and every IPU's per-tile totals sorted, against the budget.
 
-    The budget line and the worst tile are marked.
+    The totals include the stash and the copy buffers, so the worst tile
+    marked on each heatmap is the one the split table reports. Tiles are laid
+    out row by row (:func:`tile_grid`), one cell per tile; a tile over the
+    budget is red whatever its excess.
     """
     fmt = _image_format(path, force)
+    if not ipus:
+        raise UsageProblem("the split has no IPUs to plot")
     with _plot_style():
-        figure = _new_figure(12.0, 5.0)
-        axes = figure.subplots()
-        _draw_tiles(axes, stage_memory, budget_bytes)
-        axes.set_title(title)
+        cols = min(len(ipus), TILE_PLOT_COLUMNS)
+        rows = -(-len(ipus) // cols)
+        figure = _new_figure(3.4 * cols + 1.6, 2.6 * rows + 3.6)
+        grid = figure.add_gridspec(rows + 1, cols, height_ratios=[1.0] * rows + [1.25])
+        budget = max(i.budget for i in ipus)
+        colours = _tile_colours(budget, max(max(i.worst_bytes for i in ipus), budget))
+        images = [_draw_heatmap(figure.add_subplot(grid[k // cols, k % cols]), ipu, colours)
+                  for k, ipu in enumerate(ipus)]
+        bar = figure.colorbar(images[0], ax=figure.axes[: len(ipus)], shrink=0.9,
+                              label="Bytes on the tile\n(blue: within budget, red: over)")
+        bar.ax.axhline(budget, color="black", linewidth=1.5)
+        _bytes_formatter(bar.ax.yaxis)
+        _draw_sorted(figure.add_subplot(grid[rows, :]), ipus, budget)
+        figure.suptitle(title)
         _save(figure, path, fmt, force)
 
 
-def _draw_tiles(axes: Axes, source: StageFigure | StageMemory, budget_bytes: int | None) -> None:
-    rows, worst, worst_bytes = tile_profile_series(source)
-    tiles_count = len(rows[0][2])
-    tiles = np.arange(tiles_count)
-    axes.stackplot(
-        tiles,
-        *[row.astype(float) for _, _, row in rows],
-        labels=[label for label, _, _ in rows],
-        colors=[colour for _, colour, _ in rows],
-        step="mid",
-        linewidth=0,
-    )
-    if budget_bytes is not None:
-        _budget_line(axes, budget_bytes, "Budget per tile")
-    if tiles_count:
-        axes.axvline(worst, color="black", linewidth=0.8, linestyle=":", label=f"Worst tile {worst}: {worst_bytes:,} B")
-        axes.set_xlim(-0.5, tiles_count - 0.5)
-    axes.set_ylim(0, 1.08 * max(worst_bytes, budget_bytes or 0, 1))
-    axes.set_xlabel("Tile")
-    axes.set_ylabel("Bytes")
+def _bytes_formatter(axis: Any) -> None:
+    from matplotlib.ticker import EngFormatter
+
+    axis.set_major_formatter(EngFormatter(unit="B", places=1))
+
+
+def _tile_colours(budget: int, top: int) -> tuple[Any, Any]:
+    """Colour map and norm: white to dark blue up to the budget, then light to dark red above it."""
+    from matplotlib import colormaps
+    from matplotlib.colors import ListedColormap, Normalize, TwoSlopeNorm
+
+    under = colormaps["Blues"](np.linspace(0.02, 1.0, 128))
+    if top <= budget:
+        return ListedColormap(under).with_extremes(bad="white"), Normalize(0, budget)
+    over = colormaps["Reds"](np.linspace(0.35, 1.0, 128))
+    cmap = ListedColormap(np.vstack((under, over))).with_extremes(bad="white")
+    return cmap, TwoSlopeNorm(vmin=0, vcenter=budget, vmax=top)
+
+
+def _draw_heatmap(axes: Axes, ipu: IpuMemory, colours: tuple[Any, Any]) -> Any:
+    from matplotlib.patches import Rectangle
+
+    cmap, norm = colours
+    values = grid_values(ipu.total_per_tile)
+    image = axes.imshow(values, cmap=cmap, norm=norm, interpolation="nearest", aspect="equal")
+    nrows, ncols = values.shape
+    worst = ipu.worst_tile
+    r, c = divmod(worst, ncols)
+    # The worst tile: a gold cell edge, and on big grids a black ring around it to catch the eye.
+    axes.add_patch(Rectangle((c - 0.5, r - 0.5), 1, 1, fill=False, edgecolor="#FFD700", linewidth=2.0))
+    if ncols >= 24:
+        axes.add_patch(Rectangle((c - 2.5, r - 2.5), 5, 5, fill=False, edgecolor="black", linewidth=1.2))
+    verdict = "fits" if ipu.fits else "OVER"
+    stash = ipu.stash_per_tile[worst] + ipu.copy_per_tile[worst]
+    axes.set_title(f"{ipu.label}\nworst tile {worst}: {_kb(ipu.worst_bytes)} ({verdict}),\n"
+                   f"of which stash + copy buffers {_kb(stash)}", fontsize=8)
+    axes.set_xticks([])
+    axes.set_yticks([0, nrows - 1], ["tile 0", f"tile {(nrows - 1) * ncols}"], fontsize=6)
+    return image
+
+
+def _draw_sorted(axes: Axes, ipus: Sequence[IpuMemory], budget: int) -> None:
+    from matplotlib import colormaps
+
+    cmap = colormaps["tab20" if len(ipus) > 10 else "tab10"]
+    for k, ipu in enumerate(ipus):
+        totals = np.sort(ipu.total_per_tile)[::-1]
+        axes.plot(np.arange(len(totals)), totals, color=cmap(k % cmap.N), linewidth=1.2, label=f"IPU {ipu.ipu}")
+    _budget_line(axes, budget, "Budget per tile")
+    axes.set_xlabel("Tiles, sorted by total bytes (largest first)")
+    axes.set_ylabel("Bytes on the tile")
+    axes.set_title("Per-tile totals with stash and copy buffers, sorted: how many tiles are near the budget",
+                   fontsize=9)
+    axes.set_xlim(0, max(i.tiles for i in ipus) - 1)
+    axes.set_ylim(0, 1.08 * max(budget, max(i.worst_bytes for i in ipus)))
     _bytes_axis(axes)
-    axes.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
+    axes.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7, ncols=1 if len(ipus) <= 8 else 2)

@@ -1,0 +1,72 @@
+"""``popliner report PIPELINE.yaml --profile PROFILE``: the HTML review report of a split."""
+
+from __future__ import annotations
+
+import logging
+
+import click
+
+from popliner.analysis import AnalysisOptions, load_analysis
+from popliner.cli.options import force_option, output_option
+from popliner.fileio import check_writable
+from popliner.simulator.engine import DEFAULT_LINK_BANDWIDTH, DEFAULT_SYNC_CYCLES
+
+__all__ = ["command"]
+
+log = logging.getLogger("popliner")
+
+
+def _budget(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
+    if value is not None and not 0.0 < value <= 1.0:
+        raise click.BadParameter(f"{value} is not a fraction in (0, 1]")
+    return value
+
+
+@click.command(name="report", context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("config", metavar="PIPELINE.yaml", type=click.Path(dir_okay=False, path_type=str))
+@click.option("--profile", required=True, type=click.Path(dir_okay=False, path_type=str),
+              help="The profile the figures are computed from.")
+@output_option("The HTML file to write (default: report.html).")
+@force_option("Overwrite an existing report file.")
+@click.option("--budget", type=float, default=None, callback=_budget,
+              help="Fraction of each tile's bytes an IPU may use (default: the config's budget, else 1.0).")
+@click.option("--gradient-accumulation", "-G", type=click.IntRange(min=1), default=None,
+              help="Micro-batches per step for the schedule (default: the config's).")
+@click.option("--micro-batch-size", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Samples per micro-batch, for the throughput.")
+@click.option("--link-bandwidth", type=click.FloatRange(min=0, min_open=True), default=DEFAULT_LINK_BANDWIDTH,
+              show_default=True, help="Bytes/s of an inter-IPU copy.")
+@click.option("--sync-cycles", type=click.IntRange(min=0), default=DEFAULT_SYNC_CYCLES, show_default=True,
+              help="Clock cycles of the sync before each copy phase.")
+@click.option("--no-cache", is_flag=True, help="Do not read or write the derived-data cache.")
+@click.option("--cache-dir", type=click.Path(file_okay=False, path_type=str), default=None,
+              help="Cache folder (default $POPLINER_CACHE_DIR, else ~/.cache/popliner).")
+def command(config: str, profile: str, output: str | None, force: bool, budget: float | None,
+            gradient_accumulation: int | None, micro_batch_size: int, link_bandwidth: float, sync_cycles: int,
+            no_cache: bool, cache_dir: str | None) -> None:
+    """Write one self-contained HTML page reviewing the split in PIPELINE.yaml.
+
+    It opens offline in any browser: the split, memory per IPU and per tile,
+    the layers (sortable), variables live over the program of the fullest
+    IPU, the simulated schedule, and the options in force. Figures are
+    recomputed from PROFILE, as `popliner check` does.
+
+    \b
+    popliner report pipeline.yaml --profile model.json.gz -o report.html
+    """
+    from popliner.config.yaml_io import read_config
+    from popliner.report import build_report, write_report
+
+    path = output or "report.html"
+    check_writable(path, force, suffixes=(".html", ".htm"), what="report")
+    cfg = read_config(config)
+    analysis = load_analysis(profile, AnalysisOptions(mode=cfg.mode), use_cache=not no_cache,  # type: ignore[arg-type]
+                             cache_dir=cache_dir)
+    if cfg.profile_sha256 and cfg.profile_sha256 != analysis.profile.sha256:
+        log.warning("%s was made from a profile with another content hash; reporting against %s", config, profile)
+    limit = int(analysis.profile.target.bytes_per_tile * budget) if budget is not None else cfg.effective_budget
+    page = build_report(analysis, cfg, budget=limit, source=config, link_bandwidth=link_bandwidth,
+                        sync_cycles=sync_cycles, micro_batch_size=micro_batch_size,
+                        gradient_accumulation=gradient_accumulation)
+    write_report(page, path, force=force)
+    log.info("wrote %s", path)

@@ -1,0 +1,131 @@
+"""What the HTML report shows, gathered from the library as plain values.
+
+:func:`build_report` asks each figure of the library that computes it: the
+IPUs' per-tile memory from the pipeline rules (:mod:`popliner.report.data`),
+the layer rows from the breakdown, the liveness series from the memory
+model's own window and variables, the schedule from the simulator. The page
+(:mod:`popliner.report.page`) only formats them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from popliner import __version__
+from popliner.analysis import Analysis
+from popliner.config.model import PipelineConfig
+from popliner.memory.timeline import live_bytes_per_step
+from popliner.outputs.rows import LayerRow
+from popliner.report.aggregate import Pooled, max_pool
+from popliner.report.data import ipu_memories
+from popliner.report.options import OptionRow, model_options
+from popliner.report.types import IpuMemory
+from popliner.simulator.engine import DEFAULT_LINK_BANDWIDTH, DEFAULT_SYNC_CYCLES, SimResult, simulate
+from popliner.simulator.inputs import inputs_from_analysis
+
+__all__ = ["LIVENESS_POINTS", "Liveness", "Report", "build_report", "fullest_ipu", "liveness"]
+
+#: Most points a liveness curve keeps (max-pooled: every bucket keeps its peak).
+LIVENESS_POINTS = 1500
+
+
+@dataclass(frozen=True, eq=False)
+class Liveness:
+    """Live variable bytes over the program steps of one IPU's operations.
+
+    ``on_tile`` is the IPU's worst tile, ``summed`` all its tiles; both are
+    max-pooled to at most :data:`LIVENESS_POINTS` points. ``room`` is what the
+    budget leaves for variables on that tile once code, state, stash and copy
+    buffers are in: the curve crosses it exactly when the IPU does not fit.
+    """
+
+    ipu: int
+    tile: int
+    first_step: int
+    last_step: int
+    on_tile: Pooled
+    summed: Pooled
+    peak_step: int
+    peak_bytes: int
+    room: int
+
+
+@dataclass(frozen=True, eq=False)
+class Report:
+    """Everything one HTML report shows."""
+
+    version: str
+    profile_path: str
+    profile_sha256: str
+    source: str  # where the split came from: a config file or the solver
+    mode: str
+    tiles: int
+    bytes_per_tile: int
+    budget: int
+    ipus: tuple[IpuMemory, ...]
+    layers: tuple[LayerRow, ...]
+    unlayered: LayerRow | None
+    liveness: Liveness | None
+    sim: SimResult | None
+    options: tuple[OptionRow, ...]
+
+    @property
+    def fits(self) -> bool:
+        return all(i.fits for i in self.ipus)
+
+    @property
+    def ipu_of_layer(self) -> dict[str, int]:
+        return {layer: i.ipu for i in self.ipus for layer in i.layers}
+
+    @property
+    def fullest(self) -> IpuMemory:
+        return fullest_ipu(self.ipus)
+
+
+def build_report(analysis: Analysis, config: PipelineConfig, *, budget: int, source: str,
+                 link_bandwidth: float = DEFAULT_LINK_BANDWIDTH, sync_cycles: float = DEFAULT_SYNC_CYCLES,
+                 micro_batch_size: int = 1, gradient_accumulation: int | None = None) -> Report:
+    """The report of ``config``'s split of the analysed profile, against ``budget`` bytes per tile."""
+    from popliner.breakdown import layer_rows, unlayered_row
+
+    ipus = tuple(ipu_memories(analysis, [s.layers for s in config.stages], budget=budget))
+    g = gradient_accumulation if gradient_accumulation is not None else config.gradient_accumulation
+    target = analysis.profile.target
+    inputs = inputs_from_analysis(config, analysis, tiles_per_ipu=int(target.tiles_per_ipu),
+                                  clock_hz=float(target.clock_hz))
+    sim = simulate(inputs.stages, g, clock_hz=inputs.clock_hz, link_bandwidth=link_bandwidth,
+                   sync_cycles=sync_cycles, budget_bytes=budget, micro_batch_size=micro_batch_size,
+                   tiles_per_ipu=inputs.tiles_per_ipu)
+    return Report(
+        version=__version__, profile_path=analysis.profile.path, profile_sha256=analysis.profile.sha256,
+        source=source, mode=analysis.mode, tiles=int(target.tiles_per_ipu), bytes_per_tile=int(target.bytes_per_tile),
+        budget=budget, ipus=ipus, layers=layer_rows(analysis), unlayered=unlayered_row(analysis),
+        liveness=liveness(analysis, fullest_ipu(ipus)) if ipus else None, sim=sim,
+        options=model_options(analysis, config, g, micro_batch_size, link_bandwidth, sync_cycles),
+    )
+
+
+def fullest_ipu(ipus: tuple[IpuMemory, ...]) -> IpuMemory:
+    """The IPU whose worst tile holds the most bytes (the first on ties)."""
+    return max(ipus, key=lambda i: (i.worst_bytes, -i.ipu))
+
+
+def liveness(analysis: Analysis, ipu: IpuMemory) -> Liveness:
+    """Live variables over the steps of ``ipu``'s operations, on its worst tile and summed over tiles."""
+    model = analysis.model
+    ops = analysis.stage_ops(ipu.layers, first_stage=ipu.ipu == 0)
+    lo, hi = model.window(ops)
+    var = model.counted_variables(ops)
+    tile = ipu.worst_tile
+    on_tile = live_bytes_per_step(analysis.profile, var, lo, hi, tile=tile)
+    summed = live_bytes_per_step(analysis.profile, var, lo, hi)
+    peak = int(np.argmax(on_tile)) if on_tile.size else 0
+    parts = ipu.worst_components
+    others = ipu.worst_bytes - parts["variables"]
+    return Liveness(
+        ipu=ipu.ipu, tile=tile, first_step=lo, last_step=hi,
+        on_tile=max_pool(on_tile, LIVENESS_POINTS, offset=lo), summed=max_pool(summed, LIVENESS_POINTS, offset=lo),
+        peak_step=lo + peak, peak_bytes=int(on_tile[peak]) if on_tile.size else 0, room=ipu.budget - others,
+    )
