@@ -8,9 +8,13 @@ computes for the same split. Bad edits must fail with one line naming the cell.
 
 from __future__ import annotations
 
+import csv
+import io
 import itertools
+import os
 import re
 import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +29,7 @@ from popliner.config.planner import read_planner
 from popliner.config.yaml_io import read_config
 from popliner.errors import ConfigError
 from popliner.outputs import xlsx
-from popliner.outputs.planner import FIRST_LAYER_ROW, STATUS_ROW, WORST_ROW
+from popliner.outputs.planner import FIRST_LAYER_ROW, FITS_ROW, STATUS_ROW, WORST_ROW
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "profiles"
 IPUS = 3
@@ -182,3 +186,72 @@ def test_a_workbook_without_planner_is_refused(tmp_path: Path) -> None:
     book.save(path)
     with pytest.raises(ConfigError, match="no sheet 'Split planner'"):
         read_planner(path)
+
+
+# ---------------------------------------------------------------------------
+# LibreOffice as a second independent engine
+
+_LO_SETTINGS = """<?xml version="1.0" encoding="UTF-8"?>
+<oor:items xmlns:oor="http://openoffice.org/2001/registry" xmlns:xs="http://www.w3.org/2001/XMLSchema"
+ xmlns:xsi="http://www.w3.org/2001/XMLSchema-instance">
+<item oor:path="/org.openoffice.Office.Calc/Formula/Load"><prop oor:name="OOXMLRecalcMode" oor:op="fuse">
+<value>0</value></prop></item>
+</oor:items>
+"""
+# CSV export of every sheet (-1), cells as shown: file-SheetName.csv per sheet.
+_LO_CSV = "csv:Text - txt - csv (StarCalc):44,34,76,1,,0,false,true,false,false,false,-1"
+
+
+def _soffice() -> str:
+    found = shutil.which("soffice")
+    if found is None:
+        if os.environ.get("CI"):
+            pytest.fail("LibreOffice (soffice) is missing in CI: .ci/run installs libreoffice-calc-nogui")
+        pytest.skip("LibreOffice (soffice) is not installed")
+    return found
+
+
+def _libreoffice_sheet(path: Path, sheet: str, tmp_path: Path) -> list[list[str]]:
+    """Open ``path`` in headless LibreOffice, recalculating every formula on load, and read one sheet as shown."""
+    profile = tmp_path / "lo-profile"
+    (profile / "user").mkdir(parents=True, exist_ok=True)
+    (profile / "user" / "registrymodifications.xcu").write_text(_LO_SETTINGS)
+    out = tmp_path / "lo-out"
+    subprocess.run([_soffice(), f"-env:UserInstallation={profile.as_uri()}", "--headless", "--convert-to", _LO_CSV,
+                    "--outdir", str(out), str(path)], check=True, capture_output=True, timeout=180)
+    with open(out / f"{path.stem}-{sheet}.csv", newline="", encoding="utf-8") as stream:
+        return list(csv.reader(stream))
+
+
+def test_libreoffice_recalculates_the_edited_planner_to_checks_figures(tmp_path: Path) -> None:
+    path, analysis = _workbook(tmp_path, "bert-tiny-training.json", "training")
+    book = openpyxl.load_workbook(path)  # openpyxl saves no cached values: LibreOffice must compute them
+    for i, ipu in enumerate([0, 1, 2]):
+        book["Split planner"][f"B{FIRST_LAYER_ROW + i}"] = ipu
+    edited = tmp_path / "edited.xlsx"
+    book.save(edited)
+    rows = _libreoffice_sheet(edited, "Split planner", tmp_path)
+    figures = [int(text.replace(",", "")) for text in rows[WORST_ROW - 1][1:4]]
+    expected = [f.worst_bytes for f in analysis.pipeline_figures([["0"], ["1"], ["2"]])]
+    assert figures == expected
+    budget = analysis.profile.target.bytes_per_tile
+    assert rows[FITS_ROW - 1][1:4] == ["TRUE" if v <= budget else "FALSE" for v in expected]  # not 1/0
+    assert rows[STATUS_ROW - 1][2] == "TRUE"
+
+
+def test_libreoffice_reads_the_written_workbook_like_the_csv(tmp_path: Path) -> None:
+    """The workbook as written (XlsxWriter), recalculated by LibreOffice: the Layers sheet equals the CSV."""
+    path, analysis = _workbook(tmp_path, "bert-tiny-training.json", "training")
+    shown = _libreoffice_sheet(path, "Layers", tmp_path)
+    from popliner.outputs import tables
+
+    stream = io.StringIO(newline="")
+    tables.write_layers(build_breakdown(analysis, with_operations=False), stream, "csv")
+    expected = list(csv.reader(io.StringIO(stream.getvalue(), newline="")))
+    assert len(shown) == len(expected)
+    for mine, theirs in zip(expected, shown):
+        for a, b in zip(mine, theirs):
+            if re.fullmatch(r"-?[\d.]+", a):
+                assert float(b.replace(",", "")) == pytest.approx(float(a)), (mine, theirs)
+            else:
+                assert b == a.removeprefix("'")
