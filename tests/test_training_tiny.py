@@ -208,3 +208,37 @@ def test_range_table_agrees_with_the_figures():
         assert position_memory(table, 2, 3, 1, 2, True) == figures[1].worst_bytes
         assert table.compute(0, 1) == figures[0].cycles
         assert table.compute(2, 3) == figures[1].cycles
+
+
+# -- the command line -----------------------------------------------------------------
+
+
+def run_cli(*args: str):
+    from click.testing import CliRunner
+
+    from popliner.cli import cli
+
+    return CliRunner().invoke(cli, [str(TINY), "--solve", "--num-ipus", "2", "--head-placement", "last", *args])
+
+
+def test_cli_records_the_training_options_in_the_json():
+    result = run_cli("--recompute", "every-layer", "--mem-per-tile", "460")
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert doc["training"] == {"recompute": "every-layer", "optimizer_state": "on-chip", "replication_factor": 1,
+                               "sharded_optimizer_state": False, "head_placement": "last"}
+    assert [s["worst_tile_bytes"] for s in doc["stages"]] == [431, 445]
+
+
+def test_cli_exit_3_names_the_option_that_fits():
+    result = run_cli("--mem-per-tile", "460")
+    assert result.exit_code == 3
+    assert "fits on 2 IPUs with --recompute pipeline" in result.stderr
+
+
+def test_cli_recompute_auto_takes_the_least_that_fits():
+    assert run_cli("--mem-per-tile", "440").exit_code == 3
+    result = run_cli("--mem-per-tile", "440", "--recompute", "auto")
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout)["training"]["recompute"] == "pipeline"
+    assert "--recompute auto chose pipeline" in result.stderr

@@ -15,6 +15,14 @@ import click
 from popliner.analysis import DEFAULT_BACKWARD_REGEX, Analysis, AnalysisOptions, load_analysis
 from popliner.errors import EXIT_NO_SPLIT, UsageProblem
 from popliner.fileio import atomic_write, check_writable, is_stdout, one_stdout
+from popliner.memory.training import (
+    DEFAULT_UPDATE_REGEX,
+    HEAD_PLACEMENTS,
+    OPTIMIZER_STATES,
+    RECOMPUTE_MODES,
+    TrainingOptions,
+    training_record,
+)
 from popliner.ops.layers import AUTO_PRESET, DEFAULT_INPUTS_REGEX_LAYER_0, preset_names
 from popliner.ops.operations import DEFAULT_OP_LAYERS
 from popliner.progress import Tracker, phase, progress_wanted, tracking
@@ -99,6 +107,21 @@ class HiddenArgument(click.Argument):
               help="Training keeps stashes; auto looks for gradient operations.")
 @click.option("--backward-regex", default=DEFAULT_BACKWARD_REGEX, show_default=True,
               help="Operation names of the backward pass and weight update.")
+@click.option("--recompute", type=click.Choice(list(RECOMPUTE_MODES)), default="none", show_default=True,
+              help="Training: recomputation to model (docs/solvers.md); auto = the least that fits.")
+@click.option("--optimizer-state", type=click.Choice(list(OPTIMIZER_STATES)), default="on-chip", show_default=True,
+              help="Training: off-chip keeps optimizer state in streaming memory, loaded for its update only.")
+@click.option("--replication-factor", type=int, default=1, show_default=True, callback=_positive,
+              help="Training: replicas of the pipeline (total IPUs = IPUs x replicas).")
+@click.option("--sharded-optimizer-state", is_flag=True,
+              help="Training: divide optimizer state over the replicas (replicated tensor sharding).")
+@click.option("--head-placement", type=click.Choice(list(HEAD_PLACEMENTS)), default="first", show_default=True,
+              help="Operations without a layer: all on the first IPU; or the embedding there and the head on "
+                   "the last IPU (last).")
+@click.option("--update-regex", default=DEFAULT_UPDATE_REGEX, show_default=True,
+              help="Names of weight-update operations (finds the optimizer state).")
+@click.option("--optimizer-state-regex", default=None,
+              help="Variable names that are optimizer state (replaces the rule).")
 @click.option("--solve", is_flag=True, help="Split the layers over --num-ipus IPUs; JSON on stdout.")
 @click.option("--num-ipus", type=int, default=4, show_default=True, callback=_positive, help="IPUs to split over.")
 @click.option("--exact-ipus", is_flag=True, help="Use exactly --num-ipus IPUs (ILP), not at most.")
@@ -136,7 +159,9 @@ def command(profile: str, debug_info: str | None, operation_breakdown: bool, lay
             memory_totals: bool, memory_affinity: bool, interlayer: bool, fmt: str | None, output: str | None,
             plot: str | None, force: bool, layer_preset: str, layer_name_regex: str | None,
             inputs_regex_layer_0: str, layer_order: str,
-            op_layers: str, all_vars: bool, mode: str, backward_regex: str, solve: bool, num_ipus: int,
+            op_layers: str, all_vars: bool, mode: str, backward_regex: str, recompute: str, optimizer_state: str,
+            replication_factor: int, sharded_optimizer_state: bool, head_placement: str, update_regex: str,
+            optimizer_state_regex: str | None, solve: bool, num_ipus: int,
             exact_ipus: bool, min_ipus: bool, mem_per_tile: int | None, headroom: float, solver: str,
             time_limit: float, seed: int,
             split_after: tuple[str, ...], same_ipu: tuple[str, ...], min_layers_per_stage: int,
@@ -168,7 +193,9 @@ def _say_timings(tracker: Tracker) -> None:
 def _run(profile: str, debug_info: str | None, operation_breakdown: bool, layer_breakdown: bool,
          memory_totals: bool, memory_affinity: bool, interlayer: bool, fmt: str | None, output: str | None,
          plot: str | None, force: bool, layer_preset: str, layer_name_regex: str | None, inputs_regex_layer_0: str,
-         layer_order: str, op_layers: str, all_vars: bool, mode: str, backward_regex: str, solve: bool,
+         layer_order: str, op_layers: str, all_vars: bool, mode: str, backward_regex: str, recompute: str,
+         optimizer_state: str, replication_factor: int, sharded_optimizer_state: bool, head_placement: str,
+         update_regex: str, optimizer_state_regex: str | None, solve: bool,
          num_ipus: int, exact_ipus: bool, min_ipus: bool, mem_per_tile: int | None, headroom: float, solver: str,
          time_limit: float, seed: int, split_after: tuple[str, ...], same_ipu: tuple[str, ...],
          min_layers_per_stage: int, keep_shared_vars_together: bool, link_bandwidth: float, config_out: str | None,
@@ -209,6 +236,12 @@ def _run(profile: str, debug_info: str | None, operation_breakdown: bool, layer_
         layer_preset=layer_preset, layer_name_regex=layer_name_regex, inputs_regex_layer_0=inputs_regex_layer_0,
         layer_order=layer_order,  # type: ignore[arg-type]
         layered_vars_only=not all_vars, mode=mode, backward_regex=backward_regex,  # type: ignore[arg-type]
+        training=TrainingOptions(
+            recompute="none" if recompute == "auto" else recompute,  # type: ignore[arg-type]
+            optimizer_state=optimizer_state,  # type: ignore[arg-type]
+            replication_factor=replication_factor, sharded_optimizer_state=sharded_optimizer_state,
+            head_placement=head_placement,  # type: ignore[arg-type]
+            update_regex=update_regex, optimizer_state_regex=optimizer_state_regex),
     )
     if not options.op_layers:
         raise UsageProblem("--op-layers: give at least one debug-context layer name")
@@ -221,6 +254,9 @@ def _run(profile: str, debug_info: str | None, operation_breakdown: bool, layer_
         problem = _problem(analysis, num_ipus, exact_ipus, budget, split_after, same_ipu, min_layers_per_stage,
                            keep_shared_vars_together)
         split = _solve(analysis, problem, min_ipus, solver, time_limit, seed, link_bandwidth)
+        if recompute == "auto":
+            analysis, split = _auto_recompute(analysis, problem, split, min_ipus, solver, time_limit, seed,
+                                              link_bandwidth)
     with phase("writing tables"):
         _write_tables(analysis, outputs, fmt, output, force, split, budget, num_ipus)
     if plot:
@@ -235,6 +271,7 @@ def _run(profile: str, debug_info: str | None, operation_breakdown: bool, layer_
                 _write_report(analysis, split, report, force, gradient_accumulation, link_bandwidth)
         _summarise(analysis, split, problem, link_bandwidth, min_ipus, config_out, ipu_config_out)
         if not split.fits:
+            _suggest_training_options(analysis, problem, link_bandwidth)
             sys.exit(EXIT_NO_SPLIT)
 
 
@@ -321,6 +358,41 @@ def _solve(analysis: Analysis, problem: Any, min_ipus: bool, solver: str, time_l
     return split
 
 
+def _auto_recompute(analysis: Analysis, problem: Any, split: Any, min_ipus: bool, solver: str, time_limit: float,
+                    seed: int, link_bandwidth: float) -> tuple[Analysis, Any]:
+    """``--recompute auto``: the first of none, pipeline, every-layer whose split fits (the last tried otherwise)."""
+    from popliner.training_choice import AUTO_ORDER, reanalyse
+
+    for mode in AUTO_ORDER[1:]:
+        if split.fits or analysis.mode != "training" or analysis.engine.view.recompute == "compiled":
+            break
+        analysis = reanalyse(analysis, recompute=mode)
+        problem = _problem_again(analysis, problem)
+        split = _solve(analysis, problem, min_ipus, solver, time_limit, seed, link_bandwidth)
+    log.warning("--recompute auto chose %s", analysis.engine.view.recompute)
+    return analysis, split
+
+
+def _suggest_training_options(analysis: Analysis, problem: Any, link_bandwidth: float) -> None:
+    """Before exit 3 in training: name the usual option that would make the model fit, if one does."""
+    from popliner.training_choice import suggest_options, training_flags
+
+    if analysis.mode != "training" or not log.isEnabledFor(logging.WARNING):
+        return
+    with phase("trying recomputation and off-chip optimizer state"):
+        found = suggest_options(analysis, problem, link_bandwidth)
+    if found is not None:
+        option, fewest = found
+        flags = training_flags(option, analysis.options.training)
+        click.echo(f"popliner: fits on {fewest} IPUs with {flags}", err=True)
+
+
+def _problem_again(analysis: Analysis, problem: Any) -> Any:
+    import dataclasses
+
+    return dataclasses.replace(problem, training=analysis.mode == "training")
+
+
 def _write_tables(analysis: Analysis, outputs: Outputs, fmt: str, output: str | None, force: bool, split: Any,
                   budget: int, num_ipus: int) -> None:
     from popliner.breakdown import affinity_matrix, build_breakdown, interlayer_matrix
@@ -401,6 +473,12 @@ def _report_split(analysis: Analysis, split: Any, config_out: str | None, force:
         if split.stages:
             click.echo(split_table(split), err=True)
     doc = split_document(split, profile_path=analysis.profile.path, profile_sha256=analysis.profile.sha256)
+    record = training_record(analysis)
+    if record is not None:
+        doc["training"] = record
+    if analysis.options.training.head_placement != "first" and "unlayered_operations" in doc:
+        doc["unlayered_operations"] = (f"embedding and head are layers of their own "
+                                       f"(--head-placement {analysis.options.training.head_placement})")
     write_split_json(doc, click.get_text_stream("stdout"))
     if config_out and split.stages:
         from popliner.config.model import config_from_split
