@@ -39,11 +39,15 @@ def union_of(indices: np.ndarray, size: int) -> np.ndarray:
     return np.flatnonzero(mask)
 
 
-def sorted_unique(keys: np.ndarray) -> np.ndarray:
-    """Sorted distinct values."""
+def sorted_unique(keys: np.ndarray, nearly_sorted: bool = False) -> np.ndarray:
+    """Sorted distinct values.
+
+    ``nearly_sorted``: the keys are mostly in order already (long sorted
+    runs), where the merge sort is several times faster than the default.
+    """
     if keys.size == 0:
         return keys.copy()
-    s = np.sort(keys)
+    s = np.sort(keys, kind="stable" if nearly_sorted else None)
     keep = np.empty(len(s), bool)
     keep[0] = True
     np.not_equal(s[1:], s[:-1], out=keep[1:])

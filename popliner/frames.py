@@ -130,8 +130,8 @@ class Model:
               link_bytes_per_second: float = 64e9, **constraints: Any) -> SplitResult:
         """Split the layers over at most ``num_ipus`` IPUs (see :class:`popliner.solvers.problem.SplitProblem`
         for ``constraints``: ``min_layers``, ``split_after``, ``same_ipu``, ``keep_shared_together``)."""
-        from popliner.solvers.problem import SplitProblem
         from popliner.analysis import solve_split
+        from popliner.solvers.problem import SplitProblem
 
         budget = int((mem_per_tile or self.analysis.profile.target.bytes_per_tile) * (1.0 - headroom))
         problem = SplitProblem(num_ipus=num_ipus, budget=budget, exact_ipus=exact_ipus,

@@ -17,10 +17,11 @@ def test_bench_quick_writes_tables_and_plot(tmp_path: Path) -> None:
     assert run.returncode == 0, run.stderr
     assert "cold_load 1/1" in run.stderr  # progress goes to stderr
     rows = list(csv.DictReader((out / "summary.csv").open()))
-    assert {r["measurement"] for r in rows} == {"cold_load", "cached_load", "layer_breakdown", "greedy_4",
-                                                "greedy_16", "ilp_4", "ilp_16", "simulate", "xlsx"}
+    assert {r["measurement"] for r in rows} == {"cold_load", "cached_load", "greedy", "ilp", "greedy_recompute",
+                                                "ilp_recompute", "layer_breakdown", "simulate", "xlsx"}
     for r in rows:
         assert not r["status"].startswith(("ERROR", "CRASH", "EXIT", "CACHE")), r
         assert float(r["median_s"]) >= 0 and float(r["peak_rss_mb_max"]) > 0
-    assert (out / "summary.md").read_text().startswith("# popliner benchmark")
+    summary = (out / "summary.md").read_text()
+    assert summary.startswith("# popliner benchmark") and "## Targets (issue 15)" in summary
     assert (out / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

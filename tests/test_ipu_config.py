@@ -121,3 +121,13 @@ def test_model_options_map_onto_ipu_config_names(options: ModelOptions, expected
     assert set(got) <= IPU_CONFIG_PARAMETERS
     keys = ("recompute_checkpoint_every_layer", "optimizer_state_offchip", "replicated_tensor_sharding")
     assert tuple(got[k] for k in keys) == expected
+
+
+def test_training_options_reach_the_ipu_config(tmp_path: Path) -> None:
+    cfg, _, _ = solve(BERT, tmp_path, "--num-ipus", "4", "--recompute", "every-layer", "--optimizer-state", "off-chip",
+                      "--replication-factor", "2", "--sharded-optimizer-state")
+    assert set(cfg) <= IPU_CONFIG_PARAMETERS
+    assert cfg["recompute_checkpoint_every_layer"] is True
+    assert cfg["optimizer_state_offchip"] is True
+    assert cfg["replicated_tensor_sharding"] is True
+    assert cfg["replication_factor"] == 2

@@ -358,3 +358,14 @@ def test_greedy_in_training_plans_stashes_for_the_ipus_it_uses():
     table = ArrayRanges([10] * 4, [0] * 4, [1] * 4, [0] * 3, stash=[10] * 4, limit=100)
     bounds, cap, need = greedy_bounds(table, SplitProblem(8, 100, training=True))
     assert (bounds, cap, need) == (((0, 3),), 0.5, 3)
+
+
+def test_time_limit_bounds_the_whole_solve():
+    # A limit already spent when CP-SAT would start: the tables and the DP still give a valid
+    # split (FEASIBLE, the DP's optimum of the first objective), and the note says why.
+    a = analyse_profile(load_profile(TINY))
+    split = solve_split(a, SplitProblem(2, 1000), solver="ilp", time_limit=1e-9)
+    assert split.status == "FEASIBLE" and split.fits
+    assert "time limit ran out" in split.note
+    full = solve_split(a, SplitProblem(2, 1000), solver="ilp", time_limit=10)
+    assert split.objective == full.objective  # the DP is exact on the first objective

@@ -240,10 +240,15 @@ def test_o_and_f_behave_the_same_everywhere(command: str, tiny: Path, tmp_path: 
         assert done.stdout == "" and target.read_text() != "keep me", command
 
 
-@pytest.mark.parametrize("command", ["analyse", "simulate", "check", "synth", "export"])
-def test_every_writing_command_has_short_f(command: str) -> None:
-    text = run(command, "--help").stdout
-    assert "-f, --force" in text and "-o, --output" in text or command == "analyse" and "-f, --force" in text
+def test_every_command_spells_force_and_output_the_same() -> None:
+    from popliner.cli import SUBCOMMANDS
+
+    for command in SUBCOMMANDS:
+        text = run(command, "--help").stdout
+        if "--force" in text:
+            assert "-f, --force" in text, command
+        if "--output" in text:
+            assert "-o, --output" in text, command
 
 
 def test_usage_line_shows_only_accepted_arguments() -> None:
@@ -260,3 +265,19 @@ def test_format_that_disagrees_with_the_suffix_is_obeyed_with_a_warning(tiny: Pa
     assert "--format csv is ignored" in err
     quiet = run(tiny, "-o", tmp_path / "z.tsv").stderr
     assert "although" not in quiet
+
+
+def test_analyse_is_documented_in_the_readme() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert "popliner analyse PROFILE" in readme
+
+
+def test_readme_quick_start_shows_the_real_summary(monkeypatch: pytest.MonkeyPatch) -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    command = "popliner fixtures/profiles/bert-base-training.json.gz --solve --num-ipus 4"
+    assert command in readme
+    shown = readme.split("a summary of what it means and what to run next:\n\n```\n", 1)[1].split("```", 1)[0]
+    monkeypatch.chdir(ROOT)
+    err = run(*command.split()[1:]).stderr
+    start = err.index("[ (unlayered)")
+    assert err[start:] == shown

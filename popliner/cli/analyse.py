@@ -180,8 +180,10 @@ def command(profile: str, debug_info: str | None, operation_breakdown: bool, lay
     stream = click.get_text_stream("stderr")
     quiet = not log.isEnabledFor(logging.WARNING)
     with tracking(stream if progress_wanted(stream, quiet) else None) as tracker:
-        _run(**click.get_current_context().params)
-    _say_timings(tracker)
+        try:
+            _run(**click.get_current_context().params)
+        finally:  # also when no split fits (exit 3)
+            _say_timings(tracker)
 
 
 def _say_timings(tracker: Tracker) -> None:
@@ -511,13 +513,18 @@ def _write_report(analysis: Analysis, split: Any, path: str, force: bool, gradie
 def _write_ipu_config(analysis: Analysis, split: Any, path: str, force: bool, gradient_accumulation: int | None,
                       matmul_proportion: tuple[float, ...]) -> None:
     from popliner.config.model import config_from_split
-    from popliner.config.snippets import ipu_config, write_ipu_config
+    from popliner.config.snippets import ModelOptions, ipu_config, write_ipu_config
 
     t = analysis.profile.target
     cfg = config_from_split(split, profile_path=analysis.profile.path, profile_sha256=analysis.profile.sha256,
                             tiles=t.tiles_per_ipu, bytes_per_tile=t.bytes_per_tile, clock_hz=t.clock_hz,
                             gradient_accumulation=gradient_accumulation)
-    document = ipu_config(cfg, matmul_proportion)
+    training = analysis.options.training
+    # The recomputation actually applied (after --recompute auto), as the split was solved with it.
+    model = ModelOptions(recompute=analysis.engine.view.recompute, optimizer_state=training.optimizer_state,
+                         replication_factor=training.replication_factor,
+                         sharded_optimizer_state=training.sharded_optimizer_state)
+    document = ipu_config(cfg, matmul_proportion, model)
     with atomic_write(path, force=force) as stream:
         write_ipu_config(document, stream)
     log.info("wrote %s", path)

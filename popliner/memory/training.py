@@ -51,7 +51,8 @@ OptimizerState = Literal["on-chip", "off-chip"]
 HeadPlacement = Literal["first", "last", "wrap"]
 RECOMPUTE_MODES: tuple[str, ...] = ("none", "pipeline", "every-layer", "auto")
 OPTIMIZER_STATES: tuple[str, ...] = ("on-chip", "off-chip")
-HEAD_PLACEMENTS: tuple[str, ...] = ("first", "last", "wrap")
+#: ``wrap`` (the head as a last stage back on IPU 0) is defined in docs/solvers.md but not modelled yet.
+HEAD_PLACEMENTS: tuple[str, ...] = ("first", "last")
 #: Names of weight-update operations (a call site counts when its body matches).
 DEFAULT_UPDATE_REGEX = r"(?i)varupdate|updater|sgd|adam|lamb|momentum|optimi[sz]er"
 #: Names given to the unlayered groups when they become layers of their own.
@@ -178,14 +179,10 @@ def _recompute_tensor_variables(profile: Profile) -> np.ndarray:
     """Bool per variable: its name holds ``__re`` followed by the end of the name or a non-word character."""
     v = profile.variables
     out = np.zeros(v.count, bool)
-    if v.count == 0 or int(v.name_ptr[-1]) == 0:
-        return out
-    raw = v.name_blob.tobytes()
-    ends = v.name_ptr[1:]
-    for m in re.finditer(rb"__re", raw):
-        var = int(np.searchsorted(ends, m.start(), side="right"))
-        end = int(ends[var])
-        if m.end() == end or not (chr(raw[m.end()]).isalnum() or raw[m.end()] == ord("_")):
+    for var, at in v.names.find(b"__re"):
+        name = v.names.get(var)
+        after = at + 4
+        if after == len(name) or not (chr(name[after]).isalnum() or name[after] == ord("_")):
             out[var] = True
     return out
 

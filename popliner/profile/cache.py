@@ -2,13 +2,20 @@
 
 Stored with numpy's own format and loaded with ``allow_pickle=False``: the
 arrays of the frozen dataclasses go in as arrays, everything else (strings,
-small scalars) as one JSON document held in a ``uint8`` array. The file is a
-plain ``np.savez`` archive (stored members, no compression); it is read here
-member by member, each array in one ``readinto`` with its CRC-32 checked,
-which is several times faster than ``np.load`` on a large profile (``np.load``
-copies each member through small buffers). A file that is unreadable,
-truncated, damaged, from another version or for another profile is ignored
-and rebuilt; nothing here ever raises to the user.
+small scalars) as one deflated JSON document held in a ``uint8`` array. The file is a
+plain ``np.savez`` archive (stored members); it is read here member by
+member, each array in one ``readinto`` with its CRC-32 checked, which is
+several times faster than ``np.load`` on a large profile (``np.load`` copies
+each member through small buffers).
+
+Columns are stored compressed so that the cache stays smaller than the
+profile: each large integer array is kept as the narrowest integer type that
+holds it, or its differences when those are narrower (sorted ids, offsets),
+then deflated (level 1); the JSON document says how to undo it. The
+variable names stay compressed in memory too (:class:`NameTable` inflates a
+chunk when a name in it is read). A file that is unreadable, truncated,
+damaged, from another version or for another profile is ignored and
+rebuilt; nothing here ever raises to the user.
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ import re
 import struct
 import zipfile
 import zlib
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,7 +41,8 @@ from numpy.lib import format as npy_format
 from popliner import __version__
 from popliner.fileio import atomic_write
 from popliner.ops.operations import OperationTable
-from popliner.profile.model import Contexts, Profile, Programs, Target, Variables, VertexTypes
+from popliner.profile import zcodec
+from popliner.profile.model import Contexts, NameTable, Profile, Programs, Target, Variables, VertexTypes
 from popliner.profile.tilevector import RunTable
 
 __all__ = [
@@ -50,10 +59,18 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-CACHE_FORMAT = 2
+CACHE_FORMAT = 3
 _CLASSES: dict[str, type] = {
-    c.__name__: c for c in (Profile, Target, Programs, Variables, Contexts, VertexTypes, RunTable, OperationTable)
+    c.__name__: c
+    for c in (Profile, Target, Programs, Variables, NameTable, Contexts, VertexTypes, RunTable, OperationTable)
 }
+#: What a bad cache file can raise while it is read (it is then rebuilt).
+_READ_ERRORS: tuple[type[Exception], ...] = (
+    OSError, ValueError, KeyError, TypeError, EOFError, zipfile.BadZipFile, json.JSONDecodeError, UnicodeDecodeError,
+) + zcodec.ERRORS
+#: Integer arrays at least this long are narrowed and deflated.
+_PACK_MIN = 4096
+_INT_TYPES = tuple(np.dtype(t) for t in (np.int8, np.uint8, np.int16, np.uint16, np.int32, np.uint32, np.int64))
 
 
 def cache_dir(directory: str | os.PathLike[str] | None = None) -> Path:
@@ -84,7 +101,9 @@ def store_cached(path: Path, sha256: str, options_key: str, profile: Profile, op
         "profile": _flatten(profile, "p.", arrays),
         "ops": _flatten(ops, "o.", arrays),
     }
-    arrays["__meta__"] = np.frombuffer(json.dumps(meta).encode("utf-8"), dtype=np.uint8)
+    meta["codecs"] = _pack_all(arrays)
+    # The document (names of programs and contexts, their data) is deflated too.
+    arrays["__meta__"] = np.frombuffer(zcodec.compress(json.dumps(meta).encode("utf-8")), dtype=np.uint8)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with atomic_write(path, force=True, binary=True) as fh:
@@ -99,16 +118,16 @@ def load_cached(path: Path, sha256: str, options_key: str, profile_path: str) ->
         return None
     try:
         arrays = _read_npz(path)
-        meta = json.loads(bytes(arrays.pop("__meta__")).decode("utf-8"))
+        meta = json.loads(zcodec.decompress(arrays.pop("__meta__")).decode("utf-8"))
         if (meta.get("version"), meta.get("format"), meta.get("sha256"), meta.get("options")) != (
             __version__, CACHE_FORMAT, sha256, options_key,
         ):
             log.debug("cache %s is stale; rebuilding", path)
             return None
+        _unpack_all(arrays, meta["codecs"])
         profile = _unflatten(meta["profile"], arrays)
         ops = _unflatten(meta["ops"], arrays)
-    except (OSError, ValueError, KeyError, TypeError, EOFError, zipfile.BadZipFile, json.JSONDecodeError,
-            UnicodeDecodeError) as exc:
+    except _READ_ERRORS as exc:
         log.debug("cache %s is unreadable (%s); rebuilding", path, exc)
         return None
     if not isinstance(profile, Profile) or not isinstance(ops, OperationTable):
@@ -167,13 +186,88 @@ def _read_npz(path: Path) -> dict[str, np.ndarray]:
     return arrays
 
 
+def _pack_all(arrays: dict[str, np.ndarray]) -> dict[str, Any]:
+    """Narrow and deflate the large integer arrays in place (two threads); how to undo it, by name."""
+    names = [k for k, a in arrays.items() if _packable(k, a)]
+    with ThreadPoolExecutor(2) as pool:  # zlib lets go of the GIL while it works
+        packed = list(pool.map(lambda k: _pack(arrays[k]), names))
+    codecs = {}
+    for k, (data, codec) in zip(names, packed):
+        arrays[k] = data
+        codecs[k] = codec
+    return codecs
+
+
+def _packable(key: str, a: np.ndarray) -> bool:
+    # A packed name table's blob is deflated already.
+    return a.size >= _PACK_MIN and a.dtype in _INT_TYPES and not key.endswith(".names.blob.")
+
+
+def _pack(a: np.ndarray) -> tuple[np.ndarray, dict[str, Any]]:
+    flat = a.reshape(-1, order="A")
+    plain = _narrowest(flat)
+    delta = False
+    stored = flat
+    if a.ndim == 1:
+        diff = np.diff(flat, prepend=flat.dtype.type(0)) if a.dtype == np.int64 else np.diff(
+            flat.astype(np.int64), prepend=0)
+        narrow = _narrowest(diff)
+        if narrow.itemsize < plain.itemsize or (narrow.itemsize == plain.itemsize and _smaller(diff, flat, narrow)):
+            delta, stored, plain = True, diff, narrow
+    data = zcodec.compress(np.ascontiguousarray(stored, dtype=plain).data)
+    codec = {"dtype": a.dtype.str, "shape": list(a.shape), "fortran": bool(a.flags.f_contiguous and a.ndim > 1),
+             "as": plain.str, "delta": delta}
+    return np.frombuffer(data, np.uint8), codec
+
+
+def _smaller(a: np.ndarray, b: np.ndarray, dtype: np.dtype[Any]) -> bool:
+    """Whether ``a`` deflates smaller than ``b`` (judged on a sample), both stored as ``dtype``."""
+    k = _PACK_MIN * 16
+    return len(zlib.compress(a[:k].astype(dtype).data, 1)) < len(zlib.compress(b[:k].astype(dtype).data, 1))
+
+
+def _narrowest(a: np.ndarray) -> np.dtype[Any]:
+    lo, hi = (int(a.min()), int(a.max())) if a.size else (0, 0)
+    for t in _INT_TYPES:
+        info = np.iinfo(t)
+        if info.min <= lo and hi <= info.max:
+            return t
+    return np.dtype(np.int64)
+
+
+def _unpack_all(arrays: dict[str, np.ndarray], codecs: dict[str, Any]) -> None:
+    names = list(codecs)
+    with ThreadPoolExecutor(2) as pool:
+        out = list(pool.map(lambda k: _unpack(arrays[k], codecs[k]), names))
+    arrays.update(zip(names, out))
+
+
+def _unpack(data: np.ndarray, codec: dict[str, Any]) -> np.ndarray:
+    dtype = np.dtype(codec["dtype"])
+    if dtype not in _INT_TYPES:
+        raise ValueError(f"unexpected packed type {dtype}")
+    stored = np.frombuffer(zcodec.decompress(data), np.dtype(codec["as"]))
+    shape = tuple(codec["shape"])
+    if stored.size != math.prod(shape):
+        raise ValueError("packed array has the wrong size")
+    if codec["delta"]:
+        out = np.cumsum(stored, dtype=np.int64)
+        out = out if dtype == np.int64 else out.astype(dtype)
+    else:
+        out = stored.astype(dtype)
+    return out.reshape(shape, order="F" if codec["fortran"] else "C")
+
+
 def _flatten(obj: Any, prefix: str, arrays: dict[str, np.ndarray]) -> Any:
     """JSON-able description of ``obj``; its arrays go into ``arrays``."""
     if isinstance(obj, np.ndarray):
         arrays[prefix] = obj
         return {"__array__": prefix}
+    if isinstance(obj, NameTable):
+        obj = obj.packed()
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        fields = {f.name: _flatten(getattr(obj, f.name), f"{prefix}{f.name}.", arrays) for f in dataclasses.fields(obj)}
+        fields = {f.name: _flatten(getattr(obj, f.name), f"{prefix}{f.name}.", arrays)
+                  for f in dataclasses.fields(obj) if f.init}
         return {"__class__": type(obj).__name__, "fields": fields}
     if isinstance(obj, tuple):
         return {"__tuple__": [_flatten(v, f"{prefix}{i}.", arrays) for i, v in enumerate(obj)]}

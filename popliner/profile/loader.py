@@ -25,9 +25,12 @@ from typing import Any, NoReturn
 import numpy as np
 
 from popliner.errors import ProfileFormatError
+from popliner.profile import zcodec
+from popliner.profile.columns import Extracted, extract_columns
 from popliner.profile.model import (
     TYPE_CODE,
     Contexts,
+    NameTable,
     Profile,
     Programs,
     Target,
@@ -70,8 +73,43 @@ def load_profile(path: str | os.PathLike[str]) -> Profile:
 def parse_profile_bytes(raw: bytes, path: str, sha256: str | None = None) -> Profile:
     digest = sha256 or hashlib.sha256(raw).hexdigest()
     with _gc_paused():
+        fast = _parse_fast(raw, path, digest)
+        if fast is not None:
+            return fast
         doc = _parse_json(_decompress(raw, path), path)
         return _Builder(doc, path, digest).build()
+
+
+class _NotFast(Exception):
+    """The shortcut's placeholders are not where expected: parse the ordinary way."""
+
+
+def _parse_fast(raw: bytes, path: str, digest: str) -> Profile | None:
+    """The profile read through :mod:`popliner.profile.columns`, or None to take the ordinary path.
+
+    The shortcut never reports a problem itself: on anything unexpected,
+    including an invalid document, the ordinary path runs from the start and
+    words the error.
+    """
+    try:
+        import orjson
+    except ImportError:  # pragma: no cover - orjson is a dependency
+        return None
+    text = _decompress(raw, path)
+    found = extract_columns(text)
+    del text  # the bulky lists are arrays now; the rest is a small document
+    if found is None:
+        return None
+    rest, extracted = found
+    try:
+        doc = orjson.loads(rest)
+    except orjson.JSONDecodeError:
+        return None
+    del rest
+    try:
+        return _Builder(doc, path, digest, extracted).build()
+    except (ProfileFormatError, _NotFast):
+        return None
 
 
 @contextlib.contextmanager
@@ -132,13 +170,13 @@ def _gunzip_one_member(raw: bytes, limit: int) -> bytes | None:
     own messages.
     """
     try:
-        d = zlib.decompressobj(wbits=31)  # gzip header and trailer (CRC-32, size) checked by zlib
+        d = zcodec.decompressobj(wbits=31)  # gzip header and trailer (CRC-32, size) checked
         out = d.decompress(raw, limit + 1)
-    except zlib.error:
+    except zcodec.ERRORS:
         return None
     if len(out) > limit or not d.eof or d.unused_data or d.unconsumed_tail:
         return None
-    return out
+    return bytes(out)
 
 
 def _too_big(limit: int) -> str:
@@ -198,10 +236,11 @@ def _kind(value: Any) -> str:
 class _Builder:
     """Validates the document section by section while building arrays."""
 
-    def __init__(self, doc: Any, path: str, sha256: str) -> None:
+    def __init__(self, doc: Any, path: str, sha256: str, extracted: Extracted | None = None) -> None:
         self.doc = doc
         self.path = path
         self.sha256 = sha256
+        self.extracted = extracted
 
     # -- errors -------------------------------------------------------------
 
@@ -251,7 +290,10 @@ class _Builder:
         self.num_steps = len(steps_raw)
         self.contexts = self.build_contexts(self.need(doc, "debugContexts", "", (list,), "a list"))
         classes = self.build_classes(self.need(doc, "livenessClasses", "", (list,), "a list"))
-        variables = self.build_variables(self.need(doc, "variables", "", (dict,), "an object"), len(classes[0]) - 1)
+        raw_vars = self.need(doc, "variables", "", (dict,), "an object")
+        if self.extracted is not None and raw_vars != Extracted.VARIABLES_PLACEHOLDER:
+            raise _NotFast
+        variables = self.build_variables(raw_vars, len(classes[0]) - 1)
         self.num_vars = variables.count
         vertex_types = self.build_vertex_types(self.need(doc, "vertexTypes", "", (list,), "a list"))
         programs = self.build_programs(self.need(doc, "programs", "", (list,), "a list"), variables, vertex_types)
@@ -410,10 +452,13 @@ class _Builder:
         return f"livenessClasses[{c}][{k - int(ptr[c])}]"
 
     def build_variables(self, v: dict[str, Any], num_classes: int) -> Variables:
-        cols = {}
-        for key in ("id", "bytes", "tile", "class"):
-            col = self.need(v, key, "variables", (list,), "a list of integers")
-            cols[key] = self._int_column(col, f"variables.{key}")
+        if self.extracted is not None:
+            cols = self.extracted.columns
+        else:
+            cols = {}
+            for key in ("id", "bytes", "tile", "class"):
+                col = self.need(v, key, "variables", (list,), "a list of integers")
+                cols[key] = self._int_column(col, f"variables.{key}")
         n = len(cols["id"])
         for key, arr in cols.items():
             if len(arr) != n:
@@ -435,15 +480,23 @@ class _Builder:
                 self.fail(f"variables.id[{i}]", f"variable id {ids[i]} is used twice")
         self.var_order = order
         self.var_sorted_ids = ids[order]
-        blob, ptr = self._names(v.get("name"), n)
+        names = self._extracted_names(n) if self.extracted is not None else NameTable(*self._names(v.get("name"), n))
         return Variables(
             ids=ids,
             bytes=cols["bytes"],
             tile=cols["tile"].astype(np.int32),
             klass=cols["class"].astype(np.int32),
-            name_blob=blob,
-            name_ptr=ptr,
+            names=names,
         )
+
+    def _extracted_names(self, n: int) -> NameTable:
+        assert self.extracted is not None
+        if self.extracted.names is None:
+            return NameTable(np.zeros(0, np.uint8), np.zeros(n + 1, np.int64))
+        blob, ptr, lead, pad = self.extracted.names
+        if len(ptr) != n + 1:
+            raise _NotFast  # the ordinary path words the length mismatch
+        return NameTable(blob, ptr, lead, pad)
 
     def _names(self, names: Any, n: int) -> tuple[np.ndarray, np.ndarray]:
         if names is None:
@@ -516,6 +569,8 @@ class _Builder:
         verts = RunTableBuilder(keyed=True)
         has_cycles = False
         num_types = len(vtypes.names)
+        fast_lens = None if self.extracted is None else self.extracted.program_var_lens
+        fast_count = 0
         for i, p in enumerate(raw):
             where = f"programs[{i}]"
             self.check(p, where, (dict,), "an object")
@@ -548,17 +603,31 @@ class _Builder:
             has_cycles = has_cycles or "cycles" in p
             self._program_vertices(p.get("vertices"), where, num_types, verts)
             pvars = p.get("vars")
-            if pvars is not None:
-                self.check(pvars, f"{where}.vars", (list,), "a list of variable ids")
-                var_ids.append(pvars)
-                var_lens[i] = len(pvars)
+            if pvars is None:
+                continue
+            if fast_lens is not None:
+                # The k-th list taken out of the document must be this program's, in order.
+                if type(pvars) is not int or pvars != fast_count:
+                    raise _NotFast
+                var_lens[i] = fast_lens[fast_count]
+                fast_count += 1
+                continue
+            self.check(pvars, f"{where}.vars", (list,), "a list of variable ids")
+            var_ids.append(pvars)
+            var_lens[i] = len(pvars)
         index = self._index_of(ids, "programs", "program")
         self.prog_index = index
         child_ptr, child_idx = self._children(child_ids, index)
         _check_program_cycles(child_ptr, child_idx, self)
         var_ptr = np.zeros(n + 1, np.int64)
         np.cumsum(var_lens, out=var_ptr[1:])
-        var_idx = self._var_refs(var_ids, var_ptr)
+        if fast_lens is not None:
+            if fast_count != len(fast_lens):
+                raise _NotFast  # a list was taken from somewhere other than a program
+            assert self.extracted is not None and self.extracted.program_vars is not None
+            var_idx = self._var_positions(self.extracted.program_vars, var_ptr)
+        else:
+            var_idx = self._var_refs(var_ids, var_ptr)
         return Programs(
             ids=ids,
             type=types,
@@ -622,6 +691,10 @@ class _Builder:
             if type(flat[k]) is int:  # beyond int64, so no variable can have it
                 self.fail(f"programs[{p}].vars[{j}]", f"no variable has id {flat[k]}")
             self.fail(f"programs[{p}].vars[{j}]", f"expected a variable id, got {_kind(flat[k])}")
+        return self._var_positions(arr, var_ptr)
+
+    def _var_positions(self, arr: np.ndarray, var_ptr: np.ndarray) -> np.ndarray:
+        """Variable ids (int64, in program order) to variable indices."""
         n = len(self.var_sorted_ids)
         if self.var_ids_dense:
             # Ids 0..n-1: an id is its own position in sorted order, no search needed.
@@ -630,7 +703,8 @@ class _Builder:
                 k = int(bad[0])
                 p, j = self._var_place(var_ptr, k)
                 self.fail(f"programs[{p}].vars[{j}]", f"no variable has id {arr[k]}")
-            return self.var_order[arr].astype(np.int64)
+            dense: np.ndarray = self.var_order[arr].astype(np.int64)
+            return dense
         pos = np.searchsorted(self.var_sorted_ids, arr)
         pos_clip = np.minimum(pos, max(len(self.var_sorted_ids) - 1, 0))
         found = (pos < len(self.var_sorted_ids)) & (self.var_sorted_ids[pos_clip] == arr) if len(

@@ -8,14 +8,16 @@ program variable lists and all TileVectors are columnar arrays.
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from popliner.profile import zcodec
 from popliner.profile.tilevector import RunTable
 
-__all__ = ["PROGRAM_TYPES", "Contexts", "Profile", "Programs", "Target", "Variables", "VertexTypes"]
+__all__ = ["PROGRAM_TYPES", "Contexts", "NameTable", "Profile", "Programs", "Target", "Variables", "VertexTypes"]
 
 PROGRAM_TYPES: tuple[str, ...] = (
     "Sequence",
@@ -80,7 +82,110 @@ class Programs:
         return self.child_idx[self.child_ptr[p] : self.child_ptr[p + 1]]
 
     def is_leaf(self) -> np.ndarray:
-        return np.diff(self.child_ptr) == 0
+        leaf: np.ndarray = np.diff(self.child_ptr) == 0
+        return leaf
+
+
+#: Raw bytes of names per compressed chunk in a packed NameTable.
+NAME_CHUNK_BYTES = 1 << 22
+
+
+@dataclass(frozen=True, eq=False)
+class NameTable:
+    """Variable names, UTF-8, read one at a time (only reports need them).
+
+    The bytes of name i are ``blob[ptr[i] + i*pad + lead : ptr[i+1] + i*pad + lead]``:
+    ``pad`` and ``lead`` let the blob be a list of strings cut straight out of
+    the document (quotes and commas left in). A packed table (the cache's
+    form) holds the blob as zlib chunks of ``chunk_bytes`` raw bytes each,
+    starting at ``chunk_ptr`` offsets; a chunk is inflated the first time a
+    name in it is read.
+    """
+
+    blob: np.ndarray  # uint8
+    ptr: np.ndarray  # int64 [names + 1]; all zero when the profile has no names
+    lead: int = 0
+    pad: int = 0
+    chunk_ptr: np.ndarray | None = None  # int64 [chunks + 1] into blob, when packed
+    chunk_bytes: int = 0
+    _inflated: dict[int, bytes] = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def get(self, i: int) -> bytes:
+        """The UTF-8 bytes of name ``i`` (empty when it has none)."""
+        a, b = int(self.ptr[i]), int(self.ptr[i + 1])
+        if a == b:
+            return b""
+        off = self.lead + i * self.pad
+        lo, hi = a + off, b + off
+        if self.chunk_ptr is None:
+            return bytes(self.blob[lo:hi])
+        first, last = lo // self.chunk_bytes, (hi - 1) // self.chunk_bytes
+        raw = b"".join(self._chunk(c) for c in range(first, last + 1))
+        base = first * self.chunk_bytes
+        return raw[lo - base : hi - base]
+
+    def find(self, needle: bytes) -> list[tuple[int, int]]:
+        """Every occurrence of ``needle`` inside a name: (name index, offset in that name), in order.
+
+        Scans the blob once (a packed one chunk by chunk, without keeping the
+        chunks); occurrences that straddle two names are not counted.
+        """
+        n = len(self.ptr) - 1
+        if n <= 0 or int(self.ptr[-1]) == 0 or not needle:
+            return []
+        hits: list[int] = []
+        for base, raw in self._pieces(len(needle) - 1):
+            pos = raw.find(needle)
+            while pos >= 0:
+                hits.append(base + pos)
+                pos = raw.find(needle, pos + len(needle))
+        if not hits:
+            return []
+        index = np.arange(n, dtype=np.int64)
+        starts = self.ptr[:-1] + index * self.pad + self.lead
+        stops = self.ptr[1:] + index * self.pad + self.lead
+        at = np.asarray(hits, np.int64)
+        owner = np.searchsorted(starts, at, side="right") - 1
+        ok = (owner >= 0) & (at + len(needle) <= stops[np.maximum(owner, 0)])
+        return [(int(i), int(h - starts[i])) for i, h in zip(owner[ok], at[ok])]
+
+    def _pieces(self, overlap: int) -> list[tuple[int, bytes]]:
+        """The raw blob as (offset, bytes) pieces, each with ``overlap`` bytes of the next one."""
+        if self.chunk_ptr is None:
+            return [(0, self.blob.tobytes())]
+        out = []
+        count = len(self.chunk_ptr) - 1
+        nxt = self._inflate(0) if count else b""
+        for c in range(count):
+            raw, nxt = nxt, (self._inflate(c + 1) if c + 1 < count else b"")
+            out.append((c * self.chunk_bytes, raw + nxt[:overlap]))
+        return out
+
+    def _inflate(self, c: int) -> bytes:
+        assert self.chunk_ptr is not None
+        if c in self._inflated:
+            return self._inflated[c]
+        return zcodec.decompress(self.blob[int(self.chunk_ptr[c]) : int(self.chunk_ptr[c + 1])])
+
+    def _chunk(self, c: int) -> bytes:
+        if c not in self._inflated:
+            assert self.chunk_ptr is not None
+            a, b = int(self.chunk_ptr[c]), int(self.chunk_ptr[c + 1])
+            self._inflated[c] = zcodec.decompress(self.blob[a:b])
+        return self._inflated[c]
+
+    def packed(self, chunk_bytes: int = NAME_CHUNK_BYTES) -> NameTable:
+        """The same names with the blob as zlib chunks (compressed on two threads)."""
+        if self.chunk_ptr is not None:
+            return self
+        raw = self.blob
+        parts = [raw[k : k + chunk_bytes] for k in range(0, len(raw), chunk_bytes)]
+        with ThreadPoolExecutor(2) as pool:  # zlib lets go of the GIL while it compresses
+            chunks = list(pool.map(zcodec.compress, parts))
+        ptr = np.zeros(len(chunks) + 1, np.int64)
+        np.cumsum([len(c) for c in chunks], out=ptr[1:])
+        blob = np.frombuffer(b"".join(chunks), np.uint8)
+        return NameTable(blob, self.ptr, self.lead, self.pad, ptr, chunk_bytes)
 
 
 @dataclass(frozen=True, eq=False)
@@ -89,18 +194,17 @@ class Variables:
     bytes: np.ndarray  # int64
     tile: np.ndarray  # int32
     klass: np.ndarray  # int32, index into liveness classes
-    name_blob: np.ndarray  # uint8, UTF-8 names back to back (empty when absent)
-    name_ptr: np.ndarray  # int64 [vars+1] offsets into name_blob (all zero when absent)
+    names: NameTable
 
     @property
     def count(self) -> int:
         return len(self.ids)
 
     def name(self, i: int) -> str:
-        a, b = int(self.name_ptr[i]), int(self.name_ptr[i + 1])
-        if a == b:
+        raw = self.names.get(i)
+        if not raw:
             return f"var#{int(self.ids[i])}"
-        return bytes(self.name_blob[a:b]).decode("utf-8")
+        return raw.decode("utf-8")
 
 
 @dataclass(frozen=True, eq=False)

@@ -162,7 +162,7 @@ def _all_ints(raw: Any, width: int | None) -> bool:
     return all(type(v) is int for row in raw for v in row)
 
 
-def _dense_runs(raw: list, tiles: int, where: str, fail: Raise) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _dense_runs(raw: list[Any], tiles: int, where: str, fail: Raise) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     if len(raw) != tiles:
         raise fail(where, f"dense TileVector has {len(raw)} entries; expected tilesPerIpu = {tiles}")
     vals = _int_array(raw, where, fail)

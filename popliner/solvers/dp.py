@@ -42,6 +42,10 @@ def dp_for_stages(table: RangeCosts, problem: SplitProblem, stages: int,
     n = table.num_layers
     if stages > n:
         return None
+    if grows_past_limit(table, 0, 0, 0, stages, problem.training):
+        # The first stage holds layer 0 and cannot fit even that with its stash entries at this
+        # depth: nothing fits (the loops below would find the same, after visiting every range).
+        return None
     forbidden = table.forbidden_splits(problem.keep_shared_together)
     inf = math.inf
     best = [[inf] * n for _ in range(stages)]

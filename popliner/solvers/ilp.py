@@ -54,6 +54,7 @@ def ilp_bounds(table: RangeCosts, problem: SplitProblem, *, time_limit: float = 
     When time runs out, the best of the DP splits and the ``hints`` is
     returned as FEASIBLE.
     """
+    deadline = time.monotonic() + time_limit  # the DP below counts against the limit too
     counts = [problem.num_ipus] if problem.exact_ipus else list(range(1, problem.num_ipus + 1))
     per_count = {k: dp_for_stages(table, problem, k) for k in counts if k <= table.num_layers}
     reachable = {k: found for k, found in per_count.items() if found is not None}
@@ -61,7 +62,6 @@ def ilp_bounds(table: RangeCosts, problem: SplitProblem, *, time_limit: float = 
         return None  # the DP is exact: no stage count fits
     target = min(found[1] for found in reachable.values())
     candidates = [k for k, found in sorted(reachable.items()) if found[1] == target]
-    deadline = time.monotonic() + time_limit
     best: IlpOutcome | None = None
     all_proved = True
     for n, k in enumerate(candidates):

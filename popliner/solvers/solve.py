@@ -9,6 +9,7 @@ into the stages' exact figures.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
@@ -50,7 +51,14 @@ def solve_bounds(table: RangeCosts, problem: SplitProblem, *, solver: SolverName
     ``relaxed(factor)`` gives the same costs with a limit ``factor`` times the
     budget, for a best-effort split when nothing fits; ``layer_bytes(k)`` the
     worst-tile bytes of layer ``k`` alone, to say which layer is too large.
+
+    ``time_limit`` bounds the whole solve, the range tables it builds
+    included: CP-SAT gets what is left once the tables, the greedy split and
+    the exact DP are done. When nothing is left, the best split known so far
+    (the DP's optimum of the first objective, or greedy's) comes back as
+    FEASIBLE, with a note saying so.
     """
+    deadline = time.monotonic() + time_limit
     with phase("building range tables"):
         greedy = greedy_bounds(table, problem)
     if solver == "greedy":
@@ -65,14 +73,16 @@ def solve_bounds(table: RangeCosts, problem: SplitProblem, *, solver: SolverName
     if dp is not None:
         hints.append(dp[0])
     with phase("solving (CP-SAT)"):
-        outcome = ilp_bounds(table, problem, time_limit=time_limit, seed=seed, hints=hints)
+        outcome = ilp_bounds(table, problem, time_limit=max(deadline - time.monotonic(), 0.0), seed=seed, hints=hints)
     if outcome is None:
         return _infeasible(table, problem, "ilp", relaxed, layer_bytes)
+    note = ("objective: largest stage cycles (compute + received transfer)" if table.has_cycles
+            else "objective: largest stage worst-tile bytes (the profile has no cycles)")
+    if not outcome.optimal and time.monotonic() >= deadline:
+        note += f"; the {time_limit:g} s time limit ran out: the best split found by then, not proved optimal"
     return SplitOutcome(
         "ilp", "OPTIMAL" if outcome.optimal else "FEASIBLE", outcome.bounds, objective=float(outcome.objectives[0]),
-        bound=float(outcome.bound), gap=outcome.gap,
-        note=("objective: largest stage cycles (compute + received transfer)" if table.has_cycles
-              else "objective: largest stage worst-tile bytes (the profile has no cycles)"),
+        bound=float(outcome.bound), gap=outcome.gap, note=note,
     )
 
 

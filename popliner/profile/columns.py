@@ -1,0 +1,233 @@
+"""A fast reader for the bulky columns of a compact profile document.
+
+Most of a profile's bytes are a handful of long lists: the ``variables``
+columns (ids, sizes, tiles, classes and names, one entry per lowered
+variable) and the ``vars`` list of each program. Parsed as JSON they become
+tens of millions of Python objects, which costs most of a cold load's time
+and memory. :func:`extract_columns` finds those lists in the raw text, reads
+them straight into numpy arrays and hands back the rest of the document, with
+the lists replaced by small placeholders, for the ordinary JSON parser.
+
+It is only a shortcut for well-formed compact documents (no whitespace in
+those lists, plain non-negative integers, names without escapes): anything
+else makes it return None, and the loader parses the whole document the
+ordinary way, with the ordinary checks and messages. The loader also checks
+that every placeholder sits exactly where the list was expected
+(``Extracted.VARIABLES_PLACEHOLDER`` at ``variables``, the program list
+numbers in order at ``programs[i].vars``) and falls back otherwise, so the
+result is the same as the ordinary path's whenever it is used.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["Extracted", "extract_columns", "parse_uint_list"]
+
+_INT64_MAX = 2**63 - 1
+#: Printable ASCII: what names are made of in the usual case.
+_PRINTABLE = bytes(range(0x20, 0x7F))
+_INT_COLUMNS = ("id", "bytes", "tile", "class")
+_VARIABLES_KEY = b'"variables":{'
+_VARS_KEY = b'"vars":['
+#: Pieces scanned at once, to bound the temporaries of the byte checks.
+_SCAN = 1 << 24
+
+
+@dataclass
+class Extracted:
+    """The lists taken out of the document."""
+
+    VARIABLES_PLACEHOLDER = {"__popliner_columns__": 1}
+
+    columns: dict[str, np.ndarray]  # id, bytes, tile, class -> int64
+    #: ``(blob, ptr, lead, pad)``: name i is ``blob[ptr[i] + i*pad + lead : ptr[i+1] + i*pad + lead]``;
+    #: None when the variables have no names.
+    names: tuple[np.ndarray, np.ndarray, int, int] | None
+    #: Variable ids of every extracted program list, back to back, and each list's length.
+    program_vars: np.ndarray | None
+    program_var_lens: np.ndarray | None
+
+
+def extract_columns(text: bytes) -> tuple[bytes, Extracted] | None:
+    """``(rest of the document, extracted lists)``, or None to parse it the ordinary way."""
+    # The first "variables" object is taken; if it is not the top-level one, the loader finds
+    # the top-level key without its placeholder and parses the ordinary way.
+    at = text.find(_VARIABLES_KEY)
+    if at < 0:
+        return None
+    found = _variables_object(text, at + len(_VARIABLES_KEY) - 1)
+    if found is None:
+        return None
+    var_end, columns, names = found
+    spans: list[tuple[int, int, bytes]] = [(at + len(_VARIABLES_KEY) - 1, var_end, b'{"__popliner_columns__":1}')]
+    bodies: list[bytes] = []
+    lens: list[int] = []
+    pos = text.find(_VARS_KEY)
+    while pos >= 0:
+        if text[pos - 1] == 0x5C:  # a backslash: the quote is escaped, this is inside a string
+            return None
+        start = pos + len(_VARS_KEY)
+        end = text.find(b"]", start)
+        if end < 0:
+            return None
+        body = text[start:end]
+        bodies.append(body)
+        lens.append(body.count(b",") + 1 if body else 0)
+        spans.append((start - 1, end + 1, b"%d" % (len(bodies) - 1)))
+        pos = text.find(_VARS_KEY, end)
+    program_vars = program_lens = None
+    if bodies:
+        program_vars = parse_uint_list(b",".join(b for b in bodies if b))
+        if program_vars is None or len(program_vars) != sum(lens):
+            return None
+        program_lens = np.array(lens, np.int64)
+    del bodies
+    spans.sort()
+    pieces: list[bytes] = []
+    prev = 0
+    for a, b, repl in spans:
+        if a < prev:
+            return None  # overlapping: a "vars" key inside the variables object
+        pieces += (text[prev:a], repl)
+        prev = b
+    pieces.append(text[prev:])
+    return b"".join(pieces), Extracted(columns, names, program_vars, program_lens)
+
+
+def _variables_object(text: bytes, pos: int) -> tuple[int, dict[str, np.ndarray], tuple[
+        np.ndarray, np.ndarray, int, int] | None] | None:
+    """Read the compact ``{"id":[..],...}`` object at ``pos``: (end, int columns, names)."""
+    columns: dict[str, np.ndarray] = {}
+    names = None
+    seen: set[bytes] = set()
+    i = pos + 1
+    if text[i : i + 1] == b"}":
+        return None  # no columns: the ordinary path reports what is missing
+    while True:
+        if text[i : i + 1] != b'"':
+            return None
+        key_end = text.find(b'":[', i + 1, i + 16)
+        if key_end < 0:
+            return None
+        key = text[i + 1 : key_end]
+        if key in seen or key.decode("ascii", "replace") not in (*_INT_COLUMNS, "name"):
+            return None
+        seen.add(key)
+        j = key_end + 2  # the "["
+        if key == b"name":
+            end = _names_end(text, j)
+            if end is None:
+                return None
+            names = _parse_names(text, j, end + 1)
+            if names is None:
+                return None
+        else:
+            end = text.find(b"]", j)
+            if end < 0:
+                return None
+            col = parse_uint_list(text[j + 1 : end])
+            if col is None:
+                return None
+            columns[key.decode()] = col
+        i = end + 1
+        nxt = text[i : i + 1]
+        if nxt == b",":
+            i += 1
+        elif nxt == b"}":
+            if len(columns) != len(_INT_COLUMNS):
+                return None
+            return i + 1, columns, names
+        else:
+            return None
+
+
+def parse_uint_list(body: bytes) -> np.ndarray | None:
+    """The integers of a compact JSON list body (``1,22,333``, no brackets) as int64, or None.
+
+    Only non-negative integers without leading zeros that fit in int64,
+    separated by single commas, are read here.
+    """
+    if not body:
+        return np.zeros(0, np.int64)
+    if body.translate(None, b"0123456789,"):
+        return None  # anything but digits and commas
+    if body[:1] == b"," or body[-1:] == b"," or b",," in body or _leading_zero(body):
+        return None
+    out: np.ndarray = np.fromstring(body, dtype=np.int64, sep=",")
+    # fromstring saturates on overflow: a maximal value may be a clipped one.
+    if len(out) != body.count(b",") + 1 or int(out.max()) == _INT64_MAX:
+        return None
+    return out
+
+
+def _leading_zero(body: bytes) -> bool:
+    """A number written with a leading zero (``007``), which JSON does not allow."""
+    if body[:1] == b"0" and body[1:2] not in (b"", b","):
+        return True
+    count = body.count(b",0")
+    if count == 0:
+        return False
+    if count <= 4096:
+        pos = body.find(b",0")
+        while pos >= 0:
+            if body[pos + 2 : pos + 3] not in (b"", b","):
+                return True
+            pos = body.find(b",0", pos + 2)
+        return False
+    buf = np.frombuffer(body, np.uint8)
+    zeros = np.flatnonzero((buf[:-2] == 0x2C) & (buf[1:-1] == 0x30))
+    return bool(np.any(buf[zeros + 2] != 0x2C))
+
+
+def _names_end(text: bytes, j: int) -> int | None:
+    """Index of the ``]`` closing the list of strings that starts at ``j``."""
+    if text[j + 1 : j + 2] == b"]":
+        return j + 1
+    # A "]" right after a quote; looking for "]" alone is several times faster than for '"]'.
+    # A name holding '"]' itself is caught by the structure check of _parse_names.
+    end = text.find(b"]", j)
+    for _ in range(64):
+        if end < 0 or text[end - 1] == 0x22:
+            return None if end < 0 else end
+        end = text.find(b"]", end + 1)
+    end = text.find(b'"]', end)  # many brackets inside names: search for the pair
+    return None if end < 0 else end + 1
+
+
+def _parse_names(text: bytes, start: int, end: int) -> tuple[np.ndarray, np.ndarray, int, int] | None:
+    """``["a","bc",...]`` between ``start`` and ``end`` as (blob, ptr, lead, pad), or None.
+
+    Only names with no escapes and no control characters are read here; the
+    blob keeps the quotes and commas (name i starts ``lead + i*pad`` bytes
+    after its offset in ``ptr``), so no second copy of the names is made.
+    """
+    if end - start == 2:
+        return np.zeros(0, np.uint8), np.zeros(1, np.int64), 0, 0
+    if text.find(b"\\", start, end) >= 0:
+        return None
+    region = text[start + 1 : end - 1]  # without the brackets; a copy, so the document can go
+    other = region.translate(None, _PRINTABLE)
+    if other:
+        if other.translate(None, bytes(range(0x20))) != other:
+            return None  # a raw control character is not JSON
+        try:
+            region.decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+    blob = np.frombuffer(region, np.uint8)
+    n = len(blob)
+    quotes = [np.flatnonzero(blob[lo : lo + _SCAN] == 0x22) + lo for lo in range(0, n, _SCAN)]
+    q = np.concatenate(quotes) if len(quotes) > 1 else quotes[0]
+    if len(q) % 2 or q[0] != 0 or q[-1] != n - 1:
+        return None
+    opens, closes = q[0::2], q[1::2]
+    if np.any(opens[1:] - closes[:-1] != 2) or np.any(blob[closes[:-1] + 1] != 0x2C):
+        return None
+    lens = closes - opens - 1
+    ptr = np.zeros(len(lens) + 1, np.int64)
+    np.cumsum(lens, out=ptr[1:])
+    # name i: from opens[i] + 1 = ptr[i] + 3*i + 1 (each earlier name adds its quotes and comma).
+    return blob, ptr, 1, 3

@@ -1,0 +1,141 @@
+"""The fast column reader gives exactly what the ordinary JSON path gives, or steps aside."""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import hashlib
+import json
+from typing import Any
+
+import numpy as np
+import pytest
+
+from popliner.errors import ProfileFormatError
+from popliner.profile.columns import extract_columns, parse_uint_list
+from popliner.profile.loader import _Builder, _parse_json, parse_profile_bytes
+from popliner.synth import preset_spec, write_profile
+
+
+def compact(doc: Any) -> bytes:
+    return json.dumps(doc, separators=(",", ":")).encode()
+
+
+def slow(text: bytes) -> Any:
+    return _Builder(_parse_json(text, "t.json"), "t.json", hashlib.sha256(text).hexdigest()).build()
+
+
+def same(a: Any, b: Any, where: str = "profile") -> None:
+    if isinstance(a, np.ndarray):
+        assert a.dtype == b.dtype and a.shape == b.shape and np.array_equal(a, b), where
+    elif dataclasses.is_dataclass(a):
+        for f in dataclasses.fields(a):
+            if f.init and f.name != "names":
+                same(getattr(a, f.name), getattr(b, f.name), f"{where}.{f.name}")
+    elif isinstance(a, (tuple, list)):
+        assert len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b)):
+            same(x, y, f"{where}[{i}]")
+    elif isinstance(a, dict):
+        assert a.keys() == b.keys(), where
+        for k in a:
+            same(a[k], b[k], f"{where}.{k}")
+    else:
+        assert a == b, where
+
+
+@pytest.mark.parametrize(("body", "expected"), [
+    (b"", []), (b"0", [0]), (b"7,0,12", [7, 0, 12]), (b"0,0", [0, 0]), (b"9223372036854775806", [2**63 - 2]),
+])
+def test_integer_lists(body: bytes, expected: list[int]) -> None:
+    out = parse_uint_list(body)
+    assert out is not None and out.dtype == np.int64 and out.tolist() == expected
+
+
+@pytest.mark.parametrize("body", [b"01", b"1,02", b"1,,2", b",1", b"1,", b"-1", b"1 ,2", b"1.5", b"1e3",
+                                  b"99999999999999999999", b"9223372036854775807"])
+def test_integer_lists_left_to_the_json_parser(body: bytes) -> None:
+    assert parse_uint_list(body) is None
+
+
+@pytest.fixture(scope="module")
+def tiny_text(tmp_path_factory: pytest.TempPathFactory) -> bytes:
+    path = tmp_path_factory.mktemp("columns") / "tiny.json.gz"
+    write_profile(preset_spec("bert-tiny", "training"), path, force=True)
+    return gzip.decompress(path.read_bytes())
+
+
+def test_synthetic_profile_same_either_way(tiny_text: bytes) -> None:
+    assert extract_columns(tiny_text) is not None
+    fast = parse_profile_bytes(tiny_text, "t.json")
+    assert fast.variables.names.pad == 3  # the shortcut was taken
+    ref = slow(tiny_text)
+    same(fast, ref)
+    v, w = fast.variables, ref.variables
+    assert [v.name(i) for i in range(v.count)] == [w.name(i) for i in range(w.count)]
+
+
+def _variants(doc: dict[str, Any]) -> list[tuple[str, bytes]]:
+    """Documents the shortcut must not change: odd but valid, or invalid."""
+    text = compact(doc)
+    first_vars = next(p for p in doc["programs"] if p.get("vars"))
+    out = [
+        ("leading zero", text.replace(b'"bytes":[', b'"bytes":[0', 1)),
+        ("negative size", text.replace(b'"bytes":[', b'"bytes":[-', 1)),
+        ("escaped name", text.replace(b'"name":["', b'"name":["\\u00e9', 1)),
+        ("non-ascii name", text.replace(b'"name":["', '"name":["\u00e9'.encode(), 1)),
+        ("name with bracket", text.replace(b'"name":["', b'"name":["]', 1)),
+        ("brackets inside names", text.replace(b'"name":["', b'"name":["x[0]","a]b]","', 1).replace(
+            b'"tile":[', b'"tile":[0,0,', 1).replace(b'"bytes":[', b'"bytes":[1,1,', 1).replace(
+            b'"class":[', b'"class":[0,0,', 1).replace(b'"id":[', b'"id":[99999998,99999999,', 1)),
+        ("spaced list", text.replace(b'"vars":[', b'"vars": [', 1)),
+        ("vars elsewhere", text.replace(b'"source":{', b'"source":{"vars":[1],', 1)),
+        ("names too short", text.replace(b'"name":["', b'"name":["x","', 1)),
+        ("float id", text.replace(b'"vars":[', b'"vars":[1.0,', 1)),
+        ("unknown variable", text.replace(b'"vars":[', b'"vars":[123456789,', 1)),
+        ("no names", compact(doc | {"variables": {k: v for k, v in doc["variables"].items() if k != "name"}})),
+        ("tile out of range", text.replace(b'"tile":[', b'"tile":[100000', 1)),
+    ]
+    assert first_vars
+    return out
+
+
+def test_shortcut_steps_aside_or_agrees(tiny_text: bytes) -> None:
+    doc = json.loads(tiny_text)
+    for label, text in _variants(doc):
+        assert text != compact(doc), label
+        try:
+            ref: Any = slow(text)
+        except ProfileFormatError as exc:
+            with pytest.raises(ProfileFormatError) as got:
+                parse_profile_bytes(text, "t.json")
+            assert str(got.value) == str(exc), label
+            continue
+        fast = parse_profile_bytes(text, "t.json")
+        same(fast, ref, label)
+        v, w = fast.variables, ref.variables
+        assert [v.name(i) for i in range(v.count)] == [w.name(i) for i in range(w.count)], label
+
+
+def test_pretty_printed_profile_reads_the_same(tiny_text: bytes) -> None:
+    doc = json.loads(tiny_text)
+    pretty = json.dumps(doc, indent=1).encode()
+    assert extract_columns(pretty) is None
+    got = parse_profile_bytes(pretty, "t.json")
+    same(dataclasses.replace(got, sha256=""), dataclasses.replace(parse_profile_bytes(tiny_text, "t.json"), sha256=""))
+
+
+def test_name_table_reads_and_finds_the_same_in_every_form() -> None:
+    from popliner.profile.model import NameTable
+
+    names = [b"a__re", b"", b"x__re_y", b"__re.1", b"plain", b"__", b"re", b"b__re__re"]
+    ptr = np.zeros(len(names) + 1, np.int64)
+    np.cumsum([len(n) for n in names], out=ptr[1:])
+    contiguous = NameTable(np.frombuffer(b"".join(names), np.uint8), ptr)
+    quoted = b"[" + b",".join(b'"' + n + b'"' for n in names) + b"]"
+    cut = NameTable(np.frombuffer(quoted[1:-1], np.uint8), ptr, lead=1, pad=3)
+    # Packed in 3-byte chunks: names and matches straddle chunk boundaries.
+    for table in (contiguous, cut, contiguous.packed(3), cut.packed(3)):
+        assert [table.get(i) for i in range(len(names))] == names
+        # By hand: (name, offset) of each "__re" wholly inside one name.
+        assert table.find(b"__re") == [(0, 1), (2, 1), (3, 0), (7, 1), (7, 5)]

@@ -1,0 +1,64 @@
+"""Recomputation never makes a stage bigger (docs/solvers.md): checked on every range of the training fixtures."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from popliner.analysis import AnalysisOptions, load_analysis
+from popliner.memory.training import TrainingOptions
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "profiles"
+
+
+def analysed(name: str, **kwargs):
+    return load_analysis(str(FIXTURES / name), AnalysisOptions(training=TrainingOptions(**kwargs)), use_cache=False)
+
+
+@pytest.mark.parametrize("fixture", ["tiny-training.json", "bert-tiny-training.json"])
+@pytest.mark.parametrize("placement", ["first", "last"])
+def test_recomputation_never_increases_a_stage(fixture, placement):
+    none = analysed(fixture, head_placement=placement).engine
+    every = analysed(fixture, head_placement=placement, recompute="every-layer").engine
+    pipe = analysed(fixture, head_placement=placement, recompute="pipeline").engine
+    n = none.num_layers
+    for i in range(n):
+        for j in range(i, n):
+            ops = none.range_ops(i, j)
+            base = none.stage_memory(ops).per_tile
+            # The in-stage figure only falls: live steps are only taken away.
+            assert (every.stage_memory(ops).per_tile <= base).all(), (i, j)
+            assert (pipe.stage_memory(ops).per_tile <= base).all(), (i, j)
+            # The stash entry loses recomputed members and gains at most the stage's
+            # received inputs, which are exactly pipeline's entry.
+            inputs = pipe.stash_entry_per_tile(ops)
+            assert (every.stash_entry_per_tile(ops) <= none.stash_entry_per_tile(ops) + inputs).all(), (i, j)
+            assert np.array_equal(every.op_cycles, none.op_cycles)
+
+
+@pytest.mark.parametrize("fixture", ["tiny-training.json", "bert-tiny-training.json"])
+def test_off_chip_and_sharding_never_increase_a_stage(fixture):
+    none = analysed(fixture).engine
+    off = analysed(fixture, optimizer_state="off-chip").engine
+    shard = analysed(fixture, replication_factor=4, sharded_optimizer_state=True).engine
+    for i in range(none.num_layers):
+        for j in range(i, none.num_layers):
+            ops = none.range_ops(i, j)
+            base = none.stage_memory(ops).total_per_tile
+            assert (off.stage_memory(ops).total_per_tile <= base).all(), (i, j)
+            assert (shard.stage_memory(ops).total_per_tile <= base).all(), (i, j)
+
+
+@pytest.mark.parametrize("fixture", ["bert-tiny-training.json", "bert-base-training.json.gz",
+                                     "resnet-small-training.json.gz", "tiny-training.json"])
+def test_every_training_fixture_fits_with_the_options_engineers_use(fixture):
+    from popliner.analysis import solve_split
+    from popliner.solvers.problem import SplitProblem
+
+    analysis = analysed(fixture, recompute="every-layer", optimizer_state="off-chip")
+    assert analysis.mode == "training"
+    budget = analysis.profile.target.bytes_per_tile
+    split = solve_split(analysis, SplitProblem(4, budget, training=True), solver="greedy")
+    assert split.fits, [s.worst_tile_bytes for s in split.stages]
