@@ -629,6 +629,10 @@ def test_recompute_pipeline_checkpoints_only_stage_inputs() -> None:
     re0 = max(steps["bert/encoder/layer_0/attention/self/Softmax"])
     assert re0 < min(steps["bert/encoder/layer_1/attention/self/Softmax/SoftmaxGrad"])
     assert max(steps["bert/encoder/layer_2/attention/self/Softmax"]) < loss_step
+    # The first stage starts at the host streams: the embedding is re-run with it, the head never is.
+    assert "bert/embeddings/LayerNorm:0__re" in names and not any(n.startswith("bert/squad") and
+                                                                  n.endswith("__re") for n in names)
+    assert "bert/embeddings/dropout/Dropout:0" not in live
 
 
 def test_recompute_lowers_the_ground_truth_peak() -> None:

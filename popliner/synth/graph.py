@@ -17,8 +17,8 @@ becomes a ``Call`` operation whose program calls that body.
 :class:`Compiled` says how the training graph was "compiled":
 
 - recomputation (``every-layer`` or ``pipeline``): the forward operations
-  of a segment (one layer, or one pipeline stage's layers, the last stage
-  excepted) whose results
+  of a segment (one layer; or one pipeline stage's layers, the last stage
+  excepted and the first with the operations before the first layer) whose results
   the segment's backward reads are cloned, in forward order, just before
   that backward. Clones keep their forward names; their outputs are named
   ``<tensor>__re`` as in PopART's explicit recomputation, and the backward
@@ -319,13 +319,16 @@ class GraphBuilder:
                 if self.tensors[t].kind == TKind.WEIGHT:
                     pending[t] = pending.get(t, 0) + 1
         self.phase = "bwd"
-        segments = self._segments(forward)
+        segment_of = self._segments(forward)
+        segments: dict[int, list[int]] = {}
+        for i, seg in sorted(segment_of.items()):  # forward order
+            segments.setdefault(seg, []).append(i)
         recomputed: dict[int, int] = {}  # original tensor -> its recomputed clone
         for i in reversed(forward):
-            seg = self._segment_of(self.ops[i])
-            if seg is not None and seg in segments:
+            current = segment_of.get(i)
+            if current is not None and current in segments:
                 # The segment's last forward operation: re-run its forward before its backward.
-                self._recompute(segments.pop(seg), recomputed)
+                self._recompute(segments.pop(current), recomputed)
             self._backward_op(self.ops[i], grads, recomputed)
             for t in self.ops[i].inputs:
                 if t in pending:
@@ -368,12 +371,21 @@ class GraphBuilder:
         # The last stage runs its backward right after its forward: PopART does not recompute it.
         return stage if stage < len(self.compiled.split_after) else None
 
-    def _segments(self, forward: list[int]) -> dict[int, list[int]]:
-        out: dict[int, list[int]] = {}
+    def _segments(self, forward: list[int]) -> dict[int, int]:
+        """Forward operation -> its recomputation segment (operations in forward order)."""
+        out: dict[int, int] = {}
         for i in forward:
             seg = self._segment_of(self.ops[i])
             if seg is not None:
-                out.setdefault(seg, []).append(i)
+                out[i] = seg
+        if self.compiled.recompute == "pipeline" and self.compiled.split_after and out:
+            # The first stage starts at the host streams: its embedding is re-run with its layers.
+            first_layered = min(out)
+            for i in forward:
+                if i >= first_layered:
+                    break
+                if self.ops[i].phase == "fwd":
+                    out[i] = 0
         return out
 
     def _recompute(self, ops: list[int], recomputed: dict[int, int]) -> None:
