@@ -234,6 +234,7 @@ class Operation:
     name: str
     debugContext: DebugContext
     _programs: list[Program]
+    replacedDebugContext: DebugContext | None = None
 
     def programs(self) -> list[Program]:
         return self._programs
@@ -370,6 +371,8 @@ def make_pva(
     program_contexts: bool = True,
     fail_after_vars: int | None = None,
     fail_with: BaseException | None = None,
+    flat_contexts: bool = False,
+    replaced: dict[int, int] | None = None,
 ) -> types.ModuleType:
     """A module object standing in for ``pva``, whose report mirrors ``doc``.
 
@@ -380,9 +383,16 @@ def make_pva(
     ``program_contexts`` False leaves ``Program.debugContext`` out and offers
     ``OperationAnalysis`` instead. ``fail_after_vars`` makes iterating
     ``allBriefVars`` raise ``fail_with`` after that many variables.
+    ``flat_contexts`` gives no debug context ``parents`` (as a libpva that
+    does not expose them would). ``replaced`` (context id -> context id)
+    gives the operations of those contexts a ``replacedDebugContext`` and
+    offers ``OperationAnalysis`` even when programs carry contexts.
     """
     b = _Builder(doc, ipus, tile_vertex_sizes, program_contexts)
     contexts = b.contexts()
+    if flat_contexts:
+        for c in contexts.values():
+            c.parents = []
     brief, full_vars = b.variables()
     programs = b.programs(contexts, full_vars)
     if fail_after_vars is not None:
@@ -403,12 +413,14 @@ def make_pva(
         for p in doc["programs"]:
             if p.get("debugContext") is not None:
                 by_ctx.setdefault(p["debugContext"], []).append(programs[p["id"]])
-        ops = [Operation(f"op{cid}", contexts[cid], progs) for cid, progs in by_ctx.items()]
+        swap = replaced or {}
+        ops = [Operation(f"op{cid}", contexts[cid], progs,
+                         contexts[swap[cid]] if cid in swap else None) for cid, progs in by_ctx.items()]
         return types.SimpleNamespace(operations=ops)
 
     module = types.ModuleType("pva", "TEST DOUBLE of libpva for popliner's tests; not the Poplar SDK.")
     module.openReport = lambda profile, debug=None: report  # type: ignore[attr-defined]
     module.report = report  # type: ignore[attr-defined]  # for tests that alter it
-    if not program_contexts:
+    if not program_contexts or replaced:
         module.OperationAnalysis = operation_analysis  # type: ignore[attr-defined]
     return module

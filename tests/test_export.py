@@ -440,3 +440,67 @@ def test_read_context_accepts_json_text_layer_and_name_attribute() -> None:
     rec = read_context(Ctx())
     assert (rec.id, rec.layer, rec.name, rec.parent) == (7, "poptorch", "block0/lstm", None)
     assert rec.data == {"op_name": "block0/lstm", "inputs": ["1", "x"]}
+
+
+# -- issue 12: flat contexts, replacedDebugContext, a pva that breaks at import ---------
+
+
+def test_flat_contexts_are_refused_unless_allowed(small_doc: dict[str, Any], inputs: tuple[Path, Path],
+                                                 tmp_path: Path, popliner_log: Any) -> None:
+    out = tmp_path / "flat.json"
+    with pytest.raises(ExportError, match=r"none of the \d+ debug contexts has a parent.*--allow-flat-contexts"):
+        export_report(*inputs, out, pva_module=make_pva(small_doc, flat_contexts=True))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["debug.cbor", "profile.pop"]  # nothing left
+    export_report(*inputs, out, pva_module=make_pva(small_doc, flat_contexts=True), allow_flat_contexts=True)
+    assert "has a parent" in popliner_log.text and "exported anyway" in popliner_log.text
+    assert all(c["parent"] is None for c in json.loads(out.read_text())["debugContexts"])
+
+
+def test_cli_flat_contexts_one_line(small_doc: dict[str, Any], inputs: tuple[Path, Path], tmp_path: Path,
+                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "pva", make_pva(small_doc, flat_contexts=True))
+    out = tmp_path / "o.json"
+    r = CliRunner().invoke(cli, ["-q", "export", *map(str, inputs), "-o", str(out)])
+    assert r.exit_code == 2
+    assert r.stderr.count("\n") == 1 and r.stderr.startswith("popliner: error: ")
+    assert "--allow-flat-contexts" in r.stderr
+    r = CliRunner().invoke(cli, ["-q", "export", *map(str, inputs), "-o", str(out), "--allow-flat-contexts"])
+    assert r.exit_code == 0 and out.exists()
+
+
+def test_replaced_debug_context_wins(small_doc: dict[str, Any], inputs: tuple[Path, Path], tmp_path: Path) -> None:
+    with_ctx = [p for p in small_doc["programs"] if p.get("debugContext") is not None]
+    ids = sorted({p["debugContext"] for p in with_ctx})
+    assert len(ids) >= 2
+    first, other = ids[0], ids[1]
+    doc = export_double(small_doc, inputs, tmp_path / "r.json", replaced={first: other})
+    moved = {p["id"] for p in with_ctx if p["debugContext"] == first}
+    exported = json.loads((tmp_path / "r.json").read_text())
+    got = {p["id"]: p.get("debugContext") for p in exported["programs"]}
+    assert moved and all(got[pid] == other for pid in moved)
+    assert doc is not None
+    # Without replacements the program keeps its own context (and OperationAnalysis is not needed).
+    plain = json.loads(export_report(*inputs, tmp_path / "p.json", pva_module=make_pva(small_doc)).path.read_text())
+    assert all({p["id"]: p.get("debugContext") for p in plain["programs"]}[pid] == first for pid in moved)
+
+
+@pytest.mark.parametrize(("body", "needle"), [
+    ("raise RuntimeError('libpva.so: undefined symbol _ZN3pva6Report')", "RuntimeError: libpva.so: undefined symbol"),
+    ("def broken(:\n    pass\n", "SyntaxError"),
+    ("import nonexistent_helper_module_xyz\n", "ModuleNotFoundError"),
+    ("raise SystemError('bad build')", "SystemError: bad build"),
+])
+def test_any_exception_importing_pva_is_one_line(body: str, needle: str, inputs: tuple[Path, Path], tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    mod = tmp_path / "mod"
+    mod.mkdir()
+    (mod / "pva.py").write_text(body)
+    monkeypatch.syspath_prepend(str(mod))
+    monkeypatch.delitem(sys.modules, "pva", raising=False)
+    r = CliRunner().invoke(cli, ["-q", "export", *map(str, inputs), "-o", str(tmp_path / "o.json")])
+    assert r.exit_code == 2, r.stderr
+    assert "Traceback" not in r.stderr and r.stderr.count("\n") == 1, r.stderr
+    line = r.stderr.strip()
+    assert line.startswith("popliner: error: ") and ("import pva" in line or "Poplar SDK" in line), line
+    if needle != "ModuleNotFoundError":  # a missing dependency reads as "no SDK", which it usually is
+        assert needle in line, line

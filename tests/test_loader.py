@@ -436,8 +436,6 @@ BAD_INPUTS: list[Bad] = [
         'missing required key "tilesPerIpu"'),
     Bad("no-program-id", "a program without id", mutated(_del("programs[1].id")), "programs[1]",
         'missing required key "id"'),
-    Bad("no-code-bytes", "a vertex type without codeBytes", mutated(_del("vertexTypes[0].codeBytes")),
-        "vertexTypes[0]", 'missing required key "codeBytes"'),
     Bad("no-var-bytes", "variables without bytes", mutated(_del("variables.bytes")), "variables",
         'missing required key "bytes"'),
     Bad("no-parent", "a debug context without parent", mutated(_del("debugContexts[1].parent")), "debugContexts[1]",

@@ -337,7 +337,7 @@ def required_sites(doc: Doc) -> list[Site]:
                                                     "clockFrequency")]
     sites += [(doc["variables"], k, "variables") for k in ("id", "bytes", "tile", "class")]
     for i, v in enumerate(doc["vertexTypes"]):
-        sites += [(v, k, f"vertexTypes[{i}]") for k in ("name", "size", "codeBytes")]
+        sites += [(v, k, f"vertexTypes[{i}]") for k in ("name", "size")]  # codeBytes may be absent (zeros)
     for i, q in enumerate(doc["programs"]):
         sites += [(q, k, f"programs[{i}]") for k in ("id", "type")]
     for i, c in enumerate(doc["debugContexts"]):

@@ -452,3 +452,16 @@ def test_readme_exit_code_table_matches_the_constants() -> None:
     expected = [str(c) for c in (0, EXIT_DOES_NOT_FIT, EXIT_BAD_INPUT, EXIT_NO_SPLIT, EXIT_INTERNAL)]
     expected += [f"{128 + signal.SIGINT} / {128 + signal.SIGTERM} / {128 + signal.SIGHUP}", str(EXIT_BROKEN_PIPE)]
     assert codes == expected
+
+
+@pytest.mark.parametrize(("line", "tag"), [
+    ('profile: !!python/object/apply:os.system ["echo hi"]', "!!python/object/apply:os.system"),
+    ("profile: !!python/name:os.system", "!!python/name:os.system"),
+    ("profile: !custom 3", "!custom"),
+])
+def test_yaml_tags_are_named(line: str, tag: str, tmp_path: Path) -> None:
+    cfg = tmp_path / "tagged.yaml"
+    cfg.write_text(f"version: 1\n{line}\n")
+    r = CliRunner().invoke(cli, ["-q", "simulate", str(cfg)])
+    assert r.exit_code == EXIT_BAD_INPUT
+    one_error_line(r.stderr, f"{cfg}: unsupported YAML tag {tag} at line 2")

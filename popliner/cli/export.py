@@ -23,7 +23,9 @@ __all__ = ["command"]
     help="The profile to write; gzip-compressed when the name ends in .gz.",
 )
 @click.option("-f", "--force", is_flag=True, help="Overwrite OUT if it exists.")
-def command(profile: Path, debug_info: Path, output: Path, force: bool) -> None:
+@click.option("--allow-flat-contexts", is_flag=True,
+              help="Export even when no debug context has a parent (names and layers will be wrong).")
+def command(profile: Path, debug_info: Path, output: Path, force: bool, allow_flat_contexts: bool) -> None:
     """Convert a Poplar compilation report to popliner's profile format (v1).
 
     Run this where the Poplar SDK is enabled (`import pva` must work): it reads
@@ -38,4 +40,4 @@ def command(profile: Path, debug_info: Path, output: Path, force: bool) -> None:
     """
     # Errors (no SDK, file exists, libpva failures) are PoplinerErrors; the
     # group turns them into one line and exit code 2. Success is logged.
-    export_report(profile, debug_info, output, force=force)
+    export_report(profile, debug_info, output, force=force, allow_flat_contexts=allow_flat_contexts)

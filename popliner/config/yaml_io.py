@@ -67,7 +67,7 @@ class _Flow(dict):  # type: ignore[type-arg]
     """A mapping written on one line (the rows of the per-layer table)."""
 
 
-class _Dumper(yaml.SafeDumper):
+class _Dumper(yaml.SafeDumper):  # type: ignore[misc]  # PyYAML ships no type hints here
     """SafeDumper plus block scalars for code and one-line rows where they read better."""
 
 
@@ -163,6 +163,8 @@ def parse_config(text: str, source: str = "<config>") -> PipelineConfig:
     """Validate YAML text; ``source`` names it in error messages."""
     try:
         doc = yaml.safe_load(text)
+    except yaml.constructor.ConstructorError as exc:
+        raise ConfigError(_tag_message(exc, source)) from None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark is not None else "somewhere"
@@ -172,6 +174,21 @@ def parse_config(text: str, source: str = "<config>") -> PipelineConfig:
     except yaml.YAMLError as exc:
         raise ConfigError(f"{source}: YAML error ({_one_line(str(exc))}); fix the file's syntax") from None
     return config_from_document(doc, source)
+
+
+_TAG = re.compile(r"tag '([^']*)'")
+
+
+def _tag_message(exc: yaml.constructor.ConstructorError, source: str) -> str:
+    """An unknown tag (``!!python/object:...``, ``!custom``): name it, not "syntax error"."""
+    mark = exc.problem_mark
+    line = f" at line {mark.line + 1}" if mark is not None else ""
+    found = _TAG.search(exc.problem or "")
+    if found is None:
+        return f"{source}{line}: YAML error ({_one_line(exc.problem or str(exc))}); use plain values"
+    tag = found.group(1).replace("tag:yaml.org,2002:", "!!")
+    return (f"{source}: unsupported YAML tag {tag}{line}; a pipeline config holds plain values only "
+            "(remove the tag)")
 
 
 def config_from_document(doc: Any, source: str = "<config>") -> PipelineConfig:

@@ -120,6 +120,8 @@ class ContextCollector:
         self.spool = FragmentSpool(folder)
         self._seen: set[int] = set()
         self.layers: set[str] = set()
+        #: Whether any written context has a parent; with none, layers (taken from ancestors) are wrong.
+        self.any_parent = False
 
     @property
     def count(self) -> int:
@@ -137,6 +139,7 @@ class ContextCollector:
             # A self-link would be a cycle; the loader refuses those.
             parent_id = parent.id if parent is not None and parent.id != rec.id else None
             self.spool.add(rec.as_json(parent_id))
+            self.any_parent = self.any_parent or parent_id is not None
             self.layers.add(rec.layer)
             if parent is None:
                 break

@@ -100,10 +100,38 @@ def load_pva(module: Any = None) -> Any:
         return module
     try:
         import pva  # type: ignore[import-not-found, unused-ignore]  # only inside a Poplar SDK
-    except (ImportError, OSError) as exc:
+    except ImportError as exc:
         log.debug("import pva failed: %s", exc)
         raise ExportError(SDK_MESSAGE) from None
+    except Exception as exc:  # noqa: BLE001 - a broken SDK install can raise anything at import
+        log.debug("import pva failed", exc_info=True)
+        where = getattr(exc, "filename", None)
+        raise ExportError(f"`import pva` failed with {type(exc).__name__}: {_first_line(exc)}"
+                          + (f" (in {where})" if where else "")
+                          + "; the Poplar SDK's Python module is broken or not the one you meant: check "
+                          "that the SDK's enable.sh was sourced for this Python") from None
     return pva
+
+
+def _check_context_tree(contexts: Any, profile: Path, allow_flat: bool) -> None:
+    """Refuse (or warn, with ``allow_flat``) when no exported debug context has a parent.
+
+    Layers and operation names come from a context's ancestors; a libpva that
+    gives no ``parents`` makes every context a root, and the split would come
+    out different without any other sign.
+    """
+    if contexts.count <= 1 or contexts.any_parent:
+        return
+    problem = (f"{profile}: none of the {contexts.count:,} debug contexts has a parent (libpva gave no "
+               "`parents`), so operations would get wrong names and layers")
+    if not allow_flat:
+        raise ExportError(problem + "; pass --allow-flat-contexts to export anyway")
+    log.warning("%s; exported anyway (--allow-flat-contexts)", problem)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else "(no message)"
 
 
 def export_report(
@@ -113,6 +141,7 @@ def export_report(
     *,
     force: bool = False,
     pva_module: Any = None,
+    allow_flat_contexts: bool = False,
 ) -> ExportSummary:
     """Write the format-v1 profile of one Poplar compilation to ``out_path``.
 
@@ -131,6 +160,7 @@ def export_report(
             writer = JsonWriter(stream)
             run.write(writer)
             writer.flush()
+            _check_context_tree(run.contexts, profile, allow_flat_contexts)  # before the rename
     except PoplinerError:
         raise
     except Exception as exc:
@@ -200,6 +230,8 @@ class _Export:
         self.child_ids: set[int] = set()
         self.control_ids: list[int] | None = None
         self._op_contexts: dict[int, Any] | None = None
+        self._ops: list[tuple[Any, list[Any]]] | None = None
+        self._replaced: dict[int, Any] | None = None
         self.vtypes = VertexTypeTable(0)
 
     # -- the document -------------------------------------------------------
@@ -472,7 +504,9 @@ class _Export:
         return ids[ok].tolist()  # type: ignore[no-any-return]
 
     def _context_of(self, p: Any, pid: int) -> int | None:
-        ctx = getattr(p, "debugContext", _ABSENT)
+        ctx = self._replaced_contexts().get(pid, _ABSENT)
+        if ctx is _ABSENT:
+            ctx = getattr(p, "debugContext", _ABSENT)
         if ctx is _ABSENT:
             ctx = self._operation_contexts().get(pid)
         if isinstance(ctx, (list, tuple)):
@@ -492,14 +526,44 @@ class _Export:
                             "operations cannot be named", self.profile)
                 return self._op_contexts
             log.info("export: programs carry no debugContext; taking contexts from pva.OperationAnalysis")
-            for op in attr(analysis(self.report), "operations", default=()) or ():
-                ctx = attr(op, "debugContext")
-                programs = getattr(op, "programs", None)
-                programs = programs() if callable(programs) else programs
+            for op, programs in self._operations():
+                # PopTorch's own tests prefer replacedDebugContext when it is set.
+                ctx = attr(op, "replacedDebugContext")
+                if ctx is None:
+                    ctx = attr(op, "debugContext")
                 if ctx is not None:
-                    for prog in programs or ():
+                    for prog in programs:
                         self._op_contexts.setdefault(ident(prog), ctx)
         return self._op_contexts
+
+    def _operations(self) -> list[tuple[Any, list[Any]]]:
+        """(operation, its programs) from ``pva.OperationAnalysis``, computed once; empty without it."""
+        if self._ops is None:
+            self._ops = []
+            analysis = getattr(self.pva, "OperationAnalysis", None)
+            if analysis is not None:
+                for op in attr(analysis(self.report), "operations", default=()) or ():
+                    programs = getattr(op, "programs", None)
+                    programs = programs() if callable(programs) else programs
+                    self._ops.append((op, list(programs or ())))
+        return self._ops
+
+    def _replaced_contexts(self) -> dict[int, Any]:
+        """Program id -> an operation's ``replacedDebugContext``, where libpva sets one.
+
+        It wins over the program's own ``debugContext``: when an operation
+        replaced another (PopART transforms), it names the original one.
+        """
+        if self._replaced is None:
+            self._replaced = {}
+            for op, programs in self._operations():
+                ctx = attr(op, "replacedDebugContext")
+                if ctx is not None:
+                    for prog in programs:
+                        self._replaced.setdefault(ident(prog), ctx)
+            if self._replaced:
+                log.info("export: %d programs take an operation's replacedDebugContext", len(self._replaced))
+        return self._replaced
 
     def _emit_missing(self, w: JsonWriter) -> None:
         """Emit programs referenced (as children, steps, roots) but not listed."""

@@ -173,6 +173,8 @@ def _owner_sum(per_program: np.ndarray, owner: np.ndarray, mask: np.ndarray, n: 
 
 def _merge_runs(group: np.ndarray, first: np.ndarray, stop: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Union of tile runs within each group: disjoint, sorted runs per group."""
+    if len(group) == 0:  # e.g. a profile without operations
+        return group, first, stop
     order = np.lexsort((first, group))
     group, first, stop = group[order], first[order], stop[order]
     offset = group * (int(stop.max()) + 1)

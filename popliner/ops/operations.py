@@ -184,7 +184,8 @@ def derive_operations(profile: Profile, op_layers: Sequence[str] = DEFAULT_OP_LA
     # Order: by first step, operations without steps last; ties by context id.
     no_step = first < 0
     order = np.lexsort((profile.contexts.ids[op_contexts], first, no_step))
-    new_of_tmp = np.empty(n, np.int64)
+    # One spare slot: with no operations at all the lookups below still index something (then masked).
+    new_of_tmp = np.full(n + 1, -1, np.int64)
     new_of_tmp[order] = np.arange(n)
     op_of_program = np.where(tmp_of_prog >= 0, new_of_tmp[np.maximum(tmp_of_prog, 0)], -1)
     op_of_step = np.where(tmp_of_step >= 0, new_of_tmp[np.maximum(tmp_of_step, 0)], -1)

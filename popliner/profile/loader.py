@@ -549,9 +549,8 @@ class _Builder:
             self.check(vt, where, (dict,), "an object")
             names.append(self.need(vt, "name", where, (str,), "a string"))
             sizes[i] = self.int_at(self.need(vt, "size", where, (int,), "an integer"), f"{where}.size", 0, MAX_VALUE)
-            if "codeBytes" not in vt:
-                self.fail(where, 'missing required key "codeBytes"')
-            code.add(*decode_tilevector(vt["codeBytes"], self.tiles, f"{where}.codeBytes", self.err))
+            if "codeBytes" in vt:  # absent: like every TileVector, all zeros (a type no tile uses)
+                code.add(*decode_tilevector(vt["codeBytes"], self.tiles, f"{where}.codeBytes", self.err))
             code.end_row()
         return VertexTypes(tuple(names), sizes, code.build())
 

@@ -1,0 +1,174 @@
+"""Issue 12 point 5: every key the format lets a writer leave out may be left out.
+
+The cases are generated from the JSON Schema (popliner/profile/profile-v1.schema.json),
+not listed by hand: every property that is not ``required``, and every
+property whose value is a TileVector (absent = all zeros, whatever ``required``
+says), of every object the schema describes. For each case the test writes
+two documents from the same base profile: one with the key removed from every
+object that has it, one with the key set to what the spec says absence means
+(:data:`ABSENT_MEANS`), and checks that popliner's figures are equal.
+"""
+
+from __future__ import annotations
+
+import copy
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from popliner.analysis import analyse_profile
+from popliner.breakdown import build_breakdown
+from popliner.outputs import tables
+from popliner.profile.loader import load_profile
+
+REPO = Path(__file__).resolve().parent.parent
+SCHEMA = json.loads((REPO / "popliner" / "profile" / "profile-v1.schema.json").read_text(encoding="utf-8"))
+BASES = [REPO / "fixtures" / "profiles" / "tiny.json", REPO / "fixtures" / "profiles" / "bert-tiny-training.json"]
+TILEVECTOR = "#/$defs/TileVector"
+
+#: What the spec says an absent key means, as an explicit value. ``ZEROS`` is a
+#: dense TileVector of zeros; ``KEEP`` means the key carries no figure (names,
+#: metadata): absence is compared against the base document's own value.
+ZEROS = object()
+KEEP = object()
+ABSENT_MEANS: dict[tuple[str, str], Any] = {
+    ("", "source"): KEEP,
+    ("", "tileMemory"): KEEP,
+    ("Source", "tool"): KEEP,
+    ("Source", "model"): KEEP,
+    ("Source", "framework"): KEEP,
+    ("Source", "sdkVersion"): KEEP,
+    ("Source", "created"): KEEP,
+    ("Target", "arch"): None,
+    ("VertexType", "codeBytes"): ZEROS,
+    ("Program", "name"): KEEP,
+    ("Program", "children"): [],
+    ("Program", "debugContext"): None,
+    ("Program", "controlCode"): ZEROS,
+    ("Program", "exchangeCode"): ZEROS,
+    ("Program", "vertices"): [],
+    ("Program", "vars"): [],
+    ("Program", "cycles"): ZEROS,
+    ("Program", "repeatCount"): 1,
+    ("Variables", "name"): None,
+    ("DebugContext", "data"): None,
+    ("TileMemory", "alwaysLive"): ZEROS,
+    ("TileMemory", "notAlwaysLivePeak"): ZEROS,
+    ("TileMemory", "categories"): {},
+}
+
+
+def _ref_name(node: dict[str, Any]) -> str | None:
+    ref = node.get("$ref")
+    return ref.rsplit("/", 1)[-1] if isinstance(ref, str) and ref.startswith("#/$defs/") else None
+
+
+def omission_cases() -> list[tuple[str, str]]:
+    """(object, key) for every optional or TileVector property in the schema."""
+    cases = []
+    objects = {"": SCHEMA, **SCHEMA["$defs"]}
+    for name, node in objects.items():
+        required = set(node.get("required", ()))
+        for key, prop in node.get("properties", {}).items():
+            if key not in required or prop.get("$ref") == TILEVECTOR:
+                cases.append((name, key))
+    return cases
+
+
+def instances(doc: dict[str, Any], name: str) -> list[dict[str, Any]]:
+    """Every object of schema type ``name`` in ``doc`` (found through the schema's top-level properties)."""
+    if name == "":
+        return [doc]
+    found: list[dict[str, Any]] = []
+    for key, prop in SCHEMA["properties"].items():
+        if key not in doc:
+            continue
+        if _ref_name(prop) == name and isinstance(doc[key], dict):
+            found.append(doc[key])
+        elif prop.get("type") == "array" and _ref_name(prop.get("items", {})) == name:
+            found.extend(x for x in doc[key] if isinstance(x, dict))
+        # one level deeper: Source/Target/... have no nested object types but TileMemory's parent
+    return found
+
+
+#: Deliberate difference from "absent TileVector = zeros": tileMemory holds the compiler's own
+#: totals (ground truth for checking popliner's model). Absent, they are "not reported", and the
+#: totals table leaves its ground-truth columns blank instead of comparing with zeros.
+GROUND_TRUTH = {("", "tileMemory"), ("TileMemory", "alwaysLive"), ("TileMemory", "notAlwaysLivePeak"),
+                ("TileMemory", "categories")}
+
+
+def model_only(figs: dict[str, Any]) -> dict[str, Any]:
+    """The figures without the totals table's ground-truth and difference columns."""
+    rows = [line.split(",")[:2] for line in figs["write_totals"].splitlines()]
+    return {**figs, "write_totals": rows}
+
+
+def figures(path: Path) -> dict[str, Any]:
+    """popliner's figures: the layer, operation and totals tables and each layer's per-tile memory."""
+    profile = load_profile(path)
+    analysis = analyse_profile(profile)
+    breakdown = build_breakdown(analysis, with_operations=True, with_totals=True)
+    out: dict[str, Any] = {}
+    for table in ("write_layers", "write_operations", "write_totals"):
+        stream = io.StringIO()
+        getattr(tables, table)(breakdown, stream)
+        out[table] = stream.getvalue()
+    for name in analysis.layer_names:
+        out[f"layer {name}"] = analysis.stage_memory([name]).per_tile.tolist()
+    out["steps"] = profile.num_steps if hasattr(profile, "num_steps") else None
+    return out
+
+
+def _explicit(value: Any, tiles: int) -> Any:
+    return [0] * tiles if value is ZEROS else copy.deepcopy(value)
+
+
+def test_every_schema_case_has_a_meaning() -> None:
+    """A new optional key in the schema must say here what its absence means."""
+    assert sorted(omission_cases()) == sorted(ABSENT_MEANS)
+
+
+@pytest.mark.parametrize("base", BASES, ids=lambda p: p.stem)
+@pytest.mark.parametrize("case", omission_cases(), ids=lambda c: f"{c[0] or 'top'}.{c[1]}")
+def test_absent_key_means_what_the_spec_says(case: tuple[str, str], base: Path, tmp_path: Path) -> None:
+    name, key = case
+    doc = json.loads(base.read_text(encoding="utf-8"))
+    tiles = doc["target"]["tilesPerIpu"]
+    meaning = ABSENT_MEANS[case]
+    targets = instances(doc, name)
+    if not targets and name == "TileMemory":
+        doc["tileMemory"] = {}
+        targets = instances(doc, name)
+    if not targets:
+        pytest.skip(f"{base.name} has no {name} object")
+    explicit = copy.deepcopy(doc)
+    omitted = copy.deepcopy(doc)
+    for obj in instances(explicit, name):
+        if meaning is not KEEP:
+            obj[key] = _explicit(meaning, tiles)
+    for obj in instances(omitted, name):
+        obj.pop(key, None)
+    a, b = tmp_path / "explicit.json", tmp_path / "omitted.json"
+    a.write_text(json.dumps(explicit), encoding="utf-8")
+    b.write_text(json.dumps(omitted), encoding="utf-8")
+    if case in GROUND_TRUTH:
+        assert model_only(figures(b)) == model_only(figures(a))
+    else:
+        assert figures(b) == figures(a)
+
+
+def test_unused_vertex_type_without_code_bytes(tmp_path: Path) -> None:
+    """The case from the issue: an independent writer leaves codeBytes out for types no tile uses."""
+    doc = json.loads(BASES[0].read_text(encoding="utf-8"))
+    doc["vertexTypes"].append({"name": "Unused", "size": 16})
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    with_zeros = copy.deepcopy(doc)
+    with_zeros["vertexTypes"][-1]["codeBytes"] = {"sparse": []}
+    other = tmp_path / "q.json"
+    other.write_text(json.dumps(with_zeros), encoding="utf-8")
+    assert figures(path) == figures(other) == figures(BASES[0])
