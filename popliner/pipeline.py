@@ -59,9 +59,6 @@ __all__ = [
     "stash_depth",
 ]
 
-#: Step 1 of the engine move keeps today's figures; the next step counts copy buffers everywhere.
-_COUNT_COPY_BUFFERS = False
-
 # -- stage numbering ------------------------------------------------------------
 
 
@@ -179,8 +176,7 @@ def position_memory(costs: RangeCosts, i: int, j: int, position: int, num_ipus: 
     base = costs.memory(i, j, extra)
     if base == math.inf:
         return base
-    total = base + (copy_buffer_per_tile(costs.crossing(i - 1), costs.crossing(j), costs.tiles, training)
-                    if _COUNT_COPY_BUFFERS else 0)
+    total = base + copy_buffer_per_tile(costs.crossing(i - 1), costs.crossing(j), costs.tiles, training)
     return total if total <= costs.limit else math.inf
 
 
@@ -220,8 +216,7 @@ class StageFigure:
 
     @property
     def total_per_tile(self) -> np.ndarray:
-        return np.asarray(self.memory.total_per_tile + self.stash_per_tile
-                          + (self.copy_buffer if _COUNT_COPY_BUFFERS else 0))
+        return np.asarray(self.memory.total_per_tile + self.stash_per_tile + self.copy_buffer)
 
     @property
     def worst_tile(self) -> int:

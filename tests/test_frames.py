@@ -71,8 +71,9 @@ def test_split_to_frame(model) -> None:
     split = model.solve(num_ipus=2, mem_per_tile=1000, exact_ipus=True)
     frame = split.to_frame()
     # First stage: layer 0 plus the unlayered operations, 422 bytes on tile 0; cycles 530 + 5 + 30.
-    assert frame["worst_tile_bytes"].tolist() == [422, 235]
-    assert frame["headroom_bytes"].tolist() == [578, 765]
+    # Each IPU also holds ceil(30 / 4) = 8 bytes per tile of copy buffers (30 bytes cross).
+    assert frame["worst_tile_bytes"].tolist() == [430, 243]
+    assert frame["headroom_bytes"].tolist() == [570, 757]
     assert frame["cycles"].tolist() == [565, 860]
     assert frame["layers"].tolist() == [["0"], ["1"]]
     assert frame["fits"].dtype == bool and frame["first_layer"].dtype == STRING

@@ -89,7 +89,7 @@ def test_min_ipus_puts_the_model_on_the_fewest_ipus(tiny: Path) -> None:
     assert doc["stages"][0]["worst_tile_bytes"] == 472
     assert "the split uses 1 of the 4 IPUs asked for" in result.stderr
     two = json.loads(run(tiny, "--solve", "--num-ipus", "4", "--mem-per-tile", "450", "--min-ipus").stdout)
-    assert [s["worst_tile_bytes"] for s in two["stages"]] == [422, 235]
+    assert [s["worst_tile_bytes"] for s in two["stages"]] == [430, 243]  # tiny.md, + 8 B/tile of copy buffers
 
 
 def test_min_ipus_needs_solve_and_contradicts_exact(tiny: Path) -> None:

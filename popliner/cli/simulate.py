@@ -115,7 +115,7 @@ def _inputs(cfg: PipelineConfig, profile_path: str | None) -> SimInputs:
                 logger.warning("stages[%d] was edited after popliner predicted its figures; they are stale: "
                                "pass --profile to recompute them", s.index)
         return inputs_from_config(cfg)
-    analysis = _load_analysis(profile_path)
+    analysis = _load_analysis(profile_path, cfg.mode)
     if analysis.profile.sha256.lower() != cfg.profile_sha256.lower():
         logger.warning("%s differs from the profile the config was written for (%s): sha256 %s.. vs %s..",
                        profile_path, cfg.profile_path, analysis.profile.sha256[:12], cfg.profile_sha256[:12])
@@ -124,10 +124,11 @@ def _inputs(cfg: PipelineConfig, profile_path: str | None) -> SimInputs:
                                 clock_hz=float(target.clock_hz))
 
 
-def _load_analysis(profile_path: str) -> Analysis:
+def _load_analysis(profile_path: str, mode: str) -> Analysis:
+    """The profile read in the config's mode, as ``popliner check`` reads it."""
     from popliner.analysis import AnalysisOptions, load_analysis
 
-    return load_analysis(profile_path, AnalysisOptions(), use_cache=True)
+    return load_analysis(profile_path, AnalysisOptions(mode=mode), use_cache=True)  # type: ignore[arg-type]
 
 
 def _json(result: SimResult, config_path: str, source: str) -> dict[str, Any]:

@@ -11,10 +11,16 @@ __all__ = ["check_table", "write_junit"]
 
 
 def check_table(result: CheckResult) -> str:
-    lines = [f"{'IPU':>3}  {'layers':<18} {'worst tile':>10} {'bytes':>10} {'budget':>10} {'headroom':>10}  fits"]
+    """Per IPU: the worst tile and what is on it (model, stash, copy buffers), against the per-tile budget."""
+    lines = [
+        f"{'':<24}{'on the worst tile (bytes)':-^47}",
+        f"{'IPU':>3}  {'layers':<18} {'tile':>5} {'total':>10} {'model':>10} {'stash':>10} {'copy buf':>9} "
+        f"{'budget':>10} {'headroom':>10}  fits",
+    ]
     for ipu in result.ipus:
         span = ipu.layers[0] if len(ipu.layers) == 1 else f"{ipu.layers[0]}..{ipu.layers[-1]}"
-        lines.append(f"{ipu.ipu:>3}  {span:<18} {ipu.worst_tile:>10} {ipu.worst_tile_bytes:>10,} "
+        lines.append(f"{ipu.ipu:>3}  {span:<18} {ipu.worst_tile:>5} {ipu.worst_tile_bytes:>10,} "
+                     f"{ipu.worst_tile_memory.total:>10,} {ipu.worst_tile_stash:>10,} {ipu.copy_buffer:>9,} "
                      f"{ipu.budget:>10,} {ipu.headroom:>10,}  {'yes' if ipu.fits else 'NO'}")
     for ipu in result.ipus:
         if not ipu.fits:
@@ -28,7 +34,7 @@ def overflow_text(ipu: IpuCheck) -> str:
         f"IPU {ipu.ipu} is over budget by {-ipu.headroom:,} bytes on tile {ipu.worst_tile}: "
         f"variables {m.variables:,}, vertex code {m.vertex_code:,}, vertex state {m.vertex_state:,}, "
         f"exchange code {m.exchange_code:,}, control code {m.control_code:,}, "
-        f"stash {ipu.worst_tile_stash:,}",
+        f"stash {ipu.worst_tile_stash:,}, copy buffers {ipu.copy_buffer:,}",
     ]
     if ipu.peak_step >= 0:
         parts.append(f"  variables peak at step {ipu.peak_step}; largest live there:")

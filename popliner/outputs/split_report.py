@@ -44,10 +44,13 @@ def split_document(split: SplitResult, *, profile_path: str, profile_sha256: str
                 "memory_bytes_summed_over_tiles": s.memory.as_dict() | {"total": s.memory.total},
                 "worst_tile": s.worst_tile,
                 "worst_tile_bytes": s.worst_tile_bytes,
+                "worst_tile_stash_bytes": s.worst_tile_stash,
+                "copy_buffer_bytes_per_tile": s.copy_buffer,
                 "stash_entries": s.stash_entries,
-                "stash_bytes": s.stash_bytes,
+                "stash_bytes_summed_over_tiles": s.stash_bytes,
                 "cycles": s.cycles,
                 "bytes_in": s.bytes_in,
+                "bytes_out": s.bytes_out,
                 "fits": s.fits,
                 **({"overflow": {
                     "tile": s.overflow.tile,
@@ -79,18 +82,20 @@ def split_picture(split: SplitResult, has_unlayered: bool) -> str:
 
 
 def split_table(split: SplitResult) -> str:
-    """Per-IPU lines: layers, worst tile, stash, cycles and headroom against the budget."""
-    header = (
-        f"{'IPU':>3}  {'layers':<18} {'worst tile':>10} {'bytes':>10} {'stash':>10} {'cycles':>12} "
-        f"{'headroom':>9}  fits"
-    )
-    lines = [header]
+    """Per-IPU lines: layers, the worst tile and what is on it, cycles and headroom against the budget."""
+    lines = [
+        f"{'':<24}{'on the worst tile (bytes)':-^47}",
+        f"{'IPU':>3}  {'layers':<18} {'tile':>5} {'total':>10} {'model':>10} {'stash':>10} {'copy buf':>9} "
+        f"{'cycles':>12} {'headroom':>9}  fits",
+    ]
     for s in split.stages:
         span = s.first_layer if s.first_layer == s.last_layer else f"{s.first_layer}..{s.last_layer}"
         headroom = (split.budget_bytes - s.worst_tile_bytes) / split.budget_bytes if split.budget_bytes else 0.0
+        model = s.worst_tile_bytes - s.worst_tile_stash - s.copy_buffer
         lines.append(
-            f"{s.ipu:>3}  {span or '-':<18} {s.worst_tile:>10} {s.worst_tile_bytes:>10,} {s.stash_bytes:>10,} "
-            f"{s.cycles:>12,} {headroom:>8.1%}  {'yes' if s.fits else 'NO'}"
+            f"{s.ipu:>3}  {span or '-':<18} {s.worst_tile:>5} {s.worst_tile_bytes:>10,} {model:>10,} "
+            f"{s.worst_tile_stash:>10,} {s.copy_buffer:>9,} {s.cycles:>12,} {headroom:>8.1%}  "
+            f"{'yes' if s.fits else 'NO'}"
         )
     for s in split.stages:
         if s.overflow is not None:

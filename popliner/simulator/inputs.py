@@ -17,7 +17,7 @@ import numpy as np
 
 from popliner.config.model import PipelineConfig
 from popliner.errors import ConfigError
-from popliner.pipeline import StageFigure, backward_stage
+from popliner.pipeline import StageFigure, backward_stage, copy_buffer_per_tile, forward_stage
 from popliner.simulator.engine import SimStage
 
 __all__ = [
@@ -82,7 +82,7 @@ def pipeline_stages(mode: str, ipus: Sequence[IpuFigures]) -> tuple[SimStage, ..
             for i, f in enumerate(ipus)
         )
     out = [
-        SimStage(i, i, "forward", f.forward_cycles, ipus[i + 1].bytes_in, f.memory_per_tile,
+        SimStage(forward_stage(i), i, "forward", f.forward_cycles, ipus[i + 1].bytes_in, f.memory_per_tile,
                  f.stash_entry_per_tile, f.label)
         for i, f in enumerate(ipus[:-1])
     ]
@@ -104,16 +104,19 @@ def inputs_from_config(cfg: PipelineConfig, backward_fraction: float = BACKWARD_
     Per-tile detail is not in the config, so: ``stash_bytes`` holds the
     ``stash_entries - 1`` entries beyond the one the single-IPU profile
     already has; one entry is spread evenly over all tiles; the worst tile
-    carries the rest of the stage's worst-tile bytes. With the simulated
-    number of entries equal to ``stash_entries`` the peak is the prediction.
+    carries the rest of the stage's worst-tile bytes, less its copy buffers
+    (the simulator adds those itself). With the simulated number of entries
+    equal to ``stash_entries`` the peak is the prediction.
     """
     tiles = cfg.tiles_per_ipu
     figures = []
-    for s in cfg.stages:
+    for k, s in enumerate(cfg.stages):
         extra = s.stash_entries - 1
         per_entry = math.ceil(s.stash_bytes / extra / tiles) if extra > 0 else 0
+        bytes_out = cfg.stages[k + 1].bytes_in if k + 1 < len(cfg.stages) else 0
+        buffer = copy_buffer_per_tile(s.bytes_in if k else 0, bytes_out, tiles, cfg.training)
         memory = np.zeros(tiles, dtype=np.int64)
-        memory[s.worst_tile] = max(0, s.worst_tile_bytes - s.stash_entries * per_entry)
+        memory[s.worst_tile] = max(0, s.worst_tile_bytes - s.stash_entries * per_entry - buffer)
         backward = round(s.cycles * backward_fraction) if cfg.training else 0
         figures.append(IpuFigures(s.cycles - backward, backward, memory,
                                    np.full(tiles, per_entry, dtype=np.int64), s.bytes_in, _label(s.layers)))

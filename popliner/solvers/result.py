@@ -17,10 +17,14 @@ class StageResult:
     """One pipeline stage = the layers placed on one IPU.
 
     ``memory`` is each component summed over tiles (without stash);
-    ``worst_tile``/``worst_tile_bytes`` are the tile with the largest total
-    including the stash; ``stash_entries`` is the stash depth PopART keeps on
-    the IPU and ``stash_bytes`` what the stash adds to the single-IPU profile:
-    ``depth - 1`` entries (the profile already holds one), summed over tiles.
+    ``worst_tile``/``worst_tile_bytes`` are the tile with the largest total,
+    stash and copy buffers included (:mod:`popliner.pipeline`);
+    ``stash_entries`` is the stash depth PopART keeps on the IPU and
+    ``stash_bytes`` what the stash adds to the single-IPU profile: ``depth - 1``
+    entries (the profile already holds one), **summed over tiles**;
+    ``worst_tile_stash`` is that stash on the worst tile, ``copy_buffer`` the
+    copy buffers per tile (the same on every tile); ``bytes_in``/``bytes_out``
+    cross the IPU's boundaries per micro-batch.
     """
 
     index: int
@@ -35,6 +39,9 @@ class StageResult:
     bytes_in: int
     fits: bool
     overflow: OverflowDetail | None = None  # for a stage that does not fit: where and why
+    worst_tile_stash: int = 0
+    copy_buffer: int = 0
+    bytes_out: int = 0
 
     #: The per-tile figures behind the numbers (the tile plot draws them); not part of equality.
     figure: StageFigure | None = field(default=None, compare=False, repr=False)
@@ -90,5 +97,6 @@ def stage_result(figure: StageFigure, layer_names: tuple[str, ...], budget: int,
         index=figure.position, ipu=figure.position, layers=tuple(layer_names[k] for k in figure.layers),
         memory=figure.memory.summed(), worst_tile=figure.worst_tile, worst_tile_bytes=figure.worst_bytes,
         stash_bytes=figure.stash_bytes_summed, stash_entries=figure.stash_entries, cycles=figure.cycles,
-        bytes_in=figure.bytes_in, fits=figure.fits(budget), overflow=overflow, figure=figure,
+        bytes_in=figure.bytes_in, fits=figure.fits(budget), overflow=overflow, worst_tile_stash=figure.worst_tile_stash,
+        copy_buffer=figure.copy_buffer, bytes_out=figure.bytes_out, figure=figure,
     )

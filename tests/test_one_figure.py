@@ -1,0 +1,131 @@
+"""One figure everywhere: each IPU's worst tile and its bytes agree across every view of a split.
+
+The views: the ``--solve`` JSON, the ``--solve`` table on stderr, the tile
+plot's series, ``popliner simulate --profile`` and ``popliner check``. Each
+IPU holds its model, its stash (training) and its copy buffers
+(:mod:`popliner.pipeline`), so all five report the same tile and bytes.
+
+To add a view (the XLSX planner, for a contiguous split), append a function
+to :data:`VIEWS` that returns ``[(worst tile, bytes), ...]`` per IPU.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from popliner.analysis import AnalysisOptions, load_analysis
+from popliner.cli import cli
+from popliner.config.yaml_io import read_config
+from popliner.report.data import ipu_memories
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "profiles"
+
+
+@dataclass(frozen=True)
+class Run:
+    """One solved split and the outputs of every command on it."""
+
+    profile: Path
+    mode: str
+    config: Path
+    solve_json: dict
+    solve_stderr: str
+    check_stdout: str
+    simulate_json: dict
+
+
+def _invoke(*args: object, ok: tuple[int, ...] = (0,)) -> tuple[str, str]:
+    result = CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
+    assert result.exit_code in ok, result.output
+    return result.stdout, result.stderr
+
+
+def _table_rows(text: str) -> dict[int, tuple[int, int]]:
+    """IPU -> (tile, total) from a per-IPU table whose header has ``tile`` and ``total`` columns."""
+    lines = text.splitlines()
+    head = next(i for i, line in enumerate(lines) if line.split()[:1] == ["IPU"] and "tile" in line.split())
+    names = lines[head].split()
+    rows = {}
+    for line in lines[head + 1 :]:
+        cells = line.split()
+        if not cells or not cells[0].isdigit():
+            break
+        rows[int(cells[0])] = (int(cells[names.index("tile")]), int(cells[names.index("total")].replace(",", "")))
+    return rows
+
+
+def solve_json_view(run: Run) -> list[tuple[int, int]]:
+    return [(s["worst_tile"], s["worst_tile_bytes"]) for s in run.solve_json["stages"]]
+
+
+def solve_table_view(run: Run) -> list[tuple[int, int]]:
+    rows = _table_rows(run.solve_stderr)
+    return [rows[k] for k in sorted(rows)]
+
+
+def tile_plot_view(run: Run) -> list[tuple[int, int]]:
+    # What `--plot FILE` draws in FILE-tiles: each IPU's tiles and its worst tile marked.
+    analysis = load_analysis(str(run.profile), AnalysisOptions(mode=run.mode))  # type: ignore[arg-type]
+    cfg = read_config(run.config)
+    ipus = ipu_memories(analysis, [s.layers for s in cfg.stages], budget=cfg.effective_budget)
+    return [(ipu.worst_tile, ipu.worst_bytes) for ipu in ipus]
+
+
+def simulate_view(run: Run) -> list[tuple[int, int]]:
+    return [(u["worst_tile"], u["peak_bytes"]) for u in run.simulate_json["ipus"]]
+
+
+def check_view(run: Run) -> list[tuple[int, int]]:
+    rows = _table_rows(run.check_stdout)
+    return [rows[k] for k in sorted(rows)]
+
+
+#: Every view of a split's per-IPU worst tile. The planner's view goes here.
+VIEWS: dict[str, Callable[[Run], list[tuple[int, int]]]] = {
+    "solve JSON": solve_json_view,
+    "solve table": solve_table_view,
+    "tile plot": tile_plot_view,
+    "simulate": simulate_view,
+    "check": check_view,
+}
+
+CASES = [
+    ("bert-tiny-training.json", "training"),
+    ("bert-tiny-training.json", "inference"),
+    ("resnet-small-training.json.gz", "training"),
+    ("gpt2-small-inference.json.gz", "inference"),
+]
+
+
+@pytest.fixture(scope="module")
+def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("cache")
+
+
+@pytest.mark.parametrize("ipus", [2, 3])
+@pytest.mark.parametrize("name, mode", CASES, ids=[f"{n.split('.')[0]}-{m}" for n, m in CASES])
+def test_every_view_gives_the_same_worst_tile(name: str, mode: str, ipus: int, tmp_path: Path,
+                                              cache_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("POPLINER_CACHE_DIR", str(cache_dir))
+    profile = FIXTURES / name
+    config = tmp_path / "pipeline.yaml"
+    out, err = _invoke(profile, "--mode", mode, "--solve", "--num-ipus", ipus, "--exact-ipus", "--time-limit", 20,
+                       "--config-out", config, ok=(0, 3))
+    check_out, _ = _invoke("check", config, "--profile", profile, ok=(0, 1))
+    sim_out, _ = _invoke("simulate", config, "--profile", profile, "--json")
+    run = Run(profile, mode, config, json.loads(out), err, check_out, json.loads(sim_out))
+    assert len(run.solve_json["stages"]) == ipus
+    figures = {view: read(run) for view, read in VIEWS.items()}
+    expected = figures["solve JSON"]
+    for view, got in figures.items():
+        assert got == expected, f"{view} differs from the solve JSON: {got} != {expected}"
+    # The stash and copy buffers are in the figure: the solve JSON says how much of it they are.
+    for s in run.solve_json["stages"]:
+        assert s["copy_buffer_bytes_per_tile"] > 0
+        assert (s["worst_tile_stash_bytes"] > 0) == (mode == "training" and s["stash_entries"] > 0)
