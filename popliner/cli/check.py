@@ -9,7 +9,7 @@ from dataclasses import replace
 import click
 
 from popliner.analysis import AnalysisOptions, load_analysis
-from popliner.cli.options import force_option, output_option, output_stream
+from popliner.cli.options import budget_fraction, force_option, output_option, output_stream
 from popliner.errors import EXIT_DOES_NOT_FIT
 from popliner.fileio import atomic_write, check_writable, is_stdout
 
@@ -18,17 +18,11 @@ __all__ = ["command"]
 log = logging.getLogger("popliner")
 
 
-def _budget(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
-    if value is not None and not 0.0 < value <= 1.0:
-        raise click.BadParameter(f"{value} is not a fraction in (0, 1]")
-    return value
-
-
 @click.command(name="check", context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("config", type=click.Path(dir_okay=False, path_type=str), metavar="CONFIG|REVIEW.xlsx")
 @click.option("--profile", required=True, type=click.Path(dir_okay=False, path_type=str),
               help="The profile to recompute memory from.")
-@click.option("--budget", type=float, default=None, callback=_budget,
+@click.option("--budget", type=float, default=None, callback=budget_fraction,
               help="Fraction of each tile's bytes an IPU may use (default: the config's budget, else 1.0).")
 @click.option("--junit", type=click.Path(dir_okay=False, path_type=str), help="Write JUnit XML here.")
 @output_option("Write the per-IPU table to FILE instead of stdout.")

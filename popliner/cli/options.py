@@ -21,6 +21,13 @@ __all__ = ["force_option", "output_option", "output_stream"]
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+def budget_fraction(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
+    """Click callback for ``--budget``: a fraction of the tile in (0, 1], or unset."""
+    if value is not None and not 0.0 < value <= 1.0:
+        raise click.BadParameter(f"{value} is not a fraction in (0, 1]")
+    return value
+
+
 def force_option(help_text: str = "Overwrite existing output files.") -> Callable[[F], F]:
     return click.option("-f", "--force", is_flag=True, help=help_text)
 

@@ -7,7 +7,7 @@ import logging
 import click
 
 from popliner.analysis import AnalysisOptions, load_analysis
-from popliner.cli.options import force_option, output_option
+from popliner.cli.options import budget_fraction, force_option, output_option
 from popliner.fileio import check_writable
 from popliner.simulator.engine import DEFAULT_LINK_BANDWIDTH, DEFAULT_SYNC_CYCLES
 
@@ -16,19 +16,13 @@ __all__ = ["command"]
 log = logging.getLogger("popliner")
 
 
-def _budget(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
-    if value is not None and not 0.0 < value <= 1.0:
-        raise click.BadParameter(f"{value} is not a fraction in (0, 1]")
-    return value
-
-
 @click.command(name="report", context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("config", metavar="PIPELINE.yaml", type=click.Path(dir_okay=False, path_type=str))
 @click.option("--profile", required=True, type=click.Path(dir_okay=False, path_type=str),
               help="The profile the figures are computed from.")
 @output_option("The HTML file to write (default: report.html).")
 @force_option("Overwrite an existing report file.")
-@click.option("--budget", type=float, default=None, callback=_budget,
+@click.option("--budget", type=float, default=None, callback=budget_fraction,
               help="Fraction of each tile's bytes an IPU may use (default: the config's budget, else 1.0).")
 @click.option("--gradient-accumulation", "-G", type=click.IntRange(min=1), default=None,
               help="Micro-batches per step for the schedule (default: the config's).")
