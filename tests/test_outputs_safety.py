@@ -440,6 +440,8 @@ def test_no_fitting_split_is_3() -> None:
     (["DIR"], "is a directory"),
     (["TINY", "--no-such-option"], "--no-such-option"),
     (["TINY", "--plot", "out.jpg"], "out.jpg: plot file names end in .png or .svg"),
+    (["TINY", "--solve", "--ipu-config-out", "ipu.txt"], "ipu.txt: IPU config file names end in .json"),
+    (["TINY", "--solve", "--config-out", "p.json"], "p.json: pipeline config file names end in .yaml or .yml"),
 ])
 def test_usage_errors_are_one_line_and_2(argv: list[str], needle: str, config: Path, tmp_path: Path) -> None:
     subs = {"TINY": str(TINY), "CFG": str(config), "DIR": str(tmp_path)}

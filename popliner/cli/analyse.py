@@ -219,9 +219,12 @@ def _run(profile: str, debug_info: str | None, operation_breakdown: bool, layer_
         raise UsageProblem("--min-ipus and --exact-ipus contradict each other; give one")
     fmt = _table_format(fmt, output)
     # Every output is checked (name, suffix, folder, overwrite) before any output is written.
-    for path in (output, config_out, ipu_config_out):
-        if path:
-            check_writable(path, force)
+    if output:
+        check_writable(output, force)
+    if config_out:
+        check_writable(config_out, force, suffixes=(".yaml", ".yml"), what="pipeline config")
+    if ipu_config_out:
+        check_writable(ipu_config_out, force, suffixes=(".json",), what="IPU config")
     if report:
         check_writable(report, force, suffixes=(".html", ".htm"), what="report")
     one_stdout(tables=outputs.any_table and (not output or is_stdout(output)), split_JSON=solve,
