@@ -483,7 +483,8 @@ def _report_split(analysis: Analysis, split: Any, config_out: str | None, force:
         doc["training"] = record
     if analysis.options.training.head_placement != "first" and "unlayered_operations" in doc:
         placement = analysis.options.training.head_placement
-        where = "the head is a pipeline stage of its own on IPU 0" if placement == "wrap" else "the head on the last IPU"
+        where = ("the head is a pipeline stage of its own on IPU 0" if placement == "wrap"
+                 else "the head on the last IPU")
         doc["unlayered_operations"] = (f"embedding and head are layers of their own, {where} "
                                        f"(--head-placement {placement})")
     write_split_json(doc, click.get_text_stream("stdout"))
