@@ -41,7 +41,7 @@ __all__ = [
     "with_live_steps",
     "called_operations",
     "head_groups",
-    "model_layer_count",
+    "model_layer_counts",
     "optimizer_state_variables",
     "recompute_operations",
     "update_operations",
@@ -266,14 +266,19 @@ def regroup_layers(layers: LayerAssignment, groups: np.ndarray, placement: HeadP
     return LayerAssignment(layer_of_op, notes, (EMBEDDING_GROUP, *names, HEAD_GROUP))
 
 
-def model_layer_count(layers: tuple[str, ...] | list[str]) -> int:
-    """How many of ``layers`` are the model's own layers: ``embedding`` and ``head`` groups are not.
+def model_layer_counts(stages: list[tuple[str, ...]] | tuple[tuple[str, ...], ...]) -> list[int]:
+    """How many of the model's own layers each IPU holds: the ``embedding`` and ``head`` groups are not layers.
 
     optimum-graphcore's ``layers_per_ipu`` counts the model's layers (for
     BERT its encoder layers, summing to ``num_hidden_layers``); an IPU that
-    holds only the embedding counts 0 (``[0, 4, 4, 4]`` for BERT-Base).
+    holds only the embedding counts 0 (``[0, 4, 4, 4]`` for BERT-Base). The
+    groups are popliner's (``--head-placement last|wrap``) only when both
+    are there and ``embedding`` leads: a model's own layer named ``head`` counts.
     """
-    return sum(1 for name in layers if name not in (EMBEDDING_GROUP, HEAD_GROUP))
+    names = [name for stage in stages for name in stage]
+    groups = bool(names) and names[0] == EMBEDDING_GROUP and HEAD_GROUP in names
+    skip = (EMBEDDING_GROUP, HEAD_GROUP) if groups else ()
+    return [sum(1 for name in stage if name not in skip) for stage in stages]
 
 
 # -- the what-if view ---------------------------------------------------------------------
