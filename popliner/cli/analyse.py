@@ -389,7 +389,7 @@ def _suggest_training_options(analysis: Analysis, problem: Any, link_bandwidth: 
     if found is not None:
         option, fewest = found
         flags = training_flags(option, analysis.options.training)
-        click.echo(f"popliner: fits on {fewest} IPUs with {flags}", err=True)
+        click.echo(f"popliner: fits on {fewest} IPU{'' if fewest == 1 else 's'} with {flags}", err=True)
 
 
 def _problem_again(analysis: Analysis, problem: Any) -> Any:
