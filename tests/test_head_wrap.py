@@ -103,7 +103,8 @@ def test_wrap_engine_and_range_table_agree_on_every_split_point(fixture):
                 assert t.compute(i, j) == range_figure(engine, i, j, k, 2).cycles
 
 
-@pytest.mark.parametrize(("budget", "flag"), [("450", "--recompute every-layer"), ("430", "--optimizer-state off-chip")])
+@pytest.mark.parametrize(("budget", "flag"), [("450", "--recompute every-layer"),
+                                              ("430", "--optimizer-state off-chip")])
 def test_exit_3_names_the_option_that_fits_with_a_wrapped_head(budget, flag):
     # tiny-training.md: on one IPU the model is 475 bytes and every-layer takes it to 445 (test_training_tiny),
     # while 2-IPU splits with the wrapped head hold more (5 entries deep on IPU 0, and copy buffers).
