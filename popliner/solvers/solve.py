@@ -66,7 +66,8 @@ def solve_bounds(table: RangeCosts, problem: SplitProblem, *, solver: SolverName
             return _infeasible(table, problem, "greedy", relaxed, layer_bytes)
         bounds, cap, min_layers = greedy
         return SplitOutcome("greedy", "GREEDY", bounds, objective=first_objective(table, problem, bounds),
-                            note=f"greedy: cap {cap:.0%} of the budget, at least {min_layers} layer(s) per stage")
+                            note=f"greedy: cap {cap:.0%} of the budget, at least {min_layers} layer(s) per stage "
+                                 "as PopLiner counts them (the unlayered group is one; fewer on the last)")
     hints = [greedy[0]] if greedy is not None else []
     with phase("building range tables"):
         dp = dp_bounds(table, problem)
