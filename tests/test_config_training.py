@@ -351,3 +351,37 @@ def test_check_of_a_workbook_uses_the_options_it_records(cache: Path) -> None:
     invoke("config-from", book, "--profile", TINY, "-o", config_path)
     assert read_config(config_path).options == ConfigTraining(recompute="every-layer", optimizer_state="off-chip",
                                                                head_placement="last")
+
+
+# -- plots and the HTML report name the options ----------------------------------------------
+
+
+def test_plots_name_the_options_they_assume(cache: Path) -> None:
+    plot = cache / "m.svg"
+    invoke(TINY, "--solve", "--num-ipus", "2", "--head-placement", "last", *EVERY_OFF, "--mem-per-tile", "460",
+           "--plot", plot)
+    # matplotlib's SVG keeps each text as a comment next to its glyphs.
+    words = "training options: recompute every-layer, optimizer state off-chip, head placement last"
+    for name in ("m.svg", "m-split.svg", "m-tiles.svg"):
+        assert words in (cache / name).read_text(encoding="utf-8"), name
+
+
+def test_report_shows_the_config_options_and_recompute_bars(cache: Path) -> None:
+    from popliner.analysis import load_analysis
+    from popliner.config.options import analysis_options
+    from popliner.report import build_report
+
+    config_path = cache / "p.yaml"
+    invoke(TINY, "--solve", "--num-ipus", "2", "--head-placement", "last", *EVERY_OFF, "--mem-per-tile", "460",
+           "--config-out", config_path)
+    cfg = read_config(config_path)
+    analysis = load_analysis(str(TINY), analysis_options(cfg.mode, cfg.options))
+    report = build_report(analysis, cfg, budget=460, source=str(config_path))
+    options = {o.name: o.value for o in report.options}
+    assert (options["recompute"], options["optimizer_state"], options["head_placement"]) == (
+        "every-layer", "off-chip", "last")
+    assert report.training == "recompute every-layer, optimizer state off-chip, head placement last"
+    assert report.sim is not None and any(f.kind == "R" for f in report.sim.fragments)
+    invoke("report", config_path, "--profile", TINY, "-o", cache / "r.html")
+    html = (cache / "r.html").read_text(encoding="utf-8")
+    assert "training (recompute every-layer, optimizer state off-chip, head placement last)" in html

@@ -458,10 +458,13 @@ def _write_plots(analysis: Analysis, plot: str, force: bool, split: Any, budget:
     plot_layers(breakdown, plot, budget_bytes=budget, force=force)
     log.info("wrote %s", plot)
     if split is not None and split.stages:
-        plot_split(split, _suffixed(plot, "split"), force=force)
+        # The plots name the training options their figures assume (the applied recomputation).
+        assumes = breakdown.training.summary() if breakdown.training is not None else None
+        plot_split(split, _suffixed(plot, "split"), force=force, assumes=assumes)
         ipus = ipu_memories(analysis, [s.layers for s in split.stages], budget=budget)
         plot_tiles(ipus, _suffixed(plot, "tiles"), force=force,
-                   title=f"Memory per tile of each IPU ({analysis.mode}, stash and copy buffers included)")
+                   title=f"Memory per tile of each IPU ({analysis.mode}, stash and copy buffers included)"
+                   + (f"\ntraining options: {assumes}" if assumes else ""))
         log.info("wrote %s and %s", _suffixed(plot, "split"), _suffixed(plot, "tiles"))
 
 
