@@ -204,6 +204,46 @@ class MemoryEngine:
         in_bwd = (last - bwd_lo).view(np.uint64) <= np.uint64(bwd_hi - bwd_lo)
         return np.asarray(early & (first >= 0) & in_bwd)
 
+    def stash_positions(self, first: np.ndarray, last: np.ndarray,
+                        rows: Sequence[StashWindows | None]) -> np.ndarray | None:
+        """For a stage that grows one layer at a time, the first growth at which each candidate joins its stash.
+
+        ``rows[p]`` are the stage's :meth:`stash_windows` after ``p + 1``
+        layers. While the windows only widen (the forward part starts no
+        later and ends no earlier, and so does the backward part), every
+        condition of :meth:`stash_select` that holds at one growth holds at
+        every later one, so a candidate, once in the entry, stays in it: the
+        growth it joins at is the latest of the first growths at which each
+        condition holds, a binary search each. The result is the position in
+        ``rows``, or ``len(rows)`` when it never joins; None when the windows
+        do not only widen (or ``pipeline``'s received inputs change with the
+        forward part's start), and the caller must use :meth:`stash_select`
+        at each growth.
+        """
+        m = len(rows)
+        known = np.array([w is not None for w in rows], bool)
+        if known.any() and not known[int(np.argmax(known)):].all():
+            return None  # a stage with a forward and a backward part keeps them as it grows
+        big = np.iinfo(np.int64).max // 4
+        # A growth without windows holds nothing: bounds that no step meets.
+        w = np.array([r if r is not None else (big, -big, big, -big) for r in rows], np.int64).reshape(m, 4)
+        fwd_lo, fwd_hi, bwd_lo, bwd_hi = w[:, 0], w[:, 1], w[:, 2], w[:, 3]
+        if (np.diff(fwd_lo) > 0).any() or (np.diff(fwd_hi) < 0).any() or (np.diff(bwd_lo) > 0).any() or (
+                np.diff(bwd_hi) < 0).any():
+            return None
+        # searchsorted(a, x) on a non-decreasing a: the first growth with a[p] >= x.
+        in_bwd = np.maximum(np.searchsorted(-bwd_lo, -last), np.searchsorted(bwd_hi, last))
+        if not self.view.stash_inputs:
+            in_fwd = np.maximum(np.searchsorted(-fwd_lo, -first), np.searchsorted(fwd_hi, first))
+            return np.asarray(np.maximum(in_fwd, in_bwd))
+        if self.view.inputs_only:
+            starts = fwd_lo[known]
+            if starts.size and starts.min() != starts.max():
+                return None  # what counts as received changes as the forward part starts earlier
+            early = first < (starts[0] if starts.size else big)
+            return np.asarray(np.where(early & (first >= 0), in_bwd, m))
+        return np.asarray(np.where(first >= 0, np.maximum(np.searchsorted(fwd_hi, first), in_bwd), m))
+
     def cycles_split(self, ops: np.ndarray) -> tuple[int, int]:
         """(forward, backward) cycles of one micro-batch through the stage, re-run forward work in the backward."""
         back = self.backward_part(ops)
