@@ -124,3 +124,19 @@ def test_dense_window_peak_equals_the_sweep(fixture: str) -> None:
             assert hi < lo and not swept.any()
             continue
         assert dense.tolist() == swept.tolist(), (lo, hi)
+
+
+@pytest.mark.parametrize("small_paths", [(3, 2)], indirect=True)
+@pytest.mark.parametrize("liveness", ["grid", "events"])
+@pytest.mark.parametrize("options", OPTIONS, ids=lambda o: "-".join(o.values()) or "plain")
+def test_stage_memory_from_the_table_equals_the_sweep(options: dict[str, str], liveness: str,
+                                                       small_paths: None) -> None:
+    tabled = _engine("bert-tiny-training.json", **options)
+    direct = _engine("bert-tiny-training.json", **options)  # its own memo: every figure from a sweep
+    table = ProfileRanges(tabled, limit=2**62, liveness=liveness)  # type: ignore[arg-type]
+    n = tabled.num_layers
+    for i in range(n):
+        for j in range(i, n):
+            got = table.stage_memory(i, j).per_tile
+            assert got.tolist() == direct.stage_memory(direct.range_ops(i, j)).per_tile.tolist(), (i, j)
+            assert table.per_tile(i, j) is not None  # the table still reads right after a stage figure

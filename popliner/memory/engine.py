@@ -105,15 +105,18 @@ class MemoryEngine:
 
     # -- memory ----------------------------------------------------------------
 
-    def stage_memory(self, ops: np.ndarray) -> StageMemory:
+    def stage_memory(self, ops: np.ndarray, variables: np.ndarray | None = None) -> StageMemory:
         """Per-tile memory of a set of operations (the direct model, memoised).
+
+        ``variables``: the set's variables peak per tile when already known
+        exactly (see :meth:`popliner.memory.model.MemoryModel.stage`).
 
         With ``--recompute pipeline`` a stage other than the last re-runs its
         forward part when its backward starts: its variables peak is the larger
         of the forward window's (recomputed variables cut at their last
         forward read) and the backward part's (live steps as profiled).
         """
-        memory = self.model.stage(ops)
+        memory = self.model.stage(ops, variables)
         if self.view.recompute != "pipeline" or self.is_last_stage(ops):
             return memory
         back = self.backward_part(ops)

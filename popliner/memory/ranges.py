@@ -156,8 +156,21 @@ class ProfileRanges:
         return self.engine.range_ops(i, j)
 
     def stage_memory(self, i: int, j: int) -> StageMemory:
-        """The direct model's figure of the range (memoised by the engine)."""
-        return self.engine.stage_memory(self.stage_ops(i, j))
+        """The direct model's figure of the range (memoised by the engine).
+
+        Its variables peak comes from the running set of the range's layers
+        (a few layer additions and one reading of the liveness grid) rather
+        than from a sweep over all the range's variable intervals: the same
+        figure, to the byte (tests/test_range_paths.py).
+        """
+        ops = self.stage_ops(i, j)
+        if (i, j) in self._shared.staged:
+            return self.engine.stage_memory(ops)
+        state = _RunningStage(self.engine, self._shared.grid)
+        for k in range(i, j + 1):
+            state.add(self._shared.layer_parts(k))
+        self._shared.staged.add((i, j))
+        return self.engine.stage_memory(ops, variables=state.variables_peak())
 
     # -- incremental evaluation -----------------------------------------------
 
@@ -216,6 +229,8 @@ class _Shared:
         self._engine = weakref.ref(engine)
         #: (i, j) -> (worst tile bytes, stash entry per tile or None when over the limit asked, total per tile)
         self.figures: dict[tuple[int, int], tuple[int, np.ndarray | None, np.ndarray]] = {}
+        #: Ranges whose model figure the engine holds (see ProfileRanges.stage_memory).
+        self.staged: set[tuple[int, int]] = set()
 
     @classmethod
     def of(cls, engine: MemoryEngine, liveness: Liveness) -> _Shared:
@@ -381,12 +396,14 @@ class _RunningStage:
     def total_per_tile(self) -> np.ndarray:
         present = np.cumsum(self.presence, axis=1)[:, : self.tiles] > 0
         code = (self.code * present).sum(axis=0)
+        return np.asarray(self.additive + code + self.variables_peak())
+
+    def variables_peak(self) -> np.ndarray:
+        """Per tile, the most bytes of the set's variables live at once in its window."""
         if self.grid is not None:
-            peak = self.grid.peak(self.lo, self.hi)
-        else:
-            assert self.events is not None
-            peak = self.events.peak(self.lo, self.hi)
-        return np.asarray(self.additive + code + peak)
+            return self.grid.peak(self.lo, self.hi)
+        assert self.events is not None
+        return self.events.peak(self.lo, self.hi)
 
     def stash_entry(self) -> np.ndarray:
         """The engine's ``stash_entry_per_tile`` of the set so far (training)."""
@@ -417,7 +434,8 @@ class _StashRow:
         self.chunks: list[dict[str, np.ndarray]] = []  # every candidate so far (the slow path reads them)
         self.windows: list[StashWindows | None] = []
         self.fast = True
-        self.deferred: list[tuple[dict[str, np.ndarray], int]] = []  # (columns, growth added) beyond the horizon
+        #: (columns, growth added, rows of them) that join beyond the horizon, if ever.
+        self.deferred: list[tuple[dict[str, np.ndarray], int, np.ndarray]] = []
         self.pending = np.zeros((0, self.tiles), np.int64)
         self.total = np.zeros(self.tiles, np.int64)
         self.folded = 0  # growths already summed into ``total``
@@ -451,29 +469,33 @@ class _StashRow:
         grown[: len(self.pending)] = self.pending
         self.pending = grown
         deferred, self.deferred = self.deferred, []
-        for cols, at in deferred:
-            self._place(cols, at)
+        for cols, at, rows in deferred:
+            self._place(cols, at, rows)
 
-    def _place(self, cols: dict[str, np.ndarray], at: int) -> None:
-        positions = self.engine.stash_positions(cols["first"], cols["last"], self.windows)
+    def _place(self, cols: dict[str, np.ndarray], at: int, rows: np.ndarray | None = None) -> None:
+        """Put the candidates ``rows`` of ``cols`` (all when None) where they join; keep the others for later."""
+        first, last = (cols["first"], cols["last"]) if rows is None else (cols["first"][rows], cols["last"][rows])
+        positions = self.engine.stash_positions(first, last, self.windows)
         assert positions is not None  # checked when the horizon grew
         positions = np.maximum(positions, at)
         horizon = len(self.windows)
         now = positions < horizon
         if now.any():
+            picked = np.flatnonzero(now) if rows is None else rows[now]
             if "dense" in cols:
                 # Sum the groups joining at each growth, then add one row per growth.
                 order = np.argsort(positions[now], kind="stable")
                 joined = positions[now][order]
                 starts = np.flatnonzero(np.concatenate(([True], joined[1:] != joined[:-1])))
-                self.pending[joined[starts]] += np.add.reduceat(cols["dense"][now][order], starts, axis=0)
+                self.pending[joined[starts]] += np.add.reduceat(cols["dense"][picked[order]], starts, axis=0)
             else:
-                slot = positions[now] * self.tiles + cols["tile"][now]
+                slot = positions[now] * self.tiles + cols["tile"][picked]
                 # float64 bincount as in the engine: exact while a tile's bytes are below 2**53.
-                self.pending += np.bincount(slot, weights=cols["nbytes"][now], minlength=horizon * self.tiles
+                self.pending += np.bincount(slot, weights=cols["nbytes"][picked], minlength=horizon * self.tiles
                                             ).astype(np.int64).reshape(horizon, self.tiles)
-        if not now.all():
-            self.deferred.append(({name: col[~now] for name, col in cols.items()}, at))
+        if horizon < len(self.row_ops) and not now.all():
+            # Only indices are kept: the columns stay shared with the layer's parts.
+            self.deferred.append((cols, at, np.flatnonzero(~now) if rows is None else rows[~now]))
 
     def _masked_sum(self, at: int) -> np.ndarray:
         out = np.zeros(self.tiles, np.int64)
