@@ -76,6 +76,7 @@ class MemoryEngine:
         self.profile = self.view.profile
         self.is_backward = self.view.is_backward
         self.model = MemoryModel(self.profile, ops, counted_vars)
+        self._stash_known: dict[bytes, np.ndarray] = {}
 
     @property
     def tiles(self) -> int:
@@ -176,6 +177,9 @@ class MemoryEngine:
 
     def stash_entry_per_tile(self, ops: np.ndarray) -> np.ndarray:
         """Bytes per tile of one activation stash entry of the stage (zero in inference)."""
+        known = self._stash_known.get(np.asarray(ops, np.int64).tobytes())
+        if known is not None:
+            return known.copy()
         out = np.zeros(self.tiles, np.int64)
         windows = self.stash_windows(ops)
         if windows is None:
@@ -186,6 +190,10 @@ class MemoryEngine:
         v = self.profile.variables
         # float64 bincount: exact while a tile's entry is below 2**53 bytes.
         return np.bincount(v.tile[stash], weights=v.bytes[stash], minlength=self.tiles).astype(np.int64)
+
+    def remember_stash_entry(self, ops: np.ndarray, entry: np.ndarray) -> None:
+        """Keep the stash entry of a set of operations that another exact path found (the range table's)."""
+        self._stash_known[np.asarray(ops, np.int64).tobytes()] = np.asarray(entry, np.int64).copy()
 
     @cached_property
     def stash_candidate(self) -> np.ndarray:

@@ -158,12 +158,16 @@ class ProfileRanges:
     def stage_memory(self, i: int, j: int) -> StageMemory:
         """The direct model's figure of the range (memoised by the engine).
 
+        The engine also keeps the range's stash entry when the table has it.
         Its variables peak comes from the running set of the range's layers
         (a few layer additions and one reading of the liveness grid) rather
         than from a sweep over all the range's variable intervals: the same
         figure, to the byte (tests/test_range_paths.py).
         """
         ops = self.stage_ops(i, j)
+        known = self._shared.figures.get((i, j))
+        if known is not None and known[1] is not None and self._training:
+            self.engine.remember_stash_entry(ops, known[1])  # the same figure (tests/test_memory_engine.py)
         if (i, j) in self._shared.staged:
             return self.engine.stage_memory(ops)
         state = _RunningStage(self.engine, self._shared.grid)

@@ -474,11 +474,18 @@ def _dense_rank(values: np.ndarray) -> np.ndarray:
     values = values.astype(np.int64)
     if values.size == 0:
         return values
-    lo, hi = int(values.min()), int(values.max())
+    top = int(values.max())
+    # "Never" markers sit far above every step: rank them last, the rest through a dense table.
+    rest = values[values != top]
+    if rest.size == 0:
+        return np.zeros(values.size, np.int64)
+    lo, hi = int(rest.min()), int(rest.max())
     if hi - lo < 1 << 24:
         # A dense table over the range: no sort.
-        present = np.bincount(values - lo, minlength=hi - lo + 1) > 0
-        return np.asarray((np.cumsum(present) - 1)[values - lo], np.int64)
+        present = np.bincount(rest - lo, minlength=hi - lo + 1) > 0
+        rank = np.cumsum(present) - 1
+        return np.asarray(np.where(values == top, int(present.sum()), rank[np.clip(values - lo, 0, hi - lo)]),
+                          np.int64)
     return np.asarray(np.unique(values, return_inverse=True)[1].reshape(-1), np.int64)
 
 
