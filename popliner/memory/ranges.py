@@ -188,15 +188,17 @@ class ProfileRanges:
         figure, to the byte (tests/test_range_paths.py).
         """
         ops = self.stage_ops(i, j)
+        wrapped = self._wraps and i == 0  # with the head's operations too
         known = self._shared.figures.get((i, j))
-        if known is not None and known[1] is not None and self._training:
+        if known is not None and known[1] is not None and self._training and not wrapped:
             self.engine.remember_stash_entry(ops, known[1])  # the same figure (tests/test_memory_engine.py)
-        if (i, j) in self._shared.staged:
+        key = (i, j, wrapped)
+        if key in self._shared.staged:
             return self.engine.stage_memory(ops)
         state = _RunningStage(self.engine, self._shared.grid)
-        for k in range(i, j + 1):
+        for k in [*range(i, j + 1), *([self.engine.head_layer] if wrapped else [])]:
             state.add(self._shared.layer_parts(k))
-        self._shared.staged.add((i, j))
+        self._shared.staged.add(key)
         return self.engine.stage_memory(ops, variables=state.variables_peak())
 
     # -- incremental evaluation -----------------------------------------------
@@ -279,7 +281,7 @@ class _Shared:
         #: (i, j) -> (worst tile bytes, stash entry per tile or None when over the limit asked, total per tile)
         self.figures: dict[tuple[int, int], tuple[int, np.ndarray | None, np.ndarray]] = {}
         #: Ranges whose model figure the engine holds (see ProfileRanges.stage_memory).
-        self.staged: set[tuple[int, int]] = set()
+        self.staged: set[tuple[int, int, bool]] = set()
 
     @classmethod
     def of(cls, engine: MemoryEngine, liveness: Liveness) -> _Shared:
