@@ -343,7 +343,8 @@ def test_cli_wrap_recompute_auto_chooses_pipeline():
 
     # 2 IPUs exactly, 450 bytes: without recomputation the wrapped splits hold 520 and 691; pipeline
     # recomputation takes [embedding + head | 0 1] to 310 and 440 (tiny-training.md).
-    args = [str(TINY), "--solve", "--num-ipus", "2", "--exact-ipus", "--head-placement", "wrap", "--mem-per-tile", "450"]
+    args = [str(TINY), "--solve", "--num-ipus", "2", "--exact-ipus", "--head-placement", "wrap",
+            "--mem-per-tile", "450"]
     assert CliRunner().invoke(cli, args).exit_code == 3
     result = CliRunner().invoke(cli, [*args, "--recompute", "auto"])
     assert result.exit_code == 0, result.output

@@ -177,7 +177,7 @@ class MemoryEngine:
         if not holds_last.any():
             return ops
         if self.head_wraps and (layers == 0).any() and not np.isin(np.arange(self.num_layers), layers).all():
-            return ops[~holds_last]
+            return np.asarray(ops[~holds_last])
         return ops[:0]
 
     @cached_property
