@@ -139,3 +139,35 @@ def test_name_table_reads_and_finds_the_same_in_every_form() -> None:
         assert [table.get(i) for i in range(len(names))] == names
         # By hand: (name, offset) of each "__re" wholly inside one name.
         assert table.find(b"__re") == [(0, 1), (2, 1), (3, 0), (7, 1), (7, 5)]
+
+
+def test_recompute_tensors_by_hand_in_every_form() -> None:
+    from popliner.profile.model import NameTable, recompute_tensors
+
+    names = ["a__re", "", "x__re_y", "__re.1", "plain", "b__reX__re", "c__re__re7", "d__re\u00e9", "e__re\u00d7",
+             "f__re/g", "__r", "h__re1"]
+    # By hand: "__re" then the end, or a byte that is not a letter, digit or "_" read as Latin-1
+    # (U+00E9 starts with byte 0xC3, a letter; U+00D7 also starts with 0xC3).
+    expected = [True, False, False, True, False, True, False, False, False, True, False, False]
+    raw = [n.encode() for n in names]
+    ptr = np.zeros(len(raw) + 1, np.int64)
+    np.cumsum([len(n) for n in raw], out=ptr[1:])
+    contiguous = NameTable(np.frombuffer(b"".join(raw), np.uint8), ptr)
+    quoted = b",".join(b'"' + n + b'"' for n in raw)
+    cut = NameTable(np.frombuffer(quoted, np.uint8), ptr, lead=1, pad=3)
+    for table in (contiguous, cut, contiguous.packed(5), cut.packed(5)):
+        got = recompute_tensors(table)
+        assert got.dtype == np.bool_ and got.tolist() == expected
+
+
+def test_recompute_tensors_found_at_load_either_way(tiny_text: bytes) -> None:
+    doc = json.loads(tiny_text)
+    names = doc["variables"]["name"]
+    names[0], names[3], names[5] = "w__re", "w__re_x", "w/__re:0"
+    text = compact(doc)
+    fast = parse_profile_bytes(text, "t.json")
+    assert fast.variables.names.pad == 3  # the shortcut was taken
+    want = np.zeros(len(names), bool)
+    want[[0, 5]] = True
+    assert fast.variables.recompute_tensor.tolist() == want.tolist()
+    assert slow(text).variables.recompute_tensor.tolist() == want.tolist()

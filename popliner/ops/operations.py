@@ -227,14 +227,22 @@ def _op_variables(profile: Profile, op_of_program: np.ndarray, n: int) -> tuple[
     progs = profile.programs
     lens = np.diff(progs.var_ptr)
     owner = np.repeat(op_of_program, lens)
-    keep = owner >= 0
-    owner, var = owner[keep], progs.var_idx[keep]
+    var = progs.var_idx
+    if not bool(owner.min(initial=0) >= 0):  # some programs belong to no operation
+        keep = owner >= 0
+        owner, var = owner[keep], var[keep]
     if var.size == 0:
         return np.zeros(n + 1, np.int64), np.zeros(0, np.int64)
     # Programs list their variables in order and an operation's programs mostly
     # follow each other, so the keys come nearly sorted.
-    key = sorted_unique(owner * profile.variables.count + var, nearly_sorted=True)
-    owner, var = key // profile.variables.count, key % profile.variables.count
-    ptr = np.zeros(n + 1, np.int64)
-    np.cumsum(np.bincount(owner, minlength=n), out=ptr[1:])
-    return ptr, var.astype(np.int64)
+    count = profile.variables.count
+    owner *= count
+    owner += var
+    key = sorted_unique(owner, nearly_sorted=True)
+    del owner
+    # Operation k's keys lie in [k * count, (k + 1) * count): cut at those bounds
+    # rather than dividing every key.
+    ptr: np.ndarray = np.searchsorted(key, np.arange(n + 1, dtype=np.int64) * count)
+    ptr = ptr.astype(np.int64)
+    key -= np.repeat(np.arange(n, dtype=np.int64) * count, np.diff(ptr))
+    return ptr, key

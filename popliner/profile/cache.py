@@ -40,6 +40,7 @@ from numpy.lib import format as npy_format
 
 from popliner import __version__
 from popliner.fileio import atomic_write
+from popliner.ops.layers import LayerAssignment
 from popliner.ops.operations import OperationTable
 from popliner.profile import zcodec
 from popliner.profile.model import Contexts, NameTable, Profile, Programs, Target, Variables, VertexTypes
@@ -48,6 +49,7 @@ from popliner.profile.tilevector import RunTable
 __all__ = [
     "CACHE_FORMAT",
     "CacheEntry",
+    "CacheHit",
     "CacheInfo",
     "cache_dir",
     "cache_info",
@@ -59,10 +61,11 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-CACHE_FORMAT = 3
+CACHE_FORMAT = 4
 _CLASSES: dict[str, type] = {
     c.__name__: c
-    for c in (Profile, Target, Programs, Variables, NameTable, Contexts, VertexTypes, RunTable, OperationTable)
+    for c in (Profile, Target, Programs, Variables, NameTable, Contexts, VertexTypes, RunTable, OperationTable,
+              LayerAssignment)
 }
 #: What a bad cache file can raise while it is read (it is then rebuilt).
 _READ_ERRORS: tuple[type[Exception], ...] = (
@@ -91,8 +94,13 @@ def cache_path(sha256: str, options_key: str, directory: str | os.PathLike[str] 
     return cache_dir(directory) / f"{sha256[:40]}-{digest}.npz"
 
 
-def store_cached(path: Path, sha256: str, options_key: str, profile: Profile, ops: OperationTable) -> None:
-    """Write the cache file; a failure (read-only disk, full disk) is only logged."""
+def store_cached(path: Path, sha256: str, options_key: str, profile: Profile, ops: OperationTable,
+                 layers: tuple[str, LayerAssignment] | None = None) -> None:
+    """Write the cache file; a failure (read-only disk, full disk) is only logged.
+
+    ``layers``: the layer assignment of the operations and the key of the
+    options that chose it (it is only used again under the same key).
+    """
     arrays: dict[str, np.ndarray] = {}
     meta = {
         "version": __version__,
@@ -101,6 +109,7 @@ def store_cached(path: Path, sha256: str, options_key: str, profile: Profile, op
         "options": options_key,
         "profile": _flatten(profile, "p.", arrays),
         "ops": _flatten(ops, "o.", arrays),
+        "layers": None if layers is None else [layers[0], _flatten(layers[1], "l.", arrays)],
     }
     meta["codecs"] = _pack_all(arrays)
     # The document (names of programs and contexts, their data) is deflated too.
@@ -113,8 +122,18 @@ def store_cached(path: Path, sha256: str, options_key: str, profile: Profile, op
         log.info("could not write cache %s: %s", path, exc)
 
 
-def load_cached(path: Path, sha256: str, options_key: str, profile_path: str) -> tuple[Profile, OperationTable] | None:
-    """The cached profile and operations, or None when absent, stale or corrupt."""
+@dataclass(frozen=True, eq=False)
+class CacheHit:
+    """What a cache file holds."""
+
+    profile: Profile
+    ops: OperationTable
+    #: The layer assignment stored with them and the key of the options that chose it.
+    layers: tuple[str, LayerAssignment] | None
+
+
+def load_cached(path: Path, sha256: str, options_key: str, profile_path: str) -> CacheHit | None:
+    """The cached profile, operations and layers, or None when absent, stale or corrupt."""
     if not path.is_file():
         return None
     try:
@@ -128,13 +147,17 @@ def load_cached(path: Path, sha256: str, options_key: str, profile_path: str) ->
         _unpack_all(arrays, meta["codecs"])
         profile = _unflatten(meta["profile"], arrays)
         ops = _unflatten(meta["ops"], arrays)
+        stored = meta.get("layers")
+        layers = None if stored is None else (stored[0], _unflatten(stored[1], arrays))
     except _READ_ERRORS as exc:
         log.debug("cache %s is unreadable (%s); rebuilding", path, exc)
         return None
     if not isinstance(profile, Profile) or not isinstance(ops, OperationTable):
         return None
+    if layers is not None and not (isinstance(layers[0], str) and isinstance(layers[1], LayerAssignment)):
+        layers = None
     # The same content may sit under another name; report the name used now.
-    return dataclasses.replace(profile, path=profile_path), ops
+    return CacheHit(dataclasses.replace(profile, path=profile_path), ops, layers)
 
 
 def _read_npz(path: Path) -> dict[str, np.ndarray]:
@@ -201,10 +224,15 @@ def _pack_all(arrays: dict[str, np.ndarray]) -> dict[str, Any]:
 
 def _packable(key: str, a: np.ndarray) -> bool:
     # A packed name table's blob is deflated already.
-    return a.size >= _PACK_MIN and a.dtype in _INT_TYPES and not key.endswith(".names.blob.")
+    return a.size >= _PACK_MIN and (a.dtype in _INT_TYPES or a.dtype == np.bool_) and not key.endswith(
+        ".names.blob.")
 
 
 def _pack(a: np.ndarray) -> tuple[np.ndarray, dict[str, Any]]:
+    if a.dtype == np.bool_:  # flags: one byte each, deflated (mostly one value)
+        data = zcodec.compress(np.ascontiguousarray(a).data)
+        return np.frombuffer(data, np.uint8), {"dtype": a.dtype.str, "shape": list(a.shape), "fortran": False,
+                                               "as": "|u1", "delta": False}
     flat = a.reshape(-1, order="A")
     plain = _narrowest(flat)
     delta = False
@@ -245,12 +273,15 @@ def _unpack_all(arrays: dict[str, np.ndarray], codecs: dict[str, Any]) -> None:
 
 def _unpack(data: np.ndarray, codec: dict[str, Any]) -> np.ndarray:
     dtype = np.dtype(codec["dtype"])
-    if dtype not in _INT_TYPES:
+    if dtype not in _INT_TYPES and dtype != np.bool_:
         raise ValueError(f"unexpected packed type {dtype}")
     stored = np.frombuffer(zcodec.decompress(data), np.dtype(codec["as"]))
     shape = tuple(codec["shape"])
     if stored.size != math.prod(shape):
         raise ValueError("packed array has the wrong size")
+    if dtype == np.bool_:
+        flags: np.ndarray = stored.astype(np.bool_).reshape(shape)
+        return flags
     if codec["delta"]:
         out = np.cumsum(stored, dtype=np.int64)
         out = out if dtype == np.int64 else out.astype(dtype)
@@ -271,6 +302,8 @@ def _flatten(obj: Any, prefix: str, arrays: dict[str, np.ndarray]) -> Any:
                   for f in dataclasses.fields(obj) if f.init}
         return {"__class__": type(obj).__name__, "fields": fields}
     if isinstance(obj, tuple):
+        if all(type(v) is str for v in obj):  # names: one list, not a description per string
+            return {"__strs__": list(obj)}
         return {"__tuple__": [_flatten(v, f"{prefix}{i}.", arrays) for i, v in enumerate(obj)]}
     if isinstance(obj, dict):
         if all(isinstance(v, np.ndarray) for v in obj.values()) and obj:
@@ -288,6 +321,11 @@ def _unflatten(desc: Any, arrays: dict[str, np.ndarray]) -> Any:
         if "__class__" in desc:
             cls = _CLASSES[desc["__class__"]]
             return cls(**{k: _unflatten(v, arrays) for k, v in desc["fields"].items()})
+        if "__strs__" in desc:
+            strs = desc["__strs__"]
+            if not all(type(v) is str for v in strs):
+                raise ValueError("a list of names holds something else")
+            return tuple(strs)
         if "__tuple__" in desc:
             return tuple(_unflatten(v, arrays) for v in desc["__tuple__"])
         if "__arraydict__" in desc:

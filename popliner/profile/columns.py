@@ -64,26 +64,23 @@ def extract_columns(text: bytes) -> tuple[bytes, Extracted] | None:
     var_end, columns, names = found
     spans: list[tuple[int, int, bytes]] = [(at + len(_VARIABLES_KEY) - 1, var_end, b'{"__popliner_columns__":1}')]
     bodies: list[bytes] = []
-    lens: list[int] = []
-    pos = text.find(_VARS_KEY)
-    while pos >= 0:
-        if text[pos - 1] == 0x5C:  # a backslash: the quote is escaped, this is inside a string
+    # The variables object is skipped: its names are most of the document, and a
+    # "vars" key inside it (in a name) would be refused below anyway as overlapping.
+    for lo, hi in ((0, at), (var_end, len(text))):
+        if not _program_lists(text, lo, hi, bodies, spans):
             return None
-        start = pos + len(_VARS_KEY)
-        end = text.find(b"]", start)
-        if end < 0:
-            return None
-        body = text[start:end]
-        bodies.append(body)
-        lens.append(body.count(b",") + 1 if body else 0)
-        spans.append((start - 1, end + 1, b"%d" % (len(bodies) - 1)))
-        pos = text.find(_VARS_KEY, end)
     program_vars = program_lens = None
     if bodies:
-        program_vars = parse_uint_list(b",".join(b for b in bodies if b))
-        if program_vars is None or len(program_vars) != sum(lens):
+        lens = np.zeros(len(bodies), np.int64)
+        full = [k for k, body in enumerate(bodies) if body]
+        program_vars = parse_uint_list(b",".join(bodies[k] for k in full))
+        if program_vars is None:
             return None
-        program_lens = np.array(lens, np.int64)
+        for k in full:
+            lens[k] = bodies[k].count(b",") + 1
+        if int(lens.sum()) != len(program_vars):
+            return None
+        program_lens = lens
     del bodies
     spans.sort()
     pieces: list[bytes] = []
@@ -95,6 +92,22 @@ def extract_columns(text: bytes) -> tuple[bytes, Extracted] | None:
         prev = b
     pieces.append(text[prev:])
     return b"".join(pieces), Extracted(columns, names, program_vars, program_lens)
+
+
+def _program_lists(text: bytes, lo: int, hi: int, bodies: list[bytes], spans: list[tuple[int, int, bytes]]) -> bool:
+    """Cut every ``"vars":[...]`` list between ``lo`` and ``hi`` out: body and placeholder span. False: give up."""
+    pos = text.find(_VARS_KEY, lo, hi)
+    while pos >= 0:
+        if text[pos - 1] == 0x5C:  # a backslash: the quote is escaped, this is inside a string
+            return False
+        start = pos + len(_VARS_KEY)
+        end = text.find(b"]", start)
+        if end < 0 or end >= hi:
+            return False
+        bodies.append(text[start:end])
+        spans.append((start - 1, end + 1, b"%d" % (len(bodies) - 1)))
+        pos = text.find(_VARS_KEY, end, hi)
+    return True
 
 
 def _variables_object(text: bytes, pos: int) -> tuple[int, dict[str, np.ndarray], tuple[
@@ -154,32 +167,32 @@ def parse_uint_list(body: bytes) -> np.ndarray | None:
         return np.zeros(0, np.int64)
     if body.translate(None, b"0123456789,"):
         return None  # anything but digits and commas
-    if body[:1] == b"," or body[-1:] == b"," or b",," in body or _leading_zero(body):
+    if body[:1] == b"," or body[-1:] == b",":
         return None
-    out: np.ndarray = np.fromstring(body, dtype=np.int64, sep=",")
+    try:
+        out: np.ndarray = np.fromstring(body, dtype=np.int64, sep=",")
+    except ValueError:  # numpy 2.x refuses data it cannot read to the end (",,")
+        return None
     # fromstring saturates on overflow: a maximal value may be a clipped one.
-    if len(out) != body.count(b",") + 1 or int(out.max()) == _INT64_MAX:
+    if not len(out) or int(out.max()) == _INT64_MAX:
+        return None
+    # Every number read takes at least as many digits as its plain form, and a
+    # separator at least one comma; equality with the body's length leaves no
+    # room for a leading zero, an empty item (",,") or an unread tail.
+    if _plain_length(out) != len(body):
         return None
     return out
 
 
-def _leading_zero(body: bytes) -> bool:
-    """A number written with a leading zero (``007``), which JSON does not allow."""
-    if body[:1] == b"0" and body[1:2] not in (b"", b","):
-        return True
-    count = body.count(b",0")
-    if count == 0:
-        return False
-    if count <= 4096:
-        pos = body.find(b",0")
-        while pos >= 0:
-            if body[pos + 2 : pos + 3] not in (b"", b","):
-                return True
-            pos = body.find(b",0", pos + 2)
-        return False
-    buf = np.frombuffer(body, np.uint8)
-    zeros = np.flatnonzero((buf[:-2] == 0x2C) & (buf[1:-1] == 0x30))
-    return bool(np.any(buf[zeros + 2] != 0x2C))
+def _plain_length(values: np.ndarray) -> int:
+    """Length of ``values`` written as a compact list body: digits of each plus the commas."""
+    total = 2 * len(values) - 1  # one digit each, and the commas
+    top = int(values.max())
+    power = 10
+    while power <= top:
+        total += int(np.count_nonzero(values >= power))
+        power *= 10
+    return total
 
 
 def _names_end(text: bytes, j: int) -> int | None:

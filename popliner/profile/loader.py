@@ -36,6 +36,7 @@ from popliner.profile.model import (
     Target,
     Variables,
     VertexTypes,
+    recompute_tensors,
 )
 from popliner.profile.tilevector import MAX_VALUE, RunTableBuilder, decode_tilevector, decode_tilevector_lists
 
@@ -487,6 +488,7 @@ class _Builder:
             tile=cols["tile"].astype(np.int32),
             klass=cols["class"].astype(np.int32),
             names=names,
+            recompute_tensor=recompute_tensors(names),
         )
 
     def _extracted_names(self, n: int) -> NameTable:
