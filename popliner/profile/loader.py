@@ -19,6 +19,7 @@ import logging
 import os
 import zlib
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -38,7 +39,14 @@ from popliner.profile.model import (
     VertexTypes,
     recompute_tensors,
 )
-from popliner.profile.tilevector import MAX_VALUE, RunTableBuilder, decode_tilevector, decode_tilevector_lists
+from popliner.profile.tilevector import (
+    MAX_VALUE,
+    RunTable,
+    RunTableBuilder,
+    decode_tilevector,
+    decode_tilevector_lists,
+    dense_runs,
+)
 
 __all__ = ["MAX_TILES", "load_profile", "parse_profile_bytes", "read_profile_bytes"]
 
@@ -558,6 +566,45 @@ class _Builder:
 
     def build_programs(self, raw: list[Any], variables: Variables, vtypes: VertexTypes) -> Programs:
         n = len(raw)
+        num_types = len(vtypes.names)
+        try:
+            rows = self._program_rows_bulk(raw, num_types)
+        except _Slow:
+            rows = self._program_rows(raw, num_types)  # finds and words the first problem, in document order
+        index = self._index_of(rows.ids, "programs", "program")
+        self.prog_index = index
+        child_ptr, child_idx = self._children(rows.child_ids, index)
+        _check_program_cycles(child_ptr, child_idx, self)
+        var_ptr = np.zeros(n + 1, np.int64)
+        np.cumsum(rows.var_lens, out=var_ptr[1:])
+        fast_lens = None if self.extracted is None else self.extracted.program_var_lens
+        if fast_lens is not None:
+            if rows.fast_count != len(fast_lens):
+                raise _NotFast  # a list was taken from somewhere other than a program
+            assert self.extracted is not None and self.extracted.program_vars is not None
+            var_idx = self._var_positions(self.extracted.program_vars, var_ptr)
+        else:
+            var_idx = self._var_refs(rows.var_ids, var_ptr)
+        return Programs(
+            ids=rows.ids,
+            type=rows.types,
+            names=tuple(rows.names),
+            child_ptr=child_ptr,
+            child_idx=child_idx,
+            context=rows.context,
+            control=rows.tables["controlCode"],
+            exchange=rows.tables["exchangeCode"],
+            cycles=rows.tables["cycles"],
+            vertices=rows.vertices,
+            var_ptr=var_ptr,
+            var_idx=var_idx,
+            repeat_count=rows.repeat,
+            has_cycles=rows.has_cycles,
+        )
+
+    def _program_rows(self, raw: list[Any], num_types: int) -> _ProgramRows:
+        """Each program checked in turn, every problem worded where it is (the reference path)."""
+        n = len(raw)
         ids = np.empty(n, np.int64)
         types = np.empty(n, np.int8)
         names: list[str] = []
@@ -566,10 +613,9 @@ class _Builder:
         child_ids: list[list[Any]] = []
         var_ids: list[Any] = []
         var_lens = np.zeros(n, np.int64)
-        tables = {k: RunTableBuilder() for k in ("controlCode", "exchangeCode", "cycles")}
+        tables = {k: RunTableBuilder() for k in _PROGRAM_VECTORS}
         verts = RunTableBuilder(keyed=True)
         has_cycles = False
-        num_types = len(vtypes.names)
         fast_lens = None if self.extracted is None else self.extracted.program_var_lens
         fast_count = 0
         for i, p in enumerate(raw):
@@ -616,35 +662,100 @@ class _Builder:
             self.check(pvars, f"{where}.vars", (list,), "a list of variable ids")
             var_ids.append(pvars)
             var_lens[i] = len(pvars)
-        index = self._index_of(ids, "programs", "program")
-        self.prog_index = index
-        child_ptr, child_idx = self._children(child_ids, index)
-        _check_program_cycles(child_ptr, child_idx, self)
-        var_ptr = np.zeros(n + 1, np.int64)
-        np.cumsum(var_lens, out=var_ptr[1:])
-        if fast_lens is not None:
-            if fast_count != len(fast_lens):
-                raise _NotFast  # a list was taken from somewhere other than a program
-            assert self.extracted is not None and self.extracted.program_vars is not None
-            var_idx = self._var_positions(self.extracted.program_vars, var_ptr)
-        else:
-            var_idx = self._var_refs(var_ids, var_ptr)
-        return Programs(
-            ids=ids,
-            type=types,
-            names=tuple(names),
-            child_ptr=child_ptr,
-            child_idx=child_idx,
-            context=context,
-            control=tables["controlCode"].build(),
-            exchange=tables["exchangeCode"].build(),
-            cycles=tables["cycles"].build(),
-            vertices=verts.build(),
-            var_ptr=var_ptr,
-            var_idx=var_idx,
-            repeat_count=repeat,
-            has_cycles=has_cycles,
-        )
+        return _ProgramRows(ids, types, names, context, repeat, child_ids, var_ids, var_lens,
+                            {k: t.build() for k, t in tables.items()}, verts.build(), has_cycles, fast_count)
+
+    def _program_rows_bulk(self, raw: list[Any], num_types: int) -> _ProgramRows:
+        """What :meth:`_program_rows` gives for a document in the usual form, with the TileVectors read in bulk.
+
+        One light pass over the programs collects the TileVector objects;
+        then each table's runs are checked and converted at once, with the
+        same rules as :func:`decode_tilevector_lists` takes its shortcut
+        under. Anything unusual (a problem, dense or unordered TileVectors)
+        raises ``_Slow``, and the reference path reads the programs instead.
+        """
+        n = len(raw)
+        ids: list[int] = []
+        types: list[int] = []
+        names: list[str] = []
+        context: list[int] = []
+        repeat: list[int] = []
+        child_ids: list[list[Any]] = []
+        var_ids: list[Any] = []
+        var_lens: list[int] = []
+        vectors: dict[str, tuple[list[int], list[Any]]] = {k: ([], []) for k in _PROGRAM_VECTORS}
+        vert_rows: list[int] = []
+        vert_keys: list[int] = []
+        vert_objs: list[Any] = []
+        has_cycles = False
+        fast_lens = None if self.extracted is None else self.extracted.program_var_lens.tolist()  # type: ignore[union-attr]
+        fast_count = 0
+        ctx_index = self.ctx_index
+        for i, p in enumerate(raw):
+            if type(p) is not dict:
+                raise _Slow
+            pid, ptype, name = p.get("id"), p.get("type"), p.get("name", "")
+            if type(pid) is not int or not 0 <= pid <= _INT64_MAX or type(ptype) is not str or type(name) is not str:
+                raise _Slow
+            code = TYPE_CODE.get(ptype)
+            children = p.get("children", [])
+            if code is None or type(children) is not list:
+                raise _Slow  # (children null is read as none by the reference path)
+            ctx = p.get("debugContext")
+            j = -1
+            if ctx is not None:
+                j = ctx_index.get(ctx, -1) if type(ctx) is int else -1
+                if j < 0:
+                    raise _Slow
+            count = 1
+            if "repeatCount" in p:
+                count = p["repeatCount"]
+                if type(count) is not int or not 0 <= count <= MAX_VALUE:
+                    raise _Slow
+            for key, (rows, objs) in vectors.items():
+                if key in p:
+                    rows.append(i)
+                    objs.append(p[key])
+            if "cycles" in p:
+                has_cycles = True
+            verts = p.get("vertices")
+            if verts is not None:
+                if type(verts) is not list:
+                    raise _Slow
+                for entry in verts:
+                    if type(entry) is not list or len(entry) != 2:
+                        raise _Slow
+                    vt = entry[0]
+                    if type(vt) is not int or not 0 <= vt < num_types:
+                        raise _Slow
+                    vert_rows.append(i)
+                    vert_keys.append(vt)
+                    vert_objs.append(entry[1])
+            pvars = p.get("vars")
+            length = 0
+            if pvars is not None:
+                if fast_lens is not None:
+                    if type(pvars) is not int or pvars != fast_count:
+                        raise _Slow
+                    length = fast_lens[fast_count]
+                    fast_count += 1
+                elif type(pvars) is list:
+                    var_ids.append(pvars)
+                    length = len(pvars)
+                else:
+                    raise _Slow
+            ids.append(pid)
+            types.append(code)
+            names.append(name)
+            context.append(j)
+            repeat.append(count)
+            child_ids.append(children)
+            var_lens.append(length)
+        tables = {k: _bulk_runs(rows, objs, None, n, self.tiles) for k, (rows, objs) in vectors.items()}
+        return _ProgramRows(
+            np.array(ids, np.int64), np.array(types, np.int8), names, np.array(context, np.int64),
+            np.array(repeat, np.int64), child_ids, var_ids, np.array(var_lens, np.int64), tables,
+            _bulk_runs(vert_rows, vert_objs, vert_keys, n, self.tiles), has_cycles, fast_count)
 
     def _program_vertices(self, raw: Any, where: str, num_types: int, out: RunTableBuilder) -> None:
         if raw is not None:
@@ -699,12 +810,11 @@ class _Builder:
         n = len(self.var_sorted_ids)
         if self.var_ids_dense:
             # Ids 0..n-1: an id is its own position in sorted order, no search needed.
-            bad = np.flatnonzero((arr < 0) | (arr >= n))
-            if bad.size:
-                k = int(bad[0])
+            if len(arr) and (int(arr.min()) < 0 or int(arr.max()) >= n):
+                k = int(np.flatnonzero((arr < 0) | (arr >= n))[0])
                 p, j = self._var_place(var_ptr, k)
                 self.fail(f"programs[{p}].vars[{j}]", f"no variable has id {arr[k]}")
-            dense: np.ndarray = self.var_order[arr].astype(np.int64)
+            dense: np.ndarray = np.asarray(self.var_order[arr], np.int64)  # int64 already: no second copy
             return dense
         pos = np.searchsorted(self.var_sorted_ids, arr)
         pos_clip = np.minimum(pos, max(len(self.var_sorted_ids) - 1, 0))
@@ -751,6 +861,102 @@ class _Builder:
             b.end_row()
             out[key] = b.build().dense(0, self.tiles)
         return out
+
+
+_PROGRAM_VECTORS = ("controlCode", "exchangeCode", "cycles")
+
+
+class _Slow(Exception):
+    """The bulk reading of the programs met something unusual: read them one by one instead."""
+
+
+@dataclass
+class _ProgramRows:
+    """Everything read from the programs, row by row, before ids become positions."""
+
+    ids: np.ndarray
+    types: np.ndarray
+    names: list[str]
+    context: np.ndarray
+    repeat: np.ndarray
+    child_ids: list[list[Any]]
+    var_ids: list[Any]  # the programs' own lists (ordinary path only)
+    var_lens: np.ndarray
+    tables: dict[str, RunTable]
+    vertices: RunTable
+    has_cycles: bool
+    fast_count: int  # lists taken out by the column reader that the programs point at
+
+
+def _slow(where: str, problem: str) -> Exception:
+    return _Slow()
+
+
+def _bulk_runs(rows: list[int], objs: list[Any], keys: list[int] | None, n: int, tiles: int) -> RunTable:
+    """One table (a row per program) from TileVectors: dense, or ``{"runs": ...}`` or ``{"sparse": ...}`` in order.
+
+    Accepts exactly what :func:`decode_tilevector_lists` reads without
+    numpy (runs in order within tiles, sparse tiles ascending, values in
+    range) and gives the same runs, zero values dropped; raises ``_Slow`` on
+    anything else.
+    """
+    triples: list[Any] = []
+    lens: list[int] = []
+    every_runs = [o.get("runs") for o in objs] if set(map(type, objs)) <= {dict} and set(map(len, objs)) <= {1} else []
+    if len(every_runs) == len(objs) and set(map(type, every_runs)) <= {list}:
+        # The usual case, every one {"runs": [...]}: C-level passes only.
+        lens = list(map(len, every_runs))
+        triples = list(itertools.chain.from_iterable(every_runs))
+        objs = []
+    for obj in objs:
+        if type(obj) is list:  # dense: a value per tile (the reference path's own reading, problems aside)
+            first, stop, value = dense_runs(obj, tiles, "", _slow)
+            triples += map(list, zip(first.tolist(), stop.tolist(), value.tolist()))
+            lens.append(len(first))
+            continue
+        if type(obj) is not dict or len(obj) != 1:
+            raise _Slow
+        runs = obj.get("runs")
+        if type(runs) is list:
+            triples += runs
+            lens.append(len(runs))
+            continue
+        sparse = obj.get("sparse")
+        if runs is not None or type(sparse) is not list:
+            raise _Slow
+        for entry in sparse:
+            # A sparse entry [tile, value] is the run [tile, tile + 1, value]; "tiles ascending
+            # from 0" is then "each run starts at or after the previous one's stop".
+            if type(entry) is not list or len(entry) != 2 or type(entry[0]) is not int:
+                raise _Slow
+            triples.append([entry[0], entry[0] + 1, entry[1]])
+        lens.append(len(sparse))
+    if not (set(map(type, triples)) <= {list} and set(map(len, triples)) <= {3}):
+        raise _Slow
+    flat = list(itertools.chain.from_iterable(triples))
+    if not set(map(type, flat)) <= {int}:
+        raise _Slow
+    try:
+        arr = np.array(flat, np.int64).reshape(-1, 3)
+    except OverflowError:
+        raise _Slow from None
+    first, stop, value = arr[:, 0], arr[:, 1], arr[:, 2]
+    counts = np.array(lens, np.int64)
+    prev = np.empty_like(stop)
+    if len(prev):
+        prev[1:] = stop[:-1]
+        starts = np.cumsum(counts) - counts
+        prev[starts[counts > 0]] = 0  # each TileVector's first run starts at or after tile 0
+    ok = (first >= prev) & (first < stop) & (stop <= tiles) & (value >= 0) & (value <= MAX_VALUE)
+    if not ok.all():
+        raise _Slow
+    keep = value != 0
+    owner = np.repeat(np.array(rows, np.int64), counts)[keep]
+    ptr = np.zeros(n + 1, np.int64)
+    np.cumsum(np.bincount(owner, minlength=n), out=ptr[1:])
+    key = None if keys is None else np.repeat(np.array(keys, np.int64), counts)[keep].astype(np.int32)
+    return RunTable(ptr=ptr, first=first[keep].astype(np.int32), stop=stop[keep].astype(np.int32),
+                    value=value[keep], key=key)
 
 
 def _only_ints(values: list[Any]) -> bool:
