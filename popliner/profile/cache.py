@@ -30,6 +30,7 @@ import re
 import struct
 import zipfile
 import zlib
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -236,17 +237,51 @@ def _pack(a: np.ndarray) -> tuple[np.ndarray, dict[str, Any]]:
     flat = a.reshape(-1, order="A")
     plain = _narrowest(flat)
     delta = False
-    stored = flat
-    if a.ndim == 1:
-        diff = np.diff(flat, prepend=flat.dtype.type(0)) if a.dtype == np.int64 else np.diff(
-            flat.astype(np.int64), prepend=0)
-        narrow = _narrowest(diff)
-        if narrow.itemsize < plain.itemsize or (narrow.itemsize == plain.itemsize and _smaller(diff, flat, narrow)):
-            delta, stored, plain = True, diff, narrow
-    data = zcodec.compress(np.ascontiguousarray(stored, dtype=plain).data)
+    if a.ndim == 1 and flat.size:
+        lo, hi = _diff_range(flat)
+        narrow = _narrowest_for(lo, hi)
+        first = next(_pieces(flat, True))
+        if narrow.itemsize < plain.itemsize or (narrow.itemsize == plain.itemsize and _smaller(first, flat, narrow)):
+            delta, plain = True, narrow
+    # Piece by piece into one zlib stream: the temporaries stay small and are reused,
+    # where whole-column copies cost as much in page faults as the deflating.
+    stream = zcodec.compressobj()
+    parts = [stream.compress(np.ascontiguousarray(piece, dtype=plain).data) for piece in _pieces(flat, delta)]
+    parts.append(stream.flush())
     codec = {"dtype": a.dtype.str, "shape": list(a.shape), "fortran": bool(a.flags.f_contiguous and a.ndim > 1),
              "as": plain.str, "delta": delta}
-    return np.frombuffer(data, np.uint8), codec
+    return np.frombuffer(b"".join(parts), np.uint8), codec
+
+
+#: Elements per piece when a column is packed.
+_PIECE = 1 << 20
+
+
+def _pieces(flat: np.ndarray, delta: bool) -> Iterator[np.ndarray]:
+    """``flat`` in pieces; with ``delta``, its differences (int64, the first from 0) instead."""
+    prev = 0
+    for lo in range(0, len(flat), _PIECE):
+        part = flat[lo : lo + _PIECE]
+        if not delta:
+            yield part
+            continue
+        wide = part.astype(np.int64)
+        out = np.empty_like(wide)
+        out[0] = wide[0] - prev
+        np.subtract(wide[1:], wide[:-1], out=out[1:])
+        prev = int(wide[-1])
+        yield out
+
+
+def _diff_range(flat: np.ndarray) -> tuple[int, int]:
+    """Smallest and largest difference of consecutive items (the first item's from 0)."""
+    lo = hi = None
+    for piece in _pieces(flat, True):
+        a, b = int(piece.min()), int(piece.max())
+        lo = a if lo is None else min(lo, a)
+        hi = b if hi is None else max(hi, b)
+    assert lo is not None and hi is not None
+    return lo, hi
 
 
 def _smaller(a: np.ndarray, b: np.ndarray, dtype: np.dtype[Any]) -> bool:
@@ -257,6 +292,10 @@ def _smaller(a: np.ndarray, b: np.ndarray, dtype: np.dtype[Any]) -> bool:
 
 def _narrowest(a: np.ndarray) -> np.dtype[Any]:
     lo, hi = (int(a.min()), int(a.max())) if a.size else (0, 0)
+    return _narrowest_for(lo, hi)
+
+
+def _narrowest_for(lo: int, hi: int) -> np.dtype[Any]:
     for t in _INT_TYPES:
         info = np.iinfo(t)
         if info.min <= lo and hi <= info.max:

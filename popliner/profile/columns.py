@@ -63,7 +63,7 @@ def extract_columns(text: bytes) -> tuple[bytes, Extracted] | None:
         return None
     var_end, columns, names = found
     spans: list[tuple[int, int, bytes]] = [(at + len(_VARIABLES_KEY) - 1, var_end, b'{"__popliner_columns__":1}')]
-    bodies: list[bytes] = []
+    bodies: list[tuple[int, int]] = []  # where each list's items are in the text
     # The variables object is skipped: its names are most of the document, and a
     # "vars" key inside it (in a name) would be refused below anyway as overlapping.
     for lo, hi in ((0, at), (var_end, len(text))):
@@ -71,16 +71,14 @@ def extract_columns(text: bytes) -> tuple[bytes, Extracted] | None:
             return None
     program_vars = program_lens = None
     if bodies:
-        lens = np.zeros(len(bodies), np.int64)
-        full = [k for k, body in enumerate(bodies) if body]
-        program_vars = parse_uint_list(b",".join(bodies[k] for k in full))
+        view = memoryview(text)  # the lists are joined straight from the text, not copied one by one first
+        program_vars = parse_uint_list(b",".join(view[a:b] for a, b in bodies if b > a))
+        view.release()
         if program_vars is None:
             return None
-        for k in full:
-            lens[k] = bodies[k].count(b",") + 1
-        if int(lens.sum()) != len(program_vars):
+        program_lens = np.array([text.count(b",", a, b) + 1 if b > a else 0 for a, b in bodies], np.int64)
+        if int(program_lens.sum()) != len(program_vars):
             return None
-        program_lens = lens
     del bodies
     spans.sort()
     pieces: list[bytes] = []
@@ -94,8 +92,9 @@ def extract_columns(text: bytes) -> tuple[bytes, Extracted] | None:
     return b"".join(pieces), Extracted(columns, names, program_vars, program_lens)
 
 
-def _program_lists(text: bytes, lo: int, hi: int, bodies: list[bytes], spans: list[tuple[int, int, bytes]]) -> bool:
-    """Cut every ``"vars":[...]`` list between ``lo`` and ``hi`` out: body and placeholder span. False: give up."""
+def _program_lists(text: bytes, lo: int, hi: int, bodies: list[tuple[int, int]],
+                   spans: list[tuple[int, int, bytes]]) -> bool:
+    """Find every ``"vars":[...]`` list between ``lo`` and ``hi``: its items' span and placeholder. False: give up."""
     pos = text.find(_VARS_KEY, lo, hi)
     while pos >= 0:
         if text[pos - 1] == 0x5C:  # a backslash: the quote is escaped, this is inside a string
@@ -104,7 +103,7 @@ def _program_lists(text: bytes, lo: int, hi: int, bodies: list[bytes], spans: li
         end = text.find(b"]", start)
         if end < 0 or end >= hi:
             return False
-        bodies.append(text[start:end])
+        bodies.append((start, end))
         spans.append((start - 1, end + 1, b"%d" % (len(bodies) - 1)))
         pos = text.find(_VARS_KEY, end, hi)
     return True

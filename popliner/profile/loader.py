@@ -897,51 +897,43 @@ def _bulk_runs(rows: list[int], objs: list[Any], keys: list[int] | None, n: int,
 
     Accepts exactly what :func:`decode_tilevector_lists` reads without
     numpy (runs in order within tiles, sparse tiles ascending, values in
-    range) and gives the same runs, zero values dropped; raises ``_Slow`` on
-    anything else.
+    range; dense lists go through the same :func:`dense_runs`) and gives the
+    same runs, zero values dropped; raises ``_Slow`` on anything else.
     """
-    triples: list[Any] = []
-    lens: list[int] = []
-    every_runs = [o.get("runs") for o in objs] if set(map(type, objs)) <= {dict} and set(map(len, objs)) <= {1} else []
-    if len(every_runs) == len(objs) and set(map(type, every_runs)) <= {list}:
-        # The usual case, every one {"runs": [...]}: C-level passes only.
-        lens = list(map(len, every_runs))
-        triples = list(itertools.chain.from_iterable(every_runs))
-        objs = []
-    for obj in objs:
-        if type(obj) is list:  # dense: a value per tile (the reference path's own reading, problems aside)
-            first, stop, value = dense_runs(obj, tiles, "", _slow)
-            triples += map(list, zip(first.tolist(), stop.tolist(), value.tolist()))
-            lens.append(len(first))
+    runs_at: list[int] = []
+    runs_lists: list[Any] = []
+    sparse_at: list[int] = []
+    sparse_lists: list[Any] = []
+    dense_at: list[int] = []
+    dense: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+    for k, obj in enumerate(objs):
+        if type(obj) is list:  # a value per tile
+            dense_at.append(k)
+            dense.append(dense_runs(obj, tiles, "", _slow))
             continue
         if type(obj) is not dict or len(obj) != 1:
             raise _Slow
         runs = obj.get("runs")
         if type(runs) is list:
-            triples += runs
-            lens.append(len(runs))
+            runs_at.append(k)
+            runs_lists.append(runs)
             continue
         sparse = obj.get("sparse")
         if runs is not None or type(sparse) is not list:
             raise _Slow
-        for entry in sparse:
-            # A sparse entry [tile, value] is the run [tile, tile + 1, value]; "tiles ascending
-            # from 0" is then "each run starts at or after the previous one's stop".
-            if type(entry) is not list or len(entry) != 2 or type(entry[0]) is not int:
-                raise _Slow
-            triples.append([entry[0], entry[0] + 1, entry[1]])
-        lens.append(len(sparse))
-    if not (set(map(type, triples)) <= {list} and set(map(len, triples)) <= {3}):
-        raise _Slow
-    flat = list(itertools.chain.from_iterable(triples))
-    if not set(map(type, flat)) <= {int}:
-        raise _Slow
-    try:
-        arr = np.array(flat, np.int64).reshape(-1, 3)
-    except OverflowError:
-        raise _Slow from None
+        sparse_at.append(k)
+        sparse_lists.append(sparse)
+    parts = [(runs_at, *_int_rows(runs_lists, 3))]
+    if sparse_lists:
+        # A sparse entry [tile, value] is the run [tile, tile + 1, value]; "tiles ascending
+        # from 0" is then "each run starts at or after the previous one's stop".
+        pairs, lens = _int_rows(sparse_lists, 2)
+        parts.append((sparse_at, np.stack([pairs[:, 0], pairs[:, 0] + 1, pairs[:, 1]], axis=1), lens))
+    if dense:
+        parts.append((dense_at, np.stack([np.concatenate(c).astype(np.int64) for c in zip(*dense)], axis=1),
+                      np.array([len(d[0]) for d in dense], np.int64)))
+    arr, counts = _in_object_order(parts, len(objs))
     first, stop, value = arr[:, 0], arr[:, 1], arr[:, 2]
-    counts = np.array(lens, np.int64)
     prev = np.empty_like(stop)
     if len(prev):
         prev[1:] = stop[:-1]
@@ -957,6 +949,34 @@ def _bulk_runs(rows: list[int], objs: list[Any], keys: list[int] | None, n: int,
     key = None if keys is None else np.repeat(np.array(keys, np.int64), counts)[keep].astype(np.int32)
     return RunTable(ptr=ptr, first=first[keep].astype(np.int32), stop=stop[keep].astype(np.int32),
                     value=value[keep], key=key)
+
+
+def _int_rows(lists: list[Any], width: int) -> tuple[np.ndarray, np.ndarray]:
+    """Lists of ``width``-integer lists, back to back, as an int64 array; and how many rows each list had."""
+    lens = np.fromiter(map(len, lists), np.int64, len(lists))
+    rows = list(itertools.chain.from_iterable(lists))
+    if not (set(map(type, rows)) <= {list} and set(map(len, rows)) <= {width}):
+        raise _Slow
+    flat = list(itertools.chain.from_iterable(rows))
+    if not set(map(type, flat)) <= {int}:
+        raise _Slow  # (booleans and floats included)
+    try:
+        return np.array(flat, np.int64).reshape(-1, width), lens
+    except OverflowError:
+        raise _Slow from None
+
+
+def _in_object_order(parts: list[tuple[list[int], np.ndarray, np.ndarray]], count: int) -> tuple[
+        np.ndarray, np.ndarray]:
+    """Runs of several groups of objects (object positions, runs, runs per object) merged in object order."""
+    if len(parts) == 1:
+        return parts[0][1], parts[0][2]
+    counts = np.zeros(count, np.int64)
+    for at, _, lens in parts:
+        counts[at] = lens
+    owner = np.concatenate([np.repeat(np.array(at, np.int64), lens) for at, _, lens in parts])
+    runs = np.concatenate([r for _, r, _ in parts])
+    return runs[np.argsort(owner, kind="stable")], counts
 
 
 def _only_ints(values: list[Any]) -> bool:
