@@ -314,18 +314,35 @@ def _unpack(data: np.ndarray, codec: dict[str, Any]) -> np.ndarray:
     dtype = np.dtype(codec["dtype"])
     if dtype not in _INT_TYPES and dtype != np.bool_:
         raise ValueError(f"unexpected packed type {dtype}")
-    stored = np.frombuffer(zcodec.decompress(data), np.dtype(codec["as"]))
+    narrow = np.dtype(codec["as"])
     shape = tuple(codec["shape"])
-    if stored.size != math.prod(shape):
+    count = math.prod(shape)
+    # Inflated piece by piece straight into the result (a numpy array, which the
+    # kernel backs with huge pages): one whole inflated copy would cost a page fault
+    # every 4 KiB. The running total carries over between pieces for differences.
+    out = np.empty(count, np.int64 if codec["delta"] else dtype)
+    stream = zcodec.decompressobj(15)
+    pending: Any = data
+    at = 0
+    carry = 0
+    while at < count:
+        raw = stream.decompress(pending, _PIECE * narrow.itemsize)
+        pending = stream.unconsumed_tail
+        if not raw or len(raw) % narrow.itemsize or at + len(raw) // narrow.itemsize > count:
+            raise ValueError("packed array has the wrong size")
+        piece = np.frombuffer(raw, narrow)
+        part = out[at : at + len(piece)]
+        if codec["delta"]:
+            np.cumsum(piece, dtype=np.int64, out=part)
+            part += carry
+            carry = int(part[-1])
+        else:
+            part[...] = piece if dtype != np.bool_ else piece != 0
+        at += len(piece)
+    if stream.decompress(pending) or not stream.eof or stream.unused_data:
         raise ValueError("packed array has the wrong size")
-    if dtype == np.bool_:
-        flags: np.ndarray = stored.astype(np.bool_).reshape(shape)
-        return flags
-    if codec["delta"]:
-        out = np.cumsum(stored, dtype=np.int64)
-        out = out if dtype == np.int64 else out.astype(dtype)
-    else:
-        out = stored.astype(dtype)
+    if codec["delta"] and dtype != np.int64:
+        out = out.astype(dtype)
     return out.reshape(shape, order="F" if codec["fortran"] else "C")
 
 
