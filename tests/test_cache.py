@@ -150,3 +150,28 @@ def test_recompute_flags_survive_the_cache(profile, tmp_path):
     assert warm.from_cache and not cold.from_cache
     for got in (cold.profile.variables.recompute_tensor, warm.profile.variables.recompute_tensor):
         assert got.dtype == np.bool_ and got.tolist() == want
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.uint8, np.int16, np.int32, np.uint32, np.int64, np.bool_])
+def test_packed_columns_come_back_exactly(dtype, monkeypatch):
+    # Small pieces, so that every column spans several (the running total carries across them).
+    monkeypatch.setattr(cache_mod, "_PIECE", 1000)
+    rng = np.random.default_rng(7)
+    info = np.iinfo(dtype) if dtype != np.bool_ else None
+    cases = []
+    if info is None:
+        cases.append(rng.random(5000) < 0.01)
+    else:
+        cases.append(rng.integers(info.min, info.max, 5000, dtype=dtype, endpoint=True))  # plain: differences wider
+        cases.append(np.sort(rng.integers(info.min, info.max, 5000, dtype=dtype, endpoint=True)))  # sorted: deltas
+        cases.append(np.asfortranarray(rng.integers(0, 100, (1000, 5), dtype=dtype)))
+    seen = set()
+    for a in cases:
+        data, codec = cache_mod._pack(a)
+        seen.add(codec["delta"])
+        back = cache_mod._unpack(data, codec)
+        assert back.dtype == a.dtype and back.shape == a.shape and np.array_equal(back, a)
+    assert seen == ({False} if info is None else {False, True})  # both ways of storing were tried
+    extremes = np.array([np.iinfo(np.int64).min, np.iinfo(np.int64).max] * 3000, np.int64)  # differences wrap
+    data, codec = cache_mod._pack(extremes)
+    assert np.array_equal(cache_mod._unpack(data, codec), extremes)

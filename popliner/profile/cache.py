@@ -240,13 +240,13 @@ def _pack(a: np.ndarray) -> tuple[np.ndarray, dict[str, Any]]:
     if a.ndim == 1 and flat.size:
         lo, hi = _diff_range(flat)
         narrow = _narrowest_for(lo, hi)
-        first = next(_pieces(flat, True))
+        first = next(_pieces(flat, True)).copy()
         if narrow.itemsize < plain.itemsize or (narrow.itemsize == plain.itemsize and _smaller(first, flat, narrow)):
             delta, plain = True, narrow
     # Piece by piece into one zlib stream: the temporaries stay small and are reused,
     # where whole-column copies cost as much in page faults as the deflating.
     stream = zcodec.compressobj()
-    parts = [stream.compress(np.ascontiguousarray(piece, dtype=plain).data) for piece in _pieces(flat, delta)]
+    parts = [stream.compress(np.ascontiguousarray(piece).data) for piece in _pieces(flat, delta, plain)]
     parts.append(stream.flush())
     codec = {"dtype": a.dtype.str, "shape": list(a.shape), "fortran": bool(a.flags.f_contiguous and a.ndim > 1),
              "as": plain.str, "delta": delta}
@@ -257,20 +257,32 @@ def _pack(a: np.ndarray) -> tuple[np.ndarray, dict[str, Any]]:
 _PIECE = 1 << 20
 
 
-def _pieces(flat: np.ndarray, delta: bool) -> Iterator[np.ndarray]:
-    """``flat`` in pieces; with ``delta``, its differences (int64, the first from 0) instead."""
+def _pieces(flat: np.ndarray, delta: bool, as_type: np.dtype[Any] | None = None) -> Iterator[np.ndarray]:
+    """``flat`` in pieces; with ``delta``, its differences (int64, the first from 0) instead; cast to ``as_type``.
+
+    Each piece is only valid until the next one is asked for: the same
+    scratch buffers are reused (fresh temporaries this size cost page faults).
+    """
     prev = 0
+    size = min(_PIECE, len(flat))
+    wide = np.empty(size, np.int64) if delta else None
+    diff = np.empty(size, np.int64) if delta else None
+    narrow = np.empty(size, as_type) if as_type is not None and (delta or flat.dtype != as_type) else None
     for lo in range(0, len(flat), _PIECE):
         part = flat[lo : lo + _PIECE]
-        if not delta:
-            yield part
-            continue
-        wide = part.astype(np.int64)
-        out = np.empty_like(wide)
-        out[0] = wide[0] - prev
-        np.subtract(wide[1:], wide[:-1], out=out[1:])
-        prev = int(wide[-1])
-        yield out
+        k = len(part)
+        if wide is not None and diff is not None:
+            w, d = wide[:k], diff[:k]
+            w[...] = part
+            np.subtract(w[:1], prev, out=d[:1])
+            np.subtract(w[1:], w[:-1], out=d[1:])
+            prev = int(w[-1])
+            part = d
+        if narrow is not None:
+            n = narrow[:k]
+            n[...] = part  # wraps like astype: the range was checked first
+            part = n
+        yield part
 
 
 def _diff_range(flat: np.ndarray) -> tuple[int, int]:

@@ -489,24 +489,30 @@ class _Builder:
                 self.fail(f"variables.id[{i}]", f"variable id {ids[i]} is used twice")
         self.var_order = order
         self.var_sorted_ids = ids[order]
-        names = self._extracted_names(n) if self.extracted is not None else NameTable(*self._names(v.get("name"), n))
+        if self.extracted is not None:
+            names, recompute = self._extracted_names(n)
+        else:
+            names = NameTable(*self._names(v.get("name"), n))
+            recompute = recompute_tensors(names)
         return Variables(
             ids=ids,
             bytes=cols["bytes"],
             tile=cols["tile"].astype(np.int32),
             klass=cols["class"].astype(np.int32),
             names=names,
-            recompute_tensor=recompute_tensors(names),
+            recompute_tensor=recompute,
         )
 
-    def _extracted_names(self, n: int) -> NameTable:
+    def _extracted_names(self, n: int) -> tuple[NameTable, np.ndarray]:
+        """The names the column reader took out (packed already), and their recompute flags."""
         assert self.extracted is not None
-        if self.extracted.names is None:
-            return NameTable(np.zeros(0, np.uint8), np.zeros(n + 1, np.int64))
-        blob, ptr, lead, pad = self.extracted.names
-        if len(ptr) != n + 1:
+        names = self.extracted.names
+        if names is None:
+            return NameTable(np.zeros(0, np.uint8), np.zeros(n + 1, np.int64)), np.zeros(n, bool)
+        if len(names.ptr) != n + 1:
             raise _NotFast  # the ordinary path words the length mismatch
-        return NameTable(blob, ptr, lead, pad)
+        assert self.extracted.recompute is not None
+        return names, self.extracted.recompute
 
     def _names(self, names: Any, n: int) -> tuple[np.ndarray, np.ndarray]:
         if names is None:

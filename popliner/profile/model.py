@@ -149,14 +149,11 @@ class NameTable:
         ok = (owner >= 0) & (at + len(needle) <= stops[np.maximum(owner, 0)])
         return [(int(i), int(h - starts[i])) for i, h in zip(owner[ok], at[ok])]
 
-    def _pieces(self, overlap: int) -> list[tuple[int, bytes]]:
+    def _pieces(self, overlap: int) -> list[tuple[int, bytes | memoryview]]:
         """The raw blob as (offset, bytes) pieces, each with ``overlap`` bytes of the next one."""
         if self.chunk_ptr is None:
-            base = self.blob.base
-            if isinstance(base, bytes) and len(base) == len(self.blob):
-                return [(0, base)]  # cut straight out of a bytes object: no copy
-            return [(0, self.blob.tobytes())]
-        out = []
+            return [(0, self.blob.data)]  # searched in place: no copy
+        out: list[tuple[int, bytes | memoryview]] = []
         count = len(self.chunk_ptr) - 1
         nxt = self._inflate(0) if count else b""
         for c in range(count):
