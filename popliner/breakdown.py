@@ -6,6 +6,7 @@ import numpy as np
 
 from popliner.analysis import Analysis
 from popliner.arrays import gather_csr, sorted_unique, union_of
+from popliner.config.options import training_of
 from popliner.memory.model import MemoryModel
 from popliner.memory.ranges import ProfileRanges
 from popliner.memory.types import COMPONENT_TITLES, COMPONENTS, StageMemory
@@ -39,6 +40,7 @@ def build_breakdown(analysis: Analysis, *, with_operations: bool = True, with_to
         ranges=range_table(analysis, planner_ipus) if planner_ipus else None,
         mode=analysis.mode,
         profile_sha256=p.sha256,
+        training=training_of(analysis),
     )
 
 

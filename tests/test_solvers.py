@@ -15,7 +15,7 @@ from popliner.memory.ranges import ProfileRanges
 from popliner.pipeline import stash_depth
 from popliner.profile import load_profile
 from popliner.solvers.dp import dp_bounds
-from popliner.solvers.greedy import greedy_bounds
+from popliner.solvers.greedy import greedy_bounds, layers_needed
 from popliner.solvers.ilp import ilp_bounds
 from popliner.solvers.problem import ArrayRanges, SplitProblem
 
@@ -33,12 +33,51 @@ def test_stash_depth_matches_popart():
 
 
 def test_greedy_fills_at_the_lowest_cap_that_works():
-    # 6 layers of 10 bytes, budget 100. The minimum is the outer loop: with at
-    # least 3 layers per stage, cap 50% packs 5 + 1 (the last stage too short),
-    # cap 60% packs all 6 on one IPU, which wins before smaller minimums are tried.
+    # 6 layers of 10 bytes, budget 100, cap 50% = 50 bytes: IPU 0 takes layers
+    # 0..4 (50; 0..5 would be 60). One layer is left, fewer than the minimum
+    # of 3, so the last stage may hold just that one: 5 + 1 at the first cap.
     table = flat(6)
     bounds, cap, need = greedy_bounds(table, SplitProblem(2, 100))
-    assert (bounds, cap, need) == (((0, 5),), 0.6, 3)
+    assert (bounds, cap, need) == (((0, 4), (5, 5)), 0.5, 3)
+
+
+def test_greedy_counts_the_unlayered_group_as_a_layer():
+    # 4 layers of 15 bytes, 2 IPUs, budget 60. Cap 50% = 30 bytes holds two
+    # layers (45 > 30). With an unlayered group, IPU 0 holds group + 0 + 1:
+    # three of PopLiner's layers, the minimum; layers 2..3 (30) are the last
+    # two, fewer than 3, so they may form the last stage.
+    with_group = ArrayRanges([15] * 4, [0] * 4, [1] * 4, [0] * 3, has_unlayered=True)
+    assert greedy_bounds(with_group, SplitProblem(2, 60)) == (((0, 1), (2, 3)), 0.5, 3)
+    # Without a group two layers are short of 3 until the cap holds three:
+    # 60% = 36 and 70% = 42 hold two, 80% = 48 holds 0..2 (45), then 3 alone.
+    without = ArrayRanges([15] * 4, [0] * 4, [1] * 4, [0] * 3)
+    assert greedy_bounds(without, SplitProblem(2, 60)) == (((0, 2), (3, 3)), 0.8, 3)
+
+
+def test_greedy_short_stage_only_when_fewer_layers_are_left():
+    # Layers 10, 10, 10, 40, 10, 10 on up to 3 IPUs, budget 100. Cap 50%:
+    # IPU 0 takes 0..2 (30; 70 with layer 3), IPU 1 starts with 3 layers left
+    # so it needs 3, but 3..4 = 50 and 3..5 = 60: only 2, the cap fails.
+    # Cap 60%: IPU 0 again 0..2, IPU 1 takes 3..5 = 60. A rule that let any
+    # stage be short would have taken 0..2 | 3..4 | 5 at 50%.
+    table = ArrayRanges([10, 10, 10, 40, 10, 10], [0] * 6, [1] * 6, [0] * 5)
+    assert greedy_bounds(table, SplitProblem(3, 100)) == (((0, 2), (3, 5)), 0.6, 3)
+
+
+def test_greedy_layers_needed_by_hand():
+    grouped = ArrayRanges([1] * 5, [0] * 5, [1] * 5, [0] * 4, has_unlayered=True)
+    plain = ArrayRanges([1] * 5, [0] * 5, [1] * 5, [0] * 4)
+    problem = SplitProblem(3, 100)
+    # First stage: the group is one of the 3, so 2 named layers; without it, 3.
+    assert layers_needed(grouped, problem, 0, 3) == 2
+    assert layers_needed(plain, problem, 0, 3) == 3
+    # With a minimum of 1 the group cannot stand in for the stage's only layer.
+    assert layers_needed(grouped, problem, 0, 1) == 1
+    # Later stages: 3 left (2..4) need 3; 2 left (3..4) need only 1.
+    assert [layers_needed(grouped, problem, s, 3) for s in (2, 3, 4)] == [3, 1, 1]
+    # The user's minimum is not bent by either rule.
+    strict = SplitProblem(3, 100, min_layers=2)
+    assert [layers_needed(grouped, strict, s, 3) for s in (0, 3, 4)] == [2, 2, 2]
 
 
 def test_greedy_prefers_min_three_layers():

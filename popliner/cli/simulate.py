@@ -9,8 +9,15 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from popliner.cli.options import force_option, output_option, output_stream
+from popliner.cli.options import (
+    CONFIG_TRAINING_PARAMS,
+    config_training_options,
+    force_option,
+    output_option,
+    output_stream,
+)
 from popliner.config.model import PipelineConfig
+from popliner.config.options import analysis_options, check_applied, check_cli_options
 from popliner.config.yaml_io import MAX_MICRO_BATCHES, read_config
 from popliner.errors import UsageProblem
 from popliner.fileio import atomic_write, check_writable, is_stdout, one_stdout
@@ -60,9 +67,10 @@ logger = logging.getLogger(__name__)
 @force_option("Overwrite existing -o/--trace/--plot files.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON instead of tables.")
 @click.option("--all-cycles", is_flag=True, help="Print every pipeline cycle in the schedule views.")
+@config_training_options
 def command(config_path: str, profile_path: str | None, gradient_accumulation: int | None, micro_batch_size: int,
             link_bandwidth: float, sync_cycles: int, trace_path: str | None, plot_path: str | None,
-            output: str | None, force: bool, as_json: bool, all_cycles: bool) -> None:
+            output: str | None, force: bool, as_json: bool, all_cycles: bool, **training: object) -> None:
     """Simulate one step of the pipeline in PIPELINE.yaml and report time, bubbles and memory.
 
     \b
@@ -74,6 +82,7 @@ def command(config_path: str, profile_path: str | None, gradient_accumulation: i
     if output:
         check_writable(output, force)
     cfg = read_config(config_path)
+    check_cli_options(cfg.options, config_path, {k: training[k] for k in CONFIG_TRAINING_PARAMS})
     inputs = _inputs(cfg, profile_path)
     result = simulate(
         inputs.stages,
@@ -89,11 +98,17 @@ def command(config_path: str, profile_path: str | None, gradient_accumulation: i
     to_stderr = output is None and any(p is not None and is_stdout(p) for p in (trace_path, plot_path))
     with output_stream("/dev/stderr" if to_stderr else output, force) as stream:
         if as_json:
-            stream.write(json.dumps(_json(result, config_path, inputs.source), indent=2) + "\n")
+            doc = _json(result, config_path, inputs.source)
+            if cfg.options is not None:
+                doc["training"] = cfg.options.as_document()
+            stream.write(json.dumps(doc, indent=2) + "\n")
         else:
             columns = None if all_cycles else max(24, 2 * result.num_stages + 4)
+            if cfg.options is not None:
+                stream.write(f"Training options (from the config): {cfg.options.summary()}\n")
             stream.write(render_text(result, max_columns=columns))
-    _write_files(result, trace_path, plot_path, force)
+    note = f"training options: {cfg.options.summary()}" if cfg.options is not None else None
+    _write_files(result, trace_path, plot_path, force, note)
 
 
 def _check_outputs(trace_path: str | None, plot_path: str | None, force: bool) -> None:
@@ -115,7 +130,7 @@ def _inputs(cfg: PipelineConfig, profile_path: str | None) -> SimInputs:
                 logger.warning("stages[%d] was edited after popliner predicted its figures; they are stale: "
                                "pass --profile to recompute them", s.index)
         return inputs_from_config(cfg)
-    analysis = _load_analysis(profile_path, cfg.mode)
+    analysis = _load_analysis(profile_path, cfg)
     if analysis.profile.sha256.lower() != cfg.profile_sha256.lower():
         logger.warning("%s differs from the profile the config was written for (%s): sha256 %s.. vs %s..",
                        profile_path, cfg.profile_path, analysis.profile.sha256[:12], cfg.profile_sha256[:12])
@@ -124,11 +139,13 @@ def _inputs(cfg: PipelineConfig, profile_path: str | None) -> SimInputs:
                                 clock_hz=float(target.clock_hz))
 
 
-def _load_analysis(profile_path: str, mode: str) -> Analysis:
-    """The profile read in the config's mode, as ``popliner check`` reads it."""
-    from popliner.analysis import AnalysisOptions, load_analysis
+def _load_analysis(profile_path: str, cfg: PipelineConfig) -> Analysis:
+    """The profile read in the config's mode and with its training options, as ``popliner check`` reads it."""
+    from popliner.analysis import load_analysis
 
-    return load_analysis(profile_path, AnalysisOptions(mode=mode), use_cache=True)  # type: ignore[arg-type]
+    analysis = load_analysis(profile_path, analysis_options(cfg.mode, cfg.options), use_cache=True)
+    check_applied(cfg.options, analysis, "the config")
+    return analysis
 
 
 def _json(result: SimResult, config_path: str, source: str) -> dict[str, Any]:
@@ -137,12 +154,13 @@ def _json(result: SimResult, config_path: str, source: str) -> dict[str, Any]:
     return doc
 
 
-def _write_files(result: SimResult, trace_path: str | None, plot_path: str | None, force: bool) -> None:
+def _write_files(result: SimResult, trace_path: str | None, plot_path: str | None, force: bool,
+                 note: str | None = None) -> None:
     if trace_path:
         with atomic_write(trace_path, force=force) as f:
             write_trace(result, f)
         logger.info("wrote %s", trace_path)
     if plot_path:
         with atomic_write(plot_path, force=force, binary=True) as b:
-            write_gantt(result, b)
+            write_gantt(result, b, note)
         logger.info("wrote %s", plot_path)

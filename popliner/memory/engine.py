@@ -26,7 +26,13 @@ import numpy as np
 from popliner.arrays import gather_csr
 from popliner.memory.liveness import window_peak
 from popliner.memory.model import MemoryModel
-from popliner.memory.training import TrainingOptions, build_training_view, with_live_steps
+from popliner.memory.training import (
+    EMBEDDING_GROUP,
+    HEAD_GROUP,
+    TrainingOptions,
+    build_training_view,
+    with_live_steps,
+)
 from popliner.memory.types import StageMemory
 from popliner.ops.operations import OperationTable
 from popliner.profile.model import Profile
@@ -89,6 +95,18 @@ class MemoryEngine:
     def has_unlayered(self) -> bool:
         """Are there operations without a layer (they go with the first stage)?"""
         return bool((self.layer_of_op < 0).any())
+
+    @property
+    def head_wraps(self) -> bool:
+        """``--head-placement wrap`` with a head: the last layer (``head``) is a stage of its own on IPU 0."""
+        names = self.layer_names
+        return (self.options.head_placement == "wrap" and len(names) >= 2
+                and names[0] == EMBEDDING_GROUP and names[-1] == HEAD_GROUP)
+
+    @property
+    def head_layer(self) -> int:
+        """Index of the ``head`` layer (the last one; meaningful when :attr:`head_wraps`)."""
+        return self.num_layers - 1
 
     # -- operations of a stage ---------------------------------------------------
 
@@ -208,8 +226,13 @@ class MemoryEngine:
         """(forward, backward) cycles of one micro-batch through the stage, re-run forward work in the backward."""
         back = self.backward_part(ops)
         cyc = self.op_cycles[ops]
-        rerun = 0 if self._rerun_skipped(ops) else int(cyc[self.view.rerun_ops[ops]].sum())
-        return int(cyc[~back].sum()), int(cyc[back].sum()) + rerun
+        return int(cyc[~back].sum()), int(cyc[back].sum()) + self.rerun_cycles(ops)
+
+    def rerun_cycles(self, ops: np.ndarray) -> int:
+        """Cycles of the forward work the stage runs again in its backward part (in :meth:`cycles_split`'s backward)."""
+        if self._rerun_skipped(ops):
+            return 0
+        return int(self.op_cycles[ops][self.view.rerun_ops[ops]].sum())
 
     def _rerun_skipped(self, ops: np.ndarray) -> bool:
         """``pipeline`` leaves the last stage as it is."""

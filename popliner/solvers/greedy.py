@@ -6,6 +6,13 @@ next one would go over the cap, then IPU 1, and so on. The first (minimum,
 cap) pair that places every layer on at most N IPUs wins. Low caps come
 first, so the winner spreads memory as evenly as the greedy rule can; it may
 use fewer IPUs than asked.
+
+Two rules of the original bend that minimum. PopLiner's layer list starts
+with the group of operations without a layer, so on the first stage that
+group counts as one of the minimum's layers. And a stage that starts with
+fewer layers left than the minimum may hold any number of them (at least
+one). The user's ``--min-layers-per-stage`` is not bent: it is a constraint
+every solver honours alike.
 """
 
 from __future__ import annotations
@@ -13,7 +20,7 @@ from __future__ import annotations
 from popliner.pipeline import RangeCosts, position_memory
 from popliner.solvers.problem import Bounds, SplitProblem
 
-__all__ = ["CAPS", "MIN_LAYERS", "greedy_bounds"]
+__all__ = ["CAPS", "MIN_LAYERS", "greedy_bounds", "layers_needed"]
 
 MIN_LAYERS = (3, 2, 1)
 CAPS = (0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
@@ -28,12 +35,25 @@ def greedy_bounds(table: RangeCosts, problem: SplitProblem) -> tuple[Bounds, flo
     """
     forbidden = table.forbidden_splits(problem.keep_shared_together)
     for min_layers in MIN_LAYERS:
-        need = max(min_layers, problem.min_layers)
         for cap in CAPS:
-            bounds = _fill(table, problem, int(cap * problem.budget), need, forbidden)
+            bounds = _fill(table, problem, int(cap * problem.budget), min_layers, forbidden)
             if bounds is not None:
-                return bounds, cap, need
+                return bounds, cap, max(min_layers, problem.min_layers)
     return None
+
+
+def layers_needed(table: RangeCosts, problem: SplitProblem, start: int, min_layers: int) -> int:
+    """Layers (with a name) the stage starting at layer ``start`` must hold under greedy minimum ``min_layers``.
+
+    On the first stage the unlayered group, when there is one, counts as a
+    layer; with fewer layers left than the minimum, one is enough. The
+    user's minimum applies as it is (capped by the number of layers, as
+    a single stage cannot hold more).
+    """
+    group = 1 if start == 0 and table.has_unlayered else 0
+    left = table.num_layers - start + group
+    greedy = max(min_layers - group, 1) if left >= min_layers else 1
+    return max(greedy, min(problem.min_layers, table.num_layers))
 
 
 def _fill(table: RangeCosts, problem: SplitProblem, cap: int, min_layers: int,
@@ -62,7 +82,7 @@ def _fill_for(table: RangeCosts, problem: SplitProblem, cap: int, min_layers: in
         if k >= stages:
             return None
         end = _furthest_fit(table, problem, start, cap, k, stages, forbidden)
-        if end is None or end - start + 1 < min(min_layers, n):
+        if end is None or end - start + 1 < layers_needed(table, problem, start, min_layers):
             return None
         bounds.append((start, end))
         start = end + 1

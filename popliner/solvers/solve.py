@@ -66,7 +66,8 @@ def solve_bounds(table: RangeCosts, problem: SplitProblem, *, solver: SolverName
             return _infeasible(table, problem, "greedy", relaxed, layer_bytes)
         bounds, cap, min_layers = greedy
         return SplitOutcome("greedy", "GREEDY", bounds, objective=first_objective(table, problem, bounds),
-                            note=f"greedy: cap {cap:.0%} of the budget, at least {min_layers} layer(s) per stage")
+                            note=f"greedy: cap {cap:.0%} of the budget, at least {min_layers} layer(s) per stage "
+                                 "as PopLiner counts them (the unlayered group is one; fewer on the last)")
     hints = [greedy[0]] if greedy is not None else []
     with phase("building range tables"):
         dp = dp_bounds(table, problem)
@@ -127,8 +128,9 @@ def infeasibility_reason(table: RangeCosts, problem: SplitProblem,
             alone = f" needs {layer_bytes(k):,} bytes on its worst tile" if layer_bytes is not None else " does not fit"
             return (f"layer {name} alone{alone}"
                     f"{' (with the operations that have no layer)' if k == 0 else ''}")
+    depth = "2(K-i)+1 entries on IPU i, the head wrapped" if table.head_wraps else "2(K-1-i)+1 entries on IPU i"
     return ("no number of IPUs works: every layer fits alone, but the activation stashes of the first IPUs "
-            "grow with the pipeline depth (2(K-1-i)+1 entries on IPU i); raise --mem-per-tile, use a smaller "
+            f"grow with the pipeline depth ({depth}); raise --mem-per-tile, use a smaller "
             "micro-batch or recomputation, or compare with --mode inference")
 
 
