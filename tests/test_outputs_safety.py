@@ -71,16 +71,34 @@ def config(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return cfg
 
 
-# Every output option, as (name, argv builder for an output path). The suffix is what the option wants.
-OUTPUTS: dict[str, tuple[str, Callable[[str, Path], list[str]]]] = {
-    "-o csv": (".csv", lambda p, cfg: [str(TINY), "-o", p]),
-    "-o xlsx": (".xlsx", lambda p, cfg: [str(TINY), "-o", p]),
-    "--plot": (".png", lambda p, cfg: [str(TINY), "--plot", p]),
-    "--config-out": (".yaml", lambda p, cfg: [str(TINY), "--solve", "--num-ipus", "2", "--config-out", p]),
-    "--junit": (".xml", lambda p, cfg: ["check", str(cfg), "--profile", str(TINY), "--junit", p]),
-    "--trace": (".json", lambda p, cfg: ["simulate", str(cfg), "--trace", p]),
-    "simulate --plot": (".png", lambda p, cfg: ["simulate", str(cfg), "--plot", p]),
-    "synth -o": (".json", lambda p, cfg: ["synth", "--layers", "2", "--tiles", "8", "-o", p]),
+@pytest.fixture(scope="module")
+def review(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A review workbook with a split, for ``config-from``."""
+    book = tmp_path_factory.mktemp("review") / "review.xlsx"
+    r = popliner(str(TINY), "--solve", "--num-ipus", "2", "-o", str(book))
+    assert r.returncode == 0, r.stderr
+    return book
+
+
+# Every output option of every command, as (suffix it wants, argv builder for an output path, given the
+# pipeline config and the review workbook). `export -o` needs the pva double: its writes go through the
+# same fileio calls, and the signal test below runs it for real.
+OUTPUTS: dict[str, tuple[str, Callable[[str, Path, Path], list[str]]]] = {
+    "-o csv": (".csv", lambda p, cfg, book: [str(TINY), "-o", p]),
+    "-o xlsx": (".xlsx", lambda p, cfg, book: [str(TINY), "-o", p]),
+    "--plot": (".png", lambda p, cfg, book: [str(TINY), "--plot", p]),
+    "--config-out": (".yaml", lambda p, cfg, book: [str(TINY), "--solve", "--num-ipus", "2", "--config-out", p]),
+    "--junit": (".xml", lambda p, cfg, book: ["check", str(cfg), "--profile", str(TINY), "--junit", p]),
+    "--trace": (".json", lambda p, cfg, book: ["simulate", str(cfg), "--trace", p]),
+    "simulate --plot": (".png", lambda p, cfg, book: ["simulate", str(cfg), "--plot", p]),
+    "synth -o": (".json", lambda p, cfg, book: ["synth", "--layers", "2", "--tiles", "8", "-o", p]),
+    "--ipu-config-out": (".json", lambda p, cfg, book: [str(TINY), "--solve", "--num-ipus", "2",
+                                                        "--ipu-config-out", p]),
+    "--report": (".html", lambda p, cfg, book: [str(TINY), "--solve", "--num-ipus", "2", "--report", p]),
+    "report -o": (".html", lambda p, cfg, book: ["report", str(cfg), "--profile", str(TINY), "-o", p]),
+    "check -o": (".txt", lambda p, cfg, book: ["check", str(cfg), "--profile", str(TINY), "-o", p]),
+    "simulate -o": (".txt", lambda p, cfg, book: ["simulate", str(cfg), "-o", p]),
+    "config-from -o": (".yaml", lambda p, cfg, book: ["config-from", str(book), "-o", p]),
 }
 
 
@@ -101,25 +119,25 @@ def _readonly_mount_run(folder: Path, argv: list[str]) -> subprocess.CompletedPr
 
 @pytest.mark.skipif(not _can_unshare_mount(), reason="needs unshare -rm (user+mount namespaces)")
 @pytest.mark.parametrize("option", list(OUTPUTS))
-def test_read_only_file_system(option: str, tmp_path: Path, config: Path) -> None:
+def test_read_only_file_system(option: str, tmp_path: Path, config: Path, review: Path) -> None:
     suffix, argv = OUTPUTS[option]
     ro = tmp_path / "ro"
     ro.mkdir()
     out = ro / f"out{suffix}"
-    r = _readonly_mount_run(ro, argv(str(out), config))
+    r = _readonly_mount_run(ro, argv(str(out), config, review))
     assert r.returncode == EXIT_BAD_INPUT, r.stderr
     one_error_line(r.stderr, str(out), "read-only file system", "write somewhere else")
     assert r.stdout == ""  # checked before any output
 
 
 @pytest.mark.parametrize("option", list(OUTPUTS))
-def test_permission_denied_under_sys(option: str, config: Path) -> None:
+def test_permission_denied_under_sys(option: str, config: Path, review: Path) -> None:
     """/sys refuses new files to everyone, root included."""
     suffix, argv = OUTPUTS[option]
     if not Path("/sys/kernel").is_dir():
         pytest.skip("no /sys")
     out = f"/sys/kernel/popliner-out{suffix}"
-    r = popliner(*argv(out, config))
+    r = popliner(*argv(out, config, review))
     assert r.returncode == EXIT_BAD_INPUT, r.stderr
     one_error_line(r.stderr, out, "permission denied")
     assert r.stdout == ""
@@ -190,11 +208,11 @@ def test_immutable_folder(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("option", list(OUTPUTS))
-def test_dev_full_and_force_keeps_the_device(option: str, config: Path) -> None:
+def test_dev_full_and_force_keeps_the_device(option: str, config: Path, review: Path) -> None:
     suffix, argv = OUTPUTS[option]
     before = os.stat("/dev/full")
     for extra in ([], ["--force"]):
-        r = popliner(*argv("/dev/full", config), *extra)
+        r = popliner(*argv("/dev/full", config, review), *extra)
         assert r.returncode == EXIT_BAD_INPUT, r.stderr
         lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
         assert "Traceback" not in r.stderr
@@ -240,10 +258,10 @@ def _limit_file_size(limit: int) -> Callable[[], None]:
 
 
 @pytest.mark.parametrize("option", ["-o csv", "-o xlsx", "--plot", "synth -o", "--trace"])
-def test_disk_full_via_file_size_limit(option: str, tmp_path: Path, config: Path) -> None:
+def test_disk_full_via_file_size_limit(option: str, tmp_path: Path, config: Path, review: Path) -> None:
     suffix, argv = OUTPUTS[option]
     out = tmp_path / f"out{suffix}"
-    r = subprocess.run([sys.executable, "-m", "popliner", "-q", *argv(str(out), config)], capture_output=True,
+    r = subprocess.run([sys.executable, "-m", "popliner", "-q", *argv(str(out), config, review)], capture_output=True,
                        text=True, env=env(), preexec_fn=_limit_file_size(100), timeout=120)
     assert r.returncode == EXIT_BAD_INPUT, r.stderr
     line = one_error_line(r.stderr, "file too large")
@@ -317,20 +335,21 @@ def test_block_device_socket_and_directory_are_refused(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("name", ["-", "/dev/stdout"])
 @pytest.mark.parametrize("option", list(OUTPUTS))
-def test_stdout_names_work_for_every_output(name: str, option: str, config: Path) -> None:
+def test_stdout_names_work_for_every_output(name: str, option: str, config: Path, review: Path) -> None:
     suffix, argv = OUTPUTS[option]
-    args = argv(name, config)
-    if option == "--config-out":  # the split JSON has stdout already
+    args = argv(name, config, review)
+    if option in ("--config-out", "--ipu-config-out", "--report"):  # the split JSON has stdout already
         r = popliner(*args)
         assert r.returncode == EXIT_BAD_INPUT
         one_error_line(r.stderr, "would both go to stdout")
+        assert r.stdout == ""
         return
     r = subprocess.run([sys.executable, "-m", "popliner", "-q", *args], capture_output=True, env=env(), timeout=120)
     assert r.returncode == 0, r.stderr
-    head = r.stdout[:8]
+    head = r.stdout[:16]
     # The format comes from the name; "-" has none, so -o - gives CSV (--format picks TSV).
     expected = {".csv": b"Layer,", ".xlsx": b"Layer,", ".png": b"\x89PNG", ".yaml": b"",
-                ".xml": b"<?xml", ".json": b"{"}[suffix]
+                ".xml": b"<?xml", ".json": b"{", ".html": b"<!DOCTYPE", ".txt": b""}[suffix]
     assert head.startswith(expected), head
 
 
