@@ -70,8 +70,8 @@ def command(config: str, profile: str, budget: float | None, junit: str | None, 
     else:
         cfg = read_config(config)
         check_cli_options(cfg.options, config, {k: training[k] for k in CONFIG_TRAINING_PARAMS})
-        analysis = load_analysis(profile, analysis_options(cfg.mode, cfg.options), use_cache=not no_cache,
-                                 cache_dir=cache_dir)
+        analysis = load_analysis(profile, analysis_options(cfg.mode, cfg.options, cfg.layer_groups),
+                                 use_cache=not no_cache, cache_dir=cache_dir)
     check_applied(cfg.options, analysis, config)
     if cfg.profile_sha256 and cfg.profile_sha256 != analysis.profile.sha256:
         log.warning("%s was made from a profile with another content hash; checking against %s", config, profile)

@@ -63,7 +63,7 @@ def command(config: str, profile: str, output: str | None, force: bool, budget: 
     check_writable(path, force, suffixes=(".html", ".htm"), what="report")
     cfg = read_config(config)
     check_cli_options(cfg.options, config, {k: training[k] for k in CONFIG_TRAINING_PARAMS})
-    analysis = load_analysis(profile, analysis_options(cfg.mode, cfg.options), use_cache=not no_cache,
+    analysis = load_analysis(profile, analysis_options(cfg.mode, cfg.options, cfg.layer_groups), use_cache=not no_cache,
                              cache_dir=cache_dir)
     check_applied(cfg.options, analysis, config)
     if cfg.profile_sha256 and cfg.profile_sha256 != analysis.profile.sha256:

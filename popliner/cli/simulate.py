@@ -143,7 +143,7 @@ def _load_analysis(profile_path: str, cfg: PipelineConfig) -> Analysis:
     """The profile read in the config's mode and with its training options, as ``popliner check`` reads it."""
     from popliner.analysis import load_analysis
 
-    analysis = load_analysis(profile_path, analysis_options(cfg.mode, cfg.options), use_cache=True)
+    analysis = load_analysis(profile_path, analysis_options(cfg.mode, cfg.options, cfg.layer_groups), use_cache=True)
     check_applied(cfg.options, analysis, "the config")
     return analysis
 
