@@ -196,12 +196,17 @@ def solve_split(analysis: Analysis, problem: SplitProblem, *, solver: SolverName
     t0 = time.perf_counter()
     started = time.monotonic()  # --time-limit counts from here: the engine's training view included
     engine = analysis.engine
-    table = ProfileRanges(engine, problem.budget, link_bytes_per_second)
+    # The tables stop their own row extension at the deadline, so that greedy's fill and the first
+    # rows read are bounded by --time-limit too; the stages' figures below are then read without it.
+    deadline = started + time_limit
+    table = ProfileRanges(engine, problem.budget, link_bytes_per_second, deadline=deadline)
     outcome = solve_bounds(
         table, problem, solver=solver, time_limit=time_limit, seed=seed, started=started,
-        relaxed=lambda factor: ProfileRanges(engine, int(problem.budget * factor), link_bytes_per_second),
+        relaxed=lambda factor: ProfileRanges(engine, int(problem.budget * factor), link_bytes_per_second,
+                                             deadline=deadline),
         layer_bytes=lambda k: table.stage_memory(k, k).worst_bytes,
     )
+    table.deadline = None
     count = len(outcome.bounds)
     stages = []
     for k, (i, j) in enumerate(outcome.bounds):

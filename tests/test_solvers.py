@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from popliner.analysis import analyse_profile, solve_split
+from popliner.deadline import OutOfTime
 from popliner.memory.ranges import ProfileRanges
 from popliner.pipeline import stash_depth
 from popliner.profile import load_profile
@@ -401,14 +402,64 @@ def test_greedy_in_training_plans_stashes_for_the_ipus_it_uses():
 
 def test_time_limit_bounds_the_whole_solve():
     # A limit spent before the exact DP can finish: the best split known by then (greedy's here)
-    # comes back as FEASIBLE, valid but not proved optimal, and the note says why.
+    # comes back as FEASIBLE, valid but not proved optimal, and the note says why. The full solve
+    # runs first so that the engine's rows are memoised: greedy then reads them without new work,
+    # and only the DP meets the deadline (no row needs extending, so the table never checks it).
     a = analyse_profile(load_profile(TINY))
-    split = solve_split(a, SplitProblem(2, 1000), solver="ilp", time_limit=1e-9)
-    assert split.status == "FEASIBLE" and split.fits
-    assert "time limit ran out" in split.note
     full = solve_split(a, SplitProblem(2, 1000), solver="ilp", time_limit=10)
     assert full.status == "OPTIMAL" and "time limit" not in full.note
+    split = solve_split(a, SplitProblem(2, 1000), solver="ilp", time_limit=1e-9)
+    assert split.status == "FEASIBLE" and split.fits
+    assert "time limit ran out before the exact DP finished" in split.note
     assert split.objective >= full.objective
+
+
+class _StepClock:
+    """A fake ``time`` for popliner.deadline: each reading is one second later than the last."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def monotonic(self) -> float:
+        self.now += 1.0
+        return self.now
+
+
+def _shared(engine):
+    return ProfileRanges(engine, limit=0)._shared  # the per-engine rows every table of it reuses
+
+
+def test_range_table_stops_its_rows_at_the_deadline(monkeypatch):
+    # The deadline is checked once per layer a row adds. With a clock one second per reading and
+    # a deadline at 1.5 s, the first layer of row 0 is evaluated (reading 1.0) and the second is
+    # not (reading 2.0): nothing after the deadline runs, and what ran stays memoised.
+    monkeypatch.setattr("popliner.deadline.time", _StepClock())
+    a = analyse_profile(load_profile(TINY))
+    table = ProfileRanges(a.engine, limit=1000, deadline=1.5)
+    with pytest.raises(OutOfTime):
+        table.memory(0, 1, 0)
+    assert set(_shared(a.engine).figures) == {(0, 0)}
+    assert 0 not in table._done_from  # an interrupted row is extended again on its next read
+    # Without the deadline the same table gives the figures of tiny.md (422 and 472 bytes), as a
+    # table that never had one does.
+    table.deadline = None
+    assert [table.memory(0, 0, 0), table.memory(0, 1, 0), table.memory(1, 1, 0)] == [422, 472, 235]
+    fresh = ProfileRanges(analyse_profile(load_profile(TINY)).engine, limit=1000)
+    assert [fresh.memory(0, 0, 0), fresh.memory(0, 1, 0), fresh.memory(1, 1, 0)] == [422, 472, 235]
+
+
+@pytest.mark.parametrize("solver", ["greedy", "ilp"])
+def test_a_deadline_passed_before_greedy_stops_the_whole_solve(solver):
+    # A limit already spent when the first row is read: greedy's fill does not run, nor anything
+    # after it; no split is known, so the outcome is INFEASIBLE with no stages, and the note says
+    # the time ran out (nothing was proved).
+    a = analyse_profile(load_profile(TINY))
+    split = solve_split(a, SplitProblem(2, 1000), solver=solver, time_limit=0.0)
+    assert split.status == "INFEASIBLE" and split.stages == ()
+    assert "the 0 s time limit ran out before greedy finished" in split.note
+    assert "before a best-effort split was found" in split.note
+    assert _shared(a.engine).figures == {}  # no range evaluated
+    assert _shared(a.engine)._parts == {}  # nor any layer's parts built
 
 
 @pytest.mark.parametrize("solver", ["greedy", "ilp"])

@@ -33,6 +33,7 @@ from typing import Literal
 import numpy as np
 
 from popliner.arrays import expand_ranges, unique_inverse
+from popliner.deadline import check_deadline
 from popliner.memory.engine import MemoryEngine, StashWindows
 from popliner.memory.types import StageMemory
 from popliner.pipeline import range_boundaries
@@ -56,10 +57,16 @@ class ProfileRanges:
     depend on the limit: per-layer parts, crossing bytes and every range
     figure already evaluated, so a second table only evaluates ranges the
     first did not.
+
+    ``deadline`` (a ``time.monotonic()`` value, or None) bounds the work of
+    extending a row: past it, reading a range not evaluated yet raises
+    :class:`popliner.deadline.OutOfTime`. What was evaluated before stays
+    memoised and correct, so a solver can still read it after clearing the
+    deadline (set the attribute to None).
     """
 
     def __init__(self, engine: MemoryEngine, limit: int, link_bytes_per_second: float = 64e9,
-                 liveness: Liveness = "auto") -> None:
+                 liveness: Liveness = "auto", deadline: float | None = None) -> None:
         self.engine = engine
         self.limit = limit
         # A wrapped head is no layer the solvers place: it goes with the range at position 0.
@@ -74,6 +81,7 @@ class ProfileRanges:
         self._shared = _Shared.of(engine, liveness)
         self._layer_cycles = engine.layer_cycles
         self._cross = engine.crossing
+        self.deadline = deadline
 
     # -- what a solver reads ------------------------------------------------------
 
@@ -214,7 +222,7 @@ class ProfileRanges:
         stash entry is the range's alone (the head stashes nothing).
         """
         if self._wrapped is None:
-            self._wrapped = {}
+            wrapped: dict[int, tuple[np.ndarray, np.ndarray]] = {}
             # The plain ranges first: they give the stash entries and use the shared grid themselves.
             plain = [self._range(0, k) for k in range(self.num_layers)]
             state = _RunningStage(self.engine, self._shared.grid)
@@ -222,28 +230,32 @@ class ProfileRanges:
             for k, entry in enumerate(plain):
                 if entry is None:
                     break  # the range alone is over the limit: with the head too
+                check_deadline(self.deadline)
                 state.add(self._shared.layer_parts(k))
                 total = state.total_per_tile()
                 if self.engine.view.recompute == "pipeline":  # IPU 0's first stage is re-run: the engine's figure
                     total = self.engine.stage_memory(self.stage_ops(0, k)).total_per_tile
                 if int(total.max()) > self.limit:
                     break
-                self._wrapped[k] = (total, entry[1])
+                wrapped[k] = (total, entry[1])
+            self._wrapped = wrapped  # only once complete: an interrupted pass leaves nothing half-built
         return self._wrapped.get(j)
 
     def _extend_from(self, i: int) -> None:
         """Evaluate ``i..j`` for growing ``j`` until the range overflows the limit."""
-        self._done_from.add(i)
         shared = self._shared
         state: _RunningStage | None = None
         for j in range(i, self.num_layers):
             known = shared.figures.get((i, j))
             if known is None or (known[1] is None and known[0] <= self.limit):
                 # Not evaluated yet, or only up to its total (it overflowed a lower limit).
+                # One clock reading per layer added: noise next to the per-tile sums below.
+                check_deadline(self.deadline)
                 if state is None:
                     row = shared.layer_ops[i:] if self._training else None
                     state = _RunningStage(self.engine, shared.grid, row)
                     for k in range(i, j):  # figures known: rebuild the running set only
+                        check_deadline(self.deadline)
                         state.add(shared.layer_parts(k))
                 state.add(shared.layer_parts(j))
                 total = state.total_per_tile()
@@ -257,11 +269,14 @@ class ProfileRanges:
                     stash = state.stash_entry() if self._training else np.zeros_like(total)
                 known = shared.figures[(i, j)] = (worst, stash, total)
             elif state is not None:
+                check_deadline(self.deadline)
                 state.add(shared.layer_parts(j))
             worst, stash, total = known
             if worst > self.limit or stash is None:  # stash is None only when worst > a limit <= this one
                 break  # memory only grows with j: no longer range fits either
             self._ranges[(i, j)] = (total, stash)
+        # Only once the row is complete: a row interrupted by the deadline is extended again when read.
+        self._done_from.add(i)
 
 
 class _Shared:

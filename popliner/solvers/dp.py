@@ -8,26 +8,12 @@ smallest possible largest cost of layers ``0..j`` in ``k+1`` stages.
 from __future__ import annotations
 
 import math
-import time
 
+from popliner.deadline import OutOfTime, check_deadline
 from popliner.pipeline import RangeCosts, grows_past_limit, position_memory
 from popliner.solvers.problem import Bounds, SplitProblem
 
 __all__ = ["OutOfTime", "dp_bounds", "dp_for_stages", "dp_per_count", "stage_cost"]
-
-
-class OutOfTime(Exception):
-    """The solve's deadline passed; ``best`` is the best (stages, value) found before it, if any."""
-
-    def __init__(self, best: tuple[Bounds, float] | None = None) -> None:
-        super().__init__("the time limit ran out")
-        self.best = best
-
-
-def check_deadline(deadline: float | None) -> None:
-    """Raise :class:`OutOfTime` once ``deadline`` (a ``time.monotonic()`` value) has passed."""
-    if deadline is not None and time.monotonic() >= deadline:
-        raise OutOfTime()
 
 
 def stage_cost(table: RangeCosts, i: int, j: int, memory: float) -> float:

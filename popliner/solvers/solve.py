@@ -15,9 +15,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
+from popliner.deadline import OutOfTime, check_deadline
 from popliner.pipeline import RangeCosts, position_memory
 from popliner.progress import phase
-from popliner.solvers.dp import OutOfTime, check_deadline, dp_bounds, dp_per_count
+from popliner.solvers.dp import dp_bounds, dp_per_count
 from popliner.solvers.greedy import greedy_bounds
 from popliner.solvers.ilp import ilp_bounds
 from popliner.solvers.problem import Bounds, SplitProblem
@@ -63,7 +64,10 @@ def solve_bounds(table: RangeCosts, problem: SplitProblem, *, solver: SolverName
     # before (the memory engine and its training view) counts against the limit too.
     deadline = (time.monotonic() if started is None else started) + time_limit
     with phase("building range tables"):
-        greedy = greedy_bounds(table, problem)
+        try:
+            greedy = greedy_bounds(table, problem)
+        except OutOfTime:  # the table's rows stopped at the deadline: nothing found, nothing proved
+            return _out_of_time(table, problem, None, [], relaxed, layer_bytes, time_limit, solver, "greedy")
     if solver == "greedy":
         if greedy is None:
             return _infeasible(table, problem, "greedy", relaxed, layer_bytes, deadline, time_limit)
@@ -76,13 +80,16 @@ def solve_bounds(table: RangeCosts, problem: SplitProblem, *, solver: SolverName
         try:
             per_count = dp_per_count(table, problem, deadline=deadline)
         except OutOfTime as stop:
-            return _out_of_time(table, problem, stop.best, hints, relaxed, layer_bytes, time_limit)
+            return _out_of_time(table, problem, stop.best, hints, relaxed, layer_bytes, time_limit, "ilp")
     dp = min((f for f in per_count.values() if f is not None), key=lambda f: f[1], default=None)
     if dp is not None:
         hints.append(dp[0])
     with phase("solving (CP-SAT)"):
-        outcome = ilp_bounds(table, problem, time_limit=max(deadline - time.monotonic(), 0.0), seed=seed, hints=hints,
-                             per_count=per_count)
+        try:
+            outcome = ilp_bounds(table, problem, time_limit=max(deadline - time.monotonic(), 0.0), seed=seed,
+                                 hints=hints, per_count=per_count)
+        except OutOfTime:  # a range the DP did not need was read past the deadline: the DP's optimum stands
+            return _out_of_time(table, problem, dp, hints, relaxed, layer_bytes, time_limit, "ilp", "CP-SAT")
     if outcome is None:
         return _infeasible(table, problem, "ilp", relaxed, layer_bytes, deadline, time_limit)
     note = ("objective: largest stage cycles (compute + received transfer)" if table.has_cycles
@@ -97,16 +104,21 @@ def solve_bounds(table: RangeCosts, problem: SplitProblem, *, solver: SolverName
 
 def _out_of_time(table: RangeCosts, problem: SplitProblem, best: tuple[Bounds, float] | None, hints: list[Bounds],
                  relaxed: Callable[[float], RangeCosts] | None, layer_bytes: Callable[[int], int] | None,
-                 time_limit: float) -> SplitOutcome:
-    """The ILP's exact DP did not finish in time: its best split so far (or greedy's), not proved optimal."""
-    ran_out = f"the {time_limit:g} s time limit ran out before the exact DP finished"
+                 time_limit: float, solver: str, step: str = "the exact DP") -> SplitOutcome:
+    """``step`` did not finish in time: the best split so far (the DP's, else greedy's), not proved optimal.
+
+    With none known (greedy's table rows stopped at the deadline), the
+    outcome is INFEASIBLE with no stages, and the note says that nothing
+    was proved: the time ran out first.
+    """
+    ran_out = f"the {time_limit:g} s time limit ran out before {step} finished"
     if best is None and hints:
         best = hints[0], first_objective(table, problem, hints[0])
     if best is None:
         # Nothing found in time, so nothing is proved either: a best effort with no time left says so.
-        outcome = _infeasible(table, problem, "ilp", relaxed, layer_bytes, time.monotonic(), time_limit)
-        return SplitOutcome("ilp", outcome.status, outcome.bounds, note=f"{ran_out}; {outcome.note}")
-    return SplitOutcome("ilp", "FEASIBLE", best[0], objective=float(best[1]),
+        outcome = _infeasible(table, problem, solver, relaxed, layer_bytes, time.monotonic(), time_limit)
+        return SplitOutcome(solver, outcome.status, outcome.bounds, note=f"{ran_out}; {outcome.note}")
+    return SplitOutcome(solver, "FEASIBLE", best[0], objective=float(best[1]),
                         note=f"{ran_out}: the best split found by then, not proved optimal")
 
 
