@@ -252,7 +252,7 @@ def load_analysis(path: str, options: AnalysisOptions = AnalysisOptions(), *, us
     where = cache_path(sha, key, cache_dir)
     if use_cache:
         with phase("reading the cache"):
-            hit = load_cached(where, sha, key, str(path))
+            hit = load_cached(where, sha, key, str(path), OperationTable)
         if hit is not None:
             log.info("loaded %s from cache in %.2f s", path, time.perf_counter() - t0)
             analysis = analyse_profile(hit[0], options, ops=hit[1])

@@ -16,6 +16,11 @@ variable names stay compressed in memory too (:class:`NameTable` inflates a
 chunk when a name in it is read). A file that is unreadable, truncated,
 damaged, from another version or for another profile is ignored and
 rebuilt; nothing here ever raises to the user.
+
+Beside the profile, a file holds what the caller derived from it (the
+operation table): any frozen dataclass of arrays, tuples and scalars, stored
+the same way. The caller names its type when it loads, so this module,
+like all of ``profile/``, imports nothing from the layers above it.
 """
 
 from __future__ import annotations
@@ -33,14 +38,13 @@ import zlib
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 from numpy.lib import format as npy_format
 
 from popliner import __version__
 from popliner.fileio import atomic_write
-from popliner.ops.operations import OperationTable
 from popliner.profile import zcodec
 from popliner.profile.model import Contexts, NameTable, Profile, Programs, Target, Variables, VertexTypes
 from popliner.profile.tilevector import RunTable
@@ -59,11 +63,12 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-CACHE_FORMAT = 3
+#: 4: the derived data sits under "derived" (was "ops"), its type named by the caller.
+CACHE_FORMAT = 4
 _CLASSES: dict[str, type] = {
-    c.__name__: c
-    for c in (Profile, Target, Programs, Variables, NameTable, Contexts, VertexTypes, RunTable, OperationTable)
+    c.__name__: c for c in (Profile, Target, Programs, Variables, NameTable, Contexts, VertexTypes, RunTable)
 }
+T = TypeVar("T")
 #: What a bad cache file can raise while it is read (it is then rebuilt).
 _READ_ERRORS: tuple[type[Exception], ...] = (
     OSError, ValueError, KeyError, TypeError, EOFError, zipfile.BadZipFile, json.JSONDecodeError, UnicodeDecodeError,
@@ -91,8 +96,11 @@ def cache_path(sha256: str, options_key: str, directory: str | os.PathLike[str] 
     return cache_dir(directory) / f"{sha256[:40]}-{digest}.npz"
 
 
-def store_cached(path: Path, sha256: str, options_key: str, profile: Profile, ops: OperationTable) -> None:
-    """Write the cache file; a failure (read-only disk, full disk) is only logged."""
+def store_cached(path: Path, sha256: str, options_key: str, profile: Profile, derived: object) -> None:
+    """Write the cache file; a failure (read-only disk, full disk) is only logged.
+
+    ``derived`` is a frozen dataclass of arrays, tuples and scalars built from ``profile``.
+    """
     arrays: dict[str, np.ndarray] = {}
     meta = {
         "version": __version__,
@@ -100,7 +108,7 @@ def store_cached(path: Path, sha256: str, options_key: str, profile: Profile, op
         "sha256": sha256,
         "options": options_key,
         "profile": _flatten(profile, "p.", arrays),
-        "ops": _flatten(ops, "o.", arrays),
+        "derived": _flatten(derived, "d.", arrays),
     }
     meta["codecs"] = _pack_all(arrays)
     # The document (names of programs and contexts, their data) is deflated too.
@@ -113,8 +121,9 @@ def store_cached(path: Path, sha256: str, options_key: str, profile: Profile, op
         log.info("could not write cache %s: %s", path, exc)
 
 
-def load_cached(path: Path, sha256: str, options_key: str, profile_path: str) -> tuple[Profile, OperationTable] | None:
-    """The cached profile and operations, or None when absent, stale or corrupt."""
+def load_cached(path: Path, sha256: str, options_key: str, profile_path: str,
+                derived: type[T]) -> tuple[Profile, T] | None:
+    """The cached profile and the data derived from it (of type ``derived``), or None when absent, stale or corrupt."""
     if not path.is_file():
         return None
     try:
@@ -126,15 +135,15 @@ def load_cached(path: Path, sha256: str, options_key: str, profile_path: str) ->
             log.debug("cache %s is stale; rebuilding", path)
             return None
         _unpack_all(arrays, meta["codecs"])
-        profile = _unflatten(meta["profile"], arrays)
-        ops = _unflatten(meta["ops"], arrays)
+        profile = _unflatten(meta["profile"], arrays, _CLASSES)
+        extra = _unflatten(meta["derived"], arrays, {**_CLASSES, derived.__name__: derived})
     except _READ_ERRORS as exc:
         log.debug("cache %s is unreadable (%s); rebuilding", path, exc)
         return None
-    if not isinstance(profile, Profile) or not isinstance(ops, OperationTable):
+    if not isinstance(profile, Profile) or not isinstance(extra, derived):
         return None
     # The same content may sit under another name; report the name used now.
-    return dataclasses.replace(profile, path=profile_path), ops
+    return dataclasses.replace(profile, path=profile_path), extra
 
 
 def _read_npz(path: Path) -> dict[str, np.ndarray]:
@@ -281,17 +290,17 @@ def _flatten(obj: Any, prefix: str, arrays: dict[str, np.ndarray]) -> Any:
     return obj
 
 
-def _unflatten(desc: Any, arrays: dict[str, np.ndarray]) -> Any:
+def _unflatten(desc: Any, arrays: dict[str, np.ndarray], classes: dict[str, type]) -> Any:
     if isinstance(desc, dict):
         if "__array__" in desc:
             return arrays[desc["__array__"]]
         if "__class__" in desc:
-            cls = _CLASSES[desc["__class__"]]
-            return cls(**{k: _unflatten(v, arrays) for k, v in desc["fields"].items()})
+            cls = classes[desc["__class__"]]
+            return cls(**{k: _unflatten(v, arrays, classes) for k, v in desc["fields"].items()})
         if "__tuple__" in desc:
-            return tuple(_unflatten(v, arrays) for v in desc["__tuple__"])
+            return tuple(_unflatten(v, arrays, classes) for v in desc["__tuple__"])
         if "__arraydict__" in desc:
-            return {k: _unflatten(v, arrays) for k, v in desc["__arraydict__"].items()}
+            return {k: _unflatten(v, arrays, classes) for k, v in desc["__arraydict__"].items()}
     return desc
 
 
