@@ -84,8 +84,8 @@ class SplitResult:
         return bool(self.stages) and all(s.fits for s in self.stages)
 
     def to_frame(self) -> Any:
-        """One row per IPU as a pandas DataFrame (see :func:`popliner.frames.split_frame`)."""
-        from popliner.frames import split_frame
+        """One row per IPU as a pandas DataFrame (see :func:`popliner.dataframes.split_frame`)."""
+        from popliner.dataframes import split_frame  # here, so that importing a solver does not import pandas
 
         return split_frame(self)
 
