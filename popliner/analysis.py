@@ -205,7 +205,8 @@ def solve_split(analysis: Analysis, problem: SplitProblem, *, solver: SolverName
         figure = range_figure(engine, i, j, k, count)
         detail = None
         if not figure.fits(problem.budget) and outcome.status == "INFEASIBLE":
-            detail = overflow_detail(engine.model, engine.range_ops(i, j), figure.worst_tile)
+            detail = overflow_detail(engine.model, table.stage_ops(i, j) if k == 0 else engine.range_ops(i, j),
+                                     figure.worst_tile)
         stages.append(stage_result(figure, analysis.layer_names, problem.budget, detail))
     return SplitResult(outcome.solver, outcome.status, analysis.mode, problem.num_ipus, problem.budget, tuple(stages),
                        objective=outcome.objective, bound=outcome.bound, gap=outcome.gap,

@@ -16,7 +16,16 @@ holds the layers of position ``i``. PopART then runs:
 - **copy buffers**: an IPU holds what it sends to and receives from its
   neighbours per micro-batch: the bytes crossing its two boundaries, twice
   in training (the gradients of the activations come back over the same
-  boundary), spread evenly over its tiles.
+  boundary), spread evenly over its tiles;
+- **head wrapped onto IPU 0** (``--head-placement wrap``, K >= 2): the head
+  is one more stage, K, on IPU 0, after the last IPU's forward; it runs its
+  forward and backward back to back and stashes nothing. The backward of IPU
+  ``i`` is then stage ``2K-i`` (2K+1 stages; K+1 in inference) and IPU ``i``
+  keeps ``2(K-i)+1`` entries, the last IPU included. IPU 0 holds both its
+  first stage and the head: its model is that of the union of their
+  operations, its stash that of the first stage alone, and its copy buffers
+  those of what it sends to IPU 1 and what the head receives from IPU K-1.
+  With one IPU nothing is pipelined and the head is simply on it.
 
 The memory of an IPU, per tile, is therefore::
 
@@ -51,8 +60,12 @@ __all__ = [
     "extra_stash_entries",
     "forward_stage",
     "grows_past_limit",
+    "head_stage",
+    "head_wraps_at",
     "num_pipeline_stages",
     "position_memory",
+    "range_boundaries",
+    "range_cost",
     "range_figure",
     "spread_over_tiles",
     "stage_figures",
@@ -62,9 +75,18 @@ __all__ = [
 # -- stage numbering ------------------------------------------------------------
 
 
-def num_pipeline_stages(training: bool, num_ipus: int) -> int:
-    """P: K stages in inference, 2K-1 in training (the last IPU's backward shares its stage)."""
-    return 2 * num_ipus - 1 if training else num_ipus
+def head_wraps_at(head_wraps: bool, num_ipus: int) -> bool:
+    """Is the head a stage of its own on IPU 0? Only with ``wrap`` and a pipeline (2 IPUs or more)."""
+    return head_wraps and num_ipus >= 2
+
+
+def num_pipeline_stages(training: bool, num_ipus: int, head_wraps: bool = False) -> int:
+    """P: K stages in inference, 2K-1 in training (the last IPU's backward shares its stage).
+
+    A wrapped head adds one stage: K+1 in inference, 2K+1 in training.
+    """
+    extra = 1 if head_wraps_at(head_wraps, num_ipus) else 0
+    return (2 * num_ipus - 1 + 2 * extra) if training else num_ipus + extra
 
 
 def forward_stage(ipu: int) -> int:
@@ -72,24 +94,42 @@ def forward_stage(ipu: int) -> int:
     return ipu
 
 
-def backward_stage(ipu: int, num_ipus: int) -> int:
-    """Pipeline stage of the backward pass on ``ipu`` in training (K-1 on the last IPU: forward and backward)."""
+def backward_stage(ipu: int, num_ipus: int, head_wraps: bool = False) -> int:
+    """Pipeline stage of the backward pass on ``ipu`` in training.
+
+    ``2K-2-ipu`` (K-1 on the last IPU: forward and backward); with a wrapped
+    head, whose stage K sits between the forwards and the backwards, ``2K-ipu``.
+    """
+    if head_wraps_at(head_wraps, num_ipus):
+        return 2 * num_ipus - ipu
     return 2 * num_ipus - 2 - ipu
+
+
+def head_stage(num_ipus: int) -> int:
+    """Pipeline stage of a wrapped head (on IPU 0; forward and backward in this one stage)."""
+    return num_ipus
 
 
 # -- stash ------------------------------------------------------------------------
 
 
-def stash_depth(position: int, num_ipus: int) -> int:
-    """Stash entries PopART keeps on the IPU at ``position`` of ``num_ipus`` (training)."""
+def stash_depth(position: int, num_ipus: int, head_wraps: bool = False) -> int:
+    """Stash entries PopART keeps on the IPU at ``position`` of ``num_ipus`` (training).
+
+    One per stage between the IPU's forward and backward stages, both
+    included: ``2(K-1-i)+1``, none on the last IPU; with a wrapped head,
+    ``2(K-i)+1`` on every IPU (the head's own stage stashes nothing).
+    """
+    if head_wraps_at(head_wraps, num_ipus):
+        return 2 * (num_ipus - position) + 1
     if position >= num_ipus - 1:
         return 0
     return 2 * (num_ipus - 1 - position) + 1
 
 
-def extra_stash_entries(position: int, num_ipus: int) -> int:
+def extra_stash_entries(position: int, num_ipus: int, head_wraps: bool = False) -> int:
     """Entries beyond the one the single-IPU profile already holds."""
-    return max(stash_depth(position, num_ipus) - 1, 0)
+    return max(stash_depth(position, num_ipus, head_wraps) - 1, 0)
 
 
 # -- copy buffers -----------------------------------------------------------------
@@ -129,6 +169,15 @@ class RangeCosts(Protocol):
         """Are there operations without a layer (they go with the first range)?"""
 
     @property
+    def head_wraps(self) -> bool:
+        """Is there a head wrapped onto IPU 0 (``--head-placement wrap``)?
+
+        It is not one of the ``num_layers`` layers placed: ``memory(0, j, .)``,
+        ``compute(0, j)`` and ``cost(0, j)`` hold it, and ``crossing`` of the
+        last layer is what the head receives.
+        """
+
+    @property
     def limit(self) -> float:
         """Largest worst-tile figure of interest; above it a range reads as ``inf``."""
 
@@ -147,36 +196,57 @@ class RangeCosts(Protocol):
         """Compute cycles of one micro-batch through the range."""
 
     def crossing(self, j: int) -> int:
-        """Bytes crossing the boundary after layer ``j`` (0 after the last layer, and for ``j < 0``)."""
+        """Bytes crossing the boundary after layer ``j`` (0 for ``j < 0``; after the last layer, what a
+        wrapped head receives, else 0)."""
 
     def transfer(self, nbytes: int) -> int:
         """Cycles to move ``nbytes`` over the IPU link."""
-
-    def cost(self, i: int, j: int) -> int:
-        """Compute cycles plus the transfer of what the range receives."""
 
     def forbidden_splits(self, keep_shared_together: bool) -> frozenset[int]:
         """Layers after which no stage may end."""
 
 
+def _extra(costs: RangeCosts, position: int, num_ipus: int, training: bool) -> int:
+    return extra_stash_entries(position, num_ipus, costs.head_wraps) if training else 0
+
+
+def range_boundaries(costs: RangeCosts, i: int, j: int) -> tuple[int, int]:
+    """(bytes received, bytes sent on) per micro-batch by the IPU holding range ``i..j``.
+
+    With a wrapped head, the first IPU also receives what the head takes from
+    the last IPU, which sends it on; when one range holds every layer there is
+    no pipeline and nothing crosses.
+    """
+    last = costs.num_layers - 1
+    if not costs.head_wraps:
+        return costs.crossing(i - 1), costs.crossing(j)
+    if i == 0 and j == last:
+        return 0, 0
+    into_head = costs.crossing(last)
+    return (into_head if i == 0 else costs.crossing(i - 1)), costs.crossing(j)
+
+
+def range_cost(costs: RangeCosts, i: int, j: int) -> int:
+    """Compute cycles of range ``i..j`` plus the transfer of what its IPU receives (:func:`range_boundaries`)."""
+    return costs.compute(i, j) + costs.transfer(range_boundaries(costs, i, j)[0])
+
+
 def grows_past_limit(costs: RangeCosts, i: int, j: int, position: int, num_ipus: int, training: bool) -> bool:
     """The range is over the limit before its copy buffers: so is every range that holds it."""
-    extra = extra_stash_entries(position, num_ipus) if training else 0
-    return costs.memory(i, j, extra) == math.inf
+    return costs.memory(i, j, _extra(costs, position, num_ipus, training)) == math.inf
 
 
 def position_memory(costs: RangeCosts, i: int, j: int, position: int, num_ipus: int, training: bool) -> float:
     """Worst-tile bytes of range ``i..j`` on the IPU at ``position`` of ``num_ipus``; ``inf`` over the limit.
 
     The model, the stash entries of the position and the copy buffers of the
-    range's two boundaries. Copy buffers are the same on every tile, so they
-    add to the worst tile as they are.
+    range's two boundaries (:func:`range_boundaries`). Copy buffers are the
+    same on every tile, so they add to the worst tile as they are.
     """
-    extra = extra_stash_entries(position, num_ipus) if training else 0
-    base = costs.memory(i, j, extra)
+    base = costs.memory(i, j, _extra(costs, position, num_ipus, training))
     if base == math.inf:
         return base
-    total = base + copy_buffer_per_tile(costs.crossing(i - 1), costs.crossing(j), costs.tiles, training)
+    total = base + copy_buffer_per_tile(*range_boundaries(costs, i, j), costs.tiles, training)
     return total if total <= costs.limit else math.inf
 
 
@@ -204,6 +274,8 @@ class StageFigure:
     bytes_out: int
     forward_cycles: int
     backward_cycles: int
+    #: Cycles of a wrapped head on this IPU (its own pipeline stage, forward and backward), else 0.
+    head_cycles: int = 0
 
     @property
     def extra_stash_entries(self) -> int:
@@ -245,40 +317,55 @@ class StageFigure:
 
     @property
     def cycles(self) -> int:
-        return self.forward_cycles + self.backward_cycles
+        """Compute cycles of one micro-batch on the IPU (a wrapped head's included)."""
+        return self.forward_cycles + self.backward_cycles + self.head_cycles
 
     def fits(self, budget: int) -> bool:
         return self.worst_bytes <= budget
 
 
 def _figure(engine: MemoryEngine, layers: Sequence[int], position: int, num_ipus: int, bytes_in: int,
-            bytes_out: int) -> StageFigure:
+            bytes_out: int, wraps: bool = False) -> StageFigure:
+    """One IPU's figure; ``wraps``: the pipeline has a wrapped head (a stage of its own on IPU 0)."""
+    holds_head = wraps and position == 0
+    own = [k for k in layers if not (holds_head and k == engine.head_layer)]
     ops = engine.stage_ops(layers, first_stage=position == 0)
-    depth = stash_depth(position, num_ipus) if engine.training else 0
-    entry = engine.stash_entry_per_tile(ops) if depth else np.zeros(engine.tiles, np.int64)
-    forward, backward = engine.cycles_split(ops)
+    own_ops = engine.stage_ops(own, first_stage=position == 0) if holds_head else ops
+    depth = stash_depth(position, num_ipus, wraps) if engine.training else 0
+    entry = engine.stash_entry_per_tile(own_ops) if depth else np.zeros(engine.tiles, np.int64)
+    forward, backward = engine.cycles_split(own_ops)
+    head = sum(engine.cycles_split(engine.stage_ops([engine.head_layer], False))) if holds_head else 0
     return StageFigure(
         position=position, num_ipus=num_ipus, layers=tuple(int(k) for k in layers), memory=engine.stage_memory(ops),
         stash_entry_per_tile=entry, stash_entries=depth,
         copy_buffer=copy_buffer_per_tile(bytes_in, bytes_out, engine.tiles, engine.training),
         bytes_in=bytes_in, bytes_out=bytes_out, forward_cycles=forward, backward_cycles=backward,
+        head_cycles=head,
     )
 
 
 def stage_figures(engine: MemoryEngine, stages: Sequence[Sequence[int]]) -> tuple[StageFigure, ...]:
-    """Each IPU's figure for a placement: ``stages[k]`` are the layer indices on IPU ``k``.
+    """Each IPU's figure for a placement: ``stages[k]`` are the layer indices on IPU k.
 
     Stages need not be contiguous (``popliner check`` takes hand-edited
     configs); the bytes crossing into IPU ``k`` are those used both by the
-    layers of IPUs ``0..k-1`` and by those of ``k..K-1``.
+    layers of IPUs ``0..k-1`` and by those of ``k..K-1``. With a wrapped head
+    on IPU 0 (and 2 IPUs or more) the head counts as a stage after IPU K-1:
+    IPU 0 receives what it takes from IPU K-1.
     """
     count = len(stages)
+    wraps = engine.head_wraps and head_wraps_at(True, count) and engine.head_layer in stages[0]
+    head = [engine.head_layer] if wraps else []
+    order = [[x for x in stages[0] if x not in head], *stages[1:]]  # pipeline order, the head left out
     crossing = [0] * (count + 1)  # crossing[k]: into IPU k (0 into the first, 0 out of the last)
     for k in range(1, count):
-        before = [x for group in stages[:k] for x in group]
-        after = [x for group in stages[k:] for x in group]
+        before = [x for group in order[:k] for x in group]
+        after = [x for group in order[k:] for x in group] + head
         crossing[k] = engine.boundary_bytes(before, after)
-    return tuple(_figure(engine, group, k, count, crossing[k], crossing[k + 1]) for k, group in enumerate(stages))
+    if wraps:
+        crossing[0] = crossing[count] = engine.boundary_bytes([x for group in order for x in group], head)
+    return tuple(_figure(engine, group, k, count, crossing[k], crossing[k + 1], wraps)
+                 for k, group in enumerate(stages))
 
 
 def range_figure(engine: MemoryEngine, i: int, j: int, position: int, num_ipus: int) -> StageFigure:
@@ -286,9 +373,18 @@ def range_figure(engine: MemoryEngine, i: int, j: int, position: int, num_ipus: 
 
     Exact for any contiguous split (the planner's view): the range receives
     the bytes crossing the boundary before layer ``i`` and sends those after
-    layer ``j``.
+    layer ``j``. With a wrapped head, ``i..j`` index the layers before the
+    head, and the range at position 0 holds the head too.
     """
     cross = engine.crossing
     bytes_in = int(cross[i - 1]) if 0 < i <= len(cross) else 0
     bytes_out = int(cross[j]) if 0 <= j < len(cross) else 0
-    return _figure(engine, range(i, j + 1), position, num_ipus, bytes_in, bytes_out)
+    layers = list(range(i, j + 1))
+    wraps = engine.head_wraps and head_wraps_at(True, num_ipus)
+    if engine.head_wraps and position == 0:
+        layers.append(engine.head_layer)
+        if wraps:
+            bytes_in = int(cross[engine.head_layer - 1])
+        else:
+            bytes_out = 0  # one IPU holds everything: nothing crosses
+    return _figure(engine, layers, position, num_ipus, bytes_in, bytes_out, wraps)

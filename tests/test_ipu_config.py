@@ -131,3 +131,27 @@ def test_training_options_reach_the_ipu_config(tmp_path: Path) -> None:
     assert cfg["optimizer_state_offchip"] is True
     assert cfg["replicated_tensor_sharding"] is True
     assert cfg["replication_factor"] == 2
+
+
+TINY_TRAINING = ROOT / "fixtures" / "profiles" / "tiny-training.json"
+
+
+@pytest.mark.parametrize(("placement", "layers", "expected"), [
+    # The model's layers per IPU, as optimum-graphcore counts them: the embedding and head groups are not layers.
+    ("first", [["0"], ["1"]], [1, 1]),
+    ("last", [["embedding", "0"], ["1", "head"]], [1, 1]),
+    ("wrap", [["embedding", "0", "head"], ["1"]], [1, 1]),
+])
+def test_layers_per_ipu_counts_the_models_layers_only(tmp_path: Path, placement: str, layers: list[list[str]],
+                                                      expected: list[int]) -> None:
+    cfg, split, _ = solve(TINY_TRAINING, tmp_path, "--num-ipus", "2", "--exact-ipus", "--mem-per-tile", "800",
+                          "--head-placement", placement)
+    assert [s["layers"] for s in split["stages"]] == layers
+    assert split["layers_per_ipu"] == expected and cfg["layers_per_ipu"] == expected
+
+
+def test_an_ipu_with_the_embedding_alone_counts_no_layer(tmp_path: Path) -> None:
+    cfg, split, _ = solve(TINY_TRAINING, tmp_path, "--num-ipus", "3", "--exact-ipus", "--mem-per-tile", "800",
+                          "--head-placement", "wrap")
+    assert [s["layers"] for s in split["stages"]] == [["embedding", "head"], ["0"], ["1"]]
+    assert split["layers_per_ipu"] == [0, 1, 1] == cfg["layers_per_ipu"]

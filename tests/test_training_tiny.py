@@ -248,3 +248,81 @@ def test_cli_recompute_auto_takes_the_least_that_fits():
     assert result.exit_code == 0, result.stderr
     assert json.loads(result.stdout)["training"]["recompute"] == "pipeline"
     assert "--recompute auto chose pipeline" in result.stderr
+
+
+# -- head placement wrap: the head is a stage of its own on IPU 0 (tiny-training.md) ------------------
+
+
+def worst_with_copy(stages, **kwargs) -> list[tuple[int, int, int]]:
+    """(worst tile, its bytes: model + stash + copy buffers, cycles) per IPU."""
+    return [(f.worst_tile, f.worst_bytes, f.cycles) for f in analysed(**kwargs).pipeline_figures(stages)]
+
+
+def test_wrap_two_ipus_by_hand():
+    figures = analysed(head_placement="wrap").pipeline_figures([["embedding", "0", "head"], ["1"]])
+    # Model + stash per tile: IPU 0 = union of position 0 and the head, with 4 extra entries of 50.
+    assert [(f.memory.total_per_tile + f.stash_per_tile).tolist() for f in figures] == [[591, 245], [50, 380]]
+    assert [f.stash_entries for f in figures] == [5, 3]
+    # IPU 0 receives h1 + dh1 = 50 (into the head) and sends h0 + dh0 = 50: ceil(2 x 100 / 2) per tile.
+    assert [(f.bytes_in, f.bytes_out, f.copy_buffer) for f in figures] == [(50, 50, 100), (50, 50, 100)]
+    assert [(f.forward_cycles, f.backward_cycles, f.head_cycles) for f in figures] == [(130, 310, 185), (120, 260, 0)]
+
+
+def test_wrap_last_first_compared_by_hand():
+    # The same model on 2 IPUs, each placement with its own stash and copy buffers.
+    assert worst_with_copy([["0"], ["1"]]) == [(0, 410 + 50, 625), (1, 320 + 50, 380)]
+    assert worst_with_copy(LAST_2, head_placement="last") == [(0, 491 + 50, 440), (1, 475 + 50, 565)]
+    assert worst_with_copy([["embedding", "0", "head"], ["1"]], head_placement="wrap") == [(0, 691, 625),
+                                                                                          (1, 480, 380)]
+
+
+def test_wrap_three_ipus_embedding_alone_by_hand():
+    got = worst_with_copy([["embedding", "head"], ["0"], ["1"]], head_placement="wrap")
+    # IPU 0: 120 + dl + dWh (step 7) on tile 1, copy ceil(2 x (50 + 40) / 2) = 90; depth 7 of an empty entry.
+    # IPU 1: 310 + 4 x 30 (a0) + 90; IPU 2: 320 + 2 x 30 + 100.
+    assert got == [(1, 310, 245), (0, 520, 380), (1, 480, 380)]
+
+
+def test_wrap_on_one_ipu_is_no_pipeline():
+    one = analysed(head_placement="wrap").pipeline_figures([["embedding", "0", "1", "head"]])[0]
+    last = analysed(head_placement="last").pipeline_figures([["embedding", "0", "1", "head"]])[0]
+    assert (one.stash_entries, one.copy_buffer, one.worst_bytes) == (0, 0, 475) == (last.stash_entries,
+                                                                                   last.copy_buffer, last.worst_bytes)
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"recompute": "every-layer"}, {"optimizer_state": "off-chip"}])
+def test_wrap_range_table_and_range_figure_agree_with_the_placement(kwargs):
+    from popliner.memory.ranges import ProfileRanges
+    from popliner.pipeline import position_memory, range_figure
+
+    analysis = analysed(head_placement="wrap", **kwargs)
+    engine = analysis.engine
+    table = ProfileRanges(engine, 10_000)
+    assert table.num_layers == 3 and table.head_wraps  # the head is not placed by the solvers
+    for bounds, names in (([(0, 1), (2, 2)], [["embedding", "0", "head"], ["1"]]),
+                          ([(0, 0), (1, 1), (2, 2)], [["embedding", "head"], ["0"], ["1"]]),
+                          ([(0, 2)], [["embedding", "0", "1", "head"]])):
+        figures = analysis.pipeline_figures(names)
+        count = len(bounds)
+        for k, (i, j) in enumerate(bounds):
+            assert position_memory(table, i, j, k, count, True) == figures[k].worst_bytes
+            assert range_figure(engine, i, j, k, count).worst_bytes == figures[k].worst_bytes
+            assert table.compute(i, j) == figures[k].cycles
+
+
+def test_wrap_refuses_pipeline_recomputation():
+    with pytest.raises(UsageProblem, match="not modelled"):
+        TrainingOptions(head_placement="wrap", recompute="pipeline")
+
+
+def test_cli_wrap_puts_the_head_on_ipu_0():
+    from click.testing import CliRunner
+
+    from popliner.cli import cli
+
+    result = CliRunner().invoke(cli, [str(TINY), "--solve", "--num-ipus", "2", "--exact-ipus", "--head-placement",
+                                      "wrap", "--mem-per-tile", "800"])
+    assert result.exit_code == 0, result.output
+    stages = json.loads(result.stdout)["stages"]
+    assert [s["layers"] for s in stages] == [["embedding", "0", "head"], ["1"]]
+    assert [s["worst_tile_bytes"] for s in stages] == [691, 480]

@@ -365,9 +365,9 @@ def _solve(analysis: Analysis, problem: Any, min_ipus: bool, solver: str, time_l
 def _auto_recompute(analysis: Analysis, problem: Any, split: Any, min_ipus: bool, solver: str, time_limit: float,
                     seed: int, link_bandwidth: float) -> tuple[Analysis, Any]:
     """``--recompute auto``: the first of none, pipeline, every-layer whose split fits (the last tried otherwise)."""
-    from popliner.training_choice import AUTO_ORDER, reanalyse
+    from popliner.training_choice import auto_order, reanalyse
 
-    for mode in AUTO_ORDER[1:]:
+    for mode in auto_order(analysis.options.training)[1:]:
         if split.fits or analysis.mode != "training" or analysis.engine.view.recompute == "compiled":
             break
         analysis = reanalyse(analysis, recompute=mode)
@@ -388,7 +388,7 @@ def _suggest_training_options(analysis: Analysis, problem: Any, link_bandwidth: 
     if found is not None:
         option, fewest = found
         flags = training_flags(option, analysis.options.training)
-        click.echo(f"popliner: fits on {fewest} IPUs with {flags}", err=True)
+        click.echo(f"popliner: fits on {fewest} IPU{'' if fewest == 1 else 's'} with {flags}", err=True)
 
 
 def _problem_again(analysis: Analysis, problem: Any) -> Any:
@@ -471,8 +471,11 @@ def _report_split(analysis: Analysis, split: Any, config_out: str | None, force:
     if record is not None:
         doc["training"] = record
     if analysis.options.training.head_placement != "first" and "unlayered_operations" in doc:
-        doc["unlayered_operations"] = (f"embedding and head are layers of their own "
-                                       f"(--head-placement {analysis.options.training.head_placement})")
+        placement = analysis.options.training.head_placement
+        where = ("the head is a pipeline stage of its own on IPU 0" if placement == "wrap"
+                 else "the head on the last IPU")
+        doc["unlayered_operations"] = (f"embedding and head are layers of their own, {where} "
+                                       f"(--head-placement {placement})")
     with atomic_write("-", force=False) as out:
         write_split_json(doc, out)
     if config_out and split.stages:

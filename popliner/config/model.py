@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from popliner import pipeline
 from popliner.errors import UsageProblem
+from popliner.memory.training import model_layer_counts
 from popliner.memory.types import ComponentBytes
 from popliner.pipeline import backward_stage, forward_stage
 from popliner.solvers.result import SplitResult, StageResult
@@ -154,7 +155,8 @@ class PipelineConfig:
 
     @property
     def layers_per_ipu(self) -> tuple[int, ...]:
-        return tuple(len(s.layers) for s in self.stages)
+        """The model's layers on each IPU, as optimum-graphcore counts them (no embedding or head group)."""
+        return tuple(model_layer_counts([s.layers for s in self.stages]))
 
     @property
     def effective_budget(self) -> int:

@@ -26,7 +26,13 @@ import numpy as np
 from popliner.arrays import gather_csr
 from popliner.memory.liveness import window_peak
 from popliner.memory.model import MemoryModel
-from popliner.memory.training import TrainingOptions, build_training_view, with_live_steps
+from popliner.memory.training import (
+    EMBEDDING_GROUP,
+    HEAD_GROUP,
+    TrainingOptions,
+    build_training_view,
+    with_live_steps,
+)
 from popliner.memory.types import StageMemory
 from popliner.ops.operations import OperationTable
 from popliner.profile.model import Profile
@@ -89,6 +95,18 @@ class MemoryEngine:
     def has_unlayered(self) -> bool:
         """Are there operations without a layer (they go with the first stage)?"""
         return bool((self.layer_of_op < 0).any())
+
+    @property
+    def head_wraps(self) -> bool:
+        """``--head-placement wrap`` with a head: the last layer (``head``) is a stage of its own on IPU 0."""
+        names = self.layer_names
+        return (self.options.head_placement == "wrap" and len(names) >= 2
+                and names[0] == EMBEDDING_GROUP and names[-1] == HEAD_GROUP)
+
+    @property
+    def head_layer(self) -> int:
+        """Index of the ``head`` layer (the last one; meaningful when :attr:`head_wraps`)."""
+        return self.num_layers - 1
 
     # -- operations of a stage ---------------------------------------------------
 

@@ -61,7 +61,10 @@ class ProfileRanges:
                  liveness: Liveness = "auto") -> None:
         self.engine = engine
         self.limit = limit
-        self._names = engine.layer_names
+        # A wrapped head is no layer the solvers place: it goes with the range at position 0.
+        self._wraps = engine.head_wraps
+        self._names = engine.layer_names[:-1] if self._wraps else engine.layer_names
+        self._wrapped: dict[int, tuple[np.ndarray, np.ndarray]] | None = None
         self._bytes_per_cycle = link_bytes_per_second / engine.profile.target.clock_hz
         self._training = engine.training
         self._ranges: dict[tuple[int, int], tuple[np.ndarray, np.ndarray] | None] = {}
@@ -98,6 +101,10 @@ class ProfileRanges:
         return self.engine.has_cycles
 
     @property
+    def head_wraps(self) -> bool:
+        return self._wraps
+
+    @property
     def liveness(self) -> Literal["grid", "events"]:
         """The liveness path this table's running stages take."""
         return self._shared.liveness
@@ -114,7 +121,7 @@ class ProfileRanges:
         if found is None:
             # The solvers ask for the same (range, depth) many times: every stage count of the DP,
             # the fewest-IPUs search and the ILP's edges read it again.
-            entry = self._range(i, j)
+            entry = self._wrapped_range(j) if self._wraps and i == 0 else self._range(i, j)
             if entry is None:
                 found = OVERFLOW
             else:
@@ -125,25 +132,31 @@ class ProfileRanges:
         return found
 
     def compute(self, i: int, j: int) -> int:
-        return self.engine.range_cycles(i, j)
+        """Cycles of one micro-batch through the range (a wrapped head's with the range at position 0)."""
+        head = self.engine.range_cycles(self.engine.head_layer, self.engine.head_layer) if self._wraps and i == 0 else 0
+        return self.engine.range_cycles(i, j) + head
 
     def crossing(self, j: int) -> int:
-        return int(self._cross[j]) if 0 <= j < self.num_layers - 1 else 0
+        # After the last layer placed: 0, or what a wrapped head receives.
+        return int(self._cross[j]) if 0 <= j < len(self._cross) else 0
 
     def transfer(self, nbytes: int) -> int:
         return math.ceil(nbytes / self._bytes_per_cycle) if nbytes else 0
 
-    def cost(self, i: int, j: int) -> int:
-        """Compute cycles plus the transfer of what the range receives."""
-        return self.compute(i, j) + (self.transfer(self.crossing(i - 1)) if i > 0 else 0)
-
     def forbidden_splits(self, keep_shared_together: bool) -> frozenset[int]:
-        """Boundaries inside the span of an always-live variable several layers use (when asked)."""
+        """Boundaries inside the span of an always-live variable several layers use (when asked).
+
+        A wrapped head is on IPU 0: a variable it shares with layer ``a``
+        keeps layers ``0..a`` on IPU 0.
+        """
         if not keep_shared_together:
             return frozenset()
         forbidden: set[int] = set()
         for a, b in self.engine.always_live_spans:
-            forbidden.update(range(a, b))
+            if self._wraps and b == self.engine.head_layer:
+                forbidden.update(range(0, a))
+            else:
+                forbidden.update(range(a, b))
         return frozenset(forbidden)
 
     # -- per-tile figures ---------------------------------------------------------
@@ -153,7 +166,11 @@ class ProfileRanges:
         return self._range(i, j)
 
     def stage_ops(self, i: int, j: int) -> np.ndarray:
-        return self.engine.range_ops(i, j)
+        """Operations of the range's IPU (a wrapped head's with the range at position 0)."""
+        ops = self.engine.range_ops(i, j)
+        if self._wraps and i == 0:
+            ops = np.union1d(ops, self.engine.range_ops(self.engine.head_layer, self.engine.head_layer))
+        return ops
 
     def stage_memory(self, i: int, j: int) -> StageMemory:
         """The direct model's figure of the range (memoised by the engine)."""
@@ -165,6 +182,28 @@ class ProfileRanges:
         if i not in self._done_from:
             self._extend_from(i)
         return self._ranges.get((i, j))
+
+    def _wrapped_range(self, j: int) -> tuple[np.ndarray, np.ndarray] | None:
+        """(total per tile, stash entry per tile) of range ``0..j`` with the wrapped head; None over the limit.
+
+        The total is the model of the union of both stages' operations; the
+        stash entry is the range's alone (the head stashes nothing).
+        """
+        if self._wrapped is None:
+            self._wrapped = {}
+            # The plain ranges first: they give the stash entries and use the shared grid themselves.
+            plain = [self._range(0, k) for k in range(self.num_layers)]
+            state = _RunningStage(self.engine, self._shared.grid)
+            state.add(self._shared.layer_parts(self.engine.head_layer))
+            for k, entry in enumerate(plain):
+                if entry is None:
+                    break  # the range alone is over the limit: with the head too
+                state.add(self._shared.layer_parts(k))
+                total = state.total_per_tile()
+                if int(total.max()) > self.limit:
+                    break
+                self._wrapped[k] = (total, entry[1])
+        return self._wrapped.get(j)
 
     def _extend_from(self, i: int) -> None:
         """Evaluate ``i..j`` for growing ``j`` until the range overflows the limit."""

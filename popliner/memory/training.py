@@ -41,6 +41,7 @@ __all__ = [
     "with_live_steps",
     "called_operations",
     "head_groups",
+    "model_layer_counts",
     "optimizer_state_variables",
     "recompute_operations",
     "update_operations",
@@ -51,8 +52,8 @@ OptimizerState = Literal["on-chip", "off-chip"]
 HeadPlacement = Literal["first", "last", "wrap"]
 RECOMPUTE_MODES: tuple[str, ...] = ("none", "pipeline", "every-layer", "auto")
 OPTIMIZER_STATES: tuple[str, ...] = ("on-chip", "off-chip")
-#: ``wrap`` (the head as a last stage back on IPU 0) is defined in docs/solvers.md but not modelled yet.
-HEAD_PLACEMENTS: tuple[str, ...] = ("first", "last")
+#: Where the unlayered operations go (docs/solvers.md, "--head-placement").
+HEAD_PLACEMENTS: tuple[str, ...] = ("first", "last", "wrap")
 #: Names of weight-update operations (a call site counts when its body matches).
 DEFAULT_UPDATE_REGEX = r"(?i)varupdate|updater|sgd|adam|lamb|momentum|optimi[sz]er"
 #: Names given to the unlayered groups when they become layers of their own.
@@ -80,6 +81,10 @@ class TrainingOptions:
         _choice("--recompute", self.recompute, RECOMPUTE_MODES)
         _choice("--optimizer-state", self.optimizer_state, OPTIMIZER_STATES)
         _choice("--head-placement", self.head_placement, HEAD_PLACEMENTS)
+        if self.head_placement == "wrap" and self.recompute == "pipeline":
+            # The wrapped head, not the last IPU, is then the stage PopART leaves as it is: not modelled.
+            raise UsageProblem("--recompute pipeline with --head-placement wrap is not modelled; "
+                               "use --recompute every-layer, or --head-placement last")
         if not isinstance(self.replication_factor, int) or self.replication_factor < 1:
             raise UsageProblem(f"--replication-factor {self.replication_factor!r}: expected an integer >= 1")
         if self.sharded_optimizer_state and self.replication_factor < 2:
@@ -259,6 +264,21 @@ def regroup_layers(layers: LayerAssignment, groups: np.ndarray, placement: HeadP
     notes = tuple(EMBEDDING_GROUP if g == 0 else HEAD_GROUP if g == 1 else n
                   for g, n in zip(groups.tolist(), layers.note))
     return LayerAssignment(layer_of_op, notes, (EMBEDDING_GROUP, *names, HEAD_GROUP))
+
+
+def model_layer_counts(stages: list[tuple[str, ...]] | tuple[tuple[str, ...], ...]) -> list[int]:
+    """How many of the model's own layers each IPU holds: the ``embedding`` and ``head`` groups are not layers.
+
+    optimum-graphcore's ``layers_per_ipu`` counts the model's layers (for
+    BERT its encoder layers, summing to ``num_hidden_layers``); an IPU that
+    holds only the embedding counts 0 (``[0, 4, 4, 4]`` for BERT-Base). The
+    groups are popliner's (``--head-placement last|wrap``) only when both
+    are there and ``embedding`` leads: a model's own layer named ``head`` counts.
+    """
+    names = [name for stage in stages for name in stage]
+    groups = bool(names) and names[0] == EMBEDDING_GROUP and HEAD_GROUP in names
+    skip = (EMBEDDING_GROUP, HEAD_GROUP) if groups else ()
+    return [sum(1 for name in stage if name not in skip) for stage in stages]
 
 
 # -- the what-if view ---------------------------------------------------------------------

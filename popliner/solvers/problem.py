@@ -46,12 +46,17 @@ class ArrayRanges:
     Range memory is ``max(peak[i..j]) + sum(base[i..j])`` plus ``extra_stash``
     times ``sum(stash[i..j])``, a sub-additive shape like the real model's.
     ``tiles`` spreads copy buffers (0, the default: none); ``has_unlayered``
-    says whether an unlayered group goes with the first range.
+    says whether an unlayered group goes with the first range. ``head``
+    (``base``, ``peak``, ``cycles``) is a head wrapped onto IPU 0: it joins
+    the range at position 0, which then also receives ``crossing[-1]``, the
+    bytes the head takes from the last layer (``crossing`` then has one entry
+    per layer).
     """
 
     def __init__(self, base: Sequence[int], peak: Sequence[int], cycles: Sequence[int],
                  crossing: Sequence[int], stash: Sequence[int] | None = None, limit: float = OVERFLOW,
-                 bytes_per_cycle: float = 1.0, *, tiles: int = 0, has_unlayered: bool = False) -> None:
+                 bytes_per_cycle: float = 1.0, *, tiles: int = 0, has_unlayered: bool = False,
+                 head: tuple[int, int, int] | None = None) -> None:
         self._base = list(base)
         self._peak = list(peak)
         self._cycles = list(cycles)
@@ -61,6 +66,7 @@ class ArrayRanges:
         self._bpc = bytes_per_cycle
         self._tiles = tiles
         self._unlayered = has_unlayered
+        self._head = head
 
     @property
     def num_layers(self) -> int:
@@ -86,21 +92,28 @@ class ArrayRanges:
     def tiles(self) -> int:
         return self._tiles
 
+    @property
+    def head_wraps(self) -> bool:
+        return self._head is not None
+
     def memory(self, i: int, j: int, extra_stash: int) -> float:
-        value = max(self._peak[i : j + 1]) + sum(self._base[i : j + 1]) + extra_stash * sum(self._stash[i : j + 1])
+        peak = max(self._peak[i : j + 1])
+        base = sum(self._base[i : j + 1])
+        if self._head is not None and i == 0:
+            base += self._head[0]
+            peak = max(peak, self._head[1])
+        value = peak + base + extra_stash * sum(self._stash[i : j + 1])
         return value if value <= self._limit else OVERFLOW
 
     def compute(self, i: int, j: int) -> int:
-        return sum(self._cycles[i : j + 1])
+        head = self._head[2] if self._head is not None and i == 0 else 0
+        return sum(self._cycles[i : j + 1]) + head
 
     def crossing(self, j: int) -> int:
-        return self._cross[j] if 0 <= j < self.num_layers - 1 else 0
+        return self._cross[j] if 0 <= j < len(self._cross) and (j < self.num_layers - 1 or self.head_wraps) else 0
 
     def transfer(self, nbytes: int) -> int:
         return math.ceil(nbytes / self._bpc)
-
-    def cost(self, i: int, j: int) -> int:
-        return self.compute(i, j) + (self.transfer(self.crossing(i - 1)) if i > 0 else 0)
 
     def forbidden_splits(self, keep_shared_together: bool) -> frozenset[int]:
         return frozenset()

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from popliner.pipeline import RangeCosts, position_memory
+from popliner.pipeline import RangeCosts, position_memory, range_cost
 from popliner.progress import phase
 from popliner.solvers.dp import dp_bounds
 from popliner.solvers.greedy import greedy_bounds
@@ -90,7 +90,7 @@ def solve_bounds(table: RangeCosts, problem: SplitProblem, *, solver: SolverName
 def first_objective(table: RangeCosts, problem: SplitProblem, bounds: Bounds) -> float:
     """The largest stage cost of a split (cycles with received transfer, else worst-tile bytes)."""
     if table.has_cycles:
-        return float(max(table.cost(i, j) for i, j in bounds))
+        return float(max(range_cost(table, i, j) for i, j in bounds))
     return float(max(position_memory(table, i, j, k, len(bounds), problem.training) for k, (i, j) in enumerate(bounds)))
 
 
@@ -128,8 +128,9 @@ def infeasibility_reason(table: RangeCosts, problem: SplitProblem,
             alone = f" needs {layer_bytes(k):,} bytes on its worst tile" if layer_bytes is not None else " does not fit"
             return (f"layer {name} alone{alone}"
                     f"{' (with the operations that have no layer)' if k == 0 else ''}")
+    depth = "2(K-i)+1 entries on IPU i, the head wrapped" if table.head_wraps else "2(K-1-i)+1 entries on IPU i"
     return ("no number of IPUs works: every layer fits alone, but the activation stashes of the first IPUs "
-            "grow with the pipeline depth (2(K-1-i)+1 entries on IPU i); raise --mem-per-tile, use a smaller "
+            f"grow with the pipeline depth ({depth}); raise --mem-per-tile, use a smaller "
             "micro-batch or recomputation, or compare with --mode inference")
 
 

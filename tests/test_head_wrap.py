@@ -1,0 +1,124 @@
+"""``--head-placement wrap``: PopART's stage numbering and stash depths, and the solvers over a wrapped head.
+
+Expected numbers are worked by hand (docs/solvers.md, "--head-placement").
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from popliner.pipeline import (
+    backward_stage,
+    extra_stash_entries,
+    head_stage,
+    num_pipeline_stages,
+    position_memory,
+    range_boundaries,
+    range_cost,
+    stash_depth,
+)
+from popliner.solvers.dp import dp_bounds
+from popliner.solvers.greedy import greedy_bounds
+from popliner.solvers.ilp import ilp_bounds
+from popliner.solvers.problem import ArrayRanges, SplitProblem
+
+
+def test_stage_numbering_with_a_wrapped_head():
+    # K = 3: forwards 0, 1, 2 on IPUs 0, 1, 2; the head is stage 3 on IPU 0; backwards 4, 5, 6 on IPUs 2, 1, 0.
+    assert num_pipeline_stages(True, 3, head_wraps=True) == 7
+    assert num_pipeline_stages(False, 3, head_wraps=True) == 4
+    assert head_stage(3) == 3
+    assert [backward_stage(i, 3, head_wraps=True) for i in range(3)] == [6, 5, 4]
+    # Stash: one entry per stage from forward to backward, both included; the last IPU stashes too.
+    assert [stash_depth(i, 3, head_wraps=True) for i in range(3)] == [7, 5, 3]
+    assert [extra_stash_entries(i, 3, head_wraps=True) for i in range(3)] == [6, 4, 2]
+    # One IPU: no pipeline, the head is simply on it.
+    assert num_pipeline_stages(True, 1, head_wraps=True) == 1
+    assert stash_depth(0, 1, head_wraps=True) == 0
+    # Without wrap, nothing changes.
+    assert [stash_depth(i, 3) for i in range(3)] == [5, 3, 0]
+    assert num_pipeline_stages(True, 3) == 5
+
+
+def table(limit: float = float("inf"), tiles: int = 0) -> ArrayRanges:
+    # Layers: base 10, peak 5, stash 2, 100 cycles; 4 B cross after layers 0 and 1, 6 B go into the head.
+    return ArrayRanges([10, 10, 10], [5, 5, 5], [100, 100, 100], [4, 4, 6], [2, 2, 2], limit, tiles=tiles,
+                       head=(8, 3, 50))
+
+
+def test_range_figures_with_a_wrapped_head_by_hand():
+    t = table()
+    # Position 0 of 2 holds the head: depth 5 (4 extra entries); position 1 depth 3 (2 extra).
+    assert position_memory(t, 0, 0, 0, 2, True) == 5 + 10 + 8 + 4 * 2
+    assert position_memory(t, 1, 2, 1, 2, True) == 5 + 20 + 2 * 4
+    assert position_memory(t, 0, 1, 0, 2, True) == 5 + 20 + 8 + 4 * 4
+    # IPU 0 receives what the head takes from the last IPU; one range holding everything receives nothing.
+    assert range_boundaries(t, 0, 0) == (6, 4)
+    assert range_boundaries(t, 1, 2) == (4, 6)
+    assert range_boundaries(t, 0, 2) == (0, 0)
+    # Cost: cycles plus received transfer (1 byte per cycle); the head's cycles go with position 0.
+    assert range_cost(t, 0, 0) == 100 + 50 + 6
+    assert range_cost(t, 1, 2) == 200 + 4
+    # Copy buffers over 2 tiles, training: ceil(2 x (6 + 4) / 2) = 10 on IPU 0.
+    assert position_memory(table(tiles=2), 0, 0, 0, 2, True) == 31 + 10
+
+
+def test_solvers_agree_on_a_wrapped_head_by_hand():
+    # [0 | 1 2] costs max(156, 204) = 204; [0 1 | 2] max(256, 104) = 256.
+    problem = SplitProblem(2, 1000, exact_ipus=True, training=True)
+    t = table()
+    dp = dp_bounds(t, problem)
+    assert dp is not None and dp[0] == ((0, 0), (1, 2))
+    ilp = ilp_bounds(t, problem, time_limit=10.0, seed=0, hints=[])
+    assert ilp is not None and ilp.bounds == ((0, 0), (1, 2)) and ilp.objectives[0] == 204
+    assert greedy_bounds(t, SplitProblem(2, 1000, training=True)) is not None
+
+
+def test_a_wrapped_head_can_make_a_split_infeasible():
+    # At 32 bytes: [0 | 1 2] needs 33 on IPU 1, [0 1 | 2] 49 on IPU 0, [0 | 1 | 2] 5 + 10 + 8 + 6 x 2 = 35 on IPU 0.
+    # (The table's limit is the budget.)
+    assert dp_bounds(table(32), SplitProblem(3, 32, training=True)) is None
+    found = dp_bounds(table(35), SplitProblem(3, 35, exact_ipus=True, training=True))
+    assert found is not None and found[0] == ((0, 0), (1, 1), (2, 2))
+
+
+@pytest.mark.parametrize("fixture", ["bert-tiny-training.json", "tiny-training.json"])
+def test_wrap_engine_and_range_table_agree_on_every_split_point(fixture):
+    from pathlib import Path
+
+    from popliner.analysis import AnalysisOptions, load_analysis
+    from popliner.memory.ranges import ProfileRanges
+    from popliner.memory.training import TrainingOptions
+    from popliner.pipeline import range_figure
+
+    path = Path(__file__).resolve().parent.parent / "fixtures" / "profiles" / fixture
+    for kwargs in ({}, {"recompute": "every-layer", "optimizer_state": "off-chip"}):
+        analysis = load_analysis(str(path), AnalysisOptions(training=TrainingOptions(head_placement="wrap", **kwargs)),
+                                 use_cache=False)
+        engine = analysis.engine
+        t = ProfileRanges(engine, 10**12)
+        n = t.num_layers
+        for cut in range(n - 1):
+            for k, (i, j) in enumerate(((0, cut), (cut + 1, n - 1))):
+                assert position_memory(t, i, j, k, 2, True) == range_figure(engine, i, j, k, 2).worst_bytes, (cut, k)
+                assert t.compute(i, j) == range_figure(engine, i, j, k, 2).cycles
+
+
+@pytest.mark.parametrize(("budget", "flag"), [("450", "--recompute every-layer"),
+                                              ("430", "--optimizer-state off-chip")])
+def test_exit_3_names_the_option_that_fits_with_a_wrapped_head(budget, flag):
+    # tiny-training.md: on one IPU the model is 475 bytes and every-layer takes it to 445 (test_training_tiny),
+    # while 2-IPU splits with the wrapped head hold more (5 entries deep on IPU 0, and copy buffers).
+    # pipeline recomputation is not tried: it is not modelled with a wrapped head.
+    from pathlib import Path
+
+    from click.testing import CliRunner
+
+    from popliner.cli import cli
+
+    tiny = Path(__file__).resolve().parent.parent / "fixtures" / "profiles" / "tiny-training.json"
+    result = CliRunner().invoke(cli, [str(tiny), "--solve", "--num-ipus", "2", "--head-placement", "wrap",
+                                      "--mem-per-tile", budget])
+    assert result.exit_code == 3
+    assert f"fits on 1 IPU with {flag}" in result.stderr
+    assert "2(K-i)+1 entries on IPU i, the head wrapped" in result.stderr
