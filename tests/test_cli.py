@@ -246,3 +246,13 @@ def test_stdout_errors_are_one_line_for_tables_and_split_json(tmp_path, args):
 @pytest.mark.parametrize("name", ["-", "/dev/stdout"])
 def test_tables_to_stdout_names_match_plain_stdout(tiny, name):
     assert run(tiny, "--format", "tsv", "-o", name).stdout == run(tiny, "--format", "tsv").stdout
+
+
+def test_each_written_config_is_said_once(tiny, tmp_path):
+    config, ipu_config = tmp_path / "pipeline.yaml", tmp_path / "ipu_config.json"
+    err = run(tiny, "--solve", "--num-ipus", "2", "--config-out", config, "--ipu-config-out", ipu_config).stderr
+    assert config.exists() and ipu_config.exists()
+    lines = err.splitlines()
+    assert [line for line in lines if "wrote" in line and str(ipu_config) in line] == [
+        f"popliner: wrote {ipu_config} (optimum-graphcore IPUConfig)"]
+    assert [line for line in lines if "wrote" in line and str(config) in line] == [f"popliner: wrote {config}; next:"]

@@ -487,8 +487,7 @@ def _report_split(analysis: Analysis, split: Any, config_out: str | None, force:
                                 tiles=t.tiles_per_ipu, bytes_per_tile=t.bytes_per_tile, clock_hz=t.clock_hz,
                                 gradient_accumulation=gradient_accumulation)
         with atomic_write(config_out, force=force) as stream:
-            write_config(cfg, stream)
-        log.info("wrote %s", config_out)
+            write_config(cfg, stream)  # the summary says "wrote" (with the next commands)
 
 
 def _write_report(analysis: Analysis, split: Any, path: str, force: bool, gradient_accumulation: int | None,
@@ -522,8 +521,7 @@ def _write_ipu_config(analysis: Analysis, split: Any, path: str, force: bool, gr
                          sharded_optimizer_state=training.sharded_optimizer_state)
     document = ipu_config(cfg, matmul_proportion, model)
     with atomic_write(path, force=force) as stream:
-        write_ipu_config(document, stream)
-    log.info("wrote %s", path)
+        write_ipu_config(document, stream)  # the summary says "wrote"
 
 
 def _summarise(analysis: Analysis, split: Any, problem: Any, link_bandwidth: float, min_ipus: bool,
@@ -539,7 +537,7 @@ def _summarise(analysis: Analysis, split: Any, problem: Any, link_bandwidth: flo
             facts = fit_facts(analysis, problem, link_bandwidth)
     argv = click.get_current_context().find_root().meta.get("popliner.argv", [])
     config = config_out or "pipeline.yaml"
-    steps = NextSteps(solve_command(argv, config), config, config_out is not None, analysis.profile.path)
+    steps = NextSteps(solve_command(argv, config), config, bool(config_out and split.stages), analysis.profile.path)
     click.echo(split_summary(split, facts, steps, min_ipus), err=True)
-    if ipu_config_out:
+    if ipu_config_out and split.stages:
         click.echo(f"popliner: wrote {ipu_config_out} (optimum-graphcore IPUConfig)", err=True)
