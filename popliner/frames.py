@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from popliner.analysis import Analysis, AnalysisOptions, load_analysis
-from popliner.dataframes import component_columns, split_frame, typed
+from popliner.dataframes import component_columns, typed
 from popliner.errors import UsageProblem
 from popliner.memory.types import COMPONENTS
 
@@ -136,6 +136,12 @@ class Model:
                                training=self.analysis.mode == "training", **constraints)
         return solve_split(self.analysis, problem, solver=solver, time_limit=time_limit,  # type: ignore[arg-type]
                            seed=seed, link_bytes_per_second=link_bytes_per_second)
+
+
+def split_frame(split: SplitResult) -> pd.DataFrame:
+    """One row per IPU of a split (the same as ``split.to_frame()``)."""
+    frame: pd.DataFrame = split.to_frame()
+    return frame
 
 
 def _matrix(matrix: LayerMatrix) -> pd.DataFrame:

@@ -27,9 +27,9 @@ ALLOWED: dict[str, frozenset[str]] = {
     "ops": frozenset({"profile"}),
     "memory": frozenset({"profile", "ops"}),
     "pipeline": frozenset({"profile", "ops", "memory"}),
-    # dataframes: SplitResult.to_frame's pandas view (it imports only memory).
+    # dataframes: typed pandas columns for SplitResult.to_frame (it imports only memory).
     "solvers": frozenset({"profile", "ops", "memory", "pipeline", "dataframes"}),
-    "dataframes": frozenset({"memory", "solvers"}),
+    "dataframes": frozenset({"memory"}),
 }
 #: Leaf -> the other leaves it may import.
 LEAF_IMPORTS: dict[str, frozenset[str]] = {
