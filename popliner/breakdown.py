@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from popliner.analysis import Analysis
+from popliner.config.options import training_of
 from popliner.memory.model import whole_program_memory
 from popliner.memory.ranges import ProfileRanges
 from popliner.memory.sharing import handed_over_bytes, shared_bytes
@@ -39,6 +40,7 @@ def build_breakdown(analysis: Analysis, *, with_operations: bool = True, with_to
         ranges=range_table(analysis, planner_ipus) if planner_ipus else None,
         mode=analysis.mode,
         profile_sha256=p.sha256,
+        training=training_of(analysis),
     )
 
 

@@ -261,6 +261,8 @@ class StageFigure:
     tile, as in the single-IPU profile); ``stash_entry_per_tile`` one
     activation stash entry; ``stash_entries`` the depth PopART keeps;
     ``copy_buffer`` the bytes per tile of its copy buffers.
+    ``recompute_cycles`` is the forward work a recomputing stage runs again
+    in its backward pass; it is part of ``backward_cycles``.
     """
 
     position: int
@@ -274,6 +276,7 @@ class StageFigure:
     bytes_out: int
     forward_cycles: int
     backward_cycles: int
+    recompute_cycles: int = 0
     #: Cycles of a wrapped head on this IPU (its own pipeline stage, forward and backward), else 0.
     head_cycles: int = 0
 
@@ -340,6 +343,7 @@ def _figure(engine: MemoryEngine, layers: Sequence[int], position: int, num_ipus
         stash_entry_per_tile=entry, stash_entries=depth,
         copy_buffer=copy_buffer_per_tile(bytes_in, bytes_out, engine.tiles, engine.training),
         bytes_in=bytes_in, bytes_out=bytes_out, forward_cycles=forward, backward_cycles=backward,
+        recompute_cycles=engine.rerun_cycles(own_ops) if engine.training else 0,
         head_cycles=head,
     )
 

@@ -267,12 +267,12 @@ def _run(profile: str, debug_info: str | None, operation_breakdown: bool, layer_
         with phase("plotting"):
             _write_plots(analysis, plot, force, split, budget)
     if split is not None:
-        _report_split(analysis, split, config_out, force, gradient_accumulation)
+        _report_split(analysis, split, config_out, force, gradient_accumulation, recompute)
         if ipu_config_out and split.stages:
             _write_ipu_config(analysis, split, ipu_config_out, force, gradient_accumulation, matmul_proportion)
         if report and split.stages:
             with phase("writing the report"):
-                _write_report(analysis, split, report, force, gradient_accumulation, link_bandwidth)
+                _write_report(analysis, split, report, force, gradient_accumulation, link_bandwidth, recompute)
         _summarise(analysis, split, problem, link_bandwidth, min_ipus, config_out, ipu_config_out)
         if not split.fits:
             _suggest_training_options(analysis, problem, link_bandwidth)
@@ -447,15 +447,31 @@ def _write_plots(analysis: Analysis, plot: str, force: bool, split: Any, budget:
     plot_layers(breakdown, plot, budget_bytes=budget, force=force)
     log.info("wrote %s", plot)
     if split is not None and split.stages:
-        plot_split(split, _suffixed(plot, "split"), force=force)
+        # The plots name the training options their figures assume (the applied recomputation).
+        assumes = breakdown.training.summary() if breakdown.training is not None else None
+        plot_split(split, _suffixed(plot, "split"), force=force, assumes=assumes)
         ipus = ipu_memories(analysis, [s.layers for s in split.stages], budget=budget)
         plot_tiles(ipus, _suffixed(plot, "tiles"), force=force,
-                   title=f"Memory per tile of each IPU ({analysis.mode}, stash and copy buffers included)")
+                   title=f"Memory per tile of each IPU ({analysis.mode}, stash and copy buffers included)"
+                   + (f"\ntraining options: {assumes}" if assumes else ""))
         log.info("wrote %s and %s", _suffixed(plot, "split"), _suffixed(plot, "tiles"))
 
 
+def _split_config(analysis: Analysis, split: Any, gradient_accumulation: int | None,
+                  requested_recompute: str = "none") -> Any:
+    """The pipeline config of a solved split, with the training options its figures were computed with."""
+    from popliner.config.model import config_from_split
+    from popliner.config.options import training_of
+
+    t = analysis.profile.target
+    training = training_of(analysis, requested_recompute)
+    return config_from_split(split, profile_path=analysis.profile.path, profile_sha256=analysis.profile.sha256,
+                             tiles=t.tiles_per_ipu, bytes_per_tile=t.bytes_per_tile, clock_hz=t.clock_hz,
+                             gradient_accumulation=gradient_accumulation, training=training)
+
+
 def _report_split(analysis: Analysis, split: Any, config_out: str | None, force: bool,
-                  gradient_accumulation: int | None) -> None:
+                  gradient_accumulation: int | None, requested_recompute: str = "none") -> None:
     from popliner.outputs.split_report import split_document, split_picture, split_table, write_split_json
 
     has_unlayered = bool((analysis.layers.layer_of_op < 0).any())
@@ -479,26 +495,18 @@ def _report_split(analysis: Analysis, split: Any, config_out: str | None, force:
     with atomic_write("-", force=False) as out:
         write_split_json(doc, out)
     if config_out and split.stages:
-        from popliner.config.model import config_from_split
         from popliner.config.yaml_io import write_config
 
-        t = analysis.profile.target
-        cfg = config_from_split(split, profile_path=analysis.profile.path, profile_sha256=analysis.profile.sha256,
-                                tiles=t.tiles_per_ipu, bytes_per_tile=t.bytes_per_tile, clock_hz=t.clock_hz,
-                                gradient_accumulation=gradient_accumulation)
+        cfg = _split_config(analysis, split, gradient_accumulation, requested_recompute)
         with atomic_write(config_out, force=force) as stream:
             write_config(cfg, stream)  # the summary says "wrote" (with the next commands)
 
 
 def _write_report(analysis: Analysis, split: Any, path: str, force: bool, gradient_accumulation: int | None,
-                  link_bandwidth: float) -> None:
-    from popliner.config.model import config_from_split
+                  link_bandwidth: float, requested_recompute: str = "none") -> None:
     from popliner.report import build_report, write_report
 
-    t = analysis.profile.target
-    cfg = config_from_split(split, profile_path=analysis.profile.path, profile_sha256=analysis.profile.sha256,
-                            tiles=t.tiles_per_ipu, bytes_per_tile=t.bytes_per_tile, clock_hz=t.clock_hz,
-                            gradient_accumulation=gradient_accumulation)
+    cfg = _split_config(analysis, split, gradient_accumulation, requested_recompute)
     page = build_report(analysis, cfg, budget=split.budget_bytes, source=f"popliner --solve ({split.solver})",
                         link_bandwidth=link_bandwidth)
     write_report(page, path, force=force)
@@ -507,13 +515,9 @@ def _write_report(analysis: Analysis, split: Any, path: str, force: bool, gradie
 
 def _write_ipu_config(analysis: Analysis, split: Any, path: str, force: bool, gradient_accumulation: int | None,
                       matmul_proportion: tuple[float, ...]) -> None:
-    from popliner.config.model import config_from_split
     from popliner.config.snippets import ModelOptions, ipu_config, write_ipu_config
 
-    t = analysis.profile.target
-    cfg = config_from_split(split, profile_path=analysis.profile.path, profile_sha256=analysis.profile.sha256,
-                            tiles=t.tiles_per_ipu, bytes_per_tile=t.bytes_per_tile, clock_hz=t.clock_hz,
-                            gradient_accumulation=gradient_accumulation)
+    cfg = _split_config(analysis, split, gradient_accumulation)
     training = analysis.options.training
     # The recomputation actually applied (after --recompute auto), as the split was solved with it.
     model = ModelOptions(recompute=analysis.engine.view.recompute, optimizer_state=training.optimizer_state,

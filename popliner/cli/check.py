@@ -8,8 +8,15 @@ from dataclasses import replace
 
 import click
 
-from popliner.analysis import AnalysisOptions, load_analysis
-from popliner.cli.options import budget_fraction, force_option, output_option, output_stream
+from popliner.analysis import load_analysis
+from popliner.cli.options import (
+    CONFIG_TRAINING_PARAMS,
+    budget_fraction,
+    config_training_options,
+    force_option,
+    output_option,
+    output_stream,
+)
 from popliner.errors import EXIT_DOES_NOT_FIT
 from popliner.fileio import atomic_write, check_writable, is_stdout
 
@@ -30,17 +37,20 @@ log = logging.getLogger("popliner")
 @click.option("--no-cache", is_flag=True, help="Do not read or write the derived-data cache.")
 @click.option("--cache-dir", type=click.Path(file_okay=False, path_type=str), default=None,
               help="Cache folder (default $POPLINER_CACHE_DIR, else ~/.cache/popliner).")
+@config_training_options
 def command(config: str, profile: str, budget: float | None, junit: str | None, output: str | None, force: bool,
-            no_cache: bool, cache_dir: str | None) -> None:
+            no_cache: bool, cache_dir: str | None, **training: object) -> None:
     """Check that every IPU of CONFIG fits: exit 0 if all fit, 1 if any does not, 2 on bad input.
 
     CONFIG is a pipeline YAML, or a review workbook (.xlsx) whose Split
     planner sheet holds the split typed into its IPU column.
 
     Memory is recomputed from PROFILE's operations for the config's split,
+    with the training options the config records (its `training` block),
     not copied from the config's predictions.
     """
     from popliner.check import check_config
+    from popliner.config.options import analysis_options, check_applied, check_cli_options
     from popliner.config.planner import config_from_planner, is_workbook, read_planner
     from popliner.config.yaml_io import read_config
     from popliner.outputs.check_report import check_table, write_junit
@@ -51,15 +61,18 @@ def command(config: str, profile: str, budget: float | None, junit: str | None, 
     if is_workbook(config):
         # The split typed into the review workbook's planner, checked exactly as a config.
         choice = read_planner(config)
-        analysis = load_analysis(profile, AnalysisOptions(mode=choice.mode), use_cache=not no_cache,  # type: ignore[arg-type]
+        check_cli_options(choice.training, config, {k: training[k] for k in CONFIG_TRAINING_PARAMS})
+        analysis = load_analysis(profile, analysis_options(choice.mode, choice.training), use_cache=not no_cache,
                                  cache_dir=cache_dir)
         cfg = config_from_planner(choice, analysis)
         if choice.profile_sha256:
             cfg = replace(cfg, profile_sha256=choice.profile_sha256)
     else:
         cfg = read_config(config)
-        analysis = load_analysis(profile, AnalysisOptions(mode=cfg.mode), use_cache=not no_cache,  # type: ignore[arg-type]
+        check_cli_options(cfg.options, config, {k: training[k] for k in CONFIG_TRAINING_PARAMS})
+        analysis = load_analysis(profile, analysis_options(cfg.mode, cfg.options), use_cache=not no_cache,
                                  cache_dir=cache_dir)
+    check_applied(cfg.options, analysis, config)
     if cfg.profile_sha256 and cfg.profile_sha256 != analysis.profile.sha256:
         log.warning("%s was made from a profile with another content hash; checking against %s", config, profile)
     per_tile = analysis.profile.target.bytes_per_tile

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from popliner.analysis import AnalysisOptions, load_analysis
+from popliner.analysis import load_analysis
 from popliner.cli.options import force_option, output_option, output_stream
 from popliner.errors import ConfigError
 from popliner.fileio import check_writable
@@ -42,6 +42,7 @@ def command(workbook: str, profile: str | None, gradient_accumulation: int | Non
     popliner config-from review.xlsx -o pipeline.yaml
     popliner check review.xlsx --profile model.json           or check it directly
     """
+    from popliner.config.options import analysis_options
     from popliner.config.planner import config_from_planner, read_planner
     from popliner.config.yaml_io import write_config
 
@@ -49,7 +50,8 @@ def command(workbook: str, profile: str | None, gradient_accumulation: int | Non
         check_writable(output, force)
     choice = read_planner(workbook)
     source = profile or _recorded_profile(workbook, choice.profile_path)
-    analysis = load_analysis(source, AnalysisOptions(mode=choice.mode), use_cache=not no_cache)  # type: ignore[arg-type]
+    # The figures are computed with the training options the workbook records, as it showed them.
+    analysis = load_analysis(source, analysis_options(choice.mode, choice.training), use_cache=not no_cache)
     if choice.profile_sha256 and choice.profile_sha256 != analysis.profile.sha256:
         log.warning("%s was made from a profile with another content hash than %s", workbook, source)
     cfg = config_from_planner(choice, analysis, gradient_accumulation=gradient_accumulation)

@@ -16,7 +16,7 @@ import click
 
 from popliner.fileio import atomic_write
 
-__all__ = ["force_option", "output_option", "output_stream"]
+__all__ = ["CONFIG_TRAINING_PARAMS", "config_training_options", "force_option", "output_option", "output_stream"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -41,3 +41,35 @@ def output_stream(output: str | None, force: bool,
                   newline: str | None = None) -> contextlib.AbstractContextManager[IO[str]]:
     """stdout (no FILE, or ``-``), or FILE written to a temporary name and renamed into place on success."""
     return atomic_write(output or "-", force=force, newline=newline)
+
+
+#: The parameters :func:`config_training_options` adds, in the names ``ConfigTraining`` uses.
+CONFIG_TRAINING_PARAMS: tuple[str, ...] = ("recompute", "optimizer_state", "replication_factor",
+                                           "sharded_optimizer_state", "head_placement")
+
+
+def config_training_options(func: F) -> F:
+    """The training options on a command that reads a pipeline config: the config records them.
+
+    Given, each must say what the config's ``training`` block says
+    (:func:`popliner.config.options.check_cli_options`); not given, the
+    config's value is used.
+    """
+    from popliner.memory.training import HEAD_PLACEMENTS, OPTIMIZER_STATES, RECOMPUTE_MODES
+
+    note = " Default and only accepted value: the config's (training block)."
+    decorators = [
+        click.option("--recompute", type=click.Choice(list(RECOMPUTE_MODES)), default=None,
+                     help="Training: recomputation." + note),
+        click.option("--optimizer-state", type=click.Choice(list(OPTIMIZER_STATES)), default=None,
+                     help="Training: where optimizer state lives." + note),
+        click.option("--replication-factor", type=click.IntRange(min=1), default=None,
+                     help="Training: replicas of the pipeline." + note),
+        click.option("--sharded-optimizer-state/--no-sharded-optimizer-state", default=None,
+                     help="Training: optimizer state divided over the replicas." + note),
+        click.option("--head-placement", type=click.Choice(list(HEAD_PLACEMENTS)), default=None,
+                     help="Operations without a layer." + note),
+    ]
+    for decorate in reversed(decorators):
+        func = decorate(func)
+    return func

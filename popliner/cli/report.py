@@ -6,8 +6,14 @@ import logging
 
 import click
 
-from popliner.analysis import AnalysisOptions, load_analysis
-from popliner.cli.options import budget_fraction, force_option, output_option
+from popliner.analysis import load_analysis
+from popliner.cli.options import (
+    CONFIG_TRAINING_PARAMS,
+    budget_fraction,
+    config_training_options,
+    force_option,
+    output_option,
+)
 from popliner.fileio import check_writable
 from popliner.simulator.engine import DEFAULT_LINK_BANDWIDTH, DEFAULT_SYNC_CYCLES
 
@@ -35,9 +41,10 @@ log = logging.getLogger("popliner")
 @click.option("--no-cache", is_flag=True, help="Do not read or write the derived-data cache.")
 @click.option("--cache-dir", type=click.Path(file_okay=False, path_type=str), default=None,
               help="Cache folder (default $POPLINER_CACHE_DIR, else ~/.cache/popliner).")
+@config_training_options
 def command(config: str, profile: str, output: str | None, force: bool, budget: float | None,
             gradient_accumulation: int | None, micro_batch_size: int, link_bandwidth: float, sync_cycles: int,
-            no_cache: bool, cache_dir: str | None) -> None:
+            no_cache: bool, cache_dir: str | None, **training: object) -> None:
     """Write one self-contained HTML page reviewing the split in PIPELINE.yaml.
 
     It opens offline in any browser: the split, memory per IPU and per tile,
@@ -48,14 +55,17 @@ def command(config: str, profile: str, output: str | None, force: bool, budget: 
     \b
     popliner report pipeline.yaml --profile model.json.gz -o report.html
     """
+    from popliner.config.options import analysis_options, check_applied, check_cli_options
     from popliner.config.yaml_io import read_config
     from popliner.report import build_report, write_report
 
     path = output or "report.html"
     check_writable(path, force, suffixes=(".html", ".htm"), what="report")
     cfg = read_config(config)
-    analysis = load_analysis(profile, AnalysisOptions(mode=cfg.mode), use_cache=not no_cache,  # type: ignore[arg-type]
+    check_cli_options(cfg.options, config, {k: training[k] for k in CONFIG_TRAINING_PARAMS})
+    analysis = load_analysis(profile, analysis_options(cfg.mode, cfg.options), use_cache=not no_cache,
                              cache_dir=cache_dir)
+    check_applied(cfg.options, analysis, config)
     if cfg.profile_sha256 and cfg.profile_sha256 != analysis.profile.sha256:
         log.warning("%s was made from a profile with another content hash; reporting against %s", config, profile)
     limit = int(analysis.profile.target.bytes_per_tile * budget) if budget is not None else cfg.effective_budget

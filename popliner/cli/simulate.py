@@ -9,8 +9,15 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from popliner.cli.options import force_option, output_option, output_stream
+from popliner.cli.options import (
+    CONFIG_TRAINING_PARAMS,
+    config_training_options,
+    force_option,
+    output_option,
+    output_stream,
+)
 from popliner.config.model import PipelineConfig
+from popliner.config.options import analysis_options, check_applied, check_cli_options
 from popliner.config.yaml_io import MAX_MICRO_BATCHES, read_config
 from popliner.errors import UsageProblem
 from popliner.fileio import atomic_write, check_writable, is_stdout, one_stdout
@@ -60,9 +67,10 @@ logger = logging.getLogger(__name__)
 @force_option("Overwrite existing -o/--trace/--plot files.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON instead of tables.")
 @click.option("--all-cycles", is_flag=True, help="Print every pipeline cycle in the schedule views.")
+@config_training_options
 def command(config_path: str, profile_path: str | None, gradient_accumulation: int | None, micro_batch_size: int,
             link_bandwidth: float, sync_cycles: int, trace_path: str | None, plot_path: str | None,
-            output: str | None, force: bool, as_json: bool, all_cycles: bool) -> None:
+            output: str | None, force: bool, as_json: bool, all_cycles: bool, **training: object) -> None:
     """Simulate one step of the pipeline in PIPELINE.yaml and report time, bubbles and memory.
 
     \b
@@ -73,6 +81,7 @@ def command(config_path: str, profile_path: str | None, gradient_accumulation: i
     if output:
         check_writable(output, force)
     cfg = read_config(config_path)
+    check_cli_options(cfg.options, config_path, {k: training[k] for k in CONFIG_TRAINING_PARAMS})
     inputs = _inputs(cfg, profile_path)
     result = simulate(
         inputs.stages,
@@ -115,7 +124,7 @@ def _inputs(cfg: PipelineConfig, profile_path: str | None) -> SimInputs:
                 logger.warning("stages[%d] was edited after popliner predicted its figures; they are stale: "
                                "pass --profile to recompute them", s.index)
         return inputs_from_config(cfg)
-    analysis = _load_analysis(profile_path, cfg.mode)
+    analysis = _load_analysis(profile_path, cfg)
     if analysis.profile.sha256.lower() != cfg.profile_sha256.lower():
         logger.warning("%s differs from the profile the config was written for (%s): sha256 %s.. vs %s..",
                        profile_path, cfg.profile_path, analysis.profile.sha256[:12], cfg.profile_sha256[:12])
@@ -124,11 +133,13 @@ def _inputs(cfg: PipelineConfig, profile_path: str | None) -> SimInputs:
                                 clock_hz=float(target.clock_hz))
 
 
-def _load_analysis(profile_path: str, mode: str) -> Analysis:
-    """The profile read in the config's mode, as ``popliner check`` reads it."""
-    from popliner.analysis import AnalysisOptions, load_analysis
+def _load_analysis(profile_path: str, cfg: PipelineConfig) -> Analysis:
+    """The profile read in the config's mode and with its training options, as ``popliner check`` reads it."""
+    from popliner.analysis import load_analysis
 
-    return load_analysis(profile_path, AnalysisOptions(mode=mode), use_cache=True)  # type: ignore[arg-type]
+    analysis = load_analysis(profile_path, analysis_options(cfg.mode, cfg.options), use_cache=True)
+    check_applied(cfg.options, analysis, "the config")
+    return analysis
 
 
 def _json(result: SimResult, config_path: str, source: str) -> dict[str, Any]:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from popliner import pipeline
 from popliner.errors import UsageProblem
-from popliner.memory.training import model_layer_counts
+from popliner.memory.training import DEFAULT_UPDATE_REGEX, TrainingOptions, model_layer_counts
 from popliner.memory.types import ComponentBytes
 from popliner.pipeline import backward_stage, forward_stage
 from popliner.solvers.result import SplitResult, StageResult
@@ -22,11 +22,13 @@ __all__ = [
     "CONFIG_VERSION",
     "MODES",
     "ConfigStage",
+    "ConfigTraining",
     "LayerPlacement",
     "PipelineConfig",
     "backward_stage",
     "check_gradient_accumulation",
     "config_from_split",
+    "config_training",
     "default_gradient_accumulation",
     "forward_stage",
     "layers_fingerprint",
@@ -58,6 +60,80 @@ def layers_fingerprint(layers: tuple[str, ...]) -> str:
     return digest[:16]
 
 
+#: What ``training.recompute`` may say: a mode popliner applied, or ``compiled`` (the profile already recomputes).
+CONFIG_RECOMPUTES: tuple[str, ...] = ("none", "pipeline", "every-layer", "compiled")
+
+
+@dataclass(frozen=True)
+class ConfigTraining:
+    """The training options a config's figures were computed with (docs/pipeline-config.md, ``training``).
+
+    ``recompute`` is the mode applied: ``--recompute auto`` is resolved to
+    the mode it chose (``requested`` then says ``auto``), and ``compiled``
+    records a profile compiled with recomputation. The regexes are None when
+    they are popliner's defaults.
+    """
+
+    recompute: str = "none"
+    optimizer_state: str = "on-chip"
+    replication_factor: int = 1
+    sharded_optimizer_state: bool = False
+    head_placement: str = "first"
+    update_regex: str | None = None
+    optimizer_state_regex: str | None = None
+    requested: str | None = None
+
+    def options(self) -> TrainingOptions:
+        """The options to analyse the profile with; raises UsageProblem when they are not valid together."""
+        return TrainingOptions(
+            recompute="none" if self.recompute == "compiled" else self.recompute,  # type: ignore[arg-type]
+            optimizer_state=self.optimizer_state,  # type: ignore[arg-type]
+            replication_factor=self.replication_factor,
+            sharded_optimizer_state=self.sharded_optimizer_state,
+            head_placement=self.head_placement,  # type: ignore[arg-type]
+            update_regex=self.update_regex if self.update_regex is not None else DEFAULT_UPDATE_REGEX,
+            optimizer_state_regex=self.optimizer_state_regex,
+        )
+
+    def as_document(self) -> dict[str, object]:
+        """The ``training`` block of the YAML; the regexes and ``recompute_requested`` only when they say something."""
+        out: dict[str, object] = {"recompute": self.recompute}
+        if self.requested is not None:
+            out["recompute_requested"] = self.requested
+        out.update(optimizer_state=self.optimizer_state, replication_factor=self.replication_factor,
+                   sharded_optimizer_state=self.sharded_optimizer_state, head_placement=self.head_placement)
+        if self.update_regex is not None:
+            out["update_regex"] = self.update_regex
+        if self.optimizer_state_regex is not None:
+            out["optimizer_state_regex"] = self.optimizer_state_regex
+        return out
+
+    def summary(self) -> str:
+        """One line for titles and notes: ``recompute every-layer, optimizer state off-chip, ...``."""
+        parts = [f"recompute {self.recompute}" + (" (chosen by auto)" if self.requested == "auto" else ""),
+                 f"optimizer state {self.optimizer_state}"]
+        if self.replication_factor > 1:
+            parts.append(f"{self.replication_factor} replicas"
+                         + (", optimizer state sharded" if self.sharded_optimizer_state else ""))
+        if self.head_placement != "first":
+            parts.append(f"head placement {self.head_placement}")
+        return ", ".join(parts)
+
+
+def config_training(options: TrainingOptions, applied_recompute: str, requested: str | None = None) -> ConfigTraining:
+    """The record of ``options`` as a config keeps it; ``applied_recompute`` is the mode the engine applied."""
+    return ConfigTraining(
+        recompute=applied_recompute,
+        optimizer_state=options.optimizer_state,
+        replication_factor=options.replication_factor,
+        sharded_optimizer_state=options.sharded_optimizer_state,
+        head_placement=options.head_placement,
+        update_regex=None if options.update_regex == DEFAULT_UPDATE_REGEX else options.update_regex,
+        optimizer_state_regex=options.optimizer_state_regex,
+        requested="auto" if requested == "auto" else None,
+    )
+
+
 @dataclass(frozen=True)
 class LayerPlacement:
     """Where one layer runs: PopART ``virtualGraph`` and ``pipelineStage``.
@@ -82,7 +158,10 @@ class ConfigStage:
     ``cycles`` are compute cycles per micro-batch (forward + backward in
     training); ``bytes_in`` crosses from the previous IPU per micro-batch.
     ``predicted_for`` is :func:`layers_fingerprint` of the layers the figures
-    were computed for.
+    were computed for. ``forward_cycles`` and ``recompute_cycles`` split
+    ``cycles`` (the rest is the backward pass; the re-run forward work of a
+    recomputing stage is part of its backward); None in a config written
+    before they were recorded.
     """
 
     index: int
@@ -96,6 +175,8 @@ class ConfigStage:
     cycles: int
     bytes_in: int
     predicted_for: str
+    forward_cycles: int | None = None
+    recompute_cycles: int | None = None
 
     @property
     def predicted_stale(self) -> bool:
@@ -110,6 +191,9 @@ class PipelineConfig:
     ``stages[].layers`` is the source of truth for placement; the per-layer
     table (:attr:`placements`) and the snippets are derived from it.
     ``model_layers`` is every layer of the model in model (data-flow) order.
+    ``training`` holds the training options of the figures (None in
+    inference; the defaults for a training config written before they were
+    recorded).
     """
 
     profile_path: str
@@ -125,6 +209,7 @@ class PipelineConfig:
     solver_status: str = ""
     budget_bytes: int | None = None
     version: int = CONFIG_VERSION
+    training_options: ConfigTraining | None = None
 
     @property
     def num_ipus(self) -> int:
@@ -133,6 +218,13 @@ class PipelineConfig:
     @property
     def training(self) -> bool:
         return self.mode == "training"
+
+    @property
+    def options(self) -> ConfigTraining | None:
+        """The training options of the figures: the recorded ones, the defaults for an older training config."""
+        if not self.training:
+            return None
+        return self.training_options if self.training_options is not None else ConfigTraining()
 
     @property
     def num_pipeline_stages(self) -> int:
@@ -173,8 +265,13 @@ def config_from_split(
     bytes_per_tile: int,
     clock_hz: float,
     gradient_accumulation: int | None,
+    training: ConfigTraining | None = None,
 ) -> PipelineConfig:
-    """Turn a solver's split into a config; ``None`` G picks :func:`default_gradient_accumulation`."""
+    """Turn a solver's split into a config; ``None`` G picks :func:`default_gradient_accumulation`.
+
+    ``training`` records the training options the split's figures were
+    computed with (ignored in inference).
+    """
     if not split.stages:
         raise UsageProblem("the split has no stages; there is nothing to write a pipeline config for")
     if split.mode not in MODES:
@@ -196,6 +293,7 @@ def config_from_split(
         solver=split.solver,
         solver_status=split.status,
         budget_bytes=int(split.budget_bytes),
+        training_options=(training or ConfigTraining()) if split.mode == "training" else None,
     )
 
 
@@ -226,4 +324,6 @@ def _config_stage(position: int, s: StageResult) -> ConfigStage:
         cycles=int(s.cycles),
         bytes_in=int(s.bytes_in),
         predicted_for=layers_fingerprint(layers),
+        forward_cycles=int(s.figure.forward_cycles) if s.figure is not None else None,
+        recompute_cycles=int(s.figure.recompute_cycles) if s.figure is not None else None,
     )

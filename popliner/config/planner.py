@@ -12,6 +12,7 @@ B21: ...``, and raises :class:`~popliner.errors.ConfigError` (exit code 2).
 
 from __future__ import annotations
 
+import json
 import os
 import zipfile
 from dataclasses import dataclass
@@ -19,10 +20,11 @@ from pathlib import Path
 from typing import Any
 
 from popliner.analysis import Analysis
-from popliner.config.model import PipelineConfig, config_from_split
+from popliner.config.model import ConfigTraining, PipelineConfig, config_from_split
+from popliner.config.options import training_of
 from popliner.errors import ConfigError
 from popliner.outputs.formula import column_letter
-from popliner.outputs.planner import IPU_COL, LAYER_COL, PLANNER_SHEET
+from popliner.outputs.planner import IPU_COL, LAYER_COL, PLANNER_SHEET, TRAINING_COL
 from popliner.solvers.result import SplitResult, stage_result
 
 __all__ = ["PlannerChoice", "config_from_planner", "is_workbook", "read_planner"]
@@ -48,6 +50,9 @@ class PlannerChoice:
     stages: tuple[tuple[str, ...], ...]
     #: Where each layer's name is (for messages about a layer): layer -> "A19".
     cells: dict[str, str]
+    #: The training options the workbook's figures were computed with (None: inference, or the defaults
+    #: for a workbook written before they were recorded).
+    training: ConfigTraining | None = None
 
     def where(self, cell: str) -> str:
         return _where(self.path, cell)
@@ -78,6 +83,7 @@ def read_planner(path: str | os.PathLike[str]) -> PlannerChoice:
     if budget is not None and (not _is_whole(budget) or int(budget) <= 0):
         raise ConfigError(f"{_where(source, f'B{budget_row}')}: the budget {budget!r} is not a positive whole number")
     stages, cells = _stages(source, sheet, header + 1, ipus)
+    training = _training(source, sheet, mode_row, mode) if mode_row else None
     return PlannerChoice(
         path=source,
         mode=mode,
@@ -86,7 +92,26 @@ def read_planner(path: str | os.PathLike[str]) -> PlannerChoice:
         budget_bytes=int(budget) if budget is not None else None,
         stages=stages,
         cells=cells,
+        training=training,
     )
+
+
+def _training(source: str, sheet: Any, row: int, mode: str) -> ConfigTraining | None:
+    """The training options the planner records (as JSON) next to the mode; the defaults when none."""
+    from popliner.config.yaml_io import training_from_document
+
+    if mode != "training":
+        return None
+    cell = f"{column_letter(TRAINING_COL)}{row}"
+    text = sheet.cell(row=row, column=TRAINING_COL).value
+    if text is None or (isinstance(text, str) and not text.strip()):
+        return ConfigTraining()
+    try:
+        document = json.loads(str(text))
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{_where(source, cell)}: the training options are not valid JSON ({exc.msg}); "
+                          "restore the text popliner wrote") from None
+    return training_from_document(document, _where(source, cell))
 
 
 def _planner_sheet(source: str) -> Any:
@@ -196,4 +221,4 @@ def config_from_planner(choice: PlannerChoice, analysis: Analysis, *,
     t = analysis.profile.target
     return config_from_split(split, profile_path=analysis.profile.path, profile_sha256=analysis.profile.sha256,
                              tiles=t.tiles_per_ipu, bytes_per_tile=t.bytes_per_tile, clock_hz=t.clock_hz,
-                             gradient_accumulation=gradient_accumulation)
+                             gradient_accumulation=gradient_accumulation, training=training_of(analysis))

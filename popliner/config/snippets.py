@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from popliner.config.model import PipelineConfig
+from popliner.config.model import ConfigTraining, PipelineConfig
 from popliner.errors import UsageProblem
 
 
@@ -31,6 +31,7 @@ __all__ = [
     "flow_list",
     "ipu_config",
     "memory_settings",
+    "model_options",
     "optimum_snippet",
     "popart_snippet",
     "poptorch_snippet",
@@ -92,9 +93,31 @@ def popart_snippet(cfg: PipelineConfig) -> str:
             "opts.enableGradientAccumulation = True",
             f"opts.accumulationFactor = {cfg.gradient_accumulation}",
         ]
+        lines += _popart_training(cfg.options or ConfigTraining())
     else:
         lines += [f"# batches per step: popart.DataFlow({cfg.gradient_accumulation}, anchors)"]
     return "\n".join(lines) + "\n"
+
+
+def _popart_training(t: ConfigTraining) -> list[str]:
+    """SessionOptions for the recorded training options (PopART's names)."""
+    lines = [f"# Training options of popliner's figures: {t.summary()}."]
+    if t.recompute in ("pipeline", "every-layer"):
+        lines.append("opts.autoRecomputation = popart.RecomputationType.Pipeline")
+    if t.recompute == "every-layer":
+        lines += ["# every-layer: in each layer's scope above, checkpoint its output so that only",
+                  "# the layer outputs are stashed and the rest is recomputed layer by layer:",
+                  "#     x = builder.checkpointOutput([x])[0]"]
+    elif t.recompute == "compiled":
+        lines.append("# the profile was compiled with recomputation: keep the recomputation settings it used")
+    location = "opts.optimizerStateTensorLocationSettings.location"
+    if t.optimizer_state == "off-chip":
+        lines.append(f"{location}.storage = popart.TensorStorage.OffChip")
+    if t.sharded_optimizer_state:
+        lines.append(f"{location}.replicatedTensorSharding = popart.ReplicatedTensorSharding.On")
+    if t.replication_factor > 1:
+        lines += ["opts.enableReplicatedGraphs = True", f"opts.replicatedGraphCount = {t.replication_factor}"]
+    return lines
 
 
 def poptorch_snippet(cfg: PipelineConfig) -> str:
@@ -126,9 +149,41 @@ def poptorch_snippet(cfg: PipelineConfig) -> str:
               "opts.setExecutionStrategy(poptorch.PipelinedExecution(poptorch.AutoStage.SameAsIpu))"]
     if cfg.training:
         lines.append(f"opts.Training.gradientAccumulation({cfg.gradient_accumulation})")
+        lines += _poptorch_training(cfg.options or ConfigTraining())
     else:
         lines.append(f"opts.deviceIterations({cfg.gradient_accumulation})")
     return "\n".join(lines) + "\n"
+
+
+def _poptorch_training(t: ConfigTraining) -> list[str]:
+    """poptorch.Options calls for the recorded training options (PopTorch's names)."""
+    lines = [f"# Training options of popliner's figures: {t.summary()}."]
+    if t.recompute in ("pipeline", "every-layer"):
+        lines.append("opts._Popart.set(\"autoRecomputation\", 3)  # popart.RecomputationType.Pipeline")
+    if t.recompute == "every-layer":
+        lines += [
+            "",
+            "",
+            "def checkpoint_output(module, inputs, output):",
+            "    # every-layer: stash only each layer's output, recompute the rest in the backward pass",
+            "    return poptorch.recomputationCheckpoint(output)",
+            "",
+            "",
+            "for path in IPU_OF_LAYER:",
+            "    model.get_submodule(path).register_forward_hook(checkpoint_output)",
+            "",
+        ]
+    elif t.recompute == "compiled":
+        lines.append("# the profile was compiled with recomputation: keep the recomputation settings it used")
+    if t.optimizer_state == "off-chip" or t.sharded_optimizer_state:
+        on_chip = "False" if t.optimizer_state == "off-chip" else "True"
+        sharded = "True" if t.sharded_optimizer_state else "False"
+        lines += ["opts.TensorLocations.setOptimizerLocation(",
+                  f"    poptorch.TensorLocationSettings().useOnChipStorage({on_chip})"
+                  f".useReplicatedTensorSharding({sharded}))"]
+    if t.replication_factor > 1:
+        lines.append(f"opts.replicationFactor({t.replication_factor})")
+    return lines
 
 
 def optimum_snippet(cfg: PipelineConfig) -> dict[str, Any]:
@@ -137,10 +192,19 @@ def optimum_snippet(cfg: PipelineConfig) -> dict[str, Any]:
     out: dict[str, Any] = {"ipus_per_replica": cfg.num_ipus, "layers_per_ipu": flow_list(counts)}
     if cfg.training:
         out["gradient_accumulation_steps"] = cfg.gradient_accumulation
+        t = cfg.options or ConfigTraining()
+        out["replication_factor"] = t.replication_factor
+        out.update(memory_settings(model_options(t)))
     else:
         out["inference_layers_per_ipu"] = flow_list(counts)
         out["inference_device_iterations"] = cfg.gradient_accumulation
     return out
+
+
+def model_options(t: ConfigTraining) -> ModelOptions:
+    """The ipu_config options of a config's training record."""
+    return ModelOptions(recompute=t.recompute, optimizer_state=t.optimizer_state,
+                        replication_factor=t.replication_factor, sharded_optimizer_state=t.sharded_optimizer_state)
 
 
 # -- optimum-graphcore ipu_config.json ------------------------------------------

@@ -23,9 +23,11 @@ from typing import IO, Any, NoReturn
 import yaml
 
 from popliner.config.model import (
+    CONFIG_RECOMPUTES,
     CONFIG_VERSION,
     MODES,
     ConfigStage,
+    ConfigTraining,
     PipelineConfig,
     backward_stage,
     forward_stage,
@@ -33,12 +35,14 @@ from popliner.config.model import (
 )
 from popliner.config.snippets import FlowList as _FlowList
 from popliner.config.snippets import snippets
-from popliner.errors import ConfigError
+from popliner.errors import ConfigError, UsageProblem
+from popliner.memory.training import HEAD_PLACEMENTS, OPTIMIZER_STATES
 from popliner.memory.types import COMPONENTS, ComponentBytes
 from popliner.profile.loader import MAX_TILES
 from popliner.profile.tilevector import MAX_VALUE
 
-__all__ = ["config_from_document", "config_to_document", "parse_config", "read_config", "write_config"]
+__all__ = ["config_from_document", "config_to_document", "parse_config", "read_config", "training_from_document",
+           "write_config"]
 
 logger = logging.getLogger(__name__)
 
@@ -52,10 +56,14 @@ HEADER = (
 MAX_MICRO_BATCHES = 100_000
 
 TOP_KEYS = ("version", "profile", "target", "mode", "num_ipus", "pipeline_stages", "gradient_accumulation",
-            "solver", "stages", "layers", "snippets")
+            "training", "solver", "stages", "layers", "snippets")
+TRAINING_KEYS = ("recompute", "recompute_requested", "optimizer_state", "replication_factor",
+                 "sharded_optimizer_state", "head_placement", "update_regex", "optimizer_state_regex")
 STAGE_KEYS = ("index", "ipu", "pipeline_stages", "layers", "predicted")
 PREDICTED_KEYS = ("for_layers", "memory", "worst_tile", "worst_tile_bytes", "stash_bytes", "stash_entries",
                   "cycles", "bytes_in")
+#: Written since the training options are recorded; a config without them still loads.
+PREDICTED_OPTIONAL = ("forward_cycles", "recompute_cycles")
 LAYER_KEYS = ("name", "ipu", "pipelineStage", "backwardPipelineStage")
 _SHA256 = re.compile(r"[0-9a-fA-F]{64}")
 
@@ -92,7 +100,7 @@ def write_config(cfg: PipelineConfig, stream: IO[str]) -> None:
 
 def config_to_document(cfg: PipelineConfig) -> dict[str, Any]:
     """The YAML document as plain Python data (keys in schema order)."""
-    return {
+    doc: dict[str, Any] = {
         "version": cfg.version,
         "profile": {"path": cfg.profile_path, "sha256": cfg.profile_sha256},
         "target": {"tiles_per_ipu": cfg.tiles_per_ipu, "bytes_per_tile": cfg.bytes_per_tile,
@@ -101,11 +109,20 @@ def config_to_document(cfg: PipelineConfig) -> dict[str, Any]:
         "num_ipus": cfg.num_ipus,
         "pipeline_stages": cfg.num_pipeline_stages,
         "gradient_accumulation": cfg.gradient_accumulation,
+    }
+    if cfg.options is not None:
+        doc["training"] = _training_document(cfg.options)
+    doc.update({
         "solver": {"name": cfg.solver, "status": cfg.solver_status, "budget_bytes": cfg.budget_bytes},
         "stages": [_stage_document(cfg, s) for s in cfg.stages],
         "layers": [_layer_row(cfg, p.name, p.ipu, p.pipeline_stage, p.backward_stage) for p in cfg.placements],
         "snippets": snippets(cfg),
-    }
+    })
+    return doc
+
+
+def _training_document(t: ConfigTraining) -> dict[str, Any]:
+    return t.as_document()
 
 
 def _stage_document(cfg: PipelineConfig, s: ConfigStage) -> dict[str, Any]:
@@ -128,6 +145,8 @@ def _stage_document(cfg: PipelineConfig, s: ConfigStage) -> dict[str, Any]:
             "stash_entries": s.stash_entries,
             "cycles": s.cycles,
             "bytes_in": s.bytes_in,
+            **({} if s.forward_cycles is None else {"forward_cycles": s.forward_cycles}),
+            **({} if s.recompute_cycles is None else {"recompute_cycles": s.recompute_cycles}),
         },
     }
 
@@ -225,6 +244,7 @@ def config_from_document(doc: Any, source: str = "<config>") -> PipelineConfig:
         r.fail("gradient_accumulation", f"{g} is smaller than the {p} pipeline stages",
                f"set it to {p} or more (at least one micro-batch per pipeline stage)")
     solver_name, solver_status, budget = _read_solver(r, top.get("solver"))
+    training = _read_training(r, top.get("training"), mode) if "training" in top else None
     tiles = r.integer(target["tiles_per_ipu"], "target.tiles_per_ipu", minimum=1, maximum=MAX_TILES)
     for s in stages:
         if s.worst_tile >= tiles:
@@ -243,9 +263,52 @@ def config_from_document(doc: Any, source: str = "<config>") -> PipelineConfig:
         solver=solver_name,
         solver_status=solver_status,
         budget_bytes=budget,
+        training_options=training,
     )
     _warn_if_table_differs(source, cfg, top["layers"])
     return cfg
+
+
+def training_from_document(value: Any, source: str, mode: str = "training") -> ConfigTraining:
+    """Validate a ``training`` block given as plain data; ``source`` names where it was read (one-line errors)."""
+    return _read_training(_Reader(source), value, mode, where="")
+
+
+def _read_training(r: _Reader, value: Any, mode: str, where: str = "training") -> ConfigTraining:
+    """The ``training`` block: every key optional (the default), each checked where it is."""
+    p = f"{where}." if where else ""
+    if mode != "training":
+        r.fail(where, "training options in an inference config", "remove the `training:` block "
+               "(or set `mode: training` if the split is for training)")
+    m = r.mapping(value, where, TRAINING_KEYS, ())
+    recompute = m.get("recompute", "none")
+    if recompute == "auto":
+        r.fail(f"{p}recompute", "`auto` is a request, not a mode",
+               "write the mode --recompute auto chose (see `recompute_requested`), e.g. `every-layer`")
+    r.choice(recompute, f"{p}recompute", CONFIG_RECOMPUTES)
+    requested = m.get("recompute_requested")
+    if requested is not None:
+        r.choice(requested, f"{p}recompute_requested", ("auto",))
+    factor = r.integer(m.get("replication_factor", 1), f"{p}replication_factor", minimum=1)
+    sharded = r.boolean(m.get("sharded_optimizer_state", False), f"{p}sharded_optimizer_state")
+    if sharded and factor < 2:
+        r.fail(f"{p}sharded_optimizer_state", "true needs `replication_factor: 2` or more",
+               "raise replication_factor or set sharded_optimizer_state to false")
+    t = ConfigTraining(
+        recompute=recompute,
+        optimizer_state=r.choice(m.get("optimizer_state", "on-chip"), f"{p}optimizer_state", OPTIMIZER_STATES),
+        replication_factor=factor,
+        sharded_optimizer_state=sharded,
+        head_placement=r.choice(m.get("head_placement", "first"), f"{p}head_placement", HEAD_PLACEMENTS),
+        update_regex=r.regex(m.get("update_regex"), f"{p}update_regex"),
+        optimizer_state_regex=r.regex(m.get("optimizer_state_regex"), f"{p}optimizer_state_regex"),
+        requested=requested,
+    )
+    try:
+        t.options()
+    except UsageProblem as exc:  # anything the per-key checks above did not catch
+        r.fail(where, str(exc), "fix the training options")
+    return t
 
 
 def _read_solver(r: _Reader, value: Any) -> tuple[str, str, int | None]:
@@ -283,7 +346,8 @@ def _read_stage(r: _Reader, position: int, item: Any) -> ConfigStage:
                "give every IPU at least one layer, or remove the stage and lower num_ipus")
     names = tuple(r.layer_name(name, f"{where}.layers[{j}]") for j, name in enumerate(layers))
     pw = f"{where}.predicted"
-    pred = r.mapping(m["predicted"], pw, PREDICTED_KEYS, PREDICTED_KEYS)
+    pred = r.mapping(m["predicted"], pw, (*PREDICTED_KEYS, *PREDICTED_OPTIONAL), PREDICTED_KEYS)
+    optional = {key: r.integer(pred[key], f"{pw}.{key}") if key in pred else None for key in PREDICTED_OPTIONAL}
     return ConfigStage(
         index=index,
         ipu=ipu,
@@ -296,6 +360,8 @@ def _read_stage(r: _Reader, position: int, item: Any) -> ConfigStage:
         cycles=r.integer(pred["cycles"], f"{pw}.cycles"),
         bytes_in=r.integer(pred["bytes_in"], f"{pw}.bytes_in"),
         predicted_for=r.text(pred["for_layers"], f"{pw}.for_layers", allow_empty=True),
+        forward_cycles=optional["forward_cycles"],
+        recompute_cycles=optional["recompute_cycles"],
     )
 
 
@@ -422,6 +488,27 @@ class _Reader:
         if not isinstance(value, str) or (not value and not allow_empty):
             self.fail(where, f"expected text, got {_kind(value)}", "quote the value")
         return value
+
+    def choice(self, value: Any, where: str, allowed: Sequence[str]) -> str:
+        if not isinstance(value, str) or value not in allowed:
+            self.fail(where, f"{_kind(value)} is not one of {', '.join(allowed)}", f"write one of {', '.join(allowed)}")
+        return value
+
+    def boolean(self, value: Any, where: str) -> bool:
+        if not isinstance(value, bool):
+            self.fail(where, f"expected true or false, got {_kind(value)}", "write true or false, without quotes")
+        return value
+
+    def regex(self, value: Any, where: str) -> str | None:
+        """A regular expression, or None when the key is absent (popliner's default rule)."""
+        if value is None:
+            return None
+        text = self.text(value, where)
+        try:
+            re.compile(text)
+        except re.error as exc:
+            self.fail(where, f"not a regular expression ({exc})", "fix the pattern, or remove the key for the default")
+        return text
 
     def layer_name(self, value: Any, where: str) -> str:
         if not isinstance(value, str) or not value:

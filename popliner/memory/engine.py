@@ -226,8 +226,13 @@ class MemoryEngine:
         """(forward, backward) cycles of one micro-batch through the stage, re-run forward work in the backward."""
         back = self.backward_part(ops)
         cyc = self.op_cycles[ops]
-        rerun = 0 if self._rerun_skipped(ops) else int(cyc[self.view.rerun_ops[ops]].sum())
-        return int(cyc[~back].sum()), int(cyc[back].sum()) + rerun
+        return int(cyc[~back].sum()), int(cyc[back].sum()) + self.rerun_cycles(ops)
+
+    def rerun_cycles(self, ops: np.ndarray) -> int:
+        """Cycles of the forward work the stage runs again in its backward part (in :meth:`cycles_split`'s backward)."""
+        if self._rerun_skipped(ops):
+            return 0
+        return int(self.op_cycles[ops][self.view.rerun_ops[ops]].sum())
 
     def _rerun_skipped(self, ops: np.ndarray) -> bool:
         """``pipeline`` leaves the last stage as it is."""

@@ -37,6 +37,7 @@ row 6 says so.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -77,6 +78,7 @@ __all__ = [
     "planner_figures",
     "planner_grid",
     "ranges_grid",
+    "training_assumed",
     "write_planner",
 ]
 
@@ -127,6 +129,11 @@ MB_COL = 10
 CYCLES_COL = 11
 INDEX_COL = 12  # the layer's position (0-based), which the range lookup keys on
 RUN_COL = 13  # the IPU where a run of equal IPUs starts, else blank: one run per IPU means contiguous
+
+# Where the training options are (MODE_ROW): a label, then the options as JSON.
+TRAINING_LABEL_COL = 6
+TRAINING_COL = 7
+TRAINING_LABEL = "Training options"
 
 # Columns of the Pipeline figures sheet.
 KEY_COL = 1
@@ -249,6 +256,11 @@ def _add_params(grid: Grid, layout: PlannerLayout, breakdown: Breakdown, budget_
     grid.put(MODE_ROW, 3, "Profile")
     grid.put(MODE_ROW, 4, breakdown.profile_path)
     grid.put(MODE_ROW, 5, breakdown.profile_sha256)
+    if breakdown.training is not None:
+        # Read back by `popliner check THIS.xlsx` and `config-from`, so the split is checked as it was solved.
+        grid.put(MODE_ROW, TRAINING_LABEL_COL, TRAINING_LABEL)
+        grid.put(MODE_ROW, TRAINING_COL, json.dumps(breakdown.training.as_document(), sort_keys=False))
+        grid.put(UNLAYERED_ROW, 3, f"Figures assume: {breakdown.training.summary()}")
     unlayered = breakdown.unlayered.worst_tile_bytes if breakdown.unlayered is not None else 0
     grid.put(UNLAYERED_ROW, 1, "Operations of no layer (on IPU 0), worst-tile bytes")
     grid.put(UNLAYERED_ROW, 2, unlayered, fmt=BYTES_FORMAT)
@@ -390,7 +402,7 @@ def _add_layer_table(grid: Grid, layers: tuple[LayerRow, ...], split: SplitResul
         grid.append([*cells, total, mb(CellRef(row, TOTAL_COL)), layer.cycles, k, run])
 
 
-def ranges_grid(ranges: RangeTable, name: str = RANGES_SHEET) -> Grid:
+def ranges_grid(ranges: RangeTable, name: str = RANGES_SHEET, assumes: str | None = None) -> Grid:
     """The exact figure of every contiguous layer range: the sheet the planner looks up.
 
     One row per range ``i..j`` (i, then j, ascending), keyed ``i * layers + j``;
@@ -403,8 +415,9 @@ def ranges_grid(ranges: RangeTable, name: str = RANGES_SHEET) -> Grid:
     formats = {KEY_COL: COUNT_FORMAT, 2: COUNT_FORMAT, 3: COUNT_FORMAT}
     formats.update({FIRST_FIGURE_COL + d: BYTES_FORMAT for d in range(len(depth_titles))})
     grid = Grid(name, column_formats=formats)
+    note = [f"Figures assume: {assumes}"] if assumes else []
     grid.append(["Key (first x layers + last)", "First layer (#)", "Last layer (#)", "First layer", "Last layer",
-                 *depth_titles], style="header")
+                 *depth_titles, *note], style="header")
     for i in range(n):
         for j in range(i, n):
             figures: list[Cell] = [int(v) if v >= 0 else None for v in ranges.values[i, j]]
@@ -423,7 +436,7 @@ def planner_figures(breakdown: Breakdown, ipu_of_layer: Mapping[str, int], *, bu
     grid, layout = planner_grid(breakdown, budget_bytes=budget_bytes, num_ipus=num_ipus)
     book = {grid.name: grid}
     if breakdown.ranges is not None:
-        ranges = ranges_grid(breakdown.ranges)
+        ranges = ranges_grid(breakdown.ranges, assumes=training_assumed(breakdown))
         book[ranges.name] = ranges
     for k, layer in enumerate(breakdown.layers):
         grid.put(layout.first_layer_row + k, IPU_COL, ipu_of_layer.get(layer.layer))
@@ -452,3 +465,8 @@ def write_planner(
                       breakdown.mode, breakdown.profile_sha256)
     grid, _ = planner_grid(alone, budget_bytes=budget_bytes, split=split, num_ipus=num_ipus)
     write_grid(grid, stream, fmt)
+
+
+def training_assumed(breakdown: Breakdown) -> str | None:
+    """The training options the figures assume, as the sheets state them (None in inference)."""
+    return breakdown.training.summary() if breakdown.training is not None else None

@@ -143,7 +143,8 @@ def _draw_layer_components(axes: Axes, breakdown: Breakdown, budget_bytes: int) 
     else:
         axes.plot([], [], color=_BUDGET_COLOUR, linestyle="--", label=label + ",\nabove the scale")
     axes.set_ylabel("Bytes, summed over tiles")
-    axes.set_title("Memory per layer by component (each layer alone, summed over tiles)")
+    axes.set_title("Memory per layer by component (each layer alone, summed over tiles)"
+                   + (f"\ntraining options: {breakdown.training.summary()}" if breakdown.training else ""))
     _bytes_axis(axes)
     axes.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
 
@@ -176,10 +177,12 @@ def plot_split(
     *,
     force: bool,
     budget_bytes: int | None = None,
+    assumes: str | None = None,
 ) -> None:
     """Each IPU's worst tile (stash included) with the budget line and the headroom left.
 
-    ``budget_bytes`` defaults to the per-tile budget the split was solved against.
+    ``budget_bytes`` defaults to the per-tile budget the split was solved against;
+    ``assumes`` names the training options of the figures (a second title line).
     """
     fmt = _image_format(path, force)
     budget = split.budget_bytes if budget_bytes is None else budget_bytes
@@ -189,7 +192,7 @@ def plot_split(
         _draw_stages(axes, split, budget)
         count = split.num_ipus_used
         axes.set_title(f"{split.mode.capitalize()}: split over {count} IPU{'' if count == 1 else 's'} "
-                       f"({split.solver}, {split.status})")
+                       f"({split.solver}, {split.status})" + (f"\ntraining options: {assumes}" if assumes else ""))
         _save(figure, path, fmt, force)
 
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from popliner.config.model import ConfigTraining
 from popliner.memory.types import ComponentBytes
 
 __all__ = ["Breakdown", "LayerMatrix", "LayerRow", "OperationRow", "RangeTable", "TotalsRow"]
@@ -107,3 +108,5 @@ class Breakdown:
     ranges: RangeTable | None = None
     mode: str = ""  # "training" or "inference", as the figures were computed
     profile_sha256: str = ""
+    #: The training options the figures were computed with (None in inference).
+    training: ConfigTraining | None = None

@@ -49,6 +49,7 @@ from popliner.outputs.planner import (
     PlannerLayout,
     planner_grid,
     ranges_grid,
+    training_assumed,
 )
 from popliner.outputs.rows import Breakdown, LayerMatrix, OperationRow
 from popliner.outputs.tables import (
@@ -146,7 +147,7 @@ def workbook_grids(
         taken.add(name.casefold())
         grids.append(matrix_grid(matrix, name))
     if breakdown.ranges is not None:
-        grids.append(ranges_grid(breakdown.ranges))
+        grids.append(ranges_grid(breakdown.ranges, assumes=training_assumed(breakdown)))
     return grids, layout
 
 

@@ -70,6 +70,8 @@ class Report:
     liveness: Liveness | None
     sim: SimResult | None
     options: tuple[OptionRow, ...]
+    #: The training options of the figures in one line (empty in inference).
+    training: str = ""
 
     @property
     def fits(self) -> bool:
@@ -104,6 +106,7 @@ def build_report(analysis: Analysis, config: PipelineConfig, *, budget: int, sou
         budget=budget, ipus=ipus, layers=layer_rows(analysis), unlayered=unlayered_row(analysis),
         liveness=liveness(analysis, fullest_ipu(ipus)) if ipus else None, sim=sim,
         options=model_options(analysis, config, g, micro_batch_size, link_bandwidth, sync_cycles),
+        training=config.options.summary() if config.options is not None else "",
     )
 
 

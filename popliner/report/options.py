@@ -1,10 +1,10 @@
 """The model and run options a report states, in one place.
 
 Every option that changes the figures belongs in :func:`model_options`. The
-training options come from :meth:`TrainingOptions.as_dict` (the record the
-``--solve`` JSON and the pipeline config keep), so a new training option
-appears here as soon as it is added there; give it a line in
-:data:`MEANINGS` to explain it.
+training options come from the config's ``training`` record
+(:meth:`ConfigTraining.as_document`, what the YAML keeps), which the report's
+analysis applied, so a new training option appears here as soon as the config
+records it; give it a line in :data:`MEANINGS` to explain it.
 """
 
 from __future__ import annotations
@@ -23,7 +23,10 @@ MEANINGS: dict[str, str] = {
     "optimizer_state": "where the optimizer state (e.g. Adam moments) lives",
     "replication_factor": "copies of the pipeline (data parallel); IPUs in total = K x R",
     "sharded_optimizer_state": "optimizer state divided over the replicas",
-    "head_placement": "which IPU holds the model's head (embeddings tied to the output layer)",
+    "recompute_requested": "the recomputation asked for; `auto` chose the least that makes the split fit",
+    "head_placement": "which IPU holds the operations without a layer (embedding and head)",
+    "update_regex": "names of the weight-update operations (they find the optimizer state)",
+    "optimizer_state_regex": "names of the variables that are optimizer state (replaces the rule)",
     "layer_rule": "how operations were grouped into layers",
     "counted_variables": "whose variables count towards a stage's memory",
     "gradient_accumulation": "micro-batches per step (G); the pipeline needs G >= its stages",
@@ -46,8 +49,9 @@ def model_options(analysis: Analysis, config: PipelineConfig, gradient_accumulat
     """The options in force for the report's figures, model options first."""
     opts = analysis.options
     values: dict[str, object] = {"mode": analysis.mode}
-    if analysis.mode == "training":
-        values.update(opts.training.as_dict())
+    if config.options is not None:
+        # The config's record: the options its figures, and this report's, were computed with.
+        values.update(config.options.as_document())
     rule = analysis.layers.rule
     values["layer_rule"] = f"--layer-name-regex {opts.layer_name_regex}" if rule == "regex" else f"preset {rule}"
     values["counted_variables"] = ("operations with a layer (PopLiner's rule)" if opts.layered_vars_only

@@ -61,7 +61,8 @@ def render_html(report: Report, plotly_js: str) -> str:
 def _header(r: Report) -> str:
     verdict = ("<span class='ok'>every IPU fits</span>" if r.fits else
                f"<span class='bad'>{sum(not i.fits for i in r.ipus)} of {len(r.ipus)} IPUs over budget</span>")
-    return (f"<header><h1>popliner report</h1><p class='lead'>{_e(_basename(r.profile_path))}: {r.mode}, "
+    training = f" ({_e(r.training)})" if r.training else ""
+    return (f"<header><h1>popliner report</h1><p class='lead'>{_e(_basename(r.profile_path))}: {r.mode}{training}, "
             f"{_n(len(r.ipus), 'IPU')}, budget {r.budget:,} B per tile: {verdict}.</p></header>")
 
 

@@ -44,8 +44,10 @@ __all__ = [
     "CycleTiming",
     "FragmentTiming",
     "IpuSummary",
+    "MemoryPoint",
     "SimResult",
     "SimStage",
+    "memory_over_time",
     "simulate",
 ]
 
@@ -71,7 +73,10 @@ class SimStage:
     none. ``memory_per_tile``: bytes per tile resident for the whole run
     (stages on one IPU are summed, so give an IPU's memory once).
     ``stash_entry_per_tile``: bytes per tile of one stash entry, on the
-    forward stage that stashes (training).
+    forward stage that stashes (training). ``recompute_cycles``: the part of
+    ``cycles`` that re-runs forward work (recomputation), drawn as its own
+    ``R`` fragment after the first ``recompute_after`` cycles of the stage's
+    work (0 for a backward stage; the forward part for the loss stage).
     """
 
     index: int
@@ -82,6 +87,8 @@ class SimStage:
     memory_per_tile: np.ndarray | None = None
     stash_entry_per_tile: np.ndarray | None = None
     label: str = ""
+    recompute_cycles: int = 0
+    recompute_after: int = 0
 
 
 @dataclass(frozen=True)
@@ -273,6 +280,8 @@ def _check_inputs(stages: tuple[SimStage, ...], g: int, clock_hz: float, bandwid
             raise UsageProblem(f"stage {position}: kind {s.kind!r} is not one of {', '.join(SIM_KINDS)}")
         if s.ipu < 0 or s.cycles < 0 or s.send_bytes < 0:
             raise UsageProblem(f"stage {position}: IPU, cycles and send bytes must be >= 0")
+        if s.recompute_cycles < 0 or s.recompute_after < 0 or s.recompute_after + s.recompute_cycles > s.cycles:
+            raise UsageProblem(f"stage {position}: the recompute cycles must lie within the stage's cycles")
     _check_arrays(stages)
 
 
@@ -335,17 +344,35 @@ def _timeline(stages: tuple[SimStage, ...], sched: Schedule, ipus: tuple[int, ..
 
 def _place_compute(stages: tuple[SimStage, ...], c: int, frags: tuple[Fragment, ...], start: float,
                    placed: list[FragmentTiming]) -> dict[int, float]:
-    """Lay out D, M, H of one cycle; stages on one IPU run in program order."""
+    """Lay out D, M, H of one cycle; stages on one IPU run in program order.
+
+    The re-run forward work of a recomputing stage is its own ``R`` fragment
+    inside the stage's ``M`` work (see :class:`SimStage`).
+    """
     clock: dict[int, float] = {}
     for f in frags:
         if f.kind == "C":
             continue
         u = stages[f.stage].ipu
         t = clock.get(u, 0.0)
-        dur = float(stages[f.stage].cycles) if f.kind == "M" else 0.0
-        placed.append(FragmentTiming(c, f.stage, f.kind, f.microbatch, u, start + t, dur))
-        clock[u] = t + dur
+        for kind, dur in _parts(stages[f.stage], f.kind):
+            placed.append(FragmentTiming(c, f.stage, kind, f.microbatch, u, start + t, dur))
+            t += dur
+        clock[u] = t
     return clock
+
+
+def _parts(stage: SimStage, kind: str) -> list[tuple[str, float]]:
+    """(kind, cycles) of what a fragment runs: an M fragment of a recomputing stage is M, R, M."""
+    if kind != "M":
+        return [(kind, 0.0)]
+    if stage.recompute_cycles <= 0:
+        return [("M", float(stage.cycles))]
+    before = float(stage.recompute_after)
+    after = float(stage.cycles - stage.recompute_after - stage.recompute_cycles)
+    parts = [("M", before)] if before > 0 else []
+    parts.append(("R", float(stage.recompute_cycles)))
+    return parts + ([("M", after)] if after > 0 else [])
 
 
 def _place_copies(stages: tuple[SimStage, ...], c: int, frags: tuple[Fragment, ...], start: float,
@@ -483,3 +510,80 @@ def _ipu_summary(stages: tuple[SimStage, ...], u: int, k: int, cycles: tuple[Cyc
         peak_bytes=peak.total if peak else None,
         fits=None if peak is None or budget is None else peak.total <= budget,
     )
+
+
+# ------------------------------------------------------------ memory over time
+
+
+@dataclass(frozen=True)
+class MemoryPoint:
+    """An IPU's bytes on its peak tile from ``time`` (clock cycles) on, with ``entries`` stash entries in flight."""
+
+    time: float
+    entries: int
+    bytes: int
+
+
+def memory_over_time(result: SimResult) -> dict[int, tuple[MemoryPoint, ...]]:
+    """Per IPU, its bytes on its peak tile (:attr:`IpuSummary.worst_tile`) over the step.
+
+    The bytes are the resident memory, the stash entries in flight and the
+    copy buffers, as for the peak: a point where the step starts, one where a
+    stashing forward fragment starts (one more entry) and one where its
+    backward stage's work for that micro-batch ends (one fewer). The largest
+    point of an IPU is its peak. Empty for an IPU without memory figures.
+    """
+    stages = result.stages
+    pairs = _stash_pairs(stages)
+    stashing = set(pairs.values())
+    entries = {f: 0 for f in stashing}
+    points: dict[int, list[MemoryPoint]] = {}
+    tile_of = {u.ipu: u for u in result.ipus}
+    for summary in result.ipus:
+        if summary.worst_tile is not None:
+            points[summary.ipu] = [MemoryPoint(0.0, 0, _bytes_at(stages, summary.ipu, summary.worst_tile, entries,
+                                                                 summary))]
+    for stage, start, end in _compute_runs(result.fragments):
+        if stage in stashing:
+            entries[stage] += 1
+            at = start
+        elif stage in pairs:
+            entries[pairs[stage]] -= 1
+            at = end
+        else:
+            continue
+        ipu = stages[stage].ipu
+        mine = tile_of[ipu]
+        if ipu in points and mine.worst_tile is not None:
+            count = sum(n for g, n in entries.items() if stages[g].ipu == ipu)
+            points[ipu].append(MemoryPoint(at, count, _bytes_at(stages, ipu, mine.worst_tile, entries, mine)))
+    return {u: tuple(p) for u, p in points.items()}
+
+
+def _compute_runs(fragments: tuple[FragmentTiming, ...]) -> list[tuple[int, float, float]]:
+    """(stage, start, end) of each stage's work on one micro-batch (its M and R parts together), in run order."""
+    runs: list[tuple[int, float, float]] = []
+    last: tuple[int, int, int | None] | None = None
+    for f in fragments:
+        if f.kind not in ("M", "R"):
+            continue
+        key = (f.cycle, f.stage, f.microbatch)
+        if key == last:
+            stage, start, _ = runs[-1]
+            runs[-1] = (stage, start, f.start + f.duration)
+        else:
+            runs.append((f.stage, f.start, f.start + f.duration))
+        last = key
+    return runs
+
+
+def _bytes_at(stages: tuple[SimStage, ...], u: int, tile: int, entries: dict[int, int], summary: IpuSummary) -> int:
+    total = summary.copy_buffer_bytes or 0
+    for s in stages:
+        if s.ipu != u:
+            continue
+        if s.memory_per_tile is not None:
+            total += int(np.asarray(s.memory_per_tile)[tile])
+        if s.stash_entry_per_tile is not None and s.index in entries:
+            total += entries[s.index] * int(np.asarray(s.stash_entry_per_tile)[tile])
+    return total

@@ -15,7 +15,7 @@ from typing import Protocol
 
 import numpy as np
 
-from popliner.config.model import PipelineConfig
+from popliner.config.model import ConfigStage, PipelineConfig
 from popliner.errors import ConfigError
 from popliner.pipeline import StageFigure, backward_stage, copy_buffer_per_tile, forward_stage
 from popliner.simulator.engine import SimStage
@@ -70,6 +70,7 @@ class IpuFigures:
     stash_entry_per_tile: np.ndarray | None
     bytes_in: int  # activations crossing into this IPU per micro-batch
     label: str
+    recompute_cycles: int = 0  # part of backward_cycles: forward work run again (recomputation)
 
 
 def pipeline_stages(mode: str, ipus: Sequence[IpuFigures]) -> tuple[SimStage, ...]:
@@ -88,13 +89,16 @@ def pipeline_stages(mode: str, ipus: Sequence[IpuFigures]) -> tuple[SimStage, ..
     ]
     last = ipus[-1]
     # The last IPU computes the loss and sends the gradient of its input back.
+    # Its re-run forward work (every-layer recomputation) comes after its forward part.
     out.append(SimStage(k - 1, k - 1, "forward+backward", last.forward_cycles + last.backward_cycles,
-                        last.bytes_in if k > 1 else 0, last.memory_per_tile, None, last.label))
+                        last.bytes_in if k > 1 else 0, last.memory_per_tile, None, last.label,
+                        last.recompute_cycles, last.forward_cycles))
     for i in range(k - 2, -1, -1):
         f = ipus[i]
-        # Resident memory is given once per IPU, on its forward stage.
+        # Resident memory is given once per IPU, on its forward stage; the re-run
+        # forward work opens the backward stage.
         out.append(SimStage(backward_stage(i, k), i, "backward", f.backward_cycles, f.bytes_in if i > 0 else 0,
-                            None, None, f.label))
+                            None, None, f.label, f.recompute_cycles, 0))
     return tuple(out)
 
 
@@ -117,10 +121,22 @@ def inputs_from_config(cfg: PipelineConfig, backward_fraction: float = BACKWARD_
         buffer = copy_buffer_per_tile(s.bytes_in if k else 0, bytes_out, tiles, cfg.training)
         memory = np.zeros(tiles, dtype=np.int64)
         memory[s.worst_tile] = max(0, s.worst_tile_bytes - s.stash_entries * per_entry - buffer)
-        backward = round(s.cycles * backward_fraction) if cfg.training else 0
+        backward, recompute = _backward_cycles(s, cfg.training, backward_fraction)
         figures.append(IpuFigures(s.cycles - backward, backward, memory,
-                                   np.full(tiles, per_entry, dtype=np.int64), s.bytes_in, _label(s.layers)))
+                                   np.full(tiles, per_entry, dtype=np.int64), s.bytes_in, _label(s.layers),
+                                   recompute))
     return SimInputs(pipeline_stages(cfg.mode, figures), tiles, cfg.clock_hz, "config")
+
+
+def _backward_cycles(s: ConfigStage, training: bool, backward_fraction: float) -> tuple[int, int]:
+    """(backward, of which recompute) cycles of a config stage: as recorded, else the fixed share."""
+    if not training:
+        return 0, 0
+    if s.forward_cycles is not None and 0 <= s.forward_cycles <= s.cycles:
+        backward = s.cycles - s.forward_cycles
+        recompute = s.recompute_cycles if s.recompute_cycles is not None else 0
+        return backward, min(max(recompute, 0), backward)
+    return round(s.cycles * backward_fraction), 0
 
 
 def inputs_from_analysis(cfg: PipelineConfig, analysis: AnalysisLike, *, tiles_per_ipu: int,
@@ -142,7 +158,7 @@ def inputs_from_analysis(cfg: PipelineConfig, analysis: AnalysisLike, *, tiles_p
         entry = np.asarray(fig.stash_entry_per_tile, dtype=np.int64) if fig.stash_entries else np.zeros_like(total)
         figures.append(IpuFigures(
             fig.forward_cycles, fig.backward_cycles if cfg.training else 0, np.maximum(total - entry, 0), entry,
-            fig.bytes_in, _label(group),
+            fig.bytes_in, _label(group), fig.recompute_cycles if cfg.training else 0,
         ))
     return SimInputs(pipeline_stages(cfg.mode, figures), tiles_per_ipu, clock_hz, "profile")
 

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import IO, Any
 
-from popliner.simulator.engine import SimResult
+from popliner.simulator.engine import SimResult, memory_over_time
 from popliner.simulator.schedule import render_ipu_view, render_stage_view
 
 __all__ = [
@@ -67,9 +67,10 @@ def _mode(result: SimResult) -> str:
 
 
 def _stage_table(result: SimResult) -> str:
-    rows = [[str(s.index), str(s.ipu), s.kind, _int(s.cycles), _int(s.send_bytes), s.label]
+    rows = [[str(s.index), str(s.ipu), s.kind, _int(s.cycles), _int(s.recompute_cycles), _int(s.send_bytes), s.label]
             for s in result.stages]
-    return _table(["PS", "IPU", "kind", "cycles/mb", "sends B/mb", "layers"], rows, left=(2, 5))
+    return _table(["PS", "IPU", "kind", "cycles/mb", "of which recompute", "sends B/mb", "layers"], rows,
+                  left=(2, 6))
 
 
 def _ipu_table(result: SimResult) -> str:
@@ -147,6 +148,7 @@ def _seconds(s: float) -> str:
 
 def result_document(result: SimResult) -> dict[str, Any]:
     """Summary as JSON-ready data (no schedule; see the trace for that)."""
+    over_time = memory_over_time(result)
     return {
         "mode": _mode(result),
         "num_ipus": len(result.ipus),
@@ -169,8 +171,8 @@ def result_document(result: SimResult) -> dict[str, Any]:
         "budget_bytes": result.budget_bytes,
         "fits": result.fits,
         "stages": [
-            {"index": s.index, "ipu": s.ipu, "kind": s.kind, "cycles": s.cycles, "send_bytes": s.send_bytes,
-             "layers": s.label}
+            {"index": s.index, "ipu": s.ipu, "kind": s.kind, "cycles": s.cycles,
+             "recompute_cycles": s.recompute_cycles, "send_bytes": s.send_bytes, "layers": s.label}
             for s in result.stages
         ],
         "ipus": [
@@ -178,7 +180,9 @@ def result_document(result: SimResult) -> dict[str, Any]:
              "fill_flush_cycles": u.fill_flush_cycles, "imbalance_cycles": u.imbalance_cycles,
              "communication_cycles": u.communication_cycles, "max_stash_entries": u.max_stash_entries,
              "worst_tile": u.worst_tile, "resident_bytes": u.base_bytes, "stash_bytes": u.stash_bytes,
-             "copy_buffer_bytes": u.copy_buffer_bytes, "peak_bytes": u.peak_bytes, "fits": u.fits}
+             "copy_buffer_bytes": u.copy_buffer_bytes, "peak_bytes": u.peak_bytes, "fits": u.fits,
+             "memory_over_time": [{"time_us": _r(p.time * 1e6 / result.clock_hz), "stash_entries": p.entries,
+                                   "bytes": p.bytes} for p in over_time.get(u.ipu, ())]}
             for u in result.ipus
         ],
     }
@@ -216,11 +220,16 @@ def trace_document(result: SimResult) -> dict[str, Any]:
                 events.append({"name": "sync", "cat": "sync", "ph": "X", "pid": u.ipu, "tid": sync_tid,
                                "ts": _r((c.start + c.compute) * us), "dur": _r(c.sync * us),
                                "args": {"cycle": c.index, "phase": c.phase}})
+    # Memory over time: a counter track per IPU (its peak tile), drawn as a graph by Perfetto.
+    for ipu, points in memory_over_time(result).items():
+        events.extend({"name": "memory on the peak tile (bytes)", "cat": "memory", "ph": "C", "pid": ipu, "tid": 0,
+                       "ts": _r(p.time * us), "args": {"bytes": p.bytes, "stash_entries": p.entries}}
+                      for p in points)
     return {"traceEvents": events, "displayTimeUnit": "ns",
             "otherData": {"generator": "popliner simulate", "step_seconds": result.step_seconds}}
 
 
-_CATEGORY = {"D": "host", "H": "host", "M": "compute", "C": "copy"}
+_CATEGORY = {"D": "host", "H": "host", "M": "compute", "R": "recompute", "C": "copy"}
 
 
 def _meta(name: str, pid: int, tid: int, args: dict[str, Any]) -> dict[str, Any]:
@@ -295,9 +304,9 @@ def schedule_bars(result: SimResult) -> list[Bar]:
     us = 1e6 / result.clock_hz
     bars: list[Bar] = []
     for f in result.fragments:
-        if f.duration <= 0 or f.kind not in ("M", "C"):
+        if f.duration <= 0 or f.kind not in ("M", "R", "C"):
             continue  # host streams take no time in the model
-        kind = "copy" if f.kind == "C" else bar_kind(result.stages[f.stage].kind)
+        kind = {"C": "copy", "R": "recompute"}.get(f.kind) or bar_kind(result.stages[f.stage].kind)
         bars.append(Bar(f.ipu, kind, f.start * us, f.duration * us, f.cycle, f.stage, f.microbatch))
     for c in result.cycles:
         if c.sync > 0:

@@ -1,0 +1,99 @@
+"""The training options a config records, applied by ``check``, ``simulate`` and ``report``.
+
+A config's figures hold for the training options it was solved with (its
+``training`` block). The commands that read a config analyse the profile
+with exactly those options, so they give the figures ``--solve`` gave.
+The config is the source of truth: a training option given on their command
+line must say what the config says, or the command stops with one line
+(exit 2) naming the option, the config's value and the fix.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from popliner.config.model import ConfigTraining, config_training
+from popliner.errors import UsageProblem
+
+if TYPE_CHECKING:
+    from popliner.analysis import Analysis, AnalysisOptions
+
+__all__ = ["FLAGS", "analysis_options", "check_applied", "check_cli_options", "training_of"]
+
+log = logging.getLogger(__name__)
+
+#: Command-line flag of each recorded option (``ConfigTraining`` attribute -> flag).
+FLAGS: dict[str, str] = {
+    "recompute": "--recompute",
+    "optimizer_state": "--optimizer-state",
+    "replication_factor": "--replication-factor",
+    "sharded_optimizer_state": "--sharded-optimizer-state",
+    "head_placement": "--head-placement",
+}
+
+
+def analysis_options(mode: str, training: ConfigTraining | None) -> AnalysisOptions:
+    """How to analyse a profile for a config: its mode, and its training options in training."""
+    from popliner.analysis import AnalysisOptions
+
+    if training is None or mode != "training":
+        return AnalysisOptions(mode=mode)  # type: ignore[arg-type]
+    return AnalysisOptions(mode=mode, training=training.options())  # type: ignore[arg-type]
+
+
+def training_of(analysis: Analysis, requested_recompute: str | None = None) -> ConfigTraining | None:
+    """The record of the training options an analysis applied (None in inference)."""
+    if analysis.mode != "training":
+        return None
+    return config_training(analysis.options.training, analysis.engine.view.recompute, requested_recompute)
+
+
+def _agrees(t: ConfigTraining, name: str, value: object) -> bool:
+    if name == "recompute":
+        # A profile compiled with recomputation ignores --recompute; `auto` matches what it chose.
+        return t.recompute == "compiled" or value in (t.recompute, t.requested)
+    return bool(getattr(t, name) == value)
+
+
+def _show(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def check_cli_options(t: ConfigTraining | None, source: str, given: Mapping[str, object | None]) -> None:
+    """Refuse training options given on the command line that the config (``t``) does not record.
+
+    ``given`` maps ``ConfigTraining`` names to the values given (None: not
+    given); ``t`` is None for an inference config.
+    """
+    given = {name: value for name, value in given.items() if value is not None}
+    if not given:
+        return
+    if t is None:
+        name = next(iter(given))
+        raise UsageProblem(f"{FLAGS[name]}: {source} is an inference config and training options do not apply; "
+                           f"drop {FLAGS[name]}")
+    for name, value in given.items():
+        if not _agrees(t, name, value):
+            flag = FLAGS[name]
+            shown = flag if isinstance(value, bool) and value else f"{flag} {_show(value)}"
+            if isinstance(value, bool) and not value:
+                shown = f"--no-{flag[2:]}"
+            raise UsageProblem(
+                f"{shown} conflicts with {source}, whose figures were computed with training.{name}: "
+                f"{_show(getattr(t, name))}; drop the option, or solve again with it "
+                f"(or edit the `training:` block) to check that setting")
+
+
+def check_applied(t: ConfigTraining | None, analysis: Analysis, source: str) -> None:
+    """Say on stderr when the profile does not recompute as the config recorded (compiled or not)."""
+    if t is None or analysis.mode != "training":
+        return
+    applied = analysis.engine.view.recompute
+    if (t.recompute == "compiled") != (applied == "compiled"):
+        log.warning("%s records recompute %s but the profile %s; its figures follow the profile",
+                    source, t.recompute, "was compiled with recomputation" if applied == "compiled"
+                    else "has no recompute operations")
