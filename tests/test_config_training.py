@@ -385,3 +385,29 @@ def test_report_shows_the_config_options_and_recompute_bars(cache: Path) -> None
     invoke("report", config_path, "--profile", TINY, "-o", cache / "r.html")
     html = (cache / "r.html").read_text(encoding="utf-8")
     assert "training (recompute every-layer, optimizer state off-chip, head placement last)" in html
+
+
+def test_a_config_that_says_compiled_warns_on_a_profile_without_clones(cache: Path) -> None:
+    config_path = cache / "p.yaml"
+    invoke(TINY, "--solve", "--num-ipus", "2", "--head-placement", "last", "--mem-per-tile", "1000",
+           "--config-out", config_path)
+    doc = yaml.safe_load(config_path.read_text(encoding="utf-8"))
+    doc["training"]["recompute"] = "compiled"
+    config_path.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
+    result = invoke("check", config_path, "--profile", TINY, "--recompute", "every-layer")  # any mode agrees
+    assert "records recompute compiled but the profile has no recompute operations" in result.stderr
+
+
+def test_a_bad_option_in_the_workbook_names_the_cell(cache: Path) -> None:
+    from openpyxl import load_workbook
+
+    from popliner.outputs.planner import MODE_ROW, PLANNER_SHEET, TRAINING_COL
+
+    book = cache / "review.xlsx"
+    invoke(TINY, "--solve", "--num-ipus", "2", "--head-placement", "last", *EVERY_OFF, "--mem-per-tile", "460",
+           "-o", book)
+    sheets = load_workbook(book)
+    sheets[PLANNER_SHEET].cell(row=MODE_ROW, column=TRAINING_COL).value = '{"recompute": "auto"}'
+    sheets.save(book)
+    result = invoke("check", book, "--profile", TINY, ok=(2,))
+    assert f"review.xlsx, sheet {PLANNER_SHEET}, cell G{MODE_ROW}: recompute: `auto` is a request" in result.stderr

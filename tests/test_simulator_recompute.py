@@ -129,3 +129,26 @@ def test_memory_over_time_holds_the_checkpoints_by_hand() -> None:
     assert times == sorted(times)
     counters = [e for e in trace_document(result)["traceEvents"] if e.get("ph") == "C"]
     assert [e["args"]["bytes"] for e in counters if e["pid"] == 0] == [p.bytes for p in points[0]]
+
+
+def test_simulate_says_which_options_its_figures_assume(tmp_path: Path) -> None:
+    import json
+
+    from click.testing import CliRunner
+
+    from popliner.cli import cli
+    from popliner.config import write_config
+    from popliner.fileio import atomic_write
+
+    cfg, _ = config_and_analysis("every-layer")
+    path = tmp_path / "p.yaml"
+    with atomic_write(path, force=False) as f:
+        write_config(cfg, f)
+    text = CliRunner().invoke(cli, ["simulate", str(path)])
+    assert text.exit_code == 0, text.output
+    assert text.stdout.startswith(
+        "Training options (from the config): recompute every-layer, optimizer state off-chip, head placement last\n")
+    doc = json.loads(CliRunner().invoke(cli, ["simulate", str(path), "--json"]).stdout)
+    assert doc["training"]["recompute"] == "every-layer"
+    # Without --profile the recorded forward and recompute cycles split each stage.
+    assert [(s["cycles"], s["recompute_cycles"]) for s in doc["stages"]] == [(130, 0), (685, 120), (430, 120)]

@@ -98,11 +98,17 @@ def command(config_path: str, profile_path: str | None, gradient_accumulation: i
     to_stderr = output is None and any(p is not None and is_stdout(p) for p in (trace_path, plot_path))
     with output_stream("/dev/stderr" if to_stderr else output, force) as stream:
         if as_json:
-            stream.write(json.dumps(_json(result, config_path, inputs.source), indent=2) + "\n")
+            doc = _json(result, config_path, inputs.source)
+            if cfg.options is not None:
+                doc["training"] = cfg.options.as_document()
+            stream.write(json.dumps(doc, indent=2) + "\n")
         else:
             columns = None if all_cycles else max(24, 2 * result.num_stages + 4)
+            if cfg.options is not None:
+                stream.write(f"Training options (from the config): {cfg.options.summary()}\n")
             stream.write(render_text(result, max_columns=columns))
-    _write_files(result, trace_path, plot_path, force)
+    note = f"training options: {cfg.options.summary()}" if cfg.options is not None else None
+    _write_files(result, trace_path, plot_path, force, note)
 
 
 def _check_outputs(trace_path: str | None, plot_path: str | None, force: bool) -> None:
@@ -139,12 +145,13 @@ def _json(result: SimResult, config_path: str, source: str) -> dict[str, Any]:
     return doc
 
 
-def _write_files(result: SimResult, trace_path: str | None, plot_path: str | None, force: bool) -> None:
+def _write_files(result: SimResult, trace_path: str | None, plot_path: str | None, force: bool,
+                 note: str | None = None) -> None:
     if trace_path:
         with atomic_write(trace_path, force=force) as f:
             write_trace(result, f)
         logger.info("wrote %s", trace_path)
     if plot_path:
         with atomic_write(plot_path, force=force, binary=True) as b:
-            write_gantt(result, b)
+            write_gantt(result, b, note)
         logger.info("wrote %s", plot_path)

@@ -324,11 +324,12 @@ def schedule_title(result: SimResult) -> str:
     return head + f"; step {_seconds(result.step_seconds)}" + (f", {tp:,.0f} samples/s" if tp else "")
 
 
-def write_gantt(result: SimResult, stream: IO[bytes]) -> None:
+def write_gantt(result: SimResult, stream: IO[bytes], note: str | None = None) -> None:
     """A Gantt chart of one step as PNG: one row per IPU, wrapped over panels of cycles.
 
     Colours follow :data:`BAR_COLOURS` with a legend; fill and flush cycles have a
-    tinted background; white space inside a cycle is a bubble. Bars are labelled
+    tinted background; white space inside a cycle is a bubble. ``note`` is a
+    second title line (the training options of the figures). Bars are labelled
     ``stage:micro-batch`` where the label fits. matplotlib is imported only here.
     """
     from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -348,7 +349,7 @@ def write_gantt(result: SimResult, stream: IO[bytes]) -> None:
         _draw_panel(ax, result, rows, [b for b in bars if b.start_us < hi and b.start_us + b.duration_us > lo],
                     lo, hi)
     axes[-1].set_xlabel("time in the step (us); bar labels are pipeline stage:micro-batch; white gaps are bubbles")
-    fig.suptitle(schedule_title(result), fontsize=11)
+    fig.suptitle(schedule_title(result) + (f"\n{note}" if note else ""), fontsize=11)
     fig.legend(handles=_legend_handles(result, bars), loc="outside lower center", ncols=8, fontsize=8, frameon=False)
     fig.savefig(stream, format="png", metadata={"Software": None})
 
