@@ -411,3 +411,12 @@ def test_a_bad_option_in_the_workbook_names_the_cell(cache: Path) -> None:
     sheets.save(book)
     result = invoke("check", book, "--profile", TINY, ok=(2,))
     assert f"review.xlsx, sheet {PLANNER_SHEET}, cell G{MODE_ROW}: recompute: `auto` is a request" in result.stderr
+
+
+def test_check_says_which_options_it_applies(cache: Path) -> None:
+    config_path = cache / "p.yaml"
+    invoke(TINY, "--solve", "--num-ipus", "2", "--head-placement", "last", *EVERY_OFF, "--mem-per-tile", "460",
+           "--config-out", config_path)
+    result = invoke("check", config_path, "--profile", TINY)
+    assert (f"training options from {config_path}: recompute every-layer, optimizer state off-chip, "
+            "head placement last") in result.stderr

@@ -89,9 +89,10 @@ def check_cli_options(t: ConfigTraining | None, source: str, given: Mapping[str,
 
 
 def check_applied(t: ConfigTraining | None, analysis: Analysis, source: str) -> None:
-    """Say on stderr when the profile does not recompute as the config recorded (compiled or not)."""
+    """Say on stderr which options apply, and when the profile does not recompute as recorded (compiled or not)."""
     if t is None or analysis.mode != "training":
         return
+    log.info("training options from %s: %s", source, t.summary())
     applied = analysis.engine.view.recompute
     if (t.recompute == "compiled") != (applied == "compiled"):
         log.warning("%s records recompute %s but the profile %s; its figures follow the profile",
