@@ -202,6 +202,7 @@ def solve_split(analysis: Analysis, problem: SplitProblem, *, solver: SolverName
     count = len(outcome.bounds)
     stages = []
     for k, (i, j) in enumerate(outcome.bounds):
+        table.stage_memory(i, j)  # the model's figure of the range from the table's running set (memoised)
         figure = range_figure(engine, i, j, k, count)
         detail = None
         if not figure.fits(problem.budget) and outcome.status == "INFEASIBLE":

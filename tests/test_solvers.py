@@ -14,7 +14,7 @@ from popliner.analysis import analyse_profile, solve_split
 from popliner.memory.ranges import ProfileRanges
 from popliner.pipeline import range_cost, stash_depth
 from popliner.profile import load_profile
-from popliner.solvers.dp import dp_bounds
+from popliner.solvers.dp import dp_bounds, dp_for_stages, dp_per_count
 from popliner.solvers.greedy import greedy_bounds, layers_needed
 from popliner.solvers.ilp import ilp_bounds
 from popliner.solvers.problem import ArrayRanges, SplitProblem
@@ -400,11 +400,54 @@ def test_greedy_in_training_plans_stashes_for_the_ipus_it_uses():
 
 
 def test_time_limit_bounds_the_whole_solve():
-    # A limit already spent when CP-SAT would start: the tables and the DP still give a valid
-    # split (FEASIBLE, the DP's optimum of the first objective), and the note says why.
+    # A limit spent before the exact DP can finish: the best split known by then (greedy's here)
+    # comes back as FEASIBLE, valid but not proved optimal, and the note says why.
     a = analyse_profile(load_profile(TINY))
     split = solve_split(a, SplitProblem(2, 1000), solver="ilp", time_limit=1e-9)
     assert split.status == "FEASIBLE" and split.fits
     assert "time limit ran out" in split.note
     full = solve_split(a, SplitProblem(2, 1000), solver="ilp", time_limit=10)
-    assert split.objective == full.objective  # the DP is exact on the first objective
+    assert full.status == "OPTIMAL" and "time limit" not in full.note
+    assert split.objective >= full.objective
+
+
+@pytest.mark.parametrize("solver", ["greedy", "ilp"])
+def test_time_limit_bounds_the_best_effort_of_an_infeasible_request(solver):
+    # Nothing fits 300 bytes: with no time at all, the fewest-IPUs search and the best effort stop
+    # at once and say so; with time, the same request gets its reason and a best-effort split.
+    a = analyse_profile(load_profile(TINY))
+    rushed = solve_split(a, SplitProblem(2, 300), solver=solver, time_limit=1e-9)
+    assert rushed.status == "INFEASIBLE"
+    assert "time limit ran out" in rushed.note
+    full = solve_split(a, SplitProblem(2, 300), solver=solver, time_limit=30)
+    assert full.status == "INFEASIBLE" and "time limit" not in full.note
+    assert full.stages
+
+
+def _dp_unpruned(table, problem, by_memory):
+    """Every stage count searched, the best kept as dp_bounds always did (first count on ties)."""
+    best = None
+    counts = [problem.num_ipus] if problem.exact_ipus else range(1, problem.num_ipus + 1)
+    for k in counts:
+        found = dp_for_stages(table, problem, k, by_memory)
+        if found is not None and (best is None or found[1] < best[1]):
+            best = found
+    return best
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(tables(), st.integers(1, 8), st.booleans(), st.booleans(), st.booleans())
+def test_pruned_stage_counts_change_nothing(data, ipus, training, by_memory, no_cycles):
+    table, limit = data
+    if no_cycles:  # the first objective is then memory, and counts are pruned by it
+        table._cycles = [0] * table.num_layers
+    problem = SplitProblem(ipus, limit, training=training)
+    assert dp_bounds(table, problem, by_memory) == _dp_unpruned(table, problem, by_memory)
+    per_count = dp_per_count(table, problem, by_memory)
+    values = {k: found[1] for k, found in per_count.items() if found is not None}
+    for k in range(1, ipus + 1):
+        found = dp_for_stages(table, problem, k, by_memory)
+        if k in values:
+            assert found is not None and found[1] == values[k]
+        elif found is not None:  # pruned: it can neither beat nor tie the best count
+            assert found[1] > min(values.values())

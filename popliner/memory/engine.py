@@ -82,6 +82,7 @@ class MemoryEngine:
         self.profile = self.view.profile
         self.is_backward = self.view.is_backward
         self.model = MemoryModel(self.profile, ops, counted_vars)
+        self._stash_known: dict[bytes, np.ndarray] = {}
 
     @property
     def tiles(self) -> int:
@@ -123,15 +124,18 @@ class MemoryEngine:
 
     # -- memory ----------------------------------------------------------------
 
-    def stage_memory(self, ops: np.ndarray) -> StageMemory:
+    def stage_memory(self, ops: np.ndarray, variables: np.ndarray | None = None) -> StageMemory:
         """Per-tile memory of a set of operations (the direct model, memoised).
+
+        ``variables``: the set's variables peak per tile when already known
+        exactly (see :meth:`popliner.memory.model.MemoryModel.stage`).
 
         With ``--recompute pipeline`` a stage other than the last re-runs its
         forward part when its backward starts: its variables peak is the larger
         of the forward window's (recomputed variables cut at their last
         forward read) and the backward part's (live steps as profiled).
         """
-        memory = self.model.stage(ops)
+        memory = self.model.stage(ops, variables)
         if self.view.recompute != "pipeline" or self.is_last_stage(ops):
             return memory
         back = self.backward_part(ops)
@@ -191,6 +195,9 @@ class MemoryEngine:
 
     def stash_entry_per_tile(self, ops: np.ndarray) -> np.ndarray:
         """Bytes per tile of one activation stash entry of the stage (zero in inference)."""
+        known = self._stash_known.get(np.asarray(ops, np.int64).tobytes())
+        if known is not None:
+            return known.copy()
         out = np.zeros(self.tiles, np.int64)
         windows = self.stash_windows(ops)
         if windows is None:
@@ -201,6 +208,10 @@ class MemoryEngine:
         v = self.profile.variables
         # float64 bincount: exact while a tile's entry is below 2**53 bytes.
         return np.bincount(v.tile[stash], weights=v.bytes[stash], minlength=self.tiles).astype(np.int64)
+
+    def remember_stash_entry(self, ops: np.ndarray, entry: np.ndarray) -> None:
+        """Keep the stash entry of a set of operations that another exact path found (the range table's)."""
+        self._stash_known[np.asarray(ops, np.int64).tobytes()] = np.asarray(entry, np.int64).copy()
 
     @cached_property
     def stash_candidate(self) -> np.ndarray:
@@ -221,6 +232,46 @@ class MemoryEngine:
         early = first < fwd_lo if self.view.inputs_only else first <= fwd_hi
         in_bwd = (last - bwd_lo).view(np.uint64) <= np.uint64(bwd_hi - bwd_lo)
         return np.asarray(early & (first >= 0) & in_bwd)
+
+    def stash_positions(self, first: np.ndarray, last: np.ndarray,
+                        rows: Sequence[StashWindows | None]) -> np.ndarray | None:
+        """For a stage that grows one layer at a time, the first growth at which each candidate joins its stash.
+
+        ``rows[p]`` are the stage's :meth:`stash_windows` after ``p + 1``
+        layers. While the windows only widen (the forward part starts no
+        later and ends no earlier, and so does the backward part), every
+        condition of :meth:`stash_select` that holds at one growth holds at
+        every later one, so a candidate, once in the entry, stays in it: the
+        growth it joins at is the latest of the first growths at which each
+        condition holds, a binary search each. The result is the position in
+        ``rows``, or ``len(rows)`` when it never joins; None when the windows
+        do not only widen (or ``pipeline``'s received inputs change with the
+        forward part's start), and the caller must use :meth:`stash_select`
+        at each growth.
+        """
+        m = len(rows)
+        known = np.array([w is not None for w in rows], bool)
+        if known.any() and not known[int(np.argmax(known)):].all():
+            return None  # a stage with a forward and a backward part keeps them as it grows
+        big = np.iinfo(np.int64).max // 4
+        # A growth without windows holds nothing: bounds that no step meets.
+        w = np.array([r if r is not None else (big, -big, big, -big) for r in rows], np.int64).reshape(m, 4)
+        fwd_lo, fwd_hi, bwd_lo, bwd_hi = w[:, 0], w[:, 1], w[:, 2], w[:, 3]
+        if (np.diff(fwd_lo) > 0).any() or (np.diff(fwd_hi) < 0).any() or (np.diff(bwd_lo) > 0).any() or (
+                np.diff(bwd_hi) < 0).any():
+            return None
+        # searchsorted(a, x) on a non-decreasing a: the first growth with a[p] >= x.
+        in_bwd = np.maximum(np.searchsorted(-bwd_lo, -last), np.searchsorted(bwd_hi, last))
+        if not self.view.stash_inputs:
+            in_fwd = np.maximum(np.searchsorted(-fwd_lo, -first), np.searchsorted(fwd_hi, first))
+            return np.asarray(np.maximum(in_fwd, in_bwd))
+        if self.view.inputs_only:
+            starts = fwd_lo[known]
+            if starts.size and starts.min() != starts.max():
+                return None  # what counts as received changes as the forward part starts earlier
+            early = first < (starts[0] if starts.size else big)
+            return np.asarray(np.where(early & (first >= 0), in_bwd, m))
+        return np.asarray(np.where(first >= 0, np.maximum(np.searchsorted(fwd_hi, first), in_bwd), m))
 
     def cycles_split(self, ops: np.ndarray) -> tuple[int, int]:
         """(forward, backward) cycles of one micro-batch through the stage, re-run forward work in the backward."""

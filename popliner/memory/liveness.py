@@ -17,10 +17,60 @@ from popliner.profile.model import Profile
 __all__ = ["group_peaks", "window_peak"]
 
 
+#: The dense sweep of :func:`window_peak` is taken when (tiles x distinct event steps) is at most this many
+#: times the number of interval events: a bincount and a running sum instead of a sort of the events.
+DENSE_FACTOR = 8
+
+
 def window_peak(profile: Profile, var_idx: np.ndarray, lo: int, hi: int) -> np.ndarray:
     """Per-tile peak of live bytes of ``var_idx`` over steps ``lo..hi`` (inclusive)."""
+    dense = _dense_window_peak(profile, var_idx, lo, hi)
+    if dense is not None:
+        return dense
     group = np.zeros(len(var_idx), np.int64)
     return np.asarray(group_peaks(profile, group, var_idx, np.array([lo]), np.array([hi]))[0])
+
+
+def _dense_window_peak(profile: Profile, var_idx: np.ndarray, lo: int, hi: int,
+                       factor: float | None = None) -> np.ndarray | None:
+    """:func:`window_peak` as a (tile x event step) table of net changes; None when that table would be sparse.
+
+    A large stage has millions of interval events but only a few thousand
+    distinct steps at which they happen: summing each step's net change per
+    tile (a bincount) and taking the running sum along the steps gives the
+    live bytes after each step. The sweep's peak is the same figure: at one
+    step its ends come before its starts, so the largest running value at
+    that step is the value once all its events are applied.
+    """
+    tiles = profile.tiles
+    if var_idx.size == 0 or hi < lo or tiles == 0:
+        return None
+    v = profile.variables
+    cls = v.klass[var_idx]
+    counts = profile.class_ptr[cls + 1] - profile.class_ptr[cls]
+    rep = np.repeat(np.arange(len(var_idx)), counts)
+    iv = expand_ranges(profile.class_ptr[cls], counts)
+    start = np.maximum(profile.iv_start[iv], lo)
+    end = np.minimum(profile.iv_end[iv], hi + 1)
+    keep = start < end
+    if not keep.any():
+        return np.zeros(tiles, np.int64)
+    rep, start, end = rep[keep], start[keep], end[keep]
+    has_end = end <= hi  # ends at hi+1 are never observed inside the window
+    steps = np.concatenate((start, end[has_end])).astype(np.int64) - lo
+    present = np.bincount(steps, minlength=hi - lo + 1) > 0
+    distinct = int(present.sum())
+    if tiles * distinct > (DENSE_FACTOR if factor is None else factor) * steps.size:
+        return None
+    column = np.cumsum(present) - 1
+    tile = v.tile[var_idx].astype(np.int64)[rep]
+    nbytes = v.bytes[var_idx].astype(np.int64)[rep]
+    cells = np.concatenate((tile, tile[has_end])) * distinct + column[steps]
+    delta = np.concatenate((nbytes, -nbytes[has_end]))
+    # float64 bincount: exact while a (tile, step) net change is below 2**53 bytes.
+    table = np.bincount(cells, weights=delta, minlength=tiles * distinct).astype(np.int64).reshape(tiles, distinct)
+    np.cumsum(table, axis=1, out=table)
+    return np.asarray(np.maximum(table.max(axis=1), 0))
 
 
 def group_peaks(

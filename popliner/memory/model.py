@@ -56,24 +56,29 @@ class MemoryModel:
 
     # -- one set -------------------------------------------------------------
 
-    def stage(self, op_idx: np.ndarray | Sequence[int]) -> StageMemory:
-        """Per-tile memory of a set of operations (memoised)."""
+    def stage(self, op_idx: np.ndarray | Sequence[int], variables: np.ndarray | None = None) -> StageMemory:
+        """Per-tile memory of a set of operations (memoised).
+
+        ``variables``, when given, is the set's variables peak per tile as
+        another exact path found it (the range table's liveness grid): it is
+        used instead of a new sweep if the set is not memoised yet.
+        """
         ops = np.unique(np.asarray(op_idx, dtype=np.int64))
         key = ops.tobytes()
         hit = self._memo.get(key)
         if hit is None:
-            hit = StageMemory(np.stack(self._components(ops)))
+            hit = StageMemory(np.stack(self._components(ops, variables)))
             self._memo[key] = hit
         return hit
 
-    def _components(self, ops: np.ndarray) -> tuple[np.ndarray, ...]:
+    def _components(self, ops: np.ndarray, variables: np.ndarray | None = None) -> tuple[np.ndarray, ...]:
         progs = self.profile.programs
         p = self.ops.programs_of_set(ops)
         control = progs.control.sum_rows(p[self.leaf[p]], self.tiles)
         exchange = progs.exchange.sum_rows(p[self.exchange[p]], self.tiles)
         runs = progs.vertices.runs_of(p)
         code, state = self._vertex_memory(runs)
-        return self.variables(ops), code, state, exchange, control
+        return self.variables(ops) if variables is None else variables, code, state, exchange, control
 
     def _vertex_memory(self, runs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         verts = self.profile.programs.vertices

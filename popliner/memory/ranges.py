@@ -173,8 +173,27 @@ class ProfileRanges:
         return ops
 
     def stage_memory(self, i: int, j: int) -> StageMemory:
-        """The direct model's figure of the range (memoised by the engine)."""
-        return self.engine.stage_memory(self.stage_ops(i, j))
+        """The direct model's figure of the range (memoised by the engine).
+
+        The engine also keeps the range's stash entry when the table has it.
+        Its variables peak comes from the running set of the range's layers
+        (a few layer additions and one reading of the liveness grid) rather
+        than from a sweep over all the range's variable intervals: the same
+        figure, to the byte (tests/test_range_paths.py).
+        """
+        ops = self.stage_ops(i, j)
+        wrapped = self._wraps and i == 0  # with the head's operations too
+        known = self._shared.figures.get((i, j))
+        if known is not None and known[1] is not None and self._training and not wrapped:
+            self.engine.remember_stash_entry(ops, known[1])  # the same figure (tests/test_memory_engine.py)
+        key = (i, j, wrapped)
+        if key in self._shared.staged:
+            return self.engine.stage_memory(ops)
+        state = _RunningStage(self.engine, self._shared.grid)
+        for k in [*range(i, j + 1), *([self.engine.head_layer] if wrapped else [])]:
+            state.add(self._shared.layer_parts(k))
+        self._shared.staged.add(key)
+        return self.engine.stage_memory(ops, variables=state.variables_peak())
 
     # -- incremental evaluation -----------------------------------------------
 
@@ -215,7 +234,8 @@ class ProfileRanges:
             if known is None or (known[1] is None and known[0] <= self.limit):
                 # Not evaluated yet, or only up to its total (it overflowed a lower limit).
                 if state is None:
-                    state = _RunningStage(self.engine, shared.grid)
+                    row = shared.layer_ops[i:] if self._training else None
+                    state = _RunningStage(self.engine, shared.grid, row)
                     for k in range(i, j):  # figures known: rebuild the running set only
                         state.add(shared.layer_parts(k))
                 state.add(shared.layer_parts(j))
@@ -254,6 +274,8 @@ class _Shared:
         self._engine = weakref.ref(engine)
         #: (i, j) -> (worst tile bytes, stash entry per tile or None when over the limit asked, total per tile)
         self.figures: dict[tuple[int, int], tuple[int, np.ndarray | None, np.ndarray]] = {}
+        #: Ranges whose model figure the engine holds (see ProfileRanges.stage_memory).
+        self.staged: set[tuple[int, int, bool]] = set()
 
     @classmethod
     def of(cls, engine: MemoryEngine, liveness: Liveness) -> _Shared:
@@ -342,7 +364,29 @@ def _stash_columns(engine: MemoryEngine, var: np.ndarray, with_owner: bool = Fal
             "nbytes": v.bytes[sv]}
     if with_owner:
         cols["owner"] = keep
-    return cols
+        return cols
+    return _grouped(cols, engine.tiles)
+
+
+def _grouped(cols: dict[str, np.ndarray], tiles: int) -> dict[str, np.ndarray]:
+    """Stash columns summed per (first step, last step) and tile, when that is denser than one row per variable.
+
+    A layer's variables come as tensors spread over the tiles, so they share
+    a hundred or so (first, last) pairs: one row of bytes per tile for each
+    pair (``dense``) is then all a stash entry needs of them, and which pairs
+    join it is a handful of comparisons.
+    """
+    first, last = cols["first"].astype(np.int64), cols["last"].astype(np.int64)
+    if first.size == 0 or first.min() < -1 or last.min() < -1 or max(first.max(), last.max()) >= 2**31:
+        return cols
+    # Steps are -1 (never live) or below 2**31: one int64 key per pair.
+    keys, group = unique_inverse(((first + 1) << 32) | (last + 1))
+    if keys.size * tiles > 4 * first.size:
+        return cols
+    # float64 bincount: exact while a tile's bytes in one group are below 2**53.
+    dense = np.bincount(group * tiles + cols["tile"], weights=cols["nbytes"],
+                        minlength=keys.size * tiles).astype(np.int64).reshape(-1, tiles)
+    return {"first": (keys >> 32) - 1, "last": (keys & 0xFFFFFFFF) - 1, "dense": dense}
 
 
 class _RunningStage:
@@ -350,13 +394,15 @@ class _RunningStage:
 
     Control code, exchange code and vertex state add up; vertex presence is a
     running count per (type, tile). Variable liveness goes into the dense
-    (tile x liveness segment) grid when there is one, else into the sorted
-    event list of the set. In training, the stash columns of each layer's new
-    variables are kept, so one stash entry is a masked sum rather than a new
-    set union.
+    (liveness segment x tile) grid when there is one, else into the sorted
+    event list of the set. In training, ``row_ops`` are the operations of
+    the layers the set may grow by, in order (the first is the first layer
+    added), and the stash columns of each layer's new variables are kept: see
+    :class:`_StashRow`.
     """
 
-    def __init__(self, engine: MemoryEngine, grid: _SegmentGrid | None) -> None:
+    def __init__(self, engine: MemoryEngine, grid: _SegmentGrid | None,
+                 row_ops: list[np.ndarray] | None = None) -> None:
         self.engine = engine
         p = engine.profile
         self.tiles = p.tiles
@@ -370,7 +416,7 @@ class _RunningStage:
         self.events = _EventList(p) if grid is None else None
         self.lo, self.hi = 0, -1
         self.ops: list[np.ndarray] = []
-        self.stash_chunks: list[dict[str, np.ndarray]] = []
+        self.stash = _StashRow(engine, row_ops) if row_ops is not None else None
 
     def add(self, parts: _LayerParts) -> None:
         self.ops.append(parts.ops)
@@ -388,30 +434,126 @@ class _RunningStage:
         else:
             assert self.events is not None
             self.events.add(np.sort(np.concatenate((parts.private, parts.shared[fresh]))))
-        if parts.private_stash is not None and parts.shared_stash is not None:
-            self.stash_chunks.append(parts.private_stash)
-            self.stash_chunks.append(_rows_of(parts.shared_stash, fresh))
+        if self.stash is not None and parts.private_stash is not None and parts.shared_stash is not None:
+            self.stash.add(parts.private_stash, len(self.ops) - 1)
+            self.stash.add(_rows_of(parts.shared_stash, fresh), len(self.ops) - 1)
 
     def total_per_tile(self) -> np.ndarray:
         present = np.cumsum(self.presence, axis=1)[:, : self.tiles] > 0
         code = (self.code * present).sum(axis=0)
+        return np.asarray(self.additive + code + self.variables_peak())
+
+    def variables_peak(self) -> np.ndarray:
+        """Per tile, the most bytes of the set's variables live at once in its window."""
         if self.grid is not None:
-            peak = self.grid.peak(self.lo, self.hi)
-        else:
-            assert self.events is not None
-            peak = self.events.peak(self.lo, self.hi)
-        return np.asarray(self.additive + code + peak)
+            return self.grid.peak(self.lo, self.hi)
+        assert self.events is not None
+        return self.events.peak(self.lo, self.hi)
 
     def stash_entry(self) -> np.ndarray:
         """The engine's ``stash_entry_per_tile`` of the set so far (training)."""
+        assert self.stash is not None  # built with the row's operations in training
+        return self.stash.entry(len(self.ops) - 1)
+
+
+class _StashRow:
+    """One stash entry per tile of a set growing one layer at a time, each candidate read about once.
+
+    While the stage's windows only widen as it grows (the usual case: see
+    :meth:`popliner.memory.engine.MemoryEngine.stash_positions`), each
+    candidate's growth of joining is found once, and its bytes wait in that
+    growth's row of ``pending`` until the entry gets there. Windows are
+    taken for a horizon of growths that doubles as needed; candidates that
+    join beyond it are looked at again when it grows. If the windows stop
+    widening, every later entry is the masked sum over all candidates of
+    the set, as the engine takes it. Exact either way: integer bytes summed
+    in float64 below 2**53, then as int64.
+    """
+
+    FIRST_HORIZON = 8
+
+    def __init__(self, engine: MemoryEngine, row_ops: list[np.ndarray]) -> None:
+        self.engine = engine
+        self.tiles = engine.tiles
+        self.row_ops = row_ops
+        self.chunks: list[dict[str, np.ndarray]] = []  # every candidate so far (the slow path reads them)
+        self.windows: list[StashWindows | None] = []
+        self.fast = True
+        #: (columns, growth added, rows of them) that join beyond the horizon, if ever.
+        self.deferred: list[tuple[dict[str, np.ndarray], int, np.ndarray]] = []
+        self.pending = np.zeros((0, self.tiles), np.int64)
+        self.total = np.zeros(self.tiles, np.int64)
+        self.folded = 0  # growths already summed into ``total``
+        self._grow_horizon(min(self.FIRST_HORIZON, len(row_ops)))
+
+    def add(self, cols: dict[str, np.ndarray], at: int) -> None:
+        self.chunks.append(cols)
+        if self.fast:
+            self._place(cols, at)
+
+    def entry(self, at: int) -> np.ndarray:
+        """The entry after ``at + 1`` growths."""
+        if self.fast and at >= len(self.windows):
+            self._grow_horizon(min(max(2 * len(self.windows), at + 1), len(self.row_ops)))
+        if not self.fast:
+            return self._masked_sum(at)
+        while self.folded <= at:
+            self.total += self.pending[self.folded]
+            self.folded += 1
+        return self.total.copy()
+
+    def _grow_horizon(self, horizon: int) -> None:
+        ops = np.concatenate(self.row_ops[: len(self.windows)]) if self.windows else np.zeros(0, np.int64)
+        for p in range(len(self.windows), horizon):
+            ops = np.concatenate((ops, self.row_ops[p]))
+            self.windows.append(self.engine.stash_windows(ops))
+        if self.engine.stash_positions(np.zeros(0, np.int64), np.zeros(0, np.int64), self.windows) is None:
+            self.fast = False  # the growths from the first that is not a widening take the slow path
+            return
+        grown = np.zeros((horizon, self.tiles), np.int64)
+        grown[: len(self.pending)] = self.pending
+        self.pending = grown
+        deferred, self.deferred = self.deferred, []
+        for cols, at, rows in deferred:
+            self._place(cols, at, rows)
+
+    def _place(self, cols: dict[str, np.ndarray], at: int, rows: np.ndarray | None = None) -> None:
+        """Put the candidates ``rows`` of ``cols`` (all when None) where they join; keep the others for later."""
+        first, last = (cols["first"], cols["last"]) if rows is None else (cols["first"][rows], cols["last"][rows])
+        positions = self.engine.stash_positions(first, last, self.windows)
+        assert positions is not None  # checked when the horizon grew
+        positions = np.maximum(positions, at)
+        horizon = len(self.windows)
+        now = positions < horizon
+        if now.any():
+            picked = np.flatnonzero(now) if rows is None else rows[now]
+            if "dense" in cols:
+                # Sum the groups joining at each growth, then add one row per growth.
+                order = np.argsort(positions[now], kind="stable")
+                joined = positions[now][order]
+                starts = np.flatnonzero(np.concatenate(([True], joined[1:] != joined[:-1])))
+                self.pending[joined[starts]] += np.add.reduceat(cols["dense"][picked[order]], starts, axis=0)
+            else:
+                slot = positions[now] * self.tiles + cols["tile"][picked]
+                # float64 bincount as in the engine: exact while a tile's bytes are below 2**53.
+                self.pending += np.bincount(slot, weights=cols["nbytes"][picked], minlength=horizon * self.tiles
+                                            ).astype(np.int64).reshape(horizon, self.tiles)
+        if horizon < len(self.row_ops) and not now.all():
+            # Only indices are kept: the columns stay shared with the layer's parts.
+            self.deferred.append((cols, at, np.flatnonzero(~now) if rows is None else rows[~now]))
+
+    def _masked_sum(self, at: int) -> np.ndarray:
         out = np.zeros(self.tiles, np.int64)
-        windows: StashWindows | None = self.engine.stash_windows(np.concatenate(self.ops))
+        windows = self.engine.stash_windows(np.concatenate(self.row_ops[: at + 1]))
         if windows is None:
             return out
-        for c in self.stash_chunks:
+        for c in self.chunks:
             stash = self.engine.stash_select(c["first"], c["last"], windows)
-            # float64 bincount as in the engine: exact while a tile's entry is below 2**53 bytes.
-            out += np.bincount(c["tile"][stash], weights=c["nbytes"][stash], minlength=self.tiles).astype(np.int64)
+            if "dense" in c:
+                out += c["dense"][stash].sum(axis=0)
+            else:
+                # float64 bincount as in the engine: exact while a tile's entry is below 2**53 bytes.
+                out += np.bincount(c["tile"][stash], weights=c["nbytes"][stash], minlength=self.tiles).astype(np.int64)
         return out
 
 
@@ -422,45 +564,65 @@ def _rows_of(cols: dict[str, np.ndarray], fresh: np.ndarray) -> dict[str, np.nda
 
 
 class _SegmentGrid:
-    """Live bytes per (tile, liveness segment) of a growing set of variables.
+    """Live bytes per (liveness segment, tile) of a growing set of variables, read in blocks of segments.
 
     The distinct interval starts and ends of the profile's liveness classes,
     ``ends``, cut the steps into segments; live bytes are constant within one.
-    ``diff[t, k]`` holds the bytes that go live (+) or die (-) at ``ends[k]``
-    on tile ``t``, so a cumulative sum along a row gives the live bytes of
+    ``diff[k, t]`` holds the bytes that go live (+) or die (-) at ``ends[k]``
+    on tile ``t``, so a running sum over segments gives the live bytes of
     every segment, and the peak over steps ``lo..hi`` is the largest of the
     segments holding ``lo`` to ``hi``. Adding variables is a scatter, with no
-    sort; the grid's cost is ``tiles x segments`` per reading, whatever the
-    number of variables, so it is used only when that is small (synthetic
-    profiles have under 3,000 distinct interval ends at every scale).
+    sort, and the grid's cost does not depend on the number of variables, so
+    it is used only when it is small (synthetic profiles have under 3,000
+    distinct interval ends at 1x, 13,111 at 4x).
+
+    Segments are grouped in blocks of :attr:`BLOCK`. Each block keeps its own
+    running sums (``run``), their largest value (``block_max``) and its net
+    change (``block_sum``), refreshed only for the blocks that variables were
+    added to since the last reading: a layer's events fall in a few blocks
+    (its forward and backward steps), so adding a layer to a range no longer
+    costs a pass over the whole grid. A reading chains the blocks' net
+    changes (one row per block) and takes the blocks inside the window whole.
+    Integer sums in any order: the figures are those of one running sum over
+    all segments, to the byte.
     """
 
-    #: Largest grid, in cells (int64 each; a second buffer of the same size holds the sums).
-    #: 2**25 cells (128 MiB per int32 buffer) takes the 96-layer BERT-Large training profile
-    #: (1472 tiles x 13,111 segments, 19.3 M cells) on the grid: there the event list re-sorts
-    #: millions of events for every layer added and a solve took tens of minutes.
+    #: Largest grid, in cells (two int32 or int64 buffers of that size: differences and running sums).
+    #: 2**25 cells takes the 96-layer BERT-Large training profile (1472 tiles x 13,111 segments,
+    #: 19.3 M cells) on the grid: there the event list re-sorts millions of events for every layer
+    #: added and a solve took tens of minutes.
     MAX_CELLS = 1 << 25
+    #: Segments per block: a layer of the synthetic BERT-Large touches 4 to 8 blocks of 64 of 52 at 1x.
+    BLOCK = 64
 
-    def __init__(self, profile: Profile, ends: np.ndarray) -> None:
+    def __init__(self, profile: Profile, ends: np.ndarray, block: int | None = None) -> None:
         self.p = profile
         self.ends = ends
         self.width = len(ends)
-        self._dirty = False
+        self.tiles = profile.tiles
+        self.block = block if block is not None else self.BLOCK
+        self.nblocks = max(-(-self.width // self.block), 1)
         # Column of each interval's start and end, once per profile.
         self.col_start = np.searchsorted(ends, profile.iv_start)
         self.col_end = np.searchsorted(ends, profile.iv_end)
         # int32 cells when no tile's variables reach 2**31 bytes in all: every
-        # cell and every running sum is then the bytes of a subset of them.
+        # live figure is then the bytes of a subset of them, and every partial
+        # sum (within a block, or a block's net change) the difference of two.
         per_tile = np.bincount(profile.variables.tile, weights=profile.variables.bytes, minlength=profile.tiles)
         self.dtype = np.int32 if per_tile.size == 0 or per_tile.max() < 2**31 - 1 else np.int64
-        # Cell indices fit int32 unless a forced grid is very large.
-        self.cell_dtype = np.int32 if profile.tiles * max(self.width, 1) < 2**31 else np.int64
-        self.diff = np.zeros((profile.tiles, self.width), self.dtype)
-        self.live = np.empty_like(self.diff)
+        cells = self.nblocks * self.block * max(self.tiles, 1)
+        self.cell_dtype = np.int32 if cells < 2**31 else np.int64
+        shape = (self.nblocks, self.block, self.tiles)
+        self.diff = np.zeros(shape, self.dtype)
+        self.run = np.zeros(shape, self.dtype)
+        self.block_max = np.zeros((self.nblocks, self.tiles), self.dtype)
+        self.block_sum = np.zeros((self.nblocks, self.tiles), self.dtype)
+        self.stale = np.zeros(self.nblocks, bool)  # events added since the block's sums were taken
+        self.touched = np.zeros(self.nblocks, bool)  # events added since the last clear
 
     @classmethod
-    def of(cls, profile: Profile) -> _SegmentGrid:
-        return cls(profile, _segment_ends(profile))
+    def of(cls, profile: Profile, block: int | None = None) -> _SegmentGrid:
+        return cls(profile, _segment_ends(profile), block)
 
     @classmethod
     def fits(cls, profile: Profile) -> bool:
@@ -468,47 +630,69 @@ class _SegmentGrid:
         return profile.tiles * max(len(_segment_ends(profile)), 1) <= cls.MAX_CELLS
 
     def clear(self) -> None:
-        if self._dirty:
-            self.diff.fill(0)
-            self._dirty = False
+        touched = np.flatnonzero(self.touched)
+        if touched.size:
+            for buffer in (self.diff, self.run, self.block_max, self.block_sum):
+                buffer[touched] = 0
+            self.touched[:] = False
+            self.stale[:] = False
 
     def events_of(self, var_idx: np.ndarray, with_owner: bool = False) -> dict[str, np.ndarray]:
-        """Grid cells where each variable's intervals start and end, and its bytes."""
+        """Grid cells (segment x tiles + tile) where each variable's intervals start and end, and its bytes."""
         p = self.p
         v = p.variables
         cls = v.klass[var_idx]
         counts = p.class_ptr[cls + 1] - p.class_ptr[cls]
         iv = expand_ranges(p.class_ptr[cls], counts)
         owner = np.repeat(np.arange(len(var_idx)), counts)
-        row = v.tile[var_idx].astype(np.int64)[owner] * self.width
-        events = {"start": (row + self.col_start[iv]).astype(self.cell_dtype),
-                  "end": (row + self.col_end[iv]).astype(self.cell_dtype),
+        tile = v.tile[var_idx].astype(np.int64)[owner]
+        events = {"start": (self.col_start[iv] * self.tiles + tile).astype(self.cell_dtype),
+                  "end": (self.col_end[iv] * self.tiles + tile).astype(self.cell_dtype),
                   "nbytes": v.bytes[var_idx][owner].astype(self.dtype)}
         if with_owner:
             events["owner"] = owner
         return events
 
     def merged(self, events: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """The same events as one net change per distinct cell, which :meth:`add` applies without ``add.at``.
+        """The same events as one net change per cell, which :meth:`add` applies without ``add.at``.
 
         For a layer's private variables, added to every range that holds the
-        layer: the merge is done once, and each addition is then a plain
-        indexed add over distinct cells (exact: integer sums in any order).
+        layer: the merge is done once. When the events fill most cells of the
+        segments they touch (a layer's activations are spread over all tiles),
+        the change is kept dense, as rows of those segments, and an addition
+        is a plain add of rows; else as distinct cells and a plain indexed add
+        (exact either way: integer sums in any order).
         """
-        cells = np.concatenate((events["start"], events["end"]))
-        delta = np.concatenate((events["nbytes"], -events["nbytes"]))
+        cells = np.concatenate((events["start"], events["end"])).astype(np.int64)
+        delta = np.concatenate((events["nbytes"], -events["nbytes"])).astype(np.int64)
+        cols = cells // max(self.tiles, 1)
+        present = np.bincount(cols, minlength=self.nblocks * self.block) > 0
+        segments = np.flatnonzero(present)
+        blocks = np.unique(segments // self.block)
+        if segments.size * self.tiles <= 2 * cells.size:
+            position = np.cumsum(present) - 1
+            slot = position[cols] * self.tiles + cells % max(self.tiles, 1)
+            # float64 bincount: exact while a cell's net change is below 2**53 bytes.
+            dense = np.bincount(slot, weights=delta, minlength=segments.size * self.tiles)
+            return {"rows": segments, "dense": dense.astype(np.int64).astype(self.dtype).reshape(-1, self.tiles),
+                    "blocks": blocks}
         uniq, inverse = unique_inverse(cells)
         net = np.zeros(len(uniq), np.int64)
         np.add.at(net, inverse, delta)
         keep = net != 0
-        return {"cells": uniq[keep], "delta": net[keep].astype(self.dtype)}
+        return {"cells": uniq[keep].astype(self.cell_dtype), "delta": net[keep].astype(self.dtype), "blocks": blocks}
 
     def add(self, events: dict[str, np.ndarray]) -> None:
+        if "rows" in events:
+            if events["rows"].size:
+                self.diff.reshape(-1, self.tiles)[events["rows"]] += events["dense"]
+                self._mark(events["blocks"])
+            return
         if "cells" in events:
             if events["cells"].size:
                 flat = self.diff.reshape(-1)
                 flat[events["cells"]] += events["delta"]  # distinct cells: a plain indexed add is exact
-                self._dirty = True
+                self._mark(events["blocks"])
             return
         if events["nbytes"].size == 0:
             return
@@ -516,22 +700,53 @@ class _SegmentGrid:
         # Integer scatter-adds: exact, whatever the order.
         np.add.at(flat, events["start"], events["nbytes"])
         np.add.at(flat, events["end"], -events["nbytes"])
-        self._dirty = True
+        per_block = self.block * max(self.tiles, 1)
+        self._mark(np.concatenate((events["start"], events["end"])) // per_block)
+
+    def _mark(self, blocks: np.ndarray) -> None:
+        self.stale[blocks] = True
+        self.touched[blocks] = True
+
+    def _refresh(self) -> None:
+        """Running sums, largest value and net change of every block changed since the last reading."""
+        stale = np.flatnonzero(self.stale)
+        if stale.size == 0:
+            return
+        run = self.diff[stale]
+        # Row by row along the block: numpy's cumsum over a middle axis is several times slower.
+        for r in range(1, self.block):
+            np.add(run[:, r - 1], run[:, r], out=run[:, r])
+        self.run[stale] = run
+        self.block_max[stale] = run.max(axis=1)
+        self.block_sum[stale] = run[:, -1]
+        self.stale[stale] = False
 
     def peak(self, lo: int, hi: int) -> np.ndarray:
         """Per tile, the most live bytes at any step ``lo..hi`` (inclusive)."""
-        out = np.zeros(self.p.tiles, np.int64)
-        if hi < lo or not self._dirty:
+        out = np.zeros(self.tiles, np.int64)
+        if hi < lo or not self.touched.any():
             return out
         # Segment k covers steps ends[k] <= s < ends[k+1]; before ends[0] nothing is live.
         k_lo = int(np.searchsorted(self.ends, lo, side="right")) - 1
         k_hi = int(np.searchsorted(self.ends, hi, side="right")) - 1
         if k_hi < 0:
             return out
-        live = self.live[:, : k_hi + 1]
-        np.cumsum(self.diff[:, : k_hi + 1], axis=1, out=live)
-        np.max(live[:, max(k_lo, 0) :], axis=1, out=out)
-        return np.maximum(out, 0)
+        self._refresh()
+        first = max(k_lo, 0)
+        b_lo, b_hi = first // self.block, k_hi // self.block
+        # Live bytes before each block of the window: the net changes of the blocks before it.
+        before = np.zeros((b_hi + 1, self.tiles), np.int64)
+        np.cumsum(self.block_sum[:b_hi], axis=0, out=before[1:])
+        lo_row, hi_row = first % self.block, k_hi % self.block
+        if b_lo == b_hi:
+            out = self.run[b_lo, lo_row : hi_row + 1].max(axis=0) + before[b_lo]
+        else:
+            out = self.run[b_lo, lo_row:].max(axis=0) + before[b_lo]
+            np.maximum(out, self.run[b_hi, : hi_row + 1].max(axis=0) + before[b_hi], out=out)
+            if b_hi > b_lo + 1:
+                inside = self.block_max[b_lo + 1 : b_hi] + before[b_lo + 1 : b_hi]
+                np.maximum(out, inside.max(axis=0), out=out)
+        return np.asarray(np.maximum(out, 0))
 
 
 def _segment_ends(profile: Profile) -> np.ndarray:

@@ -172,11 +172,12 @@ def optimizer_state_variables(
         names = np.array([bool(regex.search(v.name(i))) for i in range(v.count)], bool)
         return np.asarray(names & always_live_var, bool)
     lens = ops.var_ptr[1:] - ops.var_ptr[:-1]
-    owner = np.repeat(np.arange(ops.count), lens)
+    # One flag per (operation, variable) entry: a bool repeat, not an owner index per entry.
+    by_update = np.repeat(np.asarray(is_update, bool), lens)
     used = np.zeros(v.count, bool)
     used[ops.var_idx] = True
     by_other = np.zeros(v.count, bool)
-    by_other[ops.var_idx[~is_update[owner]]] = True
+    by_other[ops.var_idx[~by_update]] = True
     return always_live_var & used & ~by_other
 
 
@@ -358,16 +359,18 @@ def build_training_view(profile: Profile, ops: OperationTable, layer_of_op: np.n
     groups = head_groups(ops, layer_of_op, num_layers, is_backward, is_update)
     state = optimizer_state_variables(profile, ops, always, is_update, options.optimizer_state_regex)
 
-    first, last = _var_first_last(profile)
-    nbytes = v.bytes.copy()
+    nbytes = v.bytes
     if options.shard > 1:
+        nbytes = v.bytes.copy()
         nbytes[state] = -(-nbytes[state] // options.shard)
-    # Variables whose live steps change.
-    cut_lo = np.full(v.count, -1, np.int64)  # lose the steps strictly between cut_lo ...
-    cut_hi = np.full(v.count, -1, np.int64)  # ... and cut_hi
-    keep_lo = np.full(v.count, -1, np.int64)  # off chip: keep only steps keep_lo..keep_hi
-    keep_hi = np.full(v.count, -1, np.int64)
+    # Per variable, -1 where nothing changes. Each mode writes only into its own copies of this,
+    # so the others share it (several 8-byte columns over millions of variables cost time to fill).
+    unchanged = np.full(v.count, -1, np.int64)
+    unchanged.flags.writeable = False
+    cut_lo = cut_hi = unchanged  # lose the steps strictly between cut_lo and cut_hi
+    keep_lo = keep_hi = unchanged  # off chip: keep only steps keep_lo..keep_hi
     if options.optimizer_state == "off-chip" and training:
+        keep_lo, keep_hi = unchanged.copy(), unchanged.copy()
         lo, hi = _update_window(ops, is_update, state, v.count)
         # Live only from its first update step to its last (never, when no update uses it).
         keep_lo[state] = np.where(hi[state] >= 0, lo[state], _NEVER)
@@ -376,23 +379,27 @@ def build_training_view(profile: Profile, ops: OperationTable, layer_of_op: np.n
     bstart = _unit_backward_start(unit, ops.first_step, is_backward, num_layers + 2)
     forward_op = (ops.first_step >= 0) & ~is_backward
     forward_op &= ops.first_step < bstart[np.maximum(unit, 0)]
-    u = _last_forward_read(ops, forward_op, v.count)
-    lo_unit, hi_unit = _unit_span(ops, unit, v.count)
     never_stash = np.zeros(v.count, bool)
-    forward_cut = np.full(v.count, -1, np.int64)
+    forward_cut = unchanged
     rerun_ops = np.zeros(ops.count, bool)
-    kept = ~always & (u >= 0) & (lo_unit >= 0) & ~state
-    if recompute == "every-layer":
-        r = np.where(lo_unit >= 0, bstart[np.maximum(lo_unit, 0)], -1)
-        pick = kept & (lo_unit == hi_unit) & (first <= u) & (r <= last) & (r > u + 1)
-        cut_lo[pick], cut_hi[pick] = u[pick], r[pick]
-        never_stash = pick
-        # Each layer owning a recomputed variable runs its forward part again.
-        rerun_ops = forward_op & np.isin(unit, np.unique(lo_unit[pick]))
-    elif recompute == "pipeline":
-        pick = kept & (first <= u) & (last > u)
-        forward_cut[pick] = u[pick]
-        rerun_ops = forward_op.copy()
+    if recompute in ("every-layer", "pipeline"):
+        first, last = _var_first_last(profile)
+        u = _last_forward_read(ops, forward_op, v.count)
+        lo_unit, hi_unit = _unit_span(ops, unit, v.count)
+        kept = ~always & (u >= 0) & (lo_unit >= 0) & ~state
+        if recompute == "every-layer":
+            cut_lo, cut_hi = unchanged.copy(), unchanged.copy()
+            r = np.where(lo_unit >= 0, bstart[np.maximum(lo_unit, 0)], -1)
+            pick = kept & (lo_unit == hi_unit) & (first <= u) & (r <= last) & (r > u + 1)
+            cut_lo[pick], cut_hi[pick] = u[pick], r[pick]
+            never_stash = pick
+            # Each layer owning a recomputed variable runs its forward part again.
+            rerun_ops = forward_op & np.isin(unit, np.unique(lo_unit[pick]))
+        else:
+            forward_cut = unchanged.copy()
+            pick = kept & (first <= u) & (last > u)
+            forward_cut[pick] = u[pick]
+            rerun_ops = forward_op.copy()
     what_if = with_live_steps(profile, nbytes, cut_lo, cut_hi, keep_lo, keep_hi)
     return TrainingView(options, recompute, what_if, is_backward, is_update, state, clones, never_stash,
                         recompute in ("pipeline", "every-layer", "compiled"), recompute == "pipeline", forward_cut,
@@ -464,13 +471,42 @@ def _unique_rows(key: np.ndarray, num_steps: int) -> tuple[np.ndarray, np.ndarra
     step_bits = max(int(cap).bit_length(), 1)
     cls_bits = max(int(key[:, 0].max()).bit_length(), 1)
     if cls_bits + 4 * step_bits <= 62:
-        packed = key[:, 0].copy()
-        for col in range(4):
-            packed = (packed << step_bits) | small[:, col]
+        columns = [key[:, 0], *(small[:, c] for c in range(4))]
+    else:
+        columns = [key[:, c] for c in range(5)]
+    # Each column's values replaced by their rank among its distinct values: the same grouping and
+    # the same (lexicographic) order in far fewer bits, so the row packs into one int64 (the rows of
+    # changed variables have a few hundred distinct values per column, where steps alone take 15 bits).
+    ranks = [_dense_rank(col) for col in columns]
+    bits = [max(int(r.max()).bit_length(), 1) for r in ranks]
+    if sum(bits) <= 62:
+        packed = ranks[0]
+        for r, b in zip(ranks[1:], bits[1:]):
+            packed = (packed << b) | r
         _, first, inverse = np.unique(packed, return_index=True, return_inverse=True)
         return key[first], inverse.reshape(-1)
     uniq, inverse = np.unique(key, axis=0, return_inverse=True)
     return uniq, inverse.reshape(-1)
+
+
+def _dense_rank(values: np.ndarray) -> np.ndarray:
+    """Each value's rank among the distinct values (int64, 0 for the smallest)."""
+    values = values.astype(np.int64)
+    if values.size == 0:
+        return values
+    top = int(values.max())
+    # "Never" markers sit far above every step: rank them last, the rest through a dense table.
+    rest = values[values != top]
+    if rest.size == 0:
+        return np.zeros(values.size, np.int64)
+    lo, hi = int(rest.min()), int(rest.max())
+    if hi - lo < 1 << 24:
+        # A dense table over the range: no sort.
+        present = np.bincount(rest - lo, minlength=hi - lo + 1) > 0
+        rank = np.cumsum(present) - 1
+        return np.asarray(np.where(values == top, int(present.sum()), rank[np.clip(values - lo, 0, hi - lo)]),
+                          np.int64)
+    return np.asarray(np.unique(values, return_inverse=True)[1].reshape(-1), np.int64)
 
 
 def with_live_steps(profile: Profile, nbytes: np.ndarray, cut_lo: np.ndarray, cut_hi: np.ndarray,

@@ -8,11 +8,26 @@ smallest possible largest cost of layers ``0..j`` in ``k+1`` stages.
 from __future__ import annotations
 
 import math
+import time
 
 from popliner.pipeline import RangeCosts, grows_past_limit, position_memory, range_cost
 from popliner.solvers.problem import Bounds, SplitProblem
 
-__all__ = ["dp_bounds", "dp_for_stages", "stage_cost"]
+__all__ = ["OutOfTime", "dp_bounds", "dp_for_stages", "dp_per_count", "stage_cost"]
+
+
+class OutOfTime(Exception):
+    """The solve's deadline passed; ``best`` is the best (stages, value) found before it, if any."""
+
+    def __init__(self, best: tuple[Bounds, float] | None = None) -> None:
+        super().__init__("the time limit ran out")
+        self.best = best
+
+
+def check_deadline(deadline: float | None) -> None:
+    """Raise :class:`OutOfTime` once ``deadline`` (a ``time.monotonic()`` value) has passed."""
+    if deadline is not None and time.monotonic() >= deadline:
+        raise OutOfTime()
 
 
 def stage_cost(table: RangeCosts, i: int, j: int, memory: float) -> float:
@@ -22,23 +37,62 @@ def stage_cost(table: RangeCosts, i: int, j: int, memory: float) -> float:
     return memory
 
 
-def dp_bounds(table: RangeCosts, problem: SplitProblem, by_memory: bool = False) -> tuple[Bounds, float] | None:
+def dp_bounds(table: RangeCosts, problem: SplitProblem, by_memory: bool = False,
+              deadline: float | None = None) -> tuple[Bounds, float] | None:
     """Optimal stages (``(first, last)`` pairs) and their largest cost, or None if none fits.
 
     ``by_memory`` minimises the largest worst-tile memory instead of the cost.
+    Past ``deadline`` it raises :class:`OutOfTime` with the best found so far.
     """
-    counts = [problem.num_ipus] if problem.exact_ipus else range(1, problem.num_ipus + 1)
     best: tuple[Bounds, float] | None = None
-    for k in counts:
-        found = dp_for_stages(table, problem, k, by_memory)
+    for found in dp_per_count(table, problem, by_memory, deadline).values():
         if found is not None and (best is None or found[1] < best[1]):
             best = found
     return best
 
 
+def dp_per_count(table: RangeCosts, problem: SplitProblem, by_memory: bool = False,
+                 deadline: float | None = None) -> dict[int, tuple[Bounds, float] | None]:
+    """The optimal split for each stage count the problem allows (exactly ``num_ipus`` when ``exact_ipus``).
+
+    A count whose first stage alone is above the best value of a smaller
+    count is not searched (None): its optimum is at least that first stage's,
+    so it can neither be the optimum nor tie with it.
+    """
+    counts = [problem.num_ipus] if problem.exact_ipus else range(1, problem.num_ipus + 1)
+    out: dict[int, tuple[Bounds, float] | None] = {}
+    best = math.inf
+    for k in counts:
+        try:
+            check_deadline(deadline)
+            if k <= table.num_layers and _first_stage_floor(table, problem, k, by_memory) > best:
+                out[k] = None
+                continue
+            out[k] = found = dp_for_stages(table, problem, k, by_memory, deadline)
+        except OutOfTime as stop:
+            known = [f for f in out.values() if f is not None]
+            raise OutOfTime(min(known, key=lambda f: f[1]) if known else None) from stop
+        if found is not None:
+            best = min(best, found[1])
+    return out
+
+
+def _first_stage_floor(table: RangeCosts, problem: SplitProblem, stages: int, by_memory: bool) -> float:
+    """A lower bound on the optimum with ``stages`` stages: the smallest value any first stage can have.
+
+    The first stage is ``0..j`` at position 0, with ``j = n-1`` for one stage
+    and ``j <= n - stages`` otherwise (every other stage holds a layer).
+    """
+    if not by_memory and table.has_cycles:
+        return -math.inf  # the objective is cycles, not this memory
+    n = table.num_layers
+    ends = [n - 1] if stages == 1 else range(n - stages + 1)
+    return min((position_memory(table, 0, j, 0, stages, problem.training) for j in ends), default=math.inf)
+
+
 def dp_for_stages(table: RangeCosts, problem: SplitProblem, stages: int,
-                  by_memory: bool = False) -> tuple[Bounds, float] | None:
-    """Optimal split into exactly ``stages`` stages, or None when none fits."""
+                  by_memory: bool = False, deadline: float | None = None) -> tuple[Bounds, float] | None:
+    """Optimal split into exactly ``stages`` stages, or None when none fits (:class:`OutOfTime` past ``deadline``)."""
     n = table.num_layers
     if stages > n:
         return None
@@ -51,6 +105,7 @@ def dp_for_stages(table: RangeCosts, problem: SplitProblem, stages: int,
     best = [[inf] * n for _ in range(stages)]
     back = [[-1] * n for _ in range(stages)]
     for k in range(stages):
+        check_deadline(deadline)
         for j in range(n):
             if j < n - 1 and (k == stages - 1 or not problem.allowed_split(j, forbidden)):
                 continue  # only the last stage ends at the last layer; splits must be allowed

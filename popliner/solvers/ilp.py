@@ -19,17 +19,14 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-
-from ortools.sat.python import cp_model
 
 from popliner.pipeline import RangeCosts, grows_past_limit, position_memory
 from popliner.solvers.dp import dp_for_stages, stage_cost
 from popliner.solvers.problem import Bounds, SplitProblem
 
 __all__ = ["IlpOutcome", "ilp_bounds"]
-_OK = (cp_model.OPTIMAL, cp_model.FEASIBLE)
 
 
 @dataclass(frozen=True)
@@ -43,7 +40,8 @@ class IlpOutcome:
 
 
 def ilp_bounds(table: RangeCosts, problem: SplitProblem, *, time_limit: float = 60.0, seed: int = 0,
-               hints: Sequence[Bounds] = (), prune: bool = True) -> IlpOutcome | None:
+               hints: Sequence[Bounds] = (), prune: bool = True,
+               per_count: Mapping[int, tuple[Bounds, float] | None] | None = None) -> IlpOutcome | None:
     """The best split found within ``time_limit`` seconds, or None when none fits.
 
     The exact DP gives the optimum of objective 1 for every stage count first:
@@ -52,11 +50,13 @@ def ilp_bounds(table: RangeCosts, problem: SplitProblem, *, time_limit: float = 
     ranges whose cost is within that optimum; ``prune=False`` lets CP-SAT find
     objective 1 on its own (the cross-check against the DP in the tests).
     When time runs out, the best of the DP splits and the ``hints`` is
-    returned as FEASIBLE.
+    returned as FEASIBLE. ``per_count`` passes in that DP when the caller has
+    already run it (:func:`popliner.solvers.dp.dp_per_count`).
     """
     deadline = time.monotonic() + time_limit  # the DP below counts against the limit too
     counts = [problem.num_ipus] if problem.exact_ipus else list(range(1, problem.num_ipus + 1))
-    per_count = {k: dp_for_stages(table, problem, k) for k in counts if k <= table.num_layers}
+    if per_count is None:  # else the caller's exact DP per count (dp_per_count), already done
+        per_count = {k: dp_for_stages(table, problem, k) for k in counts if k <= table.num_layers}
     reachable = {k: found for k, found in per_count.items() if found is not None}
     if not reachable:
         return None  # the DP is exact: no stage count fits
@@ -154,6 +154,9 @@ def _solve_k(table: RangeCosts, problem: SplitProblem, stages: int, time_limit: 
     edges = _edges(table, problem, stages, cost_cap)
     if not edges:
         return None, True
+    # Imported here: OR-Tools takes a good part of a second to import, which a greedy solve need not pay.
+    from ortools.sat.python import cp_model
+
     model = cp_model.CpModel()
     x = [model.new_bool_var(f"stage{e.position}_layers{e.first}_{e.last}") for e in edges]
     by_position: list[list[int]] = [[] for _ in range(stages)]
@@ -204,7 +207,7 @@ def _solve_k(table: RangeCosts, problem: SplitProblem, stages: int, time_limit: 
     for phase, objective in enumerate((max_cost, max_mem, crossing)):
         model.minimize(objective)
         status = solver.solve(model)
-        if status not in _OK:
+        if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             if phase == 0:
                 return None, status == cp_model.INFEASIBLE
             break

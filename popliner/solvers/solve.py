@@ -9,6 +9,7 @@ into the stages' exact figures.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -16,7 +17,7 @@ from typing import Literal
 
 from popliner.pipeline import RangeCosts, position_memory, range_cost
 from popliner.progress import phase
-from popliner.solvers.dp import dp_bounds
+from popliner.solvers.dp import OutOfTime, check_deadline, dp_bounds, dp_per_count
 from popliner.solvers.greedy import greedy_bounds
 from popliner.solvers.ilp import ilp_bounds
 from popliner.solvers.problem import Bounds, SplitProblem
@@ -63,20 +64,25 @@ def solve_bounds(table: RangeCosts, problem: SplitProblem, *, solver: SolverName
         greedy = greedy_bounds(table, problem)
     if solver == "greedy":
         if greedy is None:
-            return _infeasible(table, problem, "greedy", relaxed, layer_bytes)
+            return _infeasible(table, problem, "greedy", relaxed, layer_bytes, deadline, time_limit)
         bounds, cap, min_layers = greedy
         return SplitOutcome("greedy", "GREEDY", bounds, objective=first_objective(table, problem, bounds),
                             note=f"greedy: cap {cap:.0%} of the budget, at least {min_layers} layer(s) per stage "
                                  "as PopLiner counts them (the unlayered group is one; fewer on the last)")
     hints = [greedy[0]] if greedy is not None else []
     with phase("building range tables"):
-        dp = dp_bounds(table, problem)
+        try:
+            per_count = dp_per_count(table, problem, deadline=deadline)
+        except OutOfTime as stop:
+            return _out_of_time(table, problem, stop.best, hints, relaxed, layer_bytes, time_limit)
+    dp = min((f for f in per_count.values() if f is not None), key=lambda f: f[1], default=None)
     if dp is not None:
         hints.append(dp[0])
     with phase("solving (CP-SAT)"):
-        outcome = ilp_bounds(table, problem, time_limit=max(deadline - time.monotonic(), 0.0), seed=seed, hints=hints)
+        outcome = ilp_bounds(table, problem, time_limit=max(deadline - time.monotonic(), 0.0), seed=seed, hints=hints,
+                             per_count=per_count)
     if outcome is None:
-        return _infeasible(table, problem, "ilp", relaxed, layer_bytes)
+        return _infeasible(table, problem, "ilp", relaxed, layer_bytes, deadline, time_limit)
     note = ("objective: largest stage cycles (compute + received transfer)" if table.has_cycles
             else "objective: largest stage worst-tile bytes (the profile has no cycles)")
     if not outcome.optimal and time.monotonic() >= deadline:
@@ -87,6 +93,21 @@ def solve_bounds(table: RangeCosts, problem: SplitProblem, *, solver: SolverName
     )
 
 
+def _out_of_time(table: RangeCosts, problem: SplitProblem, best: tuple[Bounds, float] | None, hints: list[Bounds],
+                 relaxed: Callable[[float], RangeCosts] | None, layer_bytes: Callable[[int], int] | None,
+                 time_limit: float) -> SplitOutcome:
+    """The ILP's exact DP did not finish in time: its best split so far (or greedy's), not proved optimal."""
+    ran_out = f"the {time_limit:g} s time limit ran out before the exact DP finished"
+    if best is None and hints:
+        best = hints[0], first_objective(table, problem, hints[0])
+    if best is None:
+        # Nothing found in time, so nothing is proved either: a best effort with no time left says so.
+        outcome = _infeasible(table, problem, "ilp", relaxed, layer_bytes, time.monotonic(), time_limit)
+        return SplitOutcome("ilp", outcome.status, outcome.bounds, note=f"{ran_out}; {outcome.note}")
+    return SplitOutcome("ilp", "FEASIBLE", best[0], objective=float(best[1]),
+                        note=f"{ran_out}: the best split found by then, not proved optimal")
+
+
 def first_objective(table: RangeCosts, problem: SplitProblem, bounds: Bounds) -> float:
     """The largest stage cost of a split (cycles with received transfer, else worst-tile bytes)."""
     if table.has_cycles:
@@ -95,32 +116,52 @@ def first_objective(table: RangeCosts, problem: SplitProblem, bounds: Bounds) ->
 
 
 def _infeasible(table: RangeCosts, problem: SplitProblem, solver: str, relaxed: Callable[[float], RangeCosts] | None,
-                layer_bytes: Callable[[int], int] | None) -> SplitOutcome:
-    hint = infeasibility_reason(table, problem, layer_bytes)
+                layer_bytes: Callable[[int], int] | None, deadline: float | None = None,
+                time_limit: float = math.inf) -> SplitOutcome:
+    """Why nothing fits and a best-effort split, within the solve's deadline.
+
+    The reason (the fewest IPUs that fit) may use at most half of the time
+    left, so that the best effort always gets a share; past the deadline
+    each returns what it has, and the note says so.
+    """
+    start = time.monotonic()
+    half = None if deadline is None else start + max(deadline - start, 0.0) / 2
+    ran_out = f"the {time_limit:g} s time limit ran out"
+    try:
+        hint = infeasibility_reason(table, problem, layer_bytes, half)
+    except OutOfTime:
+        hint = f"{ran_out} before the fewest IPUs that fit were found"
     log.warning("no split of %d layers fits on %d IPUs of %d bytes per tile: %s",
                 table.num_layers, problem.num_ipus, problem.budget, hint)
     with phase("best-effort split"):
-        bounds = best_effort(relaxed, problem) if relaxed is not None else ()
+        try:
+            bounds = best_effort(relaxed, problem, deadline) if relaxed is not None else ()
+        except OutOfTime as stop:
+            bounds = stop.best[0] if stop.best is not None else ()
+            hint += (f"; {ran_out}: the best-effort split is the best found by then" if bounds
+                     else f"; {ran_out} before a best-effort split was found")
     return SplitOutcome(solver, "INFEASIBLE", bounds, note=hint)
 
 
-def best_effort(relaxed: Callable[[float], RangeCosts], problem: SplitProblem) -> Bounds:
+def best_effort(relaxed: Callable[[float], RangeCosts], problem: SplitProblem, deadline: float | None = None) -> Bounds:
     """The split over the IPUs asked for whose fullest tile is smallest, when nothing fits.
 
     Tables are pruned at a relaxed limit (1.5x, 3x, 8x the budget) so that
-    the search stays as cheap as a normal solve.
+    the search stays as cheap as a normal solve. Past ``deadline`` it raises
+    :class:`OutOfTime` with the best split found so far.
     """
     for factor in RELAXATIONS:
-        found = dp_bounds(relaxed(factor), problem, by_memory=True)
+        check_deadline(deadline)
+        found = dp_bounds(relaxed(factor), problem, by_memory=True, deadline=deadline)
         if found is not None:
             return found[0]
     return ()
 
 
 def infeasibility_reason(table: RangeCosts, problem: SplitProblem,
-                         layer_bytes: Callable[[int], int] | None = None) -> str:
-    """Why nothing fits, in terms a user can act on."""
-    need = minimum_ipus(table, problem)
+                         layer_bytes: Callable[[int], int] | None = None, deadline: float | None = None) -> str:
+    """Why nothing fits, in terms a user can act on (:class:`OutOfTime` past ``deadline``)."""
+    need = minimum_ipus(table, problem, deadline)
     if need is not None:
         return f"it needs at least {need} IPUs at this budget"
     for k, name in enumerate(table.layer_names):
@@ -134,11 +175,11 @@ def infeasibility_reason(table: RangeCosts, problem: SplitProblem,
             "micro-batch or recomputation, or compare with --mode inference")
 
 
-def minimum_ipus(table: RangeCosts, problem: SplitProblem) -> int | None:
-    """Fewest stages that fit (ignoring the IPU count asked for), or None."""
+def minimum_ipus(table: RangeCosts, problem: SplitProblem, deadline: float | None = None) -> int | None:
+    """Fewest stages that fit (ignoring the IPU count asked for), or None (:class:`OutOfTime` past ``deadline``)."""
     for k in range(1, table.num_layers + 1):
         trial = SplitProblem(k, problem.budget, True, problem.min_layers, problem.split_after,
                              problem.same_ipu, problem.keep_shared_together, problem.training)
-        if dp_bounds(table, trial) is not None:
+        if dp_bounds(table, trial, deadline=deadline) is not None:
             return k
     return None

@@ -1,0 +1,148 @@
+"""The range table's fast paths against the direct model: blocked liveness grid and incremental stash entries.
+
+Every range of the training fixtures, with each recomputation mode and with
+off-chip optimizer state, through grids of tiny blocks (so that windows
+start, end and span several blocks) and stash horizons of one and two
+growths (so that candidates wait beyond the horizon and are placed again):
+the same per-tile total and stash entry as the memory engine's direct
+figures. The growth at which a candidate joins the stash is checked
+against the engine's own rule, growth by growth, on random windows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from popliner.analysis import AnalysisOptions, load_analysis
+from popliner.memory import liveness, ranges
+from popliner.memory.engine import MemoryEngine, StashWindows
+from popliner.memory.ranges import ProfileRanges
+from popliner.memory.training import TrainingOptions
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "profiles"
+OPTIONS = [
+    {},
+    {"recompute": "every-layer"},
+    {"recompute": "pipeline"},
+    {"recompute": "every-layer", "optimizer_state": "off-chip"},
+    {"head_placement": "last"},
+    {"head_placement": "wrap", "recompute": "every-layer"},
+]
+
+
+def _engine(name: str, **kwargs: str) -> MemoryEngine:
+    options = AnalysisOptions(training=TrainingOptions(**kwargs))  # type: ignore[arg-type]
+    return load_analysis(str(FIXTURES / name), options, use_cache=False).engine
+
+
+@pytest.fixture
+def small_paths(monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> Iterator[None]:
+    block, horizon = request.param
+    monkeypatch.setattr(ranges._SegmentGrid, "BLOCK", block)
+    monkeypatch.setattr(ranges._StashRow, "FIRST_HORIZON", horizon)
+    yield
+
+
+@pytest.mark.parametrize("small_paths", [(1, 1), (3, 2), (64, 8)], indirect=True, ids=["b1h1", "b3h2", "b64h8"])
+@pytest.mark.parametrize("options", OPTIONS, ids=lambda o: "-".join(o.values()) or "plain")
+@pytest.mark.parametrize("fixture", ["tiny-training.json", "bert-tiny-training.json"])
+def test_fast_paths_equal_the_direct_model(fixture: str, options: dict[str, str], small_paths: None) -> None:
+    engine = _engine(fixture, **options)
+    table = ProfileRanges(engine, limit=2**62, liveness="grid")
+    n = table.num_layers  # a wrapped head is no layer of the table's
+    for i in range(n):
+        for j in range(i, n):
+            got = table.per_tile(i, j)
+            assert got is not None
+            total, stash = got
+            ops = engine.range_ops(i, j)
+            assert total.tolist() == engine.stage_memory(ops).total_per_tile.tolist(), (i, j)
+            assert stash.tolist() == engine.stash_entry_per_tile(ops).tolist(), (i, j)
+
+
+def _random_rows(rng: np.random.Generator, m: int, widening: bool) -> list[StashWindows | None]:
+    """Windows of a growing stage: nested when ``widening``, else with one step back somewhere."""
+    fwd_lo, fwd_hi = 100, 110
+    bwd_lo, bwd_hi = 300, 310
+    rows: list[StashWindows | None] = [None] * int(rng.integers(0, 2))
+    while len(rows) < m:
+        fwd_lo -= int(rng.integers(0, 3))
+        fwd_hi += int(rng.integers(0, 20))
+        bwd_lo -= int(rng.integers(0, 20))
+        bwd_hi += int(rng.integers(0, 3))
+        rows.append((fwd_lo, fwd_hi, bwd_lo, bwd_hi))
+    if not widening:
+        k = int(rng.integers(len(rows) - 1, len(rows)))
+        w = rows[k]
+        assert w is not None
+        rows[k] = (w[0], w[1] - 30, w[2], w[3])
+    return rows
+
+
+@pytest.mark.parametrize("options", OPTIONS[:3], ids=lambda o: "-".join(o.values()) or "plain")
+def test_join_growth_follows_the_stash_rule(options: dict[str, str]) -> None:
+    engine = _engine("tiny-training.json", **options)
+    rng = np.random.default_rng(7)
+    for trial in range(60):
+        m = int(rng.integers(1, 9))
+        rows = _random_rows(rng, m, widening=True)
+        first = rng.integers(-1, 420, 500)
+        last = np.maximum(first, rng.integers(-1, 420, 500))
+        at = engine.stash_positions(first, last, rows)
+        if at is None:
+            # Only pipeline's received inputs may refuse nested windows: the forward part started earlier.
+            assert engine.view.inputs_only
+            continue
+        for p, w in enumerate(rows):
+            expect = np.zeros(len(first), bool) if w is None else engine.stash_select(first, last, w)
+            assert ((at <= p) == expect).all(), (trial, p)
+
+
+def test_windows_that_narrow_take_the_masked_sum() -> None:
+    engine = _engine("tiny-training.json")
+    rows = _random_rows(np.random.default_rng(3), 5, widening=False)
+    assert engine.stash_positions(np.zeros(1, np.int64), np.zeros(1, np.int64), rows) is None
+    # A forward part that appears and then vanishes is no widening either.
+    assert engine.stash_positions(np.zeros(1, np.int64), np.zeros(1, np.int64),
+                                  [(1, 2, 5, 6), None, (1, 2, 5, 6)]) is None
+
+
+@pytest.mark.parametrize("fixture", ["tiny-training.json", "bert-tiny-training.json", "bert-base-training.json.gz"])
+def test_dense_window_peak_equals_the_sweep(fixture: str) -> None:
+    profile = _engine(fixture).profile
+    rng = np.random.default_rng(11)
+    n = profile.variables.count
+    for _ in range(40):
+        var = np.unique(rng.integers(0, n, int(rng.integers(1, n + 1))))
+        lo = int(rng.integers(-2, profile.num_steps + 1))
+        hi = int(rng.integers(lo - 1, profile.num_steps + 3))
+        dense = liveness._dense_window_peak(profile, var, lo, hi, factor=np.inf)
+        swept = liveness.group_peaks(profile, np.zeros(len(var), np.int64), var, np.array([lo]), np.array([hi]))[0]
+        if dense is None:  # an empty window: the sweep says 0 everywhere
+            assert hi < lo and not swept.any()
+            continue
+        assert dense.tolist() == swept.tolist(), (lo, hi)
+
+
+@pytest.mark.parametrize("small_paths", [(3, 2)], indirect=True)
+@pytest.mark.parametrize("liveness", ["grid", "events"])
+@pytest.mark.parametrize("options", OPTIONS, ids=lambda o: "-".join(o.values()) or "plain")
+def test_stage_memory_from_the_table_equals_the_sweep(options: dict[str, str], liveness: str,
+                                                       small_paths: None) -> None:
+    tabled = _engine("bert-tiny-training.json", **options)
+    direct = _engine("bert-tiny-training.json", **options)  # its own memo: every figure from a sweep
+    table = ProfileRanges(tabled, limit=2**62, liveness=liveness)  # type: ignore[arg-type]
+    n = table.num_layers
+    for i in range(n):
+        for j in range(i, n):
+            if (i + j) % 2:
+                assert table.per_tile(i, j) is not None  # then the engine also takes the table's stash entry
+            got = table.stage_memory(i, j).per_tile
+            ops = table.stage_ops(i, j)  # with a wrapped head, range 0.. holds the head's operations too
+            assert got.tolist() == direct.stage_memory(ops).per_tile.tolist(), (i, j)
+            assert tabled.stash_entry_per_tile(ops).tolist() == direct.stash_entry_per_tile(ops).tolist(), (i, j)
+            assert table.per_tile(i, j) is not None  # the table still reads right after a stage figure
