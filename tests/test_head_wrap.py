@@ -122,3 +122,66 @@ def test_exit_3_names_the_option_that_fits_with_a_wrapped_head(budget, flag):
     assert result.exit_code == 3
     assert f"fits on 1 IPU with {flag}" in result.stderr
     assert "2(K-i)+1 entries on IPU i, the head wrapped" in result.stderr
+
+
+# -- every view of a wrapped split gives the same figure (as tests/test_one_figure.py) -----------------
+
+
+@pytest.mark.parametrize("mode", ["training", "inference"])
+def test_every_view_agrees_on_a_wrapped_split(mode, tmp_path, monkeypatch):
+    import json
+    from pathlib import Path
+
+    from click.testing import CliRunner
+
+    from popliner.analysis import AnalysisOptions, load_analysis
+    from popliner.cli import cli
+    from popliner.config.yaml_io import read_config
+    from popliner.report.data import ipu_memories
+    from tests.test_one_figure import _table_rows
+
+    monkeypatch.setenv("POPLINER_CACHE_DIR", str(tmp_path / "cache"))
+    profile = Path(__file__).resolve().parent.parent / "fixtures" / "profiles" / "bert-tiny-training.json"
+    config = tmp_path / "pipeline.yaml"
+
+    def run(*args: object, ok: tuple[int, ...] = (0,)) -> tuple[str, str]:
+        result = CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
+        assert result.exit_code in ok, result.output
+        return result.stdout, result.stderr
+
+    out, err = run(profile, "--mode", mode, "--solve", "--num-ipus", 3, "--exact-ipus", "--head-placement", "wrap",
+                   "--recompute", "every-layer", "--optimizer-state", "off-chip", "--config-out", config, ok=(0, 3))
+    doc = json.loads(out)
+    assert doc["stages"][0]["layers"][0] == "embedding" and doc["stages"][0]["layers"][-1] == "head"
+    cfg = read_config(config)
+    assert cfg.head_wraps and cfg.model_layers[-1] == "head"
+    head = next(p for p in cfg.placements if p.name == "head")
+    if mode == "training":
+        # 3 IPUs: forwards 0-2, the head at 3 (forward and backward), backwards 4-6; depths 7, 5, 3.
+        assert cfg.num_pipeline_stages == 7 and (head.ipu, head.pipeline_stage, head.backward_stage) == (0, 3, 3)
+        assert [s["stash_entries"] for s in doc["stages"]] == [7, 5, 3]
+    else:
+        assert cfg.num_pipeline_stages == 4 and (head.ipu, head.pipeline_stage) == (0, 3)
+    check_out, _ = run("check", config, "--profile", profile, ok=(0, 1))
+    sim_profile = json.loads(run("simulate", config, "--profile", profile, "--json")[0])
+    sim_config = json.loads(run("simulate", config, "--json")[0])
+    training = cfg.options.options() if cfg.options is not None else None
+    options = AnalysisOptions(mode=mode, training=training) if training else AnalysisOptions(mode=mode)  # type: ignore
+    if training is None:
+        from popliner.memory.training import TrainingOptions
+
+        options = AnalysisOptions(mode=mode, training=TrainingOptions(head_placement="wrap"))  # type: ignore[arg-type]
+    analysis = load_analysis(str(profile), options)
+    plot = ipu_memories(analysis, [s.layers for s in cfg.stages], budget=cfg.effective_budget)
+    views = {
+        "solve table": [v for _, v in sorted(_table_rows(err).items())],
+        "check": [v for _, v in sorted(_table_rows(check_out).items())],
+        "tile plot": [(ipu.worst_tile, ipu.worst_bytes) for ipu in plot],
+        "simulate --profile": [(u["worst_tile"], u["peak_bytes"]) for u in sim_profile["ipus"]],
+        "simulate (config)": [(u["worst_tile"], u["peak_bytes"]) for u in sim_config["ipus"]],
+    }
+    expected = [(s["worst_tile"], s["worst_tile_bytes"]) for s in doc["stages"]]
+    for view, got in views.items():
+        assert got == expected, f"{view} differs from the solve JSON: {got} != {expected}"
+    # The wrapped head's copy buffers: IPU 0 receives what the head takes from IPU 2.
+    assert doc["stages"][0]["bytes_in"] == doc["stages"][2]["bytes_out"] > 0

@@ -8,7 +8,7 @@ figures from a profile, so they read that profile the same way.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from popliner.cli.options import CONFIG_TRAINING_PARAMS
@@ -23,9 +23,12 @@ log = logging.getLogger("popliner")
 
 
 def analysis_for_config(source: str, profile: str, mode: str, recorded: ConfigTraining | None,
-                        given: Mapping[str, object], *, recorded_sha256: str = "", use_cache: bool = True,
-                        cache_dir: str | None = None) -> Analysis:
+                        given: Mapping[str, object], *, layer_groups: Sequence[tuple[str, ...]] = (),
+                        recorded_sha256: str = "", use_cache: bool = True, cache_dir: str | None = None) -> Analysis:
     """PROFILE analysed in the config's ``mode`` with the training options it records.
+
+    ``layer_groups`` (each IPU's layers) tell an inference config's head
+    placement (:func:`popliner.config.options.analysis_options`).
 
     Training options given on the command line (``given``, the command's
     keyword arguments) must agree with the record; the options the analysis
@@ -36,7 +39,8 @@ def analysis_for_config(source: str, profile: str, mode: str, recorded: ConfigTr
     from popliner.config.options import analysis_options, check_applied, check_cli_options
 
     check_cli_options(recorded, source, {k: given.get(k) for k in CONFIG_TRAINING_PARAMS})
-    analysis = load_analysis(profile, analysis_options(mode, recorded), use_cache=use_cache, cache_dir=cache_dir)
+    options = analysis_options(mode, recorded, layer_groups)
+    analysis = load_analysis(profile, options, use_cache=use_cache, cache_dir=cache_dir)
     check_applied(recorded, analysis, source)
     sha = analysis.profile.sha256
     if recorded_sha256 and recorded_sha256.lower() != sha.lower():

@@ -133,7 +133,7 @@ def _inputs(cfg: PipelineConfig, config_path: str, profile_path: str | None) -> 
         return inputs_from_config(cfg)
     # The command line's training options were checked against the config already (also without --profile).
     analysis = analysis_for_config(config_path, profile_path, cfg.mode, cfg.options, {},
-                                   recorded_sha256=cfg.profile_sha256)
+                                   layer_groups=cfg.layer_groups, recorded_sha256=cfg.profile_sha256)
     target = analysis.profile.target
     return inputs_from_analysis(cfg, analysis, tiles_per_ipu=int(target.tiles_per_ipu),
                                 clock_hz=float(target.clock_hz))

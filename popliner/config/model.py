@@ -9,13 +9,20 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from popliner import pipeline
 from popliner.errors import UsageProblem
-from popliner.memory.training import DEFAULT_UPDATE_REGEX, TrainingOptions, model_layer_counts
+from popliner.memory.training import (
+    DEFAULT_UPDATE_REGEX,
+    HEAD_GROUP,
+    TrainingOptions,
+    model_layer_counts,
+    wrapped_head,
+)
 from popliner.memory.types import ComponentBytes
-from popliner.pipeline import backward_stage, forward_stage
+from popliner.pipeline import backward_stage, forward_stage, head_stage
 from popliner.solvers.result import SplitResult, StageResult
 
 __all__ = [
@@ -31,6 +38,7 @@ __all__ = [
     "config_training",
     "default_gradient_accumulation",
     "forward_stage",
+    "head_wraps_in",
     "layers_fingerprint",
     "num_pipeline_stages",
 ]
@@ -39,9 +47,14 @@ CONFIG_VERSION = 1
 MODES: tuple[str, ...] = ("inference", "training")
 
 
-def num_pipeline_stages(mode: str, num_ipus: int) -> int:
+def num_pipeline_stages(mode: str, num_ipus: int, head_wraps: bool = False) -> int:
     """P for a config's mode: the rule is :func:`popliner.pipeline.num_pipeline_stages`."""
-    return pipeline.num_pipeline_stages(mode == "training", num_ipus)
+    return pipeline.num_pipeline_stages(mode == "training", num_ipus, head_wraps)
+
+
+def head_wraps_in(layers: Sequence[Sequence[str]], training: ConfigTraining | None) -> bool:
+    """A wrapped head: the layout has it on IPU 0 after the embedding, and the options (if recorded) say ``wrap``."""
+    return wrapped_head(layers) and (training is None or training.head_placement == "wrap")
 
 
 def default_gradient_accumulation(num_stages: int) -> int:
@@ -227,19 +240,34 @@ class PipelineConfig:
         return self.training_options if self.training_options is not None else ConfigTraining()
 
     @property
+    def layer_groups(self) -> tuple[tuple[str, ...], ...]:
+        """Each IPU's layers, in IPU order."""
+        return tuple(s.layers for s in self.stages)
+
+    @property
+    def head_wraps(self) -> bool:
+        """Is the head a pipeline stage of its own on IPU 0 (``--head-placement wrap``)?"""
+        return head_wraps_in(self.layer_groups, self.training_options)
+
+    @property
     def num_pipeline_stages(self) -> int:
-        return num_pipeline_stages(self.mode, self.num_ipus)
+        return num_pipeline_stages(self.mode, self.num_ipus, self.head_wraps)
 
     @property
     def placements(self) -> tuple[LayerPlacement, ...]:
-        """One row per layer in model order, derived from ``stages[].layers``."""
+        """One row per layer in model order, derived from ``stages[].layers``.
+
+        A wrapped head runs at stage K, forward and backward (PopART's rules in :mod:`popliner.pipeline`).
+        """
         where = {layer: s.ipu for s in self.stages for layer in s.layers}
+        wraps, k = self.head_wraps, self.num_ipus
         return tuple(
             LayerPlacement(
                 name=layer,
                 ipu=where[layer],
-                pipeline_stage=forward_stage(where[layer]),
-                backward_stage=backward_stage(where[layer], self.num_ipus) if self.training else None,
+                pipeline_stage=head_stage(k) if wraps and layer == HEAD_GROUP else forward_stage(where[layer]),
+                backward_stage=(None if not self.training else head_stage(k) if wraps and layer == HEAD_GROUP
+                                else backward_stage(where[layer], k, wraps)),
             )
             for layer in self.model_layers
             if layer in where
@@ -277,7 +305,9 @@ def config_from_split(
     if split.mode not in MODES:
         raise UsageProblem(f"split mode {split.mode!r} is neither 'inference' nor 'training'")
     stages = tuple(_config_stage(position, s) for position, s in enumerate(split.stages))
-    num_stages = num_pipeline_stages(split.mode, len(stages))
+    recorded = (training or ConfigTraining()) if split.mode == "training" else None
+    wraps = head_wraps_in([s.layers for s in stages], recorded)
+    num_stages = num_pipeline_stages(split.mode, len(stages), wraps)
     g = default_gradient_accumulation(num_stages) if gradient_accumulation is None else gradient_accumulation
     check_gradient_accumulation(g, num_stages)
     return PipelineConfig(
@@ -289,12 +319,20 @@ def config_from_split(
         mode=split.mode,
         gradient_accumulation=int(g),
         stages=stages,
-        model_layers=tuple(layer for s in stages for layer in s.layers),
+        model_layers=_model_order(stages, wraps),
         solver=split.solver,
         solver_status=split.status,
         budget_bytes=int(split.budget_bytes),
-        training_options=(training or ConfigTraining()) if split.mode == "training" else None,
+        training_options=recorded,
     )
+
+
+def _model_order(stages: tuple[ConfigStage, ...], wraps: bool) -> tuple[str, ...]:
+    """The layers in model order: IPU by IPU, a wrapped head (listed on IPU 0) last."""
+    layers = [layer for s in stages for layer in s.layers]
+    if wraps:
+        layers = [layer for layer in layers if layer != HEAD_GROUP] + [HEAD_GROUP]
+    return tuple(layers)
 
 
 def check_gradient_accumulation(g: int, num_stages: int) -> None:

@@ -11,7 +11,7 @@ line must say what the config says, or the command stops with one line
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from popliner.config.model import ConfigTraining, config_training
@@ -34,12 +34,25 @@ FLAGS: dict[str, str] = {
 }
 
 
-def analysis_options(mode: str, training: ConfigTraining | None) -> AnalysisOptions:
-    """How to analyse a profile for a config: its mode, and its training options in training."""
+def analysis_options(mode: str, training: ConfigTraining | None,
+                     layers: Sequence[tuple[str, ...]] = ()) -> AnalysisOptions:
+    """How to analyse a profile for a config: its mode, and its training options in training.
+
+    An inference config records no options; its head placement is then read
+    from ``layers`` (each IPU's layers): popliner's ``embedding`` group first
+    on IPU 0 with ``head`` there too is ``wrap``, with ``head`` last on the
+    last IPU ``last``.
+    """
     from popliner.analysis import AnalysisOptions
+    from popliner.memory.training import EMBEDDING_GROUP, HEAD_GROUP, TrainingOptions, wrapped_head
 
     if training is None or mode != "training":
-        return AnalysisOptions(mode=mode)  # type: ignore[arg-type]
+        placement = "first"
+        if wrapped_head(layers):
+            placement = "wrap"
+        elif layers and layers[0][:1] == (EMBEDDING_GROUP,) and layers[-1][-1:] == (HEAD_GROUP,):
+            placement = "last"
+        return AnalysisOptions(mode=mode, training=TrainingOptions(head_placement=placement))  # type: ignore
     return AnalysisOptions(mode=mode, training=training.options())  # type: ignore[arg-type]
 
 

@@ -31,13 +31,15 @@ from popliner.config.model import (
     PipelineConfig,
     backward_stage,
     forward_stage,
+    head_wraps_in,
     num_pipeline_stages,
 )
 from popliner.config.snippets import FlowList as _FlowList
 from popliner.config.snippets import snippets
 from popliner.errors import ConfigError, UsageProblem
-from popliner.memory.training import HEAD_PLACEMENTS, OPTIMIZER_STATES
+from popliner.memory.training import HEAD_GROUP, HEAD_PLACEMENTS, OPTIMIZER_STATES, wrapped_head
 from popliner.memory.types import COMPONENTS, ComponentBytes
+from popliner.pipeline import head_stage
 from popliner.profile.loader import MAX_TILES
 from popliner.profile.tilevector import MAX_VALUE
 
@@ -126,9 +128,12 @@ def _training_document(t: ConfigTraining) -> dict[str, Any]:
 
 
 def _stage_document(cfg: PipelineConfig, s: ConfigStage) -> dict[str, Any]:
+    wraps = cfg.head_wraps
     stages = [forward_stage(s.ipu)]
-    if cfg.training and backward_stage(s.ipu, cfg.num_ipus) != stages[0]:
-        stages.append(backward_stage(s.ipu, cfg.num_ipus))
+    if wraps and s.ipu == 0:
+        stages.append(head_stage(cfg.num_ipus))  # the wrapped head, forward and backward
+    if cfg.training and backward_stage(s.ipu, cfg.num_ipus, wraps) != stages[0]:
+        stages.append(backward_stage(s.ipu, cfg.num_ipus, wraps))
     memory = s.memory.as_dict()
     memory["total"] = s.memory.total
     return {
@@ -238,13 +243,13 @@ def config_from_document(doc: Any, source: str = "<config>") -> PipelineConfig:
                f"set `num_ipus: {len(stages)}` (one stage per IPU)")
     model_layers = _read_layer_names(r, top["layers"])
     _check_assignment(r, stages, model_layers)
-    p = num_pipeline_stages(mode, len(stages))
+    training = _read_training(r, top.get("training"), mode) if "training" in top else None
+    p = num_pipeline_stages(mode, len(stages), head_wraps_in([s.layers for s in stages], training))
     g = r.integer(top["gradient_accumulation"], "gradient_accumulation", minimum=1, maximum=MAX_MICRO_BATCHES)
     if g < p:
         r.fail("gradient_accumulation", f"{g} is smaller than the {p} pipeline stages",
                f"set it to {p} or more (at least one micro-batch per pipeline stage)")
     solver_name, solver_status, budget = _read_solver(r, top.get("solver"))
-    training = _read_training(r, top.get("training"), mode) if "training" in top else None
     tiles = r.integer(target["tiles_per_ipu"], "target.tiles_per_ipu", minimum=1, maximum=MAX_TILES)
     for s in stages:
         if s.worst_tile >= tiles:
@@ -394,9 +399,14 @@ def _check_assignment(r: _Reader, stages: tuple[ConfigStage, ...], model_layers:
     position = {name: k for k, name in enumerate(model_layers)}
     seen: dict[str, str] = {}
     last: tuple[int, str, str] | None = None  # (model position, name, place) of the previous layer
+    # A head wrapped onto IPU 0 runs after the last IPU: it is out of the IPU order by design.
+    wrapped = HEAD_GROUP if wrapped_head([s.layers for s in stages]) and model_layers[-1:] == (HEAD_GROUP,) else None
     for s in stages:
         for j, name in enumerate(s.layers):
             place = f"stages[{s.index}].layers[{j}]"
+            if name == wrapped:
+                seen[name] = place
+                continue
             if name not in position:
                 r.fail(place, f"unknown layer {name!r}: it is not in the model's `layers` table",
                        "check the spelling against the `layers` table")

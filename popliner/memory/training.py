@@ -15,6 +15,7 @@ described by :class:`TrainingView` for the engine to apply.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
@@ -42,6 +43,7 @@ __all__ = [
     "called_operations",
     "head_groups",
     "model_layer_counts",
+    "wrapped_head",
     "optimizer_state_variables",
     "recompute_operations",
     "update_operations",
@@ -267,7 +269,15 @@ def regroup_layers(layers: LayerAssignment, groups: np.ndarray, placement: HeadP
     return LayerAssignment(layer_of_op, notes, (EMBEDDING_GROUP, *names, HEAD_GROUP))
 
 
-def model_layer_counts(stages: list[tuple[str, ...]] | tuple[tuple[str, ...], ...]) -> list[int]:
+def wrapped_head(stages: Sequence[Sequence[str]]) -> bool:
+    """Does a placement wrap the head onto IPU 0 (``--head-placement wrap``, 2 IPUs or more)?
+
+    The first IPU leads with popliner's ``embedding`` group and also holds its ``head`` group.
+    """
+    return len(stages) >= 2 and len(stages[0]) > 0 and stages[0][0] == EMBEDDING_GROUP and HEAD_GROUP in stages[0]
+
+
+def model_layer_counts(stages: Sequence[Sequence[str]]) -> list[int]:
     """How many of the model's own layers each IPU holds: the ``embedding`` and ``head`` groups are not layers.
 
     optimum-graphcore's ``layers_per_ipu`` counts the model's layers (for

@@ -2,7 +2,8 @@
 
 K IPUs give K pipeline stages in inference and 2K-1 in training:
 forward of IPU i is stage i, backward of IPU i is stage 2K-2-i, and the last
-IPU runs forward and backward in one stage K-1.
+IPU runs forward and backward in one stage K-1. A head wrapped onto IPU 0
+adds stage K (its forward and backward) and moves the backwards to 2K-i.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import numpy as np
 
 from popliner.config.model import ConfigStage, PipelineConfig
 from popliner.errors import ConfigError
-from popliner.pipeline import StageFigure, backward_stage, copy_buffer_per_tile, forward_stage
+from popliner.pipeline import StageFigure, backward_stage, copy_buffer_per_tile, forward_stage, head_stage
 from popliner.simulator.engine import SimStage
 
 __all__ = [
@@ -73,9 +74,15 @@ class IpuFigures:
     recompute_cycles: int = 0  # part of backward_cycles: forward work run again (recomputation)
 
 
-def pipeline_stages(mode: str, ipus: Sequence[IpuFigures]) -> tuple[SimStage, ...]:
-    """Expand per-IPU figures into the K (inference) or 2K-1 (training) pipeline stages."""
+def pipeline_stages(mode: str, ipus: Sequence[IpuFigures], head_cycles: int | None = None) -> tuple[SimStage, ...]:
+    """Expand per-IPU figures into the K (inference) or 2K-1 (training) pipeline stages.
+
+    ``head_cycles``: a head wrapped onto IPU 0 with these cycles (one more
+    stage, K; the backwards move one stage later).
+    """
     k = len(ipus)
+    if head_cycles is not None and k >= 2:
+        return _wrapped_stages(mode, ipus, head_cycles)
     if mode != "training":
         return tuple(
             SimStage(i, i, "forward", f.forward_cycles, ipus[i + 1].bytes_in if i + 1 < k else 0,
@@ -102,6 +109,29 @@ def pipeline_stages(mode: str, ipus: Sequence[IpuFigures]) -> tuple[SimStage, ..
     return tuple(out)
 
 
+def _wrapped_stages(mode: str, ipus: Sequence[IpuFigures], head_cycles: int) -> tuple[SimStage, ...]:
+    """The stages with a head wrapped onto IPU 0 (docs/solvers.md, ``--head-placement wrap``).
+
+    Forwards 0..K-1, the head at stage K on IPU 0 (forward and backward back
+    to back, no stash), then the backwards 2K-i; ``ipus[0].bytes_in`` is what
+    the head receives from the last IPU (and, in training, sends back).
+    """
+    k = len(ipus)
+    into_head = ipus[0].bytes_in
+    out = [SimStage(forward_stage(i), i, "forward", f.forward_cycles, ipus[i + 1].bytes_in if i + 1 < k else into_head,
+                    f.memory_per_tile, f.stash_entry_per_tile if mode == "training" else None, f.label)
+           for i, f in enumerate(ipus)]
+    if mode != "training":
+        out.append(SimStage(head_stage(k), 0, "forward", head_cycles, 0, None, None, "head"))
+        return tuple(out)
+    out.append(SimStage(head_stage(k), 0, "forward+backward", head_cycles, into_head, None, None, "head"))
+    for i in range(k - 1, -1, -1):
+        f = ipus[i]
+        out.append(SimStage(backward_stage(i, k, True), i, "backward", f.backward_cycles, f.bytes_in if i > 0 else 0,
+                            None, None, f.label, f.recompute_cycles, 0))
+    return tuple(out)
+
+
 def inputs_from_config(cfg: PipelineConfig, backward_fraction: float = BACKWARD_FRACTION) -> SimInputs:
     """Stages from the config's predicted figures.
 
@@ -114,18 +144,21 @@ def inputs_from_config(cfg: PipelineConfig, backward_fraction: float = BACKWARD_
     """
     tiles = cfg.tiles_per_ipu
     figures = []
+    wraps = cfg.head_wraps  # IPU 0's bytes_in is then what the head receives from the last IPU
     for k, s in enumerate(cfg.stages):
         extra = s.stash_entries - 1
         per_entry = math.ceil(s.stash_bytes / extra / tiles) if extra > 0 else 0
-        bytes_out = cfg.stages[k + 1].bytes_in if k + 1 < len(cfg.stages) else 0
-        buffer = copy_buffer_per_tile(s.bytes_in if k else 0, bytes_out, tiles, cfg.training)
+        bytes_out = cfg.stages[k + 1].bytes_in if k + 1 < len(cfg.stages) else (
+            cfg.stages[0].bytes_in if wraps else 0)
+        buffer = copy_buffer_per_tile(s.bytes_in if k or wraps else 0, bytes_out, tiles, cfg.training)
         memory = np.zeros(tiles, dtype=np.int64)
         memory[s.worst_tile] = max(0, s.worst_tile_bytes - s.stash_entries * per_entry - buffer)
         backward, recompute = _backward_cycles(s, cfg.training, backward_fraction)
         figures.append(IpuFigures(s.cycles - backward, backward, memory,
                                    np.full(tiles, per_entry, dtype=np.int64), s.bytes_in, _label(s.layers),
                                    recompute))
-    return SimInputs(pipeline_stages(cfg.mode, figures), tiles, cfg.clock_hz, "config")
+    # The config does not split a wrapped head's cycles from IPU 0's: they stay in its figures.
+    return SimInputs(pipeline_stages(cfg.mode, figures, 0 if wraps else None), tiles, cfg.clock_hz, "config")
 
 
 def _backward_cycles(s: ConfigStage, training: bool, backward_fraction: float) -> tuple[int, int]:
@@ -151,7 +184,8 @@ def inputs_from_analysis(cfg: PipelineConfig, analysis: AnalysisLike, *, tiles_p
     check_profile_matches(cfg, analysis)
     layers = [s.layers for s in cfg.stages]
     figures = []
-    for group, fig in zip(layers, analysis.pipeline_figures(layers)):
+    computed = analysis.pipeline_figures(layers)
+    for group, fig in zip(layers, computed):
         total = np.asarray(fig.memory.total_per_tile, dtype=np.int64)
         # The last IPU runs forward and backward back to back: no stash, and its
         # activations stay live in between exactly as the profile shows them.
@@ -160,7 +194,8 @@ def inputs_from_analysis(cfg: PipelineConfig, analysis: AnalysisLike, *, tiles_p
             fig.forward_cycles, fig.backward_cycles if cfg.training else 0, np.maximum(total - entry, 0), entry,
             fig.bytes_in, _label(group), fig.recompute_cycles if cfg.training else 0,
         ))
-    return SimInputs(pipeline_stages(cfg.mode, figures), tiles_per_ipu, clock_hz, "profile")
+    head = computed[0].head_cycles if cfg.head_wraps and computed else None
+    return SimInputs(pipeline_stages(cfg.mode, figures, head), tiles_per_ipu, clock_hz, "profile")
 
 
 def check_profile_matches(cfg: PipelineConfig, analysis: AnalysisLike) -> None:

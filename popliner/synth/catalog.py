@@ -227,6 +227,8 @@ _KERNELS: dict[str, Kernel] = {
     "add": _elementwise("map", ADD),
     "scale": _elementwise("map", SCALAR_MUL),
     "mask_add": _elementwise("map", ROW_ADD, exchange=True),
+    "broadcast_mul": _elementwise("map", MUL, exchange=True),
+    "one_hot": _elementwise("encodeOneHot", ONE_HOT, exchange=True),
     "select": _elementwise("map", SELECT),
     "transpose": _elementwise("transpose", TRANSPOSE, exchange=True),
     "cast": _elementwise("cast", CAST_HF),

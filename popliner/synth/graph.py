@@ -130,6 +130,8 @@ class Op:
     is_body: bool = False
     grads: tuple[GradRule, ...] = ()
     share: str | None = None  # outlining key of a Call operation
+    #: Input names its debug context shows instead of the tensors' own (a tensor read through a view, e.g. a Reshape).
+    shown_inputs: dict[int, str] = field(default_factory=dict)
 
 
 @dataclass

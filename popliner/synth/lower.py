@@ -204,7 +204,8 @@ class _Lowerer:
             sub = f"_subgraph({op.index})/"
             ins, outs = [sub + n for n in self.names(caller.inputs)], [sub + n for n in self.names(caller.outputs)]
         else:
-            ins, outs = self.names(op.inputs), self.names(op.outputs)
+            ins = [op.shown_inputs.get(t, self.g.tensors[t].name) for t in op.inputs]
+            outs = self.names(op.outputs)
         parent = None
         if op.phase in ("fwd", "re") and caller is None:  # a recompute clone comes from the same ONNX node
             parent = self.context("onnx", op.op_type, None, {"category": "op", "opName": op.name,

@@ -51,7 +51,7 @@ def build_model(g: GraphBuilder, spec: SynthSpec) -> None:
     """Declare the whole model of ``spec`` on ``g``."""
     d = Dims(spec.batch, spec.seq, spec.hidden, spec.heads, spec.vocab, spec.training)
     if spec.kind == "encoder":
-        out = _bert(g, d, spec.layers, spec.head)
+        out = _bert(g, d, spec.layers, spec.head, spec.reference_bert)
     elif spec.kind == "decoder":
         out = _gpt(g, d, spec.layers)
     else:
@@ -155,8 +155,8 @@ def _loss_and_backward(g: GraphBuilder, logits: int, rows: int, classes: int) ->
 # -- BERT-like encoder --------------------------------------------------------------
 
 
-def _bert(g: GraphBuilder, d: Dims, layers: int, head_kind: str) -> tuple[int, int, int]:
-    x, mask, word = _bert_embeddings(g, d)
+def _bert(g: GraphBuilder, d: Dims, layers: int, head_kind: str, reference: bool) -> tuple[int, int, int]:
+    x, mask, word = _bert_embeddings(g, d, reference)
     for i in range(layers):
         x = _bert_layer(g, d, i, x, mask)
     if head_kind == "mlm":
@@ -165,7 +165,15 @@ def _bert(g: GraphBuilder, d: Dims, layers: int, head_kind: str) -> tuple[int, i
     w = g.weight(f"{head}/dense/kernel", d.hidden * 2 * HALF, head)
     b = g.weight(f"{head}/dense/bias", 2 * HALF, head)
     logits = matmul(g, f"{head}/dense/MatMul", head, x, w, d.tokens, d.hidden, 2)
+    if reference:
+        # The reference SQuAD head reads the encoder's output through Reshapes (views, no program)
+        # whose names carry no layer.
+        g.ops[g.tensors[logits].producer].shown_inputs[x] = "bert/encoder/Reshape:0"
     logits = bias_add(g, f"{head}/dense/BiasAdd", head, logits, b)
+    if reference:
+        # [batch, seq, 2] -> [2, batch, seq], then unstacked into start and end logits.
+        logits = unary(g, f"{head}/transpose", "Transpose", "transpose", head, logits,
+                       GradRule("/TransposeGrad", "Transpose", "transpose", 0))
     return logits, 2 * d.batch, d.seq
 
 
@@ -194,7 +202,7 @@ def _bert_mlm_head(g: GraphBuilder, d: Dims, x: int, word: int) -> tuple[int, in
     return logits, rows, d.vocab
 
 
-def _bert_embeddings(g: GraphBuilder, d: Dims) -> tuple[int, int, int]:
+def _bert_embeddings(g: GraphBuilder, d: Dims, reference: bool) -> tuple[int, int, int]:
     e = "bert/embeddings"
     ids = g.stream_in("input_ids", d.tokens * INT)
     seg = g.stream_in("segment_ids", d.tokens * INT)
@@ -204,7 +212,13 @@ def _bert_embeddings(g: GraphBuilder, d: Dims) -> tuple[int, int, int]:
     posw = g.weight(f"{e}/position_embeddings", max(512, d.seq) * d.hidden * HALF, e)
     typ = g.weight(f"{e}/token_type_embeddings", 2 * d.hidden * HALF, e)
     x = gather(g, f"{e}/Gather", e, word, ids, d.act)
-    t = gather(g, f"{e}/Gather_1", e, typ, seg, d.act)
+    if reference:
+        # Google's reference BERT (modeling.py) looks token types up by a one-hot matmul.
+        (one_hot,) = g.op(f"{e}/one_hot", "OneHot", "one_hot", e, [seg], [(":0", d.tokens * 2 * HALF)],
+                          2 * d.tokens * 2 * HALF)
+        t = matmul(g, f"{e}/MatMul", e, one_hot, typ, d.tokens, 2, d.hidden)
+    else:
+        t = gather(g, f"{e}/Gather_1", e, typ, seg, d.act)
     p = gather(g, f"{e}/Gather_2", e, posw, pos, d.seq * d.hidden * HALF)
     x = add(g, f"{e}/add", e, x, t)
     x = add(g, f"{e}/add_1", e, x, p, broadcast=True)
@@ -217,6 +231,10 @@ def _bert_embeddings(g: GraphBuilder, d: Dims) -> tuple[int, int, int]:
     m = "bert/encoder/AttentionMask"
     (mask,) = g.op(f"{m}/Cast", "Cast", "cast", m, [input_mask], [(":0", d.tokens * HALF)], 3 * d.tokens * HALF,
                    share="attention-mask")
+    if reference:
+        # The reference builds it once for all layers, broadcast to [batch, seq, seq].
+        full = d.batch * d.seq * d.seq * HALF
+        (mask,) = g.op(f"{m}/mul", "Mul", "broadcast_mul", m, [mask], [(":0", full)], 3 * full)
     return x, mask, word
 
 

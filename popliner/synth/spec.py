@@ -83,6 +83,8 @@ class SynthSpec:
     vertex_state_factor: float = 1.0
     exchange_code_factor: float = 1.0
     control_code_factor: float = 1.0
+    #: Embeddings, attention mask and SQuAD head as Google's reference BERT builds them (calibrated presets).
+    reference_bert: bool = False
 
     def __post_init__(self) -> None:
         _choice("kind", self.kind, KINDS)
@@ -100,6 +102,8 @@ class SynthSpec:
         _number_range("scale", self.scale, MIN_SCALE, MAX_SCALE)
         for name in CALIBRATION_FIELDS:
             _number_range(name, getattr(self, name), 0.01, 100.0)
+        if not isinstance(self.reference_bert, bool):
+            raise UsageProblem(f"reference_bert must be true or false, got {self.reference_bert!r}")
         if not isinstance(self.var_names, bool):
             raise UsageProblem(f"var_names must be true or false, got {self.var_names!r}")
         if not isinstance(self.model, str) or not self.model:
@@ -186,7 +190,7 @@ _QUIET_DEFAULTS: Final = {"recompute": "none", "split_after": (), "optimizer_sta
                           "replication_factor": 1, "sharded_optimizer_state": False, "first_moment": "float",
                           "head": "squad",
                           "vertex_code_factor": 1.0, "vertex_state_factor": 1.0, "exchange_code_factor": 1.0,
-                          "control_code_factor": 1.0}
+                          "control_code_factor": 1.0, "reference_bert": False}
 
 
 def _choice(name: str, value: Any, allowed: tuple[str, ...]) -> None:
@@ -212,8 +216,8 @@ def _number_range(name: str, value: Any, lo: float, hi: float) -> None:
 _CALIBRATED: Final = {"vertex_code_factor": 0.247, "vertex_state_factor": 0.301, "exchange_code_factor": 0.342,
                       "control_code_factor": 0.545}
 
-#: The catalog's own amounts (what the small presets and the committed fixtures use).
-UNCALIBRATED: Final = MappingProxyType({name: 1.0 for name in CALIBRATION_FIELDS})
+#: The catalog's own amounts and graph (what the small presets and the committed fixtures use).
+UNCALIBRATED: Final = MappingProxyType({**{name: 1.0 for name in CALIBRATION_FIELDS}, "reference_bert": False})
 
 # Preset parameters (mode is given separately). The real-model presets keep a
 # Mk2 IPU (1472 tiles of 624 KiB); the small ones use a few tens of tiles so
@@ -221,9 +225,9 @@ UNCALIBRATED: Final = MappingProxyType({name: 1.0 for name in CALIBRATION_FIELDS
 _PRESETS: dict[str, dict[str, Any]] = {
     "bert-tiny": {"kind": "encoder", "layers": 4, "hidden": 128, "seq": 128, "batch": 4, "vocab": 4096, "tiles": 32},
     "bert-base": {"kind": "encoder", "layers": 12, "hidden": 768, "seq": 128, "batch": 8, "vocab": 30522,
-                  **_CALIBRATED},
+                  **_CALIBRATED, "reference_bert": True},
     "bert-large": {"kind": "encoder", "layers": 24, "hidden": 1024, "seq": 128, "batch": 16, "vocab": 30522,
-                   **_CALIBRATED},
+                   **_CALIBRATED, "reference_bert": True},
     "gpt2-tiny": {"kind": "decoder", "layers": 4, "hidden": 128, "seq": 128, "batch": 2, "vocab": 4096, "tiles": 32},
     "gpt2-small": {"kind": "decoder", "layers": 12, "hidden": 768, "seq": 1024, "batch": 1, "vocab": 50257,
                    **_CALIBRATED},
