@@ -30,8 +30,10 @@ from popliner.ops.layers import (
     AUTO_PRESET,
     DEFAULT_INPUTS_REGEX_LAYER_0,
     LayerAssignment,
+    announce_layers,
     choose_layers,
     compile_regex,
+    layers_key,
 )
 from popliner.ops.operations import DEFAULT_OP_LAYERS, OperationTable, derive_operations
 from popliner.pipeline import StageFigure, range_figure, stage_figures
@@ -219,20 +221,37 @@ def _preview(names: Sequence[str], limit: int = 8) -> str:
     return shown + (f", ... ({len(names)} in all)" if len(names) > limit else "")
 
 
-def analyse_profile(profile: Profile, options: AnalysisOptions = AnalysisOptions(),
-                    ops: OperationTable | None = None) -> Analysis:
-    """Operations and layers of an already loaded profile."""
+def _check_regexes(options: AnalysisOptions) -> None:
     for pattern, flag in ((options.layer_name_regex, "--layer-name-regex"),
                           (options.inputs_regex_layer_0, "--inputs-regex-layer-0"),
                           (options.backward_regex, "--backward-regex")):
         if pattern is not None:
             compile_regex(pattern, flag)
+
+
+def _layers_key(options: AnalysisOptions) -> str:
+    return layers_key(options.layer_preset, options.layer_name_regex, options.inputs_regex_layer_0,
+                      options.layer_order)
+
+
+def _choose_layers(ops: OperationTable, options: AnalysisOptions) -> LayerAssignment:
+    with phase("assigning layers"):
+        return choose_layers(ops, options.layer_preset, options.layer_name_regex, options.inputs_regex_layer_0,
+                             options.layer_order)
+
+
+def analyse_profile(profile: Profile, options: AnalysisOptions = AnalysisOptions(),
+                    ops: OperationTable | None = None, layers: LayerAssignment | None = None) -> Analysis:
+    """Operations and layers of an already loaded profile.
+
+    ``layers``: the assignment :func:`choose_layers` gives ``ops`` under these options, when already known.
+    """
+    _check_regexes(options)
     if ops is None:
         with phase("deriving operations"):
             ops = derive_operations(profile, options.op_layers)
-    with phase("assigning layers"):
-        layers = choose_layers(ops, options.layer_preset, options.layer_name_regex, options.inputs_regex_layer_0,
-                               options.layer_order)
+    if layers is None:
+        layers = _choose_layers(ops, options)
     if ops.unattributed_programs:
         log.info("%d of %d reachable programs have no debug context and belong to no operation",
                  ops.unattributed_programs, ops.reachable_programs)
@@ -245,7 +264,11 @@ def analyse_profile(profile: Profile, options: AnalysisOptions = AnalysisOptions
 
 def load_analysis(path: str, options: AnalysisOptions = AnalysisOptions(), *, use_cache: bool = True,
                   cache_dir: str | None = None) -> Analysis:
-    """Load a profile file (through the cache in ``cache_dir`` unless ``use_cache`` is off) and analyse it."""
+    """Load a profile file (through the cache in ``cache_dir`` unless ``use_cache`` is off) and analyse it.
+
+    The cache holds the profile, its operations and the layer assignment of
+    the options it was written with; other layer options choose again.
+    """
     t0 = time.perf_counter()
     with phase("reading"):
         raw = read_profile_bytes(path)
@@ -254,10 +277,16 @@ def load_analysis(path: str, options: AnalysisOptions = AnalysisOptions(), *, us
     where = cache_path(sha, key, cache_dir)
     if use_cache:
         with phase("reading the cache"):
-            hit = load_cached(where, sha, key, str(path), OperationTable)
+            hit = load_cached(where, sha, key, str(path), OperationTable, LayerAssignment)
         if hit is not None:
             log.info("loaded %s from cache in %.2f s", path, time.perf_counter() - t0)
-            analysis = analyse_profile(hit[0], options, ops=hit[1])
+            layers = None
+            if hit.layers is not None and hit.layers[0] == _layers_key(options):
+                _check_regexes(options)  # as analyse_profile would, before the layers are announced
+                layers = hit.layers[1]
+                with phase("assigning layers"):
+                    announce_layers(layers, options.layer_preset, options.layer_name_regex)
+            analysis = analyse_profile(hit.profile, options, ops=hit.derived, layers=layers)
             analysis.from_cache = True
             return analysis
     if len(raw) > _ANNOUNCE_BYTES:
@@ -269,8 +298,9 @@ def load_analysis(path: str, options: AnalysisOptions = AnalysisOptions(), *, us
         ops = derive_operations(profile, options.op_layers)
     log.info("loaded %s in %.2f s: %d programs, %d steps, %d variables, %d operations", path,
              time.perf_counter() - t0, profile.programs.count, profile.num_steps, profile.variables.count, ops.count)
+    _check_regexes(options)  # before anything is chosen or written, as analyse_profile would
+    layers = _choose_layers(ops, options)
     if use_cache:
         with phase("writing the cache"):
-            store_cached(where, sha, key, profile, ops)
-    return analyse_profile(profile, options, ops=ops)
-
+            store_cached(where, sha, key, profile, ops, (_layers_key(options), layers))
+    return analyse_profile(profile, options, ops=ops, layers=layers)

@@ -53,7 +53,10 @@ def sorted_unique(keys: np.ndarray, nearly_sorted: bool = False) -> np.ndarray:
     keep = np.empty(len(s), bool)
     keep[0] = True
     np.not_equal(s[1:], s[:-1], out=keep[1:])
-    return s[keep]
+    if keep.all():
+        return s  # no repeats: spare a copy of millions of keys
+    unique: np.ndarray = s[keep]
+    return unique
 
 
 def unique_inverse(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from popliner.analysis import load_analysis
+from popliner.ops.layers import LayerAssignment
 from popliner.ops.operations import OperationTable
 from popliner.profile import cache as cache_mod
 from popliner.profile import load_profile
@@ -82,7 +83,8 @@ def test_stale_version_is_rebuilt(profile, tmp_path, monkeypatch):
     (path,) = cache_files(tmp_path)
     # A file at the same name written by another version: its metadata disagrees.
     monkeypatch.setattr(cache_mod, "__version__", "0.0.0-other")
-    assert cache_mod.load_cached(path, "x" * 64, "ops:popart,poptorch,xla_op,popxl", "p", OperationTable) is None
+    assert cache_mod.load_cached(path, "x" * 64, "ops:popart,poptorch,xla_op,popxl", "p", OperationTable,
+                                 LayerAssignment) is None
 
 
 def test_no_cache_neither_reads_nor_writes(profile, tmp_path):
@@ -119,14 +121,14 @@ def test_cache_stores_any_derived_dataclass(tmp_path):
     path = tmp_path / "entry.npz"
     counts = np.arange(10_000, dtype=np.int64) * 3  # long enough to be narrowed and deflated
     cache_mod.store_cached(path, "s" * 64, "key", load_profile(TINY), Derived(("a", "b"), counts, 7))
-    hit = cache_mod.load_cached(path, "s" * 64, "key", "shown.json", Derived)
-    assert hit is not None
-    profile, derived = hit
+    hit = cache_mod.load_cached(path, "s" * 64, "key", "shown.json", Derived, Derived)
+    assert hit is not None and hit.layers is None
+    profile, derived = hit.profile, hit.derived
     assert profile.path == "shown.json"
     assert derived.names == ("a", "b") and derived.total == 7
     assert derived.counts.tolist() == counts.tolist()
     # Asked for another type than the one stored: a miss, rebuilt by the caller.
-    assert cache_mod.load_cached(path, "s" * 64, "key", "shown.json", OperationTable) is None
+    assert cache_mod.load_cached(path, "s" * 64, "key", "shown.json", OperationTable, LayerAssignment) is None
 
 
 def test_cache_format_names_the_derived_part(profile, tmp_path):
@@ -140,4 +142,78 @@ def test_cache_format_names_the_derived_part(profile, tmp_path):
         meta = json.loads(zcodec.decompress(data["__meta__"]).decode("utf-8"))
     assert meta["format"] == cache_mod.CACHE_FORMAT == 4
     assert meta["derived"]["__class__"] == "OperationTable"
+    assert meta["layers"][1]["__class__"] == "LayerAssignment"
     assert "ops" not in meta
+
+def _layer_logs(caplog):
+    return [r.getMessage() for r in caplog.records if r.name == "popliner.ops.layers"]
+
+
+def test_layers_come_from_the_cache_only_under_the_same_layer_options(profile, tmp_path, caplog, monkeypatch):
+    import logging
+
+    from popliner.analysis import AnalysisOptions
+    from popliner.ops import layers as layers_mod
+
+    caplog.set_level(logging.INFO)
+    cold = load_analysis(str(profile))
+    cold_logs = _layer_logs(caplog)
+    assert cold_logs  # how the layers were chosen is said
+    caplog.clear()
+    chosen = []
+    monkeypatch.setattr(layers_mod, "assign_layers", lambda *a, **k: chosen.append(1) or pytest.fail("chose again"))
+    warm = load_analysis(str(profile))
+    assert warm.from_cache and not chosen
+    assert _layer_logs(caplog) == cold_logs  # said the same way
+    assert warm.layers.layer_of_op.tolist() == cold.layers.layer_of_op.tolist()
+    assert (warm.layers.names, warm.layers.note, warm.layers.rule) == (
+        cold.layers.names, cold.layers.note, cold.layers.rule)
+    monkeypatch.undo()
+    monkeypatch.setenv("POPLINER_CACHE_DIR", str(tmp_path / "cache"))
+    # Other layer options: the same cache file, the layers chosen again for them.
+    natural = AnalysisOptions(layer_order="natural", layer_name_regex=r"layer(\d)")
+    again = load_analysis(str(profile), natural)
+    fresh = load_analysis(str(profile), natural, use_cache=False)
+    assert again.from_cache and len(cache_files(tmp_path)) == 1
+    assert again.layers.names == fresh.layers.names and again.layers.rule == "regex"
+    assert again.layers.layer_of_op.tolist() == fresh.layers.layer_of_op.tolist()
+
+
+def test_recompute_flags_survive_the_cache(profile, tmp_path):
+    import json
+
+    doc = json.loads(profile.read_text())
+    names = doc["variables"]["name"]
+    names[0], names[1] = "act__re", "act__re_not"
+    profile.write_text(json.dumps(doc))
+    want = [i == 0 for i in range(len(names))]  # by hand: only "__re" at the end counts here
+    cold = load_analysis(str(profile))
+    warm = load_analysis(str(profile))
+    assert warm.from_cache and not cold.from_cache
+    for got in (cold.profile.variables.recompute_tensor, warm.profile.variables.recompute_tensor):
+        assert got.dtype == np.bool_ and got.tolist() == want
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.uint8, np.int16, np.int32, np.uint32, np.int64, np.bool_])
+def test_packed_columns_come_back_exactly(dtype, monkeypatch):
+    # Small pieces, so that every column spans several (the running total carries across them).
+    monkeypatch.setattr(cache_mod, "_PIECE", 1000)
+    rng = np.random.default_rng(7)
+    info = np.iinfo(dtype) if dtype != np.bool_ else None
+    cases = []
+    if info is None:
+        cases.append(rng.random(5000) < 0.01)
+    else:
+        cases.append(rng.integers(info.min, info.max, 5000, dtype=dtype, endpoint=True))  # plain: differences wider
+        cases.append(np.sort(rng.integers(info.min, info.max, 5000, dtype=dtype, endpoint=True)))  # sorted: deltas
+        cases.append(np.asfortranarray(rng.integers(0, 100, (1000, 5), dtype=dtype)))
+    seen = set()
+    for a in cases:
+        data, codec = cache_mod._pack(a)
+        seen.add(codec["delta"])
+        back = cache_mod._unpack(data, codec)
+        assert back.dtype == a.dtype and back.shape == a.shape and np.array_equal(back, a)
+    assert seen == ({False} if info is None else {False, True})  # both ways of storing were tried
+    extremes = np.array([np.iinfo(np.int64).min, np.iinfo(np.int64).max] * 3000, np.int64)  # differences wrap
+    data, codec = cache_mod._pack(extremes)
+    assert np.array_equal(cache_mod._unpack(data, codec), extremes)

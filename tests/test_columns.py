@@ -139,3 +139,108 @@ def test_name_table_reads_and_finds_the_same_in_every_form() -> None:
         assert [table.get(i) for i in range(len(names))] == names
         # By hand: (name, offset) of each "__re" wholly inside one name.
         assert table.find(b"__re") == [(0, 1), (2, 1), (3, 0), (7, 1), (7, 5)]
+
+
+def test_recompute_tensors_by_hand_in_every_form() -> None:
+    from popliner.profile.model import NameTable, recompute_tensors
+
+    names = ["a__re", "", "x__re_y", "__re.1", "plain", "b__reX__re", "c__re__re7", "d__re\u00e9", "e__re\u00d7",
+             "f__re/g", "__r", "h__re1"]
+    # By hand: "__re" then the end, or a byte that is not a letter, digit or "_" read as Latin-1
+    # (U+00E9 starts with byte 0xC3, a letter; U+00D7 also starts with 0xC3).
+    expected = [True, False, False, True, False, True, False, False, False, True, False, False]
+    raw = [n.encode() for n in names]
+    ptr = np.zeros(len(raw) + 1, np.int64)
+    np.cumsum([len(n) for n in raw], out=ptr[1:])
+    contiguous = NameTable(np.frombuffer(b"".join(raw), np.uint8), ptr)
+    quoted = b",".join(b'"' + n + b'"' for n in raw)
+    cut = NameTable(np.frombuffer(quoted, np.uint8), ptr, lead=1, pad=3)
+    for table in (contiguous, cut, contiguous.packed(5), cut.packed(5)):
+        got = recompute_tensors(table)
+        assert got.dtype == np.bool_ and got.tolist() == expected
+
+
+def test_recompute_tensors_found_at_load_either_way(tiny_text: bytes) -> None:
+    doc = json.loads(tiny_text)
+    names = doc["variables"]["name"]
+    names[0], names[3], names[5] = "w__re", "w__re_x", "w/__re:0"
+    text = compact(doc)
+    fast = parse_profile_bytes(text, "t.json")
+    assert fast.variables.names.pad == 3  # the shortcut was taken
+    want = np.zeros(len(names), bool)
+    want[[0, 5]] = True
+    assert fast.variables.recompute_tensor.tolist() == want.tolist()
+    assert slow(text).variables.recompute_tensor.tolist() == want.tolist()
+
+
+def _program_variants(doc: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """Programs whose TileVectors take every form: the bulk reading must agree or step aside."""
+    tiles = doc["target"]["tilesPerIpu"]
+    out = []
+    for label, vec in [
+        ("dense", [k % 3 for k in range(tiles)]),
+        ("sparse", {"sparse": [[0, 5], [2, 0], [tiles - 1, 7]]}),
+        ("zero run", {"runs": [[0, 1, 0], [1, tiles, 4]]}),
+        ("empty runs", {"runs": []}),
+        ("runs out of order", {"runs": [[2, 3, 1], [0, 1, 1]]}),
+        ("sparse out of order", {"sparse": [[3, 1], [1, 1]]}),
+        ("run past the tiles", {"runs": [[0, tiles + 1, 1]]}),
+        ("float value", {"runs": [[0, 1, 1.5]]}),
+        ("boolean value", {"runs": [[0, 1, True]]}),
+        ("huge value", {"runs": [[0, 1, 2**70]]}),
+        ("two keys", {"runs": [], "sparse": []}),
+        ("dense too short", [1, 2]),
+    ]:
+        for key in ("controlCode", "cycles"):
+            d = json.loads(json.dumps(doc))
+            d["programs"][1][key] = vec
+            out.append((f"{label} {key}", d))
+        d = json.loads(json.dumps(doc))
+        d["programs"][2]["vertices"] = [[0, vec], [0, {"runs": [[0, 1, 3]]}]]
+        out.append((f"{label} vertices", d))
+    d = json.loads(json.dumps(doc))
+    d["programs"][3]["repeatCount"] = None
+    out.append(("null repeat count", d))
+    d = json.loads(json.dumps(doc))
+    d["programs"][3]["children"] = None
+    out.append(("null children", d))
+    return out
+
+
+def test_bulk_program_reading_agrees_with_the_reference(tiny_text: bytes, monkeypatch: pytest.MonkeyPatch) -> None:
+    from popliner.profile import loader
+
+    def reference(self: Any, raw: Any, num_types: int) -> Any:
+        raise loader._Slow
+
+    doc = json.loads(tiny_text)
+    stepped_aside: list[str] = []
+    checked = loader._Builder._program_rows
+
+    def spy(self: Any, raw: Any, num_types: int) -> Any:
+        if watching:
+            stepped_aside.append(label)
+        return checked(self, raw, num_types)
+
+    monkeypatch.setattr(loader._Builder, "_program_rows", spy)
+    for label, variant in _program_variants(doc):
+        text = compact(variant)
+        watching = True
+        try:
+            want: Any = parse_profile_bytes(text, "t.json")
+        except ProfileFormatError as exc:
+            want = str(exc)
+        watching = False
+        with monkeypatch.context() as m:
+            m.setattr(loader._Builder, "_program_rows_bulk", reference)
+            try:
+                got: Any = parse_profile_bytes(text, "t.json")
+            except ProfileFormatError as exc:
+                got = str(exc)
+        if isinstance(want, str):
+            assert got == want, label
+        else:
+            same(want, got, label)
+    # The usual forms are read in bulk; the rest by the reference path (each parse tries the shortcut first).
+    bulk = {label for label, _ in _program_variants(doc)} - set(stepped_aside)
+    assert {lab.split()[0] for lab in bulk} == {"dense", "sparse", "zero", "empty"}, sorted(bulk)

@@ -184,15 +184,11 @@ def optimizer_state_variables(
 
 
 def _recompute_tensor_variables(profile: Profile) -> np.ndarray:
-    """Bool per variable: its name holds ``__re`` followed by the end of the name or a non-word character."""
-    v = profile.variables
-    out = np.zeros(v.count, bool)
-    for var, at in v.names.find(b"__re"):
-        name = v.names.get(var)
-        after = at + 4
-        if after == len(name) or not (chr(name[after]).isalnum() or name[after] == ord("_")):
-            out[var] = True
-    return out
+    """Bool per variable: its name holds ``__re`` followed by the end of the name or a non-word character.
+
+    Found once when the profile is loaded (and cached with it): reading every name here cost each solve.
+    """
+    return profile.variables.recompute_tensor
 
 
 def recompute_operations(profile: Profile, ops: OperationTable, backward_named: np.ndarray) -> np.ndarray:

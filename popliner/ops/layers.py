@@ -22,6 +22,7 @@ explicit ``--layer-name-regex`` overrides any preset.
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 from dataclasses import dataclass
@@ -39,9 +40,11 @@ __all__ = [
     "LAYER_PRESETS",
     "LayerAssignment",
     "LayerPreset",
+    "announce_layers",
     "assign_layers",
     "choose_layers",
     "compile_regex",
+    "layers_key",
     "natural_key",
     "preset_names",
 ]
@@ -155,26 +158,48 @@ def choose_layers(
 ) -> LayerAssignment:
     """Layers from ``layer_name_regex`` when given, else from the preset (``auto``: the best one)."""
     if layer_name_regex is not None:
-        return _said(assign_layers(ops, layer_name_regex, inputs_regex_layer_0, layer_order), "--layer-name-regex")
-    if preset != AUTO_PRESET:
+        layers = assign_layers(ops, layer_name_regex, inputs_regex_layer_0, layer_order, warn=False)
+    elif preset != AUTO_PRESET:
         chosen = _preset(preset)
-        return _said(assign_layers(ops, chosen.regex, inputs_regex_layer_0, layer_order, rule=chosen.name,
-                                   dots_to_slashes=chosen.dots_to_slashes), f"preset {chosen.name}")
-    best: LayerAssignment | None = None
-    for candidate in LAYER_PRESETS:
-        trial = assign_layers(ops, candidate.regex, inputs_regex_layer_0, layer_order, rule=candidate.name,
-                              dots_to_slashes=candidate.dots_to_slashes, warn=False)
-        if best is None or (trial.layered_ops, len(trial.names)) > (best.layered_ops, len(best.names)):
-            best = trial
-    assert best is not None
-    _warn_low_coverage(best, f"the best preset, {best.rule}; try --layer-preset or --layer-name-regex")
-    return _said(best, f"preset {best.rule} (auto)")
+        layers = assign_layers(ops, chosen.regex, inputs_regex_layer_0, layer_order, rule=chosen.name,
+                               dots_to_slashes=chosen.dots_to_slashes, warn=False)
+    else:
+        best: LayerAssignment | None = None
+        for candidate in LAYER_PRESETS:
+            trial = assign_layers(ops, candidate.regex, inputs_regex_layer_0, layer_order, rule=candidate.name,
+                                  dots_to_slashes=candidate.dots_to_slashes, warn=False)
+            if best is None or (trial.layered_ops, len(trial.names)) > (best.layered_ops, len(best.names)):
+                best = trial
+        assert best is not None
+        layers = best
+    announce_layers(layers, preset, layer_name_regex)
+    return layers
 
 
-def _said(layers: LayerAssignment, how: str) -> LayerAssignment:
+def layers_key(preset: str, layer_name_regex: str | None, inputs_regex_layer_0: str, layer_order: LayerOrder) -> str:
+    """What :func:`choose_layers` depends on besides the operations: a stored assignment is reused under it."""
+    return json.dumps(["layers", 1, preset, layer_name_regex, inputs_regex_layer_0, layer_order])
+
+
+def announce_layers(layers: LayerAssignment, preset: str, layer_name_regex: str | None) -> None:
+    """Log how the layers were chosen (and warn when few operations got one), as :func:`choose_layers` does.
+
+    Also said for an assignment read back from the cache, so a cached run logs the same.
+    """
+    if layer_name_regex is not None:
+        _warn_low_coverage(layers, f"check --layer-name-regex (now {layer_name_regex!r})")
+        _said(layers, "--layer-name-regex")
+    elif preset != AUTO_PRESET:
+        _warn_low_coverage(layers, f"check --layer-preset {layers.rule}")
+        _said(layers, f"preset {layers.rule}")
+    else:
+        _warn_low_coverage(layers, f"the best preset, {layers.rule}; try --layer-preset or --layer-name-regex")
+        _said(layers, f"preset {layers.rule} (auto)")
+
+
+def _said(layers: LayerAssignment, how: str) -> None:
     log.info("layers by %s: %d layers, %d of %d operations (%.0f%%) have one", how, len(layers.names),
              layers.layered_ops, len(layers.layer_of_op), 100 * layers.coverage)
-    return layers
 
 
 def assign_layers(

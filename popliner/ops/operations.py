@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from popliner.arrays import gather_csr, sorted_unique, union_of
+from popliner.arrays import gather_csr, union_of
 from popliner.profile.model import Profile
 
 __all__ = ["DEFAULT_OP_LAYERS", "OperationTable", "derive_operations", "reachable_programs"]
@@ -227,14 +227,29 @@ def _op_variables(profile: Profile, op_of_program: np.ndarray, n: int) -> tuple[
     progs = profile.programs
     lens = np.diff(progs.var_ptr)
     owner = np.repeat(op_of_program, lens)
-    keep = owner >= 0
-    owner, var = owner[keep], progs.var_idx[keep]
+    var = progs.var_idx
+    if not bool(owner.min(initial=0) >= 0):  # some programs belong to no operation
+        keep = owner >= 0
+        owner, var = owner[keep], var[keep]
     if var.size == 0:
         return np.zeros(n + 1, np.int64), np.zeros(0, np.int64)
     # Programs list their variables in order and an operation's programs mostly
-    # follow each other, so the keys come nearly sorted.
-    key = sorted_unique(owner * profile.variables.count + var, nearly_sorted=True)
-    owner, var = key // profile.variables.count, key % profile.variables.count
-    ptr = np.zeros(n + 1, np.int64)
-    np.cumsum(np.bincount(owner, minlength=n), out=ptr[1:])
-    return ptr, var.astype(np.int64)
+    # follow each other, so the keys come nearly sorted (the merge sort's best case).
+    # The keys are built and sorted in place: fresh arrays of this size cost page faults.
+    count = profile.variables.count
+    key = owner
+    key *= count
+    key += var
+    key.sort(kind="stable")
+    repeats = key[1:] == key[:-1]
+    if repeats.any():
+        keep = np.ones(len(key), bool)
+        keep[1:] = ~repeats
+        key = key[keep]
+    del repeats
+    # Operation k's keys lie in [k * count, (k + 1) * count): cut at those bounds
+    # rather than dividing every key.
+    ptr: np.ndarray = np.searchsorted(key, np.arange(n + 1, dtype=np.int64) * count).astype(np.int64)
+    for k in np.flatnonzero(np.diff(ptr)).tolist():
+        key[ptr[k] : ptr[k + 1]] -= k * count
+    return ptr, key

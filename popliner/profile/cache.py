@@ -18,9 +18,10 @@ damaged, from another version or for another profile is ignored and
 rebuilt; nothing here ever raises to the user.
 
 Beside the profile, a file holds what the caller derived from it (the
-operation table): any frozen dataclass of arrays, tuples and scalars, stored
-the same way. The caller names its type when it loads, so this module,
-like all of ``profile/``, imports nothing from the layers above it.
+operation table, the layer assignment): frozen dataclasses of arrays,
+tuples and scalars, stored the same way. The caller names their types when
+it loads, so this module, like all of ``profile/``, imports nothing from the
+layers above it.
 """
 
 from __future__ import annotations
@@ -35,10 +36,11 @@ import re
 import struct
 import zipfile
 import zlib
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 from numpy.lib import format as npy_format
@@ -52,6 +54,7 @@ from popliner.profile.tilevector import RunTable
 __all__ = [
     "CACHE_FORMAT",
     "CacheEntry",
+    "CacheHit",
     "CacheInfo",
     "cache_dir",
     "cache_info",
@@ -63,12 +66,13 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-#: 4: the derived data sits under "derived" (was "ops"), its type named by the caller.
+#: 4: the derived data under "derived" (its type named by the caller), names tuples as lists, layers stored.
 CACHE_FORMAT = 4
 _CLASSES: dict[str, type] = {
     c.__name__: c for c in (Profile, Target, Programs, Variables, NameTable, Contexts, VertexTypes, RunTable)
 }
-T = TypeVar("T")
+D = TypeVar("D")
+L = TypeVar("L")
 #: What a bad cache file can raise while it is read (it is then rebuilt).
 _READ_ERRORS: tuple[type[Exception], ...] = (
     OSError, ValueError, KeyError, TypeError, EOFError, zipfile.BadZipFile, json.JSONDecodeError, UnicodeDecodeError,
@@ -96,10 +100,14 @@ def cache_path(sha256: str, options_key: str, directory: str | os.PathLike[str] 
     return cache_dir(directory) / f"{sha256[:40]}-{digest}.npz"
 
 
-def store_cached(path: Path, sha256: str, options_key: str, profile: Profile, derived: object) -> None:
+def store_cached(path: Path, sha256: str, options_key: str, profile: Profile, derived: object,
+                 layers: tuple[str, object] | None = None) -> None:
     """Write the cache file; a failure (read-only disk, full disk) is only logged.
 
-    ``derived`` is a frozen dataclass of arrays, tuples and scalars built from ``profile``.
+    ``derived`` is what the caller built from the profile (the operation
+    table), a frozen dataclass of arrays, tuples and scalars; ``layers``: the
+    layer assignment of the operations (another such dataclass) and the key
+    of the options that chose it (it is only used again under the same key).
     """
     arrays: dict[str, np.ndarray] = {}
     meta = {
@@ -109,6 +117,7 @@ def store_cached(path: Path, sha256: str, options_key: str, profile: Profile, de
         "options": options_key,
         "profile": _flatten(profile, "p.", arrays),
         "derived": _flatten(derived, "d.", arrays),
+        "layers": None if layers is None else [layers[0], _flatten(layers[1], "l.", arrays)],
     }
     meta["codecs"] = _pack_all(arrays)
     # The document (names of programs and contexts, their data) is deflated too.
@@ -121,9 +130,20 @@ def store_cached(path: Path, sha256: str, options_key: str, profile: Profile, de
         log.info("could not write cache %s: %s", path, exc)
 
 
-def load_cached(path: Path, sha256: str, options_key: str, profile_path: str,
-                derived: type[T]) -> tuple[Profile, T] | None:
-    """The cached profile and the data derived from it (of type ``derived``), or None when absent, stale or corrupt."""
+@dataclass(frozen=True, eq=False)
+class CacheHit(Generic[D, L]):
+    """What a cache file holds."""
+
+    profile: Profile
+    derived: D
+    #: The layer assignment stored with them and the key of the options that chose it.
+    layers: tuple[str, L] | None
+
+
+def load_cached(path: Path, sha256: str, options_key: str, profile_path: str, derived: type[D],
+                layers_type: type[L]) -> CacheHit[D, L] | None:
+    """The cached profile, derived data and layers (of the types named), or None when absent, stale or corrupt."""
+    classes = {**_CLASSES, derived.__name__: derived, layers_type.__name__: layers_type}
     if not path.is_file():
         return None
     try:
@@ -136,14 +156,18 @@ def load_cached(path: Path, sha256: str, options_key: str, profile_path: str,
             return None
         _unpack_all(arrays, meta["codecs"])
         profile = _unflatten(meta["profile"], arrays, _CLASSES)
-        extra = _unflatten(meta["derived"], arrays, {**_CLASSES, derived.__name__: derived})
+        extra = _unflatten(meta["derived"], arrays, classes)
+        stored = meta.get("layers")
+        layers = None if stored is None else (stored[0], _unflatten(stored[1], arrays, classes))
     except _READ_ERRORS as exc:
         log.debug("cache %s is unreadable (%s); rebuilding", path, exc)
         return None
     if not isinstance(profile, Profile) or not isinstance(extra, derived):
         return None
+    if layers is not None and not (isinstance(layers[0], str) and isinstance(layers[1], layers_type)):
+        layers = None
     # The same content may sit under another name; report the name used now.
-    return dataclasses.replace(profile, path=profile_path), extra
+    return CacheHit(dataclasses.replace(profile, path=profile_path), extra, layers)
 
 
 def _read_npz(path: Path) -> dict[str, np.ndarray]:
@@ -210,24 +234,75 @@ def _pack_all(arrays: dict[str, np.ndarray]) -> dict[str, Any]:
 
 def _packable(key: str, a: np.ndarray) -> bool:
     # A packed name table's blob is deflated already.
-    return a.size >= _PACK_MIN and a.dtype in _INT_TYPES and not key.endswith(".names.blob.")
+    return a.size >= _PACK_MIN and (a.dtype in _INT_TYPES or a.dtype == np.bool_) and not key.endswith(
+        ".names.blob.")
 
 
 def _pack(a: np.ndarray) -> tuple[np.ndarray, dict[str, Any]]:
+    if a.dtype == np.bool_:  # flags: one byte each, deflated (mostly one value)
+        data = zcodec.compress(np.ascontiguousarray(a).data)
+        return np.frombuffer(data, np.uint8), {"dtype": a.dtype.str, "shape": list(a.shape), "fortran": False,
+                                               "as": "|u1", "delta": False}
     flat = a.reshape(-1, order="A")
     plain = _narrowest(flat)
     delta = False
-    stored = flat
-    if a.ndim == 1:
-        diff = np.diff(flat, prepend=flat.dtype.type(0)) if a.dtype == np.int64 else np.diff(
-            flat.astype(np.int64), prepend=0)
-        narrow = _narrowest(diff)
-        if narrow.itemsize < plain.itemsize or (narrow.itemsize == plain.itemsize and _smaller(diff, flat, narrow)):
-            delta, stored, plain = True, diff, narrow
-    data = zcodec.compress(np.ascontiguousarray(stored, dtype=plain).data)
+    if a.ndim == 1 and flat.size:
+        lo, hi = _diff_range(flat)
+        narrow = _narrowest_for(lo, hi)
+        first = next(_pieces(flat, True)).copy()
+        if narrow.itemsize < plain.itemsize or (narrow.itemsize == plain.itemsize and _smaller(first, flat, narrow)):
+            delta, plain = True, narrow
+    # Piece by piece into one zlib stream: the temporaries stay small and are reused,
+    # where whole-column copies cost as much in page faults as the deflating.
+    stream = zcodec.compressobj()
+    parts = [stream.compress(np.ascontiguousarray(piece).data) for piece in _pieces(flat, delta, plain)]
+    parts.append(stream.flush())
     codec = {"dtype": a.dtype.str, "shape": list(a.shape), "fortran": bool(a.flags.f_contiguous and a.ndim > 1),
              "as": plain.str, "delta": delta}
-    return np.frombuffer(data, np.uint8), codec
+    return np.frombuffer(b"".join(parts), np.uint8), codec
+
+
+#: Elements per piece when a column is packed.
+_PIECE = 1 << 20
+
+
+def _pieces(flat: np.ndarray, delta: bool, as_type: np.dtype[Any] | None = None) -> Iterator[np.ndarray]:
+    """``flat`` in pieces; with ``delta``, its differences (int64, the first from 0) instead; cast to ``as_type``.
+
+    Each piece is only valid until the next one is asked for: the same
+    scratch buffers are reused (fresh temporaries this size cost page faults).
+    """
+    prev = 0
+    size = min(_PIECE, len(flat))
+    wide = np.empty(size, np.int64) if delta else None
+    diff = np.empty(size, np.int64) if delta else None
+    narrow = np.empty(size, as_type) if as_type is not None and (delta or flat.dtype != as_type) else None
+    for lo in range(0, len(flat), _PIECE):
+        part = flat[lo : lo + _PIECE]
+        k = len(part)
+        if wide is not None and diff is not None:
+            w, d = wide[:k], diff[:k]
+            w[...] = part
+            np.subtract(w[:1], prev, out=d[:1])
+            np.subtract(w[1:], w[:-1], out=d[1:])
+            prev = int(w[-1])
+            part = d
+        if narrow is not None:
+            n = narrow[:k]
+            n[...] = part  # wraps like astype: the range was checked first
+            part = n
+        yield part
+
+
+def _diff_range(flat: np.ndarray) -> tuple[int, int]:
+    """Smallest and largest difference of consecutive items (the first item's from 0)."""
+    lo = hi = None
+    for piece in _pieces(flat, True):
+        a, b = int(piece.min()), int(piece.max())
+        lo = a if lo is None else min(lo, a)
+        hi = b if hi is None else max(hi, b)
+    assert lo is not None and hi is not None
+    return lo, hi
 
 
 def _smaller(a: np.ndarray, b: np.ndarray, dtype: np.dtype[Any]) -> bool:
@@ -238,6 +313,10 @@ def _smaller(a: np.ndarray, b: np.ndarray, dtype: np.dtype[Any]) -> bool:
 
 def _narrowest(a: np.ndarray) -> np.dtype[Any]:
     lo, hi = (int(a.min()), int(a.max())) if a.size else (0, 0)
+    return _narrowest_for(lo, hi)
+
+
+def _narrowest_for(lo: int, hi: int) -> np.dtype[Any]:
     for t in _INT_TYPES:
         info = np.iinfo(t)
         if info.min <= lo and hi <= info.max:
@@ -254,17 +333,37 @@ def _unpack_all(arrays: dict[str, np.ndarray], codecs: dict[str, Any]) -> None:
 
 def _unpack(data: np.ndarray, codec: dict[str, Any]) -> np.ndarray:
     dtype = np.dtype(codec["dtype"])
-    if dtype not in _INT_TYPES:
+    if dtype not in _INT_TYPES and dtype != np.bool_:
         raise ValueError(f"unexpected packed type {dtype}")
-    stored = np.frombuffer(zcodec.decompress(data), np.dtype(codec["as"]))
+    narrow = np.dtype(codec["as"])
     shape = tuple(codec["shape"])
-    if stored.size != math.prod(shape):
+    count = math.prod(shape)
+    # Inflated piece by piece straight into the result (a numpy array, which the
+    # kernel backs with huge pages): one whole inflated copy would cost a page fault
+    # every 4 KiB. The running total carries over between pieces for differences.
+    out = np.empty(count, np.int64 if codec["delta"] else dtype)
+    stream = zcodec.decompressobj(15)
+    pending: Any = data
+    at = 0
+    carry = 0
+    while at < count:
+        raw = stream.decompress(pending, _PIECE * narrow.itemsize)
+        pending = stream.unconsumed_tail
+        if not raw or len(raw) % narrow.itemsize or at + len(raw) // narrow.itemsize > count:
+            raise ValueError("packed array has the wrong size")
+        piece = np.frombuffer(raw, narrow)
+        part = out[at : at + len(piece)]
+        if codec["delta"]:
+            np.cumsum(piece, dtype=np.int64, out=part)
+            part += carry
+            carry = int(part[-1])
+        else:
+            part[...] = piece if dtype != np.bool_ else piece != 0
+        at += len(piece)
+    if stream.decompress(pending) or not stream.eof or stream.unused_data:
         raise ValueError("packed array has the wrong size")
-    if codec["delta"]:
-        out = np.cumsum(stored, dtype=np.int64)
-        out = out if dtype == np.int64 else out.astype(dtype)
-    else:
-        out = stored.astype(dtype)
+    if codec["delta"] and dtype != np.int64:
+        out = out.astype(dtype)
     return out.reshape(shape, order="F" if codec["fortran"] else "C")
 
 
@@ -280,6 +379,8 @@ def _flatten(obj: Any, prefix: str, arrays: dict[str, np.ndarray]) -> Any:
                   for f in dataclasses.fields(obj) if f.init}
         return {"__class__": type(obj).__name__, "fields": fields}
     if isinstance(obj, tuple):
+        if all(type(v) is str for v in obj):  # names: one list, not a description per string
+            return {"__strs__": list(obj)}
         return {"__tuple__": [_flatten(v, f"{prefix}{i}.", arrays) for i, v in enumerate(obj)]}
     if isinstance(obj, dict):
         if all(isinstance(v, np.ndarray) for v in obj.values()) and obj:
@@ -297,6 +398,11 @@ def _unflatten(desc: Any, arrays: dict[str, np.ndarray], classes: dict[str, type
         if "__class__" in desc:
             cls = classes[desc["__class__"]]
             return cls(**{k: _unflatten(v, arrays, classes) for k, v in desc["fields"].items()})
+        if "__strs__" in desc:
+            strs = desc["__strs__"]
+            if not all(type(v) is str for v in strs):
+                raise ValueError("a list of names holds something else")
+            return tuple(strs)
         if "__tuple__" in desc:
             return tuple(_unflatten(v, arrays, classes) for v in desc["__tuple__"])
         if "__arraydict__" in desc:

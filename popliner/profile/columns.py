@@ -24,11 +24,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from popliner.profile.model import NameTable, recompute_tensors
+
 __all__ = ["Extracted", "extract_columns", "parse_uint_list"]
 
 _INT64_MAX = 2**63 - 1
-#: Printable ASCII: what names are made of in the usual case.
-_PRINTABLE = bytes(range(0x20, 0x7F))
 _INT_COLUMNS = ("id", "bytes", "tile", "class")
 _VARIABLES_KEY = b'"variables":{'
 _VARS_KEY = b'"vars":['
@@ -43,12 +43,14 @@ class Extracted:
     VARIABLES_PLACEHOLDER = {"__popliner_columns__": 1}
 
     columns: dict[str, np.ndarray]  # id, bytes, tile, class -> int64
-    #: ``(blob, ptr, lead, pad)``: name i is ``blob[ptr[i] + i*pad + lead : ptr[i+1] + i*pad + lead]``;
+    #: The names, packed (compressed) already: read straight from the document, never copied raw;
     #: None when the variables have no names.
-    names: tuple[np.ndarray, np.ndarray, int, int] | None
+    names: NameTable | None
     #: Variable ids of every extracted program list, back to back, and each list's length.
     program_vars: np.ndarray | None
     program_var_lens: np.ndarray | None
+    #: :func:`recompute_tensors` of the names, found before they were packed (None with no names).
+    recompute: np.ndarray | None = None
 
 
 def extract_columns(text: bytes) -> tuple[bytes, Extracted] | None:
@@ -63,27 +65,22 @@ def extract_columns(text: bytes) -> tuple[bytes, Extracted] | None:
         return None
     var_end, columns, names = found
     spans: list[tuple[int, int, bytes]] = [(at + len(_VARIABLES_KEY) - 1, var_end, b'{"__popliner_columns__":1}')]
-    bodies: list[bytes] = []
-    lens: list[int] = []
-    pos = text.find(_VARS_KEY)
-    while pos >= 0:
-        if text[pos - 1] == 0x5C:  # a backslash: the quote is escaped, this is inside a string
+    bodies: list[tuple[int, int]] = []  # where each list's items are in the text
+    # The variables object is skipped: its names are most of the document, and a
+    # "vars" key inside it (in a name) would be refused below anyway as overlapping.
+    for lo, hi in ((0, at), (var_end, len(text))):
+        if not _program_lists(text, lo, hi, bodies, spans):
             return None
-        start = pos + len(_VARS_KEY)
-        end = text.find(b"]", start)
-        if end < 0:
-            return None
-        body = text[start:end]
-        bodies.append(body)
-        lens.append(body.count(b",") + 1 if body else 0)
-        spans.append((start - 1, end + 1, b"%d" % (len(bodies) - 1)))
-        pos = text.find(_VARS_KEY, end)
     program_vars = program_lens = None
     if bodies:
-        program_vars = parse_uint_list(b",".join(b for b in bodies if b))
-        if program_vars is None or len(program_vars) != sum(lens):
+        view = memoryview(text)  # the lists are joined straight from the text, not copied one by one first
+        program_vars = parse_uint_list(b",".join(view[a:b] for a, b in bodies if b > a))
+        view.release()
+        if program_vars is None:
             return None
-        program_lens = np.array(lens, np.int64)
+        program_lens = np.array([text.count(b",", a, b) + 1 if b > a else 0 for a, b in bodies], np.int64)
+        if int(program_lens.sum()) != len(program_vars):
+            return None
     del bodies
     spans.sort()
     pieces: list[bytes] = []
@@ -94,7 +91,31 @@ def extract_columns(text: bytes) -> tuple[bytes, Extracted] | None:
         pieces += (text[prev:a], repl)
         prev = b
     pieces.append(text[prev:])
-    return b"".join(pieces), Extracted(columns, names, program_vars, program_lens)
+    table = recompute = None
+    if names is not None:
+        # The names are a view of the text: flag the recompute tensors while they are plain,
+        # then compress them (the cache stores them that way too), so that the text can go.
+        table = NameTable(*names)
+        recompute = recompute_tensors(table)
+        table = table.packed()
+    return b"".join(pieces), Extracted(columns, table, program_vars, program_lens, recompute)
+
+
+def _program_lists(text: bytes, lo: int, hi: int, bodies: list[tuple[int, int]],
+                   spans: list[tuple[int, int, bytes]]) -> bool:
+    """Find every ``"vars":[...]`` list between ``lo`` and ``hi``: its items' span and placeholder. False: give up."""
+    pos = text.find(_VARS_KEY, lo, hi)
+    while pos >= 0:
+        if text[pos - 1] == 0x5C:  # a backslash: the quote is escaped, this is inside a string
+            return False
+        start = pos + len(_VARS_KEY)
+        end = text.find(b"]", start)
+        if end < 0 or end >= hi:
+            return False
+        bodies.append((start, end))
+        spans.append((start - 1, end + 1, b"%d" % (len(bodies) - 1)))
+        pos = text.find(_VARS_KEY, end, hi)
+    return True
 
 
 def _variables_object(text: bytes, pos: int) -> tuple[int, dict[str, np.ndarray], tuple[
@@ -154,32 +175,32 @@ def parse_uint_list(body: bytes) -> np.ndarray | None:
         return np.zeros(0, np.int64)
     if body.translate(None, b"0123456789,"):
         return None  # anything but digits and commas
-    if body[:1] == b"," or body[-1:] == b"," or b",," in body or _leading_zero(body):
+    if body[:1] == b"," or body[-1:] == b",":
         return None
-    out: np.ndarray = np.fromstring(body, dtype=np.int64, sep=",")
+    try:
+        out: np.ndarray = np.fromstring(body, dtype=np.int64, sep=",")
+    except ValueError:  # numpy 2.x refuses data it cannot read to the end (",,")
+        return None
     # fromstring saturates on overflow: a maximal value may be a clipped one.
-    if len(out) != body.count(b",") + 1 or int(out.max()) == _INT64_MAX:
+    if not len(out) or int(out.max()) == _INT64_MAX:
+        return None
+    # Every number read takes at least as many digits as its plain form, and a
+    # separator at least one comma; equality with the body's length leaves no
+    # room for a leading zero, an empty item (",,") or an unread tail.
+    if _plain_length(out) != len(body):
         return None
     return out
 
 
-def _leading_zero(body: bytes) -> bool:
-    """A number written with a leading zero (``007``), which JSON does not allow."""
-    if body[:1] == b"0" and body[1:2] not in (b"", b","):
-        return True
-    count = body.count(b",0")
-    if count == 0:
-        return False
-    if count <= 4096:
-        pos = body.find(b",0")
-        while pos >= 0:
-            if body[pos + 2 : pos + 3] not in (b"", b","):
-                return True
-            pos = body.find(b",0", pos + 2)
-        return False
-    buf = np.frombuffer(body, np.uint8)
-    zeros = np.flatnonzero((buf[:-2] == 0x2C) & (buf[1:-1] == 0x30))
-    return bool(np.any(buf[zeros + 2] != 0x2C))
+def _plain_length(values: np.ndarray) -> int:
+    """Length of ``values`` written as a compact list body: digits of each plus the commas."""
+    total = 2 * len(values) - 1  # one digit each, and the commas
+    top = int(values.max())
+    power = 10
+    while power <= top:
+        total += int(np.count_nonzero(values >= power))
+        power *= 10
+    return total
 
 
 def _names_end(text: bytes, j: int) -> int | None:
@@ -201,25 +222,28 @@ def _parse_names(text: bytes, start: int, end: int) -> tuple[np.ndarray, np.ndar
     """``["a","bc",...]`` between ``start`` and ``end`` as (blob, ptr, lead, pad), or None.
 
     Only names with no escapes and no control characters are read here; the
-    blob keeps the quotes and commas (name i starts ``lead + i*pad`` bytes
-    after its offset in ``ptr``), so no second copy of the names is made.
+    blob is a view of the text between the brackets, quotes and commas left
+    in (name i starts ``lead + i*pad`` bytes after its offset in ``ptr``), so
+    the names are not copied.
     """
     if end - start == 2:
         return np.zeros(0, np.uint8), np.zeros(1, np.int64), 0, 0
     if text.find(b"\\", start, end) >= 0:
         return None
-    region = text[start + 1 : end - 1]  # without the brackets; a copy, so the document can go
-    other = region.translate(None, _PRINTABLE)
-    if other:
-        if other.translate(None, bytes(range(0x20))) != other:
+    blob = np.frombuffer(text, np.uint8, end - start - 2, start + 1)
+    n = len(blob)
+    # One scratch buffer for every piece: fresh temporaries this size cost page faults each time.
+    flags = np.empty(min(n, _SCAN), bool)
+    if not _printable(blob, flags):
+        if any(bool(np.less(blob[lo : lo + _SCAN], 0x20, out=flags[: min(_SCAN, n - lo)]).any())
+               for lo in range(0, n, _SCAN)):
             return None  # a raw control character is not JSON
         try:
-            region.decode("utf-8")
+            text[start + 1 : end - 1].decode("utf-8")
         except UnicodeDecodeError:
             return None
-    blob = np.frombuffer(region, np.uint8)
-    n = len(blob)
-    quotes = [np.flatnonzero(blob[lo : lo + _SCAN] == 0x22) + lo for lo in range(0, n, _SCAN)]
+    quotes = [np.flatnonzero(np.equal(blob[lo : lo + _SCAN], 0x22, out=flags[: min(_SCAN, n - lo)])) + lo
+              for lo in range(0, n, _SCAN)]
     q = np.concatenate(quotes) if len(quotes) > 1 else quotes[0]
     if len(q) % 2 or q[0] != 0 or q[-1] != n - 1:
         return None
@@ -231,3 +255,15 @@ def _parse_names(text: bytes, start: int, end: int) -> tuple[np.ndarray, np.ndar
     np.cumsum(lens, out=ptr[1:])
     # name i: from opens[i] + 1 = ptr[i] + 3*i + 1 (each earlier name adds its quotes and comma).
     return blob, ptr, 1, 3
+
+
+def _printable(blob: np.ndarray, flags: np.ndarray) -> bool:
+    """Every byte is printable ASCII (0x20 to 0x7E), checked piece by piece (``flags``: scratch space)."""
+    shifted = np.empty(len(flags), np.uint8)
+    for lo in range(0, len(blob), _SCAN):
+        piece = blob[lo : lo + _SCAN]
+        k = len(piece)
+        np.subtract(piece, 0x20, out=shifted[:k])  # below 0x20 wraps round to the top
+        if bool(np.greater_equal(shifted[:k], 0x5F, out=flags[:k]).any()):
+            return False
+    return True

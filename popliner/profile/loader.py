@@ -19,6 +19,7 @@ import logging
 import os
 import zlib
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -36,8 +37,16 @@ from popliner.profile.model import (
     Target,
     Variables,
     VertexTypes,
+    recompute_tensors,
 )
-from popliner.profile.tilevector import MAX_VALUE, RunTableBuilder, decode_tilevector, decode_tilevector_lists
+from popliner.profile.tilevector import (
+    MAX_VALUE,
+    RunTable,
+    RunTableBuilder,
+    decode_tilevector,
+    decode_tilevector_lists,
+    dense_runs,
+)
 
 __all__ = ["MAX_TILES", "load_profile", "parse_profile_bytes", "read_profile_bytes"]
 
@@ -480,23 +489,30 @@ class _Builder:
                 self.fail(f"variables.id[{i}]", f"variable id {ids[i]} is used twice")
         self.var_order = order
         self.var_sorted_ids = ids[order]
-        names = self._extracted_names(n) if self.extracted is not None else NameTable(*self._names(v.get("name"), n))
+        if self.extracted is not None:
+            names, recompute = self._extracted_names(n)
+        else:
+            names = NameTable(*self._names(v.get("name"), n))
+            recompute = recompute_tensors(names)
         return Variables(
             ids=ids,
             bytes=cols["bytes"],
             tile=cols["tile"].astype(np.int32),
             klass=cols["class"].astype(np.int32),
             names=names,
+            recompute_tensor=recompute,
         )
 
-    def _extracted_names(self, n: int) -> NameTable:
+    def _extracted_names(self, n: int) -> tuple[NameTable, np.ndarray]:
+        """The names the column reader took out (packed already), and their recompute flags."""
         assert self.extracted is not None
-        if self.extracted.names is None:
-            return NameTable(np.zeros(0, np.uint8), np.zeros(n + 1, np.int64))
-        blob, ptr, lead, pad = self.extracted.names
-        if len(ptr) != n + 1:
+        names = self.extracted.names
+        if names is None:
+            return NameTable(np.zeros(0, np.uint8), np.zeros(n + 1, np.int64)), np.zeros(n, bool)
+        if len(names.ptr) != n + 1:
             raise _NotFast  # the ordinary path words the length mismatch
-        return NameTable(blob, ptr, lead, pad)
+        assert self.extracted.recompute is not None
+        return names, self.extracted.recompute
 
     def _names(self, names: Any, n: int) -> tuple[np.ndarray, np.ndarray]:
         if names is None:
@@ -556,6 +572,45 @@ class _Builder:
 
     def build_programs(self, raw: list[Any], variables: Variables, vtypes: VertexTypes) -> Programs:
         n = len(raw)
+        num_types = len(vtypes.names)
+        try:
+            rows = self._program_rows_bulk(raw, num_types)
+        except _Slow:
+            rows = self._program_rows(raw, num_types)  # finds and words the first problem, in document order
+        index = self._index_of(rows.ids, "programs", "program")
+        self.prog_index = index
+        child_ptr, child_idx = self._children(rows.child_ids, index)
+        _check_program_cycles(child_ptr, child_idx, self)
+        var_ptr = np.zeros(n + 1, np.int64)
+        np.cumsum(rows.var_lens, out=var_ptr[1:])
+        fast_lens = None if self.extracted is None else self.extracted.program_var_lens
+        if fast_lens is not None:
+            if rows.fast_count != len(fast_lens):
+                raise _NotFast  # a list was taken from somewhere other than a program
+            assert self.extracted is not None and self.extracted.program_vars is not None
+            var_idx = self._var_positions(self.extracted.program_vars, var_ptr)
+        else:
+            var_idx = self._var_refs(rows.var_ids, var_ptr)
+        return Programs(
+            ids=rows.ids,
+            type=rows.types,
+            names=tuple(rows.names),
+            child_ptr=child_ptr,
+            child_idx=child_idx,
+            context=rows.context,
+            control=rows.tables["controlCode"],
+            exchange=rows.tables["exchangeCode"],
+            cycles=rows.tables["cycles"],
+            vertices=rows.vertices,
+            var_ptr=var_ptr,
+            var_idx=var_idx,
+            repeat_count=rows.repeat,
+            has_cycles=rows.has_cycles,
+        )
+
+    def _program_rows(self, raw: list[Any], num_types: int) -> _ProgramRows:
+        """Each program checked in turn, every problem worded where it is (the reference path)."""
+        n = len(raw)
         ids = np.empty(n, np.int64)
         types = np.empty(n, np.int8)
         names: list[str] = []
@@ -564,10 +619,9 @@ class _Builder:
         child_ids: list[list[Any]] = []
         var_ids: list[Any] = []
         var_lens = np.zeros(n, np.int64)
-        tables = {k: RunTableBuilder() for k in ("controlCode", "exchangeCode", "cycles")}
+        tables = {k: RunTableBuilder() for k in _PROGRAM_VECTORS}
         verts = RunTableBuilder(keyed=True)
         has_cycles = False
-        num_types = len(vtypes.names)
         fast_lens = None if self.extracted is None else self.extracted.program_var_lens
         fast_count = 0
         for i, p in enumerate(raw):
@@ -614,35 +668,100 @@ class _Builder:
             self.check(pvars, f"{where}.vars", (list,), "a list of variable ids")
             var_ids.append(pvars)
             var_lens[i] = len(pvars)
-        index = self._index_of(ids, "programs", "program")
-        self.prog_index = index
-        child_ptr, child_idx = self._children(child_ids, index)
-        _check_program_cycles(child_ptr, child_idx, self)
-        var_ptr = np.zeros(n + 1, np.int64)
-        np.cumsum(var_lens, out=var_ptr[1:])
-        if fast_lens is not None:
-            if fast_count != len(fast_lens):
-                raise _NotFast  # a list was taken from somewhere other than a program
-            assert self.extracted is not None and self.extracted.program_vars is not None
-            var_idx = self._var_positions(self.extracted.program_vars, var_ptr)
-        else:
-            var_idx = self._var_refs(var_ids, var_ptr)
-        return Programs(
-            ids=ids,
-            type=types,
-            names=tuple(names),
-            child_ptr=child_ptr,
-            child_idx=child_idx,
-            context=context,
-            control=tables["controlCode"].build(),
-            exchange=tables["exchangeCode"].build(),
-            cycles=tables["cycles"].build(),
-            vertices=verts.build(),
-            var_ptr=var_ptr,
-            var_idx=var_idx,
-            repeat_count=repeat,
-            has_cycles=has_cycles,
-        )
+        return _ProgramRows(ids, types, names, context, repeat, child_ids, var_ids, var_lens,
+                            {k: t.build() for k, t in tables.items()}, verts.build(), has_cycles, fast_count)
+
+    def _program_rows_bulk(self, raw: list[Any], num_types: int) -> _ProgramRows:
+        """What :meth:`_program_rows` gives for a document in the usual form, with the TileVectors read in bulk.
+
+        One light pass over the programs collects the TileVector objects;
+        then each table's runs are checked and converted at once, with the
+        same rules as :func:`decode_tilevector_lists` takes its shortcut
+        under. Anything unusual (a problem, dense or unordered TileVectors)
+        raises ``_Slow``, and the reference path reads the programs instead.
+        """
+        n = len(raw)
+        ids: list[int] = []
+        types: list[int] = []
+        names: list[str] = []
+        context: list[int] = []
+        repeat: list[int] = []
+        child_ids: list[list[Any]] = []
+        var_ids: list[Any] = []
+        var_lens: list[int] = []
+        vectors: dict[str, tuple[list[int], list[Any]]] = {k: ([], []) for k in _PROGRAM_VECTORS}
+        vert_rows: list[int] = []
+        vert_keys: list[int] = []
+        vert_objs: list[Any] = []
+        has_cycles = False
+        fast_lens = None if self.extracted is None else self.extracted.program_var_lens.tolist()  # type: ignore[union-attr]
+        fast_count = 0
+        ctx_index = self.ctx_index
+        for i, p in enumerate(raw):
+            if type(p) is not dict:
+                raise _Slow
+            pid, ptype, name = p.get("id"), p.get("type"), p.get("name", "")
+            if type(pid) is not int or not 0 <= pid <= _INT64_MAX or type(ptype) is not str or type(name) is not str:
+                raise _Slow
+            code = TYPE_CODE.get(ptype)
+            children = p.get("children", [])
+            if code is None or type(children) is not list:
+                raise _Slow  # (children null is read as none by the reference path)
+            ctx = p.get("debugContext")
+            j = -1
+            if ctx is not None:
+                j = ctx_index.get(ctx, -1) if type(ctx) is int else -1
+                if j < 0:
+                    raise _Slow
+            count = 1
+            if "repeatCount" in p:
+                count = p["repeatCount"]
+                if type(count) is not int or not 0 <= count <= MAX_VALUE:
+                    raise _Slow
+            for key, (rows, objs) in vectors.items():
+                if key in p:
+                    rows.append(i)
+                    objs.append(p[key])
+            if "cycles" in p:
+                has_cycles = True
+            verts = p.get("vertices")
+            if verts is not None:
+                if type(verts) is not list:
+                    raise _Slow
+                for entry in verts:
+                    if type(entry) is not list or len(entry) != 2:
+                        raise _Slow
+                    vt = entry[0]
+                    if type(vt) is not int or not 0 <= vt < num_types:
+                        raise _Slow
+                    vert_rows.append(i)
+                    vert_keys.append(vt)
+                    vert_objs.append(entry[1])
+            pvars = p.get("vars")
+            length = 0
+            if pvars is not None:
+                if fast_lens is not None:
+                    if type(pvars) is not int or pvars != fast_count:
+                        raise _Slow
+                    length = fast_lens[fast_count]
+                    fast_count += 1
+                elif type(pvars) is list:
+                    var_ids.append(pvars)
+                    length = len(pvars)
+                else:
+                    raise _Slow
+            ids.append(pid)
+            types.append(code)
+            names.append(name)
+            context.append(j)
+            repeat.append(count)
+            child_ids.append(children)
+            var_lens.append(length)
+        tables = {k: _bulk_runs(rows, objs, None, n, self.tiles) for k, (rows, objs) in vectors.items()}
+        return _ProgramRows(
+            np.array(ids, np.int64), np.array(types, np.int8), names, np.array(context, np.int64),
+            np.array(repeat, np.int64), child_ids, var_ids, np.array(var_lens, np.int64), tables,
+            _bulk_runs(vert_rows, vert_objs, vert_keys, n, self.tiles), has_cycles, fast_count)
 
     def _program_vertices(self, raw: Any, where: str, num_types: int, out: RunTableBuilder) -> None:
         if raw is not None:
@@ -697,12 +816,11 @@ class _Builder:
         n = len(self.var_sorted_ids)
         if self.var_ids_dense:
             # Ids 0..n-1: an id is its own position in sorted order, no search needed.
-            bad = np.flatnonzero((arr < 0) | (arr >= n))
-            if bad.size:
-                k = int(bad[0])
+            if len(arr) and (int(arr.min()) < 0 or int(arr.max()) >= n):
+                k = int(np.flatnonzero((arr < 0) | (arr >= n))[0])
                 p, j = self._var_place(var_ptr, k)
                 self.fail(f"programs[{p}].vars[{j}]", f"no variable has id {arr[k]}")
-            dense: np.ndarray = self.var_order[arr].astype(np.int64)
+            dense: np.ndarray = np.asarray(self.var_order[arr], np.int64)  # int64 already: no second copy
             return dense
         pos = np.searchsorted(self.var_sorted_ids, arr)
         pos_clip = np.minimum(pos, max(len(self.var_sorted_ids) - 1, 0))
@@ -749,6 +867,122 @@ class _Builder:
             b.end_row()
             out[key] = b.build().dense(0, self.tiles)
         return out
+
+
+_PROGRAM_VECTORS = ("controlCode", "exchangeCode", "cycles")
+
+
+class _Slow(Exception):
+    """The bulk reading of the programs met something unusual: read them one by one instead."""
+
+
+@dataclass
+class _ProgramRows:
+    """Everything read from the programs, row by row, before ids become positions."""
+
+    ids: np.ndarray
+    types: np.ndarray
+    names: list[str]
+    context: np.ndarray
+    repeat: np.ndarray
+    child_ids: list[list[Any]]
+    var_ids: list[Any]  # the programs' own lists (ordinary path only)
+    var_lens: np.ndarray
+    tables: dict[str, RunTable]
+    vertices: RunTable
+    has_cycles: bool
+    fast_count: int  # lists taken out by the column reader that the programs point at
+
+
+def _slow(where: str, problem: str) -> Exception:
+    return _Slow()
+
+
+def _bulk_runs(rows: list[int], objs: list[Any], keys: list[int] | None, n: int, tiles: int) -> RunTable:
+    """One table (a row per program) from TileVectors: dense, or ``{"runs": ...}`` or ``{"sparse": ...}`` in order.
+
+    Accepts exactly what :func:`decode_tilevector_lists` reads without
+    numpy (runs in order within tiles, sparse tiles ascending, values in
+    range; dense lists go through the same :func:`dense_runs`) and gives the
+    same runs, zero values dropped; raises ``_Slow`` on anything else.
+    """
+    runs_at: list[int] = []
+    runs_lists: list[Any] = []
+    sparse_at: list[int] = []
+    sparse_lists: list[Any] = []
+    dense_at: list[int] = []
+    dense: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+    for k, obj in enumerate(objs):
+        if type(obj) is list:  # a value per tile
+            dense_at.append(k)
+            dense.append(dense_runs(obj, tiles, "", _slow))
+            continue
+        if type(obj) is not dict or len(obj) != 1:
+            raise _Slow
+        runs = obj.get("runs")
+        if type(runs) is list:
+            runs_at.append(k)
+            runs_lists.append(runs)
+            continue
+        sparse = obj.get("sparse")
+        if runs is not None or type(sparse) is not list:
+            raise _Slow
+        sparse_at.append(k)
+        sparse_lists.append(sparse)
+    parts = [(runs_at, *_int_rows(runs_lists, 3))]
+    if sparse_lists:
+        # A sparse entry [tile, value] is the run [tile, tile + 1, value]; "tiles ascending
+        # from 0" is then "each run starts at or after the previous one's stop".
+        pairs, lens = _int_rows(sparse_lists, 2)
+        parts.append((sparse_at, np.stack([pairs[:, 0], pairs[:, 0] + 1, pairs[:, 1]], axis=1), lens))
+    if dense:
+        parts.append((dense_at, np.stack([np.concatenate(c).astype(np.int64) for c in zip(*dense)], axis=1),
+                      np.array([len(d[0]) for d in dense], np.int64)))
+    arr, counts = _in_object_order(parts, len(objs))
+    first, stop, value = arr[:, 0], arr[:, 1], arr[:, 2]
+    prev = np.empty_like(stop)
+    if len(prev):
+        prev[1:] = stop[:-1]
+        starts = np.cumsum(counts) - counts
+        prev[starts[counts > 0]] = 0  # each TileVector's first run starts at or after tile 0
+    ok = (first >= prev) & (first < stop) & (stop <= tiles) & (value >= 0) & (value <= MAX_VALUE)
+    if not ok.all():
+        raise _Slow
+    keep = value != 0
+    owner = np.repeat(np.array(rows, np.int64), counts)[keep]
+    ptr = np.zeros(n + 1, np.int64)
+    np.cumsum(np.bincount(owner, minlength=n), out=ptr[1:])
+    key = None if keys is None else np.repeat(np.array(keys, np.int64), counts)[keep].astype(np.int32)
+    return RunTable(ptr=ptr, first=first[keep].astype(np.int32), stop=stop[keep].astype(np.int32),
+                    value=value[keep], key=key)
+
+
+def _int_rows(lists: list[Any], width: int) -> tuple[np.ndarray, np.ndarray]:
+    """Lists of ``width``-integer lists, back to back, as an int64 array; and how many rows each list had."""
+    lens = np.fromiter(map(len, lists), np.int64, len(lists))
+    rows = list(itertools.chain.from_iterable(lists))
+    if not (set(map(type, rows)) <= {list} and set(map(len, rows)) <= {width}):
+        raise _Slow
+    flat = list(itertools.chain.from_iterable(rows))
+    if not set(map(type, flat)) <= {int}:
+        raise _Slow  # (booleans and floats included)
+    try:
+        return np.array(flat, np.int64).reshape(-1, width), lens
+    except OverflowError:
+        raise _Slow from None
+
+
+def _in_object_order(parts: list[tuple[list[int], np.ndarray, np.ndarray]], count: int) -> tuple[
+        np.ndarray, np.ndarray]:
+    """Runs of several groups of objects (object positions, runs, runs per object) merged in object order."""
+    if len(parts) == 1:
+        return parts[0][1], parts[0][2]
+    counts = np.zeros(count, np.int64)
+    for at, _, lens in parts:
+        counts[at] = lens
+    owner = np.concatenate([np.repeat(np.array(at, np.int64), lens) for at, _, lens in parts])
+    runs = np.concatenate([r for _, r, _ in parts])
+    return runs[np.argsort(owner, kind="stable")], counts
 
 
 def _only_ints(values: list[Any]) -> bool:

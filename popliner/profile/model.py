@@ -8,6 +8,7 @@ program variable lists and all TileVectors are columnar arrays.
 
 from __future__ import annotations
 
+import re
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,7 +18,8 @@ import numpy as np
 from popliner.profile import zcodec
 from popliner.profile.tilevector import RunTable
 
-__all__ = ["PROGRAM_TYPES", "Contexts", "NameTable", "Profile", "Programs", "Target", "Variables", "VertexTypes"]
+__all__ = ["PROGRAM_TYPES", "Contexts", "NameTable", "Profile", "Programs", "Target", "Variables", "VertexTypes",
+           "recompute_tensors"]
 
 PROGRAM_TYPES: tuple[str, ...] = (
     "Sequence",
@@ -134,11 +136,9 @@ class NameTable:
         if n <= 0 or int(self.ptr[-1]) == 0 or not needle:
             return []
         hits: list[int] = []
+        pattern = re.compile(re.escape(needle))  # the regex engine scans faster than bytes.find here
         for base, raw in self._pieces(len(needle) - 1):
-            pos = raw.find(needle)
-            while pos >= 0:
-                hits.append(base + pos)
-                pos = raw.find(needle, pos + len(needle))
+            hits += [base + m.start() for m in pattern.finditer(raw)]
         if not hits:
             return []
         index = np.arange(n, dtype=np.int64)
@@ -149,11 +149,11 @@ class NameTable:
         ok = (owner >= 0) & (at + len(needle) <= stops[np.maximum(owner, 0)])
         return [(int(i), int(h - starts[i])) for i, h in zip(owner[ok], at[ok])]
 
-    def _pieces(self, overlap: int) -> list[tuple[int, bytes]]:
+    def _pieces(self, overlap: int) -> list[tuple[int, bytes | memoryview]]:
         """The raw blob as (offset, bytes) pieces, each with ``overlap`` bytes of the next one."""
         if self.chunk_ptr is None:
-            return [(0, self.blob.tobytes())]
-        out = []
+            return [(0, self.blob.data)]  # searched in place: no copy
+        out: list[tuple[int, bytes | memoryview]] = []
         count = len(self.chunk_ptr) - 1
         nxt = self._inflate(0) if count else b""
         for c in range(count):
@@ -188,6 +188,26 @@ class NameTable:
         return NameTable(blob, self.ptr, self.lead, self.pad, ptr, chunk_bytes)
 
 
+#: Bytes that continue a word after ``__re`` (``str.isalnum`` of the byte as a Latin-1 character, or ``_``).
+_WORD_BYTES = bytes(b for b in range(256) if chr(b).isalnum() or b == 0x5F)
+
+
+def recompute_tensors(names: NameTable) -> np.ndarray:
+    """Bool per variable: its name holds ``__re`` followed by the end of the name or a non-word byte.
+
+    PopART names the tensors of a recompute clone ``<id>__re``; the training
+    view needs to know them. Computed once at load (and cached) because it
+    reads every name.
+    """
+    out = np.zeros(len(names.ptr) - 1, bool)
+    for var, at in names.find(b"__re"):
+        name = names.get(var)
+        after = at + 4
+        if after == len(name) or name[after] not in _WORD_BYTES:
+            out[var] = True
+    return out
+
+
 @dataclass(frozen=True, eq=False)
 class Variables:
     ids: np.ndarray  # int64
@@ -195,6 +215,7 @@ class Variables:
     tile: np.ndarray  # int32
     klass: np.ndarray  # int32, index into liveness classes
     names: NameTable
+    recompute_tensor: np.ndarray  # bool, see recompute_tensors()
 
     @property
     def count(self) -> int:

@@ -17,7 +17,7 @@ import numpy as np
 
 from popliner.arrays import expand_ranges
 
-__all__ = ["RunTable", "RunTableBuilder", "decode_tilevector", "decode_tilevector_lists"]
+__all__ = ["RunTable", "RunTableBuilder", "decode_tilevector", "decode_tilevector_lists", "dense_runs"]
 
 #: Largest integer a profile may use for bytes, counts or cycles. JSON numbers
 #: beyond it are almost surely corruption, and they would overflow int64 sums.
@@ -35,7 +35,7 @@ def decode_tilevector(
     to raise, so the message can name the file and the place.
     """
     if isinstance(raw, list):
-        return _dense_runs(raw, tiles, where, fail)
+        return dense_runs(raw, tiles, where, fail)
     if isinstance(raw, dict):
         if set(raw) == {"runs"}:
             return _explicit_runs(raw["runs"], tiles, f"{where}.runs", fail)
@@ -162,7 +162,7 @@ def _all_ints(raw: Any, width: int | None) -> bool:
     return all(type(v) is int for row in raw for v in row)
 
 
-def _dense_runs(raw: list[Any], tiles: int, where: str, fail: Raise) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def dense_runs(raw: list[Any], tiles: int, where: str, fail: Raise) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     if len(raw) != tiles:
         raise fail(where, f"dense TileVector has {len(raw)} entries; expected tilesPerIpu = {tiles}")
     vals = _int_array(raw, where, fail)

@@ -16,7 +16,7 @@ try:  # pragma: no cover - depends on what is installed
 except ImportError:  # pragma: no cover
     _fast = None
 
-__all__ = ["ERRORS", "compress", "decompress", "decompressobj"]
+__all__ = ["ERRORS", "compress", "compressobj", "decompress", "decompressobj"]
 
 #: What a damaged stream raises, with either library.
 ERRORS: tuple[type[Exception], ...] = (zlib.error,) if _fast is None else (zlib.error, _fast.error)  # noqa: E501
@@ -27,6 +27,13 @@ def compress(data: Any) -> bytes:
     if _fast is not None:
         return bytes(_fast.compress(data, 1))
     return zlib.compress(data, 1)
+
+
+def compressobj() -> Any:
+    """A streaming compressor at the fastest level (zlib format): ``compress(piece)`` then ``flush()``."""
+    if _fast is not None:
+        return _fast.compressobj(1)
+    return zlib.compressobj(1)
 
 
 def decompress(data: Any) -> bytes:
