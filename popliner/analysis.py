@@ -194,10 +194,11 @@ def solve_split(analysis: Analysis, problem: SplitProblem, *, solver: SolverName
     from popliner.solvers.solve import solve_bounds
 
     t0 = time.perf_counter()
+    started = time.monotonic()  # --time-limit counts from here: the engine's training view included
     engine = analysis.engine
     table = ProfileRanges(engine, problem.budget, link_bytes_per_second)
     outcome = solve_bounds(
-        table, problem, solver=solver, time_limit=time_limit, seed=seed,
+        table, problem, solver=solver, time_limit=time_limit, seed=seed, started=started,
         relaxed=lambda factor: ProfileRanges(engine, int(problem.budget * factor), link_bytes_per_second),
         layer_bytes=lambda k: table.stage_memory(k, k).worst_bytes,
     )

@@ -28,11 +28,12 @@ import os
 import stat
 import sys
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import IO, Literal, overload
 
 from popliner.errors import OutputError, OutputExistsError, UsageProblem
+from popliner.interrupts import uninterrupted
 
 __all__ = ["STDOUT_NAMES", "atomic_write", "check_writable", "describe_os_error", "is_stdout", "one_stdout",
            "writes_in_place"]
@@ -88,11 +89,19 @@ def writes_in_place(path: str | os.PathLike[str]) -> bool:
     return stat.S_ISCHR(mode) or stat.S_ISFIFO(mode)
 
 
-def one_stdout(**users: bool) -> None:
-    """Refuse when more than one output would go to stdout (``users``: what -> whether it does)."""
-    taking = [what.replace("_", " ") for what, uses in users.items() if uses]
+def one_stdout(outputs: Mapping[str, str | bool | None]) -> None:
+    """Refuse, before any output, when more than one output would go to stdout.
+
+    ``outputs``: how the user names each output (``"--trace -"``) -> its path
+    (stdout when :func:`is_stdout`), or a bool for an output whose place is
+    already known (the split JSON always goes to stdout).
+    """
+    taking = [what for what, where in outputs.items()
+              if (is_stdout(where) if isinstance(where, str) else bool(where))]
     if len(taking) > 1:
-        raise UsageProblem(f"{' and '.join(taking)} would both go to stdout; give one of them a file name")
+        names = f"{', '.join(taking[:-1])} and {taking[-1]}"
+        both = "both" if len(taking) == 2 else "all"
+        raise UsageProblem(f"{names} would {both} go to stdout; give all but one of them a file name")
 
 
 def _os_error(exc: OSError, shown: str) -> OutputError:
@@ -168,12 +177,13 @@ def _check_folder(real: Path, shown: str) -> None:
     try:
         # A probe file: the only sure test (root ignores permission bits, but
         # not a read-only mount, an immutable folder or a full inode table).
-        fd, probe = tempfile.mkstemp(prefix=".popliner-probe.", suffix=".tmp", dir=parent)
+        with uninterrupted():  # created and removed as one step: a signal never leaves it behind
+            fd, probe = tempfile.mkstemp(prefix=".popliner-probe.", suffix=".tmp", dir=parent)
+            os.close(fd)
+            with contextlib.suppress(OSError):
+                os.unlink(probe)
     except OSError as exc:
         raise _os_error(exc, shown) from None
-    os.close(fd)
-    with contextlib.suppress(OSError):
-        os.unlink(probe)
 
 
 @overload
@@ -237,8 +247,9 @@ def _atomic(target: Path, shown: str, force: bool, binary: bool, newline: str | 
     # A short prefix keeps the temporary name within NAME_MAX whenever the target's is.
     tmp: Path | None = None
     try:
-        fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name[:40]}.", suffix=".tmp", dir=target.parent)
-        tmp = Path(tmp_name)
+        with uninterrupted():  # the name is known to the cleanup below as soon as the file exists
+            fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name[:40]}.", suffix=".tmp", dir=target.parent)
+            tmp = Path(tmp_name)
         with _wrap(os.fdopen(fd, "wb"), binary, newline) as stream:
             yield stream
             stream.flush()
@@ -248,8 +259,9 @@ def _atomic(target: Path, shown: str, force: bool, binary: bool, newline: str | 
         # Re-check at rename time: the file may have appeared while we worked.
         if target.exists() and not force:
             raise OutputExistsError(shown)
-        os.replace(tmp, target)
-        tmp = None
+        with uninterrupted():  # once renamed, the output is complete: no interrupt in between
+            os.replace(tmp, target)
+            tmp = None
     except OSError as exc:
         if isinstance(exc, OutputError) or not _ours(exc, target, tmp or target):
             raise

@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 import ast
+import os
+import signal
+import sys
+import time
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
-from popliner.cli import cli
+from popliner.cli import cli, signals_interrupt
+from popliner.errors import Interrupted
+from popliner.interrupts import uninterrupted
 
 PACKAGE = Path(__file__).resolve().parent.parent / "popliner"
 TINY = PACKAGE.parent / "fixtures" / "profiles" / "tiny.json"
@@ -70,3 +77,45 @@ def test_ctrl_c_keeps_the_users_existing_file(tmp_path, monkeypatch):
     assert result.exit_code == 130
     assert out.read_text() == "the user's data"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["layers.csv"]
+
+
+# -- where an interrupt may land (issue 12 point 3) ---------------------------------------
+
+
+def _wait_for_the_handler(seconds: float) -> None:
+    """Python code to run for a while: signal handlers run between its bytecodes."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        pass
+
+
+def test_a_signal_during_an_import_waits_for_the_import(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A C extension's init may not survive an exception from its own imports (orjson: SIGSEGV)."""
+    (tmp_path / "slow_module_under_signal.py").write_text(
+        "import os, signal, time\n"
+        "os.kill(os.getpid(), signal.SIGTERM)\n"
+        "end = time.monotonic() + 0.3\n"
+        "while time.monotonic() < end:\n"
+        "    pass\n"
+        "FINISHED = True\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(Interrupted) as info, signals_interrupt():
+        import slow_module_under_signal  # noqa: F401
+        _wait_for_the_handler(2.0)
+    assert info.value.signum == signal.SIGTERM
+    assert sys.modules["slow_module_under_signal"].FINISHED
+    # Raised in the code after the import (the waiting signal is retried on a short timer), not in it.
+    frames = [entry.name for entry in info.traceback]
+    assert "_wait_for_the_handler" in frames and "<module>" not in frames, frames
+    assert signal.getsignal(signal.SIGTERM) is not signal.SIG_IGN  # the old handlers are back
+
+
+def test_a_signal_during_an_uninterrupted_step_waits_for_it() -> None:
+    reached = False
+    with pytest.raises(Interrupted), signals_interrupt():
+        with uninterrupted():
+            os.kill(os.getpid(), signal.SIGHUP)
+            _wait_for_the_handler(0.2)
+            reached = True
+        _wait_for_the_handler(2.0)
+    assert reached

@@ -161,6 +161,66 @@ def test_absent_key_means_what_the_spec_says(case: tuple[str, str], base: Path, 
         assert figures(b) == figures(a)
 
 
+def _array_types() -> dict[str, str]:
+    """Schema object type -> the top-level array that lists its instances (vertexTypes, programs ...)."""
+    out = {}
+    for key, prop in SCHEMA["properties"].items():
+        item = _ref_name(prop.get("items", {})) if prop.get("type") == "array" else None
+        if item and SCHEMA["$defs"][item].get("type") == "object":
+            out[item] = key
+    return out
+
+
+def _fresh_id(items: list[dict[str, Any]]) -> int:
+    return max((int(x["id"]) for x in items), default=-1) + 1
+
+
+#: How to make an instance of a listed object type that nothing refers to: a vertex type no program
+#: runs, a program that no step or parent reaches, a debug context no program names. The spec's
+#: "absent means zeros" must hold for such instances too (the issue's independent writer leaves
+#: codeBytes out exactly for the vertex types that no tile uses).
+UNREFERENCED: dict[str, Any] = {
+    "VertexType": lambda items: {**copy.deepcopy(items[0]), "name": "UnusedVertexType"},
+    "Program": lambda items: {**{k: copy.deepcopy(v) for k, v in items[0].items() if k != "children"},
+                              "id": _fresh_id(items)},
+    "DebugContext": lambda items: {**copy.deepcopy(items[0]), "id": _fresh_id(items), "parent": None,
+                                   "name": "unused"},
+}
+
+
+def unreferenced_cases() -> list[tuple[str, str]]:
+    """The omission cases whose object is listed in an array (so an unreferenced instance can exist)."""
+    return [case for case in omission_cases() if case[0] in _array_types()]
+
+
+def test_every_listed_type_can_have_an_unreferenced_instance() -> None:
+    assert sorted(UNREFERENCED) == sorted(_array_types())
+
+
+@pytest.mark.parametrize("base", BASES, ids=lambda p: p.stem)
+@pytest.mark.parametrize("case", unreferenced_cases(), ids=lambda c: f"{c[0]}.{c[1]}")
+def test_absent_key_on_an_unreferenced_instance(case: tuple[str, str], base: Path, tmp_path: Path) -> None:
+    """The key left out of only an instance nothing refers to; the others keep theirs."""
+    name, key = case
+    doc = json.loads(base.read_text(encoding="utf-8"))
+    tiles = doc["target"]["tilesPerIpu"]
+    items = doc[_array_types()[name]]
+    if not items:
+        pytest.skip(f"{base.name} lists no {name}")
+    extra = UNREFERENCED[name](items)
+    meaning = ABSENT_MEANS[case]
+    explicit, omitted = copy.deepcopy(doc), copy.deepcopy(doc)
+    with_key = {**extra, key: _explicit(meaning, tiles)} if meaning is not KEEP else dict(extra)
+    explicit[_array_types()[name]].append(with_key)
+    omitted[_array_types()[name]].append({k: v for k, v in extra.items() if k != key})
+    a, b = tmp_path / "explicit.json", tmp_path / "omitted.json"
+    a.write_text(json.dumps(explicit), encoding="utf-8")
+    b.write_text(json.dumps(omitted), encoding="utf-8")
+    assert figures(b) == figures(a)
+    if name == "VertexType":  # a vertex type that no tile runs adds no memory at all
+        assert figures(b) == figures(base)
+
+
 def test_unused_vertex_type_without_code_bytes(tmp_path: Path) -> None:
     """The case from the issue: an independent writer leaves codeBytes out for types no tile uses."""
     doc = json.loads(BASES[0].read_text(encoding="utf-8"))

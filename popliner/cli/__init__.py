@@ -21,6 +21,7 @@ import sys
 import threading
 import traceback
 from collections.abc import Iterator
+from types import FrameType
 from typing import Any
 
 import click
@@ -28,6 +29,7 @@ import click
 from popliner import __version__
 from popliner.errors import EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_OK, Interrupted, OutputError, PoplinerError
 from popliner.fileio import describe_os_error
+from popliner.interrupts import in_uninterrupted
 
 __all__ = ["cli", "main"]
 
@@ -95,7 +97,8 @@ def failure_for(exc: BaseException) -> PoplinerFailure | QuietExit:
     if isinstance(exc, MemoryError):
         return PoplinerFailure("out of memory; try a smaller profile or fewer outputs at once", EXIT_BAD_INPUT)
     if log.isEnabledFor(logging.INFO):  # -v: the full traceback for the bug report
-        traceback.print_exception(type(exc), exc, exc.__traceback__, file=sys.stderr)
+        # Through click, like the error line after it: the same stream, flushed in the same order.
+        click.echo("".join(traceback.format_exception(type(exc), exc, exc.__traceback__)), err=True, nl=False)
     where = "" if log.isEnabledFor(logging.INFO) else "; rerun with -v for the traceback"
     return PoplinerFailure(f"internal error (a bug in popliner {__version__}): {type(exc).__name__}: "
                            f"{_one_line(str(exc))}; please report it with the command line{where}", EXIT_INTERNAL)
@@ -138,9 +141,30 @@ def translate_errors(invoke: Any) -> Any:
         raise failure from None
 
 
+#: While a signal waits for an import to finish, how often we look again (seconds).
+_IMPORT_RETRY_S = 0.01
+
+
+def _importing(frame: FrameType | None) -> bool:
+    """Whether the interrupted code runs inside an import (module code or an extension's init)."""
+    while frame is not None:
+        if frame.f_code.co_filename.startswith("<frozen importlib._bootstrap"):
+            return True
+        frame = frame.f_back
+    return False
+
+
 @contextlib.contextmanager
 def signals_interrupt(then_ignore: bool = False) -> Iterator[None]:
-    """SIGTERM and SIGHUP raise :class:`Interrupted` like Ctrl-C; later signals wait for the cleanup.
+    """SIGINT, SIGTERM and SIGHUP raise :class:`Interrupted`; later signals wait for the cleanup.
+
+    An exception must not be raised inside an import: a C extension's module
+    init calls back into Python (orjson 3.8 imports uuid, datetime ... from its
+    init) and some do not check for failure, so a signal landing there ended
+    the process with SIGSEGV (ijl/orjson#310). A signal that arrives during an
+    import, or during a step marked :func:`~popliner.interrupts.uninterrupted`,
+    is kept and raised, via a short SIGALRM timer, once that is over (if the
+    run ends first, its outputs are complete and it exits as it would have).
 
     ``then_ignore``: on the way out, ignore the signals instead of restoring the old handlers (the
     process is about to exit and its work is complete or cleaned up; a late signal changes nothing).
@@ -148,16 +172,31 @@ def signals_interrupt(then_ignore: bool = False) -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
+    pending: list[int] = []
 
-    def interrupt(signum: int, frame: Any) -> None:
+    def raise_when_safe(frame: FrameType | None) -> None:
+        if _importing(frame) or in_uninterrupted():
+            signal.setitimer(signal.ITIMER_REAL, _IMPORT_RETRY_S)
+            return
+        raise Interrupted(pending[0], signal.Signals(pending[0]).name)
+
+    def interrupt(signum: int, frame: FrameType | None) -> None:
         for s in _SIGNALS:  # a second signal must not cut the removal of temporary files short
             signal.signal(s, signal.SIG_IGN)
-        raise Interrupted(signum, signal.Signals(signum).name)
+        pending.append(signum)
+        raise_when_safe(frame)
+
+    def retry(signum: int, frame: FrameType | None) -> None:
+        if pending:
+            raise_when_safe(frame)
 
     previous = {s: signal.signal(s, interrupt) for s in _SIGNALS}
+    previous_alarm = signal.signal(signal.SIGALRM, retry)
     try:
         yield
     finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous_alarm)
         for s, handler in previous.items():
             signal.signal(s, signal.SIG_IGN if then_ignore else handler)
 

@@ -226,9 +226,9 @@ def _run(profile: str, debug_info: str | None, operation_breakdown: bool, layer_
         check_writable(ipu_config_out, force, suffixes=(".json",), what="IPU config")
     if report:
         check_writable(report, force, suffixes=(".html", ".htm"), what="report")
-    one_stdout(tables=outputs.any_table and (not output or is_stdout(output)), split_JSON=solve,
-               config_out=bool(config_out and is_stdout(config_out)), plot=bool(plot and is_stdout(plot)),
-               ipu_config_out=bool(ipu_config_out and is_stdout(ipu_config_out)))
+    one_stdout({"the tables" if not output else "-o -": outputs.any_table and (not output or is_stdout(output)),
+                "the split JSON (--solve)": solve, "--config-out -": config_out, "--plot -": plot,
+                "--ipu-config-out -": ipu_config_out, "--report -": report})
     if plot and solve and is_stdout(plot):
         raise UsageProblem("--plot with --solve writes three images; give a file name, not stdout")
     if plot:

@@ -79,6 +79,7 @@ def command(config_path: str, profile_path: str | None, gradient_accumulation: i
     popliner simulate pipeline.yaml --profile model.json -G 32 --trace step.json --plot step.png
     """
     _check_outputs(trace_path, plot_path, force)
+    one_stdout({"-o -": output, "--trace -": trace_path, "--plot -": plot_path})
     if output:
         check_writable(output, force)
     cfg = read_config(config_path)
@@ -115,7 +116,6 @@ def _check_outputs(trace_path: str | None, plot_path: str | None, force: bool) -
     """Fail before any work when an output exists (no --force) or both name one file."""
     if trace_path and plot_path and Path(trace_path).resolve() == Path(plot_path).resolve():
         raise UsageProblem("--trace and --plot name the same file; give two file names")
-    one_stdout(trace=bool(trace_path and is_stdout(trace_path)), plot=bool(plot_path and is_stdout(plot_path)))
     if trace_path:
         check_writable(trace_path, force)
     if plot_path:

@@ -135,6 +135,8 @@ def _int_array(raw: Any, where: str, fail: Raise, width: int | None = None) -> n
         raise fail(where, "expected non-negative integers" + (f" in [{width}]-lists" if width else "")) from None
     if width is not None and raw and (arr.ndim != 2 or arr.shape[1] != width):
         raise fail(where, f"expected a list of {width}-element integer lists")
+    if width is None and arr.ndim != 1:  # [[]] has no element to catch below
+        raise fail(where, "expected non-negative integers, found a list")
     if arr.size and (arr.dtype.kind != "i"):
         raise fail(where, "expected integers")
     # np.asarray silently truncates floats when dtype is given; refuse them.

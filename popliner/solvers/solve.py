@@ -46,20 +46,22 @@ class SplitOutcome:
 
 def solve_bounds(table: RangeCosts, problem: SplitProblem, *, solver: SolverName = "ilp", time_limit: float = 60.0,
                  seed: int = 0, relaxed: Callable[[float], RangeCosts] | None = None,
-                 layer_bytes: Callable[[int], int] | None = None) -> SplitOutcome:
+                 layer_bytes: Callable[[int], int] | None = None, started: float | None = None) -> SplitOutcome:
     """Split ``table``'s layers over at most ``problem.num_ipus`` IPUs.
 
     ``relaxed(factor)`` gives the same costs with a limit ``factor`` times the
     budget, for a best-effort split when nothing fits; ``layer_bytes(k)`` the
     worst-tile bytes of layer ``k`` alone, to say which layer is too large.
 
-    ``time_limit`` bounds the whole solve, the range tables it builds
-    included: CP-SAT gets what is left once the tables, the greedy split and
+    ``time_limit`` bounds the whole solve (from ``started`` when given), the
+    range tables it builds included: CP-SAT gets what is left once the tables, the greedy split and
     the exact DP are done. When nothing is left, the best split known so far
     (the DP's optimum of the first objective, or greedy's) comes back as
     FEASIBLE, with a note saying so.
     """
-    deadline = time.monotonic() + time_limit
+    # ``started``: when the caller's solve began (its ``time.monotonic()``), so that what it did
+    # before (the memory engine and its training view) counts against the limit too.
+    deadline = (time.monotonic() if started is None else started) + time_limit
     with phase("building range tables"):
         greedy = greedy_bounds(table, problem)
     if solver == "greedy":
