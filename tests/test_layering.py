@@ -8,8 +8,9 @@ a reader must follow.
 
 Leaf utilities: ``popliner`` itself (only ``__version__``), ``errors``
 (the exception hierarchy), ``fileio`` (atomic output files; the cache writes
-through it), ``arrays`` (numpy helpers) and ``progress`` (stderr progress).
-None of them imports anything else from popliner, which is checked too.
+through it), ``interrupts`` (signals deferred while a file is being made),
+``arrays`` (numpy helpers) and ``progress`` (stderr progress). They import
+nothing else from popliner, which is checked too.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "popliner"
 
-LEAVES = frozenset({"", "errors", "fileio", "arrays", "progress"})
+LEAVES = frozenset({"", "errors", "fileio", "interrupts", "arrays", "progress"})
 
 #: Layer -> what it may import besides itself and the leaves.
 ALLOWED: dict[str, frozenset[str]] = {
@@ -36,7 +37,8 @@ LEAF_IMPORTS: dict[str, frozenset[str]] = {
     "errors": frozenset(),
     "arrays": frozenset(),
     "progress": frozenset(),
-    "fileio": frozenset({"errors"}),
+    "interrupts": frozenset(),
+    "fileio": frozenset({"errors", "interrupts"}),
 }
 
 
