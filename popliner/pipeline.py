@@ -19,7 +19,10 @@ holds the layers of position ``i``. PopART then runs:
   boundary), spread evenly over its tiles;
 - **head wrapped onto IPU 0** (``--head-placement wrap``, K >= 2): the head
   is one more stage, K, on IPU 0, after the last IPU's forward; it runs its
-  forward and backward back to back and stashes nothing. The backward of IPU
+  forward and backward back to back and stashes nothing (nor, under
+  ``--recompute pipeline``, re-runs anything: the head, not the last IPU, is
+  then the stage PopART leaves alone; see
+  :meth:`popliner.memory.engine.MemoryEngine.pipeline_rerun_part`). The backward of IPU
   ``i`` is then stage ``2K-i`` (2K+1 stages; K+1 in inference) and IPU ``i``
   keeps ``2(K-i)+1`` entries, the last IPU included. IPU 0 holds both its
   first stage and the head: its model is that of the union of their

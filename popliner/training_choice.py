@@ -14,17 +14,10 @@ from popliner.analysis import Analysis, analyse_profile
 from popliner.memory.training import TrainingOptions
 from popliner.solvers.problem import SplitProblem
 
-__all__ = ["AUTO_ORDER", "auto_order", "reanalyse", "suggest_options", "training_flags", "with_training"]
+__all__ = ["AUTO_ORDER", "reanalyse", "suggest_options", "training_flags", "with_training"]
 
 #: ``--recompute auto`` tries these in order: least recomputation first.
 AUTO_ORDER: tuple[str, ...] = ("none", "pipeline", "every-layer")
-
-
-def auto_order(training: TrainingOptions) -> tuple[str, ...]:
-    """The modes ``--recompute auto`` tries with these options (``pipeline`` is not modelled with a wrapped head)."""
-    if training.head_placement == "wrap":
-        return tuple(mode for mode in AUTO_ORDER if mode != "pipeline")
-    return AUTO_ORDER
 
 
 def with_training(analysis: Analysis, training: TrainingOptions) -> Analysis:
@@ -64,7 +57,7 @@ def training_flags(training: TrainingOptions, relative_to: TrainingOptions | Non
 def _candidates(current: TrainingOptions) -> Iterator[TrainingOptions]:
     """Options engineers add when a training split does not fit, cheapest first."""
     seen = {current}
-    recomputes = [current.recompute] if current.recompute != "none" else list(auto_order(current))
+    recomputes = [current.recompute] if current.recompute != "none" else list(AUTO_ORDER)
     states = [current.optimizer_state] if current.optimizer_state == "off-chip" else ["on-chip", "off-chip"]
     for state in states:
         for recompute in recomputes:

@@ -31,6 +31,7 @@ OPTIONS = [
     {"recompute": "every-layer", "optimizer_state": "off-chip"},
     {"head_placement": "last"},
     {"head_placement": "wrap", "recompute": "every-layer"},
+    {"head_placement": "wrap", "recompute": "pipeline"},
 ]
 
 

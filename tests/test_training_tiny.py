@@ -290,7 +290,8 @@ def test_wrap_on_one_ipu_is_no_pipeline():
                                                                                    last.copy_buffer, last.worst_bytes)
 
 
-@pytest.mark.parametrize("kwargs", [{}, {"recompute": "every-layer"}, {"optimizer_state": "off-chip"}])
+@pytest.mark.parametrize("kwargs", [{}, {"recompute": "every-layer"}, {"optimizer_state": "off-chip"},
+                                    {"recompute": "pipeline"}])
 def test_wrap_range_table_and_range_figure_agree_with_the_placement(kwargs):
     from popliner.memory.ranges import ProfileRanges
     from popliner.pipeline import position_memory, range_figure
@@ -310,9 +311,48 @@ def test_wrap_range_table_and_range_figure_agree_with_the_placement(kwargs):
             assert table.compute(i, j) == figures[k].cycles
 
 
-def test_wrap_refuses_pipeline_recomputation():
-    with pytest.raises(UsageProblem, match="not modelled"):
-        TrainingOptions(head_placement="wrap", recompute="pipeline")
+def test_wrap_pipeline_two_ipus_by_hand():
+    # tiny-training.md, "wrap with --recompute pipeline": IPU 0's first stage re-runs, the head does not.
+    figures = analysed(head_placement="wrap", recompute="pipeline").pipeline_figures(
+        [["embedding", "0", "head"], ["1"]])
+    assert [(f.memory.total_per_tile + f.stash_per_tile).tolist() for f in figures] == [[391, 220], [25, 370]]
+    assert [f.stash_entry_per_tile.tolist() for f in figures] == [[0, 0], [0, 25]]
+    assert [f.stash_entries for f in figures] == [5, 3]
+    assert [(f.forward_cycles, f.backward_cycles, f.recompute_cycles, f.head_cycles) for f in figures] == [
+        (130, 440, 130, 185), (120, 380, 120, 0)]
+    assert [(f.worst_tile, f.worst_bytes) for f in figures] == [(0, 491), (1, 470)]
+
+
+def test_wrap_pipeline_three_ipus_and_embedding_with_head_by_hand():
+    got = worst_with_copy([["embedding", "head"], ["0"], ["1"]], head_placement="wrap", recompute="pipeline")
+    assert got == [(1, 310, 255), (0, 480, 500), (1, 470, 500)]
+    got = worst_with_copy([["embedding", "head"], ["0", "1"]], head_placement="wrap", recompute="pipeline")
+    # IPU 1 (layers 0 and 1): forward steps 1-4 (240), backward steps 9-15 (520) and the re-run forward (240).
+    assert got == [(1, 310, 255), (0, 440, 240 + 520 + 240)]
+
+
+def test_wrap_pipeline_on_one_ipu_re_runs_nothing():
+    one = analysed(head_placement="wrap", recompute="pipeline").pipeline_figures([["embedding", "0", "1", "head"]])[0]
+    assert (one.worst_bytes, one.recompute_cycles, one.cycles) == (475, 0, 1005)
+
+
+def test_cli_wrap_recompute_auto_chooses_pipeline():
+    from click.testing import CliRunner
+
+    from popliner.cli import cli
+
+    # 2 IPUs exactly, 450 bytes: without recomputation the wrapped splits hold 520 and 691; pipeline
+    # recomputation takes [embedding + head | 0 1] to 310 and 440 (tiny-training.md).
+    args = [str(TINY), "--solve", "--num-ipus", "2", "--exact-ipus", "--head-placement", "wrap",
+            "--mem-per-tile", "450"]
+    assert CliRunner().invoke(cli, args).exit_code == 3
+    result = CliRunner().invoke(cli, [*args, "--recompute", "auto"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert doc["training"]["recompute"] == "pipeline" and doc["training"]["head_placement"] == "wrap"
+    assert [s["layers"] for s in doc["stages"]] == [["embedding", "head"], ["0", "1"]]
+    assert [s["worst_tile_bytes"] for s in doc["stages"]] == [310, 440]
+    assert "--recompute auto chose pipeline" in result.stderr
 
 
 def test_cli_wrap_puts_the_head_on_ipu_0():

@@ -365,9 +365,9 @@ def _solve(analysis: Analysis, problem: Any, min_ipus: bool, solver: str, time_l
 def _auto_recompute(analysis: Analysis, problem: Any, split: Any, min_ipus: bool, solver: str, time_limit: float,
                     seed: int, link_bandwidth: float) -> tuple[Analysis, Any]:
     """``--recompute auto``: the first of none, pipeline, every-layer whose split fits (the last tried otherwise)."""
-    from popliner.training_choice import auto_order, reanalyse
+    from popliner.training_choice import AUTO_ORDER, reanalyse
 
-    for mode in auto_order(analysis.options.training)[1:]:
+    for mode in AUTO_ORDER[1:]:
         if split.fits or analysis.mode != "training" or analysis.engine.view.recompute == "compiled":
             break
         analysis = reanalyse(analysis, recompute=mode)

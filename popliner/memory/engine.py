@@ -130,21 +130,26 @@ class MemoryEngine:
         ``variables``: the set's variables peak per tile when already known
         exactly (see :meth:`popliner.memory.model.MemoryModel.stage`).
 
-        With ``--recompute pipeline`` a stage other than the last re-runs its
-        forward part when its backward starts: its variables peak is the larger
-        of the forward window's (recomputed variables cut at their last
-        forward read) and the backward part's (live steps as profiled).
+        With ``--recompute pipeline`` a stage that PopART re-runs
+        (:meth:`pipeline_rerun_part`) re-runs its forward part when its
+        backward starts: its variables peak is the larger of the forward
+        window's (recomputed variables cut at their last forward read) and the
+        backward part's (live steps as profiled). On IPU 0 with a wrapped head
+        the head's own variables keep their live steps in the forward window
+        too: the head runs forward and backward back to back, re-running nothing.
         """
         memory = self.model.stage(ops, variables)
-        if self.view.recompute != "pipeline" or self.is_last_stage(ops):
+        own = self.pipeline_rerun_part(ops)
+        if not own.size:
             return memory
-        back = self.backward_part(ops)
+        back = self.backward_part(own)
         if not back.any() or back.all():
             return memory
         lo, hi = self.model.window(ops)
-        b0 = int(self.model.window(ops[back])[0])
+        b0 = int(self.model.window(own[back])[0])
         var = self.model.counted_variables(ops)
-        forward = window_peak(self._forward_cut_profile, var, lo, b0 - 1)
+        cut = self._forward_cut_profile if own.size == len(ops) else self._forward_cut_profile_head_kept
+        forward = window_peak(cut, var, lo, b0 - 1)
         backward = window_peak(self.profile, var, b0, hi)
         per_tile = memory.per_tile.copy()
         per_tile[0] = np.maximum(forward, backward)
@@ -154,10 +159,40 @@ class MemoryEngine:
         """Does the set hold operations of the last layer (the last pipeline stage does)?"""
         return bool(self.num_layers and (self.layer_of_op[ops] == self.num_layers - 1).any())
 
+    def pipeline_rerun_part(self, ops: np.ndarray) -> np.ndarray:
+        """Under ``--recompute pipeline``, the operations of an IPU's set that PopART re-runs from the stash.
+
+        PopART leaves alone the one stage whose forward and backward are back
+        to back. Without a wrapped head that is the last IPU's stage (the set
+        holding the last layer): nothing is re-run there. With a wrapped head
+        it is the head's stage: a set holding ``head`` and ``embedding`` but not
+        every layer is IPU 0 of a pipeline, whose first stage (the set without
+        the head's operations) is re-run; a set holding every layer is one IPU,
+        no pipeline. Empty for the other modes.
+        """
+        if self.view.recompute != "pipeline" or not self.num_layers:
+            return ops[:0]
+        layers = self.layer_of_op[ops]
+        holds_last = layers == self.num_layers - 1
+        if not holds_last.any():
+            return ops
+        if self.head_wraps and (layers == 0).any() and not np.isin(np.arange(self.num_layers), layers).all():
+            return np.asarray(ops[~holds_last])
+        return ops[:0]
+
     @cached_property
     def _forward_cut_profile(self) -> Profile:
         """``pipeline``: the what-if profile with every recomputed variable live only up to its last forward read."""
-        cut = self.view.forward_cut
+        return self._cut_profile(self.view.forward_cut)
+
+    @cached_property
+    def _forward_cut_profile_head_kept(self) -> Profile:
+        """``pipeline``, IPU 0 with a wrapped head: as :attr:`_forward_cut_profile`, the head's variables not cut."""
+        cut = self.view.forward_cut.copy()
+        cut[self.model.counted_variables(self.stage_ops([self.head_layer], first_stage=False))] = -1
+        return self._cut_profile(cut)
+
+    def _cut_profile(self, cut: np.ndarray) -> Profile:
         pick = cut >= 0
         n = self.profile.variables.count
         keep_lo = np.where(pick, 0, -1).astype(np.int64)
@@ -281,18 +316,25 @@ class MemoryEngine:
 
     def rerun_cycles(self, ops: np.ndarray) -> int:
         """Cycles of the forward work the stage runs again in its backward part (in :meth:`cycles_split`'s backward)."""
-        if self._rerun_skipped(ops):
-            return 0
+        if self.view.recompute == "pipeline":
+            ops = self.pipeline_rerun_part(ops)
         return int(self.op_cycles[ops][self.view.rerun_ops[ops]].sum())
 
-    def _rerun_skipped(self, ops: np.ndarray) -> bool:
-        """``pipeline`` leaves the last stage as it is."""
-        return self.view.recompute == "pipeline" and self.is_last_stage(ops)
+    def range_cycles(self, i: int, j: int, with_head: bool = False) -> int:
+        """Cycles of one micro-batch through layers ``i..j`` (with re-run forward work).
 
-    def range_cycles(self, i: int, j: int) -> int:
-        """Cycles of one micro-batch through layers ``i..j`` (with re-run forward work)."""
+        ``with_head``: the IPU also holds a wrapped head (``i..j`` then index the
+        layers before it). The head is a stage of its own, whose forward work
+        ``pipeline`` does not re-run; with every layer on one IPU nothing is.
+        """
+        last = self.num_layers - 1
+        pipeline = self.view.recompute == "pipeline"
+        if with_head:
+            if pipeline and i == 0 and j == last - 1:
+                return int(self.layer_cycles.sum())
+            return self.range_cycles(i, j) + self.range_cycles(last, last)
         base = int(self.layer_cycles[i : j + 1].sum())
-        if self.view.recompute == "pipeline" and j == self.num_layers - 1:
+        if pipeline and j == last:
             return base
         return base + int(self.rerun_layer_cycles[i : j + 1].sum())
 

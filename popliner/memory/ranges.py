@@ -133,8 +133,7 @@ class ProfileRanges:
 
     def compute(self, i: int, j: int) -> int:
         """Cycles of one micro-batch through the range (a wrapped head's with the range at position 0)."""
-        head = self.engine.range_cycles(self.engine.head_layer, self.engine.head_layer) if self._wraps and i == 0 else 0
-        return self.engine.range_cycles(i, j) + head
+        return self.engine.range_cycles(i, j, with_head=self._wraps and i == 0)
 
     def crossing(self, j: int) -> int:
         # After the last layer placed: 0, or what a wrapped head receives.
@@ -219,6 +218,8 @@ class ProfileRanges:
                     break  # the range alone is over the limit: with the head too
                 state.add(self._shared.layer_parts(k))
                 total = state.total_per_tile()
+                if self.engine.view.recompute == "pipeline":  # IPU 0's first stage is re-run: the engine's figure
+                    total = self.engine.stage_memory(self.stage_ops(0, k)).total_per_tile
                 if int(total.max()) > self.limit:
                     break
                 self._wrapped[k] = (total, entry[1])
@@ -240,7 +241,7 @@ class ProfileRanges:
                         state.add(shared.layer_parts(k))
                 state.add(shared.layer_parts(j))
                 total = state.total_per_tile()
-                if self.engine.view.recompute == "pipeline" and j < self.num_layers - 1:
+                if self.engine.view.recompute == "pipeline" and j < self.engine.num_layers - 1:
                     # Recomputed from the stash when its backward starts: a figure of the whole stage.
                     total = self.engine.stage_memory(self.engine.range_ops(i, j)).total_per_tile
                 worst = int(total.max())

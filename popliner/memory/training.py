@@ -83,10 +83,6 @@ class TrainingOptions:
         _choice("--recompute", self.recompute, RECOMPUTE_MODES)
         _choice("--optimizer-state", self.optimizer_state, OPTIMIZER_STATES)
         _choice("--head-placement", self.head_placement, HEAD_PLACEMENTS)
-        if self.head_placement == "wrap" and self.recompute == "pipeline":
-            # The wrapped head, not the last IPU, is then the stage PopART leaves as it is: not modelled.
-            raise UsageProblem("--recompute pipeline with --head-placement wrap is not modelled; "
-                               "use --recompute every-layer, or --head-placement last")
         if not isinstance(self.replication_factor, int) or self.replication_factor < 1:
             raise UsageProblem(f"--replication-factor {self.replication_factor!r}: expected an integer >= 1")
         if self.sharded_optimizer_state and self.replication_factor < 2:
