@@ -283,7 +283,7 @@ def load_analysis(path: str, options: AnalysisOptions = AnalysisOptions(), *, us
     where = cache_path(sha, key, cache_dir)
     if use_cache:
         with phase("reading the cache"):
-            hit = load_cached(where, sha, key, str(path))
+            hit = load_cached(where, sha, key, str(path), OperationTable, LayerAssignment)
         if hit is not None:
             log.info("loaded %s from cache in %.2f s", path, time.perf_counter() - t0)
             layers = None
@@ -292,7 +292,7 @@ def load_analysis(path: str, options: AnalysisOptions = AnalysisOptions(), *, us
                 layers = hit.layers[1]
                 with phase("assigning layers"):
                     announce_layers(layers, options.layer_preset, options.layer_name_regex)
-            analysis = analyse_profile(hit.profile, options, ops=hit.ops, layers=layers)
+            analysis = analyse_profile(hit.profile, options, ops=hit.derived, layers=layers)
             analysis.from_cache = True
             return analysis
     if len(raw) > _ANNOUNCE_BYTES:

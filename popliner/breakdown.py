@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 
 from popliner.analysis import Analysis
-from popliner.arrays import gather_csr, sorted_unique, union_of
 from popliner.config.options import training_of
-from popliner.memory.model import MemoryModel
+from popliner.memory.model import whole_program_memory
 from popliner.memory.ranges import ProfileRanges
+from popliner.memory.sharing import handed_over_bytes, shared_bytes
 from popliner.memory.types import COMPONENT_TITLES, COMPONENTS, StageMemory
 from popliner.outputs.rows import Breakdown, LayerMatrix, LayerRow, OperationRow, RangeTable, TotalsRow
 from popliner.pipeline import position_memory
@@ -142,8 +142,7 @@ def whole_model_row(analysis: Analysis) -> LayerRow:
 
 def whole_profile_memory(analysis: Analysis) -> StageMemory:
     """Every operation with every one of its variables: the whole single-IPU program."""
-    everything = MemoryModel(analysis.profile, analysis.ops, np.ones(analysis.ops.count, bool))
-    return everything.stage(np.arange(analysis.ops.count))
+    return whole_program_memory(analysis.profile, analysis.ops)
 
 
 #: The Totals table's last two categories (the others are the component names of every other table).
@@ -173,56 +172,13 @@ def profile_totals(analysis: Analysis) -> tuple[TotalsRow, ...]:
     return tuple(rows)
 
 
-def _var_layer_pairs(analysis: Analysis) -> tuple[np.ndarray, np.ndarray]:
-    """Distinct (variable, layer) pairs over operations with a layer, sorted by variable."""
-    ops = analysis.ops
-    with_layer = np.flatnonzero(analysis.layers.layer_of_op >= 0)
-    lens = ops.var_ptr[with_layer + 1] - ops.var_ptr[with_layer]
-    var = gather_csr(ops.var_ptr, ops.var_idx, with_layer)
-    lay = np.repeat(analysis.layers.layer_of_op[with_layer], lens)
-    num_layers = max(len(analysis.layer_names), 1)
-    key = sorted_unique(var * num_layers + lay)
-    return key // num_layers, key % num_layers
-
-
 def affinity_matrix(analysis: Analysis) -> LayerMatrix:
     """For each pair of layers, the bytes of variables both use (diagonal: all a layer uses)."""
-    n = len(analysis.layer_names)
-    values = np.zeros((n, n), np.int64)
-    var, lay = _var_layer_pairs(analysis)
-    nbytes = analysis.profile.variables.bytes[var]
-    # Pair every entry with the ones after it within the same variable.
-    same_start = np.flatnonzero(np.concatenate(([True], var[1:] != var[:-1])))
-    group_len = np.diff(np.append(same_start, len(var)))
-    rank = np.arange(len(var)) - np.repeat(same_start, group_len)
-    size = np.repeat(group_len, group_len)
-    for d in range(int(group_len.max(initial=1))):
-        a = np.flatnonzero(rank + d < size)
-        b = a + d
-        np.add.at(values, (lay[a], lay[b]), nbytes[a])
-        if d:
-            np.add.at(values, (lay[b], lay[a]), nbytes[a])
-    return LayerMatrix("Memory affinity (bytes of variables both layers use)", analysis.layer_names, values,
-                       sheet="Affinity")
+    return LayerMatrix("Memory affinity (bytes of variables both layers use)", analysis.layer_names,
+                       shared_bytes(analysis.engine), sheet="Affinity")
 
 
 def interlayer_matrix(analysis: Analysis) -> LayerMatrix:
     """Bytes of variables that go live in the row's layer and die in the column's layer."""
-    n = len(analysis.layer_names)
-    values = np.zeros((n, n), np.int64)
-    p = analysis.profile
-    if p.num_steps == 0 or n == 0:
-        return LayerMatrix("Interlayer communication (bytes)", analysis.layer_names, values, sheet="Interlayer")
-    layer_of_step = np.full(p.num_steps, -1, np.int64)
-    owner = analysis.ops.op_of_step
-    has = owner >= 0
-    layer_of_step[has] = analysis.layers.layer_of_op[owner[has]]
-    used = union_of(analysis.ops.var_idx, p.variables.count)
-    first, last = analysis.var_first_step[used], analysis.var_last_step[used]
-    ok = (first >= 0) & (last >= 0) & ~analysis.always_live_var[used]
-    used, first, last = used[ok], first[ok], last[ok]
-    src, dst = layer_of_step[first], layer_of_step[last]
-    keep = (src >= 0) & (dst >= 0)
-    np.add.at(values, (src[keep], dst[keep]), p.variables.bytes[used[keep]])
     return LayerMatrix("Interlayer communication (bytes going live in row layer, dying in column layer)",
-                       analysis.layer_names, values, sheet="Interlayer")
+                       analysis.layer_names, handed_over_bytes(analysis.engine), sheet="Interlayer")

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from popliner.analysis import Analysis, AnalysisOptions, load_analysis
+from popliner.dataframes import component_columns, typed
 from popliner.errors import UsageProblem
 from popliner.memory.types import COMPONENTS
 
@@ -32,9 +33,6 @@ if TYPE_CHECKING:
     from popliner.solvers.result import SplitResult
 
 __all__ = ["Model", "load", "split_frame"]
-
-_BYTES = [*COMPONENTS, "total"]
-
 
 def load(path: str, *, use_cache: bool = True, cache_dir: str | None = None, **options: Any) -> Model:
     """Load and analyse a profile; ``options`` are :class:`popliner.analysis.AnalysisOptions` fields.
@@ -70,10 +68,10 @@ class Model:
         from popliner.breakdown import layer_rows
 
         rows = layer_rows(self.analysis)
-        return _typed(pd.DataFrame({
+        return typed(pd.DataFrame({
             "layer": [r.layer for r in rows],
             "operations": [r.num_operations for r in rows],
-            **_components([r.memory for r in rows]),
+            **component_columns([r.memory for r in rows]),
             "worst_tile": [r.worst_tile for r in rows],
             "worst_tile_bytes": [r.worst_tile_bytes for r in rows],
             "cycles": [r.cycles for r in rows],
@@ -91,10 +89,10 @@ class Model:
             "name": [r.name for r in rows],
             "first_step": [r.first_step for r in rows],
             "last_step": [r.last_step for r in rows],
-            **_components([r.memory for r in rows]),
+            **component_columns([r.memory for r in rows]),
             "cycles": [int(c) for c in self.analysis.op_cycles],
         })
-        frame = _typed(frame, strings=("layer", "name"))
+        frame = typed(frame, strings=("layer", "name"))
         frame["note"] = frame["note"].astype("category")
         return frame
 
@@ -141,43 +139,8 @@ class Model:
 
 
 def split_frame(split: SplitResult) -> pd.DataFrame:
-    """One row per IPU of a split: layers, memory summed over tiles, worst tile, headroom, stash, cycles."""
-    stages = split.stages
-    budget = split.budget_bytes
-    frame = pd.DataFrame({
-        "ipu": [s.ipu for s in stages],
-        "first_layer": [s.first_layer for s in stages],
-        "last_layer": [s.last_layer for s in stages],
-        "num_layers": [len(s.layers) for s in stages],
-        **_components([s.memory for s in stages]),
-        "worst_tile": [s.worst_tile for s in stages],
-        "worst_tile_bytes": [s.worst_tile_bytes for s in stages],
-        "headroom_bytes": [budget - s.worst_tile_bytes for s in stages],
-        "stash_entries": [s.stash_entries for s in stages],
-        "stash_bytes": [s.stash_bytes for s in stages],
-        "cycles": [s.cycles for s in stages],
-        "bytes_in": [s.bytes_in for s in stages],
-        "fits": [s.fits for s in stages],
-    })
-    frame = _typed(frame, strings=("first_layer", "last_layer"))
-    frame["fits"] = frame["fits"].astype(bool)
-    frame["layers"] = pd.Series([list(s.layers) for s in stages], dtype=object)
-    return frame
-
-
-def _components(memories: list[Any]) -> dict[str, list[int]]:
-    cols: dict[str, list[int]] = {name: [getattr(m, name) for m in memories] for name in COMPONENTS}
-    cols["total"] = [m.total for m in memories]
-    return cols
-
-
-def _typed(frame: pd.DataFrame, strings: tuple[str, ...]) -> pd.DataFrame:
-    """``string`` dtype for the named columns, ``int64`` for the numeric ones (also when the frame is empty)."""
-    for col in frame.columns:
-        if col in strings:
-            frame[col] = frame[col].astype("string")
-        elif col not in ("note", "fits", "layers"):
-            frame[col] = frame[col].astype("int64")
+    """One row per IPU of a split (the same as ``split.to_frame()``)."""
+    frame: pd.DataFrame = split.to_frame()
     return frame
 
 

@@ -68,6 +68,7 @@ __all__ = [
     "num_pipeline_stages",
     "position_memory",
     "range_boundaries",
+    "range_cost",
     "range_figure",
     "spread_over_tiles",
     "stage_figures",
@@ -204,9 +205,6 @@ class RangeCosts(Protocol):
     def transfer(self, nbytes: int) -> int:
         """Cycles to move ``nbytes`` over the IPU link."""
 
-    def cost(self, i: int, j: int) -> int:
-        """Compute cycles plus the transfer of what the range receives."""
-
     def forbidden_splits(self, keep_shared_together: bool) -> frozenset[int]:
         """Layers after which no stage may end."""
 
@@ -229,6 +227,11 @@ def range_boundaries(costs: RangeCosts, i: int, j: int) -> tuple[int, int]:
         return 0, 0
     into_head = costs.crossing(last)
     return (into_head if i == 0 else costs.crossing(i - 1)), costs.crossing(j)
+
+
+def range_cost(costs: RangeCosts, i: int, j: int) -> int:
+    """Compute cycles of range ``i..j`` plus the transfer of what its IPU receives (:func:`range_boundaries`)."""
+    return costs.compute(i, j) + costs.transfer(range_boundaries(costs, i, j)[0])
 
 
 def grows_past_limit(costs: RangeCosts, i: int, j: int, position: int, num_ipus: int, training: bool) -> bool:

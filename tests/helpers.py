@@ -48,3 +48,16 @@ def analyse_document(doc: dict[str, Any], options: AnalysisOptions | None = None
 def write_document(doc: dict[str, Any], path: Path) -> Path:
     path.write_text(json.dumps(doc))
     return path
+
+
+def ipu_memory(ipu: int, layers: tuple[str, ...], per_tile: Any, stash_per_tile: Any, budget: int,
+               copy_buffer: int = 0) -> Any:
+    """An IPU of the report and plots from explicit per-tile arrays (a stash of one extra entry)."""
+    from popliner.memory.types import StageMemory
+    from popliner.pipeline import StageFigure
+    from popliner.report.types import IpuMemory
+
+    figure = StageFigure(position=ipu, num_ipus=ipu + 2, layers=(), memory=StageMemory(per_tile),
+                         stash_entry_per_tile=stash_per_tile, stash_entries=2, copy_buffer=copy_buffer,
+                         bytes_in=0, bytes_out=0, forward_cycles=0, backward_cycles=0)
+    return IpuMemory(figure, layers, budget)

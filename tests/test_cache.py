@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 from pathlib import Path
 
@@ -9,7 +10,10 @@ import numpy as np
 import pytest
 
 from popliner.analysis import load_analysis
+from popliner.ops.layers import LayerAssignment
+from popliner.ops.operations import OperationTable
 from popliner.profile import cache as cache_mod
+from popliner.profile import load_profile
 
 TINY = Path(__file__).resolve().parent.parent / "fixtures" / "profiles" / "tiny.json"
 
@@ -79,7 +83,8 @@ def test_stale_version_is_rebuilt(profile, tmp_path, monkeypatch):
     (path,) = cache_files(tmp_path)
     # A file at the same name written by another version: its metadata disagrees.
     monkeypatch.setattr(cache_mod, "__version__", "0.0.0-other")
-    assert cache_mod.load_cached(path, "x" * 64, "ops:popart,poptorch,xla_op,popxl", "p") is None
+    assert cache_mod.load_cached(path, "x" * 64, "ops:popart,poptorch,xla_op,popxl", "p", OperationTable,
+                                 LayerAssignment) is None
 
 
 def test_no_cache_neither_reads_nor_writes(profile, tmp_path):
@@ -102,6 +107,43 @@ def test_unwritable_cache_dir_is_not_an_error(profile, tmp_path, monkeypatch):
     monkeypatch.setenv("POPLINER_CACHE_DIR", str(blocker / "cache"))
     assert not load_analysis(str(profile)).from_cache
 
+
+@dataclasses.dataclass(frozen=True)
+class Derived:
+    """Some caller's data built from a profile: the cache stores it without knowing its type."""
+
+    names: tuple[str, ...]
+    counts: np.ndarray
+    total: int
+
+
+def test_cache_stores_any_derived_dataclass(tmp_path):
+    path = tmp_path / "entry.npz"
+    counts = np.arange(10_000, dtype=np.int64) * 3  # long enough to be narrowed and deflated
+    cache_mod.store_cached(path, "s" * 64, "key", load_profile(TINY), Derived(("a", "b"), counts, 7))
+    hit = cache_mod.load_cached(path, "s" * 64, "key", "shown.json", Derived, Derived)
+    assert hit is not None and hit.layers is None
+    profile, derived = hit.profile, hit.derived
+    assert profile.path == "shown.json"
+    assert derived.names == ("a", "b") and derived.total == 7
+    assert derived.counts.tolist() == counts.tolist()
+    # Asked for another type than the one stored: a miss, rebuilt by the caller.
+    assert cache_mod.load_cached(path, "s" * 64, "key", "shown.json", OperationTable, LayerAssignment) is None
+
+
+def test_cache_format_names_the_derived_part(profile, tmp_path):
+    import json
+
+    from popliner.profile import zcodec
+
+    load_analysis(str(profile))
+    (path,) = cache_files(tmp_path)
+    with np.load(path, allow_pickle=False) as data:
+        meta = json.loads(zcodec.decompress(data["__meta__"]).decode("utf-8"))
+    assert meta["format"] == cache_mod.CACHE_FORMAT == 4
+    assert meta["derived"]["__class__"] == "OperationTable"
+    assert meta["layers"][1]["__class__"] == "LayerAssignment"
+    assert "ops" not in meta
 
 def _layer_logs(caplog):
     return [r.getMessage() for r in caplog.records if r.name == "popliner.ops.layers"]

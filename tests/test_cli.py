@@ -223,3 +223,36 @@ def test_python_dash_m_entry_point(tiny):
                           check=False)
     assert proc.returncode == 0
     assert proc.stdout.startswith("Layer,")
+
+
+@pytest.mark.parametrize("args", [(), ("--solve", "--num-ipus", "2")], ids=["tables", "split-json"])
+def test_stdout_errors_are_one_line_for_tables_and_split_json(tmp_path, args):
+    """Tables and the --solve JSON reach stdout the same way as ``-o -``: a full or closed stdout is one line."""
+    import subprocess
+    import sys
+
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    argv = [sys.executable, "-m", "popliner", "-q", str(TINY), *args]
+    with open("/dev/full", "w") as full:
+        r = subprocess.run(argv, stdout=full, stderr=subprocess.PIPE, text=True, env=env, timeout=120)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert r.stderr.strip().splitlines() == [r.stderr.strip()]
+    assert "stdout: no space left on device" in r.stderr
+    r = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env, timeout=120,
+                       preexec_fn=lambda: os.close(1))
+    assert r.returncode == 2 and "stdout: closed" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("name", ["-", "/dev/stdout"])
+def test_tables_to_stdout_names_match_plain_stdout(tiny, name):
+    assert run(tiny, "--format", "tsv", "-o", name).stdout == run(tiny, "--format", "tsv").stdout
+
+
+def test_each_written_config_is_said_once(tiny, tmp_path):
+    config, ipu_config = tmp_path / "pipeline.yaml", tmp_path / "ipu_config.json"
+    err = run(tiny, "--solve", "--num-ipus", "2", "--config-out", config, "--ipu-config-out", ipu_config).stderr
+    assert config.exists() and ipu_config.exists()
+    lines = err.splitlines()
+    assert [line for line in lines if "wrote" in line and str(ipu_config) in line] == [
+        f"popliner: wrote {ipu_config} (optimum-graphcore IPUConfig)"]
+    assert [line for line in lines if "wrote" in line and str(config) in line] == [f"popliner: wrote {config}; next:"]

@@ -14,6 +14,7 @@ from popliner.pipeline import (
     num_pipeline_stages,
     position_memory,
     range_boundaries,
+    range_cost,
     stash_depth,
 )
 from popliner.solvers.dp import dp_bounds
@@ -56,8 +57,8 @@ def test_range_figures_with_a_wrapped_head_by_hand():
     assert range_boundaries(t, 1, 2) == (4, 6)
     assert range_boundaries(t, 0, 2) == (0, 0)
     # Cost: cycles plus received transfer (1 byte per cycle); the head's cycles go with position 0.
-    assert t.cost(0, 0) == 100 + 50 + 6
-    assert t.cost(1, 2) == 200 + 4
+    assert range_cost(t, 0, 0) == 100 + 50 + 6
+    assert range_cost(t, 1, 2) == 200 + 4
     # Copy buffers over 2 tiles, training: ceil(2 x (6 + 4) / 2) = 10 on IPU 0.
     assert position_memory(table(tiles=2), 0, 0, 0, 2, True) == 31 + 10
 

@@ -25,6 +25,7 @@ from popliner.simulator.outputs import (
     schedule_title,
     write_gantt,
 )
+from tests.helpers import ipu_memory
 
 
 def _png_size(data: bytes) -> tuple[int, int]:
@@ -149,7 +150,7 @@ def ipu(k: int, base: int, stash_tile: int | None = None) -> IpuMemory:
     stash = np.zeros(6, np.int64)
     if stash_tile is not None:
         stash[stash_tile] = 50
-    return IpuMemory(k, (f"L{k}",), per_tile, stash, np.zeros(6, np.int64), budget=1000)
+    return ipu_memory(k, (f"L{k}",), per_tile, stash, budget=1000)
 
 
 def test_ipu_memory_worst_tile_counts_the_stash() -> None:

@@ -78,6 +78,22 @@ def test_liveness_peak_is_the_variables_figure(training: Any) -> None:
     assert live.first_step <= live.peak_step <= live.last_step
 
 
+def test_liveness_follows_the_training_what_if() -> None:
+    # Off-chip optimizer state changes variables' live steps in the engine's profile; the curve must use
+    # that profile too (drawn from the raw profile it peaked at 447,037 B where the model counts 276,448 B).
+    from popliner.memory.training import TrainingOptions
+
+    options = AnalysisOptions(training=TrainingOptions(optimizer_state="off-chip"))
+    analysis = load_analysis(str(PROFILES / "bert-tiny-training.json"), options, use_cache=False)
+    _, cfg = make_config("bert-tiny-training.json", 3)
+    report = build_report(analysis, cfg, budget=cfg.effective_budget, source="test")
+    fullest = report.fullest
+    assert report.liveness.peak_bytes == fullest.worst_components["variables"]
+    on_chip = build_report(load_analysis(str(PROFILES / "bert-tiny-training.json"), AnalysisOptions(),
+                                         use_cache=False), cfg, budget=cfg.effective_budget, source="test")
+    assert report.liveness.peak_bytes < on_chip.liveness.peak_bytes  # the state no longer lives all step
+
+
 def test_options_name_mode_and_training_options(training: Any) -> None:
     _, cfg, report = training
     options = {o.name: o.value for o in report.options}

@@ -22,7 +22,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import popliner.cli
-import popliner.cli.simulate as sim_cli
 from popliner.config import PipelineConfig, config_from_split, write_config
 from popliner.errors import ConfigError, UsageProblem
 from popliner.fileio import atomic_write
@@ -464,7 +463,12 @@ def test_cli_trace_and_plot_refuse_to_overwrite(config_file: Any, tmp_path: Any)
 
 
 def test_cli_profile_uses_the_analysis(config_file: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(sim_cli, "_load_analysis", lambda path, mode: FakeAnalysis())
+    import popliner.analysis
+    import popliner.config.options
+
+    # The profile is read through cli/configured.py's analysis_for_config, as check and report read it.
+    monkeypatch.setattr(popliner.analysis, "load_analysis", lambda path, options, **kw: FakeAnalysis())
+    monkeypatch.setattr(popliner.config.options, "check_applied", lambda t, analysis, source: None)
     result = run(config_file, "--profile", "other.json", "--json")
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from popliner.analysis import analyse_profile, solve_split
 from popliner.deadline import OutOfTime
 from popliner.memory.ranges import ProfileRanges
-from popliner.pipeline import stash_depth
+from popliner.pipeline import range_cost, stash_depth
 from popliner.profile import load_profile
 from popliner.solvers.dp import dp_bounds, dp_for_stages, dp_per_count
 from popliner.solvers.greedy import greedy_bounds, layers_needed
@@ -195,7 +195,7 @@ def _cost(table, a, b, k, position, problem):
     from popliner.pipeline import extra_stash_entries
 
     extra = extra_stash_entries(position, k) if problem.training else 0
-    return table.cost(a, b) if table.has_cycles else table.memory(a, b, extra)
+    return range_cost(table, a, b) if table.has_cycles else table.memory(a, b, extra)
 
 
 def _check_split(table, problem, bounds):
@@ -315,7 +315,7 @@ def _brute_force(table, problem):
                 mem = _memory_by_hand(table, a, b, extra)
                 if mem > problem.budget:
                     break
-                costs.append(table.cost(a, b) if table.has_cycles else mem)
+                costs.append(range_cost(table, a, b) if table.has_cycles else mem)
                 mems.append(mem)
                 crossing += table.crossing(b) if b < n - 1 else 0
             else:

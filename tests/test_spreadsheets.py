@@ -33,6 +33,7 @@ from popliner.outputs.planner import PLANNER_NOTE, planner_grid, write_planner
 from popliner.outputs.rows import Breakdown, LayerMatrix, LayerRow, OperationRow, RangeTable, TotalsRow
 from popliner.report.types import IpuMemory
 from popliner.solvers.result import SplitResult, StageResult
+from tests.helpers import ipu_memory
 
 GOLDEN = Path(__file__).parent / "golden"
 UPDATE_GOLDEN = os.environ.get("POPLINER_UPDATE_GOLDEN") == "1"
@@ -714,8 +715,8 @@ def _stage_memory() -> StageMemory:
 
 def _ipu_memories() -> list[IpuMemory]:
     first = _stage_memory().per_tile
-    return [IpuMemory(0, ("0", "1"), first, np.full(16, 400, np.int64), np.zeros(16, np.int64), 3000),
-            IpuMemory(1, ("2",), first // 2, np.zeros(16, np.int64), np.zeros(16, np.int64), 3000)]
+    return [ipu_memory(0, ("0", "1"), first, np.full(16, 400, np.int64), 3000),
+            ipu_memory(1, ("2",), first // 2, np.zeros(16, np.int64), 3000)]
 
 
 PLOTS: dict[str, Callable[[Path, bool], None]] = {

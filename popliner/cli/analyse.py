@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import sys
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import click
 
 from popliner.analysis import DEFAULT_BACKWARD_REGEX, Analysis, AnalysisOptions, load_analysis
+from popliner.cli.options import output_stream
 from popliner.errors import EXIT_NO_SPLIT, UsageProblem
 from popliner.fileio import atomic_write, check_writable, is_stdout, one_stdout
 from popliner.memory.training import (
@@ -177,7 +176,7 @@ def command(profile: str, debug_info: str | None, operation_breakdown: bool, lay
     popliner model.json --solve --num-ipus 4 --config-out pipeline.yaml
     popliner model.json --solve --min-ipus --ipu-config-out ipu_config.json
     """
-    stream = click.get_text_stream("stderr")
+    stream = sys.stderr
     quiet = not log.isEnabledFor(logging.WARNING)
     with tracking(stream if progress_wanted(stream, quiet) else None) as tracker:
         try:
@@ -432,21 +431,11 @@ def _write_tables(analysis: Analysis, outputs: Outputs, fmt: str, output: str | 
     if outputs.memory_totals:
         grids.append(tables.totals_grid(breakdown.totals))
     grids.extend(tables.matrix_grid(matrix) for matrix in matrices)
-    with _table_stream(output, force) as stream:
+    with output_stream(output, force, newline="") as stream:  # the csv module wants newline=""
         # One stream, several tables: each table's TSV formulas point at its own rows.
         tables.write_grids(grids, stream, table_fmt)
     if output:
         log.info("wrote %s", output)
-
-
-@contextlib.contextmanager
-def _table_stream(output: str | None, force: bool) -> Iterator[IO[str]]:
-    if output is None:
-        # The csv module wants newline="" streams; stdout is already text.
-        yield click.get_text_stream("stdout")
-        return
-    with atomic_write(output, force=force, newline="") as stream:
-        yield stream
 
 
 def _write_plots(analysis: Analysis, plot: str, force: bool, split: Any, budget: int) -> None:
@@ -503,14 +492,14 @@ def _report_split(analysis: Analysis, split: Any, config_out: str | None, force:
                  else "the head on the last IPU")
         doc["unlayered_operations"] = (f"embedding and head are layers of their own, {where} "
                                        f"(--head-placement {placement})")
-    write_split_json(doc, click.get_text_stream("stdout"))
+    with atomic_write("-", force=False) as out:
+        write_split_json(doc, out)
     if config_out and split.stages:
         from popliner.config.yaml_io import write_config
 
         cfg = _split_config(analysis, split, gradient_accumulation, requested_recompute)
         with atomic_write(config_out, force=force) as stream:
-            write_config(cfg, stream)
-        log.info("wrote %s", config_out)
+            write_config(cfg, stream)  # the summary says "wrote" (with the next commands)
 
 
 def _write_report(analysis: Analysis, split: Any, path: str, force: bool, gradient_accumulation: int | None,
@@ -536,8 +525,7 @@ def _write_ipu_config(analysis: Analysis, split: Any, path: str, force: bool, gr
                          sharded_optimizer_state=training.sharded_optimizer_state)
     document = ipu_config(cfg, matmul_proportion, model)
     with atomic_write(path, force=force) as stream:
-        write_ipu_config(document, stream)
-    log.info("wrote %s", path)
+        write_ipu_config(document, stream)  # the summary says "wrote"
 
 
 def _summarise(analysis: Analysis, split: Any, problem: Any, link_bandwidth: float, min_ipus: bool,
@@ -553,7 +541,7 @@ def _summarise(analysis: Analysis, split: Any, problem: Any, link_bandwidth: flo
             facts = fit_facts(analysis, problem, link_bandwidth)
     argv = click.get_current_context().find_root().meta.get("popliner.argv", [])
     config = config_out or "pipeline.yaml"
-    steps = NextSteps(solve_command(argv, config), config, config_out is not None, analysis.profile.path)
+    steps = NextSteps(solve_command(argv, config), config, bool(config_out and split.stages), analysis.profile.path)
     click.echo(split_summary(split, facts, steps, min_ipus), err=True)
-    if ipu_config_out:
+    if ipu_config_out and split.stages:
         click.echo(f"popliner: wrote {ipu_config_out} (optimum-graphcore IPUConfig)", err=True)

@@ -8,9 +8,8 @@ from dataclasses import replace
 
 import click
 
-from popliner.analysis import load_analysis
+from popliner.cli.configured import analysis_for_config, budget_for_config
 from popliner.cli.options import (
-    CONFIG_TRAINING_PARAMS,
     budget_fraction,
     config_training_options,
     force_option,
@@ -50,7 +49,6 @@ def command(config: str, profile: str, budget: float | None, junit: str | None, 
     not copied from the config's predictions.
     """
     from popliner.check import check_config
-    from popliner.config.options import analysis_options, check_applied, check_cli_options
     from popliner.config.planner import config_from_planner, is_workbook, read_planner
     from popliner.config.yaml_io import read_config
     from popliner.outputs.check_report import check_table, write_junit
@@ -62,22 +60,18 @@ def command(config: str, profile: str, budget: float | None, junit: str | None, 
     if is_workbook(config):
         # The split typed into the review workbook's planner, checked exactly as a config.
         choice = read_planner(config)
-        check_cli_options(choice.training, config, {k: training[k] for k in CONFIG_TRAINING_PARAMS})
-        analysis = load_analysis(profile, analysis_options(choice.mode, choice.training), use_cache=not no_cache,
-                                 cache_dir=cache_dir)
+        analysis = analysis_for_config(config, profile, choice.mode, choice.training, training,
+                                       recorded_sha256=choice.profile_sha256, use_cache=not no_cache,
+                                       cache_dir=cache_dir)
         cfg = config_from_planner(choice, analysis)
         if choice.profile_sha256:
             cfg = replace(cfg, profile_sha256=choice.profile_sha256)
     else:
         cfg = read_config(config)
-        check_cli_options(cfg.options, config, {k: training[k] for k in CONFIG_TRAINING_PARAMS})
-        analysis = load_analysis(profile, analysis_options(cfg.mode, cfg.options, cfg.layer_groups),
-                                 use_cache=not no_cache, cache_dir=cache_dir)
-    check_applied(cfg.options, analysis, config)
-    if cfg.profile_sha256 and cfg.profile_sha256 != analysis.profile.sha256:
-        log.warning("%s was made from a profile with another content hash; checking against %s", config, profile)
-    per_tile = analysis.profile.target.bytes_per_tile
-    limit = int(per_tile * budget) if budget is not None else cfg.effective_budget
+        analysis = analysis_for_config(config, profile, cfg.mode, cfg.options, training,
+                                       layer_groups=cfg.layer_groups, recorded_sha256=cfg.profile_sha256,
+                                       use_cache=not no_cache, cache_dir=cache_dir)
+    limit = budget_for_config(analysis, cfg, budget)
     result = check_config(analysis, cfg, config, budget=limit)
     # JUnit to stdout takes it; the table then goes to stderr.
     to_stderr = output is None and bool(junit and is_stdout(junit))

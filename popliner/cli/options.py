@@ -9,7 +9,7 @@ any work.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import IO, Any, TypeVar
 
 import click
@@ -37,14 +37,10 @@ def output_option(help_text: str = "Write what would go to stdout to FILE instea
                         metavar="FILE", help=help_text)
 
 
-@contextlib.contextmanager
-def output_stream(output: str | None, force: bool, newline: str | None = None) -> Iterator[IO[str]]:
-    """stdout, or FILE written to a temporary name and renamed into place on success."""
-    if output is None:
-        yield click.get_text_stream("stdout")
-        return
-    with atomic_write(output, force=force, newline=newline) as stream:
-        yield stream
+def output_stream(output: str | None, force: bool,
+                  newline: str | None = None) -> contextlib.AbstractContextManager[IO[str]]:
+    """stdout (no FILE, or ``-``), or FILE written to a temporary name and renamed into place on success."""
+    return atomic_write(output or "-", force=force, newline=newline)
 
 
 #: The parameters :func:`config_training_options` adds, in the names ``ConfigTraining`` uses.

@@ -6,9 +6,8 @@ import logging
 
 import click
 
-from popliner.analysis import load_analysis
+from popliner.cli.configured import analysis_for_config, budget_for_config
 from popliner.cli.options import (
-    CONFIG_TRAINING_PARAMS,
     budget_fraction,
     config_training_options,
     force_option,
@@ -55,20 +54,15 @@ def command(config: str, profile: str, output: str | None, force: bool, budget: 
     \b
     popliner report pipeline.yaml --profile model.json.gz -o report.html
     """
-    from popliner.config.options import analysis_options, check_applied, check_cli_options
     from popliner.config.yaml_io import read_config
     from popliner.report import build_report, write_report
 
     path = output or "report.html"
     check_writable(path, force, suffixes=(".html", ".htm"), what="report")
     cfg = read_config(config)
-    check_cli_options(cfg.options, config, {k: training[k] for k in CONFIG_TRAINING_PARAMS})
-    analysis = load_analysis(profile, analysis_options(cfg.mode, cfg.options, cfg.layer_groups), use_cache=not no_cache,
-                             cache_dir=cache_dir)
-    check_applied(cfg.options, analysis, config)
-    if cfg.profile_sha256 and cfg.profile_sha256 != analysis.profile.sha256:
-        log.warning("%s was made from a profile with another content hash; reporting against %s", config, profile)
-    limit = int(analysis.profile.target.bytes_per_tile * budget) if budget is not None else cfg.effective_budget
+    analysis = analysis_for_config(config, profile, cfg.mode, cfg.options, training, layer_groups=cfg.layer_groups,
+                                   recorded_sha256=cfg.profile_sha256, use_cache=not no_cache, cache_dir=cache_dir)
+    limit = budget_for_config(analysis, cfg, budget)
     page = build_report(analysis, cfg, budget=limit, source=config, link_bandwidth=link_bandwidth,
                         sync_cycles=sync_cycles, micro_batch_size=micro_batch_size,
                         gradient_accumulation=gradient_accumulation)

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from popliner.cli.configured import analysis_for_config
 from popliner.cli.options import (
     CONFIG_TRAINING_PARAMS,
     config_training_options,
@@ -17,7 +18,7 @@ from popliner.cli.options import (
     output_stream,
 )
 from popliner.config.model import PipelineConfig
-from popliner.config.options import analysis_options, check_applied, check_cli_options
+from popliner.config.options import check_cli_options
 from popliner.config.yaml_io import MAX_MICRO_BATCHES, read_config
 from popliner.errors import UsageProblem
 from popliner.fileio import atomic_write, check_writable, is_stdout, one_stdout
@@ -42,7 +43,7 @@ from popliner.simulator.outputs import (
 __all__ = ["command"]
 
 if TYPE_CHECKING:
-    from popliner.analysis import Analysis
+    pass
 
 logger = logging.getLogger(__name__)
 
@@ -83,7 +84,7 @@ def command(config_path: str, profile_path: str | None, gradient_accumulation: i
         check_writable(output, force)
     cfg = read_config(config_path)
     check_cli_options(cfg.options, config_path, {k: training[k] for k in CONFIG_TRAINING_PARAMS})
-    inputs = _inputs(cfg, profile_path)
+    inputs = _inputs(cfg, config_path, profile_path)
     result = simulate(
         inputs.stages,
         gradient_accumulation if gradient_accumulation is not None else cfg.gradient_accumulation,
@@ -121,7 +122,7 @@ def _check_outputs(trace_path: str | None, plot_path: str | None, force: bool) -
         check_writable(plot_path, force, suffixes=(".png",), what="Gantt chart")
 
 
-def _inputs(cfg: PipelineConfig, profile_path: str | None) -> SimInputs:
+def _inputs(cfg: PipelineConfig, config_path: str, profile_path: str | None) -> SimInputs:
     if profile_path is None:
         logger.info("no --profile: simulating with the config's predicted memory and cycles "
                        "(per-tile detail approximated; pass --profile for exact figures)")
@@ -130,22 +131,12 @@ def _inputs(cfg: PipelineConfig, profile_path: str | None) -> SimInputs:
                 logger.warning("stages[%d] was edited after popliner predicted its figures; they are stale: "
                                "pass --profile to recompute them", s.index)
         return inputs_from_config(cfg)
-    analysis = _load_analysis(profile_path, cfg)
-    if analysis.profile.sha256.lower() != cfg.profile_sha256.lower():
-        logger.warning("%s differs from the profile the config was written for (%s): sha256 %s.. vs %s..",
-                       profile_path, cfg.profile_path, analysis.profile.sha256[:12], cfg.profile_sha256[:12])
+    # The command line's training options were checked against the config already (also without --profile).
+    analysis = analysis_for_config(config_path, profile_path, cfg.mode, cfg.options, {},
+                                   layer_groups=cfg.layer_groups, recorded_sha256=cfg.profile_sha256)
     target = analysis.profile.target
     return inputs_from_analysis(cfg, analysis, tiles_per_ipu=int(target.tiles_per_ipu),
                                 clock_hz=float(target.clock_hz))
-
-
-def _load_analysis(profile_path: str, cfg: PipelineConfig) -> Analysis:
-    """The profile read in the config's mode and with its training options, as ``popliner check`` reads it."""
-    from popliner.analysis import load_analysis
-
-    analysis = load_analysis(profile_path, analysis_options(cfg.mode, cfg.options, cfg.layer_groups), use_cache=True)
-    check_applied(cfg.options, analysis, "the config")
-    return analysis
 
 
 def _json(result: SimResult, config_path: str, source: str) -> dict[str, Any]:

@@ -29,7 +29,7 @@ from popliner.ops.operations import OperationTable
 from popliner.profile.model import DO_EXCHANGE, Profile
 from popliner.profile.tilevector import RunTable
 
-__all__ = ["MemoryModel"]
+__all__ = ["MemoryModel", "whole_program_memory"]
 
 
 class MemoryModel:
@@ -162,6 +162,15 @@ class MemoryModel:
             peaks = group_peaks(self.profile, group, var_idx, self.ops.first_step[chunk], self.ops.last_step[chunk])
             totals[chunk] = peaks.sum(axis=1)
         return totals
+
+
+def whole_program_memory(profile: Profile, ops: OperationTable) -> StageMemory:
+    """Every operation with every one of its variables: the whole single-IPU program, per tile.
+
+    Unlike a stage's figure, the variables of operations without a layer
+    count too, so it compares with the profile's own totals.
+    """
+    return MemoryModel(profile, ops, np.ones(ops.count, bool)).stage(np.arange(ops.count))
 
 
 def _keys(table: RunTable) -> np.ndarray:

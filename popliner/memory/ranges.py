@@ -36,7 +36,6 @@ from popliner.arrays import expand_ranges, unique_inverse
 from popliner.deadline import check_deadline
 from popliner.memory.engine import MemoryEngine, StashWindows
 from popliner.memory.types import StageMemory
-from popliner.pipeline import range_boundaries
 from popliner.profile.model import Profile
 
 __all__ = ["OVERFLOW", "Liveness", "ProfileRanges"]
@@ -150,11 +149,6 @@ class ProfileRanges:
 
     def transfer(self, nbytes: int) -> int:
         return math.ceil(nbytes / self._bytes_per_cycle) if nbytes else 0
-
-    def cost(self, i: int, j: int) -> int:
-        """Compute cycles plus the transfer of what the range receives."""
-        received = range_boundaries(self, i, j)[0]
-        return self.compute(i, j) + self.transfer(received)
 
     def forbidden_splits(self, keep_shared_together: bool) -> frozenset[int]:
         """Boundaries inside the span of an always-live variable several layers use (when asked).

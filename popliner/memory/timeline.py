@@ -10,9 +10,21 @@ from __future__ import annotations
 import numpy as np
 
 from popliner.arrays import expand_ranges
+from popliner.memory.model import MemoryModel
 from popliner.profile.model import Profile
 
-__all__ = ["live_bytes_per_step"]
+__all__ = ["live_bytes_per_step", "stage_live_bytes"]
+
+
+def stage_live_bytes(model: MemoryModel, ops: np.ndarray, tile: int | None = None) -> tuple[int, np.ndarray]:
+    """The first step of a stage's window and its counted variables' live bytes at each step of it.
+
+    The series whose peak is the stage's variables component: the same
+    window, variables and profile as ``model`` (the training what-ifs' profile
+    when ``model`` is an engine's), on ``tile`` or summed over tiles.
+    """
+    lo, hi = model.window(ops)
+    return lo, live_bytes_per_step(model.profile, model.counted_variables(ops), lo, hi, tile=tile)
 
 
 def live_bytes_per_step(profile: Profile, var_idx: np.ndarray, lo: int, hi: int, tile: int | None = None) -> np.ndarray:

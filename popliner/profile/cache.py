@@ -16,6 +16,12 @@ variable names stay compressed in memory too (:class:`NameTable` inflates a
 chunk when a name in it is read). A file that is unreadable, truncated,
 damaged, from another version or for another profile is ignored and
 rebuilt; nothing here ever raises to the user.
+
+Beside the profile, a file holds what the caller derived from it (the
+operation table, the layer assignment): frozen dataclasses of arrays,
+tuples and scalars, stored the same way. The caller names their types when
+it loads, so this module, like all of ``profile/``, imports nothing from the
+layers above it.
 """
 
 from __future__ import annotations
@@ -34,15 +40,13 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 from numpy.lib import format as npy_format
 
 from popliner import __version__
 from popliner.fileio import atomic_write
-from popliner.ops.layers import LayerAssignment
-from popliner.ops.operations import OperationTable
 from popliner.profile import zcodec
 from popliner.profile.model import Contexts, NameTable, Profile, Programs, Target, Variables, VertexTypes
 from popliner.profile.tilevector import RunTable
@@ -62,12 +66,13 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
+#: 4: the derived data under "derived" (its type named by the caller), names tuples as lists, layers stored.
 CACHE_FORMAT = 4
 _CLASSES: dict[str, type] = {
-    c.__name__: c
-    for c in (Profile, Target, Programs, Variables, NameTable, Contexts, VertexTypes, RunTable, OperationTable,
-              LayerAssignment)
+    c.__name__: c for c in (Profile, Target, Programs, Variables, NameTable, Contexts, VertexTypes, RunTable)
 }
+D = TypeVar("D")
+L = TypeVar("L")
 #: What a bad cache file can raise while it is read (it is then rebuilt).
 _READ_ERRORS: tuple[type[Exception], ...] = (
     OSError, ValueError, KeyError, TypeError, EOFError, zipfile.BadZipFile, json.JSONDecodeError, UnicodeDecodeError,
@@ -95,12 +100,14 @@ def cache_path(sha256: str, options_key: str, directory: str | os.PathLike[str] 
     return cache_dir(directory) / f"{sha256[:40]}-{digest}.npz"
 
 
-def store_cached(path: Path, sha256: str, options_key: str, profile: Profile, ops: OperationTable,
-                 layers: tuple[str, LayerAssignment] | None = None) -> None:
+def store_cached(path: Path, sha256: str, options_key: str, profile: Profile, derived: object,
+                 layers: tuple[str, object] | None = None) -> None:
     """Write the cache file; a failure (read-only disk, full disk) is only logged.
 
-    ``layers``: the layer assignment of the operations and the key of the
-    options that chose it (it is only used again under the same key).
+    ``derived`` is what the caller built from the profile (the operation
+    table), a frozen dataclass of arrays, tuples and scalars; ``layers``: the
+    layer assignment of the operations (another such dataclass) and the key
+    of the options that chose it (it is only used again under the same key).
     """
     arrays: dict[str, np.ndarray] = {}
     meta = {
@@ -109,7 +116,7 @@ def store_cached(path: Path, sha256: str, options_key: str, profile: Profile, op
         "sha256": sha256,
         "options": options_key,
         "profile": _flatten(profile, "p.", arrays),
-        "ops": _flatten(ops, "o.", arrays),
+        "derived": _flatten(derived, "d.", arrays),
         "layers": None if layers is None else [layers[0], _flatten(layers[1], "l.", arrays)],
     }
     meta["codecs"] = _pack_all(arrays)
@@ -124,17 +131,19 @@ def store_cached(path: Path, sha256: str, options_key: str, profile: Profile, op
 
 
 @dataclass(frozen=True, eq=False)
-class CacheHit:
+class CacheHit(Generic[D, L]):
     """What a cache file holds."""
 
     profile: Profile
-    ops: OperationTable
+    derived: D
     #: The layer assignment stored with them and the key of the options that chose it.
-    layers: tuple[str, LayerAssignment] | None
+    layers: tuple[str, L] | None
 
 
-def load_cached(path: Path, sha256: str, options_key: str, profile_path: str) -> CacheHit | None:
-    """The cached profile, operations and layers, or None when absent, stale or corrupt."""
+def load_cached(path: Path, sha256: str, options_key: str, profile_path: str, derived: type[D],
+                layers_type: type[L]) -> CacheHit[D, L] | None:
+    """The cached profile, derived data and layers (of the types named), or None when absent, stale or corrupt."""
+    classes = {**_CLASSES, derived.__name__: derived, layers_type.__name__: layers_type}
     if not path.is_file():
         return None
     try:
@@ -146,19 +155,19 @@ def load_cached(path: Path, sha256: str, options_key: str, profile_path: str) ->
             log.debug("cache %s is stale; rebuilding", path)
             return None
         _unpack_all(arrays, meta["codecs"])
-        profile = _unflatten(meta["profile"], arrays)
-        ops = _unflatten(meta["ops"], arrays)
+        profile = _unflatten(meta["profile"], arrays, _CLASSES)
+        extra = _unflatten(meta["derived"], arrays, classes)
         stored = meta.get("layers")
-        layers = None if stored is None else (stored[0], _unflatten(stored[1], arrays))
+        layers = None if stored is None else (stored[0], _unflatten(stored[1], arrays, classes))
     except _READ_ERRORS as exc:
         log.debug("cache %s is unreadable (%s); rebuilding", path, exc)
         return None
-    if not isinstance(profile, Profile) or not isinstance(ops, OperationTable):
+    if not isinstance(profile, Profile) or not isinstance(extra, derived):
         return None
-    if layers is not None and not (isinstance(layers[0], str) and isinstance(layers[1], LayerAssignment)):
+    if layers is not None and not (isinstance(layers[0], str) and isinstance(layers[1], layers_type)):
         layers = None
     # The same content may sit under another name; report the name used now.
-    return CacheHit(dataclasses.replace(profile, path=profile_path), ops, layers)
+    return CacheHit(dataclasses.replace(profile, path=profile_path), extra, layers)
 
 
 def _read_npz(path: Path) -> dict[str, np.ndarray]:
@@ -382,22 +391,22 @@ def _flatten(obj: Any, prefix: str, arrays: dict[str, np.ndarray]) -> Any:
     return obj
 
 
-def _unflatten(desc: Any, arrays: dict[str, np.ndarray]) -> Any:
+def _unflatten(desc: Any, arrays: dict[str, np.ndarray], classes: dict[str, type]) -> Any:
     if isinstance(desc, dict):
         if "__array__" in desc:
             return arrays[desc["__array__"]]
         if "__class__" in desc:
-            cls = _CLASSES[desc["__class__"]]
-            return cls(**{k: _unflatten(v, arrays) for k, v in desc["fields"].items()})
+            cls = classes[desc["__class__"]]
+            return cls(**{k: _unflatten(v, arrays, classes) for k, v in desc["fields"].items()})
         if "__strs__" in desc:
             strs = desc["__strs__"]
             if not all(type(v) is str for v in strs):
                 raise ValueError("a list of names holds something else")
             return tuple(strs)
         if "__tuple__" in desc:
-            return tuple(_unflatten(v, arrays) for v in desc["__tuple__"])
+            return tuple(_unflatten(v, arrays, classes) for v in desc["__tuple__"])
         if "__arraydict__" in desc:
-            return {k: _unflatten(v, arrays) for k, v in desc["__arraydict__"].items()}
+            return {k: _unflatten(v, arrays, classes) for k, v in desc["__arraydict__"].items()}
     return desc
 
 

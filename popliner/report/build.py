@@ -16,7 +16,7 @@ import numpy as np
 from popliner import __version__
 from popliner.analysis import Analysis
 from popliner.config.model import PipelineConfig
-from popliner.memory.timeline import live_bytes_per_step
+from popliner.memory.timeline import stage_live_bytes
 from popliner.outputs.rows import LayerRow
 from popliner.report.aggregate import Pooled, max_pool
 from popliner.report.data import ipu_memories
@@ -117,13 +117,11 @@ def fullest_ipu(ipus: tuple[IpuMemory, ...]) -> IpuMemory:
 
 def liveness(analysis: Analysis, ipu: IpuMemory) -> Liveness:
     """Live variables over the steps of ``ipu``'s operations, on its worst tile and summed over tiles."""
-    model = analysis.model
     ops = analysis.stage_ops(ipu.layers, first_stage=ipu.ipu == 0)
-    lo, hi = model.window(ops)
-    var = model.counted_variables(ops)
     tile = ipu.worst_tile
-    on_tile = live_bytes_per_step(analysis.profile, var, lo, hi, tile=tile)
-    summed = live_bytes_per_step(analysis.profile, var, lo, hi)
+    lo, on_tile = stage_live_bytes(analysis.model, ops, tile)
+    _, summed = stage_live_bytes(analysis.model, ops)
+    hi = lo + len(on_tile) - 1
     peak = int(np.argmax(on_tile)) if on_tile.size else 0
     parts = ipu.worst_components
     others = ipu.worst_bytes - parts["variables"]

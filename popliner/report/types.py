@@ -6,58 +6,72 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from popliner.memory.types import COMPONENTS, ComponentBytes
+from popliner.memory.types import ComponentBytes
+from popliner.pipeline import StageFigure
 
 __all__ = ["IpuMemory"]
 
 
 @dataclass(frozen=True, eq=False)
 class IpuMemory:
-    """One IPU of a split, per tile: what the memory engine says it holds.
+    """One IPU of a split as the report and the plots show it.
 
-    ``per_tile`` is (5, tiles) in :data:`COMPONENTS` order, the stage's own
-    memory as the single-IPU profile shows it (one stash entry included);
-    ``stash_per_tile`` is what the pipeline's extra stash entries add and
-    ``copy_per_tile`` the inter-IPU copy buffers. The total is their sum.
+    Every byte is its pipeline figure's (:class:`popliner.pipeline.StageFigure`,
+    the one ``popliner check`` and the solver report); this adds only what
+    a page needs beside it: the layer names and the budget.
     """
 
-    ipu: int
+    figure: StageFigure
     layers: tuple[str, ...]
-    per_tile: np.ndarray
-    stash_per_tile: np.ndarray
-    copy_per_tile: np.ndarray
     budget: int
 
     @property
+    def ipu(self) -> int:
+        return self.figure.position
+
+    @property
     def tiles(self) -> int:
-        return int(self.per_tile.shape[1])
+        return self.figure.memory.tiles
+
+    @property
+    def per_tile(self) -> np.ndarray:
+        """(5, tiles) in component order: the model of the IPU's operations (one stash entry included)."""
+        return self.figure.memory.per_tile
+
+    @property
+    def stash_per_tile(self) -> np.ndarray:
+        """What the pipeline's extra stash entries add, per tile."""
+        return self.figure.stash_per_tile
+
+    @property
+    def copy_per_tile(self) -> np.ndarray:
+        """The inter-IPU copy buffers, the same on every tile."""
+        return np.full(self.tiles, self.figure.copy_buffer, np.int64)
 
     @property
     def total_per_tile(self) -> np.ndarray:
-        return np.asarray(self.per_tile.sum(axis=0) + self.stash_per_tile + self.copy_per_tile, dtype=np.int64)
+        return self.figure.total_per_tile
 
     @property
     def worst_tile(self) -> int:
-        """The tile with the largest total (lowest index on ties)."""
-        return int(np.argmax(self.total_per_tile)) if self.tiles else 0
+        return self.figure.worst_tile
 
     @property
     def worst_bytes(self) -> int:
-        return int(self.total_per_tile.max()) if self.tiles else 0
+        return self.figure.worst_bytes
 
     @property
     def worst_components(self) -> dict[str, int]:
         """Bytes on the worst tile: the five components, then stash and copy buffers."""
-        t = self.worst_tile
-        out = {c: int(self.per_tile[k, t]) for k, c in enumerate(COMPONENTS)}
-        out["stash"] = int(self.stash_per_tile[t])
-        out["copy_buffers"] = int(self.copy_per_tile[t])
+        out = self.figure.worst_tile_memory.as_dict()
+        out["stash"] = self.figure.worst_tile_stash
+        out["copy_buffers"] = self.figure.copy_buffer if self.tiles else 0
         return out
 
     @property
     def summed(self) -> ComponentBytes:
         """Each component summed over tiles (stash and buffers not included)."""
-        return ComponentBytes(*(int(v) for v in self.per_tile.sum(axis=1)))
+        return self.figure.memory.summed()
 
     @property
     def headroom(self) -> int:
@@ -66,7 +80,7 @@ class IpuMemory:
 
     @property
     def fits(self) -> bool:
-        return self.worst_bytes <= self.budget
+        return self.figure.fits(self.budget)
 
     @property
     def label(self) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 
 from popliner.deadline import OutOfTime, check_deadline
-from popliner.pipeline import RangeCosts, grows_past_limit, position_memory
+from popliner.pipeline import RangeCosts, grows_past_limit, position_memory, range_cost
 from popliner.solvers.problem import Bounds, SplitProblem
 
 __all__ = ["OutOfTime", "dp_bounds", "dp_for_stages", "dp_per_count", "stage_cost"]
@@ -19,7 +19,7 @@ __all__ = ["OutOfTime", "dp_bounds", "dp_for_stages", "dp_per_count", "stage_cos
 def stage_cost(table: RangeCosts, i: int, j: int, memory: float) -> float:
     """The first objective's value for one stage: cycles, or its worst-tile ``memory`` without cycles."""
     if table.has_cycles:
-        return float(table.cost(i, j))
+        return float(range_cost(table, i, j))
     return memory
 
 

@@ -12,8 +12,6 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from popliner.pipeline import range_boundaries
-
 __all__ = ["OVERFLOW", "ArrayRanges", "Bounds", "SplitProblem"]
 
 #: A range that does not fit.
@@ -116,9 +114,6 @@ class ArrayRanges:
 
     def transfer(self, nbytes: int) -> int:
         return math.ceil(nbytes / self._bpc)
-
-    def cost(self, i: int, j: int) -> int:
-        return self.compute(i, j) + self.transfer(range_boundaries(self, i, j)[0])
 
     def forbidden_splits(self, keep_shared_together: bool) -> frozenset[int]:
         return frozenset()

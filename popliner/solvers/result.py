@@ -84,10 +84,33 @@ class SplitResult:
         return bool(self.stages) and all(s.fits for s in self.stages)
 
     def to_frame(self) -> Any:
-        """One row per IPU as a pandas DataFrame (see :func:`popliner.frames.split_frame`)."""
-        from popliner.frames import split_frame
+        """One row per IPU as a pandas DataFrame: layers, memory summed over tiles, worst tile, headroom, stash,
+        cycles."""
+        # Imported here, so that importing a solver does not import pandas.
+        import pandas as pd
 
-        return split_frame(self)
+        from popliner.dataframes import component_columns, typed
+
+        stages = self.stages
+        frame = pd.DataFrame({
+            "ipu": [s.ipu for s in stages],
+            "first_layer": [s.first_layer for s in stages],
+            "last_layer": [s.last_layer for s in stages],
+            "num_layers": [len(s.layers) for s in stages],
+            **component_columns([s.memory for s in stages]),
+            "worst_tile": [s.worst_tile for s in stages],
+            "worst_tile_bytes": [s.worst_tile_bytes for s in stages],
+            "headroom_bytes": [self.budget_bytes - s.worst_tile_bytes for s in stages],
+            "stash_entries": [s.stash_entries for s in stages],
+            "stash_bytes": [s.stash_bytes for s in stages],
+            "cycles": [s.cycles for s in stages],
+            "bytes_in": [s.bytes_in for s in stages],
+            "fits": [s.fits for s in stages],
+        })
+        frame = typed(frame, strings=("first_layer", "last_layer"))
+        frame["fits"] = frame["fits"].astype(bool)
+        frame["layers"] = pd.Series([list(s.layers) for s in stages], dtype=object)
+        return frame
 
 
 def stage_result(figure: StageFigure, layer_names: tuple[str, ...], budget: int,

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from popliner.deadline import OutOfTime, check_deadline
-from popliner.pipeline import RangeCosts, position_memory
+from popliner.pipeline import RangeCosts, position_memory, range_cost
 from popliner.progress import phase
 from popliner.solvers.dp import dp_bounds, dp_per_count
 from popliner.solvers.greedy import greedy_bounds
@@ -125,7 +125,7 @@ def _out_of_time(table: RangeCosts, problem: SplitProblem, best: tuple[Bounds, f
 def first_objective(table: RangeCosts, problem: SplitProblem, bounds: Bounds) -> float:
     """The largest stage cost of a split (cycles with received transfer, else worst-tile bytes)."""
     if table.has_cycles:
-        return float(max(table.cost(i, j) for i, j in bounds))
+        return float(max(range_cost(table, i, j) for i, j in bounds))
     return float(max(position_memory(table, i, j, k, len(bounds), problem.training) for k, (i, j) in enumerate(bounds)))
 
 

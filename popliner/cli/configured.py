@@ -1,0 +1,56 @@
+"""What ``check``, ``report`` and ``simulate --profile`` share: a profile analysed as a pipeline config says.
+
+A config records the mode and the training options it was solved with, the
+content hash of its profile and a budget; these commands recompute its
+figures from a profile, so they read that profile the same way.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
+
+from popliner.cli.options import CONFIG_TRAINING_PARAMS
+
+if TYPE_CHECKING:
+    from popliner.analysis import Analysis
+    from popliner.config.model import ConfigTraining, PipelineConfig
+
+__all__ = ["analysis_for_config", "budget_for_config"]
+
+log = logging.getLogger("popliner")
+
+
+def analysis_for_config(source: str, profile: str, mode: str, recorded: ConfigTraining | None,
+                        given: Mapping[str, object], *, layer_groups: Sequence[tuple[str, ...]] = (),
+                        recorded_sha256: str = "", use_cache: bool = True, cache_dir: str | None = None) -> Analysis:
+    """PROFILE analysed in the config's ``mode`` with the training options it records.
+
+    ``layer_groups`` (each IPU's layers) tell an inference config's head
+    placement (:func:`popliner.config.options.analysis_options`).
+
+    Training options given on the command line (``given``, the command's
+    keyword arguments) must agree with the record; the options the analysis
+    applied must be the recorded ones; a profile whose content differs from
+    the one the config was made from (``recorded_sha256``) gets a warning.
+    """
+    from popliner.analysis import load_analysis
+    from popliner.config.options import analysis_options, check_applied, check_cli_options
+
+    check_cli_options(recorded, source, {k: given.get(k) for k in CONFIG_TRAINING_PARAMS})
+    options = analysis_options(mode, recorded, layer_groups)
+    analysis = load_analysis(profile, options, use_cache=use_cache, cache_dir=cache_dir)
+    check_applied(recorded, analysis, source)
+    sha = analysis.profile.sha256
+    if recorded_sha256 and recorded_sha256.lower() != sha.lower():
+        log.warning("%s differs from the profile the config was written for: sha256 %s.. vs %s..; "
+                    "the figures are recomputed from %s", profile, sha[:12], recorded_sha256[:12], profile)
+    return analysis
+
+
+def budget_for_config(analysis: Analysis, cfg: PipelineConfig, fraction: float | None) -> int:
+    """Bytes per tile an IPU may use: ``fraction`` of the profile's tile (``--budget``), else the config's."""
+    if fraction is None:
+        return cfg.effective_budget
+    return int(analysis.profile.target.bytes_per_tile * fraction)

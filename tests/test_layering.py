@@ -1,0 +1,111 @@
+"""The package's layers, checked from the source: each lower layer imports only what is below it.
+
+profile/ -> ops/ -> memory/ -> pipeline.py -> solvers/: every package (or
+module) here may import itself, the layers listed for it, and the leaf
+utilities. Every import counts: at module level, inside functions (lazy
+imports) and under ``TYPE_CHECKING``, because each of them is a dependency
+a reader must follow.
+
+Leaf utilities: ``popliner`` itself (only ``__version__``), ``errors``
+(the exception hierarchy), ``fileio`` (atomic output files; the cache writes
+through it), ``interrupts`` (signals deferred while a file is being made),
+``arrays`` (numpy helpers), ``progress`` (stderr progress) and ``deadline``
+(a solve's ``--time-limit``, read by the range tables and the solvers). They import
+nothing else from popliner, which is checked too.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parent.parent / "popliner"
+
+LEAVES = frozenset({"", "errors", "fileio", "interrupts", "arrays", "progress", "deadline"})
+
+#: Layer -> what it may import besides itself and the leaves.
+ALLOWED: dict[str, frozenset[str]] = {
+    "profile": frozenset(),
+    "ops": frozenset({"profile"}),
+    "memory": frozenset({"profile", "ops"}),
+    "pipeline": frozenset({"profile", "ops", "memory"}),
+    # dataframes: typed pandas columns for SplitResult.to_frame (it imports only memory).
+    "solvers": frozenset({"profile", "ops", "memory", "pipeline", "dataframes"}),
+    "dataframes": frozenset({"memory"}),
+}
+#: Leaf -> the other leaves it may import.
+LEAF_IMPORTS: dict[str, frozenset[str]] = {
+    "errors": frozenset(),
+    "arrays": frozenset(),
+    "progress": frozenset(),
+    "interrupts": frozenset(),
+    "deadline": frozenset(),
+    "fileio": frozenset({"errors", "interrupts"}),
+}
+
+
+def imported(path: Path, package: Path) -> list[tuple[int, str]]:
+    """(line, top-level part of popliner it names) of every popliner import in ``path``."""
+    tree = ast.parse(path.read_text(), str(path))
+    here = path.relative_to(package.parent).with_suffix("").parts  # ("popliner", "memory", "engine")
+    found = []
+    for node in ast.walk(tree):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:  # relative: resolve against this module's package
+                base = list(here[: len(here) - node.level])
+                names = [".".join(base + ([node.module] if node.module else []))]
+            elif node.module:
+                names = [node.module]
+        for name in names:
+            parts = name.split(".")
+            if parts[0] == package.name:
+                found.append((node.lineno, parts[1] if len(parts) > 1 else ""))
+    return found
+
+
+def layer_of(path: Path, package: Path) -> str:
+    rel = path.relative_to(package)
+    return rel.parts[0] if len(rel.parts) > 1 else rel.stem
+
+
+def violations(package: Path) -> list[str]:
+    out = []
+    for path in sorted(package.rglob("*.py")):
+        layer = layer_of(path, package)
+        if layer in ALLOWED:
+            allowed = ALLOWED[layer] | LEAVES | {layer}
+        elif layer in LEAF_IMPORTS:
+            allowed = LEAF_IMPORTS[layer] | {layer}
+        else:
+            continue
+        for line, target in imported(path, package):
+            if target not in allowed:
+                where = path.relative_to(package.parent)
+                out.append(f"{where}:{line}: {layer} imports popliner.{target or '__init__'}")
+    return out
+
+
+def test_layers_import_only_what_is_below_them() -> None:
+    assert violations(PACKAGE) == []
+
+
+def test_the_check_finds_a_violation(tmp_path: Path) -> None:
+    # A small tree with one import of each kind that breaks a rule, and allowed ones beside them.
+    pkg = tmp_path / "popliner"
+    for sub in ("profile", "solvers", "memory"):
+        (pkg / sub).mkdir(parents=True)
+    (pkg / "profile" / "cache.py").write_text("from popliner.ops.operations import OperationTable\n"
+                                              "from popliner.errors import ProfileFormatError\n")
+    (pkg / "solvers" / "result.py").write_text("def f():\n    from popliner.frames import split_frame\n")
+    (pkg / "memory" / "engine.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                                              "    from ..cli import cli\nfrom . import model\n")
+    (pkg / "errors.py").write_text("import popliner.fileio\n")
+    assert violations(pkg) == [
+        "popliner/errors.py:1: errors imports popliner.fileio",
+        "popliner/memory/engine.py:3: memory imports popliner.cli",
+        "popliner/profile/cache.py:1: profile imports popliner.ops",
+        "popliner/solvers/result.py:2: solvers imports popliner.frames",
+    ]
