@@ -9,6 +9,7 @@ the ones that need a privilege the machine lacks are skipped, saying why.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import random
@@ -240,11 +241,16 @@ def test_stdout_closed() -> None:
 
 def test_reader_of_stdout_goes_away_quietly() -> None:
     """`popliner ... | head -1`: no traceback, no message, exit 141 (as if killed by SIGPIPE)."""
+    # The table (about 28 kB) would fit in a default 64 kB pipe, so the writer could finish before the
+    # reader closes and exit 0; a one-page pipe makes it block, so the reader really goes away first.
+    read_end, write_end = os.pipe()
+    fcntl.fcntl(write_end, fcntl.F_SETPIPE_SZ, 4096)
     p = subprocess.Popen([sys.executable, "-m", "popliner", "-q", str(BERT_TRAIN), "--operation-breakdown"],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env())
-    assert p.stdout is not None and p.stderr is not None
-    p.stdout.readline()
-    p.stdout.close()
+                         stdout=write_end, stderr=subprocess.PIPE, env=env())
+    os.close(write_end)
+    assert p.stderr is not None
+    with os.fdopen(read_end, "rb", buffering=0) as out:
+        assert out.read(1)  # the first byte of the table, then the reader goes away
     err = p.stderr.read().decode()
     assert p.wait(timeout=120) == 141
     assert err == ""
