@@ -7,6 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from popliner.analysis import Analysis, AnalysisOptions, analyse_profile
+from popliner.memory.engine import MemoryEngine
+from popliner.memory.ranges import ProfileRanges
 from popliner.profile.loader import parse_profile_bytes
 
 
@@ -61,3 +63,15 @@ def ipu_memory(ipu: int, layers: tuple[str, ...], per_tile: Any, stash_per_tile:
                          stash_entry_per_tile=stash_per_tile, stash_entries=2, copy_buffer=copy_buffer,
                          bytes_in=0, bytes_out=0, forward_cycles=0, backward_cycles=0)
     return IpuMemory(figure, layers, budget)
+
+
+def range_table_equals_engine(table: ProfileRanges, engine: MemoryEngine, num_layers: int) -> None:
+    """Every contiguous range's total and stash entry per tile: the incremental table equals the direct model."""
+    for i in range(num_layers):
+        for j in range(i, num_layers):
+            got = table.per_tile(i, j)
+            assert got is not None
+            total, stash = got
+            ops = engine.range_ops(i, j)
+            assert total.tolist() == engine.stage_memory(ops).total_per_tile.tolist(), (i, j)
+            assert stash.tolist() == engine.stash_entry_per_tile(ops).tolist(), (i, j)

@@ -22,6 +22,7 @@ from popliner.memory import liveness, ranges
 from popliner.memory.engine import MemoryEngine, StashWindows
 from popliner.memory.ranges import ProfileRanges
 from popliner.memory.training import TrainingOptions
+from tests.helpers import range_table_equals_engine
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "profiles"
 OPTIONS = [
@@ -54,15 +55,7 @@ def small_paths(monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest)
 def test_fast_paths_equal_the_direct_model(fixture: str, options: dict[str, str], small_paths: None) -> None:
     engine = _engine(fixture, **options)
     table = ProfileRanges(engine, limit=2**62, liveness="grid")
-    n = table.num_layers  # a wrapped head is no layer of the table's
-    for i in range(n):
-        for j in range(i, n):
-            got = table.per_tile(i, j)
-            assert got is not None
-            total, stash = got
-            ops = engine.range_ops(i, j)
-            assert total.tolist() == engine.stage_memory(ops).total_per_tile.tolist(), (i, j)
-            assert stash.tolist() == engine.stash_entry_per_tile(ops).tolist(), (i, j)
+    range_table_equals_engine(table, engine, table.num_layers)  # a wrapped head is no layer of the table's
 
 
 def _random_rows(rng: np.random.Generator, m: int, widening: bool) -> list[StashWindows | None]:
