@@ -21,6 +21,7 @@ from popliner.memory.types import COMPONENT_TITLES, COMPONENTS
 from popliner.outputs.rows import LayerRow
 from popliner.report.build import LIVENESS_POINTS, Report
 from popliner.report.figures import heatmap_figure, liveness_figure, memory_figure, schedule_figure, short_bytes
+from popliner.simulator.outputs import seconds_text
 
 __all__ = ["SECTIONS", "render_html"]
 
@@ -156,7 +157,7 @@ def _schedule(r: Report) -> str:
     if sim is None:
         return _section("schedule", "<p>Not simulated.</p>", "")
     tp = sim.throughput
-    facts = (f"Step {_time(sim.step_seconds)}, " + (f"{tp:,.1f} samples/s; " if tp else "")
+    facts = (f"Step {seconds_text(sim.step_seconds)}, " + (f"{tp:,.1f} samples/s; " if tp else "")
              + f"compute {sim.compute_share:.1%}, bubbles {sim.bubble_share:.1%} (fill/flush "
              f"{sim.fill_flush_share:.1%}, imbalance {sim.imbalance_share:.1%}), copies and sync "
              f"{sim.communication_share:.1%} of the IPUs' time.")
@@ -226,14 +227,6 @@ def _e(text: str) -> str:
 
 def _n(count: int, one: str) -> str:
     return f"{count} {one}{'' if count == 1 else 's'}"
-
-
-def _time(seconds: float) -> str:
-    if seconds >= 1:
-        return f"{seconds:.3f} s"
-    if seconds >= 1e-3:
-        return f"{seconds * 1e3:.3f} ms"
-    return f"{seconds * 1e6:.3f} us"
 
 
 def _basename(path: str) -> str:

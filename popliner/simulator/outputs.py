@@ -25,6 +25,7 @@ __all__ = [
     "result_document",
     "schedule_bars",
     "schedule_title",
+    "seconds_text",
     "trace_document",
     "write_gantt",
     "write_trace",
@@ -91,7 +92,7 @@ def _ipu_table(result: SimResult) -> str:
 def _totals(result: SimResult) -> list[str]:
     tp = result.throughput
     lines = [
-        f"Step time: {_seconds(result.step_seconds)} ({_int(round(result.step_cycles))} cycles at "
+        f"Step time: {seconds_text(result.step_seconds)} ({_int(round(result.step_cycles))} cycles at "
         f"{result.clock_hz / 1e9:.3f} GHz); throughput: "
         + (f"{tp:,.1f} samples/s" if tp is not None else "n/a (no cycle figures)"),
         (f"Time split: compute {result.compute_share:.1%}, bubble {result.bubble_share:.1%} "
@@ -135,7 +136,8 @@ def _fits(v: bool | None) -> str:
     return "n/a" if v is None else ("yes" if v else "NO")
 
 
-def _seconds(s: float) -> str:
+def seconds_text(s: float) -> str:
+    """A duration with three decimals in s, ms or us, as the simulator's text and the HTML report show it."""
     if s >= 1:
         return f"{s:.3f} s"
     if s >= 1e-3:
@@ -321,7 +323,7 @@ def schedule_title(result: SimResult) -> str:
     g = _n(result.micro_batches, "micro-batch", "micro-batches")
     head = (f"{_mode(result).capitalize()}: K = {_n(len(result.ipus), 'IPU')}, "
             f"{_n(result.num_stages, 'pipeline stage')}, G = {g}")
-    return head + f"; step {_seconds(result.step_seconds)}" + (f", {tp:,.0f} samples/s" if tp else "")
+    return head + f"; step {seconds_text(result.step_seconds)}" + (f", {tp:,.0f} samples/s" if tp else "")
 
 
 def write_gantt(result: SimResult, stream: IO[bytes], note: str | None = None) -> None:
