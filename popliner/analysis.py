@@ -202,8 +202,9 @@ def solve_split(analysis: Analysis, problem: SplitProblem, *, solver: SolverName
     table = ProfileRanges(engine, problem.budget, link_bytes_per_second, deadline=deadline)
     outcome = solve_bounds(
         table, problem, solver=solver, time_limit=time_limit, seed=seed, started=started,
+        # Lazy: the best effort and the fewest-IPUs search read rows in order and only as far as they need.
         relaxed=lambda factor: ProfileRanges(engine, int(problem.budget * factor), link_bytes_per_second,
-                                             deadline=deadline),
+                                             deadline=deadline, lazy=True),
         layer_bytes=lambda k: table.stage_memory(k, k).worst_bytes,
     )
     table.deadline = None

@@ -62,10 +62,16 @@ class ProfileRanges:
     :class:`popliner.deadline.OutOfTime`. What was evaluated before stays
     memoised and correct, so a solver can still read it after clearing the
     deadline (set the attribute to None).
+
+    ``lazy`` extends a row only as far as it is read (``i..j`` evaluates
+    ``i..i`` to ``i..j`` and no further), for a solver that reads rows in
+    order and knows where to stop; the last row extended keeps its running
+    set, so reading it further continues where it stopped. Figures are the
+    same either way.
     """
 
     def __init__(self, engine: MemoryEngine, limit: int, link_bytes_per_second: float = 64e9,
-                 liveness: Liveness = "auto", deadline: float | None = None) -> None:
+                 liveness: Liveness = "auto", deadline: float | None = None, lazy: bool = False) -> None:
         self.engine = engine
         self.limit = limit
         # A wrapped head is no layer the solvers place: it goes with the range at position 0.
@@ -81,6 +87,9 @@ class ProfileRanges:
         self._layer_cycles = engine.layer_cycles
         self._cross = engine.crossing
         self.deadline = deadline
+        self.lazy = lazy
+        #: The row a lazy table extended last: (start, last layer added, its running set).
+        self._open: tuple[int, int, _RunningStage] | None = None
 
     # -- what a solver reads ------------------------------------------------------
 
@@ -205,8 +214,8 @@ class ProfileRanges:
     # -- incremental evaluation -----------------------------------------------
 
     def _range(self, i: int, j: int) -> tuple[np.ndarray, np.ndarray] | None:
-        if i not in self._done_from:
-            self._extend_from(i)
+        if i not in self._done_from and not (self.lazy and (i, j) in self._ranges):
+            self._extend_from(i, j if self.lazy else self.num_layers - 1)
         return self._ranges.get((i, j))
 
     def _wrapped_range(self, j: int) -> tuple[np.ndarray, np.ndarray] | None:
@@ -235,11 +244,15 @@ class ProfileRanges:
             self._wrapped = wrapped  # only once complete: an interrupted pass leaves nothing half-built
         return self._wrapped.get(j)
 
-    def _extend_from(self, i: int) -> None:
-        """Evaluate ``i..j`` for growing ``j`` until the range overflows the limit."""
+    def _extend_from(self, i: int, upto: int) -> None:
+        """Evaluate ``i..j`` for growing ``j`` up to ``upto`` or until the range overflows the limit."""
         shared = self._shared
         state: _RunningStage | None = None
-        for j in range(i, self.num_layers):
+        first = i
+        opened, self._open = self._open, None  # taken: an interrupted extension leaves no stale running set
+        if opened is not None and opened[0] == i and opened[2].owns_grid():
+            first, state = opened[1] + 1, opened[2]  # continue the row's running set where it stopped
+        for j in range(first, upto + 1):
             known = shared.figures.get((i, j))
             if known is None or (known[1] is None and known[0] <= self.limit):
                 # Not evaluated yet, or only up to its total (it overflowed a lower limit).
@@ -269,6 +282,11 @@ class ProfileRanges:
             if worst > self.limit or stash is None:  # stash is None only when worst > a limit <= this one
                 break  # memory only grows with j: no longer range fits either
             self._ranges[(i, j)] = (total, stash)
+        else:
+            if upto < self.num_layers - 1:  # a lazy read: the row goes on when read further
+                if state is not None:
+                    self._open = (i, upto, state)
+                return
         # Only once the row is complete: a row interrupted by the deadline is extended again when read.
         self._done_from.add(i)
 
@@ -429,6 +447,7 @@ class _RunningStage:
         self.grid = grid
         if grid is not None:
             grid.clear()
+            grid.owner = self
         self.events = _EventList(p) if grid is None else None
         self.lo, self.hi = 0, -1
         self.ops: list[np.ndarray] = []
@@ -453,6 +472,10 @@ class _RunningStage:
         if self.stash is not None and parts.private_stash is not None and parts.shared_stash is not None:
             self.stash.add(parts.private_stash, len(self.ops) - 1)
             self.stash.add(_rows_of(parts.shared_stash, fresh), len(self.ops) - 1)
+
+    def owns_grid(self) -> bool:
+        """Does the shared grid still hold this set's variables (no other set was started since)?"""
+        return self.grid is None or self.grid.owner is self
 
     def total_per_tile(self) -> np.ndarray:
         present = np.cumsum(self.presence, axis=1)[:, : self.tiles] > 0
@@ -635,6 +658,7 @@ class _SegmentGrid:
         self.block_sum = np.zeros((self.nblocks, self.tiles), self.dtype)
         self.stale = np.zeros(self.nblocks, bool)  # events added since the block's sums were taken
         self.touched = np.zeros(self.nblocks, bool)  # events added since the last clear
+        self.owner: object | None = None  # the running set whose variables the grid holds
 
     @classmethod
     def of(cls, profile: Profile, block: int | None = None) -> _SegmentGrid:
