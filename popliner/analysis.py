@@ -199,22 +199,27 @@ def solve_split(analysis: Analysis, problem: SplitProblem, *, solver: SolverName
     what the limit cut short.
     """
     from popliner.memory.ranges import ProfileRanges
-    from popliner.solvers.solve import solve_bounds
+    from popliner.solvers.solve import SplitOutcome, solve_bounds
 
     t0 = time.perf_counter()
     started = time.monotonic() if started is None else started
     deadline = started + time_limit
     engine = analysis.engine  # the engine and its training view: set-up the limit counts
-    # The tables stop their own row extension at the deadline, so that greedy's fill and the first
-    # rows read are bounded by --time-limit too; the stages' figures below are then read without it.
-    table = ProfileRanges(engine, problem.budget, link_bytes_per_second, deadline=deadline)
-    outcome = solve_bounds(
-        table, problem, solver=solver, time_limit=time_limit, seed=seed, started=started,
-        # Lazy: the best effort and the fewest-IPUs search read rows in order and only as far as they need.
-        relaxed=lambda factor: ProfileRanges(engine, int(problem.budget * factor), link_bytes_per_second,
-                                             deadline=deadline, lazy=True),
-        layer_bytes=lambda k: table.stage_memory(k, k).worst_bytes,
-    )
+    if time.monotonic() >= deadline:
+        # Spent on the engine: no range table is set up either (its liveness grid takes a while too).
+        outcome = SplitOutcome(solver, "INFEASIBLE", (), note=f"the {time_limit:g} s time limit ran out while "
+                               "the memory engine was set up, before any range was evaluated: nothing was searched")
+    else:
+        # The tables stop their own row extension at the deadline, so that greedy's fill and the first
+        # rows read are bounded by --time-limit too; the stages' figures below are then read without it.
+        table = ProfileRanges(engine, problem.budget, link_bytes_per_second, deadline=deadline)
+        outcome = solve_bounds(
+            table, problem, solver=solver, time_limit=time_limit, seed=seed, started=started,
+            # Lazy: the best effort and the fewest-IPUs search read rows in order and only as far as they need.
+            relaxed=lambda factor: ProfileRanges(engine, int(problem.budget * factor), link_bytes_per_second,
+                                                 deadline=deadline, lazy=True),
+            layer_bytes=lambda k: table.stage_memory(k, k).worst_bytes,
+        )
     stages, note = _stage_results(analysis, problem, outcome.bounds, outcome.status == "INFEASIBLE", deadline,
                                   time_limit)
     return SplitResult(outcome.solver, outcome.status, analysis.mode, problem.num_ipus, problem.budget, stages,
