@@ -420,3 +420,22 @@ def test_check_says_which_options_it_applies(cache: Path) -> None:
     result = invoke("check", config_path, "--profile", TINY)
     assert (f"training options from {config_path}: recompute every-layer, optimizer state off-chip, "
             "head placement last") in result.stderr
+
+
+def test_config_from_keeps_recompute_requested_auto(cache: Path) -> None:
+    # tiny-training.md: at 460 bytes on 2 IPUs with `last`, `auto` chooses every-layer (no recompute or
+    # pipeline fits; see the exit-3 test above). The workbook records what was asked as well as what was
+    # chosen, and config-from writes both, as --config-out does.
+    from openpyxl import load_workbook
+
+    from popliner.outputs.planner import MODE_ROW, PLANNER_SHEET, TRAINING_COL
+
+    book, direct, via_book = cache / "review.xlsx", cache / "direct.yaml", cache / "from-book.yaml"
+    invoke(TINY, "--solve", "--num-ipus", "2", "--head-placement", "last", "--recompute", "auto",
+           "--optimizer-state", "off-chip", "--mem-per-tile", "460", "-o", book, "--config-out", direct)
+    recorded = json.loads(load_workbook(book)[PLANNER_SHEET].cell(row=MODE_ROW, column=TRAINING_COL).value)
+    assert recorded["recompute_requested"] == "auto"
+    invoke("config-from", book, "--profile", TINY, "-o", via_book)
+    options = read_config(via_book).options
+    assert options is not None and options.requested == "auto" and options.recompute == recorded["recompute"]
+    assert options == read_config(direct).options
