@@ -439,3 +439,32 @@ def test_config_from_keeps_recompute_requested_auto(cache: Path) -> None:
     options = read_config(via_book).options
     assert options is not None and options.requested == "auto" and options.recompute == recorded["recompute"]
     assert options == read_config(direct).options
+
+
+def test_poptorch_every_layer_hook_checkpoints_the_tensors_of_a_tuple_output() -> None:
+    # The hook of the snippet, run with stand-ins for torch and poptorch: a layer returning one tensor, a
+    # Hugging Face style tuple (hidden_states, None), and a list.
+    import types
+
+    tree = ast.parse(poptorch_snippet(config(FULL)))
+    hook = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "checkpoint_output")
+
+    class Tensor:
+        pass
+
+    checkpointed: list[object] = []
+
+    def checkpoint(t: object) -> tuple[str, object]:
+        checkpointed.append(t)
+        return ("ckpt", t)
+
+    namespace = {"torch": types.SimpleNamespace(Tensor=Tensor),
+                 "poptorch": types.SimpleNamespace(recomputationCheckpoint=checkpoint)}
+    exec(compile(ast.Module([hook], type_ignores=[]), "snippet", "exec"), namespace)
+    run = namespace["checkpoint_output"]
+    a, b = Tensor(), Tensor()
+    assert run(None, (), a) == ("ckpt", a)
+    assert run(None, (), (a, None)) == (("ckpt", a), None)
+    assert run(None, (), [a, b]) == [("ckpt", a), ("ckpt", b)]
+    assert run(None, (), None) is None
+    assert checkpointed == [a, a, a, b]
