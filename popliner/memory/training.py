@@ -502,46 +502,48 @@ def _update_window(ops: OperationTable, is_update: np.ndarray, state: np.ndarray
     return lo, hi
 
 
-def _unique_rows(key: np.ndarray, num_steps: int) -> tuple[np.ndarray, np.ndarray]:
-    """Distinct rows of (class, cut lo, cut hi, keep lo, keep hi) and each row's position among them."""
+def _unique_rows(columns: list[np.ndarray], num_steps: int) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct rows of the columns (class, cut lo, cut hi, keep lo, keep hi) and each row's position among them.
+
+    The rows come back in lexicographic order, as a sort on the five columns gives them.
+    """
     # Steps fit in few bits once "never" is mapped to num_steps + 1; pack the
     # row into one int64 when it fits (a sort on one key instead of five).
     cap = num_steps + 2
-    small = np.minimum(np.where(key[:, 1:] < 0, cap, key[:, 1:]), cap)
-    step_bits = max(int(cap).bit_length(), 1)
-    cls_bits = max(int(key[:, 0].max()).bit_length(), 1)
-    if cls_bits + 4 * step_bits <= 62:
-        columns = [key[:, 0], *(small[:, c] for c in range(4))]
-    else:
-        columns = [key[:, c] for c in range(5)]
+    steps = [np.minimum(np.where(col < 0, cap, col), cap) for col in columns[1:]]
     # Each column's values replaced by their rank among its distinct values: the same grouping and
     # the same (lexicographic) order in far fewer bits, so the row packs into one int64 (the rows of
     # changed variables have a few hundred distinct values per column, where steps alone take 15 bits).
-    ranks = [_dense_rank(col) for col in columns]
+    ranks = [_dense_rank(col) for col in [columns[0], *steps]]
     bits = [max(int(r.max()).bit_length(), 1) for r in ranks]
     if sum(bits) <= 62:
         packed = ranks[0]
         for r, b in zip(ranks[1:], bits[1:]):
             packed = (packed << b) | r
         _, first, inverse = np.unique(packed, return_index=True, return_inverse=True)
-        return key[first], inverse.reshape(-1)
-    uniq, inverse = np.unique(key, axis=0, return_inverse=True)
+        return np.stack([col[first] for col in columns], axis=1), inverse.reshape(-1)
+    uniq, inverse = np.unique(np.stack(columns, axis=1), axis=0, return_inverse=True)
     return uniq, inverse.reshape(-1)
 
 
 def _dense_rank(values: np.ndarray) -> np.ndarray:
     """Each value's rank among the distinct values (int64, 0 for the smallest)."""
-    values = values.astype(np.int64)
+    values = values.astype(np.int64, copy=False)
     if values.size == 0:
         return values
-    top = int(values.max())
+    lo, hi = int(values.min()), int(values.max())
+    if hi - lo < 1 << 24:
+        # A table over the range: no sort.
+        seen = np.zeros(hi - lo + 1, bool)
+        seen[values - lo] = True
+        return np.asarray((np.cumsum(seen) - 1)[values - lo], np.int64)
+    top = hi
     # "Never" markers sit far above every step: rank them last, the rest through a dense table.
     rest = values[values != top]
     if rest.size == 0:
         return np.zeros(values.size, np.int64)
     lo, hi = int(rest.min()), int(rest.max())
     if hi - lo < 1 << 24:
-        # A dense table over the range: no sort.
         present = np.bincount(rest - lo, minlength=hi - lo + 1) > 0
         rank = np.cumsum(present) - 1
         return np.asarray(np.where(values == top, int(present.sum()), rank[np.clip(values - lo, 0, hi - lo)]),
@@ -570,8 +572,7 @@ def with_live_steps(profile: Profile, nbytes: np.ndarray, cut_lo: np.ndarray, cu
     c_hi = np.where(is_cut, cut_hi[changed], big)
     k_lo = np.where(is_cut, 0, keep_lo[changed])
     k_hi = np.where(is_cut, big, keep_hi[changed])
-    key = np.stack((v.klass[changed].astype(np.int64), c_lo, c_hi, k_lo, k_hi), axis=1)
-    uniq, inverse = _unique_rows(key, profile.num_steps)
+    uniq, inverse = _unique_rows([v.klass[changed].astype(np.int64), c_lo, c_hi, k_lo, k_hi], profile.num_steps)
     cls = uniq[:, 0]
     counts = profile.class_ptr[cls + 1] - profile.class_ptr[cls]
     rep = np.repeat(np.arange(len(uniq)), counts)
