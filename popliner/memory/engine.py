@@ -434,6 +434,11 @@ class MemoryEngine:
         return np.asarray(hi > lo)
 
     @cached_property
+    def multi_layer_index(self) -> np.ndarray:
+        """The variables that more than one layer uses, sorted (a compact numbering of them)."""
+        return np.flatnonzero(self.multi_layer_var)
+
+    @cached_property
     def crossing(self) -> np.ndarray:
         """Bytes crossing the boundary after each layer but the last (``num_layers - 1`` entries).
 
