@@ -340,3 +340,44 @@ def test_tied_head_crossing_by_hand_wrap():
     assert [(f.bytes_in, f.bytes_out) for f in figures] == [(132, 513), (513, 132)]
     figures = stage_figures(engine, [[0, 1, 3], [2]])
     assert [(f.bytes_in, f.bytes_out) for f in figures] == [(132, 258), (258, 132)]
+
+
+def test_simulating_a_wrapped_config_alone_runs_the_head_as_its_own_stage(tmp_path, monkeypatch):
+    # The config records the head's cycles (IPU 0's `head_cycles`), so the simulator without the profile
+    # gives the head's stage K the cycles the profile gives it, and the same step. A config written
+    # before it recorded them keeps the head's work in IPU 0's backward stage: the same work per
+    # micro-batch on IPU 0, the head's stage empty.
+    import json
+    from pathlib import Path
+
+    import yaml
+    from click.testing import CliRunner
+
+    from popliner.cli import cli
+
+    monkeypatch.setenv("POPLINER_CACHE_DIR", str(tmp_path / "cache"))
+    profile = Path(__file__).resolve().parent.parent / "fixtures" / "profiles" / "bert-tiny-training.json"
+    config = tmp_path / "pipeline.yaml"
+
+    def run(*args: object) -> str:
+        result = CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
+        assert result.exit_code == 0, result.output
+        return result.stdout
+
+    run(profile, "--solve", "--num-ipus", 3, "--exact-ipus", "--head-placement", "wrap", "--recompute", "every-layer",
+        "--config-out", config)
+    doc = yaml.safe_load(config.read_text(encoding="utf-8"))
+    head = doc["stages"][0]["predicted"]["head_cycles"]
+    assert head > 0 and all("head_cycles" not in s["predicted"] for s in doc["stages"][1:])
+    from_profile = json.loads(run("simulate", config, "--profile", profile, "--json"))
+    from_config = json.loads(run("simulate", config, "--json"))
+    assert from_config["stages"] == from_profile["stages"]
+    assert from_config["step_cycles"] == from_profile["step_cycles"]
+    cycles = {s["index"]: s["cycles"] for s in from_config["stages"]}
+    assert cycles[3] == head  # K = 3: the head's stage
+    del doc["stages"][0]["predicted"]["head_cycles"]
+    old = tmp_path / "old.yaml"
+    old.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
+    before = {s["index"]: s["cycles"] for s in json.loads(run("simulate", old, "--json"))["stages"]}
+    assert before[3] == 0 and before[6] == cycles[6] + head  # IPU 0's backward is stage 2K = 6
+    assert {k: v for k, v in before.items() if k not in (3, 6)} == {k: v for k, v in cycles.items() if k not in (3, 6)}
