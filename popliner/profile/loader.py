@@ -21,7 +21,6 @@ import os
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, NoReturn
 
 import numpy as np
@@ -29,6 +28,7 @@ import numpy as np
 from popliner.errors import ProfileFormatError
 from popliner.profile import zcodec
 from popliner.profile.columns import Extracted, extract_columns
+from popliner.profile.files import read_profile_bytes
 from popliner.profile.model import (
     TYPE_CODE,
     Contexts,
@@ -59,19 +59,6 @@ MAX_TILES = 1 << 16
 _GZIP_MAGIC = b"\x1f\x8b"
 _DEFAULT_MAX_BYTES = 8 << 30
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
-
-
-def read_profile_bytes(path: str | os.PathLike[str]) -> bytes:
-    """The raw bytes of the file (still compressed when it is gzip)."""
-    p = Path(path)
-    try:
-        return p.read_bytes()
-    except FileNotFoundError:
-        raise ProfileFormatError(str(p), "", "no such file") from None
-    except IsADirectoryError:
-        raise ProfileFormatError(str(p), "", "is a directory, not a profile file") from None
-    except OSError as exc:
-        raise ProfileFormatError(str(p), "", f"cannot read: {exc.strerror}") from None
 
 
 def load_profile(path: str | os.PathLike[str]) -> Profile:
