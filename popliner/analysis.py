@@ -305,18 +305,20 @@ def load_analysis(path: str, options: AnalysisOptions = AnalysisOptions(), *, us
             return analysis
     if len(raw) > _ANNOUNCE_BYTES:
         log.info("reading %s (%.1f MB)", path, len(raw) / 1e6)
-    from popliner.profile.loader import parse_profile_bytes
+    from popliner.profile.loader import parse_profile_bytes, small_pages
 
-    with phase("parsing"):
-        profile = parse_profile_bytes(raw, str(path), sha256=sha)
-    del raw
-    with phase("deriving operations"):
-        ops = derive_operations(profile, options.op_layers)
-    log.info("loaded %s in %.2f s: %d programs, %d steps, %d variables, %d operations", path,
-             time.perf_counter() - t0, profile.programs.count, profile.num_steps, profile.variables.count, ops.count)
-    _check_regexes(options)  # before anything is chosen or written, as analyse_profile would
-    layers = _choose_layers(ops, options)
-    if use_cache:
-        with phase("writing the cache"):
-            store_cached(where, sha, key, profile, ops, (_layers_key(options), layers))
+    with small_pages():  # gigabytes of short-lived arrays: see small_pages
+        with phase("parsing"):
+            profile = parse_profile_bytes(raw, str(path), sha256=sha)
+        del raw
+        with phase("deriving operations"):
+            ops = derive_operations(profile, options.op_layers)
+        log.info("loaded %s in %.2f s: %d programs, %d steps, %d variables, %d operations", path,
+                 time.perf_counter() - t0, profile.programs.count, profile.num_steps, profile.variables.count,
+                 ops.count)
+        _check_regexes(options)  # before anything is chosen or written, as analyse_profile would
+        layers = _choose_layers(ops, options)
+        if use_cache:
+            with phase("writing the cache"):
+                store_cached(where, sha, key, profile, ops, (_layers_key(options), layers))
     return analyse_profile(profile, options, ops=ops, layers=layers)

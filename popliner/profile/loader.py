@@ -49,7 +49,7 @@ from popliner.profile.tilevector import (
     dense_runs,
 )
 
-__all__ = ["MAX_TILES", "load_profile", "parse_profile_bytes", "read_profile_bytes"]
+__all__ = ["MAX_TILES", "load_profile", "parse_profile_bytes", "read_profile_bytes", "small_pages"]
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +69,7 @@ def load_profile(path: str | os.PathLike[str]) -> Profile:
 
 def parse_profile_bytes(raw: bytes, path: str, sha256: str | None = None) -> Profile:
     digest = sha256 or hashlib.sha256(raw).hexdigest()
-    with _gc_paused(), _small_pages():
+    with _gc_paused(), small_pages():
         fast = _parse_fast(raw, path, digest)
         if fast is not None:
             return fast
@@ -128,7 +128,7 @@ def _gc_paused() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _small_pages() -> Iterator[None]:
+def small_pages() -> Iterator[None]:
     """Turn numpy's huge-page advice off while the document is read (the previous state is restored).
 
     numpy asks the kernel for transparent huge pages on every array of 4 MB
@@ -507,7 +507,8 @@ class _Builder:
                 i = int(order[dup[0] + 1])
                 self.fail(f"variables.id[{i}]", f"variable id {ids[i]} is used twice")
         self.var_order = order
-        self.var_sorted_ids = ids[order]
+        # With ids 0..n-1 the sorted ids are 0..n-1 again and never read: no gather of n ids.
+        self.var_sorted_ids = ids[:0] if self.var_ids_dense else ids[order]
         if self.extracted is not None:
             names, recompute = self._extracted_names(n)
         else:
@@ -832,7 +833,7 @@ class _Builder:
 
     def _var_positions(self, arr: np.ndarray, var_ptr: np.ndarray) -> np.ndarray:
         """Variable ids (int64, in program order) to variable indices."""
-        n = len(self.var_sorted_ids)
+        n = len(self.var_order)
         if self.var_ids_dense:
             # Ids 0..n-1: an id is its own position in sorted order, no search needed.
             if len(arr) and (int(arr.min()) < 0 or int(arr.max()) >= n):
