@@ -21,6 +21,7 @@ result is the same as the ordinary path's whenever it is used.
 from __future__ import annotations
 
 import warnings
+from concurrent.futures import Executor, Future
 from dataclasses import dataclass
 
 import numpy as np
@@ -52,10 +53,22 @@ class Extracted:
     program_var_lens: np.ndarray | None
     #: :func:`recompute_tensors` of the names, found before they were packed (None with no names).
     recompute: np.ndarray | None = None
+    #: The names being packed on the caller's thread pool (``names`` is then still their view of the text).
+    packing: Future[NameTable] | None = None
+
+    def wait_for_names(self) -> None:
+        """Take the packed names once they are ready (the text they were a view of can then go)."""
+        if self.packing is not None:
+            self.names, self.packing = self.packing.result(), None
 
 
-def extract_columns(text: bytes) -> tuple[bytes, Extracted] | None:
-    """``(rest of the document, extracted lists)``, or None to parse it the ordinary way."""
+def extract_columns(text: bytes, pool: Executor | None = None) -> tuple[bytes, Extracted] | None:
+    """``(rest of the document, extracted lists)``, or None to parse it the ordinary way.
+
+    With a ``pool``, the names are packed on it while this thread reads the
+    rest (zlib lets go of the GIL); the caller then calls
+    :meth:`Extracted.wait_for_names`.
+    """
     # The first "variables" object is taken; if it is not the top-level one, the loader finds
     # the top-level key without its placeholder and parses the ordinary way.
     at = text.find(_VARIABLES_KEY)
@@ -65,6 +78,17 @@ def extract_columns(text: bytes) -> tuple[bytes, Extracted] | None:
     if found is None:
         return None
     var_end, columns, names = found
+    table = recompute = packing = None
+    if names is not None:
+        # The names are a view of the text: flag the recompute tensors while they are plain,
+        # then compress them (the cache stores them that way too), so that the text can go.
+        table = NameTable(*names)
+        recompute = recompute_tensors(table)
+        if pool is not None:
+            packing = pool.submit(table.packed)
+        else:
+            table = table.packed()
+    del names
     spans: list[tuple[int, int, bytes]] = [(at + len(_VARIABLES_KEY) - 1, var_end, b'{"__popliner_columns__":1}')]
     bodies: list[tuple[int, int]] = []  # where each list's items are in the text
     # The variables object is skipped: its names are most of the document, and a
@@ -92,14 +116,7 @@ def extract_columns(text: bytes) -> tuple[bytes, Extracted] | None:
         pieces += (text[prev:a], repl)
         prev = b
     pieces.append(text[prev:])
-    table = recompute = None
-    if names is not None:
-        # The names are a view of the text: flag the recompute tensors while they are plain,
-        # then compress them (the cache stores them that way too), so that the text can go.
-        table = NameTable(*names)
-        recompute = recompute_tensors(table)
-        table = table.packed()
-    return b"".join(pieces), Extracted(columns, table, program_vars, program_lens, recompute)
+    return b"".join(pieces), Extracted(columns, table, program_vars, program_lens, recompute, packing)
 
 
 def _program_lists(text: bytes, lo: int, hi: int, bodies: list[tuple[int, int]],

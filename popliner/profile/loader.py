@@ -20,6 +20,7 @@ import logging
 import os
 import zlib
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
@@ -93,16 +94,20 @@ def _parse_fast(raw: bytes, path: str, digest: str) -> Profile | None:
     except ImportError:  # pragma: no cover - orjson is a dependency
         return None
     text = _decompress(raw, path)
-    found = extract_columns(text)
-    del text  # the bulky lists are arrays now; the rest is a small document
-    if found is None:
-        return None
-    rest, extracted = found
-    try:
-        doc = orjson.loads(rest)
-    except orjson.JSONDecodeError:
-        return None
-    del rest
+    # The names are packed on another thread while this one reads the other columns and
+    # parses the rest of the document; the text goes once they are packed.
+    with ThreadPoolExecutor(1) as pool:
+        found = extract_columns(text, pool)
+        del text  # the bulky lists are arrays now; the rest is a small document
+        if found is None:
+            return None
+        rest, extracted = found
+        try:
+            doc = orjson.loads(rest)
+        except orjson.JSONDecodeError:
+            return None
+        del rest
+        extracted.wait_for_names()
     try:
         return _Builder(doc, path, digest, extracted).build()
     except (ProfileFormatError, _NotFast):
@@ -498,7 +503,9 @@ class _Builder:
         self._first_bad((cols["class"] < 0) | (cols["class"] >= num_classes), "variables.class",
                         f"no such liveness class (there are {num_classes})")
         ids = cols["id"]
-        order = _permutation_order(ids)
+        # Ids 0..n-1 in order (the usual numbering): an id is its own index, nothing to scatter or gather.
+        self.var_ids_in_order = _rising_from_zero(ids)
+        order = np.arange(n, dtype=np.int64) if self.var_ids_in_order else _permutation_order(ids)
         self.var_ids_dense = order is not None
         if order is None:
             order = np.argsort(ids, kind="stable")
@@ -840,6 +847,8 @@ class _Builder:
                 k = int(np.flatnonzero((arr < 0) | (arr >= n))[0])
                 p, j = self._var_place(var_ptr, k)
                 self.fail(f"programs[{p}].vars[{j}]", f"no variable has id {arr[k]}")
+            if self.var_ids_in_order:
+                return arr  # int64, made for this and held nowhere else
             dense: np.ndarray = np.asarray(self.var_order[arr], np.int64)  # int64 already: no second copy
             return dense
         pos = np.searchsorted(self.var_sorted_ids, arr)
@@ -1008,6 +1017,12 @@ def _in_object_order(parts: list[tuple[list[int], np.ndarray, np.ndarray]], coun
 def _only_ints(values: list[Any]) -> bool:
     """Every item is a Python int (not a bool, not a float): one C-level pass over the types."""
     return set(map(type, values)) <= {int}
+
+
+def _rising_from_zero(ids: np.ndarray) -> bool:
+    """``ids`` is exactly 0, 1, ..., n-1: n distinct rising integers from 0 to n-1 can be nothing else."""
+    n = len(ids)
+    return bool(n and int(ids[0]) == 0 and int(ids[-1]) == n - 1 and np.greater(ids[1:], ids[:-1]).all())
 
 
 def _permutation_order(ids: np.ndarray) -> np.ndarray | None:
