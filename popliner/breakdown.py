@@ -25,8 +25,11 @@ GROUND_TRUTH = {
 
 
 def build_breakdown(analysis: Analysis, *, with_operations: bool = True, with_totals: bool = True,
-                    planner_ipus: int | None = None) -> Breakdown:
-    """The review tables; ``planner_ipus`` adds the range table of splits over up to that many IPUs."""
+                    planner_ipus: int | None = None, requested_recompute: str | None = None) -> Breakdown:
+    """The review tables; ``planner_ipus`` adds the range table of splits over up to that many IPUs.
+
+    ``requested_recompute``: the ``--recompute`` asked for (``auto`` is recorded next to the mode it chose).
+    """
     p = analysis.profile
     return Breakdown(
         profile_path=p.path,
@@ -40,7 +43,7 @@ def build_breakdown(analysis: Analysis, *, with_operations: bool = True, with_to
         ranges=range_table(analysis, planner_ipus) if planner_ipus else None,
         mode=analysis.mode,
         profile_sha256=p.sha256,
-        training=training_of(analysis),
+        training=training_of(analysis, requested_recompute),
     )
 
 

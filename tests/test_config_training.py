@@ -420,3 +420,51 @@ def test_check_says_which_options_it_applies(cache: Path) -> None:
     result = invoke("check", config_path, "--profile", TINY)
     assert (f"training options from {config_path}: recompute every-layer, optimizer state off-chip, "
             "head placement last") in result.stderr
+
+
+def test_config_from_keeps_recompute_requested_auto(cache: Path) -> None:
+    # tiny-training.md: at 460 bytes on 2 IPUs with `last`, `auto` chooses every-layer (no recompute or
+    # pipeline fits; see the exit-3 test above). The workbook records what was asked as well as what was
+    # chosen, and config-from writes both, as --config-out does.
+    from openpyxl import load_workbook
+
+    from popliner.outputs.planner import MODE_ROW, PLANNER_SHEET, TRAINING_COL
+
+    book, direct, via_book = cache / "review.xlsx", cache / "direct.yaml", cache / "from-book.yaml"
+    invoke(TINY, "--solve", "--num-ipus", "2", "--head-placement", "last", "--recompute", "auto",
+           "--optimizer-state", "off-chip", "--mem-per-tile", "460", "-o", book, "--config-out", direct)
+    recorded = json.loads(load_workbook(book)[PLANNER_SHEET].cell(row=MODE_ROW, column=TRAINING_COL).value)
+    assert recorded["recompute_requested"] == "auto"
+    invoke("config-from", book, "--profile", TINY, "-o", via_book)
+    options = read_config(via_book).options
+    assert options is not None and options.requested == "auto" and options.recompute == recorded["recompute"]
+    assert options == read_config(direct).options
+
+
+def test_poptorch_every_layer_hook_checkpoints_the_tensors_of_a_tuple_output() -> None:
+    # The hook of the snippet, run with stand-ins for torch and poptorch: a layer returning one tensor, a
+    # Hugging Face style tuple (hidden_states, None), and a list.
+    import types
+
+    tree = ast.parse(poptorch_snippet(config(FULL)))
+    hook = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "checkpoint_output")
+
+    class Tensor:
+        pass
+
+    checkpointed: list[object] = []
+
+    def checkpoint(t: object) -> tuple[str, object]:
+        checkpointed.append(t)
+        return ("ckpt", t)
+
+    namespace = {"torch": types.SimpleNamespace(Tensor=Tensor),
+                 "poptorch": types.SimpleNamespace(recomputationCheckpoint=checkpoint)}
+    exec(compile(ast.Module([hook], type_ignores=[]), "snippet", "exec"), namespace)
+    run = namespace["checkpoint_output"]
+    a, b = Tensor(), Tensor()
+    assert run(None, (), a) == ("ckpt", a)
+    assert run(None, (), (a, None)) == (("ckpt", a), None)
+    assert run(None, (), [a, b]) == [("ckpt", a), ("ckpt", b)]
+    assert run(None, (), None) is None
+    assert checkpointed == [a, a, a, b]

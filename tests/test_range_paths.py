@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from popliner.analysis import AnalysisOptions, load_analysis
+from popliner.arrays import unique_inverse
 from popliner.memory import liveness, ranges
 from popliner.memory.engine import MemoryEngine, StashWindows
 from popliner.memory.ranges import ProfileRanges
@@ -140,3 +141,68 @@ def test_stage_memory_from_the_table_equals_the_sweep(options: dict[str, str], l
             assert got.tolist() == direct.stage_memory(ops).per_tile.tolist(), (i, j)
             assert tabled.stash_entry_per_tile(ops).tolist() == direct.stash_entry_per_tile(ops).tolist(), (i, j)
             assert table.per_tile(i, j) is not None  # the table still reads right after a stage figure
+
+
+def test_pair_groups_equal_a_sort() -> None:
+    """The table-based grouping of (first, last) step pairs: the distinct pairs in sorted order, as a sort gives."""
+    rng = np.random.default_rng(5)
+    for _ in range(100):
+        n = int(rng.integers(1, 3000))
+        a = rng.integers(0, int(rng.integers(1, 400)), n)
+        b = rng.integers(0, int(rng.integers(1, 40_000)), n)
+        got = ranges._pair_groups(a, b)
+        assert got is not None
+        keys, group = unique_inverse((a << 32) | b)
+        assert got[0].tolist() == (keys >> 32).tolist()
+        assert got[1].tolist() == (keys & 0xFFFFFFFF).tolist()
+        assert got[2].tolist() == group.tolist()
+    # Steps beyond the tables' reach: the caller sorts instead.
+    assert ranges._pair_groups(np.array([1 << 23]), np.array([0])) is None
+
+
+@pytest.mark.parametrize("fixture", ["tiny-training.json", "bert-tiny-training.json", "bert-base-training.json.gz"])
+def test_merged_change_equals_the_scattered_events(fixture: str) -> None:
+    """A set of variables' net change per grid cell (dense rows or distinct cells) equals their events scattered."""
+    profile = _engine(fixture).profile
+    rng = np.random.default_rng(13)
+    n = profile.variables.count
+    for size in (1, 5, n // 10, n):
+        var = np.unique(rng.integers(0, n, max(size, 1)))
+        grid = ranges._SegmentGrid.of(profile, block=3)
+        events = grid.events_of(var)
+        expect = np.zeros(grid.diff.size, np.int64)
+        np.add.at(expect, events["start"], events["nbytes"])
+        np.add.at(expect, events["end"], -events["nbytes"].astype(np.int64))
+        grid.add(grid.merged(var))
+        assert grid.diff.reshape(-1).tolist() == expect.tolist(), size
+        touched = np.unique(np.flatnonzero(expect) // (grid.block * grid.tiles))
+        assert set(touched.tolist()) <= set(np.flatnonzero(grid.touched).tolist())
+
+
+@pytest.mark.parametrize("small_paths", [(3, 2)], indirect=True)
+@pytest.mark.parametrize("options", OPTIONS[:4], ids=lambda o: "-".join(o.values()) or "plain")
+def test_tables_of_rising_limits_equal_the_direct_model(options: dict[str, str], small_paths: None) -> None:
+    """A best effort's relaxed tables: each row grown again past where a lower limit stopped it.
+
+    The lower tables stop rows at ranges whose figures (and stash entries,
+    taken over the limit too) the higher ones then reuse: every range each
+    table holds is still the direct model's figure, and a table holds
+    exactly the ranges within its limit.
+    """
+    engine = _engine("bert-tiny-training.json", **options)
+    n = engine.num_layers
+    totals = {(i, j): int(engine.stage_memory(engine.range_ops(i, j)).total_per_tile.max())
+              for i in range(n) for j in range(i, n)}
+    ordered = sorted(set(totals.values()))
+    for limit in (ordered[0], ordered[len(ordered) // 3], ordered[2 * len(ordered) // 3], ordered[-1]):
+        table = ProfileRanges(engine, limit=limit, liveness="grid")
+        for i in range(n):
+            for j in range(i, n):
+                got = table.per_tile(i, j)
+                fits = all(totals[(i, k)] <= limit for k in range(i, j + 1))
+                assert (got is not None) == fits, (limit, i, j)
+                if got is None:
+                    continue
+                ops = engine.range_ops(i, j)
+                assert got[0].tolist() == engine.stage_memory(ops).total_per_tile.tolist(), (limit, i, j)
+                assert got[1].tolist() == engine.stash_entry_per_tile(ops).tolist(), (limit, i, j)

@@ -262,7 +262,7 @@ def _run(profile: str, debug_info: str | None, operation_breakdown: bool, layer_
             analysis, split = _auto_recompute(analysis, problem, split, min_ipus, solver, time_limit, seed,
                                               link_bandwidth)
     with phase("writing tables"):
-        _write_tables(analysis, outputs, fmt, output, force, split, budget, num_ipus)
+        _write_tables(analysis, outputs, fmt, output, force, split, budget, num_ipus, recompute)
     if plot:
         with phase("plotting"):
             _write_plots(analysis, plot, force, split, budget)
@@ -398,7 +398,7 @@ def _problem_again(analysis: Analysis, problem: Any) -> Any:
 
 
 def _write_tables(analysis: Analysis, outputs: Outputs, fmt: str, output: str | None, force: bool, split: Any,
-                  budget: int, num_ipus: int) -> None:
+                  budget: int, num_ipus: int, requested_recompute: str = "none") -> None:
     from popliner.breakdown import affinity_matrix, build_breakdown, interlayer_matrix
 
     xlsx = bool(output and output.lower().endswith(".xlsx"))
@@ -406,7 +406,8 @@ def _write_tables(analysis: Analysis, outputs: Outputs, fmt: str, output: str | 
         return
     breakdown = build_breakdown(analysis, with_operations=outputs.operation_breakdown or xlsx,
                                 with_totals=outputs.memory_totals or xlsx,
-                                planner_ipus=max(num_ipus, split.num_ipus_used if split else 0) if xlsx else None)
+                                planner_ipus=max(num_ipus, split.num_ipus_used if split else 0) if xlsx else None,
+                                requested_recompute=requested_recompute)
     matrices = []
     if outputs.memory_affinity:
         matrices.append(affinity_matrix(analysis))

@@ -174,7 +174,9 @@ class ConfigStage:
     were computed for. ``forward_cycles`` and ``recompute_cycles`` split
     ``cycles`` (the rest is the backward pass; the re-run forward work of a
     recomputing stage is part of its backward); None in a config written
-    before they were recorded.
+    before they were recorded. ``head_cycles`` (IPU 0 of a wrapped head) are
+    the head's own stage's cycles, part of ``cycles``; None elsewhere and in
+    a config written before they were recorded.
     """
 
     index: int
@@ -190,6 +192,7 @@ class ConfigStage:
     predicted_for: str
     forward_cycles: int | None = None
     recompute_cycles: int | None = None
+    head_cycles: int | None = None
 
     @property
     def predicted_stale(self) -> bool:
@@ -364,4 +367,5 @@ def _config_stage(position: int, s: StageResult) -> ConfigStage:
         predicted_for=layers_fingerprint(layers),
         forward_cycles=int(s.figure.forward_cycles) if s.figure is not None else None,
         recompute_cycles=int(s.figure.recompute_cycles) if s.figure is not None else None,
+        head_cycles=int(s.figure.head_cycles) if s.figure is not None and s.figure.head_cycles else None,
     )

@@ -65,7 +65,7 @@ STAGE_KEYS = ("index", "ipu", "pipeline_stages", "layers", "predicted")
 PREDICTED_KEYS = ("for_layers", "memory", "worst_tile", "worst_tile_bytes", "stash_bytes", "stash_entries",
                   "cycles", "bytes_in")
 #: Written since the training options are recorded; a config without them still loads.
-PREDICTED_OPTIONAL = ("forward_cycles", "recompute_cycles")
+PREDICTED_OPTIONAL = ("forward_cycles", "recompute_cycles", "head_cycles")
 LAYER_KEYS = ("name", "ipu", "pipelineStage", "backwardPipelineStage")
 _SHA256 = re.compile(r"[0-9a-fA-F]{64}")
 
@@ -152,6 +152,7 @@ def _stage_document(cfg: PipelineConfig, s: ConfigStage) -> dict[str, Any]:
             "bytes_in": s.bytes_in,
             **({} if s.forward_cycles is None else {"forward_cycles": s.forward_cycles}),
             **({} if s.recompute_cycles is None else {"recompute_cycles": s.recompute_cycles}),
+            **({} if s.head_cycles is None else {"head_cycles": s.head_cycles}),
         },
     }
 
@@ -367,6 +368,7 @@ def _read_stage(r: _Reader, position: int, item: Any) -> ConfigStage:
         predicted_for=r.text(pred["for_layers"], f"{pw}.for_layers", allow_empty=True),
         forward_cycles=optional["forward_cycles"],
         recompute_cycles=optional["recompute_cycles"],
+        head_cycles=optional["head_cycles"],
     )
 
 

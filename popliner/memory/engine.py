@@ -438,13 +438,45 @@ class MemoryEngine:
         The not-always-live variables used on both sides of the cut: what a
         stage must send on (activations forwards; in training their gradients
         come back over the same boundary).
+
+        A wrapped head (the last layer) is on IPU 0 with the embedding (layer
+        0): a variable both use crosses only where its other layers take it
+        (the tied embedding's gradient, made by the head and summed into the
+        embedding's, crosses nothing); a variable the head uses and the
+        embedding does not goes on from its first layer round to the head.
         """
         lo, hi = self.variable_layer_span
         pick = self.multi_layer_var & ~self.always_live_var
+        if self.head_wraps:
+            hi = self._wrapped_head_hi(lo, hi)
+            pick &= hi > lo
         diff = np.zeros(self.num_layers + 1, np.int64)
         np.add.at(diff, lo[pick], self.profile.variables.bytes[pick])
         np.add.at(diff, hi[pick], -self.profile.variables.bytes[pick])
         return np.cumsum(diff)[: max(self.num_layers - 1, 0)]
+
+    def _wrapped_head_hi(self, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+        """``hi`` with the wrapped head's use left out of the variables the embedding uses too."""
+        both = (lo == 0) & (hi == self.head_layer)
+        if not both.any():
+            return hi
+        # The last layer before the head that uses each variable (0: only the embedding and the head).
+        before = np.zeros(self.profile.variables.count, np.int64)
+        for k in range(1, self.head_layer):
+            before[self.model.counted_variables(self.stage_ops([k], first_stage=False))] = k
+        return np.where(both, before, hi)
+
+    def _wrapped_head_variables(self, layers: Sequence[int]) -> np.ndarray:
+        """The variables a set of layers uses; with a wrapped head in it, the head's alone that the embedding uses
+        do not count (the head is on IPU 0 with the embedding: see :attr:`crossing`)."""
+        own = [k for k in layers if not (self.head_wraps and k == self.head_layer)]
+        used = self.model.counted_variables(self.stage_ops(own, first_stage=0 in own)) if own else np.zeros(0, np.int64)
+        if len(own) == len(layers):
+            return used
+        head = self.model.counted_variables(self.stage_ops([self.head_layer], first_stage=False))
+        head = np.setdiff1d(head, self.model.counted_variables(self.stage_ops([0], first_stage=True)),
+                            assume_unique=True)
+        return np.union1d(used, head)
 
     @cached_property
     def always_live_spans(self) -> tuple[tuple[int, int], ...]:
@@ -465,8 +497,11 @@ class MemoryEngine:
             return 0
         if b == list(range(cut)) and a == list(range(cut, self.num_layers)):
             return int(self.crossing[cut - 1])  # the usual case, a cut through the layer order
-        used_before = self.model.counted_variables(self.stage_ops(b, first_stage=True))
-        used_after = self.model.counted_variables(self.stage_ops(a, first_stage=False))
+        if self.head_wraps:
+            used_before, used_after = self._wrapped_head_variables(b), self._wrapped_head_variables(a)
+        else:
+            used_before = self.model.counted_variables(self.stage_ops(b, first_stage=True))
+            used_after = self.model.counted_variables(self.stage_ops(a, first_stage=False))
         both = np.intersect1d(used_before, used_after, assume_unique=True)
         both = both[~self.always_live_var[both]]
         return int(self.profile.variables.bytes[both].sum())

@@ -191,7 +191,7 @@ class ProfileRanges:
         ops = self.stage_ops(i, j)
         wrapped = self._wraps and i == 0  # with the head's operations too
         known = self._shared.figures.get((i, j))
-        if known is not None and known[1] is not None and self._training and not wrapped:
+        if known is not None and self._training and not wrapped:
             self.engine.remember_stash_entry(ops, known[1])  # the same figure (tests/test_memory_engine.py)
         key = (i, j, wrapped)
         if key in self._shared.staged:
@@ -241,8 +241,7 @@ class ProfileRanges:
         state: _RunningStage | None = None
         for j in range(i, self.num_layers):
             known = shared.figures.get((i, j))
-            if known is None or (known[1] is None and known[0] <= self.limit):
-                # Not evaluated yet, or only up to its total (it overflowed a lower limit).
+            if known is None:
                 # One clock reading per layer added: noise next to the per-tile sums below.
                 check_deadline(self.deadline)
                 if state is None:
@@ -256,17 +255,16 @@ class ProfileRanges:
                 if self.engine.view.recompute == "pipeline" and j < self.engine.num_layers - 1:
                     # Recomputed from the stash when its backward starts: a figure of the whole stage.
                     total = self.engine.stage_memory(self.engine.range_ops(i, j)).total_per_tile
-                worst = int(total.max())
-                stash = None
-                if worst <= self.limit:
-                    # Same figure as the engine's stash_entry_per_tile, from the running set of variables.
-                    stash = state.stash_entry() if self._training else np.zeros_like(total)
-                known = shared.figures[(i, j)] = (worst, stash, total)
+                # Same figure as the engine's stash_entry_per_tile, from the running set of variables. Taken
+                # over the limit too: a table with a higher limit (a best effort) then needs no second
+                # reading of this range's total, only the running set to grow it further.
+                stash = state.stash_entry() if self._training else np.zeros_like(total)
+                known = shared.figures[(i, j)] = (int(total.max()), stash, total)
             elif state is not None:
                 check_deadline(self.deadline)
                 state.add(shared.layer_parts(j))
             worst, stash, total = known
-            if worst > self.limit or stash is None:  # stash is None only when worst > a limit <= this one
+            if worst > self.limit:
                 break  # memory only grows with j: no longer range fits either
             self._ranges[(i, j)] = (total, stash)
         # Only once the row is complete: a row interrupted by the deadline is extended again when read.
@@ -288,8 +286,8 @@ class _Shared:
         self.liveness: Literal["grid", "events"] = "grid" if grid is not None else "events"
         self._parts: dict[int, _LayerParts] = {}
         self._engine = weakref.ref(engine)
-        #: (i, j) -> (worst tile bytes, stash entry per tile or None when over the limit asked, total per tile)
-        self.figures: dict[tuple[int, int], tuple[int, np.ndarray | None, np.ndarray]] = {}
+        #: (i, j) -> (worst tile bytes, stash entry per tile, total per tile)
+        self.figures: dict[tuple[int, int], tuple[int, np.ndarray, np.ndarray]] = {}
         #: Ranges whose model figure the engine holds (see ProfileRanges.stage_memory).
         self.staged: set[tuple[int, int, bool]] = set()
 
@@ -364,7 +362,7 @@ class _LayerParts:
         multi = engine.multi_layer_var[var]
         private, shared = var[~multi], var[multi]
         return cls(ops, additive, presence, lo, hi, private, shared,
-                   grid.merged(grid.events_of(private)) if grid is not None else None,
+                   grid.merged(private) if grid is not None else None,
                    grid.events_of(shared, with_owner=True) if grid is not None else None,
                    _stash_columns(engine, private), _stash_columns(engine, shared, with_owner=True))
 
@@ -395,14 +393,47 @@ def _grouped(cols: dict[str, np.ndarray], tiles: int) -> dict[str, np.ndarray]:
     first, last = cols["first"].astype(np.int64), cols["last"].astype(np.int64)
     if first.size == 0 or first.min() < -1 or last.min() < -1 or max(first.max(), last.max()) >= 2**31:
         return cols
-    # Steps are -1 (never live) or below 2**31: one int64 key per pair.
-    keys, group = unique_inverse(((first + 1) << 32) | (last + 1))
-    if keys.size * tiles > 4 * first.size:
+    pairs = _pair_groups(first + 1, last + 1)
+    if pairs is None:
+        # Steps are -1 (never live) or below 2**31: one int64 key per pair.
+        keys, group = unique_inverse(((first + 1) << 32) | (last + 1))
+        pair_first, pair_last = (keys >> 32) - 1, (keys & 0xFFFFFFFF) - 1
+    else:
+        pair_first, pair_last, group = pairs[0] - 1, pairs[1] - 1, pairs[2]
+    if pair_first.size * tiles > 4 * first.size:
         return cols
     # float64 bincount: exact while a tile's bytes in one group are below 2**53.
     dense = np.bincount(group * tiles + cols["tile"], weights=cols["nbytes"],
-                        minlength=keys.size * tiles).astype(np.int64).reshape(-1, tiles)
-    return {"first": (keys >> 32) - 1, "last": (keys & 0xFFFFFFFF) - 1, "dense": dense}
+                        minlength=pair_first.size * tiles).astype(np.int64).reshape(-1, tiles)
+    return {"first": pair_first, "last": pair_last, "dense": dense}
+
+
+def _pair_groups(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """Distinct (a, b) pairs in lexicographic order and each row's pair, by tables rather than a sort.
+
+    ``a`` and ``b`` are non-negative int64 (steps). Each column's values are
+    ranked through a table over its range, and the pairs of ranks through a
+    table over their product, so the order is that of a sort on ``(a, b)``.
+    None when the tables would be large (then sort).
+    """
+    a_hi, b_hi = int(a.max()), int(b.max())
+    if max(a_hi, b_hi) >= 1 << 22:
+        return None
+    a_seen = np.zeros(a_hi + 1, bool)
+    a_seen[a] = True
+    b_seen = np.zeros(b_hi + 1, bool)
+    b_seen[b] = True
+    a_vals, b_vals = np.flatnonzero(a_seen), np.flatnonzero(b_seen)
+    if a_vals.size * b_vals.size > 1 << 22:
+        return None
+    a_rank = np.cumsum(a_seen) - 1
+    b_rank = np.cumsum(b_seen) - 1
+    pair = a_rank[a] * b_vals.size + b_rank[b]
+    seen = np.zeros(a_vals.size * b_vals.size, bool)
+    seen[pair] = True
+    present = np.flatnonzero(seen)
+    rank = np.cumsum(seen) - 1
+    return a_vals[present // b_vals.size], b_vals[present % b_vals.size], rank[pair]
 
 
 class _RunningStage:
@@ -669,8 +700,8 @@ class _SegmentGrid:
             events["owner"] = owner
         return events
 
-    def merged(self, events: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """The same events as one net change per cell, which :meth:`add` applies without ``add.at``.
+    def merged(self, var_idx: np.ndarray) -> dict[str, np.ndarray]:
+        """The events of the variables as one net change per cell, which :meth:`add` applies without ``add.at``.
 
         For a layer's private variables, added to every range that holds the
         layer: the merge is done once. When the events fill most cells of the
@@ -679,22 +710,33 @@ class _SegmentGrid:
         is a plain add of rows; else as distinct cells and a plain indexed add
         (exact either way: integer sums in any order).
         """
-        cells = np.concatenate((events["start"], events["end"])).astype(np.int64)
-        delta = np.concatenate((events["nbytes"], -events["nbytes"])).astype(np.int64)
-        cols = cells // max(self.tiles, 1)
-        present = np.bincount(cols, minlength=self.nblocks * self.block) > 0
+        p = self.p
+        v = p.variables
+        cls = v.klass[var_idx]
+        counts = p.class_ptr[cls + 1] - p.class_ptr[cls]
+        iv = expand_ranges(p.class_ptr[cls], counts)
+        tile, nbytes = v.tile[var_idx].astype(np.int64), v.bytes[var_idx].astype(np.int64)
+        if iv.size != var_idx.size or not (counts == 1).all():  # else one interval per variable, in order
+            owner = np.repeat(np.arange(len(var_idx)), counts)
+            tile, nbytes = tile[owner], nbytes[owner]
+        # Segment of each start (+bytes) and end (-bytes).
+        start, end = self.col_start[iv], self.col_end[iv]
+        present = np.zeros(self.nblocks * self.block, bool)
+        present[start] = True
+        present[end] = True
         segments = np.flatnonzero(present)
         blocks = np.unique(segments // self.block)
-        if segments.size * self.tiles <= 2 * cells.size:
+        if segments.size * self.tiles <= 4 * iv.size:
             position = np.cumsum(present) - 1
-            slot = position[cols] * self.tiles + cells % max(self.tiles, 1)
-            # float64 bincount: exact while a cell's net change is below 2**53 bytes.
-            dense = np.bincount(slot, weights=delta, minlength=segments.size * self.tiles)
+            size = segments.size * self.tiles
+            # float64 bincounts: exact while a cell's bytes are below 2**53 (so is their difference).
+            dense = np.bincount(position[start] * self.tiles + tile, weights=nbytes, minlength=size)
+            dense -= np.bincount(position[end] * self.tiles + tile, weights=nbytes, minlength=size)
             return {"rows": segments, "dense": dense.astype(np.int64).astype(self.dtype).reshape(-1, self.tiles),
                     "blocks": blocks}
-        uniq, inverse = unique_inverse(cells)
+        uniq, inverse = unique_inverse(np.concatenate((start, end)) * self.tiles + np.concatenate((tile, tile)))
         net = np.zeros(len(uniq), np.int64)
-        np.add.at(net, inverse, delta)
+        np.add.at(net, inverse, np.concatenate((nbytes, -nbytes)))
         keep = net != 0
         return {"cells": uniq[keep].astype(self.cell_dtype), "delta": net[keep].astype(self.dtype), "blocks": blocks}
 

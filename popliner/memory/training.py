@@ -216,35 +216,72 @@ def _unit_backward_start(unit: np.ndarray, first_step: np.ndarray, backward_name
 
 
 def head_groups(ops: OperationTable, layer_of_op: np.ndarray, num_layers: int, backward_named: np.ndarray,
-                is_update: np.ndarray) -> np.ndarray:
-    """For each unlayered operation: 0 = embedding, 1 = head (-1 for layered operations).
+                is_update: np.ndarray, notes: Sequence[str] | None = None,
+                called: np.ndarray | None = None) -> np.ndarray:
+    """For each operation: 0 = embedding, 1 = head, -1 = it stays in its layer.
 
     The head runs after the last layer's forward part and before its backward
     part; every other unlayered operation belongs to the embedding. Unlayered
     updates of a weight that only the head (not the embedding) uses join the head.
+
+    With ``notes`` (how each operation's layer was found) two more rules
+    apply, so that the groups hold what an engineer would put there:
+
+    - an operation the ``inputs-layer-0`` rule put in the first layer (the
+      word embedding's gather and update, a tied LM head's matmuls) counts as
+      unlayered: it joins the head inside the head's window, else the embedding;
+    - the window is bounded by the last layer's operations found by ``name``
+      (and the call sites of such bodies, through ``called``), and the last
+      layer's other operations inside it (found by ``inputs``, e.g. GPT-2's
+      ``ln_f``, or by ``call``, e.g. the LM head's serialised matmuls) join the head.
+
+    Without ``notes`` every operation of the last layer bounds the window and none moves.
     """
-    out = np.where(layer_of_op < 0, 0, -1).astype(np.int64)
+    loose = layer_of_op < 0
+    if notes is not None:
+        loose = loose | (np.asarray(notes, dtype=object) == "inputs-layer-0")
+    out = np.where(loose, 0, -1).astype(np.int64)
     if num_layers == 0:
         return out
-    last = num_layers - 1
-    first, lstep = ops.first_step, ops.last_step
-    mine = layer_of_op == last
-    bstart = _unit_backward_start(layer_of_op, first, backward_named, num_layers)[last]
-    fwd = mine & (first >= 0) & (first < bstart)
-    e = int(lstep[fwd].max()) if fwd.any() else -1
-    unl = layer_of_op < 0
-    head = unl & (first > e) & (first < bstart)
+    mine = (layer_of_op == num_layers - 1) & ~loose
+    bounds = mine & _found_by_name(layer_of_op, notes, called, num_layers - 1) if notes is not None else mine
+    if not bounds.any():
+        bounds = mine
+    e, s = _head_window(bounds, ops.first_step, ops.last_step, backward_named)
+    window = (ops.first_step > e) & (ops.first_step < s)
+    head = loose & window
+    if notes is not None:
+        head |= mine & ~bounds & window
     out[head] = 1
-    # Updates at the end of the step of weights only the head uses.
+    _head_only_updates(ops, out, loose & ~head, is_update)
+    return out
+
+
+def _found_by_name(layer_of_op: np.ndarray, notes: Sequence[str], called: np.ndarray | None, layer: int) -> np.ndarray:
+    """Operations of ``layer`` found by their own name, and the call sites of such operations."""
+    named = (np.asarray(notes, dtype=object) == "name") & (layer_of_op == layer)
+    return named if called is None else _through_calls(named, called)
+
+
+def _head_window(bounds: np.ndarray, first: np.ndarray, last: np.ndarray,
+                 backward_named: np.ndarray) -> tuple[int, int]:
+    """(e, s): the last step of the bounding operations' forward part and the first of their backward part."""
+    unit = np.where(bounds, 0, -1).astype(np.int64)
+    s = int(_unit_backward_start(unit, first, backward_named, 1)[0])
+    fwd = bounds & (first >= 0) & (first < s)
+    return (int(last[fwd].max()) if fwd.any() else -1), s
+
+
+def _head_only_updates(ops: OperationTable, out: np.ndarray, candidates: np.ndarray, is_update: np.ndarray) -> None:
+    """Move to the head (in ``out``) the candidate updates of weights the head uses and the embedding does not."""
     head_vars = np.zeros(ops.num_variables, bool)
     emb_vars = np.zeros(ops.num_variables, bool)
-    for op in np.flatnonzero(unl & ~is_update).tolist():
+    for op in np.flatnonzero((out >= 0) & ~is_update).tolist():
         (head_vars if out[op] == 1 else emb_vars)[ops.vars_of(op)] = True
-    for op in np.flatnonzero(unl & is_update & ~head).tolist():
+    for op in np.flatnonzero(candidates & is_update).tolist():
         var = ops.vars_of(op)
         if head_vars[var].any() and not emb_vars[var].any():
             out[op] = 1
-    return out
 
 
 def regroup_layers(layers: LayerAssignment, groups: np.ndarray, placement: HeadPlacement) -> LayerAssignment:
@@ -325,13 +362,14 @@ class TrainingView:
 def place_unlayered(profile: Profile, ops: OperationTable, layers: LayerAssignment, backward_named: np.ndarray,
                     options: TrainingOptions) -> LayerAssignment:
     """The layer assignment for ``--head-placement``: with ``last``/``wrap`` the embedding and head become layers."""
-    if options.head_placement == "first" or not (layers.layer_of_op < 0).any() or not layers.names:
+    loose = (layers.layer_of_op < 0) | (np.asarray(layers.note, dtype=object) == "inputs-layer-0")
+    if options.head_placement == "first" or not loose.any() or not layers.names:
         return layers
     called = called_operations(profile, ops)
     is_update = update_operations(profile, ops, options.update_regex, called)
     backward = _through_calls(backward_named, called)
     backward |= recompute_operations(profile, ops, backward)
-    groups = head_groups(ops, layers.layer_of_op, len(layers.names), backward, is_update)
+    groups = head_groups(ops, layers.layer_of_op, len(layers.names), backward, is_update, layers.note, called)
     return regroup_layers(layers, groups, options.head_placement)
 
 
@@ -464,46 +502,48 @@ def _update_window(ops: OperationTable, is_update: np.ndarray, state: np.ndarray
     return lo, hi
 
 
-def _unique_rows(key: np.ndarray, num_steps: int) -> tuple[np.ndarray, np.ndarray]:
-    """Distinct rows of (class, cut lo, cut hi, keep lo, keep hi) and each row's position among them."""
+def _unique_rows(columns: list[np.ndarray], num_steps: int) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct rows of the columns (class, cut lo, cut hi, keep lo, keep hi) and each row's position among them.
+
+    The rows come back in lexicographic order, as a sort on the five columns gives them.
+    """
     # Steps fit in few bits once "never" is mapped to num_steps + 1; pack the
     # row into one int64 when it fits (a sort on one key instead of five).
     cap = num_steps + 2
-    small = np.minimum(np.where(key[:, 1:] < 0, cap, key[:, 1:]), cap)
-    step_bits = max(int(cap).bit_length(), 1)
-    cls_bits = max(int(key[:, 0].max()).bit_length(), 1)
-    if cls_bits + 4 * step_bits <= 62:
-        columns = [key[:, 0], *(small[:, c] for c in range(4))]
-    else:
-        columns = [key[:, c] for c in range(5)]
+    steps = [np.minimum(np.where(col < 0, cap, col), cap) for col in columns[1:]]
     # Each column's values replaced by their rank among its distinct values: the same grouping and
     # the same (lexicographic) order in far fewer bits, so the row packs into one int64 (the rows of
     # changed variables have a few hundred distinct values per column, where steps alone take 15 bits).
-    ranks = [_dense_rank(col) for col in columns]
+    ranks = [_dense_rank(col) for col in [columns[0], *steps]]
     bits = [max(int(r.max()).bit_length(), 1) for r in ranks]
     if sum(bits) <= 62:
         packed = ranks[0]
         for r, b in zip(ranks[1:], bits[1:]):
             packed = (packed << b) | r
         _, first, inverse = np.unique(packed, return_index=True, return_inverse=True)
-        return key[first], inverse.reshape(-1)
-    uniq, inverse = np.unique(key, axis=0, return_inverse=True)
+        return np.stack([col[first] for col in columns], axis=1), inverse.reshape(-1)
+    uniq, inverse = np.unique(np.stack(columns, axis=1), axis=0, return_inverse=True)
     return uniq, inverse.reshape(-1)
 
 
 def _dense_rank(values: np.ndarray) -> np.ndarray:
     """Each value's rank among the distinct values (int64, 0 for the smallest)."""
-    values = values.astype(np.int64)
+    values = values.astype(np.int64, copy=False)
     if values.size == 0:
         return values
-    top = int(values.max())
+    lo, hi = int(values.min()), int(values.max())
+    if hi - lo < 1 << 24:
+        # A table over the range: no sort.
+        seen = np.zeros(hi - lo + 1, bool)
+        seen[values - lo] = True
+        return np.asarray((np.cumsum(seen) - 1)[values - lo], np.int64)
+    top = hi
     # "Never" markers sit far above every step: rank them last, the rest through a dense table.
     rest = values[values != top]
     if rest.size == 0:
         return np.zeros(values.size, np.int64)
     lo, hi = int(rest.min()), int(rest.max())
     if hi - lo < 1 << 24:
-        # A dense table over the range: no sort.
         present = np.bincount(rest - lo, minlength=hi - lo + 1) > 0
         rank = np.cumsum(present) - 1
         return np.asarray(np.where(values == top, int(present.sum()), rank[np.clip(values - lo, 0, hi - lo)]),
@@ -532,8 +572,7 @@ def with_live_steps(profile: Profile, nbytes: np.ndarray, cut_lo: np.ndarray, cu
     c_hi = np.where(is_cut, cut_hi[changed], big)
     k_lo = np.where(is_cut, 0, keep_lo[changed])
     k_hi = np.where(is_cut, big, keep_hi[changed])
-    key = np.stack((v.klass[changed].astype(np.int64), c_lo, c_hi, k_lo, k_hi), axis=1)
-    uniq, inverse = _unique_rows(key, profile.num_steps)
+    uniq, inverse = _unique_rows([v.klass[changed].astype(np.int64), c_lo, c_hi, k_lo, k_hi], profile.num_steps)
     cls = uniq[:, 0]
     counts = profile.class_ptr[cls + 1] - profile.class_ptr[cls]
     rep = np.repeat(np.arange(len(uniq)), counts)

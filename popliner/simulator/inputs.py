@@ -8,6 +8,7 @@ adds stage K (its forward and backward) and moves the backwards to 2K-i.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 from collections.abc import Sequence
@@ -145,7 +146,12 @@ def inputs_from_config(cfg: PipelineConfig, backward_fraction: float = BACKWARD_
     tiles = cfg.tiles_per_ipu
     figures = []
     wraps = cfg.head_wraps  # IPU 0's bytes_in is then what the head receives from the last IPU
+    # A wrapped head's cycles are part of IPU 0's; the config records them apart (a config written
+    # before it did keeps them in IPU 0's backward stage: the same work per micro-batch on IPU 0).
+    head = (cfg.stages[0].head_cycles or 0) if wraps and cfg.stages else 0
     for k, s in enumerate(cfg.stages):
+        if k == 0 and head:
+            s = dataclasses.replace(s, cycles=s.cycles - head)
         extra = s.stash_entries - 1
         per_entry = math.ceil(s.stash_bytes / extra / tiles) if extra > 0 else 0
         bytes_out = cfg.stages[k + 1].bytes_in if k + 1 < len(cfg.stages) else (
@@ -157,8 +163,7 @@ def inputs_from_config(cfg: PipelineConfig, backward_fraction: float = BACKWARD_
         figures.append(IpuFigures(s.cycles - backward, backward, memory,
                                    np.full(tiles, per_entry, dtype=np.int64), s.bytes_in, _label(s.layers),
                                    recompute))
-    # The config does not split a wrapped head's cycles from IPU 0's: they stay in its figures.
-    return SimInputs(pipeline_stages(cfg.mode, figures, 0 if wraps else None), tiles, cfg.clock_hz, "config")
+    return SimInputs(pipeline_stages(cfg.mode, figures, head if wraps else None), tiles, cfg.clock_hz, "config")
 
 
 def _backward_cycles(s: ConfigStage, training: bool, backward_fraction: float) -> tuple[int, int]:
