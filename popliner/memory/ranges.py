@@ -65,9 +65,8 @@ class ProfileRanges:
 
     ``lazy`` extends a row only as far as it is read (``i..j`` evaluates
     ``i..i`` to ``i..j`` and no further), for a solver that reads rows in
-    order and knows where to stop; the last row extended keeps its running
-    set, so reading it further continues where it stopped. Figures are the
-    same either way.
+    order and knows where to stop; reading the row further grows its
+    running set from where it stopped. Figures are the same either way.
     """
 
     def __init__(self, engine: MemoryEngine, limit: int, link_bytes_per_second: float = 64e9,
@@ -88,8 +87,8 @@ class ProfileRanges:
         self._cross = engine.crossing
         self.deadline = deadline
         self.lazy = lazy
-        #: The row a lazy table extended last: (start, last layer added, its running set).
-        self._open: tuple[int, int, _RunningStage] | None = None
+        #: The row a lazy table extended last, with the event list (no grid): (start, its running set).
+        self._open: tuple[int, _RunningStage] | None = None
 
     # -- what a solver reads ------------------------------------------------------
 
@@ -248,21 +247,13 @@ class ProfileRanges:
         """Evaluate ``i..j`` for growing ``j`` up to ``upto`` or until the range overflows the limit."""
         shared = self._shared
         state: _RunningStage | None = None
-        first = i
-        opened, self._open = self._open, None  # taken: an interrupted extension leaves no stale running set
-        if opened is not None and opened[0] == i and opened[2].owns_grid():
-            first, state = opened[1] + 1, opened[2]  # continue the row's running set where it stopped
-        for j in range(first, upto + 1):
+        for j in range(i, upto + 1):
             known = shared.figures.get((i, j))
             if known is None:
                 # One clock reading per layer added: noise next to the per-tile sums below.
                 check_deadline(self.deadline)
                 if state is None:
-                    row = shared.layer_ops[i:] if self._training else None
-                    state = _RunningStage(self.engine, shared.grid, row)
-                    for k in range(i, j):  # figures known: rebuild the running set only
-                        check_deadline(self.deadline)
-                        state.add(shared.layer_parts(k))
+                    state = self._running_set(i, j)
                 state.add(shared.layer_parts(j))
                 total = state.total_per_tile()
                 if self.engine.view.recompute == "pipeline" and j < self.engine.num_layers - 1:
@@ -282,11 +273,42 @@ class ProfileRanges:
             self._ranges[(i, j)] = (total, stash)
         else:
             if upto < self.num_layers - 1:  # a lazy read: the row goes on when read further
-                if state is not None:
-                    self._open = (i, upto, state)
+                self._keep(i, state)
                 return
+        if state is not None and state.grid is not None:
+            # A table with a higher limit (a best effort) grows the row further from here. With the
+            # event list the set holds every event of the range: it is rebuilt instead.
+            shared.resume[i] = state
         # Only once the row is complete: a row interrupted by the deadline is extended again when read.
         self._done_from.add(i)
+
+    def _keep(self, i: int, state: _RunningStage | None) -> None:
+        """Keep the running set of a row a lazy read stopped, to grow it when the row is read further."""
+        if state is None:
+            return
+        if state.grid is not None:
+            self._shared.resume[i] = state
+        else:
+            self._open = (i, state)  # one at a time: with the event list each set holds all its events
+
+    def _running_set(self, i: int, j: int) -> _RunningStage:
+        """The running set of layers ``i..j-1``: the one a lower limit's table left, else rebuilt."""
+        shared = self._shared
+        # Taken out while it grows: a row interrupted by the deadline leaves none half-grown behind.
+        state = shared.resume.pop(i, None)
+        if state is None and self._open is not None and self._open[0] == i:
+            state = self._open[1]
+        self._open = None
+        if state is not None and i + len(state.ops) <= j:
+            if state.grid is not None and state.grid.owner is not state:
+                state.restore_grid()  # another set used the grid since: put this one back
+        else:
+            row = shared.layer_ops[i:] if self._training else None
+            state = _RunningStage(self.engine, shared.grid, row)
+        for k in range(i + len(state.ops), j):  # figures known: grow the running set only
+            check_deadline(self.deadline)
+            state.add(shared.layer_parts(k))
+        return state
 
 
 class _Shared:
@@ -308,6 +330,8 @@ class _Shared:
         self.figures: dict[tuple[int, int], tuple[int, np.ndarray, np.ndarray]] = {}
         #: Ranges whose model figure the engine holds (see ProfileRanges.stage_memory).
         self.staged: set[tuple[int, int, bool]] = set()
+        #: Per start: the running set where its row stopped (grid path), to grow it for a higher limit.
+        self.resume: dict[int, _RunningStage] = {}
 
     @classmethod
     def of(cls, engine: MemoryEngine, liveness: Liveness) -> _Shared:
@@ -353,6 +377,7 @@ class _LayerParts:
     hi: int
     private: np.ndarray  # sorted variable indices
     shared: np.ndarray  # sorted variable indices
+    shared_pos: np.ndarray  # their positions in engine.multi_layer_index
     private_events: dict[str, np.ndarray] | None
     shared_events: dict[str, np.ndarray] | None
     private_stash: dict[str, np.ndarray] | None
@@ -380,6 +405,7 @@ class _LayerParts:
         multi = engine.multi_layer_var[var]
         private, shared = var[~multi], var[multi]
         return cls(ops, additive, presence, lo, hi, private, shared,
+                   np.searchsorted(engine.multi_layer_index, shared),
                    grid.merged(private) if grid is not None else None,
                    grid.events_of(shared, with_owner=True) if grid is not None else None,
                    _stash_columns(engine, private), _stash_columns(engine, shared, with_owner=True))
@@ -474,7 +500,8 @@ class _RunningStage:
         self.additive = np.zeros(self.tiles, np.int64)
         self.presence = np.zeros((len(p.vertex_types.names), self.tiles + 1), np.int64)
         self.code = engine.model.code_by_type
-        self.in_set = np.zeros(p.variables.count, bool)  # only shared variables are marked
+        # Only variables several layers use can be in the set already: marked by their compact number.
+        self.in_set = np.zeros(len(engine.multi_layer_index), bool)
         self.grid = grid
         if grid is not None:
             grid.clear()
@@ -483,6 +510,16 @@ class _RunningStage:
         self.lo, self.hi = 0, -1
         self.ops: list[np.ndarray] = []
         self.stash = _StashRow(engine, row_ops) if row_ops is not None else None
+        #: What went into the shared grid, to put the set back after other sets used it.
+        self.grid_adds: list[dict[str, np.ndarray]] = []
+
+    def restore_grid(self) -> None:
+        """Make the shared grid hold this set's variables again (other sets clear it)."""
+        assert self.grid is not None
+        self.grid.clear()
+        self.grid.owner = self
+        for events in self.grid_adds:
+            self.grid.add(events)
 
     def add(self, parts: _LayerParts) -> None:
         self.ops.append(parts.ops)
@@ -491,22 +528,20 @@ class _RunningStage:
         lo, hi = parts.lo, parts.hi
         if hi >= lo:
             self.lo, self.hi = (lo, hi) if self.hi < self.lo else (min(self.lo, lo), max(self.hi, hi))
-        fresh = ~self.in_set[parts.shared]
-        self.in_set[parts.shared] = True
+        fresh = ~self.in_set[parts.shared_pos]
+        self.in_set[parts.shared_pos] = True
         if self.grid is not None:
             assert parts.private_events is not None and parts.shared_events is not None
-            self.grid.add(parts.private_events)
-            self.grid.add(_rows_of(parts.shared_events, fresh))
+            added = (parts.private_events, _rows_of(parts.shared_events, fresh))
+            for events in added:
+                self.grid.add(events)
+            self.grid_adds.extend(added)
         else:
             assert self.events is not None
             self.events.add(np.sort(np.concatenate((parts.private, parts.shared[fresh]))))
         if self.stash is not None and parts.private_stash is not None and parts.shared_stash is not None:
             self.stash.add(parts.private_stash, len(self.ops) - 1)
             self.stash.add(_rows_of(parts.shared_stash, fresh), len(self.ops) - 1)
-
-    def owns_grid(self) -> bool:
-        """Does the shared grid still hold this set's variables (no other set was started since)?"""
-        return self.grid is None or self.grid.owner is self
 
     def total_per_tile(self) -> np.ndarray:
         present = np.cumsum(self.presence, axis=1)[:, : self.tiles] > 0
