@@ -397,6 +397,9 @@ def _suggest_training_options(analysis: Analysis, problem: Any, link_bandwidth: 
 
     if analysis.mode != "training" or not log.isEnabledFor(logging.WARNING):
         return
+    # The solve's engine and its range tables are done with (exit 3 follows): let them go before each
+    # option builds an engine of its own, so that a large profile's two engines are not held at once.
+    analysis.__dict__.pop("engine", None)
     with phase("trying recomputation and off-chip optimizer state"):
         found = suggest_options(analysis, problem, link_bandwidth, deadline)
     if found.options is not None and found.fewest is not None:
