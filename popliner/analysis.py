@@ -21,11 +21,7 @@ from typing import TYPE_CHECKING, Literal
 import numpy as np
 
 from popliner.errors import UsageProblem
-from popliner.memory.engine import MemoryEngine
-from popliner.memory.model import MemoryModel
-from popliner.memory.overflow import overflow_detail
 from popliner.memory.training import TrainingOptions, place_unlayered
-from popliner.memory.types import StageMemory
 from popliner.ops.layers import (
     AUTO_PRESET,
     DEFAULT_INPUTS_REGEX_LAYER_0,
@@ -36,15 +32,20 @@ from popliner.ops.layers import (
     layers_key,
 )
 from popliner.ops.operations import DEFAULT_OP_LAYERS, OperationTable, derive_operations
-from popliner.pipeline import StageFigure, range_figure, stage_figures
 from popliner.profile.cache import cache_path, load_cached, store_cached
-from popliner.profile.loader import parse_profile_bytes, read_profile_bytes
+from popliner.profile.files import read_profile_bytes
 from popliner.profile.model import Profile
 from popliner.progress import phase
-from popliner.solvers.problem import SplitProblem
-from popliner.solvers.result import SplitResult, stage_result
 
+# The memory engine, the pipeline rules, the solvers and the document reader are imported
+# where they are used: a cached load needs none of them, and every module costs start-up time.
 if TYPE_CHECKING:
+    from popliner.memory.engine import MemoryEngine
+    from popliner.memory.model import MemoryModel
+    from popliner.memory.types import StageMemory
+    from popliner.pipeline import StageFigure
+    from popliner.solvers.problem import SplitProblem
+    from popliner.solvers.result import SplitResult
     from popliner.solvers.solve import SolverName
 
 __all__ = ["DEFAULT_BACKWARD_REGEX", "Analysis", "AnalysisOptions", "analyse_profile", "load_analysis", "solve_split"]
@@ -117,6 +118,8 @@ class Analysis:
     @cached_property
     def engine(self) -> MemoryEngine:
         """The memory engine of this profile, its layers and its mode."""
+        from popliner.memory.engine import MemoryEngine
+
         counted = self.layers.layer_of_op >= 0 if self.options.layered_vars_only else np.ones(self.ops.count, bool)
         return MemoryEngine(self.profile, self.ops, self.layers.layer_of_op, self.layers.names, counted,
                             self.is_backward, self.mode == "training", self.options.training)
@@ -160,6 +163,8 @@ class Analysis:
 
     def pipeline_figures(self, stages: Sequence[Sequence[str]]) -> tuple[StageFigure, ...]:
         """Each IPU's figure (model, stash, copy buffers) for a placement given by layer names."""
+        from popliner.pipeline import stage_figures
+
         return stage_figures(self.engine, [self.layer_indices(group) for group in stages])
 
     # Per-operation and per-variable arrays the review tables read.
@@ -190,7 +195,10 @@ def solve_split(analysis: Analysis, problem: SplitProblem, *, solver: SolverName
     A stage over budget (a best effort) says on which tile, at which step
     and with which variables it overflows.
     """
+    from popliner.memory.overflow import overflow_detail
     from popliner.memory.ranges import ProfileRanges
+    from popliner.pipeline import range_figure
+    from popliner.solvers.result import SplitResult, stage_result
     from popliner.solvers.solve import solve_bounds
 
     t0 = time.perf_counter()
@@ -297,16 +305,20 @@ def load_analysis(path: str, options: AnalysisOptions = AnalysisOptions(), *, us
             return analysis
     if len(raw) > _ANNOUNCE_BYTES:
         log.info("reading %s (%.1f MB)", path, len(raw) / 1e6)
-    with phase("parsing"):
-        profile = parse_profile_bytes(raw, str(path), sha256=sha)
-    del raw
-    with phase("deriving operations"):
-        ops = derive_operations(profile, options.op_layers)
-    log.info("loaded %s in %.2f s: %d programs, %d steps, %d variables, %d operations", path,
-             time.perf_counter() - t0, profile.programs.count, profile.num_steps, profile.variables.count, ops.count)
-    _check_regexes(options)  # before anything is chosen or written, as analyse_profile would
-    layers = _choose_layers(ops, options)
-    if use_cache:
-        with phase("writing the cache"):
-            store_cached(where, sha, key, profile, ops, (_layers_key(options), layers))
+    from popliner.profile.loader import parse_profile_bytes, small_pages
+
+    with small_pages():  # gigabytes of short-lived arrays: see small_pages
+        with phase("parsing"):
+            profile = parse_profile_bytes(raw, str(path), sha256=sha)
+        del raw
+        with phase("deriving operations"):
+            ops = derive_operations(profile, options.op_layers)
+        log.info("loaded %s in %.2f s: %d programs, %d steps, %d variables, %d operations", path,
+                 time.perf_counter() - t0, profile.programs.count, profile.num_steps, profile.variables.count,
+                 ops.count)
+        _check_regexes(options)  # before anything is chosen or written, as analyse_profile would
+        layers = _choose_layers(ops, options)
+        if use_cache:
+            with phase("writing the cache"):
+                store_cached(where, sha, key, profile, ops, (_layers_key(options), layers))
     return analyse_profile(profile, options, ops=ops, layers=layers)

@@ -1,5 +1,9 @@
 """Pipeline configs: the YAML file that places each layer on an IPU and pipeline stage."""
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
 from popliner.config.model import (
     CONFIG_VERSION,
     ConfigStage,
@@ -11,7 +15,9 @@ from popliner.config.model import (
     forward_stage,
     num_pipeline_stages,
 )
-from popliner.config.yaml_io import parse_config, read_config, write_config
+
+if TYPE_CHECKING:
+    from popliner.config.yaml_io import parse_config, read_config, write_config
 
 __all__ = [
     "CONFIG_VERSION",
@@ -27,3 +33,13 @@ __all__ = [
     "read_config",
     "write_config",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # The YAML reader and writer (and PyYAML) are imported on first use: the analyse
+    # path reads config.options and config.model, never a YAML file.
+    if name in ("parse_config", "read_config", "write_config"):
+        from popliner.config import yaml_io
+
+        return getattr(yaml_io, name)
+    raise AttributeError(f"module 'popliner.config' has no attribute {name!r}")

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from popliner.export.exporter import SDK_MESSAGE, ExportSummary, export_report
+if TYPE_CHECKING:
+    from popliner.export.exporter import SDK_MESSAGE, ExportSummary, export_report
 
 __all__ = ["SDK_MESSAGE", "ExportSummary", "export_hint", "export_report", "is_poplar_report"]
 
@@ -29,3 +31,12 @@ def export_hint(path: str | os.PathLike[str]) -> str:
         f"{pop} is a Poplar report; popliner reads format-v1 JSON. Convert it first, in a Poplar SDK "
         f"environment: popliner export {pop} {debug} -o {out}"
     )
+
+
+def __getattr__(name: str) -> Any:
+    # The exporter is imported on first use: every analyse run asks is_poplar_report first.
+    if name in ("SDK_MESSAGE", "ExportSummary", "export_report"):
+        from popliner.export import exporter
+
+        return getattr(exporter, name)
+    raise AttributeError(f"module 'popliner.export' has no attribute {name!r}")

@@ -20,6 +20,8 @@ result is the same as the ordinary path's whenever it is used.
 
 from __future__ import annotations
 
+import warnings
+from concurrent.futures import Executor, Future
 from dataclasses import dataclass
 
 import numpy as np
@@ -51,10 +53,22 @@ class Extracted:
     program_var_lens: np.ndarray | None
     #: :func:`recompute_tensors` of the names, found before they were packed (None with no names).
     recompute: np.ndarray | None = None
+    #: The names being packed on the caller's thread pool (``names`` is then still their view of the text).
+    packing: Future[NameTable] | None = None
+
+    def wait_for_names(self) -> None:
+        """Take the packed names once they are ready (the text they were a view of can then go)."""
+        if self.packing is not None:
+            self.names, self.packing = self.packing.result(), None
 
 
-def extract_columns(text: bytes) -> tuple[bytes, Extracted] | None:
-    """``(rest of the document, extracted lists)``, or None to parse it the ordinary way."""
+def extract_columns(text: bytes, pool: Executor | None = None) -> tuple[bytes, Extracted] | None:
+    """``(rest of the document, extracted lists)``, or None to parse it the ordinary way.
+
+    With a ``pool``, the names are packed on it while this thread reads the
+    rest (zlib lets go of the GIL); the caller then calls
+    :meth:`Extracted.wait_for_names`.
+    """
     # The first "variables" object is taken; if it is not the top-level one, the loader finds
     # the top-level key without its placeholder and parses the ordinary way.
     at = text.find(_VARIABLES_KEY)
@@ -64,6 +78,17 @@ def extract_columns(text: bytes) -> tuple[bytes, Extracted] | None:
     if found is None:
         return None
     var_end, columns, names = found
+    table = recompute = packing = None
+    if names is not None:
+        # The names are a view of the text: flag the recompute tensors while they are plain,
+        # then compress them (the cache stores them that way too), so that the text can go.
+        table = NameTable(*names)
+        recompute = recompute_tensors(table)
+        if pool is not None:
+            packing = pool.submit(table.packed)
+        else:
+            table = table.packed()
+    del names
     spans: list[tuple[int, int, bytes]] = [(at + len(_VARIABLES_KEY) - 1, var_end, b'{"__popliner_columns__":1}')]
     bodies: list[tuple[int, int]] = []  # where each list's items are in the text
     # The variables object is skipped: its names are most of the document, and a
@@ -91,14 +116,7 @@ def extract_columns(text: bytes) -> tuple[bytes, Extracted] | None:
         pieces += (text[prev:a], repl)
         prev = b
     pieces.append(text[prev:])
-    table = recompute = None
-    if names is not None:
-        # The names are a view of the text: flag the recompute tensors while they are plain,
-        # then compress them (the cache stores them that way too), so that the text can go.
-        table = NameTable(*names)
-        recompute = recompute_tensors(table)
-        table = table.packed()
-    return b"".join(pieces), Extracted(columns, table, program_vars, program_lens, recompute)
+    return b"".join(pieces), Extracted(columns, table, program_vars, program_lens, recompute, packing)
 
 
 def _program_lists(text: bytes, lo: int, hi: int, bodies: list[tuple[int, int]],
@@ -177,8 +195,13 @@ def parse_uint_list(body: bytes) -> np.ndarray | None:
         return None  # anything but digits and commas
     if body[:1] == b"," or body[-1:] == b",":
         return None
+    # With the count known, numpy allocates the array once instead of growing it as it reads
+    # (each growth a realloc and fresh pages: a tenth of a large cold load).
+    count = body.count(b",") + 1
     try:
-        out: np.ndarray = np.fromstring(body, dtype=np.int64, sep=",")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)  # fewer items than commas: refused below
+            out: np.ndarray = np.fromstring(body, dtype=np.int64, count=count, sep=",")
     except ValueError:  # numpy 2.x refuses data it cannot read to the end (",,")
         return None
     # fromstring saturates on overflow: a maximal value may be a clipped one.
@@ -242,19 +265,62 @@ def _parse_names(text: bytes, start: int, end: int) -> tuple[np.ndarray, np.ndar
             text[start + 1 : end - 1].decode("utf-8")
         except UnicodeDecodeError:
             return None
-    quotes = [np.flatnonzero(np.equal(blob[lo : lo + _SCAN], 0x22, out=flags[: min(_SCAN, n - lo)])) + lo
-              for lo in range(0, n, _SCAN)]
-    q = np.concatenate(quotes) if len(quotes) > 1 else quotes[0]
-    if len(q) % 2 or q[0] != 0 or q[-1] != n - 1:
+    ptr = _name_offsets(blob, flags)
+    if ptr is None:
         return None
-    opens, closes = q[0::2], q[1::2]
-    if np.any(opens[1:] - closes[:-1] != 2) or np.any(blob[closes[:-1] + 1] != 0x2C):
-        return None
-    lens = closes - opens - 1
-    ptr = np.zeros(len(lens) + 1, np.int64)
-    np.cumsum(lens, out=ptr[1:])
     # name i: from opens[i] + 1 = ptr[i] + 3*i + 1 (each earlier name adds its quotes and comma).
     return blob, ptr, 1, 3
+
+
+def _name_offsets(blob: np.ndarray, flags: np.ndarray) -> np.ndarray | None:
+    """Offsets of the names in ``"a","bc",...`` (``blob``, no escapes) as if packed end to end, or None.
+
+    The quotes alternate opening and closing; each opening quote must sit two
+    bytes after the previous closing one with a comma between, the first at
+    0 and the last closing at the end. Name i then opens at ``ptr[i] + 3*i``,
+    so the offsets come straight from the opening quotes. Read piece by
+    piece, with the previous quote carried over: only the result is as long
+    as the names (the temporaries of whole-column quote positions cost more
+    in page faults than the scan itself).
+    """
+    n = len(blob)
+    quotes = 0
+    for lo in range(0, n, _SCAN):
+        k = min(_SCAN, n - lo)
+        quotes += int(np.count_nonzero(np.equal(blob[lo : lo + k], 0x22, out=flags[:k])))
+    if quotes % 2 or not quotes:
+        return None
+    count = quotes // 2
+    ptr = np.empty(count + 1, np.int64)
+    seen = 0  # quotes before this piece; the even ones (counting from 0) open a name
+    last = -2  # the previous quote: the first one must open at 0
+    for lo in range(0, n, _SCAN):
+        k = min(_SCAN, n - lo)
+        q = np.flatnonzero(np.equal(blob[lo : lo + k], 0x22, out=flags[:k]))
+        if not len(q):
+            continue
+        q += lo
+        gaps = np.empty_like(q)
+        gaps[0] = q[0] - last
+        np.subtract(q[1:], q[:-1], out=gaps[1:])
+        first_open = seen % 2  # index in q of the first opening quote
+        if np.any(gaps[first_open::2] != 2):
+            return None
+        after_close = q[1 - first_open :: 2] + 1
+        if len(after_close) and after_close[-1] == n:
+            after_close = after_close[:-1]  # the last name's closing quote ends the list
+        if np.any(blob[after_close] != 0x2C):
+            return None
+        opens = q[first_open::2]
+        name = (seen + first_open) // 2
+        np.subtract(opens, np.arange(3 * name, 3 * (name + len(opens)), 3, dtype=np.int64),
+                    out=ptr[name : name + len(opens)])
+        seen += len(q)
+        last = int(q[-1])
+    if last != n - 1:
+        return None
+    ptr[count] = n - 3 * count + 1
+    return ptr
 
 
 def _printable(blob: np.ndarray, flags: np.ndarray) -> bool:
