@@ -27,6 +27,7 @@ from typing import Any
 import click
 
 from popliner import __version__
+from popliner.allocator import keep_freed_memory
 from popliner.errors import EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_OK, Interrupted, OutputError, PoplinerError
 from popliner.fileio import describe_os_error
 from popliner.interrupts import in_uninterrupted
@@ -396,4 +397,5 @@ def setup_logging(level: int) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point."""
+    keep_freed_memory()  # this process only: the library never changes it (see popliner/allocator.py)
     cli.main(args=argv, prog_name="popliner")
