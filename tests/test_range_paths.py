@@ -185,9 +185,10 @@ def test_tables_of_rising_limits_equal_the_direct_model(options: dict[str, str],
     """A best effort's relaxed tables: each row grown again past where a lower limit stopped it.
 
     The lower tables stop rows at ranges whose figures (and stash entries,
-    taken over the limit too) the higher ones then reuse: every range each
-    table holds is still the direct model's figure, and a table holds
-    exactly the ranges within its limit.
+    taken over the limit too) the higher ones then reuse, growing the
+    running set each row stopped with: every range each table holds is
+    still the direct model's figure, and a table holds exactly the ranges
+    within its limit.
     """
     engine = _engine("bert-tiny-training.json", **options)
     n = engine.num_layers
@@ -206,3 +207,5 @@ def test_tables_of_rising_limits_equal_the_direct_model(options: dict[str, str],
                 ops = engine.range_ops(i, j)
                 assert got[0].tolist() == engine.stage_memory(ops).total_per_tile.tolist(), (limit, i, j)
                 assert got[1].tolist() == engine.stash_entry_per_tile(ops).tolist(), (limit, i, j)
+        # Another set on the shared grid in between: the next table's rows put theirs back first.
+        table.stage_memory(n // 2, n - 1)

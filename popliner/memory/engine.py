@@ -405,15 +405,17 @@ class MemoryEngine:
         """Per variable: the first and last layer whose counted operations use it.
 
         The unlayered operations count as layer 0 (they go with the first
-        stage). Unused variables get ``lo = int64 max`` and ``hi = -1``.
+        stage). Unused variables get ``lo`` = the dtype's largest value and
+        ``hi = -1``; int32 while the layers fit (half the pages to fill).
         """
         ops = self.ops
         layer_of_op = np.where(self.layer_of_op < 0, 0, self.layer_of_op)
         counted = np.flatnonzero(self.model.counted_vars)
         lay_of = layer_of_op[counted]
         n = self.profile.variables.count
-        lo = np.full(n, np.iinfo(np.int64).max, np.int64)
-        hi = np.full(n, -1, np.int64)
+        dtype = np.int32 if self.num_layers < 2**31 - 1 else np.int64
+        lo = np.full(n, np.iinfo(dtype).max, dtype)
+        hi = np.full(n, -1, dtype)
         # One plain scatter per layer in layer order (later layers overwrite hi,
         # earlier ones lo). Every value in one scatter is the same, so repeated
         # indices cannot matter; several times faster than np.minimum.at.
@@ -430,6 +432,11 @@ class MemoryEngine:
         """Variables that more than one layer uses."""
         lo, hi = self.variable_layer_span
         return np.asarray(hi > lo)
+
+    @cached_property
+    def multi_layer_index(self) -> np.ndarray:
+        """The variables that more than one layer uses, sorted (a compact numbering of them)."""
+        return np.flatnonzero(self.multi_layer_var)
 
     @cached_property
     def crossing(self) -> np.ndarray:

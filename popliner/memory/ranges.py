@@ -245,11 +245,7 @@ class ProfileRanges:
                 # One clock reading per layer added: noise next to the per-tile sums below.
                 check_deadline(self.deadline)
                 if state is None:
-                    row = shared.layer_ops[i:] if self._training else None
-                    state = _RunningStage(self.engine, shared.grid, row)
-                    for k in range(i, j):  # figures known: rebuild the running set only
-                        check_deadline(self.deadline)
-                        state.add(shared.layer_parts(k))
+                    state = self._running_set(i, j)
                 state.add(shared.layer_parts(j))
                 total = state.total_per_tile()
                 if self.engine.view.recompute == "pipeline" and j < self.engine.num_layers - 1:
@@ -267,8 +263,27 @@ class ProfileRanges:
             if worst > self.limit:
                 break  # memory only grows with j: no longer range fits either
             self._ranges[(i, j)] = (total, stash)
+        if state is not None and state.grid is not None:
+            # A table with a higher limit (a best effort) grows the row further from here. With the
+            # event list the set holds every event of the range: it is rebuilt instead.
+            shared.resume[i] = state
         # Only once the row is complete: a row interrupted by the deadline is extended again when read.
         self._done_from.add(i)
+
+    def _running_set(self, i: int, j: int) -> _RunningStage:
+        """The running set of layers ``i..j-1``: the one a lower limit's table left, else rebuilt."""
+        shared = self._shared
+        # Taken out while it grows: a row interrupted by the deadline leaves none half-grown behind.
+        state = shared.resume.pop(i, None)
+        if state is not None and i + len(state.ops) <= j:
+            state.restore_grid()
+        else:
+            row = shared.layer_ops[i:] if self._training else None
+            state = _RunningStage(self.engine, shared.grid, row)
+        for k in range(i + len(state.ops), j):  # figures known: grow the running set only
+            check_deadline(self.deadline)
+            state.add(shared.layer_parts(k))
+        return state
 
 
 class _Shared:
@@ -290,6 +305,8 @@ class _Shared:
         self.figures: dict[tuple[int, int], tuple[int, np.ndarray, np.ndarray]] = {}
         #: Ranges whose model figure the engine holds (see ProfileRanges.stage_memory).
         self.staged: set[tuple[int, int, bool]] = set()
+        #: Per start: the running set where its row stopped (grid path), to grow it for a higher limit.
+        self.resume: dict[int, _RunningStage] = {}
 
     @classmethod
     def of(cls, engine: MemoryEngine, liveness: Liveness) -> _Shared:
@@ -335,6 +352,7 @@ class _LayerParts:
     hi: int
     private: np.ndarray  # sorted variable indices
     shared: np.ndarray  # sorted variable indices
+    shared_pos: np.ndarray  # their positions in engine.multi_layer_index
     private_events: dict[str, np.ndarray] | None
     shared_events: dict[str, np.ndarray] | None
     private_stash: dict[str, np.ndarray] | None
@@ -362,6 +380,7 @@ class _LayerParts:
         multi = engine.multi_layer_var[var]
         private, shared = var[~multi], var[multi]
         return cls(ops, additive, presence, lo, hi, private, shared,
+                   np.searchsorted(engine.multi_layer_index, shared),
                    grid.merged(private) if grid is not None else None,
                    grid.events_of(shared, with_owner=True) if grid is not None else None,
                    _stash_columns(engine, private), _stash_columns(engine, shared, with_owner=True))
@@ -456,7 +475,8 @@ class _RunningStage:
         self.additive = np.zeros(self.tiles, np.int64)
         self.presence = np.zeros((len(p.vertex_types.names), self.tiles + 1), np.int64)
         self.code = engine.model.code_by_type
-        self.in_set = np.zeros(p.variables.count, bool)  # only shared variables are marked
+        # Only variables several layers use can be in the set already: marked by their compact number.
+        self.in_set = np.zeros(len(engine.multi_layer_index), bool)
         self.grid = grid
         if grid is not None:
             grid.clear()
@@ -464,6 +484,15 @@ class _RunningStage:
         self.lo, self.hi = 0, -1
         self.ops: list[np.ndarray] = []
         self.stash = _StashRow(engine, row_ops) if row_ops is not None else None
+        #: What went into the shared grid, to put the set back after other sets used it.
+        self.grid_adds: list[dict[str, np.ndarray]] = []
+
+    def restore_grid(self) -> None:
+        """Make the shared grid hold this set's variables again (other sets clear it)."""
+        assert self.grid is not None
+        self.grid.clear()
+        for events in self.grid_adds:
+            self.grid.add(events)
 
     def add(self, parts: _LayerParts) -> None:
         self.ops.append(parts.ops)
@@ -472,12 +501,14 @@ class _RunningStage:
         lo, hi = parts.lo, parts.hi
         if hi >= lo:
             self.lo, self.hi = (lo, hi) if self.hi < self.lo else (min(self.lo, lo), max(self.hi, hi))
-        fresh = ~self.in_set[parts.shared]
-        self.in_set[parts.shared] = True
+        fresh = ~self.in_set[parts.shared_pos]
+        self.in_set[parts.shared_pos] = True
         if self.grid is not None:
             assert parts.private_events is not None and parts.shared_events is not None
-            self.grid.add(parts.private_events)
-            self.grid.add(_rows_of(parts.shared_events, fresh))
+            added = (parts.private_events, _rows_of(parts.shared_events, fresh))
+            for events in added:
+                self.grid.add(events)
+            self.grid_adds.extend(added)
         else:
             assert self.events is not None
             self.events.add(np.sort(np.concatenate((parts.private, parts.shared[fresh]))))

@@ -405,13 +405,15 @@ def build_training_view(profile: Profile, ops: OperationTable, layer_of_op: np.n
         nbytes[state] = -(-nbytes[state] // options.shard)
     # Per variable, -1 where nothing changes. Each mode writes only into its own copies of this,
     # so the others share it (several 8-byte columns over millions of variables cost time to fill).
-    unchanged = np.full(v.count, -1, np.int64)
+    # Steps and unit numbers in int32 when they fit (always, in practice): half the pages to fill.
+    steps = _step_dtype(profile.num_steps)
+    unchanged = np.full(v.count, -1, steps)
     unchanged.flags.writeable = False
     cut_lo = cut_hi = unchanged  # lose the steps strictly between cut_lo and cut_hi
     keep_lo = keep_hi = unchanged  # off chip: keep only steps keep_lo..keep_hi
     if options.optimizer_state == "off-chip" and training:
         keep_lo, keep_hi = unchanged.copy(), unchanged.copy()
-        lo, hi = _update_window(ops, is_update, state, v.count)
+        lo, hi = _update_window(ops, is_update, v.count, steps)
         # Live only from its first update step to its last (never, when no update uses it).
         keep_lo[state] = np.where(hi[state] >= 0, lo[state], _NEVER)
         keep_hi[state] = hi[state]
@@ -423,9 +425,9 @@ def build_training_view(profile: Profile, ops: OperationTable, layer_of_op: np.n
     forward_cut = unchanged
     rerun_ops = np.zeros(ops.count, bool)
     if recompute in ("every-layer", "pipeline"):
-        first, last = _var_first_last(profile)
-        u = _last_forward_read(ops, forward_op, v.count)
-        lo_unit, hi_unit = _unit_span(ops, unit, v.count)
+        first, last = _var_first_last(profile, steps)
+        u = _last_forward_read(ops, forward_op, v.count, steps)
+        lo_unit, hi_unit = _unit_span(ops, unit, v.count, steps)
         kept = ~always & (u >= 0) & (lo_unit >= 0) & ~state
         if recompute == "every-layer":
             cut_lo, cut_hi = unchanged.copy(), unchanged.copy()
@@ -454,19 +456,25 @@ def _unit_of_op(layer_of_op: np.ndarray, groups: np.ndarray, num_layers: int) ->
     return np.asarray(unit, np.int64)
 
 
-def _var_first_last(profile: Profile) -> tuple[np.ndarray, np.ndarray]:
+def _step_dtype(num_steps: int) -> type[np.signedinteger]:
+    """int32 for per-variable steps and unit numbers while they (and the "never" marker) fit, else int64."""
+    return np.int32 if num_steps < _NEVER - 1 else np.int64
+
+
+def _var_first_last(profile: Profile, dtype: type[np.signedinteger] = np.int64) -> tuple[np.ndarray, np.ndarray]:
     p = profile
     nonempty = np.diff(p.class_ptr) > 0
-    starts = np.full(p.num_classes, -1, np.int64)
-    ends = np.full(p.num_classes, -1, np.int64)
+    starts = np.full(p.num_classes, -1, dtype)
+    ends = np.full(p.num_classes, -1, dtype)
     starts[nonempty] = p.iv_start[p.class_ptr[:-1][nonempty]]
     ends[nonempty] = p.iv_end[p.class_ptr[1:][nonempty] - 1] - 1
     return starts[p.variables.klass], ends[p.variables.klass]
 
 
-def _last_forward_read(ops: OperationTable, forward_op: np.ndarray, num_vars: int) -> np.ndarray:
+def _last_forward_read(ops: OperationTable, forward_op: np.ndarray, num_vars: int,
+                       dtype: type[np.signedinteger] = np.int64) -> np.ndarray:
     """Per variable: the last step of a forward operation that uses it (-1 when none)."""
-    u = np.full(num_vars, -1, np.int64)
+    u = np.full(num_vars, -1, dtype)
     picked = np.flatnonzero(forward_op)
     # Plain scatters in order of last step: a later (larger) one overwrites.
     for op in picked[np.argsort(ops.last_step[picked], kind="stable")].tolist():
@@ -474,10 +482,11 @@ def _last_forward_read(ops: OperationTable, forward_op: np.ndarray, num_vars: in
     return u
 
 
-def _unit_span(ops: OperationTable, unit: np.ndarray, num_vars: int) -> tuple[np.ndarray, np.ndarray]:
+def _unit_span(ops: OperationTable, unit: np.ndarray, num_vars: int,
+               dtype: type[np.signedinteger] = np.int64) -> tuple[np.ndarray, np.ndarray]:
     """Per variable: the smallest and largest unit of the operations that use it (-1 when none)."""
-    lo = np.full(num_vars, -1, np.int64)
-    hi = np.full(num_vars, -1, np.int64)
+    lo = np.full(num_vars, -1, dtype)
+    hi = np.full(num_vars, -1, dtype)
     units = np.unique(unit[unit >= 0])
     per_unit = [(int(k), gather_csr(ops.var_ptr, ops.var_idx, np.flatnonzero(unit == k))) for k in units.tolist()]
     # One plain scatter per unit, in unit order (hi) and reversed (lo): each writes one value.
@@ -488,16 +497,16 @@ def _unit_span(ops: OperationTable, unit: np.ndarray, num_vars: int) -> tuple[np
     return lo, hi
 
 
-def _update_window(ops: OperationTable, is_update: np.ndarray, state: np.ndarray,
-                   num_vars: int) -> tuple[np.ndarray, np.ndarray]:
+def _update_window(ops: OperationTable, is_update: np.ndarray, num_vars: int,
+                   dtype: type[np.signedinteger] = np.int64) -> tuple[np.ndarray, np.ndarray]:
     """Per variable: first and last step of the weight updates that use it (-1 when none)."""
-    lo = np.full(num_vars, np.iinfo(np.int64).max, np.int64)
-    hi = np.full(num_vars, -1, np.int64)
+    lo = np.full(num_vars, np.iinfo(dtype).max, dtype)
+    hi = np.full(num_vars, -1, dtype)
     picked = np.flatnonzero(is_update & (ops.first_step >= 0))
     lens = ops.var_ptr[picked + 1] - ops.var_ptr[picked]
     var = gather_csr(ops.var_ptr, ops.var_idx, picked)
-    np.minimum.at(lo, var, np.repeat(ops.first_step[picked], lens))
-    np.maximum.at(hi, var, np.repeat(ops.last_step[picked], lens))
+    np.minimum.at(lo, var, np.repeat(ops.first_step[picked], lens).astype(dtype))
+    np.maximum.at(hi, var, np.repeat(ops.last_step[picked], lens).astype(dtype))
     lo[hi < 0] = -1
     return lo, hi
 
@@ -565,7 +574,7 @@ def with_live_steps(profile: Profile, nbytes: np.ndarray, cut_lo: np.ndarray, cu
     if changed.size == 0:
         if np.array_equal(nbytes, v.bytes):
             return profile
-        return replace(profile, variables=replace(v, bytes=nbytes.astype(v.bytes.dtype)))
+        return replace(profile, variables=replace(v, bytes=nbytes.astype(v.bytes.dtype, copy=False)))
     big = np.int64(_NEVER)
     is_cut = cut_hi[changed] >= 0
     c_lo = np.where(is_cut, cut_lo[changed], big)
@@ -592,7 +601,8 @@ def with_live_steps(profile: Profile, nbytes: np.ndarray, cut_lo: np.ndarray, cu
     class_ptr = np.concatenate((profile.class_ptr, base + np.cumsum(new_counts)))
     klass = v.klass.copy()
     klass[changed] = profile.num_classes + inverse
-    variables = replace(v, bytes=nbytes.astype(v.bytes.dtype), klass=klass.astype(v.klass.dtype))
+    variables = replace(v, bytes=nbytes.astype(v.bytes.dtype, copy=False),
+                        klass=klass.astype(v.klass.dtype, copy=False))  # both already copies, or unchanged
     return replace(profile, variables=variables, class_ptr=class_ptr.astype(profile.class_ptr.dtype),
                    iv_start=np.concatenate((profile.iv_start, starts)).astype(profile.iv_start.dtype),
                    iv_end=np.concatenate((profile.iv_end, ends)).astype(profile.iv_end.dtype))
