@@ -5,6 +5,7 @@ Expected numbers are worked by hand (docs/solvers.md, "--head-placement").
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from popliner.pipeline import (
@@ -381,3 +382,26 @@ def test_simulating_a_wrapped_config_alone_runs_the_head_as_its_own_stage(tmp_pa
     before = {s["index"]: s["cycles"] for s in json.loads(run("simulate", old, "--json"))["stages"]}
     assert before[3] == 0 and before[6] == cycles[6] + head  # IPU 0's backward is stage 2K = 6
     assert {k: v for k, v in before.items() if k not in (3, 6)} == {k: v for k, v in cycles.items() if k not in (3, 6)}
+
+
+def test_head_window_falls_back_when_no_named_operation_is_forward():
+    # As if layer1/fc (step 2) were found by its inputs: no operation of layer 1 found by name runs before
+    # its backward (steps 10-11), so the window would open at step 0 and take the embedding's gather. All
+    # of layer 1's operations bound it instead (today's window): forward end step 4 (Call(1)), backward
+    # start step 7 (Call(2), whose body is a gradient): the head is steps 5 and 6, nothing moves.
+    from popliner.memory.training import called_operations, head_groups, update_operations
+
+    a = tied_head("first")
+    notes = list(a.layers.note)
+    notes[2] = "inputs"
+    called = called_operations(a.profile, a.ops)
+    backward = a.is_backward | (a.is_backward[np.maximum(called, 0)] & (called >= 0))
+    groups = head_groups(a.ops, a.layers.layer_of_op, 2, backward, update_operations(a.profile, a.ops, called=called),
+                         notes, called)
+    assert np.flatnonzero(groups == 1).tolist() == [5, 6]
+    assert np.flatnonzero(groups == 0).tolist() == [0, 8, 13, 14]
+    # With the notes as found, the named window (steps 3-9) holds the head of the table above.
+    groups = head_groups(a.ops, a.layers.layer_of_op, 2, backward, update_operations(a.profile, a.ops, called=called),
+                         a.layers.note, called)
+    assert np.flatnonzero(groups == 1).tolist() == [3, 4, 5, 6, 7, 8, 9]
+    assert np.flatnonzero(groups == 0).tolist() == [0, 13, 14]

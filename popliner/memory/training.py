@@ -245,9 +245,12 @@ def head_groups(ops: OperationTable, layer_of_op: np.ndarray, num_layers: int, b
         return out
     mine = (layer_of_op == num_layers - 1) & ~loose
     bounds = mine & _found_by_name(layer_of_op, notes, called, num_layers - 1) if notes is not None else mine
-    if not bounds.any():
-        bounds = mine
     e, s = _head_window(bounds, ops.first_step, ops.last_step, backward_named)
+    if e < 0:
+        # No operation found by name runs in the layer's forward part: the window would open at the
+        # start of the step. All of the layer's operations bound it, and none moves.
+        bounds = mine
+        e, s = _head_window(bounds, ops.first_step, ops.last_step, backward_named)
     window = (ops.first_step > e) & (ops.first_step < s)
     head = loose & window
     if notes is not None:
