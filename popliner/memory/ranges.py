@@ -80,6 +80,8 @@ class ProfileRanges:
         self._shared = _Shared.of(engine, liveness)
         self._layer_cycles = engine.layer_cycles
         self._cross = engine.crossing
+        self._cycles: dict[tuple[int, int], int] = {}
+        self._has_cycles: bool | None = None
         self.deadline = deadline
 
     # -- what a solver reads ------------------------------------------------------
@@ -106,7 +108,10 @@ class ProfileRanges:
 
     @property
     def has_cycles(self) -> bool:
-        return self.engine.has_cycles
+        # Read for every range cost a solver takes: the engine's answer, once.
+        if self._has_cycles is None:
+            self._has_cycles = self.engine.has_cycles
+        return self._has_cycles
 
     @property
     def head_wraps(self) -> bool:
@@ -141,7 +146,10 @@ class ProfileRanges:
 
     def compute(self, i: int, j: int) -> int:
         """Cycles of one micro-batch through the range (a wrapped head's with the range at position 0)."""
-        return self.engine.range_cycles(i, j, with_head=self._wraps and i == 0)
+        found = self._cycles.get((i, j))
+        if found is None:  # the DP and the ILP's edges ask for each range many times
+            found = self._cycles[(i, j)] = self.engine.range_cycles(i, j, with_head=self._wraps and i == 0)
+        return found
 
     def crossing(self, j: int) -> int:
         # After the last layer placed: 0, or what a wrapped head receives.
