@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     from popliner.memory.types import StageMemory
     from popliner.pipeline import StageFigure
     from popliner.solvers.problem import SplitProblem
-    from popliner.solvers.result import SplitResult
+    from popliner.solvers.result import SplitResult, StageResult
     from popliner.solvers.solve import SolverName
 
 __all__ = ["DEFAULT_BACKWARD_REGEX", "Analysis", "AnalysisOptions", "analyse_profile", "load_analysis", "solve_split"]
@@ -188,47 +188,89 @@ class Analysis:
 
 
 def solve_split(analysis: Analysis, problem: SplitProblem, *, solver: SolverName = "ilp", time_limit: float = 60.0,
-                seed: int = 0, link_bytes_per_second: float = 64e9) -> SplitResult:
+                seed: int = 0, link_bytes_per_second: float = 64e9, started: float | None = None) -> SplitResult:
     """Split the analysed profile's layers over at most ``problem.num_ipus`` IPUs, with each stage's figures.
 
     The solvers see only the problem and the profile's range costs; each
     stage's figures then come from :func:`popliner.pipeline.range_figure`.
     A stage over budget (a best effort) says on which tile, at which step
     and with which variables it overflows.
+
+    ``time_limit`` bounds the whole solve, from ``started`` (a
+    ``time.monotonic()`` value; default: now): the memory engine and the
+    range tables it sets up, the search, a best effort and the overflow
+    details. Each step checks the deadline between units of work (a range,
+    a stage), so a step in progress may overrun it by one unit; the set-up
+    (the engine, the tables' liveness grid) is one such unit. The note says
+    what the limit cut short.
+    """
+    from popliner.memory.ranges import ProfileRanges
+    from popliner.solvers.result import SplitResult
+    from popliner.solvers.solve import SplitOutcome, solve_bounds
+
+    t0 = time.perf_counter()
+    started = time.monotonic() if started is None else started
+    deadline = started + time_limit
+    engine = analysis.engine  # the engine and its training view: set-up the limit counts
+    if time.monotonic() >= deadline:
+        # Spent on the engine: no range table is set up either (its liveness grid takes a while too).
+        outcome = SplitOutcome(solver, "INFEASIBLE", (), note=f"the {time_limit:g} s time limit ran out while "
+                               "the memory engine was set up, before any range was evaluated: nothing was searched")
+    else:
+        # The tables stop their own row extension at the deadline, so that greedy's fill and the first
+        # rows read are bounded by --time-limit too; the stages' figures below are then read without it.
+        table = ProfileRanges(engine, problem.budget, link_bytes_per_second, deadline=deadline)
+        outcome = solve_bounds(
+            table, problem, solver=solver, time_limit=time_limit, seed=seed, started=started,
+            # Lazy: the best effort and the fewest-IPUs search read rows in order and only as far as they need.
+            relaxed=lambda factor: ProfileRanges(engine, int(problem.budget * factor), link_bytes_per_second,
+                                                 deadline=deadline, lazy=True),
+            layer_bytes=lambda k: table.stage_memory(k, k).worst_bytes,
+        )
+    stages, note = _stage_results(analysis, problem, outcome.bounds, outcome.status == "INFEASIBLE", deadline,
+                                  time_limit)
+    return SplitResult(outcome.solver, outcome.status, analysis.mode, problem.num_ipus, problem.budget, stages,
+                       objective=outcome.objective, bound=outcome.bound, gap=outcome.gap,
+                       wall_seconds=time.perf_counter() - t0, note=outcome.note + note)
+
+
+def _stage_results(analysis: Analysis, problem: SplitProblem, bounds: Sequence[tuple[int, int]], explain: bool,
+                   deadline: float, time_limit: float) -> tuple[tuple[StageResult, ...], str]:
+    """Each stage's figures, and for a stage over budget (when ``explain``) why, while the deadline allows.
+
+    The figures are the result itself and are always read; the overflow
+    details of the stages left when the deadline passes are not, and the
+    note (second item) says so.
     """
     from popliner.memory.overflow import overflow_detail
     from popliner.memory.ranges import ProfileRanges
     from popliner.pipeline import range_figure
-    from popliner.solvers.result import SplitResult, stage_result
-    from popliner.solvers.solve import solve_bounds
+    from popliner.solvers.result import stage_result
 
-    t0 = time.perf_counter()
-    started = time.monotonic()  # --time-limit counts from here: the engine's training view included
     engine = analysis.engine
-    # The tables stop their own row extension at the deadline, so that greedy's fill and the first
-    # rows read are bounded by --time-limit too; the stages' figures below are then read without it.
-    deadline = started + time_limit
-    table = ProfileRanges(engine, problem.budget, link_bytes_per_second, deadline=deadline)
-    outcome = solve_bounds(
-        table, problem, solver=solver, time_limit=time_limit, seed=seed, started=started,
-        relaxed=lambda factor: ProfileRanges(engine, int(problem.budget * factor), link_bytes_per_second,
-                                             deadline=deadline),
-        layer_bytes=lambda k: table.stage_memory(k, k).worst_bytes,
-    )
-    table.deadline = None
-    count = len(outcome.bounds)
-    stages = []
-    for k, (i, j) in enumerate(outcome.bounds):
+    table = ProfileRanges(engine, problem.budget)
+    stages: list[StageResult] = []
+    skipped: list[int] = []
+    for k, (i, j) in enumerate(bounds):
         table.stage_memory(i, j)  # the model's figure of the range from the table's running set (memoised)
-        figure = range_figure(engine, i, j, k, count)
+        figure = range_figure(engine, i, j, k, len(bounds))
         detail = None
-        if not figure.fits(problem.budget) and outcome.status == "INFEASIBLE":
-            detail = overflow_detail(engine.model, table.stage_ops(i, j) if k == 0 else engine.range_ops(i, j),
-                                     figure.worst_tile)
+        if explain and not figure.fits(problem.budget):
+            if time.monotonic() < deadline:
+                detail = overflow_detail(engine.model, table.stage_ops(i, j) if k == 0 else engine.range_ops(i, j),
+                                         figure.worst_tile)
+            else:
+                skipped.append(k)
         stages.append(stage_result(figure, analysis.layer_names, problem.budget, detail))
-    return SplitResult(outcome.solver, outcome.status, analysis.mode, problem.num_ipus, problem.budget, tuple(stages),
-                       objective=outcome.objective, bound=outcome.bound, gap=outcome.gap,
-                       wall_seconds=time.perf_counter() - t0, note=outcome.note)
+    note = ""
+    if skipped:
+        note = (f"; the {time_limit:g} s time limit ran out before the overflow details of "
+                f"{len(skipped)} stage(s) over budget (IPUs {_ipu_list(skipped)}) were found")
+    return tuple(stages), note
+
+
+def _ipu_list(ipus: Sequence[int]) -> str:
+    return ", ".join(str(k) for k in ipus[:6]) + (f", ... ({len(ipus)} in all)" if len(ipus) > 6 else "")
 
 
 def _preview(names: Sequence[str], limit: int = 8) -> str:

@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 from popliner.analysis import Analysis, analyse_profile
+from popliner.deadline import OutOfTime, check_deadline
 from popliner.memory.training import TrainingOptions
 from popliner.solvers.problem import SplitProblem
 
-__all__ = ["AUTO_ORDER", "reanalyse", "suggest_options", "training_flags", "with_training"]
+__all__ = ["AUTO_ORDER", "Suggestion", "fewest_ipus", "reanalyse", "suggest_options", "training_flags",
+           "with_training"]
 
 #: ``--recompute auto`` tries these in order: least recomputation first.
 AUTO_ORDER: tuple[str, ...] = ("none", "pipeline", "every-layer")
@@ -30,11 +33,18 @@ def reanalyse(analysis: Analysis, **changes: object) -> Analysis:
     return with_training(analysis, dataclasses.replace(analysis.options.training, **changes))  # type: ignore[arg-type]
 
 
-def fewest_ipus(analysis: Analysis, problem: SplitProblem, link_bytes_per_second: float = 64e9) -> int | None:
-    """The smallest number of IPUs (up to the problem's) on which the analysed model fits."""
-    from popliner.outputs.split_report import fit_facts
+def fewest_ipus(analysis: Analysis, problem: SplitProblem, link_bytes_per_second: float = 64e9,
+                deadline: float | None = None) -> int | None:
+    """The smallest number of IPUs on which the analysed model fits (:class:`OutOfTime` past ``deadline``).
 
-    return fit_facts(analysis, problem, link_bytes_per_second).fewest_ipus
+    A lazy table at the budget: the search reads only the rows a fitting
+    split could start at (:func:`popliner.solvers.solve.minimum_ipus`).
+    """
+    from popliner.memory.ranges import ProfileRanges
+    from popliner.solvers.solve import minimum_ipus
+
+    table = ProfileRanges(analysis.engine, problem.budget, link_bytes_per_second, deadline=deadline, lazy=True)
+    return minimum_ipus(table, problem, deadline)
 
 
 def training_flags(training: TrainingOptions, relative_to: TrainingOptions | None = None) -> str:
@@ -67,24 +77,53 @@ def _candidates(current: TrainingOptions) -> Iterator[TrainingOptions]:
                 yield option
 
 
-def suggest_options(analysis: Analysis, problem: SplitProblem,
-                    link_bytes_per_second: float = 64e9) -> tuple[TrainingOptions, int] | None:
+@dataclass(frozen=True)
+class Suggestion:
+    """What :func:`suggest_options` found: the options and the fewest IPUs they need (or None), and how far it got.
+
+    ``tried`` of ``candidates`` options were looked at; ``out_of_time``: the
+    deadline passed before the rest were (the answer may then not be the
+    one a full search gives).
+    """
+
+    options: TrainingOptions | None
+    fewest: int | None
+    tried: int
+    candidates: int
+    out_of_time: bool = False
+
+
+def suggest_options(analysis: Analysis, problem: SplitProblem, link_bytes_per_second: float = 64e9,
+                    deadline: float | None = None) -> Suggestion:
     """The first of the usual training options with which the model fits on at most ``problem.num_ipus`` IPUs.
 
-    Returns the options and the fewest IPUs they need, or None when none of
-    them fits (or the profile is not a training one).
+    Else the option that fits on the fewest IPUs, or none (no option fits,
+    or the profile is not a training one). Past ``deadline`` (a
+    ``time.monotonic()`` value) it stops, between two options or inside a
+    search, and says so: each option rebuilds the memory engine, which is
+    not interrupted, so it may overrun the deadline by one engine's set-up.
     """
     if analysis.mode != "training":
-        return None
+        return Suggestion(None, None, 0, 0)
     current = analysis.options.training
+    options = list(_candidates(current))
     found: list[tuple[TrainingOptions, int]] = []
-    for option in _candidates(current):
-        other = with_training(analysis, option)
-        if option.recompute != "none" and other.engine.view.recompute == "compiled":
-            continue  # recomputation is compiled in: asking for it changes nothing
-        fewest = fewest_ipus(other, problem, link_bytes_per_second)
-        if fewest is not None and fewest <= problem.num_ipus:
-            return option, fewest
-        if fewest is not None:
-            found.append((option, fewest))
-    return min(found, key=lambda pair: pair[1]) if found else None
+    tried = 0
+    try:
+        for option in options:
+            check_deadline(deadline)
+            other = with_training(analysis, option)
+            if option.recompute != "none" and other.engine.view.recompute == "compiled":
+                tried += 1
+                continue  # recomputation is compiled in: asking for it changes nothing
+            fewest = fewest_ipus(other, problem, link_bytes_per_second, deadline)
+            tried += 1
+            if fewest is not None and fewest <= problem.num_ipus:
+                return Suggestion(option, fewest, tried, len(options))
+            if fewest is not None:
+                found.append((option, fewest))
+    except OutOfTime:
+        best = min(found, key=lambda pair: pair[1], default=(None, None))
+        return Suggestion(best[0], best[1], tried, len(options), out_of_time=True)
+    best = min(found, key=lambda pair: pair[1], default=(None, None))
+    return Suggestion(best[0], best[1], tried, len(options))

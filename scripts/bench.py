@@ -517,7 +517,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", default=None,
                     help=f"comma-separated subset of measurements ({','.join(MEASUREMENTS)})")
     ap.add_argument("--preset", default="bert-large", help="synth preset (default %(default)s)")
-    ap.add_argument("--time-limit", type=float, default=60.0, help="ILP time limit in seconds (default 60)")
+    ap.add_argument("--time-limit", type=float, default=60.0,
+                    help="--time-limit of the solves: bounds the whole solve (default 60)")
     ap.add_argument("--work", default=None, help="where profiles and caches go (default OUT/work/)")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)

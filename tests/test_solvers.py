@@ -19,6 +19,7 @@ from popliner.solvers.dp import dp_bounds, dp_for_stages, dp_per_count
 from popliner.solvers.greedy import greedy_bounds, layers_needed
 from popliner.solvers.ilp import ilp_bounds
 from popliner.solvers.problem import ArrayRanges, SplitProblem
+from popliner.solvers.solve import solve_bounds
 
 TINY = Path(__file__).resolve().parent.parent / "fixtures" / "profiles" / "tiny.json"
 
@@ -405,11 +406,12 @@ def test_time_limit_bounds_the_whole_solve():
     # comes back as FEASIBLE, valid but not proved optimal, and the note says why. The full solve
     # runs first so that the engine's rows are memoised: greedy then reads them without new work,
     # and only the DP meets the deadline (no row needs extending, so the table never checks it).
+    # (solve_bounds itself: solve_split stops before any table when its set-up alone spends the limit.)
     a = analyse_profile(load_profile(TINY))
     full = solve_split(a, SplitProblem(2, 1000), solver="ilp", time_limit=10)
     assert full.status == "OPTIMAL" and "time limit" not in full.note
-    split = solve_split(a, SplitProblem(2, 1000), solver="ilp", time_limit=1e-9)
-    assert split.status == "FEASIBLE" and split.fits
+    split = solve_bounds(ProfileRanges(a.engine, 1000), SplitProblem(2, 1000), solver="ilp", time_limit=1e-9)
+    assert split.status == "FEASIBLE" and split.bounds
     assert "time limit ran out before the exact DP finished" in split.note
     assert split.objective >= full.objective
 
@@ -450,16 +452,24 @@ def test_range_table_stops_its_rows_at_the_deadline(monkeypatch):
 
 @pytest.mark.parametrize("solver", ["greedy", "ilp"])
 def test_a_deadline_passed_before_greedy_stops_the_whole_solve(solver):
-    # A limit already spent when the first row is read: greedy's fill does not run, nor anything
-    # after it; no split is known, so the outcome is INFEASIBLE with no stages, and the note says
-    # the time ran out (nothing was proved).
+    # A limit already spent when the engine is set up: no table is set up, greedy's fill does not
+    # run, nor anything after it; no split is known, so the outcome is INFEASIBLE with no stages,
+    # and the note says the time ran out (nothing was proved).
     a = analyse_profile(load_profile(TINY))
     split = solve_split(a, SplitProblem(2, 1000), solver=solver, time_limit=0.0)
     assert split.status == "INFEASIBLE" and split.stages == ()
-    assert "the 0 s time limit ran out before greedy finished" in split.note
-    assert "before a best-effort split was found" in split.note
+    assert "the 0 s time limit ran out while the memory engine was set up" in split.note
+    assert "nothing was searched" in split.note
     assert _shared(a.engine).figures == {}  # no range evaluated
     assert _shared(a.engine)._parts == {}  # nor any layer's parts built
+    # Past the set-up (solve_bounds on a table): the first row read stops greedy and all after it.
+    outcome = solve_bounds(ProfileRanges(a.engine, 1000, deadline=0.0), SplitProblem(2, 1000), solver=solver,
+                           time_limit=0.0, started=0.0,
+                           relaxed=lambda factor: ProfileRanges(a.engine, int(1000 * factor), deadline=0.0, lazy=True))
+    assert outcome.status == "INFEASIBLE" and outcome.bounds == ()
+    assert "the 0 s time limit ran out before greedy finished" in outcome.note
+    assert "before a best-effort split was found" in outcome.note
+    assert _shared(a.engine).figures == {}
 
 
 @pytest.mark.parametrize("solver", ["greedy", "ilp"])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -132,7 +133,7 @@ class HiddenArgument(click.Argument):
               help="Fraction of each tile kept free.")
 @click.option("--solver", type=click.Choice(["ilp", "greedy"]), default="ilp", show_default=True)
 @click.option("--time-limit", type=float, default=60.0, show_default=True, callback=_positive,
-              help="Seconds for the ILP solver.")
+              help="Seconds for the whole solve: set-up, search, best effort, overflow details, the hint.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Random seed of the ILP solver.")
 @click.option("--split-after", multiple=True, metavar="LAYER", help="Force a stage to end after LAYER.")
 @click.option("--same-ipu", multiple=True, metavar="A,B", help="Keep layers A and B on one IPU.")
@@ -257,10 +258,13 @@ def _run(profile: str, debug_info: str | None, operation_breakdown: bool, layer_
     if solve:
         problem = _problem(analysis, num_ipus, exact_ipus, budget, split_after, same_ipu, min_layers_per_stage,
                            keep_shared_vars_together)
-        split = _solve(analysis, problem, min_ipus, solver, time_limit, seed, link_bandwidth)
+        # --time-limit bounds the whole solve from here: set-up, search, best effort, overflow details,
+        # --recompute auto's further solves and the hint before exit 3.
+        started = time.monotonic()
+        split = _solve(analysis, problem, min_ipus, solver, time_limit, seed, link_bandwidth, started)
         if recompute == "auto":
             analysis, split = _auto_recompute(analysis, problem, split, min_ipus, solver, time_limit, seed,
-                                              link_bandwidth)
+                                              link_bandwidth, started)
     with phase("writing tables"):
         _write_tables(analysis, outputs, fmt, output, force, split, budget, num_ipus, recompute)
     if plot:
@@ -275,7 +279,7 @@ def _run(profile: str, debug_info: str | None, operation_breakdown: bool, layer_
                 _write_report(analysis, split, report, force, gradient_accumulation, link_bandwidth, recompute)
         _summarise(analysis, split, problem, link_bandwidth, min_ipus, config_out, ipu_config_out)
         if not split.fits:
-            _suggest_training_options(analysis, problem, link_bandwidth)
+            _suggest_training_options(analysis, problem, link_bandwidth, started + time_limit, time_limit)
             sys.exit(EXIT_NO_SPLIT)
 
 
@@ -338,24 +342,30 @@ def _problem(analysis: Analysis, num_ipus: int, exact_ipus: bool, budget: int, s
 
 
 def _solve(analysis: Analysis, problem: Any, min_ipus: bool, solver: str, time_limit: float, seed: int,
-           link_bandwidth: float) -> Any:
+           link_bandwidth: float, started: float) -> Any:
     import dataclasses
 
     from popliner.analysis import solve_split
+    from popliner.deadline import OutOfTime
 
     asked = problem
     if min_ipus:
-        from popliner.outputs.split_report import fit_facts
+        from popliner.training_choice import fewest_ipus
 
         with phase("finding the fewest IPUs"):
-            fewest = fit_facts(analysis, problem, link_bandwidth).fewest_ipus
+            try:
+                fewest = fewest_ipus(analysis, problem, link_bandwidth, started + time_limit)
+            except OutOfTime:
+                fewest = None
+                log.warning("--min-ipus: the %g s time limit ran out before the fewest IPUs that fit were found; "
+                            "solving over at most %d", time_limit, problem.num_ipus)
         if fewest is not None and fewest <= problem.num_ipus:
             problem = dataclasses.replace(problem, num_ipus=fewest, exact_ipus=True)
     log.info("solving: %d layers over %s %d IPUs, %s bytes per tile, %s, solver %s", len(analysis.layer_names),
              "exactly" if problem.exact_ipus else "at most", problem.num_ipus, f"{problem.budget:,}", analysis.mode,
              solver)
     split = solve_split(analysis, problem, solver=solver, time_limit=time_limit, seed=seed,  # type: ignore[arg-type]
-                        link_bytes_per_second=link_bandwidth)
+                        link_bytes_per_second=link_bandwidth, started=started)
     log.info("solved in %.2f s: %s", split.wall_seconds, split.status)
     if split.num_ipus_requested != asked.num_ipus:
         split = dataclasses.replace(split, num_ipus_requested=asked.num_ipus)
@@ -363,7 +373,7 @@ def _solve(analysis: Analysis, problem: Any, min_ipus: bool, solver: str, time_l
 
 
 def _auto_recompute(analysis: Analysis, problem: Any, split: Any, min_ipus: bool, solver: str, time_limit: float,
-                    seed: int, link_bandwidth: float) -> tuple[Analysis, Any]:
+                    seed: int, link_bandwidth: float, started: float) -> tuple[Analysis, Any]:
     """``--recompute auto``: the first of none, pipeline, every-layer whose split fits (the last tried otherwise)."""
     from popliner.training_choice import AUTO_ORDER, reanalyse
 
@@ -372,23 +382,34 @@ def _auto_recompute(analysis: Analysis, problem: Any, split: Any, min_ipus: bool
             break
         analysis = reanalyse(analysis, recompute=mode)
         problem = _problem_again(analysis, problem)
-        split = _solve(analysis, problem, min_ipus, solver, time_limit, seed, link_bandwidth)
+        split = _solve(analysis, problem, min_ipus, solver, time_limit, seed, link_bandwidth, started)
     log.warning("--recompute auto chose %s", analysis.engine.view.recompute)
     return analysis, split
 
 
-def _suggest_training_options(analysis: Analysis, problem: Any, link_bandwidth: float) -> None:
-    """Before exit 3 in training: name the usual option that would make the model fit, if one does."""
+def _suggest_training_options(analysis: Analysis, problem: Any, link_bandwidth: float, deadline: float,
+                              time_limit: float) -> None:
+    """Before exit 3 in training: name the usual option that would make the model fit, if one does.
+
+    Within what is left of --time-limit; when it runs out first, say how far the search got.
+    """
     from popliner.training_choice import suggest_options, training_flags
 
     if analysis.mode != "training" or not log.isEnabledFor(logging.WARNING):
         return
+    # The solve's engine and its range tables are done with (exit 3 follows): let them go before each
+    # option builds an engine of its own, so that a large profile's two engines are not held at once.
+    analysis.__dict__.pop("engine", None)
     with phase("trying recomputation and off-chip optimizer state"):
-        found = suggest_options(analysis, problem, link_bandwidth)
-    if found is not None:
-        option, fewest = found
-        flags = training_flags(option, analysis.options.training)
-        click.echo(f"popliner: fits on {fewest} IPU{'' if fewest == 1 else 's'} with {flags}", err=True)
+        found = suggest_options(analysis, problem, link_bandwidth, deadline)
+    if found.options is not None and found.fewest is not None:
+        flags = training_flags(found.options, analysis.options.training)
+        click.echo(f"popliner: fits on {found.fewest} IPU{'' if found.fewest == 1 else 's'} with {flags}", err=True)
+    if found.out_of_time:
+        click.echo(f"popliner: the {time_limit:g} s time limit ran out after trying {found.tried} of "
+                   f"{found.candidates} other training options (recomputation, off-chip optimizer state)"
+                   f"{'; another may need fewer IPUs' if found.options is not None else ''}; "
+                   "a larger --time-limit tries them all", err=True)
 
 
 def _problem_again(analysis: Analysis, problem: Any) -> Any:

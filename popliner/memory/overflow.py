@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from popliner.arrays import expand_ranges
 from popliner.memory.model import MemoryModel
-from popliner.profile.model import Profile
 
 __all__ = ["LiveVariable", "OverflowDetail", "overflow_detail"]
 
@@ -36,22 +36,22 @@ def overflow_detail(model: MemoryModel, ops: np.ndarray, tile: int, count: int =
     var = var[v.tile[var] == tile]
     if var.size == 0 or hi < lo:
         return OverflowDetail(tile, -1, ())
-    # Per-step live bytes on this one tile: a difference array over the window.
+    # Every liveness interval of those variables at once: its owner (position in ``var``) and bounds.
+    klass = v.klass[var]
+    counts = p.class_ptr[klass + 1] - p.class_ptr[klass]
+    interval = expand_ranges(p.class_ptr[klass], counts)
+    owner = np.repeat(np.arange(var.size), counts)
+    start, end = p.iv_start[interval].astype(np.int64), p.iv_end[interval].astype(np.int64)
+    nbytes = v.bytes[var].astype(np.int64)[owner]
+    # Per-step live bytes on this one tile: a difference array over the window (integer sums, any order).
+    a, b = np.maximum(start, lo), np.minimum(end, hi + 1)
+    inside = a < b
     live_by_step = np.zeros(hi - lo + 2, np.int64)
-    for idx in var.tolist():
-        c = int(v.klass[idx])
-        for a, b in zip(p.iv_start[p.class_ptr[c] : p.class_ptr[c + 1]].tolist(),
-                        p.iv_end[p.class_ptr[c] : p.class_ptr[c + 1]].tolist()):
-            a, b = max(a, lo), min(b, hi + 1)
-            if a < b:
-                live_by_step[a - lo] += v.bytes[idx]
-                live_by_step[b - lo] -= v.bytes[idx]
+    np.add.at(live_by_step, a[inside] - lo, nbytes[inside])
+    np.add.at(live_by_step, b[inside] - lo, -nbytes[inside])
     step = lo + int(np.argmax(np.cumsum(live_by_step)[:-1]))
-    alive = [i for i in var.tolist() if _live_at(p, int(v.klass[i]), step)]
+    live = np.zeros(var.size, bool)
+    live[owner[(start <= step) & (step < end)]] = True
+    alive = var[live].tolist()
     alive.sort(key=lambda i: (-int(v.bytes[i]), i))
     return OverflowDetail(tile, step, tuple(LiveVariable(v.name(i), int(v.bytes[i])) for i in alive[:count]))
-
-
-def _live_at(p: Profile, c: int, step: int) -> bool:
-    a, b = p.class_ptr[c], p.class_ptr[c + 1]
-    return bool(np.any((p.iv_start[a:b] <= step) & (step < p.iv_end[a:b])))

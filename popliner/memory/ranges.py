@@ -62,10 +62,15 @@ class ProfileRanges:
     :class:`popliner.deadline.OutOfTime`. What was evaluated before stays
     memoised and correct, so a solver can still read it after clearing the
     deadline (set the attribute to None).
+
+    ``lazy`` extends a row only as far as it is read (``i..j`` evaluates
+    ``i..i`` to ``i..j`` and no further), for a solver that reads rows in
+    order and knows where to stop; reading the row further grows its
+    running set from where it stopped. Figures are the same either way.
     """
 
     def __init__(self, engine: MemoryEngine, limit: int, link_bytes_per_second: float = 64e9,
-                 liveness: Liveness = "auto", deadline: float | None = None) -> None:
+                 liveness: Liveness = "auto", deadline: float | None = None, lazy: bool = False) -> None:
         self.engine = engine
         self.limit = limit
         # A wrapped head is no layer the solvers place: it goes with the range at position 0.
@@ -83,6 +88,9 @@ class ProfileRanges:
         self._cycles: dict[tuple[int, int], int] = {}
         self._has_cycles: bool | None = None
         self.deadline = deadline
+        self.lazy = lazy
+        #: The row a lazy table extended last, with the event list (no grid): (start, its running set).
+        self._open: tuple[int, _RunningStage] | None = None
 
     # -- what a solver reads ------------------------------------------------------
 
@@ -213,8 +221,8 @@ class ProfileRanges:
     # -- incremental evaluation -----------------------------------------------
 
     def _range(self, i: int, j: int) -> tuple[np.ndarray, np.ndarray] | None:
-        if i not in self._done_from:
-            self._extend_from(i)
+        if i not in self._done_from and not (self.lazy and (i, j) in self._ranges):
+            self._extend_from(i, j if self.lazy else self.num_layers - 1)
         return self._ranges.get((i, j))
 
     def _wrapped_range(self, j: int) -> tuple[np.ndarray, np.ndarray] | None:
@@ -243,11 +251,11 @@ class ProfileRanges:
             self._wrapped = wrapped  # only once complete: an interrupted pass leaves nothing half-built
         return self._wrapped.get(j)
 
-    def _extend_from(self, i: int) -> None:
-        """Evaluate ``i..j`` for growing ``j`` until the range overflows the limit."""
+    def _extend_from(self, i: int, upto: int) -> None:
+        """Evaluate ``i..j`` for growing ``j`` up to ``upto`` or until the range overflows the limit."""
         shared = self._shared
         state: _RunningStage | None = None
-        for j in range(i, self.num_layers):
+        for j in range(i, upto + 1):
             known = shared.figures.get((i, j))
             if known is None:
                 # One clock reading per layer added: noise next to the per-tile sums below.
@@ -271,6 +279,10 @@ class ProfileRanges:
             if worst > self.limit:
                 break  # memory only grows with j: no longer range fits either
             self._ranges[(i, j)] = (total, stash)
+        else:
+            if upto < self.num_layers - 1:  # a lazy read: the row goes on when read further
+                self._keep(i, state)
+                return
         if state is not None and state.grid is not None:
             # A table with a higher limit (a best effort) grows the row further from here. With the
             # event list the set holds every event of the range: it is rebuilt instead.
@@ -278,13 +290,26 @@ class ProfileRanges:
         # Only once the row is complete: a row interrupted by the deadline is extended again when read.
         self._done_from.add(i)
 
+    def _keep(self, i: int, state: _RunningStage | None) -> None:
+        """Keep the running set of a row a lazy read stopped, to grow it when the row is read further."""
+        if state is None:
+            return
+        if state.grid is not None:
+            self._shared.resume[i] = state
+        else:
+            self._open = (i, state)  # one at a time: with the event list each set holds all its events
+
     def _running_set(self, i: int, j: int) -> _RunningStage:
         """The running set of layers ``i..j-1``: the one a lower limit's table left, else rebuilt."""
         shared = self._shared
         # Taken out while it grows: a row interrupted by the deadline leaves none half-grown behind.
         state = shared.resume.pop(i, None)
+        if state is None and self._open is not None and self._open[0] == i:
+            state = self._open[1]
+        self._open = None
         if state is not None and i + len(state.ops) <= j:
-            state.restore_grid()
+            if state.grid is not None and state.grid.owner is not state:
+                state.restore_grid()  # another set used the grid since: put this one back
         else:
             row = shared.layer_ops[i:] if self._training else None
             state = _RunningStage(self.engine, shared.grid, row)
@@ -488,6 +513,7 @@ class _RunningStage:
         self.grid = grid
         if grid is not None:
             grid.clear()
+            grid.owner = self
         self.events = _EventList(p) if grid is None else None
         self.lo, self.hi = 0, -1
         self.ops: list[np.ndarray] = []
@@ -499,6 +525,7 @@ class _RunningStage:
         """Make the shared grid hold this set's variables again (other sets clear it)."""
         assert self.grid is not None
         self.grid.clear()
+        self.grid.owner = self
         for events in self.grid_adds:
             self.grid.add(events)
 
@@ -705,6 +732,7 @@ class _SegmentGrid:
         self.block_sum = np.zeros((self.nblocks, self.tiles), self.dtype)
         self.stale = np.zeros(self.nblocks, bool)  # events added since the block's sums were taken
         self.touched = np.zeros(self.nblocks, bool)  # events added since the last clear
+        self.owner: object | None = None  # the running set whose variables the grid holds
 
     @classmethod
     def of(cls, profile: Profile, block: int | None = None) -> _SegmentGrid:

@@ -15,21 +15,22 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from popliner.deadline import OutOfTime, check_deadline
+from popliner.deadline import OutOfTime
 from popliner.pipeline import RangeCosts, position_memory, range_cost
 from popliner.progress import phase
-from popliner.solvers.dp import dp_bounds, dp_per_count
+from popliner.solvers.dp import dp_per_count
 from popliner.solvers.greedy import greedy_bounds
 from popliner.solvers.ilp import ilp_bounds
 from popliner.solvers.problem import Bounds, SplitProblem
+from popliner.solvers.suffix import estimated_split, forward_bounds, suffix_table
 
-__all__ = ["RELAXATIONS", "SolverName", "SplitOutcome", "best_effort", "infeasibility_reason", "minimum_ipus",
-           "solve_bounds"]
+__all__ = ["BEST_EFFORT_LIMIT", "SolverName", "SplitOutcome", "best_effort", "infeasibility_reason",
+           "minimum_ipus", "solve_bounds", "split_memory"]
 
 log = logging.getLogger(__name__)
 SolverName = Literal["greedy", "ilp"]
-#: Budget multiples tried, in order, for a best-effort split when nothing fits.
-RELAXATIONS = (1.5, 3.0, 8.0)
+#: The largest worst tile of a best-effort split, as a multiple of the budget: beyond it none is given.
+BEST_EFFORT_LIMIT = 8.0
 
 
 @dataclass(frozen=True)
@@ -142,7 +143,8 @@ def _infeasible(table: RangeCosts, problem: SplitProblem, solver: str, relaxed: 
     half = None if deadline is None else start + max(deadline - start, 0.0) / 2
     ran_out = f"the {time_limit:g} s time limit ran out"
     try:
-        hint = infeasibility_reason(table, problem, layer_bytes, half)
+        # A lazy table at the budget when there is one: the search reads only the rows a fitting split could use.
+        hint = infeasibility_reason(relaxed(1.0) if relaxed is not None else table, problem, layer_bytes, half)
     except OutOfTime:
         hint = f"{ran_out} before the fewest IPUs that fit were found"
     log.warning("no split of %d layers fits on %d IPUs of %d bytes per tile: %s",
@@ -158,18 +160,41 @@ def _infeasible(table: RangeCosts, problem: SplitProblem, solver: str, relaxed: 
 
 
 def best_effort(relaxed: Callable[[float], RangeCosts], problem: SplitProblem, deadline: float | None = None) -> Bounds:
-    """The split over the IPUs asked for whose fullest tile is smallest, when nothing fits.
+    """The split over the IPUs asked for whose fullest tile is smallest, when nothing fits; () if none is within
+    :data:`BEST_EFFORT_LIMIT` times the budget.
 
-    Tables are pruned at a relaxed limit (1.5x, 3x, 8x the budget) so that
-    the search stays as cheap as a normal solve. Past ``deadline`` it raises
-    :class:`OutOfTime` with the best split found so far.
+    Ranges come from ``relaxed(BEST_EFFORT_LIMIT)`` (best as a lazy table,
+    evaluated only as far as read). A split guessed from two ranges per
+    layer gives an upper bound; the suffix DP then reads only the ranges
+    at or under it, and the split is the one the forward DP over the whole
+    table would give (docs/solvers.md). Past ``deadline`` it raises
+    :class:`OutOfTime` with the guessed split when its memory is known.
     """
-    for factor in RELAXATIONS:
-        check_deadline(deadline)
-        found = dp_bounds(relaxed(factor), problem, by_memory=True, deadline=deadline)
-        if found is not None:
-            return found[0]
-    return ()
+    table = relaxed(BEST_EFFORT_LIMIT)
+    n = table.num_layers
+    guess = estimated_split(table, problem, problem.num_ipus, deadline)
+    bound, known = float(table.limit), None
+    if guess:
+        value = split_memory(table, problem, guess)
+        if value <= bound:
+            bound, known = value, (guess, value)
+    try:
+        suffixes = suffix_table(table, problem, bound, problem.num_ipus, deadline)
+    except OutOfTime as stop:
+        raise OutOfTime(known) from stop
+    counts = [problem.num_ipus] if problem.exact_ipus else range(1, problem.num_ipus + 1)
+    values = {k: suffixes.whole(k) for k in counts if k <= n}
+    best = min(values.values(), default=math.inf)
+    if best == math.inf:
+        return ()
+    stages = min(k for k, v in values.items() if v == best)  # the fewest stages of that value, as dp_bounds picks
+    return forward_bounds(suffixes, stages, best, n)
+
+
+def split_memory(table: RangeCosts, problem: SplitProblem, bounds: Bounds) -> float:
+    """The largest worst-tile memory of a split's stages (``inf`` when one is over the table's limit)."""
+    k = len(bounds)
+    return max(position_memory(table, i, j, p, k, problem.training) for p, (i, j) in enumerate(bounds))
 
 
 def infeasibility_reason(table: RangeCosts, problem: SplitProblem,
@@ -190,10 +215,12 @@ def infeasibility_reason(table: RangeCosts, problem: SplitProblem,
 
 
 def minimum_ipus(table: RangeCosts, problem: SplitProblem, deadline: float | None = None) -> int | None:
-    """Fewest stages that fit (ignoring the IPU count asked for), or None (:class:`OutOfTime` past ``deadline``)."""
-    for k in range(1, table.num_layers + 1):
-        trial = SplitProblem(k, problem.budget, True, problem.min_layers, problem.split_after,
-                             problem.same_ipu, problem.keep_shared_together, problem.training)
-        if dp_bounds(table, trial, deadline=deadline) is not None:
-            return k
-    return None
+    """Fewest stages that fit (ignoring the IPU count asked for), or None (:class:`OutOfTime` past ``deadline``).
+
+    One suffix DP at the table's limit answers every stage count at once
+    (:mod:`popliner.solvers.suffix`); with a lazy table it reads only the
+    rows a fitting split could start at, and them only as far as they fit.
+    """
+    n = table.num_layers
+    suffixes = suffix_table(table, problem, float(table.limit), n, deadline)
+    return next((k for k in range(1, n + 1) if suffixes.whole(k) < math.inf), None)
