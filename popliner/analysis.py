@@ -10,6 +10,7 @@ pipeline rules from :mod:`popliner.pipeline`; the solvers take a
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import time
@@ -32,7 +33,7 @@ from popliner.ops.layers import (
     layers_key,
 )
 from popliner.ops.operations import DEFAULT_OP_LAYERS, OperationTable, derive_operations
-from popliner.profile.cache import cache_path, load_cached, store_cached
+from popliner.profile.cache import PendingStore, cache_path, load_cached
 from popliner.profile.files import read_profile_bytes
 from popliner.profile.model import Profile
 from popliner.progress import phase
@@ -349,10 +350,13 @@ def load_analysis(path: str, options: AnalysisOptions = AnalysisOptions(), *, us
         log.info("reading %s (%.1f MB)", path, len(raw) / 1e6)
     from popliner.profile.loader import parse_profile_bytes, small_pages
 
-    with small_pages():  # gigabytes of short-lived arrays: see small_pages
+    with small_pages(), contextlib.ExitStack() as stack:  # small_pages: gigabytes of short-lived arrays
         with phase("parsing"):
             profile = parse_profile_bytes(raw, str(path), sha256=sha)
         del raw
+        # The profile's columns are packed for the cache on other threads while the operations
+        # and layers are worked out here (nothing is written if that fails).
+        pending = stack.enter_context(PendingStore(profile)) if use_cache else None
         with phase("deriving operations"):
             ops = derive_operations(profile, options.op_layers)
         log.info("loaded %s in %.2f s: %d programs, %d steps, %d variables, %d operations", path,
@@ -360,7 +364,7 @@ def load_analysis(path: str, options: AnalysisOptions = AnalysisOptions(), *, us
                  ops.count)
         _check_regexes(options)  # before anything is chosen or written, as analyse_profile would
         layers = _choose_layers(ops, options)
-        if use_cache:
+        if pending is not None:
             with phase("writing the cache"):
-                store_cached(where, sha, key, profile, ops, (_layers_key(options), layers))
+                pending.finish(where, sha, key, ops, (_layers_key(options), layers))
     return analyse_profile(profile, options, ops=ops, layers=layers)

@@ -8,6 +8,7 @@ ask the solver's range table for the fewest IPUs that fit.
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -94,14 +95,16 @@ class Suggestion:
 
 
 def suggest_options(analysis: Analysis, problem: SplitProblem, link_bytes_per_second: float = 64e9,
-                    deadline: float | None = None) -> Suggestion:
+                    deadline: float | None = None, setup_seconds: float = 0.0) -> Suggestion:
     """The first of the usual training options with which the model fits on at most ``problem.num_ipus`` IPUs.
 
     Else the option that fits on the fewest IPUs, or none (no option fits,
     or the profile is not a training one). Past ``deadline`` (a
     ``time.monotonic()`` value) it stops, between two options or inside a
-    search, and says so: each option rebuilds the memory engine, which is
-    not interrupted, so it may overrun the deadline by one engine's set-up.
+    search, and says so. Each option rebuilds the memory engine, which is
+    not interrupted: an option is not started when its set-up, expected to
+    take as long as the longest seen (at least ``setup_seconds``, the
+    caller's own engine), would end past the deadline.
     """
     if analysis.mode != "training":
         return Suggestion(None, None, 0, 0)
@@ -111,9 +114,12 @@ def suggest_options(analysis: Analysis, problem: SplitProblem, link_bytes_per_se
     tried = 0
     try:
         for option in options:
-            check_deadline(deadline)
+            check_deadline(None if deadline is None else deadline - setup_seconds)
+            began = time.monotonic()
             other = with_training(analysis, option)
-            if option.recompute != "none" and other.engine.view.recompute == "compiled":
+            recompute = other.engine.view.recompute
+            setup_seconds = max(setup_seconds, time.monotonic() - began)
+            if option.recompute != "none" and recompute == "compiled":
                 tried += 1
                 continue  # recomputation is compiled in: asking for it changes nothing
             fewest = fewest_ipus(other, problem, link_bytes_per_second, deadline)

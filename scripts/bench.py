@@ -46,22 +46,18 @@ smoke test.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
-import csv
 import json
 import math
 import os
-import platform
-import shutil
-import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+# argparse, csv, platform, shutil, statistics, subprocess and tempfile are imported where
+# the parent uses them: each child runs this file too, and its imports count in its time.
 
 #: Layers of the "1x" profile (BERT-Large); size S has 24*S layers.
 LAYERS_1X = 24
@@ -204,6 +200,9 @@ def run_child(spec: dict[str, Any], env: dict[str, str], log_path: Path) -> tupl
     The child's CPU seconds (user + system, its whole life) go into the result as ``child_cpu``:
     on a machine shared with other work they move much less than wall times do.
     """
+    import subprocess
+    import tempfile
+
     with tempfile.NamedTemporaryFile("w+", suffix=".json", delete=False) as fh:
         result_path = fh.name
     spec = dict(spec, result=result_path)
@@ -263,6 +262,8 @@ def make_profile(preset: str, layers: int, path: Path, scale: float = 1.0) -> di
 
 
 def machine() -> dict[str, Any]:
+    import platform
+
     info: dict[str, Any] = {"nproc": os.cpu_count(), "python": platform.python_version(),
                             "platform": platform.platform()}
     try:
@@ -287,6 +288,8 @@ def machine() -> dict[str, Any]:
 
 
 def summarise(runs: list[Run]) -> list[dict[str, Any]]:
+    import statistics
+
     rows = []
     keys = sorted({(r.measurement, r.size) for r in runs}, key=lambda k: (MEASUREMENTS.index(k[0]), k[1]))
     for m, size in keys:
@@ -309,6 +312,8 @@ def summarise(runs: list[Run]) -> list[dict[str, Any]]:
 
 
 def _median_extra(group: list[Run], key: str, factor: float = 1.0) -> float | None:
+    import statistics
+
     values = [r.extra[key] * factor for r in group if r.extra.get(key) is not None]
     return _round(statistics.median(values)) if values else None
 
@@ -358,6 +363,8 @@ def _round(x: float) -> float:
 
 def write_outputs(out: Path, runs: list[Run], profiles: dict[float, dict[str, Any]], info: dict[str, Any],
                   sizes: list[float]) -> None:
+    import csv
+
     out.mkdir(parents=True, exist_ok=True)
     with open(out / "runs.csv", "w", newline="") as fh:
         w = csv.writer(fh)
@@ -482,7 +489,24 @@ def plot(path: Path, rows: list[dict[str, Any]], profiles: dict[float, dict[str,
     plt.close(fig)
 
 
+def run_worker(spec_json: str) -> int:
+    """The child's side: one measurement, its result written where the parent said."""
+    spec = json.loads(spec_json)
+    try:
+        result = worker(spec)
+    except Exception as exc:  # noqa: BLE001 - reported as the run's status
+        result = {"status": f"ERROR {type(exc).__name__}: {exc}"[:200]}
+    Path(spec["result"]).write_text(json.dumps(result))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
+    given = sys.argv[1:] if argv is None else argv
+    if len(given) == 2 and given[0] == "--worker":  # a child: nothing else to parse or import
+        return run_worker(given[1])
+    import argparse
+    import shutil
+
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", default="0.25,0.5,1,2,4", help="profile sizes, multiples of 1x (default %(default)s)")
@@ -500,13 +524,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     if args.worker:
-        spec = json.loads(args.worker)
-        try:
-            result = worker(spec)
-        except Exception as exc:  # noqa: BLE001 - reported as the run's status
-            result = {"status": f"ERROR {type(exc).__name__}: {exc}"[:200]}
-        Path(spec["result"]).write_text(json.dumps(result))
-        return 0
+        return run_worker(args.worker)
 
     if args.quick:
         preset, sizes, repeat, layers_1x = "bert-tiny", [1.0], 1, None

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from popliner.errors import ProfileFormatError
+from popliner.profile import columns
 from popliner.profile.columns import extract_columns, parse_uint_list
 from popliner.profile.loader import _Builder, _parse_json, parse_profile_bytes
 from popliner.synth import preset_spec, write_profile
@@ -115,6 +116,45 @@ def test_shortcut_steps_aside_or_agrees(tiny_text: bytes) -> None:
         same(fast, ref, label)
         v, w = fast.variables, ref.variables
         assert [v.name(i) for i in range(v.count)] == [w.name(i) for i in range(w.count)], label
+
+
+@pytest.mark.parametrize("piece", [1, 5, 64])
+def test_small_pieces_read_the_same(tiny_text: bytes, piece: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Integer lists cut into pieces and names scanned in pieces give the same profile, or the same refusal."""
+    monkeypatch.setattr(columns, "_PIECE_BYTES", piece)
+    monkeypatch.setattr(columns, "_SCAN", piece)
+    fast = parse_profile_bytes(tiny_text, "t.json")
+    assert fast.variables.names.pad == 3  # the shortcut was taken
+    same(fast, slow(tiny_text))
+    test_shortcut_steps_aside_or_agrees(tiny_text)
+
+
+@pytest.mark.parametrize("body", [
+    b"", b"0", b"7,0,12", b"10,200,3000,4,5,66,777", b"1,,2", b",1,2,3", b"1,2,3,", b"1,2,03", b"1,2,-3",
+    b"12345678901,2", b"1 ,2", b"9223372036854775807,1", b"1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20",
+])
+@pytest.mark.parametrize("piece", [1, 2, 3, 7, 1 << 23])
+def test_integer_lists_in_pieces(body: bytes, piece: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(columns, "_PIECE_BYTES", piece)
+    text = b"[" + body + b"]"
+    whole = parse_uint_list(body)
+    got = columns._parse_span(text, 1, len(text) - 1)
+    assert (got is None) == (whole is None)
+    if whole is not None and got is not None:
+        assert got.dtype == np.int64 and got.tolist() == whole.tolist()
+    # The same items spread over several program lists, joined a few bytes at a time.
+    parts = [b"[" + part + b"]" for part in body.split(b";")] + [b"[]", b"[5,6]"]
+    joined = b"".join(parts)
+    bodies, at = [], 0
+    for part in parts:
+        bodies.append((at + 1, at + len(part) - 1))
+        at += len(part)
+    expected = parse_uint_list(b",".join(joined[a:b] for a, b in bodies if b > a))
+    count = sum(joined.count(b",", a, b) + 1 for a, b in bodies if b > a)
+    filled = columns._fill(np.empty(count, np.int64), columns._joined(joined, bodies))
+    assert (filled is None) == (expected is None)
+    if expected is not None and filled is not None:
+        assert filled.tolist() == expected.tolist()
 
 
 def test_pretty_printed_profile_reads_the_same(tiny_text: bytes) -> None:

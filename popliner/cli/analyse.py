@@ -261,6 +261,8 @@ def _run(profile: str, debug_info: str | None, operation_breakdown: bool, layer_
         # --time-limit bounds the whole solve from here: set-up, search, best effort, overflow details,
         # --recompute auto's further solves and the hint before exit 3.
         started = time.monotonic()
+        analysis.engine  # noqa: B018 - built here to time it: the hint's options each build one too
+        setup = time.monotonic() - started
         split = _solve(analysis, problem, min_ipus, solver, time_limit, seed, link_bandwidth, started)
         if recompute == "auto":
             analysis, split = _auto_recompute(analysis, problem, split, min_ipus, solver, time_limit, seed,
@@ -279,7 +281,7 @@ def _run(profile: str, debug_info: str | None, operation_breakdown: bool, layer_
                 _write_report(analysis, split, report, force, gradient_accumulation, link_bandwidth, recompute)
         _summarise(analysis, split, problem, link_bandwidth, min_ipus, config_out, ipu_config_out)
         if not split.fits:
-            _suggest_training_options(analysis, problem, link_bandwidth, started + time_limit, time_limit)
+            _suggest_training_options(analysis, problem, link_bandwidth, started + time_limit, time_limit, setup)
             sys.exit(EXIT_NO_SPLIT)
 
 
@@ -388,7 +390,7 @@ def _auto_recompute(analysis: Analysis, problem: Any, split: Any, min_ipus: bool
 
 
 def _suggest_training_options(analysis: Analysis, problem: Any, link_bandwidth: float, deadline: float,
-                              time_limit: float) -> None:
+                              time_limit: float, setup: float) -> None:
     """Before exit 3 in training: name the usual option that would make the model fit, if one does.
 
     Within what is left of --time-limit; when it runs out first, say how far the search got.
@@ -401,7 +403,7 @@ def _suggest_training_options(analysis: Analysis, problem: Any, link_bandwidth: 
     # option builds an engine of its own, so that a large profile's two engines are not held at once.
     analysis.__dict__.pop("engine", None)
     with phase("trying recomputation and off-chip optimizer state"):
-        found = suggest_options(analysis, problem, link_bandwidth, deadline)
+        found = suggest_options(analysis, problem, link_bandwidth, deadline, setup_seconds=setup)
     if found.options is not None and found.fewest is not None:
         flags = training_flags(found.options, analysis.options.training)
         click.echo(f"popliner: fits on {found.fewest} IPU{'' if found.fewest == 1 else 's'} with {flags}", err=True)

@@ -37,7 +37,7 @@ import struct
 import zipfile
 import zlib
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, TypeVar
@@ -56,6 +56,7 @@ __all__ = [
     "CacheEntry",
     "CacheHit",
     "CacheInfo",
+    "PendingStore",
     "cache_dir",
     "cache_info",
     "cache_path",
@@ -109,25 +110,63 @@ def store_cached(path: Path, sha256: str, options_key: str, profile: Profile, de
     layer assignment of the operations (another such dataclass) and the key
     of the options that chose it (it is only used again under the same key).
     """
-    arrays: dict[str, np.ndarray] = {}
-    meta = {
-        "version": __version__,
-        "format": CACHE_FORMAT,
-        "sha256": sha256,
-        "options": options_key,
-        "profile": _flatten(profile, "p.", arrays),
-        "derived": _flatten(derived, "d.", arrays),
-        "layers": None if layers is None else [layers[0], _flatten(layers[1], "l.", arrays)],
-    }
-    meta["codecs"] = _pack_all(arrays)
-    # The document (names of programs and contexts, their data) is deflated too.
-    arrays["__meta__"] = np.frombuffer(zcodec.compress(json.dumps(meta).encode("utf-8")), dtype=np.uint8)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with atomic_write(path, force=True, binary=True) as fh:
-            np.savez(fh, **arrays)  # type: ignore[arg-type]
-    except OSError as exc:
-        log.info("could not write cache %s: %s", path, exc)
+    with PendingStore(profile) as pending:
+        pending.finish(path, sha256, options_key, derived, layers)
+
+
+class PendingStore:
+    """A cache file under way: the profile's columns are packed on two threads from the start.
+
+    The caller derives its data meanwhile, then calls :meth:`finish`
+    (:func:`store_cached` in two steps). Used as a context manager, so that
+    the threads stop when the caller fails in between; nothing is written
+    unless :meth:`finish` runs. The file is the same as :func:`store_cached`'s.
+    """
+
+    def __init__(self, profile: Profile) -> None:
+        self._arrays: dict[str, np.ndarray] = {}
+        self._profile = _flatten(profile, "p.", self._arrays)
+        self._pool = ThreadPoolExecutor(2)  # zlib lets go of the GIL while it works
+        self._packing: dict[str, Future[tuple[np.ndarray, dict[str, Any]]]] = {}
+        self._submit()
+
+    def __enter__(self) -> PendingStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+    def _submit(self) -> None:
+        for k, a in self._arrays.items():
+            if k not in self._packing and _packable(k, a):
+                self._packing[k] = self._pool.submit(_pack, a)
+
+    def finish(self, path: Path, sha256: str, options_key: str, derived: object,
+               layers: tuple[str, object] | None = None) -> None:
+        """Add the caller's data, wait for the packing and write the file (see :func:`store_cached`)."""
+        arrays = self._arrays
+        meta = {
+            "version": __version__,
+            "format": CACHE_FORMAT,
+            "sha256": sha256,
+            "options": options_key,
+            "profile": self._profile,
+            "derived": _flatten(derived, "d.", arrays),
+            "layers": None if layers is None else [layers[0], _flatten(layers[1], "l.", arrays)],
+        }
+        self._submit()
+        codecs = {}
+        for k, future in self._packing.items():  # in the order of the arrays: the same file every time
+            arrays[k], codecs[k] = future.result()
+        meta["codecs"] = codecs
+        # The document (names of programs and contexts, their data) is deflated too.
+        arrays["__meta__"] = np.frombuffer(zcodec.compress(json.dumps(meta).encode("utf-8")), dtype=np.uint8)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with atomic_write(path, force=True, binary=True) as fh:
+                np.savez(fh, **arrays)  # type: ignore[arg-type]
+        except OSError as exc:
+            log.info("could not write cache %s: %s", path, exc)
 
 
 @dataclass(frozen=True, eq=False)
@@ -218,18 +257,6 @@ def _read_npz(path: Path) -> dict[str, np.ndarray]:
                 raise zipfile.BadZipFile(f"Bad CRC-32 for file {info.filename!r}")
             arrays[name] = arr.reshape(shape, order="F" if fortran else "C")
     return arrays
-
-
-def _pack_all(arrays: dict[str, np.ndarray]) -> dict[str, Any]:
-    """Narrow and deflate the large integer arrays in place (two threads); how to undo it, by name."""
-    names = [k for k, a in arrays.items() if _packable(k, a)]
-    with ThreadPoolExecutor(2) as pool:  # zlib lets go of the GIL while it works
-        packed = list(pool.map(lambda k: _pack(arrays[k]), names))
-    codecs = {}
-    for k, (data, codec) in zip(names, packed):
-        arrays[k] = data
-        codecs[k] = codec
-    return codecs
 
 
 def _packable(key: str, a: np.ndarray) -> bool:

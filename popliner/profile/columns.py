@@ -21,6 +21,7 @@ result is the same as the ordinary path's whenever it is used.
 from __future__ import annotations
 
 import warnings
+from collections.abc import Iterable, Iterator
 from concurrent.futures import Executor, Future
 from dataclasses import dataclass
 
@@ -36,6 +37,8 @@ _VARIABLES_KEY = b'"variables":{'
 _VARS_KEY = b'"vars":['
 #: Pieces scanned at once, to bound the temporaries of the byte checks.
 _SCAN = 1 << 24
+#: Bytes of text read at once by the integer list reader (see _parse_span).
+_PIECE_BYTES = 1 << 23
 
 
 @dataclass
@@ -98,13 +101,9 @@ def extract_columns(text: bytes, pool: Executor | None = None) -> tuple[bytes, E
             return None
     program_vars = program_lens = None
     if bodies:
-        view = memoryview(text)  # the lists are joined straight from the text, not copied one by one first
-        program_vars = parse_uint_list(b",".join(view[a:b] for a, b in bodies if b > a))
-        view.release()
-        if program_vars is None:
-            return None
         program_lens = np.array([text.count(b",", a, b) + 1 if b > a else 0 for a, b in bodies], np.int64)
-        if int(program_lens.sum()) != len(program_vars):
+        program_vars = _fill(np.empty(int(program_lens.sum()), np.int64), _joined(text, bodies))
+        if program_vars is None:
             return None
     del bodies
     spans.sort()
@@ -167,7 +166,7 @@ def _variables_object(text: bytes, pos: int) -> tuple[int, dict[str, np.ndarray]
             end = text.find(b"]", j)
             if end < 0:
                 return None
-            col = parse_uint_list(text[j + 1 : end])
+            col = _parse_span(text, j + 1, end)
             if col is None:
                 return None
             columns[key.decode()] = col
@@ -181,6 +180,65 @@ def _variables_object(text: bytes, pos: int) -> tuple[int, dict[str, np.ndarray]
             return i + 1, columns, names
         else:
             return None
+
+
+def _parse_span(text: bytes, start: int, end: int) -> np.ndarray | None:
+    """``parse_uint_list(text[start:end])``, read in pieces cut at commas, straight into one array.
+
+    A piece's copy and numbers are the same size every time, so the
+    allocator hands the same memory back; a whole column's copy would be
+    fresh memory, a page fault every 4 KiB.
+    """
+    if end - start <= _PIECE_BYTES:
+        return parse_uint_list(text[start:end])
+    return _fill(np.empty(text.count(b",", start, end) + 1, np.int64), _cut_at_commas(text, start, end))
+
+
+def _cut_at_commas(text: bytes, start: int, end: int) -> Iterator[bytes]:
+    """``text[start:end]`` in pieces of about :data:`_PIECE_BYTES`, each cut just before a comma (dropped)."""
+    pos = start
+    while True:
+        stop = end if end - pos <= _PIECE_BYTES else text.rfind(b",", pos, pos + _PIECE_BYTES)
+        if stop < pos:
+            stop = end  # no comma in a whole piece: the rest at once (it cannot be a valid list anyway)
+        yield text[pos:stop]
+        if stop >= end:
+            return
+        pos = stop + 1
+
+
+def _joined(text: bytes, bodies: list[tuple[int, int]]) -> Iterator[bytes]:
+    """The non-empty list bodies at ``bodies``, joined with commas, in pieces of about :data:`_PIECE_BYTES`."""
+    view = memoryview(text)  # joined straight from the text, not copied one by one first
+    group: list[memoryview] = []
+    size = 0
+    for a, b in bodies:
+        if b > a:
+            group.append(view[a:b])
+            size += b - a + 1
+            if size >= _PIECE_BYTES:
+                yield b",".join(group)
+                group, size = [], 0
+    if group:
+        yield b",".join(group)
+    group.clear()
+    view.release()
+
+
+def _fill(out: np.ndarray, pieces: Iterable[bytes]) -> np.ndarray | None:
+    """``out`` filled with the integers of the list bodies ``pieces`` (see :func:`parse_uint_list`), or None.
+
+    None as well when they hold more or fewer integers than ``out``: an empty
+    item (a doubled, leading or trailing comma) leaves it short.
+    """
+    at = 0
+    for piece in pieces:
+        part = parse_uint_list(piece)
+        if part is None or at + len(part) > len(out):
+            return None
+        out[at : at + len(part)] = part
+        at += len(part)
+    return out if at == len(out) else None
 
 
 def parse_uint_list(body: bytes) -> np.ndarray | None:
