@@ -11,13 +11,17 @@ import dataclasses
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from popliner.analysis import Analysis, analyse_profile
 from popliner.deadline import OutOfTime, check_deadline
 from popliner.memory.training import TrainingOptions
 from popliner.solvers.problem import SplitProblem
 
-__all__ = ["AUTO_ORDER", "Suggestion", "fewest_ipus", "reanalyse", "suggest_options", "training_flags",
+if TYPE_CHECKING:
+    from popliner.memory.ranges import ProfileRanges
+
+__all__ = ["AUTO_ORDER", "Suggestion", "budget_table", "fewest_ipus", "reanalyse", "suggest_options", "training_flags",
            "with_training"]
 
 #: ``--recompute auto`` tries these in order: least recomputation first.
@@ -34,17 +38,29 @@ def reanalyse(analysis: Analysis, **changes: object) -> Analysis:
     return with_training(analysis, dataclasses.replace(analysis.options.training, **changes))  # type: ignore[arg-type]
 
 
-def fewest_ipus(analysis: Analysis, problem: SplitProblem, link_bytes_per_second: float = 64e9,
-                deadline: float | None = None) -> int | None:
-    """The smallest number of IPUs on which the analysed model fits (:class:`OutOfTime` past ``deadline``).
+def budget_table(analysis: Analysis, problem: SplitProblem, link_bytes_per_second: float = 64e9,
+                 deadline: float | None = None) -> ProfileRanges:
+    """A lazy range table at the budget: the search reads only the rows a fitting split could start at.
 
-    A lazy table at the budget: the search reads only the rows a fitting
-    split could start at (:func:`popliner.solvers.solve.minimum_ipus`).
+    Making it builds the engine's liveness grid (shared with every other
+    table of the engine), which, like the engine, is not interrupted.
     """
     from popliner.memory.ranges import ProfileRanges
+
+    return ProfileRanges(analysis.engine, problem.budget, link_bytes_per_second, deadline=deadline, lazy=True)
+
+
+def fewest_ipus(analysis: Analysis, problem: SplitProblem, link_bytes_per_second: float = 64e9,
+                deadline: float | None = None, table: ProfileRanges | None = None) -> int | None:
+    """The smallest number of IPUs on which the analysed model fits (:class:`OutOfTime` past ``deadline``).
+
+    Over ``table`` when given, else over a new :func:`budget_table`
+    (:func:`popliner.solvers.solve.minimum_ipus`).
+    """
     from popliner.solvers.solve import minimum_ipus
 
-    table = ProfileRanges(analysis.engine, problem.budget, link_bytes_per_second, deadline=deadline, lazy=True)
+    if table is None:
+        table = budget_table(analysis, problem, link_bytes_per_second, deadline)
     return minimum_ipus(table, problem, deadline)
 
 
@@ -101,10 +117,11 @@ def suggest_options(analysis: Analysis, problem: SplitProblem, link_bytes_per_se
     Else the option that fits on the fewest IPUs, or none (no option fits,
     or the profile is not a training one). Past ``deadline`` (a
     ``time.monotonic()`` value) it stops, between two options or inside a
-    search, and says so. Each option rebuilds the memory engine, which is
-    not interrupted: an option is not started when its set-up, expected to
-    take as long as the longest seen (at least ``setup_seconds``, the
-    caller's own engine), would end past the deadline.
+    search, and says so. Each option rebuilds the memory engine and the
+    liveness grid of its table, which are not interrupted: an option is not
+    started when that set-up, expected to take as long as the longest seen
+    (at least ``setup_seconds``, the caller's own engine and table), would
+    end past the deadline.
     """
     if analysis.mode != "training":
         return Suggestion(None, None, 0, 0)
@@ -117,12 +134,13 @@ def suggest_options(analysis: Analysis, problem: SplitProblem, link_bytes_per_se
             check_deadline(None if deadline is None else deadline - setup_seconds)
             began = time.monotonic()
             other = with_training(analysis, option)
-            recompute = other.engine.view.recompute
-            setup_seconds = max(setup_seconds, time.monotonic() - began)
-            if option.recompute != "none" and recompute == "compiled":
+            if option.recompute != "none" and other.engine.view.recompute == "compiled":
                 tried += 1
                 continue  # recomputation is compiled in: asking for it changes nothing
-            fewest = fewest_ipus(other, problem, link_bytes_per_second, deadline)
+            # The engine and the table's liveness grid are the part that cannot stop: time them together.
+            table = budget_table(other, problem, link_bytes_per_second, deadline)
+            setup_seconds = max(setup_seconds, time.monotonic() - began)
+            fewest = fewest_ipus(other, problem, link_bytes_per_second, deadline, table=table)
             tried += 1
             if fewest is not None and fewest <= problem.num_ipus:
                 return Suggestion(option, fewest, tried, len(options))

@@ -69,6 +69,29 @@ def test_the_hint_stops_between_options_when_the_deadline_passes(monkeypatch):
     assert not whole.out_of_time and whole.options is not None and whole.fewest == 1
 
 
+def test_the_hint_counts_the_tables_grid_in_the_set_up_it_cannot_stop(monkeypatch):
+    # An option's engine and its table's liveness grid run without deadline checks. Here the table takes
+    # 0.5 s: after the first option the hint must expect that again, and not start the second with less
+    # than that left (it would end past the deadline, as it did when only the engine was timed).
+    analysis = analyse_profile(load_profile(TINY_TRAINING),
+                               AnalysisOptions(training=TrainingOptions(head_placement="last")))
+    problem = SplitProblem(2, 430, training=True)  # the first option does not fit: the hint goes on
+    original = training_choice.budget_table
+    built: list[float] = []
+
+    def slow_table(*args, **kwargs):
+        table = original(*args, **kwargs)
+        time.sleep(0.5)
+        built.append(time.monotonic())
+        return table
+
+    monkeypatch.setattr(training_choice, "budget_table", slow_table)
+    deadline = time.monotonic() + 0.9
+    out = training_choice.suggest_options(analysis, problem, deadline=deadline)
+    assert (out.tried, out.out_of_time) == (1, True)
+    assert len(built) == 1 and built[0] < deadline  # the second option's table was never started
+
+
 class _After:
     """A ``time`` whose clock reads past ``deadline``."""
 

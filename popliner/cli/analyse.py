@@ -262,6 +262,11 @@ def _run(profile: str, debug_info: str | None, operation_breakdown: bool, layer_
         # --recompute auto's further solves and the hint before exit 3.
         started = time.monotonic()
         analysis.engine  # noqa: B018 - built here to time it: the hint's options each build one too
+        if analysis.mode == "training":
+            from popliner.training_choice import budget_table
+
+            # And the liveness grid (shared with the solve's tables): with the engine, what the hint cannot stop.
+            budget_table(analysis, problem, link_bandwidth)
         setup = time.monotonic() - started
         split = _solve(analysis, problem, min_ipus, solver, time_limit, seed, link_bandwidth, started)
         if recompute == "auto":
