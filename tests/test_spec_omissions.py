@@ -127,6 +127,14 @@ def _explicit(value: Any, tiles: int) -> Any:
     return [0] * tiles if value is ZEROS else copy.deepcopy(value)
 
 
+def _write_pair(folder: Path, explicit: Any, omitted: Any) -> tuple[Path, Path]:
+    """The two documents of an omission case as files: with the key written out, and without it."""
+    a, b = folder / "explicit.json", folder / "omitted.json"
+    a.write_text(json.dumps(explicit), encoding="utf-8")
+    b.write_text(json.dumps(omitted), encoding="utf-8")
+    return a, b
+
+
 def test_every_schema_case_has_a_meaning() -> None:
     """A new optional key in the schema must say here what its absence means."""
     assert sorted(omission_cases()) == sorted(ABSENT_MEANS)
@@ -152,9 +160,7 @@ def test_absent_key_means_what_the_spec_says(case: tuple[str, str], base: Path, 
             obj[key] = _explicit(meaning, tiles)
     for obj in instances(omitted, name):
         obj.pop(key, None)
-    a, b = tmp_path / "explicit.json", tmp_path / "omitted.json"
-    a.write_text(json.dumps(explicit), encoding="utf-8")
-    b.write_text(json.dumps(omitted), encoding="utf-8")
+    a, b = _write_pair(tmp_path, explicit, omitted)
     if case in GROUND_TRUTH:
         assert model_only(figures(b)) == model_only(figures(a))
     else:
@@ -213,9 +219,7 @@ def test_absent_key_on_an_unreferenced_instance(case: tuple[str, str], base: Pat
     with_key = {**extra, key: _explicit(meaning, tiles)} if meaning is not KEEP else dict(extra)
     explicit[_array_types()[name]].append(with_key)
     omitted[_array_types()[name]].append({k: v for k, v in extra.items() if k != key})
-    a, b = tmp_path / "explicit.json", tmp_path / "omitted.json"
-    a.write_text(json.dumps(explicit), encoding="utf-8")
-    b.write_text(json.dumps(omitted), encoding="utf-8")
+    a, b = _write_pair(tmp_path, explicit, omitted)
     assert figures(b) == figures(a)
     if name == "VertexType":  # a vertex type that no tile runs adds no memory at all
         assert figures(b) == figures(base)
