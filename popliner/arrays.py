@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-__all__ = ["expand_ranges", "gather_csr", "sorted_unique", "union_of", "unique_inverse"]
+__all__ = ["expand_ranges", "gather_csr", "rank_by_table", "sorted_unique", "union_of", "unique_inverse"]
 
 
 def expand_ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
@@ -57,6 +57,23 @@ def sorted_unique(keys: np.ndarray, nearly_sorted: bool = False) -> np.ndarray:
         return s  # no repeats: spare a copy of millions of keys
     unique: np.ndarray = s[keep]
     return unique
+
+
+def rank_by_table(values: np.ndarray, max_span: int = 1 << 24) -> tuple[np.ndarray, np.ndarray] | None:
+    """Sorted distinct values and each value's rank among them (int64), through a table over their range.
+
+    No sort: one boolean per value in ``min..max``. None when that range
+    spans ``max_span`` values or more (then sort, e.g. :func:`unique_inverse`).
+    """
+    values = values.astype(np.int64, copy=False)
+    if values.size == 0:
+        return values.copy(), np.zeros(0, np.int64)
+    lo, hi = int(values.min()), int(values.max())
+    if hi - lo >= max_span:
+        return None
+    seen = np.zeros(hi - lo + 1, bool)
+    seen[values - lo] = True
+    return np.flatnonzero(seen) + lo, np.asarray((np.cumsum(seen) - 1)[values - lo], np.int64)
 
 
 def unique_inverse(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

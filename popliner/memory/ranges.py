@@ -32,7 +32,7 @@ from typing import Literal
 
 import numpy as np
 
-from popliner.arrays import expand_ranges, unique_inverse
+from popliner.arrays import expand_ranges, rank_by_table, unique_inverse
 from popliner.deadline import check_deadline
 from popliner.memory.engine import MemoryEngine, StashWindows
 from popliner.memory.types import StageMemory
@@ -471,16 +471,12 @@ def _pair_groups(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray, 
     a_hi, b_hi = int(a.max()), int(b.max())
     if max(a_hi, b_hi) >= 1 << 22:
         return None
-    a_seen = np.zeros(a_hi + 1, bool)
-    a_seen[a] = True
-    b_seen = np.zeros(b_hi + 1, bool)
-    b_seen[b] = True
-    a_vals, b_vals = np.flatnonzero(a_seen), np.flatnonzero(b_seen)
+    ranked_a, ranked_b = rank_by_table(a), rank_by_table(b)
+    assert ranked_a is not None and ranked_b is not None  # both spans are under 2**22
+    (a_vals, a_rank), (b_vals, b_rank) = ranked_a, ranked_b
     if a_vals.size * b_vals.size > 1 << 22:
         return None
-    a_rank = np.cumsum(a_seen) - 1
-    b_rank = np.cumsum(b_seen) - 1
-    pair = a_rank[a] * b_vals.size + b_rank[b]
+    pair = a_rank * b_vals.size + b_rank
     seen = np.zeros(a_vals.size * b_vals.size, bool)
     seen[pair] = True
     present = np.flatnonzero(seen)

@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from popliner.arrays import expand_ranges, gather_csr
+from popliner.arrays import expand_ranges, gather_csr, rank_by_table
 from popliner.errors import UsageProblem
 from popliner.ops.layers import LayerAssignment, compile_regex
 from popliner.ops.operations import OperationTable
@@ -543,13 +543,10 @@ def _dense_rank(values: np.ndarray) -> np.ndarray:
     values = values.astype(np.int64, copy=False)
     if values.size == 0:
         return values
-    lo, hi = int(values.min()), int(values.max())
-    if hi - lo < 1 << 24:
-        # A table over the range: no sort.
-        seen = np.zeros(hi - lo + 1, bool)
-        seen[values - lo] = True
-        return np.asarray((np.cumsum(seen) - 1)[values - lo], np.int64)
-    top = hi
+    ranked = rank_by_table(values)  # a table over the range: no sort
+    if ranked is not None:
+        return ranked[1]
+    top = int(values.max())
     # "Never" markers sit far above every step: rank them last, the rest through a dense table.
     rest = values[values != top]
     if rest.size == 0:
