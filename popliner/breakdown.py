@@ -56,7 +56,9 @@ def range_table(analysis: Analysis, max_ipus: int) -> RangeTable:
     layer), else at some position >= 1; only the depth ``d`` (IPUs after it) changes its
     figure, through the stash, so it is evaluated at position ``k`` of ``k + 1 + d`` IPUs.
     """
-    n = len(analysis.layer_names)
+    # The layers a split places in order: a wrapped head is none of them (it goes with the range at position 0).
+    names = analysis.engine.layout.placed_names
+    n = len(names)
     training = analysis.mode == "training"
     max_ipus = max(1, min(max_ipus, n))
     depths = max_ipus if training else 1
@@ -68,7 +70,7 @@ def range_table(analysis: Analysis, max_ipus: int) -> RangeTable:
             for d in _depths(i, j, n, max_ipus, training):
                 figure = position_memory(costs, i, j, k, k + 1 + d, training)
                 values[i, j, d if training else 0] = int(figure)
-    return RangeTable(analysis.layer_names, training, max_ipus, values)
+    return RangeTable(names, training, max_ipus, values)
 
 
 def _depths(i: int, j: int, n: int, max_ipus: int, training: bool) -> range:

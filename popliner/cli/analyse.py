@@ -511,7 +511,8 @@ def _report_split(analysis: Analysis, split: Any, config_out: str | None, force:
                        + ("; the best effort below is over budget" if split.stages else ""), err=True)
         if split.stages:
             click.echo(split_table(split), err=True)
-    doc = split_document(split, profile_path=analysis.profile.path, profile_sha256=analysis.profile.sha256)
+    doc = split_document(split, profile_path=analysis.profile.path, profile_sha256=analysis.profile.sha256,
+                         layout=analysis.engine.layout)
     record = training_record(analysis)
     if record is not None:
         doc["training"] = record

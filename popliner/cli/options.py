@@ -55,11 +55,11 @@ def config_training_options(func: F) -> F:
     (:func:`popliner.config.options.check_cli_options`); not given, the
     config's value is used.
     """
-    from popliner.memory.training import HEAD_PLACEMENTS, OPTIMIZER_STATES, RECOMPUTE_MODES
+    from popliner.memory.training import HEAD_PLACEMENTS, OPTIMIZER_STATES, RECOMPUTE_REQUESTS
 
     note = " Default and only accepted value: the config's (training block)."
     decorators = [
-        click.option("--recompute", type=click.Choice(list(RECOMPUTE_MODES)), default=None,
+        click.option("--recompute", type=click.Choice(list(RECOMPUTE_REQUESTS)), default=None,
                      help="Training: recomputation." + note),
         click.option("--optimizer-state", type=click.Choice(list(OPTIMIZER_STATES)), default=None,
                      help="Training: where optimizer state lives." + note),

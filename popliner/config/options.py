@@ -44,15 +44,12 @@ def analysis_options(mode: str, training: ConfigTraining | None,
     last IPU ``last``.
     """
     from popliner.analysis import AnalysisOptions
-    from popliner.memory.training import EMBEDDING_GROUP, HEAD_GROUP, TrainingOptions, wrapped_head
+    from popliner.layout import Layout
+    from popliner.memory.training import TrainingOptions
 
     if training is None or mode != "training":
-        placement = "first"
-        if wrapped_head(layers):
-            placement = "wrap"
-        elif layers and layers[0][:1] == (EMBEDDING_GROUP,) and layers[-1][-1:] == (HEAD_GROUP,):
-            placement = "last"
-        return AnalysisOptions(mode=mode, training=TrainingOptions(head_placement=placement))  # type: ignore
+        placement = Layout.of_stages(layers, None).placement
+        return AnalysisOptions(mode=mode, training=TrainingOptions(head_placement=placement))  # type: ignore[arg-type]
     return AnalysisOptions(mode=mode, training=training.options())  # type: ignore[arg-type]
 
 

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import IO, Any
 
-from popliner.memory.training import model_layer_counts
+from popliner.layout import Layout
 from popliner.solvers.result import SplitResult
 
 __all__ = ["UNLAYERED", "FitFacts", "NextSteps", "split_document", "split_picture", "split_summary", "split_table",
@@ -18,7 +18,7 @@ __all__ = ["UNLAYERED", "FitFacts", "NextSteps", "split_document", "split_pictur
 UNLAYERED = "(unlayered)"
 
 
-def split_document(split: SplitResult, *, profile_path: str, profile_sha256: str) -> dict[str, Any]:
+def split_document(split: SplitResult, *, profile_path: str, profile_sha256: str, layout: Layout) -> dict[str, Any]:
     """Plain JSON-able description; no wall-clock figures, so it is reproducible."""
     return {
         "profile": profile_path,
@@ -28,7 +28,7 @@ def split_document(split: SplitResult, *, profile_path: str, profile_sha256: str
         "mode": split.mode,
         "num_ipus_requested": split.num_ipus_requested,
         "num_ipus_used": split.num_ipus_used,
-        "layers_per_ipu": model_layer_counts([s.layers for s in split.stages]),
+        "layers_per_ipu": layout.model_layer_counts([s.layers for s in split.stages]),
         "budget_bytes_per_tile": split.budget_bytes,
         "objective": split.objective,
         "bound": split.bound,
