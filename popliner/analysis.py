@@ -97,6 +97,8 @@ class Analysis:
     layers: LayerAssignment
     options: AnalysisOptions
     from_cache: bool = False
+    #: The layers the naming rule gave, before ``--head-placement`` grouped the unlayered operations.
+    named_layers: LayerAssignment | None = None
 
     # -- layers and operations -----------------------------------------------
 
@@ -298,10 +300,12 @@ def _choose_layers(ops: OperationTable, options: AnalysisOptions) -> LayerAssign
 
 
 def analyse_profile(profile: Profile, options: AnalysisOptions = AnalysisOptions(),
-                    ops: OperationTable | None = None, layers: LayerAssignment | None = None) -> Analysis:
+                    ops: OperationTable | None = None, layers: LayerAssignment | None = None,
+                    announce: bool = True) -> Analysis:
     """Operations and layers of an already loaded profile.
 
     ``layers``: the assignment :func:`choose_layers` gives ``ops`` under these options, when already known.
+    ``announce``: say what the operations left unattributed (False when re-analysing with other options).
     """
     _check_regexes(options)
     if ops is None:
@@ -309,14 +313,15 @@ def analyse_profile(profile: Profile, options: AnalysisOptions = AnalysisOptions
             ops = derive_operations(profile, options.op_layers)
     if layers is None:
         layers = _choose_layers(ops, options)
-    if ops.unattributed_programs:
+    named = layers
+    if ops.unattributed_programs and announce:
         log.info("%d of %d reachable programs have no debug context and belong to no operation",
                  ops.unattributed_programs, ops.reachable_programs)
     if options.training.head_placement != "first":
         regex = compile_regex(options.backward_regex, "--backward-regex")
-        named = np.array([bool(regex.search(name)) for name in ops.names], bool)
-        layers = place_unlayered(profile, ops, layers, named, options.training)
-    return Analysis(profile, ops, layers, options)
+        backward = np.array([bool(regex.search(name)) for name in ops.names], bool)
+        layers = place_unlayered(profile, ops, layers, backward, options.training)
+    return Analysis(profile, ops, layers, options, named_layers=named)
 
 
 def load_analysis(path: str, options: AnalysisOptions = AnalysisOptions(), *, use_cache: bool = True,

@@ -9,6 +9,7 @@ from popliner.config.options import training_of
 from popliner.memory.model import whole_program_memory
 from popliner.memory.ranges import ProfileRanges
 from popliner.memory.sharing import handed_over_bytes, shared_bytes
+from popliner.memory.training import RecomputeRequest
 from popliner.memory.types import COMPONENT_TITLES, COMPONENTS, StageMemory
 from popliner.outputs.rows import Breakdown, LayerMatrix, LayerRow, OperationRow, RangeTable, TotalsRow
 from popliner.pipeline import position_memory
@@ -25,7 +26,7 @@ GROUND_TRUTH = {
 
 
 def build_breakdown(analysis: Analysis, *, with_operations: bool = True, with_totals: bool = True,
-                    planner_ipus: int | None = None, requested_recompute: str | None = None) -> Breakdown:
+                    planner_ipus: int | None = None, requested_recompute: RecomputeRequest | None = None) -> Breakdown:
     """The review tables; ``planner_ipus`` adds the range table of splits over up to that many IPUs.
 
     ``requested_recompute``: the ``--recompute`` asked for (``auto`` is recorded next to the mode it chose).

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from popliner.analysis import Analysis, solve_split
-from popliner.config.model import ConfigTraining, config_training
+from popliner.config.model import ConfigTraining
+from popliner.config.options import training_of
 from popliner.deadline import OutOfTime
 from popliner.errors import UsageProblem
 from popliner.layout import HeadPlacement, Layout
@@ -124,13 +125,6 @@ class SplitPlan:
         return self.split.fits
 
 
-def record_training(analysis: Analysis, requested: RecomputeRequest | None = None) -> ConfigTraining | None:
-    """The record of the training options an analysis applied (None in inference); ``auto`` noted as asked."""
-    if analysis.mode != "training":
-        return None
-    return config_training(analysis.options.training, analysis.engine.view.recompute, requested)
-
-
 def plan_split(analysis: Analysis, request: SplitRequest = SplitRequest()) -> SplitPlan:
     """Split the analysed profile as ``request`` asks; ``request.time_limit`` bounds the whole call."""
     started = time.monotonic()
@@ -146,13 +140,13 @@ def plan_split(analysis: Analysis, request: SplitRequest = SplitRequest()) -> Sp
     split = _solve(analysis, problem, request, started)
     if requested == "auto":
         analysis, problem, split = _auto_recompute(analysis, problem, split, request, started)
-    facts = suggestion = None
+    facts = None
     if split.fits and request.fit_facts:
         with phase("checking fewer IPUs"):
             facts = fit_facts(analysis, problem, request.link_bandwidth)
     engine = analysis.engine
     plan = SplitPlan(request, analysis, problem, split, engine.layout, requested, engine.view.recompute,
-                     record_training(analysis, requested), facts)
+                     training_of(analysis, requested), facts)
     if not split.fits and request.suggest and analysis.mode == "training":
         plan = dataclasses.replace(plan, suggestion=_suggest(analysis, problem, request, started, setup))
     return plan

@@ -19,6 +19,7 @@ from popliner.errors import UsageProblem
 
 if TYPE_CHECKING:
     from popliner.analysis import Analysis, AnalysisOptions
+    from popliner.memory.training import RecomputeRequest
 
 __all__ = ["FLAGS", "analysis_options", "check_applied", "check_cli_options", "training_of"]
 
@@ -53,8 +54,8 @@ def analysis_options(mode: str, training: ConfigTraining | None,
     return AnalysisOptions(mode=mode, training=training.options())  # type: ignore[arg-type]
 
 
-def training_of(analysis: Analysis, requested_recompute: str | None = None) -> ConfigTraining | None:
-    """The record of the training options an analysis applied (None in inference)."""
+def training_of(analysis: Analysis, requested_recompute: RecomputeRequest | None = None) -> ConfigTraining | None:
+    """The record of the training options an analysis applied (None in inference); ``auto`` noted as asked."""
     if analysis.mode != "training":
         return None
     return config_training(analysis.options.training, analysis.engine.view.recompute, requested_recompute)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
 
@@ -42,7 +42,6 @@ __all__ = [
     "TrainingOptions",
     "TrainingView",
     "build_training_view",
-    "training_record",
     "place_unlayered",
     "with_live_steps",
     "called_operations",
@@ -590,18 +589,3 @@ def with_live_steps(profile: Profile, nbytes: np.ndarray, cut_lo: np.ndarray, cu
     return replace(profile, variables=variables, class_ptr=class_ptr.astype(profile.class_ptr.dtype),
                    iv_start=np.concatenate((profile.iv_start, starts)).astype(profile.iv_start.dtype),
                    iv_end=np.concatenate((profile.iv_end, ends)).astype(profile.iv_end.dtype))
-
-
-def training_record(analysis: Any) -> dict[str, object] | None:
-    """The training options of an analysis as the ``--solve`` JSON and the pipeline config record them.
-
-    ``recompute`` is what was applied (``compiled`` when the profile was
-    compiled with recomputation); None in inference.
-    """
-    engine = analysis.engine
-    if not engine.training:
-        return None
-    view: TrainingView = engine.view
-    record = view.options.as_dict()
-    record["recompute"] = view.recompute
-    return record
