@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import time
 import zipfile
-from xml.etree import ElementTree as ET
 from pathlib import Path
+from xml.etree import ElementTree as ET
 
 import pytest
 from click.testing import CliRunner

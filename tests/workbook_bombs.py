@@ -118,7 +118,8 @@ def with_dtd(source: Path, target: Path, member: str = "xl/workbook.xml", *, lau
         assert root is not None
         doctype = f"<!DOCTYPE {root.group(1)} [{decl}]>"
         # The entity is used where text is allowed: in an attribute value of the root's first child.
-        body = re.sub(r'(<[A-Za-z:]+ [^>]*?name=")([^"]*)"', lambda m: f'{m.group(1)}{m.group(2)}{use}"', rest, 1)
+        body = re.sub(r'(<[A-Za-z:]+ [^>]*?name=")([^"]*)"', lambda m: f'{m.group(1)}{m.group(2)}{use}"', rest,
+                      count=1)
         out = head.replace('encoding="UTF-8"', f'encoding="{encoding.upper()}"') + "?>" + doctype + body
         return out.encode(encoding)
 
