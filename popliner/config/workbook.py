@@ -96,7 +96,7 @@ class _GuardedZip(zipfile.ZipFile):
         if self.spent > self.limit:
             raise self._too_big(part, self.spent)
 
-    def open(self, name: str | zipfile.ZipInfo, mode: str = "r",  # type: ignore[override]
+    def open(self, name: str | zipfile.ZipInfo, mode: str = "r",
              pwd: bytes | None = None, *, force_zip64: bool = False) -> IO[bytes]:
         if mode != "r":
             raise ValueError("read only")
