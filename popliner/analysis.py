@@ -34,6 +34,7 @@ from popliner.ops.layers import (
 )
 from popliner.ops.operations import DEFAULT_OP_LAYERS, OperationTable, derive_operations
 from popliner.profile.cache import PendingStore, cache_path, load_cached
+from popliner.profile.cachecheck import Bad, check_csr, check_len, check_range
 from popliner.profile.files import read_profile_bytes
 from popliner.profile.model import Profile
 from popliner.progress import phase
@@ -319,6 +320,27 @@ def analyse_profile(profile: Profile, options: AnalysisOptions = AnalysisOptions
     return Analysis(profile, ops, layers, options)
 
 
+def _check_cached(profile: Profile, ops: OperationTable, layers: LayerAssignment | None) -> None:
+    """Raise ``cachecheck.Bad`` when a cached operation table or layer assignment indexes outside the profile."""
+    n, steps, programs = ops.count, profile.num_steps, profile.programs.count
+    for name in ("context", "op_type", "inputs", "is_call", "is_tensor", "first_step", "last_step"):
+        check_len(f"operation {name}", getattr(ops, name), n)
+    check_range("operation contexts", ops.context, 0, profile.contexts.count)
+    check_range("operation steps", np.concatenate((ops.first_step, ops.last_step)), -1, steps)
+    check_csr("operation programs", ops.prog_ptr, ops.prog_idx, n, programs)
+    if ops.num_variables != profile.variables.count:
+        raise Bad("the operation table is for another number of variables")
+    check_csr("operation variables", ops.var_ptr, ops.var_idx, n, ops.num_variables)
+    check_len("operation of program", ops.op_of_program, programs)
+    check_range("operation of program", ops.op_of_program, -1, n)
+    check_len("operation of step", ops.op_of_step, steps)
+    check_range("operation of step", ops.op_of_step, -1, n)
+    if layers is not None:
+        check_len("layer of operation", layers.layer_of_op, n)
+        check_len("layer notes", layers.note, n)
+        check_range("layer of operation", layers.layer_of_op, -1, len(layers.names))
+
+
 def load_analysis(path: str, options: AnalysisOptions = AnalysisOptions(), *, use_cache: bool = True,
                   cache_dir: str | None = None) -> Analysis:
     """Load a profile file (through the cache in ``cache_dir`` unless ``use_cache`` is off) and analyse it.
@@ -334,7 +356,7 @@ def load_analysis(path: str, options: AnalysisOptions = AnalysisOptions(), *, us
     where = cache_path(sha, key, cache_dir)
     if use_cache:
         with phase("reading the cache"):
-            hit = load_cached(where, sha, key, str(path), OperationTable, LayerAssignment)
+            hit = load_cached(where, sha, key, str(path), OperationTable, LayerAssignment, _check_cached)
         if hit is not None:
             log.info("loaded %s from cache in %.2f s", path, time.perf_counter() - t0)
             layers = None
