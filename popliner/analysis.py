@@ -310,7 +310,13 @@ def analyse_profile(profile: Profile, options: AnalysisOptions = AnalysisOptions
             ops = derive_operations(profile, options.op_layers)
     if layers is None:
         layers = _choose_layers(ops, options)
-    if ops.unattributed_programs:
+    if ops.count == 0 and ops.reachable_programs:
+        # Not an error: every figure is still computed, but nothing can be grouped into layers or split.
+        log.warning("%s: none of its %d programs carries a debug context (the profile has %d), so there are no "
+                    "operations and no layers: memory is reported unattributed; export the profile again with "
+                    "the compiler's debug information (debug.cbor) to get operations", profile.path,
+                    ops.reachable_programs, profile.contexts.count)
+    elif ops.unattributed_programs:
         log.info("%d of %d reachable programs have no debug context and belong to no operation",
                  ops.unattributed_programs, ops.reachable_programs)
     if options.training.head_placement != "first":
