@@ -16,10 +16,10 @@ from typing import Any
 import click
 
 from popliner.analysis import AnalysisOptions, load_analysis
-from popliner.cli.analyse_options import analyse_options
+from popliner.cli.analyse_options import HiddenArgument, analyse_options
 from popliner.cli.options import output_stream
 from popliner.errors import EXIT_NO_SPLIT, UsageProblem
-from popliner.fileio import check_writable, is_stdout, one_stdout
+from popliner.fileio import check_writable, distinct_files, is_stdout, one_stdout
 from popliner.memory.training import Recompute, TrainingOptions
 from popliner.plan import SplitPlan, SplitRequest, plan_split
 from popliner.progress import Tracker, phase, progress_wanted, tracking
@@ -44,13 +44,6 @@ class Outputs:
     def any_table(self) -> bool:
         return any((self.operation_breakdown, self.layer_breakdown, self.memory_totals, self.memory_affinity,
                     self.interlayer))
-
-
-class HiddenArgument(click.Argument):
-    """An argument that is accepted only to be refused with a helpful message: not in the usage line."""
-
-    def get_usage_pieces(self, ctx: click.Context) -> list[str]:
-        return []
 
 
 @click.command(name="analyse", context_settings={"help_option_names": ["-h", "--help"]})
@@ -108,7 +101,8 @@ def _outputs(p: dict[str, Any]) -> Outputs:
     output, plot = p["output"], p["plot"]
     plot_to_stdout = bool(plot and is_stdout(plot))  # then it is the only thing on stdout
     xlsx = bool(output and output.lower().endswith(".xlsx"))
-    if not outputs.any_table and not p["solve"] and not xlsx and not (plot_to_stdout and not output):
+    # The layer table by default; with --solve (its JSON on stdout) only when -o names a file for it.
+    if not outputs.any_table and not (p["solve"] and not output) and not xlsx and not (plot_to_stdout and not output):
         outputs = Outputs(False, True, False, False, False)
     return outputs
 
@@ -124,6 +118,11 @@ def _check_outputs(p: dict[str, Any], outputs: Outputs) -> None:
             raise UsageProblem(f"{flag} needs --solve")
     if p["min_ipus"] and p["exact_ipus"]:
         raise UsageProblem("--min-ipus and --exact-ipus contradict each other; give one")
+    suffixed = split_writers.suffixed
+    images = {"--plot": plot, **({"--plot (its -split image)": suffixed(plot, "split"),
+                                  "--plot (its -tiles image)": suffixed(plot, "tiles")} if plot and solve else {})}
+    distinct_files({"PROFILE": p["profile"]}, {"-o": output, **images, "--config-out": p["config_out"],
+                                               "--ipu-config-out": p["ipu_config_out"], "--report": p["report"]})
     if output:
         check_writable(output, force)
     for name, suffixes, what in (("config_out", (".yaml", ".yml"), "pipeline config"),

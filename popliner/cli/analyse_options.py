@@ -17,9 +17,16 @@ from popliner.memory.training import DEFAULT_UPDATE_REGEX, OPTIMIZER_STATES, REC
 from popliner.ops.layers import AUTO_PRESET, DEFAULT_INPUTS_REGEX_LAYER_0, preset_names
 from popliner.ops.operations import DEFAULT_OP_LAYERS
 
-__all__ = ["analyse_options"]
+__all__ = ["HiddenArgument", "analyse_options"]
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+class HiddenArgument(click.Argument):
+    """An argument that is accepted only to be refused with a helpful message: not in the usage line."""
+
+    def get_usage_pieces(self, ctx: click.Context) -> list[str]:
+        return []
 
 
 def _fraction(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
