@@ -374,3 +374,63 @@ def test_cli_wrap_puts_the_head_on_ipu_0():
     stages = json.loads(result.stdout)["stages"]
     assert [s["layers"] for s in stages] == [["embedding", "0", "head"], ["1"]]
     assert [s["worst_tile_bytes"] for s in stages] == [641, 430]
+
+
+# -- copy buffers: what is sent, each tensor once (issue: gradients were counted twice) ------------------
+
+
+def test_copy_buffers_count_each_sent_tensor_once_by_hand():
+    # tiny-training.md: the cut after layer 0 is crossed by h0 (25 B, forwards) and dh0 (25 B, backwards).
+    figures = analysed().pipeline_figures([["0"], ["1"]])
+    assert [(f.bytes_in, f.bytes_out, f.gradient_bytes_in) for f in figures] == [(0, 50, 0), (50, 0, 25)]
+    # 50 B over 2 tiles: 25 per tile on each IPU, not 50 (the gradient is not counted a second time).
+    assert [f.copy_buffer for f in figures] == [25, 25]
+
+
+def test_the_simulator_sends_activations_forwards_and_gradients_back_by_hand():
+    from popliner.simulator.inputs import IpuFigures, pipeline_stages
+
+    figures = analysed().pipeline_figures([["0"], ["1"]])
+    ipus = [IpuFigures(f.forward_cycles, f.backward_cycles, f.memory.total_per_tile, f.stash_entry_per_tile,
+                       f.bytes_in, str(k), f.recompute_cycles, f.gradient_bytes_in) for k, f in enumerate(figures)]
+    stages = pipeline_stages("training", ipus)
+    # IPU 0 forwards h0 (25 B); IPU 1 (forward and backward) sends dh0 back (25 B); IPU 0's backward sends nothing.
+    assert [(s.kind, s.ipu, s.send_bytes) for s in stages] == [("forward", 0, 25), ("forward+backward", 1, 25),
+                                                               ("backward", 0, 0)]
+
+
+def test_a_constant_is_never_sent(tmp_path):
+    # GPT-2 (generated): the causal mask and the attention bias are made on the device (a Fill, no host
+    # stream) and read by every layer; each IPU holds its own, so a cut sends only the layer output and
+    # its gradient: 2 x seq x hidden x 2 bytes (seq 1024, hidden 768, fp16) = 2 x 1,572,864.
+    from click.testing import CliRunner
+
+    from popliner.analysis import load_analysis
+    from popliner.cli import cli
+
+    path = tmp_path / "gpt2.json"
+    result = CliRunner().invoke(cli, ["synth", "--preset", "gpt2-small", "--mode", "training", "--layers", "2",
+                                      "--tiles", "64", "-o", str(path)])
+    assert result.exit_code == 0, result.output
+    analysis = load_analysis(str(path), use_cache=False)
+    engine, names = analysis.engine, analysis.profile.variables
+    constants = {names.name(int(i)).split("/")[0] for i in engine.constant_var.nonzero()[0]}
+    assert {"attention_bias", "causal_mask"} <= constants
+    assert engine.crossing.tolist() == [2 * 1024 * 768 * 2]
+    assert engine.gradient_crossing.tolist() == [1024 * 768 * 2]
+
+
+def test_over_budget_ipu_0_under_wrap_names_both_parts():
+    from click.testing import CliRunner
+
+    from popliner.cli import cli
+
+    result = CliRunner().invoke(cli, [str(TINY), "--solve", "--num-ipus", "2", "--exact-ipus", "--head-placement",
+                                      "wrap", "--mem-per-tile", "200"])
+    assert result.exit_code == 3
+    assert "IPU 0 with layer embedding and the wrapped head needs" in result.stderr
+    assert "(with the operations that have no layer)" not in result.stderr  # with wrap, every operation has one
+    engine = analysed(head_placement="wrap").engine
+    emb = engine.stage_memory(engine.stage_ops([0], first_stage=True)).worst_bytes
+    head = engine.stage_memory(engine.stage_ops([engine.layout.head], first_stage=False)).worst_bytes
+    assert f"(embedding {emb:,} and head {head:,} on their own worst tiles)" in result.stderr
