@@ -118,8 +118,9 @@ def test_memory_over_time_holds_the_checkpoints_by_hand() -> None:
     stages = inputs_from_analysis(cfg, analysis, tiles_per_ipu=2, clock_hz=1e9).stages
     result = simulate(stages, 4, clock_hz=1e9, sync_cycles=0, budget_bytes=1000, tiles_per_ipu=2)
     points = memory_over_time(result)
-    # IPU 0, tile 0: resident 300 - one entry of 20 = 280, plus 25 of copy buffers (50 B once over 2 tiles), plus 20 per entry in
-    # flight. Forward pushes on cycles 0-3, backward pops on cycles 2-5: 0 1 2 3 | 2 3 | 2 1 0 entries.
+    # IPU 0, tile 0: resident 300 - one entry of 20 = 280, plus 25 of copy buffers (50 B once over 2 tiles),
+    # plus 20 per entry in flight. Forward pushes on cycles 0-3, backward pops on cycles 2-5:
+    # 0 1 2 3 | 2 3 | 2 1 0 entries.
     assert [p.entries for p in points[0]] == [0, 1, 2, 3, 2, 3, 2, 1, 0]
     assert [p.bytes for p in points[0]] == [305 + 20 * p.entries for p in points[0]]
     assert max(p.bytes for p in points[0]) == result.ipus[0].peak_bytes == 365
