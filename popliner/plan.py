@@ -131,6 +131,7 @@ def plan_split(analysis: Analysis, request: SplitRequest = SplitRequest()) -> Sp
     requested: RecomputeRequest = (request.recompute if request.recompute is not None
                                    else analysis.options.training.recompute)
     analysis = _with_requests(analysis, request)
+    _warn_first_with_a_tied_head(analysis)
     problem = split_problem(analysis, request)
     # The engine and (training) the liveness grid shared with the solve's tables: what the hint cannot stop.
     analysis.engine  # noqa: B018 - built here to time it: the hint's options each build one too
@@ -166,6 +167,20 @@ def _with_requests(analysis: Analysis, request: SplitRequest) -> Analysis:
     if mode is not None and mode != training.recompute:
         changes["recompute"] = mode
     return reanalyse(analysis, **changes) if changes else analysis
+
+
+def _warn_first_with_a_tied_head(analysis: Analysis) -> None:
+    """``first`` with a tied head plans a pipeline the frameworks do not build: say so, and what they do."""
+    from popliner.memory.training import tied_head
+
+    if analysis.mode != "training" or analysis.options.training.head_placement != "first":
+        return
+    if tied_head(analysis.profile, analysis.ops, analysis.named_layers or analysis.layers, analysis.is_backward,
+                 analysis.options.training):
+        log.warning("%s: the head shares its weight with the embedding (a tied LM or MLM head); with "
+                    "--head-placement first it runs at the end of IPU 0's forward stage, which then spans the "
+                    "whole model; optimum-graphcore's pretraining, MLM and LM models wrap such a head back "
+                    "onto IPU 0 after the last layer: --head-placement wrap plans that", analysis.profile.path)
 
 
 def split_problem(analysis: Analysis, request: SplitRequest) -> SplitProblem:

@@ -434,3 +434,18 @@ def test_over_budget_ipu_0_under_wrap_names_both_parts():
     emb = engine.stage_memory(engine.stage_ops([0], first_stage=True)).worst_bytes
     head = engine.stage_memory(engine.stage_ops([engine.layout.head], first_stage=False)).worst_bytes
     assert f"(embedding {emb:,} and head {head:,} on their own worst tiles)" in result.stderr
+
+
+def test_first_with_a_tied_head_warns_and_points_to_wrap(tmp_path):
+    from click.testing import CliRunner
+
+    from popliner.cli import cli
+
+    path = tmp_path / "gpt2.json"
+    assert CliRunner().invoke(cli, ["synth", "--preset", "gpt2-small", "--mode", "training", "--layers", "2",
+                                    "--tiles", "64", "-o", str(path)]).exit_code == 0
+    result = CliRunner().invoke(cli, [str(path), "--solve", "--num-ipus", "2"])
+    assert "a tied LM or MLM head" in result.stderr and "--head-placement wrap" in result.stderr
+    # The bundled BERT fixture has a SQuAD head (no weight shared with the embedding): no warning.
+    bert = TINY.parent / "bert-tiny-training.json"
+    assert "tied" not in CliRunner().invoke(cli, [str(bert), "--solve", "--num-ipus", "2"]).stderr
