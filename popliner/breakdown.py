@@ -7,7 +7,7 @@ import numpy as np
 from popliner.analysis import Analysis
 from popliner.config.options import training_of
 from popliner.memory.categories import MODELLED
-from popliner.memory.coverage import Coverage, coverage_of
+from popliner.memory.coverage import Coverage, coverage_of, measured_headroom
 from popliner.memory.model import whole_program_memory
 from popliner.memory.ranges import ProfileRanges
 from popliner.memory.sharing import handed_over_bytes, shared_bytes
@@ -15,8 +15,8 @@ from popliner.memory.types import COMPONENT_TITLES, StageMemory, components
 from popliner.outputs.rows import Breakdown, LayerMatrix, LayerRow, OperationRow, RangeTable, TotalsRow
 from popliner.pipeline import position_memory
 
-__all__ = ["affinity_matrix", "build_breakdown", "interlayer_matrix", "profile_coverage", "profile_totals",
-           "whole_profile_memory"]
+__all__ = ["affinity_matrix", "build_breakdown", "default_headroom", "interlayer_matrix", "profile_coverage",
+           "profile_totals", "whole_profile_memory"]
 
 #: Ground-truth categories of ``tileMemory`` that match each model component (the others are ``other``:
 #: :mod:`popliner.memory.categories`; ``vectorListDescriptor`` is one of them, following vertex instances).
@@ -180,6 +180,14 @@ def profile_totals(analysis: Analysis) -> tuple[TotalsRow, ...]:
         rows.append(TotalsRow(f"Total on the tile the model covers least (tile {cov.lowest_tile}, {cov.lowest:.1%})",
                               cov.lowest_model, cov.lowest_compiler))
     return tuple(rows)
+
+
+def default_headroom(analysis: Analysis) -> float:
+    """``--headroom``'s default: the model's measured shortfall against the compiler, for a profile that has
+    the compiler's other categories and its totals; else 0 (what is left out cannot be measured there).
+    """
+    cov = profile_coverage(analysis) if analysis.model.has_other else None
+    return measured_headroom(cov) if cov is not None else 0.0
 
 
 def profile_coverage(analysis: Analysis) -> Coverage | None:

@@ -26,7 +26,7 @@ import pandas as pd
 from popliner.analysis import Analysis, AnalysisOptions, load_analysis
 from popliner.dataframes import component_columns, typed
 from popliner.errors import UsageProblem
-from popliner.memory.types import COMPONENTS
+from popliner.memory.types import components
 
 if TYPE_CHECKING:
     from popliner.outputs.rows import LayerMatrix
@@ -102,7 +102,8 @@ class Model:
 
         rows = profile_totals(self.analysis)
         # Machine keys for notebooks (the component names of the other frames), titles as in the Totals table.
-        keys = (*COMPONENTS, "total_summed_over_tiles", "total_worst_tile")
+        keys = (*components(self.analysis.model.has_other), "total_summed_over_tiles", "total_worst_tile",
+                "total_least_covered_tile")
         frame = pd.DataFrame({
             "category": pd.array(keys[: len(rows)], dtype="string"),
             "title": pd.array([r.category for r in rows], dtype="string"),

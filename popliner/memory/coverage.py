@@ -10,6 +10,7 @@ compiler: overall (summed over tiles) and on the tile where it is lowest.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -17,7 +18,7 @@ import numpy as np
 from popliner.memory.types import StageMemory
 from popliner.profile.model import Profile
 
-__all__ = ["Coverage", "coverage_of", "coverage_line"]
+__all__ = ["Coverage", "compiler_per_tile", "coverage_line", "coverage_of", "measured_headroom"]
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,11 @@ class Coverage:
     def shortfall(self) -> float:
         """The most the model is below the compiler on any tile, as a fraction of that tile's figure (>= 0)."""
         return max(0.0, 1.0 - self.lowest)
+
+
+def measured_headroom(cov: Coverage) -> float:
+    """The headroom a profile's measured coverage asks for: its shortfall on the lowest tile, rounded up to 0.1%."""
+    return math.ceil(cov.shortfall * 1000 - 1e-9) / 1000
 
 
 def compiler_per_tile(profile: Profile) -> np.ndarray | None:

@@ -48,8 +48,10 @@ class ComponentBytes:
         five = (self.variables, self.vertex_code, self.vertex_state, self.exchange_code, self.control_code)
         return (*five, self.other) if with_other else five
 
-    def as_dict(self, with_other: bool = False) -> dict[str, int]:
-        return dict(zip(components(with_other), self.as_tuple(with_other)))
+    def as_dict(self, with_other: bool | None = None) -> dict[str, int]:
+        """The components by name; ``other`` only when asked, or (by default) when it is not 0."""
+        show = self.other != 0 if with_other is None else with_other
+        return dict(zip(components(show), self.as_tuple(show)))
 
 
 @dataclass(frozen=True, eq=False)
