@@ -131,7 +131,7 @@ def _build(spec: SynthSpec) -> tuple[dict[str, Any], SynthSummary]:
     classes, tensor_class = liveness(graph, low.ranges, nsteps)
     piece_class = tensor_class[layout.tensor]
     counts = vertex_counts(spec.tiles, len(low.vertex_types), low.vertex_runs)
-    truth = tile_memory(spec.tiles, layout, piece_class, classes, nsteps, low, counts)
+    truth = tile_memory(spec.tiles, layout, piece_class, classes, nsteps, low, counts, spec.compiler_categories)
     names = [t.name for t in graph.tensors] if spec.var_names else None
     doc = {
         "format": "popliner-profile",

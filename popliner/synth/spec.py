@@ -85,6 +85,8 @@ class SynthSpec:
     control_code_factor: float = 1.0
     #: Embeddings, attention mask and SQuAD head as Google's reference BERT builds them (calibrated presets).
     reference_bert: bool = False
+    #: ``tileMemory`` also has the compiler's categories the five components leave out (stack, descriptors, ...).
+    compiler_categories: bool = False
 
     def __post_init__(self) -> None:
         _choice("kind", self.kind, KINDS)
@@ -102,6 +104,8 @@ class SynthSpec:
         _number_range("scale", self.scale, MIN_SCALE, MAX_SCALE)
         for name in CALIBRATION_FIELDS:
             _number_range(name, getattr(self, name), 0.01, 100.0)
+        if not isinstance(self.compiler_categories, bool):
+            raise UsageProblem(f"compiler_categories must be true or false, got {self.compiler_categories!r}")
         if not isinstance(self.reference_bert, bool):
             raise UsageProblem(f"reference_bert must be true or false, got {self.reference_bert!r}")
         if not isinstance(self.var_names, bool):
@@ -190,7 +194,7 @@ _QUIET_DEFAULTS: Final = {"recompute": "none", "split_after": (), "optimizer_sta
                           "replication_factor": 1, "sharded_optimizer_state": False, "first_moment": "float",
                           "head": "squad",
                           "vertex_code_factor": 1.0, "vertex_state_factor": 1.0, "exchange_code_factor": 1.0,
-                          "control_code_factor": 1.0, "reference_bert": False}
+                          "control_code_factor": 1.0, "reference_bert": False, "compiler_categories": False}
 
 
 def _choice(name: str, value: Any, allowed: tuple[str, ...]) -> None:
@@ -214,10 +218,11 @@ def _number_range(name: str, value: Any, lo: float, hi: float) -> None:
 
 #: Calibration of the Mk2 transformer presets against a real BERT-Large profile (docs/synthetic-profiles.md).
 _CALIBRATED: Final = {"vertex_code_factor": 0.247, "vertex_state_factor": 0.301, "exchange_code_factor": 0.342,
-                      "control_code_factor": 0.545}
+                      "control_code_factor": 0.545, "compiler_categories": True}
 
 #: The catalog's own amounts and graph (what the small presets and the committed fixtures use).
-UNCALIBRATED: Final = MappingProxyType({**{name: 1.0 for name in CALIBRATION_FIELDS}, "reference_bert": False})
+UNCALIBRATED: Final = MappingProxyType({**{name: 1.0 for name in CALIBRATION_FIELDS}, "reference_bert": False,
+                                        "compiler_categories": False})
 
 # Preset parameters (mode is given separately). The real-model presets keep a
 # Mk2 IPU (1472 tiles of 624 KiB); the small ones use a few tens of tiles so
@@ -234,7 +239,7 @@ _PRESETS: dict[str, dict[str, Any]] = {
     "resnet-small": {"kind": "cnn", "layers": 8, "hidden": 16, "seq": 64, "batch": 32, "vocab": 10, "tiles": 32,
                      "optimizer": "sgd"},
     "resnet50": {"kind": "cnn", "layers": 16, "hidden": 64, "seq": 224, "batch": 16, "vocab": 1000,
-                 "optimizer": "sgd"},
+                 "optimizer": "sgd", "compiler_categories": True},
 }
 #: name -> parameters (read-only view).
 PRESETS: Final = MappingProxyType(_PRESETS)
