@@ -29,6 +29,7 @@ from popliner.synth.lower import Calibration, Lowered, lower
 from popliner.synth.models import build_model
 from popliner.synth.spec import SynthSpec
 from popliner.synth.tilevec import encode_dense
+from popliner.synth.naming import rename_contexts
 from popliner.synth.truth import liveness, tile_memory, vertex_counts
 
 __all__ = ["SynthSummary", "generate_document", "write_profile"]
@@ -127,6 +128,7 @@ def _build(spec: SynthSpec) -> tuple[dict[str, Any], SynthSummary]:
     calibration = Calibration(spec.vertex_code_factor, spec.vertex_state_factor, spec.exchange_code_factor,
                               spec.control_code_factor)
     low = lower(graph, layout, spec.scale, np.random.default_rng(seeds[1]), calibration)
+    rename_contexts(low.contexts, spec.naming)
     nsteps = len(low.steps)
     classes, tensor_class = liveness(graph, low.ranges, nsteps)
     piece_class = tensor_class[layout.tensor]

@@ -15,6 +15,7 @@ from types import MappingProxyType
 from typing import Any, Final
 
 from popliner.errors import UsageProblem
+from popliner.synth.naming import NAMINGS
 
 __all__ = ["CALIBRATION_FIELDS", "FIRST_MOMENTS", "HEADS", "KINDS", "MODES", "OPTIMIZERS", "OPTIMIZER_STATES",
            "PRESETS", "RECOMPUTES", "UNCALIBRATED", "SynthSpec", "preset_names", "preset_spec"]
@@ -87,6 +88,8 @@ class SynthSpec:
     reference_bert: bool = False
     #: ``tileMemory`` also has the compiler's categories the five components leave out (stack, descriptors, ...).
     compiler_categories: bool = False
+    #: How operations are named: ``popart``, or as ``poptorch`` or ``tensorflow`` would (popliner/synth/naming.py).
+    naming: str = "popart"
 
     def __post_init__(self) -> None:
         _choice("kind", self.kind, KINDS)
@@ -104,6 +107,7 @@ class SynthSpec:
         _number_range("scale", self.scale, MIN_SCALE, MAX_SCALE)
         for name in CALIBRATION_FIELDS:
             _number_range(name, getattr(self, name), 0.01, 100.0)
+        _choice("naming", self.naming, NAMINGS)
         if not isinstance(self.compiler_categories, bool):
             raise UsageProblem(f"compiler_categories must be true or false, got {self.compiler_categories!r}")
         if not isinstance(self.reference_bert, bool):
@@ -194,7 +198,8 @@ _QUIET_DEFAULTS: Final = {"recompute": "none", "split_after": (), "optimizer_sta
                           "replication_factor": 1, "sharded_optimizer_state": False, "first_moment": "float",
                           "head": "squad",
                           "vertex_code_factor": 1.0, "vertex_state_factor": 1.0, "exchange_code_factor": 1.0,
-                          "control_code_factor": 1.0, "reference_bert": False, "compiler_categories": False}
+                          "control_code_factor": 1.0, "reference_bert": False, "compiler_categories": False,
+                          "naming": "popart"}
 
 
 def _choice(name: str, value: Any, allowed: tuple[str, ...]) -> None:
@@ -238,11 +243,20 @@ _PRESETS: dict[str, dict[str, Any]] = {
                    **_CALIBRATED},
     "resnet-small": {"kind": "cnn", "layers": 8, "hidden": 16, "seq": 64, "batch": 32, "vocab": 10, "tiles": 32,
                      "optimizer": "sgd"},
+    # Calibrated to the real profiles of Graphcore's PopLiner tests (docs/synthetic-profiles.md, "Calibration").
+    "poptorch-bert-tiny": {"kind": "encoder", "layers": 3, "hidden": 128, "seq": 128, "batch": 6, "vocab": 30522,
+                           "naming": "poptorch", "vertex_code_factor": 0.417, "vertex_state_factor": 0.329,
+                           "exchange_code_factor": 0.25, "control_code_factor": 0.788, "compiler_categories": True},
+    "bert-large-sdk-old": {"kind": "encoder", "layers": 24, "hidden": 1024, "seq": 128, "batch": 20, "vocab": 30522,
+                           "vertex_code_factor": 0.269, "vertex_state_factor": 0.353, "exchange_code_factor": 0.899,
+                           "control_code_factor": 0.415, "compiler_categories": True, "reference_bert": True},
     "resnet50": {"kind": "cnn", "layers": 16, "hidden": 64, "seq": 224, "batch": 16, "vocab": 1000,
                  "optimizer": "sgd", "compiler_categories": True},
 }
 #: name -> parameters (read-only view).
 PRESETS: Final = MappingProxyType(_PRESETS)
+#: Parameters a preset takes in training only (compiled-with options are refused in inference).
+_TRAINING_ONLY: dict[str, dict[str, Any]] = {"poptorch-bert-tiny": {"first_moment": "half"}}
 
 
 def preset_names() -> tuple[str, ...]:
@@ -254,5 +268,6 @@ def preset_spec(name: str, mode: str = "inference", **overrides: Any) -> SynthSp
     params = _PRESETS.get(name)
     if params is None:
         raise UsageProblem(f"unknown preset {name!r}; choose one of {', '.join(_PRESETS)}")
-    base = SynthSpec(**{**params, "mode": mode, "model": name})
+    training = _TRAINING_ONLY.get(name, {}) if mode == "training" else {}
+    base = SynthSpec(**{**params, **training, "mode": mode, "model": name})
     return base.replace(**overrides) if overrides else base
