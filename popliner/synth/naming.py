@@ -8,7 +8,8 @@ for presets calibrated to real profiles compiled from those frameworks:
   ``op_name`` is the module path then the op (``bert.encoder.layer.3/attention/...``,
   as Hugging Face modules are named), found by the ``huggingface`` layer preset;
 - ``tensorflow``: an ``xla_op`` context whose ``op_name`` is the Keras scope
-  (``efficientnet/model/blocks_3/...``), found by the default (``popart``) regex.
+  (``resnet/model/blocks_3/...``, ``efficientnet/model/blocks_3/...``), found by the default
+  (``popart``) regex.
 
 Only names change: programs, tiles, bytes and liveness are the same.
 """
@@ -24,8 +25,8 @@ __all__ = ["NAMINGS", "rename_contexts"]
 NAMINGS: Final = ("popart", "poptorch", "tensorflow")
 
 _LAYER = re.compile(r"bert/encoder/layer_(\d+)(?=/|$)")
-_BLOCK = re.compile(r"(^|/)resnet/blocks\.(\d+)(?=/|$)")
-_CNN = re.compile(r"(^|/)resnet/")
+_BLOCK = re.compile(r"(^|/)(resnet|efficientnet)/blocks\.(\d+)(?=/|$)")
+_CNN = re.compile(r"(^|/)(resnet|efficientnet)/(?!model/)")
 
 
 def _poptorch(name: str) -> str:
@@ -33,7 +34,7 @@ def _poptorch(name: str) -> str:
 
 
 def _tensorflow(name: str) -> str:
-    return _CNN.sub(r"\1efficientnet/model/", _BLOCK.sub(r"\1efficientnet/model/blocks_\2", name))
+    return _CNN.sub(r"\1\2/model/", _BLOCK.sub(r"\1\2/model/blocks_\3", name))
 
 
 _RENAMERS: Final[dict[str, tuple[str, Callable[[str], str]]]] = {

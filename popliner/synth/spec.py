@@ -21,7 +21,7 @@ __all__ = ["CALIBRATION_FIELDS", "FIRST_MOMENTS", "HEADS", "KINDS", "MODES", "OP
            "PRESETS", "RECOMPUTES", "UNCALIBRATED", "SynthSpec", "preset_names", "preset_spec"]
 
 #: Model families the generator knows.
-KINDS: Final = ("encoder", "decoder", "cnn")
+KINDS: Final = ("encoder", "decoder", "cnn", "efficientnet")
 MODES: Final = ("inference", "training")
 OPTIMIZERS: Final = ("adam", "sgd")
 #: How the profile was "compiled": recomputation, where optimizer state lives, its first-moment type.
@@ -97,7 +97,7 @@ class SynthSpec:
         _choice("optimizer", self.optimizer, OPTIMIZERS)
         _int_range("layers", self.layers, 1, 512)
         _int_range("hidden", self.hidden, 8, 1 << 16)
-        _int_range("seq", self.seq, 1 if self.kind != "cnn" else 32, 1 << 16)
+        _int_range("seq", self.seq, 32 if self.image else 1, 1 << 16)
         _int_range("batch", self.batch, 1, 1 << 12)
         _int_range("vocab", self.vocab, 2, 1 << 22)
         _int_range("tiles", self.tiles, 1, MAX_TILES)
@@ -116,7 +116,7 @@ class SynthSpec:
             raise UsageProblem(f"var_names must be true or false, got {self.var_names!r}")
         if not isinstance(self.model, str) or not self.model:
             raise UsageProblem(f"model must be a non-empty label, got {self.model!r}")
-        if self.kind != "cnn" and self.hidden % self.heads:
+        if not self.image and self.hidden % self.heads:
             raise UsageProblem(f"hidden={self.hidden} is not a multiple of its {self.heads} attention heads of 64")
         self._check_training_options()
 
@@ -157,6 +157,11 @@ class SynthSpec:
     def state_shards(self) -> int:
         """Replicas the optimizer state is divided over (1 without sharding)."""
         return self.replication_factor if self.sharded_optimizer_state else 1
+
+    @property
+    def image(self) -> bool:
+        """A CNN (``seq`` is the image side, ``hidden`` the stem width)."""
+        return self.kind in ("cnn", "efficientnet")
 
     @property
     def training(self) -> bool:
@@ -250,6 +255,10 @@ _PRESETS: dict[str, dict[str, Any]] = {
     "bert-large-sdk-old": {"kind": "encoder", "layers": 24, "hidden": 1024, "seq": 128, "batch": 20, "vocab": 30522,
                            "vertex_code_factor": 0.269, "vertex_state_factor": 0.353, "exchange_code_factor": 0.899,
                            "control_code_factor": 0.415, "compiler_categories": True, "reference_bert": True},
+    "efficientnet-edgetpu-l": {"kind": "efficientnet", "layers": 27, "hidden": 40, "seq": 300, "batch": 8,
+                               "vocab": 1001, "naming": "tensorflow", "vertex_code_factor": 0.45,
+                               "vertex_state_factor": 0.27, "exchange_code_factor": 1.0, "control_code_factor": 0.3,
+                               "compiler_categories": True},
     "resnet50": {"kind": "cnn", "layers": 16, "hidden": 64, "seq": 224, "batch": 16, "vocab": 1000,
                  "optimizer": "sgd", "compiler_categories": True},
 }
