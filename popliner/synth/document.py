@@ -27,9 +27,9 @@ from popliner.synth.graph import Compiled, GraphBuilder
 from popliner.synth.layout import Layout, lay_out
 from popliner.synth.lower import Calibration, Lowered, lower
 from popliner.synth.models import build_model
+from popliner.synth.naming import rename_contexts
 from popliner.synth.spec import SynthSpec
 from popliner.synth.tilevec import encode_dense
-from popliner.synth.naming import rename_contexts
 from popliner.synth.truth import liveness, tile_memory, vertex_counts
 
 __all__ = ["SynthSummary", "generate_document", "write_profile"]

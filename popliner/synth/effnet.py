@@ -11,8 +11,8 @@ stem width (40 for L), other widths scale with it; ``seq`` is the image side
 
 from __future__ import annotations
 
-from popliner.synth.graph import GraphBuilder, GradRule
-from popliner.synth.models import HALF, Dims, _bn_relu, add, bias_add, conv, matmul, unary
+from popliner.synth.graph import GradRule, GraphBuilder
+from popliner.synth.models import HALF, Dims, _bn_relu, add, bias_add, conv, matmul
 
 __all__ = ["efficientnet"]
 
