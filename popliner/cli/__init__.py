@@ -31,6 +31,7 @@ from popliner.allocator import keep_freed_memory
 from popliner.errors import EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_OK, Interrupted, OutputError, PoplinerError
 from popliner.fileio import describe_os_error
 from popliner.interrupts import in_uninterrupted
+from popliner.textsafe import shown, shown_lines
 
 __all__ = ["cli", "main"]
 
@@ -58,7 +59,8 @@ class PoplinerFailure(click.ClickException):
 
     def show(self, file: Any = None) -> None:
         if self.message:
-            click.echo(f"popliner: error: {self.format_message()}", err=True)
+            # One line whatever a name in it holds: control, bidi and line-break characters escaped.
+            click.echo(f"popliner: error: {shown(self.format_message())}", err=True)
 
 
 class QuietExit(Exception):
@@ -389,10 +391,24 @@ def setup_logging(level: int) -> None:
     for h in list(logger.handlers):
         logger.removeHandler(h)
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("popliner: %(message)s"))
+    handler.setFormatter(_ShownFormatter("popliner: %(message)s"))
     logger.addHandler(handler)
     logger.setLevel(level)
     logger.propagate = False
+
+
+class _ShownFormatter(logging.Formatter):
+    """Log lines safe for a terminal: names from files cannot colour, retitle, reorder or forge lines.
+
+    String arguments (the names, as ``log.info("... %s", name)`` passes them) are shown on one line with
+    every non-printable character escaped; in the whole message only its own line breaks survive.
+    """
+
+    def format(self, record: logging.LogRecord) -> str:
+        if isinstance(record.args, tuple) and record.args:
+            record = logging.makeLogRecord(record.__dict__)
+            record.args = tuple(shown(a) if isinstance(a, str) else a for a in record.args)  # type: ignore[union-attr]
+        return shown_lines(super().format(record))
 
 
 def main(argv: list[str] | None = None) -> None:
