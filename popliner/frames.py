@@ -124,14 +124,20 @@ class Model:
 
         return _matrix(interlayer_matrix(self.analysis))
 
-    def solve(self, num_ipus: int = 4, *, mem_per_tile: int | None = None, headroom: float = 0.0,
+    def solve(self, num_ipus: int = 4, *, mem_per_tile: int | None = None, headroom: float | None = None,
               exact_ipus: bool = False, solver: str = "ilp", time_limit: float = 60.0, seed: int = 0,
               link_bytes_per_second: float = 64e9, **constraints: Any) -> SplitResult:
         """Split the layers over at most ``num_ipus`` IPUs (see :class:`popliner.solvers.problem.SplitProblem`
-        for ``constraints``: ``min_layers``, ``split_after``, ``same_ipu``, ``keep_shared_together``)."""
+        for ``constraints``: ``min_layers``, ``split_after``, ``same_ipu``, ``keep_shared_together``).
+
+        ``headroom`` defaults as ``--headroom`` does (:func:`popliner.breakdown.default_headroom`).
+        """
         from popliner.analysis import solve_split
+        from popliner.breakdown import default_headroom
         from popliner.solvers.problem import SplitProblem
 
+        if headroom is None:
+            headroom = default_headroom(self.analysis)
         budget = int((mem_per_tile or self.analysis.profile.target.bytes_per_tile) * (1.0 - headroom))
         problem = SplitProblem(num_ipus=num_ipus, budget=budget, exact_ipus=exact_ipus,
                                training=self.analysis.mode == "training", **constraints)

@@ -159,3 +159,16 @@ def test_memory_totals_names_the_least_covered_tile(generated: dict[str, Any], t
     assert result.exit_code == 0
     assert "Other categories," in result.stdout
     assert "Total on the tile the model covers least (tile " in result.stdout
+
+
+def test_report_gives_the_coverage(generated: dict[str, Any], tmp_path: Path,
+                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("POPLINER_CACHE_DIR", str(tmp_path / "cache"))
+    profile = tmp_path / "gen.json"
+    profile.write_text(json.dumps(generated, default=lambda a: a.tolist()))
+    report = tmp_path / "r.html"
+    result = CliRunner().invoke(cli, [str(profile), "--mode", "inference", "--solve", "--num-ipus", "2",
+                                      "--report", str(report)], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    page = report.read_text()
+    assert "Coverage" in page and "the model accounts for" in page and "Other categories" in page

@@ -182,6 +182,7 @@ def _about(r: Report) -> str:
         ["Split from", _e(r.source)],
         ["Target", _e(f"{r.tiles:,} tiles per IPU, {r.bytes_per_tile:,} bytes per tile")],
         ["Budget", _e(f"{r.budget:,} bytes per tile")],
+        *([["Coverage", _e(r.coverage)]] if r.coverage else []),
     ]
     items = "".join(f"<tr><th scope='row'>{k}</th><td>{v}</td></tr>" for k, v in rows)
     how = ("<p class='note'>How big profiles stay light: the heatmaps keep one cell per tile (no averaging); the "
