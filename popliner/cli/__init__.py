@@ -99,10 +99,12 @@ def failure_for(exc: BaseException) -> PoplinerFailure | QuietExit:
         return PoplinerFailure(_os_line(exc), EXIT_BAD_INPUT)
     if isinstance(exc, MemoryError):
         return PoplinerFailure("out of memory; try a smaller profile or fewer outputs at once", EXIT_BAD_INPUT)
-    if log.isEnabledFor(logging.INFO):  # -v: the full traceback for the bug report
+    # The default level is INFO (progress lines); only -v (DEBUG) adds the traceback for the bug report.
+    verbose = log.isEnabledFor(logging.DEBUG)
+    if verbose:
         # Through click, like the error line after it: the same stream, flushed in the same order.
         click.echo("".join(traceback.format_exception(type(exc), exc, exc.__traceback__)), err=True, nl=False)
-    where = "" if log.isEnabledFor(logging.INFO) else "; rerun with -v for the traceback"
+    where = "" if verbose else "; rerun with -v for the traceback"
     return PoplinerFailure(f"internal error (a bug in popliner {__version__}): {type(exc).__name__}: "
                            f"{_one_line(str(exc))}; please report it with the command line{where}", EXIT_INTERNAL)
 
