@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 
 from popliner.analysis import Analysis
@@ -144,8 +146,17 @@ def whole_model_row(analysis: Analysis) -> LayerRow:
 
 
 def whole_profile_memory(analysis: Analysis) -> StageMemory:
-    """Every operation with every one of its variables: the whole single-IPU program."""
-    return whole_program_memory(analysis.profile, analysis.ops)
+    """Every operation with every one of its variables: the whole single-IPU program (once per analysis).
+
+    The Totals table, the whole-model row, the coverage and ``--headroom``'s default all read it.
+    """
+    hit = _WHOLE.get(analysis)
+    if hit is None:
+        hit = _WHOLE[analysis] = whole_program_memory(analysis.profile, analysis.ops)
+    return hit
+
+
+_WHOLE: weakref.WeakKeyDictionary[Analysis, StageMemory] = weakref.WeakKeyDictionary()
 
 
 #: The Totals table's last two categories (the others are the component names of every other table).
@@ -177,8 +188,9 @@ def profile_totals(analysis: Analysis) -> tuple[TotalsRow, ...]:
     cov = profile_coverage(analysis) if cats is not None else None
     if cov is not None:
         # Only with other categories, so that the tables of profiles without them keep their bytes.
-        rows.append(TotalsRow(f"Total on the tile the model covers least (tile {cov.lowest_tile}, {cov.lowest:.1%})",
-                              cov.lowest_model, cov.lowest_compiler))
+        label = (f"Total on the tile the model covers least (tile {cov.lowest_tile}, {cov.lowest:.2%}; "
+                 f"overall {cov.overall:.2%})")
+        rows.append(TotalsRow(label, cov.lowest_model, cov.lowest_compiler))
     return tuple(rows)
 
 

@@ -80,7 +80,7 @@ def coverage_of(profile: Profile, whole: StageMemory) -> Coverage | None:
 
 def coverage_line(cov: Coverage) -> str:
     """One sentence for logs and summaries."""
-    return (f"the model accounts for {cov.overall:.1%} of the compiler's bytes ({cov.model_total:,} of "
-            f"{cov.compiler_total:,}), {cov.lowest:.1%} on its lowest tile {cov.lowest_tile} "
-            f"({cov.lowest_model:,} of {cov.lowest_compiler:,}) and {cov.fullest:.1%} on the compiler's fullest "
+    return (f"the model accounts for {cov.overall:.2%} of the compiler's bytes ({cov.model_total:,} of "
+            f"{cov.compiler_total:,}), {cov.lowest:.2%} on its lowest tile {cov.lowest_tile} "
+            f"({cov.lowest_model:,} of {cov.lowest_compiler:,}) and {cov.fullest:.2%} on the compiler's fullest "
             f"tile {cov.fullest_tile}")
