@@ -14,7 +14,7 @@ import click
 from popliner.analysis import DEFAULT_BACKWARD_REGEX, Analysis, AnalysisOptions, load_analysis
 from popliner.cli.options import output_stream
 from popliner.errors import EXIT_NO_SPLIT, UsageProblem
-from popliner.fileio import atomic_write, check_writable, is_stdout, one_stdout
+from popliner.fileio import atomic_write, check_writable, distinct_files, is_stdout, one_stdout
 from popliner.memory.training import (
     DEFAULT_UPDATE_REGEX,
     HEAD_PLACEMENTS,
@@ -208,8 +208,9 @@ def _run(profile: str, debug_info: str | None, operation_breakdown: bool, layer_
     _refuse_poplar_report(profile, debug_info)
     outputs = Outputs(operation_breakdown, layer_breakdown, memory_totals, memory_affinity, interlayer)
     plot_to_stdout = bool(plot and is_stdout(plot))  # then it is the only thing on stdout
-    if not outputs.any_table and not solve and not (output and output.lower().endswith(".xlsx")) and not (
-            plot_to_stdout and not output):
+    # The layer table by default; with --solve (its JSON on stdout) only when -o names a file for it.
+    if not outputs.any_table and not (solve and not output) and not (output and output.lower().endswith(".xlsx")) \
+            and not (plot_to_stdout and not output):
         outputs = Outputs(False, True, False, False, False)
     if solve and outputs.any_table and not output:
         raise UsageProblem("with --solve, stdout carries the split JSON; write the tables with -o FILE")
@@ -220,6 +221,10 @@ def _run(profile: str, debug_info: str | None, operation_breakdown: bool, layer_
     if min_ipus and exact_ipus:
         raise UsageProblem("--min-ipus and --exact-ipus contradict each other; give one")
     fmt = _table_format(fmt, output)
+    images = {"--plot": plot, **({"--plot (its -split image)": _suffixed(plot, "split"),
+                                  "--plot (its -tiles image)": _suffixed(plot, "tiles")} if plot and solve else {})}
+    distinct_files({"PROFILE": profile}, {"-o": output, **images, "--config-out": config_out,
+                                          "--ipu-config-out": ipu_config_out, "--report": report})
     # Every output is checked (name, suffix, folder, overwrite) before any output is written.
     if output:
         check_writable(output, force)
