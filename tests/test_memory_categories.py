@@ -199,3 +199,12 @@ def test_workbook_with_the_sixth_column_evaluates_to_popliner_figures(tmp_path: 
     layers = book["Layers"].values(book)
     whole = next(row for row in layers if row[0] == "Whole model on one IPU")
     assert whole[8] == breakdown.whole.memory.total == sum(whole[2:8])  # type: ignore[union-attr]
+
+
+def test_a_category_of_variables_is_not_counted_twice() -> None:
+    from popliner.memory.categories import other_categories
+
+    vec = np.zeros(4, np.int64)
+    truth = {"category.vertexCode": vec, "category.stack": vec, "category.Variables": vec,
+             "category.alwaysLiveVariables": vec, "alwaysLive": vec}
+    assert other_categories(truth) == ("stack",)
