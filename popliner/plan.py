@@ -55,7 +55,8 @@ class SplitRequest:
     ``recompute`` and ``head_placement`` are None to keep what the analysis
     was made with; ``recompute="auto"`` takes the least recomputation that
     fits. ``mem_per_tile`` defaults to the profile's bytes per tile, of which
-    ``headroom`` (a fraction) is kept free. ``fit_facts`` asks for the fewest
+    ``headroom`` (a fraction; None: :func:`popliner.breakdown.default_headroom`
+    of the profile) is kept free. ``fit_facts`` asks for the fewest
     IPUs and the one-IPU figure of a split that fits, ``suggest`` for the
     option search when none fits (training).
     """
@@ -65,7 +66,7 @@ class SplitRequest:
     recompute: RecomputeRequest | None = None
     head_placement: HeadPlacement | None = None
     mem_per_tile: int | None = None
-    headroom: float = 0.0
+    headroom: float | None = None
     split_after: tuple[str, ...] = ()
     same_ipu: tuple[tuple[str, str], ...] = ()
     min_layers: int = 1
@@ -80,14 +81,19 @@ class SplitRequest:
     def __post_init__(self) -> None:
         if self.num_ipus < 1:
             raise UsageProblem(f"num_ipus {self.num_ipus}: expected 1 or more")
-        if not 0.0 <= self.headroom < 1.0:
+        if self.headroom is not None and not 0.0 <= self.headroom < 1.0:
             raise UsageProblem(f"headroom {self.headroom}: expected a fraction in [0, 1)")
         if self.ipus not in ("at-most", "exactly", "fewest"):
             raise UsageProblem(f"ipus {self.ipus!r}: expected at-most, exactly or fewest")
 
-    def budget(self, bytes_per_tile: int) -> int:
-        """Bytes per tile a split may use."""
-        return int((self.mem_per_tile or bytes_per_tile) * (1.0 - self.headroom))
+    def budget(self, analysis: Analysis) -> int:
+        """Bytes per tile a split of ``analysis`` may use."""
+        headroom = self.headroom
+        if headroom is None:
+            from popliner.breakdown import default_headroom
+
+            headroom = default_headroom(analysis)
+        return int((self.mem_per_tile or analysis.profile.target.bytes_per_tile) * (1.0 - headroom))
 
 
 @dataclass(frozen=True)
@@ -175,7 +181,7 @@ def split_problem(analysis: Analysis, request: SplitRequest) -> SplitProblem:
                            "check --layer-name-regex")
     pairs = tuple((a, b) for a, b in (_layer_indices(analysis, pair, "--same-ipu") for pair in request.same_ipu))
     return SplitProblem(
-        num_ipus=request.num_ipus, budget=request.budget(analysis.profile.target.bytes_per_tile),
+        num_ipus=request.num_ipus, budget=request.budget(analysis),
         exact_ipus=request.ipus == "exactly", min_layers=request.min_layers,
         split_after=tuple(_layer_indices(analysis, request.split_after, "--split-after")), same_ipu=pairs,
         keep_shared_together=request.keep_shared_together, training=analysis.mode == "training",

@@ -85,8 +85,7 @@ def _run(p: dict[str, Any]) -> None:
     plan = plan_split(analysis, _split_request(p)) if p["solve"] else None
     if plan is not None:
         analysis = plan.analysis
-    budget = plan.split.budget_bytes if plan is not None else _split_request(p).budget(
-        analysis.profile.target.bytes_per_tile)
+    budget = plan.split.budget_bytes if plan is not None else _split_request(p).budget(analysis)
     with phase("writing tables"):
         _write_tables(analysis, outputs, fmt, p, plan, budget)
     if p["plot"]:

@@ -101,8 +101,10 @@ _OPTIONS: list[Callable[[Any], Any]] = [
                   help="Use the fewest IPUs that fit (at most --num-ipus) instead of spreading for throughput."),
     click.option("--mem-per-tile", type=int, default=None, callback=_positive,
                   help="Bytes per tile. Default: the profile's bytesPerTile (638976 on Mk2)."),
-    click.option("--headroom", type=float, default=0.0, callback=_fraction, show_default=True,
-                  help="Fraction of each tile kept free."),
+    click.option("--headroom", type=float, default=None, callback=_fraction,
+                  help="Fraction of each tile kept free. Default: the model's measured shortfall against the "
+                       "profile's own tileMemory when it has the compiler's other categories, else 0 "
+                       "(README: what fits means)."),
     click.option("--solver", type=click.Choice(["ilp", "greedy"]), default="ilp", show_default=True),
     click.option("--time-limit", type=float, default=60.0, show_default=True, callback=_positive,
                   help="Seconds for the whole solve: set-up, search, best effort, overflow details, the hint."),
