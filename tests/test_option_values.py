@@ -105,7 +105,9 @@ def test_more_ipus_than_layers_are_clamped_or_refused(tmp_path: Path) -> None:
     r = CliRunner().invoke(cli, [str(TINY), "--solve", "--num-ipus", "4000"])
     assert r.exit_code == 0, r.stderr
     assert "--num-ipus 4000 is more than the 2 layers: using at most 2 IPUs" in r.stderr
-    assert json.loads(r.stdout)["num_ipus_requested"] == 2
+    doc = json.loads(r.stdout)
+    assert doc["num_ipus_requested"] == 4000 and doc["num_ipus_used"] == 2
+    assert "the split uses 2 of the 4000 IPUs asked for" in r.stderr
     book = tmp_path / "r.xlsx"
     code, _, err = _run(str(TINY), "-o", str(book), "--num-ipus", "4000")
     assert code == 0, err

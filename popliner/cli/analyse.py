@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -261,7 +261,7 @@ def _run(profile: str, debug_info: str | None, operation_breakdown: bool, layer_
     if not options.op_layers:
         raise UsageProblem("--op-layers: give at least one debug-context layer name")
     analysis = load_analysis(profile, options, use_cache=not no_cache, cache_dir=cache_dir)
-    num_ipus = ipus_for_layers(num_ipus, exact_ipus, len(analysis.layer_names))
+    asked_ipus, num_ipus = num_ipus, ipus_for_layers(num_ipus, exact_ipus, len(analysis.layer_names))
     budget_full = mem_per_tile or analysis.profile.target.bytes_per_tile
     budget = int(budget_full * (1.0 - headroom))
 
@@ -283,6 +283,7 @@ def _run(profile: str, debug_info: str | None, operation_breakdown: bool, layer_
         if recompute == "auto":
             analysis, split = _auto_recompute(analysis, problem, split, min_ipus, solver, time_limit, seed,
                                               link_bandwidth, started)
+        split = replace(split, num_ipus_requested=asked_ipus)  # what was asked, though one IPU per layer at most
     with phase("writing tables"):
         _write_tables(analysis, outputs, fmt, output, force, split, budget, num_ipus, recompute)
     if plot:
