@@ -12,8 +12,8 @@ from typing import Any
 
 from tests.helpers import chain_document
 
-__all__ = ["context_chain", "deep_source", "liveness_amplification", "many_operations", "many_vertex_types", "no_contexts",
-           "write_json"]
+__all__ = ["context_chain", "deep_source", "liveness_amplification", "many_operations", "many_vertex_types",
+           "no_contexts", "write_json"]
 
 
 def _base(tiles: int) -> dict[str, Any]:
