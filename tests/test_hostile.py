@@ -278,3 +278,36 @@ def test_range_tables_of_many_layers_on_many_tiles_are_refused(tmp_path: Path) -
     (line,) = _error_lines(r.stderr)
     assert "65,536 tiles x 11,325 ranges of 150 layers = 742,195,200 range-table cells" in line
     assert "POPLINER_MAX_RANGE_CELLS" in line and str(path) in line
+
+
+# -- pipeline configs that are no configs -----------------------------------------------------
+
+
+def _config_text(tmp_path: Path) -> str:
+    cfg = tmp_path / "base.yaml"
+    r = CliRunner().invoke(cli, ["-q", str(REPO / "fixtures/profiles/tiny-training.json"), "--solve", "--num-ipus",
+                                 "2", "--config-out", str(cfg)])
+    assert r.exit_code == 0, r.output
+    return cfg.read_text()
+
+
+@pytest.mark.parametrize(("edit", "expected"), [
+    (lambda t: t.replace("gradient_accumulation: 16", "gradient_accumulation: 1" + "0" * 4400),
+     "a number in it is too long to read"),
+    (lambda t: t.replace("mode: training", "mode: training\nextra: " + "[" * 50_000 + "]" * 50_000),
+     "YAML nested too deeply"),
+    (lambda t: t + "extra:\n" + "".join(" " * i + "a:\n" for i in range(2000)), "YAML nested too deeply"),
+    (lambda t: t.replace("clock_hz: 1000000000.0", "clock_hz: .inf"), "expected a positive finite number, got inf"),
+    (lambda t: t.replace("clock_hz: 1000000000.0", "clock_hz: 1" + "0" * 400),
+     "expected a positive finite number, got a number of 401 digits"),
+], ids=["int-4400-digits", "nested-50k", "nested-maps-2k", "clock-inf", "clock-huge-int"])
+def test_config_that_is_no_config_is_one_line_exit_2(tmp_path: Path, edit: Any, expected: str) -> None:
+    path = tmp_path / "pipeline.yaml"
+    path.write_text(edit(_config_text(tmp_path)))
+    for args in (["check", str(path), "--profile", str(REPO / "fixtures/profiles/tiny-training.json")],
+                 ["simulate", str(path)]):
+        r = _run("-q", *args)
+        assert r.returncode == 2, r.stderr
+        (line,) = _error_lines(r.stderr)
+        assert expected in line and str(path) in line
+        assert len(r.stderr.splitlines()) == 1 and len(line) < 400
