@@ -134,8 +134,10 @@ class HiddenArgument(click.Argument):
               help="Use the fewest IPUs that fit (at most --num-ipus) instead of spreading for throughput.")
 @click.option("--mem-per-tile", type=BYTES_PER_TILE, default=None,
               help="Bytes per tile. Default: the profile's bytesPerTile (638976 on Mk2).")
-@click.option("--headroom", type=float, default=0.0, callback=_fraction, show_default=True,
-              help="Fraction of each tile kept free.")
+@click.option("--headroom", type=float, default=None, callback=_fraction,
+              help="Fraction of each tile kept free. Default: the model's measured shortfall against the "
+                   "profile's own tileMemory when it has the compiler's other categories, else 0 "
+                   "(README: what fits means).")
 @click.option("--solver", type=click.Choice(["ilp", "greedy"]), default="ilp", show_default=True)
 @click.option("--time-limit", type=SECONDS, default=60.0, show_default=True,
               help="Seconds for the whole solve: set-up, search, best effort, overflow details, the hint.")
@@ -167,7 +169,7 @@ def command(profile: str, debug_info: str | None, operation_breakdown: bool, lay
             op_layers: str, all_vars: bool, mode: str, backward_regex: str, recompute: str, optimizer_state: str,
             replication_factor: int, sharded_optimizer_state: bool, head_placement: str, update_regex: str,
             optimizer_state_regex: str | None, solve: bool, num_ipus: int,
-            exact_ipus: bool, min_ipus: bool, mem_per_tile: int | None, headroom: float, solver: str,
+            exact_ipus: bool, min_ipus: bool, mem_per_tile: int | None, headroom: float | None, solver: str,
             time_limit: float, seed: int,
             split_after: tuple[str, ...], same_ipu: tuple[str, ...], min_layers_per_stage: int,
             keep_shared_vars_together: bool, link_bandwidth: float, config_out: str | None,
@@ -203,7 +205,7 @@ def _run(profile: str, debug_info: str | None, operation_breakdown: bool, layer_
          layer_order: str, op_layers: str, all_vars: bool, mode: str, backward_regex: str, recompute: str,
          optimizer_state: str, replication_factor: int, sharded_optimizer_state: bool, head_placement: str,
          update_regex: str, optimizer_state_regex: str | None, solve: bool,
-         num_ipus: int, exact_ipus: bool, min_ipus: bool, mem_per_tile: int | None, headroom: float, solver: str,
+         num_ipus: int, exact_ipus: bool, min_ipus: bool, mem_per_tile: int | None, headroom: float | None, solver: str,
          time_limit: float, seed: int, split_after: tuple[str, ...], same_ipu: tuple[str, ...],
          min_layers_per_stage: int, keep_shared_vars_together: bool, link_bandwidth: float, config_out: str | None,
          gradient_accumulation: int | None, ipu_config_out: str | None, matmul_proportion: tuple[float, ...],
@@ -263,6 +265,10 @@ def _run(profile: str, debug_info: str | None, operation_breakdown: bool, layer_
     analysis = load_analysis(profile, options, use_cache=not no_cache, cache_dir=cache_dir)
     asked_ipus, num_ipus = num_ipus, ipus_for_layers(num_ipus, exact_ipus, len(analysis.layer_names))
     budget_full = mem_per_tile or analysis.profile.target.bytes_per_tile
+    if headroom is None:
+        from popliner.breakdown import default_headroom
+
+        headroom = default_headroom(analysis)
     budget = int(budget_full * (1.0 - headroom))
 
     split = None
@@ -583,6 +589,9 @@ def _summarise(analysis: Analysis, split: Any, problem: Any, link_bandwidth: flo
     argv = click.get_current_context().find_root().meta.get("popliner.argv", [])
     config = config_out or "pipeline.yaml"
     steps = NextSteps(solve_command(argv, config), config, bool(config_out and split.stages), analysis.profile.path)
-    click.echo(split_summary(split, facts, steps, min_ipus), err=True)
+    from popliner.breakdown import profile_coverage
+
+    cov = profile_coverage(analysis) if analysis.model.has_other else None
+    click.echo(split_summary(split, facts, steps, min_ipus, coverage=cov), err=True)
     if ipu_config_out and split.stages:
         click.echo(f"popliner: wrote {ipu_config_out} (optimum-graphcore IPUConfig)", err=True)
