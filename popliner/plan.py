@@ -137,6 +137,8 @@ def plan_split(analysis: Analysis, request: SplitRequest = SplitRequest()) -> Sp
     requested: RecomputeRequest = (request.recompute if request.recompute is not None
                                    else analysis.options.training.recompute)
     analysis = _with_requests(analysis, request)
+    asked = request.num_ipus
+    request = dataclasses.replace(request, num_ipus=_ipus_for_layers(analysis, request))
     problem = split_problem(analysis, request)
     # The engine and (training) the liveness grid shared with the solve's tables: what the hint cannot stop.
     analysis.engine  # noqa: B018 - built here to time it: the hint's options each build one too
@@ -150,6 +152,8 @@ def plan_split(analysis: Analysis, request: SplitRequest = SplitRequest()) -> Sp
     if split.fits and request.fit_facts:
         with phase("checking fewer IPUs"):
             facts = fit_facts(analysis, problem, request.link_bandwidth)
+    if split.num_ipus_requested != asked:
+        split = dataclasses.replace(split, num_ipus_requested=asked)  # what was asked, though one IPU per layer at most
     engine = analysis.engine
     plan = SplitPlan(request, analysis, problem, split, engine.layout, requested, engine.view.recompute,
                      training_of(analysis, requested), facts)
@@ -172,6 +176,21 @@ def _with_requests(analysis: Analysis, request: SplitRequest) -> Analysis:
     if mode is not None and mode != training.recompute:
         changes["recompute"] = mode
     return reanalyse(analysis, **changes) if changes else analysis
+
+
+def _ipus_for_layers(analysis: Analysis, request: SplitRequest) -> int:
+    """IPUs to split over: more than the layers a split places cannot all be used.
+
+    At most N IPUs: solved over at most one IPU per layer, with a warning. Exactly N: refused.
+    """
+    layers = len(Layout.of(analysis.layer_names, analysis.options.training.head_placement).placed_names)
+    if request.num_ipus <= layers or layers == 0:
+        return request.num_ipus
+    if request.ipus == "exactly":
+        raise UsageProblem(f"--exact-ipus --num-ipus {request.num_ipus}: the model has {layers} layers, so at most "
+                           f"{layers} IPUs can each hold one; give --num-ipus {layers} or fewer")
+    log.warning("--num-ipus %d is more than the %d layers: using at most %d IPUs", request.num_ipus, layers, layers)
+    return layers
 
 
 def split_problem(analysis: Analysis, request: SplitRequest) -> SplitProblem:
