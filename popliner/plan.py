@@ -55,7 +55,8 @@ class SplitRequest:
     ``recompute`` and ``head_placement`` are None to keep what the analysis
     was made with; ``recompute="auto"`` takes the least recomputation that
     fits. ``mem_per_tile`` defaults to the profile's bytes per tile, of which
-    ``headroom`` (a fraction) is kept free. ``fit_facts`` asks for the fewest
+    ``headroom`` (a fraction; None: :func:`popliner.breakdown.default_headroom`
+    of the profile) is kept free. ``fit_facts`` asks for the fewest
     IPUs and the one-IPU figure of a split that fits, ``suggest`` for the
     option search when none fits (training).
     """
@@ -65,7 +66,7 @@ class SplitRequest:
     recompute: RecomputeRequest | None = None
     head_placement: HeadPlacement | None = None
     mem_per_tile: int | None = None
-    headroom: float = 0.0
+    headroom: float | None = None
     split_after: tuple[str, ...] = ()
     same_ipu: tuple[tuple[str, str], ...] = ()
     min_layers: int = 1
@@ -80,14 +81,19 @@ class SplitRequest:
     def __post_init__(self) -> None:
         if self.num_ipus < 1:
             raise UsageProblem(f"num_ipus {self.num_ipus}: expected 1 or more")
-        if not 0.0 <= self.headroom < 1.0:
+        if self.headroom is not None and not 0.0 <= self.headroom < 1.0:
             raise UsageProblem(f"headroom {self.headroom}: expected a fraction in [0, 1)")
         if self.ipus not in ("at-most", "exactly", "fewest"):
             raise UsageProblem(f"ipus {self.ipus!r}: expected at-most, exactly or fewest")
 
-    def budget(self, bytes_per_tile: int) -> int:
-        """Bytes per tile a split may use."""
-        return int((self.mem_per_tile or bytes_per_tile) * (1.0 - self.headroom))
+    def budget(self, analysis: Analysis) -> int:
+        """Bytes per tile a split of ``analysis`` may use."""
+        headroom = self.headroom
+        if headroom is None:
+            from popliner.breakdown import default_headroom
+
+            headroom = default_headroom(analysis)
+        return int((self.mem_per_tile or analysis.profile.target.bytes_per_tile) * (1.0 - headroom))
 
 
 @dataclass(frozen=True)
@@ -132,6 +138,8 @@ def plan_split(analysis: Analysis, request: SplitRequest = SplitRequest()) -> Sp
                                    else analysis.options.training.recompute)
     analysis = _with_requests(analysis, request)
     _warn_first_with_a_tied_head(analysis)
+    asked = request.num_ipus
+    request = dataclasses.replace(request, num_ipus=_ipus_for_layers(analysis, request))
     problem = split_problem(analysis, request)
     # The engine and (training) the liveness grid shared with the solve's tables: what the hint cannot stop.
     analysis.engine  # noqa: B018 - built here to time it: the hint's options each build one too
@@ -145,6 +153,8 @@ def plan_split(analysis: Analysis, request: SplitRequest = SplitRequest()) -> Sp
     if split.fits and request.fit_facts:
         with phase("checking fewer IPUs"):
             facts = fit_facts(analysis, problem, request.link_bandwidth)
+    if split.num_ipus_requested != asked:
+        split = dataclasses.replace(split, num_ipus_requested=asked)  # what was asked, though one IPU per layer at most
     engine = analysis.engine
     plan = SplitPlan(request, analysis, problem, split, engine.layout, requested, engine.view.recompute,
                      training_of(analysis, requested), facts)
@@ -183,6 +193,21 @@ def _warn_first_with_a_tied_head(analysis: Analysis) -> None:
                     "onto IPU 0 after the last layer: --head-placement wrap plans that", analysis.profile.path)
 
 
+def _ipus_for_layers(analysis: Analysis, request: SplitRequest) -> int:
+    """IPUs to split over: more than the layers a split places cannot all be used.
+
+    At most N IPUs: solved over at most one IPU per layer, with a warning. Exactly N: refused.
+    """
+    layers = len(Layout.of(analysis.layer_names, analysis.options.training.head_placement).placed_names)
+    if request.num_ipus <= layers or layers == 0:
+        return request.num_ipus
+    if request.ipus == "exactly":
+        raise UsageProblem(f"--exact-ipus --num-ipus {request.num_ipus}: the model has {layers} layers, so at most "
+                           f"{layers} IPUs can each hold one; give --num-ipus {layers} or fewer")
+    log.warning("--num-ipus %d is more than the %d layers: using at most %d IPUs", request.num_ipus, layers, layers)
+    return layers
+
+
 def split_problem(analysis: Analysis, request: SplitRequest) -> SplitProblem:
     """The solvers' plain problem for a request: layer names become indices, the budget bytes."""
     if not analysis.layer_names:
@@ -190,7 +215,7 @@ def split_problem(analysis: Analysis, request: SplitRequest) -> SplitProblem:
                            "check --layer-name-regex")
     pairs = tuple((a, b) for a, b in (_layer_indices(analysis, pair, "--same-ipu") for pair in request.same_ipu))
     return SplitProblem(
-        num_ipus=request.num_ipus, budget=request.budget(analysis.profile.target.bytes_per_tile),
+        num_ipus=request.num_ipus, budget=request.budget(analysis),
         exact_ipus=request.ipus == "exactly", min_layers=request.min_layers,
         split_after=tuple(_layer_indices(analysis, request.split_after, "--split-after")), same_ipu=pairs,
         keep_shared_together=request.keep_shared_together, training=analysis.mode == "training",

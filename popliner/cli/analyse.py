@@ -85,10 +85,11 @@ def _run(p: dict[str, Any]) -> None:
     plan = plan_split(analysis, _split_request(p)) if p["solve"] else None
     if plan is not None:
         analysis = plan.analysis
-    budget = plan.split.budget_bytes if plan is not None else _split_request(p).budget(
-        analysis.profile.target.bytes_per_tile)
+    budget = plan.split.budget_bytes if plan is not None else _split_request(p).budget(analysis)
+    # The planner's count (one IPU per layer at most), also for a workbook without --solve.
+    ipus = plan.request.num_ipus if plan is not None else min(p["num_ipus"], max(len(analysis.layer_names), 1))
     with phase("writing tables"):
-        _write_tables(analysis, outputs, fmt, p, plan, budget)
+        _write_tables(analysis, outputs, fmt, p, plan, budget, ipus)
     if p["plot"]:
         split_writers.write_plots(plan, analysis, p["plot"], p["force"], budget)
     if plan is not None:
@@ -197,7 +198,7 @@ def _table_format(fmt: str | None, output: str | None) -> str:
 
 
 def _write_tables(analysis: Any, outputs: Outputs, fmt: str, p: dict[str, Any], plan: SplitPlan | None,
-                  budget: int) -> None:
+                  budget: int, num_ipus: int) -> None:
     from popliner.breakdown import affinity_matrix, build_breakdown, interlayer_matrix
 
     output, force = p["output"], p["force"]
@@ -207,7 +208,7 @@ def _write_tables(analysis: Any, outputs: Outputs, fmt: str, p: dict[str, Any], 
     split = plan.split if plan is not None else None
     breakdown = build_breakdown(analysis, with_operations=outputs.operation_breakdown or xlsx,
                                 with_totals=outputs.memory_totals or xlsx,
-                                planner_ipus=max(p["num_ipus"], split.num_ipus_used if split else 0) if xlsx else None,
+                                planner_ipus=max(num_ipus, split.num_ipus_used if split else 0) if xlsx else None,
                                 requested_recompute=p["recompute"])
     matrices = [m(analysis) for wanted, m in ((outputs.memory_affinity, affinity_matrix),
                                               (outputs.interlayer, interlayer_matrix)) if wanted]
@@ -215,7 +216,7 @@ def _write_tables(analysis: Any, outputs: Outputs, fmt: str, p: dict[str, Any], 
         from popliner.outputs.xlsx import write_workbook
 
         write_workbook(breakdown, output, force=force, split=split, matrices=matrices, budget_bytes=budget,
-                       num_ipus=p["num_ipus"])
+                       num_ipus=num_ipus)
         log.info("wrote %s", output)
         return
     from popliner.outputs import tables

@@ -12,6 +12,16 @@ from typing import Any, TypeVar
 import click
 
 from popliner.analysis import DEFAULT_BACKWARD_REGEX
+from popliner.cli.options import (
+    BYTES_PER_TILE,
+    LAYERS_PER_STAGE,
+    LINK_BANDWIDTH,
+    MICRO_BATCHES,
+    NUM_IPUS,
+    REPLICAS,
+    SECONDS,
+    SEED,
+)
 from popliner.layout import HEAD_PLACEMENTS
 from popliner.memory.training import DEFAULT_UPDATE_REGEX, OPTIMIZER_STATES, RECOMPUTE_REQUESTS
 from popliner.ops.layers import AUTO_PRESET, DEFAULT_INPUTS_REGEX_LAYER_0, preset_names
@@ -39,12 +49,6 @@ def _matmul_proportion(ctx: click.Context, param: click.Parameter, value: tuple[
     for v in value:
         if not 0.0 < v <= 1.0:
             raise click.BadParameter(f"{v} is not a fraction in (0, 1]")
-    return value
-
-
-def _positive(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
-    if value is not None and value <= 0:
-        raise click.BadParameter(f"{value} must be positive")
     return value
 
 
@@ -83,7 +87,7 @@ _OPTIONS: list[Callable[[Any], Any]] = [
                   help="Training: recomputation to model (docs/solvers.md); auto = the least that fits."),
     click.option("--optimizer-state", type=click.Choice(list(OPTIMIZER_STATES)), default="on-chip", show_default=True,
                   help="Training: off-chip keeps optimizer state in streaming memory, loaded for its update only."),
-    click.option("--replication-factor", type=int, default=1, show_default=True, callback=_positive,
+    click.option("--replication-factor", type=REPLICAS, default=1, show_default=True,
                   help="Training: replicas of the pipeline (total IPUs = IPUs x replicas)."),
     click.option("--sharded-optimizer-state", is_flag=True,
                   help="Training: divide optimizer state over the replicas (replicated tensor sharding)."),
@@ -95,28 +99,30 @@ _OPTIONS: list[Callable[[Any], Any]] = [
     click.option("--optimizer-state-regex", default=None,
                   help="Variable names that are optimizer state (replaces the rule)."),
     click.option("--solve", is_flag=True, help="Split the layers over --num-ipus IPUs; JSON on stdout."),
-    click.option("--num-ipus", type=int, default=4, show_default=True, callback=_positive, help="IPUs to split over."),
+    click.option("--num-ipus", type=NUM_IPUS, default=4, show_default=True, help="IPUs to split over."),
     click.option("--exact-ipus", is_flag=True, help="Use exactly --num-ipus IPUs (ILP), not at most."),
     click.option("--min-ipus", is_flag=True,
                   help="Use the fewest IPUs that fit (at most --num-ipus) instead of spreading for throughput."),
-    click.option("--mem-per-tile", type=int, default=None, callback=_positive,
+    click.option("--mem-per-tile", type=BYTES_PER_TILE, default=None,
                   help="Bytes per tile. Default: the profile's bytesPerTile (638976 on Mk2)."),
-    click.option("--headroom", type=float, default=0.0, callback=_fraction, show_default=True,
-                  help="Fraction of each tile kept free."),
+    click.option("--headroom", type=float, default=None, callback=_fraction,
+                  help="Fraction of each tile kept free. Default: the model's measured shortfall against the "
+                       "profile's own tileMemory when it has the compiler's other categories, else 0 "
+                       "(README: what fits means)."),
     click.option("--solver", type=click.Choice(["ilp", "greedy"]), default="ilp", show_default=True),
-    click.option("--time-limit", type=float, default=60.0, show_default=True, callback=_positive,
+    click.option("--time-limit", type=SECONDS, default=60.0, show_default=True,
                   help="Seconds for the whole solve: set-up, search, best effort, overflow details, the hint."),
-    click.option("--seed", type=int, default=0, show_default=True, help="Random seed of the ILP solver."),
+    click.option("--seed", type=SEED, default=0, show_default=True, help="Random seed of the ILP solver."),
     click.option("--split-after", multiple=True, metavar="LAYER", help="Force a stage to end after LAYER."),
     click.option("--same-ipu", multiple=True, metavar="A,B", help="Keep layers A and B on one IPU."),
-    click.option("--min-layers-per-stage", type=int, default=1, show_default=True, callback=_positive),
+    click.option("--min-layers-per-stage", type=LAYERS_PER_STAGE, default=1, show_default=True),
     click.option("--keep-shared-vars-together", is_flag=True,
                   help="Never split between layers that share an always-live variable (tied weights)."),
-    click.option("--link-bandwidth", type=float, default=64e9, show_default=True, callback=_positive,
+    click.option("--link-bandwidth", type=LINK_BANDWIDTH, default=64e9, show_default=True,
                   help="IPU-link bytes per second, for transfer cycles."),
     click.option("--config-out", type=click.Path(dir_okay=False, path_type=str),
                   help="With --solve: write the pipeline config (YAML) here."),
-    click.option("--gradient-accumulation", type=int, default=None, callback=_positive,
+    click.option("--gradient-accumulation", type=MICRO_BATCHES, default=None,
                   help="Micro-batches per step for the config (default: max(16, 2 x stages))."),
     click.option("--ipu-config-out", type=click.Path(dir_okay=False, path_type=str),
                   help="With --solve: write an optimum-graphcore ipu_config.json for the split here."),

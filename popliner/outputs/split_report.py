@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any
 
 from popliner.layout import Layout
+from popliner.memory.coverage import Coverage, coverage_line
 from popliner.solvers.result import SplitResult
 from popliner.textsafe import shell_word, shown
 
@@ -123,9 +124,15 @@ class NextSteps:
 
 
 def split_summary(split: SplitResult, facts: FitFacts | None, steps: NextSteps | None,
-                  min_ipus_used: bool) -> str:
-    """The human summary printed after ``--solve`` (the picture and table come before it)."""
+                  min_ipus_used: bool, coverage: Coverage | None = None) -> str:
+    """The human summary printed after ``--solve`` (the picture and table come before it).
+
+    ``coverage``: for a profile with the compiler's other categories, how much of the compiler's figure
+    the model accounts for (one more line).
+    """
     lines = [_usage_line(split)]
+    if coverage is not None:
+        lines.append(f"popliner: on one IPU, {coverage_line(coverage)}.")
     if facts is not None and split.fits:
         lines += _fewer_ipus_lines(split, facts, min_ipus_used)
     if steps is not None and split.fits:
@@ -170,7 +177,7 @@ def _next_step_lines(steps: NextSteps) -> list[str]:
         (f"popliner check {config} --profile {profile}", "CI gate: exit 1 if an IPU is over budget"),
     ]
     width = max(len(cmd) for cmd, _ in rows)
-    head = f"popliner: wrote {steps.config}; next:" if steps.config_written else "popliner: next:"
+    head = f"popliner: wrote {shown(steps.config)}; next:" if steps.config_written else "popliner: next:"
     return [head, *(f"  {cmd:<{width}}  # {why}" for cmd, why in rows)]
 
 

@@ -131,7 +131,10 @@ def write_summary(plan: SplitPlan, argv: list[str], config_out: str | None, ipu_
     split, analysis = plan.split, plan.analysis
     config = config_out or "pipeline.yaml"
     steps = NextSteps(solve_command(argv, config), config, bool(config_out and split.stages), analysis.profile.path)
-    click.echo(split_summary(split, plan.facts, steps, plan.request.ipus == "fewest"), err=True)
+    from popliner.breakdown import profile_coverage
+
+    coverage = profile_coverage(analysis) if analysis.model.has_other else None
+    click.echo(split_summary(split, plan.facts, steps, plan.request.ipus == "fewest", coverage=coverage), err=True)
     if ipu_config_out and split.stages:
         click.echo(f"popliner: wrote {ipu_config_out} (optimum-graphcore IPUConfig)", err=True)
     if plan.suggestion is not None:
