@@ -27,7 +27,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from popliner.layout import HeadPlacement
 from popliner.memory.training import Recompute
 
 __all__ = ["HeadPlacementRequest", "PlannedDefaults", "framework_defaults"]
