@@ -15,6 +15,7 @@ from popliner.analysis import DEFAULT_BACKWARD_REGEX, Analysis, AnalysisOptions,
 from popliner.cli.options import output_stream
 from popliner.errors import EXIT_NO_SPLIT, UsageProblem
 from popliner.fileio import atomic_write, check_writable, is_stdout, one_stdout
+from popliner.framework import FRAMEWORKS
 from popliner.memory.training import (
     DEFAULT_UPDATE_REGEX,
     HEAD_PLACEMENTS,
@@ -118,6 +119,8 @@ class HiddenArgument(click.Argument):
 @click.option("--head-placement", type=click.Choice(list(HEAD_PLACEMENTS)), default="first", show_default=True,
               help="Operations without a layer: all on the first IPU; or the embedding there and the head on "
                    "the last IPU (last).")
+@click.option("--framework", type=click.Choice(list(FRAMEWORKS)), default=None,
+              help="The framework that builds the pipeline (default: found in the profile; docs/frameworks.md).")
 @click.option("--update-regex", default=DEFAULT_UPDATE_REGEX, show_default=True,
               help="Names of weight-update operations (finds the optimizer state).")
 @click.option("--optimizer-state-regex", default=None,
@@ -160,8 +163,8 @@ def command(profile: str, debug_info: str | None, operation_breakdown: bool, lay
             plot: str | None, force: bool, layer_preset: str, layer_name_regex: str | None,
             inputs_regex_layer_0: str, layer_order: str,
             op_layers: str, all_vars: bool, mode: str, backward_regex: str, recompute: str, optimizer_state: str,
-            replication_factor: int, sharded_optimizer_state: bool, head_placement: str, update_regex: str,
-            optimizer_state_regex: str | None, solve: bool, num_ipus: int,
+            replication_factor: int, sharded_optimizer_state: bool, head_placement: str, framework: str | None,
+            update_regex: str, optimizer_state_regex: str | None, solve: bool, num_ipus: int,
             exact_ipus: bool, min_ipus: bool, mem_per_tile: int | None, headroom: float, solver: str,
             time_limit: float, seed: int,
             split_after: tuple[str, ...], same_ipu: tuple[str, ...], min_layers_per_stage: int,
@@ -197,7 +200,7 @@ def _run(profile: str, debug_info: str | None, operation_breakdown: bool, layer_
          plot: str | None, force: bool, layer_preset: str, layer_name_regex: str | None, inputs_regex_layer_0: str,
          layer_order: str, op_layers: str, all_vars: bool, mode: str, backward_regex: str, recompute: str,
          optimizer_state: str, replication_factor: int, sharded_optimizer_state: bool, head_placement: str,
-         update_regex: str, optimizer_state_regex: str | None, solve: bool,
+         framework: str | None, update_regex: str, optimizer_state_regex: str | None, solve: bool,
          num_ipus: int, exact_ipus: bool, min_ipus: bool, mem_per_tile: int | None, headroom: float, solver: str,
          time_limit: float, seed: int, split_after: tuple[str, ...], same_ipu: tuple[str, ...],
          min_layers_per_stage: int, keep_shared_vars_together: bool, link_bandwidth: float, config_out: str | None,
@@ -247,10 +250,12 @@ def _run(profile: str, debug_info: str | None, operation_breakdown: bool, layer_
             replication_factor=replication_factor, sharded_optimizer_state=sharded_optimizer_state,
             head_placement=head_placement,  # type: ignore[arg-type]
             update_regex=update_regex, optimizer_state_regex=optimizer_state_regex),
+        framework=framework,
     )
     if not options.op_layers:
         raise UsageProblem("--op-layers: give at least one debug-context layer name")
     analysis = load_analysis(profile, options, use_cache=not no_cache, cache_dir=cache_dir)
+    log.info("framework: %s", analysis.framework.describe())
     budget_full = mem_per_tile or analysis.profile.target.bytes_per_tile
     budget = int(budget_full * (1.0 - headroom))
 
@@ -496,7 +501,8 @@ def _split_config(analysis: Analysis, split: Any, gradient_accumulation: int | N
     training = training_of(analysis, requested_recompute)
     return config_from_split(split, profile_path=analysis.profile.path, profile_sha256=analysis.profile.sha256,
                              tiles=t.tiles_per_ipu, bytes_per_tile=t.bytes_per_tile, clock_hz=t.clock_hz,
-                             gradient_accumulation=gradient_accumulation, training=training)
+                             gradient_accumulation=gradient_accumulation, training=training,
+                             framework=analysis.framework.name)
 
 
 def _report_split(analysis: Analysis, split: Any, config_out: str | None, force: bool,
@@ -512,6 +518,7 @@ def _report_split(analysis: Analysis, split: Any, config_out: str | None, force:
         if split.stages:
             click.echo(split_table(split), err=True)
     doc = split_document(split, profile_path=analysis.profile.path, profile_sha256=analysis.profile.sha256)
+    doc["framework"] = analysis.framework.as_document()
     record = training_record(analysis)
     if record is not None:
         doc["training"] = record

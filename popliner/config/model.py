@@ -226,6 +226,8 @@ class PipelineConfig:
     budget_bytes: int | None = None
     version: int = CONFIG_VERSION
     training_options: ConfigTraining | None = None
+    #: The framework the split is planned for (popliner.framework); None in a config written before it was recorded.
+    framework: str | None = None
 
     @property
     def num_ipus(self) -> int:
@@ -297,6 +299,7 @@ def config_from_split(
     clock_hz: float,
     gradient_accumulation: int | None,
     training: ConfigTraining | None = None,
+    framework: str | None = None,
 ) -> PipelineConfig:
     """Turn a solver's split into a config; ``None`` G picks :func:`default_gradient_accumulation`.
 
@@ -327,6 +330,7 @@ def config_from_split(
         solver_status=split.status,
         budget_bytes=int(split.budget_bytes),
         training_options=recorded,
+        framework=framework,
     )
 
 

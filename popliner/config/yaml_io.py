@@ -37,6 +37,7 @@ from popliner.config.model import (
 from popliner.config.snippets import FlowList as _FlowList
 from popliner.config.snippets import snippets
 from popliner.errors import ConfigError, UsageProblem
+from popliner.framework import FRAMEWORKS
 from popliner.memory.training import HEAD_GROUP, HEAD_PLACEMENTS, OPTIMIZER_STATES, wrapped_head
 from popliner.memory.types import COMPONENTS, ComponentBytes
 from popliner.pipeline import head_stage
@@ -57,7 +58,7 @@ HEADER = (
 #: Micro-batches a simulated step may have; the schedule is built cycle by cycle.
 MAX_MICRO_BATCHES = 100_000
 
-TOP_KEYS = ("version", "profile", "target", "mode", "num_ipus", "pipeline_stages", "gradient_accumulation",
+TOP_KEYS = ("version", "profile", "target", "framework", "mode", "num_ipus", "pipeline_stages", "gradient_accumulation",
             "training", "solver", "stages", "layers", "snippets")
 TRAINING_KEYS = ("recompute", "recompute_requested", "optimizer_state", "replication_factor",
                  "sharded_optimizer_state", "head_placement", "update_regex", "optimizer_state_regex")
@@ -107,6 +108,7 @@ def config_to_document(cfg: PipelineConfig) -> dict[str, Any]:
         "profile": {"path": cfg.profile_path, "sha256": cfg.profile_sha256},
         "target": {"tiles_per_ipu": cfg.tiles_per_ipu, "bytes_per_tile": cfg.bytes_per_tile,
                    "clock_hz": float(cfg.clock_hz)},
+        **({} if cfg.framework is None else {"framework": cfg.framework}),
         "mode": cfg.mode,
         "num_ipus": cfg.num_ipus,
         "pipeline_stages": cfg.num_pipeline_stages,
@@ -270,6 +272,7 @@ def config_from_document(doc: Any, source: str = "<config>") -> PipelineConfig:
         solver_status=solver_status,
         budget_bytes=budget,
         training_options=training,
+        framework=_read_framework(r, top.get("framework")),
     )
     _warn_if_table_differs(source, cfg, top["layers"])
     return cfg
@@ -315,6 +318,13 @@ def _read_training(r: _Reader, value: Any, mode: str, where: str = "training") -
     except UsageProblem as exc:  # anything the per-key checks above did not catch
         r.fail(where, str(exc), "fix the training options")
     return t
+
+
+def _read_framework(r: _Reader, value: Any) -> str | None:
+    """``framework``: one of popliner's names (popliner.framework), or absent in an older config."""
+    if value is None:
+        return None
+    return r.choice(value, "framework", FRAMEWORKS)
 
 
 def _read_solver(r: _Reader, value: Any) -> tuple[str, str, int | None]:
