@@ -81,7 +81,7 @@ class FrameworkChoice:
 
     def as_document(self) -> dict[str, str]:
         """The ``framework`` record of the JSON and YAML outputs."""
-        out = {"name": self.name, "from": self.origin}
+        out: dict[str, str] = {"name": self.name, "from": self.origin}
         if self.evidence:
             out["evidence"] = self.evidence
         return out
@@ -94,10 +94,16 @@ def framework_title(name: str) -> str:
 
 def parse_framework(text: str, where: str = "--framework") -> Framework:
     """A framework name as the user or a file gives it; one-line error otherwise."""
-    value = _ALIASES.get(text.strip().lower(), text.strip().lower())
-    if value not in FRAMEWORKS:
+    value = _known(text)
+    if value is None:
         raise UsageProblem(f"{where}: unknown framework {text!r}; use one of {', '.join(FRAMEWORKS)}")
-    return cast(Framework, value)
+    return value
+
+
+def _known(text: str) -> Framework | None:
+    """The framework a name or alias stands for, else None."""
+    key = text.strip().lower()
+    return _ALIASES.get(key) or next((f for f in FRAMEWORKS if f == key), None)
 
 
 def framework_of_layers(layers: set[str] | frozenset[str]) -> tuple[Framework, str] | None:
@@ -111,10 +117,9 @@ def framework_of_layers(layers: set[str] | frozenset[str]) -> tuple[Framework, s
 def detect_framework(profile: Profile) -> FrameworkChoice:
     """The framework of a profile without an override: ``source.framework``, else its debug contexts."""
     named = profile.source.get("framework") if isinstance(profile.source, dict) else None
-    if isinstance(named, str):
-        value = _ALIASES.get(named.strip().lower(), named.strip().lower())
-        if value in FRAMEWORKS:
-            return FrameworkChoice(cast(Framework, value), "source")
+    value = _known(named) if isinstance(named, str) else None
+    if value is not None:
+        return FrameworkChoice(value, "source")
     found = framework_of_layers(frozenset(profile.contexts.layer))
     if found is not None:
         return FrameworkChoice(found[0], "contexts", found[1])
