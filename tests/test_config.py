@@ -20,7 +20,7 @@ from popliner.config import (
     read_config,
     write_config,
 )
-from popliner.config.snippets import optimum_snippet, popart_snippet, poptorch_snippet
+from popliner.config.snippets import ipu_config, optimum_snippet, popart_snippet, poptorch_snippet
 from popliner.config.yaml_io import config_from_document, config_to_document
 from popliner.errors import ConfigError, UsageProblem
 from popliner.fileio import atomic_write
@@ -29,6 +29,8 @@ from popliner.solvers.result import SplitResult, StageResult
 
 SHA = "0123456789abcdef" * 4
 LAYERS = (("embed", "enc/0"), ("enc/1", "enc:2", "7"), ("enc/3", "head"))
+#: popliner's embedding and head groups as layers of their own (--head-placement last).
+GROUPED = (("embedding", "enc/0"), ("enc/1", "enc:2", "7"), ("enc/3", "head"))
 
 
 def make_split(mode: str = "training", groups: tuple[tuple[str, ...], ...] = LAYERS) -> SplitResult:
@@ -164,16 +166,23 @@ def test_snippets_contain_every_layer(mode: str) -> None:
     assert "poptorch.PipelinedExecution(poptorch.AutoStage.SameAsIpu)" in poptorch
     compile(popart, "<popart>", "exec")  # valid Python
     compile(poptorch, "<poptorch>", "exec")
-    assert optimum_snippet(cfg)["layers_per_ipu"] == [2, 3, 2]
-    assert document(cfg)["snippets"]["optimum_graphcore"]["ipus_per_replica"] == 3
+    # No embedding and head of their own (--head-placement first): no optimum model builds that, so no IPUConfig.
+    assert optimum_snippet(cfg) == document(cfg)["snippets"]["optimum_graphcore"]
+    assert str(optimum_snippet(cfg)).startswith("# optimum-graphcore cannot build this split: ")
+    grouped = make_config(mode, groups=GROUPED)
+    prefix = "" if mode == "training" else "inference_"
+    assert optimum_snippet(grouped)[f"{prefix}layers_per_ipu"] == [1, 3, 1]  # the groups are not layers
+    assert document(grouped)["snippets"]["optimum_graphcore"][f"{prefix}ipus_per_replica"] == 3
+    # The YAML's snippet is ipu_config.json, field for field.
+    assert document(grouped)["snippets"]["optimum_graphcore"] == ipu_config(grouped)
 
 
 def test_snippets_carry_the_gradient_accumulation() -> None:
-    cfg = make_config("training", g=32)
+    cfg = make_config("training", g=32, groups=GROUPED)
     assert "opts.accumulationFactor = 32" in popart_snippet(cfg)
     assert "opts.Training.gradientAccumulation(32)" in poptorch_snippet(cfg)
     assert optimum_snippet(cfg)["gradient_accumulation_steps"] == 32
-    inf = make_config("inference", g=8)
+    inf = make_config("inference", g=8, groups=GROUPED)
     assert "opts.deviceIterations(8)" in poptorch_snippet(inf)
     assert optimum_snippet(inf)["inference_device_iterations"] == 8
 

@@ -233,6 +233,10 @@ def _run(profile: str, debug_info: str | None, operation_breakdown: bool, layer_
     one_stdout({"the tables" if not output else "-o -": outputs.any_table and (not output or is_stdout(output)),
                 "the split JSON (--solve)": solve, "--config-out -": config_out, "--plot -": plot,
                 "--ipu-config-out -": ipu_config_out, "--report -": report})
+    if ipu_config_out and head_placement == "first" and num_ipus > 1:
+        from popliner.config.snippets import FIRST_PROBLEM
+
+        raise UsageProblem(f"--ipu-config-out: optimum-graphcore cannot build this split: {FIRST_PROBLEM}")
     if plot and solve and is_stdout(plot):
         raise UsageProblem("--plot with --solve writes three images; give a file name, not stdout")
     if plot:
@@ -283,7 +287,7 @@ def _run(profile: str, debug_info: str | None, operation_breakdown: bool, layer_
         with phase("plotting"):
             _write_plots(analysis, plot, force, split, budget)
     if split is not None:
-        _report_split(analysis, split, config_out, force, gradient_accumulation, recompute)
+        _report_split(analysis, split, config_out, force, gradient_accumulation, recompute, matmul_proportion)
         if ipu_config_out and split.stages:
             _write_ipu_config(analysis, split, ipu_config_out, force, gradient_accumulation, matmul_proportion)
         if report and split.stages:
@@ -492,7 +496,7 @@ def _write_plots(analysis: Analysis, plot: str, force: bool, split: Any, budget:
 
 
 def _split_config(analysis: Analysis, split: Any, gradient_accumulation: int | None,
-                  requested_recompute: str = "none") -> Any:
+                  requested_recompute: str = "none", matmul_proportion: tuple[float, ...] = ()) -> Any:
     """The pipeline config of a solved split, with the training options its figures were computed with."""
     from popliner.config.model import config_from_split
     from popliner.config.options import training_of
@@ -502,11 +506,12 @@ def _split_config(analysis: Analysis, split: Any, gradient_accumulation: int | N
     return config_from_split(split, profile_path=analysis.profile.path, profile_sha256=analysis.profile.sha256,
                              tiles=t.tiles_per_ipu, bytes_per_tile=t.bytes_per_tile, clock_hz=t.clock_hz,
                              gradient_accumulation=gradient_accumulation, training=training,
-                             framework=analysis.framework.name)
+                             framework=analysis.framework.name, matmul_proportion=matmul_proportion)
 
 
 def _report_split(analysis: Analysis, split: Any, config_out: str | None, force: bool,
-                  gradient_accumulation: int | None, requested_recompute: str = "none") -> None:
+                  gradient_accumulation: int | None, requested_recompute: str = "none",
+                  matmul_proportion: tuple[float, ...] = ()) -> None:
     from popliner.outputs.split_report import split_document, split_picture, split_table, write_split_json
 
     has_unlayered = bool((analysis.layers.layer_of_op < 0).any())
@@ -533,7 +538,7 @@ def _report_split(analysis: Analysis, split: Any, config_out: str | None, force:
     if config_out and split.stages:
         from popliner.config.yaml_io import write_config
 
-        cfg = _split_config(analysis, split, gradient_accumulation, requested_recompute)
+        cfg = _split_config(analysis, split, gradient_accumulation, requested_recompute, matmul_proportion)
         with atomic_write(config_out, force=force) as stream:
             write_config(cfg, stream)  # the summary says "wrote" (with the next commands)
 
@@ -551,15 +556,17 @@ def _write_report(analysis: Analysis, split: Any, path: str, force: bool, gradie
 
 def _write_ipu_config(analysis: Analysis, split: Any, path: str, force: bool, gradient_accumulation: int | None,
                       matmul_proportion: tuple[float, ...]) -> None:
-    from popliner.config.snippets import ModelOptions, ipu_config, write_ipu_config
+    from popliner.config.snippets import ipu_config, optimum_note, optimum_warnings, write_ipu_config
 
-    cfg = _split_config(analysis, split, gradient_accumulation)
-    training = analysis.options.training
-    # The recomputation actually applied (after --recompute auto), as the split was solved with it.
-    model = ModelOptions(recompute=analysis.engine.view.recompute, optimizer_state=training.optimizer_state,
-                         replication_factor=training.replication_factor,
-                         sharded_optimizer_state=training.sharded_optimizer_state)
-    document = ipu_config(cfg, matmul_proportion, model)
+    # The config's own record (the recomputation applied, after --recompute auto): the YAML's optimum snippet
+    # is the same document.
+    cfg = _split_config(analysis, split, gradient_accumulation, matmul_proportion=matmul_proportion)
+    document = ipu_config(cfg)
+    note = optimum_note(cfg)
+    if note:
+        log.info("%s", note)
+    for line in optimum_warnings(cfg):
+        log.warning("%s", line)
     with atomic_write(path, force=force) as stream:
         write_ipu_config(document, stream)  # the summary says "wrote"
 
