@@ -64,7 +64,8 @@ PLACEMENTS = ("first", "last", "wrap")
 PARAMS = [(f, m, p) for f, (_, modes, _) in CASES.items() for m in modes for p in PLACEMENTS]
 
 #: The optimum models of each head layout, by family; the block names their parallelize() gives each part.
-WRAP_MODELS = {"bert": ("PipelinedBertForPreTraining", "PipelinedBertForMaskedLM"), "gpt2": ("PipelinedGPT2LMHeadModel",)}
+WRAP_MODELS = {"bert": ("PipelinedBertForPreTraining", "PipelinedBertForMaskedLM"),
+               "gpt2": ("PipelinedGPT2LMHeadModel",)}
 LAST_MODELS = {"bert": ("PipelinedBertForQuestionAnswering", "PipelinedBertForSequenceClassification"),
                "gpt2": ("PipelinedGPT2ForSequenceClassification",)}
 EMBEDDING_BLOCKS = ("Embedding", "Token embedding", "Position embedding")
