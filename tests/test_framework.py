@@ -115,3 +115,12 @@ def test_the_framework_is_recorded_in_the_json_and_the_config(tmp_path: Path) ->
     edited.write_text(config.read_text().replace("framework: poptorch", "framework: jax"))
     with pytest.raises(ConfigError, match=r"edited\.yaml: framework: the text 'jax' is not one of popart"):
         read_config(edited)
+
+
+@pytest.mark.parametrize(("naming", "expected"), [("poptorch", "poptorch"), ("tensorflow", "tensorflow")])
+def test_operations_named_as_a_framework_names_them_are_detected(tmp_path: Path, naming: str, expected: str) -> None:
+    # The calibrated presets' naming (popliner/synth/naming.py) rewrites the operation contexts themselves.
+    path = tmp_path / f"{naming}.json"
+    write_profile(preset_spec("bert-tiny", "training", layers=2, tiles=32, naming=naming), path, force=True)
+    found = analysis(path).framework
+    assert (found.name, found.origin) == (expected, "contexts")
