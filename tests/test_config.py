@@ -372,3 +372,47 @@ def test_absurd_sizes_are_refused_not_run(tmp_path, old, new, message):
     result = CliRunner().invoke(cli, ["simulate", str(cfg)])
     assert result.exit_code == 2
     assert message in result.stderr
+
+
+def test_a_wrapped_head_takes_autoincrement_and_its_own_stage() -> None:
+    # PopTorch's SameAsIpu would give the head (IPU 0) stage 0, before the stages it follows: AutoIncrement
+    # gives every new block the next stage, and consecutive blocks on one IPU share one.
+    from popliner.config.model import ConfigTraining
+    from popliner.config.snippets import OPTIMUM_LAST_MODELS, OPTIMUM_WRAP_MODELS, optimum_models
+
+    groups = (("embedding", "enc/0", "head"), ("enc/1",), ("enc/3",))
+    cfg = config_from_split(make_split("training", groups), profile_path="model.json", profile_sha256=SHA,
+                            tiles=1472, bytes_per_tile=638_976, clock_hz=1.33e9, gradient_accumulation=None,
+                            training=ConfigTraining(head_placement="wrap"))
+    code = poptorch_snippet(cfg)
+    assert "poptorch.PipelinedExecution(poptorch.AutoStage.AutoIncrement)" in code
+    scope: dict[str, Any] = {}
+    start = code.index("PIPELINE_STAGE = {")
+    exec(code[start:code.index("}", start) + 1], scope)  # noqa: S102
+    # 3 IPUs: forward stages 0, 1, 2 and the head's stage 3 (after the last IPU's forward).
+    assert scope["PIPELINE_STAGE"] == {"embedding": 0, "enc/0": 0, "enc/1": 1, "enc/3": 2, "head": 3}
+    assert optimum_models(cfg) == OPTIMUM_WRAP_MODELS
+    assert optimum_models(make_config("training", groups=GROUPED)) == OPTIMUM_LAST_MODELS
+    assert optimum_models(make_config("training")) == ()  # --head-placement first: none builds it
+    assert "AutoStage.SameAsIpu" in poptorch_snippet(make_config("training", groups=GROUPED))
+
+
+def test_execution_and_matmul_proportion_round_trip() -> None:
+    import dataclasses
+
+    cfg = dataclasses.replace(make_config("inference", groups=GROUPED), framework="optimum",
+                              matmul_proportion=(0.2, 0.3, 0.4))
+    doc = document(cfg)
+    assert (doc["framework"], doc["execution"], doc["matmul_proportion"]) == ("optimum", "sharded", [0.2, 0.3, 0.4])
+    assert doc["snippets"]["optimum_graphcore"]["inference_matmul_proportion"] == [0.2, 0.3, 0.4]
+    back = config_from_document(doc, "edited.yaml")
+    assert (back.framework, back.execution, back.matmul_proportion) == ("optimum", "sharded", (0.2, 0.3, 0.4))
+    training = dataclasses.replace(make_config("training", groups=GROUPED), framework="optimum")
+    assert training.execution == "pipelined"  # optimum trains pipelined
+    for key, value, message in (("execution", "parallel", "execution: the text 'parallel' is not one of"),
+                                ("matmul_proportion", [0.2, 0.3], "matmul_proportion: expected a list of one value"),
+                                ("matmul_proportion", [0.2, 1.5, 0.1], "matmul_proportion[1]: the number 1.5 is not"),
+                                ("framework", "jax", "framework: the text 'jax' is not one of")):
+        bad = copy.deepcopy(doc)
+        bad[key] = value
+        assert message in rejected(bad), key
