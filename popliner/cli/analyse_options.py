@@ -22,6 +22,7 @@ from popliner.cli.options import (
     SECONDS,
     SEED,
 )
+from popliner.framework import FRAMEWORKS
 from popliner.layout import HEAD_PLACEMENTS
 from popliner.memory.training import DEFAULT_UPDATE_REGEX, OPTIMIZER_STATES, RECOMPUTE_REQUESTS
 from popliner.ops.layers import AUTO_PRESET, DEFAULT_INPUTS_REGEX_LAYER_0, preset_names
@@ -97,6 +98,8 @@ _OPTIONS: list[Callable[[Any], Any]] = [
                   help="Operations without a layer: all on the first IPU (first); the embedding there and the head "
                        "on the last IPU (last) or back on IPU 0 (wrap); auto: the one that fits on the fewest IPUs. "
                        "Default: what the profile's framework builds (docs/pipeline-config.md)."),
+    click.option("--framework", type=click.Choice(list(FRAMEWORKS)), default=None,
+                  help="The framework that builds the pipeline (default: found in the profile; docs/frameworks.md)."),
     click.option("--update-regex", default=DEFAULT_UPDATE_REGEX, show_default=True,
                   help="Names of weight-update operations (finds the optimizer state)."),
     click.option("--optimizer-state-regex", default=None,
