@@ -167,7 +167,7 @@ def _apply_defaults(analysis: Analysis, request: SplitRequest) -> tuple[SplitReq
         changes["recompute"] = found.recompute
     if request.head_placement is None:
         changes["head_placement"] = found.head_placement
-    log.info("planned %s (framework: %s; an option you give wins)", found.why, analysis.framework.describe())
+    log.info("planned %s; an option you give wins", found.why)
     return dataclasses.replace(request, **changes), found  # type: ignore[arg-type]
 
 
