@@ -27,9 +27,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from popliner.layout import HeadPlacement
 from popliner.memory.training import Recompute
 
-__all__ = ["HeadPlacementRequest", "PlannedDefaults", "framework_defaults"]
+__all__ = ["HeadPlacementRequest", "PlannedDefaults", "buildable_placements", "framework_defaults"]
 
 #: What a user may ask for the head: a placement, or ``auto`` (the one that fits on the fewest IPUs).
 HeadPlacementRequest = Literal["first", "last", "wrap", "auto"]
@@ -62,7 +63,20 @@ def framework_defaults(framework: str, num_ipus: int, tied_head: bool) -> Planne
         where = ("the tied head wrapped back onto IPU 0" if tied_head
                  else "the head on the last IPU (classification and QA models)")
     elif framework == "poptorch":
-        head, where = "auto", "the head where it fits best (popliner writes its block)"
+        head, where = "auto", "the head last or wrapped, where it fits best (popliner writes its block)"
     else:
         head, where = "first", "the operations without a layer on IPU 0"
     return PlannedDefaults(recompute, head, f"as {title} builds it: {where}, {redo}")
+
+
+def buildable_placements(framework: str) -> tuple[HeadPlacement, ...]:
+    """The head placements ``framework`` can build, in the order ``auto`` breaks ties.
+
+    PopTorch (and optimum on it) runs what comes after the last ``BeginBlock``
+    on that block's IPU, so a head that runs after the last layer cannot sit
+    in IPU 0's first stage: ``first`` is not built as planned there. PopART
+    places every operation by its own ``virtualGraph``: all three are built.
+    """
+    if framework in ("poptorch", "optimum"):
+        return ("last", "wrap")
+    return ("first", "last", "wrap")

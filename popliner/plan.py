@@ -22,9 +22,9 @@ from popliner.analysis import Analysis, solve_split
 from popliner.config.model import ConfigTraining
 from popliner.config.options import training_of
 from popliner.deadline import OutOfTime
-from popliner.defaults import HeadPlacementRequest, PlannedDefaults, framework_defaults
+from popliner.defaults import HeadPlacementRequest, PlannedDefaults, buildable_placements, framework_defaults
 from popliner.errors import UsageProblem
-from popliner.layout import HeadPlacement, Layout
+from popliner.layout import Layout
 from popliner.memory.training import AppliedRecompute, Recompute, RecomputeRequest
 from popliner.progress import phase
 from popliner.solvers.problem import SplitProblem
@@ -44,9 +44,6 @@ if TYPE_CHECKING:
 __all__ = ["FitFacts", "IpuCount", "SplitPlan", "SplitRequest", "fit_facts", "plan_split"]
 
 log = logging.getLogger(__name__)
-
-#: The placements ``auto`` tries, in the order ties are broken.
-_PLACEMENTS: tuple[HeadPlacement, ...] = ("first", "last", "wrap")
 
 #: How ``num_ipus`` is read: at most that many, exactly that many, or the fewest that fit (at most that many).
 IpuCount = Literal["at-most", "exactly", "fewest"]
@@ -172,9 +169,10 @@ def _apply_defaults(analysis: Analysis, request: SplitRequest) -> tuple[SplitReq
 
 
 def _best_placement(analysis: Analysis, request: SplitRequest) -> SplitPlan:
-    """``auto``: the placement that fits on the fewest IPUs, then the one whose slowest IPU is fastest."""
+    """``auto``: of the placements the framework builds, the one that fits on the fewest IPUs, then the one
+    whose slowest IPU is fastest."""
     scored = []
-    for placement in _PLACEMENTS:
+    for placement in buildable_placements(analysis.framework.name):
         plan = _plan(analysis, dataclasses.replace(request, head_placement=placement, fit_facts=True, suggest=False),
                      warn=False)
         fewest = plan.facts.fewest_ipus if plan.facts is not None else None

@@ -77,7 +77,7 @@ def test_auto_takes_the_placement_that_fits_on_the_fewest_ipus(gpt2_poptorch):
     plan = plan_split(analysis, SplitRequest(**{**base.__dict__, "head_placement": "auto"}))
     # Independently: each placement solved on its own, the fewest IPUs it fits on.
     fewest = {}
-    for placement in ("first", "last", "wrap"):
+    for placement in ("last", "wrap"):  # what PopTorch builds (first is not: the head would run on the last IPU)
         one = plan_split(analysis, SplitRequest(**{**base.__dict__, "head_placement": placement}))
         fewest[placement] = one.facts.fewest_ipus if one.facts is not None else None
     assert dict(plan.placements_tried) == fewest
