@@ -226,6 +226,9 @@ class PipelineConfig:
     budget_bytes: int | None = None
     version: int = CONFIG_VERSION
     training_options: ConfigTraining | None = None
+    #: The layer options the config was made with, those that differ from the defaults
+    #: (:mod:`popliner.config.layering`); empty in a config written before they were recorded.
+    layer_options: tuple[tuple[str, object], ...] = ()
 
     @property
     def num_ipus(self) -> int:
@@ -297,6 +300,7 @@ def config_from_split(
     clock_hz: float,
     gradient_accumulation: int | None,
     training: ConfigTraining | None = None,
+    layer_options: tuple[tuple[str, object], ...] = (),
 ) -> PipelineConfig:
     """Turn a solver's split into a config; ``None`` G picks :func:`default_gradient_accumulation`.
 
@@ -327,6 +331,7 @@ def config_from_split(
         solver_status=split.status,
         budget_bytes=int(split.budget_bytes),
         training_options=recorded,
+        layer_options=layer_options,
     )
 
 
