@@ -225,4 +225,5 @@ def config_from_planner(choice: PlannerChoice, analysis: Analysis, *,
                              tiles=t.tiles_per_ipu, bytes_per_tile=t.bytes_per_tile, clock_hz=t.clock_hz,
                              gradient_accumulation=gradient_accumulation,
                              training=training_of(analysis, choice.training.requested if choice.training else None),
-                             layer_options=layer_record(analysis.options))
+                             layer_options=layer_record(analysis.options),
+                             framework=analysis.framework.name)
