@@ -61,27 +61,40 @@ def run(tree: Path, argv: list[str], cache: Path, timeout: float, env: dict[str,
     environ = {**os.environ, "PYTHONPATH": str(tree), "POPLINER_CACHE_DIR": str(cache), "MPLBACKEND": "Agg",
                **(env or {})}
     started = time.perf_counter()
-    with tempfile.TemporaryFile() as err:
-        proc = subprocess.Popen([sys.executable, "-m", "popliner", *argv], cwd=tree, env=environ,
-                                stdout=subprocess.DEVNULL, stderr=err)
+    command = [sys.executable, "-m", "popliner", *argv]
+    # A forked child's peak RSS starts at this (large) process's: /usr/bin/time forks popliner from a small one.
+    timer = shutil.which("time") if Path("/usr/bin/time").exists() else None
+    with tempfile.TemporaryFile() as err, tempfile.NamedTemporaryFile("r") as peak:
+        if timer:
+            command = ["/usr/bin/time", "-f", "%M", "-o", peak.name, *command]
+        # A session of its own, so that a case that hangs is killed with everything it started.
+        proc = subprocess.Popen(command, cwd=tree, env=environ, stdout=subprocess.DEVNULL, stderr=err,
+                                start_new_session=True)
         deadline = started + timeout
         while True:
             pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
             if pid:
                 break
             if time.perf_counter() > deadline:
-                proc.kill()
+                os.killpg(proc.pid, signal.SIGKILL)
                 pid, status, usage = os.wait4(proc.pid, 0)
                 break
             time.sleep(0.02)
         seconds = time.perf_counter() - started
         err.seek(0)
         text = err.read().decode("utf-8", "replace")
+        measured = peak.read().split()
     code = os.waitstatus_to_exitcode(status)
+    peak_mb = usage.ru_maxrss / 1024
+    if timer:
+        peak_mb = int(measured[-1]) / 1024 if measured and measured[-1].isdigit() else float("nan")
+        text = "\n".join(ln for ln in text.splitlines() if not ln.startswith("Command "))
+        if code and os.WIFEXITED(status) and "Command terminated by signal" in text:
+            code = -int(text.rsplit(" ", 1)[-1])
     errors = [ln for ln in text.splitlines() if ln.startswith("popliner: error:")]
     first = errors[0] if errors else (text.strip().splitlines() or [""])[-1]
     lines = len(text.strip().splitlines())
-    return Run(code, seconds, usage.ru_maxrss / 1024, first[:160], f"{lines} stderr lines" if lines > 3 else "")
+    return Run(code, seconds, peak_mb, first[:160], f"{lines} stderr lines" if lines > 3 else "")
 
 
 Case = Callable[[Path, Path, Path], Run]  # (tree, work folder, cache folder) -> Run
