@@ -22,6 +22,7 @@ from typing import IO, Any, NoReturn
 
 import yaml
 
+from popliner.config.layering import read_layer_options
 from popliner.config.model import (
     CONFIG_RECOMPUTES,
     CONFIG_VERSION,
@@ -61,7 +62,7 @@ MAX_MICRO_BATCHES = 100_000
 
 TOP_KEYS = ("version", "profile", "target", "framework", "execution", "matmul_proportion", "mode", "num_ipus",
             "pipeline_stages", "gradient_accumulation",
-            "training", "solver", "stages", "layers", "snippets")
+            "training", "layer_options", "solver", "stages", "layers", "snippets")
 TRAINING_KEYS = ("recompute", "recompute_requested", "optimizer_state", "replication_factor",
                  "sharded_optimizer_state", "head_placement", "update_regex", "optimizer_state_regex")
 STAGE_KEYS = ("index", "ipu", "pipeline_stages", "layers", "predicted")
@@ -119,6 +120,8 @@ def config_to_document(cfg: PipelineConfig) -> dict[str, Any]:
     }
     if cfg.options is not None:
         doc["training"] = _training_document(cfg.options)
+    if cfg.layer_options:
+        doc["layer_options"] = dict(cfg.layer_options)
     doc.update({
         "solver": {"name": cfg.solver, "status": cfg.solver_status, "budget_bytes": cfg.budget_bytes},
         "stages": [_stage_document(cfg, s) for s in cfg.stages],
@@ -176,9 +179,10 @@ def _layer_row(cfg: PipelineConfig, name: str, ipu: int, fwd: int, bwd: int | No
 def read_config(path: str | os.PathLike[str]) -> PipelineConfig:
     """Read and validate a config file; any problem raises :class:`ConfigError`."""
     source = os.fspath(path)
+    limit = _max_config_bytes()
     try:
         with open(source, encoding="utf-8") as f:
-            text = f.read()
+            text = f.read(limit + 1)  # characters: at least as many bytes
     except FileNotFoundError:
         raise ConfigError(f"{source}: no such file; check the path of the pipeline config") from None
     except IsADirectoryError:
@@ -187,7 +191,24 @@ def read_config(path: str | os.PathLike[str]) -> PipelineConfig:
         raise ConfigError(f"{source}: not UTF-8 text (byte {exc.start}); save the file as UTF-8") from None
     except OSError as exc:
         raise ConfigError(f"{source}: cannot read: {exc.strerror}; check the path and permissions") from None
+    if len(text) > limit:
+        # PyYAML reads some 150-300 KB/s: a config of megabytes would take minutes. popliner's own are
+        # about 10 KB (BERT-Large over 16 IPUs).
+        raise ConfigError(f"{source}: larger than {limit:,} characters; a pipeline config is a few KB, so this is "
+                          f"no config popliner wrote (if it is genuine, raise {_CONFIG_BYTES_ENV})")
     return parse_config(text, source)
+
+
+_CONFIG_BYTES_ENV = "POPLINER_MAX_CONFIG_BYTES"
+
+
+def _max_config_bytes() -> int:
+    text = os.environ.get(_CONFIG_BYTES_ENV)
+    if not text:
+        return 1 << 20
+    if not text.isdigit():
+        raise UsageProblem(f"{_CONFIG_BYTES_ENV}={text!r}: expected a whole number of bytes")
+    return int(text)
 
 
 def parse_config(text: str, source: str = "<config>") -> PipelineConfig:
@@ -257,6 +278,7 @@ def config_from_document(doc: Any, source: str = "<config>") -> PipelineConfig:
     model_layers = _read_layer_names(r, top["layers"])
     _check_assignment(r, stages, model_layers)
     training = _read_training(r, top.get("training"), mode) if "training" in top else None
+    layer_options = read_layer_options(r, top["layer_options"]) if "layer_options" in top else ()
     groups = [s.layers for s in stages]
     placement = training.head_placement if training is not None else None
     p = num_pipeline_stages(mode, len(stages), Layout.of_stages(groups, placement, model_layers).wraps_in(groups))
@@ -283,6 +305,7 @@ def config_from_document(doc: Any, source: str = "<config>") -> PipelineConfig:
         solver=solver_name,
         solver_status=solver_status,
         budget_bytes=budget,
+        layer_options=layer_options,
         training_options=training,
         framework=_read_framework(r, top.get("framework")),
         matmul_proportion=_read_matmul_proportion(r, top.get("matmul_proportion"), len(stages)),
