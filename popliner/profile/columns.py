@@ -51,9 +51,9 @@ class Extracted:
     #: The names, packed (compressed) already: read straight from the document, never copied raw;
     #: None when the variables have no names.
     names: NameTable | None
-    #: Variable ids of every extracted program list, back to back, and each list's length.
-    program_vars: np.ndarray | None
-    program_var_lens: np.ndarray | None
+    #: Variable ids of every extracted program list, back to back, and each list's length (empty: none found).
+    program_vars: np.ndarray
+    program_var_lens: np.ndarray
     #: :func:`recompute_tensors` of the names, found before they were packed (None with no names).
     recompute: np.ndarray | None = None
     #: The names being packed on the caller's thread pool (``names`` is then still their view of the text).
@@ -99,12 +99,12 @@ def extract_columns(text: bytes, pool: Executor | None = None) -> tuple[bytes, E
     for lo, hi in ((0, at), (var_end, len(text))):
         if not _program_lists(text, lo, hi, bodies, spans):
             return None
-    program_vars = program_lens = None
-    if bodies:
-        program_lens = np.array([text.count(b",", a, b) + 1 if b > a else 0 for a, b in bodies], np.int64)
-        program_vars = _fill(np.empty(int(program_lens.sum()), np.int64), _joined(text, bodies))
-        if program_vars is None:
-            return None
+    # No list found is zero lists, not "not read": the programs then have no variables (or the
+    # loader finds a list the reader did not take and parses the ordinary way).
+    program_lens = np.array([text.count(b",", a, b) + 1 if b > a else 0 for a, b in bodies], np.int64)
+    program_vars = _fill(np.empty(int(program_lens.sum()), np.int64), _joined(text, bodies))
+    if program_vars is None:
+        return None
     del bodies
     spans.sort()
     pieces: list[bytes] = []
@@ -241,7 +241,7 @@ def _fill(out: np.ndarray, pieces: Iterable[bytes]) -> np.ndarray | None:
     return out if at == len(out) else None
 
 
-def parse_uint_list(body: bytes) -> np.ndarray | None:
+def parse_uint_list(body: bytes | bytearray) -> np.ndarray | None:
     """The integers of a compact JSON list body (``1,22,333``, no brackets) as int64, or None.
 
     Only non-negative integers without leading zeros that fit in int64,
@@ -249,6 +249,8 @@ def parse_uint_list(body: bytes) -> np.ndarray | None:
     """
     if not body:
         return np.zeros(0, np.int64)
+    if type(body) is not bytes:
+        body = bytes(body)  # numpy reads numbers from bytes only (the text may be a bytearray: see gunzip)
     if body.translate(None, b"0123456789,"):
         return None  # anything but digits and commas
     if body[:1] == b"," or body[-1:] == b",":

@@ -1,0 +1,48 @@
+"""JSON text to Python objects, with every fault worded the same way whichever parser ran."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from popliner.errors import ProfileFormatError
+
+__all__ = ["parse_json"]
+
+
+def parse_json(text: bytes | bytearray, path: str) -> Any:
+    """The document, or a :class:`ProfileFormatError` naming the file and where the JSON breaks."""
+    # isspace() stops at the first other byte; strip() would copy a big file.
+    if not text or text.isspace():
+        raise ProfileFormatError(path, "", "empty file; a profile is one JSON object")
+    try:
+        import orjson
+    except ImportError:  # pragma: no cover - orjson is a dependency, but the fallback stays correct
+        orjson = None  # type: ignore[assignment]
+    if orjson is not None:
+        try:
+            return orjson.loads(text)
+        except orjson.JSONDecodeError:
+            # Only bad input gets here. orjson's wording changes between its
+            # versions, so the standard parser re-reads the text to name the
+            # fault in the same words everywhere (or to accept what orjson
+            # cannot hold, such as integers beyond 64 bits, for the checks that follow).
+            pass
+    try:
+        decoded = text.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ProfileFormatError(path, f"byte {exc.start}", "not UTF-8 text; a profile is UTF-8 JSON") from None
+    try:
+        return json.loads(decoded, parse_constant=_refuse_constant)
+    except json.JSONDecodeError as exc:
+        raise ProfileFormatError(path, f"line {exc.lineno} column {exc.colno}", f"not valid JSON: {exc.msg}") from None
+    except ValueError as exc:
+        # NaN/Infinity (refused below) or an integer literal beyond Python's digit limit.
+        raise ProfileFormatError(path, "", f"not valid JSON: {exc}") from None
+    except RecursionError:
+        raise ProfileFormatError(path, "", "JSON nested too deeply") from None
+
+
+def _refuse_constant(name: str) -> Any:
+    # json.loads accepts NaN and Infinity, which are not JSON; orjson refuses them too.
+    raise ValueError(f"{name} is not a JSON number")
