@@ -5,16 +5,28 @@ from __future__ import annotations
 import logging
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import click
 
 from popliner.analysis import DEFAULT_BACKWARD_REGEX, Analysis, AnalysisOptions, load_analysis
-from popliner.cli.options import output_stream
+from popliner.cli.options import (
+    BYTES_PER_TILE,
+    LAYERS_PER_STAGE,
+    LINK_BANDWIDTH,
+    MICRO_BATCHES,
+    NUM_IPUS,
+    REPLICAS,
+    SECONDS,
+    SEED,
+    ipus_for_layers,
+    output_stream,
+)
 from popliner.errors import EXIT_NO_SPLIT, UsageProblem
-from popliner.fileio import atomic_write, check_writable, is_stdout, one_stdout
+from popliner.fileio import atomic_write, check_writable, distinct_files, is_stdout, one_stdout
+from popliner.framework import FRAMEWORKS
 from popliner.memory.training import (
     DEFAULT_UPDATE_REGEX,
     HEAD_PLACEMENTS,
@@ -58,12 +70,6 @@ def _matmul_proportion(ctx: click.Context, param: click.Parameter, value: tuple[
     for v in value:
         if not 0.0 < v <= 1.0:
             raise click.BadParameter(f"{v} is not a fraction in (0, 1]")
-    return value
-
-
-def _positive(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
-    if value is not None and value <= 0:
-        raise click.BadParameter(f"{value} must be positive")
     return value
 
 
@@ -111,40 +117,44 @@ class HiddenArgument(click.Argument):
               help="Training: recomputation to model (docs/solvers.md); auto = the least that fits.")
 @click.option("--optimizer-state", type=click.Choice(list(OPTIMIZER_STATES)), default="on-chip", show_default=True,
               help="Training: off-chip keeps optimizer state in streaming memory, loaded for its update only.")
-@click.option("--replication-factor", type=int, default=1, show_default=True, callback=_positive,
+@click.option("--replication-factor", type=REPLICAS, default=1, show_default=True,
               help="Training: replicas of the pipeline (total IPUs = IPUs x replicas).")
 @click.option("--sharded-optimizer-state", is_flag=True,
               help="Training: divide optimizer state over the replicas (replicated tensor sharding).")
 @click.option("--head-placement", type=click.Choice(list(HEAD_PLACEMENTS)), default="first", show_default=True,
               help="Operations without a layer: all on the first IPU; or the embedding there and the head on "
                    "the last IPU (last).")
+@click.option("--framework", type=click.Choice(list(FRAMEWORKS)), default=None,
+              help="The framework that builds the pipeline (default: found in the profile; docs/frameworks.md).")
 @click.option("--update-regex", default=DEFAULT_UPDATE_REGEX, show_default=True,
               help="Names of weight-update operations (finds the optimizer state).")
 @click.option("--optimizer-state-regex", default=None,
               help="Variable names that are optimizer state (replaces the rule).")
 @click.option("--solve", is_flag=True, help="Split the layers over --num-ipus IPUs; JSON on stdout.")
-@click.option("--num-ipus", type=int, default=4, show_default=True, callback=_positive, help="IPUs to split over.")
+@click.option("--num-ipus", type=NUM_IPUS, default=4, show_default=True, help="IPUs to split over.")
 @click.option("--exact-ipus", is_flag=True, help="Use exactly --num-ipus IPUs (ILP), not at most.")
 @click.option("--min-ipus", is_flag=True,
               help="Use the fewest IPUs that fit (at most --num-ipus) instead of spreading for throughput.")
-@click.option("--mem-per-tile", type=int, default=None, callback=_positive,
+@click.option("--mem-per-tile", type=BYTES_PER_TILE, default=None,
               help="Bytes per tile. Default: the profile's bytesPerTile (638976 on Mk2).")
-@click.option("--headroom", type=float, default=0.0, callback=_fraction, show_default=True,
-              help="Fraction of each tile kept free.")
+@click.option("--headroom", type=float, default=None, callback=_fraction,
+              help="Fraction of each tile kept free. Default: the model's measured shortfall against the "
+                   "profile's own tileMemory when it has the compiler's other categories, else 0 "
+                   "(README: what fits means).")
 @click.option("--solver", type=click.Choice(["ilp", "greedy"]), default="ilp", show_default=True)
-@click.option("--time-limit", type=float, default=60.0, show_default=True, callback=_positive,
+@click.option("--time-limit", type=SECONDS, default=60.0, show_default=True,
               help="Seconds for the whole solve: set-up, search, best effort, overflow details, the hint.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Random seed of the ILP solver.")
+@click.option("--seed", type=SEED, default=0, show_default=True, help="Random seed of the ILP solver.")
 @click.option("--split-after", multiple=True, metavar="LAYER", help="Force a stage to end after LAYER.")
 @click.option("--same-ipu", multiple=True, metavar="A,B", help="Keep layers A and B on one IPU.")
-@click.option("--min-layers-per-stage", type=int, default=1, show_default=True, callback=_positive)
+@click.option("--min-layers-per-stage", type=LAYERS_PER_STAGE, default=1, show_default=True)
 @click.option("--keep-shared-vars-together", is_flag=True,
               help="Never split between layers that share an always-live variable (tied weights).")
-@click.option("--link-bandwidth", type=float, default=64e9, show_default=True, callback=_positive,
+@click.option("--link-bandwidth", type=LINK_BANDWIDTH, default=64e9, show_default=True,
               help="IPU-link bytes per second, for transfer cycles.")
 @click.option("--config-out", type=click.Path(dir_okay=False, path_type=str),
               help="With --solve: write the pipeline config (YAML) here.")
-@click.option("--gradient-accumulation", type=int, default=None, callback=_positive,
+@click.option("--gradient-accumulation", type=MICRO_BATCHES, default=None,
               help="Micro-batches per step for the config (default: max(16, 2 x stages)).")
 @click.option("--ipu-config-out", type=click.Path(dir_okay=False, path_type=str),
               help="With --solve: write an optimum-graphcore ipu_config.json for the split here.")
@@ -160,9 +170,9 @@ def command(profile: str, debug_info: str | None, operation_breakdown: bool, lay
             plot: str | None, force: bool, layer_preset: str, layer_name_regex: str | None,
             inputs_regex_layer_0: str, layer_order: str,
             op_layers: str, all_vars: bool, mode: str, backward_regex: str, recompute: str, optimizer_state: str,
-            replication_factor: int, sharded_optimizer_state: bool, head_placement: str, update_regex: str,
-            optimizer_state_regex: str | None, solve: bool, num_ipus: int,
-            exact_ipus: bool, min_ipus: bool, mem_per_tile: int | None, headroom: float, solver: str,
+            replication_factor: int, sharded_optimizer_state: bool, head_placement: str, framework: str | None,
+            update_regex: str, optimizer_state_regex: str | None, solve: bool, num_ipus: int,
+            exact_ipus: bool, min_ipus: bool, mem_per_tile: int | None, headroom: float | None, solver: str,
             time_limit: float, seed: int,
             split_after: tuple[str, ...], same_ipu: tuple[str, ...], min_layers_per_stage: int,
             keep_shared_vars_together: bool, link_bandwidth: float, config_out: str | None,
@@ -197,8 +207,9 @@ def _run(profile: str, debug_info: str | None, operation_breakdown: bool, layer_
          plot: str | None, force: bool, layer_preset: str, layer_name_regex: str | None, inputs_regex_layer_0: str,
          layer_order: str, op_layers: str, all_vars: bool, mode: str, backward_regex: str, recompute: str,
          optimizer_state: str, replication_factor: int, sharded_optimizer_state: bool, head_placement: str,
-         update_regex: str, optimizer_state_regex: str | None, solve: bool,
-         num_ipus: int, exact_ipus: bool, min_ipus: bool, mem_per_tile: int | None, headroom: float, solver: str,
+         framework: str | None, update_regex: str, optimizer_state_regex: str | None, solve: bool,
+         num_ipus: int, exact_ipus: bool, min_ipus: bool, mem_per_tile: int | None, headroom: float | None,
+         solver: str,
          time_limit: float, seed: int, split_after: tuple[str, ...], same_ipu: tuple[str, ...],
          min_layers_per_stage: int, keep_shared_vars_together: bool, link_bandwidth: float, config_out: str | None,
          gradient_accumulation: int | None, ipu_config_out: str | None, matmul_proportion: tuple[float, ...],
@@ -206,8 +217,9 @@ def _run(profile: str, debug_info: str | None, operation_breakdown: bool, layer_
     _refuse_poplar_report(profile, debug_info)
     outputs = Outputs(operation_breakdown, layer_breakdown, memory_totals, memory_affinity, interlayer)
     plot_to_stdout = bool(plot and is_stdout(plot))  # then it is the only thing on stdout
-    if not outputs.any_table and not solve and not (output and output.lower().endswith(".xlsx")) and not (
-            plot_to_stdout and not output):
+    # The layer table by default; with --solve (its JSON on stdout) only when -o names a file for it.
+    if not outputs.any_table and not (solve and not output) and not (output and output.lower().endswith(".xlsx")) \
+            and not (plot_to_stdout and not output):
         outputs = Outputs(False, True, False, False, False)
     if solve and outputs.any_table and not output:
         raise UsageProblem("with --solve, stdout carries the split JSON; write the tables with -o FILE")
@@ -218,6 +230,10 @@ def _run(profile: str, debug_info: str | None, operation_breakdown: bool, layer_
     if min_ipus and exact_ipus:
         raise UsageProblem("--min-ipus and --exact-ipus contradict each other; give one")
     fmt = _table_format(fmt, output)
+    images = {"--plot": plot, **({"--plot (its -split image)": _suffixed(plot, "split"),
+                                  "--plot (its -tiles image)": _suffixed(plot, "tiles")} if plot and solve else {})}
+    distinct_files({"PROFILE": profile}, {"-o": output, **images, "--config-out": config_out,
+                                          "--ipu-config-out": ipu_config_out, "--report": report})
     # Every output is checked (name, suffix, folder, overwrite) before any output is written.
     if output:
         check_writable(output, force)
@@ -230,6 +246,10 @@ def _run(profile: str, debug_info: str | None, operation_breakdown: bool, layer_
     one_stdout({"the tables" if not output else "-o -": outputs.any_table and (not output or is_stdout(output)),
                 "the split JSON (--solve)": solve, "--config-out -": config_out, "--plot -": plot,
                 "--ipu-config-out -": ipu_config_out, "--report -": report})
+    if ipu_config_out and head_placement == "first" and num_ipus > 1:
+        from popliner.config.snippets import FIRST_PROBLEM
+
+        raise UsageProblem(f"--ipu-config-out: optimum-graphcore cannot build this split: {FIRST_PROBLEM}")
     if plot and solve and is_stdout(plot):
         raise UsageProblem("--plot with --solve writes three images; give a file name, not stdout")
     if plot:
@@ -247,11 +267,18 @@ def _run(profile: str, debug_info: str | None, operation_breakdown: bool, layer_
             replication_factor=replication_factor, sharded_optimizer_state=sharded_optimizer_state,
             head_placement=head_placement,  # type: ignore[arg-type]
             update_regex=update_regex, optimizer_state_regex=optimizer_state_regex),
+        framework=framework,
     )
     if not options.op_layers:
         raise UsageProblem("--op-layers: give at least one debug-context layer name")
     analysis = load_analysis(profile, options, use_cache=not no_cache, cache_dir=cache_dir)
+    log.info("framework: %s", analysis.framework.describe())
+    asked_ipus, num_ipus = num_ipus, ipus_for_layers(num_ipus, exact_ipus, len(analysis.layer_names))
     budget_full = mem_per_tile or analysis.profile.target.bytes_per_tile
+    if headroom is None:
+        from popliner.breakdown import default_headroom
+
+        headroom = default_headroom(analysis)
     budget = int(budget_full * (1.0 - headroom))
 
     split = None
@@ -272,13 +299,14 @@ def _run(profile: str, debug_info: str | None, operation_breakdown: bool, layer_
         if recompute == "auto":
             analysis, split = _auto_recompute(analysis, problem, split, min_ipus, solver, time_limit, seed,
                                               link_bandwidth, started)
+        split = replace(split, num_ipus_requested=asked_ipus)  # what was asked, though one IPU per layer at most
     with phase("writing tables"):
         _write_tables(analysis, outputs, fmt, output, force, split, budget, num_ipus, recompute)
     if plot:
         with phase("plotting"):
             _write_plots(analysis, plot, force, split, budget)
     if split is not None:
-        _report_split(analysis, split, config_out, force, gradient_accumulation, recompute)
+        _report_split(analysis, split, config_out, force, gradient_accumulation, recompute, matmul_proportion)
         if ipu_config_out and split.stages:
             _write_ipu_config(analysis, split, ipu_config_out, force, gradient_accumulation, matmul_proportion)
         if report and split.stages:
@@ -487,7 +515,7 @@ def _write_plots(analysis: Analysis, plot: str, force: bool, split: Any, budget:
 
 
 def _split_config(analysis: Analysis, split: Any, gradient_accumulation: int | None,
-                  requested_recompute: str = "none") -> Any:
+                  requested_recompute: str = "none", matmul_proportion: tuple[float, ...] = ()) -> Any:
     """The pipeline config of a solved split, with the training options its figures were computed with."""
     from popliner.config.model import config_from_split
     from popliner.config.options import training_of
@@ -496,11 +524,13 @@ def _split_config(analysis: Analysis, split: Any, gradient_accumulation: int | N
     training = training_of(analysis, requested_recompute)
     return config_from_split(split, profile_path=analysis.profile.path, profile_sha256=analysis.profile.sha256,
                              tiles=t.tiles_per_ipu, bytes_per_tile=t.bytes_per_tile, clock_hz=t.clock_hz,
-                             gradient_accumulation=gradient_accumulation, training=training)
+                             gradient_accumulation=gradient_accumulation, training=training,
+                             framework=analysis.framework.name, matmul_proportion=matmul_proportion)
 
 
 def _report_split(analysis: Analysis, split: Any, config_out: str | None, force: bool,
-                  gradient_accumulation: int | None, requested_recompute: str = "none") -> None:
+                  gradient_accumulation: int | None, requested_recompute: str = "none",
+                  matmul_proportion: tuple[float, ...] = ()) -> None:
     from popliner.outputs.split_report import split_document, split_picture, split_table, write_split_json
 
     has_unlayered = bool((analysis.layers.layer_of_op < 0).any())
@@ -512,6 +542,7 @@ def _report_split(analysis: Analysis, split: Any, config_out: str | None, force:
         if split.stages:
             click.echo(split_table(split), err=True)
     doc = split_document(split, profile_path=analysis.profile.path, profile_sha256=analysis.profile.sha256)
+    doc["framework"] = analysis.framework.as_document()
     record = training_record(analysis)
     if record is not None:
         doc["training"] = record
@@ -526,7 +557,7 @@ def _report_split(analysis: Analysis, split: Any, config_out: str | None, force:
     if config_out and split.stages:
         from popliner.config.yaml_io import write_config
 
-        cfg = _split_config(analysis, split, gradient_accumulation, requested_recompute)
+        cfg = _split_config(analysis, split, gradient_accumulation, requested_recompute, matmul_proportion)
         with atomic_write(config_out, force=force) as stream:
             write_config(cfg, stream)  # the summary says "wrote" (with the next commands)
 
@@ -544,15 +575,17 @@ def _write_report(analysis: Analysis, split: Any, path: str, force: bool, gradie
 
 def _write_ipu_config(analysis: Analysis, split: Any, path: str, force: bool, gradient_accumulation: int | None,
                       matmul_proportion: tuple[float, ...]) -> None:
-    from popliner.config.snippets import ModelOptions, ipu_config, write_ipu_config
+    from popliner.config.snippets import ipu_config, optimum_note, optimum_warnings, write_ipu_config
 
-    cfg = _split_config(analysis, split, gradient_accumulation)
-    training = analysis.options.training
-    # The recomputation actually applied (after --recompute auto), as the split was solved with it.
-    model = ModelOptions(recompute=analysis.engine.view.recompute, optimizer_state=training.optimizer_state,
-                         replication_factor=training.replication_factor,
-                         sharded_optimizer_state=training.sharded_optimizer_state)
-    document = ipu_config(cfg, matmul_proportion, model)
+    # The config's own record (the recomputation applied, after --recompute auto): the YAML's optimum snippet
+    # is the same document.
+    cfg = _split_config(analysis, split, gradient_accumulation, matmul_proportion=matmul_proportion)
+    document = ipu_config(cfg)
+    note = optimum_note(cfg)
+    if note:
+        log.info("%s", note)
+    for line in optimum_warnings(cfg):
+        log.warning("%s", line)
     with atomic_write(path, force=force) as stream:
         write_ipu_config(document, stream)  # the summary says "wrote"
 
@@ -571,6 +604,9 @@ def _summarise(analysis: Analysis, split: Any, problem: Any, link_bandwidth: flo
     argv = click.get_current_context().find_root().meta.get("popliner.argv", [])
     config = config_out or "pipeline.yaml"
     steps = NextSteps(solve_command(argv, config), config, bool(config_out and split.stages), analysis.profile.path)
-    click.echo(split_summary(split, facts, steps, min_ipus), err=True)
+    from popliner.breakdown import profile_coverage
+
+    cov = profile_coverage(analysis) if analysis.model.has_other else None
+    click.echo(split_summary(split, facts, steps, min_ipus, coverage=cov), err=True)
     if ipu_config_out and split.stages:
         click.echo(f"popliner: wrote {ipu_config_out} (optimum-graphcore IPUConfig)", err=True)

@@ -13,11 +13,12 @@ from popliner.cli.options import (
     budget_fraction,
     config_training_options,
     force_option,
+    layer_options,
     output_option,
     output_stream,
 )
 from popliner.errors import EXIT_DOES_NOT_FIT
-from popliner.fileio import atomic_write, check_writable, is_stdout, one_stdout
+from popliner.fileio import atomic_write, check_writable, distinct_files, is_stdout, one_stdout
 
 __all__ = ["command"]
 
@@ -37,6 +38,7 @@ log = logging.getLogger("popliner")
 @click.option("--cache-dir", type=click.Path(file_okay=False, path_type=str), default=None,
               help="Cache folder (default $POPLINER_CACHE_DIR, else ~/.cache/popliner).")
 @config_training_options
+@layer_options
 def command(config: str, profile: str, budget: float | None, junit: str | None, output: str | None, force: bool,
             no_cache: bool, cache_dir: str | None, **training: object) -> None:
     """Check that every IPU of CONFIG fits: exit 0 if all fit, 1 if any does not, 2 on bad input.
@@ -54,6 +56,7 @@ def command(config: str, profile: str, budget: float | None, junit: str | None, 
     from popliner.outputs.check_report import check_table, write_junit
 
     one_stdout({"-o -": output, "--junit -": junit})
+    distinct_files({"CONFIG": config, "--profile": profile}, {"-o": output, "--junit": junit})
     for path in (junit, output):
         if path:
             check_writable(path, force)

@@ -37,11 +37,13 @@ from popliner.config.model import (
 from popliner.config.snippets import FlowList as _FlowList
 from popliner.config.snippets import snippets
 from popliner.errors import ConfigError, UsageProblem
+from popliner.framework import FRAMEWORKS
 from popliner.memory.training import HEAD_GROUP, HEAD_PLACEMENTS, OPTIMIZER_STATES, wrapped_head
-from popliner.memory.types import COMPONENTS, ComponentBytes
+from popliner.memory.types import COMPONENTS, OTHER, ComponentBytes
 from popliner.pipeline import head_stage
 from popliner.profile.loader import MAX_TILES
 from popliner.profile.tilevector import MAX_VALUE
+from popliner.regexes import BoundedRegex, regex_error
 
 __all__ = ["config_from_document", "config_to_document", "parse_config", "read_config", "training_from_document",
            "write_config"]
@@ -57,7 +59,8 @@ HEADER = (
 #: Micro-batches a simulated step may have; the schedule is built cycle by cycle.
 MAX_MICRO_BATCHES = 100_000
 
-TOP_KEYS = ("version", "profile", "target", "mode", "num_ipus", "pipeline_stages", "gradient_accumulation",
+TOP_KEYS = ("version", "profile", "target", "framework", "execution", "matmul_proportion", "mode", "num_ipus",
+            "pipeline_stages", "gradient_accumulation",
             "training", "solver", "stages", "layers", "snippets")
 TRAINING_KEYS = ("recompute", "recompute_requested", "optimizer_state", "replication_factor",
                  "sharded_optimizer_state", "head_placement", "update_regex", "optimizer_state_regex")
@@ -107,6 +110,8 @@ def config_to_document(cfg: PipelineConfig) -> dict[str, Any]:
         "profile": {"path": cfg.profile_path, "sha256": cfg.profile_sha256},
         "target": {"tiles_per_ipu": cfg.tiles_per_ipu, "bytes_per_tile": cfg.bytes_per_tile,
                    "clock_hz": float(cfg.clock_hz)},
+        **({} if cfg.framework is None else {"framework": cfg.framework, "execution": cfg.execution}),
+        **({"matmul_proportion": _FlowList(cfg.matmul_proportion)} if cfg.matmul_proportion else {}),
         "mode": cfg.mode,
         "num_ipus": cfg.num_ipus,
         "pipeline_stages": cfg.num_pipeline_stages,
@@ -198,6 +203,12 @@ def parse_config(text: str, source: str = "<config>") -> PipelineConfig:
                           "(indentation, a missing ':' or an unclosed quote)") from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"{source}: YAML error ({_one_line(str(exc))}); fix the file's syntax") from None
+    except RecursionError:  # PyYAML composes nodes recursively: thousands of nested [ or { exhaust the stack
+        raise ConfigError(f"{source}: YAML nested too deeply to read; a pipeline config nests a few levels, "
+                          "so this is no config popliner wrote") from None
+    except ValueError as exc:  # an integer past Python's 4,300-digit conversion limit
+        raise ConfigError(f"{source}: a number in it is too long to read ({_one_line(str(exc)).split(';')[0]}); "
+                          "no value of a pipeline config has more than 20 digits") from None
     return config_from_document(doc, source)
 
 
@@ -270,7 +281,11 @@ def config_from_document(doc: Any, source: str = "<config>") -> PipelineConfig:
         solver_status=solver_status,
         budget_bytes=budget,
         training_options=training,
+        framework=_read_framework(r, top.get("framework")),
+        matmul_proportion=_read_matmul_proportion(r, top.get("matmul_proportion"), len(stages)),
     )
+    if "execution" in top:  # derived from the framework and the mode, like the layers table
+        r.choice(top["execution"], "execution", ("pipelined", "sharded"))
     _warn_if_table_differs(source, cfg, top["layers"])
     return cfg
 
@@ -315,6 +330,26 @@ def _read_training(r: _Reader, value: Any, mode: str, where: str = "training") -
     except UsageProblem as exc:  # anything the per-key checks above did not catch
         r.fail(where, str(exc), "fix the training options")
     return t
+
+
+def _read_framework(r: _Reader, value: Any) -> str | None:
+    """``framework``: one of popliner's names (popliner.framework), or absent in an older config."""
+    if value is None:
+        return None
+    return r.choice(value, "framework", FRAMEWORKS)
+
+
+def _read_matmul_proportion(r: _Reader, value: Any, num_ipus: int) -> tuple[float, ...]:
+    """``matmul_proportion``: one fraction in (0, 1], or one per IPU; absent for Poplar's default."""
+    if value is None:
+        return ()
+    if not isinstance(value, list) or len(value) not in (1, num_ipus):
+        r.fail("matmul_proportion", f"expected a list of one value or one per IPU ({num_ipus}), got {_kind(value)}",
+               f"write e.g. [0.6] or {num_ipus} values")
+    for k, v in enumerate(value):
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= 1:
+            r.fail(f"matmul_proportion[{k}]", f"{_kind(v)} is not a fraction in (0, 1]", "write e.g. 0.6")
+    return tuple(float(v) for v in value)
 
 
 def _read_solver(r: _Reader, value: Any) -> tuple[str, str, int | None]:
@@ -373,10 +408,12 @@ def _read_stage(r: _Reader, position: int, item: Any) -> ConfigStage:
 
 
 def _read_memory(r: _Reader, value: Any, where: str) -> ComponentBytes:
-    m = r.mapping(value, where, (*COMPONENTS, "total"), COMPONENTS)
+    m = r.mapping(value, where, (*COMPONENTS, OTHER, "total"), COMPONENTS)
     if "total" in m:  # derived; only its type is checked
         r.integer(m["total"], f"{where}.total")
-    return ComponentBytes(*(r.integer(m[c], f"{where}.{c}") for c in COMPONENTS))
+    other = r.integer(m[OTHER], f"{where}.{OTHER}") if OTHER in m else 0  # only profiles with other categories
+    five = {c: r.integer(m[c], f"{where}.{c}") for c in COMPONENTS}
+    return ComponentBytes(**five, other=other)
 
 
 def _read_layer_names(r: _Reader, value: Any) -> tuple[str, ...]:
@@ -492,8 +529,9 @@ class _Reader:
         return int(value)
 
     def number(self, value: Any, where: str) -> float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-            self.fail(where, f"expected a positive number, got {value!r}", "write e.g. 1330000000.0")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1e300:
+            shown = repr(value) if len(repr(value)) <= 30 else f"a number of {len(str(value))} digits"
+            self.fail(where, f"expected a positive finite number, got {shown}", "write e.g. 1330000000.0")
         return float(value)
 
     def text(self, value: Any, where: str, allow_empty: bool = False) -> str:
@@ -517,8 +555,8 @@ class _Reader:
             return None
         text = self.text(value, where)
         try:
-            re.compile(text)
-        except re.error as exc:
+            BoundedRegex(text, where)  # the engine the analysis runs it with (time-bounded)
+        except regex_error as exc:
             self.fail(where, f"not a regular expression ({exc})", "fix the pattern, or remove the key for the default")
         return text
 

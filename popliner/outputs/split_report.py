@@ -8,8 +8,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import IO, Any
 
+from popliner.memory.coverage import Coverage, coverage_line
 from popliner.memory.training import model_layer_counts
 from popliner.solvers.result import SplitResult
+from popliner.textsafe import shell_word, shown
 
 __all__ = ["UNLAYERED", "FitFacts", "NextSteps", "split_document", "split_picture", "split_summary", "split_table",
            "write_split_json"]
@@ -75,7 +77,7 @@ def split_picture(split: SplitResult, has_unlayered: bool) -> str:
         return "[ no split ]"
     parts = []
     for s in split.stages:
-        names = list(s.layers)
+        names = [shown(name) for name in s.layers]
         if s.index == 0 and has_unlayered:
             names.insert(0, UNLAYERED)
         parts.append(" ".join(names))
@@ -91,6 +93,7 @@ def split_table(split: SplitResult) -> str:
     ]
     for s in split.stages:
         span = s.first_layer if s.first_layer == s.last_layer else f"{s.first_layer}..{s.last_layer}"
+        span = shown(span) if span else span
         headroom = (split.budget_bytes - s.worst_tile_bytes) / split.budget_bytes if split.budget_bytes else 0.0
         model = s.worst_tile_bytes - s.worst_tile_stash - s.copy_buffer
         lines.append(
@@ -103,7 +106,7 @@ def split_table(split: SplitResult) -> str:
             lines.append(f"IPU {s.ipu} is over budget by {s.worst_tile_bytes - split.budget_bytes:,} bytes on tile "
                          f"{s.overflow.tile}" + (f"; variables peak at step {s.overflow.step}:" if s.overflow.step >= 0
                                                  else ""))
-            lines.extend(f"    {v.bytes:>10,}  {v.name}" for v in s.overflow.largest_live)
+            lines.extend(f"    {v.bytes:>10,}  {shown(v.name)}" for v in s.overflow.largest_live)
     return "\n".join(lines)
 
 
@@ -131,9 +134,15 @@ class NextSteps:
 
 
 def split_summary(split: SplitResult, facts: FitFacts | None, steps: NextSteps | None,
-                  min_ipus_used: bool) -> str:
-    """The human summary printed after ``--solve`` (the picture and table come before it)."""
+                  min_ipus_used: bool, coverage: Coverage | None = None) -> str:
+    """The human summary printed after ``--solve`` (the picture and table come before it).
+
+    ``coverage``: for a profile with the compiler's other categories, how much of the compiler's figure
+    the model accounts for (one more line).
+    """
     lines = [_usage_line(split)]
+    if coverage is not None:
+        lines.append(f"popliner: on one IPU, {coverage_line(coverage)}.")
     if facts is not None and split.fits:
         lines += _fewer_ipus_lines(split, facts, min_ipus_used)
     if steps is not None and split.fits:
@@ -178,24 +187,20 @@ def _next_step_lines(steps: NextSteps) -> list[str]:
         (f"popliner check {config} --profile {profile}", "CI gate: exit 1 if an IPU is over budget"),
     ]
     width = max(len(cmd) for cmd, _ in rows)
-    head = f"popliner: wrote {steps.config}; next:" if steps.config_written else "popliner: next:"
+    head = f"popliner: wrote {shown(steps.config)}; next:" if steps.config_written else "popliner: next:"
     return [head, *(f"  {cmd:<{width}}  # {why}" for cmd, why in rows)]
 
 
 def _shell_word(text: str) -> str:
-    import shlex
-
-    return shlex.quote(text)
+    return shell_word(text)  # a name that is not printable goes in as $'...' with escapes
 
 
 def solve_command(argv: Sequence[str], config: str) -> str:
     """The user's command line with ``--config-out CONFIG`` added (verbosity flags dropped)."""
-    import shlex
-
     kept = [a for a in argv if a not in ("-v", "-vv", "-vvv", "--verbose", "-q", "--quiet")]
     if kept and kept[0] == "analyse":
         kept = kept[1:]
-    return shlex.join(["popliner", *kept, "--config-out", config])
+    return " ".join(shell_word(word) for word in ["popliner", *kept, "--config-out", config])
 
 
 def fit_facts(analysis: Any, problem: Any, link_bytes_per_second: float = 64e9) -> FitFacts:

@@ -150,7 +150,7 @@ def _variables_object(text: bytes, pos: int) -> tuple[int, dict[str, np.ndarray]
         key_end = text.find(b'":[', i + 1, i + 16)
         if key_end < 0:
             return None
-        key = text[i + 1 : key_end]
+        key = bytes(text[i + 1 : key_end])
         if key in seen or key.decode("ascii", "replace") not in (*_INT_COLUMNS, "name"):
             return None
         seen.add(key)

@@ -5,9 +5,29 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import numpy as np
+
 from popliner.errors import ProfileFormatError
 
-__all__ = ["parse_json"]
+__all__ = ["ORJSON_SAFE_DEPTH", "objects_nested_deeper", "parse_json"]
+
+#: orjson before 3.9.15 (CVE-2024-27454) has no depth limit when it reads: some 100,000 nested objects overflow
+#: the C stack and end the process with SIGSEGV (arrays it reads fine). Deeper text goes to the standard parser.
+ORJSON_SAFE_DEPTH = 1000
+_NOT_BRACES = bytes(b for b in range(256) if b not in (0x7B, 0x7D))
+
+
+def objects_nested_deeper(text: bytes | bytearray, limit: int) -> bool:
+    """Whether ``{`` minus ``}`` counted from the start passes ``limit`` anywhere (braces in strings count too).
+
+    An over-count only sends the text to the slower parser. The braces are
+    picked out with ``bytes.translate`` (C speed), then counted with numpy.
+    """
+    if text.count(b"{") <= limit:
+        return False
+    braces = np.frombuffer(text.translate(None, _NOT_BRACES), np.uint8)
+    depth = np.cumsum(np.where(braces == 0x7B, 1, -1).astype(np.int32))
+    return bool(depth.max() > limit)
 
 
 def parse_json(text: bytes | bytearray, path: str) -> Any:
@@ -19,7 +39,7 @@ def parse_json(text: bytes | bytearray, path: str) -> Any:
         import orjson
     except ImportError:  # pragma: no cover - orjson is a dependency, but the fallback stays correct
         orjson = None  # type: ignore[assignment]
-    if orjson is not None:
+    if orjson is not None and not objects_nested_deeper(text, ORJSON_SAFE_DEPTH):
         try:
             return orjson.loads(text)
         except orjson.JSONDecodeError:

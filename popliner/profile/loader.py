@@ -27,7 +27,7 @@ from popliner.profile.builder import Builder
 from popliner.profile.columns import extract_columns
 from popliner.profile.files import read_profile_bytes
 from popliner.profile.gunzip import decompress, max_profile_bytes
-from popliner.profile.jsontext import parse_json
+from popliner.profile.jsontext import ORJSON_SAFE_DEPTH, objects_nested_deeper, parse_json
 from popliner.profile.model import Profile
 from popliner.profile.rules import MAX_TILES, NotFast
 
@@ -77,6 +77,8 @@ def _parse_fast(box: list[bytes | bytearray], path: str, digest: str) -> Profile
             return None
         box.clear()  # the bulky lists are arrays now; the rest is a small document
         rest, extracted = found
+        if objects_nested_deeper(rest, ORJSON_SAFE_DEPTH):
+            return None  # the ordinary path reads it without orjson
         try:
             doc = orjson.loads(rest)
         except orjson.JSONDecodeError:

@@ -72,6 +72,8 @@ class Report:
     options: tuple[OptionRow, ...]
     #: The training options of the figures in one line (empty in inference).
     training: str = ""
+    #: How much of the compiler's own figure the model accounts for (profiles with other categories; else empty).
+    coverage: str = ""
 
     @property
     def fits(self) -> bool:
@@ -99,7 +101,7 @@ def build_report(analysis: Analysis, config: PipelineConfig, *, budget: int, sou
                                   clock_hz=float(target.clock_hz))
     sim = simulate(inputs.stages, g, clock_hz=inputs.clock_hz, link_bandwidth=link_bandwidth,
                    sync_cycles=sync_cycles, budget_bytes=budget, micro_batch_size=micro_batch_size,
-                   tiles_per_ipu=inputs.tiles_per_ipu)
+                   tiles_per_ipu=inputs.tiles_per_ipu, sharded=config.execution == "sharded")
     return Report(
         version=__version__, profile_path=analysis.profile.path, profile_sha256=analysis.profile.sha256,
         source=source, mode=analysis.mode, tiles=int(target.tiles_per_ipu), bytes_per_tile=int(target.bytes_per_tile),
@@ -107,7 +109,17 @@ def build_report(analysis: Analysis, config: PipelineConfig, *, budget: int, sou
         liveness=liveness(analysis, fullest_ipu(ipus)) if ipus else None, sim=sim,
         options=model_options(analysis, config, g, micro_batch_size, link_bandwidth, sync_cycles),
         training=config.options.summary() if config.options is not None else "",
+        coverage=_coverage(analysis),
     )
+
+
+def _coverage(analysis: Analysis) -> str:
+    """One sentence on the model against the compiler, for a profile with the compiler's other categories."""
+    from popliner.breakdown import profile_coverage
+    from popliner.memory.coverage import coverage_line
+
+    cov = profile_coverage(analysis) if analysis.model.has_other else None
+    return f"On one IPU, {coverage_line(cov)}." if cov is not None else ""
 
 
 def fullest_ipu(ipus: tuple[IpuMemory, ...]) -> IpuMemory:

@@ -23,10 +23,12 @@ from typing import IO, Any
 import numpy as np
 
 from popliner.fileio import atomic_write, check_writable
+from popliner.synth.frameworks import name_contexts
 from popliner.synth.graph import Compiled, GraphBuilder
 from popliner.synth.layout import Layout, lay_out
 from popliner.synth.lower import Calibration, Lowered, lower
 from popliner.synth.models import build_model
+from popliner.synth.naming import rename_contexts
 from popliner.synth.spec import SynthSpec
 from popliner.synth.tilevec import encode_dense
 from popliner.synth.truth import liveness, tile_memory, vertex_counts
@@ -127,11 +129,12 @@ def _build(spec: SynthSpec) -> tuple[dict[str, Any], SynthSummary]:
     calibration = Calibration(spec.vertex_code_factor, spec.vertex_state_factor, spec.exchange_code_factor,
                               spec.control_code_factor)
     low = lower(graph, layout, spec.scale, np.random.default_rng(seeds[1]), calibration)
+    rename_contexts(low.contexts, spec.naming)
     nsteps = len(low.steps)
     classes, tensor_class = liveness(graph, low.ranges, nsteps)
     piece_class = tensor_class[layout.tensor]
     counts = vertex_counts(spec.tiles, len(low.vertex_types), low.vertex_runs)
-    truth = tile_memory(spec.tiles, layout, piece_class, classes, nsteps, low, counts)
+    truth = tile_memory(spec.tiles, layout, piece_class, classes, nsteps, low, counts, spec.compiler_categories)
     names = [t.name for t in graph.tensors] if spec.var_names else None
     doc = {
         "format": "popliner-profile",
@@ -145,7 +148,7 @@ def _build(spec: SynthSpec) -> tuple[dict[str, Any], SynthSummary]:
         "steps": np.asarray(low.steps, dtype=np.int64),
         "variables": _variables(layout, piece_class, names),
         "livenessClasses": [[list(iv) for iv in c] for c in classes],
-        "debugContexts": low.contexts,
+        "debugContexts": name_contexts(low.contexts, spec.framework),
         "tileMemory": _tile_memory_doc(truth),
     }
     summary = SynthSummary(
@@ -159,7 +162,7 @@ def _build(spec: SynthSpec) -> tuple[dict[str, Any], SynthSummary]:
 
 def _source(spec: SynthSpec) -> dict[str, Any]:
     # No timestamp: the output must be byte-identical for the same spec.
-    return {"tool": TOOL, "model": spec.model, "framework": "synthetic", "generator": spec.record()}
+    return {"tool": TOOL, "model": spec.model, "framework": spec.framework, "generator": spec.record()}
 
 
 def _vertex_types(low: Lowered, counts: np.ndarray) -> list[dict[str, Any]]:
