@@ -13,8 +13,8 @@ import pytest
 
 from popliner.errors import ProfileFormatError
 from popliner.profile import columns
-from popliner.profile.columns import extract_columns, parse_uint_list
 from popliner.profile.builder import Builder
+from popliner.profile.columns import extract_columns, parse_uint_list
 from popliner.profile.jsontext import parse_json
 from popliner.profile.loader import parse_profile_bytes
 from popliner.synth import preset_spec, write_profile

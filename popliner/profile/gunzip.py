@@ -113,10 +113,10 @@ def _inflate(raw: bytes, path: str, cap: int, knob: str) -> bytes | bytearray:
             out[size:] = piece
         size += len(piece)
         if d.eof:
-            pending = d.unused_data
+            pending = bytes(d.unused_data)
             if not pending.strip(b"\0") and raw.count(0, pos) == max(0, len(raw) - pos):
                 break  # the end, or zero padding after it (gzip(1) allows it too)
-            if (bytes(pending) + raw[pos : pos + 2])[:2] != GZIP_MAGIC:
+            if (pending + raw[pos : pos + 2])[:2] != GZIP_MAGIC:
                 raise zlib.error("trailing garbage")
             d = zcodec.decompressobj(wbits=31)  # the next member
     view.release()

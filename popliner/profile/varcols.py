@@ -46,7 +46,8 @@ def build_classes(b: Builder, raw: list[Any]) -> tuple[np.ndarray, np.ndarray, n
         if k < 0:
             # Integer pairs that failed to convert: a bound beyond int64, far outside any step.
             k = next(j for j, p in enumerate(flat) if not all(map(is_int64, p)))
-            b.fail(_class_place(ptr, k), f"interval [{flat[k][0]}, {flat[k][1]}) is outside the steps [0, {b.num_steps})")
+            b.fail(_class_place(ptr, k),
+                   f"interval [{flat[k][0]}, {flat[k][1]}) is outside the steps [0, {b.num_steps})")
         b.fail(_class_place(ptr, k), "expected an interval [start, end] of two integers")
     start, end = arr[:, 0], arr[:, 1]
     reversed_ = np.flatnonzero(end < start)
