@@ -30,8 +30,6 @@ _DEFAULT_MAX_BYTES = 8 << 30
 _DEFAULT_RATIO = 100
 #: The ratio limit never goes below this: small files may be sparse and compress very well.
 _RATIO_FLOOR = 512 << 20
-#: The trailer's size is believed up to this many times the compressed size (real profiles: 7 to 9).
-_HINT_RATIO = 32
 #: Compressed bytes fed to the inflater at once.
 _IN_SLICE = 1 << 16
 #: Decompressed bytes produced per step: the limit is checked this often.
@@ -85,14 +83,11 @@ def _too_big(reached: int, cap: int, knob: str) -> str:
 def _inflate(raw: bytes, path: str, cap: int, knob: str) -> bytes | bytearray:
     """Every gzip member of ``raw`` inflated piece by piece into one buffer, the limit checked per piece.
 
-    The buffer starts at the size the trailer announces (the size modulo
-    2**32, so only a hint) and grows if the stream is longer: a profile
-    of the usual kind is inflated with no copy and no regrowth. The input is
-    fed in small slices, so what the inflater hands back unread stays small.
+    The input is fed in small slices, so what the inflater hands back unread
+    stays small; the output pieces are appended to one buffer, which is the
+    text (no joining copy).
     """
-    hint = int.from_bytes(raw[-4:], "little") if len(raw) >= 18 else 0
-    # A forged trailer must not make a small file reserve the whole limit at once.
-    out = bytearray(min(hint, cap, _HINT_RATIO * len(raw)))
+    out = bytearray()
     size = 0
     view = memoryview(raw)
     pos = 0
@@ -107,10 +102,7 @@ def _inflate(raw: bytes, path: str, cap: int, knob: str) -> bytes | bytearray:
         pending = d.unconsumed_tail
         if size + len(piece) > cap:
             raise ProfileFormatError(path, "", _too_big(size + len(piece), cap, knob))
-        if size + len(piece) <= len(out):
-            out[size : size + len(piece)] = piece
-        else:
-            out[size:] = piece
+        out += piece  # a large buffer grows in place (mremap): no copy, no zero-filling
         size += len(piece)
         if d.eof:
             pending = bytes(d.unused_data)
@@ -120,7 +112,6 @@ def _inflate(raw: bytes, path: str, cap: int, knob: str) -> bytes | bytearray:
                 raise zlib.error("trailing garbage")
             d = zcodec.decompressobj(wbits=31)  # the next member
     view.release()
-    del out[size:]
     return out
 
 
