@@ -30,8 +30,8 @@ _DEFAULT_MAX_BYTES = 8 << 30
 _DEFAULT_RATIO = 100
 #: The ratio limit never goes below this: small files may be sparse and compress very well.
 _RATIO_FLOOR = 512 << 20
-#: Compressed bytes fed to the inflater at once.
-_IN_SLICE = 1 << 16
+#: The trailer's size is believed up to this many times the compressed size (real profiles: 7 to 9).
+_HINT_RATIO = 32
 #: Decompressed bytes produced per step: the limit is checked this often.
 CHUNK = 1 << 22
 
@@ -58,7 +58,7 @@ def is_gzip(raw: bytes, path: str) -> bool:
     return path.endswith(".gz") or raw[:2] == GZIP_MAGIC
 
 
-def decompress(raw: bytes, path: str) -> bytes | bytearray:
+def decompress(raw: bytes, path: str) -> bytes:
     """The JSON text of the file's bytes (``raw`` itself when it is not gzip)."""
     limit = max_profile_bytes()
     if not is_gzip(raw, path):
@@ -80,39 +80,39 @@ def _too_big(reached: int, cap: int, knob: str) -> str:
             f"if it is genuine, raise {knob}")
 
 
-def _inflate(raw: bytes, path: str, cap: int, knob: str) -> bytes | bytearray:
-    """Every gzip member of ``raw`` inflated piece by piece into one buffer, the limit checked per piece.
+def _inflate(raw: bytes, path: str, cap: int, knob: str) -> bytes:
+    """Every gzip member of ``raw`` inflated piece by piece, the limit checked after each piece.
 
-    The input is fed in small slices, so what the inflater hands back unread
-    stays small; the output pieces are appended to one buffer, which is the
-    text (no joining copy).
+    The first piece is as long as the trailer says the text is (its size
+    modulo 2**32, so only a hint, and believed only up to
+    :data:`_HINT_RATIO` times the compressed size): a profile of the usual
+    kind comes out in that one piece, which is then the text itself, with
+    no copy. Every later piece is :data:`CHUNK` bytes at most.
     """
-    out = bytearray()
+    hint = int.from_bytes(raw[-4:], "little") if len(raw) >= 18 else 0
+    step = max(CHUNK, min(hint, cap, _HINT_RATIO * len(raw)) + 1)
+    pieces: list[bytes] = []
     size = 0
-    view = memoryview(raw)
-    pos = 0
+    pending = raw
     d = zcodec.decompressobj(wbits=31)  # one member, header and trailer (CRC-32, length) checked
-    pending: bytes | memoryview = b""
     while True:
         if not pending:
-            if pos >= len(raw):
-                raise zlib.error("cut short")  # the standard reader words it
-            pending, pos = view[pos : pos + _IN_SLICE], pos + _IN_SLICE
-        piece = d.decompress(pending, CHUNK)
+            raise zlib.error("cut short")  # the standard reader words it
+        piece = d.decompress(pending, step)
+        step = CHUNK
         pending = d.unconsumed_tail
-        if size + len(piece) > cap:
-            raise ProfileFormatError(path, "", _too_big(size + len(piece), cap, knob))
-        out += piece  # a large buffer grows in place (mremap): no copy, no zero-filling
         size += len(piece)
+        if size > cap:
+            raise ProfileFormatError(path, "", _too_big(size, cap, knob))
+        pieces.append(piece)
         if d.eof:
-            pending = bytes(d.unused_data)
-            if not pending.strip(b"\0") and raw.count(0, pos) == max(0, len(raw) - pos):
+            pending = d.unused_data
+            if not pending.strip(b"\0"):
                 break  # the end, or zero padding after it (gzip(1) allows it too)
-            if (pending + raw[pos : pos + 2])[:2] != GZIP_MAGIC:
+            if pending[:2] != GZIP_MAGIC:
                 raise zlib.error("trailing garbage")
             d = zcodec.decompressobj(wbits=31)  # the next member
-    view.release()
-    return out
+    return pieces[0] if len(pieces) == 1 else b"".join(pieces)
 
 
 def _inflate_for_message(raw: bytes, path: str, cap: int, knob: str) -> bytes:

@@ -56,7 +56,7 @@ def parse_profile_bytes(raw: bytes, path: str, sha256: str | None = None) -> Pro
         return Builder(parse_json(text, path), path, digest).build()
 
 
-def _parse_fast(box: list[bytes | bytearray], path: str, digest: str) -> Profile | None:
+def _parse_fast(box: list[bytes], path: str, digest: str) -> Profile | None:
     """The profile read through :mod:`popliner.profile.columns`, or None to take the ordinary path.
 
     ``box`` holds the text; it is emptied once the bulky lists are arrays, so
