@@ -124,3 +124,15 @@ def test_operations_named_as_a_framework_names_them_are_detected(tmp_path: Path,
     write_profile(preset_spec("bert-tiny", "training", layers=2, tiles=32, naming=naming), path, force=True)
     found = analysis(path).framework
     assert (found.name, found.origin) == (expected, "contexts")
+
+
+def test_synth_cli_writes_the_framework(tmp_path: Path) -> None:
+    out = tmp_path / "torch.json"
+    result = CliRunner().invoke(cli, ["synth", "--preset", "bert-tiny", "--layers", "2", "--tiles", "32",
+                                      "--framework", "poptorch", "-o", str(out)])
+    assert result.exit_code == 0, result.stderr
+    doc = json.loads(out.read_text())
+    assert doc["source"]["framework"] == "poptorch" and doc["source"]["generator"]["framework"] == "poptorch"
+    assert {c["layer"] for c in doc["debugContexts"]} >= {"poptorch", "popart"}
+    bad = CliRunner().invoke(cli, ["synth", "--framework", "jax", "-o", str(tmp_path / "x.json")])
+    assert bad.exit_code == 2 and "--framework" in bad.stderr

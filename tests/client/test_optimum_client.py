@@ -132,6 +132,8 @@ def plan(tmp_path_factory: pytest.TempPathFactory, fixture: str, mode: str, plac
                 "--head-placement", placement, "--mode", mode, "--config-out", str(out / "pipeline.yaml"), "--no-cache"]
         if mode == "training":
             args += ["--recompute", "every-layer"]
+        if CASES[fixture][0] != "generic":
+            args += ["--framework", "optimum"]  # the config then says how optimum runs it
         if placement != "first":
             args += ["--ipu-config-out", str(out / "ipu_config.json"), "--matmul-proportion", "0.45"]
         result = popliner(*args)
@@ -210,6 +212,8 @@ def test_the_poptorch_snippet_builds_the_plan(tmp_path_factory: pytest.TempPathF
     assert stages == {name: stage for name, (_, stage) in p.placement.items()}
     if mode == "training" and p.config["num_ipus"] > 1:
         assert opts.value("_Popart.set") == ("autoRecomputation", 3)  # every-layer: PopART's pipeline recomputation
+    if mode == "training":
+        assert len(poptorch.CHECKPOINTS) == len(p.rows)  # every-layer: each part's output is a checkpoint
     if placement == "first":
         # popliner's figures keep the operations without a layer on IPU 0; a head after the last layer runs
         # in the last block under PopTorch, and the snippet says so.
@@ -308,7 +312,7 @@ def test_optimum_builds_the_plan_or_popliner_refuses(tmp_path_factory: pytest.Te
         return
     assert p.ipu_config is not None
     assert p.config["snippets"]["optimum_graphcore"] == p.ipu_config  # the YAML's snippet is ipu_config.json
-    assert p.config["execution"] == "pipelined"  # popliner's framework here is PopART; optimum's is below
+    assert p.config["framework"] == "optimum"
     models = (WRAP_MODELS if p.wraps else LAST_MODELS)[family]
     for name in models:  # -v names the optimum models that build the split
         assert name in p.stderr, name
@@ -318,6 +322,8 @@ def test_optimum_builds_the_plan_or_popliner_refuses(tmp_path_factory: pytest.Te
         assert {b for b in built if b in HEAD_BLOCKS}, f"{name}: the head has a block of its own"
         strategy = opts.strategy()
         assert type(strategy) is (poptorch.ShardedExecution if mode == "inference" else poptorch.PipelinedExecution)
+        # The config says how optimum runs it, and the simulator runs that schedule.
+        assert p.config["execution"] == ("sharded" if type(strategy) is poptorch.ShardedExecution else "pipelined")
         assert strategy.auto_stage == poptorch.AutoStage.AutoIncrement
         assert opts.value("setAvailableMemoryProportion") == ({f"IPU{i}": 0.45 for i in range(k)},)
         if mode == "training":
