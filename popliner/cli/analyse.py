@@ -82,6 +82,7 @@ def _run(p: dict[str, Any]) -> None:
     _check_outputs(p, outputs)
     options = _analysis_options(p)
     analysis = load_analysis(p["profile"], options, use_cache=not p["no_cache"], cache_dir=p["cache_dir"])
+    log.info("framework: %s", analysis.framework.describe())
     plan = plan_split(analysis, _split_request(p)) if p["solve"] else None
     if plan is not None:
         analysis = plan.analysis
@@ -133,6 +134,10 @@ def _check_outputs(p: dict[str, Any], outputs: Outputs) -> None:
     one_stdout({"the tables" if not output else "-o -": outputs.any_table and (not output or is_stdout(output)),
                 "the split JSON (--solve)": solve, "--config-out -": p["config_out"], "--plot -": plot,
                 "--ipu-config-out -": p["ipu_config_out"], "--report -": p["report"]})
+    if p["ipu_config_out"] and p["head_placement"] == "first" and p["num_ipus"] > 1:
+        from popliner.config.snippets import FIRST_PROBLEM
+
+        raise UsageProblem(f"--ipu-config-out: optimum-graphcore cannot build this split: {FIRST_PROBLEM}")
     if plot and solve and is_stdout(plot):
         raise UsageProblem("--plot with --solve writes three images; give a file name, not stdout")
     if plot:
@@ -154,7 +159,8 @@ def _analysis_options(p: dict[str, Any]) -> AnalysisOptions:
     return AnalysisOptions(
         op_layers=op_layers, layer_preset=p["layer_preset"], layer_name_regex=p["layer_name_regex"],
         inputs_regex_layer_0=p["inputs_regex_layer_0"], layer_order=p["layer_order"],
-        layered_vars_only=not p["all_vars"], mode=p["mode"], backward_regex=p["backward_regex"], training=training)
+        layered_vars_only=not p["all_vars"], mode=p["mode"], backward_regex=p["backward_regex"], training=training,
+        framework=p["framework"])
 
 
 def _split_request(p: dict[str, Any]) -> SplitRequest:
@@ -236,11 +242,12 @@ def _write_tables(analysis: Any, outputs: Outputs, fmt: str, p: dict[str, Any], 
 def _write_split(plan: SplitPlan, p: dict[str, Any]) -> None:
     """The split's outputs, the summary, and exit 3 when nothing fits."""
     g = p["gradient_accumulation"]
-    split_writers.write_split(plan, p["config_out"], p["force"], g)
+    mp = p["matmul_proportion"]
+    split_writers.write_split(plan, p["config_out"], p["force"], g, mp)
     if p["ipu_config_out"] and plan.split.stages:
-        split_writers.write_ipu_config(plan, p["ipu_config_out"], p["force"], g, p["matmul_proportion"])
+        split_writers.write_ipu_config(plan, p["ipu_config_out"], p["force"], g, mp)
     if p["report"] and plan.split.stages:
-        split_writers.write_report(plan, p["report"], p["force"], g)
+        split_writers.write_report(plan, p["report"], p["force"], g, mp)
     argv = click.get_current_context().find_root().meta.get("popliner.argv", [])
     split_writers.write_summary(plan, argv, p["config_out"], p["ipu_config_out"])
     if not plan.fits:

@@ -22,6 +22,7 @@ from popliner.cli.options import (
     SECONDS,
     SEED,
 )
+from popliner.framework import FRAMEWORKS
 from popliner.layout import HEAD_PLACEMENTS
 from popliner.memory.training import DEFAULT_UPDATE_REGEX, OPTIMIZER_STATES, RECOMPUTE_REQUESTS
 from popliner.ops.layers import AUTO_PRESET, DEFAULT_INPUTS_REGEX_LAYER_0, preset_names
@@ -94,6 +95,8 @@ _OPTIONS: list[Callable[[Any], Any]] = [
     click.option("--head-placement", type=click.Choice(list(HEAD_PLACEMENTS)), default="first", show_default=True,
                   help="Operations without a layer: all on the first IPU; or the embedding there and the head on "
                        "the last IPU (last)."),
+    click.option("--framework", type=click.Choice(list(FRAMEWORKS)), default=None,
+                  help="The framework that builds the pipeline (default: found in the profile; docs/frameworks.md)."),
     click.option("--update-regex", default=DEFAULT_UPDATE_REGEX, show_default=True,
                   help="Names of weight-update operations (finds the optimizer state)."),
     click.option("--optimizer-state-regex", default=None,

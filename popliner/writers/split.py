@@ -28,17 +28,19 @@ def suffixed(path: str, tag: str) -> str:
     return str(p.with_name(f"{p.stem}-{tag}{p.suffix}"))
 
 
-def split_config(plan: SplitPlan, gradient_accumulation: int | None) -> Any:
+def split_config(plan: SplitPlan, gradient_accumulation: int | None, matmul_proportion: tuple[float, ...] = ()) -> Any:
     """The pipeline config of the plan's split, with the training options its figures were computed with."""
     from popliner.config.model import config_from_split
 
     analysis, t = plan.analysis, plan.analysis.profile.target
     return config_from_split(plan.split, profile_path=analysis.profile.path, profile_sha256=analysis.profile.sha256,
                              tiles=t.tiles_per_ipu, bytes_per_tile=t.bytes_per_tile, clock_hz=t.clock_hz,
-                             gradient_accumulation=gradient_accumulation, training=plan.training)
+                             gradient_accumulation=gradient_accumulation, training=plan.training,
+                             framework=analysis.framework.name, matmul_proportion=matmul_proportion)
 
 
-def write_split(plan: SplitPlan, config_out: str | None, force: bool, gradient_accumulation: int | None) -> None:
+def write_split(plan: SplitPlan, config_out: str | None, force: bool, gradient_accumulation: int | None,
+                matmul_proportion: tuple[float, ...] = ()) -> None:
     """The picture and table on stderr, the split JSON on stdout, and the pipeline config (``--config-out``)."""
     from popliner.outputs.split_report import split_document, split_picture, split_table, write_split_json
 
@@ -52,6 +54,7 @@ def write_split(plan: SplitPlan, config_out: str | None, force: bool, gradient_a
             click.echo(split_table(split), err=True)
     doc = split_document(split, profile_path=analysis.profile.path, profile_sha256=analysis.profile.sha256,
                          layout=plan.layout)
+    doc["framework"] = analysis.framework.as_document()
     if plan.training is not None:
         # The options as asked, with the recomputation the figures assume (``compiled`` when the profile has it).
         doc["training"] = plan.analysis.options.training.as_dict() | {"recompute": plan.recompute_applied}
@@ -67,32 +70,35 @@ def write_split(plan: SplitPlan, config_out: str | None, force: bool, gradient_a
         from popliner.config.yaml_io import write_config
 
         with atomic_write(config_out, force=force) as stream:
-            write_config(split_config(plan, gradient_accumulation), stream)  # the summary says "wrote"
+            cfg = split_config(plan, gradient_accumulation, matmul_proportion)
+            write_config(cfg, stream)  # the summary says "wrote"
 
 
 def write_ipu_config(plan: SplitPlan, path: str, force: bool, gradient_accumulation: int | None,
                      matmul_proportion: tuple[float, ...]) -> None:
-    """optimum-graphcore's ``ipu_config.json`` for the split."""
-    from popliner.config.snippets import ModelOptions, ipu_config
+    """optimum-graphcore's ``ipu_config.json`` for the split: the config's own record (the YAML's optimum snippet)."""
+    from popliner.config.snippets import ipu_config, optimum_note, optimum_warnings
     from popliner.config.snippets import write_ipu_config as write_document
 
-    training = plan.analysis.options.training
-    # The recomputation actually applied (after --recompute auto), as the split was solved with it.
-    model = ModelOptions(recompute=plan.recompute_applied, optimizer_state=training.optimizer_state,
-                         replication_factor=training.replication_factor,
-                         sharded_optimizer_state=training.sharded_optimizer_state)
-    document = ipu_config(split_config(plan, gradient_accumulation), matmul_proportion, model)
+    cfg = split_config(plan, gradient_accumulation, matmul_proportion)
+    note = optimum_note(cfg)
+    if note:
+        log.info("%s", note)
+    for line in optimum_warnings(cfg):
+        log.warning("%s", line)
     with atomic_write(path, force=force) as stream:
-        write_document(document, stream)  # the summary says "wrote"
+        write_document(ipu_config(cfg), stream)  # the summary says "wrote"
 
 
-def write_report(plan: SplitPlan, path: str, force: bool, gradient_accumulation: int | None) -> None:
+def write_report(plan: SplitPlan, path: str, force: bool, gradient_accumulation: int | None,
+                 matmul_proportion: tuple[float, ...] = ()) -> None:
     """The HTML review report of the split."""
     from popliner.report import build_report
     from popliner.report import write_report as write_page
 
     with phase("writing the report"):
-        page = build_report(plan.analysis, split_config(plan, gradient_accumulation), budget=plan.split.budget_bytes,
+        page = build_report(plan.analysis, split_config(plan, gradient_accumulation, matmul_proportion),
+                            budget=plan.split.budget_bytes,
                             source=f"popliner --solve ({plan.split.solver})",
                             link_bandwidth=plan.request.link_bandwidth)
         write_page(page, path, force=force)
