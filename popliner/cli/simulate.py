@@ -138,7 +138,7 @@ def _inputs(cfg: PipelineConfig, config_path: str, profile_path: str | None,
     layers = {k: v for k, v in given.items() if k not in CONFIG_TRAINING_PARAMS}
     analysis = analysis_for_config(config_path, profile_path, cfg.mode, cfg.options, layers,
                                    layer_groups=cfg.layer_groups, recorded_sha256=cfg.profile_sha256,
-                                   use_cache=use_cache, cache_dir=cache_dir)
+                                   recorded_layers=cfg.layer_options, use_cache=use_cache, cache_dir=cache_dir)
     target = analysis.profile.target
     return inputs_from_analysis(cfg, analysis, tiles_per_ipu=int(target.tiles_per_ipu),
                                 clock_hz=float(target.clock_hz))

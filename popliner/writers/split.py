@@ -30,13 +30,15 @@ def suffixed(path: str, tag: str) -> str:
 
 def split_config(plan: SplitPlan, gradient_accumulation: int | None, matmul_proportion: tuple[float, ...] = ()) -> Any:
     """The pipeline config of the plan's split, with the training options its figures were computed with."""
+    from popliner.config.layering import layer_record
     from popliner.config.model import config_from_split
 
     analysis, t = plan.analysis, plan.analysis.profile.target
     return config_from_split(plan.split, profile_path=analysis.profile.path, profile_sha256=analysis.profile.sha256,
                              tiles=t.tiles_per_ipu, bytes_per_tile=t.bytes_per_tile, clock_hz=t.clock_hz,
                              gradient_accumulation=gradient_accumulation, training=plan.training,
-                             framework=analysis.framework.name, matmul_proportion=matmul_proportion)
+                             framework=analysis.framework.name, matmul_proportion=matmul_proportion,
+                             layer_options=layer_record(analysis.options))
 
 
 def write_split(plan: SplitPlan, config_out: str | None, force: bool, gradient_accumulation: int | None,
