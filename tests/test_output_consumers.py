@@ -161,7 +161,7 @@ def test_the_planner_status_points_at_the_typed_column(tmp_path: Path) -> None:
 
 
 def drawn_figure(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
-    from popliner.outputs import plots
+    from popliner.writers import plots
 
     figures: list[Any] = []
     monkeypatch.setattr(plots, "_save", lambda figure, *_: figures.append(figure))
@@ -171,7 +171,7 @@ def drawn_figure(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
 def test_the_tiles_plot_fills_its_width_with_heatmaps(monkeypatch: pytest.MonkeyPatch) -> None:
     import numpy as np
 
-    from popliner.outputs.plots import plot_tiles
+    from popliner.writers.plots import plot_tiles
     from tests.helpers import ipu_memory
 
     figures = drawn_figure(monkeypatch)
@@ -194,7 +194,7 @@ def test_the_tiles_plot_fills_its_width_with_heatmaps(monkeypatch: pytest.Monkey
 def test_the_layer_plot_shows_the_operations_of_no_layer(monkeypatch: pytest.MonkeyPatch) -> None:
     from popliner.analysis import AnalysisOptions, load_analysis
     from popliner.breakdown import build_breakdown, layer_rows, unlayered_row
-    from popliner.outputs.plots import plot_layers
+    from popliner.writers.plots import plot_layers
 
     analysis = load_analysis(str(FIXTURES / "bert-tiny-training.json"), AnalysisOptions(), use_cache=False)
     no_layer = unlayered_row(analysis)

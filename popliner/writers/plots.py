@@ -33,7 +33,7 @@ import numpy as np
 
 from popliner.errors import UsageProblem
 from popliner.fileio import atomic_write, check_writable, writes_in_place
-from popliner.memory.types import COMPONENT_TITLES, components
+from popliner.memory.types import COMPONENT_COLOURS, COMPONENT_TITLES, components
 from popliner.outputs.rows import Breakdown, LayerRow
 from popliner.report.aggregate import grid_values, tile_grid
 from popliner.report.types import IpuMemory
@@ -46,15 +46,6 @@ if TYPE_CHECKING:
 
 __all__ = ["plot_layers", "plot_split", "plot_tiles", "plotted_layers"]
 
-#: One fixed colour per component (matplotlib's tab10), so every plot agrees.
-COMPONENT_COLOURS: dict[str, str] = {
-    "variables": "#1f77b4",
-    "vertex_code": "#ff7f0e",
-    "vertex_state": "#2ca02c",
-    "exchange_code": "#9467bd",
-    "control_code": "#8c564b",
-    "other": "#7f7f7f",
-}
 _BUDGET_COLOUR = "#d62728"
 _OVER_COLOUR = "#d62728"
 _FIT_COLOUR = "#4c72b0"
