@@ -178,9 +178,10 @@ def _layer_row(cfg: PipelineConfig, name: str, ipu: int, fwd: int, bwd: int | No
 def read_config(path: str | os.PathLike[str]) -> PipelineConfig:
     """Read and validate a config file; any problem raises :class:`ConfigError`."""
     source = os.fspath(path)
+    limit = _max_config_bytes()
     try:
         with open(source, encoding="utf-8") as f:
-            text = f.read()
+            text = f.read(limit + 1)  # characters: at least as many bytes
     except FileNotFoundError:
         raise ConfigError(f"{source}: no such file; check the path of the pipeline config") from None
     except IsADirectoryError:
@@ -189,7 +190,24 @@ def read_config(path: str | os.PathLike[str]) -> PipelineConfig:
         raise ConfigError(f"{source}: not UTF-8 text (byte {exc.start}); save the file as UTF-8") from None
     except OSError as exc:
         raise ConfigError(f"{source}: cannot read: {exc.strerror}; check the path and permissions") from None
+    if len(text) > limit:
+        # PyYAML reads some 150-300 KB/s: a config of megabytes would take minutes. popliner's own are
+        # about 10 KB (BERT-Large over 16 IPUs).
+        raise ConfigError(f"{source}: larger than {limit:,} characters; a pipeline config is a few KB, so this is "
+                          f"no config popliner wrote (if it is genuine, raise {_CONFIG_BYTES_ENV})")
     return parse_config(text, source)
+
+
+_CONFIG_BYTES_ENV = "POPLINER_MAX_CONFIG_BYTES"
+
+
+def _max_config_bytes() -> int:
+    text = os.environ.get(_CONFIG_BYTES_ENV)
+    if not text:
+        return 1 << 20
+    if not text.isdigit():
+        raise UsageProblem(f"{_CONFIG_BYTES_ENV}={text!r}: expected a whole number of bytes")
+    return int(text)
 
 
 def parse_config(text: str, source: str = "<config>") -> PipelineConfig:
