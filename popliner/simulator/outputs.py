@@ -206,14 +206,7 @@ def trace_document(result: SimResult) -> dict[str, Any]:
     """
     ns = 1e9 / result.clock_hz
     sync_tid = result.num_stages  # its own row below the stages
-    events: list[dict[str, Any]] = []
-    for u in result.ipus:
-        events.append(_meta("process_name", u.ipu, 0, {"name": f"IPU{u.ipu}"}))
-        events.append(_meta("process_sort_index", u.ipu, 0, {"sort_index": u.ipu}))
-        for s in u.stages:
-            events.append(_meta("thread_name", u.ipu, s, {"name": f"PS{s} {result.stages[s].kind}"}))
-            events.append(_meta("thread_sort_index", u.ipu, s, {"sort_index": s}))
-        events.append(_meta("thread_name", u.ipu, sync_tid, {"name": "sync"}))
+    events = _track_names(result, sync_tid)
     slices: list[tuple[dict[str, Any], int, int]] = []  # (event, start ns, end ns)
     for f in result.fragments:
         mb = "" if f.microbatch is None else f"({f.microbatch})"
@@ -244,6 +237,19 @@ def trace_document(result: SimResult) -> dict[str, Any]:
                       for p in points)
     return {"traceEvents": events, "displayTimeUnit": "ns",
             "otherData": {"generator": "popliner simulate", "step_seconds": result.step_seconds}}
+
+
+def _track_names(result: SimResult, sync_tid: int) -> list[dict[str, Any]]:
+    """The metadata events: a process per IPU, a thread per pipeline stage and one for the syncs."""
+    events = []
+    for u in result.ipus:
+        events.append(_meta("process_name", u.ipu, 0, {"name": f"IPU{u.ipu}"}))
+        events.append(_meta("process_sort_index", u.ipu, 0, {"sort_index": u.ipu}))
+        for s in u.stages:
+            events.append(_meta("thread_name", u.ipu, s, {"name": f"PS{s} {result.stages[s].kind}"}))
+            events.append(_meta("thread_sort_index", u.ipu, s, {"sort_index": s}))
+        events.append(_meta("thread_name", u.ipu, sync_tid, {"name": "sync"}))
+    return events
 
 
 def _set_durations(slices: list[tuple[dict[str, Any], int, int]]) -> None:
