@@ -347,18 +347,26 @@ class TrainingView:
         return bool(self.recompute_ops.any())
 
 
-def place_unlayered(profile: Profile, ops: OperationTable, layers: LayerAssignment, backward_named: np.ndarray,
-                    options: TrainingOptions) -> LayerAssignment:
-    """The layer assignment for ``--head-placement``: with ``last``/``wrap`` the embedding and head become layers."""
+def _unlayered_groups(profile: Profile, ops: OperationTable, layers: LayerAssignment, backward_named: np.ndarray,
+                      options: TrainingOptions) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """(groups, backward, is_update) of :func:`head_groups`, or None when no operation is left without a layer."""
     loose = (layers.layer_of_op < 0) | (np.asarray(layers.note, dtype=object) == "inputs-layer-0")
-    if options.head_placement == "first" or not loose.any() or not layers.names:
-        return layers
+    if not loose.any() or not layers.names:
+        return None
     called = called_operations(profile, ops)
     is_update = update_operations(profile, ops, options.update_regex, called)
     backward = _through_calls(backward_named, called)
     backward |= recompute_operations(profile, ops, backward)
     groups = head_groups(ops, layers.layer_of_op, len(layers.names), backward, is_update, layers.note, called)
-    return regroup_layers(layers, groups, options.head_placement)
+    return groups, backward, is_update
+
+
+def place_unlayered(profile: Profile, ops: OperationTable, layers: LayerAssignment, backward_named: np.ndarray,
+                    options: TrainingOptions) -> LayerAssignment:
+    """The layer assignment for ``--head-placement``: with ``last``/``wrap`` the embedding and head become layers."""
+    found = None if options.head_placement == "first" else _unlayered_groups(profile, ops, layers, backward_named,
+                                                                              options)
+    return layers if found is None else regroup_layers(layers, found[0], options.head_placement)
 
 
 def tied_head(profile: Profile, ops: OperationTable, layers: LayerAssignment, backward_named: np.ndarray,
@@ -369,14 +377,10 @@ def tied_head(profile: Profile, ops: OperationTable, layers: LayerAssignment, ba
     ones, run after the last layer) use an always-live variable that the
     embedding's forward operations use too.
     """
-    loose = (layers.layer_of_op < 0) | (np.asarray(layers.note, dtype=object) == "inputs-layer-0")
-    if not loose.any() or not layers.names:
+    found = _unlayered_groups(profile, ops, layers, backward_named, options)
+    if found is None:
         return False
-    called = called_operations(profile, ops)
-    is_update = update_operations(profile, ops, options.update_regex, called)
-    backward = _through_calls(backward_named, called)
-    backward |= recompute_operations(profile, ops, backward)
-    groups = head_groups(ops, layers.layer_of_op, len(layers.names), backward, is_update, layers.note, called)
+    groups, backward, is_update = found
     always = profile.always_live_classes()[profile.variables.klass]
     used = [np.zeros(profile.variables.count, bool) for _ in range(2)]
     for op in np.flatnonzero((groups >= 0) & ~backward & ~is_update).tolist():
