@@ -20,7 +20,13 @@ import numpy as np
 
 from popliner.analysis import Analysis
 from popliner.errors import UsageProblem
-from popliner.memory.training import EMBEDDING_GROUP, HEAD_PLACEMENTS, OPTIMIZER_STATES, TrainingOptions
+from popliner.memory.training import (
+    EMBEDDING_GROUP,
+    HEAD_PLACEMENTS,
+    OPTIMIZER_STATES,
+    TrainingOptions,
+    place_unlayered,
+)
 from popliner.pod.model import PodConstants, StepTime, allreduce_seconds, step_time, streaming_seconds
 from popliner.pod.search import DepthSplit, OptionSearch, search_options
 from popliner.progress import phase
@@ -213,15 +219,29 @@ def _has_unlayered(analysis: Analysis) -> bool:
 def _search(analysis: Analysis, options: TrainingOptions, depths: tuple[int, ...], budget: int,
             request: PodRequest, analyses: dict[TrainingOptions, Analysis], notes: list[str]) -> OptionSearch | None:
     """The option set's analysis and splits; None when it only repeats another (recomputation compiled in)."""
-    other = with_training(analysis, options)
+    other = _reanalyse(analysis, options)
     if options.recompute != "none" and other.engine.view.recompute in ("compiled", "none"):
         note = "the profile was compiled with recomputation: --recompute pipeline and every-layer change nothing"
         if analysis.mode == "training" and note not in notes:
             notes.append(note)
         return None
     analyses[options] = other
-    log.info("planning %s over %s IPUs per replica", options.as_dict(), ",".join(map(str, depths)))
+    log.debug("planning %s over %s IPUs per replica", options.as_dict(), ",".join(map(str, depths)))
     return search_options(other, depths, budget, request.constants.link_bandwidth)
+
+
+def _reanalyse(analysis: Analysis, options: TrainingOptions) -> Analysis:
+    """The analysis under other training options, its operations and layers reused (no second layer search).
+
+    From raw layers (head placement ``first``) only; otherwise as
+    :func:`popliner.training_choice.with_training` does it.
+    """
+    if analysis.options.training.head_placement != "first":
+        return with_training(analysis, options)
+    layers = analysis.layers
+    if options.head_placement != "first" and _has_unlayered(analysis):
+        layers = place_unlayered(analysis.profile, analysis.ops, layers, analysis.is_backward, options)
+    return Analysis(analysis.profile, analysis.ops, layers, dataclasses.replace(analysis.options, training=options))
 
 
 def _configure(found: OptionSearch, depth: DepthSplit, options: TrainingOptions, request: PodRequest, budget: int,

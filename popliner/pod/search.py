@@ -173,8 +173,21 @@ def _weight_and_state(analysis: Analysis) -> tuple[np.ndarray, np.ndarray]:
 
 def _traffic(analysis: Analysis, table: ProfileRanges, i: int, j: int, weights: np.ndarray,
              state: np.ndarray) -> IpuTraffic:
-    """Bytes of the weights and of the streamed optimizer state the IPU holding ``i..j`` uses."""
+    """Bytes of the weights and of the streamed optimizer state the IPU holding ``i..j`` uses (each once)."""
     ops = analysis.engine.ops
-    var = np.unique(gather_csr(ops.var_ptr, ops.var_idx, table.stage_ops(i, j)))
-    nbytes = analysis.engine.profile.variables.bytes[var]  # state already divided over the shards
-    return IpuTraffic(int(nbytes[weights[var]].sum()), int(nbytes[state[var]].sum()))
+    var = gather_csr(ops.var_ptr, ops.var_idx, table.stage_ops(i, j))
+    nbytes = analysis.engine.profile.variables.bytes  # state already divided over the shards
+    return IpuTraffic(_distinct_bytes(var[weights[var]], nbytes), _distinct_bytes(var[state[var]], nbytes))
+
+
+def _distinct_bytes(var: np.ndarray, nbytes: np.ndarray) -> int:
+    """Bytes of the distinct variables in ``var`` (a variable several operations use counts once).
+
+    Sorting the few selected entries is far cheaper than a set over all of the stage's entries.
+    """
+    if var.size == 0:
+        return 0
+    var = np.sort(var)
+    keep = np.ones(var.size, bool)
+    keep[1:] = var[1:] != var[:-1]
+    return int(nbytes[var[keep]].sum())
