@@ -129,7 +129,8 @@ def test_every_fixture_plans_and_its_configs_check_and_simulate(
             cfg = pipeline_config(plan, config)
             analysis = _as_check_reads_it(base, cfg)
             checked = check_config(analysis, cfg, "pod.yaml", budget=cfg.effective_budget)
-            where = f"{path.name} {config.ipus_per_replica}x{config.replicas} {config.recompute} {config.head_placement}"
+            where = (f"{path.name} {config.ipus_per_replica}x{config.replicas} {config.recompute} "
+                     f"{config.head_placement}")
             assert checked.fits, where
             assert max(i.worst_tile_bytes for i in checked.ipus) == config.fullest_bytes, where
             assert config.step is not None
@@ -230,3 +231,13 @@ def test_every_fixture_every_option_every_pod(tmp_path: Path) -> None:
                                link_bandwidth=64e9, sync_cycles=1000)
                 assert config.step is not None
                 assert config.step.pipeline_cycles == pytest.approx(sim.step_cycles, rel=0.01)
+
+
+def test_notebook_plan() -> None:
+    import popliner
+
+    model = popliner.load(str(TINY), use_cache=False)
+    plan = model.plan(4, global_batch=64, recompute=("none",), head_placement=("first",))
+    frame = plan.to_frame()
+    assert list(frame["fits"]) == [c.fits for c in plan.configs] and bool(frame["fits"].iloc[0])
+    assert frame["samples_per_second"].iloc[0] == plan.fitting[0].samples_per_second

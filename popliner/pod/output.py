@@ -111,7 +111,8 @@ def _ipu_document(s: Any, gradient_bytes: int, state_bytes: int) -> dict[str, An
 
 
 def plan_table(plan: PodPlan, everything: bool = False, limit: int | None = None) -> str:
-    """The ranked table for stderr: one row per configuration (the first ``limit`` that fit; all with ``everything``)."""
+    """The ranked table for stderr: the first ``limit`` configurations that fit (all, and the rest, with
+    ``everything``)."""
     header = ("rank", "K x R", "G", "recompute", "head", "opt. state", "fullest", "samples/s", "bound", "split")
     rows = []
     ranks = _rank_of(plan)

@@ -15,6 +15,7 @@ import dataclasses
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -158,6 +159,19 @@ class PodPlan:
     def analysis_of(self, config: PodConfig) -> Analysis:
         return self.analyses[config.options]
 
+    def to_frame(self) -> Any:
+        """One row per configuration, in rank order (pandas; imported only here, as the notebook API does)."""
+        import pandas as pd
+
+        rows = [{"fits": c.fits, "ipus_per_replica": c.ipus_per_replica, "replicas": c.replicas,
+                 "gradient_accumulation": c.gradient_accumulation, "recompute": c.recompute,
+                 "head_placement": c.head_placement, "optimizer_state": c.optimizer_state,
+                 "fullest_bytes": c.fullest_bytes, "samples_per_second": c.samples_per_second,
+                 "step_seconds": c.step.seconds if c.step is not None else None,
+                 "bound": c.step.bound if c.step is not None else None, "split": c.split_text, "reason": c.reason}
+                for c in self.configs]
+        return pd.DataFrame(rows)
+
 
 def plan_pod(analysis: Analysis, request: PodRequest) -> PodPlan:
     """Every configuration of ``request`` for the analysed profile, ranked (see the module's docstring)."""
@@ -193,14 +207,15 @@ def _option_sets(analysis: Analysis, request: PodRequest,
     placements = list(request.head_placement)
     if not _has_unlayered(analysis) and len(placements) > 1:
         notes.append("every operation has a layer: --head-placement last and wrap are the same as first")
-        placements = placements[:1]
+        placements = ["first"] if "first" in placements else placements[:1]
     shard = training and request.sharded_optimizer_state
     for placement in placements:
         for state in states:
             for recompute in recomputes:
-                options = dataclasses.replace(base, recompute=recompute, head_placement=placement,  # type: ignore
-                                              optimizer_state=state, replication_factor=1,
-                                              sharded_optimizer_state=False)
+                changes: dict[str, Any] = {"recompute": recompute, "head_placement": placement,
+                                           "optimizer_state": state, "replication_factor": 1,
+                                           "sharded_optimizer_state": False}
+                options = dataclasses.replace(base, **changes)
                 if not shard:
                     yield options, request.depths
                     continue
