@@ -31,7 +31,7 @@ def pipeline_config(plan: PodPlan, config: PodConfig) -> PipelineConfig:
     training = None
     if analysis.mode == "training":
         options = analysis.options.training
-        training = dataclasses.replace(config_training(options, analysis.engine.view.recompute),
+        training = dataclasses.replace(config_training(options, config.recompute),
                                        replication_factor=config.replicas)
     t = analysis.profile.target
     return config_from_split(config.split, profile_path=analysis.profile.path, profile_sha256=analysis.profile.sha256,

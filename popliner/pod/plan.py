@@ -242,7 +242,11 @@ def _search(analysis: Analysis, options: TrainingOptions, depths: tuple[int, ...
         return None
     analyses[options] = other
     log.debug("planning %s over %s IPUs per replica", options.as_dict(), ",".join(map(str, depths)))
-    return search_options(other, depths, budget, request.constants.link_bandwidth)
+    found = search_options(other, depths, budget, request.constants.link_bandwidth)
+    # The splits hold their figures; the engine (gigabytes on a large profile) is rebuilt only if asked for
+    # again, so that the option sets' engines are not all held at once.
+    other.__dict__.pop("engine", None)
+    return found
 
 
 def _reanalyse(analysis: Analysis, options: TrainingOptions) -> Analysis:
@@ -268,12 +272,12 @@ def _configure(found: OptionSearch, depth: DepthSplit, options: TrainingOptions,
     k = depth.ipus
     r = request.pod_ipus // k
     training = analysis.mode == "training"
-    stages = num_pipeline_stages(training, k, analysis.engine.head_wraps)
+    stages = num_pipeline_stages(training, k, found.head_wraps)
     samples = request.micro_batch * r
     g = request.batch // samples if request.batch % samples == 0 else None
     config = PodConfig(
         ipus_per_replica=k, replicas=r, gradient_accumulation=g, micro_batch=request.micro_batch,
-        recompute=analysis.engine.view.recompute, head_placement=options.head_placement,
+        recompute=found.recompute, head_placement=options.head_placement,
         optimizer_state=options.optimizer_state if training else "on-chip",
         sharded_optimizer_state=training and request.sharded_optimizer_state and r > 1, pipeline_stages=stages,
         budget=budget, bytes_per_tile=bytes_per_tile, split=depth.split,
@@ -289,12 +293,13 @@ def _configure(found: OptionSearch, depth: DepthSplit, options: TrainingOptions,
     if g < stages:
         return dataclasses.replace(config, reason=f"G = {g} micro-batches is fewer than the {stages} pipeline "
                                                   f"stages; a global batch of {stages * samples} or more allows it")
-    step = _step(depth, analysis, g, r, request.constants, clock)
+    step = _step(depth, analysis, found.head_wraps, g, r, request.constants, clock)
     rate = request.micro_batch * g * r / step.seconds if step.seconds > 0 else None
     return dataclasses.replace(config, step=step, samples_per_second=rate)
 
 
-def _step(depth: DepthSplit, analysis: Analysis, g: int, r: int, constants: PodConstants, clock: float) -> StepTime:
+def _step(depth: DepthSplit, analysis: Analysis, head_wraps: bool, g: int, r: int, constants: PodConstants,
+          clock: float) -> StepTime:
     """The step of the split's pipeline (the simulator's stages), then each IPU's all-reduce and streaming."""
     from popliner.simulator.inputs import IpuFigures, pipeline_stages
 
@@ -304,7 +309,7 @@ def _step(depth: DepthSplit, analysis: Analysis, g: int, r: int, constants: PodC
     training = analysis.mode == "training"
     ipus = [IpuFigures(f.forward_cycles, f.backward_cycles if training else 0, empty, None, f.bytes_in, "",
                        f.recompute_cycles if training else 0) for f in figures if f is not None]
-    head = figures[0].head_cycles if analysis.engine.head_wraps and len(ipus) >= 2 and figures[0] else None
+    head = figures[0].head_cycles if head_wraps and len(ipus) >= 2 and figures[0] else None
     stages = pipeline_stages(analysis.mode, ipus, head)
     send = [0.0] * len(ipus)
     for s in stages:

@@ -52,10 +52,12 @@ class DepthSplit:
 
 @dataclass(frozen=True, eq=False)
 class OptionSearch:
-    """One option set's analysis and its splits by depth."""
+    """One option set's analysis and its splits by depth; what its engine said, kept once the engine is gone."""
 
     analysis: Analysis
     depths: dict[int, DepthSplit]
+    recompute: str  # the mode the engine applied
+    head_wraps: bool
 
 
 def search_options(analysis: Analysis, depths: Sequence[int], budget: int,
@@ -66,8 +68,9 @@ def search_options(analysis: Analysis, depths: Sequence[int], budget: int,
     usable = [k for k in depths if k <= n_layers]
     out: dict[int, DepthSplit] = {k: DepthSplit(k, None, (), (), f"{k} IPUs per replica is more than the "
                                                 f"{n_layers} layers to place") for k in depths if k > n_layers}
+    engine = analysis.engine
     if not usable:
-        return OptionSearch(analysis, out)
+        return OptionSearch(analysis, out, engine.view.recompute, engine.head_wraps)
     problem = SplitProblem(num_ipus=max(usable), budget=budget, training=training)
     table = ProfileRanges(analysis.engine, budget, link_bytes_per_second, lazy=True)
     suffixes = suffix_table(table, problem, float(budget), max(usable))
@@ -80,7 +83,7 @@ def search_options(analysis: Analysis, depths: Sequence[int], budget: int,
         split = _split_result(analysis, table, bounds, budget)
         traffic = tuple(_traffic(analysis, table, i, j, weights, state) for i, j in bounds)
         out[k] = DepthSplit(k, split, bounds, traffic)
-    return OptionSearch(analysis, out)
+    return OptionSearch(analysis, out, engine.view.recompute, engine.head_wraps)
 
 
 def fastest_bounds(table: RangeCosts, suffixes: SuffixTable, stages: int) -> Bounds:
