@@ -241,3 +241,27 @@ def test_notebook_plan() -> None:
     frame = plan.to_frame()
     assert list(frame["fits"]) == [c.fits for c in plan.configs] and bool(frame["fits"].iloc[0])
     assert frame["samples_per_second"].iloc[0] == plan.fitting[0].samples_per_second
+
+
+def test_sharded_state_halves_what_is_streamed_and_still_checks() -> None:
+    path = FIXTURES[0]  # bert-base-training: Adam state
+    base = load_analysis(str(path), use_cache=False)
+    asked = {"recompute": ("none",), "head_placement": ("first",), "optimizer_state": ("off-chip",)}
+    plain = plan_pod(base, PodRequest(pod_ipus=4, **asked))  # type: ignore[arg-type]
+    sharded = plan_pod(base, PodRequest(pod_ipus=4, sharded_optimizer_state=True, **asked))  # type: ignore[arg-type]
+    halves = 0
+    by_depth = {c.ipus_per_replica: c for c in plain.configs}
+    for two in sharded.configs:
+        one = by_depth[two.ipus_per_replica]
+        if two.fits and one.fits and two.replicas == 2 and one.split_text == two.split_text:
+            # Each variable's bytes divided by 2, rounded up: at most one byte more per variable than half.
+            assert all(s1 / 2 <= s2 < s1 / 2 + s1 / 1000 for s1, s2 in zip(one.state_bytes, two.state_bytes))
+            assert one.gradient_bytes == two.gradient_bytes
+            halves += 1
+    assert halves == 1
+    config = next(c for c in sharded.fitting if c.replicas == 2)
+    cfg = pipeline_config(sharded, config)
+    assert cfg.options is not None and cfg.options.sharded_optimizer_state and cfg.options.replication_factor == 2
+    analysis = _as_check_reads_it(base, cfg)
+    checked = check_config(analysis, cfg, "pod.yaml", budget=cfg.effective_budget)
+    assert checked.fits and max(i.worst_tile_bytes for i in checked.ipus) == config.fullest_bytes

@@ -29,7 +29,7 @@ from popliner.memory.training import (
     place_unlayered,
 )
 from popliner.pod.model import PodConstants, StepTime, allreduce_seconds, step_time, streaming_seconds
-from popliner.pod.search import DepthSplit, OptionSearch, search_options
+from popliner.pod.search import DepthSplit, OptionSearch, TrafficTable, search_options
 from popliner.progress import phase
 from popliner.solvers.result import SplitResult
 from popliner.training_choice import AUTO_ORDER, with_training
@@ -185,11 +185,13 @@ def plan_pod(analysis: Analysis, request: PodRequest) -> PodPlan:
     configs: list[PodConfig] = []
     analyses: dict[TrainingOptions, Analysis] = {}
     notes: list[str] = []
+    traffic: TrafficTable | None = None  # one for every option set (popliner.pod.search)
     for options, depths in _option_sets(analysis, request, notes):
         with phase("planning the pod"):
-            found = _search(analysis, options, depths, budget, request, analyses, notes)
+            found = _search(analysis, options, depths, budget, request, analyses, notes, traffic)
         if found is None:
             continue
+        traffic = found.traffic
         for k in depths:
             configs.append(_configure(found, found.depths[k], options, request, budget, bytes_per_tile, clock))
     ranked = sorted(configs, key=_rank_key)
@@ -232,7 +234,8 @@ def _has_unlayered(analysis: Analysis) -> bool:
 
 
 def _search(analysis: Analysis, options: TrainingOptions, depths: tuple[int, ...], budget: int,
-            request: PodRequest, analyses: dict[TrainingOptions, Analysis], notes: list[str]) -> OptionSearch | None:
+            request: PodRequest, analyses: dict[TrainingOptions, Analysis], notes: list[str],
+            traffic: TrafficTable | None) -> OptionSearch | None:
     """The option set's analysis and splits; None when it only repeats another (recomputation compiled in)."""
     other = _reanalyse(analysis, options)
     if options.recompute != "none" and other.engine.view.recompute in ("compiled", "none"):
@@ -242,7 +245,7 @@ def _search(analysis: Analysis, options: TrainingOptions, depths: tuple[int, ...
         return None
     analyses[options] = other
     log.debug("planning %s over %s IPUs per replica", options.as_dict(), ",".join(map(str, depths)))
-    found = search_options(other, depths, budget, request.constants.link_bandwidth)
+    found = search_options(other, depths, budget, request.constants.link_bandwidth, traffic)
     # The splits hold their figures; the engine (gigabytes on a large profile) is rebuilt only if asked for
     # again, so that the option sets' engines are not all held at once.
     other.__dict__.pop("engine", None)

@@ -26,7 +26,7 @@ from popliner.solvers.problem import Bounds, SplitProblem
 from popliner.solvers.result import SplitResult, stage_result
 from popliner.solvers.suffix import SuffixTable, suffix_table
 
-__all__ = ["DepthSplit", "IpuTraffic", "OptionSearch", "fastest_bounds", "search_options"]
+__all__ = ["DepthSplit", "IpuTraffic", "OptionSearch", "TrafficTable", "fastest_bounds", "search_options"]
 
 _INF = math.inf
 
@@ -58,11 +58,15 @@ class OptionSearch:
     depths: dict[int, DepthSplit]
     recompute: str  # the mode the engine applied
     head_wraps: bool
+    traffic: TrafficTable | None = None
 
 
-def search_options(analysis: Analysis, depths: Sequence[int], budget: int,
-                   link_bytes_per_second: float) -> OptionSearch:
-    """The fastest fitting split of ``analysis`` (already under its option set) for each of ``depths``."""
+def search_options(analysis: Analysis, depths: Sequence[int], budget: int, link_bytes_per_second: float,
+                   traffic: TrafficTable | None = None) -> OptionSearch:
+    """The fastest fitting split of ``analysis`` (already under its option set) for each of ``depths``.
+
+    ``traffic``: the profile's :class:`TrafficTable` when already made (one serves every option set).
+    """
     training = analysis.mode == "training"
     n_layers = len(analysis.layer_names) - (1 if analysis.engine.head_wraps else 0)
     usable = [k for k in depths if k <= n_layers]
@@ -74,16 +78,18 @@ def search_options(analysis: Analysis, depths: Sequence[int], budget: int,
     problem = SplitProblem(num_ipus=max(usable), budget=budget, training=training)
     table = ProfileRanges(analysis.engine, budget, link_bytes_per_second, lazy=True)
     suffixes = suffix_table(table, problem, float(budget), max(usable))
-    weights, state = _weight_and_state(analysis)
+    traffic_table = traffic if traffic is not None else TrafficTable.of(analysis)
+    options = analysis.options.training
+    off_chip = training and options.optimizer_state == "off-chip"
     for k in usable:
         if suffixes.whole(k) == _INF:
             out[k] = DepthSplit(k, None, (), (), f"no split over {k} IPUs fits in {budget:,} bytes per tile")
             continue
         bounds = fastest_bounds(table, suffixes, k)
         split = _split_result(analysis, table, bounds, budget)
-        traffic = tuple(_traffic(analysis, table, i, j, weights, state) for i, j in bounds)
-        out[k] = DepthSplit(k, split, bounds, traffic)
-    return OptionSearch(analysis, out, engine.view.recompute, engine.head_wraps)
+        out[k] = DepthSplit(k, split, bounds, tuple(traffic_table.of_ops(table.stage_ops(i, j), off_chip, options.shard)
+                                                     for i, j in bounds))
+    return OptionSearch(analysis, out, engine.view.recompute, engine.head_wraps, traffic_table)
 
 
 def fastest_bounds(table: RangeCosts, suffixes: SuffixTable, stages: int) -> Bounds:
@@ -150,47 +156,59 @@ def _split_result(analysis: Analysis, table: ProfileRanges, bounds: Bounds, budg
                             "memory on the fullest IPU")
 
 
-def _weight_and_state(analysis: Analysis) -> tuple[np.ndarray, np.ndarray]:
-    """Per variable: a weight (its gradient is all-reduced), and optimizer state streamed from off chip.
+@dataclass(frozen=True, eq=False)
+class TrafficTable:
+    """Per operation, the weights and optimizer-state variables it uses: a CSR over those entries only.
 
-    A weight is always live, no optimizer state, and used both by a
-    forward operation and by a weight update. In inference neither exists.
+    A weight is always live, no optimizer state, and used both by a forward
+    operation and by a weight update (its gradient, of its size, is
+    all-reduced); optimizer state is popliner's (docs/solvers.md). Neither
+    depends on the recomputation, the head placement or where the state
+    lives, so one table serves every option set of a profile.
     """
-    engine = analysis.engine
-    count = engine.profile.variables.count
-    if not engine.training:
-        return np.zeros(count, bool), np.zeros(count, bool)
-    view, ops = engine.view, engine.ops
-    lens = np.diff(ops.var_ptr)
-    update = np.repeat(np.asarray(view.is_update, bool), lens)
-    forward = np.repeat(~np.asarray(engine.is_backward, bool) & ~np.asarray(view.is_update, bool), lens)
-    by_update = np.zeros(count, bool)
-    by_update[ops.var_idx[update]] = True
-    by_forward = np.zeros(count, bool)
-    by_forward[ops.var_idx[forward]] = True
-    state = np.asarray(view.optimizer_state, bool)
-    weights = np.asarray(engine.always_live_var, bool) & ~state & by_update & by_forward
-    off_chip = state if view.options.optimizer_state == "off-chip" else np.zeros(count, bool)
-    return weights, off_chip
+
+    ptr: np.ndarray
+    var: np.ndarray
+    weight: np.ndarray  # per entry: a weight (else optimizer state)
+    nbytes: np.ndarray  # per variable, as profiled (not divided over shards)
+
+    @classmethod
+    def of(cls, analysis: Analysis) -> TrafficTable:
+        engine = analysis.engine
+        ops = engine.ops
+        count = engine.profile.variables.count
+        if not engine.training:
+            return cls(np.zeros(ops.count + 1, np.int64), np.zeros(0, np.int64), np.zeros(0, bool),
+                       analysis.profile.variables.bytes)
+        view = engine.view
+        lens = np.diff(ops.var_ptr)
+        update = np.asarray(view.is_update, bool)
+        forward = ~np.asarray(engine.is_backward, bool) & ~update
+        by_update = np.zeros(count, bool)
+        by_update[ops.var_idx[np.repeat(update, lens)]] = True
+        by_forward = np.zeros(count, bool)
+        by_forward[ops.var_idx[np.repeat(forward, lens)]] = True
+        state = np.asarray(view.optimizer_state, bool)
+        weights = np.asarray(engine.always_live_var, bool) & ~state & by_update & by_forward
+        keep = (weights | state)[ops.var_idx]
+        kept = np.concatenate(([0], np.cumsum(keep)))
+        var = ops.var_idx[keep].astype(np.int64)
+        return cls(kept[ops.var_ptr].astype(np.int64), var, weights[var], analysis.profile.variables.bytes)
+
+    def of_ops(self, op_idx: np.ndarray, off_chip: bool, shard: int) -> IpuTraffic:
+        """Gradient bytes, and (off chip) this replica's share of the optimizer state, of a set of operations."""
+        var = gather_csr(self.ptr, self.var, op_idx)
+        weight = gather_csr(self.ptr, self.weight, op_idx)
+        state = _distinct(var[~weight]) if off_chip else var[:0]
+        return IpuTraffic(int(self.nbytes[_distinct(var[weight])].sum()),
+                          int((-(-self.nbytes[state] // shard)).sum()))  # rounded up per variable, as sharding does
 
 
-def _traffic(analysis: Analysis, table: ProfileRanges, i: int, j: int, weights: np.ndarray,
-             state: np.ndarray) -> IpuTraffic:
-    """Bytes of the weights and of the streamed optimizer state the IPU holding ``i..j`` uses (each once)."""
-    ops = analysis.engine.ops
-    var = gather_csr(ops.var_ptr, ops.var_idx, table.stage_ops(i, j))
-    nbytes = analysis.engine.profile.variables.bytes  # state already divided over the shards
-    return IpuTraffic(_distinct_bytes(var[weights[var]], nbytes), _distinct_bytes(var[state[var]], nbytes))
-
-
-def _distinct_bytes(var: np.ndarray, nbytes: np.ndarray) -> int:
-    """Bytes of the distinct variables in ``var`` (a variable several operations use counts once).
-
-    Sorting the few selected entries is far cheaper than a set over all of the stage's entries.
-    """
+def _distinct(var: np.ndarray) -> np.ndarray:
+    """The distinct variables of ``var`` (a variable several operations use counts once)."""
     if var.size == 0:
-        return 0
+        return var
     var = np.sort(var)
     keep = np.ones(var.size, bool)
     keep[1:] = var[1:] != var[:-1]
-    return int(nbytes[var[keep]].sum())
+    return var[keep]
