@@ -34,6 +34,7 @@ from popliner.ops.layers import (
 )
 from popliner.ops.operations import DEFAULT_OP_LAYERS, OperationTable, derive_operations
 from popliner.profile.cache import PendingStore, cache_path, load_cached
+from popliner.profile.cachecheck import Bad, check_csr, check_len, check_range
 from popliner.profile.files import read_profile_bytes
 from popliner.profile.model import Profile
 from popliner.progress import phase
@@ -309,7 +310,13 @@ def analyse_profile(profile: Profile, options: AnalysisOptions = AnalysisOptions
             ops = derive_operations(profile, options.op_layers)
     if layers is None:
         layers = _choose_layers(ops, options)
-    if ops.unattributed_programs:
+    if ops.count == 0 and ops.reachable_programs:
+        # Not an error: every figure is still computed, but nothing can be grouped into layers or split.
+        log.warning("%s: none of its %d programs carries a debug context (the profile has %d), so there are no "
+                    "operations and no layers: memory is reported unattributed; export the profile again with "
+                    "the compiler's debug information (debug.cbor) to get operations", profile.path,
+                    ops.reachable_programs, profile.contexts.count)
+    elif ops.unattributed_programs:
         log.info("%d of %d reachable programs have no debug context and belong to no operation",
                  ops.unattributed_programs, ops.reachable_programs)
     if options.training.head_placement != "first":
@@ -317,6 +324,27 @@ def analyse_profile(profile: Profile, options: AnalysisOptions = AnalysisOptions
         named = np.array([bool(regex.search(name)) for name in ops.names], bool)
         layers = place_unlayered(profile, ops, layers, named, options.training)
     return Analysis(profile, ops, layers, options)
+
+
+def _check_cached(profile: Profile, ops: OperationTable, layers: LayerAssignment | None) -> None:
+    """Raise ``cachecheck.Bad`` when a cached operation table or layer assignment indexes outside the profile."""
+    n, steps, programs = ops.count, profile.num_steps, profile.programs.count
+    for name in ("context", "op_type", "inputs", "is_call", "is_tensor", "first_step", "last_step"):
+        check_len(f"operation {name}", getattr(ops, name), n)
+    check_range("operation contexts", ops.context, 0, profile.contexts.count)
+    check_range("operation steps", np.concatenate((ops.first_step, ops.last_step)), -1, steps)
+    check_csr("operation programs", ops.prog_ptr, ops.prog_idx, n, programs)
+    if ops.num_variables != profile.variables.count:
+        raise Bad("the operation table is for another number of variables")
+    check_csr("operation variables", ops.var_ptr, ops.var_idx, n, ops.num_variables)
+    check_len("operation of program", ops.op_of_program, programs)
+    check_range("operation of program", ops.op_of_program, -1, n)
+    check_len("operation of step", ops.op_of_step, steps)
+    check_range("operation of step", ops.op_of_step, -1, n)
+    if layers is not None:
+        check_len("layer of operation", layers.layer_of_op, n)
+        check_len("layer notes", layers.note, n)
+        check_range("layer of operation", layers.layer_of_op, -1, len(layers.names))
 
 
 def load_analysis(path: str, options: AnalysisOptions = AnalysisOptions(), *, use_cache: bool = True,
@@ -334,7 +362,7 @@ def load_analysis(path: str, options: AnalysisOptions = AnalysisOptions(), *, us
     where = cache_path(sha, key, cache_dir)
     if use_cache:
         with phase("reading the cache"):
-            hit = load_cached(where, sha, key, str(path), OperationTable, LayerAssignment)
+            hit = load_cached(where, sha, key, str(path), OperationTable, LayerAssignment, _check_cached)
         if hit is not None:
             log.info("loaded %s from cache in %.2f s", path, time.perf_counter() - t0)
             layers = None

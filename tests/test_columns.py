@@ -118,7 +118,8 @@ def test_shortcut_steps_aside_or_agrees(tiny_text: bytes) -> None:
         assert [v.name(i) for i in range(v.count)] == [w.name(i) for i in range(w.count)], label
 
 
-@pytest.mark.parametrize("piece", [1, 5, 64])
+@pytest.mark.parametrize("piece", [pytest.param(1, marks=pytest.mark.slow), pytest.param(5, marks=pytest.mark.slow),
+                                   64])
 def test_small_pieces_read_the_same(tiny_text: bytes, piece: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """Integer lists cut into pieces and names scanned in pieces give the same profile, or the same refusal."""
     monkeypatch.setattr(columns, "_PIECE_BYTES", piece)
@@ -247,6 +248,7 @@ def _program_variants(doc: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     return out
 
 
+@pytest.mark.slow
 def test_bulk_program_reading_agrees_with_the_reference(tiny_text: bytes, monkeypatch: pytest.MonkeyPatch) -> None:
     from popliner.profile import loader
 

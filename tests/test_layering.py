@@ -10,7 +10,8 @@ Leaf utilities: ``popliner`` itself (only ``__version__``), ``errors``
 (the exception hierarchy), ``fileio`` (atomic output files; the cache writes
 through it), ``interrupts`` (signals deferred while a file is being made),
 ``arrays`` (numpy helpers), ``progress`` (stderr progress) and ``deadline``
-(a solve's ``--time-limit``, read by the range tables and the solvers). They import
+(a solve's ``--time-limit``, read by the range tables and the solvers) and ``regexes`` (users' regexes
+with a time bound). They import
 nothing else from popliner, which is checked too.
 """
 
@@ -21,7 +22,7 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "popliner"
 
-LEAVES = frozenset({"", "errors", "fileio", "interrupts", "arrays", "progress", "deadline"})
+LEAVES = frozenset({"", "errors", "fileio", "interrupts", "arrays", "progress", "deadline", "regexes"})
 
 #: Layer -> what it may import besides itself and the leaves.
 ALLOWED: dict[str, frozenset[str]] = {
@@ -41,6 +42,7 @@ LEAF_IMPORTS: dict[str, frozenset[str]] = {
     "interrupts": frozenset(),
     "deadline": frozenset(),
     "fileio": frozenset({"errors", "interrupts"}),
+    "regexes": frozenset({"errors"}),
 }
 
 

@@ -426,7 +426,7 @@ def _timed(argv: list[str], folder: Path) -> float:
 SIGNALS = [signal.SIGTERM, signal.SIGHUP, signal.SIGINT]
 
 
-@pytest.mark.parametrize("what", ["synth", "workbook", "export"])
+@pytest.mark.parametrize("what", ["synth", "workbook", pytest.param("export", marks=pytest.mark.slow)])
 def test_signals_at_random_points_leave_nothing(what: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     rng = random.Random(f"signals-{what}")
     folder = tmp_path / "run"

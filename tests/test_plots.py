@@ -83,7 +83,7 @@ def test_title_names_mode_k_and_g_with_singulars() -> None:
         "Training: K = 4 IPUs, 7 pipeline stages, G = 8 micro-batches; step")
 
 
-@pytest.mark.parametrize("k", [2, 16])
+@pytest.mark.parametrize("k", [2, pytest.param(16, marks=pytest.mark.slow)])
 def test_gantt_wraps_long_runs_over_panels(k: int) -> None:
     buf = io.BytesIO()
     write_gantt(training_result(k), buf)  # type: ignore[arg-type]

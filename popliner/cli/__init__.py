@@ -31,6 +31,7 @@ from popliner.allocator import keep_freed_memory
 from popliner.errors import EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_OK, Interrupted, OutputError, PoplinerError
 from popliner.fileio import describe_os_error
 from popliner.interrupts import in_uninterrupted
+from popliner.textsafe import shown, shown_lines
 
 __all__ = ["cli", "main"]
 
@@ -59,7 +60,8 @@ class PoplinerFailure(click.ClickException):
 
     def show(self, file: Any = None) -> None:
         if self.message:
-            click.echo(f"popliner: error: {self.format_message()}", err=True)
+            # One line whatever a name in it holds: control, bidi and line-break characters escaped.
+            click.echo(f"popliner: error: {shown(self.format_message())}", err=True)
 
 
 class QuietExit(Exception):
@@ -98,10 +100,12 @@ def failure_for(exc: BaseException) -> PoplinerFailure | QuietExit:
         return PoplinerFailure(_os_line(exc), EXIT_BAD_INPUT)
     if isinstance(exc, MemoryError):
         return PoplinerFailure("out of memory; try a smaller profile or fewer outputs at once", EXIT_BAD_INPUT)
-    if log.isEnabledFor(logging.INFO):  # -v: the full traceback for the bug report
+    # The default level is INFO (progress lines); only -v (DEBUG) adds the traceback for the bug report.
+    verbose = log.isEnabledFor(logging.DEBUG)
+    if verbose:
         # Through click, like the error line after it: the same stream, flushed in the same order.
         click.echo("".join(traceback.format_exception(type(exc), exc, exc.__traceback__)), err=True, nl=False)
-    where = "" if log.isEnabledFor(logging.INFO) else "; rerun with -v for the traceback"
+    where = "" if verbose else "; rerun with -v for the traceback"
     return PoplinerFailure(f"internal error (a bug in popliner {__version__}): {type(exc).__name__}: "
                            f"{_one_line(str(exc))}; please report it with the command line{where}", EXIT_INTERNAL)
 
@@ -390,10 +394,24 @@ def setup_logging(level: int) -> None:
     for h in list(logger.handlers):
         logger.removeHandler(h)
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("popliner: %(message)s"))
+    handler.setFormatter(_ShownFormatter("popliner: %(message)s"))
     logger.addHandler(handler)
     logger.setLevel(level)
     logger.propagate = False
+
+
+class _ShownFormatter(logging.Formatter):
+    """Log lines safe for a terminal: names from files cannot colour, retitle, reorder or forge lines.
+
+    String arguments (the names, as ``log.info("... %s", name)`` passes them) are shown on one line with
+    every non-printable character escaped; in the whole message only its own line breaks survive.
+    """
+
+    def format(self, record: logging.LogRecord) -> str:
+        if isinstance(record.args, tuple) and record.args:
+            record = logging.makeLogRecord(record.__dict__)
+            record.args = tuple(shown(a) if isinstance(a, str) else a for a in record.args)  # type: ignore[union-attr]
+        return shown_lines(super().format(record))
 
 
 def main(argv: list[str] | None = None) -> None:

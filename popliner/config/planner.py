@@ -2,7 +2,8 @@
 
 The planner sheet (:mod:`popliner.outputs.planner`) has an IPU column in its
 layer table. Editing it is how people choose a split by hand; this module
-reads that column back (openpyxl, plain cell values, no recalculation) so
+reads that column back (openpyxl, plain cell values, no recalculation; lazily and
+within a size limit, :mod:`popliner.config.workbook`) so
 that ``popliner check review.xlsx`` and ``popliner config-from review.xlsx``
 take the split exactly as typed.
 
@@ -14,14 +15,13 @@ from __future__ import annotations
 
 import json
 import os
-import zipfile
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from popliner.analysis import Analysis
 from popliner.config.model import ConfigTraining, PipelineConfig, config_from_split
 from popliner.config.options import training_of
+from popliner.config.workbook import SheetCells, open_sheet
 from popliner.errors import ConfigError
 from popliner.outputs.formula import column_letter
 from popliner.outputs.planner import IPU_COL, LAYER_COL, PLANNER_SHEET, TRAINING_COL
@@ -31,6 +31,8 @@ __all__ = ["PlannerChoice", "config_from_planner", "is_workbook", "read_planner"
 
 #: How far down the sheet the labels of the planner's rows are looked for.
 _SEARCH_ROWS = 60
+#: The columns read: the layer table's and the IPU row's (column B on, one per IPU the planner offers).
+_MAX_COLUMN = max(LAYER_COL, IPU_COL, TRAINING_COL, 5) + 1024
 
 
 def is_workbook(path: str | os.PathLike[str]) -> bool:
@@ -66,6 +68,13 @@ def read_planner(path: str | os.PathLike[str]) -> PlannerChoice:
     """The split in the planner sheet of ``path``; :class:`ConfigError` naming the cell on a bad edit."""
     source = os.fspath(path)
     sheet = _planner_sheet(source)
+    try:
+        return _read(source, sheet)
+    finally:
+        sheet.close()
+
+
+def _read(source: str, sheet: Any) -> PlannerChoice:
     labels = {str(sheet.cell(row=r, column=1).value).strip(): r for r in range(1, _SEARCH_ROWS + 1)
               if sheet.cell(row=r, column=1).value is not None}
     header = next((r for r in range(1, _SEARCH_ROWS + 1) if sheet.cell(row=r, column=LAYER_COL).value == "Layer"
@@ -114,19 +123,10 @@ def _training(source: str, sheet: Any, row: int, mode: str) -> ConfigTraining | 
     return training_from_document(document, _where(source, cell))
 
 
-def _planner_sheet(source: str) -> Any:
-    from openpyxl import load_workbook
-
-    if not Path(source).is_file():
-        raise ConfigError(f"{source}: no such file")
-    try:
-        book = load_workbook(source, read_only=False, data_only=False)
-    except (zipfile.BadZipFile, KeyError, ValueError, OSError) as exc:
-        raise ConfigError(f"{source}: not a readable .xlsx workbook ({exc})") from None
-    if PLANNER_SHEET not in book.sheetnames:
-        raise ConfigError(f"{source}: no sheet {PLANNER_SHEET!r} (its sheets: {', '.join(book.sheetnames)}); "
-                          "write the review workbook with `popliner PROFILE -o review.xlsx`")
-    return book[PLANNER_SHEET]
+def _planner_sheet(source: str) -> SheetCells:
+    # Lazily and within a size limit: only the planner sheet, only as far down as its layer table.
+    return open_sheet(source, PLANNER_SHEET, _MAX_COLUMN,
+                      "write the review workbook with `popliner PROFILE -o review.xlsx`")
 
 
 def _is_whole(value: object) -> bool:
@@ -140,7 +140,7 @@ def _is_whole(value: object) -> bool:
 def _ipu_numbers(sheet: Any, row: int) -> int:
     """How many IPU columns the planner offers (0, 1, ... from column B of the IPU row)."""
     count = 0
-    while sheet.cell(row=row, column=2 + count).value == count:
+    while 2 + count <= _MAX_COLUMN and sheet.cell(row=row, column=2 + count).value == count:
         count += 1
     return max(count, 1)
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from popliner.config.model import ConfigTraining, PipelineConfig
 from popliner.errors import UsageProblem
+from popliner.textsafe import shown
 
 
 class FlowList(list):  # type: ignore[type-arg]
@@ -55,8 +56,13 @@ def snippets(cfg: PipelineConfig) -> dict[str, Any]:
 
 
 def _q(text: str) -> str:
-    # JSON string syntax is valid Python string syntax for any text.
-    return json.dumps(text, ensure_ascii=False)
+    """``text`` as a Python string literal: whatever it holds, it cannot end the literal or the line.
+
+    JSON string syntax is valid Python string syntax for any text, and JSON escapes quotes, backslashes
+    and C0 controls; the other non-printable characters (DEL, C1 controls, U+2028/U+2029, bidi
+    overrides) are escaped too, so that the line reads as it parses.
+    """
+    return shown(json.dumps(text, ensure_ascii=False))
 
 
 def _header(cfg: PipelineConfig, tool: str) -> list[str]:
@@ -101,7 +107,7 @@ def popart_snippet(cfg: PipelineConfig) -> str:
 
 def _popart_training(t: ConfigTraining) -> list[str]:
     """SessionOptions for the recorded training options (PopART's names)."""
-    lines = [f"# Training options of popliner's figures: {t.summary()}."]
+    lines = [f"# Training options of popliner's figures: {shown(t.summary())}."]
     if t.recompute in ("pipeline", "every-layer"):
         lines.append("opts.autoRecomputation = popart.RecomputationType.Pipeline")
     if t.recompute == "every-layer":
@@ -144,7 +150,8 @@ def poptorch_snippet(cfg: PipelineConfig) -> str:
     ]
     for s in cfg.stages:
         tail = f" .. {s.layers[-1]}" if len(s.layers) > 1 else ""
-        lines.append(f"# IPU {s.ipu}: {len(s.layers)} layer(s), {s.layers[0]}{tail}")
+        # A comment ends at the first line break: names go in with every non-printable character escaped.
+        lines.append(f"# IPU {s.ipu}: {len(s.layers)} layer(s), {shown(s.layers[0])}{shown(tail)}")
     lines += ["", "opts = poptorch.Options()",
               "opts.setExecutionStrategy(poptorch.PipelinedExecution(poptorch.AutoStage.SameAsIpu))"]
     if cfg.training:
@@ -157,7 +164,7 @@ def poptorch_snippet(cfg: PipelineConfig) -> str:
 
 def _poptorch_training(t: ConfigTraining) -> list[str]:
     """poptorch.Options calls for the recorded training options (PopTorch's names)."""
-    lines = [f"# Training options of popliner's figures: {t.summary()}."]
+    lines = [f"# Training options of popliner's figures: {shown(t.summary())}."]
     if t.recompute in ("pipeline", "every-layer"):
         lines.append("opts._Popart.set(\"autoRecomputation\", 3)  # popart.RecomputationType.Pipeline")
     if t.recompute == "every-layer":

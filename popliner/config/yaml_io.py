@@ -42,6 +42,7 @@ from popliner.memory.types import COMPONENTS, ComponentBytes
 from popliner.pipeline import head_stage
 from popliner.profile.loader import MAX_TILES
 from popliner.profile.tilevector import MAX_VALUE
+from popliner.regexes import BoundedRegex, regex_error
 
 __all__ = ["config_from_document", "config_to_document", "parse_config", "read_config", "training_from_document",
            "write_config"]
@@ -517,8 +518,8 @@ class _Reader:
             return None
         text = self.text(value, where)
         try:
-            re.compile(text)
-        except re.error as exc:
+            BoundedRegex(text, where)  # the engine the analysis runs it with (time-bounded)
+        except regex_error as exc:
             self.fail(where, f"not a regular expression ({exc})", "fix the pattern, or remove the key for the default")
         return text
 

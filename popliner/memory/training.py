@@ -87,9 +87,9 @@ class TrainingOptions:
             raise UsageProblem(f"--replication-factor {self.replication_factor!r}: expected an integer >= 1")
         if self.sharded_optimizer_state and self.replication_factor < 2:
             raise UsageProblem("--sharded-optimizer-state needs --replication-factor 2 or more")
-        compile_regex(self.update_regex, "--update-regex")
+        compile_regex(self.update_regex, "--update-regex or training.update_regex")
         if self.optimizer_state_regex is not None:
-            compile_regex(self.optimizer_state_regex, "--optimizer-state-regex")
+            compile_regex(self.optimizer_state_regex, "--optimizer-state-regex or training.optimizer_state_regex")
 
     @property
     def shard(self) -> int:
@@ -154,7 +154,7 @@ def _through_calls(named: np.ndarray, called: np.ndarray) -> np.ndarray:
 def update_operations(profile: Profile, ops: OperationTable, update_regex: str = DEFAULT_UPDATE_REGEX,
                       called: np.ndarray | None = None) -> np.ndarray:
     """Bool per operation: a weight update (by name, or a call site whose body is one)."""
-    regex = compile_regex(update_regex, "--update-regex")
+    regex = compile_regex(update_regex, "--update-regex or training.update_regex")
     named = np.array([bool(regex.search(n)) for n in ops.names], bool)
     return _through_calls(named, called_operations(profile, ops) if called is None else called)
 
@@ -166,7 +166,7 @@ def optimizer_state_variables(
     """Bool per variable: optimizer state (see docs/solvers.md)."""
     v = profile.variables
     if state_regex is not None:
-        regex = compile_regex(state_regex, "--optimizer-state-regex")
+        regex = compile_regex(state_regex, "--optimizer-state-regex or training.optimizer_state_regex")
         names = np.array([bool(regex.search(v.name(i))) for i in range(v.count)], bool)
         return np.asarray(names & always_live_var, bool)
     lens = ops.var_ptr[1:] - ops.var_ptr[:-1]

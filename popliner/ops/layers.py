@@ -32,6 +32,7 @@ import numpy as np
 
 from popliner.errors import UsageProblem
 from popliner.ops.operations import OperationTable
+from popliner.regexes import BoundedRegex, compile_bounded
 
 __all__ = [
     "AUTO_PRESET",
@@ -130,11 +131,9 @@ class LayerAssignment:
         return self.layered_ops / n if n else 1.0
 
 
-def compile_regex(pattern: str, option: str) -> re.Pattern[str]:
-    try:
-        return re.compile(pattern)
-    except re.error as exc:
-        raise UsageProblem(f"{option} {pattern!r}: not a valid regular expression ({exc})") from None
+def compile_regex(pattern: str, option: str) -> BoundedRegex:
+    """``pattern`` with a time bound on its searches (see :mod:`popliner.regexes`); ``option`` names its source."""
+    return compile_bounded(pattern, option)
 
 
 def natural_key(text: str) -> tuple[tuple[int, int | str], ...]:
@@ -142,11 +141,12 @@ def natural_key(text: str) -> tuple[tuple[int, int | str], ...]:
     return tuple((0, int(part)) if part.isdigit() else (1, part) for part in re.split(r"(\d+)", text) if part)
 
 
-def _match(regex: re.Pattern[str], text: str) -> str | None:
+def _match(regex: BoundedRegex, text: str) -> str | None:
     m = regex.search(text)
     if m is None:
         return None
-    return m.group(1) if regex.groups else m.group(0)
+    found: str | None = m.group(1) if regex.groups else m.group(0)
+    return found
 
 
 def choose_layers(
@@ -261,7 +261,7 @@ def _joined_inputs(inputs: tuple[str, ...], dots_to_slashes: bool) -> str:
 
 
 def _layer_of(
-    ops: OperationTable, op: int, name_re: re.Pattern[str], next_layer: str | None, joined: str
+    ops: OperationTable, op: int, name_re: BoundedRegex, next_layer: str | None, joined: str
 ) -> tuple[str | None, str]:
     if ops.is_tensor[op]:
         return None, "tensor"

@@ -6,6 +6,7 @@ from typing import IO
 from xml.etree import ElementTree as ET
 
 from popliner.check import CheckResult, IpuCheck
+from popliner.textsafe import shown
 
 __all__ = ["check_table", "write_junit"]
 
@@ -18,7 +19,7 @@ def check_table(result: CheckResult) -> str:
         f"{'budget':>10} {'headroom':>10}  fits",
     ]
     for ipu in result.ipus:
-        span = ipu.layers[0] if len(ipu.layers) == 1 else f"{ipu.layers[0]}..{ipu.layers[-1]}"
+        span = shown(ipu.layers[0] if len(ipu.layers) == 1 else f"{ipu.layers[0]}..{ipu.layers[-1]}")
         lines.append(f"{ipu.ipu:>3}  {span:<18} {ipu.worst_tile:>5} {ipu.worst_tile_bytes:>10,} "
                      f"{ipu.worst_tile_memory.total:>10,} {ipu.worst_tile_stash:>10,} {ipu.copy_buffer:>9,} "
                      f"{ipu.budget:>10,} {ipu.headroom:>10,}  {'yes' if ipu.fits else 'NO'}")
@@ -38,25 +39,29 @@ def overflow_text(ipu: IpuCheck) -> str:
     ]
     if ipu.peak_step >= 0:
         parts.append(f"  variables peak at step {ipu.peak_step}; largest live there:")
-        parts.extend(f"    {v.bytes:>10,}  {v.name}" for v in ipu.largest_live)
+        parts.extend(f"    {v.bytes:>10,}  {shown(v.name)}" for v in ipu.largest_live)
     return "\n".join(parts)
 
 
 def write_junit(result: CheckResult, stream: IO[bytes]) -> None:
-    """One test case per IPU; an IPU over budget is a failure with the details."""
+    """One test case per IPU; an IPU over budget is a failure with the details.
+
+    Names go in with their non-printable characters escaped: XML forbids most control characters
+    outright, and a CI page shows the rest raw.
+    """
     failures = sum(not i.fits for i in result.ipus)
     suite = ET.Element("testsuite", name="popliner memory budget", tests=str(len(result.ipus)),
                        failures=str(failures), errors="0")
     for ipu in result.ipus:
-        case = ET.SubElement(suite, "testcase", classname=f"popliner.check.{_stem(result.config_path)}",
+        case = ET.SubElement(suite, "testcase", classname=f"popliner.check.{shown(_stem(result.config_path))}",
                              name=f"ipu{ipu.ipu}_fits")
         if not ipu.fits:
             failure = ET.SubElement(case, "failure", message=f"IPU {ipu.ipu} needs {ipu.worst_tile_bytes} bytes "
                                                              f"on tile {ipu.worst_tile}; budget {ipu.budget}")
             failure.text = overflow_text(ipu)
         out = ET.SubElement(case, "system-out")
-        out.text = (f"layers {', '.join(ipu.layers)}; worst tile {ipu.worst_tile} with {ipu.worst_tile_bytes} bytes; "
-                    f"headroom {ipu.headroom} bytes")
+        out.text = (f"layers {shown(', '.join(ipu.layers))}; worst tile {ipu.worst_tile} with "
+                    f"{ipu.worst_tile_bytes} bytes; headroom {ipu.headroom} bytes")
     ET.ElementTree(suite).write(stream, encoding="utf-8", xml_declaration=True)
 
 

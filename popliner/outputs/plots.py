@@ -38,6 +38,7 @@ from popliner.outputs.rows import Breakdown
 from popliner.report.aggregate import grid_values
 from popliner.report.types import IpuMemory
 from popliner.solvers.result import SplitResult, StageResult
+from popliner.textsafe import shown
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -68,6 +69,12 @@ def _image_format(path: str | os.PathLike[str], force: bool) -> str:
         raise UsageProblem(f"{target}: plot file names end in .png or .svg")
     check_writable(target, force)
     return fmt
+
+
+def _label(name: str) -> str:
+    """A name from the profile as plot text: non-printable characters escaped (they would make the SVG
+    unparseable XML and garble a PNG), and ``$`` escaped so that matplotlib does not read it as math."""
+    return shown(name).replace("$", r"\$")
 
 
 @contextlib.contextmanager
@@ -117,7 +124,7 @@ def plot_layers(breakdown: Breakdown, path: str | os.PathLike[str], *, budget_by
     """Per-layer memory: components summed over tiles (top), worst tile vs budget (bottom)."""
     fmt = _image_format(path, force)
     with _plot_style():
-        names = [layer.layer for layer in breakdown.layers]
+        names = [_label(layer.layer) for layer in breakdown.layers]
         figure = _new_figure(_width_for(len(names)), 8.0)
         top, bottom = figure.subplots(2, 1, sharex=True)
         _draw_layer_components(top, breakdown, budget_bytes)
@@ -200,7 +207,7 @@ def _stage_label(stage: StageResult) -> str:
     if not stage.layers:
         return f"IPU {stage.ipu}\n(empty)"
     span = stage.first_layer if len(stage.layers) == 1 else f"{stage.first_layer} .. {stage.last_layer}"
-    return f"IPU {stage.ipu}\n{span}"
+    return f"IPU {stage.ipu}\n{_label(span or '')}"
 
 
 def _draw_stages(axes: Axes, split: SplitResult, budget: int) -> None:
@@ -303,7 +310,7 @@ def _draw_heatmap(axes: Axes, ipu: IpuMemory, colours: tuple[Any, Any]) -> Any:
         axes.add_patch(Rectangle((c - 2.5, r - 2.5), 5, 5, fill=False, edgecolor="black", linewidth=1.2))
     verdict = "fits" if ipu.fits else "OVER"
     stash = ipu.stash_per_tile[worst] + ipu.copy_per_tile[worst]
-    axes.set_title(f"{ipu.label}\nworst tile {worst}: {_kb(ipu.worst_bytes)} ({verdict}),\n"
+    axes.set_title(f"{_label(ipu.label)}\nworst tile {worst}: {_kb(ipu.worst_bytes)} ({verdict}),\n"
                    f"of which stash + copy buffers {_kb(stash)}", fontsize=8)
     axes.set_xticks([])
     axes.set_yticks([0, nrows - 1], ["tile 0", f"tile {(nrows - 1) * ncols}"], fontsize=6)

@@ -10,6 +10,7 @@ from typing import IO, Any
 
 from popliner.memory.training import model_layer_counts
 from popliner.solvers.result import SplitResult
+from popliner.textsafe import shell_word, shown
 
 __all__ = ["UNLAYERED", "FitFacts", "NextSteps", "split_document", "split_picture", "split_summary", "split_table",
            "write_split_json"]
@@ -75,7 +76,7 @@ def split_picture(split: SplitResult, has_unlayered: bool) -> str:
         return "[ no split ]"
     parts = []
     for s in split.stages:
-        names = list(s.layers)
+        names = [shown(name) for name in s.layers]
         if s.index == 0 and has_unlayered:
             names.insert(0, UNLAYERED)
         parts.append(" ".join(names))
@@ -91,6 +92,7 @@ def split_table(split: SplitResult) -> str:
     ]
     for s in split.stages:
         span = s.first_layer if s.first_layer == s.last_layer else f"{s.first_layer}..{s.last_layer}"
+        span = shown(span) if span else span
         headroom = (split.budget_bytes - s.worst_tile_bytes) / split.budget_bytes if split.budget_bytes else 0.0
         model = s.worst_tile_bytes - s.worst_tile_stash - s.copy_buffer
         lines.append(
@@ -103,7 +105,7 @@ def split_table(split: SplitResult) -> str:
             lines.append(f"IPU {s.ipu} is over budget by {s.worst_tile_bytes - split.budget_bytes:,} bytes on tile "
                          f"{s.overflow.tile}" + (f"; variables peak at step {s.overflow.step}:" if s.overflow.step >= 0
                                                  else ""))
-            lines.extend(f"    {v.bytes:>10,}  {v.name}" for v in s.overflow.largest_live)
+            lines.extend(f"    {v.bytes:>10,}  {shown(v.name)}" for v in s.overflow.largest_live)
     return "\n".join(lines)
 
 
@@ -183,19 +185,15 @@ def _next_step_lines(steps: NextSteps) -> list[str]:
 
 
 def _shell_word(text: str) -> str:
-    import shlex
-
-    return shlex.quote(text)
+    return shell_word(text)  # a name that is not printable goes in as $'...' with escapes
 
 
 def solve_command(argv: Sequence[str], config: str) -> str:
     """The user's command line with ``--config-out CONFIG`` added (verbosity flags dropped)."""
-    import shlex
-
     kept = [a for a in argv if a not in ("-v", "-vv", "-vvv", "--verbose", "-q", "--quiet")]
     if kept and kept[0] == "analyse":
         kept = kept[1:]
-    return shlex.join(["popliner", *kept, "--config-out", config])
+    return " ".join(shell_word(word) for word in ["popliner", *kept, "--config-out", config])
 
 
 def fit_facts(analysis: Any, problem: Any, link_bytes_per_second: float = 64e9) -> FitFacts:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import io
 import json
 import logging
 import math
@@ -36,18 +37,19 @@ import re
 import struct
 import zipfile
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import Any, BinaryIO, Generic, TypeVar
 
 import numpy as np
 from numpy.lib import format as npy_format
 
 from popliner import __version__
-from popliner.fileio import atomic_write
 from popliner.profile import zcodec
+from popliner.profile.cachecheck import Bad, check_profile
+from popliner.profile.cachefs import open_entry, usable_dir, write_entry
 from popliner.profile.model import Contexts, NameTable, Profile, Programs, Target, Variables, VertexTypes
 from popliner.profile.tilevector import RunTable
 
@@ -68,7 +70,8 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 #: 4: the derived data under "derived" (its type named by the caller), names tuples as lists, layers stored.
-CACHE_FORMAT = 4
+#: 5: "digest" binds the stored arrays to the profile.
+CACHE_FORMAT = 5
 _CLASSES: dict[str, type] = {
     c.__name__: c for c in (Profile, Target, Programs, Variables, NameTable, Contexts, VertexTypes, RunTable)
 }
@@ -76,7 +79,8 @@ D = TypeVar("D")
 L = TypeVar("L")
 #: What a bad cache file can raise while it is read (it is then rebuilt).
 _READ_ERRORS: tuple[type[Exception], ...] = (
-    OSError, ValueError, KeyError, TypeError, EOFError, zipfile.BadZipFile, json.JSONDecodeError, UnicodeDecodeError,
+    OSError, ValueError, KeyError, TypeError, IndexError, EOFError, zipfile.BadZipFile, json.JSONDecodeError,
+    UnicodeDecodeError, RecursionError,
 ) + zcodec.ERRORS
 #: Integer arrays at least this long are narrowed and deflated.
 _PACK_MIN = 4096
@@ -159,12 +163,23 @@ class PendingStore:
         for k, future in self._packing.items():  # in the order of the arrays: the same file every time
             arrays[k], codecs[k] = future.result()
         meta["codecs"] = codecs
-        # The document (names of programs and contexts, their data) is deflated too.
-        arrays["__meta__"] = np.frombuffer(zcodec.compress(json.dumps(meta).encode("utf-8")), dtype=np.uint8)
+        meta["digest"] = _digest(sha256, arrays)
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            with atomic_write(path, force=True, binary=True) as fh:
-                np.savez(fh, **arrays)  # type: ignore[arg-type]
+            # The document (names of programs and contexts, their data) is deflated too.
+            document = json.dumps(meta).encode("utf-8")
+        except (ValueError, RecursionError) as exc:  # free-form data nested too deep for the encoder
+            log.warning("not caching %s: its free-form data cannot be stored (%s)", path,
+                        type(exc).__name__)
+            return
+        arrays["__meta__"] = np.frombuffer(zcodec.compress(document), dtype=np.uint8)
+        if not usable_dir(path.parent):
+            return
+
+        def write(fh: BinaryIO) -> None:
+            np.savez(fh, **arrays)  # type: ignore[arg-type]
+
+        try:
+            write_entry(path, write)
         except OSError as exc:
             log.info("could not write cache %s: %s", path, exc)
 
@@ -180,48 +195,95 @@ class CacheHit(Generic[D, L]):
 
 
 def load_cached(path: Path, sha256: str, options_key: str, profile_path: str, derived: type[D],
-                layers_type: type[L]) -> CacheHit[D, L] | None:
-    """The cached profile, derived data and layers (of the types named), or None when absent, stale or corrupt."""
+                layers_type: type[L], check: Callable[[Profile, D, L | None], None] | None = None,
+                ) -> CacheHit[D, L] | None:
+    """The cached profile, derived data and layers (of the types named), or None when absent, stale or corrupt.
+
+    An entry whose arrays do not match the digest it was written with, or
+    that breaks the profile's invariants (:func:`check_profile`, then
+    ``check`` on the derived data), was tampered with: one warning line, and
+    the caller rebuilds it. An entry that is no regular file of ours, or a
+    cache folder others can write, is never read (see :mod:`cachefs`).
+    """
     classes = {**_CLASSES, derived.__name__: derived, layers_type.__name__: layers_type}
-    if not path.is_file():
+    if not usable_dir(path.parent):
+        return None
+    fh = open_entry(path)
+    if fh is None:
         return None
     try:
-        arrays = _read_npz(path)
+        with fh:
+            arrays = _read_npz(fh)
         meta = json.loads(zcodec.decompress(arrays.pop("__meta__")).decode("utf-8"))
         if (meta.get("version"), meta.get("format"), meta.get("sha256"), meta.get("options")) != (
             __version__, CACHE_FORMAT, sha256, options_key,
         ):
             log.debug("cache %s is stale; rebuilding", path)
             return None
-        _unpack_all(arrays, meta["codecs"])
+        # The digest is taken on its own thread (hashlib lets go of the GIL) while the columns are unpacked.
+        with ThreadPoolExecutor(1) as pool:
+            digest = pool.submit(_digest, sha256, dict(arrays))
+            _unpack_all(arrays, meta["codecs"])
+            if meta.get("digest") != digest.result():
+                raise Bad("its arrays do not match their digest")
         profile = _unflatten(meta["profile"], arrays, _CLASSES)
         extra = _unflatten(meta["derived"], arrays, classes)
         stored = meta.get("layers")
         layers = None if stored is None else (stored[0], _unflatten(stored[1], arrays, classes))
+        if not isinstance(profile, Profile) or not isinstance(extra, derived):
+            raise _OtherTypes("it holds other types than the caller asked for")
+        if layers is not None and not (isinstance(layers[0], str) and isinstance(layers[1], layers_type)):
+            raise _OtherTypes("its layers hold other types than the caller asked for")
+        check_profile(profile)
+        if check is not None:
+            check(profile, extra, None if layers is None else layers[1])
+    except _OtherTypes as exc:
+        log.debug("cache %s: %s; rebuilding", path, exc)
+        return None
+    except Bad as exc:
+        log.warning("cache entry %s was changed since it was written (%s); rebuilding it", path, exc)
+        return None
     except _READ_ERRORS as exc:
         log.debug("cache %s is unreadable (%s); rebuilding", path, exc)
         return None
-    if not isinstance(profile, Profile) or not isinstance(extra, derived):
-        return None
-    if layers is not None and not (isinstance(layers[0], str) and isinstance(layers[1], layers_type)):
-        layers = None
     # The same content may sit under another name; report the name used now.
     return CacheHit(dataclasses.replace(profile, path=profile_path), extra, layers)
 
 
-def _read_npz(path: Path) -> dict[str, np.ndarray]:
+class _OtherTypes(Exception):
+    """The entry holds other types than the caller asked for (written by another caller): a miss."""
+
+
+def _digest(sha256: str, arrays: dict[str, np.ndarray]) -> str:
+    """SHA-256 of the profile's digest and every stored array (name, type, shape, bytes) but the metadata.
+
+    Taken over the arrays as stored (packed), so it costs a few milliseconds
+    per ten megabytes of cache file.
+    """
+    h = hashlib.sha256(sha256.encode())
+    for k in sorted(arrays):
+        if k == "__meta__":
+            continue
+        a = arrays[k]
+        h.update(f"{k}|{a.dtype.str}|{a.shape}|".encode())
+        flat = a.reshape(-1, order="A")  # a view of a C- or Fortran-ordered array: its bytes as stored
+        if a.size:
+            h.update(np.ascontiguousarray(flat).view(np.uint8).data)
+    return h.hexdigest()
+
+
+def _read_npz(f: io.BufferedReader) -> dict[str, np.ndarray]:
     """``np.load(path, allow_pickle=False)`` of every member, each read straight into its array.
 
     The CRC-32 of every member is checked, as zipfile does, so a damaged file
-    is an error (and the cache is rebuilt). A file with compressed members
-    (not written by popliner) goes through ``np.load``.
+    is an error (and the cache is rebuilt), and so is a file with compressed
+    members (popliner never writes one).
     """
     arrays: dict[str, np.ndarray] = {}
-    with open(path, "rb") as f, zipfile.ZipFile(f) as zf:
+    with zipfile.ZipFile(f) as zf:
         infos = zf.infolist()
         if any(i.compress_type != zipfile.ZIP_STORED or i.flag_bits & 0x1 for i in infos):
-            with np.load(path, allow_pickle=False) as data:
-                return {k: data[k] for k in data.files}
+            raise ValueError("compressed members: not written by popliner")
         for info in infos:
             name = info.filename[:-4] if info.filename.endswith(".npy") else info.filename
             f.seek(info.header_offset)

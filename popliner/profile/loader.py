@@ -721,7 +721,8 @@ class _Builder:
         vert_keys: list[int] = []
         vert_objs: list[Any] = []
         has_cycles = False
-        fast_lens = None if self.extracted is None else self.extracted.program_var_lens.tolist()  # type: ignore[union-attr]
+        lens = None if self.extracted is None else self.extracted.program_var_lens
+        fast_lens = None if lens is None else lens.tolist()  # None also when no program lists variables
         fast_count = 0
         ctx_index = self.ctx_index
         for i, p in enumerate(raw):

@@ -12,6 +12,7 @@ from typing import IO, Any
 
 from popliner.simulator.engine import SimResult, memory_over_time
 from popliner.simulator.schedule import render_ipu_view, render_stage_view
+from popliner.textsafe import shown
 
 __all__ = [
     "BAR_COLOURS",
@@ -68,8 +69,8 @@ def _mode(result: SimResult) -> str:
 
 
 def _stage_table(result: SimResult) -> str:
-    rows = [[str(s.index), str(s.ipu), s.kind, _int(s.cycles), _int(s.recompute_cycles), _int(s.send_bytes), s.label]
-            for s in result.stages]
+    rows = [[str(s.index), str(s.ipu), s.kind, _int(s.cycles), _int(s.recompute_cycles), _int(s.send_bytes),
+             shown(s.label)] for s in result.stages]
     return _table(["PS", "IPU", "kind", "cycles/mb", "of which recompute", "sends B/mb", "layers"], rows,
                   left=(2, 6))
 

@@ -1,0 +1,93 @@
+"""Regular expressions from users and files, run with a time bound.
+
+A pattern such as ``(a|aa)+$`` backtracks exponentially: Python's ``re``
+takes seconds on a 34-character name and doubles with every few more, and
+it cannot be interrupted. Patterns given in options, configs and workbooks
+are therefore compiled with the ``regex`` package (the same syntax as
+``re``, its version 0 behaviour) and each search gets a timeout. A search
+that runs out of time, or searches with one pattern that together run past
+their total, stop the run with one line naming the pattern and where it came
+from (exit 2).
+
+Bounds: :data:`SEARCH_SECONDS` per search, :data:`TOTAL_SECONDS` for all
+searches with one compiled pattern; ``POPLINER_REGEX_SECONDS`` raises (or
+lowers) both, in proportion.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+import regex
+
+from popliner.errors import UsageProblem
+
+__all__ = ["SEARCH_SECONDS", "TOTAL_SECONDS", "BoundedRegex", "compile_bounded", "regex_error"]
+
+#: Seconds one search may take (a profile's names are at most a few hundred characters).
+SEARCH_SECONDS = 1.0
+#: Seconds all searches with one pattern may take together (a million names take about one).
+TOTAL_SECONDS = 20.0
+_ENV = "POPLINER_REGEX_SECONDS"
+
+#: What ``regex`` raises for a pattern it cannot compile.
+regex_error = regex.error
+
+
+def _scale() -> float:
+    text = os.environ.get(_ENV)
+    if not text:
+        return 1.0
+    try:
+        value = float(text)
+    except ValueError:
+        raise UsageProblem(f"{_ENV}={text!r}: expected a number of seconds") from None
+    if not 0 < value < 1e6:
+        raise UsageProblem(f"{_ENV}={text!r}: expected a positive number of seconds below 1e6")
+    return value / SEARCH_SECONDS
+
+
+class BoundedRegex:
+    """A compiled pattern whose searches share a time budget; ``search`` and ``groups`` as ``re.Pattern``'s."""
+
+    def __init__(self, pattern: str, source: str) -> None:
+        self.pattern = pattern
+        self.source = source
+        self._compiled = regex.compile(pattern, regex.VERSION0)
+        self.groups: int = self._compiled.groups
+        scale = _scale()
+        self._each = SEARCH_SECONDS * scale
+        self._left = TOTAL_SECONDS * scale
+        self._searches = 0
+
+    def search(self, text: str) -> Any:
+        """The first match in ``text`` or None; :class:`UsageProblem` past the time bound."""
+        start = time.monotonic()
+        try:
+            found = self._compiled.search(text, timeout=max(min(self._each, self._left), 1e-3))
+        except TimeoutError:
+            self._runaway(f"over {min(self._each, max(self._left, 0)):.3g} s on {_shown(text)}")
+        self._searches += 1
+        self._left -= time.monotonic() - start
+        if self._left <= 0:
+            self._runaway(f"{self._each * TOTAL_SECONDS / SEARCH_SECONDS:.3g} s over {self._searches} names")
+        return found
+
+    def _runaway(self, how: str) -> None:
+        raise UsageProblem(f"regex {self.pattern!r} ({self.source}) runs too long ({how}): it backtracks, as "
+                           f"nested repeats like (a|aa)+ do; simplify it, or set {_ENV} to allow more seconds "
+                           f"per name (now {self._each:g})") from None
+
+
+def _shown(text: str) -> str:
+    return repr(text if len(text) <= 60 else text[:57] + "...")
+
+
+def compile_bounded(pattern: str, source: str) -> BoundedRegex:
+    """``pattern`` compiled with a time bound; :class:`UsageProblem` naming ``source`` when it is no regex."""
+    try:
+        return BoundedRegex(pattern, source)
+    except regex.error as exc:
+        raise UsageProblem(f"{source} {pattern!r}: not a valid regular expression ({exc})") from None

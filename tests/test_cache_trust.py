@@ -1,0 +1,225 @@
+"""The cache trusts nothing in its folder (issue 22, point 1).
+
+Planted links, FIFOs and devices under an entry's name are never opened or
+followed, a folder others can write is not used, and an entry whose arrays
+were changed is rebuilt with one warning line instead of giving other
+figures or crashing.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from popliner.analysis import load_analysis
+from popliner.profile import cache as cache_mod
+from popliner.profile import cachefs, zcodec
+
+TINY = Path(__file__).resolve().parent.parent / "fixtures" / "profiles" / "tiny.json"
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture()
+def setup(tmp_path, monkeypatch):
+    """(profile path, cache folder, the entry's path) with a fresh 0700 cache folder."""
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("POPLINER_CACHE_DIR", str(cache))
+    cachefs._REFUSED.clear()
+    target = tmp_path / "model.json"
+    shutil.copy(TINY, target)
+    load_analysis(str(target))
+    (entry,) = cache.glob("*.npz")
+    return target, cache, entry
+
+
+def figures(a):
+    return a.model.stage(np.arange(a.ops.count)).per_tile.tolist(), a.ops.names, a.layer_names
+
+
+def warnings(caplog):
+    return [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+def test_folder_is_created_private(setup):
+    _, cache, entry = setup
+    assert stat.S_IMODE(os.stat(cache).st_mode) == 0o700
+    assert stat.S_IMODE(os.stat(entry).st_mode) == 0o600
+    assert [p.name for p in cache.iterdir()] == [entry.name]  # no temporary file left
+
+
+def test_planted_symlink_is_replaced_and_its_target_untouched(setup, tmp_path, caplog):
+    profile, cache, entry = setup
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    entry.unlink()
+    entry.symlink_to(victim)
+    a = load_analysis(str(profile))
+    assert not a.from_cache
+    assert victim.read_text() == "precious\n"
+    assert not entry.is_symlink() and entry.is_file()  # the link itself was replaced by a new entry
+    (line,) = [w for w in warnings(caplog) if "symbolic link" in w]
+    assert str(entry) in line and "\n" not in line
+    assert load_analysis(str(profile)).from_cache
+
+
+def test_symlink_to_dev_null_is_ignored(setup):
+    profile, _, entry = setup
+    entry.unlink()
+    entry.symlink_to("/dev/null")
+    cold = load_analysis(str(profile))
+    assert not cold.from_cache and entry.is_file() and not entry.is_symlink()
+    assert os.path.exists("/dev/null") and stat.S_ISCHR(os.stat("/dev/null").st_mode)
+
+
+def test_fifo_does_not_hang(setup, tmp_path):
+    profile, cache, entry = setup
+    entry.unlink()
+    os.mkfifo(entry)
+    env = {**os.environ, "POPLINER_CACHE_DIR": str(cache), "PYTHONPATH": str(REPO)}
+    r = subprocess.run([sys.executable, "-m", "popliner", "-q", str(profile), "-o", str(tmp_path / "t.csv")],
+                       env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert entry.is_file() and not stat.S_ISFIFO(os.lstat(entry).st_mode)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mknod of a device needs root")
+def test_device_entry_is_ignored(setup, caplog):
+    profile, _, entry = setup
+    entry.unlink()
+    os.mknod(entry, 0o600 | stat.S_IFCHR, os.makedev(1, 3))  # a second /dev/null
+    a = load_analysis(str(profile))
+    assert not a.from_cache and entry.is_file()
+    assert any("a device" in w for w in warnings(caplog))
+
+
+def _rewrite(entry: Path, change) -> None:
+    """Load the entry's members, let ``change`` edit the arrays (and metadata), write it back like popliner."""
+    with np.load(entry, allow_pickle=False) as data:
+        arrays = {k: data[k] for k in data.files}
+    meta = json.loads(zcodec.decompress(arrays["__meta__"]).decode())
+    change(arrays, meta)
+    arrays["__meta__"] = np.frombuffer(zcodec.compress(json.dumps(meta).encode()), np.uint8)
+    with open(entry, "wb") as fh:
+        np.savez(fh, **arrays)
+
+
+def test_tampered_bytes_are_caught_by_the_digest(setup, caplog):
+    profile, _, entry = setup
+    cold = figures(load_analysis(str(profile), use_cache=False))
+
+    def change(arrays, meta):
+        arrays["p.variables.bytes."] = arrays["p.variables.bytes."] // 10  # same metadata, other sizes
+
+    _rewrite(entry, change)
+    a = load_analysis(str(profile))
+    assert not a.from_cache and figures(a) == cold
+    (line,) = [w for w in warnings(caplog) if "changed since it was written" in w]
+    assert "digest" in line and str(entry) in line
+    assert load_analysis(str(profile)).from_cache  # rebuilt
+
+
+@pytest.mark.parametrize("column, value", [("p.variables.tile.", 4), ("p.variables.tile.", -1),
+                                           ("p.variables.klass.", 99), ("p.steps.", 14),
+                                           ("d.op_of_step.", 8), ("p.contexts.parent.", 10)])
+def test_tampered_indices_are_caught_even_with_a_new_digest(setup, caplog, column, value):
+    profile, _, entry = setup
+    cold = figures(load_analysis(str(profile), use_cache=False))
+
+    def change(arrays, meta):
+        a = arrays[column].copy()
+        a[0] = value
+        arrays[column] = a
+        meta["digest"] = cache_mod._digest(meta["sha256"], {k: v for k, v in arrays.items() if k != "__meta__"})
+
+    _rewrite(entry, change)
+    a = load_analysis(str(profile))
+    assert not a.from_cache and figures(a) == cold
+    assert any("changed since it was written" in w for w in warnings(caplog))
+
+
+def test_parent_cycle_is_caught(setup, caplog):
+    profile, _, entry = setup
+
+    def change(arrays, meta):
+        parent = arrays["p.contexts.parent."].copy()
+        parent[0], parent[1] = 1, 0  # contexts 0 and 1 each other's parent: a walk up would never end
+        arrays["p.contexts.parent."] = parent
+        meta["digest"] = cache_mod._digest(meta["sha256"], {k: v for k, v in arrays.items() if k != "__meta__"})
+
+    _rewrite(entry, change)
+    assert not load_analysis(str(profile)).from_cache
+    assert any("cycle" in w for w in warnings(caplog))
+
+
+@pytest.mark.parametrize("mode", [0o770, 0o707, 0o777])
+def test_folder_others_can_write_is_not_used(setup, caplog, mode):
+    profile, cache, entry = setup
+    os.chmod(cache, mode)
+    before = entry.stat().st_mtime_ns
+    a = load_analysis(str(profile))
+    assert not a.from_cache
+    assert entry.stat().st_mtime_ns == before  # neither read nor written
+    (line,) = [w for w in warnings(caplog) if "cache folder" in w]
+    assert f"{mode:04o}" in line and "running without the cache" in line
+    load_analysis(str(profile))
+    assert len([w for w in warnings(caplog) if "cache folder" in w]) == 1  # once per run
+
+
+def test_folder_inside_a_folder_others_can_write(tmp_path, monkeypatch, caplog):
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o777)  # no sticky bit: anyone may rename our folder away and put theirs instead
+    monkeypatch.setenv("POPLINER_CACHE_DIR", str(shared / "cache"))
+    cachefs._REFUSED.clear()
+    assert not load_analysis(str(TINY)).from_cache
+    assert not load_analysis(str(TINY)).from_cache
+    assert any(f"inside {shared}" in w for w in warnings(caplog))
+    os.chmod(shared, 0o1777)  # sticky, as /tmp: fine
+    load_analysis(str(TINY))
+    assert load_analysis(str(TINY)).from_cache
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="chown to another user needs root")
+def test_folder_of_another_user_is_not_used(setup, caplog):
+    profile, cache, _ = setup
+    os.chown(cache, 12345, -1)
+    assert not load_analysis(str(profile)).from_cache
+    (line,) = [w for w in warnings(caplog) if "cache folder" in w]
+    assert "owned by user 12345" in line
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="chown to another user needs root")
+def test_entry_of_another_user_is_not_read(setup, caplog):
+    profile, _, entry = setup
+    os.chown(entry, 12345, -1)
+    assert not load_analysis(str(profile)).from_cache
+    assert any("owned by user 12345" in w for w in warnings(caplog))
+
+
+def test_compressed_members_are_not_read(setup):
+    profile, _, entry = setup
+    with np.load(entry, allow_pickle=False) as data:
+        arrays = {k: data[k] for k in data.files}
+    np.savez_compressed(entry, **arrays)
+    with zipfile.ZipFile(entry) as zf:
+        assert zf.infolist()[0].compress_type == zipfile.ZIP_DEFLATED
+    assert not load_analysis(str(profile)).from_cache
+
+
+def test_free_form_data_nested_too_deep_is_not_cached(tmp_path, caplog):
+    from tests.hostile import deep_source, write_json
+
+    path = write_json(deep_source(990), tmp_path / "deep.json")
+    a = load_analysis(str(path))
+    assert a.ops.count == 2 and not a.from_cache
+    assert any("not caching" in w for w in warnings(caplog))
