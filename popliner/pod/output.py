@@ -8,6 +8,7 @@ from typing import Any
 from popliner.config.model import PipelineConfig, config_from_split, config_training
 from popliner.errors import UsageProblem
 from popliner.pod.plan import PodConfig, PodPlan
+from popliner.textsafe import shown
 
 __all__ = ["pick", "pipeline_config", "plan_document", "plan_table", "pod_ipu_config"]
 
@@ -137,6 +138,6 @@ def _row(c: PodConfig, rank: str) -> tuple[str, ...]:
     else:
         bound = "-"
     g = str(c.gradient_accumulation) if c.gradient_accumulation is not None else "-"
-    split = c.split_text if c.fits else c.reason
+    split = shown(c.split_text) if c.fits else c.reason  # layer names come from the user's profile
     return (rank, f"{c.ipus_per_replica} x {c.replicas}", g, c.recompute, c.head_placement, state, fullest, rate,
             bound, split)
