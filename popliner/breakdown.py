@@ -2,26 +2,27 @@
 
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 
 from popliner.analysis import Analysis
 from popliner.config.options import training_of
+from popliner.memory.categories import MODELLED
+from popliner.memory.coverage import Coverage, coverage_of, measured_headroom
 from popliner.memory.model import whole_program_memory
 from popliner.memory.ranges import ProfileRanges
 from popliner.memory.sharing import handed_over_bytes, shared_bytes
-from popliner.memory.types import COMPONENT_TITLES, COMPONENTS, StageMemory
+from popliner.memory.types import COMPONENT_TITLES, StageMemory, components
 from popliner.outputs.rows import Breakdown, LayerMatrix, LayerRow, OperationRow, RangeTable, TotalsRow
 from popliner.pipeline import position_memory
 
-__all__ = ["affinity_matrix", "build_breakdown", "interlayer_matrix", "profile_totals", "whole_profile_memory"]
+__all__ = ["affinity_matrix", "build_breakdown", "default_headroom", "interlayer_matrix", "profile_coverage",
+           "profile_totals", "whole_profile_memory"]
 
-#: Ground-truth categories of ``tileMemory`` that match each model component.
-GROUND_TRUTH = {
-    "vertex_code": ("category.vertexCode",),
-    "vertex_state": ("category.vertexInstanceState", "category.vectorListDescriptor"),
-    "exchange_code": ("category.internalExchangeCode",),
-    "control_code": ("category.controlCode",),
-}
+#: Ground-truth categories of ``tileMemory`` that match each model component (the others are ``other``:
+#: :mod:`popliner.memory.categories`; ``vectorListDescriptor`` is one of them, following vertex instances).
+GROUND_TRUTH = {comp: (f"category.{name}",) for name, comp in MODELLED.items()}
 
 
 def build_breakdown(analysis: Analysis, *, with_operations: bool = True, with_totals: bool = True,
@@ -44,6 +45,7 @@ def build_breakdown(analysis: Analysis, *, with_operations: bool = True, with_to
         mode=analysis.mode,
         profile_sha256=p.sha256,
         training=training_of(analysis, requested_recompute),
+        has_other=analysis.model.has_other,
     )
 
 
@@ -144,8 +146,17 @@ def whole_model_row(analysis: Analysis) -> LayerRow:
 
 
 def whole_profile_memory(analysis: Analysis) -> StageMemory:
-    """Every operation with every one of its variables: the whole single-IPU program."""
-    return whole_program_memory(analysis.profile, analysis.ops)
+    """Every operation with every one of its variables: the whole single-IPU program (once per analysis).
+
+    The Totals table, the whole-model row, the coverage and ``--headroom``'s default all read it.
+    """
+    hit = _WHOLE.get(analysis)
+    if hit is None:
+        hit = _WHOLE[analysis] = whole_program_memory(analysis.profile, analysis.ops)
+    return hit
+
+
+_WHOLE: weakref.WeakKeyDictionary[Analysis, StageMemory] = weakref.WeakKeyDictionary()
 
 
 #: The Totals table's last two categories (the others are the component names of every other table).
@@ -157,10 +168,12 @@ def profile_totals(analysis: Analysis) -> tuple[TotalsRow, ...]:
     """Model figures over the whole profile beside the profile's own ground truth."""
     mem = whole_profile_memory(analysis)
     truth = analysis.profile.tile_memory or {}
-    summed = mem.summed().as_dict()
+    cats = analysis.model.categories
+    summed = mem.summed().as_dict(cats is not None)
     rows = []
-    for comp in COMPONENTS:
-        keys = GROUND_TRUTH.get(comp, ())
+    for comp in components(cats is not None):
+        keys = GROUND_TRUTH.get(comp, ()) if cats is None or comp != "other" else tuple(
+            f"category.{name}" for name in cats.names)
         present = [truth[k] for k in keys if k in truth]
         ground = int(sum(int(v.sum()) for v in present)) if present else None
         rows.append(TotalsRow(COMPONENT_TITLES[comp], summed[comp], ground))
@@ -172,7 +185,26 @@ def profile_totals(analysis: Analysis) -> tuple[TotalsRow, ...]:
     if "alwaysLive" in truth and "notAlwaysLivePeak" in truth:
         gt_worst = int((truth["alwaysLive"] + truth["notAlwaysLivePeak"]).max())
     rows.append(TotalsRow(TOTAL_WORST, mem.worst_bytes, gt_worst))
+    cov = profile_coverage(analysis) if cats is not None else None
+    if cov is not None:
+        # Only with other categories, so that the tables of profiles without them keep their bytes.
+        label = (f"Total on the tile the model covers least (tile {cov.lowest_tile}, {cov.lowest:.2%}; "
+                 f"overall {cov.overall:.2%})")
+        rows.append(TotalsRow(label, cov.lowest_model, cov.lowest_compiler))
     return tuple(rows)
+
+
+def default_headroom(analysis: Analysis) -> float:
+    """``--headroom``'s default: the model's measured shortfall against the compiler, for a profile that has
+    the compiler's other categories and its totals; else 0 (what is left out cannot be measured there).
+    """
+    cov = profile_coverage(analysis) if analysis.model.has_other else None
+    return measured_headroom(cov) if cov is not None else 0.0
+
+
+def profile_coverage(analysis: Analysis) -> Coverage | None:
+    """How much of the compiler's per-tile total the model accounts for (None without compiler totals)."""
+    return coverage_of(analysis.profile, whole_profile_memory(analysis))
 
 
 def affinity_matrix(analysis: Analysis) -> LayerMatrix:

@@ -14,14 +14,15 @@ from collections.abc import Sequence
 
 import pandas as pd
 
-from popliner.memory.types import COMPONENTS, ComponentBytes
+from popliner.memory.types import ComponentBytes, components
 
 __all__ = ["component_columns", "typed"]
 
 
 def component_columns(memories: Sequence[ComponentBytes]) -> dict[str, list[int]]:
-    """The five components and their total, one column each."""
-    cols: dict[str, list[int]] = {name: [getattr(m, name) for m in memories] for name in COMPONENTS}
+    """The five components (and ``other`` when some figure has other categories) and their total, a column each."""
+    names = components(any(m.other for m in memories))
+    cols: dict[str, list[int]] = {name: [getattr(m, name) for m in memories] for name in names}
     cols["total"] = [m.total for m in memories]
     return cols
 

@@ -3,8 +3,11 @@
 * A regular file is written to a temporary file in its folder and renamed
   into place, so an error, Ctrl-C, SIGTERM or SIGHUP never leaves a
   half-written file under the user's name (nor the temporary file). An
-  existing file is replaced only with ``force=True``; a symlink to a file
-  stays a symlink (its target is replaced).
+  existing file is replaced only with ``force=True``.
+* A symbolic link is never written through, dangling or not: without
+  ``force`` it is refused like an existing file (so its target is never
+  created), and with ``force`` the new file replaces the link itself, leaving
+  its target alone.
 * ``-`` and ``/dev/stdout`` write to standard output; ``/dev/stderr`` to
   standard error.
 * A character device (``/dev/null``) or a FIFO is written straight into, as
@@ -35,8 +38,8 @@ from typing import IO, Literal, overload
 from popliner.errors import OutputError, OutputExistsError, UsageProblem
 from popliner.interrupts import uninterrupted
 
-__all__ = ["STDOUT_NAMES", "atomic_write", "check_writable", "describe_os_error", "is_stdout", "one_stdout",
-           "writes_in_place"]
+__all__ = ["STDOUT_NAMES", "atomic_write", "check_writable", "describe_os_error", "distinct_files", "is_stdout",
+           "one_stdout", "writes_in_place"]
 
 #: Output names that mean standard output.
 STDOUT_NAMES = frozenset({"-", "/dev/stdout", "/proc/self/fd/1", "/dev/fd/1"})
@@ -83,7 +86,7 @@ def writes_in_place(path: str | os.PathLike[str]) -> bool:
     if is_stdout(shown) or shown in _STDERR_NAMES:
         return True
     try:
-        mode = os.stat(shown).st_mode
+        mode = os.lstat(shown).st_mode  # a link is replaced, not written into
     except (OSError, ValueError):
         return False
     return stat.S_ISCHR(mode) or stat.S_ISFIFO(mode)
@@ -104,6 +107,56 @@ def one_stdout(outputs: Mapping[str, str | bool | None]) -> None:
         raise UsageProblem(f"{names} would {both} go to stdout; give all but one of them a file name")
 
 
+def _output_key(path: str) -> tuple[object, ...] | None:
+    """What writing ``path`` replaces: the file or link there (device and inode), else the folder's real path
+    and the name. None for what is written into, not replaced (stdout, a device, a FIFO)."""
+    if writes_in_place(path):
+        return None
+    try:
+        st = os.lstat(path)
+        return ("inode", st.st_dev, st.st_ino)
+    except (OSError, ValueError):
+        absolute = os.path.abspath(path)
+        return ("path", os.path.realpath(os.path.dirname(absolute)), os.path.basename(absolute))
+
+
+def _input_keys(path: str) -> set[tuple[object, ...]]:
+    """The file an input names, and the link itself when it is one."""
+    keys: set[tuple[object, ...]] = set()
+    for look in (os.lstat, os.stat):
+        try:
+            st = look(path)
+        except (OSError, ValueError):
+            continue
+        if not (stat.S_ISCHR(st.st_mode) or stat.S_ISFIFO(st.st_mode)):
+            keys.add(("inode", st.st_dev, st.st_ino))
+    return keys
+
+
+def distinct_files(inputs: Mapping[str, str | None], outputs: Mapping[str, str | None]) -> None:
+    """Refuse, before any work, an output that is one of the inputs or another output of the same command.
+
+    ``inputs`` and ``outputs``: how the user names each (``"--plot"``) -> its path (None: not given).
+    Names are compared by what they lead to (``./x`` and ``x``, a hard link, a link to an input), so that
+    no output replaces an input, even with ``--force``, and no output replaces another.
+    """
+    taken: dict[tuple[object, ...], str] = {}
+    for what, path in inputs.items():
+        for held in _input_keys(path) if path else ():
+            taken.setdefault(held, f"the input {what}")
+    for what, path in outputs.items():
+        key = _output_key(path) if path else None
+        if key is None:
+            continue
+        if key in taken:
+            other = taken[key]
+            if other.startswith("the input"):
+                raise UsageProblem(f"{what} {path} is {other}; popliner never writes over its inputs, "
+                                   "even with --force: give the output another name")
+            raise UsageProblem(f"{what} {path} and {other} name the same file; give each output its own name")
+        taken[key] = f"{what} {path}" if what != path else path
+
+
 def _os_error(exc: OSError, shown: str) -> OutputError:
     return OutputError(shown, describe_os_error(exc, shown).split(": ", 1)[1])
 
@@ -118,22 +171,15 @@ def _kind(mode: int) -> str | None:
     return None
 
 
-def _real_target(target: Path) -> Path:
-    """Where a write lands: a symlink's final target (so the link is kept), else the path."""
-    if target.is_symlink():
-        return Path(os.path.realpath(target))
-    return target
-
-
 def check_writable(path: str | os.PathLike[str], force: bool, *, suffixes: Iterable[str] | None = None,
                    what: str = "output") -> Path:
     """Fail early, before any work or output, when ``path`` cannot be written.
 
     Checks the suffix (when ``suffixes`` is given), that an existing regular
-    file is only replaced with ``force``, that the path is no directory,
-    block device or socket, that the name is not too long, and that the
-    folder exists and takes a new file (by creating and removing a probe).
-    Returns the path that will be written (a symlink's target).
+    file or a symbolic link is only replaced with ``force``, that the path is
+    no directory, block device or socket, that the name is not too long, and
+    that the folder exists and takes a new file (by creating and removing a
+    probe). Returns the path that will be written.
     """
     shown = os.fspath(path)
     if suffixes is not None and not writes_in_place(shown):
@@ -144,14 +190,19 @@ def check_writable(path: str | os.PathLike[str], force: bool, *, suffixes: Itera
         return Path(shown)
     if not shown:
         raise UsageProblem(f"empty {what} file name")
-    target = Path(shown)
-    real = _real_target(target)
+    real = Path(shown)
     try:
-        st = os.stat(real)
+        st = os.lstat(real)  # the name itself: a symlink is not followed
     except FileNotFoundError:
         st = None
     except OSError as exc:
         raise _os_error(exc, shown) from None
+    if st is not None and stat.S_ISLNK(st.st_mode):
+        if not force:
+            raise OutputError(shown, f"is a symbolic link (to {os.readlink(real)}); popliner does not write through "
+                                     "links: pass --force to replace the link itself (its target is left alone), or "
+                                     "give another name")
+        st = None  # replaced like a file that is not there: the link goes, its target stays
     if st is not None:
         kind = _kind(st.st_mode)
         if kind in ("is a directory", "is a block device", "is a socket"):
@@ -219,9 +270,11 @@ def _output(shown: str, force: bool, binary: bool, newline: str | None) -> Itera
         return
     real = check_writable(shown, force)
     try:
-        st = os.stat(real)
+        st = os.lstat(real)
     except OSError:
         st = None
+    if st is not None and stat.S_ISLNK(st.st_mode):
+        st = None  # with force: the temporary file is renamed over the link, never written through it
     if st is not None and not stat.S_ISREG(st.st_mode):
         with _direct(real, shown, binary, newline) as stream:
             yield stream
@@ -256,8 +309,8 @@ def _atomic(target: Path, shown: str, force: bool, binary: bool, newline: str | 
             os.fsync(stream.fileno())
         # mkstemp creates 0600: keep the replaced file's mode, else what open() would give.
         os.chmod(tmp, stat.S_IMODE(existing.st_mode) if existing else 0o666 & ~_umask())
-        # Re-check at rename time: the file may have appeared while we worked.
-        if target.exists() and not force:
+        # Re-check at rename time: the file (or a link) may have appeared while we worked.
+        if os.path.lexists(target) and not force:
             raise OutputExistsError(shown)
         with uninterrupted():  # once renamed, the output is complete: no interrupt in between
             os.replace(tmp, target)

@@ -26,7 +26,7 @@ import pandas as pd
 from popliner.analysis import Analysis, AnalysisOptions, load_analysis
 from popliner.dataframes import component_columns, typed
 from popliner.errors import UsageProblem
-from popliner.memory.types import COMPONENTS
+from popliner.memory.types import components
 
 if TYPE_CHECKING:
     from popliner.outputs.rows import LayerMatrix
@@ -103,7 +103,8 @@ class Model:
 
         rows = profile_totals(self.analysis)
         # Machine keys for notebooks (the component names of the other frames), titles as in the Totals table.
-        keys = (*COMPONENTS, "total_summed_over_tiles", "total_worst_tile")
+        keys = (*components(self.analysis.model.has_other), "total_summed_over_tiles", "total_worst_tile",
+                "total_least_covered_tile")
         frame = pd.DataFrame({
             "category": pd.array(keys[: len(rows)], dtype="string"),
             "title": pd.array([r.category for r in rows], dtype="string"),
@@ -124,14 +125,20 @@ class Model:
 
         return _matrix(interlayer_matrix(self.analysis))
 
-    def solve(self, num_ipus: int = 4, *, mem_per_tile: int | None = None, headroom: float = 0.0,
+    def solve(self, num_ipus: int = 4, *, mem_per_tile: int | None = None, headroom: float | None = None,
               exact_ipus: bool = False, solver: str = "ilp", time_limit: float = 60.0, seed: int = 0,
               link_bytes_per_second: float = 64e9, **constraints: Any) -> SplitResult:
         """Split the layers over at most ``num_ipus`` IPUs (see :class:`popliner.solvers.problem.SplitProblem`
-        for ``constraints``: ``min_layers``, ``split_after``, ``same_ipu``, ``keep_shared_together``)."""
+        for ``constraints``: ``min_layers``, ``split_after``, ``same_ipu``, ``keep_shared_together``).
+
+        ``headroom`` defaults as ``--headroom`` does (:func:`popliner.breakdown.default_headroom`).
+        """
         from popliner.analysis import solve_split
+        from popliner.breakdown import default_headroom
         from popliner.solvers.problem import SplitProblem
 
+        if headroom is None:
+            headroom = default_headroom(self.analysis)
         budget = int((mem_per_tile or self.analysis.profile.target.bytes_per_tile) * (1.0 - headroom))
         problem = SplitProblem(num_ipus=num_ipus, budget=budget, exact_ipus=exact_ipus,
                                training=self.analysis.mode == "training", **constraints)

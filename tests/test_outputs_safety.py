@@ -308,26 +308,6 @@ def test_fifo_is_written_into(tmp_path: Path) -> None:
     assert sorted(os.listdir(tmp_path)) == ["pipe"]
 
 
-def test_symlinks_are_kept(tmp_path: Path) -> None:
-    to_null = tmp_path / "null"
-    to_null.symlink_to("/dev/null")
-    r = CliRunner().invoke(cli, ["-q", str(TINY), "-o", str(to_null), "--force"])
-    assert r.exit_code == 0, r.stderr
-    assert to_null.is_symlink() and os.readlink(to_null) == "/dev/null"
-    real = tmp_path / "real.csv"
-    real.write_text("old")
-    real.chmod(0o640)
-    link = tmp_path / "link.csv"
-    link.symlink_to(real.name)
-    r = CliRunner().invoke(cli, ["-q", str(TINY), "-o", str(link)])
-    assert r.exit_code == EXIT_BAD_INPUT and "--force" in r.stderr
-    r = CliRunner().invoke(cli, ["-q", str(TINY), "-o", str(link), "--force"])
-    assert r.exit_code == 0, r.stderr
-    assert link.is_symlink() and real.read_text().startswith("Layer,")
-    assert stat.S_IMODE(real.stat().st_mode) == 0o640  # the replaced file keeps its mode
-    assert sorted(os.listdir(tmp_path)) == ["link.csv", "null", "real.csv"]
-
-
 def test_block_device_socket_and_directory_are_refused(tmp_path: Path) -> None:
     block = next((str(p) for p in Path("/dev").iterdir() if p.is_block_device()), None)
     cases = [str(tmp_path)] + ([block] if block else [])
@@ -363,8 +343,10 @@ def test_stdout_names_work_for_every_output(name: str, option: str, config: Path
     (["simulate", "CFG", "-o", "-", "--trace", "-"], "-o - and --trace -"),
     (["simulate", "CFG", "-o", "/dev/stdout", "--plot", "-"], "-o - and --plot -"),
     (["check", "CFG", "--profile", "TINY", "-o", "-", "--junit", "/dev/stdout"], "-o - and --junit -"),
-    (["TINY", "--solve", "--num-ipus", "2", "-o", "-", "--config-out", "-"],
+    (["TINY", "--solve", "--num-ipus", "2", "--config-out", "-"],
      "the split JSON (--solve) and --config-out -"),
+    # With --solve, -o names where the layer table goes (issue 22): not stdout, which the JSON takes.
+    (["TINY", "--solve", "--num-ipus", "2", "-o", "-"], "-o - and the split JSON (--solve)"),
     (["TINY", "--solve", "--num-ipus", "2", "--report", "-"], "the split JSON (--solve) and --report -"),
     (["TINY", "--solve", "--num-ipus", "2", "--ipu-config-out", "-"],
      "the split JSON (--solve) and --ipu-config-out -"),
@@ -540,3 +522,107 @@ def test_yaml_tags_are_named(line: str, tag: str, tmp_path: Path) -> None:
     r = CliRunner().invoke(cli, ["-q", "simulate", str(cfg)])
     assert r.exit_code == EXIT_BAD_INPUT
     one_error_line(r.stderr, f"{cfg}: unsupported YAML tag {tag} at line 2")
+
+
+# -- issue 22, points 6, 7 and 12: symbolic links, outputs that clash with inputs or with each other -----------
+
+
+def _listing(*folders: Path) -> dict[str, list[str]]:
+    return {str(f): sorted(os.listdir(f)) for f in folders}
+
+
+@pytest.mark.parametrize("option", list(OUTPUTS))
+def test_a_symlink_is_never_written_through(option: str, tmp_path: Path, config: Path, review: Path) -> None:
+    suffix, argv = OUTPUTS[option]
+    here, elsewhere = tmp_path / "here", tmp_path / "elsewhere"
+    here.mkdir()
+    elsewhere.mkdir()
+    link = here / f"out{suffix}"
+    target = elsewhere / f"target{suffix}"
+    # A dangling link: without --force its target must not be created (before: it was, in another folder).
+    link.symlink_to(target)
+    r = CliRunner().invoke(cli, ["-q", *argv(str(link), config, review)])
+    assert r.exit_code == EXIT_BAD_INPUT, r.stderr
+    one_error_line(r.stderr, str(link), "symbolic link", "--force")
+    assert not target.exists() and link.is_symlink()
+    assert _listing(here, elsewhere) == {str(here): [link.name], str(elsewhere): []}
+    # A link to a file: with --force the link itself is replaced by the output; the file is left alone.
+    target.write_text("keep me")
+    r = CliRunner().invoke(cli, ["-q", *argv(str(link), config, review), "--force"])
+    assert r.exit_code == 0, r.stderr
+    assert not link.is_symlink() and link.is_file() and link.stat().st_size > 0
+    assert target.read_text() == "keep me"
+    assert _listing(here, elsewhere) == {str(here): [link.name], str(elsewhere): [target.name]}  # no temp file
+
+
+def test_a_link_to_dev_null_is_replaced_not_written_through(tmp_path: Path) -> None:
+    to_null = tmp_path / "null"
+    to_null.symlink_to("/dev/null")
+    r = CliRunner().invoke(cli, ["-q", str(TINY), "-o", str(to_null)])
+    assert r.exit_code == EXIT_BAD_INPUT and "symbolic link" in r.stderr
+    r = CliRunner().invoke(cli, ["-q", str(TINY), "-o", str(to_null), "--force"])
+    assert r.exit_code == 0, r.stderr
+    assert not to_null.is_symlink() and to_null.read_text().startswith("Layer,")
+    assert Path("/dev/null").is_char_device()
+
+
+def test_a_replaced_file_keeps_its_mode(tmp_path: Path) -> None:
+    real = tmp_path / "real.csv"
+    real.write_text("old")
+    real.chmod(0o640)
+    r = CliRunner().invoke(cli, ["-q", str(TINY), "-o", str(real), "--force"])
+    assert r.exit_code == 0, r.stderr
+    assert real.read_text().startswith("Layer,") and stat.S_IMODE(real.stat().st_mode) == 0o640
+
+
+def _clash_cases(folder: Path, profile: Path, cfg: Path, book: Path) -> list[tuple[list[str], str]]:
+    png, csv = str(folder / "x.png"), str(folder / "t.csv")
+    hard = folder / "hard.json"
+    if not hard.exists():
+        os.link(profile, hard)
+    return [
+        ([str(profile), "-o", png, "--plot", png], "name the same file"),
+        ([str(profile), "--solve", "--num-ipus", "2", "--plot", png, "-o", str(folder / "x-split.png")],
+         "name the same file"),
+        ([str(profile), "--solve", "--num-ipus", "2", "--config-out", str(folder / "r.yaml"), "--report",
+          str(folder / "r.yaml")], "name the same file"),
+        ([str(profile), "-o", str(profile)], "is the input PROFILE"),
+        ([str(profile), "-o", str(folder / "." / profile.name)], "is the input PROFILE"),
+        ([str(profile), "-o", str(hard)], "is the input PROFILE"),  # another name of the same file
+        ([str(profile), "--solve", "--num-ipus", "2", "--config-out", str(profile)], "is the input PROFILE"),
+        (["check", str(cfg), "--profile", str(profile), "-o", csv, "--junit", csv], "name the same file"),
+        (["check", str(cfg), "--profile", str(profile), "-o", str(cfg)], "is the input CONFIG"),
+        (["check", str(cfg), "--profile", str(profile), "--junit", str(profile)], "is the input --profile"),
+        (["simulate", str(cfg), "-o", csv, "--trace", csv], "name the same file"),
+        (["simulate", str(cfg), "--trace", str(cfg)], "is the input PIPELINE.yaml"),
+        (["report", str(cfg), "--profile", str(profile), "-o", str(profile)], "is the input --profile"),
+        (["config-from", str(book), "--profile", str(profile), "-o", str(book)], "is the input REVIEW.xlsx"),
+    ]
+
+
+def test_outputs_that_clash_are_refused_before_any_work(tmp_path: Path, config: Path, review: Path) -> None:
+    folder = tmp_path / "work"
+    folder.mkdir()
+    profile, cfg, book = folder / "in.json", folder / "p.yaml", folder / "r.xlsx"
+    shutil.copy(TINY, profile)
+    shutil.copy(config, cfg)
+    shutil.copy(review, book)
+    originals = {p: p.read_bytes() for p in (profile, cfg, book)}
+    for argv, needle in _clash_cases(folder, profile, cfg, book):
+        before = _listing(folder)
+        for force in ([], ["--force"]):  # --force never lets an output replace an input or another output
+            r = CliRunner().invoke(cli, ["-q", *argv, *force])
+            assert r.exit_code == EXIT_BAD_INPUT, (argv, r.stderr)
+            one_error_line(r.stderr, needle)
+            assert _listing(folder) == before, argv
+            assert all(p.read_bytes() == data for p, data in originals.items()), argv
+
+
+def test_solve_with_o_writes_the_layer_table(tmp_path: Path) -> None:
+    out = tmp_path / "t.csv"
+    r = CliRunner().invoke(cli, [str(TINY), "--solve", "--num-ipus", "2", "-o", str(out)])
+    assert r.exit_code == 0, r.stderr
+    assert json.loads(r.stdout)["stages"]  # the split JSON still on stdout
+    assert out.read_text().startswith("Layer,") and f"wrote {out}" in r.stderr
+    plain = CliRunner().invoke(cli, ["-q", str(TINY)])
+    assert out.read_text().splitlines() == plain.stdout.splitlines()

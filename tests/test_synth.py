@@ -800,7 +800,8 @@ def test_bert_large_preset_is_calibrated_against_the_real_profile(tmp_path: Path
     # read through a Reshape bring them there.
     engine = a.engine
     unlayered = engine.stage_ops([], True)
-    total = sum(int(engine.stage_memory(unlayered[k : k + 1]).per_tile.sum()) for k in range(len(unlayered)))
+    # PopLiner's five components: the real figure has none of the compiler's other categories.
+    total = sum(int(engine.stage_memory(unlayered[k : k + 1]).per_tile[:5].sum()) for k in range(len(unlayered)))
     assert 0.75 < total / REAL_UNLAYERED < 1.25, total
     names = {a.ops.names[k] for k in unlayered.tolist()}
     assert {"bert/embeddings/MatMul", "bert/squad/dense/MatMul", "bert/encoder/AttentionMask/mul"} <= names

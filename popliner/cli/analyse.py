@@ -14,7 +14,7 @@ import click
 from popliner.analysis import DEFAULT_BACKWARD_REGEX, Analysis, AnalysisOptions, load_analysis
 from popliner.cli.options import output_stream
 from popliner.errors import EXIT_NO_SPLIT, UsageProblem
-from popliner.fileio import atomic_write, check_writable, is_stdout, one_stdout
+from popliner.fileio import atomic_write, check_writable, distinct_files, is_stdout, one_stdout
 from popliner.memory.training import (
     DEFAULT_UPDATE_REGEX,
     HEAD_PLACEMENTS,
@@ -129,8 +129,10 @@ class HiddenArgument(click.Argument):
               help="Use the fewest IPUs that fit (at most --num-ipus) instead of spreading for throughput.")
 @click.option("--mem-per-tile", type=int, default=None, callback=_positive,
               help="Bytes per tile. Default: the profile's bytesPerTile (638976 on Mk2).")
-@click.option("--headroom", type=float, default=0.0, callback=_fraction, show_default=True,
-              help="Fraction of each tile kept free.")
+@click.option("--headroom", type=float, default=None, callback=_fraction,
+              help="Fraction of each tile kept free. Default: the model's measured shortfall against the "
+                   "profile's own tileMemory when it has the compiler's other categories, else 0 "
+                   "(README: what fits means).")
 @click.option("--solver", type=click.Choice(["ilp", "greedy"]), default="ilp", show_default=True)
 @click.option("--time-limit", type=float, default=60.0, show_default=True, callback=_positive,
               help="Seconds for the whole solve: set-up, search, best effort, overflow details, the hint.")
@@ -162,7 +164,7 @@ def command(profile: str, debug_info: str | None, operation_breakdown: bool, lay
             op_layers: str, all_vars: bool, mode: str, backward_regex: str, recompute: str, optimizer_state: str,
             replication_factor: int, sharded_optimizer_state: bool, head_placement: str, update_regex: str,
             optimizer_state_regex: str | None, solve: bool, num_ipus: int,
-            exact_ipus: bool, min_ipus: bool, mem_per_tile: int | None, headroom: float, solver: str,
+            exact_ipus: bool, min_ipus: bool, mem_per_tile: int | None, headroom: float | None, solver: str,
             time_limit: float, seed: int,
             split_after: tuple[str, ...], same_ipu: tuple[str, ...], min_layers_per_stage: int,
             keep_shared_vars_together: bool, link_bandwidth: float, config_out: str | None,
@@ -198,7 +200,7 @@ def _run(profile: str, debug_info: str | None, operation_breakdown: bool, layer_
          layer_order: str, op_layers: str, all_vars: bool, mode: str, backward_regex: str, recompute: str,
          optimizer_state: str, replication_factor: int, sharded_optimizer_state: bool, head_placement: str,
          update_regex: str, optimizer_state_regex: str | None, solve: bool,
-         num_ipus: int, exact_ipus: bool, min_ipus: bool, mem_per_tile: int | None, headroom: float, solver: str,
+         num_ipus: int, exact_ipus: bool, min_ipus: bool, mem_per_tile: int | None, headroom: float | None, solver: str,
          time_limit: float, seed: int, split_after: tuple[str, ...], same_ipu: tuple[str, ...],
          min_layers_per_stage: int, keep_shared_vars_together: bool, link_bandwidth: float, config_out: str | None,
          gradient_accumulation: int | None, ipu_config_out: str | None, matmul_proportion: tuple[float, ...],
@@ -206,8 +208,9 @@ def _run(profile: str, debug_info: str | None, operation_breakdown: bool, layer_
     _refuse_poplar_report(profile, debug_info)
     outputs = Outputs(operation_breakdown, layer_breakdown, memory_totals, memory_affinity, interlayer)
     plot_to_stdout = bool(plot and is_stdout(plot))  # then it is the only thing on stdout
-    if not outputs.any_table and not solve and not (output and output.lower().endswith(".xlsx")) and not (
-            plot_to_stdout and not output):
+    # The layer table by default; with --solve (its JSON on stdout) only when -o names a file for it.
+    if not outputs.any_table and not (solve and not output) and not (output and output.lower().endswith(".xlsx")) \
+            and not (plot_to_stdout and not output):
         outputs = Outputs(False, True, False, False, False)
     if solve and outputs.any_table and not output:
         raise UsageProblem("with --solve, stdout carries the split JSON; write the tables with -o FILE")
@@ -218,6 +221,10 @@ def _run(profile: str, debug_info: str | None, operation_breakdown: bool, layer_
     if min_ipus and exact_ipus:
         raise UsageProblem("--min-ipus and --exact-ipus contradict each other; give one")
     fmt = _table_format(fmt, output)
+    images = {"--plot": plot, **({"--plot (its -split image)": _suffixed(plot, "split"),
+                                  "--plot (its -tiles image)": _suffixed(plot, "tiles")} if plot and solve else {})}
+    distinct_files({"PROFILE": profile}, {"-o": output, **images, "--config-out": config_out,
+                                          "--ipu-config-out": ipu_config_out, "--report": report})
     # Every output is checked (name, suffix, folder, overwrite) before any output is written.
     if output:
         check_writable(output, force)
@@ -252,6 +259,10 @@ def _run(profile: str, debug_info: str | None, operation_breakdown: bool, layer_
         raise UsageProblem("--op-layers: give at least one debug-context layer name")
     analysis = load_analysis(profile, options, use_cache=not no_cache, cache_dir=cache_dir)
     budget_full = mem_per_tile or analysis.profile.target.bytes_per_tile
+    if headroom is None:
+        from popliner.breakdown import default_headroom
+
+        headroom = default_headroom(analysis)
     budget = int(budget_full * (1.0 - headroom))
 
     split = None
@@ -571,6 +582,9 @@ def _summarise(analysis: Analysis, split: Any, problem: Any, link_bandwidth: flo
     argv = click.get_current_context().find_root().meta.get("popliner.argv", [])
     config = config_out or "pipeline.yaml"
     steps = NextSteps(solve_command(argv, config), config, bool(config_out and split.stages), analysis.profile.path)
-    click.echo(split_summary(split, facts, steps, min_ipus), err=True)
+    from popliner.breakdown import profile_coverage
+
+    cov = profile_coverage(analysis) if analysis.model.has_other else None
+    click.echo(split_summary(split, facts, steps, min_ipus, coverage=cov), err=True)
     if ipu_config_out and split.stages:
         click.echo(f"popliner: wrote {ipu_config_out} (optimum-graphcore IPUConfig)", err=True)

@@ -17,7 +17,7 @@ from popliner.cli.options import (
     output_stream,
 )
 from popliner.errors import EXIT_DOES_NOT_FIT
-from popliner.fileio import atomic_write, check_writable, is_stdout, one_stdout
+from popliner.fileio import atomic_write, check_writable, distinct_files, is_stdout, one_stdout
 
 __all__ = ["command"]
 
@@ -54,6 +54,7 @@ def command(config: str, profile: str, budget: float | None, junit: str | None, 
     from popliner.outputs.check_report import check_table, write_junit
 
     one_stdout({"-o -": output, "--junit -": junit})
+    distinct_files({"CONFIG": config, "--profile": profile}, {"-o": output, "--junit": junit})
     for path in (junit, output):
         if path:
             check_writable(path, force)

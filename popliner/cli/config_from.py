@@ -10,7 +10,7 @@ import click
 from popliner.analysis import load_analysis
 from popliner.cli.options import force_option, output_option, output_stream
 from popliner.errors import ConfigError
-from popliner.fileio import check_writable
+from popliner.fileio import check_writable, distinct_files
 
 __all__ = ["command"]
 
@@ -46,6 +46,7 @@ def command(workbook: str, profile: str | None, gradient_accumulation: int | Non
     from popliner.config.planner import config_from_planner, read_planner
     from popliner.config.yaml_io import write_config
 
+    distinct_files({"REVIEW.xlsx": workbook, "--profile": profile}, {"-o": output})
     if output:
         check_writable(output, force)
     choice = read_planner(workbook)

@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from popliner.export import export_report
+from popliner.fileio import distinct_files
 
 __all__ = ["command"]
 
@@ -40,4 +41,5 @@ def command(profile: Path, debug_info: Path, output: Path, force: bool, allow_fl
     """
     # Errors (no SDK, file exists, libpva failures) are PoplinerErrors; the
     # group turns them into one line and exit code 2. Success is logged.
+    distinct_files({"PROFILE.pop": str(profile), "DEBUG.cbor": str(debug_info)}, {"-o": str(output)})
     export_report(profile, debug_info, output, force=force, allow_flat_contexts=allow_flat_contexts)

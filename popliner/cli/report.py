@@ -13,7 +13,7 @@ from popliner.cli.options import (
     force_option,
     output_option,
 )
-from popliner.fileio import check_writable
+from popliner.fileio import check_writable, distinct_files
 from popliner.simulator.engine import DEFAULT_LINK_BANDWIDTH, DEFAULT_SYNC_CYCLES
 
 __all__ = ["command"]
@@ -58,6 +58,7 @@ def command(config: str, profile: str, output: str | None, force: bool, budget: 
     from popliner.report import build_report, write_report
 
     path = output or "report.html"
+    distinct_files({"PIPELINE.yaml": config, "--profile": profile}, {"-o": path})
     check_writable(path, force, suffixes=(".html", ".htm"), what="report")
     cfg = read_config(config)
     analysis = analysis_for_config(config, profile, cfg.mode, cfg.options, training, layer_groups=cfg.layer_groups,

@@ -21,7 +21,7 @@ from popliner.config.model import PipelineConfig
 from popliner.config.options import check_cli_options
 from popliner.config.yaml_io import MAX_MICRO_BATCHES, read_config
 from popliner.errors import UsageProblem
-from popliner.fileio import atomic_write, check_writable, is_stdout, one_stdout
+from popliner.fileio import atomic_write, check_writable, distinct_files, is_stdout, one_stdout
 from popliner.simulator.engine import (
     DEFAULT_LINK_BANDWIDTH,
     DEFAULT_SYNC_CYCLES,
@@ -78,6 +78,8 @@ def command(config_path: str, profile_path: str | None, gradient_accumulation: i
     popliner simulate pipeline.yaml
     popliner simulate pipeline.yaml --profile model.json -G 32 --trace step.json --plot step.png
     """
+    distinct_files({"PIPELINE.yaml": config_path, "--profile": profile_path},
+                   {"-o": output, "--trace": trace_path, "--plot": plot_path})
     _check_outputs(trace_path, plot_path, force)
     one_stdout({"-o -": output, "--trace -": trace_path, "--plot -": plot_path})
     if output:

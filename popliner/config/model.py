@@ -357,7 +357,7 @@ def _config_stage(position: int, s: StageResult) -> ConfigStage:
         index=position,
         ipu=position,
         layers=layers,
-        memory=ComponentBytes(*(int(v) for v in s.memory.as_tuple())),
+        memory=ComponentBytes(*(int(v) for v in s.memory.as_tuple(with_other=True))),
         worst_tile=int(s.worst_tile),
         worst_tile_bytes=int(s.worst_tile_bytes),
         stash_bytes=int(s.stash_bytes),

@@ -38,7 +38,7 @@ from popliner.config.snippets import FlowList as _FlowList
 from popliner.config.snippets import snippets
 from popliner.errors import ConfigError, UsageProblem
 from popliner.memory.training import HEAD_GROUP, HEAD_PLACEMENTS, OPTIMIZER_STATES, wrapped_head
-from popliner.memory.types import COMPONENTS, ComponentBytes
+from popliner.memory.types import COMPONENTS, OTHER, ComponentBytes
 from popliner.pipeline import head_stage
 from popliner.profile.loader import MAX_TILES
 from popliner.profile.tilevector import MAX_VALUE
@@ -374,10 +374,12 @@ def _read_stage(r: _Reader, position: int, item: Any) -> ConfigStage:
 
 
 def _read_memory(r: _Reader, value: Any, where: str) -> ComponentBytes:
-    m = r.mapping(value, where, (*COMPONENTS, "total"), COMPONENTS)
+    m = r.mapping(value, where, (*COMPONENTS, OTHER, "total"), COMPONENTS)
     if "total" in m:  # derived; only its type is checked
         r.integer(m["total"], f"{where}.total")
-    return ComponentBytes(*(r.integer(m[c], f"{where}.{c}") for c in COMPONENTS))
+    other = r.integer(m[OTHER], f"{where}.{OTHER}") if OTHER in m else 0  # only profiles with other categories
+    five = {c: r.integer(m[c], f"{where}.{c}") for c in COMPONENTS}
+    return ComponentBytes(**five, other=other)
 
 
 def _read_layer_names(r: _Reader, value: Any) -> tuple[str, ...]:

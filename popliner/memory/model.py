@@ -9,7 +9,10 @@ For a set S of operations, per tile:
   code bytes there, once however many instances;
 - vertex state: instance count x state bytes per instance;
 - exchange code: the sum over S's distinct ``DoExchange`` programs;
-- control code: the sum over S's distinct leaf programs.
+- control code: the sum over S's distinct leaf programs;
+- other (only when the profile's ``tileMemory`` has categories the five do
+  not model): the compiler's other categories, fixed per tile or following
+  S's programs (:mod:`popliner.memory.categories`).
 
 Every program belongs to exactly one operation, so a set's distinct programs
 are the disjoint union of its operations' programs: exchange code, control
@@ -23,6 +26,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from popliner.arrays import gather_csr
+from popliner.memory.categories import CategorySplit, split_categories
 from popliner.memory.liveness import group_peaks, window_peak
 from popliner.memory.types import ComponentBytes, StageMemory
 from popliner.ops.operations import OperationTable
@@ -52,7 +56,14 @@ class MemoryModel:
         #: Code bytes of each vertex type on each tile, int64 [types, tiles].
         self.code_by_type = np.stack([vt.code.dense(t, self.tiles) for t in range(len(vt.names))]) if vt.names else (
             np.zeros((0, self.tiles), np.int64))
+        #: The compiler's other categories, shared out over the operations' programs (None: the profile has none).
+        self.categories: CategorySplit | None = split_categories(profile, np.flatnonzero(ops.op_of_program >= 0))
         self._memo: dict[bytes, StageMemory] = {}
+
+    @property
+    def has_other(self) -> bool:
+        """Does every figure carry the sixth component, the compiler's other categories?"""
+        return self.categories is not None
 
     # -- one set -------------------------------------------------------------
 
@@ -78,7 +89,10 @@ class MemoryModel:
         exchange = progs.exchange.sum_rows(p[self.exchange[p]], self.tiles)
         runs = progs.vertices.runs_of(p)
         code, state = self._vertex_memory(runs)
-        return self.variables(ops) if variables is None else variables, code, state, exchange, control
+        five = (self.variables(ops) if variables is None else variables, code, state, exchange, control)
+        if self.categories is None:
+            return five
+        return (*five, self.categories.per_tile(self.categories.units(self.profile, p)))
 
     def _vertex_memory(self, runs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         verts = self.profile.programs.vertices
@@ -123,10 +137,37 @@ class MemoryModel:
         exchange = _owner_sum(progs.exchange.row_totals(), owner, self.exchange, n)
         state, code = self._per_op_vertex_totals(n)
         variables = self._per_op_variable_totals(n)
+        other = self._per_op_other_totals(n)
         return [
-            ComponentBytes(int(variables[i]), int(code[i]), int(state[i]), int(exchange[i]), int(control[i]))
+            ComponentBytes(int(variables[i]), int(code[i]), int(state[i]), int(exchange[i]), int(control[i]),
+                           int(other[i]))
             for i in range(n)
         ]
+
+    def _per_op_other_totals(self, n: int) -> np.ndarray:
+        """Each operation's share of the other categories, summed over tiles (the fixed part is no one's).
+
+        The share on a tile is the operation's driver units times the
+        category's bytes per unit there; rounded once per operation, not per
+        tile, since the row only sums over tiles.
+        """
+        cats = self.categories
+        if cats is None:
+            return np.zeros(n, np.int64)
+        rate = cats.per_program_rate()
+        prefix = np.concatenate((np.zeros((len(rate), 1)), np.cumsum(rate, axis=1)), axis=1)
+        progs = self.profile.programs
+        owner = self.ops.op_of_program
+        total = np.zeros(n, np.float64)
+        tables = ((0, progs.vertices, np.ones(len(owner), bool)), (1, progs.control, cats.copies),
+                  (2, progs.control, cats.streams), (3, progs.control, cats.leaf))
+        for d, table, mask in tables:
+            rows = table.run_rows()
+            keep = mask[rows] & (owner[rows] >= 0)
+            runs = np.flatnonzero(keep)
+            share = table.value[runs] * (prefix[d, table.stop[runs]] - prefix[d, table.first[runs]])
+            total += np.bincount(owner[rows[runs]], weights=share, minlength=n)
+        return np.rint(total).astype(np.int64)
 
     def _per_op_vertex_totals(self, n: int) -> tuple[np.ndarray, np.ndarray]:
         verts = self.profile.programs.vertices

@@ -390,6 +390,7 @@ class _LayerParts:
     shared_events: dict[str, np.ndarray] | None
     private_stash: dict[str, np.ndarray] | None
     shared_stash: dict[str, np.ndarray] | None
+    units: np.ndarray | None  # int64 [drivers, tiles] of the other categories (None: the profile has none)
 
     @classmethod
     def of(cls, engine: MemoryEngine, ops: np.ndarray, grid: _SegmentGrid | None) -> _LayerParts:
@@ -416,7 +417,8 @@ class _LayerParts:
                    np.searchsorted(engine.multi_layer_index, shared),
                    grid.merged(private) if grid is not None else None,
                    grid.events_of(shared, with_owner=True) if grid is not None else None,
-                   _stash_columns(engine, private), _stash_columns(engine, shared, with_owner=True))
+                   _stash_columns(engine, private), _stash_columns(engine, shared, with_owner=True),
+                   model.categories.units(p, prog) if model.categories is not None else None)
 
 
 def _stash_columns(engine: MemoryEngine, var: np.ndarray, with_owner: bool = False) -> dict[str, np.ndarray] | None:
@@ -504,6 +506,8 @@ class _RunningStage:
         self.additive = np.zeros(self.tiles, np.int64)
         self.presence = np.zeros((len(p.vertex_types.names), self.tiles + 1), np.int64)
         self.code = engine.model.code_by_type
+        self.categories = engine.model.categories
+        self.units = np.zeros_like(self.categories.whole) if self.categories is not None else None
         # Only variables several layers use can be in the set already: marked by their compact number.
         self.in_set = np.zeros(len(engine.multi_layer_index), bool)
         self.grid = grid
@@ -529,6 +533,8 @@ class _RunningStage:
         self.ops.append(parts.ops)
         self.additive += parts.additive
         self.presence += parts.presence
+        if self.units is not None and parts.units is not None:
+            self.units += parts.units
         lo, hi = parts.lo, parts.hi
         if hi >= lo:
             self.lo, self.hi = (lo, hi) if self.hi < self.lo else (min(self.lo, lo), max(self.hi, hi))
@@ -550,7 +556,10 @@ class _RunningStage:
     def total_per_tile(self) -> np.ndarray:
         present = np.cumsum(self.presence, axis=1)[:, : self.tiles] > 0
         code = (self.code * present).sum(axis=0)
-        return np.asarray(self.additive + code + self.variables_peak())
+        total = self.additive + code + self.variables_peak()
+        if self.categories is not None and self.units is not None:
+            total = total + self.categories.per_tile(self.units)
+        return np.asarray(total)
 
     def variables_peak(self) -> np.ndarray:
         """Per tile, the most bytes of the set's variables live at once in its window."""

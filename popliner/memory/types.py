@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["COMPONENTS", "COMPONENT_TITLES", "ComponentBytes", "StageMemory"]
+__all__ = ["COMPONENTS", "COMPONENT_TITLES", "OTHER", "ComponentBytes", "StageMemory", "components"]
 
 #: The five parts of a stage's per-tile memory, in report order.
 COMPONENTS: tuple[str, ...] = ("variables", "vertex_code", "vertex_state", "exchange_code", "control_code")
@@ -16,7 +16,16 @@ COMPONENT_TITLES: dict[str, str] = {
     "vertex_state": "Vertex state",
     "exchange_code": "Exchange code",
     "control_code": "Control code",
+    "other": "Other categories",
 }
+#: The sixth component: the compiler's categories the five leave out (:mod:`popliner.memory.categories`).
+#: Only a profile whose ``tileMemory`` has such categories has it; every view then shows it after the five.
+OTHER = "other"
+
+
+def components(with_other: bool) -> tuple[str, ...]:
+    """The components a view shows: the five, and ``other`` when the profile has it."""
+    return (*COMPONENTS, OTHER) if with_other else COMPONENTS
 
 
 @dataclass(frozen=True)
@@ -28,26 +37,36 @@ class ComponentBytes:
     vertex_state: int = 0
     exchange_code: int = 0
     control_code: int = 0
+    other: int = 0  # the compiler's other categories (0 for a profile without them)
 
     @property
     def total(self) -> int:
-        return self.variables + self.vertex_code + self.vertex_state + self.exchange_code + self.control_code
+        return (self.variables + self.vertex_code + self.vertex_state + self.exchange_code + self.control_code
+                + self.other)
 
-    def as_tuple(self) -> tuple[int, int, int, int, int]:
-        return (self.variables, self.vertex_code, self.vertex_state, self.exchange_code, self.control_code)
+    def as_tuple(self, with_other: bool = False) -> tuple[int, ...]:
+        five = (self.variables, self.vertex_code, self.vertex_state, self.exchange_code, self.control_code)
+        return (*five, self.other) if with_other else five
 
-    def as_dict(self) -> dict[str, int]:
-        return dict(zip(COMPONENTS, self.as_tuple()))
+    def as_dict(self, with_other: bool | None = None) -> dict[str, int]:
+        """The components by name; ``other`` only when asked, or (by default) when it is not 0."""
+        show = self.other != 0 if with_other is None else with_other
+        return dict(zip(components(show), self.as_tuple(show)))
 
 
 @dataclass(frozen=True, eq=False)
 class StageMemory:
     """Per-tile memory of a set of operations on one IPU.
 
-    ``per_tile`` has shape (5, tiles), rows in :data:`COMPONENTS` order.
+    ``per_tile`` has shape (5, tiles), rows in :data:`COMPONENTS` order, or
+    (6, tiles) with the :data:`OTHER` row last when the profile has other categories.
     """
 
     per_tile: np.ndarray
+
+    @property
+    def has_other(self) -> bool:
+        return int(self.per_tile.shape[0]) > len(COMPONENTS)
 
     @property
     def tiles(self) -> int:

@@ -35,7 +35,8 @@ def overflow_text(ipu: IpuCheck) -> str:
         f"IPU {ipu.ipu} is over budget by {-ipu.headroom:,} bytes on tile {ipu.worst_tile}: "
         f"variables {m.variables:,}, vertex code {m.vertex_code:,}, vertex state {m.vertex_state:,}, "
         f"exchange code {m.exchange_code:,}, control code {m.control_code:,}, "
-        f"stash {ipu.worst_tile_stash:,}, copy buffers {ipu.copy_buffer:,}",
+        + (f"other categories {m.other:,}, " if m.other else "")
+        + f"stash {ipu.worst_tile_stash:,}, copy buffers {ipu.copy_buffer:,}",
     ]
     if ipu.peak_step >= 0:
         parts.append(f"  variables peak at step {ipu.peak_step}; largest live there:")

@@ -64,7 +64,15 @@ from popliner.outputs.formula import (
     mb,
 )
 from popliner.outputs.rows import Breakdown, LayerRow, RangeTable
-from popliner.outputs.tables import BYTES_FORMAT, COMPONENT_HEADERS, COUNT_FORMAT, MB_FORMAT, TableFormat, write_grid
+from popliner.outputs.tables import (
+    BYTES_FORMAT,
+    COMPONENT_HEADERS,
+    COUNT_FORMAT,
+    MB_FORMAT,
+    OTHER_HEADER,
+    TableFormat,
+    write_grid,
+)
 from popliner.solvers.result import SplitResult
 
 __all__ = [
@@ -129,6 +137,9 @@ MB_COL = 10
 CYCLES_COL = 11
 INDEX_COL = 12  # the layer's position (0-based), which the range lookup keys on
 RUN_COL = 13  # the IPU where a run of equal IPUs starts, else blank: one run per IPU means contiguous
+#: The compiler's other categories, only for a profile that has them: after the columns formulas read, so
+#: that every other column stays where it is; the layer's Total adds it.
+OTHER_COL = 14
 
 # Where the training options are (MODE_ROW): a label, then the options as JSON.
 TRAINING_LABEL_COL = 6
@@ -206,12 +217,13 @@ def planner_grid(
     if ipus < 1:
         raise UsageProblem(f"the planner needs at least one IPU, got {ipus}")
     layout = _layout(len(breakdown.layers), ipus)
-    grid = Grid(name, column_formats=_layer_formats())
+    formats = _layer_formats() | ({OTHER_COL: BYTES_FORMAT} if breakdown.has_other else {})
+    grid = Grid(name, column_formats=formats)
     grid.append([PLANNER_TITLE], style="title")
     grid.append([PLANNER_NOTE], style="note")
     _add_params(grid, layout, breakdown, budget_bytes)
     _add_ipu_rows(grid, layout, breakdown.ranges)
-    _add_layer_table(grid, breakdown.layers, split)
+    _add_layer_table(grid, breakdown.layers, split, breakdown.has_other)
     return grid, layout
 
 
@@ -385,9 +397,10 @@ def _add_ipu_rows(grid: Grid, layout: PlannerLayout, ranges: RangeTable | None) 
             grid.put(row, 2 + ipu, _ipu_summary(layout, row, 2 + ipu, ranges), fmt=fmt)
 
 
-def _add_layer_table(grid: Grid, layers: tuple[LayerRow, ...], split: SplitResult | None) -> None:
+def _add_layer_table(grid: Grid, layers: tuple[LayerRow, ...], split: SplitResult | None,
+                     with_other: bool = False) -> None:
     header = ["Layer", "IPU", "Worst-tile bytes", *COMPONENT_HEADERS, "Total (bytes)", "Total (MB)", "Cycles",
-              "Layer #", "Run of IPU"]
+              "Layer #", "Run of IPU", *([OTHER_HEADER] if with_other else [])]
     for col, title in enumerate(header, start=1):
         grid.put(HEADER_ROW, col, title)
     grid.set_style(HEADER_ROW, "header")
@@ -395,11 +408,13 @@ def _add_layer_table(grid: Grid, layers: tuple[LayerRow, ...], split: SplitResul
     for k, layer in enumerate(layers):
         row = grid.n_rows + 1
         ipu: Cell = placement.get(layer.layer) if split is not None else 0
-        total = Sum((RangeRef(CellRef(row, FIRST_COMPONENT_COL), CellRef(row, TOTAL_COL - 1)),))
+        five = RangeRef(CellRef(row, FIRST_COMPONENT_COL), CellRef(row, TOTAL_COL - 1))
+        total = Sum((five, CellRef(row, OTHER_COL)) if with_other else (five,))
         here = Ref(CellRef(row, IPU_COL))
         run: Cell = here if k == 0 else If(Compare(here, "=", Ref(CellRef(row - 1, IPU_COL))), Const(""), here)
         cells: list[Cell] = [layer.layer, ipu, layer.worst_tile_bytes, *layer.memory.as_tuple()]
-        grid.append([*cells, total, mb(CellRef(row, TOTAL_COL)), layer.cycles, k, run])
+        other = [layer.memory.other] if with_other else []
+        grid.append([*cells, total, mb(CellRef(row, TOTAL_COL)), layer.cycles, k, run, *other])
 
 
 def ranges_grid(ranges: RangeTable, name: str = RANGES_SHEET, assumes: str | None = None) -> Grid:

@@ -33,7 +33,7 @@ import numpy as np
 
 from popliner.errors import UsageProblem
 from popliner.fileio import atomic_write, check_writable, writes_in_place
-from popliner.memory.types import COMPONENT_TITLES, COMPONENTS
+from popliner.memory.types import COMPONENT_TITLES, components
 from popliner.outputs.rows import Breakdown
 from popliner.report.aggregate import grid_values
 from popliner.report.types import IpuMemory
@@ -53,6 +53,7 @@ COMPONENT_COLOURS: dict[str, str] = {
     "vertex_state": "#2ca02c",
     "exchange_code": "#9467bd",
     "control_code": "#8c564b",
+    "other": "#7f7f7f",
 }
 _BUDGET_COLOUR = "#d62728"
 _OVER_COLOUR = "#d62728"
@@ -137,7 +138,7 @@ def plot_layers(breakdown: Breakdown, path: str | os.PathLike[str], *, budget_by
 def _draw_layer_components(axes: Axes, breakdown: Breakdown, budget_bytes: int) -> None:
     x = np.arange(len(breakdown.layers))
     base = np.zeros(len(x))
-    for component in COMPONENTS:
+    for component in components(breakdown.has_other):
         heights = np.array([getattr(layer.memory, component) for layer in breakdown.layers], dtype=float)
         axes.bar(x, heights, bottom=base, color=COMPONENT_COLOURS[component], label=COMPONENT_TITLES[component])
         base += heights

@@ -110,3 +110,5 @@ class Breakdown:
     profile_sha256: str = ""
     #: The training options the figures were computed with (None in inference).
     training: ConfigTraining | None = None
+    #: The profile has compiler categories the five components leave out: every table shows the sixth.
+    has_other: bool = False

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import IO, Any
 
+from popliner.memory.coverage import Coverage, coverage_line
 from popliner.memory.training import model_layer_counts
 from popliner.solvers.result import SplitResult
 from popliner.textsafe import shell_word, shown
@@ -133,9 +134,15 @@ class NextSteps:
 
 
 def split_summary(split: SplitResult, facts: FitFacts | None, steps: NextSteps | None,
-                  min_ipus_used: bool) -> str:
-    """The human summary printed after ``--solve`` (the picture and table come before it)."""
+                  min_ipus_used: bool, coverage: Coverage | None = None) -> str:
+    """The human summary printed after ``--solve`` (the picture and table come before it).
+
+    ``coverage``: for a profile with the compiler's other categories, how much of the compiler's figure
+    the model accounts for (one more line).
+    """
     lines = [_usage_line(split)]
+    if coverage is not None:
+        lines.append(f"popliner: on one IPU, {coverage_line(coverage)}.")
     if facts is not None and split.fits:
         lines += _fewer_ipus_lines(split, facts, min_ipus_used)
     if steps is not None and split.fits:

@@ -27,7 +27,7 @@ from typing import IO, Literal, TextIO
 
 from popliner.errors import UsageProblem
 from popliner.fileio import atomic_write
-from popliner.memory.types import COMPONENT_TITLES, COMPONENTS
+from popliner.memory.types import COMPONENT_TITLES, COMPONENTS, OTHER
 from popliner.outputs.formula import Arith, Book, Cell, CellRef, Grid, RangeRef, Ref, Sum, Value, mb, sum_range
 from popliner.outputs.rows import Breakdown, LayerMatrix, LayerRow, OperationRow, TotalsRow
 
@@ -64,6 +64,13 @@ FORMULA_TRIGGERS = ("=", "+", "-", "@", "\t", "\r")
 
 #: Column titles of the five components, in report order.
 COMPONENT_HEADERS: tuple[str, ...] = tuple(f"{COMPONENT_TITLES[c]} (bytes)" for c in COMPONENTS)
+#: Column title of the sixth component, shown only for a profile with other compiler categories.
+OTHER_HEADER = f"{COMPONENT_TITLES[OTHER]} (bytes)"
+
+
+def component_headers(with_other: bool) -> tuple[str, ...]:
+    """The component columns of a table: the five, and the other categories when the profile has them."""
+    return (*COMPONENT_HEADERS, OTHER_HEADER) if with_other else COMPONENT_HEADERS
 
 
 def escape_text(text: str) -> str:
@@ -86,14 +93,17 @@ def _dialect(fmt: str) -> type[csv.Dialect]:
 def operations_grid(breakdown: Breakdown, name: str = "Operations") -> Grid:
     """One row per operation (in the breakdown's order), a row total and a column-total row.
 
-    Columns: Layer, Note, Operation, the five components (D-H), Total (I).
+    Columns: Layer, Note, Operation, the five components (D-H), Total (I);
+    with other compiler categories, they are column I and Total is J.
     """
-    grid = Grid(name, column_formats={c: BYTES_FORMAT for c in range(4, 10)})
-    grid.append(["Layer", "Note", "Operation", *COMPONENT_HEADERS, "Total (bytes)"], style="header")
+    k = len(component_headers(breakdown.has_other))
+    grid = Grid(name, column_formats={c: BYTES_FORMAT for c in range(4, 5 + k)})
+    grid.append(["Layer", "Note", "Operation", *component_headers(breakdown.has_other), "Total (bytes)"],
+                style="header")
     for op in breakdown.operations:
-        _append_operation(grid, op)
+        _append_operation(grid, op, breakdown.has_other)
     last = grid.n_rows
-    sums = (sum_range(col, 2, last) for col in range(4, 10))
+    sums = (sum_range(col, 2, last) for col in range(4, 5 + k))
     grid.append([SUM_OF_OPERATIONS, None, None, *sums], style="total")
     return grid
 
@@ -108,10 +118,11 @@ LAYERS_NOTE = (
 )
 
 
-def _append_operation(grid: Grid, op: OperationRow) -> int:
+def _append_operation(grid: Grid, op: OperationRow, with_other: bool) -> int:
     row = grid.n_rows + 1
+    parts = op.memory.as_tuple(with_other)
     return grid.append(
-        [op.layer, op.note, op.name, *op.memory.as_tuple(), _row_sum(row, 4, 8)],
+        [op.layer, op.note, op.name, *parts, _row_sum(row, 4, 3 + len(parts))],
     )
 
 
@@ -128,29 +139,35 @@ def layers_grid(breakdown: Breakdown, name: str = "Layers") -> Grid:
     different layers is no figure of any single tile), the whole model on one
     IPU, and a note saying why the two differ.
     """
-    formats = {2: COUNT_FORMAT, **{c: BYTES_FORMAT for c in range(3, 9)}, 9: MB_FORMAT}
-    formats.update({10: COUNT_FORMAT, 11: BYTES_FORMAT, 12: BYTES_FORMAT})
+    other = breakdown.has_other
+    x = len(component_headers(other)) - len(COMPONENT_HEADERS)  # columns after the five move right by x
+    formats = {2: COUNT_FORMAT, **{c: BYTES_FORMAT for c in range(3, 9 + x)}, 9 + x: MB_FORMAT}
+    formats.update({10 + x: COUNT_FORMAT, 11 + x: BYTES_FORMAT, 12 + x: BYTES_FORMAT})
     grid = Grid(name, column_formats=formats)
-    header = ["Layer", "Operations", *COMPONENT_HEADERS, "Total (bytes)", "Total (MB)"]
+    header = ["Layer", "Operations", *component_headers(other), "Total (bytes)", "Total (MB)"]
     grid.append([*header, "Worst tile", "Worst-tile bytes", "Cycles"], style="header")
     if breakdown.unlayered is not None:
-        _append_layer(grid, breakdown.unlayered)
+        _append_layer(grid, breakdown.unlayered, other)
     for layer in breakdown.layers:
-        _append_layer(grid, layer)
+        _append_layer(grid, layer, other)
     last = grid.n_rows
     row = last + 1
-    sums = [sum_range(col, 2, last) for col in range(2, 9)]
-    grid.append([SUM_OF_ROWS, *sums, mb(CellRef(row, 8)), None, None, sum_range(12, 2, last)], style="total")
+    sums = [sum_range(col, 2, last) for col in range(2, 9 + x)]
+    grid.append([SUM_OF_ROWS, *sums, mb(CellRef(row, 8 + x)), None, None, sum_range(12 + x, 2, last)],
+                style="total")
     if breakdown.whole is not None:
-        _append_layer(grid, breakdown.whole, style="total")
+        _append_layer(grid, breakdown.whole, other, style="total")
         grid.append([LAYERS_NOTE], style="note")
     return grid
 
 
-def _append_layer(grid: Grid, layer: LayerRow, style: str = "data") -> int:
+def _append_layer(grid: Grid, layer: LayerRow, with_other: bool, style: str = "data") -> int:
     row = grid.n_rows + 1
-    cells: list[Cell] = [layer.layer, layer.num_operations, *layer.memory.as_tuple()]
-    cells += [_row_sum(row, 3, 7), mb(CellRef(row, 8)), layer.worst_tile, layer.worst_tile_bytes, layer.cycles]
+    parts = layer.memory.as_tuple(with_other)
+    end = 2 + len(parts)  # the last component's column
+    cells: list[Cell] = [layer.layer, layer.num_operations, *parts]
+    cells += [_row_sum(row, 3, end), mb(CellRef(row, end + 1)), layer.worst_tile, layer.worst_tile_bytes,
+              layer.cycles]
     return grid.append(cells, style=style)
 
 

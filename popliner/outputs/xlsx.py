@@ -58,6 +58,7 @@ from popliner.outputs.tables import (
     FORMULA_TRIGGERS,
     MB_FORMAT,
     SUM_OF_OPERATIONS,
+    component_headers,
     layers_grid,
     matrix_grid,
     totals_grid,
@@ -88,15 +89,17 @@ def grouped_operations_grid(breakdown: Breakdown, name: str = "Operations") -> G
     Operations of no (known) layer come first under "(no layer)", as on the
     Layers sheet.
     """
-    grid = Grid(name, column_formats={**{c: BYTES_FORMAT for c in range(4, 11)}, 11: MB_FORMAT})
-    header = ["Layer", "Note", "Operation", *COMPONENT_HEADERS, "Total (bytes)"]
+    other = breakdown.has_other
+    x = len(component_headers(other)) - len(COMPONENT_HEADERS)  # columns after the five move right by x
+    grid = Grid(name, column_formats={**{c: BYTES_FORMAT for c in range(4, 11 + x)}, 11 + x: MB_FORMAT})
+    header = ["Layer", "Note", "Operation", *component_headers(other), "Total (bytes)"]
     grid.append([*header, "Sum of its operations (bytes)", "Sum of its operations (MB)"], style="header")
     for label, ops in _operations_by_layer(breakdown):
-        _append_group(grid, label, ops)
+        _append_group(grid, label, ops, other)
     last = grid.n_rows
     row = last + 1
-    sums = [sum_range(col, 2, last) for col in range(4, 11)]
-    grid.append([SUM_OF_OPERATIONS, None, None, *sums, mb(CellRef(row, 10))], style="total")
+    sums = [sum_range(col, 2, last) for col in range(4, 11 + x)]
+    grid.append([SUM_OF_OPERATIONS, None, None, *sums, mb(CellRef(row, 10 + x))], style="total")
     grid.append([OPERATIONS_NOTE], style="note")
     return grid
 
@@ -118,16 +121,17 @@ def _operations_by_layer(breakdown: Breakdown) -> list[tuple[str, list[Operation
     return ([(NO_LAYER, stray)] if stray else []) + ordered
 
 
-def _append_group(grid: Grid, label: str, ops: list[OperationRow]) -> None:
+def _append_group(grid: Grid, label: str, ops: list[OperationRow], with_other: bool) -> None:
     head = grid.n_rows + 1
     first, last = head + 1, head + len(ops)
     count = f"{len(ops)} operation{'s' if len(ops) != 1 else ''}"
-    layer_total = sum_range(9, first, last)
-    grid.append([label, None, count, *([None] * 6), layer_total, mb(CellRef(head, 10))], style="group")
+    k = len(component_headers(with_other))
+    layer_total = sum_range(4 + k, first, last)
+    grid.append([label, None, count, *([None] * (k + 1)), layer_total, mb(CellRef(head, 5 + k))], style="group")
     for op in ops:
         row = grid.n_rows + 1
-        total = Sum((RangeRef(CellRef(row, 4), CellRef(row, 8)),))
-        grid.append([op.layer, op.note, op.name, *op.memory.as_tuple(), total])
+        total = Sum((RangeRef(CellRef(row, 4), CellRef(row, 3 + k)),))
+        grid.append([op.layer, op.note, op.name, *op.memory.as_tuple(with_other), total])
 
 
 def workbook_grids(

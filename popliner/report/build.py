@@ -72,6 +72,8 @@ class Report:
     options: tuple[OptionRow, ...]
     #: The training options of the figures in one line (empty in inference).
     training: str = ""
+    #: How much of the compiler's own figure the model accounts for (profiles with other categories; else empty).
+    coverage: str = ""
 
     @property
     def fits(self) -> bool:
@@ -107,7 +109,17 @@ def build_report(analysis: Analysis, config: PipelineConfig, *, budget: int, sou
         liveness=liveness(analysis, fullest_ipu(ipus)) if ipus else None, sim=sim,
         options=model_options(analysis, config, g, micro_batch_size, link_bandwidth, sync_cycles),
         training=config.options.summary() if config.options is not None else "",
+        coverage=_coverage(analysis),
     )
+
+
+def _coverage(analysis: Analysis) -> str:
+    """One sentence on the model against the compiler, for a profile with the compiler's other categories."""
+    from popliner.breakdown import profile_coverage
+    from popliner.memory.coverage import coverage_line
+
+    cov = profile_coverage(analysis) if analysis.model.has_other else None
+    return f"On one IPU, {coverage_line(cov)}." if cov is not None else ""
 
 
 def fullest_ipu(ipus: tuple[IpuMemory, ...]) -> IpuMemory:

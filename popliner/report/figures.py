@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from popliner.memory.types import COMPONENT_TITLES, COMPONENTS
+from popliner.memory.types import COMPONENT_TITLES, components
 from popliner.outputs.plots import COMPONENT_COLOURS
 from popliner.report.aggregate import grid_values, tile_grid
 from popliner.report.build import Liveness
@@ -54,7 +54,8 @@ def memory_figure(ipus: Sequence[IpuMemory], budget: int) -> Figure:
     names = [f"IPU {i.ipu}" for i in ipus]
     parts = [i.worst_components for i in ipus]
     data: list[dict[str, Any]] = []
-    stacks = [(c, COMPONENT_TITLES[c], COMPONENT_COLOURS[c]) for c in COMPONENTS]
+    comps = components(any(i.figure.memory.has_other for i in ipus))
+    stacks = [(c, COMPONENT_TITLES[c], COMPONENT_COLOURS[c]) for c in comps]
     stacks += [("stash", "Stash (extra entries)", _STASH_COLOUR), ("copy_buffers", "Copy buffers", _COPY_COLOUR)]
     for key, title, colour in stacks:
         values = [p[key] for p in parts]

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from popliner.memory.types import COMPONENT_TITLES, COMPONENTS
+from popliner.memory.types import COMPONENT_TITLES, OTHER, components
 from popliner.outputs.rows import LayerRow
 from popliner.report.build import LIVENESS_POINTS, Report
 from popliner.report.figures import heatmap_figure, liveness_figure, memory_figure, schedule_figure, short_bytes
@@ -100,13 +100,14 @@ def _memory(r: Report) -> str:
     intro = ("<p>Bytes on each IPU's worst tile: the five components of its operations, the stash entries the "
              "pipeline adds and the copy buffers, then the headroom left to the budget. These are the figures "
              "<code>popliner check</code> and the split table report.</p>")
-    head = ["IPU", "Layers", "Worst tile", *[COMPONENT_TITLES[c] for c in COMPONENTS], "Stash", "Copy buffers",
+    comps = components(any(i.figure.memory.has_other for i in r.ipus))
+    head = ["IPU", "Layers", "Worst tile", *[COMPONENT_TITLES[c] for c in comps], "Stash", "Copy buffers",
             "Total", "Budget", "Headroom", "Fits"]
     rows = []
     for i in r.ipus:
         parts = i.worst_components
         rows.append([_cell(i.ipu), _cell(_span(i.layers)), _cell(i.worst_tile),
-                     *[_cell(parts[c]) for c in COMPONENTS], _cell(parts["stash"]), _cell(parts["copy_buffers"]),
+                     *[_cell(parts[c]) for c in comps], _cell(parts["stash"]), _cell(parts["copy_buffers"]),
                      _cell(i.worst_bytes), _cell(i.budget), _cell(i.headroom), _cell("yes" if i.fits else "NO")])
     return _section("memory", intro, _figure_div("fig-memory") + _table("ipu-table", head, rows))
 
@@ -115,7 +116,8 @@ def _layers(r: Report) -> str:
     intro = ("<p>Each layer as a stage of its own: components summed over the IPU's tiles, and the layer's "
              "worst tile. Click a column heading to sort. Shared code and liveness peaks mean a stage's figure "
              "is not the sum of its layers'.</p>")
-    head = ["#", "Layer", "IPU", "Operations", *[COMPONENT_TITLES[c] for c in COMPONENTS], "Total",
+    comps = components(any(i.figure.memory.has_other for i in r.ipus))
+    head = ["#", "Layer", "IPU", "Operations", *[COMPONENT_TITLES[c] for c in comps], "Total",
             "Worst tile", "Worst-tile bytes", "Cycles"]
     where = r.ipu_of_layer
     rows = []
@@ -124,9 +126,9 @@ def _layers(r: Report) -> str:
         listed.append((0, r.unlayered, "0"))
     listed += [(k + 1, row, str(where.get(row.layer, ""))) for k, row in enumerate(r.layers)]
     for order, row, ipu in listed:
-        mem = row.memory.as_dict()
+        mem = row.memory.as_dict(OTHER in comps)
         rows.append([_cell(order), _cell(row.layer), _cell(ipu), _cell(row.num_operations),
-                     *[_cell(mem[c]) for c in COMPONENTS], _cell(row.memory.total), _cell(row.worst_tile),
+                     *[_cell(mem[c]) for c in comps], _cell(row.memory.total), _cell(row.worst_tile),
                      _cell(row.worst_tile_bytes), _cell(row.cycles)])
     return _section("layers", intro, _table("layer-table", head, rows, sortable=True))
 
@@ -180,6 +182,7 @@ def _about(r: Report) -> str:
         ["Split from", _e(r.source)],
         ["Target", _e(f"{r.tiles:,} tiles per IPU, {r.bytes_per_tile:,} bytes per tile")],
         ["Budget", _e(f"{r.budget:,} bytes per tile")],
+        *([["Coverage", _e(r.coverage)]] if r.coverage else []),
     ]
     items = "".join(f"<tr><th scope='row'>{k}</th><td>{v}</td></tr>" for k, v in rows)
     how = ("<p class='note'>How big profiles stay light: the heatmaps keep one cell per tile (no averaging); the "

@@ -35,7 +35,10 @@ class IpuMemory:
 
     @property
     def per_tile(self) -> np.ndarray:
-        """(5, tiles) in component order: the model of the IPU's operations (one stash entry included)."""
+        """(5, tiles), or (6, tiles) with other categories, in component order.
+
+        The model of the IPU's operations (one stash entry included).
+        """
         return self.figure.memory.per_tile
 
     @property
@@ -62,8 +65,8 @@ class IpuMemory:
 
     @property
     def worst_components(self) -> dict[str, int]:
-        """Bytes on the worst tile: the five components, then stash and copy buffers."""
-        out = self.figure.worst_tile_memory.as_dict()
+        """Bytes on the worst tile: the five components (six with other categories), then stash and copy buffers."""
+        out = self.figure.worst_tile_memory.as_dict(self.figure.memory.has_other)
         out["stash"] = self.figure.worst_tile_stash
         out["copy_buffers"] = self.figure.copy_buffer if self.tiles else 0
         return out

@@ -27,6 +27,7 @@ from popliner.synth.graph import Compiled, GraphBuilder
 from popliner.synth.layout import Layout, lay_out
 from popliner.synth.lower import Calibration, Lowered, lower
 from popliner.synth.models import build_model
+from popliner.synth.naming import rename_contexts
 from popliner.synth.spec import SynthSpec
 from popliner.synth.tilevec import encode_dense
 from popliner.synth.truth import liveness, tile_memory, vertex_counts
@@ -127,11 +128,12 @@ def _build(spec: SynthSpec) -> tuple[dict[str, Any], SynthSummary]:
     calibration = Calibration(spec.vertex_code_factor, spec.vertex_state_factor, spec.exchange_code_factor,
                               spec.control_code_factor)
     low = lower(graph, layout, spec.scale, np.random.default_rng(seeds[1]), calibration)
+    rename_contexts(low.contexts, spec.naming)
     nsteps = len(low.steps)
     classes, tensor_class = liveness(graph, low.ranges, nsteps)
     piece_class = tensor_class[layout.tensor]
     counts = vertex_counts(spec.tiles, len(low.vertex_types), low.vertex_runs)
-    truth = tile_memory(spec.tiles, layout, piece_class, classes, nsteps, low, counts)
+    truth = tile_memory(spec.tiles, layout, piece_class, classes, nsteps, low, counts, spec.compiler_categories)
     names = [t.name for t in graph.tensors] if spec.var_names else None
     doc = {
         "format": "popliner-profile",

@@ -20,7 +20,7 @@ the work is cut, not how much there is.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -83,6 +83,7 @@ class Lowered:
     control: list[Runs]  # control code of every leaf program, once each
     exchange: list[Runs]  # exchange code of every DoExchange, once each
     vertex_runs: list[tuple[int, Runs]]  # (vertex type id, instance counts) of every compute set
+    leaf_types: list[str] = field(default_factory=list)  # program type of each entry of ``control``
 
 
 def plan_phases(k: Kernel, n: int) -> list[Phase]:
@@ -118,6 +119,7 @@ class _Lowerer:
         self.bodies: dict[int, tuple[int, int, int]] = {}  # body op -> (Sequence id, first step, stop step)
         self.vt_ids: dict[str, int] = {}
         self.leaf_control: list[Runs] = []
+        self.leaf_types: list[str] = []
         self.exchange: list[Runs] = []
         self.vertex_runs: list[tuple[int, Runs]] = []
 
@@ -128,7 +130,7 @@ class _Lowerer:
         vts = sorted(self.vt_ids, key=self.vt_ids.__getitem__)
         return Lowered(self.programs, roots, self.steps, self.contexts, self.ranges,
                        [self.calib.vertex_type(_VT_BY_NAME[n]) for n in vts], self.leaf_control, self.exchange,
-                       self.vertex_runs)
+                       self.vertex_runs, self.leaf_types)
 
     def main_children(self) -> list[int]:
         """Operations of the main program, with an unattributed Sync where the layer changes."""
@@ -171,6 +173,7 @@ class _Lowerer:
         pid = self.program(ptype, name, ctx, cycles, control, extra=extra)
         self.steps.append(pid)
         self.leaf_control.append(control)
+        self.leaf_types.append(ptype)
         return pid
 
     def composite(self, ptype: str, name: str, ctx: int | None, children: list[int], repeat: int = 1,

@@ -54,6 +54,10 @@ def build_model(g: GraphBuilder, spec: SynthSpec) -> None:
         out = _bert(g, d, spec.layers, spec.head, spec.reference_bert)
     elif spec.kind == "decoder":
         out = _gpt(g, d, spec.layers)
+    elif spec.kind == "efficientnet":
+        from popliner.synth.effnet import efficientnet  # it builds on this module's operation helpers
+
+        out = efficientnet(g, d, spec.layers)
     else:
         out = _resnet(g, d, spec.layers)
     logits, rows, classes = out

@@ -15,12 +15,13 @@ from types import MappingProxyType
 from typing import Any, Final
 
 from popliner.errors import UsageProblem
+from popliner.synth.naming import NAMINGS
 
 __all__ = ["CALIBRATION_FIELDS", "FIRST_MOMENTS", "HEADS", "KINDS", "MODES", "OPTIMIZERS", "OPTIMIZER_STATES",
            "PRESETS", "RECOMPUTES", "UNCALIBRATED", "SynthSpec", "preset_names", "preset_spec"]
 
 #: Model families the generator knows.
-KINDS: Final = ("encoder", "decoder", "cnn")
+KINDS: Final = ("encoder", "decoder", "cnn", "efficientnet")
 MODES: Final = ("inference", "training")
 OPTIMIZERS: Final = ("adam", "sgd")
 #: How the profile was "compiled": recomputation, where optimizer state lives, its first-moment type.
@@ -85,6 +86,10 @@ class SynthSpec:
     control_code_factor: float = 1.0
     #: Embeddings, attention mask and SQuAD head as Google's reference BERT builds them (calibrated presets).
     reference_bert: bool = False
+    #: ``tileMemory`` also has the compiler's categories the five components leave out (stack, descriptors, ...).
+    compiler_categories: bool = False
+    #: How operations are named: ``popart``, or as ``poptorch`` or ``tensorflow`` would (popliner/synth/naming.py).
+    naming: str = "popart"
 
     def __post_init__(self) -> None:
         _choice("kind", self.kind, KINDS)
@@ -92,7 +97,7 @@ class SynthSpec:
         _choice("optimizer", self.optimizer, OPTIMIZERS)
         _int_range("layers", self.layers, 1, 512)
         _int_range("hidden", self.hidden, 8, 1 << 16)
-        _int_range("seq", self.seq, 1 if self.kind != "cnn" else 32, 1 << 16)
+        _int_range("seq", self.seq, 32 if self.image else 1, 1 << 16)
         _int_range("batch", self.batch, 1, 1 << 12)
         _int_range("vocab", self.vocab, 2, 1 << 22)
         _int_range("tiles", self.tiles, 1, MAX_TILES)
@@ -102,13 +107,16 @@ class SynthSpec:
         _number_range("scale", self.scale, MIN_SCALE, MAX_SCALE)
         for name in CALIBRATION_FIELDS:
             _number_range(name, getattr(self, name), 0.01, 100.0)
+        _choice("naming", self.naming, NAMINGS)
+        if not isinstance(self.compiler_categories, bool):
+            raise UsageProblem(f"compiler_categories must be true or false, got {self.compiler_categories!r}")
         if not isinstance(self.reference_bert, bool):
             raise UsageProblem(f"reference_bert must be true or false, got {self.reference_bert!r}")
         if not isinstance(self.var_names, bool):
             raise UsageProblem(f"var_names must be true or false, got {self.var_names!r}")
         if not isinstance(self.model, str) or not self.model:
             raise UsageProblem(f"model must be a non-empty label, got {self.model!r}")
-        if self.kind != "cnn" and self.hidden % self.heads:
+        if not self.image and self.hidden % self.heads:
             raise UsageProblem(f"hidden={self.hidden} is not a multiple of its {self.heads} attention heads of 64")
         self._check_training_options()
 
@@ -151,6 +159,11 @@ class SynthSpec:
         return self.replication_factor if self.sharded_optimizer_state else 1
 
     @property
+    def image(self) -> bool:
+        """A CNN (``seq`` is the image side, ``hidden`` the stem width)."""
+        return self.kind in ("cnn", "efficientnet")
+
+    @property
     def training(self) -> bool:
         return self.mode == "training"
 
@@ -190,7 +203,8 @@ _QUIET_DEFAULTS: Final = {"recompute": "none", "split_after": (), "optimizer_sta
                           "replication_factor": 1, "sharded_optimizer_state": False, "first_moment": "float",
                           "head": "squad",
                           "vertex_code_factor": 1.0, "vertex_state_factor": 1.0, "exchange_code_factor": 1.0,
-                          "control_code_factor": 1.0, "reference_bert": False}
+                          "control_code_factor": 1.0, "reference_bert": False, "compiler_categories": False,
+                          "naming": "popart"}
 
 
 def _choice(name: str, value: Any, allowed: tuple[str, ...]) -> None:
@@ -214,10 +228,11 @@ def _number_range(name: str, value: Any, lo: float, hi: float) -> None:
 
 #: Calibration of the Mk2 transformer presets against a real BERT-Large profile (docs/synthetic-profiles.md).
 _CALIBRATED: Final = {"vertex_code_factor": 0.247, "vertex_state_factor": 0.301, "exchange_code_factor": 0.342,
-                      "control_code_factor": 0.545}
+                      "control_code_factor": 0.545, "compiler_categories": True}
 
 #: The catalog's own amounts and graph (what the small presets and the committed fixtures use).
-UNCALIBRATED: Final = MappingProxyType({**{name: 1.0 for name in CALIBRATION_FIELDS}, "reference_bert": False})
+UNCALIBRATED: Final = MappingProxyType({**{name: 1.0 for name in CALIBRATION_FIELDS}, "reference_bert": False,
+                                        "compiler_categories": False})
 
 # Preset parameters (mode is given separately). The real-model presets keep a
 # Mk2 IPU (1472 tiles of 624 KiB); the small ones use a few tens of tiles so
@@ -233,11 +248,24 @@ _PRESETS: dict[str, dict[str, Any]] = {
                    **_CALIBRATED},
     "resnet-small": {"kind": "cnn", "layers": 8, "hidden": 16, "seq": 64, "batch": 32, "vocab": 10, "tiles": 32,
                      "optimizer": "sgd"},
+    # Calibrated to the real profiles of Graphcore's PopLiner tests (docs/synthetic-profiles.md, "Calibration").
+    "poptorch-bert-tiny": {"kind": "encoder", "layers": 3, "hidden": 128, "seq": 128, "batch": 6, "vocab": 30522,
+                           "naming": "poptorch", "vertex_code_factor": 0.417, "vertex_state_factor": 0.329,
+                           "exchange_code_factor": 0.25, "control_code_factor": 0.788, "compiler_categories": True},
+    "bert-large-sdk-old": {"kind": "encoder", "layers": 24, "hidden": 1024, "seq": 128, "batch": 20, "vocab": 30522,
+                           "vertex_code_factor": 0.269, "vertex_state_factor": 0.353, "exchange_code_factor": 0.899,
+                           "control_code_factor": 0.415, "compiler_categories": True, "reference_bert": True},
+    "efficientnet-edgetpu-l": {"kind": "efficientnet", "layers": 27, "hidden": 40, "seq": 300, "batch": 8,
+                               "vocab": 1001, "naming": "tensorflow", "vertex_code_factor": 0.45,
+                               "vertex_state_factor": 0.27, "exchange_code_factor": 1.0, "control_code_factor": 0.3,
+                               "compiler_categories": True},
     "resnet50": {"kind": "cnn", "layers": 16, "hidden": 64, "seq": 224, "batch": 16, "vocab": 1000,
-                 "optimizer": "sgd"},
+                 "optimizer": "sgd", "compiler_categories": True},
 }
 #: name -> parameters (read-only view).
 PRESETS: Final = MappingProxyType(_PRESETS)
+#: Parameters a preset takes in training only (compiled-with options are refused in inference).
+_TRAINING_ONLY: dict[str, dict[str, Any]] = {"poptorch-bert-tiny": {"first_moment": "half"}}
 
 
 def preset_names() -> tuple[str, ...]:
@@ -249,5 +277,6 @@ def preset_spec(name: str, mode: str = "inference", **overrides: Any) -> SynthSp
     params = _PRESETS.get(name)
     if params is None:
         raise UsageProblem(f"unknown preset {name!r}; choose one of {', '.join(_PRESETS)}")
-    base = SynthSpec(**{**params, "mode": mode, "model": name})
+    training = _TRAINING_ONLY.get(name, {}) if mode == "training" else {}
+    base = SynthSpec(**{**params, **training, "mode": mode, "model": name})
     return base.replace(**overrides) if overrides else base

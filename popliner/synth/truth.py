@@ -10,7 +10,9 @@ against it:
 - ``vertexInstanceState``: instances x state size, over all compute sets;
 - ``controlCode``: over leaf programs (each program once, however often it runs);
 - ``internalExchangeCode``: over DoExchange programs;
-- ``alwaysLive``: always-live variables plus the four categories;
+- with ``other`` (the calibrated presets), the categories popliner's five
+  components leave out, written with the sizes of :data:`OTHER_SIZES`;
+- ``alwaysLive``: always-live variables plus every category;
 - ``notAlwaysLivePeak``: the largest, over steps, of the bytes of
   not-always-live variables live on the tile.
 """
@@ -26,7 +28,23 @@ from popliner.synth.layout import Layout
 from popliner.synth.lower import Lowered
 from popliner.synth.tilevec import Runs
 
-__all__ = ["liveness", "tile_memory", "vertex_counts"]
+__all__ = ["OTHER_SIZES", "liveness", "other_categories", "tile_memory", "vertex_counts"]
+
+#: Sizes of the compiler's other categories (docs/synthetic-profiles.md says which are calibrated):
+#: stack bytes per tile; field data and vector-list descriptors per byte of vertex state; descriptors,
+#: host exchange code and packet headers and control tables per byte of the control code of the programs
+#: they follow.
+OTHER_SIZES = {
+    "stack": 3168,  # calibrated: Graphcore's TensorFlow docs, 3,852,288 B of stack over 1,216 tiles
+    "vertexFieldData": 7934 / 12074,  # calibrated: the same docs' tile 0, 7,934 B beside 12,074 B of state
+    "vectorListDescriptor": 960 / 12074,  # calibrated: the same tile, 960 B
+    "copyDescriptor": 0.1,  # guessed: of the control code of Copy and DoExchange programs
+    "hostExchangeCode": 2.0,  # guessed: of the control code of StreamCopy programs
+    "hostExchangePacketHeader": 1.0,  # guessed (the docs' tile 0 has 1,160 B)
+    "controlTable": 0.05,  # guessed: of all leaf programs' control code
+}
+_COPIES = ("Copy", "DoExchange")
+_STREAMS = ("StreamCopyBegin", "StreamCopyMid", "StreamCopyEnd")
 
 Interval = tuple[int, int]
 
@@ -53,10 +71,10 @@ def liveness(graph: Graph, ranges: Sequence[list[Interval]], steps: int) -> tupl
 
 
 def tile_memory(tiles: int, layout: Layout, piece_class: np.ndarray, classes: Sequence[tuple[Interval, ...]],
-                steps: int, low: Lowered, counts: np.ndarray) -> dict[str, np.ndarray]:
+                steps: int, low: Lowered, counts: np.ndarray, other: bool = False) -> dict[str, np.ndarray]:
     """Dense per-tile ground truth; keys as in the document (categories prefixed ``category.``).
 
-    ``counts`` is :func:`vertex_counts` of ``low``.
+    ``counts`` is :func:`vertex_counts` of ``low``; ``other`` adds :func:`other_categories`.
     """
     always = np.array([c == ((0, steps),) for c in classes], dtype=bool)
     sizes = np.array([vt.size for vt in low.vertex_types], dtype=np.int64)
@@ -67,12 +85,37 @@ def tile_memory(tiles: int, layout: Layout, piece_class: np.ndarray, classes: Se
         "controlCode": _sum(tiles, low.control),
         "internalExchangeCode": _sum(tiles, low.exchange),
     }
+    if other:
+        cats.update(other_categories(tiles, low, cats["vertexInstanceState"]))
     live = always[piece_class]
     variables = np.bincount(layout.tile[live], weights=layout.nbytes[live], minlength=tiles)
     out = {"alwaysLive": np.rint(variables).astype(np.int64) + sum(cats.values()),
            "notAlwaysLivePeak": _peak(tiles, layout, piece_class, classes, ~always)}
     out.update({f"category.{k}": v.astype(np.int64) for k, v in cats.items()})
     return out
+
+
+def other_categories(tiles: int, low: Lowered, state: np.ndarray) -> dict[str, np.ndarray]:
+    """The categories the five components leave out, per tile, from the generator's own records.
+
+    ``state`` is the vertex instance state per tile.
+    """
+    def control_of(types: tuple[str, ...] | None) -> np.ndarray:
+        picked = [c for c, t in zip(low.control, low.leaf_types) if types is None or t in types]
+        return _sum(tiles, picked)
+
+    copies, streams, control = control_of(_COPIES), control_of(_STREAMS), control_of(None)
+    sizes = OTHER_SIZES
+    out = {
+        "stack": np.full(tiles, int(sizes["stack"]), np.int64),
+        "vertexFieldData": state * sizes["vertexFieldData"],
+        "vectorListDescriptor": state * sizes["vectorListDescriptor"],
+        "copyDescriptor": copies * sizes["copyDescriptor"],
+        "hostExchangeCode": streams * sizes["hostExchangeCode"],
+        "hostExchangePacketHeader": streams * sizes["hostExchangePacketHeader"],
+        "controlTable": control * sizes["controlTable"],
+    }
+    return {k: np.rint(v).astype(np.int64) for k, v in out.items()}
 
 
 def vertex_counts(tiles: int, types: int, vertex_runs: Sequence[tuple[int, Runs]]) -> np.ndarray:

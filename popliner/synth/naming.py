@@ -1,0 +1,59 @@
+"""Framework naming: the generator's PopART names rewritten as PopTorch or TensorFlow would write them.
+
+The generator names operations as PopART does (``bert/encoder/layer_3/...``,
+``resnet/blocks.3/...``) in ``popart`` debug contexts. Two other spellings,
+for presets calibrated to real profiles compiled from those frameworks:
+
+- ``poptorch``: the operation's context is a ``poptorch`` one whose
+  ``op_name`` is the module path then the op (``bert.encoder.layer.3/attention/...``,
+  as Hugging Face modules are named), found by the ``huggingface`` layer preset;
+- ``tensorflow``: an ``xla_op`` context whose ``op_name`` is the Keras scope
+  (``resnet/model/blocks_3/...``, ``efficientnet/model/blocks_3/...``), found by the default
+  (``popart``) regex.
+
+Only names change: programs, tiles, bytes and liveness are the same.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any, Final
+
+__all__ = ["NAMINGS", "rename_contexts"]
+
+NAMINGS: Final = ("popart", "poptorch", "tensorflow")
+
+_LAYER = re.compile(r"bert/encoder/layer_(\d+)(?=/|$)")
+_BLOCK = re.compile(r"(^|/)(resnet|efficientnet)/blocks\.(\d+)(?=/|$)")
+_CNN = re.compile(r"(^|/)(resnet|efficientnet)/(?!model/)")
+
+
+def _poptorch(name: str) -> str:
+    return _LAYER.sub(r"bert.encoder.layer.\1", name)
+
+
+def _tensorflow(name: str) -> str:
+    return _CNN.sub(r"\1\2/model/", _BLOCK.sub(r"\1\2/model/blocks_\3", name))
+
+
+_RENAMERS: Final[dict[str, tuple[str, Callable[[str], str]]]] = {
+    "poptorch": ("poptorch", _poptorch),
+    "tensorflow": ("xla_op", _tensorflow),
+}
+
+
+def rename_contexts(contexts: list[dict[str, Any]], naming: str) -> None:
+    """Rewrite, in place, every operation context (``popart`` with an ``opName``) in ``naming``."""
+    if naming == "popart":
+        return
+    layer, rename = _RENAMERS[naming]
+    for c in contexts:
+        data = c.get("data")
+        if c.get("layer") != "popart" or not data or "opName" not in data:
+            continue
+        new = {"op_name": rename(data["opName"]), "op_type": data.get("opType", "")}
+        for key in ("inputs", "outputs"):
+            if key in data:
+                new[key] = [rename(n) for n in data[key]]
+        c["layer"], c["name"], c["data"] = layer, rename(c.get("name", "")), new

@@ -1,0 +1,101 @@
+"""The presets calibrated to real profiles against the real figures: per layer or block, and on one IPU.
+
+    python scripts/calibration_presets.py [PRESET ...] [--work DIR]
+
+For each preset, generates its profile (inference, or training for
+poptorch-bert-tiny, as the real one was), measures it with popliner's model
+and prints a Markdown table: real, generated and error per row and
+component, then the one-IPU figures. The real figures are in
+``tests/data/real_profiles.json`` (public, from Graphcore's PopLiner tests).
+A layer's figure is that layer alone as a stage; "no layer" sums each
+operation without a layer alone, as PopLiner's spreadsheet lists them; both
+use PopLiner's five components (the real figures have no other categories).
+``tests/test_calibration.py`` holds the same comparisons.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from popliner.analysis import load_analysis
+from popliner.breakdown import layer_rows, whole_profile_memory
+from popliner.synth import preset_spec, write_profile
+
+REAL = Path(__file__).resolve().parent.parent / "tests" / "data" / "real_profiles.json"
+#: Column order of the real figures.
+COMPONENTS = ("vertex_state", "vertex_code", "exchange_code", "control_code", "variables")
+TITLES = ("vertex state", "vertex code", "exchange", "control", "variables")
+#: The real profile's mode, and the spec changes each comparison makes (fewer layers where a middle one is as good).
+RUNS: dict[str, tuple[str, dict[str, Any]]] = {
+    "efficientnet-edgetpu-l": ("inference", {}),
+    "poptorch-bert-tiny": ("training", {}),
+    "bert-large-sdk-old": ("inference", {"layers": 3}),
+}
+
+
+def real_figures() -> dict[str, Any]:
+    return dict(json.loads(REAL.read_text()))
+
+
+def measure(preset: str, work: Path, **changes: Any) -> dict[str, Any]:
+    """Per-layer five components (and 'layer': the middle layer), 'no layer', and the one-IPU figures."""
+    mode, fixed = RUNS.get(preset, ("inference", {}))
+    spec = preset_spec(preset, mode, var_names=False, **{**fixed, **changes})
+    path = work / f"{preset}-{mode}.json.gz"
+    write_profile(spec, path, force=True)
+    a = load_analysis(str(path), use_cache=False)
+    rows: dict[str, list[int]] = {r.layer: [getattr(r.memory, c) for c in COMPONENTS] for r in layer_rows(a)}
+    names = list(rows)
+    if len(names) >= 3:
+        rows["layer"] = rows[names[len(names) // 2]]
+    totals = a.model.per_operation_totals()
+    alone = np.flatnonzero(a.layers.layer_of_op < 0)
+    rows["no layer"] = [sum(getattr(totals[i], c) for i in alone) for c in COMPONENTS]
+    whole = whole_profile_memory(a)
+    five = whole.per_tile[:5].sum(axis=0)
+    return {"rows": rows, "worst_five": int(five.max()), "worst": whole.worst_bytes,
+            "total_five": int(five.sum()), "bytes_per_tile": a.profile.target.bytes_per_tile,
+            "operations": a.ops.count}
+
+
+def errors(real: list[int], got: list[int]) -> list[float | None]:
+    return [None if r == 0 else g / r - 1 for r, g in zip(real, got)]
+
+
+def table(preset: str, got: dict[str, Any], real: dict[str, Any]) -> str:
+    head = "| row | " + " | ".join(f"{t}: real / generated / error" for t in TITLES) + " |"
+    lines = [f"### {preset}: {real['source']}", "", head, "|---" * (len(TITLES) + 1) + "|"]
+    for row, want in real["rows"].items():
+        have = got["rows"][row]
+        cells = [f"{w:,} / {h:,} / " + ("-" if e is None else f"{e:+.0%}")
+                 for w, h, e in zip(want, have, errors(want, have))]
+        lines.append(f"| {row} | " + " | ".join(cells) + " |")
+    if "one_ipu_worst_tile" in real:
+        w = real["one_ipu_worst_tile"]
+        lines += ["", f"One IPU: worst tile, five components, real {w:,} / generated {got['worst_five']:,} "
+                      f"({got['worst_five'] / w - 1:+.1%}); with the other categories {got['worst']:,}; "
+                      f"fits in {got['bytes_per_tile']:,}: real yes, generated "
+                      f"{'yes' if got['worst'] <= got['bytes_per_tile'] else 'NO'}."]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("presets", nargs="*", default=list(RUNS))
+    ap.add_argument("--work", type=Path, default=None)
+    args = ap.parse_args()
+    real = real_figures()
+    with tempfile.TemporaryDirectory() as tmp:
+        work = args.work or Path(tmp)
+        for preset in args.presets:
+            print(table(preset, measure(preset, work), real[preset]), end="\n\n")
+
+
+if __name__ == "__main__":
+    main()
