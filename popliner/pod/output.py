@@ -135,6 +135,10 @@ def _row(c: PodConfig, rank: str) -> tuple[str, ...]:
     if c.step is not None and c.step.seconds > 0:
         parts = c.step.parts
         bound = f"{c.step.bound} {parts[c.step.bound] / c.step.seconds:.0%}"
+        # The largest of the other parts too: what to attack next when compute bounds it.
+        other = max((n for n in parts if n != c.step.bound), key=lambda n: parts[n])
+        if parts[other] > 0:
+            bound += f" ({other} {parts[other] / c.step.seconds:.0%})"
     else:
         bound = "-"
     g = str(c.gradient_accumulation) if c.gradient_accumulation is not None else "-"
