@@ -23,6 +23,7 @@ import numpy as np
 
 from popliner.errors import UsageProblem
 from popliner.memory.training import TrainingOptions, place_unlayered
+from popliner.memory.work import check_work
 from popliner.ops.layers import (
     AUTO_PRESET,
     DEFAULT_INPUTS_REGEX_LAYER_0,
@@ -310,6 +311,7 @@ def analyse_profile(profile: Profile, options: AnalysisOptions = AnalysisOptions
             ops = derive_operations(profile, options.op_layers)
     if layers is None:
         layers = _choose_layers(ops, options)
+    check_work(profile, ops)  # before anything is allocated from the profile's sizes
     if ops.count == 0 and ops.reachable_programs:
         # Not an error: every figure is still computed, but nothing can be grouped into layers or split.
         log.warning("%s: none of its %d programs carries a debug context (the profile has %d), so there are no "

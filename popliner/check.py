@@ -83,7 +83,8 @@ def _check_layers(analysis: Analysis, config: PipelineConfig, config_path: str) 
                 raise ConfigError(
                     f"{config_path} at stages[{k}].layers[{j}]: layer {layer!r} is not in the profile "
                     f"{analysis.profile.path} (its layers: {', '.join(analysis.layer_names[:12])}"
-                    f"{' ...' if len(known) > 12 else ''}); was the config made for another model?"
+                    f"{' ...' if len(known) > 12 else ''}); was the config made for another model, or with "
+                    "--layer-name-regex/--layer-preset? give those options here too"
                 )
     placed = {layer for s in config.stages for layer in s.layers}
     missing = [name for name in analysis.layer_names if name not in placed]

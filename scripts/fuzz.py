@@ -13,6 +13,7 @@ limit per case). A case is a problem when
 
     python scripts/fuzz.py                          # 1000 profiles + 300 configs
     python scripts/fuzz.py --profiles 60 --configs 40 --seed 3 --json report.json
+    python scripts/fuzz.py --structural 1000        # cases built from the schema (scripts/fuzz_schema.py)
 
 Exit status: 0 when no case is a problem, 1 otherwise. The summary table
 (counts per mutation kind and outcome) goes to stdout.
@@ -39,6 +40,7 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "scripts"))  # fuzz_schema
 
 PROFILE_BASES = [REPO / "fixtures" / "profiles" / name for name in ("tiny.json", "bert-tiny-inference.json")]
 PROFILE_KINDS = ("key_removal", "type_swap", "out_of_range_id", "huge_number", "cycle", "truncation", "encoding_error")
@@ -55,6 +57,7 @@ class Case:
     data: bytes
     name: str
     allowed: tuple[int, ...]
+    label: str = ""  # what a structural case changed
 
 
 @dataclass
@@ -67,6 +70,7 @@ class Outcome:
     seconds: float
     problem: str | None
     message: str
+    label: str = ""
 
 
 # -- walking JSON-like documents -------------------------------------------------------
@@ -334,8 +338,11 @@ def run_case(args: tuple[Case, str, float]) -> Outcome:
         problem = "missing message"
     elif code == 0 and errors:
         problem = "message with exit 0"
+    elif any("out of memory" in e for e in errors):
+        problem = "out of memory"  # a bound on the work should have refused it first
     message = errors[-1] if errors else (repr(exc) if exc is not None and not isinstance(exc, SystemExit) else "")
-    return Outcome(case.target, case.kind, case.seed, case.argv, code, round(seconds, 3), problem, message[:300])
+    return Outcome(case.target, case.kind, case.seed, case.argv, code, round(seconds, 3), problem, message[:300],
+                   case.label)
 
 
 def build_cases(n_profiles: int, n_configs: int, seed: int, folder: Path) -> list[Case]:
@@ -381,22 +388,59 @@ def summarise(outcomes: list[Outcome]) -> str:
     slowest = max(outcomes, key=lambda o: o.seconds)
     lines.append(f"slowest case {slowest.seconds:.2f} s ({slowest.target} {slowest.kind} seed {slowest.seed})")
     for o in problems[:30]:
-        lines.append(f"PROBLEM {o.problem}: {o.target} {o.kind} seed {o.seed} exit {o.exit_code}: {o.message}")
+        lines.append(f"PROBLEM {o.problem}: {o.target} {o.kind} seed {o.seed} {o.label} exit {o.exit_code}: "
+                     f"{o.message}")
     return "\n".join(lines)
 
 
-def fuzz(n_profiles: int, n_configs: int, seed: int, timeout: float, jobs: int) -> list[Outcome]:
+def build_structural_cases(n: int, seed: int, folder: Path) -> list[Case]:
+    """About ``n`` cases from scripts/fuzz_schema.py: three quarters profiles, a quarter configs."""
+    import fuzz_schema
+
+    rng = random.Random(seed)
+    cases: list[Case] = []
+    per_base = max(n * 3 // 4 // len(PROFILE_BASES), 1)
+    for base_path in PROFILE_BASES:
+        base = json.loads(base_path.read_text(encoding="utf-8"))
+        for k, (kind, label, data) in enumerate(fuzz_schema.profile_cases(base, base_path.name, per_base, rng)):
+            solve = base_path.name == "tiny.json" and k % 4 == 0
+            argv = ["-q", "{file}", "--no-cache"] + (["--solve", "--num-ipus", "2", "--time-limit", "5"]
+                                                     if solve else [])
+            cases.append(Case("profile", kind, k, argv, data, f"s{len(cases)}.json", (0, 2, 3) if solve else (0, 2),
+                              label))
+    config_text, profile = _base_config(folder)
+    for k, (kind, label, data) in enumerate(fuzz_schema.config_cases(config_text, max(n - len(cases), 20), rng)):
+        if k % 2:
+            argv, allowed = ["-q", "check", "{file}", "--profile", profile, "--no-cache"], (0, 1, 2)
+        else:
+            argv, allowed = ["-q", "simulate", "{file}"], (0, 2)
+        cases.append(Case("config", kind, k, argv, data, f"s{len(cases)}.yaml", allowed, label))
+    return cases
+
+
+def _limit_memory(gigabytes: float) -> None:
+    """Pool initializer: a case that allocates past this fails with MemoryError (reported as a problem)."""
+    import resource
+
+    limit = int(gigabytes * (1 << 30))
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+
+def fuzz(n_profiles: int, n_configs: int, seed: int, timeout: float, jobs: int, structural: int = 0,
+         memory_gb: float | None = None) -> list[Outcome]:
     with tempfile.TemporaryDirectory(prefix="popliner-fuzz-") as tmp:
         folder = Path(tmp)
         os.environ.setdefault("POPLINER_CACHE_DIR", str(folder / "cache"))
         os.environ.setdefault("MPLBACKEND", "Agg")
-        cases = build_cases(n_profiles, n_configs, seed, folder)
+        cases = build_structural_cases(structural, seed, folder) if structural else build_cases(
+            n_profiles, n_configs, seed, folder)
         work = [(c, tmp, timeout) for c in cases]
-        if jobs <= 1:
+        if jobs <= 1 and memory_gb is None:
             return [run_case(w) for w in work]
         ctx = multiprocessing.get_context("fork")
-        with ctx.Pool(jobs, maxtasksperchild=200) as pool:
-            return pool.map(run_case, work, chunksize=4)
+        init, initargs = (_limit_memory, (memory_gb,)) if memory_gb is not None else (None, ())
+        with ctx.Pool(max(jobs, 1), initializer=init, initargs=initargs, maxtasksperchild=200) as pool:
+            return pool.map(run_case, work, chunksize=1 if structural else 4)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -407,9 +451,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=30.0, help="seconds per case before it counts as a hang")
     parser.add_argument("--jobs", type=int, default=min(4, os.cpu_count() or 1))
     parser.add_argument("--json", type=Path, default=None, help="write every outcome here")
+    parser.add_argument("--structural", type=int, default=0, metavar="N",
+                        help="run about N cases built from the schema instead of mutations (scripts/fuzz_schema.py)")
+    parser.add_argument("--memory-gb", type=float, default=None,
+                        help="address-space limit per worker; a case that needs more is a problem (default: "
+                             "3 with --structural, none otherwise)")
     args = parser.parse_args(argv)
     started = time.perf_counter()
-    outcomes = fuzz(args.profiles, args.configs, args.seed, args.timeout, args.jobs)
+    memory = args.memory_gb if args.memory_gb is not None else (3.0 if args.structural else None)
+    outcomes = fuzz(args.profiles, args.configs, args.seed, args.timeout, args.jobs, args.structural, memory)
     print(summarise(outcomes))
     print(f"wall time {time.perf_counter() - started:.0f} s")
     if args.json:

@@ -12,7 +12,8 @@ from typing import Any
 
 from tests.helpers import chain_document
 
-__all__ = ["context_chain", "deep_source", "liveness_amplification", "no_contexts", "write_json"]
+__all__ = ["context_chain", "deep_source", "liveness_amplification", "many_operations", "many_vertex_types",
+           "no_contexts", "write_json"]
 
 
 def _base(tiles: int) -> dict[str, Any]:
@@ -85,3 +86,30 @@ def no_contexts(programs: int = 3) -> dict[str, Any]:
 def write_json(doc: dict[str, Any] | str, path: Path) -> Path:
     path.write_text(doc if isinstance(doc, str) else json.dumps(doc, separators=(",", ":")))
     return path
+
+
+def many_vertex_types(types: int = 50_000, tiles: int = 65_536) -> dict[str, Any]:
+    """``types`` vertex types on a ``tiles``-tile IPU, each with code on one tile: (types x tiles) if held dense."""
+    doc = chain_document([{"name": "a"}, {"name": "b"}], tiles=1)
+    doc["target"].update(tilesPerIpu=tiles, numTiles=tiles)
+    for p in doc["programs"]:
+        if "controlCode" in p:
+            p["controlCode"] = {"sparse": [[0, 1]]}
+    doc["vertexTypes"] = [{"name": f"v{i}", "size": 4, "codeBytes": {"sparse": [[i % tiles, 8]]}}
+                          for i in range(types)]
+    doc["programs"][1]["vertices"] = [[i, {"sparse": [[i % tiles, 1]]}] for i in range(types)]
+    return doc
+
+
+def many_operations(count: int = 20_000, tiles: int = 65_536, layers: int = 50) -> dict[str, Any]:
+    """``count`` operations on a ``tiles``-tile IPU, one variable each: (operations x tiles) if held dense."""
+    doc = chain_document([{"name": f"op{i}", "data": {"opName": f"layer{i % layers}/op{i}"}} for i in range(count)],
+                         tiles=1)
+    doc["target"].update(tilesPerIpu=tiles, numTiles=tiles)
+    for i, p in enumerate(doc["programs"][1:]):
+        p["controlCode"] = {"sparse": [[i % tiles, 1]]}
+        p["vars"] = [10 + i]
+    doc["variables"] = {"id": [10 + i for i in range(count)], "bytes": [4] * count,
+                        "tile": [i % tiles for i in range(count)], "class": [0] * count}
+    doc["livenessClasses"] = [[[0, count]]]
+    return doc

@@ -206,3 +206,108 @@ def test_sixty_thousand_contexts_in_one_chain_load_in_seconds(tmp_path: Path) ->
     path = write_json(context_chain(60_000), tmp_path / "chain.json")
     a = load_analysis(str(path), AnalysisOptions(), use_cache=False)
     assert a.ops.count == 60_000
+
+
+# -- bounded work: refused from the sizes, before anything is allocated --------------------
+
+
+def test_liveness_amplification_of_the_issue_is_refused_fast(tmp_path: Path) -> None:
+    from tests.hostile import liveness_amplification
+
+    path = write_json(liveness_amplification(), tmp_path / "amplified.json")  # 1 MB: 25 M events, 3.5 GB before
+    assert path.stat().st_size < 1_100_000
+    r = _run("--no-cache", str(path))
+    assert r.returncode == 2, r.stderr
+    (line,) = _error_lines(r.stderr)
+    assert str(path) in line and "25,000,000 liveness events" in line and "8,000,000" in line
+    assert "POPLINER_MAX_LIVENESS_EVENTS" in line
+
+
+def test_liveness_limit_counts_events_and_the_variable_raises_it(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    from popliner.memory.work import liveness_events
+    from tests.hostile import liveness_amplification
+
+    doc = liveness_amplification(steps=200, intervals=50, variables=6, ops=2)
+    path = write_json(doc, tmp_path / "small.json")
+    monkeypatch.setenv("POPLINER_MAX_LIVENESS_EVENTS", "299")
+    with pytest.raises(Exception, match="300 liveness events in the whole-program sweep") as info:
+        load_analysis(str(path), use_cache=False)
+    assert "above the limit of 299" in str(info.value)
+    monkeypatch.setenv("POPLINER_MAX_LIVENESS_EVENTS", "300")  # whole: 6 tiles x 50; per operation: 2 x 300
+    with pytest.raises(Exception, match="600 liveness events over the per-operation sweeps"):
+        load_analysis(str(path), use_cache=False)
+    monkeypatch.setenv("POPLINER_MAX_LIVENESS_EVENTS", "600")
+    a = load_analysis(str(path), use_cache=False)
+    assert liveness_events(a.profile, a.ops) == (300, 600)
+    # Variables that share a class and a tile are one aggregate: the count does not grow with them.
+    doc["variables"]["tile"] = [0] * 6
+    a = load_analysis(str(write_json(doc, tmp_path / "one-tile.json")), use_cache=False)
+    assert liveness_events(a.profile, a.ops) == (50, 100)
+
+
+def test_real_profiles_are_far_below_the_limits() -> None:
+    from popliner.memory.work import LIMITS, liveness_events, range_cells, tile_cells
+
+    for name in ("bert-base-training.json.gz", "gpt2-small-inference.json.gz", "tiny-training.json"):
+        a = load_analysis(str(REPO / "fixtures" / "profiles" / name), use_cache=False)
+        assert max(liveness_events(a.profile, a.ops)) < LIMITS["POPLINER_MAX_LIVENESS_EVENTS"] / 100
+        assert tile_cells(a.profile, a.ops) < LIMITS["POPLINER_MAX_TILE_CELLS"] / 100
+        assert range_cells(a.profile.tiles, len(a.layer_names)) < LIMITS["POPLINER_MAX_RANGE_CELLS"] / 100
+
+
+def test_many_vertex_types_on_many_tiles_are_refused(tmp_path: Path) -> None:
+    from tests.hostile import many_vertex_types
+
+    path = write_json(many_vertex_types(types=400), tmp_path / "types.json")  # 26 M dense cells
+    r = _run("--no-cache", str(path))
+    assert r.returncode == 2, r.stderr
+    (line,) = _error_lines(r.stderr)
+    assert "65,536 tiles x (400 vertex types + 2 operations) = 26,345,472 per-tile cells" in line
+    assert "POPLINER_MAX_TILE_CELLS" in line
+    r = _run("--no-cache", "-q", str(path), "-o", str(tmp_path / "t.csv"), env={"POPLINER_MAX_TILE_CELLS": "3e7"})
+    assert r.returncode == 2 and "POPLINER_MAX_TILE_CELLS='3e7': expected a whole number" in r.stderr
+
+
+def test_range_tables_of_many_layers_on_many_tiles_are_refused(tmp_path: Path) -> None:
+    from tests.hostile import many_operations
+
+    path = write_json(many_operations(count=150, layers=150), tmp_path / "layers.json")
+    r = _run("--no-cache", str(path), "--solve")  # before: out of memory past 5.7 GB after 47 s
+    assert r.returncode == 2, r.stderr
+    (line,) = _error_lines(r.stderr)
+    assert "65,536 tiles x 11,325 ranges of 150 layers = 742,195,200 range-table cells" in line
+    assert "POPLINER_MAX_RANGE_CELLS" in line and str(path) in line
+
+
+# -- pipeline configs that are no configs -----------------------------------------------------
+
+
+def _config_text(tmp_path: Path) -> str:
+    cfg = tmp_path / "base.yaml"
+    r = CliRunner().invoke(cli, ["-q", str(REPO / "fixtures/profiles/tiny-training.json"), "--solve", "--num-ipus",
+                                 "2", "--config-out", str(cfg)])
+    assert r.exit_code == 0, r.output
+    return cfg.read_text()
+
+
+@pytest.mark.parametrize(("edit", "expected"), [
+    (lambda t: t.replace("gradient_accumulation: 16", "gradient_accumulation: 1" + "0" * 4400),
+     "a number in it is too long to read"),
+    (lambda t: t.replace("mode: training", "mode: training\nextra: " + "[" * 50_000 + "]" * 50_000),
+     "YAML nested too deeply"),
+    (lambda t: t + "extra:\n" + "".join(" " * i + "a:\n" for i in range(2000)), "YAML nested too deeply"),
+    (lambda t: t.replace("clock_hz: 1000000000.0", "clock_hz: .inf"), "expected a positive finite number, got inf"),
+    (lambda t: t.replace("clock_hz: 1000000000.0", "clock_hz: 1" + "0" * 400),
+     "expected a positive finite number, got a number of 401 digits"),
+], ids=["int-4400-digits", "nested-50k", "nested-maps-2k", "clock-inf", "clock-huge-int"])
+def test_config_that_is_no_config_is_one_line_exit_2(tmp_path: Path, edit: Any, expected: str) -> None:
+    path = tmp_path / "pipeline.yaml"
+    path.write_text(edit(_config_text(tmp_path)))
+    for args in (["check", str(path), "--profile", str(REPO / "fixtures/profiles/tiny-training.json")],
+                 ["simulate", str(path)]):
+        r = _run("-q", *args)
+        assert r.returncode == 2, r.stderr
+        (line,) = _error_lines(r.stderr)
+        assert expected in line and str(path) in line
+        assert len(r.stderr.splitlines()) == 1 and len(line) < 400

@@ -172,3 +172,39 @@ def test_report_gives_the_coverage(generated: dict[str, Any], tmp_path: Path,
     assert result.exit_code == 0, result.output
     page = report.read_text()
     assert "Coverage" in page and "the model accounts for" in page and "Other categories" in page
+
+
+def test_workbook_with_the_sixth_column_evaluates_to_popliner_figures(tmp_path: Path) -> None:
+    """Every formula of the review workbook, moved columns included, computed by the independent engine."""
+    from popliner.outputs import xlsx
+    from popliner.outputs.formula import column_letter
+    from tests.test_spreadsheets import assert_no_errors, engine_values, same
+
+    doc = generate_document(preset_spec("bert-tiny", "inference", layers=1, compiler_categories=True))
+    analysis = analyse_document(doc)
+    breakdown = build_breakdown(analysis, planner_ipus=2)
+    path = tmp_path / "review.xlsx"
+    xlsx.write_workbook(breakdown, path, force=False, budget_bytes=638_976)
+    engine = engine_values(path)
+    assert_no_errors(engine)
+    grids, _ = xlsx.workbook_grids(breakdown, budget_bytes=638_976)
+    book = {g.name: g for g in grids}
+    for grid in grids:
+        for r, row in enumerate(grid.values(book), start=1):
+            for c, mine in enumerate(row, start=1):
+                theirs = engine.get((grid.name.upper(), f"{column_letter(c)}{r}"))
+                if mine not in (None, ""):
+                    assert same(mine, theirs), f"{grid.name}!{column_letter(c)}{r}: {mine!r} vs {theirs!r}"
+    # The whole-model row's Total is its six components: the model's own total.
+    layers = book["Layers"].values(book)
+    whole = next(row for row in layers if row[0] == "Whole model on one IPU")
+    assert whole[8] == breakdown.whole.memory.total == sum(whole[2:8])  # type: ignore[union-attr]
+
+
+def test_a_category_of_variables_is_not_counted_twice() -> None:
+    from popliner.memory.categories import other_categories
+
+    vec = np.zeros(4, np.int64)
+    truth = {"category.vertexCode": vec, "category.stack": vec, "category.Variables": vec,
+             "category.alwaysLiveVariables": vec, "alwaysLive": vec}
+    assert other_categories(truth) == ("stack",)

@@ -5,14 +5,25 @@ from __future__ import annotations
 import logging
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import click
 
 from popliner.analysis import DEFAULT_BACKWARD_REGEX, Analysis, AnalysisOptions, load_analysis
-from popliner.cli.options import output_stream
+from popliner.cli.options import (
+    BYTES_PER_TILE,
+    LAYERS_PER_STAGE,
+    LINK_BANDWIDTH,
+    MICRO_BATCHES,
+    NUM_IPUS,
+    REPLICAS,
+    SECONDS,
+    SEED,
+    ipus_for_layers,
+    output_stream,
+)
 from popliner.errors import EXIT_NO_SPLIT, UsageProblem
 from popliner.fileio import atomic_write, check_writable, distinct_files, is_stdout, one_stdout
 from popliner.memory.training import (
@@ -61,12 +72,6 @@ def _matmul_proportion(ctx: click.Context, param: click.Parameter, value: tuple[
     return value
 
 
-def _positive(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
-    if value is not None and value <= 0:
-        raise click.BadParameter(f"{value} must be positive")
-    return value
-
-
 class HiddenArgument(click.Argument):
     """An argument that is accepted only to be refused with a helpful message: not in the usage line."""
 
@@ -111,7 +116,7 @@ class HiddenArgument(click.Argument):
               help="Training: recomputation to model (docs/solvers.md); auto = the least that fits.")
 @click.option("--optimizer-state", type=click.Choice(list(OPTIMIZER_STATES)), default="on-chip", show_default=True,
               help="Training: off-chip keeps optimizer state in streaming memory, loaded for its update only.")
-@click.option("--replication-factor", type=int, default=1, show_default=True, callback=_positive,
+@click.option("--replication-factor", type=REPLICAS, default=1, show_default=True,
               help="Training: replicas of the pipeline (total IPUs = IPUs x replicas).")
 @click.option("--sharded-optimizer-state", is_flag=True,
               help="Training: divide optimizer state over the replicas (replicated tensor sharding).")
@@ -123,30 +128,30 @@ class HiddenArgument(click.Argument):
 @click.option("--optimizer-state-regex", default=None,
               help="Variable names that are optimizer state (replaces the rule).")
 @click.option("--solve", is_flag=True, help="Split the layers over --num-ipus IPUs; JSON on stdout.")
-@click.option("--num-ipus", type=int, default=4, show_default=True, callback=_positive, help="IPUs to split over.")
+@click.option("--num-ipus", type=NUM_IPUS, default=4, show_default=True, help="IPUs to split over.")
 @click.option("--exact-ipus", is_flag=True, help="Use exactly --num-ipus IPUs (ILP), not at most.")
 @click.option("--min-ipus", is_flag=True,
               help="Use the fewest IPUs that fit (at most --num-ipus) instead of spreading for throughput.")
-@click.option("--mem-per-tile", type=int, default=None, callback=_positive,
+@click.option("--mem-per-tile", type=BYTES_PER_TILE, default=None,
               help="Bytes per tile. Default: the profile's bytesPerTile (638976 on Mk2).")
 @click.option("--headroom", type=float, default=None, callback=_fraction,
               help="Fraction of each tile kept free. Default: the model's measured shortfall against the "
                    "profile's own tileMemory when it has the compiler's other categories, else 0 "
                    "(README: what fits means).")
 @click.option("--solver", type=click.Choice(["ilp", "greedy"]), default="ilp", show_default=True)
-@click.option("--time-limit", type=float, default=60.0, show_default=True, callback=_positive,
+@click.option("--time-limit", type=SECONDS, default=60.0, show_default=True,
               help="Seconds for the whole solve: set-up, search, best effort, overflow details, the hint.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Random seed of the ILP solver.")
+@click.option("--seed", type=SEED, default=0, show_default=True, help="Random seed of the ILP solver.")
 @click.option("--split-after", multiple=True, metavar="LAYER", help="Force a stage to end after LAYER.")
 @click.option("--same-ipu", multiple=True, metavar="A,B", help="Keep layers A and B on one IPU.")
-@click.option("--min-layers-per-stage", type=int, default=1, show_default=True, callback=_positive)
+@click.option("--min-layers-per-stage", type=LAYERS_PER_STAGE, default=1, show_default=True)
 @click.option("--keep-shared-vars-together", is_flag=True,
               help="Never split between layers that share an always-live variable (tied weights).")
-@click.option("--link-bandwidth", type=float, default=64e9, show_default=True, callback=_positive,
+@click.option("--link-bandwidth", type=LINK_BANDWIDTH, default=64e9, show_default=True,
               help="IPU-link bytes per second, for transfer cycles.")
 @click.option("--config-out", type=click.Path(dir_okay=False, path_type=str),
               help="With --solve: write the pipeline config (YAML) here.")
-@click.option("--gradient-accumulation", type=int, default=None, callback=_positive,
+@click.option("--gradient-accumulation", type=MICRO_BATCHES, default=None,
               help="Micro-batches per step for the config (default: max(16, 2 x stages)).")
 @click.option("--ipu-config-out", type=click.Path(dir_okay=False, path_type=str),
               help="With --solve: write an optimum-graphcore ipu_config.json for the split here.")
@@ -258,6 +263,7 @@ def _run(profile: str, debug_info: str | None, operation_breakdown: bool, layer_
     if not options.op_layers:
         raise UsageProblem("--op-layers: give at least one debug-context layer name")
     analysis = load_analysis(profile, options, use_cache=not no_cache, cache_dir=cache_dir)
+    asked_ipus, num_ipus = num_ipus, ipus_for_layers(num_ipus, exact_ipus, len(analysis.layer_names))
     budget_full = mem_per_tile or analysis.profile.target.bytes_per_tile
     if headroom is None:
         from popliner.breakdown import default_headroom
@@ -283,6 +289,7 @@ def _run(profile: str, debug_info: str | None, operation_breakdown: bool, layer_
         if recompute == "auto":
             analysis, split = _auto_recompute(analysis, problem, split, min_ipus, solver, time_limit, seed,
                                               link_bandwidth, started)
+        split = replace(split, num_ipus_requested=asked_ipus)  # what was asked, though one IPU per layer at most
     with phase("writing tables"):
         _write_tables(analysis, outputs, fmt, output, force, split, budget, num_ipus, recompute)
     if plot:

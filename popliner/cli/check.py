@@ -13,6 +13,7 @@ from popliner.cli.options import (
     budget_fraction,
     config_training_options,
     force_option,
+    layer_options,
     output_option,
     output_stream,
 )
@@ -37,6 +38,7 @@ log = logging.getLogger("popliner")
 @click.option("--cache-dir", type=click.Path(file_okay=False, path_type=str), default=None,
               help="Cache folder (default $POPLINER_CACHE_DIR, else ~/.cache/popliner).")
 @config_training_options
+@layer_options
 def command(config: str, profile: str, budget: float | None, junit: str | None, output: str | None, force: bool,
             no_cache: bool, cache_dir: str | None, **training: object) -> None:
     """Check that every IPU of CONFIG fits: exit 0 if all fit, 1 if any does not, 2 on bad input.

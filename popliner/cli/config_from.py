@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from popliner.analysis import load_analysis
-from popliner.cli.options import force_option, output_option, output_stream
+from popliner.cli.options import MICRO_BATCHES, force_option, layer_options, layering, output_option, output_stream
 from popliner.errors import ConfigError
 from popliner.fileio import check_writable, distinct_files
 
@@ -17,23 +17,18 @@ __all__ = ["command"]
 log = logging.getLogger("popliner")
 
 
-def _positive(ctx: click.Context, param: click.Parameter, value: int | None) -> int | None:
-    if value is not None and value <= 0:
-        raise click.BadParameter(f"{value} must be positive")
-    return value
-
-
 @click.command(name="config-from", context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("workbook", type=click.Path(dir_okay=False, path_type=str), metavar="REVIEW.xlsx")
 @click.option("--profile", type=click.Path(dir_okay=False, path_type=str), default=None,
               help="The profile to compute the figures from (default: the one the workbook names).")
-@click.option("--gradient-accumulation", type=int, default=None, callback=_positive,
+@click.option("--gradient-accumulation", type=MICRO_BATCHES, default=None,
               help="Micro-batches per step (default: max(16, 2 x stages)).")
 @output_option("Write the pipeline YAML to FILE instead of stdout.")
 @force_option("Overwrite an existing -o file.")
 @click.option("--no-cache", is_flag=True, help="Do not read or write the derived-data cache.")
+@layer_options
 def command(workbook: str, profile: str | None, gradient_accumulation: int | None, output: str | None, force: bool,
-            no_cache: bool) -> None:
+            no_cache: bool, **layers: object) -> None:
     """Turn the split typed into REVIEW.xlsx's Split planner sheet into a pipeline config (YAML).
 
     \b
@@ -52,7 +47,8 @@ def command(workbook: str, profile: str | None, gradient_accumulation: int | Non
     choice = read_planner(workbook)
     source = profile or _recorded_profile(workbook, choice.profile_path)
     # The figures are computed with the training options the workbook records, as it showed them.
-    analysis = load_analysis(source, analysis_options(choice.mode, choice.training), use_cache=not no_cache)
+    analysis = load_analysis(source, analysis_options(choice.mode, choice.training, layering=layering(layers)),
+                             use_cache=not no_cache)
     if choice.profile_sha256 and choice.profile_sha256 != analysis.profile.sha256:
         log.warning("%s was made from a profile with another content hash than %s", workbook, source)
     cfg = config_from_planner(choice, analysis, gradient_accumulation=gradient_accumulation)

@@ -11,7 +11,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from popliner.cli.options import CONFIG_TRAINING_PARAMS
+from popliner.cli.options import CONFIG_TRAINING_PARAMS, layering
 
 if TYPE_CHECKING:
     from popliner.analysis import Analysis
@@ -31,7 +31,8 @@ def analysis_for_config(source: str, profile: str, mode: str, recorded: ConfigTr
     placement (:func:`popliner.config.options.analysis_options`).
 
     Training options given on the command line (``given``, the command's
-    keyword arguments) must agree with the record; the options the analysis
+    keyword arguments) must agree with the record; its layer options
+    (``--layer-name-regex`` ...) say how the config's layers were named; the options the analysis
     applied must be the recorded ones; a profile whose content differs from
     the one the config was made from (``recorded_sha256``) gets a warning.
     """
@@ -39,7 +40,7 @@ def analysis_for_config(source: str, profile: str, mode: str, recorded: ConfigTr
     from popliner.config.options import analysis_options, check_applied, check_cli_options
 
     check_cli_options(recorded, source, {k: given.get(k) for k in CONFIG_TRAINING_PARAMS})
-    options = analysis_options(mode, recorded, layer_groups)
+    options = analysis_options(mode, recorded, layer_groups, layering(given))
     analysis = load_analysis(profile, options, use_cache=use_cache, cache_dir=cache_dir)
     check_applied(recorded, analysis, source)
     sha = analysis.profile.sha256

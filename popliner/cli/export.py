@@ -26,7 +26,10 @@ __all__ = ["command"]
 @click.option("-f", "--force", is_flag=True, help="Overwrite OUT if it exists.")
 @click.option("--allow-flat-contexts", is_flag=True,
               help="Export even when no debug context has a parent (names and layers will be wrong).")
-def command(profile: Path, debug_info: Path, output: Path, force: bool, allow_flat_contexts: bool) -> None:
+@click.option("--allow-missing-contexts", is_flag=True,
+              help="Export even when most programs have no debug context (popliner will group nothing).")
+def command(profile: Path, debug_info: Path, output: Path, force: bool, allow_flat_contexts: bool,
+            allow_missing_contexts: bool) -> None:
     """Convert a Poplar compilation report to popliner's profile format (v1).
 
     Run this where the Poplar SDK is enabled (`import pva` must work): it reads
@@ -42,4 +45,5 @@ def command(profile: Path, debug_info: Path, output: Path, force: bool, allow_fl
     # Errors (no SDK, file exists, libpva failures) are PoplinerErrors; the
     # group turns them into one line and exit code 2. Success is logged.
     distinct_files({"PROFILE.pop": str(profile), "DEBUG.cbor": str(debug_info)}, {"-o": str(output)})
-    export_report(profile, debug_info, output, force=force, allow_flat_contexts=allow_flat_contexts)
+    export_report(profile, debug_info, output, force=force, allow_flat_contexts=allow_flat_contexts,
+                  allow_missing_contexts=allow_missing_contexts)

@@ -9,14 +9,22 @@ any work.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+import logging
+import math
+from collections.abc import Callable, Mapping
 from typing import IO, Any, TypeVar
 
 import click
 
+from popliner.errors import UsageProblem
 from popliner.fileio import atomic_write
 
-__all__ = ["CONFIG_TRAINING_PARAMS", "config_training_options", "force_option", "output_option", "output_stream"]
+__all__ = ["BYTES_PER_TILE", "CONFIG_TRAINING_PARAMS", "LAYERS_PER_STAGE", "LAYER_PARAMS", "LINK_BANDWIDTH",
+           "MICRO_BATCHES", "MICRO_BATCH_SIZE", "NUM_IPUS", "REPLICAS", "SECONDS", "SEED", "SYNC_CYCLES",
+           "FiniteFloat", "config_training_options", "force_option", "ipus_for_layers", "layer_options", "layering",
+           "output_option", "output_stream"]
+
+log = logging.getLogger("popliner")
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -63,7 +71,7 @@ def config_training_options(func: F) -> F:
                      help="Training: recomputation." + note),
         click.option("--optimizer-state", type=click.Choice(list(OPTIMIZER_STATES)), default=None,
                      help="Training: where optimizer state lives." + note),
-        click.option("--replication-factor", type=click.IntRange(min=1), default=None,
+        click.option("--replication-factor", type=REPLICAS, default=None,
                      help="Training: replicas of the pipeline." + note),
         click.option("--sharded-optimizer-state/--no-sharded-optimizer-state", default=None,
                      help="Training: optimizer state divided over the replicas." + note),
@@ -73,3 +81,93 @@ def config_training_options(func: F) -> F:
     for decorate in reversed(decorators):
         func = decorate(func)
     return func
+
+
+class FiniteFloat(click.FloatRange):
+    """A float in a range that is also finite: click's FloatRange lets ``nan`` through (every comparison with
+    it is false), and ``inf`` wherever there is no maximum."""
+
+    name = "finite number"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return number
+
+
+#: Ranges of the numbers the commands take. Each bound is far beyond any real use; they keep a typo or a
+#: hostile value from turning into hours of work, gigabytes, or an overflow deep inside a library.
+MAX_IPUS = 4096
+NUM_IPUS = click.IntRange(1, MAX_IPUS)
+BYTES_PER_TILE = click.IntRange(1, 2**32)
+SECONDS = FiniteFloat(0.0, 1e7, min_open=True)
+#: OR-Tools takes a 32-bit seed.
+SEED = click.IntRange(0, 2**31 - 1)
+#: Bytes per second of a link: up to 1 PB/s.
+LINK_BANDWIDTH = FiniteFloat(0.0, 1e15, min_open=True)
+MICRO_BATCHES = click.IntRange(1, 100_000)  # as the simulator's MAX_MICRO_BATCHES
+REPLICAS = click.IntRange(1, 65_536)
+LAYERS_PER_STAGE = click.IntRange(1, 1_000_000)
+MICRO_BATCH_SIZE = click.IntRange(1, 10**9)
+SYNC_CYCLES = click.IntRange(0, 10**12)
+
+
+def ipus_for_layers(num_ipus: int, exact: bool, layers: int) -> int:
+    """``--num-ipus`` for a model of ``layers`` layers: more IPUs than layers cannot all be used.
+
+    At most N IPUs: solved over at most one IPU per layer, with a warning. Exactly N: refused.
+    """
+    if num_ipus <= layers or layers == 0:
+        return num_ipus
+    if exact:
+        raise UsageProblem(f"--exact-ipus --num-ipus {num_ipus}: the model has {layers} layers, so at most "
+                           f"{layers} IPUs can each hold one; give --num-ipus {layers} or fewer")
+    log.warning("--num-ipus %d is more than the %d layers: using at most %d IPUs", num_ipus, layers, layers)
+    return layers
+
+
+#: The main command's options that decide the layers (and the training view) of an analysis, as the
+#: commands that read a config take them: a config made with ``--layer-name-regex R`` is checked with it.
+LAYER_PARAMS: tuple[str, ...] = ("layer_preset", "layer_name_regex", "inputs_regex_layer_0", "layer_order",
+                                 "op_layers", "all_vars", "backward_regex")
+
+
+def layer_options(func: F) -> F:
+    """``--layer-preset``, ``--layer-name-regex`` ... on a command that reads a config (default: the main
+    command's defaults); give the ones the config or workbook was made with."""
+    from popliner.ops.layers import AUTO_PRESET, preset_names
+
+    note = " Give what the config was made with (default: the main command's default)."
+    decorators = [
+        click.option("--layer-preset", type=click.Choice([AUTO_PRESET, *preset_names()]), default=None,
+                     help="Layer naming rule." + note),
+        click.option("--layer-name-regex", default=None, help="Regex on operation names, group 1 is the layer." + note),
+        click.option("--inputs-regex-layer-0", default=None,
+                     help="Operations whose inputs match go to the first layer." + note),
+        click.option("--layer-order", type=click.Choice(["steps", "natural"]), default=None,
+                     help="Layer order." + note),
+        click.option("--op-layers", default=None, help="Debug-context layers that name an operation." + note),
+        click.option("--all-vars", is_flag=True, default=None,
+                     help="Count variables of operations without a layer too." + note),
+        click.option("--backward-regex", default=None,
+                     help="Operation names of the backward pass and weight update." + note),
+    ]
+    for decorate in reversed(decorators):
+        func = decorate(func)
+    return func
+
+
+def layering(given: Mapping[str, object]) -> dict[str, object]:
+    """The ``AnalysisOptions`` fields the layer options in ``given`` (a command's keyword arguments) set."""
+    out: dict[str, object] = {name: given[name] for name in ("layer_preset", "layer_name_regex",
+                                                             "inputs_regex_layer_0", "layer_order", "backward_regex")
+                              if given.get(name) is not None}
+    op_layers = given.get("op_layers")
+    if op_layers is not None:
+        out["op_layers"] = tuple(s.strip() for s in str(op_layers).split(",") if s.strip())
+        if not out["op_layers"]:
+            raise UsageProblem("--op-layers: give at least one debug-context layer name")
+    if given.get("all_vars"):
+        out["layered_vars_only"] = False
+    return out

@@ -8,9 +8,14 @@ import click
 
 from popliner.cli.configured import analysis_for_config, budget_for_config
 from popliner.cli.options import (
+    LINK_BANDWIDTH,
+    MICRO_BATCH_SIZE,
+    MICRO_BATCHES,
+    SYNC_CYCLES,
     budget_fraction,
     config_training_options,
     force_option,
+    layer_options,
     output_option,
 )
 from popliner.fileio import check_writable, distinct_files
@@ -29,18 +34,19 @@ log = logging.getLogger("popliner")
 @force_option("Overwrite an existing report file.")
 @click.option("--budget", type=float, default=None, callback=budget_fraction,
               help="Fraction of each tile's bytes an IPU may use (default: the config's budget, else 1.0).")
-@click.option("--gradient-accumulation", "-G", type=click.IntRange(min=1), default=None,
+@click.option("--gradient-accumulation", "-G", type=MICRO_BATCHES, default=None,
               help="Micro-batches per step for the schedule (default: the config's).")
-@click.option("--micro-batch-size", type=click.IntRange(min=1), default=1, show_default=True,
+@click.option("--micro-batch-size", type=MICRO_BATCH_SIZE, default=1, show_default=True,
               help="Samples per micro-batch, for the throughput.")
-@click.option("--link-bandwidth", type=click.FloatRange(min=0, min_open=True), default=DEFAULT_LINK_BANDWIDTH,
+@click.option("--link-bandwidth", type=LINK_BANDWIDTH, default=DEFAULT_LINK_BANDWIDTH,
               show_default=True, help="Bytes/s of an inter-IPU copy.")
-@click.option("--sync-cycles", type=click.IntRange(min=0), default=DEFAULT_SYNC_CYCLES, show_default=True,
+@click.option("--sync-cycles", type=SYNC_CYCLES, default=DEFAULT_SYNC_CYCLES, show_default=True,
               help="Clock cycles of the sync before each copy phase.")
 @click.option("--no-cache", is_flag=True, help="Do not read or write the derived-data cache.")
 @click.option("--cache-dir", type=click.Path(file_okay=False, path_type=str), default=None,
               help="Cache folder (default $POPLINER_CACHE_DIR, else ~/.cache/popliner).")
 @config_training_options
+@layer_options
 def command(config: str, profile: str, output: str | None, force: bool, budget: float | None,
             gradient_accumulation: int | None, micro_batch_size: int, link_bandwidth: float, sync_cycles: int,
             no_cache: bool, cache_dir: str | None, **training: object) -> None:

@@ -12,8 +12,12 @@ import click
 from popliner.cli.configured import analysis_for_config
 from popliner.cli.options import (
     CONFIG_TRAINING_PARAMS,
+    LINK_BANDWIDTH,
+    MICRO_BATCH_SIZE,
+    SYNC_CYCLES,
     config_training_options,
     force_option,
+    layer_options,
     output_option,
     output_stream,
 )
@@ -54,11 +58,11 @@ logger = logging.getLogger(__name__)
               help="Recompute stage memory and cycles from this profile (default: the config's predictions).")
 @click.option("--gradient-accumulation", "-G", type=click.IntRange(min=1, max=MAX_MICRO_BATCHES), default=None,
               help="Micro-batches per step G (default: the config's). Must be >= the pipeline stages.")
-@click.option("--micro-batch-size", type=click.IntRange(min=1), default=1, show_default=True,
+@click.option("--micro-batch-size", type=MICRO_BATCH_SIZE, default=1, show_default=True,
               help="Samples per micro-batch, for the throughput.")
-@click.option("--link-bandwidth", type=click.FloatRange(min=0, min_open=True), default=DEFAULT_LINK_BANDWIDTH,
+@click.option("--link-bandwidth", type=LINK_BANDWIDTH, default=DEFAULT_LINK_BANDWIDTH,
               show_default=True, help="Bytes/s of an inter-IPU copy (one IPU-Link: 512 Gbit/s).")
-@click.option("--sync-cycles", type=click.IntRange(min=0), default=DEFAULT_SYNC_CYCLES, show_default=True,
+@click.option("--sync-cycles", type=SYNC_CYCLES, default=DEFAULT_SYNC_CYCLES, show_default=True,
               help="Clock cycles of the sync before each copy phase.")
 @click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None,
               help="Write a Chrome/Perfetto trace (JSON) of one step.")
@@ -69,6 +73,7 @@ logger = logging.getLogger(__name__)
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON instead of tables.")
 @click.option("--all-cycles", is_flag=True, help="Print every pipeline cycle in the schedule views.")
 @config_training_options
+@layer_options
 def command(config_path: str, profile_path: str | None, gradient_accumulation: int | None, micro_batch_size: int,
             link_bandwidth: float, sync_cycles: int, trace_path: str | None, plot_path: str | None,
             output: str | None, force: bool, as_json: bool, all_cycles: bool, **training: object) -> None:
@@ -86,7 +91,7 @@ def command(config_path: str, profile_path: str | None, gradient_accumulation: i
         check_writable(output, force)
     cfg = read_config(config_path)
     check_cli_options(cfg.options, config_path, {k: training[k] for k in CONFIG_TRAINING_PARAMS})
-    inputs = _inputs(cfg, config_path, profile_path)
+    inputs = _inputs(cfg, config_path, profile_path, training)
     result = simulate(
         inputs.stages,
         gradient_accumulation if gradient_accumulation is not None else cfg.gradient_accumulation,
@@ -124,7 +129,8 @@ def _check_outputs(trace_path: str | None, plot_path: str | None, force: bool) -
         check_writable(plot_path, force, suffixes=(".png",), what="Gantt chart")
 
 
-def _inputs(cfg: PipelineConfig, config_path: str, profile_path: str | None) -> SimInputs:
+def _inputs(cfg: PipelineConfig, config_path: str, profile_path: str | None,
+            given: dict[str, object]) -> SimInputs:
     if profile_path is None:
         logger.info("no --profile: simulating with the config's predicted memory and cycles "
                        "(per-tile detail approximated; pass --profile for exact figures)")
@@ -133,8 +139,10 @@ def _inputs(cfg: PipelineConfig, config_path: str, profile_path: str | None) -> 
                 logger.warning("stages[%d] was edited after popliner predicted its figures; they are stale: "
                                "pass --profile to recompute them", s.index)
         return inputs_from_config(cfg)
-    # The command line's training options were checked against the config already (also without --profile).
-    analysis = analysis_for_config(config_path, profile_path, cfg.mode, cfg.options, {},
+    # The command line's training options were checked against the config already (also without --profile);
+    # its layer options say how the config's layers were named.
+    layers = {k: v for k, v in given.items() if k not in CONFIG_TRAINING_PARAMS}
+    analysis = analysis_for_config(config_path, profile_path, cfg.mode, cfg.options, layers,
                                    layer_groups=cfg.layer_groups, recorded_sha256=cfg.profile_sha256)
     target = analysis.profile.target
     return inputs_from_analysis(cfg, analysis, tiles_per_ipu=int(target.tiles_per_ipu),

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from popliner.config.model import ConfigTraining, config_training
 from popliner.errors import UsageProblem
@@ -35,8 +35,12 @@ FLAGS: dict[str, str] = {
 
 
 def analysis_options(mode: str, training: ConfigTraining | None,
-                     layers: Sequence[tuple[str, ...]] = ()) -> AnalysisOptions:
+                     layers: Sequence[tuple[str, ...]] = (),
+                     layering: Mapping[str, Any] | None = None) -> AnalysisOptions:
     """How to analyse a profile for a config: its mode, and its training options in training.
+
+    ``layering``: further ``AnalysisOptions`` fields, the layer options the config was made with
+    (:func:`popliner.cli.options.layering`).
 
     An inference config records no options; its head placement is then read
     from ``layers`` (each IPU's layers): popliner's ``embedding`` group first
@@ -52,8 +56,9 @@ def analysis_options(mode: str, training: ConfigTraining | None,
             placement = "wrap"
         elif layers and layers[0][:1] == (EMBEDDING_GROUP,) and layers[-1][-1:] == (HEAD_GROUP,):
             placement = "last"
-        return AnalysisOptions(mode=mode, training=TrainingOptions(head_placement=placement))  # type: ignore
-    return AnalysisOptions(mode=mode, training=training.options())  # type: ignore[arg-type]
+        return AnalysisOptions(mode=mode, training=TrainingOptions(head_placement=placement),  # type: ignore
+                               **(layering or {}))
+    return AnalysisOptions(mode=mode, training=training.options(), **(layering or {}))  # type: ignore[arg-type]
 
 
 def training_of(analysis: Analysis, requested_recompute: str | None = None) -> ConfigTraining | None:

@@ -208,7 +208,8 @@ def config_from_planner(choice: PlannerChoice, analysis: Analysis, *,
         for layer in stage:
             if layer not in known:
                 raise ConfigError(f"{choice.where(choice.cells[layer])}: layer {layer!r} is not in the profile "
-                                  f"{analysis.profile.path}; was the workbook made for another model?")
+                                  f"{analysis.profile.path}; was the workbook made for another model, or with "
+                                  "--layer-name-regex/--layer-preset? give those options here too")
     placed = {layer for stage in choice.stages for layer in stage}
     missing = [name for name in analysis.layer_names if name not in placed]
     if missing:

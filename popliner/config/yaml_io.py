@@ -199,6 +199,12 @@ def parse_config(text: str, source: str = "<config>") -> PipelineConfig:
                           "(indentation, a missing ':' or an unclosed quote)") from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"{source}: YAML error ({_one_line(str(exc))}); fix the file's syntax") from None
+    except RecursionError:  # PyYAML composes nodes recursively: thousands of nested [ or { exhaust the stack
+        raise ConfigError(f"{source}: YAML nested too deeply to read; a pipeline config nests a few levels, "
+                          "so this is no config popliner wrote") from None
+    except ValueError as exc:  # an integer past Python's 4,300-digit conversion limit
+        raise ConfigError(f"{source}: a number in it is too long to read ({_one_line(str(exc)).split(';')[0]}); "
+                          "no value of a pipeline config has more than 20 digits") from None
     return config_from_document(doc, source)
 
 
@@ -495,8 +501,9 @@ class _Reader:
         return int(value)
 
     def number(self, value: Any, where: str) -> float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-            self.fail(where, f"expected a positive number, got {value!r}", "write e.g. 1330000000.0")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1e300:
+            shown = repr(value) if len(repr(value)) <= 30 else f"a number of {len(str(value))} digits"
+            self.fail(where, f"expected a positive finite number, got {shown}", "write e.g. 1330000000.0")
         return float(value)
 
     def text(self, value: Any, where: str, allow_empty: bool = False) -> str:

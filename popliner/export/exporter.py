@@ -129,6 +129,28 @@ def _check_context_tree(contexts: Any, profile: Path, allow_flat: bool) -> None:
     log.warning("%s; exported anyway (--allow-flat-contexts)", problem)
 
 
+def _check_program_contexts(run: _Export, profile: Path, allow_missing: bool) -> None:
+    """Refuse (or warn, with ``allow_missing``) when most programs got no debug context from libpva.
+
+    popliner groups programs into operations, and operations into layers,
+    by their debug contexts: a profile without them loads, but every program
+    is unattributed and nothing can be split. Real compilations give a
+    context to nearly every program (98-99% in the bundled profiles).
+    """
+    total, with_context = run.programs_written, run.programs_with_context
+    if total == 0 or 2 * with_context >= total:
+        return
+    source = ("programs carry no `debugContext` and pva.OperationAnalysis gave none for them"
+              if with_context == 0 else "libpva gave them none")
+    problem = (f"{profile}: {total - with_context:,} of {total:,} programs have no debug context ({source}), "
+               f"so popliner would group {'nothing' if with_context == 0 else 'most programs into no operation'} "
+               "and could not split the model; export with the debug.cbor written by the same compilation "
+               "(POPLAR_ENGINE_OPTIONS autoReport.outputDebugInfo)")
+    if not allow_missing:
+        raise ExportError(problem + ", or pass --allow-missing-contexts to export anyway")
+    log.warning("%s; exported anyway (--allow-missing-contexts)", problem)
+
+
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else "(no message)"
@@ -142,6 +164,7 @@ def export_report(
     force: bool = False,
     pva_module: Any = None,
     allow_flat_contexts: bool = False,
+    allow_missing_contexts: bool = False,
 ) -> ExportSummary:
     """Write the format-v1 profile of one Poplar compilation to ``out_path``.
 
@@ -160,7 +183,8 @@ def export_report(
             writer = JsonWriter(stream)
             run.write(writer)
             writer.flush()
-            _check_context_tree(run.contexts, profile, allow_flat_contexts)  # before the rename
+            _check_program_contexts(run, profile, allow_missing_contexts)  # before the rename
+            _check_context_tree(run.contexts, profile, allow_flat_contexts)
     except PoplinerError:
         raise
     except Exception as exc:
@@ -225,6 +249,9 @@ class _Export:
         self.num_classes = 0
         self.dropped_vars = 0
         self.dropped_refs = 0
+        #: Programs written, and those of them with a debug context (see _check_program_contexts).
+        self.programs_written = 0
+        self.programs_with_context = 0
         self.emitted: set[int] = set()
         self.order: list[int] = []
         self.child_ids: set[int] = set()
@@ -448,8 +475,10 @@ class _Export:
             rec["children"] = children
             self.child_ids.update(children)
         ctx = self._context_of(p, pid)
+        self.programs_written += 1
         if ctx is not None:
             rec["debugContext"] = ctx
+            self.programs_with_context += 1
         self._put(rec, "controlCode", attr(p, "controlCodeByTile"))
         if ptype == "DoExchange":
             # codeBytesByTile means internal-exchange code only for DoExchange.

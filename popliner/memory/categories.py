@@ -40,7 +40,7 @@ import numpy as np
 
 from popliner.profile.model import TYPE_CODE, Profile
 
-__all__ = ["DRIVERS", "MODELLED", "RULES", "CategorySplit", "category_rule", "split_categories"]
+__all__ = ["DRIVERS", "MODELLED", "RULES", "CategorySplit", "category_rule", "other_categories", "split_categories"]
 
 #: Categories the five components model, and the component each one is.
 MODELLED: Mapping[str, str] = {
@@ -157,8 +157,12 @@ def split_categories(profile: Profile, attributed: np.ndarray) -> CategorySplit 
 
 
 def other_categories(tile_memory: Mapping[str, np.ndarray] | None) -> tuple[str, ...]:
-    """Names of the categories in ``tileMemory`` that the five components do not model, sorted."""
+    """Names of the categories in ``tileMemory`` that the five components do not model, sorted.
+
+    A category whose name says it holds variables (any case of "variable" in it, as older summaries have
+    "Variables") is what the variables component already counts, so it is not an other category.
+    """
     if not tile_memory:
         return ()
-    return tuple(sorted(k[len(_PREFIX):] for k in tile_memory
-                        if k.startswith(_PREFIX) and k[len(_PREFIX):] not in MODELLED))
+    names = (k[len(_PREFIX):] for k in tile_memory if k.startswith(_PREFIX))
+    return tuple(sorted(n for n in names if n not in MODELLED and "variable" not in n.lower()))

@@ -36,6 +36,7 @@ from popliner.arrays import expand_ranges, rank_by_table, unique_inverse
 from popliner.deadline import check_deadline
 from popliner.memory.engine import MemoryEngine, StashWindows
 from popliner.memory.types import StageMemory
+from popliner.memory.work import check_range_tables
 from popliner.profile.model import Profile
 
 __all__ = ["OVERFLOW", "Liveness", "ProfileRanges"]
@@ -76,6 +77,7 @@ class ProfileRanges:
         # A wrapped head is no layer the solvers place: it goes with the range at position 0.
         self._wraps = engine.head_wraps
         self._names = engine.layer_names[:-1] if self._wraps else engine.layer_names
+        check_range_tables(engine.profile, len(self._names))  # before any row is built
         self._wrapped: dict[int, tuple[np.ndarray, np.ndarray]] | None = None
         self._bytes_per_cycle = link_bytes_per_second / engine.profile.target.clock_hz
         self._training = engine.training

@@ -187,7 +187,7 @@ def _next_step_lines(steps: NextSteps) -> list[str]:
         (f"popliner check {config} --profile {profile}", "CI gate: exit 1 if an IPU is over budget"),
     ]
     width = max(len(cmd) for cmd, _ in rows)
-    head = f"popliner: wrote {steps.config}; next:" if steps.config_written else "popliner: next:"
+    head = f"popliner: wrote {shown(steps.config)}; next:" if steps.config_written else "popliner: next:"
     return [head, *(f"  {cmd:<{width}}  # {why}" for cmd, why in rows)]
 
 

@@ -102,6 +102,8 @@ def _parse_fast(raw: bytes, path: str, digest: str) -> Profile | None:
         if found is None:
             return None
         rest, extracted = found
+        if _objects_nested_deeper(rest, _ORJSON_SAFE_DEPTH):
+            return None  # the ordinary path reads it without orjson
         try:
             doc = orjson.loads(rest)
         except orjson.JSONDecodeError:
@@ -225,7 +227,7 @@ def _parse_json(text: bytes, path: str) -> Any:
         import orjson
     except ImportError:  # pragma: no cover - orjson is a dependency, but the fallback stays correct
         orjson = None  # type: ignore[assignment]
-    if orjson is not None:
+    if orjson is not None and not _objects_nested_deeper(text, _ORJSON_SAFE_DEPTH):
         try:
             return orjson.loads(text)
         except orjson.JSONDecodeError:
@@ -247,6 +249,27 @@ def _parse_json(text: bytes, path: str) -> Any:
         raise ProfileFormatError(path, "", f"not valid JSON: {exc}") from None
     except RecursionError:
         raise ProfileFormatError(path, "", "JSON nested too deeply") from None
+
+
+#: orjson before 3.9.15 (CVE-2024-27454) has no depth limit when it reads: some 100,000 nested objects overflow
+#: the C stack and end the process with SIGSEGV (arrays it reads fine). Deeper text goes to the standard parser.
+_ORJSON_SAFE_DEPTH = 1000
+
+
+def _objects_nested_deeper(text: bytes, limit: int) -> bool:
+    """Whether ``{`` minus ``}`` counted from the start passes ``limit`` anywhere (braces in strings count too).
+
+    An over-count only sends the text to the slower parser. The braces are
+    picked out with ``bytes.translate`` (C speed), then counted with numpy.
+    """
+    if text.count(b"{") <= limit:
+        return False
+    braces = np.frombuffer(text.translate(None, _NOT_BRACES), np.uint8)
+    depth = np.cumsum(np.where(braces == 0x7B, 1, -1).astype(np.int32))
+    return bool(depth.max() > limit)
+
+
+_NOT_BRACES = bytes(b for b in range(256) if b not in (0x7B, 0x7D))
 
 
 def _refuse_constant(name: str) -> Any:

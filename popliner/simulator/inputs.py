@@ -210,7 +210,8 @@ def check_profile_matches(cfg: PipelineConfig, analysis: AnalysisLike) -> None:
         for j, layer in enumerate(s.layers):
             if layer not in known:
                 raise ConfigError(f"stages[{s.index}].layers[{j}]: layer {layer!r} is not in the profile; "
-                                  "was the config written for another profile?")
+                                  "was the config written for another profile, or with "
+                                  "--layer-name-regex/--layer-preset? give those options here too")
     if analysis.mode != cfg.mode:
         raise ConfigError(f"mode: the config says {cfg.mode} but the profile is {analysis.mode}; "
                           "write the config again from this profile")

@@ -1,0 +1,120 @@
+"""Bounded work for any input: the sizes a profile makes popliner allocate, estimated before anything is.
+
+A small file can ask for a lot: one liveness class of 50,000 intervals
+shared by variables on 500 tiles is 25 million events for one sweep (1 MB
+of JSON, 3.5 GB and 15 s), and 50,000 vertex types on 65,536 tiles are a
+dense table of 3.3 billion cells (4.6 MB of JSON); the range tables of a
+solve or a review workbook hold a per-tile row for every range of layers
+(150 layers on 65,536 tiles: 742 million cells, from 30 KB of JSON). :func:`check_work`
+counts these quantities from the columns, in time proportional to the file,
+and refuses past a limit with one line that names the file, the quantity,
+its size, the limit and the environment variable that raises it
+(``docs/bad-inputs.md``, "Bounded work"). The limits leave every real
+profile through: BERT-Large training at 4x has few multi-interval classes
+and 1,472 tiles.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from popliner.errors import ProfileFormatError, UsageProblem
+from popliner.ops.operations import OperationTable
+from popliner.profile.model import Profile
+
+__all__ = ["LIMITS", "check_range_tables", "check_work", "liveness_events", "range_cells", "tile_cells"]
+
+#: Environment variable -> default limit. Liveness events cost about 150 bytes each in a sweep and tile cells
+#: 8 bytes in each table that holds them (several do at once): the defaults keep a run under about 2 GB.
+LIMITS: dict[str, int] = {
+    "POPLINER_MAX_LIVENESS_EVENTS": 8_000_000,
+    "POPLINER_MAX_TILE_CELLS": 20_000_000,
+    "POPLINER_MAX_RANGE_CELLS": 50_000_000,
+}
+def liveness_events(profile: Profile, ops: OperationTable) -> tuple[int, int]:
+    """The amplified events of the sweeps: (whole program, every operation alone).
+
+    A sweep expands each (class, tile) aggregate of its variables into the
+    intervals of the class. A class of one interval costs one event per
+    variable at most, in proportion to the file; a class of many intervals
+    shared by variables on many tiles costs (tiles x intervals), which a
+    small file can make huge. Counted here are the events of aggregates
+    whose class has more than one interval (unclipped: an upper bound), in
+    the whole-program sweep and summed over the per-operation sweeps; O(size
+    of the file) to count.
+    """
+    v = profile.variables
+    lens = np.diff(profile.class_ptr)
+    multi = np.flatnonzero(lens[v.klass] > 1) if v.count else np.zeros(0, np.int64)
+    if multi.size == 0:
+        return 0, 0
+    tiles = max(profile.tiles, 1)
+    whole_keys = np.unique(v.klass[multi].astype(np.int64) * tiles + v.tile[multi])
+    whole = int(lens[whole_keys // tiles].sum())
+    owner = np.repeat(np.arange(ops.count, dtype=np.int64), np.diff(ops.var_ptr))
+    is_multi = np.zeros(v.count, bool)
+    is_multi[multi] = True
+    keep = is_multi[ops.var_idx]
+    var, owner = ops.var_idx[keep], owner[keep]
+    pair = v.klass[var].astype(np.int64) * tiles + v.tile[var]
+    per_op_keys = np.unique(owner * (int(pair.max(initial=0)) + 1) + pair)
+    per_op = int(lens[(per_op_keys % (int(pair.max(initial=0)) + 1)) // tiles].sum())
+    return whole, per_op
+
+
+def tile_cells(profile: Profile, ops: OperationTable) -> int:
+    """Cells of the per-tile tables: tiles x (vertex types + operations), each held dense somewhere."""
+    return max(profile.tiles, 0) * (len(profile.vertex_types.names) + ops.count)
+
+
+def _limit(env: str) -> int:
+    text = os.environ.get(env)
+    if not text:
+        return LIMITS[env]
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise UsageProblem(f"{env}={text!r}: expected a whole number")
+    return value
+
+
+def check_work(profile: Profile, ops: OperationTable) -> None:
+    """Refuse a profile that would make popliner allocate past a limit; each check is linear in the file."""
+    cells = tile_cells(profile, ops)
+    env = "POPLINER_MAX_TILE_CELLS"
+    if cells > _limit(env):
+        raise ProfileFormatError(
+            profile.path, "target.tilesPerIpu",
+            f"{profile.tiles:,} tiles x ({len(profile.vertex_types.names):,} vertex types + {ops.count:,} "
+            f"operations) = {cells:,} per-tile cells, above the limit of {_limit(env):,} (8 bytes each, in "
+            f"several tables); set {env} to a larger count to analyse it anyway")
+    env = "POPLINER_MAX_LIVENESS_EVENTS"
+    whole, per_op = liveness_events(profile, ops)
+    for count, what in ((whole, "in the whole-program sweep"), (per_op, "over the per-operation sweeps")):
+        if count > _limit(env):
+            raise ProfileFormatError(
+                profile.path, "livenessClasses",
+                f"{count:,} liveness events {what} (variables on distinct tiles x the intervals of their class), "
+                f"above the limit of {_limit(env):,} (about 150 bytes of memory each); set {env} to a larger "
+                "count to analyse it anyway")
+
+
+def range_cells(tiles: int, layers: int) -> int:
+    """Cells of the range tables: a per-tile row for every range of consecutive layers."""
+    return max(tiles, 0) * layers * (layers + 1) // 2
+
+
+def check_range_tables(profile: Profile, layers: int) -> None:
+    """Refuse range tables (solves, the planner sheet) whose rows would pass the cells limit."""
+    cells = range_cells(profile.tiles, layers)
+    env = "POPLINER_MAX_RANGE_CELLS"
+    if cells > _limit(env):
+        raise ProfileFormatError(
+            profile.path, "target.tilesPerIpu",
+            f"{profile.tiles:,} tiles x {layers * (layers + 1) // 2:,} ranges of {layers:,} layers = {cells:,} "
+            f"range-table cells, above the limit of {_limit(env):,} (8 bytes each); use a coarser layer regex "
+            f"(fewer layers), or set {env} to a larger count to solve it anyway")

@@ -1,0 +1,80 @@
+"""The exporter never writes, silently, a profile whose programs have no debug contexts (issue 22, point 10)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from popliner.errors import ExportError
+from popliner.export import export_report
+from popliner.profile.loader import load_profile
+from tests.pva_double import make_pva
+
+DATA = Path(__file__).resolve().parent / "data"
+
+
+@pytest.fixture
+def small_doc() -> dict[str, Any]:
+    return json.loads((DATA / "export_small.json").read_text(encoding="utf-8"))  # type: ignore[no-any-return]
+
+
+@pytest.fixture
+def inputs(tmp_path: Path) -> tuple[Path, Path]:
+    pop, cbor = tmp_path / "profile.pop", tmp_path / "debug.cbor"
+    pop.write_bytes(b"SQLite format 3\x00")
+    cbor.write_bytes(b"\xa0")
+    return pop, cbor
+
+
+def _without_contexts(doc: dict[str, Any], keep: int) -> dict[str, Any]:
+    """``doc`` with the debug context of all but the first ``keep`` programs that have one removed."""
+    out = copy.deepcopy(doc)
+    kept = 0
+    for p in out["programs"]:
+        if p.get("debugContext") is not None:
+            if kept < keep:
+                kept += 1
+            else:
+                p.pop("debugContext")
+    return out
+
+
+@pytest.mark.parametrize("program_contexts", [True, False])
+def test_no_program_context_is_refused_and_nothing_written(small_doc, inputs, tmp_path, program_contexts):
+    doc = _without_contexts(small_doc, 0)
+    out = tmp_path / "out.json"
+    with pytest.raises(ExportError) as info:
+        export_report(*inputs, out, pva_module=make_pva(doc, program_contexts=program_contexts))
+    message = str(info.value)
+    total = len(doc["programs"])
+    assert f"{total} of {total} programs have no debug context" in message
+    assert "group nothing" in message and "--allow-missing-contexts" in message and "\n" not in message
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["debug.cbor", "profile.pop"]  # no output, no temp file
+
+
+def test_most_programs_without_context_is_refused(small_doc, inputs, tmp_path):
+    doc = _without_contexts(small_doc, 2)  # 2 of 12 programs keep one
+    with pytest.raises(ExportError, match="10 of 12 programs have no debug context"):
+        export_report(*inputs, tmp_path / "out.json", pva_module=make_pva(doc))
+
+
+def test_allow_flag_writes_it_with_a_warning(small_doc, inputs, tmp_path, caplog):
+    caplog.set_level(logging.WARNING)
+    doc = _without_contexts(small_doc, 0)
+    out = tmp_path / "out.json"
+    export_report(*inputs, out, pva_module=make_pva(doc), allow_missing_contexts=True)
+    assert any("exported anyway (--allow-missing-contexts)" in r.getMessage() for r in caplog.records)
+    profile = load_profile(out)
+    assert int((profile.programs.context >= 0).sum()) == 0
+
+
+def test_a_real_share_of_programs_without_context_is_exported(small_doc, inputs, tmp_path):
+    # 7 of 12 programs carry one in this document (the control programs do not): fine.
+    assert sum(p.get("debugContext") is not None for p in small_doc["programs"]) == 7
+    export_report(*inputs, tmp_path / "out.json", pva_module=make_pva(small_doc))
+    assert (tmp_path / "out.json").is_file()
