@@ -265,3 +265,29 @@ def test_sharded_state_halves_what_is_streamed_and_still_checks() -> None:
     analysis = _as_check_reads_it(base, cfg)
     checked = check_config(analysis, cfg, "pod.yaml", budget=cfg.effective_budget)
     assert checked.fits and max(i.worst_tile_bytes for i in checked.ipus) == config.fullest_bytes
+
+
+def test_an_option_sets_engine_goes_once_searched() -> None:
+    """plan_pod builds one engine per option set; none may stay alive (BERT-Large: gigabytes each)."""
+    import gc
+    import weakref
+
+    from popliner.memory.engine import MemoryEngine
+
+    built: list[weakref.ref[MemoryEngine]] = []
+    original = MemoryEngine.__init__
+
+    def watched(self: MemoryEngine, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        built.append(weakref.ref(self))
+
+    base = load_analysis(str(FIXTURES[0]), use_cache=False)
+    MemoryEngine.__init__ = watched  # type: ignore[method-assign]
+    try:
+        plan = plan_pod(base, PodRequest(pod_ipus=4, recompute=("none", "pipeline"), head_placement=("first",),
+                                         optimizer_state=("on-chip",)))
+    finally:
+        MemoryEngine.__init__ = original  # type: ignore[method-assign]
+    gc.collect()
+    assert len(built) == 2 and plan.fitting
+    assert [ref() for ref in built] == [None, None]

@@ -248,7 +248,9 @@ def _search(analysis: Analysis, options: TrainingOptions, depths: tuple[int, ...
     found = search_options(other, depths, budget, request.constants.link_bandwidth, traffic)
     # The splits hold their figures; the engine (gigabytes on a large profile) is rebuilt only if asked for
     # again, so that the option sets' engines are not all held at once.
-    other.__dict__.pop("engine", None)
+    from popliner.memory.ranges import release
+
+    release(other.__dict__.pop("engine"))
     return found
 
 
