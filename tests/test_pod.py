@@ -196,6 +196,9 @@ def test_plan_all_lists_what_does_not_fit_with_why() -> None:
     (("--recompute", "sometimes"), "--recompute"),
     (("--pick", 999, "--config-out", "{tmp}/x.yaml"), "--pick 999"),
     (("--config-out", "{tmp}/x.txt"), "x.txt"),
+    (("--link-bandwidth", "nan"), "--link-bandwidth"),
+    (("--clock", "inf"), "--clock"),
+    (("--global-batch", "1" + "0" * 22), "--global-batch"),
 ])
 def test_plan_bad_options_are_one_line_exit_2(tmp_path: Path, args: tuple[Any, ...], message: str) -> None:
     args = tuple(str(a).replace("{tmp}", str(tmp_path)) for a in args)

@@ -8,7 +8,17 @@ from typing import Any
 
 import click
 
-from popliner.cli.options import force_option, output_option, output_stream
+from popliner.cli.options import (
+    BYTES_PER_TILE,
+    LINK_BANDWIDTH,
+    MICRO_BATCH_SIZE,
+    NUM_IPUS,
+    SYNC_CYCLES,
+    FiniteFloat,
+    force_option,
+    output_option,
+    output_stream,
+)
 from popliner.errors import UsageProblem
 from popliner.fileio import atomic_write, check_writable, is_stdout, one_stdout
 from popliner.memory.training import HEAD_PLACEMENTS, OPTIMIZER_STATES
@@ -40,18 +50,12 @@ def _choices(allowed: tuple[str, ...], flag: str) -> Any:
     return parse
 
 
-def _positive(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
-    if value is not None and not value > 0:
-        raise click.BadParameter(f"{value} must be positive")
-    return value
-
-
 @click.command("plan", context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("profile", type=click.Path(dir_okay=False, path_type=str))
-@click.option("--ipus", type=click.IntRange(min=1, max=4096), required=True, help="IPUs in the pod (4, 16, 64 ...).")
-@click.option("--global-batch", type=click.IntRange(min=1), default=None,
+@click.option("--ipus", type=NUM_IPUS, required=True, help="IPUs in the pod (4, 16, 64 ...).")
+@click.option("--global-batch", type=click.IntRange(1, 10**12), default=None,
               help="Samples per step of the pod (default: 16 x micro-batch x IPUs).")
-@click.option("--micro-batch", type=click.IntRange(min=1), default=1, show_default=True,
+@click.option("--micro-batch", type=MICRO_BATCH_SIZE, default=1, show_default=True,
               help="Samples per micro-batch: the batch the profile was compiled with.")
 @click.option("--recompute", callback=_choices(RECOMPUTES, "--recompute"), default=None, metavar="LIST",
               help="Recomputation modes to try, comma separated (default: none,pipeline,every-layer).")
@@ -61,22 +65,22 @@ def _positive(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
               metavar="LIST", help="Where optimizer state may live (default: on-chip,off-chip).")
 @click.option("--sharded-optimizer-state", is_flag=True,
               help="Shard optimizer state over the R replicas (replicated tensor sharding) when R >= 2.")
-@click.option("--mem-per-tile", type=int, default=None, callback=_positive,
+@click.option("--mem-per-tile", type=BYTES_PER_TILE, default=None,
               help="Bytes per tile. Default: the profile's bytesPerTile.")
 @click.option("--headroom", type=click.FloatRange(min=0.0, max=1.0, max_open=True), default=0.0, show_default=True,
               help="Fraction of each tile kept free.")
-@click.option("--link-bandwidth", type=float, default=DEFAULT_LINK_BANDWIDTH, show_default=True, callback=_positive,
+@click.option("--link-bandwidth", type=LINK_BANDWIDTH, default=DEFAULT_LINK_BANDWIDTH, show_default=True,
               help="Bytes/s of an inter-IPU copy inside a replica (one IPU-Link).")
-@click.option("--replica-bandwidth", type=float, default=DEFAULT_REPLICA_BANDWIDTH, show_default=True,
-              callback=_positive, help="Bytes/s of one hop of the replicas' all-reduce ring.")
-@click.option("--streaming-bandwidth", type=float, default=DEFAULT_STREAMING_BANDWIDTH, show_default=True,
-              callback=_positive, help="Bytes/s between an IPU and Streaming Memory (off-chip optimizer state).")
-@click.option("--sync-cycles", type=click.FloatRange(min=0), default=DEFAULT_SYNC_CYCLES, show_default=True,
+@click.option("--replica-bandwidth", type=LINK_BANDWIDTH, default=DEFAULT_REPLICA_BANDWIDTH, show_default=True,
+              help="Bytes/s of one hop of the replicas' all-reduce ring.")
+@click.option("--streaming-bandwidth", type=LINK_BANDWIDTH, default=DEFAULT_STREAMING_BANDWIDTH,
+              show_default=True, help="Bytes/s between an IPU and Streaming Memory (off-chip optimizer state).")
+@click.option("--sync-cycles", type=SYNC_CYCLES, default=DEFAULT_SYNC_CYCLES, show_default=True,
               help="Clock cycles of the sync before each pipeline cycle's copies.")
-@click.option("--clock", type=float, default=None, callback=_positive,
+@click.option("--clock", type=FiniteFloat(0.0, 1e12, min_open=True), default=None,
               help="Clock in Hz (default: the profile's, 1.33e9 on a GC200).")
 @click.option("--all", "everything", is_flag=True, help="Also list the configurations that do not fit, with why.")
-@click.option("--pick", type=click.IntRange(min=1), default=1, show_default=True,
+@click.option("--pick", type=click.IntRange(1, 10**6), default=1, show_default=True,
               help="Which configuration --config-out/--ipu-config-out write (1 = the fastest).")
 @click.option("--config-out", type=click.Path(dir_okay=False, path_type=str), default=None,
               help="Write the picked configuration's pipeline config (YAML) here.")
@@ -94,7 +98,7 @@ def _positive(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
 def command(profile: str, ipus: int, global_batch: int | None, micro_batch: int, recompute: tuple[str, ...] | None,
             head_placement: tuple[str, ...] | None, optimizer_state: tuple[str, ...] | None,
             sharded_optimizer_state: bool, mem_per_tile: int | None, headroom: float, link_bandwidth: float,
-            replica_bandwidth: float, streaming_bandwidth: float, sync_cycles: float, clock: float | None,
+            replica_bandwidth: float, streaming_bandwidth: float, sync_cycles: int, clock: float | None,
             everything: bool, pick: int, config_out: str | None, ipu_config_out: str | None, output: str | None,
             force: bool, mode: str, layer_preset: str, layer_name_regex: str | None, no_cache: bool,
             cache_dir: str | None) -> None:

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from popliner.analysis import Analysis
+from popliner.config.yaml_io import MAX_MICRO_BATCHES
 from popliner.errors import UsageProblem
 from popliner.memory.training import (
     EMBEDDING_GROUP,
@@ -295,6 +296,9 @@ def _configure(found: OptionSearch, depth: DepthSplit, options: TrainingOptions,
     if g is None:
         return dataclasses.replace(config, reason=f"the global batch {request.batch} is not a multiple of "
                                                   f"M x R = {request.micro_batch} x {r}")
+    if g > MAX_MICRO_BATCHES:
+        return dataclasses.replace(config, reason=f"G = {g:,} micro-batches is more than the {MAX_MICRO_BATCHES:,} a "
+                                                  "pipeline config takes; a smaller --global-batch allows it")
     if g < stages:
         return dataclasses.replace(config, reason=f"G = {g} micro-batches is fewer than the {stages} pipeline "
                                                   f"stages; a global batch of {stages * samples} or more allows it")
