@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Literal
 import numpy as np
 
 from popliner.errors import UsageProblem
+from popliner.framework import FrameworkChoice, choose_framework
 from popliner.memory.training import TrainingOptions, place_unlayered
 from popliner.memory.work import check_work
 from popliner.ops.layers import (
@@ -79,6 +80,8 @@ class AnalysisOptions:
     backward_regex: str = DEFAULT_BACKWARD_REGEX
     #: How training memory is modelled (read only by the memory engine and the pipeline rules).
     training: TrainingOptions = field(default_factory=TrainingOptions)
+    #: ``--framework``: overrides the framework found in the profile (popliner.framework).
+    framework: str | None = None
 
     def cache_key(self) -> str:
         # Only what shapes the cached data (operations) goes into the key.
@@ -117,6 +120,11 @@ class Analysis:
         if self.options.mode != "auto":
             return self.options.mode
         return "training" if bool(self.is_backward.any()) else "inference"
+
+    @cached_property
+    def framework(self) -> FrameworkChoice:
+        """The framework that compiled the profile (or ``--framework``): popliner.framework."""
+        return choose_framework(self.profile, self.options.framework)
 
     @cached_property
     def engine(self) -> MemoryEngine:

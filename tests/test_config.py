@@ -20,7 +20,7 @@ from popliner.config import (
     read_config,
     write_config,
 )
-from popliner.config.snippets import optimum_snippet, popart_snippet, poptorch_snippet
+from popliner.config.snippets import ipu_config, optimum_snippet, popart_snippet, poptorch_snippet
 from popliner.config.yaml_io import config_from_document, config_to_document
 from popliner.errors import ConfigError, UsageProblem
 from popliner.fileio import atomic_write
@@ -29,6 +29,8 @@ from popliner.solvers.result import SplitResult, StageResult
 
 SHA = "0123456789abcdef" * 4
 LAYERS = (("embed", "enc/0"), ("enc/1", "enc:2", "7"), ("enc/3", "head"))
+#: popliner's embedding and head groups as layers of their own (--head-placement last).
+GROUPED = (("embedding", "enc/0"), ("enc/1", "enc:2", "7"), ("enc/3", "head"))
 
 
 def make_split(mode: str = "training", groups: tuple[tuple[str, ...], ...] = LAYERS) -> SplitResult:
@@ -164,16 +166,23 @@ def test_snippets_contain_every_layer(mode: str) -> None:
     assert "poptorch.PipelinedExecution(poptorch.AutoStage.SameAsIpu)" in poptorch
     compile(popart, "<popart>", "exec")  # valid Python
     compile(poptorch, "<poptorch>", "exec")
-    assert optimum_snippet(cfg)["layers_per_ipu"] == [2, 3, 2]
-    assert document(cfg)["snippets"]["optimum_graphcore"]["ipus_per_replica"] == 3
+    # No embedding and head of their own (--head-placement first): no optimum model builds that, so no IPUConfig.
+    assert optimum_snippet(cfg) == document(cfg)["snippets"]["optimum_graphcore"]
+    assert str(optimum_snippet(cfg)).startswith("# optimum-graphcore cannot build this split: ")
+    grouped = make_config(mode, groups=GROUPED)
+    prefix = "" if mode == "training" else "inference_"
+    assert optimum_snippet(grouped)[f"{prefix}layers_per_ipu"] == [1, 3, 1]  # the groups are not layers
+    assert document(grouped)["snippets"]["optimum_graphcore"][f"{prefix}ipus_per_replica"] == 3
+    # The YAML's snippet is ipu_config.json, field for field.
+    assert document(grouped)["snippets"]["optimum_graphcore"] == ipu_config(grouped)
 
 
 def test_snippets_carry_the_gradient_accumulation() -> None:
-    cfg = make_config("training", g=32)
+    cfg = make_config("training", g=32, groups=GROUPED)
     assert "opts.accumulationFactor = 32" in popart_snippet(cfg)
     assert "opts.Training.gradientAccumulation(32)" in poptorch_snippet(cfg)
     assert optimum_snippet(cfg)["gradient_accumulation_steps"] == 32
-    inf = make_config("inference", g=8)
+    inf = make_config("inference", g=8, groups=GROUPED)
     assert "opts.deviceIterations(8)" in poptorch_snippet(inf)
     assert optimum_snippet(inf)["inference_device_iterations"] == 8
 
@@ -363,3 +372,47 @@ def test_absurd_sizes_are_refused_not_run(tmp_path, old, new, message):
     result = CliRunner().invoke(cli, ["simulate", str(cfg)])
     assert result.exit_code == 2
     assert message in result.stderr
+
+
+def test_a_wrapped_head_takes_autoincrement_and_its_own_stage() -> None:
+    # PopTorch's SameAsIpu would give the head (IPU 0) stage 0, before the stages it follows: AutoIncrement
+    # gives every new block the next stage, and consecutive blocks on one IPU share one.
+    from popliner.config.model import ConfigTraining
+    from popliner.config.snippets import OPTIMUM_LAST_MODELS, OPTIMUM_WRAP_MODELS, optimum_models
+
+    groups = (("embedding", "enc/0", "head"), ("enc/1",), ("enc/3",))
+    cfg = config_from_split(make_split("training", groups), profile_path="model.json", profile_sha256=SHA,
+                            tiles=1472, bytes_per_tile=638_976, clock_hz=1.33e9, gradient_accumulation=None,
+                            training=ConfigTraining(head_placement="wrap"))
+    code = poptorch_snippet(cfg)
+    assert "poptorch.PipelinedExecution(poptorch.AutoStage.AutoIncrement)" in code
+    scope: dict[str, Any] = {}
+    start = code.index("PIPELINE_STAGE = {")
+    exec(code[start:code.index("}", start) + 1], scope)  # noqa: S102
+    # 3 IPUs: forward stages 0, 1, 2 and the head's stage 3 (after the last IPU's forward).
+    assert scope["PIPELINE_STAGE"] == {"embedding": 0, "enc/0": 0, "enc/1": 1, "enc/3": 2, "head": 3}
+    assert optimum_models(cfg) == OPTIMUM_WRAP_MODELS
+    assert optimum_models(make_config("training", groups=GROUPED)) == OPTIMUM_LAST_MODELS
+    assert optimum_models(make_config("training")) == ()  # --head-placement first: none builds it
+    assert "AutoStage.SameAsIpu" in poptorch_snippet(make_config("training", groups=GROUPED))
+
+
+def test_execution_and_matmul_proportion_round_trip() -> None:
+    import dataclasses
+
+    cfg = dataclasses.replace(make_config("inference", groups=GROUPED), framework="optimum",
+                              matmul_proportion=(0.2, 0.3, 0.4))
+    doc = document(cfg)
+    assert (doc["framework"], doc["execution"], doc["matmul_proportion"]) == ("optimum", "sharded", [0.2, 0.3, 0.4])
+    assert doc["snippets"]["optimum_graphcore"]["inference_matmul_proportion"] == [0.2, 0.3, 0.4]
+    back = config_from_document(doc, "edited.yaml")
+    assert (back.framework, back.execution, back.matmul_proportion) == ("optimum", "sharded", (0.2, 0.3, 0.4))
+    training = dataclasses.replace(make_config("training", groups=GROUPED), framework="optimum")
+    assert training.execution == "pipelined"  # optimum trains pipelined
+    for key, value, message in (("execution", "parallel", "execution: the text 'parallel' is not one of"),
+                                ("matmul_proportion", [0.2, 0.3], "matmul_proportion: expected a list of one value"),
+                                ("matmul_proportion", [0.2, 1.5, 0.1], "matmul_proportion[1]: the number 1.5 is not"),
+                                ("framework", "jax", "framework: the text 'jax' is not one of")):
+        bad = copy.deepcopy(doc)
+        bad[key] = value
+        assert message in rejected(bad), key

@@ -33,8 +33,9 @@ BERT = FIXTURES / "bert-tiny-training.json"
 EVERY_OFF = ("--recompute", "every-layer", "--optimizer-state", "off-chip")
 
 
-def config(training: ConfigTraining | None, mode: str = "training") -> PipelineConfig:
-    return config_from_split(make_split(mode), profile_path="model.json", profile_sha256=SHA, tiles=1472,
+def config(training: ConfigTraining | None, mode: str = "training", groups: Any = None) -> PipelineConfig:
+    split = make_split(mode) if groups is None else make_split(mode, groups)
+    return config_from_split(split, profile_path="model.json", profile_sha256=SHA, tiles=1472,
                              bytes_per_tile=638_976, clock_hz=1.33e9, gradient_accumulation=None, training=training)
 
 
@@ -52,6 +53,8 @@ def rejected(doc: Any) -> str:
     return message
 
 
+#: popliner's embedding and head groups as layers of their own (--head-placement last).
+GROUPED = (("embedding", "enc/0"), ("enc/1", "enc:2", "7"), ("enc/3", "head"))
 FULL = ConfigTraining(recompute="every-layer", optimizer_state="off-chip", replication_factor=4,
                       sharded_optimizer_state=True, head_placement="last", update_regex="(?i)adam",
                       optimizer_state_regex="^m|^v", requested="auto")
@@ -152,7 +155,7 @@ def test_snippets_are_valid_python_and_yaml(training: ConfigTraining) -> None:
 
 
 def test_snippets_carry_every_option() -> None:
-    cfg = config(FULL)
+    cfg = config(FULL, groups=GROUPED)
     popart, poptorch, optimum = popart_snippet(cfg), poptorch_snippet(cfg), optimum_snippet(cfg)
     for line in ("opts.autoRecomputation = popart.RecomputationType.Pipeline",
                  "builder.checkpointOutput([x])[0]",
@@ -173,12 +176,14 @@ def test_snippets_carry_every_option() -> None:
 
 
 def test_snippets_without_options_set_none_of_them() -> None:
-    cfg = config(ConfigTraining())
+    cfg = config(ConfigTraining(head_placement="last"), groups=GROUPED)
     popart, poptorch, optimum = popart_snippet(cfg), poptorch_snippet(cfg), optimum_snippet(cfg)
     for word in ("autoRecomputation", "TensorStorage", "ReplicatedTensorSharding", "replicatedGraphCount"):
         assert word not in popart
-    for word in ("autoRecomputation", "recomputationCheckpoint", "setOptimizerLocation", "replicationFactor"):
+    for word in ("recomputationCheckpoint", "setOptimizerLocation", "replicationFactor"):
         assert word not in poptorch
+    # PopTorch recomputes by itself over more than one IPU (Compiler.cpp) unless told not to: the figures are for none.
+    assert 'opts._Popart.set("autoRecomputation", 0)' in poptorch and "autoRecomputation\", 3" not in poptorch
     assert optimum["recompute_checkpoint_every_layer"] is False
     assert optimum["optimizer_state_offchip"] is False
     assert optimum["replicated_tensor_sharding"] is False
@@ -186,7 +191,7 @@ def test_snippets_without_options_set_none_of_them() -> None:
 
 
 def test_pipeline_recomputation_has_no_checkpoints() -> None:
-    cfg = config(ConfigTraining(recompute="pipeline"))
+    cfg = config(ConfigTraining(recompute="pipeline", head_placement="last"), groups=GROUPED)
     assert "opts.autoRecomputation = popart.RecomputationType.Pipeline" in popart_snippet(cfg)
     assert "checkpointOutput" not in popart_snippet(cfg)
     assert "recomputationCheckpoint" not in poptorch_snippet(cfg)

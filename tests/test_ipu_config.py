@@ -34,25 +34,33 @@ IPU_CONFIG_PARAMETERS = {
 
 def solve(profile: Path, tmp_path: Path, *extra: str, ok: int = 0):
     out = tmp_path / "ipu_config.json"
-    result = CliRunner().invoke(cli, [str(profile), "--solve", "--ipu-config-out", str(out), *extra])
+    # -H: BERT pretraining as optimum builds it, the head wrapped onto IPU 0.
+    extra = tuple(("--head-placement", "wrap") if e == "-H" else (e,) for e in extra)  # type: ignore[assignment]
+    args = [a for group in extra for a in group]  # type: ignore[attr-defined]
+    result = CliRunner().invoke(cli, [str(profile), "--solve", "--ipu-config-out", str(out), *args])
     assert result.exit_code == ok, (result.stdout, result.stderr)
     if ok:
         return None, None, result
     return json.loads(out.read_text()), json.loads(result.stdout), result
 
 
+def model_layers(split: dict) -> list[int]:
+    """The model's own layers on each IPU: popliner's embedding and head groups are not layers."""
+    return [len([name for name in s["layers"] if name not in ("embedding", "head")]) for s in split["stages"]]
+
+
 def test_training_split_gives_every_training_field(tmp_path: Path) -> None:
-    cfg, split, result = solve(BERT, tmp_path, "--num-ipus", "4")
+    cfg, split, result = solve(BERT, tmp_path, "--num-ipus", "4", "--exact-ipus", "--head-placement", "wrap")
     assert set(cfg) <= IPU_CONFIG_PARAMETERS
-    layers = [len(s["layers"]) for s in split["stages"]]
+    layers = model_layers(split)
     assert split["layers_per_ipu"] == layers and sum(layers) == 12
     assert cfg == {
         "layers_per_ipu": layers,
         "ipus_per_replica": 4,
         "matmul_proportion": [0.6, 0.6, 0.6, 0.6],
         "replication_factor": 1,
-        # 4 IPUs in training: 2x4-1 = 7 pipeline stages; default G = max(16, 2x7) = 16
-        "gradient_accumulation_steps": 16,
+        # 4 IPUs in training with the head wrapped: 2x4+1 = 9 pipeline stages; default G = max(16, 2x9) = 18
+        "gradient_accumulation_steps": 18,
         "device_iterations": 1,
         "recompute_checkpoint_every_layer": False,
         "optimizer_state_offchip": False,
@@ -62,18 +70,18 @@ def test_training_split_gives_every_training_field(tmp_path: Path) -> None:
 
 
 def test_matmul_proportion_once_or_per_ipu_and_gradient_accumulation(tmp_path: Path) -> None:
-    cfg, _, _ = solve(BERT, tmp_path, "--num-ipus", "4", "--exact-ipus", "--matmul-proportion", "0.25",
+    cfg, _, _ = solve(BERT, tmp_path, "--num-ipus", "4", "--exact-ipus", "-H", "--matmul-proportion", "0.25",
                       "--gradient-accumulation", "32")
     assert cfg["matmul_proportion"] == [0.25] * 4 and cfg["gradient_accumulation_steps"] == 32
     shutil.rmtree(tmp_path)
     tmp_path.mkdir()
-    cfg, _, _ = solve(BERT, tmp_path, "--num-ipus", "4", "--exact-ipus", *sum(
+    cfg, _, _ = solve(BERT, tmp_path, "--num-ipus", "4", "--exact-ipus", "-H", *sum(
         (["--matmul-proportion", v] for v in ("0.1", "0.2", "0.3", "0.4")), []))
     assert cfg["matmul_proportion"] == [0.1, 0.2, 0.3, 0.4]
 
 
 def test_matmul_proportion_count_must_match(tmp_path: Path) -> None:
-    _, _, result = solve(BERT, tmp_path, "--num-ipus", "4", "--exact-ipus", "--matmul-proportion", "0.1",
+    _, _, result = solve(BERT, tmp_path, "--num-ipus", "4", "--exact-ipus", "-H", "--matmul-proportion", "0.1",
                          "--matmul-proportion", "0.2", ok=2)
     assert "one value or one per IPU (4), not 2" in result.stderr
     _, _, result = solve(BERT, tmp_path, "--matmul-proportion", "1.5", ok=2)
@@ -81,7 +89,7 @@ def test_matmul_proportion_count_must_match(tmp_path: Path) -> None:
 
 
 def test_inference_split_gives_the_inference_fields(tmp_path: Path) -> None:
-    cfg, split, _ = solve(TINY, tmp_path, "--num-ipus", "2", "--exact-ipus")
+    cfg, split, _ = solve(TINY, tmp_path, "--num-ipus", "2", "--exact-ipus", "--head-placement", "last")
     assert set(cfg) <= IPU_CONFIG_PARAMETERS
     assert cfg == {
         "inference_layers_per_ipu": [1, 1],
@@ -102,9 +110,10 @@ def test_ipu_config_needs_solve_and_force(tmp_path: Path) -> None:
     result = CliRunner().invoke(cli, [str(TINY), "--ipu-config-out", str(out)])
     assert result.exit_code == 2 and "--ipu-config-out needs --solve" in result.stderr
     out.write_text("{}")
-    result = CliRunner().invoke(cli, [str(TINY), "--solve", "--ipu-config-out", str(out)])
+    last = ["--head-placement", "last"]
+    result = CliRunner().invoke(cli, [str(TINY), "--solve", "--ipu-config-out", str(out), *last])
     assert result.exit_code == 2 and out.read_text() == "{}"
-    result = CliRunner().invoke(cli, [str(TINY), "--solve", "--ipu-config-out", str(out), "-f"])
+    result = CliRunner().invoke(cli, [str(TINY), "--solve", "--ipu-config-out", str(out), "-f", *last])
     assert result.exit_code == 0 and json.loads(out.read_text())["inference_ipus_per_replica"] >= 1
 
 
@@ -124,7 +133,8 @@ def test_model_options_map_onto_ipu_config_names(options: ModelOptions, expected
 
 
 def test_training_options_reach_the_ipu_config(tmp_path: Path) -> None:
-    cfg, _, _ = solve(BERT, tmp_path, "--num-ipus", "4", "--recompute", "every-layer", "--optimizer-state", "off-chip",
+    cfg, _, _ = solve(BERT, tmp_path, "--num-ipus", "4", "-H", "--recompute", "every-layer",
+                      "--optimizer-state", "off-chip",
                       "--replication-factor", "2", "--sharded-optimizer-state")
     assert set(cfg) <= IPU_CONFIG_PARAMETERS
     assert cfg["recompute_checkpoint_every_layer"] is True
@@ -138,7 +148,6 @@ TINY_TRAINING = ROOT / "fixtures" / "profiles" / "tiny-training.json"
 
 @pytest.mark.parametrize(("placement", "layers", "expected"), [
     # The model's layers per IPU, as optimum-graphcore counts them: the embedding and head groups are not layers.
-    ("first", [["0"], ["1"]], [1, 1]),
     ("last", [["embedding", "0"], ["1", "head"]], [1, 1]),
     ("wrap", [["embedding", "0", "head"], ["1"]], [1, 1]),
 ])
@@ -155,3 +164,29 @@ def test_an_ipu_with_the_embedding_alone_counts_no_layer(tmp_path: Path) -> None
                           "--head-placement", "wrap")
     assert [s["layers"] for s in split["stages"]] == [["embedding", "head"], ["0"], ["1"]]
     assert split["layers_per_ipu"] == [0, 1, 1] == cfg["layers_per_ipu"]
+
+
+def test_first_is_refused_before_any_work(tmp_path: Path) -> None:
+    # optimum's models put the head back on IPU 0 after the last IPU, or on the last IPU: never in IPU 0's
+    # first stage, as --head-placement first plans. No ipu_config.json that would build something else.
+    out, config = tmp_path / "ipu_config.json", tmp_path / "pipeline.yaml"
+    result = CliRunner().invoke(cli, [str(TINY_TRAINING), "--solve", "--num-ipus", "2", "--ipu-config-out", str(out),
+                                      "--config-out", str(config)])
+    assert result.exit_code == 2 and result.stdout == ""
+    assert "optimum-graphcore cannot build this split" in result.stderr and "--head-placement wrap or last" in \
+        result.stderr
+    assert not out.exists() and not config.exists()
+
+
+@pytest.mark.parametrize("mode", ["training", "inference"])
+def test_the_yaml_snippet_is_the_ipu_config(tmp_path: Path, mode: str) -> None:
+    out, config = tmp_path / "ipu_config.json", tmp_path / "pipeline.yaml"
+    CliRunner().invoke(cli, [str(TINY_TRAINING), "--solve", "--num-ipus", "2", "--exact-ipus", "--mem-per-tile", "800",
+                             "--head-placement", "wrap", "--mode", mode, "--matmul-proportion", "0.3",
+                             "--matmul-proportion", "0.4", "--ipu-config-out", str(out), "--config-out", str(config)])
+    import yaml
+
+    snippet = yaml.safe_load(config.read_text())["snippets"]["optimum_graphcore"]
+    assert snippet == json.loads(out.read_text())
+    prefix = "" if mode == "training" else "inference_"
+    assert snippet[f"{prefix}matmul_proportion"] == [0.3, 0.4]

@@ -94,7 +94,7 @@ OUTPUTS: dict[str, tuple[str, Callable[[str, Path, Path], list[str]]]] = {
     "simulate --plot": (".png", lambda p, cfg, book: ["simulate", str(cfg), "--plot", p]),
     "synth -o": (".json", lambda p, cfg, book: ["synth", "--layers", "2", "--tiles", "8", "-o", p]),
     "--ipu-config-out": (".json", lambda p, cfg, book: [str(TINY), "--solve", "--num-ipus", "2",
-                                                        "--ipu-config-out", p]),
+                                                        "--head-placement", "last", "--ipu-config-out", p]),
     "--report": (".html", lambda p, cfg, book: [str(TINY), "--solve", "--num-ipus", "2", "--report", p]),
     "report -o": (".html", lambda p, cfg, book: ["report", str(cfg), "--profile", str(TINY), "-o", p]),
     "check -o": (".txt", lambda p, cfg, book: ["check", str(cfg), "--profile", str(TINY), "-o", p]),

@@ -26,6 +26,7 @@ from popliner.cli.options import (
 )
 from popliner.errors import EXIT_NO_SPLIT, UsageProblem
 from popliner.fileio import atomic_write, check_writable, distinct_files, is_stdout, one_stdout
+from popliner.framework import FRAMEWORKS
 from popliner.memory.training import (
     DEFAULT_UPDATE_REGEX,
     HEAD_PLACEMENTS,
@@ -123,6 +124,8 @@ class HiddenArgument(click.Argument):
 @click.option("--head-placement", type=click.Choice(list(HEAD_PLACEMENTS)), default="first", show_default=True,
               help="Operations without a layer: all on the first IPU; or the embedding there and the head on "
                    "the last IPU (last).")
+@click.option("--framework", type=click.Choice(list(FRAMEWORKS)), default=None,
+              help="The framework that builds the pipeline (default: found in the profile; docs/frameworks.md).")
 @click.option("--update-regex", default=DEFAULT_UPDATE_REGEX, show_default=True,
               help="Names of weight-update operations (finds the optimizer state).")
 @click.option("--optimizer-state-regex", default=None,
@@ -167,8 +170,8 @@ def command(profile: str, debug_info: str | None, operation_breakdown: bool, lay
             plot: str | None, force: bool, layer_preset: str, layer_name_regex: str | None,
             inputs_regex_layer_0: str, layer_order: str,
             op_layers: str, all_vars: bool, mode: str, backward_regex: str, recompute: str, optimizer_state: str,
-            replication_factor: int, sharded_optimizer_state: bool, head_placement: str, update_regex: str,
-            optimizer_state_regex: str | None, solve: bool, num_ipus: int,
+            replication_factor: int, sharded_optimizer_state: bool, head_placement: str, framework: str | None,
+            update_regex: str, optimizer_state_regex: str | None, solve: bool, num_ipus: int,
             exact_ipus: bool, min_ipus: bool, mem_per_tile: int | None, headroom: float | None, solver: str,
             time_limit: float, seed: int,
             split_after: tuple[str, ...], same_ipu: tuple[str, ...], min_layers_per_stage: int,
@@ -204,8 +207,9 @@ def _run(profile: str, debug_info: str | None, operation_breakdown: bool, layer_
          plot: str | None, force: bool, layer_preset: str, layer_name_regex: str | None, inputs_regex_layer_0: str,
          layer_order: str, op_layers: str, all_vars: bool, mode: str, backward_regex: str, recompute: str,
          optimizer_state: str, replication_factor: int, sharded_optimizer_state: bool, head_placement: str,
-         update_regex: str, optimizer_state_regex: str | None, solve: bool,
-         num_ipus: int, exact_ipus: bool, min_ipus: bool, mem_per_tile: int | None, headroom: float | None, solver: str,
+         framework: str | None, update_regex: str, optimizer_state_regex: str | None, solve: bool,
+         num_ipus: int, exact_ipus: bool, min_ipus: bool, mem_per_tile: int | None, headroom: float | None,
+         solver: str,
          time_limit: float, seed: int, split_after: tuple[str, ...], same_ipu: tuple[str, ...],
          min_layers_per_stage: int, keep_shared_vars_together: bool, link_bandwidth: float, config_out: str | None,
          gradient_accumulation: int | None, ipu_config_out: str | None, matmul_proportion: tuple[float, ...],
@@ -242,6 +246,10 @@ def _run(profile: str, debug_info: str | None, operation_breakdown: bool, layer_
     one_stdout({"the tables" if not output else "-o -": outputs.any_table and (not output or is_stdout(output)),
                 "the split JSON (--solve)": solve, "--config-out -": config_out, "--plot -": plot,
                 "--ipu-config-out -": ipu_config_out, "--report -": report})
+    if ipu_config_out and head_placement == "first" and num_ipus > 1:
+        from popliner.config.snippets import FIRST_PROBLEM
+
+        raise UsageProblem(f"--ipu-config-out: optimum-graphcore cannot build this split: {FIRST_PROBLEM}")
     if plot and solve and is_stdout(plot):
         raise UsageProblem("--plot with --solve writes three images; give a file name, not stdout")
     if plot:
@@ -259,10 +267,12 @@ def _run(profile: str, debug_info: str | None, operation_breakdown: bool, layer_
             replication_factor=replication_factor, sharded_optimizer_state=sharded_optimizer_state,
             head_placement=head_placement,  # type: ignore[arg-type]
             update_regex=update_regex, optimizer_state_regex=optimizer_state_regex),
+        framework=framework,
     )
     if not options.op_layers:
         raise UsageProblem("--op-layers: give at least one debug-context layer name")
     analysis = load_analysis(profile, options, use_cache=not no_cache, cache_dir=cache_dir)
+    log.info("framework: %s", analysis.framework.describe())
     asked_ipus, num_ipus = num_ipus, ipus_for_layers(num_ipus, exact_ipus, len(analysis.layer_names))
     budget_full = mem_per_tile or analysis.profile.target.bytes_per_tile
     if headroom is None:
@@ -296,7 +306,7 @@ def _run(profile: str, debug_info: str | None, operation_breakdown: bool, layer_
         with phase("plotting"):
             _write_plots(analysis, plot, force, split, budget)
     if split is not None:
-        _report_split(analysis, split, config_out, force, gradient_accumulation, recompute)
+        _report_split(analysis, split, config_out, force, gradient_accumulation, recompute, matmul_proportion)
         if ipu_config_out and split.stages:
             _write_ipu_config(analysis, split, ipu_config_out, force, gradient_accumulation, matmul_proportion)
         if report and split.stages:
@@ -505,7 +515,7 @@ def _write_plots(analysis: Analysis, plot: str, force: bool, split: Any, budget:
 
 
 def _split_config(analysis: Analysis, split: Any, gradient_accumulation: int | None,
-                  requested_recompute: str = "none") -> Any:
+                  requested_recompute: str = "none", matmul_proportion: tuple[float, ...] = ()) -> Any:
     """The pipeline config of a solved split, with the training options its figures were computed with."""
     from popliner.config.model import config_from_split
     from popliner.config.options import training_of
@@ -514,11 +524,13 @@ def _split_config(analysis: Analysis, split: Any, gradient_accumulation: int | N
     training = training_of(analysis, requested_recompute)
     return config_from_split(split, profile_path=analysis.profile.path, profile_sha256=analysis.profile.sha256,
                              tiles=t.tiles_per_ipu, bytes_per_tile=t.bytes_per_tile, clock_hz=t.clock_hz,
-                             gradient_accumulation=gradient_accumulation, training=training)
+                             gradient_accumulation=gradient_accumulation, training=training,
+                             framework=analysis.framework.name, matmul_proportion=matmul_proportion)
 
 
 def _report_split(analysis: Analysis, split: Any, config_out: str | None, force: bool,
-                  gradient_accumulation: int | None, requested_recompute: str = "none") -> None:
+                  gradient_accumulation: int | None, requested_recompute: str = "none",
+                  matmul_proportion: tuple[float, ...] = ()) -> None:
     from popliner.outputs.split_report import split_document, split_picture, split_table, write_split_json
 
     has_unlayered = bool((analysis.layers.layer_of_op < 0).any())
@@ -530,6 +542,7 @@ def _report_split(analysis: Analysis, split: Any, config_out: str | None, force:
         if split.stages:
             click.echo(split_table(split), err=True)
     doc = split_document(split, profile_path=analysis.profile.path, profile_sha256=analysis.profile.sha256)
+    doc["framework"] = analysis.framework.as_document()
     record = training_record(analysis)
     if record is not None:
         doc["training"] = record
@@ -544,7 +557,7 @@ def _report_split(analysis: Analysis, split: Any, config_out: str | None, force:
     if config_out and split.stages:
         from popliner.config.yaml_io import write_config
 
-        cfg = _split_config(analysis, split, gradient_accumulation, requested_recompute)
+        cfg = _split_config(analysis, split, gradient_accumulation, requested_recompute, matmul_proportion)
         with atomic_write(config_out, force=force) as stream:
             write_config(cfg, stream)  # the summary says "wrote" (with the next commands)
 
@@ -562,15 +575,17 @@ def _write_report(analysis: Analysis, split: Any, path: str, force: bool, gradie
 
 def _write_ipu_config(analysis: Analysis, split: Any, path: str, force: bool, gradient_accumulation: int | None,
                       matmul_proportion: tuple[float, ...]) -> None:
-    from popliner.config.snippets import ModelOptions, ipu_config, write_ipu_config
+    from popliner.config.snippets import ipu_config, optimum_note, optimum_warnings, write_ipu_config
 
-    cfg = _split_config(analysis, split, gradient_accumulation)
-    training = analysis.options.training
-    # The recomputation actually applied (after --recompute auto), as the split was solved with it.
-    model = ModelOptions(recompute=analysis.engine.view.recompute, optimizer_state=training.optimizer_state,
-                         replication_factor=training.replication_factor,
-                         sharded_optimizer_state=training.sharded_optimizer_state)
-    document = ipu_config(cfg, matmul_proportion, model)
+    # The config's own record (the recomputation applied, after --recompute auto): the YAML's optimum snippet
+    # is the same document.
+    cfg = _split_config(analysis, split, gradient_accumulation, matmul_proportion=matmul_proportion)
+    document = ipu_config(cfg)
+    note = optimum_note(cfg)
+    if note:
+        log.info("%s", note)
+    for line in optimum_warnings(cfg):
+        log.warning("%s", line)
     with atomic_write(path, force=force) as stream:
         write_ipu_config(document, stream)  # the summary says "wrote"
 

@@ -101,6 +101,7 @@ def command(config_path: str, profile_path: str | None, gradient_accumulation: i
         budget_bytes=cfg.effective_budget,
         micro_batch_size=micro_batch_size,
         tiles_per_ipu=inputs.tiles_per_ipu,
+        sharded=cfg.execution == "sharded",
     )
     # A trace or chart written to stdout takes it; the summary then goes to stderr.
     to_stderr = output is None and any(p is not None and is_stdout(p) for p in (trace_path, plot_path))

@@ -10,6 +10,7 @@ import click
 
 from popliner.errors import UsageProblem
 from popliner.synth import PRESETS, SynthSpec, preset_names, preset_spec, write_profile
+from popliner.synth.frameworks import SYNTH_FRAMEWORKS
 from popliner.synth.spec import (
     FIRST_MOMENTS,
     HEADS,
@@ -31,6 +32,7 @@ _OVERRIDES = {
     "bytes_per_tile": "bytes_per_tile", "clock": "clock_hz", "seed": "seed", "scale": "scale",
     "optimizer": "optimizer", "recompute": "recompute", "optimizer_state": "optimizer_state",
     "replication_factor": "replication_factor", "first_moment": "first_moment", "head": "head",
+    "framework": "framework",
 }
 
 
@@ -67,6 +69,9 @@ _OVERRIDES = {
               help="Type of Adam's first moment (default float).")
 @click.option("--head", type=click.Choice(HEADS), default=None,
               help="Encoder head: squad (default) or mlm (pretraining's masked-LM head, tied to the embedding).")
+@click.option("--framework", type=click.Choice(SYNTH_FRAMEWORKS), default=None,
+              help="Name the debug contexts and source.framework as this framework does (default: synthetic, "
+                   "PopART's contexts).")
 @click.option("--uncalibrated", is_flag=True,
               help="Use the catalog's own code and state sizes, not the preset's calibration.")
 @click.option("--gzip/--no-gzip", "gzip_out", default=None, help="Compress (default: when the name ends .gz).")

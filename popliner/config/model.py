@@ -226,6 +226,19 @@ class PipelineConfig:
     budget_bytes: int | None = None
     version: int = CONFIG_VERSION
     training_options: ConfigTraining | None = None
+    #: The framework the split is planned for (popliner.framework); None in a config written before it was recorded.
+    framework: str | None = None
+    #: optimum-graphcore's ``matmul_proportion``: one value, or one per IPU; empty for Poplar's default.
+    matmul_proportion: tuple[float, ...] = ()
+
+    @property
+    def execution(self) -> str:
+        """How the framework runs the stages: optimum-graphcore runs inference ``sharded``, the rest ``pipelined``.
+
+        optimum's ``IPUConfig._to_options`` sets ``ShardedExecution`` for inference (one micro-batch
+        passes through every IPU before the next starts) and ``PipelinedExecution`` for training.
+        """
+        return "sharded" if self.framework == "optimum" and not self.training else "pipelined"
 
     @property
     def num_ipus(self) -> int:
@@ -297,6 +310,8 @@ def config_from_split(
     clock_hz: float,
     gradient_accumulation: int | None,
     training: ConfigTraining | None = None,
+    framework: str | None = None,
+    matmul_proportion: Sequence[float] = (),
 ) -> PipelineConfig:
     """Turn a solver's split into a config; ``None`` G picks :func:`default_gradient_accumulation`.
 
@@ -327,7 +342,19 @@ def config_from_split(
         solver_status=split.status,
         budget_bytes=int(split.budget_bytes),
         training_options=recorded,
+        framework=framework,
+        matmul_proportion=check_matmul_proportion(matmul_proportion, len(stages)),
     )
+
+
+def check_matmul_proportion(values: Sequence[float], num_ipus: int) -> tuple[float, ...]:
+    """One value for every IPU or one per IPU, each a fraction in (0, 1]."""
+    if len(values) not in (0, 1, num_ipus):
+        raise UsageProblem(f"--matmul-proportion: give one value or one per IPU ({num_ipus}), not {len(values)}")
+    for v in values:
+        if not 0.0 < float(v) <= 1.0:
+            raise UsageProblem(f"--matmul-proportion: {v} is not a fraction in (0, 1]")
+    return tuple(float(v) for v in values)
 
 
 def _model_order(stages: tuple[ConfigStage, ...], wraps: bool) -> tuple[str, ...]:

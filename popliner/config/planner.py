@@ -223,4 +223,5 @@ def config_from_planner(choice: PlannerChoice, analysis: Analysis, *,
     return config_from_split(split, profile_path=analysis.profile.path, profile_sha256=analysis.profile.sha256,
                              tiles=t.tiles_per_ipu, bytes_per_tile=t.bytes_per_tile, clock_hz=t.clock_hz,
                              gradient_accumulation=gradient_accumulation,
-                             training=training_of(analysis, choice.training.requested if choice.training else None))
+                             training=training_of(analysis, choice.training.requested if choice.training else None),
+                             framework=analysis.framework.name)

@@ -15,6 +15,8 @@ from typing import Any
 
 from popliner.config.model import ConfigTraining, PipelineConfig
 from popliner.errors import UsageProblem
+from popliner.memory.training import EMBEDDING_GROUP, HEAD_GROUP
+from popliner.pipeline import head_stage
 from popliner.textsafe import shown
 
 
@@ -33,7 +35,11 @@ __all__ = [
     "ipu_config",
     "memory_settings",
     "model_options",
+    "optimum_models",
+    "optimum_note",
+    "optimum_problem",
     "optimum_snippet",
+    "optimum_warnings",
     "popart_snippet",
     "poptorch_snippet",
     "snippets",
@@ -127,10 +133,22 @@ def _popart_training(t: ConfigTraining) -> list[str]:
 
 
 def poptorch_snippet(cfg: PipelineConfig) -> str:
-    """``poptorch.BeginBlock`` at the first layer of each IPU and the matching stages."""
+    """A ``poptorch.BeginBlock`` on every part (embedding, each layer, head) and the AutoStage that stages them.
+
+    PopTorch gives a block's operations the pipeline stage its ``AutoStage``
+    says: ``SameAsIpu`` the IPU's number, ``AutoIncrement`` the next number
+    for every new block (PopTorch's ``options.py``, ``_DefaultStageManager``),
+    and it merges consecutive blocks on one IPU into one stage
+    (``CompilerImpl::numPipelineStages``). A head wrapped onto IPU 0 comes
+    after the last IPU, so ``SameAsIpu`` would give it stage 0, before the
+    stages it follows, and the compile fails (PopTorch's ``AutoStage``
+    documentation): a layout whose stage is not its IPU takes ``AutoIncrement``.
+    """
     lines = _header(cfg, "PopTorch")
-    lines += ["import poptorch", "", "IPU_OF_LAYER = {  # layer -> ipu_id"]
+    lines += ["import poptorch", "", "IPU_OF_LAYER = {  # layer -> ipu_id, in model order"]
     lines += [f"    {_q(p.name)}: {p.ipu}," for p in cfg.placements]
+    lines += ["}", "", "PIPELINE_STAGE = {  # layer -> the pipeline stage PopTorch gives its block"]
+    lines += [f"    {_q(p.name)}: {p.pipeline_stage}," for p in cfg.placements]
     lines += [
         "}",
         "",
@@ -143,7 +161,7 @@ def poptorch_snippet(cfg: PipelineConfig) -> str:
         "    setattr(owner, name, poptorch.BeginBlock(getattr(owner, name), user_id=path, ipu_id=ipu))",
         "",
         "",
-        "# Every layer starts a block on its IPU; consecutive blocks on one IPU share its pipeline stage.",
+        "# Every part starts a block on its IPU, so that nothing runs where the plan does not put it.",
         "for path, ipu in IPU_OF_LAYER.items():",
         "    begin_block(model, path, ipu)",
         "",
@@ -152,21 +170,48 @@ def poptorch_snippet(cfg: PipelineConfig) -> str:
         tail = f" .. {s.layers[-1]}" if len(s.layers) > 1 else ""
         # A comment ends at the first line break: names go in with every non-printable character escaped.
         lines.append(f"# IPU {s.ipu}: {len(s.layers)} layer(s), {shown(s.layers[0])}{shown(tail)}")
+    lines += _poptorch_layout_notes(cfg)
+    auto = "AutoIncrement" if _stages_leave_ipu_order(cfg) else "SameAsIpu"
     lines += ["", "opts = poptorch.Options()",
-              "opts.setExecutionStrategy(poptorch.PipelinedExecution(poptorch.AutoStage.SameAsIpu))"]
+              f"opts.setExecutionStrategy(poptorch.PipelinedExecution(poptorch.AutoStage.{auto}))"]
     if cfg.training:
         lines.append(f"opts.Training.gradientAccumulation({cfg.gradient_accumulation})")
-        lines += _poptorch_training(cfg.options or ConfigTraining())
+        lines += _poptorch_training(cfg.options or ConfigTraining(), cfg.num_ipus)
     else:
         lines.append(f"opts.deviceIterations({cfg.gradient_accumulation})")
     return "\n".join(lines) + "\n"
 
 
-def _poptorch_training(t: ConfigTraining) -> list[str]:
+def _stages_leave_ipu_order(cfg: PipelineConfig) -> bool:
+    """Does a part run in a stage other than its IPU's number (a wrapped head)? Then SameAsIpu cannot stage it."""
+    return any(p.pipeline_stage != p.ipu for p in cfg.placements)
+
+
+def _poptorch_layout_notes(cfg: PipelineConfig) -> list[str]:
+    """What the reader must know about the embedding and head for PopTorch to build the plan."""
+    if cfg.head_wraps:
+        return ["# The head runs on IPU 0 after the last IPU, a pipeline stage of its own",
+                f"# ({head_stage(cfg.num_ipus)}): AutoIncrement gives each new block the next stage and PopTorch",
+                "# merges consecutive blocks on one IPU, so the stages are those of PIPELINE_STAGE."]
+    if _has_groups(cfg) or cfg.num_ipus == 1:
+        return []
+    return ["# --head-placement first: popliner's figures put the operations without a layer on IPU 0, in its",
+            "# first stage. Give your embedding module a block on IPU 0 as well (begin_block(model, PATH, 0)).",
+            "# PopTorch runs whatever follows the last block in that block: a head after the last layer runs",
+            f"# on IPU {cfg.num_ipus - 1}, not on IPU 0 as the figures assume. Solve with --head-placement last",
+            "# or wrap for figures of the pipeline PopTorch builds."]
+
+
+def _poptorch_training(t: ConfigTraining, num_ipus: int) -> list[str]:
     """poptorch.Options calls for the recorded training options (PopTorch's names)."""
     lines = [f"# Training options of popliner's figures: {shown(t.summary())}."]
     if t.recompute in ("pipeline", "every-layer"):
         lines.append("opts._Popart.set(\"autoRecomputation\", 3)  # popart.RecomputationType.Pipeline")
+    elif t.recompute == "none" and num_ipus > 1:
+        # PopTorch turns pipeline recomputation on by itself over more than one IPU (Compiler.cpp),
+        # unless the option is set: the figures are for none.
+        lines.append("opts._Popart.set(\"autoRecomputation\", 0)  # popart.RecomputationType.None: "
+                     "PopTorch would recompute by itself")
     if t.recompute == "every-layer":
         lines += [
             "",
@@ -202,19 +247,77 @@ def _poptorch_training(t: ConfigTraining) -> list[str]:
     return lines
 
 
-def optimum_snippet(cfg: PipelineConfig) -> dict[str, Any]:
-    """Keys of a Hugging Face optimum-graphcore ``IPUConfig``."""
-    counts = cfg.layers_per_ipu
-    out: dict[str, Any] = {"ipus_per_replica": cfg.num_ipus, "layers_per_ipu": flow_list(counts)}
-    if cfg.training:
-        out["gradient_accumulation_steps"] = cfg.gradient_accumulation
-        t = cfg.options or ConfigTraining()
-        out["replication_factor"] = t.replication_factor
-        out.update(memory_settings(model_options(t)))
-    else:
-        out["inference_layers_per_ipu"] = flow_list(counts)
-        out["inference_device_iterations"] = cfg.gradient_accumulation
+def optimum_snippet(cfg: PipelineConfig) -> dict[str, Any] | str:
+    """The ``IPUConfig`` keys of the split: the same document as ``ipu_config.json`` (:func:`ipu_config`).
+
+    A split optimum-graphcore cannot build (:func:`optimum_problem`) gets a
+    comment saying why instead: no keys that would build something else.
+    """
+    problem = optimum_problem(cfg)
+    if problem is not None:
+        return f"# optimum-graphcore cannot build this split: {problem}\n"
+    return {key: flow_list(value) if isinstance(value, list) else value for key, value in ipu_config(cfg).items()}
+
+
+#: The optimum-graphcore 0.7.1 models that build each layout (their parallelize() in models/bert and models/gpt2).
+OPTIMUM_WRAP_MODELS = ("PipelinedBertForPreTraining", "PipelinedBertForMaskedLM", "PipelinedGPT2LMHeadModel")
+OPTIMUM_LAST_MODELS = ("PipelinedBertForSequenceClassification", "PipelinedBertForQuestionAnswering",
+                       "PipelinedBertForTokenClassification", "PipelinedGPT2ForSequenceClassification")
+
+
+def optimum_problem(cfg: PipelineConfig) -> str | None:
+    """Why optimum-graphcore cannot build the split's layout, or None when it can.
+
+    Its models put the embedding in a block on IPU 0, the layers where
+    ``layers_per_ipu`` says, and the head either back on IPU 0 after the last
+    IPU (pretraining, masked-LM and LM heads: ``--head-placement wrap``) or on
+    the last IPU (classification and QA heads: ``last``). Neither is
+    ``first``, which keeps the head on IPU 0 in its first stage.
+    """
+    if cfg.num_ipus == 1 or _has_groups(cfg):
+        return None
+    return FIRST_PROBLEM
+
+
+#: Why optimum-graphcore cannot build a ``--head-placement first`` split.
+FIRST_PROBLEM = ("its models put the head either back on IPU 0 after the last IPU (pretraining, masked-LM and LM "
+                 "heads) or on the last IPU (classification and QA heads), never on IPU 0 in its first stage as "
+                 "--head-placement first plans; solve with --head-placement wrap or last")
+
+
+def optimum_warnings(cfg: PipelineConfig) -> list[str]:
+    """What the user must know for optimum-graphcore to build the plan from ``ipu_config.json``."""
+    out = []
+    t = cfg.options
+    if t is not None and t.recompute == "none" and cfg.num_ipus > 1:
+        out.append("optimum-graphcore trains with pipeline recomputation over more than one IPU (PopTorch turns it "
+                   "on and optimum leaves it on); the figures are for none: solve with --recompute pipeline for "
+                   "figures of what it builds")
     return out
+
+
+def optimum_models(cfg: PipelineConfig) -> tuple[str, ...]:
+    """The optimum-graphcore models whose parallelize() builds the split's layout (all of them on one IPU)."""
+    if cfg.num_ipus == 1:
+        return (*OPTIMUM_WRAP_MODELS, *OPTIMUM_LAST_MODELS)
+    if optimum_problem(cfg) is not None:
+        return ()
+    return OPTIMUM_WRAP_MODELS if cfg.head_wraps else OPTIMUM_LAST_MODELS
+
+
+def optimum_note(cfg: PipelineConfig) -> str | None:
+    """Which optimum-graphcore models build the split from ``ipu_config.json`` (None on one IPU or when none does)."""
+    models = optimum_models(cfg)
+    if cfg.num_ipus == 1 or not models:
+        return None
+    where = "wraps the head onto IPU 0" if cfg.head_wraps else "puts the head on the last IPU"
+    return f"ipu_config.json builds this split with an optimum-graphcore model that {where}: {', '.join(models)}"
+
+
+def _has_groups(cfg: PipelineConfig) -> bool:
+    """Are the embedding and head layers of their own (``--head-placement last`` or ``wrap``)?"""
+    names = cfg.model_layers
+    return bool(names) and names[0] == EMBEDDING_GROUP and HEAD_GROUP in names
 
 
 def model_options(t: ConfigTraining) -> ModelOptions:
@@ -253,8 +356,8 @@ def memory_settings(options: ModelOptions) -> dict[str, Any]:
     }
 
 
-def ipu_config(cfg: PipelineConfig, matmul_proportion: Sequence[float] = (),
-               options: ModelOptions = ModelOptions()) -> dict[str, Any]:
+def ipu_config(cfg: PipelineConfig, matmul_proportion: Sequence[float] | None = None,
+               options: ModelOptions | None = None) -> dict[str, Any]:
     """An optimum-graphcore ``IPUConfig`` (its ``ipu_config.json`` keys) for the config's split.
 
     Field names are those of ``optimum.graphcore.IPUConfig.__init__``. A
@@ -263,10 +366,17 @@ def ipu_config(cfg: PipelineConfig, matmul_proportion: Sequence[float] = (),
     ``replication_factor``, ``device_iterations``); an inference split sets the
     ``inference_`` ones instead, because IPUConfig keeps the two apart and the
     split only holds for the mode it was solved in. ``matmul_proportion`` is
-    one value (used for every IPU) or one per IPU.
+    one value per IPU: the config's (``--matmul-proportion``), else Poplar's
+    default. ``options`` default to the config's training record. Raises
+    UsageProblem for a split optimum cannot build (:func:`optimum_problem`).
     """
+    problem = optimum_problem(cfg)
+    if problem is not None:
+        raise UsageProblem(f"--ipu-config-out: optimum-graphcore cannot build this split: {problem}")
     k = cfg.num_ipus
-    proportions = _per_ipu(matmul_proportion, k)
+    proportions = _per_ipu(cfg.matmul_proportion if matmul_proportion is None else matmul_proportion, k)
+    if options is None:
+        options = model_options(cfg.options) if cfg.options is not None else ModelOptions()
     counts = [int(n) for n in cfg.layers_per_ipu]
     prefix = "" if cfg.training else "inference_"
     out: dict[str, Any] = {
@@ -279,7 +389,7 @@ def ipu_config(cfg: PipelineConfig, matmul_proportion: Sequence[float] = (),
         out["gradient_accumulation_steps"] = cfg.gradient_accumulation
         out["device_iterations"] = 1
     else:
-        # Pipelined inference needs at least one batch per stage in flight.
+        # optimum runs inference sharded, one micro-batch through all IPUs at a time; G batches per call.
         out["inference_device_iterations"] = cfg.gradient_accumulation
     out.update(memory_settings(options))
     return out

@@ -37,6 +37,7 @@ from popliner.config.model import (
 from popliner.config.snippets import FlowList as _FlowList
 from popliner.config.snippets import snippets
 from popliner.errors import ConfigError, UsageProblem
+from popliner.framework import FRAMEWORKS
 from popliner.memory.training import HEAD_GROUP, HEAD_PLACEMENTS, OPTIMIZER_STATES, wrapped_head
 from popliner.memory.types import COMPONENTS, OTHER, ComponentBytes
 from popliner.pipeline import head_stage
@@ -58,7 +59,8 @@ HEADER = (
 #: Micro-batches a simulated step may have; the schedule is built cycle by cycle.
 MAX_MICRO_BATCHES = 100_000
 
-TOP_KEYS = ("version", "profile", "target", "mode", "num_ipus", "pipeline_stages", "gradient_accumulation",
+TOP_KEYS = ("version", "profile", "target", "framework", "execution", "matmul_proportion", "mode", "num_ipus",
+            "pipeline_stages", "gradient_accumulation",
             "training", "solver", "stages", "layers", "snippets")
 TRAINING_KEYS = ("recompute", "recompute_requested", "optimizer_state", "replication_factor",
                  "sharded_optimizer_state", "head_placement", "update_regex", "optimizer_state_regex")
@@ -108,6 +110,8 @@ def config_to_document(cfg: PipelineConfig) -> dict[str, Any]:
         "profile": {"path": cfg.profile_path, "sha256": cfg.profile_sha256},
         "target": {"tiles_per_ipu": cfg.tiles_per_ipu, "bytes_per_tile": cfg.bytes_per_tile,
                    "clock_hz": float(cfg.clock_hz)},
+        **({} if cfg.framework is None else {"framework": cfg.framework, "execution": cfg.execution}),
+        **({"matmul_proportion": _FlowList(cfg.matmul_proportion)} if cfg.matmul_proportion else {}),
         "mode": cfg.mode,
         "num_ipus": cfg.num_ipus,
         "pipeline_stages": cfg.num_pipeline_stages,
@@ -277,7 +281,11 @@ def config_from_document(doc: Any, source: str = "<config>") -> PipelineConfig:
         solver_status=solver_status,
         budget_bytes=budget,
         training_options=training,
+        framework=_read_framework(r, top.get("framework")),
+        matmul_proportion=_read_matmul_proportion(r, top.get("matmul_proportion"), len(stages)),
     )
+    if "execution" in top:  # derived from the framework and the mode, like the layers table
+        r.choice(top["execution"], "execution", ("pipelined", "sharded"))
     _warn_if_table_differs(source, cfg, top["layers"])
     return cfg
 
@@ -322,6 +330,26 @@ def _read_training(r: _Reader, value: Any, mode: str, where: str = "training") -
     except UsageProblem as exc:  # anything the per-key checks above did not catch
         r.fail(where, str(exc), "fix the training options")
     return t
+
+
+def _read_framework(r: _Reader, value: Any) -> str | None:
+    """``framework``: one of popliner's names (popliner.framework), or absent in an older config."""
+    if value is None:
+        return None
+    return r.choice(value, "framework", FRAMEWORKS)
+
+
+def _read_matmul_proportion(r: _Reader, value: Any, num_ipus: int) -> tuple[float, ...]:
+    """``matmul_proportion``: one fraction in (0, 1], or one per IPU; absent for Poplar's default."""
+    if value is None:
+        return ()
+    if not isinstance(value, list) or len(value) not in (1, num_ipus):
+        r.fail("matmul_proportion", f"expected a list of one value or one per IPU ({num_ipus}), got {_kind(value)}",
+               f"write e.g. [0.6] or {num_ipus} values")
+    for k, v in enumerate(value):
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= 1:
+            r.fail(f"matmul_proportion[{k}]", f"{_kind(v)} is not a fraction in (0, 1]", "write e.g. 0.6")
+    return tuple(float(v) for v in value)
 
 
 def _read_solver(r: _Reader, value: Any) -> tuple[str, str, int | None]:

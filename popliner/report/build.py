@@ -101,7 +101,7 @@ def build_report(analysis: Analysis, config: PipelineConfig, *, budget: int, sou
                                   clock_hz=float(target.clock_hz))
     sim = simulate(inputs.stages, g, clock_hz=inputs.clock_hz, link_bandwidth=link_bandwidth,
                    sync_cycles=sync_cycles, budget_bytes=budget, micro_batch_size=micro_batch_size,
-                   tiles_per_ipu=inputs.tiles_per_ipu)
+                   tiles_per_ipu=inputs.tiles_per_ipu, sharded=config.execution == "sharded")
     return Report(
         version=__version__, profile_path=analysis.profile.path, profile_sha256=analysis.profile.sha256,
         source=source, mode=analysis.mode, tiles=int(target.tiles_per_ipu), bytes_per_tile=int(target.bytes_per_tile),

@@ -13,12 +13,14 @@ from dataclasses import dataclass
 
 from popliner.analysis import Analysis
 from popliner.config.model import PipelineConfig
+from popliner.framework import framework_title
 
 __all__ = ["MEANINGS", "OptionRow", "model_options"]
 
 #: What each option means, for the report's reader.
 MEANINGS: dict[str, str] = {
     "mode": "training adds activation stashes and backward stages; inference runs forward only",
+    "framework": "what builds the pipeline from the config (found in the profile, or --framework)",
     "recompute": "which activations are recomputed in the backward pass instead of stashed",
     "optimizer_state": "where the optimizer state (e.g. Adam moments) lives",
     "replication_factor": "copies of the pipeline (data parallel); IPUs in total = K x R",
@@ -49,6 +51,9 @@ def model_options(analysis: Analysis, config: PipelineConfig, gradient_accumulat
     """The options in force for the report's figures, model options first."""
     opts = analysis.options
     values: dict[str, object] = {"mode": analysis.mode}
+    # The config's record wins: it names the framework the split was planned for.
+    values["framework"] = (framework_title(config.framework) if config.framework is not None
+                           else analysis.framework.describe())
     if config.options is not None:
         # The config's record: the options its figures, and this report's, were computed with.
         values.update(config.options.as_document())

@@ -35,6 +35,7 @@ from popliner.simulator.schedule import (
     check_pipeline,
     phase_of_cycle,
     schedule,
+    sharded_schedule,
 )
 
 __all__ = [
@@ -162,6 +163,8 @@ class SimResult:
     fragments: tuple[FragmentTiming, ...]
     ipus: tuple[IpuSummary, ...]
     step_cycles: float
+    #: ``pipelined`` (PopART's pipeline) or ``sharded`` (one stage at a time: optimum-graphcore's inference).
+    execution: str = "pipelined"
 
     @property
     def num_stages(self) -> int:
@@ -228,20 +231,24 @@ def simulate(
     budget_bytes: int | None = None,
     micro_batch_size: int = 1,
     tiles_per_ipu: int | None = None,
+    sharded: bool = False,
 ) -> SimResult:
     """Simulate one step (G = ``micro_batches``) of the pipeline ``stages``.
 
     ``tiles_per_ipu`` spreads copy buffers over the tiles; by default the
-    length of the IPU's memory arrays.
+    length of the IPU's memory arrays. ``sharded`` runs the stages one at a
+    time instead of pipelined (:func:`popliner.simulator.schedule.sharded_schedule`):
+    each cycle has one stage's compute, then only its own copy.
     """
     stages = tuple(stages)
-    _check_inputs(stages, micro_batches, clock_hz, link_bandwidth, sync_cycles, micro_batch_size)
-    sched = schedule(len(stages), micro_batches, to_host_stage=_to_host_stage(stages))
+    _check_inputs(stages, micro_batches, clock_hz, link_bandwidth, sync_cycles, micro_batch_size, sharded)
+    plan = sharded_schedule if sharded else schedule
+    sched = plan(len(stages), micro_batches, to_host_stage=_to_host_stage(stages))
     ipus = tuple(sorted({s.ipu for s in stages}))
     copy_cycles = _copy_cycles(stages, ipus, clock_hz, link_bandwidth)
     # A single IPU has no one to sync with before copies (and no copies).
     sync = float(sync_cycles) if len(ipus) > 1 else 0.0
-    cycles, fragments = _timeline(stages, sched, ipus, copy_cycles, sync)
+    cycles, fragments = _timeline(stages, sched, ipus, copy_cycles, sync, sharded)
     step = sum(c.duration for c in cycles)
     stash = _stash_in_flight(stages, sched)
     summaries = tuple(
@@ -260,6 +267,7 @@ def simulate(
         fragments=fragments,
         ipus=summaries,
         step_cycles=step,
+        execution="sharded" if sharded else "pipelined",
     )
 
 
@@ -267,8 +275,11 @@ def simulate(
 
 
 def _check_inputs(stages: tuple[SimStage, ...], g: int, clock_hz: float, bandwidth: float, sync: float,
-                  mbs: int) -> None:
-    check_pipeline(len(stages), g)
+                  mbs: int, sharded: bool = False) -> None:
+    if not sharded:  # sharded execution has no pipeline to fill: any number of micro-batches runs
+        check_pipeline(len(stages), g)
+    elif g < 1 or not stages:
+        raise UsageProblem(f"sharded execution needs a stage and a micro-batch, got {len(stages)} and {g}")
     if not clock_hz > 0 or not bandwidth > 0:
         raise UsageProblem("clock and link bandwidth must be positive")
     if sync < 0 or mbs < 1:
@@ -325,7 +336,7 @@ def _sends_off_ipu(stages: tuple[SimStage, ...], s: SimStage) -> bool:
 
 
 def _timeline(stages: tuple[SimStage, ...], sched: Schedule, ipus: tuple[int, ...],
-              copies: dict[int, list[tuple[int, float]]], sync: float,
+              copies: dict[int, list[tuple[int, float]]], sync: float, sharded: bool = False,
               ) -> tuple[tuple[CycleTiming, ...], tuple[FragmentTiming, ...]]:
     p, g = len(stages), len(sched) - len(stages) + 1
     copy_phase = max((sum(c for _, c in copies[u]) for u in ipus), default=0.0)
@@ -336,9 +347,19 @@ def _timeline(stages: tuple[SimStage, ...], sched: Schedule, ipus: tuple[int, ..
         busy = _place_compute(stages, c, frags, start, placed)
         per_ipu = tuple(busy.get(u, 0.0) for u in ipus)
         compute = max(per_ipu, default=0.0)
-        _place_copies(stages, c, frags, start + compute + sync, copies, placed)
-        timings.append(CycleTiming(c, phase_of_cycle(c, p, g), start, compute, sync, copy_phase, per_ipu))
-        start += compute + sync + copy_phase
+        phase, cycle_copies, cycle_sync = "main", copy_phase, sync
+        if sharded:
+            # Only the stage that ran sends; an IPU that sends nothing off-IPU syncs with no one.
+            ran = {f.stage for f in frags if f.kind == "C"}
+            copies_now = {u: [(st, d) for st, d in items if st in ran] for u, items in copies.items()}
+            cycle_copies = max((sum(d for _, d in items) for items in copies_now.values()), default=0.0)
+            cycle_sync = sync if any(copies_now.values()) else 0.0
+            _place_copies(stages, c, frags, start + compute + cycle_sync, copies_now, placed)
+        else:
+            phase = phase_of_cycle(c, p, g)
+            _place_copies(stages, c, frags, start + compute + sync, copies, placed)
+        timings.append(CycleTiming(c, phase, start, compute, cycle_sync, cycle_copies, per_ipu))
+        start += compute + cycle_sync + cycle_copies
     return tuple(timings), tuple(placed)
 
 

@@ -43,7 +43,10 @@ def render_text(result: SimResult, *, max_columns: int | None = None) -> str:
     parts = [
         (f"Pipeline: {_n(len(result.ipus), 'IPU')}, {_mode(result)}, {_n(p, 'pipeline stage')}, "
          f"{_n(g, 'micro-batch', 'micro-batches')} of {result.micro_batch_size} per step"),
-        f"Pipeline cycles: {result.num_cycles} = fill {fill} + main {g - fill} + flush {fill}",
+        (f"Pipeline cycles: {result.num_cycles} = fill {fill} + main {g - fill} + flush {fill}"
+         if result.execution != "sharded" else
+         f"Sharded cycles: {result.num_cycles} = {p} stages x {g} micro-batches, one stage at a time "
+         "(optimum-graphcore runs inference sharded; fill/flush below is an IPU waiting for the other shards)"),
         "",
         "Stage view (D host->IPU, M main, H IPU->host, C inter-IPU copies; number = micro-batch)",
         render_stage_view(result.schedule, p, max_columns=max_columns),
@@ -158,6 +161,7 @@ def result_document(result: SimResult) -> dict[str, Any]:
         "pipeline_stages": result.num_stages,
         "micro_batches": result.micro_batches,
         "micro_batch_size": result.micro_batch_size,
+        "execution": result.execution,
         "pipeline_cycles": result.num_cycles,
         "clock_hz": result.clock_hz,
         "link_bandwidth": result.link_bandwidth,

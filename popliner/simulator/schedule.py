@@ -28,6 +28,7 @@ __all__ = [
     "render_ipu_view",
     "render_stage_view",
     "schedule",
+    "sharded_schedule",
 ]
 
 #: Fragment kinds in the order they run within a pipeline cycle.
@@ -100,6 +101,27 @@ def schedule(
         raise UsageProblem(f"host stream stages {to_device_stage}/{host} are outside 0..{num_stages - 1}")
     cycles = range(num_cycles(num_stages, micro_batches))
     return tuple(_cycle(c, num_stages, micro_batches, to_device_stage, host) for c in cycles)
+
+
+def sharded_schedule(num_stages: int, micro_batches: int, *, to_device_stage: int = 0,
+                     to_host_stage: int | None = None) -> Schedule:
+    """Sharded execution (optimum-graphcore's inference): one stage at a time, each micro-batch through all.
+
+    Cycle ``c`` runs stage ``c mod P`` on micro-batch ``c div P`` and then
+    its copy to the next IPU; nothing overlaps, so a step has ``P x G``
+    cycles and no fill or flush.
+    """
+    if num_stages < 1 or micro_batches < 1:
+        raise UsageProblem(f"sharded execution needs a stage and a micro-batch, got {num_stages} and {micro_batches}")
+    host = num_stages - 1 if to_host_stage is None else to_host_stage
+    out = []
+    for c in range(num_stages * micro_batches):
+        s, m = c % num_stages, c // num_stages
+        frags = [Fragment(s, "D", m)] if s == to_device_stage else []
+        frags.append(Fragment(s, "M", m))
+        frags += [Fragment(s, "H", m)] if s == host else []
+        out.append(tuple([*frags, Fragment(s, "C", m)]))
+    return tuple(out)
 
 
 def _cycle(c: int, p: int, g: int, d_stage: int, h_stage: int) -> tuple[Fragment, ...]:

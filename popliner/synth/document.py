@@ -23,6 +23,7 @@ from typing import IO, Any
 import numpy as np
 
 from popliner.fileio import atomic_write, check_writable
+from popliner.synth.frameworks import name_contexts
 from popliner.synth.graph import Compiled, GraphBuilder
 from popliner.synth.layout import Layout, lay_out
 from popliner.synth.lower import Calibration, Lowered, lower
@@ -147,7 +148,7 @@ def _build(spec: SynthSpec) -> tuple[dict[str, Any], SynthSummary]:
         "steps": np.asarray(low.steps, dtype=np.int64),
         "variables": _variables(layout, piece_class, names),
         "livenessClasses": [[list(iv) for iv in c] for c in classes],
-        "debugContexts": low.contexts,
+        "debugContexts": name_contexts(low.contexts, spec.framework),
         "tileMemory": _tile_memory_doc(truth),
     }
     summary = SynthSummary(
@@ -161,7 +162,7 @@ def _build(spec: SynthSpec) -> tuple[dict[str, Any], SynthSummary]:
 
 def _source(spec: SynthSpec) -> dict[str, Any]:
     # No timestamp: the output must be byte-identical for the same spec.
-    return {"tool": TOOL, "model": spec.model, "framework": "synthetic", "generator": spec.record()}
+    return {"tool": TOOL, "model": spec.model, "framework": spec.framework, "generator": spec.record()}
 
 
 def _vertex_types(low: Lowered, counts: np.ndarray) -> list[dict[str, Any]]:

@@ -15,6 +15,7 @@ from types import MappingProxyType
 from typing import Any, Final
 
 from popliner.errors import UsageProblem
+from popliner.synth.frameworks import SYNTH_FRAMEWORKS
 from popliner.synth.naming import NAMINGS
 
 __all__ = ["CALIBRATION_FIELDS", "FIRST_MOMENTS", "HEADS", "KINDS", "MODES", "OPTIMIZERS", "OPTIMIZER_STATES",
@@ -90,6 +91,8 @@ class SynthSpec:
     compiler_categories: bool = False
     #: How operations are named: ``popart``, or as ``poptorch`` or ``tensorflow`` would (popliner/synth/naming.py).
     naming: str = "popart"
+    #: Whose debug contexts and ``source.framework`` to write (popliner.synth.frameworks).
+    framework: str = "synthetic"
 
     def __post_init__(self) -> None:
         _choice("kind", self.kind, KINDS)
@@ -125,6 +128,7 @@ class SynthSpec:
         _choice("optimizer_state", self.optimizer_state, OPTIMIZER_STATES)
         _choice("first_moment", self.first_moment, FIRST_MOMENTS)
         _choice("head", self.head, HEADS)
+        _choice("framework", self.framework, SYNTH_FRAMEWORKS)
         if self.head != "squad" and self.kind != "encoder":
             raise UsageProblem(f"head={self.head} is an encoder head; kind={self.kind} has its own")
         _int_range("replication_factor", self.replication_factor, 1, 1 << 12)
@@ -204,7 +208,7 @@ _QUIET_DEFAULTS: Final = {"recompute": "none", "split_after": (), "optimizer_sta
                           "head": "squad",
                           "vertex_code_factor": 1.0, "vertex_state_factor": 1.0, "exchange_code_factor": 1.0,
                           "control_code_factor": 1.0, "reference_bert": False, "compiler_categories": False,
-                          "naming": "popart"}
+                          "naming": "popart", "framework": "synthetic"}
 
 
 def _choice(name: str, value: Any, allowed: tuple[str, ...]) -> None:

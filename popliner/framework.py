@@ -1,0 +1,133 @@
+"""Which framework compiled a profile: PopART, PopTorch, optimum-graphcore, TensorFlow or PopXL.
+
+The framework decides what a pipeline config turns into (how blocks get
+their pipeline stages, what it recomputes by itself, where a head goes), so
+popliner records it in every output. It comes from, in order:
+
+1. ``--framework`` (the user knows best; optimum-graphcore is PopTorch
+   underneath and leaves no trace of its own in a profile);
+2. the profile's ``source.framework`` when it names one of the frameworks
+   (an exporter or ``popliner synth --framework`` writes it; ``synthetic``
+   names none);
+3. the debug-context layers: ``poptorch`` (PopTorch lowers through PopART,
+   so its profiles have ``popart`` contexts too and ``poptorch`` wins), then
+   ``popxl``, then TensorFlow's ``xla_op`` / ``tensorflow`` layers, then
+   ``popart`` / ``popartbuilder`` / ``onnx`` (the same order as
+   ``popliner export`` uses);
+4. else PopART, said as a default.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, cast
+
+from popliner.errors import UsageProblem
+from popliner.profile.model import Profile
+
+__all__ = ["FRAMEWORKS", "Framework", "FrameworkChoice", "choose_framework", "detect_framework",
+           "framework_of_layers", "framework_title", "parse_framework"]
+
+Framework = Literal["popart", "poptorch", "optimum", "tensorflow", "popxl"]
+FRAMEWORKS: tuple[Framework, ...] = ("popart", "poptorch", "optimum", "tensorflow", "popxl")
+
+#: Debug-context layer -> framework, strongest first (a PopTorch profile also has PopART's layers).
+_BY_LAYER: tuple[tuple[str, Framework], ...] = (
+    ("poptorch", "poptorch"),
+    ("popxl", "popxl"),
+    ("xla_op", "tensorflow"),
+    ("tensorflow", "tensorflow"),
+    ("popart", "popart"),
+    ("popartbuilder", "popart"),
+    ("onnx", "popart"),
+)
+
+#: ``source.framework`` spellings exporters use for a framework.
+_ALIASES: dict[str, Framework] = {
+    "optimum-graphcore": "optimum",
+    "optimum_graphcore": "optimum",
+    "tf": "tensorflow",
+    "xla": "tensorflow",
+}
+
+_TITLES: dict[Framework, str] = {
+    "popart": "PopART",
+    "poptorch": "PopTorch",
+    "optimum": "optimum-graphcore",
+    "tensorflow": "TensorFlow",
+    "popxl": "PopXL",
+}
+
+
+@dataclass(frozen=True)
+class FrameworkChoice:
+    """The framework and where popliner got it: ``option``, ``source``, ``contexts`` or ``default``."""
+
+    name: Framework
+    origin: Literal["option", "source", "contexts", "default"]
+    #: The debug-context layer that decided it (``origin == "contexts"``), else "".
+    evidence: str = ""
+
+    def describe(self) -> str:
+        """``PopTorch (from the debug contexts: poptorch)`` and the like, for summaries and reports."""
+        title = framework_title(self.name)
+        if self.origin == "option":
+            return f"{title} (--framework)"
+        if self.origin == "source":
+            return f"{title} (the profile's source.framework)"
+        if self.origin == "contexts":
+            return f"{title} (debug contexts of layer {self.evidence})"
+        return f"{title} (default: no framework named in the profile)"
+
+    def as_document(self) -> dict[str, str]:
+        """The ``framework`` record of the JSON and YAML outputs."""
+        out: dict[str, str] = {"name": self.name, "from": self.origin}
+        if self.evidence:
+            out["evidence"] = self.evidence
+        return out
+
+
+def framework_title(name: str) -> str:
+    """The framework's own spelling (``PopTorch``), for people."""
+    return _TITLES.get(cast(Framework, name), name)
+
+
+def parse_framework(text: str, where: str = "--framework") -> Framework:
+    """A framework name as the user or a file gives it; one-line error otherwise."""
+    value = _known(text)
+    if value is None:
+        raise UsageProblem(f"{where}: unknown framework {text!r}; use one of {', '.join(FRAMEWORKS)}")
+    return value
+
+
+def _known(text: str) -> Framework | None:
+    """The framework a name or alias stands for, else None."""
+    key = text.strip().lower()
+    return _ALIASES.get(key) or next((f for f in FRAMEWORKS if f == key), None)
+
+
+def framework_of_layers(layers: set[str] | frozenset[str]) -> tuple[Framework, str] | None:
+    """The framework the debug-context layers point at, with the deciding layer; None when none does."""
+    for layer, name in _BY_LAYER:
+        if layer in layers:
+            return name, layer
+    return None
+
+
+def detect_framework(profile: Profile) -> FrameworkChoice:
+    """The framework of a profile without an override: ``source.framework``, else its debug contexts."""
+    named = profile.source.get("framework") if isinstance(profile.source, dict) else None
+    value = _known(named) if isinstance(named, str) else None
+    if value is not None:
+        return FrameworkChoice(value, "source")
+    found = framework_of_layers(frozenset(profile.contexts.layer))
+    if found is not None:
+        return FrameworkChoice(found[0], "contexts", found[1])
+    return FrameworkChoice("popart", "default")
+
+
+def choose_framework(profile: Profile, override: str | None = None) -> FrameworkChoice:
+    """``override`` (``--framework``) when given, else :func:`detect_framework`."""
+    if override:
+        return FrameworkChoice(parse_framework(override), "option")
+    return detect_framework(profile)
