@@ -157,7 +157,7 @@ def test_replicas_and_accumulation_follow_the_pod(fixture_plans: list[tuple[Path
 
 def test_ipu_config_of_a_configuration(fixture_plans: list[tuple[Path, Analysis, PodPlan]]) -> None:
     path, _, plan = next(item for item in fixture_plans if item[0].name == "bert-base-training.json.gz")
-    config = next(c for c in plan.fitting if c.replicas == 2)
+    config = next(c for c in plan.fitting if c.replicas == 2 and c.head_placement == "wrap")
     document = pod_ipu_config(pipeline_config(plan, config), config)
     assert document["replication_factor"] == 2 and document["ipus_per_replica"] == 2
     assert document["gradient_accumulation_steps"] == config.gradient_accumulation
@@ -206,6 +206,15 @@ def test_plan_bad_options_are_one_line_exit_2(tmp_path: Path, args: tuple[Any, .
     assert result.exit_code == 2, result.output
     assert message in result.output and "Traceback" not in result.output
     assert not (tmp_path / "x.yaml").exists()
+
+
+def test_plan_ipu_config_of_a_head_optimum_cannot_build_writes_nothing(tmp_path: Path) -> None:
+    profile = FIXTURES[0]  # bert-base-training: an embedding and a head
+    cfg, ipu = tmp_path / "pod.yaml", tmp_path / "ipu_config.json"
+    result = run("plan", profile, "--ipus", 4, "--recompute", "none", "--optimizer-state", "on-chip",
+                 "--head-placement", "first", "--config-out", cfg, "--ipu-config-out", ipu)
+    assert result.exit_code == 2 and "--head-placement wrap or last" in result.output
+    assert result.stdout == "" and not cfg.exists() and not ipu.exists()
 
 
 def test_plan_refuses_an_existing_config_before_any_work(tmp_path: Path) -> None:

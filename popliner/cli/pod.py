@@ -138,6 +138,9 @@ def command(profile: str, ipus: int, global_batch: int | None, micro_batch: int,
     analysis = load_analysis(profile, options, use_cache=not no_cache, cache_dir=cache_dir)
     plan = plan_pod(analysis, request)
     chosen = pick_config(plan, pick) if (config_out or ipu_config_out) else None
+    # The picked configuration's documents are made before anything is written: one that cannot be
+    # (optimum builds no head placed first) stops the command with no output at all.
+    documents = _documents(plan, chosen, ipu_config_out is not None) if chosen is not None else None
     if log.isEnabledFor(logging.WARNING):
         click.echo(plan_table(plan, everything, None if everything else TABLE_ROWS), err=True, nl=False)
         for note in plan.notes:
@@ -145,8 +148,8 @@ def command(profile: str, ipus: int, global_batch: int | None, micro_batch: int,
         _summary(plan)
     with output_stream(output, force) as stream:
         stream.write(json.dumps(plan_document(plan, everything), indent=2) + "\n")
-    if chosen is not None:
-        _write_configs(plan, chosen, pick, config_out, ipu_config_out, force)
+    if chosen is not None and documents is not None:
+        _write_configs(chosen, pick, documents, config_out, ipu_config_out, force)
 
 
 def _summary(plan: Any) -> None:
@@ -164,19 +167,25 @@ def _summary(plan: Any) -> None:
                f"optimizer state {best.optimizer_state}: {rate}", err=True)
 
 
-def _write_configs(plan: Any, chosen: Any, rank: int, config_out: str | None, ipu_config_out: str | None,
-                   force: bool) -> None:
-    from popliner.config.snippets import write_ipu_config
-    from popliner.config.yaml_io import write_config
+def _documents(plan: Any, chosen: Any, with_ipu_config: bool) -> tuple[Any, dict[str, Any] | None]:
     from popliner.pod.output import pipeline_config, pod_ipu_config
 
     cfg = pipeline_config(plan, chosen)
+    return cfg, (pod_ipu_config(cfg, chosen) if with_ipu_config else None)
+
+
+def _write_configs(chosen: Any, rank: int, documents: tuple[Any, dict[str, Any] | None], config_out: str | None,
+                   ipu_config_out: str | None, force: bool) -> None:
+    from popliner.config.snippets import write_ipu_config
+    from popliner.config.yaml_io import write_config
+
+    cfg, ipu_document = documents
     if config_out:
         with atomic_write(config_out, force=force) as stream:
             write_config(cfg, stream)
         log.warning("wrote %s (configuration %d: %d IPUs x %d replicas, G = %d)", config_out, rank,
                     chosen.ipus_per_replica, chosen.replicas, chosen.gradient_accumulation)
-    if ipu_config_out:
+    if ipu_config_out and ipu_document is not None:
         with atomic_write(ipu_config_out, force=force) as stream:
-            write_ipu_config(pod_ipu_config(cfg, chosen), stream)
+            write_ipu_config(ipu_document, stream)
         log.warning("wrote %s (optimum-graphcore IPUConfig of configuration %d)", ipu_config_out, rank)

@@ -40,13 +40,17 @@ def pipeline_config(plan: PodPlan, config: PodConfig) -> PipelineConfig:
                              gradient_accumulation=config.gradient_accumulation, training=training)
 
 
-def pod_ipu_config(cfg: PipelineConfig, config: PodConfig, matmul_proportion: tuple[float, ...] = ()) -> dict[str, Any]:
-    """The optimum-graphcore ``IPUConfig`` of one configuration (replicas in inference too)."""
+def pod_ipu_config(cfg: PipelineConfig, config: PodConfig) -> dict[str, Any]:
+    """The optimum-graphcore ``IPUConfig`` of one configuration (replicas in inference too).
+
+    optimum builds a head placed ``last`` or ``wrap`` (or one IPU): for ``first``
+    this raises UsageProblem (``--head-placement last,wrap`` plans only those).
+    """
     from popliner.config.snippets import ModelOptions, ipu_config, model_options
 
     options = model_options(cfg.options) if cfg.options is not None else ModelOptions(
         replication_factor=config.replicas)
-    return ipu_config(cfg, matmul_proportion, options)
+    return ipu_config(cfg, None, options)
 
 
 def _rank_of(plan: PodPlan) -> dict[int, int]:
