@@ -123,24 +123,49 @@ def test_more_ipus_than_layers_are_clamped_or_refused(tmp_path: Path) -> None:
 def test_config_commands_take_the_layer_options_the_config_was_made_with(made: dict[str, Path]) -> None:
     cfg, book = str(made["config"]), str(made["workbook"])
     solved = {s["ipu"]: s["worst_tile_bytes"] for s in json.loads(made["split"].read_text())["stages"]}
-    # Without the rule the layers are not the config's: one line saying what to give.
-    for argv in (["check", cfg, "--profile", str(TINY)], ["check", book, "--profile", str(TINY)],
-                 ["simulate", cfg, "--profile", str(TINY)], ["config-from", book, "--profile", str(TINY)]):
-        code, _, err = _run(*argv)
-        assert code == EXIT_BAD_INPUT, argv
-        _one_line(err, "'layer0'", "--layer-name-regex")
-    # With it, check gives the solve's worst tiles to the byte, from the config and from the workbook.
-    for source in (cfg, book):
-        code, out, err = _run("check", source, "--profile", str(TINY), "--layer-name-regex", REGEX)
+    # The config records the rule (layer_options) and the commands apply it; before, it could not be checked.
+    assert "layer_options:\n  layer_name_regex: ^(layer\\d)\n" in made["config"].read_text()
+    for extra in ([], ["--layer-name-regex", REGEX]):  # the same option again is fine
+        code, out, err = _run("check", cfg, "--profile", str(TINY), *extra)
         assert code == 0, err
         rows = [line.split() for line in out.splitlines()[2:]]
         assert {int(r[0]): int(r[3].replace(",", "")) for r in rows} == solved  # IPU, layers, tile, total
-    code, out, err = _run("simulate", cfg, "--profile", str(TINY), "--layer-name-regex", REGEX)
+    code, out, err = _run("simulate", cfg, "--profile", str(TINY))
     assert code == 0 and "layer0" in out, err
-    code, _, err = _run("report", cfg, "--profile", str(TINY), "--layer-name-regex", REGEX, "-o", "/dev/null")
+    code, _, err = _run("report", cfg, "--profile", str(TINY), "-o", "/dev/null")
     assert code == 0, err
+    # Another rule than the recorded one is refused, naming both.
+    code, _, err = _run("check", cfg, "--profile", str(TINY), "--layer-name-regex", "^(layer)")
+    assert code == EXIT_BAD_INPUT
+    _one_line(err, "--layer-name-regex '^(layer)'", "layer_options.layer_name_regex")
+    # The workbook records no rule: without it one line says what to give; with it, the same figures.
+    for argv in (["check", book, "--profile", str(TINY)], ["config-from", book, "--profile", str(TINY)]):
+        code, _, err = _run(*argv)
+        assert code == EXIT_BAD_INPUT, argv
+        _one_line(err, "'layer0'", "--layer-name-regex")
+    code, out, err = _run("check", book, "--profile", str(TINY), "--layer-name-regex", REGEX)
+    assert code == 0, err
+    assert {int(r[0]): int(r[3].replace(",", "")) for r in (x.split() for x in out.splitlines()[2:])} == solved
     code, out, err = _run("config-from", book, "--profile", str(TINY), "--layer-name-regex", REGEX)
-    assert code == 0 and "layer0" in out, err
+    assert code == 0 and "layer_name_regex: ^(layer\\d)" in out, err
+
+
+@pytest.mark.parametrize(("block", "needle"), [
+    ("layer_options:\n  layer_name_regex: '('\n", "layer_options.layer_name_regex: not a regular expression"),
+    ("layer_options:\n  layer_preset: nope\n", "layer_options.layer_preset"),
+    ("layer_options:\n  layer_colour: red\n", "layer_colour"),
+    ("layer_options:\n  all_vars: maybe\n", "layer_options.all_vars"),
+    ("layer_options:\n  op_layers: ','\n", "layer_options.op_layers"),
+])
+def test_bad_layer_options_in_a_config(made: dict[str, Path], tmp_path: Path, block: str, needle: str) -> None:
+    text = made["config"].read_text()
+    start = text.index("layer_options:")
+    end = text.index("solver:", start)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(text[:start] + block + text[end:])
+    code, _, err = _run("check", str(bad), "--profile", str(TINY))
+    assert code == EXIT_BAD_INPUT
+    _one_line(err, str(bad), needle)
 
 
 def test_junit_and_check_table_with_hostile_names(tmp_path: Path) -> None:

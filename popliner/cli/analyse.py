@@ -517,6 +517,7 @@ def _write_plots(analysis: Analysis, plot: str, force: bool, split: Any, budget:
 def _split_config(analysis: Analysis, split: Any, gradient_accumulation: int | None,
                   requested_recompute: str = "none", matmul_proportion: tuple[float, ...] = ()) -> Any:
     """The pipeline config of a solved split, with the training options its figures were computed with."""
+    from popliner.config.layering import layer_record
     from popliner.config.model import config_from_split
     from popliner.config.options import training_of
 
@@ -525,6 +526,7 @@ def _split_config(analysis: Analysis, split: Any, gradient_accumulation: int | N
     return config_from_split(split, profile_path=analysis.profile.path, profile_sha256=analysis.profile.sha256,
                              tiles=t.tiles_per_ipu, bytes_per_tile=t.bytes_per_tile, clock_hz=t.clock_hz,
                              gradient_accumulation=gradient_accumulation, training=training,
+                             layer_options=layer_record(analysis.options),
                              framework=analysis.framework.name, matmul_proportion=matmul_proportion)
 
 

@@ -73,7 +73,7 @@ def command(config: str, profile: str, budget: float | None, junit: str | None, 
         cfg = read_config(config)
         analysis = analysis_for_config(config, profile, cfg.mode, cfg.options, training,
                                        layer_groups=cfg.layer_groups, recorded_sha256=cfg.profile_sha256,
-                                       use_cache=not no_cache, cache_dir=cache_dir)
+                                       use_cache=not no_cache, cache_dir=cache_dir, recorded_layers=cfg.layer_options)
     limit = budget_for_config(analysis, cfg, budget)
     result = check_config(analysis, cfg, config, budget=limit)
     # JUnit to stdout takes it; the table then goes to stderr.

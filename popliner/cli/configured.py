@@ -11,7 +11,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from popliner.cli.options import CONFIG_TRAINING_PARAMS, layering
+from popliner.cli.options import CONFIG_TRAINING_PARAMS
 
 if TYPE_CHECKING:
     from popliner.analysis import Analysis
@@ -24,15 +24,17 @@ log = logging.getLogger("popliner")
 
 def analysis_for_config(source: str, profile: str, mode: str, recorded: ConfigTraining | None,
                         given: Mapping[str, object], *, layer_groups: Sequence[tuple[str, ...]] = (),
-                        recorded_sha256: str = "", use_cache: bool = True, cache_dir: str | None = None) -> Analysis:
+                        recorded_sha256: str = "", use_cache: bool = True, cache_dir: str | None = None,
+                        recorded_layers: tuple[tuple[str, object], ...] = ()) -> Analysis:
     """PROFILE analysed in the config's ``mode`` with the training options it records.
 
     ``layer_groups`` (each IPU's layers) tell an inference config's head
     placement (:func:`popliner.config.options.analysis_options`).
 
     Training options given on the command line (``given``, the command's
-    keyword arguments) must agree with the record; its layer options
-    (``--layer-name-regex`` ...) say how the config's layers were named; the options the analysis
+    keyword arguments) must agree with the record; so must its layer options
+    (``--layer-name-regex`` ...) with the config's ``layer_options``
+    (``recorded_layers``), and those the config does not record apply; the options the analysis
     applied must be the recorded ones; a profile whose content differs from
     the one the config was made from (``recorded_sha256``) gets a warning.
     """
@@ -40,7 +42,10 @@ def analysis_for_config(source: str, profile: str, mode: str, recorded: ConfigTr
     from popliner.config.options import analysis_options, check_applied, check_cli_options
 
     check_cli_options(recorded, source, {k: given.get(k) for k in CONFIG_TRAINING_PARAMS})
-    options = analysis_options(mode, recorded, layer_groups, layering(given))
+    from popliner.config.layering import analysis_fields, merged_layer_options
+
+    layer_options = merged_layer_options(recorded_layers, given, source)
+    options = analysis_options(mode, recorded, layer_groups, analysis_fields(layer_options))
     analysis = load_analysis(profile, options, use_cache=use_cache, cache_dir=cache_dir)
     check_applied(recorded, analysis, source)
     sha = analysis.profile.sha256

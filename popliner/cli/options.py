@@ -160,14 +160,6 @@ def layer_options(func: F) -> F:
 
 def layering(given: Mapping[str, object]) -> dict[str, object]:
     """The ``AnalysisOptions`` fields the layer options in ``given`` (a command's keyword arguments) set."""
-    out: dict[str, object] = {name: given[name] for name in ("layer_preset", "layer_name_regex",
-                                                             "inputs_regex_layer_0", "layer_order", "backward_regex")
-                              if given.get(name) is not None}
-    op_layers = given.get("op_layers")
-    if op_layers is not None:
-        out["op_layers"] = tuple(s.strip() for s in str(op_layers).split(",") if s.strip())
-        if not out["op_layers"]:
-            raise UsageProblem("--op-layers: give at least one debug-context layer name")
-    if given.get("all_vars"):
-        out["layered_vars_only"] = False
-    return out
+    from popliner.config.layering import analysis_fields
+
+    return analysis_fields({name: given.get(name) for name in LAYER_PARAMS})

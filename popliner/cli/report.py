@@ -68,7 +68,8 @@ def command(config: str, profile: str, output: str | None, force: bool, budget: 
     check_writable(path, force, suffixes=(".html", ".htm"), what="report")
     cfg = read_config(config)
     analysis = analysis_for_config(config, profile, cfg.mode, cfg.options, training, layer_groups=cfg.layer_groups,
-                                   recorded_sha256=cfg.profile_sha256, use_cache=not no_cache, cache_dir=cache_dir)
+                                   recorded_sha256=cfg.profile_sha256, use_cache=not no_cache, cache_dir=cache_dir,
+                                   recorded_layers=cfg.layer_options)
     limit = budget_for_config(analysis, cfg, budget)
     page = build_report(analysis, cfg, budget=limit, source=config, link_bandwidth=link_bandwidth,
                         sync_cycles=sync_cycles, micro_batch_size=micro_batch_size,

@@ -144,7 +144,8 @@ def _inputs(cfg: PipelineConfig, config_path: str, profile_path: str | None,
     # its layer options say how the config's layers were named.
     layers = {k: v for k, v in given.items() if k not in CONFIG_TRAINING_PARAMS}
     analysis = analysis_for_config(config_path, profile_path, cfg.mode, cfg.options, layers,
-                                   layer_groups=cfg.layer_groups, recorded_sha256=cfg.profile_sha256)
+                                   layer_groups=cfg.layer_groups, recorded_sha256=cfg.profile_sha256,
+                                   recorded_layers=cfg.layer_options)
     target = analysis.profile.target
     return inputs_from_analysis(cfg, analysis, tiles_per_ipu=int(target.tiles_per_ipu),
                                 clock_hz=float(target.clock_hz))

@@ -226,6 +226,9 @@ class PipelineConfig:
     budget_bytes: int | None = None
     version: int = CONFIG_VERSION
     training_options: ConfigTraining | None = None
+    #: The layer options the config was made with, those that differ from the defaults
+    #: (:mod:`popliner.config.layering`); empty in a config written before they were recorded.
+    layer_options: tuple[tuple[str, object], ...] = ()
     #: The framework the split is planned for (popliner.framework); None in a config written before it was recorded.
     framework: str | None = None
     #: optimum-graphcore's ``matmul_proportion``: one value, or one per IPU; empty for Poplar's default.
@@ -310,6 +313,7 @@ def config_from_split(
     clock_hz: float,
     gradient_accumulation: int | None,
     training: ConfigTraining | None = None,
+    layer_options: tuple[tuple[str, object], ...] = (),
     framework: str | None = None,
     matmul_proportion: Sequence[float] = (),
 ) -> PipelineConfig:
@@ -342,6 +346,7 @@ def config_from_split(
         solver_status=split.status,
         budget_bytes=int(split.budget_bytes),
         training_options=recorded,
+        layer_options=layer_options,
         framework=framework,
         matmul_proportion=check_matmul_proportion(matmul_proportion, len(stages)),
     )

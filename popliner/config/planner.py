@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from popliner.analysis import Analysis
+from popliner.config.layering import layer_record
 from popliner.config.model import ConfigTraining, PipelineConfig, config_from_split
 from popliner.config.options import training_of
 from popliner.config.workbook import SheetCells, open_sheet
@@ -224,4 +225,5 @@ def config_from_planner(choice: PlannerChoice, analysis: Analysis, *,
                              tiles=t.tiles_per_ipu, bytes_per_tile=t.bytes_per_tile, clock_hz=t.clock_hz,
                              gradient_accumulation=gradient_accumulation,
                              training=training_of(analysis, choice.training.requested if choice.training else None),
+                             layer_options=layer_record(analysis.options),
                              framework=analysis.framework.name)

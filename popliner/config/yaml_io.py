@@ -22,6 +22,7 @@ from typing import IO, Any, NoReturn
 
 import yaml
 
+from popliner.config.layering import read_layer_options
 from popliner.config.model import (
     CONFIG_RECOMPUTES,
     CONFIG_VERSION,
@@ -61,7 +62,7 @@ MAX_MICRO_BATCHES = 100_000
 
 TOP_KEYS = ("version", "profile", "target", "framework", "execution", "matmul_proportion", "mode", "num_ipus",
             "pipeline_stages", "gradient_accumulation",
-            "training", "solver", "stages", "layers", "snippets")
+            "training", "layer_options", "solver", "stages", "layers", "snippets")
 TRAINING_KEYS = ("recompute", "recompute_requested", "optimizer_state", "replication_factor",
                  "sharded_optimizer_state", "head_placement", "update_regex", "optimizer_state_regex")
 STAGE_KEYS = ("index", "ipu", "pipeline_stages", "layers", "predicted")
@@ -119,6 +120,8 @@ def config_to_document(cfg: PipelineConfig) -> dict[str, Any]:
     }
     if cfg.options is not None:
         doc["training"] = _training_document(cfg.options)
+    if cfg.layer_options:
+        doc["layer_options"] = dict(cfg.layer_options)
     doc.update({
         "solver": {"name": cfg.solver, "status": cfg.solver_status, "budget_bytes": cfg.budget_bytes},
         "stages": [_stage_document(cfg, s) for s in cfg.stages],
@@ -256,6 +259,7 @@ def config_from_document(doc: Any, source: str = "<config>") -> PipelineConfig:
     model_layers = _read_layer_names(r, top["layers"])
     _check_assignment(r, stages, model_layers)
     training = _read_training(r, top.get("training"), mode) if "training" in top else None
+    layer_options = read_layer_options(r, top["layer_options"]) if "layer_options" in top else ()
     p = num_pipeline_stages(mode, len(stages), head_wraps_in([s.layers for s in stages], training))
     g = r.integer(top["gradient_accumulation"], "gradient_accumulation", minimum=1, maximum=MAX_MICRO_BATCHES)
     if g < p:
@@ -280,6 +284,7 @@ def config_from_document(doc: Any, source: str = "<config>") -> PipelineConfig:
         solver=solver_name,
         solver_status=solver_status,
         budget_bytes=budget,
+        layer_options=layer_options,
         training_options=training,
         framework=_read_framework(r, top.get("framework")),
         matmul_proportion=_read_matmul_proportion(r, top.get("matmul_proportion"), len(stages)),

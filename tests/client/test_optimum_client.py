@@ -212,6 +212,8 @@ def test_the_poptorch_snippet_builds_the_plan(tmp_path_factory: pytest.TempPathF
     assert stages == {name: stage for name, (_, stage) in p.placement.items()}
     if mode == "training" and p.config["num_ipus"] > 1:
         assert opts.value("_Popart.set") == ("autoRecomputation", 3)  # every-layer: PopART's pipeline recomputation
+    if mode == "training":
+        assert len(poptorch.CHECKPOINTS) == len(p.rows)  # every-layer: each part's output is a checkpoint
     if placement == "first":
         # popliner's figures keep the operations without a layer on IPU 0; a head after the last layer runs
         # in the last block under PopTorch, and the snippet says so.
