@@ -180,6 +180,15 @@ def test_plan_command_writes_a_config_that_check_passes(tmp_path: Path) -> None:
     assert again.stdout == result.stdout  # byte-identical for the same inputs
 
 
+def test_plan_config_records_the_layer_rule_it_was_made_with(tmp_path: Path) -> None:
+    cfg = tmp_path / "pod.yaml"
+    regex = r"^(layer\d)"  # tiny.json's layers named otherwise than by every preset
+    result = run("plan", TINY, "--ipus", 2, "--layer-name-regex", regex, "--config-out", cfg)
+    assert result.exit_code == 0, result.output
+    assert "layer_options" in cfg.read_text()
+    assert run("check", cfg, "--profile", TINY).exit_code == 0
+
+
 def test_plan_all_lists_what_does_not_fit_with_why() -> None:
     result = run("plan", TINY, "--ipus", 16, "--global-batch", 16, "--all", "--recompute", "none",
                  "--head-placement", "first", "--optimizer-state", "on-chip")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from popliner.config.layering import layer_record
 from popliner.config.model import PipelineConfig, config_from_split, config_training
 from popliner.errors import UsageProblem
 from popliner.pod.plan import PodConfig, PodPlan
@@ -35,9 +36,11 @@ def pipeline_config(plan: PodPlan, config: PodConfig) -> PipelineConfig:
         training = dataclasses.replace(config_training(options, config.recompute),
                                        replication_factor=config.replicas)
     t = analysis.profile.target
+    # The layer options and framework recorded as --solve records them: check and simulate apply them.
     return config_from_split(config.split, profile_path=analysis.profile.path, profile_sha256=analysis.profile.sha256,
                              tiles=t.tiles_per_ipu, bytes_per_tile=t.bytes_per_tile, clock_hz=t.clock_hz,
-                             gradient_accumulation=config.gradient_accumulation, training=training)
+                             gradient_accumulation=config.gradient_accumulation, training=training,
+                             layer_options=layer_record(analysis.options), framework=analysis.framework.name)
 
 
 def pod_ipu_config(cfg: PipelineConfig, config: PodConfig) -> dict[str, Any]:
