@@ -102,6 +102,8 @@ class Analysis:
     layers: LayerAssignment
     options: AnalysisOptions
     from_cache: bool = False
+    #: The layers the naming rule gave, before ``--head-placement`` grouped the unlayered operations.
+    named_layers: LayerAssignment | None = None
 
     # -- layers and operations -----------------------------------------------
 
@@ -308,10 +310,12 @@ def _choose_layers(ops: OperationTable, options: AnalysisOptions) -> LayerAssign
 
 
 def analyse_profile(profile: Profile, options: AnalysisOptions = AnalysisOptions(),
-                    ops: OperationTable | None = None, layers: LayerAssignment | None = None) -> Analysis:
+                    ops: OperationTable | None = None, layers: LayerAssignment | None = None,
+                    announce: bool = True) -> Analysis:
     """Operations and layers of an already loaded profile.
 
     ``layers``: the assignment :func:`choose_layers` gives ``ops`` under these options, when already known.
+    ``announce``: say what the operations left unattributed (False when re-analysing with other options).
     """
     _check_regexes(options)
     if ops is None:
@@ -320,20 +324,21 @@ def analyse_profile(profile: Profile, options: AnalysisOptions = AnalysisOptions
     if layers is None:
         layers = _choose_layers(ops, options)
     check_work(profile, ops)  # before anything is allocated from the profile's sizes
-    if ops.count == 0 and ops.reachable_programs:
+    named = layers
+    if ops.count == 0 and ops.reachable_programs and announce:
         # Not an error: every figure is still computed, but nothing can be grouped into layers or split.
         log.warning("%s: none of its %d programs carries a debug context (the profile has %d), so there are no "
                     "operations and no layers: memory is reported unattributed; export the profile again with "
                     "the compiler's debug information (debug.cbor) to get operations", profile.path,
                     ops.reachable_programs, profile.contexts.count)
-    elif ops.unattributed_programs:
+    elif ops.unattributed_programs and announce:
         log.info("%d of %d reachable programs have no debug context and belong to no operation",
                  ops.unattributed_programs, ops.reachable_programs)
     if options.training.head_placement != "first":
         regex = compile_regex(options.backward_regex, "--backward-regex")
-        named = np.array([bool(regex.search(name)) for name in ops.names], bool)
-        layers = place_unlayered(profile, ops, layers, named, options.training)
-    return Analysis(profile, ops, layers, options)
+        backward = np.array([bool(regex.search(name)) for name in ops.names], bool)
+        layers = place_unlayered(profile, ops, layers, backward, options.training)
+    return Analysis(profile, ops, layers, options, named_layers=named)
 
 
 def _check_cached(profile: Profile, ops: OperationTable, layers: LayerAssignment | None) -> None:

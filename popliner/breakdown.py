@@ -13,6 +13,7 @@ from popliner.memory.coverage import Coverage, coverage_of, measured_headroom
 from popliner.memory.model import whole_program_memory
 from popliner.memory.ranges import ProfileRanges
 from popliner.memory.sharing import handed_over_bytes, shared_bytes
+from popliner.memory.training import RecomputeRequest
 from popliner.memory.types import COMPONENT_TITLES, StageMemory, components
 from popliner.outputs.rows import Breakdown, LayerMatrix, LayerRow, OperationRow, RangeTable, TotalsRow
 from popliner.pipeline import position_memory
@@ -26,7 +27,7 @@ GROUND_TRUTH = {comp: (f"category.{name}",) for name, comp in MODELLED.items()}
 
 
 def build_breakdown(analysis: Analysis, *, with_operations: bool = True, with_totals: bool = True,
-                    planner_ipus: int | None = None, requested_recompute: str | None = None) -> Breakdown:
+                    planner_ipus: int | None = None, requested_recompute: RecomputeRequest | None = None) -> Breakdown:
     """The review tables; ``planner_ipus`` adds the range table of splits over up to that many IPUs.
 
     ``requested_recompute``: the ``--recompute`` asked for (``auto`` is recorded next to the mode it chose).
@@ -58,7 +59,9 @@ def range_table(analysis: Analysis, max_ipus: int) -> RangeTable:
     layer), else at some position >= 1; only the depth ``d`` (IPUs after it) changes its
     figure, through the stash, so it is evaluated at position ``k`` of ``k + 1 + d`` IPUs.
     """
-    n = len(analysis.layer_names)
+    # The layers a split places in order: a wrapped head is none of them (it goes with the range at position 0).
+    names = analysis.engine.layout.placed_names
+    n = len(names)
     training = analysis.mode == "training"
     max_ipus = max(1, min(max_ipus, n))
     depths = max_ipus if training else 1
@@ -70,7 +73,7 @@ def range_table(analysis: Analysis, max_ipus: int) -> RangeTable:
             for d in _depths(i, j, n, max_ipus, training):
                 figure = position_memory(costs, i, j, k, k + 1 + d, training)
                 values[i, j, d if training else 0] = int(figure)
-    return RangeTable(analysis.layer_names, training, max_ipus, values)
+    return RangeTable(names, training, max_ipus, values)
 
 
 def _depths(i: int, j: int, n: int, max_ipus: int, training: bool) -> range:

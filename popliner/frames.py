@@ -30,6 +30,7 @@ from popliner.memory.types import components
 
 if TYPE_CHECKING:
     from popliner.outputs.rows import LayerMatrix
+    from popliner.plan import SplitPlan
     from popliner.pod.plan import PodPlan
     from popliner.solvers.result import SplitResult
 
@@ -145,12 +146,33 @@ class Model:
         return solve_split(self.analysis, problem, solver=solver, time_limit=time_limit,  # type: ignore[arg-type]
                            seed=seed, link_bytes_per_second=link_bytes_per_second)
 
-    def plan(self, ipus: int, **request: Any) -> PodPlan:
+    def plan_pod(self, ipus: int, **request: Any) -> PodPlan:
         """Every configuration of a pod of ``ipus`` IPUs, ranked (``request``: :class:`popliner.pod.PodRequest`
         fields such as ``global_batch``, ``micro_batch``, ``recompute``; docs/pod-planner.md)."""
         from popliner.pod.plan import PodRequest, plan_pod
 
         return plan_pod(self.analysis, PodRequest(pod_ipus=ipus, **request))
+
+
+    def plan(self, **request: Any) -> SplitPlan:
+        """The CLI's ``--solve`` workflow: ``request`` holds :class:`popliner.plan.SplitRequest` fields.
+
+        For example ``plan(num_ipus=8, ipus="fewest", recompute="auto")``; the
+        plan carries the split (``.split.to_frame()``), the training options
+        applied (``.recompute_applied``, ``.training``), ``.facts`` (fewest IPUs)
+        and, when nothing fits in training, ``.suggestion``.
+        """
+        from popliner.plan import SplitRequest, plan_split
+
+        names = {f.name for f in dataclasses.fields(SplitRequest)}
+        unknown = sorted(set(request) - names)
+        if unknown:
+            raise UsageProblem(f"unknown request field(s) {', '.join(unknown)}; expected some of "
+                               f"{', '.join(sorted(names))}")
+        for key in ("split_after", "same_ipu"):
+            if isinstance(request.get(key), list):
+                request[key] = tuple(tuple(x) if isinstance(x, list) else x for x in request[key])
+        return plan_split(self.analysis, SplitRequest(**request))
 
 
 def split_frame(split: SplitResult) -> pd.DataFrame:

@@ -361,7 +361,7 @@ def stage_figures(engine: MemoryEngine, stages: Sequence[Sequence[int]]) -> tupl
     IPU 0 receives what it takes from IPU K-1.
     """
     count = len(stages)
-    wraps = engine.head_wraps and head_wraps_at(True, count) and engine.head_layer in stages[0]
+    wraps = engine.layout.wraps_at(count) and engine.head_layer in stages[0]
     head = [engine.head_layer] if wraps else []
     order = [[x for x in stages[0] if x not in head], *stages[1:]]  # pipeline order, the head left out
     crossing = [0] * (count + 1)  # crossing[k]: into IPU k (0 into the first, 0 out of the last)
@@ -387,8 +387,8 @@ def range_figure(engine: MemoryEngine, i: int, j: int, position: int, num_ipus: 
     bytes_in = int(cross[i - 1]) if 0 < i <= len(cross) else 0
     bytes_out = int(cross[j]) if 0 <= j < len(cross) else 0
     layers = list(range(i, j + 1))
-    wraps = engine.head_wraps and head_wraps_at(True, num_ipus)
-    if engine.head_wraps and position == 0:
+    wraps = engine.layout.wraps_at(num_ipus)
+    if engine.layout.wraps and position == 0:
         layers.append(engine.head_layer)
         if wraps:
             bytes_in = int(cross[engine.head_layer - 1])

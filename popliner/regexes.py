@@ -9,9 +9,11 @@ that runs out of time, or searches with one pattern that together run past
 their total, stop the run with one line naming the pattern and where it came
 from (exit 2).
 
-Bounds: :data:`SEARCH_SECONDS` per search, :data:`TOTAL_SECONDS` for all
-searches with one compiled pattern; ``POPLINER_REGEX_SECONDS`` raises (or
-lowers) both, in proportion.
+Bounds: :data:`SEARCH_SECONDS` per search, and for all searches with one
+compiled pattern :data:`TOTAL_SECONDS` plus :data:`PER_NAME_SECONDS` per
+name searched (so millions of names, a few microseconds each, always fit,
+while many names that each backtrack for almost a second do not);
+``POPLINER_REGEX_SECONDS`` raises (or lowers) all three in proportion.
 """
 
 from __future__ import annotations
@@ -24,12 +26,14 @@ import regex
 
 from popliner.errors import UsageProblem
 
-__all__ = ["SEARCH_SECONDS", "TOTAL_SECONDS", "BoundedRegex", "compile_bounded", "regex_error"]
+__all__ = ["PER_NAME_SECONDS", "SEARCH_SECONDS", "TOTAL_SECONDS", "BoundedRegex", "compile_bounded", "regex_error"]
 
 #: Seconds one search may take (a profile's names are at most a few hundred characters).
 SEARCH_SECONDS = 1.0
-#: Seconds all searches with one pattern may take together (a million names take about one).
+#: Seconds all searches with one pattern may take together, beyond PER_NAME_SECONDS per name searched.
 TOTAL_SECONDS = 20.0
+#: A search of a name takes 1-5 microseconds: twenty times that per name is allowed on top of TOTAL_SECONDS.
+PER_NAME_SECONDS = 1e-4
 _ENV = "POPLINER_REGEX_SECONDS"
 
 #: What ``regex`` raises for a pattern it cannot compile.
@@ -60,6 +64,7 @@ class BoundedRegex:
         scale = _scale()
         self._each = SEARCH_SECONDS * scale
         self._left = TOTAL_SECONDS * scale
+        self._per_name = PER_NAME_SECONDS * scale
         self._searches = 0
 
     def search(self, text: str) -> Any:
@@ -70,9 +75,10 @@ class BoundedRegex:
         except TimeoutError:
             self._runaway(f"over {min(self._each, max(self._left, 0)):.3g} s on {_shown(text)}")
         self._searches += 1
-        self._left -= time.monotonic() - start
+        self._left += self._per_name - (time.monotonic() - start)
         if self._left <= 0:
-            self._runaway(f"{self._each * TOTAL_SECONDS / SEARCH_SECONDS:.3g} s over {self._searches} names")
+            allowed = (TOTAL_SECONDS + PER_NAME_SECONDS * self._searches) * self._each / SEARCH_SECONDS
+            self._runaway(f"{allowed:.3g} s over {self._searches} names")
         return found
 
     def _runaway(self, how: str) -> None:

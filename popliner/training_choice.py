@@ -31,7 +31,8 @@ AUTO_ORDER: tuple[str, ...] = ("none", "pipeline", "every-layer")
 def with_training(analysis: Analysis, training: TrainingOptions) -> Analysis:
     """The same profile, operations and raw layers analysed with other training options."""
     options = dataclasses.replace(analysis.options, training=training)
-    return analyse_profile(analysis.profile, options, ops=analysis.ops)
+    # The layers by name do not depend on the training options: reused, and not announced again.
+    return analyse_profile(analysis.profile, options, ops=analysis.ops, layers=analysis.named_layers, announce=False)
 
 
 def reanalyse(analysis: Analysis, **changes: object) -> Analysis:

@@ -318,7 +318,7 @@ def config_cases(text: str, n: int, rng: random.Random) -> list[tuple[str, str, 
     bounds: list[Any] = [0, -1, 1, 2**31, INT64, INT64 + 1, -INT64 - 2, 10**30, 1e308, -1e308, 5e-324,
                          float("inf"), float("-inf"), float("nan")]
     picks = [(p, b) for p, _ in numbers for b in bounds]
-    for path, b in rng.sample(picks, min(max(n // 2, 20), len(picks))):
+    for path, b in rng.sample(picks, min(max(n - len(out) - 14, 20), len(picks))):  # 14 cases follow
         d = copy.deepcopy(base)
         _set(d, path, b)
         out.append(("number_bounds", f"{_label(path)}={b!r}", dump(d)))

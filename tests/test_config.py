@@ -20,6 +20,7 @@ from popliner.config import (
     read_config,
     write_config,
 )
+from popliner.config.model import ConfigTraining
 from popliner.config.snippets import ipu_config, optimum_snippet, popart_snippet, poptorch_snippet
 from popliner.config.yaml_io import config_from_document, config_to_document
 from popliner.errors import ConfigError, UsageProblem
@@ -49,8 +50,11 @@ def make_split(mode: str = "training", groups: tuple[tuple[str, ...], ...] = LAY
 
 def make_config(mode: str = "training", g: int | None = None,
                 groups: tuple[tuple[str, ...], ...] = LAYERS) -> PipelineConfig:
+    # popliner's embedding and head groups exist only with --head-placement last or wrap: a training config
+    # records that placement (an inference config records none; its placement is read from the stages).
+    training = ConfigTraining(head_placement="last") if groups == GROUPED and mode == "training" else None
     return config_from_split(make_split(mode, groups), profile_path="model.json", profile_sha256=SHA, tiles=1472,
-                             bytes_per_tile=638_976, clock_hz=1.33e9, gradient_accumulation=g)
+                             bytes_per_tile=638_976, clock_hz=1.33e9, gradient_accumulation=g, training=training)
 
 
 def dump(cfg: PipelineConfig) -> str:

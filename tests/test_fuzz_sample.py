@@ -28,3 +28,34 @@ def test_fuzz_sample_has_no_problem() -> None:
     assert problems == [], fuzz.summarise(outcomes)
     # Most mutations must be refused with a message, not silently accepted.
     assert sum(o.exit_code == 2 for o in outcomes) >= 60
+
+
+def test_structural_sample_has_no_problem(tmp_path: Path) -> None:
+    """A few cases of every structural kind (scripts/fuzz_schema.py); the full run is ``--structural 1000``."""
+    import json
+    import random
+
+    fuzz = _fuzz_module()
+    import fuzz_schema
+
+    rng = random.Random(7)
+    base = json.loads((SCRIPT.parent.parent / "fixtures" / "profiles" / "tiny.json").read_text(encoding="utf-8"))
+    by_kind: dict[str, list[tuple[str, str, bytes]]] = {}
+    for case in fuzz_schema.profile_cases(base, "tiny.json", 40, rng):
+        by_kind.setdefault(case[0], []).append(case)
+    assert set(by_kind) == set(fuzz_schema.STRUCTURAL_KINDS)
+    heavy = ("x60000", "x5000", "200k", "300k", "2,000 times", "100k contexts", "100k vertex")
+    picked = []
+    for kind in fuzz_schema.STRUCTURAL_KINDS:
+        light = [c for c in by_kind[kind] if not any(h in c[1] for h in heavy)]
+        picked += rng.sample(light, min(3, len(light)))
+    picked += [c for c in by_kind["deep_nesting"] if c[1].endswith("source object x100000")]
+    cases = [fuzz.Case("profile", kind, i, ["-q", "{file}", "--no-cache"], data, f"s{i}.json", (0, 2), label)
+             for i, (kind, label, data) in enumerate(picked)]
+    config_text, profile = fuzz._base_config(tmp_path)
+    configs = fuzz_schema.config_cases(config_text, 30, rng)
+    for i, (kind, label, data) in enumerate(rng.sample(configs, 10)):
+        cases.append(fuzz.Case("config", kind, i, ["-q", "simulate", "{file}"], data, f"c{i}.yaml", (0, 2), label))
+    outcomes = [fuzz.run_case((c, str(tmp_path), 20.0)) for c in cases]
+    problems = [o for o in outcomes if o.problem]
+    assert problems == [], fuzz.summarise(outcomes)

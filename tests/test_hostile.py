@@ -263,7 +263,7 @@ def test_many_vertex_types_on_many_tiles_are_refused(tmp_path: Path) -> None:
     r = _run("--no-cache", str(path))
     assert r.returncode == 2, r.stderr
     (line,) = _error_lines(r.stderr)
-    assert "65,536 tiles x (400 vertex types + 2 operations) = 26,345,472 per-tile cells" in line
+    assert "65,536 tiles x 400 vertex types = 26,214,400 per-tile cells" in line
     assert "POPLINER_MAX_TILE_CELLS" in line
     r = _run("--no-cache", "-q", str(path), "-o", str(tmp_path / "t.csv"), env={"POPLINER_MAX_TILE_CELLS": "3e7"})
     assert r.returncode == 2 and "POPLINER_MAX_TILE_CELLS='3e7': expected a whole number" in r.stderr
@@ -296,11 +296,11 @@ def _config_text(tmp_path: Path) -> str:
      "a number in it is too long to read"),
     (lambda t: t.replace("mode: training", "mode: training\nextra: " + "[" * 50_000 + "]" * 50_000),
      "YAML nested too deeply"),
-    (lambda t: t + "extra:\n" + "".join(" " * i + "a:\n" for i in range(2000)), "YAML nested too deeply"),
+    (lambda t: t + "extra:\n" + "".join(" " * i + "a:\n" for i in range(1200)), "YAML nested too deeply"),
     (lambda t: t.replace("clock_hz: 1000000000.0", "clock_hz: .inf"), "expected a positive finite number, got inf"),
     (lambda t: t.replace("clock_hz: 1000000000.0", "clock_hz: 1" + "0" * 400),
      "expected a positive finite number, got a number of 401 digits"),
-], ids=["int-4400-digits", "nested-50k", "nested-maps-2k", "clock-inf", "clock-huge-int"])
+], ids=["int-4400-digits", "nested-50k", "nested-maps-1200", "clock-inf", "clock-huge-int"])
 def test_config_that_is_no_config_is_one_line_exit_2(tmp_path: Path, edit: Any, expected: str) -> None:
     path = tmp_path / "pipeline.yaml"
     path.write_text(edit(_config_text(tmp_path)))
@@ -311,3 +311,15 @@ def test_config_that_is_no_config_is_one_line_exit_2(tmp_path: Path, edit: Any, 
         (line,) = _error_lines(r.stderr)
         assert expected in line and str(path) in line
         assert len(r.stderr.splitlines()) == 1 and len(line) < 400
+
+
+def test_config_larger_than_the_limit_is_refused_before_parsing(tmp_path: Path) -> None:
+    text = _config_text(tmp_path)
+    path = tmp_path / "big.yaml"
+    path.write_text(text + "# padding\n" * 200_000)  # 2 MB of comments: minutes of PyYAML if it were parsed
+    r = _run("-q", "simulate", str(path))
+    assert r.returncode == 2, r.stderr
+    (line,) = _error_lines(r.stderr)
+    assert "larger than 1,048,576 characters" in line and "POPLINER_MAX_CONFIG_BYTES" in line
+    r = _run("-q", "simulate", str(path), env={"POPLINER_MAX_CONFIG_BYTES": "4000000"})
+    assert r.returncode == 0, r.stderr

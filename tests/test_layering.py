@@ -28,10 +28,12 @@ LEAVES = frozenset({"", "errors", "fileio", "interrupts", "arrays", "progress", 
 ALLOWED: dict[str, frozenset[str]] = {
     "profile": frozenset(),
     "ops": frozenset({"profile"}),
-    "memory": frozenset({"profile", "ops"}),
-    "pipeline": frozenset({"profile", "ops", "memory"}),
+    # layout: where the embedding and the head go (names only; it imports nothing of popliner).
+    "layout": frozenset(),
+    "memory": frozenset({"profile", "ops", "layout"}),
+    "pipeline": frozenset({"profile", "ops", "layout", "memory"}),
     # dataframes: typed pandas columns for SplitResult.to_frame (it imports only memory).
-    "solvers": frozenset({"profile", "ops", "memory", "pipeline", "dataframes"}),
+    "solvers": frozenset({"profile", "ops", "layout", "memory", "pipeline", "dataframes"}),
     "dataframes": frozenset({"memory"}),
 }
 #: Leaf -> the other leaves it may import.

@@ -258,7 +258,7 @@ def test_notebook_plan() -> None:
     import popliner
 
     model = popliner.load(str(TINY), use_cache=False)
-    plan = model.plan(4, global_batch=64, recompute=("none",), head_placement=("first",))
+    plan = model.plan_pod(4, global_batch=64, recompute=("none",), head_placement=("first",))
     frame = plan.to_frame()
     assert list(frame["fits"]) == [c.fits for c in plan.configs] and bool(frame["fits"].iloc[0])
     assert frame["samples_per_second"].iloc[0] == plan.fitting[0].samples_per_second

@@ -16,12 +16,11 @@ from typing import IO, Any, TypeVar
 
 import click
 
-from popliner.errors import UsageProblem
 from popliner.fileio import atomic_write
 
 __all__ = ["BYTES_PER_TILE", "CONFIG_TRAINING_PARAMS", "LAYERS_PER_STAGE", "LAYER_PARAMS", "LINK_BANDWIDTH",
            "MICRO_BATCHES", "MICRO_BATCH_SIZE", "NUM_IPUS", "REPLICAS", "SECONDS", "SEED", "SYNC_CYCLES",
-           "FiniteFloat", "config_training_options", "force_option", "ipus_for_layers", "layer_options", "layering",
+           "FiniteFloat", "config_training_options", "force_option", "layer_options", "layering",
            "output_option", "output_stream"]
 
 log = logging.getLogger("popliner")
@@ -63,11 +62,11 @@ def config_training_options(func: F) -> F:
     (:func:`popliner.config.options.check_cli_options`); not given, the
     config's value is used.
     """
-    from popliner.memory.training import HEAD_PLACEMENTS, OPTIMIZER_STATES, RECOMPUTE_MODES
+    from popliner.memory.training import HEAD_PLACEMENTS, OPTIMIZER_STATES, RECOMPUTE_REQUESTS
 
     note = " Default and only accepted value: the config's (training block)."
     decorators = [
-        click.option("--recompute", type=click.Choice(list(RECOMPUTE_MODES)), default=None,
+        click.option("--recompute", type=click.Choice(list(RECOMPUTE_REQUESTS)), default=None,
                      help="Training: recomputation." + note),
         click.option("--optimizer-state", type=click.Choice(list(OPTIMIZER_STATES)), default=None,
                      help="Training: where optimizer state lives." + note),
@@ -111,20 +110,6 @@ REPLICAS = click.IntRange(1, 65_536)
 LAYERS_PER_STAGE = click.IntRange(1, 1_000_000)
 MICRO_BATCH_SIZE = click.IntRange(1, 10**9)
 SYNC_CYCLES = click.IntRange(0, 10**12)
-
-
-def ipus_for_layers(num_ipus: int, exact: bool, layers: int) -> int:
-    """``--num-ipus`` for a model of ``layers`` layers: more IPUs than layers cannot all be used.
-
-    At most N IPUs: solved over at most one IPU per layer, with a warning. Exactly N: refused.
-    """
-    if num_ipus <= layers or layers == 0:
-        return num_ipus
-    if exact:
-        raise UsageProblem(f"--exact-ipus --num-ipus {num_ipus}: the model has {layers} layers, so at most "
-                           f"{layers} IPUs can each hold one; give --num-ipus {layers} or fewer")
-    log.warning("--num-ipus %d is more than the %d layers: using at most %d IPUs", num_ipus, layers, layers)
-    return layers
 
 
 #: The main command's options that decide the layers (and the training view) of an analysis, as the

@@ -14,12 +14,13 @@ from dataclasses import dataclass
 
 from popliner import pipeline
 from popliner.errors import UsageProblem
+from popliner.layout import HeadPlacement, Layout
 from popliner.memory.training import (
     DEFAULT_UPDATE_REGEX,
-    HEAD_GROUP,
+    AppliedRecompute,
+    OptimizerState,
+    RecomputeRequest,
     TrainingOptions,
-    model_layer_counts,
-    wrapped_head,
 )
 from popliner.memory.types import ComponentBytes
 from popliner.pipeline import backward_stage, forward_stage, head_stage
@@ -38,7 +39,6 @@ __all__ = [
     "config_training",
     "default_gradient_accumulation",
     "forward_stage",
-    "head_wraps_in",
     "layers_fingerprint",
     "num_pipeline_stages",
 ]
@@ -50,11 +50,6 @@ MODES: tuple[str, ...] = ("inference", "training")
 def num_pipeline_stages(mode: str, num_ipus: int, head_wraps: bool = False) -> int:
     """P for a config's mode: the rule is :func:`popliner.pipeline.num_pipeline_stages`."""
     return pipeline.num_pipeline_stages(mode == "training", num_ipus, head_wraps)
-
-
-def head_wraps_in(layers: Sequence[Sequence[str]], training: ConfigTraining | None) -> bool:
-    """A wrapped head: the layout has it on IPU 0 after the embedding, and the options (if recorded) say ``wrap``."""
-    return wrapped_head(layers) and (training is None or training.head_placement == "wrap")
 
 
 def default_gradient_accumulation(num_stages: int) -> int:
@@ -87,23 +82,23 @@ class ConfigTraining:
     they are popliner's defaults.
     """
 
-    recompute: str = "none"
-    optimizer_state: str = "on-chip"
+    recompute: AppliedRecompute = "none"
+    optimizer_state: OptimizerState = "on-chip"
     replication_factor: int = 1
     sharded_optimizer_state: bool = False
-    head_placement: str = "first"
+    head_placement: HeadPlacement = "first"
     update_regex: str | None = None
     optimizer_state_regex: str | None = None
-    requested: str | None = None
+    requested: RecomputeRequest | None = None
 
     def options(self) -> TrainingOptions:
         """The options to analyse the profile with; raises UsageProblem when they are not valid together."""
         return TrainingOptions(
-            recompute="none" if self.recompute == "compiled" else self.recompute,  # type: ignore[arg-type]
-            optimizer_state=self.optimizer_state,  # type: ignore[arg-type]
+            recompute="none" if self.recompute == "compiled" else self.recompute,
+            optimizer_state=self.optimizer_state,
             replication_factor=self.replication_factor,
             sharded_optimizer_state=self.sharded_optimizer_state,
-            head_placement=self.head_placement,  # type: ignore[arg-type]
+            head_placement=self.head_placement,
             update_regex=self.update_regex if self.update_regex is not None else DEFAULT_UPDATE_REGEX,
             optimizer_state_regex=self.optimizer_state_regex,
         )
@@ -133,7 +128,8 @@ class ConfigTraining:
         return ", ".join(parts)
 
 
-def config_training(options: TrainingOptions, applied_recompute: str, requested: str | None = None) -> ConfigTraining:
+def config_training(options: TrainingOptions, applied_recompute: AppliedRecompute,
+                    requested: RecomputeRequest | None = None) -> ConfigTraining:
     """The record of ``options`` as a config keeps it; ``applied_recompute`` is the mode the engine applied."""
     return ConfigTraining(
         recompute=applied_recompute,
@@ -264,9 +260,15 @@ class PipelineConfig:
         return tuple(s.layers for s in self.stages)
 
     @property
+    def layout(self) -> Layout:
+        """Where the embedding and the head go: the recorded placement, else read from the stages."""
+        placement = self.training_options.head_placement if self.training_options is not None else None
+        return Layout.of_stages(self.layer_groups, placement, self.model_layers)
+
+    @property
     def head_wraps(self) -> bool:
         """Is the head a pipeline stage of its own on IPU 0 (``--head-placement wrap``)?"""
-        return head_wraps_in(self.layer_groups, self.training_options)
+        return self.layout.wraps_in(self.layer_groups)
 
     @property
     def num_pipeline_stages(self) -> int:
@@ -280,12 +282,13 @@ class PipelineConfig:
         """
         where = {layer: s.ipu for s in self.stages for layer in s.layers}
         wraps, k = self.head_wraps, self.num_ipus
+        head = self.layout.head_name
         return tuple(
             LayerPlacement(
                 name=layer,
                 ipu=where[layer],
-                pipeline_stage=head_stage(k) if wraps and layer == HEAD_GROUP else forward_stage(where[layer]),
-                backward_stage=(None if not self.training else head_stage(k) if wraps and layer == HEAD_GROUP
+                pipeline_stage=head_stage(k) if wraps and layer == head else forward_stage(where[layer]),
+                backward_stage=(None if not self.training else head_stage(k) if wraps and layer == head
                                 else backward_stage(where[layer], k, wraps)),
             )
             for layer in self.model_layers
@@ -295,7 +298,7 @@ class PipelineConfig:
     @property
     def layers_per_ipu(self) -> tuple[int, ...]:
         """The model's layers on each IPU, as optimum-graphcore counts them (no embedding or head group)."""
-        return tuple(model_layer_counts([s.layers for s in self.stages]))
+        return tuple(self.layout.model_layer_counts(self.layer_groups))
 
     @property
     def effective_budget(self) -> int:
@@ -328,7 +331,9 @@ def config_from_split(
         raise UsageProblem(f"split mode {split.mode!r} is neither 'inference' nor 'training'")
     stages = tuple(_config_stage(position, s) for position, s in enumerate(split.stages))
     recorded = (training or ConfigTraining()) if split.mode == "training" else None
-    wraps = head_wraps_in([s.layers for s in stages], recorded)
+    placement = recorded.head_placement if recorded is not None else None
+    layout = Layout.of_stages([s.layers for s in stages], placement)
+    wraps = layout.wraps_in([s.layers for s in stages])
     num_stages = num_pipeline_stages(split.mode, len(stages), wraps)
     g = default_gradient_accumulation(num_stages) if gradient_accumulation is None else gradient_accumulation
     check_gradient_accumulation(g, num_stages)
@@ -341,7 +346,7 @@ def config_from_split(
         mode=split.mode,
         gradient_accumulation=int(g),
         stages=stages,
-        model_layers=_model_order(stages, wraps),
+        model_layers=layout.names,
         solver=split.solver,
         solver_status=split.status,
         budget_bytes=int(split.budget_bytes),
@@ -360,14 +365,6 @@ def check_matmul_proportion(values: Sequence[float], num_ipus: int) -> tuple[flo
         if not 0.0 < float(v) <= 1.0:
             raise UsageProblem(f"--matmul-proportion: {v} is not a fraction in (0, 1]")
     return tuple(float(v) for v in values)
-
-
-def _model_order(stages: tuple[ConfigStage, ...], wraps: bool) -> tuple[str, ...]:
-    """The layers in model order: IPU by IPU, a wrapped head (listed on IPU 0) last."""
-    layers = [layer for s in stages for layer in s.layers]
-    if wraps:
-        layers = [layer for layer in layers if layer != HEAD_GROUP] + [HEAD_GROUP]
-    return tuple(layers)
 
 
 def check_gradient_accumulation(g: int, num_stages: int) -> None:

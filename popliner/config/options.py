@@ -19,6 +19,7 @@ from popliner.errors import UsageProblem
 
 if TYPE_CHECKING:
     from popliner.analysis import Analysis, AnalysisOptions
+    from popliner.memory.training import RecomputeRequest
 
 __all__ = ["FLAGS", "analysis_options", "check_applied", "check_cli_options", "training_of"]
 
@@ -48,21 +49,18 @@ def analysis_options(mode: str, training: ConfigTraining | None,
     last IPU ``last``.
     """
     from popliner.analysis import AnalysisOptions
-    from popliner.memory.training import EMBEDDING_GROUP, HEAD_GROUP, TrainingOptions, wrapped_head
+    from popliner.layout import Layout
+    from popliner.memory.training import TrainingOptions
 
     if training is None or mode != "training":
-        placement = "first"
-        if wrapped_head(layers):
-            placement = "wrap"
-        elif layers and layers[0][:1] == (EMBEDDING_GROUP,) and layers[-1][-1:] == (HEAD_GROUP,):
-            placement = "last"
+        placement = Layout.of_stages(layers, None).placement
         return AnalysisOptions(mode=mode, training=TrainingOptions(head_placement=placement),  # type: ignore
                                **(layering or {}))
     return AnalysisOptions(mode=mode, training=training.options(), **(layering or {}))  # type: ignore[arg-type]
 
 
-def training_of(analysis: Analysis, requested_recompute: str | None = None) -> ConfigTraining | None:
-    """The record of the training options an analysis applied (None in inference)."""
+def training_of(analysis: Analysis, requested_recompute: RecomputeRequest | None = None) -> ConfigTraining | None:
+    """The record of the training options an analysis applied (None in inference); ``auto`` noted as asked."""
     if analysis.mode != "training":
         return None
     return config_training(analysis.options.training, analysis.engine.view.recompute, requested_recompute)

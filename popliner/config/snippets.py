@@ -15,7 +15,6 @@ from typing import Any
 
 from popliner.config.model import ConfigTraining, PipelineConfig
 from popliner.errors import UsageProblem
-from popliner.memory.training import EMBEDDING_GROUP, HEAD_GROUP
 from popliner.pipeline import head_stage
 from popliner.textsafe import shown
 
@@ -316,8 +315,7 @@ def optimum_note(cfg: PipelineConfig) -> str | None:
 
 def _has_groups(cfg: PipelineConfig) -> bool:
     """Are the embedding and head layers of their own (``--head-placement last`` or ``wrap``)?"""
-    names = cfg.model_layers
-    return bool(names) and names[0] == EMBEDDING_GROUP and HEAD_GROUP in names
+    return cfg.layout.grouped
 
 
 def model_options(t: ConfigTraining) -> ModelOptions:

@@ -32,14 +32,14 @@ from popliner.config.model import (
     PipelineConfig,
     backward_stage,
     forward_stage,
-    head_wraps_in,
     num_pipeline_stages,
 )
 from popliner.config.snippets import FlowList as _FlowList
 from popliner.config.snippets import snippets
 from popliner.errors import ConfigError, UsageProblem
 from popliner.framework import FRAMEWORKS
-from popliner.memory.training import HEAD_GROUP, HEAD_PLACEMENTS, OPTIMIZER_STATES, wrapped_head
+from popliner.layout import HEAD_PLACEMENTS, Layout
+from popliner.memory.training import OPTIMIZER_STATES
 from popliner.memory.types import COMPONENTS, OTHER, ComponentBytes
 from popliner.pipeline import head_stage
 from popliner.profile.loader import MAX_TILES
@@ -178,9 +178,10 @@ def _layer_row(cfg: PipelineConfig, name: str, ipu: int, fwd: int, bwd: int | No
 def read_config(path: str | os.PathLike[str]) -> PipelineConfig:
     """Read and validate a config file; any problem raises :class:`ConfigError`."""
     source = os.fspath(path)
+    limit = _max_config_bytes()
     try:
         with open(source, encoding="utf-8") as f:
-            text = f.read()
+            text = f.read(limit + 1)  # characters: at least as many bytes
     except FileNotFoundError:
         raise ConfigError(f"{source}: no such file; check the path of the pipeline config") from None
     except IsADirectoryError:
@@ -189,7 +190,24 @@ def read_config(path: str | os.PathLike[str]) -> PipelineConfig:
         raise ConfigError(f"{source}: not UTF-8 text (byte {exc.start}); save the file as UTF-8") from None
     except OSError as exc:
         raise ConfigError(f"{source}: cannot read: {exc.strerror}; check the path and permissions") from None
+    if len(text) > limit:
+        # PyYAML reads some 150-300 KB/s: a config of megabytes would take minutes. popliner's own are
+        # about 10 KB (BERT-Large over 16 IPUs).
+        raise ConfigError(f"{source}: larger than {limit:,} characters; a pipeline config is a few KB, so this is "
+                          f"no config popliner wrote (if it is genuine, raise {_CONFIG_BYTES_ENV})")
     return parse_config(text, source)
+
+
+_CONFIG_BYTES_ENV = "POPLINER_MAX_CONFIG_BYTES"
+
+
+def _max_config_bytes() -> int:
+    text = os.environ.get(_CONFIG_BYTES_ENV)
+    if not text:
+        return 1 << 20
+    if not text.isdigit():
+        raise UsageProblem(f"{_CONFIG_BYTES_ENV}={text!r}: expected a whole number of bytes")
+    return int(text)
 
 
 def parse_config(text: str, source: str = "<config>") -> PipelineConfig:
@@ -260,7 +278,9 @@ def config_from_document(doc: Any, source: str = "<config>") -> PipelineConfig:
     _check_assignment(r, stages, model_layers)
     training = _read_training(r, top.get("training"), mode) if "training" in top else None
     layer_options = read_layer_options(r, top["layer_options"]) if "layer_options" in top else ()
-    p = num_pipeline_stages(mode, len(stages), head_wraps_in([s.layers for s in stages], training))
+    groups = [s.layers for s in stages]
+    placement = training.head_placement if training is not None else None
+    p = num_pipeline_stages(mode, len(stages), Layout.of_stages(groups, placement, model_layers).wraps_in(groups))
     g = r.integer(top["gradient_accumulation"], "gradient_accumulation", minimum=1, maximum=MAX_MICRO_BATCHES)
     if g < p:
         r.fail("gradient_accumulation", f"{g} is smaller than the {p} pipeline stages",
@@ -322,10 +342,12 @@ def _read_training(r: _Reader, value: Any, mode: str, where: str = "training") -
                "raise replication_factor or set sharded_optimizer_state to false")
     t = ConfigTraining(
         recompute=recompute,
-        optimizer_state=r.choice(m.get("optimizer_state", "on-chip"), f"{p}optimizer_state", OPTIMIZER_STATES),
+        optimizer_state=r.choice(m.get("optimizer_state", "on-chip"), f"{p}optimizer_state",  # type: ignore[arg-type]
+                                 OPTIMIZER_STATES),
         replication_factor=factor,
         sharded_optimizer_state=sharded,
-        head_placement=r.choice(m.get("head_placement", "first"), f"{p}head_placement", HEAD_PLACEMENTS),
+        head_placement=r.choice(m.get("head_placement", "first"), f"{p}head_placement",  # type: ignore[arg-type]
+                                HEAD_PLACEMENTS),
         update_regex=r.regex(m.get("update_regex"), f"{p}update_regex"),
         optimizer_state_regex=r.regex(m.get("optimizer_state_regex"), f"{p}optimizer_state_regex"),
         requested=requested,
@@ -444,7 +466,9 @@ def _check_assignment(r: _Reader, stages: tuple[ConfigStage, ...], model_layers:
     seen: dict[str, str] = {}
     last: tuple[int, str, str] | None = None  # (model position, name, place) of the previous layer
     # A head wrapped onto IPU 0 runs after the last IPU: it is out of the IPU order by design.
-    wrapped = HEAD_GROUP if wrapped_head([s.layers for s in stages]) and model_layers[-1:] == (HEAD_GROUP,) else None
+    groups = [s.layers for s in stages]
+    layout = Layout.of_stages(groups, None, model_layers)
+    wrapped = layout.head_name if layout.wraps_in(groups) else None
     for s in stages:
         for j, name in enumerate(s.layers):
             place = f"stages[{s.index}].layers[{j}]"

@@ -24,11 +24,10 @@ from functools import cached_property
 import numpy as np
 
 from popliner.arrays import gather_csr
+from popliner.layout import Layout
 from popliner.memory.liveness import window_peak
 from popliner.memory.model import MemoryModel
 from popliner.memory.training import (
-    EMBEDDING_GROUP,
-    HEAD_GROUP,
     TrainingOptions,
     build_training_view,
     with_live_steps,
@@ -74,6 +73,8 @@ class MemoryEngine:
         self.layer_names = tuple(layer_names)
         self.training = training
         self.options = options if options is not None else TrainingOptions()
+        #: Where the embedding and the head go: the one layout value every figure reads.
+        self.layout = Layout.of(self.layer_names, self.options.head_placement)
         # The one place the training options change figures: the what-if
         # profile (bytes and live steps of variables) and the view's rules
         # (backward part, stash entry, re-run cycles, pipeline recomputation).
@@ -100,9 +101,7 @@ class MemoryEngine:
     @property
     def head_wraps(self) -> bool:
         """``--head-placement wrap`` with a head: the last layer (``head``) is a stage of its own on IPU 0."""
-        names = self.layer_names
-        return (self.options.head_placement == "wrap" and len(names) >= 2
-                and names[0] == EMBEDDING_GROUP and names[-1] == HEAD_GROUP)
+        return self.layout.wraps
 
     @property
     def head_layer(self) -> int:

@@ -75,8 +75,8 @@ class ProfileRanges:
         self.engine = engine
         self.limit = limit
         # A wrapped head is no layer the solvers place: it goes with the range at position 0.
-        self._wraps = engine.head_wraps
-        self._names = engine.layer_names[:-1] if self._wraps else engine.layer_names
+        self._wraps = engine.layout.wraps
+        self._names = engine.layout.placed_names
         check_range_tables(engine.profile, len(self._names))  # before any row is built
         self._wrapped: dict[int, tuple[np.ndarray, np.ndarray]] | None = None
         self._bytes_per_cycle = link_bytes_per_second / engine.profile.target.clock_hz

@@ -17,12 +17,13 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
 
 from popliner.arrays import expand_ranges, gather_csr, rank_by_table
 from popliner.errors import UsageProblem
+from popliner.layout import EMBEDDING_GROUP, HEAD_GROUP, HEAD_PLACEMENTS, HeadPlacement
 from popliner.ops.layers import LayerAssignment, compile_regex
 from popliner.ops.operations import OperationTable
 from popliner.profile.model import Profile
@@ -32,35 +33,37 @@ __all__ = [
     "HEAD_PLACEMENTS",
     "OPTIMIZER_STATES",
     "RECOMPUTE_MODES",
+    "RECOMPUTE_REQUESTS",
+    "AppliedRecompute",
+    "Recompute",
+    "RecomputeRequest",
     "EMBEDDING_GROUP",
     "HEAD_GROUP",
     "TrainingOptions",
     "TrainingView",
     "build_training_view",
-    "training_record",
     "place_unlayered",
     "with_live_steps",
     "called_operations",
     "head_groups",
-    "model_layer_counts",
-    "wrapped_head",
     "optimizer_state_variables",
     "recompute_operations",
     "update_operations",
 ]
 
-Recompute = Literal["none", "pipeline", "every-layer", "auto"]
+#: The recomputation the library models. ``auto`` is no mode: it is a request that only the
+#: planner (:func:`popliner.plan.plan_split`) resolves, to one of these.
+Recompute = Literal["none", "pipeline", "every-layer"]
+#: What a user may ask for: a mode, or ``auto`` (the least recomputation that fits).
+RecomputeRequest = Literal["none", "pipeline", "every-layer", "auto"]
+#: The mode an engine applied: the one asked for, or ``compiled`` when the profile already recomputes.
+AppliedRecompute = Literal["none", "pipeline", "every-layer", "compiled"]
 OptimizerState = Literal["on-chip", "off-chip"]
-HeadPlacement = Literal["first", "last", "wrap"]
-RECOMPUTE_MODES: tuple[str, ...] = ("none", "pipeline", "every-layer", "auto")
+RECOMPUTE_MODES: tuple[str, ...] = ("none", "pipeline", "every-layer")
+RECOMPUTE_REQUESTS: tuple[str, ...] = (*RECOMPUTE_MODES, "auto")
 OPTIMIZER_STATES: tuple[str, ...] = ("on-chip", "off-chip")
-#: Where the unlayered operations go (docs/solvers.md, "--head-placement").
-HEAD_PLACEMENTS: tuple[str, ...] = ("first", "last", "wrap")
 #: Names of weight-update operations (a call site counts when its body matches).
 DEFAULT_UPDATE_REGEX = r"(?i)varupdate|updater|sgd|adam|lamb|momentum|optimi[sz]er"
-#: Names given to the unlayered groups when they become layers of their own.
-EMBEDDING_GROUP = "embedding"
-HEAD_GROUP = "head"
 #: A tensor written by a PopART recompute clone: ``<id>__re``, then the end or a non-word character.
 #: A step after every profile's last (int32 range, so sums stay small).
 _NEVER = 2**31 - 1
@@ -80,6 +83,9 @@ class TrainingOptions:
     optimizer_state_regex: str | None = None
 
     def __post_init__(self) -> None:
+        if self.recompute == "auto":  # type: ignore[comparison-overlap]  # the type says no; callers may not
+            raise UsageProblem("recompute 'auto' is a request, not a mode: the planner resolves it "
+                               "(popliner.plan.plan_split with SplitRequest(recompute='auto'), or --recompute auto)")
         _choice("--recompute", self.recompute, RECOMPUTE_MODES)
         _choice("--optimizer-state", self.optimizer_state, OPTIMIZER_STATES)
         _choice("--head-placement", self.head_placement, HEAD_PLACEMENTS)
@@ -301,29 +307,6 @@ def regroup_layers(layers: LayerAssignment, groups: np.ndarray, placement: HeadP
     return LayerAssignment(layer_of_op, notes, (EMBEDDING_GROUP, *names, HEAD_GROUP))
 
 
-def wrapped_head(stages: Sequence[Sequence[str]]) -> bool:
-    """Does a placement wrap the head onto IPU 0 (``--head-placement wrap``, 2 IPUs or more)?
-
-    The first IPU leads with popliner's ``embedding`` group and also holds its ``head`` group.
-    """
-    return len(stages) >= 2 and len(stages[0]) > 0 and stages[0][0] == EMBEDDING_GROUP and HEAD_GROUP in stages[0]
-
-
-def model_layer_counts(stages: Sequence[Sequence[str]]) -> list[int]:
-    """How many of the model's own layers each IPU holds: the ``embedding`` and ``head`` groups are not layers.
-
-    optimum-graphcore's ``layers_per_ipu`` counts the model's layers (for
-    BERT its encoder layers, summing to ``num_hidden_layers``); an IPU that
-    holds only the embedding counts 0 (``[0, 4, 4, 4]`` for BERT-Base). The
-    groups are popliner's (``--head-placement last|wrap``) only when both
-    are there and ``embedding`` leads: a model's own layer named ``head`` counts.
-    """
-    names = [name for stage in stages for name in stage]
-    groups = bool(names) and names[0] == EMBEDDING_GROUP and HEAD_GROUP in names
-    skip = (EMBEDDING_GROUP, HEAD_GROUP) if groups else ()
-    return [sum(1 for name in stage if name not in skip) for stage in stages]
-
-
 # -- the what-if view ---------------------------------------------------------------------
 
 
@@ -344,7 +327,7 @@ class TrainingView:
     """
 
     options: TrainingOptions
-    recompute: str  # the mode applied: none, pipeline, every-layer, or "compiled"
+    recompute: AppliedRecompute
     profile: Profile
     is_backward: np.ndarray
     is_update: np.ndarray
@@ -393,7 +376,7 @@ def build_training_view(profile: Profile, ops: OperationTable, layer_of_op: np.n
     clones = recompute_operations(profile, ops, backward_named) if training else np.zeros(ops.count, bool)
     is_backward = backward_named | clones
     notes: list[str] = []
-    recompute: str = options.recompute if training else "none"
+    recompute: AppliedRecompute = options.recompute if training else "none"
     if clones.any():
         if recompute != "none":
             notes.append(f"the profile was compiled with recomputation ({int(clones.sum())} recompute operations); "
@@ -606,18 +589,3 @@ def with_live_steps(profile: Profile, nbytes: np.ndarray, cut_lo: np.ndarray, cu
     return replace(profile, variables=variables, class_ptr=class_ptr.astype(profile.class_ptr.dtype),
                    iv_start=np.concatenate((profile.iv_start, starts)).astype(profile.iv_start.dtype),
                    iv_end=np.concatenate((profile.iv_end, ends)).astype(profile.iv_end.dtype))
-
-
-def training_record(analysis: Any) -> dict[str, object] | None:
-    """The training options of an analysis as the ``--solve`` JSON and the pipeline config record them.
-
-    ``recompute`` is what was applied (``compiled`` when the profile was
-    compiled with recomputation); None in inference.
-    """
-    engine = analysis.engine
-    if not engine.training:
-        return None
-    view: TrainingView = engine.view
-    record = view.options.as_dict()
-    record["recompute"] = view.recompute
-    return record

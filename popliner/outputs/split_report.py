@@ -6,21 +6,24 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
+from popliner.layout import Layout
 from popliner.memory.coverage import Coverage, coverage_line
-from popliner.memory.training import model_layer_counts
 from popliner.solvers.result import SplitResult
 from popliner.textsafe import shell_word, shown
 
-__all__ = ["UNLAYERED", "FitFacts", "NextSteps", "split_document", "split_picture", "split_summary", "split_table",
+if TYPE_CHECKING:
+    from popliner.plan import FitFacts
+
+__all__ = ["UNLAYERED", "NextSteps", "split_document", "split_picture", "split_summary", "split_table",
            "write_split_json"]
 
 #: How the operations without a layer are shown in the picture (they go with the first stage).
 UNLAYERED = "(unlayered)"
 
 
-def split_document(split: SplitResult, *, profile_path: str, profile_sha256: str) -> dict[str, Any]:
+def split_document(split: SplitResult, *, profile_path: str, profile_sha256: str, layout: Layout) -> dict[str, Any]:
     """Plain JSON-able description; no wall-clock figures, so it is reproducible."""
     return {
         "profile": profile_path,
@@ -30,7 +33,7 @@ def split_document(split: SplitResult, *, profile_path: str, profile_sha256: str
         "mode": split.mode,
         "num_ipus_requested": split.num_ipus_requested,
         "num_ipus_used": split.num_ipus_used,
-        "layers_per_ipu": model_layer_counts([s.layers for s in split.stages]),
+        "layers_per_ipu": layout.model_layer_counts([s.layers for s in split.stages]),
         "budget_bytes_per_tile": split.budget_bytes,
         "objective": split.objective,
         "bound": split.bound,
@@ -111,19 +114,6 @@ def split_table(split: SplitResult) -> str:
 
 
 @dataclass(frozen=True)
-class FitFacts:
-    """What the summary says about fewer IPUs.
-
-    ``fewest_ipus`` is the fewest IPUs any split fits on under the same
-    constraints (None: no count works); ``one_ipu_worst_bytes`` is the worst
-    tile of the whole model on one IPU.
-    """
-
-    fewest_ipus: int | None
-    one_ipu_worst_bytes: int
-
-
-@dataclass(frozen=True)
 class NextSteps:
     """Exact commands for the hints: the solve command with a config output, and the config's name."""
 
@@ -201,17 +191,3 @@ def solve_command(argv: Sequence[str], config: str) -> str:
     if kept and kept[0] == "analyse":
         kept = kept[1:]
     return " ".join(shell_word(word) for word in ["popliner", *kept, "--config-out", config])
-
-
-def fit_facts(analysis: Any, problem: Any, link_bytes_per_second: float = 64e9) -> FitFacts:
-    """Fewest IPUs that fit under ``problem``'s constraints, and the whole model's worst tile on one IPU.
-
-    Uses the solver's memoised range table, so after a solve this costs a few
-    dynamic programs over ranges that are mostly evaluated already.
-    """
-    from popliner.memory.ranges import ProfileRanges
-    from popliner.solvers.solve import minimum_ipus
-
-    table = ProfileRanges(analysis.engine, problem.budget, link_bytes_per_second)
-    whole = table.stage_memory(0, table.num_layers - 1).worst_bytes if table.num_layers else 0
-    return FitFacts(minimum_ipus(table, problem), int(whole))

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from popliner.config.layering import layer_record
 from popliner.config.model import PipelineConfig, config_from_split, config_training
 from popliner.errors import UsageProblem
 from popliner.pod.plan import PodConfig, PodPlan
 from popliner.textsafe import shown
+
+if TYPE_CHECKING:
+    from popliner.memory.training import AppliedRecompute
 
 __all__ = ["pick", "pipeline_config", "plan_document", "plan_table", "pod_ipu_config"]
 
@@ -33,7 +36,7 @@ def pipeline_config(plan: PodPlan, config: PodConfig) -> PipelineConfig:
     training = None
     if analysis.mode == "training":
         options = analysis.options.training
-        training = dataclasses.replace(config_training(options, config.recompute),
+        training = dataclasses.replace(config_training(options, cast("AppliedRecompute", config.recompute)),
                                        replication_factor=config.replicas)
     t = analysis.profile.target
     # The layer options and framework recorded as --solve records them: check and simulate apply them.

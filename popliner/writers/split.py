@@ -1,0 +1,164 @@
+"""The outputs of a planned split: the split JSON, the people's view on stderr, the configs, the report, plots.
+
+Each function takes a :class:`popliner.plan.SplitPlan` (and where to write);
+none of them solves anything: what they show was decided by the planner.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import click
+
+from popliner.fileio import atomic_write
+from popliner.plan import SplitPlan
+from popliner.progress import phase
+
+__all__ = ["suffixed", "write_ipu_config", "write_plots", "write_report", "write_split", "write_summary",
+           "split_config"]
+
+log = logging.getLogger("popliner")
+
+
+def suffixed(path: str, tag: str) -> str:
+    """``NAME-tag.EXT`` beside ``NAME.EXT`` (the split and tiles images next to ``--plot``)."""
+    p = Path(path)
+    return str(p.with_name(f"{p.stem}-{tag}{p.suffix}"))
+
+
+def split_config(plan: SplitPlan, gradient_accumulation: int | None, matmul_proportion: tuple[float, ...] = ()) -> Any:
+    """The pipeline config of the plan's split, with the training options its figures were computed with."""
+    from popliner.config.layering import layer_record
+    from popliner.config.model import config_from_split
+
+    analysis, t = plan.analysis, plan.analysis.profile.target
+    return config_from_split(plan.split, profile_path=analysis.profile.path, profile_sha256=analysis.profile.sha256,
+                             tiles=t.tiles_per_ipu, bytes_per_tile=t.bytes_per_tile, clock_hz=t.clock_hz,
+                             gradient_accumulation=gradient_accumulation, training=plan.training,
+                             framework=analysis.framework.name, matmul_proportion=matmul_proportion,
+                             layer_options=layer_record(analysis.options))
+
+
+def write_split(plan: SplitPlan, config_out: str | None, force: bool, gradient_accumulation: int | None,
+                matmul_proportion: tuple[float, ...] = ()) -> None:
+    """The picture and table on stderr, the split JSON on stdout, and the pipeline config (``--config-out``)."""
+    from popliner.outputs.split_report import split_document, split_picture, split_table, write_split_json
+
+    analysis, split = plan.analysis, plan.split
+    if log.isEnabledFor(logging.WARNING):  # -q keeps stderr to errors only
+        click.echo(split_picture(split, bool((analysis.layers.layer_of_op < 0).any())), err=True)
+        if not split.fits:
+            click.echo(f"popliner: no split fits: {split.note}"
+                       + ("; the best effort below is over budget" if split.stages else ""), err=True)
+        if split.stages:
+            click.echo(split_table(split), err=True)
+    doc = split_document(split, profile_path=analysis.profile.path, profile_sha256=analysis.profile.sha256,
+                         layout=plan.layout)
+    doc["framework"] = analysis.framework.as_document()
+    if plan.training is not None:
+        # The options as asked, with the recomputation the figures assume (``compiled`` when the profile has it).
+        doc["training"] = plan.analysis.options.training.as_dict() | {"recompute": plan.recompute_applied}
+    placement = plan.layout.placement
+    if placement != "first" and "unlayered_operations" in doc:
+        where = ("the head is a pipeline stage of its own on IPU 0" if placement == "wrap"
+                 else "the head on the last IPU")
+        doc["unlayered_operations"] = (f"embedding and head are layers of their own, {where} "
+                                       f"(--head-placement {placement})")
+    with atomic_write("-", force=False) as out:
+        write_split_json(doc, out)
+    if config_out and split.stages:
+        from popliner.config.yaml_io import write_config
+
+        with atomic_write(config_out, force=force) as stream:
+            cfg = split_config(plan, gradient_accumulation, matmul_proportion)
+            write_config(cfg, stream)  # the summary says "wrote"
+
+
+def write_ipu_config(plan: SplitPlan, path: str, force: bool, gradient_accumulation: int | None,
+                     matmul_proportion: tuple[float, ...]) -> None:
+    """optimum-graphcore's ``ipu_config.json`` for the split: the config's own record (the YAML's optimum snippet)."""
+    from popliner.config.snippets import ipu_config, optimum_note, optimum_warnings
+    from popliner.config.snippets import write_ipu_config as write_document
+
+    cfg = split_config(plan, gradient_accumulation, matmul_proportion)
+    note = optimum_note(cfg)
+    if note:
+        log.info("%s", note)
+    for line in optimum_warnings(cfg):
+        log.warning("%s", line)
+    with atomic_write(path, force=force) as stream:
+        write_document(ipu_config(cfg), stream)  # the summary says "wrote"
+
+
+def write_report(plan: SplitPlan, path: str, force: bool, gradient_accumulation: int | None,
+                 matmul_proportion: tuple[float, ...] = ()) -> None:
+    """The HTML review report of the split."""
+    from popliner.report import build_report
+    from popliner.report import write_report as write_page
+
+    with phase("writing the report"):
+        page = build_report(plan.analysis, split_config(plan, gradient_accumulation, matmul_proportion),
+                            budget=plan.split.budget_bytes,
+                            source=f"popliner --solve ({plan.split.solver})",
+                            link_bandwidth=plan.request.link_bandwidth)
+        write_page(page, path, force=force)
+    log.info("wrote %s", path)
+
+
+def write_plots(plan: SplitPlan | None, analysis: Any, plot: str, force: bool, budget: int) -> None:
+    """``--plot``: memory per layer; with a split, also NAME-split and NAME-tiles beside it."""
+    from popliner.breakdown import build_breakdown
+    from popliner.outputs.plots import plot_layers, plot_split, plot_tiles
+    from popliner.report.data import ipu_memories
+
+    with phase("plotting"):
+        breakdown = build_breakdown(analysis, with_operations=False, with_totals=False)
+        plot_layers(breakdown, plot, budget_bytes=budget, force=force)
+        log.info("wrote %s", plot)
+        if plan is None or not plan.split.stages:
+            return
+        split = plan.split
+        # The plots name the training options their figures assume (the applied recomputation).
+        assumes = breakdown.training.summary() if breakdown.training is not None else None
+        plot_split(split, suffixed(plot, "split"), force=force, assumes=assumes)
+        ipus = ipu_memories(analysis, [s.layers for s in split.stages], budget=budget)
+        plot_tiles(ipus, suffixed(plot, "tiles"), force=force,
+                   title=f"Memory per tile of each IPU ({analysis.mode}, stash and copy buffers included)"
+                   + (f"\ntraining options: {assumes}" if assumes else ""))
+        log.info("wrote %s and %s", suffixed(plot, "split"), suffixed(plot, "tiles"))
+
+
+def write_summary(plan: SplitPlan, argv: list[str], config_out: str | None, ipu_config_out: str | None) -> None:
+    """The human summary on stderr: IPUs used, whether fewer would do, what to run next; the hint before exit 3."""
+    from popliner.outputs.split_report import NextSteps, solve_command, split_summary
+
+    if not log.isEnabledFor(logging.WARNING):
+        return
+    split, analysis = plan.split, plan.analysis
+    config = config_out or "pipeline.yaml"
+    steps = NextSteps(solve_command(argv, config), config, bool(config_out and split.stages), analysis.profile.path)
+    from popliner.breakdown import profile_coverage
+
+    coverage = profile_coverage(analysis) if analysis.model.has_other else None
+    click.echo(split_summary(split, plan.facts, steps, plan.request.ipus == "fewest", coverage=coverage), err=True)
+    if ipu_config_out and split.stages:
+        click.echo(f"popliner: wrote {ipu_config_out} (optimum-graphcore IPUConfig)", err=True)
+    if plan.suggestion is not None:
+        _say_suggestion(plan)
+
+
+def _say_suggestion(plan: SplitPlan) -> None:
+    from popliner.training_choice import training_flags
+
+    found, limit = plan.suggestion, plan.request.time_limit
+    assert found is not None
+    if found.options is not None and found.fewest is not None:
+        flags = training_flags(found.options, plan.analysis.options.training)
+        click.echo(f"popliner: fits on {found.fewest} IPU{'' if found.fewest == 1 else 's'} with {flags}", err=True)
+    if found.out_of_time:
+        click.echo(f"popliner: the {limit:g} s time limit ran out after trying {found.tried} of "
+                   f"{found.candidates} other training options (recomputation, off-chip optimizer state)"
+                   f"{'; another may need fewer IPUs' if found.options is not None else ''}; "
+                   "a larger --time-limit tries them all", err=True)
