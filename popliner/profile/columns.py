@@ -29,6 +29,9 @@ import numpy as np
 
 from popliner.profile.model import NameTable, recompute_tensors
 
+#: The document's text: bytes, or the bytearray the gunzip filled (no copy made of it).
+Text = bytes | bytearray
+
 __all__ = ["Extracted", "extract_columns", "parse_uint_list"]
 
 _INT64_MAX = 2**63 - 1
@@ -51,9 +54,9 @@ class Extracted:
     #: The names, packed (compressed) already: read straight from the document, never copied raw;
     #: None when the variables have no names.
     names: NameTable | None
-    #: Variable ids of every extracted program list, back to back, and each list's length.
-    program_vars: np.ndarray | None
-    program_var_lens: np.ndarray | None
+    #: Variable ids of every extracted program list, back to back, and each list's length (empty: none found).
+    program_vars: np.ndarray
+    program_var_lens: np.ndarray
     #: :func:`recompute_tensors` of the names, found before they were packed (None with no names).
     recompute: np.ndarray | None = None
     #: The names being packed on the caller's thread pool (``names`` is then still their view of the text).
@@ -65,7 +68,7 @@ class Extracted:
             self.names, self.packing = self.packing.result(), None
 
 
-def extract_columns(text: bytes, pool: Executor | None = None) -> tuple[bytes, Extracted] | None:
+def extract_columns(text: bytes | bytearray, pool: Executor | None = None) -> tuple[bytes, Extracted] | None:
     """``(rest of the document, extracted lists)``, or None to parse it the ordinary way.
 
     With a ``pool``, the names are packed on it while this thread reads the
@@ -99,15 +102,15 @@ def extract_columns(text: bytes, pool: Executor | None = None) -> tuple[bytes, E
     for lo, hi in ((0, at), (var_end, len(text))):
         if not _program_lists(text, lo, hi, bodies, spans):
             return None
-    program_vars = program_lens = None
-    if bodies:
-        program_lens = np.array([text.count(b",", a, b) + 1 if b > a else 0 for a, b in bodies], np.int64)
-        program_vars = _fill(np.empty(int(program_lens.sum()), np.int64), _joined(text, bodies))
-        if program_vars is None:
-            return None
+    # No list found is zero lists, not "not read": the programs then have no variables (or the
+    # loader finds a list the reader did not take and parses the ordinary way).
+    program_lens = np.array([text.count(b",", a, b) + 1 if b > a else 0 for a, b in bodies], np.int64)
+    program_vars = _fill(np.empty(int(program_lens.sum()), np.int64), _joined(text, bodies))
+    if program_vars is None:
+        return None
     del bodies
     spans.sort()
-    pieces: list[bytes] = []
+    pieces: list[Text] = []
     prev = 0
     for a, b, repl in spans:
         if a < prev:
@@ -118,7 +121,7 @@ def extract_columns(text: bytes, pool: Executor | None = None) -> tuple[bytes, E
     return b"".join(pieces), Extracted(columns, table, program_vars, program_lens, recompute, packing)
 
 
-def _program_lists(text: bytes, lo: int, hi: int, bodies: list[tuple[int, int]],
+def _program_lists(text: Text, lo: int, hi: int, bodies: list[tuple[int, int]],
                    spans: list[tuple[int, int, bytes]]) -> bool:
     """Find every ``"vars":[...]`` list between ``lo`` and ``hi``: its items' span and placeholder. False: give up."""
     pos = text.find(_VARS_KEY, lo, hi)
@@ -135,7 +138,7 @@ def _program_lists(text: bytes, lo: int, hi: int, bodies: list[tuple[int, int]],
     return True
 
 
-def _variables_object(text: bytes, pos: int) -> tuple[int, dict[str, np.ndarray], tuple[
+def _variables_object(text: Text, pos: int) -> tuple[int, dict[str, np.ndarray], tuple[
         np.ndarray, np.ndarray, int, int] | None] | None:
     """Read the compact ``{"id":[..],...}`` object at ``pos``: (end, int columns, names)."""
     columns: dict[str, np.ndarray] = {}
@@ -150,7 +153,7 @@ def _variables_object(text: bytes, pos: int) -> tuple[int, dict[str, np.ndarray]
         key_end = text.find(b'":[', i + 1, i + 16)
         if key_end < 0:
             return None
-        key = text[i + 1 : key_end]
+        key = bytes(text[i + 1 : key_end])
         if key in seen or key.decode("ascii", "replace") not in (*_INT_COLUMNS, "name"):
             return None
         seen.add(key)
@@ -182,7 +185,7 @@ def _variables_object(text: bytes, pos: int) -> tuple[int, dict[str, np.ndarray]
             return None
 
 
-def _parse_span(text: bytes, start: int, end: int) -> np.ndarray | None:
+def _parse_span(text: Text, start: int, end: int) -> np.ndarray | None:
     """``parse_uint_list(text[start:end])``, read in pieces cut at commas, straight into one array.
 
     A piece's copy and numbers are the same size every time, so the
@@ -194,7 +197,7 @@ def _parse_span(text: bytes, start: int, end: int) -> np.ndarray | None:
     return _fill(np.empty(text.count(b",", start, end) + 1, np.int64), _cut_at_commas(text, start, end))
 
 
-def _cut_at_commas(text: bytes, start: int, end: int) -> Iterator[bytes]:
+def _cut_at_commas(text: Text, start: int, end: int) -> Iterator[Text]:
     """``text[start:end]`` in pieces of about :data:`_PIECE_BYTES`, each cut just before a comma (dropped)."""
     pos = start
     while True:
@@ -207,7 +210,7 @@ def _cut_at_commas(text: bytes, start: int, end: int) -> Iterator[bytes]:
         pos = stop + 1
 
 
-def _joined(text: bytes, bodies: list[tuple[int, int]]) -> Iterator[bytes]:
+def _joined(text: Text, bodies: list[tuple[int, int]]) -> Iterator[bytes]:
     """The non-empty list bodies at ``bodies``, joined with commas, in pieces of about :data:`_PIECE_BYTES`."""
     view = memoryview(text)  # joined straight from the text, not copied one by one first
     group: list[memoryview] = []
@@ -225,7 +228,7 @@ def _joined(text: bytes, bodies: list[tuple[int, int]]) -> Iterator[bytes]:
     view.release()
 
 
-def _fill(out: np.ndarray, pieces: Iterable[bytes]) -> np.ndarray | None:
+def _fill(out: np.ndarray, pieces: Iterable[Text]) -> np.ndarray | None:
     """``out`` filled with the integers of the list bodies ``pieces`` (see :func:`parse_uint_list`), or None.
 
     None as well when they hold more or fewer integers than ``out``: an empty
@@ -241,7 +244,7 @@ def _fill(out: np.ndarray, pieces: Iterable[bytes]) -> np.ndarray | None:
     return out if at == len(out) else None
 
 
-def parse_uint_list(body: bytes) -> np.ndarray | None:
+def parse_uint_list(body: bytes | bytearray) -> np.ndarray | None:
     """The integers of a compact JSON list body (``1,22,333``, no brackets) as int64, or None.
 
     Only non-negative integers without leading zeros that fit in int64,
@@ -249,6 +252,8 @@ def parse_uint_list(body: bytes) -> np.ndarray | None:
     """
     if not body:
         return np.zeros(0, np.int64)
+    if type(body) is not bytes:
+        body = bytes(body)  # numpy reads numbers from bytes only (the text may be a bytearray: see gunzip)
     if body.translate(None, b"0123456789,"):
         return None  # anything but digits and commas
     if body[:1] == b"," or body[-1:] == b",":
@@ -284,7 +289,7 @@ def _plain_length(values: np.ndarray) -> int:
     return total
 
 
-def _names_end(text: bytes, j: int) -> int | None:
+def _names_end(text: Text, j: int) -> int | None:
     """Index of the ``]`` closing the list of strings that starts at ``j``."""
     if text[j + 1 : j + 2] == b"]":
         return j + 1
@@ -299,7 +304,7 @@ def _names_end(text: bytes, j: int) -> int | None:
     return None if end < 0 else end + 1
 
 
-def _parse_names(text: bytes, start: int, end: int) -> tuple[np.ndarray, np.ndarray, int, int] | None:
+def _parse_names(text: Text, start: int, end: int) -> tuple[np.ndarray, np.ndarray, int, int] | None:
     """``["a","bc",...]`` between ``start`` and ``end`` as (blob, ptr, lead, pad), or None.
 
     Only names with no escapes and no control characters are read here; the
