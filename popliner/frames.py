@@ -26,6 +26,7 @@ import pandas as pd
 from popliner.analysis import Analysis, AnalysisOptions, load_analysis
 from popliner.dataframes import component_columns, typed
 from popliner.errors import UsageProblem
+from popliner.memory.training import TrainingOptions
 from popliner.memory.types import components
 
 if TYPE_CHECKING:
@@ -34,21 +35,37 @@ if TYPE_CHECKING:
     from popliner.pod.plan import PodPlan
     from popliner.solvers.result import SplitResult
 
-__all__ = ["Model", "load", "split_frame"]
+__all__ = ["Model", "analysis_options", "load", "split_frame"]
 
 def load(path: str, *, use_cache: bool = True, cache_dir: str | None = None, **options: Any) -> Model:
-    """Load and analyse a profile; ``options`` are :class:`popliner.analysis.AnalysisOptions` fields.
+    """Load and analyse a profile; ``options`` are :class:`popliner.analysis.AnalysisOptions` fields and
+    :class:`popliner.memory.training.TrainingOptions` fields.
 
     For example ``layer_preset="gpt2"``, ``layer_name_regex=r"block(\\d+)"``,
-    ``mode="training"``, ``layered_vars_only=False``.
+    ``mode="training"``, ``layered_vars_only=False``, and the training options as the CLI spells them
+    with underscores: ``recompute="every-layer"``, ``optimizer_state="off-chip"``,
+    ``head_placement="wrap"``, ``replication_factor=4`` (or a whole ``training=TrainingOptions(...)``).
     """
+    return Model(load_analysis(str(path), analysis_options(options), use_cache=use_cache, cache_dir=cache_dir))
+
+
+def analysis_options(options: dict[str, Any]) -> AnalysisOptions:
+    """:class:`AnalysisOptions` from keywords, the training options among them (one line on a bad name)."""
     names = {f.name for f in dataclasses.fields(AnalysisOptions)}
-    unknown = sorted(set(options) - names)
+    training_names = {f.name for f in dataclasses.fields(TrainingOptions)}
+    unknown = sorted(set(options) - names - training_names)
     if unknown:
-        raise UsageProblem(f"unknown option(s) {', '.join(unknown)}; expected some of {', '.join(sorted(names))}")
+        raise UsageProblem(f"unknown option(s) {', '.join(unknown)}; expected some of "
+                           f"{', '.join(sorted(names | training_names))}")
+    training = {k: options.pop(k) for k in sorted(training_names & set(options))}
+    if training and "training" in options:
+        raise UsageProblem(f"give the training options either as training=TrainingOptions(...) or as keywords "
+                           f"({', '.join(training)}), not both")
+    if training:
+        options["training"] = TrainingOptions(**training)
     if isinstance(options.get("op_layers"), list):
         options["op_layers"] = tuple(options["op_layers"])
-    return Model(load_analysis(str(path), AnalysisOptions(**options), use_cache=use_cache, cache_dir=cache_dir))
+    return AnalysisOptions(**options)
 
 
 @dataclass(eq=False)

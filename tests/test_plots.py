@@ -12,7 +12,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from popliner.outputs.plots import plot_tiles
 from popliner.report.aggregate import grid_values, max_pool, tile_grid
 from popliner.report.types import IpuMemory
 from popliner.simulator import SimStage, simulate
@@ -25,6 +24,7 @@ from popliner.simulator.outputs import (
     schedule_title,
     write_gantt,
 )
+from popliner.writers.plots import plot_tiles
 from tests.helpers import ipu_memory
 
 

@@ -18,6 +18,7 @@ from popliner.profile import load_profile
 from popliner.solvers.dp import dp_bounds, dp_for_stages, dp_per_count
 from popliner.solvers.greedy import greedy_bounds, layers_needed
 from popliner.solvers.ilp import ilp_bounds
+from popliner.solvers.objective import MEMORY
 from popliner.solvers.problem import ArrayRanges, SplitProblem
 from popliner.solvers.solve import solve_bounds
 
@@ -485,12 +486,12 @@ def test_time_limit_bounds_the_best_effort_of_an_infeasible_request(solver):
     assert full.stages
 
 
-def _dp_unpruned(table, problem, by_memory):
+def _dp_unpruned(table, problem, objective):
     """Every stage count searched, the best kept as dp_bounds always did (first count on ties)."""
     best = None
     counts = [problem.num_ipus] if problem.exact_ipus else range(1, problem.num_ipus + 1)
     for k in counts:
-        found = dp_for_stages(table, problem, k, by_memory)
+        found = dp_for_stages(table, problem, k, objective)
         if found is not None and (best is None or found[1] < best[1]):
             best = found
     return best
@@ -503,11 +504,12 @@ def test_pruned_stage_counts_change_nothing(data, ipus, training, by_memory, no_
     if no_cycles:  # the first objective is then memory, and counts are pruned by it
         table._cycles = [0] * table.num_layers
     problem = SplitProblem(ipus, limit, training=training)
-    assert dp_bounds(table, problem, by_memory) == _dp_unpruned(table, problem, by_memory)
-    per_count = dp_per_count(table, problem, by_memory)
+    objective = MEMORY if by_memory else None
+    assert dp_bounds(table, problem, objective) == _dp_unpruned(table, problem, objective)
+    per_count = dp_per_count(table, problem, objective)
     values = {k: found[1] for k, found in per_count.items() if found is not None}
     for k in range(1, ipus + 1):
-        found = dp_for_stages(table, problem, k, by_memory)
+        found = dp_for_stages(table, problem, k, objective)
         if k in values:
             assert found is not None and found[1] == values[k]
         elif found is not None:  # pruned: it can neither beat nor tie the best count

@@ -14,6 +14,7 @@ from popliner.memory.ranges import ProfileRanges
 from popliner.pipeline import position_memory
 from popliner.profile import load_profile
 from popliner.solvers.dp import dp_bounds
+from popliner.solvers.objective import MEMORY
 from popliner.solvers.problem import ArrayRanges, SplitProblem
 from popliner.solvers.solve import best_effort, minimum_ipus, split_memory
 from popliner.solvers.suffix import estimated_split, suffix_table
@@ -24,7 +25,7 @@ FIXTURES = Path(__file__).parent.parent / "fixtures" / "profiles"
 def _relaxed_dp(relaxed, problem):
     """The best effort as it was: the forward DP on memory over tables at 1.5x, 3x and 8x the budget."""
     for factor in (1.5, 3.0, 8.0):
-        found = dp_bounds(relaxed(factor), problem, by_memory=True)
+        found = dp_bounds(relaxed(factor), problem, objective=MEMORY)
         if found is not None:
             return found[0]
     return ()
@@ -104,7 +105,7 @@ def test_estimated_split_is_a_valid_split_whose_memory_bounds_the_optimum():
         problem = SplitProblem(rng.randint(1, 6), 50, min_layers=rng.choice([1, 2]), training=rng.random() < 0.7,
                                split_after=tuple(sorted({rng.randrange(n)})) if rng.random() < 0.3 else ())
         guess = estimated_split(table, problem, problem.num_ipus)
-        optimum = dp_bounds(table, problem, by_memory=True)
+        optimum = dp_bounds(table, problem, objective=MEMORY)
         if not guess:
             continue
         assert guess[0][0] == 0 and guess[-1][1] == n - 1 and len(guess) <= problem.num_ipus

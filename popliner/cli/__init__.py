@@ -28,7 +28,16 @@ import click
 
 from popliner import __version__
 from popliner.allocator import keep_freed_memory
-from popliner.errors import EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_OK, Interrupted, OutputError, PoplinerError
+from popliner.errors import (
+    EXIT_BAD_INPUT,
+    EXIT_INTERNAL,
+    EXIT_OK,
+    DoesNotFitError,
+    InfeasibleSplitError,
+    Interrupted,
+    OutputError,
+    PoplinerError,
+)
 from popliner.fileio import describe_os_error
 from popliner.interrupts import in_uninterrupted
 from popliner.textsafe import shown, shown_lines
@@ -52,14 +61,21 @@ log = logging.getLogger("popliner")
 
 
 class PoplinerFailure(click.ClickException):
-    """A failure on its way out: one line on stderr, the error's exit code."""
+    """A failure on its way out: one line on stderr, the error's exit code.
 
-    def __init__(self, message: str, exit_code: int) -> None:
+    A ``verdict`` (the split does not fit: exits 1 and 3) is no error of the user's: its line goes out as a
+    log line at error level, without "error:", and none when the outputs already said it.
+    """
+
+    def __init__(self, message: str, exit_code: int, *, verdict: bool = False) -> None:
         super().__init__(message)
         self.exit_code = exit_code
+        self.verdict = verdict
 
     def show(self, file: Any = None) -> None:
-        if self.message:
+        if self.message and self.verdict:
+            log.error("%s", self.message)
+        elif self.message:
             # One line whatever a name in it holds: control, bidi and line-break characters escaped.
             click.echo(f"popliner: error: {shown(self.format_message())}", err=True)
 
@@ -81,6 +97,8 @@ def failure_for(exc: BaseException) -> PoplinerFailure | QuietExit:
     """THE mapping from an exception to a one-line message and an exit code (see README, Exit codes)."""
     if isinstance(exc, (PoplinerFailure, QuietExit)):
         return exc
+    if isinstance(exc, (DoesNotFitError, InfeasibleSplitError)):
+        return PoplinerFailure(str(exc), exc.exit_code, verdict=True)
     if isinstance(exc, PoplinerError):
         return PoplinerFailure(str(exc), exc.exit_code)
     if isinstance(exc, KeyboardInterrupt):

@@ -17,8 +17,8 @@ import click
 
 from popliner.analysis import AnalysisOptions, load_analysis
 from popliner.cli.analyse_options import HiddenArgument, analyse_options
-from popliner.cli.options import output_stream
-from popliner.errors import EXIT_NO_SPLIT, UsageProblem
+from popliner.cli.options import headroom_given, output_stream
+from popliner.errors import InfeasibleSplitError, UsageProblem
 from popliner.fileio import check_writable, distinct_files, is_stdout, one_stdout
 from popliner.memory.training import Recompute, TrainingOptions
 from popliner.plan import SplitPlan, SplitRequest, plan_split
@@ -174,7 +174,7 @@ def _split_request(p: dict[str, Any]) -> SplitRequest:
     return SplitRequest(
         num_ipus=p["num_ipus"], ipus="fewest" if p["min_ipus"] else "exactly" if p["exact_ipus"] else "at-most",
         recompute="auto" if p["recompute"] == "auto" else None, mem_per_tile=p["mem_per_tile"],
-        headroom=p["headroom"], split_after=tuple(p["split_after"]), same_ipu=tuple(pairs),
+        headroom=headroom_given(p["budget"], p["headroom"]), split_after=tuple(p["split_after"]), same_ipu=tuple(pairs),
         min_layers=p["min_layers_per_stage"], keep_shared_together=p["keep_shared_vars_together"],
         solver=p["solver"], time_limit=p["time_limit"], seed=p["seed"], link_bandwidth=p["link_bandwidth"],
         fit_facts=not quiet, suggest=not quiet)
@@ -251,4 +251,4 @@ def _write_split(plan: SplitPlan, p: dict[str, Any]) -> None:
     argv = click.get_current_context().find_root().meta.get("popliner.argv", [])
     split_writers.write_summary(plan, argv, p["config_out"], p["ipu_config_out"])
     if not plan.fits:
-        sys.exit(EXIT_NO_SPLIT)
+        raise InfeasibleSplitError("")  # the summary above says why and what would fit

@@ -15,12 +15,14 @@ from popliner.analysis import DEFAULT_BACKWARD_REGEX
 from popliner.cli.options import (
     BYTES_PER_TILE,
     LAYERS_PER_STAGE,
-    LINK_BANDWIDTH,
-    MICRO_BATCHES,
     NUM_IPUS,
     REPLICAS,
     SECONDS,
     SEED,
+    budget_options,
+    cache_options,
+    gradient_accumulation_option,
+    link_bandwidth_option,
 )
 from popliner.framework import FRAMEWORKS
 from popliner.layout import HEAD_PLACEMENTS
@@ -38,12 +40,6 @@ class HiddenArgument(click.Argument):
 
     def get_usage_pieces(self, ctx: click.Context) -> list[str]:
         return []
-
-
-def _fraction(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
-    if value is not None and not 0.0 <= value < 1.0:
-        raise click.BadParameter(f"{value} is not a fraction in [0, 1)")
-    return value
 
 
 def _matmul_proportion(ctx: click.Context, param: click.Parameter, value: tuple[float, ...]) -> tuple[float, ...]:
@@ -108,10 +104,8 @@ _OPTIONS: list[Callable[[Any], Any]] = [
                   help="Use the fewest IPUs that fit (at most --num-ipus) instead of spreading for throughput."),
     click.option("--mem-per-tile", type=BYTES_PER_TILE, default=None,
                   help="Bytes per tile. Default: the profile's bytesPerTile (638976 on Mk2)."),
-    click.option("--headroom", type=float, default=None, callback=_fraction,
-                  help="Fraction of each tile kept free. Default: the model's measured shortfall against the "
-                       "profile's own tileMemory when it has the compiler's other categories, else 0 "
-                       "(README: what fits means)."),
+    budget_options("1 less the model's measured shortfall against the profile's own tileMemory when it has "
+                   "the compiler's other categories, else 1; README: what fits means"),
     click.option("--solver", type=click.Choice(["ilp", "greedy"]), default="ilp", show_default=True),
     click.option("--time-limit", type=SECONDS, default=60.0, show_default=True,
                   help="Seconds for the whole solve: set-up, search, best effort, overflow details, the hint."),
@@ -121,21 +115,17 @@ _OPTIONS: list[Callable[[Any], Any]] = [
     click.option("--min-layers-per-stage", type=LAYERS_PER_STAGE, default=1, show_default=True),
     click.option("--keep-shared-vars-together", is_flag=True,
                   help="Never split between layers that share an always-live variable (tied weights)."),
-    click.option("--link-bandwidth", type=LINK_BANDWIDTH, default=64e9, show_default=True,
-                  help="IPU-link bytes per second, for transfer cycles."),
+    link_bandwidth_option,
     click.option("--config-out", type=click.Path(dir_okay=False, path_type=str),
                   help="With --solve: write the pipeline config (YAML) here."),
-    click.option("--gradient-accumulation", type=MICRO_BATCHES, default=None,
-                  help="Micro-batches per step for the config (default: max(16, 2 x stages))."),
+    gradient_accumulation_option("max(16, 2 x stages), for the config"),
     click.option("--ipu-config-out", type=click.Path(dir_okay=False, path_type=str),
                   help="With --solve: write an optimum-graphcore ipu_config.json for the split here."),
     click.option("--matmul-proportion", type=float, multiple=True, callback=_matmul_proportion, metavar="F",
                   help="ipu_config.json matmul_proportion: once for every IPU, or once per IPU (default 0.6)."),
     click.option("--report", "report", type=click.Path(dir_okay=False, path_type=str), metavar="FILE.html",
                   help="With --solve: write the HTML review report of the split here (one self-contained file)."),
-    click.option("--no-cache", is_flag=True, help="Do not read or write the derived-data cache."),
-    click.option("--cache-dir", type=click.Path(file_okay=False, path_type=str), default=None,
-                  help="Cache folder (default $POPLINER_CACHE_DIR, else ~/.cache/popliner).")
+    cache_options,
 ]
 
 

@@ -3,21 +3,22 @@
 from __future__ import annotations
 
 import logging
-import sys
 from dataclasses import replace
 
 import click
 
 from popliner.cli.configured import analysis_for_config, budget_for_config
 from popliner.cli.options import (
-    budget_fraction,
+    budget_given,
+    budget_options,
+    cache_options,
     config_training_options,
     force_option,
     layer_options,
     output_option,
     output_stream,
 )
-from popliner.errors import EXIT_DOES_NOT_FIT
+from popliner.errors import DoesNotFitError
 from popliner.fileio import atomic_write, check_writable, distinct_files, is_stdout, one_stdout
 
 __all__ = ["command"]
@@ -29,18 +30,15 @@ log = logging.getLogger("popliner")
 @click.argument("config", type=click.Path(dir_okay=False, path_type=str), metavar="CONFIG|REVIEW.xlsx")
 @click.option("--profile", required=True, type=click.Path(dir_okay=False, path_type=str),
               help="The profile to recompute memory from.")
-@click.option("--budget", type=float, default=None, callback=budget_fraction,
-              help="Fraction of each tile's bytes an IPU may use (default: the config's budget, else 1.0).")
+@budget_options("the config's budget, else 1.0")
 @click.option("--junit", type=click.Path(dir_okay=False, path_type=str), help="Write JUnit XML here.")
 @output_option("Write the per-IPU table to FILE instead of stdout.")
 @force_option("Overwrite existing -o/--junit files.")
-@click.option("--no-cache", is_flag=True, help="Do not read or write the derived-data cache.")
-@click.option("--cache-dir", type=click.Path(file_okay=False, path_type=str), default=None,
-              help="Cache folder (default $POPLINER_CACHE_DIR, else ~/.cache/popliner).")
+@cache_options
 @config_training_options
 @layer_options
-def command(config: str, profile: str, budget: float | None, junit: str | None, output: str | None, force: bool,
-            no_cache: bool, cache_dir: str | None, **training: object) -> None:
+def command(config: str, profile: str, budget: float | None, headroom: float | None, junit: str | None,
+            output: str | None, force: bool, no_cache: bool, cache_dir: str | None, **training: object) -> None:
     """Check that every IPU of CONFIG fits: exit 0 if all fit, 1 if any does not, 2 on bad input.
 
     CONFIG is a pipeline YAML, or a review workbook (.xlsx) whose Split
@@ -55,6 +53,7 @@ def command(config: str, profile: str, budget: float | None, junit: str | None, 
     from popliner.config.yaml_io import read_config
     from popliner.outputs.check_report import check_table, write_junit
 
+    fraction = budget_given(budget, headroom)
     one_stdout({"-o -": output, "--junit -": junit})
     distinct_files({"CONFIG": config, "--profile": profile}, {"-o": output, "--junit": junit})
     for path in (junit, output):
@@ -74,7 +73,7 @@ def command(config: str, profile: str, budget: float | None, junit: str | None, 
         analysis = analysis_for_config(config, profile, cfg.mode, cfg.options, training,
                                        layer_groups=cfg.layer_groups, recorded_sha256=cfg.profile_sha256,
                                        use_cache=not no_cache, cache_dir=cache_dir, recorded_layers=cfg.layer_options)
-    limit = budget_for_config(analysis, cfg, budget)
+    limit = budget_for_config(analysis, cfg, fraction)
     result = check_config(analysis, cfg, config, budget=limit)
     # JUnit to stdout takes it; the table then goes to stderr.
     to_stderr = output is None and bool(junit and is_stdout(junit))
@@ -85,5 +84,4 @@ def command(config: str, profile: str, budget: float | None, junit: str | None, 
             write_junit(result, stream)
         log.info("wrote %s", junit)
     if not result.fits:
-        log.error("%d of %d IPUs do not fit", sum(not i.fits for i in result.ipus), len(result.ipus))
-        sys.exit(EXIT_DOES_NOT_FIT)
+        raise DoesNotFitError(f"{sum(not i.fits for i in result.ipus)} of {len(result.ipus)} IPUs do not fit")

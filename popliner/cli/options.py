@@ -16,12 +16,15 @@ from typing import IO, Any, TypeVar
 
 import click
 
+from popliner.errors import UsageProblem
 from popliner.fileio import atomic_write
+from popliner.simulator.engine import DEFAULT_LINK_BANDWIDTH, DEFAULT_SYNC_CYCLES
 
 __all__ = ["BYTES_PER_TILE", "CONFIG_TRAINING_PARAMS", "LAYERS_PER_STAGE", "LAYER_PARAMS", "LINK_BANDWIDTH",
            "MICRO_BATCHES", "MICRO_BATCH_SIZE", "NUM_IPUS", "REPLICAS", "SECONDS", "SEED", "SYNC_CYCLES",
-           "FiniteFloat", "config_training_options", "force_option", "layer_options", "layering",
-           "output_option", "output_stream"]
+           "FiniteFloat", "budget_given", "budget_options", "cache_options", "config_training_options",
+           "force_option", "gradient_accumulation_option", "headroom_given", "layer_options", "layering",
+           "link_bandwidth_option", "output_option", "output_stream", "schedule_options"]
 
 log = logging.getLogger("popliner")
 
@@ -110,6 +113,78 @@ REPLICAS = click.IntRange(1, 65_536)
 LAYERS_PER_STAGE = click.IntRange(1, 1_000_000)
 MICRO_BATCH_SIZE = click.IntRange(1, 10**9)
 SYNC_CYCLES = click.IntRange(0, 10**12)
+
+
+# ------------------------------------------------------------------ one block per concept, on every command
+
+
+def _apply(func: F, decorators: list[Callable[[F], F]]) -> F:
+    for decorate in reversed(decorators):
+        func = decorate(func)
+    return func
+
+
+def cache_options(func: F) -> F:
+    """``--no-cache`` and ``--cache-dir``: the derived-data cache of every command that reads a profile."""
+    return _apply(func, [
+        click.option("--no-cache", is_flag=True, help="Do not read or write the derived-data cache."),
+        click.option("--cache-dir", type=click.Path(file_okay=False, path_type=str), default=None,
+                     help="Cache folder (default $POPLINER_CACHE_DIR, else ~/.cache/popliner)."),
+    ])
+
+
+def link_bandwidth_option(func: F) -> F:
+    return click.option("--link-bandwidth", type=LINK_BANDWIDTH, default=DEFAULT_LINK_BANDWIDTH, show_default=True,
+                        help="Bytes/s of an inter-IPU copy (one IPU-Link: 512 Gbit/s), for transfer cycles.")(func)
+
+
+def schedule_options(func: F) -> F:
+    """``--micro-batch-size`` and ``--sync-cycles``: what a simulated step assumes beyond the config."""
+    return _apply(func, [
+        click.option("--micro-batch-size", type=MICRO_BATCH_SIZE, default=1, show_default=True,
+                     help="Samples per micro-batch, for the throughput."),
+        click.option("--sync-cycles", type=SYNC_CYCLES, default=DEFAULT_SYNC_CYCLES, show_default=True,
+                     help="Clock cycles of the sync before each copy phase."),
+    ])
+
+
+def gradient_accumulation_option(default: str) -> Callable[[F], F]:
+    """``--gradient-accumulation``/``-G``: micro-batches per step; ``default`` says what unset means."""
+    return click.option("--gradient-accumulation", "-G", type=MICRO_BATCHES, default=None,
+                        help=f"Micro-batches per step G (default: {default}).")
+
+
+def budget_options(default: str) -> Callable[[F], F]:
+    """``--budget F``, the fraction of each tile an IPU may use, and its alias ``--headroom F`` = ``--budget 1-F``
+    (the fraction kept free); :func:`budget_given` turns the pair into one fraction."""
+    return lambda func: _apply(func, [
+        click.option("--budget", type=float, default=None, callback=budget_fraction, metavar="FRACTION",
+                     help=f"Fraction of each tile's bytes an IPU may use (default: {default})."),
+        click.option("--headroom", type=float, default=None, callback=headroom_fraction, metavar="FRACTION",
+                     help="Alias: --headroom F is --budget 1-F, the fraction of each tile kept free."),
+    ])
+
+
+def headroom_fraction(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
+    """Click callback for ``--headroom``: a fraction of the tile in [0, 1), or unset."""
+    if value is not None and not 0.0 <= value < 1.0:
+        raise click.BadParameter(f"{value} is not a fraction in [0, 1)")
+    return value
+
+
+def budget_given(budget: float | None, headroom: float | None) -> float | None:
+    """The usable fraction ``--budget``/``--headroom`` give (None: neither); both at once is refused."""
+    if budget is not None and headroom is not None:
+        raise UsageProblem(f"--budget {budget} and --headroom {headroom} both set the budget "
+                           "(--headroom F is --budget 1-F): give one")
+    return budget if headroom is None else 1.0 - headroom
+
+
+def headroom_given(budget: float | None, headroom: float | None) -> float | None:
+    """The fraction kept free ``--budget``/``--headroom`` give: ``--headroom`` as given, ``--budget F`` as 1-F,
+    None when neither is (the planner's measured default)."""
+    budget_given(budget, headroom)  # refuses both at once
+    return headroom if budget is None else 1.0 - budget
 
 
 #: The main command's options that decide the layers (and the training view) of an analysis, as the

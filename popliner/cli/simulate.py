@@ -12,26 +12,22 @@ import click
 from popliner.cli.configured import analysis_for_config
 from popliner.cli.options import (
     CONFIG_TRAINING_PARAMS,
-    LINK_BANDWIDTH,
-    MICRO_BATCH_SIZE,
-    SYNC_CYCLES,
+    cache_options,
     config_training_options,
     force_option,
+    gradient_accumulation_option,
     layer_options,
+    link_bandwidth_option,
     output_option,
     output_stream,
+    schedule_options,
 )
 from popliner.config.model import PipelineConfig
 from popliner.config.options import check_cli_options
-from popliner.config.yaml_io import MAX_MICRO_BATCHES, read_config
+from popliner.config.yaml_io import read_config
 from popliner.errors import UsageProblem
 from popliner.fileio import atomic_write, check_writable, distinct_files, is_stdout, one_stdout
-from popliner.simulator.engine import (
-    DEFAULT_LINK_BANDWIDTH,
-    DEFAULT_SYNC_CYCLES,
-    SimResult,
-    simulate,
-)
+from popliner.simulator.engine import SimResult, simulate
 from popliner.simulator.inputs import (
     SimInputs,
     inputs_from_analysis,
@@ -56,14 +52,9 @@ logger = logging.getLogger(__name__)
 @click.argument("config_path", metavar="PIPELINE.yaml", type=click.Path(dir_okay=False))
 @click.option("--profile", "profile_path", type=click.Path(dir_okay=False), default=None,
               help="Recompute stage memory and cycles from this profile (default: the config's predictions).")
-@click.option("--gradient-accumulation", "-G", type=click.IntRange(min=1, max=MAX_MICRO_BATCHES), default=None,
-              help="Micro-batches per step G (default: the config's). Must be >= the pipeline stages.")
-@click.option("--micro-batch-size", type=MICRO_BATCH_SIZE, default=1, show_default=True,
-              help="Samples per micro-batch, for the throughput.")
-@click.option("--link-bandwidth", type=LINK_BANDWIDTH, default=DEFAULT_LINK_BANDWIDTH,
-              show_default=True, help="Bytes/s of an inter-IPU copy (one IPU-Link: 512 Gbit/s).")
-@click.option("--sync-cycles", type=SYNC_CYCLES, default=DEFAULT_SYNC_CYCLES, show_default=True,
-              help="Clock cycles of the sync before each copy phase.")
+@gradient_accumulation_option("the config's; at least the pipeline stages")
+@schedule_options
+@link_bandwidth_option
 @click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None,
               help="Write a Chrome/Perfetto trace (JSON) of one step.")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
@@ -72,11 +63,13 @@ logger = logging.getLogger(__name__)
 @force_option("Overwrite existing -o/--trace/--plot files.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON instead of tables.")
 @click.option("--all-cycles", is_flag=True, help="Print every pipeline cycle in the schedule views.")
+@cache_options
 @config_training_options
 @layer_options
 def command(config_path: str, profile_path: str | None, gradient_accumulation: int | None, micro_batch_size: int,
-            link_bandwidth: float, sync_cycles: int, trace_path: str | None, plot_path: str | None,
-            output: str | None, force: bool, as_json: bool, all_cycles: bool, **training: object) -> None:
+            sync_cycles: int, link_bandwidth: float, trace_path: str | None, plot_path: str | None,
+            output: str | None, force: bool, as_json: bool, all_cycles: bool, no_cache: bool, cache_dir: str | None,
+            **training: object) -> None:
     """Simulate one step of the pipeline in PIPELINE.yaml and report time, bubbles and memory.
 
     \b
@@ -91,7 +84,7 @@ def command(config_path: str, profile_path: str | None, gradient_accumulation: i
         check_writable(output, force)
     cfg = read_config(config_path)
     check_cli_options(cfg.options, config_path, {k: training[k] for k in CONFIG_TRAINING_PARAMS})
-    inputs = _inputs(cfg, config_path, profile_path, training)
+    inputs = _inputs(cfg, config_path, profile_path, training, use_cache=not no_cache, cache_dir=cache_dir)
     result = simulate(
         inputs.stages,
         gradient_accumulation if gradient_accumulation is not None else cfg.gradient_accumulation,
@@ -131,7 +124,7 @@ def _check_outputs(trace_path: str | None, plot_path: str | None, force: bool) -
 
 
 def _inputs(cfg: PipelineConfig, config_path: str, profile_path: str | None,
-            given: dict[str, object]) -> SimInputs:
+            given: dict[str, object], *, use_cache: bool, cache_dir: str | None) -> SimInputs:
     if profile_path is None:
         logger.info("no --profile: simulating with the config's predicted memory and cycles "
                        "(per-tile detail approximated; pass --profile for exact figures)")
@@ -145,7 +138,7 @@ def _inputs(cfg: PipelineConfig, config_path: str, profile_path: str | None,
     layers = {k: v for k, v in given.items() if k not in CONFIG_TRAINING_PARAMS}
     analysis = analysis_for_config(config_path, profile_path, cfg.mode, cfg.options, layers,
                                    layer_groups=cfg.layer_groups, recorded_sha256=cfg.profile_sha256,
-                                   recorded_layers=cfg.layer_options)
+                                   recorded_layers=cfg.layer_options, use_cache=use_cache, cache_dir=cache_dir)
     target = analysis.profile.target
     return inputs_from_analysis(cfg, analysis, tiles_per_ipu=int(target.tiles_per_ipu),
                                 clock_hz=float(target.clock_hz))

@@ -25,7 +25,7 @@ import numpy as np
 
 from popliner.arrays import gather_csr
 from popliner.layout import Layout
-from popliner.memory.liveness import window_peak
+from popliner.memory.liveness import variable_steps, window_peak
 from popliner.memory.model import MemoryModel
 from popliner.memory.training import (
     TrainingOptions,
@@ -376,22 +376,18 @@ class MemoryEngine:
     # -- variables -------------------------------------------------------------
 
     @cached_property
-    def var_first_step(self) -> np.ndarray:
-        """First live step of each variable (its class's first interval start)."""
-        p = self.profile
-        starts = np.full(p.num_classes, -1, np.int64)
-        nonempty = np.diff(p.class_ptr) > 0
-        starts[nonempty] = p.iv_start[p.class_ptr[:-1][nonempty]]
-        return np.asarray(starts[p.variables.klass])
+    def _variable_steps(self) -> tuple[np.ndarray, np.ndarray]:
+        return variable_steps(self.profile)
 
-    @cached_property
+    @property
+    def var_first_step(self) -> np.ndarray:
+        """First live step of each variable (its class's first interval start), -1 when never live."""
+        return self._variable_steps[0]
+
+    @property
     def var_last_step(self) -> np.ndarray:
         """Last live step of each variable (inclusive), -1 when never live."""
-        p = self.profile
-        ends = np.full(p.num_classes, -1, np.int64)
-        nonempty = np.diff(p.class_ptr) > 0
-        ends[nonempty] = p.iv_end[p.class_ptr[1:][nonempty] - 1] - 1
-        return np.asarray(ends[p.variables.klass])
+        return self._variable_steps[1]
 
     @cached_property
     def always_live_var(self) -> np.ndarray:

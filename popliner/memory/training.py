@@ -24,6 +24,7 @@ import numpy as np
 from popliner.arrays import expand_ranges, gather_csr, rank_by_table
 from popliner.errors import UsageProblem
 from popliner.layout import EMBEDDING_GROUP, HEAD_GROUP, HEAD_PLACEMENTS, HeadPlacement
+from popliner.memory.liveness import variable_steps
 from popliner.ops.layers import LayerAssignment, compile_regex
 from popliner.ops.operations import OperationTable
 from popliner.profile.model import Profile
@@ -411,7 +412,7 @@ def build_training_view(profile: Profile, ops: OperationTable, layer_of_op: np.n
     forward_cut = unchanged
     rerun_ops = np.zeros(ops.count, bool)
     if recompute in ("every-layer", "pipeline"):
-        first, last = _var_first_last(profile, steps)
+        first, last = variable_steps(profile, steps)
         u = _last_forward_read(ops, forward_op, v.count, steps)
         lo_unit, hi_unit = _unit_span(ops, unit, v.count, steps)
         kept = ~always & (u >= 0) & (lo_unit >= 0) & ~state
@@ -445,16 +446,6 @@ def _unit_of_op(layer_of_op: np.ndarray, groups: np.ndarray, num_layers: int) ->
 def _step_dtype(num_steps: int) -> type[np.signedinteger]:
     """int32 for per-variable steps and unit numbers while they (and the "never" marker) fit, else int64."""
     return np.int32 if num_steps < _NEVER - 1 else np.int64
-
-
-def _var_first_last(profile: Profile, dtype: type[np.signedinteger] = np.int64) -> tuple[np.ndarray, np.ndarray]:
-    p = profile
-    nonempty = np.diff(p.class_ptr) > 0
-    starts = np.full(p.num_classes, -1, dtype)
-    ends = np.full(p.num_classes, -1, dtype)
-    starts[nonempty] = p.iv_start[p.class_ptr[:-1][nonempty]]
-    ends[nonempty] = p.iv_end[p.class_ptr[1:][nonempty] - 1] - 1
-    return starts[p.variables.klass], ends[p.variables.klass]
 
 
 def _last_forward_read(ops: OperationTable, forward_op: np.ndarray, num_vars: int,

@@ -6,7 +6,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["COMPONENTS", "COMPONENT_TITLES", "OTHER", "ComponentBytes", "StageMemory", "components"]
+__all__ = ["COMPONENTS", "COMPONENT_COLOURS", "COMPONENT_TITLES", "OTHER", "ComponentBytes", "StageMemory",
+           "components"]
 
 #: The five parts of a stage's per-tile memory, in report order.
 COMPONENTS: tuple[str, ...] = ("variables", "vertex_code", "vertex_state", "exchange_code", "control_code")
@@ -17,6 +18,15 @@ COMPONENT_TITLES: dict[str, str] = {
     "exchange_code": "Exchange code",
     "control_code": "Control code",
     "other": "Other categories",
+}
+#: One fixed colour per component (matplotlib's tab10), so that every plot and the HTML report agree.
+COMPONENT_COLOURS: dict[str, str] = {
+    "variables": "#1f77b4",
+    "vertex_code": "#ff7f0e",
+    "vertex_state": "#2ca02c",
+    "exchange_code": "#9467bd",
+    "control_code": "#8c564b",
+    "other": "#7f7f7f",
 }
 #: The sixth component: the compiler's categories the five leave out (:mod:`popliner.memory.categories`).
 #: Only a profile whose ``tileMemory`` has such categories has it; every view then shows it after the five.

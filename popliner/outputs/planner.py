@@ -105,7 +105,7 @@ PLANNER_NOTE = (
 EXACT_TEXT = "exact: popliner's figures for this contiguous split (as popliner check)"
 ESTIMATE_TEXT = (
     "estimate: not a contiguous split over the IPUs of the table, so row 12 adds up the layers' own figures "
-    "(no stash, shared code counted per layer)"
+    "(no stash, shared code counted per layer); type each layer's IPU in column B from row 19"
 )
 
 # Fixed rows of the layout (see the module docstring).

@@ -13,8 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from popliner.memory.types import COMPONENT_TITLES, components
-from popliner.outputs.plots import COMPONENT_COLOURS
+from popliner.memory.types import COMPONENT_COLOURS, COMPONENT_TITLES, components
 from popliner.report.aggregate import grid_values, tile_grid
 from popliner.report.build import Liveness
 from popliner.report.types import IpuMemory

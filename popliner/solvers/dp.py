@@ -1,6 +1,6 @@
 """Dynamic programming min-max split over a range table.
 
-Exact for the first objective (the largest stage cost) over contiguous
+Exact for the first objective (:mod:`popliner.solvers.objective`: the largest stage cost) over contiguous
 splits; used to cross-check CP-SAT and to seed it. ``best[k][j]`` is the
 smallest possible largest cost of layers ``0..j`` in ``k+1`` stages.
 """
@@ -10,34 +10,28 @@ from __future__ import annotations
 import math
 
 from popliner.deadline import OutOfTime, check_deadline
-from popliner.pipeline import RangeCosts, grows_past_limit, position_memory, range_cost
+from popliner.pipeline import RangeCosts, grows_past_limit, position_memory
+from popliner.solvers.objective import MEMORY, Objective, objective_order
 from popliner.solvers.problem import Bounds, SplitProblem
 
-__all__ = ["OutOfTime", "dp_bounds", "dp_for_stages", "dp_per_count", "stage_cost"]
+__all__ = ["OutOfTime", "dp_bounds", "dp_for_stages", "dp_per_count"]
 
 
-def stage_cost(table: RangeCosts, i: int, j: int, memory: float) -> float:
-    """The first objective's value for one stage: cycles, or its worst-tile ``memory`` without cycles."""
-    if table.has_cycles:
-        return float(range_cost(table, i, j))
-    return memory
-
-
-def dp_bounds(table: RangeCosts, problem: SplitProblem, by_memory: bool = False,
+def dp_bounds(table: RangeCosts, problem: SplitProblem, objective: Objective | None = None,
               deadline: float | None = None) -> tuple[Bounds, float] | None:
-    """Optimal stages (``(first, last)`` pairs) and their largest cost, or None if none fits.
+    """Optimal stages (``(first, last)`` pairs) and their largest value, or None if none fits.
 
-    ``by_memory`` minimises the largest worst-tile memory instead of the cost.
+    ``objective`` (a ``max`` one; default: the problem's first) is what is minimised.
     Past ``deadline`` it raises :class:`OutOfTime` with the best found so far.
     """
     best: tuple[Bounds, float] | None = None
-    for found in dp_per_count(table, problem, by_memory, deadline).values():
+    for found in dp_per_count(table, problem, objective, deadline).values():
         if found is not None and (best is None or found[1] < best[1]):
             best = found
     return best
 
 
-def dp_per_count(table: RangeCosts, problem: SplitProblem, by_memory: bool = False,
+def dp_per_count(table: RangeCosts, problem: SplitProblem, objective: Objective | None = None,
                  deadline: float | None = None) -> dict[int, tuple[Bounds, float] | None]:
     """The optimal split for each stage count the problem allows (exactly ``num_ipus`` when ``exact_ipus``).
 
@@ -45,16 +39,17 @@ def dp_per_count(table: RangeCosts, problem: SplitProblem, by_memory: bool = Fal
     count is not searched (None): its optimum is at least that first stage's,
     so it can neither be the optimum nor tie with it.
     """
+    objective = objective or objective_order(table, problem.objectives)[0]
     counts = [problem.num_ipus] if problem.exact_ipus else range(1, problem.num_ipus + 1)
     out: dict[int, tuple[Bounds, float] | None] = {}
     best = math.inf
     for k in counts:
         try:
             check_deadline(deadline)
-            if k <= table.num_layers and _first_stage_floor(table, problem, k, by_memory) > best:
+            if k <= table.num_layers and _first_stage_floor(table, problem, k, objective) > best:
                 out[k] = None
                 continue
-            out[k] = found = dp_for_stages(table, problem, k, by_memory, deadline)
+            out[k] = found = dp_for_stages(table, problem, k, objective, deadline)
         except OutOfTime as stop:
             known = [f for f in out.values() if f is not None]
             raise OutOfTime(min(known, key=lambda f: f[1]) if known else None) from stop
@@ -63,22 +58,23 @@ def dp_per_count(table: RangeCosts, problem: SplitProblem, by_memory: bool = Fal
     return out
 
 
-def _first_stage_floor(table: RangeCosts, problem: SplitProblem, stages: int, by_memory: bool) -> float:
+def _first_stage_floor(table: RangeCosts, problem: SplitProblem, stages: int, objective: Objective) -> float:
     """A lower bound on the optimum with ``stages`` stages: the smallest value any first stage can have.
 
     The first stage is ``0..j`` at position 0, with ``j = n-1`` for one stage
     and ``j <= n - stages`` otherwise (every other stage holds a layer).
     """
-    if not by_memory and table.has_cycles:
-        return -math.inf  # the objective is cycles, not this memory
+    if objective is not MEMORY:
+        return -math.inf  # a bound on memory says nothing of another objective
     n = table.num_layers
     ends = [n - 1] if stages == 1 else range(n - stages + 1)
     return min((position_memory(table, 0, j, 0, stages, problem.training) for j in ends), default=math.inf)
 
 
 def dp_for_stages(table: RangeCosts, problem: SplitProblem, stages: int,
-                  by_memory: bool = False, deadline: float | None = None) -> tuple[Bounds, float] | None:
+                  objective: Objective | None = None, deadline: float | None = None) -> tuple[Bounds, float] | None:
     """Optimal split into exactly ``stages`` stages, or None when none fits (:class:`OutOfTime` past ``deadline``)."""
+    value_of = (objective or objective_order(table, problem.objectives)[0]).stage_value
     n = table.num_layers
     if stages > n:
         return None
@@ -110,8 +106,7 @@ def dp_for_stages(table: RangeCosts, problem: SplitProblem, stages: int,
                 memory = position_memory(table, i, j, k, stages, problem.training)
                 if memory == inf:
                     continue  # over the limit with its copy buffers; a longer range may still fit
-                cost = memory if by_memory else stage_cost(table, i, j, memory)
-                value = max(prev, cost)
+                value = max(prev, value_of(table, i, j, memory))
                 if value < best[k][j]:
                     best[k][j], back[k][j] = value, i
     if best[stages - 1][n - 1] == inf:

@@ -3,12 +3,9 @@
 For a given number of stages K the model picks one range per stage position
 ``k``: a path from layer 0 to the last layer through the feasible ranges
 (ranges over the memory limit for their position are never variables).
-Objectives, in order, each solved with the previous one fixed:
-
-1. the largest stage cost (cycles plus received transfer when the profile
-   has cycles, else the largest stage memory);
-2. the largest worst-tile memory;
-3. the bytes crossing stage boundaries.
+Objectives, in the order :func:`popliner.solvers.objective.objective_order`
+gives (by default: the largest stage cost, the largest worst-tile memory, the
+bytes crossing stage boundaries), each solved with the previous one fixed.
 
 "At most N" IPUs solves every K in 1..N and keeps the best. Every solve has a
 time limit and a fixed seed, runs one worker and is bounded in deterministic
@@ -21,9 +18,11 @@ import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from popliner.pipeline import RangeCosts, grows_past_limit, position_memory
-from popliner.solvers.dp import dp_for_stages, stage_cost
+from popliner.solvers.dp import dp_for_stages
+from popliner.solvers.objective import Objective, objective_order
 from popliner.solvers.problem import Bounds, SplitProblem
 
 __all__ = ["IlpOutcome", "ilp_bounds"]
@@ -95,16 +94,19 @@ def hint_objectives(table: RangeCosts, problem: SplitProblem, bounds: Bounds) ->
     k = len(bounds)
     if k == 0 or k > problem.num_ipus or (problem.exact_ipus and k != problem.num_ipus):
         return None
-    costs, mems, crossing = [], [], 0
+    order = objective_order(table, problem.objectives)
+    values: list[tuple[int, ...]] = []
     for position, (i, j) in enumerate(bounds):
         mem = position_memory(table, i, j, position, k, problem.training)
         if mem == math.inf:
             return None
-        costs.append(int(stage_cost(table, i, j, mem)))
-        mems.append(int(mem))
-        if j < table.num_layers - 1:
-            crossing += table.crossing(j)
-    return max(costs), max(mems), crossing
+        values.append(tuple(int(o.stage_value(table, i, j, mem)) for o in order))
+    a, b, c = (_combine(o, [v[n] for v in values]) for n, o in enumerate(order))
+    return a, b, c
+
+
+def _combine(objective: Objective, values: Sequence[int]) -> int:
+    return max(values) if objective.combine == "max" else sum(values)
 
 
 @dataclass(frozen=True)
@@ -112,14 +114,13 @@ class _Edge:
     position: int
     first: int
     last: int
-    cost: int
-    memory: int
-    crossing: int
+    values: tuple[int, ...]  # each objective's figure for this range at this position
 
 
 def _edges(table: RangeCosts, problem: SplitProblem, stages: int, cost_cap: float = math.inf) -> list[_Edge]:
     n = table.num_layers
     forbidden = table.forbidden_splits(problem.keep_shared_together)
+    order = objective_order(table, problem.objectives)
     edges = []
     for k in range(stages):
         starts = [0] if k == 0 else range(1, n)
@@ -137,10 +138,10 @@ def _edges(table: RangeCosts, problem: SplitProblem, stages: int, cost_cap: floa
                     continue
                 if not last and not problem.allowed_split(j, forbidden):
                     continue
-                cost = stage_cost(table, i, j, mem)
+                cost = order[0].stage_value(table, i, j, mem)
                 if cost > cost_cap:
                     continue  # can never be part of a split that reaches the optimum of objective 1
-                edges.append(_Edge(k, i, j, int(cost), int(mem), table.crossing(j)))
+                edges.append(_Edge(k, i, j, (int(cost), *(int(o.stage_value(table, i, j, mem)) for o in order[1:]))))
     return edges
 
 
@@ -180,15 +181,17 @@ def _solve_k(table: RangeCosts, problem: SplitProblem, stages: int, time_limit: 
         if p < n - 1:
             model.add(sum(x[m] for m, e in enumerate(edges) if e.last == p) == 1)
 
-    cost_hi = max(e.cost for e in edges)
-    mem_hi = max(e.memory for e in edges)
-    max_cost = model.new_int_var(0, cost_hi, "max_stage_cost")
-    max_mem = model.new_int_var(0, mem_hi, "max_worst_tile_bytes")
+    order = objective_order(table, problem.objectives)
+    objectives: list[Any] = []
+    for idx, o in enumerate(order):
+        if o.combine == "max":  # the worst stage: a variable at least every position's figure
+            objectives.append(model.new_int_var(0, max(e.values[idx] for e in edges), f"max_{o.name}"))
     for members in by_position:
         # Exactly one range per position, so the weighted sum is that range's figure.
-        model.add(max_cost >= sum(edges[m].cost * x[m] for m in members))
-        model.add(max_mem >= sum(edges[m].memory * x[m] for m in members))
-    crossing = sum(e.crossing * x[m] for m, e in enumerate(edges) if e.last < n - 1)
+        for idx, worst in enumerate(objectives):
+            model.add(worst >= sum(edges[m].values[idx] * x[m] for m in members))
+    objectives += [sum(e.values[idx] * x[m] for m, e in enumerate(edges) if e.values[idx])
+                   for idx, o in enumerate(order) if o.combine == "sum"]
 
     if hints:
         chosen = {(k, a, b) for k, (a, b) in enumerate(hints[0])}
@@ -204,7 +207,7 @@ def _solve_k(table: RangeCosts, problem: SplitProblem, stages: int, time_limit: 
     optimal = True
     values: list[int] = []
     bound = 0.0
-    for phase, objective in enumerate((max_cost, max_mem, crossing)):
+    for phase, objective in enumerate(objectives):
         model.minimize(objective)
         status = solver.solve(model)
         if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
@@ -226,14 +229,12 @@ def _solve_k(table: RangeCosts, problem: SplitProblem, stages: int, time_limit: 
             if solver.value(x[m])
         )
     while len(values) < 3:
-        values.append(_fallback(values, edges, chosen_bounds, n))
+        values.append(_fallback(order[len(values)], len(values), edges, chosen_bounds))
     gap = (values[0] - bound) / values[0] if values[0] else 0.0
     return IlpOutcome(chosen_bounds, (values[0], values[1], values[2]), optimal, bound, max(gap, 0.0), 1), False
 
 
-def _fallback(values: list[int], edges: list[_Edge], bounds: Bounds, n: int) -> int:
+def _fallback(objective: Objective, idx: int, edges: list[_Edge], bounds: Bounds) -> int:
     """Objective value of ``bounds`` for a phase that did not finish in time."""
     chosen = [e for e in edges if e.position < len(bounds) and bounds[e.position] == (e.first, e.last)]
-    if len(values) == 1:
-        return max(e.memory for e in chosen)
-    return sum(e.crossing for e in chosen if e.last < n - 1)
+    return _combine(objective, [e.values[idx] for e in chosen])

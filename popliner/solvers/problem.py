@@ -32,6 +32,8 @@ class SplitProblem:
     same_ipu: tuple[tuple[int, int], ...] = ()
     keep_shared_together: bool = False
     training: bool = False
+    #: Objectives to minimise ahead of the default order (names in popliner.solvers.objective.OBJECTIVES).
+    objectives: tuple[str, ...] = ()
 
     def allowed_split(self, j: int, forbidden: frozenset[int]) -> bool:
         """May a stage end after layer ``j`` (with more layers after it)?"""

@@ -16,11 +16,12 @@ from dataclasses import dataclass
 from typing import Literal
 
 from popliner.deadline import OutOfTime
-from popliner.pipeline import RangeCosts, position_memory, range_cost
+from popliner.pipeline import RangeCosts, position_memory
 from popliner.progress import phase
 from popliner.solvers.dp import dp_per_count
 from popliner.solvers.greedy import greedy_bounds
 from popliner.solvers.ilp import ilp_bounds
+from popliner.solvers.objective import objective_order, split_value
 from popliner.solvers.problem import Bounds, SplitProblem
 from popliner.solvers.suffix import estimated_split, forward_bounds, suffix_table
 
@@ -93,8 +94,8 @@ def solve_bounds(table: RangeCosts, problem: SplitProblem, *, solver: SolverName
             return _out_of_time(table, problem, dp, hints, relaxed, layer_bytes, time_limit, "ilp", "CP-SAT")
     if outcome is None:
         return _infeasible(table, problem, "ilp", relaxed, layer_bytes, deadline, time_limit)
-    note = ("objective: largest stage cycles (compute + received transfer)" if table.has_cycles
-            else "objective: largest stage worst-tile bytes (the profile has no cycles)")
+    first = objective_order(table, problem.objectives)[0]
+    note = f"objective: {first.title}" + ("" if table.has_cycles else " (the profile has no cycles)")
     if not outcome.optimal and time.monotonic() >= deadline:
         note += f"; the {time_limit:g} s time limit ran out: the best split found by then, not proved optimal"
     return SplitOutcome(
@@ -124,10 +125,10 @@ def _out_of_time(table: RangeCosts, problem: SplitProblem, best: tuple[Bounds, f
 
 
 def first_objective(table: RangeCosts, problem: SplitProblem, bounds: Bounds) -> float:
-    """The largest stage cost of a split (cycles with received transfer, else worst-tile bytes)."""
-    if table.has_cycles:
-        return float(max(range_cost(table, i, j) for i, j in bounds))
-    return float(max(position_memory(table, i, j, k, len(bounds), problem.training) for k, (i, j) in enumerate(bounds)))
+    """The first objective of a split (:func:`popliner.solvers.objective.objective_order`)."""
+    k = len(bounds)
+    memories = [position_memory(table, i, j, p, k, problem.training) for p, (i, j) in enumerate(bounds)]
+    return split_value(objective_order(table, problem.objectives)[0], table, bounds, memories)
 
 
 def _infeasible(table: RangeCosts, problem: SplitProblem, solver: str, relaxed: Callable[[float], RangeCosts] | None,

@@ -110,8 +110,8 @@ def write_report(plan: SplitPlan, path: str, force: bool, gradient_accumulation:
 def write_plots(plan: SplitPlan | None, analysis: Any, plot: str, force: bool, budget: int) -> None:
     """``--plot``: memory per layer; with a split, also NAME-split and NAME-tiles beside it."""
     from popliner.breakdown import build_breakdown
-    from popliner.outputs.plots import plot_layers, plot_split, plot_tiles
     from popliner.report.data import ipu_memories
+    from popliner.writers.plots import plot_layers, plot_split, plot_tiles
 
     with phase("plotting"):
         breakdown = build_breakdown(analysis, with_operations=False, with_totals=False)

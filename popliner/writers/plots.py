@@ -33,9 +33,9 @@ import numpy as np
 
 from popliner.errors import UsageProblem
 from popliner.fileio import atomic_write, check_writable, writes_in_place
-from popliner.memory.types import COMPONENT_TITLES, components
-from popliner.outputs.rows import Breakdown
-from popliner.report.aggregate import grid_values
+from popliner.memory.types import COMPONENT_COLOURS, COMPONENT_TITLES, components
+from popliner.outputs.rows import Breakdown, LayerRow
+from popliner.report.aggregate import grid_values, tile_grid
 from popliner.report.types import IpuMemory
 from popliner.solvers.result import SplitResult, StageResult
 from popliner.textsafe import shown
@@ -44,17 +44,8 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-__all__ = ["plot_layers", "plot_split", "plot_tiles"]
+__all__ = ["plot_layers", "plot_split", "plot_tiles", "plotted_layers"]
 
-#: One fixed colour per component (matplotlib's tab10), so every plot agrees.
-COMPONENT_COLOURS: dict[str, str] = {
-    "variables": "#1f77b4",
-    "vertex_code": "#ff7f0e",
-    "vertex_state": "#2ca02c",
-    "exchange_code": "#9467bd",
-    "control_code": "#8c564b",
-    "other": "#7f7f7f",
-}
 _BUDGET_COLOUR = "#d62728"
 _OVER_COLOUR = "#d62728"
 _FIT_COLOUR = "#4c72b0"
@@ -122,24 +113,34 @@ def _width_for(count: int) -> float:
 
 
 def plot_layers(breakdown: Breakdown, path: str | os.PathLike[str], *, budget_bytes: int, force: bool) -> None:
-    """Per-layer memory: components summed over tiles (top), worst tile vs budget (bottom)."""
+    """Per-layer memory: components summed over tiles (top), worst tile vs budget (bottom).
+
+    The operations of no layer come first as a bar of their own, as on the report's and the
+    workbook's layer tables (they go with the first IPU).
+    """
     fmt = _image_format(path, force)
     with _plot_style():
-        names = [_label(layer.layer) for layer in breakdown.layers]
+        rows = plotted_layers(breakdown)
+        names = [_label(layer.layer) for layer in rows]
         figure = _new_figure(_width_for(len(names)), 8.0)
         top, bottom = figure.subplots(2, 1, sharex=True)
-        _draw_layer_components(top, breakdown, budget_bytes)
-        _draw_layer_worst(bottom, breakdown, budget_bytes)
+        _draw_layer_components(top, breakdown, rows, budget_bytes)
+        _draw_layer_worst(bottom, rows, budget_bytes)
         bottom.set_xticks(range(len(names)), names, rotation=90, fontsize=8)
         bottom.set_xlabel("Layer (program order)")
         _save(figure, path, fmt, force)
 
 
-def _draw_layer_components(axes: Axes, breakdown: Breakdown, budget_bytes: int) -> None:
-    x = np.arange(len(breakdown.layers))
+def plotted_layers(breakdown: Breakdown) -> tuple[LayerRow, ...]:
+    """The bars of the per-layer plot, in order: the operations of no layer (if any), then the layers."""
+    return ((breakdown.unlayered,) if breakdown.unlayered is not None else ()) + breakdown.layers
+
+
+def _draw_layer_components(axes: Axes, breakdown: Breakdown, rows: Sequence[LayerRow], budget_bytes: int) -> None:
+    x = np.arange(len(rows))
     base = np.zeros(len(x))
     for component in components(breakdown.has_other):
-        heights = np.array([getattr(layer.memory, component) for layer in breakdown.layers], dtype=float)
+        heights = np.array([getattr(layer.memory, component) for layer in rows], dtype=float)
         axes.bar(x, heights, bottom=base, color=COMPONENT_COLOURS[component], label=COMPONENT_TITLES[component])
         base += heights
     capacity = budget_bytes * breakdown.tiles
@@ -163,8 +164,8 @@ def _engineering(value: float) -> str:
     return str(EngFormatter(unit="B", places=1).format_data(value))
 
 
-def _draw_layer_worst(axes: Axes, breakdown: Breakdown, budget_bytes: int) -> None:
-    worst = [layer.worst_tile_bytes for layer in breakdown.layers]
+def _draw_layer_worst(axes: Axes, rows: Sequence[LayerRow], budget_bytes: int) -> None:
+    worst = [layer.worst_tile_bytes for layer in rows]
     colours = [_OVER_COLOUR if value > budget_bytes else _FIT_COLOUR for value in worst]
     axes.bar(np.arange(len(worst)), worst, color=colours)
     _budget_line(axes, budget_bytes, "Budget per tile")
@@ -262,8 +263,12 @@ def plot_tiles(
     with _plot_style():
         cols = min(len(ipus), TILE_PLOT_COLUMNS)
         rows = -(-len(ipus) // cols)
-        figure = _new_figure(3.4 * cols + 1.6, 2.6 * rows + 3.6)
-        grid = figure.add_gridspec(rows + 1, cols, height_ratios=[1.0] * rows + [1.25])
+        # Each heatmap row as tall as its maps are at the column's width (plus three title lines), so the
+        # maps fill their columns instead of leaving the width to white space.
+        grid_rows, grid_cols = tile_grid(max(i.tiles for i in ipus))
+        heat = 3.2 * grid_rows / grid_cols + 0.7
+        figure = _new_figure(3.4 * cols + 1.6, heat * rows + 3.6)
+        grid = figure.add_gridspec(rows + 1, cols, height_ratios=[heat] * rows + [3.2])
         budget = max(i.budget for i in ipus)
         colours = _tile_colours(budget, max(max(i.worst_bytes for i in ipus), budget))
         images = [_draw_heatmap(figure.add_subplot(grid[k // cols, k % cols]), ipu, colours)
@@ -333,4 +338,6 @@ def _draw_sorted(axes: Axes, ipus: Sequence[IpuMemory], budget: int) -> None:
     axes.set_xlim(0, max(i.tiles for i in ipus) - 1)
     axes.set_ylim(0, 1.08 * max(budget, max(i.worst_bytes for i in ipus)))
     _bytes_axis(axes)
-    axes.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7, ncols=1 if len(ipus) <= 8 else 2)
+    # Inside the axes, low on the left where sorted totals rarely reach: a legend beside them would take
+    # its width from every column of the figure, heatmaps included.
+    axes.legend(loc="lower left", fontsize=7, ncols=1 + (len(ipus) - 1) // 4)

@@ -1,0 +1,96 @@
+"""What the solvers minimise, and in what order: the one place an objective is defined.
+
+A split is scored by a tuple of objectives compared lexicographically (the
+first decides; ties go to the second, then the third). Every objective is a
+figure per stage, combined over the stages of a split by ``max`` (the worst
+stage) or by ``sum`` (for figures that add up, like the bytes sent between
+IPUs). The exact DP (:mod:`popliner.solvers.dp`) minimises the first
+objective (it must be a ``max``: that is what the DP's recursion takes);
+CP-SAT (:mod:`popliner.solvers.ilp`) minimises all of them, one after the
+other with the previous optimum fixed; greedy reports the first.
+
+The order today (:func:`objective_order`):
+
+1. ``cycles``: the largest stage cost, compute plus received transfer
+   (:func:`popliner.pipeline.range_cost`), the pipeline's throughput; when the
+   profile has no cycles, ``memory`` takes its place;
+2. ``memory``: the largest worst-tile bytes of a stage at its position
+   (stash and copy buffers included);
+3. ``crossing``: the bytes crossing stage boundaries.
+
+A new objective is one more :class:`Objective` in :data:`OBJECTIVES`; a
+``SplitProblem(objectives=("name", ...))`` puts it first (the rest of the
+default order follows as tie-breakers).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from popliner.errors import UsageProblem
+from popliner.pipeline import RangeCosts, range_cost
+
+__all__ = ["CROSSING", "CYCLES", "MEMORY", "OBJECTIVES", "Objective", "objective_order", "split_value"]
+
+#: One stage's figure: (table, first layer, last layer, the stage's worst-tile memory at its position).
+StageValue = Callable[[RangeCosts, int, int, float], float]
+
+
+@dataclass(frozen=True)
+class Objective:
+    """A figure the solvers minimise: per stage, and how the stages of a split combine."""
+
+    name: str
+    #: What the split summary's note says is minimised.
+    title: str
+    combine: Literal["max", "sum"]
+    stage_value: StageValue
+
+
+def _cycles(table: RangeCosts, i: int, j: int, memory: float) -> float:
+    return float(range_cost(table, i, j))
+
+
+def _memory(table: RangeCosts, i: int, j: int, memory: float) -> float:
+    return memory
+
+
+def _crossing(table: RangeCosts, i: int, j: int, memory: float) -> float:
+    # The bytes a stage sends on: nothing after the last layer.
+    return float(table.crossing(j)) if j < table.num_layers - 1 else 0.0
+
+
+CYCLES = Objective("cycles", "largest stage cycles (compute + received transfer)", "max", _cycles)
+MEMORY = Objective("memory", "largest stage worst-tile bytes", "max", _memory)
+CROSSING = Objective("crossing", "bytes sent between IPUs", "sum", _crossing)
+
+#: Every objective by name.
+OBJECTIVES: dict[str, Objective] = {o.name: o for o in (CYCLES, MEMORY, CROSSING)}
+
+
+def objective_order(table: RangeCosts, first: Sequence[str] = ()) -> tuple[Objective, Objective, Objective]:
+    """The three objectives in the order they are minimised.
+
+    By default throughput first (``cycles``; ``memory`` on a profile without
+    cycles), then memory, then crossing. ``first`` names objectives to put
+    ahead; the defaults follow, three in all.
+    """
+    unknown = [name for name in first if name not in OBJECTIVES]
+    if unknown:
+        raise UsageProblem(f"unknown objective(s) {', '.join(unknown)}; expected some of {', '.join(OBJECTIVES)}")
+    default = (CYCLES if table.has_cycles else MEMORY, MEMORY, CROSSING)
+    chosen = [OBJECTIVES[name] for name in first]
+    order = (*chosen, *default)[:3]
+    if order[0].combine != "max":
+        raise UsageProblem(f"objective {order[0].name} adds up over the stages: it cannot come first "
+                           "(the exact DP minimises the worst stage)")
+    return order[0], order[1], order[2]
+
+
+def split_value(objective: Objective, table: RangeCosts, bounds: Sequence[tuple[int, int]],
+                memories: Sequence[float]) -> float:
+    """``objective`` over a whole split, from each stage's bounds and memory at its position."""
+    values = [objective.stage_value(table, i, j, m) for (i, j), m in zip(bounds, memories, strict=True)]
+    return max(values) if objective.combine == "max" else float(sum(values))
