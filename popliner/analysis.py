@@ -46,6 +46,7 @@ from popliner.progress import phase
 if TYPE_CHECKING:
     from popliner.memory.engine import MemoryEngine
     from popliner.memory.model import MemoryModel
+    from popliner.memory.ranges import ProfileRanges
     from popliner.memory.types import StageMemory
     from popliner.pipeline import StageFigure
     from popliner.solvers.problem import SplitProblem
@@ -237,7 +238,7 @@ def solve_split(analysis: Analysis, problem: SplitProblem, *, solver: SolverName
             # Lazy: the best effort and the fewest-IPUs search read rows in order and only as far as they need.
             relaxed=lambda factor: ProfileRanges(engine, int(problem.budget * factor), link_bytes_per_second,
                                                  deadline=deadline, lazy=True),
-            layer_bytes=lambda k: table.stage_memory(k, k).worst_bytes,
+            layer_need=lambda k: _layer_need(engine, table, k),
         )
     stages, note = _stage_results(analysis, problem, outcome.bounds, outcome.status == "INFEASIBLE", deadline,
                                   time_limit)
@@ -279,6 +280,17 @@ def _stage_results(analysis: Analysis, problem: SplitProblem, bounds: Sequence[t
         note = (f"; the {time_limit:g} s time limit ran out before the overflow details of "
                 f"{len(skipped)} stage(s) over budget (IPUs {_ipu_list(skipped)}) were found")
     return tuple(stages), note
+
+
+def _layer_need(engine: MemoryEngine, table: ProfileRanges, k: int) -> str:
+    """What layer ``k`` alone needs on its worst tile; at 0 with a wrapped head, also the two parts' own figures."""
+    need = f"needs {table.stage_memory(k, k).worst_bytes:,} bytes on its worst tile"
+    if k == 0 and engine.layout.wraps and engine.layout.head is not None:
+        first = engine.stage_memory(engine.stage_ops([0], first_stage=True)).worst_bytes
+        head = engine.stage_memory(engine.stage_ops([engine.layout.head], first_stage=False)).worst_bytes
+        need += (f" ({engine.layer_names[0]} {first:,} and {engine.layer_names[engine.layout.head]} {head:,} "
+                 "on their own worst tiles)")
+    return need
 
 
 def _ipu_list(ipus: Sequence[int]) -> str:

@@ -144,8 +144,15 @@ def spread_over_tiles(nbytes: int, tiles: int) -> int:
 
 
 def copy_buffer_per_tile(bytes_in: int, bytes_out: int, tiles: int, training: bool) -> int:
-    """Per tile, the buffers of what an IPU receives (``bytes_in``) and sends on (``bytes_out``) per micro-batch."""
-    return spread_over_tiles((2 if training else 1) * (bytes_in + bytes_out), tiles)
+    """Per tile, the buffers of what an IPU receives (``bytes_in``) and sends on (``bytes_out``) per micro-batch.
+
+    The bytes crossing a boundary are the variables used on both sides and
+    sent (:attr:`popliner.memory.engine.MemoryEngine.sent_var`): in training
+    they already hold each activation (sent forward) and its gradient (sent
+    back) once each, so training adds nothing here; ``training`` is kept for
+    the callers that pass it.
+    """
+    return spread_over_tiles(bytes_in + bytes_out, tiles)
 
 
 # -- from a range table (solvers) ------------------------------------------------
@@ -282,6 +289,8 @@ class StageFigure:
     recompute_cycles: int = 0
     #: Cycles of a wrapped head on this IPU (its own pipeline stage, forward and backward), else 0.
     head_cycles: int = 0
+    #: The part of ``bytes_in`` that goes the other way: gradients this IPU sends back (0 in inference).
+    gradient_bytes_in: int = 0
 
     @property
     def extra_stash_entries(self) -> int:
@@ -331,7 +340,7 @@ class StageFigure:
 
 
 def _figure(engine: MemoryEngine, layers: Sequence[int], position: int, num_ipus: int, bytes_in: int,
-            bytes_out: int, wraps: bool = False) -> StageFigure:
+            bytes_out: int, wraps: bool = False, gradient_bytes_in: int = 0) -> StageFigure:
     """One IPU's figure; ``wraps``: the pipeline has a wrapped head (a stage of its own on IPU 0)."""
     holds_head = wraps and position == 0
     own = [k for k in layers if not (holds_head and k == engine.head_layer)]
@@ -347,7 +356,7 @@ def _figure(engine: MemoryEngine, layers: Sequence[int], position: int, num_ipus
         copy_buffer=copy_buffer_per_tile(bytes_in, bytes_out, engine.tiles, engine.training),
         bytes_in=bytes_in, bytes_out=bytes_out, forward_cycles=forward, backward_cycles=backward,
         recompute_cycles=engine.rerun_cycles(own_ops) if engine.training else 0,
-        head_cycles=head,
+        head_cycles=head, gradient_bytes_in=gradient_bytes_in if engine.training else 0,
     )
 
 
@@ -365,13 +374,17 @@ def stage_figures(engine: MemoryEngine, stages: Sequence[Sequence[int]]) -> tupl
     head = [engine.head_layer] if wraps else []
     order = [[x for x in stages[0] if x not in head], *stages[1:]]  # pipeline order, the head left out
     crossing = [0] * (count + 1)  # crossing[k]: into IPU k (0 into the first, 0 out of the last)
+    gradients = [0] * (count + 1)  # the part of crossing[k] sent back (training)
     for k in range(1, count):
         before = [x for group in order[:k] for x in group]
         after = [x for group in order[k:] for x in group] + head
         crossing[k] = engine.boundary_bytes(before, after)
+        gradients[k] = engine.boundary_bytes(before, after, gradients_only=True)
     if wraps:
-        crossing[0] = crossing[count] = engine.boundary_bytes([x for group in order for x in group], head)
-    return tuple(_figure(engine, group, k, count, crossing[k], crossing[k + 1], wraps)
+        before = [x for group in order for x in group]
+        crossing[0] = crossing[count] = engine.boundary_bytes(before, head)
+        gradients[0] = engine.boundary_bytes(before, head, gradients_only=True)
+    return tuple(_figure(engine, group, k, count, crossing[k], crossing[k + 1], wraps, gradients[k])
                  for k, group in enumerate(stages))
 
 
@@ -383,15 +396,16 @@ def range_figure(engine: MemoryEngine, i: int, j: int, position: int, num_ipus: 
     layer ``j``. With a wrapped head, ``i..j`` index the layers before the
     head, and the range at position 0 holds the head too.
     """
-    cross = engine.crossing
-    bytes_in = int(cross[i - 1]) if 0 < i <= len(cross) else 0
+    cross, back = engine.crossing, engine.gradient_crossing
+    into = i - 1
     bytes_out = int(cross[j]) if 0 <= j < len(cross) else 0
     layers = list(range(i, j + 1))
     wraps = engine.layout.wraps_at(num_ipus)
     if engine.layout.wraps and position == 0:
         layers.append(engine.head_layer)
-        if wraps:
-            bytes_in = int(cross[engine.head_layer - 1])
-        else:
+        into = engine.head_layer - 1 if wraps else -1
+        if not wraps:
             bytes_out = 0  # one IPU holds everything: nothing crosses
-    return _figure(engine, layers, position, num_ipus, bytes_in, bytes_out, wraps)
+    bytes_in = int(cross[into]) if 0 <= into < len(cross) else 0
+    gradient_in = int(back[into]) if 0 <= into < len(back) else 0
+    return _figure(engine, layers, position, num_ipus, bytes_in, bytes_out, wraps, gradient_in)

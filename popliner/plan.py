@@ -22,8 +22,9 @@ from popliner.analysis import Analysis, solve_split
 from popliner.config.model import ConfigTraining
 from popliner.config.options import training_of
 from popliner.deadline import OutOfTime
+from popliner.defaults import HeadPlacementRequest, PlannedDefaults, buildable_placements, framework_defaults
 from popliner.errors import UsageProblem
-from popliner.layout import HeadPlacement, Layout
+from popliner.layout import Layout
 from popliner.memory.training import AppliedRecompute, Recompute, RecomputeRequest
 from popliner.progress import phase
 from popliner.solvers.problem import SplitProblem
@@ -64,7 +65,9 @@ class SplitRequest:
     num_ipus: int = 4
     ipus: IpuCount = "at-most"
     recompute: RecomputeRequest | None = None
-    head_placement: HeadPlacement | None = None
+    head_placement: HeadPlacementRequest | None = None
+    #: Take what the request leaves unset (None) from what the profile's framework builds (popliner.defaults).
+    framework_defaults: bool = False
     mem_per_tile: int | None = None
     headroom: float | None = None
     split_after: tuple[str, ...] = ()
@@ -125,6 +128,10 @@ class SplitPlan:
     training: ConfigTraining | None
     facts: FitFacts | None = None
     suggestion: Suggestion | None = None
+    #: The framework's defaults the plan applied (None: the request set everything, or inference).
+    defaults: PlannedDefaults | None = None
+    #: ``auto`` head placement: the fewest IPUs each placement fits on (None: none), first, last, wrap.
+    placements_tried: tuple[tuple[str, int | None], ...] = ()
 
     @property
     def fits(self) -> bool:
@@ -133,10 +140,62 @@ class SplitPlan:
 
 def plan_split(analysis: Analysis, request: SplitRequest = SplitRequest()) -> SplitPlan:
     """Split the analysed profile as ``request`` asks; ``request.time_limit`` bounds the whole call."""
+    defaults = None
+    if request.framework_defaults and analysis.mode == "training":
+        request, defaults = _apply_defaults(analysis, request)
+    if request.head_placement == "auto":
+        plan = _best_placement(analysis, request)
+    else:
+        plan = _plan(analysis, request)
+    return dataclasses.replace(plan, defaults=defaults) if defaults is not None else plan
+
+
+def _apply_defaults(analysis: Analysis, request: SplitRequest) -> tuple[SplitRequest, PlannedDefaults | None]:
+    """The request with what it leaves unset taken from the framework's defaults."""
+    from popliner.memory.training import tied_head
+
+    if request.recompute is not None and request.head_placement is not None:
+        return request, None
+    t = analysis.options.training
+    tied = tied_head(analysis.profile, analysis.ops, analysis.named_layers or analysis.layers, analysis.is_backward, t)
+    found = framework_defaults(analysis.framework.name, request.num_ipus, tied)
+    changes: dict[str, object] = {}
+    if request.recompute is None:
+        changes["recompute"] = found.recompute
+    if request.head_placement is None:
+        changes["head_placement"] = found.head_placement
+    log.info("planned %s; an option you give wins", found.why)
+    return dataclasses.replace(request, **changes), found  # type: ignore[arg-type]
+
+
+def _best_placement(analysis: Analysis, request: SplitRequest) -> SplitPlan:
+    """``auto``: of the placements the framework builds, the one that fits on the fewest IPUs, then the one
+    whose slowest IPU is fastest."""
+    scored = []
+    for placement in buildable_placements(analysis.framework.name):
+        plan = _plan(analysis, dataclasses.replace(request, head_placement=placement, fit_facts=True, suggest=False),
+                     warn=False)
+        fewest = plan.facts.fewest_ipus if plan.facts is not None else None
+        slowest = max((s.cycles for s in plan.split.stages), default=0)
+        scored.append(((not plan.fits, fewest if fewest is not None else 1 << 30, slowest), placement, fewest, plan))
+    key, placement, fewest, best = min(scored, key=lambda item: item[0])
+    tried = tuple((p, f) for _, p, f, _ in scored)
+    shown = ", ".join(f"{p}: {f if f is not None else 'none'}" for p, f in tried)
+    log.warning("--head-placement auto chose %s: %s (fewest IPUs that fit: %s)", placement,
+                "it fits on the fewest IPUs, then the slowest IPU is fastest" if best.fits else "nothing fits",
+                shown)
+    if (best.request.fit_facts, best.request.suggest) != (request.fit_facts, request.suggest) and not best.fits:
+        best = _plan(best.analysis, dataclasses.replace(request, head_placement=placement))
+    return dataclasses.replace(best, placements_tried=tried)
+
+
+def _plan(analysis: Analysis, request: SplitRequest, warn: bool = True) -> SplitPlan:
     started = time.monotonic()
     requested: RecomputeRequest = (request.recompute if request.recompute is not None
                                    else analysis.options.training.recompute)
     analysis = _with_requests(analysis, request)
+    if warn:
+        _warn_first_with_a_tied_head(analysis)
     asked = request.num_ipus
     request = dataclasses.replace(request, num_ipus=_ipus_for_layers(analysis, request))
     problem = split_problem(analysis, request)
@@ -166,7 +225,7 @@ def _with_requests(analysis: Analysis, request: SplitRequest) -> Analysis:
     """The analysis with the requested placement and recomputation (``auto`` starts from none)."""
     changes: dict[str, object] = {}
     training = analysis.options.training
-    if request.head_placement is not None and request.head_placement != training.head_placement:
+    if request.head_placement not in (None, "auto") and request.head_placement != training.head_placement:
         changes["head_placement"] = request.head_placement
     mode: Recompute | None = None
     if request.recompute == "auto":
@@ -176,6 +235,20 @@ def _with_requests(analysis: Analysis, request: SplitRequest) -> Analysis:
     if mode is not None and mode != training.recompute:
         changes["recompute"] = mode
     return reanalyse(analysis, **changes) if changes else analysis
+
+
+def _warn_first_with_a_tied_head(analysis: Analysis) -> None:
+    """``first`` with a tied head plans a pipeline the frameworks do not build: say so, and what they do."""
+    from popliner.memory.training import tied_head
+
+    if analysis.mode != "training" or analysis.options.training.head_placement != "first":
+        return
+    if tied_head(analysis.profile, analysis.ops, analysis.named_layers or analysis.layers, analysis.is_backward,
+                 analysis.options.training):
+        log.warning("%s: the head shares its weight with the embedding (a tied LM or MLM head); with "
+                    "--head-placement first it runs at the end of IPU 0's forward stage, which then spans the "
+                    "whole model; optimum-graphcore's pretraining, MLM and LM models wrap such a head back "
+                    "onto IPU 0 after the last layer: --head-placement wrap plans that", analysis.profile.path)
 
 
 def _ipus_for_layers(analysis: Analysis, request: SplitRequest) -> int:

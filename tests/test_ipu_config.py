@@ -171,11 +171,16 @@ def test_first_is_refused_before_any_work(tmp_path: Path) -> None:
     # first stage, as --head-placement first plans. No ipu_config.json that would build something else.
     out, config = tmp_path / "ipu_config.json", tmp_path / "pipeline.yaml"
     result = CliRunner().invoke(cli, [str(TINY_TRAINING), "--solve", "--num-ipus", "2", "--ipu-config-out", str(out),
-                                      "--config-out", str(config)])
+                                      "--config-out", str(config), "--head-placement", "first"])
     assert result.exit_code == 2 and result.stdout == ""
     assert "optimum-graphcore cannot build this split" in result.stderr and "--head-placement wrap or last" in \
         result.stderr
     assert not out.exists() and not config.exists()
+    # Not given, the placement is optimum-graphcore's (--ipu-config-out plans for it): never first.
+    result = CliRunner().invoke(cli, [str(TINY_TRAINING), "--solve", "--num-ipus", "2", "--ipu-config-out", str(out),
+                                      "--config-out", str(config), "--mem-per-tile", "800"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["training"]["head_placement"] in ("last", "wrap") and out.exists()
 
 
 @pytest.mark.parametrize("mode", ["training", "inference"])

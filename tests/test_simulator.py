@@ -325,8 +325,10 @@ class FakeAnalysis:
             out.append(StageFigure(
                 position=k, num_ipus=count, layers=(), memory=self.stage_memory(layers, k == 0),
                 stash_entry_per_tile=self.stash_entry_per_tile(layers), stash_entries=stash_depth(k, count),
-                copy_buffer=0, bytes_in=self.boundary_bytes(before, after) if k else 0, bytes_out=0,
-                forward_cycles=forward, backward_cycles=backward))
+                # Both ways: the activations crossing and their gradients, of the same size, sent back.
+                copy_buffer=0, bytes_in=2 * self.boundary_bytes(before, after) if k else 0, bytes_out=0,
+                forward_cycles=forward, backward_cycles=backward,
+                gradient_bytes_in=self.boundary_bytes(before, after) if k else 0))
         return tuple(out)
 
 

@@ -20,6 +20,7 @@ from popliner.cli.analyse_options import HiddenArgument, analyse_options
 from popliner.cli.options import headroom_given, output_stream
 from popliner.errors import InfeasibleSplitError, UsageProblem
 from popliner.fileio import check_writable, distinct_files, is_stdout, one_stdout
+from popliner.layout import HeadPlacement
 from popliner.memory.training import Recompute, TrainingOptions
 from popliner.plan import SplitPlan, SplitRequest, plan_split
 from popliner.progress import Tracker, phase, progress_wanted, tracking
@@ -151,16 +152,18 @@ def _analysis_options(p: dict[str, Any]) -> AnalysisOptions:
     if not op_layers:
         raise UsageProblem("--op-layers: give at least one debug-context layer name")
     # `auto` is a request for the planner: the profile is read with no recomputation, which auto tries first.
-    recompute: Recompute = "none" if p["recompute"] == "auto" else p["recompute"]
+    # Unset or `auto`: the planner decides (the framework's defaults); the profile is read without them.
+    recompute: Recompute = p["recompute"] if p["recompute"] not in (None, "auto") else "none"
+    placement: HeadPlacement = p["head_placement"] if p["head_placement"] not in (None, "auto") else "first"
     training = TrainingOptions(
         recompute=recompute, optimizer_state=p["optimizer_state"], replication_factor=p["replication_factor"],
-        sharded_optimizer_state=p["sharded_optimizer_state"], head_placement=p["head_placement"],
+        sharded_optimizer_state=p["sharded_optimizer_state"], head_placement=placement,
         update_regex=p["update_regex"], optimizer_state_regex=p["optimizer_state_regex"])
     return AnalysisOptions(
         op_layers=op_layers, layer_preset=p["layer_preset"], layer_name_regex=p["layer_name_regex"],
         inputs_regex_layer_0=p["inputs_regex_layer_0"], layer_order=p["layer_order"],
         layered_vars_only=not p["all_vars"], mode=p["mode"], backward_regex=p["backward_regex"], training=training,
-        framework=p["framework"])
+        framework=p["framework"] or ("optimum" if p["ipu_config_out"] else None))
 
 
 def _split_request(p: dict[str, Any]) -> SplitRequest:
@@ -173,8 +176,9 @@ def _split_request(p: dict[str, Any]) -> SplitRequest:
     quiet = not log.isEnabledFor(logging.WARNING)
     return SplitRequest(
         num_ipus=p["num_ipus"], ipus="fewest" if p["min_ipus"] else "exactly" if p["exact_ipus"] else "at-most",
-        recompute="auto" if p["recompute"] == "auto" else None, mem_per_tile=p["mem_per_tile"],
-        headroom=headroom_given(p["budget"], p["headroom"]), split_after=tuple(p["split_after"]), same_ipu=tuple(pairs),
+        recompute=p["recompute"], head_placement=p["head_placement"], framework_defaults=True,
+        mem_per_tile=p["mem_per_tile"], headroom=headroom_given(p["budget"], p["headroom"]),
+        split_after=tuple(p["split_after"]), same_ipu=tuple(pairs),
         min_layers=p["min_layers_per_stage"], keep_shared_together=p["keep_shared_vars_together"],
         solver=p["solver"], time_limit=p["time_limit"], seed=p["seed"], link_bandwidth=p["link_bandwidth"],
         fit_facts=not quiet, suggest=not quiet)
@@ -215,7 +219,7 @@ def _write_tables(analysis: Any, outputs: Outputs, fmt: str, p: dict[str, Any], 
     breakdown = build_breakdown(analysis, with_operations=outputs.operation_breakdown or xlsx,
                                 with_totals=outputs.memory_totals or xlsx,
                                 planner_ipus=max(num_ipus, split.num_ipus_used if split else 0) if xlsx else None,
-                                requested_recompute=p["recompute"])
+                                requested_recompute=plan.recompute_requested if plan is not None else p["recompute"])
     matrices = [m(analysis) for wanted, m in ((outputs.memory_affinity, affinity_matrix),
                                               (outputs.interlayer, interlayer_matrix)) if wanted]
     if xlsx:

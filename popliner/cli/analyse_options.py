@@ -80,17 +80,20 @@ _OPTIONS: list[Callable[[Any], Any]] = [
                   help="Training keeps stashes; auto looks for gradient operations."),
     click.option("--backward-regex", default=DEFAULT_BACKWARD_REGEX, show_default=True,
                   help="Operation names of the backward pass and weight update."),
-    click.option("--recompute", type=click.Choice(list(RECOMPUTE_REQUESTS)), default="none", show_default=True,
-                  help="Training: recomputation to model (docs/solvers.md); auto = the least that fits."),
+    click.option("--recompute", type=click.Choice(list(RECOMPUTE_REQUESTS)), default=None,
+                  help="Training: recomputation to model (docs/solvers.md); auto = the least that fits. "
+                       "Default: what the profile's framework does (PopTorch, optimum: pipeline over 2+ IPUs; "
+                       "else none)."),
     click.option("--optimizer-state", type=click.Choice(list(OPTIMIZER_STATES)), default="on-chip", show_default=True,
                   help="Training: off-chip keeps optimizer state in streaming memory, loaded for its update only."),
     click.option("--replication-factor", type=REPLICAS, default=1, show_default=True,
                   help="Training: replicas of the pipeline (total IPUs = IPUs x replicas)."),
     click.option("--sharded-optimizer-state", is_flag=True,
                   help="Training: divide optimizer state over the replicas (replicated tensor sharding)."),
-    click.option("--head-placement", type=click.Choice(list(HEAD_PLACEMENTS)), default="first", show_default=True,
-                  help="Operations without a layer: all on the first IPU; or the embedding there and the head on "
-                       "the last IPU (last)."),
+    click.option("--head-placement", type=click.Choice([*HEAD_PLACEMENTS, "auto"]), default=None,
+                  help="Operations without a layer: all on the first IPU (first); the embedding there and the head "
+                       "on the last IPU (last) or back on IPU 0 (wrap); auto: the one that fits on the fewest IPUs. "
+                       "Default: what the profile's framework builds (docs/pipeline-config.md)."),
     click.option("--framework", type=click.Choice(list(FRAMEWORKS)), default=None,
                   help="The framework that builds the pipeline (default: found in the profile; docs/frameworks.md)."),
     click.option("--update-regex", default=DEFAULT_UPDATE_REGEX, show_default=True,

@@ -189,6 +189,8 @@ class ConfigStage:
     forward_cycles: int | None = None
     recompute_cycles: int | None = None
     head_cycles: int | None = None
+    #: Training: the part of ``bytes_in`` sent back (the gradients); None in a config written before it was.
+    gradient_bytes_in: int | None = None
 
     @property
     def predicted_stale(self) -> bool:
@@ -329,7 +331,7 @@ def config_from_split(
         raise UsageProblem("the split has no stages; there is nothing to write a pipeline config for")
     if split.mode not in MODES:
         raise UsageProblem(f"split mode {split.mode!r} is neither 'inference' nor 'training'")
-    stages = tuple(_config_stage(position, s) for position, s in enumerate(split.stages))
+    stages = tuple(_config_stage(position, s, split.mode == "training") for position, s in enumerate(split.stages))
     recorded = (training or ConfigTraining()) if split.mode == "training" else None
     placement = recorded.head_placement if recorded is not None else None
     layout = Layout.of_stages([s.layers for s in stages], placement)
@@ -376,7 +378,7 @@ def check_gradient_accumulation(g: int, num_stages: int) -> None:
         )
 
 
-def _config_stage(position: int, s: StageResult) -> ConfigStage:
+def _config_stage(position: int, s: StageResult, training: bool) -> ConfigStage:
     if s.ipu != position:
         raise UsageProblem(f"split stage {position} is on IPU {s.ipu}; a pipeline config needs stage i on IPU i")
     if not s.layers:
@@ -397,4 +399,6 @@ def _config_stage(position: int, s: StageResult) -> ConfigStage:
         forward_cycles=int(s.figure.forward_cycles) if s.figure is not None else None,
         recompute_cycles=int(s.figure.recompute_cycles) if s.figure is not None else None,
         head_cycles=int(s.figure.head_cycles) if s.figure is not None and s.figure.head_cycles else None,
+        gradient_bytes_in=(int(s.figure.gradient_bytes_in)
+                           if s.figure is not None and training else None),
     )

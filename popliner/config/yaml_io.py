@@ -69,7 +69,7 @@ STAGE_KEYS = ("index", "ipu", "pipeline_stages", "layers", "predicted")
 PREDICTED_KEYS = ("for_layers", "memory", "worst_tile", "worst_tile_bytes", "stash_bytes", "stash_entries",
                   "cycles", "bytes_in")
 #: Written since the training options are recorded; a config without them still loads.
-PREDICTED_OPTIONAL = ("forward_cycles", "recompute_cycles", "head_cycles")
+PREDICTED_OPTIONAL = ("forward_cycles", "recompute_cycles", "head_cycles", "gradient_bytes_in")
 LAYER_KEYS = ("name", "ipu", "pipelineStage", "backwardPipelineStage")
 _SHA256 = re.compile(r"[0-9a-fA-F]{64}")
 
@@ -161,6 +161,7 @@ def _stage_document(cfg: PipelineConfig, s: ConfigStage) -> dict[str, Any]:
             **({} if s.forward_cycles is None else {"forward_cycles": s.forward_cycles}),
             **({} if s.recompute_cycles is None else {"recompute_cycles": s.recompute_cycles}),
             **({} if s.head_cycles is None else {"head_cycles": s.head_cycles}),
+            **({} if s.gradient_bytes_in is None else {"gradient_bytes_in": s.gradient_bytes_in}),
         },
     }
 
@@ -431,6 +432,7 @@ def _read_stage(r: _Reader, position: int, item: Any) -> ConfigStage:
         forward_cycles=optional["forward_cycles"],
         recompute_cycles=optional["recompute_cycles"],
         head_cycles=optional["head_cycles"],
+        gradient_bytes_in=optional["gradient_bytes_in"],
     )
 
 

@@ -34,9 +34,12 @@ from popliner.memory.training import (
 )
 from popliner.memory.types import StageMemory
 from popliner.ops.operations import OperationTable
-from popliner.profile.model import Profile
+from popliner.profile.model import PROGRAM_TYPES, Profile
 
 __all__ = ["MemoryEngine", "StashWindows", "stash_mask"]
+
+#: Program types that move data between the host and the IPU.
+_STREAM_TYPES = ("StreamCopyBegin", "StreamCopyMid", "StreamCopyEnd")
 
 #: (forward first step, forward last step, backward first step, backward last step) of a stage.
 StashWindows = tuple[int, int, int, int]
@@ -393,6 +396,44 @@ class MemoryEngine:
     def always_live_var(self) -> np.ndarray:
         return np.asarray(self.profile.always_live_classes()[self.profile.variables.klass])
 
+    @cached_property
+    def first_user(self) -> np.ndarray:
+        """Per variable, the operation that uses it at the earliest step (-1: none runs)."""
+        ops, n = self.ops, self.profile.variables.count
+        counts = np.diff(ops.var_ptr)
+        op_of_pair = np.repeat(np.arange(ops.count), counts)
+        var_of_pair = ops.var_idx
+        step = ops.first_step[op_of_pair]
+        ran = step >= 0
+        op_of_pair, var_of_pair, step = op_of_pair[ran], var_of_pair[ran], step[ran]
+        order = np.lexsort((step, var_of_pair))  # by variable, then earliest step first
+        first = np.ones(len(order), bool)
+        first[1:] = var_of_pair[order][1:] != var_of_pair[order][:-1]
+        first_user = np.full(n, -1, np.int64)
+        first_user[var_of_pair[order][first]] = op_of_pair[order][first]
+        return first_user
+
+    @cached_property
+    def constant_var(self) -> np.ndarray:
+        """Variables made on the device by an initialiser and sent nowhere: each IPU that reads one holds its own.
+
+        A constant (an attention bias, a causal mask, a loss scale) is first
+        used by a tensor initialiser (an operation ``Tensor/<id>`` with no
+        layer) that streams nothing from the host: a host input is sent on
+        like an activation, a constant is not.
+        """
+        ops, first_user = self.ops, self.first_user
+        streams = np.isin(self.profile.programs.type, [PROGRAM_TYPES.index(t) for t in _STREAM_TYPES])
+        init = np.zeros(ops.count, bool)
+        for op in np.flatnonzero(ops.is_tensor).tolist():
+            init[op] = not streams[ops.prog_idx[ops.prog_ptr[op]:ops.prog_ptr[op + 1]]].any()
+        return np.asarray((first_user >= 0) & init[np.maximum(first_user, 0)])
+
+    @cached_property
+    def sent_var(self) -> np.ndarray:
+        """Variables an IPU sends when a boundary cuts their users: neither always live nor constant."""
+        return np.asarray(~self.always_live_var & ~self.constant_var)
+
     # -- boundaries ------------------------------------------------------------
 
     @cached_property
@@ -447,8 +488,21 @@ class MemoryEngine:
         embedding's, crosses nothing); a variable the head uses and the
         embedding does not goes on from its first layer round to the head.
         """
+        return self._crossing(self.sent_var)
+
+    @cached_property
+    def gradient_crossing(self) -> np.ndarray:
+        """The part of :attr:`crossing` sent backwards: variables first used by a backward operation."""
+        return self._crossing(self.sent_var & self.gradient_var)
+
+    @cached_property
+    def gradient_var(self) -> np.ndarray:
+        """Variables first used by a backward operation (gradients; none in inference)."""
+        return np.asarray((self.first_user >= 0) & self.is_backward[np.maximum(self.first_user, 0)])
+
+    def _crossing(self, sent: np.ndarray) -> np.ndarray:
         lo, hi = self.variable_layer_span
-        pick = self.multi_layer_var & ~self.always_live_var
+        pick = self.multi_layer_var & sent
         if self.head_wraps:
             hi = self._wrapped_head_hi(lo, hi)
             pick &= hi > lo
@@ -487,23 +541,26 @@ class MemoryEngine:
         pick = self.multi_layer_var & self.always_live_var
         return tuple(zip(lo[pick].tolist(), hi[pick].tolist()))
 
-    def boundary_bytes(self, before: Sequence[int], after: Sequence[int]) -> int:
-        """Bytes of not-always-live variables used on both sides of a boundary between two sets of layers.
+    def boundary_bytes(self, before: Sequence[int], after: Sequence[int], gradients_only: bool = False) -> int:
+        """Bytes sent over a boundary between two sets of layers: sent variables both sides use.
 
         ``before`` holds the first stage's layers when it is not empty, so the
-        unlayered operations count on its side.
+        unlayered operations count on its side. ``gradients_only``: the part
+        sent backwards (:attr:`gradient_crossing`).
         """
         b, a = sorted(before), sorted(after)
         cut = len(b)
         if not b or not a:
             return 0
         if b == list(range(cut)) and a == list(range(cut, self.num_layers)):
-            return int(self.crossing[cut - 1])  # the usual case, a cut through the layer order
+            # The usual case, a cut through the layer order.
+            return int((self.gradient_crossing if gradients_only else self.crossing)[cut - 1])
         if self.head_wraps:
             used_before, used_after = self._wrapped_head_variables(b), self._wrapped_head_variables(a)
         else:
             used_before = self.model.counted_variables(self.stage_ops(b, first_stage=True))
             used_after = self.model.counted_variables(self.stage_ops(a, first_stage=False))
         both = np.intersect1d(used_before, used_after, assume_unique=True)
-        both = both[~self.always_live_var[both]]
+        sent = self.sent_var & self.gradient_var if gradients_only else self.sent_var
+        both = both[sent[both]]
         return int(self.profile.variables.bytes[both].sum())

@@ -44,6 +44,7 @@ __all__ = [
     "TrainingView",
     "build_training_view",
     "place_unlayered",
+    "tied_head",
     "with_live_steps",
     "called_operations",
     "head_groups",
@@ -358,6 +359,29 @@ def place_unlayered(profile: Profile, ops: OperationTable, layers: LayerAssignme
     backward |= recompute_operations(profile, ops, backward)
     groups = head_groups(ops, layers.layer_of_op, len(layers.names), backward, is_update, layers.note, called)
     return regroup_layers(layers, groups, options.head_placement)
+
+
+def tied_head(profile: Profile, ops: OperationTable, layers: LayerAssignment, backward_named: np.ndarray,
+              options: TrainingOptions) -> bool:
+    """Does the head share a weight with the embedding (a tied LM or MLM head)?
+
+    The operations :func:`place_unlayered` would group as the head (forward
+    ones, run after the last layer) use an always-live variable that the
+    embedding's forward operations use too.
+    """
+    loose = (layers.layer_of_op < 0) | (np.asarray(layers.note, dtype=object) == "inputs-layer-0")
+    if not loose.any() or not layers.names:
+        return False
+    called = called_operations(profile, ops)
+    is_update = update_operations(profile, ops, options.update_regex, called)
+    backward = _through_calls(backward_named, called)
+    backward |= recompute_operations(profile, ops, backward)
+    groups = head_groups(ops, layers.layer_of_op, len(layers.names), backward, is_update, layers.note, called)
+    always = profile.always_live_classes()[profile.variables.klass]
+    used = [np.zeros(profile.variables.count, bool) for _ in range(2)]
+    for op in np.flatnonzero((groups >= 0) & ~backward & ~is_update).tolist():
+        used[int(groups[op])][ops.vars_of(op)] = True
+    return bool((used[0] & used[1] & always).any())
 
 
 def build_training_view(profile: Profile, ops: OperationTable, layer_of_op: np.ndarray, num_layers: int,

@@ -70,9 +70,22 @@ class IpuFigures:
     backward_cycles: int
     memory_per_tile: np.ndarray
     stash_entry_per_tile: np.ndarray | None
-    bytes_in: int  # activations crossing into this IPU per micro-batch
+    bytes_in: int  # bytes crossing the boundary into this IPU per micro-batch, both ways
     label: str
     recompute_cycles: int = 0  # part of backward_cycles: forward work run again (recomputation)
+    #: Training: the part of ``bytes_in`` sent back (gradients); None for a config that does not record it,
+    #: whose whole ``bytes_in`` is then sent each way (as configs were simulated before it was recorded).
+    gradient_bytes_in: int | None = None
+
+    @property
+    def received(self) -> int:
+        """Bytes sent forwards into this IPU per micro-batch (activations)."""
+        return self.bytes_in - self.gradient_bytes_in if self.gradient_bytes_in is not None else self.bytes_in
+
+    @property
+    def returned(self) -> int:
+        """Bytes this IPU sends back over the same boundary per micro-batch (gradients)."""
+        return self.gradient_bytes_in if self.gradient_bytes_in is not None else self.bytes_in
 
 
 def pipeline_stages(mode: str, ipus: Sequence[IpuFigures], head_cycles: int | None = None) -> tuple[SimStage, ...]:
@@ -91,7 +104,7 @@ def pipeline_stages(mode: str, ipus: Sequence[IpuFigures], head_cycles: int | No
             for i, f in enumerate(ipus)
         )
     out = [
-        SimStage(forward_stage(i), i, "forward", f.forward_cycles, ipus[i + 1].bytes_in, f.memory_per_tile,
+        SimStage(forward_stage(i), i, "forward", f.forward_cycles, ipus[i + 1].received, f.memory_per_tile,
                  f.stash_entry_per_tile, f.label)
         for i, f in enumerate(ipus[:-1])
     ]
@@ -99,13 +112,13 @@ def pipeline_stages(mode: str, ipus: Sequence[IpuFigures], head_cycles: int | No
     # The last IPU computes the loss and sends the gradient of its input back.
     # Its re-run forward work (every-layer recomputation) comes after its forward part.
     out.append(SimStage(k - 1, k - 1, "forward+backward", last.forward_cycles + last.backward_cycles,
-                        last.bytes_in if k > 1 else 0, last.memory_per_tile, None, last.label,
+                        last.returned if k > 1 else 0, last.memory_per_tile, None, last.label,
                         last.recompute_cycles, last.forward_cycles))
     for i in range(k - 2, -1, -1):
         f = ipus[i]
         # Resident memory is given once per IPU, on its forward stage; the re-run
         # forward work opens the backward stage.
-        out.append(SimStage(backward_stage(i, k), i, "backward", f.backward_cycles, f.bytes_in if i > 0 else 0,
+        out.append(SimStage(backward_stage(i, k), i, "backward", f.backward_cycles, f.returned if i > 0 else 0,
                             None, None, f.label, f.recompute_cycles, 0))
     return tuple(out)
 
@@ -118,17 +131,19 @@ def _wrapped_stages(mode: str, ipus: Sequence[IpuFigures], head_cycles: int) -> 
     the head receives from the last IPU (and, in training, sends back).
     """
     k = len(ipus)
-    into_head = ipus[0].bytes_in
-    out = [SimStage(forward_stage(i), i, "forward", f.forward_cycles, ipus[i + 1].bytes_in if i + 1 < k else into_head,
+    training = mode == "training"
+    into_head = ipus[0].received if training else ipus[0].bytes_in
+    out = [SimStage(forward_stage(i), i, "forward", f.forward_cycles,
+                    (ipus[i + 1].received if training else ipus[i + 1].bytes_in) if i + 1 < k else into_head,
                     f.memory_per_tile, f.stash_entry_per_tile if mode == "training" else None, f.label)
            for i, f in enumerate(ipus)]
     if mode != "training":
         out.append(SimStage(head_stage(k), 0, "forward", head_cycles, 0, None, None, "head"))
         return tuple(out)
-    out.append(SimStage(head_stage(k), 0, "forward+backward", head_cycles, into_head, None, None, "head"))
+    out.append(SimStage(head_stage(k), 0, "forward+backward", head_cycles, ipus[0].returned, None, None, "head"))
     for i in range(k - 1, -1, -1):
         f = ipus[i]
-        out.append(SimStage(backward_stage(i, k, True), i, "backward", f.backward_cycles, f.bytes_in if i > 0 else 0,
+        out.append(SimStage(backward_stage(i, k, True), i, "backward", f.backward_cycles, f.returned if i > 0 else 0,
                             None, None, f.label, f.recompute_cycles, 0))
     return tuple(out)
 
@@ -157,12 +172,14 @@ def inputs_from_config(cfg: PipelineConfig, backward_fraction: float = BACKWARD_
         bytes_out = cfg.stages[k + 1].bytes_in if k + 1 < len(cfg.stages) else (
             cfg.stages[0].bytes_in if wraps else 0)
         buffer = copy_buffer_per_tile(s.bytes_in if k or wraps else 0, bytes_out, tiles, cfg.training)
+        if cfg.training and s.gradient_bytes_in is None:
+            buffer = copy_buffer_per_tile(2 * (s.bytes_in if k or wraps else 0), 2 * bytes_out, tiles, True)  # older
         memory = np.zeros(tiles, dtype=np.int64)
         memory[s.worst_tile] = max(0, s.worst_tile_bytes - s.stash_entries * per_entry - buffer)
         backward, recompute = _backward_cycles(s, cfg.training, backward_fraction)
         figures.append(IpuFigures(s.cycles - backward, backward, memory,
                                    np.full(tiles, per_entry, dtype=np.int64), s.bytes_in, _label(s.layers),
-                                   recompute))
+                                   recompute, s.gradient_bytes_in if cfg.training else None))
     return SimInputs(pipeline_stages(cfg.mode, figures, head if wraps else None), tiles, cfg.clock_hz, "config")
 
 
@@ -198,6 +215,7 @@ def inputs_from_analysis(cfg: PipelineConfig, analysis: AnalysisLike, *, tiles_p
         figures.append(IpuFigures(
             fig.forward_cycles, fig.backward_cycles if cfg.training else 0, np.maximum(total - entry, 0), entry,
             fig.bytes_in, _label(group), fig.recompute_cycles if cfg.training else 0,
+            fig.gradient_bytes_in if cfg.training else None,
         ))
     head = computed[0].head_cycles if cfg.head_wraps and computed else None
     return SimInputs(pipeline_stages(cfg.mode, figures, head), tiles_per_ipu, clock_hz, "profile")

@@ -49,12 +49,12 @@ class SplitOutcome:
 
 def solve_bounds(table: RangeCosts, problem: SplitProblem, *, solver: SolverName = "ilp", time_limit: float = 60.0,
                  seed: int = 0, relaxed: Callable[[float], RangeCosts] | None = None,
-                 layer_bytes: Callable[[int], int] | None = None, started: float | None = None) -> SplitOutcome:
+                 layer_need: Callable[[int], str] | None = None, started: float | None = None) -> SplitOutcome:
     """Split ``table``'s layers over at most ``problem.num_ipus`` IPUs.
 
     ``relaxed(factor)`` gives the same costs with a limit ``factor`` times the
-    budget, for a best-effort split when nothing fits; ``layer_bytes(k)`` the
-    worst-tile bytes of layer ``k`` alone, to say which layer is too large.
+    budget, for a best-effort split when nothing fits; ``layer_need(k)`` the
+    phrase saying what layer ``k`` alone needs, to say which layer is too large.
 
     ``time_limit`` bounds the whole solve (from ``started`` when given), the
     range tables it builds included: CP-SAT gets what is left once the tables, the greedy split and
@@ -69,10 +69,10 @@ def solve_bounds(table: RangeCosts, problem: SplitProblem, *, solver: SolverName
         try:
             greedy = greedy_bounds(table, problem)
         except OutOfTime:  # the table's rows stopped at the deadline: nothing found, nothing proved
-            return _out_of_time(table, problem, None, [], relaxed, layer_bytes, time_limit, solver, "greedy")
+            return _out_of_time(table, problem, None, [], relaxed, layer_need, time_limit, solver, "greedy")
     if solver == "greedy":
         if greedy is None:
-            return _infeasible(table, problem, "greedy", relaxed, layer_bytes, deadline, time_limit)
+            return _infeasible(table, problem, "greedy", relaxed, layer_need, deadline, time_limit)
         bounds, cap, min_layers = greedy
         return SplitOutcome("greedy", "GREEDY", bounds, objective=first_objective(table, problem, bounds),
                             note=f"greedy: cap {cap:.0%} of the budget, at least {min_layers} layer(s) per stage "
@@ -82,7 +82,7 @@ def solve_bounds(table: RangeCosts, problem: SplitProblem, *, solver: SolverName
         try:
             per_count = dp_per_count(table, problem, deadline=deadline)
         except OutOfTime as stop:
-            return _out_of_time(table, problem, stop.best, hints, relaxed, layer_bytes, time_limit, "ilp")
+            return _out_of_time(table, problem, stop.best, hints, relaxed, layer_need, time_limit, "ilp")
     dp = min((f for f in per_count.values() if f is not None), key=lambda f: f[1], default=None)
     if dp is not None:
         hints.append(dp[0])
@@ -91,9 +91,9 @@ def solve_bounds(table: RangeCosts, problem: SplitProblem, *, solver: SolverName
             outcome = ilp_bounds(table, problem, time_limit=max(deadline - time.monotonic(), 0.0), seed=seed,
                                  hints=hints, per_count=per_count)
         except OutOfTime:  # a range the DP did not need was read past the deadline: the DP's optimum stands
-            return _out_of_time(table, problem, dp, hints, relaxed, layer_bytes, time_limit, "ilp", "CP-SAT")
+            return _out_of_time(table, problem, dp, hints, relaxed, layer_need, time_limit, "ilp", "CP-SAT")
     if outcome is None:
-        return _infeasible(table, problem, "ilp", relaxed, layer_bytes, deadline, time_limit)
+        return _infeasible(table, problem, "ilp", relaxed, layer_need, deadline, time_limit)
     first = objective_order(table, problem.objectives)[0]
     note = f"objective: {first.title}" + ("" if table.has_cycles else " (the profile has no cycles)")
     if not outcome.optimal and time.monotonic() >= deadline:
@@ -105,7 +105,7 @@ def solve_bounds(table: RangeCosts, problem: SplitProblem, *, solver: SolverName
 
 
 def _out_of_time(table: RangeCosts, problem: SplitProblem, best: tuple[Bounds, float] | None, hints: list[Bounds],
-                 relaxed: Callable[[float], RangeCosts] | None, layer_bytes: Callable[[int], int] | None,
+                 relaxed: Callable[[float], RangeCosts] | None, layer_need: Callable[[int], str] | None,
                  time_limit: float, solver: str, step: str = "the exact DP") -> SplitOutcome:
     """``step`` did not finish in time: the best split so far (the DP's, else greedy's), not proved optimal.
 
@@ -118,7 +118,7 @@ def _out_of_time(table: RangeCosts, problem: SplitProblem, best: tuple[Bounds, f
         best = hints[0], first_objective(table, problem, hints[0])
     if best is None:
         # Nothing found in time, so nothing is proved either: a best effort with no time left says so.
-        outcome = _infeasible(table, problem, solver, relaxed, layer_bytes, time.monotonic(), time_limit)
+        outcome = _infeasible(table, problem, solver, relaxed, layer_need, time.monotonic(), time_limit)
         return SplitOutcome(solver, outcome.status, outcome.bounds, note=f"{ran_out}; {outcome.note}")
     return SplitOutcome(solver, "FEASIBLE", best[0], objective=float(best[1]),
                         note=f"{ran_out}: the best split found by then, not proved optimal")
@@ -132,7 +132,7 @@ def first_objective(table: RangeCosts, problem: SplitProblem, bounds: Bounds) ->
 
 
 def _infeasible(table: RangeCosts, problem: SplitProblem, solver: str, relaxed: Callable[[float], RangeCosts] | None,
-                layer_bytes: Callable[[int], int] | None, deadline: float | None = None,
+                layer_need: Callable[[int], str] | None, deadline: float | None = None,
                 time_limit: float = math.inf) -> SplitOutcome:
     """Why nothing fits and a best-effort split, within the solve's deadline.
 
@@ -145,7 +145,7 @@ def _infeasible(table: RangeCosts, problem: SplitProblem, solver: str, relaxed: 
     ran_out = f"the {time_limit:g} s time limit ran out"
     try:
         # A lazy table at the budget when there is one: the search reads only the rows a fitting split could use.
-        hint = infeasibility_reason(relaxed(1.0) if relaxed is not None else table, problem, layer_bytes, half)
+        hint = infeasibility_reason(relaxed(1.0) if relaxed is not None else table, problem, layer_need, half)
     except OutOfTime:
         hint = f"{ran_out} before the fewest IPUs that fit were found"
     log.warning("no split of %d layers fits on %d IPUs of %d bytes per tile: %s",
@@ -199,16 +199,18 @@ def split_memory(table: RangeCosts, problem: SplitProblem, bounds: Bounds) -> fl
 
 
 def infeasibility_reason(table: RangeCosts, problem: SplitProblem,
-                         layer_bytes: Callable[[int], int] | None = None, deadline: float | None = None) -> str:
+                         layer_need: Callable[[int], str] | None = None, deadline: float | None = None) -> str:
     """Why nothing fits, in terms a user can act on (:class:`OutOfTime` past ``deadline``)."""
     need = minimum_ipus(table, problem, deadline)
     if need is not None:
         return f"it needs at least {need} IPUs at this budget"
     for k, name in enumerate(table.layer_names):
         if table.memory(k, k, 0) > problem.budget:
-            alone = f" needs {layer_bytes(k):,} bytes on its worst tile" if layer_bytes is not None else " does not fit"
-            return (f"layer {name} alone{alone}"
-                    f"{' (with the operations that have no layer)' if k == 0 else ''}")
+            phrase = layer_need(k) if layer_need is not None else "does not fit"
+            if k == 0 and table.head_wraps:
+                return f"IPU 0 with layer {name} and the wrapped head {phrase}"
+            return (f"layer {name} alone {phrase}"
+                    f"{' (with the operations that have no layer)' if k == 0 and table.has_unlayered else ''}")
     depth = "2(K-i)+1 entries on IPU i, the head wrapped" if table.head_wraps else "2(K-1-i)+1 entries on IPU i"
     return ("no number of IPUs works: every layer fits alone, but the activation stashes of the first IPUs "
             f"grow with the pipeline depth ({depth}); raise --mem-per-tile, use a smaller "

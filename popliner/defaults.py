@@ -1,0 +1,82 @@
+"""What each framework builds when the user says nothing: the defaults a split is planned with.
+
+popliner's figures must describe the pipeline the framework will run. Two
+choices are the framework's, not the user's, unless the user overrides them:
+
+- **Recomputation.** PopTorch switches pipeline recomputation on by itself for
+  any model pipelined over more than one IPU (``poptorch/source/Compiler.cpp``
+  sets ``autoRecomputation`` to ``RecomputationType::Pipeline`` when pipelining,
+  with the comment that pipelining wants recompute on by default);
+  optimum-graphcore runs on PopTorch and never turns it off. PopART, PopXL and
+  TensorFlow recompute nothing unless asked (``SessionOptions.autoRecomputation``
+  defaults to ``RecomputationType::None``).
+- **Where the head goes.** optimum-graphcore's pretraining, masked-LM and causal-LM
+  models (``PipelinedBertForPreTraining``, ``…ForMaskedLM``,
+  ``PipelinedGPT2LMHeadModel``) put the tied head back on IPU 0 after the last
+  layer (popliner's ``wrap``); its classification and question-answering models
+  put the head on the last IPU (``last``). With PopTorch alone the emitted blocks
+  decide: popliner writes a block for the head, so it picks the placement that
+  fits best (``auto``). PopART takes each operation's ``virtualGraph`` from the
+  config, so any placement is built as written; popliner keeps ``first`` there.
+
+docs/pipeline-config.md lists the same rules with their sources.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from popliner.layout import HeadPlacement
+from popliner.memory.training import Recompute
+
+__all__ = ["HeadPlacementRequest", "PlannedDefaults", "buildable_placements", "framework_defaults"]
+
+#: What a user may ask for the head: a placement, or ``auto`` (the one that fits on the fewest IPUs).
+HeadPlacementRequest = Literal["first", "last", "wrap", "auto"]
+
+_TITLES = {"popart": "PopART", "poptorch": "PopTorch", "optimum": "optimum-graphcore", "tensorflow": "TensorFlow",
+           "popxl": "PopXL"}
+
+
+@dataclass(frozen=True)
+class PlannedDefaults:
+    """The recomputation and head placement a framework builds, and one line saying so."""
+
+    recompute: Recompute
+    head_placement: HeadPlacementRequest
+    why: str
+
+
+def framework_defaults(framework: str, num_ipus: int, tied_head: bool) -> PlannedDefaults:
+    """The defaults of ``framework`` for a training split over ``num_ipus`` IPUs (``tied_head``: LM/MLM head)."""
+    title = _TITLES.get(framework, framework)
+    pipelined = num_ipus > 1
+    if framework in ("poptorch", "optimum"):
+        recompute: Recompute = "pipeline" if pipelined else "none"
+        redo = "pipeline recomputation (on by itself when pipelining)" if pipelined else "no recomputation (one IPU)"
+    else:
+        recompute, redo = "none", "no recomputation (autoRecomputation is off unless set)"
+    head: HeadPlacementRequest
+    if framework == "optimum":
+        head = "wrap" if tied_head else "last"
+        where = ("the tied head wrapped back onto IPU 0" if tied_head
+                 else "the head on the last IPU (classification and QA models)")
+    elif framework == "poptorch":
+        head, where = "auto", "the head last or wrapped, where it fits best (popliner writes its block)"
+    else:
+        head, where = "first", "the operations without a layer on IPU 0"
+    return PlannedDefaults(recompute, head, f"as {title} builds it: {where}, {redo}")
+
+
+def buildable_placements(framework: str) -> tuple[HeadPlacement, ...]:
+    """The head placements ``framework`` can build, in the order ``auto`` breaks ties.
+
+    PopTorch (and optimum on it) runs what comes after the last ``BeginBlock``
+    on that block's IPU, so a head that runs after the last layer cannot sit
+    in IPU 0's first stage: ``first`` is not built as planned there. PopART
+    places every operation by its own ``virtualGraph``: all three are built.
+    """
+    if framework in ("poptorch", "optimum"):
+        return ("last", "wrap")
+    return ("first", "last", "wrap")
