@@ -32,6 +32,7 @@ from popliner.memory.types import components
 if TYPE_CHECKING:
     from popliner.outputs.rows import LayerMatrix
     from popliner.plan import SplitPlan
+    from popliner.pod.plan import PodPlan
     from popliner.solvers.result import SplitResult
 
 __all__ = ["Model", "analysis_options", "load", "split_frame"]
@@ -161,6 +162,13 @@ class Model:
                                training=self.analysis.mode == "training", **constraints)
         return solve_split(self.analysis, problem, solver=solver, time_limit=time_limit,  # type: ignore[arg-type]
                            seed=seed, link_bytes_per_second=link_bytes_per_second)
+
+    def plan_pod(self, ipus: int, **request: Any) -> PodPlan:
+        """Every configuration of a pod of ``ipus`` IPUs, ranked (``request``: :class:`popliner.pod.PodRequest`
+        fields such as ``global_batch``, ``micro_batch``, ``recompute``; docs/pod-planner.md)."""
+        from popliner.pod.plan import PodRequest, plan_pod
+
+        return plan_pod(self.analysis, PodRequest(pod_ipus=ipus, **request))
 
 
     def plan(self, **request: Any) -> SplitPlan:

@@ -29,6 +29,9 @@ layer_breakdown    ``popliner P --layer-breakdown --format csv -o F.csv``
 simulate           ``popliner simulate pipeline.yaml --profile P`` (the
                    pipeline is the greedy split, written once)
 xlsx               ``popliner P -o review.xlsx`` (the review workbook)
+plan               ``popliner plan P --ipus N`` (issue 25: every pod
+                   configuration, all option sets); ``plan_no_pipeline``
+                   the same with ``--recompute none,every-layer``
 =================  ===========================================================
 
 The default runs cold_load, cached_load, greedy and ilp (what the targets
@@ -68,7 +71,7 @@ SHAPE: dict[str, Any] = {"seq": 384, "batch": 2}
 #: IPUs of the 1x split; size S is split over 16*S IPUs.
 IPUS_1X = 16
 MEASUREMENTS = ("cold_load", "cached_load", "greedy", "ilp", "greedy_recompute", "ilp_recompute", "layer_breakdown",
-                "simulate", "xlsx")
+                "simulate", "xlsx", "plan", "plan_no_pipeline")
 #: ``*_recompute``: the same solves with the training options engineers use (every-layer recomputation,
 #: off-chip optimizer state).
 RECOMPUTE_FLAGS = ("--recompute", "every-layer", "--optimizer-state", "off-chip")
@@ -83,6 +86,7 @@ TARGETS = (
     (1.0, "infeasible", "seconds", 2.0, "s"),
     (1.0, "peak_rss", "mb", 2048.0, "MiB"),
     (1.0, "cache_ratio", "ratio", 1.5, "x"),
+    (1.0, "plan", "seconds", 10.0, "s"),
     (4.0, "cold_load", "seconds", 12.0, "s"),
     (4.0, "peak_rss", "mb", 4096.0, "MiB"),
     (4.0, "greedy", "seconds", 10.0, "s"),
@@ -135,6 +139,8 @@ def worker(spec: dict[str, Any]) -> dict[str, Any]:
         "greedy_recompute": [*solve, "--solver", "greedy", *RECOMPUTE_FLAGS],
         "ilp_recompute": [*solve, "--solver", "ilp", *RECOMPUTE_FLAGS],
         "config": [*solve, "--solver", "greedy", "--config-out", spec["pipeline"], "--force"],
+        "plan": ["plan", profile, "--ipus", ipus, "-q"],
+        "plan_no_pipeline": ["plan", profile, "--ipus", ipus, "--recompute", "none,every-layer", "-q"],
     }[kind]
     t0 = time.perf_counter()
     with open(os.devnull, "w") as sink, contextlib.redirect_stdout(sink):

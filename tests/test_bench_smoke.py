@@ -18,7 +18,8 @@ def test_bench_quick_writes_tables_and_plot(tmp_path: Path) -> None:
     assert "cold_load 1/1" in run.stderr  # progress goes to stderr
     rows = list(csv.DictReader((out / "summary.csv").open()))
     assert {r["measurement"] for r in rows} == {"cold_load", "cached_load", "greedy", "ilp", "greedy_recompute",
-                                                "ilp_recompute", "layer_breakdown", "simulate", "xlsx"}
+                                                "ilp_recompute", "layer_breakdown", "simulate", "xlsx", "plan",
+                                                "plan_no_pipeline"}
     for r in rows:
         assert not r["status"].startswith(("ERROR", "CRASH", "EXIT", "CACHE")), r
         assert float(r["median_s"]) >= 0 and float(r["peak_rss_mb_max"]) > 0

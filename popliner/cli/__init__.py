@@ -51,6 +51,7 @@ SUBCOMMANDS: dict[str, str] = {
     "check": "popliner.cli.check",
     "config-from": "popliner.cli.config_from",
     "export": "popliner.cli.export",
+    "plan": "popliner.cli.pod",
     "report": "popliner.cli.report",
     "simulate": "popliner.cli.simulate",
     "synth": "popliner.cli.synth",

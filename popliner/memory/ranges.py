@@ -39,7 +39,7 @@ from popliner.memory.types import StageMemory
 from popliner.memory.work import check_range_tables
 from popliner.profile.model import Profile
 
-__all__ = ["OVERFLOW", "Liveness", "ProfileRanges"]
+__all__ = ["OVERFLOW", "Liveness", "ProfileRanges", "release"]
 
 #: A range that does not fit (or was not evaluated because a shorter one did not).
 OVERFLOW = math.inf
@@ -319,6 +319,17 @@ class ProfileRanges:
             check_deadline(self.deadline)
             state.add(shared.layer_parts(k))
         return state
+
+
+def release(engine: MemoryEngine) -> None:
+    """Forget what the range tables of ``engine`` share, for a caller done with the engine.
+
+    The running sets kept to grow a row further hold the engine, so the
+    weak-keyed map alone never lets an engine go once a row was resumed:
+    a process that builds engine after engine (one per training option
+    set) would keep them all.
+    """
+    _Shared._by_engine.pop(engine, None)
 
 
 class _Shared:

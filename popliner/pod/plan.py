@@ -1,0 +1,342 @@
+"""``plan_pod``: every configuration of a pod (depth x replicas x accumulation x options), ranked by throughput.
+
+A configuration is K IPUs per replica (K divides the pod), R = pod / K
+replicas, G = global batch / (M x R) micro-batches per step (at least the
+pipeline stages), a recomputation mode, a head placement and where the
+optimizer state lives (sharded over the R replicas when asked). Each
+training option set is analysed once, with one range table and one suffix
+search for all its depths (:mod:`popliner.pod.search`); each configuration
+then costs a few sums (:mod:`popliner.pod.model`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from popliner.analysis import Analysis
+from popliner.config.yaml_io import MAX_MICRO_BATCHES
+from popliner.errors import UsageProblem
+from popliner.memory.training import (
+    EMBEDDING_GROUP,
+    HEAD_PLACEMENTS,
+    OPTIMIZER_STATES,
+    TrainingOptions,
+    place_unlayered,
+)
+from popliner.pod.model import PodConstants, StepTime, allreduce_seconds, step_time, streaming_seconds
+from popliner.pod.search import DepthSplit, OptionSearch, TrafficTable, search_options
+from popliner.progress import phase
+from popliner.solvers.result import SplitResult
+from popliner.training_choice import AUTO_ORDER, with_training
+
+__all__ = ["DEFAULT_BATCHES_PER_IPU", "PodConfig", "PodPlan", "PodRequest", "plan_pod"]
+
+log = logging.getLogger(__name__)
+
+#: Without --global-batch: M x pod x 16 samples, so G = 16 K (never fewer than the 2K+1 pipeline stages).
+DEFAULT_BATCHES_PER_IPU = 16
+RECOMPUTES: tuple[str, ...] = AUTO_ORDER
+
+
+@dataclass(frozen=True)
+class PodRequest:
+    """What to plan: the pod, the batch, the options to try and the hardware figures."""
+
+    pod_ipus: int
+    global_batch: int | None = None
+    micro_batch: int = 1
+    recompute: tuple[str, ...] = RECOMPUTES
+    head_placement: tuple[str, ...] = HEAD_PLACEMENTS
+    optimizer_state: tuple[str, ...] = ("on-chip", "off-chip")
+    sharded_optimizer_state: bool = False
+    mem_per_tile: int | None = None
+    headroom: float = 0.0
+    constants: PodConstants = field(default_factory=PodConstants)
+
+    def __post_init__(self) -> None:
+        if self.pod_ipus < 1:
+            raise UsageProblem(f"--ipus {self.pod_ipus}: expected a number of IPUs >= 1")
+        if self.micro_batch < 1:
+            raise UsageProblem(f"--micro-batch {self.micro_batch}: expected an integer >= 1")
+        if self.global_batch is not None and self.global_batch < 1:
+            raise UsageProblem(f"--global-batch {self.global_batch}: expected an integer >= 1")
+        for flag, values, allowed in (("--recompute", self.recompute, RECOMPUTES),
+                                      ("--head-placement", self.head_placement, HEAD_PLACEMENTS),
+                                      ("--optimizer-state", self.optimizer_state, OPTIMIZER_STATES)):
+            bad = [v for v in values if v not in allowed]
+            if bad or not values:
+                raise UsageProblem(f"{flag} {','.join(bad) or '(none)'}: expected some of {', '.join(allowed)}")
+        if not 0.0 <= self.headroom < 1.0:
+            raise UsageProblem(f"--headroom {self.headroom}: expected a fraction in [0, 1)")
+
+    @property
+    def batch(self) -> int:
+        """The global batch (samples per step of the pod)."""
+        if self.global_batch is not None:
+            return self.global_batch
+        return self.micro_batch * self.pod_ipus * DEFAULT_BATCHES_PER_IPU
+
+    @property
+    def depths(self) -> tuple[int, ...]:
+        """IPUs per replica: the divisors of the pod."""
+        return tuple(k for k in range(1, self.pod_ipus + 1) if self.pod_ipus % k == 0)
+
+
+@dataclass(frozen=True)
+class PodConfig:
+    """One configuration and what the model predicts for it (``reason`` says why one does not fit)."""
+
+    ipus_per_replica: int
+    replicas: int
+    gradient_accumulation: int | None
+    micro_batch: int
+    recompute: str  # the mode applied ("compiled" when the profile already recomputes; "none" in inference)
+    head_placement: str
+    optimizer_state: str
+    sharded_optimizer_state: bool
+    pipeline_stages: int
+    budget: int
+    bytes_per_tile: int
+    split: SplitResult | None = None
+    step: StepTime | None = None
+    samples_per_second: float | None = None
+    gradient_bytes: tuple[int, ...] = ()
+    state_bytes: tuple[int, ...] = ()
+    reason: str = ""
+    options: TrainingOptions = field(default_factory=TrainingOptions, compare=False)
+
+    @property
+    def fits(self) -> bool:
+        return self.split is not None and not self.reason
+
+    @property
+    def fullest_ipu(self) -> int | None:
+        if self.split is None:
+            return None
+        return max(self.split.stages, key=lambda s: (s.worst_tile_bytes, -s.ipu)).ipu
+
+    @property
+    def fullest_bytes(self) -> int | None:
+        return None if self.split is None else max(s.worst_tile_bytes for s in self.split.stages)
+
+    @property
+    def headroom_bytes(self) -> int | None:
+        full = self.fullest_bytes
+        return None if full is None else self.budget - full
+
+    @property
+    def split_text(self) -> str:
+        """Each IPU's first..last layer, ``|`` between IPUs."""
+        if self.split is None:
+            return ""
+        return " | ".join(s.layers[0] if len(s.layers) == 1 else f"{s.layers[0]}..{s.layers[-1]}"
+                          for s in self.split.stages)
+
+
+@dataclass(frozen=True, eq=False)
+class PodPlan:
+    """Every configuration, the fitting ones first from the fastest, and the analyses behind them."""
+
+    request: PodRequest
+    profile_path: str
+    profile_sha256: str
+    mode: str
+    clock_hz: float
+    global_batch: int
+    configs: tuple[PodConfig, ...]
+    analyses: dict[TrainingOptions, Analysis] = field(default_factory=dict, repr=False)
+    notes: tuple[str, ...] = ()
+
+    @property
+    def fitting(self) -> tuple[PodConfig, ...]:
+        return tuple(c for c in self.configs if c.fits)
+
+    def analysis_of(self, config: PodConfig) -> Analysis:
+        return self.analyses[config.options]
+
+    def to_frame(self) -> Any:
+        """One row per configuration, in rank order (pandas; imported only here, as the notebook API does)."""
+        import pandas as pd
+
+        rows = [{"fits": c.fits, "ipus_per_replica": c.ipus_per_replica, "replicas": c.replicas,
+                 "gradient_accumulation": c.gradient_accumulation, "recompute": c.recompute,
+                 "head_placement": c.head_placement, "optimizer_state": c.optimizer_state,
+                 "fullest_bytes": c.fullest_bytes, "samples_per_second": c.samples_per_second,
+                 "step_seconds": c.step.seconds if c.step is not None else None,
+                 "bound": c.step.bound if c.step is not None else None, "split": c.split_text, "reason": c.reason}
+                for c in self.configs]
+        return pd.DataFrame(rows)
+
+
+def plan_pod(analysis: Analysis, request: PodRequest) -> PodPlan:
+    """Every configuration of ``request`` for the analysed profile, ranked (see the module's docstring)."""
+    if not analysis.layer_names:
+        raise UsageProblem(f"{analysis.profile.path}: no operation got a layer, so there is nothing to split; "
+                           "check --layer-name-regex")
+    target = analysis.profile.target
+    bytes_per_tile = request.mem_per_tile or target.bytes_per_tile
+    budget = int(bytes_per_tile * (1.0 - request.headroom))
+    clock = request.constants.clock_hz or target.clock_hz
+    configs: list[PodConfig] = []
+    analyses: dict[TrainingOptions, Analysis] = {}
+    notes: list[str] = []
+    traffic: TrafficTable | None = None  # one for every option set (popliner.pod.search)
+    for options, depths in _option_sets(analysis, request, notes):
+        with phase("planning the pod"):
+            found = _search(analysis, options, depths, budget, request, analyses, notes, traffic)
+        if found is None:
+            continue
+        traffic = found.traffic
+        for k in depths:
+            configs.append(_configure(found, found.depths[k], options, request, budget, bytes_per_tile, clock))
+    ranked = sorted(configs, key=_rank_key)
+    return PodPlan(request, analysis.profile.path, analysis.profile.sha256, analysis.mode, float(clock),
+                   request.batch, tuple(ranked), analyses, tuple(notes))
+
+
+def _option_sets(analysis: Analysis, request: PodRequest,
+                 notes: list[str]) -> Iterator[tuple[TrainingOptions, tuple[int, ...]]]:
+    """Each training option set to analyse and the depths it serves (one depth each when sharded by R)."""
+    base = analysis.options.training
+    training = analysis.mode == "training"
+    recomputes = request.recompute if training else ("none",)
+    states = request.optimizer_state if training else ("on-chip",)
+    placements = list(request.head_placement)
+    if not _has_unlayered(analysis) and len(placements) > 1:
+        notes.append("every operation has a layer: --head-placement last and wrap are the same as first")
+        placements = ["first"] if "first" in placements else placements[:1]
+    shard = training and request.sharded_optimizer_state
+    for placement in placements:
+        for state in states:
+            for recompute in recomputes:
+                changes: dict[str, Any] = {"recompute": recompute, "head_placement": placement,
+                                           "optimizer_state": state, "replication_factor": 1,
+                                           "sharded_optimizer_state": False}
+                options = dataclasses.replace(base, **changes)
+                if not shard:
+                    yield options, request.depths
+                    continue
+                for k in request.depths:
+                    r = request.pod_ipus // k
+                    yield (dataclasses.replace(options, replication_factor=r, sharded_optimizer_state=r > 1),
+                           (k,))
+
+
+def _has_unlayered(analysis: Analysis) -> bool:
+    if EMBEDDING_GROUP in analysis.layer_names:
+        return True
+    return bool((analysis.layers.layer_of_op < 0).any()) or "inputs-layer-0" in analysis.layers.note
+
+
+def _search(analysis: Analysis, options: TrainingOptions, depths: tuple[int, ...], budget: int,
+            request: PodRequest, analyses: dict[TrainingOptions, Analysis], notes: list[str],
+            traffic: TrafficTable | None) -> OptionSearch | None:
+    """The option set's analysis and splits; None when it only repeats another (recomputation compiled in)."""
+    other = _reanalyse(analysis, options)
+    if options.recompute != "none" and other.engine.view.recompute in ("compiled", "none"):
+        note = "the profile was compiled with recomputation: --recompute pipeline and every-layer change nothing"
+        if analysis.mode == "training" and note not in notes:
+            notes.append(note)
+        return None
+    analyses[options] = other
+    log.debug("planning %s over %s IPUs per replica", options.as_dict(), ",".join(map(str, depths)))
+    found = search_options(other, depths, budget, request.constants.link_bandwidth, traffic)
+    # The splits hold their figures; the engine (gigabytes on a large profile) is rebuilt only if asked for
+    # again, so that the option sets' engines are not all held at once.
+    from popliner.memory.ranges import release
+
+    release(other.__dict__.pop("engine"))
+    return found
+
+
+def _reanalyse(analysis: Analysis, options: TrainingOptions) -> Analysis:
+    """The analysis under other training options, its operations and layers reused (no second layer search).
+
+    From raw layers (head placement ``first``) only; otherwise as
+    :func:`popliner.training_choice.with_training` does it.
+    """
+    if analysis.options.training.head_placement != "first":
+        return with_training(analysis, options)
+    layers = analysis.layers
+    if options.head_placement != "first" and _has_unlayered(analysis):
+        layers = place_unlayered(analysis.profile, analysis.ops, layers, analysis.is_backward, options)
+    return Analysis(analysis.profile, analysis.ops, layers, dataclasses.replace(analysis.options, training=options))
+
+
+def _configure(found: OptionSearch, depth: DepthSplit, options: TrainingOptions, request: PodRequest, budget: int,
+               bytes_per_tile: int, clock: float) -> PodConfig:
+    """The configuration of one depth: G, and the step time when the split fits and G is allowed."""
+    from popliner.pipeline import num_pipeline_stages
+
+    analysis = found.analysis
+    k = depth.ipus
+    r = request.pod_ipus // k
+    training = analysis.mode == "training"
+    stages = num_pipeline_stages(training, k, found.head_wraps)
+    samples = request.micro_batch * r
+    g = request.batch // samples if request.batch % samples == 0 else None
+    config = PodConfig(
+        ipus_per_replica=k, replicas=r, gradient_accumulation=g, micro_batch=request.micro_batch,
+        recompute=found.recompute, head_placement=options.head_placement,
+        optimizer_state=options.optimizer_state if training else "on-chip",
+        sharded_optimizer_state=training and request.sharded_optimizer_state and r > 1, pipeline_stages=stages,
+        budget=budget, bytes_per_tile=bytes_per_tile, split=depth.split,
+        gradient_bytes=tuple(t.gradient_bytes for t in depth.traffic),
+        state_bytes=tuple(t.state_bytes for t in depth.traffic),
+        options=options,
+    )
+    if depth.split is None:
+        return dataclasses.replace(config, reason=depth.reason)
+    if g is None:
+        return dataclasses.replace(config, reason=f"the global batch {request.batch} is not a multiple of "
+                                                  f"M x R = {request.micro_batch} x {r}")
+    if g > MAX_MICRO_BATCHES:
+        return dataclasses.replace(config, reason=f"G = {g:,} micro-batches is more than the {MAX_MICRO_BATCHES:,} a "
+                                                  "pipeline config takes; a smaller --global-batch allows it")
+    if g < stages:
+        return dataclasses.replace(config, reason=f"G = {g} micro-batches is fewer than the {stages} pipeline "
+                                                  f"stages; a global batch of {stages * samples} or more allows it")
+    step = _step(depth, analysis, found.head_wraps, g, r, request.constants, clock)
+    rate = request.micro_batch * g * r / step.seconds if step.seconds > 0 else None
+    return dataclasses.replace(config, step=step, samples_per_second=rate)
+
+
+def _step(depth: DepthSplit, analysis: Analysis, head_wraps: bool, g: int, r: int, constants: PodConstants,
+          clock: float) -> StepTime:
+    """The step of the split's pipeline (the simulator's stages), then each IPU's all-reduce and streaming."""
+    from popliner.simulator.inputs import IpuFigures, pipeline_stages
+
+    assert depth.split is not None
+    figures = [s.figure for s in depth.split.stages]
+    empty = np.zeros(0, np.int64)
+    training = analysis.mode == "training"
+    ipus = [IpuFigures(f.forward_cycles, f.backward_cycles if training else 0, empty, None, f.bytes_in, "",
+                       f.recompute_cycles if training else 0) for f in figures if f is not None]
+    head = figures[0].head_cycles if head_wraps and len(ipus) >= 2 and figures[0] else None
+    stages = pipeline_stages(analysis.mode, ipus, head)
+    send = [0.0] * len(ipus)
+    for s in stages:
+        if s.index + 1 < len(stages) and stages[s.index + 1].ipu != s.ipu and s.send_bytes > 0:
+            send[s.ipu] += s.send_bytes / constants.link_bandwidth * clock
+    tail = [(allreduce_seconds(t.gradient_bytes, r, constants.replica_bandwidth),
+             streaming_seconds(t.state_bytes, constants.streaming_bandwidth)) for t in depth.traffic]
+    return step_time([s.cycles for s in stages], [s.ipu for s in stages], send, g, clock_hz=clock,
+                     sync_cycles=constants.sync_cycles, tail=tail)
+
+
+def _rank_key(c: PodConfig) -> tuple[object, ...]:
+    """Fitting first, the fastest first (the least full without cycles), then fewer IPUs per replica, options."""
+    fullest = c.fullest_bytes if c.fullest_bytes is not None else 1 << 62
+    rate = c.samples_per_second if c.samples_per_second is not None else 0.0
+    return (not c.fits, -rate, fullest, c.ipus_per_replica, _order(RECOMPUTES + ("compiled",), c.recompute),
+            _order(HEAD_PLACEMENTS, c.head_placement), _order(OPTIMIZER_STATES, c.optimizer_state))
+
+
+def _order(values: tuple[str, ...], value: str) -> int:
+    return values.index(value) if value in values else len(values)

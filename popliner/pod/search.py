@@ -1,0 +1,214 @@
+"""Per training option set: one range table, one suffix search, and the fastest split for every depth that fits.
+
+The suffix search (:mod:`popliner.solvers.suffix`) reads each range of the
+table once and answers every stage count at once: ``best[K][0]`` says
+whether K IPUs fit, and its ``edges`` keep every range that can be a stage
+of a fitting split. A min-max DP over those edges then gives, per K, the
+split with the smallest slowest stage (compute plus received transfer,
+popliner's first objective), and among those the one with the least
+memory on its fullest IPU. Only the chosen splits' stages get their exact
+per-tile figures.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from popliner.analysis import Analysis
+from popliner.arrays import gather_csr
+from popliner.memory.ranges import ProfileRanges
+from popliner.pipeline import RangeCosts, range_cost, range_figure
+from popliner.solvers.problem import Bounds, SplitProblem
+from popliner.solvers.result import SplitResult, stage_result
+from popliner.solvers.suffix import SuffixTable, suffix_table
+
+__all__ = ["DepthSplit", "IpuTraffic", "OptionSearch", "TrafficTable", "fastest_bounds", "search_options"]
+
+_INF = math.inf
+
+
+@dataclass(frozen=True)
+class IpuTraffic:
+    """What one IPU moves outside its pipeline each step: its gradients, and its off-chip optimizer state."""
+
+    gradient_bytes: int
+    state_bytes: int  # optimizer state streamed (0 when it stays on chip); this replica's shard
+
+
+@dataclass(frozen=True)
+class DepthSplit:
+    """The fastest fitting split over K IPUs of one option set (``split`` None when none fits, with ``reason``)."""
+
+    ipus: int
+    split: SplitResult | None
+    bounds: Bounds
+    traffic: tuple[IpuTraffic, ...]
+    reason: str = ""
+
+
+@dataclass(frozen=True, eq=False)
+class OptionSearch:
+    """One option set's analysis and its splits by depth; what its engine said, kept once the engine is gone."""
+
+    analysis: Analysis
+    depths: dict[int, DepthSplit]
+    recompute: str  # the mode the engine applied
+    head_wraps: bool
+    traffic: TrafficTable | None = None
+
+
+def search_options(analysis: Analysis, depths: Sequence[int], budget: int, link_bytes_per_second: float,
+                   traffic: TrafficTable | None = None) -> OptionSearch:
+    """The fastest fitting split of ``analysis`` (already under its option set) for each of ``depths``.
+
+    ``traffic``: the profile's :class:`TrafficTable` when already made (one serves every option set).
+    """
+    training = analysis.mode == "training"
+    n_layers = len(analysis.layer_names) - (1 if analysis.engine.head_wraps else 0)
+    usable = [k for k in depths if k <= n_layers]
+    out: dict[int, DepthSplit] = {k: DepthSplit(k, None, (), (), f"{k} IPUs per replica is more than the "
+                                                f"{n_layers} layers to place") for k in depths if k > n_layers}
+    engine = analysis.engine
+    if not usable:
+        return OptionSearch(analysis, out, engine.view.recompute, engine.head_wraps)
+    problem = SplitProblem(num_ipus=max(usable), budget=budget, training=training)
+    table = ProfileRanges(analysis.engine, budget, link_bytes_per_second, lazy=True)
+    suffixes = suffix_table(table, problem, float(budget), max(usable))
+    traffic_table = traffic if traffic is not None else TrafficTable.of(analysis)
+    options = analysis.options.training
+    off_chip = training and options.optimizer_state == "off-chip"
+    for k in usable:
+        if suffixes.whole(k) == _INF:
+            out[k] = DepthSplit(k, None, (), (), f"no split over {k} IPUs fits in {budget:,} bytes per tile")
+            continue
+        bounds = fastest_bounds(table, suffixes, k)
+        split = _split_result(analysis, table, bounds, budget)
+        out[k] = DepthSplit(k, split, bounds, tuple(traffic_table.of_ops(table.stage_ops(i, j), off_chip, options.shard)
+                                                     for i, j in bounds))
+    return OptionSearch(analysis, out, engine.view.recompute, engine.head_wraps, traffic_table)
+
+
+def fastest_bounds(table: RangeCosts, suffixes: SuffixTable, stages: int) -> Bounds:
+    """The split into ``stages`` stages with the smallest largest stage cost, then the least largest memory.
+
+    Over the ranges the suffix search kept (``edges[(r, i)]``: every range
+    from layer ``i`` with ``r`` stages left whose memory fits and after
+    which the rest fits in ``r - 1`` stages), so every split found fits.
+    """
+    n = table.num_layers
+    edges = suffixes.edges
+
+    def cost(i: int, j: int, memory: float) -> float:
+        return float(range_cost(table, i, j)) if table.has_cycles else memory
+
+    slowest: dict[tuple[int, int], float] = {(0, n): -_INF}
+    for r in range(1, stages + 1):  # fewest stages left first: each reads only r - 1
+        for i in range(n - 1, -1, -1):
+            if (i == 0) != (r == stages):
+                continue  # only the first stage starts at layer 0
+            best = _INF
+            for j, memory in edges.get((r, i), ()):
+                after = slowest.get((r - 1, j + 1), _INF)
+                best = min(best, max(cost(i, j, memory), after))
+            if best < _INF:
+                slowest[(r, i)] = best
+    target = slowest.get((stages, 0), _INF)
+    if target == _INF:
+        return ()  # pragma: no cover - only called for a stage count the suffix search found to fit
+    # Among the splits of that cost, the least memory on the fullest IPU (then the earliest ends).
+    fullest: dict[tuple[int, int], tuple[float, int]] = {(0, n): (-_INF, -1)}
+    for r in range(1, stages + 1):
+        for i in range(n - 1, -1, -1):
+            if (i == 0) != (r == stages):
+                continue
+            pick: tuple[float, int] | None = None
+            for j, memory in edges.get((r, i), ()):
+                rest = fullest.get((r - 1, j + 1))
+                if rest is None or cost(i, j, memory) > target or slowest.get((r - 1, j + 1), _INF) > target:
+                    continue
+                value = max(memory, rest[0])
+                if pick is None or value < pick[0]:
+                    pick = (value, j)
+            if pick is not None:
+                fullest[(r, i)] = pick
+    bounds: list[tuple[int, int]] = []
+    i = 0
+    for r in range(stages, 0, -1):
+        j = fullest[(r, i)][1]
+        bounds.append((i, j))
+        i = j + 1
+    return tuple(bounds)
+
+
+def _split_result(analysis: Analysis, table: ProfileRanges, bounds: Bounds, budget: int) -> SplitResult:
+    """The split's exact per-IPU figures (:func:`popliner.pipeline.range_figure`), as a solve reports them."""
+    engine = analysis.engine
+    stages = []
+    for k, (i, j) in enumerate(bounds):
+        table.stage_memory(i, j)  # the range's model figure from the table's running set (memoised)
+        stages.append(stage_result(range_figure(engine, i, j, k, len(bounds)), analysis.layer_names, budget))
+    return SplitResult("dp", "OPTIMAL", analysis.mode, len(bounds), budget, tuple(stages),
+                       note="popliner plan: the fastest split that fits (largest stage cycles), then the least "
+                            "memory on the fullest IPU")
+
+
+@dataclass(frozen=True, eq=False)
+class TrafficTable:
+    """Per operation, the weights and optimizer-state variables it uses: a CSR over those entries only.
+
+    A weight is always live, no optimizer state, and used both by a forward
+    operation and by a weight update (its gradient, of its size, is
+    all-reduced); optimizer state is popliner's (docs/solvers.md). Neither
+    depends on the recomputation, the head placement or where the state
+    lives, so one table serves every option set of a profile.
+    """
+
+    ptr: np.ndarray
+    var: np.ndarray
+    weight: np.ndarray  # per entry: a weight (else optimizer state)
+    nbytes: np.ndarray  # per variable, as profiled (not divided over shards)
+
+    @classmethod
+    def of(cls, analysis: Analysis) -> TrafficTable:
+        engine = analysis.engine
+        ops = engine.ops
+        count = engine.profile.variables.count
+        if not engine.training:
+            return cls(np.zeros(ops.count + 1, np.int64), np.zeros(0, np.int64), np.zeros(0, bool),
+                       analysis.profile.variables.bytes)
+        view = engine.view
+        lens = np.diff(ops.var_ptr)
+        update = np.asarray(view.is_update, bool)
+        forward = ~np.asarray(engine.is_backward, bool) & ~update
+        by_update = np.zeros(count, bool)
+        by_update[ops.var_idx[np.repeat(update, lens)]] = True
+        by_forward = np.zeros(count, bool)
+        by_forward[ops.var_idx[np.repeat(forward, lens)]] = True
+        state = np.asarray(view.optimizer_state, bool)
+        weights = np.asarray(engine.always_live_var, bool) & ~state & by_update & by_forward
+        keep = (weights | state)[ops.var_idx]
+        kept = np.concatenate(([0], np.cumsum(keep)))
+        var = ops.var_idx[keep].astype(np.int64)
+        return cls(kept[ops.var_ptr].astype(np.int64), var, weights[var], analysis.profile.variables.bytes)
+
+    def of_ops(self, op_idx: np.ndarray, off_chip: bool, shard: int) -> IpuTraffic:
+        """Gradient bytes, and (off chip) this replica's share of the optimizer state, of a set of operations."""
+        var = gather_csr(self.ptr, self.var, op_idx)
+        weight = gather_csr(self.ptr, self.weight, op_idx)
+        state = _distinct(var[~weight]) if off_chip else var[:0]
+        return IpuTraffic(int(self.nbytes[_distinct(var[weight])].sum()),
+                          int((-(-self.nbytes[state] // shard)).sum()))  # rounded up per variable, as sharding does
+
+
+def _distinct(var: np.ndarray) -> np.ndarray:
+    """The distinct variables of ``var`` (a variable several operations use counts once)."""
+    if var.size == 0:
+        return var
+    var = np.sort(var)
+    keep = np.ones(var.size, bool)
+    keep[1:] = var[1:] != var[:-1]
+    return var[keep]
