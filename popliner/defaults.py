@@ -48,8 +48,11 @@ class PlannedDefaults:
     why: str
 
 
-def framework_defaults(framework: str, num_ipus: int, tied_head: bool) -> PlannedDefaults:
-    """The defaults of ``framework`` for a training split over ``num_ipus`` IPUs (``tied_head``: LM/MLM head)."""
+def framework_defaults(framework: str, num_ipus: int, tied_head: bool, training: bool = True) -> PlannedDefaults:
+    """The defaults of ``framework`` for a split over ``num_ipus`` IPUs (``tied_head``: LM/MLM head).
+
+    In inference only the head placement applies (nothing is recomputed).
+    """
     title = _TITLES.get(framework, framework)
     pipelined = num_ipus > 1
     if framework in ("poptorch", "optimum"):
@@ -66,6 +69,8 @@ def framework_defaults(framework: str, num_ipus: int, tied_head: bool) -> Planne
         head, where = "auto", "the head last or wrapped, where it fits best (popliner writes its block)"
     else:
         head, where = "first", "the operations without a layer on IPU 0"
+    if not training:
+        return PlannedDefaults("none", head, f"as {title} builds it: {where}")
     return PlannedDefaults(recompute, head, f"as {title} builds it: {where}, {redo}")
 
 

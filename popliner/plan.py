@@ -141,7 +141,7 @@ class SplitPlan:
 def plan_split(analysis: Analysis, request: SplitRequest = SplitRequest()) -> SplitPlan:
     """Split the analysed profile as ``request`` asks; ``request.time_limit`` bounds the whole call."""
     defaults = None
-    if request.framework_defaults and analysis.mode == "training":
+    if request.framework_defaults:
         request, defaults = _apply_defaults(analysis, request)
     if request.head_placement == "auto":
         plan = _best_placement(analysis, request)
@@ -154,13 +154,14 @@ def _apply_defaults(analysis: Analysis, request: SplitRequest) -> tuple[SplitReq
     """The request with what it leaves unset taken from the framework's defaults."""
     from popliner.memory.training import tied_head
 
-    if request.recompute is not None and request.head_placement is not None:
+    training = analysis.mode == "training"
+    if (request.recompute is not None or not training) and request.head_placement is not None:
         return request, None
     t = analysis.options.training
     tied = tied_head(analysis.profile, analysis.ops, analysis.named_layers or analysis.layers, analysis.is_backward, t)
-    found = framework_defaults(analysis.framework.name, request.num_ipus, tied)
+    found = framework_defaults(analysis.framework.name, request.num_ipus, tied, training)
     changes: dict[str, object] = {}
-    if request.recompute is None:
+    if request.recompute is None and training:
         changes["recompute"] = found.recompute
     if request.head_placement is None:
         changes["head_placement"] = found.head_placement

@@ -306,9 +306,14 @@ def test_optimum_builds_the_plan_or_popliner_refuses(tmp_path_factory: pytest.Te
                                          {f"{prefix}layers_per_ipu": counts, f"{prefix}ipus_per_replica": k}, mode, n)
         head = next(b for b in built if b in HEAD_BLOCKS)
         assert built[head] == (0, k) != p.placement[p.model_layers[0]]
-        refused = popliner(str(FIXTURES / fixture), "--solve", "--num-ipus", str(k), "--ipu-config-out",
-                           str(tmp_path_factory.mktemp("refused") / "ipu_config.json"), ok=(2,))
+        refused = popliner(str(FIXTURES / fixture), "--solve", "--num-ipus", str(k), "--head-placement", "first",
+                           "--ipu-config-out", str(tmp_path_factory.mktemp("refused") / "ipu_config.json"), ok=(2,))
         assert "optimum-graphcore cannot build this split" in refused.stderr
+        # Without --head-placement, --ipu-config-out plans for optimum-graphcore: a placement it builds.
+        planned = popliner(str(FIXTURES / fixture), "--solve", "--num-ipus", str(k), "--mem-per-tile", "100000000",
+                           "--ipu-config-out", str(tmp_path_factory.mktemp("planned") / "ipu_config.json"))
+        assert json.loads(planned.stdout)["framework"]["name"] == "optimum"
+        assert json.loads(planned.stdout).get("training", {"head_placement": "last"})["head_placement"] != "first"
         return
     assert p.ipu_config is not None
     assert p.config["snippets"]["optimum_graphcore"] == p.ipu_config  # the YAML's snippet is ipu_config.json
