@@ -27,6 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from popliner.framework import framework_title
 from popliner.layout import HeadPlacement
 from popliner.memory.training import Recompute
 
@@ -35,8 +36,6 @@ __all__ = ["HeadPlacementRequest", "PlannedDefaults", "buildable_placements", "f
 #: What a user may ask for the head: a placement, or ``auto`` (the one that fits on the fewest IPUs).
 HeadPlacementRequest = Literal["first", "last", "wrap", "auto"]
 
-_TITLES = {"popart": "PopART", "poptorch": "PopTorch", "optimum": "optimum-graphcore", "tensorflow": "TensorFlow",
-           "popxl": "PopXL"}
 
 
 @dataclass(frozen=True)
@@ -53,7 +52,7 @@ def framework_defaults(framework: str, num_ipus: int, tied_head: bool, training:
 
     In inference only the head placement applies (nothing is recomputed).
     """
-    title = _TITLES.get(framework, framework)
+    title = framework_title(framework)
     pipelined = num_ipus > 1
     if framework in ("poptorch", "optimum"):
         recompute: Recompute = "pipeline" if pipelined else "none"

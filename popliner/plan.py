@@ -179,7 +179,7 @@ def _best_placement(analysis: Analysis, request: SplitRequest) -> SplitPlan:
         fewest = plan.facts.fewest_ipus if plan.facts is not None else None
         slowest = max((s.cycles for s in plan.split.stages), default=0)
         scored.append(((not plan.fits, fewest if fewest is not None else 1 << 30, slowest), placement, fewest, plan))
-    key, placement, fewest, best = min(scored, key=lambda item: item[0])
+    _, placement, _, best = min(scored, key=lambda item: item[0])
     tried = tuple((p, f) for _, p, f, _ in scored)
     shown = ", ".join(f"{p}: {f if f is not None else 'none'}" for p, f in tried)
     log.warning("--head-placement auto chose %s: %s (fewest IPUs that fit: %s)", placement,
