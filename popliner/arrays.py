@@ -29,6 +29,9 @@ def gather_csr(ptr: np.ndarray, idx: np.ndarray, rows: np.ndarray | Sequence[int
     rows = np.asarray(rows, dtype=np.int64)
     if rows.size == 0:
         return np.zeros(0, idx.dtype)
+    if int(rows[-1]) - int(rows[0]) == rows.size - 1 and (rows.size == 1 or bool((np.diff(rows) == 1).all())):
+        # Consecutive rows (every operation, a layer's block): their entries are one slice, no index expansion.
+        return np.array(idx[ptr[rows[0]]:ptr[rows[-1] + 1]])
     out: np.ndarray = idx[expand_ranges(ptr[rows], ptr[rows + 1] - ptr[rows])]
     return out
 

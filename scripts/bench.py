@@ -70,6 +70,11 @@ LAYERS_1X = 24
 SHAPE: dict[str, Any] = {"seq": 384, "batch": 2}
 #: IPUs of the 1x split; size S is split over 16*S IPUs.
 IPUS_1X = 16
+#: Sizes beyond 4x keep the layer count real models have (96 to 120) and grow each layer instead: the 10x
+#: of issue 24 is 120 layers at granularity 1.6 (29.3 M lowered variables, 1.6x a 4x layer's) without
+#: variable names (1.1 GB of JSON; the names would add 1.8 GB and nothing the solves read), over 64 IPUs.
+#: (layers, synth ``scale``, variable names, IPUs) per size.
+BIG: dict[float, tuple[int, float, bool, int]] = {10.0: (120, 1.6, False, 64)}
 MEASUREMENTS = ("cold_load", "cached_load", "greedy", "ilp", "greedy_recompute", "ilp_recompute", "layer_breakdown",
                 "simulate", "xlsx", "plan", "plan_no_pipeline")
 #: ``*_recompute``: the same solves with the training options engineers use (every-layer recomputation,
@@ -95,6 +100,8 @@ TARGETS = (
 
 
 def ipus_for(size: float) -> int:
+    if size in BIG:
+        return BIG[size][3]
     return max(2, round(IPUS_1X * size))
 
 
@@ -242,7 +249,7 @@ def run_child(spec: dict[str, Any], env: dict[str, str], log_path: Path) -> tupl
     return result, wall, rss_mb
 
 
-def make_profile(preset: str, layers: int, path: Path, scale: float = 1.0) -> dict[str, Any]:
+def make_profile(preset: str, layers: int, path: Path, scale: float = 1.0, var_names: bool = True) -> dict[str, Any]:
     """Generate (or reuse) the profile of one size; returns what it holds."""
     from popliner.synth import preset_spec, write_profile
 
@@ -251,7 +258,7 @@ def make_profile(preset: str, layers: int, path: Path, scale: float = 1.0) -> di
     except ImportError:  # before the calibration: the catalog's sizes were the only ones
         UNCALIBRATED = {}  # type: ignore[assignment]  # noqa: N806
     shape = {**SHAPE, **UNCALIBRATED} if preset == "bert-large" else {}
-    spec = preset_spec(preset, "training", layers=layers, scale=scale, **shape)
+    spec = preset_spec(preset, "training", layers=layers, scale=scale, var_names=var_names, **shape)
     meta_path = path.with_suffix(".meta.json")
     key = repr(spec)
     if path.is_file() and meta_path.is_file():
@@ -555,7 +562,11 @@ def main(argv: list[str] | None = None) -> int:
         tag = f"{preset}-training-{size:g}x"
         profile = work / f"{tag}.json.gz"
         layers = max(1, round(size * layers_1x)) if layers_1x else 2
-        profiles[size] = make_profile(preset, layers, profile)
+        if layers_1x and size in BIG:
+            layers, scale, names, _ipus = BIG[size]
+            profiles[size] = make_profile(preset, layers, profile, scale, names)
+        else:
+            profiles[size] = make_profile(preset, layers, profile)
         profiles[size]["ipus"] = ipus_for(size) if layers_1x else 2
         p = profiles[size]
         log(f"[{size:g}x] {p['variables']:,} variables, {p['steps']:,} steps, {p['programs']:,} programs")

@@ -123,6 +123,28 @@ def test_dense_window_peak_equals_the_sweep(fixture: str) -> None:
         assert dense.tolist() == swept.tolist(), (lo, hi)
 
 
+@pytest.mark.parametrize("fixture", ["tiny-training.json", "bert-tiny-training.json", "bert-base-training.json.gz"])
+def test_class_window_peak_equals_the_sweep(fixture: str) -> None:
+    """The per-class path (large sets, e.g. the whole program) against the event sweep, tile block by block."""
+    profile = _engine(fixture).profile
+    rng = np.random.default_rng(12)
+    n = profile.variables.count
+    sets = [np.arange(n)] + [np.unique(rng.integers(0, n, int(rng.integers(1, n + 1)))) for _ in range(30)]
+    for k, var in enumerate(sets):
+        lo = 0 if k == 0 else int(rng.integers(-2, profile.num_steps + 1))
+        hi = profile.num_steps - 1 if k == 0 else int(rng.integers(lo - 1, profile.num_steps + 3))
+        block = int(rng.integers(1, profile.tiles + 2))
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(liveness, "CLASS_TILE_BLOCK", block)
+            by_class = liveness._class_window_peak(profile, var, lo, hi, factor=np.inf)
+        swept = liveness.group_peaks(profile, np.zeros(len(var), np.int64), var, np.array([lo]), np.array([hi]))[0]
+        if by_class is None:  # an empty window: the sweep says 0 everywhere
+            assert hi < lo and not swept.any()
+            continue
+        assert by_class.tolist() == swept.tolist(), (lo, hi, block)
+        assert liveness.window_peak(profile, var, lo, hi).tolist() == swept.tolist()
+
+
 @pytest.mark.parametrize("small_paths", [(3, 2)], indirect=True)
 @pytest.mark.parametrize("liveness", ["grid", "events"])
 @pytest.mark.parametrize("options", OPTIONS, ids=lambda o: "-".join(o.values()) or "plain")

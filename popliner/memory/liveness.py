@@ -39,6 +39,9 @@ def variable_steps(profile: Profile, dtype: type[np.signedinteger] = np.int64) -
 
 def window_peak(profile: Profile, var_idx: np.ndarray, lo: int, hi: int) -> np.ndarray:
     """Per-tile peak of live bytes of ``var_idx`` over steps ``lo..hi`` (inclusive)."""
+    by_class = _class_window_peak(profile, var_idx, lo, hi)
+    if by_class is not None:
+        return by_class
     dense = _dense_window_peak(profile, var_idx, lo, hi)
     if dense is not None:
         return dense
@@ -83,9 +86,69 @@ def _dense_window_peak(profile: Profile, var_idx: np.ndarray, lo: int, hi: int,
     cells = np.concatenate((tile, tile[has_end])) * distinct + column[steps]
     delta = np.concatenate((nbytes, -nbytes[has_end]))
     # float64 bincount: exact while a (tile, step) net change is below 2**53 bytes.
-    table = np.bincount(cells, weights=delta, minlength=tiles * distinct).astype(np.int64).reshape(tiles, distinct)
+    table = np.bincount(cells, weights=delta.astype(np.float64), minlength=tiles * distinct).astype(np.int64).reshape(tiles, distinct)
     np.cumsum(table, axis=1, out=table)
     return np.asarray(np.maximum(table.max(axis=1), 0))
+
+
+#: :func:`_class_window_peak` is taken when its (class x tile) and (interval x tile) tables hold at most this
+#: many cells per variable of the set.
+CLASS_FACTOR = 4.0
+#: Tiles per block of :func:`_class_window_peak`'s tables (bounds their memory: a few MB per block).
+CLASS_TILE_BLOCK = 256
+
+
+def _class_window_peak(profile: Profile, var_idx: np.ndarray, lo: int, hi: int,
+                       factor: float | None = None) -> np.ndarray | None:
+    """:func:`window_peak` summed per liveness class first; None when a set has too few variables per class.
+
+    Every variable of a class lives at the same steps, so a large set (the
+    whole program: millions of variables, a few thousand classes) needs one
+    row of bytes per tile for each class, and its live bytes change only at
+    the class intervals' ends: one table row per interval end, added up in
+    step order, gives the live bytes after each step (ends before starts at
+    a step, as in the sweep). All sums are exact in int64 (the per-class
+    bincount in float64 is exact below 2**53 bytes per class and tile).
+    """
+    tiles = profile.tiles
+    if var_idx.size == 0 or hi < lo or tiles == 0:
+        return None
+    v = profile.variables
+    cls = v.klass[var_idx].astype(np.int64)
+    per_class = np.bincount(cls, minlength=profile.num_classes)
+    present = np.flatnonzero(per_class)
+    counts = profile.class_ptr[present + 1] - profile.class_ptr[present]
+    cells = (len(present) + 2 * int(counts.sum())) * tiles
+    if cells > (CLASS_FACTOR if factor is None else factor) * var_idx.size:
+        return None
+    rank = np.zeros(profile.num_classes, np.int64)
+    rank[present] = np.arange(len(present))
+    flat = rank[cls] * tiles + v.tile[var_idx].astype(np.int64)
+    # Weights cast first: bincount's own cast of int64 weights is several times slower than astype.
+    class_bytes = np.bincount(flat, weights=v.bytes[var_idx].astype(np.float64), minlength=len(present) * tiles)
+    class_bytes = class_bytes.astype(np.int64).reshape(len(present), tiles)
+    row = np.repeat(np.arange(len(present)), counts)
+    iv = expand_ranges(profile.class_ptr[present], counts)
+    start = np.maximum(profile.iv_start[iv], lo)
+    end = np.minimum(profile.iv_end[iv], hi + 1)
+    keep = start < end
+    if not keep.any():
+        return np.zeros(tiles, np.int64)
+    row, start, end = row[keep], start[keep], end[keep]
+    has_end = end <= hi  # ends at hi+1 are never observed inside the window
+    steps = np.concatenate((start, end[has_end])).astype(np.int64)
+    rows = np.concatenate((row, row[has_end]))
+    sign = np.concatenate((np.ones(len(row), np.int64), -np.ones(int(has_end.sum()), np.int64)))
+    order = np.argsort(steps, kind="stable")
+    steps, rows, sign = steps[order], rows[order], sign[order]
+    first_at_step = np.flatnonzero(np.concatenate(([True], steps[1:] != steps[:-1])))
+    peak = np.zeros(tiles, np.int64)
+    for t0 in range(0, tiles, CLASS_TILE_BLOCK):
+        block = class_bytes[:, t0:t0 + CLASS_TILE_BLOCK]
+        change = np.add.reduceat(block[rows] * sign[:, None], first_at_step, axis=0)
+        np.cumsum(change, axis=0, out=change)
+        peak[t0:t0 + CLASS_TILE_BLOCK] = change.max(axis=0)
+    return np.asarray(np.maximum(peak, 0))
 
 
 def group_peaks(

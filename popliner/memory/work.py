@@ -20,6 +20,7 @@ import os
 
 import numpy as np
 
+from popliner.arrays import sorted_unique, union_of
 from popliner.errors import ProfileFormatError, UsageProblem
 from popliner.ops.operations import OperationTable
 from popliner.profile.model import Profile
@@ -47,21 +48,33 @@ def liveness_events(profile: Profile, ops: OperationTable) -> tuple[int, int]:
     """
     v = profile.variables
     lens = np.diff(profile.class_ptr)
-    multi = np.flatnonzero(lens[v.klass] > 1) if v.count else np.zeros(0, np.int64)
+    multi_class = lens > 1
+    if v.count == 0 or not multi_class.any():
+        return 0, 0
+    is_multi = multi_class[v.klass]
+    multi = np.flatnonzero(is_multi)
     if multi.size == 0:
         return 0, 0
     tiles = max(profile.tiles, 1)
-    whole_keys = np.unique(v.klass[multi].astype(np.int64) * tiles + v.tile[multi])
+    span = profile.num_classes * tiles
+    whole_keys = _distinct(v.klass[multi].astype(np.int64) * tiles + v.tile[multi], span)
     whole = int(lens[whole_keys // tiles].sum())
-    owner = np.repeat(np.arange(ops.count, dtype=np.int64), np.diff(ops.var_ptr))
-    is_multi = np.zeros(v.count, bool)
-    is_multi[multi] = True
-    keep = is_multi[ops.var_idx]
-    var, owner = ops.var_idx[keep], owner[keep]
+    # The owner of each kept (operation, variable) entry only: a search, not an owner for every entry.
+    entries = np.flatnonzero(is_multi[ops.var_idx])
+    owner = np.searchsorted(ops.var_ptr, entries, side="right") - 1
+    var = ops.var_idx[entries]
     pair = v.klass[var].astype(np.int64) * tiles + v.tile[var]
-    per_op_keys = np.unique(owner * (int(pair.max(initial=0)) + 1) + pair)
-    per_op = int(lens[(per_op_keys % (int(pair.max(initial=0)) + 1)) // tiles].sum())
+    stride = int(pair.max(initial=0)) + 1
+    per_op_keys = sorted_unique(owner * stride + pair, nearly_sorted=True)
+    per_op = int(lens[(per_op_keys % stride) // tiles].sum())
     return whole, per_op
+
+
+def _distinct(keys: np.ndarray, span: int) -> np.ndarray:
+    """Sorted distinct keys in ``[0, span)``: a mask when the span is small, else a sort."""
+    if span <= 1 << 26 and (keys.size == 0 or (int(keys.min()) >= 0 and int(keys.max()) < span)):
+        return union_of(keys, span)
+    return sorted_unique(keys)
 
 
 def tile_cells(profile: Profile, ops: OperationTable) -> int:
