@@ -86,7 +86,8 @@ def _dense_window_peak(profile: Profile, var_idx: np.ndarray, lo: int, hi: int,
     cells = np.concatenate((tile, tile[has_end])) * distinct + column[steps]
     delta = np.concatenate((nbytes, -nbytes[has_end]))
     # float64 bincount: exact while a (tile, step) net change is below 2**53 bytes.
-    table = np.bincount(cells, weights=delta.astype(np.float64), minlength=tiles * distinct).astype(np.int64).reshape(tiles, distinct)
+    table = np.bincount(cells, weights=delta.astype(np.float64), minlength=tiles * distinct)
+    table = table.astype(np.int64).reshape(tiles, distinct)
     np.cumsum(table, axis=1, out=table)
     return np.asarray(np.maximum(table.max(axis=1), 0))
 
