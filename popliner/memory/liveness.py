@@ -94,7 +94,7 @@ def _dense_window_peak(profile: Profile, var_idx: np.ndarray, lo: int, hi: int,
 
 #: :func:`_class_window_peak` is taken when its (class x tile) and (interval x tile) tables hold at most this
 #: many cells per variable of the set.
-CLASS_FACTOR = 4.0
+CLASS_FACTOR = 10.0
 #: Tiles per block of :func:`_class_window_peak`'s tables (bounds their memory: a few MB per block).
 CLASS_TILE_BLOCK = 256
 
