@@ -430,7 +430,8 @@ def _unpack(data: np.ndarray, codec: dict[str, Any]) -> np.ndarray:
     # Inflated piece by piece straight into the result (a numpy array, which the
     # kernel backs with huge pages): one whole inflated copy would cost a page fault
     # every 4 KiB. The running total carries over between pieces for differences.
-    out = np.empty(count, np.int64 if codec["delta"] else dtype)
+    # Differences are summed straight in the stored type: their running sums are the values, which fit it.
+    out = np.empty(count, dtype)
     stream = zcodec.decompressobj(15)
     pending: Any = data
     at = 0
@@ -443,7 +444,7 @@ def _unpack(data: np.ndarray, codec: dict[str, Any]) -> np.ndarray:
         piece = np.frombuffer(raw, narrow)
         part = out[at : at + len(piece)]
         if codec["delta"]:
-            np.cumsum(piece, dtype=np.int64, out=part)
+            np.cumsum(piece, dtype=dtype, out=part)
             part += carry
             carry = int(part[-1])
         else:
@@ -451,8 +452,6 @@ def _unpack(data: np.ndarray, codec: dict[str, Any]) -> np.ndarray:
         at += len(piece)
     if stream.decompress(pending) or not stream.eof or stream.unused_data:
         raise ValueError("packed array has the wrong size")
-    if codec["delta"] and dtype != np.int64:
-        out = out.astype(dtype)
     return out.reshape(shape, order="F" if codec["fortran"] else "C")
 
 
