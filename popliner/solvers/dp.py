@@ -8,9 +8,17 @@ smallest possible largest cost of layers ``0..j`` in ``k+1`` stages.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 from popliner.deadline import OutOfTime, check_deadline
-from popliner.pipeline import RangeCosts, grows_past_limit, position_memory
+from popliner.pipeline import (
+    RangeCosts,
+    copy_buffer_per_tile,
+    extra_stash_entries,
+    grows_past_limit,
+    position_memory,
+    range_boundaries,
+)
 from popliner.solvers.objective import MEMORY, Objective, objective_order
 from popliner.solvers.problem import Bounds, SplitProblem
 
@@ -58,6 +66,19 @@ def dp_per_count(table: RangeCosts, problem: SplitProblem, objective: Objective 
     return out
 
 
+def _copy_buffers(table: RangeCosts, training: bool) -> Callable[[int, int], int]:
+    """Per tile, the copy buffers of range ``i..j`` (as :func:`position_memory` adds them), each computed once."""
+    memo: dict[tuple[int, int], int] = {}
+
+    def copies(i: int, j: int) -> int:
+        hit = memo.get((i, j))
+        if hit is None:
+            hit = memo[(i, j)] = copy_buffer_per_tile(*range_boundaries(table, i, j), table.tiles, training)
+        return hit
+
+    return copies
+
+
 def _first_stage_floor(table: RangeCosts, problem: SplitProblem, stages: int, objective: Objective) -> float:
     """A lower bound on the optimum with ``stages`` stages: the smallest value any first stage can have.
 
@@ -84,29 +105,36 @@ def dp_for_stages(table: RangeCosts, problem: SplitProblem, stages: int,
         return None
     forbidden = table.forbidden_splits(problem.keep_shared_together)
     inf = math.inf
+    limit = table.limit
+    copies = _copy_buffers(table, problem.training)
+    # For each j, the largest layer after which a stage must end that lies before j: no range may cross it.
+    cut = [max((p for p in problem.split_after if p < j), default=-1) for j in range(n)]
     best = [[inf] * n for _ in range(stages)]
     back = [[-1] * n for _ in range(stages)]
     for k in range(stages):
         check_deadline(deadline)
+        # What grows_past_limit and position_memory read, once per range: the stash entries of position k.
+        extra = extra_stash_entries(k, stages, table.head_wraps) if problem.training else 0
         for j in range(n):
             if j < n - 1 and (k == stages - 1 or not problem.allowed_split(j, forbidden)):
                 continue  # only the last stage ends at the last layer; splits must be allowed
             for i in range(j, -1, -1):
                 if j - i + 1 < problem.min_layers:
                     continue
-                if any(i <= p < j for p in problem.split_after):
+                if i <= cut[j]:
                     break
-                if grows_past_limit(table, i, j, k, stages, problem.training):
-                    break  # longer ranges (smaller i) only use more memory
+                base = table.memory(i, j, extra)
+                if base == inf:
+                    break  # over the limit before its copy buffers: longer ranges (smaller i) only use more
                 if (i == 0) != (k == 0):
                     continue  # the first stage starts at layer 0, and only it does
                 prev = 0.0 if k == 0 else best[k - 1][i - 1]
                 if prev == inf:
                     continue
-                memory = position_memory(table, i, j, k, stages, problem.training)
-                if memory == inf:
+                total = base + copies(i, j)
+                if total > limit:
                     continue  # over the limit with its copy buffers; a longer range may still fit
-                value = max(prev, value_of(table, i, j, memory))
+                value = max(prev, value_of(table, i, j, total))
                 if value < best[k][j]:
                     best[k][j], back[k][j] = value, i
     if best[stages - 1][n - 1] == inf:
