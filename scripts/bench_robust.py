@@ -133,10 +133,10 @@ def write(out: Path, rows: list[dict[str, Any]], runs: list[tuple[Any, ...]], ar
              f"processes; load average at the end {os.getloadavg()[0]:.1f}.", "",
              "| profile | layers | variables | steps | greedy wall s | greedy CPU s | ILP wall s | ILP CPU s "
              "| peak MiB (ILP) | exit (greedy / ILP) |", "|---|---|---|---|---|---|---|---|---|---|"]
-    for r in rows:
-        g, i = r["greedy"], r["ilp"]
-        lines.append(f"| {r['profile']} | {r['layers']} | {r['variables']:,} | {r['steps']:,} | {g['wall']:.2f} | "
-                     f"{g['cpu']:.2f} | {i['wall']:.2f} | {i['cpu']:.2f} | {i['peak']:,.0f} | "
+    for row in rows:
+        g, i = row["greedy"], row["ilp"]
+        lines.append(f"| {row['profile']} | {row['layers']} | {row['variables']:,} | {row['steps']:,} | "
+                     f"{g['wall']:.2f} | {g['cpu']:.2f} | {i['wall']:.2f} | {i['cpu']:.2f} | {i['peak']:,.0f} | "
                      f"{'/'.join(map(str, g['exit']))} / {'/'.join(map(str, i['exit']))} |")
     (out / "robust.md").write_text("\n".join(lines) + "\n")
     log(f"results in {out}/robust.md and robust.csv")
