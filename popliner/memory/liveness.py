@@ -115,7 +115,8 @@ def _class_window_peak(profile: Profile, var_idx: np.ndarray, lo: int, hi: int,
     if var_idx.size == 0 or hi < lo or tiles == 0:
         return None
     v = profile.variables
-    cls = v.klass[var_idx].astype(np.int64)
+    every = var_idx.size == v.count and _is_every_variable(var_idx)
+    cls = v.klass if every else v.klass[var_idx]
     per_class = np.bincount(cls, minlength=profile.num_classes)
     present = np.flatnonzero(per_class)
     counts = profile.class_ptr[present + 1] - profile.class_ptr[present]
@@ -124,9 +125,12 @@ def _class_window_peak(profile: Profile, var_idx: np.ndarray, lo: int, hi: int,
         return None
     rank = np.zeros(profile.num_classes, np.int64)
     rank[present] = np.arange(len(present))
-    flat = rank[cls] * tiles + v.tile[var_idx].astype(np.int64)
+    flat = rank[cls]
+    flat *= tiles
+    flat += v.tile if every else v.tile[var_idx]
     # Weights cast first: bincount's own cast of int64 weights is several times slower than astype.
-    class_bytes = np.bincount(flat, weights=v.bytes[var_idx].astype(np.float64), minlength=len(present) * tiles)
+    weights = (v.bytes if every else v.bytes[var_idx]).astype(np.float64)
+    class_bytes = np.bincount(flat, weights=weights, minlength=len(present) * tiles)
     class_bytes = class_bytes.astype(np.int64).reshape(len(present), tiles)
     row = np.repeat(np.arange(len(present)), counts)
     iv = expand_ranges(profile.class_ptr[present], counts)
@@ -150,6 +154,11 @@ def _class_window_peak(profile: Profile, var_idx: np.ndarray, lo: int, hi: int,
         np.cumsum(change, axis=0, out=change)
         peak[t0:t0 + CLASS_TILE_BLOCK] = change.max(axis=0)
     return np.asarray(np.maximum(peak, 0))
+
+
+def _is_every_variable(var_idx: np.ndarray) -> bool:
+    """Is a set of as many indices as there are variables all of them (0, 1, ... in order)?"""
+    return int(var_idx[0]) == 0 and int(var_idx[-1]) == var_idx.size - 1 and bool((np.diff(var_idx) == 1).all())
 
 
 def group_peaks(
