@@ -23,7 +23,7 @@ from functools import cached_property
 
 import numpy as np
 
-from popliner.arrays import gather_csr
+from popliner.arrays import first_row_by_key, gather_csr
 from popliner.layout import Layout
 from popliner.memory.liveness import variable_steps, window_peak
 from popliner.memory.model import MemoryModel
@@ -399,19 +399,8 @@ class MemoryEngine:
     @cached_property
     def first_user(self) -> np.ndarray:
         """Per variable, the operation that uses it at the earliest step (-1: none runs)."""
-        ops, n = self.ops, self.profile.variables.count
-        counts = np.diff(ops.var_ptr)
-        op_of_pair = np.repeat(np.arange(ops.count), counts)
-        var_of_pair = ops.var_idx
-        step = ops.first_step[op_of_pair]
-        ran = step >= 0
-        op_of_pair, var_of_pair, step = op_of_pair[ran], var_of_pair[ran], step[ran]
-        order = np.lexsort((step, var_of_pair))  # by variable, then earliest step first
-        first = np.ones(len(order), bool)
-        first[1:] = var_of_pair[order][1:] != var_of_pair[order][:-1]
-        first_user = np.full(n, -1, np.int64)
-        first_user[var_of_pair[order][first]] = op_of_pair[order][first]
-        return first_user
+        # The smaller operation on a tie, as a stable sort of the (operation, variable) entries would give.
+        return first_row_by_key(self.ops.var_ptr, self.ops.var_idx, self.ops.first_step, self.profile.variables.count)
 
     @cached_property
     def constant_var(self) -> np.ndarray:
