@@ -24,5 +24,5 @@ def test_bench_quick_writes_tables_and_plot(tmp_path: Path) -> None:
         assert not r["status"].startswith(("ERROR", "CRASH", "EXIT", "CACHE")), r
         assert float(r["median_s"]) >= 0 and float(r["peak_rss_mb_max"]) > 0
     summary = (out / "summary.md").read_text()
-    assert summary.startswith("# popliner benchmark") and "## Targets (issue 15)" in summary
+    assert summary.startswith("# popliner benchmark") and "## Targets (issues 15 and 24)" in summary
     assert (out / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
