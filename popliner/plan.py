@@ -153,13 +153,16 @@ def plan_split(analysis: Analysis, request: SplitRequest = SplitRequest()) -> Sp
 def _apply_defaults(analysis: Analysis, request: SplitRequest) -> tuple[SplitRequest, PlannedDefaults | None]:
     """The request with what it leaves unset taken from the framework's defaults."""
     from popliner.memory.training import tied_head
+    from popliner.ops.checkpoints import checkpoints_in_every_layer
 
     training = analysis.mode == "training"
     if (request.recompute is not None or not training) and request.head_placement is not None:
         return request, None
     t = analysis.options.training
     tied = tied_head(analysis.profile, analysis.ops, analysis.named_layers or analysis.layers, analysis.is_backward, t)
-    found = framework_defaults(analysis.framework.name, request.num_ipus, tied, training)
+    found = framework_defaults(analysis.framework.name, request.num_ipus, tied, training,
+                               checkpoints_in_every_layer(analysis.ops, analysis.named_layers or analysis.layers,
+                                                          analysis.is_backward))
     changes: dict[str, object] = {}
     if request.recompute is None and training:
         changes["recompute"] = found.recompute
