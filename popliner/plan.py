@@ -184,7 +184,8 @@ def _best_placement(analysis: Analysis, request: SplitRequest) -> SplitPlan:
         scored.append(((not plan.fits, fewest if fewest is not None else 1 << 30, slowest), placement, fewest, plan))
     _, placement, _, best = min(scored, key=lambda item: item[0])
     tried = tuple((p, f) for _, p, f, _ in scored)
-    shown = ", ".join(f"{p}: {f if f is not None else 'none'}" for p, f in tried)
+    # A placement that does not fit on the IPUs asked for was not tried on more: say so, not "none".
+    shown = ", ".join(f"{p}: {f if f is not None else f'more than {request.num_ipus}'}" for p, f in tried)
     log.warning("--head-placement auto chose %s: %s (fewest IPUs that fit: %s)", placement,
                 "it fits on the fewest IPUs, then the slowest IPU is fastest" if best.fits else "nothing fits",
                 shown)
