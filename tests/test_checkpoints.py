@@ -96,3 +96,30 @@ def test_the_summary_says_why(profiles):
     assert result.exit_code in (0, 3), result.output
     assert json.loads(result.stdout)["training"]["recompute"] == "every-layer"
     assert "checkpoint in every layer" in result.stderr
+
+
+@pytest.mark.parametrize("compiled", ["on-chip", "off-chip"])
+def test_a_profile_compiled_with_off_chip_state_is_recorded_and_configured_so(tmp_path, compiled):
+    profile = tmp_path / "p.json"
+    made = CliRunner().invoke(cli, ["synth", "--preset", "bert-tiny", "--mode", "training", "--optimizer-state",
+                                    compiled, "-o", str(profile)])
+    assert made.exit_code == 0, made.output
+    out = tmp_path / "pipeline.yaml"
+    base = [str(profile), "--solve", "--num-ipus", "2", "--recompute", "none", "--head-placement", "last",
+            "--mem-per-tile", "4000000",
+            "--no-cache"]
+    plain = CliRunner().invoke(cli, [*base, "--config-out", str(out)])
+    assert plain.exit_code == 0, plain.output
+    doc = json.loads(plain.stdout)
+    assert doc["training"]["optimizer_state"] == compiled
+    import yaml
+
+    config = yaml.safe_load(out.read_text())
+    assert config["training"]["optimizer_state"] == compiled
+    assert config["snippets"]["optimum_graphcore"]["optimizer_state_offchip"] is (compiled == "off-chip")
+    assert ("useOnChipStorage(False)" in config["snippets"]["poptorch"]) is (compiled == "off-chip")
+    if compiled == "off-chip":
+        # Asking for what the profile already does changes no figure.
+        asked = CliRunner().invoke(cli, [*base, "--optimizer-state", "off-chip"])
+        assert [s["worst_tile_bytes"] for s in json.loads(asked.stdout)["stages"]] == [
+            s["worst_tile_bytes"] for s in doc["stages"]]
