@@ -16,23 +16,16 @@ and 1,472 tiles.
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 
-from popliner.errors import ProfileFormatError, UsageProblem
+from popliner.errors import ProfileFormatError
 from popliner.ops.operations import OperationTable
+from popliner.profile.limits import LIMITS, check_tile_cells
+from popliner.profile.limits import limit as _limit
 from popliner.profile.model import Profile
 
 __all__ = ["LIMITS", "check_range_tables", "check_work", "liveness_events", "range_cells", "tile_cells"]
 
-#: Environment variable -> default limit. Liveness events cost about 150 bytes each in a sweep and tile cells
-#: 8 bytes in each table that holds them (several do at once): the defaults keep a run under about 2 GB.
-LIMITS: dict[str, int] = {
-    "POPLINER_MAX_LIVENESS_EVENTS": 8_000_000,
-    "POPLINER_MAX_TILE_CELLS": 20_000_000,
-    "POPLINER_MAX_RANGE_CELLS": 50_000_000,
-}
 def liveness_events(profile: Profile, ops: OperationTable) -> tuple[int, int]:
     """The amplified events of the sweeps: (whole program, every operation alone).
 
@@ -74,29 +67,10 @@ def tile_cells(profile: Profile, ops: OperationTable) -> int:
     return max(profile.tiles, 0) * len(profile.vertex_types.names)
 
 
-def _limit(env: str) -> int:
-    text = os.environ.get(env)
-    if not text:
-        return LIMITS[env]
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise UsageProblem(f"{env}={text!r}: expected a whole number")
-    return value
-
-
 def check_work(profile: Profile, ops: OperationTable) -> None:
     """Refuse a profile that would make popliner allocate past a limit; each check is linear in the file."""
-    cells = tile_cells(profile, ops)
-    env = "POPLINER_MAX_TILE_CELLS"
-    if cells > _limit(env):
-        raise ProfileFormatError(
-            profile.path, "target.tilesPerIpu",
-            f"{profile.tiles:,} tiles x {len(profile.vertex_types.names):,} vertex types = {cells:,} per-tile "
-            f"cells, above the limit of {_limit(env):,} (8 bytes each, in several tables); set {env} to a larger "
-            "count to analyse it anyway")
+    # The loader refuses this one already (before decoding a TileVector); a Profile built another way is checked too.
+    check_tile_cells(profile.path, profile.tiles, len(profile.vertex_types.names))
     env = "POPLINER_MAX_LIVENESS_EVENTS"
     whole, per_op = liveness_events(profile, ops)
     for count, what in ((whole, "in the whole-program sweep"), (per_op, "over the per-operation sweeps")):
