@@ -24,6 +24,8 @@ LIMITS: dict[str, int] = {
     "POPLINER_MAX_RANGE_CELLS": 50_000_000,
     # A review workbook writes about 9 cells with formulas per operation, some 115 us of CPU a row.
     "POPLINER_MAX_WORKBOOK_ROWS": 100_000,
+    # Rows of a review workbook's planner table read back by check and config-from (one per layer).
+    "POPLINER_MAX_PLANNER_LAYERS": 10_000,
 }
 
 
