@@ -267,10 +267,10 @@ def xml_structure(base: bytes) -> Iterator[WorkbookCase]:
 
 
 def workbook_cases(base: bytes, n: int, rng: random.Random) -> list[WorkbookCase]:
-    """About ``n`` cases (at least one of every kind); ``wrong_type`` fills what the others leave."""
+    """About ``n`` cases (every kind); ``wrong_type`` fills what the others leave, with 120 cases at least."""
     out: list[WorkbookCase] = []
     for items in (cell_missing(base), number_bounds(base), formulas(base), huge_counts(base), deep_nesting(base),
                   xml_structure(base)):
         out.extend(items)
-    out.extend(wrong_type(base, rng, max(n - len(out), 20)))
+    out.extend(wrong_type(base, rng, max(n - len(out), 120)))
     return out
