@@ -335,9 +335,6 @@ class StageFigure:
         """Compute cycles of one micro-batch on the IPU (a wrapped head's included)."""
         return self.forward_cycles + self.backward_cycles + self.head_cycles
 
-    def fits(self, budget: int) -> bool:
-        return self.worst_bytes <= budget
-
 
 def _figure(engine: MemoryEngine, layers: Sequence[int], position: int, num_ipus: int, bytes_in: int,
             bytes_out: int, wraps: bool = False, gradient_bytes_in: int = 0) -> StageFigure:

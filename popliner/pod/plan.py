@@ -127,8 +127,7 @@ class PodConfig:
 
     @property
     def headroom_bytes(self) -> int | None:
-        full = self.fullest_bytes
-        return None if full is None else self.budget - full
+        return None if self.split is None else min(s.headroom for s in self.split.stages)
 
     @property
     def split_text(self) -> str:
