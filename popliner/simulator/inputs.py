@@ -29,6 +29,7 @@ __all__ = [
     "SimInputs",
     "inputs_from_analysis",
     "inputs_from_config",
+    "ipu_figures",
     "pipeline_stages",
 ]
 
@@ -196,29 +197,30 @@ def _backward_cycles(s: ConfigStage, training: bool, backward_fraction: float) -
 
 def inputs_from_analysis(cfg: PipelineConfig, analysis: AnalysisLike, *, tiles_per_ipu: int,
                          clock_hz: float) -> SimInputs:
-    """Stages recomputed from the profile for the config's layer placement.
+    """Stages recomputed from the profile for the config's layer placement (:func:`ipu_figures` of each IPU)."""
+    check_profile_matches(cfg, analysis)
+    layers = [s.layers for s in cfg.stages]
+    computed = analysis.pipeline_figures(layers)
+    figures = [ipu_figures(fig, cfg.training, _label(group)) for group, fig in zip(layers, computed)]
+    head = computed[0].head_cycles if cfg.head_wraps and computed else None
+    return SimInputs(pipeline_stages(cfg.mode, figures, head), tiles_per_ipu, clock_hz, "profile")
+
+
+def ipu_figures(figure: StageFigure, training: bool, label: str = "") -> IpuFigures:
+    """What the simulator reads of an IPU's pipeline figure: the one way a figure becomes simulator input.
 
     The single-IPU profile already holds one stash entry of every stage (its
     activations live from forward to backward), so that entry is taken out
     of the resident memory and the simulator adds back as many as are in
-    flight.
+    flight. The last IPU runs forward and backward back to back: no stash,
+    and its activations stay live in between exactly as the profile shows them.
     """
-    check_profile_matches(cfg, analysis)
-    layers = [s.layers for s in cfg.stages]
-    figures = []
-    computed = analysis.pipeline_figures(layers)
-    for group, fig in zip(layers, computed):
-        total = np.asarray(fig.memory.total_per_tile, dtype=np.int64)
-        # The last IPU runs forward and backward back to back: no stash, and its
-        # activations stay live in between exactly as the profile shows them.
-        entry = np.asarray(fig.stash_entry_per_tile, dtype=np.int64) if fig.stash_entries else np.zeros_like(total)
-        figures.append(IpuFigures(
-            fig.forward_cycles, fig.backward_cycles if cfg.training else 0, np.maximum(total - entry, 0), entry,
-            fig.bytes_in, _label(group), fig.recompute_cycles if cfg.training else 0,
-            fig.gradient_bytes_in if cfg.training else None,
-        ))
-    head = computed[0].head_cycles if cfg.head_wraps and computed else None
-    return SimInputs(pipeline_stages(cfg.mode, figures, head), tiles_per_ipu, clock_hz, "profile")
+    total = np.asarray(figure.memory.total_per_tile, dtype=np.int64)
+    entry = (np.asarray(figure.stash_entry_per_tile, dtype=np.int64) if figure.stash_entries
+             else np.zeros_like(total))
+    return IpuFigures(figure.forward_cycles, figure.backward_cycles if training else 0, np.maximum(total - entry, 0),
+                      entry, figure.bytes_in, label, figure.recompute_cycles if training else 0,
+                      figure.gradient_bytes_in if training else None)
 
 
 def check_profile_matches(cfg: PipelineConfig, analysis: AnalysisLike) -> None:
