@@ -19,7 +19,8 @@ import numpy as np
 
 from popliner.config.model import ConfigStage, PipelineConfig
 from popliner.errors import ConfigError
-from popliner.pipeline import StageFigure, backward_stage, copy_buffer_per_tile, forward_stage, head_stage
+from popliner.layout import HEAD_GROUP
+from popliner.pipeline import StageFigure, StageLayout, copy_buffer_per_tile
 from popliner.simulator.engine import SimStage
 
 __all__ = [
@@ -98,6 +99,7 @@ def pipeline_stages(mode: str, ipus: Sequence[IpuFigures], head_cycles: int | No
     k = len(ipus)
     if head_cycles is not None and k >= 2:
         return _wrapped_stages(mode, ipus, head_cycles)
+    plan = StageLayout(k, mode == "training")
     if mode != "training":
         return tuple(
             SimStage(i, i, "forward", f.forward_cycles, ipus[i + 1].bytes_in if i + 1 < k else 0,
@@ -105,7 +107,7 @@ def pipeline_stages(mode: str, ipus: Sequence[IpuFigures], head_cycles: int | No
             for i, f in enumerate(ipus)
         )
     out = [
-        SimStage(forward_stage(i), i, "forward", f.forward_cycles, ipus[i + 1].received, f.memory_per_tile,
+        SimStage(plan.forward_stage(i), i, "forward", f.forward_cycles, ipus[i + 1].received, f.memory_per_tile,
                  f.stash_entry_per_tile, f.label)
         for i, f in enumerate(ipus[:-1])
     ]
@@ -119,7 +121,7 @@ def pipeline_stages(mode: str, ipus: Sequence[IpuFigures], head_cycles: int | No
         f = ipus[i]
         # Resident memory is given once per IPU, on its forward stage; the re-run
         # forward work opens the backward stage.
-        out.append(SimStage(backward_stage(i, k), i, "backward", f.backward_cycles, f.returned if i > 0 else 0,
+        out.append(SimStage(plan.backward_stage(i), i, "backward", f.backward_cycles, f.returned if i > 0 else 0,
                             None, None, f.label, f.recompute_cycles, 0))
     return tuple(out)
 
@@ -133,18 +135,20 @@ def _wrapped_stages(mode: str, ipus: Sequence[IpuFigures], head_cycles: int) -> 
     """
     k = len(ipus)
     training = mode == "training"
+    plan = StageLayout(k, training, HEAD_GROUP)
+    head_stage = plan.head_stage or 0
     into_head = ipus[0].received if training else ipus[0].bytes_in
-    out = [SimStage(forward_stage(i), i, "forward", f.forward_cycles,
+    out = [SimStage(plan.forward_stage(i), i, "forward", f.forward_cycles,
                     (ipus[i + 1].received if training else ipus[i + 1].bytes_in) if i + 1 < k else into_head,
                     f.memory_per_tile, f.stash_entry_per_tile if mode == "training" else None, f.label)
            for i, f in enumerate(ipus)]
     if mode != "training":
-        out.append(SimStage(head_stage(k), 0, "forward", head_cycles, 0, None, None, "head"))
+        out.append(SimStage(head_stage, 0, "forward", head_cycles, 0, None, None, "head"))
         return tuple(out)
-    out.append(SimStage(head_stage(k), 0, "forward+backward", head_cycles, ipus[0].returned, None, None, "head"))
+    out.append(SimStage(head_stage, 0, "forward+backward", head_cycles, ipus[0].returned, None, None, "head"))
     for i in range(k - 1, -1, -1):
         f = ipus[i]
-        out.append(SimStage(backward_stage(i, k, True), i, "backward", f.backward_cycles, f.returned if i > 0 else 0,
+        out.append(SimStage(plan.backward_stage(i), i, "backward", f.backward_cycles, f.returned if i > 0 else 0,
                             None, None, f.label, f.recompute_cycles, 0))
     return tuple(out)
 
