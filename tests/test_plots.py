@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from popliner.pipeline import StageLayout
 from popliner.report.aggregate import grid_values, max_pool, tile_grid
 from popliner.simulator import SimStage, simulate
 from popliner.simulator.inputs import IpuFigures, pipeline_stages
@@ -38,7 +39,7 @@ def training_result(k: int, g: int | None = None) -> object:
     """K IPUs in training: forward 100 cycles, backward 200, 10 bytes between IPUs."""
     figures = [IpuFigures(100, 200, np.full(4, 10, np.int64), np.full(4, 1, np.int64), 10 if i else 0, f"L{i}")
                for i in range(k)]
-    stages = pipeline_stages("training", figures)
+    stages = pipeline_stages(StageLayout(k, training=True), figures)
     return simulate(stages, g or 2 * len(stages), clock_hz=1e9, sync_cycles=5, budget_bytes=100)
 
 

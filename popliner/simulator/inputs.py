@@ -19,7 +19,6 @@ import numpy as np
 
 from popliner.config.model import ConfigStage, PipelineConfig
 from popliner.errors import ConfigError
-from popliner.layout import HEAD_GROUP
 from popliner.pipeline import StageFigure, StageLayout, copy_buffer_per_tile
 from popliner.simulator.engine import SimStage
 
@@ -90,19 +89,20 @@ class IpuFigures:
         return self.gradient_bytes_in if self.gradient_bytes_in is not None else self.bytes_in
 
 
-def pipeline_stages(mode: str, ipus: Sequence[IpuFigures], head_cycles: int | None = None) -> tuple[SimStage, ...]:
-    """Expand per-IPU figures into the K (inference) or 2K-1 (training) pipeline stages.
+def pipeline_stages(plan: StageLayout, ipus: Sequence[IpuFigures], head_cycles: int = 0) -> tuple[SimStage, ...]:
+    """Expand per-IPU figures into the pipeline stages of ``plan`` (K in inference, 2K-1 in training).
 
-    ``head_cycles``: a head wrapped onto IPU 0 with these cycles (one more
+    ``head_cycles``: the cycles of a head ``plan`` wraps onto IPU 0 (one more
     stage, K; the backwards move one stage later).
     """
     k = len(ipus)
-    if head_cycles is not None and k >= 2:
-        return _wrapped_stages(mode, ipus, head_cycles)
-    plan = StageLayout(k, mode == "training")
-    if mode != "training":
+    if plan.num_ipus != k:
+        raise ValueError(f"{k} IPUs of figures for a split over {plan.num_ipus}")
+    if plan.wraps:
+        return _wrapped_stages(plan, ipus, head_cycles)
+    if not plan.training:
         return tuple(
-            SimStage(i, i, "forward", f.forward_cycles, ipus[i + 1].bytes_in if i + 1 < k else 0,
+            SimStage(plan.forward_stage(i), i, "forward", f.forward_cycles, ipus[i + 1].bytes_in if i + 1 < k else 0,
                      f.memory_per_tile, None, f.label)
             for i, f in enumerate(ipus)
         )
@@ -114,8 +114,8 @@ def pipeline_stages(mode: str, ipus: Sequence[IpuFigures], head_cycles: int | No
     last = ipus[-1]
     # The last IPU computes the loss and sends the gradient of its input back.
     # Its re-run forward work (every-layer recomputation) comes after its forward part.
-    out.append(SimStage(k - 1, k - 1, "forward+backward", last.forward_cycles + last.backward_cycles,
-                        last.returned if k > 1 else 0, last.memory_per_tile, None, last.label,
+    out.append(SimStage(plan.forward_stage(k - 1), k - 1, "forward+backward", last.forward_cycles
+                        + last.backward_cycles, last.returned if k > 1 else 0, last.memory_per_tile, None, last.label,
                         last.recompute_cycles, last.forward_cycles))
     for i in range(k - 2, -1, -1):
         f = ipus[i]
@@ -126,7 +126,7 @@ def pipeline_stages(mode: str, ipus: Sequence[IpuFigures], head_cycles: int | No
     return tuple(out)
 
 
-def _wrapped_stages(mode: str, ipus: Sequence[IpuFigures], head_cycles: int) -> tuple[SimStage, ...]:
+def _wrapped_stages(plan: StageLayout, ipus: Sequence[IpuFigures], head_cycles: int) -> tuple[SimStage, ...]:
     """The stages with a head wrapped onto IPU 0 (docs/solvers.md, ``--head-placement wrap``).
 
     Forwards 0..K-1, the head at stage K on IPU 0 (forward and backward back
@@ -134,15 +134,14 @@ def _wrapped_stages(mode: str, ipus: Sequence[IpuFigures], head_cycles: int) -> 
     the head receives from the last IPU (and, in training, sends back).
     """
     k = len(ipus)
-    training = mode == "training"
-    plan = StageLayout(k, training, HEAD_GROUP)
-    head_stage = plan.head_stage or 0
+    training = plan.training
+    head_stage = k if plan.head_stage is None else plan.head_stage
     into_head = ipus[0].received if training else ipus[0].bytes_in
     out = [SimStage(plan.forward_stage(i), i, "forward", f.forward_cycles,
                     (ipus[i + 1].received if training else ipus[i + 1].bytes_in) if i + 1 < k else into_head,
-                    f.memory_per_tile, f.stash_entry_per_tile if mode == "training" else None, f.label)
+                    f.memory_per_tile, f.stash_entry_per_tile if training else None, f.label)
            for i, f in enumerate(ipus)]
-    if mode != "training":
+    if not training:
         out.append(SimStage(head_stage, 0, "forward", head_cycles, 0, None, None, "head"))
         return tuple(out)
     out.append(SimStage(head_stage, 0, "forward+backward", head_cycles, ipus[0].returned, None, None, "head"))
@@ -185,7 +184,7 @@ def inputs_from_config(cfg: PipelineConfig, backward_fraction: float = BACKWARD_
         figures.append(IpuFigures(s.cycles - backward, backward, memory,
                                    np.full(tiles, per_entry, dtype=np.int64), s.bytes_in, _label(s.layers),
                                    recompute, s.gradient_bytes_in if cfg.training else None))
-    return SimInputs(pipeline_stages(cfg.mode, figures, head if wraps else None), tiles, cfg.clock_hz, "config")
+    return SimInputs(pipeline_stages(cfg.stage_layout, figures, head), tiles, cfg.clock_hz, "config")
 
 
 def _backward_cycles(s: ConfigStage, training: bool, backward_fraction: float) -> tuple[int, int]:
@@ -206,8 +205,8 @@ def inputs_from_analysis(cfg: PipelineConfig, analysis: AnalysisLike, *, tiles_p
     layers = [s.layers for s in cfg.stages]
     computed = analysis.pipeline_figures(layers)
     figures = [ipu_figures(fig, cfg.training, _label(group)) for group, fig in zip(layers, computed)]
-    head = computed[0].head_cycles if cfg.head_wraps and computed else None
-    return SimInputs(pipeline_stages(cfg.mode, figures, head), tiles_per_ipu, clock_hz, "profile")
+    head = computed[0].head_cycles if cfg.head_wraps and computed else 0
+    return SimInputs(pipeline_stages(cfg.stage_layout, figures, head), tiles_per_ipu, clock_hz, "profile")
 
 
 def ipu_figures(figure: StageFigure, training: bool, label: str = "") -> IpuFigures:
