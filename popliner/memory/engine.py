@@ -27,6 +27,7 @@ from popliner.arrays import gather_csr
 from popliner.layout import Layout
 from popliner.memory.liveness import variable_steps, window_peak
 from popliner.memory.model import MemoryModel
+from popliner.memory.range_state import Liveness, LivenessPath, RangeState, liveness_path
 from popliner.memory.training import (
     TrainingOptions,
     build_training_view,
@@ -87,6 +88,7 @@ class MemoryEngine:
         self.is_backward = self.view.is_backward
         self.model = MemoryModel(self.profile, ops, counted_vars)
         self._stash_known: dict[bytes, np.ndarray] = {}
+        self._range_states: dict[LivenessPath, RangeState] = {}
 
     @property
     def tiles(self) -> int:
@@ -110,6 +112,21 @@ class MemoryEngine:
     def head_layer(self) -> int:
         """Index of the ``head`` layer (the last one; meaningful when :attr:`head_wraps`)."""
         return self.num_layers - 1
+
+    def range_state(self, liveness: Liveness = "auto") -> RangeState:
+        """What every range table of this engine shares on one liveness path, built by the first that needs it.
+
+        Owned here, not cached beside the engine: it goes when the engine goes.
+        """
+        path = liveness_path(self, liveness)
+        found = self._range_states.get(path)
+        if found is None:
+            found = self._range_states[path] = RangeState(self, path)
+        return found
+
+    def release_range_state(self) -> None:
+        """Drop the range state now (it and the engine form a cycle, which the collector frees later)."""
+        self._range_states.clear()
 
     # -- operations of a stage ---------------------------------------------------
 
