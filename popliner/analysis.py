@@ -23,8 +23,9 @@ import numpy as np
 
 from popliner.errors import UsageProblem
 from popliner.framework import FrameworkChoice, choose_framework
-from popliner.memory.training import TrainingOptions, place_unlayered
+from popliner.memory.training import TrainingOptions
 from popliner.memory.work import check_work
+from popliner.ops.head import place_unlayered
 from popliner.ops.layers import (
     AUTO_PRESET,
     DEFAULT_INPUTS_REGEX_LAYER_0,

@@ -28,12 +28,9 @@ from popliner.layout import Layout
 from popliner.memory.liveness import variable_steps, window_peak
 from popliner.memory.model import MemoryModel
 from popliner.memory.range_state import Liveness, LivenessPath, RangeState, liveness_path
-from popliner.memory.training import (
-    TrainingOptions,
-    build_training_view,
-    with_live_steps,
-)
+from popliner.memory.training import TrainingOptions, build_training_view
 from popliner.memory.types import StageMemory
+from popliner.memory.whatif import with_live_steps
 from popliner.ops.operations import OperationTable
 from popliner.profile.model import PROGRAM_TYPES, Profile
 
