@@ -182,7 +182,6 @@ def load_cached(path: Path, sha256: str, options_key: str, profile_path: str, de
     the caller rebuilds it. An entry that is no regular file of ours, or a
     cache folder others can write, is never read (see :mod:`cachefs`).
     """
-    classes = {**_CLASSES, derived.__name__: derived, layers_type.__name__: layers_type}
     if not usable_dir(path.parent):
         return None
     fh = open_entry(path)
@@ -197,20 +196,8 @@ def load_cached(path: Path, sha256: str, options_key: str, profile_path: str, de
         ):
             log.debug("cache %s is stale; rebuilding", path)
             return None
-        # The digest is taken on its own thread (hashlib lets go of the GIL) while the columns are unpacked.
-        with ThreadPoolExecutor(1) as pool:
-            digest = pool.submit(_digest, sha256, dict(arrays))
-            unpack_all(arrays, meta["codecs"])
-            if meta.get("digest") != digest.result():
-                raise Bad("its arrays do not match their digest")
-        profile = unflatten(meta["profile"], arrays, _CLASSES)
-        extra = unflatten(meta["derived"], arrays, classes)
-        stored = meta.get("layers")
-        layers = None if stored is None else (stored[0], unflatten(stored[1], arrays, classes))
-        if not isinstance(profile, Profile) or not isinstance(extra, derived):
-            raise _OtherTypes("it holds other types than the caller asked for")
-        if layers is not None and not (isinstance(layers[0], str) and isinstance(layers[1], layers_type)):
-            raise _OtherTypes("its layers hold other types than the caller asked for")
+        _unpack_checked(arrays, meta, sha256)
+        profile, extra, layers = _objects(meta, arrays, derived, layers_type)
         check_profile(profile)
         if check is not None:
             check(profile, extra, None if layers is None else layers[1])
@@ -225,6 +212,31 @@ def load_cached(path: Path, sha256: str, options_key: str, profile_path: str, de
         return None
     # The same content may sit under another name; report the name used now.
     return CacheHit(dataclasses.replace(profile, path=profile_path), extra, layers)
+
+
+def _unpack_checked(arrays: dict[str, np.ndarray], meta: dict[str, Any], sha256: str) -> None:
+    """Unpack the columns in place; :class:`Bad` when the stored arrays are not the ones the digest was taken of."""
+    # The digest is taken on its own thread (hashlib lets go of the GIL) while the columns are unpacked.
+    with ThreadPoolExecutor(1) as pool:
+        digest = pool.submit(_digest, sha256, dict(arrays))
+        unpack_all(arrays, meta["codecs"])
+        if meta.get("digest") != digest.result():
+            raise Bad("its arrays do not match their digest")
+
+
+def _objects(meta: dict[str, Any], arrays: dict[str, np.ndarray], derived: type[D],
+             layers_type: type[L]) -> tuple[Profile, D, tuple[str, L] | None]:
+    """The profile, derived data and layers the entry describes; :class:`_OtherTypes` when not of those types."""
+    classes = {**_CLASSES, derived.__name__: derived, layers_type.__name__: layers_type}
+    profile = unflatten(meta["profile"], arrays, _CLASSES)
+    extra = unflatten(meta["derived"], arrays, classes)
+    stored = meta.get("layers")
+    layers = None if stored is None else (stored[0], unflatten(stored[1], arrays, classes))
+    if not isinstance(profile, Profile) or not isinstance(extra, derived):
+        raise _OtherTypes("it holds other types than the caller asked for")
+    if layers is not None and not (isinstance(layers[0], str) and isinstance(layers[1], layers_type)):
+        raise _OtherTypes("its layers hold other types than the caller asked for")
+    return profile, extra, layers
 
 
 class _OtherTypes(Exception):

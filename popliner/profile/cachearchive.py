@@ -41,39 +41,44 @@ def read_npz(f: io.BufferedReader) -> dict[str, np.ndarray]:
             raise ValueError("compressed members: not written by popliner")
         for info in infos:
             name = info.filename[:-4] if info.filename.endswith(".npy") else info.filename
-            f.seek(info.header_offset)
-            local = f.read(30)
-            if len(local) != 30 or local[:4] != b"PK\x03\x04":
-                raise zipfile.BadZipFile(f"{info.filename}: bad local header")
-            name_len, extra_len = struct.unpack("<HH", local[26:30])
-            start = info.header_offset + 30 + name_len + extra_len
-            f.seek(start)
-            version = npy_format.read_magic(f)
-            if version == (1, 0):
-                shape, fortran, dtype = npy_format.read_array_header_1_0(f)
-            elif version == (2, 0):
-                shape, fortran, dtype = npy_format.read_array_header_2_0(f)
-            else:
-                raise ValueError(f"{info.filename}: .npy version {version} is not read here")
-            if dtype.hasobject:
-                raise ValueError(f"{info.filename}: object arrays cannot be loaded without pickles")
-            head_len = f.tell() - start
-            count = math.prod(shape)
-            nbytes = count * dtype.itemsize
-            if head_len + nbytes != info.file_size:
-                raise ValueError(f"{info.filename}: member size does not match its array")
-            f.seek(start)
-            crc = zlib.crc32(f.read(head_len))
-            arr = np.empty(count, dtype)
-            if nbytes:
-                buf = arr.data.cast("B")
-                if f.readinto(buf) != nbytes:
-                    raise EOFError(f"{info.filename}: truncated")
-                crc = zlib.crc32(buf, crc)
-            if crc != info.CRC:
-                raise zipfile.BadZipFile(f"Bad CRC-32 for file {info.filename!r}")
-            arrays[name] = arr.reshape(shape, order="F" if fortran else "C")
+            arrays[name] = _read_member(f, info)
     return arrays
+
+
+def _read_member(f: io.BufferedReader, info: zipfile.ZipInfo) -> np.ndarray:
+    """One stored ``.npy`` member, read straight into its array; its size and CRC-32 checked."""
+    f.seek(info.header_offset)
+    local = f.read(30)
+    if len(local) != 30 or local[:4] != b"PK\x03\x04":
+        raise zipfile.BadZipFile(f"{info.filename}: bad local header")
+    name_len, extra_len = struct.unpack("<HH", local[26:30])
+    start = info.header_offset + 30 + name_len + extra_len
+    f.seek(start)
+    version = npy_format.read_magic(f)
+    if version == (1, 0):
+        shape, fortran, dtype = npy_format.read_array_header_1_0(f)
+    elif version == (2, 0):
+        shape, fortran, dtype = npy_format.read_array_header_2_0(f)
+    else:
+        raise ValueError(f"{info.filename}: .npy version {version} is not read here")
+    if dtype.hasobject:
+        raise ValueError(f"{info.filename}: object arrays cannot be loaded without pickles")
+    head_len = f.tell() - start
+    count = math.prod(shape)
+    nbytes = count * dtype.itemsize
+    if head_len + nbytes != info.file_size:
+        raise ValueError(f"{info.filename}: member size does not match its array")
+    f.seek(start)
+    crc = zlib.crc32(f.read(head_len))
+    arr = np.empty(count, dtype)
+    if nbytes:
+        buf = arr.data.cast("B")
+        if f.readinto(buf) != nbytes:
+            raise EOFError(f"{info.filename}: truncated")
+        crc = zlib.crc32(buf, crc)
+    if crc != info.CRC:
+        raise zipfile.BadZipFile(f"Bad CRC-32 for file {info.filename!r}")
+    return arr.reshape(shape, order="F" if fortran else "C")
 
 
 def flatten(obj: Any, prefix: str, arrays: dict[str, np.ndarray]) -> Any:
