@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import gzip
 import hashlib
@@ -108,21 +109,76 @@ def _variants(doc: dict[str, Any]) -> list[tuple[str, bytes]]:
     return out
 
 
+def _agrees(label: str, text: bytes) -> None:
+    """The loader gives what the ordinary path gives: the same profile and names, or the same error."""
+    try:
+        ref: Any = slow(text)
+    except ProfileFormatError as exc:
+        with pytest.raises(ProfileFormatError) as got:
+            parse_profile_bytes(text, "t.json")
+        assert str(got.value) == str(exc), label
+        return
+    fast = parse_profile_bytes(text, "t.json")
+    same(fast, ref, label)
+    v, w = fast.variables, ref.variables
+    assert [v.name(i) for i in range(v.count)] == [w.name(i) for i in range(w.count)], label
+
+
 def test_shortcut_steps_aside_or_agrees(tiny_text: bytes) -> None:
     doc = json.loads(tiny_text)
     for label, text in _variants(doc):
         assert text != compact(doc), label
-        try:
-            ref: Any = slow(text)
-        except ProfileFormatError as exc:
-            with pytest.raises(ProfileFormatError) as got:
-                parse_profile_bytes(text, "t.json")
-            assert str(got.value) == str(exc), label
-            continue
-        fast = parse_profile_bytes(text, "t.json")
-        same(fast, ref, label)
-        v, w = fast.variables, ref.variables
-        assert [v.name(i) for i in range(v.count)] == [w.name(i) for i in range(w.count)], label
+        _agrees(label, text)
+
+
+def _indented_variants(doc: dict[str, Any]) -> list[tuple[str, bytes]]:
+    """Odd or invalid indented documents: the separators, whitespace and keys the spaced reader looks at."""
+    text = json.dumps(doc, indent=1).encode()
+    names = b'"name": [\n   "'
+
+    def between_names(new: bytes) -> bytes:
+        """The separator after the second name replaced by ``new`` (the first one sets the layout)."""
+        at = text.index(b'",\n   "', text.index(b'",\n   "', text.index(names)) + 1)
+        return text[:at] + new + text[at + 6 :]
+
+    return [
+        ("one separator longer", between_names(b'",\n    "')),
+        ("space before a comma", between_names(b'" ,\n   "')),
+        ("vertical tab between names", between_names(b'",\v   "')),
+        ("a tab for a space between names", between_names(b'",\n  \t"')),
+        ("newline in a name", text.replace(names, names + b"a\nb", 1)),
+        ("tab in a name", text.replace(names, names + b"\t", 1)),
+        ("separator in a name", text.replace(names, names + b'x",\n   "', 1)),
+        ("non-ascii name", text.replace(names, names + "\u00e9".encode(), 1)),
+        ("invalid utf-8 name", text.replace(names, names + b"\xff", 1)),
+        ("vertical tab between numbers", text.replace(b'"bytes": [\n   ', b'"bytes": [\v', 1)),
+        ("form feed in a vars list", text.replace(b'"vars": [\n', b'"vars": [\f', 1)),
+        ("space inside a number", text.replace(b'"bytes": [\n   2', b'"bytes": [\n   2 ', 1)),
+        ("empty vars list of spaces", text.replace(b'"vars": [\n    0,\n    1,', b'"vars": [ ], "x": [0,', 1)),
+        ("a value spelt like the keys", text.replace(b'"source": {', b'"source": {"a": "variables", "b": "vars",', 1)),
+        ("spaced keys", text.replace(b'"vars": [', b'"vars"\n :\t[', 2).replace(b'"name": [', b'"name" : [', 1)),
+        ("names of one item", json.dumps(_one_variable(doc), indent=1).encode()),
+    ]
+
+
+def _one_variable(doc: dict[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(doc)
+    out["variables"] = {k: v[:1] for k, v in doc["variables"].items()}
+    for p in out["programs"]:
+        if "vars" in p:
+            p["vars"] = [x for x in p["vars"] if x == out["variables"]["id"][0]]
+    return out
+
+
+def test_spaced_shortcut_steps_aside_or_agrees(tiny_text: bytes) -> None:
+    doc = json.loads(tiny_text)
+    read = {"non-ascii name", "empty vars list of spaces", "a value spelt like the keys", "spaced keys",
+            "names of one item"}
+    for label, text in _indented_variants(doc):
+        assert text != json.dumps(doc, indent=1).encode(), label
+        # Valid and regular: the column reader takes these (the others it leaves, or the builder refuses).
+        assert (extract_columns(text) is not None) == (label in read or label == "separator in a name"), label
+        _agrees(label, text)
 
 
 @pytest.mark.parametrize("piece", [pytest.param(1, marks=pytest.mark.slow), pytest.param(5, marks=pytest.mark.slow),
