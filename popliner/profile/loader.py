@@ -77,6 +77,8 @@ def _parse_fast(box: list[bytes], path: str, digest: str) -> Profile | None:
             return None
         box.clear()  # the bulky lists are arrays now; the rest is a small document
         rest, extracted = found
+        # The packed names let go of the text, which then goes before the rest's objects are made.
+        extracted.wait_for_names()
         if objects_nested_deeper(rest, ORJSON_SAFE_DEPTH):
             return None  # the ordinary path reads it without orjson
         try:
@@ -84,7 +86,6 @@ def _parse_fast(box: list[bytes], path: str, digest: str) -> Profile | None:
         except orjson.JSONDecodeError:
             return None
         del rest
-        extracted.wait_for_names()
     try:
         return Builder(doc, path, digest, extracted).build()
     except (ProfileFormatError, NotFast):
