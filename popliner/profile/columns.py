@@ -85,16 +85,7 @@ def extract_columns(text: bytes | bytearray, pool: Executor | None = None) -> tu
     if found is None:
         return None
     var_end, columns, names = found
-    table = recompute = packing = None
-    if names is not None:
-        # The names are a view of the text: flag the recompute tensors while they are plain,
-        # then compress them (the cache stores them that way too), so that the text can go.
-        table = NameTable(*names)
-        recompute = recompute_tensors(table)
-        if pool is not None:
-            packing = pool.submit(table.packed)
-        else:
-            table = table.packed()
+    table, recompute, packing = _take_names(names, pool)
     del names
     spans: list[tuple[int, int, bytes]] = [(brace, var_end, b'{"__popliner_columns__":1}')]
     bodies: list[tuple[int, int]] = []  # where each list's items are in the text
@@ -110,6 +101,28 @@ def extract_columns(text: bytes | bytearray, pool: Executor | None = None) -> tu
     if program_vars is None:
         return None
     del bodies
+    rest = _rest(text, spans)
+    if rest is None:
+        return None
+    return rest, Extracted(columns, table, program_vars, program_lens, recompute, packing)
+
+
+def _take_names(names: tuple[np.ndarray, np.ndarray, int, int] | None, pool: Executor | None) -> tuple[
+        NameTable | None, np.ndarray | None, Future[NameTable] | None]:
+    """The names as a table (packed, or being packed on ``pool``) and their recompute flags."""
+    if names is None:
+        return None, None, None
+    # The names are a view of the text: flag the recompute tensors while they are plain,
+    # then compress them (the cache stores them that way too), so that the text can go.
+    table = NameTable(*names)
+    recompute = recompute_tensors(table)
+    if pool is not None:
+        return table, recompute, pool.submit(table.packed)
+    return table.packed(), recompute, None
+
+
+def _rest(text: Text, spans: list[tuple[int, int, bytes]]) -> bytes | None:
+    """The text with each span ``(start, end, placeholder)`` replaced by its placeholder; None if two overlap."""
     spans.sort()
     pieces: list[Text] = []
     prev = 0
@@ -119,7 +132,7 @@ def extract_columns(text: bytes | bytearray, pool: Executor | None = None) -> tu
         pieces += (text[prev:a], repl)
         prev = b
     pieces.append(text[prev:])
-    return b"".join(pieces), Extracted(columns, table, program_vars, program_lens, recompute, packing)
+    return b"".join(pieces)
 
 
 def _find_key(text: Text, key: bytes, opener: int, lo: int, hi: int) -> tuple[int, int]:
@@ -163,51 +176,57 @@ def _program_lists(text: Text, lo: int, hi: int, bodies: list[tuple[int, int]],
 
 def _variables_object(text: Text, pos: int) -> tuple[int, dict[str, np.ndarray], tuple[
         np.ndarray, np.ndarray, int, int] | None] | None:
-    """Read the compact ``{"id":[..],...}`` object at ``pos``: (end, int columns, names)."""
+    """Read the ``{"id":[..],...}`` object at ``pos``: (end, int columns, names)."""
     columns: dict[str, np.ndarray] = {}
     names = None
-    seen: set[bytes] = set()
     i = skip_space(text, pos + 1)
     if text[i : i + 1] == b"}":
         return None  # no columns: the ordinary path reports what is missing
     while True:
-        if text[i : i + 1] != b'"':
+        key, j = _column_key(text, i)
+        if key is None or key in columns or (key == "name" and names is not None):
             return None
-        key_end = text.find(b'"', i + 1, i + 16)
-        if key_end < 0:
+        found = _column(text, key, j)
+        if found is None:
             return None
-        key = bytes(text[i + 1 : key_end])
-        if key in seen or key.decode("ascii", "replace") not in (*_INT_COLUMNS, "name"):
-            return None
-        seen.add(key)
-        j = _value_at(text, key_end + 1)  # the "["
-        if text[j : j + 1] != b"[":
-            return None
-        if key == b"name":
-            end = names_end(text, j)
-            if end is None:
-                return None
-            names = parse_names(text, j, end + 1)
-            if names is None:
-                return None
+        end, value = found
+        if isinstance(value, tuple):
+            names = value
         else:
-            end = text.find(b"]", j)
-            if end < 0:
-                return None
-            col = _parse_span(text, j + 1, end)
-            if col is None:
-                return None
-            columns[key.decode()] = col
+            columns[key] = value
         i = skip_space(text, end + 1)
         nxt = text[i : i + 1]
         if nxt == b",":
             i = skip_space(text, i + 1)
-        elif nxt == b"}":
-            if len(columns) != len(_INT_COLUMNS):
-                return None
+        elif nxt == b"}" and len(columns) == len(_INT_COLUMNS):
             return i + 1, columns, names
         else:
             return None
+
+
+def _column_key(text: Text, i: int) -> tuple[str | None, int]:
+    """The column's key at ``i`` (one popliner reads here, or None) and the index of its ``[``."""
+    if text[i : i + 1] != b'"':
+        return None, i
+    key_end = text.find(b'"', i + 1, i + 16)
+    if key_end < 0:
+        return None, i
+    key = bytes(text[i + 1 : key_end]).decode("ascii", "replace")
+    j = _value_at(text, key_end + 1)
+    if key not in (*_INT_COLUMNS, "name") or text[j : j + 1] != b"[":
+        return None, i
+    return key, j
+
+
+def _column(text: Text, key: str, j: int) -> tuple[int, np.ndarray | tuple[np.ndarray, np.ndarray, int, int]] | None:
+    """The list at ``j`` (its ``[``): (index of its ``]``, the integers or the names), or None."""
+    if key == "name":
+        end = names_end(text, j)
+        names = None if end is None else parse_names(text, j, end + 1)
+        return None if end is None or names is None else (end, names)
+    end = text.find(b"]", j)
+    col = None if end < 0 else _parse_span(text, j + 1, end)
+    return None if col is None else (end, col)
 
 
 def _parse_span(text: Text, start: int, end: int) -> np.ndarray | None:
