@@ -3,8 +3,9 @@
 Every problem is a :class:`ProfileFormatError` naming the file, the place in
 the document (``programs[812].children[3]``) and what is wrong. The work is
 split by job: :mod:`~popliner.profile.gunzip` (bounded decompression),
-:mod:`~popliner.profile.columns` (the bulky lists read straight from the
-text), :mod:`~popliner.profile.jsontext` (the rest as JSON),
+:mod:`~popliner.profile.columns` and :mod:`~popliner.profile.namelist` (the
+bulky lists read straight from the text, whatever its whitespace),
+:mod:`~popliner.profile.jsontext` (the rest as JSON),
 :mod:`~popliner.profile.builder` with :mod:`~popliner.profile.varcols` and
 :mod:`~popliner.profile.programs` (sections into arrays), all under the one
 set of rules in :mod:`~popliner.profile.rules`.
