@@ -150,3 +150,18 @@ def test_tables_of_rising_limits_under_pipeline(tiny_blocks: None) -> None:
         for (i, j), worst in totals.items():
             got = table.memory(i, j, 0)
             assert got == (worst if worst <= limit and all(totals[(i, k)] <= limit for k in range(i, j)) else np.inf)
+
+
+@pytest.mark.parametrize("source", ["tiny-training.json", "bert-tiny-training.json", "gpt2-tiny"])
+def test_first_user_is_the_earliest_user(source: str) -> None:
+    """The operation table's first user (shared by every engine of a profile) against a walk over the operations."""
+    engine, _ = _engines(source)
+    ops = engine.ops
+    expect = [-1] * engine.profile.variables.count
+    ran = [op for op in range(ops.count) if ops.first_step[op] >= 0]
+    for op in sorted(ran, key=lambda o: (int(ops.first_step[o]), o)):
+        for v in ops.vars_of(op).tolist():
+            if expect[v] < 0:
+                expect[v] = op
+    assert ops.first_user.tolist() == expect
+    assert engine.boundaries.first_user is ops.first_user
