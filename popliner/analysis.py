@@ -143,6 +143,16 @@ class Analysis:
     def model(self) -> MemoryModel:
         return self.engine.model
 
+    @cached_property
+    def whole_memory(self) -> StageMemory:
+        """Every operation with every one of its variables: the whole single-IPU program (once per analysis).
+
+        The Totals table, the whole-model row, the coverage and ``--headroom``'s default all read it.
+        """
+        from popliner.memory.model import whole_program_memory
+
+        return whole_program_memory(self.profile, self.ops)
+
     def layer_index(self, name: str) -> int:
         try:
             return self.layer_names.index(name)

@@ -194,6 +194,29 @@ def _update_window(ops: OperationTable, is_update: np.ndarray, num_vars: int,
     return lo, hi
 
 
+def _changed_intervals(profile: Profile, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(new class, start, end) of every interval of the new classes, by class then start.
+
+    ``rows`` are the distinct (class, cut lo, cut hi, keep lo, keep hi): each
+    becomes a new class, its old class's intervals clipped to the kept steps
+    with the cut steps taken out.
+    """
+    cls = rows[:, 0]
+    counts = profile.class_ptr[cls + 1] - profile.class_ptr[cls]
+    rep = np.repeat(np.arange(len(rows)), counts)
+    iv = expand_ranges(profile.class_ptr[cls], counts)
+    s = np.maximum(profile.iv_start[iv], rows[rep, 3])
+    e = np.minimum(profile.iv_end[iv], rows[rep, 4] + 1)
+    # Two pieces per interval: up to the cut's start (inclusive), and from its end.
+    starts = np.concatenate((s, np.maximum(s, rows[rep, 2])))
+    ends = np.concatenate((np.minimum(e, rows[rep, 1] + 1), e))
+    own = np.concatenate((rep, rep))
+    keep = starts < ends
+    own, starts, ends = own[keep], starts[keep], ends[keep]
+    order = np.lexsort((starts, own))
+    return own[order], starts[order], ends[order]
+
+
 def _unique_rows(columns: list[np.ndarray], num_steps: int) -> tuple[np.ndarray, np.ndarray]:
     """Distinct rows of the columns (class, cut lo, cut hi, keep lo, keep hi) and each row's position among them.
 
@@ -241,7 +264,7 @@ def _dense_rank(values: np.ndarray) -> np.ndarray:
 
 
 def with_live_steps(profile: Profile, nbytes: np.ndarray, cut_lo: np.ndarray, cut_hi: np.ndarray,
-               keep_lo: np.ndarray, keep_hi: np.ndarray) -> Profile:
+                    keep_lo: np.ndarray, keep_hi: np.ndarray) -> Profile:
     """A copy of the profile with new bytes and new live steps where asked.
 
     A variable with ``cut_hi >= 0`` loses the steps strictly between
@@ -262,20 +285,7 @@ def with_live_steps(profile: Profile, nbytes: np.ndarray, cut_lo: np.ndarray, cu
     k_lo = np.where(is_cut, 0, keep_lo[changed])
     k_hi = np.where(is_cut, big, keep_hi[changed])
     uniq, inverse = _unique_rows([v.klass[changed].astype(np.int64), c_lo, c_hi, k_lo, k_hi], profile.num_steps)
-    cls = uniq[:, 0]
-    counts = profile.class_ptr[cls + 1] - profile.class_ptr[cls]
-    rep = np.repeat(np.arange(len(uniq)), counts)
-    iv = expand_ranges(profile.class_ptr[cls], counts)
-    s = np.maximum(profile.iv_start[iv], uniq[rep, 3])
-    e = np.minimum(profile.iv_end[iv], uniq[rep, 4] + 1)
-    # Two pieces per interval: up to the cut's start (inclusive), and from its end.
-    starts = np.concatenate((s, np.maximum(s, uniq[rep, 2])))
-    ends = np.concatenate((np.minimum(e, uniq[rep, 1] + 1), e))
-    own = np.concatenate((rep, rep))
-    keep = starts < ends
-    own, starts, ends = own[keep], starts[keep], ends[keep]
-    order = np.lexsort((starts, own))
-    own, starts, ends = own[order], starts[order], ends[order]
+    own, starts, ends = _changed_intervals(profile, uniq)
     new_counts = np.bincount(own, minlength=len(uniq))
     base = int(profile.class_ptr[-1])
     class_ptr = np.concatenate((profile.class_ptr, base + np.cumsum(new_counts)))
