@@ -30,7 +30,7 @@ from popliner.layout import Layout
 from popliner.memory.boundaries import Boundaries
 from popliner.memory.liveness import variable_steps, window_peak
 from popliner.memory.model import MemoryModel
-from popliner.memory.range_state import Liveness, LivenessPath, RangeState, liveness_path
+from popliner.memory.range_state import Liveness, RangeState, liveness_path
 from popliner.memory.training import TrainingOptions, build_training_view
 from popliner.memory.types import StageMemory
 from popliner.memory.whatif import with_live_steps
@@ -88,7 +88,7 @@ class MemoryEngine:
         self._stash_known: dict[bytes, np.ndarray] = {}
         #: ``--recompute pipeline``: the figures of re-run sets, by their operations (the model memoises the rest).
         self._rerun_memo: dict[bytes, StageMemory] = {}
-        self._range_states: dict[LivenessPath, RangeState] = {}
+        self._range_states: dict[Liveness, RangeState] = {}
 
     @property
     def tiles(self) -> int:
@@ -118,14 +118,18 @@ class MemoryEngine:
 
         Owned here, not cached beside the engine: it goes when the engine goes.
         """
-        path = liveness_path(self, liveness)
-        found = self._range_states.get(path)
+        found = self._range_states.get(liveness)
         if found is None:
-            found = self._range_states[path] = RangeState(self, path)
+            # "auto" is resolved once (it sorts every interval end): kept under both names.
+            path = liveness_path(self, liveness)
+            found = self._range_states.get(path)
+            if found is None:
+                found = RangeState(self, path)
+            self._range_states[path] = self._range_states[liveness] = found
         return found
 
     def release_range_state(self) -> None:
-        """Drop the range state now (it and the engine form a cycle, which the collector frees later)."""
+        """Drop the range state now: the running sets it keeps hold the engine, a cycle the collector frees later."""
         self._range_states.clear()
 
     # -- operations of a stage ---------------------------------------------------
