@@ -8,12 +8,10 @@ int64 keys a full-size profile produces.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 
-__all__ = ["expand_ranges", "first_row_by_key", "gather_csr", "rank_by_table", "sorted_unique", "union_of",
-           "unique_inverse"]
+__all__ = ["expand_ranges", "gather_csr", "rank_by_table", "sorted_unique", "union_of", "unique_inverse"]
 
 
 def expand_ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
@@ -35,28 +33,6 @@ def gather_csr(ptr: np.ndarray, idx: np.ndarray, rows: np.ndarray | Sequence[int
         # Consecutive rows (every operation, a layer's block): their entries are one slice, no index expansion.
         return np.array(idx[ptr[rows[0]]:ptr[rows[-1] + 1]])
     out: np.ndarray = idx[expand_ranges(ptr[rows], ptr[rows + 1] - ptr[rows])]
-    return out
-
-
-def first_row_by_key(ptr: np.ndarray, idx: np.ndarray, key: np.ndarray, size: int) -> np.ndarray:
-    """For each value in ``[0, size)``: the row of a CSR table holding it with the smallest ``key`` (-1: none).
-
-    Rows whose key is negative are left out; equal keys go to the smaller
-    row. No sort of the entries: the rows are ranked by (key, row) and each
-    value takes the smallest rank of its rows (one ``minimum.at`` pass).
-    """
-    kept = np.flatnonzero(key >= 0)
-    order = kept[np.argsort(key[kept], kind="stable")]  # by key, then row
-    none = len(order)
-    # One rank per entry: int32 halves their memory (rows are far fewer than 2**31).
-    dtype: type[np.signedinteger[Any]] = np.int32 if len(key) < 2**31 - 1 else np.int64
-    rank: np.ndarray = np.full(len(key), none, dtype)
-    rank[order] = np.arange(none, dtype=dtype)
-    best: np.ndarray = np.full(size, none, dtype)
-    np.minimum.at(best, idx, np.repeat(rank, np.diff(ptr)))
-    out = np.full(size, -1, np.int64)
-    has = best < none
-    out[has] = order[best[has]]
     return out
 
 

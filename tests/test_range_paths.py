@@ -233,21 +233,3 @@ def test_tables_of_rising_limits_equal_the_direct_model(options: dict[str, str],
         # Another set on the shared grid in between: the next table's rows put theirs back first.
         table.stage_memory(n // 2, n - 1)
 
-
-def test_first_row_by_key_equals_a_stable_sort_of_the_entries() -> None:
-    """The earliest user of each variable, against the entries sorted by (value, key) with ties by row."""
-    from popliner.arrays import first_row_by_key
-
-    rng = np.random.default_rng(5)
-    for _ in range(50):
-        rows, size = int(rng.integers(0, 30)), int(rng.integers(1, 40))
-        lens = rng.integers(0, 6, rows)
-        ptr = np.concatenate(([0], np.cumsum(lens))).astype(np.int64)
-        idx = rng.integers(0, size, int(ptr[-1]))
-        key = rng.integers(-2, 5, rows)  # negative: left out; few values: many ties
-        expected = np.full(size, -1, np.int64)
-        entries = sorted((int(v), int(key[r]), r) for r in range(rows) if key[r] >= 0
-                         for v in idx[ptr[r]:ptr[r + 1]])
-        for v, _k, r in reversed(entries):
-            expected[v] = r  # the first entry of each value wins
-        assert first_row_by_key(ptr, idx, key, size).tolist() == expected.tolist()

@@ -15,7 +15,7 @@ from functools import cached_property
 
 import numpy as np
 
-from popliner.arrays import first_row_by_key, gather_csr
+from popliner.arrays import gather_csr
 from popliner.memory.model import MemoryModel
 from popliner.ops.layers import ops_of_layers
 from popliner.ops.operations import OperationTable
@@ -50,11 +50,10 @@ class Boundaries:
         """The counted variables of the layers' operations (with the unlayered ones for the first stage)."""
         return self.model.counted_variables(ops_of_layers(self.layer_of_op, layers, first_stage))
 
-    @cached_property
+    @property
     def first_user(self) -> np.ndarray:
         """Per variable, the operation that uses it at the earliest step (-1: none runs)."""
-        # The smaller operation on a tie, as a stable sort of the (operation, variable) entries would give.
-        return first_row_by_key(self.ops.var_ptr, self.ops.var_idx, self.ops.first_step, self.profile.variables.count)
+        return self.ops.first_user
 
     @cached_property
     def constant_var(self) -> np.ndarray:
