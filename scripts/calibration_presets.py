@@ -46,6 +46,7 @@ RUNS: dict[str, tuple[str, dict[str, Any]]] = {
     "efficientnet-edgetpu-l": ("inference", {}),
     "poptorch-bert-tiny": ("training", {}),
     "bert-large-sdk-old": ("inference", {"layers": 3}),
+    "bert-large": ("inference", {"layers": 3}),
 }
 
 

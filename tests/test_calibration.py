@@ -54,6 +54,10 @@ MISSES: dict[str, dict[str, list[str]]] = {
     },
     # The embeddings (no layer): the older SDK's gathers have 3-5x the generator's vertex state.
     "bert-large-sdk-old": {"vertex_state": ["no layer"], "vertex_code": ["no layer"]},
+    # The bert-large preset against the newer SDK's profile it was calibrated to: the real layer 0 has 2.4 MB more
+    # exchange code than a middle layer (the generator's: 0.2 MB); the real embeddings and head (no layer) have
+    # more distinct vertex code and exchange than the generator's.
+    "bert-large": {"vertex_code": ["no layer"], "exchange_code": ["no layer", "0"]},
 }
 #: The one-IPU worst tile (five components) against the real one: both within the 15% the issue asks.
 WORST_TILE_BOUND = {"efficientnet-edgetpu-l": 0.15, "poptorch-bert-tiny": 0.15}
