@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from popliner.outputs.formula import (
+from popliner.writers.formula import (
     BYTES_PER_MB,
     Arith,
     CellRef,

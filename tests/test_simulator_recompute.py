@@ -17,7 +17,6 @@ import pytest
 
 from popliner.analysis import AnalysisOptions, analyse_profile
 from popliner.config import config_from_split
-from popliner.config.options import training_of
 from popliner.errors import UsageProblem
 from popliner.memory.training import TrainingOptions
 from popliner.profile import load_profile
@@ -25,6 +24,7 @@ from popliner.simulator import SimStage, simulate
 from popliner.simulator.inputs import inputs_from_analysis, inputs_from_config
 from popliner.simulator.outputs import legend_entries, schedule_bars
 from popliner.solvers.result import SplitResult, stage_result
+from popliner.training_record import training_of
 
 TINY = Path(__file__).resolve().parent.parent / "fixtures" / "profiles" / "tiny-training.json"
 STAGES = [["embedding", "0"], ["1", "head"]]

@@ -223,13 +223,13 @@ def _write_tables(analysis: Any, outputs: Outputs, fmt: str, p: dict[str, Any], 
     matrices = [m(analysis) for wanted, m in ((outputs.memory_affinity, affinity_matrix),
                                               (outputs.interlayer, interlayer_matrix)) if wanted]
     if xlsx:
-        from popliner.outputs.xlsx import write_workbook
+        from popliner.writers.xlsx import write_workbook
 
         write_workbook(breakdown, output, force=force, split=split, matrices=matrices, budget_bytes=budget,
                        num_ipus=num_ipus)
         log.info("wrote %s", output)
         return
-    from popliner.outputs import tables
+    from popliner.writers import tables
 
     grids = [grid(breakdown) for wanted, grid in ((outputs.operation_breakdown, tables.operations_grid),
                                                   (outputs.layer_breakdown, tables.layers_grid)) if wanted]

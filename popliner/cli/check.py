@@ -51,7 +51,7 @@ def command(config: str, profile: str, budget: float | None, headroom: float | N
     from popliner.check import check_config
     from popliner.config.planner import config_from_planner, is_workbook, read_planner
     from popliner.config.yaml_io import read_config
-    from popliner.outputs.check_report import check_table, write_junit
+    from popliner.writers.check_report import check_table, write_junit
 
     fraction = budget_given(budget, headroom)
     one_stdout({"-o -": output, "--junit -": junit})

@@ -14,14 +14,13 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from popliner.config.model import ConfigTraining, config_training
+from popliner.config.model import ConfigTraining
 from popliner.errors import UsageProblem
 
 if TYPE_CHECKING:
     from popliner.analysis import Analysis, AnalysisOptions
-    from popliner.memory.training import RecomputeRequest
 
-__all__ = ["FLAGS", "analysis_options", "check_applied", "check_cli_options", "training_of"]
+__all__ = ["FLAGS", "analysis_options", "check_applied", "check_cli_options"]
 
 log = logging.getLogger(__name__)
 
@@ -57,13 +56,6 @@ def analysis_options(mode: str, training: ConfigTraining | None,
         return AnalysisOptions(mode=mode, training=TrainingOptions(head_placement=placement),  # type: ignore
                                **(layering or {}))
     return AnalysisOptions(mode=mode, training=training.options(), **(layering or {}))  # type: ignore[arg-type]
-
-
-def training_of(analysis: Analysis, requested_recompute: RecomputeRequest | None = None) -> ConfigTraining | None:
-    """The record of the training options an analysis applied (None in inference); ``auto`` noted as asked."""
-    if analysis.mode != "training":
-        return None
-    return config_training(analysis.options.training, analysis.engine.view.recompute, requested_recompute)
 
 
 def _agrees(t: ConfigTraining, name: str, value: object) -> bool:

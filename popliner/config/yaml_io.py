@@ -24,7 +24,6 @@ import yaml
 
 from popliner.config.layering import read_layer_options
 from popliner.config.model import (
-    CONFIG_RECOMPUTES,
     CONFIG_VERSION,
     MODES,
     ConfigStage,
@@ -45,6 +44,7 @@ from popliner.pipeline import head_stage
 from popliner.profile.loader import MAX_TILES
 from popliner.profile.tilevector import MAX_VALUE
 from popliner.regexes import BoundedRegex, regex_error
+from popliner.training_record import CONFIG_RECOMPUTES
 
 __all__ = ["config_from_document", "config_to_document", "parse_config", "read_config", "training_from_document",
            "write_config"]

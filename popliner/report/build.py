@@ -15,9 +15,9 @@ import numpy as np
 
 from popliner import __version__
 from popliner.analysis import Analysis
+from popliner.breakdown import LayerRow
 from popliner.config.model import PipelineConfig
 from popliner.memory.timeline import stage_live_bytes
-from popliner.outputs.rows import LayerRow
 from popliner.report.aggregate import Pooled, max_pool
 from popliner.report.data import ipu_memories
 from popliner.report.options import OptionRow, model_options

@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
+from popliner.breakdown import LayerRow
 from popliner.memory.types import COMPONENT_TITLES, OTHER, components
-from popliner.outputs.rows import LayerRow
 from popliner.report.build import LIVENESS_POINTS, Report
 from popliner.report.figures import heatmap_figure, liveness_figure, memory_figure, schedule_figure, short_bytes
 from popliner.simulator.outputs import seconds_text

@@ -31,10 +31,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from popliner.breakdown import Breakdown, LayerRow
 from popliner.errors import UsageProblem
 from popliner.fileio import atomic_write, check_writable, writes_in_place
 from popliner.memory.types import COMPONENT_COLOURS, COMPONENT_TITLES, components
-from popliner.outputs.rows import Breakdown, LayerRow
 from popliner.report.aggregate import grid_values, tile_grid
 from popliner.report.types import IpuMemory
 from popliner.solvers.result import SplitResult, StageResult

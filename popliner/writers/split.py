@@ -44,7 +44,7 @@ def split_config(plan: SplitPlan, gradient_accumulation: int | None, matmul_prop
 def write_split(plan: SplitPlan, config_out: str | None, force: bool, gradient_accumulation: int | None,
                 matmul_proportion: tuple[float, ...] = ()) -> None:
     """The picture and table on stderr, the split JSON on stdout, and the pipeline config (``--config-out``)."""
-    from popliner.outputs.split_report import split_document, split_picture, split_table, write_split_json
+    from popliner.writers.split_report import split_document, split_picture, split_table, write_split_json
 
     analysis, split = plan.analysis, plan.split
     if log.isEnabledFor(logging.WARNING):  # -q keeps stderr to errors only
@@ -132,7 +132,7 @@ def write_plots(plan: SplitPlan | None, analysis: Any, plot: str, force: bool, b
 
 def write_summary(plan: SplitPlan, argv: list[str], config_out: str | None, ipu_config_out: str | None) -> None:
     """The human summary on stderr: IPUs used, whether fewer would do, what to run next; the hint before exit 3."""
-    from popliner.outputs.split_report import NextSteps, solve_command, split_summary
+    from popliner.writers.split_report import NextSteps, solve_command, split_summary
 
     if not log.isEnabledFor(logging.WARNING):
         return

@@ -1,6 +1,6 @@
 """CSV and TSV review tables: operations, layers, memory totals, layer matrices.
 
-Each table is first built as a :class:`~popliner.outputs.formula.Grid`, the
+Each table is first built as a :class:`~popliner.writers.formula.Grid`, the
 same grid the XLSX workbook uses, then written row by row:
 
 * CSV (``fmt="csv"``) holds plain values: every derived cell evaluated;
@@ -25,11 +25,11 @@ import os
 from collections.abc import Sequence
 from typing import IO, Literal, TextIO
 
+from popliner.breakdown import Breakdown, LayerMatrix, LayerRow, OperationRow, TotalsRow
 from popliner.errors import UsageProblem
 from popliner.fileio import atomic_write
 from popliner.memory.types import COMPONENT_TITLES, COMPONENTS, OTHER
-from popliner.outputs.formula import Arith, Book, Cell, CellRef, Grid, RangeRef, Ref, Sum, Value, mb, sum_range
-from popliner.outputs.rows import Breakdown, LayerMatrix, LayerRow, OperationRow, TotalsRow
+from popliner.writers.formula import Arith, Book, Cell, CellRef, Grid, RangeRef, Ref, Sum, Value, mb, sum_range
 
 __all__ = [
     "BYTES_FORMAT",

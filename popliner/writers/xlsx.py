@@ -1,6 +1,6 @@
 """The review workbook (XLSX, XlsxWriter): Operations, Layers, Split planner, Totals, matrices.
 
-Every sheet is a :class:`~popliner.outputs.formula.Grid`, the same objects
+Every sheet is a :class:`~popliner.writers.formula.Grid`, the same objects
 the CSV/TSV writers use, so derived cells are live formulas that evaluate to
 the figures popliner reports. This module only places the grids in a
 workbook and makes them readable: frozen headers, column widths, number
@@ -27,9 +27,11 @@ from xlsxwriter.format import Format
 from xlsxwriter.workbook import Workbook
 from xlsxwriter.worksheet import Worksheet
 
+from popliner.breakdown import Breakdown, LayerMatrix, OperationRow
 from popliner.errors import UsageProblem
 from popliner.fileio import atomic_write, check_writable
-from popliner.outputs.formula import (
+from popliner.solvers.result import SplitResult
+from popliner.writers.formula import (
     CellRef,
     FormulaError,
     Grid,
@@ -40,7 +42,7 @@ from popliner.outputs.formula import (
     mb,
     sum_range,
 )
-from popliner.outputs.planner import (
+from popliner.writers.planner import (
     IPU_COL,
     IPU_ROW,
     RANGES_SHEET,
@@ -51,8 +53,7 @@ from popliner.outputs.planner import (
     ranges_grid,
     training_assumed,
 )
-from popliner.outputs.rows import Breakdown, LayerMatrix, OperationRow
-from popliner.outputs.tables import (
+from popliner.writers.tables import (
     BYTES_FORMAT,
     COMPONENT_HEADERS,
     FORMULA_TRIGGERS,
@@ -63,7 +64,6 @@ from popliner.outputs.tables import (
     matrix_grid,
     totals_grid,
 )
-from popliner.solvers.result import SplitResult
 
 __all__ = ["BOOL_FORMAT", "grouped_operations_grid", "workbook_bytes", "workbook_grids", "write_workbook"]
 
