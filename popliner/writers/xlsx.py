@@ -28,6 +28,7 @@ from xlsxwriter.workbook import Workbook
 from xlsxwriter.worksheet import Worksheet
 
 from popliner.breakdown import Breakdown, LayerMatrix, OperationRow
+from popliner.config.workbook import IPU_COL
 from popliner.errors import UsageProblem
 from popliner.fileio import atomic_write, check_writable
 from popliner.solvers.result import SplitResult
@@ -43,7 +44,6 @@ from popliner.writers.formula import (
     sum_range,
 )
 from popliner.writers.planner import (
-    IPU_COL,
     IPU_ROW,
     RANGES_SHEET,
     RUN_COL,
