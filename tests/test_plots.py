@@ -16,7 +16,7 @@ from popliner.report.aggregate import grid_values, max_pool, tile_grid
 from popliner.report.types import IpuMemory
 from popliner.simulator import SimStage, simulate
 from popliner.simulator.inputs import IpuFigures, pipeline_stages
-from popliner.simulator.outputs import (
+from popliner.writers.gantt import (
     BAR_COLOURS,
     BAR_KINDS,
     legend_entries,

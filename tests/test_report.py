@@ -25,9 +25,9 @@ from popliner.cli import cli
 from popliner.config.model import PipelineConfig, config_from_split
 from popliner.config.yaml_io import write_config
 from popliner.fileio import atomic_write
-from popliner.report import Report, build_report, render_report
-from popliner.report.page import SECTIONS, _script_json
+from popliner.report import Report, build_report
 from popliner.solvers.problem import SplitProblem
+from popliner.writers.html import SECTIONS, _script_json, render_report
 
 from .browser import chromium_path, load_page
 

@@ -38,13 +38,10 @@ from popliner.simulator import (
     simulate,
 )
 from popliner.simulator.inputs import inputs_from_analysis, inputs_from_config
-from popliner.simulator.outputs import (
-    render_text,
-    result_document,
-    trace_document,
-    write_gantt,
-)
 from popliner.solvers.result import SplitResult, StageResult
+from popliner.writers.gantt import write_gantt
+from popliner.writers.simulation import render_text, result_document
+from popliner.writers.trace import trace_document
 
 # ------------------------------------------------------------------ schedule
 
@@ -393,7 +390,7 @@ def test_gantt_png() -> None:
 
 
 def test_no_matplotlib_at_import() -> None:
-    code = ("import sys, popliner.simulator, popliner.simulator.outputs, popliner.cli.simulate; "
+    code = ("import sys, popliner.simulator, popliner.writers.gantt, popliner.writers.trace, popliner.cli.simulate; "
             "print('matplotlib' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

@@ -53,7 +53,8 @@ def command(config: str, profile: str, output: str | None, force: bool, budget: 
     popliner report pipeline.yaml --profile model.json.gz -o report.html
     """
     from popliner.config.yaml_io import read_config
-    from popliner.report import build_report, write_report
+    from popliner.report import build_report
+    from popliner.writers.html import write_report
 
     fraction = budget_given(budget, headroom)
     path = output or "report.html"

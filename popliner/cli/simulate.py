@@ -33,12 +33,9 @@ from popliner.simulator.inputs import (
     inputs_from_analysis,
     inputs_from_config,
 )
-from popliner.simulator.outputs import (
-    render_text,
-    result_document,
-    write_gantt,
-    write_trace,
-)
+from popliner.writers.gantt import write_gantt
+from popliner.writers.simulation import render_text, result_document
+from popliner.writers.trace import write_trace
 
 __all__ = ["command"]
 

@@ -4,7 +4,7 @@
 IPUs' per-tile memory from the pipeline rules (:mod:`popliner.report.data`),
 the layer rows from the breakdown, the liveness series from the memory
 model's own window and variables, the schedule from the simulator. The page
-(:mod:`popliner.report.page`) only formats them.
+(:mod:`popliner.writers.html`) only formats them.
 """
 
 from __future__ import annotations

@@ -96,7 +96,7 @@ def write_report(plan: SplitPlan, path: str, force: bool, gradient_accumulation:
                  matmul_proportion: tuple[float, ...] = ()) -> None:
     """The HTML review report of the split."""
     from popliner.report import build_report
-    from popliner.report import write_report as write_page
+    from popliner.writers.html import write_report as write_page
 
     with phase("writing the report"):
         page = build_report(plan.analysis, split_config(plan, gradient_accumulation, matmul_proportion),

@@ -18,7 +18,7 @@ from popliner.report.aggregate import grid_values, tile_grid
 from popliner.report.build import Liveness
 from popliner.report.types import IpuMemory
 from popliner.simulator.engine import SimResult
-from popliner.simulator.outputs import BAR_COLOURS, PHASE_COLOURS, legend_entries, schedule_bars, schedule_title
+from popliner.writers.gantt import BAR_COLOURS, PHASE_COLOURS, legend_entries, schedule_bars, schedule_title
 
 __all__ = ["HEATMAP_COLUMNS", "heatmap_figure", "liveness_figure", "memory_figure", "schedule_figure", "short_bytes"]
 
