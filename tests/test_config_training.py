@@ -20,11 +20,12 @@ import yaml
 from click.testing import CliRunner
 
 from popliner.cli import cli
-from popliner.config import config_from_split, read_config, write_config
+from popliner.config import config_from_split, read_config
 from popliner.config.model import ConfigTraining, PipelineConfig
 from popliner.config.snippets import optimum_snippet, popart_snippet, poptorch_snippet
 from popliner.config.yaml_io import config_from_document
 from popliner.errors import ConfigError
+from popliner.writers.pipeline_yaml import write_config
 from tests.test_config import SHA, make_split
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "profiles"

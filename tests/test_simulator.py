@@ -22,7 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import popliner.cli
-from popliner.config import PipelineConfig, config_from_split, write_config
+from popliner.config import PipelineConfig, config_from_split
 from popliner.errors import ConfigError, UsageProblem
 from popliner.fileio import atomic_write
 from popliner.memory.types import ComponentBytes, StageMemory
@@ -40,7 +40,9 @@ from popliner.simulator import (
 from popliner.simulator.inputs import inputs_from_analysis, inputs_from_config
 from popliner.solvers.result import SplitResult, StageResult
 from popliner.writers.gantt import write_gantt
-from popliner.writers.simulation import render_text, result_document
+from popliner.writers.jsondoc import result_document
+from popliner.writers.pipeline_yaml import write_config
+from popliner.writers.simulation import render_text
 from popliner.writers.trace import trace_document
 
 # ------------------------------------------------------------------ schedule

@@ -138,8 +138,8 @@ def test_simulate_says_which_options_its_figures_assume(tmp_path: Path) -> None:
     from click.testing import CliRunner
 
     from popliner.cli import cli
-    from popliner.config import write_config
     from popliner.fileio import atomic_write
+    from popliner.writers.pipeline_yaml import write_config
 
     cfg, _ = config_and_analysis("every-layer")
     path = tmp_path / "p.yaml"

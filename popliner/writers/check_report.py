@@ -1,32 +1,23 @@
-"""The CI check's outputs: a per-IPU text table and JUnit XML."""
+"""The CI check's text: the per-IPU table, and what is on the worst tile of an IPU over budget."""
 
 from __future__ import annotations
 
-import os
-import socket
-import time
-from datetime import datetime, timezone
 from typing import IO
-from xml.etree import ElementTree as ET
 
 from popliner.check import CheckResult, IpuCheck
 from popliner.textsafe import shown
+from popliner.writers.ipu_table import IpuLine, ipu_table
 
-__all__ = ["check_table", "write_junit"]
+__all__ = ["check_table", "overflow_text", "write_check_text"]
 
 
 def check_table(result: CheckResult) -> str:
     """Per IPU: the worst tile and what is on it (model, stash, copy buffers), against the per-tile budget."""
-    lines = [
-        f"{'':<24}{'on the worst tile (bytes)':-^47}",
-        f"{'IPU':>3}  {'layers':<18} {'tile':>5} {'total':>10} {'model':>10} {'stash':>10} {'copy buf':>9} "
-        f"{'budget':>10} {'headroom':>10}  fits",
-    ]
-    for ipu in result.ipus:
-        span = shown(ipu.layers[0] if len(ipu.layers) == 1 else f"{ipu.layers[0]}..{ipu.layers[-1]}")
-        lines.append(f"{ipu.ipu:>3}  {span:<18} {ipu.worst_tile:>5} {ipu.worst_tile_bytes:>10,} "
-                     f"{ipu.worst_tile_memory.total:>10,} {ipu.worst_tile_stash:>10,} {ipu.copy_buffer:>9,} "
-                     f"{ipu.budget:>10,} {ipu.headroom:>10,}  {'yes' if ipu.fits else 'NO'}")
+    lines = ipu_table((f"{'budget':>10}", f"{'headroom':>10}"), [
+        IpuLine(ipu.ipu, shown(ipu.layers[0] if len(ipu.layers) == 1 else f"{ipu.layers[0]}..{ipu.layers[-1]}"),
+                ipu.worst_tile, ipu.worst_tile_bytes, ipu.worst_tile_memory.total, ipu.worst_tile_stash,
+                ipu.copy_buffer, (f"{ipu.budget:>10,}", f"{ipu.headroom:>10,}"), ipu.fits)
+        for ipu in result.ipus])
     for ipu in result.ipus:
         if not ipu.fits:
             lines.append(overflow_text(ipu))
@@ -48,48 +39,5 @@ def overflow_text(ipu: IpuCheck) -> str:
     return "\n".join(parts)
 
 
-def write_junit(result: CheckResult, stream: IO[bytes]) -> None:
-    """One test case per IPU; an IPU over budget is a failure with the details.
-
-    The file holds to the strict Ant JUnit schema as well as to the lenient readers (Jenkins,
-    GitLab): the suite carries ``timestamp``, ``hostname`` and ``time``, an empty ``properties``
-    and suite-level ``system-out``/``system-err``; a test case holds at most its failure, so the
-    per-IPU lines go to the suite's ``system-out``. Times are 0: the figures are computed, no test
-    runs. Names go in with their non-printable characters escaped: XML forbids most control
-    characters outright, and a CI page shows the rest raw.
-    """
-    failures = sum(not i.fits for i in result.ipus)
-    suite = ET.Element("testsuite", name="popliner memory budget", timestamp=_timestamp(),
-                       hostname=_hostname(), tests=str(len(result.ipus)), failures=str(failures), errors="0",
-                       time="0")
-    ET.SubElement(suite, "properties")
-    for ipu in result.ipus:
-        case = ET.SubElement(suite, "testcase", classname=f"popliner.check.{shown(_stem(result.config_path))}",
-                             name=f"ipu{ipu.ipu}_fits", time="0")
-        if not ipu.fits:
-            failure = ET.SubElement(case, "failure", message=f"IPU {ipu.ipu} needs {ipu.worst_tile_bytes} bytes "
-                                                             f"on tile {ipu.worst_tile}; budget {ipu.budget}",
-                                    type="over budget")
-            failure.text = overflow_text(ipu)
-    ET.SubElement(suite, "system-out").text = "\n".join(
-        f"IPU {ipu.ipu}: layers {shown(', '.join(ipu.layers))}; worst tile {ipu.worst_tile} with "
-        f"{ipu.worst_tile_bytes} bytes; headroom {ipu.headroom} bytes" for ipu in result.ipus)
-    ET.SubElement(suite, "system-err")
-    ET.ElementTree(suite).write(stream, encoding="utf-8", xml_declaration=True)
-
-
-def _timestamp() -> str:
-    """When the check ran, in UTC without a zone (the schema's form); SOURCE_DATE_EPOCH fixes it."""
-    epoch = os.environ.get("SOURCE_DATE_EPOCH", "")
-    when = datetime.fromtimestamp(int(epoch) if epoch.isdigit() else time.time(), tz=timezone.utc)
-    return when.strftime("%Y-%m-%dT%H:%M:%S")
-
-
-def _hostname() -> str:
-    """This machine's name, without the whitespace the schema forbids there."""
-    return "".join(socket.gethostname().split()) or "localhost"
-
-
-def _stem(path: str) -> str:
-    name = path.replace("\\", "/").rsplit("/", 1)[-1]
-    return name.rsplit(".", 1)[0].replace(".", "_") or "config"
+def write_check_text(result: CheckResult, stream: IO[str]) -> None:
+    stream.write(check_table(result) + "\n")

@@ -93,8 +93,8 @@ def schedule_title(result: SimResult) -> str:
     return head + f"; step {seconds_text(result.step_seconds)}" + (f", {tp:,.0f} samples/s" if tp else "")
 
 
-def write_gantt(result: SimResult, stream: IO[bytes], note: str | None = None) -> None:
-    """A Gantt chart of one step as PNG: one row per IPU, wrapped over panels of cycles.
+def write_gantt(result: SimResult, stream: IO[bytes], note: str | None = None, fmt: str = "png") -> None:
+    """A Gantt chart of one step as PNG (or SVG, ``fmt``): one row per IPU, wrapped over panels of cycles.
 
     Colours follow :data:`BAR_COLOURS` with a legend; fill and flush cycles have a
     tinted background; white space inside a cycle is a bubble. ``note`` is a
@@ -120,7 +120,13 @@ def write_gantt(result: SimResult, stream: IO[bytes], note: str | None = None) -
     axes[-1].set_xlabel("time in the step (us); bar labels are pipeline stage:micro-batch; white gaps are bubbles")
     fig.suptitle(schedule_title(result) + (f"\n{note}" if note else ""), fontsize=11)
     fig.legend(handles=_legend_handles(result, bars), loc="outside lower center", ncols=8, fontsize=8, frameon=False)
-    fig.savefig(stream, format="png", metadata={"Software": None})
+    if fmt == "png":
+        fig.savefig(stream, format="png", metadata={"Software": None})
+        return
+    import matplotlib
+
+    with matplotlib.rc_context({"svg.hashsalt": "popliner"}):  # no date, fixed ids: the same step, the same bytes
+        fig.savefig(stream, format=fmt, metadata={"Date": None})
 
 
 def _draw_panel(ax: Any, result: SimResult, rows: dict[int, int], bars: Sequence[Bar], lo: float,

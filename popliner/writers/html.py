@@ -14,18 +14,19 @@ import json
 import math
 import os
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 
 from popliner.breakdown import LayerRow
-from popliner.fileio import atomic_write, check_writable
+from popliner.fileio import check_writable
 from popliner.memory.types import COMPONENT_TITLES, OTHER, components
 from popliner.report.build import LIVENESS_POINTS, Report
+from popliner.writers.formats import FormatWriter, write_output
 from popliner.writers.html_figures import heatmap_figure, liveness_figure, memory_figure, schedule_figure, short_bytes
 from popliner.writers.simulation import seconds_text
 
-__all__ = ["SECTIONS", "plotly_js", "render_html", "render_report", "write_report"]
+__all__ = ["HTML", "SECTIONS", "plotly_js", "render_html", "render_report", "write_report"]
 
 #: (id, heading) of every section, in page order.
 SECTIONS: tuple[tuple[str, str], ...] = (
@@ -54,9 +55,15 @@ def render_report(report: Report) -> str:
 def write_report(report: Report, path: str | os.PathLike[str], *, force: bool) -> None:
     """Write the page to ``path`` (UTF-8), replacing a file only with ``force``."""
     check_writable(path, force)
-    page = render_report(report)
-    with atomic_write(path, force=force, newline="") as stream:
-        stream.write(page)
+    write_output(report, os.fspath(path), force, HTML)
+
+
+def _write_page(report: Report, stream: IO[str]) -> None:
+    stream.write(render_report(report))
+
+
+#: The page is written with its own line ends (newline="").
+HTML = FormatWriter("html", (".html", ".htm"), {"Report": _write_page}, newline="")
 
 
 def render_html(report: Report, plotly_js: str) -> str:

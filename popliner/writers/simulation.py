@@ -1,4 +1,4 @@
-"""A simulation for people and for programs: the text report and the JSON summary.
+"""A simulation as ``popliner simulate`` writes it, and its text report for people.
 
 Only formatting happens here; the numbers come from :func:`popliner.simulator.simulate`.
 """
@@ -6,13 +6,40 @@ Only formatting happens here; the numbers come from :func:`popliner.simulator.si
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import IO, TYPE_CHECKING
 
-from popliner.simulator.engine import SimResult, memory_over_time
+from popliner.simulator.engine import SimResult
 from popliner.simulator.schedule import render_ipu_view, render_stage_view
 from popliner.textsafe import shown
 
-__all__ = ["mode_of", "plural", "render_text", "result_document", "seconds_text"]
+if TYPE_CHECKING:
+    from popliner.training_record import ConfigTraining
+
+__all__ = ["Simulation", "mode_of", "plural", "render_text", "seconds_text", "write_text"]
+
+
+@dataclass(frozen=True)
+class Simulation:
+    """One simulated step as ``popliner simulate`` writes it: the result, and what it was simulated from."""
+
+    result: SimResult
+    config: str  # the pipeline config's path
+    source: str  # where the stages' figures come from (the config's predictions, or a profile)
+    training: ConfigTraining | None = None  # the config's training options (None: inference)
+    max_columns: int | None = None  # of the schedule views in the text (None: every cycle)
+
+    @property
+    def note(self) -> str | None:
+        """The charts' second title line: the training options the figures assume."""
+        return f"training options: {self.training.summary()}" if self.training is not None else None
+
+
+def write_text(sim: Simulation, stream: IO[str]) -> None:
+    """The text report, led by the training options the config records."""
+    if sim.training is not None:
+        stream.write(f"Training options (from the config): {sim.training.summary()}\n")
+    stream.write(render_text(sim.result, max_columns=sim.max_columns))
 
 
 # ----------------------------------------------------------------------- text
@@ -129,53 +156,3 @@ def seconds_text(s: float) -> str:
     if s >= 1e-3:
         return f"{s * 1e3:.3f} ms"
     return f"{s * 1e6:.3f} us"
-
-
-# ----------------------------------------------------------------------- JSON
-
-
-def result_document(result: SimResult) -> dict[str, Any]:
-    """Summary as JSON-ready data (no schedule; see the trace for that)."""
-    over_time = memory_over_time(result)
-    return {
-        "mode": mode_of(result),
-        "num_ipus": len(result.ipus),
-        "pipeline_stages": result.num_stages,
-        "micro_batches": result.micro_batches,
-        "micro_batch_size": result.micro_batch_size,
-        "execution": result.execution,
-        "pipeline_cycles": result.num_cycles,
-        "clock_hz": result.clock_hz,
-        "link_bandwidth": result.link_bandwidth,
-        "sync_cycles": result.sync_cycles,
-        "step_cycles": result.step_cycles,
-        "step_seconds": result.step_seconds,
-        "throughput_samples_per_s": result.throughput,
-        "shares": {
-            "compute": result.compute_share,
-            "fill_flush": result.fill_flush_share,
-            "imbalance": result.imbalance_share,
-            "communication": result.communication_share,
-        },
-        "budget_bytes": result.budget_bytes,
-        "fits": result.fits,
-        "stages": [
-            {"index": s.index, "ipu": s.ipu, "kind": s.kind, "cycles": s.cycles,
-             "recompute_cycles": s.recompute_cycles, "send_bytes": s.send_bytes, "layers": s.label}
-            for s in result.stages
-        ],
-        "ipus": [
-            {"ipu": u.ipu, "stages": list(u.stages), "busy_cycles": u.busy_cycles, "utilisation": u.utilisation,
-             "fill_flush_cycles": u.fill_flush_cycles, "imbalance_cycles": u.imbalance_cycles,
-             "communication_cycles": u.communication_cycles, "max_stash_entries": u.max_stash_entries,
-             "worst_tile": u.worst_tile, "resident_bytes": u.base_bytes, "stash_bytes": u.stash_bytes,
-             "copy_buffer_bytes": u.copy_buffer_bytes, "peak_bytes": u.peak_bytes, "fits": u.fits,
-             "memory_over_time": [{"time_us": _r(p.time * 1e6 / result.clock_hz), "stash_entries": p.entries,
-                                   "bytes": p.bytes} for p in over_time.get(u.ipu, ())]}
-            for u in result.ipus
-        ],
-    }
-
-
-def _r(us: float) -> float:
-    return round(us, 6)

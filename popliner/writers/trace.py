@@ -9,8 +9,10 @@ import json
 from typing import IO, Any
 
 from popliner.simulator.engine import SimResult, memory_over_time
+from popliner.writers.formats import FormatWriter
+from popliner.writers.simulation import Simulation
 
-__all__ = ["trace_document", "write_trace"]
+__all__ = ["TRACE", "trace_document", "write_trace"]
 
 
 
@@ -104,3 +106,11 @@ def _us(ns: int) -> float:
 def write_trace(result: SimResult, stream: IO[str]) -> None:
     json.dump(trace_document(result), stream, indent=None, separators=(",", ":"))
     stream.write("\n")
+
+
+def _write_simulation(sim: Simulation, stream: IO[str]) -> None:
+    write_trace(sim.result, stream)
+
+
+#: ``--trace FILE`` writes this whatever FILE's name; ``-o`` wants ``.trace.json`` (``.json`` is the summary).
+TRACE = FormatWriter("trace", (".trace.json",), {"Simulation": _write_simulation})

@@ -21,7 +21,7 @@ import os
 import re
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from xlsxwriter.format import Format
 from xlsxwriter.workbook import Workbook
@@ -30,8 +30,9 @@ from xlsxwriter.worksheet import Worksheet
 from popliner.breakdown import Breakdown, LayerMatrix, OperationRow
 from popliner.config.workbook import IPU_COL
 from popliner.errors import UsageProblem
-from popliner.fileio import atomic_write, check_writable
+from popliner.fileio import check_writable
 from popliner.solvers.result import SplitResult
+from popliner.writers.formats import FormatWriter, write_output
 from popliner.writers.formula import (
     CellRef,
     FormulaError,
@@ -59,13 +60,14 @@ from popliner.writers.tables import (
     FORMULA_TRIGGERS,
     MB_FORMAT,
     SUM_OF_OPERATIONS,
+    Tables,
     component_headers,
     layers_grid,
     matrix_grid,
     totals_grid,
 )
 
-__all__ = ["BOOL_FORMAT", "grouped_operations_grid", "workbook_bytes", "workbook_grids", "write_workbook"]
+__all__ = ["BOOL_FORMAT", "XLSX", "grouped_operations_grid", "workbook_bytes", "workbook_grids", "write_workbook"]
 
 NO_LAYER = "(no layer)"
 _SHEET_MAX = 31
@@ -209,12 +211,17 @@ def write_workbook(
     if target.suffix.lower() != ".xlsx":
         raise UsageProblem(f"{target}: a workbook file name must end in .xlsx")
     check_writable(target, force)  # fail before the work, not after
-    grids, layout = workbook_grids(
-        breakdown, budget_bytes=budget_bytes, split=split, matrices=matrices, num_ipus=num_ipus
-    )
-    data = workbook_bytes(grids, layout)
-    with atomic_write(target, force=force, binary=True) as stream:
-        stream.write(data)
+    tables = Tables(breakdown, matrices=tuple(matrices), split=split, budget_bytes=budget_bytes, num_ipus=num_ipus)
+    write_output(tables, os.fspath(target), force, XLSX)
+
+
+def _write_tables(tables: Tables, stream: IO[bytes]) -> None:
+    grids, layout = workbook_grids(tables.breakdown, budget_bytes=tables.budget_bytes, split=tables.split,
+                                   matrices=tables.matrices, num_ipus=tables.num_ipus)
+    stream.write(workbook_bytes(grids, layout))
+
+
+XLSX = FormatWriter("xlsx", (".xlsx",), {"Tables": _write_tables}, binary=True)
 
 
 #: Document dates written instead of the time of saving, so reruns give identical bytes.

@@ -1,0 +1,167 @@
+"""Every output format popliner writes, and the one map from a file name's suffix to its writer.
+
+A writer is one format (CSV, JUnit XML, a PNG image ...): the suffixes that
+choose it, whether it writes bytes or text, and the kinds of value it can
+write, named by their types (a command's result: ``Simulation``,
+``CheckResult``, ``Tables``, ``PipelineConfig``, ``Report`` ...). Every
+command picks its writer here, from the name given to ``-o`` (or to a flag
+of its own, such as ``--trace``):
+
+* a suffix in the map writes that format, when the format writes what the
+  command makes; a suffix of another format is refused (exit 2) with the
+  suffixes the command takes;
+* any other name, and stdout, get the command's default format.
+
+A new format is one module holding a :class:`Writer` and one line in
+:data:`WRITERS`; see docs/writers.md.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import IO, Any, Protocol
+
+from popliner.errors import UsageProblem
+from popliner.fileio import atomic_write, check_writable, is_stdout, writes_in_place
+
+__all__ = ["WRITERS", "FormatWriter", "Writer", "check_output", "kind_of", "suffixes_for", "writer_for",
+           "write_output", "writers"]
+
+
+def kind_of(value: object) -> str:
+    """The kind of a value to write: its type's name."""
+    return type(value).__name__
+
+
+class Writer(Protocol):
+    """One output format."""
+
+    @property
+    def name(self) -> str:
+        """What messages and ``--format`` call it: ``csv``, ``junit``, ``png`` ..."""
+
+    @property
+    def suffixes(self) -> tuple[str, ...]:
+        """The file name endings that choose it, in lower case with the dot (``.trace.json``)."""
+
+    @property
+    def binary(self) -> bool:
+        """Whether it writes bytes (a stream of bytes) or text."""
+
+    @property
+    def newline(self) -> str | None:
+        """The text stream's ``newline`` (``""``: the writer writes its line ends itself)."""
+
+    @property
+    def kinds(self) -> frozenset[str]:
+        """The kinds of value it writes (type names, :func:`kind_of`)."""
+
+    def write(self, value: Any, stream: IO[Any]) -> None:
+        """Write ``value`` (of one of :attr:`kinds`) to ``stream``."""
+
+
+@dataclass(frozen=True)
+class FormatWriter:
+    """A :class:`Writer` from one function per kind of value."""
+
+    name: str
+    suffixes: tuple[str, ...]
+    by_kind: Mapping[str, Callable[[Any, IO[Any]], None]] = field(repr=False)
+    binary: bool = False
+    newline: str | None = None
+
+    @property
+    def kinds(self) -> frozenset[str]:
+        return frozenset(self.by_kind)
+
+    def write(self, value: Any, stream: IO[Any]) -> None:
+        self.by_kind[kind_of(value)](value, stream)
+
+
+def _known() -> tuple[Writer, ...]:
+    """The map's writers. A format module imports only what naming its writer needs."""
+    from popliner.writers.html import HTML
+    from popliner.writers.ipu_config import IPU_CONFIG
+    from popliner.writers.jsondoc import JSON
+    from popliner.writers.junit import JUNIT
+    from popliner.writers.pipeline_yaml import YAML
+    from popliner.writers.plots import PNG, SVG
+    from popliner.writers.tables import CSV, TSV
+    from popliner.writers.text import TEXT
+    from popliner.writers.trace import TRACE
+    from popliner.writers.xlsx import XLSX
+
+    return (TEXT, CSV, TSV, XLSX, JSON, TRACE, YAML, IPU_CONFIG, HTML, JUNIT, PNG, SVG)
+
+
+#: The one map: every writer, each with the suffixes that choose it. A suffix may belong to two writers
+#: only when they write different kinds (``.json``: a split or a simulation, or an optimum IPU config).
+WRITERS: list[Writer] = []
+
+
+def writers() -> Sequence[Writer]:
+    if not WRITERS:
+        WRITERS.extend(_known())
+    return WRITERS
+
+
+def suffixes_for(kind: str) -> tuple[str, ...]:
+    """The suffixes that write ``kind``, longest first, as the map lists them."""
+    found = [s for w in writers() if kind in w.kinds for s in w.suffixes]
+    return tuple(sorted(dict.fromkeys(found), key=lambda s: (-len(s), found.index(s))))
+
+
+def _by_name(name: str, kind: str) -> Writer:
+    for w in writers():
+        if w.name == name and kind in w.kinds:
+            return w
+    raise KeyError(f"no {name} writer for {kind}")
+
+
+def writer_for(path: str | os.PathLike[str] | None, kind: str, default: str, *, option: str = "-o",
+               what: str = "", strict: bool = False) -> Writer:
+    """The writer of ``path`` for a value of ``kind``: by its suffix; stdout and other names: ``default``.
+
+    A suffix the map gives only to formats that do not write ``kind`` is refused, naming the suffixes that
+    do; so is a name the map does not know, when ``strict``.
+    """
+    if path is None or is_stdout(os.fspath(path)) or writes_in_place(os.fspath(path)):
+        return _by_name(default, kind)
+    name = os.fspath(path).lower()
+    claims = sorted(((s, w) for w in writers() for s in w.suffixes if name.endswith(s)), key=lambda c: -len(c[0]))
+    if not claims and not strict:
+        return _by_name(default, kind)
+    for suffix, w in claims:
+        if len(suffix) == len(claims[0][0]) and kind in w.kinds:
+            return w
+    other = "" if strict else f"; any other name: {_by_name(default, kind).name}"
+    raise UsageProblem(f"{option} {os.fspath(path)}: {what or kind} is written as "
+                       f"{' or '.join(suffixes_for(kind))}{other}; give a name with one of these endings")
+
+
+def check_output(path: str | None, force: bool, kind: str, default: str, *, option: str = "-o",
+                 what: str = "") -> Writer:
+    """Before any work: the writer ``path`` gets, and that ``path`` can be written (suffix, folder, --force)."""
+    w = writer_for(path, kind, default, option=option, what=what)
+    if path:
+        check_writable(path, force)
+    return w
+
+
+@contextlib.contextmanager
+def _stream(path: str, force: bool, w: Writer) -> Iterator[IO[Any]]:
+    if w.binary:
+        with atomic_write(path, force=force, binary=True) as b:
+            yield b
+    else:
+        with atomic_write(path, force=force, newline=w.newline) as t:
+            yield t
+
+
+def write_output(value: object, path: str | None, force: bool, w: Writer) -> None:
+    """``value`` through ``w`` to ``path`` (stdout when None or ``-``), atomically."""
+    with _stream(path or "-", force, w) as stream:
+        w.write(value, stream)
