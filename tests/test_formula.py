@@ -20,7 +20,6 @@ from popliner.writers.formula import (
     Expr,
     FormulaError,
     FunctionResolver,
-    Grid,
     RangeRef,
     Ref,
     Round,
@@ -31,6 +30,7 @@ from popliner.writers.formula import (
     mb,
     sum_range,
 )
+from popliner.writers.grid import Grid
 
 # ---------------------------------------------------------------------------
 # Addressing

@@ -56,7 +56,6 @@ from popliner.writers.formula import (
     Const,
     CountIf,
     Expr,
-    Grid,
     If,
     Index,
     Match,
@@ -66,6 +65,7 @@ from popliner.writers.formula import (
     SumIf,
     mb,
 )
+from popliner.writers.grid import Grid
 from popliner.writers.tables import (
     BYTES_FORMAT,
     COMPONENT_HEADERS,

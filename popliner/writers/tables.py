@@ -32,7 +32,18 @@ from popliner.fileio import atomic_write
 from popliner.memory.types import COMPONENT_TITLES, COMPONENTS, OTHER
 from popliner.solvers.result import SplitResult
 from popliner.writers.formats import FormatWriter
-from popliner.writers.formula import Arith, Book, Cell, CellRef, Grid, RangeRef, Ref, Sum, Value, mb, sum_range
+from popliner.writers.formula import (
+    Arith,
+    Cell,
+    CellRef,
+    RangeRef,
+    Ref,
+    Sum,
+    Value,
+    mb,
+    sum_range,
+)
+from popliner.writers.grid import Book, Grid
 
 __all__ = [
     "CSV",

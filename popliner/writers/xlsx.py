@@ -36,14 +36,13 @@ from popliner.writers.formats import FormatWriter, write_output
 from popliner.writers.formula import (
     CellRef,
     FormulaError,
-    Grid,
     RangeRef,
     Sum,
     Value,
-    evaluate_book,
     mb,
     sum_range,
 )
+from popliner.writers.grid import Grid, evaluate_book
 from popliner.writers.planner import (
     IPU_ROW,
     RANGES_SHEET,
