@@ -15,7 +15,8 @@ from popliner.check import CheckResult
 from popliner.cli import cli
 from popliner.errors import UsageProblem
 from popliner.writers import formats
-from popliner.writers.formats import FormatWriter, suffixes_for, writer_for
+from popliner.writers.formats import suffixes_for, writer_for
+from popliner.writers.writer import FormatWriter
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "profiles"
 

@@ -25,8 +25,9 @@ from popliner.memory.training import Recompute, TrainingOptions
 from popliner.plan import SplitPlan, SplitRequest, plan_split
 from popliner.progress import Tracker, phase, progress_wanted, tracking
 from popliner.writers import split as split_writers
-from popliner.writers.formats import Writer, suffixes_for, write_output, writer_for
+from popliner.writers.formats import suffixes_for, writer_for
 from popliner.writers.tables import Tables
+from popliner.writers.writer import Writer, write_output
 
 __all__ = ["command"]
 

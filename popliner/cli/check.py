@@ -52,7 +52,8 @@ def command(config: str, profile: str, budget: float | None, headroom: float | N
     from popliner.check import check_config
     from popliner.config.planner import config_from_planner, is_workbook, read_planner
     from popliner.config.yaml_io import read_config
-    from popliner.writers.formats import check_output, write_output
+    from popliner.writers.formats import check_output
+    from popliner.writers.writer import write_output
 
     fraction = budget_given(budget, headroom)
     one_stdout({"-o -": output, "--junit -": junit})

@@ -30,8 +30,9 @@ from popliner.simulator.inputs import (
     inputs_from_analysis,
     inputs_from_config,
 )
-from popliner.writers.formats import Writer, check_output, write_output, writer_for
+from popliner.writers.formats import check_output, writer_for
 from popliner.writers.simulation import Simulation
+from popliner.writers.writer import Writer, write_output
 
 __all__ = ["command"]
 

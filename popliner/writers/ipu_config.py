@@ -11,7 +11,7 @@ from typing import IO, Any
 
 from popliner.config.model import PipelineConfig
 from popliner.config.snippets import ipu_config
-from popliner.writers.formats import FormatWriter
+from popliner.writers.writer import FormatWriter
 
 __all__ = ["IPU_CONFIG", "write_ipu_config"]
 

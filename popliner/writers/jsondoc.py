@@ -12,8 +12,8 @@ from typing import IO, Any
 from popliner.layout import Layout
 from popliner.simulator.engine import SimResult, memory_over_time
 from popliner.solvers.result import SplitResult
-from popliner.writers.formats import FormatWriter
 from popliner.writers.simulation import Simulation, mode_of
+from popliner.writers.writer import FormatWriter
 
 __all__ = ["JSON", "SplitDocument", "result_document", "simulation_document", "split_document", "write_json"]
 

@@ -12,7 +12,7 @@ from xml.etree import ElementTree as ET
 from popliner.check import CheckResult
 from popliner.textsafe import shown
 from popliner.writers.check_report import overflow_text
-from popliner.writers.formats import FormatWriter
+from popliner.writers.writer import FormatWriter
 
 __all__ = ["JUNIT", "write_junit"]
 

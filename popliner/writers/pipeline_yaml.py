@@ -14,7 +14,7 @@ from popliner.config.model import ConfigStage, ConfigTraining, PipelineConfig, b
 from popliner.config.snippets import FlowList as _FlowList
 from popliner.config.snippets import snippets
 from popliner.pipeline import head_stage
-from popliner.writers.formats import FormatWriter
+from popliner.writers.writer import FormatWriter
 
 __all__ = ["HEADER", "YAML", "config_to_document", "write_config"]
 

@@ -39,9 +39,9 @@ from popliner.report.aggregate import grid_values, tile_grid
 from popliner.report.types import IpuMemory
 from popliner.solvers.result import SplitResult, StageResult
 from popliner.textsafe import shown
-from popliner.writers.formats import FormatWriter, write_output
 from popliner.writers.gantt import write_gantt
 from popliner.writers.simulation import Simulation
+from popliner.writers.writer import FormatWriter, write_output
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes

@@ -14,7 +14,7 @@ import click
 
 from popliner.plan import SplitPlan
 from popliner.progress import phase
-from popliner.writers.formats import write_output
+from popliner.writers.writer import write_output
 
 __all__ = ["suffixed", "write_ipu_config", "write_plots", "write_report", "write_split", "write_summary",
            "split_config"]

@@ -31,7 +31,6 @@ from popliner.errors import UsageProblem
 from popliner.fileio import atomic_write
 from popliner.memory.types import COMPONENT_TITLES, COMPONENTS, OTHER
 from popliner.solvers.result import SplitResult
-from popliner.writers.formats import FormatWriter
 from popliner.writers.formula import (
     Arith,
     Cell,
@@ -44,6 +43,7 @@ from popliner.writers.formula import (
     sum_range,
 )
 from popliner.writers.grid import Book, Grid
+from popliner.writers.writer import FormatWriter
 
 __all__ = [
     "CSV",

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from popliner.writers.check_report import write_check_text
-from popliner.writers.formats import FormatWriter
 from popliner.writers.simulation import write_text
 from popliner.writers.tables import CSV
+from popliner.writers.writer import FormatWriter
 
 __all__ = ["TEXT"]
 

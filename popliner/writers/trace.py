@@ -9,8 +9,8 @@ import json
 from typing import IO, Any
 
 from popliner.simulator.engine import SimResult, memory_over_time
-from popliner.writers.formats import FormatWriter
 from popliner.writers.simulation import Simulation
+from popliner.writers.writer import FormatWriter
 
 __all__ = ["TRACE", "trace_document", "write_trace"]
 

@@ -32,7 +32,6 @@ from popliner.config.workbook import IPU_COL
 from popliner.errors import UsageProblem
 from popliner.fileio import check_writable
 from popliner.solvers.result import SplitResult
-from popliner.writers.formats import FormatWriter, write_output
 from popliner.writers.formula import (
     CellRef,
     FormulaError,
@@ -65,6 +64,7 @@ from popliner.writers.tables import (
     matrix_grid,
     totals_grid,
 )
+from popliner.writers.writer import FormatWriter, write_output
 
 __all__ = ["BOOL_FORMAT", "XLSX", "grouped_operations_grid", "workbook_bytes", "workbook_grids", "write_workbook"]
 
