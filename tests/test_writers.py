@@ -62,7 +62,7 @@ def test_the_longest_suffix_wins_and_other_names_get_the_default() -> None:
 def test_a_suffix_of_another_kind_is_refused_with_the_ones_that_fit() -> None:
     with pytest.raises(UsageProblem) as caught:
         writer_for("check.png", "CheckResult", "text", what="a check")
-    assert str(caught.value) == ("-o check.png: a check is written as .txt or .xml; any other name: text; "
+    assert str(caught.value) == ("-o check.png: a check can be written as .txt or .xml; any other name: text; "
                                  "give a name with one of these endings")
     assert suffixes_for("Figure") == (".png", ".svg")
 
@@ -86,7 +86,7 @@ def test_simulate_writes_each_format_by_the_name_of_o(split: tuple[Path, Path], 
     assert json.loads((tmp_path / "t.json").read_text()) == trace
     assert json.loads((tmp_path / "j.txt").read_text()) == summary
     refused = invoke("simulate", config, "-o", tmp_path / "s.xml", ok=(2,))
-    assert "a simulation is written as .trace.json or .json or .txt or .png or .svg" in refused.stderr
+    assert "a simulation can be written as .txt, .json, .trace.json, .png or .svg" in refused.stderr
     assert not (tmp_path / "s.xml").exists()
 
 

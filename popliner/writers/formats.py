@@ -56,9 +56,12 @@ def writers() -> Sequence[Writer]:
 
 
 def suffixes_for(kind: str) -> tuple[str, ...]:
-    """The suffixes that write ``kind``, longest first, as the map lists them."""
-    found = [s for w in writers() if kind in w.kinds for s in w.suffixes]
-    return tuple(sorted(dict.fromkeys(found), key=lambda s: (-len(s), found.index(s))))
+    """The suffixes that write ``kind``, in the map's order."""
+    return tuple(dict.fromkeys(s for w in writers() if kind in w.kinds for s in w.suffixes))
+
+
+def _listed(suffixes: Sequence[str]) -> str:
+    return suffixes[0] if len(suffixes) == 1 else f"{', '.join(suffixes[:-1])} or {suffixes[-1]}"
 
 
 def _by_name(name: str, kind: str) -> Writer:
@@ -85,8 +88,8 @@ def writer_for(path: str | os.PathLike[str] | None, kind: str, default: str, *, 
         if len(suffix) == len(claims[0][0]) and kind in w.kinds:
             return w
     other = "" if strict else f"; any other name: {_by_name(default, kind).name}"
-    raise UsageProblem(f"{option} {os.fspath(path)}: {what or kind} is written as "
-                       f"{' or '.join(suffixes_for(kind))}{other}; give a name with one of these endings")
+    raise UsageProblem(f"{option} {os.fspath(path)}: {what or kind} can be written as "
+                       f"{_listed(suffixes_for(kind))}{other}; give a name with one of these endings")
 
 
 def check_output(path: str | None, force: bool, kind: str, default: str, *, option: str = "-o",
