@@ -8,6 +8,7 @@ exists.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -19,6 +20,7 @@ from popliner.memory.training import (
     RecomputeRequest,
     TrainingOptions,
 )
+from popliner.ops.remote import streams_optimizer_state
 
 if TYPE_CHECKING:
     from popliner.analysis import Analysis
@@ -102,7 +104,14 @@ def config_training(options: TrainingOptions, applied_recompute: AppliedRecomput
 
 
 def training_of(analysis: Analysis, requested_recompute: RecomputeRequest | None = None) -> ConfigTraining | None:
-    """The record of the training options an analysis applied (None in inference); ``auto`` noted as asked."""
+    """The record of the training options an analysis applied (None in inference); ``auto`` noted as asked.
+
+    A profile compiled with its optimizer state off chip is recorded ``off-chip`` whatever was asked: its
+    figures already hold the state only around the update, and the configs must ask the framework for it.
+    """
     if analysis.mode != "training":
         return None
-    return config_training(analysis.options.training, analysis.engine.view.recompute, requested_recompute)
+    options = analysis.options.training
+    if options.optimizer_state == "on-chip" and streams_optimizer_state(analysis.ops, analysis.is_backward):
+        options = dataclasses.replace(options, optimizer_state="off-chip")
+    return config_training(options, analysis.engine.view.recompute, requested_recompute)
