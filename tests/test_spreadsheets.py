@@ -28,7 +28,6 @@ import pytest
 from popliner.breakdown import Breakdown, LayerMatrix, LayerRow, OperationRow, RangeTable, TotalsRow
 from popliner.errors import OutputExistsError, UsageProblem
 from popliner.memory.types import ComponentBytes, StageMemory
-from popliner.report.types import IpuMemory
 from popliner.solvers.result import SplitResult, StageResult
 from popliner.writers import plots, tables, xlsx
 from popliner.writers.formula import column_letter
@@ -96,7 +95,7 @@ def make_matrices() -> tuple[LayerMatrix, LayerMatrix]:
 
 def _stage(index: int, layers: tuple[str, ...], worst: int) -> StageResult:
     memory = ComponentBytes(1, 0, 0, 0, 0)
-    return StageResult(index, index, layers, memory, 0, worst, 0, 0, 100, 0, worst <= BUDGET)
+    return StageResult(index, index, layers, memory, 0, worst, 0, 0, 100, 0, BUDGET)
 
 
 def make_split() -> SplitResult:
@@ -713,7 +712,7 @@ def _stage_memory() -> StageMemory:
     return StageMemory(per_tile.astype(np.int64))
 
 
-def _ipu_memories() -> list[IpuMemory]:
+def _ipu_memories() -> list[StageResult]:
     first = _stage_memory().per_tile
     return [ipu_memory(0, ("0", "1"), first, np.full(16, 400, np.int64), 3000),
             ipu_memory(1, ("2",), first // 2, np.zeros(16, np.int64), 3000)]

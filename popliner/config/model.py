@@ -16,7 +16,7 @@ from popliner import pipeline
 from popliner.errors import UsageProblem
 from popliner.layout import Layout
 from popliner.memory.types import ComponentBytes
-from popliner.pipeline import backward_stage, forward_stage, head_stage
+from popliner.pipeline import LayerPlacement, StageLayout, backward_stage, forward_stage
 from popliner.solvers.result import SplitResult, StageResult
 from popliner.training_record import ConfigTraining, config_training
 
@@ -60,20 +60,6 @@ def layers_fingerprint(layers: tuple[str, ...]) -> str:
     """Short hash of a stage's layer list; tells whether predicted figures still apply."""
     digest = hashlib.sha256("\x1f".join(layers).encode("utf-8")).hexdigest()
     return digest[:16]
-
-
-@dataclass(frozen=True)
-class LayerPlacement:
-    """Where one layer runs: PopART ``virtualGraph`` and ``pipelineStage``.
-
-    ``backward_stage`` is the pipeline stage its gradient ops get in training
-    (PopART assigns it; listed so users can check), None in inference.
-    """
-
-    name: str
-    ipu: int
-    pipeline_stage: int
-    backward_stage: int | None
 
 
 @dataclass(frozen=True)
@@ -187,34 +173,23 @@ class PipelineConfig:
         return Layout.of_stages(self.layer_groups, placement, self.model_layers)
 
     @property
+    def stage_layout(self) -> StageLayout:
+        """The IPU and the pipeline stages of every part (PopART's rules in :mod:`popliner.pipeline`)."""
+        return StageLayout.of(self.layout, self.layer_groups, self.training)
+
+    @property
     def head_wraps(self) -> bool:
         """Is the head a pipeline stage of its own on IPU 0 (``--head-placement wrap``)?"""
-        return self.layout.wraps_in(self.layer_groups)
+        return self.stage_layout.wraps
 
     @property
     def num_pipeline_stages(self) -> int:
-        return num_pipeline_stages(self.mode, self.num_ipus, self.head_wraps)
+        return self.stage_layout.num_stages
 
     @property
     def placements(self) -> tuple[LayerPlacement, ...]:
-        """One row per layer in model order, derived from ``stages[].layers``.
-
-        A wrapped head runs at stage K, forward and backward (PopART's rules in :mod:`popliner.pipeline`).
-        """
-        where = {layer: s.ipu for s in self.stages for layer in s.layers}
-        wraps, k = self.head_wraps, self.num_ipus
-        head = self.layout.head_name
-        return tuple(
-            LayerPlacement(
-                name=layer,
-                ipu=where[layer],
-                pipeline_stage=head_stage(k) if wraps and layer == head else forward_stage(where[layer]),
-                backward_stage=(None if not self.training else head_stage(k) if wraps and layer == head
-                                else backward_stage(where[layer], k, wraps)),
-            )
-            for layer in self.model_layers
-            if layer in where
-        )
+        """One row per layer in model order, derived from ``stages[].layers`` (a wrapped head runs at stage K)."""
+        return self.stage_layout.placements(self.model_layers)
 
     @property
     def layers_per_ipu(self) -> tuple[int, ...]:
@@ -254,8 +229,7 @@ def config_from_split(
     recorded = (training or ConfigTraining()) if split.mode == "training" else None
     placement = recorded.head_placement if recorded is not None else None
     layout = Layout.of_stages([s.layers for s in stages], placement)
-    wraps = layout.wraps_in([s.layers for s in stages])
-    num_stages = num_pipeline_stages(split.mode, len(stages), wraps)
+    num_stages = StageLayout.of(layout, [s.layers for s in stages], split.mode == "training").num_stages
     g = default_gradient_accumulation(num_stages) if gradient_accumulation is None else gradient_accumulation
     check_gradient_accumulation(g, num_stages)
     return PipelineConfig(

@@ -29,7 +29,6 @@ from popliner.config.model import (
     ConfigStage,
     ConfigTraining,
     PipelineConfig,
-    num_pipeline_stages,
 )
 from popliner.config.reader import Reader, describe
 from popliner.errors import ConfigError, UsageProblem
@@ -37,6 +36,7 @@ from popliner.framework import FRAMEWORKS
 from popliner.layout import HEAD_PLACEMENTS, Layout
 from popliner.memory.training import OPTIMIZER_STATES
 from popliner.memory.types import COMPONENTS, OTHER, ComponentBytes
+from popliner.pipeline import StageLayout
 from popliner.profile.loader import MAX_TILES
 from popliner.training_record import CONFIG_RECOMPUTES
 
@@ -166,7 +166,7 @@ def config_from_document(doc: Any, source: str = "<config>") -> PipelineConfig:
     layer_options = read_layer_options(r, top["layer_options"]) if "layer_options" in top else ()
     groups = [s.layers for s in stages]
     placement = training.head_placement if training is not None else None
-    p = num_pipeline_stages(mode, len(stages), Layout.of_stages(groups, placement, model_layers).wraps_in(groups))
+    p = StageLayout.of(Layout.of_stages(groups, placement, model_layers), groups, mode == "training").num_stages
     g = r.integer(top["gradient_accumulation"], "gradient_accumulation", minimum=1, maximum=MAX_MICRO_BATCHES)
     if g < p:
         r.fail("gradient_accumulation", f"{g} is smaller than the {p} pipeline stages",
@@ -354,8 +354,7 @@ def _check_assignment(r: Reader, stages: tuple[ConfigStage, ...], model_layers: 
     last: tuple[int, str, str] | None = None  # (model position, name, place) of the previous layer
     # A head wrapped onto IPU 0 runs after the last IPU: it is out of the IPU order by design.
     groups = [s.layers for s in stages]
-    layout = Layout.of_stages(groups, None, model_layers)
-    wrapped = layout.head_name if layout.wraps_in(groups) else None
+    wrapped = StageLayout.of(Layout.of_stages(groups, None, model_layers), groups, False).head
     for s in stages:
         for j, name in enumerate(s.layers):
             place = f"stages[{s.index}].layers[{j}]"

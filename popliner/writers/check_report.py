@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import IO
 
-from popliner.check import CheckResult, IpuCheck
+from popliner.check import CheckResult
+from popliner.solvers.result import StageResult
 from popliner.textsafe import shown
 from popliner.writers.ipu_table import IpuLine, ipu_table
 
@@ -24,7 +25,7 @@ def check_table(result: CheckResult) -> str:
     return "\n".join(lines)
 
 
-def overflow_text(ipu: IpuCheck) -> str:
+def overflow_text(ipu: StageResult) -> str:
     m = ipu.worst_tile_memory
     parts = [
         f"IPU {ipu.ipu} is over budget by {-ipu.headroom:,} bytes on tile {ipu.worst_tile}: "

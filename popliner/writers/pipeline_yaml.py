@@ -10,10 +10,9 @@ from typing import IO, Any
 
 import yaml
 
-from popliner.config.model import ConfigStage, ConfigTraining, PipelineConfig, backward_stage, forward_stage
+from popliner.config.model import ConfigStage, ConfigTraining, PipelineConfig
 from popliner.config.snippets import FlowList as _FlowList
 from popliner.config.snippets import snippets
-from popliner.pipeline import head_stage
 from popliner.writers.writer import FormatWriter
 
 __all__ = ["HEADER", "YAML", "config_to_document", "write_config"]
@@ -84,12 +83,7 @@ def _training_document(t: ConfigTraining) -> dict[str, Any]:
 
 
 def _stage_document(cfg: PipelineConfig, s: ConfigStage) -> dict[str, Any]:
-    wraps = cfg.head_wraps
-    stages = [forward_stage(s.ipu)]
-    if wraps and s.ipu == 0:
-        stages.append(head_stage(cfg.num_ipus))  # the wrapped head, forward and backward
-    if cfg.training and backward_stage(s.ipu, cfg.num_ipus, wraps) != stages[0]:
-        stages.append(backward_stage(s.ipu, cfg.num_ipus, wraps))
+    stages = list(cfg.stage_layout.ipu_stages(s.ipu))  # forward, a wrapped head, backward
     memory = s.memory.as_dict()
     memory["total"] = s.memory.total
     return {

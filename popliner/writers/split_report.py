@@ -40,14 +40,13 @@ def split_table(split: SplitResult) -> str:
     for s in split.stages:
         span = s.first_layer if s.first_layer == s.last_layer else f"{s.first_layer}..{s.last_layer}"
         span = shown(span) if span else span
-        headroom = (split.budget_bytes - s.worst_tile_bytes) / split.budget_bytes if split.budget_bytes else 0.0
         model = s.worst_tile_bytes - s.worst_tile_stash - s.copy_buffer
         rows.append(IpuLine(s.ipu, span or "-", s.worst_tile, s.worst_tile_bytes, model, s.worst_tile_stash,
-                            s.copy_buffer, (f"{s.cycles:>12,}", f"{headroom:>8.1%}"), s.fits))
+                            s.copy_buffer, (f"{s.cycles:>12,}", f"{s.headroom_share:>8.1%}"), s.fits))
     lines = ipu_table((f"{'cycles':>12}", f"{'headroom':>9}"), rows)
     for s in split.stages:
         if s.overflow is not None:
-            lines.append(f"IPU {s.ipu} is over budget by {s.worst_tile_bytes - split.budget_bytes:,} bytes on tile "
+            lines.append(f"IPU {s.ipu} is over budget by {-s.headroom:,} bytes on tile "
                          f"{s.overflow.tile}" + (f"; variables peak at step {s.overflow.step}:" if s.overflow.step >= 0
                                                  else ""))
             lines.extend(f"    {v.bytes:>10,}  {shown(v.name)}" for v in s.overflow.largest_live)
