@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import gzip
 import hashlib
@@ -12,7 +13,7 @@ import numpy as np
 import pytest
 
 from popliner.errors import ProfileFormatError
-from popliner.profile import columns
+from popliner.profile import columns, namelist
 from popliner.profile.builder import Builder
 from popliner.profile.columns import extract_columns, parse_uint_list
 from popliner.profile.jsontext import parse_json
@@ -49,14 +50,19 @@ def same(a: Any, b: Any, where: str = "profile") -> None:
 
 @pytest.mark.parametrize(("body", "expected"), [
     (b"", []), (b"0", [0]), (b"7,0,12", [7, 0, 12]), (b"0,0", [0, 0]), (b"9223372036854775806", [2**63 - 2]),
+    # JSON whitespace around the items (json.dumps's ", ", indent's newlines, tabs, carriage returns).
+    (b" ", []), (b"\n  ", []), (b"1 ,2", [1, 2]), (b"7, 0, 12", [7, 0, 12]), (b"\n  7,\n  0,\n  12\n ", [7, 0, 12]),
+    (b"\t1,\r\n2", [1, 2]),
 ])
 def test_integer_lists(body: bytes, expected: list[int]) -> None:
     out = parse_uint_list(body)
     assert out is not None and out.dtype == np.int64 and out.tolist() == expected
 
 
-@pytest.mark.parametrize("body", [b"01", b"1,02", b"1,,2", b",1", b"1,", b"-1", b"1 ,2", b"1.5", b"1e3",
-                                  b"99999999999999999999", b"9223372036854775807"])
+@pytest.mark.parametrize("body", [b"01", b"1,02", b"1,,2", b",1", b"1,", b"-1", b"1.5", b"1e3",
+                                  b"99999999999999999999", b"9223372036854775807",
+                                  # whitespace inside a number, around an empty item, or not JSON's (\v, \f)
+                                  b"1 2", b" ,1", b"1, ,2", b"1 , ", b", ", b"0 1", b"1,\v2", b"1,\f2", b"\v"])
 def test_integer_lists_left_to_the_json_parser(body: bytes) -> None:
     assert parse_uint_list(body) is None
 
@@ -103,21 +109,76 @@ def _variants(doc: dict[str, Any]) -> list[tuple[str, bytes]]:
     return out
 
 
+def _agrees(label: str, text: bytes) -> None:
+    """The loader gives what the ordinary path gives: the same profile and names, or the same error."""
+    try:
+        ref: Any = slow(text)
+    except ProfileFormatError as exc:
+        with pytest.raises(ProfileFormatError) as got:
+            parse_profile_bytes(text, "t.json")
+        assert str(got.value) == str(exc), label
+        return
+    fast = parse_profile_bytes(text, "t.json")
+    same(fast, ref, label)
+    v, w = fast.variables, ref.variables
+    assert [v.name(i) for i in range(v.count)] == [w.name(i) for i in range(w.count)], label
+
+
 def test_shortcut_steps_aside_or_agrees(tiny_text: bytes) -> None:
     doc = json.loads(tiny_text)
     for label, text in _variants(doc):
         assert text != compact(doc), label
-        try:
-            ref: Any = slow(text)
-        except ProfileFormatError as exc:
-            with pytest.raises(ProfileFormatError) as got:
-                parse_profile_bytes(text, "t.json")
-            assert str(got.value) == str(exc), label
-            continue
-        fast = parse_profile_bytes(text, "t.json")
-        same(fast, ref, label)
-        v, w = fast.variables, ref.variables
-        assert [v.name(i) for i in range(v.count)] == [w.name(i) for i in range(w.count)], label
+        _agrees(label, text)
+
+
+def _indented_variants(doc: dict[str, Any]) -> list[tuple[str, bytes]]:
+    """Odd or invalid indented documents: the separators, whitespace and keys the spaced reader looks at."""
+    text = json.dumps(doc, indent=1).encode()
+    names = b'"name": [\n   "'
+
+    def between_names(new: bytes) -> bytes:
+        """The separator after the second name replaced by ``new`` (the first one sets the layout)."""
+        at = text.index(b'",\n   "', text.index(b'",\n   "', text.index(names)) + 1)
+        return text[:at] + new + text[at + 6 :]
+
+    return [
+        ("one separator longer", between_names(b'",\n    "')),
+        ("space before a comma", between_names(b'" ,\n   "')),
+        ("vertical tab between names", between_names(b'",\v   "')),
+        ("a tab for a space between names", between_names(b'",\n  \t"')),
+        ("newline in a name", text.replace(names, names + b"a\nb", 1)),
+        ("tab in a name", text.replace(names, names + b"\t", 1)),
+        ("separator in a name", text.replace(names, names + b'x",\n   "', 1)),
+        ("non-ascii name", text.replace(names, names + "\u00e9".encode(), 1)),
+        ("invalid utf-8 name", text.replace(names, names + b"\xff", 1)),
+        ("vertical tab between numbers", text.replace(b'"bytes": [\n   ', b'"bytes": [\v', 1)),
+        ("form feed in a vars list", text.replace(b'"vars": [\n', b'"vars": [\f', 1)),
+        ("space inside a number", text.replace(b'"bytes": [\n   2', b'"bytes": [\n   2 ', 1)),
+        ("empty vars list of spaces", text.replace(b'"vars": [\n    0,\n    1,', b'"vars": [ ], "x": [0,', 1)),
+        ("a value spelt like the keys", text.replace(b'"source": {', b'"source": {"a": "variables", "b": "vars",', 1)),
+        ("spaced keys", text.replace(b'"vars": [', b'"vars"\n :\t[', 2).replace(b'"name": [', b'"name" : [', 1)),
+        ("names of one item", json.dumps(_one_variable(doc), indent=1).encode()),
+    ]
+
+
+def _one_variable(doc: dict[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(doc)
+    out["variables"] = {k: v[:1] for k, v in doc["variables"].items()}
+    for p in out["programs"]:
+        if "vars" in p:
+            p["vars"] = [x for x in p["vars"] if x == out["variables"]["id"][0]]
+    return out
+
+
+def test_spaced_shortcut_steps_aside_or_agrees(tiny_text: bytes) -> None:
+    doc = json.loads(tiny_text)
+    read = {"non-ascii name", "empty vars list of spaces", "a value spelt like the keys", "spaced keys",
+            "names of one item"}
+    for label, text in _indented_variants(doc):
+        assert text != json.dumps(doc, indent=1).encode(), label
+        # Valid and regular: the column reader takes these (the others it leaves, or the builder refuses).
+        assert (extract_columns(text) is not None) == (label in read or label == "separator in a name"), label
+        _agrees(label, text)
 
 
 @pytest.mark.parametrize("piece", [pytest.param(1, marks=pytest.mark.slow), pytest.param(5, marks=pytest.mark.slow),
@@ -125,16 +186,18 @@ def test_shortcut_steps_aside_or_agrees(tiny_text: bytes) -> None:
 def test_small_pieces_read_the_same(tiny_text: bytes, piece: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """Integer lists cut into pieces and names scanned in pieces give the same profile, or the same refusal."""
     monkeypatch.setattr(columns, "_PIECE_BYTES", piece)
-    monkeypatch.setattr(columns, "_SCAN", piece)
+    monkeypatch.setattr(namelist, "SCAN", piece)
     fast = parse_profile_bytes(tiny_text, "t.json")
     assert fast.variables.names.pad == 3  # the shortcut was taken
     same(fast, slow(tiny_text))
     test_shortcut_steps_aside_or_agrees(tiny_text)
+    test_spaced_and_indented_profiles_read_the_same(tiny_text, {"indent": 1}, 7)
 
 
 @pytest.mark.parametrize("body", [
     b"", b"0", b"7,0,12", b"10,200,3000,4,5,66,777", b"1,,2", b",1,2,3", b"1,2,3,", b"1,2,03", b"1,2,-3",
-    b"12345678901,2", b"1 ,2", b"9223372036854775807,1", b"1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20",
+    b"12345678901,2", b"1 ,2", b"1 2,3", b"1, ,2", b" 1,\n 2 ",
+    b"9223372036854775807,1", b"1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20",
 ])
 @pytest.mark.parametrize("piece", [1, 2, 3, 7, 1 << 23])
 def test_integer_lists_in_pieces(body: bytes, piece: int, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -160,12 +223,20 @@ def test_integer_lists_in_pieces(body: bytes, piece: int, monkeypatch: pytest.Mo
         assert filled.tolist() == expected.tolist()
 
 
-def test_pretty_printed_profile_reads_the_same(tiny_text: bytes) -> None:
+@pytest.mark.parametrize(("layout", "pad"), [({"indent": 1}, 7), ({"indent": "\t"}, 7), ({}, 4),
+                                            ({"separators": (" , ", " : ")}, 5)])
+def test_spaced_and_indented_profiles_read_the_same(tiny_text: bytes, layout: dict[str, Any], pad: int) -> None:
+    """What json.dumps writes with spaces or indentation is read by the column reader, to the same profile."""
     doc = json.loads(tiny_text)
-    pretty = json.dumps(doc, indent=1).encode()
-    assert extract_columns(pretty) is None
+    pretty = json.dumps(doc, **layout).encode()
+    assert extract_columns(pretty) is not None
     got = parse_profile_bytes(pretty, "t.json")
+    # The names' separator and their two quotes: ",\n" and three spaces or tabs (the list is three deep),
+    # ", " or " , ".
+    assert got.variables.names.pad == pad
     same(dataclasses.replace(got, sha256=""), dataclasses.replace(parse_profile_bytes(tiny_text, "t.json"), sha256=""))
+    v, w = got.variables, slow(tiny_text).variables
+    assert [v.name(i) for i in range(v.count)] == [w.name(i) for i in range(w.count)]
 
 
 def test_name_table_reads_and_finds_the_same_in_every_form() -> None:

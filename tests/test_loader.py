@@ -30,7 +30,7 @@ from click.testing import CliRunner
 from popliner.cli import cli
 from popliner.errors import ProfileFormatError
 from popliner.profile.loader import MAX_TILES, load_profile, parse_profile_bytes
-from popliner.profile.model import Profile
+from popliner.profile.model import NameTable, Profile
 from popliner.profile.schema import load_schema, schema_path
 from popliner.profile.tilevector import MAX_VALUE, RunTableBuilder, decode_tilevector
 
@@ -94,7 +94,10 @@ def raises_format_error(raw: bytes, path: str) -> ProfileFormatError:
 
 def profile_fields(obj: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
     """Every leaf of a Profile as (dotted name, value), for comparing two loads."""
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+    if isinstance(obj, NameTable):
+        # The names themselves: the column reader keeps them packed and with the document's separators.
+        yield prefix.rstrip("."), [obj.get(i) for i in range(len(obj.ptr) - 1)]
+    elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         for f in dataclasses.fields(obj):
             yield from profile_fields(getattr(obj, f.name), f"{prefix}{f.name}.")
     elif isinstance(obj, dict) and obj and all(isinstance(v, np.ndarray) for v in obj.values()):

@@ -8,9 +8,10 @@ and memory. :func:`extract_columns` finds those lists in the raw text, reads
 them straight into numpy arrays and hands back the rest of the document, with
 the lists replaced by small placeholders, for the ordinary JSON parser.
 
-It is only a shortcut for well-formed compact documents (no whitespace in
-those lists, plain non-negative integers, names without escapes): anything
-else makes it return None, and the loader parses the whole document the
+It is only a shortcut for well-formed documents (plain non-negative
+integers, names without escapes, the same separator between every two names:
+what JSON writers produce, compact, spaced or indented): anything else makes
+it return None, and the loader parses the whole document the
 ordinary way, with the ordinary checks and messages. The loader also checks
 that every placeholder sits exactly where the list was expected
 (``Extracted.VARIABLES_PLACEHOLDER`` at ``variables``, the program list
@@ -27,7 +28,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from popliner.profile.jsontext import JSON_SPACE, skip_space
 from popliner.profile.model import NameTable, recompute_tensors
+from popliner.profile.namelist import names_end, parse_names
 
 #: The document's text: bytes, or the bytearray the gunzip filled (no copy made of it).
 Text = bytes | bytearray
@@ -36,10 +39,8 @@ __all__ = ["Extracted", "extract_columns", "parse_uint_list"]
 
 _INT64_MAX = 2**63 - 1
 _INT_COLUMNS = ("id", "bytes", "tile", "class")
-_VARIABLES_KEY = b'"variables":{'
-_VARS_KEY = b'"vars":['
-#: Pieces scanned at once, to bound the temporaries of the byte checks.
-_SCAN = 1 << 24
+_VARIABLES_KEY = b'"variables"'
+_VARS_KEY = b'"vars"'
 #: Bytes of text read at once by the integer list reader (see _parse_span).
 _PIECE_BYTES = 1 << 23
 
@@ -77,25 +78,16 @@ def extract_columns(text: bytes | bytearray, pool: Executor | None = None) -> tu
     """
     # The first "variables" object is taken; if it is not the top-level one, the loader finds
     # the top-level key without its placeholder and parses the ordinary way.
-    at = text.find(_VARIABLES_KEY)
+    at, brace = _find_key(text, _VARIABLES_KEY, 0x7B, 0, len(text))
     if at < 0:
         return None
-    found = _variables_object(text, at + len(_VARIABLES_KEY) - 1)
+    found = _variables_object(text, brace)
     if found is None:
         return None
     var_end, columns, names = found
-    table = recompute = packing = None
-    if names is not None:
-        # The names are a view of the text: flag the recompute tensors while they are plain,
-        # then compress them (the cache stores them that way too), so that the text can go.
-        table = NameTable(*names)
-        recompute = recompute_tensors(table)
-        if pool is not None:
-            packing = pool.submit(table.packed)
-        else:
-            table = table.packed()
+    table, recompute, packing = _take_names(names, pool)
     del names
-    spans: list[tuple[int, int, bytes]] = [(at + len(_VARIABLES_KEY) - 1, var_end, b'{"__popliner_columns__":1}')]
+    spans: list[tuple[int, int, bytes]] = [(brace, var_end, b'{"__popliner_columns__":1}')]
     bodies: list[tuple[int, int]] = []  # where each list's items are in the text
     # The variables object is skipped: its names are most of the document, and a
     # "vars" key inside it (in a name) would be refused below anyway as overlapping.
@@ -109,6 +101,28 @@ def extract_columns(text: bytes | bytearray, pool: Executor | None = None) -> tu
     if program_vars is None:
         return None
     del bodies
+    rest = _rest(text, spans)
+    if rest is None:
+        return None
+    return rest, Extracted(columns, table, program_vars, program_lens, recompute, packing)
+
+
+def _take_names(names: tuple[np.ndarray, np.ndarray, int, int] | None, pool: Executor | None) -> tuple[
+        NameTable | None, np.ndarray | None, Future[NameTable] | None]:
+    """The names as a table (packed, or being packed on ``pool``) and their recompute flags."""
+    if names is None:
+        return None, None, None
+    # The names are a view of the text: flag the recompute tensors while they are plain,
+    # then compress them (the cache stores them that way too), so that the text can go.
+    table = NameTable(*names)
+    recompute = recompute_tensors(table)
+    if pool is not None:
+        return table, recompute, pool.submit(table.packed)
+    return table.packed(), recompute, None
+
+
+def _rest(text: Text, spans: list[tuple[int, int, bytes]]) -> bytes | None:
+    """The text with each span ``(start, end, placeholder)`` replaced by its placeholder; None if two overlap."""
     spans.sort()
     pieces: list[Text] = []
     prev = 0
@@ -118,71 +132,101 @@ def extract_columns(text: bytes | bytearray, pool: Executor | None = None) -> tu
         pieces += (text[prev:a], repl)
         prev = b
     pieces.append(text[prev:])
-    return b"".join(pieces), Extracted(columns, table, program_vars, program_lens, recompute, packing)
+    return b"".join(pieces)
+
+
+def _find_key(text: Text, key: bytes, opener: int, lo: int, hi: int) -> tuple[int, int]:
+    """The first ``key`` between ``lo`` and ``hi`` followed by ``:`` and ``opener``: (its index, the opener's), or -1s.
+
+    A ``key`` followed by anything else is a string value of that spelling, not the key, and is passed over.
+    """
+    pos = text.find(key, lo, hi)
+    while pos >= 0:
+        at = _value_at(text, pos + len(key))
+        if at < hi and text[at] == opener:
+            return pos, at
+        pos = text.find(key, pos + 1, hi)
+    return -1, -1
+
+
+def _value_at(text: Text, i: int) -> int:
+    """Index of the value after a key that ends at ``i`` (whitespace, ``:``, whitespace), or ``len(text)``."""
+    i = skip_space(text, i)
+    return skip_space(text, i + 1) if text[i : i + 1] == b":" else len(text)
 
 
 def _program_lists(text: Text, lo: int, hi: int, bodies: list[tuple[int, int]],
                    spans: list[tuple[int, int, bytes]]) -> bool:
     """Find every ``"vars":[...]`` list between ``lo`` and ``hi``: its items' span and placeholder. False: give up."""
-    pos = text.find(_VARS_KEY, lo, hi)
+    pos, bracket = _find_key(text, _VARS_KEY, 0x5B, lo, hi)
     while pos >= 0:
         if text[pos - 1] == 0x5C:  # a backslash: the quote is escaped, this is inside a string
             return False
-        start = pos + len(_VARS_KEY)
+        start = bracket + 1
         end = text.find(b"]", start)
         if end < 0 or end >= hi:
             return False
-        bodies.append((start, end))
-        spans.append((start - 1, end + 1, b"%d" % (len(bodies) - 1)))
-        pos = text.find(_VARS_KEY, end, hi)
+        # A list of whitespace only is empty: no items, so no comma count of one.
+        empty = end > start and text[start:end].isspace() and not text[start:end].translate(None, JSON_SPACE)
+        bodies.append((start, start if empty else end))
+        spans.append((bracket, end + 1, b"%d" % (len(bodies) - 1)))
+        pos, bracket = _find_key(text, _VARS_KEY, 0x5B, end, hi)
     return True
 
 
 def _variables_object(text: Text, pos: int) -> tuple[int, dict[str, np.ndarray], tuple[
         np.ndarray, np.ndarray, int, int] | None] | None:
-    """Read the compact ``{"id":[..],...}`` object at ``pos``: (end, int columns, names)."""
+    """Read the ``{"id":[..],...}`` object at ``pos``: (end, int columns, names)."""
     columns: dict[str, np.ndarray] = {}
     names = None
-    seen: set[bytes] = set()
-    i = pos + 1
+    i = skip_space(text, pos + 1)
     if text[i : i + 1] == b"}":
         return None  # no columns: the ordinary path reports what is missing
     while True:
-        if text[i : i + 1] != b'"':
+        key, j = _column_key(text, i)
+        if key is None or key in columns or (key == "name" and names is not None):
             return None
-        key_end = text.find(b'":[', i + 1, i + 16)
-        if key_end < 0:
+        found = _column(text, key, j)
+        if found is None:
             return None
-        key = bytes(text[i + 1 : key_end])
-        if key in seen or key.decode("ascii", "replace") not in (*_INT_COLUMNS, "name"):
-            return None
-        seen.add(key)
-        j = key_end + 2  # the "["
-        if key == b"name":
-            end = _names_end(text, j)
-            if end is None:
-                return None
-            names = _parse_names(text, j, end + 1)
-            if names is None:
-                return None
+        end, value = found
+        if isinstance(value, tuple):
+            names = value
         else:
-            end = text.find(b"]", j)
-            if end < 0:
-                return None
-            col = _parse_span(text, j + 1, end)
-            if col is None:
-                return None
-            columns[key.decode()] = col
-        i = end + 1
+            columns[key] = value
+        i = skip_space(text, end + 1)
         nxt = text[i : i + 1]
         if nxt == b",":
-            i += 1
-        elif nxt == b"}":
-            if len(columns) != len(_INT_COLUMNS):
-                return None
+            i = skip_space(text, i + 1)
+        elif nxt == b"}" and len(columns) == len(_INT_COLUMNS):
             return i + 1, columns, names
         else:
             return None
+
+
+def _column_key(text: Text, i: int) -> tuple[str | None, int]:
+    """The column's key at ``i`` (one popliner reads here, or None) and the index of its ``[``."""
+    if text[i : i + 1] != b'"':
+        return None, i
+    key_end = text.find(b'"', i + 1, i + 16)
+    if key_end < 0:
+        return None, i
+    key = bytes(text[i + 1 : key_end]).decode("ascii", "replace")
+    j = _value_at(text, key_end + 1)
+    if key not in (*_INT_COLUMNS, "name") or text[j : j + 1] != b"[":
+        return None, i
+    return key, j
+
+
+def _column(text: Text, key: str, j: int) -> tuple[int, np.ndarray | tuple[np.ndarray, np.ndarray, int, int]] | None:
+    """The list at ``j`` (its ``[``): (index of its ``]``, the integers or the names), or None."""
+    if key == "name":
+        end = names_end(text, j)
+        names = None if end is None else parse_names(text, j, end + 1)
+        return None if end is None or names is None else (end, names)
+    end = text.find(b"]", j)
+    col = None if end < 0 else _parse_span(text, j + 1, end)
+    return None if col is None else (end, col)
 
 
 def _parse_span(text: Text, start: int, end: int) -> np.ndarray | None:
@@ -245,19 +289,18 @@ def _fill(out: np.ndarray, pieces: Iterable[Text]) -> np.ndarray | None:
 
 
 def parse_uint_list(body: bytes | bytearray) -> np.ndarray | None:
-    """The integers of a compact JSON list body (``1,22,333``, no brackets) as int64, or None.
+    """The integers of a JSON list body (``1,22,333`` or ``1, 22,\n 333``, no brackets) as int64, or None.
 
     Only non-negative integers without leading zeros that fit in int64,
-    separated by single commas, are read here.
+    separated by single commas and JSON whitespace, are read here.
     """
-    if not body:
-        return np.zeros(0, np.int64)
     if type(body) is not bytes:
         body = bytes(body)  # numpy reads numbers from bytes only (the text may be a bytearray: see gunzip)
-    if body.translate(None, b"0123456789,"):
-        return None  # anything but digits and commas
-    if body[:1] == b"," or body[-1:] == b",":
-        return None
+    space = body.translate(None, b"0123456789,")
+    if space.translate(None, JSON_SPACE):
+        return None  # anything but digits, commas and whitespace
+    if len(space) == len(body):
+        return np.zeros(0, np.int64)  # nothing but whitespace, or nothing
     # With the count known, numpy allocates the array once instead of growing it as it reads
     # (each growth a realloc and fresh pages: a tenth of a large cold load).
     count = body.count(b",") + 1
@@ -268,12 +311,13 @@ def parse_uint_list(body: bytes | bytearray) -> np.ndarray | None:
     except ValueError:  # numpy 2.x refuses data it cannot read to the end (",,")
         return None
     # fromstring saturates on overflow: a maximal value may be a clipped one.
-    if not len(out) or int(out.max()) == _INT64_MAX:
+    if len(out) != count or int(out.max()) == _INT64_MAX:
         return None
     # Every number read takes at least as many digits as its plain form, and a
-    # separator at least one comma; equality with the body's length leaves no
-    # room for a leading zero, an empty item (",,") or an unread tail.
-    if _plain_length(out) != len(body):
+    # separator at least one comma; equality with the body's length (less its
+    # whitespace) leaves no room for a leading zero, an empty item (",,", read
+    # as a 0 that has no digit) or an unread tail.
+    if _plain_length(out) + len(space) != len(body):
         return None
     return out
 
@@ -287,112 +331,3 @@ def _plain_length(values: np.ndarray) -> int:
         total += int(np.count_nonzero(values >= power))
         power *= 10
     return total
-
-
-def _names_end(text: Text, j: int) -> int | None:
-    """Index of the ``]`` closing the list of strings that starts at ``j``."""
-    if text[j + 1 : j + 2] == b"]":
-        return j + 1
-    # A "]" right after a quote; looking for "]" alone is several times faster than for '"]'.
-    # A name holding '"]' itself is caught by the structure check of _parse_names.
-    end = text.find(b"]", j)
-    for _ in range(64):
-        if end < 0 or text[end - 1] == 0x22:
-            return None if end < 0 else end
-        end = text.find(b"]", end + 1)
-    end = text.find(b'"]', end)  # many brackets inside names: search for the pair
-    return None if end < 0 else end + 1
-
-
-def _parse_names(text: Text, start: int, end: int) -> tuple[np.ndarray, np.ndarray, int, int] | None:
-    """``["a","bc",...]`` between ``start`` and ``end`` as (blob, ptr, lead, pad), or None.
-
-    Only names with no escapes and no control characters are read here; the
-    blob is a view of the text between the brackets, quotes and commas left
-    in (name i starts ``lead + i*pad`` bytes after its offset in ``ptr``), so
-    the names are not copied.
-    """
-    if end - start == 2:
-        return np.zeros(0, np.uint8), np.zeros(1, np.int64), 0, 0
-    if text.find(b"\\", start, end) >= 0:
-        return None
-    blob = np.frombuffer(text, np.uint8, end - start - 2, start + 1)
-    n = len(blob)
-    # One scratch buffer for every piece: fresh temporaries this size cost page faults each time.
-    flags = np.empty(min(n, _SCAN), bool)
-    if not _printable(blob, flags):
-        if any(bool(np.less(blob[lo : lo + _SCAN], 0x20, out=flags[: min(_SCAN, n - lo)]).any())
-               for lo in range(0, n, _SCAN)):
-            return None  # a raw control character is not JSON
-        try:
-            text[start + 1 : end - 1].decode("utf-8")
-        except UnicodeDecodeError:
-            return None
-    ptr = _name_offsets(blob, flags)
-    if ptr is None:
-        return None
-    # name i: from opens[i] + 1 = ptr[i] + 3*i + 1 (each earlier name adds its quotes and comma).
-    return blob, ptr, 1, 3
-
-
-def _name_offsets(blob: np.ndarray, flags: np.ndarray) -> np.ndarray | None:
-    """Offsets of the names in ``"a","bc",...`` (``blob``, no escapes) as if packed end to end, or None.
-
-    The quotes alternate opening and closing; each opening quote must sit two
-    bytes after the previous closing one with a comma between, the first at
-    0 and the last closing at the end. Name i then opens at ``ptr[i] + 3*i``,
-    so the offsets come straight from the opening quotes. Read piece by
-    piece, with the previous quote carried over: only the result is as long
-    as the names (the temporaries of whole-column quote positions cost more
-    in page faults than the scan itself).
-    """
-    n = len(blob)
-    quotes = 0
-    for lo in range(0, n, _SCAN):
-        k = min(_SCAN, n - lo)
-        quotes += int(np.count_nonzero(np.equal(blob[lo : lo + k], 0x22, out=flags[:k])))
-    if quotes % 2 or not quotes:
-        return None
-    count = quotes // 2
-    ptr = np.empty(count + 1, np.int64)
-    seen = 0  # quotes before this piece; the even ones (counting from 0) open a name
-    last = -2  # the previous quote: the first one must open at 0
-    for lo in range(0, n, _SCAN):
-        k = min(_SCAN, n - lo)
-        q = np.flatnonzero(np.equal(blob[lo : lo + k], 0x22, out=flags[:k]))
-        if not len(q):
-            continue
-        q += lo
-        gaps = np.empty_like(q)
-        gaps[0] = q[0] - last
-        np.subtract(q[1:], q[:-1], out=gaps[1:])
-        first_open = seen % 2  # index in q of the first opening quote
-        if np.any(gaps[first_open::2] != 2):
-            return None
-        after_close = q[1 - first_open :: 2] + 1
-        if len(after_close) and after_close[-1] == n:
-            after_close = after_close[:-1]  # the last name's closing quote ends the list
-        if np.any(blob[after_close] != 0x2C):
-            return None
-        opens = q[first_open::2]
-        name = (seen + first_open) // 2
-        np.subtract(opens, np.arange(3 * name, 3 * (name + len(opens)), 3, dtype=np.int64),
-                    out=ptr[name : name + len(opens)])
-        seen += len(q)
-        last = int(q[-1])
-    if last != n - 1:
-        return None
-    ptr[count] = n - 3 * count + 1
-    return ptr
-
-
-def _printable(blob: np.ndarray, flags: np.ndarray) -> bool:
-    """Every byte is printable ASCII (0x20 to 0x7E), checked piece by piece (``flags``: scratch space)."""
-    shifted = np.empty(len(flags), np.uint8)
-    for lo in range(0, len(blob), _SCAN):
-        piece = blob[lo : lo + _SCAN]
-        k = len(piece)
-        np.subtract(piece, 0x20, out=shifted[:k])  # below 0x20 wraps round to the top
-        if bool(np.greater_equal(shifted[:k], 0x5F, out=flags[:k]).any()):
-            return False
-    return True

@@ -9,12 +9,27 @@ import numpy as np
 
 from popliner.errors import ProfileFormatError
 
-__all__ = ["ORJSON_SAFE_DEPTH", "objects_nested_deeper", "parse_json"]
+__all__ = ["JSON_SPACE", "ORJSON_SAFE_DEPTH", "objects_nested_deeper", "parse_json", "skip_space"]
 
 #: orjson before 3.9.15 (CVE-2024-27454) has no depth limit when it reads: some 100,000 nested objects overflow
 #: the C stack and end the process with SIGSEGV (arrays it reads fine). Deeper text goes to the standard parser.
 ORJSON_SAFE_DEPTH = 1000
 _NOT_BRACES = bytes(b for b in range(256) if b not in (0x7B, 0x7D))
+#: The four bytes JSON allows between tokens (``bytes.isspace`` also takes \v and \f, which JSON does not).
+JSON_SPACE = b" \t\n\r"
+_SPACE_SET = frozenset(JSON_SPACE)
+
+
+def skip_space(text: bytes | bytearray, i: int) -> int:
+    """The index of the first byte at or after ``i`` that is not JSON whitespace (``len(text)`` if none).
+
+    Used between the tokens the column reader checks one by one: the runs
+    are short (an indented document's newline and indentation).
+    """
+    n = len(text)
+    while i < n and text[i] in _SPACE_SET:
+        i += 1
+    return i
 
 
 def objects_nested_deeper(text: bytes | bytearray, limit: int) -> bool:

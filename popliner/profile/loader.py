@@ -3,8 +3,9 @@
 Every problem is a :class:`ProfileFormatError` naming the file, the place in
 the document (``programs[812].children[3]``) and what is wrong. The work is
 split by job: :mod:`~popliner.profile.gunzip` (bounded decompression),
-:mod:`~popliner.profile.columns` (the bulky lists read straight from the
-text), :mod:`~popliner.profile.jsontext` (the rest as JSON),
+:mod:`~popliner.profile.columns` and :mod:`~popliner.profile.namelist` (the
+bulky lists read straight from the text, whatever its whitespace),
+:mod:`~popliner.profile.jsontext` (the rest as JSON),
 :mod:`~popliner.profile.builder` with :mod:`~popliner.profile.varcols` and
 :mod:`~popliner.profile.programs` (sections into arrays), all under the one
 set of rules in :mod:`~popliner.profile.rules`.
@@ -77,6 +78,8 @@ def _parse_fast(box: list[bytes], path: str, digest: str) -> Profile | None:
             return None
         box.clear()  # the bulky lists are arrays now; the rest is a small document
         rest, extracted = found
+        # The packed names let go of the text, which then goes before the rest's objects are made.
+        extracted.wait_for_names()
         if objects_nested_deeper(rest, ORJSON_SAFE_DEPTH):
             return None  # the ordinary path reads it without orjson
         try:
@@ -84,7 +87,6 @@ def _parse_fast(box: list[bytes], path: str, digest: str) -> Profile | None:
         except orjson.JSONDecodeError:
             return None
         del rest
-        extracted.wait_for_names()
     try:
         return Builder(doc, path, digest, extracted).build()
     except (ProfileFormatError, NotFast):

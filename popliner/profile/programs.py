@@ -315,8 +315,9 @@ def _var_positions(b: Builder, arr: np.ndarray, var_ptr: np.ndarray) -> np.ndarr
             b.fail(f"programs[{p}].vars[{j}]", f"no variable has id {arr[k]}")
         if vi.in_order:
             return arr  # int64, made for this and held nowhere else
-        dense: np.ndarray = np.asarray(vi.order[arr], np.int64)  # int64 already: no second copy
-        return dense
+        # Gathered in place (ids checked above, so "clip" never clips): made for this and held nowhere
+        # else, so the positions need no second array as long as the program lists.
+        return np.take(vi.order, arr, out=arr, mode="clip")
     pos = np.searchsorted(vi.sorted_ids, arr)
     pos_clip = np.minimum(pos, max(len(vi.sorted_ids) - 1, 0))
     found = (pos < len(vi.sorted_ids)) & (vi.sorted_ids[pos_clip] == arr) if len(
@@ -325,7 +326,7 @@ def _var_positions(b: Builder, arr: np.ndarray, var_ptr: np.ndarray) -> np.ndarr
         k = int(np.flatnonzero(~found)[0])
         p, j = _var_place(var_ptr, k)
         b.fail(f"programs[{p}].vars[{j}]", f"no variable has id {arr[k]}")
-    return vi.order[pos].astype(np.int64)
+    return np.take(vi.order, pos, out=pos, mode="clip")  # pos is int64, and found in range above
 
 
 def _var_place(var_ptr: np.ndarray, k: int) -> tuple[int, int]:

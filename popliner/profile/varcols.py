@@ -22,6 +22,8 @@ if TYPE_CHECKING:
 __all__ = ["build_classes", "build_variables"]
 
 _INT_COLUMNS = ("id", "bytes", "tile", "class")
+#: Variables scattered at once when the ids are a permutation.
+_BLOCK = 1 << 20
 
 
 def build_classes(b: Builder, raw: list[Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -117,14 +119,18 @@ def build_variables(b: Builder, v: dict[str, Any], num_classes: int) -> Variable
     b.first_bad((cols["tile"] < 0) | (cols["tile"] >= b.tiles), "variables.tile", f"tile outside [0, {b.tiles})")
     b.first_bad((cols["class"] < 0) | (cols["class"] >= num_classes), "variables.class",
                 f"no such liveness class (there are {num_classes})")
+    # Narrowed one at a time, each int64 column let go as soon as it is (the column reader's too): its
+    # memory is free again before the next one and the variable index are made.
+    tile = cols.pop("tile").astype(np.int32)
+    klass = cols.pop("class").astype(np.int32)
     b.var_index = _var_index(b, cols["id"])
     if b.extracted is not None:
         names, recompute = _extracted_names(b, n)
     else:
         names = NameTable(*_names(b, v.get("name"), n))
         recompute = recompute_tensors(names)
-    return Variables(ids=cols["id"], bytes=cols["bytes"], tile=cols["tile"].astype(np.int32),
-                     klass=cols["class"].astype(np.int32), names=names, recompute_tensor=recompute)
+    return Variables(ids=cols["id"], bytes=cols["bytes"], tile=tile, klass=klass, names=names,
+                     recompute_tensor=recompute)
 
 
 def _var_index(b: Builder, ids: np.ndarray) -> VarIndex:
@@ -214,7 +220,10 @@ def _permutation_order(ids: np.ndarray) -> np.ndarray | None:
     if not seen.all():
         return None  # a repeated id: the sort path names it
     order = np.empty(n, np.int64)
-    order[ids] = np.arange(n, dtype=np.int64)
+    # Scattered a block at a time: an arange as long as the ids would be one more column's memory at the peak.
+    for lo in range(0, n, _BLOCK):
+        hi = min(n, lo + _BLOCK)
+        order[ids[lo:hi]] = np.arange(lo, hi, dtype=np.int64)
     return order
 
 
