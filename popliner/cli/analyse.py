@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import sys
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,7 @@ from popliner.errors import InfeasibleSplitError, UsageProblem
 from popliner.fileio import check_writable, distinct_files, is_stdout, one_stdout
 from popliner.layout import HeadPlacement
 from popliner.memory.training import Recompute, TrainingOptions
+from popliner.memory.work import check_workbook_rows
 from popliner.plan import SplitPlan, SplitRequest, plan_split
 from popliner.progress import Tracker, phase, progress_wanted, tracking
 from popliner.writers import split as split_writers
@@ -46,8 +47,7 @@ class Outputs:
 
     @property
     def any_table(self) -> bool:
-        return any((self.operation_breakdown, self.layer_breakdown, self.memory_totals, self.memory_affinity,
-                    self.interlayer))
+        return any(astuple(self))
 
 
 @click.command(name="analyse", context_settings={"help_option_names": ["-h", "--help"]})
@@ -88,8 +88,6 @@ def _run(p: dict[str, Any]) -> None:
     analysis = load_analysis(p["profile"], options, use_cache=not p["no_cache"], cache_dir=p["cache_dir"])
     log.info("framework: %s", analysis.framework.describe())
     if p["output"] and p["output"].lower().endswith(".xlsx"):
-        from popliner.memory.work import check_workbook_rows
-
         check_workbook_rows(analysis.profile.path, analysis.ops.count)  # before a solve, which it would follow
     plan = plan_split(analysis, _split_request(p)) if p["solve"] else None
     if plan is not None:
