@@ -11,6 +11,7 @@ pipeline rules from :mod:`popliner.pipeline`; the solvers take a
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import logging
 import time
@@ -266,15 +267,15 @@ def _stage_results(analysis: Analysis, problem: SplitProblem, bounds: Sequence[t
     skipped: list[int] = []
     for k, (i, j) in enumerate(bounds):
         table.stage_memory(i, j)  # the model's figure of the range from the table's running set (memoised)
-        figure = range_figure(engine, i, j, k, len(bounds))
-        detail = None
-        if explain and not figure.fits(problem.budget):
+        result = stage_result(range_figure(engine, i, j, k, len(bounds)), analysis.layer_names, problem.budget)
+        if explain and not result.fits:
             if time.monotonic() < deadline:
                 detail = overflow_detail(engine.model, table.stage_ops(i, j) if k == 0 else engine.range_ops(i, j),
-                                         figure.worst_tile)
+                                         result.worst_tile)
+                result = dataclasses.replace(result, overflow=detail)
             else:
                 skipped.append(k)
-        stages.append(stage_result(figure, analysis.layer_names, problem.budget, detail))
+        stages.append(result)
     note = ""
     if skipped:
         note = (f"; the {time_limit:g} s time limit ran out before the overflow details of "

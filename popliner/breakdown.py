@@ -33,6 +33,8 @@ def build_breakdown(analysis: Analysis, *, with_operations: bool = True, with_to
     ``requested_recompute``: the ``--recompute`` asked for (``auto`` is recorded next to the mode it chose).
     """
     p = analysis.profile
+    # The range table first: it refuses (from the sizes) a table past its limit before the rest is computed.
+    ranges = range_table(analysis, planner_ipus) if planner_ipus else None
     return Breakdown(
         profile_path=p.path,
         tiles=p.tiles,
@@ -42,7 +44,7 @@ def build_breakdown(analysis: Analysis, *, with_operations: bool = True, with_to
         totals=profile_totals(analysis) if with_totals else (),
         unlayered=unlayered_row(analysis),
         whole=whole_model_row(analysis),
-        ranges=range_table(analysis, planner_ipus) if planner_ipus else None,
+        ranges=ranges,
         mode=analysis.mode,
         profile_sha256=p.sha256,
         training=training_of(analysis, requested_recompute),

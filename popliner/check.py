@@ -6,46 +6,28 @@ predictions, so a hand-edited config or a changed model is checked for real.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from popliner.analysis import Analysis
 from popliner.config.model import PipelineConfig
 from popliner.errors import ConfigError
 from popliner.memory.overflow import LiveVariable, overflow_detail
-from popliner.memory.types import ComponentBytes
+from popliner.solvers.result import StageResult, stage_result
 
-__all__ = ["CheckResult", "IpuCheck", "LiveVariable", "check_config"]
-
-
-@dataclass(frozen=True)
-class IpuCheck:
-    """One IPU: its worst tile against the budget; for an overflow, why."""
-
-    ipu: int
-    layers: tuple[str, ...]
-    memory: ComponentBytes  # summed over tiles, stash excluded
-    stash_bytes: int  # summed over tiles, all extra entries
-    worst_tile: int
-    worst_tile_bytes: int  # on the worst tile: model + stash + copy buffer
-    worst_tile_memory: ComponentBytes  # the worst tile's components (stash and copy buffer not included)
-    worst_tile_stash: int  # the stash on the worst tile
-    copy_buffer: int  # per tile (the same on every tile)
-    budget: int
-    fits: bool
-    peak_step: int  # step of the variable peak on the worst tile, -1 if none
-    largest_live: tuple[LiveVariable, ...]
-
-    @property
-    def headroom(self) -> int:
-        return self.budget - self.worst_tile_bytes
+__all__ = ["CheckResult", "LiveVariable", "check_config"]
 
 
 @dataclass(frozen=True)
 class CheckResult:
+    """Each IPU of a config as the profile places it (:class:`~popliner.solvers.result.StageResult`, as a solver
+    reports it), against ``budget``; an IPU over it carries its overflow detail (the step and the largest live
+    variables on its worst tile)."""
+
     profile_path: str
     config_path: str
     budget: int
-    ipus: tuple[IpuCheck, ...]
+    ipus: tuple[StageResult, ...]
 
     @property
     def fits(self) -> bool:
@@ -59,19 +41,12 @@ def check_config(analysis: Analysis, config: PipelineConfig, config_path: str, *
     figures = analysis.pipeline_figures([stage.layers for stage in config.stages])
     results = []
     for k, (stage, figure) in enumerate(zip(config.stages, figures)):
-        worst = figure.worst_tile
-        fits = figure.fits(budget)
-        step = -1
-        live: tuple[LiveVariable, ...] = ()
-        if not fits:
-            detail = overflow_detail(analysis.model, analysis.stage_ops(stage.layers, k == 0), worst, largest)
-            step, live = detail.step, detail.largest_live
-        results.append(IpuCheck(
-            ipu=k, layers=stage.layers, memory=figure.memory.summed(), stash_bytes=figure.stash_bytes_summed,
-            worst_tile=worst, worst_tile_bytes=figure.worst_bytes, worst_tile_memory=figure.worst_tile_memory,
-            worst_tile_stash=figure.worst_tile_stash, copy_buffer=figure.copy_buffer, budget=budget, fits=fits,
-            peak_step=step, largest_live=live,
-        ))
+        result = stage_result(figure, analysis.layer_names, budget)
+        if not result.fits:
+            detail = overflow_detail(analysis.model, analysis.stage_ops(stage.layers, k == 0), result.worst_tile,
+                                     largest)
+            result = dataclasses.replace(result, overflow=detail)
+        results.append(result)
     return CheckResult(analysis.profile.path, config_path, budget, tuple(results))
 
 

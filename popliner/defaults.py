@@ -9,7 +9,11 @@ choices are the framework's, not the user's, unless the user overrides them:
   with the comment that pipelining wants recompute on by default);
   optimum-graphcore runs on PopTorch and never turns it off. PopART, PopXL and
   TensorFlow recompute nothing unless asked (``SessionOptions.autoRecomputation``
-  defaults to ``RecomputationType::None``).
+  defaults to ``RecomputationType::None``). When the model carries a
+  recomputation checkpoint in every layer (``poptorch.recomputationCheckpoint``,
+  as optimum-graphcore adds them for ``recompute_checkpoint_every_layer``; found
+  by popliner.ops.checkpoints), PopART recomputes each stage from those
+  checkpoints: recomputation per layer (``every-layer``).
 - **Where the head goes.** optimum-graphcore's pretraining, masked-LM and causal-LM
   models (``PipelinedBertForPreTraining``, ``…ForMaskedLM``,
   ``PipelinedGPT2LMHeadModel``) put the tied head back on IPU 0 after the last
@@ -47,16 +51,24 @@ class PlannedDefaults:
     why: str
 
 
-def framework_defaults(framework: str, num_ipus: int, tied_head: bool, training: bool = True) -> PlannedDefaults:
-    """The defaults of ``framework`` for a split over ``num_ipus`` IPUs (``tied_head``: LM/MLM head).
+def framework_defaults(framework: str, num_ipus: int, tied_head: bool, training: bool = True,
+                       checkpointed: bool = False) -> PlannedDefaults:
+    """The defaults of ``framework`` for a split over ``num_ipus`` IPUs (``tied_head``: LM/MLM head;
+    ``checkpointed``: the model carries a recomputation checkpoint in every layer).
 
     In inference only the head placement applies (nothing is recomputed).
     """
     title = framework_title(framework)
     pipelined = num_ipus > 1
     if framework in ("poptorch", "optimum"):
-        recompute: Recompute = "pipeline" if pipelined else "none"
-        redo = "pipeline recomputation (on by itself when pipelining)" if pipelined else "no recomputation (one IPU)"
+        recompute: Recompute = ("every-layer" if checkpointed else "pipeline") if pipelined else "none"
+        if not pipelined:
+            redo = "no recomputation (one IPU)"
+        elif checkpointed:
+            redo = ("recomputation from the checkpoint in every layer (pipeline recomputation is on by itself "
+                    "when pipelining, and the model checkpoints each layer)")
+        else:
+            redo = "pipeline recomputation (on by itself when pipelining)"
     else:
         recompute, redo = "none", "no recomputation (autoRecomputation is off unless set)"
     head: HeadPlacementRequest

@@ -50,14 +50,17 @@ from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
+from popliner.layout import Layout
 from popliner.memory.types import ComponentBytes, StageMemory
 
 if TYPE_CHECKING:
     from popliner.memory.engine import MemoryEngine
 
 __all__ = [
+    "LayerPlacement",
     "RangeCosts",
     "StageFigure",
+    "StageLayout",
     "backward_stage",
     "copy_buffer_per_tile",
     "extra_stash_entries",
@@ -133,6 +136,90 @@ def stash_depth(position: int, num_ipus: int, head_wraps: bool = False) -> int:
 def extra_stash_entries(position: int, num_ipus: int, head_wraps: bool = False) -> int:
     """Entries beyond the one the single-IPU profile already holds."""
     return max(stash_depth(position, num_ipus, head_wraps) - 1, 0)
+
+
+# -- every part of one split -------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LayerPlacement:
+    """Where one part (a layer, the embedding or the head) runs: PopART ``virtualGraph`` and ``pipelineStage``.
+
+    ``backward_stage`` is the pipeline stage its gradient ops get in training
+    (PopART assigns it; listed so users can check), None in inference.
+    """
+
+    name: str
+    ipu: int
+    pipeline_stage: int
+    backward_stage: int | None
+
+
+@dataclass(frozen=True)
+class StageLayout:
+    """The IPU and the pipeline stages of every part of one split, worked out once from its layout.
+
+    ``ipu_of`` maps each part (layer, ``embedding``, ``head``) to its IPU;
+    ``head`` is the part that wraps onto IPU 0 as a stage of its own (None
+    when nothing wraps). Pipeline configs, their YAML and snippets, the
+    figures and the simulator read the stage numbers from here.
+    """
+
+    num_ipus: int
+    training: bool
+    head: str | None = None
+    ipu_of: tuple[tuple[str, int], ...] = ()
+
+    @classmethod
+    def of(cls, layout: Layout, groups: Sequence[Sequence[str]], training: bool) -> StageLayout:
+        """The split placing ``groups[k]`` (part names) on IPU k, under ``layout``."""
+        head = layout.head_name if layout.wraps_in(groups) else None
+        where = tuple((name, k) for k, group in enumerate(groups) for name in group)
+        return cls(len(groups), training, head, where)
+
+    @property
+    def wraps(self) -> bool:
+        """Is the head a pipeline stage of its own on IPU 0?"""
+        return self.head is not None
+
+    @property
+    def num_stages(self) -> int:
+        return num_pipeline_stages(self.training, self.num_ipus, self.wraps)
+
+    @property
+    def head_stage(self) -> int | None:
+        """The stage of a wrapped head (forward and backward), else None."""
+        return head_stage(self.num_ipus) if self.wraps else None
+
+    def forward_stage(self, ipu: int) -> int:
+        return forward_stage(ipu)
+
+    def backward_stage(self, ipu: int) -> int:
+        """The stage of ``ipu``'s backward pass (in training)."""
+        return backward_stage(ipu, self.num_ipus, self.wraps)
+
+    def ipu_stages(self, ipu: int) -> tuple[int, ...]:
+        """Every stage ``ipu`` runs, in order: its forward, a wrapped head, its backward (training, when apart)."""
+        stages = [self.forward_stage(ipu)]
+        if self.head_stage is not None and ipu == 0:
+            stages.append(self.head_stage)
+        back = self.backward_stage(ipu)
+        return tuple(stages + ([back] if self.training and back != stages[0] else []))
+
+    def stash_depth(self, ipu: int) -> int:
+        """Stash entries PopART keeps on ``ipu`` (0 in inference)."""
+        return stash_depth(ipu, self.num_ipus, self.wraps) if self.training else 0
+
+    def placement(self, name: str, ipu: int) -> LayerPlacement:
+        if name == self.head:
+            return LayerPlacement(name, ipu, head_stage(self.num_ipus), head_stage(self.num_ipus) if self.training
+                                  else None)
+        return LayerPlacement(name, ipu, self.forward_stage(ipu), self.backward_stage(ipu) if self.training else None)
+
+    def placements(self, order: Sequence[str]) -> tuple[LayerPlacement, ...]:
+        """One row per part in ``order`` (model order) that the split places."""
+        where = dict(self.ipu_of)
+        return tuple(self.placement(name, where[name]) for name in order if name in where)
 
 
 # -- copy buffers -----------------------------------------------------------------
@@ -335,23 +422,21 @@ class StageFigure:
         """Compute cycles of one micro-batch on the IPU (a wrapped head's included)."""
         return self.forward_cycles + self.backward_cycles + self.head_cycles
 
-    def fits(self, budget: int) -> bool:
-        return self.worst_bytes <= budget
 
-
-def _figure(engine: MemoryEngine, layers: Sequence[int], position: int, num_ipus: int, bytes_in: int,
-            bytes_out: int, wraps: bool = False, gradient_bytes_in: int = 0) -> StageFigure:
-    """One IPU's figure; ``wraps``: the pipeline has a wrapped head (a stage of its own on IPU 0)."""
-    holds_head = wraps and position == 0
+def _figure(engine: MemoryEngine, layers: Sequence[int], position: int, plan: StageLayout, bytes_in: int,
+            bytes_out: int, gradient_bytes_in: int = 0) -> StageFigure:
+    """One IPU's figure in the split ``plan`` (its stash depth; whether it holds a wrapped head)."""
+    holds_head = plan.wraps and position == 0
     own = [k for k in layers if not (holds_head and k == engine.head_layer)]
     ops = engine.stage_ops(layers, first_stage=position == 0)
     own_ops = engine.stage_ops(own, first_stage=position == 0) if holds_head else ops
-    depth = stash_depth(position, num_ipus, wraps) if engine.training else 0
+    depth = plan.stash_depth(position)
     entry = engine.stash_entry_per_tile(own_ops) if depth else np.zeros(engine.tiles, np.int64)
     forward, backward = engine.cycles_split(own_ops)
     head = sum(engine.cycles_split(engine.stage_ops([engine.head_layer], False))) if holds_head else 0
     return StageFigure(
-        position=position, num_ipus=num_ipus, layers=tuple(int(k) for k in layers), memory=engine.stage_memory(ops),
+        position=position, num_ipus=plan.num_ipus, layers=tuple(int(k) for k in layers),
+        memory=engine.stage_memory(ops),
         stash_entry_per_tile=entry, stash_entries=depth,
         copy_buffer=copy_buffer_per_tile(bytes_in, bytes_out, engine.tiles, engine.training),
         bytes_in=bytes_in, bytes_out=bytes_out, forward_cycles=forward, backward_cycles=backward,
@@ -370,7 +455,9 @@ def stage_figures(engine: MemoryEngine, stages: Sequence[Sequence[int]]) -> tupl
     IPU 0 receives what it takes from IPU K-1.
     """
     count = len(stages)
-    wraps = engine.layout.wraps_at(count) and engine.head_layer in stages[0]
+    plan = StageLayout.of(engine.layout, [[engine.layout.names[k] for k in group] for group in stages],
+                          engine.training)
+    wraps = plan.wraps
     head = [engine.head_layer] if wraps else []
     order = [[x for x in stages[0] if x not in head], *stages[1:]]  # pipeline order, the head left out
     crossing = [0] * (count + 1)  # crossing[k]: into IPU k (0 into the first, 0 out of the last)
@@ -384,7 +471,7 @@ def stage_figures(engine: MemoryEngine, stages: Sequence[Sequence[int]]) -> tupl
         before = [x for group in order for x in group]
         crossing[0] = crossing[count] = engine.boundary_bytes(before, head)
         gradients[0] = engine.boundary_bytes(before, head, gradients_only=True)
-    return tuple(_figure(engine, group, k, count, crossing[k], crossing[k + 1], wraps, gradients[k])
+    return tuple(_figure(engine, group, k, plan, crossing[k], crossing[k + 1], gradients[k])
                  for k, group in enumerate(stages))
 
 
@@ -401,6 +488,7 @@ def range_figure(engine: MemoryEngine, i: int, j: int, position: int, num_ipus: 
     bytes_out = int(cross[j]) if 0 <= j < len(cross) else 0
     layers = list(range(i, j + 1))
     wraps = engine.layout.wraps_at(num_ipus)
+    plan = StageLayout(num_ipus, engine.training, engine.layout.head_name if wraps else None)
     if engine.layout.wraps and position == 0:
         layers.append(engine.head_layer)
         into = engine.head_layer - 1 if wraps else -1
@@ -408,4 +496,4 @@ def range_figure(engine: MemoryEngine, i: int, j: int, position: int, num_ipus: 
             bytes_out = 0  # one IPU holds everything: nothing crosses
     bytes_in = int(cross[into]) if 0 <= into < len(cross) else 0
     gradient_in = int(back[into]) if 0 <= into < len(back) else 0
-    return _figure(engine, layers, position, num_ipus, bytes_in, bytes_out, wraps, gradient_in)
+    return _figure(engine, layers, position, plan, bytes_in, bytes_out, gradient_in)

@@ -153,13 +153,16 @@ def plan_split(analysis: Analysis, request: SplitRequest = SplitRequest()) -> Sp
 def _apply_defaults(analysis: Analysis, request: SplitRequest) -> tuple[SplitRequest, PlannedDefaults | None]:
     """The request with what it leaves unset taken from the framework's defaults."""
     from popliner.memory.training import tied_head
+    from popliner.ops.checkpoints import checkpoints_in_every_layer
 
     training = analysis.mode == "training"
     if (request.recompute is not None or not training) and request.head_placement is not None:
         return request, None
     t = analysis.options.training
     tied = tied_head(analysis.profile, analysis.ops, analysis.named_layers or analysis.layers, analysis.is_backward, t)
-    found = framework_defaults(analysis.framework.name, request.num_ipus, tied, training)
+    found = framework_defaults(analysis.framework.name, request.num_ipus, tied, training,
+                               checkpoints_in_every_layer(analysis.ops, analysis.named_layers or analysis.layers,
+                                                          analysis.is_backward))
     changes: dict[str, object] = {}
     if request.recompute is None and training:
         changes["recompute"] = found.recompute
@@ -181,7 +184,8 @@ def _best_placement(analysis: Analysis, request: SplitRequest) -> SplitPlan:
         scored.append(((not plan.fits, fewest if fewest is not None else 1 << 30, slowest), placement, fewest, plan))
     _, placement, _, best = min(scored, key=lambda item: item[0])
     tried = tuple((p, f) for _, p, f, _ in scored)
-    shown = ", ".join(f"{p}: {f if f is not None else 'none'}" for p, f in tried)
+    # A placement that does not fit on the IPUs asked for was not tried on more: say so, not "none".
+    shown = ", ".join(f"{p}: {f if f is not None else f'more than {request.num_ipus}'}" for p, f in tried)
     log.warning("--head-placement auto chose %s: %s (fewest IPUs that fit: %s)", placement,
                 "it fits on the fewest IPUs, then the slowest IPU is fastest" if best.fits else "nothing fits",
                 shown)

@@ -13,7 +13,8 @@ limit per case). A case is a problem when
 
     python scripts/fuzz.py                          # 1000 profiles + 300 configs
     python scripts/fuzz.py --profiles 60 --configs 40 --seed 3 --json report.json
-    python scripts/fuzz.py --structural 1000        # cases built from the schema (scripts/fuzz_schema.py)
+    python scripts/fuzz.py --structural 1500        # cases built from the schema (scripts/fuzz_schema.py) and
+                                                    # review workbooks (scripts/fuzz_workbook.py)
 
 Exit status: 0 when no case is a problem, 1 otherwise. The summary table
 (counts per mutation kind and outcome) goes to stdout.
@@ -28,6 +29,7 @@ import json
 import multiprocessing
 import os
 import random
+import shutil
 import signal
 import sys
 import tempfile
@@ -58,6 +60,7 @@ class Case:
     name: str
     allowed: tuple[int, ...]
     label: str = ""  # what a structural case changed
+    output: str = ""  # the case's output file ("{out}" in argv): it must not exist after a failure
 
 
 @dataclass
@@ -306,9 +309,13 @@ def run_case(args: tuple[Case, str, float]) -> Outcome:
 
     from popliner.cli import cli
 
-    path = Path(folder) / case.name
+    # A folder of its own, so that anything the case leaves behind (a partial output, a temporary file) shows.
+    own = Path(folder) / f"{case.name}.d"
+    own.mkdir()
+    path = own / case.name
     path.write_bytes(case.data)
-    argv = [a.replace("{file}", str(path)) for a in case.argv]
+    out = own / case.output if case.output else None
+    argv = [a.replace("{file}", str(path)).replace("{out}", str(out)) for a in case.argv]
     signal.signal(signal.SIGALRM, _alarm)
     started = time.perf_counter()
     signal.setitimer(signal.ITIMER_REAL, timeout)
@@ -322,7 +329,8 @@ def run_case(args: tuple[Case, str, float]) -> Outcome:
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
     seconds = time.perf_counter() - started
-    path.unlink(missing_ok=True)
+    left = sorted(p.name for p in own.iterdir() if p != path and not (code == 0 and p == out))
+    shutil.rmtree(own, ignore_errors=True)
     lines = [ln for ln in stderr.splitlines() if ln.strip()]
     errors = [ln for ln in lines if ln.startswith("popliner: error: ")]
     problem = None
@@ -340,6 +348,9 @@ def run_case(args: tuple[Case, str, float]) -> Outcome:
         problem = "message with exit 0"
     elif any("out of memory" in e for e in errors):
         problem = "out of memory"  # a bound on the work should have refused it first
+    elif left:
+        problem = "leftover file"
+        errors.append(f"left {', '.join(left)}")
     message = errors[-1] if errors else (repr(exc) if exc is not None and not isinstance(exc, SystemExit) else "")
     return Outcome(case.target, case.kind, case.seed, case.argv, code, round(seconds, 3), problem, message[:300],
                    case.label)
@@ -394,12 +405,12 @@ def summarise(outcomes: list[Outcome]) -> str:
 
 
 def build_structural_cases(n: int, seed: int, folder: Path) -> list[Case]:
-    """About ``n`` cases from scripts/fuzz_schema.py: three quarters profiles, a quarter configs."""
+    """About ``n`` cases: 3/5 profiles and 1/5 configs (scripts/fuzz_schema.py), 1/5 workbooks (fuzz_workbook.py)."""
     import fuzz_schema
 
     rng = random.Random(seed)
     cases: list[Case] = []
-    per_base = max(n * 3 // 4 // len(PROFILE_BASES), 1)
+    per_base = max(n * 3 // 5 // len(PROFILE_BASES), 1)
     for base_path in PROFILE_BASES:
         base = json.loads(base_path.read_text(encoding="utf-8"))
         for k, (kind, label, data) in enumerate(fuzz_schema.profile_cases(base, base_path.name, per_base, rng)):
@@ -409,13 +420,46 @@ def build_structural_cases(n: int, seed: int, folder: Path) -> list[Case]:
             cases.append(Case("profile", kind, k, argv, data, f"s{len(cases)}.json", (0, 2, 3) if solve else (0, 2),
                               label))
     config_text, profile = _base_config(folder)
-    for k, (kind, label, data) in enumerate(fuzz_schema.config_cases(config_text, max(n - len(cases), 20), rng)):
+    for k, (kind, label, data) in enumerate(fuzz_schema.config_cases(config_text, max(n // 5, 20), rng)):
         if k % 2:
             argv, allowed = ["-q", "check", "{file}", "--profile", profile, "--no-cache"], (0, 1, 2)
         else:
             argv, allowed = ["-q", "simulate", "{file}"], (0, 2)
         cases.append(Case("config", kind, k, argv, data, f"s{len(cases)}.yaml", allowed, label))
+    cases.extend(workbook_structural_cases(max(n - len(cases), 20), rng, folder))
     return cases
+
+
+def workbook_structural_cases(n: int, rng: random.Random, folder: Path) -> list[Case]:
+    """About ``n`` review-workbook cases, given in turn to ``check`` and to ``config-from -o``."""
+    import fuzz_workbook
+
+    base, profile = _base_workbook(folder)
+    cases: list[Case] = []
+    for k, (kind, label, data) in enumerate(fuzz_workbook.workbook_cases(base, n, rng)):
+        name = f"w{k}.xlsx"
+        if k % 2:
+            cases.append(Case("workbook", kind, k, ["-q", "check", "{file}", "--profile", profile, "--no-cache"],
+                              data, name, (0, 1, 2), label))
+        else:
+            cases.append(Case("workbook", kind, k, ["-q", "config-from", "{file}", "--profile", profile,
+                                                    "--no-cache", "-o", "{out}"], data, name, (0, 2), label,
+                              output="pipeline.yaml"))
+    return cases
+
+
+def _base_workbook(folder: Path) -> tuple[bytes, str]:
+    """A review workbook of a training profile split over 2 IPUs (training options in its planner)."""
+    from click.testing import CliRunner
+
+    from popliner.cli import cli
+
+    profile = str(REPO / "fixtures" / "profiles" / "tiny-training.json")
+    out = folder / "base.xlsx"
+    r = CliRunner().invoke(cli, ["-q", profile, "--num-ipus", "2", "-o", str(out), "--force", "--no-cache"])
+    if r.exit_code != 0:
+        raise SystemExit(f"could not make the base workbook: {r.stderr}")
+    return out.read_bytes(), profile
 
 
 def _limit_memory(gigabytes: float) -> None:

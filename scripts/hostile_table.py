@@ -50,11 +50,12 @@ class Run:
     peak_mb: float
     first_error: str
     note: str = ""
+    cpu: float = float("nan")  # user + system seconds of the child (the machine may be loaded)
 
     def cell(self) -> str:
         code = "hang (killed)" if self.code == -signal.SIGKILL else f"exit {self.code}"
         note = f"; {self.note}" if self.note else ""
-        return f"{code}, {self.seconds:.1f} s, {self.peak_mb:.0f} MB{note}"
+        return f"{code}, {self.cpu:.1f} s CPU ({self.seconds:.1f} s wall), {self.peak_mb:.0f} MB{note}"
 
 
 def run(tree: Path, argv: list[str], cache: Path, timeout: float, env: dict[str, str] | None = None) -> Run:
@@ -66,10 +67,10 @@ def run(tree: Path, argv: list[str], cache: Path, timeout: float, env: dict[str,
     timer = shutil.which("time") if Path("/usr/bin/time").exists() else None
     with tempfile.TemporaryFile() as err, tempfile.NamedTemporaryFile("r") as peak:
         if timer:
-            command = ["/usr/bin/time", "-f", "%M", "-o", peak.name, *command]
+            command = ["/usr/bin/time", "-f", "%M %U %S", "-o", peak.name, *command]
         # A session of its own, so that a case that hangs is killed with everything it started.
         proc = subprocess.Popen(command, cwd=tree, env=environ, stdout=subprocess.DEVNULL, stderr=err,
-                                start_new_session=True)
+                                start_new_session=True, preexec_fn=_cap_memory if MEMORY_CAP else None)
         deadline = started + timeout
         while True:
             pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
@@ -86,15 +87,28 @@ def run(tree: Path, argv: list[str], cache: Path, timeout: float, env: dict[str,
         measured = peak.read().split()
     code = os.waitstatus_to_exitcode(status)
     peak_mb = usage.ru_maxrss / 1024
+    cpu = usage.ru_utime + usage.ru_stime
     if timer:
-        peak_mb = int(measured[-1]) / 1024 if measured and measured[-1].isdigit() else float("nan")
+        peak_mb = int(measured[-3]) / 1024 if len(measured) >= 3 and measured[-3].isdigit() else float("nan")
+        cpu = float(measured[-2]) + float(measured[-1]) if len(measured) >= 3 else cpu
         text = "\n".join(ln for ln in text.splitlines() if not ln.startswith("Command "))
         if code and os.WIFEXITED(status) and "Command terminated by signal" in text:
             code = -int(text.rsplit(" ", 1)[-1])
     errors = [ln for ln in text.splitlines() if ln.startswith("popliner: error:")]
     first = errors[0] if errors else (text.strip().splitlines() or [""])[-1]
     lines = len(text.strip().splitlines())
-    return Run(code, seconds, peak_mb, first[:160], f"{lines} stderr lines" if lines > 3 else "")
+    return Run(code, seconds, peak_mb, first[:160], f"{lines} stderr lines" if lines > 3 else "", cpu)
+
+
+#: Address-space limit of each child (bytes; 0: none), so that an old tree's runaway case cannot take the
+#: memory of a shared machine: it fails at the cap instead (MemoryError, or killed).
+MEMORY_CAP = 0
+
+
+def _cap_memory() -> None:
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_CAP, MEMORY_CAP))
 
 
 Case = Callable[[Path, Path, Path], Run]  # (tree, work folder, cache folder) -> Run
@@ -225,6 +239,47 @@ def _deep_objects() -> str:
     return deep_source(100_000)
 
 
+def _gzipped(doc: object, name: str, *extra: str) -> Callable[[Path], list[str]]:
+    def make(work: Path) -> list[str]:
+        import gzip
+        import json
+
+        path = work / name
+        path.write_bytes(gzip.compress(json.dumps(doc, separators=(",", ":")).encode(), 6, mtime=0))
+        return ["--no-cache", str(path), *extra]
+    return make
+
+
+def _out(make: Callable[[Path], list[str]], name: str, *extra: str) -> Callable[[Path], list[str]]:
+    def with_output(work: Path) -> list[str]:
+        return [*make(work), "-o", str(work / name), *extra]
+    return with_output
+
+
+def _planner(edit: Callable[[object], None]) -> Case:
+    """A review workbook of tiny-training over 2 IPUs, its planner sheet edited, given to ``check``."""
+    def case(tree: Path, work: Path, cache: Path) -> Run:
+        import openpyxl
+
+        book_path = work / "review.xlsx"
+        run(tree, [str(TRAINING), "--num-ipus", "2", "-o", str(book_path), "-f"], cache, 120)
+        book = openpyxl.load_workbook(book_path)
+        edit(book["Split planner"])
+        book.save(book_path)
+        return run(tree, ["check", str(book_path), "--profile", str(TRAINING)], cache, 200)
+    return case
+
+
+def _many_rows(sheet: object) -> None:
+    for k in range(200_000):
+        sheet.cell(row=19 + k, column=1, value=f"layer{k}")  # type: ignore[attr-defined]
+        sheet.cell(row=19 + k, column=2, value=0)  # type: ignore[attr-defined]
+
+
+def _deep_training(sheet: object) -> None:
+    sheet["G4"] = "[" * 16_000 + "]" * 16_000  # type: ignore[index]
+
+
 CASES: dict[str, Case] = {
     "cache: symlink planted at the entry's name": _planted(_symlink),
     "cache: FIFO at the entry's name": _planted(_fifo),
@@ -235,6 +290,12 @@ CASES: dict[str, Case] = {
     "cache: folder mode 0777": _planted(_loose_folder),
     "liveness: 100k steps, 50k intervals x 500 variables (1 MB)": _plain(_profile(liveness_amplification())),
     "50k vertex types x 65,536 tiles (4.6 MB)": _plain(_profile(many_vertex_types())),
+    "100k operations x 65,536 tiles, --operation-breakdown (2.8 MB gz)": _plain(_out(_gzipped(
+        many_operations(100_000, layers=10), "ops.json.gz", "--operation-breakdown"), "ops.csv")),
+    "100k operations x 1,472 tiles, review workbook (2.6 MB gz)": _plain(_out(_gzipped(
+        many_operations(100_000, tiles=1472), "ops.json.gz"), "review.xlsx")),
+    "planner sheet with 200,000 layer rows (check)": _planner(_many_rows),
+    "planner training options nested 16,000 deep (check)": _planner(_deep_training),
     "150 layers x 65,536 tiles, --solve (30 KB)": _plain(_profile(many_operations(150, layers=150), "--solve")),
     "20k debug contexts in one chain": _plain(_profile(context_chain(20_000))),
     "60k debug contexts in one chain": _plain(_profile(context_chain(60_000))),
@@ -257,7 +318,10 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tree", action="append", type=Path, help="a popliner checkout (repeatable; default: this one)")
     ap.add_argument("--only", default=None, help="run the cases whose name contains this text")
+    ap.add_argument("--memory-gb", type=float, default=0, help="address-space limit of each case (default: none)")
     args = ap.parse_args()
+    global MEMORY_CAP
+    MEMORY_CAP = int(args.memory_gb * (1 << 30))
     trees = [t.resolve() for t in (args.tree or [REPO])]
     print("| case | " + " | ".join(t.name for t in trees) + " |")
     print("|---|" + "---|" * len(trees))

@@ -57,12 +57,12 @@ def ipu_memory(ipu: int, layers: tuple[str, ...], per_tile: Any, stash_per_tile:
     """An IPU of the report and plots from explicit per-tile arrays (a stash of one extra entry)."""
     from popliner.memory.types import StageMemory
     from popliner.pipeline import StageFigure
-    from popliner.report.types import IpuMemory
+    from popliner.solvers.result import stage_result
 
-    figure = StageFigure(position=ipu, num_ipus=ipu + 2, layers=(), memory=StageMemory(per_tile),
-                         stash_entry_per_tile=stash_per_tile, stash_entries=2, copy_buffer=copy_buffer,
-                         bytes_in=0, bytes_out=0, forward_cycles=0, backward_cycles=0)
-    return IpuMemory(figure, layers, budget)
+    figure = StageFigure(position=ipu, num_ipus=ipu + 2, layers=tuple(range(len(layers))),
+                         memory=StageMemory(per_tile), stash_entry_per_tile=stash_per_tile, stash_entries=2,
+                         copy_buffer=copy_buffer, bytes_in=0, bytes_out=0, forward_cycles=0, backward_cycles=0)
+    return stage_result(figure, layers, budget)
 
 
 def range_table_equals_engine(table: ProfileRanges, engine: MemoryEngine, num_layers: int) -> None:

@@ -42,7 +42,7 @@ def make_split(mode: str = "training", groups: tuple[tuple[str, ...], ...] = LAY
         stages.append(StageResult(
             index=i, ipu=i, layers=layers, memory=ComponentBytes(1000 * (i + 1), 200, 300, 400, 50),
             worst_tile=3 + i, worst_tile_bytes=5000 + i, stash_bytes=100 * max(depth - 1, 0),
-            stash_entries=depth, cycles=9000 + i, bytes_in=0 if i == 0 else 4096, fits=True,
+            stash_entries=depth, cycles=9000 + i, bytes_in=0 if i == 0 else 4096, budget=600_000,
         ))
     return SplitResult(solver="greedy", status="GREEDY", mode=mode, num_ipus_requested=k, budget_bytes=600_000,
                        stages=tuple(stages))

@@ -245,7 +245,7 @@ def views(profile: Path, config_path: Path, solve: Any) -> dict[str, list[tuple[
         "solve table": table_rows(solve.stderr),
         "check": table_rows(check),
         "simulate": [(u["worst_tile"], u["peak_bytes"]) for u in sim["ipus"]],
-        "tile plot": [(i.worst_tile, i.worst_bytes) for i in tiles],
+        "tile plot": [(i.worst_tile, i.worst_tile_bytes) for i in tiles],
         "config": [(s.worst_tile, s.worst_tile_bytes) for s in cfg.stages],
     }
 

@@ -83,3 +83,10 @@ def test_auto_takes_the_placement_that_fits_on_the_fewest_ipus(gpt2_poptorch):
     assert dict(plan.placements_tried) == fewest
     best = min(v for v in fewest.values() if v is not None)
     assert fewest[plan.layout.placement] == best
+
+
+def test_auto_says_more_than_the_ipus_asked_when_nothing_fits(gpt2_poptorch):
+    result = CliRunner().invoke(cli, [str(gpt2_poptorch), "--solve", "--num-ipus", "2", "--head-placement", "auto",
+                                      "--mem-per-tile", "2000", "--no-cache"])
+    assert result.exit_code == 3, result.output
+    assert "nothing fits (fewest IPUs that fit: last: more than 2, wrap: more than 2)" in result.stderr

@@ -59,3 +59,39 @@ def test_structural_sample_has_no_problem(tmp_path: Path) -> None:
     outcomes = [fuzz.run_case((c, str(tmp_path), 20.0)) for c in cases]
     problems = [o for o in outcomes if o.problem]
     assert problems == [], fuzz.summarise(outcomes)
+
+
+def test_workbook_structural_sample_has_no_problem(tmp_path: Path) -> None:
+    """Two cases of every review-workbook kind (scripts/fuzz_workbook.py), through check and config-from -o."""
+    import itertools
+    import random
+
+    fuzz = _fuzz_module()
+    import fuzz_workbook
+
+    base, profile = fuzz._base_workbook(tmp_path)
+    rng = random.Random(11)
+    light = {  # the first cases of each kind, past the heavy ones (200,000 rows, 100,000-deep nesting)
+        "cell_missing": itertools.islice(fuzz_workbook.cell_missing(base), 2, 4),
+        "wrong_type": fuzz_workbook.wrong_type(base, rng, 2),
+        "number_bounds": itertools.islice(fuzz_workbook.number_bounds(base), 14, 16),
+        "formulas": itertools.islice(fuzz_workbook.formulas(base), 5, 7),
+        "huge_counts": itertools.islice(fuzz_workbook.huge_counts(base), 2, 4),
+        "deep_nesting": itertools.islice(fuzz_workbook.deep_nesting(base), 0, 1),
+        "xml_structure": itertools.islice(fuzz_workbook.xml_structure(base), 9, 11),
+    }
+    picked = [case for items in light.values() for case in items]
+    assert {kind for kind, _, _ in picked} == set(fuzz_workbook.WORKBOOK_KINDS)
+    cases = []
+    for i, (kind, label, data) in enumerate(picked):
+        if i % 2:
+            cases.append(fuzz.Case("workbook", kind, i, ["-q", "check", "{file}", "--profile", profile], data,
+                                   f"w{i}.xlsx", (0, 1, 2), label))
+        else:
+            cases.append(fuzz.Case("workbook", kind, i, ["-q", "config-from", "{file}", "--profile", profile, "-o",
+                                                         "{out}"], data, f"w{i}.xlsx", (0, 2), label,
+                                   output="pipeline.yaml"))
+    outcomes = [fuzz.run_case((c, str(tmp_path), 30.0)) for c in cases]
+    problems = [o for o in outcomes if o.problem]
+    assert problems == [], fuzz.summarise(outcomes)
+    assert sum(o.exit_code == 2 for o in outcomes) >= len(outcomes) // 3  # most shapes are refused, one line each

@@ -180,7 +180,7 @@ def test_every_view_agrees_on_a_wrapped_split(mode, recompute, tmp_path, monkeyp
     views = {
         "solve table": [v for _, v in sorted(_table_rows(err).items())],
         "check": [v for _, v in sorted(_table_rows(check_out).items())],
-        "tile plot": [(ipu.worst_tile, ipu.worst_bytes) for ipu in plot],
+        "tile plot": [(ipu.worst_tile, ipu.worst_tile_bytes) for ipu in plot],
         "simulate --profile": [(u["worst_tile"], u["peak_bytes"]) for u in sim_profile["ipus"]],
         "simulate (config)": [(u["worst_tile"], u["peak_bytes"]) for u in sim_config["ipus"]],
     }

@@ -316,27 +316,25 @@ def test_random_valid_documents_load_exactly(doc: Doc, ascii_only: bool, packed:
     assert list(VALIDATOR.iter_errors(doc)) == []
 
 
-def _ints(value: Any) -> int:
-    """The sum of every integer in a JSON value (tile indices of a sparse vector included: an upper bound)."""
-    if isinstance(value, bool):
+def _tile_sum(vector: Any) -> int:
+    """A TileVector's sum over tiles, in any of its encodings (a run counts once per tile it covers)."""
+    if vector is None:
         return 0
-    if isinstance(value, int):
-        return abs(value)
-    if isinstance(value, list):
-        return sum(_ints(v) for v in value)
-    if isinstance(value, dict):
-        return sum(_ints(v) for v in value.values())
-    return 0
+    if isinstance(vector, list):
+        return sum(int(v) for v in vector)
+    if "runs" in vector:
+        return sum((int(stop) - int(first)) * int(v) for first, stop, v in vector["runs"])
+    return sum(int(v) for _, v in vector["sparse"])
 
 
 def _sum_bound(doc: Doc) -> int:
-    """An upper bound of the model's byte and cycle sums, from the document alone."""
+    """An upper bound of the model's byte and cycle sums, from the document alone (as the loader adds them)."""
     sizes = [int(t.get("size", 0)) for t in doc.get("vertexTypes", [])]
-    biggest = max(sizes, default=0)
-    total = _ints(doc.get("vertexTypes", [])) + _ints(doc.get("variables", {}).get("bytes", []))
+    total = sum(_tile_sum(t.get("codeBytes")) for t in doc.get("vertexTypes", []))
+    total += sum(int(b) for b in doc.get("variables", {}).get("bytes", []))
     for program in doc.get("programs", []):
-        total += _ints(program.get("controlCode")) + _ints(program.get("exchangeCode"))
-        total += _ints(program.get("cycles")) + _ints(program.get("vertices")) * max(biggest, 1)
+        total += sum(_tile_sum(program.get(key)) for key in ("controlCode", "exchangeCode", "cycles"))
+        total += sum(_tile_sum(vector) * sizes[vt] for vt, vector in program.get("vertices", []))
     return total
 
 

@@ -78,7 +78,7 @@ def tile_plot_view(run: Run) -> list[tuple[int, int]]:
     analysis = load_analysis(str(run.profile), AnalysisOptions(mode=run.mode))  # type: ignore[arg-type]
     cfg = read_config(run.config)
     ipus = ipu_memories(analysis, [s.layers for s in cfg.stages], budget=cfg.effective_budget)
-    return [(ipu.worst_tile, ipu.worst_bytes) for ipu in ipus]
+    return [(ipu.worst_tile, ipu.worst_tile_bytes) for ipu in ipus]
 
 
 def planner_view(run: Run) -> list[tuple[int | None, int]]:

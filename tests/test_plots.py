@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from popliner.pipeline import StageLayout
 from popliner.report.aggregate import grid_values, max_pool, tile_grid
-from popliner.report.types import IpuMemory
 from popliner.simulator import SimStage, simulate
 from popliner.simulator.inputs import IpuFigures, pipeline_stages
 from popliner.simulator.outputs import (
@@ -24,6 +24,7 @@ from popliner.simulator.outputs import (
     schedule_title,
     write_gantt,
 )
+from popliner.solvers.result import StageResult
 from popliner.writers.plots import plot_tiles
 from tests.helpers import ipu_memory
 
@@ -38,7 +39,7 @@ def training_result(k: int, g: int | None = None) -> object:
     """K IPUs in training: forward 100 cycles, backward 200, 10 bytes between IPUs."""
     figures = [IpuFigures(100, 200, np.full(4, 10, np.int64), np.full(4, 1, np.int64), 10 if i else 0, f"L{i}")
                for i in range(k)]
-    stages = pipeline_stages("training", figures)
+    stages = pipeline_stages(StageLayout(k, training=True), figures)
     return simulate(stages, g or 2 * len(stages), clock_hz=1e9, sync_cycles=5, budget_bytes=100)
 
 
@@ -143,7 +144,7 @@ def test_max_pool_never_loses_the_global_peak() -> None:
 # -------------------------------------------------------------------- tile plot
 
 
-def ipu(k: int, base: int, stash_tile: int | None = None) -> IpuMemory:
+def ipu(k: int, base: int, stash_tile: int | None = None) -> StageResult:
     per_tile = np.zeros((5, 6), np.int64)
     per_tile[0] = base + np.arange(6)  # variables: tile 5 largest without stash
     per_tile[1] = 100  # vertex code
@@ -156,10 +157,10 @@ def ipu(k: int, base: int, stash_tile: int | None = None) -> IpuMemory:
 def test_ipu_memory_worst_tile_counts_the_stash() -> None:
     m = ipu(0, 500, stash_tile=2)
     # Totals: 600..605 per tile, tile 2 gets +50: 652 is the worst.
-    assert (m.worst_tile, m.worst_bytes, m.headroom, m.fits) == (2, 652, 348, True)
+    assert (m.worst_tile, m.worst_tile_bytes, m.headroom, m.fits) == (2, 652, 348, True)
     assert m.worst_components == {"variables": 502, "vertex_code": 100, "vertex_state": 0, "exchange_code": 0,
                                   "control_code": 0, "stash": 50, "copy_buffers": 0}
-    assert m.summed.variables == 6 * 500 + 15
+    assert m.memory.variables == 6 * 500 + 15
 
 
 @pytest.mark.parametrize("count", [1, 5])
@@ -189,5 +190,6 @@ def test_tile_figures_are_the_check_figures(name: str) -> None:
                             bytes_per_tile=t.bytes_per_tile, clock_hz=t.clock_hz, gradient_accumulation=None)
     checked = check_config(analysis, cfg, "cfg.yaml", budget=budget)
     shown = ipu_memories(analysis, [s.layers for s in cfg.stages], budget=budget)
-    assert [(m.worst_tile, m.worst_bytes) for m in shown] == [(c.worst_tile, c.worst_tile_bytes) for c in checked.ipus]
-    assert [(s.worst_tile, s.worst_tile_bytes) for s in split.stages] == [(m.worst_tile, m.worst_bytes) for m in shown]
+    worst = [(m.worst_tile, m.worst_tile_bytes) for m in shown]
+    assert worst == [(c.worst_tile, c.worst_tile_bytes) for c in checked.ipus]
+    assert [(s.worst_tile, s.worst_tile_bytes) for s in split.stages] == worst

@@ -58,7 +58,7 @@ def training() -> tuple[Any, PipelineConfig, Report]:
 def test_report_shows_the_check_figures(training: Any) -> None:
     analysis, cfg, report = training
     checked = check_config(analysis, cfg, "cfg.yaml", budget=cfg.effective_budget)
-    assert [(i.worst_tile, i.worst_bytes, i.fits) for i in report.ipus] == [
+    assert [(i.worst_tile, i.worst_tile_bytes, i.fits) for i in report.ipus] == [
         (c.worst_tile, c.worst_tile_bytes, c.fits) for c in checked.ipus]
     assert [i.worst_components["stash"] for i in report.ipus] == [c.worst_tile_stash for c in checked.ipus]
     # Training on 3 IPUs: the last IPU keeps no stash, the first ones do.
@@ -73,7 +73,7 @@ def test_liveness_peak_is_the_variables_figure(training: Any) -> None:
     assert live.peak_bytes == fullest.worst_components["variables"]
     assert live.on_tile.y.max() == live.peak_bytes
     # Room for variables: the budget less everything else on that tile.
-    others = fullest.worst_bytes - live.peak_bytes
+    others = fullest.worst_tile_bytes - live.peak_bytes
     assert live.room == fullest.budget - others
     assert live.first_step <= live.peak_step <= live.last_step
 

@@ -256,7 +256,7 @@ def make_config(mode: str = "training", g: int = 16) -> PipelineConfig:
         stages.append(StageResult(
             index=i, ipu=i, layers=layers, memory=ComponentBytes(1, 1, 1, 1, 1), worst_tile=i,
             worst_tile_bytes=10_000, stash_bytes=800 * max(depth - 1, 0), stash_entries=depth,
-            cycles=3000 * (i + 1), bytes_in=0 if i == 0 else 1000 * i, fits=True))
+            cycles=3000 * (i + 1), bytes_in=0 if i == 0 else 1000 * i, budget=20_000))
     split = SplitResult("greedy", "GREEDY", mode, 3, 20_000, tuple(stages))
     return config_from_split(split, profile_path="m.json", profile_sha256="ab" * 32, tiles=8,
                              bytes_per_tile=30_000, clock_hz=1e9, gradient_accumulation=g)
@@ -496,10 +496,10 @@ def test_cli_with_a_real_profile(tmp_path: Any, monkeypatch: pytest.MonkeyPatch)
     analysis = load_analysis(str(TINY), AnalysisOptions(), use_cache=False)
     names = analysis.layer_names
     groups = tuple((name,) for name in names)
+    target = analysis.profile.target
     stages = tuple(StageResult(index=i, ipu=i, layers=g, memory=ComponentBytes(), worst_tile=0,
                                worst_tile_bytes=0, stash_bytes=0, stash_entries=0, cycles=0, bytes_in=0,
-                               fits=True) for i, g in enumerate(groups))
-    target = analysis.profile.target
+                               budget=target.bytes_per_tile) for i, g in enumerate(groups))
     cfg = config_from_split(SplitResult("greedy", "GREEDY", analysis.mode, len(stages), target.bytes_per_tile,
                                         stages),
                             profile_path=str(TINY), profile_sha256=analysis.profile.sha256,

@@ -31,7 +31,6 @@ from popliner.outputs import tables, xlsx
 from popliner.outputs.formula import column_letter
 from popliner.outputs.planner import PLANNER_NOTE, planner_grid, write_planner
 from popliner.outputs.rows import Breakdown, LayerMatrix, LayerRow, OperationRow, RangeTable, TotalsRow
-from popliner.report.types import IpuMemory
 from popliner.solvers.result import SplitResult, StageResult
 from popliner.writers import plots
 from tests.helpers import ipu_memory
@@ -97,7 +96,7 @@ def make_matrices() -> tuple[LayerMatrix, LayerMatrix]:
 
 def _stage(index: int, layers: tuple[str, ...], worst: int) -> StageResult:
     memory = ComponentBytes(1, 0, 0, 0, 0)
-    return StageResult(index, index, layers, memory, 0, worst, 0, 0, 100, 0, worst <= BUDGET)
+    return StageResult(index, index, layers, memory, 0, worst, 0, 0, 100, 0, BUDGET)
 
 
 def make_split() -> SplitResult:
@@ -714,7 +713,7 @@ def _stage_memory() -> StageMemory:
     return StageMemory(per_tile.astype(np.int64))
 
 
-def _ipu_memories() -> list[IpuMemory]:
+def _ipu_memories() -> list[StageResult]:
     first = _stage_memory().per_tile
     return [ipu_memory(0, ("0", "1"), first, np.full(16, 400, np.int64), 3000),
             ipu_memory(1, ("2",), first // 2, np.zeros(16, np.int64), 3000)]

@@ -388,12 +388,13 @@ def test_copy_buffers_count_each_sent_tensor_once_by_hand():
 
 
 def test_the_simulator_sends_activations_forwards_and_gradients_back_by_hand():
+    from popliner.pipeline import StageLayout
     from popliner.simulator.inputs import IpuFigures, pipeline_stages
 
     figures = analysed().pipeline_figures([["0"], ["1"]])
     ipus = [IpuFigures(f.forward_cycles, f.backward_cycles, f.memory.total_per_tile, f.stash_entry_per_tile,
                        f.bytes_in, str(k), f.recompute_cycles, f.gradient_bytes_in) for k, f in enumerate(figures)]
-    stages = pipeline_stages("training", ipus)
+    stages = pipeline_stages(StageLayout(2, training=True), ipus)
     # IPU 0 forwards h0 (25 B); IPU 1 (forward and backward) sends dh0 back (25 B); IPU 0's backward sends nothing.
     assert [(s.kind, s.ipu, s.send_bytes) for s in stages] == [("forward", 0, 25), ("forward+backward", 1, 25),
                                                                ("backward", 0, 0)]

@@ -130,3 +130,59 @@ def test_not_a_workbook(tmp_path: Path) -> None:
     code, _, err, _ = _check(fake)
     assert code == EXIT_BAD_INPUT
     _one_line(err, str(fake), "not a readable .xlsx workbook")
+
+
+# -- found by the workbook structural fuzz (scripts/fuzz_workbook.py) --------------------------------
+
+
+def _training_review(tmp_path: Path) -> Path:
+    path = tmp_path / "training.xlsx"
+    r = CliRunner().invoke(cli, ["-q", str(REPO / "fixtures" / "profiles" / "tiny-training.json"), "-o", str(path),
+                                 "--num-ipus", "2"])
+    assert r.exit_code == 0, r.stderr
+    return path
+
+
+def test_training_options_nested_too_deep_are_one_line(tmp_path: Path) -> None:
+    """G4's JSON nested 100,000 deep was an internal error (RecursionError, exit 70)."""
+    import openpyxl
+
+    path = _training_review(tmp_path)
+    book = openpyxl.load_workbook(path)
+    book["Split planner"]["G4"] = "[" * 16_000 + "]" * 16_000  # deep enough for json's recursion limit
+    book.save(path)
+    r = CliRunner().invoke(cli, ["-q", "check", str(path), "--profile",
+                                 str(REPO / "fixtures" / "profiles" / "tiny-training.json")])
+    assert r.exit_code == EXIT_BAD_INPUT, r.stderr
+    _one_line(r.stderr, "sheet Split planner, cell G4", "nested too deeply")
+
+
+def test_a_planner_table_of_too_many_rows_is_refused_and_kept_narrow(
+        review: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """200,000 typed-in rows held 1,029 columns each (1.7 GB); past the row limit they are refused."""
+    import tracemalloc
+
+    import openpyxl
+
+    from popliner.config.planner import read_planner
+
+    book = openpyxl.load_workbook(review)
+    sheet = book["Split planner"]
+    header = next(r for r in range(1, 60) if sheet.cell(row=r, column=1).value == "Layer")
+    for k in range(20_000):
+        sheet.cell(row=header + 1 + k, column=1, value=f"x{k}")
+        sheet.cell(row=header + 1 + k, column=2, value=0)
+    path = tmp_path / "long.xlsx"
+    book.save(path)
+    monkeypatch.setenv("POPLINER_MAX_PLANNER_LAYERS", "19999")
+    with pytest.raises(Exception, match=rf"cell A{header + 20_000}: the layer table goes on past 19,999 rows"):
+        read_planner(path)
+    monkeypatch.setenv("POPLINER_MAX_PLANNER_LAYERS", "20000")
+    tracemalloc.start()
+    try:
+        choice = read_planner(path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert choice.stages == (tuple(f"x{k}" for k in range(20_000)),)
+    assert peak < 80 << 20  # the full width: 20,000 rows x 1,029 columns x 8 bytes = 165 MB

@@ -84,6 +84,10 @@ def _run(p: dict[str, Any]) -> None:
     options = _analysis_options(p)
     analysis = load_analysis(p["profile"], options, use_cache=not p["no_cache"], cache_dir=p["cache_dir"])
     log.info("framework: %s", analysis.framework.describe())
+    if p["output"] and p["output"].lower().endswith(".xlsx"):
+        from popliner.memory.work import check_workbook_rows
+
+        check_workbook_rows(analysis.profile.path, analysis.ops.count)  # before a solve, which it would follow
     plan = plan_split(analysis, _split_request(p)) if p["solve"] else None
     if plan is not None:
         analysis = plan.analysis

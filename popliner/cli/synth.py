@@ -69,6 +69,9 @@ _OVERRIDES = {
               help="Type of Adam's first moment (default float).")
 @click.option("--head", type=click.Choice(HEADS), default=None,
               help="Encoder head: squad (default) or mlm (pretraining's masked-LM head, tied to the embedding).")
+@click.option("--checkpoint-every-layer", is_flag=True,
+              help="The model puts a recomputation checkpoint after every layer, as optimum-graphcore does for "
+                   "recompute_checkpoint_every_layer (encoder and decoder models).")
 @click.option("--framework", type=click.Choice(SYNTH_FRAMEWORKS), default=None,
               help="Name the debug contexts and source.framework as this framework does (default: synthetic, "
                    "PopART's contexts).")
@@ -80,7 +83,8 @@ _OVERRIDES = {
 @click.option("--list-presets", is_flag=True, help="List the presets and exit.")
 def command(preset: str | None, mode: str, kind: str | None, output: str | None, gzip_out: bool | None,
             no_var_names: bool, force: bool, list_presets: bool, split_after: str | None,
-            sharded_optimizer_state: bool, uncalibrated: bool, **options: Any) -> None:
+            sharded_optimizer_state: bool, uncalibrated: bool, checkpoint_every_layer: bool,
+            **options: Any) -> None:
     """Generate a deterministic synthetic profile (format v1) of a model on one IPU.
 
     \b
@@ -98,6 +102,8 @@ def command(preset: str | None, mode: str, kind: str | None, output: str | None,
         options["split_after"] = _layer_list(split_after)
     if sharded_optimizer_state:
         options["sharded_optimizer_state"] = True
+    if checkpoint_every_layer:
+        options["checkpoints"] = True
     if uncalibrated:
         options.update(UNCALIBRATED)
     spec = _spec(preset, mode, kind, no_var_names, options)

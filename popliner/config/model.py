@@ -23,7 +23,7 @@ from popliner.memory.training import (
     TrainingOptions,
 )
 from popliner.memory.types import ComponentBytes
-from popliner.pipeline import backward_stage, forward_stage, head_stage
+from popliner.pipeline import LayerPlacement, StageLayout, backward_stage, forward_stage
 from popliner.solvers.result import SplitResult, StageResult
 
 __all__ = [
@@ -144,20 +144,6 @@ def config_training(options: TrainingOptions, applied_recompute: AppliedRecomput
 
 
 @dataclass(frozen=True)
-class LayerPlacement:
-    """Where one layer runs: PopART ``virtualGraph`` and ``pipelineStage``.
-
-    ``backward_stage`` is the pipeline stage its gradient ops get in training
-    (PopART assigns it; listed so users can check), None in inference.
-    """
-
-    name: str
-    ipu: int
-    pipeline_stage: int
-    backward_stage: int | None
-
-
-@dataclass(frozen=True)
 class ConfigStage:
     """One IPU's share of the model and what popliner predicted for it.
 
@@ -268,34 +254,23 @@ class PipelineConfig:
         return Layout.of_stages(self.layer_groups, placement, self.model_layers)
 
     @property
+    def stage_layout(self) -> StageLayout:
+        """The IPU and the pipeline stages of every part (PopART's rules in :mod:`popliner.pipeline`)."""
+        return StageLayout.of(self.layout, self.layer_groups, self.training)
+
+    @property
     def head_wraps(self) -> bool:
         """Is the head a pipeline stage of its own on IPU 0 (``--head-placement wrap``)?"""
-        return self.layout.wraps_in(self.layer_groups)
+        return self.stage_layout.wraps
 
     @property
     def num_pipeline_stages(self) -> int:
-        return num_pipeline_stages(self.mode, self.num_ipus, self.head_wraps)
+        return self.stage_layout.num_stages
 
     @property
     def placements(self) -> tuple[LayerPlacement, ...]:
-        """One row per layer in model order, derived from ``stages[].layers``.
-
-        A wrapped head runs at stage K, forward and backward (PopART's rules in :mod:`popliner.pipeline`).
-        """
-        where = {layer: s.ipu for s in self.stages for layer in s.layers}
-        wraps, k = self.head_wraps, self.num_ipus
-        head = self.layout.head_name
-        return tuple(
-            LayerPlacement(
-                name=layer,
-                ipu=where[layer],
-                pipeline_stage=head_stage(k) if wraps and layer == head else forward_stage(where[layer]),
-                backward_stage=(None if not self.training else head_stage(k) if wraps and layer == head
-                                else backward_stage(where[layer], k, wraps)),
-            )
-            for layer in self.model_layers
-            if layer in where
-        )
+        """One row per layer in model order, derived from ``stages[].layers`` (a wrapped head runs at stage K)."""
+        return self.stage_layout.placements(self.model_layers)
 
     @property
     def layers_per_ipu(self) -> tuple[int, ...]:
@@ -335,8 +310,7 @@ def config_from_split(
     recorded = (training or ConfigTraining()) if split.mode == "training" else None
     placement = recorded.head_placement if recorded is not None else None
     layout = Layout.of_stages([s.layers for s in stages], placement)
-    wraps = layout.wraps_in([s.layers for s in stages])
-    num_stages = num_pipeline_stages(split.mode, len(stages), wraps)
+    num_stages = StageLayout.of(layout, [s.layers for s in stages], split.mode == "training").num_stages
     g = default_gradient_accumulation(num_stages) if gradient_accumulation is None else gradient_accumulation
     check_gradient_accumulation(g, num_stages)
     return PipelineConfig(

@@ -10,12 +10,14 @@ line must say what the config says, or the command stops with one line
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from popliner.config.model import ConfigTraining, config_training
 from popliner.errors import UsageProblem
+from popliner.ops.remote import streams_optimizer_state
 
 if TYPE_CHECKING:
     from popliner.analysis import Analysis, AnalysisOptions
@@ -60,10 +62,17 @@ def analysis_options(mode: str, training: ConfigTraining | None,
 
 
 def training_of(analysis: Analysis, requested_recompute: RecomputeRequest | None = None) -> ConfigTraining | None:
-    """The record of the training options an analysis applied (None in inference); ``auto`` noted as asked."""
+    """The record of the training options an analysis applied (None in inference); ``auto`` noted as asked.
+
+    A profile compiled with its optimizer state off chip is recorded ``off-chip`` whatever was asked: its
+    figures already hold the state only around the update, and the configs must ask the framework for it.
+    """
     if analysis.mode != "training":
         return None
-    return config_training(analysis.options.training, analysis.engine.view.recompute, requested_recompute)
+    options = analysis.options.training
+    if options.optimizer_state == "on-chip" and streams_optimizer_state(analysis.ops, analysis.is_backward):
+        options = dataclasses.replace(options, optimizer_state="off-chip")
+    return config_training(options, analysis.engine.view.recompute, requested_recompute)
 
 
 def _agrees(t: ConfigTraining, name: str, value: object) -> bool:

@@ -26,6 +26,7 @@ from popliner.config.workbook import SheetCells, open_sheet
 from popliner.errors import ConfigError
 from popliner.outputs.formula import column_letter
 from popliner.outputs.planner import IPU_COL, LAYER_COL, PLANNER_SHEET, TRAINING_COL
+from popliner.profile.limits import limit
 from popliner.solvers.result import SplitResult, stage_result
 
 __all__ = ["PlannerChoice", "config_from_planner", "is_workbook", "read_planner"]
@@ -34,6 +35,12 @@ __all__ = ["PlannerChoice", "config_from_planner", "is_workbook", "read_planner"
 _SEARCH_ROWS = 60
 #: The columns read: the layer table's and the IPU row's (column B on, one per IPU the planner offers).
 _MAX_COLUMN = max(LAYER_COL, IPU_COL, TRAINING_COL, 5) + 1024
+#: Below the labels, only the layer table's columns are kept: a row of all the columns above costs 8 KB
+#: (200,000 typed-in rows took 1.7 GB).
+_TABLE_COLUMNS = max(LAYER_COL, IPU_COL) + 1
+#: Rows of the layer table read at most (a planner has one per layer; the range-table limit allows
+#: 9,999 layers on a one-tile profile, far fewer on real ones). Reading costs some 40 us a row.
+_ROWS_ENV = "POPLINER_MAX_PLANNER_LAYERS"
 
 
 def is_workbook(path: str | os.PathLike[str]) -> bool:
@@ -121,13 +128,17 @@ def _training(source: str, sheet: Any, row: int, mode: str) -> ConfigTraining | 
     except json.JSONDecodeError as exc:
         raise ConfigError(f"{_where(source, cell)}: the training options are not valid JSON ({exc.msg}); "
                           "restore the text popliner wrote") from None
+    except RecursionError:  # found by the workbook fuzz: [[[... 100,000 deep was an internal error
+        raise ConfigError(f"{_where(source, cell)}: the training options are JSON nested too deeply to read; "
+                          "popliner writes one flat object there: restore the text popliner wrote") from None
     return training_from_document(document, _where(source, cell))
 
 
 def _planner_sheet(source: str) -> SheetCells:
     # Lazily and within a size limit: only the planner sheet, only as far down as its layer table.
     return open_sheet(source, PLANNER_SHEET, _MAX_COLUMN,
-                      "write the review workbook with `popliner PROFILE -o review.xlsx`")
+                      "write the review workbook with `popliner PROFILE -o review.xlsx`",
+                      narrow=(_SEARCH_ROWS, _TABLE_COLUMNS))
 
 
 def _is_whole(value: object) -> bool:
@@ -152,7 +163,12 @@ def _stages(source: str, sheet: Any, first_row: int, num_ipus: int) -> tuple[tup
     cells: dict[str, str] = {}
     row = first_row
     ipu_letter = column_letter(IPU_COL)
+    most = limit(_ROWS_ENV)
     while (name := sheet.cell(row=row, column=LAYER_COL).value) is not None and str(name) != "":
+        if row - first_row >= most:
+            raise ConfigError(f"{_where(source, f'{column_letter(LAYER_COL)}{row}')}: the layer table goes on past "
+                              f"{most:,} rows; popliner writes one row per layer, and no profile within the "
+                              f"range-table limit has that many layers (set {_ROWS_ENV} to read more)")
         layer = str(name)
         cell = f"{ipu_letter}{row}"
         ipu = _ipu_of(source, cell, layer, sheet.cell(row=row, column=IPU_COL).value, num_ipus)

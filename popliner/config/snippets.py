@@ -15,7 +15,6 @@ from typing import Any
 
 from popliner.config.model import ConfigTraining, PipelineConfig
 from popliner.errors import UsageProblem
-from popliner.pipeline import head_stage
 from popliner.textsafe import shown
 
 
@@ -190,7 +189,7 @@ def _poptorch_layout_notes(cfg: PipelineConfig) -> list[str]:
     """What the reader must know about the embedding and head for PopTorch to build the plan."""
     if cfg.head_wraps:
         return ["# The head runs on IPU 0 after the last IPU, a pipeline stage of its own",
-                f"# ({head_stage(cfg.num_ipus)}): AutoIncrement gives each new block the next stage and PopTorch",
+                f"# ({cfg.stage_layout.head_stage}): AutoIncrement gives each new block the next stage and PopTorch",
                 "# merges consecutive blocks on one IPU, so the stages are those of PIPELINE_STAGE."]
     if _has_groups(cfg) or cfg.num_ipus == 1:
         return []

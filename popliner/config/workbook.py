@@ -160,21 +160,26 @@ class _Cell:
 class SheetCells:
     """The cell values of one sheet, parsed row by row only as far as :meth:`cell` asks."""
 
-    def __init__(self, source: str, book: Any, sheet: Any, max_column: int) -> None:
+    def __init__(self, source: str, book: Any, sheet: Any, max_column: int,
+                 narrow: tuple[int, int] | None = None) -> None:
         self._source = source
         self._book = book
         self._rows: list[tuple[Any, ...]] = []
         self._iter = sheet.iter_rows(min_row=1, max_col=max_column, values_only=True)
         self._max_column = max_column
+        # (rows, columns): past the first ``rows`` rows only ``columns`` columns are kept.
+        self._narrow = narrow or (1 << 62, max_column)
         self._done = False
 
     def cell(self, row: int, column: int) -> _Cell:
         """The value at (``row``, ``column``), both from 1; None beyond the sheet or past ``max_column``."""
-        if column > self._max_column:
-            raise ValueError(f"column {column} is past the {self._max_column} read")
+        wide, narrow = self._narrow
+        if column > (self._max_column if row <= wide else narrow):
+            raise ValueError(f"column {column} of row {row} is past the columns read")
         while len(self._rows) < row and not self._done:
             try:
-                self._rows.append(next(self._iter))
+                values = next(self._iter)
+                self._rows.append(values if len(self._rows) < wide else values[:narrow])
             except StopIteration:
                 self._done = True
             except ConfigError:
@@ -195,8 +200,12 @@ def _short(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[:200]}"
 
 
-def open_sheet(source: str, name: str, max_column: int, hint: str) -> SheetCells:
-    """The sheet ``name`` of workbook ``source``; close it when done. ``hint`` ends the no-such-sheet message."""
+def open_sheet(source: str, name: str, max_column: int, hint: str,
+               narrow: tuple[int, int] | None = None) -> SheetCells:
+    """The sheet ``name`` of workbook ``source``; close it when done. ``hint`` ends the no-such-sheet message.
+
+    ``narrow``: (rows, columns), keep only that many columns past that many rows (a long table of a few columns).
+    """
     from openpyxl.reader.excel import ExcelReader
 
     if not os.path.isfile(source):
@@ -227,4 +236,4 @@ def open_sheet(source: str, name: str, max_column: int, hint: str) -> SheetCells
         names = ", ".join(book.sheetnames)
         book.close()
         raise ConfigError(f"{source}: no sheet {name!r} (its sheets: {names}); {hint}")
-    return SheetCells(source, book, book[name], max_column)
+    return SheetCells(source, book, book[name], max_column, narrow)

@@ -30,9 +30,6 @@ from popliner.config.model import (
     ConfigStage,
     ConfigTraining,
     PipelineConfig,
-    backward_stage,
-    forward_stage,
-    num_pipeline_stages,
 )
 from popliner.config.snippets import FlowList as _FlowList
 from popliner.config.snippets import snippets
@@ -41,7 +38,7 @@ from popliner.framework import FRAMEWORKS
 from popliner.layout import HEAD_PLACEMENTS, Layout
 from popliner.memory.training import OPTIMIZER_STATES
 from popliner.memory.types import COMPONENTS, OTHER, ComponentBytes
-from popliner.pipeline import head_stage
+from popliner.pipeline import StageLayout
 from popliner.profile.loader import MAX_TILES
 from popliner.profile.tilevector import MAX_VALUE
 from popliner.regexes import BoundedRegex, regex_error
@@ -136,12 +133,7 @@ def _training_document(t: ConfigTraining) -> dict[str, Any]:
 
 
 def _stage_document(cfg: PipelineConfig, s: ConfigStage) -> dict[str, Any]:
-    wraps = cfg.head_wraps
-    stages = [forward_stage(s.ipu)]
-    if wraps and s.ipu == 0:
-        stages.append(head_stage(cfg.num_ipus))  # the wrapped head, forward and backward
-    if cfg.training and backward_stage(s.ipu, cfg.num_ipus, wraps) != stages[0]:
-        stages.append(backward_stage(s.ipu, cfg.num_ipus, wraps))
+    stages = list(cfg.stage_layout.ipu_stages(s.ipu))  # forward, a wrapped head, backward
     memory = s.memory.as_dict()
     memory["total"] = s.memory.total
     return {
@@ -281,7 +273,7 @@ def config_from_document(doc: Any, source: str = "<config>") -> PipelineConfig:
     layer_options = read_layer_options(r, top["layer_options"]) if "layer_options" in top else ()
     groups = [s.layers for s in stages]
     placement = training.head_placement if training is not None else None
-    p = num_pipeline_stages(mode, len(stages), Layout.of_stages(groups, placement, model_layers).wraps_in(groups))
+    p = StageLayout.of(Layout.of_stages(groups, placement, model_layers), groups, mode == "training").num_stages
     g = r.integer(top["gradient_accumulation"], "gradient_accumulation", minimum=1, maximum=MAX_MICRO_BATCHES)
     if g < p:
         r.fail("gradient_accumulation", f"{g} is smaller than the {p} pipeline stages",
@@ -469,8 +461,7 @@ def _check_assignment(r: _Reader, stages: tuple[ConfigStage, ...], model_layers:
     last: tuple[int, str, str] | None = None  # (model position, name, place) of the previous layer
     # A head wrapped onto IPU 0 runs after the last IPU: it is out of the IPU order by design.
     groups = [s.layers for s in stages]
-    layout = Layout.of_stages(groups, None, model_layers)
-    wrapped = layout.head_name if layout.wraps_in(groups) else None
+    wrapped = StageLayout.of(Layout.of_stages(groups, None, model_layers), groups, False).head
     for s in stages:
         for j, name in enumerate(s.layers):
             place = f"stages[{s.index}].layers[{j}]"

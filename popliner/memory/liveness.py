@@ -14,7 +14,7 @@ import numpy as np
 from popliner.arrays import expand_ranges, unique_inverse
 from popliner.profile.model import Profile
 
-__all__ = ["group_peaks", "variable_steps", "window_peak"]
+__all__ = ["group_peak_totals", "group_peaks", "variable_steps", "window_peak"]
 
 
 #: The dense sweep of :func:`window_peak` is taken when (tiles x distinct event steps) is at most this many
@@ -97,11 +97,35 @@ def group_peaks(
     in one group must have been de-duplicated by the caller. Group ``g``
     looks at steps ``lo[g]..hi[g]`` inclusive; a group with ``hi < lo`` peaks at 0.
     """
+    out = np.zeros((len(lo), profile.tiles), np.int64)
+    owners, tiles_of, peaks = _owner_peaks(profile, group, var_idx, lo, hi)
+    out[owners, tiles_of] = peaks
+    return out
+
+
+def group_peak_totals(
+    profile: Profile, group: np.ndarray, var_idx: np.ndarray, lo: np.ndarray, hi: np.ndarray
+) -> np.ndarray:
+    """:func:`group_peaks` summed over tiles: int64 [groups], without the dense [groups, tiles] table.
+
+    Every operation alone needs only this sum; the dense table cost (groups x
+    tiles): 100,000 operations on 65,536 tiles took 27 s of CPU and 2.2 GB.
+    """
+    owners, _, peaks = _owner_peaks(profile, group, var_idx, lo, hi)
+    out = np.zeros(len(lo), np.int64)
+    np.add.at(out, owners, peaks)  # int64 throughout: exact
+    return out
+
+
+def _owner_peaks(
+    profile: Profile, group: np.ndarray, var_idx: np.ndarray, lo: np.ndarray, hi: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The sweep of :func:`group_peaks`: (group, tile, peak) of every (group, tile) with events, each once."""
     tiles = profile.tiles
     num_groups = len(lo)
-    out = np.zeros((num_groups, tiles), np.int64)
+    none = np.zeros(0, np.int64)
     if var_idx.size == 0 or num_groups == 0:
-        return out
+        return none, none, none
     v = profile.variables
     agg_group, agg_cls, agg_tile, agg_bytes = _aggregate(group, v.klass[var_idx], v.tile[var_idx], v.bytes[var_idx],
                                                          tiles)
@@ -115,7 +139,7 @@ def group_peaks(
     keep = start < end
     rep, g, start, end = rep[keep], g[keep], start[keep], end[keep]
     if rep.size == 0:
-        return out
+        return none, none, none
     t = agg_tile[rep].astype(np.int64)
     b = agg_bytes[rep]
     # Ends at hi+1 are never observed inside the window: no event needed.
@@ -139,8 +163,7 @@ def group_peaks(
     base = np.concatenate(([0], running[:-1]))[first_of_owner]
     peaks = np.maximum.reduceat(running, first_of_owner) - base
     owners = owner[first_of_owner]
-    out[owners >> tile_bits, owners & ((1 << tile_bits) - 1)] = np.maximum(peaks, 0)
-    return out
+    return owners >> tile_bits, owners & ((1 << tile_bits) - 1), np.maximum(peaks, 0)
 
 
 def _aggregate(

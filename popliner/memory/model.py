@@ -27,7 +27,7 @@ import numpy as np
 
 from popliner.arrays import gather_csr
 from popliner.memory.categories import CategorySplit, split_categories
-from popliner.memory.liveness import group_peaks, window_peak
+from popliner.memory.liveness import group_peak_totals, window_peak
 from popliner.memory.types import ComponentBytes, StageMemory
 from popliner.ops.operations import OperationTable
 from popliner.profile.model import DO_EXCHANGE, Profile
@@ -200,8 +200,8 @@ class MemoryModel:
             lens = self.ops.var_ptr[chunk + 1] - self.ops.var_ptr[chunk]
             group = np.repeat(np.arange(len(chunk)), lens)
             var_idx = gather_csr(self.ops.var_ptr, self.ops.var_idx, chunk)
-            peaks = group_peaks(self.profile, group, var_idx, self.ops.first_step[chunk], self.ops.last_step[chunk])
-            totals[chunk] = peaks.sum(axis=1)
+            totals[chunk] = group_peak_totals(self.profile, group, var_idx, self.ops.first_step[chunk],
+                                              self.ops.last_step[chunk])
         return totals
 
 

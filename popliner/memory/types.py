@@ -101,6 +101,3 @@ class StageMemory:
 
     def on_tile(self, tile: int) -> ComponentBytes:
         return ComponentBytes(*(int(v) for v in self.per_tile[:, tile]))
-
-    def fits(self, budget: int) -> bool:
-        return self.worst_bytes <= budget

@@ -16,23 +16,18 @@ and 1,472 tiles.
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 
-from popliner.errors import ProfileFormatError, UsageProblem
+from popliner.errors import ProfileFormatError
 from popliner.ops.operations import OperationTable
+from popliner.profile.limits import LIMITS, check_tile_cells
+from popliner.profile.limits import limit as _limit
 from popliner.profile.model import Profile
 
-__all__ = ["LIMITS", "check_range_tables", "check_work", "liveness_events", "range_cells", "tile_cells"]
+__all__ = ["LIMITS", "check_range_tables", "check_work", "check_workbook_rows", "liveness_events", "range_cells",
+           "tile_cells"]
 
-#: Environment variable -> default limit. Liveness events cost about 150 bytes each in a sweep and tile cells
-#: 8 bytes in each table that holds them (several do at once): the defaults keep a run under about 2 GB.
-LIMITS: dict[str, int] = {
-    "POPLINER_MAX_LIVENESS_EVENTS": 8_000_000,
-    "POPLINER_MAX_TILE_CELLS": 20_000_000,
-    "POPLINER_MAX_RANGE_CELLS": 50_000_000,
-}
+
 def liveness_events(profile: Profile, ops: OperationTable) -> tuple[int, int]:
     """The amplified events of the sweeps: (whole program, every operation alone).
 
@@ -74,29 +69,10 @@ def tile_cells(profile: Profile, ops: OperationTable) -> int:
     return max(profile.tiles, 0) * len(profile.vertex_types.names)
 
 
-def _limit(env: str) -> int:
-    text = os.environ.get(env)
-    if not text:
-        return LIMITS[env]
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise UsageProblem(f"{env}={text!r}: expected a whole number")
-    return value
-
-
 def check_work(profile: Profile, ops: OperationTable) -> None:
     """Refuse a profile that would make popliner allocate past a limit; each check is linear in the file."""
-    cells = tile_cells(profile, ops)
-    env = "POPLINER_MAX_TILE_CELLS"
-    if cells > _limit(env):
-        raise ProfileFormatError(
-            profile.path, "target.tilesPerIpu",
-            f"{profile.tiles:,} tiles x {len(profile.vertex_types.names):,} vertex types = {cells:,} per-tile "
-            f"cells, above the limit of {_limit(env):,} (8 bytes each, in several tables); set {env} to a larger "
-            "count to analyse it anyway")
+    # The loader refuses this one already (before decoding a TileVector); a Profile built another way is checked too.
+    check_tile_cells(profile.path, profile.tiles, len(profile.vertex_types.names))
     env = "POPLINER_MAX_LIVENESS_EVENTS"
     whole, per_op = liveness_events(profile, ops)
     for count, what in ((whole, "in the whole-program sweep"), (per_op, "over the per-operation sweeps")):
@@ -123,3 +99,20 @@ def check_range_tables(profile: Profile, layers: int) -> None:
             f"{profile.tiles:,} tiles x {layers * (layers + 1) // 2:,} ranges of {layers:,} layers = {cells:,} "
             f"range-table cells, above the limit of {_limit(env):,} (8 bytes each); use a coarser layer regex "
             f"(fewer layers), or set {env} to a larger count to solve it anyway")
+
+
+def check_workbook_rows(path: str, operations: int) -> None:
+    """Refuse a review workbook (.xlsx) of more operation rows than the limit, before any solve or table.
+
+    Not operations x tiles (nothing holds that any more) but the rows: the
+    workbook costs about 115 us of CPU per operation (100,000 rows: 12 s),
+    so a 10 MB profile of 830,000 tiny operations would take 100 s; its CSV
+    tables take 2 s.
+    """
+    env = "POPLINER_MAX_WORKBOOK_ROWS"
+    if operations > _limit(env):
+        raise ProfileFormatError(
+            path, "debugContexts",
+            f"{operations:,} operations, one row each in the review workbook, above the limit of {_limit(env):,} "
+            f"rows (about 115 us each to write); write CSV or TSV tables instead (-o FILE.csv), or set {env} to "
+            "a larger count to write the workbook anyway")

@@ -9,7 +9,8 @@ from datetime import datetime, timezone
 from typing import IO
 from xml.etree import ElementTree as ET
 
-from popliner.check import CheckResult, IpuCheck
+from popliner.check import CheckResult
+from popliner.solvers.result import StageResult
 from popliner.textsafe import shown
 
 __all__ = ["check_table", "write_junit"]
@@ -33,7 +34,7 @@ def check_table(result: CheckResult) -> str:
     return "\n".join(lines)
 
 
-def overflow_text(ipu: IpuCheck) -> str:
+def overflow_text(ipu: StageResult) -> str:
     m = ipu.worst_tile_memory
     parts = [
         f"IPU {ipu.ipu} is over budget by {-ipu.headroom:,} bytes on tile {ipu.worst_tile}: "

@@ -97,16 +97,15 @@ def split_table(split: SplitResult) -> str:
     for s in split.stages:
         span = s.first_layer if s.first_layer == s.last_layer else f"{s.first_layer}..{s.last_layer}"
         span = shown(span) if span else span
-        headroom = (split.budget_bytes - s.worst_tile_bytes) / split.budget_bytes if split.budget_bytes else 0.0
         model = s.worst_tile_bytes - s.worst_tile_stash - s.copy_buffer
         lines.append(
             f"{s.ipu:>3}  {span or '-':<18} {s.worst_tile:>5} {s.worst_tile_bytes:>10,} {model:>10,} "
-            f"{s.worst_tile_stash:>10,} {s.copy_buffer:>9,} {s.cycles:>12,} {headroom:>8.1%}  "
+            f"{s.worst_tile_stash:>10,} {s.copy_buffer:>9,} {s.cycles:>12,} {s.headroom_share:>8.1%}  "
             f"{'yes' if s.fits else 'NO'}"
         )
     for s in split.stages:
         if s.overflow is not None:
-            lines.append(f"IPU {s.ipu} is over budget by {s.worst_tile_bytes - split.budget_bytes:,} bytes on tile "
+            lines.append(f"IPU {s.ipu} is over budget by {-s.headroom:,} bytes on tile "
                          f"{s.overflow.tile}" + (f"; variables peak at step {s.overflow.step}:" if s.overflow.step >= 0
                                                  else ""))
             lines.extend(f"    {v.bytes:>10,}  {shown(v.name)}" for v in s.overflow.largest_live)

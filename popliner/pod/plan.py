@@ -127,8 +127,7 @@ class PodConfig:
 
     @property
     def headroom_bytes(self) -> int | None:
-        full = self.fullest_bytes
-        return None if full is None else self.budget - full
+        return None if self.split is None else min(s.headroom for s in self.split.stages)
 
     @property
     def split_text(self) -> str:
@@ -310,6 +309,8 @@ def _configure(found: OptionSearch, depth: DepthSplit, options: TrainingOptions,
 def _step(depth: DepthSplit, analysis: Analysis, head_wraps: bool, g: int, r: int, constants: PodConstants,
           clock: float) -> StepTime:
     """The step of the split's pipeline (the simulator's stages), then each IPU's all-reduce and streaming."""
+    from popliner.layout import HEAD_GROUP
+    from popliner.pipeline import StageLayout
     from popliner.simulator.inputs import IpuFigures, pipeline_stages
 
     assert depth.split is not None
@@ -318,8 +319,9 @@ def _step(depth: DepthSplit, analysis: Analysis, head_wraps: bool, g: int, r: in
     training = analysis.mode == "training"
     ipus = [IpuFigures(f.forward_cycles, f.backward_cycles if training else 0, empty, None, f.bytes_in, "",
                        f.recompute_cycles if training else 0) for f in figures if f is not None]
-    head = figures[0].head_cycles if head_wraps and len(ipus) >= 2 and figures[0] else None
-    stages = pipeline_stages(analysis.mode, ipus, head)
+    wraps = head_wraps and len(ipus) >= 2 and figures[0] is not None
+    plan = StageLayout(len(ipus), training, HEAD_GROUP if wraps else None)
+    stages = pipeline_stages(plan, ipus, figures[0].head_cycles if wraps and figures[0] else 0)
     send = [0.0] * len(ipus)
     for s in stages:
         if s.index + 1 < len(stages) and stages[s.index + 1].ipu != s.ipu and s.send_bytes > 0:

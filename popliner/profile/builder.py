@@ -17,6 +17,7 @@ import numpy as np
 
 from popliner.profile import varcols
 from popliner.profile.columns import Extracted
+from popliner.profile.limits import check_tile_cells
 from popliner.profile.model import Contexts, Profile, Target, VertexTypes
 from popliner.profile.programs import VarIndex, build_programs
 from popliner.profile.rules import INT64_MAX, MAX_TILES, Checker, NotFast, kind
@@ -47,6 +48,9 @@ class Builder(Checker):
         self._check_format(doc)
         target = self.build_target(self.need(doc, "target", "", (dict,), "an object"))
         self.tiles = target.tiles_per_ipu
+        raw_types = doc.get("vertexTypes")
+        if isinstance(raw_types, list):  # refused from the sizes alone, before any TileVector is decoded
+            check_tile_cells(self.path, self.tiles, len(raw_types))
         steps_raw = self.need(doc, "steps", "", (list,), "a list of program ids")
         self.num_steps = len(steps_raw)
         contexts = self.build_contexts(self.need(doc, "debugContexts", "", (list,), "a list"))

@@ -21,9 +21,9 @@ from popliner.outputs.rows import LayerRow
 from popliner.report.aggregate import Pooled, max_pool
 from popliner.report.data import ipu_memories
 from popliner.report.options import OptionRow, model_options
-from popliner.report.types import IpuMemory
 from popliner.simulator.engine import DEFAULT_LINK_BANDWIDTH, DEFAULT_SYNC_CYCLES, SimResult, simulate
 from popliner.simulator.inputs import inputs_from_analysis
+from popliner.solvers.result import StageResult
 
 __all__ = ["LIVENESS_POINTS", "Liveness", "Report", "build_report", "fullest_ipu", "liveness"]
 
@@ -64,7 +64,7 @@ class Report:
     tiles: int
     bytes_per_tile: int
     budget: int
-    ipus: tuple[IpuMemory, ...]
+    ipus: tuple[StageResult, ...]
     layers: tuple[LayerRow, ...]
     unlayered: LayerRow | None
     liveness: Liveness | None
@@ -84,7 +84,7 @@ class Report:
         return {layer: i.ipu for i in self.ipus for layer in i.layers}
 
     @property
-    def fullest(self) -> IpuMemory:
+    def fullest(self) -> StageResult:
         return fullest_ipu(self.ipus)
 
 
@@ -122,12 +122,12 @@ def _coverage(analysis: Analysis) -> str:
     return f"On one IPU, {coverage_line(cov)}." if cov is not None else ""
 
 
-def fullest_ipu(ipus: tuple[IpuMemory, ...]) -> IpuMemory:
+def fullest_ipu(ipus: tuple[StageResult, ...]) -> StageResult:
     """The IPU whose worst tile holds the most bytes (the first on ties)."""
-    return max(ipus, key=lambda i: (i.worst_bytes, -i.ipu))
+    return max(ipus, key=lambda i: (i.worst_tile_bytes, -i.ipu))
 
 
-def liveness(analysis: Analysis, ipu: IpuMemory) -> Liveness:
+def liveness(analysis: Analysis, ipu: StageResult) -> Liveness:
     """Live variables over the steps of ``ipu``'s operations, on its worst tile and summed over tiles."""
     ops = analysis.stage_ops(ipu.layers, first_stage=ipu.ipu == 0)
     tile = ipu.worst_tile
@@ -136,7 +136,7 @@ def liveness(analysis: Analysis, ipu: IpuMemory) -> Liveness:
     hi = lo + len(on_tile) - 1
     peak = int(np.argmax(on_tile)) if on_tile.size else 0
     parts = ipu.worst_components
-    others = ipu.worst_bytes - parts["variables"]
+    others = ipu.worst_tile_bytes - parts["variables"]
     return Liveness(
         ipu=ipu.ipu, tile=tile, first_step=lo, last_step=hi,
         on_tile=max_pool(on_tile, LIVENESS_POINTS, offset=lo), summed=max_pool(summed, LIVENESS_POINTS, offset=lo),

@@ -11,12 +11,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from popliner.analysis import Analysis
-from popliner.report.types import IpuMemory
+from popliner.solvers.result import StageResult, stage_result
 
 __all__ = ["ipu_memories"]
 
 
-def ipu_memories(analysis: Analysis, stages: Sequence[Sequence[str]], *, budget: int) -> list[IpuMemory]:
-    """Per-tile memory of each IPU of a split (``stages[i]`` = the layers on IPU i)."""
-    figures = analysis.pipeline_figures(stages)
-    return [IpuMemory(figure, tuple(layers), budget) for figure, layers in zip(figures, stages)]
+def ipu_memories(analysis: Analysis, stages: Sequence[Sequence[str]], *, budget: int) -> list[StageResult]:
+    """Each IPU of a split with its per-tile figure (``stages[i]`` = the layers on IPU i)."""
+    return [stage_result(figure, analysis.layer_names, budget) for figure in analysis.pipeline_figures(stages)]

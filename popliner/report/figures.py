@@ -16,9 +16,9 @@ import numpy as np
 from popliner.memory.types import COMPONENT_COLOURS, COMPONENT_TITLES, components
 from popliner.report.aggregate import grid_values, tile_grid
 from popliner.report.build import Liveness
-from popliner.report.types import IpuMemory
 from popliner.simulator.engine import SimResult
 from popliner.simulator.outputs import BAR_COLOURS, PHASE_COLOURS, legend_entries, schedule_bars, schedule_title
+from popliner.solvers.result import StageResult
 
 __all__ = ["HEATMAP_COLUMNS", "heatmap_figure", "liveness_figure", "memory_figure", "schedule_figure", "short_bytes"]
 
@@ -48,12 +48,12 @@ def _bytes_axis(title: str) -> dict[str, Any]:
 # ------------------------------------------------------------------ memory bars
 
 
-def memory_figure(ipus: Sequence[IpuMemory], budget: int) -> Figure:
+def memory_figure(ipus: Sequence[StageResult], budget: int) -> Figure:
     """Each IPU's worst tile, stacked by component, stash and copy buffers, then the headroom; budget line."""
     names = [f"IPU {i.ipu}" for i in ipus]
     parts = [i.worst_components for i in ipus]
     data: list[dict[str, Any]] = []
-    comps = components(any(i.figure.memory.has_other for i in ipus))
+    comps = components(any(i.tile_figure.memory.has_other for i in ipus))
     stacks = [(c, COMPONENT_TITLES[c], COMPONENT_COLOURS[c]) for c in comps]
     stacks += [("stash", "Stash (extra entries)", _STASH_COLOUR), ("copy_buffers", "Copy buffers", _COPY_COLOUR)]
     for key, title, colour in stacks:
@@ -70,10 +70,10 @@ def memory_figure(ipus: Sequence[IpuMemory], budget: int) -> Figure:
     # The budget: a line across the plot, and a legend entry for it.
     data.append({"type": "scatter", "mode": "lines", "name": f"Budget {budget:,} B per tile", "x": [None],
                  "y": [None], "line": {"color": _BUDGET_COLOUR, "dash": "dash", "width": 2}, "hoverinfo": "skip"})
-    over = [{"x": n, "y": i.worst_bytes, "text": f"+{short_bytes(i.worst_bytes - budget)}", "showarrow": False,
-             "yshift": 10, "font": {"color": _BUDGET_COLOUR, "size": 11 if len(ipus) <= 8 else 9}}
+    over = [{"x": n, "y": i.worst_tile_bytes, "text": f"+{short_bytes(-i.headroom)}",
+             "showarrow": False, "yshift": 10, "font": {"color": _BUDGET_COLOUR, "size": 11 if len(ipus) <= 8 else 9}}
             for n, i in zip(names, ipus) if not i.fits]
-    top = max([budget, *(i.worst_bytes for i in ipus)])
+    top = max([budget, *(i.worst_tile_bytes for i in ipus)])
     return {"data": data, "layout": _base_layout(
         440, barmode="stack", annotations=over, margin={"l": 70, "r": 30, "t": 40, "b": 90},
         legend={"orientation": "h", "yref": "container", "y": 0, "yanchor": "bottom", "traceorder": "normal"},
@@ -94,12 +94,12 @@ def _colorscale(budget: int, top: int) -> list[list[Any]]:
     return [[0.0, "#f7fbff"], [p / 2, "#6baed6"], [p, "#08306b"], [p, "#fcbba1"], [1.0, "#67000d"]]
 
 
-def heatmap_figure(ipus: Sequence[IpuMemory], budget: int) -> Figure:
+def heatmap_figure(ipus: Sequence[StageResult], budget: int) -> Figure:
     """One heatmap per IPU (tiles row by row, one cell each), the worst tile ringed; a shared colour scale."""
     count = len(ipus)
     cols = max(1, min(count, HEATMAP_COLUMNS))
     rows = max(1, math.ceil(count / cols))
-    top = max([budget, *(i.worst_bytes for i in ipus)])
+    top = max([budget, *(i.worst_tile_bytes for i in ipus)])
     gap_x, gap_y = 0.04, 0.12 / rows
     width, height = (1.0 - gap_x * (cols - 1)) / cols, (1.0 - gap_y * (rows - 1)) / rows
     layout = _base_layout(40 + 250 * rows, margin={"l": 20, "r": 20, "t": 40, "b": 10})
@@ -116,14 +116,15 @@ def heatmap_figure(ipus: Sequence[IpuMemory], budget: int) -> Figure:
                                     "scaleanchor": f"x{suffix}", "anchor": f"x{suffix}"}
         data.extend(_ipu_heatmap(ipu, f"x{suffix}", f"y{suffix}"))
         verdict = "fits" if ipu.fits else f"+{short_bytes(-ipu.headroom)} over"
-        annotations.append({"text": f"<b>{ipu.label}</b><br>tile {ipu.worst_tile}: {short_bytes(ipu.worst_bytes)}, "
-                                    f"{verdict}", "xref": "paper", "yref": "paper", "x": x0 + width / 2,
+        annotations.append({"text": f"<b>{ipu.label}</b><br>tile {ipu.worst_tile}: "
+                                    f"{short_bytes(ipu.worst_tile_bytes)}, {verdict}",
+                            "xref": "paper", "yref": "paper", "x": x0 + width / 2,
                             "y": y1, "yanchor": "bottom", "showarrow": False, "font": {"size": 11}})
     layout["annotations"] = annotations
     return {"data": data, "layout": layout}
 
 
-def _ipu_heatmap(ipu: IpuMemory, xaxis: str, yaxis: str) -> list[dict[str, Any]]:
+def _ipu_heatmap(ipu: StageResult, xaxis: str, yaxis: str) -> list[dict[str, Any]]:
     grid = grid_values(ipu.total_per_tile)
     nrows, ncols = tile_grid(ipu.tiles)
     index = np.arange(nrows * ncols, dtype=float)
@@ -136,7 +137,7 @@ def _ipu_heatmap(ipu: IpuMemory, xaxis: str, yaxis: str) -> list[dict[str, Any]]
         {"type": "scatter", "mode": "markers", "x": [worst_c], "y": [worst_r], "xaxis": xaxis, "yaxis": yaxis,
          "showlegend": False, "name": "worst tile",
          "marker": {"symbol": "square-open", "size": 14, "color": "#FFD700", "line": {"width": 3}},
-         "hovertemplate": f"worst tile {ipu.worst_tile}: {ipu.worst_bytes:,} B<extra></extra>"},
+         "hovertemplate": f"worst tile {ipu.worst_tile}: {ipu.worst_tile_bytes:,} B<extra></extra>"},
     ]
 
 

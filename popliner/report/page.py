@@ -89,7 +89,7 @@ def _split(r: Report) -> str:
         boxes.append(
             f"<div class='ipu {state}' style='flex-grow:{grow:.4f}' title='IPU {i.ipu}: {_e(_span(i.layers))}'>"
             f"<b>IPU {i.ipu}</b><span>{span}</span><span>{_n(len(i.layers), 'layer')}</span>"
-            f"<span>{short_bytes(i.worst_bytes)}</span><span>tile {i.worst_tile}</span><span>{room}</span></div>")
+            f"<span>{short_bytes(i.worst_tile_bytes)}</span><span>tile {i.worst_tile}</span><span>{room}</span></div>")
     note = ("<p class='note'>Operations without a layer go with IPU 0.</p>" if r.unlayered is not None else "")
     intro = ("<p>Each box is one IPU, as wide as its share of the layers, green when its worst tile "
              "(stash and copy buffers included) is within the budget.</p>")
@@ -100,7 +100,7 @@ def _memory(r: Report) -> str:
     intro = ("<p>Bytes on each IPU's worst tile: the five components of its operations, the stash entries the "
              "pipeline adds and the copy buffers, then the headroom left to the budget. These are the figures "
              "<code>popliner check</code> and the split table report.</p>")
-    comps = components(any(i.figure.memory.has_other for i in r.ipus))
+    comps = components(any(i.tile_figure.memory.has_other for i in r.ipus))
     head = ["IPU", "Layers", "Worst tile", *[COMPONENT_TITLES[c] for c in comps], "Stash", "Copy buffers",
             "Total", "Budget", "Headroom", "Fits"]
     rows = []
@@ -108,7 +108,7 @@ def _memory(r: Report) -> str:
         parts = i.worst_components
         rows.append([_cell(i.ipu), _cell(_span(i.layers)), _cell(i.worst_tile),
                      *[_cell(parts[c]) for c in comps], _cell(parts["stash"]), _cell(parts["copy_buffers"]),
-                     _cell(i.worst_bytes), _cell(i.budget), _cell(i.headroom), _cell("yes" if i.fits else "NO")])
+                     _cell(i.worst_tile_bytes), _cell(i.budget), _cell(i.headroom), _cell("yes" if i.fits else "NO")])
     return _section("memory", intro, _figure_div("fig-memory") + _table("ipu-table", head, rows))
 
 
@@ -116,7 +116,7 @@ def _layers(r: Report) -> str:
     intro = ("<p>Each layer as a stage of its own: components summed over the IPU's tiles, and the layer's "
              "worst tile. Click a column heading to sort. Shared code and liveness peaks mean a stage's figure "
              "is not the sum of its layers'.</p>")
-    comps = components(any(i.figure.memory.has_other for i in r.ipus))
+    comps = components(any(i.tile_figure.memory.has_other for i in r.ipus))
     head = ["#", "Layer", "IPU", "Operations", *[COMPONENT_TITLES[c] for c in comps], "Total",
             "Worst tile", "Worst-tile bytes", "Cycles"]
     where = r.ipu_of_layer

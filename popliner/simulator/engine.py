@@ -13,22 +13,26 @@ Time model, per pipeline cycle (all figures in IPU clock cycles):
 The phases are sequential because the copy program involves sender and
 receiver at once: a copy cannot overlap the other IPU's compute.
 
-Memory model, per IPU, on each tile: the resident memory of its stages
-(summed; every stage's code and variables stay on the IPU for the whole
-run), plus the stash entries in flight times the per-entry stash bytes, plus
-the copy buffers (bytes the IPU sends and receives per micro-batch, spread
-evenly over its tiles). The peak is taken over the run on the worst tile.
+The memory model (stash in flight, peaks, bytes over time) is in
+:mod:`popliner.simulator.memory`, the plain values in
+:mod:`popliner.simulator.types`; both are re-exported here.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 
 from popliner.errors import UsageProblem
-from popliner.pipeline import spread_over_tiles
+from popliner.simulator.memory import (
+    MemoryPoint,
+    StashTrace,
+    memory_over_time,
+    memory_peak,
+    sends_off_ipu,
+    stash_in_flight,
+)
 from popliner.simulator.schedule import (
     Fragment,
     Schedule,
@@ -37,6 +41,7 @@ from popliner.simulator.schedule import (
     schedule,
     sharded_schedule,
 )
+from popliner.simulator.types import SIM_KINDS, CycleTiming, FragmentTiming, IpuSummary, SimResult, SimStage
 
 __all__ = [
     "DEFAULT_LINK_BANDWIDTH",
@@ -60,165 +65,6 @@ DEFAULT_LINK_BANDWIDTH = 64e9
 #: estimate of a hardware sync plus exchange set-up; calibrate it against a
 #: real profile of the pipelined model when you have one.
 DEFAULT_SYNC_CYCLES = 1000
-
-SIM_KINDS: tuple[str, ...] = ("forward", "backward", "forward+backward")
-
-
-@dataclass(frozen=True, eq=False)
-class SimStage:
-    """One pipeline stage as the simulator sees it.
-
-    ``cycles``: compute cycles per micro-batch. ``send_bytes``: bytes sent to
-    the next pipeline stage per micro-batch (activations forward, gradients
-    backward); ignored when the next stage is on the same IPU or there is
-    none. ``memory_per_tile``: bytes per tile resident for the whole run
-    (stages on one IPU are summed, so give an IPU's memory once).
-    ``stash_entry_per_tile``: bytes per tile of one stash entry, on the
-    forward stage that stashes (training). ``recompute_cycles``: the part of
-    ``cycles`` that re-runs forward work (recomputation), drawn as its own
-    ``R`` fragment after the first ``recompute_after`` cycles of the stage's
-    work (0 for a backward stage; the forward part for the loss stage).
-    """
-
-    index: int
-    ipu: int
-    kind: str
-    cycles: int
-    send_bytes: int
-    memory_per_tile: np.ndarray | None = None
-    stash_entry_per_tile: np.ndarray | None = None
-    label: str = ""
-    recompute_cycles: int = 0
-    recompute_after: int = 0
-
-
-@dataclass(frozen=True)
-class CycleTiming:
-    """One pipeline cycle: when it starts and how long each phase lasts (clock cycles)."""
-
-    index: int
-    phase: str  # fill / main / flush
-    start: float
-    compute: float
-    sync: float
-    copy: float
-    ipu_compute: tuple[float, ...]  # per IPU, in SimResult.ipus order
-
-    @property
-    def duration(self) -> float:
-        return self.compute + self.sync + self.copy
-
-
-@dataclass(frozen=True)
-class FragmentTiming:
-    """A fragment placed in time (clock cycles from the start of the step)."""
-
-    cycle: int
-    stage: int
-    kind: str
-    microbatch: int | None
-    ipu: int
-    start: float
-    duration: float
-
-
-@dataclass(frozen=True)
-class IpuSummary:
-    """One IPU over the whole step.
-
-    Time figures are clock cycles; the four time parts (busy, fill/flush,
-    imbalance, communication) add up to the step time. Memory figures are
-    bytes on the worst tile at the peak (None when no memory was given).
-    """
-
-    ipu: int
-    stages: tuple[int, ...]
-    busy_cycles: float
-    fill_flush_cycles: float
-    imbalance_cycles: float
-    communication_cycles: float
-    utilisation: float
-    max_stash_entries: int
-    worst_tile: int | None
-    base_bytes: int | None
-    stash_bytes: int | None
-    copy_buffer_bytes: int | None
-    peak_bytes: int | None
-    fits: bool | None
-
-
-@dataclass(frozen=True, eq=False)
-class SimResult:
-    """Everything :func:`simulate` found; plain data for the writers."""
-
-    stages: tuple[SimStage, ...]
-    micro_batches: int
-    micro_batch_size: int
-    clock_hz: float
-    link_bandwidth: float
-    sync_cycles: float
-    budget_bytes: int | None
-    schedule: Schedule
-    cycles: tuple[CycleTiming, ...]
-    fragments: tuple[FragmentTiming, ...]
-    ipus: tuple[IpuSummary, ...]
-    step_cycles: float
-    #: ``pipelined`` (PopART's pipeline) or ``sharded`` (one stage at a time: optimum-graphcore's inference).
-    execution: str = "pipelined"
-
-    @property
-    def num_stages(self) -> int:
-        return len(self.stages)
-
-    @property
-    def num_cycles(self) -> int:
-        return len(self.cycles)
-
-    @property
-    def step_seconds(self) -> float:
-        return self.step_cycles / self.clock_hz
-
-    @property
-    def throughput(self) -> float | None:
-        """Samples per second; None when the step takes no time (no cycle figures)."""
-        if self.step_cycles <= 0:
-            return None
-        return self.micro_batches * self.micro_batch_size / self.step_seconds
-
-    def _share(self, attr: str) -> float:
-        total = self.step_cycles * len(self.ipus)
-        return sum(getattr(u, attr) for u in self.ipus) / total if total > 0 else 0.0
-
-    @property
-    def compute_share(self) -> float:
-        """Mean utilisation over IPUs."""
-        return self._share("busy_cycles")
-
-    @property
-    def fill_flush_share(self) -> float:
-        return self._share("fill_flush_cycles")
-
-    @property
-    def imbalance_share(self) -> float:
-        return self._share("imbalance_cycles")
-
-    @property
-    def communication_share(self) -> float:
-        return self._share("communication_cycles")
-
-    @property
-    def bubble_share(self) -> float:
-        """Idle share from pipeline fill/flush and stage imbalance (copies/sync excluded)."""
-        return self.fill_flush_share + self.imbalance_share
-
-    @property
-    def fits(self) -> bool | None:
-        verdicts = [u.fits for u in self.ipus]
-        return None if any(v is None for v in verdicts) else all(verdicts)
-
-    @property
-    def ipu_of_stage(self) -> tuple[int, ...]:
-        return tuple(s.ipu for s in self.stages)
 
 
 def simulate(
@@ -250,7 +96,7 @@ def simulate(
     sync = float(sync_cycles) if len(ipus) > 1 else 0.0
     cycles, fragments = _timeline(stages, sched, ipus, copy_cycles, sync, sharded)
     step = sum(c.duration for c in cycles)
-    stash = _stash_in_flight(stages, sched)
+    stash = stash_in_flight(stages, sched)
     summaries = tuple(
         _ipu_summary(stages, u, k, cycles, step, stash, budget_bytes, tiles_per_ipu) for k, u in enumerate(ipus)
     )
@@ -326,13 +172,9 @@ def _copy_cycles(stages: tuple[SimStage, ...], ipus: tuple[int, ...], clock_hz: 
     """Per IPU, (stage, cycles) of each of its stages' copies to another IPU."""
     out: dict[int, list[tuple[int, float]]] = {u: [] for u in ipus}
     for s in stages:
-        if _sends_off_ipu(stages, s):
+        if sends_off_ipu(stages, s):
             out[s.ipu].append((s.index, s.send_bytes / bandwidth * clock_hz))
     return out
-
-
-def _sends_off_ipu(stages: tuple[SimStage, ...], s: SimStage) -> bool:
-    return s.index + 1 < len(stages) and stages[s.index + 1].ipu != s.ipu and s.send_bytes > 0
 
 
 def _timeline(stages: tuple[SimStage, ...], sched: Schedule, ipus: tuple[int, ...],
@@ -406,104 +248,11 @@ def _place_copies(stages: tuple[SimStage, ...], c: int, frags: tuple[Fragment, .
             t += dur
 
 
-# --------------------------------------------------------------------- memory
-
-
-def _stash_pairs(stages: tuple[SimStage, ...]) -> dict[int, int]:
-    """backward stage -> forward stage whose activations it restores.
-
-    PopART stashes only between two stages on one IPU; the backward stage of
-    forward stage f is its mirror P-1-f. A forward+backward stage needs none.
-    """
-    p = len(stages)
-    pairs: dict[int, int] = {}
-    for b in stages:
-        f = p - 1 - b.index
-        if b.kind == "backward" and 0 <= f < b.index and stages[f].kind == "forward" and stages[f].ipu == b.ipu:
-            pairs[b.index] = f
-    return pairs
-
-
-@dataclass(frozen=True)
-class _StashTrace:
-    """Entries in flight per forward stage at each moment the stash grows."""
-
-    snapshots: dict[int, list[dict[int, int]]]  # ipu -> states right after each push
-    max_entries: dict[int, int]  # ipu -> max entries summed over its stages
-
-
-def _stash_in_flight(stages: tuple[SimStage, ...], sched: Schedule) -> _StashTrace:
-    """Walk the M fragments in program order: a forward pushes, its backward pops."""
-    pairs = _stash_pairs(stages)
-    stashing = set(pairs.values())
-    entries = {f: 0 for f in stashing}
-    snapshots: dict[int, list[dict[int, int]]] = {s.ipu: [] for s in stages}
-    max_entries = {s.ipu: 0 for s in stages}
-    for frags in sched:
-        for fr in frags:
-            if fr.kind != "M":
-                continue
-            if fr.stage in stashing:
-                entries[fr.stage] += 1
-                u = stages[fr.stage].ipu
-                state = {f: n for f, n in entries.items() if stages[f].ipu == u}
-                snapshots[u].append(state)
-                max_entries[u] = max(max_entries[u], sum(state.values()))
-            elif fr.stage in pairs:
-                entries[pairs[fr.stage]] -= 1
-    return _StashTrace(snapshots, max_entries)
-
-
-@dataclass(frozen=True)
-class _Peak:
-    worst_tile: int
-    base: int
-    stash: int
-    copy_buffer: int
-    total: int
-
-
-def _memory_peak(stages: tuple[SimStage, ...], u: int, trace: _StashTrace,
-                 tiles_per_ipu: int | None) -> _Peak | None:
-    mine = [s for s in stages if s.ipu == u]
-    arrays = [a for s in mine for a in (s.memory_per_tile, s.stash_entry_per_tile) if a is not None]
-    tiles = len(arrays[0]) if arrays else tiles_per_ipu
-    if not tiles:
-        return None
-    base = np.zeros(tiles, dtype=np.int64)
-    for s in mine:
-        if s.memory_per_tile is not None:
-            base += np.asarray(s.memory_per_tile, dtype=np.int64)
-    buffer = _copy_buffer_per_tile(stages, u, tiles_per_ipu or tiles)
-    best = _Peak(int(np.argmax(base)), int(base.max()), 0, buffer, int(base.max()) + buffer)
-    for state in trace.snapshots[u]:
-        stash = np.zeros(tiles, dtype=np.int64)
-        for f, n in state.items():
-            if stages[f].stash_entry_per_tile is not None:
-                stash += n * np.asarray(stages[f].stash_entry_per_tile, dtype=np.int64)
-        total = base + stash
-        tile = int(np.argmax(total))
-        if int(total[tile]) + buffer > best.total:
-            best = _Peak(tile, int(base[tile]), int(stash[tile]), buffer, int(total[tile]) + buffer)
-    return best
-
-
-def _copy_buffer_per_tile(stages: tuple[SimStage, ...], u: int, tiles: int) -> int:
-    """Bytes per tile for what the IPU sends and receives per micro-batch (even spread)."""
-    total = 0
-    for s in stages:
-        if not _sends_off_ipu(stages, s):
-            continue
-        if s.ipu == u or stages[s.index + 1].ipu == u:
-            total += s.send_bytes
-    return spread_over_tiles(total, tiles)
-
-
 # -------------------------------------------------------------------- summary
 
 
 def _ipu_summary(stages: tuple[SimStage, ...], u: int, k: int, cycles: tuple[CycleTiming, ...], step: float,
-                 trace: _StashTrace, budget: int | None, tiles_per_ipu: int | None) -> IpuSummary:
+                 trace: StashTrace, budget: int | None, tiles_per_ipu: int | None) -> IpuSummary:
     full = float(sum(s.cycles for s in stages if s.ipu == u))
     busy = fill = imbalance = comm = 0.0
     for c in cycles:
@@ -514,7 +263,7 @@ def _ipu_summary(stages: tuple[SimStage, ...], u: int, k: int, cycles: tuple[Cyc
         fill += min(c.compute, full) - mine
         imbalance += max(0.0, c.compute - full)
         comm += c.sync + c.copy
-    peak = _memory_peak(stages, u, trace, tiles_per_ipu)
+    peak = memory_peak(stages, u, trace, tiles_per_ipu)
     return IpuSummary(
         ipu=u,
         stages=tuple(s.index for s in stages if s.ipu == u),
@@ -533,78 +282,3 @@ def _ipu_summary(stages: tuple[SimStage, ...], u: int, k: int, cycles: tuple[Cyc
     )
 
 
-# ------------------------------------------------------------ memory over time
-
-
-@dataclass(frozen=True)
-class MemoryPoint:
-    """An IPU's bytes on its peak tile from ``time`` (clock cycles) on, with ``entries`` stash entries in flight."""
-
-    time: float
-    entries: int
-    bytes: int
-
-
-def memory_over_time(result: SimResult) -> dict[int, tuple[MemoryPoint, ...]]:
-    """Per IPU, its bytes on its peak tile (:attr:`IpuSummary.worst_tile`) over the step.
-
-    The bytes are the resident memory, the stash entries in flight and the
-    copy buffers, as for the peak: a point where the step starts, one where a
-    stashing forward fragment starts (one more entry) and one where its
-    backward stage's work for that micro-batch ends (one fewer). The largest
-    point of an IPU is its peak. Empty for an IPU without memory figures.
-    """
-    stages = result.stages
-    pairs = _stash_pairs(stages)
-    stashing = set(pairs.values())
-    entries = {f: 0 for f in stashing}
-    points: dict[int, list[MemoryPoint]] = {}
-    tile_of = {u.ipu: u for u in result.ipus}
-    for summary in result.ipus:
-        if summary.worst_tile is not None:
-            points[summary.ipu] = [MemoryPoint(0.0, 0, _bytes_at(stages, summary.ipu, summary.worst_tile, entries,
-                                                                 summary))]
-    for stage, start, end in _compute_runs(result.fragments):
-        if stage in stashing:
-            entries[stage] += 1
-            at = start
-        elif stage in pairs:
-            entries[pairs[stage]] -= 1
-            at = end
-        else:
-            continue
-        ipu = stages[stage].ipu
-        mine = tile_of[ipu]
-        if ipu in points and mine.worst_tile is not None:
-            count = sum(n for g, n in entries.items() if stages[g].ipu == ipu)
-            points[ipu].append(MemoryPoint(at, count, _bytes_at(stages, ipu, mine.worst_tile, entries, mine)))
-    return {u: tuple(p) for u, p in points.items()}
-
-
-def _compute_runs(fragments: tuple[FragmentTiming, ...]) -> list[tuple[int, float, float]]:
-    """(stage, start, end) of each stage's work on one micro-batch (its M and R parts together), in run order."""
-    runs: list[tuple[int, float, float]] = []
-    last: tuple[int, int, int | None] | None = None
-    for f in fragments:
-        if f.kind not in ("M", "R"):
-            continue
-        key = (f.cycle, f.stage, f.microbatch)
-        if key == last:
-            stage, start, _ = runs[-1]
-            runs[-1] = (stage, start, f.start + f.duration)
-        else:
-            runs.append((f.stage, f.start, f.start + f.duration))
-        last = key
-    return runs
-
-
-def _bytes_at(stages: tuple[SimStage, ...], u: int, tile: int, entries: dict[int, int], summary: IpuSummary) -> int:
-    total = summary.copy_buffer_bytes or 0
-    for s in stages:
-        if s.ipu != u:
-            continue
-        if s.memory_per_tile is not None:
-            total += int(np.asarray(s.memory_per_tile)[tile])
-        if s.stash_entry_per_tile is not None and s.index in entries:
-            total += entries[s.index] * int(np.asarray(s.stash_entry_per_tile)[tile])
-    return total

@@ -19,7 +19,7 @@ import numpy as np
 
 from popliner.config.model import ConfigStage, PipelineConfig
 from popliner.errors import ConfigError
-from popliner.pipeline import StageFigure, backward_stage, copy_buffer_per_tile, forward_stage, head_stage
+from popliner.pipeline import StageFigure, StageLayout, copy_buffer_per_tile
 from popliner.simulator.engine import SimStage
 
 __all__ = [
@@ -29,6 +29,7 @@ __all__ = [
     "SimInputs",
     "inputs_from_analysis",
     "inputs_from_config",
+    "ipu_figures",
     "pipeline_stages",
 ]
 
@@ -88,42 +89,44 @@ class IpuFigures:
         return self.gradient_bytes_in if self.gradient_bytes_in is not None else self.bytes_in
 
 
-def pipeline_stages(mode: str, ipus: Sequence[IpuFigures], head_cycles: int | None = None) -> tuple[SimStage, ...]:
-    """Expand per-IPU figures into the K (inference) or 2K-1 (training) pipeline stages.
+def pipeline_stages(plan: StageLayout, ipus: Sequence[IpuFigures], head_cycles: int = 0) -> tuple[SimStage, ...]:
+    """Expand per-IPU figures into the pipeline stages of ``plan`` (K in inference, 2K-1 in training).
 
-    ``head_cycles``: a head wrapped onto IPU 0 with these cycles (one more
+    ``head_cycles``: the cycles of a head ``plan`` wraps onto IPU 0 (one more
     stage, K; the backwards move one stage later).
     """
     k = len(ipus)
-    if head_cycles is not None and k >= 2:
-        return _wrapped_stages(mode, ipus, head_cycles)
-    if mode != "training":
+    if plan.num_ipus != k:
+        raise ValueError(f"{k} IPUs of figures for a split over {plan.num_ipus}")
+    if plan.wraps:
+        return _wrapped_stages(plan, ipus, head_cycles)
+    if not plan.training:
         return tuple(
-            SimStage(i, i, "forward", f.forward_cycles, ipus[i + 1].bytes_in if i + 1 < k else 0,
+            SimStage(plan.forward_stage(i), i, "forward", f.forward_cycles, ipus[i + 1].bytes_in if i + 1 < k else 0,
                      f.memory_per_tile, None, f.label)
             for i, f in enumerate(ipus)
         )
     out = [
-        SimStage(forward_stage(i), i, "forward", f.forward_cycles, ipus[i + 1].received, f.memory_per_tile,
+        SimStage(plan.forward_stage(i), i, "forward", f.forward_cycles, ipus[i + 1].received, f.memory_per_tile,
                  f.stash_entry_per_tile, f.label)
         for i, f in enumerate(ipus[:-1])
     ]
     last = ipus[-1]
     # The last IPU computes the loss and sends the gradient of its input back.
     # Its re-run forward work (every-layer recomputation) comes after its forward part.
-    out.append(SimStage(k - 1, k - 1, "forward+backward", last.forward_cycles + last.backward_cycles,
-                        last.returned if k > 1 else 0, last.memory_per_tile, None, last.label,
+    out.append(SimStage(plan.forward_stage(k - 1), k - 1, "forward+backward", last.forward_cycles
+                        + last.backward_cycles, last.returned if k > 1 else 0, last.memory_per_tile, None, last.label,
                         last.recompute_cycles, last.forward_cycles))
     for i in range(k - 2, -1, -1):
         f = ipus[i]
         # Resident memory is given once per IPU, on its forward stage; the re-run
         # forward work opens the backward stage.
-        out.append(SimStage(backward_stage(i, k), i, "backward", f.backward_cycles, f.returned if i > 0 else 0,
+        out.append(SimStage(plan.backward_stage(i), i, "backward", f.backward_cycles, f.returned if i > 0 else 0,
                             None, None, f.label, f.recompute_cycles, 0))
     return tuple(out)
 
 
-def _wrapped_stages(mode: str, ipus: Sequence[IpuFigures], head_cycles: int) -> tuple[SimStage, ...]:
+def _wrapped_stages(plan: StageLayout, ipus: Sequence[IpuFigures], head_cycles: int) -> tuple[SimStage, ...]:
     """The stages with a head wrapped onto IPU 0 (docs/solvers.md, ``--head-placement wrap``).
 
     Forwards 0..K-1, the head at stage K on IPU 0 (forward and backward back
@@ -131,19 +134,20 @@ def _wrapped_stages(mode: str, ipus: Sequence[IpuFigures], head_cycles: int) -> 
     the head receives from the last IPU (and, in training, sends back).
     """
     k = len(ipus)
-    training = mode == "training"
+    training = plan.training
+    head_stage = k if plan.head_stage is None else plan.head_stage
     into_head = ipus[0].received if training else ipus[0].bytes_in
-    out = [SimStage(forward_stage(i), i, "forward", f.forward_cycles,
+    out = [SimStage(plan.forward_stage(i), i, "forward", f.forward_cycles,
                     (ipus[i + 1].received if training else ipus[i + 1].bytes_in) if i + 1 < k else into_head,
-                    f.memory_per_tile, f.stash_entry_per_tile if mode == "training" else None, f.label)
+                    f.memory_per_tile, f.stash_entry_per_tile if training else None, f.label)
            for i, f in enumerate(ipus)]
-    if mode != "training":
-        out.append(SimStage(head_stage(k), 0, "forward", head_cycles, 0, None, None, "head"))
+    if not training:
+        out.append(SimStage(head_stage, 0, "forward", head_cycles, 0, None, None, "head"))
         return tuple(out)
-    out.append(SimStage(head_stage(k), 0, "forward+backward", head_cycles, ipus[0].returned, None, None, "head"))
+    out.append(SimStage(head_stage, 0, "forward+backward", head_cycles, ipus[0].returned, None, None, "head"))
     for i in range(k - 1, -1, -1):
         f = ipus[i]
-        out.append(SimStage(backward_stage(i, k, True), i, "backward", f.backward_cycles, f.returned if i > 0 else 0,
+        out.append(SimStage(plan.backward_stage(i), i, "backward", f.backward_cycles, f.returned if i > 0 else 0,
                             None, None, f.label, f.recompute_cycles, 0))
     return tuple(out)
 
@@ -180,7 +184,7 @@ def inputs_from_config(cfg: PipelineConfig, backward_fraction: float = BACKWARD_
         figures.append(IpuFigures(s.cycles - backward, backward, memory,
                                    np.full(tiles, per_entry, dtype=np.int64), s.bytes_in, _label(s.layers),
                                    recompute, s.gradient_bytes_in if cfg.training else None))
-    return SimInputs(pipeline_stages(cfg.mode, figures, head if wraps else None), tiles, cfg.clock_hz, "config")
+    return SimInputs(pipeline_stages(cfg.stage_layout, figures, head), tiles, cfg.clock_hz, "config")
 
 
 def _backward_cycles(s: ConfigStage, training: bool, backward_fraction: float) -> tuple[int, int]:
@@ -196,29 +200,30 @@ def _backward_cycles(s: ConfigStage, training: bool, backward_fraction: float) -
 
 def inputs_from_analysis(cfg: PipelineConfig, analysis: AnalysisLike, *, tiles_per_ipu: int,
                          clock_hz: float) -> SimInputs:
-    """Stages recomputed from the profile for the config's layer placement.
+    """Stages recomputed from the profile for the config's layer placement (:func:`ipu_figures` of each IPU)."""
+    check_profile_matches(cfg, analysis)
+    layers = [s.layers for s in cfg.stages]
+    computed = analysis.pipeline_figures(layers)
+    figures = [ipu_figures(fig, cfg.training, _label(group)) for group, fig in zip(layers, computed)]
+    head = computed[0].head_cycles if cfg.head_wraps and computed else 0
+    return SimInputs(pipeline_stages(cfg.stage_layout, figures, head), tiles_per_ipu, clock_hz, "profile")
+
+
+def ipu_figures(figure: StageFigure, training: bool, label: str = "") -> IpuFigures:
+    """What the simulator reads of an IPU's pipeline figure: the one way a figure becomes simulator input.
 
     The single-IPU profile already holds one stash entry of every stage (its
     activations live from forward to backward), so that entry is taken out
     of the resident memory and the simulator adds back as many as are in
-    flight.
+    flight. The last IPU runs forward and backward back to back: no stash,
+    and its activations stay live in between exactly as the profile shows them.
     """
-    check_profile_matches(cfg, analysis)
-    layers = [s.layers for s in cfg.stages]
-    figures = []
-    computed = analysis.pipeline_figures(layers)
-    for group, fig in zip(layers, computed):
-        total = np.asarray(fig.memory.total_per_tile, dtype=np.int64)
-        # The last IPU runs forward and backward back to back: no stash, and its
-        # activations stay live in between exactly as the profile shows them.
-        entry = np.asarray(fig.stash_entry_per_tile, dtype=np.int64) if fig.stash_entries else np.zeros_like(total)
-        figures.append(IpuFigures(
-            fig.forward_cycles, fig.backward_cycles if cfg.training else 0, np.maximum(total - entry, 0), entry,
-            fig.bytes_in, _label(group), fig.recompute_cycles if cfg.training else 0,
-            fig.gradient_bytes_in if cfg.training else None,
-        ))
-    head = computed[0].head_cycles if cfg.head_wraps and computed else None
-    return SimInputs(pipeline_stages(cfg.mode, figures, head), tiles_per_ipu, clock_hz, "profile")
+    total = np.asarray(figure.memory.total_per_tile, dtype=np.int64)
+    entry = (np.asarray(figure.stash_entry_per_tile, dtype=np.int64) if figure.stash_entries
+             else np.zeros_like(total))
+    return IpuFigures(figure.forward_cycles, figure.backward_cycles if training else 0, np.maximum(total - entry, 0),
+                      entry, figure.bytes_in, label, figure.recompute_cycles if training else 0,
+                      figure.gradient_bytes_in if training else None)
 
 
 def check_profile_matches(cfg: PipelineConfig, analysis: AnalysisLike) -> None:

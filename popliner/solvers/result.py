@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from popliner.memory.overflow import OverflowDetail
+import numpy as np
+
+from popliner.memory.overflow import LiveVariable, OverflowDetail
 from popliner.memory.types import ComponentBytes
 from popliner.pipeline import StageFigure
 
@@ -24,7 +27,13 @@ class StageResult:
     entries (the profile already holds one), **summed over tiles**;
     ``worst_tile_stash`` is that stash on the worst tile, ``copy_buffer`` the
     copy buffers per tile (the same on every tile); ``bytes_in``/``bytes_out``
-    cross the IPU's boundaries per micro-batch.
+    cross the IPU's boundaries per micro-batch; ``budget`` is the per-tile
+    budget it is held against.
+
+    It is the one record of an IPU of a split, whoever places it (a solver,
+    ``popliner check``, the report): :func:`stage_result` builds it from the
+    IPU's :class:`~popliner.pipeline.StageFigure`, and :attr:`headroom` is
+    the one place the bytes left to the budget are worked out.
     """
 
     index: int
@@ -37,7 +46,7 @@ class StageResult:
     stash_entries: int
     cycles: int
     bytes_in: int
-    fits: bool
+    budget: int
     overflow: OverflowDetail | None = None  # for a stage that does not fit: where and why
     worst_tile_stash: int = 0
     copy_buffer: int = 0
@@ -45,6 +54,79 @@ class StageResult:
 
     #: The per-tile figures behind the numbers (the tile plot draws them); not part of equality.
     figure: StageFigure | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def headroom(self) -> int:
+        """Bytes left to the budget on the worst tile (negative when over it): the one rule."""
+        return self.budget - self.worst_tile_bytes
+
+    @property
+    def headroom_share(self) -> float:
+        """:attr:`headroom` as a fraction of the budget (0 without a budget)."""
+        return self.headroom / self.budget if self.budget else 0.0
+
+    @property
+    def fits(self) -> bool:
+        return self.headroom >= 0
+
+    @property
+    def peak_step(self) -> int:
+        """For a stage over budget: the step where its variables peak on the worst tile; else -1."""
+        return self.overflow.step if self.overflow is not None else -1
+
+    @property
+    def largest_live(self) -> tuple[LiveVariable, ...]:
+        """For a stage over budget: the largest variables live at :attr:`peak_step`."""
+        return self.overflow.largest_live if self.overflow is not None else ()
+
+    # -- per tile: from the figure (a result built by :func:`stage_result` has one) --
+
+    @property
+    def tile_figure(self) -> StageFigure:
+        """The per-tile figure behind the numbers."""
+        if self.figure is None:
+            raise ValueError(f"IPU {self.ipu}: this result was given as numbers, without its per-tile figure")
+        return self.figure
+
+    @property
+    def tiles(self) -> int:
+        return self.tile_figure.memory.tiles
+
+    @property
+    def total_per_tile(self) -> np.ndarray:
+        """Model, stash and copy buffers on each tile."""
+        return self.tile_figure.total_per_tile
+
+    @property
+    def stash_per_tile(self) -> np.ndarray:
+        """What the pipeline's extra stash entries add, per tile."""
+        return self.tile_figure.stash_per_tile
+
+    @property
+    def copy_per_tile(self) -> np.ndarray:
+        """The inter-IPU copy buffers, the same on every tile."""
+        return np.full(self.tiles, self.copy_buffer, np.int64)
+
+    @property
+    def worst_tile_memory(self) -> ComponentBytes:
+        """The model's components on the worst tile (stash and copy buffers not included)."""
+        return self.tile_figure.worst_tile_memory
+
+    @property
+    def worst_components(self) -> dict[str, int]:
+        """Bytes on the worst tile: the five components (six with other categories), then stash and copy buffers."""
+        out = self.worst_tile_memory.as_dict(self.tile_figure.memory.has_other)
+        out["stash"] = self.worst_tile_stash
+        out["copy_buffers"] = self.copy_buffer if self.tiles else 0
+        return out
+
+    @property
+    def label(self) -> str:
+        """``IPU k: first .. last`` (``IPU k (empty)``)."""
+        if not self.layers:
+            return f"IPU {self.ipu} (empty)"
+        span = self.layers[0] if len(self.layers) == 1 else f"{self.layers[0]} .. {self.layers[-1]}"
+        return f"IPU {self.ipu}: {span}"
 
     @property
     def first_layer(self) -> str | None:
@@ -100,7 +182,7 @@ class SplitResult:
             **component_columns([s.memory for s in stages]),
             "worst_tile": [s.worst_tile for s in stages],
             "worst_tile_bytes": [s.worst_tile_bytes for s in stages],
-            "headroom_bytes": [self.budget_bytes - s.worst_tile_bytes for s in stages],
+            "headroom_bytes": [s.headroom for s in stages],
             "stash_entries": [s.stash_entries for s in stages],
             "stash_bytes": [s.stash_bytes for s in stages],
             "cycles": [s.cycles for s in stages],
@@ -113,13 +195,13 @@ class SplitResult:
         return frame
 
 
-def stage_result(figure: StageFigure, layer_names: tuple[str, ...], budget: int,
+def stage_result(figure: StageFigure, layer_names: Sequence[str], budget: int,
                  overflow: OverflowDetail | None = None) -> StageResult:
-    """The result of one stage from its pipeline figure (IPU = position)."""
+    """The result of one stage from its pipeline figure (IPU = position): the one way a figure becomes a record."""
     return StageResult(
         index=figure.position, ipu=figure.position, layers=tuple(layer_names[k] for k in figure.layers),
         memory=figure.memory.summed(), worst_tile=figure.worst_tile, worst_tile_bytes=figure.worst_bytes,
         stash_bytes=figure.stash_bytes_summed, stash_entries=figure.stash_entries, cycles=figure.cycles,
-        bytes_in=figure.bytes_in, fits=figure.fits(budget), overflow=overflow, worst_tile_stash=figure.worst_tile_stash,
+        bytes_in=figure.bytes_in, budget=budget, overflow=overflow, worst_tile_stash=figure.worst_tile_stash,
         copy_buffer=figure.copy_buffer, bytes_out=figure.bytes_out, figure=figure,
     )

@@ -225,6 +225,8 @@ _KERNELS: dict[str, Kernel] = {
         exchange_code=36,
     ),
     "add": _elementwise("map", ADD),
+    # PopART's checkpointOutput: an Identity, lowered as one on-tile copy of the tensor.
+    "checkpoint": _elementwise("identity", ADD, repeats=1),
     "scale": _elementwise("map", SCALAR_MUL),
     "mask_add": _elementwise("map", ROW_ADD, exchange=True),
     "broadcast_mul": _elementwise("map", MUL, exchange=True),

@@ -31,6 +31,8 @@ class Dims:
     heads: int
     vocab: int
     training: bool
+    #: A recomputation checkpoint after every layer (``SynthSpec.checkpoints``).
+    checkpoints: bool = False
 
     @property
     def tokens(self) -> int:
@@ -49,7 +51,7 @@ class Dims:
 
 def build_model(g: GraphBuilder, spec: SynthSpec) -> None:
     """Declare the whole model of ``spec`` on ``g``."""
-    d = Dims(spec.batch, spec.seq, spec.hidden, spec.heads, spec.vocab, spec.training)
+    d = Dims(spec.batch, spec.seq, spec.hidden, spec.heads, spec.vocab, spec.training, spec.checkpoints)
     if spec.kind == "encoder":
         out = _bert(g, d, spec.layers, spec.head, spec.reference_bert)
     elif spec.kind == "decoder":
@@ -109,6 +111,20 @@ def unary(g: GraphBuilder, name: str, op_type: str, kind: str, group: str, x: in
     nbytes = g.tensors[x].nbytes
     rules = (grad,) if grad else ()
     return g.op(name, op_type, kind, group, [x], [(":0", nbytes)], 2 * nbytes, grads=rules, share=share)[0]
+
+
+def checkpoint(g: GraphBuilder, d: Dims, scope: str, x: int) -> int:
+    """The layer's output through a recomputation checkpoint (with ``d.checkpoints``; else ``x`` itself).
+
+    PopTorch's ``recomputationCheckpoint`` becomes PopART's ``checkpointOutput``:
+    an ``Identity`` named ``Checkpoint`` in the layer's scope, a copy of the
+    tensor whose gradient passes straight through.
+    """
+    if not d.checkpoints:
+        return x
+    nbytes = g.tensors[x].nbytes
+    return g.op(f"{scope}/Checkpoint", "Identity", "checkpoint", scope, [x], [(":0", nbytes)], nbytes,
+                grads=(GradRule("", "Identity", "identity", 0),))[0]
 
 
 def dropout(g: GraphBuilder, name: str, group: str, x: int, share: str | None = None) -> int:
@@ -277,8 +293,8 @@ def _bert_layer(g: GraphBuilder, d: Dims, i: int, x: int, mask: int) -> int:
     if d.training:
         f = dropout(g, f"{p}/output/dropout/Dropout", p, f, share=f"{p}/dropout")
     f = add(g, f"{p}/output/add", p, f, a)
-    return norm(g, f"{p}/output/LayerNorm", "LayerNorm", p, f, *_ln_params(g, d, f"{p}/output", p), d.tokens,
-                share=f"{p}/layernorm")
+    return checkpoint(g, d, p, norm(g, f"{p}/output/LayerNorm", "LayerNorm", p, f,
+                                    *_ln_params(g, d, f"{p}/output", p), d.tokens, share=f"{p}/layernorm"))
 
 
 def _ln_params(g: GraphBuilder, d: Dims, prefix: str, group: str) -> tuple[int, int]:
@@ -363,7 +379,7 @@ def _gpt_block(g: GraphBuilder, d: Dims, i: int, x: int, mask: int, causal: int)
     h = dense("mlp/c_proj", h, 4 * d.hidden, d.hidden)
     if d.training:
         h = dropout(g, f"{p}/mlp/dropout/Dropout", p, h, share=f"{p}/dropout")
-    return add(g, f"{p}/add_1", p, x, h)
+    return checkpoint(g, d, p, add(g, f"{p}/add_1", p, x, h))
 
 
 # -- ResNet-like CNN ----------------------------------------------------------------

@@ -80,6 +80,8 @@ class SynthSpec:
     sharded_optimizer_state: bool = False
     first_moment: str = "float"
     head: str = "squad"
+    #: The model puts a recomputation checkpoint after every layer (optimum's recompute_checkpoint_every_layer).
+    checkpoints: bool = False
     # Calibration: multipliers of the catalog's per-program amounts (docs/synthetic-profiles.md, "Calibration").
     vertex_code_factor: float = 1.0
     vertex_state_factor: float = 1.0
@@ -115,6 +117,10 @@ class SynthSpec:
             raise UsageProblem(f"compiler_categories must be true or false, got {self.compiler_categories!r}")
         if not isinstance(self.reference_bert, bool):
             raise UsageProblem(f"reference_bert must be true or false, got {self.reference_bert!r}")
+        if not isinstance(self.checkpoints, bool):
+            raise UsageProblem(f"checkpoints must be true or false, got {self.checkpoints!r}")
+        if self.checkpoints and self.kind not in ("encoder", "decoder"):
+            raise UsageProblem(f"checkpoints are written for encoder and decoder models, not kind={self.kind}")
         if not isinstance(self.var_names, bool):
             raise UsageProblem(f"var_names must be true or false, got {self.var_names!r}")
         if not isinstance(self.model, str) or not self.model:
@@ -205,7 +211,7 @@ class SynthSpec:
 #: Fields omitted from :meth:`SynthSpec.record` at these values.
 _QUIET_DEFAULTS: Final = {"recompute": "none", "split_after": (), "optimizer_state": "on-chip",
                           "replication_factor": 1, "sharded_optimizer_state": False, "first_moment": "float",
-                          "head": "squad",
+                          "head": "squad", "checkpoints": False,
                           "vertex_code_factor": 1.0, "vertex_state_factor": 1.0, "exchange_code_factor": 1.0,
                           "control_code_factor": 1.0, "reference_bert": False, "compiler_categories": False,
                           "naming": "popart", "framework": "synthetic"}

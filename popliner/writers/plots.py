@@ -36,7 +36,6 @@ from popliner.fileio import atomic_write, check_writable, writes_in_place
 from popliner.memory.types import COMPONENT_COLOURS, COMPONENT_TITLES, components
 from popliner.outputs.rows import Breakdown, LayerRow
 from popliner.report.aggregate import grid_values, tile_grid
-from popliner.report.types import IpuMemory
 from popliner.solvers.result import SplitResult, StageResult
 from popliner.textsafe import shown
 
@@ -185,16 +184,14 @@ def plot_split(
     path: str | os.PathLike[str],
     *,
     force: bool,
-    budget_bytes: int | None = None,
     assumes: str | None = None,
 ) -> None:
-    """Each IPU's worst tile (stash included) with the budget line and the headroom left.
+    """Each IPU's worst tile (stash included) with the budget it was solved against and the headroom left.
 
-    ``budget_bytes`` defaults to the per-tile budget the split was solved against;
     ``assumes`` names the training options of the figures (a second title line).
     """
     fmt = _image_format(path, force)
-    budget = split.budget_bytes if budget_bytes is None else budget_bytes
+    budget = split.budget_bytes
     with _plot_style():
         figure = _new_figure(_width_for(2 * len(split.stages)), 5.0)
         axes = figure.subplots()
@@ -215,13 +212,13 @@ def _stage_label(stage: StageResult) -> str:
 def _draw_stages(axes: Axes, split: SplitResult, budget: int) -> None:
     x = np.arange(len(split.stages))
     worst = np.array([stage.worst_tile_bytes for stage in split.stages], dtype=float)
-    headroom = np.clip(budget - worst, 0, None)
-    colours = [_OVER_COLOUR if value > budget else _FIT_COLOUR for value in worst]
+    headroom = np.array([max(stage.headroom, 0) for stage in split.stages], dtype=float)
+    colours = [_FIT_COLOUR if stage.fits else _OVER_COLOUR for stage in split.stages]
     axes.bar(x, worst, width=0.6, color=colours, label="Worst tile (incl. stash)")
     axes.bar(x, headroom, width=0.6, bottom=worst, color=_HEADROOM_COLOUR, label="Headroom")
     _budget_line(axes, budget, "Budget per tile")
-    for xi, value in zip(x, worst):
-        note = f"{_kb(budget - value)} free" if value <= budget else f"{_kb(value - budget)} over"
+    for xi, value, stage in zip(x, worst, split.stages):
+        note = f"{_kb(stage.headroom)} free" if stage.fits else f"{_kb(-stage.headroom)} over"
         axes.annotate(
             note, (xi, max(value, budget)), textcoords="offset points", xytext=(0, 3), ha="center", fontsize=8
         )
@@ -244,7 +241,7 @@ TILE_PLOT_COLUMNS = 4
 
 
 def plot_tiles(
-    ipus: Sequence[IpuMemory],
+    ipus: Sequence[StageResult],
     path: str | os.PathLike[str],
     *,
     force: bool,
@@ -270,7 +267,7 @@ def plot_tiles(
         figure = _new_figure(3.4 * cols + 1.6, heat * rows + 3.6)
         grid = figure.add_gridspec(rows + 1, cols, height_ratios=[heat] * rows + [3.2])
         budget = max(i.budget for i in ipus)
-        colours = _tile_colours(budget, max(max(i.worst_bytes for i in ipus), budget))
+        colours = _tile_colours(budget, max(max(i.worst_tile_bytes for i in ipus), budget))
         images = [_draw_heatmap(figure.add_subplot(grid[k // cols, k % cols]), ipu, colours)
                   for k, ipu in enumerate(ipus)]
         bar = figure.colorbar(images[0], ax=figure.axes[: len(ipus)], shrink=0.9,
@@ -301,7 +298,7 @@ def _tile_colours(budget: int, top: int) -> tuple[Any, Any]:
     return cmap, TwoSlopeNorm(vmin=0, vcenter=budget, vmax=top)
 
 
-def _draw_heatmap(axes: Axes, ipu: IpuMemory, colours: tuple[Any, Any]) -> Any:
+def _draw_heatmap(axes: Axes, ipu: StageResult, colours: tuple[Any, Any]) -> Any:
     from matplotlib.patches import Rectangle
 
     cmap, norm = colours
@@ -316,14 +313,14 @@ def _draw_heatmap(axes: Axes, ipu: IpuMemory, colours: tuple[Any, Any]) -> Any:
         axes.add_patch(Rectangle((c - 2.5, r - 2.5), 5, 5, fill=False, edgecolor="black", linewidth=1.2))
     verdict = "fits" if ipu.fits else "OVER"
     stash = ipu.stash_per_tile[worst] + ipu.copy_per_tile[worst]
-    axes.set_title(f"{_label(ipu.label)}\nworst tile {worst}: {_kb(ipu.worst_bytes)} ({verdict}),\n"
+    axes.set_title(f"{_label(ipu.label)}\nworst tile {worst}: {_kb(ipu.worst_tile_bytes)} ({verdict}),\n"
                    f"of which stash + copy buffers {_kb(stash)}", fontsize=8)
     axes.set_xticks([])
     axes.set_yticks([0, nrows - 1], ["tile 0", f"tile {(nrows - 1) * ncols}"], fontsize=6)
     return image
 
 
-def _draw_sorted(axes: Axes, ipus: Sequence[IpuMemory], budget: int) -> None:
+def _draw_sorted(axes: Axes, ipus: Sequence[StageResult], budget: int) -> None:
     from matplotlib import colormaps
 
     cmap = colormaps["tab20" if len(ipus) > 10 else "tab10"]
@@ -336,7 +333,7 @@ def _draw_sorted(axes: Axes, ipus: Sequence[IpuMemory], budget: int) -> None:
     axes.set_title("Per-tile totals with stash and copy buffers, sorted: how many tiles are near the budget",
                    fontsize=9)
     axes.set_xlim(0, max(i.tiles for i in ipus) - 1)
-    axes.set_ylim(0, 1.08 * max(budget, max(i.worst_bytes for i in ipus)))
+    axes.set_ylim(0, 1.08 * max(budget, max(i.worst_tile_bytes for i in ipus)))
     _bytes_axis(axes)
     # Inside the axes, low on the left where sorted totals rarely reach: a legend beside them would take
     # its width from every column of the figure, heatmaps included.

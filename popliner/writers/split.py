@@ -58,8 +58,10 @@ def write_split(plan: SplitPlan, config_out: str | None, force: bool, gradient_a
                          layout=plan.layout)
     doc["framework"] = analysis.framework.as_document()
     if plan.training is not None:
-        # The options as asked, with the recomputation the figures assume (``compiled`` when the profile has it).
-        doc["training"] = plan.analysis.options.training.as_dict() | {"recompute": plan.recompute_applied}
+        # The options as asked, with the recomputation the figures assume (``compiled`` when the profile has it)
+        # and the optimizer state as recorded (``off-chip`` when the profile was compiled so).
+        doc["training"] = plan.analysis.options.training.as_dict() | {
+            "recompute": plan.recompute_applied, "optimizer_state": plan.training.optimizer_state}
     placement = plan.layout.placement
     if placement != "first" and "unlayered_operations" in doc:
         where = ("the head is a pipeline stage of its own on IPU 0" if placement == "wrap"

@@ -35,7 +35,6 @@ import json
 import os
 import shlex
 import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -47,7 +46,6 @@ pytestmark = pytest.mark.client
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "fixtures" / "profiles"
-STANDINS = Path(__file__).resolve().parent / "standins"
 BIG_TILE = "1000000000"  # every split fits: the test is about placement, not memory
 
 #: fixture -> (model family for optimum, modes, IPUs)
@@ -70,15 +68,6 @@ LAST_MODELS = {"bert": ("PipelinedBertForQuestionAnswering", "PipelinedBertForSe
                "gpt2": ("PipelinedGPT2ForSequenceClassification",)}
 EMBEDDING_BLOCKS = ("Embedding", "Token embedding", "Position embedding")
 HEAD_BLOCKS = ("Pooler", "Classifier", "LM head", "QA Outputs", "Classifier Output", "Score")
-
-
-@pytest.fixture(scope="session", autouse=True)
-def standins() -> None:
-    """poptorch and popart as recording stand-ins; no hub access."""
-    os.environ["HF_HUB_OFFLINE"] = "1"
-    os.environ["TRANSFORMERS_OFFLINE"] = "1"
-    if str(STANDINS) not in sys.path:
-        sys.path.insert(0, str(STANDINS))
 
 
 @dataclass(frozen=True)

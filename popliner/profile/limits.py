@@ -1,0 +1,54 @@
+"""The work limits of bounded input (``docs/bad-inputs.md``, "Bounded work"), and the one the loader applies.
+
+The limits live here, below the loader, so that a quantity known from the
+document's sizes alone is refused as soon as it is known: tiles x vertex
+types is known once the target and the length of ``vertexTypes`` are, before
+any TileVector is decoded (decoding 50,000 of them took 2 s, which put the
+refusal of such a file past its 2 s target). The quantities that need the
+operations are counted in :mod:`popliner.memory.work`, with the same limits.
+"""
+
+from __future__ import annotations
+
+import os
+
+from popliner.errors import ProfileFormatError, UsageProblem
+
+__all__ = ["LIMITS", "check_tile_cells", "limit"]
+
+#: Environment variable -> default limit. Liveness events cost about 150 bytes each in a sweep and tile cells
+#: 8 bytes in each table that holds them (several do at once): the defaults keep a run under about 2 GB.
+LIMITS: dict[str, int] = {
+    "POPLINER_MAX_LIVENESS_EVENTS": 8_000_000,
+    "POPLINER_MAX_TILE_CELLS": 20_000_000,
+    "POPLINER_MAX_RANGE_CELLS": 50_000_000,
+    # A review workbook writes about 9 cells with formulas per operation, some 115 us of CPU a row.
+    "POPLINER_MAX_WORKBOOK_ROWS": 100_000,
+    # Rows of a review workbook's planner table read back by check and config-from (one per layer).
+    "POPLINER_MAX_PLANNER_LAYERS": 10_000,
+}
+
+
+def limit(env: str) -> int:
+    """The limit in force: the environment variable when set (a whole number), else the default."""
+    text = os.environ.get(env)
+    if not text:
+        return LIMITS[env]
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise UsageProblem(f"{env}={text!r}: expected a whole number")
+    return value
+
+
+def check_tile_cells(path: str, tiles: int, vertex_types: int) -> None:
+    """Refuse tiles x vertex types past ``POPLINER_MAX_TILE_CELLS`` (each type's code is held dense per tile)."""
+    cells = max(tiles, 0) * vertex_types
+    env = "POPLINER_MAX_TILE_CELLS"
+    if cells > limit(env):
+        raise ProfileFormatError(
+            path, "target.tilesPerIpu",
+            f"{tiles:,} tiles x {vertex_types:,} vertex types = {cells:,} per-tile cells, above the limit of "
+            f"{limit(env):,} (8 bytes each, in several tables); set {env} to a larger count to analyse it anyway")
