@@ -24,8 +24,9 @@ import numpy as np
 
 from popliner.errors import UsageProblem
 from popliner.framework import FrameworkChoice, choose_framework
-from popliner.memory.training import TrainingOptions, place_unlayered
+from popliner.memory.training import TrainingOptions
 from popliner.memory.work import check_work
+from popliner.ops.head import place_unlayered
 from popliner.ops.layers import (
     AUTO_PRESET,
     DEFAULT_INPUTS_REGEX_LAYER_0,
@@ -142,6 +143,16 @@ class Analysis:
     @property
     def model(self) -> MemoryModel:
         return self.engine.model
+
+    @cached_property
+    def whole_memory(self) -> StageMemory:
+        """Every operation with every one of its variables: the whole single-IPU program (once per analysis).
+
+        The Totals table, the whole-model row, the coverage and ``--headroom``'s default all read it.
+        """
+        from popliner.memory.model import whole_program_memory
+
+        return whole_program_memory(self.profile, self.ops)
 
     def layer_index(self, name: str) -> int:
         try:

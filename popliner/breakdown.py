@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import weakref
-
 import numpy as np
 
 from popliner.analysis import Analysis
 from popliner.config.options import training_of
 from popliner.memory.categories import MODELLED
 from popliner.memory.coverage import Coverage, coverage_of, measured_headroom
-from popliner.memory.model import whole_program_memory
 from popliner.memory.ranges import ProfileRanges
 from popliner.memory.sharing import handed_over_bytes, shared_bytes
 from popliner.memory.training import RecomputeRequest
@@ -151,17 +148,8 @@ def whole_model_row(analysis: Analysis) -> LayerRow:
 
 
 def whole_profile_memory(analysis: Analysis) -> StageMemory:
-    """Every operation with every one of its variables: the whole single-IPU program (once per analysis).
-
-    The Totals table, the whole-model row, the coverage and ``--headroom``'s default all read it.
-    """
-    hit = _WHOLE.get(analysis)
-    if hit is None:
-        hit = _WHOLE[analysis] = whole_program_memory(analysis.profile, analysis.ops)
-    return hit
-
-
-_WHOLE: weakref.WeakKeyDictionary[Analysis, StageMemory] = weakref.WeakKeyDictionary()
+    """Every operation with every one of its variables: the whole single-IPU program (the analysis keeps it)."""
+    return analysis.whole_memory
 
 
 #: The Totals table's last two categories (the others are the component names of every other table).

@@ -152,8 +152,8 @@ def plan_split(analysis: Analysis, request: SplitRequest = SplitRequest()) -> Sp
 
 def _apply_defaults(analysis: Analysis, request: SplitRequest) -> tuple[SplitRequest, PlannedDefaults | None]:
     """The request with what it leaves unset taken from the framework's defaults."""
-    from popliner.memory.training import tied_head
     from popliner.ops.checkpoints import checkpoints_in_every_layer
+    from popliner.ops.head import tied_head
 
     training = analysis.mode == "training"
     if (request.recompute is not None or not training) and request.head_placement is not None:
@@ -244,7 +244,7 @@ def _with_requests(analysis: Analysis, request: SplitRequest) -> Analysis:
 
 def _warn_first_with_a_tied_head(analysis: Analysis) -> None:
     """``first`` with a tied head plans a pipeline the frameworks do not build: say so, and what they do."""
-    from popliner.memory.training import tied_head
+    from popliner.ops.head import tied_head
 
     if analysis.mode != "training" or analysis.options.training.head_placement != "first":
         return

@@ -58,7 +58,8 @@ class Run:
         return f"{code}, {self.cpu:.1f} s CPU ({self.seconds:.1f} s wall), {self.peak_mb:.0f} MB{note}"
 
 
-def run(tree: Path, argv: list[str], cache: Path, timeout: float, env: dict[str, str] | None = None) -> Run:
+def run(tree: Path, argv: list[str], cache: Path, timeout: float, env: dict[str, str] | None = None,
+        cwd: Path | None = None) -> Run:
     environ = {**os.environ, "PYTHONPATH": str(tree), "POPLINER_CACHE_DIR": str(cache), "MPLBACKEND": "Agg",
                **(env or {})}
     started = time.perf_counter()
@@ -97,7 +98,18 @@ def run(tree: Path, argv: list[str], cache: Path, timeout: float, env: dict[str,
     errors = [ln for ln in text.splitlines() if ln.startswith("popliner: error:")]
     first = errors[0] if errors else (text.strip().splitlines() or [""])[-1]
     lines = len(text.strip().splitlines())
-    return Run(code, seconds, peak_mb, first[:160], f"{lines} stderr lines" if lines > 3 else "", cpu)
+    notes = [f"{lines} stderr lines"] if lines > 3 else []
+    if "Traceback" in text:
+        notes.append("TRACEBACK")
+    if len(errors) > 1:
+        notes.append(f"{len(errors)} ERROR LINES")
+    # popliner's temporary files are hidden .*.tmp beside the output (fileio.py): none may be left.
+    left = [p.name for p in Path(tree if cwd is None else cwd).glob(".*.tmp")]
+    if cwd is not None:
+        left += [p.name for p in cwd.rglob(".*.tmp")]
+    if left:
+        notes.append(f"LEFT {', '.join(sorted(set(left)))}")
+    return Run(code, seconds, peak_mb, first[:160], "; ".join(notes), cpu)
 
 
 #: Address-space limit of each child (bytes; 0: none), so that an old tree's runaway case cannot take the
@@ -116,7 +128,7 @@ Case = Callable[[Path, Path, Path], Run]  # (tree, work folder, cache folder) ->
 
 def _plain(make: Callable[[Path], list[str]], timeout: float = 200, env: dict[str, str] | None = None) -> Case:
     def case(tree: Path, work: Path, cache: Path) -> Run:
-        return run(tree, make(work), cache, timeout, env)
+        return run(tree, make(work), cache, timeout, env, cwd=work)
     return case
 
 

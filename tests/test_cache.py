@@ -13,7 +13,7 @@ from popliner.analysis import load_analysis
 from popliner.ops.layers import LayerAssignment
 from popliner.ops.operations import OperationTable
 from popliner.profile import cache as cache_mod
-from popliner.profile import load_profile
+from popliner.profile import cachepack, load_profile
 
 TINY = Path(__file__).resolve().parent.parent / "fixtures" / "profiles" / "tiny.json"
 
@@ -197,7 +197,7 @@ def test_recompute_flags_survive_the_cache(profile, tmp_path):
 @pytest.mark.parametrize("dtype", [np.int8, np.uint8, np.int16, np.int32, np.uint32, np.int64, np.bool_])
 def test_packed_columns_come_back_exactly(dtype, monkeypatch):
     # Small pieces, so that every column spans several (the running total carries across them).
-    monkeypatch.setattr(cache_mod, "_PIECE", 1000)
+    monkeypatch.setattr(cachepack, "_PIECE", 1000)
     rng = np.random.default_rng(7)
     info = np.iinfo(dtype) if dtype != np.bool_ else None
     cases = []
@@ -209,11 +209,11 @@ def test_packed_columns_come_back_exactly(dtype, monkeypatch):
         cases.append(np.asfortranarray(rng.integers(0, 100, (1000, 5), dtype=dtype)))
     seen = set()
     for a in cases:
-        data, codec = cache_mod._pack(a)
+        data, codec = cachepack.pack(a)
         seen.add(codec["delta"])
-        back = cache_mod._unpack(data, codec)
+        back = cachepack.unpack(data, codec)
         assert back.dtype == a.dtype and back.shape == a.shape and np.array_equal(back, a)
     assert seen == ({False} if info is None else {False, True})  # both ways of storing were tried
     extremes = np.array([np.iinfo(np.int64).min, np.iinfo(np.int64).max] * 3000, np.int64)  # differences wrap
-    data, codec = cache_mod._pack(extremes)
-    assert np.array_equal(cache_mod._unpack(data, codec), extremes)
+    data, codec = cachepack.pack(extremes)
+    assert np.array_equal(cachepack.unpack(data, codec), extremes)

@@ -391,7 +391,8 @@ def test_head_window_falls_back_when_no_named_operation_is_forward():
     # its backward (steps 10-11), so the window would open at step 0 and take the embedding's gather. All
     # of layer 1's operations bound it instead (today's window): forward end step 4 (Call(1)), backward
     # start step 7 (Call(2), whose body is a gradient): the head is steps 5 and 6, nothing moves.
-    from popliner.memory.training import called_operations, head_groups, update_operations
+    from popliner.ops.head import head_groups
+    from popliner.ops.roles import called_operations, update_operations
 
     a = tied_head("first")
     notes = list(a.layers.note)

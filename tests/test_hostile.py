@@ -81,7 +81,7 @@ def test_runaway_regex_option_exits_2(tmp_path: Path, option: str) -> None:
 
 def test_runaway_update_regex_in_a_config_exits_2(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from popliner.config.yaml_io import read_config as load_config
-    from popliner.memory.training import update_operations
+    from popliner.ops.roles import update_operations
 
     cfg_path = tmp_path / "pipeline.yaml"
     r = CliRunner().invoke(cli, ["-q", str(REPO / "fixtures/profiles/tiny-training.json"), "--solve", "--num-ipus",

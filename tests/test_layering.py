@@ -31,8 +31,9 @@ LEAVES = frozenset({"", "errors", "fileio", "interrupts", "arrays", "progress", 
 #: Layer -> what it may import besides itself and the leaves.
 ALLOWED: dict[str, frozenset[str]] = {
     "profile": frozenset(),
-    "ops": frozenset({"profile"}),
-    # layout: where the embedding and the head go (names only; it imports nothing of popliner).
+    # layout: where the embedding and the head go (names only; it imports nothing of popliner). The head
+    # grouping (ops/head.py) names the two layers it makes after it.
+    "ops": frozenset({"profile", "layout"}),
     "layout": frozenset(),
     "memory": frozenset({"profile", "ops", "layout"}),
     "pipeline": frozenset({"profile", "ops", "layout", "memory"}),

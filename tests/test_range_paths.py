@@ -19,8 +19,9 @@ import pytest
 
 from popliner.analysis import AnalysisOptions, load_analysis
 from popliner.arrays import unique_inverse
-from popliner.memory import liveness, ranges
+from popliner.memory import liveness, stash_row
 from popliner.memory.engine import MemoryEngine, StashWindows
+from popliner.memory.liveness import sweep
 from popliner.memory.ranges import ProfileRanges
 from popliner.memory.training import TrainingOptions
 from tests.helpers import range_table_equals_engine
@@ -45,8 +46,8 @@ def _engine(name: str, **kwargs: str) -> MemoryEngine:
 @pytest.fixture
 def small_paths(monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> Iterator[None]:
     block, horizon = request.param
-    monkeypatch.setattr(ranges._SegmentGrid, "BLOCK", block)
-    monkeypatch.setattr(ranges._StashRow, "FIRST_HORIZON", horizon)
+    monkeypatch.setattr(liveness.SegmentGrid, "BLOCK", block)
+    monkeypatch.setattr(stash_row.StashRow, "FIRST_HORIZON", horizon)
     yield
 
 
@@ -115,7 +116,7 @@ def test_dense_window_peak_equals_the_sweep(fixture: str) -> None:
         var = np.unique(rng.integers(0, n, int(rng.integers(1, n + 1))))
         lo = int(rng.integers(-2, profile.num_steps + 1))
         hi = int(rng.integers(lo - 1, profile.num_steps + 3))
-        dense = liveness._dense_window_peak(profile, var, lo, hi, factor=np.inf)
+        dense = sweep._dense_window_peak(profile, var, lo, hi, factor=np.inf)
         swept = liveness.group_peaks(profile, np.zeros(len(var), np.int64), var, np.array([lo]), np.array([hi]))[0]
         if dense is None:  # an empty window: the sweep says 0 everywhere
             assert hi < lo and not swept.any()
@@ -150,14 +151,14 @@ def test_pair_groups_equal_a_sort() -> None:
         n = int(rng.integers(1, 3000))
         a = rng.integers(0, int(rng.integers(1, 400)), n)
         b = rng.integers(0, int(rng.integers(1, 40_000)), n)
-        got = ranges._pair_groups(a, b)
+        got = stash_row.pair_groups(a, b)
         assert got is not None
         keys, group = unique_inverse((a << 32) | b)
         assert got[0].tolist() == (keys >> 32).tolist()
         assert got[1].tolist() == (keys & 0xFFFFFFFF).tolist()
         assert got[2].tolist() == group.tolist()
     # Steps beyond the tables' reach: the caller sorts instead.
-    assert ranges._pair_groups(np.array([1 << 23]), np.array([0])) is None
+    assert stash_row.pair_groups(np.array([1 << 23]), np.array([0])) is None
 
 
 @pytest.mark.parametrize("fixture", ["tiny-training.json", "bert-tiny-training.json", "bert-base-training.json.gz"])
@@ -168,7 +169,7 @@ def test_merged_change_equals_the_scattered_events(fixture: str) -> None:
     n = profile.variables.count
     for size in (1, 5, n // 10, n):
         var = np.unique(rng.integers(0, n, max(size, 1)))
-        grid = ranges._SegmentGrid.of(profile, block=3)
+        grid = liveness.SegmentGrid.of(profile, block=3)
         events = grid.events_of(var)
         expect = np.zeros(grid.diff.size, np.int64)
         np.add.at(expect, events["start"], events["nbytes"])

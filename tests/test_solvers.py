@@ -429,7 +429,7 @@ class _StepClock:
 
 
 def _shared(engine):
-    return ProfileRanges(engine, limit=0)._shared  # the per-engine rows every table of it reuses
+    return engine.range_state()  # the per-engine rows every table of it reuses
 
 
 def test_range_table_stops_its_rows_at_the_deadline(monkeypatch):

@@ -12,14 +12,10 @@ import pytest
 
 from popliner.analysis import AnalysisOptions, analyse_profile
 from popliner.errors import UsageProblem
-from popliner.memory.training import (
-    TrainingOptions,
-    build_training_view,
-    head_groups,
-    optimizer_state_variables,
-    recompute_operations,
-    update_operations,
-)
+from popliner.memory.training import TrainingOptions, build_training_view
+from popliner.memory.whatif import optimizer_state_variables
+from popliner.ops.head import head_groups
+from popliner.ops.roles import recompute_operations, update_operations
 from popliner.profile import load_profile
 from popliner.profile.loader import parse_profile_bytes
 

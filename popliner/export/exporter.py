@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import gzip
-import itertools
 import logging
 import os
 from collections.abc import Iterator
@@ -29,19 +28,19 @@ import numpy as np
 
 from popliner import __version__
 from popliner.errors import ExportError, PoplinerError
+from popliner.export.checks import (
+    SDK_MESSAGE,
+    check_context_tree,
+    check_inputs,
+    check_program_contexts,
+    load_pva,
+    open_report,
+)
 from popliner.export.collect import ContextCollector, Progress, TileTotals, VertexTypeTable
 from popliner.export.jsonstream import FragmentSpool, IntSpool, JsonWriter, spool_folder
-from popliner.export.pvaread import (
-    as_int,
-    attr,
-    encode_tilevector,
-    enum_name,
-    ident,
-    per_tile,
-    program_type,
-    read_intervals,
-    safe_len,
-)
+from popliner.export.program_contexts import ProgramContexts
+from popliner.export.programs import ProgramsSection
+from popliner.export.pvaread import as_int, attr, enum_name, ident, read_intervals, safe_len
 from popliner.fileio import atomic_write, check_writable
 
 __all__ = ["SDK_MESSAGE", "ExportSummary", "export_report", "load_pva"]
@@ -50,12 +49,6 @@ log = logging.getLogger("popliner.export")
 
 #: Values per chunk when spooling and writing big columns.
 CHUNK = 1 << 16
-
-SDK_MESSAGE = (
-    "popliner export reads profile.pop and debug.cbor through libpva, the Poplar SDK's Python module "
-    "`pva`, which cannot be imported here: source the Poplar SDK's enable.sh (e.g. "
-    "`source <sdk>/enable.sh`) so that `import pva` works, then run the export again"
-)
 
 #: Mk2 figures, used only when the report lacks them (the format requires both).
 _DEFAULT_BYTES_PER_TILE = 638976
@@ -94,68 +87,6 @@ class ExportSummary:
         )
 
 
-def load_pva(module: Any = None) -> Any:
-    """The libpva module: ``module`` when given, else ``import pva``."""
-    if module is not None:
-        return module
-    try:
-        import pva  # type: ignore[import-not-found, unused-ignore]  # only inside a Poplar SDK
-    except ImportError as exc:
-        log.debug("import pva failed: %s", exc)
-        raise ExportError(SDK_MESSAGE) from None
-    except Exception as exc:  # noqa: BLE001 - a broken SDK install can raise anything at import
-        log.debug("import pva failed", exc_info=True)
-        where = getattr(exc, "filename", None)
-        raise ExportError(f"`import pva` failed with {type(exc).__name__}: {_first_line(exc)}"
-                          + (f" (in {where})" if where else "")
-                          + "; the Poplar SDK's Python module is broken or not the one you meant: check "
-                          "that the SDK's enable.sh was sourced for this Python") from None
-    return pva
-
-
-def _check_context_tree(contexts: Any, profile: Path, allow_flat: bool) -> None:
-    """Refuse (or warn, with ``allow_flat``) when no exported debug context has a parent.
-
-    Layers and operation names come from a context's ancestors; a libpva that
-    gives no ``parents`` makes every context a root, and the split would come
-    out different without any other sign.
-    """
-    if contexts.count <= 1 or contexts.any_parent:
-        return
-    problem = (f"{profile}: none of the {contexts.count:,} debug contexts has a parent (libpva gave no "
-               "`parents`), so operations would get wrong names and layers")
-    if not allow_flat:
-        raise ExportError(problem + "; pass --allow-flat-contexts to export anyway")
-    log.warning("%s; exported anyway (--allow-flat-contexts)", problem)
-
-
-def _check_program_contexts(run: _Export, profile: Path, allow_missing: bool) -> None:
-    """Refuse (or warn, with ``allow_missing``) when most programs got no debug context from libpva.
-
-    popliner groups programs into operations, and operations into layers,
-    by their debug contexts: a profile without them loads, but every program
-    is unattributed and nothing can be split. Real compilations give a
-    context to nearly every program (98-99% in the bundled profiles).
-    """
-    total, with_context = run.programs_written, run.programs_with_context
-    if total == 0 or 2 * with_context >= total:
-        return
-    source = ("programs carry no `debugContext` and pva.OperationAnalysis gave none for them"
-              if with_context == 0 else "libpva gave them none")
-    problem = (f"{profile}: {total - with_context:,} of {total:,} programs have no debug context ({source}), "
-               f"so popliner would group {'nothing' if with_context == 0 else 'most programs into no operation'} "
-               "and could not split the model; export with the debug.cbor written by the same compilation "
-               "(POPLAR_ENGINE_OPTIONS autoReport.outputDebugInfo)")
-    if not allow_missing:
-        raise ExportError(problem + ", or pass --allow-missing-contexts to export anyway")
-    log.warning("%s; exported anyway (--allow-missing-contexts)", problem)
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else "(no message)"
-
-
 def export_report(
     profile_pop: str | os.PathLike[str],
     debug_cbor: str | os.PathLike[str],
@@ -173,18 +104,21 @@ def export_report(
     export fails or is interrupted.
     """
     profile, debug, out = Path(profile_pop), Path(debug_cbor), Path(out_path)
-    _check_inputs(profile, debug)
+    check_inputs(profile, debug)
     pva = load_pva(pva_module)
     check_writable(out, force)
-    report = _open_report(pva, profile, debug)
+    report = open_report(pva, profile, debug)
     run = _Export(report, pva, profile, spool_folder(out))
     try:
         with atomic_write(out, force=force, binary=True) as raw, _maybe_gzip(raw, out) as stream:
             writer = JsonWriter(stream)
             run.write(writer)
             writer.flush()
-            _check_program_contexts(run, profile, allow_missing_contexts)  # before the rename
-            _check_context_tree(run.contexts, profile, allow_flat_contexts)
+            programs = run.programs
+            assert programs is not None  # written, or the write raised
+            check_program_contexts(programs.written, programs.with_context, profile,
+                                   allow_missing_contexts)  # before the rename
+            check_context_tree(run.contexts, profile, allow_flat_contexts)
     except PoplinerError:
         raise
     except Exception as exc:
@@ -196,24 +130,6 @@ def export_report(
     summary = run.summary(out)
     log.info("export: wrote %s (%s)", out, summary.describe())
     return summary
-
-
-def _check_inputs(profile: Path, debug: Path) -> None:
-    for path, what in ((profile, "Poplar profile (profile.pop)"), (debug, "debug information (debug.cbor)")):
-        if not path.is_file():
-            raise ExportError(f"{path}: no such file; expected the {what}")
-    if profile.suffix.lower() == ".cbor" and debug.suffix.lower() == ".pop":
-        raise ExportError(f"{profile} and {debug} look swapped: give profile.pop first, then debug.cbor")
-
-
-def _open_report(pva: Any, profile: Path, debug: Path) -> Any:
-    opener = getattr(pva, "openReport", None)
-    if opener is None:
-        raise ExportError("the importable `pva` module has no openReport(); is it the Poplar SDK's libpva?")
-    try:
-        return opener(str(profile), str(debug))
-    except Exception as exc:  # noqa: BLE001 - libpva's exception types are not documented
-        raise ExportError(f"{profile}: libpva cannot open the report (with {debug}): {exc}") from None
 
 
 @contextlib.contextmanager
@@ -248,18 +164,8 @@ class _Export:
         self.var_ids = np.zeros(0, np.int64)  # sorted ids of the written variables
         self.num_classes = 0
         self.dropped_vars = 0
-        self.dropped_refs = 0
-        #: Programs written, and those of them with a debug context (see _check_program_contexts).
-        self.programs_written = 0
-        self.programs_with_context = 0
-        self.emitted: set[int] = set()
-        self.order: list[int] = []
-        self.child_ids: set[int] = set()
-        self.control_ids: list[int] | None = None
-        self._op_contexts: dict[int, Any] | None = None
-        self._ops: list[tuple[Any, list[Any]]] | None = None
-        self._replaced: dict[int, Any] | None = None
         self.vtypes = VertexTypeTable(0)
+        self.programs: ProgramsSection | None = None  # once the variables are known
 
     # -- the document -------------------------------------------------------
 
@@ -276,7 +182,10 @@ class _Export:
         self.stage = "reading the lowered variables"
         self._variables(w)
         self.stage = "reading the programs"
-        self._programs(w)
+        self.programs = ProgramsSection(self.comp, self.profile, self.tiles, self.vtypes, self.contexts,
+                                        ProgramContexts(self.pva, self.report, self.profile), self.var_ids,
+                                        self.step_ids)
+        self.programs.write(w)
         self.stage = "reading tile memory"
         self._tiles(w)
         self.stage = "writing the debug contexts"
@@ -291,7 +200,8 @@ class _Export:
 
     def summary(self, out: Path) -> ExportSummary:
         return ExportSummary(
-            path=out, tiles=self.tiles, programs=len(self.order), steps=len(self.step_ids),
+            path=out, tiles=self.tiles, programs=len(self.programs.order) if self.programs else 0,
+            steps=len(self.step_ids),
             variables=len(self.var_ids), liveness_classes=self.num_classes, vertex_types=len(self.vtypes),
             debug_contexts=self.contexts.count, dropped_variables=self.dropped_vars,
             note=" ".join(self.notes) or None,
@@ -436,213 +346,6 @@ class _Export:
                 progress.update(n)
         _flush(buffers, columns)
 
-    # -- programs -------------------------------------------------------------
-
-    def _programs(self, w: JsonWriter) -> None:
-        control = attr(self.comp, "controlPrograms")  # [U]: not in the documented API
-        if control is not None:
-            self.control_ids = [p if isinstance(p, int) else ident(p) for p in control]
-        programs = attr(self.comp, "programs", default=()) or ()
-        progress = Progress("programs", safe_len(programs))
-        w.key("programs")
-        w.begin_array()
-        for n, program in enumerate(programs, 1):
-            self._emit(w, program)
-            progress.update(n)
-        self._emit_missing(w)
-        w.end_array()
-        if self.dropped_refs:
-            log.info("export: %d program-variable references to variables outside IPU 0 were left out",
-                     self.dropped_refs)
-        w.field("controlPrograms", self._roots())
-
-    def _emit(self, w: JsonWriter, program: Any) -> None:
-        pid = ident(program)
-        if pid in self.emitted:
-            return
-        self.emitted.add(pid)
-        self.order.append(pid)
-        w.value(self._program(program, pid))
-
-    def _program(self, p: Any, pid: int) -> dict[str, Any]:
-        ptype = program_type(p)
-        rec: dict[str, Any] = {"id": pid, "type": ptype}
-        name = attr(p, "name")
-        if isinstance(name, str) and name:
-            rec["name"] = name
-        children = [ident(c) for c in attr(p, "children", default=()) or ()]
-        if children:
-            rec["children"] = children
-            self.child_ids.update(children)
-        ctx = self._context_of(p, pid)
-        self.programs_written += 1
-        if ctx is not None:
-            rec["debugContext"] = ctx
-            self.programs_with_context += 1
-        self._put(rec, "controlCode", attr(p, "controlCodeByTile"))
-        if ptype == "DoExchange":
-            # codeBytesByTile means internal-exchange code only for DoExchange.
-            self._put(rec, "exchangeCode", attr(p, "codeBytesByTile"))
-        cs = attr(p, "computeset", "computeSet")
-        vertices = self._vertices(cs) if cs is not None else []
-        if vertices:
-            rec["vertices"] = vertices
-        var_ids = self._program_vars(p)
-        if var_ids:
-            rec["vars"] = var_ids
-        cycles = attr(p, "estimatedCyclesByTile")
-        if not safe_len(cycles) and cs is not None:
-            cycles = attr(cs, "estimatedCyclesByTile")
-        self._put(rec, "cycles", cycles)
-        if ptype == "Repeat":
-            count = attr(p, "repeatCount", "count", "numIterations")  # [U]
-            if count is not None:
-                rec["repeatCount"] = as_int(count)
-        return rec
-
-    def _put(self, rec: dict[str, Any], key: str, values: Any) -> None:
-        tv = encode_tilevector(per_tile(values, self.tiles)) if values is not None else None
-        if tv is not None:
-            rec[key] = tv
-
-    def _vertices(self, cs: Any) -> list[list[Any]]:
-        counts: dict[int, np.ndarray] = {}
-        for vertex in attr(cs, "vertices", default=()) or ():
-            tid = self.vtypes.type_id(attr(vertex, "type"))
-            arr = per_tile(attr(vertex, "countByTile"), self.tiles)
-            if tid in counts:
-                counts[tid] += arr
-            else:
-                counts[tid] = arr
-        out = []
-        for tid, arr in counts.items():
-            tv = encode_tilevector(arr)
-            if tv is not None:
-                out.append([tid, tv])
-        return out
-
-    def _program_vars(self, p: Any) -> list[int]:
-        raw = attr(p, "vars", default=()) or ()
-        ids = np.fromiter((ident(v) for v in raw), dtype=np.int64)
-        if ids.size == 0:
-            return []
-        pos = np.searchsorted(self.var_ids, ids)
-        ok = pos < len(self.var_ids)
-        ok[ok] = self.var_ids[pos[ok]] == ids[ok]
-        self.dropped_refs += int(ids.size - ok.sum())
-        return ids[ok].tolist()  # type: ignore[no-any-return]
-
-    def _context_of(self, p: Any, pid: int) -> int | None:
-        ctx = self._replaced_contexts().get(pid, _ABSENT)
-        if ctx is _ABSENT:
-            ctx = getattr(p, "debugContext", _ABSENT)
-        if ctx is _ABSENT:
-            ctx = self._operation_contexts().get(pid)
-        if isinstance(ctx, (list, tuple)):
-            ctx = ctx[0] if ctx else None
-        return None if ctx is None else self.contexts.add(ctx)
-
-    def _operation_contexts(self) -> dict[int, Any]:
-        """Program id -> debug context from ``pva.OperationAnalysis`` (computed once).
-
-        Used only when programs have no ``debugContext`` attribute.
-        """
-        if self._op_contexts is None:
-            self._op_contexts = {}
-            analysis = getattr(self.pva, "OperationAnalysis", None)
-            if analysis is None:
-                log.warning("%s: programs carry no debug context and pva has no OperationAnalysis; "
-                            "operations cannot be named", self.profile)
-                return self._op_contexts
-            log.info("export: programs carry no debugContext; taking contexts from pva.OperationAnalysis")
-            for op, programs in self._operations():
-                # PopTorch's own tests prefer replacedDebugContext when it is set.
-                ctx = attr(op, "replacedDebugContext")
-                if ctx is None:
-                    ctx = attr(op, "debugContext")
-                if ctx is not None:
-                    for prog in programs:
-                        self._op_contexts.setdefault(ident(prog), ctx)
-        return self._op_contexts
-
-    def _operations(self) -> list[tuple[Any, list[Any]]]:
-        """(operation, its programs) from ``pva.OperationAnalysis``, computed once; empty without it."""
-        if self._ops is None:
-            self._ops = []
-            analysis = getattr(self.pva, "OperationAnalysis", None)
-            if analysis is not None:
-                for op in attr(analysis(self.report), "operations", default=()) or ():
-                    programs = getattr(op, "programs", None)
-                    programs = programs() if callable(programs) else programs
-                    self._ops.append((op, list(programs or ())))
-        return self._ops
-
-    def _replaced_contexts(self) -> dict[int, Any]:
-        """Program id -> an operation's ``replacedDebugContext``, where libpva sets one.
-
-        It wins over the program's own ``debugContext``: when an operation
-        replaced another (PopART transforms), it names the original one.
-        """
-        if self._replaced is None:
-            self._replaced = {}
-            for op, programs in self._operations():
-                ctx = attr(op, "replacedDebugContext")
-                if ctx is not None:
-                    for prog in programs:
-                        self._replaced.setdefault(ident(prog), ctx)
-            if self._replaced:
-                log.info("export: %d programs take an operation's replacedDebugContext", len(self._replaced))
-        return self._replaced
-
-    def _emit_missing(self, w: JsonWriter) -> None:
-        """Emit programs referenced (as children, steps, roots) but not listed."""
-        while True:
-            needed = self.child_ids | set(self.step_ids.tolist()) | set(self.control_ids or ())
-            missing = needed - self.emitted
-            if not missing:
-                return
-            found = self._find_programs(missing)
-            if not found:
-                shown = ", ".join(str(i) for i in sorted(missing)[:5])
-                raise ExportError(f"{self.profile}: programs {shown} are referenced but libpva does not list them")
-            log.info("export: %d programs were reachable but not in compilation.programs", len(found))
-            for program in found:
-                self._emit(w, program)
-
-    def _find_programs(self, wanted: set[int]) -> list[Any]:
-        """Search the program tree (from steps, roots and the list) for ``wanted`` ids."""
-        found: dict[int, Any] = {}
-        visited: set[int] = set()
-        steps = attr(self.comp, "livenessProgramSteps", default=()) or ()
-        sources = itertools.chain(
-            (attr(s, "program") for s in steps),
-            (p for p in attr(self.comp, "controlPrograms", default=()) or () if not isinstance(p, int)),
-            attr(self.comp, "programs", default=()) or (),
-        )
-        for root in sources:
-            stack = [root]
-            while stack:
-                p = stack.pop()
-                if p is None:
-                    continue
-                pid = ident(p)
-                if pid in visited:
-                    continue
-                visited.add(pid)
-                if pid in wanted:
-                    found[pid] = p
-                    if len(found) == len(wanted):
-                        return list(found.values())
-                stack.extend(attr(p, "children", default=()) or ())
-        return list(found.values())
-
-    def _roots(self) -> list[int]:
-        if self.control_ids is not None:
-            return self.control_ids
-        # [U] no documented list of roots: take the programs nobody calls, in listed order.
-        return [pid for pid in self.order if pid not in self.child_ids]
-
-    # -- tiles ----------------------------------------------------------------
 
     def _tiles(self, w: JsonWriter) -> None:
         tiles = attr(self.comp, "tiles", default=()) or ()
@@ -681,9 +384,6 @@ class _Export:
         if self.notes:
             src["note"] = " ".join(self.notes)
         return src
-
-
-_ABSENT = object()
 
 
 def _flush(buffers: dict[str, list[int]], columns: dict[str, IntSpool]) -> None:

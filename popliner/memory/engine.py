@@ -4,7 +4,10 @@ Everything popliner says about the memory of a set of operations comes from
 here (or from :mod:`popliner.memory.ranges`, the incremental form of the same
 figures for contiguous layer ranges). Callers give plain data: operation
 indices, or layer indices into ``layer_names``; the unlayered operations go
-with the first stage (``first_stage=True``), as PopLiner did.
+with the first stage (``first_stage=True``), as PopLiner did. Boundary bytes
+are worked out by :mod:`popliner.memory.boundaries`, and the state every
+range table of the engine shares by :mod:`popliner.memory.range_state`: the
+engine owns both.
 
 Training-dependent figures each have one named method, so that a change to
 the training model (:class:`popliner.memory.training.TrainingOptions`, held
@@ -23,23 +26,19 @@ from functools import cached_property
 
 import numpy as np
 
-from popliner.arrays import gather_csr
 from popliner.layout import Layout
+from popliner.memory.boundaries import Boundaries
 from popliner.memory.liveness import variable_steps, window_peak
 from popliner.memory.model import MemoryModel
-from popliner.memory.training import (
-    TrainingOptions,
-    build_training_view,
-    with_live_steps,
-)
+from popliner.memory.range_state import Liveness, RangeState, liveness_path
+from popliner.memory.training import TrainingOptions, build_training_view
 from popliner.memory.types import StageMemory
+from popliner.memory.whatif import with_live_steps
+from popliner.ops.layers import ops_of_layers
 from popliner.ops.operations import OperationTable
-from popliner.profile.model import PROGRAM_TYPES, Profile
+from popliner.profile.model import Profile
 
 __all__ = ["MemoryEngine", "StashWindows", "stash_mask"]
-
-#: Program types that move data between the host and the IPU.
-_STREAM_TYPES = ("StreamCopyBegin", "StreamCopyMid", "StreamCopyEnd")
 
 #: (forward first step, forward last step, backward first step, backward last step) of a stage.
 StashWindows = tuple[int, int, int, int]
@@ -87,6 +86,7 @@ class MemoryEngine:
         self.is_backward = self.view.is_backward
         self.model = MemoryModel(self.profile, ops, counted_vars)
         self._stash_known: dict[bytes, np.ndarray] = {}
+        self._range_states: dict[Liveness, RangeState] = {}
 
     @property
     def tiles(self) -> int:
@@ -111,14 +111,30 @@ class MemoryEngine:
         """Index of the ``head`` layer (the last one; meaningful when :attr:`head_wraps`)."""
         return self.num_layers - 1
 
+    def range_state(self, liveness: Liveness = "auto") -> RangeState:
+        """What every range table of this engine shares on one liveness path, built by the first that needs it.
+
+        Owned here, not cached beside the engine: it goes when the engine goes.
+        """
+        found = self._range_states.get(liveness)
+        if found is None:
+            # "auto" is resolved once (it sorts every interval end): kept under both names.
+            path = liveness_path(self, liveness)
+            found = self._range_states.get(path)
+            if found is None:
+                found = RangeState(self, path)
+            self._range_states[path] = self._range_states[liveness] = found
+        return found
+
+    def release_range_state(self) -> None:
+        """Drop the range state now: the running sets it keeps hold the engine, a cycle the collector frees later."""
+        self._range_states.clear()
+
     # -- operations of a stage ---------------------------------------------------
 
     def stage_ops(self, layers: Sequence[int], first_stage: bool) -> np.ndarray:
         """Operations of the given layers, plus the unlayered ones for the first stage."""
-        mask = np.isin(self.layer_of_op, np.asarray(layers, np.int64))
-        if first_stage:
-            mask |= self.layer_of_op < 0
-        return np.flatnonzero(mask)
+        return ops_of_layers(self.layer_of_op, layers, first_stage)
 
     def range_ops(self, i: int, j: int) -> np.ndarray:
         """Operations of the contiguous layer range ``i..j``; range 0.. holds the unlayered ones."""
@@ -396,171 +412,51 @@ class MemoryEngine:
     def always_live_var(self) -> np.ndarray:
         return np.asarray(self.profile.always_live_classes()[self.profile.variables.klass])
 
-    @cached_property
-    def first_user(self) -> np.ndarray:
-        """Per variable, the operation that uses it at the earliest step (-1: none runs)."""
-        ops, n = self.ops, self.profile.variables.count
-        counts = np.diff(ops.var_ptr)
-        op_of_pair = np.repeat(np.arange(ops.count), counts)
-        var_of_pair = ops.var_idx
-        step = ops.first_step[op_of_pair]
-        ran = step >= 0
-        op_of_pair, var_of_pair, step = op_of_pair[ran], var_of_pair[ran], step[ran]
-        order = np.lexsort((step, var_of_pair))  # by variable, then earliest step first
-        first = np.ones(len(order), bool)
-        first[1:] = var_of_pair[order][1:] != var_of_pair[order][:-1]
-        first_user = np.full(n, -1, np.int64)
-        first_user[var_of_pair[order][first]] = op_of_pair[order][first]
-        return first_user
-
-    @cached_property
-    def constant_var(self) -> np.ndarray:
-        """Variables made on the device by an initialiser and sent nowhere: each IPU that reads one holds its own.
-
-        A constant (an attention bias, a causal mask, a loss scale) is first
-        used by a tensor initialiser (an operation ``Tensor/<id>`` with no
-        layer) that streams nothing from the host: a host input is sent on
-        like an activation, a constant is not.
-        """
-        ops, first_user = self.ops, self.first_user
-        streams = np.isin(self.profile.programs.type, [PROGRAM_TYPES.index(t) for t in _STREAM_TYPES])
-        init = np.zeros(ops.count, bool)
-        for op in np.flatnonzero(ops.is_tensor).tolist():
-            init[op] = not streams[ops.prog_idx[ops.prog_ptr[op]:ops.prog_ptr[op + 1]]].any()
-        return np.asarray((first_user >= 0) & init[np.maximum(first_user, 0)])
-
-    @cached_property
-    def sent_var(self) -> np.ndarray:
-        """Variables an IPU sends when a boundary cuts their users: neither always live nor constant."""
-        return np.asarray(~self.always_live_var & ~self.constant_var)
-
     # -- boundaries ------------------------------------------------------------
 
     @cached_property
-    def variable_layer_span(self) -> tuple[np.ndarray, np.ndarray]:
-        """Per variable: the first and last layer whose counted operations use it.
+    def boundaries(self) -> Boundaries:
+        """What crosses a boundary between stages (see :mod:`popliner.memory.boundaries`)."""
+        return Boundaries(self.profile, self.ops, self.model, self.layer_of_op, self.num_layers, self.head_wraps,
+                          self.is_backward, self.always_live_var)
 
-        The unlayered operations count as layer 0 (they go with the first
-        stage). Unused variables get ``lo`` = the dtype's largest value and
-        ``hi = -1``; int32 while the layers fit (half the pages to fill).
-        """
-        ops = self.ops
-        layer_of_op = np.where(self.layer_of_op < 0, 0, self.layer_of_op)
-        counted = np.flatnonzero(self.model.counted_vars)
-        lay_of = layer_of_op[counted]
-        n = self.profile.variables.count
-        dtype = np.int32 if self.num_layers < 2**31 - 1 else np.int64
-        lo = np.full(n, np.iinfo(dtype).max, dtype)
-        hi = np.full(n, -1, dtype)
-        # One plain scatter per layer in layer order (later layers overwrite hi,
-        # earlier ones lo). Every value in one scatter is the same, so repeated
-        # indices cannot matter; several times faster than np.minimum.at.
-        per_layer = [(k, gather_csr(ops.var_ptr, ops.var_idx, counted[lay_of == k]))
-                     for k in np.unique(lay_of).tolist()]
-        for k, var in per_layer:
-            hi[var] = k
-        for k, var in reversed(per_layer):
-            lo[var] = k
-        return lo, hi
+    # The figures every caller reads, named here so that the engine stays the one object to ask.
 
-    @cached_property
+    @property
+    def crossing(self) -> np.ndarray:
+        """Bytes crossing the boundary after each layer but the last (:attr:`Boundaries.crossing`)."""
+        return self.boundaries.crossing
+
+    @property
+    def gradient_crossing(self) -> np.ndarray:
+        """The part of :attr:`crossing` sent backwards."""
+        return self.boundaries.gradient_crossing
+
+    @property
+    def sent_var(self) -> np.ndarray:
+        """Variables an IPU sends when a boundary cuts their users: neither always live nor constant."""
+        return self.boundaries.sent_var
+
+    @property
+    def constant_var(self) -> np.ndarray:
+        """Variables each IPU that reads one makes itself (:attr:`Boundaries.constant_var`)."""
+        return self.boundaries.constant_var
+
+    @property
     def multi_layer_var(self) -> np.ndarray:
         """Variables that more than one layer uses."""
-        lo, hi = self.variable_layer_span
-        return np.asarray(hi > lo)
+        return self.boundaries.multi_layer_var
 
-    @cached_property
+    @property
     def multi_layer_index(self) -> np.ndarray:
         """The variables that more than one layer uses, sorted (a compact numbering of them)."""
-        return np.flatnonzero(self.multi_layer_var)
+        return self.boundaries.multi_layer_index
 
-    @cached_property
-    def crossing(self) -> np.ndarray:
-        """Bytes crossing the boundary after each layer but the last (``num_layers - 1`` entries).
-
-        The not-always-live variables used on both sides of the cut: what a
-        stage must send on (activations forwards; in training their gradients
-        come back over the same boundary).
-
-        A wrapped head (the last layer) is on IPU 0 with the embedding (layer
-        0): a variable both use crosses only where its other layers take it
-        (the tied embedding's gradient, made by the head and summed into the
-        embedding's, crosses nothing); a variable the head uses and the
-        embedding does not goes on from its first layer round to the head.
-        """
-        return self._crossing(self.sent_var)
-
-    @cached_property
-    def gradient_crossing(self) -> np.ndarray:
-        """The part of :attr:`crossing` sent backwards: variables first used by a backward operation."""
-        return self._crossing(self.sent_var & self.gradient_var)
-
-    @cached_property
-    def gradient_var(self) -> np.ndarray:
-        """Variables first used by a backward operation (gradients; none in inference)."""
-        return np.asarray((self.first_user >= 0) & self.is_backward[np.maximum(self.first_user, 0)])
-
-    def _crossing(self, sent: np.ndarray) -> np.ndarray:
-        lo, hi = self.variable_layer_span
-        pick = self.multi_layer_var & sent
-        if self.head_wraps:
-            hi = self._wrapped_head_hi(lo, hi)
-            pick &= hi > lo
-        diff = np.zeros(self.num_layers + 1, np.int64)
-        np.add.at(diff, lo[pick], self.profile.variables.bytes[pick])
-        np.add.at(diff, hi[pick], -self.profile.variables.bytes[pick])
-        return np.cumsum(diff)[: max(self.num_layers - 1, 0)]
-
-    def _wrapped_head_hi(self, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-        """``hi`` with the wrapped head's use left out of the variables the embedding uses too."""
-        both = (lo == 0) & (hi == self.head_layer)
-        if not both.any():
-            return hi
-        # The last layer before the head that uses each variable (0: only the embedding and the head).
-        before = np.zeros(self.profile.variables.count, np.int64)
-        for k in range(1, self.head_layer):
-            before[self.model.counted_variables(self.stage_ops([k], first_stage=False))] = k
-        return np.where(both, before, hi)
-
-    def _wrapped_head_variables(self, layers: Sequence[int]) -> np.ndarray:
-        """The variables a set of layers uses; with a wrapped head in it, the head's alone that the embedding uses
-        do not count (the head is on IPU 0 with the embedding: see :attr:`crossing`)."""
-        own = [k for k in layers if not (self.head_wraps and k == self.head_layer)]
-        used = self.model.counted_variables(self.stage_ops(own, first_stage=0 in own)) if own else np.zeros(0, np.int64)
-        if len(own) == len(layers):
-            return used
-        head = self.model.counted_variables(self.stage_ops([self.head_layer], first_stage=False))
-        head = np.setdiff1d(head, self.model.counted_variables(self.stage_ops([0], first_stage=True)),
-                            assume_unique=True)
-        return np.union1d(used, head)
-
-    @cached_property
+    @property
     def always_live_spans(self) -> tuple[tuple[int, int], ...]:
         """(first, last) layer of every always-live variable several layers use (tied weights)."""
-        lo, hi = self.variable_layer_span
-        pick = self.multi_layer_var & self.always_live_var
-        return tuple(zip(lo[pick].tolist(), hi[pick].tolist()))
+        return self.boundaries.always_live_spans
 
     def boundary_bytes(self, before: Sequence[int], after: Sequence[int], gradients_only: bool = False) -> int:
-        """Bytes sent over a boundary between two sets of layers: sent variables both sides use.
-
-        ``before`` holds the first stage's layers when it is not empty, so the
-        unlayered operations count on its side. ``gradients_only``: the part
-        sent backwards (:attr:`gradient_crossing`).
-        """
-        b, a = sorted(before), sorted(after)
-        cut = len(b)
-        if not b or not a:
-            return 0
-        if b == list(range(cut)) and a == list(range(cut, self.num_layers)):
-            # The usual case, a cut through the layer order.
-            return int((self.gradient_crossing if gradients_only else self.crossing)[cut - 1])
-        if self.head_wraps:
-            used_before, used_after = self._wrapped_head_variables(b), self._wrapped_head_variables(a)
-        else:
-            used_before = self.model.counted_variables(self.stage_ops(b, first_stage=True))
-            used_after = self.model.counted_variables(self.stage_ops(a, first_stage=False))
-        both = np.intersect1d(used_before, used_after, assume_unique=True)
-        sent = self.sent_var & self.gradient_var if gradients_only else self.sent_var
-        both = both[sent[both]]
-        return int(self.profile.variables.bytes[both].sum())
+        """Bytes sent over a boundary between two sets of layers (:meth:`Boundaries.boundary_bytes`)."""
+        return self.boundaries.boundary_bytes(before, after, gradients_only)

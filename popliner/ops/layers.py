@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -47,6 +48,7 @@ __all__ = [
     "compile_regex",
     "layers_key",
     "natural_key",
+    "ops_of_layers",
     "preset_names",
 ]
 
@@ -129,6 +131,14 @@ class LayerAssignment:
     def coverage(self) -> float:
         n = len(self.layer_of_op)
         return self.layered_ops / n if n else 1.0
+
+
+def ops_of_layers(layer_of_op: np.ndarray, layers: Sequence[int], first_stage: bool) -> np.ndarray:
+    """Operations of the given layers, plus the unlayered ones for the first stage (where PopLiner put them)."""
+    mask = np.isin(layer_of_op, np.asarray(layers, np.int64))
+    if first_stage:
+        mask |= layer_of_op < 0
+    return np.flatnonzero(mask)
 
 
 def compile_regex(pattern: str, option: str) -> BoundedRegex:

@@ -27,8 +27,8 @@ from popliner.memory.training import (
     HEAD_PLACEMENTS,
     OPTIMIZER_STATES,
     TrainingOptions,
-    place_unlayered,
 )
+from popliner.ops.head import place_unlayered
 from popliner.pod.model import PodConstants, StepTime, allreduce_seconds, step_time, streaming_seconds
 from popliner.pod.search import DepthSplit, OptionSearch, TrafficTable, search_options
 from popliner.progress import phase

@@ -1,4 +1,4 @@
-"""Liveness peaks: the most variable bytes live at once, per tile, over a window of steps.
+"""One-shot liveness peaks: the most variable bytes live at once, per tile, over a window of steps.
 
 One vectorised sweep serves single stages and many groups at once (every
 operation alone, every layer alone): variables are aggregated per

@@ -1,0 +1,219 @@
+"""The liveness grid: live bytes per (liveness segment, tile) of a growing set of variables.
+
+One of the two running liveness back-ends of the range tables
+(:mod:`popliner.memory.running`); the other is :mod:`.events`. Adding
+variables is a scatter with no sort, and a reading costs the same whatever
+the number of variables, so a range table takes it whenever it is small.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from popliner.arrays import expand_ranges, unique_inverse
+from popliner.profile.model import Profile
+
+__all__ = ["SegmentGrid", "segment_ends"]
+
+
+class SegmentGrid:
+    """Live bytes per (liveness segment, tile) of a growing set of variables, read in blocks of segments.
+
+    The distinct interval starts and ends of the profile's liveness classes,
+    ``ends``, cut the steps into segments; live bytes are constant within one.
+    ``diff[k, t]`` holds the bytes that go live (+) or die (-) at ``ends[k]``
+    on tile ``t``, so a running sum over segments gives the live bytes of
+    every segment, and the peak over steps ``lo..hi`` is the largest of the
+    segments holding ``lo`` to ``hi``. Adding variables is a scatter, with no
+    sort, and the grid's cost does not depend on the number of variables, so
+    it is used only when it is small (synthetic profiles have under 3,000
+    distinct interval ends at 1x, 13,111 at 4x).
+
+    Segments are grouped in blocks of :attr:`BLOCK`. Each block keeps its own
+    running sums (``run``), their largest value (``block_max``) and its net
+    change (``block_sum``), refreshed only for the blocks that variables were
+    added to since the last reading: a layer's events fall in a few blocks
+    (its forward and backward steps), so adding a layer to a range no longer
+    costs a pass over the whole grid. A reading chains the blocks' net
+    changes (one row per block) and takes the blocks inside the window whole.
+    Integer sums in any order: the figures are those of one running sum over
+    all segments, to the byte.
+    """
+
+    #: Largest grid, in cells (two int32 or int64 buffers of that size: differences and running sums).
+    #: 2**25 cells takes the 96-layer BERT-Large training profile (1472 tiles x 13,111 segments,
+    #: 19.3 M cells) on the grid: there the event list re-sorts millions of events for every layer
+    #: added and a solve took tens of minutes.
+    MAX_CELLS = 1 << 25
+    #: Segments per block: a layer of the synthetic BERT-Large touches 4 to 8 blocks of 64 of 52 at 1x.
+    BLOCK = 64
+
+    def __init__(self, profile: Profile, ends: np.ndarray, block: int | None = None) -> None:
+        self.p = profile
+        self.ends = ends
+        self.width = len(ends)
+        self.tiles = profile.tiles
+        self.block = block if block is not None else self.BLOCK
+        self.nblocks = max(-(-self.width // self.block), 1)
+        # Column of each interval's start and end, once per profile.
+        self.col_start = np.searchsorted(ends, profile.iv_start)
+        self.col_end = np.searchsorted(ends, profile.iv_end)
+        # int32 cells when no tile's variables reach 2**31 bytes in all: every
+        # live figure is then the bytes of a subset of them, and every partial
+        # sum (within a block, or a block's net change) the difference of two.
+        per_tile = np.bincount(profile.variables.tile, weights=profile.variables.bytes, minlength=profile.tiles)
+        self.dtype = np.int32 if per_tile.size == 0 or per_tile.max() < 2**31 - 1 else np.int64
+        cells = self.nblocks * self.block * max(self.tiles, 1)
+        self.cell_dtype = np.int32 if cells < 2**31 else np.int64
+        shape = (self.nblocks, self.block, self.tiles)
+        self.diff = np.zeros(shape, self.dtype)
+        self.run = np.zeros(shape, self.dtype)
+        self.block_max = np.zeros((self.nblocks, self.tiles), self.dtype)
+        self.block_sum = np.zeros((self.nblocks, self.tiles), self.dtype)
+        self.stale = np.zeros(self.nblocks, bool)  # events added since the block's sums were taken
+        self.touched = np.zeros(self.nblocks, bool)  # events added since the last clear
+        self.owner: object | None = None  # the running set whose variables the grid holds
+
+    @classmethod
+    def of(cls, profile: Profile, block: int | None = None) -> SegmentGrid:
+        return cls(profile, segment_ends(profile), block)
+
+    @classmethod
+    def fits(cls, profile: Profile) -> bool:
+        """Is the grid small enough for the automatic choice?"""
+        return profile.tiles * max(len(segment_ends(profile)), 1) <= cls.MAX_CELLS
+
+    def clear(self) -> None:
+        touched = np.flatnonzero(self.touched)
+        if touched.size:
+            for buffer in (self.diff, self.run, self.block_max, self.block_sum):
+                buffer[touched] = 0
+            self.touched[:] = False
+            self.stale[:] = False
+
+    def events_of(self, var_idx: np.ndarray, with_owner: bool = False) -> dict[str, np.ndarray]:
+        """Grid cells (segment x tiles + tile) where each variable's intervals start and end, and its bytes."""
+        p = self.p
+        v = p.variables
+        cls = v.klass[var_idx]
+        counts = p.class_ptr[cls + 1] - p.class_ptr[cls]
+        iv = expand_ranges(p.class_ptr[cls], counts)
+        owner = np.repeat(np.arange(len(var_idx)), counts)
+        tile = v.tile[var_idx].astype(np.int64)[owner]
+        events = {"start": (self.col_start[iv] * self.tiles + tile).astype(self.cell_dtype),
+                  "end": (self.col_end[iv] * self.tiles + tile).astype(self.cell_dtype),
+                  "nbytes": v.bytes[var_idx][owner].astype(self.dtype)}
+        if with_owner:
+            events["owner"] = owner
+        return events
+
+    def merged(self, var_idx: np.ndarray) -> dict[str, np.ndarray]:
+        """The events of the variables as one net change per cell, which :meth:`add` applies without ``add.at``.
+
+        For a layer's private variables, added to every range that holds the
+        layer: the merge is done once. When the events fill most cells of the
+        segments they touch (a layer's activations are spread over all tiles),
+        the change is kept dense, as rows of those segments, and an addition
+        is a plain add of rows; else as distinct cells and a plain indexed add
+        (exact either way: integer sums in any order).
+        """
+        p = self.p
+        v = p.variables
+        cls = v.klass[var_idx]
+        counts = p.class_ptr[cls + 1] - p.class_ptr[cls]
+        iv = expand_ranges(p.class_ptr[cls], counts)
+        tile, nbytes = v.tile[var_idx].astype(np.int64), v.bytes[var_idx].astype(np.int64)
+        if iv.size != var_idx.size or not (counts == 1).all():  # else one interval per variable, in order
+            owner = np.repeat(np.arange(len(var_idx)), counts)
+            tile, nbytes = tile[owner], nbytes[owner]
+        # Segment of each start (+bytes) and end (-bytes).
+        start, end = self.col_start[iv], self.col_end[iv]
+        present = np.zeros(self.nblocks * self.block, bool)
+        present[start] = True
+        present[end] = True
+        segments = np.flatnonzero(present)
+        blocks = np.unique(segments // self.block)
+        if segments.size * self.tiles <= 4 * iv.size:
+            position = np.cumsum(present) - 1
+            size = segments.size * self.tiles
+            # float64 bincounts: exact while a cell's bytes are below 2**53 (so is their difference).
+            dense = np.bincount(position[start] * self.tiles + tile, weights=nbytes, minlength=size)
+            dense -= np.bincount(position[end] * self.tiles + tile, weights=nbytes, minlength=size)
+            return {"rows": segments, "dense": dense.astype(np.int64).astype(self.dtype).reshape(-1, self.tiles),
+                    "blocks": blocks}
+        uniq, inverse = unique_inverse(np.concatenate((start, end)) * self.tiles + np.concatenate((tile, tile)))
+        net = np.zeros(len(uniq), np.int64)
+        np.add.at(net, inverse, np.concatenate((nbytes, -nbytes)))
+        keep = net != 0
+        return {"cells": uniq[keep].astype(self.cell_dtype), "delta": net[keep].astype(self.dtype), "blocks": blocks}
+
+    def add(self, events: dict[str, np.ndarray]) -> None:
+        if "rows" in events:
+            if events["rows"].size:
+                self.diff.reshape(-1, self.tiles)[events["rows"]] += events["dense"]
+                self._mark(events["blocks"])
+            return
+        if "cells" in events:
+            if events["cells"].size:
+                flat = self.diff.reshape(-1)
+                flat[events["cells"]] += events["delta"]  # distinct cells: a plain indexed add is exact
+                self._mark(events["blocks"])
+            return
+        if events["nbytes"].size == 0:
+            return
+        flat = self.diff.reshape(-1)
+        # Integer scatter-adds: exact, whatever the order.
+        np.add.at(flat, events["start"], events["nbytes"])
+        np.add.at(flat, events["end"], -events["nbytes"])
+        per_block = self.block * max(self.tiles, 1)
+        self._mark(np.concatenate((events["start"], events["end"])) // per_block)
+
+    def _mark(self, blocks: np.ndarray) -> None:
+        self.stale[blocks] = True
+        self.touched[blocks] = True
+
+    def _refresh(self) -> None:
+        """Running sums, largest value and net change of every block changed since the last reading."""
+        stale = np.flatnonzero(self.stale)
+        if stale.size == 0:
+            return
+        run = self.diff[stale]
+        # Row by row along the block: numpy's cumsum over a middle axis is several times slower.
+        for r in range(1, self.block):
+            np.add(run[:, r - 1], run[:, r], out=run[:, r])
+        self.run[stale] = run
+        self.block_max[stale] = run.max(axis=1)
+        self.block_sum[stale] = run[:, -1]
+        self.stale[stale] = False
+
+    def peak(self, lo: int, hi: int) -> np.ndarray:
+        """Per tile, the most live bytes at any step ``lo..hi`` (inclusive)."""
+        out = np.zeros(self.tiles, np.int64)
+        if hi < lo or not self.touched.any():
+            return out
+        # Segment k covers steps ends[k] <= s < ends[k+1]; before ends[0] nothing is live.
+        k_lo = int(np.searchsorted(self.ends, lo, side="right")) - 1
+        k_hi = int(np.searchsorted(self.ends, hi, side="right")) - 1
+        if k_hi < 0:
+            return out
+        self._refresh()
+        first = max(k_lo, 0)
+        b_lo, b_hi = first // self.block, k_hi // self.block
+        # Live bytes before each block of the window: the net changes of the blocks before it.
+        before = np.zeros((b_hi + 1, self.tiles), np.int64)
+        np.cumsum(self.block_sum[:b_hi], axis=0, out=before[1:])
+        lo_row, hi_row = first % self.block, k_hi % self.block
+        if b_lo == b_hi:
+            out = self.run[b_lo, lo_row : hi_row + 1].max(axis=0) + before[b_lo]
+        else:
+            out = self.run[b_lo, lo_row:].max(axis=0) + before[b_lo]
+            np.maximum(out, self.run[b_hi, : hi_row + 1].max(axis=0) + before[b_hi], out=out)
+            if b_hi > b_lo + 1:
+                inside = self.block_max[b_lo + 1 : b_hi] + before[b_lo + 1 : b_hi]
+                np.maximum(out, inside.max(axis=0), out=out)
+        return np.asarray(np.maximum(out, 0))
+
+
+def segment_ends(profile: Profile) -> np.ndarray:
+    """The distinct interval starts and ends of the profile's liveness classes: where segments begin."""
+    return np.union1d(profile.iv_start, profile.iv_end).astype(np.int64)

@@ -1,0 +1,69 @@
+"""What every range table of one memory engine shares, whatever its limit: the engine's range state.
+
+A solve builds several tables on one engine (the asked budget, relaxed
+budgets for a best-effort split, the fewest-IPUs search, the exit-3 hint),
+and what they share (each layer's parts, the liveness grid, every range
+figure already evaluated, the running sets a row stopped at) is costly to
+build. The engine owns it (:meth:`popliner.memory.engine.MemoryEngine.range_state`),
+one per liveness path, so it lives exactly as long as the engine: no cache
+outside it, and a table built anywhere on the same engine reuses it.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import TYPE_CHECKING, Literal
+
+import numpy as np
+
+from popliner.memory.liveness import SegmentGrid
+from popliner.memory.running import LayerParts, RunningStage
+
+if TYPE_CHECKING:
+    from popliner.memory.engine import MemoryEngine
+
+__all__ = ["Liveness", "LivenessPath", "RangeState", "liveness_path"]
+
+#: Which liveness path the running stages use (``auto``: the grid when it is small enough).
+Liveness = Literal["auto", "grid", "events"]
+LivenessPath = Literal["grid", "events"]
+
+
+def liveness_path(engine: MemoryEngine, liveness: Liveness) -> LivenessPath:
+    """The path ``liveness`` names; ``auto`` takes the grid when it fits (:meth:`SegmentGrid.fits`)."""
+    if liveness != "auto":
+        return liveness
+    return "grid" if SegmentGrid.fits(engine.profile) else "events"
+
+
+class RangeState:
+    """Per engine and liveness path: what every range table of the engine can reuse.
+
+    The engine holds it; it holds the engine only weakly, so that an engine
+    no one else holds is freed at once, not when the cycle collector next
+    runs (a process that tries option set after option set builds an engine
+    for each). The running sets kept in :attr:`resume` do hold the engine:
+    :func:`popliner.memory.ranges.release` drops them early.
+    """
+
+    def __init__(self, engine: MemoryEngine, liveness: LivenessPath) -> None:
+        self._engine = weakref.ref(engine)
+        self.layer_ops = [engine.range_ops(k, k) for k in range(engine.num_layers)]
+        self.grid = SegmentGrid.of(engine.profile) if liveness == "grid" else None
+        self.liveness: LivenessPath = liveness
+        self._parts: dict[int, LayerParts] = {}
+        #: (i, j) -> (worst tile bytes, stash entry per tile, total per tile)
+        self.figures: dict[tuple[int, int], tuple[int, np.ndarray, np.ndarray]] = {}
+        #: Ranges whose model figure the engine holds (see ProfileRanges.stage_memory).
+        self.staged: set[tuple[int, int, bool]] = set()
+        #: Per start: the running set where its row stopped (grid path), to grow it for a higher limit.
+        self.resume: dict[int, RunningStage] = {}
+
+    def layer_parts(self, j: int) -> LayerParts:
+        """What layer ``j`` adds to any range holding it (memoised: every start reuses it)."""
+        parts = self._parts.get(j)
+        if parts is None:
+            engine = self._engine()
+            assert engine is not None  # a table holds its engine
+            parts = self._parts[j] = LayerParts.of(engine, self.layer_ops[j], self.grid)
+        return parts

@@ -1,0 +1,178 @@
+"""The running set of a range table: per-tile memory of a set of operations that grows one layer at a time.
+
+A range ``i..j`` of layers is evaluated by adding layer ``j`` to the set of
+``i..j-1`` (:class:`RunningStage`), never from scratch. What one layer adds
+is the same for every range that holds it, so it is computed once
+(:class:`LayerParts`) and kept by the engine's range state
+(:mod:`popliner.memory.range_state`). Variable liveness goes through one of
+the two running back-ends of :mod:`popliner.memory.liveness`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from popliner.memory.liveness import EventList, SegmentGrid
+from popliner.memory.stash_row import StashRow, stash_columns
+
+if TYPE_CHECKING:
+    from popliner.memory.engine import MemoryEngine
+
+__all__ = ["LayerParts", "RunningStage"]
+
+
+@dataclass(frozen=True, eq=False)
+class LayerParts:
+    """What one layer adds to a range: computed once, reused by every start ``i``.
+
+    Control code, exchange code and vertex state add up over the layer's
+    programs (``additive``); ``presence`` is the layer's difference array of
+    vertex instances per (type, tile). Its counted variables are split into
+    ``private`` ones, used by no other layer, and ``shared`` ones, which may
+    already be in a range. With a liveness grid, ``*_events`` hold each
+    variable's grid cells and bytes; in training ``*_stash`` hold the columns a
+    stash entry reads. The shared parts carry ``owner``, the position in
+    ``shared`` of each row, so that variables already in a range are dropped.
+    """
+
+    ops: np.ndarray
+    additive: np.ndarray  # int64 [tiles]
+    presence: np.ndarray  # int64 [types, tiles + 1]
+    lo: int
+    hi: int
+    private: np.ndarray  # sorted variable indices
+    shared: np.ndarray  # sorted variable indices
+    shared_pos: np.ndarray  # their positions in engine.multi_layer_index
+    private_events: dict[str, np.ndarray] | None
+    shared_events: dict[str, np.ndarray] | None
+    private_stash: dict[str, np.ndarray] | None
+    shared_stash: dict[str, np.ndarray] | None
+    units: np.ndarray | None  # int64 [drivers, tiles] of the other categories (None: the profile has none)
+
+    @classmethod
+    def of(cls, engine: MemoryEngine, ops: np.ndarray, grid: SegmentGrid | None) -> LayerParts:
+        p = engine.profile
+        progs = p.programs
+        tiles = p.tiles
+        model = engine.model
+        prog = engine.ops.programs_of_set(ops)
+        additive = progs.control.sum_rows(prog[model.leaf[prog]], tiles)
+        additive += progs.exchange.sum_rows(prog[model.exchange[prog]], tiles)
+        presence = np.zeros((len(p.vertex_types.names), tiles + 1), np.int64)
+        runs = progs.vertices.runs_of(prog)
+        if runs.size:
+            assert progs.vertices.key is not None  # the loader always keys vertex counts by type
+            vtype = progs.vertices.key[runs].astype(np.int64)
+            additive += progs.vertices.sum_runs(runs, tiles, weights=p.vertex_types.size[vtype])
+            np.add.at(presence, (vtype, progs.vertices.first[runs]), 1)
+            np.add.at(presence, (vtype, progs.vertices.stop[runs]), -1)
+        lo, hi = model.window(ops)
+        var = model.counted_variables(ops)
+        multi = engine.multi_layer_var[var]
+        private, shared = var[~multi], var[multi]
+        return cls(ops, additive, presence, lo, hi, private, shared,
+                   np.searchsorted(engine.multi_layer_index, shared),
+                   grid.merged(private) if grid is not None else None,
+                   grid.events_of(shared, with_owner=True) if grid is not None else None,
+                   stash_columns(engine, private), stash_columns(engine, shared, with_owner=True),
+                   model.categories.units(p, prog) if model.categories is not None else None)
+
+
+
+class RunningStage:
+    """Running per-tile memory of a growing set of operations.
+
+    Control code, exchange code and vertex state add up; vertex presence is a
+    running count per (type, tile). Variable liveness goes into the dense
+    (liveness segment x tile) grid when there is one, else into the sorted
+    event list of the set. In training, ``row_ops`` are the operations of
+    the layers the set may grow by, in order (the first is the first layer
+    added), and the stash columns of each layer's new variables are kept: see
+    :class:`StashRow`.
+    """
+
+    def __init__(self, engine: MemoryEngine, grid: SegmentGrid | None,
+                 row_ops: list[np.ndarray] | None = None) -> None:
+        self.engine = engine
+        p = engine.profile
+        self.tiles = p.tiles
+        self.additive = np.zeros(self.tiles, np.int64)
+        self.presence = np.zeros((len(p.vertex_types.names), self.tiles + 1), np.int64)
+        self.code = engine.model.code_by_type
+        self.categories = engine.model.categories
+        self.units = np.zeros_like(self.categories.whole) if self.categories is not None else None
+        # Only variables several layers use can be in the set already: marked by their compact number.
+        self.in_set = np.zeros(len(engine.multi_layer_index), bool)
+        self.grid = grid
+        if grid is not None:
+            grid.clear()
+            grid.owner = self
+        self.events = EventList(p) if grid is None else None
+        self.lo, self.hi = 0, -1
+        self.ops: list[np.ndarray] = []
+        self.stash = StashRow(engine, row_ops) if row_ops is not None else None
+        #: What went into the shared grid, to put the set back after other sets used it.
+        self.grid_adds: list[dict[str, np.ndarray]] = []
+
+    def restore_grid(self) -> None:
+        """Make the shared grid hold this set's variables again (other sets clear it)."""
+        assert self.grid is not None
+        self.grid.clear()
+        self.grid.owner = self
+        for events in self.grid_adds:
+            self.grid.add(events)
+
+    def add(self, parts: LayerParts) -> None:
+        self.ops.append(parts.ops)
+        self.additive += parts.additive
+        self.presence += parts.presence
+        if self.units is not None and parts.units is not None:
+            self.units += parts.units
+        lo, hi = parts.lo, parts.hi
+        if hi >= lo:
+            self.lo, self.hi = (lo, hi) if self.hi < self.lo else (min(self.lo, lo), max(self.hi, hi))
+        fresh = ~self.in_set[parts.shared_pos]
+        self.in_set[parts.shared_pos] = True
+        if self.grid is not None:
+            assert parts.private_events is not None and parts.shared_events is not None
+            added = (parts.private_events, _rows_of(parts.shared_events, fresh))
+            for events in added:
+                self.grid.add(events)
+            self.grid_adds.extend(added)
+        else:
+            assert self.events is not None
+            self.events.add(np.sort(np.concatenate((parts.private, parts.shared[fresh]))))
+        if self.stash is not None and parts.private_stash is not None and parts.shared_stash is not None:
+            self.stash.add(parts.private_stash, len(self.ops) - 1)
+            self.stash.add(_rows_of(parts.shared_stash, fresh), len(self.ops) - 1)
+
+    def total_per_tile(self) -> np.ndarray:
+        present = np.cumsum(self.presence, axis=1)[:, : self.tiles] > 0
+        code = (self.code * present).sum(axis=0)
+        total = self.additive + code + self.variables_peak()
+        if self.categories is not None and self.units is not None:
+            total = total + self.categories.per_tile(self.units)
+        return np.asarray(total)
+
+    def variables_peak(self) -> np.ndarray:
+        """Per tile, the most bytes of the set's variables live at once in its window."""
+        if self.grid is not None:
+            return self.grid.peak(self.lo, self.hi)
+        assert self.events is not None
+        return self.events.peak(self.lo, self.hi)
+
+    def stash_entry(self) -> np.ndarray:
+        """The engine's ``stash_entry_per_tile`` of the set so far (training)."""
+        assert self.stash is not None  # built with the row's operations in training
+        return self.stash.entry(len(self.ops) - 1)
+
+
+
+def _rows_of(cols: dict[str, np.ndarray], fresh: np.ndarray) -> dict[str, np.ndarray]:
+    """The rows whose owner variable is fresh (not yet in the range)."""
+    keep = fresh[cols["owner"]]
+    return {name: col[keep] for name, col in cols.items()}
+

@@ -1,0 +1,190 @@
+"""The running stash entry of a range that grows one layer at a time (training).
+
+A range table (:mod:`popliner.memory.ranges`) needs, for every range ``i..j``,
+one activation stash entry per tile: the figure of
+:meth:`popliner.memory.engine.MemoryEngine.stash_entry_per_tile`. Taking it
+afresh for each ``j`` would read the range's variables again at every
+growth; :class:`StashRow` reads each candidate about once per row instead,
+from the columns :func:`stash_columns` keeps per layer.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from popliner.arrays import rank_by_table, unique_inverse
+
+if TYPE_CHECKING:
+    from popliner.memory.engine import MemoryEngine, StashWindows
+
+__all__ = ["StashRow", "pair_groups", "stash_columns"]
+
+
+def stash_columns(engine: MemoryEngine, var: np.ndarray, with_owner: bool = False) -> dict[str, np.ndarray] | None:
+    """What a stash entry reads of each variable that is not always live (training only)."""
+    if not engine.training:
+        return None
+    keep = np.flatnonzero(engine.stash_candidate[var])  # the others are never part of a stash entry
+    sv = var[keep]
+    v = engine.profile.variables
+    cols = {"first": engine.var_first_step[sv], "last": engine.var_last_step[sv], "tile": v.tile[sv],
+            "nbytes": v.bytes[sv]}
+    if with_owner:
+        cols["owner"] = keep
+        return cols
+    return _grouped(cols, engine.tiles)
+
+
+def _grouped(cols: dict[str, np.ndarray], tiles: int) -> dict[str, np.ndarray]:
+    """Stash columns summed per (first step, last step) and tile, when that is denser than one row per variable.
+
+    A layer's variables come as tensors spread over the tiles, so they share
+    a hundred or so (first, last) pairs: one row of bytes per tile for each
+    pair (``dense``) is then all a stash entry needs of them, and which pairs
+    join it is a handful of comparisons.
+    """
+    first, last = cols["first"].astype(np.int64), cols["last"].astype(np.int64)
+    if first.size == 0 or first.min() < -1 or last.min() < -1 or max(first.max(), last.max()) >= 2**31:
+        return cols
+    pairs = pair_groups(first + 1, last + 1)
+    if pairs is None:
+        # Steps are -1 (never live) or below 2**31: one int64 key per pair.
+        keys, group = unique_inverse(((first + 1) << 32) | (last + 1))
+        pair_first, pair_last = (keys >> 32) - 1, (keys & 0xFFFFFFFF) - 1
+    else:
+        pair_first, pair_last, group = pairs[0] - 1, pairs[1] - 1, pairs[2]
+    if pair_first.size * tiles > 4 * first.size:
+        return cols
+    # float64 bincount: exact while a tile's bytes in one group are below 2**53.
+    dense = np.bincount(group * tiles + cols["tile"], weights=cols["nbytes"],
+                        minlength=pair_first.size * tiles).astype(np.int64).reshape(-1, tiles)
+    return {"first": pair_first, "last": pair_last, "dense": dense}
+
+
+def pair_groups(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """Distinct (a, b) pairs in lexicographic order and each row's pair, by tables rather than a sort.
+
+    ``a`` and ``b`` are non-negative int64 (steps). Each column's values are
+    ranked through a table over its range, and the pairs of ranks through a
+    table over their product, so the order is that of a sort on ``(a, b)``.
+    None when the tables would be large (then sort).
+    """
+    a_hi, b_hi = int(a.max()), int(b.max())
+    if max(a_hi, b_hi) >= 1 << 22:
+        return None
+    ranked_a, ranked_b = rank_by_table(a), rank_by_table(b)
+    assert ranked_a is not None and ranked_b is not None  # both spans are under 2**22
+    (a_vals, a_rank), (b_vals, b_rank) = ranked_a, ranked_b
+    if a_vals.size * b_vals.size > 1 << 22:
+        return None
+    pair = a_rank * b_vals.size + b_rank
+    seen = np.zeros(a_vals.size * b_vals.size, bool)
+    seen[pair] = True
+    present = np.flatnonzero(seen)
+    rank = np.cumsum(seen) - 1
+    return a_vals[present // b_vals.size], b_vals[present % b_vals.size], rank[pair]
+
+
+
+class StashRow:
+    """One stash entry per tile of a set growing one layer at a time, each candidate read about once.
+
+    While the stage's windows only widen as it grows (the usual case: see
+    :meth:`popliner.memory.engine.MemoryEngine.stash_positions`), each
+    candidate's growth of joining is found once, and its bytes wait in that
+    growth's row of ``pending`` until the entry gets there. Windows are
+    taken for a horizon of growths that doubles as needed; candidates that
+    join beyond it are looked at again when it grows. If the windows stop
+    widening, every later entry is the masked sum over all candidates of
+    the set, as the engine takes it. Exact either way: integer bytes summed
+    in float64 below 2**53, then as int64.
+    """
+
+    FIRST_HORIZON = 8
+
+    def __init__(self, engine: MemoryEngine, row_ops: list[np.ndarray]) -> None:
+        self.engine = engine
+        self.tiles = engine.tiles
+        self.row_ops = row_ops
+        self.chunks: list[dict[str, np.ndarray]] = []  # every candidate so far (the slow path reads them)
+        self.windows: list[StashWindows | None] = []
+        self.fast = True
+        #: (columns, growth added, rows of them) that join beyond the horizon, if ever.
+        self.deferred: list[tuple[dict[str, np.ndarray], int, np.ndarray]] = []
+        self.pending = np.zeros((0, self.tiles), np.int64)
+        self.total = np.zeros(self.tiles, np.int64)
+        self.folded = 0  # growths already summed into ``total``
+        self._grow_horizon(min(self.FIRST_HORIZON, len(row_ops)))
+
+    def add(self, cols: dict[str, np.ndarray], at: int) -> None:
+        self.chunks.append(cols)
+        if self.fast:
+            self._place(cols, at)
+
+    def entry(self, at: int) -> np.ndarray:
+        """The entry after ``at + 1`` growths."""
+        if self.fast and at >= len(self.windows):
+            self._grow_horizon(min(max(2 * len(self.windows), at + 1), len(self.row_ops)))
+        if not self.fast:
+            return self._masked_sum(at)
+        while self.folded <= at:
+            self.total += self.pending[self.folded]
+            self.folded += 1
+        return self.total.copy()
+
+    def _grow_horizon(self, horizon: int) -> None:
+        ops = np.concatenate(self.row_ops[: len(self.windows)]) if self.windows else np.zeros(0, np.int64)
+        for p in range(len(self.windows), horizon):
+            ops = np.concatenate((ops, self.row_ops[p]))
+            self.windows.append(self.engine.stash_windows(ops))
+        if self.engine.stash_positions(np.zeros(0, np.int64), np.zeros(0, np.int64), self.windows) is None:
+            self.fast = False  # the growths from the first that is not a widening take the slow path
+            return
+        grown = np.zeros((horizon, self.tiles), np.int64)
+        grown[: len(self.pending)] = self.pending
+        self.pending = grown
+        deferred, self.deferred = self.deferred, []
+        for cols, at, rows in deferred:
+            self._place(cols, at, rows)
+
+    def _place(self, cols: dict[str, np.ndarray], at: int, rows: np.ndarray | None = None) -> None:
+        """Put the candidates ``rows`` of ``cols`` (all when None) where they join; keep the others for later."""
+        first, last = (cols["first"], cols["last"]) if rows is None else (cols["first"][rows], cols["last"][rows])
+        positions = self.engine.stash_positions(first, last, self.windows)
+        assert positions is not None  # checked when the horizon grew
+        positions = np.maximum(positions, at)
+        horizon = len(self.windows)
+        now = positions < horizon
+        if now.any():
+            picked = np.flatnonzero(now) if rows is None else rows[now]
+            if "dense" in cols:
+                # Sum the groups joining at each growth, then add one row per growth.
+                order = np.argsort(positions[now], kind="stable")
+                joined = positions[now][order]
+                starts = np.flatnonzero(np.concatenate(([True], joined[1:] != joined[:-1])))
+                self.pending[joined[starts]] += np.add.reduceat(cols["dense"][picked[order]], starts, axis=0)
+            else:
+                slot = positions[now] * self.tiles + cols["tile"][picked]
+                # float64 bincount as in the engine: exact while a tile's bytes are below 2**53.
+                self.pending += np.bincount(slot, weights=cols["nbytes"][picked], minlength=horizon * self.tiles
+                                            ).astype(np.int64).reshape(horizon, self.tiles)
+        if horizon < len(self.row_ops) and not now.all():
+            # Only indices are kept: the columns stay shared with the layer's parts.
+            self.deferred.append((cols, at, np.flatnonzero(~now) if rows is None else rows[~now]))
+
+    def _masked_sum(self, at: int) -> np.ndarray:
+        out = np.zeros(self.tiles, np.int64)
+        windows = self.engine.stash_windows(np.concatenate(self.row_ops[: at + 1]))
+        if windows is None:
+            return out
+        for c in self.chunks:
+            stash = self.engine.stash_select(c["first"], c["last"], windows)
+            if "dense" in c:
+                out += c["dense"][stash].sum(axis=0)
+            else:
+                # float64 bincount as in the engine: exact while a tile's entry is below 2**53 bytes.
+                out += np.bincount(c["tile"][stash], weights=c["nbytes"][stash], minlength=self.tiles).astype(np.int64)
+        return out
+

@@ -1,0 +1,298 @@
+"""The what-if rewrite: the profile's variables with the bytes and live steps the training options give them.
+
+Every option that does not depend on the split is applied here, once, to a
+copy of the profile (docs/solvers.md, "Training options: exact
+definitions"): sharded optimizer state is divided over the replicas,
+off-chip optimizer state is live only around its update, and
+``every-layer`` recomputation frees each recomputed activation between its
+last forward read and its layer's backward part. ``pipeline``
+recomputation depends on the stage, so it is only described (``forward_cut``)
+for the engine to apply. :mod:`popliner.memory.training` decides which
+variables and operations each rule touches; this module rewrites.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from popliner.arrays import expand_ranges, gather_csr, rank_by_table
+from popliner.memory.liveness import variable_steps
+from popliner.ops.layers import compile_regex
+from popliner.ops.operations import OperationTable
+from popliner.ops.roles import unit_backward_start
+from popliner.profile.model import Profile
+
+__all__ = ["Roles", "WhatIf", "optimizer_state_variables", "rewrite", "with_live_steps"]
+
+#: A step after every profile's last (int32 range, so sums stay small).
+_NEVER = 2**31 - 1
+
+
+@dataclass(frozen=True, eq=False)
+class Roles:
+    """What the rewrite reads of the operations and variables (the training view found them)."""
+
+    always_live: np.ndarray  # bool per variable
+    optimizer_state: np.ndarray  # bool per variable
+    is_update: np.ndarray  # bool per operation
+    is_backward: np.ndarray  # bool per operation (call sites of backward bodies and recompute clones included)
+    groups: np.ndarray  # per operation: 0 embedding, 1 head, -1 in its layer (popliner.ops.head.head_groups)
+
+
+@dataclass(frozen=True, eq=False)
+class WhatIf:
+    """The rewritten profile, and what a stage's figures still apply (see TrainingView)."""
+
+    profile: Profile
+    never_stash: np.ndarray  # bool per variable: recomputed by every-layer, never in a stash entry
+    forward_cut: np.ndarray  # per variable: pipeline's last forward step in a stage (-1: not cut)
+    rerun_ops: np.ndarray  # bool per operation: forward work a recomputing stage runs again
+
+
+def optimizer_state_variables(
+    profile: Profile, ops: OperationTable, always_live_var: np.ndarray, is_update: np.ndarray,
+    state_regex: str | None = None,
+) -> np.ndarray:
+    """Bool per variable: optimizer state (see docs/solvers.md)."""
+    v = profile.variables
+    if state_regex is not None:
+        regex = compile_regex(state_regex, "--optimizer-state-regex or training.optimizer_state_regex")
+        names = np.array([bool(regex.search(v.name(i))) for i in range(v.count)], bool)
+        return np.asarray(names & always_live_var, bool)
+    lens = ops.var_ptr[1:] - ops.var_ptr[:-1]
+    # One flag per (operation, variable) entry: a bool repeat, not an owner index per entry.
+    by_update = np.repeat(np.asarray(is_update, bool), lens)
+    used = np.zeros(v.count, bool)
+    used[ops.var_idx] = True
+    by_other = np.zeros(v.count, bool)
+    by_other[ops.var_idx[~by_update]] = True
+    return always_live_var & used & ~by_other
+
+
+
+def rewrite(profile: Profile, ops: OperationTable, layer_of_op: np.ndarray, num_layers: int, roles: Roles,
+            shard: int, off_chip: bool, recompute: str) -> WhatIf:
+    """Apply sharding (``shard`` replicas), off-chip state and ``recompute`` to the profile's variables."""
+    v = profile.variables
+    nbytes = v.bytes
+    if shard > 1:
+        nbytes = v.bytes.copy()
+        nbytes[roles.optimizer_state] = -(-nbytes[roles.optimizer_state] // shard)
+    # Per variable, -1 where nothing changes. Each mode writes only into its own copies of this,
+    # so the others share it (several 8-byte columns over millions of variables cost time to fill).
+    # Steps and unit numbers in int32 when they fit (always, in practice): half the pages to fill.
+    steps = _step_dtype(profile.num_steps)
+    unchanged = np.full(v.count, -1, steps)
+    unchanged.flags.writeable = False
+    keep_lo = keep_hi = unchanged  # off chip: keep only steps keep_lo..keep_hi
+    if off_chip:
+        keep_lo, keep_hi = _off_chip_window(ops, roles, unchanged)
+    cuts = _Cuts(unchanged, unchanged, np.zeros(v.count, bool), unchanged, np.zeros(ops.count, bool))
+    if recompute in ("every-layer", "pipeline"):
+        cuts = _recompute_cuts(profile, ops, layer_of_op, num_layers, roles, recompute, unchanged)
+    what_if = with_live_steps(profile, nbytes, cuts.lo, cuts.hi, keep_lo, keep_hi)
+    return WhatIf(what_if, cuts.never_stash, cuts.forward_cut, cuts.rerun_ops)
+
+
+def _off_chip_window(ops: OperationTable, roles: Roles, unchanged: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(keep_lo, keep_hi): optimizer state live only from its first update step to its last (never without one)."""
+    state = roles.optimizer_state
+    keep_lo, keep_hi = unchanged.copy(), unchanged.copy()
+    lo, hi = _update_window(ops, roles.is_update, len(unchanged), unchanged.dtype.type)
+    keep_lo[state] = np.where(hi[state] >= 0, lo[state], _NEVER)
+    keep_hi[state] = hi[state]
+    return keep_lo, keep_hi
+
+
+@dataclass(frozen=True, eq=False)
+class _Cuts:
+    lo: np.ndarray  # per variable: lose the steps strictly between lo and hi (-1: none)
+    hi: np.ndarray
+    never_stash: np.ndarray
+    forward_cut: np.ndarray
+    rerun_ops: np.ndarray
+
+
+def _recompute_cuts(profile: Profile, ops: OperationTable, layer_of_op: np.ndarray, num_layers: int, roles: Roles,
+                    recompute: str, unchanged: np.ndarray) -> _Cuts:
+    """What ``every-layer`` (cut live steps) or ``pipeline`` (a forward cut per stage) recomputes."""
+    steps = unchanged.dtype.type
+    count = profile.variables.count
+    unit = _unit_of_op(layer_of_op, roles.groups, num_layers)
+    bstart = unit_backward_start(unit, ops.first_step, roles.is_backward, num_layers + 2)
+    forward_op = (ops.first_step >= 0) & ~roles.is_backward
+    forward_op &= ops.first_step < bstart[np.maximum(unit, 0)]
+    first, last = variable_steps(profile, steps)
+    u = _last_forward_read(ops, forward_op, count, steps)
+    lo_unit, hi_unit = _unit_span(ops, unit, count, steps)
+    kept = ~roles.always_live & (u >= 0) & (lo_unit >= 0) & ~roles.optimizer_state
+    if recompute == "every-layer":
+        cut_lo, cut_hi = unchanged.copy(), unchanged.copy()
+        r = np.where(lo_unit >= 0, bstart[np.maximum(lo_unit, 0)], -1)
+        pick = kept & (lo_unit == hi_unit) & (first <= u) & (r <= last) & (r > u + 1)
+        cut_lo[pick], cut_hi[pick] = u[pick], r[pick]
+        # Each layer owning a recomputed variable runs its forward part again.
+        return _Cuts(cut_lo, cut_hi, pick, unchanged, forward_op & np.isin(unit, np.unique(lo_unit[pick])))
+    forward_cut = unchanged.copy()
+    pick = kept & (first <= u) & (last > u)
+    forward_cut[pick] = u[pick]
+    return _Cuts(unchanged, unchanged, np.zeros(count, bool), forward_cut, forward_op.copy())
+
+
+def _unit_of_op(layer_of_op: np.ndarray, groups: np.ndarray, num_layers: int) -> np.ndarray:
+    """Layer index per operation, the two unlayered groups numbered after the layers."""
+    unit = layer_of_op.copy()
+    unit[(layer_of_op < 0) & (groups == 0)] = num_layers
+    unit[(layer_of_op < 0) & (groups == 1)] = num_layers + 1
+    return np.asarray(unit, np.int64)
+
+
+def _step_dtype(num_steps: int) -> type[np.signedinteger]:
+    """int32 for per-variable steps and unit numbers while they (and the "never" marker) fit, else int64."""
+    return np.int32 if num_steps < _NEVER - 1 else np.int64
+
+
+def _last_forward_read(ops: OperationTable, forward_op: np.ndarray, num_vars: int,
+                       dtype: type[np.signedinteger] = np.int64) -> np.ndarray:
+    """Per variable: the last step of a forward operation that uses it (-1 when none)."""
+    u = np.full(num_vars, -1, dtype)
+    picked = np.flatnonzero(forward_op)
+    # Plain scatters in order of last step: a later (larger) one overwrites.
+    for op in picked[np.argsort(ops.last_step[picked], kind="stable")].tolist():
+        u[ops.vars_of(op)] = int(ops.last_step[op])
+    return u
+
+
+def _unit_span(ops: OperationTable, unit: np.ndarray, num_vars: int,
+               dtype: type[np.signedinteger] = np.int64) -> tuple[np.ndarray, np.ndarray]:
+    """Per variable: the smallest and largest unit of the operations that use it (-1 when none)."""
+    lo = np.full(num_vars, -1, dtype)
+    hi = np.full(num_vars, -1, dtype)
+    units = np.unique(unit[unit >= 0])
+    per_unit = [(int(k), gather_csr(ops.var_ptr, ops.var_idx, np.flatnonzero(unit == k))) for k in units.tolist()]
+    # One plain scatter per unit, in unit order (hi) and reversed (lo): each writes one value.
+    for k, var in per_unit:
+        hi[var] = k
+    for k, var in reversed(per_unit):
+        lo[var] = k
+    return lo, hi
+
+
+def _update_window(ops: OperationTable, is_update: np.ndarray, num_vars: int,
+                   dtype: type[np.signedinteger] = np.int64) -> tuple[np.ndarray, np.ndarray]:
+    """Per variable: first and last step of the weight updates that use it (-1 when none)."""
+    lo = np.full(num_vars, np.iinfo(dtype).max, dtype)
+    hi = np.full(num_vars, -1, dtype)
+    picked = np.flatnonzero(is_update & (ops.first_step >= 0))
+    lens = ops.var_ptr[picked + 1] - ops.var_ptr[picked]
+    var = gather_csr(ops.var_ptr, ops.var_idx, picked)
+    np.minimum.at(lo, var, np.repeat(ops.first_step[picked], lens).astype(dtype))
+    np.maximum.at(hi, var, np.repeat(ops.last_step[picked], lens).astype(dtype))
+    lo[hi < 0] = -1
+    return lo, hi
+
+
+def _changed_intervals(profile: Profile, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(new class, start, end) of every interval of the new classes, by class then start.
+
+    ``rows`` are the distinct (class, cut lo, cut hi, keep lo, keep hi): each
+    becomes a new class, its old class's intervals clipped to the kept steps
+    with the cut steps taken out.
+    """
+    cls = rows[:, 0]
+    counts = profile.class_ptr[cls + 1] - profile.class_ptr[cls]
+    rep = np.repeat(np.arange(len(rows)), counts)
+    iv = expand_ranges(profile.class_ptr[cls], counts)
+    s = np.maximum(profile.iv_start[iv], rows[rep, 3])
+    e = np.minimum(profile.iv_end[iv], rows[rep, 4] + 1)
+    # Two pieces per interval: up to the cut's start (inclusive), and from its end.
+    starts = np.concatenate((s, np.maximum(s, rows[rep, 2])))
+    ends = np.concatenate((np.minimum(e, rows[rep, 1] + 1), e))
+    own = np.concatenate((rep, rep))
+    keep = starts < ends
+    own, starts, ends = own[keep], starts[keep], ends[keep]
+    order = np.lexsort((starts, own))
+    return own[order], starts[order], ends[order]
+
+
+def _unique_rows(columns: list[np.ndarray], num_steps: int) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct rows of the columns (class, cut lo, cut hi, keep lo, keep hi) and each row's position among them.
+
+    The rows come back in lexicographic order, as a sort on the five columns gives them.
+    """
+    # Steps fit in few bits once "never" is mapped to num_steps + 1; pack the
+    # row into one int64 when it fits (a sort on one key instead of five).
+    cap = num_steps + 2
+    steps = [np.minimum(np.where(col < 0, cap, col), cap) for col in columns[1:]]
+    # Each column's values replaced by their rank among its distinct values: the same grouping and
+    # the same (lexicographic) order in far fewer bits, so the row packs into one int64 (the rows of
+    # changed variables have a few hundred distinct values per column, where steps alone take 15 bits).
+    ranks = [_dense_rank(col) for col in [columns[0], *steps]]
+    bits = [max(int(r.max()).bit_length(), 1) for r in ranks]
+    if sum(bits) <= 62:
+        packed = ranks[0]
+        for r, b in zip(ranks[1:], bits[1:]):
+            packed = (packed << b) | r
+        _, first, inverse = np.unique(packed, return_index=True, return_inverse=True)
+        return np.stack([col[first] for col in columns], axis=1), inverse.reshape(-1)
+    uniq, inverse = np.unique(np.stack(columns, axis=1), axis=0, return_inverse=True)
+    return uniq, inverse.reshape(-1)
+
+
+def _dense_rank(values: np.ndarray) -> np.ndarray:
+    """Each value's rank among the distinct values (int64, 0 for the smallest)."""
+    values = values.astype(np.int64, copy=False)
+    if values.size == 0:
+        return values
+    ranked = rank_by_table(values)  # a table over the range: no sort
+    if ranked is not None:
+        return ranked[1]
+    top = int(values.max())
+    # "Never" markers sit far above every step: rank them last, the rest through a dense table.
+    rest = values[values != top]
+    if rest.size == 0:
+        return np.zeros(values.size, np.int64)
+    lo, hi = int(rest.min()), int(rest.max())
+    if hi - lo < 1 << 24:
+        present = np.bincount(rest - lo, minlength=hi - lo + 1) > 0
+        rank = np.cumsum(present) - 1
+        return np.asarray(np.where(values == top, int(present.sum()), rank[np.clip(values - lo, 0, hi - lo)]),
+                          np.int64)
+    return np.asarray(np.unique(values, return_inverse=True)[1].reshape(-1), np.int64)
+
+
+def with_live_steps(profile: Profile, nbytes: np.ndarray, cut_lo: np.ndarray, cut_hi: np.ndarray,
+                    keep_lo: np.ndarray, keep_hi: np.ndarray) -> Profile:
+    """A copy of the profile with new bytes and new live steps where asked.
+
+    A variable with ``cut_hi >= 0`` loses the steps strictly between
+    ``cut_lo`` and ``cut_hi``; one with ``keep_lo >= 0`` keeps only the steps
+    ``keep_lo..keep_hi``. Variables with the same class and the same change
+    share one new class, so the number of classes stays small.
+    """
+    v = profile.variables
+    changed = np.flatnonzero((cut_hi >= 0) | (keep_lo >= 0))
+    if changed.size == 0:
+        if np.array_equal(nbytes, v.bytes):
+            return profile
+        return replace(profile, variables=replace(v, bytes=nbytes.astype(v.bytes.dtype, copy=False)))
+    big = np.int64(_NEVER)
+    is_cut = cut_hi[changed] >= 0
+    c_lo = np.where(is_cut, cut_lo[changed], big)
+    c_hi = np.where(is_cut, cut_hi[changed], big)
+    k_lo = np.where(is_cut, 0, keep_lo[changed])
+    k_hi = np.where(is_cut, big, keep_hi[changed])
+    uniq, inverse = _unique_rows([v.klass[changed].astype(np.int64), c_lo, c_hi, k_lo, k_hi], profile.num_steps)
+    own, starts, ends = _changed_intervals(profile, uniq)
+    new_counts = np.bincount(own, minlength=len(uniq))
+    base = int(profile.class_ptr[-1])
+    class_ptr = np.concatenate((profile.class_ptr, base + np.cumsum(new_counts)))
+    klass = v.klass.copy()
+    klass[changed] = profile.num_classes + inverse
+    variables = replace(v, bytes=nbytes.astype(v.bytes.dtype, copy=False),
+                        klass=klass.astype(v.klass.dtype, copy=False))  # both already copies, or unchanged
+    return replace(profile, variables=variables, class_ptr=class_ptr.astype(profile.class_ptr.dtype),
+                   iv_start=np.concatenate((profile.iv_start, starts)).astype(profile.iv_start.dtype),
+                   iv_end=np.concatenate((profile.iv_end, ends)).astype(profile.iv_end.dtype))

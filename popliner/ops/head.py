@@ -1,0 +1,168 @@
+"""Head grouping: the operations without a layer, split into the embedding and the head.
+
+An engineer puts the embedding lookup on the first IPU and the head (a tied
+LM or MLM head, a classifier) after the last layer, or back on IPU 0
+(``--head-placement last``/``wrap``, docs/solvers.md). The layer rules of
+:mod:`popliner.ops.layers` leave both without a layer; :func:`head_groups`
+tells them apart by when they run, and :func:`place_unlayered` makes them
+layers of their own (``embedding`` first, ``head`` last).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+import numpy as np
+
+from popliner.layout import EMBEDDING_GROUP, HEAD_GROUP, HeadPlacement
+from popliner.ops.layers import LayerAssignment
+from popliner.ops.operations import OperationTable
+from popliner.ops.roles import (
+    called_operations,
+    recompute_operations,
+    through_calls,
+    unit_backward_start,
+    update_operations,
+)
+from popliner.profile.model import Profile
+
+__all__ = ["HeadOptions", "head_groups", "place_unlayered", "regroup_layers", "tied_head"]
+
+
+class HeadOptions(Protocol):
+    """What the grouping reads of the training options (:class:`popliner.memory.training.TrainingOptions`)."""
+
+    @property
+    def head_placement(self) -> HeadPlacement: ...
+
+    @property
+    def update_regex(self) -> str: ...
+
+
+def head_groups(ops: OperationTable, layer_of_op: np.ndarray, num_layers: int, backward_named: np.ndarray,
+                is_update: np.ndarray, notes: Sequence[str] | None = None,
+                called: np.ndarray | None = None) -> np.ndarray:
+    """For each operation: 0 = embedding, 1 = head, -1 = it stays in its layer.
+
+    The head runs after the last layer's forward part and before its backward
+    part; every other unlayered operation belongs to the embedding. Unlayered
+    updates of a weight that only the head (not the embedding) uses join the head.
+
+    With ``notes`` (how each operation's layer was found) two more rules
+    apply, so that the groups hold what an engineer would put there:
+
+    - an operation the ``inputs-layer-0`` rule put in the first layer (the
+      word embedding's gather and update, a tied LM head's matmuls) counts as
+      unlayered: it joins the head inside the head's window, else the embedding;
+    - the window is bounded by the last layer's operations found by ``name``
+      (and the call sites of such bodies, through ``called``), and the last
+      layer's other operations inside it (found by ``inputs``, e.g. GPT-2's
+      ``ln_f``, or by ``call``, e.g. the LM head's serialised matmuls) join the head.
+
+    Without ``notes`` every operation of the last layer bounds the window and none moves.
+    """
+    loose = layer_of_op < 0
+    if notes is not None:
+        loose = loose | (np.asarray(notes, dtype=object) == "inputs-layer-0")
+    out = np.where(loose, 0, -1).astype(np.int64)
+    if num_layers == 0:
+        return out
+    mine = (layer_of_op == num_layers - 1) & ~loose
+    bounds = mine & _found_by_name(layer_of_op, notes, called, num_layers - 1) if notes is not None else mine
+    e, s = _head_window(bounds, ops.first_step, ops.last_step, backward_named)
+    if e < 0:
+        # No operation found by name runs in the layer's forward part: the window would open at the
+        # start of the step. All of the layer's operations bound it, and none moves.
+        bounds = mine
+        e, s = _head_window(bounds, ops.first_step, ops.last_step, backward_named)
+    window = (ops.first_step > e) & (ops.first_step < s)
+    head = loose & window
+    if notes is not None:
+        head |= mine & ~bounds & window
+    out[head] = 1
+    _head_only_updates(ops, out, loose & ~head, is_update)
+    return out
+
+
+def _found_by_name(layer_of_op: np.ndarray, notes: Sequence[str], called: np.ndarray | None, layer: int) -> np.ndarray:
+    """Operations of ``layer`` found by their own name, and the call sites of such operations."""
+    named = (np.asarray(notes, dtype=object) == "name") & (layer_of_op == layer)
+    return named if called is None else through_calls(named, called)
+
+
+def _head_window(bounds: np.ndarray, first: np.ndarray, last: np.ndarray,
+                 backward_named: np.ndarray) -> tuple[int, int]:
+    """(e, s): the last step of the bounding operations' forward part and the first of their backward part."""
+    unit = np.where(bounds, 0, -1).astype(np.int64)
+    s = int(unit_backward_start(unit, first, backward_named, 1)[0])
+    fwd = bounds & (first >= 0) & (first < s)
+    return (int(last[fwd].max()) if fwd.any() else -1), s
+
+
+def _head_only_updates(ops: OperationTable, out: np.ndarray, candidates: np.ndarray, is_update: np.ndarray) -> None:
+    """Move to the head (in ``out``) the candidate updates of weights the head uses and the embedding does not."""
+    head_vars = np.zeros(ops.num_variables, bool)
+    emb_vars = np.zeros(ops.num_variables, bool)
+    for op in np.flatnonzero((out >= 0) & ~is_update).tolist():
+        (head_vars if out[op] == 1 else emb_vars)[ops.vars_of(op)] = True
+    for op in np.flatnonzero(candidates & is_update).tolist():
+        var = ops.vars_of(op)
+        if head_vars[var].any() and not emb_vars[var].any():
+            out[op] = 1
+
+
+def regroup_layers(layers: LayerAssignment, groups: np.ndarray, placement: HeadPlacement) -> LayerAssignment:
+    """The layer assignment with the embedding and head as layers of their own (``last``/``wrap``)."""
+    if placement == "first" or EMBEDDING_GROUP in layers.names:
+        return layers
+    names = list(layers.names)
+    shift = np.where(layers.layer_of_op >= 0, layers.layer_of_op + 1, -1)
+    layer_of_op = shift.copy()
+    layer_of_op[groups == 0] = 0
+    layer_of_op[groups == 1] = len(names) + 1
+    notes = tuple(EMBEDDING_GROUP if g == 0 else HEAD_GROUP if g == 1 else n
+                  for g, n in zip(groups.tolist(), layers.note))
+    return LayerAssignment(layer_of_op, notes, (EMBEDDING_GROUP, *names, HEAD_GROUP))
+
+
+
+def _unlayered_groups(profile: Profile, ops: OperationTable, layers: LayerAssignment, backward_named: np.ndarray,
+                      options: HeadOptions) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """(groups, backward, is_update) of :func:`head_groups`, or None when no operation is left without a layer."""
+    loose = (layers.layer_of_op < 0) | (np.asarray(layers.note, dtype=object) == "inputs-layer-0")
+    if not loose.any() or not layers.names:
+        return None
+    called = called_operations(profile, ops)
+    is_update = update_operations(profile, ops, options.update_regex, called)
+    backward = through_calls(backward_named, called)
+    backward |= recompute_operations(profile, ops, backward)
+    groups = head_groups(ops, layers.layer_of_op, len(layers.names), backward, is_update, layers.note, called)
+    return groups, backward, is_update
+
+
+def place_unlayered(profile: Profile, ops: OperationTable, layers: LayerAssignment, backward_named: np.ndarray,
+                    options: HeadOptions) -> LayerAssignment:
+    """The layer assignment for ``--head-placement``: with ``last``/``wrap`` the embedding and head become layers."""
+    found = None if options.head_placement == "first" else _unlayered_groups(profile, ops, layers, backward_named,
+                                                                              options)
+    return layers if found is None else regroup_layers(layers, found[0], options.head_placement)
+
+
+def tied_head(profile: Profile, ops: OperationTable, layers: LayerAssignment, backward_named: np.ndarray,
+              options: HeadOptions) -> bool:
+    """Does the head share a weight with the embedding (a tied LM or MLM head)?
+
+    The operations :func:`place_unlayered` would group as the head (forward
+    ones, run after the last layer) use an always-live variable that the
+    embedding's forward operations use too.
+    """
+    found = _unlayered_groups(profile, ops, layers, backward_named, options)
+    if found is None:
+        return False
+    groups, backward, is_update = found
+    always = profile.always_live_classes()[profile.variables.klass]
+    used = [np.zeros(profile.variables.count, bool) for _ in range(2)]
+    for op in np.flatnonzero((groups >= 0) & ~backward & ~is_update).tolist():
+        used[int(groups[op])][ops.vars_of(op)] = True
+    return bool((used[0] & used[1] & always).any())

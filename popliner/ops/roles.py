@@ -1,0 +1,107 @@
+"""The part an operation plays in a training step: call site, weight update, recompute clone, backward.
+
+Found from names and the program tree alone, before any memory figure: the
+head grouping (:mod:`popliner.ops.head`) and the training view
+(:mod:`popliner.memory.training`) both read them.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from popliner.ops.layers import compile_regex
+from popliner.ops.operations import OperationTable
+from popliner.profile.model import Profile
+
+__all__ = [
+    "DEFAULT_UPDATE_REGEX",
+    "called_operations",
+    "recompute_operations",
+    "through_calls",
+    "unit_backward_start",
+    "update_operations",
+]
+
+#: Names of weight-update operations (a call site counts when its body matches).
+DEFAULT_UPDATE_REGEX = r"(?i)varupdate|updater|sgd|adam|lamb|momentum|optimi[sz]er"
+#: A tensor written by a PopART recompute clone: ``<id>__re``, then the end or a non-word character.
+_RE_TENSOR = re.compile(r"__re(?![A-Za-z0-9_])")
+
+
+def _called_op(profile: Profile, ops: OperationTable, op: int) -> int:
+    """The operation a call site calls: the owner of the first attributed program below its programs."""
+    progs = profile.programs
+    stack = [int(c) for p in ops.programs_of(op).tolist() for c in progs.children(p).tolist()]
+    seen: set[int] = set()
+    while stack:
+        p = stack.pop(0)
+        if p in seen:
+            continue
+        seen.add(p)
+        owner = int(ops.op_of_program[p])
+        if owner >= 0 and owner != op:
+            return owner
+        stack.extend(int(c) for c in progs.children(p).tolist())
+    return -1
+
+
+def called_operations(profile: Profile, ops: OperationTable) -> np.ndarray:
+    """Per operation: the operation a call site calls (-1 for other operations)."""
+    out = np.full(ops.count, -1, np.int64)
+    for op in np.flatnonzero(ops.is_call).tolist():
+        out[op] = _called_op(profile, ops, op)
+    return out
+
+
+def through_calls(named: np.ndarray, called: np.ndarray) -> np.ndarray:
+    """``named``, plus every call site whose called operation is named."""
+    out = named.copy()
+    calls = np.flatnonzero(called >= 0)
+    out[calls] |= named[called[calls]]
+    return np.asarray(out, bool)
+
+
+def update_operations(profile: Profile, ops: OperationTable, update_regex: str = DEFAULT_UPDATE_REGEX,
+                      called: np.ndarray | None = None) -> np.ndarray:
+    """Bool per operation: a weight update (by name, or a call site whose body is one)."""
+    regex = compile_regex(update_regex, "--update-regex or training.update_regex")
+    named = np.array([bool(regex.search(n)) for n in ops.names], bool)
+    return through_calls(named, called_operations(profile, ops) if called is None else called)
+
+
+def _recompute_tensor_variables(profile: Profile) -> np.ndarray:
+    """Bool per variable: its name holds ``__re`` followed by the end of the name or a non-word character.
+
+    Found once when the profile is loaded (and cached with it): reading every name here cost each solve.
+    """
+    return profile.variables.recompute_tensor
+
+
+def recompute_operations(profile: Profile, ops: OperationTable, backward_named: np.ndarray) -> np.ndarray:
+    """Bool per operation: a PopART recompute clone (forward name, writes a ``__re`` tensor)."""
+    out = np.zeros(ops.count, bool)
+    re_var = _recompute_tensor_variables(profile)
+    data = profile.contexts.data
+    for op in np.flatnonzero(~backward_named).tolist():
+        d = data[int(ops.context[op])] or {}
+        outputs = d.get("outputs")
+        if isinstance(outputs, list) and outputs:
+            out[op] = any(_RE_TENSOR.search(str(name)) for name in outputs)
+        else:
+            out[op] = bool(re_var[ops.vars_of(op)].any())
+    return out
+
+
+def unit_backward_start(unit: np.ndarray, first_step: np.ndarray, backward_named: np.ndarray,
+                        num_units: int) -> np.ndarray:
+    """First step of each unit's backward part (a large number when it has none).
+
+    A unit is a layer or one of the two unlayered groups (``unit`` numbers each operation's, -1 for none).
+    """
+    big = np.iinfo(np.int64).max
+    start = np.full(num_units, big, np.int64)
+    pick = backward_named & (first_step >= 0) & (unit >= 0)
+    np.minimum.at(start, unit[pick], first_step[pick])
+    return start
