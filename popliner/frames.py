@@ -30,7 +30,7 @@ from popliner.memory.training import TrainingOptions
 from popliner.memory.types import components
 
 if TYPE_CHECKING:
-    from popliner.outputs.rows import LayerMatrix
+    from popliner.breakdown import LayerMatrix
     from popliner.plan import SplitPlan
     from popliner.pod.plan import PodPlan
     from popliner.solvers.result import SplitResult

@@ -19,8 +19,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from popliner.analysis import Analysis, solve_split
-from popliner.config.model import ConfigTraining
-from popliner.config.options import training_of
 from popliner.deadline import OutOfTime
 from popliner.defaults import HeadPlacementRequest, PlannedDefaults, buildable_placements, framework_defaults
 from popliner.errors import UsageProblem
@@ -36,6 +34,7 @@ from popliner.training_choice import (
     reanalyse,
     suggest_options,
 )
+from popliner.training_record import ConfigTraining, training_of
 
 if TYPE_CHECKING:
     from popliner.solvers.result import SplitResult

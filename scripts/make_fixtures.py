@@ -43,6 +43,10 @@ def fixtures() -> dict[str, SynthSpec]:
         "gpt2-small-inference.json.gz": preset_spec("gpt2-small", "inference", tiles=384, seq=256, scale=0.5,
                                                     **UNCALIBRATED),
         "resnet-small-training.json.gz": preset_spec("resnet-small", "training", scale=0.5),
+        # EfficientNet-EdgeTPU-L's six stages in 12 blocks on 64 tiles, TensorFlow names, and the compiler's other
+        # tileMemory categories (the only fixture with them, so the one whose figures carry "Other categories").
+        "efficientnet-small-inference.json.gz": preset_spec("efficientnet-edgetpu-l", "inference", layers=12,
+                                                            tiles=64, seq=144, batch=6, scale=0.5),
     }
 
 

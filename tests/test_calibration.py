@@ -15,6 +15,7 @@ import importlib.util
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "calibration_presets.py"
@@ -24,32 +25,42 @@ cal = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(cal)
 
 _BLOCKS_0_10 = [str(b) for b in range(11)]
-#: (row, component) pairs outside 25%, per preset.
+#: (row, component) pairs outside 25%, per preset. The rows are measured as PopLiner measured the real ones
+#: (scripts/calibration_presets.py: a Call's body counted in every caller, "no layer" one stage).
 MISSES: dict[str, dict[str, list[str]]] = {
-    # Real blocks count exchange programs they share with other blocks (they sum to 117 MB against 43 MB for
-    # the whole model); the generator's programs belong to one operation each, so its exchange is set by the
-    # whole model. Block variables follow a ResNet-like spread of activations, not the real one.
+    # The generator's exchange code per program does not follow a convolution's size or plan, so its blocks'
+    # exchange is nearly uniform (1.3-2.0 MB) where the real one runs from 1.4 to 10.5 MB by stage; the real
+    # blocks 19-23 and 25-26 also count cached bodies they share (see docs/synthetic-profiles.md). Block variables
+    # follow a ResNet-like spread of activations, not the real one; the stem and head (no layer) are light.
     "efficientnet-edgetpu-l": {
         "vertex_state": ["no layer", "19", "20", "21", "22", "23", "25", "26"],
         "vertex_code": ["no layer"],
-        "exchange_code": ["no layer", *_BLOCKS_0_10, "12", "13", "14", "15", "16", "17", "18", "19", "20", "21",
-                          "22", "23", "25"],
+        "exchange_code": ["no layer", *_BLOCKS_0_10, "12", "13", "14", "15", "16", "17", "19", "20", "21", "22", "23",
+                          "25"],
         "control_code": ["no layer", "3", "4", "5", "19", "20", "21", "22", "23", "25"],
         "variables": ["0", "1", "2", "5", "6", "7", "8", "9", "10", "11", "18", "19", "20", "21", "22", "23", "24",
                       "25", "26"],
     },
     # The real layers' exchange code differs 2.1x between layers 0 and 1 while the generator's layers are
-    # alike; PopTorch's 1,025 operations put far more without a layer than the generator's 367.
+    # alike; PopTorch's 1,025 operations put far more without a layer than the generator's 393. The masked-LM
+    # head's first operation reads layer 2's output, so it (and the serialised decoder's calls after it) joins
+    # layer 2 by its inputs, with the decoder's 15 MB of scratch; the real head has no layer.
     "poptorch-bert-tiny": {
         "vertex_state": ["no layer"],
         "vertex_code": ["no layer"],
         "exchange_code": ["no layer", "bert.encoder.layer.0", "bert.encoder.layer.1"],
         "control_code": ["no layer"],
+        "variables": ["bert.encoder.layer.2"],
     },
-    "bert-large-sdk-old": {"vertex_state": ["no layer"]},
+    # The embeddings (no layer): the older SDK's gathers have 3-5x the generator's vertex state.
+    "bert-large-sdk-old": {"vertex_state": ["no layer"], "vertex_code": ["no layer"]},
+    # The bert-large preset against the newer SDK's profile it was calibrated to: the real layer 0 has 2.4 MB more
+    # exchange code than a middle layer (the generator's: 0.2 MB); the real embeddings and head (no layer) have
+    # more distinct vertex code and exchange than the generator's.
+    "bert-large": {"vertex_code": ["no layer"], "exchange_code": ["no layer", "0"]},
 }
-#: The one-IPU worst tile (five components) against the real one: the bound each preset meets.
-WORST_TILE_BOUND = {"efficientnet-edgetpu-l": 0.15, "poptorch-bert-tiny": 0.25}  # tiny BERT: -21%, target 15%
+#: The one-IPU worst tile (five components) against the real one: both within the 15% the issue asks.
+WORST_TILE_BOUND = {"efficientnet-edgetpu-l": 0.15, "poptorch-bert-tiny": 0.15}
 
 
 @pytest.fixture(scope="module")
@@ -90,3 +101,30 @@ def test_bert_large_preset_against_the_older_sdk(real: dict[str, Any], tmp_path:
     errors = dict(zip(cal.COMPONENTS, cal.errors(want, got)))
     assert all(abs(errors[c]) <= 0.25 for c in ("vertex_state", "vertex_code", "variables")), errors
     assert errors["exchange_code"] < -0.5 and errors["control_code"] > 0.25, errors
+
+
+def test_poplinerlike_rows_count_a_called_body_in_every_caller(tmp_path: Path) -> None:
+    """PopLiner's rule (libpva's): an outlined Call's row holds its body, which popliner gives to the body's own op."""
+    from popliner.analysis import load_analysis
+    from popliner.profile.model import TYPE_CODE
+    from popliner.synth import preset_spec, write_profile
+
+    path = tmp_path / "tiny.json"
+    write_profile(preset_spec("bert-tiny", var_names=False), path)
+    a = load_analysis(str(path), use_cache=False)
+    totals = a.model.per_operation_totals()
+    progs, ops = a.profile.programs, a.ops
+    calls = [i for i in range(ops.count) if ops.names[i].startswith("Call(")]
+    assert calls
+    for i in calls:
+        own = ops.programs_of(i)
+        called = [p for p in own.tolist() if int(progs.type[p]) == TYPE_CODE["Call"]]
+        bodies = {int(c) for p in called for c in progs.children(p).tolist()}
+        owners = {int(ops.op_of_program[b]) for b in bodies} - {i}
+        assert len(owners) == 1, (ops.names[i], owners)  # one body, made by another operation
+        (body_op,) = owners
+        row = cal.poplinerlike_row(a, np.array([i]))
+        # Disjoint programs: the Call's own (copies, the Call programs) plus everything of its body's operation.
+        assert row[0] == totals[i].vertex_state + totals[body_op].vertex_state
+        assert row[2] == totals[i].exchange_code + totals[body_op].exchange_code
+        assert totals[i].vertex_state < row[0]

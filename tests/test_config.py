@@ -18,15 +18,15 @@ from popliner.config import (
     num_pipeline_stages,
     parse_config,
     read_config,
-    write_config,
 )
 from popliner.config.model import ConfigTraining
 from popliner.config.snippets import ipu_config, optimum_snippet, popart_snippet, poptorch_snippet
-from popliner.config.yaml_io import config_from_document, config_to_document
+from popliner.config.yaml_io import config_from_document
 from popliner.errors import ConfigError, UsageProblem
 from popliner.fileio import atomic_write
 from popliner.memory.types import ComponentBytes
 from popliner.solvers.result import SplitResult, StageResult
+from popliner.writers.pipeline_yaml import config_to_document, write_config
 
 SHA = "0123456789abcdef" * 4
 LAYERS = (("embed", "enc/0"), ("enc/1", "enc:2", "7"), ("enc/3", "head"))

@@ -20,11 +20,12 @@ import yaml
 from click.testing import CliRunner
 
 from popliner.cli import cli
-from popliner.config import config_from_split, read_config, write_config
+from popliner.config import config_from_split, read_config
 from popliner.config.model import ConfigTraining, PipelineConfig
 from popliner.config.snippets import optimum_snippet, popart_snippet, poptorch_snippet
 from popliner.config.yaml_io import config_from_document
 from popliner.errors import ConfigError
+from popliner.writers.pipeline_yaml import write_config
 from tests.test_config import SHA, make_split
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "profiles"
@@ -321,8 +322,8 @@ def test_planner_figures_with_options_equal_check_by_hand() -> None:
     from popliner.analysis import AnalysisOptions, analyse_profile
     from popliner.breakdown import build_breakdown
     from popliner.memory.training import TrainingOptions
-    from popliner.outputs.planner import planner_figures
     from popliner.profile import load_profile
+    from popliner.writers.planner import planner_figures
 
     training = TrainingOptions(recompute="every-layer", optimizer_state="off-chip", head_placement="last")
     analysis = analyse_profile(load_profile(TINY), AnalysisOptions(training=training))
@@ -339,7 +340,7 @@ def test_planner_figures_with_options_equal_check_by_hand() -> None:
 def test_check_of_a_workbook_uses_the_options_it_records(cache: Path) -> None:
     from openpyxl import load_workbook
 
-    from popliner.outputs.planner import MODE_ROW, PLANNER_SHEET, RANGES_SHEET, TRAINING_COL
+    from popliner.writers.planner import MODE_ROW, PLANNER_SHEET, RANGES_SHEET, TRAINING_COL
 
     book = cache / "review.xlsx"
     invoke(TINY, "--solve", "--num-ipus", "2", "--head-placement", "last", *EVERY_OFF, "--mem-per-tile", "460",
@@ -406,7 +407,7 @@ def test_a_config_that_says_compiled_warns_on_a_profile_without_clones(cache: Pa
 def test_a_bad_option_in_the_workbook_names_the_cell(cache: Path) -> None:
     from openpyxl import load_workbook
 
-    from popliner.outputs.planner import MODE_ROW, PLANNER_SHEET, TRAINING_COL
+    from popliner.writers.planner import MODE_ROW, PLANNER_SHEET, TRAINING_COL
 
     book = cache / "review.xlsx"
     invoke(TINY, "--solve", "--num-ipus", "2", "--head-placement", "last", *EVERY_OFF, "--mem-per-tile", "460",
@@ -433,7 +434,7 @@ def test_config_from_keeps_recompute_requested_auto(cache: Path) -> None:
     # chosen, and config-from writes both, as --config-out does.
     from openpyxl import load_workbook
 
-    from popliner.outputs.planner import MODE_ROW, PLANNER_SHEET, TRAINING_COL
+    from popliner.writers.planner import MODE_ROW, PLANNER_SHEET, TRAINING_COL
 
     book, direct, via_book = cache / "review.xlsx", cache / "direct.yaml", cache / "from-book.yaml"
     invoke(TINY, "--solve", "--num-ipus", "2", "--head-placement", "last", "--recompute", "auto",

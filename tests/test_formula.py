@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from popliner.outputs.formula import (
+from popliner.writers.formula import (
     BYTES_PER_MB,
     Arith,
     CellRef,
@@ -20,7 +20,6 @@ from popliner.outputs.formula import (
     Expr,
     FormulaError,
     FunctionResolver,
-    Grid,
     RangeRef,
     Ref,
     Round,
@@ -31,6 +30,7 @@ from popliner.outputs.formula import (
     mb,
     sum_range,
 )
+from popliner.writers.grid import Grid
 
 # ---------------------------------------------------------------------------
 # Addressing

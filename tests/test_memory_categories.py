@@ -24,8 +24,8 @@ from popliner.cli import cli
 from popliner.memory.categories import MODELLED, category_rule
 from popliner.memory.ranges import ProfileRanges
 from popliner.memory.training import TrainingOptions
-from popliner.outputs.tables import layers_grid, operations_grid
 from popliner.synth import generate_document, preset_spec
+from popliner.writers.tables import layers_grid, operations_grid
 from tests.helpers import analyse_document, range_table_equals_engine
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "profiles"
@@ -176,8 +176,8 @@ def test_report_gives_the_coverage(generated: dict[str, Any], tmp_path: Path,
 
 def test_workbook_with_the_sixth_column_evaluates_to_popliner_figures(tmp_path: Path) -> None:
     """Every formula of the review workbook, moved columns included, computed by the independent engine."""
-    from popliner.outputs import xlsx
-    from popliner.outputs.formula import column_letter
+    from popliner.writers import xlsx
+    from popliner.writers.formula import column_letter
     from tests.test_spreadsheets import assert_no_errors, engine_values, same
 
     doc = generate_document(preset_spec("bert-tiny", "inference", layers=1, compiler_categories=True))

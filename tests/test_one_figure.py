@@ -25,8 +25,8 @@ from popliner.analysis import AnalysisOptions, load_analysis
 from popliner.breakdown import build_breakdown
 from popliner.cli import cli
 from popliner.config.yaml_io import read_config
-from popliner.outputs.planner import planner_figures
 from popliner.report.data import ipu_memories
+from popliner.writers.planner import planner_figures
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "profiles"
 

@@ -142,8 +142,8 @@ def test_junit_is_valid_against_the_strict_ant_schema(wrapped: tuple[Path, Path]
 def test_the_planner_status_points_at_the_typed_column(tmp_path: Path) -> None:
     import openpyxl
 
-    from popliner.outputs.formula import column_letter
-    from popliner.outputs.planner import ESTIMATE_TEXT, FIRST_LAYER_ROW, IPU_COL, STATUS_ROW
+    from popliner.writers.formula import column_letter
+    from popliner.writers.planner import ESTIMATE_TEXT, FIRST_LAYER_ROW, IPU_COL, STATUS_ROW
 
     book = tmp_path / "review.xlsx"
     invoke(FIXTURES / "bert-tiny-training.json", "--solve", "--num-ipus", "4", "--recompute", "pipeline", "-o", book)

@@ -28,8 +28,8 @@ from popliner.cli import cli
 from popliner.config.planner import read_planner
 from popliner.config.yaml_io import read_config
 from popliner.errors import ConfigError
-from popliner.outputs import xlsx
-from popliner.outputs.planner import FIRST_LAYER_ROW, FITS_ROW, STATUS_ROW, WORST_ROW
+from popliner.writers import xlsx
+from popliner.writers.planner import FIRST_LAYER_ROW, FITS_ROW, STATUS_ROW, WORST_ROW
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "profiles"
 IPUS = 3
@@ -243,7 +243,7 @@ def test_libreoffice_reads_the_written_workbook_like_the_csv(tmp_path: Path) -> 
     """The workbook as written (XlsxWriter), recalculated by LibreOffice: the Layers sheet equals the CSV."""
     path, analysis = _workbook(tmp_path, "bert-tiny-training.json", "training")
     shown = _libreoffice_sheet(path, "Layers", tmp_path)
-    from popliner.outputs import tables
+    from popliner.writers import tables
 
     stream = io.StringIO(newline="")
     tables.write_layers(build_breakdown(analysis, with_operations=False), stream, "csv")
@@ -270,8 +270,8 @@ def test_libreoffice_reads_the_written_workbook_like_the_csv(tmp_path: Path) -> 
 ])
 def test_planner_view_equals_check_and_solve(fixture: str, mode: str) -> None:
     from popliner.analysis import solve_split
-    from popliner.outputs.planner import planner_figures
     from popliner.solvers.problem import SplitProblem
+    from popliner.writers.planner import planner_figures
 
     analysis = load_analysis(str(FIXTURES / fixture), AnalysisOptions(mode=mode))  # type: ignore[arg-type]
     names = analysis.layer_names

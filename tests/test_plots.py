@@ -16,7 +16,8 @@ from popliner.pipeline import StageLayout
 from popliner.report.aggregate import grid_values, max_pool, tile_grid
 from popliner.simulator import SimStage, simulate
 from popliner.simulator.inputs import IpuFigures, pipeline_stages
-from popliner.simulator.outputs import (
+from popliner.solvers.result import StageResult
+from popliner.writers.gantt import (
     BAR_COLOURS,
     BAR_KINDS,
     legend_entries,
@@ -24,7 +25,6 @@ from popliner.simulator.outputs import (
     schedule_title,
     write_gantt,
 )
-from popliner.solvers.result import StageResult
 from popliner.writers.plots import plot_tiles
 from tests.helpers import ipu_memory
 

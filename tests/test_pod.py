@@ -139,7 +139,7 @@ def test_every_fixture_plans_and_its_configs_check_and_simulate(
                                           clock_hz=float(target.clock_hz))
             sim = simulate(inputs.stages, cfg.gradient_accumulation, clock_hz=inputs.clock_hz,
                            link_bandwidth=64e9, sync_cycles=1000)
-            assert config.step.pipeline_cycles == pytest.approx(sim.step_cycles, rel=0.01), where
+            assert config.step.pipeline_cycles == pytest.approx(sim.step_cycles, rel=1e-9), where
             assert cfg.gradient_accumulation * config.replicas * config.micro_batch == plan.global_batch
 
 
@@ -251,7 +251,7 @@ def test_every_fixture_every_option_every_pod(tmp_path: Path) -> None:
                 sim = simulate(inputs.stages, cfg.gradient_accumulation, clock_hz=inputs.clock_hz,
                                link_bandwidth=64e9, sync_cycles=1000)
                 assert config.step is not None
-                assert config.step.pipeline_cycles == pytest.approx(sim.step_cycles, rel=0.01)
+                assert config.step.pipeline_cycles == pytest.approx(sim.step_cycles, rel=1e-9)
 
 
 def test_notebook_plan() -> None:

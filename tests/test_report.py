@@ -23,11 +23,11 @@ from popliner.analysis import AnalysisOptions, load_analysis, solve_split
 from popliner.check import check_config
 from popliner.cli import cli
 from popliner.config.model import PipelineConfig, config_from_split
-from popliner.config.yaml_io import write_config
 from popliner.fileio import atomic_write
-from popliner.report import Report, build_report, render_report
-from popliner.report.page import SECTIONS, _script_json
+from popliner.report import Report, build_report
 from popliner.solvers.problem import SplitProblem
+from popliner.writers.html import SECTIONS, _script_json, render_report
+from popliner.writers.pipeline_yaml import write_config
 
 from .browser import chromium_path, load_page
 

@@ -48,7 +48,7 @@ def test_no_pickle_eval_or_unsafe_yaml():
 
 
 def test_ctrl_c_while_writing_leaves_no_file(tmp_path, monkeypatch):
-    from popliner.outputs import tables
+    from popliner.writers import tables
 
     def interrupted(grids, stream, fmt="csv"):
         stream.write("Layer,half a row")
@@ -64,7 +64,7 @@ def test_ctrl_c_while_writing_leaves_no_file(tmp_path, monkeypatch):
 
 
 def test_ctrl_c_keeps_the_users_existing_file(tmp_path, monkeypatch):
-    from popliner.outputs import tables
+    from popliner.writers import tables
 
     def interrupted(grids, stream, fmt="csv"):
         stream.write("partial")

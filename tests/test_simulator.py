@@ -22,7 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import popliner.cli
-from popliner.config import PipelineConfig, config_from_split, write_config
+from popliner.config import PipelineConfig, config_from_split
 from popliner.errors import ConfigError, UsageProblem
 from popliner.fileio import atomic_write
 from popliner.memory.types import ComponentBytes, StageMemory
@@ -38,13 +38,12 @@ from popliner.simulator import (
     simulate,
 )
 from popliner.simulator.inputs import inputs_from_analysis, inputs_from_config
-from popliner.simulator.outputs import (
-    render_text,
-    result_document,
-    trace_document,
-    write_gantt,
-)
 from popliner.solvers.result import SplitResult, StageResult
+from popliner.writers.gantt import write_gantt
+from popliner.writers.jsondoc import result_document
+from popliner.writers.pipeline_yaml import write_config
+from popliner.writers.simulation import render_text
+from popliner.writers.trace import trace_document
 
 # ------------------------------------------------------------------ schedule
 
@@ -393,7 +392,7 @@ def test_gantt_png() -> None:
 
 
 def test_no_matplotlib_at_import() -> None:
-    code = ("import sys, popliner.simulator, popliner.simulator.outputs, popliner.cli.simulate; "
+    code = ("import sys, popliner.simulator, popliner.writers.gantt, popliner.writers.trace, popliner.cli.simulate; "
             "print('matplotlib' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

@@ -17,14 +17,14 @@ import pytest
 
 from popliner.analysis import AnalysisOptions, analyse_profile
 from popliner.config import config_from_split
-from popliner.config.options import training_of
 from popliner.errors import UsageProblem
 from popliner.memory.training import TrainingOptions
 from popliner.profile import load_profile
 from popliner.simulator import SimStage, simulate
 from popliner.simulator.inputs import inputs_from_analysis, inputs_from_config
-from popliner.simulator.outputs import legend_entries, schedule_bars
 from popliner.solvers.result import SplitResult, stage_result
+from popliner.training_record import training_of
+from popliner.writers.gantt import legend_entries, schedule_bars
 
 TINY = Path(__file__).resolve().parent.parent / "fixtures" / "profiles" / "tiny-training.json"
 STAGES = [["embedding", "0"], ["1", "head"]]
@@ -112,7 +112,7 @@ def test_recompute_outside_the_stage_is_refused() -> None:
 
 def test_memory_over_time_holds_the_checkpoints_by_hand() -> None:
     from popliner.simulator.engine import memory_over_time
-    from popliner.simulator.outputs import trace_document
+    from popliner.writers.trace import trace_document
 
     cfg, analysis = config_and_analysis("every-layer")
     stages = inputs_from_analysis(cfg, analysis, tiles_per_ipu=2, clock_hz=1e9).stages
@@ -138,8 +138,8 @@ def test_simulate_says_which_options_its_figures_assume(tmp_path: Path) -> None:
     from click.testing import CliRunner
 
     from popliner.cli import cli
-    from popliner.config import write_config
     from popliner.fileio import atomic_write
+    from popliner.writers.pipeline_yaml import write_config
 
     cfg, _ = config_and_analysis("every-layer")
     path = tmp_path / "p.yaml"

@@ -21,8 +21,8 @@ import pytest
 
 from popliner.analysis import analyse_profile
 from popliner.breakdown import build_breakdown
-from popliner.outputs import tables
 from popliner.profile.loader import load_profile
+from popliner.writers import tables
 
 REPO = Path(__file__).resolve().parent.parent
 SCHEMA = json.loads((REPO / "popliner" / "profile" / "profile-v1.schema.json").read_text(encoding="utf-8"))

@@ -25,14 +25,13 @@ import numpy as np
 import openpyxl
 import pytest
 
+from popliner.breakdown import Breakdown, LayerMatrix, LayerRow, OperationRow, RangeTable, TotalsRow
 from popliner.errors import OutputExistsError, UsageProblem
 from popliner.memory.types import ComponentBytes, StageMemory
-from popliner.outputs import tables, xlsx
-from popliner.outputs.formula import column_letter
-from popliner.outputs.planner import PLANNER_NOTE, planner_grid, write_planner
-from popliner.outputs.rows import Breakdown, LayerMatrix, LayerRow, OperationRow, RangeTable, TotalsRow
 from popliner.solvers.result import SplitResult, StageResult
-from popliner.writers import plots
+from popliner.writers import plots, tables, xlsx
+from popliner.writers.formula import column_letter
+from popliner.writers.planner import PLANNER_NOTE, planner_grid, write_planner
 from tests.helpers import ipu_memory
 
 GOLDEN = Path(__file__).parent / "golden"

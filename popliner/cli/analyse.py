@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import sys
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -17,14 +17,18 @@ import click
 
 from popliner.analysis import AnalysisOptions, load_analysis
 from popliner.cli.analyse_options import HiddenArgument, analyse_options
-from popliner.cli.options import headroom_given, output_stream
+from popliner.cli.options import headroom_given
 from popliner.errors import InfeasibleSplitError, UsageProblem
 from popliner.fileio import check_writable, distinct_files, is_stdout, one_stdout
 from popliner.layout import HeadPlacement
 from popliner.memory.training import Recompute, TrainingOptions
+from popliner.memory.work import check_workbook_rows
 from popliner.plan import SplitPlan, SplitRequest, plan_split
 from popliner.progress import Tracker, phase, progress_wanted, tracking
 from popliner.writers import split as split_writers
+from popliner.writers.formats import suffixes_for, writer_for
+from popliner.writers.tables import Tables
+from popliner.writers.writer import Writer, write_output
 
 __all__ = ["command"]
 
@@ -43,8 +47,7 @@ class Outputs:
 
     @property
     def any_table(self) -> bool:
-        return any((self.operation_breakdown, self.layer_breakdown, self.memory_totals, self.memory_affinity,
-                    self.interlayer))
+        return any(astuple(self))
 
 
 @click.command(name="analyse", context_settings={"help_option_names": ["-h", "--help"]})
@@ -79,14 +82,12 @@ def _say_timings(tracker: Tracker) -> None:
 def _run(p: dict[str, Any]) -> None:
     _refuse_poplar_report(p["profile"], p["debug_info"])
     outputs = _outputs(p)
-    fmt = _table_format(p["fmt"], p["output"])
     _check_outputs(p, outputs)
+    writer = _tables_writer(p["fmt"], p["output"])
     options = _analysis_options(p)
     analysis = load_analysis(p["profile"], options, use_cache=not p["no_cache"], cache_dir=p["cache_dir"])
     log.info("framework: %s", analysis.framework.describe())
     if p["output"] and p["output"].lower().endswith(".xlsx"):
-        from popliner.memory.work import check_workbook_rows
-
         check_workbook_rows(analysis.profile.path, analysis.ops.count)  # before a solve, which it would follow
     plan = plan_split(analysis, _split_request(p)) if p["solve"] else None
     if plan is not None:
@@ -95,7 +96,7 @@ def _run(p: dict[str, Any]) -> None:
     # The planner's count (one IPU per layer at most), also for a workbook without --solve.
     ipus = plan.request.num_ipus if plan is not None else min(p["num_ipus"], max(len(analysis.layer_names), 1))
     with phase("writing tables"):
-        _write_tables(analysis, outputs, fmt, p, plan, budget, ipus)
+        _write_tables(analysis, outputs, writer, p, plan, budget, ipus)
     if p["plot"]:
         split_writers.write_plots(plan, analysis, p["plot"], p["force"], budget)
     if plan is not None:
@@ -132,10 +133,11 @@ def _check_outputs(p: dict[str, Any], outputs: Outputs) -> None:
                                                "--ipu-config-out": p["ipu_config_out"], "--report": p["report"]})
     if output:
         check_writable(output, force)
-    for name, suffixes, what in (("config_out", (".yaml", ".yml"), "pipeline config"),
-                                 ("ipu_config_out", (".json",), "IPU config"), ("report", (".html", ".htm"), "report")):
-        if p[name]:
-            check_writable(p[name], force, suffixes=suffixes, what=what)
+    for name, fmt, kind, what in (("config_out", "yaml", "PipelineConfig", "pipeline config"),
+                                  ("ipu_config_out", "ipu_config", "PipelineConfig", "IPU config"),
+                                  ("report", "html", "Report", "report")):
+        if p[name]:  # each flag writes one format of the map
+            check_writable(p[name], force, suffixes=writer_for(None, kind, fmt).suffixes, what=what)
     one_stdout({"the tables" if not output else "-o -": outputs.any_table and (not output or is_stdout(output)),
                 "the split JSON (--solve)": solve, "--config-out -": p["config_out"], "--plot -": plot,
                 "--ipu-config-out -": p["ipu_config_out"], "--report -": p["report"]})
@@ -148,7 +150,7 @@ def _check_outputs(p: dict[str, Any], outputs: Outputs) -> None:
     if plot:
         for image in (plot, *((split_writers.suffixed(plot, "split"), split_writers.suffixed(plot, "tiles"))
                               if solve else ())):
-            check_writable(image, force, suffixes=(".png", ".svg"), what="plot")
+            check_writable(image, force, suffixes=suffixes_for("Figure"), what="plot")
 
 
 def _analysis_options(p: dict[str, Any]) -> AnalysisOptions:
@@ -198,25 +200,24 @@ def _refuse_poplar_report(profile: str, debug_info: str | None) -> None:
                            "(a Poplar profile.pop and debug.cbor pair goes to `popliner export` first)")
 
 
-def _table_format(fmt: str | None, output: str | None) -> str:
-    """The table format: --format, else the -o suffix, else CSV. A mismatch is said, never silent."""
+def _tables_writer(fmt: str | None, output: str | None) -> Writer:
+    """The tables' format: --format, else -o's name (the map; CSV for any other). A mismatch is said."""
     suffix = Path(output).suffix.lower().lstrip(".") if output else ""
     if fmt and output and suffix == "xlsx":
         log.warning("--format %s is ignored: %s is written as an XLSX workbook", fmt, output)
     elif fmt and suffix in ("csv", "tsv") and suffix != fmt:
         log.warning("writing %s tables to %s as you asked (--format %s), although its name ends .%s",
                     fmt.upper(), output, fmt, suffix)
-    if fmt:
-        return fmt
-    return "tsv" if suffix == "tsv" else "csv"
+    if fmt and suffix != "xlsx":
+        return writer_for(None, "Tables", fmt)
+    return writer_for(output, "Tables", "csv", what="the review tables")
 
 
-def _write_tables(analysis: Any, outputs: Outputs, fmt: str, p: dict[str, Any], plan: SplitPlan | None,
+def _write_tables(analysis: Any, outputs: Outputs, writer: Writer, p: dict[str, Any], plan: SplitPlan | None,
                   budget: int, num_ipus: int) -> None:
     from popliner.breakdown import affinity_matrix, build_breakdown, interlayer_matrix
 
-    output, force = p["output"], p["force"]
-    xlsx = bool(output and output.lower().endswith(".xlsx"))
+    xlsx = writer.name == "xlsx"
     if not outputs.any_table and not xlsx:
         return
     split = plan.split if plan is not None else None
@@ -224,27 +225,13 @@ def _write_tables(analysis: Any, outputs: Outputs, fmt: str, p: dict[str, Any], 
                                 with_totals=outputs.memory_totals or xlsx,
                                 planner_ipus=max(num_ipus, split.num_ipus_used if split else 0) if xlsx else None,
                                 requested_recompute=plan.recompute_requested if plan is not None else p["recompute"])
-    matrices = [m(analysis) for wanted, m in ((outputs.memory_affinity, affinity_matrix),
-                                              (outputs.interlayer, interlayer_matrix)) if wanted]
-    if xlsx:
-        from popliner.outputs.xlsx import write_workbook
-
-        write_workbook(breakdown, output, force=force, split=split, matrices=matrices, budget_bytes=budget,
-                       num_ipus=num_ipus)
-        log.info("wrote %s", output)
-        return
-    from popliner.outputs import tables
-
-    grids = [grid(breakdown) for wanted, grid in ((outputs.operation_breakdown, tables.operations_grid),
-                                                  (outputs.layer_breakdown, tables.layers_grid)) if wanted]
-    if outputs.memory_totals:
-        grids.append(tables.totals_grid(breakdown.totals))
-    grids.extend(tables.matrix_grid(matrix) for matrix in matrices)
-    with output_stream(output, force, newline="") as stream:  # the csv module wants newline=""
-        # One stream, several tables: each table's TSV formulas point at its own rows.
-        tables.write_grids(grids, stream, "tsv" if fmt == "tsv" else "csv")
-    if output:
-        log.info("wrote %s", output)
+    matrices = tuple(m(analysis) for wanted, m in ((outputs.memory_affinity, affinity_matrix),
+                                                   (outputs.interlayer, interlayer_matrix)) if wanted)
+    tables = Tables(breakdown, outputs.operation_breakdown, outputs.layer_breakdown, outputs.memory_totals, matrices,
+                    split, budget, num_ipus)
+    write_output(tables, p["output"], p["force"], writer)
+    if p["output"]:
+        log.info("wrote %s", p["output"])
 
 
 def _write_split(plan: SplitPlan, p: dict[str, Any]) -> None:

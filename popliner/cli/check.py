@@ -16,10 +16,9 @@ from popliner.cli.options import (
     force_option,
     layer_options,
     output_option,
-    output_stream,
 )
 from popliner.errors import DoesNotFitError
-from popliner.fileio import atomic_write, check_writable, distinct_files, is_stdout, one_stdout
+from popliner.fileio import check_writable, distinct_files, is_stdout, one_stdout
 
 __all__ = ["command"]
 
@@ -31,8 +30,10 @@ log = logging.getLogger("popliner")
 @click.option("--profile", required=True, type=click.Path(dir_okay=False, path_type=str),
               help="The profile to recompute memory from.")
 @budget_options("the config's budget, else 1.0")
-@click.option("--junit", type=click.Path(dir_okay=False, path_type=str), help="Write JUnit XML here.")
-@output_option("Write the per-IPU table to FILE instead of stdout.")
+@click.option("--junit", type=click.Path(dir_okay=False, path_type=str),
+              help="Also write JUnit XML to FILE, whatever its name (-o FILE.xml writes it instead of the table).")
+@output_option("Write to FILE instead of stdout, in the format of its name: .xml JUnit XML, anything else the "
+               "per-IPU table.")
 @force_option("Overwrite existing -o/--junit files.")
 @cache_options
 @config_training_options
@@ -51,14 +52,16 @@ def command(config: str, profile: str, budget: float | None, headroom: float | N
     from popliner.check import check_config
     from popliner.config.planner import config_from_planner, is_workbook, read_planner
     from popliner.config.yaml_io import read_config
-    from popliner.outputs.check_report import check_table, write_junit
+    from popliner.writers.formats import check_output
+    from popliner.writers.writer import write_output
 
     fraction = budget_given(budget, headroom)
     one_stdout({"-o -": output, "--junit -": junit})
     distinct_files({"CONFIG": config, "--profile": profile}, {"-o": output, "--junit": junit})
-    for path in (junit, output):
-        if path:
-            check_writable(path, force)
+    junit_writer = check_output(None, force, "CheckResult", "junit")  # --junit: JUnit whatever the name
+    if junit:
+        check_writable(junit, force)
+    writer = check_output(output, force, "CheckResult", "text", what="a check")
     if is_workbook(config):
         # The split typed into the review workbook's planner, checked exactly as a config.
         choice = read_planner(config)
@@ -77,11 +80,9 @@ def command(config: str, profile: str, budget: float | None, headroom: float | N
     result = check_config(analysis, cfg, config, budget=limit)
     # JUnit to stdout takes it; the table then goes to stderr.
     to_stderr = output is None and bool(junit and is_stdout(junit))
-    with output_stream("/dev/stderr" if to_stderr else output, force) as stream:
-        stream.write(check_table(result) + "\n")
+    write_output(result, "/dev/stderr" if to_stderr else output, force, writer)
     if junit:
-        with atomic_write(junit, force=force, binary=True) as stream:
-            write_junit(result, stream)
+        write_output(result, junit, force, junit_writer)
         log.info("wrote %s", junit)
     if not result.fits:
         raise DoesNotFitError(f"{sum(not i.fits for i in result.ipus)} of {len(result.ipus)} IPUs do not fit")

@@ -39,7 +39,7 @@ def command(workbook: str, profile: str | None, gradient_accumulation: int | Non
     """
     from popliner.config.options import analysis_options
     from popliner.config.planner import config_from_planner, read_planner
-    from popliner.config.yaml_io import write_config
+    from popliner.writers.pipeline_yaml import write_config
 
     distinct_files({"REVIEW.xlsx": workbook, "--profile": profile}, {"-o": output})
     if output:

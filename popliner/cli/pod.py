@@ -176,8 +176,8 @@ def _documents(plan: Any, chosen: Any, with_ipu_config: bool) -> tuple[Any, dict
 
 def _write_configs(chosen: Any, rank: int, documents: tuple[Any, dict[str, Any] | None], config_out: str | None,
                    ipu_config_out: str | None, force: bool) -> None:
-    from popliner.config.snippets import write_ipu_config
-    from popliner.config.yaml_io import write_config
+    from popliner.writers.ipu_config import write_ipu_config
+    from popliner.writers.pipeline_yaml import write_config
 
     cfg, ipu_document = documents
     if config_out:

@@ -53,12 +53,14 @@ def command(config: str, profile: str, output: str | None, force: bool, budget: 
     popliner report pipeline.yaml --profile model.json.gz -o report.html
     """
     from popliner.config.yaml_io import read_config
-    from popliner.report import build_report, write_report
+    from popliner.report import build_report
+    from popliner.writers.formats import suffixes_for
+    from popliner.writers.html import write_report
 
     fraction = budget_given(budget, headroom)
     path = output or "report.html"
     distinct_files({"PIPELINE.yaml": config, "--profile": profile}, {"-o": path})
-    check_writable(path, force, suffixes=(".html", ".htm"), what="report")
+    check_writable(path, force, suffixes=suffixes_for("Report"), what="report")
     cfg = read_config(config)
     analysis = analysis_for_config(config, profile, cfg.mode, cfg.options, training, layer_groups=cfg.layer_groups,
                                    recorded_sha256=cfg.profile_sha256, use_cache=not no_cache, cache_dir=cache_dir,

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -19,31 +17,24 @@ from popliner.cli.options import (
     layer_options,
     link_bandwidth_option,
     output_option,
-    output_stream,
     schedule_options,
 )
 from popliner.config.model import PipelineConfig
 from popliner.config.options import check_cli_options
 from popliner.config.yaml_io import read_config
 from popliner.errors import UsageProblem
-from popliner.fileio import atomic_write, check_writable, distinct_files, is_stdout, one_stdout
-from popliner.simulator.engine import SimResult, simulate
+from popliner.fileio import check_writable, distinct_files, is_stdout, one_stdout
+from popliner.simulator.engine import simulate
 from popliner.simulator.inputs import (
     SimInputs,
     inputs_from_analysis,
     inputs_from_config,
 )
-from popliner.simulator.outputs import (
-    render_text,
-    result_document,
-    write_gantt,
-    write_trace,
-)
+from popliner.writers.formats import check_output, writer_for
+from popliner.writers.simulation import Simulation
+from popliner.writers.writer import Writer, write_output
 
 __all__ = ["command"]
-
-if TYPE_CHECKING:
-    pass
 
 logger = logging.getLogger(__name__)
 
@@ -56,12 +47,13 @@ logger = logging.getLogger(__name__)
 @schedule_options
 @link_bandwidth_option
 @click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None,
-              help="Write a Chrome/Perfetto trace (JSON) of one step.")
+              help="Also write a Chrome/Perfetto trace (JSON) of one step, whatever FILE's name.")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
-              help="Write a Gantt chart (PNG) of one step.")
-@output_option("Write the report (tables or --json) to FILE instead of stdout.")
+              help="Also write a Gantt chart of one step (.png or .svg).")
+@output_option("Write to FILE instead of stdout, in the format of its name: .json the summary as JSON, "
+               ".trace.json a Perfetto trace, .png/.svg a Gantt chart, anything else the text report.")
 @force_option("Overwrite existing -o/--trace/--plot files.")
-@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON instead of tables.")
+@click.option("--json", "as_json", is_flag=True, help="The summary as JSON, whatever -o's name (-o FILE.json).")
 @click.option("--all-cycles", is_flag=True, help="Print every pipeline cycle in the schedule views.")
 @cache_options
 @config_training_options
@@ -78,10 +70,9 @@ def command(config_path: str, profile_path: str | None, gradient_accumulation: i
     """
     distinct_files({"PIPELINE.yaml": config_path, "--profile": profile_path},
                    {"-o": output, "--trace": trace_path, "--plot": plot_path})
-    _check_outputs(trace_path, plot_path, force)
+    writer = _main_writer(output, force, as_json)
+    files = _check_outputs(trace_path, plot_path, force)
     one_stdout({"-o -": output, "--trace -": trace_path, "--plot -": plot_path})
-    if output:
-        check_writable(output, force)
     cfg = read_config(config_path)
     check_cli_options(cfg.options, config_path, {k: training[k] for k in CONFIG_TRAINING_PARAMS})
     inputs = _inputs(cfg, config_path, profile_path, training, use_cache=not no_cache, cache_dir=cache_dir)
@@ -96,31 +87,34 @@ def command(config_path: str, profile_path: str | None, gradient_accumulation: i
         tiles_per_ipu=inputs.tiles_per_ipu,
         sharded=cfg.execution == "sharded",
     )
+    sim = Simulation(result, config_path, inputs.source, cfg.options,
+                     None if all_cycles else max(24, 2 * result.num_stages + 4))
     # A trace or chart written to stdout takes it; the summary then goes to stderr.
     to_stderr = output is None and any(p is not None and is_stdout(p) for p in (trace_path, plot_path))
-    with output_stream("/dev/stderr" if to_stderr else output, force) as stream:
-        if as_json:
-            doc = _json(result, config_path, inputs.source)
-            if cfg.options is not None:
-                doc["training"] = cfg.options.as_document()
-            stream.write(json.dumps(doc, indent=2) + "\n")
-        else:
-            columns = None if all_cycles else max(24, 2 * result.num_stages + 4)
-            if cfg.options is not None:
-                stream.write(f"Training options (from the config): {cfg.options.summary()}\n")
-            stream.write(render_text(result, max_columns=columns))
-    note = f"training options: {cfg.options.summary()}" if cfg.options is not None else None
-    _write_files(result, trace_path, plot_path, force, note)
+    write_output(sim, "/dev/stderr" if to_stderr else output, force, writer)
+    for path, file_writer in files:
+        write_output(sim, path, force, file_writer)
+        logger.info("wrote %s", path)
 
 
-def _check_outputs(trace_path: str | None, plot_path: str | None, force: bool) -> None:
-    """Fail before any work when an output exists (no --force) or both name one file."""
+def _main_writer(output: str | None, force: bool, as_json: bool) -> Writer:
+    """What -o (or stdout) gets: by -o's suffix; --json makes it the JSON summary whatever the name."""
+    writer = check_output(output, force, "Simulation", "text", what="a simulation")
+    return writer_for(None, "Simulation", "json") if as_json else writer
+
+
+def _check_outputs(trace_path: str | None, plot_path: str | None, force: bool) -> list[tuple[str, Writer]]:
+    """--trace and --plot, checked before any work: the files to write and their writers."""
     if trace_path and plot_path and Path(trace_path).resolve() == Path(plot_path).resolve():
         raise UsageProblem("--trace and --plot name the same file; give two file names")
+    files = []
     if trace_path:
         check_writable(trace_path, force)
+        files.append((trace_path, writer_for(None, "Simulation", "trace")))  # the trace whatever the name
     if plot_path:
-        check_writable(plot_path, force, suffixes=(".png",), what="Gantt chart")
+        check_writable(plot_path, force, suffixes=(".png", ".svg"), what="Gantt chart")
+        files.append((plot_path, writer_for(plot_path, "Simulation", "png")))
+    return files
 
 
 def _inputs(cfg: PipelineConfig, config_path: str, profile_path: str | None,
@@ -142,21 +136,3 @@ def _inputs(cfg: PipelineConfig, config_path: str, profile_path: str | None,
     target = analysis.profile.target
     return inputs_from_analysis(cfg, analysis, tiles_per_ipu=int(target.tiles_per_ipu),
                                 clock_hz=float(target.clock_hz))
-
-
-def _json(result: SimResult, config_path: str, source: str) -> dict[str, Any]:
-    doc = {"config": config_path, "figures_from": source}
-    doc.update(result_document(result))
-    return doc
-
-
-def _write_files(result: SimResult, trace_path: str | None, plot_path: str | None, force: bool,
-                 note: str | None = None) -> None:
-    if trace_path:
-        with atomic_write(trace_path, force=force) as f:
-            write_trace(result, f)
-        logger.info("wrote %s", trace_path)
-    if plot_path:
-        with atomic_write(plot_path, force=force, binary=True) as b:
-            write_gantt(result, b, note)
-        logger.info("wrote %s", plot_path)

@@ -17,7 +17,7 @@ from popliner.config.model import (
 )
 
 if TYPE_CHECKING:
-    from popliner.config.yaml_io import parse_config, read_config, write_config
+    from popliner.config.yaml_io import parse_config, read_config
 
 __all__ = [
     "CONFIG_VERSION",
@@ -31,14 +31,13 @@ __all__ = [
     "num_pipeline_stages",
     "parse_config",
     "read_config",
-    "write_config",
 ]
 
 
 def __getattr__(name: str) -> Any:
-    # The YAML reader and writer (and PyYAML) are imported on first use: the analyse
-    # path reads config.options and config.model, never a YAML file.
-    if name in ("parse_config", "read_config", "write_config"):
+    # The YAML reader (and PyYAML) is imported on first use: the analyse path reads
+    # config.options and config.model, never a YAML file. The writer is popliner.writers.pipeline_yaml.
+    if name in ("parse_config", "read_config"):
         from popliner.config import yaml_io
 
         return getattr(yaml_io, name)

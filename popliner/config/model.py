@@ -14,17 +14,11 @@ from dataclasses import dataclass
 
 from popliner import pipeline
 from popliner.errors import UsageProblem
-from popliner.layout import HeadPlacement, Layout
-from popliner.memory.training import (
-    DEFAULT_UPDATE_REGEX,
-    AppliedRecompute,
-    OptimizerState,
-    RecomputeRequest,
-    TrainingOptions,
-)
+from popliner.layout import Layout
 from popliner.memory.types import ComponentBytes
 from popliner.pipeline import LayerPlacement, StageLayout, backward_stage, forward_stage
 from popliner.solvers.result import SplitResult, StageResult
+from popliner.training_record import ConfigTraining, config_training
 
 __all__ = [
     "CONFIG_VERSION",
@@ -66,81 +60,6 @@ def layers_fingerprint(layers: tuple[str, ...]) -> str:
     """Short hash of a stage's layer list; tells whether predicted figures still apply."""
     digest = hashlib.sha256("\x1f".join(layers).encode("utf-8")).hexdigest()
     return digest[:16]
-
-
-#: What ``training.recompute`` may say: a mode popliner applied, or ``compiled`` (the profile already recomputes).
-CONFIG_RECOMPUTES: tuple[str, ...] = ("none", "pipeline", "every-layer", "compiled")
-
-
-@dataclass(frozen=True)
-class ConfigTraining:
-    """The training options a config's figures were computed with (docs/pipeline-config.md, ``training``).
-
-    ``recompute`` is the mode applied: ``--recompute auto`` is resolved to
-    the mode it chose (``requested`` then says ``auto``), and ``compiled``
-    records a profile compiled with recomputation. The regexes are None when
-    they are popliner's defaults.
-    """
-
-    recompute: AppliedRecompute = "none"
-    optimizer_state: OptimizerState = "on-chip"
-    replication_factor: int = 1
-    sharded_optimizer_state: bool = False
-    head_placement: HeadPlacement = "first"
-    update_regex: str | None = None
-    optimizer_state_regex: str | None = None
-    requested: RecomputeRequest | None = None
-
-    def options(self) -> TrainingOptions:
-        """The options to analyse the profile with; raises UsageProblem when they are not valid together."""
-        return TrainingOptions(
-            recompute="none" if self.recompute == "compiled" else self.recompute,
-            optimizer_state=self.optimizer_state,
-            replication_factor=self.replication_factor,
-            sharded_optimizer_state=self.sharded_optimizer_state,
-            head_placement=self.head_placement,
-            update_regex=self.update_regex if self.update_regex is not None else DEFAULT_UPDATE_REGEX,
-            optimizer_state_regex=self.optimizer_state_regex,
-        )
-
-    def as_document(self) -> dict[str, object]:
-        """The ``training`` block of the YAML; the regexes and ``recompute_requested`` only when they say something."""
-        out: dict[str, object] = {"recompute": self.recompute}
-        if self.requested is not None:
-            out["recompute_requested"] = self.requested
-        out.update(optimizer_state=self.optimizer_state, replication_factor=self.replication_factor,
-                   sharded_optimizer_state=self.sharded_optimizer_state, head_placement=self.head_placement)
-        if self.update_regex is not None:
-            out["update_regex"] = self.update_regex
-        if self.optimizer_state_regex is not None:
-            out["optimizer_state_regex"] = self.optimizer_state_regex
-        return out
-
-    def summary(self) -> str:
-        """One line for titles and notes: ``recompute every-layer, optimizer state off-chip, ...``."""
-        parts = [f"recompute {self.recompute}" + (" (chosen by auto)" if self.requested == "auto" else ""),
-                 f"optimizer state {self.optimizer_state}"]
-        if self.replication_factor > 1:
-            parts.append(f"{self.replication_factor} replicas"
-                         + (", optimizer state sharded" if self.sharded_optimizer_state else ""))
-        if self.head_placement != "first":
-            parts.append(f"head placement {self.head_placement}")
-        return ", ".join(parts)
-
-
-def config_training(options: TrainingOptions, applied_recompute: AppliedRecompute,
-                    requested: RecomputeRequest | None = None) -> ConfigTraining:
-    """The record of ``options`` as a config keeps it; ``applied_recompute`` is the mode the engine applied."""
-    return ConfigTraining(
-        recompute=applied_recompute,
-        optimizer_state=options.optimizer_state,
-        replication_factor=options.replication_factor,
-        sharded_optimizer_state=options.sharded_optimizer_state,
-        head_placement=options.head_placement,
-        update_regex=None if options.update_regex == DEFAULT_UPDATE_REGEX else options.update_regex,
-        optimizer_state_regex=options.optimizer_state_regex,
-        requested="auto" if requested == "auto" else None,
-    )
 
 
 @dataclass(frozen=True)

@@ -10,20 +10,17 @@ line must say what the config says, or the command stops with one line
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from popliner.config.model import ConfigTraining, config_training
+from popliner.config.model import ConfigTraining
 from popliner.errors import UsageProblem
-from popliner.ops.remote import streams_optimizer_state
 
 if TYPE_CHECKING:
     from popliner.analysis import Analysis, AnalysisOptions
-    from popliner.memory.training import RecomputeRequest
 
-__all__ = ["FLAGS", "analysis_options", "check_applied", "check_cli_options", "training_of"]
+__all__ = ["FLAGS", "analysis_options", "check_applied", "check_cli_options"]
 
 log = logging.getLogger(__name__)
 
@@ -59,20 +56,6 @@ def analysis_options(mode: str, training: ConfigTraining | None,
         return AnalysisOptions(mode=mode, training=TrainingOptions(head_placement=placement),  # type: ignore
                                **(layering or {}))
     return AnalysisOptions(mode=mode, training=training.options(), **(layering or {}))  # type: ignore[arg-type]
-
-
-def training_of(analysis: Analysis, requested_recompute: RecomputeRequest | None = None) -> ConfigTraining | None:
-    """The record of the training options an analysis applied (None in inference); ``auto`` noted as asked.
-
-    A profile compiled with its optimizer state off chip is recorded ``off-chip`` whatever was asked: its
-    figures already hold the state only around the update, and the configs must ask the framework for it.
-    """
-    if analysis.mode != "training":
-        return None
-    options = analysis.options.training
-    if options.optimizer_state == "on-chip" and streams_optimizer_state(analysis.ops, analysis.is_backward):
-        options = dataclasses.replace(options, optimizer_state="off-chip")
-    return config_training(options, analysis.engine.view.recompute, requested_recompute)
 
 
 def _agrees(t: ConfigTraining, name: str, value: object) -> bool:

@@ -1,6 +1,6 @@
 """Read the split a user typed into a review workbook's planner, and turn it into a pipeline config.
 
-The planner sheet (:mod:`popliner.outputs.planner`) has an IPU column in its
+The planner sheet (:mod:`popliner.writers.planner`) has an IPU column in its
 layer table. Editing it is how people choose a split by hand; this module
 reads that column back (openpyxl, plain cell values, no recalculation; lazily and
 within a size limit, :mod:`popliner.config.workbook`) so
@@ -21,13 +21,11 @@ from typing import Any
 from popliner.analysis import Analysis
 from popliner.config.layering import layer_record
 from popliner.config.model import ConfigTraining, PipelineConfig, config_from_split
-from popliner.config.options import training_of
-from popliner.config.workbook import SheetCells, open_sheet
+from popliner.config.workbook import IPU_COL, LAYER_COL, PLANNER_SHEET, TRAINING_COL, SheetCells, open_sheet
 from popliner.errors import ConfigError
-from popliner.outputs.formula import column_letter
-from popliner.outputs.planner import IPU_COL, LAYER_COL, PLANNER_SHEET, TRAINING_COL
 from popliner.profile.limits import limit
 from popliner.solvers.result import SplitResult, stage_result
+from popliner.training_record import training_of
 
 __all__ = ["PlannerChoice", "config_from_planner", "is_workbook", "read_planner"]
 
@@ -41,6 +39,13 @@ _TABLE_COLUMNS = max(LAYER_COL, IPU_COL) + 1
 #: Rows of the layer table read at most (a planner has one per layer; the range-table limit allows
 #: 9,999 layers on a one-tile profile, far fewer on real ones). Reading costs some 40 us a row.
 _ROWS_ENV = "POPLINER_MAX_PLANNER_LAYERS"
+
+
+def _letter(column: int) -> str:
+    """A column's letters, for the cells an error names."""
+    from openpyxl.utils import get_column_letter  # openpyxl loads only when a workbook is read
+
+    return str(get_column_letter(column))
 
 
 def is_workbook(path: str | os.PathLike[str]) -> bool:
@@ -119,7 +124,7 @@ def _training(source: str, sheet: Any, row: int, mode: str) -> ConfigTraining | 
 
     if mode != "training":
         return None
-    cell = f"{column_letter(TRAINING_COL)}{row}"
+    cell = f"{_letter(TRAINING_COL)}{row}"
     text = sheet.cell(row=row, column=TRAINING_COL).value
     if text is None or (isinstance(text, str) and not text.strip()):
         return ConfigTraining()
@@ -162,11 +167,11 @@ def _stages(source: str, sheet: Any, first_row: int, num_ipus: int) -> tuple[tup
     stages: list[list[str]] = []
     cells: dict[str, str] = {}
     row = first_row
-    ipu_letter = column_letter(IPU_COL)
+    ipu_letter = _letter(IPU_COL)
     most = limit(_ROWS_ENV)
     while (name := sheet.cell(row=row, column=LAYER_COL).value) is not None and str(name) != "":
         if row - first_row >= most:
-            raise ConfigError(f"{_where(source, f'{column_letter(LAYER_COL)}{row}')}: the layer table goes on past "
+            raise ConfigError(f"{_where(source, f'{_letter(LAYER_COL)}{row}')}: the layer table goes on past "
                               f"{most:,} rows; popliner writes one row per layer, and no profile within the "
                               f"range-table limit has that many layers (set {_ROWS_ENV} to read more)")
         layer = str(name)
@@ -186,7 +191,7 @@ def _stages(source: str, sheet: Any, first_row: int, num_ipus: int) -> tuple[tup
         else:
             raise ConfigError(f"{_where(source, cell)}: layer {layer!r} is on IPU {ipu} right after IPU {current}; "
                               f"IPU {current + 1} has no layers (number the IPUs 0, 1, 2, ... in layer order)")
-        cells[layer] = f"{column_letter(LAYER_COL)}{row}"
+        cells[layer] = f"{_letter(LAYER_COL)}{row}"
         row += 1
     if not stages:
         raise ConfigError(f"{_where(source, f'A{first_row}')}: the planner lists no layers")

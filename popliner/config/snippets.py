@@ -41,7 +41,6 @@ __all__ = [
     "popart_snippet",
     "poptorch_snippet",
     "snippets",
-    "write_ipu_config",
 ]
 
 #: Poplar's default ``availableMemoryProportion``: what a profile compiled
@@ -400,9 +399,3 @@ def _per_ipu(values: Sequence[float], k: int) -> list[float]:
     if len(values) != k:
         raise UsageProblem(f"--matmul-proportion: give one value or one per IPU ({k}), not {len(values)}")
     return [float(v) for v in values]
-
-
-def write_ipu_config(document: dict[str, Any], stream: Any) -> None:
-    """``ipu_config.json`` text: indented, keys in a fixed order, a final newline."""
-    json.dump(document, stream, indent=2)
-    stream.write("\n")

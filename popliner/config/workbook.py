@@ -28,7 +28,17 @@ from xml.etree.ElementTree import ParseError
 
 from popliner.errors import ConfigError
 
-__all__ = ["DEFAULT_MAX_WORKBOOK_BYTES", "SheetCells", "max_workbook_bytes", "open_sheet"]
+__all__ = ["DEFAULT_MAX_WORKBOOK_BYTES", "IPU_COL", "LAYER_COL", "PLANNER_SHEET", "TRAINING_COL", "SheetCells",
+           "max_workbook_bytes", "open_sheet"]
+
+# Where the review workbook's Split planner sheet keeps what `check` and `config-from` read back. The
+# writer (popliner.writers.planner) lays the sheet out around these; the reader (config/planner.py) finds them.
+PLANNER_SHEET = "Split planner"
+#: Columns of its layer table: the layer's name, and the IPU a user types.
+LAYER_COL = 1
+IPU_COL = 2
+#: The column of the training options (JSON), on the mode row.
+TRAINING_COL = 7
 
 #: Bytes the parts popliner reads may unpack to. A review workbook of a large model reads a few MB
 #: (its shared strings and the planner sheet); the other sheets are not read and do not count. At the

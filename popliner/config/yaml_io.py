@@ -1,7 +1,7 @@
-"""Reading and writing pipeline configs (YAML, schema in docs/pipeline-config.md).
+"""Reading pipeline configs (YAML, schema in docs/pipeline-config.md); the writer is
+:mod:`popliner.writers.pipeline_yaml`.
 
-Writing is deterministic: the same config gives the same bytes. Reading uses
-``yaml.safe_load`` only and checks everything a hand edit can break; every
+Reading uses ``yaml.safe_load`` only and checks everything a hand edit can break; every
 problem is a :class:`ConfigError` whose one-line message names the file, the
 place (``stages[2].layers[0]``) and the fix.
 
@@ -17,22 +17,20 @@ from __future__ import annotations
 import logging
 import os
 import re
-from collections.abc import Mapping, Sequence
-from typing import IO, Any, NoReturn
+from collections.abc import Sequence
+from typing import Any
 
 import yaml
 
 from popliner.config.layering import read_layer_options
 from popliner.config.model import (
-    CONFIG_RECOMPUTES,
     CONFIG_VERSION,
     MODES,
     ConfigStage,
     ConfigTraining,
     PipelineConfig,
 )
-from popliner.config.snippets import FlowList as _FlowList
-from popliner.config.snippets import snippets
+from popliner.config.reader import Reader, describe
 from popliner.errors import ConfigError, UsageProblem
 from popliner.framework import FRAMEWORKS
 from popliner.layout import HEAD_PLACEMENTS, Layout
@@ -40,19 +38,11 @@ from popliner.memory.training import OPTIMIZER_STATES
 from popliner.memory.types import COMPONENTS, OTHER, ComponentBytes
 from popliner.pipeline import StageLayout
 from popliner.profile.loader import MAX_TILES
-from popliner.profile.tilevector import MAX_VALUE
-from popliner.regexes import BoundedRegex, regex_error
+from popliner.training_record import CONFIG_RECOMPUTES
 
-__all__ = ["config_from_document", "config_to_document", "parse_config", "read_config", "training_from_document",
-           "write_config"]
+__all__ = ["config_from_document", "parse_config", "read_config", "training_from_document"]
 
 logger = logging.getLogger(__name__)
-
-HEADER = (
-    "# popliner pipeline config (schema: docs/pipeline-config.md).\n"
-    "# To move a layer, edit stages[].layers only; the `layers` table and the\n"
-    "# snippets are regenerated from them when popliner reads this file.\n"
-)
 
 #: Micro-batches a simulated step may have; the schedule is built cycle by cycle.
 MAX_MICRO_BATCHES = 100_000
@@ -69,103 +59,6 @@ PREDICTED_KEYS = ("for_layers", "memory", "worst_tile", "worst_tile_bytes", "sta
 PREDICTED_OPTIONAL = ("forward_cycles", "recompute_cycles", "head_cycles", "gradient_bytes_in")
 LAYER_KEYS = ("name", "ipu", "pipelineStage", "backwardPipelineStage")
 _SHA256 = re.compile(r"[0-9a-fA-F]{64}")
-
-
-# --------------------------------------------------------------------- writing
-
-
-class _Flow(dict):  # type: ignore[type-arg]
-    """A mapping written on one line (the rows of the per-layer table)."""
-
-
-class _Dumper(yaml.SafeDumper):  # type: ignore[misc]  # PyYAML ships no type hints here
-    """SafeDumper plus block scalars for code and one-line rows where they read better."""
-
-
-def _str_rep(dumper: yaml.SafeDumper, text: str) -> yaml.Node:
-    style = "|" if "\n" in text else None
-    return dumper.represent_scalar("tag:yaml.org,2002:str", text, style=style)
-
-
-_Dumper.add_representer(str, _str_rep)
-_Dumper.add_representer(_Flow, lambda d, m: d.represent_mapping("tag:yaml.org,2002:map", m.items(),
-                                                                 flow_style=True))
-_Dumper.add_representer(_FlowList, lambda d, seq: d.represent_sequence("tag:yaml.org,2002:seq", seq,
-                                                                        flow_style=True))
-
-
-def write_config(cfg: PipelineConfig, stream: IO[str]) -> None:
-    """Write ``cfg`` as YAML to an open text stream (the caller uses atomic_write)."""
-    stream.write(HEADER)
-    yaml.dump(config_to_document(cfg), stream, Dumper=_Dumper, sort_keys=False, default_flow_style=False,
-              allow_unicode=True, width=1000)  # one-line rows stay on one line
-
-
-def config_to_document(cfg: PipelineConfig) -> dict[str, Any]:
-    """The YAML document as plain Python data (keys in schema order)."""
-    doc: dict[str, Any] = {
-        "version": cfg.version,
-        "profile": {"path": cfg.profile_path, "sha256": cfg.profile_sha256},
-        "target": {"tiles_per_ipu": cfg.tiles_per_ipu, "bytes_per_tile": cfg.bytes_per_tile,
-                   "clock_hz": float(cfg.clock_hz)},
-        **({} if cfg.framework is None else {"framework": cfg.framework, "execution": cfg.execution}),
-        **({"matmul_proportion": _FlowList(cfg.matmul_proportion)} if cfg.matmul_proportion else {}),
-        "mode": cfg.mode,
-        "num_ipus": cfg.num_ipus,
-        "pipeline_stages": cfg.num_pipeline_stages,
-        "gradient_accumulation": cfg.gradient_accumulation,
-    }
-    if cfg.options is not None:
-        doc["training"] = _training_document(cfg.options)
-    if cfg.layer_options:
-        doc["layer_options"] = dict(cfg.layer_options)
-    doc.update({
-        "solver": {"name": cfg.solver, "status": cfg.solver_status, "budget_bytes": cfg.budget_bytes},
-        "stages": [_stage_document(cfg, s) for s in cfg.stages],
-        "layers": [_layer_row(cfg, p.name, p.ipu, p.pipeline_stage, p.backward_stage) for p in cfg.placements],
-        "snippets": snippets(cfg),
-    })
-    return doc
-
-
-def _training_document(t: ConfigTraining) -> dict[str, Any]:
-    return t.as_document()
-
-
-def _stage_document(cfg: PipelineConfig, s: ConfigStage) -> dict[str, Any]:
-    stages = list(cfg.stage_layout.ipu_stages(s.ipu))  # forward, a wrapped head, backward
-    memory = s.memory.as_dict()
-    memory["total"] = s.memory.total
-    return {
-        "index": s.index,
-        "ipu": s.ipu,
-        "pipeline_stages": _FlowList(stages),
-        "layers": list(s.layers),
-        "predicted": {
-            "for_layers": s.predicted_for,
-            "memory": memory,
-            "worst_tile": s.worst_tile,
-            "worst_tile_bytes": s.worst_tile_bytes,
-            "stash_bytes": s.stash_bytes,
-            "stash_entries": s.stash_entries,
-            "cycles": s.cycles,
-            "bytes_in": s.bytes_in,
-            **({} if s.forward_cycles is None else {"forward_cycles": s.forward_cycles}),
-            **({} if s.recompute_cycles is None else {"recompute_cycles": s.recompute_cycles}),
-            **({} if s.head_cycles is None else {"head_cycles": s.head_cycles}),
-            **({} if s.gradient_bytes_in is None else {"gradient_bytes_in": s.gradient_bytes_in}),
-        },
-    }
-
-
-def _layer_row(cfg: PipelineConfig, name: str, ipu: int, fwd: int, bwd: int | None) -> _Flow:
-    row = _Flow(name=name, ipu=ipu, pipelineStage=fwd)
-    if cfg.training:
-        row["backwardPipelineStage"] = bwd
-    return row
-
-
-# --------------------------------------------------------------------- reading
 
 
 def read_config(path: str | os.PathLike[str]) -> PipelineConfig:
@@ -243,7 +136,7 @@ def _tag_message(exc: yaml.constructor.ConstructorError, source: str) -> str:
 
 def config_from_document(doc: Any, source: str = "<config>") -> PipelineConfig:
     """Validate an already parsed document (see :func:`parse_config`)."""
-    r = _Reader(source)
+    r = Reader(source)
     if doc is None:
         r.fail("", "the file is empty", "write a config with `popliner PROFILE --solve` and edit that")
     top = r.mapping(doc, "", TOP_KEYS, ("version",), what="the top level")
@@ -310,10 +203,10 @@ def config_from_document(doc: Any, source: str = "<config>") -> PipelineConfig:
 
 def training_from_document(value: Any, source: str, mode: str = "training") -> ConfigTraining:
     """Validate a ``training`` block given as plain data; ``source`` names where it was read (one-line errors)."""
-    return _read_training(_Reader(source), value, mode, where="")
+    return _read_training(Reader(source), value, mode, where="")
 
 
-def _read_training(r: _Reader, value: Any, mode: str, where: str = "training") -> ConfigTraining:
+def _read_training(r: Reader, value: Any, mode: str, where: str = "training") -> ConfigTraining:
     """The ``training`` block: every key optional (the default), each checked where it is."""
     p = f"{where}." if where else ""
     if mode != "training":
@@ -352,27 +245,27 @@ def _read_training(r: _Reader, value: Any, mode: str, where: str = "training") -
     return t
 
 
-def _read_framework(r: _Reader, value: Any) -> str | None:
+def _read_framework(r: Reader, value: Any) -> str | None:
     """``framework``: one of popliner's names (popliner.framework), or absent in an older config."""
     if value is None:
         return None
     return r.choice(value, "framework", FRAMEWORKS)
 
 
-def _read_matmul_proportion(r: _Reader, value: Any, num_ipus: int) -> tuple[float, ...]:
+def _read_matmul_proportion(r: Reader, value: Any, num_ipus: int) -> tuple[float, ...]:
     """``matmul_proportion``: one fraction in (0, 1], or one per IPU; absent for Poplar's default."""
     if value is None:
         return ()
     if not isinstance(value, list) or len(value) not in (1, num_ipus):
-        r.fail("matmul_proportion", f"expected a list of one value or one per IPU ({num_ipus}), got {_kind(value)}",
+        r.fail("matmul_proportion", f"expected a list of one value or one per IPU ({num_ipus}), got {describe(value)}",
                f"write e.g. [0.6] or {num_ipus} values")
     for k, v in enumerate(value):
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= 1:
-            r.fail(f"matmul_proportion[{k}]", f"{_kind(v)} is not a fraction in (0, 1]", "write e.g. 0.6")
+            r.fail(f"matmul_proportion[{k}]", f"{describe(v)} is not a fraction in (0, 1]", "write e.g. 0.6")
     return tuple(float(v) for v in value)
 
 
-def _read_solver(r: _Reader, value: Any) -> tuple[str, str, int | None]:
+def _read_solver(r: Reader, value: Any) -> tuple[str, str, int | None]:
     if value is None:
         return "", "", None
     m = r.mapping(value, "solver", ("name", "status", "budget_bytes"), ())
@@ -384,13 +277,13 @@ def _read_solver(r: _Reader, value: Any) -> tuple[str, str, int | None]:
     )
 
 
-def _read_stages(r: _Reader, value: Any) -> tuple[ConfigStage, ...]:
+def _read_stages(r: Reader, value: Any) -> tuple[ConfigStage, ...]:
     if not isinstance(value, list) or not value:
         r.fail("stages", "must be a non-empty list of stages", "list one `- index: ...` entry per IPU")
     return tuple(_read_stage(r, position, item) for position, item in enumerate(value))
 
 
-def _read_stage(r: _Reader, position: int, item: Any) -> ConfigStage:
+def _read_stage(r: Reader, position: int, item: Any) -> ConfigStage:
     where = f"stages[{position}]"
     m = r.mapping(item, where, STAGE_KEYS, ("index", "ipu", "layers", "predicted"))
     index = r.integer(m["index"], f"{where}.index")
@@ -428,7 +321,7 @@ def _read_stage(r: _Reader, position: int, item: Any) -> ConfigStage:
     )
 
 
-def _read_memory(r: _Reader, value: Any, where: str) -> ComponentBytes:
+def _read_memory(r: Reader, value: Any, where: str) -> ComponentBytes:
     m = r.mapping(value, where, (*COMPONENTS, OTHER, "total"), COMPONENTS)
     if "total" in m:  # derived; only its type is checked
         r.integer(m["total"], f"{where}.total")
@@ -437,7 +330,7 @@ def _read_memory(r: _Reader, value: Any, where: str) -> ComponentBytes:
     return ComponentBytes(**five, other=other)
 
 
-def _read_layer_names(r: _Reader, value: Any) -> tuple[str, ...]:
+def _read_layer_names(r: Reader, value: Any) -> tuple[str, ...]:
     if not isinstance(value, list) or not value:
         r.fail("layers", "must be the non-empty list of the model's layers in order",
                "restore the `layers:` table popliner wrote")
@@ -454,7 +347,7 @@ def _read_layer_names(r: _Reader, value: Any) -> tuple[str, ...]:
     return tuple(names)
 
 
-def _check_assignment(r: _Reader, stages: tuple[ConfigStage, ...], model_layers: tuple[str, ...]) -> None:
+def _check_assignment(r: Reader, stages: tuple[ConfigStage, ...], model_layers: tuple[str, ...]) -> None:
     """Every model layer in exactly one stage, and stages in model (data-flow) order."""
     position = {name: k for k, name in enumerate(model_layers)}
     seen: dict[str, str] = {}
@@ -515,95 +408,3 @@ def _warn_if_table_differs(source: str, cfg: PipelineConfig, rows: Sequence[Any]
 
 def _one_line(text: str) -> str:
     return " ".join(str(text).split())
-
-
-class _Reader:
-    """Typed access to the parsed document with one-line errors that name the place."""
-
-    def __init__(self, source: str) -> None:
-        self.source = source
-
-    def fail(self, where: str, problem: str, fix: str) -> NoReturn:
-        place = f" {where}:" if where else ""
-        raise ConfigError(f"{self.source}:{place} {problem}; {fix}")
-
-    def mapping(self, value: Any, where: str, allowed: Sequence[str], required: Sequence[str],
-                what: str | None = None) -> Mapping[str, Any]:
-        if not isinstance(value, dict):
-            self.fail(where, f"{what or 'this'} must be a mapping (`key: value` lines), got {_kind(value)}",
-                      "see docs/pipeline-config.md for the layout")
-        for key in value:
-            if key not in allowed:
-                self.fail(_join(where, str(key)), "unknown key", f"allowed here: {', '.join(allowed)}")
-        for key in required:
-            if key not in value:
-                self.fail(_join(where, key), "missing", f"add the `{key}:` entry")
-        return value
-
-    def integer(self, value: Any, where: str, minimum: int = 0, maximum: int = MAX_VALUE) -> int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            self.fail(where, f"expected a whole number, got {_kind(value)}", "write it without quotes or a dot")
-        if value < minimum:
-            self.fail(where, f"{value} is below {minimum}", f"use a value of {minimum} or more")
-        if value > maximum:
-            # Refuse absurd sizes here rather than run out of memory or time later.
-            self.fail(where, f"{value} is above the limit {maximum:,}", f"use a value of at most {maximum:,}")
-        return int(value)
-
-    def number(self, value: Any, where: str) -> float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1e300:
-            shown = repr(value) if len(repr(value)) <= 30 else f"a number of {len(str(value))} digits"
-            self.fail(where, f"expected a positive finite number, got {shown}", "write e.g. 1330000000.0")
-        return float(value)
-
-    def text(self, value: Any, where: str, allow_empty: bool = False) -> str:
-        if not isinstance(value, str) or (not value and not allow_empty):
-            self.fail(where, f"expected text, got {_kind(value)}", "quote the value")
-        return value
-
-    def choice(self, value: Any, where: str, allowed: Sequence[str]) -> str:
-        if not isinstance(value, str) or value not in allowed:
-            self.fail(where, f"{_kind(value)} is not one of {', '.join(allowed)}", f"write one of {', '.join(allowed)}")
-        return value
-
-    def boolean(self, value: Any, where: str) -> bool:
-        if not isinstance(value, bool):
-            self.fail(where, f"expected true or false, got {_kind(value)}", "write true or false, without quotes")
-        return value
-
-    def regex(self, value: Any, where: str) -> str | None:
-        """A regular expression, or None when the key is absent (popliner's default rule)."""
-        if value is None:
-            return None
-        text = self.text(value, where)
-        try:
-            BoundedRegex(text, where)  # the engine the analysis runs it with (time-bounded)
-        except regex_error as exc:
-            self.fail(where, f"not a regular expression ({exc})", "fix the pattern, or remove the key for the default")
-        return text
-
-    def layer_name(self, value: Any, where: str) -> str:
-        if not isinstance(value, str) or not value:
-            self.fail(where, f"expected a layer name (text), got {_kind(value)}",
-                      f"quote it: '{value}'" if value is not None else "remove the empty entry")
-        return value
-
-
-def _join(where: str, key: str) -> str:
-    return f"{where}.{key}" if where else key
-
-
-def _kind(value: Any) -> str:
-    if value is None:
-        return "nothing"
-    if isinstance(value, bool):
-        return f"the boolean {value}"
-    if isinstance(value, (int, float)):
-        return f"the number {value}"
-    if isinstance(value, str):
-        return f"the text {value!r}"
-    if isinstance(value, list):
-        return "a list"
-    if isinstance(value, dict):
-        return "a mapping"
-    return type(value).__name__

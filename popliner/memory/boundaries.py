@@ -50,22 +50,10 @@ class Boundaries:
         """The counted variables of the layers' operations (with the unlayered ones for the first stage)."""
         return self.model.counted_variables(ops_of_layers(self.layer_of_op, layers, first_stage))
 
-    @cached_property
+    @property
     def first_user(self) -> np.ndarray:
         """Per variable, the operation that uses it at the earliest step (-1: none runs)."""
-        ops, n = self.ops, self.profile.variables.count
-        counts = np.diff(ops.var_ptr)
-        op_of_pair = np.repeat(np.arange(ops.count), counts)
-        var_of_pair = ops.var_idx
-        step = ops.first_step[op_of_pair]
-        ran = step >= 0
-        op_of_pair, var_of_pair, step = op_of_pair[ran], var_of_pair[ran], step[ran]
-        order = np.lexsort((step, var_of_pair))  # by variable, then earliest step first
-        first = np.ones(len(order), bool)
-        first[1:] = var_of_pair[order][1:] != var_of_pair[order][:-1]
-        first_user = np.full(n, -1, np.int64)
-        first_user[var_of_pair[order][first]] = op_of_pair[order][first]
-        return first_user
+        return self.ops.first_user
 
     @cached_property
     def constant_var(self) -> np.ndarray:

@@ -86,6 +86,8 @@ class MemoryEngine:
         self.is_backward = self.view.is_backward
         self.model = MemoryModel(self.profile, ops, counted_vars)
         self._stash_known: dict[bytes, np.ndarray] = {}
+        #: ``--recompute pipeline``: the figures of re-run sets, by their operations (the model memoises the rest).
+        self._rerun_memo: dict[bytes, StageMemory] = {}
         self._range_states: dict[Liveness, RangeState] = {}
 
     @property
@@ -142,7 +144,8 @@ class MemoryEngine:
 
     # -- memory ----------------------------------------------------------------
 
-    def stage_memory(self, ops: np.ndarray, variables: np.ndarray | None = None) -> StageMemory:
+    def stage_memory(self, ops: np.ndarray, variables: np.ndarray | None = None,
+                     rerun_variables: np.ndarray | None = None) -> StageMemory:
         """Per-tile memory of a set of operations (the direct model, memoised).
 
         ``variables``: the set's variables peak per tile when already known
@@ -155,23 +158,44 @@ class MemoryEngine:
         backward part's (live steps as profiled). On IPU 0 with a wrapped head
         the head's own variables keep their live steps in the forward window
         too: the head runs forward and backward back to back, re-running nothing.
+        ``rerun_variables``: that peak when already known exactly (a range
+        table's running set, :mod:`popliner.memory.rerun`).
         """
         memory = self.model.stage(ops, variables)
+        rerun = self.pipeline_rerun_window(ops)
+        if rerun is None:
+            return memory
+        key = np.unique(np.asarray(ops, np.int64)).tobytes()
+        hit = self._rerun_memo.get(key)
+        if hit is None:
+            if rerun_variables is None:
+                b0, head_kept = rerun
+                lo, hi = self.model.window(ops)
+                var = self.model.counted_variables(ops)
+                forward = window_peak(self.forward_cut_profile(head_kept), var, lo, b0 - 1)
+                backward = window_peak(self.profile, var, b0, hi)
+                rerun_variables = np.maximum(forward, backward)
+            per_tile = memory.per_tile.copy()
+            per_tile[0] = rerun_variables
+            hit = self._rerun_memo[key] = StageMemory(per_tile)
+        return hit
+
+    def pipeline_rerun_window(self, ops: np.ndarray) -> tuple[int, bool] | None:
+        """Under ``--recompute pipeline``, where the set's re-run part splits into forward and backward windows.
+
+        ``(b0, head_kept)``: the first step of the re-run part's backward
+        part, and whether the set also holds a wrapped head's operations
+        (whose variables keep their live steps). None when the set's figure
+        is the plain model's: nothing re-run (other modes, the last stage),
+        or a re-run part that is all forward or all backward.
+        """
         own = self.pipeline_rerun_part(ops)
         if not own.size:
-            return memory
+            return None
         back = self.backward_part(own)
         if not back.any() or back.all():
-            return memory
-        lo, hi = self.model.window(ops)
-        b0 = int(self.model.window(own[back])[0])
-        var = self.model.counted_variables(ops)
-        cut = self._forward_cut_profile if own.size == len(ops) else self._forward_cut_profile_head_kept
-        forward = window_peak(cut, var, lo, b0 - 1)
-        backward = window_peak(self.profile, var, b0, hi)
-        per_tile = memory.per_tile.copy()
-        per_tile[0] = np.maximum(forward, backward)
-        return StageMemory(per_tile)
+            return None
+        return int(self.model.window(own[back])[0]), own.size != len(ops)
 
     def is_last_stage(self, ops: np.ndarray) -> bool:
         """Does the set hold operations of the last layer (the last pipeline stage does)?"""
@@ -198,14 +222,19 @@ class MemoryEngine:
             return np.asarray(ops[~holds_last])
         return ops[:0]
 
+    def forward_cut_profile(self, head_kept: bool = False) -> Profile:
+        """``pipeline``: the what-if profile with every recomputed variable live only up to its last forward read.
+
+        ``head_kept`` (IPU 0 with a wrapped head): the head's variables not cut.
+        """
+        return self._forward_cut_profile_head_kept if head_kept else self._forward_cut_profile
+
     @cached_property
     def _forward_cut_profile(self) -> Profile:
-        """``pipeline``: the what-if profile with every recomputed variable live only up to its last forward read."""
         return self._cut_profile(self.view.forward_cut)
 
     @cached_property
     def _forward_cut_profile_head_kept(self) -> Profile:
-        """``pipeline``, IPU 0 with a wrapped head: as :attr:`_forward_cut_profile`, the head's variables not cut."""
         cut = self.view.forward_cut.copy()
         cut[self.model.counted_variables(self.stage_ops([self.head_layer], first_stage=False))] = -1
         return self._cut_profile(cut)

@@ -83,16 +83,20 @@ class MemoryModel:
         return hit
 
     def _components(self, ops: np.ndarray, variables: np.ndarray | None = None) -> tuple[np.ndarray, ...]:
-        progs = self.profile.programs
         p = self.ops.programs_of_set(ops)
-        control = progs.control.sum_rows(p[self.leaf[p]], self.tiles)
-        exchange = progs.exchange.sum_rows(p[self.exchange[p]], self.tiles)
-        runs = progs.vertices.runs_of(p)
-        code, state = self._vertex_memory(runs)
+        code, state, exchange, control = self.program_code(p)
         five = (self.variables(ops) if variables is None else variables, code, state, exchange, control)
         if self.categories is None:
             return five
         return (*five, self.categories.per_tile(self.categories.units(self.profile, p)))
+
+    def program_code(self, p: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Vertex code, vertex state, exchange code and control code per tile of a set of distinct programs."""
+        progs = self.profile.programs
+        control = progs.control.sum_rows(p[self.leaf[p]], self.tiles)
+        exchange = progs.exchange.sum_rows(p[self.exchange[p]], self.tiles)
+        code, state = self._vertex_memory(progs.vertices.runs_of(p))
+        return code, state, exchange, control
 
     def _vertex_memory(self, runs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         verts = self.profile.programs.vertices

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Literal
 import numpy as np
 
 from popliner.memory.liveness import SegmentGrid
+from popliner.memory.rerun import ForwardCut, forward_cut_grid
 from popliner.memory.running import LayerParts, RunningStage
 
 if TYPE_CHECKING:
@@ -50,6 +51,9 @@ class RangeState:
         self._engine = weakref.ref(engine)
         self.layer_ops = [engine.range_ops(k, k) for k in range(engine.num_layers)]
         self.grid = SegmentGrid.of(engine.profile) if liveness == "grid" else None
+        #: ``--recompute pipeline``: running sets keep their variables' forward-cut liveness too.
+        self.rerun = engine.view.recompute == "pipeline"
+        self.cut_grid = forward_cut_grid(engine) if self.rerun and self.grid is not None else None
         self.liveness: LivenessPath = liveness
         self._parts: dict[int, LayerParts] = {}
         #: (i, j) -> (worst tile bytes, stash entry per tile, total per tile)
@@ -65,5 +69,12 @@ class RangeState:
         if parts is None:
             engine = self._engine()
             assert engine is not None  # a table holds its engine
-            parts = self._parts[j] = LayerParts.of(engine, self.layer_ops[j], self.grid)
+            parts = self._parts[j] = LayerParts.of(engine, self.layer_ops[j], self.grid, self.cut_grid)
         return parts
+
+    def running_set(self, row_ops: list[np.ndarray] | None = None) -> RunningStage:
+        """A new, empty running set on this state's liveness (it takes the shared grids over)."""
+        engine = self._engine()
+        assert engine is not None  # a table holds its engine
+        cut = ForwardCut(engine, self.cut_grid) if self.rerun else None
+        return RunningStage(engine, self.grid, row_ops, cut)

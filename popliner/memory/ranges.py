@@ -215,11 +215,13 @@ class ProfileRanges:
         key = (i, j, wrapped)
         if key in self._shared.staged:
             return self.engine.stage_memory(ops)
-        state = RunningStage(self.engine, self._shared.grid)
-        for k in [*range(i, j + 1), *([self.engine.head_layer] if wrapped else [])]:
+        state = self._shared.running_set()
+        if wrapped:
+            state.add(self._shared.layer_parts(self.engine.head_layer), kept=True)
+        for k in range(i, j + 1):
             state.add(self._shared.layer_parts(k))
         self._shared.staged.add(key)
-        return self.engine.stage_memory(ops, variables=state.variables_peak())
+        return self.engine.stage_memory(ops, variables=state.variables_peak(), rerun_variables=self._rerun_peak(state))
 
     # -- incremental evaluation -----------------------------------------------
 
@@ -238,16 +240,16 @@ class ProfileRanges:
             wrapped: dict[int, tuple[np.ndarray, np.ndarray]] = {}
             # The plain ranges first: they give the stash entries and use the shared grid themselves.
             plain = [self._range(0, k) for k in range(self.num_layers)]
-            state = RunningStage(self.engine, self._shared.grid)
-            state.add(self._shared.layer_parts(self.engine.head_layer))
+            state = self._shared.running_set()
+            # The head runs forward and backward back to back: under pipeline recomputation its variables
+            # keep their live steps in IPU 0's re-run forward window.
+            state.add(self._shared.layer_parts(self.engine.head_layer), kept=True)
             for k, entry in enumerate(plain):
                 if entry is None:
                     break  # the range alone is over the limit: with the head too
                 check_deadline(self.deadline)
                 state.add(self._shared.layer_parts(k))
-                total = state.total_per_tile()
-                if self.engine.view.recompute == "pipeline":  # IPU 0's first stage is re-run: the engine's figure
-                    total = self.engine.stage_memory(self.stage_ops(0, k)).total_per_tile
+                total = state.total_per_tile(self._rerun_peak(state))
                 if int(total.max()) > self.limit:
                     break
                 wrapped[k] = (total, entry[1])
@@ -266,10 +268,7 @@ class ProfileRanges:
                 if state is None:
                     state = self._running_set(i, j)
                 state.add(shared.layer_parts(j))
-                total = state.total_per_tile()
-                if self.engine.view.recompute == "pipeline" and j < self.engine.num_layers - 1:
-                    # Recomputed from the stash when its backward starts: a figure of the whole stage.
-                    total = self.engine.stage_memory(self.engine.range_ops(i, j)).total_per_tile
+                total = state.total_per_tile(self._rerun_peak(state))
                 # Same figure as the engine's stash_entry_per_tile, from the running set of variables. Taken
                 # over the limit too: a table with a higher limit (a best effort) then needs no second
                 # reading of this range's total, only the running set to grow it further.
@@ -293,6 +292,17 @@ class ProfileRanges:
         # Only once the row is complete: a row interrupted by the deadline is extended again when read.
         self._done_from.add(i)
 
+    def _rerun_peak(self, state: RunningStage) -> np.ndarray | None:
+        """Under ``--recompute pipeline``, the variables peak of a re-run stage (None: the plain peak).
+
+        The engine says from its operations whether the set is re-run and
+        where its backward starts; the running set reads both windows.
+        """
+        if state.forward_cut is None:
+            return None
+        rerun = self.engine.pipeline_rerun_window(np.concatenate(state.ops))
+        return None if rerun is None else state.rerun_variables_peak(rerun[0])
+
     def _keep(self, i: int, state: RunningStage | None) -> None:
         """Keep the running set of a row a lazy read stopped, to grow it when the row is read further."""
         if state is None:
@@ -311,11 +321,10 @@ class ProfileRanges:
             state = self._open[1]
         self._open = None
         if state is not None and i + len(state.ops) <= j:
-            if state.grid is not None and state.grid.owner is not state:
-                state.restore_grid()  # another set used the grid since: put this one back
+            if state.grid is not None and not state.holds_grids:
+                state.restore_grid()  # another set used the grids since: put this one back
         else:
-            row = shared.layer_ops[i:] if self._training else None
-            state = RunningStage(self.engine, shared.grid, row)
+            state = shared.running_set(shared.layer_ops[i:] if self._training else None)
         for k in range(i + len(state.ops), j):  # figures known: grow the running set only
             check_deadline(self.deadline)
             state.add(shared.layer_parts(k))

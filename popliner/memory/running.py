@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from popliner.memory.liveness import EventList, SegmentGrid
+from popliner.memory.rerun import ForwardCut
 from popliner.memory.stash_row import StashRow, stash_columns
 
 if TYPE_CHECKING:
@@ -36,6 +37,8 @@ class LayerParts:
     variable's grid cells and bytes; in training ``*_stash`` hold the columns a
     stash entry reads. The shared parts carry ``owner``, the position in
     ``shared`` of each row, so that variables already in a range are dropped.
+    ``cut_*_events`` are the same variables' events on the forward-cut grid
+    (``--recompute pipeline`` on the grid path: :mod:`popliner.memory.rerun`).
     """
 
     ops: np.ndarray
@@ -51,9 +54,12 @@ class LayerParts:
     private_stash: dict[str, np.ndarray] | None
     shared_stash: dict[str, np.ndarray] | None
     units: np.ndarray | None  # int64 [drivers, tiles] of the other categories (None: the profile has none)
+    cut_private_events: dict[str, np.ndarray] | None = None
+    cut_shared_events: dict[str, np.ndarray] | None = None
 
     @classmethod
-    def of(cls, engine: MemoryEngine, ops: np.ndarray, grid: SegmentGrid | None) -> LayerParts:
+    def of(cls, engine: MemoryEngine, ops: np.ndarray, grid: SegmentGrid | None,
+           cut_grid: SegmentGrid | None = None) -> LayerParts:
         p = engine.profile
         progs = p.programs
         tiles = p.tiles
@@ -78,7 +84,9 @@ class LayerParts:
                    grid.merged(private) if grid is not None else None,
                    grid.events_of(shared, with_owner=True) if grid is not None else None,
                    stash_columns(engine, private), stash_columns(engine, shared, with_owner=True),
-                   model.categories.units(p, prog) if model.categories is not None else None)
+                   model.categories.units(p, prog) if model.categories is not None else None,
+                   cut_grid.merged(private) if cut_grid is not None else None,
+                   cut_grid.events_of(shared, with_owner=True) if cut_grid is not None else None)
 
 
 
@@ -91,11 +99,13 @@ class RunningStage:
     event list of the set. In training, ``row_ops`` are the operations of
     the layers the set may grow by, in order (the first is the first layer
     added), and the stash columns of each layer's new variables are kept: see
-    :class:`StashRow`.
+    :class:`StashRow`. ``forward_cut``, under ``--recompute pipeline``,
+    keeps the set's variables under the forward-cut live steps too
+    (:meth:`rerun_variables_peak`).
     """
 
     def __init__(self, engine: MemoryEngine, grid: SegmentGrid | None,
-                 row_ops: list[np.ndarray] | None = None) -> None:
+                 row_ops: list[np.ndarray] | None = None, forward_cut: ForwardCut | None = None) -> None:
         self.engine = engine
         p = engine.profile
         self.tiles = p.tiles
@@ -116,16 +126,26 @@ class RunningStage:
         self.stash = StashRow(engine, row_ops) if row_ops is not None else None
         #: What went into the shared grid, to put the set back after other sets used it.
         self.grid_adds: list[dict[str, np.ndarray]] = []
+        self.forward_cut = forward_cut
+
+    @property
+    def holds_grids(self) -> bool:
+        """Do the shared grids hold this set's variables (no other set cleared them since)?"""
+        return (self.grid is None or self.grid.owner is self) and (
+            self.forward_cut is None or self.forward_cut.holds_grid)
 
     def restore_grid(self) -> None:
-        """Make the shared grid hold this set's variables again (other sets clear it)."""
+        """Make the shared grids hold this set's variables again (other sets clear them)."""
         assert self.grid is not None
         self.grid.clear()
         self.grid.owner = self
         for events in self.grid_adds:
             self.grid.add(events)
+        if self.forward_cut is not None:
+            self.forward_cut.restore()
 
-    def add(self, parts: LayerParts) -> None:
+    def add(self, parts: LayerParts, kept: bool = False) -> None:
+        """Add a layer; ``kept``: its variables keep their live steps in the forward-cut liveness (a wrapped head's)."""
         self.ops.append(parts.ops)
         self.additive += parts.additive
         self.presence += parts.presence
@@ -136,6 +156,10 @@ class RunningStage:
             self.lo, self.hi = (lo, hi) if self.hi < self.lo else (min(self.lo, lo), max(self.hi, hi))
         fresh = ~self.in_set[parts.shared_pos]
         self.in_set[parts.shared_pos] = True
+        if self.forward_cut is not None:
+            self.forward_cut.add(parts.cut_private_events,
+                                 None if parts.cut_shared_events is None else _rows_of(parts.cut_shared_events, fresh),
+                                 np.sort(np.concatenate((parts.private, parts.shared[fresh]))), kept)
         if self.grid is not None:
             assert parts.private_events is not None and parts.shared_events is not None
             added = (parts.private_events, _rows_of(parts.shared_events, fresh))
@@ -149,20 +173,33 @@ class RunningStage:
             self.stash.add(parts.private_stash, len(self.ops) - 1)
             self.stash.add(_rows_of(parts.shared_stash, fresh), len(self.ops) - 1)
 
-    def total_per_tile(self) -> np.ndarray:
+    def total_per_tile(self, variables: np.ndarray | None = None) -> np.ndarray:
+        """Every component summed per tile; ``variables``: the variables peak when not :meth:`variables_peak`."""
         present = np.cumsum(self.presence, axis=1)[:, : self.tiles] > 0
         code = (self.code * present).sum(axis=0)
-        total = self.additive + code + self.variables_peak()
+        total = self.additive + code + (self.variables_peak() if variables is None else variables)
         if self.categories is not None and self.units is not None:
             total = total + self.categories.per_tile(self.units)
         return np.asarray(total)
 
     def variables_peak(self) -> np.ndarray:
         """Per tile, the most bytes of the set's variables live at once in its window."""
+        return self._peak(self.lo, self.hi)
+
+    def rerun_variables_peak(self, b0: int) -> np.ndarray:
+        """A re-run stage's variables peak: the forward-cut window before step ``b0``, the backward from it.
+
+        ``b0`` is :meth:`popliner.memory.engine.MemoryEngine.pipeline_rerun_window`'s
+        for the set's operations; the same figure as the engine's, to the byte.
+        """
+        assert self.forward_cut is not None  # built for pipeline recomputation
+        return np.asarray(np.maximum(self.forward_cut.peak(self.lo, b0 - 1), self._peak(b0, self.hi)))
+
+    def _peak(self, lo: int, hi: int) -> np.ndarray:
         if self.grid is not None:
-            return self.grid.peak(self.lo, self.hi)
+            return self.grid.peak(lo, hi)
         assert self.events is not None
-        return self.events.peak(self.lo, self.hi)
+        return self.events.peak(lo, hi)
 
     def stash_entry(self) -> np.ndarray:
         """The engine's ``stash_entry_per_tile`` of the set so far (training)."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -66,6 +67,24 @@ class OperationTable:
     def vars_of_set(self, ops: np.ndarray | Sequence[int]) -> np.ndarray:
         """Distinct variables used by any of ``ops`` (sorted)."""
         return union_of(gather_csr(self.var_ptr, self.var_idx, ops), self.num_variables)
+
+    @cached_property
+    def first_user(self) -> np.ndarray:
+        """Per variable, the operation that uses it at the earliest step, ties to the lowest index (-1: none runs).
+
+        Kept with the table: it depends on nothing else, and every memory
+        engine of the profile (one per training option set) asks for it.
+        """
+        counts = np.diff(self.var_ptr)
+        ran = np.repeat(self.first_step >= 0, counts)
+        # Each operation's rank by (first step, index): the smallest rank among a variable's users is its first.
+        order = np.lexsort((np.arange(self.count), self.first_step))
+        rank = np.empty(self.count, np.int64)
+        rank[order] = np.arange(self.count)
+        none = np.iinfo(np.int64).max
+        best = np.full(self.num_variables, none, np.int64)
+        np.minimum.at(best, self.var_idx[ran], np.repeat(rank, counts)[ran])
+        return np.asarray(np.where(best < none, order[np.minimum(best, max(self.count - 1, 0))], -1), np.int64)
 
 
 def reachable_programs(profile: Profile) -> np.ndarray:

@@ -317,8 +317,10 @@ def _step(depth: DepthSplit, analysis: Analysis, head_wraps: bool, g: int, r: in
     figures = [s.figure for s in depth.split.stages]
     empty = np.zeros(0, np.int64)
     training = analysis.mode == "training"
+    # As the simulator reads a figure (activations sent forwards, gradients back), without the memory arrays.
     ipus = [IpuFigures(f.forward_cycles, f.backward_cycles if training else 0, empty, None, f.bytes_in, "",
-                       f.recompute_cycles if training else 0) for f in figures if f is not None]
+                       f.recompute_cycles if training else 0, f.gradient_bytes_in if training else None)
+            for f in figures if f is not None]
     wraps = head_wraps and len(ipus) >= 2 and figures[0] is not None
     plan = StageLayout(len(ipus), training, HEAD_GROUP if wraps else None)
     stages = pipeline_stages(plan, ipus, figures[0].head_cycles if wraps and figures[0] else 0)

@@ -4,7 +4,7 @@
 IPUs' per-tile memory from the pipeline rules (:mod:`popliner.report.data`),
 the layer rows from the breakdown, the liveness series from the memory
 model's own window and variables, the schedule from the simulator. The page
-(:mod:`popliner.report.page`) only formats them.
+(:mod:`popliner.writers.html`) only formats them.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ import numpy as np
 
 from popliner import __version__
 from popliner.analysis import Analysis
+from popliner.breakdown import LayerRow
 from popliner.config.model import PipelineConfig
 from popliner.memory.timeline import stage_live_bytes
-from popliner.outputs.rows import LayerRow
 from popliner.report.aggregate import Pooled, max_pool
 from popliner.report.data import ipu_memories
 from popliner.report.options import OptionRow, model_options

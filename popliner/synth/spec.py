@@ -274,8 +274,9 @@ _PRESETS: dict[str, dict[str, Any]] = {
 }
 #: name -> parameters (read-only view).
 PRESETS: Final = MappingProxyType(_PRESETS)
-#: Parameters a preset takes in training only (compiled-with options are refused in inference).
-_TRAINING_ONLY: dict[str, dict[str, Any]] = {"poptorch-bert-tiny": {"first_moment": "half"}}
+#: Parameters a preset takes in training only (compiled-with options are refused in inference; the real
+#: demo_tiny_128 is Graphcore's PopTorch BERT pretraining config, hence the masked-LM head).
+_TRAINING_ONLY: dict[str, dict[str, Any]] = {"poptorch-bert-tiny": {"first_moment": "half", "head": "mlm"}}
 
 
 def preset_names() -> tuple[str, ...]:

@@ -25,25 +25,28 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import numpy as np
 
+from popliner.breakdown import Breakdown, LayerRow
 from popliner.errors import UsageProblem
-from popliner.fileio import atomic_write, check_writable, writes_in_place
+from popliner.fileio import check_writable, writes_in_place
 from popliner.memory.types import COMPONENT_COLOURS, COMPONENT_TITLES, components
-from popliner.outputs.rows import Breakdown, LayerRow
 from popliner.report.aggregate import grid_values, tile_grid
 from popliner.solvers.result import SplitResult, StageResult
 from popliner.textsafe import shown
+from popliner.writers.gantt import write_gantt
+from popliner.writers.simulation import Simulation
+from popliner.writers.writer import FormatWriter, write_output
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-__all__ = ["plot_layers", "plot_split", "plot_tiles", "plotted_layers"]
+__all__ = ["PNG", "SVG", "plot_layers", "plot_split", "plot_tiles", "plotted_layers"]
 
 _BUDGET_COLOUR = "#d62728"
 _OVER_COLOUR = "#d62728"
@@ -85,10 +88,28 @@ def _new_figure(width: float, height: float) -> Figure:
 
 
 def _save(figure: Figure, path: str | os.PathLike[str], fmt: str, force: bool) -> None:
-    # No dates or version stamps: the same data gives the same file.
-    metadata: dict[str, Any] = {"Date": None} if fmt == "svg" else {"Software": None}
-    with atomic_write(path, force=force, binary=True) as stream:
+    write_output(figure, os.fspath(path), force, PNG if fmt == "png" else SVG)
+
+
+def _write_figure(fmt: str) -> Callable[[Figure, IO[bytes]], None]:
+    def write(figure: Figure, stream: IO[bytes]) -> None:
+        # No dates or version stamps: the same data gives the same file.
+        metadata: dict[str, Any] = {"Date": None} if fmt == "svg" else {"Software": None}
         figure.savefig(stream, format=fmt, metadata=metadata)
+
+    return write
+
+
+def _write_gantt(fmt: str) -> Callable[[Simulation, IO[bytes]], None]:
+    def write(sim: Simulation, stream: IO[bytes]) -> None:
+        write_gantt(sim.result, stream, sim.note, fmt)
+
+    return write
+
+
+#: The images: the plots of ``--plot`` (matplotlib figures) and a simulation's Gantt chart.
+PNG = FormatWriter("png", (".png",), {"Figure": _write_figure("png"), "Simulation": _write_gantt("png")}, binary=True)
+SVG = FormatWriter("svg", (".svg",), {"Figure": _write_figure("svg"), "Simulation": _write_gantt("svg")}, binary=True)
 
 
 def _bytes_axis(axes: Axes) -> None:

@@ -12,9 +12,9 @@ from typing import Any
 
 import click
 
-from popliner.fileio import atomic_write
 from popliner.plan import SplitPlan
 from popliner.progress import phase
+from popliner.writers.writer import write_output
 
 __all__ = ["suffixed", "write_ipu_config", "write_plots", "write_report", "write_split", "write_summary",
            "split_config"]
@@ -44,7 +44,8 @@ def split_config(plan: SplitPlan, gradient_accumulation: int | None, matmul_prop
 def write_split(plan: SplitPlan, config_out: str | None, force: bool, gradient_accumulation: int | None,
                 matmul_proportion: tuple[float, ...] = ()) -> None:
     """The picture and table on stderr, the split JSON on stdout, and the pipeline config (``--config-out``)."""
-    from popliner.outputs.split_report import split_document, split_picture, split_table, write_split_json
+    from popliner.writers.jsondoc import JSON, SplitDocument, split_document
+    from popliner.writers.split_report import split_picture, split_table
 
     analysis, split = plan.analysis, plan.split
     if log.isEnabledFor(logging.WARNING):  # -q keeps stderr to errors only
@@ -68,21 +69,19 @@ def write_split(plan: SplitPlan, config_out: str | None, force: bool, gradient_a
                  else "the head on the last IPU")
         doc["unlayered_operations"] = (f"embedding and head are layers of their own, {where} "
                                        f"(--head-placement {placement})")
-    with atomic_write("-", force=False) as out:
-        write_split_json(doc, out)
+    write_output(SplitDocument(doc), None, False, JSON)
     if config_out and split.stages:
-        from popliner.config.yaml_io import write_config
+        from popliner.writers.pipeline_yaml import YAML
 
-        with atomic_write(config_out, force=force) as stream:
-            cfg = split_config(plan, gradient_accumulation, matmul_proportion)
-            write_config(cfg, stream)  # the summary says "wrote"
+        # The summary says "wrote".
+        write_output(split_config(plan, gradient_accumulation, matmul_proportion), config_out, force, YAML)
 
 
 def write_ipu_config(plan: SplitPlan, path: str, force: bool, gradient_accumulation: int | None,
                      matmul_proportion: tuple[float, ...]) -> None:
     """optimum-graphcore's ``ipu_config.json`` for the split: the config's own record (the YAML's optimum snippet)."""
-    from popliner.config.snippets import ipu_config, optimum_note, optimum_warnings
-    from popliner.config.snippets import write_ipu_config as write_document
+    from popliner.config.snippets import optimum_note, optimum_warnings
+    from popliner.writers.ipu_config import IPU_CONFIG
 
     cfg = split_config(plan, gradient_accumulation, matmul_proportion)
     note = optimum_note(cfg)
@@ -90,15 +89,14 @@ def write_ipu_config(plan: SplitPlan, path: str, force: bool, gradient_accumulat
         log.info("%s", note)
     for line in optimum_warnings(cfg):
         log.warning("%s", line)
-    with atomic_write(path, force=force) as stream:
-        write_document(ipu_config(cfg), stream)  # the summary says "wrote"
+    write_output(cfg, path, force, IPU_CONFIG)  # the summary says "wrote"
 
 
 def write_report(plan: SplitPlan, path: str, force: bool, gradient_accumulation: int | None,
                  matmul_proportion: tuple[float, ...] = ()) -> None:
     """The HTML review report of the split."""
     from popliner.report import build_report
-    from popliner.report import write_report as write_page
+    from popliner.writers.html import write_report as write_page
 
     with phase("writing the report"):
         page = build_report(plan.analysis, split_config(plan, gradient_accumulation, matmul_proportion),
@@ -134,7 +132,7 @@ def write_plots(plan: SplitPlan | None, analysis: Any, plot: str, force: bool, b
 
 def write_summary(plan: SplitPlan, argv: list[str], config_out: str | None, ipu_config_out: str | None) -> None:
     """The human summary on stderr: IPUs used, whether fewer would do, what to run next; the hint before exit 3."""
-    from popliner.outputs.split_report import NextSteps, solve_command, split_summary
+    from popliner.writers.split_report import NextSteps, solve_command, split_summary
 
     if not log.isEnabledFor(logging.WARNING):
         return

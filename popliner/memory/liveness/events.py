@@ -29,12 +29,13 @@ class EventList:
         self.keys = np.zeros(0, np.int64)
         self.deltas = np.zeros(0, np.int64)
 
-    def add(self, var_idx: np.ndarray) -> None:
+    def add(self, var_idx: np.ndarray, klass: np.ndarray | None = None) -> None:
+        """Add variables; ``klass`` as for :meth:`popliner.memory.liveness.SegmentGrid.events_of`."""
         if var_idx.size == 0:
             return
         p = self.p
         v = p.variables
-        key = v.klass[var_idx].astype(np.int64) * p.tiles + v.tile[var_idx]
+        key = (v.klass if klass is None else klass)[var_idx].astype(np.int64) * p.tiles + v.tile[var_idx]
         uniq, inv = unique_inverse(key)
         nbytes = np.bincount(inv, weights=v.bytes[var_idx]).astype(np.int64)
         cls, tile = uniq // p.tiles, uniq % p.tiles

@@ -91,11 +91,16 @@ class SegmentGrid:
             self.touched[:] = False
             self.stale[:] = False
 
-    def events_of(self, var_idx: np.ndarray, with_owner: bool = False) -> dict[str, np.ndarray]:
-        """Grid cells (segment x tiles + tile) where each variable's intervals start and end, and its bytes."""
+    def events_of(self, var_idx: np.ndarray, with_owner: bool = False,
+                  klass: np.ndarray | None = None) -> dict[str, np.ndarray]:
+        """Grid cells (segment x tiles + tile) where each variable's intervals start and end, and its bytes.
+
+        ``klass``: every variable's liveness class when not the profile's own
+        (those of a profile whose class table this one's extends).
+        """
         p = self.p
         v = p.variables
-        cls = v.klass[var_idx]
+        cls = (v.klass if klass is None else klass)[var_idx]
         counts = p.class_ptr[cls + 1] - p.class_ptr[cls]
         iv = expand_ranges(p.class_ptr[cls], counts)
         owner = np.repeat(np.arange(len(var_idx)), counts)

@@ -17,8 +17,8 @@ from popliner.memory.types import COMPONENT_COLOURS, COMPONENT_TITLES, component
 from popliner.report.aggregate import grid_values, tile_grid
 from popliner.report.build import Liveness
 from popliner.simulator.engine import SimResult
-from popliner.simulator.outputs import BAR_COLOURS, PHASE_COLOURS, legend_entries, schedule_bars, schedule_title
 from popliner.solvers.result import StageResult
+from popliner.writers.gantt import BAR_COLOURS, PHASE_COLOURS, legend_entries, schedule_bars, schedule_title
 
 __all__ = ["HEATMAP_COLUMNS", "heatmap_figure", "liveness_figure", "memory_figure", "schedule_figure", "short_bytes"]
 

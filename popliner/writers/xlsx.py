@@ -1,6 +1,6 @@
 """The review workbook (XLSX, XlsxWriter): Operations, Layers, Split planner, Totals, matrices.
 
-Every sheet is a :class:`~popliner.outputs.formula.Grid`, the same objects
+Every sheet is a :class:`~popliner.writers.formula.Grid`, the same objects
 the CSV/TSV writers use, so derived cells are live formulas that evaluate to
 the figures popliner reports. This module only places the grids in a
 workbook and makes them readable: frozen headers, column widths, number
@@ -21,27 +21,28 @@ import os
 import re
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from xlsxwriter.format import Format
 from xlsxwriter.workbook import Workbook
 from xlsxwriter.worksheet import Worksheet
 
+from popliner.breakdown import Breakdown, LayerMatrix, OperationRow
+from popliner.config.workbook import IPU_COL
 from popliner.errors import UsageProblem
-from popliner.fileio import atomic_write, check_writable
-from popliner.outputs.formula import (
+from popliner.fileio import check_writable
+from popliner.solvers.result import SplitResult
+from popliner.writers.formula import (
     CellRef,
     FormulaError,
-    Grid,
     RangeRef,
     Sum,
     Value,
-    evaluate_book,
     mb,
     sum_range,
 )
-from popliner.outputs.planner import (
-    IPU_COL,
+from popliner.writers.grid import Grid, evaluate_book
+from popliner.writers.planner import (
     IPU_ROW,
     RANGES_SHEET,
     RUN_COL,
@@ -51,21 +52,21 @@ from popliner.outputs.planner import (
     ranges_grid,
     training_assumed,
 )
-from popliner.outputs.rows import Breakdown, LayerMatrix, OperationRow
-from popliner.outputs.tables import (
+from popliner.writers.tables import (
     BYTES_FORMAT,
     COMPONENT_HEADERS,
     FORMULA_TRIGGERS,
     MB_FORMAT,
     SUM_OF_OPERATIONS,
+    Tables,
     component_headers,
     layers_grid,
     matrix_grid,
     totals_grid,
 )
-from popliner.solvers.result import SplitResult
+from popliner.writers.writer import FormatWriter, write_output
 
-__all__ = ["BOOL_FORMAT", "grouped_operations_grid", "workbook_bytes", "workbook_grids", "write_workbook"]
+__all__ = ["BOOL_FORMAT", "XLSX", "grouped_operations_grid", "workbook_bytes", "workbook_grids", "write_workbook"]
 
 NO_LAYER = "(no layer)"
 _SHEET_MAX = 31
@@ -209,12 +210,17 @@ def write_workbook(
     if target.suffix.lower() != ".xlsx":
         raise UsageProblem(f"{target}: a workbook file name must end in .xlsx")
     check_writable(target, force)  # fail before the work, not after
-    grids, layout = workbook_grids(
-        breakdown, budget_bytes=budget_bytes, split=split, matrices=matrices, num_ipus=num_ipus
-    )
-    data = workbook_bytes(grids, layout)
-    with atomic_write(target, force=force, binary=True) as stream:
-        stream.write(data)
+    tables = Tables(breakdown, matrices=tuple(matrices), split=split, budget_bytes=budget_bytes, num_ipus=num_ipus)
+    write_output(tables, os.fspath(target), force, XLSX)
+
+
+def _write_tables(tables: Tables, stream: IO[bytes]) -> None:
+    grids, layout = workbook_grids(tables.breakdown, budget_bytes=tables.budget_bytes, split=tables.split,
+                                   matrices=tables.matrices, num_ipus=tables.num_ipus)
+    stream.write(workbook_bytes(grids, layout))
+
+
+XLSX = FormatWriter("xlsx", (".xlsx",), {"Tables": _write_tables}, binary=True)
 
 
 #: Document dates written instead of the time of saving, so reruns give identical bytes.

@@ -1,4 +1,4 @@
-"""The CI check's outputs: a per-IPU text table and JUnit XML."""
+"""The CI check as JUnit XML: one test case per IPU, an IPU over budget a failure."""
 
 from __future__ import annotations
 
@@ -10,43 +10,11 @@ from typing import IO
 from xml.etree import ElementTree as ET
 
 from popliner.check import CheckResult
-from popliner.solvers.result import StageResult
 from popliner.textsafe import shown
+from popliner.writers.check_report import overflow_text
+from popliner.writers.writer import FormatWriter
 
-__all__ = ["check_table", "write_junit"]
-
-
-def check_table(result: CheckResult) -> str:
-    """Per IPU: the worst tile and what is on it (model, stash, copy buffers), against the per-tile budget."""
-    lines = [
-        f"{'':<24}{'on the worst tile (bytes)':-^47}",
-        f"{'IPU':>3}  {'layers':<18} {'tile':>5} {'total':>10} {'model':>10} {'stash':>10} {'copy buf':>9} "
-        f"{'budget':>10} {'headroom':>10}  fits",
-    ]
-    for ipu in result.ipus:
-        span = shown(ipu.layers[0] if len(ipu.layers) == 1 else f"{ipu.layers[0]}..{ipu.layers[-1]}")
-        lines.append(f"{ipu.ipu:>3}  {span:<18} {ipu.worst_tile:>5} {ipu.worst_tile_bytes:>10,} "
-                     f"{ipu.worst_tile_memory.total:>10,} {ipu.worst_tile_stash:>10,} {ipu.copy_buffer:>9,} "
-                     f"{ipu.budget:>10,} {ipu.headroom:>10,}  {'yes' if ipu.fits else 'NO'}")
-    for ipu in result.ipus:
-        if not ipu.fits:
-            lines.append(overflow_text(ipu))
-    return "\n".join(lines)
-
-
-def overflow_text(ipu: StageResult) -> str:
-    m = ipu.worst_tile_memory
-    parts = [
-        f"IPU {ipu.ipu} is over budget by {-ipu.headroom:,} bytes on tile {ipu.worst_tile}: "
-        f"variables {m.variables:,}, vertex code {m.vertex_code:,}, vertex state {m.vertex_state:,}, "
-        f"exchange code {m.exchange_code:,}, control code {m.control_code:,}, "
-        + (f"other categories {m.other:,}, " if m.other else "")
-        + f"stash {ipu.worst_tile_stash:,}, copy buffers {ipu.copy_buffer:,}",
-    ]
-    if ipu.peak_step >= 0:
-        parts.append(f"  variables peak at step {ipu.peak_step}; largest live there:")
-        parts.extend(f"    {v.bytes:>10,}  {shown(v.name)}" for v in ipu.largest_live)
-    return "\n".join(parts)
+__all__ = ["JUNIT", "write_junit"]
 
 
 def write_junit(result: CheckResult, stream: IO[bytes]) -> None:
@@ -94,3 +62,6 @@ def _hostname() -> str:
 def _stem(path: str) -> str:
     name = path.replace("\\", "/").rsplit("/", 1)[-1]
     return name.rsplit(".", 1)[0].replace(".", "_") or "config"
+
+
+JUNIT = FormatWriter("junit", (".xml",), {"CheckResult": write_junit}, binary=True)

@@ -12,18 +12,21 @@ from __future__ import annotations
 import html
 import json
 import math
+import os
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 
+from popliner.breakdown import LayerRow
+from popliner.fileio import check_writable
 from popliner.memory.types import COMPONENT_TITLES, OTHER, components
-from popliner.outputs.rows import LayerRow
 from popliner.report.build import LIVENESS_POINTS, Report
-from popliner.report.figures import heatmap_figure, liveness_figure, memory_figure, schedule_figure, short_bytes
-from popliner.simulator.outputs import seconds_text
+from popliner.writers.html_figures import heatmap_figure, liveness_figure, memory_figure, schedule_figure, short_bytes
+from popliner.writers.simulation import seconds_text
+from popliner.writers.writer import FormatWriter, write_output
 
-__all__ = ["SECTIONS", "render_html"]
+__all__ = ["HTML", "SECTIONS", "plotly_js", "render_html", "render_report", "write_report"]
 
 #: (id, heading) of every section, in page order.
 SECTIONS: tuple[tuple[str, str], ...] = (
@@ -36,6 +39,31 @@ SECTIONS: tuple[tuple[str, str], ...] = (
     ("options", "Options in force"),
     ("about", "About this report"),
 )
+
+
+def plotly_js() -> str:
+    """The plotly.js bundle shipped with the plotly package (no network)."""
+    from plotly.offline import get_plotlyjs
+
+    return str(get_plotlyjs())
+
+
+def render_report(report: Report) -> str:
+    return render_html(report, plotly_js())
+
+
+def write_report(report: Report, path: str | os.PathLike[str], *, force: bool) -> None:
+    """Write the page to ``path`` (UTF-8), replacing a file only with ``force``."""
+    check_writable(path, force)
+    write_output(report, os.fspath(path), force, HTML)
+
+
+def _write_page(report: Report, stream: IO[str]) -> None:
+    stream.write(render_report(report))
+
+
+#: The page is written with its own line ends (newline="").
+HTML = FormatWriter("html", (".html", ".htm"), {"Report": _write_page}, newline="")
 
 
 def render_html(report: Report, plotly_js: str) -> str:

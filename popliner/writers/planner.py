@@ -28,7 +28,7 @@ When every layer has an IPU, each IPU's layers are one run, and the IPUs
 follow the layer order (IPU 0 first, no IPU skipped), the split is a
 contiguous pipeline and row 12 looks up popliner's own figure of each IPU's
 layer range at its depth in the pipeline (the "Pipeline figures" sheet,
-:class:`~popliner.outputs.rows.RangeTable`): the bytes ``popliner check``
+:class:`~popliner.breakdown.RangeTable`): the bytes ``popliner check``
 reports for the same split. Otherwise row 12 falls back to the sum of the
 layers' own worst-tile bytes, an estimate (the layers' worst tiles need not
 coincide, shared code counts once per layer, and the stash is left out), and
@@ -43,8 +43,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import IO, TextIO
 
+from popliner.breakdown import Breakdown, LayerRow, RangeTable
+from popliner.config.workbook import IPU_COL, PLANNER_SHEET, TRAINING_COL
 from popliner.errors import UsageProblem
-from popliner.outputs.formula import (
+from popliner.solvers.result import SplitResult
+from popliner.writers.formula import (
     And,
     Arith,
     Cell,
@@ -53,7 +56,6 @@ from popliner.outputs.formula import (
     Const,
     CountIf,
     Expr,
-    Grid,
     If,
     Index,
     Match,
@@ -63,8 +65,8 @@ from popliner.outputs.formula import (
     SumIf,
     mb,
 )
-from popliner.outputs.rows import Breakdown, LayerRow, RangeTable
-from popliner.outputs.tables import (
+from popliner.writers.grid import Grid
+from popliner.writers.tables import (
     BYTES_FORMAT,
     COMPONENT_HEADERS,
     COUNT_FORMAT,
@@ -73,7 +75,6 @@ from popliner.outputs.tables import (
     TableFormat,
     write_grid,
 )
-from popliner.solvers.result import SplitResult
 
 __all__ = [
     "EXACT_TEXT",
@@ -90,7 +91,6 @@ __all__ = [
     "write_planner",
 ]
 
-PLANNER_SHEET = "Split planner"
 RANGES_SHEET = "Pipeline figures"
 PLANNER_TITLE = (
     "Split planner: type an IPU number for each layer in column B; the per-IPU figures above the table update."
@@ -128,8 +128,6 @@ HEADER_ROW = 18
 FIRST_LAYER_ROW = 19
 
 # Columns of the layer table.
-LAYER_COL = 1
-IPU_COL = 2
 WORST_COL = 3
 FIRST_COMPONENT_COL = 4
 TOTAL_COL = 9
@@ -143,7 +141,6 @@ OTHER_COL = 14
 
 # Where the training options are (MODE_ROW): a label, then the options as JSON.
 TRAINING_LABEL_COL = 6
-TRAINING_COL = 7
 TRAINING_LABEL = "Training options"
 
 # Columns of the Pipeline figures sheet.

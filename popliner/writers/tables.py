@@ -1,6 +1,6 @@
 """CSV and TSV review tables: operations, layers, memory totals, layer matrices.
 
-Each table is first built as a :class:`~popliner.outputs.formula.Grid`, the
+Each table is first built as a :class:`~popliner.writers.formula.Grid`, the
 same grid the XLSX workbook uses, then written row by row:
 
 * CSV (``fmt="csv"``) holds plain values: every derived cell evaluated;
@@ -22,16 +22,33 @@ from __future__ import annotations
 import contextlib
 import csv
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import IO, Literal, TextIO
 
+from popliner.breakdown import Breakdown, LayerMatrix, LayerRow, OperationRow, TotalsRow
 from popliner.errors import UsageProblem
 from popliner.fileio import atomic_write
 from popliner.memory.types import COMPONENT_TITLES, COMPONENTS, OTHER
-from popliner.outputs.formula import Arith, Book, Cell, CellRef, Grid, RangeRef, Ref, Sum, Value, mb, sum_range
-from popliner.outputs.rows import Breakdown, LayerMatrix, LayerRow, OperationRow, TotalsRow
+from popliner.solvers.result import SplitResult
+from popliner.writers.formula import (
+    Arith,
+    Cell,
+    CellRef,
+    RangeRef,
+    Ref,
+    Sum,
+    Value,
+    mb,
+    sum_range,
+)
+from popliner.writers.grid import Book, Grid
+from popliner.writers.writer import FormatWriter
 
 __all__ = [
+    "CSV",
+    "TSV",
+    "Tables",
     "BYTES_FORMAT",
     "COMPONENT_HEADERS",
     "COUNT_FORMAT",
@@ -273,3 +290,44 @@ def write_matrix(matrix: LayerMatrix, stream: TextIO | IO[str], fmt: TableFormat
 def open_table(path: str | os.PathLike[str], *, force: bool) -> contextlib.AbstractContextManager[IO[str]]:
     """An atomic text stream for one table, with the ``newline=""`` the csv module needs."""
     return atomic_write(path, force=force, newline="")
+
+
+@dataclass(frozen=True)
+class Tables:
+    """The review tables a run asks for: what ``-o FILE`` (or stdout) gets from the main command.
+
+    CSV and TSV write the tables asked for, one after the other; the workbook writes every table (and
+    the split planner: ``split`` prefills it, ``num_ipus`` sets its IPU columns, ``budget_bytes`` is what
+    it compares against).
+    """
+
+    breakdown: Breakdown
+    operations: bool = False
+    layers: bool = True
+    totals: bool = False
+    matrices: tuple[LayerMatrix, ...] = ()
+    split: SplitResult | None = None
+    budget_bytes: int = 0
+    num_ipus: int | None = None
+
+    def grids(self) -> list[Grid]:
+        """The CSV/TSV tables, in the order they are written."""
+        out = [grid(self.breakdown) for wanted, grid in ((self.operations, operations_grid),
+                                                         (self.layers, layers_grid)) if wanted]
+        if self.totals:
+            out.append(totals_grid(self.breakdown.totals))
+        out.extend(matrix_grid(matrix) for matrix in self.matrices)
+        return out
+
+
+def _writer(fmt: TableFormat) -> Callable[[Tables, IO[str]], None]:
+    def write(tables: Tables, stream: IO[str]) -> None:
+        # One stream, several tables: each table's TSV formulas point at its own rows.
+        write_grids(tables.grids(), stream, fmt)
+
+    return write
+
+
+#: The csv module writes its own line ends (newline="").
+CSV = FormatWriter("csv", (".csv",), {"Tables": _writer("csv")}, newline="")
+TSV = FormatWriter("tsv", (".tsv",), {"Tables": _writer("tsv")}, newline="")

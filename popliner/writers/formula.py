@@ -24,19 +24,18 @@ and evaluates its formula cells, following references into other grids of a
 from __future__ import annotations
 
 import dataclasses
-import numbers
 import operator
-import re
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal
 from typing import Protocol, TypeAlias
+
+from popliner.writers.cells import CellRef, RangeRef, column_index, column_letter
 
 __all__ = [
     "BYTES_PER_MB",
     "And",
     "Arith",
-    "Book",
     "Cell",
     "CellRef",
     "Compare",
@@ -45,7 +44,6 @@ __all__ = [
     "Expr",
     "FormulaError",
     "FunctionResolver",
-    "Grid",
     "If",
     "Index",
     "Match",
@@ -58,7 +56,6 @@ __all__ = [
     "Value",
     "column_index",
     "column_letter",
-    "evaluate_book",
     "mb",
     "shifted",
     "sum_range",
@@ -75,104 +72,6 @@ Cell: TypeAlias = "int | float | str | bool | None | Expr"
 
 class FormulaError(ValueError):
     """A formula that cannot be evaluated (a spreadsheet would show #VALUE! etc.)."""
-
-
-# ---------------------------------------------------------------------------
-# Addressing
-
-
-def column_letter(col: int) -> str:
-    """1 -> "A", 26 -> "Z", 27 -> "AA" (bijective base 26)."""
-    if col < 1:
-        raise ValueError(f"column numbers start at 1, got {col}")
-    letters = ""
-    while col:
-        col, rest = divmod(col - 1, 26)
-        letters = chr(ord("A") + rest) + letters
-    return letters
-
-
-def column_index(letters: str) -> int:
-    """ "A" -> 1, "AA" -> 27; the inverse of :func:`column_letter`."""
-    if not letters or not letters.isalpha():
-        raise ValueError(f"not a column name: {letters!r}")
-    index = 0
-    for char in letters.upper():
-        index = index * 26 + (ord(char) - ord("A") + 1)
-    return index
-
-
-# Sheet names made only of these characters need no quotes in a reference.
-_PLAIN_SHEET = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
-
-
-def _sheet_prefix(sheet: str | None, here: str | None) -> str:
-    if sheet is None or sheet == here:
-        return ""
-    if _PLAIN_SHEET.fullmatch(sheet):
-        return f"{sheet}!"
-    return "'" + sheet.replace("'", "''") + "'!"
-
-
-@dataclass(frozen=True)
-class CellRef:
-    """One cell, 1-based. ``sheet`` None means the sheet the formula is on."""
-
-    row: int
-    col: int
-    sheet: str | None = None
-    abs_row: bool = False
-    abs_col: bool = False
-
-    def __post_init__(self) -> None:
-        if self.row < 1 or self.col < 1:
-            raise ValueError(f"cell positions start at 1, got row {self.row} col {self.col}")
-
-    @property
-    def a1(self) -> str:
-        col = ("$" if self.abs_col else "") + column_letter(self.col)
-        row = ("$" if self.abs_row else "") + str(self.row)
-        return col + row
-
-    def absolute(self) -> CellRef:
-        return CellRef(self.row, self.col, self.sheet, True, True)
-
-    def render(self, here: str | None = None) -> str:
-        return _sheet_prefix(self.sheet, here) + self.a1
-
-    def local(self) -> CellRef:
-        """The same position without ``$`` marks, for lookups."""
-        return CellRef(self.row, self.col, self.sheet)
-
-
-@dataclass(frozen=True)
-class RangeRef:
-    """A rectangle of cells, ``first`` top-left and ``last`` bottom-right."""
-
-    first: CellRef
-    last: CellRef
-
-    def __post_init__(self) -> None:
-        if self.first.sheet != self.last.sheet:
-            raise ValueError("a range lies on one sheet")
-        if self.last.row < self.first.row or self.last.col < self.first.col:
-            raise ValueError(f"empty range {self.first.a1}:{self.last.a1}")
-
-    def cells(self) -> Iterator[CellRef]:
-        """Row by row, as spreadsheets pair up SUMIF's two ranges."""
-        for row in range(self.first.row, self.last.row + 1):
-            for col in range(self.first.col, self.last.col + 1):
-                yield CellRef(row, col, self.first.sheet)
-
-    @property
-    def shape(self) -> tuple[int, int]:
-        return (self.last.row - self.first.row + 1, self.last.col - self.first.col + 1)
-
-    def absolute(self) -> RangeRef:
-        return RangeRef(self.first.absolute(), self.last.absolute())
-
-    def render(self, here: str | None = None) -> str:
-        return _sheet_prefix(self.first.sheet, here) + f"{self.first.a1}:{self.last.a1}"
 
 
 # ---------------------------------------------------------------------------
@@ -551,222 +450,3 @@ def sum_range(col: int, first_row: int, last_row: int) -> Cell:
 def mb(cell: CellRef, digits: int = 1) -> Expr:
     """Bytes in ``cell`` as MB with ``digits`` decimals: ``ROUND(H2/1000000,1)``."""
     return Round(Arith(Ref(cell), "/", Const(BYTES_PER_MB)), digits)
-
-
-# ---------------------------------------------------------------------------
-# Sheets
-
-
-_FORMULA_KINDS = frozenset({Const, Ref, Sum, Round, SumIf, CountIf, Arith, Compare, If, And, Match, Index})
-
-
-def _is_formula(cell: object) -> bool:
-    # An exact type check: this runs once per cell read, and the kinds are final.
-    return type(cell) in _FORMULA_KINDS
-
-
-def _native(cell: Cell) -> Cell:
-    """numpy scalars (profile arrays) become Python numbers, which the evaluator and every writer know."""
-    if cell is None or isinstance(cell, (bool, int, float, str)) or _is_formula(cell):
-        return cell
-    if isinstance(cell, numbers.Integral):
-        return int(cell)
-    if isinstance(cell, numbers.Real):
-        return float(cell)
-    return cell
-
-
-@dataclass
-class _Row:
-    cells: list[Cell]
-    style: str
-
-
-@dataclass
-class Grid:
-    """One sheet: rows of plain values and formulas, addressed A1-style.
-
-    ``style`` tags rows for the XLSX writer ("header", "group", "total",
-    "title", "note", "params", "data"); ``column_formats`` and per-cell formats give
-    number formats (``#,##0`` ...). Text writers ignore both.
-    """
-
-    name: str
-    column_formats: dict[int, str] = field(default_factory=dict)
-    _rows: list[_Row] = field(default_factory=list)
-    _formats: dict[tuple[int, int], str] = field(default_factory=dict)
-    _cache: dict[tuple[str, int, int], Value] = field(default_factory=dict, repr=False)
-
-    # -- building ---------------------------------------------------------
-
-    def append(self, cells: Sequence[Cell], *, style: str = "data") -> int:
-        """Add a row below the last one; returns its 1-based row number."""
-        self._rows.append(_Row([_native(cell) for cell in cells], style))
-        self._cache.clear()
-        return len(self._rows)
-
-    def put(self, row: int, col: int, value: Cell, *, fmt: str | None = None) -> None:
-        """Set one cell, adding blank rows/cells up to it as needed."""
-        while len(self._rows) < row:
-            self._rows.append(_Row([], "data"))
-        cells = self._rows[row - 1].cells
-        cells.extend([None] * (col - len(cells)))
-        cells[col - 1] = _native(value)
-        if fmt is not None:
-            self._formats[(row, col)] = fmt
-        self._cache.clear()
-
-    def set_style(self, row: int, style: str) -> None:
-        self._rows[row - 1].style = style
-
-    def ref(self, row: int, col: int) -> CellRef:
-        """A reference to a cell of this grid, as formulas on this grid use it."""
-        return CellRef(row, col)
-
-    # -- reading ----------------------------------------------------------
-
-    @property
-    def n_rows(self) -> int:
-        return len(self._rows)
-
-    @property
-    def n_cols(self) -> int:
-        return max((len(r.cells) for r in self._rows), default=0)
-
-    def cell(self, row: int, col: int) -> Cell:
-        if not (1 <= row <= len(self._rows)) or col < 1:
-            return None
-        cells = self._rows[row - 1].cells
-        return cells[col - 1] if col <= len(cells) else None
-
-    def style(self, row: int) -> str:
-        return self._rows[row - 1].style
-
-    def number_format(self, row: int, col: int) -> str | None:
-        return self._formats.get((row, col), self.column_formats.get(col))
-
-    def row_cells(self, row: int) -> list[Cell]:
-        return list(self._rows[row - 1].cells)
-
-    def is_formula(self, row: int, col: int) -> bool:
-        return _is_formula(self.cell(row, col))
-
-    def formula_text(self, row: int, col: int, row_offset: int = 0) -> str | None:
-        """The cell's formula as a spreadsheet takes it (``=SUM(D2:D9)``), or None for a plain value.
-
-        ``row_offset`` renders it for the grid placed that many rows further down.
-        """
-        cell = self.cell(row, col)
-        if _is_formula(cell):
-            return "=" + shifted(cell, row_offset).render(self.name)  # type: ignore[arg-type]
-        return None
-
-    # -- evaluation -------------------------------------------------------
-
-    def value(self, row: int, col: int, book: Book | None = None) -> Value:
-        """The evaluated value of a cell; formulas follow references.
-
-        Without ``book`` only this grid can be involved, so results are kept
-        until the grid changes. With ``book`` other grids may change behind
-        this one's back, so results are kept for this call only.
-        """
-        cell = self.cell(row, col)
-        if not _is_formula(cell):
-            return cell  # type: ignore[return-value]
-        memo = self._cache if book is None else {}
-        return self._evaluate(row, col, _Context(book, memo, set()))
-
-    def values(self, book: Book | None = None) -> list[list[Value]]:
-        """Every cell evaluated, row by row (rows keep their own lengths)."""
-        context = _Context(book, self._cache if book is None else {}, set())
-        return [
-            [self._evaluate(r, c, context) for c in range(1, len(self._rows[r - 1].cells) + 1)]
-            for r in range(1, self.n_rows + 1)
-        ]
-
-    def _evaluate(self, row: int, col: int, context: _Context) -> Value:
-        cell = self.cell(row, col)
-        if not _is_formula(cell):
-            return cell  # type: ignore[return-value]
-        key = (self.name, row, col)
-        if key in context.memo:
-            return context.memo[key]
-        if key in context.busy:
-            raise FormulaError(f"circular reference at {self.name}!{CellRef(row, col).a1}")
-        context.busy.add(key)
-        try:
-            value = cell.evaluate(_GridResolver(self, context))  # type: ignore[union-attr]
-        finally:
-            context.busy.discard(key)
-        context.memo[key] = value
-        return value
-
-    def _sheet(self, sheet: str | None, context: _Context) -> Grid:
-        """The grid a reference on this grid points into."""
-        if sheet is None or sheet == self.name:
-            return self
-        if context.book is None or sheet not in context.book:
-            raise FormulaError(f"#REF!: no sheet {sheet!r}")
-        return context.book[sheet]
-
-    def _range_values(self, cells: RangeRef, context: _Context) -> list[Value]:
-        # Walks the stored rows directly: big column sums are the hot path and
-        # building a CellRef per cell would dominate their cost.
-        values: list[Value] = []
-        for row in range(cells.first.row, cells.last.row + 1):
-            stored = self._rows[row - 1].cells if row <= len(self._rows) else []
-            for col in range(cells.first.col, cells.last.col + 1):
-                cell = stored[col - 1] if col <= len(stored) else None
-                values.append(self._evaluate(row, col, context) if _is_formula(cell) else cell)  # type: ignore[arg-type]
-        return values
-
-
-@dataclass(frozen=True)
-class _GridResolver:
-    """Reads cells for formulas on ``grid``, following other sheets through the book."""
-
-    grid: Grid
-    context: _Context
-
-    def cell(self, ref: CellRef) -> Value:
-        return self.grid._sheet(ref.sheet, self.context)._evaluate(ref.row, ref.col, self.context)
-
-    def range(self, cells: RangeRef) -> list[Value]:
-        return self.grid._sheet(cells.first.sheet, self.context)._range_values(cells, self.context)
-
-
-@dataclass
-class _Context:
-    """One evaluation: the other sheets, results so far, and the cells being worked on."""
-
-    book: Book | None
-    memo: dict[tuple[str, int, int], Value]
-    busy: set[tuple[str, int, int]]
-
-
-#: Grids by sheet name, for formulas that refer to other sheets.
-Book = Mapping[str, Grid]
-
-
-def evaluate_book(grids: Sequence[Grid]) -> dict[str, list[list[Value | FormulaError]]]:
-    """Every cell of every grid evaluated, sharing results across sheets.
-
-    A cell whose formula cannot be evaluated holds its :class:`FormulaError`
-    (what a spreadsheet would show as ``#N/A``, ``#VALUE!`` ...).
-    """
-    book = {grid.name: grid for grid in grids}
-    context = _Context(book, {}, set())
-    out: dict[str, list[list[Value | FormulaError]]] = {}
-    for grid in grids:
-        rows: list[list[Value | FormulaError]] = []
-        for r in range(1, grid.n_rows + 1):
-            row: list[Value | FormulaError] = []
-            for c in range(1, len(grid.row_cells(r)) + 1):
-                try:
-                    row.append(grid._evaluate(r, c, context))
-                except FormulaError as error:
-                    context.busy.clear()
-                    row.append(error)
-            rows.append(row)
-        out[grid.name] = rows
-    return out

@@ -1,77 +1,24 @@
-"""A solved split as JSON (stdout), and for people (stderr): a one-line picture, a per-IPU table,
-whether fewer IPUs would do, and what to run next."""
+"""A solved split for people (stderr): a one-line picture, a per-IPU table, whether fewer IPUs would do,
+and what to run next. Its JSON is :mod:`popliner.writers.jsondoc`'s."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import IO, TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from popliner.layout import Layout
 from popliner.memory.coverage import Coverage, coverage_line
 from popliner.solvers.result import SplitResult
 from popliner.textsafe import shell_word, shown
+from popliner.writers.ipu_table import IpuLine, ipu_table
 
 if TYPE_CHECKING:
     from popliner.plan import FitFacts
 
-__all__ = ["UNLAYERED", "NextSteps", "split_document", "split_picture", "split_summary", "split_table",
-           "write_split_json"]
+__all__ = ["UNLAYERED", "NextSteps", "split_picture", "split_summary", "split_table"]
 
 #: How the operations without a layer are shown in the picture (they go with the first stage).
 UNLAYERED = "(unlayered)"
-
-
-def split_document(split: SplitResult, *, profile_path: str, profile_sha256: str, layout: Layout) -> dict[str, Any]:
-    """Plain JSON-able description; no wall-clock figures, so it is reproducible."""
-    return {
-        "profile": profile_path,
-        "profile_sha256": profile_sha256,
-        "solver": split.solver,
-        "status": split.status,
-        "mode": split.mode,
-        "num_ipus_requested": split.num_ipus_requested,
-        "num_ipus_used": split.num_ipus_used,
-        "layers_per_ipu": layout.model_layer_counts([s.layers for s in split.stages]),
-        "budget_bytes_per_tile": split.budget_bytes,
-        "objective": split.objective,
-        "bound": split.bound,
-        "gap": split.gap,
-        "note": split.note,
-        "unlayered_operations": "placed with the first stage",
-        "stages": [
-            {
-                "index": s.index,
-                "ipu": s.ipu,
-                "first_layer": s.first_layer,
-                "last_layer": s.last_layer,
-                "layers": list(s.layers),
-                "memory_bytes_summed_over_tiles": s.memory.as_dict() | {"total": s.memory.total},
-                "worst_tile": s.worst_tile,
-                "worst_tile_bytes": s.worst_tile_bytes,
-                "worst_tile_stash_bytes": s.worst_tile_stash,
-                "copy_buffer_bytes_per_tile": s.copy_buffer,
-                "stash_entries": s.stash_entries,
-                "stash_bytes_summed_over_tiles": s.stash_bytes,
-                "cycles": s.cycles,
-                "bytes_in": s.bytes_in,
-                "bytes_out": s.bytes_out,
-                "fits": s.fits,
-                **({"overflow": {
-                    "tile": s.overflow.tile,
-                    "step": s.overflow.step,
-                    "largest_live_variables": [{"name": v.name, "bytes": v.bytes} for v in s.overflow.largest_live],
-                }} if s.overflow is not None else {}),
-            }
-            for s in split.stages
-        ],
-    }
-
-
-def write_split_json(document: dict[str, Any], stream: IO[str]) -> None:
-    json.dump(document, stream, indent=2, sort_keys=False)
-    stream.write("\n")
 
 
 def split_picture(split: SplitResult, has_unlayered: bool) -> str:
@@ -89,20 +36,14 @@ def split_picture(split: SplitResult, has_unlayered: bool) -> str:
 
 def split_table(split: SplitResult) -> str:
     """Per-IPU lines: layers, the worst tile and what is on it, cycles and headroom against the budget."""
-    lines = [
-        f"{'':<24}{'on the worst tile (bytes)':-^47}",
-        f"{'IPU':>3}  {'layers':<18} {'tile':>5} {'total':>10} {'model':>10} {'stash':>10} {'copy buf':>9} "
-        f"{'cycles':>12} {'headroom':>9}  fits",
-    ]
+    rows = []
     for s in split.stages:
         span = s.first_layer if s.first_layer == s.last_layer else f"{s.first_layer}..{s.last_layer}"
         span = shown(span) if span else span
         model = s.worst_tile_bytes - s.worst_tile_stash - s.copy_buffer
-        lines.append(
-            f"{s.ipu:>3}  {span or '-':<18} {s.worst_tile:>5} {s.worst_tile_bytes:>10,} {model:>10,} "
-            f"{s.worst_tile_stash:>10,} {s.copy_buffer:>9,} {s.cycles:>12,} {s.headroom_share:>8.1%}  "
-            f"{'yes' if s.fits else 'NO'}"
-        )
+        rows.append(IpuLine(s.ipu, span or "-", s.worst_tile, s.worst_tile_bytes, model, s.worst_tile_stash,
+                            s.copy_buffer, (f"{s.cycles:>12,}", f"{s.headroom_share:>8.1%}"), s.fits))
+    lines = ipu_table((f"{'cycles':>12}", f"{'headroom':>9}"), rows)
     for s in split.stages:
         if s.overflow is not None:
             lines.append(f"IPU {s.ipu} is over budget by {-s.headroom:,} bytes on tile "

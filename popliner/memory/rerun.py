@@ -1,0 +1,104 @@
+"""Pipeline recomputation in a range table: the forward window's liveness of a running set, grown with it.
+
+Under ``--recompute pipeline`` a stage that PopART re-runs peaks at the
+larger of two windows (:meth:`popliner.memory.engine.MemoryEngine.stage_memory`):
+its forward part, where every recomputed variable lives only up to its last
+forward read (the engine's forward-cut profile), and its backward part, with
+the live steps as profiled. The running set's own liveness (grid or event
+list) answers the backward window. :class:`ForwardCut` holds the same
+variables under the forward-cut profile's live steps, added layer by layer
+as the set grows, so that a range's figure costs two window readings instead
+of two sweeps over every interval of the range's variables (the direct
+figure: one range of the 1x BERT-Large profile took about 40 ms, and a
+pipeline table reads hundreds of them).
+
+The forward-cut profiles are the what-if profile with classes appended
+(:func:`popliner.memory.whatif.with_live_steps`), so a variable that keeps its
+live steps (a wrapped head's, on IPU 0) is added with its what-if class,
+which indexes the same class table: the figure of the engine's head-kept
+profile, without a third liveness back-end.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from popliner.memory.liveness import EventList, SegmentGrid
+
+if TYPE_CHECKING:
+    from popliner.memory.engine import MemoryEngine
+
+__all__ = ["ForwardCut", "forward_cut_grid"]
+
+
+def forward_cut_grid(engine: MemoryEngine) -> SegmentGrid:
+    """The liveness grid of the engine's forward-cut profile (its segments refine the what-if profile's)."""
+    return SegmentGrid.of(engine.forward_cut_profile())
+
+
+class ForwardCut:
+    """A running set's variables under the forward-cut profile's live steps, on a shared grid or an event list.
+
+    ``grid`` is the range state's forward-cut grid (:func:`forward_cut_grid`),
+    shared by every running set of the engine one at a time, as the what-if
+    grid is: a new set clears it, and :meth:`restore` puts this set's
+    variables back after another set used it. Without a grid each set keeps
+    its own event list.
+    """
+
+    def __init__(self, engine: MemoryEngine, grid: SegmentGrid | None) -> None:
+        cut = engine.forward_cut_profile()
+        # The what-if classes, valid in the forward-cut profile's class table (it only appends classes).
+        self.kept_klass = engine.profile.variables.klass
+        if len(cut.class_ptr) < len(engine.profile.class_ptr):  # pragma: no cover - with_live_steps only appends
+            raise AssertionError("the forward-cut profile does not extend the what-if profile's classes")
+        self.grid = grid
+        self.events = EventList(cut) if grid is None else None
+        #: What went into the shared grid, to put the set back after other sets used it.
+        self.adds: list[dict[str, np.ndarray]] = []
+        if grid is not None:
+            grid.clear()
+            grid.owner = self
+
+    @property
+    def holds_grid(self) -> bool:
+        """Does the shared grid hold this set's variables (no other set cleared it since)?"""
+        return self.grid is None or self.grid.owner is self
+
+    def restore(self) -> None:
+        """Make the shared grid hold this set's variables again."""
+        if self.grid is None:
+            return
+        self.grid.clear()
+        self.grid.owner = self
+        for events in self.adds:
+            self.grid.add(events)
+
+    def add(self, private_events: dict[str, np.ndarray] | None, shared_events: dict[str, np.ndarray] | None,
+            var: np.ndarray, kept: bool) -> None:
+        """Add a layer's new variables ``var`` (sorted); with a grid, their forward-cut events (``*_events``).
+
+        ``kept``: the variables keep their what-if live steps (a wrapped
+        head's on IPU 0); their events are then made here, once.
+        """
+        if self.grid is None:
+            assert self.events is not None
+            self.events.add(var, klass=self.kept_klass if kept else None)
+            return
+        if kept:
+            added: tuple[dict[str, np.ndarray], ...] = (self.grid.events_of(var, klass=self.kept_klass),)
+        else:
+            assert private_events is not None and shared_events is not None
+            added = (private_events, shared_events)
+        for events in added:
+            self.grid.add(events)
+        self.adds.extend(added)
+
+    def peak(self, lo: int, hi: int) -> np.ndarray:
+        """Per tile, the most forward-cut bytes of the set's variables live at any step ``lo..hi``."""
+        if self.grid is not None:
+            return self.grid.peak(lo, hi)
+        assert self.events is not None
+        return self.events.peak(lo, hi)

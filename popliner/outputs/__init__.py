@@ -1,1 +1,0 @@
-"""Writers: spreadsheets, plots, tables. Each format in its own module."""

@@ -1,0 +1,101 @@
+"""Every output format popliner writes, and the one map from a file name's suffix to its writer.
+
+A writer is one format (CSV, JUnit XML, a PNG image ...): the suffixes that
+choose it, whether it writes bytes or text, and the kinds of value it can
+write, named by their types (a command's result: ``Simulation``,
+``CheckResult``, ``Tables``, ``PipelineConfig``, ``Report`` ...). Every
+command picks its writer here, from the name given to ``-o`` (or to a flag
+of its own, such as ``--trace``):
+
+* a suffix in the map writes that format, when the format writes what the
+  command makes; a suffix of another format is refused (exit 2) with the
+  suffixes the command takes;
+* any other name, and stdout, get the command's default format.
+
+The protocol is :mod:`popliner.writers.writer`'s. A new format is one
+module holding a writer and one line in :func:`_known`; see docs/writers.md.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+from popliner.errors import UsageProblem
+from popliner.fileio import check_writable, is_stdout, writes_in_place
+from popliner.writers.writer import Writer
+
+__all__ = ["WRITERS", "check_output", "suffixes_for", "writer_for", "writers"]
+
+
+def _known() -> tuple[Writer, ...]:
+    """The map's writers. A format module imports only what naming its writer needs."""
+    from popliner.writers.html import HTML
+    from popliner.writers.ipu_config import IPU_CONFIG
+    from popliner.writers.jsondoc import JSON
+    from popliner.writers.junit import JUNIT
+    from popliner.writers.pipeline_yaml import YAML
+    from popliner.writers.plots import PNG, SVG
+    from popliner.writers.tables import CSV, TSV
+    from popliner.writers.text import TEXT
+    from popliner.writers.trace import TRACE
+    from popliner.writers.xlsx import XLSX
+
+    return (TEXT, CSV, TSV, XLSX, JSON, TRACE, YAML, IPU_CONFIG, HTML, JUNIT, PNG, SVG)
+
+
+#: The one map: every writer, each with the suffixes that choose it. A suffix may belong to two writers
+#: only when they write different kinds (``.json``: a split or a simulation, or an optimum IPU config).
+WRITERS: list[Writer] = []
+
+
+def writers() -> Sequence[Writer]:
+    if not WRITERS:
+        WRITERS.extend(_known())
+    return WRITERS
+
+
+def suffixes_for(kind: str) -> tuple[str, ...]:
+    """The suffixes that write ``kind``, in the map's order."""
+    return tuple(dict.fromkeys(s for w in writers() if kind in w.kinds for s in w.suffixes))
+
+
+def _listed(suffixes: Sequence[str]) -> str:
+    return suffixes[0] if len(suffixes) == 1 else f"{', '.join(suffixes[:-1])} or {suffixes[-1]}"
+
+
+def _by_name(name: str, kind: str) -> Writer:
+    for w in writers():
+        if w.name == name and kind in w.kinds:
+            return w
+    raise KeyError(f"no {name} writer for {kind}")
+
+
+def writer_for(path: str | os.PathLike[str] | None, kind: str, default: str, *, option: str = "-o",
+               what: str = "", strict: bool = False) -> Writer:
+    """The writer of ``path`` for a value of ``kind``: by its suffix; stdout and other names: ``default``.
+
+    A suffix the map gives only to formats that do not write ``kind`` is refused, naming the suffixes that
+    do; so is a name the map does not know, when ``strict``.
+    """
+    if path is None or is_stdout(os.fspath(path)) or writes_in_place(os.fspath(path)):
+        return _by_name(default, kind)
+    name = os.fspath(path).lower()
+    claims = sorted(((s, w) for w in writers() for s in w.suffixes if name.endswith(s)), key=lambda c: -len(c[0]))
+    if not claims and not strict:
+        return _by_name(default, kind)
+    for suffix, w in claims:
+        if len(suffix) == len(claims[0][0]) and kind in w.kinds:
+            return w
+    other = "" if strict else f"; any other name: {_by_name(default, kind).name}"
+    raise UsageProblem(f"{option} {os.fspath(path)}: {what or kind} can be written as "
+                       f"{_listed(suffixes_for(kind))}{other}; give a name with one of these endings")
+
+
+def check_output(path: str | None, force: bool, kind: str, default: str, *, option: str = "-o",
+                 what: str = "") -> Writer:
+    """Before any work: the writer ``path`` gets, and that ``path`` can be written (suffix, folder, --force)."""
+    w = writer_for(path, kind, default, option=option, what=what)
+    if path:
+        check_writable(path, force)
+    return w

@@ -1,0 +1,143 @@
+"""JSON documents: a solved split (``--solve``'s stdout) and a simulation (``simulate --json``, ``-o FILE.json``).
+
+Both are plain JSON-ready data with no wall-clock figures, so the same inputs give the same bytes.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import IO, Any
+
+from popliner.layout import Layout
+from popliner.simulator.engine import SimResult, memory_over_time
+from popliner.solvers.result import SplitResult
+from popliner.writers.simulation import Simulation, mode_of
+from popliner.writers.writer import FormatWriter
+
+__all__ = ["JSON", "SplitDocument", "result_document", "simulation_document", "split_document", "write_json"]
+
+
+@dataclass(frozen=True)
+class SplitDocument:
+    """The split JSON of ``--solve`` (:func:`split_document`, with the plan's framework and training)."""
+
+    document: dict[str, Any]
+
+
+def split_document(split: SplitResult, *, profile_path: str, profile_sha256: str, layout: Layout) -> dict[str, Any]:
+    """Plain JSON-able description; no wall-clock figures, so it is reproducible."""
+    return {
+        "profile": profile_path,
+        "profile_sha256": profile_sha256,
+        "solver": split.solver,
+        "status": split.status,
+        "mode": split.mode,
+        "num_ipus_requested": split.num_ipus_requested,
+        "num_ipus_used": split.num_ipus_used,
+        "layers_per_ipu": layout.model_layer_counts([s.layers for s in split.stages]),
+        "budget_bytes_per_tile": split.budget_bytes,
+        "objective": split.objective,
+        "bound": split.bound,
+        "gap": split.gap,
+        "note": split.note,
+        "unlayered_operations": "placed with the first stage",
+        "stages": [
+            {
+                "index": s.index,
+                "ipu": s.ipu,
+                "first_layer": s.first_layer,
+                "last_layer": s.last_layer,
+                "layers": list(s.layers),
+                "memory_bytes_summed_over_tiles": s.memory.as_dict() | {"total": s.memory.total},
+                "worst_tile": s.worst_tile,
+                "worst_tile_bytes": s.worst_tile_bytes,
+                "worst_tile_stash_bytes": s.worst_tile_stash,
+                "copy_buffer_bytes_per_tile": s.copy_buffer,
+                "stash_entries": s.stash_entries,
+                "stash_bytes_summed_over_tiles": s.stash_bytes,
+                "cycles": s.cycles,
+                "bytes_in": s.bytes_in,
+                "bytes_out": s.bytes_out,
+                "fits": s.fits,
+                **({"overflow": {
+                    "tile": s.overflow.tile,
+                    "step": s.overflow.step,
+                    "largest_live_variables": [{"name": v.name, "bytes": v.bytes} for v in s.overflow.largest_live],
+                }} if s.overflow is not None else {}),
+            }
+            for s in split.stages
+        ],
+    }
+
+
+def write_json(document: dict[str, Any], stream: IO[str]) -> None:
+    json.dump(document, stream, indent=2, sort_keys=False)
+    stream.write("\n")
+
+
+def simulation_document(sim: Simulation) -> dict[str, Any]:
+    """The summary of a simulation: where it came from, the result, and the config's training options."""
+    doc: dict[str, Any] = {"config": sim.config, "figures_from": sim.source}
+    doc.update(result_document(sim.result))
+    if sim.training is not None:
+        doc["training"] = sim.training.as_document()
+    return doc
+
+
+def result_document(result: SimResult) -> dict[str, Any]:
+    """Summary as JSON-ready data (no schedule; see the trace for that)."""
+    over_time = memory_over_time(result)
+    return {
+        "mode": mode_of(result),
+        "num_ipus": len(result.ipus),
+        "pipeline_stages": result.num_stages,
+        "micro_batches": result.micro_batches,
+        "micro_batch_size": result.micro_batch_size,
+        "execution": result.execution,
+        "pipeline_cycles": result.num_cycles,
+        "clock_hz": result.clock_hz,
+        "link_bandwidth": result.link_bandwidth,
+        "sync_cycles": result.sync_cycles,
+        "step_cycles": result.step_cycles,
+        "step_seconds": result.step_seconds,
+        "throughput_samples_per_s": result.throughput,
+        "shares": {
+            "compute": result.compute_share,
+            "fill_flush": result.fill_flush_share,
+            "imbalance": result.imbalance_share,
+            "communication": result.communication_share,
+        },
+        "budget_bytes": result.budget_bytes,
+        "fits": result.fits,
+        "stages": [
+            {"index": s.index, "ipu": s.ipu, "kind": s.kind, "cycles": s.cycles,
+             "recompute_cycles": s.recompute_cycles, "send_bytes": s.send_bytes, "layers": s.label}
+            for s in result.stages
+        ],
+        "ipus": [
+            {"ipu": u.ipu, "stages": list(u.stages), "busy_cycles": u.busy_cycles, "utilisation": u.utilisation,
+             "fill_flush_cycles": u.fill_flush_cycles, "imbalance_cycles": u.imbalance_cycles,
+             "communication_cycles": u.communication_cycles, "max_stash_entries": u.max_stash_entries,
+             "worst_tile": u.worst_tile, "resident_bytes": u.base_bytes, "stash_bytes": u.stash_bytes,
+             "copy_buffer_bytes": u.copy_buffer_bytes, "peak_bytes": u.peak_bytes, "fits": u.fits,
+             "memory_over_time": [{"time_us": _r(p.time * 1e6 / result.clock_hz), "stash_entries": p.entries,
+                                   "bytes": p.bytes} for p in over_time.get(u.ipu, ())]}
+            for u in result.ipus
+        ],
+    }
+
+
+def _r(us: float) -> float:
+    return round(us, 6)
+
+
+def _write_simulation(sim: Simulation, stream: IO[str]) -> None:
+    stream.write(json.dumps(simulation_document(sim), indent=2) + "\n")
+
+
+def _write_split(split: SplitDocument, stream: IO[str]) -> None:
+    write_json(split.document, stream)
+
+
+JSON = FormatWriter("json", (".json",), {"Simulation": _write_simulation, "SplitDocument": _write_split})

@@ -1,0 +1,118 @@
+"""A pipeline config as YAML (schema in docs/pipeline-config.md), read back by :mod:`popliner.config.yaml_io`.
+
+Writing is deterministic: the same config gives the same bytes. The per-layer
+table and the snippets are derived from ``stages[].layers``.
+"""
+
+from __future__ import annotations
+
+from typing import IO, Any
+
+import yaml
+
+from popliner.config.model import ConfigStage, ConfigTraining, PipelineConfig
+from popliner.config.snippets import FlowList as _FlowList
+from popliner.config.snippets import snippets
+from popliner.writers.writer import FormatWriter
+
+__all__ = ["HEADER", "YAML", "config_to_document", "write_config"]
+
+HEADER = (
+    "# popliner pipeline config (schema: docs/pipeline-config.md).\n"
+    "# To move a layer, edit stages[].layers only; the `layers` table and the\n"
+    "# snippets are regenerated from them when popliner reads this file.\n"
+)
+
+
+class _Flow(dict):  # type: ignore[type-arg]
+    """A mapping written on one line (the rows of the per-layer table)."""
+
+
+class _Dumper(yaml.SafeDumper):  # type: ignore[misc]  # PyYAML ships no type hints here
+    """SafeDumper plus block scalars for code and one-line rows where they read better."""
+
+
+def _str_rep(dumper: yaml.SafeDumper, text: str) -> yaml.Node:
+    style = "|" if "\n" in text else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", text, style=style)
+
+
+_Dumper.add_representer(str, _str_rep)
+_Dumper.add_representer(_Flow, lambda d, m: d.represent_mapping("tag:yaml.org,2002:map", m.items(),
+                                                                 flow_style=True))
+_Dumper.add_representer(_FlowList, lambda d, seq: d.represent_sequence("tag:yaml.org,2002:seq", seq,
+                                                                        flow_style=True))
+
+
+def write_config(cfg: PipelineConfig, stream: IO[str]) -> None:
+    """Write ``cfg`` as YAML to an open text stream (the caller uses atomic_write)."""
+    stream.write(HEADER)
+    yaml.dump(config_to_document(cfg), stream, Dumper=_Dumper, sort_keys=False, default_flow_style=False,
+              allow_unicode=True, width=1000)  # one-line rows stay on one line
+
+
+def config_to_document(cfg: PipelineConfig) -> dict[str, Any]:
+    """The YAML document as plain Python data (keys in schema order)."""
+    doc: dict[str, Any] = {
+        "version": cfg.version,
+        "profile": {"path": cfg.profile_path, "sha256": cfg.profile_sha256},
+        "target": {"tiles_per_ipu": cfg.tiles_per_ipu, "bytes_per_tile": cfg.bytes_per_tile,
+                   "clock_hz": float(cfg.clock_hz)},
+        **({} if cfg.framework is None else {"framework": cfg.framework, "execution": cfg.execution}),
+        **({"matmul_proportion": _FlowList(cfg.matmul_proportion)} if cfg.matmul_proportion else {}),
+        "mode": cfg.mode,
+        "num_ipus": cfg.num_ipus,
+        "pipeline_stages": cfg.num_pipeline_stages,
+        "gradient_accumulation": cfg.gradient_accumulation,
+    }
+    if cfg.options is not None:
+        doc["training"] = _training_document(cfg.options)
+    if cfg.layer_options:
+        doc["layer_options"] = dict(cfg.layer_options)
+    doc.update({
+        "solver": {"name": cfg.solver, "status": cfg.solver_status, "budget_bytes": cfg.budget_bytes},
+        "stages": [_stage_document(cfg, s) for s in cfg.stages],
+        "layers": [_layer_row(cfg, p.name, p.ipu, p.pipeline_stage, p.backward_stage) for p in cfg.placements],
+        "snippets": snippets(cfg),
+    })
+    return doc
+
+
+def _training_document(t: ConfigTraining) -> dict[str, Any]:
+    return t.as_document()
+
+
+def _stage_document(cfg: PipelineConfig, s: ConfigStage) -> dict[str, Any]:
+    stages = list(cfg.stage_layout.ipu_stages(s.ipu))  # forward, a wrapped head, backward
+    memory = s.memory.as_dict()
+    memory["total"] = s.memory.total
+    return {
+        "index": s.index,
+        "ipu": s.ipu,
+        "pipeline_stages": _FlowList(stages),
+        "layers": list(s.layers),
+        "predicted": {
+            "for_layers": s.predicted_for,
+            "memory": memory,
+            "worst_tile": s.worst_tile,
+            "worst_tile_bytes": s.worst_tile_bytes,
+            "stash_bytes": s.stash_bytes,
+            "stash_entries": s.stash_entries,
+            "cycles": s.cycles,
+            "bytes_in": s.bytes_in,
+            **({} if s.forward_cycles is None else {"forward_cycles": s.forward_cycles}),
+            **({} if s.recompute_cycles is None else {"recompute_cycles": s.recompute_cycles}),
+            **({} if s.head_cycles is None else {"head_cycles": s.head_cycles}),
+            **({} if s.gradient_bytes_in is None else {"gradient_bytes_in": s.gradient_bytes_in}),
+        },
+    }
+
+
+def _layer_row(cfg: PipelineConfig, name: str, ipu: int, fwd: int, bwd: int | None) -> _Flow:
+    row = _Flow(name=name, ipu=ipu, pipelineStage=fwd)
+    if cfg.training:
+        row["backwardPipelineStage"] = bwd
+    return row
+
+
+YAML = FormatWriter("yaml", (".yaml", ".yml"), {"PipelineConfig": write_config})

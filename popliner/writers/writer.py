@@ -1,0 +1,81 @@
+"""The writer protocol: one output format, and how a value goes through it into a file or stdout.
+
+The map from file names to writers is :mod:`popliner.writers.formats`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import IO, Any, Protocol
+
+from popliner.fileio import atomic_write
+
+__all__ = ["FormatWriter", "Writer", "kind_of", "write_output"]
+
+
+def kind_of(value: object) -> str:
+    """The kind of a value to write: its type's name."""
+    return type(value).__name__
+
+
+class Writer(Protocol):
+    """One output format."""
+
+    @property
+    def name(self) -> str:
+        """What messages and ``--format`` call it: ``csv``, ``junit``, ``png`` ..."""
+
+    @property
+    def suffixes(self) -> tuple[str, ...]:
+        """The file name endings that choose it, in lower case with the dot (``.trace.json``)."""
+
+    @property
+    def binary(self) -> bool:
+        """Whether it writes bytes (a stream of bytes) or text."""
+
+    @property
+    def newline(self) -> str | None:
+        """The text stream's ``newline`` (``""``: the writer writes its line ends itself)."""
+
+    @property
+    def kinds(self) -> frozenset[str]:
+        """The kinds of value it writes (type names, :func:`kind_of`)."""
+
+    def write(self, value: Any, stream: IO[Any]) -> None:
+        """Write ``value`` (of one of :attr:`kinds`) to ``stream``."""
+
+
+@dataclass(frozen=True)
+class FormatWriter:
+    """A :class:`Writer` from one function per kind of value."""
+
+    name: str
+    suffixes: tuple[str, ...]
+    by_kind: Mapping[str, Callable[[Any, IO[Any]], None]] = field(repr=False)
+    binary: bool = False
+    newline: str | None = None
+
+    @property
+    def kinds(self) -> frozenset[str]:
+        return frozenset(self.by_kind)
+
+    def write(self, value: Any, stream: IO[Any]) -> None:
+        self.by_kind[kind_of(value)](value, stream)
+
+
+@contextlib.contextmanager
+def _stream(path: str, force: bool, w: Writer) -> Iterator[IO[Any]]:
+    if w.binary:
+        with atomic_write(path, force=force, binary=True) as b:
+            yield b
+    else:
+        with atomic_write(path, force=force, newline=w.newline) as t:
+            yield t
+
+
+def write_output(value: object, path: str | None, force: bool, w: Writer) -> None:
+    """``value`` through ``w`` to ``path`` (stdout when None or ``-``), atomically."""
+    with _stream(path or "-", force, w) as stream:
+        w.write(value, stream)
