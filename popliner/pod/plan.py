@@ -17,8 +17,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
 from popliner.analysis import Analysis
 from popliner.config.yaml_io import MAX_MICRO_BATCHES
 from popliner.errors import UsageProblem
@@ -311,16 +309,12 @@ def _step(depth: DepthSplit, analysis: Analysis, head_wraps: bool, g: int, r: in
     """The step of the split's pipeline (the simulator's stages), then each IPU's all-reduce and streaming."""
     from popliner.layout import HEAD_GROUP
     from popliner.pipeline import StageLayout
-    from popliner.simulator.inputs import IpuFigures, pipeline_stages
+    from popliner.simulator.inputs import ipu_figures, pipeline_stages
 
     assert depth.split is not None
     figures = [s.figure for s in depth.split.stages]
-    empty = np.zeros(0, np.int64)
     training = analysis.mode == "training"
-    # As the simulator reads a figure (activations sent forwards, gradients back), without the memory arrays.
-    ipus = [IpuFigures(f.forward_cycles, f.backward_cycles if training else 0, empty, None, f.bytes_in, "",
-                       f.recompute_cycles if training else 0, f.gradient_bytes_in if training else None)
-            for f in figures if f is not None]
+    ipus = [ipu_figures(f, training) for f in figures if f is not None]  # as simulate reads each IPU's figure
     wraps = head_wraps and len(ipus) >= 2 and figures[0] is not None
     plan = StageLayout(len(ipus), training, HEAD_GROUP if wraps else None)
     stages = pipeline_stages(plan, ipus, figures[0].head_cycles if wraps and figures[0] else 0)
