@@ -359,3 +359,28 @@ def test_bulk_program_reading_agrees_with_the_reference(tiny_text: bytes, monkey
     read_in_bulk = {label for label, _ in _program_variants(doc)} - set(stepped_aside)
     assert {lab.split()[0] for lab in read_in_bulk} == {"dense", "sparse", "zero", "empty", "null"}, sorted(
         read_in_bulk)
+
+
+@pytest.mark.parametrize("body", [b"7,0,12", b"2147483647,0,1", b"1,2147483648,3", b"0,1,2,3,9223372036854775806", b" ",
+                                  b"1, 2,\n 3", b"1,,2"])
+@pytest.mark.parametrize("piece", [1, 3, 1 << 23])
+def test_tiles_and_classes_read_as_int32_when_they_fit(body: bytes, piece: int,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """The narrow columns: int32 when every value fits (2**31 - 1 does, 2**31 does not), else int64; same values."""
+    monkeypatch.setattr(columns, "_PIECE_BYTES", piece)
+    text = b"[" + body + b"]"
+    got = columns._parse_span(text, 1, len(text) - 1, np.int32)
+    wide = parse_uint_list(body)
+    assert (got is None) == (wide is None)
+    if got is not None and wide is not None:
+        assert got.tolist() == wide.tolist()
+        fits = not len(wide) or int(wide.max()) < 2**31
+        assert got.dtype == (np.int32 if fits else np.int64)
+
+
+def test_a_tile_beyond_int32_is_refused_in_the_same_words(tiny_text: bytes) -> None:
+    # The first tile number gets 2147483648 in front of its digits: far beyond int32 and any tile.
+    text = compact(json.loads(tiny_text)).replace(b'"tile":[', b'"tile":[2147483648', 1)
+    with pytest.raises(ProfileFormatError, match=r"variables\.tile\[0\].*tile outside"):
+        slow(text)
+    _agrees("tile beyond int32", text)

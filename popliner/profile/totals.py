@@ -43,7 +43,7 @@ def check_totals(chk: Checker, variables: Variables, vtypes: VertexTypes, progra
     parts.append(("vertex code", _per_row(vtypes.code), "vertexTypes[{}].codeBytes"))
     parts.append(("control code", _per_row(programs.control), "programs[{}].controlCode"))
     parts.append(("exchange code", _per_row(programs.exchange), "programs[{}].exchangeCode"))
-    parts.append(("variables", variables.bytes.astype(np.float64), "variables.bytes[{}]"))
+    parts.append(("variables", _exact_or_float(variables.bytes), "variables.bytes[{}]"))
     memory = sum(float(rows.sum()) for _, rows, _ in parts)
     cycles = _per_row(programs.cycles)
     if float(cycles.sum()) >= TOTAL_LIMIT:
@@ -51,6 +51,18 @@ def check_totals(chk: Checker, variables: Variables, vtypes: VertexTypes, progra
     if memory >= TOTAL_LIMIT:
         what, rows, where = max(parts, key=lambda part: float(part[1].sum()))
         _refuse(chk, what, rows, where)
+
+
+def _exact_or_float(values: np.ndarray) -> np.ndarray:
+    """Non-negative ``values`` themselves when their sum stays below 2**53, else as float64.
+
+    Below 2**53 every partial sum is an integer float64 holds exactly, so the
+    integers give the same sum, maximum and message as their float copy,
+    without a float column as long as the variables at the load's peak.
+    """
+    if not len(values) or len(values) * int(values.max()) < 2**53:
+        return values
+    return values.astype(np.float64)
 
 
 def _refuse(chk: Checker, what: str, rows: np.ndarray, where: str) -> None:

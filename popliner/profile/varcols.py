@@ -121,8 +121,8 @@ def build_variables(b: Builder, v: dict[str, Any], num_classes: int) -> Variable
                 f"no such liveness class (there are {num_classes})")
     # Narrowed one at a time, each int64 column let go as soon as it is (the column reader's too): its
     # memory is free again before the next one and the variable index are made.
-    tile = cols.pop("tile").astype(np.int32)
-    klass = cols.pop("class").astype(np.int32)
+    tile = cols.pop("tile").astype(np.int32, copy=False)  # the column reader's are int32 already
+    klass = cols.pop("class").astype(np.int32, copy=False)
     b.var_index = _var_index(b, cols["id"])
     if b.extracted is not None:
         names, recompute = _extracted_names(b, n)
