@@ -117,7 +117,10 @@ def _ipu_document(s: Any, gradient_bytes: int, state_bytes: int) -> dict[str, An
         "backward_cycles": figure.backward_cycles if figure is not None else None,
         "recompute_cycles": figure.recompute_cycles if figure is not None else None,
         "head_cycles": figure.head_cycles if figure is not None else None,
-        "bytes_in": s.bytes_in, "gradient_bytes": gradient_bytes, "streamed_state_bytes": state_bytes,
+        "bytes_in": s.bytes_in,
+        # The part of bytes_in sent back (gradients): the rest goes forwards, as the simulator sends them.
+        "gradient_bytes_in": figure.gradient_bytes_in if figure is not None else None,
+        "gradient_bytes": gradient_bytes, "streamed_state_bytes": state_bytes,
     }
 
 
