@@ -6,7 +6,10 @@ import json
 from pathlib import Path
 from typing import Any
 
+from click.testing import CliRunner, Result
+
 from popliner.analysis import Analysis, AnalysisOptions, analyse_profile
+from popliner.cli import cli
 from popliner.memory.engine import MemoryEngine
 from popliner.memory.ranges import ProfileRanges
 from popliner.profile.loader import parse_profile_bytes
@@ -75,3 +78,10 @@ def range_table_equals_engine(table: ProfileRanges, engine: MemoryEngine, num_la
             ops = engine.range_ops(i, j)
             assert total.tolist() == engine.stage_memory(ops).total_per_tile.tolist(), (i, j)
             assert stash.tolist() == engine.stash_entry_per_tile(ops).tolist(), (i, j)
+
+
+def invoke(*args: object, ok: tuple[int, ...] = (0,)) -> Result:
+    """Run the popliner CLI in-process with ``args``; the exit code must be one of ``ok``."""
+    result = CliRunner().invoke(cli, [str(a) for a in args])
+    assert result.exit_code in ok, (result.exit_code, result.stderr)
+    return result

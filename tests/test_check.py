@@ -8,23 +8,16 @@ from xml.etree import ElementTree as ET
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
 
 from popliner.analysis import load_analysis
 from popliner.check import check_config
-from popliner.cli import cli
 from popliner.config.yaml_io import read_config
 from popliner.pipeline import extra_stash_entries
 from popliner.simulator.engine import simulate
 from popliner.simulator.inputs import inputs_from_analysis
+from tests.helpers import invoke
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "profiles"
-
-
-def invoke(*args, ok=(0,)):
-    result = CliRunner().invoke(cli, [str(a) for a in args])
-    assert result.exit_code in ok, (result.exit_code, result.stderr)
-    return result
 
 
 @pytest.fixture(scope="module")

@@ -11,17 +11,10 @@ from typing import Any
 from xml.etree import ElementTree as ET
 
 import pytest
-from click.testing import CliRunner
 
-from popliner.cli import cli
+from tests.helpers import invoke
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "profiles"
-
-
-def invoke(*args: object, ok: tuple[int, ...] = (0,)) -> Any:
-    result = CliRunner().invoke(cli, [str(a) for a in args])
-    assert result.exit_code in ok, (result.exit_code, result.stderr)
-    return result
 
 
 @pytest.fixture(scope="module")

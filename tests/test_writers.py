@@ -5,26 +5,19 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 from xml.etree import ElementTree as ET
 
 import pytest
-from click.testing import CliRunner
 
 from popliner.check import CheckResult
-from popliner.cli import cli
 from popliner.errors import UsageProblem
 from popliner.writers import formats
 from popliner.writers.formats import suffixes_for, writer_for
 from popliner.writers.writer import FormatWriter
+from tests.helpers import invoke
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "profiles"
-
-
-def invoke(*args: object, ok: tuple[int, ...] = (0,)) -> Any:
-    result = CliRunner().invoke(cli, [str(a) for a in args])
-    assert result.exit_code in ok, (result.exit_code, result.stderr)
-    return result
 
 
 @pytest.fixture(scope="module")

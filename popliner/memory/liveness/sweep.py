@@ -64,17 +64,9 @@ def _dense_window_peak(profile: Profile, var_idx: np.ndarray, lo: int, hi: int,
     if var_idx.size == 0 or hi < lo or tiles == 0:
         return None
     v = profile.variables
-    cls = v.klass[var_idx]
-    counts = profile.class_ptr[cls + 1] - profile.class_ptr[cls]
-    rep = np.repeat(np.arange(len(var_idx)), counts)
-    iv = expand_ranges(profile.class_ptr[cls], counts)
-    start = np.maximum(profile.iv_start[iv], lo)
-    end = np.minimum(profile.iv_end[iv], hi + 1)
-    keep = start < end
-    if not keep.any():
+    rep, start, end, has_end = _window_intervals(profile, v.klass[var_idx], lo, hi)
+    if not rep.size:
         return np.zeros(tiles, np.int64)
-    rep, start, end = rep[keep], start[keep], end[keep]
-    has_end = end <= hi  # ends at hi+1 are never observed inside the window
     steps = np.concatenate((start, end[has_end])).astype(np.int64) - lo
     present = np.bincount(steps, minlength=hi - lo + 1) > 0
     distinct = int(present.sum())
@@ -132,15 +124,9 @@ def _class_window_peak(profile: Profile, var_idx: np.ndarray, lo: int, hi: int,
     weights = (v.bytes if every else v.bytes[var_idx]).astype(np.float64)
     class_bytes = np.bincount(flat, weights=weights, minlength=len(present) * tiles)
     class_bytes = class_bytes.astype(np.int64).reshape(len(present), tiles)
-    row = np.repeat(np.arange(len(present)), counts)
-    iv = expand_ranges(profile.class_ptr[present], counts)
-    start = np.maximum(profile.iv_start[iv], lo)
-    end = np.minimum(profile.iv_end[iv], hi + 1)
-    keep = start < end
-    if not keep.any():
+    row, start, end, has_end = _window_intervals(profile, present, lo, hi)
+    if not row.size:
         return np.zeros(tiles, np.int64)
-    row, start, end = row[keep], start[keep], end[keep]
-    has_end = end <= hi  # ends at hi+1 are never observed inside the window
     steps = np.concatenate((start, end[has_end])).astype(np.int64)
     rows = np.concatenate((row, row[has_end]))
     sign = np.concatenate((np.ones(len(row), np.int64), -np.ones(int(has_end.sum()), np.int64)))
@@ -154,6 +140,28 @@ def _class_window_peak(profile: Profile, var_idx: np.ndarray, lo: int, hi: int,
         np.cumsum(change, axis=0, out=change)
         peak[t0:t0 + CLASS_TILE_BLOCK] = change.max(axis=0)
     return np.asarray(np.maximum(peak, 0))
+
+
+def _window_intervals(profile: Profile, classes: np.ndarray, lo: int | np.ndarray,
+                      hi: int | np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The liveness intervals of each entry of ``classes``, clipped to its window, that live inside it.
+
+    The window is steps ``lo..hi``: one for all, or one per entry (arrays as
+    long as ``classes``). Returns (owner: index into ``classes``, start, end,
+    has_end): an end at ``hi + 1`` is never observed inside the window, so
+    ``has_end`` says which ends to apply.
+    """
+    counts = profile.class_ptr[classes + 1] - profile.class_ptr[classes]
+    owner = np.repeat(np.arange(len(classes)), counts)
+    iv = expand_ranges(profile.class_ptr[classes], counts)
+    lo_at = lo[owner] if isinstance(lo, np.ndarray) else lo
+    hi_at = hi[owner] if isinstance(hi, np.ndarray) else hi
+    start = np.maximum(profile.iv_start[iv], lo_at)
+    end = np.minimum(profile.iv_end[iv], hi_at + 1)
+    keep = start < end
+    hi_kept = hi_at[keep] if isinstance(hi_at, np.ndarray) else hi_at
+    owner, start, end = owner[keep], start[keep], end[keep]
+    return owner, start, end, end <= hi_kept
 
 
 def _is_every_variable(var_idx: np.ndarray) -> bool:
@@ -202,21 +210,13 @@ def _owner_peaks(
     v = profile.variables
     agg_group, agg_cls, agg_tile, agg_bytes = _aggregate(group, v.klass[var_idx], v.tile[var_idx], v.bytes[var_idx],
                                                          tiles)
-    # Expand each aggregate into its class's intervals.
-    counts = profile.class_ptr[agg_cls + 1] - profile.class_ptr[agg_cls]
-    rep = np.repeat(np.arange(len(agg_cls)), counts)
-    iv = expand_ranges(profile.class_ptr[agg_cls], counts)
-    g = agg_group[rep]
-    start = np.maximum(profile.iv_start[iv], lo[g])
-    end = np.minimum(profile.iv_end[iv], hi[g] + 1)
-    keep = start < end
-    rep, g, start, end = rep[keep], g[keep], start[keep], end[keep]
+    # Expand each aggregate into its class's intervals, clipped to its group's window.
+    rep, start, end, has_end = _window_intervals(profile, agg_cls, lo[agg_group], hi[agg_group])
     if rep.size == 0:
         return none, none, none
+    g = agg_group[rep]
     t = agg_tile[rep].astype(np.int64)
     b = agg_bytes[rep]
-    # Ends at hi+1 are never observed inside the window: no event needed.
-    has_end = end <= hi[g]
     # One int64 sort key: (group, tile, step, end-before-start). Ends sort
     # first at a step because an interval's end is exclusive.
     tile_bits = max(tiles - 1, 1).bit_length()
