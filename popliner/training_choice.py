@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from popliner.analysis import Analysis, analyse_profile
 from popliner.deadline import OutOfTime, check_deadline
 from popliner.memory.training import TrainingOptions
+from popliner.ops.remote import streams_optimizer_state
 from popliner.solvers.problem import SplitProblem
 
 if TYPE_CHECKING:
@@ -82,11 +83,15 @@ def training_flags(training: TrainingOptions, relative_to: TrainingOptions | Non
     return " ".join(parts)
 
 
-def _candidates(current: TrainingOptions) -> Iterator[TrainingOptions]:
-    """Options engineers add when a training split does not fit, cheapest first."""
+def _candidates(current: TrainingOptions, state_streamed: bool = False) -> Iterator[TrainingOptions]:
+    """Options engineers add when a training split does not fit, cheapest first.
+
+    ``state_streamed``: the profile already keeps its optimizer state off chip, so moving it is no option.
+    """
     seen = {current}
     recomputes = [current.recompute] if current.recompute != "none" else list(AUTO_ORDER)
-    states = [current.optimizer_state] if current.optimizer_state == "off-chip" else ["on-chip", "off-chip"]
+    fixed = current.optimizer_state == "off-chip" or state_streamed
+    states = [current.optimizer_state] if fixed else ["on-chip", "off-chip"]
     for state in states:
         for recompute in recomputes:
             option = dataclasses.replace(current, recompute=recompute, optimizer_state=state)  # type: ignore[arg-type]
@@ -127,7 +132,7 @@ def suggest_options(analysis: Analysis, problem: SplitProblem, link_bytes_per_se
     if analysis.mode != "training":
         return Suggestion(None, None, 0, 0)
     current = analysis.options.training
-    options = list(_candidates(current))
+    options = list(_candidates(current, streams_optimizer_state(analysis.ops, analysis.is_backward)))
     found: list[tuple[TrainingOptions, int]] = []
     tried = 0
     try:

@@ -123,3 +123,24 @@ def test_a_profile_compiled_with_off_chip_state_is_recorded_and_configured_so(tm
         asked = CliRunner().invoke(cli, [*base, "--optimizer-state", "off-chip"])
         assert [s["worst_tile_bytes"] for s in json.loads(asked.stdout)["stages"]] == [
             s["worst_tile_bytes"] for s in doc["stages"]]
+
+
+def test_the_hint_does_not_offer_what_the_profile_already_does(tmp_path):
+    from popliner.solvers.problem import SplitProblem
+    from popliner.training_choice import suggest_options
+
+    candidates = {}
+    for state in ("on-chip", "off-chip"):
+        profile = tmp_path / f"{state}.json"
+        made = CliRunner().invoke(cli, ["synth", "--preset", "bert-tiny", "--mode", "training", "--optimizer-state",
+                                        state, "-o", str(profile)])
+        assert made.exit_code == 0, made.output
+        a = load_analysis(str(profile), AnalysisOptions(), use_cache=False)
+        found = suggest_options(a, SplitProblem(2, 300_000, training=True))
+        candidates[state] = found.candidates
+    # The usual options: each recomputation mode, with the state on chip and off chip; a profile that already
+    # streams its state leaves moving it out (it would change nothing).
+    from popliner.training_choice import AUTO_ORDER
+
+    assert candidates["on-chip"] == 2 * len(AUTO_ORDER) - 1  # every mode x both states, less the current one
+    assert candidates["off-chip"] == len(AUTO_ORDER) - 1
