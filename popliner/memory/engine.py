@@ -31,6 +31,7 @@ from popliner.memory.boundaries import Boundaries
 from popliner.memory.liveness import variable_steps, window_peak
 from popliner.memory.model import MemoryModel
 from popliner.memory.range_state import Liveness, RangeState, liveness_path
+from popliner.memory.ranges_shared import SharedParts
 from popliner.memory.training import TrainingOptions, build_training_view
 from popliner.memory.types import StageMemory
 from popliner.memory.whatif import with_live_steps
@@ -82,6 +83,10 @@ class MemoryEngine:
         # (backward part, stash entry, re-run cycles, pipeline recomputation).
         self.view = build_training_view(profile, ops, self.layer_of_op, len(self.layer_names),
                                         np.asarray(is_backward, bool), self.options, training)
+        #: The profile as given, before the options' what-if (what :class:`SharedParts` are made of).
+        self.base_profile = profile
+        #: Layer parts shared with other engines of the same profile (:meth:`share_parts`).
+        self.shared_parts: SharedParts | None = None
         self.profile = self.view.profile
         self.is_backward = self.view.is_backward
         self.model = MemoryModel(self.profile, ops, counted_vars)
@@ -127,6 +132,17 @@ class MemoryEngine:
                 found = RangeState(self, path)
             self._range_states[path] = self._range_states[liveness] = found
         return found
+
+    def share_parts(self, shared: SharedParts) -> bool:
+        """Build layer parts from (and into) ``shared``, the option-free parts of this engine's profile.
+
+        Before any range table: the range state takes them when it is built.
+        False (nothing shared) when ``shared`` is of another profile.
+        """
+        if self._range_states or not shared.accepts(self):
+            return False
+        self.shared_parts = shared
+        return True
 
     def release_range_state(self) -> None:
         """Drop the range state now: the running sets it keeps hold the engine, a cycle the collector frees later."""
@@ -446,8 +462,12 @@ class MemoryEngine:
     @cached_property
     def boundaries(self) -> Boundaries:
         """What crosses a boundary between stages (see :mod:`popliner.memory.boundaries`)."""
-        return Boundaries(self.profile, self.ops, self.model, self.layer_of_op, self.num_layers, self.head_wraps,
-                          self.is_backward, self.always_live_var)
+        span = None if self.shared_parts is None else self.shared_parts.layer_span(self)
+        made = Boundaries(self.profile, self.ops, self.model, self.layer_of_op, self.num_layers, self.head_wraps,
+                          self.is_backward, self.always_live_var, span)
+        if self.shared_parts is not None and span is None:
+            self.shared_parts.keep_layer_span(self, made.variable_layer_span)
+        return made
 
     # The figures every caller reads, named here so that the engine stays the one object to ask.
 

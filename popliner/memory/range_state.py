@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Literal
 import numpy as np
 
 from popliner.memory.liveness import SegmentGrid
+from popliner.memory.ranges_shared import EngineShare
 from popliner.memory.rerun import ForwardCut, forward_cut_grid
 from popliner.memory.running import LayerParts, RunningStage
 
@@ -55,6 +56,9 @@ class RangeState:
         self.rerun = engine.view.recompute == "pipeline"
         self.cut_grid = forward_cut_grid(engine) if self.rerun and self.grid is not None else None
         self.liveness: LivenessPath = liveness
+        #: What other engines of the profile built already (``popliner plan``: one engine per option set).
+        shared = engine.shared_parts
+        self.share = EngineShare(shared, engine, self.grid, self.cut_grid) if shared is not None else None
         self._parts: dict[int, LayerParts] = {}
         #: (i, j) -> (worst tile bytes, stash entry per tile, total per tile)
         self.figures: dict[tuple[int, int], tuple[int, np.ndarray, np.ndarray]] = {}
@@ -69,7 +73,7 @@ class RangeState:
         if parts is None:
             engine = self._engine()
             assert engine is not None  # a table holds its engine
-            parts = self._parts[j] = LayerParts.of(engine, self.layer_ops[j], self.grid, self.cut_grid)
+            parts = self._parts[j] = LayerParts.of(engine, self.layer_ops[j], self.grid, self.cut_grid, self.share)
         return parts
 
     def running_set(self, row_ops: list[np.ndarray] | None = None) -> RunningStage:

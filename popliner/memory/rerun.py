@@ -76,22 +76,24 @@ class ForwardCut:
         for events in self.adds:
             self.grid.add(events)
 
-    def add(self, private_events: dict[str, np.ndarray] | None, shared_events: dict[str, np.ndarray] | None,
-            var: np.ndarray, kept: bool) -> None:
+    def add(self, private_events: tuple[dict[str, np.ndarray], ...] | None,
+            shared_events: tuple[dict[str, np.ndarray], ...] | None, var: np.ndarray | None, kept: bool) -> None:
         """Add a layer's new variables ``var`` (sorted); with a grid, their forward-cut events (``*_events``).
 
         ``kept``: the variables keep their what-if live steps (a wrapped
-        head's on IPU 0); their events are then made here, once.
+        head's on IPU 0); their events are then made here, once. ``var`` may
+        be None on the grid when not ``kept`` (the events say it all).
         """
         if self.grid is None:
-            assert self.events is not None
+            assert self.events is not None and var is not None
             self.events.add(var, klass=self.kept_klass if kept else None)
             return
         if kept:
+            assert var is not None
             added: tuple[dict[str, np.ndarray], ...] = (self.grid.events_of(var, klass=self.kept_klass),)
         else:
             assert private_events is not None and shared_events is not None
-            added = (private_events, shared_events)
+            added = (*private_events, *shared_events)
         for events in added:
             self.grid.add(events)
         self.adds.extend(added)

@@ -131,14 +131,17 @@ class SegmentGrid:
         if iv.size != var_idx.size or not (counts == 1).all():  # else one interval per variable, in order
             owner = np.repeat(np.arange(len(var_idx)), counts)
             tile, nbytes = tile[owner], nbytes[owner]
-        # Segment of each start (+bytes) and end (-bytes).
-        start, end = self.col_start[iv], self.col_end[iv]
+        return self.net_change(self.col_start[iv], self.col_end[iv], tile, nbytes)
+
+    def net_change(self, start: np.ndarray, end: np.ndarray, tile: np.ndarray, nbytes: np.ndarray
+                   ) -> dict[str, np.ndarray]:
+        """Intervals (start and end segment, tile, bytes; int64, bytes may be negative) as :meth:`merged` gives them."""
         present = np.zeros(self.nblocks * self.block, bool)
         present[start] = True
         present[end] = True
         segments = np.flatnonzero(present)
         blocks = np.unique(segments // self.block)
-        if segments.size * self.tiles <= 4 * iv.size:
+        if segments.size * self.tiles <= 4 * start.size:
             position = np.cumsum(present) - 1
             size = segments.size * self.tiles
             # float64 bincounts: exact while a cell's bytes are below 2**53 (so is their difference).

@@ -1,0 +1,293 @@
+"""Layer parts shared across training option sets: what the range states of several engines of one profile reuse.
+
+``popliner plan`` builds one memory engine per training option set
+(recomputation x head placement x optimizer state) on the same profile, and
+each engine's range state builds every layer's parts
+(:class:`popliner.memory.running.LayerParts`): its programs' code and state,
+its counted variables, their liveness events on the grid and their stash
+columns. Most of that does not depend on the options: the programs are the
+profile's, and an option set changes the live steps (or bytes) of a minority
+of variables (optimizer state off chip, recomputed activations), leaving the
+others exactly as profiled.
+
+:class:`SharedParts` keeps, per profile, what the options cannot change:
+each layer's programs part and counted variables, and the events and stash
+columns of a set of variables *as profiled* (on the profile's own grid).
+:class:`EngineShare` adapts them to one engine: the events move to the
+engine's grid (its segments refine the profile's: a what-if profile only
+adds liveness classes, so its segment ends include the profile's), and a
+correction is added for the variables the engine's options change: their
+what-if events or columns, minus their profiled ones. Liveness grids and
+stash entries are integer sums, so the corrected parts give every figure to
+the byte (tests/test_shared_parts.py holds them against engines built alone).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from popliner.arrays import expand_ranges
+from popliner.memory.liveness import SegmentGrid, variable_steps
+from popliner.memory.stash_row import candidate_columns
+from popliner.ops.operations import OperationTable
+from popliner.profile.model import Profile
+
+if TYPE_CHECKING:
+    from popliner.memory.engine import MemoryEngine
+
+__all__ = ["EngineShare", "ProgramPart", "SharedParts"]
+
+Events = dict[str, np.ndarray]
+#: (additive per tile, vertex presence, other-category units or None, first step, last step, counted variables).
+ProgramPart = tuple[np.ndarray, np.ndarray, "np.ndarray | None", int, int, np.ndarray]
+
+
+class SharedParts:
+    """Per profile (as loaded, before any option's what-if), the option-free parts of every layer.
+
+    Keyed by exact contents (the operations and their counted flags, the
+    variable indices), never by position, so a layer whose operations differ
+    between head placements gets parts of its own.
+    """
+
+    def __init__(self, profile: Profile, ops: OperationTable) -> None:
+        self.profile = profile
+        self.ops = ops
+        self._programs: dict[bytes, ProgramPart] = {}
+        self._merged: dict[bytes, Events] = {}
+        self._owned: dict[bytes, Events] = {}
+        self._stash: dict[tuple[bytes, bool], Events] = {}
+        self._grid: SegmentGrid | None = None
+        self._columns: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+        self._spans: dict[bytes, tuple[np.ndarray, np.ndarray]] = {}
+
+    def accepts(self, engine: MemoryEngine) -> bool:
+        """Was ``engine`` built on this profile and operation table (so its programs are these)?"""
+        return engine.base_profile is self.profile and engine.ops is self.ops and (
+            engine.profile.programs is self.profile.programs and engine.profile.tiles == self.profile.tiles)
+
+    @property
+    def grid(self) -> SegmentGrid:
+        """The profile's own liveness grid: only its segments are used (events are made on it, never added)."""
+        if self._grid is None:
+            self._grid = SegmentGrid.of(self.profile)
+        return self._grid
+
+    @property
+    def stash_columns(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(stash candidate, first live step, last live step) per variable, as profiled (no option applied)."""
+        if self._columns is None:
+            first, last = variable_steps(self.profile)
+            always = self.profile.always_live_classes()[self.profile.variables.klass]
+            self._columns = (np.asarray(~always), first, last)
+        return self._columns
+
+    def layer_span(self, engine: MemoryEngine) -> tuple[np.ndarray, np.ndarray] | None:
+        """The first and last layer using each variable (:attr:`Boundaries.variable_layer_span`), if known."""
+        return self._spans.get(self._span_key(engine))
+
+    def keep_layer_span(self, engine: MemoryEngine, span: tuple[np.ndarray, np.ndarray]) -> None:
+        self._spans[self._span_key(engine)] = span
+
+    @staticmethod
+    def _span_key(engine: MemoryEngine) -> bytes:
+        # What the span reads besides the operation table: each operation's layer and whether it counts.
+        return engine.layer_of_op.tobytes() + engine.model.counted_vars.tobytes() + engine.num_layers.to_bytes(8, "little")
+
+    def programs(self, engine: MemoryEngine, ops: np.ndarray) -> ProgramPart:
+        """The layer's programs part and counted variables (:meth:`LayerParts.of`'s, the same for every option)."""
+        key = np.asarray(ops, np.int64).tobytes() + engine.model.counted_vars[ops].tobytes()
+        found = self._programs.get(key)
+        if found is None:
+            from popliner.memory.running import program_part
+
+            found = self._programs[key] = program_part(engine, ops)
+        return found
+
+    def merged(self, var: np.ndarray) -> Events:
+        """:meth:`SegmentGrid.merged` of ``var`` on the profile's grid."""
+        key = var.tobytes()
+        found = self._merged.get(key)
+        if found is None:
+            found = self._merged[key] = self.grid.merged(var)
+        return found
+
+    def owned(self, var: np.ndarray) -> Events:
+        """:meth:`SegmentGrid.events_of` of ``var`` (with owners) on the profile's grid."""
+        key = var.tobytes()
+        found = self._owned.get(key)
+        if found is None:
+            found = self._owned[key] = self.grid.events_of(var, with_owner=True)
+        return found
+
+    def stash(self, var: np.ndarray, with_owner: bool) -> Events:
+        """The stash columns of ``var`` as profiled (:func:`popliner.memory.stash_row.stash_columns`)."""
+        key = (var.tobytes(), with_owner)
+        found = self._stash.get(key)
+        if found is None:
+            found = self._stash[key] = self.columns(var, with_owner)
+        return found
+
+    def columns(self, var: np.ndarray, with_owner: bool, sign: int = 1) -> Events:
+        candidate, first, last = self.stash_columns
+        v = self.profile.variables
+        return candidate_columns(var, candidate, first, last, v.tile, v.bytes, self.profile.tiles, with_owner, sign)
+
+
+class _GridShare:
+    """The shared events of the profile's grid, moved to one engine's grid, and the correction for changed variables.
+
+    ``profile`` is the grid's profile (the engine's what-if profile, or its
+    forward-cut profile); ``changed`` marks the variables whose live steps or
+    bytes there differ from the profiled ones.
+    """
+
+    def __init__(self, shared: SharedParts, grid: SegmentGrid, changed: np.ndarray) -> None:
+        self.shared = shared
+        self.grid = grid
+        self.changed = changed
+        base = shared.grid
+        # Column of each profiled segment start in this grid (its ends include the profile's).
+        self.colmap = np.searchsorted(grid.ends, base.ends)
+        self.same = grid.ends.size == base.ends.size and grid.block == base.block and (
+            grid.dtype == base.dtype and grid.cell_dtype == base.cell_dtype)
+        self.base_start = self.colmap[base.col_start]
+        self.base_end = self.colmap[base.col_end]
+
+    @classmethod
+    def of(cls, shared: SharedParts, grid: SegmentGrid, changed: np.ndarray) -> _GridShare | None:
+        """None when the grid's segments do not refine the profile's (then the engine makes its own events)."""
+        base = shared.grid.ends
+        at = np.searchsorted(grid.ends, base)
+        if grid.tiles != shared.grid.tiles or (at >= grid.ends.size).any() or not np.array_equal(grid.ends[at], base):
+            return None
+        return cls(shared, grid, changed)
+
+    def merged(self, var: np.ndarray) -> tuple[Events, ...]:
+        """The variables' net change on this grid: the profiled one moved here, plus the changed ones' correction."""
+        out = [self._moved(self.shared.merged(var))]
+        pick = var[self.changed[var]]
+        if pick.size:
+            s0, e0, t0, b0, _ = self._intervals(pick)
+            s1, e1, t1, b1, _ = self._profiled(pick)
+            out.append(self.grid.net_change(np.concatenate((s0, s1)), np.concatenate((e0, e1)),
+                                            np.concatenate((t0, t1)), np.concatenate((b0, -b1))))
+        return tuple(out)
+
+    def owned(self, var: np.ndarray) -> tuple[Events, ...]:
+        """:meth:`SegmentGrid.events_of` with owners (positions in ``var``), as a profiled part and a correction."""
+        out = [self._moved(self.shared.owned(var))]
+        at = np.flatnonzero(self.changed[var])
+        if at.size:
+            s0, e0, t0, b0, o0 = self._intervals(var[at])
+            s1, e1, t1, b1, o1 = self._profiled(var[at])
+            tiles = self.grid.tiles
+            out.append({"start": self._cells(np.concatenate((s0, s1)) * tiles + np.concatenate((t0, t1))),
+                        "end": self._cells(np.concatenate((e0, e1)) * tiles + np.concatenate((t0, t1))),
+                        "nbytes": np.concatenate((b0, -b1)).astype(self.grid.dtype),
+                        "owner": at[np.concatenate((o0, o1))]})
+        return tuple(out)
+
+    def _cells(self, cells: np.ndarray) -> np.ndarray:
+        return cells.astype(self.grid.cell_dtype)
+
+    def _intervals(self, var: np.ndarray) -> tuple[np.ndarray, ...]:
+        """(start column, end column, tile, bytes, owner) of every interval of ``var`` in this grid's profile."""
+        p = self.grid.p
+        iv, owner = _expand(p, var)
+        v = p.variables
+        return (self.grid.col_start[iv], self.grid.col_end[iv], v.tile[var].astype(np.int64)[owner],
+                v.bytes[var].astype(np.int64)[owner], owner)
+
+    def _profiled(self, var: np.ndarray) -> tuple[np.ndarray, ...]:
+        """The same as profiled, in this grid's columns."""
+        p = self.shared.profile
+        iv, owner = _expand(p, var)
+        v = p.variables
+        return (self.base_start[iv], self.base_end[iv], v.tile[var].astype(np.int64)[owner],
+                v.bytes[var].astype(np.int64)[owner], owner)
+
+    def _moved(self, events: Events) -> Events:
+        """Events of the profile's grid in this grid's columns (the same when the segments are the same)."""
+        if self.same:
+            return events
+        tiles, grid = self.grid.tiles, self.grid
+        if "rows" in events:
+            rows = self.colmap[events["rows"]]
+            return {"rows": rows, "dense": events["dense"].astype(grid.dtype), "blocks": np.unique(rows // grid.block)}
+        if "cells" in events:
+            cols = self.colmap[events["cells"] // tiles]
+            return {"cells": self._cells(cols * tiles + events["cells"] % tiles),
+                    "delta": events["delta"].astype(grid.dtype), "blocks": np.unique(cols // grid.block)}
+        start = self.colmap[events["start"] // tiles] * tiles + events["start"] % tiles
+        end = self.colmap[events["end"] // tiles] * tiles + events["end"] % tiles
+        return {"start": self._cells(start), "end": self._cells(end), "nbytes": events["nbytes"].astype(grid.dtype),
+                "owner": events["owner"]}
+
+
+def _expand(profile: Profile, var: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Interval indices of the variables' classes, and each interval's position in ``var``."""
+    cls = profile.variables.klass[var]
+    counts = profile.class_ptr[cls + 1] - profile.class_ptr[cls]
+    return expand_ranges(profile.class_ptr[cls], counts), np.repeat(np.arange(len(var)), counts)
+
+
+def _changed(profile: Profile, base: Profile) -> np.ndarray | None:
+    """Bool per variable: live steps or bytes differ from the profiled ones; None when the class table is not an extension."""
+    n = base.num_classes
+    if profile.num_classes < n or profile.tiles != base.tiles:
+        return None
+    ptr = base.class_ptr
+    if not (np.array_equal(profile.class_ptr[: n + 1], ptr)
+            and np.array_equal(profile.iv_start[: ptr[-1]], base.iv_start)
+            and np.array_equal(profile.iv_end[: ptr[-1]], base.iv_end)):
+        return None
+    a, b = profile.variables, base.variables
+    if a.tile is not b.tile and not np.array_equal(a.tile, b.tile):
+        return None
+    return np.asarray((a.klass != b.klass) | (a.bytes != b.bytes))
+
+
+class EngineShare:
+    """One engine's view of the shared parts: which variables its options change, and its grids' adapters."""
+
+    def __init__(self, shared: SharedParts, engine: MemoryEngine, grid: SegmentGrid | None,
+                 cut_grid: SegmentGrid | None) -> None:
+        self.shared = shared
+        base = shared.profile
+        changed = _changed(engine.profile, base)
+        self.grid = None if grid is None or changed is None else _GridShare.of(shared, grid, changed)
+        cut_changed = None if cut_grid is None else _changed(cut_grid.p, base)
+        self.cut_grid = None if cut_grid is None or cut_changed is None else _GridShare.of(shared, cut_grid,
+                                                                                          cut_changed)
+        self.stash_changed: np.ndarray | None = None
+        if engine.training and changed is not None:
+            candidate, first, last = shared.stash_columns
+            self.stash_changed = np.asarray(changed | (engine.stash_candidate != candidate)
+                                            | (engine.var_first_step != first) | (engine.var_last_step != last))
+        self.engine_columns = engine
+
+    def stash(self, var: np.ndarray, with_owner: bool = False) -> tuple[Events, ...] | None:
+        """The stash columns of ``var``: the profiled ones, plus the changed variables' own minus their profiled."""
+        engine = self.engine_columns
+        if not engine.training:
+            return None
+        if self.stash_changed is None:
+            from popliner.memory.stash_row import stash_columns
+
+            own = stash_columns(engine, var, with_owner)
+            assert own is not None  # training
+            return (own,)
+        out = [self.shared.stash(var, with_owner)]
+        at = np.flatnonzero(self.stash_changed[var])
+        if at.size:
+            v = engine.profile.variables
+            mine = candidate_columns(var[at], engine.stash_candidate, engine.var_first_step, engine.var_last_step,
+                                     v.tile, v.bytes, engine.tiles, with_owner)
+            theirs = self.shared.columns(var[at], with_owner, sign=-1)
+            if with_owner:  # positions in var, not in var[at]
+                mine["owner"], theirs["owner"] = at[mine["owner"]], at[theirs["owner"]]
+            out += [mine, theirs]
+        return tuple(out)
