@@ -24,7 +24,7 @@ from popliner.analysis import Analysis, AnalysisOptions, load_analysis
 from popliner.memory import ranges_shared
 from popliner.memory.liveness import SegmentGrid
 from popliner.memory.ranges import ProfileRanges
-from popliner.memory.ranges_shared import SharedParts
+from popliner.memory.ranges_shared import SharedParts, sharing
 from popliner.memory.training import TrainingOptions
 from popliner.pod.plan import _reanalyse
 from popliner.synth import generate_document, preset_spec
@@ -67,8 +67,13 @@ def _option_engines(source: str) -> Iterator[tuple[dict[str, Any], Any, Any]]:
     for changes in OPTION_SETS:
         options = dataclasses.replace(TrainingOptions(), **changes)
         a, b = _reanalyse(shared_base, options), _reanalyse(alone_base, options)
-        assert a.engine.share_parts(shared)
-        yield changes, a.engine, b.engine
+        with sharing(shared):  # the engine's training view shares the roles and recomputation spans too
+            engine = a.engine
+        assert engine.shared_parts is shared and b.engine.shared_parts is None
+        np.testing.assert_array_equal(engine.view.rerun_ops, b.engine.view.rerun_ops)
+        np.testing.assert_array_equal(engine.view.forward_cut, b.engine.view.forward_cut)
+        np.testing.assert_array_equal(engine.view.never_stash, b.engine.view.never_stash)
+        yield changes, engine, b.engine
 
 
 @pytest.fixture

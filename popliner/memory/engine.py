@@ -31,7 +31,7 @@ from popliner.memory.boundaries import Boundaries
 from popliner.memory.liveness import variable_steps, window_peak
 from popliner.memory.model import MemoryModel
 from popliner.memory.range_state import Liveness, RangeState, liveness_path
-from popliner.memory.ranges_shared import SharedParts
+from popliner.memory.ranges_shared import SharedParts, active_share
 from popliner.memory.training import TrainingOptions, build_training_view
 from popliner.memory.types import StageMemory
 from popliner.memory.whatif import with_live_steps
@@ -81,8 +81,11 @@ class MemoryEngine:
         # The one place the training options change figures: the what-if
         # profile (bytes and live steps of variables) and the view's rules
         # (backward part, stash entry, re-run cycles, pipeline recomputation).
+        # Under ranges_shared.sharing (popliner plan: an engine per option set) the option-free work is shared.
+        shared = active_share(profile, ops)
         self.view = build_training_view(profile, ops, self.layer_of_op, len(self.layer_names),
-                                        np.asarray(is_backward, bool), self.options, training)
+                                        np.asarray(is_backward, bool), self.options, training,
+                                        shared.view_memo if shared is not None else None)
         #: The profile as given, before the options' what-if (what :class:`SharedParts` are made of).
         self.base_profile = profile
         #: Layer parts shared with other engines of the same profile (:meth:`share_parts`).
@@ -94,6 +97,8 @@ class MemoryEngine:
         #: ``--recompute pipeline``: the figures of re-run sets, by their operations (the model memoises the rest).
         self._rerun_memo: dict[bytes, StageMemory] = {}
         self._range_states: dict[Liveness, RangeState] = {}
+        if shared is not None:
+            self.share_parts(shared)
 
     @property
     def tiles(self) -> int:

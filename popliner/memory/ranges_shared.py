@@ -24,7 +24,10 @@ the byte (tests/test_shared_parts.py holds them against engines built alone).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -37,11 +40,30 @@ from popliner.profile.model import Profile
 if TYPE_CHECKING:
     from popliner.memory.engine import MemoryEngine
 
-__all__ = ["EngineShare", "ProgramPart", "SharedParts"]
+__all__ = ["EngineShare", "ProgramPart", "SharedParts", "active_share", "sharing"]
 
 Events = dict[str, np.ndarray]
 #: (additive per tile, vertex presence, other-category units or None, first step, last step, counted variables).
 ProgramPart = tuple[np.ndarray, np.ndarray, "np.ndarray | None", int, int, np.ndarray]
+
+
+_ACTIVE: ContextVar[SharedParts | None] = ContextVar("popliner_shared_parts", default=None)
+
+
+@contextmanager
+def sharing(shared: SharedParts) -> Iterator[SharedParts]:
+    """Engines built in this block on ``shared``'s profile and operations take their shared parts from it."""
+    token = _ACTIVE.set(shared)
+    try:
+        yield shared
+    finally:
+        _ACTIVE.reset(token)
+
+
+def active_share(profile: Profile, ops: OperationTable) -> SharedParts | None:
+    """The shared parts of :func:`sharing` when they are of this profile and operation table."""
+    shared = _ACTIVE.get()
+    return shared if shared is not None and shared.profile is profile and shared.ops is ops else None
 
 
 class SharedParts:
@@ -62,6 +84,8 @@ class SharedParts:
         self._grid: SegmentGrid | None = None
         self._columns: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         self._spans: dict[bytes, tuple[np.ndarray, np.ndarray]] = {}
+        #: What the training views of several option sets share (:func:`popliner.memory.training.build_training_view`).
+        self.view_memo: dict[bytes, Any] = {}
 
     def accepts(self, engine: MemoryEngine) -> bool:
         """Was ``engine`` built on this profile and operation table (so its programs are these)?"""
@@ -264,10 +288,18 @@ class EngineShare:
                                                                                           cut_changed)
         self.stash_changed: np.ndarray | None = None
         if engine.training and changed is not None:
-            candidate, first, last = shared.stash_columns
-            self.stash_changed = np.asarray(changed | (engine.stash_candidate != candidate)
-                                            | (engine.var_first_step != first) | (engine.var_last_step != last))
+            # A variable whose class and bytes are as profiled has the profiled steps and always-live flag
+            # (the class table extends the profile's): only every-layer's never-stashed ones change besides.
+            self.stash_changed = np.asarray(changed | engine.view.never_stash)
         self.engine_columns = engine
+        p = engine.profile
+        # Per class of the engine's profile: first and last live step, always live (a handful of classes).
+        nonempty = np.diff(p.class_ptr) > 0
+        self._class_first = np.full(p.num_classes, -1, np.int64)
+        self._class_last = np.full(p.num_classes, -1, np.int64)
+        self._class_first[nonempty] = p.iv_start[p.class_ptr[:-1][nonempty]]
+        self._class_last[nonempty] = p.iv_end[p.class_ptr[1:][nonempty] - 1] - 1
+        self._class_always = p.always_live_classes()
 
     def stash(self, var: np.ndarray, with_owner: bool = False) -> tuple[Events, ...] | None:
         """The stash columns of ``var``: the profiled ones, plus the changed variables' own minus their profiled."""
@@ -283,11 +315,19 @@ class EngineShare:
         out = [self.shared.stash(var, with_owner)]
         at = np.flatnonzero(self.stash_changed[var])
         if at.size:
-            v = engine.profile.variables
-            mine = candidate_columns(var[at], engine.stash_candidate, engine.var_first_step, engine.var_last_step,
-                                     v.tile, v.bytes, engine.tiles, with_owner)
+            mine = self._columns(var[at], with_owner)
             theirs = self.shared.columns(var[at], with_owner, sign=-1)
             if with_owner:  # positions in var, not in var[at]
                 mine["owner"], theirs["owner"] = at[mine["owner"]], at[theirs["owner"]]
             out += [mine, theirs]
         return tuple(out)
+
+    def _columns(self, var: np.ndarray, with_owner: bool) -> Events:
+        """:func:`popliner.memory.stash_row.stash_columns` of a few variables, from their classes."""
+        engine = self.engine_columns
+        v = engine.profile.variables
+        cls = v.klass[var]
+        candidate = ~self._class_always[cls] & ~engine.view.never_stash[var]
+        at = np.arange(len(var))
+        return candidate_columns(at, candidate, self._class_first[cls], self._class_last[cls], v.tile[var],
+                                 v.bytes[var], engine.tiles, with_owner)

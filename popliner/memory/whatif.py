@@ -14,6 +14,7 @@ variables and operations each rule touches; this module rewrites.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 
@@ -73,8 +74,13 @@ def optimizer_state_variables(
 
 
 def rewrite(profile: Profile, ops: OperationTable, layer_of_op: np.ndarray, num_layers: int, roles: Roles,
-            shard: int, off_chip: bool, recompute: str) -> WhatIf:
-    """Apply sharding (``shard`` replicas), off-chip state and ``recompute`` to the profile's variables."""
+            shard: int, off_chip: bool, recompute: str, memo: dict[bytes, Any] | None = None) -> WhatIf:
+    """Apply sharding (``shard`` replicas), off-chip state and ``recompute`` to the profile's variables.
+
+    ``memo``: kept across calls on the same profile and operations (several
+    option sets), so that what the recomputation modes read of the layers is
+    worked out once per layering.
+    """
     v = profile.variables
     nbytes = v.bytes
     if shard > 1:
@@ -91,7 +97,7 @@ def rewrite(profile: Profile, ops: OperationTable, layer_of_op: np.ndarray, num_
         keep_lo, keep_hi = _off_chip_window(ops, roles, unchanged)
     cuts = _Cuts(unchanged, unchanged, np.zeros(v.count, bool), unchanged, np.zeros(ops.count, bool))
     if recompute in ("every-layer", "pipeline"):
-        cuts = _recompute_cuts(profile, ops, layer_of_op, num_layers, roles, recompute, unchanged)
+        cuts = _recompute_cuts(profile, ops, layer_of_op, num_layers, roles, recompute, unchanged, memo)
     what_if = with_live_steps(profile, nbytes, cuts.lo, cuts.hi, keep_lo, keep_hi)
     return WhatIf(what_if, cuts.never_stash, cuts.forward_cut, cuts.rerun_ops)
 
@@ -116,17 +122,30 @@ class _Cuts:
 
 
 def _recompute_cuts(profile: Profile, ops: OperationTable, layer_of_op: np.ndarray, num_layers: int, roles: Roles,
-                    recompute: str, unchanged: np.ndarray) -> _Cuts:
+                    recompute: str, unchanged: np.ndarray, memo: dict[bytes, Any] | None = None) -> _Cuts:
     """What ``every-layer`` (cut live steps) or ``pipeline`` (a forward cut per stage) recomputes."""
     steps = unchanged.dtype.type
     count = profile.variables.count
-    unit = _unit_of_op(layer_of_op, roles.groups, num_layers)
-    bstart = unit_backward_start(unit, ops.first_step, roles.is_backward, num_layers + 2)
-    forward_op = (ops.first_step >= 0) & ~roles.is_backward
-    forward_op &= ops.first_step < bstart[np.maximum(unit, 0)]
-    first, last = variable_steps(profile, steps)
-    u = _last_forward_read(ops, forward_op, count, steps)
-    lo_unit, hi_unit = _unit_span(ops, unit, count, steps)
+    # What follows reads the layering and the backward operations only: the same for both modes and
+    # wherever the optimizer state lives.
+    key = b"".join((b"cuts", np.asarray(layer_of_op, np.int64).tobytes(), np.asarray(roles.groups, np.int64).tobytes(),
+                    np.asarray(roles.is_backward, bool).tobytes(), str((num_layers, np.dtype(steps).str)).encode()))
+    found = memo.get(key) if memo is not None else None
+    if found is None:
+        unit = _unit_of_op(layer_of_op, roles.groups, num_layers)
+        bstart = unit_backward_start(unit, ops.first_step, roles.is_backward, num_layers + 2)
+        forward_op = (ops.first_step >= 0) & ~roles.is_backward
+        forward_op &= ops.first_step < bstart[np.maximum(unit, 0)]
+        first, last = variable_steps(profile, steps)
+        u = _last_forward_read(ops, forward_op, count, steps)
+        lo_unit, hi_unit = _unit_span(ops, unit, count, steps)
+        found = (unit, bstart, forward_op, first, last, u, lo_unit, hi_unit)
+        if memo is not None:
+            # One layering at a time (the planner goes through the head placements in turn): tens of MB each.
+            for old in [k for k in memo if k.startswith(b"cuts")]:
+                del memo[old]
+            memo[key] = found  # read only from here on
+    unit, bstart, forward_op, first, last, u, lo_unit, hi_unit = found
     kept = ~roles.always_live & (u >= 0) & (lo_unit >= 0) & ~roles.optimizer_state
     if recompute == "every-layer":
         cut_lo, cut_hi = unchanged.copy(), unchanged.copy()

@@ -20,7 +20,7 @@ from typing import Any
 from popliner.analysis import Analysis
 from popliner.config.yaml_io import MAX_MICRO_BATCHES
 from popliner.errors import UsageProblem
-from popliner.memory.ranges_shared import SharedParts
+from popliner.memory.ranges_shared import SharedParts, sharing
 from popliner.memory.training import (
     EMBEDDING_GROUP,
     HEAD_PLACEMENTS,
@@ -187,8 +187,8 @@ def plan_pod(analysis: Analysis, request: PodRequest) -> PodPlan:
     traffic: TrafficTable | None = None  # one for every option set (popliner.pod.search)
     shared = SharedParts(analysis.profile, analysis.ops)  # each layer's option-free parts, for every option set
     for options, depths in _option_sets(analysis, request, notes):
-        with phase("planning the pod"):
-            found = _search(analysis, options, depths, budget, request, analyses, notes, traffic, shared)
+        with phase("planning the pod"), sharing(shared):
+            found = _search(analysis, options, depths, budget, request, analyses, notes, traffic)
         if found is None:
             continue
         traffic = found.traffic
@@ -235,7 +235,7 @@ def _has_unlayered(analysis: Analysis) -> bool:
 
 def _search(analysis: Analysis, options: TrainingOptions, depths: tuple[int, ...], budget: int,
             request: PodRequest, analyses: dict[TrainingOptions, Analysis], notes: list[str],
-            traffic: TrafficTable | None, shared: SharedParts | None = None) -> OptionSearch | None:
+            traffic: TrafficTable | None) -> OptionSearch | None:
     """The option set's analysis and splits; None when it only repeats another (recomputation compiled in)."""
     other = _reanalyse(analysis, options)
     if options.recompute != "none" and other.engine.view.recompute in ("compiled", "none"):
@@ -244,8 +244,6 @@ def _search(analysis: Analysis, options: TrainingOptions, depths: tuple[int, ...
             notes.append(note)
         return None
     analyses[options] = other
-    if shared is not None:
-        other.engine.share_parts(shared)
     log.debug("planning %s over %s IPUs per replica", options.as_dict(), ",".join(map(str, depths)))
     found = search_options(other, depths, budget, request.constants.link_bandwidth, traffic)
     # The splits hold their figures; the engine (gigabytes on a large profile) is rebuilt only if asked for
