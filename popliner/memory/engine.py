@@ -261,6 +261,19 @@ class MemoryEngine:
         return self._cut_profile(cut)
 
     def _cut_profile(self, cut: np.ndarray) -> Profile:
+        if self.shared_parts is None:
+            return self._make_cut_profile(cut)
+        # Option sets that cut the same variables of the same what-if profile (the head placements, often)
+        # share one forward-cut profile, found by content.
+        made: list[tuple[Profile, np.ndarray, Profile]] = self.shared_parts.view_memo.setdefault(b"cut-profiles", [])
+        for what_if, known, found in made:
+            if what_if is self.profile and np.array_equal(known, cut):
+                return found
+        found = self._make_cut_profile(cut)
+        made.append((self.profile, cut, found))
+        return found
+
+    def _make_cut_profile(self, cut: np.ndarray) -> Profile:
         pick = cut >= 0
         n = self.profile.variables.count
         keep_lo = np.where(pick, 0, -1).astype(np.int64)

@@ -86,6 +86,35 @@ class SharedParts:
         self._spans: dict[bytes, tuple[np.ndarray, np.ndarray]] = {}
         #: What the training views of several option sets share (:func:`popliner.memory.training.build_training_view`).
         self.view_memo: dict[bytes, Any] = {}
+        #: Each distinct variable table met (what-if and forward-cut profiles), and never-stashed set.
+        self._tables: list[_Table] = []
+        self._never: list[np.ndarray] = []
+        #: Parts already corrected for a variable table: (table, what, variables) -> pieces.
+        self.corrected: dict[tuple[int, str, bytes], tuple[Events, ...]] = {}
+
+    def table(self, profile: Profile, changed: np.ndarray) -> int:
+        """A number per distinct variable table (classes, intervals, bytes, tiles): equal numbers, equal tables.
+
+        ``changed``: the variables whose class or bytes differ from the
+        profiled ones (:func:`_changed`), the only ones a table keeps.
+        Option sets often give the same table (off-chip state whatever the
+        recomputation; the same forward cut whatever the head placement), and
+        then share its corrected parts too.
+        """
+        table = _Table.of(profile, changed)
+        for k, known in enumerate(self._tables):
+            if known.same(table):
+                return k
+        self._tables.append(table)
+        return len(self._tables) - 1
+
+    def never_stash(self, never: np.ndarray) -> int:
+        """A number per distinct never-stashed set (``every-layer``'s recomputed variables)."""
+        for k, known in enumerate(self._never):
+            if known is never or np.array_equal(known, never):
+                return k
+        self._never.append(never)
+        return len(self._never) - 1
 
     def accepts(self, engine: MemoryEngine) -> bool:
         """Was ``engine`` built on this profile and operation table (so its programs are these)?"""
@@ -172,6 +201,9 @@ class _GridShare:
         self.shared = shared
         self.grid = grid
         self.changed = changed
+        # Grids of equal tables have equal segments: their corrected parts are the same.
+        self.table = shared.table(grid.p, changed)
+        self.tag = f"{grid.block}:{grid.ends.size}:{grid.dtype}:{grid.cell_dtype}"
         base = shared.grid
         # Column of each profiled segment start in this grid (its ends include the profile's).
         self.colmap = np.searchsorted(grid.ends, base.ends)
@@ -191,6 +223,21 @@ class _GridShare:
 
     def merged(self, var: np.ndarray) -> tuple[Events, ...]:
         """The variables' net change on this grid: the profiled one moved here, plus the changed ones' correction."""
+        key = (self.table, "merged:" + self.tag, var.tobytes())
+        found = self.shared.corrected.get(key)
+        if found is None:
+            found = self.shared.corrected[key] = self._merged(var)
+        return found
+
+    def owned(self, var: np.ndarray) -> tuple[Events, ...]:
+        """:meth:`SegmentGrid.events_of` with owners (positions in ``var``), as a profiled part and a correction."""
+        key = (self.table, "owned:" + self.tag, var.tobytes())
+        found = self.shared.corrected.get(key)
+        if found is None:
+            found = self.shared.corrected[key] = self._owned(var)
+        return found
+
+    def _merged(self, var: np.ndarray) -> tuple[Events, ...]:
         out = [self._moved(self.shared.merged(var))]
         pick = var[self.changed[var]]
         if pick.size:
@@ -200,8 +247,7 @@ class _GridShare:
                                             np.concatenate((t0, t1)), np.concatenate((b0, -b1))))
         return tuple(out)
 
-    def owned(self, var: np.ndarray) -> tuple[Events, ...]:
-        """:meth:`SegmentGrid.events_of` with owners (positions in ``var``), as a profiled part and a correction."""
+    def _owned(self, var: np.ndarray) -> tuple[Events, ...]:
         out = [self._moved(self.shared.owned(var))]
         at = np.flatnonzero(self.changed[var])
         if at.size:
@@ -240,14 +286,14 @@ class _GridShare:
         tiles, grid = self.grid.tiles, self.grid
         if "rows" in events:
             rows = self.colmap[events["rows"]]
-            return {"rows": rows, "dense": events["dense"].astype(grid.dtype), "blocks": np.unique(rows // grid.block)}
+            return {"rows": rows, "dense": events["dense"].astype(grid.dtype, copy=False), "blocks": np.unique(rows // grid.block)}
         if "cells" in events:
             cols = self.colmap[events["cells"] // tiles]
             return {"cells": self._cells(cols * tiles + events["cells"] % tiles),
-                    "delta": events["delta"].astype(grid.dtype), "blocks": np.unique(cols // grid.block)}
+                    "delta": events["delta"].astype(grid.dtype, copy=False), "blocks": np.unique(cols // grid.block)}
         start = self.colmap[events["start"] // tiles] * tiles + events["start"] % tiles
         end = self.colmap[events["end"] // tiles] * tiles + events["end"] % tiles
-        return {"start": self._cells(start), "end": self._cells(end), "nbytes": events["nbytes"].astype(grid.dtype),
+        return {"start": self._cells(start), "end": self._cells(end), "nbytes": events["nbytes"].astype(grid.dtype, copy=False),
                 "owner": events["owner"]}
 
 
@@ -256,6 +302,27 @@ def _expand(profile: Profile, var: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     cls = profile.variables.klass[var]
     counts = profile.class_ptr[cls + 1] - profile.class_ptr[cls]
     return expand_ranges(profile.class_ptr[cls], counts), np.repeat(np.arange(len(var)), counts)
+
+
+class _Table:
+    """What tells one variable table from another of the same profile: the class table and the changed variables.
+
+    Both extend the same profiled table (:func:`_changed` checked that), so
+    two with equal class tables, equal changed variables and equal classes
+    and bytes of those give every variable the same live steps and bytes.
+    """
+
+    def __init__(self, parts: tuple[np.ndarray, ...]) -> None:
+        self.parts = parts
+
+    @classmethod
+    def of(cls, profile: Profile, changed: np.ndarray) -> _Table:
+        at = np.flatnonzero(changed)
+        v = profile.variables
+        return cls((profile.class_ptr, profile.iv_start, profile.iv_end, at, v.klass[at], v.bytes[at]))
+
+    def same(self, other: _Table) -> bool:
+        return all(a.shape == b.shape and np.array_equal(a, b) for a, b in zip(self.parts, other.parts))
 
 
 def _changed(profile: Profile, base: Profile) -> np.ndarray | None:
@@ -287,10 +354,13 @@ class EngineShare:
         self.cut_grid = None if cut_grid is None or cut_changed is None else _GridShare.of(shared, cut_grid,
                                                                                           cut_changed)
         self.stash_changed: np.ndarray | None = None
+        self.stash_table, self.stash_key = -1, ""
         if engine.training and changed is not None:
             # A variable whose class and bytes are as profiled has the profiled steps and always-live flag
             # (the class table extends the profile's): only every-layer's never-stashed ones change besides.
             self.stash_changed = np.asarray(changed | engine.view.never_stash)
+            self.stash_table = shared.table(engine.profile, changed)
+            self.stash_key = f"stash:{shared.never_stash(engine.view.never_stash)}"
         self.engine_columns = engine
         p = engine.profile
         # Per class of the engine's profile: first and last live step, always live (a handful of classes).
@@ -312,6 +382,13 @@ class EngineShare:
             own = stash_columns(engine, var, with_owner)
             assert own is not None  # training
             return (own,)
+        key = (self.stash_table, f"{self.stash_key}:{with_owner}", var.tobytes())
+        found = self.shared.corrected.get(key)
+        if found is None:
+            found = self.shared.corrected[key] = self._stash(var, with_owner)
+        return found
+
+    def _stash(self, var: np.ndarray, with_owner: bool) -> tuple[Events, ...]:
         out = [self.shared.stash(var, with_owner)]
         at = np.flatnonzero(self.stash_changed[var])
         if at.size:

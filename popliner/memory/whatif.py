@@ -93,13 +93,35 @@ def rewrite(profile: Profile, ops: OperationTable, layer_of_op: np.ndarray, num_
     unchanged = np.full(v.count, -1, steps)
     unchanged.flags.writeable = False
     keep_lo = keep_hi = unchanged  # off chip: keep only steps keep_lo..keep_hi
+    # The state's window reads the updates and the state; the what-if profile those, the sharding and
+    # (every-layer only) the cuts, which read the layering (see _recompute_cuts).
+    roles_key = b"".join(np.asarray(a, bool).tobytes() for a in (roles.is_update, roles.optimizer_state))
     if off_chip:
-        keep_lo, keep_hi = _off_chip_window(ops, roles, unchanged)
+        window_key = b"offchip" + roles_key + np.dtype(steps).str.encode()
+        found = memo.get(window_key) if memo is not None else None
+        if found is None:
+            found = _off_chip_window(ops, roles, unchanged)
+            if memo is not None:
+                memo[window_key] = found  # read only from here on
+        keep_lo, keep_hi = found
     cuts = _Cuts(unchanged, unchanged, np.zeros(v.count, bool), unchanged, np.zeros(ops.count, bool))
     if recompute in ("every-layer", "pipeline"):
         cuts = _recompute_cuts(profile, ops, layer_of_op, num_layers, roles, recompute, unchanged, memo)
-    what_if = with_live_steps(profile, nbytes, cuts.lo, cuts.hi, keep_lo, keep_hi)
+    key = b"whatif" + repr((shard, off_chip, recompute == "every-layer")).encode() + roles_key
+    if recompute == "every-layer":
+        key = b"whatif-cuts" + _cuts_key(layer_of_op, num_layers, roles, steps) + roles.always_live.tobytes() + key
+    what_if = memo.get(key) if memo is not None else None
+    if what_if is None:
+        what_if = with_live_steps(profile, nbytes, cuts.lo, cuts.hi, keep_lo, keep_hi)
+        if memo is not None:
+            memo[key] = what_if
     return WhatIf(what_if, cuts.never_stash, cuts.forward_cut, cuts.rerun_ops)
+
+
+def _cuts_key(layer_of_op: np.ndarray, num_layers: int, roles: Roles, steps: type[np.signedinteger]) -> bytes:
+    """What :func:`_recompute_cuts`'s spans read besides the profile and the operations: the layering."""
+    return b"".join((np.asarray(layer_of_op, np.int64).tobytes(), np.asarray(roles.groups, np.int64).tobytes(),
+                     np.asarray(roles.is_backward, bool).tobytes(), str((num_layers, np.dtype(steps).str)).encode()))
 
 
 def _off_chip_window(ops: OperationTable, roles: Roles, unchanged: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -128,8 +150,7 @@ def _recompute_cuts(profile: Profile, ops: OperationTable, layer_of_op: np.ndarr
     count = profile.variables.count
     # What follows reads the layering and the backward operations only: the same for both modes and
     # wherever the optimizer state lives.
-    key = b"".join((b"cuts", np.asarray(layer_of_op, np.int64).tobytes(), np.asarray(roles.groups, np.int64).tobytes(),
-                    np.asarray(roles.is_backward, bool).tobytes(), str((num_layers, np.dtype(steps).str)).encode()))
+    key = b"cuts" + _cuts_key(layer_of_op, num_layers, roles, steps)
     found = memo.get(key) if memo is not None else None
     if found is None:
         unit = _unit_of_op(layer_of_op, roles.groups, num_layers)
@@ -142,7 +163,7 @@ def _recompute_cuts(profile: Profile, ops: OperationTable, layer_of_op: np.ndarr
         found = (unit, bstart, forward_op, first, last, u, lo_unit, hi_unit)
         if memo is not None:
             # One layering at a time (the planner goes through the head placements in turn): tens of MB each.
-            for old in [k for k in memo if k.startswith(b"cuts")]:
+            for old in [k for k in memo if k.startswith((b"cuts", b"whatif-cuts"))]:
                 del memo[old]
             memo[key] = found  # read only from here on
     unit, bstart, forward_op, first, last, u, lo_unit, hi_unit = found
