@@ -36,7 +36,7 @@ class Boundaries:
 
     def __init__(self, profile: Profile, ops: OperationTable, model: MemoryModel, layer_of_op: np.ndarray,
                  num_layers: int, head_wraps: bool, is_backward: np.ndarray, always_live_var: np.ndarray,
-                 layer_span: tuple[np.ndarray, np.ndarray] | None = None) -> None:
+                 layer_span: tuple[np.ndarray, np.ndarray] | None = None, constant: np.ndarray | None = None) -> None:
         self.profile = profile
         self.ops = ops
         self.model = model
@@ -48,6 +48,8 @@ class Boundaries:
         self.always_live_var = always_live_var
         if layer_span is not None:  # already worked out for the same layers and counted operations
             self.__dict__["variable_layer_span"] = layer_span
+        if constant is not None:  # already worked out for the same operations
+            self.__dict__["constant_var"] = constant
 
     def _used_by(self, layers: Sequence[int], first_stage: bool) -> np.ndarray:
         """The counted variables of the layers' operations (with the unlayered ones for the first stage)."""

@@ -480,11 +480,17 @@ class MemoryEngine:
     @cached_property
     def boundaries(self) -> Boundaries:
         """What crosses a boundary between stages (see :mod:`popliner.memory.boundaries`)."""
-        span = None if self.shared_parts is None else self.shared_parts.layer_span(self)
+        shared = self.shared_parts
+        span = None if shared is None else shared.layer_span(self)
+        # Constants read the operations and programs only: the same for every option set.
+        constant = None if shared is None else shared.view_memo.get(b"constant-var")
         made = Boundaries(self.profile, self.ops, self.model, self.layer_of_op, self.num_layers, self.head_wraps,
-                          self.is_backward, self.always_live_var, span)
-        if self.shared_parts is not None and span is None:
-            self.shared_parts.keep_layer_span(self, made.variable_layer_span)
+                          self.is_backward, self.always_live_var, span, constant)
+        if shared is not None:
+            if span is None:
+                shared.keep_layer_span(self, made.variable_layer_span)
+            if constant is None:
+                shared.view_memo[b"constant-var"] = made.constant_var
         return made
 
     # The figures every caller reads, named here so that the engine stays the one object to ask.

@@ -51,13 +51,14 @@ class RangeState:
     def __init__(self, engine: MemoryEngine, liveness: LivenessPath) -> None:
         self._engine = weakref.ref(engine)
         self.layer_ops = [engine.range_ops(k, k) for k in range(engine.num_layers)]
-        self.grid = SegmentGrid.of(engine.profile) if liveness == "grid" else None
+        shared = engine.shared_parts
+        dtype = shared.grid_dtype(engine.profile) if shared is not None else None
+        self.grid = SegmentGrid.of(engine.profile, dtype=dtype) if liveness == "grid" else None
         #: ``--recompute pipeline``: running sets keep their variables' forward-cut liveness too.
         self.rerun = engine.view.recompute == "pipeline"
-        self.cut_grid = forward_cut_grid(engine) if self.rerun and self.grid is not None else None
+        self.cut_grid = forward_cut_grid(engine, dtype) if self.rerun and self.grid is not None else None
         self.liveness: LivenessPath = liveness
         #: What other engines of the profile built already (``popliner plan``: one engine per option set).
-        shared = engine.shared_parts
         self.share = EngineShare(shared, engine, self.grid, self.cut_grid) if shared is not None else None
         self._parts: dict[int, LayerParts] = {}
         #: (i, j) -> (worst tile bytes, stash entry per tile, total per tile)

@@ -33,6 +33,7 @@ import numpy as np
 
 from popliner.arrays import expand_ranges
 from popliner.memory.liveness import SegmentGrid, variable_steps
+from popliner.memory.liveness.grid import cell_dtype
 from popliner.memory.stash_row import candidate_columns
 from popliner.ops.operations import OperationTable
 from popliner.profile.model import Profile
@@ -84,6 +85,7 @@ class SharedParts:
         self._grid: SegmentGrid | None = None
         self._columns: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         self._spans: dict[bytes, tuple[np.ndarray, np.ndarray]] = {}
+        self._dtypes: list[tuple[np.ndarray, np.ndarray, type[np.signedinteger]]] = []
         #: What the training views of several option sets share (:func:`popliner.memory.training.build_training_view`).
         self.view_memo: dict[bytes, Any] = {}
         #: Each distinct variable table met (what-if and forward-cut profiles), and never-stashed set.
@@ -137,6 +139,16 @@ class SharedParts:
             self._columns = (np.asarray(~always), first, last)
         return self._columns
 
+    def grid_dtype(self, profile: Profile) -> type[np.signedinteger]:
+        """:func:`popliner.memory.liveness.grid.cell_dtype` of a profile of these variables (by their tiles and bytes)."""
+        v = profile.variables
+        for tile, nbytes, dtype in self._dtypes:
+            if tile is v.tile and nbytes is v.bytes:  # the what-if profiles keep the arrays unless sharded
+                return dtype
+        found = cell_dtype(profile)
+        self._dtypes.append((v.tile, v.bytes, found))  # held, so that the identities stay meaningful
+        return found
+
     def layer_span(self, engine: MemoryEngine) -> tuple[np.ndarray, np.ndarray] | None:
         """The first and last layer using each variable (:attr:`Boundaries.variable_layer_span`), if known."""
         return self._spans.get(self._span_key(engine))
@@ -159,28 +171,25 @@ class SharedParts:
             found = self._programs[key] = program_part(engine, ops)
         return found
 
-    def merged(self, var: np.ndarray) -> Events:
-        """:meth:`SegmentGrid.merged` of ``var`` on the profile's grid."""
-        key = var.tobytes()
+    def merged(self, var: np.ndarray, key: bytes) -> Events:
+        """:meth:`SegmentGrid.merged` of ``var`` (``key``: its bytes) on the profile's grid."""
         found = self._merged.get(key)
         if found is None:
             found = self._merged[key] = self.grid.merged(var)
         return found
 
-    def owned(self, var: np.ndarray) -> Events:
+    def owned(self, var: np.ndarray, key: bytes) -> Events:
         """:meth:`SegmentGrid.events_of` of ``var`` (with owners) on the profile's grid."""
-        key = var.tobytes()
         found = self._owned.get(key)
         if found is None:
             found = self._owned[key] = self.grid.events_of(var, with_owner=True)
         return found
 
-    def stash(self, var: np.ndarray, with_owner: bool) -> Events:
+    def stash(self, var: np.ndarray, with_owner: bool, key: bytes) -> Events:
         """The stash columns of ``var`` as profiled (:func:`popliner.memory.stash_row.stash_columns`)."""
-        key = (var.tobytes(), with_owner)
-        found = self._stash.get(key)
+        found = self._stash.get((key, with_owner))
         if found is None:
-            found = self._stash[key] = self.columns(var, with_owner)
+            found = self._stash[(key, with_owner)] = self.columns(var, with_owner)
         return found
 
     def columns(self, var: np.ndarray, with_owner: bool, sign: int = 1) -> Events:
@@ -221,24 +230,27 @@ class _GridShare:
             return None
         return cls(shared, grid, changed)
 
-    def merged(self, var: np.ndarray) -> tuple[Events, ...]:
-        """The variables' net change on this grid: the profiled one moved here, plus the changed ones' correction."""
-        key = (self.table, "merged:" + self.tag, var.tobytes())
-        found = self.shared.corrected.get(key)
+    def merged(self, var: np.ndarray, key: bytes) -> tuple[Events, ...]:
+        """The variables' net change on this grid: the profiled one moved here, plus the changed ones' correction.
+
+        ``key`` is ``var.tobytes()``, made once per layer (hashing it is most of a lookup's cost).
+        """
+        where = (self.table, "merged:" + self.tag, key)
+        found = self.shared.corrected.get(where)
         if found is None:
-            found = self.shared.corrected[key] = self._merged(var)
+            found = self.shared.corrected[where] = self._merged(var, key)
         return found
 
-    def owned(self, var: np.ndarray) -> tuple[Events, ...]:
+    def owned(self, var: np.ndarray, key: bytes) -> tuple[Events, ...]:
         """:meth:`SegmentGrid.events_of` with owners (positions in ``var``), as a profiled part and a correction."""
-        key = (self.table, "owned:" + self.tag, var.tobytes())
-        found = self.shared.corrected.get(key)
+        where = (self.table, "owned:" + self.tag, key)
+        found = self.shared.corrected.get(where)
         if found is None:
-            found = self.shared.corrected[key] = self._owned(var)
+            found = self.shared.corrected[where] = self._owned(var, key)
         return found
 
-    def _merged(self, var: np.ndarray) -> tuple[Events, ...]:
-        out = [self._moved(self.shared.merged(var))]
+    def _merged(self, var: np.ndarray, key: bytes) -> tuple[Events, ...]:
+        out = [self._moved(self.shared.merged(var, key))]
         pick = var[self.changed[var]]
         if pick.size:
             s0, e0, t0, b0, _ = self._intervals(pick)
@@ -247,8 +259,8 @@ class _GridShare:
                                             np.concatenate((t0, t1)), np.concatenate((b0, -b1))))
         return tuple(out)
 
-    def _owned(self, var: np.ndarray) -> tuple[Events, ...]:
-        out = [self._moved(self.shared.owned(var))]
+    def _owned(self, var: np.ndarray, key: bytes) -> tuple[Events, ...]:
+        out = [self._moved(self.shared.owned(var, key))]
         at = np.flatnonzero(self.changed[var])
         if at.size:
             s0, e0, t0, b0, o0 = self._intervals(var[at])
@@ -371,7 +383,7 @@ class EngineShare:
         self._class_last[nonempty] = p.iv_end[p.class_ptr[1:][nonempty] - 1] - 1
         self._class_always = p.always_live_classes()
 
-    def stash(self, var: np.ndarray, with_owner: bool = False) -> tuple[Events, ...] | None:
+    def stash(self, var: np.ndarray, key: bytes, with_owner: bool = False) -> tuple[Events, ...] | None:
         """The stash columns of ``var``: the profiled ones, plus the changed variables' own minus their profiled."""
         engine = self.engine_columns
         if not engine.training:
@@ -382,14 +394,14 @@ class EngineShare:
             own = stash_columns(engine, var, with_owner)
             assert own is not None  # training
             return (own,)
-        key = (self.stash_table, f"{self.stash_key}:{with_owner}", var.tobytes())
-        found = self.shared.corrected.get(key)
+        where = (self.stash_table, f"{self.stash_key}:{with_owner}", key)
+        found = self.shared.corrected.get(where)
         if found is None:
-            found = self.shared.corrected[key] = self._stash(var, with_owner)
+            found = self.shared.corrected[where] = self._stash(var, with_owner, key)
         return found
 
-    def _stash(self, var: np.ndarray, with_owner: bool) -> tuple[Events, ...]:
-        out = [self.shared.stash(var, with_owner)]
+    def _stash(self, var: np.ndarray, with_owner: bool, key: bytes) -> tuple[Events, ...]:
+        out = [self.shared.stash(var, with_owner, key)]
         at = np.flatnonzero(self.stash_changed[var])
         if at.size:
             mine = self._columns(var[at], with_owner)

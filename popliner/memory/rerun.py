@@ -33,9 +33,12 @@ if TYPE_CHECKING:
 __all__ = ["ForwardCut", "forward_cut_grid"]
 
 
-def forward_cut_grid(engine: MemoryEngine) -> SegmentGrid:
-    """The liveness grid of the engine's forward-cut profile (its segments refine the what-if profile's)."""
-    return SegmentGrid.of(engine.forward_cut_profile())
+def forward_cut_grid(engine: MemoryEngine, dtype: type[np.signedinteger] | None = None) -> SegmentGrid:
+    """The liveness grid of the engine's forward-cut profile (its segments refine the what-if profile's).
+
+    ``dtype``: the what-if grid's cells, when known (the cut profile has the same variables' bytes).
+    """
+    return SegmentGrid.of(engine.forward_cut_profile(), dtype=dtype)
 
 
 class ForwardCut:

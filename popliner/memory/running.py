@@ -72,10 +72,12 @@ class LayerParts:
                                                   else share.shared.programs(engine, ops))
         multi = engine.multi_layer_var[var]
         private, shared = var[~multi], var[multi]
-        events = _events(grid, share.grid if share is not None else None, private, shared)
-        cut = _events(cut_grid, share.cut_grid if share is not None else None, private, shared)
+        # Each variable set's bytes, once: the shared parts are found by them.
+        keys = (private.tobytes(), shared.tobytes()) if share is not None else (b"", b"")
+        events = _events(grid, share.grid if share is not None else None, private, shared, keys)
+        cut = _events(cut_grid, share.cut_grid if share is not None else None, private, shared, keys)
         if share is not None:
-            stash = share.stash(private), share.stash(shared, with_owner=True)
+            stash = share.stash(private, keys[0]), share.stash(shared, keys[1], with_owner=True)
         else:
             both = stash_columns(engine, private), stash_columns(engine, shared, with_owner=True)
             stash = (None, None) if both[0] is None or both[1] is None else ((both[0],), (both[1],))
@@ -105,13 +107,13 @@ def program_part(engine: MemoryEngine, ops: np.ndarray) -> ProgramPart:
     return additive, presence, units, lo, hi, model.counted_variables(ops)
 
 
-def _events(grid: SegmentGrid | None, share: _GridShare | None, private: np.ndarray, shared: np.ndarray
-            ) -> tuple[tuple[Events, ...] | None, tuple[Events, ...] | None]:
+def _events(grid: SegmentGrid | None, share: _GridShare | None, private: np.ndarray, shared: np.ndarray,
+            keys: tuple[bytes, bytes]) -> tuple[tuple[Events, ...] | None, tuple[Events, ...] | None]:
     """(private, shared) events on ``grid`` (none without one): from the shared parts when the grid has them."""
     if grid is None:
         return None, None
     if share is not None:
-        return share.merged(private), share.owned(shared)
+        return share.merged(private, keys[0]), share.owned(shared, keys[1])
     return (grid.merged(private),), (grid.events_of(shared, with_owner=True),)
 
 
