@@ -140,7 +140,7 @@ class SharedParts:
         return self._columns
 
     def grid_dtype(self, profile: Profile) -> type[np.signedinteger]:
-        """:func:`popliner.memory.liveness.grid.cell_dtype` of a profile of these variables (by their tiles and bytes)."""
+        """:func:`popliner.memory.liveness.grid.cell_dtype` of a profile of these variables (their tiles and bytes)."""
         v = profile.variables
         for tile, nbytes, dtype in self._dtypes:
             if tile is v.tile and nbytes is v.bytes:  # the what-if profiles keep the arrays unless sharded
@@ -159,7 +159,8 @@ class SharedParts:
     @staticmethod
     def _span_key(engine: MemoryEngine) -> bytes:
         # What the span reads besides the operation table: each operation's layer and whether it counts.
-        return engine.layer_of_op.tobytes() + engine.model.counted_vars.tobytes() + engine.num_layers.to_bytes(8, "little")
+        layering = engine.layer_of_op.tobytes() + engine.model.counted_vars.tobytes()
+        return layering + engine.num_layers.to_bytes(8, "little")
 
     def programs(self, engine: MemoryEngine, ops: np.ndarray) -> ProgramPart:
         """The layer's programs part and counted variables (:meth:`LayerParts.of`'s, the same for every option)."""
@@ -298,15 +299,17 @@ class _GridShare:
         tiles, grid = self.grid.tiles, self.grid
         if "rows" in events:
             rows = self.colmap[events["rows"]]
-            return {"rows": rows, "dense": events["dense"].astype(grid.dtype, copy=False), "blocks": np.unique(rows // grid.block)}
+            return {"rows": rows, "dense": events["dense"].astype(grid.dtype, copy=False),
+                    "blocks": np.unique(rows // grid.block)}
         if "cells" in events:
             cols = self.colmap[events["cells"] // tiles]
             return {"cells": self._cells(cols * tiles + events["cells"] % tiles),
-                    "delta": events["delta"].astype(grid.dtype, copy=False), "blocks": np.unique(cols // grid.block)}
+                    "delta": events["delta"].astype(grid.dtype, copy=False),
+                    "blocks": np.unique(cols // grid.block)}
         start = self.colmap[events["start"] // tiles] * tiles + events["start"] % tiles
         end = self.colmap[events["end"] // tiles] * tiles + events["end"] % tiles
-        return {"start": self._cells(start), "end": self._cells(end), "nbytes": events["nbytes"].astype(grid.dtype, copy=False),
-                "owner": events["owner"]}
+        return {"start": self._cells(start), "end": self._cells(end),
+                "nbytes": events["nbytes"].astype(grid.dtype, copy=False), "owner": events["owner"]}
 
 
 def _expand(profile: Profile, var: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -338,7 +341,10 @@ class _Table:
 
 
 def _changed(profile: Profile, base: Profile) -> np.ndarray | None:
-    """Bool per variable: live steps or bytes differ from the profiled ones; None when the class table is not an extension."""
+    """Bool per variable: live steps or bytes differ from the profiled ones.
+
+    None when the class table does not extend the profile's (then nothing is shared).
+    """
     n = base.num_classes
     if profile.num_classes < n or profile.tiles != base.tiles:
         return None
@@ -402,6 +408,7 @@ class EngineShare:
 
     def _stash(self, var: np.ndarray, with_owner: bool, key: bytes) -> tuple[Events, ...]:
         out = [self.shared.stash(var, with_owner, key)]
+        assert self.stash_changed is not None  # stash() took the shared path
         at = np.flatnonzero(self.stash_changed[var])
         if at.size:
             mine = self._columns(var[at], with_owner)
