@@ -60,6 +60,12 @@ class RangeState:
         self.liveness: LivenessPath = liveness
         #: What other engines of the profile built already (``popliner plan``: one engine per option set).
         self.share = EngineShare(shared, engine, self.grid, self.cut_grid) if shared is not None else None
+        #: What a range's figure depends on besides its operations, when other engines' figures can serve.
+        self._signature = self.share.signature(engine, self.rerun) if self.share is not None else None
+        self._layer_keys: list[bytes] = []
+        if self._signature is not None:
+            counted = engine.model.counted_vars
+            self._layer_keys = [ops.tobytes() + counted[ops].tobytes() for ops in self.layer_ops]
         self._parts: dict[int, LayerParts] = {}
         #: (i, j) -> (worst tile bytes, stash entry per tile, total per tile)
         self.figures: dict[tuple[int, int], tuple[int, np.ndarray, np.ndarray]] = {}
@@ -76,6 +82,42 @@ class RangeState:
             assert engine is not None  # a table holds its engine
             parts = self._parts[j] = LayerParts.of(engine, self.layer_ops[j], self.grid, self.cut_grid, self.share)
         return parts
+
+    def other_figure(self, i: int, j: int) -> tuple[int, np.ndarray, np.ndarray] | None:
+        """The figure of ``i..j`` when an engine of the same variable tables and rules evaluated the same operations.
+
+        Kept here too (in :attr:`figures`) when found.
+        """
+        key = self._other_key(i, j)
+        if key is None:
+            return None
+        assert self.share is not None
+        found = self.share.shared.range_figures.get(key)
+        if found is None:
+            return None
+        worst, stash, total = found
+        known = self.figures[(i, j)] = (worst, stash.astype(np.int64), total.astype(np.int64))
+        return known
+
+    def keep_figure(self, i: int, j: int, known: tuple[int, np.ndarray, np.ndarray]) -> None:
+        """Offer the figure of ``i..j`` to the engines of other option sets (in int32 when it fits: half the bytes)."""
+        key = self._other_key(i, j)
+        if key is None:
+            return
+        assert self.share is not None
+        worst, stash, total = known
+        small = worst < 2**31 and int(stash.max(initial=0)) < 2**31 and int(min(stash.min(initial=0), total.min())) >= 0
+        dtype = np.int32 if small else np.int64
+        self.share.shared.range_figures[key] = (worst, stash.astype(dtype), total.astype(dtype))
+
+    def _other_key(self, i: int, j: int) -> tuple[object, ...] | None:
+        if self._signature is None:
+            return None
+        engine = self._engine()
+        assert engine is not None  # a table holds its engine
+        # Under pipeline recomputation the figure also depends on where the set's re-run part splits.
+        rerun = engine.pipeline_rerun_window(np.concatenate(self.layer_ops[i:j + 1])) if self.rerun else None
+        return (self._signature, tuple(self._layer_keys[i:j + 1]), rerun)
 
     def running_set(self, row_ops: list[np.ndarray] | None = None) -> RunningStage:
         """A new, empty running set on this state's liveness (it takes the shared grids over)."""

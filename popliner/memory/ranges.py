@@ -263,6 +263,8 @@ class ProfileRanges:
         for j in range(i, upto + 1):
             known = shared.figures.get((i, j))
             if known is None:
+                known = shared.other_figure(i, j)  # another option set's engine's, when the same
+            if known is None:
                 # One clock reading per layer added: noise next to the per-tile sums below.
                 check_deadline(self.deadline)
                 if state is None:
@@ -274,6 +276,7 @@ class ProfileRanges:
                 # reading of this range's total, only the running set to grow it further.
                 stash = state.stash_entry() if self._training else np.zeros_like(total)
                 known = shared.figures[(i, j)] = (int(total.max()), stash, total)
+                shared.keep_figure(i, j, known)
             elif state is not None:
                 check_deadline(self.deadline)
                 state.add(shared.layer_parts(j))

@@ -91,6 +91,8 @@ class SharedParts:
         #: Each distinct variable table met (what-if and forward-cut profiles), and never-stashed set.
         self._tables: list[_Table] = []
         self._never: list[np.ndarray] = []
+        #: Range figures by what they depend on (:meth:`RangeState.other_figure`): (worst, stash, total).
+        self.range_figures: dict[tuple[object, ...], tuple[int, np.ndarray, np.ndarray]] = {}
         #: Parts already corrected for a variable table: (table, what, variables) -> pieces.
         self.corrected: dict[tuple[int, str, bytes], tuple[Events, ...]] = {}
 
@@ -388,6 +390,21 @@ class EngineShare:
         self._class_first[nonempty] = p.iv_start[p.class_ptr[:-1][nonempty]]
         self._class_last[nonempty] = p.iv_end[p.class_ptr[1:][nonempty] - 1] - 1
         self._class_always = p.always_live_classes()
+
+    def signature(self, engine: MemoryEngine, rerun: bool) -> tuple[object, ...] | None:
+        """What a range's figure reads besides its operations and counted flags, when all of it is known by content.
+
+        The variable tables (what-if, forward cut) and the never-stashed set
+        by number (:meth:`SharedParts.table`), the training rules by value.
+        Ranges of equal operations and equal signatures have equal figures.
+        None when some part is not shared (then nothing is).
+        """
+        if self.grid is None or (rerun and self.cut_grid is None) or (engine.training and self.stash_changed is None):
+            return None
+        view = engine.view
+        return (self.grid.table, self.cut_grid.table if rerun and self.cut_grid is not None else -1, self.stash_table,
+                self.stash_key, engine.training, view.recompute, view.stash_inputs, view.inputs_only,
+                np.asarray(view.is_backward, bool).tobytes())
 
     def stash(self, var: np.ndarray, key: bytes, with_owner: bool = False) -> tuple[Events, ...] | None:
         """The stash columns of ``var``: the profiled ones, plus the changed variables' own minus their profiled."""
