@@ -69,6 +69,8 @@ class RangeState:
         self._parts: dict[int, LayerParts] = {}
         #: (i, j) -> (worst tile bytes, stash entry per tile, total per tile)
         self.figures: dict[tuple[int, int], tuple[int, np.ndarray, np.ndarray]] = {}
+        #: (i, j) -> the variables peak per tile of a range evaluated on a running set that re-runs nothing.
+        self.peaks: dict[tuple[int, int], np.ndarray] = {}
         #: Ranges whose model figure the engine holds (see ProfileRanges.stage_memory).
         self.staged: set[tuple[int, int, bool]] = set()
         #: Per start: the running set where its row stopped (grid path), to grow it for a higher limit.
