@@ -272,7 +272,7 @@ _PRESETS: dict[str, dict[str, Any]] = {
     # Calibrated to the real profiles of Graphcore's PopLiner tests (docs/synthetic-profiles.md, "Calibration").
     "poptorch-bert-tiny": {"kind": "encoder", "layers": 3, "hidden": 128, "seq": 128, "batch": 6, "vocab": 30522,
                            "naming": "poptorch", "vertex_code_factor": 0.417, "vertex_state_factor": 0.329,
-                           "exchange_code_factor": 1.294, "control_code_factor": 0.788, "compiler_categories": True,
+                           "exchange_code_factor": 1.245, "control_code_factor": 0.788, "compiler_categories": True,
                            "exchange_by_size": True},
     "bert-large-sdk-old": {"kind": "encoder", "layers": 24, "hidden": 1024, "seq": 128, "batch": 20, "vocab": 30522,
                            "vertex_code_factor": 0.269, "vertex_state_factor": 0.353, "exchange_code_factor": 0.899,
