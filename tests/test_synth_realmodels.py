@@ -58,9 +58,10 @@ def test_conv_partials_by_hand() -> None:
     # Blocks 19-23's expansion: 1,408 channels over 14 x 14 x 4 outputs, 176 inputs each = 11 AMP groups; filling
     # the tiles would take 1472 x 16384 / 1,103,872 = 21.8 splits, so the 11 groups cap it.
     assert conv_partials(1408 * 784, 176, tiles) == 1408 * 784 * 11 * 4
-    # Block 0's expansion: 6,422,528 outputs, 40 x 9 inputs (22.5 groups); the tiles cap the split at 3.76:
-    # every tile holds 16,384 fp32 partials.
-    assert abs(conv_partials(128 * 112 * 112 * 4, 40 * 9, tiles) - tiles * 16384 * 4) <= 1
+    # Block 0's expansion: 6,422,528 outputs over 40 input channels, 2.5 groups (the tiles would allow 3.76).
+    assert conv_partials(128 * 112 * 112 * 4, 40, tiles) == 128 * 112 * 112 * 4 * 10
+    # Block 2's: 12,845,056 outputs over 32 channels (2 groups); 16,384 partials on every tile allow only 1.88.
+    assert abs(conv_partials(256 * 112 * 112 * 4, 32, tiles) - tiles * 16384 * 4) <= 1
     # A convolution with fewer than 16 inputs per output is not split: one set of fp32 partials.
     assert conv_partials(1000, 9, tiles) == 4000
 

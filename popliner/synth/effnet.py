@@ -130,14 +130,15 @@ FLOAT_BYTES = 4
 
 
 def conv_partials(outputs: int, inputs_per_output: int, tiles: int) -> int:
-    """Bytes of fp32 partial sums of a convolution with ``outputs`` output elements, each summing ``inputs_per_output``.
+    """Bytes of fp32 partial sums of a convolution with ``outputs`` output elements over ``inputs_per_output`` channels.
 
-    The planner splits the input channels (times the kernel's area) over
-    ``split`` groups of tiles, each producing a full set of fp32 partials
-    that a reduction then adds: ``outputs x split x 4`` bytes. It splits as
-    far as the AMP's groups of 16 input channels allow, but no further than
-    fills every tile with ``PARTIALS_PER_TILE`` partials; a small output over
-    many input channels (a late 1x1 convolution) is split the most.
+    The planner splits the input channels over ``split`` groups of tiles,
+    each producing a full set of fp32 partials that a reduction then adds:
+    ``outputs x split x 4`` bytes (a kernel's positions accumulate inside
+    a vertex, on one tile). It splits as far as the AMP's groups of 16
+    input channels allow, but no further than fills every tile with
+    ``PARTIALS_PER_TILE`` partials; a small output over many input channels
+    (a late 1x1 convolution) is split the most.
     """
     groups = max(1.0, inputs_per_output / AMP_INPUT_CHANNELS)
     split = min(groups, max(1.0, tiles * PARTIALS_PER_TILE / max(1, outputs)))
@@ -155,7 +156,7 @@ def _edgetpu_block(g: GraphBuilder, d: Dims, i: int, x: int, widths: tuple[int, 
         kernel = g.weight(f"{p}/{name}/kernel", (co if depthwise else ci * co) * k * k * HALF, p)
         flops = 2.0 * b * side * side * (1 if depthwise else ci) * co * k * k
         outputs = b * co * side * side
-        partials = conv_partials(outputs, (1 if depthwise else ci) * k * k, g.tiles)
+        partials = conv_partials(outputs, 1 if depthwise else ci, g.tiles)
         return conv(g, f"{p}/{name}/Conv2D", p, y, kernel, outputs * HALF, flops, temp=partials)
 
     if fused:  # k x k expansion at stride 1; the 1x1 projection carries the stride
