@@ -56,7 +56,7 @@ STAGE_KEYS = ("index", "ipu", "pipeline_stages", "layers", "predicted")
 PREDICTED_KEYS = ("for_layers", "memory", "worst_tile", "worst_tile_bytes", "stash_bytes", "stash_entries",
                   "cycles", "bytes_in")
 #: Written since the training options are recorded; a config without them still loads.
-PREDICTED_OPTIONAL = ("forward_cycles", "recompute_cycles", "head_cycles", "gradient_bytes_in")
+PREDICTED_OPTIONAL = ("forward_cycles", "recompute_cycles", "head_cycles", "gradient_bytes_in", "stash_entry_bytes")
 LAYER_KEYS = ("name", "ipu", "pipelineStage", "backwardPipelineStage")
 _SHA256 = re.compile(r"[0-9a-fA-F]{64}")
 
@@ -318,6 +318,7 @@ def _read_stage(r: Reader, position: int, item: Any) -> ConfigStage:
         recompute_cycles=optional["recompute_cycles"],
         head_cycles=optional["head_cycles"],
         gradient_bytes_in=optional["gradient_bytes_in"],
+        stash_entry_bytes=optional["stash_entry_bytes"],
     )
 
 

@@ -41,7 +41,15 @@ from popliner.simulator.schedule import (
     schedule,
     sharded_schedule,
 )
-from popliner.simulator.types import SIM_KINDS, CycleTiming, FragmentTiming, IpuSummary, SimResult, SimStage
+from popliner.simulator.types import (
+    SIM_KINDS,
+    CycleTiming,
+    FragmentTiming,
+    IpuFigures,
+    IpuSummary,
+    SimResult,
+    SimStage,
+)
 
 __all__ = [
     "DEFAULT_LINK_BANDWIDTH",
@@ -49,6 +57,7 @@ __all__ = [
     "SIM_KINDS",
     "CycleTiming",
     "FragmentTiming",
+    "IpuFigures",
     "IpuSummary",
     "MemoryPoint",
     "SimResult",
@@ -279,6 +288,7 @@ def _ipu_summary(stages: tuple[SimStage, ...], u: int, k: int, cycles: tuple[Cyc
         copy_buffer_bytes=peak.copy_buffer if peak else None,
         peak_bytes=peak.total if peak else None,
         fits=None if peak is None or budget is None else peak.total <= budget,
+        figures=next((s.figures for s in stages if s.ipu == u and s.figures is not None), None),
     )
 
 
