@@ -231,29 +231,25 @@ def config_from_split(
         raise UsageProblem(f"split mode {split.mode!r} is neither 'inference' nor 'training'")
     stages = tuple(config_stage(position, s, split.mode == "training") for position, s in enumerate(split.stages))
     recorded = (training or ConfigTraining()) if split.mode == "training" else None
+    layout, g = _layout_and_g(stages, recorded, split.mode == "training", gradient_accumulation)
+    return PipelineConfig(
+        profile_path=os.fspath(profile_path), profile_sha256=profile_sha256, tiles_per_ipu=int(tiles),
+        bytes_per_tile=int(bytes_per_tile), clock_hz=float(clock_hz), mode=split.mode, gradient_accumulation=int(g),
+        stages=stages, model_layers=layout.names, solver=split.solver, solver_status=split.status,
+        budget_bytes=int(split.budget_bytes), training_options=recorded, layer_options=layer_options,
+        framework=framework, matmul_proportion=check_matmul_proportion(matmul_proportion, len(stages)),
+    )
+
+
+def _layout_and_g(stages: tuple[ConfigStage, ...], recorded: ConfigTraining | None, training: bool,
+                  gradient_accumulation: int | None) -> tuple[Layout, int]:
+    """The stages' layout, and G: the one given (checked against the pipeline stages) or the default."""
     placement = recorded.head_placement if recorded is not None else None
     layout = Layout.of_stages([s.layers for s in stages], placement)
-    num_stages = StageLayout.of(layout, [s.layers for s in stages], split.mode == "training").num_stages
+    num_stages = StageLayout.of(layout, [s.layers for s in stages], training).num_stages
     g = default_gradient_accumulation(num_stages) if gradient_accumulation is None else gradient_accumulation
     check_gradient_accumulation(g, num_stages)
-    return PipelineConfig(
-        profile_path=os.fspath(profile_path),
-        profile_sha256=profile_sha256,
-        tiles_per_ipu=int(tiles),
-        bytes_per_tile=int(bytes_per_tile),
-        clock_hz=float(clock_hz),
-        mode=split.mode,
-        gradient_accumulation=int(g),
-        stages=stages,
-        model_layers=layout.names,
-        solver=split.solver,
-        solver_status=split.status,
-        budget_bytes=int(split.budget_bytes),
-        training_options=recorded,
-        layer_options=layer_options,
-        framework=framework,
-        matmul_proportion=check_matmul_proportion(matmul_proportion, len(stages)),
-    )
+    return layout, g
 
 
 def check_matmul_proportion(values: Sequence[float], num_ipus: int) -> tuple[float, ...]:

@@ -109,21 +109,9 @@ def simulate(
     summaries = tuple(
         _ipu_summary(stages, u, k, cycles, step, stash, budget_bytes, tiles_per_ipu) for k, u in enumerate(ipus)
     )
-    return SimResult(
-        stages=stages,
-        micro_batches=micro_batches,
-        micro_batch_size=micro_batch_size,
-        clock_hz=float(clock_hz),
-        link_bandwidth=float(link_bandwidth),
-        sync_cycles=float(sync_cycles),
-        budget_bytes=budget_bytes,
-        schedule=sched,
-        cycles=cycles,
-        fragments=fragments,
-        ipus=summaries,
-        step_cycles=step,
-        execution="sharded" if sharded else "pipelined",
-    )
+    return SimResult(stages, micro_batches, micro_batch_size, float(clock_hz), float(link_bandwidth),
+                     float(sync_cycles), budget_bytes, sched, cycles, fragments, summaries, step,
+                     "sharded" if sharded else "pipelined")
 
 
 # ----------------------------------------------------------------- validation
