@@ -23,11 +23,11 @@ from typing import IO, Any
 import numpy as np
 
 from popliner.fileio import atomic_write, check_writable
+from popliner.synth.build import build_model
 from popliner.synth.frameworks import name_contexts
 from popliner.synth.graph import Compiled, GraphBuilder
 from popliner.synth.layout import Layout, lay_out
 from popliner.synth.lower import Calibration, Lowered, lower
-from popliner.synth.models import build_model
 from popliner.synth.naming import rename_contexts
 from popliner.synth.spec import SynthSpec
 from popliner.synth.tilevec import encode_dense
@@ -127,7 +127,7 @@ def _build(spec: SynthSpec) -> tuple[dict[str, Any], SynthSummary]:
     graph = g.build()
     layout = lay_out(graph.tensors, spec.tiles, spec.scale, spec.bytes_per_tile)
     calibration = Calibration(spec.vertex_code_factor, spec.vertex_state_factor, spec.exchange_code_factor,
-                              spec.control_code_factor)
+                              spec.control_code_factor, spec.exchange_by_size)
     low = lower(graph, layout, spec.scale, np.random.default_rng(seeds[1]), calibration)
     rename_contexts(low.contexts, spec.naming)
     nsteps = len(low.steps)
