@@ -105,11 +105,20 @@ def rewrite(profile: Profile, ops: OperationTable, layer_of_op: np.ndarray, num_
                 memo[window_key] = found  # read only from here on
         keep_lo, keep_hi = found
     cuts = _Cuts(unchanged, unchanged, np.zeros(v.count, bool), unchanged, np.zeros(ops.count, bool))
+    layering = b""
     if recompute in ("every-layer", "pipeline"):
-        cuts = _recompute_cuts(profile, ops, layer_of_op, num_layers, roles, recompute, unchanged, memo)
+        # The cuts read the layering and the roles (not where the state lives): one per mode and layering.
+        layering = _cuts_key(layer_of_op, num_layers, roles, steps) + roles.always_live.tobytes() + roles_key
+        cuts_key = b"whatif-cuts-" + recompute.encode() + layering
+        found_cuts = memo.get(cuts_key) if memo is not None else None
+        if found_cuts is None:
+            found_cuts = _recompute_cuts(profile, ops, layer_of_op, num_layers, roles, recompute, unchanged, memo)
+            if memo is not None:
+                memo[cuts_key] = found_cuts  # read only from here on
+        cuts = found_cuts
     key = b"whatif" + repr((shard, off_chip, recompute == "every-layer")).encode() + roles_key
     if recompute == "every-layer":
-        key = b"whatif-cuts" + _cuts_key(layer_of_op, num_layers, roles, steps) + roles.always_live.tobytes() + key
+        key = b"whatif-cuts" + layering + key
     what_if = memo.get(key) if memo is not None else None
     if what_if is None:
         what_if = with_live_steps(profile, nbytes, cuts.lo, cuts.hi, keep_lo, keep_hi)
