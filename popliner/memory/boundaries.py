@@ -36,7 +36,8 @@ class Boundaries:
 
     def __init__(self, profile: Profile, ops: OperationTable, model: MemoryModel, layer_of_op: np.ndarray,
                  num_layers: int, head_wraps: bool, is_backward: np.ndarray, always_live_var: np.ndarray,
-                 layer_span: tuple[np.ndarray, np.ndarray] | None = None, constant: np.ndarray | None = None) -> None:
+                 layer_span: tuple[np.ndarray, np.ndarray] | None = None, constant: np.ndarray | None = None,
+                 wrapped_hi: np.ndarray | None = None) -> None:
         self.profile = profile
         self.ops = ops
         self.model = model
@@ -50,6 +51,8 @@ class Boundaries:
             self.__dict__["variable_layer_span"] = layer_span
         if constant is not None:  # already worked out for the same operations
             self.__dict__["constant_var"] = constant
+        if wrapped_hi is not None:  # already worked out for the same layers and counted operations
+            self.__dict__["wrapped_hi"] = wrapped_hi
 
     def _used_by(self, layers: Sequence[int], first_stage: bool) -> np.ndarray:
         """The counted variables of the layers' operations (with the unlayered ones for the first stage)."""
@@ -149,7 +152,7 @@ class Boundaries:
         lo, hi = self.variable_layer_span
         pick = self.multi_layer_var & sent
         if self.head_wraps:
-            hi = self._wrapped_hi
+            hi = self.wrapped_hi
             pick &= hi > lo
         nbytes = self.profile.variables.bytes[pick]
         # float64 bincounts: exact while the bytes of all variables are below 2**53.
@@ -158,7 +161,7 @@ class Boundaries:
         return np.cumsum(diff)[: max(self.num_layers - 1, 0)]
 
     @cached_property
-    def _wrapped_hi(self) -> np.ndarray:
+    def wrapped_hi(self) -> np.ndarray:
         """:meth:`_wrapped_head_hi` of the span (both crossings read it)."""
         return self._wrapped_head_hi(*self.variable_layer_span)
 

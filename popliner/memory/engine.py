@@ -150,7 +150,14 @@ class MemoryEngine:
         return True
 
     def release_range_state(self) -> None:
-        """Drop the range state now: the running sets it keeps hold the engine, a cycle the collector frees later."""
+        """Drop the range state now: the running sets it keeps hold the engine, a cycle the collector frees later.
+
+        With shared parts its grids' buffers go back to them, for the next
+        option set's engine (no table of this engine may be read after this).
+        """
+        if self.shared_parts is not None:
+            for state in {id(s): s for s in self._range_states.values()}.values():
+                state.recycle(self.shared_parts)
         self._range_states.clear()
 
     # -- operations of a stage ---------------------------------------------------
@@ -484,13 +491,17 @@ class MemoryEngine:
         span = None if shared is None else shared.layer_span(self)
         # Constants read the operations and programs only: the same for every option set.
         constant = None if shared is None else shared.view_memo.get(b"constant-var")
+        # With a wrapped head, each variable's last layer before the head: read the layering only, like the span.
+        wrapped_hi = None if shared is None or not self.head_wraps else shared.wrapped_hi(self)
         made = Boundaries(self.profile, self.ops, self.model, self.layer_of_op, self.num_layers, self.head_wraps,
-                          self.is_backward, self.always_live_var, span, constant)
+                          self.is_backward, self.always_live_var, span, constant, wrapped_hi)
         if shared is not None:
             if span is None:
                 shared.keep_layer_span(self, made.variable_layer_span)
             if constant is None:
                 shared.view_memo[b"constant-var"] = made.constant_var
+            if self.head_wraps and wrapped_hi is None:
+                shared.keep_wrapped_hi(self, made.wrapped_hi)
         return made
 
     # The figures every caller reads, named here so that the engine stays the one object to ask.

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Literal
 import numpy as np
 
 from popliner.memory.liveness import SegmentGrid
-from popliner.memory.ranges_shared import EngineShare
+from popliner.memory.ranges_shared import EngineShare, SharedParts
 from popliner.memory.rerun import ForwardCut, forward_cut_grid
 from popliner.memory.running import LayerParts, RunningStage
 
@@ -57,6 +57,10 @@ class RangeState:
         #: ``--recompute pipeline``: running sets keep their variables' forward-cut liveness too.
         self.rerun = engine.view.recompute == "pipeline"
         self.cut_grid = forward_cut_grid(engine, dtype) if self.rerun and self.grid is not None else None
+        if shared is not None:
+            for grid in (self.grid, self.cut_grid):
+                if grid is not None:
+                    shared.take_buffers(grid)  # zeroed buffers an earlier engine gave back: no page faults
         self.liveness: LivenessPath = liveness
         #: What other engines of the profile built already (``popliner plan``: one engine per option set).
         self.share = EngineShare(shared, engine, self.grid, self.cut_grid) if shared is not None else None
@@ -75,6 +79,13 @@ class RangeState:
         self.staged: set[tuple[int, int, bool]] = set()
         #: Per start: the running set where its row stopped (grid path), to grow it for a higher limit.
         self.resume: dict[int, RunningStage] = {}
+
+    def recycle(self, shared: SharedParts) -> None:
+        """Give the grids' buffers back to ``shared`` (cleared); this state is not to be read again."""
+        for grid in (self.grid, self.cut_grid):
+            if grid is not None:
+                shared.give_buffers(grid)
+        self.resume.clear()
 
     def layer_parts(self, j: int) -> LayerParts:
         """What layer ``j`` adds to any range holding it (memoised: every start reuses it)."""

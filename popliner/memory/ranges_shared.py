@@ -85,7 +85,10 @@ class SharedParts:
         self._grid: SegmentGrid | None = None
         self._columns: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         self._spans: dict[bytes, tuple[np.ndarray, np.ndarray]] = {}
+        self._wrapped: dict[bytes, np.ndarray] = {}
         self._dtypes: list[tuple[np.ndarray, np.ndarray, type[np.signedinteger]]] = []
+        #: Cleared grid buffers (diff, run, block max, block sum) by shape and type, for the next engine's grids.
+        self._buffers: dict[tuple[object, ...], list[tuple[np.ndarray, ...]]] = {}
         #: What the training views of several option sets share (:func:`popliner.memory.training.build_training_view`).
         self.view_memo: dict[bytes, Any] = {}
         #: Each distinct variable table met (what-if and forward-cut profiles), and never-stashed set.
@@ -141,6 +144,23 @@ class SharedParts:
             self._columns = (np.asarray(~always), first, last)
         return self._columns
 
+    def take_buffers(self, grid: SegmentGrid) -> None:
+        """Give a new grid zeroed buffers of its shape that another engine's grid gave back, if any.
+
+        Each engine's grids are tens of MB that a plan would otherwise fault
+        in again for every option set (most of its system time).
+        """
+        found = self._buffers.get(_buffer_key(grid))
+        if found:
+            grid.diff, grid.run, grid.block_max, grid.block_sum = found.pop()
+
+    def give_buffers(self, grid: SegmentGrid) -> None:
+        """Take a grid's buffers back, cleared; the grid is left with empty ones (reading it again fails)."""
+        grid.clear()  # every cell written is in a touched block: all zero again
+        self._buffers.setdefault(_buffer_key(grid), []).append((grid.diff, grid.run, grid.block_max, grid.block_sum))
+        empty = np.zeros((0, grid.block, grid.tiles), grid.dtype)
+        grid.diff, grid.run, grid.block_max, grid.block_sum = empty, empty, empty[:, 0], empty[:, 0]
+
     def grid_dtype(self, profile: Profile) -> type[np.signedinteger]:
         """:func:`popliner.memory.liveness.grid.cell_dtype` of a profile of these variables (their tiles and bytes)."""
         v = profile.variables
@@ -157,6 +177,13 @@ class SharedParts:
 
     def keep_layer_span(self, engine: MemoryEngine, span: tuple[np.ndarray, np.ndarray]) -> None:
         self._spans[self._span_key(engine)] = span
+
+    def wrapped_hi(self, engine: MemoryEngine) -> np.ndarray | None:
+        """With a wrapped head, :attr:`Boundaries.wrapped_hi` of the same layering, if known."""
+        return self._wrapped.get(self._span_key(engine))
+
+    def keep_wrapped_hi(self, engine: MemoryEngine, hi: np.ndarray) -> None:
+        self._wrapped[self._span_key(engine)] = hi
 
     @staticmethod
     def _span_key(engine: MemoryEngine) -> bytes:
@@ -199,6 +226,10 @@ class SharedParts:
         candidate, first, last = self.stash_columns
         v = self.profile.variables
         return candidate_columns(var, candidate, first, last, v.tile, v.bytes, self.profile.tiles, with_owner, sign)
+
+
+def _buffer_key(grid: SegmentGrid) -> tuple[object, ...]:
+    return (grid.diff.shape, grid.block_max.shape, np.dtype(grid.dtype).str)
 
 
 class _GridShare:
