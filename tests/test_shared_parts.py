@@ -113,7 +113,8 @@ def test_shared_parts_give_the_figures_of_engines_built_alone(source: str, tiny_
         if shared.head_wraps:
             for j in range(t1.num_layers):
                 np.testing.assert_array_equal(t1._wrapped_range(j)[0], t2._wrapped_range(j)[0])  # type: ignore[index]
-        for i, j in [(0, 0), (0, t1.num_layers - 1), (t1.num_layers - 1, t1.num_layers - 1)]:
+        n = t1.num_layers
+        for i, j in [(0, 0), (0, n - 1), (n - 1, n - 1), (1, max(n - 2, 1)), (min(1, n - 1), min(1, n - 1))]:
             np.testing.assert_array_equal(t1.stage_memory(i, j).per_tile, t2.stage_memory(i, j).per_tile)
         np.testing.assert_array_equal(shared.crossing, alone.crossing)
         np.testing.assert_array_equal(shared.gradient_crossing, alone.gradient_crossing)

@@ -108,20 +108,27 @@ class RangeState:
         found = self.share.shared.range_figures.get(key)
         if found is None:
             return None
-        worst, stash, total = found
+        worst, stash, total, peak = found
         known = self.figures[(i, j)] = (worst, stash.astype(np.int64), total.astype(np.int64))
+        if peak is not None:
+            self.peaks[(i, j)] = peak.astype(np.int64)
         return known
 
-    def keep_figure(self, i: int, j: int, known: tuple[int, np.ndarray, np.ndarray]) -> None:
-        """Offer the figure of ``i..j`` to the engines of other option sets (in int32 when it fits: half the bytes)."""
+    def keep_figure(self, i: int, j: int, known: tuple[int, np.ndarray, np.ndarray], peak: np.ndarray | None) -> None:
+        """Offer the figure of ``i..j`` (and its variables peak, if kept) to the engines of other option sets.
+
+        In int32 when every value fits: half the bytes.
+        """
         key = self._other_key(i, j)
         if key is None:
             return
         assert self.share is not None
         worst, stash, total = known
-        small = worst < 2**31 and int(stash.max(initial=0)) < 2**31 and int(min(stash.min(initial=0), total.min())) >= 0
+        parts = [stash, total] if peak is None else [stash, total, peak]
+        small = worst < 2**31 and all(int(a.max(initial=0)) < 2**31 and int(a.min(initial=0)) >= 0 for a in parts)
         dtype = np.int32 if small else np.int64
-        self.share.shared.range_figures[key] = (worst, stash.astype(dtype), total.astype(dtype))
+        self.share.shared.range_figures[key] = (worst, stash.astype(dtype), total.astype(dtype),
+                                                None if peak is None else peak.astype(dtype))
 
     def _other_key(self, i: int, j: int) -> tuple[object, ...] | None:
         if self._signature is None:

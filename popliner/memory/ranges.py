@@ -284,7 +284,7 @@ class ProfileRanges:
                 # reading of this range's total, only the running set to grow it further.
                 stash = state.stash_entry() if self._training else np.zeros_like(total)
                 known = shared.figures[(i, j)] = (int(total.max()), stash, total)
-                shared.keep_figure(i, j, known)
+                shared.keep_figure(i, j, known, plain)
             elif state is not None:
                 check_deadline(self.deadline)
                 state.add(shared.layer_parts(j))

@@ -94,8 +94,8 @@ class SharedParts:
         #: Each distinct variable table met (what-if and forward-cut profiles), and never-stashed set.
         self._tables: list[_Table] = []
         self._never: list[np.ndarray] = []
-        #: Range figures by what they depend on (:meth:`RangeState.other_figure`): (worst, stash, total).
-        self.range_figures: dict[tuple[object, ...], tuple[int, np.ndarray, np.ndarray]] = {}
+        #: Range figures by what they depend on (:meth:`RangeState.other_figure`): (worst, stash, total, peak).
+        self.range_figures: dict[tuple[object, ...], tuple[int, np.ndarray, np.ndarray, np.ndarray | None]] = {}
         #: Parts already corrected for a variable table: (table, what, variables) -> pieces.
         self.corrected: dict[tuple[int, str, bytes], tuple[Events, ...]] = {}
 
