@@ -214,12 +214,16 @@ def load_cached(path: Path, sha256: str, options_key: str, profile_path: str, de
     return CacheHit(dataclasses.replace(profile, path=profile_path), extra, layers)
 
 
+#: Columns a cached run does not read (the operations are cached): left packed until read (lazycol).
+_KEEP_PACKED = frozenset({"p.programs.var_idx."})
+
+
 def _unpack_checked(arrays: dict[str, np.ndarray], meta: dict[str, Any], sha256: str) -> None:
     """Unpack the columns in place; :class:`Bad` when the stored arrays are not the ones the digest was taken of."""
     # The digest is taken on its own thread (hashlib lets go of the GIL) while the columns are unpacked.
     with ThreadPoolExecutor(1) as pool:
         digest = pool.submit(_digest, sha256, dict(arrays))
-        unpack_all(arrays, meta["codecs"])
+        unpack_all(arrays, meta["codecs"], _KEEP_PACKED)
         if meta.get("digest") != digest.result():
             raise Bad("its arrays do not match their digest")
 
