@@ -1,4 +1,5 @@
-"""A cached load leaves ``programs.var_idx`` packed until read (popliner.profile.lazycol), checked all the same."""
+"""What a cached load does not redo: ``programs.var_idx`` stays packed until read (popliner.profile.lazycol), the
+whole program's figures come from the entry; both checked all the same."""
 
 from __future__ import annotations
 
@@ -10,8 +11,11 @@ import numpy as np
 import pytest
 
 from popliner.analysis import load_analysis
+from popliner.memory import model as memory_model
+from popliner.memory.model import whole_program_memory
+from popliner.ops.operations import derive_operations
 from popliner.profile import cache as cache_mod
-from popliner.profile import cachefs, zcodec
+from popliner.profile import cachefs, load_profile, zcodec
 from popliner.profile.cachepack import column_range, pack, unpack
 from popliner.profile.lazycol import deferred
 
@@ -90,3 +94,44 @@ def test_column_range_is_the_unpacked_arrays(values):
     lo, hi = (int(values.min()), int(values.max())) if values.size else (0, 0)
     assert column_range(data, codec) == (len(values), lo, hi)
     assert np.array_equal(unpack(data, codec), values)
+
+
+@pytest.mark.parametrize("name", ["bert-base-training.json.gz", "efficientnet-small-inference.json.gz", "tiny.json"])
+def test_the_whole_programs_figures_come_from_the_cache(tmp_path, monkeypatch, name):
+    # Five rows, and six with the compiler's other categories (EfficientNet): the direct computation's.
+    path = str(BASE.parent / name)
+    expected = whole_program_memory(load_profile(path), derive_operations(load_profile(path))).per_tile
+    cold = load_analysis(path, cache_dir=str(tmp_path))
+    assert np.array_equal(cold.whole_memory.per_tile, expected)
+
+    def not_again(*args):
+        raise AssertionError("computed again on a cached load")
+
+    monkeypatch.setattr(memory_model, "whole_program_memory", not_again)
+    hot = load_analysis(path, cache_dir=str(tmp_path))
+    assert hot.from_cache
+    got = hot.whole_memory.per_tile
+    assert got.dtype == expected.dtype and got.shape == expected.shape and np.array_equal(got, expected)
+
+
+@pytest.mark.parametrize(("edit", "words"), [
+    (lambda w: w[:, :-1], "5 rows of int64 per tile"),  # a tile short
+    (lambda w: w[:4], "5 rows of int64 per tile"),  # a component short
+    (lambda w: w.astype(np.int32), "5 rows of int64 per tile"),
+])
+def test_tampered_whole_figures_are_caught_even_with_a_new_digest(entry, caplog, edit, words):
+    key = "d.whole_per_tile."
+    with np.load(entry, allow_pickle=False) as data:
+        arrays = {k: data[k] for k in data.files}
+    meta = json.loads(zcodec.decompress(arrays["__meta__"]).decode())
+    arrays[key] = np.ascontiguousarray(edit(arrays[key]))
+    meta["digest"] = cache_mod._digest(meta["sha256"], {k: v for k, v in arrays.items() if k != "__meta__"})
+    arrays["__meta__"] = np.frombuffer(zcodec.compress(json.dumps(meta).encode()), np.uint8)
+    with open(entry, "wb") as fh:
+        np.savez(fh, **arrays)
+    with caplog.at_level(logging.WARNING):
+        a = load_analysis(str(BASE))
+    assert not a.from_cache
+    (line,) = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert "changed since it was written" in line and words in line
+    assert load_analysis(str(BASE)).from_cache  # rebuilt
