@@ -26,7 +26,7 @@ from popliner.config import PipelineConfig, config_from_split
 from popliner.errors import ConfigError, UsageProblem
 from popliner.fileio import atomic_write
 from popliner.memory.types import ComponentBytes, StageMemory
-from popliner.pipeline import StageFigure, stash_depth
+from popliner.pipeline import StageFigure, copy_buffer_per_tile, stash_depth
 from popliner.simulator import (
     Fragment,
     SimStage,
@@ -317,17 +317,18 @@ class FakeAnalysis:
     def pipeline_figures(self, stages: Any) -> tuple[StageFigure, ...]:
         count = len(stages)
         out = []
+        crossing = [0] * (count + 1)  # into IPU k, both ways: the activations and their gradients, of one size
+        for k in range(1, count):
+            crossing[k] = self.boundary_bytes([x for g in stages[:k] for x in g], [x for g in stages[k:] for x in g])
         for k, layers in enumerate(stages):
-            before = [x for g in stages[:k] for x in g]
-            after = [x for g in stages[k:] for x in g]
             forward, backward = self.stage_cycles_split(layers, k == 0)
+            bytes_in, bytes_out = 2 * crossing[k], 2 * crossing[k + 1]
             out.append(StageFigure(
-                position=k, num_ipus=count, layers=(), memory=self.stage_memory(layers, k == 0),
+                position=k, num_ipus=count, layers=tuple(self.layer_names.index(x) for x in layers),
+                memory=self.stage_memory(layers, k == 0),
                 stash_entry_per_tile=self.stash_entry_per_tile(layers), stash_entries=stash_depth(k, count),
-                # Both ways: the activations crossing and their gradients, of the same size, sent back.
-                copy_buffer=0, bytes_in=2 * self.boundary_bytes(before, after) if k else 0, bytes_out=0,
-                forward_cycles=forward, backward_cycles=backward,
-                gradient_bytes_in=self.boundary_bytes(before, after) if k else 0))
+                copy_buffer=copy_buffer_per_tile(bytes_in, bytes_out, 2, True), bytes_in=bytes_in,
+                bytes_out=bytes_out, forward_cycles=forward, backward_cycles=backward, gradient_bytes_in=crossing[k]))
         return tuple(out)
 
 
@@ -337,9 +338,12 @@ def test_inputs_from_analysis() -> None:
     # boundaries: after a,b: 10*2 + 3 = 23; after c: 10*3 + 2 = 32.
     assert got == [("forward", 200, 23), ("forward", 100, 32), ("forward+backward", 600, 32),
                    ("backward", 200, 23), ("backward", 400, 0)]
-    # the profile already holds one stash entry: resident = total - one entry
+    # the profile already holds one stash entry: resident = total - one entry, on the worst tile (tile 0), the
+    # one tile the simulator reads (the figure goes through the config's record, as a saved config does)
     resident = inputs.stages[0].memory_per_tile
-    assert resident is not None and resident.tolist() == [250 - 20, 10]
+    assert resident is not None and resident.tolist() == [250 - 20, 0]
+    entry = inputs.stages[0].stash_entry_per_tile
+    assert entry is not None and entry.tolist() == [20, 20]
     assert inputs.source == "profile"
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import sys
-from dataclasses import astuple, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -17,37 +16,23 @@ import click
 
 from popliner.analysis import AnalysisOptions, load_analysis
 from popliner.cli.analyse_options import HiddenArgument, analyse_options
+from popliner.cli.analyse_outputs import Outputs, check_outputs, route_output, tables_writer
+from popliner.cli.analyse_outputs import outputs as chosen_outputs
 from popliner.cli.options import headroom_given
 from popliner.errors import InfeasibleSplitError, UsageProblem
-from popliner.fileio import check_writable, distinct_files, is_stdout, one_stdout
 from popliner.layout import HeadPlacement
 from popliner.memory.training import Recompute, TrainingOptions
 from popliner.memory.work import check_workbook_rows
 from popliner.plan import SplitPlan, SplitRequest, plan_split
 from popliner.progress import Tracker, phase, progress_wanted, tracking
 from popliner.writers import split as split_writers
-from popliner.writers.formats import suffixes_for, writer_for
+from popliner.writers.formats import writer_for
 from popliner.writers.tables import Tables
 from popliner.writers.writer import Writer, write_output
 
 __all__ = ["command"]
 
 log = logging.getLogger("popliner")
-
-
-@dataclass(frozen=True)
-class Outputs:
-    """Which tables the user asked for."""
-
-    operation_breakdown: bool
-    layer_breakdown: bool
-    memory_totals: bool
-    memory_affinity: bool
-    interlayer: bool
-
-    @property
-    def any_table(self) -> bool:
-        return any(astuple(self))
 
 
 @click.command(name="analyse", context_settings={"help_option_names": ["-h", "--help"]})
@@ -81,8 +66,9 @@ def _say_timings(tracker: Tracker) -> None:
 
 def _run(p: dict[str, Any]) -> None:
     _refuse_poplar_report(p["profile"], p["debug_info"])
-    outputs = _outputs(p)
-    _check_outputs(p, outputs)
+    route_output(p)
+    outputs = chosen_outputs(p)
+    check_outputs(p, outputs)
     writer = _tables_writer(p["fmt"], p["output"])
     options = _analysis_options(p)
     analysis = load_analysis(p["profile"], options, use_cache=not p["no_cache"], cache_dir=p["cache_dir"])
@@ -101,56 +87,6 @@ def _run(p: dict[str, Any]) -> None:
         split_writers.write_plots(plan, analysis, p["plot"], p["force"], budget)
     if plan is not None:
         _write_split(plan, p)
-
-
-def _outputs(p: dict[str, Any]) -> Outputs:
-    outputs = Outputs(p["operation_breakdown"], p["layer_breakdown"], p["memory_totals"], p["memory_affinity"],
-                      p["interlayer"])
-    output, plot = p["output"], p["plot"]
-    plot_to_stdout = bool(plot and is_stdout(plot))  # then it is the only thing on stdout
-    xlsx = bool(output and output.lower().endswith(".xlsx"))
-    # The layer table by default; with --solve (its JSON on stdout) only when -o names a file for it.
-    if not outputs.any_table and not (p["solve"] and not output) and not xlsx and not (plot_to_stdout and not output):
-        outputs = Outputs(False, True, False, False, False)
-    return outputs
-
-
-def _check_outputs(p: dict[str, Any], outputs: Outputs) -> None:
-    """Every output is checked (name, suffix, folder, overwrite) before any work, let alone any output."""
-    solve, output, force, plot = p["solve"], p["output"], p["force"], p["plot"]
-    if solve and outputs.any_table and not output:
-        raise UsageProblem("with --solve, stdout carries the split JSON; write the tables with -o FILE")
-    for flag, name in (("--config-out", "config_out"), ("--ipu-config-out", "ipu_config_out"),
-                       ("--min-ipus", "min_ipus"), ("--report", "report")):
-        if p[name] and not solve:
-            raise UsageProblem(f"{flag} needs --solve")
-    if p["min_ipus"] and p["exact_ipus"]:
-        raise UsageProblem("--min-ipus and --exact-ipus contradict each other; give one")
-    suffixed = split_writers.suffixed
-    images = {"--plot": plot, **({"--plot (its -split image)": suffixed(plot, "split"),
-                                  "--plot (its -tiles image)": suffixed(plot, "tiles")} if plot and solve else {})}
-    distinct_files({"PROFILE": p["profile"]}, {"-o": output, **images, "--config-out": p["config_out"],
-                                               "--ipu-config-out": p["ipu_config_out"], "--report": p["report"]})
-    if output:
-        check_writable(output, force)
-    for name, fmt, kind, what in (("config_out", "yaml", "PipelineConfig", "pipeline config"),
-                                  ("ipu_config_out", "ipu_config", "PipelineConfig", "IPU config"),
-                                  ("report", "html", "Report", "report")):
-        if p[name]:  # each flag writes one format of the map
-            check_writable(p[name], force, suffixes=writer_for(None, kind, fmt).suffixes, what=what)
-    one_stdout({"the tables" if not output else "-o -": outputs.any_table and (not output or is_stdout(output)),
-                "the split JSON (--solve)": solve, "--config-out -": p["config_out"], "--plot -": plot,
-                "--ipu-config-out -": p["ipu_config_out"], "--report -": p["report"]})
-    if p["ipu_config_out"] and p["head_placement"] == "first" and p["num_ipus"] > 1:
-        from popliner.config.snippets import FIRST_PROBLEM
-
-        raise UsageProblem(f"--ipu-config-out: optimum-graphcore cannot build this split: {FIRST_PROBLEM}")
-    if plot and solve and is_stdout(plot):
-        raise UsageProblem("--plot with --solve writes three images; give a file name, not stdout")
-    if plot:
-        for image in (plot, *((split_writers.suffixed(plot, "split"), split_writers.suffixed(plot, "tiles"))
-                              if solve else ())):
-            check_writable(image, force, suffixes=suffixes_for("Figure"), what="plot")
 
 
 def _analysis_options(p: dict[str, Any]) -> AnalysisOptions:
@@ -210,7 +146,7 @@ def _tables_writer(fmt: str | None, output: str | None) -> Writer:
                     fmt.upper(), output, fmt, suffix)
     if fmt and suffix != "xlsx":
         return writer_for(None, "Tables", fmt)
-    return writer_for(output, "Tables", "csv", what="the review tables")
+    return tables_writer(output)
 
 
 def _write_tables(analysis: Any, outputs: Outputs, writer: Writer, p: dict[str, Any], plan: SplitPlan | None,
@@ -238,7 +174,7 @@ def _write_split(plan: SplitPlan, p: dict[str, Any]) -> None:
     """The split's outputs, the summary, and exit 3 when nothing fits."""
     g = p["gradient_accumulation"]
     mp = p["matmul_proportion"]
-    split_writers.write_split(plan, p["config_out"], p["force"], g, mp)
+    split_writers.write_split(plan, p["config_out"], p["force"], g, mp, split_out=p["split_out"])
     if p["ipu_config_out"] and plan.split.stages:
         split_writers.write_ipu_config(plan, p["ipu_config_out"], p["force"], g, mp)
     if p["report"] and plan.split.stages:

@@ -59,7 +59,9 @@ _OPTIONS: list[Callable[[Any], Any]] = [
     click.option("--format", "fmt", type=click.Choice(["csv", "tsv"]), default=None,
                   help="csv: values; tsv: live formulas. Default from the -o suffix, else csv."),
     click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=str),
-                  help="Write tables here instead of stdout; a .xlsx name writes the review workbook."),
+                  help="Write to FILE, in what its name says: tables (.csv, .tsv, .txt, any other name), the review "
+                  "workbook (.xlsx); with --solve also the split JSON (.json), the pipeline config (.yaml, .yml) or "
+                  "the report (.html)."),
     click.option("--plot", type=click.Path(dir_okay=False, path_type=str),
                   help="PNG/SVG of per-layer memory; with --solve also NAME-split and NAME-tiles images."),
     click.option("-f", "--force", is_flag=True, help="Overwrite existing output files."),

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Any
 
 import click
 
 from popliner.analysis import load_analysis
-from popliner.cli.options import MICRO_BATCHES, force_option, layer_options, layering, output_option, output_stream
-from popliner.errors import ConfigError
-from popliner.fileio import check_writable, distinct_files
+from popliner.cli.options import MICRO_BATCHES, force_option, layer_options, layering, output_option
+from popliner.errors import ConfigError, UsageProblem
+from popliner.fileio import distinct_files
+from popliner.writers.formats import check_output
+from popliner.writers.writer import write_output
 
 __all__ = ["command"]
 
@@ -23,7 +26,8 @@ log = logging.getLogger("popliner")
               help="The profile to compute the figures from (default: the one the workbook names).")
 @click.option("--gradient-accumulation", type=MICRO_BATCHES, default=None,
               help="Micro-batches per step (default: max(16, 2 x stages)).")
-@output_option("Write the pipeline YAML to FILE instead of stdout.")
+@output_option("Write the pipeline YAML to FILE instead of stdout; a .json FILE gets optimum-graphcore's "
+               "ipu_config.json of the split instead.")
 @force_option("Overwrite an existing -o file.")
 @click.option("--no-cache", is_flag=True, help="Do not read or write the derived-data cache.")
 @layer_options
@@ -39,11 +43,10 @@ def command(workbook: str, profile: str | None, gradient_accumulation: int | Non
     """
     from popliner.config.options import analysis_options
     from popliner.config.planner import config_from_planner, read_planner
-    from popliner.writers.pipeline_yaml import write_config
 
     distinct_files({"REVIEW.xlsx": workbook, "--profile": profile}, {"-o": output})
-    if output:
-        check_writable(output, force)
+    # -o by its name: .json writes optimum-graphcore's ipu_config.json; .yaml, .yml, any other name and stdout YAML.
+    writer = check_output(output, force, "PipelineConfig", "yaml", what="a pipeline config")
     choice = read_planner(workbook)
     source = profile or _recorded_profile(workbook, choice.profile_path)
     # The figures are computed with the training options the workbook records, as it showed them.
@@ -52,10 +55,26 @@ def command(workbook: str, profile: str | None, gradient_accumulation: int | Non
     if choice.profile_sha256 and choice.profile_sha256 != analysis.profile.sha256:
         log.warning("%s was made from a profile with another content hash than %s", workbook, source)
     cfg = config_from_planner(choice, analysis, gradient_accumulation=gradient_accumulation)
-    with output_stream(output, force) as stream:
-        write_config(cfg, stream)
+    if writer.name == "ipu_config":
+        _say_optimum(cfg, output)
+    write_output(cfg, output, force, writer)
     if output:
         log.info("wrote %s: %d IPUs", output, cfg.num_ipus)
+
+
+def _say_optimum(cfg: Any, output: str | None) -> None:
+    """Before writing optimum-graphcore's IPUConfig: a split it cannot build is refused; what it cannot say, said."""
+    from popliner.config.snippets import optimum_note, optimum_problem, optimum_warnings
+
+    problem = optimum_problem(cfg)
+    if problem is not None:
+        raise UsageProblem(f"-o {output}: optimum-graphcore cannot build this split: {problem}")
+
+    note = optimum_note(cfg)
+    if note:
+        log.info("%s", note)
+    for line in optimum_warnings(cfg):
+        log.warning("%s", line)
 
 
 def _recorded_profile(workbook: str, recorded: str) -> str:

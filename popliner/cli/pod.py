@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import Any
 
@@ -17,7 +16,6 @@ from popliner.cli.options import (
     FiniteFloat,
     force_option,
     output_option,
-    output_stream,
 )
 from popliner.errors import UsageProblem
 from popliner.fileio import atomic_write, check_writable, is_stdout, one_stdout
@@ -29,6 +27,9 @@ from popliner.pod.model import (
     DEFAULT_SYNC_CYCLES,
 )
 from popliner.pod.plan import RECOMPUTES
+from popliner.writers.formats import writer_among, writer_for
+from popliner.writers.jsondoc import PlanDocument
+from popliner.writers.writer import Writer, write_output
 
 __all__ = ["command"]
 
@@ -86,7 +87,8 @@ def _choices(allowed: tuple[str, ...], flag: str) -> Any:
               help="Write the picked configuration's pipeline config (YAML) here.")
 @click.option("--ipu-config-out", type=click.Path(dir_okay=False, path_type=str), default=None,
               help="Write the picked configuration's optimum-graphcore ipu_config.json here.")
-@output_option("Write the JSON to FILE instead of stdout.")
+@output_option("Write the JSON to FILE instead of stdout; a .yaml/.yml FILE gets the picked configuration's "
+               "pipeline config instead (as --config-out).")
 @force_option()
 @click.option("--mode", type=click.Choice(["auto", "inference", "training"]), default="auto", show_default=True,
               help="Training keeps stashes; auto looks for gradient operations.")
@@ -113,20 +115,12 @@ def command(profile: str, ipus: int, global_batch: int | None, micro_batch: int,
     from popliner.ops.layers import preset_names
     from popliner.pod.model import PodConstants
     from popliner.pod.output import pick as pick_config
-    from popliner.pod.output import plan_document, plan_table
+    from popliner.pod.output import plan_document
     from popliner.pod.plan import PodRequest, plan_pod
 
     if layer_preset not in ("auto", *preset_names()):
         raise UsageProblem(f"--layer-preset {layer_preset!r}: expected auto or one of {', '.join(preset_names())}")
-    # Every output is checked before any work.
-    if output:
-        check_writable(output, force)
-    if config_out:
-        check_writable(config_out, force, suffixes=(".yaml", ".yml"), what="pipeline config")
-    if ipu_config_out:
-        check_writable(ipu_config_out, force, suffixes=(".json",), what="IPU config")
-    one_stdout({"the plan JSON": not output or is_stdout(output), "--config-out -": config_out,
-                "--ipu-config-out -": ipu_config_out})
+    writer, output, config_out = _check_outputs(output, config_out, ipu_config_out, force)
     request = PodRequest(
         pod_ipus=ipus, global_batch=global_batch, micro_batch=micro_batch,
         recompute=recompute or RECOMPUTES, head_placement=head_placement or HEAD_PLACEMENTS,
@@ -141,15 +135,49 @@ def command(profile: str, ipus: int, global_batch: int | None, micro_batch: int,
     # The picked configuration's documents are made before anything is written: one that cannot be
     # (optimum builds no head placed first) stops the command with no output at all.
     documents = _documents(plan, chosen, ipu_config_out is not None) if chosen is not None else None
+    _say(plan, everything)
+    write_output(PlanDocument(plan_document(plan, everything)), output, force, writer)
+    if chosen is not None and documents is not None:
+        _write_configs(chosen, pick, documents, config_out, ipu_config_out, force)
+
+
+def _check_outputs(output: str | None, config_out: str | None, ipu_config_out: str | None,
+                   force: bool) -> tuple[Writer, str | None, str | None]:
+    """Every output checked before any work, -o routed by its name: the writer, -o and --config-out after it."""
+    writer, output, config_out = _route(output, config_out)
+    if output:
+        check_writable(output, force)
+    if config_out:
+        check_writable(config_out, force, suffixes=(".yaml", ".yml"), what="pipeline config")
+    if ipu_config_out:
+        check_writable(ipu_config_out, force, suffixes=(".json",), what="IPU config")
+    one_stdout({"the plan JSON": not output or is_stdout(output), "--config-out -": config_out,
+                "--ipu-config-out -": ipu_config_out})
+    return writer, output, config_out
+
+
+def _say(plan: Any, everything: bool) -> None:
+    """The ranked table, the planner's notes and the summary on stderr (not under -q)."""
+    from popliner.pod.output import plan_table
+
     if log.isEnabledFor(logging.WARNING):
         click.echo(plan_table(plan, everything, None if everything else TABLE_ROWS), err=True, nl=False)
         for note in plan.notes:
             click.echo(f"popliner: {note}", err=True)
         _summary(plan)
-    with output_stream(output, force) as stream:
-        stream.write(json.dumps(plan_document(plan, everything), indent=2) + "\n")
-    if chosen is not None and documents is not None:
-        _write_configs(chosen, pick, documents, config_out, ipu_config_out, force)
+
+
+def _route(output: str | None, config_out: str | None) -> tuple[Writer, str | None, str | None]:
+    """-o by its name: the plan JSON (.json, stdout and any name the map does not know) or, for .yaml/.yml,
+    the picked configuration's pipeline config (as --config-out); the writer, -o and --config-out after it."""
+    kind, writer = writer_among(output, ("PlanDocument", "PipelineConfig"), "PlanDocument", "json",
+                                what="a pod plan")
+    if kind == "PlanDocument":
+        return writer, output, config_out
+    if config_out:
+        raise UsageProblem(f"-o {output} and --config-out both write the picked configuration's pipeline config; "
+                           "give one")
+    return writer_for(None, "PlanDocument", "json"), None, output
 
 
 def _summary(plan: Any) -> None:

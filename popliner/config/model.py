@@ -16,7 +16,7 @@ from popliner import pipeline
 from popliner.errors import UsageProblem
 from popliner.layout import Layout
 from popliner.memory.types import ComponentBytes
-from popliner.pipeline import LayerPlacement, StageLayout, backward_stage, forward_stage
+from popliner.pipeline import LayerPlacement, StageFigure, StageLayout, backward_stage, forward_stage
 from popliner.solvers.result import SplitResult, StageResult
 from popliner.training_record import ConfigTraining, config_training
 
@@ -30,6 +30,7 @@ __all__ = [
     "backward_stage",
     "check_gradient_accumulation",
     "config_from_split",
+    "config_stage",
     "config_training",
     "default_gradient_accumulation",
     "forward_stage",
@@ -96,6 +97,9 @@ class ConfigStage:
     head_cycles: int | None = None
     #: Training: the part of ``bytes_in`` sent back (the gradients); None in a config written before it was.
     gradient_bytes_in: int | None = None
+    #: Bytes of one stash entry on ``worst_tile`` (an IPU that stashes); None elsewhere and in a config
+    #: written before it was recorded, which the simulator then reads as ``stash_bytes`` spread evenly.
+    stash_entry_bytes: int | None = None
 
     @property
     def predicted_stale(self) -> bool:
@@ -225,31 +229,27 @@ def config_from_split(
         raise UsageProblem("the split has no stages; there is nothing to write a pipeline config for")
     if split.mode not in MODES:
         raise UsageProblem(f"split mode {split.mode!r} is neither 'inference' nor 'training'")
-    stages = tuple(_config_stage(position, s, split.mode == "training") for position, s in enumerate(split.stages))
+    stages = tuple(config_stage(position, s, split.mode == "training") for position, s in enumerate(split.stages))
     recorded = (training or ConfigTraining()) if split.mode == "training" else None
+    layout, g = _layout_and_g(stages, recorded, split.mode == "training", gradient_accumulation)
+    return PipelineConfig(
+        profile_path=os.fspath(profile_path), profile_sha256=profile_sha256, tiles_per_ipu=int(tiles),
+        bytes_per_tile=int(bytes_per_tile), clock_hz=float(clock_hz), mode=split.mode, gradient_accumulation=int(g),
+        stages=stages, model_layers=layout.names, solver=split.solver, solver_status=split.status,
+        budget_bytes=int(split.budget_bytes), training_options=recorded, layer_options=layer_options,
+        framework=framework, matmul_proportion=check_matmul_proportion(matmul_proportion, len(stages)),
+    )
+
+
+def _layout_and_g(stages: tuple[ConfigStage, ...], recorded: ConfigTraining | None, training: bool,
+                  gradient_accumulation: int | None) -> tuple[Layout, int]:
+    """The stages' layout, and G: the one given (checked against the pipeline stages) or the default."""
     placement = recorded.head_placement if recorded is not None else None
     layout = Layout.of_stages([s.layers for s in stages], placement)
-    num_stages = StageLayout.of(layout, [s.layers for s in stages], split.mode == "training").num_stages
+    num_stages = StageLayout.of(layout, [s.layers for s in stages], training).num_stages
     g = default_gradient_accumulation(num_stages) if gradient_accumulation is None else gradient_accumulation
     check_gradient_accumulation(g, num_stages)
-    return PipelineConfig(
-        profile_path=os.fspath(profile_path),
-        profile_sha256=profile_sha256,
-        tiles_per_ipu=int(tiles),
-        bytes_per_tile=int(bytes_per_tile),
-        clock_hz=float(clock_hz),
-        mode=split.mode,
-        gradient_accumulation=int(g),
-        stages=stages,
-        model_layers=layout.names,
-        solver=split.solver,
-        solver_status=split.status,
-        budget_bytes=int(split.budget_bytes),
-        training_options=recorded,
-        layer_options=layer_options,
-        framework=framework,
-        matmul_proportion=check_matmul_proportion(matmul_proportion, len(stages)),
-    )
+    return layout, g
 
 
 def check_matmul_proportion(values: Sequence[float], num_ipus: int) -> tuple[float, ...]:
@@ -271,12 +271,19 @@ def check_gradient_accumulation(g: int, num_stages: int) -> None:
         )
 
 
-def _config_stage(position: int, s: StageResult, training: bool) -> ConfigStage:
+def config_stage(position: int, s: StageResult, training: bool) -> ConfigStage:
+    """The saved record of an IPU: the one way a split's :class:`StageResult` (and its figure) becomes one.
+
+    Everything the simulator needs of the IPU is taken here, so that a config
+    just planned and the same config read back from its file simulate alike
+    (:func:`popliner.simulator.inputs.ipu_figures`).
+    """
     if s.ipu != position:
         raise UsageProblem(f"split stage {position} is on IPU {s.ipu}; a pipeline config needs stage i on IPU i")
     if not s.layers:
         raise UsageProblem(f"split stage {position} has no layers; every IPU of a pipeline needs at least one")
     layers = tuple(str(layer) for layer in s.layers)
+    f = s.figure
     return ConfigStage(
         index=position,
         ipu=position,
@@ -289,9 +296,16 @@ def _config_stage(position: int, s: StageResult, training: bool) -> ConfigStage:
         cycles=int(s.cycles),
         bytes_in=int(s.bytes_in),
         predicted_for=layers_fingerprint(layers),
-        forward_cycles=int(s.figure.forward_cycles) if s.figure is not None else None,
-        recompute_cycles=int(s.figure.recompute_cycles) if s.figure is not None else None,
-        head_cycles=int(s.figure.head_cycles) if s.figure is not None and s.figure.head_cycles else None,
-        gradient_bytes_in=(int(s.figure.gradient_bytes_in)
-                           if s.figure is not None and training else None),
+        forward_cycles=int(f.forward_cycles) if f is not None else None,
+        recompute_cycles=int(f.recompute_cycles) if f is not None else None,
+        head_cycles=int(f.head_cycles) if f is not None and f.head_cycles else None,
+        gradient_bytes_in=int(f.gradient_bytes_in) if f is not None and training else None,
+        stash_entry_bytes=_stash_entry_bytes(f),
     )
+
+
+def _stash_entry_bytes(f: StageFigure | None) -> int | None:
+    """One stash entry on the figure's worst tile, for an IPU that stashes."""
+    if f is None or not f.stash_entries or not f.memory.tiles:
+        return None
+    return int(f.stash_entry_per_tile[f.worst_tile])

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import yaml
@@ -56,7 +56,7 @@ STAGE_KEYS = ("index", "ipu", "pipeline_stages", "layers", "predicted")
 PREDICTED_KEYS = ("for_layers", "memory", "worst_tile", "worst_tile_bytes", "stash_bytes", "stash_entries",
                   "cycles", "bytes_in")
 #: Written since the training options are recorded; a config without them still loads.
-PREDICTED_OPTIONAL = ("forward_cycles", "recompute_cycles", "head_cycles", "gradient_bytes_in")
+PREDICTED_OPTIONAL = ("forward_cycles", "recompute_cycles", "head_cycles", "gradient_bytes_in", "stash_entry_bytes")
 LAYER_KEYS = ("name", "ipu", "pipelineStage", "backwardPipelineStage")
 _SHA256 = re.compile(r"[0-9a-fA-F]{64}")
 
@@ -137,46 +137,21 @@ def _tag_message(exc: yaml.constructor.ConstructorError, source: str) -> str:
 def config_from_document(doc: Any, source: str = "<config>") -> PipelineConfig:
     """Validate an already parsed document (see :func:`parse_config`)."""
     r = Reader(source)
-    if doc is None:
-        r.fail("", "the file is empty", "write a config with `popliner PROFILE --solve` and edit that")
-    top = r.mapping(doc, "", TOP_KEYS, ("version",), what="the top level")
-    version = top["version"]
-    if isinstance(version, bool) or not isinstance(version, int) or version != CONFIG_VERSION:
-        r.fail("version", f"unsupported version {version!r}", f"this popliner reads `version: {CONFIG_VERSION}`")
-    for key in ("profile", "target", "mode", "num_ipus", "gradient_accumulation", "stages", "layers"):
-        if key not in top:
-            r.fail(key, "missing", f"add the `{key}:` entry (see docs/pipeline-config.md)")
-    profile = r.mapping(top["profile"], "profile", ("path", "sha256"), ("path", "sha256"))
-    sha = r.text(profile["sha256"], "profile.sha256")
-    if not _SHA256.fullmatch(sha):
-        r.fail("profile.sha256", "not a sha256 digest (64 hex digits)", "restore the value popliner wrote")
+    top = _read_top(r, doc)
+    profile, sha = _read_profile(r, top["profile"])
     target = r.mapping(top["target"], "target", ("tiles_per_ipu", "bytes_per_tile", "clock_hz"),
                        ("tiles_per_ipu", "bytes_per_tile", "clock_hz"))
     mode = top["mode"]
     if mode not in MODES:
         r.fail("mode", f"unknown mode {mode!r}", "use `inference` or `training`")
-    stages = _read_stages(r, top["stages"])
-    num_ipus = r.integer(top["num_ipus"], "num_ipus", minimum=1)
-    if num_ipus != len(stages):
-        r.fail("num_ipus", f"is {num_ipus} but `stages` lists {len(stages)}",
-               f"set `num_ipus: {len(stages)}` (one stage per IPU)")
+    stages = _read_stages(r, top["stages"], top["num_ipus"])
     model_layers = _read_layer_names(r, top["layers"])
     _check_assignment(r, stages, model_layers)
     training = _read_training(r, top.get("training"), mode) if "training" in top else None
     layer_options = read_layer_options(r, top["layer_options"]) if "layer_options" in top else ()
-    groups = [s.layers for s in stages]
-    placement = training.head_placement if training is not None else None
-    p = StageLayout.of(Layout.of_stages(groups, placement, model_layers), groups, mode == "training").num_stages
-    g = r.integer(top["gradient_accumulation"], "gradient_accumulation", minimum=1, maximum=MAX_MICRO_BATCHES)
-    if g < p:
-        r.fail("gradient_accumulation", f"{g} is smaller than the {p} pipeline stages",
-               f"set it to {p} or more (at least one micro-batch per pipeline stage)")
+    g = _read_gradient_accumulation(r, top["gradient_accumulation"], stages, training, mode, model_layers)
     solver_name, solver_status, budget = _read_solver(r, top.get("solver"))
-    tiles = r.integer(target["tiles_per_ipu"], "target.tiles_per_ipu", minimum=1, maximum=MAX_TILES)
-    for s in stages:
-        if s.worst_tile >= tiles:
-            r.fail(f"stages[{s.index}].predicted.worst_tile", f"tile {s.worst_tile} does not exist on an IPU "
-                   f"of {tiles} tiles", "restore the value popliner wrote")
+    tiles = _read_tiles(r, target["tiles_per_ipu"], stages)
     cfg = PipelineConfig(
         profile_path=r.text(profile["path"], "profile.path"),
         profile_sha256=sha.lower(),
@@ -199,6 +174,52 @@ def config_from_document(doc: Any, source: str = "<config>") -> PipelineConfig:
         r.choice(top["execution"], "execution", ("pipelined", "sharded"))
     _warn_if_table_differs(source, cfg, top["layers"])
     return cfg
+
+
+def _read_profile(r: Reader, value: Any) -> tuple[Mapping[str, Any], str]:
+    """The ``profile`` mapping, and its sha256 (the path is read with the rest)."""
+    profile = r.mapping(value, "profile", ("path", "sha256"), ("path", "sha256"))
+    sha = r.text(profile["sha256"], "profile.sha256")
+    if not _SHA256.fullmatch(sha):
+        r.fail("profile.sha256", "not a sha256 digest (64 hex digits)", "restore the value popliner wrote")
+    return profile, sha
+
+
+def _read_top(r: Reader, doc: Any) -> Mapping[str, Any]:
+    """The top level: a mapping of known keys, this version, every required entry there."""
+    if doc is None:
+        r.fail("", "the file is empty", "write a config with `popliner PROFILE --solve` and edit that")
+    top = r.mapping(doc, "", TOP_KEYS, ("version",), what="the top level")
+    version = top["version"]
+    if isinstance(version, bool) or not isinstance(version, int) or version != CONFIG_VERSION:
+        r.fail("version", f"unsupported version {version!r}", f"this popliner reads `version: {CONFIG_VERSION}`")
+    for key in ("profile", "target", "mode", "num_ipus", "gradient_accumulation", "stages", "layers"):
+        if key not in top:
+            r.fail(key, "missing", f"add the `{key}:` entry (see docs/pipeline-config.md)")
+    return top
+
+
+def _read_gradient_accumulation(r: Reader, value: Any, stages: tuple[ConfigStage, ...],
+                                training: ConfigTraining | None, mode: str, model_layers: tuple[str, ...]) -> int:
+    """G: a whole number, at least one micro-batch per pipeline stage of the layout the stages make."""
+    groups = [s.layers for s in stages]
+    placement = training.head_placement if training is not None else None
+    p = StageLayout.of(Layout.of_stages(groups, placement, model_layers), groups, mode == "training").num_stages
+    g = r.integer(value, "gradient_accumulation", minimum=1, maximum=MAX_MICRO_BATCHES)
+    if g < p:
+        r.fail("gradient_accumulation", f"{g} is smaller than the {p} pipeline stages",
+               f"set it to {p} or more (at least one micro-batch per pipeline stage)")
+    return g
+
+
+def _read_tiles(r: Reader, value: Any, stages: tuple[ConfigStage, ...]) -> int:
+    """Tiles per IPU; every stage's worst tile must be one of them."""
+    tiles = r.integer(value, "target.tiles_per_ipu", minimum=1, maximum=MAX_TILES)
+    for s in stages:
+        if s.worst_tile >= tiles:
+            r.fail(f"stages[{s.index}].predicted.worst_tile", f"tile {s.worst_tile} does not exist on an IPU "
+                   f"of {tiles} tiles", "restore the value popliner wrote")
+    return tiles
 
 
 def training_from_document(value: Any, source: str, mode: str = "training") -> ConfigTraining:
@@ -277,10 +298,16 @@ def _read_solver(r: Reader, value: Any) -> tuple[str, str, int | None]:
     )
 
 
-def _read_stages(r: Reader, value: Any) -> tuple[ConfigStage, ...]:
+def _read_stages(r: Reader, value: Any, num_ipus: Any) -> tuple[ConfigStage, ...]:
+    """The stages, one per IPU: as many as ``num_ipus`` says."""
     if not isinstance(value, list) or not value:
         r.fail("stages", "must be a non-empty list of stages", "list one `- index: ...` entry per IPU")
-    return tuple(_read_stage(r, position, item) for position, item in enumerate(value))
+    stages = tuple(_read_stage(r, position, item) for position, item in enumerate(value))
+    count = r.integer(num_ipus, "num_ipus", minimum=1)
+    if count != len(stages):
+        r.fail("num_ipus", f"is {count} but `stages` lists {len(stages)}",
+               f"set `num_ipus: {len(stages)}` (one stage per IPU)")
+    return stages
 
 
 def _read_stage(r: Reader, position: int, item: Any) -> ConfigStage:
@@ -318,6 +345,7 @@ def _read_stage(r: Reader, position: int, item: Any) -> ConfigStage:
         recompute_cycles=optional["recompute_cycles"],
         head_cycles=optional["head_cycles"],
         gradient_bytes_in=optional["gradient_bytes_in"],
+        stash_entry_bytes=optional["stash_entry_bytes"],
     )
 
 

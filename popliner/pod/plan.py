@@ -309,15 +309,15 @@ def _step(depth: DepthSplit, analysis: Analysis, head_wraps: bool, g: int, r: in
     """The step of the split's pipeline (the simulator's stages), then each IPU's all-reduce and streaming."""
     from popliner.layout import HEAD_GROUP
     from popliner.pipeline import StageLayout
-    from popliner.simulator.inputs import ipu_figures, pipeline_stages
+    from popliner.simulator.inputs import pipeline_stages, split_ipu_figures
 
     assert depth.split is not None
-    figures = [s.figure for s in depth.split.stages]
     training = analysis.mode == "training"
-    ipus = [ipu_figures(f, training) for f in figures if f is not None]  # as simulate reads each IPU's figure
-    wraps = head_wraps and len(ipus) >= 2 and figures[0] is not None
+    wraps = head_wraps and len(depth.split.stages) >= 2
+    # Each IPU through the record a config keeps of it, as simulate reads a config.
+    ipus = split_ipu_figures(depth.split.stages, int(analysis.profile.target.tiles_per_ipu), training, wraps)
     plan = StageLayout(len(ipus), training, HEAD_GROUP if wraps else None)
-    stages = pipeline_stages(plan, ipus, figures[0].head_cycles if wraps and figures[0] else 0)
+    stages = pipeline_stages(plan, ipus, None if wraps else 0)
     send = [0.0] * len(ipus)
     for s in stages:
         if s.index + 1 < len(stages) and stages[s.index + 1].ipu != s.ipu and s.send_bytes > 0:

@@ -41,7 +41,15 @@ from popliner.simulator.schedule import (
     schedule,
     sharded_schedule,
 )
-from popliner.simulator.types import SIM_KINDS, CycleTiming, FragmentTiming, IpuSummary, SimResult, SimStage
+from popliner.simulator.types import (
+    SIM_KINDS,
+    CycleTiming,
+    FragmentTiming,
+    IpuFigures,
+    IpuSummary,
+    SimResult,
+    SimStage,
+)
 
 __all__ = [
     "DEFAULT_LINK_BANDWIDTH",
@@ -49,6 +57,7 @@ __all__ = [
     "SIM_KINDS",
     "CycleTiming",
     "FragmentTiming",
+    "IpuFigures",
     "IpuSummary",
     "MemoryPoint",
     "SimResult",
@@ -100,21 +109,9 @@ def simulate(
     summaries = tuple(
         _ipu_summary(stages, u, k, cycles, step, stash, budget_bytes, tiles_per_ipu) for k, u in enumerate(ipus)
     )
-    return SimResult(
-        stages=stages,
-        micro_batches=micro_batches,
-        micro_batch_size=micro_batch_size,
-        clock_hz=float(clock_hz),
-        link_bandwidth=float(link_bandwidth),
-        sync_cycles=float(sync_cycles),
-        budget_bytes=budget_bytes,
-        schedule=sched,
-        cycles=cycles,
-        fragments=fragments,
-        ipus=summaries,
-        step_cycles=step,
-        execution="sharded" if sharded else "pipelined",
-    )
+    return SimResult(stages, micro_batches, micro_batch_size, float(clock_hz), float(link_bandwidth),
+                     float(sync_cycles), budget_bytes, sched, cycles, fragments, summaries, step,
+                     "sharded" if sharded else "pipelined")
 
 
 # ----------------------------------------------------------------- validation
@@ -279,6 +276,7 @@ def _ipu_summary(stages: tuple[SimStage, ...], u: int, k: int, cycles: tuple[Cyc
         copy_buffer_bytes=peak.copy_buffer if peak else None,
         peak_bytes=peak.total if peak else None,
         fits=None if peak is None or budget is None else peak.total <= budget,
+        figures=next((s.figures for s in stages if s.ipu == u and s.figures is not None), None),
     )
 
 

@@ -17,20 +17,25 @@ from typing import Protocol
 
 import numpy as np
 
-from popliner.config.model import ConfigStage, PipelineConfig
+from popliner.config.model import ConfigStage, PipelineConfig, config_stage
 from popliner.errors import ConfigError
 from popliner.pipeline import StageFigure, StageLayout, copy_buffer_per_tile
 from popliner.simulator.engine import SimStage
+from popliner.simulator.types import IpuFigures
+from popliner.solvers.result import StageResult, stage_result
 
 __all__ = [
     "BACKWARD_FRACTION",
     "AnalysisLike",
     "IpuFigures",
+    "config_ipu_figures",
     "SimInputs",
     "inputs_from_analysis",
     "inputs_from_config",
     "ipu_figures",
     "pipeline_stages",
+    "split_ipu_figures",
+    "split_records",
 ]
 
 logger = logging.getLogger(__name__)
@@ -63,43 +68,25 @@ class SimInputs:
     source: str  # "config" or "profile"
 
 
-@dataclass(frozen=True, eq=False)
-class IpuFigures:
-    """Per IPU (config stage): what the pipeline stages are built from."""
-
-    forward_cycles: int
-    backward_cycles: int
-    memory_per_tile: np.ndarray
-    stash_entry_per_tile: np.ndarray | None
-    bytes_in: int  # bytes crossing the boundary into this IPU per micro-batch, both ways
-    label: str
-    recompute_cycles: int = 0  # part of backward_cycles: forward work run again (recomputation)
-    #: Training: the part of ``bytes_in`` sent back (gradients); None for a config that does not record it,
-    #: whose whole ``bytes_in`` is then sent each way (as configs were simulated before it was recorded).
-    gradient_bytes_in: int | None = None
-
-    @property
-    def received(self) -> int:
-        """Bytes sent forwards into this IPU per micro-batch (activations)."""
-        return self.bytes_in - self.gradient_bytes_in if self.gradient_bytes_in is not None else self.bytes_in
-
-    @property
-    def returned(self) -> int:
-        """Bytes this IPU sends back over the same boundary per micro-batch (gradients)."""
-        return self.gradient_bytes_in if self.gradient_bytes_in is not None else self.bytes_in
-
-
-def pipeline_stages(plan: StageLayout, ipus: Sequence[IpuFigures], head_cycles: int = 0) -> tuple[SimStage, ...]:
+def pipeline_stages(plan: StageLayout, ipus: Sequence[IpuFigures], head_cycles: int | None = None,
+                    ) -> tuple[SimStage, ...]:
     """Expand per-IPU figures into the pipeline stages of ``plan`` (K in inference, 2K-1 in training).
 
     ``head_cycles``: the cycles of a head ``plan`` wraps onto IPU 0 (one more
-    stage, K; the backwards move one stage later).
+    stage, K; the backwards move one stage later); by default IPU 0's
+    :attr:`IpuFigures.head_cycles`. Each stage holds the figures of its IPU.
     """
     k = len(ipus)
     if plan.num_ipus != k:
         raise ValueError(f"{k} IPUs of figures for a split over {plan.num_ipus}")
-    if plan.wraps:
-        return _wrapped_stages(plan, ipus, head_cycles)
+    head = head_cycles if head_cycles is not None else (ipus[0].head_cycles if ipus else 0)
+    stages = _wrapped_stages(plan, ipus, head) if plan.wraps else _plain_stages(plan, ipus)
+    return tuple(dataclasses.replace(s, figures=ipus[s.ipu]) for s in stages)
+
+
+def _plain_stages(plan: StageLayout, ipus: Sequence[IpuFigures]) -> tuple[SimStage, ...]:
+    """The stages without a wrapped head: forwards, the loss stage on the last IPU, backwards."""
+    k = len(ipus)
     if not plan.training:
         return tuple(
             SimStage(plan.forward_stage(i), i, "forward", f.forward_cycles, ipus[i + 1].bytes_in if i + 1 < k else 0,
@@ -152,39 +139,72 @@ def _wrapped_stages(plan: StageLayout, ipus: Sequence[IpuFigures], head_cycles: 
     return tuple(out)
 
 
-def inputs_from_config(cfg: PipelineConfig, backward_fraction: float = BACKWARD_FRACTION) -> SimInputs:
-    """Stages from the config's predicted figures.
+def inputs_from_config(cfg: PipelineConfig, backward_fraction: float = BACKWARD_FRACTION, *,
+                       source: str = "config", tiles_per_ipu: int | None = None,
+                       clock_hz: float | None = None) -> SimInputs:
+    """The simulator's stages of a pipeline config: each IPU's :func:`ipu_figures`, expanded by its layout.
 
-    Per-tile detail is not in the config, so: ``stash_bytes`` holds the
-    ``stash_entries - 1`` entries beyond the one the single-IPU profile
-    already has; one entry is spread evenly over all tiles; the worst tile
-    carries the rest of the stage's worst-tile bytes, less its copy buffers
-    (the simulator adds those itself). With the simulated number of entries
-    equal to ``stash_entries`` the peak is the prediction.
+    A config just planned, the same config read back from its file and one
+    whose figures were recomputed from the profile (:func:`inputs_from_analysis`)
+    all go through here, so they simulate alike. ``source`` says where the
+    figures came from; ``tiles_per_ipu`` and ``clock_hz`` default to the config's.
     """
-    tiles = cfg.tiles_per_ipu
-    figures = []
-    wraps = cfg.head_wraps  # IPU 0's bytes_in is then what the head receives from the last IPU
+    tiles = cfg.tiles_per_ipu if tiles_per_ipu is None else tiles_per_ipu
+    figures = config_ipu_figures(cfg.stages, tiles, cfg.training, cfg.head_wraps, backward_fraction)
+    return SimInputs(pipeline_stages(cfg.stage_layout, figures), tiles,
+                     cfg.clock_hz if clock_hz is None else clock_hz, source)
+
+
+def config_ipu_figures(stages: Sequence[ConfigStage], tiles: int, training: bool, wraps: bool,
+                       backward_fraction: float = BACKWARD_FRACTION) -> tuple[IpuFigures, ...]:
+    """Each IPU's :func:`ipu_figures`, with the bytes it sends on (the next IPU's ``bytes_in``).
+
+    ``wraps``: the head is wrapped onto IPU 0, whose ``bytes_in`` is then what
+    the head receives from the last IPU.
+    """
+    out = []
+    for k, s in enumerate(stages):
+        bytes_out = stages[k + 1].bytes_in if k + 1 < len(stages) else (stages[0].bytes_in if wraps else 0)
+        out.append(ipu_figures(s, tiles=tiles, training=training, receives=bool(k) or wraps, bytes_out=bytes_out,
+                               backward_fraction=backward_fraction))
+    return tuple(out)
+
+
+def ipu_figures(s: ConfigStage, *, tiles: int, training: bool, receives: bool, bytes_out: int,
+                backward_fraction: float = BACKWARD_FRACTION) -> IpuFigures:
+    """What the simulator reads of an IPU: the one way an IPU's record becomes simulator input.
+
+    The single-IPU profile already holds one stash entry of every stage (its
+    activations live from forward to backward), so the resident memory is
+    the worst tile's predicted bytes less every stash entry the IPU keeps and
+    less its copy buffers; the simulator adds back the entries in flight and
+    its own copy buffers. With ``stash_entries`` entries in flight, the peak
+    is the prediction on the same tile. One entry is the recorded bytes on
+    the worst tile (``stash_entry_bytes``), on every tile; a config written
+    before they were recorded spreads ``stash_bytes`` evenly instead. Only
+    the worst tile's bytes are kept: the simulator reads no other tile's.
+    ``receives``: whether the IPU's ``bytes_in`` crosses into it (not IPU 0,
+    unless a head wraps onto it); ``bytes_out``: what it sends on.
+    """
+    extra = s.stash_entries - 1
+    if s.stash_entry_bytes is not None:
+        per_entry = s.stash_entry_bytes
+    else:  # older config: the average entry
+        per_entry = math.ceil(s.stash_bytes / extra / tiles) if extra > 0 else 0
+    bytes_in = s.bytes_in if receives else 0
+    if training and s.gradient_bytes_in is None:  # older config: the whole crossing each way
+        buffer = copy_buffer_per_tile(2 * bytes_in, 2 * bytes_out, tiles, True)
+    else:
+        buffer = copy_buffer_per_tile(bytes_in, bytes_out, tiles, training)
+    memory = np.zeros(tiles, dtype=np.int64)
+    memory[s.worst_tile] = max(0, s.worst_tile_bytes - s.stash_entries * per_entry - buffer)
     # A wrapped head's cycles are part of IPU 0's; the config records them apart (a config written
     # before it did keeps them in IPU 0's backward stage: the same work per micro-batch on IPU 0).
-    head = (cfg.stages[0].head_cycles or 0) if wraps and cfg.stages else 0
-    for k, s in enumerate(cfg.stages):
-        if k == 0 and head:
-            s = dataclasses.replace(s, cycles=s.cycles - head)
-        extra = s.stash_entries - 1
-        per_entry = math.ceil(s.stash_bytes / extra / tiles) if extra > 0 else 0
-        bytes_out = cfg.stages[k + 1].bytes_in if k + 1 < len(cfg.stages) else (
-            cfg.stages[0].bytes_in if wraps else 0)
-        buffer = copy_buffer_per_tile(s.bytes_in if k or wraps else 0, bytes_out, tiles, cfg.training)
-        if cfg.training and s.gradient_bytes_in is None:
-            buffer = copy_buffer_per_tile(2 * (s.bytes_in if k or wraps else 0), 2 * bytes_out, tiles, True)  # older
-        memory = np.zeros(tiles, dtype=np.int64)
-        memory[s.worst_tile] = max(0, s.worst_tile_bytes - s.stash_entries * per_entry - buffer)
-        backward, recompute = _backward_cycles(s, cfg.training, backward_fraction)
-        figures.append(IpuFigures(s.cycles - backward, backward, memory,
-                                   np.full(tiles, per_entry, dtype=np.int64), s.bytes_in, _label(s.layers),
-                                   recompute, s.gradient_bytes_in if cfg.training else None))
-    return SimInputs(pipeline_stages(cfg.stage_layout, figures, head), tiles, cfg.clock_hz, "config")
+    head = s.head_cycles or 0
+    own = dataclasses.replace(s, cycles=s.cycles - head) if head else s
+    backward, recompute = _backward_cycles(own, training, backward_fraction)
+    return IpuFigures(own.cycles - backward, backward, memory, np.full(tiles, per_entry, dtype=np.int64), s.bytes_in,
+                      _label(s.layers), recompute, s.gradient_bytes_in if training else None, head)
 
 
 def _backward_cycles(s: ConfigStage, training: bool, backward_fraction: float) -> tuple[int, int]:
@@ -200,30 +220,27 @@ def _backward_cycles(s: ConfigStage, training: bool, backward_fraction: float) -
 
 def inputs_from_analysis(cfg: PipelineConfig, analysis: AnalysisLike, *, tiles_per_ipu: int,
                          clock_hz: float) -> SimInputs:
-    """Stages recomputed from the profile for the config's layer placement (:func:`ipu_figures` of each IPU)."""
-    check_profile_matches(cfg, analysis)
-    layers = [s.layers for s in cfg.stages]
-    computed = analysis.pipeline_figures(layers)
-    figures = [ipu_figures(fig, cfg.training, _label(group)) for group, fig in zip(layers, computed)]
-    head = computed[0].head_cycles if cfg.head_wraps and computed else 0
-    return SimInputs(pipeline_stages(cfg.stage_layout, figures, head), tiles_per_ipu, clock_hz, "profile")
+    """The config's layer placement with every IPU's figures recomputed from the profile.
 
-
-def ipu_figures(figure: StageFigure, training: bool, label: str = "") -> IpuFigures:
-    """What the simulator reads of an IPU's pipeline figure: the one way a figure becomes simulator input.
-
-    The single-IPU profile already holds one stash entry of every stage (its
-    activations live from forward to backward), so that entry is taken out
-    of the resident memory and the simulator adds back as many as are in
-    flight. The last IPU runs forward and backward back to back: no stash,
-    and its activations stay live in between exactly as the profile shows them.
+    Each figure becomes the record a planned config holds (:func:`split_records`),
+    and that record is simulated as a saved config is (:func:`inputs_from_config`).
     """
-    total = np.asarray(figure.memory.total_per_tile, dtype=np.int64)
-    entry = (np.asarray(figure.stash_entry_per_tile, dtype=np.int64) if figure.stash_entries
-             else np.zeros_like(total))
-    return IpuFigures(figure.forward_cycles, figure.backward_cycles if training else 0, np.maximum(total - entry, 0),
-                      entry, figure.bytes_in, label, figure.recompute_cycles if training else 0,
-                      figure.gradient_bytes_in if training else None)
+    check_profile_matches(cfg, analysis)
+    computed = analysis.pipeline_figures([s.layers for s in cfg.stages])
+    records = [stage_result(f, analysis.layer_names, cfg.effective_budget) for f in computed]
+    recomputed = dataclasses.replace(cfg, stages=split_records(records, cfg.training), tiles_per_ipu=tiles_per_ipu)
+    return inputs_from_config(recomputed, source="profile", clock_hz=clock_hz)
+
+
+def split_records(stages: Sequence[StageResult], training: bool) -> tuple[ConfigStage, ...]:
+    """Each IPU of a split as the config records it (:func:`popliner.config.model.config_stage`)."""
+    return tuple(config_stage(k, s, training) for k, s in enumerate(stages))
+
+
+def split_ipu_figures(stages: Sequence[StageResult], tiles: int, training: bool,
+                      wraps: bool) -> tuple[IpuFigures, ...]:
+    """A split's IPUs as the simulator reads them: through the config's records, as ``simulate`` does."""
+    return config_ipu_figures(split_records(stages, training), tiles, training, wraps)
 
 
 def check_profile_matches(cfg: PipelineConfig, analysis: AnalysisLike) -> None:

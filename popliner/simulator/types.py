@@ -2,15 +2,49 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from popliner.simulator.schedule import Schedule
 
-__all__ = ["SIM_KINDS", "CycleTiming", "FragmentTiming", "IpuSummary", "SimResult", "SimStage"]
+__all__ = ["SIM_KINDS", "CycleTiming", "FragmentTiming", "IpuFigures", "IpuSummary", "SimResult", "SimStage"]
 
 SIM_KINDS: tuple[str, ...] = ("forward", "backward", "forward+backward")
+
+
+@dataclass(frozen=True, eq=False)
+class IpuFigures:
+    """One IPU as the simulator reads it: what its pipeline stages are built from.
+
+    Built only by :func:`popliner.simulator.inputs.ipu_figures`, from the
+    IPU's :class:`~popliner.config.model.ConfigStage` (itself built from the
+    IPU's :class:`~popliner.pipeline.StageFigure`), whether the config was
+    just planned or read back from a file: both simulate alike.
+    """
+
+    forward_cycles: int
+    backward_cycles: int
+    memory_per_tile: np.ndarray
+    stash_entry_per_tile: np.ndarray | None
+    bytes_in: int  # bytes crossing the boundary into this IPU per micro-batch, both ways
+    label: str
+    recompute_cycles: int = 0  # part of backward_cycles: forward work run again (recomputation)
+    #: Training: the part of ``bytes_in`` sent back (gradients); None for a config that does not record it,
+    #: whose whole ``bytes_in`` is then sent each way (as configs were simulated before it was recorded).
+    gradient_bytes_in: int | None = None
+    #: Cycles of a head wrapped onto this IPU (IPU 0): its own pipeline stage; 0 elsewhere.
+    head_cycles: int = 0
+
+    @property
+    def received(self) -> int:
+        """Bytes sent forwards into this IPU per micro-batch (activations)."""
+        return self.bytes_in - self.gradient_bytes_in if self.gradient_bytes_in is not None else self.bytes_in
+
+    @property
+    def returned(self) -> int:
+        """Bytes this IPU sends back over the same boundary per micro-batch (gradients)."""
+        return self.gradient_bytes_in if self.gradient_bytes_in is not None else self.bytes_in
 
 
 @dataclass(frozen=True, eq=False)
@@ -39,6 +73,8 @@ class SimStage:
     label: str = ""
     recompute_cycles: int = 0
     recompute_after: int = 0
+    #: The IPU's figures the stage was expanded from (None for stages given by hand).
+    figures: IpuFigures | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True)
@@ -77,7 +113,10 @@ class IpuSummary:
 
     Time figures are clock cycles; the four time parts (busy, fill/flush,
     imbalance, communication) add up to the step time. Memory figures are
-    bytes on the worst tile at the peak (None when no memory was given).
+    bytes on the worst tile at the peak (None when no memory was given):
+    the simulation's own, with the stash entries it found in flight.
+    ``figures`` are the IPU's figures it was simulated from (None for
+    stages given by hand): the record holds them rather than a copy.
     """
 
     ipu: int
@@ -94,6 +133,7 @@ class IpuSummary:
     copy_buffer_bytes: int | None
     peak_bytes: int | None
     fits: bool | None
+    figures: IpuFigures | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True, eq=False)

@@ -127,7 +127,7 @@ def _build(spec: SynthSpec) -> tuple[dict[str, Any], SynthSummary]:
     graph = g.build()
     layout = lay_out(graph.tensors, spec.tiles, spec.scale, spec.bytes_per_tile)
     calibration = Calibration(spec.vertex_code_factor, spec.vertex_state_factor, spec.exchange_code_factor,
-                              spec.control_code_factor)
+                              spec.control_code_factor, spec.exchange_by_size)
     low = lower(graph, layout, spec.scale, np.random.default_rng(seeds[1]), calibration)
     rename_contexts(low.contexts, spec.naming)
     nsteps = len(low.steps)

@@ -7,6 +7,21 @@ last three with a 1x1 expansion, a k x k depthwise convolution and a 1x1
 projection. ReLU throughout, as the EdgeTPU models use. ``hidden`` is the
 stem width (40 for L), other widths scale with it; ``seq`` is the image side
 (300 for L); other depths spread the blocks over the stages in proportion.
+
+With ``exact`` (``SynthSpec.edgetpu_builder``) the blocks follow TensorFlow's
+EdgeTPU builder (``efficientnet_builder``/``efficientnet_model``) where the
+first version approximated it:
+
+- a fused block's k x k expansion runs at stride 1 and its 1x1 projection
+  carries the stride (``MBConvBlockWithoutDepthwise``);
+- a block expands its stage's nominal input filters (``input_filters`` of
+  the block arguments), so the first block expands the 32 filters of
+  ``i24`` at width 1.2, not the stem's 40;
+- the first stage has no skip connection (``noskip``).
+
+The real profile's tensors bear this out: block 0's ReLU output is
+12,845,056 bytes, 112 x 112 x 128 channels x 4 images in fp16, and block 2's
+is twice that, 112 x 112 x 256 x 4 (its expansion is not strided).
 """
 
 from __future__ import annotations
@@ -27,6 +42,8 @@ STAGES: tuple[tuple[int, int, int, int, int, bool], ...] = (
 )
 _HEAD_FILTERS = 1280
 _STEM_WIDTH = 40
+#: The first stage's nominal input filters at stem width 40 (``i24`` at width 1.2, rounded to 8).
+_FIRST_INPUT_FILTERS = 32
 
 
 def _stage_of(block: int, blocks: int) -> int:
@@ -44,7 +61,7 @@ def _width(filters: int, stem: int) -> int:
     return max(8, int(filters * stem / _STEM_WIDTH + 4) // 8 * 8)
 
 
-def efficientnet(g: GraphBuilder, d: Dims, blocks: int) -> tuple[int, int, int]:
+def efficientnet(g: GraphBuilder, d: Dims, blocks: int, exact: bool = False) -> tuple[int, int, int]:
     """The model; returns (logits, rows, classes) as the other families do."""
     b, stem_w = d.batch, d.hidden
     img = g.stream_in("image", b * 3 * d.seq * d.seq * HALF)
@@ -58,8 +75,13 @@ def efficientnet(g: GraphBuilder, d: Dims, blocks: int) -> tuple[int, int, int]:
         s = _stage_of(i, blocks)
         first = i == 0 or _stage_of(i - 1, blocks) != s
         _, ksize, stride, expand, filters, fused = STAGES[s]
-        x, channels, hw = _block(g, d, i, x, channels, _width(filters, stem_w), hw, ksize,
-                                 stride if first else 1, expand, fused)
+        if not exact:
+            x, channels, hw = _block(g, d, i, x, channels, _width(filters, stem_w), hw, ksize,
+                                     stride if first else 1, expand, fused)
+            continue
+        nominal = _width(_FIRST_INPUT_FILTERS, stem_w) if i == 0 else channels
+        x, channels, hw = _edgetpu_block(g, d, i, x, (channels, nominal * expand, _width(filters, stem_w)), hw,
+                                         ksize, stride if first else 1, fused, skip=s > 0)
     head = "efficientnet/head"
     wide = _width(_HEAD_FILTERS, stem_w)
     k = g.weight(f"{head}/conv2d/kernel", channels * wide * HALF, head)
@@ -95,5 +117,58 @@ def _block(g: GraphBuilder, d: Dims, i: int, x: int, cin: int, out: int, hw: int
     y = cv("conv2d_1", y, mid, out, 1, hw_out)
     y = _bn_relu(g, f"{p}/bn_2", p, y, out, b * hw_out * hw_out, relu=False)
     if stride == 1 and cin == out:
+        y = add(g, f"{p}/add", p, y, x)
+    return y, out, hw_out
+
+
+#: Input channels one AMP pass of a convolution takes (a half-precision input-channel group).
+AMP_INPUT_CHANNELS = 16
+#: fp32 partial sums a tile holds when the planner splits a convolution's input channels over tiles (calibrated on
+#: the whole model's variables; docs/synthetic-profiles.md).
+PARTIALS_PER_TILE = 16384
+FLOAT_BYTES = 4
+
+
+def conv_partials(outputs: int, inputs_per_output: int, tiles: int) -> int:
+    """Bytes of fp32 partial sums of a convolution with ``outputs`` output elements over ``inputs_per_output`` channels.
+
+    The planner splits the input channels over ``split`` groups of tiles,
+    each producing a full set of fp32 partials that a reduction then adds:
+    ``outputs x split x 4`` bytes (a kernel's positions accumulate inside
+    a vertex, on one tile). It splits as far as the AMP's groups of 16
+    input channels allow, but no further than fills every tile with
+    ``PARTIALS_PER_TILE`` partials; a small output over many input channels
+    (a late 1x1 convolution) is split the most.
+    """
+    groups = max(1.0, inputs_per_output / AMP_INPUT_CHANNELS)
+    split = min(groups, max(1.0, tiles * PARTIALS_PER_TILE / max(1, outputs)))
+    return int(outputs * split * FLOAT_BYTES)
+
+
+def _edgetpu_block(g: GraphBuilder, d: Dims, i: int, x: int, widths: tuple[int, int, int], hw: int, ksize: int,
+                   stride: int, fused: bool, skip: bool) -> tuple[int, int, int]:
+    """One block as TensorFlow's EdgeTPU builder makes it; ``widths`` are (input, expanded, output) channels."""
+    p = f"efficientnet/blocks.{i}"
+    b, (cin, mid, out) = d.batch, widths
+    hw_out = max(1, hw // stride)
+
+    def cv(name: str, y: int, ci: int, co: int, k: int, side: int, depthwise: bool = False) -> int:
+        kernel = g.weight(f"{p}/{name}/kernel", (co if depthwise else ci * co) * k * k * HALF, p)
+        flops = 2.0 * b * side * side * (1 if depthwise else ci) * co * k * k
+        outputs = b * co * side * side
+        partials = conv_partials(outputs, 1 if depthwise else ci, g.tiles)
+        return conv(g, f"{p}/{name}/Conv2D", p, y, kernel, outputs * HALF, flops, temp=partials)
+
+    if fused:  # k x k expansion at stride 1; the 1x1 projection carries the stride
+        y = cv("conv2d", x, cin, mid, ksize, hw)
+        y = _bn_relu(g, f"{p}/bn", p, y, mid, b * hw * hw)
+    else:
+        y = cv("conv2d", x, cin, mid, 1, hw)
+        y = _bn_relu(g, f"{p}/bn", p, y, mid, b * hw * hw)
+        y = cv("depthwise_conv2d", y, mid, mid, ksize, hw_out, depthwise=True)
+        y = _bn_relu(g, f"{p}/bn_1", p, y, mid, b * hw_out * hw_out)
+    y = cv("conv2d_1", y, mid, out, 1, hw_out)
+    y = _bn_relu(g, f"{p}/bn_2", p, y, out, b * hw_out * hw_out, relu=False)
+    if skip and stride == 1 and cin == out:
         y = add(g, f"{p}/add", p, y, x)
     return y, out, hw_out

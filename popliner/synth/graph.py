@@ -230,18 +230,23 @@ class GraphBuilder:
 
     def op(self, name: str, op_type: str, kind: str, group: str, inputs: Sequence[int],
            outputs: Sequence[tuple[str, int]], work: float, *, grads: Sequence[GradRule] = (),
-           share: str | None = None, out_kind: TKind = TKind.ACT, calls: int = 1) -> list[int]:
+           share: str | None = None, out_kind: TKind = TKind.ACT, calls: int = 1,
+           temp: int | None = None) -> list[int]:
         """Declare an operation; returns the indices of its output tensors.
 
         ``outputs`` are (suffix, bytes): the tensor is named ``name + suffix``.
         ``calls`` > 1 serialises the operation (as PopART serialises a large
         matmul): one body, called that many times, each doing a slice.
+        ``temp`` sets its temporaries' bytes (else the kernel's ``temp_factor``
+        times its largest output); not for shared bodies.
         """
+        if temp is not None and (share is not None or calls > 1):
+            raise ValueError("temp is for an operation of its own, not a shared body")
         if calls > 1 and share is None:
             share = f"{name}/serialised"
         outs = [self.tensor(f"{name}{suffix}", nbytes, out_kind, group) for suffix, nbytes in outputs]
         if share is None:
-            op = self._new_op(name, name, op_type, kind, group, list(inputs), outs, work)
+            op = self._new_op(name, name, op_type, kind, group, list(inputs), outs, work, temp)
         else:
             op = self._call_op(share, name, op_type, kind, group, list(inputs), outs, work, calls)
         op.grads = tuple(grads)
@@ -253,7 +258,7 @@ class GraphBuilder:
         return outs
 
     def _new_op(self, name: str, logical: str, op_type: str, kind: str, group: str, inputs: list[int],
-                outputs: list[int], work: float) -> Op:
+                outputs: list[int], work: float, temp: int | None = None) -> Op:
         op = Op(len(self.ops), name, logical, op_type, kind, self.phase, group, inputs, outputs, work=float(work))
         self.ops.append(op)
         for t in inputs:
@@ -261,7 +266,10 @@ class GraphBuilder:
         for t in outputs:
             self.tensors[t].producer = op.index
         op.start, op.count = self._op_span(inputs + outputs)
-        self._add_temp(op, KERNELS[kind].temp_factor if kind in KERNELS else 0.0, outputs or inputs)
+        if temp is not None:
+            self._add_temp(op, 0.0, [], temp)
+        else:
+            self._add_temp(op, KERNELS[kind].temp_factor if kind in KERNELS else 0.0, outputs or inputs)
         return op
 
     def _op_span(self, tensors: list[int]) -> tuple[int, int]:

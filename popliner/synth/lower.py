@@ -20,6 +20,7 @@ the work is cut, not how much there is.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -64,6 +65,8 @@ class Calibration:
     vertex_state: float = 1.0
     exchange_code: float = 1.0
     control_code: float = 1.0
+    #: Exchange code per tile follows the bytes an operation moves per tile (:func:`size_scale`).
+    exchange_by_size: bool = False
 
     def vertex_type(self, vt: VertexType) -> VertexType:
         if self.vertex_code == 1.0 and self.vertex_state == 1.0:
@@ -84,6 +87,22 @@ class Lowered:
     exchange: list[Runs]  # exchange code of every DoExchange, once each
     vertex_runs: list[tuple[int, Runs]]  # (vertex type id, instance counts) of every compute set
     leaf_types: list[str] = field(default_factory=list)  # program type of each entry of ``control``
+
+
+#: Bytes per tile an operation moves at which the size rule leaves the catalog's exchange code as it is.
+EXCHANGE_REFERENCE_BYTES = 16384
+
+
+def size_scale(bytes_per_tile: float) -> float:
+    """How much more exchange code than the catalog's an operation moving ``bytes_per_tile`` has (size rule).
+
+    A tile's exchange program has about one instruction sequence per contiguous
+    region it sends or receives. Its share of a tensor cut in two dimensions
+    (rows x channels) meets the neighbouring shares along its edges, whose
+    length grows with the square root of the share's area: so the code grows
+    with the square root of the bytes the operation has per tile.
+    """
+    return math.sqrt(max(1.0, bytes_per_tile) / EXCHANGE_REFERENCE_BYTES)
 
 
 def plan_phases(k: Kernel, n: int) -> list[Phase]:
@@ -320,6 +339,7 @@ class _Lowerer:
         io = sum(self.g.tensors[t].nbytes for t in op.inputs + op.outputs + op.temps)
         exchanges = max(1, sum(p.exchange for p in phases))
         x_cycles = io // max(1, op.count) // 2 // exchanges // EXCHANGE_BYTES_PER_CYCLE + SYNC_CYCLES
+        size = size_scale(io / max(1, op.count)) if self.calib.exchange_by_size else 1.0
         children: list[int] = []
         loop: list[int] = []
         for j, ph in enumerate(phases):
@@ -331,7 +351,7 @@ class _Lowerer:
                 loop = []
             name = f"{self.display(op)}/{ph.label}_{j}"
             if ph.exchange:
-                out.append(self.do_exchange(op, name, xctx, k, ratio, max(1, x_cycles // repeat)))
+                out.append(self.do_exchange(op, name, xctx, k, ratio, max(1, x_cycles // repeat), size))
             cycles = max(1, int(busy * ph.weight / total / repeat))
             out.append(self.compute(op, name, lib, ph, j, computes, ratio, cycles, k.jitter))
         if loop:
@@ -347,9 +367,10 @@ class _Lowerer:
         per = FLOPS_PER_CYCLE if k.bound == "flops" else BYTES_PER_CYCLE
         return max(50.0, op.work / (max(1, op.count) * per))
 
-    def do_exchange(self, op: Op, name: str, ctx: int, k: Kernel, ratio: float, cycles: int) -> int:
+    def do_exchange(self, op: Op, name: str, ctx: int, k: Kernel, ratio: float, cycles: int,
+                    size: float = 1.0) -> int:
         factor = self.calib.exchange_code
-        code = max(max(1, round(4 * factor)), round(k.exchange_code * ratio * factor))
+        code = max(max(1, round(4 * factor)), round(k.exchange_code * ratio * size * factor))
         # A few tiles gather partial results: more exchange code there (where, varies by operation).
         edge = min(8, op.count)
         hot = op.start + (op.index * 97) % (op.count - edge + 1)

@@ -59,7 +59,7 @@ def build_model(g: GraphBuilder, spec: SynthSpec) -> None:
     elif spec.kind == "efficientnet":
         from popliner.synth.effnet import efficientnet  # it builds on this module's operation helpers
 
-        out = efficientnet(g, d, spec.layers)
+        out = efficientnet(g, d, spec.layers, spec.edgetpu_builder)
     else:
         out = _resnet(g, d, spec.layers)
     logits, rows, classes = out
@@ -156,10 +156,11 @@ def gather(g: GraphBuilder, name: str, group: str, table: int, ids: int, out_byt
     return g.op(name, "Gather", "gather", group, [table, ids], [(":0", out_bytes)], 2 * out_bytes, grads=(rule,))[0]
 
 
-def conv(g: GraphBuilder, name: str, group: str, x: int, kernel: int, out_bytes: int, flops: float) -> int:
+def conv(g: GraphBuilder, name: str, group: str, x: int, kernel: int, out_bytes: int, flops: float,
+         temp: int | None = None) -> int:
     rules = (GradRule("_grad/ConvDataGrad", "ConvDataGrad", "conv_data_grad", 0, ("i1",)),
              GradRule("_grad/ConvWeightsGrad", "ConvWeightsGrad", "conv_weight_grad", 1, ("i0",)))
-    return g.op(name, "Conv", "conv", group, [x, kernel], [(":0", out_bytes)], flops, grads=rules)[0]
+    return g.op(name, "Conv", "conv", group, [x, kernel], [(":0", out_bytes)], flops, grads=rules, temp=temp)[0]
 
 
 def _loss_and_backward(g: GraphBuilder, logits: int, rows: int, classes: int) -> None:

@@ -50,7 +50,15 @@ def rename_contexts(contexts: list[dict[str, Any]], naming: str) -> None:
     layer, rename = _RENAMERS[naming]
     for c in contexts:
         data = c.get("data")
-        if c.get("layer") != "popart" or not data or "opName" not in data:
+        if c.get("layer") != "popart" or not data:
+            continue
+        if "opName" not in data:
+            if naming == "poptorch" and data.get("opType") == "Call":
+                # PopTorch's call sites keep PopART's context (an empty name) but name their tensors as
+                # PopTorch does, so that a layer rule reading a call's inputs sees PopTorch's spelling.
+                for key in ("inputs", "outputs"):
+                    if key in data:
+                        data[key] = [rename(n) for n in data[key]]
             continue
         new = {"op_name": rename(data["opName"]), "op_type": data.get("opType", "")}
         for key in ("inputs", "outputs"):

@@ -91,6 +91,12 @@ class SynthSpec:
     reference_bert: bool = False
     #: ``tileMemory`` also has the compiler's categories the five components leave out (stack, descriptors, ...).
     compiler_categories: bool = False
+    #: Exchange code per tile grows with the square root of the bytes an operation moves per tile (size rule,
+    #: docs/synthetic-profiles.md); off: a fixed amount per kind of operation.
+    exchange_by_size: bool = False
+    #: EfficientNet blocks as TensorFlow's EdgeTPU builder makes them (popliner/synth/effnet.py); off: the
+    #: earlier approximation (stride in a fused block's expansion), which the committed fixture keeps.
+    edgetpu_builder: bool = False
     #: How operations are named: ``popart``, or as ``poptorch`` or ``tensorflow`` would (popliner/synth/naming.py).
     naming: str = "popart"
     #: Whose debug contexts and ``source.framework`` to write (popliner.synth.frameworks).
@@ -115,6 +121,10 @@ class SynthSpec:
         _choice("naming", self.naming, NAMINGS)
         if not isinstance(self.compiler_categories, bool):
             raise UsageProblem(f"compiler_categories must be true or false, got {self.compiler_categories!r}")
+        if not isinstance(self.edgetpu_builder, bool):
+            raise UsageProblem(f"edgetpu_builder must be true or false, got {self.edgetpu_builder!r}")
+        if not isinstance(self.exchange_by_size, bool):
+            raise UsageProblem(f"exchange_by_size must be true or false, got {self.exchange_by_size!r}")
         if not isinstance(self.reference_bert, bool):
             raise UsageProblem(f"reference_bert must be true or false, got {self.reference_bert!r}")
         if not isinstance(self.checkpoints, bool):
@@ -214,6 +224,7 @@ _QUIET_DEFAULTS: Final = {"recompute": "none", "split_after": (), "optimizer_sta
                           "head": "squad", "checkpoints": False,
                           "vertex_code_factor": 1.0, "vertex_state_factor": 1.0, "exchange_code_factor": 1.0,
                           "control_code_factor": 1.0, "reference_bert": False, "compiler_categories": False,
+                          "exchange_by_size": False, "edgetpu_builder": False,
                           "naming": "popart", "framework": "synthetic"}
 
 
@@ -242,7 +253,7 @@ _CALIBRATED: Final = {"vertex_code_factor": 0.247, "vertex_state_factor": 0.301,
 
 #: The catalog's own amounts and graph (what the small presets and the committed fixtures use).
 UNCALIBRATED: Final = MappingProxyType({**{name: 1.0 for name in CALIBRATION_FIELDS}, "reference_bert": False,
-                                        "compiler_categories": False})
+                                        "compiler_categories": False, "exchange_by_size": False})
 
 # Preset parameters (mode is given separately). The real-model presets keep a
 # Mk2 IPU (1472 tiles of 624 KiB); the small ones use a few tens of tiles so
@@ -261,14 +272,16 @@ _PRESETS: dict[str, dict[str, Any]] = {
     # Calibrated to the real profiles of Graphcore's PopLiner tests (docs/synthetic-profiles.md, "Calibration").
     "poptorch-bert-tiny": {"kind": "encoder", "layers": 3, "hidden": 128, "seq": 128, "batch": 6, "vocab": 30522,
                            "naming": "poptorch", "vertex_code_factor": 0.417, "vertex_state_factor": 0.329,
-                           "exchange_code_factor": 0.25, "control_code_factor": 0.788, "compiler_categories": True},
+                           "exchange_code_factor": 1.245, "control_code_factor": 0.788, "compiler_categories": True,
+                           "exchange_by_size": True},
     "bert-large-sdk-old": {"kind": "encoder", "layers": 24, "hidden": 1024, "seq": 128, "batch": 20, "vocab": 30522,
                            "vertex_code_factor": 0.269, "vertex_state_factor": 0.353, "exchange_code_factor": 0.899,
                            "control_code_factor": 0.415, "compiler_categories": True, "reference_bert": True},
-    "efficientnet-edgetpu-l": {"kind": "efficientnet", "layers": 27, "hidden": 40, "seq": 300, "batch": 8,
+    # The real EfficientNet profile's images are 224 pixels, 4 to a batch (its block tensors say so; see effnet.py).
+    "efficientnet-edgetpu-l": {"kind": "efficientnet", "layers": 27, "hidden": 40, "seq": 224, "batch": 4,
                                "vocab": 1001, "naming": "tensorflow", "vertex_code_factor": 0.45,
-                               "vertex_state_factor": 0.27, "exchange_code_factor": 1.0, "control_code_factor": 0.3,
-                               "compiler_categories": True},
+                               "vertex_state_factor": 0.27, "exchange_code_factor": 1.017, "control_code_factor": 0.3,
+                               "compiler_categories": True, "edgetpu_builder": True, "exchange_by_size": True},
     "resnet50": {"kind": "cnn", "layers": 16, "hidden": 64, "seq": 224, "batch": 16, "vocab": 1000,
                  "optimizer": "sgd", "compiler_categories": True},
 }

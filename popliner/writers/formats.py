@@ -25,7 +25,7 @@ from popliner.errors import UsageProblem
 from popliner.fileio import check_writable, is_stdout, writes_in_place
 from popliner.writers.writer import Writer
 
-__all__ = ["WRITERS", "check_output", "suffixes_for", "writer_for", "writers"]
+__all__ = ["WRITERS", "check_output", "suffixes_for", "writer_among", "writer_for", "writers"]
 
 
 def _known() -> tuple[Writer, ...]:
@@ -71,6 +71,16 @@ def _by_name(name: str, kind: str) -> Writer:
     raise KeyError(f"no {name} writer for {kind}")
 
 
+def _claims(path: str | os.PathLike[str] | None) -> list[Writer] | None:
+    """The writers of ``path``'s longest ending in the map; None for stdout (and a file written in place)."""
+    if path is None or is_stdout(os.fspath(path)) or writes_in_place(os.fspath(path)):
+        return None
+    name = os.fspath(path).lower()
+    claims = [(s, w) for w in writers() for s in w.suffixes if name.endswith(s)]
+    longest = max((len(s) for s, _ in claims), default=0)
+    return [w for s, w in claims if len(s) == longest]
+
+
 def writer_for(path: str | os.PathLike[str] | None, kind: str, default: str, *, option: str = "-o",
                what: str = "", strict: bool = False) -> Writer:
     """The writer of ``path`` for a value of ``kind``: by its suffix; stdout and other names: ``default``.
@@ -78,18 +88,34 @@ def writer_for(path: str | os.PathLike[str] | None, kind: str, default: str, *, 
     A suffix the map gives only to formats that do not write ``kind`` is refused, naming the suffixes that
     do; so is a name the map does not know, when ``strict``.
     """
-    if path is None or is_stdout(os.fspath(path)) or writes_in_place(os.fspath(path)):
-        return _by_name(default, kind)
-    name = os.fspath(path).lower()
-    claims = sorted(((s, w) for w in writers() for s in w.suffixes if name.endswith(s)), key=lambda c: -len(c[0]))
-    if not claims and not strict:
-        return _by_name(default, kind)
-    for suffix, w in claims:
-        if len(suffix) == len(claims[0][0]) and kind in w.kinds:
-            return w
-    other = "" if strict else f"; any other name: {_by_name(default, kind).name}"
-    raise UsageProblem(f"{option} {os.fspath(path)}: {what or kind} can be written as "
-                       f"{_listed(suffixes_for(kind))}{other}; give a name with one of these endings")
+    claims = _claims(path)
+    if strict and claims is not None and not any(kind in w.kinds for w in claims):
+        raise UsageProblem(f"{option} {os.fspath(path or '')}: {what or kind} can be written as "
+                           f"{_listed(suffixes_for(kind))}; give a name with one of these endings")
+    return writer_among(path, (kind,), kind, default, option=option, what=what)[1]
+
+
+def writer_among(path: str | os.PathLike[str] | None, kinds: Sequence[str], default_kind: str, default: str, *,
+                 option: str = "-o", what: str = "") -> tuple[str, Writer]:
+    """For a command that writes several kinds of value: the kind ``path`` asks for, and its writer.
+
+    ``kinds`` are in order of preference: an ending two formats share goes to
+    the first kind one of them writes (the main command's ``.json`` is its
+    split JSON, never optimum's ``ipu_config.json``). Stdout and names the map
+    does not know get ``default`` for ``default_kind``; an ending no format of
+    ``kinds`` writes is refused, naming the endings that work.
+    """
+    claims = _claims(path)
+    if not claims:
+        return default_kind, _by_name(default, default_kind)
+    for kind in kinds:
+        for w in claims:
+            if kind in w.kinds:
+                return kind, w
+    endings = tuple(dict.fromkeys(s for kind in kinds for s in suffixes_for(kind)))
+    raise UsageProblem(f"{option} {os.fspath(path or '')}: {what or kinds[0]} can be written as {_listed(endings)}"
+                       f"; any other name: {_by_name(default, default_kind).name}; "
+                       "give a name with one of these endings")
 
 
 def check_output(path: str | None, force: bool, kind: str, default: str, *, option: str = "-o",

@@ -15,12 +15,20 @@ from popliner.solvers.result import SplitResult
 from popliner.writers.simulation import Simulation, mode_of
 from popliner.writers.writer import FormatWriter
 
-__all__ = ["JSON", "SplitDocument", "result_document", "simulation_document", "split_document", "write_json"]
+__all__ = ["JSON", "PlanDocument", "SplitDocument", "result_document", "simulation_document", "split_document",
+           "write_json"]
 
 
 @dataclass(frozen=True)
 class SplitDocument:
     """The split JSON of ``--solve`` (:func:`split_document`, with the plan's framework and training)."""
+
+    document: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class PlanDocument:
+    """The JSON of ``popliner plan`` (:func:`popliner.pod.output.plan_document`)."""
 
     document: dict[str, Any]
 
@@ -136,8 +144,9 @@ def _write_simulation(sim: Simulation, stream: IO[str]) -> None:
     stream.write(json.dumps(simulation_document(sim), indent=2) + "\n")
 
 
-def _write_split(split: SplitDocument, stream: IO[str]) -> None:
-    write_json(split.document, stream)
+def _write_document(wrapped: SplitDocument | PlanDocument, stream: IO[str]) -> None:
+    write_json(wrapped.document, stream)
 
 
-JSON = FormatWriter("json", (".json",), {"Simulation": _write_simulation, "SplitDocument": _write_split})
+JSON = FormatWriter("json", (".json",), {"Simulation": _write_simulation, "SplitDocument": _write_document,
+                                         "PlanDocument": _write_document})

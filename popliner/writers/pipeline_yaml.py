@@ -104,6 +104,7 @@ def _stage_document(cfg: PipelineConfig, s: ConfigStage) -> dict[str, Any]:
             **({} if s.recompute_cycles is None else {"recompute_cycles": s.recompute_cycles}),
             **({} if s.head_cycles is None else {"head_cycles": s.head_cycles}),
             **({} if s.gradient_bytes_in is None else {"gradient_bytes_in": s.gradient_bytes_in}),
+            **({} if s.stash_entry_bytes is None else {"stash_entry_bytes": s.stash_entry_bytes}),
         },
     }
 

@@ -42,8 +42,9 @@ def split_config(plan: SplitPlan, gradient_accumulation: int | None, matmul_prop
 
 
 def write_split(plan: SplitPlan, config_out: str | None, force: bool, gradient_accumulation: int | None,
-                matmul_proportion: tuple[float, ...] = ()) -> None:
-    """The picture and table on stderr, the split JSON on stdout, and the pipeline config (``--config-out``)."""
+                matmul_proportion: tuple[float, ...] = (), *, split_out: str | None = None) -> None:
+    """The picture and table on stderr, the split JSON on stdout (or in ``split_out``: ``-o FILE.json``), and the
+    pipeline config (``--config-out``)."""
     from popliner.writers.jsondoc import JSON, SplitDocument, split_document
     from popliner.writers.split_report import split_picture, split_table
 
@@ -69,7 +70,9 @@ def write_split(plan: SplitPlan, config_out: str | None, force: bool, gradient_a
                  else "the head on the last IPU")
         doc["unlayered_operations"] = (f"embedding and head are layers of their own, {where} "
                                        f"(--head-placement {placement})")
-    write_output(SplitDocument(doc), None, False, JSON)
+    write_output(SplitDocument(doc), split_out, force, JSON)
+    if split_out:
+        log.info("wrote %s", split_out)
     if config_out and split.stages:
         from popliner.writers.pipeline_yaml import YAML
 
