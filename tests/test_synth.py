@@ -30,8 +30,8 @@ from popliner.synth import (
     preset_spec,
     write_profile,
 )
+from popliner.synth.build import build_model
 from popliner.synth.graph import ALWAYS_LIVE, GraphBuilder
-from popliner.synth.models import build_model
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures" / "profiles"

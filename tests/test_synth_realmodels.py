@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 
 from popliner.synth import generate_document, preset_spec
+from popliner.synth.build import build_model
 from popliner.synth.effnet import conv_partials
 from popliner.synth.graph import Compiled, GraphBuilder
 from popliner.synth.lower import size_scale
-from popliner.synth.models import build_model
 
 SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "calibration_presets.py"
 _spec = importlib.util.spec_from_file_location("calibration_presets", SCRIPT)

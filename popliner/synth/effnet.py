@@ -27,7 +27,7 @@ is twice that, 112 x 112 x 256 x 4 (its expansion is not strided).
 from __future__ import annotations
 
 from popliner.synth.graph import GradRule, GraphBuilder
-from popliner.synth.models import HALF, Dims, _bn_relu, add, bias_add, conv, matmul
+from popliner.synth.models import HALF, Dims, add, bias_add, bn_relu, conv, matmul
 
 __all__ = ["efficientnet"]
 
@@ -69,7 +69,7 @@ def efficientnet(g: GraphBuilder, d: Dims, blocks: int, exact: bool = False) -> 
     hw = max(1, d.seq // 2)
     k = g.weight(f"{stem}/conv2d/kernel", 3 * stem_w * 9 * HALF, stem)
     x = conv(g, f"{stem}/conv2d/Conv2D", stem, img, k, b * stem_w * hw * hw * HALF, 2.0 * b * hw * hw * 27 * stem_w)
-    x = _bn_relu(g, f"{stem}/bn", stem, x, stem_w, b * hw * hw)
+    x = bn_relu(g, f"{stem}/bn", stem, x, stem_w, b * hw * hw)
     channels = stem_w
     for i in range(blocks):
         s = _stage_of(i, blocks)
@@ -86,7 +86,7 @@ def efficientnet(g: GraphBuilder, d: Dims, blocks: int, exact: bool = False) -> 
     wide = _width(_HEAD_FILTERS, stem_w)
     k = g.weight(f"{head}/conv2d/kernel", channels * wide * HALF, head)
     x = conv(g, f"{head}/conv2d/Conv2D", head, x, k, b * wide * hw * hw * HALF, 2.0 * b * hw * hw * channels * wide)
-    x = _bn_relu(g, f"{head}/bn", head, x, wide, b * hw * hw)
+    x = bn_relu(g, f"{head}/bn", head, x, wide, b * hw * hw)
     pooled = g.op(f"{head}/AvgPool", "GlobalAveragePool", "avgpool", head, [x], [(":0", b * wide * HALF)],
                   g.tensors[x].nbytes, grads=(GradRule("/AveragePoolGrad", "AveragePoolGrad", "avgpool_grad", 0),))[0]
     w = g.weight(f"{head}/dense/kernel", wide * d.vocab * HALF, head)
@@ -108,14 +108,14 @@ def _block(g: GraphBuilder, d: Dims, i: int, x: int, cin: int, out: int, hw: int
 
     if fused:
         y = cv("conv2d", x, cin, mid, ksize, hw_out)
-        y = _bn_relu(g, f"{p}/bn", p, y, mid, b * hw_out * hw_out)
+        y = bn_relu(g, f"{p}/bn", p, y, mid, b * hw_out * hw_out)
     else:
         y = cv("conv2d", x, cin, mid, 1, hw)
-        y = _bn_relu(g, f"{p}/bn", p, y, mid, b * hw * hw)
+        y = bn_relu(g, f"{p}/bn", p, y, mid, b * hw * hw)
         y = cv("depthwise_conv2d", y, mid, mid, ksize, hw_out, depthwise=True)
-        y = _bn_relu(g, f"{p}/bn_1", p, y, mid, b * hw_out * hw_out)
+        y = bn_relu(g, f"{p}/bn_1", p, y, mid, b * hw_out * hw_out)
     y = cv("conv2d_1", y, mid, out, 1, hw_out)
-    y = _bn_relu(g, f"{p}/bn_2", p, y, out, b * hw_out * hw_out, relu=False)
+    y = bn_relu(g, f"{p}/bn_2", p, y, out, b * hw_out * hw_out, relu=False)
     if stride == 1 and cin == out:
         y = add(g, f"{p}/add", p, y, x)
     return y, out, hw_out
@@ -161,14 +161,14 @@ def _edgetpu_block(g: GraphBuilder, d: Dims, i: int, x: int, widths: tuple[int, 
 
     if fused:  # k x k expansion at stride 1; the 1x1 projection carries the stride
         y = cv("conv2d", x, cin, mid, ksize, hw)
-        y = _bn_relu(g, f"{p}/bn", p, y, mid, b * hw * hw)
+        y = bn_relu(g, f"{p}/bn", p, y, mid, b * hw * hw)
     else:
         y = cv("conv2d", x, cin, mid, 1, hw)
-        y = _bn_relu(g, f"{p}/bn", p, y, mid, b * hw * hw)
+        y = bn_relu(g, f"{p}/bn", p, y, mid, b * hw * hw)
         y = cv("depthwise_conv2d", y, mid, mid, ksize, hw_out, depthwise=True)
-        y = _bn_relu(g, f"{p}/bn_1", p, y, mid, b * hw_out * hw_out)
+        y = bn_relu(g, f"{p}/bn_1", p, y, mid, b * hw_out * hw_out)
     y = cv("conv2d_1", y, mid, out, 1, hw_out)
-    y = _bn_relu(g, f"{p}/bn_2", p, y, out, b * hw_out * hw_out, relu=False)
+    y = bn_relu(g, f"{p}/bn_2", p, y, out, b * hw_out * hw_out, relu=False)
     if skip and stride == 1 and cin == out:
         y = add(g, f"{p}/add", p, y, x)
     return y, out, hw_out

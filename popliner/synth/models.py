@@ -14,9 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from popliner.synth.graph import GradRule, GraphBuilder
-from popliner.synth.spec import SynthSpec
 
-__all__ = ["build_model"]
+__all__ = ["bert", "gpt", "loss_and_backward", "resnet"]
 
 HALF = 2
 FLOAT = 4
@@ -47,26 +46,6 @@ class Dims:
     def scores(self) -> int:
         """Bytes of one [batch, heads, seq, seq] half attention tensor."""
         return self.batch * self.heads * self.seq * self.seq * HALF
-
-
-def build_model(g: GraphBuilder, spec: SynthSpec) -> None:
-    """Declare the whole model of ``spec`` on ``g``."""
-    d = Dims(spec.batch, spec.seq, spec.hidden, spec.heads, spec.vocab, spec.training, spec.checkpoints)
-    if spec.kind == "encoder":
-        out = _bert(g, d, spec.layers, spec.head, spec.reference_bert)
-    elif spec.kind == "decoder":
-        out = _gpt(g, d, spec.layers)
-    elif spec.kind == "efficientnet":
-        from popliner.synth.effnet import efficientnet  # it builds on this module's operation helpers
-
-        out = efficientnet(g, d, spec.layers, spec.edgetpu_builder)
-    else:
-        out = _resnet(g, d, spec.layers)
-    logits, rows, classes = out
-    if spec.training:
-        _loss_and_backward(g, logits, rows, classes)
-    else:
-        g.stream_out(logits)
 
 
 # -- operation helpers: each declares one forward op and its gradient rules ---------
@@ -163,7 +142,7 @@ def conv(g: GraphBuilder, name: str, group: str, x: int, kernel: int, out_bytes:
     return g.op(name, "Conv", "conv", group, [x, kernel], [(":0", out_bytes)], flops, grads=rules, temp=temp)[0]
 
 
-def _loss_and_backward(g: GraphBuilder, logits: int, rows: int, classes: int) -> None:
+def loss_and_backward(g: GraphBuilder, logits: int, rows: int, classes: int) -> None:
     labels = g.stream_in("labels", rows * INT)
     seed = g.const("lossScaling_FLOAT16", HALF)
     g.phase = "loss"
@@ -176,7 +155,7 @@ def _loss_and_backward(g: GraphBuilder, logits: int, rows: int, classes: int) ->
 # -- BERT-like encoder --------------------------------------------------------------
 
 
-def _bert(g: GraphBuilder, d: Dims, layers: int, head_kind: str, reference: bool) -> tuple[int, int, int]:
+def bert(g: GraphBuilder, d: Dims, layers: int, head_kind: str, reference: bool) -> tuple[int, int, int]:
     x, mask, word = _bert_embeddings(g, d, reference)
     for i in range(layers):
         x = _bert_layer(g, d, i, x, mask)
@@ -331,7 +310,7 @@ def _attention(g: GraphBuilder, d: Dims, p: str, k: int, q: int, v: int, mask: i
 # -- GPT-like decoder ---------------------------------------------------------------
 
 
-def _gpt(g: GraphBuilder, d: Dims, layers: int) -> tuple[int, int, int]:
+def gpt(g: GraphBuilder, d: Dims, layers: int) -> tuple[int, int, int]:
     ids = g.stream_in("input_ids", d.tokens * INT)
     pos = g.const("position_ids", d.seq * INT)
     causal = g.const("causal_mask", d.seq * d.seq)
@@ -399,7 +378,7 @@ def _stage_of(block: int, blocks: int) -> int:
     return len(_STAGES) - 1
 
 
-def _resnet(g: GraphBuilder, d: Dims, blocks: int) -> tuple[int, int, int]:
+def resnet(g: GraphBuilder, d: Dims, blocks: int) -> tuple[int, int, int]:
     """``hidden`` is the stem width, ``seq`` the image side, ``vocab`` the classes."""
     width, side, b = d.hidden, d.seq, d.batch
     img = g.stream_in("image", b * 3 * side * side * HALF)
@@ -407,7 +386,7 @@ def _resnet(g: GraphBuilder, d: Dims, blocks: int) -> tuple[int, int, int]:
     hw = side // 2
     k = g.weight(f"{stem}/conv1/kernel", 3 * width * 49 * HALF, stem)
     x = conv(g, f"{stem}/conv1/Conv2D", stem, img, k, b * width * hw * hw * HALF, 2.0 * b * hw * hw * 3 * width * 49)
-    x = _bn_relu(g, f"{stem}/bn", stem, x, width, b * hw * hw)
+    x = bn_relu(g, f"{stem}/bn", stem, x, width, b * hw * hw)
     hw //= 2
     x = g.op(f"{stem}/MaxPool", "MaxPool", "maxpool", stem, [x], [(":0", g.tensors[x].nbytes // 4)],
              g.tensors[x].nbytes, grads=(GradRule("/MaxPoolGrad", "MaxPoolGrad", "maxpool_grad", 0, ("i0", "o0")),))[0]
@@ -426,7 +405,7 @@ def _resnet(g: GraphBuilder, d: Dims, blocks: int) -> tuple[int, int, int]:
     return bias_add(g, f"{head}/fc/BiasAdd", head, logits, bias), b, d.vocab
 
 
-def _bn_relu(g: GraphBuilder, name: str, group: str, x: int, channels: int, pixels: int,
+def bn_relu(g: GraphBuilder, name: str, group: str, x: int, channels: int, pixels: int,
              share: str | None = None, relu: bool = True) -> int:
     gamma = g.weight(f"{name}/gamma", channels * HALF, group)
     beta = g.weight(f"{name}/beta", channels * HALF, group)
@@ -451,15 +430,15 @@ def _bottleneck(g: GraphBuilder, d: Dims, i: int, x: int, cin: int, mid: int, hw
         return conv(g, f"{p}/{name}/Conv2D", p, y, k, b * co * side * side * HALF, flops)
 
     y = cv("conv1", x, cin, mid, 1, hw)
-    y = _bn_relu(g, f"{p}/bn1", p, y, mid, b * hw * hw, share=f"{p}/bn/{b * hw * hw}")
+    y = bn_relu(g, f"{p}/bn1", p, y, mid, b * hw * hw, share=f"{p}/bn/{b * hw * hw}")
     y = cv("conv2", y, mid, mid, 3, hw_out)
-    y = _bn_relu(g, f"{p}/bn2", p, y, mid, b * hw_out * hw_out, share=f"{p}/bn/{b * hw_out * hw_out}")
+    y = bn_relu(g, f"{p}/bn2", p, y, mid, b * hw_out * hw_out, share=f"{p}/bn/{b * hw_out * hw_out}")
     y = cv("conv3", y, mid, out, 1, hw_out)
-    y = _bn_relu(g, f"{p}/bn3", p, y, out, b * hw_out * hw_out, relu=False)
+    y = bn_relu(g, f"{p}/bn3", p, y, out, b * hw_out * hw_out, relu=False)
     shortcut = x
     if first:
         shortcut = cv("shortcut", x, cin, out, 1, hw_out)
-        shortcut = _bn_relu(g, f"{p}/shortcut_bn", p, shortcut, out, b * hw_out * hw_out, relu=False)
+        shortcut = bn_relu(g, f"{p}/shortcut_bn", p, shortcut, out, b * hw_out * hw_out, relu=False)
     y = add(g, f"{p}/add", p, y, shortcut)
     y = unary(g, f"{p}/Relu", "Relu", "relu", p, y, GradRule("/ReluGrad", "ReluGrad", "relu_grad", 0, ("o0",)))
     return y, out, hw_out
