@@ -19,9 +19,12 @@ child's ``ru_maxrss`` (from ``os.wait4``).
 measurement        what the child times
 =================  ===========================================================
 cold_load          ``load_analysis(use_cache=True)`` on an emptied cache dir:
-                   read, gunzip, parse, validate, derive operations, write
-                   cache (the cache file's size is recorded too)
+                   read, gunzip, parse, validate, derive operations, the
+                   whole program's figures, write cache (the cache file's
+                   size is recorded too); the child first takes the
+                   command's process settings (popliner.allocator)
 cached_load        ``load_analysis(use_cache=True)`` with the cache written
+                   (the same settings)
 greedy, ilp        ``popliner P --solve --num-ipus N --solver greedy|ilp``
                    in-process; ``seconds`` is ``solve_split`` alone (tables,
                    search, best-effort split and overflow details when no
@@ -126,7 +129,12 @@ def worker(spec: dict[str, Any]) -> dict[str, Any]:
     kind, profile = spec["measurement"], spec["profile"]
     out: dict[str, Any] = {"status": "OK"}
     if kind in ("cold_load", "cached_load"):
+        from popliner import allocator
         from popliner.analysis import AnalysisOptions, load_analysis
+
+        # The process settings the popliner command starts with (the solves run the command itself).
+        for setting in ("keep_freed_memory", "no_huge_page_advice"):
+            getattr(allocator, setting, lambda: False)()
 
         t0 = time.perf_counter()
         analysis = load_analysis(profile, AnalysisOptions(), use_cache=True)

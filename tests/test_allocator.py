@@ -29,6 +29,7 @@ def test_importing_the_cli_changes_nothing() -> None:
             "calls = []\n"
             "stub = types.ModuleType('popliner.allocator')\n"
             "stub.keep_freed_memory = lambda: calls.append(1) or True\n"
+            "stub.no_huge_page_advice = lambda: calls.append(2) or True\n"
             "sys.modules['popliner.allocator'] = stub\n"
             "import popliner.cli, popliner.cli.analyse\n"
             "print(len(calls))")
@@ -41,9 +42,25 @@ def test_the_entry_point_applies_them(monkeypatch: pytest.MonkeyPatch) -> None:
 
     calls: list[int] = []
     monkeypatch.setattr(cli, "keep_freed_memory", lambda: calls.append(1) or True)
+    monkeypatch.setattr(cli, "no_huge_page_advice", lambda: calls.append(2) or True)
     with pytest.raises(SystemExit) as done:
         cli.main(["--version"])
-    assert done.value.code == 0 and calls == [1]
+    assert done.value.code == 0 and calls == [1, 2]
+
+
+def test_huge_page_advice_is_off_after_the_call_and_untouched_by_imports() -> None:
+    # numpy's setter returns the setting it replaces: read it after importing the CLI (numpy's own
+    # default, which the environment may set), then after the call (off).
+    code = ("from numpy._core import multiarray as m\n"
+            "import popliner.cli, popliner.cli.analyse\n"
+            "from popliner.allocator import no_huge_page_advice\n"
+            "before = m._set_madvise_hugepage(True)\n"
+            "print(before, no_huge_page_advice(), m._set_madvise_hugepage(False))")
+    default = subprocess.run([sys.executable, "-c", "from numpy._core import multiarray as m; "
+                              "print(m._set_madvise_hugepage(True))"], capture_output=True, text=True,
+                             check=True).stdout.strip()
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == [default, "True", "False"]
 
 
 def test_thresholds_cover_a_4x_array() -> None:

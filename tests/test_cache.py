@@ -140,8 +140,9 @@ def test_cache_format_names_the_derived_part(profile, tmp_path):
     (path,) = cache_files(tmp_path)
     with np.load(path, allow_pickle=False) as data:
         meta = json.loads(zcodec.decompress(data["__meta__"]).decode("utf-8"))
-    assert meta["format"] == cache_mod.CACHE_FORMAT == 5
-    assert meta["derived"]["__class__"] == "OperationTable"
+    assert meta["format"] == cache_mod.CACHE_FORMAT == 6
+    assert meta["derived"]["__class__"] == "CachedDerived"
+    assert meta["derived"]["fields"]["ops"]["__class__"] == "OperationTable"
     assert meta["layers"][1]["__class__"] == "LayerAssignment"
     assert "ops" not in meta
 

@@ -130,7 +130,7 @@ def test_tampered_bytes_are_caught_by_the_digest(setup, caplog):
 
 @pytest.mark.parametrize("column, value", [("p.variables.tile.", 4), ("p.variables.tile.", -1),
                                            ("p.variables.klass.", 99), ("p.steps.", 14),
-                                           ("d.op_of_step.", 8), ("p.contexts.parent.", 10)])
+                                           ("d.ops.op_of_step.", 8), ("p.contexts.parent.", 10)])
 def test_tampered_indices_are_caught_even_with_a_new_digest(setup, caplog, column, value):
     profile, _, entry = setup
     cold = figures(load_analysis(str(profile), use_cache=False))

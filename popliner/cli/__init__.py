@@ -27,7 +27,7 @@ from typing import Any
 import click
 
 from popliner import __version__
-from popliner.allocator import keep_freed_memory
+from popliner.allocator import keep_freed_memory, no_huge_page_advice
 from popliner.errors import (
     EXIT_BAD_INPUT,
     EXIT_INTERNAL,
@@ -435,4 +435,5 @@ class _ShownFormatter(logging.Formatter):
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point."""
     keep_freed_memory()  # this process only: the library never changes it (see popliner/allocator.py)
+    no_huge_page_advice()
     cli.main(args=argv, prog_name="popliner")

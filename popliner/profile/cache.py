@@ -64,7 +64,8 @@ log = logging.getLogger(__name__)
 
 #: 4: the derived data under "derived" (its type named by the caller), names tuples as lists, layers stored.
 #: 5: "digest" binds the stored arrays to the profile.
-CACHE_FORMAT = 5
+#: 6: the caller's derived part holds the operations and the whole program's figures (popliner.analysis).
+CACHE_FORMAT = 6
 _CLASSES: dict[str, type] = {
     c.__name__: c for c in (Profile, Target, Programs, Variables, NameTable, Contexts, VertexTypes, RunTable)
 }
@@ -173,8 +174,10 @@ class CacheHit(Generic[D, L]):
 
 def load_cached(path: Path, sha256: str, options_key: str, profile_path: str, derived: type[D],
                 layers_type: type[L], check: Callable[[Profile, D, L | None], None] | None = None,
-                ) -> CacheHit[D, L] | None:
+                parts: tuple[type, ...] = ()) -> CacheHit[D, L] | None:
     """The cached profile, derived data and layers (of the types named), or None when absent, stale or corrupt.
+
+    ``parts``: the dataclasses ``derived`` holds (the only other types built).
 
     An entry whose arrays do not match the digest it was written with, or
     that breaks the profile's invariants (:func:`check_profile`, then
@@ -197,7 +200,7 @@ def load_cached(path: Path, sha256: str, options_key: str, profile_path: str, de
             log.debug("cache %s is stale; rebuilding", path)
             return None
         _unpack_checked(arrays, meta, sha256)
-        profile, extra, layers = _objects(meta, arrays, derived, layers_type)
+        profile, extra, layers = _objects(meta, arrays, derived, layers_type, parts)
         check_profile(profile)
         if check is not None:
             check(profile, extra, None if layers is None else layers[1])
@@ -214,20 +217,25 @@ def load_cached(path: Path, sha256: str, options_key: str, profile_path: str, de
     return CacheHit(dataclasses.replace(profile, path=profile_path), extra, layers)
 
 
+#: Columns a cached run does not read (the operations are cached): left packed until read (lazycol).
+_KEEP_PACKED = frozenset({"p.programs.var_idx."})
+
+
 def _unpack_checked(arrays: dict[str, np.ndarray], meta: dict[str, Any], sha256: str) -> None:
     """Unpack the columns in place; :class:`Bad` when the stored arrays are not the ones the digest was taken of."""
     # The digest is taken on its own thread (hashlib lets go of the GIL) while the columns are unpacked.
     with ThreadPoolExecutor(1) as pool:
         digest = pool.submit(_digest, sha256, dict(arrays))
-        unpack_all(arrays, meta["codecs"])
+        unpack_all(arrays, meta["codecs"], _KEEP_PACKED)
         if meta.get("digest") != digest.result():
             raise Bad("its arrays do not match their digest")
 
 
-def _objects(meta: dict[str, Any], arrays: dict[str, np.ndarray], derived: type[D],
-             layers_type: type[L]) -> tuple[Profile, D, tuple[str, L] | None]:
+def _objects(meta: dict[str, Any], arrays: dict[str, np.ndarray], derived: type[D], layers_type: type[L],
+             parts: tuple[type, ...] = ()) -> tuple[Profile, D, tuple[str, L] | None]:
     """The profile, derived data and layers the entry describes; :class:`_OtherTypes` when not of those types."""
-    classes = {**_CLASSES, derived.__name__: derived, layers_type.__name__: layers_type}
+    classes = {**_CLASSES, **{c.__name__: c for c in parts}, derived.__name__: derived,
+               layers_type.__name__: layers_type}
     profile = unflatten(meta["profile"], arrays, _CLASSES)
     extra = unflatten(meta["derived"], arrays, classes)
     stored = meta.get("layers")

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from popliner.profile.lazycol import Deferred, deferred
 from popliner.profile.model import PROGRAM_TYPES, Profile
 from popliner.profile.tilevector import RunTable
 
-__all__ = ["Bad", "check_csr", "check_len", "check_profile", "check_range"]
+__all__ = ["Bad", "check_csr", "check_len", "check_packed_csr", "check_profile", "check_range"]
 
 
 class Bad(ValueError):
@@ -42,6 +43,18 @@ def check_csr(name: str, ptr: np.ndarray, idx: np.ndarray, rows: int, hi: int) -
     if int(ptr[0]) != 0 or int(ptr[-1]) != len(idx) or bool((np.diff(ptr) < 0).any()):
         raise Bad(f"{name} pointers are not a CSR index")
     check_range(name, idx, 0, hi)
+
+
+def check_packed_csr(name: str, ptr: np.ndarray, idx: Deferred, rows: int, hi: int) -> None:
+    """:func:`check_csr` of a column left packed, from its length and range."""
+    check_len(f"{name} pointers", ptr, rows + 1)
+    check_range(f"{name} pointers", ptr, 0, idx.length + 1)
+    if int(ptr[0]) != 0 or int(ptr[-1]) != idx.length or bool((np.diff(ptr) < 0).any()):
+        raise Bad(f"{name} pointers are not a CSR index")
+    if idx.dtype.kind not in "iu":
+        raise Bad(f"{name} is not an integer array")
+    if idx.length and (idx.lo < 0 or idx.hi >= hi):
+        raise Bad(f"{name} holds values outside [0, {hi})")
 
 
 def _check_runs(name: str, table: RunTable, rows: int, tiles: int, keys: int | None = None) -> None:
@@ -102,7 +115,11 @@ def check_profile(p: Profile) -> None:
     check_range("program contexts", progs.context, -1, ctx.count)
     check_range("repeat counts", progs.repeat_count, 0, 1 << 62)
     check_csr("program children", progs.child_ptr, progs.child_idx, n_prog, n_prog)
-    check_csr("program variables", progs.var_ptr, progs.var_idx, n_prog, v.count)
+    packed = deferred(progs, "var_idx")
+    if packed is None:
+        check_csr("program variables", progs.var_ptr, progs.var_idx, n_prog, v.count)
+    else:  # checked on what a streaming pass found, so that it stays packed
+        check_packed_csr("program variables", progs.var_ptr, packed, n_prog, v.count)
     for name in ("control", "exchange", "cycles"):
         _check_runs(f"program {name}", getattr(progs, name), n_prog, tiles)
     _check_runs("program vertices", progs.vertices, n_prog, tiles, keys=len(vt.names))

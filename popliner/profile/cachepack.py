@@ -20,7 +20,7 @@ import numpy as np
 
 from popliner.profile import zcodec
 
-__all__ = ["pack", "packable", "unpack", "unpack_all"]
+__all__ = ["column_range", "pack", "packable", "unpack", "unpack_all"]
 
 #: Integer arrays at least this long are narrowed and deflated.
 _PACK_MIN = 4096
@@ -122,27 +122,70 @@ def _narrowest_for(lo: int, hi: int) -> np.dtype[Any]:
     return np.dtype(np.int64)
 
 
-def unpack_all(arrays: dict[str, np.ndarray], codecs: dict[str, Any]) -> None:
-    """Unpack, in place, every array ``codecs`` names, two at a time."""
+def unpack_all(arrays: dict[str, Any], codecs: dict[str, Any], keep_packed: frozenset[str] = frozenset()) -> None:
+    """Unpack, in place, every array ``codecs`` names, two at a time.
+
+    Those in ``keep_packed`` become a :class:`popliner.profile.lazycol.Deferred`
+    instead: one streaming pass takes their length and range for the checks,
+    without the whole column in memory.
+    """
+    from popliner.profile.lazycol import Deferred
+
+    def one(k: str) -> Any:
+        data, codec = arrays[k], codecs[k]
+        if k not in keep_packed:
+            return unpack(data, codec)
+        length, lo, hi = column_range(data, codec)
+        return Deferred(lambda: unpack(data, codec), length, lo, hi, np.dtype(codec["dtype"]))
+
     names = list(codecs)
     with ThreadPoolExecutor(2) as pool:
-        out = list(pool.map(lambda k: unpack(arrays[k], codecs[k]), names))
+        out = list(pool.map(one, names))
     arrays.update(zip(names, out))
 
 
 def unpack(data: np.ndarray, codec: dict[str, Any]) -> np.ndarray:
     """The array :func:`pack` packed; ValueError when the bytes do not give the codec's array."""
-    dtype = np.dtype(codec["dtype"])
+    shape = tuple(codec["shape"])
+    out = np.empty(math.prod(shape), _unpacked_type(codec))
+    for _ in _decoded(data, codec, out):
+        pass
+    return out.reshape(shape, order="F" if codec["fortran"] else "C")
+
+
+def column_range(data: np.ndarray, codec: dict[str, Any]) -> tuple[int, int, int]:
+    """(items, smallest, largest) of the array :func:`pack` packed, read piece by piece into one small buffer.
+
+    ValueError as :func:`unpack`; smallest and largest are 0 for an empty array.
+    """
+    lo = hi = None
+    count = 0
+    for piece in _decoded(data, codec, None):
+        a, b = int(piece.min()), int(piece.max())
+        lo = a if lo is None else min(lo, a)
+        hi = b if hi is None else max(hi, b)
+        count += len(piece)
+    return count, lo or 0, hi or 0
+
+
+def _unpacked_type(codec: dict[str, Any]) -> np.dtype[Any]:
+    dtype: np.dtype[Any] = np.dtype(codec["dtype"])
     if dtype not in _INT_TYPES and dtype != np.bool_:
         raise ValueError(f"unexpected packed type {dtype}")
+    return dtype
+
+
+def _decoded(data: np.ndarray, codec: dict[str, Any], out: np.ndarray | None) -> Iterator[np.ndarray]:
+    """The packed array's values piece by piece: into ``out`` (the whole array) when given, else into one
+    reused scratch buffer (each piece valid until the next is asked for); ValueError on a wrong size."""
+    dtype = _unpacked_type(codec)
     narrow = np.dtype(codec["as"])
-    shape = tuple(codec["shape"])
-    count = math.prod(shape)
+    count = math.prod(tuple(codec["shape"]))
     # Inflated piece by piece straight into the result (a numpy array, which the
     # kernel backs with huge pages): one whole inflated copy would cost a page fault
     # every 4 KiB. The running total carries over between pieces for differences.
     # Differences are summed straight in the stored type: their running sums are the values, which fit it.
-    out = np.empty(count, dtype)
+    scratch = np.empty(min(count, _PIECE), dtype) if out is None else None
     stream = zcodec.decompressobj(15)
     pending: Any = data
     at = 0
@@ -153,7 +196,7 @@ def unpack(data: np.ndarray, codec: dict[str, Any]) -> np.ndarray:
         if not raw or len(raw) % narrow.itemsize or at + len(raw) // narrow.itemsize > count:
             raise ValueError("packed array has the wrong size")
         piece = np.frombuffer(raw, narrow)
-        part = out[at : at + len(piece)]
+        part = out[at : at + len(piece)] if out is not None else scratch[: len(piece)]  # type: ignore[index]
         if codec["delta"]:
             np.cumsum(piece, dtype=dtype, out=part)
             part += carry
@@ -161,6 +204,6 @@ def unpack(data: np.ndarray, codec: dict[str, Any]) -> np.ndarray:
         else:
             part[...] = piece if dtype != np.bool_ else piece != 0
         at += len(piece)
+        yield part
     if stream.decompress(pending) or not stream.eof or stream.unused_data:
         raise ValueError("packed array has the wrong size")
-    return out.reshape(shape, order="F" if codec["fortran"] else "C")

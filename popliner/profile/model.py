@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from popliner.profile import zcodec
+from popliner.profile.lazycol import make_lazy
 from popliner.profile.tilevector import RunTable
 
 __all__ = ["PROGRAM_TYPES", "Contexts", "NameTable", "Profile", "Programs", "Target", "Variables", "VertexTypes",
@@ -86,6 +87,10 @@ class Programs:
     def is_leaf(self) -> np.ndarray:
         leaf: np.ndarray = np.diff(self.child_ptr) == 0
         return leaf
+
+
+# Read only to derive the operations, which a cached run has already: a cached load leaves it packed.
+make_lazy(Programs, "var_idx")
 
 
 #: Raw bytes of names per compressed chunk in a packed NameTable.

@@ -1,0 +1,137 @@
+"""What a cached load does not redo: ``programs.var_idx`` stays packed until read (popliner.profile.lazycol), the
+whole program's figures come from the entry; both checked all the same."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from popliner.analysis import load_analysis
+from popliner.memory import model as memory_model
+from popliner.memory.model import whole_program_memory
+from popliner.ops.operations import derive_operations
+from popliner.profile import cache as cache_mod
+from popliner.profile import cachefs, load_profile, zcodec
+from popliner.profile.cachepack import column_range, pack, unpack
+from popliner.profile.lazycol import deferred
+
+BASE = Path(__file__).resolve().parent.parent / "fixtures" / "profiles" / "bert-base-training.json.gz"
+KEY = "p.programs.var_idx."
+
+
+@pytest.fixture()
+def entry(tmp_path, monkeypatch):
+    """The cache entry of BERT-Base training (its program variables are long enough to be packed)."""
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("POPLINER_CACHE_DIR", str(cache))
+    cachefs._REFUSED.clear()
+    load_analysis(str(BASE))
+    (found,) = cache.glob("*.npz")
+    return found
+
+
+def test_a_cached_load_leaves_program_variables_packed_until_read(entry):
+    cold = load_analysis(str(BASE), use_cache=False).profile.programs
+    a = load_analysis(str(BASE))
+    assert a.from_cache
+    a.layer_names, a.whole_memory  # noqa: B018 - what a cached run reads does not unpack it
+    packed = deferred(a.profile.programs, "var_idx")
+    assert packed is not None and packed.length == len(cold.var_idx) > 4096
+    assert (packed.lo, packed.hi) == (int(cold.var_idx.min()), int(cold.var_idx.max()))
+    got = a.profile.programs.var_idx  # read: unpacked, the same array, then kept
+    assert got.dtype == cold.var_idx.dtype and np.array_equal(got, cold.var_idx)
+    assert deferred(a.profile.programs, "var_idx") is None and a.profile.programs.var_idx is got
+
+
+def _tamper(entry: Path, edit) -> None:
+    """Unpack the column, let ``edit`` change it, pack it back with a new digest (as a forger would)."""
+    with np.load(entry, allow_pickle=False) as data:
+        arrays = {k: data[k] for k in data.files}
+    meta = json.loads(zcodec.decompress(arrays["__meta__"]).decode())
+    column = edit(unpack(arrays[KEY], meta["codecs"][KEY]))
+    arrays[KEY], meta["codecs"][KEY] = pack(column)
+    meta["digest"] = cache_mod._digest(meta["sha256"], {k: v for k, v in arrays.items() if k != "__meta__"})
+    arrays["__meta__"] = np.frombuffer(zcodec.compress(json.dumps(meta).encode()), np.uint8)
+    with open(entry, "wb") as fh:
+        np.savez(fh, **arrays)
+
+
+def _past_the_end(a: np.ndarray) -> np.ndarray:
+    b = a.copy()
+    b[len(b) // 2] = b.max() + 10**6  # no such variable
+    return b
+
+
+@pytest.mark.parametrize(("edit", "words"), [
+    (_past_the_end, "program variables holds values outside"),
+    (lambda a: a[:-1], "program variables pointers"),  # one entry short of its pointers
+    (lambda a: a - (a.max() + 1), "program variables holds values outside"),  # negative
+])
+def test_a_packed_column_with_a_new_digest_is_still_checked(entry, caplog, edit, words):
+    cold = load_analysis(str(BASE), use_cache=False)
+    _tamper(entry, edit)
+    with caplog.at_level(logging.WARNING):
+        a = load_analysis(str(BASE))
+    assert not a.from_cache
+    (line,) = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert "changed since it was written" in line and words in line
+    assert np.array_equal(a.profile.programs.var_idx, cold.profile.programs.var_idx)
+    assert load_analysis(str(BASE)).from_cache  # rebuilt
+
+
+@pytest.mark.parametrize("values", [
+    np.arange(5000, dtype=np.int64) * 3 - 7,  # sorted: packed as differences
+    np.random.default_rng(0).integers(-(2**40), 2**40, 70_000),  # wide, unsorted
+    np.random.default_rng(1).integers(0, 200, 3 * (1 << 20) + 5).astype(np.int32),  # several pieces
+    np.zeros(0, np.int64),
+])
+def test_column_range_is_the_unpacked_arrays(values):
+    data, codec = pack(values)
+    lo, hi = (int(values.min()), int(values.max())) if values.size else (0, 0)
+    assert column_range(data, codec) == (len(values), lo, hi)
+    assert np.array_equal(unpack(data, codec), values)
+
+
+@pytest.mark.parametrize("name", ["bert-base-training.json.gz", "efficientnet-small-inference.json.gz", "tiny.json"])
+def test_the_whole_programs_figures_come_from_the_cache(tmp_path, monkeypatch, name):
+    # Five rows, and six with the compiler's other categories (EfficientNet): the direct computation's.
+    path = str(BASE.parent / name)
+    expected = whole_program_memory(load_profile(path), derive_operations(load_profile(path))).per_tile
+    cold = load_analysis(path, cache_dir=str(tmp_path))
+    assert np.array_equal(cold.whole_memory.per_tile, expected)
+
+    def not_again(*args):
+        raise AssertionError("computed again on a cached load")
+
+    monkeypatch.setattr(memory_model, "whole_program_memory", not_again)
+    hot = load_analysis(path, cache_dir=str(tmp_path))
+    assert hot.from_cache
+    got = hot.whole_memory.per_tile
+    assert got.dtype == expected.dtype and got.shape == expected.shape and np.array_equal(got, expected)
+
+
+@pytest.mark.parametrize(("edit", "words"), [
+    (lambda w: w[:, :-1], "5 rows of int64 per tile"),  # a tile short
+    (lambda w: w[:4], "5 rows of int64 per tile"),  # a component short
+    (lambda w: w.astype(np.int32), "5 rows of int64 per tile"),
+])
+def test_tampered_whole_figures_are_caught_even_with_a_new_digest(entry, caplog, edit, words):
+    key = "d.whole_per_tile."
+    with np.load(entry, allow_pickle=False) as data:
+        arrays = {k: data[k] for k in data.files}
+    meta = json.loads(zcodec.decompress(arrays["__meta__"]).decode())
+    arrays[key] = np.ascontiguousarray(edit(arrays[key]))
+    meta["digest"] = cache_mod._digest(meta["sha256"], {k: v for k, v in arrays.items() if k != "__meta__"})
+    arrays["__meta__"] = np.frombuffer(zcodec.compress(json.dumps(meta).encode()), np.uint8)
+    with open(entry, "wb") as fh:
+        np.savez(fh, **arrays)
+    with caplog.at_level(logging.WARNING):
+        a = load_analysis(str(BASE))
+    assert not a.from_cache
+    (line,) = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert "changed since it was written" in line and words in line
+    assert load_analysis(str(BASE)).from_cache  # rebuilt
