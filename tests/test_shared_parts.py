@@ -142,3 +142,15 @@ def test_parts_of_another_profile_are_refused() -> None:
     one, other = _analysis("tiny-training.json"), _analysis("tiny-training.json")
     assert not other.engine.share_parts(SharedParts(one.profile, one.ops))
     assert other.engine.shared_parts is None
+
+
+def test_shared_stash_columns_on_the_event_list(tiny_blocks: None) -> None:
+    """Without a grid only the stash columns and programs are shared: the same figures as engines built alone."""
+    for changes, shared, alone in _option_engines("bert-tiny-training.json"):
+        t1 = ProfileRanges(shared, limit=2**62, liveness="events", lazy=True)
+        t2 = ProfileRanges(alone, limit=2**62, liveness="events", lazy=True)
+        for i, j in _all_ranges(t1):
+            a, b = t1.per_tile(i, j), t2.per_tile(i, j)
+            assert a is not None and b is not None
+            np.testing.assert_array_equal(a[0], b[0], err_msg=f"{changes} total {i}..{j}")
+            np.testing.assert_array_equal(a[1], b[1], err_msg=f"{changes} stash {i}..{j}")
