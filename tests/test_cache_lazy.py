@@ -14,10 +14,12 @@ from popliner.analysis import load_analysis
 from popliner.memory import model as memory_model
 from popliner.memory.model import whole_program_memory
 from popliner.ops.operations import derive_operations
+from popliner.plan import SplitRequest, plan_split
 from popliner.profile import cache as cache_mod
 from popliner.profile import cachefs, load_profile, zcodec
 from popliner.profile.cachepack import column_range, pack, unpack
 from popliner.profile.lazycol import deferred
+from popliner.training_choice import reanalyse
 
 BASE = Path(__file__).resolve().parent.parent / "fixtures" / "profiles" / "bert-base-training.json.gz"
 KEY = "p.programs.var_idx."
@@ -32,6 +34,23 @@ def entry(tmp_path, monkeypatch):
     load_analysis(str(BASE))
     (found,) = cache.glob("*.npz")
     return found
+
+
+def test_a_cached_load_leaves_ids_and_name_offsets_packed_through_a_training_solve(entry):
+    # The engine's training view replaces the variables' bytes (off-chip state): the copy keeps them packed.
+    cold = load_analysis(str(BASE), use_cache=False).profile.variables
+    a = load_analysis(str(BASE))
+    assert a.from_cache
+    plan = plan_split(reanalyse(a, optimizer_state="off-chip"), SplitRequest(num_ipus=4, solver="greedy"))
+    assert plan.split.stages
+    for v in (a.profile.variables, plan.analysis.engine.profile.variables):
+        ids, ptr = deferred(v, "ids"), deferred(v.names, "ptr")
+        assert ids is not None and ptr is not None and ids.length == v.count == cold.count
+        assert ptr.length == cold.count + 1
+    v = plan.analysis.engine.profile.variables
+    assert [v.name(i) for i in (0, 7, cold.count - 1)] == [cold.name(i) for i in (0, 7, cold.count - 1)]
+    assert np.array_equal(v.ids, cold.ids) and v.ids.dtype == cold.ids.dtype
+    assert np.array_equal(v.names.ptr, cold.names.ptr) and deferred(v, "ids") is None
 
 
 def test_a_cached_load_leaves_program_variables_packed_until_read(entry):
@@ -58,6 +77,23 @@ def _tamper(entry: Path, edit) -> None:
     arrays["__meta__"] = np.frombuffer(zcodec.compress(json.dumps(meta).encode()), np.uint8)
     with open(entry, "wb") as fh:
         np.savez(fh, **arrays)
+
+
+def test_packed_ids_of_another_length_are_caught(entry, caplog):
+    with np.load(entry, allow_pickle=False) as data:
+        arrays = {k: data[k] for k in data.files}
+    meta = json.loads(zcodec.decompress(arrays["__meta__"]).decode())
+    key = "p.variables.ids."
+    arrays[key], meta["codecs"][key] = pack(unpack(arrays[key], meta["codecs"][key])[:-1])
+    meta["digest"] = cache_mod._digest(meta["sha256"], {k: v for k, v in arrays.items() if k != "__meta__"})
+    arrays["__meta__"] = np.frombuffer(zcodec.compress(json.dumps(meta).encode()), np.uint8)
+    with open(entry, "wb") as fh:
+        np.savez(fh, **arrays)
+    with caplog.at_level(logging.WARNING):
+        a = load_analysis(str(BASE))
+    assert not a.from_cache
+    (line,) = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert "changed since it was written" in line and "variables.ids has" in line
 
 
 def _past_the_end(a: np.ndarray) -> np.ndarray:

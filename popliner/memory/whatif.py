@@ -324,7 +324,7 @@ def with_live_steps(profile: Profile, nbytes: np.ndarray, cut_lo: np.ndarray, cu
     if changed.size == 0:
         if np.array_equal(nbytes, v.bytes):
             return profile
-        return replace(profile, variables=replace(v, bytes=nbytes.astype(v.bytes.dtype, copy=False)))
+        return replace(profile, variables=v.replace(bytes=nbytes.astype(v.bytes.dtype, copy=False)))
     big = np.int64(_NEVER)
     is_cut = cut_hi[changed] >= 0
     c_lo = np.where(is_cut, cut_lo[changed], big)
@@ -338,8 +338,8 @@ def with_live_steps(profile: Profile, nbytes: np.ndarray, cut_lo: np.ndarray, cu
     class_ptr = np.concatenate((profile.class_ptr, base + np.cumsum(new_counts)))
     klass = v.klass.copy()
     klass[changed] = profile.num_classes + inverse
-    variables = replace(v, bytes=nbytes.astype(v.bytes.dtype, copy=False),
-                        klass=klass.astype(v.klass.dtype, copy=False))  # both already copies, or unchanged
+    variables = v.replace(bytes=nbytes.astype(v.bytes.dtype, copy=False),
+                          klass=klass.astype(v.klass.dtype, copy=False))  # both already copies, or unchanged
     return replace(profile, variables=variables, class_ptr=class_ptr.astype(profile.class_ptr.dtype),
                    iv_start=np.concatenate((profile.iv_start, starts)).astype(profile.iv_start.dtype),
                    iv_end=np.concatenate((profile.iv_end, ends)).astype(profile.iv_end.dtype))

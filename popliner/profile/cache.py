@@ -217,8 +217,9 @@ def load_cached(path: Path, sha256: str, options_key: str, profile_path: str, de
     return CacheHit(dataclasses.replace(profile, path=profile_path), extra, layers)
 
 
-#: Columns a cached run does not read (the operations are cached): left packed until read (lazycol).
-_KEEP_PACKED = frozenset({"p.programs.var_idx."})
+#: Columns a cached run does not read (the operations are cached; names only in reports): left packed until
+#: read (lazycol).
+_KEEP_PACKED = frozenset({"p.programs.var_idx.", "p.variables.ids.", "p.variables.names.ptr."})
 
 
 def _unpack_checked(arrays: dict[str, np.ndarray], meta: dict[str, Any], sha256: str) -> None:

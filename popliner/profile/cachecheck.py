@@ -45,6 +45,15 @@ def check_csr(name: str, ptr: np.ndarray, idx: np.ndarray, rows: int, hi: int) -
     check_range(name, idx, 0, hi)
 
 
+def _check_len_packed(name: str, obj: object, field: str, n: int) -> None:
+    """:func:`check_len` of a field, from its recorded length while it is still packed."""
+    packed = deferred(obj, field)
+    if packed is None:
+        check_len(name, getattr(obj, field), n)
+    elif packed.length != n:
+        raise Bad(f"{name} has {packed.length} entries, expected {n}")
+
+
 def check_packed_csr(name: str, ptr: np.ndarray, idx: Deferred, rows: int, hi: int) -> None:
     """:func:`check_csr` of a column left packed, from its length and range."""
     check_len(f"{name} pointers", ptr, rows + 1)
@@ -95,7 +104,8 @@ def check_profile(p: Profile) -> None:
     steps, classes, n_prog = p.num_steps, p.num_classes, progs.count
     for col in ("bytes", "tile", "klass", "recompute_tensor"):
         check_len(f"variables.{col}", getattr(v, col), v.count)
-    check_len("variable name pointers", v.names.ptr, v.count + 1)
+    _check_len_packed("variables.ids", v, "ids", v.count)
+    _check_len_packed("variable name pointers", v.names, "ptr", v.count + 1)
     check_range("variable tiles", v.tile, 0, tiles)
     check_range("variable classes", v.klass, 0, max(classes, 0))
     check_range("variable bytes", v.bytes, 0, 1 << 62)

@@ -4,8 +4,9 @@ A cached run reads the profile's columns from the cache file, where the
 large integer ones are deflated (:mod:`popliner.profile.cachepack`). Some are
 only read to derive what the cache already holds: ``programs.var_idx``
 (every variable of every program, 64 MB at 1x and 1.2 GB at 10x as int64)
-is only read to derive the operations. Unpacking it costs its pages as
-much as its inflating, so a cached load keeps it packed: the field holds a
+is only read to derive the operations; ``variables.ids`` and the name
+offsets only to name a variable in a report. Unpacking a column costs its
+pages as much as its inflating, so a cached load keeps these packed: the field holds a
 :class:`Deferred`, unpacked the first time the field is read and then
 kept. Its checks (:mod:`popliner.profile.cachecheck`) run at load all the
 same, on the figures one streaming pass took (length, smallest and
@@ -14,12 +15,15 @@ largest value), so a bad entry is still rebuilt before anything uses it.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
-__all__ = ["Deferred", "LazyColumn", "deferred", "make_lazy"]
+T = TypeVar("T")
+
+__all__ = ["Deferred", "LazyColumn", "deferred", "make_lazy", "replace_lazy"]
 
 
 class Deferred:
@@ -69,3 +73,17 @@ def deferred(obj: object, name: str) -> Deferred | None:
     """The field's :class:`Deferred` while it is still packed, else None (reading it would unpack it)."""
     value = obj.__dict__.get(f"_lazy_{name}")
     return value if isinstance(value, Deferred) else None
+
+
+def replace_lazy(obj: T, **changes: Any) -> T:
+    """``dataclasses.replace`` that hands a field still packed to the copy packed, instead of unpacking it."""
+    fields = {}
+    for f in dataclasses.fields(obj):  # type: ignore[arg-type]
+        if not f.init:
+            continue
+        if f.name in changes:
+            fields[f.name] = changes[f.name]
+        else:
+            raw = obj.__dict__.get(f"_lazy_{f.name}", dataclasses.MISSING)
+            fields[f.name] = getattr(obj, f.name) if raw is dataclasses.MISSING else raw
+    return type(obj)(**fields)

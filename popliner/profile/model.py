@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from popliner.profile import zcodec
-from popliner.profile.lazycol import make_lazy
+from popliner.profile.lazycol import make_lazy, replace_lazy
 from popliner.profile.tilevector import RunTable
 
 __all__ = ["PROGRAM_TYPES", "Contexts", "NameTable", "Profile", "Programs", "Target", "Variables", "VertexTypes",
@@ -89,8 +89,6 @@ class Programs:
         return leaf
 
 
-# Read only to derive the operations, which a cached run has already: a cached load leaves it packed.
-make_lazy(Programs, "var_idx")
 
 
 #: Raw bytes of names per compressed chunk in a packed NameTable.
@@ -224,7 +222,11 @@ class Variables:
 
     @property
     def count(self) -> int:
-        return len(self.ids)
+        return len(self.bytes)  # not ids: a cached load leaves them packed (every column has this length)
+
+    def replace(self, **columns: np.ndarray) -> Variables:
+        """The same variables with some columns replaced; a column still packed stays packed."""
+        return replace_lazy(self, **columns)
 
     def name(self, i: int) -> str:
         raw = self.names.get(i)
@@ -284,3 +286,10 @@ class Profile:
         covered = np.bincount(np.repeat(np.arange(self.num_classes), np.diff(self.class_ptr)),
                               weights=lens, minlength=self.num_classes)
         return (covered >= n) & (n > 0)
+
+
+# Read only to derive the operations (which a cached run has already) or to name a variable in a report:
+# a cached load leaves them packed (popliner.profile.lazycol).
+make_lazy(Programs, "var_idx")
+make_lazy(Variables, "ids")
+make_lazy(NameTable, "ptr")
