@@ -35,7 +35,9 @@ class Boundaries:
     """
 
     def __init__(self, profile: Profile, ops: OperationTable, model: MemoryModel, layer_of_op: np.ndarray,
-                 num_layers: int, head_wraps: bool, is_backward: np.ndarray, always_live_var: np.ndarray) -> None:
+                 num_layers: int, head_wraps: bool, is_backward: np.ndarray, always_live_var: np.ndarray,
+                 layer_span: tuple[np.ndarray, np.ndarray] | None = None, constant: np.ndarray | None = None,
+                 wrapped_hi: np.ndarray | None = None) -> None:
         self.profile = profile
         self.ops = ops
         self.model = model
@@ -45,6 +47,12 @@ class Boundaries:
         self.head_layer = num_layers - 1
         self.is_backward = is_backward
         self.always_live_var = always_live_var
+        if layer_span is not None:  # already worked out for the same layers and counted operations
+            self.__dict__["variable_layer_span"] = layer_span
+        if constant is not None:  # already worked out for the same operations
+            self.__dict__["constant_var"] = constant
+        if wrapped_hi is not None:  # already worked out for the same layers and counted operations
+            self.__dict__["wrapped_hi"] = wrapped_hi
 
     def _used_by(self, layers: Sequence[int], first_stage: bool) -> np.ndarray:
         """The counted variables of the layers' operations (with the unlayered ones for the first stage)."""
@@ -144,12 +152,18 @@ class Boundaries:
         lo, hi = self.variable_layer_span
         pick = self.multi_layer_var & sent
         if self.head_wraps:
-            hi = self._wrapped_head_hi(lo, hi)
+            hi = self.wrapped_hi
             pick &= hi > lo
-        diff = np.zeros(self.num_layers + 1, np.int64)
-        np.add.at(diff, lo[pick], self.profile.variables.bytes[pick])
-        np.add.at(diff, hi[pick], -self.profile.variables.bytes[pick])
+        nbytes = self.profile.variables.bytes[pick]
+        # float64 bincounts: exact while the bytes of all variables are below 2**53.
+        diff = np.bincount(lo[pick], weights=nbytes, minlength=self.num_layers + 1).astype(np.int64)
+        diff -= np.bincount(hi[pick], weights=nbytes, minlength=self.num_layers + 1).astype(np.int64)
         return np.cumsum(diff)[: max(self.num_layers - 1, 0)]
+
+    @cached_property
+    def wrapped_hi(self) -> np.ndarray:
+        """:meth:`_wrapped_head_hi` of the span (both crossings read it)."""
+        return self._wrapped_head_hi(*self.variable_layer_span)
 
     def _wrapped_head_hi(self, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
         """``hi`` with the wrapped head's use left out of the variables the embedding uses too."""

@@ -31,6 +31,7 @@ from popliner.memory.boundaries import Boundaries
 from popliner.memory.liveness import variable_steps, window_peak
 from popliner.memory.model import MemoryModel
 from popliner.memory.range_state import Liveness, RangeState, liveness_path
+from popliner.memory.ranges_shared import SharedParts, active_share
 from popliner.memory.training import TrainingOptions, build_training_view
 from popliner.memory.types import StageMemory
 from popliner.memory.whatif import with_live_steps
@@ -80,8 +81,15 @@ class MemoryEngine:
         # The one place the training options change figures: the what-if
         # profile (bytes and live steps of variables) and the view's rules
         # (backward part, stash entry, re-run cycles, pipeline recomputation).
+        # Under ranges_shared.sharing (popliner plan: an engine per option set) the option-free work is shared.
+        shared = active_share(profile, ops)
         self.view = build_training_view(profile, ops, self.layer_of_op, len(self.layer_names),
-                                        np.asarray(is_backward, bool), self.options, training)
+                                        np.asarray(is_backward, bool), self.options, training,
+                                        shared.view_memo if shared is not None else None)
+        #: The profile as given, before the options' what-if (what :class:`SharedParts` are made of).
+        self.base_profile = profile
+        #: Layer parts shared with other engines of the same profile (:meth:`share_parts`).
+        self.shared_parts: SharedParts | None = None
         self.profile = self.view.profile
         self.is_backward = self.view.is_backward
         self.model = MemoryModel(self.profile, ops, counted_vars)
@@ -89,6 +97,8 @@ class MemoryEngine:
         #: ``--recompute pipeline``: the figures of re-run sets, by their operations (the model memoises the rest).
         self._rerun_memo: dict[bytes, StageMemory] = {}
         self._range_states: dict[Liveness, RangeState] = {}
+        if shared is not None:
+            self.share_parts(shared)
 
     @property
     def tiles(self) -> int:
@@ -128,8 +138,26 @@ class MemoryEngine:
             self._range_states[path] = self._range_states[liveness] = found
         return found
 
+    def share_parts(self, shared: SharedParts) -> bool:
+        """Build layer parts from (and into) ``shared``, the option-free parts of this engine's profile.
+
+        Before any range table: the range state takes them when it is built.
+        False (nothing shared) when ``shared`` is of another profile.
+        """
+        if self._range_states or not shared.accepts(self):
+            return False
+        self.shared_parts = shared
+        return True
+
     def release_range_state(self) -> None:
-        """Drop the range state now: the running sets it keeps hold the engine, a cycle the collector frees later."""
+        """Drop the range state now: the running sets it keeps hold the engine, a cycle the collector frees later.
+
+        With shared parts its grids' buffers go back to them, for the next
+        option set's engine (no table of this engine may be read after this).
+        """
+        if self.shared_parts is not None:
+            for state in {id(s): s for s in self._range_states.values()}.values():
+                state.recycle(self.shared_parts)
         self._range_states.clear()
 
     # -- operations of a stage ---------------------------------------------------
@@ -240,6 +268,19 @@ class MemoryEngine:
         return self._cut_profile(cut)
 
     def _cut_profile(self, cut: np.ndarray) -> Profile:
+        if self.shared_parts is None:
+            return self._make_cut_profile(cut)
+        # Option sets that cut the same variables of the same what-if profile (the head placements, often)
+        # share one forward-cut profile, found by content.
+        made: list[tuple[Profile, np.ndarray, Profile]] = self.shared_parts.view_memo.setdefault(b"cut-profiles", [])
+        for what_if, known, found in made:
+            if what_if is self.profile and np.array_equal(known, cut):
+                return found
+        found = self._make_cut_profile(cut)
+        made.append((self.profile, cut, found))
+        return found
+
+    def _make_cut_profile(self, cut: np.ndarray) -> Profile:
         pick = cut >= 0
         n = self.profile.variables.count
         keep_lo = np.where(pick, 0, -1).astype(np.int64)
@@ -446,8 +487,22 @@ class MemoryEngine:
     @cached_property
     def boundaries(self) -> Boundaries:
         """What crosses a boundary between stages (see :mod:`popliner.memory.boundaries`)."""
-        return Boundaries(self.profile, self.ops, self.model, self.layer_of_op, self.num_layers, self.head_wraps,
-                          self.is_backward, self.always_live_var)
+        shared = self.shared_parts
+        span = None if shared is None else shared.layer_span(self)
+        # Constants read the operations and programs only: the same for every option set.
+        constant = None if shared is None else shared.view_memo.get(b"constant-var")
+        # With a wrapped head, each variable's last layer before the head: read the layering only, like the span.
+        wrapped_hi = None if shared is None or not self.head_wraps else shared.wrapped_hi(self)
+        made = Boundaries(self.profile, self.ops, self.model, self.layer_of_op, self.num_layers, self.head_wraps,
+                          self.is_backward, self.always_live_var, span, constant, wrapped_hi)
+        if shared is not None:
+            if span is None:
+                shared.keep_layer_span(self, made.variable_layer_span)
+            if constant is None:
+                shared.view_memo[b"constant-var"] = made.constant_var
+            if self.head_wraps and wrapped_hi is None:
+                shared.keep_wrapped_hi(self, made.wrapped_hi)
+        return made
 
     # The figures every caller reads, named here so that the engine stays the one object to ask.
 

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Literal
 import numpy as np
 
 from popliner.memory.liveness import SegmentGrid
+from popliner.memory.ranges_shared import EngineShare, SharedParts
 from popliner.memory.rerun import ForwardCut, forward_cut_grid
 from popliner.memory.running import LayerParts, RunningStage
 
@@ -50,18 +51,41 @@ class RangeState:
     def __init__(self, engine: MemoryEngine, liveness: LivenessPath) -> None:
         self._engine = weakref.ref(engine)
         self.layer_ops = [engine.range_ops(k, k) for k in range(engine.num_layers)]
-        self.grid = SegmentGrid.of(engine.profile) if liveness == "grid" else None
+        shared = engine.shared_parts
+        dtype = shared.grid_dtype(engine.profile) if shared is not None else None
+        self.grid = SegmentGrid.of(engine.profile, dtype=dtype) if liveness == "grid" else None
         #: ``--recompute pipeline``: running sets keep their variables' forward-cut liveness too.
         self.rerun = engine.view.recompute == "pipeline"
-        self.cut_grid = forward_cut_grid(engine) if self.rerun and self.grid is not None else None
+        self.cut_grid = forward_cut_grid(engine, dtype) if self.rerun and self.grid is not None else None
+        if shared is not None:
+            for grid in (self.grid, self.cut_grid):
+                if grid is not None:
+                    shared.take_buffers(grid)  # zeroed buffers an earlier engine gave back: no page faults
         self.liveness: LivenessPath = liveness
+        #: What other engines of the profile built already (``popliner plan``: one engine per option set).
+        self.share = EngineShare(shared, engine, self.grid, self.cut_grid) if shared is not None else None
+        #: What a range's figure depends on besides its operations, when other engines' figures can serve.
+        self._signature = self.share.signature(engine, self.rerun) if self.share is not None else None
+        self._layer_keys: list[bytes] = []
+        if self._signature is not None:
+            counted = engine.model.counted_vars
+            self._layer_keys = [ops.tobytes() + counted[ops].tobytes() for ops in self.layer_ops]
         self._parts: dict[int, LayerParts] = {}
         #: (i, j) -> (worst tile bytes, stash entry per tile, total per tile)
         self.figures: dict[tuple[int, int], tuple[int, np.ndarray, np.ndarray]] = {}
+        #: (i, j) -> the variables peak per tile of a range evaluated on a running set that re-runs nothing.
+        self.peaks: dict[tuple[int, int], np.ndarray] = {}
         #: Ranges whose model figure the engine holds (see ProfileRanges.stage_memory).
         self.staged: set[tuple[int, int, bool]] = set()
         #: Per start: the running set where its row stopped (grid path), to grow it for a higher limit.
         self.resume: dict[int, RunningStage] = {}
+
+    def recycle(self, shared: SharedParts) -> None:
+        """Give the grids' buffers back to ``shared`` (cleared); this state is not to be read again."""
+        for grid in (self.grid, self.cut_grid):
+            if grid is not None:
+                shared.give_buffers(grid)
+        self.resume.clear()
 
     def layer_parts(self, j: int) -> LayerParts:
         """What layer ``j`` adds to any range holding it (memoised: every start reuses it)."""
@@ -69,8 +93,51 @@ class RangeState:
         if parts is None:
             engine = self._engine()
             assert engine is not None  # a table holds its engine
-            parts = self._parts[j] = LayerParts.of(engine, self.layer_ops[j], self.grid, self.cut_grid)
+            parts = self._parts[j] = LayerParts.of(engine, self.layer_ops[j], self.grid, self.cut_grid, self.share)
         return parts
+
+    def other_figure(self, i: int, j: int) -> tuple[int, np.ndarray, np.ndarray] | None:
+        """The figure of ``i..j`` when an engine of the same variable tables and rules evaluated the same operations.
+
+        Kept here too (in :attr:`figures`) when found.
+        """
+        key = self._other_key(i, j)
+        if key is None:
+            return None
+        assert self.share is not None
+        found = self.share.shared.range_figures.get(key)
+        if found is None:
+            return None
+        worst, stash, total, peak = found
+        known = self.figures[(i, j)] = (worst, stash.astype(np.int64), total.astype(np.int64))
+        if peak is not None:
+            self.peaks[(i, j)] = peak.astype(np.int64)
+        return known
+
+    def keep_figure(self, i: int, j: int, known: tuple[int, np.ndarray, np.ndarray], peak: np.ndarray | None) -> None:
+        """Offer the figure of ``i..j`` (and its variables peak, if kept) to the engines of other option sets.
+
+        In int32 when every value fits: half the bytes.
+        """
+        key = self._other_key(i, j)
+        if key is None:
+            return
+        assert self.share is not None
+        worst, stash, total = known
+        parts = [stash, total] if peak is None else [stash, total, peak]
+        small = worst < 2**31 and all(int(a.max(initial=0)) < 2**31 and int(a.min(initial=0)) >= 0 for a in parts)
+        dtype = np.int32 if small else np.int64
+        self.share.shared.range_figures[key] = (worst, stash.astype(dtype), total.astype(dtype),
+                                                None if peak is None else peak.astype(dtype))
+
+    def _other_key(self, i: int, j: int) -> tuple[object, ...] | None:
+        if self._signature is None:
+            return None
+        engine = self._engine()
+        assert engine is not None  # a table holds its engine
+        # Under pipeline recomputation the figure also depends on where the set's re-run part splits.
+        rerun = engine.pipeline_rerun_window(np.concatenate(self.layer_ops[i:j + 1])) if self.rerun else None
+        return (self._signature, tuple(self._layer_keys[i:j + 1]), rerun)
 
     def running_set(self, row_ops: list[np.ndarray] | None = None) -> RunningStage:
         """A new, empty running set on this state's liveness (it takes the shared grids over)."""

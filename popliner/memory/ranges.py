@@ -215,6 +215,10 @@ class ProfileRanges:
         key = (i, j, wrapped)
         if key in self._shared.staged:
             return self.engine.stage_memory(ops)
+        peak = None if wrapped else self._shared.peaks.get((i, j))
+        if peak is not None:  # read when the range was evaluated, and not re-run (its figure is the plain model's)
+            self._shared.staged.add(key)
+            return self.engine.stage_memory(ops, variables=peak)
         state = self._shared.running_set()
         if wrapped:
             state.add(self._shared.layer_parts(self.engine.head_layer), kept=True)
@@ -263,17 +267,24 @@ class ProfileRanges:
         for j in range(i, upto + 1):
             known = shared.figures.get((i, j))
             if known is None:
+                known = shared.other_figure(i, j)  # another option set's engine's, when the same
+            if known is None:
                 # One clock reading per layer added: noise next to the per-tile sums below.
                 check_deadline(self.deadline)
                 if state is None:
                     state = self._running_set(i, j)
                 state.add(shared.layer_parts(j))
-                total = state.total_per_tile(self._rerun_peak(state))
+                rerun = self._rerun_peak(state)
+                plain = state.variables_peak() if rerun is None else None
+                total = state.total_per_tile(rerun if rerun is not None else plain)
+                if plain is not None:
+                    shared.peaks[(i, j)] = plain  # stage_memory's, if this range is chosen
                 # Same figure as the engine's stash_entry_per_tile, from the running set of variables. Taken
                 # over the limit too: a table with a higher limit (a best effort) then needs no second
                 # reading of this range's total, only the running set to grow it further.
                 stash = state.stash_entry() if self._training else np.zeros_like(total)
                 known = shared.figures[(i, j)] = (int(total.max()), stash, total)
+                shared.keep_figure(i, j, known, plain)
             elif state is not None:
                 check_deadline(self.deadline)
                 state.add(shared.layer_parts(j))

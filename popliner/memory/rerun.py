@@ -33,9 +33,12 @@ if TYPE_CHECKING:
 __all__ = ["ForwardCut", "forward_cut_grid"]
 
 
-def forward_cut_grid(engine: MemoryEngine) -> SegmentGrid:
-    """The liveness grid of the engine's forward-cut profile (its segments refine the what-if profile's)."""
-    return SegmentGrid.of(engine.forward_cut_profile())
+def forward_cut_grid(engine: MemoryEngine, dtype: type[np.signedinteger] | None = None) -> SegmentGrid:
+    """The liveness grid of the engine's forward-cut profile (its segments refine the what-if profile's).
+
+    ``dtype``: the what-if grid's cells, when known (the cut profile has the same variables' bytes).
+    """
+    return SegmentGrid.of(engine.forward_cut_profile(), dtype=dtype)
 
 
 class ForwardCut:
@@ -76,22 +79,24 @@ class ForwardCut:
         for events in self.adds:
             self.grid.add(events)
 
-    def add(self, private_events: dict[str, np.ndarray] | None, shared_events: dict[str, np.ndarray] | None,
-            var: np.ndarray, kept: bool) -> None:
+    def add(self, private_events: tuple[dict[str, np.ndarray], ...] | None,
+            shared_events: tuple[dict[str, np.ndarray], ...] | None, var: np.ndarray | None, kept: bool) -> None:
         """Add a layer's new variables ``var`` (sorted); with a grid, their forward-cut events (``*_events``).
 
         ``kept``: the variables keep their what-if live steps (a wrapped
-        head's on IPU 0); their events are then made here, once.
+        head's on IPU 0); their events are then made here, once. ``var`` may
+        be None on the grid when not ``kept`` (the events say it all).
         """
         if self.grid is None:
-            assert self.events is not None
+            assert self.events is not None and var is not None
             self.events.add(var, klass=self.kept_klass if kept else None)
             return
         if kept:
+            assert var is not None
             added: tuple[dict[str, np.ndarray], ...] = (self.grid.events_of(var, klass=self.kept_klass),)
         else:
             assert private_events is not None and shared_events is not None
-            added = (private_events, shared_events)
+            added = (*private_events, *shared_events)
         for events in added:
             self.grid.add(events)
         self.adds.extend(added)

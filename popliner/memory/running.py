@@ -21,8 +21,12 @@ from popliner.memory.stash_row import StashRow, stash_columns
 
 if TYPE_CHECKING:
     from popliner.memory.engine import MemoryEngine
+    from popliner.memory.ranges_shared import EngineShare, ProgramPart, _GridShare
 
 __all__ = ["LayerParts", "RunningStage"]
+
+
+Events = dict[str, np.ndarray]
 
 
 @dataclass(frozen=True, eq=False)
@@ -39,6 +43,9 @@ class LayerParts:
     ``shared`` of each row, so that variables already in a range are dropped.
     ``cut_*_events`` are the same variables' events on the forward-cut grid
     (``--recompute pipeline`` on the grid path: :mod:`popliner.memory.rerun`).
+    Events and stash columns are tuples of pieces that add up (the parts
+    shared across option sets and their corrections:
+    :mod:`popliner.memory.ranges_shared`).
     """
 
     ops: np.ndarray
@@ -49,45 +56,65 @@ class LayerParts:
     private: np.ndarray  # sorted variable indices
     shared: np.ndarray  # sorted variable indices
     shared_pos: np.ndarray  # their positions in engine.multi_layer_index
-    private_events: dict[str, np.ndarray] | None
-    shared_events: dict[str, np.ndarray] | None
-    private_stash: dict[str, np.ndarray] | None
-    shared_stash: dict[str, np.ndarray] | None
+    private_events: tuple[Events, ...] | None
+    shared_events: tuple[Events, ...] | None
+    private_stash: tuple[Events, ...] | None
+    shared_stash: tuple[Events, ...] | None
     units: np.ndarray | None  # int64 [drivers, tiles] of the other categories (None: the profile has none)
-    cut_private_events: dict[str, np.ndarray] | None = None
-    cut_shared_events: dict[str, np.ndarray] | None = None
+    cut_private_events: tuple[Events, ...] | None = None
+    cut_shared_events: tuple[Events, ...] | None = None
 
     @classmethod
     def of(cls, engine: MemoryEngine, ops: np.ndarray, grid: SegmentGrid | None,
-           cut_grid: SegmentGrid | None = None) -> LayerParts:
-        p = engine.profile
-        progs = p.programs
-        tiles = p.tiles
-        model = engine.model
-        prog = engine.ops.programs_of_set(ops)
-        additive = progs.control.sum_rows(prog[model.leaf[prog]], tiles)
-        additive += progs.exchange.sum_rows(prog[model.exchange[prog]], tiles)
-        presence = np.zeros((len(p.vertex_types.names), tiles + 1), np.int64)
-        runs = progs.vertices.runs_of(prog)
-        if runs.size:
-            assert progs.vertices.key is not None  # the loader always keys vertex counts by type
-            vtype = progs.vertices.key[runs].astype(np.int64)
-            additive += progs.vertices.sum_runs(runs, tiles, weights=p.vertex_types.size[vtype])
-            np.add.at(presence, (vtype, progs.vertices.first[runs]), 1)
-            np.add.at(presence, (vtype, progs.vertices.stop[runs]), -1)
-        lo, hi = model.window(ops)
-        var = model.counted_variables(ops)
+           cut_grid: SegmentGrid | None = None, share: EngineShare | None = None) -> LayerParts:
+        """The layer's parts; ``share``: the option-free parts taken from other engines of the profile."""
+        additive, presence, units, lo, hi, var = (program_part(engine, ops) if share is None
+                                                  else share.shared.programs(engine, ops))
         multi = engine.multi_layer_var[var]
         private, shared = var[~multi], var[multi]
-        return cls(ops, additive, presence, lo, hi, private, shared,
-                   np.searchsorted(engine.multi_layer_index, shared),
-                   grid.merged(private) if grid is not None else None,
-                   grid.events_of(shared, with_owner=True) if grid is not None else None,
-                   stash_columns(engine, private), stash_columns(engine, shared, with_owner=True),
-                   model.categories.units(p, prog) if model.categories is not None else None,
-                   cut_grid.merged(private) if cut_grid is not None else None,
-                   cut_grid.events_of(shared, with_owner=True) if cut_grid is not None else None)
+        # Each variable set's bytes, once: the shared parts are found by them.
+        keys = (private.tobytes(), shared.tobytes()) if share is not None else (b"", b"")
+        events = _events(grid, share.grid if share is not None else None, private, shared, keys)
+        cut = _events(cut_grid, share.cut_grid if share is not None else None, private, shared, keys)
+        if share is not None:
+            stash = share.stash(private, keys[0]), share.stash(shared, keys[1], with_owner=True)
+        else:
+            both = stash_columns(engine, private), stash_columns(engine, shared, with_owner=True)
+            stash = (None, None) if both[0] is None or both[1] is None else ((both[0],), (both[1],))
+        return cls(ops, additive, presence, lo, hi, private, shared, np.searchsorted(engine.multi_layer_index, shared),
+                   events[0], events[1], stash[0], stash[1], units, cut[0], cut[1])
 
+
+def program_part(engine: MemoryEngine, ops: np.ndarray) -> ProgramPart:
+    """What a layer's programs add (code, state, presence, other units), its window and its counted variables."""
+    p = engine.profile
+    progs = p.programs
+    tiles = p.tiles
+    model = engine.model
+    prog = engine.ops.programs_of_set(ops)
+    additive = progs.control.sum_rows(prog[model.leaf[prog]], tiles)
+    additive += progs.exchange.sum_rows(prog[model.exchange[prog]], tiles)
+    presence = np.zeros((len(p.vertex_types.names), tiles + 1), np.int64)
+    runs = progs.vertices.runs_of(prog)
+    if runs.size:
+        assert progs.vertices.key is not None  # the loader always keys vertex counts by type
+        vtype = progs.vertices.key[runs].astype(np.int64)
+        additive += progs.vertices.sum_runs(runs, tiles, weights=p.vertex_types.size[vtype])
+        np.add.at(presence, (vtype, progs.vertices.first[runs]), 1)
+        np.add.at(presence, (vtype, progs.vertices.stop[runs]), -1)
+    lo, hi = model.window(ops)
+    units = model.categories.units(p, prog) if model.categories is not None else None
+    return additive, presence, units, lo, hi, model.counted_variables(ops)
+
+
+def _events(grid: SegmentGrid | None, share: _GridShare | None, private: np.ndarray, shared: np.ndarray,
+            keys: tuple[bytes, bytes]) -> tuple[tuple[Events, ...] | None, tuple[Events, ...] | None]:
+    """(private, shared) events on ``grid`` (none without one): from the shared parts when the grid has them."""
+    if grid is None:
+        return None, None
+    if share is not None:
+        return share.merged(private, keys[0]), share.owned(shared, keys[1])
+    return (grid.merged(private),), (grid.events_of(shared, with_owner=True),)
 
 
 class RunningStage:
@@ -156,22 +183,26 @@ class RunningStage:
             self.lo, self.hi = (lo, hi) if self.hi < self.lo else (min(self.lo, lo), max(self.hi, hi))
         fresh = ~self.in_set[parts.shared_pos]
         self.in_set[parts.shared_pos] = True
-        if self.forward_cut is not None:
-            self.forward_cut.add(parts.cut_private_events,
-                                 None if parts.cut_shared_events is None else _rows_of(parts.cut_shared_events, fresh),
-                                 np.sort(np.concatenate((parts.private, parts.shared[fresh]))), kept)
+        # The layer's new variables, sorted: only the event lists (and a kept head's events) read them.
+        cut = self.forward_cut
+        var = None
+        if self.grid is None or (cut is not None and (kept or cut.grid is None)):
+            var = np.sort(np.concatenate((parts.private, parts.shared[fresh])))
+        if cut is not None:
+            cut.add(parts.cut_private_events,
+                    None if parts.cut_shared_events is None else _pieces_of(parts.cut_shared_events, fresh), var, kept)
         if self.grid is not None:
             assert parts.private_events is not None and parts.shared_events is not None
-            added = (parts.private_events, _rows_of(parts.shared_events, fresh))
+            added = (*parts.private_events, *_pieces_of(parts.shared_events, fresh))
             for events in added:
                 self.grid.add(events)
             self.grid_adds.extend(added)
         else:
-            assert self.events is not None
-            self.events.add(np.sort(np.concatenate((parts.private, parts.shared[fresh]))))
+            assert self.events is not None and var is not None
+            self.events.add(var)
         if self.stash is not None and parts.private_stash is not None and parts.shared_stash is not None:
-            self.stash.add(parts.private_stash, len(self.ops) - 1)
-            self.stash.add(_rows_of(parts.shared_stash, fresh), len(self.ops) - 1)
+            for cols in (*parts.private_stash, *_pieces_of(parts.shared_stash, fresh)):
+                self.stash.add(cols, len(self.ops) - 1)
 
     def total_per_tile(self, variables: np.ndarray | None = None) -> np.ndarray:
         """Every component summed per tile; ``variables``: the variables peak when not :meth:`variables_peak`."""
@@ -206,6 +237,11 @@ class RunningStage:
         assert self.stash is not None  # built with the row's operations in training
         return self.stash.entry(len(self.ops) - 1)
 
+
+
+def _pieces_of(pieces: tuple[Events, ...], fresh: np.ndarray) -> tuple[Events, ...]:
+    """Each piece's rows whose owner variable is fresh."""
+    return tuple(_rows_of(cols, fresh) for cols in pieces)
 
 
 def _rows_of(cols: dict[str, np.ndarray], fresh: np.ndarray) -> dict[str, np.ndarray]:

@@ -19,22 +19,29 @@ from popliner.arrays import rank_by_table, unique_inverse
 if TYPE_CHECKING:
     from popliner.memory.engine import MemoryEngine, StashWindows
 
-__all__ = ["StashRow", "pair_groups", "stash_columns"]
+__all__ = ["StashRow", "candidate_columns", "pair_groups", "stash_columns"]
 
 
 def stash_columns(engine: MemoryEngine, var: np.ndarray, with_owner: bool = False) -> dict[str, np.ndarray] | None:
     """What a stash entry reads of each variable that is not always live (training only)."""
     if not engine.training:
         return None
-    keep = np.flatnonzero(engine.stash_candidate[var])  # the others are never part of a stash entry
-    sv = var[keep]
     v = engine.profile.variables
-    cols = {"first": engine.var_first_step[sv], "last": engine.var_last_step[sv], "tile": v.tile[sv],
-            "nbytes": v.bytes[sv]}
+    return candidate_columns(var, engine.stash_candidate, engine.var_first_step, engine.var_last_step, v.tile, v.bytes,
+                             engine.tiles, with_owner)
+
+
+def candidate_columns(var: np.ndarray, candidate: np.ndarray, first: np.ndarray, last: np.ndarray, tile: np.ndarray,
+                      nbytes: np.ndarray, tiles: int, with_owner: bool = False, sign: int = 1) -> dict[str, np.ndarray]:
+    """:func:`stash_columns` from per-variable columns; ``sign`` -1 takes the bytes away (a correction)."""
+    keep = np.flatnonzero(candidate[var])  # the others are never part of a stash entry
+    sv = var[keep]
+    cols = {"first": first[sv], "last": last[sv], "tile": tile[sv],
+            "nbytes": nbytes[sv] if sign == 1 else -nbytes[sv].astype(np.int64)}
     if with_owner:
         cols["owner"] = keep
         return cols
-    return _grouped(cols, engine.tiles)
+    return _grouped(cols, tiles)
 
 
 def _grouped(cols: dict[str, np.ndarray], tiles: int) -> dict[str, np.ndarray]:

@@ -18,7 +18,7 @@ cycles) is described by :class:`TrainingView` for the engine to apply.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
@@ -153,27 +153,41 @@ class TrainingView:
 
 
 def build_training_view(profile: Profile, ops: OperationTable, layer_of_op: np.ndarray, num_layers: int,
-                        backward_named: np.ndarray, options: TrainingOptions, training: bool = True) -> TrainingView:
-    """Apply the options that do not depend on the split; describe the rest (docs/solvers.md)."""
+                        backward_named: np.ndarray, options: TrainingOptions, training: bool = True,
+                        memo: dict[bytes, Any] | None = None) -> TrainingView:
+    """Apply the options that do not depend on the split; describe the rest (docs/solvers.md).
+
+    ``memo``: kept across the option sets of one profile and operation table
+    (``popliner plan``): the roles of operations and variables, which no
+    option but the regexes changes, are found once.
+    """
     v = profile.variables
     if not training:
         # Inference: nothing to stash, recompute or update.
         none = np.zeros(ops.count, bool)
         return TrainingView(options, "none", profile, np.asarray(backward_named, bool), none, np.zeros(v.count, bool),
                             none, np.zeros(v.count, bool), False, False, np.full(v.count, -1, np.int64), none)
-    always = profile.always_live_classes()[v.klass]
-    called = called_operations(profile, ops)
-    is_update = update_operations(profile, ops, options.update_regex, called)
-    # A call site is backward when what it calls is (its name, Call(<n>), says nothing).
-    backward_named = through_calls(backward_named, called)
-    clones = recompute_operations(profile, ops, backward_named)
+    key = b"roles" + np.asarray(backward_named, bool).tobytes() + repr(
+        (options.update_regex, options.optimizer_state_regex)).encode()
+    found = memo.get(key) if memo is not None else None
+    if found is None:
+        always = profile.always_live_classes()[v.klass]
+        called = called_operations(profile, ops)
+        is_update = update_operations(profile, ops, options.update_regex, called)
+        # A call site is backward when what it calls is (its name, Call(<n>), says nothing).
+        backward_named = through_calls(backward_named, called)
+        clones = recompute_operations(profile, ops, backward_named)
+        state = optimizer_state_variables(profile, ops, always, is_update, options.optimizer_state_regex)
+        found = (always, is_update, backward_named, clones, state)
+        if memo is not None:
+            memo[key] = found  # read only from here on
+    always, is_update, backward_named, clones, state = found
     is_backward = backward_named | clones
     recompute, notes = _applied_recompute(options.recompute, clones)
     groups = head_groups(ops, layer_of_op, num_layers, is_backward, is_update)
-    state = optimizer_state_variables(profile, ops, always, is_update, options.optimizer_state_regex)
     roles = Roles(always, state, is_update, is_backward, groups)
     what_if = rewrite(profile, ops, layer_of_op, num_layers, roles, options.shard,
-                      options.optimizer_state == "off-chip", recompute)
+                      options.optimizer_state == "off-chip", recompute, memo)
     return TrainingView(options, recompute, what_if.profile, is_backward, is_update, state, clones,
                         what_if.never_stash, recompute in ("pipeline", "every-layer", "compiled"),
                         recompute == "pipeline", what_if.forward_cut, what_if.rerun_ops, notes)

@@ -14,6 +14,7 @@ variables and operations each rule touches; this module rewrites.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 
@@ -71,8 +72,13 @@ def optimizer_state_variables(
 
 
 def rewrite(profile: Profile, ops: OperationTable, layer_of_op: np.ndarray, num_layers: int, roles: Roles,
-            shard: int, off_chip: bool, recompute: str) -> WhatIf:
-    """Apply sharding (``shard`` replicas), off-chip state and ``recompute`` to the profile's variables."""
+            shard: int, off_chip: bool, recompute: str, memo: dict[bytes, Any] | None = None) -> WhatIf:
+    """Apply sharding (``shard`` replicas), off-chip state and ``recompute`` to the profile's variables.
+
+    ``memo``: kept across calls on the same profile and operations (several
+    option sets), so that what the recomputation modes read of the layers is
+    worked out once per layering.
+    """
     v = profile.variables
     nbytes = v.bytes
     if shard > 1:
@@ -85,13 +91,44 @@ def rewrite(profile: Profile, ops: OperationTable, layer_of_op: np.ndarray, num_
     unchanged = np.full(v.count, -1, steps)
     unchanged.flags.writeable = False
     keep_lo = keep_hi = unchanged  # off chip: keep only steps keep_lo..keep_hi
+    # The state's window reads the updates and the state; the what-if profile those, the sharding and
+    # (every-layer only) the cuts, which read the layering (see _recompute_cuts).
+    roles_key = b"".join(np.asarray(a, bool).tobytes() for a in (roles.is_update, roles.optimizer_state))
     if off_chip:
-        keep_lo, keep_hi = _off_chip_window(ops, roles, unchanged)
+        window_key = b"offchip" + roles_key + np.dtype(steps).str.encode()
+        found = memo.get(window_key) if memo is not None else None
+        if found is None:
+            found = _off_chip_window(ops, roles, unchanged)
+            if memo is not None:
+                memo[window_key] = found  # read only from here on
+        keep_lo, keep_hi = found
     cuts = _Cuts(unchanged, unchanged, np.zeros(v.count, bool), unchanged, np.zeros(ops.count, bool))
+    layering = b""
     if recompute in ("every-layer", "pipeline"):
-        cuts = _recompute_cuts(profile, ops, layer_of_op, num_layers, roles, recompute, unchanged)
-    what_if = with_live_steps(profile, nbytes, cuts.lo, cuts.hi, keep_lo, keep_hi)
+        # The cuts read the layering and the roles (not where the state lives): one per mode and layering.
+        layering = _cuts_key(layer_of_op, num_layers, roles, steps) + roles.always_live.tobytes() + roles_key
+        cuts_key = b"whatif-cuts-" + recompute.encode() + layering
+        found_cuts = memo.get(cuts_key) if memo is not None else None
+        if found_cuts is None:
+            found_cuts = _recompute_cuts(profile, ops, layer_of_op, num_layers, roles, recompute, unchanged, memo)
+            if memo is not None:
+                memo[cuts_key] = found_cuts  # read only from here on
+        cuts = found_cuts
+    key = b"whatif" + repr((shard, off_chip, recompute == "every-layer")).encode() + roles_key
+    if recompute == "every-layer":
+        key = b"whatif-cuts" + layering + key
+    what_if = memo.get(key) if memo is not None else None
+    if what_if is None:
+        what_if = with_live_steps(profile, nbytes, cuts.lo, cuts.hi, keep_lo, keep_hi)
+        if memo is not None:
+            memo[key] = what_if
     return WhatIf(what_if, cuts.never_stash, cuts.forward_cut, cuts.rerun_ops)
+
+
+def _cuts_key(layer_of_op: np.ndarray, num_layers: int, roles: Roles, steps: type[np.signedinteger]) -> bytes:
+    """What :func:`_recompute_cuts`'s spans read besides the profile and the operations: the layering."""
+    return b"".join((np.asarray(layer_of_op, np.int64).tobytes(), np.asarray(roles.groups, np.int64).tobytes(),
+                     np.asarray(roles.is_backward, bool).tobytes(), str((num_layers, np.dtype(steps).str)).encode()))
 
 
 def _off_chip_window(ops: OperationTable, roles: Roles, unchanged: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -114,17 +151,29 @@ class _Cuts:
 
 
 def _recompute_cuts(profile: Profile, ops: OperationTable, layer_of_op: np.ndarray, num_layers: int, roles: Roles,
-                    recompute: str, unchanged: np.ndarray) -> _Cuts:
+                    recompute: str, unchanged: np.ndarray, memo: dict[bytes, Any] | None = None) -> _Cuts:
     """What ``every-layer`` (cut live steps) or ``pipeline`` (a forward cut per stage) recomputes."""
     steps = unchanged.dtype.type
     count = profile.variables.count
-    unit = _unit_of_op(layer_of_op, roles.groups, num_layers)
-    bstart = unit_backward_start(unit, ops.first_step, roles.is_backward, num_layers + 2)
-    forward_op = (ops.first_step >= 0) & ~roles.is_backward
-    forward_op &= ops.first_step < bstart[np.maximum(unit, 0)]
-    first, last = variable_steps(profile, steps)
-    u = _last_forward_read(ops, forward_op, count, steps)
-    lo_unit, hi_unit = _unit_span(ops, unit, count, steps)
+    # What follows reads the layering and the backward operations only: the same for both modes and
+    # wherever the optimizer state lives.
+    key = b"cuts" + _cuts_key(layer_of_op, num_layers, roles, steps)
+    found = memo.get(key) if memo is not None else None
+    if found is None:
+        unit = _unit_of_op(layer_of_op, roles.groups, num_layers)
+        bstart = unit_backward_start(unit, ops.first_step, roles.is_backward, num_layers + 2)
+        forward_op = (ops.first_step >= 0) & ~roles.is_backward
+        forward_op &= ops.first_step < bstart[np.maximum(unit, 0)]
+        first, last = variable_steps(profile, steps)
+        u = _last_forward_read(ops, forward_op, count, steps)
+        lo_unit, hi_unit = _unit_span(ops, unit, count, steps)
+        found = (unit, bstart, forward_op, first, last, u, lo_unit, hi_unit)
+        if memo is not None:
+            # One layering at a time (the planner goes through the head placements in turn): tens of MB each.
+            for old in [k for k in memo if k.startswith((b"cuts", b"whatif-cuts"))]:
+                del memo[old]
+            memo[key] = found  # read only from here on
+    unit, bstart, forward_op, first, last, u, lo_unit, hi_unit = found
     kept = ~roles.always_live & (u >= 0) & (lo_unit >= 0) & ~roles.optimizer_state
     if recompute == "every-layer":
         cut_lo, cut_hi = unchanged.copy(), unchanged.copy()

@@ -20,6 +20,7 @@ from typing import Any
 from popliner.analysis import Analysis
 from popliner.config.yaml_io import MAX_MICRO_BATCHES
 from popliner.errors import UsageProblem
+from popliner.memory.ranges_shared import SharedParts, sharing
 from popliner.memory.training import (
     EMBEDDING_GROUP,
     HEAD_PLACEMENTS,
@@ -27,6 +28,7 @@ from popliner.memory.training import (
     TrainingOptions,
 )
 from popliner.ops.head import place_unlayered
+from popliner.ops.layers import LayerAssignment
 from popliner.pod.model import PodConstants, StepTime, allreduce_seconds, step_time, streaming_seconds
 from popliner.pod.search import DepthSplit, OptionSearch, TrafficTable, search_options
 from popliner.progress import phase
@@ -184,9 +186,11 @@ def plan_pod(analysis: Analysis, request: PodRequest) -> PodPlan:
     analyses: dict[TrainingOptions, Analysis] = {}
     notes: list[str] = []
     traffic: TrafficTable | None = None  # one for every option set (popliner.pod.search)
+    shared = SharedParts(analysis.profile, analysis.ops)  # each layer's option-free parts, for every option set
+    placed: dict[tuple[str, str], LayerAssignment] = {}  # the layers of each head placement
     for options, depths in _option_sets(analysis, request, notes):
-        with phase("planning the pod"):
-            found = _search(analysis, options, depths, budget, request, analyses, notes, traffic)
+        with phase("planning the pod"), sharing(shared):
+            found = _search(analysis, options, depths, budget, request, analyses, notes, traffic, placed)
         if found is None:
             continue
         traffic = found.traffic
@@ -233,9 +237,10 @@ def _has_unlayered(analysis: Analysis) -> bool:
 
 def _search(analysis: Analysis, options: TrainingOptions, depths: tuple[int, ...], budget: int,
             request: PodRequest, analyses: dict[TrainingOptions, Analysis], notes: list[str],
-            traffic: TrafficTable | None) -> OptionSearch | None:
+            traffic: TrafficTable | None, placed: dict[tuple[str, str], LayerAssignment] | None = None
+            ) -> OptionSearch | None:
     """The option set's analysis and splits; None when it only repeats another (recomputation compiled in)."""
-    other = _reanalyse(analysis, options)
+    other = _reanalyse(analysis, options, placed)
     if options.recompute != "none" and other.engine.view.recompute in ("compiled", "none"):
         note = "the profile was compiled with recomputation: --recompute pipeline and every-layer change nothing"
         if analysis.mode == "training" and note not in notes:
@@ -252,17 +257,26 @@ def _search(analysis: Analysis, options: TrainingOptions, depths: tuple[int, ...
     return found
 
 
-def _reanalyse(analysis: Analysis, options: TrainingOptions) -> Analysis:
+def _reanalyse(analysis: Analysis, options: TrainingOptions,
+               placed: dict[tuple[str, str], LayerAssignment] | None = None) -> Analysis:
     """The analysis under other training options, its operations and layers reused (no second layer search).
 
     From raw layers (head placement ``first``) only; otherwise as
-    :func:`popliner.training_choice.with_training` does it.
+    :func:`popliner.training_choice.with_training` does it. ``placed``: the
+    layers of each head placement already made (by placement and update regex,
+    all they read besides the analysis).
     """
     if analysis.options.training.head_placement != "first":
         return with_training(analysis, options)
     layers = analysis.layers
     if options.head_placement != "first" and _has_unlayered(analysis):
-        layers = place_unlayered(analysis.profile, analysis.ops, layers, analysis.is_backward, options)
+        key = (options.head_placement, options.update_regex)
+        found = placed.get(key) if placed is not None else None
+        if found is None:
+            found = place_unlayered(analysis.profile, analysis.ops, layers, analysis.is_backward, options)
+            if placed is not None:
+                placed[key] = found
+        layers = found
     return Analysis(analysis.profile, analysis.ops, layers, dataclasses.replace(analysis.options, training=options))
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -171,6 +171,8 @@ class TrafficTable:
     var: np.ndarray
     weight: np.ndarray  # per entry: a weight (else optimizer state)
     nbytes: np.ndarray  # per variable, as profiled (not divided over shards)
+    #: Figures already worked out, by operations and options (option sets often pick the same stages).
+    _known: dict[tuple[bytes, bool, int], IpuTraffic] = field(default_factory=dict, repr=False)
 
     @classmethod
     def of(cls, analysis: Analysis) -> TrafficTable:
@@ -197,6 +199,13 @@ class TrafficTable:
 
     def of_ops(self, op_idx: np.ndarray, off_chip: bool, shard: int) -> IpuTraffic:
         """Gradient bytes, and (off chip) this replica's share of the optimizer state, of a set of operations."""
+        key = (np.asarray(op_idx, np.int64).tobytes(), off_chip, shard)
+        found = self._known.get(key)
+        if found is None:
+            found = self._known[key] = self._of_ops(op_idx, off_chip, shard)
+        return found
+
+    def _of_ops(self, op_idx: np.ndarray, off_chip: bool, shard: int) -> IpuTraffic:
         var = gather_csr(self.ptr, self.var, op_idx)
         weight = gather_csr(self.ptr, self.weight, op_idx)
         state = _distinct(var[~weight]) if off_chip else var[:0]

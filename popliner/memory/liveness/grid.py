@@ -13,7 +13,7 @@ import numpy as np
 from popliner.arrays import expand_ranges, unique_inverse
 from popliner.profile.model import Profile
 
-__all__ = ["SegmentGrid", "segment_ends"]
+__all__ = ["SegmentGrid", "cell_dtype", "segment_ends"]
 
 
 class SegmentGrid:
@@ -48,7 +48,8 @@ class SegmentGrid:
     #: Segments per block: a layer of the synthetic BERT-Large touches 4 to 8 blocks of 64 of 52 at 1x.
     BLOCK = 64
 
-    def __init__(self, profile: Profile, ends: np.ndarray, block: int | None = None) -> None:
+    def __init__(self, profile: Profile, ends: np.ndarray, block: int | None = None,
+                 dtype: type[np.signedinteger] | None = None) -> None:
         self.p = profile
         self.ends = ends
         self.width = len(ends)
@@ -58,11 +59,7 @@ class SegmentGrid:
         # Column of each interval's start and end, once per profile.
         self.col_start = np.searchsorted(ends, profile.iv_start)
         self.col_end = np.searchsorted(ends, profile.iv_end)
-        # int32 cells when no tile's variables reach 2**31 bytes in all: every
-        # live figure is then the bytes of a subset of them, and every partial
-        # sum (within a block, or a block's net change) the difference of two.
-        per_tile = np.bincount(profile.variables.tile, weights=profile.variables.bytes, minlength=profile.tiles)
-        self.dtype = np.int32 if per_tile.size == 0 or per_tile.max() < 2**31 - 1 else np.int64
+        self.dtype = dtype if dtype is not None else cell_dtype(profile)
         cells = self.nblocks * self.block * max(self.tiles, 1)
         self.cell_dtype = np.int32 if cells < 2**31 else np.int64
         shape = (self.nblocks, self.block, self.tiles)
@@ -75,8 +72,10 @@ class SegmentGrid:
         self.owner: object | None = None  # the running set whose variables the grid holds
 
     @classmethod
-    def of(cls, profile: Profile, block: int | None = None) -> SegmentGrid:
-        return cls(profile, segment_ends(profile), block)
+    def of(cls, profile: Profile, block: int | None = None, dtype: type[np.signedinteger] | None = None
+           ) -> SegmentGrid:
+        """``dtype``: :func:`cell_dtype` of the profile when already known."""
+        return cls(profile, segment_ends(profile), block, dtype)
 
     @classmethod
     def fits(cls, profile: Profile) -> bool:
@@ -131,14 +130,17 @@ class SegmentGrid:
         if iv.size != var_idx.size or not (counts == 1).all():  # else one interval per variable, in order
             owner = np.repeat(np.arange(len(var_idx)), counts)
             tile, nbytes = tile[owner], nbytes[owner]
-        # Segment of each start (+bytes) and end (-bytes).
-        start, end = self.col_start[iv], self.col_end[iv]
+        return self.net_change(self.col_start[iv], self.col_end[iv], tile, nbytes)
+
+    def net_change(self, start: np.ndarray, end: np.ndarray, tile: np.ndarray, nbytes: np.ndarray
+                   ) -> dict[str, np.ndarray]:
+        """Intervals (start and end segment, tile, bytes; int64, bytes may be negative) as :meth:`merged` gives them."""
         present = np.zeros(self.nblocks * self.block, bool)
         present[start] = True
         present[end] = True
         segments = np.flatnonzero(present)
         blocks = np.unique(segments // self.block)
-        if segments.size * self.tiles <= 4 * iv.size:
+        if segments.size * self.tiles <= 4 * start.size:
             position = np.cumsum(present) - 1
             size = segments.size * self.tiles
             # float64 bincounts: exact while a cell's bytes are below 2**53 (so is their difference).
@@ -217,6 +219,17 @@ class SegmentGrid:
                 inside = self.block_max[b_lo + 1 : b_hi] + before[b_lo + 1 : b_hi]
                 np.maximum(out, inside.max(axis=0), out=out)
         return np.asarray(np.maximum(out, 0))
+
+
+def cell_dtype(profile: Profile) -> type[np.signedinteger]:
+    """The grid's cells: int32 when no tile's variables reach 2**31 bytes in all.
+
+    Every live figure is then the bytes of a subset of them, and every partial
+    sum (within a block, or a block's net change) the difference of two. It
+    reads the variables' tiles and bytes only.
+    """
+    per_tile = np.bincount(profile.variables.tile, weights=profile.variables.bytes, minlength=profile.tiles)
+    return np.int32 if per_tile.size == 0 or per_tile.max() < 2**31 - 1 else np.int64
 
 
 def segment_ends(profile: Profile) -> np.ndarray:

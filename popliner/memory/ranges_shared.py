@@ -1,0 +1,477 @@
+"""Layer parts shared across training option sets: what the range states of several engines of one profile reuse.
+
+``popliner plan`` builds one memory engine per training option set
+(recomputation x head placement x optimizer state) on the same profile, and
+each engine's range state builds every layer's parts
+(:class:`popliner.memory.running.LayerParts`): its programs' code and state,
+its counted variables, their liveness events on the grid and their stash
+columns. Most of that does not depend on the options: the programs are the
+profile's, and an option set changes the live steps (or bytes) of a minority
+of variables (optimizer state off chip, recomputed activations), leaving the
+others exactly as profiled.
+
+:class:`SharedParts` keeps, per profile, what the options cannot change:
+each layer's programs part and counted variables, and the events and stash
+columns of a set of variables *as profiled* (on the profile's own grid).
+:class:`EngineShare` adapts them to one engine: the events move to the
+engine's grid (its segments refine the profile's: a what-if profile only
+adds liveness classes, so its segment ends include the profile's), and a
+correction is added for the variables the engine's options change: their
+what-if events or columns, minus their profiled ones. Liveness grids and
+stash entries are integer sums, so the corrected parts give every figure to
+the byte (tests/test_shared_parts.py holds them against engines built alone).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from popliner.arrays import expand_ranges
+from popliner.memory.liveness import SegmentGrid, variable_steps
+from popliner.memory.liveness.grid import cell_dtype
+from popliner.memory.stash_row import candidate_columns
+from popliner.ops.operations import OperationTable
+from popliner.profile.model import Profile
+
+if TYPE_CHECKING:
+    from popliner.memory.engine import MemoryEngine
+
+__all__ = ["EngineShare", "ProgramPart", "SharedParts", "active_share", "sharing"]
+
+Events = dict[str, np.ndarray]
+#: (additive per tile, vertex presence, other-category units or None, first step, last step, counted variables).
+ProgramPart = tuple[np.ndarray, np.ndarray, "np.ndarray | None", int, int, np.ndarray]
+
+
+_ACTIVE: ContextVar[SharedParts | None] = ContextVar("popliner_shared_parts", default=None)
+
+
+@contextmanager
+def sharing(shared: SharedParts) -> Iterator[SharedParts]:
+    """Engines built in this block on ``shared``'s profile and operations take their shared parts from it."""
+    token = _ACTIVE.set(shared)
+    try:
+        yield shared
+    finally:
+        _ACTIVE.reset(token)
+
+
+def active_share(profile: Profile, ops: OperationTable) -> SharedParts | None:
+    """The shared parts of :func:`sharing` when they are of this profile and operation table."""
+    shared = _ACTIVE.get()
+    return shared if shared is not None and shared.profile is profile and shared.ops is ops else None
+
+
+class SharedParts:
+    """Per profile (as loaded, before any option's what-if), the option-free parts of every layer.
+
+    Keyed by exact contents (the operations and their counted flags, the
+    variable indices), never by position, so a layer whose operations differ
+    between head placements gets parts of its own.
+    """
+
+    def __init__(self, profile: Profile, ops: OperationTable) -> None:
+        self.profile = profile
+        self.ops = ops
+        self._programs: dict[bytes, ProgramPart] = {}
+        self._merged: dict[bytes, Events] = {}
+        self._owned: dict[bytes, Events] = {}
+        self._stash: dict[tuple[bytes, bool], Events] = {}
+        self._grid: SegmentGrid | None = None
+        self._columns: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+        self._spans: dict[bytes, tuple[np.ndarray, np.ndarray]] = {}
+        self._wrapped: dict[bytes, np.ndarray] = {}
+        self._dtypes: list[tuple[np.ndarray, np.ndarray, type[np.signedinteger]]] = []
+        #: Cleared grid buffers (diff, run, block max, block sum) by shape and type, for the next engine's grids.
+        self._buffers: dict[tuple[object, ...], list[tuple[np.ndarray, ...]]] = {}
+        #: What the training views of several option sets share (:func:`popliner.memory.training.build_training_view`).
+        self.view_memo: dict[bytes, Any] = {}
+        #: Each distinct variable table met (what-if and forward-cut profiles), and never-stashed set.
+        self._tables: list[_Table] = []
+        self._never: list[np.ndarray] = []
+        #: Range figures by what they depend on (:meth:`RangeState.other_figure`): (worst, stash, total, peak).
+        self.range_figures: dict[tuple[object, ...], tuple[int, np.ndarray, np.ndarray, np.ndarray | None]] = {}
+        #: Parts already corrected for a variable table: (table, what, variables) -> pieces.
+        self.corrected: dict[tuple[int, str, bytes], tuple[Events, ...]] = {}
+
+    def table(self, profile: Profile, changed: np.ndarray) -> int:
+        """A number per distinct variable table (classes, intervals, bytes, tiles): equal numbers, equal tables.
+
+        ``changed``: the variables whose class or bytes differ from the
+        profiled ones (:func:`_changed`), the only ones a table keeps.
+        Option sets often give the same table (off-chip state whatever the
+        recomputation; the same forward cut whatever the head placement), and
+        then share its corrected parts too.
+        """
+        table = _Table.of(profile, changed)
+        for k, known in enumerate(self._tables):
+            if known.same(table):
+                return k
+        self._tables.append(table)
+        return len(self._tables) - 1
+
+    def never_stash(self, never: np.ndarray) -> int:
+        """A number per distinct never-stashed set (``every-layer``'s recomputed variables)."""
+        for k, known in enumerate(self._never):
+            if known is never or np.array_equal(known, never):
+                return k
+        self._never.append(never)
+        return len(self._never) - 1
+
+    def accepts(self, engine: MemoryEngine) -> bool:
+        """Was ``engine`` built on this profile and operation table (so its programs are these)?"""
+        return engine.base_profile is self.profile and engine.ops is self.ops and (
+            engine.profile.programs is self.profile.programs and engine.profile.tiles == self.profile.tiles)
+
+    @property
+    def grid(self) -> SegmentGrid:
+        """The profile's own liveness grid: only its segments are used (events are made on it, never added)."""
+        if self._grid is None:
+            self._grid = SegmentGrid.of(self.profile)
+        return self._grid
+
+    @property
+    def stash_columns(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(stash candidate, first live step, last live step) per variable, as profiled (no option applied)."""
+        if self._columns is None:
+            first, last = variable_steps(self.profile)
+            always = self.profile.always_live_classes()[self.profile.variables.klass]
+            self._columns = (np.asarray(~always), first, last)
+        return self._columns
+
+    def take_buffers(self, grid: SegmentGrid) -> None:
+        """Give a new grid zeroed buffers of its shape that another engine's grid gave back, if any.
+
+        Each engine's grids are tens of MB that a plan would otherwise fault
+        in again for every option set (most of its system time).
+        """
+        found = self._buffers.get(_buffer_key(grid))
+        if found:
+            grid.diff, grid.run, grid.block_max, grid.block_sum = found.pop()
+
+    def give_buffers(self, grid: SegmentGrid) -> None:
+        """Take a grid's buffers back, cleared; the grid is left with empty ones (reading it again fails)."""
+        grid.clear()  # every cell written is in a touched block: all zero again
+        self._buffers.setdefault(_buffer_key(grid), []).append((grid.diff, grid.run, grid.block_max, grid.block_sum))
+        empty = np.zeros((0, grid.block, grid.tiles), grid.dtype)
+        grid.diff, grid.run, grid.block_max, grid.block_sum = empty, empty, empty[:, 0], empty[:, 0]
+
+    def grid_dtype(self, profile: Profile) -> type[np.signedinteger]:
+        """:func:`popliner.memory.liveness.grid.cell_dtype` of a profile of these variables (their tiles and bytes)."""
+        v = profile.variables
+        for tile, nbytes, dtype in self._dtypes:
+            if tile is v.tile and nbytes is v.bytes:  # the what-if profiles keep the arrays unless sharded
+                return dtype
+        found = cell_dtype(profile)
+        self._dtypes.append((v.tile, v.bytes, found))  # held, so that the identities stay meaningful
+        return found
+
+    def layer_span(self, engine: MemoryEngine) -> tuple[np.ndarray, np.ndarray] | None:
+        """The first and last layer using each variable (:attr:`Boundaries.variable_layer_span`), if known."""
+        return self._spans.get(self._span_key(engine))
+
+    def keep_layer_span(self, engine: MemoryEngine, span: tuple[np.ndarray, np.ndarray]) -> None:
+        self._spans[self._span_key(engine)] = span
+
+    def wrapped_hi(self, engine: MemoryEngine) -> np.ndarray | None:
+        """With a wrapped head, :attr:`Boundaries.wrapped_hi` of the same layering, if known."""
+        return self._wrapped.get(self._span_key(engine))
+
+    def keep_wrapped_hi(self, engine: MemoryEngine, hi: np.ndarray) -> None:
+        self._wrapped[self._span_key(engine)] = hi
+
+    @staticmethod
+    def _span_key(engine: MemoryEngine) -> bytes:
+        # What the span reads besides the operation table: each operation's layer and whether it counts.
+        layering = engine.layer_of_op.tobytes() + engine.model.counted_vars.tobytes()
+        return layering + engine.num_layers.to_bytes(8, "little")
+
+    def programs(self, engine: MemoryEngine, ops: np.ndarray) -> ProgramPart:
+        """The layer's programs part and counted variables (:meth:`LayerParts.of`'s, the same for every option)."""
+        key = np.asarray(ops, np.int64).tobytes() + engine.model.counted_vars[ops].tobytes()
+        found = self._programs.get(key)
+        if found is None:
+            from popliner.memory.running import program_part
+
+            found = self._programs[key] = program_part(engine, ops)
+        return found
+
+    def merged(self, var: np.ndarray, key: bytes) -> Events:
+        """:meth:`SegmentGrid.merged` of ``var`` (``key``: its bytes) on the profile's grid."""
+        found = self._merged.get(key)
+        if found is None:
+            found = self._merged[key] = self.grid.merged(var)
+        return found
+
+    def owned(self, var: np.ndarray, key: bytes) -> Events:
+        """:meth:`SegmentGrid.events_of` of ``var`` (with owners) on the profile's grid."""
+        found = self._owned.get(key)
+        if found is None:
+            found = self._owned[key] = self.grid.events_of(var, with_owner=True)
+        return found
+
+    def stash(self, var: np.ndarray, with_owner: bool, key: bytes) -> Events:
+        """The stash columns of ``var`` as profiled (:func:`popliner.memory.stash_row.stash_columns`)."""
+        found = self._stash.get((key, with_owner))
+        if found is None:
+            found = self._stash[(key, with_owner)] = self.columns(var, with_owner)
+        return found
+
+    def columns(self, var: np.ndarray, with_owner: bool, sign: int = 1) -> Events:
+        candidate, first, last = self.stash_columns
+        v = self.profile.variables
+        return candidate_columns(var, candidate, first, last, v.tile, v.bytes, self.profile.tiles, with_owner, sign)
+
+
+def _buffer_key(grid: SegmentGrid) -> tuple[object, ...]:
+    return (grid.diff.shape, grid.block_max.shape, np.dtype(grid.dtype).str)
+
+
+class _GridShare:
+    """The shared events of the profile's grid, moved to one engine's grid, and the correction for changed variables.
+
+    ``profile`` is the grid's profile (the engine's what-if profile, or its
+    forward-cut profile); ``changed`` marks the variables whose live steps or
+    bytes there differ from the profiled ones.
+    """
+
+    def __init__(self, shared: SharedParts, grid: SegmentGrid, changed: np.ndarray) -> None:
+        self.shared = shared
+        self.grid = grid
+        self.changed = changed
+        # Grids of equal tables have equal segments: their corrected parts are the same.
+        self.table = shared.table(grid.p, changed)
+        self.tag = f"{grid.block}:{grid.ends.size}:{grid.dtype}:{grid.cell_dtype}"
+        base = shared.grid
+        # Column of each profiled segment start in this grid (its ends include the profile's).
+        self.colmap = np.searchsorted(grid.ends, base.ends)
+        self.same = grid.ends.size == base.ends.size and grid.block == base.block and (
+            grid.dtype == base.dtype and grid.cell_dtype == base.cell_dtype)
+        self.base_start = self.colmap[base.col_start]
+        self.base_end = self.colmap[base.col_end]
+
+    @classmethod
+    def of(cls, shared: SharedParts, grid: SegmentGrid, changed: np.ndarray) -> _GridShare | None:
+        """None when the grid's segments do not refine the profile's (then the engine makes its own events)."""
+        base = shared.grid.ends
+        at = np.searchsorted(grid.ends, base)
+        if grid.tiles != shared.grid.tiles or (at >= grid.ends.size).any() or not np.array_equal(grid.ends[at], base):
+            return None
+        return cls(shared, grid, changed)
+
+    def merged(self, var: np.ndarray, key: bytes) -> tuple[Events, ...]:
+        """The variables' net change on this grid: the profiled one moved here, plus the changed ones' correction.
+
+        ``key`` is ``var.tobytes()``, made once per layer (hashing it is most of a lookup's cost).
+        """
+        where = (self.table, "merged:" + self.tag, key)
+        found = self.shared.corrected.get(where)
+        if found is None:
+            found = self.shared.corrected[where] = self._merged(var, key)
+        return found
+
+    def owned(self, var: np.ndarray, key: bytes) -> tuple[Events, ...]:
+        """:meth:`SegmentGrid.events_of` with owners (positions in ``var``), as a profiled part and a correction."""
+        where = (self.table, "owned:" + self.tag, key)
+        found = self.shared.corrected.get(where)
+        if found is None:
+            found = self.shared.corrected[where] = self._owned(var, key)
+        return found
+
+    def _merged(self, var: np.ndarray, key: bytes) -> tuple[Events, ...]:
+        out = [self._moved(self.shared.merged(var, key))]
+        pick = var[self.changed[var]]
+        if pick.size:
+            s0, e0, t0, b0, _ = self._intervals(pick)
+            s1, e1, t1, b1, _ = self._profiled(pick)
+            out.append(self.grid.net_change(np.concatenate((s0, s1)), np.concatenate((e0, e1)),
+                                            np.concatenate((t0, t1)), np.concatenate((b0, -b1))))
+        return tuple(out)
+
+    def _owned(self, var: np.ndarray, key: bytes) -> tuple[Events, ...]:
+        out = [self._moved(self.shared.owned(var, key))]
+        at = np.flatnonzero(self.changed[var])
+        if at.size:
+            s0, e0, t0, b0, o0 = self._intervals(var[at])
+            s1, e1, t1, b1, o1 = self._profiled(var[at])
+            tiles = self.grid.tiles
+            out.append({"start": self._cells(np.concatenate((s0, s1)) * tiles + np.concatenate((t0, t1))),
+                        "end": self._cells(np.concatenate((e0, e1)) * tiles + np.concatenate((t0, t1))),
+                        "nbytes": np.concatenate((b0, -b1)).astype(self.grid.dtype),
+                        "owner": at[np.concatenate((o0, o1))]})
+        return tuple(out)
+
+    def _cells(self, cells: np.ndarray) -> np.ndarray:
+        return cells.astype(self.grid.cell_dtype)
+
+    def _intervals(self, var: np.ndarray) -> tuple[np.ndarray, ...]:
+        """(start column, end column, tile, bytes, owner) of every interval of ``var`` in this grid's profile."""
+        p = self.grid.p
+        iv, owner = _expand(p, var)
+        v = p.variables
+        return (self.grid.col_start[iv], self.grid.col_end[iv], v.tile[var].astype(np.int64)[owner],
+                v.bytes[var].astype(np.int64)[owner], owner)
+
+    def _profiled(self, var: np.ndarray) -> tuple[np.ndarray, ...]:
+        """The same as profiled, in this grid's columns."""
+        p = self.shared.profile
+        iv, owner = _expand(p, var)
+        v = p.variables
+        return (self.base_start[iv], self.base_end[iv], v.tile[var].astype(np.int64)[owner],
+                v.bytes[var].astype(np.int64)[owner], owner)
+
+    def _moved(self, events: Events) -> Events:
+        """Events of the profile's grid in this grid's columns (the same when the segments are the same)."""
+        if self.same:
+            return events
+        tiles, grid = self.grid.tiles, self.grid
+        if "rows" in events:
+            rows = self.colmap[events["rows"]]
+            return {"rows": rows, "dense": events["dense"].astype(grid.dtype, copy=False),
+                    "blocks": np.unique(rows // grid.block)}
+        if "cells" in events:
+            cols = self.colmap[events["cells"] // tiles]
+            return {"cells": self._cells(cols * tiles + events["cells"] % tiles),
+                    "delta": events["delta"].astype(grid.dtype, copy=False),
+                    "blocks": np.unique(cols // grid.block)}
+        start = self.colmap[events["start"] // tiles] * tiles + events["start"] % tiles
+        end = self.colmap[events["end"] // tiles] * tiles + events["end"] % tiles
+        return {"start": self._cells(start), "end": self._cells(end),
+                "nbytes": events["nbytes"].astype(grid.dtype, copy=False), "owner": events["owner"]}
+
+
+def _expand(profile: Profile, var: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Interval indices of the variables' classes, and each interval's position in ``var``."""
+    cls = profile.variables.klass[var]
+    counts = profile.class_ptr[cls + 1] - profile.class_ptr[cls]
+    return expand_ranges(profile.class_ptr[cls], counts), np.repeat(np.arange(len(var)), counts)
+
+
+class _Table:
+    """What tells one variable table from another of the same profile: the class table and the changed variables.
+
+    Both extend the same profiled table (:func:`_changed` checked that), so
+    two with equal class tables, equal changed variables and equal classes
+    and bytes of those give every variable the same live steps and bytes.
+    """
+
+    def __init__(self, parts: tuple[np.ndarray, ...]) -> None:
+        self.parts = parts
+
+    @classmethod
+    def of(cls, profile: Profile, changed: np.ndarray) -> _Table:
+        at = np.flatnonzero(changed)
+        v = profile.variables
+        return cls((profile.class_ptr, profile.iv_start, profile.iv_end, at, v.klass[at], v.bytes[at]))
+
+    def same(self, other: _Table) -> bool:
+        return all(a.shape == b.shape and np.array_equal(a, b) for a, b in zip(self.parts, other.parts))
+
+
+def _changed(profile: Profile, base: Profile) -> np.ndarray | None:
+    """Bool per variable: live steps or bytes differ from the profiled ones.
+
+    None when the class table does not extend the profile's (then nothing is shared).
+    """
+    n = base.num_classes
+    if profile.num_classes < n or profile.tiles != base.tiles:
+        return None
+    ptr = base.class_ptr
+    if not (np.array_equal(profile.class_ptr[: n + 1], ptr)
+            and np.array_equal(profile.iv_start[: ptr[-1]], base.iv_start)
+            and np.array_equal(profile.iv_end[: ptr[-1]], base.iv_end)):
+        return None
+    a, b = profile.variables, base.variables
+    if a.tile is not b.tile and not np.array_equal(a.tile, b.tile):
+        return None
+    return np.asarray((a.klass != b.klass) | (a.bytes != b.bytes))
+
+
+class EngineShare:
+    """One engine's view of the shared parts: which variables its options change, and its grids' adapters."""
+
+    def __init__(self, shared: SharedParts, engine: MemoryEngine, grid: SegmentGrid | None,
+                 cut_grid: SegmentGrid | None) -> None:
+        self.shared = shared
+        base = shared.profile
+        changed = _changed(engine.profile, base)
+        self.grid = None if grid is None or changed is None else _GridShare.of(shared, grid, changed)
+        cut_changed = None if cut_grid is None else _changed(cut_grid.p, base)
+        self.cut_grid = None if cut_grid is None or cut_changed is None else _GridShare.of(shared, cut_grid,
+                                                                                          cut_changed)
+        self.stash_changed: np.ndarray | None = None
+        self.stash_table, self.stash_key = -1, ""
+        if engine.training and changed is not None:
+            # A variable whose class and bytes are as profiled has the profiled steps and always-live flag
+            # (the class table extends the profile's): only every-layer's never-stashed ones change besides.
+            self.stash_changed = np.asarray(changed | engine.view.never_stash)
+            self.stash_table = shared.table(engine.profile, changed)
+            self.stash_key = f"stash:{shared.never_stash(engine.view.never_stash)}"
+        self.engine_columns = engine
+        p = engine.profile
+        # Per class of the engine's profile: first and last live step, always live (a handful of classes).
+        nonempty = np.diff(p.class_ptr) > 0
+        self._class_first = np.full(p.num_classes, -1, np.int64)
+        self._class_last = np.full(p.num_classes, -1, np.int64)
+        self._class_first[nonempty] = p.iv_start[p.class_ptr[:-1][nonempty]]
+        self._class_last[nonempty] = p.iv_end[p.class_ptr[1:][nonempty] - 1] - 1
+        self._class_always = p.always_live_classes()
+
+    def signature(self, engine: MemoryEngine, rerun: bool) -> tuple[object, ...] | None:
+        """What a range's figure reads besides its operations and counted flags, when all of it is known by content.
+
+        The variable tables (what-if, forward cut) and the never-stashed set
+        by number (:meth:`SharedParts.table`), the training rules by value.
+        Ranges of equal operations and equal signatures have equal figures.
+        None when some part is not shared (then nothing is).
+        """
+        if self.grid is None or (rerun and self.cut_grid is None) or (engine.training and self.stash_changed is None):
+            return None
+        view = engine.view
+        return (self.grid.table, self.cut_grid.table if rerun and self.cut_grid is not None else -1, self.stash_table,
+                self.stash_key, engine.training, view.recompute, view.stash_inputs, view.inputs_only,
+                np.asarray(view.is_backward, bool).tobytes())
+
+    def stash(self, var: np.ndarray, key: bytes, with_owner: bool = False) -> tuple[Events, ...] | None:
+        """The stash columns of ``var``: the profiled ones, plus the changed variables' own minus their profiled."""
+        engine = self.engine_columns
+        if not engine.training:
+            return None
+        if self.stash_changed is None:
+            from popliner.memory.stash_row import stash_columns
+
+            own = stash_columns(engine, var, with_owner)
+            assert own is not None  # training
+            return (own,)
+        where = (self.stash_table, f"{self.stash_key}:{with_owner}", key)
+        found = self.shared.corrected.get(where)
+        if found is None:
+            found = self.shared.corrected[where] = self._stash(var, with_owner, key)
+        return found
+
+    def _stash(self, var: np.ndarray, with_owner: bool, key: bytes) -> tuple[Events, ...]:
+        out = [self.shared.stash(var, with_owner, key)]
+        assert self.stash_changed is not None  # stash() took the shared path
+        at = np.flatnonzero(self.stash_changed[var])
+        if at.size:
+            mine = self._columns(var[at], with_owner)
+            theirs = self.shared.columns(var[at], with_owner, sign=-1)
+            if with_owner:  # positions in var, not in var[at]
+                mine["owner"], theirs["owner"] = at[mine["owner"]], at[theirs["owner"]]
+            out += [mine, theirs]
+        return tuple(out)
+
+    def _columns(self, var: np.ndarray, with_owner: bool) -> Events:
+        """:func:`popliner.memory.stash_row.stash_columns` of a few variables, from their classes."""
+        engine = self.engine_columns
+        v = engine.profile.variables
+        cls = v.klass[var]
+        candidate = ~self._class_always[cls] & ~engine.view.never_stash[var]
+        at = np.arange(len(var))
+        return candidate_columns(at, candidate, self._class_first[cls], self._class_last[cls], v.tile[var],
+                                 v.bytes[var], engine.tiles, with_owner)
