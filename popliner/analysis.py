@@ -49,6 +49,7 @@ if TYPE_CHECKING:
     from popliner.memory.engine import MemoryEngine
     from popliner.memory.model import MemoryModel
     from popliner.memory.ranges import ProfileRanges
+    from popliner.memory.ranges_shared import SharedParts
     from popliner.memory.types import StageMemory
     from popliner.pipeline import StageFigure
     from popliner.solvers.problem import SplitProblem
@@ -107,6 +108,9 @@ class Analysis:
     from_cache: bool = False
     #: The layers the naming rule gave, before ``--head-placement`` grouped the unlayered operations.
     named_layers: LayerAssignment | None = None
+    #: Option-free layer parts shared with analyses of the same profile and operations under other training
+    #: options (``popliner plan`` analyses one per option set); handed to the engine, None to share nothing.
+    shared: SharedParts | None = None
 
     # -- layers and operations -----------------------------------------------
 
@@ -138,7 +142,7 @@ class Analysis:
 
         counted = self.layers.layer_of_op >= 0 if self.options.layered_vars_only else np.ones(self.ops.count, bool)
         return MemoryEngine(self.profile, self.ops, self.layers.layer_of_op, self.layers.names, counted,
-                            self.is_backward, self.mode == "training", self.options.training)
+                            self.is_backward, self.mode == "training", self.options.training, self.shared)
 
     @property
     def model(self) -> MemoryModel:

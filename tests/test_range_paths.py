@@ -20,9 +20,10 @@ import pytest
 from popliner.analysis import AnalysisOptions, load_analysis
 from popliner.arrays import unique_inverse
 from popliner.memory import liveness, stash_row
-from popliner.memory.engine import MemoryEngine, StashWindows
+from popliner.memory.engine import MemoryEngine
 from popliner.memory.liveness import sweep
 from popliner.memory.ranges import ProfileRanges
+from popliner.memory.stash_rule import StashWindows
 from popliner.memory.training import TrainingOptions
 from tests.helpers import range_table_equals_engine
 

@@ -14,7 +14,7 @@ the training model (:class:`popliner.memory.training.TrainingOptions`, held
 as ``options``) changes them in one place:
 
 - :meth:`MemoryEngine.backward_part`: which operations of a stage are backward;
-- :meth:`MemoryEngine.stash_windows` and :func:`stash_mask`: what one stash
+- :meth:`MemoryEngine.stash_windows` and :mod:`popliner.memory.stash_rule`: what one stash
   entry holds; :meth:`MemoryEngine.stash_entry_per_tile` sums it per tile;
 - :meth:`MemoryEngine.cycles_split`: forward and backward cycles of a stage.
 """
@@ -31,7 +31,8 @@ from popliner.memory.boundaries import Boundaries
 from popliner.memory.liveness import variable_steps, window_peak
 from popliner.memory.model import MemoryModel
 from popliner.memory.range_state import Liveness, RangeState, liveness_path
-from popliner.memory.ranges_shared import SharedParts, active_share
+from popliner.memory.ranges_shared import SharedParts
+from popliner.memory.stash_rule import StashWindows, stash_positions, stash_select
 from popliner.memory.training import TrainingOptions, build_training_view
 from popliner.memory.types import StageMemory
 from popliner.memory.whatif import with_live_steps
@@ -39,25 +40,7 @@ from popliner.ops.layers import ops_of_layers
 from popliner.ops.operations import OperationTable
 from popliner.profile.model import Profile
 
-__all__ = ["MemoryEngine", "StashWindows", "stash_mask"]
-
-#: (forward first step, forward last step, backward first step, backward last step) of a stage.
-StashWindows = tuple[int, int, int, int]
-
-
-def stash_mask(first: np.ndarray, last: np.ndarray, windows: StashWindows) -> np.ndarray:
-    """Which variables (first and last live step) belong to one stash entry of a stage.
-
-    A stashed variable goes live during the stage's forward part and dies
-    during its backward part: it must be kept for every micro-batch in flight
-    between the two. Always-live variables must have been left out already.
-    """
-    fwd_lo, fwd_hi, bwd_lo, bwd_hi = windows
-    # (x >= lo) & (x <= hi) for int64 x and lo <= hi, in one comparison each.
-    in_fwd = (first - fwd_lo).view(np.uint64) <= np.uint64(fwd_hi - fwd_lo)
-    in_bwd = (last - bwd_lo).view(np.uint64) <= np.uint64(bwd_hi - bwd_lo)
-    return np.asarray(in_fwd & in_bwd)
-
+__all__ = ["MemoryEngine"]
 
 class MemoryEngine:
     """Per-tile memory and the other per-stage figures of one profile's operations and layers.
@@ -70,7 +53,7 @@ class MemoryEngine:
 
     def __init__(self, profile: Profile, ops: OperationTable, layer_of_op: np.ndarray, layer_names: Sequence[str],
                  counted_vars: np.ndarray, is_backward: np.ndarray, training: bool,
-                 options: TrainingOptions | None = None) -> None:
+                 options: TrainingOptions | None = None, shared: SharedParts | None = None) -> None:
         self.ops = ops
         self.layer_of_op = np.asarray(layer_of_op, np.int64)
         self.layer_names = tuple(layer_names)
@@ -81,8 +64,10 @@ class MemoryEngine:
         # The one place the training options change figures: the what-if
         # profile (bytes and live steps of variables) and the view's rules
         # (backward part, stash entry, re-run cycles, pipeline recomputation).
-        # Under ranges_shared.sharing (popliner plan: an engine per option set) the option-free work is shared.
-        shared = active_share(profile, ops)
+        # ``shared``: the option-free parts of engines of the same profile and operations under other options
+        # (popliner plan builds one engine per option set); parts of another profile are not taken.
+        if shared is not None and (shared.profile is not profile or shared.ops is not ops):
+            shared = None
         self.view = build_training_view(profile, ops, self.layer_of_op, len(self.layer_names),
                                         np.asarray(is_backward, bool), self.options, training,
                                         shared.view_memo if shared is not None else None)
@@ -342,59 +327,16 @@ class MemoryEngine:
         return np.asarray(~self.always_live_var & ~self.view.never_stash)
 
     def stash_select(self, first: np.ndarray, last: np.ndarray, windows: StashWindows) -> np.ndarray:
-        """Which candidates (first and last live step) one stash entry of a stage holds, by the training options.
-
-        Today's rule (:func:`stash_mask`) takes what goes live in the forward
-        part and dies in the backward part. Recomputing modes also take what
-        went live before the forward part (the stage's received inputs);
-        ``pipeline`` takes only those.
-        """
-        if not self.view.stash_inputs:
-            return stash_mask(first, last, windows)
-        fwd_lo, fwd_hi, bwd_lo, bwd_hi = windows
-        early = first < fwd_lo if self.view.inputs_only else first <= fwd_hi
-        in_bwd = (last - bwd_lo).view(np.uint64) <= np.uint64(bwd_hi - bwd_lo)
-        return np.asarray(early & (first >= 0) & in_bwd)
+        """Which candidates (first and last live step) one stash entry of a stage holds (:func:`stash_select`)."""
+        return stash_select(first, last, windows, self.view.stash_inputs, self.view.inputs_only)
 
     def stash_positions(self, first: np.ndarray, last: np.ndarray,
                         rows: Sequence[StashWindows | None]) -> np.ndarray | None:
-        """For a stage that grows one layer at a time, the first growth at which each candidate joins its stash.
+        """For a stage that grows one layer at a time, the growth at which each candidate joins its stash.
 
-        ``rows[p]`` are the stage's :meth:`stash_windows` after ``p + 1``
-        layers. While the windows only widen (the forward part starts no
-        later and ends no earlier, and so does the backward part), every
-        condition of :meth:`stash_select` that holds at one growth holds at
-        every later one, so a candidate, once in the entry, stays in it: the
-        growth it joins at is the latest of the first growths at which each
-        condition holds, a binary search each. The result is the position in
-        ``rows``, or ``len(rows)`` when it never joins; None when the windows
-        do not only widen (or ``pipeline``'s received inputs change with the
-        forward part's start), and the caller must use :meth:`stash_select`
-        at each growth.
+        See :func:`popliner.memory.stash_rule.stash_positions`.
         """
-        m = len(rows)
-        known = np.array([w is not None for w in rows], bool)
-        if known.any() and not known[int(np.argmax(known)):].all():
-            return None  # a stage with a forward and a backward part keeps them as it grows
-        big = np.iinfo(np.int64).max // 4
-        # A growth without windows holds nothing: bounds that no step meets.
-        w = np.array([r if r is not None else (big, -big, big, -big) for r in rows], np.int64).reshape(m, 4)
-        fwd_lo, fwd_hi, bwd_lo, bwd_hi = w[:, 0], w[:, 1], w[:, 2], w[:, 3]
-        if (np.diff(fwd_lo) > 0).any() or (np.diff(fwd_hi) < 0).any() or (np.diff(bwd_lo) > 0).any() or (
-                np.diff(bwd_hi) < 0).any():
-            return None
-        # searchsorted(a, x) on a non-decreasing a: the first growth with a[p] >= x.
-        in_bwd = np.maximum(np.searchsorted(-bwd_lo, -last), np.searchsorted(bwd_hi, last))
-        if not self.view.stash_inputs:
-            in_fwd = np.maximum(np.searchsorted(-fwd_lo, -first), np.searchsorted(fwd_hi, first))
-            return np.asarray(np.maximum(in_fwd, in_bwd))
-        if self.view.inputs_only:
-            starts = fwd_lo[known]
-            if starts.size and starts.min() != starts.max():
-                return None  # what counts as received changes as the forward part starts earlier
-            early = first < (starts[0] if starts.size else big)
-            return np.asarray(np.where(early & (first >= 0), in_bwd, m))
-        return np.asarray(np.where(first >= 0, np.maximum(np.searchsorted(fwd_hi, first), in_bwd), m))
+        return stash_positions(first, last, rows, self.view.stash_inputs, self.view.inputs_only)
 
     def cycles_split(self, ops: np.ndarray) -> tuple[int, int]:
         """(forward, backward) cycles of one micro-batch through the stage, re-run forward work in the backward."""

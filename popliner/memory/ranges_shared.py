@@ -24,9 +24,6 @@ the byte (tests/test_shared_parts.py holds them against engines built alone).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -41,30 +38,11 @@ from popliner.profile.model import Profile
 if TYPE_CHECKING:
     from popliner.memory.engine import MemoryEngine
 
-__all__ = ["EngineShare", "ProgramPart", "SharedParts", "active_share", "sharing"]
+__all__ = ["EngineShare", "ProgramPart", "SharedParts"]
 
 Events = dict[str, np.ndarray]
 #: (additive per tile, vertex presence, other-category units or None, first step, last step, counted variables).
 ProgramPart = tuple[np.ndarray, np.ndarray, "np.ndarray | None", int, int, np.ndarray]
-
-
-_ACTIVE: ContextVar[SharedParts | None] = ContextVar("popliner_shared_parts", default=None)
-
-
-@contextmanager
-def sharing(shared: SharedParts) -> Iterator[SharedParts]:
-    """Engines built in this block on ``shared``'s profile and operations take their shared parts from it."""
-    token = _ACTIVE.set(shared)
-    try:
-        yield shared
-    finally:
-        _ACTIVE.reset(token)
-
-
-def active_share(profile: Profile, ops: OperationTable) -> SharedParts | None:
-    """The shared parts of :func:`sharing` when they are of this profile and operation table."""
-    shared = _ACTIVE.get()
-    return shared if shared is not None and shared.profile is profile and shared.ops is ops else None
 
 
 class SharedParts:

@@ -17,7 +17,8 @@ import numpy as np
 from popliner.arrays import rank_by_table, unique_inverse
 
 if TYPE_CHECKING:
-    from popliner.memory.engine import MemoryEngine, StashWindows
+    from popliner.memory.engine import MemoryEngine
+    from popliner.memory.stash_rule import StashWindows
 
 __all__ = ["StashRow", "candidate_columns", "pair_groups", "stash_columns"]
 

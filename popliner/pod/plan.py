@@ -20,7 +20,7 @@ from typing import Any
 from popliner.analysis import Analysis
 from popliner.config.yaml_io import MAX_MICRO_BATCHES
 from popliner.errors import UsageProblem
-from popliner.memory.ranges_shared import SharedParts, sharing
+from popliner.memory.ranges_shared import SharedParts
 from popliner.memory.training import (
     EMBEDDING_GROUP,
     HEAD_PLACEMENTS,
@@ -189,8 +189,8 @@ def plan_pod(analysis: Analysis, request: PodRequest) -> PodPlan:
     shared = SharedParts(analysis.profile, analysis.ops)  # each layer's option-free parts, for every option set
     placed: dict[tuple[str, str], LayerAssignment] = {}  # the layers of each head placement
     for options, depths in _option_sets(analysis, request, notes):
-        with phase("planning the pod"), sharing(shared):
-            found = _search(analysis, options, depths, budget, request, analyses, notes, traffic, placed)
+        with phase("planning the pod"):
+            found = _search(analysis, options, depths, budget, request, analyses, notes, traffic, placed, shared)
         if found is None:
             continue
         traffic = found.traffic
@@ -237,10 +237,10 @@ def _has_unlayered(analysis: Analysis) -> bool:
 
 def _search(analysis: Analysis, options: TrainingOptions, depths: tuple[int, ...], budget: int,
             request: PodRequest, analyses: dict[TrainingOptions, Analysis], notes: list[str],
-            traffic: TrafficTable | None, placed: dict[tuple[str, str], LayerAssignment] | None = None
-            ) -> OptionSearch | None:
+            traffic: TrafficTable | None, placed: dict[tuple[str, str], LayerAssignment] | None = None,
+            shared: SharedParts | None = None) -> OptionSearch | None:
     """The option set's analysis and splits; None when it only repeats another (recomputation compiled in)."""
-    other = _reanalyse(analysis, options, placed)
+    other = _reanalyse(analysis, options, placed, shared)
     if options.recompute != "none" and other.engine.view.recompute in ("compiled", "none"):
         note = "the profile was compiled with recomputation: --recompute pipeline and every-layer change nothing"
         if analysis.mode == "training" and note not in notes:
@@ -258,16 +258,17 @@ def _search(analysis: Analysis, options: TrainingOptions, depths: tuple[int, ...
 
 
 def _reanalyse(analysis: Analysis, options: TrainingOptions,
-               placed: dict[tuple[str, str], LayerAssignment] | None = None) -> Analysis:
+               placed: dict[tuple[str, str], LayerAssignment] | None = None,
+               shared: SharedParts | None = None) -> Analysis:
     """The analysis under other training options, its operations and layers reused (no second layer search).
 
     From raw layers (head placement ``first``) only; otherwise as
     :func:`popliner.training_choice.with_training` does it. ``placed``: the
     layers of each head placement already made (by placement and update regex,
-    all they read besides the analysis).
+    all they read besides the analysis). ``shared``: handed to the new analysis's engine.
     """
     if analysis.options.training.head_placement != "first":
-        return with_training(analysis, options)
+        return dataclasses.replace(with_training(analysis, options), shared=shared)
     layers = analysis.layers
     if options.head_placement != "first" and _has_unlayered(analysis):
         key = (options.head_placement, options.update_regex)
@@ -277,7 +278,8 @@ def _reanalyse(analysis: Analysis, options: TrainingOptions,
             if placed is not None:
                 placed[key] = found
         layers = found
-    return Analysis(analysis.profile, analysis.ops, layers, dataclasses.replace(analysis.options, training=options))
+    return Analysis(analysis.profile, analysis.ops, layers, dataclasses.replace(analysis.options, training=options),
+                    shared=shared)
 
 
 def _configure(found: OptionSearch, depth: DepthSplit, options: TrainingOptions, request: PodRequest, budget: int,
