@@ -8,8 +8,6 @@ from __future__ import annotations
 
 from typing import IO, Any
 
-import yaml
-
 from popliner.config.model import ConfigStage, ConfigTraining, PipelineConfig
 from popliner.config.snippets import FlowList as _FlowList
 from popliner.config.snippets import snippets
@@ -28,26 +26,34 @@ class _Flow(dict):  # type: ignore[type-arg]
     """A mapping written on one line (the rows of the per-layer table)."""
 
 
-class _Dumper(yaml.SafeDumper):  # type: ignore[misc]  # PyYAML ships no type hints here
-    """SafeDumper plus block scalars for code and one-line rows where they read better."""
+def _dumper() -> type:
+    """SafeDumper plus block scalars for code and one-line rows where they read better.
 
+    Made when a config is written: PyYAML is not imported by every command that maps suffixes to writers.
+    """
+    import yaml
 
-def _str_rep(dumper: yaml.SafeDumper, text: str) -> yaml.Node:
-    style = "|" if "\n" in text else None
-    return dumper.represent_scalar("tag:yaml.org,2002:str", text, style=style)
+    class Dumper(yaml.SafeDumper):  # type: ignore[misc]  # PyYAML ships no type hints here
+        pass
 
+    def str_rep(dumper: yaml.SafeDumper, text: str) -> yaml.Node:
+        style = "|" if "\n" in text else None
+        return dumper.represent_scalar("tag:yaml.org,2002:str", text, style=style)
 
-_Dumper.add_representer(str, _str_rep)
-_Dumper.add_representer(_Flow, lambda d, m: d.represent_mapping("tag:yaml.org,2002:map", m.items(),
-                                                                 flow_style=True))
-_Dumper.add_representer(_FlowList, lambda d, seq: d.represent_sequence("tag:yaml.org,2002:seq", seq,
-                                                                        flow_style=True))
+    Dumper.add_representer(str, str_rep)
+    Dumper.add_representer(_Flow, lambda d, m: d.represent_mapping("tag:yaml.org,2002:map", m.items(),
+                                                                    flow_style=True))
+    Dumper.add_representer(_FlowList, lambda d, seq: d.represent_sequence("tag:yaml.org,2002:seq", seq,
+                                                                           flow_style=True))
+    return Dumper
 
 
 def write_config(cfg: PipelineConfig, stream: IO[str]) -> None:
     """Write ``cfg`` as YAML to an open text stream (the caller uses atomic_write)."""
+    import yaml
+
     stream.write(HEADER)
-    yaml.dump(config_to_document(cfg), stream, Dumper=_Dumper, sort_keys=False, default_flow_style=False,
+    yaml.dump(config_to_document(cfg), stream, Dumper=_dumper(), sort_keys=False, default_flow_style=False,
               allow_unicode=True, width=1000)  # one-line rows stay on one line
 
 

@@ -21,11 +21,7 @@ import os
 import re
 from collections.abc import Sequence
 from pathlib import Path
-from typing import IO, Any
-
-from xlsxwriter.format import Format
-from xlsxwriter.workbook import Workbook
-from xlsxwriter.worksheet import Worksheet
+from typing import IO, TYPE_CHECKING, Any
 
 from popliner.breakdown import Breakdown, LayerMatrix, OperationRow
 from popliner.config.workbook import IPU_COL
@@ -65,6 +61,11 @@ from popliner.writers.tables import (
     totals_grid,
 )
 from popliner.writers.writer import FormatWriter, write_output
+
+if TYPE_CHECKING:  # XlsxWriter is imported when a workbook is written, not by every command that maps suffixes
+    from xlsxwriter.format import Format
+    from xlsxwriter.workbook import Workbook
+    from xlsxwriter.worksheet import Worksheet
 
 __all__ = ["BOOL_FORMAT", "XLSX", "grouped_operations_grid", "workbook_bytes", "workbook_grids", "write_workbook"]
 
@@ -236,6 +237,8 @@ def workbook_bytes(grids: Sequence[Grid], layout: PlannerLayout) -> bytes:
     XlsxWriter stamps zip entries with a fixed date; the document's creation
     date is fixed here.
     """
+    from xlsxwriter.workbook import Workbook
+
     buffer = io.BytesIO()
     book = Workbook(buffer, {"in_memory": True, "strings_to_formulas": False, "strings_to_urls": False,
                              "strings_to_numbers": False})
