@@ -73,13 +73,18 @@ class BoundedRegex:
         try:
             found = self._compiled.search(text, timeout=max(min(self._each, self._left), 1e-3))
         except TimeoutError:
-            self._runaway(f"over {min(self._each, max(self._left, 0)):.3g} s on {_shown(text)}")
+            if self._left < self._each:  # cut short by what is left of the total: the total ran out
+                self._runaway(self._total_spent(self._searches + 1))
+            self._runaway(f"over {self._each:.3g} s on {_shown(text)}")
         self._searches += 1
         self._left += self._per_name - (time.monotonic() - start)
         if self._left <= 0:
-            allowed = (TOTAL_SECONDS + PER_NAME_SECONDS * self._searches) * self._each / SEARCH_SECONDS
-            self._runaway(f"{allowed:.3g} s over {self._searches} names")
+            self._runaway(self._total_spent(self._searches))
         return found
+
+    def _total_spent(self, searches: int) -> str:
+        allowed = (TOTAL_SECONDS + PER_NAME_SECONDS * searches) * self._each / SEARCH_SECONDS
+        return f"{allowed:.3g} s over {searches} names"
 
     def _runaway(self, how: str) -> None:
         raise UsageProblem(f"regex {self.pattern!r} ({self.source}) runs too long ({how}): it backtracks, as "
