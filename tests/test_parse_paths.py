@@ -129,7 +129,10 @@ def _omissions() -> Any:
 OMISSIONS = _omissions()
 
 
-@pytest.mark.parametrize("base", OMISSIONS.BASES, ids=lambda p: p.stem)
+# Every omission on the smallest base in the main suite; on the larger bases in the slow step (suite time).
+@pytest.mark.parametrize("base", [b if i == 0 else pytest.param(b, marks=pytest.mark.slow)
+                                  for i, b in enumerate(sorted(OMISSIONS.BASES, key=lambda b: b.stat().st_size))],
+                         ids=lambda p: p.stem)
 @pytest.mark.parametrize("case", OMISSIONS.omission_cases(), ids=lambda c: f"{c[0] or 'top'}.{c[1]}")
 def test_omission_cases_every_layout(case: tuple[str, str], base: Path) -> None:
     name, key = case
@@ -173,7 +176,8 @@ def _fuzz_documents(count: int, seed: int) -> list[tuple[str, Any]]:
     return out
 
 
-@pytest.mark.parametrize("start", range(0, 60, 10))
+# The first ten documents in the main suite, all sixty in the slow step (suite time).
+@pytest.mark.parametrize("start", [0, *(pytest.param(s, marks=pytest.mark.slow) for s in range(10, 60, 10))])
 def test_fuzz_sample_every_layout(start: int) -> None:
     for label, doc in _fuzz_documents(60, 20261126)[start : start + 10]:
         assert_same_everywhere(doc, label)
