@@ -75,13 +75,10 @@ def efficientnet(g: GraphBuilder, d: Dims, blocks: int, exact: bool = False) -> 
         s = _stage_of(i, blocks)
         first = i == 0 or _stage_of(i - 1, blocks) != s
         _, ksize, stride, expand, filters, fused = STAGES[s]
-        if not exact:
-            x, channels, hw = _block(g, d, i, x, channels, _width(filters, stem_w), hw, ksize,
-                                     stride if first else 1, expand, fused)
-            continue
-        nominal = _width(_FIRST_INPUT_FILTERS, stem_w) if i == 0 else channels
-        x, channels, hw = _edgetpu_block(g, d, i, x, (channels, nominal * expand, _width(filters, stem_w)), hw,
-                                         ksize, stride if first else 1, fused, skip=s > 0)
+        # The EdgeTPU builder expands the first block's nominal input filters, not the stem's width.
+        nominal = _width(_FIRST_INPUT_FILTERS, stem_w) if exact and i == 0 else channels
+        x, channels, hw = _block(g, d, i, x, (channels, nominal * expand, _width(filters, stem_w)), hw, ksize,
+                                 stride if first else 1, fused, exact, skip=not exact or s > 0)
     head = "efficientnet/head"
     wide = _width(_HEAD_FILTERS, stem_w)
     k = g.weight(f"{head}/conv2d/kernel", channels * wide * HALF, head)
@@ -93,32 +90,6 @@ def efficientnet(g: GraphBuilder, d: Dims, blocks: int, exact: bool = False) -> 
     bias = g.weight(f"{head}/dense/bias", d.vocab * HALF, head)
     logits = matmul(g, f"{head}/dense/MatMul", head, pooled, w, b, wide, d.vocab)
     return bias_add(g, f"{head}/dense/BiasAdd", head, logits, bias), b, d.vocab
-
-
-def _block(g: GraphBuilder, d: Dims, i: int, x: int, cin: int, out: int, hw: int, ksize: int, stride: int,
-           expand: int, fused: bool) -> tuple[int, int, int]:
-    p = f"efficientnet/blocks.{i}"
-    b, mid = d.batch, cin * expand
-    hw_out = max(1, hw // stride)
-
-    def cv(name: str, y: int, ci: int, co: int, k: int, side: int, depthwise: bool = False) -> int:
-        kernel = g.weight(f"{p}/{name}/kernel", (co if depthwise else ci * co) * k * k * HALF, p)
-        flops = 2.0 * b * side * side * (1 if depthwise else ci) * co * k * k
-        return conv(g, f"{p}/{name}/Conv2D", p, y, kernel, b * co * side * side * HALF, flops)
-
-    if fused:
-        y = cv("conv2d", x, cin, mid, ksize, hw_out)
-        y = bn_relu(g, f"{p}/bn", p, y, mid, b * hw_out * hw_out)
-    else:
-        y = cv("conv2d", x, cin, mid, 1, hw)
-        y = bn_relu(g, f"{p}/bn", p, y, mid, b * hw * hw)
-        y = cv("depthwise_conv2d", y, mid, mid, ksize, hw_out, depthwise=True)
-        y = bn_relu(g, f"{p}/bn_1", p, y, mid, b * hw_out * hw_out)
-    y = cv("conv2d_1", y, mid, out, 1, hw_out)
-    y = bn_relu(g, f"{p}/bn_2", p, y, out, b * hw_out * hw_out, relu=False)
-    if stride == 1 and cin == out:
-        y = add(g, f"{p}/add", p, y, x)
-    return y, out, hw_out
 
 
 #: Input channels one AMP pass of a convolution takes (a half-precision input-channel group).
@@ -145,9 +116,15 @@ def conv_partials(outputs: int, inputs_per_output: int, tiles: int) -> int:
     return int(outputs * split * FLOAT_BYTES)
 
 
-def _edgetpu_block(g: GraphBuilder, d: Dims, i: int, x: int, widths: tuple[int, int, int], hw: int, ksize: int,
-                   stride: int, fused: bool, skip: bool) -> tuple[int, int, int]:
-    """One block as TensorFlow's EdgeTPU builder makes it; ``widths`` are (input, expanded, output) channels."""
+def _block(g: GraphBuilder, d: Dims, i: int, x: int, widths: tuple[int, int, int], hw: int, ksize: int,
+           stride: int, fused: bool, exact: bool, skip: bool) -> tuple[int, int, int]:
+    """One block; ``widths`` are (input, expanded, output) channels; ``skip``: a skip connection is allowed.
+
+    With ``exact``, as TensorFlow's EdgeTPU builder makes it: a fused
+    block's k x k expansion runs at stride 1 and its 1x1 projection carries
+    the stride and convolutions hold their fp32 partials. Without it, the
+    first rules (the bundled fixture's).
+    """
     p = f"efficientnet/blocks.{i}"
     b, (cin, mid, out) = d.batch, widths
     hw_out = max(1, hw // stride)
@@ -156,12 +133,13 @@ def _edgetpu_block(g: GraphBuilder, d: Dims, i: int, x: int, widths: tuple[int, 
         kernel = g.weight(f"{p}/{name}/kernel", (co if depthwise else ci * co) * k * k * HALF, p)
         flops = 2.0 * b * side * side * (1 if depthwise else ci) * co * k * k
         outputs = b * co * side * side
-        partials = conv_partials(outputs, 1 if depthwise else ci, g.tiles)
+        partials = conv_partials(outputs, 1 if depthwise else ci, g.tiles) if exact else None
         return conv(g, f"{p}/{name}/Conv2D", p, y, kernel, outputs * HALF, flops, temp=partials)
 
-    if fused:  # k x k expansion at stride 1; the 1x1 projection carries the stride
-        y = cv("conv2d", x, cin, mid, ksize, hw)
-        y = bn_relu(g, f"{p}/bn", p, y, mid, b * hw * hw)
+    if fused:
+        side = hw if exact else hw_out  # where the stride sits: the projection (exact) or the expansion
+        y = cv("conv2d", x, cin, mid, ksize, side)
+        y = bn_relu(g, f"{p}/bn", p, y, mid, b * side * side)
     else:
         y = cv("conv2d", x, cin, mid, 1, hw)
         y = bn_relu(g, f"{p}/bn", p, y, mid, b * hw * hw)
