@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from click.testing import CliRunner, Result
 
 from popliner.analysis import Analysis, AnalysisOptions, analyse_profile
 from popliner.cli import cli
 from popliner.memory.engine import MemoryEngine
 from popliner.memory.ranges import ProfileRanges
+from popliner.profile import cache as cache_mod
+from popliner.profile import zcodec
 from popliner.profile.loader import parse_profile_bytes
 
 
@@ -85,3 +89,20 @@ def invoke(*args: object, ok: tuple[int, ...] = (0,)) -> Result:
     result = CliRunner().invoke(cli, [str(a) for a in args])
     assert result.exit_code in ok, (result.exit_code, result.stderr)
     return result
+
+
+def rewrite_cache_entry(entry: Path, change: Callable[[dict[str, Any], dict[str, Any]], None],
+                        resign: bool = False) -> None:
+    """Load a cache entry's members, let ``change`` edit the arrays (and metadata), write it back like popliner.
+
+    ``resign``: give the edited arrays a new digest, as a forger who knows the format would.
+    """
+    with np.load(entry, allow_pickle=False) as data:
+        arrays = {k: data[k] for k in data.files}
+    meta = json.loads(zcodec.decompress(arrays["__meta__"]).decode())
+    change(arrays, meta)
+    if resign:
+        meta["digest"] = cache_mod._digest(meta["sha256"], {k: v for k, v in arrays.items() if k != "__meta__"})
+    arrays["__meta__"] = np.frombuffer(zcodec.compress(json.dumps(meta).encode()), np.uint8)
+    with open(entry, "wb") as fh:
+        np.savez(fh, **arrays)

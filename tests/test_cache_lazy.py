@@ -3,7 +3,6 @@ whole program's figures come from the entry; both checked all the same."""
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 
@@ -15,11 +14,11 @@ from popliner.memory import model as memory_model
 from popliner.memory.model import whole_program_memory
 from popliner.ops.operations import derive_operations
 from popliner.plan import SplitRequest, plan_split
-from popliner.profile import cache as cache_mod
-from popliner.profile import cachefs, load_profile, zcodec
+from popliner.profile import cachefs, load_profile
 from popliner.profile.cachepack import column_range, pack, unpack
 from popliner.profile.lazycol import deferred
 from popliner.training_choice import reanalyse
+from tests.helpers import rewrite_cache_entry
 
 BASE = Path(__file__).resolve().parent.parent / "fixtures" / "profiles" / "bert-base-training.json.gz"
 KEY = "p.programs.var_idx."
@@ -68,31 +67,30 @@ def test_a_cached_load_leaves_program_variables_packed_until_read(entry):
 
 def _tamper(entry: Path, edit) -> None:
     """Unpack the column, let ``edit`` change it, pack it back with a new digest (as a forger would)."""
-    with np.load(entry, allow_pickle=False) as data:
-        arrays = {k: data[k] for k in data.files}
-    meta = json.loads(zcodec.decompress(arrays["__meta__"]).decode())
-    column = edit(unpack(arrays[KEY], meta["codecs"][KEY]))
-    arrays[KEY], meta["codecs"][KEY] = pack(column)
-    meta["digest"] = cache_mod._digest(meta["sha256"], {k: v for k, v in arrays.items() if k != "__meta__"})
-    arrays["__meta__"] = np.frombuffer(zcodec.compress(json.dumps(meta).encode()), np.uint8)
-    with open(entry, "wb") as fh:
-        np.savez(fh, **arrays)
+
+    def change(arrays, meta):
+        arrays[KEY], meta["codecs"][KEY] = pack(edit(unpack(arrays[KEY], meta["codecs"][KEY])))
+
+    rewrite_cache_entry(entry, change, resign=True)
 
 
-def test_packed_ids_of_another_length_are_caught(entry, caplog):
-    with np.load(entry, allow_pickle=False) as data:
-        arrays = {k: data[k] for k in data.files}
-    meta = json.loads(zcodec.decompress(arrays["__meta__"]).decode())
-    key = "p.variables.ids."
-    arrays[key], meta["codecs"][key] = pack(unpack(arrays[key], meta["codecs"][key])[:-1])
-    meta["digest"] = cache_mod._digest(meta["sha256"], {k: v for k, v in arrays.items() if k != "__meta__"})
-    arrays["__meta__"] = np.frombuffer(zcodec.compress(json.dumps(meta).encode()), np.uint8)
-    with open(entry, "wb") as fh:
-        np.savez(fh, **arrays)
+def _rebuilt(caplog):
+    """Load again: the entry is refused (rebuilt from the profile); the analysis and the one warning line."""
     with caplog.at_level(logging.WARNING):
         a = load_analysis(str(BASE))
     assert not a.from_cache
     (line,) = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    return a, line
+
+
+def test_packed_ids_of_another_length_are_caught(entry, caplog):
+    key = "p.variables.ids."
+
+    def change(arrays, meta):
+        arrays[key], meta["codecs"][key] = pack(unpack(arrays[key], meta["codecs"][key])[:-1])
+
+    rewrite_cache_entry(entry, change, resign=True)
+    _, line = _rebuilt(caplog)
     assert "changed since it was written" in line and "variables.ids has" in line
 
 
@@ -110,10 +108,7 @@ def _past_the_end(a: np.ndarray) -> np.ndarray:
 def test_a_packed_column_with_a_new_digest_is_still_checked(entry, caplog, edit, words):
     cold = load_analysis(str(BASE), use_cache=False)
     _tamper(entry, edit)
-    with caplog.at_level(logging.WARNING):
-        a = load_analysis(str(BASE))
-    assert not a.from_cache
-    (line,) = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    a, line = _rebuilt(caplog)
     assert "changed since it was written" in line and words in line
     assert np.array_equal(a.profile.programs.var_idx, cold.profile.programs.var_idx)
     assert load_analysis(str(BASE)).from_cache  # rebuilt
@@ -157,17 +152,10 @@ def test_the_whole_programs_figures_come_from_the_cache(tmp_path, monkeypatch, n
 ])
 def test_tampered_whole_figures_are_caught_even_with_a_new_digest(entry, caplog, edit, words):
     key = "d.whole_per_tile."
-    with np.load(entry, allow_pickle=False) as data:
-        arrays = {k: data[k] for k in data.files}
-    meta = json.loads(zcodec.decompress(arrays["__meta__"]).decode())
-    arrays[key] = np.ascontiguousarray(edit(arrays[key]))
-    meta["digest"] = cache_mod._digest(meta["sha256"], {k: v for k, v in arrays.items() if k != "__meta__"})
-    arrays["__meta__"] = np.frombuffer(zcodec.compress(json.dumps(meta).encode()), np.uint8)
-    with open(entry, "wb") as fh:
-        np.savez(fh, **arrays)
-    with caplog.at_level(logging.WARNING):
-        a = load_analysis(str(BASE))
-    assert not a.from_cache
-    (line,) = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+
+    def change(arrays, meta):
+        arrays[key] = np.ascontiguousarray(edit(arrays[key]))
+
+    rewrite_cache_entry(entry, change, resign=True)
+    _, line = _rebuilt(caplog)
     assert "changed since it was written" in line and words in line
-    assert load_analysis(str(BASE)).from_cache  # rebuilt

@@ -8,7 +8,6 @@ figures or crashing.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import shutil
@@ -22,8 +21,8 @@ import numpy as np
 import pytest
 
 from popliner.analysis import load_analysis
-from popliner.profile import cache as cache_mod
-from popliner.profile import cachefs, zcodec
+from popliner.profile import cachefs
+from tests.helpers import rewrite_cache_entry
 
 TINY = Path(__file__).resolve().parent.parent / "fixtures" / "profiles" / "tiny.json"
 REPO = Path(__file__).resolve().parent.parent
@@ -102,17 +101,6 @@ def test_device_entry_is_ignored(setup, caplog):
     assert any("a device" in w for w in warnings(caplog))
 
 
-def _rewrite(entry: Path, change) -> None:
-    """Load the entry's members, let ``change`` edit the arrays (and metadata), write it back like popliner."""
-    with np.load(entry, allow_pickle=False) as data:
-        arrays = {k: data[k] for k in data.files}
-    meta = json.loads(zcodec.decompress(arrays["__meta__"]).decode())
-    change(arrays, meta)
-    arrays["__meta__"] = np.frombuffer(zcodec.compress(json.dumps(meta).encode()), np.uint8)
-    with open(entry, "wb") as fh:
-        np.savez(fh, **arrays)
-
-
 def test_tampered_bytes_are_caught_by_the_digest(setup, caplog):
     profile, _, entry = setup
     cold = figures(load_analysis(str(profile), use_cache=False))
@@ -120,7 +108,7 @@ def test_tampered_bytes_are_caught_by_the_digest(setup, caplog):
     def change(arrays, meta):
         arrays["p.variables.bytes."] = arrays["p.variables.bytes."] // 10  # same metadata, other sizes
 
-    _rewrite(entry, change)
+    rewrite_cache_entry(entry, change)
     a = load_analysis(str(profile))
     assert not a.from_cache and figures(a) == cold
     (line,) = [w for w in warnings(caplog) if "changed since it was written" in w]
@@ -139,9 +127,8 @@ def test_tampered_indices_are_caught_even_with_a_new_digest(setup, caplog, colum
         a = arrays[column].copy()
         a[0] = value
         arrays[column] = a
-        meta["digest"] = cache_mod._digest(meta["sha256"], {k: v for k, v in arrays.items() if k != "__meta__"})
 
-    _rewrite(entry, change)
+    rewrite_cache_entry(entry, change, resign=True)
     a = load_analysis(str(profile))
     assert not a.from_cache and figures(a) == cold
     assert any("changed since it was written" in w for w in warnings(caplog))
@@ -154,9 +141,8 @@ def test_parent_cycle_is_caught(setup, caplog):
         parent = arrays["p.contexts.parent."].copy()
         parent[0], parent[1] = 1, 0  # contexts 0 and 1 each other's parent: a walk up would never end
         arrays["p.contexts.parent."] = parent
-        meta["digest"] = cache_mod._digest(meta["sha256"], {k: v for k, v in arrays.items() if k != "__meta__"})
 
-    _rewrite(entry, change)
+    rewrite_cache_entry(entry, change, resign=True)
     assert not load_analysis(str(profile)).from_cache
     assert any("cycle" in w for w in warnings(caplog))
 
