@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import ctypes
 
+from popliner.arrays import huge_page_setter
+
 __all__ = ["MMAP_THRESHOLD", "TRIM_THRESHOLD", "keep_freed_memory", "no_huge_page_advice"]
 
 #: glibc's ``mallopt`` parameters (malloc.h).
@@ -54,9 +56,7 @@ def keep_freed_memory() -> bool:
 
 def no_huge_page_advice() -> bool:
     """Stop numpy advising huge pages for its arrays (see above); False (no change) where it cannot be set."""
-    from numpy._core import multiarray
-
-    setter = getattr(multiarray, "_set_madvise_hugepage", None)
+    setter = huge_page_setter()
     if setter is None:
         return False
     setter(False)

@@ -7,11 +7,13 @@ int64 keys a full-size profile produces.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import importlib
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
-__all__ = ["expand_ranges", "gather_csr", "rank_by_table", "sorted_unique", "union_of", "unique_inverse"]
+__all__ = ["expand_ranges", "gather_csr", "huge_page_setter", "rank_by_table", "sorted_unique", "union_of",
+           "unique_inverse"]
 
 
 def expand_ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
@@ -92,3 +94,18 @@ def unique_inverse(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     inverse = np.empty(len(keys), np.int64)
     inverse[order] = group
     return s[new], inverse
+
+
+def huge_page_setter() -> Callable[[bool], bool] | None:
+    """numpy's switch for its huge-page advice (private, in ``numpy._core`` or, before 2.0, ``numpy.core``).
+
+    It sets the advice and returns the previous setting; None where this numpy has no such switch.
+    """
+    for name in ("numpy._core.multiarray", "numpy.core.multiarray"):
+        try:
+            module = importlib.import_module(name)
+        except ImportError:  # pragma: no cover - depends on the numpy version
+            continue
+        found: Callable[[bool], bool] | None = getattr(module, "_set_madvise_hugepage", None)
+        return found
+    return None  # pragma: no cover

@@ -16,13 +16,12 @@ from __future__ import annotations
 import contextlib
 import gc
 import hashlib
-import importlib
 import logging
 import os
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
 
+from popliner.arrays import huge_page_setter
 from popliner.errors import ProfileFormatError
 from popliner.profile.builder import Builder
 from popliner.profile.columns import extract_columns
@@ -122,21 +121,10 @@ def small_pages() -> Iterator[None]:
     saves (bert-large 4x: 4.2-4.3 s of system time with the advice, 2.9-3.1 s
     without, in pairs of fresh processes).
     """
-    setter = _huge_page_setter()
+    setter = huge_page_setter()
     previous = setter(False) if setter is not None else None
     try:
         yield
     finally:
         if setter is not None and previous is not None:
             setter(previous)
-
-
-def _huge_page_setter() -> Any:
-    """numpy's switch for its huge-page advice (private, in ``numpy._core`` or, before 2.0, ``numpy.core``)."""
-    for name in ("numpy._core.multiarray", "numpy.core.multiarray"):
-        try:
-            module = importlib.import_module(name)
-        except ImportError:  # pragma: no cover - depends on the numpy version
-            continue
-        return getattr(module, "_set_madvise_hugepage", None)
-    return None  # pragma: no cover
