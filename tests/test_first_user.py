@@ -32,7 +32,7 @@ def _walk(ops: OperationTable) -> list[int]:
         if step < 0:
             continue
         for v in ops.vars_of(op).tolist():
-            if best[v] is None or (step, op) < best[v]:  # type: ignore[operator]
+            if best[v] is None or (step, op) < best[v]:
                 best[v] = (step, op)
     return [-1 if b is None else b[1] for b in best]
 
