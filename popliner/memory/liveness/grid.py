@@ -70,6 +70,12 @@ class SegmentGrid:
         self.stale = np.zeros(self.nblocks, bool)  # events added since the block's sums were taken
         self.touched = np.zeros(self.nblocks, bool)  # events added since the last clear
         self.owner: object | None = None  # the running set whose variables the grid holds
+        # Live bytes before each block (the net changes of the blocks before it) and each block's largest live
+        # bytes, kept between readings: valid for the blocks before ``_known``, which a change to a block's
+        # sums lowers to that block. A reading extends them only to its window's last block.
+        self._before = np.zeros((self.nblocks + 1, self.tiles), np.int64)
+        self._top = np.zeros((self.nblocks, self.tiles), np.int64)
+        self._known = self.nblocks
 
     @classmethod
     def of(cls, profile: Profile, block: int | None = None, dtype: type[np.signedinteger] | None = None
@@ -89,6 +95,7 @@ class SegmentGrid:
                 buffer[touched] = 0
             self.touched[:] = False
             self.stale[:] = False
+            self._known = min(self._known, int(touched[0]))
 
     def events_of(self, var_idx: np.ndarray, with_owner: bool = False,
                   klass: np.ndarray | None = None) -> dict[str, np.ndarray]:
@@ -192,6 +199,19 @@ class SegmentGrid:
         self.block_max[stale] = run.max(axis=1)
         self.block_sum[stale] = run[:, -1]
         self.stale[stale] = False
+        self._known = min(self._known, int(stale[0]))
+
+    def _extend_known(self, upto: int) -> None:
+        """Make :attr:`_before` valid up to row ``upto`` and :attr:`_top` below it (the sums are fresh)."""
+        start = self._known
+        if start >= upto:
+            return
+        before, block_sum = self._before, self.block_sum
+        # Row by row: numpy's cumsum over the first axis of a 2-D array is twice as slow.
+        for b in range(start, upto):
+            np.add(before[b], block_sum[b], out=before[b + 1])
+        np.add(self.block_max[start:upto], before[start:upto], out=self._top[start:upto])
+        self._known = upto
 
     def peak(self, lo: int, hi: int) -> np.ndarray:
         """Per tile, the most live bytes at any step ``lo..hi`` (inclusive)."""
@@ -206,9 +226,9 @@ class SegmentGrid:
         self._refresh()
         first = max(k_lo, 0)
         b_lo, b_hi = first // self.block, k_hi // self.block
-        # Live bytes before each block of the window: the net changes of the blocks before it.
-        before = np.zeros((b_hi + 1, self.tiles), np.int64)
-        np.cumsum(self.block_sum[:b_hi], axis=0, out=before[1:])
+        # Live bytes before each block of the window, and the blocks' largest: kept between readings.
+        self._extend_known(b_hi)
+        before = self._before
         lo_row, hi_row = first % self.block, k_hi % self.block
         if b_lo == b_hi:
             out = self.run[b_lo, lo_row : hi_row + 1].max(axis=0) + before[b_lo]
@@ -216,8 +236,7 @@ class SegmentGrid:
             out = self.run[b_lo, lo_row:].max(axis=0) + before[b_lo]
             np.maximum(out, self.run[b_hi, : hi_row + 1].max(axis=0) + before[b_hi], out=out)
             if b_hi > b_lo + 1:
-                inside = self.block_max[b_lo + 1 : b_hi] + before[b_lo + 1 : b_hi]
-                np.maximum(out, inside.max(axis=0), out=out)
+                np.maximum(out, self._top[b_lo + 1 : b_hi].max(axis=0), out=out)
         return np.asarray(np.maximum(out, 0))
 
 
