@@ -177,11 +177,18 @@ def _recompute_cuts(profile: Profile, ops: OperationTable, layer_of_op: np.ndarr
     kept = ~roles.always_live & (u >= 0) & (lo_unit >= 0) & ~roles.optimizer_state
     if recompute == "every-layer":
         cut_lo, cut_hi = unchanged.copy(), unchanged.copy()
-        r = np.where(lo_unit >= 0, bstart[np.maximum(lo_unit, 0)], -1)
-        pick = kept & (lo_unit == hi_unit) & (first <= u) & (r <= last) & (r > u + 1)
-        cut_lo[pick], cut_hi[pick] = u[pick], r[pick]
+        # Variables of one unit, read before their last forward read: the rest of the test on those only
+        # (whole columns of int64 steps over millions of variables cost more than the test).
+        near = np.flatnonzero(kept & (lo_unit == hi_unit) & (first <= u))
+        r = bstart[lo_unit[near]]  # the unit's backward start (lo_unit >= 0: kept)
+        u_near = u[near]
+        sel = (r <= last[near]) & (r > u_near + 1)
+        picked = near[sel]
+        pick = np.zeros(count, bool)
+        pick[picked] = True
+        cut_lo[picked], cut_hi[picked] = u_near[sel], r[sel]
         # Each layer owning a recomputed variable runs its forward part again.
-        return _Cuts(cut_lo, cut_hi, pick, unchanged, forward_op & np.isin(unit, np.unique(lo_unit[pick])))
+        return _Cuts(cut_lo, cut_hi, pick, unchanged, forward_op & np.isin(unit, np.unique(lo_unit[picked])))
     forward_cut = unchanged.copy()
     pick = kept & (first <= u) & (last > u)
     forward_cut[pick] = u[pick]
