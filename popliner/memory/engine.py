@@ -28,7 +28,7 @@ import numpy as np
 
 from popliner.layout import Layout
 from popliner.memory.boundaries import Boundaries
-from popliner.memory.liveness import variable_steps, window_peak
+from popliner.memory.liveness import class_steps, window_peak
 from popliner.memory.model import MemoryModel
 from popliner.memory.range_state import Liveness, RangeState, liveness_path
 from popliner.memory.ranges_shared import SharedParts
@@ -407,8 +407,15 @@ class MemoryEngine:
     # -- variables -------------------------------------------------------------
 
     @cached_property
+    def class_steps(self) -> tuple[np.ndarray, np.ndarray]:
+        """First and last live step of each liveness class (:func:`popliner.memory.liveness.class_steps`)."""
+        return class_steps(self.profile)
+
+    @cached_property
     def _variable_steps(self) -> tuple[np.ndarray, np.ndarray]:
-        return variable_steps(self.profile)
+        starts, ends = self.class_steps
+        klass = self.profile.variables.klass
+        return starts[klass], ends[klass]
 
     @property
     def var_first_step(self) -> np.ndarray:
