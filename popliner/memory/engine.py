@@ -312,7 +312,7 @@ class MemoryEngine:
             return out
         var = self.model.counted_variables(ops)
         var = var[self.stash_candidate[var]]
-        stash = var[self.stash_select(self.var_first_step[var], self.var_last_step[var], windows)]
+        stash = var[self.stash_select(*self.steps_of(var), windows)]
         v = self.profile.variables
         # float64 bincount: exact while a tile's entry is below 2**53 bytes.
         return np.bincount(v.tile[stash], weights=v.bytes[stash], minlength=self.tiles).astype(np.int64)
@@ -415,6 +415,12 @@ class MemoryEngine:
     def _variable_steps(self) -> tuple[np.ndarray, np.ndarray]:
         starts, ends = self.class_steps
         klass = self.profile.variables.klass
+        return starts[klass], ends[klass]
+
+    def steps_of(self, var: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """:attr:`var_first_step` and :attr:`var_last_step` of some variables, through their classes."""
+        starts, ends = self.class_steps
+        klass = self.profile.variables.klass[var]
         return starts[klass], ends[klass]
 
     @property

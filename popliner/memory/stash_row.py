@@ -28,19 +28,24 @@ def stash_columns(engine: MemoryEngine, var: np.ndarray, with_owner: bool = Fals
     if not engine.training:
         return None
     v = engine.profile.variables
+    keep = np.flatnonzero(engine.stash_candidate[var])  # the others are never part of a stash entry
+    sv = var[keep]
     if not with_owner:
-        grouped = _grouped_by_class(var, engine.stash_candidate, v.klass, engine.class_steps, v.tile, v.bytes,
-                                    engine.tiles)
+        grouped = _grouped_by_class(sv, v.klass, engine.class_steps, v.tile, v.bytes, engine.tiles)
         if grouped is not None:
             return grouped
-    return candidate_columns(var, engine.stash_candidate, engine.var_first_step, engine.var_last_step, v.tile, v.bytes,
-                             engine.tiles, with_owner)
+    # candidate_columns' columns, the steps through the classes (no step columns over every variable).
+    first, last = engine.steps_of(sv)
+    cols = {"first": first, "last": last, "tile": v.tile[sv], "nbytes": v.bytes[sv]}
+    if with_owner:
+        cols["owner"] = keep
+        return cols
+    return _grouped(cols, engine.tiles)
 
 
-def _grouped_by_class(var: np.ndarray, candidate: np.ndarray, klass: np.ndarray,
-                      class_steps: tuple[np.ndarray, np.ndarray], tile: np.ndarray, nbytes: np.ndarray,
-                      tiles: int) -> dict[str, np.ndarray] | None:
-    """:func:`_grouped` of the candidates among ``var``, with their (first, last) pairs found per liveness class.
+def _grouped_by_class(sv: np.ndarray, klass: np.ndarray, class_steps: tuple[np.ndarray, np.ndarray],
+                      tile: np.ndarray, nbytes: np.ndarray, tiles: int) -> dict[str, np.ndarray] | None:
+    """:func:`_grouped` of the candidates ``sv``, with their (first, last) pairs found per liveness class.
 
     A variable's first and last live steps are its class's, so the pairs of
     the few hundred classes present give every candidate's pair: no columns
@@ -48,7 +53,6 @@ def _grouped_by_class(var: np.ndarray, candidate: np.ndarray, klass: np.ndarray,
     None where it would not group them (or groups by a sort): the caller
     then takes the columns.
     """
-    sv = var[np.flatnonzero(candidate[var])]
     ranked = rank_by_table(klass[sv]) if sv.size else None
     if ranked is None:
         return None
