@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -47,3 +49,28 @@ def test_first_user_against_a_walk(seed: int, scatter_min: int, monkeypatch: pyt
     assert got.dtype == np.int32
     assert got.tolist() == _walk(ops)
 
+
+
+@pytest.mark.parametrize("scatter_min", [0, 10**9])  # operation by operation, and the vectorised minimum
+@pytest.mark.parametrize("seed", range(20))
+def test_update_window_against_a_walk(seed: int, scatter_min: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first and last step of the updates that use each variable (the what-if's off-chip window)."""
+    from popliner.memory import whatif
+
+    monkeypatch.setattr(whatif, "SCATTER_MIN_VARS_PER_OP", scatter_min)
+    rng = np.random.default_rng(seed)
+    ops = _table(rng, int(rng.integers(0, 40)), int(rng.integers(1, 30)))
+    last = np.where(ops.first_step < 0, -1, ops.first_step + rng.integers(0, 4, ops.count))
+    ops = dataclasses.replace(ops, last_step=last)
+    is_update = rng.random(ops.count) < 0.5
+    lo, hi = whatif._update_window(ops, is_update, ops.num_variables, np.int32)
+    expect_lo, expect_hi = [-1] * ops.num_variables, [-1] * ops.num_variables
+    for op in range(ops.count):
+        if not is_update[op] or ops.first_step[op] < 0:
+            continue
+        for v in ops.vars_of(op).tolist():
+            first, last = int(ops.first_step[op]), int(ops.last_step[op])
+            expect_lo[v] = first if expect_lo[v] < 0 else min(expect_lo[v], first)
+            expect_hi[v] = max(expect_hi[v], last)
+    assert lo.dtype == hi.dtype == np.int32
+    assert lo.tolist() == expect_lo and hi.tolist() == expect_hi
