@@ -69,8 +69,8 @@ def test_update_window_against_a_walk(seed: int, scatter_min: int, monkeypatch: 
         if not is_update[op] or ops.first_step[op] < 0:
             continue
         for v in ops.vars_of(op).tolist():
-            first, last = int(ops.first_step[op]), int(ops.last_step[op])
+            first, last_step = int(ops.first_step[op]), int(ops.last_step[op])
             expect_lo[v] = first if expect_lo[v] < 0 else min(expect_lo[v], first)
-            expect_hi[v] = max(expect_hi[v], last)
+            expect_hi[v] = max(expect_hi[v], last_step)
     assert lo.dtype == hi.dtype == np.int32
     assert lo.tolist() == expect_lo and hi.tolist() == expect_hi
