@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from popliner.arrays import expand_ranges, gather_csr, rank_by_table
-from popliner.memory.liveness import variable_steps
+from popliner.memory.liveness import class_steps
 from popliner.ops.layers import compile_regex
 from popliner.ops.operations import SCATTER_MIN_VARS_PER_OP, OperationTable
 from popliner.ops.roles import unit_backward_start
@@ -165,25 +165,30 @@ def _recompute_cuts(profile: Profile, ops: OperationTable, layer_of_op: np.ndarr
         bstart = unit_backward_start(unit, ops.first_step, roles.is_backward, num_layers + 2)
         forward_op = (ops.first_step >= 0) & ~roles.is_backward
         forward_op &= ops.first_step < bstart[np.maximum(unit, 0)]
-        first, last = variable_steps(profile, steps)
+        # Each variable's first and last live steps are its class's: read through the classes where tested.
+        first, last = class_steps(profile, steps)
         u = _last_forward_read(ops, forward_op, count, steps)
-        lo_unit, hi_unit = _unit_span(ops, unit, count, steps)
+        # Unit numbers in int16 while they fit: a quarter of int64's pages.
+        lo_unit, hi_unit = _unit_span(ops, unit, count, np.int16 if num_layers + 2 < 2**15 else steps)
         found = (unit, bstart, forward_op, first, last, u, lo_unit, hi_unit)
         if memo is not None:
             # One layering at a time (the planner goes through the head placements in turn): tens of MB each.
             for old in [k for k in memo if k.startswith((b"cuts", b"whatif-cuts"))]:
                 del memo[old]
             memo[key] = found  # read only from here on
-    unit, bstart, forward_op, first, last, u, lo_unit, hi_unit = found
+    unit, bstart, forward_op, class_first, class_last, u, lo_unit, hi_unit = found
     kept = ~roles.always_live & (u >= 0) & (lo_unit >= 0) & ~roles.optimizer_state
+    klass = profile.variables.klass
     if recompute == "every-layer":
         cut_lo, cut_hi = unchanged.copy(), unchanged.copy()
         # Variables of one unit, read before their last forward read: the rest of the test on those only
         # (whole columns of int64 steps over millions of variables cost more than the test).
-        near = np.flatnonzero(kept & (lo_unit == hi_unit) & (first <= u))
+        one = np.flatnonzero(kept & (lo_unit == hi_unit))
+        cls, u_one = klass[one], u[one]
+        read = class_first[cls] <= u_one
+        near, u_near = one[read], u_one[read]
         r = bstart[lo_unit[near]]  # the unit's backward start (lo_unit >= 0: kept)
-        u_near = u[near]
-        sel = (r <= last[near]) & (r > u_near + 1)
+        sel = (r <= class_last[cls[read]]) & (r > u_near + 1)
         picked = near[sel]
         pick = np.zeros(count, bool)
         pick[picked] = True
@@ -191,8 +196,10 @@ def _recompute_cuts(profile: Profile, ops: OperationTable, layer_of_op: np.ndarr
         # Each layer owning a recomputed variable runs its forward part again.
         return _Cuts(cut_lo, cut_hi, pick, unchanged, forward_op & np.isin(unit, np.unique(lo_unit[picked])))
     forward_cut = unchanged.copy()
-    pick = kept & (first <= u) & (last > u)
-    forward_cut[pick] = u[pick]
+    some = np.flatnonzero(kept)
+    cls, u_some = klass[some], u[some]
+    sel = (class_first[cls] <= u_some) & (class_last[cls] > u_some)
+    forward_cut[some[sel]] = u_some[sel]
     return _Cuts(unchanged, unchanged, np.zeros(count, bool), forward_cut, forward_op.copy())
 
 
