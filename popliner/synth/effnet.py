@@ -26,7 +26,9 @@ is twice that, 112 x 112 x 256 x 4 (its expansion is not strided).
 
 from __future__ import annotations
 
-from popliner.synth.graph import GradRule, GraphBuilder
+from collections.abc import Mapping
+
+from popliner.synth.graph import NO_PLAN, GradRule, GraphBuilder, Plan
 from popliner.synth.models import HALF, Dims, add, bias_add, bn_relu, conv, matmul
 
 __all__ = ["efficientnet"]
@@ -61,9 +63,16 @@ def _width(filters: int, stem: int) -> int:
     return max(8, int(filters * stem / _STEM_WIDTH + 4) // 8 * 8)
 
 
-def efficientnet(g: GraphBuilder, d: Dims, blocks: int, exact: bool = False) -> tuple[int, int, int]:
-    """The model; returns (logits, rows, classes) as the other families do."""
+def efficientnet(g: GraphBuilder, d: Dims, blocks: int, exact: bool = False,
+                 cache: bool = False, plans: Mapping[str, Plan] | None = None) -> tuple[int, int, int]:
+    """The model; returns (logits, rows, classes) as the other families do.
+
+    ``cache``: TensorFlow's shape caching; ``plans``: the planner's choices per
+    group of blocks (:func:`plan_group`), from the calibrated preset.
+    """
+    plans = plans or {}
     b, stem_w = d.batch, d.hidden
+    g.plan = plans.get("stem+head", NO_PLAN)
     img = g.stream_in("image", b * 3 * d.seq * d.seq * HALF)
     stem = "efficientnet/stem"
     hw = max(1, d.seq // 2)
@@ -77,8 +86,10 @@ def efficientnet(g: GraphBuilder, d: Dims, blocks: int, exact: bool = False) -> 
         _, ksize, stride, expand, filters, fused = STAGES[s]
         # The EdgeTPU builder expands the first block's nominal input filters, not the stem's width.
         nominal = _width(_FIRST_INPUT_FILTERS, stem_w) if exact and i == 0 else channels
+        g.plan = plans.get(plan_group(s, first), NO_PLAN)
         x, channels, hw = _block(g, d, i, x, (channels, nominal * expand, _width(filters, stem_w)), hw, ksize,
-                                 stride if first else 1, fused, exact, skip=not exact or s > 0)
+                                 stride if first else 1, fused, exact, skip=not exact or s > 0, cache=cache)
+    g.plan = plans.get("stem+head", NO_PLAN)
     head = "efficientnet/head"
     wide = _width(_HEAD_FILTERS, stem_w)
     k = g.weight(f"{head}/conv2d/kernel", channels * wide * HALF, head)
@@ -89,7 +100,14 @@ def efficientnet(g: GraphBuilder, d: Dims, blocks: int, exact: bool = False) -> 
     w = g.weight(f"{head}/dense/kernel", wide * d.vocab * HALF, head)
     bias = g.weight(f"{head}/dense/bias", d.vocab * HALF, head)
     logits = matmul(g, f"{head}/dense/MatMul", head, pooled, w, b, wide, d.vocab)
-    return bias_add(g, f"{head}/dense/BiasAdd", head, logits, bias), b, d.vocab
+    out = bias_add(g, f"{head}/dense/BiasAdd", head, logits, bias)
+    g.plan = NO_PLAN
+    return out, b, d.vocab
+
+
+def plan_group(stage: int, first: bool) -> str:
+    """The planner group of a block: its stage, and whether it is the stage's first (stride, new widths)."""
+    return f"stage{stage}/{'first' if first else 'rest'}"
 
 
 #: Input channels one AMP pass of a convolution takes (a half-precision input-channel group).
@@ -100,7 +118,7 @@ PARTIALS_PER_TILE = 16384
 FLOAT_BYTES = 4
 
 
-def conv_partials(outputs: int, inputs_per_output: int, tiles: int) -> int:
+def conv_partials(outputs: int, inputs_per_output: int, tiles: int, planned: float = 1.0) -> int:
     """Bytes of fp32 partial sums of a convolution with ``outputs`` output elements over ``inputs_per_output`` channels.
 
     The planner splits the input channels over ``split`` groups of tiles,
@@ -109,15 +127,16 @@ def conv_partials(outputs: int, inputs_per_output: int, tiles: int) -> int:
     a vertex, on one tile). It splits as far as the AMP's groups of 16
     input channels allow, but no further than fills every tile with
     ``PARTIALS_PER_TILE`` partials; a small output over many input channels
-    (a late 1x1 convolution) is split the most.
+    (a late 1x1 convolution) is split the most. ``planned`` multiplies the
+    split where a calibrated preset knows the planner's own choice.
     """
     groups = max(1.0, inputs_per_output / AMP_INPUT_CHANNELS)
     split = min(groups, max(1.0, tiles * PARTIALS_PER_TILE / max(1, outputs)))
-    return int(outputs * split * FLOAT_BYTES)
+    return int(outputs * max(1.0, split * planned) * FLOAT_BYTES)
 
 
 def _block(g: GraphBuilder, d: Dims, i: int, x: int, widths: tuple[int, int, int], hw: int, ksize: int,
-           stride: int, fused: bool, exact: bool, skip: bool) -> tuple[int, int, int]:
+           stride: int, fused: bool, exact: bool, skip: bool, cache: bool = False) -> tuple[int, int, int]:
     """One block; ``widths`` are (input, expanded, output) channels; ``skip``: a skip connection is allowed.
 
     With ``exact``, as TensorFlow's EdgeTPU builder makes it: a fused
@@ -133,20 +152,30 @@ def _block(g: GraphBuilder, d: Dims, i: int, x: int, widths: tuple[int, int, int
         kernel = g.weight(f"{p}/{name}/kernel", (co if depthwise else ci * co) * k * k * HALF, p)
         flops = 2.0 * b * side * side * (1 if depthwise else ci) * co * k * k
         outputs = b * co * side * side
-        partials = conv_partials(outputs, 1 if depthwise else ci, g.tiles) if exact else None
-        return conv(g, f"{p}/{name}/Conv2D", p, y, kernel, outputs * HALF, flops, temp=partials)
+        partials = conv_partials(outputs, 1 if depthwise else ci, g.tiles, g.plan.split) if exact else None
+        key = f"conv/{g.tensors[y].nbytes}/{g.tensors[kernel].nbytes}/{outputs}/{depthwise}" if cache else None
+        return conv(g, f"{p}/{name}/Conv2D", p, y, kernel, outputs * HALF, flops, temp=partials, share=key)
 
+    def bn(name: str, y: int, channels: int, pixels: int, relu: bool = True) -> int:
+        key = f"batchnorm/{g.tensors[y].nbytes}/{channels}" if cache else None
+        return bn_relu(g, f"{p}/{name}", p, y, channels, pixels, share=key, relu=relu)
+
+    # The expansion's shape recurs in the next stage's first block (same input, same width), whose cached body
+    # it then is: its planner choices are left as generated; only its partials split is the group's.
+    plan, g.plan = g.plan, Plan(split=g.plan.split)
     if fused:
         side = hw if exact else hw_out  # where the stride sits: the projection (exact) or the expansion
         y = cv("conv2d", x, cin, mid, ksize, side)
-        y = bn_relu(g, f"{p}/bn", p, y, mid, b * side * side)
+        y = bn("bn", y, mid, b * side * side)
+        g.plan = plan
     else:
         y = cv("conv2d", x, cin, mid, 1, hw)
-        y = bn_relu(g, f"{p}/bn", p, y, mid, b * hw * hw)
+        y = bn("bn", y, mid, b * hw * hw)
+        g.plan = plan
         y = cv("depthwise_conv2d", y, mid, mid, ksize, hw_out, depthwise=True)
-        y = bn_relu(g, f"{p}/bn_1", p, y, mid, b * hw_out * hw_out)
+        y = bn("bn_1", y, mid, b * hw_out * hw_out)
     y = cv("conv2d_1", y, mid, out, 1, hw_out)
-    y = bn_relu(g, f"{p}/bn_2", p, y, out, b * hw_out * hw_out, relu=False)
+    y = bn("bn_2", y, out, b * hw_out * hw_out, relu=False)
     if skip and stride == 1 and cin == out:
         y = add(g, f"{p}/add", p, y, x)
     return y, out, hw_out

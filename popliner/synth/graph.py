@@ -43,7 +43,7 @@ import numpy as np
 
 from popliner.synth.catalog import KERNELS
 
-__all__ = ["RECOMPUTED", "Compiled", "GradRule", "Graph", "GraphBuilder", "Op", "TKind", "Tensor"]
+__all__ = ["NO_PLAN", "RECOMPUTED", "Compiled", "GradRule", "Graph", "GraphBuilder", "Op", "Plan", "TKind", "Tensor"]
 
 
 class TKind(enum.IntEnum):
@@ -108,6 +108,27 @@ class GradRule:
     calls: int = 1  # > 1: serialised into this many calls of one body
 
 
+@dataclass(frozen=True)
+class Plan:
+    """What a compiler's planner chose for an operation, as multiples of the generator's own lowering.
+
+    ``exchange``: exchange code per tile (more, smaller regions per tile);
+    ``vertices``: vertex instances (the work cut into more, smaller vertices);
+    ``programs``: control code (serial slices: more compute sets and exchanges);
+    ``split``: the input-channel split of a convolution's fp32 partials.
+    Calibrated presets set them from public per-block figures
+    (docs/synthetic-profiles.md lists each); everything else keeps 1.
+    """
+
+    exchange: float = 1.0
+    vertices: float = 1.0
+    programs: float = 1.0
+    split: float = 1.0
+
+
+NO_PLAN = Plan()
+
+
 @dataclass
 class Op:
     index: int
@@ -132,6 +153,8 @@ class Op:
     share: str | None = None  # outlining key of a Call operation
     #: Input names its debug context shows instead of the tensors' own (a tensor read through a view, e.g. a Reshape).
     shown_inputs: dict[int, str] = field(default_factory=dict)
+    #: The planner's choices for it (calibrated presets; :class:`Plan`).
+    plan: Plan = NO_PLAN
 
 
 @dataclass
@@ -163,6 +186,7 @@ class GraphBuilder:
         self.bodies: dict[str, int] = {}
         self.counter = 0  # suffix of generic names (Transpose_<n>, GradSum_<n>)
         self.instances = 0  # Call instance ids
+        self.plan = NO_PLAN  # stamped on the operations declared next (a model builder sets it per block)
 
     # -- tensors --------------------------------------------------------------
 
@@ -240,15 +264,15 @@ class GraphBuilder:
         ``temp`` sets its temporaries' bytes (else the kernel's ``temp_factor``
         times its largest output); not for shared bodies.
         """
-        if temp is not None and (share is not None or calls > 1):
-            raise ValueError("temp is for an operation of its own, not a shared body")
+        if temp is not None and calls > 1:
+            raise ValueError("temp is for an operation called once, not a serialised body")
         if calls > 1 and share is None:
             share = f"{name}/serialised"
         outs = [self.tensor(f"{name}{suffix}", nbytes, out_kind, group) for suffix, nbytes in outputs]
         if share is None:
             op = self._new_op(name, name, op_type, kind, group, list(inputs), outs, work, temp)
         else:
-            op = self._call_op(share, name, op_type, kind, group, list(inputs), outs, work, calls)
+            op = self._call_op(share, name, op_type, kind, group, list(inputs), outs, work, calls, temp)
         op.grads = tuple(grads)
         op.share = share
         needs = any(self.tensors[i].requires_grad for i in inputs)
@@ -259,7 +283,8 @@ class GraphBuilder:
 
     def _new_op(self, name: str, logical: str, op_type: str, kind: str, group: str, inputs: list[int],
                 outputs: list[int], work: float, temp: int | None = None) -> Op:
-        op = Op(len(self.ops), name, logical, op_type, kind, self.phase, group, inputs, outputs, work=float(work))
+        op = Op(len(self.ops), name, logical, op_type, kind, self.phase, group, inputs, outputs, work=float(work),
+                plan=self.plan)
         self.ops.append(op)
         for t in inputs:
             self.tensors[t].consumers.append(op.index)
@@ -286,11 +311,11 @@ class GraphBuilder:
             op.temps.append(t)
 
     def _call_op(self, key: str, name: str, op_type: str, kind: str, group: str, inputs: list[int],
-                 outputs: list[int], work: float, calls: int) -> Op:
-        """A Call operation to the shared body ``key`` (created on first use)."""
+                 outputs: list[int], work: float, calls: int, temp: int | None = None) -> Op:
+        """A Call operation to the shared body ``key`` (created on first use; ``temp``: its scratch bytes)."""
         body = self.bodies.get(key)
         if body is None:
-            body = self._body_op(name, op_type, kind, group, inputs, outputs, work / calls, calls)
+            body = self._body_op(name, op_type, kind, group, inputs, outputs, work / calls, calls, temp)
             self.bodies[key] = body
         self.instances += 1
         op = self._new_op("", name, "Call", "call", group, inputs, outputs, work)
@@ -300,10 +325,10 @@ class GraphBuilder:
         return op
 
     def _body_op(self, name: str, op_type: str, kind: str, group: str, inputs: list[int], outputs: list[int],
-                 work: float, calls: int) -> int:
+                 work: float, calls: int, temp: int | None = None) -> int:
         """The shared body; with ``calls`` > 1 one call computes 1/calls of the outputs."""
         op = Op(len(self.ops), name, name, op_type, kind, self.phase, group, [], [], work=float(work),
-                is_body=True)
+                is_body=True, plan=self.plan)
         self.ops.append(op)
         op.start, op.count = self._op_span(inputs + outputs)
         # A forward or backward body works on its own copies of the caller's
@@ -313,8 +338,10 @@ class GraphBuilder:
             return sum(self.tensors[t].nbytes for t in ts if self.tensors[t].kind not in ALWAYS_LIVE)
 
         interface = 0 if self.phase == "upd" else copied(inputs) + copied(outputs) // calls
-        scratch = KERNELS[kind].temp_factor / calls
-        self._add_temp(op, scratch, outputs or inputs, interface)
+        if temp is not None:
+            self._add_temp(op, 0.0, [], interface + temp)
+        else:
+            self._add_temp(op, KERNELS[kind].temp_factor / calls, outputs or inputs, interface)
         return op.index
 
     # -- training ---------------------------------------------------------------

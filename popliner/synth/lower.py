@@ -340,6 +340,7 @@ class _Lowerer:
         exchanges = max(1, sum(p.exchange for p in phases))
         x_cycles = io // max(1, op.count) // 2 // exchanges // EXCHANGE_BYTES_PER_CYCLE + SYNC_CYCLES
         size = size_scale(io / max(1, op.count)) if self.calib.exchange_by_size else 1.0
+        size *= op.plan.exchange
         children: list[int] = []
         loop: list[int] = []
         for j, ph in enumerate(phases):
@@ -378,7 +379,8 @@ class _Lowerer:
                          (span_runs(hot, edge, self.tiles, code), 1)], self.tiles)
         self.exchange.append(runs)
         return self.leaf("DoExchange", f"{name}/Exchange", ctx, span_runs(op.start, op.count, self.tiles, cycles),
-                         self.control_runs("DoExchange", op.start, op.count, ratio), {"exchangeCode": encode_runs(
+                         self.control_runs("DoExchange", op.start, op.count, ratio * op.plan.programs),
+                         {"exchangeCode": encode_runs(
                              runs, self.tiles)})
 
     def compute(self, op: Op, name: str, ctx: int, ph: Phase, j: int, computes: int, ratio: float, cycles: int,
@@ -386,7 +388,7 @@ class _Lowerer:
         vertices = []
         for vname, coverage in ph.vertices:
             vid = self.vertex_type(vname)
-            runs = self.coverage(op, coverage, _VT_BY_NAME[vname].per_tile * ratio, j)
+            runs = self.coverage(op, coverage, _VT_BY_NAME[vname].per_tile * ratio * op.plan.vertices, j)
             if runs:
                 self.vertex_runs.append((vid, runs))
                 vertices.append([vid, encode_runs(runs, self.tiles)])
@@ -395,7 +397,7 @@ class _Lowerer:
         if tensors:
             extra["vars"] = self.layout.ids(tensors)
         return self.leaf("OnTileExecute", name, ctx, self.cycle_runs(op, cycles, jitter),
-                         self.control_runs("OnTileExecute", op.start, op.count, ratio), extra)
+                         self.control_runs("OnTileExecute", op.start, op.count, ratio * op.plan.programs), extra)
 
     def vars_of(self, op: Op, j: int, computes: int) -> list[int]:
         """Inputs on the first compute set, temporaries in the middle, outputs on the last."""
@@ -419,6 +421,13 @@ class _Lowerer:
         value = max(1, round(per_tile))
         if coverage == "strided":
             return stride_runs(start, count, self.tiles, value, STRIDE)
+        if op.plan.vertices != 1.0 and per_tile >= 1:
+            # A planned instance count: whole instances on every tile, one more on a share of them.
+            base, extra = int(per_tile), per_tile - int(per_tile)
+            more = round(count * extra)
+            return sum_runs([(span_runs(start, count, self.tiles, base), 1),
+                             (span_runs(start, more, self.tiles, 1), 1)], self.tiles) if more else span_runs(
+                start, count, self.tiles, base)
         return span_runs(start, count, self.tiles, value)
 
     def cycle_runs(self, op: Op, cycles: int, jitter: bool) -> Runs:

@@ -97,6 +97,11 @@ class SynthSpec:
     #: EfficientNet blocks as TensorFlow's EdgeTPU builder makes them (popliner/synth/effnet.py); off: the
     #: earlier approximation (stride in a fused block's expansion), which the committed fixture keeps.
     edgetpu_builder: bool = False
+    #: Convolutions and batch norms as TensorFlow's Poplar backend caches them: one body per shape, model-wide,
+    #: that every operation of that shape calls (popliner/synth/effnet.py).
+    shape_cache: bool = False
+    #: The planner's choices per group of blocks fitted to the real EfficientNet-EdgeTPU-L (popliner/synth/plans.py).
+    planner_inputs: bool = False
     #: How operations are named: ``popart``, or as ``poptorch`` or ``tensorflow`` would (popliner/synth/naming.py).
     naming: str = "popart"
     #: Whose debug contexts and ``source.framework`` to write (popliner.synth.frameworks).
@@ -123,6 +128,10 @@ class SynthSpec:
             raise UsageProblem(f"compiler_categories must be true or false, got {self.compiler_categories!r}")
         if not isinstance(self.edgetpu_builder, bool):
             raise UsageProblem(f"edgetpu_builder must be true or false, got {self.edgetpu_builder!r}")
+        if not isinstance(self.planner_inputs, bool):
+            raise UsageProblem(f"planner_inputs must be true or false, got {self.planner_inputs!r}")
+        if not isinstance(self.shape_cache, bool):
+            raise UsageProblem(f"shape_cache must be true or false, got {self.shape_cache!r}")
         if not isinstance(self.exchange_by_size, bool):
             raise UsageProblem(f"exchange_by_size must be true or false, got {self.exchange_by_size!r}")
         if not isinstance(self.reference_bert, bool):
@@ -224,7 +233,8 @@ _QUIET_DEFAULTS: Final = {"recompute": "none", "split_after": (), "optimizer_sta
                           "head": "squad", "checkpoints": False,
                           "vertex_code_factor": 1.0, "vertex_state_factor": 1.0, "exchange_code_factor": 1.0,
                           "control_code_factor": 1.0, "reference_bert": False, "compiler_categories": False,
-                          "exchange_by_size": False, "edgetpu_builder": False,
+                          "exchange_by_size": False, "edgetpu_builder": False, "shape_cache": False,
+                          "planner_inputs": False,
                           "naming": "popart", "framework": "synthetic"}
 
 
@@ -281,7 +291,8 @@ _PRESETS: dict[str, dict[str, Any]] = {
     "efficientnet-edgetpu-l": {"kind": "efficientnet", "layers": 27, "hidden": 40, "seq": 224, "batch": 4,
                                "vocab": 1001, "naming": "tensorflow", "vertex_code_factor": 0.45,
                                "vertex_state_factor": 0.27, "exchange_code_factor": 1.017, "control_code_factor": 0.3,
-                               "compiler_categories": True, "edgetpu_builder": True, "exchange_by_size": True},
+                               "compiler_categories": True, "edgetpu_builder": True, "exchange_by_size": True,
+                               "shape_cache": True, "planner_inputs": True},
     "resnet50": {"kind": "cnn", "layers": 16, "hidden": 64, "seq": 224, "batch": 16, "vocab": 1000,
                  "optimizer": "sgd", "compiler_categories": True},
 }
