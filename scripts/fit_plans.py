@@ -1,10 +1,11 @@
-"""Fit EfficientNet-EdgeTPU-L's planner choices (popliner/synth/plans.py) to the real per-block figures.
+"""Fit a calibrated preset's planner choices (popliner/synth/plans.py) to the real per-row figures.
 
-    python scripts/fit_plans.py [--rounds N]
+    python scripts/fit_plans.py PRESET [--rounds N] [--rows ROW ...] [--fields FIELD ...]
 
-Each group of blocks of one shape (a stage's first block, its other blocks;
-the stem and head for the operations without a layer) gets one
-:class:`~popliner.synth.graph.Plan`. Starting from no plan (every factor 1),
+EfficientNet-EdgeTPU-L: each group of blocks of one shape (a stage's first
+block, its other blocks) and the stem and head ("no layer") get one
+:class:`~popliner.synth.graph.Plan`; other presets: each row named with
+``--rows`` (e.g. "no layer"). Starting from no plan (every factor 1),
 each round generates the preset, measures its rows as PopLiner did
 (``scripts/calibration_presets.py``) and multiplies each factor by the
 geometric mean, over the group's rows, of real / generated of the component
@@ -22,8 +23,9 @@ import tempfile
 from pathlib import Path
 
 from popliner.synth import plans
-from popliner.synth.effnet import STAGES, plan_group
+from popliner.synth.effnet import STAGES
 from popliner.synth.graph import Plan
+from popliner.synth.plans import plan_group
 
 _HERE = Path(__file__).resolve().parent
 _spec = importlib.util.spec_from_file_location("calibration_presets", _HERE / "calibration_presets.py")
@@ -31,14 +33,15 @@ assert _spec is not None and _spec.loader is not None
 cal = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(cal)
 
-PRESET = "efficientnet-edgetpu-l"
 #: Plan field -> the component (index in the real figures' order) it is fitted to.
 DRIVES = {"vertices": 0, "exchange": 2, "programs": 3, "split": 4}
 
 
-def groups(blocks: int = 27) -> dict[str, list[str]]:
+def groups(preset: str, rows: list[str], blocks: int = 27) -> dict[str, list[str]]:
     """Plan group -> the real rows it is fitted to."""
-    out: dict[str, list[str]] = {"stem+head": ["no layer"]}
+    if preset != "efficientnet-edgetpu-l":
+        return {r: [r] for r in rows}
+    out: dict[str, list[str]] = {"no layer": ["no layer"]}
     edge = 0
     for s, stage in enumerate(STAGES):
         out[plan_group(s, True)] = [str(edge)]
@@ -48,18 +51,20 @@ def groups(blocks: int = 27) -> dict[str, list[str]]:
     return {k: v for k, v in out.items() if v}
 
 
-def fit(rounds: int) -> dict[str, Plan]:
-    real = cal.real_figures()[PRESET]["rows"]
-    table = {g: Plan() for g in groups()}
+def fit(preset: str, rounds: int, rows: list[str], fields: list[str]) -> dict[str, Plan]:
+    real = cal.real_figures()[preset]["rows"]
+    table = {g: Plan() for g in groups(preset, rows)}
     for _ in range(rounds):
-        plans._PLANS.clear()
-        plans._PLANS.update(table)
+        plans._TABLES[preset] = table
         with tempfile.TemporaryDirectory() as tmp:
-            got = cal.measure(PRESET, Path(tmp))["rows"]
-        for g, rows in groups().items():
+            got = cal.measure(preset, Path(tmp))["rows"]
+        for g, fitted in groups(preset, rows).items():
             new = {}
             for name, k in DRIVES.items():
-                ratios = [real[r][k] / got[r][k] for r in rows if real[r][k] and got[r][k]]
+                if name not in fields:
+                    new[name] = getattr(table[g], name)
+                    continue
+                ratios = [real[r][k] / got[r][k] for r in fitted if real[r][k] and got[r][k]]
                 step = math.exp(sum(map(math.log, ratios)) / len(ratios)) if ratios else 1.0
                 new[name] = min(16.0, max(1 / 16, getattr(table[g], name) * step))
             table[g] = Plan(**new)
@@ -68,9 +73,12 @@ def fit(rounds: int) -> dict[str, Plan]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("preset")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--rows", nargs="*", default=["no layer"])
+    ap.add_argument("--fields", nargs="*", default=list(DRIVES), choices=list(DRIVES))
     args = ap.parse_args()
-    for g, p in fit(args.rounds).items():
+    for g, p in fit(args.preset, args.rounds, args.rows, args.fields).items():
         print(f'    "{g}": Plan(exchange={p.exchange:.3g}, vertices={p.vertices:.3g}, programs={p.programs:.3g}, '
               f'split={p.split:.3g}),')
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 from popliner.synth.effnet import efficientnet
 from popliner.synth.graph import GraphBuilder
 from popliner.synth.models import Dims, bert, gpt, loss_and_backward, resnet
-from popliner.synth.plans import EDGETPU_L_PLANS
 from popliner.synth.spec import SynthSpec
 
 __all__ = ["build_model"]
@@ -25,8 +24,7 @@ def build_model(g: GraphBuilder, spec: SynthSpec) -> None:
     elif spec.kind == "decoder":
         out = gpt(g, d, spec.layers)
     elif spec.kind == "efficientnet":
-        out = efficientnet(g, d, spec.layers, spec.edgetpu_builder, spec.shape_cache,
-                           EDGETPU_L_PLANS if spec.planner_inputs else None)
+        out = efficientnet(g, d, spec.layers, spec.edgetpu_builder, spec.shape_cache)
     else:
         out = resnet(g, d, spec.layers)
     logits, rows, classes = out

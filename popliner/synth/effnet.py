@@ -26,9 +26,7 @@ is twice that, 112 x 112 x 256 x 4 (its expansion is not strided).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
-from popliner.synth.graph import NO_PLAN, GradRule, GraphBuilder, Plan
+from popliner.synth.graph import GradRule, GraphBuilder
 from popliner.synth.models import HALF, Dims, add, bias_add, bn_relu, conv, matmul
 
 __all__ = ["efficientnet"]
@@ -48,7 +46,8 @@ _STEM_WIDTH = 40
 _FIRST_INPUT_FILTERS = 32
 
 
-def _stage_of(block: int, blocks: int) -> int:
+def stage_of(block: int, blocks: int) -> int:
+    """The stage (an index into STAGES) of ``block`` among ``blocks``, spread in proportion."""
     total = sum(s[0] for s in STAGES)
     pos = (block + 0.5) * total / blocks
     edge = 0
@@ -64,15 +63,9 @@ def _width(filters: int, stem: int) -> int:
 
 
 def efficientnet(g: GraphBuilder, d: Dims, blocks: int, exact: bool = False,
-                 cache: bool = False, plans: Mapping[str, Plan] | None = None) -> tuple[int, int, int]:
-    """The model; returns (logits, rows, classes) as the other families do.
-
-    ``cache``: TensorFlow's shape caching; ``plans``: the planner's choices per
-    group of blocks (:func:`plan_group`), from the calibrated preset.
-    """
-    plans = plans or {}
+                 cache: bool = False) -> tuple[int, int, int]:
+    """The model; returns (logits, rows, classes) as the other families do; ``cache``: TensorFlow's shape cache."""
     b, stem_w = d.batch, d.hidden
-    g.plan = plans.get("stem+head", NO_PLAN)
     img = g.stream_in("image", b * 3 * d.seq * d.seq * HALF)
     stem = "efficientnet/stem"
     hw = max(1, d.seq // 2)
@@ -81,15 +74,13 @@ def efficientnet(g: GraphBuilder, d: Dims, blocks: int, exact: bool = False,
     x = bn_relu(g, f"{stem}/bn", stem, x, stem_w, b * hw * hw)
     channels = stem_w
     for i in range(blocks):
-        s = _stage_of(i, blocks)
-        first = i == 0 or _stage_of(i - 1, blocks) != s
+        s = stage_of(i, blocks)
+        first = i == 0 or stage_of(i - 1, blocks) != s
         _, ksize, stride, expand, filters, fused = STAGES[s]
         # The EdgeTPU builder expands the first block's nominal input filters, not the stem's width.
         nominal = _width(_FIRST_INPUT_FILTERS, stem_w) if exact and i == 0 else channels
-        g.plan = plans.get(plan_group(s, first), NO_PLAN)
         x, channels, hw = _block(g, d, i, x, (channels, nominal * expand, _width(filters, stem_w)), hw, ksize,
                                  stride if first else 1, fused, exact, skip=not exact or s > 0, cache=cache)
-    g.plan = plans.get("stem+head", NO_PLAN)
     head = "efficientnet/head"
     wide = _width(_HEAD_FILTERS, stem_w)
     k = g.weight(f"{head}/conv2d/kernel", channels * wide * HALF, head)
@@ -100,14 +91,7 @@ def efficientnet(g: GraphBuilder, d: Dims, blocks: int, exact: bool = False,
     w = g.weight(f"{head}/dense/kernel", wide * d.vocab * HALF, head)
     bias = g.weight(f"{head}/dense/bias", d.vocab * HALF, head)
     logits = matmul(g, f"{head}/dense/MatMul", head, pooled, w, b, wide, d.vocab)
-    out = bias_add(g, f"{head}/dense/BiasAdd", head, logits, bias)
-    g.plan = NO_PLAN
-    return out, b, d.vocab
-
-
-def plan_group(stage: int, first: bool) -> str:
-    """The planner group of a block: its stage, and whether it is the stage's first (stride, new widths)."""
-    return f"stage{stage}/{'first' if first else 'rest'}"
+    return bias_add(g, f"{head}/dense/BiasAdd", head, logits, bias), b, d.vocab
 
 
 #: Input channels one AMP pass of a convolution takes (a half-precision input-channel group).
@@ -152,7 +136,7 @@ def _block(g: GraphBuilder, d: Dims, i: int, x: int, widths: tuple[int, int, int
         kernel = g.weight(f"{p}/{name}/kernel", (co if depthwise else ci * co) * k * k * HALF, p)
         flops = 2.0 * b * side * side * (1 if depthwise else ci) * co * k * k
         outputs = b * co * side * side
-        partials = conv_partials(outputs, 1 if depthwise else ci, g.tiles, g.plan.split) if exact else None
+        partials = conv_partials(outputs, 1 if depthwise else ci, g.tiles, g.plan_of(p).split) if exact else None
         key = f"conv/{g.tensors[y].nbytes}/{g.tensors[kernel].nbytes}/{outputs}/{depthwise}" if cache else None
         return conv(g, f"{p}/{name}/Conv2D", p, y, kernel, outputs * HALF, flops, temp=partials, share=key)
 
@@ -162,16 +146,16 @@ def _block(g: GraphBuilder, d: Dims, i: int, x: int, widths: tuple[int, int, int
 
     # The expansion's shape recurs in the next stage's first block (same input, same width), whose cached body
     # it then is: its planner choices are left as generated; only its partials split is the group's.
-    plan, g.plan = g.plan, Plan(split=g.plan.split)
+    g.unplanned = True
     if fused:
         side = hw if exact else hw_out  # where the stride sits: the projection (exact) or the expansion
         y = cv("conv2d", x, cin, mid, ksize, side)
         y = bn("bn", y, mid, b * side * side)
-        g.plan = plan
+        g.unplanned = False
     else:
         y = cv("conv2d", x, cin, mid, 1, hw)
         y = bn("bn", y, mid, b * hw * hw)
-        g.plan = plan
+        g.unplanned = False
         y = cv("depthwise_conv2d", y, mid, mid, ksize, hw_out, depthwise=True)
         y = bn("bn_1", y, mid, b * hw_out * hw_out)
     y = cv("conv2d_1", y, mid, out, 1, hw_out)

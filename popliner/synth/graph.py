@@ -36,7 +36,7 @@ from __future__ import annotations
 import bisect
 import enum
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -173,7 +173,7 @@ class GraphBuilder:
     GRAIN = 256
 
     def __init__(self, tiles: int, rng: np.random.Generator, optimizer: str,
-                 compiled: Compiled = Compiled()) -> None:
+                 compiled: Compiled = Compiled(), plans: Mapping[str, Plan] | None = None) -> None:
         self.tiles = tiles
         self.rng = rng
         self.optimizer = optimizer
@@ -186,7 +186,10 @@ class GraphBuilder:
         self.bodies: dict[str, int] = {}
         self.counter = 0  # suffix of generic names (Transpose_<n>, GradSum_<n>)
         self.instances = 0  # Call instance ids
-        self.plan = NO_PLAN  # stamped on the operations declared next (a model builder sets it per block)
+        #: The planner's choices by row: a layer number, or "no layer" (calibrated presets; see :class:`Plan`).
+        self.plans: Mapping[str, Plan] = plans or {}
+        #: While set, operations keep the generator's own lowering (only the partials split is planned).
+        self.unplanned = False
 
     # -- tensors --------------------------------------------------------------
 
@@ -223,6 +226,14 @@ class GraphBuilder:
         """A name like ``Transpose_17``: no layer in it, only in its inputs."""
         self.counter += 1
         return f"{stem}_{self.counter}"
+
+    def plan_of(self, group: str) -> Plan:
+        """The planner's choices for operations of ``group`` (by its layer number, or "no layer")."""
+        if not self.plans:
+            return NO_PLAN
+        m = _LAYER.search(group)
+        plan = self.plans.get(m.group(1) if m else "no layer", NO_PLAN)
+        return Plan(split=plan.split) if self.unplanned else plan
 
     # -- setup operations -------------------------------------------------------
 
@@ -284,7 +295,7 @@ class GraphBuilder:
     def _new_op(self, name: str, logical: str, op_type: str, kind: str, group: str, inputs: list[int],
                 outputs: list[int], work: float, temp: int | None = None) -> Op:
         op = Op(len(self.ops), name, logical, op_type, kind, self.phase, group, inputs, outputs, work=float(work),
-                plan=self.plan)
+                plan=self.plan_of(group))
         self.ops.append(op)
         for t in inputs:
             self.tensors[t].consumers.append(op.index)
@@ -328,7 +339,7 @@ class GraphBuilder:
                  work: float, calls: int, temp: int | None = None) -> int:
         """The shared body; with ``calls`` > 1 one call computes 1/calls of the outputs."""
         op = Op(len(self.ops), name, name, op_type, kind, self.phase, group, [], [], work=float(work),
-                is_body=True, plan=self.plan)
+                is_body=True, plan=self.plan_of(group))
         self.ops.append(op)
         op.start, op.count = self._op_span(inputs + outputs)
         # A forward or backward body works on its own copies of the caller's

@@ -13,15 +13,19 @@ lists each value with the figure it was fitted to. No other model uses them.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Final
 
+from popliner.synth.effnet import stage_of
 from popliner.synth.graph import Plan
 
-__all__ = ["EDGETPU_L_PLANS"]
+__all__ = ["PRESET_PLANS", "plan_group", "preset_plans"]
 
-_PLANS: dict[str, Plan] = {
-    "stem+head": Plan(exchange=3.28, vertices=3.43, programs=1.6, split=1),
+#: EfficientNet-EdgeTPU-L: one plan per group of blocks of one shape (:func:`plan_group`) and for the stem and head
+#: ("no layer"), fitted by ``scripts/fit_plans.py`` to the real per-block figures.
+EDGETPU_L: Final[Mapping[str, Plan]] = MappingProxyType({
+    "no layer": Plan(exchange=3.28, vertices=3.43, programs=1.6, split=1),
     "stage0/first": Plan(exchange=4.21, vertices=1.54, programs=0.675, split=0.942),
     "stage0/rest": Plan(exchange=3.48, vertices=1.52, programs=0.953, split=0.731),
     "stage1/first": Plan(exchange=2.8, vertices=1.31, programs=0.615, split=0.721),
@@ -34,6 +38,30 @@ _PLANS: dict[str, Plan] = {
     "stage4/rest": Plan(exchange=9.37, vertices=5.34, programs=2.76, split=0.799),
     "stage5/first": Plan(exchange=1.71, vertices=1.47, programs=1.16, split=0.449),
     "stage5/rest": Plan(exchange=3.46, vertices=8.92, programs=2.07, split=0.935),
-}
-#: group (``stem+head`` or :func:`popliner.synth.effnet.plan_group`) -> the planner's choices.
-EDGETPU_L_PLANS: Final = MappingProxyType(_PLANS)
+})
+
+#: Preset -> its plans, keyed by group (``scripts/fit_plans.py`` swaps a table in while it fits).
+_TABLES: dict[str, Mapping[str, Plan]] = {"efficientnet-edgetpu-l": EDGETPU_L}
+PRESET_PLANS: Final[Mapping[str, Mapping[str, Plan]]] = MappingProxyType(_TABLES)
+
+
+def plan_group(stage: int, first: bool) -> str:
+    """The planner group of an EfficientNet block: its stage, and whether it is the stage's first."""
+    return f"stage{stage}/{'first' if first else 'rest'}"
+
+
+def preset_plans(model: str, layers: int) -> dict[str, Plan]:
+    """The planner's choices of preset ``model`` by row (a layer number, or "no layer"); empty for other models.
+
+    EfficientNet's groups are spread over its ``layers`` blocks as its stages are.
+    """
+    table = PRESET_PLANS.get(model, {})
+    if model != "efficientnet-edgetpu-l":
+        return dict(table)
+    rows = {"no layer": table["no layer"]} if "no layer" in table else {}
+    for i in range(layers):
+        s = stage_of(i, layers)
+        group = plan_group(s, i == 0 or stage_of(i - 1, layers) != s)
+        if group in table:
+            rows[str(i)] = table[group]
+    return rows
