@@ -1,6 +1,6 @@
 """Fit a calibrated preset's planner choices (popliner/synth/plans.py) to the real per-row figures.
 
-    python scripts/fit_plans.py PRESET [--rounds N] [--rows ROW ...] [--fields FIELD ...]
+    python scripts/fit_plans.py PRESET [--rounds N] [--rows ROW[:FIELD,...] ...]
 
 EfficientNet-EdgeTPU-L: each group of blocks of one shape (a stage's first
 block, its other blocks) and the stem and head ("no layer") get one
@@ -10,7 +10,8 @@ each round generates the preset, measures its rows as PopLiner did
 (``scripts/calibration_presets.py``) and multiplies each factor by the
 geometric mean, over the group's rows, of real / generated of the component
 it drives: ``exchange`` by exchange code, ``vertices`` by vertex state,
-``programs`` by control code, ``split`` by variables. Shared (cached) bodies
+``programs`` by control code, ``split`` by variables, ``code`` by vertex
+code. Shared (cached) bodies
 couple the groups, hence the rounds. Prints the fitted table for plans.py.
 """
 
@@ -19,6 +20,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import math
+import re
 import tempfile
 from pathlib import Path
 
@@ -34,13 +36,20 @@ cal = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(cal)
 
 #: Plan field -> the component (index in the real figures' order) it is fitted to.
-DRIVES = {"vertices": 0, "exchange": 2, "programs": 3, "split": 4}
+DRIVES = {"vertices": 0, "code": 1, "spread": 1, "exchange": 2, "programs": 3, "split": 4}
+#: The fields fitted where a row does not name its own (vertex code only where asked: it is rarely off).
+BY_DEFAULT = ["vertices", "exchange", "programs", "split"]
 
 
 def groups(preset: str, rows: list[str], blocks: int = 27) -> dict[str, list[str]]:
-    """Plan group -> the real rows it is fitted to."""
-    if preset != "efficientnet-edgetpu-l":
-        return {r: [r] for r in rows}
+    """Plan group -> the real rows it is fitted to (a layer number fits the real row named with it)."""
+    if preset == "efficientnet-edgetpu-l":
+        return _effnet_groups(blocks)
+    names = list(cal.real_figures()[preset]["rows"])
+    return {r: [r if r in names else next(n for n in names if re.search(rf"(^|\D){r}$", n))] for r in rows}
+
+
+def _effnet_groups(blocks: int) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {"no layer": ["no layer"]}
     edge = 0
     for s, stage in enumerate(STAGES):
@@ -51,17 +60,20 @@ def groups(preset: str, rows: list[str], blocks: int = 27) -> dict[str, list[str
     return {k: v for k, v in out.items() if v}
 
 
-def fit(preset: str, rounds: int, rows: list[str], fields: list[str]) -> dict[str, Plan]:
+def fit(preset: str, rounds: int, rows: list[str]) -> dict[str, Plan]:
+    """``rows``: plan groups, each optionally with the fields to fit (``1:exchange``), else BY_DEFAULT's."""
     real = cal.real_figures()[preset]["rows"]
-    table = {g: Plan() for g in groups(preset, rows)}
+    fields = {r.split(":")[0]: (r.split(":")[1].split(",") if ":" in r else BY_DEFAULT) for r in rows}
+    table = {g: Plan() for g in groups(preset, list(fields))}
+    rows_of = groups(preset, list(fields))
     for _ in range(rounds):
         plans._TABLES[preset] = table
         with tempfile.TemporaryDirectory() as tmp:
             got = cal.measure(preset, Path(tmp))["rows"]
-        for g, fitted in groups(preset, rows).items():
+        for g, fitted in rows_of.items():
             new = {}
             for name, k in DRIVES.items():
-                if name not in fields:
+                if name not in fields.get(g, BY_DEFAULT):
                     new[name] = getattr(table[g], name)
                     continue
                 ratios = [real[r][k] / got[r][k] for r in fitted if real[r][k] and got[r][k]]
@@ -75,12 +87,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("preset")
     ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--rows", nargs="*", default=["no layer"])
-    ap.add_argument("--fields", nargs="*", default=list(DRIVES), choices=list(DRIVES))
+    ap.add_argument("--rows", nargs="*", default=["no layer"],
+                    help="plan groups of a transformer preset, each with the fields to fit: 'no layer:exchange'")
     args = ap.parse_args()
-    for g, p in fit(args.preset, args.rounds, args.rows, args.fields).items():
-        print(f'    "{g}": Plan(exchange={p.exchange:.3g}, vertices={p.vertices:.3g}, programs={p.programs:.3g}, '
-              f'split={p.split:.3g}),')
+    for g, p in fit(args.preset, args.rounds, args.rows).items():
+        fields = ", ".join(f"{name}={getattr(p, name):.3g}" for name in DRIVES if getattr(p, name) != 1.0)
+        print(f'    "{g}": Plan({fields}),')
 
 
 if __name__ == "__main__":

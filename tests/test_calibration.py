@@ -28,23 +28,11 @@ _spec.loader.exec_module(cal)
 #: (scripts/calibration_presets.py: a Call's body counted in every caller, "no layer" one stage, PopTorch's
 #: unnamed calls as PopLiner's Anonymous operations).
 MISSES: dict[str, dict[str, list[str]]] = {
-    # Every block is within 25% in every component: TensorFlow's shape cache (a block's row holds the cached bodies
-    # it calls) and the planner choices fitted per group of blocks (popliner/synth/plans.py). The stem and head's
-    # vertex code is not a planner choice the plans carry: their distinct vertex types on every tile are +49%.
-    "efficientnet-edgetpu-l": {"vertex_code": ["no layer"]},
-    # The real layers' exchange code differs 2.1x between layers 0 and 1 and 1.5x between 2 and 1; the size rule
-    # (calibrated on the whole model) gets layers 0 and 2, not 1. PopTorch's 1,025 operations put more without a
-    # layer than the generator's 393. Layer 0 holds the tied decoder (its calls are Anonymous and read the word
-    # embedding), with the generator's matmul scratch, which the real layer 0 has no room for.
-    "poptorch-bert-tiny": {
-        "vertex_state": ["no layer"],
-        "vertex_code": ["no layer"],
-        "exchange_code": ["no layer", "bert.encoder.layer.1"],
-        "control_code": ["no layer"],
-        "variables": ["bert.encoder.layer.0"],
-    },
-    # The embeddings (no layer): the older SDK's gathers have 3-5x the generator's vertex state.
-    "bert-large-sdk-old": {"vertex_state": ["no layer"], "vertex_code": ["no layer"]},
+    # Every row is within 25% in every component, by the mechanisms and fitted planner choices of
+    # docs/synthetic-profiles.md ("Which rows a mechanism reproduces, which a fitted input").
+    "efficientnet-edgetpu-l": {},
+    "poptorch-bert-tiny": {},
+    "bert-large-sdk-old": {},
     # The bert-large preset against the newer SDK's profile it was calibrated to: the real layer 0 has 2.4 MB more
     # exchange code than a middle layer (the generator's: 0.2 MB); the real embeddings and head (no layer) have
     # more distinct vertex code and exchange than the generator's.

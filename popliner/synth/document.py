@@ -125,6 +125,7 @@ def _build(spec: SynthSpec) -> tuple[dict[str, Any], SynthSummary]:
                         spec.first_moment == "half")
     g = GraphBuilder(spec.tiles, np.random.default_rng(seeds[0]), spec.optimizer, compiled,
                      preset_plans(spec.model, spec.layers) if spec.planner_inputs else None)
+    g.linear_mapping = spec.linear_mapping
     build_model(g, spec)
     graph = g.build()
     layout = lay_out(graph.tensors, spec.tiles, spec.scale, spec.bytes_per_tile)

@@ -115,7 +115,10 @@ class Plan:
     ``exchange``: exchange code per tile (more, smaller regions per tile);
     ``vertices``: vertex instances (the work cut into more, smaller vertices);
     ``programs``: control code (serial slices: more compute sets and exchanges);
-    ``split``: the input-channel split of a convolution's fp32 partials.
+    ``split``: the input-channel split of a convolution's fp32 partials;
+    ``code``: its vertex types are its own specialisations, with this many
+    times the catalog's code (not shared with other operations);
+    ``spread``: it works on this many times the tiles of its largest tensor.
     Calibrated presets set them from public per-block figures
     (docs/synthetic-profiles.md lists each); everything else keeps 1.
     """
@@ -124,6 +127,8 @@ class Plan:
     vertices: float = 1.0
     programs: float = 1.0
     split: float = 1.0
+    code: float = 1.0
+    spread: float = 1.0
 
 
 NO_PLAN = Plan()
@@ -188,6 +193,8 @@ class GraphBuilder:
         self.instances = 0  # Call instance ids
         #: The planner's choices by row: a layer number, or "no layer" (calibrated presets; see :class:`Plan`).
         self.plans: Mapping[str, Plan] = plans or {}
+        #: Tensors smaller than every tile are mapped from tile 0 (Poplar's linear mapping), not from seeded starts.
+        self.linear_mapping = False
         #: While set, operations keep the generator's own lowering (only the partials split is planned).
         self.unplanned = False
 
@@ -205,6 +212,9 @@ class GraphBuilder:
             # Golden-ratio starts: whatever subset of its tiles a tensor uses
             # (scale < 1 uses every k-th), consecutive tensors use different ones.
             return int((len(self.tensors) * GOLDEN) % 1.0 * self.tiles), self.tiles
+        if self.linear_mapping:
+            # A contiguous range that never wraps past the last tile, as Poplar's linear mappings are.
+            return int(self.rng.integers(0, self.tiles - count + 1)), count
         hi = self.tiles if count * 8 > self.tiles else max(1, self.tiles // 4)
         return int(self.rng.integers(0, hi)), count
 
@@ -301,18 +311,22 @@ class GraphBuilder:
             self.tensors[t].consumers.append(op.index)
         for t in outputs:
             self.tensors[t].producer = op.index
-        op.start, op.count = self._op_span(inputs + outputs)
+        op.start, op.count = self._op_span(inputs + outputs, op.plan)
         if temp is not None:
             self._add_temp(op, 0.0, [], temp)
         else:
             self._add_temp(op, KERNELS[kind].temp_factor if kind in KERNELS else 0.0, outputs or inputs)
         return op
 
-    def _op_span(self, tensors: list[int]) -> tuple[int, int]:
+    def _op_span(self, tensors: list[int], plan: Plan = NO_PLAN) -> tuple[int, int]:
+        """The tiles an operation works on: its largest tensor's, times the plan's spread."""
         if not tensors:
             return 0, min(self.tiles, 4)
         big = max(tensors, key=lambda t: self.tensors[t].nbytes)
-        return self.tensors[big].start, self.tensors[big].count
+        count = self.tensors[big].count
+        if plan.spread != 1.0:
+            count = max(1, min(self.tiles, round(count * plan.spread)))
+        return self.tensors[big].start, count
 
     def _add_temp(self, op: Op, factor: float, basis: list[int], extra: int = 0) -> None:
         nbytes = int(factor * max((self.tensors[t].nbytes for t in basis), default=0)) + extra
@@ -341,7 +355,7 @@ class GraphBuilder:
         op = Op(len(self.ops), name, name, op_type, kind, self.phase, group, [], [], work=float(work),
                 is_body=True, plan=self.plan_of(group))
         self.ops.append(op)
-        op.start, op.count = self._op_span(inputs + outputs)
+        op.start, op.count = self._op_span(inputs + outputs, op.plan)
         # A forward or backward body works on its own copies of the caller's
         # activations; weights and optimizer state are aliased, and optimizer
         # bodies update everything in place, so those are never copied.

@@ -137,6 +137,7 @@ class _Lowerer:
         self.ranges: list[list[tuple[int, int]]] = [[] for _ in graph.ops]
         self.bodies: dict[int, tuple[int, int, int]] = {}  # body op -> (Sequence id, first step, stop step)
         self.vt_ids: dict[str, int] = {}
+        self.types = dict(_VT_BY_NAME)  # the catalog's vertex types and the planned specialisations made so far
         self.leaf_control: list[Runs] = []
         self.leaf_types: list[str] = []
         self.exchange: list[Runs] = []
@@ -148,7 +149,7 @@ class _Lowerer:
         roots.append(self.composite("Sequence", "main", None, self.main_children()))
         vts = sorted(self.vt_ids, key=self.vt_ids.__getitem__)
         return Lowered(self.programs, roots, self.steps, self.contexts, self.ranges,
-                       [self.calib.vertex_type(_VT_BY_NAME[n]) for n in vts], self.leaf_control, self.exchange,
+                       [self.calib.vertex_type(self.types[n]) for n in vts], self.leaf_control, self.exchange,
                        self.vertex_runs, self.leaf_types)
 
     def main_children(self) -> list[int]:
@@ -241,6 +242,21 @@ class _Lowerer:
         if op.kind == "call":
             return f"Call({op.instance_id})"
         return op.name
+
+    def specialised(self, name: str, code: float) -> str:
+        """The vertex type a planned operation uses: the catalog's, or its own specialisation with ``code`` x the code.
+
+        Codelets are templates: an operation whose plan instantiates them with
+        other parameters gets types of its own, whose code is not shared with
+        the catalog's (a calibrated preset's fitted choice, see :class:`Plan`).
+        """
+        if code == 1.0:
+            return name
+        special = f"{name} [specialised x{code:g}]"
+        if special not in self.types:
+            vt = self.types[name]
+            self.types[special] = VertexType(special, vt.size, max(1, round(vt.code * code)), vt.per_tile)
+        return special
 
     def vertex_type(self, name: str) -> int:
         vid = self.vt_ids.get(name)
@@ -387,8 +403,9 @@ class _Lowerer:
                 jitter: bool) -> int:
         vertices = []
         for vname, coverage in ph.vertices:
+            vname = self.specialised(vname, op.plan.code)
             vid = self.vertex_type(vname)
-            runs = self.coverage(op, coverage, _VT_BY_NAME[vname].per_tile * ratio * op.plan.vertices, j)
+            runs = self.coverage(op, coverage, self.types[vname].per_tile * ratio * op.plan.vertices, j)
             if runs:
                 self.vertex_runs.append((vid, runs))
                 vertices.append([vid, encode_runs(runs, self.tiles)])

@@ -25,23 +25,33 @@ __all__ = ["PRESET_PLANS", "plan_group", "preset_plans"]
 #: EfficientNet-EdgeTPU-L: one plan per group of blocks of one shape (:func:`plan_group`) and for the stem and head
 #: ("no layer"), fitted by ``scripts/fit_plans.py`` to the real per-block figures.
 EDGETPU_L: Final[Mapping[str, Plan]] = MappingProxyType({
-    "no layer": Plan(exchange=3.28, vertices=3.43, programs=1.6, split=1),
-    "stage0/first": Plan(exchange=4.21, vertices=1.54, programs=0.675, split=0.942),
-    "stage0/rest": Plan(exchange=3.48, vertices=1.52, programs=0.953, split=0.731),
-    "stage1/first": Plan(exchange=2.8, vertices=1.31, programs=0.615, split=0.721),
-    "stage1/rest": Plan(exchange=4.79, vertices=0.661, programs=0.456, split=1.54),
-    "stage2/first": Plan(exchange=2.1, vertices=0.755, programs=0.336, split=1.82),
-    "stage2/rest": Plan(exchange=3.32, vertices=0.693, programs=0.815, split=1.75),
-    "stage3/first": Plan(exchange=1.98, vertices=0.879, programs=0.97, split=0.641),
-    "stage3/rest": Plan(exchange=1.21, vertices=1.89, programs=1.7, split=0.876),
-    "stage4/first": Plan(exchange=1.47, vertices=1.59, programs=1.48, split=0.746),
-    "stage4/rest": Plan(exchange=9.37, vertices=5.34, programs=2.76, split=0.799),
-    "stage5/first": Plan(exchange=1.71, vertices=1.47, programs=1.16, split=0.449),
-    "stage5/rest": Plan(exchange=3.46, vertices=8.92, programs=2.07, split=0.935),
+    "no layer": Plan(vertices=3.43, code=0.671, exchange=3.28, programs=1.6),
+    "stage0/first": Plan(vertices=1.54, exchange=4.21, programs=0.675, split=0.942),
+    "stage0/rest": Plan(vertices=1.52, exchange=3.48, programs=0.953, split=0.731),
+    "stage1/first": Plan(vertices=1.31, exchange=2.8, programs=0.615, split=0.721),
+    "stage1/rest": Plan(vertices=0.661, exchange=4.79, programs=0.456, split=1.54),
+    "stage2/first": Plan(vertices=0.755, exchange=2.1, programs=0.336, split=1.82),
+    "stage2/rest": Plan(vertices=0.693, exchange=3.32, programs=0.815, split=1.75),
+    "stage3/first": Plan(vertices=0.879, exchange=1.98, programs=0.97, split=0.641),
+    "stage3/rest": Plan(vertices=1.89, exchange=1.21, programs=1.7, split=0.876),
+    "stage4/first": Plan(vertices=1.59, exchange=1.47, programs=1.48, split=0.746),
+    "stage4/rest": Plan(vertices=5.34, exchange=9.37, programs=2.76, split=0.799),
+    "stage5/first": Plan(vertices=1.47, exchange=1.71, programs=1.16, split=0.449),
+    "stage5/rest": Plan(vertices=8.92, exchange=3.46, programs=2.07, split=0.935),
+})
+#: PopTorch's BERT demo_tiny_128 (SQuAD training): the operations without a layer, and layer 1's exchange code.
+POPTORCH_BERT_TINY: Final[Mapping[str, Plan]] = MappingProxyType({
+    "no layer": Plan(vertices=2.11, spread=6.51, exchange=5.33, programs=2.29),
+    "1": Plan(exchange=0.649),
+})
+#: BERT-Large SQuAD-128 inference by the older SDK: the operations without a layer (embeddings, mask, head).
+BERT_LARGE_SDK_OLD: Final[Mapping[str, Plan]] = MappingProxyType({
+    "no layer": Plan(vertices=2.24, code=1.75),
 })
 
 #: Preset -> its plans, keyed by group (``scripts/fit_plans.py`` swaps a table in while it fits).
-_TABLES: dict[str, Mapping[str, Plan]] = {"efficientnet-edgetpu-l": EDGETPU_L}
+_TABLES: dict[str, Mapping[str, Plan]] = {"efficientnet-edgetpu-l": EDGETPU_L, "poptorch-bert-tiny": POPTORCH_BERT_TINY,
+                                          "bert-large-sdk-old": BERT_LARGE_SDK_OLD}
 PRESET_PLANS: Final[Mapping[str, Mapping[str, Plan]]] = MappingProxyType(_TABLES)
 
 
