@@ -141,8 +141,9 @@ def _block(g: GraphBuilder, d: Dims, i: int, x: int, widths: tuple[int, int, int
         return conv(g, f"{p}/{name}/Conv2D", p, y, kernel, outputs * HALF, flops, temp=partials, share=key)
 
     def bn(name: str, y: int, channels: int, pixels: int, relu: bool = True) -> int:
-        key = f"batchnorm/{g.tensors[y].nbytes}/{channels}" if cache else None
-        return bn_relu(g, f"{p}/{name}", p, y, channels, pixels, share=key, relu=relu)
+        # Not cached: in the real profile the (folded) batch norm is element-wise multiplies and adds
+        # (``tpu_batch_normalization/batchnorm/mul_1``, ``add_1``), not a cached norm.
+        return bn_relu(g, f"{p}/{name}", p, y, channels, pixels, relu=relu)
 
     # The expansion's shape recurs in the next stage's first block (same input, same width), whose cached body
     # it then is: its planner choices are left as generated; only its partials split is the group's.

@@ -26,18 +26,18 @@ __all__ = ["PRESET_PLANS", "plan_group", "preset_plans"]
 #: ("no layer"), fitted by ``scripts/fit_plans.py`` to the real per-block figures.
 EDGETPU_L: Final[Mapping[str, Plan]] = MappingProxyType({
     "no layer": Plan(vertices=3.43, code=0.671, exchange=3.28, programs=1.6),
-    "stage0/first": Plan(vertices=1.54, exchange=4.21, programs=0.675, split=0.942),
-    "stage0/rest": Plan(vertices=1.52, exchange=3.48, programs=0.953, split=0.731),
-    "stage1/first": Plan(vertices=1.31, exchange=2.8, programs=0.615, split=0.721),
-    "stage1/rest": Plan(vertices=0.661, exchange=4.79, programs=0.456, split=1.54),
-    "stage2/first": Plan(vertices=0.755, exchange=2.1, programs=0.336, split=1.82),
-    "stage2/rest": Plan(vertices=0.693, exchange=3.32, programs=0.815, split=1.75),
-    "stage3/first": Plan(vertices=0.879, exchange=1.98, programs=0.97, split=0.641),
-    "stage3/rest": Plan(vertices=1.89, exchange=1.21, programs=1.7, split=0.876),
-    "stage4/first": Plan(vertices=1.59, exchange=1.47, programs=1.48, split=0.746),
-    "stage4/rest": Plan(vertices=5.34, exchange=9.37, programs=2.76, split=0.799),
-    "stage5/first": Plan(vertices=1.47, exchange=1.71, programs=1.16, split=0.449),
-    "stage5/rest": Plan(vertices=8.92, exchange=3.46, programs=2.07, split=0.935),
+    "stage0/first": Plan(vertices=1.54, exchange=4.21, programs=0.838, split=0.942),
+    "stage0/rest": Plan(vertices=1.53, exchange=3.54, programs=1.05, split=0.735),
+    "stage1/first": Plan(vertices=1.31, exchange=2.8, programs=0.668, split=0.721),
+    "stage1/rest": Plan(vertices=0.798, exchange=4.71, programs=0.58, split=1.54),
+    "stage2/first": Plan(vertices=0.755, exchange=2.1, programs=0.39, split=1.84),
+    "stage2/rest": Plan(vertices=0.706, exchange=3.29, programs=0.785, split=1.75),
+    "stage3/first": Plan(vertices=0.879, exchange=1.98, programs=1.15, split=0.641),
+    "stage3/rest": Plan(vertices=1.48, exchange=1.2, programs=1.54, split=0.827),
+    "stage4/first": Plan(vertices=1.37, exchange=1.4, programs=1.32, split=0.746),
+    "stage4/rest": Plan(vertices=4, exchange=8.94, programs=2.26, split=0.756),
+    "stage5/first": Plan(vertices=1.47, exchange=1.69, programs=1.23, split=0.538),
+    "stage5/rest": Plan(vertices=6.97, exchange=3.28, programs=1.76, split=0.945),
 })
 #: PopTorch's BERT demo_tiny_128 (SQuAD training): the operations without a layer, and layer 1's exchange code.
 POPTORCH_BERT_TINY: Final[Mapping[str, Plan]] = MappingProxyType({

@@ -97,7 +97,7 @@ class SynthSpec:
     #: EfficientNet blocks as TensorFlow's EdgeTPU builder makes them (popliner/synth/effnet.py); off: the
     #: earlier approximation (stride in a fused block's expansion), which the committed fixture keeps.
     edgetpu_builder: bool = False
-    #: Convolutions and batch norms as TensorFlow's Poplar backend caches them: one body per shape, model-wide,
+    #: Convolutions as TensorFlow's Poplar backend caches them: one body per shape, model-wide,
     #: that every operation of that shape calls (popliner/synth/effnet.py).
     shape_cache: bool = False
     #: The planner's choices per group of blocks fitted to the real EfficientNet-EdgeTPU-L (popliner/synth/plans.py).
