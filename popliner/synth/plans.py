@@ -26,18 +26,17 @@ __all__ = ["PRESET_PLANS", "plan_group", "preset_plans"]
 #: ("no layer"), fitted by ``scripts/fit_plans.py`` to the real per-block figures.
 EDGETPU_L: Final[Mapping[str, Plan]] = MappingProxyType({
     "no layer": Plan(vertices=3.43, code=0.671, exchange=3.28, programs=1.6),
-    "stage0/first": Plan(vertices=1.54, exchange=4.21, programs=0.838, split=0.942),
-    "stage0/rest": Plan(vertices=1.53, exchange=3.54, programs=1.05, split=0.735),
-    "stage1/first": Plan(vertices=1.31, exchange=2.8, programs=0.668, split=0.721),
-    "stage1/rest": Plan(vertices=0.798, exchange=4.71, programs=0.58, split=1.54),
-    "stage2/first": Plan(vertices=0.755, exchange=2.1, programs=0.39, split=1.84),
-    "stage2/rest": Plan(vertices=0.706, exchange=3.29, programs=0.785, split=1.75),
-    "stage3/first": Plan(vertices=0.879, exchange=1.98, programs=1.15, split=0.641),
-    "stage3/rest": Plan(vertices=1.48, exchange=1.2, programs=1.54, split=0.827),
-    "stage4/first": Plan(vertices=1.37, exchange=1.4, programs=1.32, split=0.746),
+    "stage0/first": Plan(exchange=4.1),
+    "stage0/rest": Plan(exchange=3.36),
+    "stage1/first": Plan(exchange=2.44),
+    "stage1/rest": Plan(exchange=4.71, programs=0.58, split=1.54),
+    "stage2/first": Plan(exchange=2.1, programs=0.39, split=1.84),
+    "stage2/rest": Plan(exchange=3.29, split=1.75),
+    "stage3/first": Plan(exchange=1.98, split=0.641),
+    "stage4/first": Plan(split=0.729),
     "stage4/rest": Plan(vertices=4, exchange=8.94, programs=2.26, split=0.756),
-    "stage5/first": Plan(vertices=1.47, exchange=1.69, programs=1.23, split=0.538),
-    "stage5/rest": Plan(vertices=6.97, exchange=3.28, programs=1.76, split=0.945),
+    "stage5/first": Plan(exchange=1.69, split=0.538),
+    "stage5/rest": Plan(vertices=6.97, exchange=3.2, programs=1.76),
 })
 #: PopTorch's BERT demo_tiny_128 (SQuAD training): the operations without a layer, and layer 1's exchange code.
 POPTORCH_BERT_TINY: Final[Mapping[str, Plan]] = MappingProxyType({
