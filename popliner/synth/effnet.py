@@ -70,7 +70,8 @@ def efficientnet(g: GraphBuilder, d: Dims, blocks: int, exact: bool = False,
     stem = "efficientnet/stem"
     hw = max(1, d.seq // 2)
     k = g.weight(f"{stem}/conv2d/kernel", 3 * stem_w * 9 * HALF, stem)
-    x = conv(g, f"{stem}/conv2d/Conv2D", stem, img, k, b * stem_w * hw * hw * HALF, 2.0 * b * hw * hw * 27 * stem_w)
+    x = conv(g, f"{stem}/conv2d/Conv2D", stem, img, k, b * stem_w * hw * hw * HALF, 2.0 * b * hw * hw * 27 * stem_w,
+             share=_cache_key(g, img, k, b * stem_w * hw * hw, False) if cache else None)
     x = bn_relu(g, f"{stem}/bn", stem, x, stem_w, b * hw * hw)
     channels = stem_w
     for i in range(blocks):
@@ -84,7 +85,8 @@ def efficientnet(g: GraphBuilder, d: Dims, blocks: int, exact: bool = False,
     head = "efficientnet/head"
     wide = _width(_HEAD_FILTERS, stem_w)
     k = g.weight(f"{head}/conv2d/kernel", channels * wide * HALF, head)
-    x = conv(g, f"{head}/conv2d/Conv2D", head, x, k, b * wide * hw * hw * HALF, 2.0 * b * hw * hw * channels * wide)
+    x = conv(g, f"{head}/conv2d/Conv2D", head, x, k, b * wide * hw * hw * HALF, 2.0 * b * hw * hw * channels * wide,
+             share=_cache_key(g, x, k, b * wide * hw * hw, False) if cache else None)
     x = bn_relu(g, f"{head}/bn", head, x, wide, b * hw * hw)
     pooled = g.op(f"{head}/AvgPool", "GlobalAveragePool", "avgpool", head, [x], [(":0", b * wide * HALF)],
                   g.tensors[x].nbytes, grads=(GradRule("/AveragePoolGrad", "AveragePoolGrad", "avgpool_grad", 0),))[0]
@@ -92,6 +94,15 @@ def efficientnet(g: GraphBuilder, d: Dims, blocks: int, exact: bool = False,
     bias = g.weight(f"{head}/dense/bias", d.vocab * HALF, head)
     logits = matmul(g, f"{head}/dense/MatMul", head, pooled, w, b, wide, d.vocab)
     return bias_add(g, f"{head}/dense/BiasAdd", head, logits, bias), b, d.vocab
+
+
+def _cache_key(g: GraphBuilder, x: int, kernel: int, outputs: int, depthwise: bool) -> str:
+    """TensorFlow's convolution cache key: the input's and the weights' signatures and the parameters.
+
+    (Graphcore's TensorFlow, ``poplar/driver/conv_graph_caching.cc``: a cached convolution is a
+    ``poputil::graphfn`` function that every convolution of the same key calls, its arguments copied in.)
+    """
+    return f"conv/{g.tensors[x].nbytes}/{g.tensors[kernel].nbytes}/{outputs}/{depthwise}"
 
 
 #: Input channels one AMP pass of a convolution takes (a half-precision input-channel group).
@@ -137,7 +148,7 @@ def _block(g: GraphBuilder, d: Dims, i: int, x: int, widths: tuple[int, int, int
         flops = 2.0 * b * side * side * (1 if depthwise else ci) * co * k * k
         outputs = b * co * side * side
         partials = conv_partials(outputs, 1 if depthwise else ci, g.tiles, g.plan_of(p).split) if exact else None
-        key = f"conv/{g.tensors[y].nbytes}/{g.tensors[kernel].nbytes}/{outputs}/{depthwise}" if cache else None
+        key = _cache_key(g, y, kernel, outputs, depthwise) if cache else None
         return conv(g, f"{p}/{name}/Conv2D", p, y, kernel, outputs * HALF, flops, temp=partials, share=key)
 
     def bn(name: str, y: int, channels: int, pixels: int, relu: bool = True) -> int:

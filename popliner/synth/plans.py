@@ -25,7 +25,7 @@ __all__ = ["PRESET_PLANS", "plan_group", "preset_plans"]
 #: EfficientNet-EdgeTPU-L: one plan per group of blocks of one shape (:func:`plan_group`) and for the stem and head
 #: ("no layer"), fitted by ``scripts/fit_plans.py`` to the real per-block figures.
 EDGETPU_L: Final[Mapping[str, Plan]] = MappingProxyType({
-    "no layer": Plan(vertices=3.43, code=0.671, exchange=3.28, programs=1.6),
+    "no layer": Plan(vertices=3.43, code=0.671, exchange=3.28, programs=1.56),
     "stage0/first": Plan(exchange=4.1),
     "stage0/rest": Plan(exchange=3.36),
     "stage1/first": Plan(exchange=2.44),
@@ -36,7 +36,7 @@ EDGETPU_L: Final[Mapping[str, Plan]] = MappingProxyType({
     "stage4/first": Plan(split=0.729),
     "stage4/rest": Plan(vertices=4, exchange=8.94, programs=2.26, split=0.756),
     "stage5/first": Plan(exchange=1.69, split=0.538),
-    "stage5/rest": Plan(vertices=6.97, exchange=3.2, programs=1.76),
+    "stage5/rest": Plan(vertices=6.97, exchange=3.24, programs=1.73),
 })
 #: PopTorch's BERT demo_tiny_128 (SQuAD training): the operations without a layer, and layer 1's exchange code.
 POPTORCH_BERT_TINY: Final[Mapping[str, Plan]] = MappingProxyType({
