@@ -267,7 +267,8 @@ _CALIBRATED: Final = {"vertex_code_factor": 0.247, "vertex_state_factor": 0.301,
 
 #: The catalog's own amounts and graph (what the small presets and the committed fixtures use).
 UNCALIBRATED: Final = MappingProxyType({**{name: 1.0 for name in CALIBRATION_FIELDS}, "reference_bert": False,
-                                        "compiler_categories": False, "exchange_by_size": False})
+                                        "compiler_categories": False, "exchange_by_size": False,
+                                        "planner_inputs": False})
 
 # Preset parameters (mode is given separately). The real-model presets keep a
 # Mk2 IPU (1472 tiles of 624 KiB); the small ones use a few tens of tiles so
