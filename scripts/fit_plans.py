@@ -5,7 +5,7 @@
 
 EfficientNet-EdgeTPU-L: each group of blocks of one shape (a stage's first
 block, its other blocks) and the stem and head ("no layer") get one
-:class:`~popliner.synth.graph.Plan`; other presets: each row named with
+:class:`~popliner.synth.choices.Plan`; other presets: each row named with
 ``--rows`` (e.g. "no layer"). Starting from no plan (every factor 1),
 each round generates the preset, measures its rows as PopLiner did
 (``scripts/calibration_presets.py``) and multiplies each factor by the
@@ -26,8 +26,8 @@ import tempfile
 from pathlib import Path
 
 from popliner.synth import plans
+from popliner.synth.choices import Plan
 from popliner.synth.effnet import STAGES
-from popliner.synth.graph import Plan
 from popliner.synth.plans import plan_group
 
 _HERE = Path(__file__).resolve().parent
