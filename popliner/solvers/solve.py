@@ -21,6 +21,7 @@ from popliner.progress import phase
 from popliner.solvers.dp import dp_per_count
 from popliner.solvers.greedy import greedy_bounds
 from popliner.solvers.ilp import ilp_bounds
+from popliner.solvers.lexdp import lexicographic_optimum
 from popliner.solvers.objective import objective_order, split_value
 from popliner.solvers.problem import Bounds, SplitProblem
 from popliner.solvers.suffix import estimated_split, forward_bounds, suffix_table
@@ -86,16 +87,27 @@ def solve_bounds(table: RangeCosts, problem: SplitProblem, *, solver: SolverName
     dp = min((f for f in per_count.values() if f is not None), key=lambda f: f[1], default=None)
     if dp is not None:
         hints.append(dp[0])
-    with phase("solving (CP-SAT)"):
+    with phase("solving (exact DP)"):
         try:
-            outcome = ilp_bounds(table, problem, time_limit=max(deadline - time.monotonic(), 0.0), seed=seed,
-                                 hints=hints, per_count=per_count)
-        except OutOfTime:  # a range the DP did not need was read past the deadline: the DP's optimum stands
-            return _out_of_time(table, problem, dp, hints, relaxed, layer_need, time_limit, "ilp", "CP-SAT")
+            # The exact DP carried on to every objective in turn: when it proves the optimum, CP-SAT
+            # (and its import, half a second) is not needed.
+            outcome = lexicographic_optimum(table, problem, per_count, deadline)
+        except OutOfTime:
+            return _out_of_time(table, problem, dp, hints, relaxed, layer_need, time_limit, "ilp")
+    by_dp = outcome is not None
+    if outcome is None:
+        with phase("solving (CP-SAT)"):
+            try:
+                outcome = ilp_bounds(table, problem, time_limit=max(deadline - time.monotonic(), 0.0), seed=seed,
+                                     hints=hints, per_count=per_count)
+            except OutOfTime:  # a range the DP did not need was read past the deadline: the DP's optimum stands
+                return _out_of_time(table, problem, dp, hints, relaxed, layer_need, time_limit, "ilp", "CP-SAT")
     if outcome is None:
         return _infeasible(table, problem, "ilp", relaxed, layer_need, deadline, time_limit)
     first = objective_order(table, problem.objectives)[0]
     note = f"objective: {first.title}" + ("" if table.has_cycles else " (the profile has no cycles)")
+    if by_dp:
+        note += "; proved optimal by the exact DP, each objective in turn (CP-SAT not needed)"
     if not outcome.optimal and time.monotonic() >= deadline:
         note += f"; the {time_limit:g} s time limit ran out: the best split found by then, not proved optimal"
     return SplitOutcome(
