@@ -132,3 +132,33 @@ def test_a_proved_solve_says_so_and_never_imports_or_tools() -> None:
     assert out[0].startswith("OPTIMAL True 0.0 objective: largest stage cycles")
     assert out[0].endswith("proved optimal by the exact DP, each objective in turn (CP-SAT not needed)")
     assert out[1] == "False"
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(problems())
+def test_the_capped_dp_finds_every_count_that_reaches_the_optimum(case: tuple[ArrayRanges, SplitProblem]) -> None:
+    """Capped at the best value with memory left out, the DP loses no count that reaches the optimum."""
+    from popliner.solvers.dp import value_floor
+    from popliner.solvers.solve import _exact_per_count
+
+    table, problem = case
+    plain = dp_per_count(table, problem)
+    capped = _exact_per_count(table, problem, None)
+    reached = [f[1] for f in plain.values() if f is not None]
+    if not reached:
+        assert all(f is None for f in capped.values())
+        return
+    best = min(reached)
+    floor = value_floor(table, problem)
+    if objective_order(table)[0].uses_memory:
+        assert floor == float("inf")  # memory first (no cycles): no cap
+    else:
+        assert floor <= best  # a floor: no split that fits does better
+    assert {k: f for k, f in plain.items() if f is not None and f[1] == best} == \
+        {k: f for k, f in capped.items() if f is not None and f[1] == best}
+    # The rest is above the optimum either way: left out within the cap, or the plain DP's (no split within it).
+    assert all(f is None or (f == plain[k] and f[1] > best) for k, f in capped.items() if f is None or f[1] != best)
+    # And the whole ILP solve gives the brute force's optimum.
+    outcome = solve_bounds(table, problem, time_limit=10)
+    assert outcome.status == "OPTIMAL" and hint_objectives(table, problem, outcome.bounds) == \
+        min(values for values, _ in every_split(table, problem))

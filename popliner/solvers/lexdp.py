@@ -104,6 +104,8 @@ def _edges(table: RangeCosts, problem: SplitProblem, stages: int, order: tuple[O
     """Every range each position may hold whose objective 1 is within ``cap``, as the CP-SAT model's variables."""
     n = table.num_layers
     forbidden = table.forbidden_splits(problem.keep_shared_together)
+    # A range over the cap is no edge: when objective 1 needs no memory, its memory is not even read.
+    first = order[0] if not order[0].uses_memory else None
     edges: Edges = []
     for p in range(stages):
         check_deadline(deadline)
@@ -111,12 +113,14 @@ def _edges(table: RangeCosts, problem: SplitProblem, stages: int, order: tuple[O
         last_position = p == stages - 1
         for i in [0] if p == 0 else range(1, n):
             for j in range(i + problem.min_layers - 1, n):
-                if grows_past_limit(table, i, j, p, stages, problem.training):
-                    break  # longer ranges only use more memory
                 if any(i <= q < j for q in problem.split_after):
                     break  # a pinned split inside: a stage must end there
                 if (j == n - 1) != last_position or (j < n - 1 and not problem.allowed_split(j, forbidden)):
                     continue
+                if first is not None and first.stage_value(table, i, j, 0.0) > cap:
+                    continue
+                if grows_past_limit(table, i, j, p, stages, problem.training):
+                    break  # longer ranges only use more memory
                 mem = position_memory(table, i, j, p, stages, problem.training)
                 if mem == math.inf:
                     continue

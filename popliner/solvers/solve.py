@@ -18,7 +18,7 @@ from typing import Literal
 from popliner.deadline import OutOfTime
 from popliner.pipeline import RangeCosts, position_memory
 from popliner.progress import phase
-from popliner.solvers.dp import dp_per_count
+from popliner.solvers.dp import dp_per_count, value_floor
 from popliner.solvers.greedy import greedy_bounds
 from popliner.solvers.ilp import ilp_bounds
 from popliner.solvers.lexdp import lexicographic_optimum
@@ -81,7 +81,7 @@ def solve_bounds(table: RangeCosts, problem: SplitProblem, *, solver: SolverName
     hints = [greedy[0]] if greedy is not None else []
     with phase("building range tables"):
         try:
-            per_count = dp_per_count(table, problem, deadline=deadline)
+            per_count = _exact_per_count(table, problem, deadline)
         except OutOfTime as stop:
             return _out_of_time(table, problem, stop.best, hints, relaxed, layer_need, time_limit, "ilp")
     dp = min((f for f in per_count.values() if f is not None), key=lambda f: f[1], default=None)
@@ -114,6 +114,21 @@ def solve_bounds(table: RangeCosts, problem: SplitProblem, *, solver: SolverName
         "ilp", "OPTIMAL" if outcome.optimal else "FEASIBLE", outcome.bounds, objective=float(outcome.objectives[0]),
         bound=float(outcome.bound), gap=outcome.gap, note=note,
     )
+
+
+def _exact_per_count(table: RangeCosts, problem: SplitProblem,
+                     deadline: float | None) -> dict[int, tuple[Bounds, float] | None]:
+    """The exact DP's optimum of objective 1 for every stage count that reaches the best one (others may be None).
+
+    First capped at the best value with memory left out (:func:`value_floor`):
+    when a split reaches it, it is the optimum, and only the ranges within it
+    were read; otherwise again without the cap.
+    """
+    cap = value_floor(table, problem)
+    per_count = dp_per_count(table, problem, deadline=deadline, cap=cap)
+    if cap < math.inf and all(found is None for found in per_count.values()):
+        per_count = dp_per_count(table, problem, deadline=deadline)
+    return per_count
 
 
 def _out_of_time(table: RangeCosts, problem: SplitProblem, best: tuple[Bounds, float] | None, hints: list[Bounds],
