@@ -24,6 +24,7 @@ import numpy as np
 
 from popliner.errors import UsageProblem
 from popliner.framework import FrameworkChoice, choose_framework
+from popliner.hardware import DEFAULT_LINK_BANDWIDTH
 from popliner.memory.training import TrainingOptions
 from popliner.memory.work import check_work
 from popliner.ops.head import place_unlayered
@@ -217,7 +218,8 @@ class Analysis:
 
 
 def solve_split(analysis: Analysis, problem: SplitProblem, *, solver: SolverName = "ilp", time_limit: float = 60.0,
-                seed: int = 0, link_bytes_per_second: float = 64e9, started: float | None = None) -> SplitResult:
+                seed: int = 0, link_bytes_per_second: float = DEFAULT_LINK_BANDWIDTH,
+                started: float | None = None) -> SplitResult:
     """Split the analysed profile's layers over at most ``problem.num_ipus`` IPUs, with each stage's figures.
 
     The solvers see only the problem and the profile's range costs; each

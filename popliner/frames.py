@@ -26,6 +26,7 @@ import pandas as pd
 from popliner.analysis import Analysis, AnalysisOptions, load_analysis
 from popliner.dataframes import component_columns, typed
 from popliner.errors import UsageProblem
+from popliner.hardware import DEFAULT_LINK_BANDWIDTH
 from popliner.memory.training import TrainingOptions
 from popliner.memory.types import components
 
@@ -145,7 +146,7 @@ class Model:
 
     def solve(self, num_ipus: int = 4, *, mem_per_tile: int | None = None, headroom: float | None = None,
               exact_ipus: bool = False, solver: str = "ilp", time_limit: float = 60.0, seed: int = 0,
-              link_bytes_per_second: float = 64e9, **constraints: Any) -> SplitResult:
+              link_bytes_per_second: float = DEFAULT_LINK_BANDWIDTH, **constraints: Any) -> SplitResult:
         """Split the layers over at most ``num_ipus`` IPUs (see :class:`popliner.solvers.problem.SplitProblem`
         for ``constraints``: ``min_layers``, ``split_after``, ``same_ipu``, ``keep_shared_together``).
 

@@ -22,6 +22,7 @@ from popliner.analysis import Analysis, solve_split
 from popliner.deadline import OutOfTime
 from popliner.defaults import HeadPlacementRequest, PlannedDefaults, buildable_placements, framework_defaults
 from popliner.errors import UsageProblem
+from popliner.hardware import DEFAULT_LINK_BANDWIDTH
 from popliner.layout import Layout
 from popliner.memory.training import AppliedRecompute, Recompute, RecomputeRequest
 from popliner.progress import phase
@@ -76,7 +77,7 @@ class SplitRequest:
     solver: SolverName = "ilp"
     time_limit: float = 60.0
     seed: int = 0
-    link_bandwidth: float = 64e9
+    link_bandwidth: float = DEFAULT_LINK_BANDWIDTH
     fit_facts: bool = True
     suggest: bool = True
 
@@ -351,7 +352,7 @@ def _suggest(analysis: Analysis, problem: SplitProblem, request: SplitRequest, s
                                setup_seconds=setup)
 
 
-def fit_facts(analysis: Analysis, problem: SplitProblem, link_bytes_per_second: float = 64e9,
+def fit_facts(analysis: Analysis, problem: SplitProblem, link_bytes_per_second: float = DEFAULT_LINK_BANDWIDTH,
               used: int | None = None) -> FitFacts:
     """Fewest IPUs that fit under ``problem``'s constraints, and the whole model's worst tile on one IPU.
 

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from popliner.analysis import Analysis, analyse_profile
 from popliner.deadline import OutOfTime, check_deadline
+from popliner.hardware import DEFAULT_LINK_BANDWIDTH
 from popliner.memory.training import TrainingOptions
 from popliner.ops.remote import streams_optimizer_state
 from popliner.solvers.problem import SplitProblem
@@ -49,7 +50,7 @@ def reanalyse(analysis: Analysis, **changes: object) -> Analysis:
     return with_training(analysis, dataclasses.replace(analysis.options.training, **changes))  # type: ignore[arg-type]
 
 
-def budget_table(analysis: Analysis, problem: SplitProblem, link_bytes_per_second: float = 64e9,
+def budget_table(analysis: Analysis, problem: SplitProblem, link_bytes_per_second: float = DEFAULT_LINK_BANDWIDTH,
                  deadline: float | None = None) -> ProfileRanges:
     """A lazy range table at the budget: the search reads only the rows a fitting split could start at.
 
@@ -61,7 +62,7 @@ def budget_table(analysis: Analysis, problem: SplitProblem, link_bytes_per_secon
     return ProfileRanges(analysis.engine, problem.budget, link_bytes_per_second, deadline=deadline, lazy=True)
 
 
-def fewest_ipus(analysis: Analysis, problem: SplitProblem, link_bytes_per_second: float = 64e9,
+def fewest_ipus(analysis: Analysis, problem: SplitProblem, link_bytes_per_second: float = DEFAULT_LINK_BANDWIDTH,
                 deadline: float | None = None, table: ProfileRanges | None = None) -> int | None:
     """The smallest number of IPUs on which the analysed model fits (:class:`OutOfTime` past ``deadline``).
 
@@ -125,7 +126,7 @@ class Suggestion:
     out_of_time: bool = False
 
 
-def suggest_options(analysis: Analysis, problem: SplitProblem, link_bytes_per_second: float = 64e9,
+def suggest_options(analysis: Analysis, problem: SplitProblem, link_bytes_per_second: float = DEFAULT_LINK_BANDWIDTH,
                     deadline: float | None = None, setup_seconds: float = 0.0) -> Suggestion:
     """The first of the usual training options with which the model fits on at most ``problem.num_ipus`` IPUs.
 

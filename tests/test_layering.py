@@ -10,8 +10,8 @@ Leaf utilities: ``popliner`` itself (only ``__version__``), ``errors``
 (the exception hierarchy), ``fileio`` (atomic output files; the cache writes
 through it), ``interrupts`` (signals deferred while a file is being made),
 ``arrays`` (numpy helpers), ``progress`` (stderr progress) and ``deadline``
-(a solve's ``--time-limit``, read by the range tables and the solvers) and ``regexes`` (users' regexes
-with a time bound). They import
+(a solve's ``--time-limit``, read by the range tables and the solvers), ``regexes`` (users' regexes
+with a time bound) and ``hardware`` (the link figures every layer assumes by default). They import
 nothing else from popliner, which is checked too.
 
 The upper half (analysis -> plan -> config -> check/simulate -> writers -> cli, :data:`UPPER`) imports
@@ -25,7 +25,7 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "popliner"
 
-LEAVES = frozenset({"", "errors", "fileio", "interrupts", "arrays", "progress", "deadline", "regexes"})
+LEAVES = frozenset({"", "errors", "fileio", "interrupts", "arrays", "progress", "deadline", "regexes", "hardware"})
 
 #: Layer -> what it may import besides itself and the leaves.
 ALLOWED: dict[str, frozenset[str]] = {
@@ -47,6 +47,7 @@ LEAF_IMPORTS: dict[str, frozenset[str]] = {
     "progress": frozenset(),
     "interrupts": frozenset(),
     "deadline": frozenset(),
+    "hardware": frozenset(),
     "fileio": frozenset({"errors", "interrupts"}),
     "regexes": frozenset({"errors"}),
 }

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import IO
 from xml.etree import ElementTree as ET
@@ -40,6 +42,26 @@ def test_every_suffix_names_one_writer_per_kind() -> None:
                 assert (suffix, kind) not in seen, (suffix, kind, seen.get((suffix, kind)), w.name)
                 seen[(suffix, kind)] = w.name
     assert seen[(".json", "Simulation")] == "json" and seen[(".json", "PipelineConfig")] == "ipu_config"
+
+
+def test_each_line_of_the_map_agrees_with_the_writer_it_names() -> None:
+    # The map names modules without importing them; a line that drifted from its writer would route a
+    # suffix to a format that cannot write it, or open a binary format as text.
+    for declared in formats.WRITERS:
+        assert isinstance(declared, formats.DeclaredWriter)
+        real = declared.load()
+        assert isinstance(real, FormatWriter), declared.name
+        assert (real.name, real.suffixes, real.kinds, real.binary, real.newline) == (
+            declared.name, declared.suffixes, declared.kinds, declared.binary, declared.newline)
+
+
+def test_reading_the_map_imports_no_format_module() -> None:
+    # In a fresh interpreter: choosing the CSV writer loads the tables module only when it writes.
+    code = ("import sys; from popliner.writers.formats import writer_for; w = writer_for('t.csv', 'Tables', 'csv'); "
+            "print(sorted(m for m in sys.modules if m.startswith('popliner.writers.') and m not in "
+            "('popliner.writers.formats', 'popliner.writers.writer')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
 
 
 def test_the_longest_suffix_wins_and_other_names_get_the_default() -> None:

@@ -18,7 +18,7 @@ import click
 
 from popliner.errors import UsageProblem
 from popliner.fileio import atomic_write
-from popliner.simulator.engine import DEFAULT_LINK_BANDWIDTH, DEFAULT_SYNC_CYCLES
+from popliner.hardware import DEFAULT_LINK_BANDWIDTH, DEFAULT_SYNC_CYCLES
 
 __all__ = ["BYTES_PER_TILE", "CONFIG_TRAINING_PARAMS", "LAYERS_PER_STAGE", "LAYER_PARAMS", "LINK_BANDWIDTH",
            "MICRO_BATCHES", "MICRO_BATCH_SIZE", "NUM_IPUS", "REPLICAS", "SECONDS", "SEED", "SYNC_CYCLES",

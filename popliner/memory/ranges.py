@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from popliner.deadline import check_deadline
+from popliner.hardware import DEFAULT_LINK_BANDWIDTH
 from popliner.memory.range_state import Liveness, LivenessPath
 from popliner.memory.running import RunningStage
 from popliner.memory.types import StageMemory
@@ -71,7 +72,7 @@ class ProfileRanges:
     running set from where it stopped. Figures are the same either way.
     """
 
-    def __init__(self, engine: MemoryEngine, limit: int, link_bytes_per_second: float = 64e9,
+    def __init__(self, engine: MemoryEngine, limit: int, link_bytes_per_second: float = DEFAULT_LINK_BANDWIDTH,
                  liveness: Liveness = "auto", deadline: float | None = None, lazy: bool = False) -> None:
         self.engine = engine
         self.limit = limit

@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from popliner.hardware import DEFAULT_LINK_BANDWIDTH, DEFAULT_SYNC_CYCLES
+
 __all__ = [
     "BOUNDS",
     "DEFAULT_CLOCK_HZ",
@@ -28,17 +30,13 @@ __all__ = [
     "streaming_seconds",
 ]
 
-#: One IPU-Link: 512 Gbit/s, as the IPU-M2000 and Bow-2000 datasheets quote it (docs/pod-planner.md).
-DEFAULT_LINK_BANDWIDTH = 64e9
 #: The ring between replicas runs over the same IPU-Links in a POD16/POD64 (one link per hop).
-DEFAULT_REPLICA_BANDWIDTH = 64e9
+DEFAULT_REPLICA_BANDWIDTH = DEFAULT_LINK_BANDWIDTH
 #: IPU to Streaming Memory through the IPU-Gateway: one PCIe Gen4 x8 link (16 GT/s x 8 lanes, 128b/130b),
 #: the link the published IPU-M2000 block diagram draws between the IPUs and the gateway.
 DEFAULT_STREAMING_BANDWIDTH = 16e9 * 128 / 130
 #: GC200 clock (1.33 GHz); a profile's own target clock is used when it has one.
 DEFAULT_CLOCK_HZ = 1.33e9
-#: The simulator's sync before each copy phase (popliner.simulator.engine.DEFAULT_SYNC_CYCLES).
-DEFAULT_SYNC_CYCLES = 1000
 #: What may bound a step, in the order ties are named.
 BOUNDS: tuple[str, ...] = ("compute", "bubble", "copies", "all-reduce", "streaming")
 

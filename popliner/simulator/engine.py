@@ -25,6 +25,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from popliner.errors import UsageProblem
+from popliner.hardware import DEFAULT_LINK_BANDWIDTH, DEFAULT_SYNC_CYCLES
 from popliner.simulator.memory import (
     MemoryPoint,
     StashTrace,
@@ -66,14 +67,6 @@ __all__ = [
     "simulate",
 ]
 
-#: Bytes/s between neighbouring IPUs: one IPU-Link, 512 Gbit/s as Graphcore
-#: quotes it for Bow-2000/IPU-M2000 systems. A GC200 has several links; this
-#: is the conservative figure for a copy that uses one.
-DEFAULT_LINK_BANDWIDTH = 64e9
-#: Clock cycles of the inter-IPU sync before each copy phase; a rough
-#: estimate of a hardware sync plus exchange set-up; calibrate it against a
-#: real profile of the pipelined model when you have one.
-DEFAULT_SYNC_CYCLES = 1000
 
 
 def simulate(

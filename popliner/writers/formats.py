@@ -13,45 +13,77 @@ of its own, such as ``--trace``):
 * any other name, and stdout, get the command's default format.
 
 The protocol is :mod:`popliner.writers.writer`'s. A new format is one
-module holding a writer and one line in :func:`_known`; see docs/writers.md.
+module holding a writer and one line in :data:`WRITERS`; see docs/writers.md.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import IO, Any
 
 from popliner.errors import UsageProblem
 from popliner.fileio import check_writable, is_stdout, writes_in_place
 from popliner.writers.writer import Writer
 
-__all__ = ["WRITERS", "check_output", "suffixes_for", "writer_among", "writer_for", "writers"]
+__all__ = ["WRITERS", "DeclaredWriter", "check_output", "suffixes_for", "writer_among", "writer_for", "writers"]
 
 
-def _known() -> tuple[Writer, ...]:
-    """The map's writers. A format module imports only what naming its writer needs."""
-    from popliner.writers.html import HTML
-    from popliner.writers.ipu_config import IPU_CONFIG
-    from popliner.writers.jsondoc import JSON
-    from popliner.writers.junit import JUNIT
-    from popliner.writers.pipeline_yaml import YAML
-    from popliner.writers.plots import PNG, SVG
-    from popliner.writers.tables import CSV, TSV
-    from popliner.writers.text import TEXT
-    from popliner.writers.trace import TRACE
-    from popliner.writers.xlsx import XLSX
+@dataclass(frozen=True)
+class DeclaredWriter:
+    """A format as the map names it: its suffixes and kinds, and where its writer lives.
 
-    return (TEXT, CSV, TSV, XLSX, JSON, TRACE, YAML, IPU_CONFIG, HTML, JUNIT, PNG, SVG)
+    The writer's module is imported on the first write, not when the map is
+    read: every command consults the map, and the HTML, XLSX and JUnit
+    modules (with what they import) would cost a command that writes CSV
+    tens of milliseconds. ``tests/test_writers.py`` checks each declaration
+    against the writer it names.
+    """
+
+    name: str
+    suffixes: tuple[str, ...]
+    kinds: frozenset[str]
+    module: str
+    attr: str
+    binary: bool = False
+    newline: str | None = None
+
+    def load(self) -> Writer:
+        """The writer itself, from its module."""
+        writer: Writer = getattr(importlib.import_module(self.module), self.attr)
+        return writer
+
+    def write(self, value: Any, stream: IO[Any]) -> None:
+        self.load().write(value, stream)
+
+
+def _declared(name: str, suffixes: tuple[str, ...], kinds: str, module: str, attr: str, *, binary: bool = False,
+              newline: str | None = None) -> DeclaredWriter:
+    return DeclaredWriter(name, suffixes, frozenset(kinds.split()), f"popliner.writers.{module}", attr, binary,
+                          newline)
 
 
 #: The one map: every writer, each with the suffixes that choose it. A suffix may belong to two writers
 #: only when they write different kinds (``.json``: a split or a simulation, or an optimum IPU config).
-WRITERS: list[Writer] = []
+WRITERS: Sequence[Writer] = (
+    _declared("text", (".txt",), "Simulation CheckResult Tables", "text", "TEXT", newline=""),
+    _declared("csv", (".csv",), "Tables", "tables", "CSV", newline=""),
+    _declared("tsv", (".tsv",), "Tables", "tables", "TSV", newline=""),
+    _declared("xlsx", (".xlsx",), "Tables", "xlsx", "XLSX", binary=True),
+    _declared("json", (".json",), "Simulation SplitDocument PlanDocument", "jsondoc", "JSON"),
+    _declared("trace", (".trace.json",), "Simulation", "trace", "TRACE"),
+    _declared("yaml", (".yaml", ".yml"), "PipelineConfig", "pipeline_yaml", "YAML"),
+    _declared("ipu_config", (".json",), "PipelineConfig", "ipu_config", "IPU_CONFIG"),
+    _declared("html", (".html", ".htm"), "Report", "html", "HTML", newline=""),
+    _declared("junit", (".xml",), "CheckResult", "junit", "JUNIT", binary=True),
+    _declared("png", (".png",), "Figure Simulation", "plots", "PNG", binary=True),
+    _declared("svg", (".svg",), "Figure Simulation", "plots", "SVG", binary=True),
+)
 
 
 def writers() -> Sequence[Writer]:
-    if not WRITERS:
-        WRITERS.extend(_known())
     return WRITERS
 
 
