@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from popliner.analysis import Analysis, load_analysis
-from popliner.arrays import gather_csr
+from popliner.arrays import gather_csr, union_of
 from popliner.breakdown import whole_profile_memory
 from popliner.memory.liveness import window_peak
 from popliner.memory.types import COMPONENTS as MODEL_COMPONENTS
@@ -129,7 +129,11 @@ def poplinerlike_row(a: Analysis, ops: np.ndarray, counted: np.ndarray) -> list[
     code, state, exchange, control = a.model.program_code(called_closure(a, a.ops.programs_of_set(ops)))
     ops = np.asarray(ops, np.int64)
     lo, hi = a.model.window(ops)
-    variables = window_peak(a.profile, a.ops.vars_of_set(ops[counted[ops]]), lo, hi)
+    # libpva's operation variables are those of its programs, a called body's included (as for code).
+    progs = a.profile.programs
+    reached = called_closure(a, a.ops.programs_of_set(ops[counted[ops]]))
+    used = union_of(gather_csr(progs.var_ptr, progs.var_idx, reached), a.profile.variables.count)
+    variables = window_peak(a.profile, used, lo, hi)
     return [int(x.sum()) for x in (state, code, exchange, control, variables)]
 
 

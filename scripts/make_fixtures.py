@@ -46,11 +46,13 @@ def fixtures() -> dict[str, SynthSpec]:
         # EfficientNet-EdgeTPU-L's six stages in 12 blocks on 64 tiles, TensorFlow names, and the compiler's other
         # tileMemory categories (the only fixture with them, so the one whose figures carry "Other categories").
         # Pinned to the preset as it was when the fixture was made: blocks of the first approximation, exchange
-        # code per kind of operation (docs/synthetic-profiles.md, "Three more real models").
+        # code per kind of operation, no shape cache, no fitted planner choices (docs/synthetic-profiles.md,
+        # "Three more real models").
         "efficientnet-small-inference.json.gz": preset_spec("efficientnet-edgetpu-l", "inference", layers=12,
                                                             tiles=64, seq=144, batch=6, scale=0.5,
                                                             edgetpu_builder=False, exchange_by_size=False,
-                                                            exchange_code_factor=1.0),
+                                                            exchange_code_factor=1.0, shape_cache=False,
+                                                            planner_inputs=False),
     }
 
 

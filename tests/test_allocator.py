@@ -67,3 +67,11 @@ def test_thresholds_cover_a_4x_array() -> None:
     # The largest per-variable column of a 4x profile (14.7 M int64) must come from the heap.
     assert allocator.MMAP_THRESHOLD > 14_700_000 * 8
     assert allocator.MMAP_THRESHOLD < 2**31 and allocator.TRIM_THRESHOLD < 2**31  # mallopt takes an int
+
+
+def test_trim_threshold_is_the_largest_mallopt_takes() -> None:
+    # The 10x solves free and allocate again more than 1 GB between their phases: kept, not given back.
+    # mallopt takes a C int: a larger value would wrap (1 << 40 becomes 0: trim at once).
+    import ctypes
+
+    assert allocator.TRIM_THRESHOLD == 2**31 - 1 == ctypes.c_int(allocator.TRIM_THRESHOLD).value

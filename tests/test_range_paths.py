@@ -203,6 +203,42 @@ def test_merged_change_equals_the_scattered_events(fixture: str) -> None:
         assert set(touched.tolist()) <= set(np.flatnonzero(grid.touched).tolist())
 
 
+def test_grid_readings_between_changes_equal_a_fresh_grid() -> None:
+    """The live bytes before each block and the blocks' largest, kept between readings, follow every change.
+
+    Variables are added in random batches, the grid is read over random
+    windows after each, and cleared now and then; every reading equals that
+    of a grid built afresh from the same variables (read once).
+    """
+    profile = _engine("bert-tiny-training.json").profile
+    rng = np.random.default_rng(5)
+    grid = liveness.SegmentGrid.of(profile, block=3)
+    assert grid.nblocks > 4
+    steps = profile.num_steps
+    # Variables whose events all fall in the second half of the blocks: the first batch after a clear, so
+    # that what the clear emptied lies below every block the batch changes.
+    every = grid.events_of(np.arange(profile.variables.count), with_owner=True)
+    per_block = grid.block * grid.tiles
+    early = np.zeros(profile.variables.count, bool)
+    early[every["owner"][np.minimum(every["start"], every["end"]) // per_block < grid.nblocks // 2]] = True
+    late = np.flatnonzero(~early)
+    assert late.size
+    held: list[np.ndarray] = []
+    for round_ in range(60):
+        var = np.unique(rng.integers(0, profile.variables.count, int(rng.integers(1, 40))))
+        if round_ % 17 == 16:
+            grid.clear()
+            held = []
+            var = np.unique(rng.choice(late, 5))
+        grid.add(grid.merged(var) if round_ % 2 else grid.events_of(var))
+        held.append(var)
+        for _ in range(3):
+            lo, hi = sorted(rng.integers(-1, steps + 1, 2).tolist())
+            fresh = liveness.SegmentGrid.of(profile, block=3)
+            fresh.add(fresh.events_of(np.concatenate(held)))  # a variable in two batches counts twice in both
+            assert grid.peak(lo, hi).tolist() == fresh.peak(lo, hi).tolist(), (round_, lo, hi)
+
+
 @pytest.mark.parametrize("small_paths", [(3, 2)], indirect=True)
 @pytest.mark.parametrize("options", OPTIONS[:4], ids=lambda o: "-".join(o.values()) or "plain")
 def test_tables_of_rising_limits_equal_the_direct_model(options: dict[str, str], small_paths: None) -> None:

@@ -152,9 +152,13 @@ def test_tables_of_rising_limits_under_pipeline(tiny_blocks: None) -> None:
             assert got == (worst if worst <= limit and all(totals[(i, k)] <= limit for k in range(i, j)) else np.inf)
 
 
+@pytest.mark.parametrize("scatter_min", [0, 10**9])  # operation by operation, and the vectorised minimum
 @pytest.mark.parametrize("source", ["tiny-training.json", "bert-tiny-training.json", "gpt2-tiny"])
-def test_first_user_is_the_earliest_user(source: str) -> None:
+def test_first_user_is_the_earliest_user(source: str, scatter_min: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """The operation table's first user (shared by every engine of a profile) against a walk over the operations."""
+    import popliner.ops.operations as operations
+
+    monkeypatch.setattr(operations, "SCATTER_MIN_VARS_PER_OP", scatter_min)
     engine, _ = _engines(source)
     ops = engine.ops
     expect = [-1] * engine.profile.variables.count

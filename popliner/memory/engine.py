@@ -28,7 +28,7 @@ import numpy as np
 
 from popliner.layout import Layout
 from popliner.memory.boundaries import Boundaries
-from popliner.memory.liveness import variable_steps, window_peak
+from popliner.memory.liveness import class_steps, window_peak
 from popliner.memory.model import MemoryModel
 from popliner.memory.range_state import Liveness, RangeState, liveness_path
 from popliner.memory.ranges_shared import SharedParts
@@ -312,7 +312,7 @@ class MemoryEngine:
             return out
         var = self.model.counted_variables(ops)
         var = var[self.stash_candidate[var]]
-        stash = var[self.stash_select(self.var_first_step[var], self.var_last_step[var], windows)]
+        stash = var[self.stash_select(*self.steps_of(var), windows)]
         v = self.profile.variables
         # float64 bincount: exact while a tile's entry is below 2**53 bytes.
         return np.bincount(v.tile[stash], weights=v.bytes[stash], minlength=self.tiles).astype(np.int64)
@@ -407,8 +407,21 @@ class MemoryEngine:
     # -- variables -------------------------------------------------------------
 
     @cached_property
+    def class_steps(self) -> tuple[np.ndarray, np.ndarray]:
+        """First and last live step of each liveness class (:func:`popliner.memory.liveness.class_steps`)."""
+        return class_steps(self.profile)
+
+    @cached_property
     def _variable_steps(self) -> tuple[np.ndarray, np.ndarray]:
-        return variable_steps(self.profile)
+        starts, ends = self.class_steps
+        klass = self.profile.variables.klass
+        return starts[klass], ends[klass]
+
+    def steps_of(self, var: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """:attr:`var_first_step` and :attr:`var_last_step` of some variables, through their classes."""
+        starts, ends = self.class_steps
+        klass = self.profile.variables.klass[var]
+        return starts[klass], ends[klass]
 
     @property
     def var_first_step(self) -> np.ndarray:

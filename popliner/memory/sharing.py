@@ -64,7 +64,7 @@ def handed_over_bytes(engine: MemoryEngine) -> np.ndarray:
     has = owner >= 0
     layer_of_step[has] = engine.layer_of_op[owner[has]]
     used = union_of(engine.ops.var_idx, p.variables.count)
-    first, last = engine.var_first_step[used], engine.var_last_step[used]
+    first, last = engine.steps_of(used)
     ok = (first >= 0) & (last >= 0) & ~engine.always_live_var[used]
     used, first, last = used[ok], first[ok], last[ok]
     src, dst = layer_of_step[first], layer_of_step[last]

@@ -28,8 +28,46 @@ def stash_columns(engine: MemoryEngine, var: np.ndarray, with_owner: bool = Fals
     if not engine.training:
         return None
     v = engine.profile.variables
-    return candidate_columns(var, engine.stash_candidate, engine.var_first_step, engine.var_last_step, v.tile, v.bytes,
-                             engine.tiles, with_owner)
+    keep = np.flatnonzero(engine.stash_candidate[var])  # the others are never part of a stash entry
+    sv = var[keep]
+    if not with_owner:
+        grouped = _grouped_by_class(sv, v.klass, engine.class_steps, v.tile, v.bytes, engine.tiles)
+        if grouped is not None:
+            return grouped
+    # candidate_columns' columns, the steps through the classes (no step columns over every variable).
+    first, last = engine.steps_of(sv)
+    cols = {"first": first, "last": last, "tile": v.tile[sv], "nbytes": v.bytes[sv]}
+    if with_owner:
+        cols["owner"] = keep
+        return cols
+    return _grouped(cols, engine.tiles)
+
+
+def _grouped_by_class(sv: np.ndarray, klass: np.ndarray, class_steps: tuple[np.ndarray, np.ndarray],
+                      tile: np.ndarray, nbytes: np.ndarray, tiles: int) -> dict[str, np.ndarray] | None:
+    """:func:`_grouped` of the candidates ``sv``, with their (first, last) pairs found per liveness class.
+
+    A variable's first and last live steps are its class's, so the pairs of
+    the few hundred classes present give every candidate's pair: no columns
+    of steps over all the variables. The same rows as :func:`_grouped`;
+    None where it would not group them (or groups by a sort): the caller
+    then takes the columns.
+    """
+    ranked = rank_by_table(klass[sv]) if sv.size else None
+    if ranked is None:
+        return None
+    classes, rank = ranked
+    first, last = (steps[classes].astype(np.int64) for steps in class_steps)
+    if first.min() < -1 or last.min() < -1 or max(first.max(), last.max()) >= 2**31:
+        return None
+    pairs = pair_groups(first + 1, last + 1)
+    if pairs is None or pairs[0].size * tiles > 4 * sv.size:
+        return None
+    group = pairs[2][rank]
+    # float64 bincount: exact while a tile's bytes in one group are below 2**53.
+    dense = np.bincount(group * tiles + tile[sv], weights=nbytes[sv],
+                        minlength=pairs[0].size * tiles).astype(np.int64).reshape(-1, tiles)
+    return {"first": pairs[0] - 1, "last": pairs[1] - 1, "dense": dense}
 
 
 def candidate_columns(var: np.ndarray, candidate: np.ndarray, first: np.ndarray, last: np.ndarray, tile: np.ndarray,

@@ -15,6 +15,7 @@ from typing import Protocol
 
 import numpy as np
 
+from popliner.arrays import gather_csr, sorted_unique
 from popliner.layout import EMBEDDING_GROUP, HEAD_GROUP, HeadPlacement
 from popliner.ops.layers import LayerAssignment
 from popliner.ops.operations import OperationTable
@@ -161,8 +162,8 @@ def tied_head(profile: Profile, ops: OperationTable, layers: LayerAssignment, ba
     if found is None:
         return False
     groups, backward, is_update = found
-    always = profile.always_live_classes()[profile.variables.klass]
-    used = [np.zeros(profile.variables.count, bool) for _ in range(2)]
-    for op in np.flatnonzero((groups >= 0) & ~backward & ~is_update).tolist():
-        used[int(groups[op])][ops.vars_of(op)] = True
-    return bool((used[0] & used[1] & always).any())
+    forward = np.flatnonzero((groups >= 0) & ~backward & ~is_update)
+    # The variables of each group, as sorted arrays: masks over every variable cost a pass over millions.
+    used = [sorted_unique(gather_csr(ops.var_ptr, ops.var_idx, forward[groups[forward] == g])) for g in (0, 1)]
+    both = np.intersect1d(used[0], used[1], assume_unique=True)
+    return bool(profile.always_live_classes()[profile.variables.klass[both]].any())

@@ -24,7 +24,7 @@ def build_model(g: GraphBuilder, spec: SynthSpec) -> None:
     elif spec.kind == "decoder":
         out = gpt(g, d, spec.layers)
     elif spec.kind == "efficientnet":
-        out = efficientnet(g, d, spec.layers, spec.edgetpu_builder)
+        out = efficientnet(g, d, spec.layers, spec.edgetpu_builder, spec.shape_cache)
     else:
         out = resnet(g, d, spec.layers)
     logits, rows, classes = out

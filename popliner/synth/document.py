@@ -29,6 +29,7 @@ from popliner.synth.graph import Compiled, GraphBuilder
 from popliner.synth.layout import Layout, lay_out
 from popliner.synth.lower import Calibration, Lowered, lower
 from popliner.synth.naming import rename_contexts
+from popliner.synth.plans import preset_plans
 from popliner.synth.spec import SynthSpec
 from popliner.synth.tilevec import encode_dense
 from popliner.synth.truth import liveness, tile_memory, vertex_counts
@@ -122,7 +123,9 @@ def _build(spec: SynthSpec) -> tuple[dict[str, Any], SynthSummary]:
     seeds = np.random.SeedSequence(spec.seed).spawn(2)
     compiled = Compiled(spec.recompute, spec.split_after, spec.optimizer_state == "off-chip", spec.state_shards,
                         spec.first_moment == "half")
-    g = GraphBuilder(spec.tiles, np.random.default_rng(seeds[0]), spec.optimizer, compiled)
+    g = GraphBuilder(spec.tiles, np.random.default_rng(seeds[0]), spec.optimizer, compiled,
+                     preset_plans(spec.model, spec.layers) if spec.planner_inputs else None)
+    g.linear_mapping = spec.linear_mapping
     build_model(g, spec)
     graph = g.build()
     layout = lay_out(graph.tensors, spec.tiles, spec.scale, spec.bytes_per_tile)

@@ -46,7 +46,8 @@ _STEM_WIDTH = 40
 _FIRST_INPUT_FILTERS = 32
 
 
-def _stage_of(block: int, blocks: int) -> int:
+def stage_of(block: int, blocks: int) -> int:
+    """The stage (an index into STAGES) of ``block`` among ``blocks``, spread in proportion."""
     total = sum(s[0] for s in STAGES)
     pos = (block + 0.5) * total / blocks
     edge = 0
@@ -61,28 +62,31 @@ def _width(filters: int, stem: int) -> int:
     return max(8, int(filters * stem / _STEM_WIDTH + 4) // 8 * 8)
 
 
-def efficientnet(g: GraphBuilder, d: Dims, blocks: int, exact: bool = False) -> tuple[int, int, int]:
-    """The model; returns (logits, rows, classes) as the other families do."""
+def efficientnet(g: GraphBuilder, d: Dims, blocks: int, exact: bool = False,
+                 cache: bool = False) -> tuple[int, int, int]:
+    """The model; returns (logits, rows, classes) as the other families do; ``cache``: TensorFlow's shape cache."""
     b, stem_w = d.batch, d.hidden
     img = g.stream_in("image", b * 3 * d.seq * d.seq * HALF)
     stem = "efficientnet/stem"
     hw = max(1, d.seq // 2)
     k = g.weight(f"{stem}/conv2d/kernel", 3 * stem_w * 9 * HALF, stem)
-    x = conv(g, f"{stem}/conv2d/Conv2D", stem, img, k, b * stem_w * hw * hw * HALF, 2.0 * b * hw * hw * 27 * stem_w)
+    x = conv(g, f"{stem}/conv2d/Conv2D", stem, img, k, b * stem_w * hw * hw * HALF, 2.0 * b * hw * hw * 27 * stem_w,
+             share=_cache_key(g, img, k, b * stem_w * hw * hw, False) if cache else None)
     x = bn_relu(g, f"{stem}/bn", stem, x, stem_w, b * hw * hw)
     channels = stem_w
     for i in range(blocks):
-        s = _stage_of(i, blocks)
-        first = i == 0 or _stage_of(i - 1, blocks) != s
+        s = stage_of(i, blocks)
+        first = i == 0 or stage_of(i - 1, blocks) != s
         _, ksize, stride, expand, filters, fused = STAGES[s]
         # The EdgeTPU builder expands the first block's nominal input filters, not the stem's width.
         nominal = _width(_FIRST_INPUT_FILTERS, stem_w) if exact and i == 0 else channels
         x, channels, hw = _block(g, d, i, x, (channels, nominal * expand, _width(filters, stem_w)), hw, ksize,
-                                 stride if first else 1, fused, exact, skip=not exact or s > 0)
+                                 stride if first else 1, fused, exact, skip=not exact or s > 0, cache=cache)
     head = "efficientnet/head"
     wide = _width(_HEAD_FILTERS, stem_w)
     k = g.weight(f"{head}/conv2d/kernel", channels * wide * HALF, head)
-    x = conv(g, f"{head}/conv2d/Conv2D", head, x, k, b * wide * hw * hw * HALF, 2.0 * b * hw * hw * channels * wide)
+    x = conv(g, f"{head}/conv2d/Conv2D", head, x, k, b * wide * hw * hw * HALF, 2.0 * b * hw * hw * channels * wide,
+             share=_cache_key(g, x, k, b * wide * hw * hw, False) if cache else None)
     x = bn_relu(g, f"{head}/bn", head, x, wide, b * hw * hw)
     pooled = g.op(f"{head}/AvgPool", "GlobalAveragePool", "avgpool", head, [x], [(":0", b * wide * HALF)],
                   g.tensors[x].nbytes, grads=(GradRule("/AveragePoolGrad", "AveragePoolGrad", "avgpool_grad", 0),))[0]
@@ -90,6 +94,15 @@ def efficientnet(g: GraphBuilder, d: Dims, blocks: int, exact: bool = False) -> 
     bias = g.weight(f"{head}/dense/bias", d.vocab * HALF, head)
     logits = matmul(g, f"{head}/dense/MatMul", head, pooled, w, b, wide, d.vocab)
     return bias_add(g, f"{head}/dense/BiasAdd", head, logits, bias), b, d.vocab
+
+
+def _cache_key(g: GraphBuilder, x: int, kernel: int, outputs: int, depthwise: bool) -> str:
+    """TensorFlow's convolution cache key: the input's and the weights' signatures and the parameters.
+
+    (Graphcore's TensorFlow, ``poplar/driver/conv_graph_caching.cc``: a cached convolution is a
+    ``poputil::graphfn`` function that every convolution of the same key calls, its arguments copied in.)
+    """
+    return f"conv/{g.tensors[x].nbytes}/{g.tensors[kernel].nbytes}/{outputs}/{depthwise}"
 
 
 #: Input channels one AMP pass of a convolution takes (a half-precision input-channel group).
@@ -100,7 +113,7 @@ PARTIALS_PER_TILE = 16384
 FLOAT_BYTES = 4
 
 
-def conv_partials(outputs: int, inputs_per_output: int, tiles: int) -> int:
+def conv_partials(outputs: int, inputs_per_output: int, tiles: int, planned: float = 1.0) -> int:
     """Bytes of fp32 partial sums of a convolution with ``outputs`` output elements over ``inputs_per_output`` channels.
 
     The planner splits the input channels over ``split`` groups of tiles,
@@ -109,15 +122,16 @@ def conv_partials(outputs: int, inputs_per_output: int, tiles: int) -> int:
     a vertex, on one tile). It splits as far as the AMP's groups of 16
     input channels allow, but no further than fills every tile with
     ``PARTIALS_PER_TILE`` partials; a small output over many input channels
-    (a late 1x1 convolution) is split the most.
+    (a late 1x1 convolution) is split the most. ``planned`` multiplies the
+    split where a calibrated preset knows the planner's own choice.
     """
     groups = max(1.0, inputs_per_output / AMP_INPUT_CHANNELS)
     split = min(groups, max(1.0, tiles * PARTIALS_PER_TILE / max(1, outputs)))
-    return int(outputs * split * FLOAT_BYTES)
+    return int(outputs * max(1.0, split * planned) * FLOAT_BYTES)
 
 
 def _block(g: GraphBuilder, d: Dims, i: int, x: int, widths: tuple[int, int, int], hw: int, ksize: int,
-           stride: int, fused: bool, exact: bool, skip: bool) -> tuple[int, int, int]:
+           stride: int, fused: bool, exact: bool, skip: bool, cache: bool = False) -> tuple[int, int, int]:
     """One block; ``widths`` are (input, expanded, output) channels; ``skip``: a skip connection is allowed.
 
     With ``exact``, as TensorFlow's EdgeTPU builder makes it: a fused
@@ -133,20 +147,31 @@ def _block(g: GraphBuilder, d: Dims, i: int, x: int, widths: tuple[int, int, int
         kernel = g.weight(f"{p}/{name}/kernel", (co if depthwise else ci * co) * k * k * HALF, p)
         flops = 2.0 * b * side * side * (1 if depthwise else ci) * co * k * k
         outputs = b * co * side * side
-        partials = conv_partials(outputs, 1 if depthwise else ci, g.tiles) if exact else None
-        return conv(g, f"{p}/{name}/Conv2D", p, y, kernel, outputs * HALF, flops, temp=partials)
+        partials = conv_partials(outputs, 1 if depthwise else ci, g.tiles, g.plan_of(p).split) if exact else None
+        key = _cache_key(g, y, kernel, outputs, depthwise) if cache else None
+        return conv(g, f"{p}/{name}/Conv2D", p, y, kernel, outputs * HALF, flops, temp=partials, share=key)
 
+    def bn(name: str, y: int, channels: int, pixels: int, relu: bool = True) -> int:
+        # Not cached: in the real profile the (folded) batch norm is element-wise multiplies and adds
+        # (``tpu_batch_normalization/batchnorm/mul_1``, ``add_1``), not a cached norm.
+        return bn_relu(g, f"{p}/{name}", p, y, channels, pixels, relu=relu)
+
+    # The expansion's shape recurs in the next stage's first block (same input, same width), whose cached body
+    # it then is: its planner choices are left as generated; only its partials split is the group's.
+    g.unplanned = True
     if fused:
         side = hw if exact else hw_out  # where the stride sits: the projection (exact) or the expansion
         y = cv("conv2d", x, cin, mid, ksize, side)
-        y = bn_relu(g, f"{p}/bn", p, y, mid, b * side * side)
+        y = bn("bn", y, mid, b * side * side)
+        g.unplanned = False
     else:
         y = cv("conv2d", x, cin, mid, 1, hw)
-        y = bn_relu(g, f"{p}/bn", p, y, mid, b * hw * hw)
+        y = bn("bn", y, mid, b * hw * hw)
+        g.unplanned = False
         y = cv("depthwise_conv2d", y, mid, mid, ksize, hw_out, depthwise=True)
-        y = bn_relu(g, f"{p}/bn_1", p, y, mid, b * hw_out * hw_out)
+        y = bn("bn_1", y, mid, b * hw_out * hw_out)
     y = cv("conv2d_1", y, mid, out, 1, hw_out)
-    y = bn_relu(g, f"{p}/bn_2", p, y, out, b * hw_out * hw_out, relu=False)
+    y = bn("bn_2", y, out, b * hw_out * hw_out, relu=False)
     if skip and stride == 1 and cin == out:
         y = add(g, f"{p}/add", p, y, x)
     return y, out, hw_out

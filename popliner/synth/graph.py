@@ -36,14 +36,14 @@ from __future__ import annotations
 import bisect
 import enum
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from popliner.synth.catalog import KERNELS
 
-__all__ = ["RECOMPUTED", "Compiled", "GradRule", "Graph", "GraphBuilder", "Op", "TKind", "Tensor"]
+__all__ = ["NO_PLAN", "RECOMPUTED", "Compiled", "GradRule", "Graph", "GraphBuilder", "Op", "Plan", "TKind", "Tensor"]
 
 
 class TKind(enum.IntEnum):
@@ -108,6 +108,32 @@ class GradRule:
     calls: int = 1  # > 1: serialised into this many calls of one body
 
 
+@dataclass(frozen=True)
+class Plan:
+    """What a compiler's planner chose for an operation, as multiples of the generator's own lowering.
+
+    ``exchange``: exchange code per tile (more, smaller regions per tile);
+    ``vertices``: vertex instances (the work cut into more, smaller vertices);
+    ``programs``: control code (serial slices: more compute sets and exchanges);
+    ``split``: the input-channel split of a convolution's fp32 partials;
+    ``code``: its vertex types are its own specialisations, with this many
+    times the catalog's code (not shared with other operations);
+    ``spread``: it works on this many times the tiles of its largest tensor.
+    Calibrated presets set them from public per-block figures
+    (docs/synthetic-profiles.md lists each); everything else keeps 1.
+    """
+
+    exchange: float = 1.0
+    vertices: float = 1.0
+    programs: float = 1.0
+    split: float = 1.0
+    code: float = 1.0
+    spread: float = 1.0
+
+
+NO_PLAN = Plan()
+
+
 @dataclass
 class Op:
     index: int
@@ -132,6 +158,8 @@ class Op:
     share: str | None = None  # outlining key of a Call operation
     #: Input names its debug context shows instead of the tensors' own (a tensor read through a view, e.g. a Reshape).
     shown_inputs: dict[int, str] = field(default_factory=dict)
+    #: The planner's choices for it (calibrated presets; :class:`Plan`).
+    plan: Plan = NO_PLAN
 
 
 @dataclass
@@ -150,7 +178,7 @@ class GraphBuilder:
     GRAIN = 256
 
     def __init__(self, tiles: int, rng: np.random.Generator, optimizer: str,
-                 compiled: Compiled = Compiled()) -> None:
+                 compiled: Compiled = Compiled(), plans: Mapping[str, Plan] | None = None) -> None:
         self.tiles = tiles
         self.rng = rng
         self.optimizer = optimizer
@@ -163,6 +191,12 @@ class GraphBuilder:
         self.bodies: dict[str, int] = {}
         self.counter = 0  # suffix of generic names (Transpose_<n>, GradSum_<n>)
         self.instances = 0  # Call instance ids
+        #: The planner's choices by row: a layer number, or "no layer" (calibrated presets; see :class:`Plan`).
+        self.plans: Mapping[str, Plan] = plans or {}
+        #: Tensors smaller than every tile are mapped from tile 0 (Poplar's linear mapping), not from seeded starts.
+        self.linear_mapping = False
+        #: While set, operations keep the generator's own lowering (only the partials split is planned).
+        self.unplanned = False
 
     # -- tensors --------------------------------------------------------------
 
@@ -178,6 +212,9 @@ class GraphBuilder:
             # Golden-ratio starts: whatever subset of its tiles a tensor uses
             # (scale < 1 uses every k-th), consecutive tensors use different ones.
             return int((len(self.tensors) * GOLDEN) % 1.0 * self.tiles), self.tiles
+        if self.linear_mapping:
+            # A contiguous range that never wraps past the last tile, as Poplar's linear mappings are.
+            return int(self.rng.integers(0, self.tiles - count + 1)), count
         hi = self.tiles if count * 8 > self.tiles else max(1, self.tiles // 4)
         return int(self.rng.integers(0, hi)), count
 
@@ -199,6 +236,14 @@ class GraphBuilder:
         """A name like ``Transpose_17``: no layer in it, only in its inputs."""
         self.counter += 1
         return f"{stem}_{self.counter}"
+
+    def plan_of(self, group: str) -> Plan:
+        """The planner's choices for operations of ``group`` (by its layer number, or "no layer")."""
+        if not self.plans:
+            return NO_PLAN
+        m = _LAYER.search(group)
+        plan = self.plans.get(m.group(1) if m else "no layer", NO_PLAN)
+        return Plan(split=plan.split) if self.unplanned else plan
 
     # -- setup operations -------------------------------------------------------
 
@@ -240,15 +285,15 @@ class GraphBuilder:
         ``temp`` sets its temporaries' bytes (else the kernel's ``temp_factor``
         times its largest output); not for shared bodies.
         """
-        if temp is not None and (share is not None or calls > 1):
-            raise ValueError("temp is for an operation of its own, not a shared body")
+        if temp is not None and calls > 1:
+            raise ValueError("temp is for an operation called once, not a serialised body")
         if calls > 1 and share is None:
             share = f"{name}/serialised"
         outs = [self.tensor(f"{name}{suffix}", nbytes, out_kind, group) for suffix, nbytes in outputs]
         if share is None:
             op = self._new_op(name, name, op_type, kind, group, list(inputs), outs, work, temp)
         else:
-            op = self._call_op(share, name, op_type, kind, group, list(inputs), outs, work, calls)
+            op = self._call_op(share, name, op_type, kind, group, list(inputs), outs, work, calls, temp)
         op.grads = tuple(grads)
         op.share = share
         needs = any(self.tensors[i].requires_grad for i in inputs)
@@ -259,24 +304,29 @@ class GraphBuilder:
 
     def _new_op(self, name: str, logical: str, op_type: str, kind: str, group: str, inputs: list[int],
                 outputs: list[int], work: float, temp: int | None = None) -> Op:
-        op = Op(len(self.ops), name, logical, op_type, kind, self.phase, group, inputs, outputs, work=float(work))
+        op = Op(len(self.ops), name, logical, op_type, kind, self.phase, group, inputs, outputs, work=float(work),
+                plan=self.plan_of(group))
         self.ops.append(op)
         for t in inputs:
             self.tensors[t].consumers.append(op.index)
         for t in outputs:
             self.tensors[t].producer = op.index
-        op.start, op.count = self._op_span(inputs + outputs)
+        op.start, op.count = self._op_span(inputs + outputs, op.plan)
         if temp is not None:
             self._add_temp(op, 0.0, [], temp)
         else:
             self._add_temp(op, KERNELS[kind].temp_factor if kind in KERNELS else 0.0, outputs or inputs)
         return op
 
-    def _op_span(self, tensors: list[int]) -> tuple[int, int]:
+    def _op_span(self, tensors: list[int], plan: Plan = NO_PLAN) -> tuple[int, int]:
+        """The tiles an operation works on: its largest tensor's, times the plan's spread."""
         if not tensors:
             return 0, min(self.tiles, 4)
         big = max(tensors, key=lambda t: self.tensors[t].nbytes)
-        return self.tensors[big].start, self.tensors[big].count
+        count = self.tensors[big].count
+        if plan.spread != 1.0:
+            count = max(1, min(self.tiles, round(count * plan.spread)))
+        return self.tensors[big].start, count
 
     def _add_temp(self, op: Op, factor: float, basis: list[int], extra: int = 0) -> None:
         nbytes = int(factor * max((self.tensors[t].nbytes for t in basis), default=0)) + extra
@@ -286,11 +336,11 @@ class GraphBuilder:
             op.temps.append(t)
 
     def _call_op(self, key: str, name: str, op_type: str, kind: str, group: str, inputs: list[int],
-                 outputs: list[int], work: float, calls: int) -> Op:
-        """A Call operation to the shared body ``key`` (created on first use)."""
+                 outputs: list[int], work: float, calls: int, temp: int | None = None) -> Op:
+        """A Call operation to the shared body ``key`` (created on first use; ``temp``: its scratch bytes)."""
         body = self.bodies.get(key)
         if body is None:
-            body = self._body_op(name, op_type, kind, group, inputs, outputs, work / calls, calls)
+            body = self._body_op(name, op_type, kind, group, inputs, outputs, work / calls, calls, temp)
             self.bodies[key] = body
         self.instances += 1
         op = self._new_op("", name, "Call", "call", group, inputs, outputs, work)
@@ -300,12 +350,12 @@ class GraphBuilder:
         return op
 
     def _body_op(self, name: str, op_type: str, kind: str, group: str, inputs: list[int], outputs: list[int],
-                 work: float, calls: int) -> int:
+                 work: float, calls: int, temp: int | None = None) -> int:
         """The shared body; with ``calls`` > 1 one call computes 1/calls of the outputs."""
         op = Op(len(self.ops), name, name, op_type, kind, self.phase, group, [], [], work=float(work),
-                is_body=True)
+                is_body=True, plan=self.plan_of(group))
         self.ops.append(op)
-        op.start, op.count = self._op_span(inputs + outputs)
+        op.start, op.count = self._op_span(inputs + outputs, op.plan)
         # A forward or backward body works on its own copies of the caller's
         # activations; weights and optimizer state are aliased, and optimizer
         # bodies update everything in place, so those are never copied.
@@ -313,8 +363,10 @@ class GraphBuilder:
             return sum(self.tensors[t].nbytes for t in ts if self.tensors[t].kind not in ALWAYS_LIVE)
 
         interface = 0 if self.phase == "upd" else copied(inputs) + copied(outputs) // calls
-        scratch = KERNELS[kind].temp_factor / calls
-        self._add_temp(op, scratch, outputs or inputs, interface)
+        if temp is not None:
+            self._add_temp(op, 0.0, [], interface + temp)
+        else:
+            self._add_temp(op, KERNELS[kind].temp_factor / calls, outputs or inputs, interface)
         return op.index
 
     # -- training ---------------------------------------------------------------

@@ -137,6 +137,7 @@ class _Lowerer:
         self.ranges: list[list[tuple[int, int]]] = [[] for _ in graph.ops]
         self.bodies: dict[int, tuple[int, int, int]] = {}  # body op -> (Sequence id, first step, stop step)
         self.vt_ids: dict[str, int] = {}
+        self.types = dict(_VT_BY_NAME)  # the catalog's vertex types and the planned specialisations made so far
         self.leaf_control: list[Runs] = []
         self.leaf_types: list[str] = []
         self.exchange: list[Runs] = []
@@ -148,7 +149,7 @@ class _Lowerer:
         roots.append(self.composite("Sequence", "main", None, self.main_children()))
         vts = sorted(self.vt_ids, key=self.vt_ids.__getitem__)
         return Lowered(self.programs, roots, self.steps, self.contexts, self.ranges,
-                       [self.calib.vertex_type(_VT_BY_NAME[n]) for n in vts], self.leaf_control, self.exchange,
+                       [self.calib.vertex_type(self.types[n]) for n in vts], self.leaf_control, self.exchange,
                        self.vertex_runs, self.leaf_types)
 
     def main_children(self) -> list[int]:
@@ -241,6 +242,21 @@ class _Lowerer:
         if op.kind == "call":
             return f"Call({op.instance_id})"
         return op.name
+
+    def specialised(self, name: str, code: float) -> str:
+        """The vertex type a planned operation uses: the catalog's, or its own specialisation with ``code`` x the code.
+
+        Codelets are templates: an operation whose plan instantiates them with
+        other parameters gets types of its own, whose code is not shared with
+        the catalog's (a calibrated preset's fitted choice, see :class:`Plan`).
+        """
+        if code == 1.0:
+            return name
+        special = f"{name} [specialised x{code:g}]"
+        if special not in self.types:
+            vt = self.types[name]
+            self.types[special] = VertexType(special, vt.size, max(1, round(vt.code * code)), vt.per_tile)
+        return special
 
     def vertex_type(self, name: str) -> int:
         vid = self.vt_ids.get(name)
@@ -340,6 +356,7 @@ class _Lowerer:
         exchanges = max(1, sum(p.exchange for p in phases))
         x_cycles = io // max(1, op.count) // 2 // exchanges // EXCHANGE_BYTES_PER_CYCLE + SYNC_CYCLES
         size = size_scale(io / max(1, op.count)) if self.calib.exchange_by_size else 1.0
+        size *= op.plan.exchange
         children: list[int] = []
         loop: list[int] = []
         for j, ph in enumerate(phases):
@@ -378,15 +395,17 @@ class _Lowerer:
                          (span_runs(hot, edge, self.tiles, code), 1)], self.tiles)
         self.exchange.append(runs)
         return self.leaf("DoExchange", f"{name}/Exchange", ctx, span_runs(op.start, op.count, self.tiles, cycles),
-                         self.control_runs("DoExchange", op.start, op.count, ratio), {"exchangeCode": encode_runs(
+                         self.control_runs("DoExchange", op.start, op.count, ratio * op.plan.programs),
+                         {"exchangeCode": encode_runs(
                              runs, self.tiles)})
 
     def compute(self, op: Op, name: str, ctx: int, ph: Phase, j: int, computes: int, ratio: float, cycles: int,
                 jitter: bool) -> int:
         vertices = []
         for vname, coverage in ph.vertices:
+            vname = self.specialised(vname, op.plan.code)
             vid = self.vertex_type(vname)
-            runs = self.coverage(op, coverage, _VT_BY_NAME[vname].per_tile * ratio, j)
+            runs = self.coverage(op, coverage, self.types[vname].per_tile * ratio * op.plan.vertices, j)
             if runs:
                 self.vertex_runs.append((vid, runs))
                 vertices.append([vid, encode_runs(runs, self.tiles)])
@@ -395,7 +414,7 @@ class _Lowerer:
         if tensors:
             extra["vars"] = self.layout.ids(tensors)
         return self.leaf("OnTileExecute", name, ctx, self.cycle_runs(op, cycles, jitter),
-                         self.control_runs("OnTileExecute", op.start, op.count, ratio), extra)
+                         self.control_runs("OnTileExecute", op.start, op.count, ratio * op.plan.programs), extra)
 
     def vars_of(self, op: Op, j: int, computes: int) -> list[int]:
         """Inputs on the first compute set, temporaries in the middle, outputs on the last."""
@@ -419,6 +438,13 @@ class _Lowerer:
         value = max(1, round(per_tile))
         if coverage == "strided":
             return stride_runs(start, count, self.tiles, value, STRIDE)
+        if op.plan.vertices != 1.0 and per_tile >= 1:
+            # A planned instance count: whole instances on every tile, one more on a share of them.
+            base, extra = int(per_tile), per_tile - int(per_tile)
+            more = round(count * extra)
+            return sum_runs([(span_runs(start, count, self.tiles, base), 1),
+                             (span_runs(start, more, self.tiles, 1), 1)], self.tiles) if more else span_runs(
+                start, count, self.tiles, base)
         return span_runs(start, count, self.tiles, value)
 
     def cycle_runs(self, op: Op, cycles: int, jitter: bool) -> Runs:

@@ -136,10 +136,11 @@ def gather(g: GraphBuilder, name: str, group: str, table: int, ids: int, out_byt
 
 
 def conv(g: GraphBuilder, name: str, group: str, x: int, kernel: int, out_bytes: int, flops: float,
-         temp: int | None = None) -> int:
+         temp: int | None = None, share: str | None = None) -> int:
     rules = (GradRule("_grad/ConvDataGrad", "ConvDataGrad", "conv_data_grad", 0, ("i1",)),
              GradRule("_grad/ConvWeightsGrad", "ConvWeightsGrad", "conv_weight_grad", 1, ("i0",)))
-    return g.op(name, "Conv", "conv", group, [x, kernel], [(":0", out_bytes)], flops, grads=rules, temp=temp)[0]
+    return g.op(name, "Conv", "conv", group, [x, kernel], [(":0", out_bytes)], flops, grads=rules, temp=temp,
+                share=share)[0]
 
 
 def loss_and_backward(g: GraphBuilder, logits: int, rows: int, classes: int) -> None:

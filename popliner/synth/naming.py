@@ -53,6 +53,15 @@ def rename_contexts(contexts: list[dict[str, Any]], naming: str) -> None:
         if c.get("layer") != "popart" or not data:
             continue
         if "opName" not in data:
+            if naming == "tensorflow" and data.get("opType") == "Call" and data.get("outputs"):
+                # TensorFlow has no Call operation: the operation that calls a cached function (a convolution) is
+                # the XLA operation itself, named as its output is (``<op>:0``), its type the name's last part.
+                name = rename(str(data["outputs"][0]).rsplit(":", 1)[0])
+                new = {"op_name": name, "op_type": name.rsplit("/", 1)[-1],
+                       "inputs": [rename(n) for n in data.get("inputs", [])],
+                       "outputs": [rename(n) for n in data["outputs"]]}
+                c["layer"], c["name"], c["data"] = layer, name, new
+                continue
             if naming == "poptorch" and data.get("opType") == "Call":
                 # PopTorch's call sites keep PopART's context (an empty name) but name their tensors as
                 # PopTorch does, so that a layer rule reading a call's inputs sees PopTorch's spelling.

@@ -97,6 +97,13 @@ class SynthSpec:
     #: EfficientNet blocks as TensorFlow's EdgeTPU builder makes them (popliner/synth/effnet.py); off: the
     #: earlier approximation (stride in a fused block's expansion), which the committed fixture keeps.
     edgetpu_builder: bool = False
+    #: Convolutions as TensorFlow's Poplar backend caches them: one body per shape, model-wide,
+    #: that every operation of that shape calls (popliner/synth/effnet.py).
+    shape_cache: bool = False
+    #: The planner's choices per group of blocks fitted to the real EfficientNet-EdgeTPU-L (popliner/synth/plans.py).
+    planner_inputs: bool = False
+    #: Tensors smaller than the IPU are mapped from tile 0, as Poplar's linear mapping does (else from seeded starts).
+    linear_mapping: bool = False
     #: How operations are named: ``popart``, or as ``poptorch`` or ``tensorflow`` would (popliner/synth/naming.py).
     naming: str = "popart"
     #: Whose debug contexts and ``source.framework`` to write (popliner.synth.frameworks).
@@ -123,6 +130,12 @@ class SynthSpec:
             raise UsageProblem(f"compiler_categories must be true or false, got {self.compiler_categories!r}")
         if not isinstance(self.edgetpu_builder, bool):
             raise UsageProblem(f"edgetpu_builder must be true or false, got {self.edgetpu_builder!r}")
+        if not isinstance(self.linear_mapping, bool):
+            raise UsageProblem(f"linear_mapping must be true or false, got {self.linear_mapping!r}")
+        if not isinstance(self.planner_inputs, bool):
+            raise UsageProblem(f"planner_inputs must be true or false, got {self.planner_inputs!r}")
+        if not isinstance(self.shape_cache, bool):
+            raise UsageProblem(f"shape_cache must be true or false, got {self.shape_cache!r}")
         if not isinstance(self.exchange_by_size, bool):
             raise UsageProblem(f"exchange_by_size must be true or false, got {self.exchange_by_size!r}")
         if not isinstance(self.reference_bert, bool):
@@ -224,7 +237,8 @@ _QUIET_DEFAULTS: Final = {"recompute": "none", "split_after": (), "optimizer_sta
                           "head": "squad", "checkpoints": False,
                           "vertex_code_factor": 1.0, "vertex_state_factor": 1.0, "exchange_code_factor": 1.0,
                           "control_code_factor": 1.0, "reference_bert": False, "compiler_categories": False,
-                          "exchange_by_size": False, "edgetpu_builder": False,
+                          "exchange_by_size": False, "edgetpu_builder": False, "shape_cache": False,
+                          "planner_inputs": False, "linear_mapping": False,
                           "naming": "popart", "framework": "synthetic"}
 
 
@@ -253,7 +267,8 @@ _CALIBRATED: Final = {"vertex_code_factor": 0.247, "vertex_state_factor": 0.301,
 
 #: The catalog's own amounts and graph (what the small presets and the committed fixtures use).
 UNCALIBRATED: Final = MappingProxyType({**{name: 1.0 for name in CALIBRATION_FIELDS}, "reference_bert": False,
-                                        "compiler_categories": False, "exchange_by_size": False})
+                                        "compiler_categories": False, "exchange_by_size": False,
+                                        "planner_inputs": False})
 
 # Preset parameters (mode is given separately). The real-model presets keep a
 # Mk2 IPU (1472 tiles of 624 KiB); the small ones use a few tens of tiles so
@@ -273,15 +288,17 @@ _PRESETS: dict[str, dict[str, Any]] = {
     "poptorch-bert-tiny": {"kind": "encoder", "layers": 3, "hidden": 128, "seq": 128, "batch": 6, "vocab": 30522,
                            "naming": "poptorch", "vertex_code_factor": 0.417, "vertex_state_factor": 0.329,
                            "exchange_code_factor": 1.245, "control_code_factor": 0.788, "compiler_categories": True,
-                           "exchange_by_size": True},
+                           "exchange_by_size": True, "planner_inputs": True, "linear_mapping": True},
     "bert-large-sdk-old": {"kind": "encoder", "layers": 24, "hidden": 1024, "seq": 128, "batch": 20, "vocab": 30522,
                            "vertex_code_factor": 0.269, "vertex_state_factor": 0.353, "exchange_code_factor": 0.899,
-                           "control_code_factor": 0.415, "compiler_categories": True, "reference_bert": True},
+                           "control_code_factor": 0.415, "compiler_categories": True, "reference_bert": True,
+                           "planner_inputs": True},
     # The real EfficientNet profile's images are 224 pixels, 4 to a batch (its block tensors say so; see effnet.py).
     "efficientnet-edgetpu-l": {"kind": "efficientnet", "layers": 27, "hidden": 40, "seq": 224, "batch": 4,
                                "vocab": 1001, "naming": "tensorflow", "vertex_code_factor": 0.45,
                                "vertex_state_factor": 0.27, "exchange_code_factor": 1.017, "control_code_factor": 0.3,
-                               "compiler_categories": True, "edgetpu_builder": True, "exchange_by_size": True},
+                               "compiler_categories": True, "edgetpu_builder": True, "exchange_by_size": True,
+                               "shape_cache": True, "planner_inputs": True},
     "resnet50": {"kind": "cnn", "layers": 16, "hidden": 64, "seq": 224, "batch": 16, "vocab": 1000,
                  "optimizer": "sgd", "compiler_categories": True},
 }
@@ -289,7 +306,7 @@ _PRESETS: dict[str, dict[str, Any]] = {
 PRESETS: Final = MappingProxyType(_PRESETS)
 #: Parameters a preset takes in training only (compiled-with options are refused in inference; the real
 #: demo_tiny_128 is Graphcore's PopTorch BERT pretraining config, hence the masked-LM head).
-_TRAINING_ONLY: dict[str, dict[str, Any]] = {"poptorch-bert-tiny": {"first_moment": "half", "head": "mlm"}}
+_TRAINING_ONLY: dict[str, dict[str, Any]] = {"poptorch-bert-tiny": {"first_moment": "half"}}
 
 
 def preset_names() -> tuple[str, ...]:

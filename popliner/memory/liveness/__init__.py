@@ -13,6 +13,7 @@ Three forms of the same figure, each for its own caller:
 
 from popliner.memory.liveness.events import EventList
 from popliner.memory.liveness.grid import SegmentGrid
-from popliner.memory.liveness.sweep import group_peak_totals, group_peaks, variable_steps, window_peak
+from popliner.memory.liveness.sweep import class_steps, group_peak_totals, group_peaks, variable_steps, window_peak
 
-__all__ = ["EventList", "SegmentGrid", "group_peak_totals", "group_peaks", "variable_steps", "window_peak"]
+__all__ = ["EventList", "SegmentGrid", "class_steps", "group_peak_totals", "group_peaks", "variable_steps",
+           "window_peak"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from popliner.arrays import expand_ranges, unique_inverse
+from popliner.arrays import expand_ranges, rank_by_table, unique_inverse
 from popliner.profile.model import Profile
 
 __all__ = ["SegmentGrid", "cell_dtype", "segment_ends"]
@@ -70,6 +70,12 @@ class SegmentGrid:
         self.stale = np.zeros(self.nblocks, bool)  # events added since the block's sums were taken
         self.touched = np.zeros(self.nblocks, bool)  # events added since the last clear
         self.owner: object | None = None  # the running set whose variables the grid holds
+        # Live bytes before each block (the net changes of the blocks before it) and each block's largest live
+        # bytes, kept between readings: valid for the blocks before ``_known``, which a change to a block's
+        # sums lowers to that block. A reading extends them only to its window's last block.
+        self._before = np.zeros((self.nblocks + 1, self.tiles), np.int64)
+        self._top = np.zeros((self.nblocks, self.tiles), np.int64)
+        self._known = self.nblocks
 
     @classmethod
     def of(cls, profile: Profile, block: int | None = None, dtype: type[np.signedinteger] | None = None
@@ -89,6 +95,7 @@ class SegmentGrid:
                 buffer[touched] = 0
             self.touched[:] = False
             self.stale[:] = False
+            self._known = min(self._known, int(touched[0]))
 
     def events_of(self, var_idx: np.ndarray, with_owner: bool = False,
                   klass: np.ndarray | None = None) -> dict[str, np.ndarray]:
@@ -124,6 +131,9 @@ class SegmentGrid:
         p = self.p
         v = p.variables
         cls = v.klass[var_idx]
+        by_class = self._merged_by_class(var_idx, cls)
+        if by_class is not None:
+            return by_class
         counts = p.class_ptr[cls + 1] - p.class_ptr[cls]
         iv = expand_ranges(p.class_ptr[cls], counts)
         tile, nbytes = v.tile[var_idx].astype(np.int64), v.bytes[var_idx].astype(np.int64)
@@ -131,6 +141,46 @@ class SegmentGrid:
             owner = np.repeat(np.arange(len(var_idx)), counts)
             tile, nbytes = tile[owner], nbytes[owner]
         return self.net_change(self.col_start[iv], self.col_end[iv], tile, nbytes)
+
+    def _merged_by_class(self, var_idx: np.ndarray, cls: np.ndarray) -> dict[str, np.ndarray] | None:
+        """:meth:`merged`'s dense rows, from the variables' bytes summed per (liveness class, tile) first.
+
+        The variables of a class share its intervals, so the bytes per class
+        and tile, once summed (one bincount over the variables), go live and
+        die at the class's interval ends: a few hundred rows to add instead
+        of an event per variable interval. The same cells as the events
+        scattered (float64 sums of integer bytes, exact below 2**53). None
+        when the change is not kept dense (then :meth:`net_change` makes the
+        distinct cells from the events) or the classes span too many numbers.
+        """
+        p, tiles = self.p, self.tiles
+        ranked = rank_by_table(cls) if tiles else None
+        if ranked is None:
+            return None
+        classes, rank = ranked
+        lo, hi = p.class_ptr[classes], p.class_ptr[classes + 1]
+        intervals = hi - lo
+        # As many events as the variables' intervals: what net_change weighs the dense rows against.
+        events = int(np.dot(np.bincount(rank, minlength=len(classes)), intervals)) if len(classes) else 0
+        iv = expand_ranges(lo, intervals)
+        start, end = self.col_start[iv], self.col_end[iv]
+        present = np.zeros(self.nblocks * self.block, bool)
+        present[start] = True
+        present[end] = True
+        segments = np.flatnonzero(present)
+        if segments.size * tiles > 4 * events:
+            return None
+        v = p.variables
+        per_class = np.bincount(rank * tiles + v.tile[var_idx], weights=v.bytes[var_idx],
+                                minlength=len(classes) * tiles).reshape(-1, tiles)
+        rows = per_class[np.repeat(np.arange(len(classes)), intervals)].reshape(-1)
+        position = np.cumsum(present) - 1
+        across = np.arange(tiles)
+        size = segments.size * tiles
+        dense = np.bincount((position[start][:, None] * tiles + across).reshape(-1), weights=rows, minlength=size)
+        dense -= np.bincount((position[end][:, None] * tiles + across).reshape(-1), weights=rows, minlength=size)
+        return {"rows": segments, "dense": dense.astype(np.int64).astype(self.dtype).reshape(-1, tiles),
+                "blocks": np.unique(segments // self.block)}
 
     def net_change(self, start: np.ndarray, end: np.ndarray, tile: np.ndarray, nbytes: np.ndarray
                    ) -> dict[str, np.ndarray]:
@@ -192,6 +242,19 @@ class SegmentGrid:
         self.block_max[stale] = run.max(axis=1)
         self.block_sum[stale] = run[:, -1]
         self.stale[stale] = False
+        self._known = min(self._known, int(stale[0]))
+
+    def _extend_known(self, upto: int) -> None:
+        """Make :attr:`_before` valid up to row ``upto`` and :attr:`_top` below it (the sums are fresh)."""
+        start = self._known
+        if start >= upto:
+            return
+        before, block_sum = self._before, self.block_sum
+        # Row by row: numpy's cumsum over the first axis of a 2-D array is twice as slow.
+        for b in range(start, upto):
+            np.add(before[b], block_sum[b], out=before[b + 1])
+        np.add(self.block_max[start:upto], before[start:upto], out=self._top[start:upto])
+        self._known = upto
 
     def peak(self, lo: int, hi: int) -> np.ndarray:
         """Per tile, the most live bytes at any step ``lo..hi`` (inclusive)."""
@@ -206,9 +269,9 @@ class SegmentGrid:
         self._refresh()
         first = max(k_lo, 0)
         b_lo, b_hi = first // self.block, k_hi // self.block
-        # Live bytes before each block of the window: the net changes of the blocks before it.
-        before = np.zeros((b_hi + 1, self.tiles), np.int64)
-        np.cumsum(self.block_sum[:b_hi], axis=0, out=before[1:])
+        # Live bytes before each block of the window, and the blocks' largest: kept between readings.
+        self._extend_known(b_hi)
+        before = self._before
         lo_row, hi_row = first % self.block, k_hi % self.block
         if b_lo == b_hi:
             out = self.run[b_lo, lo_row : hi_row + 1].max(axis=0) + before[b_lo]
@@ -216,8 +279,7 @@ class SegmentGrid:
             out = self.run[b_lo, lo_row:].max(axis=0) + before[b_lo]
             np.maximum(out, self.run[b_hi, : hi_row + 1].max(axis=0) + before[b_hi], out=out)
             if b_hi > b_lo + 1:
-                inside = self.block_max[b_lo + 1 : b_hi] + before[b_lo + 1 : b_hi]
-                np.maximum(out, inside.max(axis=0), out=out)
+                np.maximum(out, self._top[b_lo + 1 : b_hi].max(axis=0), out=out)
         return np.asarray(np.maximum(out, 0))
 
 

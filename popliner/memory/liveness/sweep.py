@@ -14,7 +14,7 @@ import numpy as np
 from popliner.arrays import expand_ranges, unique_inverse
 from popliner.profile.model import Profile
 
-__all__ = ["group_peak_totals", "group_peaks", "variable_steps", "window_peak"]
+__all__ = ["class_steps", "group_peak_totals", "group_peaks", "variable_steps", "window_peak"]
 
 
 #: The dense sweep of :func:`window_peak` is taken when (tiles x distinct event steps) is at most this many
@@ -28,13 +28,19 @@ def variable_steps(profile: Profile, dtype: type[np.signedinteger] = np.int64) -
     A variable lives in its liveness class's intervals, which are sorted: the first interval's start and
     the last one's end bound it.
     """
+    starts, ends = class_steps(profile, dtype)
+    return starts[profile.variables.klass], ends[profile.variables.klass]
+
+
+def class_steps(profile: Profile, dtype: type[np.signedinteger] = np.int64) -> tuple[np.ndarray, np.ndarray]:
+    """Per liveness class: its first live step and its last (inclusive), -1 for both when it has no interval."""
     p = profile
     nonempty = np.diff(p.class_ptr) > 0
     starts = np.full(p.num_classes, -1, dtype)
     ends = np.full(p.num_classes, -1, dtype)
     starts[nonempty] = p.iv_start[p.class_ptr[:-1][nonempty]]
     ends[nonempty] = p.iv_end[p.class_ptr[1:][nonempty] - 1] - 1
-    return starts[p.variables.klass], ends[p.variables.klass]
+    return starts, ends
 
 
 def window_peak(profile: Profile, var_idx: np.ndarray, lo: int, hi: int) -> np.ndarray:

@@ -1,0 +1,71 @@
+"""Stash columns grouped per liveness class against the per-variable grouping they replace (the same rows)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from popliner.memory import stash_row
+
+Columns = tuple[np.ndarray, tuple[np.ndarray, np.ndarray], np.ndarray, np.ndarray, np.ndarray, int]
+
+
+def _columns(rng: np.random.Generator) -> Columns:
+    """Variables with classes, tiles and bytes; classes with first and last steps (some never live)."""
+    classes, count, tiles = int(rng.integers(1, 30)), int(rng.integers(1, 400)), int(rng.integers(1, 6))
+    first = rng.integers(-1, 50, classes)
+    last = np.where(first < 0, -1, first + rng.integers(0, 30, classes))
+    klass = rng.integers(0, classes, count).astype(np.int32)
+    return (klass, (first, last), rng.integers(0, tiles, count).astype(np.int32),
+            rng.integers(0, 1000, count).astype(np.int64), rng.random(count) < 0.8, tiles)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_grouped_by_class_equals_the_columns_grouped(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    klass, steps, tile, nbytes, candidate, tiles = _columns(rng)
+    var = np.unique(rng.integers(0, len(klass), int(rng.integers(0, len(klass) + 1))))
+    got = stash_row._grouped_by_class(var[candidate[var]], klass, steps, tile, nbytes, tiles)
+    expect = stash_row.candidate_columns(var, candidate, steps[0][klass], steps[1][klass], tile, nbytes, tiles)
+    if got is None:  # only where the columns stay ungrouped
+        assert "dense" not in expect
+        return
+    assert got.keys() == expect.keys()
+    for key in got:
+        assert got[key].dtype == expect[key].dtype and got[key].tolist() == expect[key].tolist(), key
+
+
+def test_both_outcomes_are_met() -> None:
+    # The random tables above give grouped rows and ungrouped columns both.
+    seen = set()
+    for seed in range(40):
+        rng = np.random.default_rng(seed)
+        klass, steps, tile, nbytes, candidate, tiles = _columns(rng)
+        var = np.unique(rng.integers(0, len(klass), int(rng.integers(0, len(klass) + 1))))
+        seen.add(stash_row._grouped_by_class(var[candidate[var]], klass, steps, tile, nbytes, tiles) is None)
+    assert seen == {True, False}
+
+
+@pytest.mark.parametrize("options", [{}, {"recompute": "every-layer", "optimizer_state": "off-chip"}])
+@pytest.mark.parametrize("name", ["bert-tiny-training.json", "bert-base-training.json.gz"])
+def test_stash_columns_of_an_engine_equal_the_columns_of_every_variable(name: str, options: dict[str, str]) -> None:
+    """A real engine's layers, private and shared variables: the columns taken from per-variable step columns."""
+    from popliner.analysis import AnalysisOptions, load_analysis
+    from popliner.memory.training import TrainingOptions
+
+    fixtures = Path(__file__).parent.parent / "fixtures" / "profiles"
+    analysis = load_analysis(str(fixtures / name), AnalysisOptions(training=TrainingOptions(**options)),  # type: ignore[arg-type]
+                             use_cache=False)
+    engine = analysis.engine
+    v = engine.profile.variables
+    for k in range(engine.num_layers):
+        var = engine.model.counted_variables(engine.range_ops(k, k))
+        for part, with_owner in ((var[~engine.multi_layer_var[var]], False), (var[engine.multi_layer_var[var]], True)):
+            got = stash_row.stash_columns(engine, part, with_owner)
+            expect = stash_row.candidate_columns(part, engine.stash_candidate, engine.var_first_step,
+                                                 engine.var_last_step, v.tile, v.bytes, engine.tiles, with_owner)
+            assert got is not None and got.keys() == expect.keys()
+            for key in got:
+                assert got[key].dtype == expect[key].dtype and got[key].tolist() == expect[key].tolist(), (k, key)

@@ -1,0 +1,76 @@
+"""OperationTable.first_user on hand-made tables: operations in any step order, ties, repeated variables, idle ones."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+import popliner.ops.operations as operations
+from popliner.ops.operations import OperationTable
+
+
+def _table(rng: np.random.Generator, count: int, num_variables: int) -> OperationTable:
+    first_step = rng.integers(-1, 6, count)  # few steps: many ties; -1: the operation runs at no step
+    lens = rng.integers(0, 9, count)
+    var_ptr = np.concatenate(([0], np.cumsum(lens))).astype(np.int64)
+    var_idx = rng.integers(0, num_variables, int(lens.sum())).astype(np.int64)  # repeats inside an operation too
+    empty = np.zeros(0, np.int64)
+    return OperationTable(
+        names=tuple(f"op{i}" for i in range(count)), context=np.arange(count), op_type=("",) * count,
+        inputs=((),) * count, is_call=np.zeros(count, bool), is_tensor=np.zeros(count, bool), first_step=first_step,
+        last_step=first_step, prog_ptr=np.zeros(count + 1, np.int64), prog_idx=empty, var_ptr=var_ptr,
+        var_idx=var_idx, op_of_program=empty, op_of_step=empty, unattributed_programs=0, reachable_programs=0,
+        num_variables=num_variables,
+    )
+
+
+def _walk(ops: OperationTable) -> list[int]:
+    """Per variable, the user with the smallest (first step, index), by a plain walk."""
+    best: list[tuple[int, int] | None] = [None] * ops.num_variables
+    for op in range(ops.count):
+        step = int(ops.first_step[op])
+        if step < 0:
+            continue
+        for v in ops.vars_of(op).tolist():
+            if best[v] is None or (step, op) < best[v]:
+                best[v] = (step, op)
+    return [-1 if b is None else b[1] for b in best]
+
+
+@pytest.mark.parametrize("scatter_min", [0, 10**9])  # operation by operation, and the vectorised minimum
+@pytest.mark.parametrize("seed", range(20))
+def test_first_user_against_a_walk(seed: int, scatter_min: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(operations, "SCATTER_MIN_VARS_PER_OP", scatter_min)
+    rng = np.random.default_rng(seed)
+    ops = _table(rng, int(rng.integers(0, 40)), int(rng.integers(1, 30)))
+    got = ops.first_user
+    assert got.dtype == np.int32
+    assert got.tolist() == _walk(ops)
+
+
+
+@pytest.mark.parametrize("scatter_min", [0, 10**9])  # operation by operation, and the vectorised minimum
+@pytest.mark.parametrize("seed", range(20))
+def test_update_window_against_a_walk(seed: int, scatter_min: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first and last step of the updates that use each variable (the what-if's off-chip window)."""
+    from popliner.memory import whatif
+
+    monkeypatch.setattr(whatif, "SCATTER_MIN_VARS_PER_OP", scatter_min)
+    rng = np.random.default_rng(seed)
+    ops = _table(rng, int(rng.integers(0, 40)), int(rng.integers(1, 30)))
+    last = np.where(ops.first_step < 0, -1, ops.first_step + rng.integers(0, 4, ops.count))
+    ops = dataclasses.replace(ops, last_step=last)
+    is_update = rng.random(ops.count) < 0.5
+    lo, hi = whatif._update_window(ops, is_update, ops.num_variables, np.int32)
+    expect_lo, expect_hi = [-1] * ops.num_variables, [-1] * ops.num_variables
+    for op in range(ops.count):
+        if not is_update[op] or ops.first_step[op] < 0:
+            continue
+        for v in ops.vars_of(op).tolist():
+            first, last_step = int(ops.first_step[op]), int(ops.last_step[op])
+            expect_lo[v] = first if expect_lo[v] < 0 else min(expect_lo[v], first)
+            expect_hi[v] = max(expect_hi[v], last_step)
+    assert lo.dtype == hi.dtype == np.int32
+    assert lo.tolist() == expect_lo and hi.tolist() == expect_hi
