@@ -250,7 +250,9 @@ def solve_split(analysis: Analysis, problem: SplitProblem, *, solver: SolverName
     else:
         # The tables stop their own row extension at the deadline, so that greedy's fill and the first
         # rows read are bounded by --time-limit too; the stages' figures below are then read without it.
-        table = ProfileRanges(engine, problem.budget, link_bytes_per_second, deadline=deadline)
+        # Lazy: greedy and the exact DP read each row in order and only as far as a split they look for can use
+        # it (the DP only within the best value with memory left out, when a split reaches it).
+        table = ProfileRanges(engine, problem.budget, link_bytes_per_second, deadline=deadline, lazy=True)
         outcome = solve_bounds(
             table, problem, solver=solver, time_limit=time_limit, seed=seed, started=started,
             # Lazy: the best effort and the fewest-IPUs search read rows in order and only as far as they need.

@@ -176,6 +176,16 @@ def _best_placement(analysis: Analysis, request: SplitRequest) -> SplitPlan:
     """``auto``: of the placements the framework builds, the one that fits on the fewest IPUs, then the one
     whose slowest IPU is fastest."""
     scored = []
+    if analysis.shared is None:
+        from popliner.memory.ranges_shared import SharedParts
+
+        # Each placement builds an engine and range tables of its own; what no option changes (each layer's
+        # programs, its variables' events as profiled, the training view's option-free parts) is made once.
+        shared = SharedParts(analysis.profile, analysis.ops)
+        whole = analysis.__dict__.get("whole_memory")
+        analysis = dataclasses.replace(analysis, shared=shared)
+        if whole is not None:
+            analysis.__dict__["whole_memory"] = whole
     for placement in buildable_placements(analysis.framework.name):
         plan = _plan(analysis, dataclasses.replace(request, head_placement=placement, fit_facts=True, suggest=False),
                      warn=False)

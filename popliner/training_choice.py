@@ -31,10 +31,19 @@ AUTO_ORDER: tuple[str, ...] = ("none", "pipeline", "every-layer")
 
 
 def with_training(analysis: Analysis, training: TrainingOptions) -> Analysis:
-    """The same profile, operations and raw layers analysed with other training options."""
+    """The same profile, operations and raw layers analysed with other training options.
+
+    What depends on the profile and its operations only goes along: the
+    whole program's figure (``--headroom``'s default reads it; 0.4 s at 1x
+    to compute again) and the option-free layer parts (:attr:`Analysis.shared`).
+    """
     options = dataclasses.replace(analysis.options, training=training)
     # The layers by name do not depend on the training options: reused, and not announced again.
-    return analyse_profile(analysis.profile, options, ops=analysis.ops, layers=analysis.named_layers, announce=False)
+    other = analyse_profile(analysis.profile, options, ops=analysis.ops, layers=analysis.named_layers, announce=False)
+    other.shared = analysis.shared
+    if "whole_memory" in analysis.__dict__:  # the cached_property's slot, filled by the load or a first reading
+        other.__dict__["whole_memory"] = analysis.__dict__["whole_memory"]
+    return other
 
 
 def reanalyse(analysis: Analysis, **changes: object) -> Analysis:

@@ -160,7 +160,7 @@ def test_progress_shows_on_a_terminal_and_not_in_a_pipe(tmp_path: Path, size: tu
     assert code == 0, tty
     # tqdm redraws a line with carriage returns; one per long step.
     assert "\r" in tty
-    for step in ("reading", "parsing", "deriving operations", "building range tables", "solving (CP-SAT)"):
+    for step in ("reading", "parsing", "deriving operations", "building range tables", "solving (exact DP)"):
         assert f"popliner: {step}..." in tty, step
     assert json.loads(out)["status"] == "OPTIMAL"  # stdout carries data only
     piped = subprocess.run([sys.executable, "-m", "popliner", *args], capture_output=True, text=True,

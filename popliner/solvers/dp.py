@@ -40,12 +40,17 @@ def dp_bounds(table: RangeCosts, problem: SplitProblem, objective: Objective | N
 
 
 def dp_per_count(table: RangeCosts, problem: SplitProblem, objective: Objective | None = None,
-                 deadline: float | None = None) -> dict[int, tuple[Bounds, float] | None]:
+                 deadline: float | None = None, cap: float = math.inf) -> dict[int, tuple[Bounds, float] | None]:
     """The optimal split for each stage count the problem allows (exactly ``num_ipus`` when ``exact_ipus``).
 
     A count whose first stage alone is above the best value of a smaller
     count is not searched (None): its optimum is at least that first stage's,
     so it can neither be the optimum nor tie with it.
+
+    ``cap``: only splits whose value is at most ``cap`` are searched; a count
+    whose optimum is above it is None. For an objective that does not read
+    memory, a range whose value is over the cap is then never read from the
+    table (:func:`value_floor` gives a cap that loses nothing).
     """
     objective = objective or objective_order(table, problem.objectives)[0]
     counts = [problem.num_ipus] if problem.exact_ipus else range(1, problem.num_ipus + 1)
@@ -54,16 +59,103 @@ def dp_per_count(table: RangeCosts, problem: SplitProblem, objective: Objective 
     for k in counts:
         try:
             check_deadline(deadline)
+            if k == counts[0]:
+                _read_rows(table, problem, objective, cap, max(counts))
             if k <= table.num_layers and _first_stage_floor(table, problem, k, objective) > best:
                 out[k] = None
                 continue
-            out[k] = found = dp_for_stages(table, problem, k, objective, deadline)
+            out[k] = found = dp_for_stages(table, problem, k, objective, deadline, cap)
         except OutOfTime as stop:
             known = [f for f in out.values() if f is not None]
             raise OutOfTime(min(known, key=lambda f: f[1]) if known else None) from stop
         if found is not None:
             best = min(best, found[1])
     return out
+
+
+def value_floor(table: RangeCosts, problem: SplitProblem, objective: Objective | None = None) -> float:
+    """The best value of any allowed split with memory left out (``inf``: none), for an objective that does not
+    read memory.
+
+    No split that fits does better, so it is a cap for :func:`dp_per_count`
+    that loses nothing when a split reaches it; reading no range, it costs
+    only the DP's loops.
+    """
+    objective = objective or objective_order(table, problem.objectives)[0]
+    if objective.uses_memory:
+        return math.inf
+    free = _Unlimited(table)
+    counts = [problem.num_ipus] if problem.exact_ipus else range(1, problem.num_ipus + 1)
+    found = (dp_for_stages(free, problem, k, objective) for k in counts)
+    return min((f[1] for f in found if f is not None), default=math.inf)
+
+
+def _read_rows(table: RangeCosts, problem: SplitProblem, objective: Objective, cap: float, stages: int) -> None:
+    """Read the rows of the table the DP uses, each once and in order, as far as the DP can use them.
+
+    A lazy table then extends each row in one go (the DP reads column by
+    column, which would switch rows at every range). With a cap on an
+    objective that does not read memory, a row goes up to its last range
+    within the cap; else to the end (the table stops it at its limit). One
+    stage reads only the row from layer 0.
+    """
+    n = table.num_layers
+    capped = cap < math.inf and not objective.uses_memory
+    for i in range(n if stages > 1 else min(n, 1)):
+        first = i + problem.min_layers - 1
+        ends = [j for j in range(first, n) if not capped or objective.stage_value(table, i, j, 0.0) <= cap]
+        if ends:
+            table.memory(i, ends[-1], 0)
+
+
+class _Unlimited:
+    """``table`` with every range fitting in no memory: what an objective that does not read memory sees alone."""
+
+    def __init__(self, table: RangeCosts) -> None:
+        self._table = table
+
+    @property
+    def num_layers(self) -> int:
+        return self._table.num_layers
+
+    @property
+    def layer_names(self) -> tuple[str, ...]:
+        return self._table.layer_names
+
+    @property
+    def has_cycles(self) -> bool:
+        return self._table.has_cycles
+
+    @property
+    def has_unlayered(self) -> bool:
+        return self._table.has_unlayered
+
+    @property
+    def head_wraps(self) -> bool:
+        return self._table.head_wraps
+
+    @property
+    def limit(self) -> float:
+        return math.inf
+
+    @property
+    def tiles(self) -> int:
+        return self._table.tiles
+
+    def memory(self, i: int, j: int, extra_stash: int) -> float:
+        return 0.0
+
+    def compute(self, i: int, j: int) -> int:
+        return self._table.compute(i, j)
+
+    def crossing(self, j: int) -> int:
+        return self._table.crossing(j)
+
+    def transfer(self, nbytes: int) -> int:
+        return self._table.transfer(nbytes)
+
+    def forbidden_splits(self, keep_shared_together: bool) -> frozenset[int]:
+        return self._table.forbidden_splits(keep_shared_together)
 
 
 def _copy_buffers(table: RangeCosts, training: bool) -> Callable[[int, int], int]:
@@ -92,10 +184,16 @@ def _first_stage_floor(table: RangeCosts, problem: SplitProblem, stages: int, ob
     return min((position_memory(table, 0, j, 0, stages, problem.training) for j in ends), default=math.inf)
 
 
-def dp_for_stages(table: RangeCosts, problem: SplitProblem, stages: int,
-                  objective: Objective | None = None, deadline: float | None = None) -> tuple[Bounds, float] | None:
-    """Optimal split into exactly ``stages`` stages, or None when none fits (:class:`OutOfTime` past ``deadline``)."""
-    value_of = (objective or objective_order(table, problem.objectives)[0]).stage_value
+def dp_for_stages(table: RangeCosts, problem: SplitProblem, stages: int, objective: Objective | None = None,
+                  deadline: float | None = None, cap: float = math.inf) -> tuple[Bounds, float] | None:
+    """Optimal split into exactly ``stages`` stages, or None when none fits (:class:`OutOfTime` past ``deadline``).
+
+    ``cap``: None too when the optimum is above it (see :func:`dp_per_count`).
+    """
+    objective = objective or objective_order(table, problem.objectives)[0]
+    value_of = objective.stage_value
+    # Ranges over the cap are in no split within it: when the value needs no memory, they are not even read.
+    capped = cap < math.inf and not objective.uses_memory
     n = table.num_layers
     if stages > n:
         return None
@@ -118,23 +216,24 @@ def dp_for_stages(table: RangeCosts, problem: SplitProblem, stages: int,
         for j in range(n):
             if j < n - 1 and (k == stages - 1 or not problem.allowed_split(j, forbidden)):
                 continue  # only the last stage ends at the last layer; splits must be allowed
-            for i in range(j, -1, -1):
+            # The first stage starts at layer 0, and only it does.
+            for i in ([0] if k == 0 else range(j, 0, -1)):
                 if j - i + 1 < problem.min_layers:
                     continue
                 if i <= cut[j]:
                     break
+                prev = 0.0 if k == 0 else best[k - 1][i - 1]
+                if prev == inf or (capped and value_of(table, i, j, 0.0) > cap):
+                    continue  # read only the ranges a split within the cap may hold
                 base = table.memory(i, j, extra)
                 if base == inf:
                     break  # over the limit before its copy buffers: longer ranges (smaller i) only use more
-                if (i == 0) != (k == 0):
-                    continue  # the first stage starts at layer 0, and only it does
-                prev = 0.0 if k == 0 else best[k - 1][i - 1]
-                if prev == inf:
-                    continue
                 total = base + copies(i, j)
                 if total > limit:
                     continue  # over the limit with its copy buffers; a longer range may still fit
                 value = max(prev, value_of(table, i, j, total))
+                if value > cap:
+                    continue
                 if value < best[k][j]:
                     best[k][j], back[k][j] = value, i
     if best[stages - 1][n - 1] == inf:

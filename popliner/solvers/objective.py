@@ -47,6 +47,9 @@ class Objective:
     title: str
     combine: Literal["max", "sum"]
     stage_value: StageValue
+    #: Does ``stage_value`` read the memory it is given? If not, a solver may take a range's value before
+    #: reading its memory, and leave a range over a bound on the value unread.
+    uses_memory: bool = True
 
 
 def _cycles(table: RangeCosts, i: int, j: int, memory: float) -> float:
@@ -62,9 +65,9 @@ def _crossing(table: RangeCosts, i: int, j: int, memory: float) -> float:
     return float(table.crossing(j)) if j < table.num_layers - 1 else 0.0
 
 
-CYCLES = Objective("cycles", "largest stage cycles (compute + received transfer)", "max", _cycles)
+CYCLES = Objective("cycles", "largest stage cycles (compute + received transfer)", "max", _cycles, uses_memory=False)
 MEMORY = Objective("memory", "largest stage worst-tile bytes", "max", _memory)
-CROSSING = Objective("crossing", "bytes sent between IPUs", "sum", _crossing)
+CROSSING = Objective("crossing", "bytes sent between IPUs", "sum", _crossing, uses_memory=False)
 
 #: Every objective by name.
 OBJECTIVES: dict[str, Objective] = {o.name: o for o in (CYCLES, MEMORY, CROSSING)}

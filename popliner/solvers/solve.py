@@ -18,9 +18,10 @@ from typing import Literal
 from popliner.deadline import OutOfTime
 from popliner.pipeline import RangeCosts, position_memory
 from popliner.progress import phase
-from popliner.solvers.dp import dp_per_count
+from popliner.solvers.dp import dp_per_count, value_floor
 from popliner.solvers.greedy import greedy_bounds
 from popliner.solvers.ilp import ilp_bounds
+from popliner.solvers.lexdp import lexicographic_optimum
 from popliner.solvers.objective import objective_order, split_value
 from popliner.solvers.problem import Bounds, SplitProblem
 from popliner.solvers.suffix import estimated_split, forward_bounds, suffix_table
@@ -80,28 +81,54 @@ def solve_bounds(table: RangeCosts, problem: SplitProblem, *, solver: SolverName
     hints = [greedy[0]] if greedy is not None else []
     with phase("building range tables"):
         try:
-            per_count = dp_per_count(table, problem, deadline=deadline)
+            per_count = _exact_per_count(table, problem, deadline)
         except OutOfTime as stop:
             return _out_of_time(table, problem, stop.best, hints, relaxed, layer_need, time_limit, "ilp")
     dp = min((f for f in per_count.values() if f is not None), key=lambda f: f[1], default=None)
     if dp is not None:
         hints.append(dp[0])
-    with phase("solving (CP-SAT)"):
+    with phase("solving (exact DP)"):
         try:
-            outcome = ilp_bounds(table, problem, time_limit=max(deadline - time.monotonic(), 0.0), seed=seed,
-                                 hints=hints, per_count=per_count)
-        except OutOfTime:  # a range the DP did not need was read past the deadline: the DP's optimum stands
-            return _out_of_time(table, problem, dp, hints, relaxed, layer_need, time_limit, "ilp", "CP-SAT")
+            # The exact DP carried on to every objective in turn: when it proves the optimum, CP-SAT
+            # (and its import, half a second) is not needed.
+            outcome = lexicographic_optimum(table, problem, per_count, deadline)
+        except OutOfTime:
+            return _out_of_time(table, problem, dp, hints, relaxed, layer_need, time_limit, "ilp")
+    by_dp = outcome is not None
+    if outcome is None:
+        with phase("solving (CP-SAT)"):
+            try:
+                outcome = ilp_bounds(table, problem, time_limit=max(deadline - time.monotonic(), 0.0), seed=seed,
+                                     hints=hints, per_count=per_count)
+            except OutOfTime:  # a range the DP did not need was read past the deadline: the DP's optimum stands
+                return _out_of_time(table, problem, dp, hints, relaxed, layer_need, time_limit, "ilp", "CP-SAT")
     if outcome is None:
         return _infeasible(table, problem, "ilp", relaxed, layer_need, deadline, time_limit)
     first = objective_order(table, problem.objectives)[0]
     note = f"objective: {first.title}" + ("" if table.has_cycles else " (the profile has no cycles)")
+    if by_dp:
+        note += "; proved optimal by the exact DP, each objective in turn (CP-SAT not needed)"
     if not outcome.optimal and time.monotonic() >= deadline:
         note += f"; the {time_limit:g} s time limit ran out: the best split found by then, not proved optimal"
     return SplitOutcome(
         "ilp", "OPTIMAL" if outcome.optimal else "FEASIBLE", outcome.bounds, objective=float(outcome.objectives[0]),
         bound=float(outcome.bound), gap=outcome.gap, note=note,
     )
+
+
+def _exact_per_count(table: RangeCosts, problem: SplitProblem,
+                     deadline: float | None) -> dict[int, tuple[Bounds, float] | None]:
+    """The exact DP's optimum of objective 1 for every stage count that reaches the best one (others may be None).
+
+    First capped at the best value with memory left out (:func:`value_floor`):
+    when a split reaches it, it is the optimum, and only the ranges within it
+    were read; otherwise again without the cap.
+    """
+    cap = value_floor(table, problem)
+    per_count = dp_per_count(table, problem, deadline=deadline, cap=cap)
+    if cap < math.inf and all(found is None for found in per_count.values()):
+        per_count = dp_per_count(table, problem, deadline=deadline)
+    return per_count
 
 
 def _out_of_time(table: RangeCosts, problem: SplitProblem, best: tuple[Bounds, float] | None, hints: list[Bounds],

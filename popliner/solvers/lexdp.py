@@ -1,0 +1,175 @@
+"""The lexicographic optimum by dynamic programming: all three objectives, without CP-SAT.
+
+A split into K stages is a path through a layered graph: node ``(p, i)`` is
+"stage position ``p`` starts at layer ``i``", and an edge is a range ``i..j``
+that may sit at position ``p`` (it fits with that position's stash entries and
+copy buffers, and honours pins, same-IPU pairs and the minimum layers per
+stage). Every objective is a figure per edge combined along the path by
+``max`` or ``sum`` (:mod:`popliner.solvers.objective`). With the objectives in
+order, each ``max`` one before every ``sum`` one (the default order: cycles,
+memory, crossing), the lexicographic optimum is exact by elimination:
+
+1. objective 1's optimum over every stage count is the exact DP's
+   (:func:`popliner.solvers.dp.dp_per_count`); only the counts that reach it
+   can win, and on them only edges within it can be used;
+2. each following ``max`` objective: its smallest largest edge value over the
+   paths the earlier objectives leave (a bottleneck DP from the end), after
+   which only edges within it are kept;
+3. the ``sum`` objectives: the smallest sums, compared in order, over the
+   paths that are left (a shortest-path DP from the end).
+
+A path that keeps to the kept edges has every earlier optimum, so the result
+is the same tuple CP-SAT proves (tests/test_lexdp.py holds both, and a brute
+force over every split, against each other). Among splits equal on all three
+objectives it takes the fewest stages, then the latest stage ends, stage by
+stage (each IPU holds as many layers as the optimum allows, in order, as a
+pipeline is filled): a rule of its own, where CP-SAT returns whichever tied
+split its search meets first.
+
+An order with a ``max`` objective after a ``sum`` one is not handled here
+(None): CP-SAT solves it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+from popliner.deadline import check_deadline
+from popliner.pipeline import RangeCosts, grows_past_limit, position_memory
+from popliner.solvers.ilp import IlpOutcome, hint_objectives
+from popliner.solvers.objective import Objective, objective_order
+from popliner.solvers.problem import Bounds, SplitProblem
+
+__all__ = ["lexicographic_optimum", "supported"]
+
+#: Per position, the edges: (first layer, last layer, each objective's value).
+Edges = list[list[tuple[int, int, tuple[int, ...]]]]
+
+
+def supported(order: tuple[Objective, ...]) -> bool:
+    """Does the elimination above solve this order exactly (no ``max`` objective after a ``sum`` one)?"""
+    combines = [o.combine for o in order]
+    return "sum" not in combines or "max" not in combines[combines.index("sum"):]
+
+
+def lexicographic_optimum(table: RangeCosts, problem: SplitProblem,
+                          per_count: Mapping[int, tuple[Bounds, float] | None],
+                          deadline: float | None = None) -> IlpOutcome | None:
+    """The lexicographically optimal split, proved; None when the order is not :func:`supported` or none fits.
+
+    ``per_count``: the exact DP's optimum of objective 1 per stage count
+    (:func:`popliner.solvers.dp.dp_per_count`). Past ``deadline`` it raises
+    :class:`popliner.deadline.OutOfTime`.
+    """
+    order = objective_order(table, problem.objectives)
+    reachable = {k: found for k, found in per_count.items() if found is not None}
+    if not reachable or not supported(order):
+        return None
+    target = min(found[1] for found in reachable.values())
+    best: tuple[tuple[int, int, int], Bounds] | None = None
+    candidates = sorted(k for k, found in reachable.items() if found[1] == target)
+    for k in candidates:
+        bounds = _best_of_count(table, problem, k, order, target, deadline)
+        values = hint_objectives(table, problem, bounds) if bounds is not None else None
+        if bounds is None or values is None:  # pragma: no cover - the DP found a split of this count within it
+            return None
+        if best is None or values < best[0]:  # ties: the fewest stages
+            best = values, bounds
+    assert best is not None  # every candidate count has a split (the DP's)
+    values, bounds = best
+    return IlpOutcome(bounds, values, True, float(target), 0.0, len(candidates))
+
+
+def _best_of_count(table: RangeCosts, problem: SplitProblem, stages: int, order: tuple[Objective, ...],
+                   target: float, deadline: float | None) -> Bounds | None:
+    """The lexicographically best split into exactly ``stages`` stages whose objective 1 is within ``target``."""
+    edges = _edges(table, problem, stages, order, target, deadline)
+    n = table.num_layers
+    for idx in range(1, len(order)):
+        if order[idx].combine != "max":
+            break
+        check_deadline(deadline)
+        value = _bottleneck(edges, n, idx)
+        if value == math.inf:
+            return None
+        edges = [[e for e in row if e[2][idx] <= value] for row in edges]
+    sums = [idx for idx in range(1, len(order)) if order[idx].combine == "sum"]
+    check_deadline(deadline)
+    return _latest_path(edges, n, sums)
+
+
+def _edges(table: RangeCosts, problem: SplitProblem, stages: int, order: tuple[Objective, ...], cap: float,
+           deadline: float | None) -> Edges:
+    """Every range each position may hold whose objective 1 is within ``cap``, as the CP-SAT model's variables."""
+    n = table.num_layers
+    forbidden = table.forbidden_splits(problem.keep_shared_together)
+    # A range over the cap is no edge: when objective 1 needs no memory, its memory is not even read.
+    first = order[0] if not order[0].uses_memory else None
+    edges: Edges = []
+    for p in range(stages):
+        check_deadline(deadline)
+        row = []
+        last_position = p == stages - 1
+        for i in [0] if p == 0 else range(1, n):
+            for j in range(i + problem.min_layers - 1, n):
+                if any(i <= q < j for q in problem.split_after):
+                    break  # a pinned split inside: a stage must end there
+                if (j == n - 1) != last_position or (j < n - 1 and not problem.allowed_split(j, forbidden)):
+                    continue
+                if first is not None and first.stage_value(table, i, j, 0.0) > cap:
+                    continue
+                if grows_past_limit(table, i, j, p, stages, problem.training):
+                    break  # longer ranges only use more memory
+                mem = position_memory(table, i, j, p, stages, problem.training)
+                if mem == math.inf:
+                    continue
+                values = tuple(int(o.stage_value(table, i, j, mem)) for o in order)
+                if values[0] <= cap:
+                    row.append((i, j, values))
+        edges.append(row)
+    return edges
+
+
+def _bottleneck(edges: Edges, n: int, idx: int) -> float:
+    """The smallest largest value of objective ``idx`` over the paths from layer 0 to the end."""
+    stages = len(edges)
+    after = {n: -math.inf}  # from position p + 1: start layer -> smallest largest value to the end
+    for p in range(stages - 1, -1, -1):
+        here: dict[int, float] = {}
+        for i, j, values in edges[p]:
+            rest = after.get(j + 1)
+            if rest is not None:
+                value = max(values[idx], rest)
+                if value < here.get(i, math.inf):
+                    here[i] = value
+        after = here
+    return after.get(0, math.inf)
+
+
+def _latest_path(edges: Edges, n: int, sums: list[int]) -> Bounds | None:
+    """The path with the smallest sums (in order) of the objectives ``sums``; ties: the latest stage ends."""
+    stages = len(edges)
+    # rest[p][i]: the smallest sums from position p starting at layer i to the end.
+    rest: list[dict[int, tuple[int, ...]]] = [{} for _ in range(stages + 1)]
+    rest[stages][n] = tuple(0 for _ in sums)
+    for p in range(stages - 1, -1, -1):
+        for i, j, values in edges[p]:
+            tail = rest[p + 1].get(j + 1)
+            if tail is not None:
+                total = tuple(values[idx] + t for idx, t in zip(sums, tail, strict=True))
+                known = rest[p].get(i)
+                if known is None or total < known:
+                    rest[p][i] = total
+    if 0 not in rest[0]:
+        return None
+    bounds = []
+    i = 0
+    for p in range(stages):
+        want = rest[p][i]
+        # Edges of a row are in order of first layer, then last layer: the last match ends latest.
+        i_end = max(j for a, j, values in edges[p] if a == i and (tail := rest[p + 1].get(j + 1)) is not None
+                    and tuple(values[idx] + t for idx, t in zip(sums, tail, strict=True)) == want)
+        bounds.append((i, i_end))
+        i = i_end + 1
+    return tuple(bounds)

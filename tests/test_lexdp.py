@@ -1,0 +1,164 @@
+"""The exact DP over all three objectives (popliner.solvers.lexdp) against a brute force and against CP-SAT.
+
+The brute force counts out every contiguous split allowed by the problem and
+compares their objective tuples directly; CP-SAT (popliner.solvers.ilp) is
+the independent exact solver the DP stands in for.
+"""
+
+from __future__ import annotations
+
+import itertools
+import subprocess
+import sys
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from popliner.solvers.dp import dp_per_count
+from popliner.solvers.ilp import hint_objectives, ilp_bounds
+from popliner.solvers.lexdp import lexicographic_optimum, supported
+from popliner.solvers.objective import objective_order
+from popliner.solvers.problem import ArrayRanges, Bounds, SplitProblem
+from popliner.solvers.solve import solve_bounds
+
+
+def every_split(table: ArrayRanges, problem: SplitProblem) -> list[tuple[tuple[int, int, int], Bounds]]:
+    """Every split the problem allows, with its objectives: counted out, no DP."""
+    n = table.num_layers
+    counts = [problem.num_ipus] if problem.exact_ipus else range(1, problem.num_ipus + 1)
+    out = []
+    for k in counts:
+        for cuts in itertools.combinations(range(n - 1), k - 1):
+            ends = [*cuts, n - 1]
+            bounds = tuple(zip([0, *(c + 1 for c in cuts)], ends, strict=True))
+            if any(j - i + 1 < problem.min_layers for i, j in bounds):
+                continue
+            if any(p not in ends for p in problem.split_after if p < n - 1):
+                continue
+            if any(not problem.allowed_split(j, frozenset()) for j in cuts):
+                continue
+            values = hint_objectives(table, problem, bounds)  # None when a stage is over the limit
+            if values is not None:
+                out.append((values, bounds))
+    return out
+
+
+@st.composite
+def problems(draw: st.DrawFn) -> tuple[ArrayRanges, SplitProblem]:
+    n = draw(st.integers(1, 7))
+    ints = lambda lo, hi, size: draw(st.lists(st.integers(lo, hi), min_size=size, max_size=size))  # noqa: E731
+    # Few distinct values, so that ties (the tie-break's cases) are common.
+    head = (draw(st.integers(0, 10)), draw(st.integers(0, 10)), draw(st.integers(0, 5))) if draw(st.booleans()) \
+        else None
+    table = ArrayRanges(ints(1, 20, n), ints(0, 20, n), ints(0, 4, n) if draw(st.booleans()) else [0] * n,
+                        ints(0, 3, n if head else max(n - 1, 0)), stash=ints(0, 4, n),
+                        limit=draw(st.integers(30, 120)), bytes_per_cycle=draw(st.sampled_from([1.0, 2.0])),
+                        tiles=draw(st.sampled_from([0, 4])), head=head)
+    pins = tuple(sorted(set(draw(st.lists(st.integers(0, max(n - 2, 0)), max_size=1))))) if n > 1 else ()
+    pairs = ((0, n - 1),) if n > 1 and draw(st.integers(0, 4)) == 0 else ()
+    problem = SplitProblem(draw(st.integers(1, 4)), int(table.limit), exact_ipus=draw(st.booleans()),
+                           min_layers=draw(st.integers(1, 2)), split_after=pins, same_ipu=pairs,
+                           training=draw(st.booleans()))
+    return table, problem
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(problems())
+def test_the_dp_gives_the_brute_force_optimum_and_tie_break(case: tuple[ArrayRanges, SplitProblem]) -> None:
+    table, problem = case
+    got = lexicographic_optimum(table, problem, dp_per_count(table, problem))
+    splits = every_split(table, problem)
+    if not splits:
+        assert got is None
+        return
+    best = min(values for values, _ in splits)
+    assert got is not None and got.optimal and got.gap == 0.0
+    assert got.objectives == best
+    assert got.bound == best[0]
+    assert hint_objectives(table, problem, got.bounds) == best
+    # Ties on all three: the fewest stages, then the latest ends stage by stage.
+    tied = [bounds for values, bounds in splits if values == best]
+    fewest = min(len(b) for b in tied)
+    assert got.bounds == max((b for b in tied if len(b) == fewest), key=lambda b: [j for _, j in b])
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(problems())
+def test_the_dp_and_cp_sat_prove_the_same_optimum(case: tuple[ArrayRanges, SplitProblem]) -> None:
+    table, problem = case
+    got = lexicographic_optimum(table, problem, dp_per_count(table, problem))
+    cp_sat = ilp_bounds(table, problem, time_limit=10, prune=False)  # CP-SAT finds objective 1 on its own too
+    assert (got is None) == (cp_sat is None)
+    if got is not None and cp_sat is not None:
+        assert cp_sat.optimal
+        assert got.objectives == cp_sat.objectives
+
+
+def test_by_hand_memory_then_crossing_break_the_cycle_ties() -> None:
+    # One cycle per layer and one per transfer (1000 bytes a cycle): splitting after layer 1 costs 2 and 2 + 1,
+    # after layer 2 costs 3 and 1 + 1: both 3 at worst. Memory (10 a layer) then decides: 20 against 30.
+    table = ArrayRanges([10] * 4, [0] * 4, [1] * 4, [5, 1, 5], bytes_per_cycle=1000)
+    problem = SplitProblem(2, 1000, exact_ipus=True)
+    got = lexicographic_optimum(table, problem, dp_per_count(table, problem))
+    assert got is not None and got.bounds == ((0, 1), (2, 3)) and got.objectives == (3, 20, 1)
+    # No cycles, every range 10 bytes, every boundary 1 byte: all five 2-stage splits tie on (10, 10, 1),
+    # and the latest end wins: five layers on the first IPU.
+    flat = ArrayRanges([0] * 6, [10] * 6, [0] * 6, [1] * 5)
+    got = lexicographic_optimum(flat, problem, dp_per_count(flat, problem))
+    assert got is not None and got.objectives == (10, 10, 1) and got.bounds == ((0, 4), (5, 5))
+
+
+def test_an_order_with_a_max_after_a_sum_is_left_to_cp_sat() -> None:
+    table = ArrayRanges([10] * 3, [0] * 3, [1] * 3, [1, 2])
+    order = objective_order(table, ("memory", "crossing"))
+    assert [o.name for o in order] == ["memory", "crossing", "cycles"] and not supported(order)
+    problem = SplitProblem(2, 1000, objectives=("memory", "crossing"))
+    assert lexicographic_optimum(table, problem, dp_per_count(table, problem)) is None
+    outcome = solve_bounds(table, problem, time_limit=10)
+    assert outcome.status == "OPTIMAL" and "CP-SAT not needed" not in outcome.note
+
+
+def test_a_proved_solve_says_so_and_never_imports_or_tools() -> None:
+    code = (
+        "import sys\n"
+        "from popliner.solvers.problem import ArrayRanges, SplitProblem\n"
+        "from popliner.solvers.solve import solve_bounds\n"
+        "t = ArrayRanges([10] * 6, [5] * 6, [3, 1, 4, 1, 5, 9], [2, 7, 1, 8, 2], stash=[1] * 6, limit=200)\n"
+        "o = solve_bounds(t, SplitProblem(3, 200, training=True), solver='ilp')\n"
+        "print(o.status, o.bound == o.objective, o.gap, o.note)\n"
+        "print('ortools' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.splitlines()
+    assert out[0].startswith("OPTIMAL True 0.0 objective: largest stage cycles")
+    assert out[0].endswith("proved optimal by the exact DP, each objective in turn (CP-SAT not needed)")
+    assert out[1] == "False"
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(problems())
+def test_the_capped_dp_finds_every_count_that_reaches_the_optimum(case: tuple[ArrayRanges, SplitProblem]) -> None:
+    """Capped at the best value with memory left out, the DP loses no count that reaches the optimum."""
+    from popliner.solvers.dp import value_floor
+    from popliner.solvers.solve import _exact_per_count
+
+    table, problem = case
+    plain = dp_per_count(table, problem)
+    capped = _exact_per_count(table, problem, None)
+    reached = [f[1] for f in plain.values() if f is not None]
+    if not reached:
+        assert all(f is None for f in capped.values())
+        return
+    best = min(reached)
+    floor = value_floor(table, problem)
+    if objective_order(table)[0].uses_memory:
+        assert floor == float("inf")  # memory first (no cycles): no cap
+    else:
+        assert floor <= best  # a floor: no split that fits does better
+    assert {k: f for k, f in plain.items() if f is not None and f[1] == best} == \
+        {k: f for k, f in capped.items() if f is not None and f[1] == best}
+    # The rest is above the optimum either way: left out within the cap, or the plain DP's (no split within it).
+    assert all(f is None or (f == plain[k] and f[1] > best) for k, f in capped.items() if f is None or f[1] != best)
+    # And the whole ILP solve gives the brute force's optimum.
+    outcome = solve_bounds(table, problem, time_limit=10)
+    assert outcome.status == "OPTIMAL" and hint_objectives(table, problem, outcome.bounds) == \
+        min(values for values, _ in every_split(table, problem))
