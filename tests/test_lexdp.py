@@ -154,6 +154,12 @@ def test_the_capped_dp_finds_every_count_that_reaches_the_optimum(case: tuple[Ar
         assert floor == float("inf")  # memory first (no cycles): no cap
     else:
         assert floor <= best  # a floor: no split that fits does better
+        # Exactly the plain DP's best over every count with memory left out (nothing uses any, no limit).
+        n, head = table.num_layers, table._head
+        free = ArrayRanges([0] * n, [0] * n, table._cycles, table._cross, limit=float("inf"),
+                           bytes_per_cycle=table._bpc, head=(0, 0, head[2]) if head is not None else None)
+        assert floor == min((f[1] for f in dp_per_count(free, problem).values() if f is not None),
+                            default=float("inf"))
     assert {k: f for k, f in plain.items() if f is not None and f[1] == best} == \
         {k: f for k, f in capped.items() if f is not None and f[1] == best}
     # The rest is above the optimum either way: left out within the cap, or the plain DP's (no split within it).
