@@ -22,7 +22,7 @@ from popliner.pipeline import (
 from popliner.solvers.objective import MEMORY, Objective, objective_order
 from popliner.solvers.problem import Bounds, SplitProblem
 
-__all__ = ["OutOfTime", "dp_bounds", "dp_for_stages", "dp_per_count"]
+__all__ = ["OutOfTime", "RangeValues", "dp_bounds", "dp_for_stages", "dp_per_count", "value_floor"]
 
 
 def dp_bounds(table: RangeCosts, problem: SplitProblem, objective: Objective | None = None,
@@ -57,7 +57,7 @@ def dp_per_count(table: RangeCosts, problem: SplitProblem, objective: Objective 
     out: dict[int, tuple[Bounds, float] | None] = {}
     best = math.inf
     # What every count reads alike, worked out once: copy buffers, and within a cap each range's value.
-    shared = _Within(table, objective, cap) if cap < math.inf and not objective.uses_memory else None
+    shared = RangeValues(table, objective, cap) if cap < math.inf and not objective.uses_memory else None
     copies = _copy_buffers(table, problem.training)
     for k in counts:
         try:
@@ -92,7 +92,7 @@ def value_floor(table: RangeCosts, problem: SplitProblem, objective: Objective |
     n = table.num_layers
     counts = [problem.num_ipus] if problem.exact_ipus else list(range(1, problem.num_ipus + 1))
     stages = min(max(counts), n)
-    values = _Within(table, objective, math.inf)
+    values = RangeValues(table, objective, math.inf)
     forbidden = table.forbidden_splits(problem.keep_shared_together)
     cut = [max((p for p in problem.split_after if p < j), default=-1) for j in range(n)]
     inf = math.inf
@@ -115,7 +115,7 @@ def value_floor(table: RangeCosts, problem: SplitProblem, objective: Objective |
     return floor
 
 
-class _Within:
+class RangeValues:
     """Each range's value (for an objective that does not read memory), and per last layer the first layers
     of the ranges within ``cap`` (later first, as the DP visits them)."""
 
@@ -130,7 +130,7 @@ class _Within:
         return self._values[i][j]
 
 
-def _read_rows(table: RangeCosts, problem: SplitProblem, within: _Within | None, stages: int) -> None:
+def _read_rows(table: RangeCosts, problem: SplitProblem, within: RangeValues | None, stages: int) -> None:
     """Read the rows of the table the DP uses, each once and in order, as far as the DP can use them.
 
     A lazy table then extends each row in one go (the DP reads column by
@@ -174,7 +174,7 @@ def _first_stage_floor(table: RangeCosts, problem: SplitProblem, stages: int, ob
 
 
 def dp_for_stages(table: RangeCosts, problem: SplitProblem, stages: int, objective: Objective | None = None,
-                  deadline: float | None = None, cap: float = math.inf, *, shared: _Within | None = None,
+                  deadline: float | None = None, cap: float = math.inf, *, shared: RangeValues | None = None,
                   copies: Callable[[int, int], int] | None = None) -> tuple[Bounds, float] | None:
     """Optimal split into exactly ``stages`` stages, or None when none fits (:class:`OutOfTime` past ``deadline``).
 
@@ -185,7 +185,7 @@ def dp_for_stages(table: RangeCosts, problem: SplitProblem, stages: int, objecti
     value_of = objective.stage_value
     # Ranges over the cap are in no split within it: when the value needs no memory, they are not even read.
     if shared is None and cap < math.inf and not objective.uses_memory:
-        shared = _Within(table, objective, cap)
+        shared = RangeValues(table, objective, cap)
     n = table.num_layers
     if stages > n:
         return None
