@@ -1,18 +1,19 @@
 """Fit a calibrated preset's planner choices (popliner/synth/plans.py) to the real per-row figures.
 
-    python scripts/fit_plans.py PRESET [--rounds N] [--rows ROW[:FIELD,...] ...]
+    python scripts/fit_plans.py PRESET [--rounds N] [--rows ROW[:FIELD,...] ...] [--only-misses [--allowed ...]]
+    python scripts/fit_plans.py PRESET --recipe    # plans.py's table, as it was fitted (RECIPES)
 
 EfficientNet-EdgeTPU-L: each group of blocks of one shape (a stage's first
 block, its other blocks) and the stem and head ("no layer") get one
-:class:`~popliner.synth.graph.Plan`; other presets: each row named with
+:class:`~popliner.synth.choices.Plan`; other presets: each row named with
 ``--rows`` (e.g. "no layer"). Starting from no plan (every factor 1),
 each round generates the preset, measures its rows as PopLiner did
 (``scripts/calibration_presets.py``) and multiplies each factor by the
 geometric mean, over the group's rows, of real / generated of the component
 it drives: ``exchange`` by exchange code, ``vertices`` by vertex state,
-``programs`` by control code, ``split`` by variables, ``code`` by vertex
-code. Shared (cached) bodies
-couple the groups, hence the rounds. Prints the fitted table for plans.py.
+``programs`` by control code, ``split`` by variables, ``code`` and
+``spread`` by vertex code. Shared (cached) bodies couple the groups, hence
+the rounds. Prints the fitted table for plans.py.
 """
 
 from __future__ import annotations
@@ -25,8 +26,8 @@ import tempfile
 from pathlib import Path
 
 from popliner.synth import plans
+from popliner.synth.choices import Plan
 from popliner.synth.effnet import STAGES
-from popliner.synth.graph import Plan
 from popliner.synth.plans import plan_group
 
 _HERE = Path(__file__).resolve().parent
@@ -118,9 +119,24 @@ def fit_misses(preset: str, rounds: int, rows: list[str], allowed: list[str]) ->
     return table
 
 
+#: How each preset's table in plans.py was fitted: (rows, fields allowed), all with ``--only-misses``.
+RECIPES: dict[str, tuple[list[str], list[str]]] = {
+    "efficientnet-edgetpu-l": (["no layer"], [*BY_DEFAULT, "code"]),
+    "poptorch-bert-tiny": (["no layer", "0", "1", "2"], ["vertices", "exchange", "programs", "spread"]),
+    "bert-large-sdk-old": (["no layer"], ["vertices", "exchange", "programs", "code"]),
+}
+
+
+def refit(preset: str, rounds: int = 5) -> dict[str, Plan]:
+    """The preset's table as its recipe fits it (groups that need no plan left out)."""
+    rows, allowed = RECIPES[preset]
+    return {g: p for g, p in fit_misses(preset, rounds, rows, allowed).items() if p != Plan()}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("preset")
+    ap.add_argument("--recipe", action="store_true", help="fit as plans.py's table was (RECIPES)")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--rows", nargs="*", default=["no layer"],
                     help="plan groups of a transformer preset, each with the fields to fit: 'no layer:exchange'")
@@ -129,8 +145,12 @@ def main() -> None:
     ap.add_argument("--allowed", nargs="*", default=[*BY_DEFAULT, "code"], choices=list(DRIVES),
                     help="with --only-misses: the fields that may be fitted")
     args = ap.parse_args()
-    table = (fit_misses(args.preset, args.rounds, args.rows, args.allowed) if args.only_misses
-             else fit(args.preset, args.rounds, args.rows))
+    if args.recipe:
+        table = refit(args.preset, args.rounds)
+    elif args.only_misses:
+        table = fit_misses(args.preset, args.rounds, args.rows, args.allowed)
+    else:
+        table = fit(args.preset, args.rounds, args.rows)
     for g, p in table.items():
         fields = ", ".join(f"{name}={getattr(p, name):.3g}" for name in DRIVES if getattr(p, name) != 1.0)
         print(f'    "{g}": Plan({fields}),')

@@ -121,3 +121,22 @@ def test_the_shape_cache_makes_the_whole_model_agree(real: dict[str, Any], tmp_p
     assert all(e is not None and abs(e) <= 0.2 for e in cached), cached
     plain = cal.errors(want, cal.measure("efficientnet-edgetpu-l", tmp_path, shape_cache=False)["whole"])
     assert plain[2] is not None and plain[2] > 1.0, plain  # exchange code: more than twice the real
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("preset", ["efficientnet-edgetpu-l", "poptorch-bert-tiny", "bert-large-sdk-old"])
+def test_the_fitted_choices_are_what_the_fit_gives(preset: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """plans.py's values are scripts/fit_plans.py's, to the three digits written (the documented procedure)."""
+    from popliner.synth import plans
+
+    spec = importlib.util.spec_from_file_location("fit_plans", SCRIPT.parent / "fit_plans.py")
+    assert spec is not None and spec.loader is not None
+    fit = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fit)
+    committed = dict(plans.PRESET_PLANS[preset])
+    monkeypatch.setitem(plans._TABLES, preset, plans.PRESET_PLANS[preset])  # restored after the fit's rounds
+    fitted = fit.refit(preset)
+    assert set(fitted) == set(committed)
+    for group, plan in fitted.items():
+        for name in ("exchange", "vertices", "programs", "split", "code", "spread"):
+            assert float(f"{getattr(plan, name):.3g}") == getattr(committed[group], name), (group, name)

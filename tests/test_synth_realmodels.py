@@ -17,8 +17,9 @@ import pytest
 from popliner.synth import generate_document, plans, preset_spec
 from popliner.synth.build import build_model
 from popliner.synth.catalog import VERTEX_TYPES
+from popliner.synth.choices import Plan
 from popliner.synth.effnet import conv_partials
-from popliner.synth.graph import Compiled, Graph, GraphBuilder, Plan, TKind
+from popliner.synth.graph import Compiled, Graph, GraphBuilder, TKind
 from popliner.synth.layout import lay_out
 from popliner.synth.lower import Lowered, lower, size_scale
 from popliner.synth.plans import preset_plans

@@ -42,8 +42,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from popliner.synth.catalog import KERNELS
+from popliner.synth.choices import NO_PLAN, Plan
 
-__all__ = ["NO_PLAN", "RECOMPUTED", "Compiled", "GradRule", "Graph", "GraphBuilder", "Op", "Plan", "TKind", "Tensor"]
+__all__ = ["RECOMPUTED", "Compiled", "GradRule", "Graph", "GraphBuilder", "Op", "TKind", "Tensor"]
 
 
 class TKind(enum.IntEnum):
@@ -107,31 +108,6 @@ class GradRule:
     share: bool = False
     calls: int = 1  # > 1: serialised into this many calls of one body
 
-
-@dataclass(frozen=True)
-class Plan:
-    """What a compiler's planner chose for an operation, as multiples of the generator's own lowering.
-
-    ``exchange``: exchange code per tile (more, smaller regions per tile);
-    ``vertices``: vertex instances (the work cut into more, smaller vertices);
-    ``programs``: control code (serial slices: more compute sets and exchanges);
-    ``split``: the input-channel split of a convolution's fp32 partials;
-    ``code``: its vertex types are its own specialisations, with this many
-    times the catalog's code (not shared with other operations);
-    ``spread``: it works on this many times the tiles of its largest tensor.
-    Calibrated presets set them from public per-block figures
-    (docs/synthetic-profiles.md lists each); everything else keeps 1.
-    """
-
-    exchange: float = 1.0
-    vertices: float = 1.0
-    programs: float = 1.0
-    split: float = 1.0
-    code: float = 1.0
-    spread: float = 1.0
-
-
-NO_PLAN = Plan()
 
 
 @dataclass

@@ -6,7 +6,7 @@ how many serial slices, how far to split the input channels). Its choices
 are not public, but their effect is: Graphcore's PopLiner tests give every
 block's vertex state, exchange code, control code and variables. Each
 group of blocks of one shape (a stage's first block, the stage's other
-blocks) gets one :class:`~popliner.synth.graph.Plan`, fitted to that
+blocks) gets one :class:`~popliner.synth.choices.Plan`, fitted to that
 group's real figures by ``scripts/fit_plans.py``; docs/synthetic-profiles.md
 lists each value with the figure it was fitted to. No other model uses them.
 """
@@ -17,8 +17,8 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Final
 
+from popliner.synth.choices import Plan
 from popliner.synth.effnet import stage_of
-from popliner.synth.graph import Plan
 
 __all__ = ["PRESET_PLANS", "plan_group", "preset_plans"]
 
