@@ -154,6 +154,12 @@ def test_the_capped_dp_finds_every_count_that_reaches_the_optimum(case: tuple[Ar
         assert floor == float("inf")  # memory first (no cycles): no cap
     else:
         assert floor <= best  # a floor: no split that fits does better
+        # Exactly the plain DP's best over every count with memory left out (nothing uses any, no limit).
+        n, head = table.num_layers, table._head
+        free = ArrayRanges([0] * n, [0] * n, table._cycles, table._cross, limit=float("inf"),
+                           bytes_per_cycle=table._bpc, head=(0, 0, head[2]) if head is not None else None)
+        assert floor == min((f[1] for f in dp_per_count(free, problem).values() if f is not None),
+                            default=float("inf"))
     assert {k: f for k, f in plain.items() if f is not None and f[1] == best} == \
         {k: f for k, f in capped.items() if f is not None and f[1] == best}
     # The rest is above the optimum either way: left out within the cap, or the plain DP's (no split within it).
@@ -162,3 +168,19 @@ def test_the_capped_dp_finds_every_count_that_reaches_the_optimum(case: tuple[Ar
     outcome = solve_bounds(table, problem, time_limit=10)
     assert outcome.status == "OPTIMAL" and hint_objectives(table, problem, outcome.bounds) == \
         min(values for values, _ in every_split(table, problem))
+
+
+def test_the_cap_grows_until_a_split_reaches_it() -> None:
+    """Stashes keep 4 stages off (IPU 0 would need 10 + 6 x 10 = 70 > 60): one layer per IPU (10 cycles) is out
+    of reach, and the cap grows 10 -> 12.5 -> 15.6 -> 19.5 -> 24.4, where 2 and 3 stages reach 20 (1 stage: 40)."""
+    from popliner.solvers.dp import value_floor
+    from popliner.solvers.solve import _exact_per_count
+
+    table = ArrayRanges([10] * 4, [0] * 4, [10] * 4, [0] * 3, stash=[10] * 4, limit=60)
+    problem = SplitProblem(4, 60, training=True)
+    assert value_floor(table, problem) == 10
+    got = _exact_per_count(table, problem, None)
+    plain = dp_per_count(table, problem)
+    assert plain[4] is None and plain[1] is not None and plain[1][1] == 40  # one IPU: 40 cycles, above the cap
+    assert got[1] is None and {k: f for k, f in got.items() if f is not None} == {2: plain[2], 3: plain[3]}
+    assert plain[2] is not None and plain[2][1] == 20 and plain[3] is not None and plain[3][1] == 20

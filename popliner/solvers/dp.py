@@ -8,7 +8,7 @@ smallest possible largest cost of layers ``0..j`` in ``k+1`` stages.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from popliner.deadline import OutOfTime, check_deadline
 from popliner.pipeline import (
@@ -22,7 +22,7 @@ from popliner.pipeline import (
 from popliner.solvers.objective import MEMORY, Objective, objective_order
 from popliner.solvers.problem import Bounds, SplitProblem
 
-__all__ = ["OutOfTime", "dp_bounds", "dp_for_stages", "dp_per_count"]
+__all__ = ["OutOfTime", "RangeValues", "dp_bounds", "dp_for_stages", "dp_per_count", "value_floor"]
 
 
 def dp_bounds(table: RangeCosts, problem: SplitProblem, objective: Objective | None = None,
@@ -56,15 +56,18 @@ def dp_per_count(table: RangeCosts, problem: SplitProblem, objective: Objective 
     counts = [problem.num_ipus] if problem.exact_ipus else range(1, problem.num_ipus + 1)
     out: dict[int, tuple[Bounds, float] | None] = {}
     best = math.inf
+    # What every count reads alike, worked out once: copy buffers, and within a cap each range's value.
+    shared = RangeValues(table, objective, cap) if cap < math.inf and not objective.uses_memory else None
+    copies = _copy_buffers(table, problem.training)
     for k in counts:
         try:
             check_deadline(deadline)
             if k == counts[0]:
-                _read_rows(table, problem, objective, cap, max(counts))
+                _read_rows(table, problem, shared, max(counts))
             if k <= table.num_layers and _first_stage_floor(table, problem, k, objective) > best:
                 out[k] = None
                 continue
-            out[k] = found = dp_for_stages(table, problem, k, objective, deadline, cap)
+            out[k] = found = dp_for_stages(table, problem, k, objective, deadline, cap, shared=shared, copies=copies)
         except OutOfTime as stop:
             known = [f for f in out.values() if f is not None]
             raise OutOfTime(min(known, key=lambda f: f[1]) if known else None) from stop
@@ -78,84 +81,70 @@ def value_floor(table: RangeCosts, problem: SplitProblem, objective: Objective |
     read memory.
 
     No split that fits does better, so it is a cap for :func:`dp_per_count`
-    that loses nothing when a split reaches it; reading no range, it costs
-    only the DP's loops.
+    that loses nothing when a split reaches it. It reads no range: with no
+    memory a range's value is the same at every position of every count, so
+    one pass over ``k`` stages gives every count (``k`` stages end at the last
+    layer in row ``k - 1``), from each range's value taken once.
     """
     objective = objective or objective_order(table, problem.objectives)[0]
     if objective.uses_memory:
         return math.inf
-    free = _Unlimited(table)
-    counts = [problem.num_ipus] if problem.exact_ipus else range(1, problem.num_ipus + 1)
-    found = (dp_for_stages(free, problem, k, objective) for k in counts)
-    return min((f[1] for f in found if f is not None), default=math.inf)
+    n = table.num_layers
+    counts = [problem.num_ipus] if problem.exact_ipus else list(range(1, problem.num_ipus + 1))
+    stages = min(max(counts), n)
+    values = RangeValues(table, objective, math.inf)
+    forbidden = table.forbidden_splits(problem.keep_shared_together)
+    cut = [max((p for p in problem.split_after if p < j), default=-1) for j in range(n)]
+    inf = math.inf
+    floor = inf
+    row = [inf] * n
+    for k in range(stages):
+        new = [inf] * n
+        for j in range(n):
+            if j < n - 1 and not problem.allowed_split(j, forbidden):
+                continue
+            for i in ([0] if k == 0 else range(j, 0, -1)):
+                if i <= cut[j]:
+                    break
+                prev = 0.0 if k == 0 else row[i - 1]
+                if j - i + 1 >= problem.min_layers and prev < inf:
+                    new[j] = min(new[j], max(prev, values.value(i, j)))
+        row = new
+        if k + 1 in counts:
+            floor = min(floor, row[n - 1])
+    return floor
 
 
-def _read_rows(table: RangeCosts, problem: SplitProblem, objective: Objective, cap: float, stages: int) -> None:
+class RangeValues:
+    """Each range's value (for an objective that does not read memory), and per last layer the first layers
+    of the ranges within ``cap`` (later first, as the DP visits them)."""
+
+    def __init__(self, table: RangeCosts, objective: Objective, cap: float) -> None:
+        n = table.num_layers
+        self.cap = cap
+        self._values = [[objective.stage_value(table, i, j, 0.0) if i <= j else math.inf for j in range(n)]
+                        for i in range(n)]
+        self.starts = [[i for i in range(j, 0, -1) if self._values[i][j] <= cap] for j in range(n)]
+
+    def value(self, i: int, j: int) -> float:
+        return self._values[i][j]
+
+
+def _read_rows(table: RangeCosts, problem: SplitProblem, within: RangeValues | None, stages: int) -> None:
     """Read the rows of the table the DP uses, each once and in order, as far as the DP can use them.
 
     A lazy table then extends each row in one go (the DP reads column by
-    column, which would switch rows at every range). With a cap on an
-    objective that does not read memory, a row goes up to its last range
-    within the cap; else to the end (the table stops it at its limit). One
-    stage reads only the row from layer 0.
+    column, which would switch rows at every range). ``within``: a cap on an
+    objective that does not read memory; a row then goes up to its last range
+    within it, else to the end (the table stops it at its limit). One stage
+    reads only the row from layer 0.
     """
     n = table.num_layers
-    capped = cap < math.inf and not objective.uses_memory
     for i in range(n if stages > 1 else min(n, 1)):
         first = i + problem.min_layers - 1
-        ends = [j for j in range(first, n) if not capped or objective.stage_value(table, i, j, 0.0) <= cap]
+        ends = [j for j in range(first, n) if within is None or within.value(i, j) <= within.cap]
         if ends:
             table.memory(i, ends[-1], 0)
-
-
-class _Unlimited:
-    """``table`` with every range fitting in no memory: what an objective that does not read memory sees alone."""
-
-    def __init__(self, table: RangeCosts) -> None:
-        self._table = table
-
-    @property
-    def num_layers(self) -> int:
-        return self._table.num_layers
-
-    @property
-    def layer_names(self) -> tuple[str, ...]:
-        return self._table.layer_names
-
-    @property
-    def has_cycles(self) -> bool:
-        return self._table.has_cycles
-
-    @property
-    def has_unlayered(self) -> bool:
-        return self._table.has_unlayered
-
-    @property
-    def head_wraps(self) -> bool:
-        return self._table.head_wraps
-
-    @property
-    def limit(self) -> float:
-        return math.inf
-
-    @property
-    def tiles(self) -> int:
-        return self._table.tiles
-
-    def memory(self, i: int, j: int, extra_stash: int) -> float:
-        return 0.0
-
-    def compute(self, i: int, j: int) -> int:
-        return self._table.compute(i, j)
-
-    def crossing(self, j: int) -> int:
-        return self._table.crossing(j)
-
-    def transfer(self, nbytes: int) -> int:
-        return self._table.transfer(nbytes)
-
-    def forbidden_splits(self, keep_shared_together: bool) -> frozenset[int]:
-        return self._table.forbidden_splits(keep_shared_together)
 
 
 def _copy_buffers(table: RangeCosts, training: bool) -> Callable[[int, int], int]:
@@ -185,15 +174,18 @@ def _first_stage_floor(table: RangeCosts, problem: SplitProblem, stages: int, ob
 
 
 def dp_for_stages(table: RangeCosts, problem: SplitProblem, stages: int, objective: Objective | None = None,
-                  deadline: float | None = None, cap: float = math.inf) -> tuple[Bounds, float] | None:
+                  deadline: float | None = None, cap: float = math.inf, *, shared: RangeValues | None = None,
+                  copies: Callable[[int, int], int] | None = None) -> tuple[Bounds, float] | None:
     """Optimal split into exactly ``stages`` stages, or None when none fits (:class:`OutOfTime` past ``deadline``).
 
     ``cap``: None too when the optimum is above it (see :func:`dp_per_count`).
+    ``shared`` and ``copies``: what :func:`dp_per_count` works out once for every count.
     """
     objective = objective or objective_order(table, problem.objectives)[0]
     value_of = objective.stage_value
     # Ranges over the cap are in no split within it: when the value needs no memory, they are not even read.
-    capped = cap < math.inf and not objective.uses_memory
+    if shared is None and cap < math.inf and not objective.uses_memory:
+        shared = RangeValues(table, objective, cap)
     n = table.num_layers
     if stages > n:
         return None
@@ -204,7 +196,7 @@ def dp_for_stages(table: RangeCosts, problem: SplitProblem, stages: int, objecti
     forbidden = table.forbidden_splits(problem.keep_shared_together)
     inf = math.inf
     limit = table.limit
-    copies = _copy_buffers(table, problem.training)
+    copies = copies or _copy_buffers(table, problem.training)
     # For each j, the largest layer after which a stage must end that lies before j: no range may cross it.
     cut = [max((p for p in problem.split_after if p < j), default=-1) for j in range(n)]
     best = [[inf] * n for _ in range(stages)]
@@ -216,22 +208,27 @@ def dp_for_stages(table: RangeCosts, problem: SplitProblem, stages: int, objecti
         for j in range(n):
             if j < n - 1 and (k == stages - 1 or not problem.allowed_split(j, forbidden)):
                 continue  # only the last stage ends at the last layer; splits must be allowed
-            # The first stage starts at layer 0, and only it does.
-            for i in ([0] if k == 0 else range(j, 0, -1)):
+            # The first stage starts at layer 0, and only it does. Within a cap, only the ranges within it
+            # are visited (and read): still in the same order, so that ties go the same way.
+            if k == 0:
+                starts: Iterable[int] = [0] if shared is None or shared.value(0, j) <= cap else []
+            else:
+                starts = range(j, 0, -1) if shared is None else shared.starts[j]
+            for i in starts:
                 if j - i + 1 < problem.min_layers:
                     continue
                 if i <= cut[j]:
                     break
                 prev = 0.0 if k == 0 else best[k - 1][i - 1]
-                if prev == inf or (capped and value_of(table, i, j, 0.0) > cap):
-                    continue  # read only the ranges a split within the cap may hold
+                if prev == inf:
+                    continue
                 base = table.memory(i, j, extra)
                 if base == inf:
                     break  # over the limit before its copy buffers: longer ranges (smaller i) only use more
                 total = base + copies(i, j)
                 if total > limit:
                     continue  # over the limit with its copy buffers; a longer range may still fit
-                value = max(prev, value_of(table, i, j, total))
+                value = max(prev, shared.value(i, j) if shared is not None else value_of(table, i, j, total))
                 if value > cap:
                     continue
                 if value < best[k][j]:

@@ -37,6 +37,7 @@ from collections.abc import Mapping
 
 from popliner.deadline import check_deadline
 from popliner.pipeline import RangeCosts, grows_past_limit, position_memory
+from popliner.solvers.dp import RangeValues
 from popliner.solvers.ilp import IlpOutcome, hint_objectives
 from popliner.solvers.objective import Objective, objective_order
 from popliner.solvers.problem import Bounds, SplitProblem
@@ -69,8 +70,10 @@ def lexicographic_optimum(table: RangeCosts, problem: SplitProblem,
     target = min(found[1] for found in reachable.values())
     best: tuple[tuple[int, int, int], Bounds] | None = None
     candidates = sorted(k for k, found in reachable.items() if found[1] == target)
+    # Objective 1's value of each range, once for every count, when it needs no memory.
+    first = RangeValues(table, order[0], target) if not order[0].uses_memory else None
     for k in candidates:
-        bounds = _best_of_count(table, problem, k, order, target, deadline)
+        bounds = _best_of_count(table, problem, k, order, target, deadline, first)
         values = hint_objectives(table, problem, bounds) if bounds is not None else None
         if bounds is None or values is None:  # pragma: no cover - the DP found a split of this count within it
             return None
@@ -82,9 +85,9 @@ def lexicographic_optimum(table: RangeCosts, problem: SplitProblem,
 
 
 def _best_of_count(table: RangeCosts, problem: SplitProblem, stages: int, order: tuple[Objective, ...],
-                   target: float, deadline: float | None) -> Bounds | None:
+                   target: float, deadline: float | None, values: RangeValues | None) -> Bounds | None:
     """The lexicographically best split into exactly ``stages`` stages whose objective 1 is within ``target``."""
-    edges = _edges(table, problem, stages, order, target, deadline)
+    edges = _edges(table, problem, stages, order, target, deadline, values)
     n = table.num_layers
     for idx in range(1, len(order)):
         if order[idx].combine != "max":
@@ -100,24 +103,26 @@ def _best_of_count(table: RangeCosts, problem: SplitProblem, stages: int, order:
 
 
 def _edges(table: RangeCosts, problem: SplitProblem, stages: int, order: tuple[Objective, ...], cap: float,
-           deadline: float | None) -> Edges:
-    """Every range each position may hold whose objective 1 is within ``cap``, as the CP-SAT model's variables."""
+           deadline: float | None, first: RangeValues | None = None) -> Edges:
+    """Every range each position may hold whose objective 1 is within ``cap``, as the CP-SAT model's variables.
+
+    ``first``: objective 1's value of each range, when it needs no memory: a range over the cap is then
+    no edge without its memory being read.
+    """
     n = table.num_layers
     forbidden = table.forbidden_splits(problem.keep_shared_together)
-    # A range over the cap is no edge: when objective 1 needs no memory, its memory is not even read.
-    first = order[0] if not order[0].uses_memory else None
     edges: Edges = []
     for p in range(stages):
         check_deadline(deadline)
         row = []
         last_position = p == stages - 1
         for i in [0] if p == 0 else range(1, n):
-            for j in range(i + problem.min_layers - 1, n):
-                if any(i <= q < j for q in problem.split_after):
-                    break  # a pinned split inside: a stage must end there
+            # A pinned split at or after i: no range from i goes past it.
+            pin = min((q for q in problem.split_after if q >= i), default=n)
+            for j in range(i + problem.min_layers - 1, min(pin, n - 1) + 1):
                 if (j == n - 1) != last_position or (j < n - 1 and not problem.allowed_split(j, forbidden)):
                     continue
-                if first is not None and first.stage_value(table, i, j, 0.0) > cap:
+                if first is not None and first.value(i, j) > cap:
                     continue
                 if grows_past_limit(table, i, j, p, stages, problem.training):
                     break  # longer ranges only use more memory

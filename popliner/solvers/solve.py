@@ -33,6 +33,9 @@ log = logging.getLogger(__name__)
 SolverName = Literal["greedy", "ilp"]
 #: The largest worst tile of a best-effort split, as a multiple of the budget: beyond it none is given.
 BEST_EFFORT_LIMIT = 8.0
+#: The exact DP's cap on objective 1 grows by this factor while no split reaches it, at most CAP_STEPS times.
+CAP_STEP = 1.25
+CAP_STEPS = 8
 
 
 @dataclass(frozen=True)
@@ -122,13 +125,18 @@ def _exact_per_count(table: RangeCosts, problem: SplitProblem,
 
     First capped at the best value with memory left out (:func:`value_floor`):
     when a split reaches it, it is the optimum, and only the ranges within it
-    were read; otherwise again without the cap.
+    were read. Otherwise memory binds: the cap grows by :data:`CAP_STEP` at a
+    time (a few times, then no cap), and the first cap some split reaches
+    gives the optimum exactly (every count that reaches it, with the plain
+    DP's split), having read only the ranges within at most that step past it.
     """
     cap = value_floor(table, problem)
-    per_count = dp_per_count(table, problem, deadline=deadline, cap=cap)
-    if cap < math.inf and all(found is None for found in per_count.values()):
-        per_count = dp_per_count(table, problem, deadline=deadline)
-    return per_count
+    for _ in range(CAP_STEPS):
+        per_count = dp_per_count(table, problem, deadline=deadline, cap=cap)
+        if cap == math.inf or any(found is not None for found in per_count.values()):
+            return per_count
+        cap = cap * CAP_STEP if cap > 0 else math.inf
+    return dp_per_count(table, problem, deadline=deadline)
 
 
 def _out_of_time(table: RangeCosts, problem: SplitProblem, best: tuple[Bounds, float] | None, hints: list[Bounds],

@@ -62,6 +62,8 @@ GOLDEN = 0.6180339887498949
 RECOMPUTED = "__re"
 #: The layer number in an operation's group, as the project's default layer regex finds it.
 _LAYER = re.compile(r"(?:^|/)(?:[L|l]ayer|blocks|encoder)[/_.]?(\d+)")
+#: An input that puts an operation without a layer in the first one (the default ``inputs_regex_layer_0``).
+_LAYER0_INPUT = re.compile(r"word_embeddings|Embedding_Dict")
 
 
 @dataclass(frozen=True)
@@ -213,13 +215,27 @@ class GraphBuilder:
         self.counter += 1
         return f"{stem}_{self.counter}"
 
-    def plan_of(self, group: str) -> Plan:
-        """The planner's choices for operations of ``group`` (by its layer number, or "no layer")."""
+    def plan_of(self, group: str, inputs: Sequence[int] = ()) -> Plan:
+        """The planner's choices for an operation of ``group`` reading ``inputs``, by its row (:meth:`row_of`)."""
         if not self.plans:
             return NO_PLAN
-        m = _LAYER.search(group)
-        plan = self.plans.get(m.group(1) if m else "no layer", NO_PLAN)
+        plan = self.plans.get(self.row_of(group, inputs), NO_PLAN)
         return Plan(split=plan.split) if self.unplanned else plan
+
+    def row_of(self, group: str, inputs: Sequence[int] = ()) -> str:
+        """The layer PopLiner counts an operation in, or "no layer".
+
+        As PopLiner (and popliner) layer operations: the layer number in the
+        name, else the first in its inputs' names, else the first layer when
+        it reads the word embedding's table.
+        """
+        m = _LAYER.search(group)
+        if m is None and inputs:
+            joined = "/".join(self.tensors[t].name for t in inputs)
+            m = _LAYER.search(joined)
+            if m is None and _LAYER0_INPUT.search(joined):
+                return "0"
+        return m.group(1) if m else "no layer"
 
     # -- setup operations -------------------------------------------------------
 
@@ -281,7 +297,7 @@ class GraphBuilder:
     def _new_op(self, name: str, logical: str, op_type: str, kind: str, group: str, inputs: list[int],
                 outputs: list[int], work: float, temp: int | None = None) -> Op:
         op = Op(len(self.ops), name, logical, op_type, kind, self.phase, group, inputs, outputs, work=float(work),
-                plan=self.plan_of(group))
+                plan=self.plan_of(group, inputs))
         self.ops.append(op)
         for t in inputs:
             self.tensors[t].consumers.append(op.index)
@@ -329,7 +345,7 @@ class GraphBuilder:
                  work: float, calls: int, temp: int | None = None) -> int:
         """The shared body; with ``calls`` > 1 one call computes 1/calls of the outputs."""
         op = Op(len(self.ops), name, name, op_type, kind, self.phase, group, [], [], work=float(work),
-                is_body=True, plan=self.plan_of(group))
+                is_body=True, plan=self.plan_of(group, inputs))
         self.ops.append(op)
         op.start, op.count = self._op_span(inputs + outputs, op.plan)
         # A forward or backward body works on its own copies of the caller's

@@ -36,7 +36,7 @@ EDGETPU_L: Final[Mapping[str, Plan]] = MappingProxyType({
     "stage4/first": Plan(split=0.729),
     "stage4/rest": Plan(vertices=4, exchange=8.94, programs=2.26, split=0.756),
     "stage5/first": Plan(exchange=1.69, split=0.538),
-    "stage5/rest": Plan(vertices=6.97, exchange=3.24, programs=1.73),
+    "stage5/rest": Plan(vertices=6.47, exchange=3.24, programs=1.7),
 })
 #: PopTorch's BERT demo_tiny_128 (SQuAD training): the operations without a layer, and layer 1's exchange code.
 POPTORCH_BERT_TINY: Final[Mapping[str, Plan]] = MappingProxyType({
@@ -45,7 +45,7 @@ POPTORCH_BERT_TINY: Final[Mapping[str, Plan]] = MappingProxyType({
 })
 #: BERT-Large SQuAD-128 inference by the older SDK: the operations without a layer (embeddings, mask, head).
 BERT_LARGE_SDK_OLD: Final[Mapping[str, Plan]] = MappingProxyType({
-    "no layer": Plan(vertices=2.24, code=1.75),
+    "no layer": Plan(vertices=2.96, code=1.25),
 })
 
 #: Preset -> its plans, keyed by group (``scripts/fit_plans.py`` swaps a table in while it fits).
