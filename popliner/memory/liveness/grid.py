@@ -72,9 +72,10 @@ class SegmentGrid:
         self.owner: object | None = None  # the running set whose variables the grid holds
         # Live bytes before each block (the net changes of the blocks before it) and each block's largest live
         # bytes, kept between readings: valid for the blocks before ``_known``, which a change to a block's
-        # sums lowers to that block. A reading extends them only to its window's last block.
-        self._before = np.zeros((self.nblocks + 1, self.tiles), np.int64)
-        self._top = np.zeros((self.nblocks, self.tiles), np.int64)
+        # sums lowers to that block. A reading extends them only to its window's last block. In the cells' type:
+        # each is the live bytes of a subset of the variables on one tile, which the type holds (cell_dtype).
+        self._before = np.zeros((self.nblocks + 1, self.tiles), self.dtype)
+        self._top = np.zeros((self.nblocks, self.tiles), self.dtype)
         self._known = self.nblocks
 
     @classmethod
@@ -280,7 +281,7 @@ class SegmentGrid:
             np.maximum(out, self.run[b_hi, : hi_row + 1].max(axis=0) + before[b_hi], out=out)
             if b_hi > b_lo + 1:
                 np.maximum(out, self._top[b_lo + 1 : b_hi].max(axis=0), out=out)
-        return np.asarray(np.maximum(out, 0))
+        return np.asarray(np.maximum(out, 0), np.int64)
 
 
 def cell_dtype(profile: Profile) -> type[np.signedinteger]:
