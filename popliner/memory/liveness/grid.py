@@ -13,7 +13,10 @@ import numpy as np
 from popliner.arrays import expand_ranges, rank_by_table, unique_inverse
 from popliner.profile.model import Profile
 
-__all__ = ["SegmentGrid", "cell_dtype", "segment_ends"]
+__all__ = ["Columns", "SegmentGrid", "cell_dtype", "segment_ends"]
+
+#: Some variables' liveness classes, tiles and bytes (gathered once, read by several parts of a layer).
+Columns = tuple[np.ndarray, np.ndarray, np.ndarray]
 
 
 class SegmentGrid:
@@ -119,7 +122,7 @@ class SegmentGrid:
             events["owner"] = owner
         return events
 
-    def merged(self, var_idx: np.ndarray) -> dict[str, np.ndarray]:
+    def merged(self, var_idx: np.ndarray, columns: Columns | None = None) -> dict[str, np.ndarray]:
         """The events of the variables as one net change per cell, which :meth:`add` applies without ``add.at``.
 
         For a layer's private variables, added to every range that holds the
@@ -127,12 +130,14 @@ class SegmentGrid:
         segments they touch (a layer's activations are spread over all tiles),
         the change is kept dense, as rows of those segments, and an addition
         is a plain add of rows; else as distinct cells and a plain indexed add
-        (exact either way: integer sums in any order).
+        (exact either way: integer sums in any order). ``columns``: the
+        variables' classes, tiles and bytes in this grid's profile, when the
+        caller has them already.
         """
         p = self.p
         v = p.variables
-        cls = v.klass[var_idx]
-        by_class = self._merged_by_class(var_idx, cls)
+        cls = v.klass[var_idx] if columns is None else columns[0]
+        by_class = self._merged_by_class(var_idx, cls, columns)
         if by_class is not None:
             return by_class
         counts = p.class_ptr[cls + 1] - p.class_ptr[cls]
@@ -143,7 +148,8 @@ class SegmentGrid:
             tile, nbytes = tile[owner], nbytes[owner]
         return self.net_change(self.col_start[iv], self.col_end[iv], tile, nbytes)
 
-    def _merged_by_class(self, var_idx: np.ndarray, cls: np.ndarray) -> dict[str, np.ndarray] | None:
+    def _merged_by_class(self, var_idx: np.ndarray, cls: np.ndarray, columns: Columns | None = None
+                         ) -> dict[str, np.ndarray] | None:
         """:meth:`merged`'s dense rows, from the variables' bytes summed per (liveness class, tile) first.
 
         The variables of a class share its intervals, so the bytes per class
@@ -172,8 +178,8 @@ class SegmentGrid:
         if segments.size * tiles > 4 * events:
             return None
         v = p.variables
-        per_class = np.bincount(rank * tiles + v.tile[var_idx], weights=v.bytes[var_idx],
-                                minlength=len(classes) * tiles).reshape(-1, tiles)
+        tile, nbytes = (v.tile[var_idx], v.bytes[var_idx]) if columns is None else columns[1:]
+        per_class = np.bincount(rank * tiles + tile, weights=nbytes, minlength=len(classes) * tiles).reshape(-1, tiles)
         rows = per_class[np.repeat(np.arange(len(classes)), intervals)].reshape(-1)
         position = np.cumsum(present) - 1
         across = np.arange(tiles)
