@@ -1,4 +1,4 @@
-"""OperationTable.first_user on hand-made tables: operations in any step order, ties, repeated variables, idle ones."""
+"""Operation tables by hand: first users, update windows and variable sets, against walks over the operations."""
 
 from __future__ import annotations
 
@@ -74,3 +74,15 @@ def test_update_window_against_a_walk(seed: int, scatter_min: int, monkeypatch: 
             expect_hi[v] = max(expect_hi[v], last_step)
     assert lo.dtype == hi.dtype == np.int32
     assert lo.tolist() == expect_lo and hi.tolist() == expect_hi
+
+
+@pytest.mark.parametrize("factor", [0, 10**9])  # the mask over every variable, and the sort
+@pytest.mark.parametrize("seed", range(20))
+def test_vars_of_set_either_way(seed: int, factor: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(operations, "UNION_SORT_FACTOR", factor)
+    rng = np.random.default_rng(seed)
+    ops = _table(rng, int(rng.integers(1, 40)), int(rng.integers(1, 30)))
+    picked = np.unique(rng.integers(0, ops.count, int(rng.integers(0, ops.count + 1))))
+    got = ops.vars_of_set(picked)
+    expect = sorted({v for op in picked.tolist() for v in ops.vars_of(op).tolist()})
+    assert got.dtype == np.int64 and got.tolist() == expect

@@ -1,4 +1,4 @@
-"""optimizer_state_variables by counting uses, against the scatter of flags it replaced (the same bools)."""
+"""optimizer_state_variables (marked per operation or counted) against the former scatter of flags (same bools)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from popliner.analysis import analyse_profile
+from popliner.memory import whatif
 from popliner.memory.whatif import optimizer_state_variables
 from popliner.ops.roles import called_operations, update_operations
 from popliner.profile import load_profile
@@ -26,7 +27,9 @@ def _by_flags(count: int, var_ptr: np.ndarray, var_idx: np.ndarray, always: np.n
     return always & used & ~by_other
 
 
-def test_the_same_flags_on_random_tables():
+@pytest.mark.parametrize("scatter_min", [0, 10**9])  # marked operation by operation, and counted
+def test_the_same_flags_on_random_tables(scatter_min, monkeypatch):
+    monkeypatch.setattr(whatif, "SCATTER_MIN_VARS_PER_OP", scatter_min)
     rng = np.random.default_rng(24)
     for _ in range(300):
         count, n = int(rng.integers(0, 40)), int(rng.integers(0, 12))
@@ -41,9 +44,11 @@ def test_the_same_flags_on_random_tables():
         assert got.dtype == bool and np.array_equal(got, expected)
 
 
+@pytest.mark.parametrize("scatter_min", [0, 10**9])
 @pytest.mark.parametrize("name", ["bert-base-training.json.gz", "bert-tiny-training.json",
                                   "resnet-small-training.json.gz"])
-def test_the_same_flags_on_training_profiles(name):
+def test_the_same_flags_on_training_profiles(name, scatter_min, monkeypatch):
+    monkeypatch.setattr(whatif, "SCATTER_MIN_VARS_PER_OP", scatter_min)
     a = analyse_profile(load_profile(FIXTURES / name))
     called = called_operations(a.profile, a.ops)
     is_update = update_operations(a.profile, a.ops, a.options.training.update_regex, called)

@@ -62,8 +62,18 @@ def optimizer_state_variables(
         regex = compile_regex(state_regex, "--optimizer-state-regex or training.optimizer_state_regex")
         names = np.array([bool(regex.search(v.name(i))) for i in range(v.count)], bool)
         return np.asarray(names & always_live_var, bool)
-    # Used, and only by updates: all its uses are update uses. Counted, not scattered: one bincount over
-    # every (operation, variable) entry, another over the updates' few (8 M entries at 1x: 0.09 -> 0.02 s).
+    # Used, and only by updates: all its uses are update uses.
+    is_update = np.asarray(is_update, bool)
+    if len(ops.var_idx) >= SCATTER_MIN_VARS_PER_OP * len(is_update):
+        # Few large operations: each marks its variables, updates in one mask and the others in another
+        # (plain scatters of True: 63 M entries at 10x in 0.2 s, where the counts below took 0.45-0.7 s).
+        by_update, by_other = np.zeros(v.count, bool), np.zeros(v.count, bool)
+        ptr = ops.var_ptr.tolist()
+        for op, update in enumerate(is_update.tolist()):
+            (by_update if update else by_other)[ops.var_idx[ptr[op]:ptr[op + 1]]] = True
+        return np.asarray(always_live_var & by_update & ~by_other, bool)
+    # Many small operations: counted, not scattered: one bincount over every (operation, variable) entry,
+    # another over the updates' few (8 M entries at 1x: 0.09 -> 0.02 s).
     uses = np.bincount(ops.var_idx, minlength=v.count)
     updates = gather_csr(ops.var_ptr, ops.var_idx, np.flatnonzero(np.asarray(is_update, bool)))
     by_update = np.bincount(updates, minlength=v.count)

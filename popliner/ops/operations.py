@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from popliner.arrays import gather_csr, union_of
+from popliner.arrays import gather_csr, sorted_unique, union_of
 from popliner.profile.model import Profile
 
 __all__ = ["DEFAULT_OP_LAYERS", "OperationTable", "derive_operations", "reachable_programs"]
@@ -25,6 +25,9 @@ DEFAULT_OP_LAYERS: tuple[str, ...] = ("popart", "poptorch", "xla_op", "popxl")
 #: :attr:`OperationTable.first_user` scatters operation by operation (a Python loop) when the operations that
 #: run use at least this many variables each on average, else takes one vectorised minimum over all entries.
 SCATTER_MIN_VARS_PER_OP = 64
+#: :meth:`OperationTable.vars_of_set` sorts the entries when they number fewer than the variables over this,
+#: else marks them in a mask over every variable.
+UNION_SORT_FACTOR = 32
 
 
 @dataclass(frozen=True, eq=False)
@@ -68,8 +71,13 @@ class OperationTable:
         return gather_csr(self.prog_ptr, self.prog_idx, ops)
 
     def vars_of_set(self, ops: np.ndarray | Sequence[int]) -> np.ndarray:
-        """Distinct variables used by any of ``ops`` (sorted)."""
-        return union_of(gather_csr(self.var_ptr, self.var_idx, ops), self.num_variables)
+        """Distinct variables used by any of ``ops`` (sorted, int64)."""
+        entries = gather_csr(self.var_ptr, self.var_idx, ops)
+        if len(entries) * UNION_SORT_FACTOR < self.num_variables:
+            # Few entries next to the variables (a layer of a large profile): each operation's list is sorted,
+            # and a merge sort of such runs is cheaper than a mask over every variable.
+            return np.asarray(sorted_unique(entries, nearly_sorted=True), np.int64)
+        return union_of(entries, self.num_variables)
 
     @cached_property
     def first_user(self) -> np.ndarray:
