@@ -343,11 +343,12 @@ def _choose_layers(ops: OperationTable, options: AnalysisOptions) -> LayerAssign
 
 def analyse_profile(profile: Profile, options: AnalysisOptions = AnalysisOptions(),
                     ops: OperationTable | None = None, layers: LayerAssignment | None = None,
-                    announce: bool = True) -> Analysis:
+                    announce: bool = True, is_backward: np.ndarray | None = None) -> Analysis:
     """Operations and layers of an already loaded profile.
 
     ``layers``: the assignment :func:`choose_layers` gives ``ops`` under these options, when already known.
     ``announce``: say what the operations left unattributed (False when re-analysing with other options).
+    ``is_backward``: :attr:`Analysis.is_backward` of ``ops`` under ``options.backward_regex``, when known.
     """
     _check_regexes(options)
     if ops is None:
@@ -366,11 +367,16 @@ def analyse_profile(profile: Profile, options: AnalysisOptions = AnalysisOptions
     elif ops.unattributed_programs and announce:
         log.info("%d of %d reachable programs have no debug context and belong to no operation",
                  ops.unattributed_programs, ops.reachable_programs)
+    backward = is_backward
     if options.training.head_placement != "first":
-        regex = compile_regex(options.backward_regex, "--backward-regex")
-        backward = np.array([bool(regex.search(name)) for name in ops.names], bool)
+        if backward is None:
+            regex = compile_regex(options.backward_regex, "--backward-regex")
+            backward = np.array([bool(regex.search(name)) for name in ops.names], bool)
         layers = place_unlayered(profile, ops, layers, backward, options.training)
-    return Analysis(profile, ops, layers, options, named_layers=named)
+    analysis = Analysis(profile, ops, layers, options, named_layers=named)
+    if backward is not None:
+        analysis.__dict__["is_backward"] = backward  # the cached_property's slot: one regex pass over the names
+    return analysis
 
 
 @dataclass(frozen=True, eq=False)

@@ -182,10 +182,11 @@ def _best_placement(analysis: Analysis, request: SplitRequest) -> SplitPlan:
         # Each placement builds an engine and range tables of its own; what no option changes (each layer's
         # programs, its variables' events as profiled, the training view's option-free parts) is made once.
         shared = SharedParts(analysis.profile, analysis.ops)
-        whole = analysis.__dict__.get("whole_memory")
+        names: tuple[str, ...] = ("whole_memory", "is_backward", "mode", "framework")
+        # What was worked out already and does not depend on the engine.
+        known = {name: analysis.__dict__[name] for name in names if name in analysis.__dict__}
         analysis = dataclasses.replace(analysis, shared=shared)
-        if whole is not None:
-            analysis.__dict__["whole_memory"] = whole
+        analysis.__dict__.update(known)
     for placement in buildable_placements(analysis.framework.name):
         plan = _plan(analysis, dataclasses.replace(request, head_placement=placement, fit_facts=True, suggest=False),
                      warn=False)
