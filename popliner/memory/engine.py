@@ -413,8 +413,7 @@ class MemoryEngine:
 
     @cached_property
     def _variable_steps(self) -> tuple[np.ndarray, np.ndarray]:
-        starts, ends = self.class_steps
-        klass = self.profile.variables.klass
+        starts, ends, klass = *self.class_steps, self.profile.variables.klass
         return starts[klass], ends[klass]
 
     def steps_of(self, var: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

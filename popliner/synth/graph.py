@@ -34,119 +34,25 @@ becomes a ``Call`` operation whose program calls that body.
 from __future__ import annotations
 
 import bisect
-import enum
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 
 import numpy as np
 
 from popliner.synth.catalog import KERNELS
 from popliner.synth.choices import NO_PLAN, Plan
+from popliner.synth.graph_types import ALWAYS_LIVE, RECOMPUTED, Compiled, GradRule, Graph, Op, Tensor, TKind
 
-__all__ = ["RECOMPUTED", "Compiled", "GradRule", "Graph", "GraphBuilder", "Op", "TKind", "Tensor"]
-
-
-class TKind(enum.IntEnum):
-    WEIGHT = 0  # trainable parameter: always live
-    STATE = 1  # optimizer state, running statistics: always live
-    INPUT = 2  # streamed from the host or initialised on the device
-    ACT = 3  # produced by one operation, read by later ones
-    GRAD = 4  # a gradient (an activation of the backward pass)
-    TEMP = 5  # scratch of one operation: live only while it runs
+__all__ = ["ALWAYS_LIVE", "RECOMPUTED", "Compiled", "GradRule", "Graph", "GraphBuilder", "Op", "TKind", "Tensor"]
 
 
-ALWAYS_LIVE = (TKind.WEIGHT, TKind.STATE)
 GOLDEN = 0.6180339887498949
-#: Suffix of a recomputed tensor's name (PopART's explicit recomputation).
-RECOMPUTED = "__re"
+#: A graph compiled with no training options (no recomputation, state on chip).
+_AS_IS = Compiled()
 #: The layer number in an operation's group, as the project's default layer regex finds it.
 _LAYER = re.compile(r"(?:^|/)(?:[L|l]ayer|blocks|encoder)[/_.]?(\d+)")
 #: An input that puts an operation without a layer in the first one (the default ``inputs_regex_layer_0``).
 _LAYER0_INPUT = re.compile(r"word_embeddings|Embedding_Dict")
-
-
-@dataclass(frozen=True)
-class Compiled:
-    """Training options the profile is "compiled with" (see the module docstring)."""
-
-    recompute: str = "none"  # none, every-layer, pipeline
-    split_after: tuple[int, ...] = ()  # pipeline: last layer of every stage but the last
-    off_chip_state: bool = False
-    state_shards: int = 1
-    half_first_moment: bool = False
-
-
-@dataclass
-class Tensor:
-    index: int
-    name: str
-    nbytes: int
-    kind: TKind
-    start: int  # first tile of its span (the span wraps around the last tile)
-    count: int  # tiles in its span
-    producer: int = -1
-    consumers: list[int] = field(default_factory=list)
-    requires_grad: bool = False
-    temp_of: int = -1  # TEMP: the operation whose executions bound its liveness
-    group: str = ""
-
-
-@dataclass(frozen=True)
-class GradRule:
-    """One backward operation of a forward one.
-
-    ``wrt`` is the index of the forward input it produces the gradient of;
-    ``saved`` names forward tensors it reads (``"i0"`` = input 0, ``"o1"`` =
-    output 1); its name is the forward name plus ``suffix``.
-    """
-
-    suffix: str
-    op_type: str
-    kind: str
-    wrt: int
-    saved: tuple[str, ...] = ()
-    work: float = 1.0
-    share: bool = False
-    calls: int = 1  # > 1: serialised into this many calls of one body
-
-
-
-@dataclass
-class Op:
-    index: int
-    name: str  # opName of its debug context ('' for Tensor and Call contexts)
-    logical: str  # the name gradients and output tensors derive from
-    op_type: str
-    kind: str
-    phase: str  # setup, fwd, loss, bwd, upd
-    group: str  # layer prefix, e.g. bert/encoder/layer_3 (for Sync and sharing)
-    inputs: list[int]
-    outputs: list[int]
-    temps: list[int] = field(default_factory=list)
-    work: float = 0.0
-    start: int = 0
-    count: int = 1
-    tensor_id: str | None = None  # Tensor/<id> operations
-    instance_id: int | None = None  # Call operations
-    body: int = -1  # Call operations: the shared body operation
-    calls: int = 1  # Call operations: how many times the body is called in a row
-    is_body: bool = False
-    grads: tuple[GradRule, ...] = ()
-    share: str | None = None  # outlining key of a Call operation
-    #: Input names its debug context shows instead of the tensors' own (a tensor read through a view, e.g. a Reshape).
-    shown_inputs: dict[int, str] = field(default_factory=dict)
-    #: The planner's choices for it (calibrated presets; :class:`Plan`).
-    plan: Plan = NO_PLAN
-
-
-@dataclass
-class Graph:
-    tiles: int
-    tensors: list[Tensor]
-    ops: list[Op]
-    setup: list[int]  # operations of the setup program, in order
-    main: list[int]  # operations of the main program, in order (bodies excluded)
 
 
 class GraphBuilder:
@@ -156,7 +62,7 @@ class GraphBuilder:
     GRAIN = 256
 
     def __init__(self, tiles: int, rng: np.random.Generator, optimizer: str,
-                 compiled: Compiled = Compiled(), plans: Mapping[str, Plan] | None = None) -> None:
+                 compiled: Compiled = _AS_IS, plans: Mapping[str, Plan] | None = None) -> None:
         self.tiles = tiles
         self.rng = rng
         self.optimizer = optimizer
