@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from popliner.memory import stash_row
+from popliner.memory.liveness import SegmentGrid
 
 Columns = tuple[np.ndarray, tuple[np.ndarray, np.ndarray], np.ndarray, np.ndarray, np.ndarray, int]
 
@@ -63,9 +64,15 @@ def test_stash_columns_of_an_engine_equal_the_columns_of_every_variable(name: st
     for k in range(engine.num_layers):
         var = engine.model.counted_variables(engine.range_ops(k, k))
         for part, with_owner in ((var[~engine.multi_layer_var[var]], False), (var[engine.multi_layer_var[var]], True)):
-            got = stash_row.stash_columns(engine, part, with_owner)
             expect = stash_row.candidate_columns(part, engine.stash_candidate, engine.var_first_step,
                                                  engine.var_last_step, v.tile, v.bytes, engine.tiles, with_owner)
-            assert got is not None and got.keys() == expect.keys()
-            for key in got:
-                assert got[key].dtype == expect[key].dtype and got[key].tolist() == expect[key].tolist(), (k, key)
+            columns = (v.klass[part], v.tile[part], v.bytes[part])  # as a layer's parts pass them
+            for got in (stash_row.stash_columns(engine, part, with_owner),
+                        stash_row.stash_columns(engine, part, with_owner, columns)):
+                assert got is not None and got.keys() == expect.keys()
+                for key in got:
+                    assert got[key].dtype == expect[key].dtype and got[key].tolist() == expect[key].tolist(), (k, key)
+            grid = SegmentGrid.of(engine.profile, block=3)
+            alone, given = grid.merged(part), grid.merged(part, columns)
+            assert alone.keys() == given.keys()
+            assert all(alone[key].dtype == given[key].dtype and np.array_equal(alone[key], given[key]) for key in alone)

@@ -203,7 +203,8 @@ def test_merged_change_equals_the_scattered_events(fixture: str) -> None:
         assert set(touched.tolist()) <= set(np.flatnonzero(grid.touched).tolist())
 
 
-def test_grid_readings_between_changes_equal_a_fresh_grid() -> None:
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+def test_grid_readings_between_changes_equal_a_fresh_grid(dtype: type[np.signedinteger]) -> None:
     """The live bytes before each block and the blocks' largest, kept between readings, follow every change.
 
     Variables are added in random batches, the grid is read over random
@@ -212,7 +213,7 @@ def test_grid_readings_between_changes_equal_a_fresh_grid() -> None:
     """
     profile = _engine("bert-tiny-training.json").profile
     rng = np.random.default_rng(5)
-    grid = liveness.SegmentGrid.of(profile, block=3)
+    grid = liveness.SegmentGrid.of(profile, block=3, dtype=dtype)
     assert grid.nblocks > 4
     steps = profile.num_steps
     # Variables whose events all fall in the second half of the blocks: the first batch after a clear, so
@@ -236,7 +237,8 @@ def test_grid_readings_between_changes_equal_a_fresh_grid() -> None:
             lo, hi = sorted(rng.integers(-1, steps + 1, 2).tolist())
             fresh = liveness.SegmentGrid.of(profile, block=3)
             fresh.add(fresh.events_of(np.concatenate(held)))  # a variable in two batches counts twice in both
-            assert grid.peak(lo, hi).tolist() == fresh.peak(lo, hi).tolist(), (round_, lo, hi)
+            got = grid.peak(lo, hi)
+            assert got.dtype == np.int64 and got.tolist() == fresh.peak(lo, hi).tolist(), (round_, lo, hi)
 
 
 @pytest.mark.parametrize("small_paths", [(3, 2)], indirect=True)

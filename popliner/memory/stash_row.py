@@ -18,20 +18,29 @@ from popliner.arrays import rank_by_table, unique_inverse
 
 if TYPE_CHECKING:
     from popliner.memory.engine import MemoryEngine
+    from popliner.memory.liveness.grid import Columns
     from popliner.memory.stash_rule import StashWindows
 
 __all__ = ["StashRow", "candidate_columns", "pair_groups", "stash_columns"]
 
 
-def stash_columns(engine: MemoryEngine, var: np.ndarray, with_owner: bool = False) -> dict[str, np.ndarray] | None:
-    """What a stash entry reads of each variable that is not always live (training only)."""
+def stash_columns(engine: MemoryEngine, var: np.ndarray, with_owner: bool = False,
+                  columns: Columns | None = None) -> dict[str, np.ndarray] | None:
+    """What a stash entry reads of each variable that is not always live (training only).
+
+    ``columns``: the variables' classes, tiles and bytes in the engine's profile, when the caller has them.
+    """
     if not engine.training:
         return None
     v = engine.profile.variables
     keep = np.flatnonzero(engine.stash_candidate[var])  # the others are never part of a stash entry
     sv = var[keep]
     if not with_owner:
-        grouped = _grouped_by_class(sv, v.klass, engine.class_steps, v.tile, v.bytes, engine.tiles)
+        if columns is None:
+            grouped = _grouped_by_class(sv, v.klass, engine.class_steps, v.tile, v.bytes, engine.tiles)
+        else:  # the candidates' own columns, taken from the variables' (no second reading of whole columns)
+            cls, tile, nbytes = (c[keep] for c in columns)
+            grouped = _grouped_by_class(np.arange(len(keep)), cls, engine.class_steps, tile, nbytes, engine.tiles)
         if grouped is not None:
             return grouped
     # candidate_columns' columns, the steps through the classes (no step columns over every variable).

@@ -13,7 +13,10 @@ import numpy as np
 from popliner.arrays import expand_ranges, rank_by_table, unique_inverse
 from popliner.profile.model import Profile
 
-__all__ = ["SegmentGrid", "cell_dtype", "segment_ends"]
+__all__ = ["Columns", "SegmentGrid", "cell_dtype", "segment_ends"]
+
+#: Some variables' liveness classes, tiles and bytes (gathered once, read by several parts of a layer).
+Columns = tuple[np.ndarray, np.ndarray, np.ndarray]
 
 
 class SegmentGrid:
@@ -72,9 +75,10 @@ class SegmentGrid:
         self.owner: object | None = None  # the running set whose variables the grid holds
         # Live bytes before each block (the net changes of the blocks before it) and each block's largest live
         # bytes, kept between readings: valid for the blocks before ``_known``, which a change to a block's
-        # sums lowers to that block. A reading extends them only to its window's last block.
-        self._before = np.zeros((self.nblocks + 1, self.tiles), np.int64)
-        self._top = np.zeros((self.nblocks, self.tiles), np.int64)
+        # sums lowers to that block. A reading extends them only to its window's last block. In the cells' type:
+        # each is the live bytes of a subset of the variables on one tile, which the type holds (cell_dtype).
+        self._before = np.zeros((self.nblocks + 1, self.tiles), self.dtype)
+        self._top = np.zeros((self.nblocks, self.tiles), self.dtype)
         self._known = self.nblocks
 
     @classmethod
@@ -118,7 +122,7 @@ class SegmentGrid:
             events["owner"] = owner
         return events
 
-    def merged(self, var_idx: np.ndarray) -> dict[str, np.ndarray]:
+    def merged(self, var_idx: np.ndarray, columns: Columns | None = None) -> dict[str, np.ndarray]:
         """The events of the variables as one net change per cell, which :meth:`add` applies without ``add.at``.
 
         For a layer's private variables, added to every range that holds the
@@ -126,12 +130,14 @@ class SegmentGrid:
         segments they touch (a layer's activations are spread over all tiles),
         the change is kept dense, as rows of those segments, and an addition
         is a plain add of rows; else as distinct cells and a plain indexed add
-        (exact either way: integer sums in any order).
+        (exact either way: integer sums in any order). ``columns``: the
+        variables' classes, tiles and bytes in this grid's profile, when the
+        caller has them already.
         """
         p = self.p
         v = p.variables
-        cls = v.klass[var_idx]
-        by_class = self._merged_by_class(var_idx, cls)
+        cls = v.klass[var_idx] if columns is None else columns[0]
+        by_class = self._merged_by_class(var_idx, cls, columns)
         if by_class is not None:
             return by_class
         counts = p.class_ptr[cls + 1] - p.class_ptr[cls]
@@ -142,7 +148,8 @@ class SegmentGrid:
             tile, nbytes = tile[owner], nbytes[owner]
         return self.net_change(self.col_start[iv], self.col_end[iv], tile, nbytes)
 
-    def _merged_by_class(self, var_idx: np.ndarray, cls: np.ndarray) -> dict[str, np.ndarray] | None:
+    def _merged_by_class(self, var_idx: np.ndarray, cls: np.ndarray, columns: Columns | None = None
+                         ) -> dict[str, np.ndarray] | None:
         """:meth:`merged`'s dense rows, from the variables' bytes summed per (liveness class, tile) first.
 
         The variables of a class share its intervals, so the bytes per class
@@ -171,8 +178,8 @@ class SegmentGrid:
         if segments.size * tiles > 4 * events:
             return None
         v = p.variables
-        per_class = np.bincount(rank * tiles + v.tile[var_idx], weights=v.bytes[var_idx],
-                                minlength=len(classes) * tiles).reshape(-1, tiles)
+        tile, nbytes = (v.tile[var_idx], v.bytes[var_idx]) if columns is None else columns[1:]
+        per_class = np.bincount(rank * tiles + tile, weights=nbytes, minlength=len(classes) * tiles).reshape(-1, tiles)
         rows = per_class[np.repeat(np.arange(len(classes)), intervals)].reshape(-1)
         position = np.cumsum(present) - 1
         across = np.arange(tiles)
@@ -280,7 +287,7 @@ class SegmentGrid:
             np.maximum(out, self.run[b_hi, : hi_row + 1].max(axis=0) + before[b_hi], out=out)
             if b_hi > b_lo + 1:
                 np.maximum(out, self._top[b_lo + 1 : b_hi].max(axis=0), out=out)
-        return np.asarray(np.maximum(out, 0))
+        return np.asarray(np.maximum(out, 0), np.int64)
 
 
 def cell_dtype(profile: Profile) -> type[np.signedinteger]:
