@@ -184,3 +184,20 @@ def test_the_cap_grows_until_a_split_reaches_it() -> None:
     assert plain[4] is None and plain[1] is not None and plain[1][1] == 40  # one IPU: 40 cycles, above the cap
     assert got[1] is None and {k: f for k, f in got.items() if f is not None} == {2: plain[2], 3: plain[3]}
     assert plain[2] is not None and plain[2][1] == 20 and plain[3] is not None and plain[3][1] == 20
+
+
+def test_when_the_lexicographic_dp_runs_out_of_time_the_first_objectives_optimum_stands(monkeypatch) -> None:
+    from popliner.deadline import OutOfTime
+    from popliner.solvers import solve as solve_module
+
+    def out_of_time(*args: object, **kwargs: object) -> None:
+        raise OutOfTime(None)
+
+    monkeypatch.setattr(solve_module, "lexicographic_optimum", out_of_time)
+    table = ArrayRanges([10] * 4, [0] * 4, [1] * 4, [5, 1, 5], bytes_per_cycle=1000)
+    problem = SplitProblem(2, 1000, exact_ipus=True)
+    outcome = solve_bounds(table, problem, time_limit=10)
+    # Objective 1 (3 cycles) was proved by then; the later ones were not: FEASIBLE, and the note says why.
+    assert outcome.status == "FEASIBLE" and outcome.objective == 3
+    assert hint_objectives(table, problem, outcome.bounds) is not None
+    assert "time limit ran out before the exact DP finished" in outcome.note
