@@ -112,14 +112,19 @@ def _edges(table: RangeCosts, problem: SplitProblem, stages: int, order: tuple[O
     n = table.num_layers
     forbidden = table.forbidden_splits(problem.keep_shared_together)
     edges: Edges = []
+    # Each position holds at least ``least`` layers, so position p starts no earlier than p * least and
+    # leaves that many for each position after it: a range outside those bounds is on no whole path.
+    # (Not reading them is most of the saving when the stage count is high.)
+    least = max(problem.min_layers, 1)
     for p in range(stages):
         check_deadline(deadline)
         row = []
         last_position = p == stages - 1
-        for i in [0] if p == 0 else range(1, n):
+        latest_end = n - 1 - (stages - 1 - p) * least
+        for i in [0] if p == 0 else range(max(1, p * least), n - (stages - p) * least + 1):
             # A pinned split at or after i: no range from i goes past it.
             pin = min((q for q in problem.split_after if q >= i), default=n)
-            for j in range(i + problem.min_layers - 1, min(pin, n - 1) + 1):
+            for j in range(i + problem.min_layers - 1, min(pin, latest_end) + 1):
                 if (j == n - 1) != last_position or (j < n - 1 and not problem.allowed_split(j, forbidden)):
                     continue
                 if first is not None and first.value(i, j) > cap:
