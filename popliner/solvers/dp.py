@@ -201,12 +201,16 @@ def dp_for_stages(table: RangeCosts, problem: SplitProblem, stages: int, objecti
     cut = [max((p for p in problem.split_after if p < j), default=-1) for j in range(n)]
     best = [[inf] * n for _ in range(stages)]
     back = [[-1] * n for _ in range(stages)]
+    splittable = [problem.allowed_split(j, forbidden) for j in range(n)]  # once, not once per position
+    least = max(problem.min_layers, 1)
     for k in range(stages):
         check_deadline(deadline)
         # What grows_past_limit and position_memory read, once per range: the stash entries of position k.
         extra = extra_stash_entries(k, stages, table.head_wraps) if problem.training else 0
-        for j in range(n):
-            if j < n - 1 and (k == stages - 1 or not problem.allowed_split(j, forbidden)):
+        # Position k ends after its k + 1 positions' layers and leaves at least ``least`` for each one after
+        # it: other ends are on no whole split (their best stays unused), so they are not visited.
+        for j in range((k + 1) * least - 1, n - (stages - 1 - k) * least):
+            if j < n - 1 and (k == stages - 1 or not splittable[j]):
                 continue  # only the last stage ends at the last layer; splits must be allowed
             # The first stage starts at layer 0, and only it does. Within a cap, only the ranges within it
             # are visited (and read): still in the same order, so that ties go the same way.
