@@ -26,6 +26,12 @@ def _table(rng: np.random.Generator, count: int, num_variables: int) -> Operatio
     )
 
 
+def _random_table(seed: int, least: int = 0) -> tuple[np.random.Generator, OperationTable]:
+    """A table of ``least``..39 operations over 1..29 variables, and the generator that goes on from it."""
+    rng = np.random.default_rng(seed)
+    return rng, _table(rng, int(rng.integers(least, 40)), int(rng.integers(1, 30)))
+
+
 def _walk(ops: OperationTable) -> list[int]:
     """Per variable, the user with the smallest (first step, index), by a plain walk."""
     best: list[tuple[int, int] | None] = [None] * ops.num_variables
@@ -43,8 +49,7 @@ def _walk(ops: OperationTable) -> list[int]:
 @pytest.mark.parametrize("seed", range(20))
 def test_first_user_against_a_walk(seed: int, scatter_min: int, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(operations, "SCATTER_MIN_VARS_PER_OP", scatter_min)
-    rng = np.random.default_rng(seed)
-    ops = _table(rng, int(rng.integers(0, 40)), int(rng.integers(1, 30)))
+    rng, ops = _random_table(seed)
     got = ops.first_user
     assert got.dtype == np.int32
     assert got.tolist() == _walk(ops)
@@ -58,8 +63,7 @@ def test_update_window_against_a_walk(seed: int, scatter_min: int, monkeypatch: 
     from popliner.memory import whatif
 
     monkeypatch.setattr(whatif, "SCATTER_MIN_VARS_PER_OP", scatter_min)
-    rng = np.random.default_rng(seed)
-    ops = _table(rng, int(rng.integers(0, 40)), int(rng.integers(1, 30)))
+    rng, ops = _random_table(seed)
     last = np.where(ops.first_step < 0, -1, ops.first_step + rng.integers(0, 4, ops.count))
     ops = dataclasses.replace(ops, last_step=last)
     is_update = rng.random(ops.count) < 0.5
@@ -80,8 +84,7 @@ def test_update_window_against_a_walk(seed: int, scatter_min: int, monkeypatch: 
 @pytest.mark.parametrize("seed", range(20))
 def test_vars_of_set_either_way(seed: int, factor: int, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(operations, "UNION_SORT_FACTOR", factor)
-    rng = np.random.default_rng(seed)
-    ops = _table(rng, int(rng.integers(1, 40)), int(rng.integers(1, 30)))
+    rng, ops = _random_table(seed, least=1)
     picked = np.unique(rng.integers(0, ops.count, int(rng.integers(0, ops.count + 1))))
     got = ops.vars_of_set(picked)
     expect = sorted({v for op in picked.tolist() for v in ops.vars_of(op).tolist()})
