@@ -116,6 +116,7 @@ def _edges(table: RangeCosts, problem: SplitProblem, stages: int, order: tuple[O
     # leaves that many for each position after it: a range outside those bounds is on no whole path.
     # (Not reading them is most of the saving when the stage count is high.)
     least = max(problem.min_layers, 1)
+    splittable = [problem.allowed_split(j, forbidden) for j in range(n)]  # once, not once per range
     for p in range(stages):
         check_deadline(deadline)
         row = []
@@ -125,7 +126,7 @@ def _edges(table: RangeCosts, problem: SplitProblem, stages: int, order: tuple[O
             # A pinned split at or after i: no range from i goes past it.
             pin = min((q for q in problem.split_after if q >= i), default=n)
             for j in range(i + problem.min_layers - 1, min(pin, latest_end) + 1):
-                if (j == n - 1) != last_position or (j < n - 1 and not problem.allowed_split(j, forbidden)):
+                if (j == n - 1) != last_position or (j < n - 1 and not splittable[j]):
                     continue
                 if first is not None and first.value(i, j) > cap:
                     continue
