@@ -343,12 +343,15 @@ def _choose_layers(ops: OperationTable, options: AnalysisOptions) -> LayerAssign
 
 def analyse_profile(profile: Profile, options: AnalysisOptions = AnalysisOptions(),
                     ops: OperationTable | None = None, layers: LayerAssignment | None = None,
-                    announce: bool = True, is_backward: np.ndarray | None = None) -> Analysis:
+                    announce: bool = True, is_backward: np.ndarray | None = None,
+                    work_checked: bool = False) -> Analysis:
     """Operations and layers of an already loaded profile.
 
     ``layers``: the assignment :func:`choose_layers` gives ``ops`` under these options, when already known.
     ``announce``: say what the operations left unattributed (False when re-analysing with other options).
     ``is_backward``: :attr:`Analysis.is_backward` of ``ops`` under ``options.backward_regex``, when known.
+    ``work_checked``: :func:`popliner.memory.work.check_work` already passed for this profile and ``ops``
+    (a re-analysis under other training options: the bound depends on neither).
     """
     _check_regexes(options)
     if ops is None:
@@ -356,7 +359,8 @@ def analyse_profile(profile: Profile, options: AnalysisOptions = AnalysisOptions
             ops = derive_operations(profile, options.op_layers)
     if layers is None:
         layers = _choose_layers(ops, options)
-    check_work(profile, ops)  # before anything is allocated from the profile's sizes
+    if not work_checked:
+        check_work(profile, ops)  # before anything is allocated from the profile's sizes
     named = layers
     if ops.count == 0 and ops.reachable_programs and announce:
         # Not an error: every figure is still computed, but nothing can be grouped into layers or split.

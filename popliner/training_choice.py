@@ -35,14 +35,14 @@ def with_training(analysis: Analysis, training: TrainingOptions) -> Analysis:
 
     What depends on the profile and its operations only goes along: the
     whole program's figure (``--headroom``'s default reads it; 0.4 s at 1x
-    to compute again), which operations are backward ones, and the
-    option-free layer parts (:attr:`Analysis.shared`).
+    to compute again), which operations are backward ones, the work bound's
+    check, and the option-free layer parts (:attr:`Analysis.shared`).
     """
     options = dataclasses.replace(analysis.options, training=training)
     # The layers by name do not depend on the training options: reused, and not announced again.
     # The backward regex is not a training option: the operations it marks stay the same.
     other = analyse_profile(analysis.profile, options, ops=analysis.ops, layers=analysis.named_layers, announce=False,
-                            is_backward=analysis.is_backward)
+                            is_backward=analysis.is_backward, work_checked=True)
     other.shared = analysis.shared
     if "whole_memory" in analysis.__dict__:  # the cached_property's slot, filled by the load or a first reading
         other.__dict__["whole_memory"] = analysis.__dict__["whole_memory"]
