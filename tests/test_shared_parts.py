@@ -23,7 +23,7 @@ import pytest
 from popliner.analysis import Analysis, AnalysisOptions, load_analysis
 from popliner.memory import ranges_shared
 from popliner.memory.liveness import SegmentGrid
-from popliner.memory.ranges import ProfileRanges, release
+from popliner.memory.ranges import Liveness, ProfileRanges, release
 from popliner.memory.ranges_shared import SharedParts
 from popliner.memory.training import TrainingOptions
 from popliner.pod.plan import _reanalyse
@@ -89,6 +89,20 @@ def _all_ranges(table: ProfileRanges) -> Iterator[tuple[int, int]]:
         yield pairs[int(k)]
 
 
+#: A range's total and stash entry per tile.
+_Figure = tuple[np.ndarray, np.ndarray]
+
+
+def _figure_pairs(shared: Any, alone: Any, liveness: Liveness) -> Iterator[tuple[int, int, _Figure, _Figure]]:
+    """Every range's (total, stash entry) per tile from a table of each engine, in a random order."""
+    t1 = ProfileRanges(shared, limit=2**62, liveness=liveness, lazy=True)
+    t2 = ProfileRanges(alone, limit=2**62, liveness=liveness, lazy=True)
+    for i, j in _all_ranges(t1):
+        a, b = t1.per_tile(i, j), t2.per_tile(i, j)
+        assert a is not None and b is not None
+        yield i, j, a, b
+
+
 SOURCES = ["tiny-training.json", "bert-tiny-training.json", "resnet-small-training.json.gz", "gpt2-tiny",
            "bert-tiny-mlm"]
 
@@ -128,11 +142,7 @@ def test_the_options_change_variables_the_sharing_corrects(monkeypatch: pytest.M
                         lambda profile, base: np.zeros(base.variables.count, bool))
     differ = 0
     for _, shared, alone in _option_engines("bert-tiny-training.json"):
-        t1 = ProfileRanges(shared, limit=2**62, liveness="grid", lazy=True)
-        t2 = ProfileRanges(alone, limit=2**62, liveness="grid", lazy=True)
-        for i, j in _all_ranges(t1):
-            a, b = t1.per_tile(i, j), t2.per_tile(i, j)
-            assert a is not None and b is not None
+        for _i, _j, a, b in _figure_pairs(shared, alone, "grid"):
             differ += int(not (np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])))
     assert differ > 0
 
@@ -146,10 +156,6 @@ def test_parts_of_another_profile_are_refused() -> None:
 def test_shared_stash_columns_on_the_event_list(tiny_blocks: None) -> None:
     """Without a grid only the stash columns and programs are shared: the same figures as engines built alone."""
     for changes, shared, alone in _option_engines("bert-tiny-training.json"):
-        t1 = ProfileRanges(shared, limit=2**62, liveness="events", lazy=True)
-        t2 = ProfileRanges(alone, limit=2**62, liveness="events", lazy=True)
-        for i, j in _all_ranges(t1):
-            a, b = t1.per_tile(i, j), t2.per_tile(i, j)
-            assert a is not None and b is not None
+        for i, j, a, b in _figure_pairs(shared, alone, "events"):
             np.testing.assert_array_equal(a[0], b[0], err_msg=f"{changes} total {i}..{j}")
             np.testing.assert_array_equal(a[1], b[1], err_msg=f"{changes} stash {i}..{j}")
