@@ -20,8 +20,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from popliner.pipeline import RangeCosts, grows_past_limit, position_memory
+from popliner.pipeline import RangeCosts, position_memory
 from popliner.solvers.dp import dp_for_stages
+from popliner.solvers.edges import position_edges
 from popliner.solvers.objective import Objective, objective_order
 from popliner.solvers.problem import Bounds, SplitProblem
 
@@ -118,31 +119,9 @@ class _Edge:
 
 
 def _edges(table: RangeCosts, problem: SplitProblem, stages: int, cost_cap: float = math.inf) -> list[_Edge]:
-    n = table.num_layers
-    forbidden = table.forbidden_splits(problem.keep_shared_together)
     order = objective_order(table, problem.objectives)
-    edges = []
-    for k in range(stages):
-        starts = [0] if k == 0 else range(1, n)
-        for i in starts:
-            for j in range(i + problem.min_layers - 1, n):
-                if grows_past_limit(table, i, j, k, stages, problem.training):
-                    break  # longer ranges (larger j) only use more memory
-                if any(i <= p < j for p in problem.split_after):
-                    break
-                mem = position_memory(table, i, j, k, stages, problem.training)
-                if mem == math.inf:
-                    continue
-                last = j == n - 1
-                if last != (k == stages - 1):
-                    continue
-                if not last and not problem.allowed_split(j, forbidden):
-                    continue
-                cost = order[0].stage_value(table, i, j, mem)
-                if cost > cost_cap:
-                    continue  # can never be part of a split that reaches the optimum of objective 1
-                edges.append(_Edge(k, i, j, (int(cost), *(int(o.stage_value(table, i, j, mem)) for o in order[1:]))))
-    return edges
+    rows = position_edges(table, problem, stages, order, cost_cap, None)
+    return [_Edge(k, i, j, values) for k, row in enumerate(rows) for i, j, values in row]
 
 
 def _solve_k(table: RangeCosts, problem: SplitProblem, stages: int, time_limit: float, seed: int,

@@ -1,0 +1,64 @@
+"""The ranges each stage position of a K-stage split may hold: one enumeration for the exact solvers.
+
+:mod:`popliner.solvers.lexdp` walks them as a layered graph; :mod:`popliner.solvers.ilp` makes them
+CP-SAT's variables.
+"""
+
+from __future__ import annotations
+
+import math
+
+from popliner.deadline import check_deadline
+from popliner.pipeline import RangeCosts, grows_past_limit, position_memory
+from popliner.solvers.dp import RangeValues
+from popliner.solvers.objective import Objective
+from popliner.solvers.problem import SplitProblem
+
+__all__ = ["Edges", "position_edges"]
+
+#: Per position, the edges: (first layer, last layer, each objective's value).
+Edges = list[list[tuple[int, int, tuple[int, ...]]]]
+
+
+def position_edges(table: RangeCosts, problem: SplitProblem, stages: int, order: tuple[Objective, ...], cap: float,
+           deadline: float | None, first: RangeValues | None = None) -> Edges:
+    """Per stage position, every range it may hold whose objective 1 is within ``cap``, with each objective's value.
+
+    The exact DPs' graph and the CP-SAT model's variables: a range fits its
+    position (stash entries, copy buffers), honours pins, same-IPU pairs and
+    the minimum layers, and lies on some whole split.
+
+    ``first``: objective 1's value of each range, when it needs no memory: a range over the cap is then
+    no edge without its memory being read.
+    """
+    n = table.num_layers
+    forbidden = table.forbidden_splits(problem.keep_shared_together)
+    edges: Edges = []
+    # Each position holds at least ``least`` layers, so position p starts no earlier than p * least and
+    # leaves that many for each position after it: a range outside those bounds is on no whole path.
+    # (Not reading them is most of the saving when the stage count is high.)
+    least = max(problem.min_layers, 1)
+    splittable = [problem.allowed_split(j, forbidden) for j in range(n)]  # once, not once per range
+    for p in range(stages):
+        check_deadline(deadline)
+        row = []
+        last_position = p == stages - 1
+        latest_end = n - 1 - (stages - 1 - p) * least
+        for i in [0] if p == 0 else range(max(1, p * least), n - (stages - p) * least + 1):
+            # A pinned split at or after i: no range from i goes past it.
+            pin = min((q for q in problem.split_after if q >= i), default=n)
+            for j in range(i + problem.min_layers - 1, min(pin, latest_end) + 1):
+                if (j == n - 1) != last_position or (j < n - 1 and not splittable[j]):
+                    continue
+                if first is not None and first.value(i, j) > cap:
+                    continue
+                if grows_past_limit(table, i, j, p, stages, problem.training):
+                    break  # longer ranges only use more memory
+                mem = position_memory(table, i, j, p, stages, problem.training)
+                if mem == math.inf:
+                    continue
+                values = tuple(int(o.stage_value(table, i, j, mem)) for o in order)
+                if values[0] <= cap:
+                    row.append((i, j, values))
+        edges.append(row)
+    return edges
