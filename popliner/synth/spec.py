@@ -40,6 +40,11 @@ MIN_SCALE: Final = 1.0 / 64
 MAX_TILES: Final = 1 << 16  # same limit as the loader
 
 
+#: The spec's true-or-false fields, each checked to be a bool.
+_FLAGS: Final = ("compiler_categories", "edgetpu_builder", "linear_mapping", "planner_inputs", "shape_cache",
+                 "exchange_by_size", "reference_bert", "checkpoints", "var_names")
+
+
 @dataclass(frozen=True)
 class SynthSpec:
     """Parameters of one synthetic profile.
@@ -126,26 +131,11 @@ class SynthSpec:
         for name in CALIBRATION_FIELDS:
             _number_range(name, getattr(self, name), 0.01, 100.0)
         _choice("naming", self.naming, NAMINGS)
-        if not isinstance(self.compiler_categories, bool):
-            raise UsageProblem(f"compiler_categories must be true or false, got {self.compiler_categories!r}")
-        if not isinstance(self.edgetpu_builder, bool):
-            raise UsageProblem(f"edgetpu_builder must be true or false, got {self.edgetpu_builder!r}")
-        if not isinstance(self.linear_mapping, bool):
-            raise UsageProblem(f"linear_mapping must be true or false, got {self.linear_mapping!r}")
-        if not isinstance(self.planner_inputs, bool):
-            raise UsageProblem(f"planner_inputs must be true or false, got {self.planner_inputs!r}")
-        if not isinstance(self.shape_cache, bool):
-            raise UsageProblem(f"shape_cache must be true or false, got {self.shape_cache!r}")
-        if not isinstance(self.exchange_by_size, bool):
-            raise UsageProblem(f"exchange_by_size must be true or false, got {self.exchange_by_size!r}")
-        if not isinstance(self.reference_bert, bool):
-            raise UsageProblem(f"reference_bert must be true or false, got {self.reference_bert!r}")
-        if not isinstance(self.checkpoints, bool):
-            raise UsageProblem(f"checkpoints must be true or false, got {self.checkpoints!r}")
+        for flag in _FLAGS:
+            if not isinstance(getattr(self, flag), bool):
+                raise UsageProblem(f"{flag} must be true or false, got {getattr(self, flag)!r}")
         if self.checkpoints and self.kind not in ("encoder", "decoder"):
             raise UsageProblem(f"checkpoints are written for encoder and decoder models, not kind={self.kind}")
-        if not isinstance(self.var_names, bool):
-            raise UsageProblem(f"var_names must be true or false, got {self.var_names!r}")
         if not isinstance(self.model, str) or not self.model:
             raise UsageProblem(f"model must be a non-empty label, got {self.model!r}")
         if not self.image and self.hidden % self.heads:
@@ -305,7 +295,7 @@ _PRESETS: dict[str, dict[str, Any]] = {
 #: name -> parameters (read-only view).
 PRESETS: Final = MappingProxyType(_PRESETS)
 #: Parameters a preset takes in training only (compiled-with options are refused in inference; the real
-#: demo_tiny_128 is Graphcore's PopTorch BERT pretraining config, hence the masked-LM head).
+#: demo_tiny_128 trains Adam with a half first moment).
 _TRAINING_ONLY: dict[str, dict[str, Any]] = {"poptorch-bert-tiny": {"first_moment": "half"}}
 
 
