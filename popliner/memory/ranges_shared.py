@@ -29,9 +29,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from popliner.arrays import expand_ranges
-from popliner.memory.liveness import SegmentGrid, variable_steps
-from popliner.memory.liveness.grid import cell_dtype
-from popliner.memory.stash_row import candidate_columns
+from popliner.memory.class_sums import ClassSums, class_sums, with_candidate_classes
+from popliner.memory.liveness import SegmentGrid, class_steps, variable_steps
+from popliner.memory.liveness.grid import Columns, cell_dtype
+from popliner.memory.stash_row import candidate_columns, grouped_of_sums
 from popliner.ops.operations import OperationTable
 from popliner.profile.model import Profile
 
@@ -62,6 +63,10 @@ class SharedParts:
         self._stash: dict[tuple[bytes, bool], Events] = {}
         self._grid: SegmentGrid | None = None
         self._columns: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+        #: Per layer being built: its private variables' columns and sums per class (:meth:`_class_sums`).
+        self._sums: dict[bytes, tuple[ClassSums | None, Columns]] = {}
+        #: Per class as profiled: may a stash entry hold its variables (not always live), and its steps.
+        self._class_stash: tuple[np.ndarray, tuple[np.ndarray, np.ndarray]] | None = None
         self._spans: dict[bytes, tuple[np.ndarray, np.ndarray]] = {}
         self._wrapped: dict[bytes, np.ndarray] = {}
         self._dtypes: list[tuple[np.ndarray, np.ndarray, type[np.signedinteger]]] = []
@@ -183,8 +188,22 @@ class SharedParts:
         """:meth:`SegmentGrid.merged` of ``var`` (``key``: its bytes) on the profile's grid."""
         found = self._merged.get(key)
         if found is None:
-            found = self._merged[key] = self.grid.merged(var)
+            sums, columns = self._class_sums(var, key)
+            found = self._merged[key] = self.grid.merged(var, columns, sums)
         return found
+
+    def _class_sums(self, var: np.ndarray, key: bytes) -> tuple[ClassSums | None, Columns]:
+        """The variables' classes, tiles and bytes as profiled, and their sums per class: read once for the
+        grid's change and the stash columns (:meth:`forget_sums` drops them once the layer has both)."""
+        found = self._sums.get(key)
+        if found is None:
+            v = self.profile.variables
+            columns = (v.klass[var], v.tile[var], v.bytes[var])
+            found = self._sums[key] = (class_sums(*columns, self.profile.tiles), columns)
+        return found
+
+    def forget_sums(self, key: bytes) -> None:
+        self._sums.pop(key, None)
 
     def owned(self, var: np.ndarray, key: bytes) -> Events:
         """:meth:`SegmentGrid.events_of` of ``var`` (with owners) on the profile's grid."""
@@ -197,8 +216,20 @@ class SharedParts:
         """The stash columns of ``var`` as profiled (:func:`popliner.memory.stash_row.stash_columns`)."""
         found = self._stash.get((key, with_owner))
         if found is None:
-            found = self._stash[(key, with_owner)] = self.columns(var, with_owner)
+            grouped = None if with_owner else self._stash_of_classes(var, key)
+            found = self._stash[(key, with_owner)] = grouped if grouped is not None else self.columns(var, with_owner)
         return found
+
+    def _stash_of_classes(self, var: np.ndarray, key: bytes) -> Events | None:
+        """:meth:`columns` of ``var`` from its sums per class (as profiled, a candidate is one of a class not
+        always live); None where those would not be grouped by pairs."""
+        sums = self._class_sums(var, key)[0]
+        if sums is None:
+            return None
+        if self._class_stash is None:
+            self._class_stash = (~self.profile.always_live_classes(), class_steps(self.profile))
+        candidate, steps = self._class_stash
+        return grouped_of_sums(with_candidate_classes(sums, candidate), steps, self.profile.tiles)
 
     def columns(self, var: np.ndarray, with_owner: bool, sign: int = 1) -> Events:
         candidate, first, last = self.stash_columns

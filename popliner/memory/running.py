@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from popliner.memory.class_sums import ClassSums, class_sums
 from popliner.memory.liveness import EventList, SegmentGrid
 from popliner.memory.liveness.grid import Columns
 from popliner.memory.rerun import ForwardCut
@@ -78,12 +79,18 @@ class LayerParts:
         # The private variables' classes, tiles and bytes, read once for both the grid's change and the stash.
         v = engine.profile.variables
         columns = (v.klass[private], v.tile[private], v.bytes[private]) if share is None else None
-        events = _events(grid, share.grid if share is not None else None, private, shared, keys, columns)
+        # Summed per liveness class once, for both the grid's change and the stash columns.
+        sums = None
+        if columns is not None and (grid is not None or engine.training):
+            sums = class_sums(*columns, engine.tiles, engine.stash_candidate[private] if engine.training else None)
+        events = _events(grid, share.grid if share is not None else None, private, shared, keys, columns, sums)
         cut = _events(cut_grid, share.cut_grid if share is not None else None, private, shared, keys)
         if share is not None:
             stash = share.stash(private, keys[0]), share.stash(shared, keys[1], with_owner=True)
+            share.shared.forget_sums(keys[0])  # the layer's profiled events and stash columns are made
         else:
-            both = stash_columns(engine, private, columns=columns), stash_columns(engine, shared, with_owner=True)
+            both = (stash_columns(engine, private, columns=columns, sums=sums),
+                    stash_columns(engine, shared, with_owner=True))
             stash = (None, None) if both[0] is None or both[1] is None else ((both[0],), (both[1],))
         return cls(ops, additive, presence, lo, hi, private, shared, np.searchsorted(engine.multi_layer_index, shared),
                    events[0], events[1], stash[0], stash[1], units, cut[0], cut[1])
@@ -112,17 +119,18 @@ def program_part(engine: MemoryEngine, ops: np.ndarray) -> ProgramPart:
 
 
 def _events(grid: SegmentGrid | None, share: _GridShare | None, private: np.ndarray, shared: np.ndarray,
-            keys: tuple[bytes, bytes], columns: Columns | None = None
+            keys: tuple[bytes, bytes], columns: Columns | None = None, sums: ClassSums | None = None
             ) -> tuple[tuple[Events, ...] | None, tuple[Events, ...] | None]:
     """(private, shared) events on ``grid`` (none without one): from the shared parts when the grid has them.
 
-    ``columns``: the private variables' classes, tiles and bytes in the grid's profile, if read already.
+    ``columns``: the private variables' classes, tiles and bytes in the grid's profile, if read already;
+    ``sums``: the same summed per class.
     """
     if grid is None:
         return None, None
     if share is not None:
         return share.merged(private, keys[0]), share.owned(shared, keys[1])
-    return (grid.merged(private, columns),), (grid.events_of(shared, with_owner=True),)
+    return (grid.merged(private, columns, sums),), (grid.events_of(shared, with_owner=True),)
 
 
 class RunningStage:

@@ -8,9 +8,12 @@ the number of variables, so a range table takes it whenever it is small.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from popliner.arrays import expand_ranges, rank_by_table, unique_inverse
+from popliner.memory.class_sums import ClassSums
 from popliner.profile.model import Profile
 
 __all__ = ["Columns", "SegmentGrid", "cell_dtype", "segment_ends"]
@@ -122,7 +125,8 @@ class SegmentGrid:
             events["owner"] = owner
         return events
 
-    def merged(self, var_idx: np.ndarray, columns: Columns | None = None) -> dict[str, np.ndarray]:
+    def merged(self, var_idx: np.ndarray, columns: Columns | None = None, sums: ClassSums | None = None
+               ) -> dict[str, np.ndarray]:
         """The events of the variables as one net change per cell, which :meth:`add` applies without ``add.at``.
 
         For a layer's private variables, added to every range that holds the
@@ -132,12 +136,15 @@ class SegmentGrid:
         is a plain add of rows; else as distinct cells and a plain indexed add
         (exact either way: integer sums in any order). ``columns``: the
         variables' classes, tiles and bytes in this grid's profile, when the
-        caller has them already.
+        caller has them already; ``sums``: the same summed per class (:func:`popliner.memory.class_sums.class_sums`).
         """
         p = self.p
         v = p.variables
         cls = v.klass[var_idx] if columns is None else columns[0]
-        by_class = self._merged_by_class(var_idx, cls, columns)
+        if sums is not None:
+            by_class = self.class_rows(sums.classes, sums.count, sums.per_class)
+        else:
+            by_class = self._merged_by_class(var_idx, cls, columns)
         if by_class is not None:
             return by_class
         counts = p.class_ptr[cls + 1] - p.class_ptr[cls]
@@ -155,20 +162,38 @@ class SegmentGrid:
         The variables of a class share its intervals, so the bytes per class
         and tile, once summed (one bincount over the variables), go live and
         die at the class's interval ends: a few hundred rows to add instead
-        of an event per variable interval. The same cells as the events
-        scattered (float64 sums of integer bytes, exact below 2**53). None
-        when the change is not kept dense (then :meth:`net_change` makes the
-        distinct cells from the events) or the classes span too many numbers.
+        of an event per variable interval. None when the change is not kept
+        dense (then :meth:`net_change` makes the distinct cells from the
+        events) or the classes span too many numbers.
         """
-        p, tiles = self.p, self.tiles
+        tiles = self.tiles
         ranked = rank_by_table(cls) if tiles else None
         if ranked is None:
             return None
         classes, rank = ranked
+
+        def per_class() -> np.ndarray:
+            v = self.p.variables
+            tile, nbytes = (v.tile[var_idx], v.bytes[var_idx]) if columns is None else columns[1:]
+            return np.bincount(rank * tiles + tile, weights=nbytes, minlength=len(classes) * tiles).reshape(-1, tiles)
+
+        return self.class_rows(classes, np.bincount(rank, minlength=len(classes)), per_class)
+
+    def class_rows(self, classes: np.ndarray, count: np.ndarray, per_class: np.ndarray | Callable[[], np.ndarray]
+                   ) -> dict[str, np.ndarray] | None:
+        """:meth:`merged`'s dense rows of variables given per liveness class (:class:`ClassSums`' columns).
+
+        ``classes``: sorted distinct classes; ``count``: variables in each;
+        ``per_class``: their bytes per class and tile (float64 of integers),
+        or what makes it, called only when the rows are kept dense. The
+        same cells as the events scattered (float64 sums of integer bytes,
+        exact below 2**53). None when the change is not kept dense.
+        """
+        p, tiles = self.p, self.tiles
         lo, hi = p.class_ptr[classes], p.class_ptr[classes + 1]
         intervals = hi - lo
         # As many events as the variables' intervals: what net_change weighs the dense rows against.
-        events = int(np.dot(np.bincount(rank, minlength=len(classes)), intervals)) if len(classes) else 0
+        events = int(np.dot(count, intervals)) if len(classes) else 0
         iv = expand_ranges(lo, intervals)
         start, end = self.col_start[iv], self.col_end[iv]
         present = np.zeros(self.nblocks * self.block, bool)
@@ -177,10 +202,8 @@ class SegmentGrid:
         segments = np.flatnonzero(present)
         if segments.size * tiles > 4 * events:
             return None
-        v = p.variables
-        tile, nbytes = (v.tile[var_idx], v.bytes[var_idx]) if columns is None else columns[1:]
-        per_class = np.bincount(rank * tiles + tile, weights=nbytes, minlength=len(classes) * tiles).reshape(-1, tiles)
-        rows = per_class[np.repeat(np.arange(len(classes)), intervals)].reshape(-1)
+        sums = per_class() if callable(per_class) else per_class
+        rows = sums[np.repeat(np.arange(len(classes)), intervals)].reshape(-1)
         position = np.cumsum(present) - 1
         across = np.arange(tiles)
         size = segments.size * tiles
