@@ -17,12 +17,18 @@ sums of integer bytes, exact below 2**53, in another order).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from popliner.arrays import rank_by_table
+from popliner.arrays import expand_ranges, rank_by_table
+from popliner.memory.stash_row import grouped_of_sums
 
-__all__ = ["ClassSums", "class_sums", "with_candidate_classes"]
+if TYPE_CHECKING:
+    from popliner.memory.liveness.grid import ClassIntervals, SegmentGrid
+    from popliner.profile.model import Profile
+
+__all__ = ["ClassSums", "changed_rows", "changed_stash", "class_sums", "with_candidate_classes"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -30,7 +36,8 @@ class ClassSums:
     """Per distinct liveness class of some variables (sorted): how many, and their bytes per tile.
 
     ``stash_count`` and ``stash_bytes``: the same of the stash candidates
-    alone (None when no candidate flags were given).
+    alone (None when no candidate flags were given); the rows of classes
+    with no candidate are not read (:func:`with_candidate_classes` leaves them).
     """
 
     classes: np.ndarray  # int64, sorted distinct classes
@@ -65,11 +72,70 @@ def class_sums(klass: np.ndarray, tile: np.ndarray, nbytes: np.ndarray, tiles: i
 
 
 def with_candidate_classes(sums: ClassSums, candidate_class: np.ndarray) -> ClassSums:
-    """``sums`` with the stash candidates those of the classes marked in ``candidate_class`` (bool per class).
+    """``sums`` with the stash candidates only those of the classes marked in ``candidate_class`` (bool per class).
 
-    For a profile as loaded, where whether a stash entry may hold a variable
-    depends on its class alone (not always live).
+    A class not always live may have its variables stashed: with no
+    candidate flags in ``sums``, all of its variables are candidates (a
+    profile as loaded), else its flagged ones. The rows of the classes left
+    out are kept as they are: a class with no candidate is never read.
     """
     pick = candidate_class[sums.classes]
-    return ClassSums(sums.classes, sums.count, sums.per_class, np.where(pick, sums.count, 0),
-                     sums.per_class * pick[:, None])
+    if sums.stash_count is None or sums.stash_bytes is None:
+        count, rows = sums.count, sums.per_class
+    else:
+        count, rows = sums.stash_count, sums.stash_bytes
+    return ClassSums(sums.classes, sums.count, sums.per_class, np.where(pick, count, 0), rows)
+
+
+def changed_rows(grid: SegmentGrid, base: Profile, base_start: np.ndarray, base_end: np.ndarray, pick: np.ndarray
+                 ) -> dict[str, np.ndarray] | None:
+    """The net change on ``grid`` of the variables ``pick`` as its profile has them less as ``base`` has them.
+
+    What :meth:`SegmentGrid.net_change` makes of both sets of intervals
+    (the profiled ones taken away), from the bytes summed per class of each
+    profile: a variable whose class or bytes an option changed. ``base_start``
+    and ``base_end``: the base profile's interval ends as columns of
+    ``grid``. None where the change would be kept as distinct cells.
+    """
+    now = grid.p
+    tile = now.variables.tile[pick]  # the same tiles in both profiles (checked when the share was made)
+    mine = class_sums(now.variables.klass[pick], tile, now.variables.bytes[pick], grid.tiles)
+    theirs = class_sums(base.variables.klass[pick], tile, base.variables.bytes[pick], grid.tiles)
+    if mine is None or theirs is None:
+        return None
+    groups: list[ClassIntervals] = []
+    for sums, profile, starts, ends, sign in ((mine, now, grid.col_start, grid.col_end, 1),
+                                              (theirs, base, base_start, base_end, -1)):
+        lo, hi = profile.class_ptr[sums.classes], profile.class_ptr[sums.classes + 1]
+        iv = expand_ranges(lo, hi - lo)
+        groups.append((starts[iv], ends[iv], hi - lo, sums.count, sums.per_class if sign == 1 else -sums.per_class))
+    return grid.interval_rows(groups)
+
+
+def changed_stash(var: np.ndarray, now: Profile, base: Profile, never_stash: np.ndarray,
+                  now_classes: tuple[np.ndarray, np.ndarray, np.ndarray],
+                  base_classes: tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]
+                  ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]] | None:
+    """The stash columns of ``var`` in ``now`` and, with their bytes taken away, as profiled (``base``).
+
+    What :func:`popliner.memory.stash_row.candidate_columns` groups by
+    (first, last) pair for each (the correction of the variables an option
+    changes), from the bytes summed per class. ``now_classes``: per class of
+    ``now``, always live, first and last step; ``base_classes``: per class
+    of ``base``, may a stash entry hold it, and its steps. ``never_stash``:
+    per variable, recomputed (``every-layer``). None where either would
+    not be grouped by pairs.
+    """
+    tiles = now.tiles
+    tile = now.variables.tile[var]
+    always, first, last = now_classes
+    mine = class_sums(now.variables.klass[var], tile, now.variables.bytes[var], tiles, ~never_stash[var])
+    theirs = class_sums(base.variables.klass[var], tile, base.variables.bytes[var], tiles)
+    if mine is None or theirs is None:
+        return None
+    grouped = grouped_of_sums(with_candidate_classes(mine, ~always), (first, last), tiles)
+    taken = grouped_of_sums(with_candidate_classes(theirs, base_classes[0]), base_classes[1], tiles)
+    if grouped is None or taken is None:
+        return None
+    taken["dense"] = -taken["dense"]  # integers: the same as summing the negated bytes
+    return grouped, taken

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from popliner.arrays import expand_ranges
-from popliner.memory.class_sums import ClassSums, class_sums, with_candidate_classes
+from popliner.memory.class_sums import ClassSums, changed_rows, changed_stash, class_sums, with_candidate_classes
 from popliner.memory.liveness import SegmentGrid, class_steps, variable_steps
 from popliner.memory.liveness.grid import Columns, cell_dtype
 from popliner.memory.stash_row import candidate_columns, grouped_of_sums
@@ -226,10 +226,15 @@ class SharedParts:
         sums = self._class_sums(var, key)[0]
         if sums is None:
             return None
+        candidate, steps = self.class_stash
+        return grouped_of_sums(with_candidate_classes(sums, candidate), steps, self.profile.tiles)
+
+    @property
+    def class_stash(self) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]:
+        """Per class as profiled: may a stash entry hold its variables (not always live), its first and last step."""
         if self._class_stash is None:
             self._class_stash = (~self.profile.always_live_classes(), class_steps(self.profile))
-        candidate, steps = self._class_stash
-        return grouped_of_sums(with_candidate_classes(sums, candidate), steps, self.profile.tiles)
+        return self._class_stash
 
     def columns(self, var: np.ndarray, with_owner: bool, sign: int = 1) -> Events:
         candidate, first, last = self.stash_columns
@@ -295,7 +300,10 @@ class _GridShare:
     def _merged(self, var: np.ndarray, key: bytes) -> tuple[Events, ...]:
         out = [self._moved(self.shared.merged(var, key))]
         pick = var[self.changed[var]]
-        if pick.size:
+        rows = changed_rows(self.grid, self.shared.profile, self.base_start, self.base_end, pick) if pick.size else None
+        if rows is not None:
+            out.append(rows)
+        elif pick.size:  # the change as distinct cells: from every interval
             s0, e0, t0, b0, _ = self._intervals(pick)
             s1, e1, t1, b1, _ = self._profiled(pick)
             out.append(self.grid.net_change(np.concatenate((s0, s1)), np.concatenate((e0, e1)),
@@ -467,7 +475,13 @@ class EngineShare:
         out = [self.shared.stash(var, with_owner, key)]
         assert self.stash_changed is not None  # stash() took the shared path
         at = np.flatnonzero(self.stash_changed[var])
-        if at.size:
+        engine = self.engine_columns
+        by_class = None if with_owner or not at.size else changed_stash(
+            var[at], engine.profile, self.shared.profile, engine.view.never_stash,
+            (self._class_always, self._class_first, self._class_last), self.shared.class_stash)
+        if by_class is not None:
+            out += by_class
+        elif at.size:
             mine = self._columns(var[at], with_owner)
             theirs = self.shared.columns(var[at], with_owner, sign=-1)
             if with_owner:  # positions in var, not in var[at]

@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from popliner.arrays import rank_by_table, unique_inverse
-from popliner.memory.class_sums import ClassSums
 
 if TYPE_CHECKING:
+    from popliner.memory.class_sums import ClassSums
     from popliner.memory.engine import MemoryEngine
     from popliner.memory.liveness.grid import Columns
     from popliner.memory.stash_rule import StashWindows

@@ -16,10 +16,13 @@ from popliner.arrays import expand_ranges, rank_by_table, unique_inverse
 from popliner.memory.class_sums import ClassSums
 from popliner.profile.model import Profile
 
-__all__ = ["Columns", "SegmentGrid", "cell_dtype", "segment_ends"]
+__all__ = ["ClassIntervals", "Columns", "SegmentGrid", "cell_dtype", "segment_ends"]
 
 #: Some variables' liveness classes, tiles and bytes (gathered once, read by several parts of a layer).
 Columns = tuple[np.ndarray, np.ndarray, np.ndarray]
+#: Variables given per liveness class (:meth:`SegmentGrid.interval_rows`): every interval's start and end column,
+#: intervals per class, variables per class, bytes per class and tile (or what makes them).
+ClassIntervals = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, "np.ndarray | Callable[[], np.ndarray]"]
 
 
 class SegmentGrid:
@@ -189,26 +192,41 @@ class SegmentGrid:
         same cells as the events scattered (float64 sums of integer bytes,
         exact below 2**53). None when the change is not kept dense.
         """
-        p, tiles = self.p, self.tiles
-        lo, hi = p.class_ptr[classes], p.class_ptr[classes + 1]
-        intervals = hi - lo
-        # As many events as the variables' intervals: what net_change weighs the dense rows against.
-        events = int(np.dot(count, intervals)) if len(classes) else 0
-        iv = expand_ranges(lo, intervals)
-        start, end = self.col_start[iv], self.col_end[iv]
+        lo, hi = self.p.class_ptr[classes], self.p.class_ptr[classes + 1]
+        iv = expand_ranges(lo, hi - lo)
+        return self.interval_rows([(self.col_start[iv], self.col_end[iv], hi - lo, count, per_class)])
+
+    def interval_rows(self, groups: list[ClassIntervals]) -> dict[str, np.ndarray] | None:
+        """:meth:`net_change`'s dense rows of variables given per class, for one or more groups of classes.
+
+        Each group: the start and end column of every interval of its
+        classes, class after class, each class's number of intervals, of
+        variables, and the variables' bytes per class and tile (float64 of
+        integers, negative to take bytes away; or what makes them). The same
+        rows as :meth:`net_change` of every variable's intervals, and None
+        where it would keep distinct cells instead (it weighs the segments
+        against the number of events).
+        """
+        tiles = self.tiles
+        events = sum(int(np.dot(count, intervals)) if len(intervals) else 0 for _, _, intervals, count, _ in groups)
         present = np.zeros(self.nblocks * self.block, bool)
-        present[start] = True
-        present[end] = True
+        for start, end, *_ in groups:
+            present[start] = True
+            present[end] = True
         segments = np.flatnonzero(present)
         if segments.size * tiles > 4 * events:
             return None
-        sums = per_class() if callable(per_class) else per_class
-        rows = sums[np.repeat(np.arange(len(classes)), intervals)].reshape(-1)
         position = np.cumsum(present) - 1
         across = np.arange(tiles)
         size = segments.size * tiles
-        dense = np.bincount((position[start][:, None] * tiles + across).reshape(-1), weights=rows, minlength=size)
-        dense -= np.bincount((position[end][:, None] * tiles + across).reshape(-1), weights=rows, minlength=size)
+        dense: np.ndarray | None = None
+        for start, end, intervals, _, per_class in groups:
+            sums = per_class() if callable(per_class) else per_class
+            rows = sums[np.repeat(np.arange(len(intervals)), intervals)].reshape(-1)
+            change = np.bincount((position[start][:, None] * tiles + across).reshape(-1), weights=rows, minlength=size)
+            change -= np.bincount((position[end][:, None] * tiles + across).reshape(-1), weights=rows, minlength=size)
+            dense = change if dense is None else dense + change
+        assert dense is not None  # one group at least
         return {"rows": segments, "dense": dense.astype(np.int64).astype(self.dtype).reshape(-1, tiles),
                 "blocks": np.unique(segments // self.block)}
 

@@ -1,0 +1,98 @@
+"""Layer parts made from sums per liveness class (:mod:`popliner.memory.class_sums`) against the per-variable path.
+
+:meth:`popliner.memory.running.LayerParts.of` sums a layer's private
+variables per (class, stash candidate, tile) once and makes the grid's dense
+rows, the stash columns and, on engines sharing parts, the corrections of
+the variables an option changes from those sums. The per-variable path
+(events scattered, columns grouped variable by variable) is what they
+replace, and it is still taken wherever the sums would not be grouped the
+same way. Here every field of every layer's parts, for every option set,
+both liveness paths and engines sharing parts or not, is held against that
+path with the class sums turned off: the same arrays, dtypes and keys.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+
+from popliner.memory import ranges_shared, running
+from popliner.memory.liveness import SegmentGrid
+from popliner.memory.running import LayerParts
+from tests.test_shared_parts import SOURCES, _option_engines
+
+
+def _parts(source: str, liveness: str) -> list[tuple[str, LayerParts]]:
+    """Every layer's parts of every option set's two engines (sharing parts, alone), in a fixed order."""
+    out = []
+    for changes, shared, alone in _option_engines(source):
+        for name, engine in (("shared", shared), ("alone", alone)):
+            state = engine.range_state(liveness)  # type: ignore[arg-type]
+            out += [(f"{source} {changes} {name} layer {j}", state.layer_parts(j)) for j in range(engine.num_layers)]
+    return out
+
+
+def _same(a: Any, b: Any, where: str) -> None:
+    """Equal to the byte: arrays of the same dtype and shape, dicts with the same keys in the same order."""
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        assert isinstance(a, np.ndarray) and isinstance(b, np.ndarray), where
+        assert (a.dtype, a.shape) == (b.dtype, b.shape), (where, a.dtype, b.dtype, a.shape, b.shape)
+        np.testing.assert_array_equal(a, b, err_msg=where)
+    elif isinstance(a, dict):
+        assert isinstance(b, dict) and list(a) == list(b), (where, list(a), b)
+        for key in a:
+            _same(a[key], b[key], f"{where}.{key}")
+    elif isinstance(a, tuple):
+        assert isinstance(b, tuple) and len(a) == len(b), (where, len(a), b)
+        for k, (x, y) in enumerate(zip(a, b)):
+            _same(x, y, f"{where}[{k}]")
+    else:
+        assert a == b, (where, a, b)
+
+
+_BY_CLASS = [(running, "class_sums"), (ranges_shared, "class_sums"), (ranges_shared, "changed_rows"),
+             (ranges_shared, "changed_stash")]
+
+
+def _spied(monkeypatch: pytest.MonkeyPatch, found: Counter[str]) -> None:
+    """Count the by-class results that were used (not None)."""
+    def spy(made: Callable[..., Any], name: str) -> Callable[..., Any]:
+        def counted(*args: Any, **kw: Any) -> Any:
+            got = made(*args, **kw)
+            found[name] += got is not None
+            return got
+        return counted
+
+    for module, name in _BY_CLASS:
+        monkeypatch.setattr(module, name, spy(getattr(module, name), name))
+
+
+@pytest.mark.parametrize("block", [None, 3])
+@pytest.mark.parametrize("liveness", ["grid", "events"])
+@pytest.mark.parametrize("source", SOURCES)
+def test_parts_from_class_sums_are_the_per_variable_parts(source: str, liveness: str, block: int | None,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    if block is not None:
+        monkeypatch.setattr(SegmentGrid, "BLOCK", block)  # other segments: other dense-or-cells choices
+    used: Counter[str] = Counter()
+    with monkeypatch.context() as m:
+        _spied(m, used)
+        fast = _parts(source, liveness)
+    with monkeypatch.context() as m:
+        for module, name in _BY_CLASS:
+            m.setattr(module, name, lambda *args, **kw: None)
+        slow = _parts(source, liveness)
+    assert [w for w, _ in fast] == [w for w, _ in slow]
+    for (where, a), (_, b) in zip(fast, slow):
+        for field in dataclasses.fields(LayerParts):
+            _same(getattr(a, field.name), getattr(b, field.name), f"{where} {field.name}")
+    # The sums were used, so the comparison can fail. The corrections need a grid to correct, and on some
+    # profiles their stash columns are not grouped by pairs (then both paths take the columns).
+    assert used["class_sums"] > 0
+    if source == "bert-tiny-training.json":
+        assert used["changed_stash"] > 0 and (liveness == "events" or used["changed_rows"] > 0)
