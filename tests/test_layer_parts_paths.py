@@ -1,4 +1,4 @@
-"""Layer parts made from sums per liveness class (:mod:`popliner.memory.class_sums`) against the per-variable path.
+"""Layer parts made from sums per liveness class and the layers' variables split at once, against the direct path.
 
 :meth:`popliner.memory.running.LayerParts.of` sums a layer's private
 variables per (class, stash candidate, tile) once and makes the grid's dense
@@ -6,9 +6,12 @@ rows, the stash columns and, on engines sharing parts, the corrections of
 the variables an option changes from those sums. The per-variable path
 (events scattered, columns grouped variable by variable) is what they
 replace, and it is still taken wherever the sums would not be grouped the
-same way. Here every field of every layer's parts, for every option set,
-both liveness paths and engines sharing parts or not, is held against that
-path with the class sums turned off: the same arrays, dtypes and keys.
+same way. Each layer's private and shared variables come from the layer
+spans of all variables at once (:mod:`popliner.memory.layer_vars`), not from
+the union of its operations' variables. Here every field of every layer's
+parts, for every option set, both liveness paths and engines sharing parts
+or not, is held against the direct path with both turned off: the same
+arrays, dtypes and keys.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import numpy as np
 import pytest
 
 from popliner.memory import ranges_shared, running
+from popliner.memory.layer_vars import LayerVariables
 from popliner.memory.liveness import SegmentGrid
 from popliner.memory.running import LayerParts
 from tests.test_shared_parts import SOURCES, _option_engines
@@ -70,6 +74,7 @@ def _spied(monkeypatch: pytest.MonkeyPatch, found: Counter[str]) -> None:
 
     for module, name in _BY_CLASS:
         monkeypatch.setattr(module, name, spy(getattr(module, name), name))
+    monkeypatch.setattr(LayerVariables, "split", spy(LayerVariables.split, "split"))
 
 
 @pytest.mark.parametrize("block", [None, 3])
@@ -86,6 +91,7 @@ def test_parts_from_class_sums_are_the_per_variable_parts(source: str, liveness:
     with monkeypatch.context() as m:
         for module, name in _BY_CLASS:
             m.setattr(module, name, lambda *args, **kw: None)
+        m.setattr(LayerVariables, "split", lambda self, j, ops: None)  # the union of the operations' variables
         slow = _parts(source, liveness)
     assert [w for w, _ in fast] == [w for w, _ in slow]
     for (where, a), (_, b) in zip(fast, slow):
@@ -93,6 +99,6 @@ def test_parts_from_class_sums_are_the_per_variable_parts(source: str, liveness:
             _same(getattr(a, field.name), getattr(b, field.name), f"{where} {field.name}")
     # The sums were used, so the comparison can fail. The corrections need a grid to correct, and on some
     # profiles their stash columns are not grouped by pairs (then both paths take the columns).
-    assert used["class_sums"] > 0
+    assert used["class_sums"] > 0 and used["split"] > 0
     if source == "bert-tiny-training.json":
         assert used["changed_stash"] > 0 and (liveness == "events" or used["changed_rows"] > 0)

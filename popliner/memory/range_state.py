@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
+from popliner.memory.layer_vars import LayerVariables
 from popliner.memory.liveness import SegmentGrid
 from popliner.memory.ranges_shared import EngineShare, SharedParts
 from popliner.memory.rerun import ForwardCut, forward_cut_grid
@@ -71,6 +72,8 @@ class RangeState:
             counted = engine.model.counted_vars
             self._layer_keys = [ops.tobytes() + counted[ops].tobytes() for ops in self.layer_ops]
         self._parts: dict[int, LayerParts] = {}
+        #: Every layer's private and shared variables, found for all layers at once when the first is needed.
+        self._variables: LayerVariables | None = None
         #: (i, j) -> (worst tile bytes, stash entry per tile, total per tile)
         self.figures: dict[tuple[int, int], tuple[int, np.ndarray, np.ndarray]] = {}
         #: (i, j) -> the variables peak per tile of a range evaluated on a running set that re-runs nothing.
@@ -93,7 +96,11 @@ class RangeState:
         if parts is None:
             engine = self._engine()
             assert engine is not None  # a table holds its engine
-            parts = self._parts[j] = LayerParts.of(engine, self.layer_ops[j], self.grid, self.cut_grid, self.share)
+            if self._variables is None:
+                self._variables = LayerVariables.of(engine)
+            ops = self.layer_ops[j]
+            parts = self._parts[j] = LayerParts.of(engine, ops, self.grid, self.cut_grid, self.share,
+                                                   self._variables.split(j, ops))
         return parts
 
     def other_figure(self, i: int, j: int) -> tuple[int, np.ndarray, np.ndarray] | None:

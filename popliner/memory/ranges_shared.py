@@ -42,8 +42,9 @@ if TYPE_CHECKING:
 __all__ = ["EngineShare", "ProgramPart", "SharedParts"]
 
 Events = dict[str, np.ndarray]
-#: (additive per tile, vertex presence, other-category units or None, first step, last step, counted variables).
-ProgramPart = tuple[np.ndarray, np.ndarray, "np.ndarray | None", int, int, np.ndarray]
+#: (additive per tile, vertex presence, other-category units or None, first step, last step, counted variables
+#: or None when not asked for).
+ProgramPart = tuple[np.ndarray, np.ndarray, "np.ndarray | None", int, int, "np.ndarray | None"]
 
 
 class SharedParts:
@@ -72,7 +73,8 @@ class SharedParts:
         self._dtypes: list[tuple[np.ndarray, np.ndarray, type[np.signedinteger]]] = []
         #: Cleared grid buffers (diff, run, block max, block sum) by shape and type, for the next engine's grids.
         self._buffers: dict[tuple[object, ...], list[tuple[np.ndarray, ...]]] = {}
-        #: What the training views of several option sets share (:func:`popliner.memory.training.build_training_view`).
+        #: What the training views of several option sets share (:func:`popliner.memory.training.build_training_view`),
+        #: and their engines' layer variables (:meth:`popliner.memory.layer_vars.LayerVariables.of`).
         self.view_memo: dict[bytes, Any] = {}
         #: Each distinct variable table met (what-if and forward-cut profiles), and never-stashed set.
         self._tables: list[_Table] = []
@@ -174,14 +176,19 @@ class SharedParts:
         layering = engine.layer_of_op.tobytes() + engine.model.counted_vars.tobytes()
         return layering + engine.num_layers.to_bytes(8, "little")
 
-    def programs(self, engine: MemoryEngine, ops: np.ndarray) -> ProgramPart:
-        """The layer's programs part and counted variables (:meth:`LayerParts.of`'s, the same for every option)."""
+    def programs(self, engine: MemoryEngine, ops: np.ndarray, counted: bool = True) -> ProgramPart:
+        """The layer's programs part and counted variables (:meth:`LayerParts.of`'s, the same for every option).
+
+        ``counted``: with the counted variables (else they may be None).
+        """
         key = np.asarray(ops, np.int64).tobytes() + engine.model.counted_vars[ops].tobytes()
         found = self._programs.get(key)
         if found is None:
             from popliner.memory.running import program_part
 
-            found = self._programs[key] = program_part(engine, ops)
+            found = self._programs[key] = program_part(engine, ops, counted)
+        elif counted and found[5] is None:
+            found = self._programs[key] = (*found[:5], engine.model.counted_variables(ops))
         return found
 
     def merged(self, var: np.ndarray, key: bytes) -> Events:

@@ -68,12 +68,23 @@ class LayerParts:
 
     @classmethod
     def of(cls, engine: MemoryEngine, ops: np.ndarray, grid: SegmentGrid | None,
-           cut_grid: SegmentGrid | None = None, share: EngineShare | None = None) -> LayerParts:
-        """The layer's parts; ``share``: the option-free parts taken from other engines of the profile."""
-        additive, presence, units, lo, hi, var = (program_part(engine, ops) if share is None
-                                                  else share.shared.programs(engine, ops))
-        multi = engine.multi_layer_var[var]
-        private, shared = var[~multi], var[multi]
+           cut_grid: SegmentGrid | None = None, share: EngineShare | None = None,
+           variables: tuple[np.ndarray, np.ndarray] | None = None) -> LayerParts:
+        """The layer's parts; ``share``: the option-free parts taken from other engines of the profile.
+
+        ``variables``: its (private, shared) counted variables when known
+        (:class:`popliner.memory.layer_vars.LayerVariables`), else taken
+        from the union of its operations' variables.
+        """
+        counted = variables is None
+        additive, presence, units, lo, hi, var = (program_part(engine, ops, counted) if share is None
+                                                  else share.shared.programs(engine, ops, counted))
+        if variables is not None:
+            private, shared = variables
+        else:
+            assert var is not None  # asked for
+            multi = engine.multi_layer_var[var]
+            private, shared = var[~multi], var[multi]
         # Each variable set's bytes, once: the shared parts are found by them.
         keys = (private.tobytes(), shared.tobytes()) if share is not None else (b"", b"")
         # The private variables' classes, tiles and bytes, read once for both the grid's change and the stash.
@@ -96,8 +107,11 @@ class LayerParts:
                    events[0], events[1], stash[0], stash[1], units, cut[0], cut[1])
 
 
-def program_part(engine: MemoryEngine, ops: np.ndarray) -> ProgramPart:
-    """What a layer's programs add (code, state, presence, other units), its window and its counted variables."""
+def program_part(engine: MemoryEngine, ops: np.ndarray, counted: bool = True) -> ProgramPart:
+    """What a layer's programs add (code, state, presence, other units), its window and its counted variables.
+
+    ``counted``: take the counted variables (else None: the caller has them).
+    """
     p = engine.profile
     progs = p.programs
     tiles = p.tiles
@@ -115,7 +129,7 @@ def program_part(engine: MemoryEngine, ops: np.ndarray) -> ProgramPart:
         np.add.at(presence, (vtype, progs.vertices.stop[runs]), -1)
     lo, hi = model.window(ops)
     units = model.categories.units(p, prog) if model.categories is not None else None
-    return additive, presence, units, lo, hi, model.counted_variables(ops)
+    return additive, presence, units, lo, hi, model.counted_variables(ops) if counted else None
 
 
 def _events(grid: SegmentGrid | None, share: _GridShare | None, private: np.ndarray, shared: np.ndarray,

@@ -1,0 +1,89 @@
+"""Every layer's counted variables, split into private and shared, from one pass over the variables.
+
+:class:`popliner.memory.running.LayerParts` needs, per layer, the counted
+variables its operations use, split into the ones no other layer uses
+(private: most of them, some 150,000 per BERT-Large layer) and the others
+(shared). Taking the union of the layer's operations' variable lists and
+then looking each up in the engine's multi-layer flags sorts some 330,000
+entries per layer. But the layer span of every variable
+(:attr:`popliner.memory.boundaries.Boundaries.variable_layer_span`, which
+the engine has anyway) says it already: a variable is private to layer
+``j`` exactly when its first and last layer are both ``j``. Variables are
+numbered in long runs of one layer (tensors laid out tile by tile), so one
+pass finds the runs, and a layer's private variables are its runs expanded:
+sorted, with no union. Only the shared ones still come from the layer's
+operations: the multi-layer variables among their entries, a few thousand.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from popliner.arrays import expand_ranges, gather_csr, sorted_unique
+
+if TYPE_CHECKING:
+    from popliner.memory.engine import MemoryEngine
+
+__all__ = ["LayerVariables"]
+
+
+class LayerVariables:
+    """Per layer of one layering (the operations' layers and counted flags): private and shared variables.
+
+    ``layer_ops[j]`` must be the engine's operations of layer ``j``
+    (:meth:`popliner.memory.engine.MemoryEngine.range_ops` of ``j..j``),
+    with the unlayered ones in layer 0, as the layer span counts them.
+    """
+
+    def __init__(self, engine: MemoryEngine) -> None:
+        lo, hi = engine.boundaries.variable_layer_span
+        self.multi = engine.multi_layer_var
+        self.counted = engine.model.counted_vars
+        self.var_ptr, self.var_idx = engine.ops.var_ptr, engine.ops.var_idx
+        # Each variable's layer if it is private (-1: shared or unused), then the runs of one such layer.
+        label = np.where(lo == hi, lo, -1)
+        n = label.size
+        cut = np.flatnonzero(label[1:] != label[:-1]) + 1
+        starts = np.concatenate(([0], cut)).astype(np.int64) if n else np.zeros(0, np.int64)
+        stops = np.concatenate((cut, [n])).astype(np.int64) if n else np.zeros(0, np.int64)
+        run_layer = label[starts]
+        mine = run_layer >= 0
+        starts, stops, run_layer = starts[mine], stops[mine], run_layer[mine]
+        # Stable: a layer's runs stay in variable order, so its expanded runs are sorted.
+        order = np.argsort(run_layer, kind="stable")
+        self.starts, self.lengths = starts[order], (stops - starts)[order]
+        self.ptr = np.searchsorted(run_layer[order], np.arange(engine.num_layers + 1))
+        self._made: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+
+    @classmethod
+    def of(cls, engine: MemoryEngine) -> LayerVariables:
+        """The engine's, shared with the other engines of its profile and layering (head placements, plans)."""
+        shared = engine.shared_parts
+        if shared is None:
+            return cls(engine)
+        # What the split reads besides the operation table (the same for every engine of shared parts).
+        key = b"layer-variables:" + engine.layer_of_op.tobytes() + engine.model.counted_vars.tobytes() + (
+            engine.num_layers.to_bytes(8, "little"))
+        found: LayerVariables | None = shared.view_memo.get(key)
+        if found is None:
+            found = shared.view_memo[key] = cls(engine)
+        return found
+
+    def split(self, j: int, ops: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(private, shared) variables of layer ``j``, whose operations are ``ops`` (made once per layer)."""
+        found = self._made.get(j)
+        if found is None:
+            found = self._made[j] = (self.private(j), self.shared(ops))
+        return found
+
+    def private(self, j: int) -> np.ndarray:
+        """Layer ``j``'s counted variables that no other layer uses, sorted (int64)."""
+        a, b = int(self.ptr[j]), int(self.ptr[j + 1])
+        return expand_ranges(self.starts[a:b], self.lengths[a:b])
+
+    def shared(self, ops: np.ndarray) -> np.ndarray:
+        """The counted variables of the layer's operations ``ops`` that other layers use too, sorted (int64)."""
+        entries = gather_csr(self.var_ptr, self.var_idx, ops[self.counted[ops]])
+        return np.asarray(sorted_unique(entries[self.multi[entries]], nearly_sorted=True), np.int64)
