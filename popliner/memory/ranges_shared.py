@@ -177,10 +177,7 @@ class SharedParts:
         return layering + engine.num_layers.to_bytes(8, "little")
 
     def programs(self, engine: MemoryEngine, ops: np.ndarray, counted: bool = True) -> ProgramPart:
-        """The layer's programs part and counted variables (:meth:`LayerParts.of`'s, the same for every option).
-
-        ``counted``: with the counted variables (else they may be None).
-        """
+        """The layer's programs part and, if ``counted``, counted variables (the same for all options)."""
         key = np.asarray(ops, np.int64).tobytes() + engine.model.counted_vars[ops].tobytes()
         found = self._programs.get(key)
         if found is None:
@@ -223,18 +220,12 @@ class SharedParts:
         """The stash columns of ``var`` as profiled (:func:`popliner.memory.stash_row.stash_columns`)."""
         found = self._stash.get((key, with_owner))
         if found is None:
-            grouped = None if with_owner else self._stash_of_classes(var, key)
+            # From the sums per class (a candidate as profiled: of a class not always live) where they group.
+            sums, (candidate, steps) = None if with_owner else self._class_sums(var, key)[0], self.class_stash
+            grouped = None if sums is None else grouped_of_sums(with_candidate_classes(sums, candidate), steps,
+                                                                 self.profile.tiles)
             found = self._stash[(key, with_owner)] = grouped if grouped is not None else self.columns(var, with_owner)
         return found
-
-    def _stash_of_classes(self, var: np.ndarray, key: bytes) -> Events | None:
-        """:meth:`columns` of ``var`` from its sums per class (as profiled, a candidate is one of a class not
-        always live); None where those would not be grouped by pairs."""
-        sums = self._class_sums(var, key)[0]
-        if sums is None:
-            return None
-        candidate, steps = self.class_stash
-        return grouped_of_sums(with_candidate_classes(sums, candidate), steps, self.profile.tiles)
 
     @property
     def class_stash(self) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]:
