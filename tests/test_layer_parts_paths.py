@@ -102,3 +102,16 @@ def test_parts_from_class_sums_are_the_per_variable_parts(source: str, liveness:
     assert used["class_sums"] > 0 and used["split"] > 0
     if source == "bert-tiny-training.json":
         assert used["changed_stash"] > 0 and (liveness == "events" or used["changed_rows"] > 0)
+
+
+def test_positions_of_multi_layer_variables_are_their_ranks() -> None:
+    """The popcount ranks (and the binary search numpy < 2 takes) are the positions in ``multi_layer_index``."""
+    for _, engine, _alone in _option_engines("bert-tiny-training.json"):
+        split = LayerVariables.of(engine)
+        index = engine.multi_layer_index
+        assert index.size > 64  # several words
+        expected = np.arange(index.size)
+        np.testing.assert_array_equal(split.positions(index), expected)
+        split._ranks = None
+        np.testing.assert_array_equal(split.positions(index), expected)
+        break

@@ -55,7 +55,9 @@ class LayerVariables:
         order = np.argsort(run_layer, kind="stable")
         self.starts, self.lengths = starts[order], (stops - starts)[order]
         self.ptr = np.searchsorted(run_layer[order], np.arange(engine.num_layers + 1))
-        self._made: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self.index = engine.multi_layer_index
+        self._ranks = _rank_words(self.multi)
+        self._made: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
 
     @classmethod
     def of(cls, engine: MemoryEngine) -> LayerVariables:
@@ -71,12 +73,23 @@ class LayerVariables:
             found = shared.view_memo[key] = cls(engine)
         return found
 
-    def split(self, j: int, ops: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(private, shared) variables of layer ``j``, whose operations are ``ops`` (made once per layer)."""
+    def split(self, j: int, ops: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(private, shared) variables of layer ``j``, whose operations are ``ops``, and the shared ones'
+        positions in the engine's ``multi_layer_index`` (made once per layer)."""
         found = self._made.get(j)
         if found is None:
-            found = self._made[j] = (self.private(j), self.shared(ops))
+            shared = self.shared(ops)
+            found = self._made[j] = (self.private(j), shared, self.positions(shared))
         return found
+
+    def positions(self, var: np.ndarray) -> np.ndarray:
+        """Positions of multi-layer variables in the sorted ``multi_layer_index``: how many come before each."""
+        if self._ranks is None:
+            return np.searchsorted(self.index, var)
+        words, before = self._ranks
+        word = var >> 6
+        below = words[word] & ((np.uint64(1) << (var & 63).astype(np.uint64)) - np.uint64(1))
+        return np.asarray(before[word] + np.bitwise_count(below), np.int64)
 
     def private(self, j: int) -> np.ndarray:
         """Layer ``j``'s counted variables that no other layer uses, sorted (int64)."""
@@ -87,3 +100,21 @@ class LayerVariables:
         """The counted variables of the layer's operations ``ops`` that other layers use too, sorted (int64)."""
         entries = gather_csr(self.var_ptr, self.var_idx, ops[self.counted[ops]])
         return np.asarray(sorted_unique(entries[self.multi[entries]], nearly_sorted=True), np.int64)
+
+
+def _rank_words(flags: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """The flags packed 64 to a word and the number set before each word (None: no ``np.bitwise_count``).
+
+    A set flag's rank among the set ones is then two reads and a popcount,
+    where a binary search over the sorted set (some 10**5 to 10**6 entries)
+    misses the cache at every step.
+    """
+    if not hasattr(np, "bitwise_count"):  # numpy < 2.0
+        return None
+    packed = np.packbits(flags, bitorder="little")
+    padded = np.zeros(-(-packed.size // 8) * 8, np.uint8)
+    padded[: packed.size] = packed
+    words = padded.view("<u8")
+    before = np.zeros(words.size + 1, np.int64)
+    np.cumsum(np.bitwise_count(words), out=before[1:])
+    return words, before[:-1]

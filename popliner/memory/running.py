@@ -69,10 +69,11 @@ class LayerParts:
     @classmethod
     def of(cls, engine: MemoryEngine, ops: np.ndarray, grid: SegmentGrid | None,
            cut_grid: SegmentGrid | None = None, share: EngineShare | None = None,
-           variables: tuple[np.ndarray, np.ndarray] | None = None) -> LayerParts:
+           variables: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> LayerParts:
         """The layer's parts; ``share``: the option-free parts taken from other engines of the profile.
 
-        ``variables``: its (private, shared) counted variables when known
+        ``variables``: its (private, shared) counted variables and the
+        shared ones' positions in ``multi_layer_index``, when known
         (:class:`popliner.memory.layer_vars.LayerVariables`), else taken
         from the union of its operations' variables.
         """
@@ -80,11 +81,12 @@ class LayerParts:
         additive, presence, units, lo, hi, var = (program_part(engine, ops, counted) if share is None
                                                   else share.shared.programs(engine, ops, counted))
         if variables is not None:
-            private, shared = variables
+            private, shared, shared_pos = variables
         else:
             assert var is not None  # asked for
             multi = engine.multi_layer_var[var]
             private, shared = var[~multi], var[multi]
+            shared_pos = np.searchsorted(engine.multi_layer_index, shared)
         # Each variable set's bytes, once: the shared parts are found by them.
         keys = (private.tobytes(), shared.tobytes()) if share is not None else (b"", b"")
         # The private variables' classes, tiles and bytes, read once for both the grid's change and the stash.
@@ -103,8 +105,8 @@ class LayerParts:
             both = (stash_columns(engine, private, columns=columns, sums=sums),
                     stash_columns(engine, shared, with_owner=True))
             stash = (None, None) if both[0] is None or both[1] is None else ((both[0],), (both[1],))
-        return cls(ops, additive, presence, lo, hi, private, shared, np.searchsorted(engine.multi_layer_index, shared),
-                   events[0], events[1], stash[0], stash[1], units, cut[0], cut[1])
+        return cls(ops, additive, presence, lo, hi, private, shared, shared_pos, events[0], events[1], stash[0],
+                   stash[1], units, cut[0], cut[1])
 
 
 def program_part(engine: MemoryEngine, ops: np.ndarray, counted: bool = True) -> ProgramPart:
