@@ -285,12 +285,12 @@ class SegmentGrid:
     def _before_of(self, block: int, touched: np.ndarray) -> np.ndarray:
         """Live bytes before ``block`` (``touched``: the touched blocks up to it, :meth:`_extend_known`'s)."""
         if self.touched[block]:
-            return self._before[block]
+            return np.asarray(self._before[block])
         k = int(np.searchsorted(touched, block))
         if k == 0:
             return np.zeros(self.tiles, self.dtype)
         prev = int(touched[k - 1])
-        return self._before[prev] + self.block_sum[prev]
+        return np.asarray(self._before[prev] + self.block_sum[prev])
 
     def peak(self, lo: int, hi: int) -> np.ndarray:
         """Per tile, the most live bytes at any step ``lo..hi`` (inclusive)."""
