@@ -12,7 +12,8 @@ the engine has anyway) says it already: a variable is private to layer
 numbered in long runs of one layer (tensors laid out tile by tile), so one
 pass finds the runs, and a layer's private variables are its runs expanded:
 sorted, with no union. Only the shared ones still come from the layer's
-operations: the multi-layer variables among their entries, a few thousand.
+operations: the multi-layer variables among their entries, a few thousand,
+picked from all the operations' entries once.
 """
 
 from __future__ import annotations
@@ -41,7 +42,12 @@ class LayerVariables:
         lo, hi = engine.boundaries.variable_layer_span
         self.multi = engine.multi_layer_var
         self.counted = engine.model.counted_vars
-        self.var_ptr, self.var_idx = engine.ops.var_ptr, engine.ops.var_idx
+        # Each operation's multi-layer variables (its entries of them, in order): a few percent of the entries,
+        # picked in one pass, so that a layer's shared variables read only those.
+        var_ptr, var_idx = engine.ops.var_ptr, engine.ops.var_idx
+        at = np.flatnonzero(self.multi[var_idx])
+        self.var_idx = var_idx[at]
+        self.var_ptr = np.searchsorted(at, var_ptr)
         # Each variable's layer if it is private (-1: shared or unused), then the runs of one such layer.
         label = np.where(lo == hi, lo, -1)
         n = label.size
@@ -99,7 +105,7 @@ class LayerVariables:
     def shared(self, ops: np.ndarray) -> np.ndarray:
         """The counted variables of the layer's operations ``ops`` that other layers use too, sorted (int64)."""
         entries = gather_csr(self.var_ptr, self.var_idx, ops[self.counted[ops]])
-        return np.asarray(sorted_unique(entries[self.multi[entries]], nearly_sorted=True), np.int64)
+        return np.asarray(sorted_unique(entries, nearly_sorted=True), np.int64)
 
 
 def _rank_words(flags: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
