@@ -24,6 +24,7 @@ the byte (tests/test_shared_parts.py holds them against engines built alone).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -33,6 +34,8 @@ from popliner.memory.class_sums import ClassSums, changed_rows, changed_stash, c
 from popliner.memory.liveness import SegmentGrid, class_steps, variable_steps
 from popliner.memory.liveness.grid import Columns, cell_dtype
 from popliner.memory.stash_row import candidate_columns, grouped_of_sums
+from popliner.memory.variable_tables import VariableTable
+from popliner.memory.variable_tables import changed_variables as _changed  # tests replace it by this name
 from popliner.ops.operations import OperationTable
 from popliner.profile.model import Profile
 
@@ -68,6 +71,8 @@ class SharedParts:
         self._sums: dict[bytes, tuple[ClassSums | None, Columns]] = {}
         #: Per class as profiled: may a stash entry hold its variables (not always live), and its steps.
         self._class_stash: tuple[np.ndarray, tuple[np.ndarray, np.ndarray]] | None = None
+        #: Which variable table made each piece on its own profile (:meth:`claims`).
+        self._direct: dict[tuple[object, ...], object] = {}
         self._spans: dict[bytes, tuple[np.ndarray, np.ndarray]] = {}
         self._wrapped: dict[bytes, np.ndarray] = {}
         self._dtypes: list[tuple[np.ndarray, np.ndarray, type[np.signedinteger]]] = []
@@ -77,7 +82,7 @@ class SharedParts:
         #: and their engines' layer variables (:meth:`popliner.memory.layer_vars.LayerVariables.of`).
         self.view_memo: dict[bytes, Any] = {}
         #: Each distinct variable table met (what-if and forward-cut profiles), and never-stashed set.
-        self._tables: list[_Table] = []
+        self._tables: list[VariableTable] = []
         self._never: list[np.ndarray] = []
         #: Range figures by what they depend on (:meth:`RangeState.other_figure`): (worst, stash, total, peak).
         self.range_figures: dict[tuple[object, ...], tuple[int, np.ndarray, np.ndarray, np.ndarray | None]] = {}
@@ -93,7 +98,7 @@ class SharedParts:
         recomputation; the same forward cut whatever the head placement), and
         then share its corrected parts too.
         """
-        table = _Table.of(profile, changed)
+        table = VariableTable.of(profile, changed)
         for k, known in enumerate(self._tables):
             if known.same(table):
                 return k
@@ -209,6 +214,12 @@ class SharedParts:
     def forget_sums(self, key: bytes) -> None:
         self._sums.pop(key, None)
 
+    def claims(self, piece: tuple[object, ...], table: object) -> bool:
+        """Does ``table`` make ``piece`` on its own profile? The first table to ask for a piece does (the head
+        placements of one option set then share it whole, with no profiled part to correct); the others
+        correct the profiled part, made once for all of them."""
+        return bool(self._direct.setdefault(piece, table) == table)
+
     def owned(self, var: np.ndarray, key: bytes) -> Events:
         """:meth:`SegmentGrid.events_of` of ``var`` (with owners) on the profile's grid."""
         found = self._owned.get(key)
@@ -276,23 +287,26 @@ class _GridShare:
             return None
         return cls(shared, grid, changed)
 
-    def merged(self, var: np.ndarray, key: bytes) -> tuple[Events, ...]:
+    def merged(self, var: np.ndarray, key: bytes, own: Callable[[], Events] | None = None) -> tuple[Events, ...]:
         """The variables' net change on this grid: the profiled one moved here, plus the changed ones' correction.
 
-        ``key`` is ``var.tobytes()``, made once per layer (hashing it is most of a lookup's cost).
+        ``key`` is ``var.tobytes()``, made once per layer (hashing it is most of a lookup's cost). ``own``
+        makes the change on this grid's profile, taken where this table makes it (:meth:`SharedParts.claims`).
         """
         where = (self.table, "merged:" + self.tag, key)
         found = self.shared.corrected.get(where)
         if found is None:
-            found = self.shared.corrected[where] = self._merged(var, key)
+            mine = own is not None and self.shared.claims(where[1:], self.table)
+            found = self.shared.corrected[where] = (own(),) if own is not None and mine else self._merged(var, key)
         return found
 
-    def owned(self, var: np.ndarray, key: bytes) -> tuple[Events, ...]:
+    def owned(self, var: np.ndarray, key: bytes, own: Callable[[], Events] | None = None) -> tuple[Events, ...]:
         """:meth:`SegmentGrid.events_of` with owners (positions in ``var``), as a profiled part and a correction."""
         where = (self.table, "owned:" + self.tag, key)
         found = self.shared.corrected.get(where)
         if found is None:
-            found = self.shared.corrected[where] = self._owned(var, key)
+            mine = own is not None and self.shared.claims(where[1:], self.table)
+            found = self.shared.corrected[where] = (own(),) if own is not None and mine else self._owned(var, key)
         return found
 
     def _merged(self, var: np.ndarray, key: bytes) -> tuple[Events, ...]:
@@ -367,46 +381,6 @@ def _expand(profile: Profile, var: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return expand_ranges(profile.class_ptr[cls], counts), np.repeat(np.arange(len(var)), counts)
 
 
-class _Table:
-    """What tells one variable table from another of the same profile: the class table and the changed variables.
-
-    Both extend the same profiled table (:func:`_changed` checked that), so
-    two with equal class tables, equal changed variables and equal classes
-    and bytes of those give every variable the same live steps and bytes.
-    """
-
-    def __init__(self, parts: tuple[np.ndarray, ...]) -> None:
-        self.parts = parts
-
-    @classmethod
-    def of(cls, profile: Profile, changed: np.ndarray) -> _Table:
-        at = np.flatnonzero(changed)
-        v = profile.variables
-        return cls((profile.class_ptr, profile.iv_start, profile.iv_end, at, v.klass[at], v.bytes[at]))
-
-    def same(self, other: _Table) -> bool:
-        return all(a.shape == b.shape and np.array_equal(a, b) for a, b in zip(self.parts, other.parts))
-
-
-def _changed(profile: Profile, base: Profile) -> np.ndarray | None:
-    """Bool per variable: live steps or bytes differ from the profiled ones.
-
-    None when the class table does not extend the profile's (then nothing is shared).
-    """
-    n = base.num_classes
-    if profile.num_classes < n or profile.tiles != base.tiles:
-        return None
-    ptr = base.class_ptr
-    if not (np.array_equal(profile.class_ptr[: n + 1], ptr)
-            and np.array_equal(profile.iv_start[: ptr[-1]], base.iv_start)
-            and np.array_equal(profile.iv_end[: ptr[-1]], base.iv_end)):
-        return None
-    a, b = profile.variables, base.variables
-    if a.tile is not b.tile and not np.array_equal(a.tile, b.tile):
-        return None
-    return np.asarray((a.klass != b.klass) | (a.bytes != b.bytes))
-
-
 class EngineShare:
     """One engine's view of the shared parts: which variables its options change, and its grids' adapters."""
 
@@ -452,21 +426,27 @@ class EngineShare:
                 self.stash_key, engine.training, view.recompute, view.stash_inputs, view.inputs_only,
                 np.asarray(view.is_backward, bool).tobytes())
 
-    def stash(self, var: np.ndarray, key: bytes, with_owner: bool = False) -> tuple[Events, ...] | None:
-        """The stash columns of ``var``: the profiled ones, plus the changed variables' own minus their profiled."""
+    def stash(self, var: np.ndarray, key: bytes, with_owner: bool = False, own: Callable[[], Events] | None = None
+              ) -> tuple[Events, ...] | None:
+        """The stash columns of ``var``: the profiled ones, plus the changed variables' own minus their profiled.
+
+        ``own`` makes them on the engine's profile, taken where its table makes them (:meth:`SharedParts.claims`).
+        """
         engine = self.engine_columns
         if not engine.training:
             return None
         if self.stash_changed is None:
             from popliner.memory.stash_row import stash_columns
 
-            own = stash_columns(engine, var, with_owner)
-            assert own is not None  # training
-            return (own,)
+            made = own() if own is not None else stash_columns(engine, var, with_owner)
+            assert made is not None  # training
+            return (made,)
         where = (self.stash_table, f"{self.stash_key}:{with_owner}", key)
         found = self.shared.corrected.get(where)
         if found is None:
-            found = self.shared.corrected[where] = self._stash(var, with_owner, key)
+            mine = own is not None and self.shared.claims(where[1:], self.stash_table)
+            found = self.shared.corrected[where] = (own(),) if own is not None and mine else self._stash(
+                var, with_owner, key)
         return found
 
     def _stash(self, var: np.ndarray, with_owner: bool, key: bytes) -> tuple[Events, ...]:

@@ -89,24 +89,60 @@ class LayerParts:
             shared_pos = np.searchsorted(engine.multi_layer_index, shared)
         # Each variable set's bytes, once: the shared parts are found by them.
         keys = (private.tobytes(), shared.tobytes()) if share is not None else (b"", b"")
-        # The private variables' classes, tiles and bytes, read once for both the grid's change and the stash.
-        v = engine.profile.variables
-        columns = (v.klass[private], v.tile[private], v.bytes[private]) if share is None else None
-        # Summed per liveness class once, for both the grid's change and the stash columns.
-        sums = None
-        if columns is not None and (grid is not None or engine.training):
-            sums = class_sums(*columns, engine.tiles, engine.stash_candidate[private] if engine.training else None)
-        events = _events(grid, share.grid if share is not None else None, private, shared, keys, columns, sums)
+        own = _Own(engine, grid, private, shared)
+        events = _events(grid, share.grid if share is not None else None, private, shared, keys, own)
         cut = _events(cut_grid, share.cut_grid if share is not None else None, private, shared, keys)
+        stash: tuple[tuple[Events, ...] | None, tuple[Events, ...] | None] = (None, None)
         if share is not None:
-            stash = share.stash(private, keys[0]), share.stash(shared, keys[1], with_owner=True)
+            stash = (share.stash(private, keys[0], own=own.stash),
+                     share.stash(shared, keys[1], with_owner=True, own=own.stash_owned))
             share.shared.forget_sums(keys[0])  # the layer's profiled events and stash columns are made
-        else:
-            both = (stash_columns(engine, private, columns=columns, sums=sums),
-                    stash_columns(engine, shared, with_owner=True))
-            stash = (None, None) if both[0] is None or both[1] is None else ((both[0],), (both[1],))
+        elif engine.training:
+            stash = (own.stash(),), (own.stash_owned(),)
         return cls(ops, additive, presence, lo, hi, private, shared, shared_pos, events[0], events[1], stash[0],
                    stash[1], units, cut[0], cut[1])
+
+
+class _Own:
+    """A layer's parts made on the engine's own profile (not shared, or first made by its variable table), each
+    when first needed.
+
+    The private variables' classes, tiles and bytes are read, and summed per
+    liveness class, once for both the grid's change and the stash columns.
+    """
+
+    def __init__(self, engine: MemoryEngine, grid: SegmentGrid | None, private: np.ndarray, shared: np.ndarray
+                 ) -> None:
+        self.engine, self.grid, self.private, self.shared = engine, grid, private, shared
+        self._read: tuple[Columns, ClassSums | None] | None = None
+
+    def _sums(self) -> tuple[Columns, ClassSums | None]:
+        if self._read is None:
+            engine, var = self.engine, self.private
+            v = engine.profile.variables
+            columns = (v.klass[var], v.tile[var], v.bytes[var])
+            candidate = engine.stash_candidate[var] if engine.training else None
+            self._read = (columns, class_sums(*columns, engine.tiles, candidate))
+        return self._read
+
+    def merged(self) -> Events:
+        assert self.grid is not None  # asked for on a grid only
+        return self.grid.merged(self.private, *self._sums())
+
+    def owned(self) -> Events:
+        assert self.grid is not None  # asked for on a grid only
+        return self.grid.events_of(self.shared, with_owner=True)
+
+    def stash(self) -> Events:
+        columns, sums = self._sums()
+        made = stash_columns(self.engine, self.private, columns=columns, sums=sums)
+        assert made is not None  # asked for in training only
+        return made
+
+    def stash_owned(self) -> Events:
+        made = stash_columns(self.engine, self.shared, with_owner=True)
+        assert made is not None  # asked for in training only
+        return made
 
 
 def program_part(engine: MemoryEngine, ops: np.ndarray, counted: bool = True) -> ProgramPart:
@@ -135,18 +171,20 @@ def program_part(engine: MemoryEngine, ops: np.ndarray, counted: bool = True) ->
 
 
 def _events(grid: SegmentGrid | None, share: _GridShare | None, private: np.ndarray, shared: np.ndarray,
-            keys: tuple[bytes, bytes], columns: Columns | None = None, sums: ClassSums | None = None
+            keys: tuple[bytes, bytes], own: _Own | None = None
             ) -> tuple[tuple[Events, ...] | None, tuple[Events, ...] | None]:
     """(private, shared) events on ``grid`` (none without one): from the shared parts when the grid has them.
 
-    ``columns``: the private variables' classes, tiles and bytes in the grid's profile, if read already;
-    ``sums``: the same summed per class.
+    ``own``: what makes them on ``grid``'s own profile (the engine's main grid; else the grid's methods do).
     """
     if grid is None:
         return None, None
     if share is not None:
-        return share.merged(private, keys[0]), share.owned(shared, keys[1])
-    return (grid.merged(private, columns, sums),), (grid.events_of(shared, with_owner=True),)
+        return (share.merged(private, keys[0], own.merged if own is not None else None),
+                share.owned(shared, keys[1], own.owned if own is not None else None))
+    if own is not None:
+        return (own.merged(),), (own.owned(),)
+    return (grid.merged(private),), (grid.events_of(shared, with_owner=True),)
 
 
 class RunningStage:
