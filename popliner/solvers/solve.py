@@ -18,7 +18,7 @@ from typing import Literal
 from popliner.deadline import OutOfTime
 from popliner.pipeline import RangeCosts, position_memory
 from popliner.progress import phase
-from popliner.solvers.dp import dp_per_count, value_floor
+from popliner.solvers.dp import RangeValues, dp_per_count, value_floor
 from popliner.solvers.greedy import greedy_bounds
 from popliner.solvers.ilp import ilp_bounds
 from popliner.solvers.lexdp import lexicographic_optimum
@@ -84,7 +84,10 @@ def solve_bounds(table: RangeCosts, problem: SplitProblem, *, solver: SolverName
     hints = [greedy[0]] if greedy is not None else []
     with phase("building range tables"):
         try:
-            per_count = _exact_per_count(table, problem, deadline)
+            # Each range's value of objective 1 when it needs no memory: once for the floor, the DP and the edges.
+            first = objective_order(table, problem.objectives)[0]
+            values = None if first.uses_memory else RangeValues(table, first, math.inf)
+            per_count = _exact_per_count(table, problem, deadline, values=values)
         except OutOfTime as stop:
             return _out_of_time(table, problem, stop.best, hints, relaxed, layer_need, time_limit, "ilp")
     dp = min((f for f in per_count.values() if f is not None), key=lambda f: f[1], default=None)
@@ -94,7 +97,7 @@ def solve_bounds(table: RangeCosts, problem: SplitProblem, *, solver: SolverName
         try:
             # The exact DP carried on to every objective in turn: when it proves the optimum, CP-SAT
             # (and its import, half a second) is not needed.
-            outcome = lexicographic_optimum(table, problem, per_count, deadline)
+            outcome = lexicographic_optimum(table, problem, per_count, deadline, values=values)
         except OutOfTime:
             return _out_of_time(table, problem, dp, hints, relaxed, layer_need, time_limit, "ilp")
     by_dp = outcome is not None
@@ -119,8 +122,8 @@ def solve_bounds(table: RangeCosts, problem: SplitProblem, *, solver: SolverName
     )
 
 
-def _exact_per_count(table: RangeCosts, problem: SplitProblem,
-                     deadline: float | None) -> dict[int, tuple[Bounds, float] | None]:
+def _exact_per_count(table: RangeCosts, problem: SplitProblem, deadline: float | None, *,
+                     values: RangeValues | None = None) -> dict[int, tuple[Bounds, float] | None]:
     """The exact DP's optimum of objective 1 for every stage count that reaches the best one (others may be None).
 
     First capped at the best value with memory left out (:func:`value_floor`):
@@ -129,14 +132,15 @@ def _exact_per_count(table: RangeCosts, problem: SplitProblem,
     time (a few times, then no cap), and the first cap some split reaches
     gives the optimum exactly (every count that reaches it, with the plain
     DP's split), having read only the ranges within at most that step past it.
+    ``values``: objective 1's :class:`RangeValues`, when the caller has them.
     """
-    cap = value_floor(table, problem)
+    cap = value_floor(table, problem, values=values)
     for _ in range(CAP_STEPS):
-        per_count = dp_per_count(table, problem, deadline=deadline, cap=cap)
+        per_count = dp_per_count(table, problem, deadline=deadline, cap=cap, values=values)
         if cap == math.inf or any(found is not None for found in per_count.values()):
             return per_count
         cap = cap * CAP_STEP if cap > 0 else math.inf
-    return dp_per_count(table, problem, deadline=deadline)
+    return dp_per_count(table, problem, deadline=deadline, values=values)
 
 
 def _out_of_time(table: RangeCosts, problem: SplitProblem, best: tuple[Bounds, float] | None, hints: list[Bounds],
