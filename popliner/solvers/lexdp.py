@@ -54,12 +54,13 @@ def supported(order: tuple[Objective, ...]) -> bool:
 
 def lexicographic_optimum(table: RangeCosts, problem: SplitProblem,
                           per_count: Mapping[int, tuple[Bounds, float] | None],
-                          deadline: float | None = None, *, values: RangeValues | None = None) -> IlpOutcome | None:
+                          deadline: float | None = None, *,
+                          range_values: RangeValues | None = None) -> IlpOutcome | None:
     """The lexicographically optimal split, proved; None when the order is not :func:`supported` or none fits.
 
     ``per_count``: the exact DP's optimum of objective 1 per stage count
     (:func:`popliner.solvers.dp.dp_per_count`). Past ``deadline`` it raises
-    :class:`popliner.deadline.OutOfTime`. ``values``: objective 1's
+    :class:`popliner.deadline.OutOfTime`. ``range_values``: objective 1's
     :class:`popliner.solvers.dp.RangeValues`, when the caller has them.
     """
     order = objective_order(table, problem.objectives)
@@ -70,7 +71,7 @@ def lexicographic_optimum(table: RangeCosts, problem: SplitProblem,
     best: tuple[tuple[int, int, int], Bounds] | None = None
     candidates = sorted(k for k, found in reachable.items() if found[1] == target)
     # Objective 1's value of each range, once for every count, when it needs no memory.
-    first = RangeValues(table, order[0], target, of=values) if not order[0].uses_memory else None
+    first = RangeValues(table, order[0], target, of=range_values) if not order[0].uses_memory else None
     for k in candidates:
         bounds = _best_of_count(table, problem, k, order, target, deadline, first)
         values = hint_objectives(table, problem, bounds) if bounds is not None else None

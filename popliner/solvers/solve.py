@@ -97,7 +97,8 @@ def solve_bounds(table: RangeCosts, problem: SplitProblem, *, solver: SolverName
         try:
             # The exact DP carried on to every objective in turn: when it proves the optimum, CP-SAT
             # (and its import, half a second) is not needed.
-            outcome = lexicographic_optimum(table, problem, per_count, deadline, values=values)
+            outcome = lexicographic_optimum(table, problem, per_count, deadline,
+                                            range_values=values)
         except OutOfTime:
             return _out_of_time(table, problem, dp, hints, relaxed, layer_need, time_limit, "ilp")
     by_dp = outcome is not None
