@@ -33,11 +33,11 @@ An order with a ``max`` objective after a ``sum`` one is not handled here
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from popliner.deadline import check_deadline
 from popliner.pipeline import RangeCosts
-from popliner.solvers.dp import RangeValues
+from popliner.solvers.dp import RangeValues, copy_buffers
 from popliner.solvers.edges import Edges, position_edges
 from popliner.solvers.ilp import IlpOutcome, hint_objectives
 from popliner.solvers.objective import Objective, objective_order
@@ -72,8 +72,9 @@ def lexicographic_optimum(table: RangeCosts, problem: SplitProblem,
     candidates = sorted(k for k, found in reachable.items() if found[1] == target)
     # Objective 1's value of each range, once for every count, when it needs no memory.
     first = RangeValues(table, order[0], target, of=range_values) if not order[0].uses_memory else None
+    copies = copy_buffers(table, problem.training)  # each range's, once for every count
     for k in candidates:
-        bounds = _best_of_count(table, problem, k, order, target, deadline, first)
+        bounds = _best_of_count(table, problem, k, order, target, deadline, first, copies)
         values = hint_objectives(table, problem, bounds) if bounds is not None else None
         if bounds is None or values is None:  # pragma: no cover - the DP found a split of this count within it
             return None
@@ -85,9 +86,11 @@ def lexicographic_optimum(table: RangeCosts, problem: SplitProblem,
 
 
 def _best_of_count(table: RangeCosts, problem: SplitProblem, stages: int, order: tuple[Objective, ...],
-                   target: float, deadline: float | None, values: RangeValues | None) -> Bounds | None:
+                   target: float, deadline: float | None, values: RangeValues | None,
+                   copies: Callable[[int, int], int]) -> Bounds | None:
     """The lexicographically best split into exactly ``stages`` stages whose objective 1 is within ``target``."""
-    edges = position_edges(table, problem, stages, order, target, deadline, values)
+    # Only the edges reached from layer 0: the paths, and so every optimum and tie below, are the same.
+    edges = position_edges(table, problem, stages, order, target, deadline, values, from_start=True, copies=copies)
     n = table.num_layers
     for idx in range(1, len(order)):
         if order[idx].combine != "max":
