@@ -8,7 +8,7 @@ smallest possible largest cost of layers ``0..j`` in ``k+1`` stages.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 
 from popliner.deadline import OutOfTime, check_deadline
 from popliner.pipeline import (
@@ -22,7 +22,8 @@ from popliner.pipeline import (
 from popliner.solvers.objective import MEMORY, Objective, objective_order
 from popliner.solvers.problem import Bounds, SplitProblem
 
-__all__ = ["OutOfTime", "RangeValues", "copy_buffers", "dp_bounds", "dp_for_stages", "dp_per_count", "value_floor"]
+__all__ = ["OutOfTime", "RangeValues", "copy_buffers", "dp_bounds", "dp_for_stages", "dp_per_count", "value_floor",
+           "value_floors"]
 
 
 def dp_bounds(table: RangeCosts, problem: SplitProblem, objective: Objective | None = None,
@@ -41,12 +42,15 @@ def dp_bounds(table: RangeCosts, problem: SplitProblem, objective: Objective | N
 
 def dp_per_count(table: RangeCosts, problem: SplitProblem, objective: Objective | None = None,
                  deadline: float | None = None, cap: float = math.inf, *,
-                 values: RangeValues | None = None) -> dict[int, tuple[Bounds, float] | None]:
+                 values: RangeValues | None = None,
+                 floors: Mapping[int, float] | None = None) -> dict[int, tuple[Bounds, float] | None]:
     """The optimal split for each stage count the problem allows (exactly ``num_ipus`` when ``exact_ipus``).
 
     A count whose first stage alone is above the best value of a smaller
     count is not searched (None): its optimum is at least that first stage's,
-    so it can neither be the optimum nor tie with it.
+    so it can neither be the optimum nor tie with it. Nor is a count whose
+    floor (``floors``, from :func:`value_floors`) is above the cap or above
+    the best value of a smaller count, for the same reason.
 
     ``cap``: only splits whose value is at most ``cap`` are searched; a count
     whose optimum is above it is None. For an objective that does not read
@@ -67,6 +71,9 @@ def dp_per_count(table: RangeCosts, problem: SplitProblem, objective: Objective 
             check_deadline(deadline)
             if k == counts[0]:
                 _read_rows(table, problem, shared, max(counts))
+            if floors is not None and floors.get(k, -math.inf) > min(cap, best):
+                out[k] = None  # above the cap (the DP would find none within it) or no better than the best
+                continue
             if k <= table.num_layers and _first_stage_floor(table, problem, k, objective) > best:
                 out[k] = None
                 continue
@@ -85,15 +92,27 @@ def value_floor(table: RangeCosts, problem: SplitProblem, objective: Objective |
     read memory.
 
     No split that fits does better, so it is a cap for :func:`dp_per_count`
-    that loses nothing when a split reaches it. It reads no range: with no
-    memory a range's value is the same at every position of every count, so
-    one pass over ``k`` stages gives every count (``k`` stages end at the last
-    layer in row ``k - 1``), from each range's value taken once (``values``:
-    the objective's, when the caller has them).
+    that loses nothing when a split reaches it. It reads no range
+    (:func:`value_floors`: the same per stage count).
+    """
+    return min(value_floors(table, problem, objective, values=values).values(), default=math.inf)
+
+
+def value_floors(table: RangeCosts, problem: SplitProblem, objective: Objective | None = None, *,
+                 values: RangeValues | None = None) -> dict[int, float]:
+    """Per stage count, the best value of a split with memory left out (``inf``: none), for an objective that does
+    not read memory (else no count: no floor).
+
+    No split of that count that fits does better: :func:`dp_per_count` need
+    not search a count whose floor is above its cap or above a count's
+    optimum. With no memory a range's value is the same at every position of
+    every count, so one pass over ``k`` stages gives every count (``k``
+    stages end at the last layer in row ``k - 1``), from each range's value
+    taken once (``values``: the objective's, when the caller has them).
     """
     objective = objective or objective_order(table, problem.objectives)[0]
     if objective.uses_memory:
-        return math.inf
+        return {}
     n = table.num_layers
     counts = [problem.num_ipus] if problem.exact_ipus else list(range(1, problem.num_ipus + 1))
     stages = min(max(counts), n)
@@ -104,14 +123,14 @@ def value_floor(table: RangeCosts, problem: SplitProblem, objective: Objective |
     ends = [j for j in range(n) if j == n - 1 or problem.allowed_split(j, forbidden)]
     least = problem.min_layers
     inf = math.inf
-    floor = inf
-    # One stage: layers 0..j, when it holds enough of them and crosses no pin.
+    floors = dict.fromkeys(counts, inf)  # a count above the number of layers has no split
     if n == 0:
-        return inf
+        return floors
+    # One stage: layers 0..j, when it holds enough of them and crosses no pin.
     row = [max(0.0, values.value(0, j)) if j + 1 >= least and cut[j] < 0 else inf for j in range(n)]
     row = [row[j] if j in ends else inf for j in range(n)] if len(ends) < n else row
-    if 1 in counts:
-        floor = row[n - 1]
+    if 1 in floors:
+        floors[1] = row[n - 1]
     for k in range(1, stages):
         new = [inf] * n
         for j in ends:
@@ -127,9 +146,9 @@ def value_floor(table: RangeCosts, problem: SplitProblem, objective: Objective |
                     best = min(best, prev if prev > value else value)
             new[j] = best
         row = new
-        if k + 1 in counts:
-            floor = min(floor, row[n - 1])
-    return floor
+        if k + 1 in floors:
+            floors[k + 1] = row[n - 1]
+    return floors
 
 
 class RangeValues:

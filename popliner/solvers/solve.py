@@ -18,7 +18,7 @@ from typing import Literal
 from popliner.deadline import OutOfTime
 from popliner.pipeline import RangeCosts, position_memory
 from popliner.progress import phase
-from popliner.solvers.dp import RangeValues, dp_per_count, value_floor
+from popliner.solvers.dp import RangeValues, dp_per_count, value_floors
 from popliner.solvers.greedy import greedy_bounds
 from popliner.solvers.ilp import ilp_bounds
 from popliner.solvers.lexdp import lexicographic_optimum
@@ -135,13 +135,15 @@ def _exact_per_count(table: RangeCosts, problem: SplitProblem, deadline: float |
     DP's split), having read only the ranges within at most that step past it.
     ``values``: objective 1's :class:`RangeValues`, when the caller has them.
     """
-    cap = value_floor(table, problem, values=values)
+    # Each count's floor: a count whose floor is above the cap has no split within it, and is not searched.
+    floors = value_floors(table, problem, values=values)
+    cap = min(floors.values(), default=math.inf)
     for _ in range(CAP_STEPS):
-        per_count = dp_per_count(table, problem, deadline=deadline, cap=cap, values=values)
+        per_count = dp_per_count(table, problem, deadline=deadline, cap=cap, values=values, floors=floors)
         if cap == math.inf or any(found is not None for found in per_count.values()):
             return per_count
         cap = cap * CAP_STEP if cap > 0 else math.inf
-    return dp_per_count(table, problem, deadline=deadline, values=values)
+    return dp_per_count(table, problem, deadline=deadline, values=values, floors=floors)
 
 
 def _out_of_time(table: RangeCosts, problem: SplitProblem, best: tuple[Bounds, float] | None, hints: list[Bounds],
