@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import itertools
 import math
+
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -53,7 +54,8 @@ def cases(draw: st.DrawFn) -> tuple[Forbidding, SplitProblem]:
     # often outweighs its compute, and rises and falls from one first layer to the next.
     table = Forbidding(ints(1, 12, n), ints(0, 12, n), ints(0, 3, n) if draw(st.booleans()) else [0] * n,
                        ints(0, 12, n if head else max(n - 1, 0)), stash=ints(0, 3, n),
-                       limit=draw(st.sampled_from([INF, 40, 60, 90])), bytes_per_cycle=draw(st.sampled_from([1.0, 3.0])),
+                       limit=draw(st.sampled_from([INF, 40, 60, 90])),
+                       bytes_per_cycle=draw(st.sampled_from([1.0, 3.0])),
                        tiles=draw(st.sampled_from([0, 4])), head=head,
                        forbidden=frozenset(draw(st.lists(st.integers(0, max(n - 2, 0)), max_size=2))) if n > 1
                        else frozenset())
@@ -187,7 +189,8 @@ def test_skipped_counts_could_neither_reach_nor_tie_the_optimum(case: tuple[Forb
         {k: f for k, f in full.items() if f is not None and f[1] == optimum}
 
 
-def plain_edges(table: Forbidding, problem: SplitProblem, stages: int, cap: float) -> list[tuple[int, int, int, tuple]]:
+def plain_edges(table: Forbidding, problem: SplitProblem, stages: int,
+                cap: float) -> list[tuple[int, int, int, tuple[int, ...]]]:
     """Every (position, first, last, values) a stage of some allowed split may be: position_memory, no shortcut."""
     n = table.num_layers
     order = objective_order(table)
@@ -201,7 +204,9 @@ def plain_edges(table: Forbidding, problem: SplitProblem, stages: int, cap: floa
                     continue
                 if i < p * least or j > n - 1 - (stages - 1 - p) * least:
                     continue
-                if (j < n - 1 and not problem.allowed_split(j, forbidden)) or any(i <= q < j for q in problem.split_after):
+                if j < n - 1 and not problem.allowed_split(j, forbidden):
+                    continue
+                if any(i <= q < j for q in problem.split_after):
                     continue
                 mem = position_memory(table, i, j, p, stages, problem.training)
                 if mem == INF:
