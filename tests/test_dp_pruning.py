@@ -272,3 +272,51 @@ def test_a_column_stops_only_once_no_earlier_first_layer_can_do_better() -> None
     assert value_floors(table, SplitProblem(3, 1000)) == {1: 4.0, 2: 3.0, 3: 10.0}
     assert dp_per_count(table, SplitProblem(3, 1000), floors=value_floors(table, SplitProblem(3, 1000))) == \
         {1: (((0, 3),), 4.0), 2: (((0, 0), (1, 3)), 3.0), 3: None}  # 3 stages: floor 10 > 3, not searched
+
+
+def plain_greedy(table: Forbidding, problem: SplitProblem) -> tuple[Bounds, float, int] | None:
+    """PopLiner's greedy rule spelled out with position_memory for every range (no figure taken once)."""
+    from popliner.solvers.greedy import CAPS, MIN_LAYERS, layers_needed
+
+    n = table.num_layers
+    forbidden = table.forbidden_splits(problem.keep_shared_together)
+
+    def fill(cap: int, least: int, planned: int) -> Bounds | None:
+        bounds: list[tuple[int, int]] = []
+        while not bounds or bounds[-1][1] < n - 1:
+            start = bounds[-1][1] + 1 if bounds else 0
+            if len(bounds) >= planned:
+                return None
+            end = None
+            for j in range(start, n):
+                if position_memory(table, start, j, len(bounds), planned, problem.training) > cap:
+                    break
+                if j == n - 1 or problem.allowed_split(j, forbidden):
+                    end = j
+                if j in problem.split_after:
+                    break
+            if end is None or end - start + 1 < layers_needed(table, problem, start, least):
+                return None
+            bounds.append((start, end))
+        return tuple(bounds) if not problem.exact_ipus or len(bounds) == problem.num_ipus else None
+
+    for least in MIN_LAYERS:
+        for cap in CAPS:
+            plans = range(1, problem.num_ipus + 1) if problem.training else [problem.num_ipus]
+            for planned in plans:
+                found = fill(int(cap * problem.budget), least, planned)
+                if found is not None:
+                    return found, cap, max(least, problem.min_layers)
+    return None
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cases(), st.sampled_from([30, 45, 60, 1000]))
+def test_greedy_is_its_rule_spelled_out(case: tuple[Forbidding, SplitProblem], budget: int) -> None:
+    from dataclasses import replace
+
+    from popliner.solvers.greedy import greedy_bounds
+
+    table, problem = case
+    problem = replace(problem, budget=budget)
+    assert greedy_bounds(table, problem) == plain_greedy(table, problem)
