@@ -452,7 +452,7 @@ def test_range_table_stops_its_rows_at_the_deadline(monkeypatch):
 
 
 @pytest.mark.parametrize("solver", ["greedy", "ilp"])
-def test_a_deadline_passed_before_greedy_stops_the_whole_solve(solver):
+def test_a_deadline_passed_before_the_first_step_stops_the_whole_solve(solver):
     # A limit already spent when the engine is set up: no table is set up, greedy's fill does not
     # run, nor anything after it; no split is known, so the outcome is INFEASIBLE with no stages,
     # and the note says the time ran out (nothing was proved).
@@ -463,12 +463,14 @@ def test_a_deadline_passed_before_greedy_stops_the_whole_solve(solver):
     assert "nothing was searched" in split.note
     assert _shared(a.engine).figures == {}  # no range evaluated
     assert _shared(a.engine)._parts == {}  # nor any layer's parts built
-    # Past the set-up (solve_bounds on a table): the first row read stops greedy and all after it.
+    # Past the set-up (solve_bounds on a table): the first row read stops the first step (greedy's fill,
+    # or the ILP's exact DP: its greedy split is only worked out to seed CP-SAT) and all after it.
     outcome = solve_bounds(ProfileRanges(a.engine, 1000, deadline=0.0), SplitProblem(2, 1000), solver=solver,
                            time_limit=0.0, started=0.0,
                            relaxed=lambda factor: ProfileRanges(a.engine, int(1000 * factor), deadline=0.0, lazy=True))
     assert outcome.status == "INFEASIBLE" and outcome.bounds == ()
-    assert "the 0 s time limit ran out before greedy finished" in outcome.note
+    step = "greedy" if solver == "greedy" else "the exact DP"
+    assert f"the 0 s time limit ran out before {step} finished" in outcome.note
     assert "before a best-effort split was found" in outcome.note
     assert _shared(a.engine).figures == {}
 
@@ -514,3 +516,36 @@ def test_pruned_stage_counts_change_nothing(data, ipus, training, by_memory, no_
             assert found is not None and found[1] == values[k]
         elif found is not None:  # pruned: it can neither beat nor tie the best count
             assert found[1] > min(values.values())
+
+
+def test_the_ilp_works_out_greedy_only_to_seed_cp_sat(monkeypatch):
+    # Greedy's split is the CP-SAT hint: when the exact DP proves the optimum, greedy never runs
+    # (it would read ranges the DP does not need); when CP-SAT runs, greedy seeds it first.
+    import popliner.solvers.solve as solve_module
+
+    calls: list[int] = []
+
+    def counted(table, problem):
+        calls.append(problem.num_ipus)
+        return greedy_bounds(table, problem)
+
+    monkeypatch.setattr(solve_module, "greedy_bounds", counted)
+    seen: list[list] = []
+    real_ilp = solve_module.ilp_bounds
+
+    def spy(table, problem, **kwargs):
+        seen.append(list(kwargs["hints"]))
+        return real_ilp(table, problem, **kwargs)
+
+    monkeypatch.setattr(solve_module, "ilp_bounds", spy)
+    table = ArrayRanges(base=[10] * 6, peak=[0] * 6, cycles=[5, 1, 1, 1, 5, 1], crossing=[3, 1, 4, 1, 5, 0],
+                        limit=40)
+    proved = solve_bounds(table, SplitProblem(3, 40), solver="ilp")
+    assert proved.status == "OPTIMAL" and "CP-SAT not needed" in proved.note
+    assert calls == [] and seen == []
+    # A max objective after a sum one: not the lexicographic DP's, so CP-SAT solves it, seeded by greedy.
+    problem = SplitProblem(3, 40, objectives=("cycles", "crossing"))
+    by_cp_sat = solve_bounds(table, problem, solver="ilp")
+    assert by_cp_sat.status == "OPTIMAL" and "CP-SAT not needed" not in by_cp_sat.note
+    greedy = greedy_bounds(table, problem)
+    assert calls == [3] and greedy is not None and seen[0][0] == greedy[0]
