@@ -122,7 +122,7 @@ class Analysis:
     @cached_property
     def is_backward(self) -> np.ndarray:
         """Bool per operation: part of the backward pass or the weight update."""
-        regex = compile_regex(self.options.backward_regex, "--backward-regex")
+        regex = compile_regex(self.options.backward_regex, "--backward-regex", DEFAULT_BACKWARD_REGEX)
         return np.array([bool(regex.search(name)) for name in self.ops.names], bool)
 
     @cached_property
@@ -374,7 +374,7 @@ def analyse_profile(profile: Profile, options: AnalysisOptions = AnalysisOptions
     backward = is_backward
     if options.training.head_placement != "first":
         if backward is None:
-            regex = compile_regex(options.backward_regex, "--backward-regex")
+            regex = compile_regex(options.backward_regex, "--backward-regex", DEFAULT_BACKWARD_REGEX)
             backward = np.array([bool(regex.search(name)) for name in ops.names], bool)
         layers = place_unlayered(profile, ops, layers, backward, options.training)
     analysis = Analysis(profile, ops, layers, options, named_layers=named)

@@ -33,7 +33,7 @@ import numpy as np
 
 from popliner.errors import UsageProblem
 from popliner.ops.operations import OperationTable
-from popliner.regexes import BoundedRegex, compile_bounded
+from popliner.regexes import Searcher, compile_bounded
 
 __all__ = [
     "AUTO_PRESET",
@@ -141,9 +141,12 @@ def ops_of_layers(layer_of_op: np.ndarray, layers: Sequence[int], first_stage: b
     return np.flatnonzero(mask)
 
 
-def compile_regex(pattern: str, option: str) -> BoundedRegex:
-    """``pattern`` with a time bound on its searches (see :mod:`popliner.regexes`); ``option`` names its source."""
-    return compile_bounded(pattern, option)
+def compile_regex(pattern: str, option: str, builtin: str | None = None) -> Searcher:
+    """``pattern`` with a time bound on its searches (see :mod:`popliner.regexes`); ``option`` names its source.
+
+    ``builtin``: the option's default; that pattern runs unbounded (:func:`popliner.regexes.compile_bounded`).
+    """
+    return compile_bounded(pattern, option, builtin)
 
 
 def natural_key(text: str) -> tuple[tuple[int, int | str], ...]:
@@ -151,7 +154,7 @@ def natural_key(text: str) -> tuple[tuple[int, int | str], ...]:
     return tuple((0, int(part)) if part.isdigit() else (1, part) for part in re.split(r"(\d+)", text) if part)
 
 
-def _match(regex: BoundedRegex, text: str) -> str | None:
+def _match(regex: Searcher, text: str) -> str | None:
     m = regex.search(text)
     if m is None:
         return None
@@ -224,8 +227,10 @@ def assign_layers(
 ) -> LayerAssignment:
     if layer_order not in ("steps", "natural"):
         raise UsageProblem(f"--layer-order {layer_order!r}: expected 'steps' or 'natural'")
-    name_re = compile_regex(layer_name_regex, "--layer-name-regex")
-    layer0_re = compile_regex(inputs_regex_layer_0, "--inputs-regex-layer-0")
+    # A preset's pattern (and the default inputs pattern) is the project's own: searched unbounded.
+    name_re = compile_regex(layer_name_regex, "--layer-name-regex",
+                            layer_name_regex if rule != "regex" else DEFAULT_LAYER_NAME_REGEX)
+    layer0_re = compile_regex(inputs_regex_layer_0, "--inputs-regex-layer-0", DEFAULT_INPUTS_REGEX_LAYER_0)
     n = ops.count
     found: list[str | None] = [None] * n
     notes = ["none"] * n
@@ -271,7 +276,7 @@ def _joined_inputs(inputs: tuple[str, ...], dots_to_slashes: bool) -> str:
 
 
 def _layer_of(
-    ops: OperationTable, op: int, name_re: BoundedRegex, next_layer: str | None, joined: str
+    ops: OperationTable, op: int, name_re: Searcher, next_layer: str | None, joined: str
 ) -> tuple[str | None, str]:
     if ops.is_tensor[op]:
         return None, "tensor"

@@ -21,6 +21,7 @@ import os
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
+from popliner.allocator import give_back_freed_memory
 from popliner.arrays import huge_page_setter
 from popliner.errors import ProfileFormatError
 from popliner.profile.builder import Builder
@@ -79,6 +80,9 @@ def _parse_fast(box: list[bytes], path: str, digest: str) -> Profile | None:
         rest, extracted = found
         # The packed names let go of the text, which then goes before the rest's objects are made.
         extracted.wait_for_names()
+        # Its pages too: under the command's allocator thresholds (popliner.allocator) they would stay with
+        # the process, and the arrays made from here on do not all reuse them.
+        give_back_freed_memory()
         if objects_nested_deeper(rest, ORJSON_SAFE_DEPTH):
             return None  # the ordinary path reads it without orjson
         try:

@@ -8,7 +8,7 @@ smallest possible largest cost of layers ``0..j`` in ``k+1`` stages.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 
 from popliner.deadline import OutOfTime, check_deadline
 from popliner.pipeline import (
@@ -22,7 +22,8 @@ from popliner.pipeline import (
 from popliner.solvers.objective import MEMORY, Objective, objective_order
 from popliner.solvers.problem import Bounds, SplitProblem
 
-__all__ = ["OutOfTime", "RangeValues", "dp_bounds", "dp_for_stages", "dp_per_count", "value_floor"]
+__all__ = ["OutOfTime", "RangeValues", "copy_buffers", "dp_bounds", "dp_for_stages", "dp_per_count", "value_floor",
+           "value_floors"]
 
 
 def dp_bounds(table: RangeCosts, problem: SplitProblem, objective: Objective | None = None,
@@ -40,30 +41,39 @@ def dp_bounds(table: RangeCosts, problem: SplitProblem, objective: Objective | N
 
 
 def dp_per_count(table: RangeCosts, problem: SplitProblem, objective: Objective | None = None,
-                 deadline: float | None = None, cap: float = math.inf) -> dict[int, tuple[Bounds, float] | None]:
+                 deadline: float | None = None, cap: float = math.inf, *,
+                 values: RangeValues | None = None,
+                 floors: Mapping[int, float] | None = None) -> dict[int, tuple[Bounds, float] | None]:
     """The optimal split for each stage count the problem allows (exactly ``num_ipus`` when ``exact_ipus``).
 
     A count whose first stage alone is above the best value of a smaller
     count is not searched (None): its optimum is at least that first stage's,
-    so it can neither be the optimum nor tie with it.
+    so it can neither be the optimum nor tie with it. Nor is a count whose
+    floor (``floors``, from :func:`value_floors`) is above the cap or above
+    the best value of a smaller count, for the same reason.
 
     ``cap``: only splits whose value is at most ``cap`` are searched; a count
     whose optimum is above it is None. For an objective that does not read
     memory, a range whose value is over the cap is then never read from the
-    table (:func:`value_floor` gives a cap that loses nothing).
+    table (:func:`value_floor` gives a cap that loses nothing). ``values``:
+    the objective's :class:`RangeValues`, when the caller has them.
     """
     objective = objective or objective_order(table, problem.objectives)[0]
     counts = [problem.num_ipus] if problem.exact_ipus else range(1, problem.num_ipus + 1)
     out: dict[int, tuple[Bounds, float] | None] = {}
     best = math.inf
-    # What every count reads alike, worked out once: copy buffers, and within a cap each range's value.
-    shared = RangeValues(table, objective, cap) if cap < math.inf and not objective.uses_memory else None
-    copies = _copy_buffers(table, problem.training)
+    # What every count reads alike, worked out once: copy buffers, and (when it needs no memory) each range's
+    # value, listed within the cap (``values``: the caller's, worked out once per solve).
+    shared = None if objective.uses_memory else RangeValues(table, objective, cap, of=values)
+    copies = copy_buffers(table, problem.training)
     for k in counts:
         try:
             check_deadline(deadline)
             if k == counts[0]:
                 _read_rows(table, problem, shared, max(counts))
+            if floors is not None and floors.get(k, -math.inf) > min(cap, best):
+                out[k] = None  # above the cap (the DP would find none within it) or no better than the best
+                continue
             if k <= table.num_layers and _first_stage_floor(table, problem, k, objective) > best:
                 out[k] = None
                 continue
@@ -76,58 +86,105 @@ def dp_per_count(table: RangeCosts, problem: SplitProblem, objective: Objective 
     return out
 
 
-def value_floor(table: RangeCosts, problem: SplitProblem, objective: Objective | None = None) -> float:
+def value_floor(table: RangeCosts, problem: SplitProblem, objective: Objective | None = None, *,
+                values: RangeValues | None = None) -> float:
     """The best value of any allowed split with memory left out (``inf``: none), for an objective that does not
     read memory.
 
     No split that fits does better, so it is a cap for :func:`dp_per_count`
-    that loses nothing when a split reaches it. It reads no range: with no
-    memory a range's value is the same at every position of every count, so
-    one pass over ``k`` stages gives every count (``k`` stages end at the last
-    layer in row ``k - 1``), from each range's value taken once.
+    that loses nothing when a split reaches it. It reads no range
+    (:func:`value_floors`: the same per stage count).
+    """
+    return min(value_floors(table, problem, objective, values=values).values(), default=math.inf)
+
+
+def value_floors(table: RangeCosts, problem: SplitProblem, objective: Objective | None = None, *,
+                 values: RangeValues | None = None) -> dict[int, float]:
+    """Per stage count, the best value of a split with memory left out (``inf``: none), for an objective that does
+    not read memory (else no count: no floor).
+
+    No split of that count that fits does better: :func:`dp_per_count` need
+    not search a count whose floor is above its cap or above a count's
+    optimum. With no memory a range's value is the same at every position of
+    every count, so one pass over ``k`` stages gives every count (``k``
+    stages end at the last layer in row ``k - 1``), from each range's value
+    taken once (``values``: the objective's, when the caller has them).
     """
     objective = objective or objective_order(table, problem.objectives)[0]
     if objective.uses_memory:
-        return math.inf
+        return {}
     n = table.num_layers
     counts = [problem.num_ipus] if problem.exact_ipus else list(range(1, problem.num_ipus + 1))
     stages = min(max(counts), n)
-    values = RangeValues(table, objective, math.inf)
+    if values is None:
+        values = RangeValues(table, objective, math.inf)
     forbidden = table.forbidden_splits(problem.keep_shared_together)
     cut = [max((p for p in problem.split_after if p < j), default=-1) for j in range(n)]
+    ends = [j for j in range(n) if j == n - 1 or problem.allowed_split(j, forbidden)]
+    least = problem.min_layers
     inf = math.inf
-    floor = inf
-    row = [inf] * n
-    for k in range(stages):
+    floors = dict.fromkeys(counts, inf)  # a count above the number of layers has no split
+    if n == 0:
+        return floors
+    # One stage: layers 0..j, when it holds enough of them and crosses no pin.
+    row = [max(0.0, values.value(0, j)) if j + 1 >= least and cut[j] < 0 else inf for j in range(n)]
+    row = [row[j] if j in ends else inf for j in range(n)] if len(ends) < n else row
+    if 1 in floors:
+        floors[1] = row[n - 1]
+    for k in range(1, stages):
         new = [inf] * n
-        for j in range(n):
-            if j < n - 1 and not problem.allowed_split(j, forbidden):
-                continue
-            for i in ([0] if k == 0 else range(j, 0, -1)):
-                if i <= cut[j]:
-                    break
-                prev = 0.0 if k == 0 else row[i - 1]
-                if j - i + 1 >= problem.min_layers and prev < inf:
-                    new[j] = min(new[j], max(prev, values.value(i, j)))
+        for j in ends:
+            best = inf
+            column, lowest = values.value, values.lowest[j]
+            # From the latest first layer down; pins stop it, and so does the bound on every value left.
+            for i in range(min(j, j - least + 1), max(cut[j], 0), -1):
+                if lowest[i] >= best:
+                    break  # every range from an earlier layer is worth at least this: none improves the minimum
+                prev = row[i - 1]
+                if prev < inf:
+                    value = column(i, j)
+                    best = min(best, prev if prev > value else value)
+            new[j] = best
         row = new
-        if k + 1 in counts:
-            floor = min(floor, row[n - 1])
-    return floor
+        if k + 1 in floors:
+            floors[k + 1] = row[n - 1]
+    return floors
 
 
 class RangeValues:
     """Each range's value (for an objective that does not read memory), and per last layer the first layers
-    of the ranges within ``cap`` (later first, as the DP visits them)."""
+    of the ranges within ``cap`` (later first, as the DP visits them).
 
-    def __init__(self, table: RangeCosts, objective: Objective, cap: float) -> None:
+    ``lowest[j][i]``: the smallest value of a range ending at ``j`` that starts
+    at a layer from 1 to ``i``. The DPs visit the first layers of a column from
+    ``j`` down to 1, so it bounds every value still to come: once it is no
+    better than the best found, the rest of the column cannot improve on it.
+    ``of``: the same values under another cap (worked out once per solve).
+    """
+
+    def __init__(self, table: RangeCosts, objective: Objective, cap: float, *, of: RangeValues | None = None) -> None:
         n = table.num_layers
         self.cap = cap
-        self._values = [[objective.stage_value(table, i, j, 0.0) if i <= j else math.inf for j in range(n)]
-                        for i in range(n)]
+        if of is None:
+            self._values = [[objective.stage_value(table, i, j, 0.0) if i <= j else math.inf for j in range(n)]
+                            for i in range(n)]
+            self.lowest = [_running_minima([self._values[i][j] for i in range(j + 1)]) for j in range(n)]
+        else:
+            self._values, self.lowest = of._values, of.lowest
         self.starts = [[i for i in range(j, 0, -1) if self._values[i][j] <= cap] for j in range(n)]
 
     def value(self, i: int, j: int) -> float:
         return self._values[i][j]
+
+
+def _running_minima(column: list[float]) -> list[float]:
+    """``out[i]``: the smallest of ``column[1..i]`` (``out[0]`` is ``inf``: the first layer starts no column)."""
+    out = [math.inf] * len(column)
+    low = math.inf
+    for i in range(1, len(column)):
+        low = min(low, column[i])
+        out[i] = low
+    return out
 
 
 def _read_rows(table: RangeCosts, problem: SplitProblem, within: RangeValues | None, stages: int) -> None:
@@ -147,7 +204,7 @@ def _read_rows(table: RangeCosts, problem: SplitProblem, within: RangeValues | N
             table.memory(i, ends[-1], 0)
 
 
-def _copy_buffers(table: RangeCosts, training: bool) -> Callable[[int, int], int]:
+def copy_buffers(table: RangeCosts, training: bool) -> Callable[[int, int], int]:
     """Per tile, the copy buffers of range ``i..j`` (as :func:`position_memory` adds them), each computed once."""
     memo: dict[tuple[int, int], int] = {}
 
@@ -183,9 +240,6 @@ def dp_for_stages(table: RangeCosts, problem: SplitProblem, stages: int, objecti
     """
     objective = objective or objective_order(table, problem.objectives)[0]
     value_of = objective.stage_value
-    # Ranges over the cap are in no split within it: when the value needs no memory, they are not even read.
-    if shared is None and cap < math.inf and not objective.uses_memory:
-        shared = RangeValues(table, objective, cap)
     n = table.num_layers
     if stages > n:
         return None
@@ -193,10 +247,14 @@ def dp_for_stages(table: RangeCosts, problem: SplitProblem, stages: int, objecti
         # The first stage holds layer 0 and cannot fit even that with its stash entries at this
         # depth: nothing fits (the loops below would find the same, after visiting every range).
         return None
+    # When the value needs no memory: ranges over the cap are in no split within it, and are not even read;
+    # and each column stops once no range left in it can improve on the best (RangeValues.lowest).
+    if shared is None and not objective.uses_memory:
+        shared = RangeValues(table, objective, cap)
     forbidden = table.forbidden_splits(problem.keep_shared_together)
     inf = math.inf
     limit = table.limit
-    copies = copies or _copy_buffers(table, problem.training)
+    copies = copies or copy_buffers(table, problem.training)
     # For each j, the largest layer after which a stage must end that lies before j: no range may cross it.
     cut = [max((p for p in problem.split_after if p < j), default=-1) for j in range(n)]
     best = [[inf] * n for _ in range(stages)]
@@ -218,7 +276,12 @@ def dp_for_stages(table: RangeCosts, problem: SplitProblem, stages: int, objecti
                 starts: Iterable[int] = [0] if shared is None or shared.value(0, j) <= cap else []
             else:
                 starts = range(j, 0, -1) if shared is None else shared.starts[j]
+            # A bound on the value of every range left in the column (later first layers first); none on
+            # the first stage, which has a single range.
+            lowest = shared.lowest[j] if shared is not None and k > 0 else None
             for i in starts:
+                if lowest is not None and lowest[i] >= best[k][j]:
+                    break  # no range still to come is worth less than the best: none replaces it (ties keep it)
                 if j - i + 1 < problem.min_layers:
                     continue
                 if i <= cut[j]:

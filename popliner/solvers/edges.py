@@ -7,10 +7,11 @@ CP-SAT's variables.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 from popliner.deadline import check_deadline
-from popliner.pipeline import RangeCosts, grows_past_limit, position_memory
-from popliner.solvers.dp import RangeValues
+from popliner.pipeline import RangeCosts, extra_stash_entries
+from popliner.solvers.dp import RangeValues, copy_buffers
 from popliner.solvers.objective import Objective
 from popliner.solvers.problem import SplitProblem
 
@@ -21,7 +22,8 @@ Edges = list[list[tuple[int, int, tuple[int, ...]]]]
 
 
 def position_edges(table: RangeCosts, problem: SplitProblem, stages: int, order: tuple[Objective, ...], cap: float,
-           deadline: float | None, first: RangeValues | None = None) -> Edges:
+           deadline: float | None, first: RangeValues | None = None, *, from_start: bool = False,
+           copies: Callable[[int, int], int] | None = None) -> Edges:
     """Per stage position, every range it may hold whose objective 1 is within ``cap``, with each objective's value.
 
     The exact DPs' graph and the CP-SAT model's variables: a range fits its
@@ -29,22 +31,33 @@ def position_edges(table: RangeCosts, problem: SplitProblem, stages: int, order:
     the minimum layers, and lies on some whole split.
 
     ``first``: objective 1's value of each range, when it needs no memory: a range over the cap is then
-    no edge without its memory being read.
+    no edge without its memory being read. ``from_start``: only the edges some path from layer 0 reaches
+    (the DP's paths are the same; CP-SAT's model keeps every edge). ``copies``: each range's copy buffers
+    per tile, when the caller has them (:func:`popliner.solvers.dp.copy_buffers`).
     """
     n = table.num_layers
     forbidden = table.forbidden_splits(problem.keep_shared_together)
+    copies = copies or copy_buffers(table, problem.training)
+    limit = table.limit
     edges: Edges = []
     # Each position holds at least ``least`` layers, so position p starts no earlier than p * least and
     # leaves that many for each position after it: a range outside those bounds is on no whole path.
     # (Not reading them is most of the saving when the stage count is high.)
     least = max(problem.min_layers, 1)
     splittable = [problem.allowed_split(j, forbidden) for j in range(n)]  # once, not once per range
+    # Objective 1's value from ``first`` (the same figure: it reads no memory); the others per range.
+    rest = order[1:] if first is not None else order
+    reached = {0}
     for p in range(stages):
         check_deadline(deadline)
         row = []
         last_position = p == stages - 1
         latest_end = n - 1 - (stages - 1 - p) * least
+        # What position_memory adds to the range's own model: this position's stash entries (once per position).
+        extra = extra_stash_entries(p, stages, table.head_wraps) if problem.training else 0
         for i in [0] if p == 0 else range(max(1, p * least), n - (stages - p) * least + 1):
+            if from_start and i not in reached:
+                continue  # no path from layer 0 gets here: its ranges are on no whole split
             # A pinned split at or after i: no range from i goes past it.
             pin = min((q for q in problem.split_after if q >= i), default=n)
             for j in range(i + problem.min_layers - 1, min(pin, latest_end) + 1):
@@ -52,13 +65,16 @@ def position_edges(table: RangeCosts, problem: SplitProblem, stages: int, order:
                     continue
                 if first is not None and first.value(i, j) > cap:
                     continue
-                if grows_past_limit(table, i, j, p, stages, problem.training):
-                    break  # longer ranges only use more memory
-                mem = position_memory(table, i, j, p, stages, problem.training)
-                if mem == math.inf:
+                base = table.memory(i, j, extra)
+                if base == math.inf:
+                    break  # over the limit before its copy buffers: longer ranges only use more memory
+                mem = base + copies(i, j)  # position_memory's figure
+                if mem > limit:
                     continue
-                values = tuple(int(o.stage_value(table, i, j, mem)) for o in order)
+                others = tuple(int(o.stage_value(table, i, j, mem)) for o in rest)
+                values = (int(first.value(i, j)), *others) if first is not None else others
                 if values[0] <= cap:
                     row.append((i, j, values))
         edges.append(row)
+        reached = {j + 1 for _, j, _ in row}
     return edges

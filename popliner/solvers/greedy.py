@@ -17,7 +17,11 @@ every solver honours alike.
 
 from __future__ import annotations
 
-from popliner.pipeline import RangeCosts, position_memory
+import math
+from collections.abc import Callable
+
+from popliner.pipeline import RangeCosts, extra_stash_entries
+from popliner.solvers.dp import copy_buffers
 from popliner.solvers.problem import Bounds, SplitProblem
 
 __all__ = ["CAPS", "MIN_LAYERS", "greedy_bounds", "layers_needed"]
@@ -34,9 +38,10 @@ def greedy_bounds(table: RangeCosts, problem: SplitProblem) -> tuple[Bounds, flo
     keeps growing, and the attempt fails if that overflows.
     """
     forbidden = table.forbidden_splits(problem.keep_shared_together)
+    copies = copy_buffers(table, problem.training)  # each range's, once for every fill
     for min_layers in MIN_LAYERS:
         for cap in CAPS:
-            bounds = _fill(table, problem, int(cap * problem.budget), min_layers, forbidden)
+            bounds = _fill(table, problem, int(cap * problem.budget), min_layers, forbidden, copies)
             if bounds is not None:
                 return bounds, cap, max(min_layers, problem.min_layers)
     return None
@@ -57,22 +62,22 @@ def layers_needed(table: RangeCosts, problem: SplitProblem, start: int, min_laye
 
 
 def _fill(table: RangeCosts, problem: SplitProblem, cap: int, min_layers: int,
-          forbidden: frozenset[int]) -> Bounds | None:
+          forbidden: frozenset[int], copies: Callable[[int, int], int]) -> Bounds | None:
     if not problem.training:
-        return _fill_for(table, problem, cap, min_layers, forbidden, problem.num_ipus)
+        return _fill_for(table, problem, cap, min_layers, forbidden, problem.num_ipus, copies)
     # In training the stash depth of IPU k depends on how many IPUs the
     # pipeline has. Plan for K = 1, 2, ... IPUs and keep the first plan that
     # needs no more than K: with fewer stages than planned the real stashes
     # are only smaller, so it still fits.
     for planned in range(1, problem.num_ipus + 1):
-        bounds = _fill_for(table, problem, cap, min_layers, forbidden, planned)
+        bounds = _fill_for(table, problem, cap, min_layers, forbidden, planned, copies)
         if bounds is not None:
             return bounds
     return None
 
 
 def _fill_for(table: RangeCosts, problem: SplitProblem, cap: int, min_layers: int,
-              forbidden: frozenset[int], stages: int) -> Bounds | None:
+              forbidden: frozenset[int], stages: int, copies: Callable[[int, int], int]) -> Bounds | None:
     """Fill IPUs in order, planning stashes for ``stages`` IPUs; None if more are needed."""
     n = table.num_layers
     bounds: list[tuple[int, int]] = []
@@ -81,7 +86,7 @@ def _fill_for(table: RangeCosts, problem: SplitProblem, cap: int, min_layers: in
         k = len(bounds)
         if k >= stages:
             return None
-        end = _furthest_fit(table, problem, start, cap, k, stages, forbidden)
+        end = _furthest_fit(table, problem, start, cap, k, stages, forbidden, copies)
         if end is None or end - start + 1 < layers_needed(table, problem, start, min_layers):
             return None
         bounds.append((start, end))
@@ -92,11 +97,18 @@ def _fill_for(table: RangeCosts, problem: SplitProblem, cap: int, min_layers: in
 
 
 def _furthest_fit(table: RangeCosts, problem: SplitProblem, start: int, cap: int, position: int, stages: int,
-                  forbidden: frozenset[int]) -> int | None:
+                  forbidden: frozenset[int], copies: Callable[[int, int], int]) -> int | None:
     """Last layer of the longest allowed range from ``start`` within ``cap`` at ``position`` of ``stages``."""
     best = None
+    # position_memory's figure, its stash entries taken once: over the cap, or over the table's limit (inf).
+    extra = extra_stash_entries(position, stages, table.head_wraps) if problem.training else 0
+    limit = table.limit
     for j in range(start, table.num_layers):
-        if position_memory(table, start, j, position, stages, problem.training) > cap:
+        base = table.memory(start, j, extra)
+        if base == math.inf:
+            break
+        total = base + copies(start, j)
+        if total > limit or total > cap:
             break
         pinned = any(start <= p < j for p in problem.split_after)
         if pinned:

@@ -33,11 +33,11 @@ An order with a ``max`` objective after a ``sum`` one is not handled here
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from popliner.deadline import check_deadline
 from popliner.pipeline import RangeCosts
-from popliner.solvers.dp import RangeValues
+from popliner.solvers.dp import RangeValues, copy_buffers
 from popliner.solvers.edges import Edges, position_edges
 from popliner.solvers.ilp import IlpOutcome, hint_objectives
 from popliner.solvers.objective import Objective, objective_order
@@ -54,12 +54,14 @@ def supported(order: tuple[Objective, ...]) -> bool:
 
 def lexicographic_optimum(table: RangeCosts, problem: SplitProblem,
                           per_count: Mapping[int, tuple[Bounds, float] | None],
-                          deadline: float | None = None) -> IlpOutcome | None:
+                          deadline: float | None = None, *,
+                          range_values: RangeValues | None = None) -> IlpOutcome | None:
     """The lexicographically optimal split, proved; None when the order is not :func:`supported` or none fits.
 
     ``per_count``: the exact DP's optimum of objective 1 per stage count
     (:func:`popliner.solvers.dp.dp_per_count`). Past ``deadline`` it raises
-    :class:`popliner.deadline.OutOfTime`.
+    :class:`popliner.deadline.OutOfTime`. ``range_values``: objective 1's
+    :class:`popliner.solvers.dp.RangeValues`, when the caller has them.
     """
     order = objective_order(table, problem.objectives)
     reachable = {k: found for k, found in per_count.items() if found is not None}
@@ -69,9 +71,10 @@ def lexicographic_optimum(table: RangeCosts, problem: SplitProblem,
     best: tuple[tuple[int, int, int], Bounds] | None = None
     candidates = sorted(k for k, found in reachable.items() if found[1] == target)
     # Objective 1's value of each range, once for every count, when it needs no memory.
-    first = RangeValues(table, order[0], target) if not order[0].uses_memory else None
+    first = RangeValues(table, order[0], target, of=range_values) if not order[0].uses_memory else None
+    copies = copy_buffers(table, problem.training)  # each range's, once for every count
     for k in candidates:
-        bounds = _best_of_count(table, problem, k, order, target, deadline, first)
+        bounds = _best_of_count(table, problem, k, order, target, deadline, first, copies)
         values = hint_objectives(table, problem, bounds) if bounds is not None else None
         if bounds is None or values is None:  # pragma: no cover - the DP found a split of this count within it
             return None
@@ -83,9 +86,11 @@ def lexicographic_optimum(table: RangeCosts, problem: SplitProblem,
 
 
 def _best_of_count(table: RangeCosts, problem: SplitProblem, stages: int, order: tuple[Objective, ...],
-                   target: float, deadline: float | None, values: RangeValues | None) -> Bounds | None:
+                   target: float, deadline: float | None, values: RangeValues | None,
+                   copies: Callable[[int, int], int]) -> Bounds | None:
     """The lexicographically best split into exactly ``stages`` stages whose objective 1 is within ``target``."""
-    edges = position_edges(table, problem, stages, order, target, deadline, values)
+    # Only the edges reached from layer 0: the paths, and so every optimum and tie below, are the same.
+    edges = position_edges(table, problem, stages, order, target, deadline, values, from_start=True, copies=copies)
     n = table.num_layers
     for idx in range(1, len(order)):
         if order[idx].combine != "max":

@@ -18,7 +18,7 @@ from typing import Literal
 from popliner.deadline import OutOfTime
 from popliner.pipeline import RangeCosts, position_memory
 from popliner.progress import phase
-from popliner.solvers.dp import dp_per_count, value_floor
+from popliner.solvers.dp import RangeValues, dp_per_count, value_floors
 from popliner.solvers.greedy import greedy_bounds
 from popliner.solvers.ilp import ilp_bounds
 from popliner.solvers.lexdp import lexicographic_optimum
@@ -86,7 +86,10 @@ def solve_bounds(table: RangeCosts, problem: SplitProblem, *, solver: SolverName
     # ranges than the exact DP needs (519 against 189 on the 96-layer profile over 64 IPUs).
     with phase("building range tables"):
         try:
-            per_count = _exact_per_count(table, problem, deadline)
+            # Each range's value of objective 1 when it needs no memory: once for the floor, the DP and the edges.
+            first = objective_order(table, problem.objectives)[0]
+            values = None if first.uses_memory else RangeValues(table, first, math.inf)
+            per_count = _exact_per_count(table, problem, deadline, values=values)
         except OutOfTime as stop:
             return _out_of_time(table, problem, stop.best, _greedy_hint(table, problem), relaxed, layer_need,
                                 time_limit, "ilp")
@@ -95,7 +98,8 @@ def solve_bounds(table: RangeCosts, problem: SplitProblem, *, solver: SolverName
         try:
             # The exact DP carried on to every objective in turn: when it proves the optimum, CP-SAT
             # (and its import, half a second) is not needed.
-            outcome = lexicographic_optimum(table, problem, per_count, deadline)
+            outcome = lexicographic_optimum(table, problem, per_count, deadline,
+                                            range_values=values)
         except OutOfTime:
             hints = _greedy_hint(table, problem) + ([dp[0]] if dp is not None else [])
             return _out_of_time(table, problem, dp, hints, relaxed, layer_need, time_limit, "ilp")
@@ -132,8 +136,8 @@ def _greedy_hint(table: RangeCosts, problem: SplitProblem) -> list[Bounds]:
     return [found[0]] if found is not None else []
 
 
-def _exact_per_count(table: RangeCosts, problem: SplitProblem,
-                     deadline: float | None) -> dict[int, tuple[Bounds, float] | None]:
+def _exact_per_count(table: RangeCosts, problem: SplitProblem, deadline: float | None, *,
+                     values: RangeValues | None = None) -> dict[int, tuple[Bounds, float] | None]:
     """The exact DP's optimum of objective 1 for every stage count that reaches the best one (others may be None).
 
     First capped at the best value with memory left out (:func:`value_floor`):
@@ -142,14 +146,17 @@ def _exact_per_count(table: RangeCosts, problem: SplitProblem,
     time (a few times, then no cap), and the first cap some split reaches
     gives the optimum exactly (every count that reaches it, with the plain
     DP's split), having read only the ranges within at most that step past it.
+    ``values``: objective 1's :class:`RangeValues`, when the caller has them.
     """
-    cap = value_floor(table, problem)
+    # Each count's floor: a count whose floor is above the cap has no split within it, and is not searched.
+    floors = value_floors(table, problem, values=values)
+    cap = min(floors.values(), default=math.inf)
     for _ in range(CAP_STEPS):
-        per_count = dp_per_count(table, problem, deadline=deadline, cap=cap)
+        per_count = dp_per_count(table, problem, deadline=deadline, cap=cap, values=values, floors=floors)
         if cap == math.inf or any(found is not None for found in per_count.values()):
             return per_count
         cap = cap * CAP_STEP if cap > 0 else math.inf
-    return dp_per_count(table, problem, deadline=deadline)
+    return dp_per_count(table, problem, deadline=deadline, values=values, floors=floors)
 
 
 def _out_of_time(table: RangeCosts, problem: SplitProblem, best: tuple[Bounds, float] | None, hints: list[Bounds],
