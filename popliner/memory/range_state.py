@@ -99,8 +99,10 @@ class RangeState:
             if self._variables is None:
                 self._variables = LayerVariables.of(engine)
             ops = self.layer_ops[j]
-            parts = self._parts[j] = LayerParts.of(engine, ops, self.grid, self.cut_grid, self.share,
-                                                   self._variables.split(j, ops))
+            variables = self._variables.split(j, ops)
+            tiles = self._variables.tiles(j, engine.profile.variables.tile) if variables is not None else None
+            parts = self._parts[j] = LayerParts.of(engine, ops, self.grid, self.cut_grid, self.share, variables,
+                                                   tiles)
         return parts
 
     def other_figure(self, i: int, j: int) -> tuple[int, np.ndarray, np.ndarray] | None:

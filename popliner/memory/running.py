@@ -69,13 +69,15 @@ class LayerParts:
     @classmethod
     def of(cls, engine: MemoryEngine, ops: np.ndarray, grid: SegmentGrid | None,
            cut_grid: SegmentGrid | None = None, share: EngineShare | None = None,
-           variables: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> LayerParts:
+           variables: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
+           private_tiles: np.ndarray | None = None) -> LayerParts:
         """The layer's parts; ``share``: the option-free parts taken from other engines of the profile.
 
         ``variables``: its (private, shared) counted variables and the
         shared ones' positions in ``multi_layer_index``, when known
         (:class:`popliner.memory.layer_vars.LayerVariables`), else taken
-        from the union of its operations' variables.
+        from the union of its operations' variables; ``private_tiles``:
+        the private variables' tiles in the engine's profile, if known.
         """
         counted = variables is None
         additive, presence, units, lo, hi, var = (program_part(engine, ops, counted) if share is None
@@ -89,7 +91,7 @@ class LayerParts:
             shared_pos = np.searchsorted(engine.multi_layer_index, shared)
         # Each variable set's bytes, once: the shared parts are found by them.
         keys = (private.tobytes(), shared.tobytes()) if share is not None else (b"", b"")
-        own = _Own(engine, grid, private, shared)
+        own = _Own(engine, grid, private, shared, private_tiles)
         events = _events(grid, share.grid if share is not None else None, private, shared, keys, own)
         cut = _events(cut_grid, share.cut_grid if share is not None else None, private, shared, keys)
         stash: tuple[tuple[Events, ...] | None, tuple[Events, ...] | None] = (None, None)
@@ -111,16 +113,18 @@ class _Own:
     liveness class, once for both the grid's change and the stash columns.
     """
 
-    def __init__(self, engine: MemoryEngine, grid: SegmentGrid | None, private: np.ndarray, shared: np.ndarray
-                 ) -> None:
+    def __init__(self, engine: MemoryEngine, grid: SegmentGrid | None, private: np.ndarray, shared: np.ndarray,
+                 private_tiles: np.ndarray | None = None) -> None:
         self.engine, self.grid, self.private, self.shared = engine, grid, private, shared
+        self.private_tiles = private_tiles
         self._read: tuple[Columns, ClassSums | None] | None = None
 
     def _sums(self) -> tuple[Columns, ClassSums | None]:
         if self._read is None:
             engine, var = self.engine, self.private
             v = engine.profile.variables
-            columns = (v.klass[var], v.tile[var], v.bytes[var])
+            tile = v.tile[var] if self.private_tiles is None else self.private_tiles
+            columns = (v.klass[var], tile, v.bytes[var])
             candidate = engine.stash_candidate[var] if engine.training else None
             self._read = (columns, class_sums(*columns, engine.tiles, candidate))
         return self._read
