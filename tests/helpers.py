@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -106,3 +107,24 @@ def rewrite_cache_entry(entry: Path, change: Callable[[dict[str, Any], dict[str,
     arrays["__meta__"] = np.frombuffer(zcodec.compress(json.dumps(meta).encode()), np.uint8)
     with open(entry, "wb") as fh:
         np.savez(fh, **arrays)
+
+
+def structural_splits(n: int, problem: Any, stages: int, forbidden: frozenset[int] = frozenset()
+                      ) -> list[tuple[tuple[int, int], ...]]:
+    """Every split of ``n`` layers into ``stages`` stages that the problem's structure allows, counted out.
+
+    Minimum stage length, pinned splits and allowed boundaries (``forbidden``
+    besides the problem's own rules) are honoured; memory is not looked at.
+    The brute force the solver tests hold the DPs against.
+    """
+    out = []
+    for cuts in itertools.combinations(range(n - 1), stages - 1):
+        ends = [*cuts, n - 1]
+        bounds = tuple(zip([0, *(c + 1 for c in cuts)], ends, strict=True))
+        if any(j - i + 1 < problem.min_layers for i, j in bounds):
+            continue
+        if any(p not in ends for p in problem.split_after if p < n - 1):
+            continue
+        if all(problem.allowed_split(j, forbidden) for j in cuts):
+            out.append(bounds)
+    return out

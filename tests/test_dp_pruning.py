@@ -27,6 +27,7 @@ from popliner.solvers.lexdp import lexicographic_optimum
 from popliner.solvers.objective import CYCLES, MEMORY, Objective, objective_order
 from popliner.solvers.problem import ArrayRanges, Bounds, SplitProblem
 from popliner.solvers.solve import _exact_per_count
+from tests.helpers import structural_splits
 
 INF = math.inf
 
@@ -69,19 +70,7 @@ def cases(draw: st.DrawFn) -> tuple[Forbidding, SplitProblem]:
 
 def splits(table: Forbidding, problem: SplitProblem, stages: int) -> list[Bounds]:
     """Every split into ``stages`` stages the problem's structure allows (memory not looked at)."""
-    n = table.num_layers
-    forbidden = table.forbidden_splits(problem.keep_shared_together)
-    out = []
-    for cuts in itertools.combinations(range(n - 1), stages - 1):
-        ends = [*cuts, n - 1]
-        bounds = tuple(zip([0, *(c + 1 for c in cuts)], ends, strict=True))
-        if any(j - i + 1 < problem.min_layers for i, j in bounds):
-            continue
-        if any(p not in ends for p in problem.split_after if p < n - 1):
-            continue
-        if all(problem.allowed_split(j, forbidden) for j in cuts):
-            out.append(bounds)
-    return out
+    return structural_splits(table.num_layers, problem, stages, table.forbidden_splits(problem.keep_shared_together))
 
 
 def value(table: Forbidding, problem: SplitProblem, bounds: Bounds, objective: Objective,

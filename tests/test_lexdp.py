@@ -7,7 +7,6 @@ the independent exact solver the DP stands in for.
 
 from __future__ import annotations
 
-import itertools
 import subprocess
 import sys
 
@@ -20,6 +19,7 @@ from popliner.solvers.lexdp import lexicographic_optimum, supported
 from popliner.solvers.objective import objective_order
 from popliner.solvers.problem import ArrayRanges, Bounds, SplitProblem
 from popliner.solvers.solve import solve_bounds
+from tests.helpers import structural_splits
 
 
 def every_split(table: ArrayRanges, problem: SplitProblem) -> list[tuple[tuple[int, int, int], Bounds]]:
@@ -28,15 +28,7 @@ def every_split(table: ArrayRanges, problem: SplitProblem) -> list[tuple[tuple[i
     counts = [problem.num_ipus] if problem.exact_ipus else range(1, problem.num_ipus + 1)
     out = []
     for k in counts:
-        for cuts in itertools.combinations(range(n - 1), k - 1):
-            ends = [*cuts, n - 1]
-            bounds = tuple(zip([0, *(c + 1 for c in cuts)], ends, strict=True))
-            if any(j - i + 1 < problem.min_layers for i, j in bounds):
-                continue
-            if any(p not in ends for p in problem.split_after if p < n - 1):
-                continue
-            if any(not problem.allowed_split(j, frozenset()) for j in cuts):
-                continue
+        for bounds in structural_splits(n, problem, k):
             values = hint_objectives(table, problem, bounds)  # None when a stage is over the limit
             if values is not None:
                 out.append((values, bounds))
