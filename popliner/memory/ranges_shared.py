@@ -220,6 +220,16 @@ class SharedParts:
         correct the profiled part, made once for all of them."""
         return bool(self._direct.setdefault(piece, table) == table)
 
+    def piece(self, where: tuple[int, str, bytes], own: Callable[[], Events] | None,
+              correct: Callable[[], tuple[Events, ...]]) -> tuple[Events, ...]:
+        """The piece ``where`` (its variable table first), memoised: made whole on that table's profile by ``own``
+        when the table claims it (:meth:`claims`), else the profiled part and its correction (``correct``)."""
+        found = self.corrected.get(where)
+        if found is None:
+            mine = own is not None and self.claims(where[1:], where[0])
+            found = self.corrected[where] = (own(),) if own is not None and mine else correct()
+        return found
+
     def owned(self, var: np.ndarray, key: bytes) -> Events:
         """:meth:`SegmentGrid.events_of` of ``var`` (with owners) on the profile's grid."""
         found = self._owned.get(key)
@@ -293,21 +303,11 @@ class _GridShare:
         ``key`` is ``var.tobytes()``, made once per layer (hashing it is most of a lookup's cost). ``own``
         makes the change on this grid's profile, taken where this table makes it (:meth:`SharedParts.claims`).
         """
-        where = (self.table, "merged:" + self.tag, key)
-        found = self.shared.corrected.get(where)
-        if found is None:
-            mine = own is not None and self.shared.claims(where[1:], self.table)
-            found = self.shared.corrected[where] = (own(),) if own is not None and mine else self._merged(var, key)
-        return found
+        return self.shared.piece((self.table, "merged:" + self.tag, key), own, lambda: self._merged(var, key))
 
     def owned(self, var: np.ndarray, key: bytes, own: Callable[[], Events] | None = None) -> tuple[Events, ...]:
         """:meth:`SegmentGrid.events_of` with owners (positions in ``var``), as a profiled part and a correction."""
-        where = (self.table, "owned:" + self.tag, key)
-        found = self.shared.corrected.get(where)
-        if found is None:
-            mine = own is not None and self.shared.claims(where[1:], self.table)
-            found = self.shared.corrected[where] = (own(),) if own is not None and mine else self._owned(var, key)
-        return found
+        return self.shared.piece((self.table, "owned:" + self.tag, key), own, lambda: self._owned(var, key))
 
     def _merged(self, var: np.ndarray, key: bytes) -> tuple[Events, ...]:
         out = [self._moved(self.shared.merged(var, key))]
@@ -441,13 +441,8 @@ class EngineShare:
             made = own() if own is not None else stash_columns(engine, var, with_owner)
             assert made is not None  # training
             return (made,)
-        where = (self.stash_table, f"{self.stash_key}:{with_owner}", key)
-        found = self.shared.corrected.get(where)
-        if found is None:
-            mine = own is not None and self.shared.claims(where[1:], self.stash_table)
-            found = self.shared.corrected[where] = (own(),) if own is not None and mine else self._stash(
-                var, with_owner, key)
-        return found
+        return self.shared.piece((self.stash_table, f"{self.stash_key}:{with_owner}", key), own,
+                                 lambda: self._stash(var, with_owner, key))
 
     def _stash(self, var: np.ndarray, with_owner: bool, key: bytes) -> tuple[Events, ...]:
         out = [self.shared.stash(var, with_owner, key)]

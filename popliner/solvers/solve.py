@@ -91,7 +91,7 @@ def solve_bounds(table: RangeCosts, problem: SplitProblem, *, solver: SolverName
             values = None if first.uses_memory else RangeValues(table, first, math.inf)
             per_count = _exact_per_count(table, problem, deadline, values=values)
         except OutOfTime as stop:
-            return _out_of_time(table, problem, stop.best, _greedy_hint(table, problem), relaxed, layer_need,
+            return _out_of_time(table, problem, stop.best, _hints(table, problem, None), relaxed, layer_need,
                                 time_limit, "ilp")
     dp = min((f for f in per_count.values() if f is not None), key=lambda f: f[1], default=None)
     with phase("solving (exact DP)"):
@@ -101,12 +101,12 @@ def solve_bounds(table: RangeCosts, problem: SplitProblem, *, solver: SolverName
             outcome = lexicographic_optimum(table, problem, per_count, deadline,
                                             range_values=values)
         except OutOfTime:
-            hints = _greedy_hint(table, problem) + ([dp[0]] if dp is not None else [])
+            hints = _hints(table, problem, dp)
             return _out_of_time(table, problem, dp, hints, relaxed, layer_need, time_limit, "ilp")
     by_dp = outcome is not None
     if outcome is None:
         with phase("building range tables"):
-            hints = _greedy_hint(table, problem) + ([dp[0]] if dp is not None else [])
+            hints = _hints(table, problem, dp)
         with phase("solving (CP-SAT)"):
             try:
                 outcome = ilp_bounds(table, problem, time_limit=max(deadline - time.monotonic(), 0.0), seed=seed,
@@ -127,14 +127,14 @@ def solve_bounds(table: RangeCosts, problem: SplitProblem, *, solver: SolverName
     )
 
 
-def _greedy_hint(table: RangeCosts, problem: SplitProblem) -> list[Bounds]:
-    """Greedy's split as a hint, or none: past the table's deadline it reads only the ranges read already."""
+def _hints(table: RangeCosts, problem: SplitProblem, dp: tuple[Bounds, float] | None) -> list[Bounds]:
+    """Greedy's split, then the DP's, as far as known: past the table's deadline greedy reads only the ranges
+    read already (and gives none if it needs another)."""
     try:
         found = greedy_bounds(table, problem)
     except OutOfTime:
-        return []
-    return [found[0]] if found is not None else []
-
+        found = None
+    return ([found[0]] if found is not None else []) + ([dp[0]] if dp is not None else [])
 
 def _exact_per_count(table: RangeCosts, problem: SplitProblem, deadline: float | None, *,
                      values: RangeValues | None = None) -> dict[int, tuple[Bounds, float] | None]:
