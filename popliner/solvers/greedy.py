@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 
-from popliner.pipeline import RangeCosts, extra_stash_entries
+from popliner.pipeline import RangeCosts, copy_buffer_per_tile, extra_stash_entries
 from popliner.solvers.dp import copy_buffers
 from popliner.solvers.problem import Bounds, SplitProblem
 
@@ -40,8 +41,10 @@ def greedy_bounds(table: RangeCosts, problem: SplitProblem) -> tuple[Bounds, flo
     forbidden = table.forbidden_splits(problem.keep_shared_together)
     copies = copy_buffers(table, problem.training)  # each range's, once for every fill
     for min_layers in MIN_LAYERS:
-        for cap in CAPS:
-            bounds = _fill(table, problem, int(cap * problem.budget), min_layers, forbidden, copies)
+        fills = _Fills(table, problem, min_layers, forbidden, copies)
+        caps = [int(cap * problem.budget) for cap in CAPS]
+        for cap, after in zip(CAPS, [*caps[1:], None]):
+            bounds = fills.first_fit(int(cap * problem.budget), after)
             if bounds is not None:
                 return bounds, cap, max(min_layers, problem.min_layers)
     return None
@@ -61,39 +64,175 @@ def layers_needed(table: RangeCosts, problem: SplitProblem, start: int, min_laye
     return max(greedy, min(problem.min_layers, table.num_layers))
 
 
-def _fill(table: RangeCosts, problem: SplitProblem, cap: int, min_layers: int,
-          forbidden: frozenset[int], copies: Callable[[int, int], int]) -> Bounds | None:
-    if not problem.training:
-        return _fill_for(table, problem, cap, min_layers, forbidden, problem.num_ipus, copies)
-    # In training the stash depth of IPU k depends on how many IPUs the
-    # pipeline has. Plan for K = 1, 2, ... IPUs and keep the first plan that
-    # needs no more than K: with fewer stages than planned the real stashes
-    # are only smaller, so it still fits.
-    for planned in range(1, problem.num_ipus + 1):
-        bounds = _fill_for(table, problem, cap, min_layers, forbidden, planned, copies)
-        if bounds is not None:
-            return bounds
-    return None
+@dataclass(frozen=True)
+class _Fill:
+    """One fill: its stages if it placed every layer; else whether it ran out of planned stages, and how far it got."""
+
+    bounds: Bounds | None
+    ran_out: bool = False
+    placed: Bounds = ()  # the stages placed when it ran out
+
+    @property
+    def reach(self) -> int:
+        """Layers placed."""
+        return self.placed[-1][1] + 1 if self.placed else 0
+
+
+class _Fills:
+    """The fills of one greedy minimum, each (cap, planned stages) filled at most once.
+
+    In training the stash depth of IPU k depends on how many IPUs the
+    pipeline has, so each cap plans for K = 1, 2, ... IPUs and keeps the
+    first plan that needs no more than K (with fewer stages than planned the
+    real stashes are only smaller, so it still fits). Which plan is first is
+    settled with fewer fills than trying each K in turn, the answer unchanged:
+
+    * A plan fails at its first stage for every K past the deepest whose
+      first stage holds its minimum, as stash entries only grow with K.
+    * A plan of K stages that runs out of stages at the cap raised by the
+      most copy buffers any range has rules out every plan of at most K
+      stages at the cap: see :meth:`first_fit`.
+    """
+
+    def __init__(self, table: RangeCosts, problem: SplitProblem, min_layers: int, forbidden: frozenset[int],
+                 copies: Callable[[int, int], int]) -> None:
+        self.table, self.problem, self.min_layers, self.forbidden, self.copies = (
+            table, problem, min_layers, forbidden, copies)
+        self.slack = _most_copies(table, problem.training)
+        self.fills: dict[tuple[int, int], _Fill] = {}
+
+    def first_fit(self, cap: int, after: int | None = None) -> Bounds | None:
+        """The first plan at ``cap`` that places every layer (None: none does); ``after``: the next cap tried."""
+        if not self.problem.training:
+            return self.fill(cap, self.problem.num_ipus).bounds
+        top = self._deepest(cap)
+        known = self._ruled_out(cap)  # every plan of at most ``known`` stages fails at the cap
+        while known < top:
+            guess = self._guess(cap, known, top)
+            probes = []
+            if guess > top and after is not None:
+                probes.append((after, top))  # the cap looks hopeless: the next cap's fill settles it
+            if guess > known + 1:
+                probes.append((cap + self.slack, min(guess, top + 1) - 1))
+            ruled = next((k for c, k in probes if self._rules_out(c, cap) and self.fill(c, k).ran_out), None)
+            if ruled is not None:
+                known = ruled
+                continue
+            found = self.fill(cap, known + 1)
+            if found.bounds is not None:
+                return found.bounds
+            known += 1
+        return None
+
+    def _rules_out(self, higher: int, cap: int) -> bool:
+        """Does a fill that runs out at ``higher`` rule out the plans of as many stages or fewer at ``cap``?
+
+        Start a plan of K' stages at ``cap`` beside the last K' stages of a
+        plan of K >= K' that ran out at ``higher``: each stage has the same
+        stash entries as its partner and starts no later. As a range that
+        starts later holds fewer layers, its memory is no larger, and its
+        copy buffers differ by at most :attr:`slack`; so the partner's stage
+        reaches at least as far, and the plan at ``cap`` runs out too.
+        """
+        return cap + self.slack <= min(higher, self.table.limit)
+
+    def _ruled_out(self, cap: int) -> int:
+        """The most stages of a plan at ``cap`` that a fill run out at a higher cap already rules out."""
+        return max((k for (c, k), f in self.fills.items() if f.ran_out and self._rules_out(c, cap)), default=0)
+
+    def fill(self, cap: int, stages: int) -> _Fill:
+        key = (cap, stages)
+        found = self.fills.get(key)
+        if found is None:
+            found = self.fills[key] = _fill_for(self.table, self.problem, cap, self.min_layers, self.forbidden,
+                                                stages, self.copies)
+        return found
+
+    def _first_stage_holds(self, cap: int, stages: int) -> bool:
+        table, problem = self.table, self.problem
+        end = _furthest_fit(table, problem, 0, cap, 0, stages, self.forbidden, self.copies)
+        return end is not None and end + 1 >= layers_needed(table, problem, 0, self.min_layers)
+
+    def _deepest(self, cap: int) -> int:
+        """The most planned stages whose first stage holds its minimum at ``cap`` (0: none)."""
+        lo, hi = 0, self.problem.num_ipus  # holds at lo (0 trivially); the answer is in lo..hi
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if self._first_stage_holds(cap, mid):
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
+    def _guess(self, cap: int, known: int, top: int) -> int:
+        """How many stages the cap's first plan may need (more than ``top``: it looks hopeless).
+
+        Only a guess, to choose which fills to read; the answer never depends
+        on it. A plan of K + 1 stages is one of K with a stage put in front,
+        whose stash is the deepest. A stage's layers go about as the inverse
+        of a line in its stash entries (each layer adds its bytes and its
+        stash entries' bytes): fitted to the stages after the first of the
+        deepest plan known to run out near the cap, that gives each deeper
+        plan's reach, its first stage's length read from the first layer.
+        """
+        runs = [(k, f) for (c, k), f in self.fills.items()
+                if cap <= c <= cap + self.slack and f.ran_out and k >= 2]
+        if not runs:
+            return known + 1
+        stages, fill = max(runs, key=lambda r: (r[0], r[1].reach))
+        training, wraps = self.problem.training, self.table.head_wraps
+        entries = [extra_stash_entries(p, stages, wraps) if training else 0 for p in range(1, stages)]
+        lengths = [last - first + 1 for first, last in fill.placed[1:]]
+        alpha, beta = _line(entries, [1 / length for length in lengths])
+        n = self.table.num_layers
+        behind = float(sum(lengths))  # layers placed by the stages after the first
+        for planned in range(known + 1, top + 1):
+            if planned > stages:  # one more stage, with the deepest stash after the first's
+                behind += 1 / max(alpha + beta * extra_stash_entries(1, planned, wraps), 1e-9)
+            if planned >= stages and self._first_length(cap, planned) + behind >= n:
+                return planned
+        return top + 1
+
+    def _first_length(self, cap: int, stages: int) -> int:
+        end = _furthest_fit(self.table, self.problem, 0, cap, 0, stages, self.forbidden, self.copies)
+        return 0 if end is None else end + 1
+
+
+def _line(x: list[int], y: list[float]) -> tuple[float, float]:
+    """Least-squares ``(a, b)`` of ``y = a + b x`` (``b`` = 0 when ``x`` does not vary)."""
+    m = len(x)
+    mean_x, mean_y = sum(x) / m, sum(y) / m
+    den = sum((v - mean_x) ** 2 for v in x)
+    if den == 0:
+        return mean_y, 0.0
+    b = sum((u - mean_x) * (v - mean_y) for u, v in zip(x, y)) / den
+    return mean_y - b * mean_x, b
 
 
 def _fill_for(table: RangeCosts, problem: SplitProblem, cap: int, min_layers: int,
-              forbidden: frozenset[int], stages: int, copies: Callable[[int, int], int]) -> Bounds | None:
-    """Fill IPUs in order, planning stashes for ``stages`` IPUs; None if more are needed."""
+              forbidden: frozenset[int], stages: int, copies: Callable[[int, int], int]) -> _Fill:
+    """Fill IPUs in order, planning stashes for ``stages`` IPUs."""
     n = table.num_layers
     bounds: list[tuple[int, int]] = []
     start = 0
     while start < n:
         k = len(bounds)
         if k >= stages:
-            return None
+            return _Fill(None, ran_out=True, placed=tuple(bounds))
         end = _furthest_fit(table, problem, start, cap, k, stages, forbidden, copies)
         if end is None or end - start + 1 < layers_needed(table, problem, start, min_layers):
-            return None
+            return _Fill(None)
         bounds.append((start, end))
         start = end + 1
     if problem.exact_ipus and len(bounds) != problem.num_ipus:
-        return None
-    return tuple(bounds)
+        return _Fill(None)
+    return _Fill(tuple(bounds))
+
+
+def _most_copies(table: RangeCosts, training: bool) -> int:
+    """The most copy buffers any range has: what crosses the widest boundary, received and sent."""
+    widest = max((table.crossing(j) for j in range(table.num_layers)), default=0)
+    return copy_buffer_per_tile(widest, widest, table.tiles, training)
 
 
 def _furthest_fit(table: RangeCosts, problem: SplitProblem, start: int, cap: int, position: int, stages: int,
