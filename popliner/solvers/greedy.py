@@ -107,17 +107,21 @@ class _Fills:
             return self.fill(cap, self.problem.num_ipus).bounds
         top = self._deepest(cap)
         known = self._ruled_out(cap)  # every plan of at most ``known`` stages fails at the cap
+        guessing = True
         while known < top:
-            guess = self._guess(cap, known, top)
+            guess = self._guess(cap, known, top) if guessing else known + 1
             probes = []
             if guess > top and after is not None:
-                probes.append((after, top))  # the cap looks hopeless: the next cap's fill settles it
+                probes.append((after, top))  # the cap looks hopeless: a fill of the next cap settles it
             if guess > known + 1:
                 probes.append((cap + self.slack, min(guess, top + 1) - 1))
-            ruled = next((k for c, k in probes if self._rules_out(c, cap) and self.fill(c, k).ran_out), None)
+            probes = [(c, k) for c, k in probes if k > known and self._rules_out(c, cap)]
+            ruled = next((k for c, k in probes if self.fill(c, k).ran_out), None)
             if ruled is not None:
                 known = ruled
                 continue
+            # A probe that did not run out was read in vain: from here on, each plan in turn.
+            guessing = guessing and not probes
             found = self.fill(cap, known + 1)
             if found.bounds is not None:
                 return found.bounds
@@ -186,10 +190,10 @@ class _Fills:
         alpha, beta = _line(entries, [1 / length for length in lengths])
         n = self.table.num_layers
         behind = float(sum(lengths))  # layers placed by the stages after the first
-        for planned in range(known + 1, top + 1):
+        for planned in range(stages, top + 1):
             if planned > stages:  # one more stage, with the deepest stash after the first's
                 behind += 1 / max(alpha + beta * extra_stash_entries(1, planned, wraps), 1e-9)
-            if planned >= stages and self._first_length(cap, planned) + behind >= n:
+            if planned > known and self._first_length(cap, planned) + behind >= n:
                 return planned
         return top + 1
 
