@@ -43,10 +43,10 @@ def greedy_bounds(table: RangeCosts, problem: SplitProblem) -> tuple[Bounds, flo
     for min_layers in MIN_LAYERS:
         fills = _Fills(table, problem, min_layers, forbidden, copies)
         caps = [int(cap * problem.budget) for cap in CAPS]
-        for cap, after in zip(CAPS, [*caps[1:], None]):
-            bounds = fills.first_fit(int(cap * problem.budget), after)
+        for share, cap, after in zip(CAPS, caps, [*caps[1:], None]):
+            bounds = fills.first_fit(cap, after)
             if bounds is not None:
-                return bounds, cap, max(min_layers, problem.min_layers)
+                return bounds, share, max(min_layers, problem.min_layers)
     return None
 
 
@@ -153,9 +153,7 @@ class _Fills:
         return found
 
     def _first_stage_holds(self, cap: int, stages: int) -> bool:
-        table, problem = self.table, self.problem
-        end = _furthest_fit(table, problem, 0, cap, 0, stages, self.forbidden, self.copies)
-        return end is not None and end + 1 >= layers_needed(table, problem, 0, self.min_layers)
+        return self._first_length(cap, stages) >= layers_needed(self.table, self.problem, 0, self.min_layers)
 
     def _deepest(self, cap: int) -> int:
         """The most planned stages whose first stage holds its minimum at ``cap`` (0: none)."""
@@ -198,6 +196,7 @@ class _Fills:
         return top + 1
 
     def _first_length(self, cap: int, stages: int) -> int:
+        """Layers of a plan's first stage (0: none fits), read from the first layer's row."""
         end = _furthest_fit(self.table, self.problem, 0, cap, 0, stages, self.forbidden, self.copies)
         return 0 if end is None else end + 1
 
