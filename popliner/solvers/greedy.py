@@ -21,7 +21,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from popliner.pipeline import RangeCosts, copy_buffer_per_tile, extra_stash_entries
+from popliner.pipeline import RangeCosts, extra_stash_entries, spread_over_tiles
 from popliner.solvers.dp import copy_buffers
 from popliner.solvers.problem import Bounds, SplitProblem
 
@@ -89,16 +89,18 @@ class _Fills:
 
     * A plan fails at its first stage for every K past the deepest whose
       first stage holds its minimum, as stash entries only grow with K.
-    * A plan of K stages that runs out of stages at the cap raised by the
-      most copy buffers any range has rules out every plan of at most K
-      stages at the cap: see :meth:`first_fit`.
+    * A plan of K stages that runs out of stages at a cap at least
+      :attr:`slack` higher rules out plans of at most K stages at the cap,
+      as far as their first stages end no later than their partners': see
+      :meth:`_held_back`.
     """
 
     def __init__(self, table: RangeCosts, problem: SplitProblem, min_layers: int, forbidden: frozenset[int],
                  copies: Callable[[int, int], int]) -> None:
         self.table, self.problem, self.min_layers, self.forbidden, self.copies = (
             table, problem, min_layers, forbidden, copies)
-        self.slack = _most_copies(table, problem.training)
+        #: Per tile, the most a range's copy buffers grow when it starts later (not at the first layer).
+        self.slack = _most_rise(table)
         self.fills: dict[tuple[int, int], _Fill] = {}
 
     def first_fit(self, cap: int, after: int | None = None) -> Bounds | None:
@@ -116,8 +118,9 @@ class _Fills:
             if guess > known + 1:
                 probes.append((cap + self.slack, min(guess, top + 1) - 1))
             probes = [(c, k) for c, k in probes if k > known and self._rules_out(c, cap)]
-            ruled = next((k for c, k in probes if self.fill(c, k).ran_out), None)
-            if ruled is not None:
+            ruled = max((self._held_back(f, cap) for f in (self.fill(c, k) for c, k in probes) if f.ran_out),
+                        default=known)
+            if ruled > known:
                 known = ruled
                 continue
             # A probe that did not run out was read in vain: from here on, each plan in turn.
@@ -129,20 +132,34 @@ class _Fills:
         return None
 
     def _rules_out(self, higher: int, cap: int) -> bool:
-        """Does a fill that runs out at ``higher`` rule out the plans of as many stages or fewer at ``cap``?
-
-        Start a plan of K' stages at ``cap`` beside the last K' stages of a
-        plan of K >= K' that ran out at ``higher``: each stage has the same
-        stash entries as its partner and starts no later. As a range that
-        starts later holds fewer layers, its memory is no larger, and its
-        copy buffers differ by at most :attr:`slack`; so the partner's stage
-        reaches at least as far, and the plan at ``cap`` runs out too.
-        """
+        """May a fill that runs out at ``higher`` rule out plans at ``cap`` (:meth:`_held_back` says which)?"""
         return cap + self.slack <= min(higher, self.table.limit)
 
+    def _held_back(self, fill: _Fill, cap: int) -> int:
+        """The most stages K' such that no plan of K' stages or fewer at ``cap`` places every layer.
+
+        ``fill``, of K stages, ran out at a cap that :meth:`_rules_out` allows.
+        Set a plan of K' <= K stages at ``cap`` beside the last K' stages of
+        ``fill``: each stage has the same stash entries as its partner (as
+        many stages come after both). If the plan's first stage ends no
+        later than its partner, every later stage of the plan starts no
+        later than its partner, and so ends no later: the partner's range
+        lies in the stage's, so its memory is no larger, its copy buffers
+        exceed the stage's by at most :attr:`slack` (neither starts at the
+        first layer), and a pin or a forbidden split in it is in the
+        stage's too. So the plan runs out as well, or fails sooner.
+        """
+        stages = len(fill.placed)
+        for shallower in range(1, stages + 1):
+            first = self._first_length(cap, shallower)
+            if first > fill.placed[stages - shallower][1] + 1:
+                return shallower - 1
+        return stages
+
     def _ruled_out(self, cap: int) -> int:
-        """The most stages of a plan at ``cap`` that a fill run out at a higher cap already rules out."""
-        return max((k for (c, k), f in self.fills.items() if f.ran_out and self._rules_out(c, cap)), default=0)
+        """The most stages of a plan at ``cap`` that fills already run out rule out."""
+        return max((self._held_back(f, cap) for (c, _), f in self.fills.items()
+                    if f.ran_out and self._rules_out(c, cap)), default=0)
 
     def fill(self, cap: int, stages: int) -> _Fill:
         key = (cap, stages)
@@ -232,10 +249,19 @@ def _fill_for(table: RangeCosts, problem: SplitProblem, cap: int, min_layers: in
     return _Fill(tuple(bounds))
 
 
-def _most_copies(table: RangeCosts, training: bool) -> int:
-    """The most copy buffers any range has: what crosses the widest boundary, received and sent."""
-    widest = max((table.crossing(j) for j in range(table.num_layers)), default=0)
-    return copy_buffer_per_tile(widest, widest, table.tiles, training)
+def _most_rise(table: RangeCosts) -> int:
+    """The most a range's copy buffers grow when it starts later (neither start the first layer).
+
+    A range from layer ``i >= 1`` receives what crosses after layer
+    ``i - 1``; per tile, the buffers of a later start exceed those of an
+    earlier one by at most the largest rise of that, spread over the tiles.
+    """
+    received = [table.crossing(j) for j in range(table.num_layers - 1)]
+    rise, low = 0, math.inf
+    for nbytes in received:
+        low = min(low, nbytes)
+        rise = max(rise, int(nbytes - low))
+    return spread_over_tiles(rise, table.tiles)
 
 
 def _furthest_fit(table: RangeCosts, problem: SplitProblem, start: int, cap: int, position: int, stages: int,

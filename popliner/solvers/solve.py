@@ -83,7 +83,7 @@ def solve_bounds(table: RangeCosts, problem: SplitProblem, *, solver: SolverName
                                  "as PopLiner counts them (the unlayered group is one; fewer on the last)")
     # The greedy split only seeds CP-SAT, or stands in when the exact DP runs out of time: it is worked
     # out then, not first. PopLiner's greedy tries pipeline depths at every cap, and reads more
-    # ranges than the exact DP needs (253 against 189 on the 96-layer profile over 64 IPUs).
+    # ranges than the exact DP needs (254 against 189 on the 96-layer profile over 64 IPUs).
     with phase("building range tables"):
         try:
             # Each range's value of objective 1 when it needs no memory: once for the floor, the DP and the edges.
