@@ -118,9 +118,8 @@ class _Fills:
             if guess > known + 1:
                 probes.append((cap + self.slack, min(guess, top + 1) - 1))
             probes = [(c, k) for c, k in probes if k > known and self._rules_out(c, cap)]
-            ruled = max((self._held_back(f, cap) for f in (self.fill(c, k) for c, k in probes) if f.ran_out),
-                        default=known)
-            if ruled > known:
+            ruled = next((held for held in (self._ruling(c, k, cap) for c, k in probes) if held > known), None)
+            if ruled is not None:
                 known = ruled
                 continue
             # A probe that did not run out was read in vain: from here on, each plan in turn.
@@ -155,6 +154,11 @@ class _Fills:
             if first > fill.placed[stages - shallower][1] + 1:
                 return shallower - 1
         return stages
+
+    def _ruling(self, higher: int, stages: int, cap: int) -> int:
+        """The most stages of a plan at ``cap`` ruled out by the fill of ``stages`` at ``higher`` (0: none)."""
+        fill = self.fill(higher, stages)
+        return self._held_back(fill, cap) if fill.ran_out else 0
 
     def _ruled_out(self, cap: int) -> int:
         """The most stages of a plan at ``cap`` that fills already run out rule out."""
