@@ -111,10 +111,18 @@ class _Fills:
         known = self._ruled_out(cap)  # every plan of at most ``known`` stages fails at the cap
         guessing = True
         while known < top:
-            guess = self._guess(cap, known, top) if guessing else known + 1
+            # The fewest stages known to place every layer at the cap: the answer is at most that.
+            ceiling = min((k for (c, k), f in self.fills.items() if c == cap and k > known and f.bounds is not None),
+                          default=top + 1)
+            if ceiling == known + 1:
+                return self.fills[(cap, ceiling)].bounds
+            guess = min(self._guess(cap, known, top) if guessing else known + 1, ceiling)
             probes = []
             if guess > top and after is not None:
-                probes.append((after, top))  # the cap looks hopeless: a fill of the next cap settles it
+                # The cap looks hopeless: a fill of the next cap settles it, as deep as that cap looks to
+                # need (so that it serves the next cap's search too), else as deep as this cap goes.
+                deeper = self._guess(after, top, self.problem.num_ipus, near=cap) - 1
+                probes += [(after, deeper), (after, top)] if deeper > top else [(after, top)]
             if guess > known + 1:
                 probes.append((cap + self.slack, min(guess, top + 1) - 1))
             probes = [(c, k) for c, k in probes if k > known and self._rules_out(c, cap)]
@@ -122,7 +130,10 @@ class _Fills:
             if ruled is not None:
                 known = ruled
                 continue
-            # A probe that did not run out was read in vain: from here on, each plan in turn.
+            # A probe that neither ran out nor placed every layer at the cap was read in vain: from here on,
+            # each plan in turn.
+            if any(self.fills[(c, k)].bounds is not None and c == cap for c, k in probes):
+                continue
             guessing = guessing and not probes
             found = self.fill(cap, known + 1)
             if found.bounds is not None:
@@ -187,31 +198,30 @@ class _Fills:
                 hi = mid - 1
         return lo
 
-    def _guess(self, cap: int, known: int, top: int) -> int:
+    def _guess(self, cap: int, known: int, top: int, near: int | None = None) -> int:
         """How many stages the cap's first plan may need (more than ``top``: it looks hopeless).
 
         Only a guess, to choose which fills to read; the answer never depends
-        on it. A plan of K + 1 stages is one of K with a stage put in front,
-        whose stash is the deepest. A stage's layers go about as the inverse
-        of a line in its stash entries (each layer adds its bytes and its
-        stash entries' bytes): fitted to the stages after the first of the
-        deepest plan known to run out near the cap, that gives each deeper
-        plan's reach, its first stage's length read from the first layer.
+        on it. Take the deepest plan known to run out near the cap (``near``,
+        else the cap itself) and the start of its last stage: the stage a
+        plan puts r stages from the end is taken as long as the stage from
+        that start with r - 1 stages after it (the row is read already, or
+        a little further at a higher cap). With the first stage's length
+        from the first layer, that gives each plan's reach.
         """
+        near = cap if near is None else near
         runs = [(k, f) for (c, k), f in self.fills.items()
-                if cap <= c <= cap + self.slack and f.ran_out and k >= 2]
+                if near <= c <= near + self.slack and f.ran_out and k >= 2]
         if not runs:
             return known + 1
-        stages, fill = max(runs, key=lambda r: (r[0], r[1].reach))
-        training, wraps = self.problem.training, self.table.head_wraps
-        entries = [extra_stash_entries(p, stages, wraps) if training else 0 for p in range(1, stages)]
-        lengths = [last - first + 1 for first, last in fill.placed[1:]]
-        alpha, beta = _line(entries, [1 / length for length in lengths])
+        _, fill = max(runs, key=lambda r: (r[0], r[1].reach))
+        start = fill.placed[-1][0]
         n = self.table.num_layers
-        behind = float(sum(lengths))  # layers placed by the stages after the first
-        for planned in range(stages, top + 1):
-            if planned > stages:  # one more stage, with the deepest stash after the first's
-                behind += 1 / max(alpha + beta * extra_stash_entries(1, planned, wraps), 1e-9)
+        behind = 0  # layers placed by the stages after the first
+        for planned in range(1, top + 1):
+            if planned > 1:  # one more stage after the first, with planned - 2 stages after it
+                end = _furthest_fit(self.table, self.problem, start, cap, 1, planned, self.forbidden, self.copies)
+                behind += 0 if end is None else end - start + 1
             if planned > known and self._first_length(cap, planned) + behind >= n:
                 return planned
         return top + 1
@@ -220,17 +230,6 @@ class _Fills:
         """Layers of a plan's first stage (0: none fits), read from the first layer's row."""
         end = _furthest_fit(self.table, self.problem, 0, cap, 0, stages, self.forbidden, self.copies)
         return 0 if end is None else end + 1
-
-
-def _line(x: list[int], y: list[float]) -> tuple[float, float]:
-    """Least-squares ``(a, b)`` of ``y = a + b x`` (``b`` = 0 when ``x`` does not vary)."""
-    m = len(x)
-    mean_x, mean_y = sum(x) / m, sum(y) / m
-    den = sum((v - mean_x) ** 2 for v in x)
-    if den == 0:
-        return mean_y, 0.0
-    b = sum((u - mean_x) * (v - mean_y) for u, v in zip(x, y)) / den
-    return mean_y - b * mean_x, b
 
 
 def _fill_for(table: RangeCosts, problem: SplitProblem, cap: int, min_layers: int,
