@@ -130,10 +130,9 @@ class _Fills:
             if ruled is not None:
                 known = ruled
                 continue
-            # A probe that neither ran out nor placed every layer at the cap was read in vain: from here on,
-            # each plan in turn.
             if any(self.fills[(c, k)].bounds is not None and c == cap for c, k in probes):
-                continue
+                continue  # a probe placed every layer at the cap: a lower ceiling, a new guess
+            # A probe that did neither was read in vain: from here on, each plan in turn.
             guessing = guessing and not probes
             found = self.fill(cap, known + 1)
             if found.bounds is not None:
