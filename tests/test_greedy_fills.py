@@ -72,6 +72,10 @@ def reference_greedy(table, problem):
     return None
 
 
+def assert_same_plan(table, problem):
+    assert greedy_bounds(table, problem) == reference_greedy(table, problem)
+
+
 class CountingRanges(ArrayRanges):
     """An array table that counts the distinct ranges read."""
 
@@ -113,8 +117,7 @@ def problems(draw):
 @settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(problems())
 def test_greedy_picks_the_plan_of_trying_every_depth_in_turn(case):
-    table, problem = case
-    assert greedy_bounds(table, problem) == reference_greedy(table, problem)
+    assert_same_plan(*case)
 
 
 @st.composite
@@ -140,8 +143,7 @@ def deep_problems(draw):
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(deep_problems())
 def test_greedy_over_many_ipus_picks_the_same_plan(case):
-    table, problem = case
-    assert greedy_bounds(table, problem) == reference_greedy(table, problem)
+    assert_same_plan(*case)
 
 
 @st.composite
@@ -163,8 +165,7 @@ def wide_boundaries(draw):
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(wide_boundaries())
 def test_greedy_with_wide_boundaries_picks_the_same_plan(case):
-    table, problem = case
-    assert greedy_bounds(table, problem) == reference_greedy(table, problem)
+    assert_same_plan(*case)
 
 
 def test_greedy_reads_fewer_ranges_than_trying_every_depth():
