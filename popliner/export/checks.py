@@ -16,7 +16,8 @@ from typing import Any
 from popliner.errors import ExportError
 from popliner.export.collect import ContextCollector
 
-__all__ = ["SDK_MESSAGE", "ContextCount", "check_context_tree", "check_inputs", "check_program_contexts", "load_pva", "open_report"]
+__all__ = ["SDK_MESSAGE", "ContextCount", "check_context_tree", "check_inputs", "check_program_contexts", "load_pva",
+           "open_report"]
 
 log = logging.getLogger("popliner.export")
 
@@ -69,10 +70,11 @@ def check_program_contexts(count: ContextCount, profile: Path, allow_missing: bo
 
     popliner groups programs into operations, and operations into layers,
     by their debug contexts: a profile without them loads, but every program
-    is unattributed and nothing can be split. Only leaf programs other than
-    ``Sync`` are counted: they are what ``pva.OperationAnalysis`` lists under
-    operations (the original PopLiner's tests find 99.45 % of OnTileExecute
-    and all DoExchange programs there); a Sequence or a Sync belongs to none.
+    is unattributed and nothing can be split. Only leaf programs that do work
+    (not Sequence, Repeat, Call, If, Switch or Sync) are counted: they are
+    what ``pva.OperationAnalysis`` lists under operations (the original
+    PopLiner's tests find 99.45 % of OnTileExecute and all DoExchange
+    programs there); control flow belongs to no operation.
     """
     total, with_context = count.ownable, count.ownable_with_context
     if total == 0 or 2 * with_context >= total:
@@ -98,7 +100,7 @@ def check_program_contexts(count: ContextCount, profile: Path, allow_missing: bo
 class ContextCount:
     """How many programs got a debug context, and where libpva offered one."""
 
-    #: Leaf programs other than Sync (what an operation can own), and those of them with a context.
+    #: Leaf programs that do work (what an operation can own), and those of them with a context.
     ownable: int
     ownable_with_context: int
     #: All programs with a context.

@@ -19,8 +19,17 @@ from typing import Any
 import numpy as np
 
 from popliner.export.jsonstream import FragmentSpool
+from popliner.export.pvaread import (
+    BadValue,
+    as_int,
+    attr,
+    check_size,
+    context_id,
+    encode_tilevector,
+    raw_context_id,
+    read_context,
+)
 from popliner.profile.limits import limit
-from popliner.export.pvaread import BadValue, as_int, check_size, attr, context_id, encode_tilevector, raw_context_id, read_context
 
 __all__ = ["CATEGORY_NAMES", "ContextCollector", "ContextProblem", "Progress", "TileTotals", "VertexTypeTable"]
 

@@ -28,6 +28,9 @@ __all__ = ["ProgramsSection"]
 
 log = logging.getLogger("popliner.export")
 
+#: Program types that only order or synchronise others: no operation owns them (see check_program_contexts).
+_CONTROL_TYPES = frozenset({"Sequence", "Repeat", "Call", "If", "Switch", "Sync"})
+
 
 class ProgramsSection:
     """Writes the programs of one report; counts what it wrote (see the export's context checks)."""
@@ -97,7 +100,7 @@ class ProgramsSection:
         ctx = self._context_of(p, pid)
         self.written += 1
         self.own_attribute = self.own_attribute or hasattr(p, "debugContext")
-        ownable = not children and ptype != "Sync"
+        ownable = not children and ptype not in _CONTROL_TYPES
         self.ownable += ownable
         if ctx is not None:
             rec["debugContext"] = ctx

@@ -45,7 +45,7 @@ log = logging.getLogger(__name__)
 #: Debug-context ids are uint64 in Poplar; the format (and the loader) keep
 #: them in int64. Ids beyond that range are folded into it.
 _MAX_ID = 2**63 - 1
-_MISSING = object()
+_MISSING: Any = object()
 
 
 def attr(obj: Any, *names: str, default: Any = None) -> Any:
