@@ -202,7 +202,7 @@ def test_what_the_loader_refuses_is_refused_before_writing(small_doc, inputs, tm
 
 
 def test_every_corruption_is_one_line_and_exit_2_from_the_cli(small_doc, inputs, tmp_path):
-    for case, (corrupt, _) in CORRUPTIONS.items():
+    for case in CORRUPTIONS:
         code = (f"import json, sys; sys.path[:0] = [{str(ROOT)!r}, {str(ROOT / 'tests')!r}]\n"
                 "from pva_double import make_pva\n"
                 f"import {__name__.rsplit('.', 1)[-1]} as t\n"
