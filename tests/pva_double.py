@@ -274,9 +274,13 @@ class _Builder:
         for t in range(self.tiles * self.ipus):
             memory = _Obj(vertices=[_Obj(type=size_types[i], codeBytes=code[i][t])
                                     for i in range(len(vtypes)) if code[i][t]])
-            if tm is not None:
+            # libpva always has both figures; the double leaves out what the document lacks, so that the
+            # round trip can tell "absent" from "zero" (the exporter must not invent zeros).
+            if tm is not None and "alwaysLive" in tm:
                 memory.alwaysLiveBytes = always[t] if always else 0
+            if tm is not None and "notAlwaysLivePeak" in tm:
                 memory.notAlwaysLiveBytes = peak[t] if peak else 0
+            if tm is not None:
                 memory.category = Categories({k: v[t] for k, v in cats.items()})
             tiles.append(_Obj(memory=memory))
         return tiles

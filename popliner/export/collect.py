@@ -203,13 +203,15 @@ class TileTotals:
         self.not_always = np.zeros(tiles, np.int64)
         self.categories: dict[str, np.ndarray] = {}
         self._category_names: list[str] | None = None
-        self.found = False
+        self.has_always = False
+        self.has_not_always = False
 
     def add(self, tile: int, memory: Any) -> None:
         always = attr(memory, "alwaysLiveBytes")
         not_always = attr(memory, "notAlwaysLiveBytes")
-        if always is not None or not_always is not None:
-            self.found = True
+        # Absent is not zero: a figure libpva did not give is left out of the document, not written as zeros.
+        self.has_always = self.has_always or always is not None
+        self.has_not_always = self.has_not_always or not_always is not None
         self.always[tile] = check_size(as_int(always), f"tile {tile}'s alwaysLiveBytes")
         self.not_always[tile] = check_size(as_int(not_always), f"tile {tile}'s notAlwaysLiveBytes")
         category = attr(memory, "category")
@@ -225,13 +227,14 @@ class TileTotals:
                 self.categories[name][tile] = check_size(as_int(total), f"tile {tile}'s {name} total")
 
     def record(self) -> dict[str, Any] | None:
-        if not (self.found or self.categories):
+        if not (self.has_always or self.has_not_always or self.categories):
             return None
         none: dict[str, Any] = {"runs": []}
-        out: dict[str, Any] = {
-            "alwaysLive": encode_tilevector(self.always) or none,
-            "notAlwaysLivePeak": encode_tilevector(self.not_always) or none,
-        }
+        out: dict[str, Any] = {}
+        if self.has_always:
+            out["alwaysLive"] = encode_tilevector(self.always) or none
+        if self.has_not_always:
+            out["notAlwaysLivePeak"] = encode_tilevector(self.not_always) or none
         out["categories"] = {k: encode_tilevector(v) or none for k, v in self.categories.items()}
         return out
 
