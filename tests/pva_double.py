@@ -32,7 +32,8 @@ Where no public code settles a shape the double offers each plausible one
 (keyword arguments of :func:`make_pva`) and the exporter is tested on all:
 ``Program.debugContext`` present or absent (``program_contexts``), a
 context's ``layer`` as JSON object text or a plain string (``layer_shape``),
-``architecture`` an enum or absent (``architecture``), lists or another
+``architecture`` an enum or absent (``architecture``), ``Program.vars``
+present or only ``Operation.vars`` (``program_vars``), lists or another
 sequence type (``sequence``), ``repeatCount`` and ``controlPrograms``
 present or not. ``pva.OperationAnalysis`` always exists, as in libpva.
 
@@ -179,6 +180,7 @@ class _Builder:
         self.ipus = ipus
         self.tiles = doc["target"]["tilesPerIpu"]
         self.shapes = shapes
+        self.vars_of: dict[int, list[_Obj]] = {}  # every program's variables, whether it shows them or not
         wrap = shapes["sequence"]
         self.seq: Callable[[list[Any]], Any] = BoundVector if wrap == "vector" else list
 
@@ -239,8 +241,11 @@ class _Builder:
             ptype = ProgramType[_FORMAT_TO_DOUBLE.get(p["type"], p["type"])]
             prog = Program(_id=p["id"], name=p.get("name", ""), type=ptype, children=self.seq([]),
                            controlCodeByTile=self.per_tile(p.get("controlCode")), codeBytesByTile=[0] * num,
-                           estimatedCyclesByTile=[],
-                           vars=[lv for vid in p.get("vars", []) for lv in full_vars[vid]])
+                           estimatedCyclesByTile=[])
+            program_vars = [lv for vid in p.get("vars", []) for lv in full_vars[vid]]
+            if self.shapes["program_vars"]:
+                prog.vars = program_vars
+            self.vars_of[p["id"]] = program_vars
             if p["type"] == "DoExchange":
                 prog.codeBytesByTile = self.per_tile(p.get("exchangeCode"))
             if self.shapes["program_contexts"]:
@@ -298,9 +303,9 @@ class _Builder:
             swap = replaced.get(cid, [])
             swap = [swap] if isinstance(swap, int) else list(swap)
             at = [steps[q._id] for q in progs if q._id in steps]  # type: ignore[attr-defined]
+            used = {id(v): v for q in progs for v in self.vars_of[q._id]}  # type: ignore[attr-defined]
             op = _Obj(name=json.loads(contexts[cid].json).get("name", ""), debugContext=contexts[cid],
-                      replacedDebugContext=self.seq([contexts[r] for r in swap]),
-                      vars=[v for q in progs for v in q.vars],  # type: ignore[attr-defined]
+                      replacedDebugContext=self.seq([contexts[r] for r in swap]), vars=list(used.values()),
                       firstStepIndex=min(at, default=-1), lastStepIndex=max(at, default=-1))
             op.programs = (lambda ps=progs: list(ps))  # a method in libpva: op.programs()
             ops.append(op)
@@ -317,6 +322,7 @@ def make_pva(
     layer_shape: str = "json",
     architecture: str = "enum",
     sequence: str = "list",
+    program_vars: bool = True,
     fail_after_vars: int | None = None,
     fail_with: BaseException | None = None,
     flat_contexts: bool = False,
@@ -336,6 +342,8 @@ def make_pva(
     ``Architecture.Ipu2`` and the like, "absent" leaves it out (SDKs before 3.0).
     ``sequence`` "vector" gives ``children``, ``parents`` and
     ``replacedDebugContext`` as a sequence that is not a list.
+    ``program_vars`` False leaves ``Program.vars`` out: only the operations'
+    ``vars`` (the original PopLiner's source) list the variables.
     ``fail_after_vars`` makes iterating ``allBriefVars`` raise ``fail_with``
     after that many variables. ``flat_contexts`` gives debug contexts no
     ``parents`` attribute at all (a libpva that exposes no links).
@@ -345,7 +353,7 @@ def make_pva(
     """
     shapes = {"tile_vertex_sizes": tile_vertex_sizes, "program_contexts": program_contexts,
               "layer_shape": layer_shape, "architecture": architecture, "sequence": sequence,
-              "flat_contexts": flat_contexts}
+              "flat_contexts": flat_contexts, "program_vars": program_vars}
     b = _Builder(doc, ipus, shapes)
     contexts = b.contexts()
     brief, full_vars = b.variables()

@@ -306,3 +306,20 @@ def test_cli_still_exports(small_doc, inputs, tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "pva", make_pva(small_doc))
     r = CliRunner().invoke(cli, ["-q", "export", *map(str, inputs), "-o", str(tmp_path / "o.json")])
     assert r.exit_code == 0, r.stderr
+
+
+# -- Program.vars: no public code reads it; the original PopLiner read Operation.vars -------------
+
+
+@pytest.mark.parametrize("program_contexts", [True, False])
+def test_variables_come_from_the_operations_when_programs_have_none(small_doc, inputs, tmp_path, program_contexts):
+    from tests.test_export import memory_figures
+
+    original = tmp_path / "original.json"
+    original.write_text(json.dumps(small_doc))
+    out = tmp_path / "out.json"
+    export_report(*inputs, out, pva_module=make_pva(small_doc, program_vars=False,
+                                                    program_contexts=program_contexts))
+    assert memory_figures(load_profile(out)) == memory_figures(load_profile(original))
+    exported = json.loads(out.read_text())
+    assert sum(len(p.get("vars", [])) for p in exported["programs"]) > 0

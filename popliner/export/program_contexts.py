@@ -45,6 +45,7 @@ class ProgramContexts:
         self._ops: list[tuple[Any, list[Any]]] | None = None
         self._op_contexts: dict[int, Any] | None = None
         self._replaced: dict[int, Any] | None = None
+        self._op_vars: dict[int, list[Any]] | None = None
         #: Operations whose replaced list has several entries (outlined calls), kept on their own context.
         self.outlined_calls = 0
         #: Whether libpva offers ``OperationAnalysis`` (real libpva always does).
@@ -62,6 +63,21 @@ class ProgramContexts:
         if len(found) > 1:
             raise ValueError(f"program {pid}'s debugContext lists {len(found)} contexts; a program has one")
         return found[0] if found else None
+
+    def operation_vars(self, pid: int) -> list[Any]:
+        """The lowered variables of the operation whose first program is ``pid`` (for programs without ``vars``).
+
+        The original PopLiner reads variables from ``OperationAnalysis``'s
+        operations (``op.vars``); no public code reads ``Program.vars``. When
+        programs lack it, each operation's variables go on its first program:
+        popliner groups programs by operation, so the operation's set is the same.
+        """
+        if self._op_vars is None:
+            self._op_vars = {}
+            for op, programs in self._operations():
+                if programs:
+                    self._op_vars.setdefault(ident(programs[0]), []).extend(attr(op, "vars", default=()) or ())
+        return self._op_vars.get(pid, [])
 
     def _operation_contexts(self) -> dict[int, Any]:
         """Program id -> its operation's ``debugContext`` (for programs that carry none themselves)."""

@@ -114,7 +114,7 @@ class ProgramsSection:
         vertices = self._vertices(cs) if cs is not None else []
         if vertices:
             rec["vertices"] = vertices
-        var_ids = self._program_vars(p)
+        var_ids = self._program_vars(p, pid)
         if var_ids:
             rec["vars"] = var_ids
         cycles = attr(p, "estimatedCyclesByTile")
@@ -148,9 +148,14 @@ class ProgramsSection:
                 out.append([tid, tv])
         return out
 
-    def _program_vars(self, p: Any) -> list[int]:
-        raw = attr(p, "vars", default=()) or ()
+    def _program_vars(self, p: Any, pid: int) -> list[int]:
+        raw = getattr(p, "vars", None)
+        from_operation = raw is None
+        if from_operation:  # [U] no public code reads Program.vars: take the operation's, as the original PopLiner
+            raw = self.program_contexts.operation_vars(pid)
         ids = np.fromiter((ident(v) for v in raw), dtype=np.int64)
+        if from_operation:
+            ids = np.unique(ids)  # an operation may list a variable once per program
         if ids.size == 0:
             return []
         pos = np.searchsorted(self.var_ids, ids)
