@@ -267,8 +267,7 @@ def make_module(report: Report, timer: list[float]) -> types.ModuleType:
         class Timed(list):  # type: ignore[type-arg]
             def __iter__(self) -> Iterator[Any]:
                 start = time.perf_counter()
-                for op in list.__iter__(self):
-                    yield op
+                yield from list.__iter__(self)
                 timer[0] += time.perf_counter() - start
 
         timer[0] += time.perf_counter() - t0

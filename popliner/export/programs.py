@@ -149,7 +149,7 @@ class ProgramsSection:
         return out
 
     def _program_vars(self, p: Any, pid: int) -> list[int]:
-        raw = getattr(p, "vars", None)
+        raw: Any = getattr(p, "vars", None)
         from_operation = raw is None
         if from_operation:  # [U] no public code reads Program.vars: take the operation's, as the original PopLiner
             raw = self.program_contexts.operation_vars(pid)
