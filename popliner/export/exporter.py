@@ -57,6 +57,7 @@ from popliner.fileio import atomic_write, check_writable
 from popliner.framework import framework_of_layers
 from popliner.profile.gunzip import max_profile_bytes
 from popliner.profile.rules import MAX_TILES
+from popliner.profile.tilevector import MAX_VALUE
 
 __all__ = ["SDK_MESSAGE", "ExportSummary", "export_report", "load_pva"]
 
@@ -342,32 +343,53 @@ class _Export:
                         self.profile)
 
     def _spool_variables(self, brief: Any, columns: dict[str, IntSpool], classes: FragmentSpool) -> None:
-        """One pass over ``allBriefVars``: columns and new classes to the spools."""
-        num_steps = len(self.step_ids)
+        """One pass over ``allBriefVars``: columns and new classes to the spools.
+
+        The loop runs once per lowered variable (millions): plain ``getattr``
+        with an int fast path, and the general readers only for other types.
+        """
+        num_steps, tiles = len(self.step_ids), self.tiles
         class_index: dict[Any, int] = {}
-        buffers: dict[str, list[int]] = {key: [] for key in columns}
+        ids: list[int] = []
+        sizes: list[int] = []
+        tile_ids: list[int] = []
+        klass: list[int] = []
         progress = Progress("lowered variables", safe_len(brief))
-        for n, var in enumerate(brief, 1):
-            tile = as_int(attr(var, "tileId"), -1)
-            if not 0 <= tile < self.tiles:
+        n = 0
+        for n, var in enumerate(brief, 1):  # noqa: B007 - n is read after the loop
+            tile = getattr(var, "tileId", None)
+            if type(tile) is not int:
+                tile = as_int(tile, -1)
+            if not 0 <= tile < tiles:
                 self.dropped_vars += 1  # another IPU or replica (or no tile at all)
                 continue
-            eq = attr(var, "equivalenceClass")
-            key = as_int(attr(eq, "id"), -1) if eq is not None else None
+            eq = getattr(var, "equivalenceClass", None)
+            key: int | None = None
+            if eq is not None:
+                key = getattr(eq, "id", None)
+                if type(key) is not int:
+                    key = as_int(key, -1)
             index = class_index.get(key)
             if index is None:
                 index = class_index[key] = classes.count
                 # A variable with no class is treated as always live: over- rather than under-estimate.
                 classes.add(read_intervals(eq, num_steps) if eq is not None else [[0, num_steps]])
-            buffers["id"].append(ident(var))
-            buffers["bytes"].append(check_size(as_int(attr(var, "bytes")), f"lowered variable {ident(var)}'s bytes"))
-            buffers["tile"].append(tile)
-            buffers["class"].append(index)
-            if len(buffers["id"]) >= CHUNK:
-                _flush(buffers, columns)
+            vid = getattr(var, "id", None)  # brief records have `id` (the original PopLiner's stage.py)
+            if type(vid) is not int:
+                vid = ident(var)
+            nbytes = getattr(var, "bytes", None)
+            if type(nbytes) is not int:
+                nbytes = as_int(nbytes)
+            if not 0 <= nbytes <= MAX_VALUE:
+                check_size(nbytes, f"lowered variable {vid}'s bytes")
+            ids.append(vid)
+            sizes.append(nbytes)
+            tile_ids.append(tile)
+            klass.append(index)
+            if len(ids) >= CHUNK:
+                _flush({"id": ids, "bytes": sizes, "tile": tile_ids, "class": klass}, columns)
                 progress.update(n)
-        _flush(buffers, columns)
-
+        _flush({"id": ids, "bytes": sizes, "tile": tile_ids, "class": klass}, columns)
 
     def _tiles(self, w: JsonWriter) -> None:
         tiles = attr(self.comp, "tiles", default=()) or ()
