@@ -20,7 +20,6 @@ import numpy as np
 
 from popliner.export.jsonstream import FragmentSpool
 from popliner.export.pvaread import (
-    BadValue,
     as_int,
     attr,
     check_size,
@@ -31,7 +30,8 @@ from popliner.export.pvaread import (
 )
 from popliner.profile.limits import limit
 
-__all__ = ["CATEGORY_NAMES", "ContextCollector", "ContextProblem", "Progress", "TileTotals", "VertexTypeTable"]
+__all__ = ["CATEGORY_NAMES", "ContextCollector", "ContextProblem", "OverLimit", "Progress", "TileTotals",
+           "VertexTypeTable"]
 
 log = logging.getLogger("popliner.export")
 
@@ -98,7 +98,7 @@ class VertexTypeTable:
             check_size(size, f"the state size of vertex type {name!r}")
             cells = self.tiles * (len(self.names) + 1)
             if cells > limit(CELLS_ENV):
-                raise BadValue(f"{self.tiles:,} tiles x {len(self.names) + 1:,} vertex types = {cells:,} per-tile "
+                raise OverLimit(f"{self.tiles:,} tiles x {len(self.names) + 1:,} vertex types = {cells:,} per-tile "
                                f"cells, above the limit of {limit(CELLS_ENV):,} that popliner reads; set "
                                f"{CELLS_ENV} to a larger count to export it anyway")
             found = self._index[key] = len(self.names)
@@ -188,6 +188,10 @@ class ContextCollector:
         if first != raw:
             raise ContextProblem(f"debug context ids {first} and {raw} both become {cid} in the format's "
                                  "64-bit signed ids, so one context would be lost")
+
+
+class OverLimit(ValueError):
+    """A count past one of the loader's work limits (popliner/profile/limits.py)."""
 
 
 class ContextProblem(ValueError):

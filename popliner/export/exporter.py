@@ -38,7 +38,14 @@ from popliner.export.checks import (
     load_pva,
     open_report,
 )
-from popliner.export.collect import ContextCollector, ContextProblem, Progress, TileTotals, VertexTypeTable
+from popliner.export.collect import (
+    ContextCollector,
+    ContextProblem,
+    OverLimit,
+    Progress,
+    TileTotals,
+    VertexTypeTable,
+)
 from popliner.export.jsonstream import DocumentTooLarge, FragmentSpool, IntSpool, JsonWriter, spool_folder
 from popliner.export.program_contexts import ProgramContexts
 from popliner.export.programs import ProgramsSection
@@ -134,6 +141,8 @@ def export_report(
                           "reads (POPLINER_MAX_PROFILE_BYTES); raise that limit to export it anyway") from None
     except (BadValue, ContextProblem) as exc:
         # What the loader would refuse in the written document: refused here, before anything is in place.
+        raise ExportError(f"{profile}: while {run.stage}: {exc}; profile the compilation again") from None
+    except OverLimit as exc:
         raise ExportError(f"{profile}: while {run.stage}: {exc}") from None
     except Exception as exc:
         # libpva errors (and any bug here) become one line; -vv shows the traceback.
@@ -233,7 +242,8 @@ class _Export:
         if tiles > MAX_TILES:
             # Refused before any per-tile array is made: the loader refuses it too.
             raise ExportError(f"{self.profile}: the report's target gives {tiles:,} tiles per IPU, beyond any IPU "
-                              f"(popliner reads at most {MAX_TILES:,}); the report is corrupt")
+                              f"(popliner reads at most {MAX_TILES:,}); the report is corrupt; profile the "
+                              "compilation again")
         self.tiles = tiles
         self.vtypes = VertexTypeTable(tiles)
         num_tiles = check_size(as_int(attr(t, "numTiles"), tiles), "the target's numTiles") or tiles
@@ -274,7 +284,7 @@ class _Export:
             clock = 0.0
         if not math.isfinite(clock):
             raise ExportError(f"{self.profile}: the report's target gives clockFrequency {clock}, not a "
-                              "frequency; the report is corrupt")
+                              "frequency; the report is corrupt; profile the compilation again")
         if 0 < clock < 1e5:  # documented as Hz; a value this small can only be MHz
             clock *= 1e6
         if not clock > 0:

@@ -180,7 +180,8 @@ class ProgramsSection:
                     stack.pop()
                 elif state.get(child) == 1:
                     raise ExportError(f"{self.profile}: program {child} is its own ancestor in libpva's program "
-                                      "tree (a cycle through `children`); the report is corrupt")
+                                      "tree (a cycle through `children`); the report is corrupt; profile the "
+                                      "compilation again")
                 elif not state.get(child):
                     state[child] = 1
                     stack.append((child, iter(self._children.get(child, ()))))
