@@ -99,7 +99,7 @@ def test_a_context_that_is_no_context_nor_a_list_is_refused(small_doc, inputs, t
     pva = make_pva(small_doc)
     program = next(p for p in pva.report.compilation.programs if p._id == 2)
     program.debugContext = 11  # a bare number: the old code wrote context 0 for it without a word
-    with pytest.raises(ExportError, match=r"program 2's debugContext is a int, neither a debug context nor a list"):
+    with pytest.raises(ExportError, match=r"program 2's debugContext has type int, neither a debug context nor a list"):
         export_report(*inputs, tmp_path / "out.json", pva_module=pva)
     assert nothing_written(tmp_path)
 
@@ -202,6 +202,9 @@ def test_what_the_loader_refuses_is_refused_before_writing(small_doc, inputs, tm
 
 
 def test_every_corruption_is_one_line_and_exit_2_from_the_cli(small_doc, inputs, tmp_path):
+    """A real process, as a user runs it; the lines docs/bad-inputs.md shows are these very lines."""
+    documented = (ROOT / "docs" / "bad-inputs.md").read_text()
+    shown = 0
     for case in CORRUPTIONS:
         code = (f"import json, sys; sys.path[:0] = [{str(ROOT)!r}, {str(ROOT / 'tests')!r}]\n"
                 "from pva_double import make_pva\n"
@@ -210,15 +213,16 @@ def test_every_corruption_is_one_line_and_exit_2_from_the_cli(small_doc, inputs,
                 f"t.CORRUPTIONS[{case!r}][0](pva)\n"
                 "sys.modules['pva'] = pva\n"
                 "from popliner.cli import main\n"
-                f"sys.argv = ['popliner', 'export', {str(inputs[0])!r}, {str(inputs[1])!r}, '-o', "
-                f"{str(tmp_path / 'o.json')!r}]\n"
+                "sys.argv = ['popliner', 'export', 'profile.pop', 'debug.cbor', '-o', 'o.json']\n"
                 "main()\n")
         r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
-                           cwd=str(ROOT / "tests"))
+                           cwd=str(tmp_path))
         assert r.returncode == 2, (case, r.stderr)
-        assert r.stderr.count("\n") == 1 and r.stderr.startswith("popliner: error: "), (case, r.stderr)
+        assert r.stderr.count("\n") == 1 and r.stderr.startswith("popliner: error: profile.pop: "), (case, r.stderr)
         assert "Traceback" not in r.stderr
         assert nothing_written(tmp_path), case
+        shown += f"`{r.stderr.strip()}`" in documented
+    assert shown >= 6  # one documented example of each kind
 
 
 def test_huge_tile_count_is_refused_in_bounded_memory(small_doc, inputs, tmp_path):

@@ -91,11 +91,11 @@ def context_list(value: Any, where: str) -> list[Any]:
     if getattr(value, "id", None) is not None or getattr(value, "_id", None) is not None:
         return [value]
     if isinstance(value, (str, bytes, dict)) or safe_len(value) is None:
-        raise ValueError(f"{where} is a {type(value).__name__}, neither a debug context nor a list of them")
+        raise ValueError(f"{where} has type {type(value).__name__}, neither a debug context nor a list of them")
     items = list(value)
     for item in items:
         if getattr(item, "id", None) is None and getattr(item, "_id", None) is None:
-            raise ValueError(f"{where} holds a {type(item).__name__}, not a debug context")
+            raise ValueError(f"{where} holds a value of type {type(item).__name__}, not a debug context")
     return items
 
 
