@@ -302,7 +302,8 @@ def main() -> None:
         size = Path(tmp, "out.json.gz").stat().st_size
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     print(json.dumps({"vars": args.vars, "programs": args.programs, "tiles": args.tiles,
-                      "seconds": round(seconds, 2), "cpu_seconds": round(cpu, 2), "operation_analysis_seconds": round(timer[0], 2),
+                      "seconds": round(seconds, 2), "cpu_seconds": round(cpu, 2),
+                      "operation_analysis_seconds": round(timer[0], 2),
                       "peak_rss_mib": round(peak / 1024), "rss_before_mib": round(before / 1024),
                       "written_variables": summary.variables, "gz_bytes": size}))
 
