@@ -173,7 +173,17 @@ def _corrupt_control_code(pva: Any) -> None:
     next(p for p in pva.report.compilation.programs if p._id == 2).controlCodeByTile[1] = -8
 
 
+def _corrupt_var_id(pva: Any) -> None:
+    pva.report.compilation.loweredVariables.allBriefVars[2].id = -7
+
+
+def _corrupt_program_id(pva: Any) -> None:
+    next(p for p in pva.report.compilation.programs if p._id == 9)._id = 2**64
+
+
 CORRUPTIONS = {
+    "negative variable id": (_corrupt_var_id, "has id -7, outside 0 to"),
+    "program id beyond 64 bits": (_corrupt_program_id, "has id 18446744073709551616, outside 0 to"),
     "context cycle": (_corrupt_contexts_cycle, r"lead back to it \(a cycle"),
     "program cycle": (_corrupt_program_cycle, "is its own ancestor"),
     "negative variable size": (_corrupt_var_bytes(-4), "lowered variable .*'s bytes is -4"),

@@ -63,7 +63,7 @@ from popliner.export.pvaread import (
 from popliner.fileio import atomic_write, check_writable
 from popliner.framework import framework_of_layers
 from popliner.profile.gunzip import max_profile_bytes
-from popliner.profile.rules import MAX_TILES
+from popliner.profile.rules import INT64_MAX, MAX_TILES
 from popliner.profile.tilevector import MAX_VALUE
 
 __all__ = ["SDK_MESSAGE", "ExportSummary", "export_report", "load_pva"]
@@ -385,8 +385,8 @@ class _Export:
                 # A variable with no class is treated as always live: over- rather than under-estimate.
                 classes.add(read_intervals(eq, num_steps) if eq is not None else [[0, num_steps]])
             vid = getattr(var, "id", None)  # brief records have `id` (the original PopLiner's stage.py)
-            if type(vid) is not int:
-                vid = ident(var)
+            if type(vid) is not int or not 0 <= vid <= INT64_MAX:
+                vid = ident(var)  # other types, and the refusal of an id the format cannot hold
             nbytes = getattr(var, "bytes", None)
             if type(nbytes) is not int:
                 nbytes = as_int(nbytes)

@@ -109,11 +109,15 @@ def arch_name(value: Any) -> str | None:
 
 
 def ident(obj: Any) -> int:
-    """The id of a program or lowered variable (``_id`` in libpva, else ``id``)."""
+    """The id of a program or lowered variable (``_id`` in libpva, else ``id``): 0 to 2**63 - 1, as the format's."""
     value = attr(obj, "_id", "id")
     if value is None:
         raise ValueError(f"a libpva {type(obj).__name__} has neither _id nor id")
-    return int(value)
+    value = int(value)
+    if not 0 <= value <= _MAX_ID:
+        raise BadValue(f"a libpva {type(obj).__name__} has id {value}, outside 0 to {_MAX_ID} (the format's ids): "
+                       "the report is corrupt")
+    return value
 
 
 def safe_len(seq: Any) -> int | None:
