@@ -257,7 +257,7 @@ class _Builder:
                 prog.computeset = _Obj(name=p.get("name", ""), vertices=verts, estimatedCyclesByTile=cycles)
             else:
                 prog.estimatedCyclesByTile = cycles
-            if "repeatCount" in p:
+            if "repeatCount" in p and self.shapes["repeat_count"]:
                 prog.repeatCount = p["repeatCount"]
             by_id[p["id"]] = prog
         for p in self.doc["programs"]:
@@ -323,6 +323,7 @@ def make_pva(
     architecture: str = "enum",
     sequence: str = "list",
     program_vars: bool = True,
+    repeat_count: bool = True,
     fail_after_vars: int | None = None,
     fail_with: BaseException | None = None,
     flat_contexts: bool = False,
@@ -344,6 +345,8 @@ def make_pva(
     ``replacedDebugContext`` as a sequence that is not a list.
     ``program_vars`` False leaves ``Program.vars`` out: only the operations'
     ``vars`` (the original PopLiner's source) list the variables.
+    ``repeat_count`` False leaves ``Program.repeatCount`` out (no public code
+    shows a name for it).
     ``fail_after_vars`` makes iterating ``allBriefVars`` raise ``fail_with``
     after that many variables. ``flat_contexts`` gives debug contexts no
     ``parents`` attribute at all (a libpva that exposes no links).
@@ -353,7 +356,8 @@ def make_pva(
     """
     shapes = {"tile_vertex_sizes": tile_vertex_sizes, "program_contexts": program_contexts,
               "layer_shape": layer_shape, "architecture": architecture, "sequence": sequence,
-              "flat_contexts": flat_contexts, "program_vars": program_vars}
+              "flat_contexts": flat_contexts, "program_vars": program_vars,
+              "repeat_count": repeat_count}
     b = _Builder(doc, ipus, shapes)
     contexts = b.contexts()
     brief, full_vars = b.variables()

@@ -337,3 +337,15 @@ def test_variables_come_from_the_operations_when_programs_have_none(small_doc, i
     assert memory_figures(load_profile(out)) == memory_figures(load_profile(original))
     exported = json.loads(out.read_text())
     assert sum(len(p.get("vars", [])) for p in exported["programs"]) > 0
+
+
+def test_repeat_programs_without_a_count_attribute_count_once(small_doc, inputs, tmp_path):
+    """No public code names a Repeat's count: without one the program is written without, and loads as 1."""
+    repeats = {p["id"]: p.get("repeatCount", 1) for p in small_doc["programs"] if p["type"] == "Repeat"}
+    assert repeats and any(n != 1 for n in repeats.values())
+    for shape, expected in ((True, repeats), (False, dict.fromkeys(repeats, 1))):
+        out = tmp_path / f"out{shape}.json"
+        export_report(*inputs, out, pva_module=make_pva(small_doc, repeat_count=shape))
+        profile = load_profile(out)
+        ids = profile.programs.ids.tolist()
+        assert {pid: int(profile.programs.repeat_count[ids.index(pid)]) for pid in repeats} == expected
