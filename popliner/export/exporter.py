@@ -77,6 +77,7 @@ CHUNK = 1 << 16
 _DEFAULT_BYTES_PER_TILE = 638976
 _DEFAULT_CLOCK_HZ = 1.33e9
 
+
 @dataclass(frozen=True)
 class ExportSummary:
     """What an export wrote (counts are of the written document)."""
