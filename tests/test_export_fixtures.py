@@ -37,6 +37,8 @@ from tests.test_export import assert_same_profile, canonical, memory_figures
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "profiles"
 NAMES = sorted(p.name for p in FIXTURES.iterdir() if p.name.endswith((".json", ".json.gz")))
+#: The two largest take 10-30 s each on a loaded machine: they run with the slow tests (CI runs those too).
+SLOW = {"bert-base-training.json.gz", "gpt2-small-inference.json.gz"}
 SHAPES: list[dict[str, Any]] = [
     {},
     {"program_contexts": False},
@@ -63,7 +65,7 @@ def test_every_fixture_is_covered() -> None:
     assert len(NAMES) == 8
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in SLOW else n for n in NAMES])
 def test_fixture_round_trips_through_the_double(name: str, tmp_path: Path) -> None:
     doc = json.loads(decompress(read_profile_bytes(FIXTURES / name), name))
     shape = SHAPES[NAMES.index(name) % len(SHAPES)]
