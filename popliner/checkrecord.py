@@ -8,12 +8,13 @@ documented by ``popliner/profile/check-result-v1.schema.json``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from popliner.analysis import Analysis
 from popliner.check import CheckResult
+from popliner.config.model import PipelineConfig
 from popliner.memory.overflow import LiveVariable, overflow_detail
 
 __all__ = ["CHECK_FORMAT", "CHECK_VERSION", "LARGEST_VARIABLES", "CheckRecord", "CheckedIpu", "LayerBytes",
@@ -86,16 +87,16 @@ class CheckRecord:
         return tuple(layer for ipu in self.ipus for layer in ipu.layers)
 
 
-def check_record(analysis: Analysis, result: CheckResult, stage_layers: Sequence[tuple[str, ...]], *,
+def check_record(analysis: Analysis, result: CheckResult, config: PipelineConfig, *,
                  budget_fraction: float | None, largest: int = LARGEST_VARIABLES) -> CheckRecord:
-    """The record of ``result``, the check of a config whose IPUs hold ``stage_layers``, from ``analysis``."""
+    """The record of ``result``, the check of ``config`` from ``analysis``."""
     from popliner import __version__
     from popliner.breakdown import layer_rows
     from popliner.config.layering import layer_record
 
     rows = {row.layer: row for row in layer_rows(analysis)}
     ipus = []
-    for k, (ipu, layers) in enumerate(zip(result.ipus, stage_layers)):
+    for k, (ipu, layers) in enumerate(zip(result.ipus, config.layer_groups)):
         detail = overflow_detail(analysis.model, analysis.stage_ops(layers, k == 0), ipu.worst_tile, largest)
         ipus.append(CheckedIpu(
             ipu=ipu.ipu, layers=ipu.layers, worst_tile=ipu.worst_tile, worst_tile_bytes=ipu.worst_tile_bytes,
@@ -104,13 +105,15 @@ def check_record(analysis: Analysis, result: CheckResult, stage_layers: Sequence
             layer_bytes=tuple(LayerBytes(name, rows[name].memory.total, rows[name].worst_tile_bytes)
                               for name in ipu.layers if name in rows),
             peak_step=detail.step, largest_live=detail.largest_live))
-    training = analysis.options.training.as_dict() if analysis.mode == "training" else None
+    # The training options as the config records them: what the figures assume (``compiled`` for a profile
+    # compiled with recomputation), the same whether `check` or `--solve` made the record.
+    training = config.options.as_document() if config.options is not None else None
     options: dict[str, Any] = {
-        "mode": analysis.mode,
+        "mode": config.mode,
         "framework": analysis.framework.name,
         "training": training,
         "layer_options": {name: value for name, value in layer_record(analysis.options)},
         "budget_fraction": budget_fraction,
     }
-    return CheckRecord(__version__, result.profile_path, analysis.profile.sha256, result.config_path, analysis.mode,
+    return CheckRecord(__version__, result.profile_path, analysis.profile.sha256, result.config_path, config.mode,
                        options, result.budget, tuple(ipus))

@@ -50,7 +50,7 @@ def check_report(analysis: Analysis, config: PipelineConfig, config_path: str, *
                  budget_fraction: float | None = None, baseline: Baseline | None = None) -> CheckReport:
     """Each IPU of ``config`` against ``budget`` (:func:`popliner.check.check_config`), recorded and compared."""
     result = check_config(analysis, config, config_path, budget=budget)
-    record = check_record(analysis, result, config.layer_groups, budget_fraction=budget_fraction)
+    record = check_record(analysis, result, config, budget_fraction=budget_fraction)
     comparison = None
     if baseline is not None:
         comparison = compare_checks(baseline.record, record, baseline.limits, baseline_path=baseline.path)
