@@ -426,3 +426,20 @@ def test_hostile_layer_names_in_the_summary_and_annotations(tmp_path: Path, monk
     over = sum(row[8] == "no" for row in rows[1:])
     assert over >= 1 and sum(line.startswith("::error") for line in r.stderr.splitlines()) == over
     assert os.linesep not in "".join(line.split("::", 2)[-1] for line in r.stderr.splitlines() if "::" in line)
+
+
+@pytest.mark.parametrize(("share", "digits", "signed", "text"), [
+    (472 / 450, 1, False, "104.9%"),  # 1.0489: said "1.0x the budget" before (issue 36 point 9)
+    (666_172 / 638_976, 1, False, "104.3%"),  # the issue's own figures
+    (0.99996, 1, False, "99.996%"),  # not "100.0%": it is not full
+    (1.00004, 1, False, "100.004%"),  # not "100.0%": it is over
+    (1.0, 1, False, "100.0%"),
+    (3 / 1_000_000, 2, True, "+0.0003%"),  # a growth is never "+0.00%"
+    (0.0, 2, True, "+0.00%"),
+    (-0.05, 2, True, "-5.00%"),
+])
+def test_a_share_never_rounds_onto_a_boundary_it_has_not_reached(share: float, digits: int, signed: bool,
+                                                                 text: str) -> None:
+    from popliner.writers.shares import percent
+
+    assert percent(share, digits, signed=signed) == text
