@@ -443,3 +443,31 @@ def test_a_share_never_rounds_onto_a_boundary_it_has_not_reached(share: float, d
     from popliner.writers.shares import percent
 
     assert percent(share, digits, signed=signed) == text
+
+
+def test_the_comparison_is_in_the_result_file_too(pair: Pair, tmp_path: Path) -> None:
+    growth = _growth(pair)
+    result = tmp_path / "compared.json"
+    invoke("check", pair.config, "--profile", pair.large, "--baseline", pair.base, "--max-growth", "0.01",
+           "-o", result, ok=(1,))
+    doc = json.loads(result.read_text())
+    jsonschema.Draft202012Validator(SCHEMA).validate(doc)
+    c = doc["comparison"]
+    assert c["passed"] is False and c["max_growth"] == 0.01 and c["max_growth_bytes"] is None
+    assert [(d["ipu"], d["baseline_worst_tile_bytes"], d["change_bytes"]) for d in c["ipus"]] == growth
+    assert [d["allowed_growth_bytes"] for d in c["ipus"]] == [int(0.01 * b) for _, b, _ in growth]
+    # Read back as a baseline, the comparison is left aside: it is the record of the longer sequence's check.
+    assert read_record(str(result)) == read_record(str(pair.folder / "large.json"))
+    # The output may not be the baseline itself, even with --force.
+    r = invoke("check", pair.config, "--profile", pair.large, "--baseline", result, "-o", result, "-f", ok=(2,))
+    assert "popliner never writes over its inputs" in r.stderr
+
+
+def test_a_summary_without_a_baseline(pair: Pair, tmp_path: Path) -> None:
+    md = tmp_path / "plain.md"
+    invoke("check", pair.config, "--profile", pair.small, "-o", md)
+    rows = _tables(md.read_text())
+    ipus = _ipus(pair.base)
+    assert md.read_text().startswith(f"## PASS: popliner check of `{pair.config}`\n\n- **All 2 IPUs fit.**\n")
+    assert [row[3] for row in rows[1:]] == [f"{ipu['worst_tile_bytes']:,}" for ipu in ipus]
+    assert [row[6] for row in rows[1:]] == ["yes", "yes"]
