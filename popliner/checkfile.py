@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 from popliner.checkrecord import CHECK_FORMAT, CHECK_VERSION, CheckedIpu, CheckRecord, LayerBytes
 from popliner.errors import BaselineError
@@ -101,7 +101,7 @@ class _Reader:
     def __init__(self, path: str) -> None:
         self.path = path
 
-    def fail(self, where: str, problem: str) -> None:
+    def fail(self, where: str, problem: str) -> NoReturn:
         place = f" at {where.rstrip('.')}" if where else ""
         raise BaselineError(f"{self.path}{place}: {problem}")
 

@@ -237,6 +237,19 @@ def test_an_incompatible_baseline_is_one_line_and_exit_2(pair: Pair, tmp_path: P
     assert r.stderr.count("error:") == 1
     r = invoke("check", pair.config, "--profile", pair.small, "--max-growth", "0.01", ok=(2,))
     assert "--max-growth needs --baseline" in r.stderr
+    # Another mode, and another model (no layer in common).
+    doc = json.loads(pair.base.read_text())
+    other_mode = "training" if doc["options"]["mode"] == "inference" else "inference"
+    mode = tmp_path / "mode.json"
+    mode.write_text(json.dumps(doc | {"options": doc["options"] | {"mode": other_mode}}))
+    r = invoke("check", pair.config, "--profile", pair.small, "--baseline", mode, ok=(2,))
+    assert r.stderr.splitlines()[-1].startswith(f"popliner: error: {mode}: the baseline checks {other_mode}, ")
+    for ipu in doc["ipus"]:
+        ipu["layers"] = [f"other.{x}" for x in ipu["layers"]]
+    model = tmp_path / "model.json"
+    model.write_text(json.dumps(doc))
+    r = invoke("check", pair.config, "--profile", pair.small, "--baseline", model, ok=(2,))
+    assert r.stderr.splitlines()[-1].startswith(f"popliner: error: {model}: the baseline has none of this model's")
 
 
 # ------------------------------------------------------------------------------------------ CI's language

@@ -91,11 +91,12 @@ def finish(report: CheckReport, ci: CiContext, outputs: Mapping[str, tuple[str |
            *, stderr_outputs: frozenset[str] = frozenset()) -> None:
     """Write ``report`` to each output (name -> (path, writer)); then the CI's annotations and job summary;
     exit 1 (:class:`DoesNotFitError`) when an IPU is over budget or grew beyond the limits."""
+    from popliner.fileio import is_stdout
     from popliner.writers.writer import write_output
 
     for name, (path, writer) in outputs.items():
         write_output(report, "/dev/stderr" if name in stderr_outputs else path, force, writer)
-        if path and path != "-" and name not in stderr_outputs:
+        if path and not is_stdout(path) and name not in stderr_outputs:
             log.info("wrote %s", path)
     if ci.github_actions:
         from popliner.writers.github import workflow_commands
