@@ -21,6 +21,7 @@ from popliner.memory.timeline import stage_live_bytes
 from popliner.report.aggregate import Pooled, max_pool
 from popliner.report.data import ipu_memories
 from popliner.report.options import OptionRow, model_options
+from popliner.report.planner import Planner, build_planner
 from popliner.simulator.engine import DEFAULT_LINK_BANDWIDTH, DEFAULT_SYNC_CYCLES, SimResult, simulate
 from popliner.simulator.inputs import inputs_from_analysis
 from popliner.solvers.result import StageResult
@@ -74,6 +75,8 @@ class Report:
     training: str = ""
     #: How much of the compiler's own figure the model accounts for (profiles with other categories; else empty).
     coverage: str = ""
+    #: Every contiguous split over the report's IPUs, for the page's planner (None: not asked for).
+    planner: Planner | None = None
 
     @property
     def fits(self) -> bool:
@@ -90,8 +93,12 @@ class Report:
 
 def build_report(analysis: Analysis, config: PipelineConfig, *, budget: int, source: str,
                  link_bandwidth: float = DEFAULT_LINK_BANDWIDTH, sync_cycles: float = DEFAULT_SYNC_CYCLES,
-                 micro_batch_size: int = 1, gradient_accumulation: int | None = None) -> Report:
-    """The report of ``config``'s split of the analysed profile, against ``budget`` bytes per tile."""
+                 micro_batch_size: int = 1, gradient_accumulation: int | None = None,
+                 with_planner: bool = True) -> Report:
+    """The report of ``config``'s split of the analysed profile, against ``budget`` bytes per tile.
+
+    ``with_planner``: with the figures of every contiguous split over the config's IPUs (the page's planner).
+    """
     from popliner.breakdown import layer_rows, unlayered_row
 
     ipus = tuple(ipu_memories(analysis, [s.layers for s in config.stages], budget=budget))
@@ -110,6 +117,9 @@ def build_report(analysis: Analysis, config: PipelineConfig, *, budget: int, sou
         options=model_options(analysis, config, g, micro_batch_size, link_bandwidth, sync_cycles),
         training=config.options.summary() if config.options is not None else "",
         coverage=_coverage(analysis),
+        planner=build_planner(analysis, config, budget=budget, micro_batches=g, micro_batch_size=micro_batch_size,
+                              clock_hz=inputs.clock_hz, link_bandwidth=link_bandwidth,
+                              sync_cycles=sync_cycles) if with_planner else None,
     )
 
 
