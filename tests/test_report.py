@@ -110,7 +110,7 @@ def test_page_is_self_contained_and_reproducible(training: Any) -> None:
     analysis, cfg, report = training
     page = render_report(report)
     assert page == render_report(build_report(analysis, cfg, budget=cfg.effective_budget, source="test"))
-    assert page.count("<script") == 3  # figures (JSON), plotly.js, the page's own script
+    assert page.count("<script") == 4  # figures and planner (JSON), plotly.js, the page's own script
     # Outside plotly.js (whose code holds URL strings it never loads here): no external resource at all.
     start = page.index("<script>")
     ours = page[:start] + page[page.index("</script>", start):]

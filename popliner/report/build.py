@@ -26,7 +26,7 @@ from popliner.simulator.engine import DEFAULT_LINK_BANDWIDTH, DEFAULT_SYNC_CYCLE
 from popliner.simulator.inputs import inputs_from_analysis
 from popliner.solvers.result import StageResult
 
-__all__ = ["LIVENESS_POINTS", "Liveness", "Report", "build_report", "fullest_ipu", "liveness"]
+__all__ = ["LIVENESS_POINTS", "Liveness", "Report", "build_report", "fullest_ipu", "liveness", "split_simulation"]
 
 #: Most points a liveness curve keeps (max-pooled: every bucket keeps its peak).
 LIVENESS_POINTS = 1500
@@ -104,11 +104,8 @@ def build_report(analysis: Analysis, config: PipelineConfig, *, budget: int, sou
     ipus = tuple(ipu_memories(analysis, [s.layers for s in config.stages], budget=budget))
     g = gradient_accumulation if gradient_accumulation is not None else config.gradient_accumulation
     target = analysis.profile.target
-    inputs = inputs_from_analysis(config, analysis, tiles_per_ipu=int(target.tiles_per_ipu),
-                                  clock_hz=float(target.clock_hz))
-    sim = simulate(inputs.stages, g, clock_hz=inputs.clock_hz, link_bandwidth=link_bandwidth,
-                   sync_cycles=sync_cycles, budget_bytes=budget, micro_batch_size=micro_batch_size,
-                   tiles_per_ipu=inputs.tiles_per_ipu, sharded=config.execution == "sharded")
+    sim = split_simulation(analysis, config, budget=budget, micro_batches=g, link_bandwidth=link_bandwidth,
+                           sync_cycles=sync_cycles, micro_batch_size=micro_batch_size)
     return Report(
         version=__version__, profile_path=analysis.profile.path, profile_sha256=analysis.profile.sha256,
         source=source, mode=analysis.mode, tiles=int(target.tiles_per_ipu), bytes_per_tile=int(target.bytes_per_tile),
@@ -118,9 +115,20 @@ def build_report(analysis: Analysis, config: PipelineConfig, *, budget: int, sou
         training=config.options.summary() if config.options is not None else "",
         coverage=_coverage(analysis),
         planner=build_planner(analysis, config, budget=budget, micro_batches=g, micro_batch_size=micro_batch_size,
-                              clock_hz=inputs.clock_hz, link_bandwidth=link_bandwidth,
+                              clock_hz=float(target.clock_hz), link_bandwidth=link_bandwidth,
                               sync_cycles=sync_cycles) if with_planner else None,
     )
+
+
+def split_simulation(analysis: Analysis, config: PipelineConfig, *, budget: int, micro_batches: int,
+                     link_bandwidth: float, sync_cycles: float, micro_batch_size: int) -> SimResult:
+    """One step of ``config``'s split on the simulator, its IPUs' figures recomputed from the profile."""
+    target = analysis.profile.target
+    inputs = inputs_from_analysis(config, analysis, tiles_per_ipu=int(target.tiles_per_ipu),
+                                  clock_hz=float(target.clock_hz))
+    return simulate(inputs.stages, micro_batches, clock_hz=inputs.clock_hz, link_bandwidth=link_bandwidth,
+                    sync_cycles=sync_cycles, budget_bytes=budget, micro_batch_size=micro_batch_size,
+                    tiles_per_ipu=inputs.tiles_per_ipu, sharded=config.execution == "sharded")
 
 
 def _coverage(analysis: Analysis) -> str:

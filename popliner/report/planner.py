@@ -3,9 +3,8 @@
 A contiguous split over K IPUs puts layers ``i..j`` on the IPU at position
 ``p``; that IPU's figure depends on nothing else (:func:`popliner.pipeline.range_figure`,
 the door ``--solve`` and ``--split-after`` take for each stage). So the page
-needs one record per valid ``(i, j, p)``: (m+1)(m+2)/2 ranges per position
-after the first and m+1 at position 0, m = layers - K (684 records for 24
-layers over 16 IPUs). Each record holds what ``popliner check`` and the
+needs one record per valid ``(i, j, p)`` (:func:`planner_records`: 648 for
+24 layers over 16 IPUs). Each record holds what ``popliner check`` and the
 pipeline config say of that IPU: the worst tile and its bytes, the
 components on it, stash and copy buffers, the config's ``predicted`` block,
 and what the simulator reads of the IPU. The page looks the records up; the
@@ -77,20 +76,31 @@ class Planner:
 
 
 def planner_records(layers: int, num_ipus: int) -> int:
-    """Records a planner of ``layers`` over ``num_ipus`` embeds (one per valid range and position)."""
+    """Records a planner of ``layers`` over ``num_ipus`` embeds (one per valid range and position).
+
+    With m = layers - K: m + 1 ranges at the first position (from layer 0) and at the last (to the last
+    layer), (m + 1)(m + 2)/2 at each position between; one range on a single IPU.
+    """
     m = layers - num_ipus
     if m < 0:
         return 0
-    return (m + 1) + (num_ipus - 1) * (m + 1) * (m + 2) // 2
+    if num_ipus == 1:
+        return 1
+    return 2 * (m + 1) + (num_ipus - 2) * (m + 1) * (m + 2) // 2
 
 
 def _valid(n: int, k: int) -> list[tuple[int, int, int]]:
-    """(first, last, position) of every range some contiguous split over exactly ``k`` IPUs gives a position."""
+    """(first, last, position) of every range some contiguous split over exactly ``k`` IPUs gives a position.
+
+    The IPU at position p holds at least one layer, as does each before it and after it: the range starts at
+    layer 0 at position 0 and ends at the last layer at position k - 1.
+    """
     out = []
     for p in range(k):
         firsts = [0] if p == 0 else range(p, n - (k - p) + 1)
         for i in firsts:
-            for j in range(i, n - (k - p) + 1):
+            lasts = [n - 1] if p == k - 1 else range(i, n - (k - p) + 1)
+            for j in lasts:
                 out.append((i, j, p))
     return out
 
@@ -106,7 +116,6 @@ def contiguous_counts(groups: Sequence[Sequence[str]], layers: Sequence[str]) ->
 def build_planner(analysis: Analysis, config: PipelineConfig, *, budget: int, micro_batches: int,
                   micro_batch_size: int, clock_hz: float, link_bandwidth: float, sync_cycles: float) -> Planner:
     """The planner of the report of ``config``'s split: every contiguous split over its IPU count."""
-    from popliner.pipeline import range_figure
 
     engine = analysis.engine
     names = engine.layout.placed_names

@@ -22,8 +22,8 @@ from popliner.breakdown import LayerRow
 from popliner.fileio import check_writable
 from popliner.memory.types import COMPONENT_TITLES, OTHER, components
 from popliner.report.build import LIVENESS_POINTS, Report
-from popliner.writers.html_planner import PLANNER_CSS, PLANNER_SCRIPT, planner_data, planner_section
 from popliner.writers.html_figures import heatmap_figure, liveness_figure, memory_figure, schedule_figure, short_bytes
+from popliner.writers.html_planner import PLANNER_CSS, PLANNER_SCRIPT, planner_data, planner_section
 from popliner.writers.simulation import seconds_text
 from popliner.writers.writer import FormatWriter, write_output
 

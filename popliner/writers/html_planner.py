@@ -289,8 +289,9 @@ PLANNER_SCRIPT = r"""
   function num(v) { return Math.round(v).toLocaleString("en-US"); }
   function shortBytes(v) {
     var a = Math.abs(v);
-    if (a >= 1e6) { return (v / 1e6).toLocaleString("en-US", {minimumFractionDigits: 2, maximumFractionDigits: 2}) + " MB"; }
-    if (a >= 1e3) { return (v / 1e3).toLocaleString("en-US", {minimumFractionDigits: 1, maximumFractionDigits: 1}) + " kB"; }
+    function fixed(x, d) { return x.toLocaleString("en-US", {minimumFractionDigits: d, maximumFractionDigits: d}); }
+    if (a >= 1e6) { return fixed(v / 1e6, 2) + " MB"; }
+    if (a >= 1e3) { return fixed(v / 1e3, 1) + " kB"; }
     return v + " B";
   }
   function seconds(s) {
@@ -436,7 +437,12 @@ PLANNER_SCRIPT = r"""
     var head = ["IPU", "Layers", "First layer", "Last layer", "Worst tile", "Worst-tile bytes"]
       .concat(D.parts.map(function (p) { return p[1]; }), ["Headroom", "Fits", "Cycles"]);
     var tr = document.createElement("tr");
-    head.forEach(function (h) { var th = document.createElement("th"); th.scope = "col"; th.textContent = h; tr.appendChild(th); });
+    head.forEach(function (h) {
+      var th = document.createElement("th");
+      th.scope = "col";
+      th.textContent = h;
+      tr.appendChild(th);
+    });
     table.tHead.replaceChildren(tr);
     var body = [];
     fig.ipus.forEach(function (x) {
