@@ -75,6 +75,7 @@ SCENARIOS = (
     Scenario("gpt2-small-inference.json.gz", 4, {"head_placement": "last"}, 0.5),
     Scenario("efficientnet-small-inference.json.gz", 3, {}, 0.6),
     Scenario("bert-tiny-inference.json", 2, {"head_placement": "wrap"}, 0.3),
+    Scenario("tiny-training.json", 1, {}, 1.0),  # one IPU: no boundary to move, nothing pipelined
 )
 
 
@@ -303,6 +304,14 @@ def test_keyboard_and_pointer_move_the_boundaries(tmp_path: Path) -> None:
                          " return [h.left + h.width / 2, h.top + h.height / 2, c.left + 2]; })()")
         d.drag((box[0], box[1]), (box[2], box[1]))
         out["dragged"] = counts(d)
+        # What the download link holds is the YAML shown; the copy buttons leave no error behind.
+        out["download"] = d.evaluate("fetch(document.getElementById('planner-download').href).then(r => r.text())")
+        out["yaml"] = d.evaluate("document.getElementById('planner-yaml').textContent")
+        out["state_yaml"] = d.evaluate("window.poplinerPlanner.state().yaml")
+        d.evaluate("document.getElementById('planner-copy-yaml').click();"
+                   " document.getElementById('planner-copy-command').click()")
+        out["bad_split"] = d.evaluate("(() => { try { window.poplinerPlanner.setSplit([1, 2]); return 'taken'; }"
+                                      " catch (e) { return e.message; } })()")
         return out
 
     load = load_page(_page(case, tmp_path), {}, ready=READY, interact=interact)
@@ -319,6 +328,8 @@ def test_keyboard_and_pointer_move_the_boundaries(tmp_path: Path) -> None:
     assert v["end_table"] == v["end_state"]
     assert v["valuenow"] == str(v["end"][0] + v["end"][1])
     assert v["dragged"] == [4, third_cut - 5, 1, *first[3:]] and sum(v["dragged"]) == n
+    assert v["download"] == v["yaml"] == v["state_yaml"] and v["yaml"].startswith("# popliner pipeline config")
+    assert v["bad_split"] == "setSplit: give 5 layer counts, one per IPU"
 
 
 # --------------------------------------------------------------- hostile names

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from popliner.analysis import Analysis
+from popliner.config.layering import layer_record
 from popliner.config.model import ConfigStage, PipelineConfig, config_from_split, config_stage
 from popliner.errors import UsageProblem
 from popliner.memory.ranges import ProfileRanges
@@ -106,34 +107,41 @@ def _valid(n: int, k: int) -> list[tuple[int, int, int]]:
 
 
 def contiguous_counts(groups: Sequence[Sequence[str]], layers: Sequence[str]) -> tuple[int, ...] | None:
-    """Layers per IPU when ``groups`` place ``layers`` in order, one run each; else None."""
-    flat = [name for group in groups for name in group if name in set(layers)]
-    if flat != list(layers) or any(not [n for n in g if n in set(layers)] for g in groups):
+    """Layers per IPU when ``groups`` place ``layers`` in order, one run of at least one each; else None.
+
+    Names outside ``layers`` (a wrapped head on IPU 0) are left out.
+    """
+    known = set(layers)
+    placed = [[name for name in group if name in known] for group in groups]
+    if [name for group in placed for name in group] != list(layers) or not all(placed):
         return None
-    return tuple(len([n for n in g if n in set(layers)]) for g in groups)
+    return tuple(len(group) for group in placed)
 
 
 def build_planner(analysis: Analysis, config: PipelineConfig, *, budget: int, micro_batches: int,
                   micro_batch_size: int, clock_hz: float, link_bandwidth: float, sync_cycles: float) -> Planner:
-    """The planner of the report of ``config``'s split: every contiguous split over its IPU count."""
+    """The planner of the report of ``config``'s split: every contiguous split over its IPU count.
 
+    The report's split is where it starts (an even split when that is not contiguous). Past
+    :data:`MAX_PLANNER_RECORDS` records it holds none, and says why.
+    """
     engine = analysis.engine
     names = engine.layout.placed_names
     n, k = len(names), config.num_ipus
     training = analysis.mode == "training"
+    wraps = engine.layout.wraps_at(k)
     initial = contiguous_counts(config.layer_groups, names) or _even(n, k)
     template = planner_config(analysis, config, budget, micro_batches, _groups(analysis, initial))
-    common = dict(layers=names, num_ipus=k, budget=budget, initial=initial, config=template,
-                  command=split_command_words(analysis, config, budget, k), training=training,
-                  wraps=engine.layout.wraps_at(k), sharded=template.execution == "sharded",
-                  micro_batches=micro_batches, micro_batch_size=micro_batch_size, clock_hz=float(clock_hz),
-                  link_bandwidth=float(link_bandwidth), sync_cycles=float(sync_cycles))
+    planner = Planner(layers=names, num_ipus=k, budget=budget, initial=initial, ranges=(), config=template,
+                      command=split_command_words(analysis, budget, k), training=training,
+                      wraps=wraps, sharded=template.execution == "sharded", micro_batches=micro_batches,
+                      micro_batch_size=micro_batch_size, clock_hz=float(clock_hz),
+                      link_bandwidth=float(link_bandwidth), sync_cycles=float(sync_cycles))
     records = planner_records(n, k)
     if records > MAX_PLANNER_RECORDS:
-        return Planner(ranges=(), refused=f"{n} layers over {k} IPUs have {records:,} ranges to embed, more than "
-                       f"the {MAX_PLANNER_RECORDS:,} a page holds", **common)  # type: ignore[arg-type]
+        return dataclasses.replace(planner, refused=f"{n} layers over {k} IPUs have {records:,} ranges to embed, "
+                                   f"more than the {MAX_PLANNER_RECORDS:,} a page holds")
     tiles = int(analysis.profile.target.tiles_per_ipu)
-    wraps = engine.layout.wraps_at(k)
     out = []
     # The solve's way to a stage's figure: the table's running set gives the model's figure of each range
     # (memoised by the engine, ranges from the same first layer extending one another), then range_figure.
@@ -145,7 +153,7 @@ def build_planner(analysis: Analysis, config: PipelineConfig, *, budget: int, mi
             record = config_stage(p, result, training)
             sim = ipu_figures(record, tiles=tiles, training=training, receives=p > 0 or wraps, bytes_out=0)
             out.append(PlannerRange(i, j, p, result, record, sim))
-    return Planner(ranges=tuple(out), **common)  # type: ignore[arg-type]
+    return dataclasses.replace(planner, ranges=tuple(out))
 
 
 def _by_range(valid: Sequence[tuple[int, int, int]]) -> dict[tuple[int, int], list[int]]:
@@ -204,11 +212,11 @@ def planner_config(analysis: Analysis, config: PipelineConfig, budget: int, micr
     return config_from_split(split, profile_path=analysis.profile.path, profile_sha256=analysis.profile.sha256,
                              tiles=t.tiles_per_ipu, bytes_per_tile=t.bytes_per_tile, clock_hz=t.clock_hz,
                              gradient_accumulation=micro_batches, training=training_of(analysis, requested),
-                             layer_options=config.layer_options, framework=config.framework,
+                             layer_options=layer_record(analysis.options), framework=config.framework,
                              matmul_proportion=config.matmul_proportion)
 
 
-def split_command_words(analysis: Analysis, config: PipelineConfig, budget: int, num_ipus: int) -> tuple[str, ...]:
+def split_command_words(analysis: Analysis, budget: int, num_ipus: int) -> tuple[str, ...]:
     """``popliner PROFILE --solve ...`` with every option the figures depend on, ``--split-after`` flags to add.
 
     The budget goes in as ``--mem-per-tile BUDGET --headroom 0`` (the same bytes); the head placement and
@@ -236,7 +244,7 @@ def split_command_words(analysis: Analysis, config: PipelineConfig, budget: int,
             words += ["--update-regex", t.update_regex]
         if t.optimizer_state_regex is not None:
             words += ["--optimizer-state-regex", t.optimizer_state_regex]
-    for key, value in config.layer_options:
+    for key, value in layer_record(analysis.options):
         flag = "--" + key.replace("_", "-")
         if isinstance(value, bool):
             words += [flag] if value else []

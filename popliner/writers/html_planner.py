@@ -129,7 +129,7 @@ def planner_section(planner: Planner | None) -> str:
         f"{intro}<div id='planner' class='planner' data-ready='no'>"
         "<div class='planner-strip-wrap'><div class='planner-strip' id='planner-strip'></div></div>"
         "<p class='facts' id='planner-summary' aria-live='polite'></p>"
-        "<div class='planner-chart' id='planner-chart'></div>"
+        "<div class='planner-chart' id='planner-chart'></div><p class='planner-legend' id='planner-legend'></p>"
         "<div class='table-wrap'><table id='planner-table' class='data'><thead></thead><tbody></tbody></table></div>"
         "<h3>The command</h3><p>Solves this split with every option of this report (the figures above are its "
         "figures):</p><pre class='planner-code' id='planner-command'></pre>"
@@ -160,6 +160,9 @@ PLANNER_CSS = """
 .planner-handle span { position: absolute; top: -18px; left: 50%; transform: translateX(-50%); font-size: 11px;
                        color: #1f2328; white-space: nowrap; }
 .planner-chart svg { width: 100%; height: 280px; display: block; }
+.planner-legend span { display: inline-block; margin-right: 14px; font-size: 12px; }
+.planner-legend i { display: inline-block; width: 11px; height: 11px; margin-right: 4px; vertical-align: -1px; }
+#planner-command { white-space: pre-wrap; word-break: break-all; }
 .planner-code { background: #f6f8fa; border: 1px solid var(--line); border-radius: 6px; padding: 8px;
                 max-height: 320px; overflow: auto; white-space: pre; font-size: 12px; }
 tr.planner-over td { background: #ffebe9; }
@@ -356,6 +359,17 @@ PLANNER_SCRIPT = r"""
     strip.appendChild(cell);
     return cell;
   });
+  var legend = document.getElementById("planner-legend");
+  D.parts.forEach(function (p) {
+    var item = document.createElement("span"), box = document.createElement("i");
+    box.style.background = p[2];
+    item.appendChild(box);
+    item.appendChild(document.createTextNode(p[1]));
+    legend.appendChild(item);
+  });
+  var budgetKey = document.createElement("span");
+  budgetKey.textContent = "dashed red line: the budget per tile; a red frame: over it";
+  legend.appendChild(budgetKey);
   var handles = [];
   for (var h = 0; h < K - 1; h++) {
     var handle = document.createElement("div");
