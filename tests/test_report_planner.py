@@ -361,7 +361,7 @@ def test_hostile_names_stay_text(tmp_path: Path) -> None:
     assert load.errors == [], load.errors
     assert all(url.startswith(("file:", "data:", "about:", "blob:")) for url in load.requests), load.requests
     v = load.values
-    assert v["pwned"] is None and v["scripts"] == 4 and v["title"] == "popliner report: hostile.json"
+    assert v["pwned"] is None and v["scripts"] == 5 and v["title"] == "popliner report: hostile.json"
     assert v["cells"] == list(planner.layers)
     got = v["runs"][0]
     cfg = _assert_split(case, [1, 1, 1], got)
