@@ -251,7 +251,12 @@ def _assert_command(cfg: PipelineConfig, got: dict[str, Any]) -> None:
             ipu["bytes_in"], ipu["fits"])
 
 
-@pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.name)
+#: The larger fixtures (12 layers and more, hundreds of tiles) run in the slow step of CI.
+LARGER = ("bert-base-training.json.gz", "resnet-small-training.json.gz", "gpt2-small-inference.json.gz")
+
+
+@pytest.mark.parametrize("scenario", [pytest.param(s, marks=pytest.mark.slow) if s.profile in LARGER else s
+                                      for s in SCENARIOS], ids=lambda s: s.name)
 def test_page_figures_are_check_figures(scenario: Scenario, tmp_path: Path) -> None:
     _require_chromium()
     case = case_of(scenario)

@@ -116,7 +116,7 @@ def build_report(analysis: Analysis, config: PipelineConfig, *, budget: int, sou
         coverage=_coverage(analysis),
         planner=build_planner(analysis, config, budget=budget, micro_batches=g, micro_batch_size=micro_batch_size,
                               clock_hz=float(target.clock_hz), link_bandwidth=link_bandwidth,
-                              sync_cycles=sync_cycles) if with_planner else None,
+                              sync_cycles=sync_cycles, ipus=ipus) if with_planner else None,
     )
 
 

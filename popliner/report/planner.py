@@ -119,19 +119,23 @@ def contiguous_counts(groups: Sequence[Sequence[str]], layers: Sequence[str]) ->
 
 
 def build_planner(analysis: Analysis, config: PipelineConfig, *, budget: int, micro_batches: int,
-                  micro_batch_size: int, clock_hz: float, link_bandwidth: float, sync_cycles: float) -> Planner:
+                  micro_batch_size: int, clock_hz: float, link_bandwidth: float, sync_cycles: float,
+                  ipus: Sequence[StageResult] | None = None) -> Planner:
     """The planner of the report of ``config``'s split: every contiguous split over its IPU count.
 
     The report's split is where it starts (an even split when that is not contiguous). Past
-    :data:`MAX_PLANNER_RECORDS` records it holds none, and says why.
+    :data:`MAX_PLANNER_RECORDS` records it holds none, and says why. ``ipus``: the figures of ``config``'s
+    split against ``budget`` when the caller has them (the report does), so that they are not worked out twice.
     """
     engine = analysis.engine
     names = engine.layout.placed_names
     n, k = len(names), config.num_ipus
     training = analysis.mode == "training"
     wraps = engine.layout.wraps_at(k)
-    initial = contiguous_counts(config.layer_groups, names) or _even(n, k)
-    template = planner_config(analysis, config, budget, micro_batches, _groups(analysis, initial))
+    given = contiguous_counts(config.layer_groups, names)
+    initial = given or _even(n, k)
+    template = planner_config(analysis, config, budget, micro_batches, _groups(analysis, initial),
+                              ipus if given is not None else None)
     planner = Planner(layers=names, num_ipus=k, budget=budget, initial=initial, ranges=(), config=template,
                       command=split_command_words(analysis, budget, k), training=training,
                       wraps=wraps, sharded=template.execution == "sharded", micro_batches=micro_batches,
@@ -143,10 +147,11 @@ def build_planner(analysis: Analysis, config: PipelineConfig, *, budget: int, mi
                                    f"more than the {MAX_PLANNER_RECORDS:,} a page holds")
     tiles = int(analysis.profile.target.tiles_per_ipu)
     out = []
-    # The solve's way to a stage's figure: the table's running set gives the model's figure of each range
-    # (memoised by the engine, ranges from the same first layer extending one another), then range_figure.
-    table = ProfileRanges(engine, np.iinfo(np.int64).max // 4)
+    # The solve's way to a stage's figure: the range table's running sets (each row grown one layer at a time)
+    # give each range's model and stash entry, which the engine keeps for range_figure (the same figures).
+    table = ProfileRanges(engine, np.iinfo(np.int64).max // 4, lazy=True)
     for (i, j), positions in _by_range(_valid(n, k)).items():
+        table.per_tile(i, j)
         table.stage_memory(i, j)
         for p, figure in _range_figures(analysis, i, j, positions, k):
             result = stage_result(figure, analysis.layer_names, budget)
@@ -202,10 +207,16 @@ def _groups(analysis: Analysis, counts: Sequence[int]) -> list[list[str]]:
 
 
 def planner_config(analysis: Analysis, config: PipelineConfig, budget: int, micro_batches: int,
-                   groups: Sequence[Sequence[str]]) -> PipelineConfig:
-    """The pipeline config of a split the planner shows, as ``config-from`` makes one from a workbook's planner."""
-    figures = analysis.pipeline_figures(groups)
-    stages = tuple(stage_result(figure, analysis.layer_names, budget) for figure in figures)
+                   groups: Sequence[Sequence[str]], ipus: Sequence[StageResult] | None = None) -> PipelineConfig:
+    """The pipeline config of a split the planner shows, as ``config-from`` makes one from a workbook's planner.
+
+    ``ipus``: the split's figures against ``budget``, when known (else worked out here).
+    """
+    if ipus is not None and [list(i.layers) for i in ipus] == [list(g) for g in groups]:
+        stages = tuple(ipus)
+    else:
+        figures = analysis.pipeline_figures(groups)
+        stages = tuple(stage_result(figure, analysis.layer_names, budget) for figure in figures)
     split = SplitResult("planner", "PLANNER", analysis.mode, len(stages), budget, stages)
     t = analysis.profile.target
     requested = config.options.requested if config.options is not None else None

@@ -162,7 +162,7 @@ PLANNER_CSS = """
 .planner-chart svg { width: 100%; height: 280px; display: block; }
 .planner-legend span { display: inline-block; margin-right: 14px; font-size: 12px; }
 .planner-legend i { display: inline-block; width: 11px; height: 11px; margin-right: 4px; vertical-align: -1px; }
-#planner-command { white-space: pre-wrap; word-break: break-all; }
+#planner-command { white-space: pre-wrap; overflow-wrap: anywhere; }
 .planner-code { background: #f6f8fa; border: 1px solid var(--line); border-radius: 6px; padding: 8px;
                 max-height: 320px; overflow: auto; white-space: pre; font-size: 12px; }
 tr.planner-over td { background: #ffebe9; }
@@ -481,7 +481,6 @@ PLANNER_SCRIPT = r"""
   function update() {
     var fig = figures(counts);
     current = {counts: counts.slice(), figures: fig, command: command(counts), yaml: yamlText(fig)};
-    var at = 0;
     fig.ipus.forEach(function (x) {
       for (var k = x.first; k <= x.last; k++) {
         cells[k].style.background = palette[x.ipu % palette.length];
