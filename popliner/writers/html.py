@@ -23,7 +23,7 @@ from popliner.fileio import check_writable
 from popliner.memory.types import COMPONENT_TITLES, OTHER, components
 from popliner.report.build import LIVENESS_POINTS, Report
 from popliner.writers.html_figures import heatmap_figure, liveness_figure, memory_figure, schedule_figure, short_bytes
-from popliner.writers.html_planner import PLANNER_CSS, PLANNER_SCRIPT, planner_data, planner_section
+from popliner.writers.html_planner import PLANNER_CSS, planner_data, planner_script, planner_section
 from popliner.writers.simulation import seconds_text
 from popliner.writers.writer import FormatWriter, write_output
 
@@ -82,13 +82,14 @@ def render_html(report: Report, plotly_js: str) -> str:
     ))
     planner = report.planner
     data = _script_json(planner_data(planner)) if planner is not None and not planner.refused else ""
+    script = planner_script().replace("</script", "<\\/script") if data else ""
     return _TEMPLATE.format(
         title=_e(f"popliner report: {_basename(report.profile_path)}"), css=_CSS + PLANNER_CSS, body=body,
         figures=_script_json(figures), plotly=plotly_js.replace("</script", "<\\/script"),
         script=_SCRIPT,
         # Before plotly.js: the planner draws without waiting for the 4.8 MB bundle to be parsed.
         planner=(f'<script type="application/json" id="popliner-planner">{data}</script>\n'
-                 f"<script>{PLANNER_SCRIPT}</script>\n") if data else "",
+                 f"<script>{script}</script>\n") if data else "",
     )
 
 
