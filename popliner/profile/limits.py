@@ -26,6 +26,8 @@ LIMITS: dict[str, int] = {
     "POPLINER_MAX_WORKBOOK_ROWS": 100_000,
     # Rows of a review workbook's planner table read back by check and config-from (one per layer).
     "POPLINER_MAX_PLANNER_LAYERS": 10_000,
+    # A check's result file read as --baseline: a few KB per IPU (layers, largest variables).
+    "POPLINER_MAX_RESULT_BYTES": 16 * 1024 * 1024,
 }
 
 

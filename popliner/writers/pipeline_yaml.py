@@ -13,7 +13,7 @@ from popliner.config.snippets import FlowList as _FlowList
 from popliner.config.snippets import snippets
 from popliner.writers.writer import FormatWriter
 
-__all__ = ["HEADER", "YAML", "config_to_document", "write_config"]
+__all__ = ["HEADER", "YAML", "config_to_document", "dump_document", "predicted_document", "write_config"]
 
 HEADER = (
     "# popliner pipeline config (schema: docs/pipeline-config.md).\n"
@@ -50,10 +50,15 @@ def _dumper() -> type:
 
 def write_config(cfg: PipelineConfig, stream: IO[str]) -> None:
     """Write ``cfg`` as YAML to an open text stream (the caller uses atomic_write)."""
+    stream.write(HEADER)
+    dump_document(config_to_document(cfg), stream)
+
+
+def dump_document(doc: dict[str, Any], stream: IO[str]) -> None:
+    """A (part of a) config document as this writer writes it."""
     import yaml
 
-    stream.write(HEADER)
-    yaml.dump(config_to_document(cfg), stream, Dumper=_dumper(), sort_keys=False, default_flow_style=False,
+    yaml.dump(doc, stream, Dumper=_dumper(), sort_keys=False, default_flow_style=False,
               allow_unicode=True, width=1000)  # one-line rows stay on one line
 
 
@@ -90,28 +95,33 @@ def _training_document(t: ConfigTraining) -> dict[str, Any]:
 
 def _stage_document(cfg: PipelineConfig, s: ConfigStage) -> dict[str, Any]:
     stages = list(cfg.stage_layout.ipu_stages(s.ipu))  # forward, a wrapped head, backward
-    memory = s.memory.as_dict()
-    memory["total"] = s.memory.total
     return {
         "index": s.index,
         "ipu": s.ipu,
         "pipeline_stages": _FlowList(stages),
         "layers": list(s.layers),
-        "predicted": {
-            "for_layers": s.predicted_for,
-            "memory": memory,
-            "worst_tile": s.worst_tile,
-            "worst_tile_bytes": s.worst_tile_bytes,
-            "stash_bytes": s.stash_bytes,
-            "stash_entries": s.stash_entries,
-            "cycles": s.cycles,
-            "bytes_in": s.bytes_in,
-            **({} if s.forward_cycles is None else {"forward_cycles": s.forward_cycles}),
-            **({} if s.recompute_cycles is None else {"recompute_cycles": s.recompute_cycles}),
-            **({} if s.head_cycles is None else {"head_cycles": s.head_cycles}),
-            **({} if s.gradient_bytes_in is None else {"gradient_bytes_in": s.gradient_bytes_in}),
-            **({} if s.stash_entry_bytes is None else {"stash_entry_bytes": s.stash_entry_bytes}),
-        },
+        "predicted": predicted_document(s),
+    }
+
+
+def predicted_document(s: ConfigStage) -> dict[str, Any]:
+    """A stage's ``predicted`` block (the optional figures only when recorded)."""
+    memory = s.memory.as_dict()
+    memory["total"] = s.memory.total
+    return {
+        "for_layers": s.predicted_for,
+        "memory": memory,
+        "worst_tile": s.worst_tile,
+        "worst_tile_bytes": s.worst_tile_bytes,
+        "stash_bytes": s.stash_bytes,
+        "stash_entries": s.stash_entries,
+        "cycles": s.cycles,
+        "bytes_in": s.bytes_in,
+        **({} if s.forward_cycles is None else {"forward_cycles": s.forward_cycles}),
+        **({} if s.recompute_cycles is None else {"recompute_cycles": s.recompute_cycles}),
+        **({} if s.head_cycles is None else {"head_cycles": s.head_cycles}),
+        **({} if s.gradient_bytes_in is None else {"gradient_bytes_in": s.gradient_bytes_in}),
+        **({} if s.stash_entry_bytes is None else {"stash_entry_bytes": s.stash_entry_bytes}),
     }
 
 
