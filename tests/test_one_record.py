@@ -65,7 +65,8 @@ def _live_json(profile: Path, placement: str, opts: tuple[str, ...], config: str
     training = TrainingOptions(recompute="every-layer", optimizer_state="off-chip") if opts else TrainingOptions()
     analysis = load_analysis(str(profile), AnalysisOptions(training=training), use_cache=False)
     plan = plan_split(analysis, SplitRequest(num_ipus=ipus, recompute=training.recompute if opts else None,
-                                             head_placement=placement, framework_defaults=True))
+                                             head_placement=placement,
+                                             optimizer_state=training.optimizer_state if opts else None))
     cfg = split_config(plan, None)
     inputs = inputs_from_config(cfg)
     result = simulate(inputs.stages, cfg.gradient_accumulation, clock_hz=inputs.clock_hz,

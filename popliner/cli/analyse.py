@@ -97,8 +97,10 @@ def _analysis_options(p: dict[str, Any]) -> AnalysisOptions:
     # Unset or `auto`: the planner decides (the framework's defaults); the profile is read without them.
     recompute: Recompute = p["recompute"] if p["recompute"] not in (None, "auto") else "none"
     placement: HeadPlacement = p["head_placement"] if p["head_placement"] not in (None, "auto") else "first"
+    # Unset: as the profile was compiled; the planner resolves it (popliner.scenario.resolve), the tables read on chip.
     training = TrainingOptions(
-        recompute=recompute, optimizer_state=p["optimizer_state"], replication_factor=p["replication_factor"],
+        recompute=recompute, optimizer_state=p["optimizer_state"] or "on-chip",
+        replication_factor=p["replication_factor"],
         sharded_optimizer_state=p["sharded_optimizer_state"], head_placement=placement,
         update_regex=p["update_regex"], optimizer_state_regex=p["optimizer_state_regex"])
     return AnalysisOptions(
@@ -118,7 +120,7 @@ def _split_request(p: dict[str, Any]) -> SplitRequest:
     quiet = not log.isEnabledFor(logging.WARNING)
     return SplitRequest(
         num_ipus=p["num_ipus"], ipus="fewest" if p["min_ipus"] else "exactly" if p["exact_ipus"] else "at-most",
-        recompute=p["recompute"], head_placement=p["head_placement"], framework_defaults=True,
+        recompute=p["recompute"], head_placement=p["head_placement"], optimizer_state=p["optimizer_state"],
         mem_per_tile=p["mem_per_tile"], headroom=headroom_given(p["budget"], p["headroom"]),
         split_after=tuple(p["split_after"]), same_ipu=tuple(pairs),
         min_layers=p["min_layers_per_stage"], keep_shared_together=p["keep_shared_vars_together"],

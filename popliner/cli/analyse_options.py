@@ -84,10 +84,13 @@ _OPTIONS: list[Callable[[Any], Any]] = [
                   help="Operation names of the backward pass and weight update."),
     click.option("--recompute", type=click.Choice(list(RECOMPUTE_REQUESTS)), default=None,
                   help="Training: recomputation to model (docs/solvers.md); auto = the least that fits. "
-                       "Default: what the profile's framework does (PopTorch, optimum: pipeline over 2+ IPUs; "
-                       "else none)."),
-    click.option("--optimizer-state", type=click.Choice(list(OPTIMIZER_STATES)), default="on-chip", show_default=True,
-                  help="Training: off-chip keeps optimizer state in streaming memory, loaded for its update only."),
+                       "Default: what the profile's framework does (PopTorch, optimum: over 2+ IPUs, every-layer "
+                       "when every layer holds a recomputation checkpoint, else pipeline; PopART, TensorFlow: none). "
+                       "A profile compiled with recomputation keeps its own."),
+    click.option("--optimizer-state", type=click.Choice(list(OPTIMIZER_STATES)), default=None,
+                  help="Training: off-chip keeps optimizer state in streaming memory, loaded for its update only. "
+                       "Default: as the profile was compiled (off-chip when its weight update streams it), else "
+                       "on-chip; on-chip is refused for a profile compiled off chip."),
     click.option("--replication-factor", type=REPLICAS, default=1, show_default=True,
                   help="Training: replicas of the pipeline (total IPUs = IPUs x replicas)."),
     click.option("--sharded-optimizer-state", is_flag=True,

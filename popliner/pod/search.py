@@ -57,7 +57,6 @@ class OptionSearch:
     analysis: Analysis
     depths: dict[int, DepthSplit]
     recompute: str  # the mode the engine applied
-    head_wraps: bool
     traffic: TrafficTable | None = None
 
 
@@ -68,13 +67,13 @@ def search_options(analysis: Analysis, depths: Sequence[int], budget: int, link_
     ``traffic``: the profile's :class:`TrafficTable` when already made (one serves every option set).
     """
     training = analysis.mode == "training"
-    n_layers = len(analysis.layer_names) - (1 if analysis.engine.head_wraps else 0)
+    n_layers = len(analysis.layout.placed_names)
     usable = [k for k in depths if k <= n_layers]
     out: dict[int, DepthSplit] = {k: DepthSplit(k, None, (), (), f"{k} IPUs per replica is more than the "
                                                 f"{n_layers} layers to place") for k in depths if k > n_layers}
     engine = analysis.engine
     if not usable:
-        return OptionSearch(analysis, out, engine.view.recompute, engine.head_wraps)
+        return OptionSearch(analysis, out, engine.view.recompute)
     problem = SplitProblem(num_ipus=max(usable), budget=budget, training=training)
     table = ProfileRanges(analysis.engine, budget, link_bytes_per_second, lazy=True)
     suffixes = suffix_table(table, problem, float(budget), max(usable))
@@ -89,7 +88,7 @@ def search_options(analysis: Analysis, depths: Sequence[int], budget: int, link_
         split = _split_result(analysis, table, bounds, budget)
         out[k] = DepthSplit(k, split, bounds, tuple(traffic_table.of_ops(table.stage_ops(i, j), off_chip, options.shard)
                                                      for i, j in bounds))
-    return OptionSearch(analysis, out, engine.view.recompute, engine.head_wraps, traffic_table)
+    return OptionSearch(analysis, out, engine.view.recompute, traffic_table)
 
 
 def fastest_bounds(table: RangeCosts, suffixes: SuffixTable, stages: int) -> Bounds:
