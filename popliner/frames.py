@@ -47,8 +47,11 @@ def load(path: str, *, use_cache: bool = True, cache_dir: str | None = None, **o
     with underscores: ``recompute="every-layer"``, ``optimizer_state="off-chip"``,
     ``head_placement="wrap"``, ``replication_factor=4`` (or a whole ``training=TrainingOptions(...)``).
     """
+    from popliner.scenario import tables_scenario
+
     given = _given_choices(options)
-    return Model(load_analysis(str(path), analysis_options(options), use_cache=use_cache, cache_dir=cache_dir), given)
+    analysis = load_analysis(str(path), analysis_options(options), use_cache=use_cache, cache_dir=cache_dir)
+    return Model(tables_scenario(analysis, given.get("optimizer_state")), given)
 
 
 #: The training choices a plan resolves when they are not given (popliner.scenario.resolve).

@@ -15,13 +15,14 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from popliner.analysis import Analysis, scenario
 from popliner.base import ProfileBase
 from popliner.defaults import HeadPlacementRequest, PlannedDefaults, framework_defaults
 from popliner.errors import UsageProblem
 from popliner.framework import framework_title
 from popliner.memory.training import OptimizerState, Recompute, RecomputeRequest, TrainingOptions
 
-__all__ = ["Resolved", "TrainingRequest", "compiled_state_refusal", "resolve"]
+__all__ = ["Resolved", "TrainingRequest", "compiled_state_refusal", "resolve", "tables_scenario"]
 
 
 @dataclass(frozen=True)
@@ -96,19 +97,27 @@ def _state(base: ProfileBase, asked: OptimizerState | None) -> OptimizerState:
 
 def _said(base: ProfileBase, request: TrainingRequest, defaults: PlannedDefaults | None, recompute: str,
           head: str, state: str) -> str:
-    """One line: what the scenario applies, each choice with where it came from."""
-    parts = []
-    if defaults is not None:
-        parts.append(f"planned {defaults.why}" if request.head_placement is None and (
-            request.recompute is None or not base.training) else
-            f"planned as {framework_title(base.framework.name)} builds it where no option says otherwise")
-    if request.head_placement is not None:
-        parts.append(f"head placement {head} as asked")
+    """One line: what the scenario applies, each choice with where it came from (the framework, the
+    profile's compilation or the request)."""
+    parts = [f"head placement {head} as asked" if request.head_placement is not None or defaults is None
+             else defaults.where]
     if base.training:
-        parts.append(f"recompute {recompute} as asked" if request.recompute is not None
-                     else f"recompute {recompute} ({framework_title(base.framework.name)}'s default)")
+        parts.append(f"recompute {recompute} as asked" if request.recompute is not None or defaults is None
+                     else defaults.redo)
         if base.state_off_chip:
             parts.append("optimizer state off-chip as compiled")
-        elif request.optimizer_state is not None:
-            parts.append(f"optimizer state {state} as asked")
-    return "; ".join(parts)
+        else:
+            parts.append(f"optimizer state {state}" + (" as asked" if request.optimizer_state is not None else ""))
+    title = framework_title(base.framework.name)
+    return f"planned as {title} builds it: " + ", ".join(parts) + "; an option you give wins"
+
+
+def tables_scenario(analysis: Analysis, optimizer_state: OptimizerState | None) -> Analysis:
+    """The scenario the breakdowns read (no split asked for): the analysis's recomputation and head placement
+    as given (none and first unless given: no pipeline to take a framework's defaults from), its optimizer
+    state resolved as every entry point resolves it (as compiled, else as given, else on chip)."""
+    t = analysis.options.training
+    resolved = resolve(analysis.base, TrainingRequest(t.recompute, t.head_placement, optimizer_state, t), 1)
+    if resolved.options == t:
+        return analysis
+    return scenario(analysis.base, resolved.options)

@@ -25,6 +25,7 @@ from popliner.memory.training import Recompute, TrainingOptions
 from popliner.memory.work import check_workbook_rows
 from popliner.plan import SplitPlan, SplitRequest, plan_split
 from popliner.progress import Tracker, phase, progress_wanted, tracking
+from popliner.scenario import tables_scenario
 from popliner.writers import split as split_writers
 from popliner.writers.formats import writer_for
 from popliner.writers.tables import Tables
@@ -71,7 +72,8 @@ def _run(p: dict[str, Any]) -> None:
     check_outputs(p, outputs)
     writer = _tables_writer(p["fmt"], p["output"])
     options = _analysis_options(p)
-    analysis = load_analysis(p["profile"], options, use_cache=not p["no_cache"], cache_dir=p["cache_dir"])
+    analysis = tables_scenario(load_analysis(p["profile"], options, use_cache=not p["no_cache"],
+                                             cache_dir=p["cache_dir"]), p["optimizer_state"])
     log.info("framework: %s", analysis.framework.describe())
     if p["output"] and p["output"].lower().endswith(".xlsx"):
         check_workbook_rows(analysis.profile.path, analysis.ops.count)  # before a solve, which it would follow

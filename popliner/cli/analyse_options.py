@@ -13,6 +13,7 @@ import click
 
 from popliner.analysis import DEFAULT_BACKWARD_REGEX
 from popliner.cli.options import (
+    BUDGET_DEFAULT,
     BYTES_PER_TILE,
     LAYERS_PER_STAGE,
     NUM_IPUS,
@@ -112,8 +113,7 @@ _OPTIONS: list[Callable[[Any], Any]] = [
                   help="Use the fewest IPUs that fit (at most --num-ipus) instead of spreading for throughput."),
     click.option("--mem-per-tile", type=BYTES_PER_TILE, default=None,
                   help="Bytes per tile. Default: the profile's bytesPerTile (638976 on Mk2)."),
-    budget_options("1 less the model's measured shortfall against the profile's own tileMemory when it has "
-                   "the compiler's other categories, else 1; README: what fits means"),
+    budget_options(BUDGET_DEFAULT),
     click.option("--solver", type=click.Choice(["ilp", "greedy"]), default="ilp", show_default=True),
     click.option("--time-limit", type=SECONDS, default=60.0, show_default=True,
                   help="Seconds for the whole solve: set-up, search, best effort, overflow details, the hint."),

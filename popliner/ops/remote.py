@@ -19,7 +19,7 @@ import numpy as np
 
 from popliner.ops.operations import OperationTable
 
-__all__ = ["REMOTE_TYPES", "streams_optimizer_state"]
+__all__ = ["REMOTE_TYPES", "streamed_state_variables", "streams_optimizer_state"]
 
 #: PopART's operations between remote buffers and the tiles.
 REMOTE_TYPES: Final = frozenset({"RemoteLoad", "RemoteLoadInplace", "RemoteStore"})
@@ -29,3 +29,16 @@ def streams_optimizer_state(ops: OperationTable, update: np.ndarray) -> bool:
     """Does a weight-update operation (``update``: bool per operation) load or store a remote buffer?"""
     remote = np.array([kind in REMOTE_TYPES for kind in ops.op_type], bool)
     return bool((remote & np.asarray(update, bool)).any())
+
+
+def streamed_state_variables(ops: OperationTable, update: np.ndarray, num_variables: int) -> np.ndarray:
+    """Bool per variable: what a profile compiled with its optimizer state off chip streams each step.
+
+    The variables of the weight update's remote loads and stores (``update``: bool per operation): the
+    state's landing tensors on the tiles, each loaded before its update and stored after it.
+    """
+    remote = np.array([kind in REMOTE_TYPES for kind in ops.op_type], bool) & np.asarray(update, bool)
+    out = np.zeros(num_variables, bool)
+    lens = np.diff(ops.var_ptr)
+    out[ops.var_idx[np.repeat(remote, lens)]] = True
+    return out

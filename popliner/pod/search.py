@@ -21,6 +21,7 @@ import numpy as np
 from popliner.analysis import Analysis
 from popliner.arrays import gather_csr
 from popliner.memory.ranges import ProfileRanges
+from popliner.ops.remote import streamed_state_variables
 from popliner.pipeline import RangeCosts, range_cost, range_figure
 from popliner.solvers.problem import Bounds, SplitProblem
 from popliner.solvers.result import SplitResult, stage_result
@@ -190,6 +191,9 @@ class TrafficTable:
         by_forward = np.zeros(count, bool)
         by_forward[ops.var_idx[np.repeat(forward, lens)]] = True
         state = np.asarray(view.optimizer_state, bool)
+        if analysis.base.state_off_chip:
+            # Compiled off chip: the state is no always-live variable but what the update loads and stores.
+            state = state | streamed_state_variables(ops, analysis.is_backward, count)
         weights = np.asarray(engine.always_live_var, bool) & ~state & by_update & by_forward
         keep = (weights | state)[ops.var_idx]
         kept = np.concatenate(([0], np.cumsum(keep)))
