@@ -178,6 +178,8 @@ def _write_split(plan: SplitPlan, p: dict[str, Any]) -> None:
     """The split's outputs, the summary, and exit 3 when nothing fits."""
     g = p["gradient_accumulation"]
     mp = p["matmul_proportion"]
+    if p["ipu_config_out"] and plan.split.stages:
+        split_writers.check_ipu_config(plan, g, mp)  # before anything is written or printed
     split_writers.write_split(plan, p["config_out"], p["force"], g, mp, split_out=p["split_out"])
     if p["ipu_config_out"] and plan.split.stages:
         split_writers.write_ipu_config(plan, p["ipu_config_out"], p["force"], g, mp)
