@@ -123,4 +123,4 @@ def test_memory_over_time_at_the_worst_tile_is_the_prediction(tmp_path: Path) ->
     full = first.stash_entries
     assert points[full] == first.worst_tile_bytes
     assert points[full - 1] == first.worst_tile_bytes - first.stash_entry_bytes
-    assert ipu0["stash_bytes"] == full * first.stash_entry_bytes
+    assert ipu0["stash_in_flight_bytes"] == full * first.stash_entry_bytes
