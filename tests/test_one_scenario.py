@@ -1,0 +1,186 @@
+"""One scenario, every door: the same request through each entry point gives the same answer, byte for byte.
+
+The command line's ``--solve`` (its JSON, the pipeline config and the report
+it writes), the notebook (``popliner.load(...).plan()``), ``popliner plan``'s
+row of the same configuration, ``popliner check`` and ``popliner report`` on
+the written config: each must give the same split, the same worst tile per
+IPU, the same budget, framework and applied training options. The profiles
+are the bundled fixtures and generated PopTorch, PopART and TensorFlow-named
+profiles compiled with a recomputation checkpoint in every layer and their
+optimizer state off chip (the facts every door must read the same way).
+"""
+
+from __future__ import annotations
+
+import json
+from html.parser import HTMLParser
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+import popliner
+from popliner.cli import cli
+from popliner.config.yaml_io import read_config
+from popliner.synth import generate_document, preset_spec
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "profiles"
+IPUS = 2
+
+
+def _invoke(*args: object, ok: tuple[int, ...] = (0,)) -> str:
+    result = CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
+    assert result.exit_code in ok, result.output
+    return result.stdout
+
+
+def _generated(tmp_path: Path, framework: str) -> Path:
+    spec = preset_spec("bert-tiny", "training", layers=3, framework=framework, checkpoints=True,
+                       optimizer_state="off-chip", compiler_categories=True)
+    path = tmp_path / f"bert-tiny-{framework}.json"
+    path.write_text(json.dumps(generate_document(spec)))
+    return path
+
+
+def _record(split: list[list[str]], worst: list[int], budget: int, framework: str,
+            options: dict[str, Any] | None) -> str:
+    """The answer one door gives, as one canonical text (compared byte for byte)."""
+    keys = ("recompute", "optimizer_state", "head_placement", "replication_factor", "sharded_optimizer_state")
+    applied = None if options is None else {k: options[k] for k in keys}
+    return json.dumps({"split": split, "worst_tile_bytes": worst, "budget": budget, "framework": framework,
+                       "options": applied}, sort_keys=True)
+
+
+def _cli(profile: Path, tmp_path: Path, given: dict[str, str]) -> tuple[str, dict[str, Any]]:
+    flags = [part for key, value in given.items() for part in (f"--{key.replace('_', '-')}", value)]
+    doc = json.loads(_invoke(profile, "--solve", "--num-ipus", IPUS, *flags, "--no-cache", "--config-out",
+                             tmp_path / "c.yaml", "--report", tmp_path / "r.html"))
+    return _record([s["layers"] for s in doc["stages"]], [s["worst_tile_bytes"] for s in doc["stages"]],
+                   doc["budget_bytes_per_tile"], doc["framework"]["name"], doc.get("training")), doc
+
+
+def _notebook(profile: Path, given: dict[str, str]) -> str:
+    plan = popliner.load(str(profile), use_cache=False).plan(num_ipus=IPUS, **given)
+    training = plan.training.as_document() if plan.training is not None else None
+    return _record([list(s.layers) for s in plan.split.stages], [s.worst_tile_bytes for s in plan.split.stages],
+                   plan.split.budget_bytes, plan.analysis.framework.name, training)
+
+
+def _pod_row(profile: Path, solved: dict[str, Any]) -> str:
+    ipus = solved["num_ipus_used"]
+    doc = json.loads(_invoke("plan", profile, "--ipus", ipus, "--all", "--no-cache"))
+    t = solved.get("training")
+    rows = [c for c in doc["configurations"] if c["ipus_per_replica"] == ipus and (
+        t is None or (c["recompute"], c["head_placement"], c["optimizer_state"])
+        == (t["recompute"], t["head_placement"], t["optimizer_state"]))]
+    assert len(rows) == 1, rows
+    row = rows[0]
+    options = None if t is None else {"recompute": row["recompute"], "optimizer_state": row["optimizer_state"],
+                                      "head_placement": row["head_placement"], "replication_factor": row["replicas"],
+                                      "sharded_optimizer_state": row["sharded_optimizer_state"]}
+    # The plan's row names the framework in the config it writes; the row itself carries the split's figures.
+    return _record([i["layers"] for i in row["ipus"]], [i["worst_tile_bytes"] for i in row["ipus"]],
+                   doc["budget_bytes"], solved["framework"]["name"], options)
+
+
+def _check(profile: Path, tmp_path: Path) -> str:
+    config = tmp_path / "c.yaml"
+    cfg = read_config(str(config))
+    table = _invoke("check", config, "--profile", profile, "--no-cache")
+    rows = [line.split() for line in table.splitlines() if line[:3].strip().isdigit()]
+    worst = [int(r[3].replace(",", "")) for r in rows]
+    budgets = {int(r[7].replace(",", "")) for r in rows}
+    assert len(budgets) == 1, table
+    training = cfg.options.as_document() if cfg.options is not None else None
+    return _record([list(s.layers) for s in cfg.stages], worst, budgets.pop(), cfg.framework or "", training)
+
+
+class _Tables(HTMLParser):
+    """The report's tables by id: rows of cell texts."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tables: dict[str, list[list[str]]] = {}
+        self._table: str | None = None
+        self._row: list[str] | None = None
+        self._cell: list[str] | None = None
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "table":
+            self._table = dict(attrs).get("id") or ""
+            self.tables[self._table] = []
+        elif tag == "tr" and self._table is not None:
+            self._row = []
+            self.tables[self._table].append(self._row)
+        elif tag in ("td", "th") and self._row is not None:
+            self._cell = []
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag in ("td", "th") and self._cell is not None and self._row is not None:
+            self._row.append("".join(self._cell).strip())
+            self._cell = None
+        elif tag == "table":
+            self._table = None
+
+    def handle_data(self, data: str) -> None:
+        if self._cell is not None:
+            self._cell.append(data)
+
+
+def _report(path: Path, split: list[list[str]], framework: str) -> str:
+    """The report's answer: its IPU table's worst tiles and budget, its options table's framework and options."""
+    parsed = _Tables()
+    parsed.feed(path.read_text())
+    head, *ipus = parsed.tables["ipu-table"]
+    total, budget, layers = head.index("Total"), head.index("Budget"), head.index("Layers")
+    options = {row[0]: row[1] for row in parsed.tables["option-table"][1:] if len(row) >= 2}
+    budgets = {int(r[budget].replace(",", "")) for r in ipus}
+    assert len(budgets) == 1
+    applied = None
+    if "recompute" in options:
+        applied = {"recompute": options["recompute"], "optimizer_state": options["optimizer_state"],
+                   "head_placement": options["head_placement"],
+                   "replication_factor": int(options["replication_factor"]),
+                   "sharded_optimizer_state": options["sharded_optimizer_state"] == "yes"}
+    assert options["framework"] == popliner_title(framework)
+    # The report names IPUs by first .. last layer; the split itself is the config's.
+    assert [r[layers] for r in ipus] == [s[0] if len(s) == 1 else f"{s[0]} .. {s[-1]}" for s in split]
+    return _record(split, [int(r[total].replace(",", "")) for r in ipus], budgets.pop(), framework, applied)
+
+
+def popliner_title(name: str) -> str:
+    from popliner.framework import framework_title
+
+    return framework_title(name)
+
+
+#: Each profile, with the options given to every door (the BERT fixture fits 2 IPUs only with recomputation).
+CASES = [("bert-tiny-training.json", {"recompute": "pipeline"}), ("tiny-training.json", {}), ("poptorch", {}),
+         ("popart", {}), ("tensorflow", {}), ("poptorch", {"head_placement": "wrap", "recompute": "pipeline"})]
+
+
+@pytest.mark.parametrize(("case", "given"), CASES)
+def test_every_entry_point_gives_the_same_answer(tmp_path: Path, case: str, given: dict[str, str]) -> None:
+    profile = FIXTURES / case if case.endswith(".json") else _generated(tmp_path, case)
+    cli_answer, solved = _cli(profile, tmp_path, given)
+    answers = {
+        "notebook": _notebook(profile, given),
+        "plan": _pod_row(profile, solved),
+        "check": _check(profile, tmp_path),
+        "report (--solve)": _report(tmp_path / "r.html", [s["layers"] for s in solved["stages"]],
+                                    solved["framework"]["name"]),
+    }
+    _invoke("report", tmp_path / "c.yaml", "--profile", profile, "-o", tmp_path / "r2.html", "--no-cache")
+    answers["report (config)"] = _report(tmp_path / "r2.html", [s["layers"] for s in solved["stages"]],
+                                         solved["framework"]["name"])
+    for door, answer in answers.items():
+        assert answer == cli_answer, f"{case}: {door} differs from the command line"
+
+
+def test_the_generated_profiles_carry_the_compiled_facts(tmp_path: Path) -> None:
+    """What the cross-door test relies on: each generated profile is read as compiled (checkpoints, off chip)."""
+    for framework in ("poptorch", "popart", "tensorflow"):
+        base = popliner.load(str(_generated(tmp_path, framework)), use_cache=False).analysis.base
+        assert base.framework.name == framework
+        assert base.checkpointed and base.state_off_chip
