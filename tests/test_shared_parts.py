@@ -20,13 +20,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from popliner.analysis import Analysis, AnalysisOptions, load_analysis
+from popliner.analysis import Analysis, AnalysisOptions, load_analysis, scenario
 from popliner.memory import ranges_shared
 from popliner.memory.liveness import SegmentGrid
 from popliner.memory.ranges import Liveness, ProfileRanges, release
 from popliner.memory.ranges_shared import SharedParts
 from popliner.memory.training import TrainingOptions
-from popliner.analysis import scenario
 from popliner.synth import generate_document, preset_spec
 from tests.helpers import analyse_document
 
