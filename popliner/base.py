@@ -59,6 +59,9 @@ class AnalysisOptions:
     training: TrainingOptions = field(default_factory=TrainingOptions)
     #: ``--framework``: overrides the framework found in the profile (popliner.framework).
     framework: str | None = None
+    #: An optimum-graphcore IPUConfig is asked for (``--ipu-config-out``): without ``framework``, plan optimum's
+    #: pipeline and say so (popliner.framework.choose_framework).
+    for_ipu_config: bool = False
 
     def cache_key(self) -> str:
         # Only what shapes the cached data (operations) goes into the key.
@@ -105,7 +108,7 @@ class ProfileBase:
     @cached_property
     def framework(self) -> FrameworkChoice:
         """The framework that compiled the profile (or the one asked for): popliner.framework."""
-        return choose_framework(self.profile, self.options.framework)
+        return choose_framework(self.profile, self.options.framework, self.options.for_ipu_config)
 
     @cached_property
     def whole_memory(self) -> StageMemory:

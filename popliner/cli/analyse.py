@@ -75,6 +75,10 @@ def _run(p: dict[str, Any]) -> None:
     analysis = tables_scenario(load_analysis(p["profile"], options, use_cache=not p["no_cache"],
                                              cache_dir=p["cache_dir"]), p["optimizer_state"])
     log.info("framework: %s", analysis.framework.describe())
+    if analysis.framework.origin == "ipu-config-out":
+        log.warning("--ipu-config-out: planned as optimum-graphcore builds the pipeline (its head placement and "
+                    "recomputation), not as %s; the split can differ from one without --ipu-config-out "
+                    "(--framework chooses another)", analysis.framework.evidence)
     if p["output"] and p["output"].lower().endswith(".xlsx"):
         check_workbook_rows(analysis.profile.path, analysis.ops.count)  # before a solve, which it would follow
     plan = plan_split(analysis, _split_request(p)) if p["solve"] else None
@@ -109,7 +113,7 @@ def _analysis_options(p: dict[str, Any]) -> AnalysisOptions:
         op_layers=op_layers, layer_preset=p["layer_preset"], layer_name_regex=p["layer_name_regex"],
         inputs_regex_layer_0=p["inputs_regex_layer_0"], layer_order=p["layer_order"],
         layered_vars_only=not p["all_vars"], mode=p["mode"], backward_regex=p["backward_regex"], training=training,
-        framework=p["framework"] or ("optimum" if p["ipu_config_out"] else None))
+        framework=p["framework"], for_ipu_config=bool(p["ipu_config_out"]))
 
 
 def _split_request(p: dict[str, Any]) -> SplitRequest:

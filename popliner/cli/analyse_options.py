@@ -128,7 +128,9 @@ _OPTIONS: list[Callable[[Any], Any]] = [
                   help="With --solve: write the pipeline config (YAML) here."),
     gradient_accumulation_option("max(16, 2 x stages), for the config"),
     click.option("--ipu-config-out", type=click.Path(dir_okay=False, path_type=str),
-                  help="With --solve: write an optimum-graphcore ipu_config.json for the split here."),
+                  help="With --solve: write an optimum-graphcore ipu_config.json for the split here. Without "
+                       "--framework the split is planned as optimum-graphcore builds it (head placement, "
+                       "recomputation), which stderr says when the profile names another framework."),
     click.option("--matmul-proportion", type=float, multiple=True, callback=_matmul_proportion, metavar="F",
                   help="ipu_config.json matmul_proportion: once for every IPU, or once per IPU (default 0.6)."),
     click.option("--report", "report", type=click.Path(dir_okay=False, path_type=str), metavar="FILE.html",
