@@ -222,12 +222,8 @@ def _option_sets(base: ProfileBase, given: TrainingOptions, request: PodRequest,
         states = ("off-chip",)
     placements = list(request.head_placement)
     if not base.has_unlayered and len(placements) > 1:
-        # One scenario for all: recorded "last" when asked (the head, part of the last layer, on the last IPU),
-        # which optimum-graphcore builds too.
-        kept = "last" if "last" in placements else placements[0]
-        notes.append(f"every operation has a layer: --head-placement {', '.join(placements)} give the same split; "
-                     f"planned as {kept}")
-        placements = [kept]
+        notes.append("every operation has a layer: --head-placement last and wrap are the same as first")
+        placements = ["first"] if "first" in placements else placements[:1]
     shard = training and request.sharded_optimizer_state
     for placement in placements:
         for state in states:

@@ -39,7 +39,8 @@ def split_config(plan: SplitPlan, gradient_accumulation: int | None, matmul_prop
                              tiles=t.tiles_per_ipu, bytes_per_tile=t.bytes_per_tile, clock_hz=t.clock_hz,
                              gradient_accumulation=gradient_accumulation, training=plan.training,
                              framework=analysis.framework.name, matmul_proportion=matmul_proportion,
-                             layer_options=layer_record(analysis.options))
+                             layer_options=layer_record(analysis.options),
+                             every_op_layered=not analysis.base.has_unlayered)
 
 
 def write_split(plan: SplitPlan, config_out: str | None, force: bool, gradient_accumulation: int | None,
