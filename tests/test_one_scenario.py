@@ -23,6 +23,7 @@ from click.testing import CliRunner
 import popliner
 from popliner.cli import cli
 from popliner.config.yaml_io import read_config
+from popliner.errors import UsageProblem
 from popliner.synth import generate_document, preset_spec
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "profiles"
@@ -184,3 +185,44 @@ def test_the_generated_profiles_carry_the_compiled_facts(tmp_path: Path) -> None
         base = popliner.load(str(_generated(tmp_path, framework)), use_cache=False).analysis.base
         assert base.framework.name == framework
         assert base.checkpointed and base.state_off_chip
+
+
+def test_on_chip_state_is_refused_for_a_profile_compiled_off_chip(tmp_path: Path) -> None:
+    """The user's option contradicts what the profile was compiled with: one line naming both, not a relabel."""
+    profile = _generated(tmp_path, "poptorch")
+    result = CliRunner().invoke(cli, [str(profile), "--solve", "--num-ipus", "2", "--optimizer-state", "on-chip",
+                                      "--no-cache"])
+    assert result.exit_code == 2 and result.stdout == ""
+    line = result.stderr.strip().splitlines()[-1]
+    assert "optimizer state on-chip was asked" in line and "compiled with its optimizer state off chip" in line
+    with pytest.raises(UsageProblem, match="compiled with its optimizer state off chip"):
+        popliner.load(str(profile), use_cache=False).plan(num_ipus=2, optimizer_state="on-chip")
+
+
+def test_plan_counts_the_streamed_state_of_a_profile_compiled_off_chip(tmp_path: Path) -> None:
+    """Its on-chip rows are left out with a note; every off-chip row streams the state the update loads."""
+    profile = _generated(tmp_path, "poptorch")
+    result = CliRunner().invoke(cli, ["plan", str(profile), "--ipus", "2", "--all", "--no-cache"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert {c["optimizer_state"] for c in doc["configurations"]} == {"off-chip"}
+    assert any("compiled with its optimizer state off chip" in note for note in doc["notes"])
+    fitting = [c for c in doc["configurations"] if c["fits"]]
+    assert fitting and all(c["step_parts_seconds"]["streaming"] > 0 for c in fitting)
+    # What each IPU streams: the bytes of the state its update loads (Adam's two moments, float32 per
+    # float16 weight byte: 4 bytes per weight byte), by hand from the profile's remote loads.
+    base = popliner.load(str(profile), use_cache=False).analysis.base
+    ops = base.ops
+    loads = [k for k in range(ops.count) if ops.op_type[k] == "RemoteLoad"]
+    variables = {int(v) for k in loads for v in ops.var_idx[ops.var_ptr[k]:ops.var_ptr[k + 1]]}
+    total = sum(int(base.profile.variables.bytes[v]) for v in variables)
+    for c in fitting:
+        if c["replicas"] == 1:
+            assert sum(i["streamed_state_bytes"] for i in c["ipus"]) == total
+
+
+def test_a_model_and_a_scenario_print_as_one_line(tmp_path: Path) -> None:
+    model = popliner.load(str(FIXTURES / "bert-tiny-training.json"), use_cache=False)
+    for value in (model, model.analysis, model.analysis.base):
+        text = repr(value)
+        assert "\n" not in text and len(text) < 300, text

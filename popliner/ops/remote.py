@@ -19,7 +19,7 @@ import numpy as np
 
 from popliner.ops.operations import OperationTable
 
-__all__ = ["REMOTE_TYPES", "streamed_state_variables", "streams_optimizer_state"]
+__all__ = ["REMOTE_TYPES", "remote_update_operations", "streamed_state_variables", "streams_optimizer_state"]
 
 #: PopART's operations between remote buffers and the tiles.
 REMOTE_TYPES: Final = frozenset({"RemoteLoad", "RemoteLoadInplace", "RemoteStore"})
@@ -31,13 +31,18 @@ def streams_optimizer_state(ops: OperationTable, update: np.ndarray) -> bool:
     return bool((remote & np.asarray(update, bool)).any())
 
 
+def remote_update_operations(ops: OperationTable, update: np.ndarray) -> np.ndarray:
+    """Bool per operation: a remote load or store of the weight update (``update``: bool per operation)."""
+    return np.array([kind in REMOTE_TYPES for kind in ops.op_type], bool) & np.asarray(update, bool)
+
+
 def streamed_state_variables(ops: OperationTable, update: np.ndarray, num_variables: int) -> np.ndarray:
     """Bool per variable: what a profile compiled with its optimizer state off chip streams each step.
 
     The variables of the weight update's remote loads and stores (``update``: bool per operation): the
     state's landing tensors on the tiles, each loaded before its update and stored after it.
     """
-    remote = np.array([kind in REMOTE_TYPES for kind in ops.op_type], bool) & np.asarray(update, bool)
+    remote = remote_update_operations(ops, update)
     out = np.zeros(num_variables, bool)
     lens = np.diff(ops.var_ptr)
     out[ops.var_idx[np.repeat(remote, lens)]] = True

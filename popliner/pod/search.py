@@ -21,7 +21,7 @@ import numpy as np
 from popliner.analysis import Analysis
 from popliner.arrays import gather_csr
 from popliner.memory.ranges import ProfileRanges
-from popliner.ops.remote import streamed_state_variables
+from popliner.ops.remote import remote_update_operations, streamed_state_variables
 from popliner.pipeline import RangeCosts, range_cost, range_figure
 from popliner.solvers.problem import Bounds, SplitProblem
 from popliner.solvers.result import SplitResult, stage_result
@@ -191,11 +191,14 @@ class TrafficTable:
         by_forward = np.zeros(count, bool)
         by_forward[ops.var_idx[np.repeat(forward, lens)]] = True
         state = np.asarray(view.optimizer_state, bool)
+        state_users = np.ones(ops.count, bool)
         if analysis.base.state_off_chip:
-            # Compiled off chip: the state is no always-live variable but what the update loads and stores.
+            # Compiled off chip: the state is no always-live variable but what the update's remote loads and
+            # stores move; an IPU streams what its own loads and stores move (not what its updaters read).
             state = state | streamed_state_variables(ops, analysis.is_backward, count)
+            state_users = remote_update_operations(ops, analysis.is_backward)
         weights = np.asarray(engine.always_live_var, bool) & ~state & by_update & by_forward
-        keep = (weights | state)[ops.var_idx]
+        keep = weights[ops.var_idx] | (state[ops.var_idx] & np.repeat(state_users, lens))
         kept = np.concatenate(([0], np.cumsum(keep)))
         var = ops.var_idx[keep].astype(np.int64)
         return cls(kept[ops.var_ptr].astype(np.int64), var, weights[var], analysis.profile.variables.bytes)
