@@ -33,7 +33,7 @@ def streams_optimizer_state(ops: OperationTable, update: np.ndarray) -> bool:
 
 def remote_update_operations(ops: OperationTable, update: np.ndarray) -> np.ndarray:
     """Bool per operation: a remote load or store of the weight update (``update``: bool per operation)."""
-    return np.array([kind in REMOTE_TYPES for kind in ops.op_type], bool) & np.asarray(update, bool)
+    return np.asarray(np.array([kind in REMOTE_TYPES for kind in ops.op_type], bool) & np.asarray(update, bool))
 
 
 def streamed_state_variables(ops: OperationTable, update: np.ndarray, num_variables: int) -> np.ndarray:
