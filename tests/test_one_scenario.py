@@ -226,3 +226,16 @@ def test_a_model_and_a_scenario_print_as_one_line(tmp_path: Path) -> None:
     for value in (model, model.analysis, model.analysis.base):
         text = repr(value)
         assert "\n" not in text and len(text) < 300, text
+
+
+def test_check_refuses_a_config_recording_on_chip_state_for_a_profile_compiled_off_chip(tmp_path: Path) -> None:
+    profile = _generated(tmp_path, "popart")
+    _cli(profile, tmp_path, {})
+    config = tmp_path / "c.yaml"
+    text = config.read_text()
+    assert "optimizer_state: off-chip" in text
+    config.write_text(text.replace("optimizer_state: off-chip", "optimizer_state: on-chip"))
+    result = CliRunner().invoke(cli, ["check", str(config), "--profile", str(profile), "--no-cache"])
+    assert result.exit_code == 2 and result.stdout == ""
+    line = result.stderr.strip().splitlines()[-1]
+    assert str(config) in line and "compiled with its optimizer state off chip" in line
