@@ -157,6 +157,16 @@ class ProfileBase:
         return self.training and streams_optimizer_state(self.ops, self.is_backward)
 
     @cached_property
+    def compiled_recompute_ops(self) -> int:
+        """How many recompute operations the profile was compiled with (0: it recomputes nothing itself)."""
+        from popliner.ops.roles import called_operations, recompute_operations, through_calls
+
+        if not self.training:
+            return 0
+        backward = through_calls(self.is_backward, called_operations(self.profile, self.ops))
+        return int(recompute_operations(self.profile, self.ops, backward).sum())
+
+    @cached_property
     def has_unlayered(self) -> bool:
         """Are there operations for a head placement to group (left without a layer, or put in layer 0 by inputs)?"""
         layers = self.named_layers

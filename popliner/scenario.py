@@ -63,6 +63,7 @@ def resolve(base: ProfileBase, request: TrainingRequest, num_ipus: int) -> Resol
     """The options ``request`` resolves to on ``base`` for a split over ``num_ipus`` IPUs (module docstring)."""
     training = base.training
     state = _state(base, request.optimizer_state)
+    _check_recompute(base, request.recompute)
     defaults = None
     recompute: RecomputeRequest = request.recompute if request.recompute is not None else "none"
     head: HeadPlacementRequest = request.head_placement if request.head_placement is not None else "first"
@@ -84,6 +85,15 @@ def compiled_state_refusal(base: ProfileBase) -> str:
     return (f"optimizer state on-chip was asked, but {base.profile.path} was compiled with its optimizer state "
             "off chip (its weight update loads and stores remote buffers), and popliner cannot put it back on "
             "chip: ask for off-chip, or leave the optimizer state out to take the profile's")
+
+
+def _check_recompute(base: ProfileBase, asked: RecomputeRequest | None) -> None:
+    """A recomputation mode asked of a profile compiled with recomputation: refused (its figures hold the
+    compiled one, which popliner cannot take out or apply twice). ``none`` and ``auto`` read it as compiled."""
+    if asked in ("pipeline", "every-layer") and base.compiled_recompute_ops:
+        raise UsageProblem(f"recompute {asked} was asked, but {base.profile.path} was compiled with recomputation "
+                           f"({base.compiled_recompute_ops} recompute operations), which its figures already hold: "
+                           "leave the recomputation out to take the profile's")
 
 
 def _state(base: ProfileBase, asked: OptimizerState | None) -> OptimizerState:

@@ -239,3 +239,17 @@ def test_check_refuses_a_config_recording_on_chip_state_for_a_profile_compiled_o
     assert result.exit_code == 2 and result.stdout == ""
     line = result.stderr.strip().splitlines()[-1]
     assert str(config) in line and "compiled with its optimizer state off chip" in line
+
+
+def test_a_recomputation_asked_of_a_profile_compiled_with_one_is_refused(tmp_path: Path) -> None:
+    spec = preset_spec("bert-tiny", "training", layers=3, recompute="every-layer")
+    profile = tmp_path / "recomputed.json"
+    profile.write_text(json.dumps(generate_document(spec)))
+    result = CliRunner().invoke(cli, [str(profile), "--solve", "--num-ipus", "2", "--recompute", "pipeline",
+                                      "--no-cache"])
+    assert result.exit_code == 2 and result.stdout == ""
+    line = result.stderr.strip().splitlines()[-1]
+    assert "recompute pipeline was asked" in line and "compiled with recomputation" in line
+    # Left out, the profile's own recomputation is taken, and recorded as such.
+    doc = json.loads(_invoke(profile, "--solve", "--num-ipus", 2, "--no-cache"))
+    assert doc["training"]["recompute"] == "compiled"

@@ -87,7 +87,8 @@ _OPTIONS: list[Callable[[Any], Any]] = [
                   help="Training: recomputation to model (docs/solvers.md); auto = the least that fits. "
                        "Default: what the profile's framework does (PopTorch, optimum: over 2+ IPUs, every-layer "
                        "when every layer holds a recomputation checkpoint, else pipeline; PopART, TensorFlow: none). "
-                       "A profile compiled with recomputation keeps its own."),
+                       "A profile compiled with recomputation keeps its own (pipeline or every-layer asked of it "
+                       "is refused)."),
     click.option("--optimizer-state", type=click.Choice(list(OPTIMIZER_STATES)), default=None,
                   help="Training: off-chip keeps optimizer state in streaming memory, loaded for its update only. "
                        "Default: as the profile was compiled (off-chip when its weight update streams it), else "
