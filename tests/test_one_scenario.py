@@ -253,3 +253,11 @@ def test_a_recomputation_asked_of_a_profile_compiled_with_one_is_refused(tmp_pat
     # Left out, the profile's own recomputation is taken, and recorded as such.
     doc = json.loads(_invoke(profile, "--solve", "--num-ipus", 2, "--no-cache"))
     assert doc["training"]["recompute"] == "compiled"
+
+
+@pytest.mark.parametrize("flags", [("--budget", "0.9"), ("--headroom", "0.1")])
+def test_plan_takes_the_budget_as_every_command_does(tmp_path: Path, flags: tuple[str, str]) -> None:
+    profile = FIXTURES / "tiny-training.json"  # 1,000 bytes per tile
+    solved = json.loads(_invoke(profile, "--solve", "--num-ipus", 2, *flags, "--no-cache"))
+    planned = json.loads(_invoke("plan", profile, "--ipus", 2, *flags, "--no-cache"))
+    assert solved["budget_bytes_per_tile"] == planned["budget_bytes"] == 900
