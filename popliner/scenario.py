@@ -22,7 +22,7 @@ from popliner.errors import UsageProblem
 from popliner.framework import framework_title
 from popliner.memory.training import OptimizerState, Recompute, RecomputeRequest, TrainingOptions
 
-__all__ = ["Resolved", "TrainingRequest", "compiled_state_refusal", "resolve", "tables_scenario"]
+__all__ = ["Resolved", "TrainingRequest", "compiled_state_refusal", "resolve", "resolve_recorded", "tables_scenario"]
 
 
 @dataclass(frozen=True)
@@ -78,6 +78,18 @@ def resolve(base: ProfileBase, request: TrainingRequest, num_ipus: int) -> Resol
     options = dataclasses.replace(request.given, recompute=applied_recompute, optimizer_state=state,
                                   head_placement="first" if head == "auto" else head)
     return Resolved(options, recompute, head, defaults, _said(base, request, defaults, recompute, head, state))
+
+
+def resolve_recorded(analysis: Analysis, source: str) -> None:
+    """A config's (or workbook's) recorded training options, resolved as every entry point resolves a request:
+    one that contradicts what the profile was compiled with is refused, naming ``source``."""
+    if analysis.mode != "training":
+        return
+    t = analysis.options.training
+    try:
+        resolve(analysis.base, TrainingRequest(t.recompute, t.head_placement, t.optimizer_state, t), 1)
+    except UsageProblem as e:
+        raise UsageProblem(f"{source}: its training options: {e}") from None
 
 
 def compiled_state_refusal(base: ProfileBase) -> str:

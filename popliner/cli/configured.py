@@ -40,6 +40,7 @@ def analysis_for_config(source: str, profile: str, mode: str, recorded: ConfigTr
     """
     from popliner.analysis import load_analysis
     from popliner.config.options import analysis_options, check_applied, check_cli_options
+    from popliner.scenario import resolve_recorded
 
     check_cli_options(recorded, source, {k: given.get(k) for k in CONFIG_TRAINING_PARAMS})
     from popliner.config.layering import analysis_fields, merged_layer_options
@@ -47,28 +48,13 @@ def analysis_for_config(source: str, profile: str, mode: str, recorded: ConfigTr
     layer_options = merged_layer_options(recorded_layers, given, source)
     options = analysis_options(mode, recorded, layer_groups, analysis_fields(layer_options))
     analysis = load_analysis(profile, options, use_cache=use_cache, cache_dir=cache_dir)
-    _check_record(analysis, source)
+    resolve_recorded(analysis, source)
     check_applied(recorded, analysis, source)
     sha = analysis.profile.sha256
     if recorded_sha256 and recorded_sha256.lower() != sha.lower():
         log.warning("%s differs from the profile the config was written for: sha256 %s.. vs %s..; "
                     "the figures are recomputed from %s", profile, sha[:12], recorded_sha256[:12], profile)
     return analysis
-
-
-def _check_record(analysis: Analysis, source: str) -> None:
-    """The config's options resolved as every entry point resolves them: one it records against what the profile
-    was compiled with (optimizer state on chip for a profile compiled off chip) is refused, naming the config."""
-    from popliner.errors import UsageProblem
-    from popliner.scenario import TrainingRequest, resolve
-
-    if analysis.mode != "training":
-        return
-    t = analysis.options.training
-    try:
-        resolve(analysis.base, TrainingRequest(t.recompute, t.head_placement, t.optimizer_state, t), 1)
-    except UsageProblem as e:
-        raise UsageProblem(f"{source}: its training block: {e}") from None
 
 
 def budget_for_config(analysis: Analysis, cfg: PipelineConfig, fraction: float | None) -> int:
