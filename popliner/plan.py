@@ -48,6 +48,9 @@ log = logging.getLogger(__name__)
 
 #: How ``num_ipus`` is read: at most that many, exactly that many, or the fewest that fit (at most that many).
 IpuCount = Literal["at-most", "exactly", "fewest"]
+Spelling = Literal["options", "parameters"]
+#: Request values that are command-line options of their own.
+_FLAGS: dict[tuple[str, object], str] = {("ipus", "exactly"): "--exact-ipus", ("ipus", "fewest"): "--min-ipus"}
 
 
 @dataclass(frozen=True)
@@ -83,6 +86,16 @@ class SplitRequest:
     link_bandwidth: float = DEFAULT_LINK_BANDWIDTH
     fit_facts: bool = True
     suggest: bool = True
+    #: How messages name the request's fields: as the command line's options (``--num-ipus 4``), or as
+    #: parameters (``num_ipus=4``) for a caller of the library.
+    spelling: Spelling = "parameters"
+
+    def named(self, field: str, value: object = None) -> str:
+        """A field, with a value, as this request's messages spell it (``--recompute auto`` / ``recompute='auto'``)."""
+        if self.spelling == "options":
+            flag = _FLAGS.get((field, value)) or f"--{field.replace('_', '-')}"
+            return flag if (field, value) in _FLAGS or value is None else f"{flag} {value}"
+        return field if value is None else f"{field}={value!r}"
 
     def __post_init__(self) -> None:
         if self.num_ipus < 1:
@@ -171,7 +184,7 @@ def _best_placement(base: ProfileBase, resolved: Resolved, request: SplitRequest
     tried = tuple((p, f) for _, p, f, _ in scored)
     # A placement that does not fit on the IPUs asked for was not tried on more: say so, not "none".
     shown = ", ".join(f"{p}: {f if f is not None else f'more than {request.num_ipus}'}" for p, f in tried)
-    log.warning("--head-placement auto chose %s: %s (fewest IPUs that fit: %s)", placement,
+    log.warning("%s chose %s: %s (fewest IPUs that fit: %s)", request.named("head_placement", "auto"), placement,
                 "it fits on the fewest IPUs, then the slowest IPU is fastest" if best.fits else "nothing fits",
                 shown)
     if (request.fit_facts, request.suggest) != (True, False) and not best.fits:
@@ -184,7 +197,7 @@ def _plan(analysis: Analysis, requested: RecomputeRequest, request: SplitRequest
     """The plan of one scenario; ``requested``: the recomputation asked for (``auto`` tries more scenarios)."""
     started = time.monotonic()
     if warn:
-        _warn_first_with_a_tied_head(analysis)
+        _warn_first_with_a_tied_head(analysis, request)
     asked = request.num_ipus
     request = dataclasses.replace(request, num_ipus=_ipus_for_layers(analysis, request))
     problem = split_problem(analysis, request)
@@ -215,16 +228,17 @@ def _plan(analysis: Analysis, requested: RecomputeRequest, request: SplitRequest
     return plan
 
 
-def _warn_first_with_a_tied_head(analysis: Analysis) -> None:
+def _warn_first_with_a_tied_head(analysis: Analysis, request: SplitRequest) -> None:
     """``first`` with a tied head plans a pipeline the frameworks do not build: say so, and what they do."""
 
     if analysis.mode != "training" or analysis.options.training.head_placement != "first":
         return
     if analysis.base.tied_head(analysis.options.training):
         log.warning("%s: the head shares its weight with the embedding (a tied LM or MLM head); with "
-                    "--head-placement first it runs at the end of IPU 0's forward stage, which then spans the "
+                    "%s it runs at the end of IPU 0's forward stage, which then spans the "
                     "whole model; optimum-graphcore's pretraining, MLM and LM models wrap such a head back "
-                    "onto IPU 0 after the last layer: --head-placement wrap plans that", analysis.profile.path)
+                    "onto IPU 0 after the last layer: %s plans that", analysis.profile.path,
+                    request.named("head_placement", "first"), request.named("head_placement", "wrap"))
 
 
 def _ipus_for_layers(analysis: Analysis, request: SplitRequest) -> int:
@@ -236,9 +250,11 @@ def _ipus_for_layers(analysis: Analysis, request: SplitRequest) -> int:
     if request.num_ipus <= layers or layers == 0:
         return request.num_ipus
     if request.ipus == "exactly":
-        raise UsageProblem(f"--exact-ipus --num-ipus {request.num_ipus}: the model has {layers} layers, so at most "
-                           f"{layers} IPUs can each hold one; give --num-ipus {layers} or fewer")
-    log.warning("--num-ipus %d is more than the %d layers: using at most %d IPUs", request.num_ipus, layers, layers)
+        raise UsageProblem(f"{request.named('ipus', 'exactly')} {request.named('num_ipus', request.num_ipus)}: the "
+                           f"model has {layers} layers, so at most {layers} IPUs can each hold one; give "
+                           f"{request.named('num_ipus', layers)} or fewer")
+    log.warning("%s is more than the %d layers: using at most %d IPUs", request.named("num_ipus", request.num_ipus),
+                layers, layers)
     return layers
 
 
@@ -246,12 +262,14 @@ def split_problem(analysis: Analysis, request: SplitRequest) -> SplitProblem:
     """The solvers' plain problem for a request: layer names become indices, the budget bytes."""
     if not analysis.layer_names:
         raise UsageProblem(f"{analysis.profile.path}: no operation got a layer, so there is nothing to split; "
-                           "check --layer-name-regex")
-    pairs = tuple((a, b) for a, b in (_layer_indices(analysis, pair, "--same-ipu") for pair in request.same_ipu))
+                           "check " + request.named("layer_name_regex"))
+    pairs = tuple((a, b) for a, b in (_layer_indices(analysis, pair, request.named("same_ipu"))
+                                      for pair in request.same_ipu))
     return SplitProblem(
         num_ipus=request.num_ipus, budget=request.budget(analysis),
         exact_ipus=request.ipus == "exactly", min_layers=request.min_layers,
-        split_after=tuple(_layer_indices(analysis, request.split_after, "--split-after")), same_ipu=pairs,
+        split_after=tuple(_layer_indices(analysis, request.split_after, request.named("split_after"))),
+        same_ipu=pairs,
         keep_shared_together=request.keep_shared_together, training=analysis.mode == "training",
     )
 
@@ -274,8 +292,9 @@ def _solve(analysis: Analysis, problem: SplitProblem, request: SplitRequest, sta
                 fewest = fewest_ipus(analysis, problem, request.link_bandwidth, started + request.time_limit)
             except OutOfTime:
                 fewest = None
-                log.warning("--min-ipus: the %g s time limit ran out before the fewest IPUs that fit were found; "
-                            "solving over at most %d", request.time_limit, problem.num_ipus)
+                log.warning("%s: the %g s time limit ran out before the fewest IPUs that fit were found; "
+                            "solving over at most %d", request.named("ipus", "fewest"), request.time_limit,
+                            problem.num_ipus)
         if fewest is not None and fewest <= problem.num_ipus:
             problem = dataclasses.replace(problem, num_ipus=fewest, exact_ipus=True)
     log.info("solving: %d layers over %s %d IPUs, %s bytes per tile, %s, solver %s", len(analysis.layer_names),
@@ -298,7 +317,7 @@ def _auto_recompute(analysis: Analysis, problem: SplitProblem, split: SplitResul
         analysis = scenario(analysis.base, analysis.options.training.with_recompute(mode), analysis.shared)  # type: ignore[arg-type]
         problem = dataclasses.replace(problem, training=analysis.mode == "training")
         split = _solve(analysis, problem, request, started)
-    log.warning("--recompute auto chose %s", analysis.engine.view.recompute)
+    log.warning("%s chose %s", request.named("recompute", "auto"), analysis.engine.view.recompute)
     return analysis, problem, split
 
 

@@ -261,3 +261,16 @@ def test_plan_takes_the_budget_as_every_command_does(tmp_path: Path, flags: tupl
     solved = json.loads(_invoke(profile, "--solve", "--num-ipus", 2, *flags, "--no-cache"))
     planned = json.loads(_invoke("plan", profile, "--ipus", 2, *flags, "--no-cache"))
     assert solved["budget_bytes_per_tile"] == planned["budget_bytes"] == 900
+
+
+def test_library_messages_name_parameters_and_the_command_line_names_options(
+        caplog: pytest.LogCaptureFixture) -> None:
+    profile = FIXTURES / "bert-tiny-training.json"
+    with caplog.at_level("WARNING"):
+        popliner.load(str(profile), use_cache=False).plan(num_ipus=40, recompute="auto", fit_facts=False)
+    text = caplog.text
+    assert "num_ipus=40 is more than the 3 layers" in text and "recompute='auto' chose" in text
+    assert "--num-ipus" not in text and "--recompute" not in text
+    result = CliRunner().invoke(cli, [str(profile), "--solve", "--num-ipus", "40", "--recompute", "auto",
+                                      "--no-cache"])
+    assert "--num-ipus 40 is more than the 3 layers" in result.stderr and "--recompute auto chose" in result.stderr

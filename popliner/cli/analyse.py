@@ -131,7 +131,7 @@ def _split_request(p: dict[str, Any]) -> SplitRequest:
         split_after=tuple(p["split_after"]), same_ipu=tuple(pairs),
         min_layers=p["min_layers_per_stage"], keep_shared_together=p["keep_shared_vars_together"],
         solver=p["solver"], time_limit=p["time_limit"], seed=p["seed"], link_bandwidth=p["link_bandwidth"],
-        fit_facts=not quiet, suggest=not quiet)
+        fit_facts=not quiet, suggest=not quiet, spelling="options")
 
 
 def _refuse_poplar_report(profile: str, debug_info: str | None) -> None:
