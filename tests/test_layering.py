@@ -14,8 +14,8 @@ through it), ``interrupts`` (signals deferred while a file is being made),
 with a time bound) and ``hardware`` (the link figures every layer assumes by default). They import
 nothing else from popliner, which is checked too.
 
-The upper half (base -> analysis -> scenario -> plan -> config -> check/simulate -> writers -> cli, :data:`UPPER`) imports
-only down that flow, and no two parts of popliner import each other, however indirectly.
+The upper half (base -> analysis -> scenario -> plan -> config -> check/simulate -> writers -> cli,
+:data:`UPPER`) imports only down that flow, and no two parts of popliner import each other, however indirectly.
 """
 
 from __future__ import annotations
