@@ -16,28 +16,27 @@ import hashlib
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+from popliner.base import DEFAULT_BACKWARD_REGEX, AnalysisOptions, ProfileBase
 from popliner.errors import UsageProblem
-from popliner.framework import FrameworkChoice, choose_framework
+from popliner.framework import FrameworkChoice
 from popliner.hardware import DEFAULT_LINK_BANDWIDTH
+from popliner.layout import Layout
 from popliner.memory.training import TrainingOptions
 from popliner.memory.work import check_work
-from popliner.ops.head import place_unlayered
 from popliner.ops.layers import (
-    AUTO_PRESET,
-    DEFAULT_INPUTS_REGEX_LAYER_0,
     LayerAssignment,
     announce_layers,
     choose_layers,
     compile_regex,
     layers_key,
 )
-from popliner.ops.operations import DEFAULT_OP_LAYERS, OperationTable, derive_operations
+from popliner.ops.operations import OperationTable, derive_operations
 from popliner.profile.cache import PendingStore, cache_path, load_cached
 from popliner.profile.cachecheck import Bad, check_csr, check_len, check_range
 from popliner.profile.files import read_profile_bytes
@@ -57,107 +56,102 @@ if TYPE_CHECKING:
     from popliner.solvers.result import SplitResult, StageResult
     from popliner.solvers.solve import SolverName
 
-__all__ = ["DEFAULT_BACKWARD_REGEX", "Analysis", "AnalysisOptions", "analyse_profile", "load_analysis", "solve_split"]
+__all__ = ["DEFAULT_BACKWARD_REGEX", "Analysis", "AnalysisOptions", "ProfileBase", "analyse_profile", "load_analysis",
+           "profile_base", "scenario", "solve_split"]
 
 log = logging.getLogger(__name__)
 
-#: Operation names that belong to the backward pass or the weight update.
-DEFAULT_BACKWARD_REGEX = r"(?i)grad|backward|varupdate|sgd|adam|lamb|optimi[sz]er"
-Mode = Literal["auto", "inference", "training"]
 #: Files at least this big get a "reading" progress line before the long parse.
 _ANNOUNCE_BYTES = 16 << 20
+#: The options a load takes when given none (a frozen value: safe as every call's default).
+DEFAULT_OPTIONS = AnalysisOptions()
 
 
-@dataclass(frozen=True)
-class AnalysisOptions:
-    """Everything that changes how a profile is read into operations and layers."""
-
-    op_layers: tuple[str, ...] = DEFAULT_OP_LAYERS
-    #: A named layer rule (popliner.ops.layers.LAYER_PRESETS) or "auto" (the one covering most operations).
-    layer_preset: str = AUTO_PRESET
-    #: Overrides the preset when given.
-    layer_name_regex: str | None = None
-    inputs_regex_layer_0: str = DEFAULT_INPUTS_REGEX_LAYER_0
-    layer_order: Literal["steps", "natural"] = "steps"
-    #: Count only variables of operations that have a layer (PopLiner's rule).
-    layered_vars_only: bool = True
-    mode: Mode = "auto"
-    backward_regex: str = DEFAULT_BACKWARD_REGEX
-    #: How training memory is modelled (read only by the memory engine and the pipeline rules).
-    training: TrainingOptions = field(default_factory=TrainingOptions)
-    #: ``--framework``: overrides the framework found in the profile (popliner.framework).
-    framework: str | None = None
-
-    def cache_key(self) -> str:
-        # Only what shapes the cached data (operations) goes into the key.
-        return "ops:" + ",".join(self.op_layers)
-
-
-@dataclass(eq=False)
+@dataclass(frozen=True, eq=False)
 class Analysis:
-    """A profile with its operations and layers, and the memory engine over them.
+    """One scenario: a profile's base (:class:`popliner.base.ProfileBase`) under one set of training options.
 
-    The figures themselves come from :attr:`engine` (a
+    Made only by :func:`scenario` (a pure function of the base and the
+    options). The figures come from :attr:`engine` (a
     :class:`popliner.memory.engine.MemoryEngine`); the methods here take
     layer names, as users and configs give them, and hand indices on.
     """
 
-    profile: Profile
-    ops: OperationTable
+    base: ProfileBase
+    #: The layers under the options' head placement (the base's named layers grouped for ``last``/``wrap``).
     layers: LayerAssignment
+    #: The base's reading options with this scenario's training options.
     options: AnalysisOptions
-    from_cache: bool = False
-    #: The layers the naming rule gave, before ``--head-placement`` grouped the unlayered operations.
-    named_layers: LayerAssignment | None = None
-    #: Option-free layer parts shared with analyses of the same profile and operations under other training
-    #: options (``popliner plan`` analyses one per option set); handed to the engine, None to share nothing.
+    #: Option-free layer parts shared with the other scenarios of the base that a plan makes (None: none).
     shared: SharedParts | None = None
+
+    def __repr__(self) -> str:
+        t = self.options.training
+        return (f"<popliner scenario of {self.profile.path}: {self.mode}, {len(self.layer_names)} layers, "
+                f"recompute {t.recompute}, optimizer state {t.optimizer_state}, head {t.head_placement}>")
+
+    # -- what the base decides ------------------------------------------------------
+
+    @property
+    def profile(self) -> Profile:
+        return self.base.profile
+
+    @property
+    def ops(self) -> OperationTable:
+        return self.base.ops
+
+    @property
+    def named_layers(self) -> LayerAssignment:
+        """The layers the naming rule gave, before the head placement grouped the unlayered operations."""
+        return self.base.named_layers
+
+    @property
+    def from_cache(self) -> bool:
+        return self.base.from_cache
+
+    @property
+    def is_backward(self) -> np.ndarray:
+        """Bool per operation: part of the backward pass or the weight update (by name)."""
+        return self.base.is_backward
+
+    @property
+    def mode(self) -> str:
+        return self.base.mode
+
+    @property
+    def framework(self) -> FrameworkChoice:
+        """The framework that compiled the profile (or ``--framework``): popliner.framework."""
+        return self.base.framework
+
+    @property
+    def whole_memory(self) -> StageMemory:
+        """Every operation with every one of its variables: the whole single-IPU program (the base's)."""
+        return self.base.whole_memory
+
+    @cached_property
+    def layout(self) -> Layout:
+        """Where the embedding and the head go: the one layout of this scenario, which the engine reads too."""
+        return Layout.of(self.layers.names, self.options.training.head_placement)
+
+    @cached_property
+    def engine(self) -> MemoryEngine:
+        """The memory engine of this scenario (its memory facts)."""
+        from popliner.memory.engine import MemoryEngine
+
+        counted = self.layers.layer_of_op >= 0 if self.options.layered_vars_only else np.ones(self.ops.count, bool)
+        return MemoryEngine(self.profile, self.ops, self.layers.layer_of_op, self.layers.names, counted,
+                            self.is_backward, self.mode == "training", self.options.training, self.shared,
+                            layout=self.layout)
+
+    @property
+    def model(self) -> MemoryModel:
+        return self.engine.model
 
     # -- layers and operations -----------------------------------------------
 
     @property
     def layer_names(self) -> tuple[str, ...]:
         return self.layers.names
-
-    @cached_property
-    def is_backward(self) -> np.ndarray:
-        """Bool per operation: part of the backward pass or the weight update."""
-        regex = compile_regex(self.options.backward_regex, "--backward-regex", DEFAULT_BACKWARD_REGEX)
-        return np.array([bool(regex.search(name)) for name in self.ops.names], bool)
-
-    @cached_property
-    def mode(self) -> str:
-        if self.options.mode != "auto":
-            return self.options.mode
-        return "training" if bool(self.is_backward.any()) else "inference"
-
-    @cached_property
-    def framework(self) -> FrameworkChoice:
-        """The framework that compiled the profile (or ``--framework``): popliner.framework."""
-        return choose_framework(self.profile, self.options.framework)
-
-    @cached_property
-    def engine(self) -> MemoryEngine:
-        """The memory engine of this profile, its layers and its mode."""
-        from popliner.memory.engine import MemoryEngine
-
-        counted = self.layers.layer_of_op >= 0 if self.options.layered_vars_only else np.ones(self.ops.count, bool)
-        return MemoryEngine(self.profile, self.ops, self.layers.layer_of_op, self.layers.names, counted,
-                            self.is_backward, self.mode == "training", self.options.training, self.shared)
-
-    @property
-    def model(self) -> MemoryModel:
-        return self.engine.model
-
-    @cached_property
-    def whole_memory(self) -> StageMemory:
-        """Every operation with every one of its variables: the whole single-IPU program (once per analysis).
-
-        The Totals table, the whole-model row, the coverage and ``--headroom``'s default all read it.
-        """
-        from popliner.memory.model import whole_program_memory
-
-        return whole_program_memory(self.profile, self.ops)
 
     def layer_index(self, name: str) -> int:
         try:
@@ -341,27 +335,43 @@ def _choose_layers(ops: OperationTable, options: AnalysisOptions) -> LayerAssign
                              options.layer_order)
 
 
-def analyse_profile(profile: Profile, options: AnalysisOptions = AnalysisOptions(),
+def scenario(base: ProfileBase, training: TrainingOptions, shared: SharedParts | None = None) -> Analysis:
+    """The base under ``training`` (options as applied, resolved by :func:`popliner.scenario.resolve`): pure.
+
+    The layers are the base's named layers grouped for the head placement
+    (memoised on the base); everything else the scenario reads of the profile
+    comes from the base. ``shared``: the base's option-free layer parts, for a
+    plan that makes scenarios of several option sets.
+    """
+    options = dataclasses.replace(base.options, training=training)
+    return Analysis(base, base.layers_for(training), options, shared)
+
+
+def analyse_profile(profile: Profile, options: AnalysisOptions = DEFAULT_OPTIONS,
                     ops: OperationTable | None = None, layers: LayerAssignment | None = None,
-                    announce: bool = True, is_backward: np.ndarray | None = None,
-                    work_checked: bool = False) -> Analysis:
-    """Operations and layers of an already loaded profile.
+                    announce: bool = True, from_cache: bool = False,
+                    whole_per_tile: np.ndarray | None = None) -> Analysis:
+    """The base of an already loaded profile, and its scenario under ``options.training``.
 
     ``layers``: the assignment :func:`choose_layers` gives ``ops`` under these options, when already known.
-    ``announce``: say what the operations left unattributed (False when re-analysing with other options).
-    ``is_backward``: :attr:`Analysis.is_backward` of ``ops`` under ``options.backward_regex``, when known.
-    ``work_checked``: :func:`popliner.memory.work.check_work` already passed for this profile and ``ops``
-    (a re-analysis under other training options: the bound depends on neither).
+    ``announce``: say what the operations left unattributed.
     """
+    return scenario(profile_base(profile, options, ops, layers, announce, from_cache, whole_per_tile),
+                    options.training)
+
+
+def profile_base(profile: Profile, options: AnalysisOptions = DEFAULT_OPTIONS,
+                 ops: OperationTable | None = None, layers: LayerAssignment | None = None,
+                 announce: bool = True, from_cache: bool = False,
+                 whole_per_tile: np.ndarray | None = None) -> ProfileBase:
+    """The base of an already loaded profile: its operations and named layers, checked (see :func:`analyse_profile`)."""
     _check_regexes(options)
     if ops is None:
         with phase("deriving operations"):
             ops = derive_operations(profile, options.op_layers)
     if layers is None:
         layers = _choose_layers(ops, options)
-    if not work_checked:
-        check_work(profile, ops)  # before anything is allocated from the profile's sizes
-    named = layers
+    check_work(profile, ops)  # before anything is allocated from the profile's sizes
     if ops.count == 0 and ops.reachable_programs and announce:
         # Not an error: every figure is still computed, but nothing can be grouped into layers or split.
         log.warning("%s: none of its %d programs carries a debug context (the profile has %d), so there are no "
@@ -371,16 +381,8 @@ def analyse_profile(profile: Profile, options: AnalysisOptions = AnalysisOptions
     elif ops.unattributed_programs and announce:
         log.info("%d of %d reachable programs have no debug context and belong to no operation",
                  ops.unattributed_programs, ops.reachable_programs)
-    backward = is_backward
-    if options.training.head_placement != "first":
-        if backward is None:
-            regex = compile_regex(options.backward_regex, "--backward-regex", DEFAULT_BACKWARD_REGEX)
-            backward = np.array([bool(regex.search(name)) for name in ops.names], bool)
-        layers = place_unlayered(profile, ops, layers, backward, options.training)
-    analysis = Analysis(profile, ops, layers, options, named_layers=named)
-    if backward is not None:
-        analysis.__dict__["is_backward"] = backward  # the cached_property's slot: one regex pass over the names
-    return analysis
+    return ProfileBase(profile, ops, layers, dataclasses.replace(options, training=TrainingOptions()), from_cache,
+                       whole_per_tile)
 
 
 @dataclass(frozen=True, eq=False)
@@ -427,7 +429,7 @@ def _check_cached(profile: Profile, derived: CachedDerived, layers: LayerAssignm
         check_range("layer of operation", layers.layer_of_op, -1, len(layers.names))
 
 
-def load_analysis(path: str, options: AnalysisOptions = AnalysisOptions(), *, use_cache: bool = True,
+def load_analysis(path: str, options: AnalysisOptions = DEFAULT_OPTIONS, *, use_cache: bool = True,
                   cache_dir: str | None = None) -> Analysis:
     """Load a profile file (through the cache in ``cache_dir`` unless ``use_cache`` is off) and analyse it.
 
@@ -452,10 +454,8 @@ def load_analysis(path: str, options: AnalysisOptions = AnalysisOptions(), *, us
                 layers = hit.layers[1]
                 with phase("assigning layers"):
                     announce_layers(layers, options.layer_preset, options.layer_name_regex)
-            analysis = analyse_profile(hit.profile, options, ops=hit.derived.ops, layers=layers)
-            analysis.from_cache = True
-            _keep_whole(analysis, hit.derived.whole_per_tile)
-            return analysis
+            return analyse_profile(hit.profile, options, ops=hit.derived.ops, layers=layers, from_cache=True,
+                                   whole_per_tile=hit.derived.whole_per_tile)
     if len(raw) > _ANNOUNCE_BYTES:
         log.info("reading %s (%.1f MB)", path, len(raw) / 1e6)
     from popliner.profile.loader import parse_profile_bytes, small_pages
@@ -481,14 +481,5 @@ def load_analysis(path: str, options: AnalysisOptions = AnalysisOptions(), *, us
             whole = whole_program_memory(profile, ops).per_tile  # while the columns are packed on other threads
             with phase("writing the cache"):
                 pending.finish(where, sha, key, CachedDerived(ops, whole), (_layers_key(options), layers))
-    analysis = analyse_profile(profile, options, ops=ops, layers=layers)
-    if whole is not None:
-        _keep_whole(analysis, whole)
-    return analysis
+    return analyse_profile(profile, options, ops=ops, layers=layers, whole_per_tile=whole)
 
-
-def _keep_whole(analysis: Analysis, per_tile: np.ndarray) -> None:
-    """Give :attr:`Analysis.whole_memory` the figures computed (or cached) with the profile."""
-    from popliner.memory.types import StageMemory
-
-    analysis.__dict__["whole_memory"] = StageMemory(per_tile)  # the cached_property's own slot

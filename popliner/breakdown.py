@@ -12,7 +12,7 @@ import numpy as np
 
 from popliner.analysis import Analysis
 from popliner.memory.categories import MODELLED
-from popliner.memory.coverage import Coverage, coverage_of, measured_headroom
+from popliner.memory.coverage import Coverage, coverage_of
 from popliner.memory.ranges import ProfileRanges
 from popliner.memory.sharing import handed_over_bytes, shared_bytes
 from popliner.memory.training import RecomputeRequest
@@ -293,11 +293,8 @@ def profile_totals(analysis: Analysis) -> tuple[TotalsRow, ...]:
 
 
 def default_headroom(analysis: Analysis) -> float:
-    """``--headroom``'s default: the model's measured shortfall against the compiler, for a profile that has
-    the compiler's other categories and its totals; else 0 (what is left out cannot be measured there).
-    """
-    cov = profile_coverage(analysis) if analysis.model.has_other else None
-    return measured_headroom(cov) if cov is not None else 0.0
+    """``--headroom``'s default: :attr:`popliner.base.ProfileBase.default_headroom` (one rule for every command)."""
+    return analysis.base.default_headroom
 
 
 def profile_coverage(analysis: Analysis) -> Coverage | None:

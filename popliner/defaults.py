@@ -49,6 +49,9 @@ class PlannedDefaults:
     recompute: Recompute
     head_placement: HeadPlacementRequest
     why: str
+    #: The two halves of ``why``: where the head goes, and (training) what is recomputed.
+    where: str = ""
+    redo: str = ""
 
 
 def framework_defaults(framework: str, num_ipus: int, tied_head: bool, training: bool = True,
@@ -81,8 +84,8 @@ def framework_defaults(framework: str, num_ipus: int, tied_head: bool, training:
     else:
         head, where = "first", "the operations without a layer on IPU 0"
     if not training:
-        return PlannedDefaults("none", head, f"as {title} builds it: {where}")
-    return PlannedDefaults(recompute, head, f"as {title} builds it: {where}, {redo}")
+        return PlannedDefaults("none", head, f"as {title} builds it: {where}", where)
+    return PlannedDefaults(recompute, head, f"as {title} builds it: {where}, {redo}", where, redo)
 
 
 def buildable_placements(framework: str) -> tuple[HeadPlacement, ...]:

@@ -47,7 +47,23 @@ def load(path: str, *, use_cache: bool = True, cache_dir: str | None = None, **o
     with underscores: ``recompute="every-layer"``, ``optimizer_state="off-chip"``,
     ``head_placement="wrap"``, ``replication_factor=4`` (or a whole ``training=TrainingOptions(...)``).
     """
-    return Model(load_analysis(str(path), analysis_options(options), use_cache=use_cache, cache_dir=cache_dir))
+    from popliner.scenario import tables_scenario
+
+    given = _given_choices(options)
+    analysis = load_analysis(str(path), analysis_options(options), use_cache=use_cache, cache_dir=cache_dir)
+    return Model(tables_scenario(analysis, given.get("optimizer_state")), given)
+
+
+#: The training choices a plan resolves when they are not given (popliner.scenario.resolve).
+_CHOICES = ("recompute", "head_placement", "optimizer_state")
+
+
+def _given_choices(options: dict[str, Any]) -> dict[str, Any]:
+    """The recomputation, head placement and optimizer state given to :func:`load`, for its plans."""
+    training = options.get("training")
+    if isinstance(training, TrainingOptions):
+        return {name: getattr(training, name) for name in _CHOICES}
+    return {name: options[name] for name in _CHOICES if name in options}
 
 
 def analysis_options(options: dict[str, Any]) -> AnalysisOptions:
@@ -69,11 +85,22 @@ def analysis_options(options: dict[str, Any]) -> AnalysisOptions:
     return AnalysisOptions(**options)
 
 
-@dataclass(eq=False)
+@dataclass(frozen=True, eq=False)
 class Model:
-    """An analysed profile with DataFrame views. ``analysis`` is the full library object."""
+    """An analysed profile with DataFrame views. ``analysis`` is the full library object.
+
+    ``given``: the recomputation, head placement and optimizer state given to
+    :func:`load`; :meth:`plan` and :meth:`solve` resolve the others as the
+    command line does (the framework's defaults, then the profile's compiled facts).
+    """
 
     analysis: Analysis
+    given: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def __repr__(self) -> str:
+        a = self.analysis
+        return (f"<popliner.Model {a.profile.path}: {a.mode}, {a.ops.count:,} operations, "
+                f"{len(a.layer_names)} layers, framework {a.framework.name}>")
 
     @property
     def layer_names(self) -> tuple[str, ...]:
@@ -147,22 +174,15 @@ class Model:
     def solve(self, num_ipus: int = 4, *, mem_per_tile: int | None = None, headroom: float | None = None,
               exact_ipus: bool = False, solver: str = "ilp", time_limit: float = 60.0, seed: int = 0,
               link_bytes_per_second: float = DEFAULT_LINK_BANDWIDTH, **constraints: Any) -> SplitResult:
-        """Split the layers over at most ``num_ipus`` IPUs (see :class:`popliner.solvers.problem.SplitProblem`
-        for ``constraints``: ``min_layers``, ``split_after``, ``same_ipu``, ``keep_shared_together``).
-
-        ``headroom`` defaults as ``--headroom`` does (:func:`popliner.breakdown.default_headroom`).
+        """Split the layers over at most ``num_ipus`` IPUs: the split of :meth:`plan` (the command line's
+        ``--solve``), with ``constraints`` as :class:`popliner.plan.SplitRequest` names them
+        (``min_layers``, ``split_after``, ``same_ipu``, ``keep_shared_together``) and ``headroom``
+        defaulting as everywhere (:meth:`popliner.base.ProfileBase.budget`).
         """
-        from popliner.analysis import solve_split
-        from popliner.breakdown import default_headroom
-        from popliner.solvers.problem import SplitProblem
-
-        if headroom is None:
-            headroom = default_headroom(self.analysis)
-        budget = int((mem_per_tile or self.analysis.profile.target.bytes_per_tile) * (1.0 - headroom))
-        problem = SplitProblem(num_ipus=num_ipus, budget=budget, exact_ipus=exact_ipus,
-                               training=self.analysis.mode == "training", **constraints)
-        return solve_split(self.analysis, problem, solver=solver, time_limit=time_limit,  # type: ignore[arg-type]
-                           seed=seed, link_bytes_per_second=link_bytes_per_second)
+        plan = self.plan(num_ipus=num_ipus, ipus="exactly" if exact_ipus else "at-most", mem_per_tile=mem_per_tile,
+                         headroom=headroom, solver=solver, time_limit=time_limit, seed=seed,
+                         link_bandwidth=link_bytes_per_second, fit_facts=False, suggest=False, **constraints)
+        return plan.split
 
     def plan_pod(self, ipus: int, **request: Any) -> PodPlan:
         """Every configuration of a pod of ``ipus`` IPUs, ranked (``request``: :class:`popliner.pod.PodRequest`
@@ -173,7 +193,8 @@ class Model:
 
 
     def plan(self, **request: Any) -> SplitPlan:
-        """The CLI's ``--solve`` workflow: ``request`` holds :class:`popliner.plan.SplitRequest` fields.
+        """The command line's ``--solve`` workflow, with its defaults: ``request`` holds
+        :class:`popliner.plan.SplitRequest` fields.
 
         For example ``plan(num_ipus=8, ipus="fewest", recompute="auto")``; the
         plan carries the split (``.split.to_frame()``), the training options
@@ -190,6 +211,8 @@ class Model:
         for key in ("split_after", "same_ipu"):
             if isinstance(request.get(key), list):
                 request[key] = tuple(tuple(x) if isinstance(x, list) else x for x in request[key])
+        for name in _CHOICES:
+            request.setdefault(name, self.given.get(name))
         return plan_split(self.analysis, SplitRequest(**request))
 
 

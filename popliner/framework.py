@@ -64,8 +64,9 @@ class FrameworkChoice:
     """The framework and where popliner got it: ``option``, ``source``, ``contexts`` or ``default``."""
 
     name: Framework
-    origin: Literal["option", "source", "contexts", "default"]
-    #: The debug-context layer that decided it (``origin == "contexts"``), else "".
+    origin: Literal["option", "ipu-config-out", "source", "contexts", "default"]
+    #: The debug-context layer that decided it (``origin == "contexts"``); with ``ipu-config-out`` (an optimum
+    #: config asked for, no ``--framework``) what the profile itself says; else "".
     evidence: str = ""
 
     def describe(self) -> str:
@@ -73,6 +74,8 @@ class FrameworkChoice:
         title = framework_title(self.name)
         if self.origin == "option":
             return f"{title} (--framework)"
+        if self.origin == "ipu-config-out":
+            return f"{title} (--ipu-config-out writes its IPUConfig; the profile says {self.evidence})"
         if self.origin == "source":
             return f"{title} (the profile's source.framework)"
         if self.origin == "contexts":
@@ -126,8 +129,13 @@ def detect_framework(profile: Profile) -> FrameworkChoice:
     return FrameworkChoice("popart", "default")
 
 
-def choose_framework(profile: Profile, override: str | None = None) -> FrameworkChoice:
-    """``override`` (``--framework``) when given, else :func:`detect_framework`."""
+def choose_framework(profile: Profile, override: str | None = None, for_ipu_config: bool = False) -> FrameworkChoice:
+    """``override`` (``--framework``) when given; else optimum-graphcore when an optimum config is asked for
+    (``for_ipu_config``: its pipeline is the one to plan; the choice says what the profile itself names), else
+    :func:`detect_framework`."""
     if override:
         return FrameworkChoice(parse_framework(override), "option")
-    return detect_framework(profile)
+    found = detect_framework(profile)
+    if for_ipu_config and found.name != "optimum":
+        return FrameworkChoice("optimum", "ipu-config-out", found.describe())
+    return found

@@ -18,21 +18,22 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from popliner.analysis import Analysis, solve_split
+from popliner.analysis import Analysis, scenario, solve_split
+from popliner.base import ProfileBase
 from popliner.deadline import OutOfTime
-from popliner.defaults import HeadPlacementRequest, PlannedDefaults, buildable_placements, framework_defaults
+from popliner.defaults import HeadPlacementRequest, PlannedDefaults, buildable_placements
 from popliner.errors import UsageProblem
 from popliner.hardware import DEFAULT_LINK_BANDWIDTH
 from popliner.layout import Layout
-from popliner.memory.training import AppliedRecompute, Recompute, RecomputeRequest
+from popliner.memory.training import AppliedRecompute, OptimizerState, RecomputeRequest
 from popliner.progress import phase
+from popliner.scenario import Resolved, TrainingRequest, resolve
 from popliner.solvers.problem import SplitProblem
 from popliner.training_choice import (
     AUTO_ORDER,
     Suggestion,
     budget_table,
     fewest_ipus,
-    reanalyse,
     suggest_options,
 )
 from popliner.training_record import ConfigTraining, training_of
@@ -47,16 +48,21 @@ log = logging.getLogger(__name__)
 
 #: How ``num_ipus`` is read: at most that many, exactly that many, or the fewest that fit (at most that many).
 IpuCount = Literal["at-most", "exactly", "fewest"]
+Spelling = Literal["options", "parameters"]
+#: Request values that are command-line options of their own.
+_FLAGS: dict[tuple[str, object], str] = {("ipus", "exactly"): "--exact-ipus", ("ipus", "fewest"): "--min-ipus"}
 
 
 @dataclass(frozen=True)
 class SplitRequest:
     """Everything a user can ask of a split (the CLI's ``--solve`` options, as plain values).
 
-    ``recompute`` and ``head_placement`` are None to keep what the analysis
-    was made with; ``recompute="auto"`` takes the least recomputation that
-    fits. ``mem_per_tile`` defaults to the profile's bytes per tile, of which
-    ``headroom`` (a fraction; None: :func:`popliner.breakdown.default_headroom`
+    ``recompute``, ``head_placement`` and ``optimizer_state`` are None to
+    take their defaults: what the profile's framework builds, then what the
+    profile was compiled with (:func:`popliner.scenario.resolve`, as every
+    entry point does); ``recompute="auto"`` takes the least recomputation
+    that fits. ``mem_per_tile`` defaults to the profile's bytes per tile, of which
+    ``headroom`` (a fraction; None: :attr:`popliner.base.ProfileBase.default_headroom`
     of the profile) is kept free. ``fit_facts`` asks for the fewest
     IPUs and the one-IPU figure of a split that fits, ``suggest`` for the
     option search when none fits (training).
@@ -66,8 +72,8 @@ class SplitRequest:
     ipus: IpuCount = "at-most"
     recompute: RecomputeRequest | None = None
     head_placement: HeadPlacementRequest | None = None
-    #: Take what the request leaves unset (None) from what the profile's framework builds (popliner.defaults).
-    framework_defaults: bool = False
+    #: Where the optimizer state lives; None: as the profile was compiled (popliner.scenario.resolve).
+    optimizer_state: OptimizerState | None = None
     mem_per_tile: int | None = None
     headroom: float | None = None
     split_after: tuple[str, ...] = ()
@@ -80,6 +86,16 @@ class SplitRequest:
     link_bandwidth: float = DEFAULT_LINK_BANDWIDTH
     fit_facts: bool = True
     suggest: bool = True
+    #: How messages name the request's fields: as the command line's options (``--num-ipus 4``), or as
+    #: parameters (``num_ipus=4``) for a caller of the library.
+    spelling: Spelling = "parameters"
+
+    def named(self, field: str, value: object = None) -> str:
+        """A field, with a value, as this request's messages spell it (``--recompute auto`` / ``recompute='auto'``)."""
+        if self.spelling == "options":
+            flag = _FLAGS.get((field, value)) or f"--{field.replace('_', '-')}"
+            return flag if (field, value) in _FLAGS or value is None else f"{flag} {value}"
+        return field if value is None else f"{field}={value!r}"
 
     def __post_init__(self) -> None:
         if self.num_ipus < 1:
@@ -90,13 +106,8 @@ class SplitRequest:
             raise UsageProblem(f"ipus {self.ipus!r}: expected at-most, exactly or fewest")
 
     def budget(self, analysis: Analysis) -> int:
-        """Bytes per tile a split of ``analysis`` may use."""
-        headroom = self.headroom
-        if headroom is None:
-            from popliner.breakdown import default_headroom
-
-            headroom = default_headroom(analysis)
-        return int((self.mem_per_tile or analysis.profile.target.bytes_per_tile) * (1.0 - headroom))
+        """Bytes per tile a split of ``analysis`` may use (:meth:`popliner.base.ProfileBase.budget`)."""
+        return analysis.base.budget(self.mem_per_tile, self.headroom)
 
 
 @dataclass(frozen=True)
@@ -139,57 +150,33 @@ class SplitPlan:
 
 
 def plan_split(analysis: Analysis, request: SplitRequest = SplitRequest()) -> SplitPlan:
-    """Split the analysed profile as ``request`` asks; ``request.time_limit`` bounds the whole call."""
-    defaults = None
-    if request.framework_defaults:
-        request, defaults = _apply_defaults(analysis, request)
-    if request.head_placement == "auto":
-        plan = _best_placement(analysis, request)
+    """Split the analysed profile as ``request`` asks; ``request.time_limit`` bounds the whole call.
+
+    The scenario is the analysis's base under the options :func:`popliner.scenario.resolve`
+    gives the request: the analysis's own recomputation, head placement and
+    optimizer state are not read (the request's, or their defaults, are).
+    """
+    base = analysis.base
+    given = TrainingRequest(request.recompute, request.head_placement, request.optimizer_state,
+                            analysis.options.training)
+    resolved = resolve(base, given, request.num_ipus)
+    if resolved.defaults is not None:
+        log.info("%s", resolved.said)
+    if resolved.head_placement == "auto":
+        plan = _best_placement(base, resolved, request)
     else:
-        plan = _plan(analysis, request)
-    return dataclasses.replace(plan, defaults=defaults) if defaults is not None else plan
+        plan = _plan(scenario(base, resolved.options), resolved.recompute, request)
+    return dataclasses.replace(plan, defaults=resolved.defaults)
 
 
-def _apply_defaults(analysis: Analysis, request: SplitRequest) -> tuple[SplitRequest, PlannedDefaults | None]:
-    """The request with what it leaves unset taken from the framework's defaults."""
-    from popliner.ops.checkpoints import checkpoints_in_every_layer
-    from popliner.ops.head import tied_head
-
-    training = analysis.mode == "training"
-    if (request.recompute is not None or not training) and request.head_placement is not None:
-        return request, None
-    t = analysis.options.training
-    tied = tied_head(analysis.profile, analysis.ops, analysis.named_layers or analysis.layers, analysis.is_backward, t)
-    found = framework_defaults(analysis.framework.name, request.num_ipus, tied, training,
-                               checkpoints_in_every_layer(analysis.ops, analysis.named_layers or analysis.layers,
-                                                          analysis.is_backward))
-    changes: dict[str, object] = {}
-    if request.recompute is None and training:
-        changes["recompute"] = found.recompute
-    if request.head_placement is None:
-        changes["head_placement"] = found.head_placement
-    log.info("planned %s; an option you give wins", found.why)
-    return dataclasses.replace(request, **changes), found  # type: ignore[arg-type]
-
-
-def _best_placement(analysis: Analysis, request: SplitRequest) -> SplitPlan:
+def _best_placement(base: ProfileBase, resolved: Resolved, request: SplitRequest) -> SplitPlan:
     """``auto``: of the placements the framework builds, the one that fits on the fewest IPUs, then the one
-    whose slowest IPU is fastest."""
+    whose slowest IPU is fastest. The placements' scenarios share the base's option-free layer parts."""
     scored = []
-    if analysis.shared is None:
-        from popliner.memory.ranges_shared import SharedParts
-
-        # Each placement builds an engine and range tables of its own; what no option changes (each layer's
-        # programs, its variables' events as profiled, the training view's option-free parts) is made once.
-        shared = SharedParts(analysis.profile, analysis.ops)
-        names: tuple[str, ...] = ("whole_memory", "is_backward", "mode", "framework")
-        # What was worked out already and does not depend on the engine.
-        known = {name: analysis.__dict__[name] for name in names if name in analysis.__dict__}
-        analysis = dataclasses.replace(analysis, shared=shared)
-        analysis.__dict__.update(known)
-    for placement in buildable_placements(analysis.framework.name):
-        plan = _plan(analysis, dataclasses.replace(request, head_placement=placement, fit_facts=True, suggest=False),
-                     warn=False)
+    for placement in buildable_placements(base.framework.name):
+        options = dataclasses.replace(resolved.options, head_placement=placement)
+        plan = _plan(scenario(base, options, base.shared), resolved.recompute,
+                     dataclasses.replace(request, fit_facts=True, suggest=False), warn=False)
         fewest = plan.facts.fewest_ipus if plan.facts is not None else None
         slowest = max((s.cycles for s in plan.split.stages), default=0)
         scored.append(((not plan.fits, fewest if fewest is not None else 1 << 30, slowest), placement, fewest, plan))
@@ -197,21 +184,20 @@ def _best_placement(analysis: Analysis, request: SplitRequest) -> SplitPlan:
     tried = tuple((p, f) for _, p, f, _ in scored)
     # A placement that does not fit on the IPUs asked for was not tried on more: say so, not "none".
     shown = ", ".join(f"{p}: {f if f is not None else f'more than {request.num_ipus}'}" for p, f in tried)
-    log.warning("--head-placement auto chose %s: %s (fewest IPUs that fit: %s)", placement,
+    log.warning("%s chose %s: %s (fewest IPUs that fit: %s)", request.named("head_placement", "auto"), placement,
                 "it fits on the fewest IPUs, then the slowest IPU is fastest" if best.fits else "nothing fits",
                 shown)
-    if (best.request.fit_facts, best.request.suggest) != (request.fit_facts, request.suggest) and not best.fits:
-        best = _plan(best.analysis, dataclasses.replace(request, head_placement=placement))
+    if (request.fit_facts, request.suggest) != (True, False) and not best.fits:
+        options = dataclasses.replace(resolved.options, head_placement=placement)
+        best = _plan(scenario(base, options, base.shared), resolved.recompute, request)
     return dataclasses.replace(best, placements_tried=tried)
 
 
-def _plan(analysis: Analysis, request: SplitRequest, warn: bool = True) -> SplitPlan:
+def _plan(analysis: Analysis, requested: RecomputeRequest, request: SplitRequest, warn: bool = True) -> SplitPlan:
+    """The plan of one scenario; ``requested``: the recomputation asked for (``auto`` tries more scenarios)."""
     started = time.monotonic()
-    requested: RecomputeRequest = (request.recompute if request.recompute is not None
-                                   else analysis.options.training.recompute)
-    analysis = _with_requests(analysis, request)
     if warn:
-        _warn_first_with_a_tied_head(analysis)
+        _warn_first_with_a_tied_head(analysis, request)
     asked = request.num_ipus
     request = dataclasses.replace(request, num_ipus=_ipus_for_layers(analysis, request))
     problem = split_problem(analysis, request)
@@ -230,41 +216,29 @@ def _plan(analysis: Analysis, request: SplitRequest, warn: bool = True) -> Split
     if split.num_ipus_requested != asked:
         split = dataclasses.replace(split, num_ipus_requested=asked)  # what was asked, though one IPU per layer at most
     engine = analysis.engine
-    plan = SplitPlan(request, analysis, problem, split, engine.layout, requested, engine.view.recompute,
+    plan = SplitPlan(request, analysis, problem, split, analysis.layout, requested, engine.view.recompute,
                      training_of(analysis, requested), facts)
     if not split.fits and request.suggest and analysis.mode == "training":
-        plan = dataclasses.replace(plan, suggestion=_suggest(analysis, problem, request, started, setup))
+        # The solve's engine and its range tables are done with: the plan keeps a scenario of the same options
+        # whose engine is built again only if read, so that a large profile's two engines are not held at once
+        # while each option of the hint builds its own.
+        plan = dataclasses.replace(plan, analysis=scenario(analysis.base, analysis.options.training, analysis.shared))
+        del analysis, engine
+        plan = dataclasses.replace(plan, suggestion=_suggest(plan.analysis, problem, request, started, setup))
     return plan
 
 
-def _with_requests(analysis: Analysis, request: SplitRequest) -> Analysis:
-    """The analysis with the requested placement and recomputation (``auto`` starts from none)."""
-    changes: dict[str, object] = {}
-    training = analysis.options.training
-    if request.head_placement not in (None, "auto") and request.head_placement != training.head_placement:
-        changes["head_placement"] = request.head_placement
-    mode: Recompute | None = None
-    if request.recompute == "auto":
-        mode = "none"
-    elif request.recompute is not None:
-        mode = request.recompute
-    if mode is not None and mode != training.recompute:
-        changes["recompute"] = mode
-    return reanalyse(analysis, **changes) if changes else analysis
-
-
-def _warn_first_with_a_tied_head(analysis: Analysis) -> None:
+def _warn_first_with_a_tied_head(analysis: Analysis, request: SplitRequest) -> None:
     """``first`` with a tied head plans a pipeline the frameworks do not build: say so, and what they do."""
-    from popliner.ops.head import tied_head
 
     if analysis.mode != "training" or analysis.options.training.head_placement != "first":
         return
-    if tied_head(analysis.profile, analysis.ops, analysis.named_layers or analysis.layers, analysis.is_backward,
-                 analysis.options.training):
+    if analysis.base.tied_head(analysis.options.training):
         log.warning("%s: the head shares its weight with the embedding (a tied LM or MLM head); with "
-                    "--head-placement first it runs at the end of IPU 0's forward stage, which then spans the "
+                    "%s it runs at the end of IPU 0's forward stage, which then spans the "
                     "whole model; optimum-graphcore's pretraining, MLM and LM models wrap such a head back "
-                    "onto IPU 0 after the last layer: --head-placement wrap plans that", analysis.profile.path)
+                    "onto IPU 0 after the last layer: %s plans that", analysis.profile.path,
+                    request.named("head_placement", "first"), request.named("head_placement", "wrap"))
 
 
 def _ipus_for_layers(analysis: Analysis, request: SplitRequest) -> int:
@@ -272,13 +246,15 @@ def _ipus_for_layers(analysis: Analysis, request: SplitRequest) -> int:
 
     At most N IPUs: solved over at most one IPU per layer, with a warning. Exactly N: refused.
     """
-    layers = len(Layout.of(analysis.layer_names, analysis.options.training.head_placement).placed_names)
+    layers = len(analysis.layout.placed_names)
     if request.num_ipus <= layers or layers == 0:
         return request.num_ipus
     if request.ipus == "exactly":
-        raise UsageProblem(f"--exact-ipus --num-ipus {request.num_ipus}: the model has {layers} layers, so at most "
-                           f"{layers} IPUs can each hold one; give --num-ipus {layers} or fewer")
-    log.warning("--num-ipus %d is more than the %d layers: using at most %d IPUs", request.num_ipus, layers, layers)
+        raise UsageProblem(f"{request.named('ipus', 'exactly')} {request.named('num_ipus', request.num_ipus)}: the "
+                           f"model has {layers} layers, so at most {layers} IPUs can each hold one; give "
+                           f"{request.named('num_ipus', layers)} or fewer")
+    log.warning("%s is more than the %d layers: using at most %d IPUs", request.named("num_ipus", request.num_ipus),
+                layers, layers)
     return layers
 
 
@@ -286,12 +262,14 @@ def split_problem(analysis: Analysis, request: SplitRequest) -> SplitProblem:
     """The solvers' plain problem for a request: layer names become indices, the budget bytes."""
     if not analysis.layer_names:
         raise UsageProblem(f"{analysis.profile.path}: no operation got a layer, so there is nothing to split; "
-                           "check --layer-name-regex")
-    pairs = tuple((a, b) for a, b in (_layer_indices(analysis, pair, "--same-ipu") for pair in request.same_ipu))
+                           "check " + request.named("layer_name_regex"))
+    pairs = tuple((a, b) for a, b in (_layer_indices(analysis, pair, request.named("same_ipu"))
+                                      for pair in request.same_ipu))
     return SplitProblem(
         num_ipus=request.num_ipus, budget=request.budget(analysis),
         exact_ipus=request.ipus == "exactly", min_layers=request.min_layers,
-        split_after=tuple(_layer_indices(analysis, request.split_after, "--split-after")), same_ipu=pairs,
+        split_after=tuple(_layer_indices(analysis, request.split_after, request.named("split_after"))),
+        same_ipu=pairs,
         keep_shared_together=request.keep_shared_together, training=analysis.mode == "training",
     )
 
@@ -314,8 +292,9 @@ def _solve(analysis: Analysis, problem: SplitProblem, request: SplitRequest, sta
                 fewest = fewest_ipus(analysis, problem, request.link_bandwidth, started + request.time_limit)
             except OutOfTime:
                 fewest = None
-                log.warning("--min-ipus: the %g s time limit ran out before the fewest IPUs that fit were found; "
-                            "solving over at most %d", request.time_limit, problem.num_ipus)
+                log.warning("%s: the %g s time limit ran out before the fewest IPUs that fit were found; "
+                            "solving over at most %d", request.named("ipus", "fewest"), request.time_limit,
+                            problem.num_ipus)
         if fewest is not None and fewest <= problem.num_ipus:
             problem = dataclasses.replace(problem, num_ipus=fewest, exact_ipus=True)
     log.info("solving: %d layers over %s %d IPUs, %s bytes per tile, %s, solver %s", len(analysis.layer_names),
@@ -335,19 +314,16 @@ def _auto_recompute(analysis: Analysis, problem: SplitProblem, split: SplitResul
     for mode in AUTO_ORDER[1:]:
         if split.fits or analysis.mode != "training" or analysis.engine.view.recompute == "compiled":
             break
-        analysis = reanalyse(analysis, recompute=mode)
+        analysis = scenario(analysis.base, analysis.options.training.with_recompute(mode), analysis.shared)  # type: ignore[arg-type]
         problem = dataclasses.replace(problem, training=analysis.mode == "training")
         split = _solve(analysis, problem, request, started)
-    log.warning("--recompute auto chose %s", analysis.engine.view.recompute)
+    log.warning("%s chose %s", request.named("recompute", "auto"), analysis.engine.view.recompute)
     return analysis, problem, split
 
 
 def _suggest(analysis: Analysis, problem: SplitProblem, request: SplitRequest, started: float,
              setup: float) -> Suggestion:
     """The usual training option that would make the model fit, within what is left of the time limit."""
-    # The solve's engine and its range tables are done with: let them go before each option builds an
-    # engine of its own, so that a large profile's two engines are not held at once.
-    analysis.__dict__.pop("engine", None)
     with phase("trying recomputation and off-chip optimizer state"):
         return suggest_options(analysis, problem, request.link_bandwidth, started + request.time_limit,
                                setup_seconds=setup)

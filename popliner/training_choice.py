@@ -1,8 +1,9 @@
 """Choosing training options: ``--recompute auto``, and what would make a split fit.
 
-Both re-analyse the same loaded profile with other :class:`TrainingOptions`
-(operations and layers are reused; only the memory engine is rebuilt) and
-ask the solver's range table for the fewest IPUs that fit.
+Both make scenarios of the same profile base under other
+:class:`TrainingOptions` (:func:`popliner.analysis.scenario`: operations and
+layers are the base's; only the memory engine is new) and ask the solver's
+range table for the fewest IPUs that fit.
 """
 
 from __future__ import annotations
@@ -13,44 +14,19 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from popliner.analysis import Analysis, analyse_profile
+from popliner.analysis import Analysis, scenario
 from popliner.deadline import OutOfTime, check_deadline
 from popliner.hardware import DEFAULT_LINK_BANDWIDTH
 from popliner.memory.training import TrainingOptions
-from popliner.ops.remote import streams_optimizer_state
 from popliner.solvers.problem import SplitProblem
 
 if TYPE_CHECKING:
     from popliner.memory.ranges import ProfileRanges
 
-__all__ = ["AUTO_ORDER", "Suggestion", "budget_table", "fewest_ipus", "reanalyse", "suggest_options", "training_flags",
-           "with_training"]
+__all__ = ["AUTO_ORDER", "Suggestion", "budget_table", "fewest_ipus", "suggest_options", "training_flags"]
 
 #: ``--recompute auto`` tries these in order: least recomputation first.
 AUTO_ORDER: tuple[str, ...] = ("none", "pipeline", "every-layer")
-
-
-def with_training(analysis: Analysis, training: TrainingOptions) -> Analysis:
-    """The same profile, operations and raw layers analysed with other training options.
-
-    What depends on the profile and its operations only goes along: the
-    whole program's figure (``--headroom``'s default reads it; 0.4 s at 1x
-    to compute again), which operations are backward ones, the work bound's
-    check, and the option-free layer parts (:attr:`Analysis.shared`).
-    """
-    options = dataclasses.replace(analysis.options, training=training)
-    # The layers by name do not depend on the training options: reused, and not announced again.
-    # The backward regex is not a training option: the operations it marks stay the same.
-    other = analyse_profile(analysis.profile, options, ops=analysis.ops, layers=analysis.named_layers, announce=False,
-                            is_backward=analysis.is_backward, work_checked=True)
-    other.shared = analysis.shared
-    if "whole_memory" in analysis.__dict__:  # the cached_property's slot, filled by the load or a first reading
-        other.__dict__["whole_memory"] = analysis.__dict__["whole_memory"]
-    return other
-
-
-def reanalyse(analysis: Analysis, **changes: object) -> Analysis:
-    return with_training(analysis, dataclasses.replace(analysis.options.training, **changes))  # type: ignore[arg-type]
 
 
 def budget_table(analysis: Analysis, problem: SplitProblem, link_bytes_per_second: float = DEFAULT_LINK_BANDWIDTH,
@@ -145,15 +121,14 @@ def suggest_options(analysis: Analysis, problem: SplitProblem, link_bytes_per_se
     if analysis.mode != "training":
         return Suggestion(None, None, 0, 0)
     current = analysis.options.training
-    streamed = streams_optimizer_state(analysis.ops, analysis.is_backward, analysis.profile.contexts)
-    options = list(_candidates(current, streamed))
+    options = list(_candidates(current, analysis.base.state_off_chip))
     found: list[tuple[TrainingOptions, int]] = []
     tried = 0
     try:
         for option in options:
             check_deadline(None if deadline is None else deadline - setup_seconds)
             began = time.monotonic()
-            other = with_training(analysis, option)
+            other = scenario(analysis.base, option, analysis.shared)
             if option.recompute != "none" and other.engine.view.recompute == "compiled":
                 tried += 1
                 continue  # recomputation is compiled in: asking for it changes nothing

@@ -20,7 +20,6 @@ from popliner.memory.training import (
     RecomputeRequest,
     TrainingOptions,
 )
-from popliner.ops.remote import streams_optimizer_state
 
 if TYPE_CHECKING:
     from popliner.analysis import Analysis
@@ -112,7 +111,6 @@ def training_of(analysis: Analysis, requested_recompute: RecomputeRequest | None
     if analysis.mode != "training":
         return None
     options = analysis.options.training
-    if options.optimizer_state == "on-chip" and streams_optimizer_state(analysis.ops, analysis.is_backward,
-                                                                        analysis.profile.contexts):
+    if options.optimizer_state == "on-chip" and analysis.base.state_off_chip:
         options = dataclasses.replace(options, optimizer_state="off-chip")
     return config_training(options, analysis.engine.view.recompute, requested_recompute)

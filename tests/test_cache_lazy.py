@@ -17,7 +17,6 @@ from popliner.plan import SplitRequest, plan_split
 from popliner.profile import cachefs, load_profile
 from popliner.profile.cachepack import column_range, pack, unpack
 from popliner.profile.lazycol import deferred
-from popliner.training_choice import reanalyse
 from tests.helpers import rewrite_cache_entry
 
 BASE = Path(__file__).resolve().parent.parent / "fixtures" / "profiles" / "bert-base-training.json.gz"
@@ -40,7 +39,7 @@ def test_a_cached_load_leaves_ids_and_name_offsets_packed_through_a_training_sol
     cold = load_analysis(str(BASE), use_cache=False).profile.variables
     a = load_analysis(str(BASE))
     assert a.from_cache
-    plan = plan_split(reanalyse(a, optimizer_state="off-chip"), SplitRequest(num_ipus=4, solver="greedy"))
+    plan = plan_split(a, SplitRequest(num_ipus=4, solver="greedy", optimizer_state="off-chip"))
     assert plan.split.stages
     for v in (a.profile.variables, plan.analysis.engine.profile.variables):
         ids, ptr = deferred(v, "ids"), deferred(v.names, "ptr")

@@ -80,14 +80,14 @@ def test_every_layer_of_a_checkpointed_model_has_one(profiles):
 
 def test_a_checkpointed_model_is_planned_recomputed_per_layer(profiles):
     a = load_analysis(str(profiles["checkpointed"]), AnalysisOptions(), use_cache=False)
-    plan = plan_split(a, SplitRequest(num_ipus=2, framework_defaults=True, head_placement="last", time_limit=30))
+    plan = plan_split(a, SplitRequest(num_ipus=2, head_placement="last", time_limit=30))
     assert plan.defaults is not None and plan.defaults.recompute == "every-layer"
     assert plan.recompute_applied == "every-layer"
     # The same split and figures as asking for every-layer recomputation by hand.
     by_hand = plan_split(a, SplitRequest(num_ipus=2, recompute="every-layer", head_placement="last", time_limit=30))
     assert [s.worst_tile_bytes for s in plan.split.stages] == [s.worst_tile_bytes for s in by_hand.split.stages]
     plain = load_analysis(str(profiles["plain"]), AnalysisOptions(), use_cache=False)
-    assert plan_split(plain, SplitRequest(num_ipus=2, framework_defaults=True, head_placement="last",
+    assert plan_split(plain, SplitRequest(num_ipus=2, head_placement="last",
                                          time_limit=30)).recompute_applied == "pipeline"
 
 

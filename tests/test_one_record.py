@@ -65,7 +65,8 @@ def _live_json(profile: Path, placement: str, opts: tuple[str, ...], config: str
     training = TrainingOptions(recompute="every-layer", optimizer_state="off-chip") if opts else TrainingOptions()
     analysis = load_analysis(str(profile), AnalysisOptions(training=training), use_cache=False)
     plan = plan_split(analysis, SplitRequest(num_ipus=ipus, recompute=training.recompute if opts else None,
-                                             head_placement=placement, framework_defaults=True))
+                                             head_placement=placement,
+                                             optimizer_state=training.optimizer_state if opts else None))
     cfg = split_config(plan, None)
     inputs = inputs_from_config(cfg)
     result = simulate(inputs.stages, cfg.gradient_accumulation, clock_hz=inputs.clock_hz,
@@ -122,4 +123,4 @@ def test_memory_over_time_at_the_worst_tile_is_the_prediction(tmp_path: Path) ->
     full = first.stash_entries
     assert points[full] == first.worst_tile_bytes
     assert points[full - 1] == first.worst_tile_bytes - first.stash_entry_bytes
-    assert ipu0["stash_bytes"] == full * first.stash_entry_bytes
+    assert ipu0["stash_in_flight_bytes"] == full * first.stash_entry_bytes

@@ -136,12 +136,12 @@ def test_wrap_with_a_workbook_writes_the_planner(tmp_path):
 
 def test_other_training_options_keep_the_whole_program_figure():
     """It depends on the profile and its operations only: a re-analysis takes it along, computed once."""
+    from popliner.analysis import scenario
     from popliner.breakdown import default_headroom
-    from popliner.training_choice import reanalyse
 
     analysis = load_analysis(BERT_TINY, AnalysisOptions(), use_cache=False)
     whole = analysis.whole_memory  # a cached load has it already; here the first reading makes it
-    other = reanalyse(analysis, recompute="every-layer", head_placement="wrap")
+    other = scenario(analysis.base, TrainingOptions(recompute="every-layer", head_placement="wrap"))
     assert other.whole_memory is whole
     # Against a re-analysis that computes it afresh.
     fresh = load_analysis(BERT_TINY, AnalysisOptions(training=TrainingOptions(recompute="every-layer",

@@ -20,13 +20,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from popliner.analysis import Analysis, AnalysisOptions, load_analysis
+from popliner.analysis import Analysis, AnalysisOptions, load_analysis, scenario
 from popliner.memory import ranges_shared
 from popliner.memory.liveness import SegmentGrid
 from popliner.memory.ranges import Liveness, ProfileRanges, release
 from popliner.memory.ranges_shared import SharedParts
 from popliner.memory.training import TrainingOptions
-from popliner.pod.plan import _reanalyse
 from popliner.synth import generate_document, preset_spec
 from tests.helpers import analyse_document
 
@@ -66,7 +65,7 @@ def _option_engines(source: str) -> Iterator[tuple[dict[str, Any], Any, Any]]:
     shared = SharedParts(shared_base.profile, shared_base.ops)
     for changes in OPTION_SETS:
         options = dataclasses.replace(TrainingOptions(), **changes)
-        a, b = _reanalyse(shared_base, options, shared=shared), _reanalyse(alone_base, options)
+        a, b = scenario(shared_base.base, options, shared), scenario(alone_base.base, options)
         engine = a.engine  # its training view shares the roles and recomputation spans too
         assert engine.shared_parts is shared and b.engine.shared_parts is None
         np.testing.assert_array_equal(engine.view.rerun_ops, b.engine.view.rerun_ops)

@@ -470,10 +470,12 @@ def test_cli_trace_and_plot_refuse_to_overwrite(config_file: Any, tmp_path: Any)
 def test_cli_profile_uses_the_analysis(config_file: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     import popliner.analysis
     import popliner.config.options
+    import popliner.scenario
 
     # The profile is read through cli/configured.py's analysis_for_config, as check and report read it.
     monkeypatch.setattr(popliner.analysis, "load_analysis", lambda path, options, **kw: FakeAnalysis())
     monkeypatch.setattr(popliner.config.options, "check_applied", lambda t, analysis, source: None)
+    monkeypatch.setattr(popliner.scenario, "resolve_recorded", lambda analysis, source: None)
     result = run(config_file, "--profile", "other.json", "--json")
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)

@@ -28,6 +28,7 @@ from popliner.memory.training import Recompute, TrainingOptions
 from popliner.memory.work import check_workbook_rows
 from popliner.plan import SplitPlan, SplitRequest, plan_split
 from popliner.progress import Tracker, phase, progress_wanted, tracking
+from popliner.scenario import tables_scenario
 from popliner.writers import split as split_writers
 from popliner.writers.formats import check_output, writer_for
 from popliner.writers.tables import Tables
@@ -75,8 +76,13 @@ def _run(p: dict[str, Any]) -> None:
     gate = _check_gate(p)
     writer = _tables_writer(p["fmt"], p["output"])
     options = _analysis_options(p)
-    analysis = load_analysis(p["profile"], options, use_cache=not p["no_cache"], cache_dir=p["cache_dir"])
+    analysis = tables_scenario(load_analysis(p["profile"], options, use_cache=not p["no_cache"],
+                                             cache_dir=p["cache_dir"]), p["optimizer_state"])
     log.info("framework: %s", analysis.framework.describe())
+    if analysis.framework.origin == "ipu-config-out":
+        log.warning("--ipu-config-out: planned as optimum-graphcore builds the pipeline (its head placement and "
+                    "recomputation), not as %s; the split can differ from one without --ipu-config-out "
+                    "(--framework chooses another)", analysis.framework.evidence)
     if p["output"] and p["output"].lower().endswith(".xlsx"):
         check_workbook_rows(analysis.profile.path, analysis.ops.count)  # before a solve, which it would follow
     plan = plan_split(analysis, _split_request(p)) if p["solve"] else None
@@ -101,15 +107,17 @@ def _analysis_options(p: dict[str, Any]) -> AnalysisOptions:
     # Unset or `auto`: the planner decides (the framework's defaults); the profile is read without them.
     recompute: Recompute = p["recompute"] if p["recompute"] not in (None, "auto") else "none"
     placement: HeadPlacement = p["head_placement"] if p["head_placement"] not in (None, "auto") else "first"
+    # Unset: as the profile was compiled; the planner resolves it (popliner.scenario.resolve), the tables read on chip.
     training = TrainingOptions(
-        recompute=recompute, optimizer_state=p["optimizer_state"], replication_factor=p["replication_factor"],
+        recompute=recompute, optimizer_state=p["optimizer_state"] or "on-chip",
+        replication_factor=p["replication_factor"],
         sharded_optimizer_state=p["sharded_optimizer_state"], head_placement=placement,
         update_regex=p["update_regex"], optimizer_state_regex=p["optimizer_state_regex"])
     return AnalysisOptions(
         op_layers=op_layers, layer_preset=p["layer_preset"], layer_name_regex=p["layer_name_regex"],
         inputs_regex_layer_0=p["inputs_regex_layer_0"], layer_order=p["layer_order"],
         layered_vars_only=not p["all_vars"], mode=p["mode"], backward_regex=p["backward_regex"], training=training,
-        framework=p["framework"] or ("optimum" if p["ipu_config_out"] else None))
+        framework=p["framework"], for_ipu_config=bool(p["ipu_config_out"]))
 
 
 def _split_request(p: dict[str, Any]) -> SplitRequest:
@@ -122,12 +130,12 @@ def _split_request(p: dict[str, Any]) -> SplitRequest:
     quiet = not log.isEnabledFor(logging.WARNING)
     return SplitRequest(
         num_ipus=p["num_ipus"], ipus="fewest" if p["min_ipus"] else "exactly" if p["exact_ipus"] else "at-most",
-        recompute=p["recompute"], head_placement=p["head_placement"], framework_defaults=True,
+        recompute=p["recompute"], head_placement=p["head_placement"], optimizer_state=p["optimizer_state"],
         mem_per_tile=p["mem_per_tile"], headroom=headroom_given(p["budget"], p["headroom"]),
         split_after=tuple(p["split_after"]), same_ipu=tuple(pairs),
         min_layers=p["min_layers_per_stage"], keep_shared_together=p["keep_shared_vars_together"],
         solver=p["solver"], time_limit=p["time_limit"], seed=p["seed"], link_bandwidth=p["link_bandwidth"],
-        fit_facts=not quiet, suggest=not quiet)
+        fit_facts=not quiet, suggest=not quiet, spelling="options")
 
 
 def _refuse_poplar_report(profile: str, debug_info: str | None) -> None:
@@ -211,6 +219,8 @@ def _write_split(plan: SplitPlan, p: dict[str, Any], checks: Gate | None = None)
     nothing fits."""
     g = p["gradient_accumulation"]
     mp = p["matmul_proportion"]
+    if p["ipu_config_out"] and plan.split.stages:
+        split_writers.check_ipu_config(plan, g, mp)  # before anything is written or printed
     split_writers.write_split(plan, p["config_out"], p["force"], g, mp, split_out=p["split_out"])
     if p["ipu_config_out"] and plan.split.stages:
         split_writers.write_ipu_config(plan, p["ipu_config_out"], p["force"], g, mp)

@@ -14,6 +14,7 @@ import click
 from popliner.analysis import DEFAULT_BACKWARD_REGEX
 from popliner.cli.check_ci import baseline_options
 from popliner.cli.options import (
+    BUDGET_DEFAULT,
     BYTES_PER_TILE,
     LAYERS_PER_STAGE,
     NUM_IPUS,
@@ -85,10 +86,14 @@ _OPTIONS: list[Callable[[Any], Any]] = [
                   help="Operation names of the backward pass and weight update."),
     click.option("--recompute", type=click.Choice(list(RECOMPUTE_REQUESTS)), default=None,
                   help="Training: recomputation to model (docs/solvers.md); auto = the least that fits. "
-                       "Default: what the profile's framework does (PopTorch, optimum: pipeline over 2+ IPUs; "
-                       "else none)."),
-    click.option("--optimizer-state", type=click.Choice(list(OPTIMIZER_STATES)), default="on-chip", show_default=True,
-                  help="Training: off-chip keeps optimizer state in streaming memory, loaded for its update only."),
+                       "Default: what the profile's framework does (PopTorch, optimum: over 2+ IPUs, every-layer "
+                       "when every layer holds a recomputation checkpoint, else pipeline; PopART, TensorFlow: none). "
+                       "A profile compiled with recomputation keeps its own (pipeline or every-layer asked of it "
+                       "is refused)."),
+    click.option("--optimizer-state", type=click.Choice(list(OPTIMIZER_STATES)), default=None,
+                  help="Training: off-chip keeps optimizer state in streaming memory, loaded for its update only. "
+                       "Default: as the profile was compiled (off-chip when its weight update streams it), else "
+                       "on-chip; on-chip is refused for a profile compiled off chip."),
     click.option("--replication-factor", type=REPLICAS, default=1, show_default=True,
                   help="Training: replicas of the pipeline (total IPUs = IPUs x replicas)."),
     click.option("--sharded-optimizer-state", is_flag=True,
@@ -110,8 +115,7 @@ _OPTIONS: list[Callable[[Any], Any]] = [
                   help="Use the fewest IPUs that fit (at most --num-ipus) instead of spreading for throughput."),
     click.option("--mem-per-tile", type=BYTES_PER_TILE, default=None,
                   help="Bytes per tile. Default: the profile's bytesPerTile (638976 on Mk2)."),
-    budget_options("1 less the model's measured shortfall against the profile's own tileMemory when it has "
-                   "the compiler's other categories, else 1; README: what fits means"),
+    budget_options(BUDGET_DEFAULT),
     click.option("--solver", type=click.Choice(["ilp", "greedy"]), default="ilp", show_default=True),
     click.option("--time-limit", type=SECONDS, default=60.0, show_default=True,
                   help="Seconds for the whole solve: set-up, search, best effort, overflow details, the hint."),
@@ -126,7 +130,9 @@ _OPTIONS: list[Callable[[Any], Any]] = [
                   help="With --solve: write the pipeline config (YAML) here."),
     gradient_accumulation_option("max(16, 2 x stages), for the config"),
     click.option("--ipu-config-out", type=click.Path(dir_okay=False, path_type=str),
-                  help="With --solve: write an optimum-graphcore ipu_config.json for the split here."),
+                  help="With --solve: write an optimum-graphcore ipu_config.json for the split here. Without "
+                       "--framework the split is planned as optimum-graphcore builds it (head placement, "
+                       "recomputation), which stderr says when the profile names another framework."),
     click.option("--matmul-proportion", type=float, multiple=True, callback=_matmul_proportion, metavar="F",
                   help="ipu_config.json matmul_proportion: once for every IPU, or once per IPU (default 0.6)."),
     click.option("--report", "report", type=click.Path(dir_okay=False, path_type=str), metavar="FILE.html",

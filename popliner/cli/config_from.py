@@ -43,6 +43,7 @@ def command(workbook: str, profile: str | None, gradient_accumulation: int | Non
     """
     from popliner.config.options import analysis_options
     from popliner.config.planner import config_from_planner, read_planner
+    from popliner.scenario import resolve_recorded
 
     distinct_files({"REVIEW.xlsx": workbook, "--profile": profile}, {"-o": output})
     # -o by its name: .json writes optimum-graphcore's ipu_config.json; .yaml, .yml, any other name and stdout YAML.
@@ -52,6 +53,7 @@ def command(workbook: str, profile: str | None, gradient_accumulation: int | Non
     # The figures are computed with the training options the workbook records, as it showed them.
     analysis = load_analysis(source, analysis_options(choice.mode, choice.training, layering=layering(layers)),
                              use_cache=not no_cache)
+    resolve_recorded(analysis, workbook)
     if choice.profile_sha256 and choice.profile_sha256 != analysis.profile.sha256:
         log.warning("%s was made from a profile with another content hash than %s", workbook, source)
     cfg = config_from_planner(choice, analysis, gradient_accumulation=gradient_accumulation)

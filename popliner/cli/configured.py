@@ -40,6 +40,7 @@ def analysis_for_config(source: str, profile: str, mode: str, recorded: ConfigTr
     """
     from popliner.analysis import load_analysis
     from popliner.config.options import analysis_options, check_applied, check_cli_options
+    from popliner.scenario import resolve_recorded
 
     check_cli_options(recorded, source, {k: given.get(k) for k in CONFIG_TRAINING_PARAMS})
     from popliner.config.layering import analysis_fields, merged_layer_options
@@ -47,6 +48,7 @@ def analysis_for_config(source: str, profile: str, mode: str, recorded: ConfigTr
     layer_options = merged_layer_options(recorded_layers, given, source)
     options = analysis_options(mode, recorded, layer_groups, analysis_fields(layer_options))
     analysis = load_analysis(profile, options, use_cache=use_cache, cache_dir=cache_dir)
+    resolve_recorded(analysis, source)
     check_applied(recorded, analysis, source)
     sha = analysis.profile.sha256
     if recorded_sha256 and recorded_sha256.lower() != sha.lower():

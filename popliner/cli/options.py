@@ -20,9 +20,9 @@ from popliner.errors import UsageProblem
 from popliner.fileio import atomic_write
 from popliner.hardware import DEFAULT_LINK_BANDWIDTH, DEFAULT_SYNC_CYCLES
 
-__all__ = ["BYTES_PER_TILE", "CONFIG_TRAINING_PARAMS", "LAYERS_PER_STAGE", "LAYER_PARAMS", "LINK_BANDWIDTH",
-           "MICRO_BATCHES", "MICRO_BATCH_SIZE", "NUM_IPUS", "REPLICAS", "SECONDS", "SEED", "SYNC_CYCLES",
-           "FiniteFloat", "budget_given", "budget_options", "cache_options", "config_training_options",
+__all__ = ["BUDGET_DEFAULT", "BYTES_PER_TILE", "CONFIG_TRAINING_PARAMS", "LAYERS_PER_STAGE", "LAYER_PARAMS",
+           "LINK_BANDWIDTH", "MICRO_BATCHES", "MICRO_BATCH_SIZE", "NUM_IPUS", "REPLICAS", "SECONDS", "SEED",
+           "SYNC_CYCLES", "FiniteFloat", "budget_given", "budget_options", "cache_options", "config_training_options",
            "force_option", "gradient_accumulation_option", "headroom_given", "layer_options", "layering",
            "link_bandwidth_option", "output_option", "output_stream", "schedule_options"]
 
@@ -152,6 +152,11 @@ def gradient_accumulation_option(default: str) -> Callable[[F], F]:
     """``--gradient-accumulation``/``-G``: micro-batches per step; ``default`` says what unset means."""
     return click.option("--gradient-accumulation", "-G", type=MICRO_BATCHES, default=None,
                         help=f"Micro-batches per step G (default: {default}).")
+
+
+#: ``--budget``'s default where a command splits a profile (popliner.base.ProfileBase.budget): one rule, one text.
+BUDGET_DEFAULT = ("1 less the model's measured shortfall against the profile's own tileMemory when it has the "
+                  "compiler's other categories, else 1; README: what fits means")
 
 
 def budget_options(default: str) -> Callable[[F], F]:

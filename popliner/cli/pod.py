@@ -8,13 +8,16 @@ from typing import Any
 import click
 
 from popliner.cli.options import (
+    BUDGET_DEFAULT,
     BYTES_PER_TILE,
     LINK_BANDWIDTH,
     MICRO_BATCH_SIZE,
     NUM_IPUS,
     SYNC_CYCLES,
     FiniteFloat,
+    budget_options,
     force_option,
+    headroom_given,
     output_option,
 )
 from popliner.errors import UsageProblem
@@ -68,8 +71,7 @@ def _choices(allowed: tuple[str, ...], flag: str) -> Any:
               help="Shard optimizer state over the R replicas (replicated tensor sharding) when R >= 2.")
 @click.option("--mem-per-tile", type=BYTES_PER_TILE, default=None,
               help="Bytes per tile. Default: the profile's bytesPerTile.")
-@click.option("--headroom", type=click.FloatRange(min=0.0, max=1.0, max_open=True), default=0.0, show_default=True,
-              help="Fraction of each tile kept free.")
+@budget_options(BUDGET_DEFAULT)
 @click.option("--link-bandwidth", type=LINK_BANDWIDTH, default=DEFAULT_LINK_BANDWIDTH, show_default=True,
               help="Bytes/s of an inter-IPU copy inside a replica (one IPU-Link).")
 @click.option("--replica-bandwidth", type=LINK_BANDWIDTH, default=DEFAULT_REPLICA_BANDWIDTH, show_default=True,
@@ -99,7 +101,8 @@ def _choices(allowed: tuple[str, ...], flag: str) -> Any:
               help="Cache folder (default $POPLINER_CACHE_DIR, else ~/.cache/popliner).")
 def command(profile: str, ipus: int, global_batch: int | None, micro_batch: int, recompute: tuple[str, ...] | None,
             head_placement: tuple[str, ...] | None, optimizer_state: tuple[str, ...] | None,
-            sharded_optimizer_state: bool, mem_per_tile: int | None, headroom: float, link_bandwidth: float,
+            sharded_optimizer_state: bool, mem_per_tile: int | None, budget: float | None, headroom: float | None,
+            link_bandwidth: float,
             replica_bandwidth: float, streaming_bandwidth: float, sync_cycles: int, clock: float | None,
             everything: bool, pick: int, config_out: str | None, ipu_config_out: str | None, output: str | None,
             force: bool, mode: str, layer_preset: str, layer_name_regex: str | None, no_cache: bool,
@@ -125,7 +128,7 @@ def command(profile: str, ipus: int, global_batch: int | None, micro_batch: int,
         pod_ipus=ipus, global_batch=global_batch, micro_batch=micro_batch,
         recompute=recompute or RECOMPUTES, head_placement=head_placement or HEAD_PLACEMENTS,
         optimizer_state=optimizer_state or OPTIMIZER_STATES, sharded_optimizer_state=sharded_optimizer_state,
-        mem_per_tile=mem_per_tile, headroom=headroom,
+        mem_per_tile=mem_per_tile, headroom=headroom_given(budget, headroom),
         constants=PodConstants(link_bandwidth, replica_bandwidth, streaming_bandwidth, sync_cycles, clock),
     )
     options = AnalysisOptions(mode=mode, layer_preset=layer_preset, layer_name_regex=layer_name_regex)  # type: ignore

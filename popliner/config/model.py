@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from popliner import pipeline
 from popliner.errors import UsageProblem
@@ -140,6 +140,9 @@ class PipelineConfig:
     framework: str | None = None
     #: optimum-graphcore's ``matmul_proportion``: one value, or one per IPU; empty for Poplar's default.
     matmul_proportion: tuple[float, ...] = ()
+    #: The profile left no operation without a layer, so IPU 0 holds nothing but its layers whatever the head
+    #: placement (known when the config is made from a split; not recorded in the file, read back as False).
+    every_op_layered: bool = field(default=False, compare=False)
 
     @property
     def execution(self) -> str:
@@ -219,6 +222,7 @@ def config_from_split(
     layer_options: tuple[tuple[str, object], ...] = (),
     framework: str | None = None,
     matmul_proportion: Sequence[float] = (),
+    every_op_layered: bool = False,
 ) -> PipelineConfig:
     """Turn a solver's split into a config; ``None`` G picks :func:`default_gradient_accumulation`.
 
@@ -238,6 +242,7 @@ def config_from_split(
         stages=stages, model_layers=layout.names, solver=split.solver, solver_status=split.status,
         budget_bytes=int(split.budget_bytes), training_options=recorded, layer_options=layer_options,
         framework=framework, matmul_proportion=check_matmul_proportion(matmul_proportion, len(stages)),
+        every_op_layered=every_op_layered,
     )
 
 

@@ -247,4 +247,4 @@ def config_from_planner(choice: PlannerChoice, analysis: Analysis, *,
                              gradient_accumulation=gradient_accumulation,
                              training=training_of(analysis, choice.training.requested if choice.training else None),
                              layer_options=layer_record(analysis.options),
-                             framework=analysis.framework.name)
+                             framework=analysis.framework.name, every_op_layered=not analysis.base.has_unlayered)

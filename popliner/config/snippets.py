@@ -269,9 +269,13 @@ def optimum_problem(cfg: PipelineConfig) -> str | None:
     ``layers_per_ipu`` says, and the head either back on IPU 0 after the last
     IPU (pretraining, masked-LM and LM heads: ``--head-placement wrap``) or on
     the last IPU (classification and QA heads: ``last``). Neither is
-    ``first``, which keeps the head on IPU 0 in its first stage.
+    ``first``, which keeps the head on IPU 0 in its first stage. A split
+    recorded ``last`` or ``wrap`` without the two groups had no operation
+    left without a layer (the head is part of the model's last layer, on the
+    last IPU): optimum builds that too, as it does any placement of a
+    profile that left no operation without a layer (``every_op_layered``).
     """
-    if cfg.num_ipus == 1 or _has_groups(cfg):
+    if cfg.num_ipus == 1 or _has_groups(cfg) or cfg.layout.placement != "first" or cfg.every_op_layered:
         return None
     return FIRST_PROBLEM
 

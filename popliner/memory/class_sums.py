@@ -16,12 +16,12 @@ sums of integer bytes, exact below 2**53, in another order).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from popliner.arrays import expand_ranges, rank_by_table
+from popliner.memory.liveness.sums import ClassSums
 from popliner.memory.stash_row import grouped_of_sums
 
 if TYPE_CHECKING:
@@ -29,22 +29,6 @@ if TYPE_CHECKING:
     from popliner.profile.model import Profile
 
 __all__ = ["ClassSums", "changed_rows", "changed_stash", "class_sums", "with_candidate_classes"]
-
-
-@dataclass(frozen=True, eq=False)
-class ClassSums:
-    """Per distinct liveness class of some variables (sorted): how many, and their bytes per tile.
-
-    ``stash_count`` and ``stash_bytes``: the same of the stash candidates
-    alone (None when no candidate flags were given); the rows of classes
-    with no candidate are not read (:func:`with_candidate_classes` leaves them).
-    """
-
-    classes: np.ndarray  # int64, sorted distinct classes
-    count: np.ndarray  # int64 [classes]
-    per_class: np.ndarray  # float64 [classes, tiles] (integer values)
-    stash_count: np.ndarray | None = None  # int64 [classes]
-    stash_bytes: np.ndarray | None = None  # float64 [classes, tiles] (integer values)
 
 
 def class_sums(klass: np.ndarray, tile: np.ndarray, nbytes: np.ndarray, tiles: int,

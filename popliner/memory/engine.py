@@ -53,14 +53,15 @@ class MemoryEngine:
 
     def __init__(self, profile: Profile, ops: OperationTable, layer_of_op: np.ndarray, layer_names: Sequence[str],
                  counted_vars: np.ndarray, is_backward: np.ndarray, training: bool,
-                 options: TrainingOptions | None = None, shared: SharedParts | None = None) -> None:
+                 options: TrainingOptions | None = None, shared: SharedParts | None = None, *,
+                 layout: Layout | None = None) -> None:
         self.ops = ops
         self.layer_of_op = np.asarray(layer_of_op, np.int64)
         self.layer_names = tuple(layer_names)
         self.training = training
         self.options = options if options is not None else TrainingOptions()
-        #: Where the embedding and the head go: the one layout value every figure reads.
-        self.layout = Layout.of(self.layer_names, self.options.head_placement)
+        #: Where the embedding and the head go: the scenario's layout (made here only for an engine built alone).
+        self.layout = layout if layout is not None else Layout.of(self.layer_names, self.options.head_placement)
         # The one place the training options change figures: the what-if
         # profile (bytes and live steps of variables) and the view's rules
         # (backward part, stash entry, re-run cycles, pipeline recomputation).

@@ -18,16 +18,23 @@ picked from all the operations' entries once.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
 from popliner.arrays import expand_ranges, gather_csr, sorted_unique
+from popliner.memory.facts import MemoryFacts
 
 if TYPE_CHECKING:
-    from popliner.memory.engine import MemoryEngine
+    from popliner.memory.ranges_shared import SharedParts
 
-__all__ = ["LayerVariables"]
+__all__ = ["LayerVariables", "SharingFacts"]
+
+
+class SharingFacts(MemoryFacts, Protocol):
+    """:class:`MemoryFacts` with the option-free parts the scenario shares with others of its profile (or None)."""
+
+    shared_parts: SharedParts | None
 
 
 class LayerVariables:
@@ -38,7 +45,7 @@ class LayerVariables:
     with the unlayered ones in layer 0, as the layer span counts them.
     """
 
-    def __init__(self, engine: MemoryEngine) -> None:
+    def __init__(self, engine: SharingFacts) -> None:
         lo, hi = engine.boundaries.variable_layer_span
         self.multi = engine.multi_layer_var
         self.counted = engine.model.counted_vars
@@ -69,7 +76,7 @@ class LayerVariables:
         self._made: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
 
     @classmethod
-    def of(cls, engine: MemoryEngine) -> LayerVariables:
+    def of(cls, engine: SharingFacts) -> LayerVariables:
         """The engine's, shared with the other engines of its profile and layering (head placements, plans)."""
         shared = engine.shared_parts
         if shared is None:

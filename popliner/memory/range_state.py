@@ -12,18 +12,15 @@ outside it, and a table built anywhere on the same engine reuses it.
 from __future__ import annotations
 
 import weakref
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 import numpy as np
 
-from popliner.memory.layer_vars import LayerVariables
+from popliner.memory.layer_vars import LayerVariables, SharingFacts
 from popliner.memory.liveness import SegmentGrid
 from popliner.memory.ranges_shared import EngineShare, SharedParts
 from popliner.memory.rerun import ForwardCut, forward_cut_grid
 from popliner.memory.running import LayerParts, RunningStage
-
-if TYPE_CHECKING:
-    from popliner.memory.engine import MemoryEngine
 
 __all__ = ["Liveness", "LivenessPath", "RangeState", "liveness_path"]
 
@@ -32,7 +29,7 @@ Liveness = Literal["auto", "grid", "events"]
 LivenessPath = Literal["grid", "events"]
 
 
-def liveness_path(engine: MemoryEngine, liveness: Liveness) -> LivenessPath:
+def liveness_path(engine: SharingFacts, liveness: Liveness) -> LivenessPath:
     """The path ``liveness`` names; ``auto`` takes the grid when it fits (:meth:`SegmentGrid.fits`)."""
     if liveness != "auto":
         return liveness
@@ -49,7 +46,7 @@ class RangeState:
     :func:`popliner.memory.ranges.release` drops them early.
     """
 
-    def __init__(self, engine: MemoryEngine, liveness: LivenessPath) -> None:
+    def __init__(self, engine: SharingFacts, liveness: LivenessPath) -> None:
         self._engine = weakref.ref(engine)
         self.layer_ops = [engine.range_ops(k, k) for k in range(engine.num_layers)]
         shared = engine.shared_parts

@@ -33,6 +33,7 @@ from popliner.arrays import expand_ranges
 from popliner.memory.class_sums import ClassSums, changed_rows, changed_stash, class_sums, with_candidate_classes
 from popliner.memory.liveness import SegmentGrid, class_steps, variable_steps
 from popliner.memory.liveness.grid import Columns, cell_dtype
+from popliner.memory.program_part import ProgramPart, program_part
 from popliner.memory.stash_row import candidate_columns, grouped_of_sums
 from popliner.memory.variable_tables import VariableTable
 from popliner.memory.variable_tables import changed_variables as _changed  # tests replace it by this name
@@ -40,14 +41,11 @@ from popliner.ops.operations import OperationTable
 from popliner.profile.model import Profile
 
 if TYPE_CHECKING:
-    from popliner.memory.engine import MemoryEngine
+    from popliner.memory.facts import MemoryFacts
 
 __all__ = ["EngineShare", "ProgramPart", "SharedParts"]
 
 Events = dict[str, np.ndarray]
-#: (additive per tile, vertex presence, other-category units or None, first step, last step, counted variables
-#: or None when not asked for).
-ProgramPart = tuple[np.ndarray, np.ndarray, "np.ndarray | None", int, int, "np.ndarray | None"]
 
 
 class SharedParts:
@@ -113,7 +111,7 @@ class SharedParts:
         self._never.append(never)
         return len(self._never) - 1
 
-    def accepts(self, engine: MemoryEngine) -> bool:
+    def accepts(self, engine: MemoryFacts) -> bool:
         """Was ``engine`` built on this profile and operation table (so its programs are these)?"""
         return engine.base_profile is self.profile and engine.ops is self.ops and (
             engine.profile.programs is self.profile.programs and engine.profile.tiles == self.profile.tiles)
@@ -161,32 +159,31 @@ class SharedParts:
         self._dtypes.append((v.tile, v.bytes, found))  # held, so that the identities stay meaningful
         return found
 
-    def layer_span(self, engine: MemoryEngine) -> tuple[np.ndarray, np.ndarray] | None:
+    def layer_span(self, engine: MemoryFacts) -> tuple[np.ndarray, np.ndarray] | None:
         """The first and last layer using each variable (:attr:`Boundaries.variable_layer_span`), if known."""
         return self._spans.get(self._span_key(engine))
 
-    def keep_layer_span(self, engine: MemoryEngine, span: tuple[np.ndarray, np.ndarray]) -> None:
+    def keep_layer_span(self, engine: MemoryFacts, span: tuple[np.ndarray, np.ndarray]) -> None:
         self._spans[self._span_key(engine)] = span
 
-    def wrapped_hi(self, engine: MemoryEngine) -> np.ndarray | None:
+    def wrapped_hi(self, engine: MemoryFacts) -> np.ndarray | None:
         """With a wrapped head, :attr:`Boundaries.wrapped_hi` of the same layering, if known."""
         return self._wrapped.get(self._span_key(engine))
 
-    def keep_wrapped_hi(self, engine: MemoryEngine, hi: np.ndarray) -> None:
+    def keep_wrapped_hi(self, engine: MemoryFacts, hi: np.ndarray) -> None:
         self._wrapped[self._span_key(engine)] = hi
 
     @staticmethod
-    def _span_key(engine: MemoryEngine) -> bytes:
+    def _span_key(engine: MemoryFacts) -> bytes:
         # What the span reads besides the operation table: each operation's layer and whether it counts.
         layering = engine.layer_of_op.tobytes() + engine.model.counted_vars.tobytes()
         return layering + engine.num_layers.to_bytes(8, "little")
 
-    def programs(self, engine: MemoryEngine, ops: np.ndarray, counted: bool = True) -> ProgramPart:
+    def programs(self, engine: MemoryFacts, ops: np.ndarray, counted: bool = True) -> ProgramPart:
         """The layer's programs part and, if ``counted``, counted variables (the same for all options)."""
         key = np.asarray(ops, np.int64).tobytes() + engine.model.counted_vars[ops].tobytes()
         found = self._programs.get(key)
         if found is None:
-            from popliner.memory.running import program_part
 
             found = self._programs[key] = program_part(engine, ops, counted)
         elif counted and found[5] is None:
@@ -384,7 +381,7 @@ def _expand(profile: Profile, var: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 class EngineShare:
     """One engine's view of the shared parts: which variables its options change, and its grids' adapters."""
 
-    def __init__(self, shared: SharedParts, engine: MemoryEngine, grid: SegmentGrid | None,
+    def __init__(self, shared: SharedParts, engine: MemoryFacts, grid: SegmentGrid | None,
                  cut_grid: SegmentGrid | None) -> None:
         self.shared = shared
         base = shared.profile
@@ -411,7 +408,7 @@ class EngineShare:
         self._class_last[nonempty] = p.iv_end[p.class_ptr[1:][nonempty] - 1] - 1
         self._class_always = p.always_live_classes()
 
-    def signature(self, engine: MemoryEngine, rerun: bool) -> tuple[object, ...] | None:
+    def signature(self, engine: MemoryFacts, rerun: bool) -> tuple[object, ...] | None:
         """What a range's figure reads besides its operations and counted flags, when all of it is known by content.
 
         The variable tables (what-if, forward cut) and the never-stashed set

@@ -28,12 +28,12 @@ import numpy as np
 from popliner.memory.liveness import EventList, SegmentGrid
 
 if TYPE_CHECKING:
-    from popliner.memory.engine import MemoryEngine
+    from popliner.memory.facts import MemoryFacts
 
 __all__ = ["ForwardCut", "forward_cut_grid"]
 
 
-def forward_cut_grid(engine: MemoryEngine, dtype: type[np.signedinteger] | None = None) -> SegmentGrid:
+def forward_cut_grid(engine: MemoryFacts, dtype: type[np.signedinteger] | None = None) -> SegmentGrid:
     """The liveness grid of the engine's forward-cut profile (its segments refine the what-if profile's).
 
     ``dtype``: the what-if grid's cells, when known (the cut profile has the same variables' bytes).
@@ -51,7 +51,7 @@ class ForwardCut:
     its own event list.
     """
 
-    def __init__(self, engine: MemoryEngine, grid: SegmentGrid | None) -> None:
+    def __init__(self, engine: MemoryFacts, grid: SegmentGrid | None) -> None:
         cut = engine.forward_cut_profile()
         # The what-if classes, valid in the forward-cut profile's class table (it only appends classes).
         self.kept_klass = engine.profile.variables.klass

@@ -18,12 +18,13 @@ import numpy as np
 from popliner.memory.class_sums import ClassSums, class_sums
 from popliner.memory.liveness import EventList, SegmentGrid
 from popliner.memory.liveness.grid import Columns
+from popliner.memory.program_part import program_part
 from popliner.memory.rerun import ForwardCut
 from popliner.memory.stash_row import StashRow, stash_columns
 
 if TYPE_CHECKING:
-    from popliner.memory.engine import MemoryEngine
-    from popliner.memory.ranges_shared import EngineShare, ProgramPart, _GridShare
+    from popliner.memory.facts import MemoryFacts
+    from popliner.memory.ranges_shared import EngineShare, _GridShare
 
 __all__ = ["LayerParts", "RunningStage"]
 
@@ -67,7 +68,7 @@ class LayerParts:
     cut_shared_events: tuple[Events, ...] | None = None
 
     @classmethod
-    def of(cls, engine: MemoryEngine, ops: np.ndarray, grid: SegmentGrid | None,
+    def of(cls, engine: MemoryFacts, ops: np.ndarray, grid: SegmentGrid | None,
            cut_grid: SegmentGrid | None = None, share: EngineShare | None = None,
            variables: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
            private_tiles: np.ndarray | None = None) -> LayerParts:
@@ -113,7 +114,7 @@ class _Own:
     liveness class, once for both the grid's change and the stash columns.
     """
 
-    def __init__(self, engine: MemoryEngine, grid: SegmentGrid | None, private: np.ndarray, shared: np.ndarray,
+    def __init__(self, engine: MemoryFacts, grid: SegmentGrid | None, private: np.ndarray, shared: np.ndarray,
                  private_tiles: np.ndarray | None = None) -> None:
         self.engine, self.grid, self.private, self.shared = engine, grid, private, shared
         self.private_tiles = private_tiles
@@ -149,31 +150,6 @@ class _Own:
         return made
 
 
-def program_part(engine: MemoryEngine, ops: np.ndarray, counted: bool = True) -> ProgramPart:
-    """What a layer's programs add (code, state, presence, other units), its window and its counted variables.
-
-    ``counted``: take the counted variables (else None: the caller has them).
-    """
-    p = engine.profile
-    progs = p.programs
-    tiles = p.tiles
-    model = engine.model
-    prog = engine.ops.programs_of_set(ops)
-    additive = progs.control.sum_rows(prog[model.leaf[prog]], tiles)
-    additive += progs.exchange.sum_rows(prog[model.exchange[prog]], tiles)
-    presence = np.zeros((len(p.vertex_types.names), tiles + 1), np.int64)
-    runs = progs.vertices.runs_of(prog)
-    if runs.size:
-        assert progs.vertices.key is not None  # the loader always keys vertex counts by type
-        vtype = progs.vertices.key[runs].astype(np.int64)
-        additive += progs.vertices.sum_runs(runs, tiles, weights=p.vertex_types.size[vtype])
-        np.add.at(presence, (vtype, progs.vertices.first[runs]), 1)
-        np.add.at(presence, (vtype, progs.vertices.stop[runs]), -1)
-    lo, hi = model.window(ops)
-    units = model.categories.units(p, prog) if model.categories is not None else None
-    return additive, presence, units, lo, hi, model.counted_variables(ops) if counted else None
-
-
 def _events(grid: SegmentGrid | None, share: _GridShare | None, private: np.ndarray, shared: np.ndarray,
             keys: tuple[bytes, bytes], own: _Own | None = None
             ) -> tuple[tuple[Events, ...] | None, tuple[Events, ...] | None]:
@@ -205,7 +181,7 @@ class RunningStage:
     (:meth:`rerun_variables_peak`).
     """
 
-    def __init__(self, engine: MemoryEngine, grid: SegmentGrid | None,
+    def __init__(self, engine: MemoryFacts, grid: SegmentGrid | None,
                  row_ops: list[np.ndarray] | None = None, forward_cut: ForwardCut | None = None) -> None:
         self.engine = engine
         p = engine.profile

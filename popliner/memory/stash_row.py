@@ -17,15 +17,15 @@ import numpy as np
 from popliner.arrays import rank_by_table, unique_inverse
 
 if TYPE_CHECKING:
-    from popliner.memory.class_sums import ClassSums
-    from popliner.memory.engine import MemoryEngine
+    from popliner.memory.facts import MemoryFacts
     from popliner.memory.liveness.grid import Columns
+    from popliner.memory.liveness.sums import ClassSums
     from popliner.memory.stash_rule import StashWindows
 
 __all__ = ["StashRow", "candidate_columns", "grouped_of_sums", "pair_groups", "stash_columns"]
 
 
-def stash_columns(engine: MemoryEngine, var: np.ndarray, with_owner: bool = False,
+def stash_columns(engine: MemoryFacts, var: np.ndarray, with_owner: bool = False,
                   columns: Columns | None = None, sums: ClassSums | None = None) -> dict[str, np.ndarray] | None:
     """What a stash entry reads of each variable that is not always live (training only).
 
@@ -193,7 +193,7 @@ class StashRow:
 
     FIRST_HORIZON = 8
 
-    def __init__(self, engine: MemoryEngine, row_ops: list[np.ndarray]) -> None:
+    def __init__(self, engine: MemoryFacts, row_ops: list[np.ndarray]) -> None:
         self.engine = engine
         self.tiles = engine.tiles
         self.row_ops = row_ops

@@ -124,7 +124,7 @@ def regroup_layers(layers: LayerAssignment, groups: np.ndarray, placement: HeadP
     layer_of_op[groups == 1] = len(names) + 1
     notes = tuple(EMBEDDING_GROUP if g == 0 else HEAD_GROUP if g == 1 else n
                   for g, n in zip(groups.tolist(), layers.note))
-    return LayerAssignment(layer_of_op, notes, (EMBEDDING_GROUP, *names, HEAD_GROUP))
+    return LayerAssignment(layer_of_op, notes, (EMBEDDING_GROUP, *names, HEAD_GROUP), layers.rule)
 
 
 

@@ -31,7 +31,7 @@ import numpy as np
 from popliner.ops.operations import OperationTable
 from popliner.profile.model import Contexts
 
-__all__ = ["REMOTE_TYPES", "streams_optimizer_state"]
+__all__ = ["REMOTE_TYPES", "remote_update_operations", "streamed_state_variables", "streams_optimizer_state"]
 
 #: PopART's operations between remote buffers and the tiles.
 REMOTE_TYPES: Final = frozenset({"RemoteLoad", "RemoteLoadInplace", "RemoteStore"})
@@ -42,11 +42,21 @@ _STATE_TENSOR: Final = re.compile(
 
 def streams_optimizer_state(ops: OperationTable, update: np.ndarray, contexts: Contexts) -> bool:
     """Does an update operation (``update``: bool per operation) move optimizer state to or from a remote buffer?"""
+    return bool(remote_update_operations(ops, update, contexts).any())
+
+
+def remote_update_operations(ops: OperationTable, update: np.ndarray, contexts: Contexts) -> np.ndarray:
+    """Bool per operation: a remote load or store of the weight update that moves optimizer state.
+
+    Its type alone proves nothing (a gradient op can be typed so); the tensors it moves must be ones PopART names
+    as optimizer state.
+    """
     flags = np.asarray(update, bool).tolist()
+    out = np.zeros(ops.count, bool)
     for op, kind in enumerate(ops.op_type):
         if kind in REMOTE_TYPES and flags[op] and _moves_state(ops, contexts, op):
-            return True
-    return False
+            out[op] = True
+    return out
 
 
 def _moves_state(ops: OperationTable, contexts: Contexts, op: int) -> bool:
@@ -56,3 +66,17 @@ def _moves_state(ops: OperationTable, contexts: Contexts, op: int) -> bool:
     if isinstance(outputs, list):
         tensors += [t for t in outputs if isinstance(t, str)]
     return any(_STATE_TENSOR.search(t) for t in tensors)
+
+
+def streamed_state_variables(ops: OperationTable, update: np.ndarray, contexts: Contexts,
+                             num_variables: int) -> np.ndarray:
+    """Bool per variable: what a profile compiled with its optimizer state off chip streams each step.
+
+    The variables of the weight update's remote loads and stores that move state (``update``: bool per
+    operation): the state's landing tensors on the tiles, each loaded before its update and stored after it.
+    """
+    remote = remote_update_operations(ops, update, contexts)
+    out = np.zeros(num_variables, bool)
+    lens = np.diff(ops.var_ptr)
+    out[ops.var_idx[np.repeat(remote, lens)]] = True
+    return out

@@ -43,7 +43,8 @@ def pipeline_config(plan: PodPlan, config: PodConfig) -> PipelineConfig:
     return config_from_split(config.split, profile_path=analysis.profile.path, profile_sha256=analysis.profile.sha256,
                              tiles=t.tiles_per_ipu, bytes_per_tile=t.bytes_per_tile, clock_hz=t.clock_hz,
                              gradient_accumulation=config.gradient_accumulation, training=training,
-                             layer_options=layer_record(analysis.options), framework=analysis.framework.name)
+                             layer_options=layer_record(analysis.options), framework=analysis.framework.name,
+                             every_op_layered=not analysis.base.has_unlayered)
 
 
 def pod_ipu_config(cfg: PipelineConfig, config: PodConfig) -> dict[str, Any]:

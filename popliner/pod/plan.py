@@ -17,23 +17,21 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from popliner.analysis import Analysis
+from popliner.analysis import Analysis, scenario
+from popliner.base import ProfileBase
 from popliner.config.yaml_io import MAX_MICRO_BATCHES
 from popliner.errors import UsageProblem
-from popliner.memory.ranges_shared import SharedParts
 from popliner.memory.training import (
-    EMBEDDING_GROUP,
     HEAD_PLACEMENTS,
     OPTIMIZER_STATES,
     TrainingOptions,
 )
-from popliner.ops.head import place_unlayered
-from popliner.ops.layers import LayerAssignment
 from popliner.pod.model import PodConstants, StepTime, allreduce_seconds, step_time, streaming_seconds
 from popliner.pod.search import DepthSplit, OptionSearch, TrafficTable, search_options
 from popliner.progress import phase
+from popliner.scenario import compiled_state_refusal
 from popliner.solvers.result import SplitResult
-from popliner.training_choice import AUTO_ORDER, with_training
+from popliner.training_choice import AUTO_ORDER
 
 __all__ = ["DEFAULT_BATCHES_PER_IPU", "PodConfig", "PodPlan", "PodRequest", "plan_pod"]
 
@@ -56,7 +54,9 @@ class PodRequest:
     optimizer_state: tuple[str, ...] = ("on-chip", "off-chip")
     sharded_optimizer_state: bool = False
     mem_per_tile: int | None = None
-    headroom: float = 0.0
+    #: The fraction of each tile kept free; None: the profile's default, as every other command
+    #: (:meth:`popliner.base.ProfileBase.budget`).
+    headroom: float | None = None
     constants: PodConstants = field(default_factory=PodConstants)
 
     def __post_init__(self) -> None:
@@ -72,7 +72,7 @@ class PodRequest:
             bad = [v for v in values if v not in allowed]
             if bad or not values:
                 raise UsageProblem(f"{flag} {','.join(bad) or '(none)'}: expected some of {', '.join(allowed)}")
-        if not 0.0 <= self.headroom < 1.0:
+        if self.headroom is not None and not 0.0 <= self.headroom < 1.0:
             raise UsageProblem(f"--headroom {self.headroom}: expected a fraction in [0, 1)")
 
     @property
@@ -174,42 +174,54 @@ class PodPlan:
 
 
 def plan_pod(analysis: Analysis, request: PodRequest) -> PodPlan:
-    """Every configuration of ``request`` for the analysed profile, ranked (see the module's docstring)."""
-    if not analysis.layer_names:
-        raise UsageProblem(f"{analysis.profile.path}: no operation got a layer, so there is nothing to split; "
+    """Every configuration of ``request`` for the analysed profile, ranked (see the module's docstring).
+
+    Each option set is a scenario of the analysis's base (:func:`popliner.analysis.scenario`), sharing its
+    option-free layer parts; the analysis's own training options are not read.
+    """
+    base = analysis.base
+    if not base.named_layers.names:
+        raise UsageProblem(f"{base.profile.path}: no operation got a layer, so there is nothing to split; "
                            "check --layer-name-regex")
-    target = analysis.profile.target
+    target = base.profile.target
     bytes_per_tile = request.mem_per_tile or target.bytes_per_tile
-    budget = int(bytes_per_tile * (1.0 - request.headroom))
+    budget = base.budget(request.mem_per_tile, request.headroom)
     clock = request.constants.clock_hz or target.clock_hz
     configs: list[PodConfig] = []
     analyses: dict[TrainingOptions, Analysis] = {}
     notes: list[str] = []
     traffic: TrafficTable | None = None  # one for every option set (popliner.pod.search)
-    shared = SharedParts(analysis.profile, analysis.ops)  # each layer's option-free parts, for every option set
-    placed: dict[tuple[str, str], LayerAssignment] = {}  # the layers of each head placement
-    for options, depths in _option_sets(analysis, request, notes):
+    for options, depths in _option_sets(base, analysis.options.training, request, notes):
         with phase("planning the pod"):
-            found = _search(analysis, options, depths, budget, request, analyses, notes, traffic, placed, shared)
+            found = _search(base, options, depths, budget, request, analyses, notes, traffic)
         if found is None:
             continue
         traffic = found.traffic
         for k in depths:
             configs.append(_configure(found, found.depths[k], options, request, budget, bytes_per_tile, clock))
     ranked = sorted(configs, key=_rank_key)
-    return PodPlan(request, analysis.profile.path, analysis.profile.sha256, analysis.mode, float(clock),
+    return PodPlan(request, base.profile.path, base.profile.sha256, base.mode, float(clock),
                    request.batch, tuple(ranked), analyses, tuple(notes))
 
 
-def _option_sets(analysis: Analysis, request: PodRequest,
+def _option_sets(base: ProfileBase, given: TrainingOptions, request: PodRequest,
                  notes: list[str]) -> Iterator[tuple[TrainingOptions, tuple[int, ...]]]:
-    """Each training option set to analyse and the depths it serves (one depth each when sharded by R)."""
-    base = analysis.options.training
-    training = analysis.mode == "training"
+    """Each training option set to analyse and the depths it serves (one depth each when sharded by R).
+
+    ``given``: the options with no choice to try (the regexes). A profile compiled with its optimizer state
+    off chip is planned off chip only: popliner cannot put the state back on chip.
+    """
+    training = base.training
     recomputes = request.recompute if training else ("none",)
     states = request.optimizer_state if training else ("on-chip",)
+    if training and base.state_off_chip and "on-chip" in states:
+        if "off-chip" not in states:
+            raise UsageProblem(compiled_state_refusal(base))
+        notes.append("the profile was compiled with its optimizer state off chip: the on-chip configurations "
+                     "are left out (popliner cannot put the state back on chip)")
+        states = ("off-chip",)
     placements = list(request.head_placement)
-    if not _has_unlayered(analysis) and len(placements) > 1:
+    if not base.has_unlayered and len(placements) > 1:
         notes.append("every operation has a layer: --head-placement last and wrap are the same as first")
         placements = ["first"] if "first" in placements else placements[:1]
     shard = training and request.sharded_optimizer_state
@@ -219,7 +231,7 @@ def _option_sets(analysis: Analysis, request: PodRequest,
                 changes: dict[str, Any] = {"recompute": recompute, "head_placement": placement,
                                            "optimizer_state": state, "replication_factor": 1,
                                            "sharded_optimizer_state": False}
-                options = dataclasses.replace(base, **changes)
+                options = dataclasses.replace(given, **changes)
                 if not shard:
                     yield options, request.depths
                     continue
@@ -229,57 +241,25 @@ def _option_sets(analysis: Analysis, request: PodRequest,
                            (k,))
 
 
-def _has_unlayered(analysis: Analysis) -> bool:
-    if EMBEDDING_GROUP in analysis.layer_names:
-        return True
-    return bool((analysis.layers.layer_of_op < 0).any()) or "inputs-layer-0" in analysis.layers.note
-
-
-def _search(analysis: Analysis, options: TrainingOptions, depths: tuple[int, ...], budget: int,
+def _search(base: ProfileBase, options: TrainingOptions, depths: tuple[int, ...], budget: int,
             request: PodRequest, analyses: dict[TrainingOptions, Analysis], notes: list[str],
-            traffic: TrafficTable | None, placed: dict[tuple[str, str], LayerAssignment] | None = None,
-            shared: SharedParts | None = None) -> OptionSearch | None:
-    """The option set's analysis and splits; None when it only repeats another (recomputation compiled in)."""
-    other = _reanalyse(analysis, options, placed, shared)
-    if options.recompute != "none" and other.engine.view.recompute in ("compiled", "none"):
-        note = "the profile was compiled with recomputation: --recompute pipeline and every-layer change nothing"
-        if analysis.mode == "training" and note not in notes:
-            notes.append(note)
-        return None
-    analyses[options] = other
-    log.debug("planning %s over %s IPUs per replica", options.as_dict(), ",".join(map(str, depths)))
-    found = search_options(other, depths, budget, request.constants.link_bandwidth, traffic)
-    # The splits hold their figures; the engine (gigabytes on a large profile) is rebuilt only if asked for
-    # again, so that the option sets' engines are not all held at once.
+            traffic: TrafficTable | None) -> OptionSearch | None:
+    """The option set's scenario and splits; None when it only repeats another (recomputation compiled in)."""
     from popliner.memory.ranges import release
 
-    release(other.__dict__.pop("engine"))
-    return found
-
-
-def _reanalyse(analysis: Analysis, options: TrainingOptions,
-               placed: dict[tuple[str, str], LayerAssignment] | None = None,
-               shared: SharedParts | None = None) -> Analysis:
-    """The analysis under other training options, its operations and layers reused (no second layer search).
-
-    From raw layers (head placement ``first``) only; otherwise as
-    :func:`popliner.training_choice.with_training` does it. ``placed``: the
-    layers of each head placement already made (by placement and update regex,
-    all they read besides the analysis). ``shared``: handed to the new analysis's engine.
-    """
-    if analysis.options.training.head_placement != "first":
-        return dataclasses.replace(with_training(analysis, options), shared=shared)
-    layers = analysis.layers
-    if options.head_placement != "first" and _has_unlayered(analysis):
-        key = (options.head_placement, options.update_regex)
-        found = placed.get(key) if placed is not None else None
-        if found is None:
-            found = place_unlayered(analysis.profile, analysis.ops, layers, analysis.is_backward, options)
-            if placed is not None:
-                placed[key] = found
-        layers = found
-    return Analysis(analysis.profile, analysis.ops, layers, dataclasses.replace(analysis.options, training=options),
-                    shared=shared)
+    other = scenario(base, options, base.shared)
+    if options.recompute != "none" and other.engine.view.recompute in ("compiled", "none"):
+        note = "the profile was compiled with recomputation: --recompute pipeline and every-layer change nothing"
+        if base.training and note not in notes:
+            notes.append(note)
+        return None
+    log.debug("planning %s over %s IPUs per replica", options.as_dict(), ",".join(map(str, depths)))
+    found = search_options(other, depths, budget, request.constants.link_bandwidth, traffic)
+    # The splits hold their figures; the engine (gigabytes on a large profile) goes now, and the plan keeps a
+    # scenario of the same options whose engine is built again only if asked for (a config written from it).
+    release(other.engine)
+    analyses[options] = scenario(base, options, base.shared)
+    return dataclasses.replace(found, analysis=analyses[options])
 
 
 def _configure(found: OptionSearch, depth: DepthSplit, options: TrainingOptions, request: PodRequest, budget: int,
@@ -291,7 +271,7 @@ def _configure(found: OptionSearch, depth: DepthSplit, options: TrainingOptions,
     k = depth.ipus
     r = request.pod_ipus // k
     training = analysis.mode == "training"
-    stages = num_pipeline_stages(training, k, found.head_wraps)
+    stages = num_pipeline_stages(training, k, analysis.layout.wraps)
     samples = request.micro_batch * r
     g = request.batch // samples if request.batch % samples == 0 else None
     config = PodConfig(
@@ -315,12 +295,12 @@ def _configure(found: OptionSearch, depth: DepthSplit, options: TrainingOptions,
     if g < stages:
         return dataclasses.replace(config, reason=f"G = {g} micro-batches is fewer than the {stages} pipeline "
                                                   f"stages; a global batch of {stages * samples} or more allows it")
-    step = _step(depth, analysis, found.head_wraps, g, r, request.constants, clock)
+    step = _step(depth, analysis, g, r, request.constants, clock)
     rate = request.micro_batch * g * r / step.seconds if step.seconds > 0 else None
     return dataclasses.replace(config, step=step, samples_per_second=rate)
 
 
-def _step(depth: DepthSplit, analysis: Analysis, head_wraps: bool, g: int, r: int, constants: PodConstants,
+def _step(depth: DepthSplit, analysis: Analysis, g: int, r: int, constants: PodConstants,
           clock: float) -> StepTime:
     """The step of the split's pipeline (the simulator's stages), then each IPU's all-reduce and streaming."""
     from popliner.layout import HEAD_GROUP
@@ -329,7 +309,7 @@ def _step(depth: DepthSplit, analysis: Analysis, head_wraps: bool, g: int, r: in
 
     assert depth.split is not None
     training = analysis.mode == "training"
-    wraps = head_wraps and len(depth.split.stages) >= 2
+    wraps = analysis.layout.wraps_at(len(depth.split.stages))
     # Each IPU through the record a config keeps of it, as simulate reads a config.
     ipus = split_ipu_figures(depth.split.stages, int(analysis.profile.target.tiles_per_ipu), training, wraps)
     plan = StageLayout(len(ipus), training, HEAD_GROUP if wraps else None)

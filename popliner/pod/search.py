@@ -21,6 +21,7 @@ import numpy as np
 from popliner.analysis import Analysis
 from popliner.arrays import gather_csr
 from popliner.memory.ranges import ProfileRanges
+from popliner.ops.remote import remote_update_operations, streamed_state_variables
 from popliner.pipeline import RangeCosts, range_cost, range_figure
 from popliner.solvers.problem import Bounds, SplitProblem
 from popliner.solvers.result import SplitResult, stage_result
@@ -57,7 +58,6 @@ class OptionSearch:
     analysis: Analysis
     depths: dict[int, DepthSplit]
     recompute: str  # the mode the engine applied
-    head_wraps: bool
     traffic: TrafficTable | None = None
 
 
@@ -68,13 +68,13 @@ def search_options(analysis: Analysis, depths: Sequence[int], budget: int, link_
     ``traffic``: the profile's :class:`TrafficTable` when already made (one serves every option set).
     """
     training = analysis.mode == "training"
-    n_layers = len(analysis.layer_names) - (1 if analysis.engine.head_wraps else 0)
+    n_layers = len(analysis.layout.placed_names)
     usable = [k for k in depths if k <= n_layers]
     out: dict[int, DepthSplit] = {k: DepthSplit(k, None, (), (), f"{k} IPUs per replica is more than the "
                                                 f"{n_layers} layers to place") for k in depths if k > n_layers}
     engine = analysis.engine
     if not usable:
-        return OptionSearch(analysis, out, engine.view.recompute, engine.head_wraps)
+        return OptionSearch(analysis, out, engine.view.recompute)
     problem = SplitProblem(num_ipus=max(usable), budget=budget, training=training)
     table = ProfileRanges(analysis.engine, budget, link_bytes_per_second, lazy=True)
     suffixes = suffix_table(table, problem, float(budget), max(usable))
@@ -89,7 +89,7 @@ def search_options(analysis: Analysis, depths: Sequence[int], budget: int, link_
         split = _split_result(analysis, table, bounds, budget)
         out[k] = DepthSplit(k, split, bounds, tuple(traffic_table.of_ops(table.stage_ops(i, j), off_chip, options.shard)
                                                      for i, j in bounds))
-    return OptionSearch(analysis, out, engine.view.recompute, engine.head_wraps, traffic_table)
+    return OptionSearch(analysis, out, engine.view.recompute, traffic_table)
 
 
 def fastest_bounds(table: RangeCosts, suffixes: SuffixTable, stages: int) -> Bounds:
@@ -191,8 +191,14 @@ class TrafficTable:
         by_forward = np.zeros(count, bool)
         by_forward[ops.var_idx[np.repeat(forward, lens)]] = True
         state = np.asarray(view.optimizer_state, bool)
+        state_users = np.ones(ops.count, bool)
+        if analysis.base.state_off_chip:
+            # Compiled off chip: the state is no always-live variable but what the update's remote loads and
+            # stores move; an IPU streams what its own loads and stores move (not what its updaters read).
+            state = state | streamed_state_variables(ops, analysis.is_backward, analysis.profile.contexts, count)
+            state_users = remote_update_operations(ops, analysis.is_backward, analysis.profile.contexts)
         weights = np.asarray(engine.always_live_var, bool) & ~state & by_update & by_forward
-        keep = (weights | state)[ops.var_idx]
+        keep = weights[ops.var_idx] | (state[ops.var_idx] & np.repeat(state_users, lens))
         kept = np.concatenate(([0], np.cumsum(keep)))
         var = ops.var_idx[keep].astype(np.int64)
         return cls(kept[ops.var_ptr].astype(np.int64), var, weights[var], analysis.profile.variables.bytes)

@@ -16,11 +16,12 @@ from typing import Any
 import numpy as np
 
 from popliner.profile import varcols
+from popliner.profile.build_state import BuildState
 from popliner.profile.columns import Extracted
 from popliner.profile.limits import check_tile_cells
 from popliner.profile.model import Contexts, Profile, Target, VertexTypes
-from popliner.profile.programs import VarIndex, build_programs
-from popliner.profile.rules import INT64_MAX, MAX_TILES, Checker, NotFast, kind
+from popliner.profile.programs import build_programs
+from popliner.profile.rules import INT64_MAX, MAX_TILES, NotFast, kind
 from popliner.profile.tilevector import MAX_VALUE, RunTableBuilder, decode_tilevector
 from popliner.profile.totals import check_totals
 
@@ -29,19 +30,13 @@ __all__ = ["Builder"]
 log = logging.getLogger(__name__)
 
 
-class Builder(Checker):
+class Builder(BuildState):
     """Validates the document section by section while building arrays."""
 
     def __init__(self, doc: Any, path: str, sha256: str, extracted: Extracted | None = None) -> None:
-        super().__init__(path)
+        super().__init__(path, extracted)
         self.doc = doc
         self.sha256 = sha256
-        self.extracted = extracted
-        self.tiles = 0
-        self.num_steps = 0
-        self.ctx_index: dict[int, int] = {}
-        self.prog_index: dict[int, int] = {}
-        self.var_index = VarIndex(np.zeros(0, np.int64), np.zeros(0, np.int64), True, True)
 
     def build(self) -> Profile:
         doc = self.check(self.doc, "", (dict,), "a JSON object at the top level")
@@ -148,14 +143,6 @@ class Builder(Checker):
                 parent[i] = j
         self._check_context_cycles(parent)
         return Contexts(ids, parent, tuple(layers), tuple(names), tuple(data))
-
-    def index_of(self, ids: np.ndarray, section: str, what: str) -> dict[int, int]:
-        index: dict[int, int] = {}
-        for i, v in enumerate(ids.tolist()):
-            if v in index:
-                self.fail(f"{section}[{i}].id", f"{what} id {v} is used twice (also at {section}[{index[v]}])")
-            index[v] = i
-        return index
 
     def _check_context_cycles(self, parent: np.ndarray) -> None:
         # Follow parent links with a per-walk visited mark; a node reached again

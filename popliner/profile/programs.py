@@ -21,21 +21,11 @@ from popliner.profile.rules import NotFast, is_int64, kind, only_ints, program_f
 from popliner.profile.tilevector import MAX_VALUE, RunTable, RunTableBuilder, decode_tilevector_lists, dense_runs
 
 if TYPE_CHECKING:
-    from popliner.profile.builder import Builder
+    from popliner.profile.build_state import BuildState as Builder
 
-__all__ = ["VarIndex", "build_programs"]
+__all__ = ["build_programs"]
 
 _PROGRAM_VECTORS = ("controlCode", "exchangeCode", "cycles")
-
-
-@dataclass
-class VarIndex:
-    """How variable ids become positions (ids 0..n-1 in order, the usual numbering, need no work)."""
-
-    order: np.ndarray  # argsort of the ids
-    sorted_ids: np.ndarray  # empty when dense
-    dense: bool  # the ids are exactly 0..n-1
-    in_order: bool  # ... and in that order
 
 
 @dataclass

@@ -11,13 +11,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from popliner.profile.build_state import VarIndex
 from popliner.profile.model import NameTable, Variables, recompute_tensors
-from popliner.profile.programs import VarIndex
 from popliner.profile.rules import NotFast, is_int64, kind, only_ints
 from popliner.profile.tilevector import MAX_VALUE
 
 if TYPE_CHECKING:
-    from popliner.profile.builder import Builder
+    from popliner.profile.build_state import BuildState as Builder
 
 __all__ = ["build_classes", "build_variables"]
 

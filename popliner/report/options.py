@@ -57,8 +57,10 @@ def model_options(analysis: Analysis, config: PipelineConfig, gradient_accumulat
     if config.options is not None:
         # The config's record: the options its figures, and this report's, were computed with.
         values.update(config.options.as_document())
-    rule = analysis.layers.rule
-    values["layer_rule"] = f"--layer-name-regex {opts.layer_name_regex}" if rule == "regex" else f"preset {rule}"
+    rule = analysis.named_layers.rule  # the naming rule; the head placement's groups are said after it
+    values["layer_rule"] = (f"--layer-name-regex {opts.layer_name_regex}" if rule == "regex" else f"preset {rule}") + (
+        f"; embedding and head as layers of their own (head placement {analysis.layout.placement})"
+        if analysis.layout.grouped else "")
     values["counted_variables"] = ("operations with a layer (PopLiner's rule)" if opts.layered_vars_only
                                    else "all operations (--all-vars)")
     values["gradient_accumulation"] = gradient_accumulation

@@ -127,7 +127,8 @@ def result_document(result: SimResult) -> dict[str, Any]:
             {"ipu": u.ipu, "stages": list(u.stages), "busy_cycles": u.busy_cycles, "utilisation": u.utilisation,
              "fill_flush_cycles": u.fill_flush_cycles, "imbalance_cycles": u.imbalance_cycles,
              "communication_cycles": u.communication_cycles, "max_stash_entries": u.max_stash_entries,
-             "worst_tile": u.worst_tile, "resident_bytes": u.base_bytes, "stash_bytes": u.stash_bytes,
+             "worst_tile": u.worst_tile, "resident_bytes": u.base_bytes,
+             "stash_in_flight_bytes": u.stash_bytes,
              "copy_buffer_bytes": u.copy_buffer_bytes, "peak_bytes": u.peak_bytes, "fits": u.fits,
              "memory_over_time": [{"time_us": _r(p.time * 1e6 / result.clock_hz), "stash_entries": p.entries,
                                    "bytes": p.bytes} for p in over_time.get(u.ipu, ())]}

@@ -98,7 +98,7 @@ def _ipu_table(result: SimResult) -> str:
             _opt(u.peak_bytes), _opt(result.budget_bytes), _fits(u.fits),
         ])
     head = ["IPU", "stages", "busy", "fill/flush", "imbalance", "copy+sync", "stash entries", "worst tile",
-            "resident", "stash", "copy buf", "peak", "budget", "fits"]
+            "resident", "stash in flight", "copy buf", "peak", "budget", "fits"]
     return _table(head, rows, left=(1, 13))
 
 

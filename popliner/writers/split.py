@@ -12,12 +12,13 @@ from typing import Any
 
 import click
 
+from popliner.errors import UsageProblem
 from popliner.plan import SplitPlan
 from popliner.progress import phase
 from popliner.writers.writer import write_output
 
-__all__ = ["suffixed", "write_ipu_config", "write_plots", "write_report", "write_split", "write_summary",
-           "split_config"]
+__all__ = ["check_ipu_config", "split_config", "suffixed", "write_ipu_config", "write_plots", "write_report",
+           "write_split", "write_summary"]
 
 log = logging.getLogger("popliner")
 
@@ -38,7 +39,8 @@ def split_config(plan: SplitPlan, gradient_accumulation: int | None, matmul_prop
                              tiles=t.tiles_per_ipu, bytes_per_tile=t.bytes_per_tile, clock_hz=t.clock_hz,
                              gradient_accumulation=gradient_accumulation, training=plan.training,
                              framework=analysis.framework.name, matmul_proportion=matmul_proportion,
-                             layer_options=layer_record(analysis.options))
+                             layer_options=layer_record(analysis.options),
+                             every_op_layered=not analysis.base.has_unlayered)
 
 
 def write_split(plan: SplitPlan, config_out: str | None, force: bool, gradient_accumulation: int | None,
@@ -78,6 +80,15 @@ def write_split(plan: SplitPlan, config_out: str | None, force: bool, gradient_a
 
         # The summary says "wrote".
         write_output(split_config(plan, gradient_accumulation, matmul_proportion), config_out, force, YAML)
+
+
+def check_ipu_config(plan: SplitPlan, gradient_accumulation: int | None, matmul_proportion: tuple[float, ...]) -> None:
+    """Raise UsageProblem when optimum-graphcore cannot build the split (before any output is written)."""
+    from popliner.config.snippets import optimum_problem
+
+    problem = optimum_problem(split_config(plan, gradient_accumulation, matmul_proportion))
+    if problem is not None:
+        raise UsageProblem(f"--ipu-config-out: optimum-graphcore cannot build this split: {problem}")
 
 
 def write_ipu_config(plan: SplitPlan, path: str, force: bool, gradient_accumulation: int | None,

@@ -13,7 +13,7 @@ from collections.abc import Callable
 import numpy as np
 
 from popliner.arrays import expand_ranges, rank_by_table, unique_inverse
-from popliner.memory.class_sums import ClassSums
+from popliner.memory.liveness.sums import ClassSums
 from popliner.profile.model import Profile
 
 __all__ = ["ClassIntervals", "Columns", "SegmentGrid", "cell_dtype", "segment_ends"]
