@@ -69,7 +69,9 @@ class PoplinerFailure(click.ClickException):
 
     def __init__(self, message: str, exit_code: int, *, verdict: bool = False) -> None:
         super().__init__(message)
-        self.exit_code = exit_code
+        # click 8.5 declares exit_code a class variable; this failure's code is chosen per instance, and click
+        # reads it from the instance when it exits.
+        object.__setattr__(self, "exit_code", exit_code)
         self.verdict = verdict
 
     def show(self, file: Any = None) -> None:
