@@ -231,7 +231,7 @@ def test_the_edges_are_every_fitting_range_and_from_start_those_reached(case: tu
 @given(cases())
 def test_the_lexicographic_optimum_is_the_best_split_counted_out(case: tuple[Forbidding, SplitProblem]) -> None:
     """The whole pruned chain against the list of every split: objectives, then fewest stages, then latest ends."""
-    from popliner.solvers.ilp import hint_objectives
+    from tests.ilp_oracle import hint_objectives
 
     table, problem = case
     got = lexicographic_optimum(table, problem, _exact_per_count(table, problem, None))

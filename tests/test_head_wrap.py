@@ -20,8 +20,8 @@ from popliner.pipeline import (
 )
 from popliner.solvers.dp import dp_bounds
 from popliner.solvers.greedy import greedy_bounds
-from popliner.solvers.ilp import ilp_bounds
 from popliner.solvers.problem import ArrayRanges, SplitProblem
+from tests.ilp_oracle import ilp_bounds
 
 
 def test_stage_numbering_with_a_wrapped_head():

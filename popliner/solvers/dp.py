@@ -59,7 +59,7 @@ def dp_per_count(table: RangeCosts, problem: SplitProblem, objective: Objective 
     the objective's :class:`RangeValues`, when the caller has them.
     """
     objective = objective or objective_order(table, problem.objectives)[0]
-    counts = [problem.num_ipus] if problem.exact_ipus else range(1, problem.num_ipus + 1)
+    counts = problem.stage_counts
     out: dict[int, tuple[Bounds, float] | None] = {}
     best = math.inf
     # What every count reads alike, worked out once: copy buffers, and (when it needs no memory) each range's
@@ -114,7 +114,7 @@ def value_floors(table: RangeCosts, problem: SplitProblem, objective: Objective 
     if objective.uses_memory:
         return {}
     n = table.num_layers
-    counts = [problem.num_ipus] if problem.exact_ipus else list(range(1, problem.num_ipus + 1))
+    counts = problem.stage_counts
     stages = min(max(counts), n)
     if values is None:
         values = RangeValues(table, objective, math.inf)

@@ -1,4 +1,4 @@
-"""Solve a split over range costs: greedy and/or CP-SAT, and a best effort when nothing fits.
+"""Solve a split over range costs: greedy or the exact DP, and a best effort when nothing fits.
 
 Plain data in (a :class:`SplitProblem` and :class:`popliner.pipeline.RangeCosts`),
 plain data out (a :class:`SplitOutcome`: the stages' layer bounds and how
@@ -20,7 +20,6 @@ from popliner.pipeline import RangeCosts, position_memory
 from popliner.progress import phase
 from popliner.solvers.dp import RangeValues, dp_per_count, value_floors
 from popliner.solvers.greedy import greedy_bounds
-from popliner.solvers.ilp import ilp_bounds
 from popliner.solvers.lexdp import lexicographic_optimum
 from popliner.solvers.objective import objective_order, split_value
 from popliner.solvers.problem import Bounds, SplitProblem
@@ -61,8 +60,7 @@ def solve_bounds(table: RangeCosts, problem: SplitProblem, *, solver: SolverName
     phrase saying what layer ``k`` alone needs, to say which layer is too large.
 
     ``time_limit`` bounds the whole solve (from ``started`` when given), the
-    range tables it builds included: CP-SAT gets what is left once the tables, the greedy split and
-    the exact DP are done. When nothing is left, the best split known so far
+    range tables it builds included. When nothing is left, the best split known so far
     (the DP's optimum of the first objective, or greedy's) comes back as
     FEASIBLE, with a note saying so.
     """
@@ -74,16 +72,14 @@ def solve_bounds(table: RangeCosts, problem: SplitProblem, *, solver: SolverName
             try:
                 greedy = greedy_bounds(table, problem)
             except OutOfTime:  # the table's rows stopped at the deadline: nothing found, nothing proved
-                return _out_of_time(table, problem, None, [], relaxed, layer_need, time_limit, solver, "greedy")
+                return _out_of_time(table, problem, None, relaxed, layer_need, time_limit, solver, "greedy")
         if greedy is None:
             return _infeasible(table, problem, "greedy", relaxed, layer_need, deadline, time_limit)
         bounds, cap, min_layers = greedy
         return SplitOutcome("greedy", "GREEDY", bounds, objective=first_objective(table, problem, bounds),
                             note=f"greedy: cap {cap:.0%} of the budget, at least {min_layers} layer(s) per stage "
                                  "as PopLiner counts them (the unlayered group is one; fewer on the last)")
-    # The greedy split only seeds CP-SAT, or stands in when the exact DP runs out of time: it is worked
-    # out then, not first. PopLiner's greedy tries pipeline depths at every cap, and reads ranges
-    # the exact DP does not need (186 and 189 on the 96-layer profile over 64 IPUs, 37 of them in common).
+    # The greedy split stands in only when the exact DP runs out of time: it is worked out then, not first.
     with phase("building range tables"):
         try:
             # Each range's value of objective 1 when it needs no memory: once for the floor, the DP and the edges.
@@ -91,50 +87,21 @@ def solve_bounds(table: RangeCosts, problem: SplitProblem, *, solver: SolverName
             values = None if first.uses_memory else RangeValues(table, first, math.inf)
             per_count = _exact_per_count(table, problem, deadline, values=values)
         except OutOfTime as stop:
-            return _out_of_time(table, problem, stop.best, _hints(table, problem, None), relaxed, layer_need,
-                                time_limit, "ilp")
+            return _out_of_time(table, problem, stop.best, relaxed, layer_need, time_limit, "ilp")
     dp = min((f for f in per_count.values() if f is not None), key=lambda f: f[1], default=None)
     with phase("solving (exact DP)"):
         try:
-            # The exact DP carried on to every objective in turn: when it proves the optimum, CP-SAT
-            # (and its import, half a second) is not needed.
-            outcome = lexicographic_optimum(table, problem, per_count, deadline,
-                                            range_values=values)
+            # The exact DP carried on to every objective in turn.
+            outcome = lexicographic_optimum(table, problem, per_count, deadline, range_values=values)
         except OutOfTime:
-            hints = _hints(table, problem, dp)
-            return _out_of_time(table, problem, dp, hints, relaxed, layer_need, time_limit, "ilp")
-    by_dp = outcome is not None
-    if outcome is None:
-        with phase("building range tables"):
-            hints = _hints(table, problem, dp)
-        with phase("solving (CP-SAT)"):
-            try:
-                outcome = ilp_bounds(table, problem, time_limit=max(deadline - time.monotonic(), 0.0), seed=seed,
-                                     hints=hints, per_count=per_count)
-            except OutOfTime:  # a range the DP did not need was read past the deadline: the DP's optimum stands
-                return _out_of_time(table, problem, dp, hints, relaxed, layer_need, time_limit, "ilp", "CP-SAT")
+            return _out_of_time(table, problem, dp, relaxed, layer_need, time_limit, "ilp")
     if outcome is None:
         return _infeasible(table, problem, "ilp", relaxed, layer_need, deadline, time_limit)
-    first = objective_order(table, problem.objectives)[0]
-    note = f"objective: {first.title}" + ("" if table.has_cycles else " (the profile has no cycles)")
-    if by_dp:
-        note += "; proved optimal by the exact DP, each objective in turn (CP-SAT not needed)"
-    if not outcome.optimal and time.monotonic() >= deadline:
-        note += f"; the {time_limit:g} s time limit ran out: the best split found by then, not proved optimal"
-    return SplitOutcome(
-        "ilp", "OPTIMAL" if outcome.optimal else "FEASIBLE", outcome.bounds, objective=float(outcome.objectives[0]),
-        bound=float(outcome.bound), gap=outcome.gap, note=note,
-    )
+    note = (f"objective: {first.title}" + ("" if table.has_cycles else " (the profile has no cycles)")
+            + "; proved optimal by the exact DP, each objective in turn (CP-SAT not needed)")
+    return SplitOutcome("ilp", "OPTIMAL", outcome.bounds, objective=float(outcome.objectives[0]),
+                        bound=outcome.bound, gap=0.0, note=note)
 
-
-def _hints(table: RangeCosts, problem: SplitProblem, dp: tuple[Bounds, float] | None) -> list[Bounds]:
-    """Greedy's split, then the DP's, as far as known: past the table's deadline greedy reads only the ranges
-    read already (and gives none if it needs another)."""
-    try:
-        found = greedy_bounds(table, problem)
-    except OutOfTime:
-        found = None
-    return ([found[0]] if found is not None else []) + ([dp[0]] if dp is not None else [])
 
 def _exact_per_count(table: RangeCosts, problem: SplitProblem, deadline: float | None, *,
                      values: RangeValues | None = None) -> dict[int, tuple[Bounds, float] | None]:
@@ -159,18 +126,23 @@ def _exact_per_count(table: RangeCosts, problem: SplitProblem, deadline: float |
     return dp_per_count(table, problem, deadline=deadline, values=values, floors=floors)
 
 
-def _out_of_time(table: RangeCosts, problem: SplitProblem, best: tuple[Bounds, float] | None, hints: list[Bounds],
+def _out_of_time(table: RangeCosts, problem: SplitProblem, best: tuple[Bounds, float] | None,
                  relaxed: Callable[[float], RangeCosts] | None, layer_need: Callable[[int], str] | None,
                  time_limit: float, solver: str, step: str = "the exact DP") -> SplitOutcome:
     """``step`` did not finish in time: the best split so far (the DP's, else greedy's), not proved optimal.
 
-    With none known (greedy's table rows stopped at the deadline), the
-    outcome is INFEASIBLE with no stages, and the note says that nothing
-    was proved: the time ran out first.
+    Greedy is asked only when the DP found none: past the table's deadline it reads only the ranges read
+    already, and gives none if it needs another. With none known either, the outcome is INFEASIBLE with no
+    stages, and the note says that nothing was proved: the time ran out first.
     """
     ran_out = f"the {time_limit:g} s time limit ran out before {step} finished"
-    if best is None and hints:
-        best = hints[0], first_objective(table, problem, hints[0])
+    if best is None and solver == "ilp":
+        try:
+            greedy = greedy_bounds(table, problem)
+        except OutOfTime:
+            greedy = None
+        if greedy is not None:
+            best = greedy[0], first_objective(table, problem, greedy[0])
     if best is None:
         # Nothing found in time, so nothing is proved either: a best effort with no time left says so.
         outcome = _infeasible(table, problem, solver, relaxed, layer_need, time.monotonic(), time_limit)
@@ -238,7 +210,7 @@ def best_effort(relaxed: Callable[[float], RangeCosts], problem: SplitProblem, d
         suffixes = suffix_table(table, problem, bound, problem.num_ipus, deadline)
     except OutOfTime as stop:
         raise OutOfTime(known) from stop
-    counts = [problem.num_ipus] if problem.exact_ipus else range(1, problem.num_ipus + 1)
+    counts = problem.stage_counts
     values = {k: suffixes.whole(k) for k in counts if k <= n}
     best = min(values.values(), default=math.inf)
     if best == math.inf:
