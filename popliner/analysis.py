@@ -38,8 +38,7 @@ from popliner.ops.layers import (
     layers_key,
 )
 from popliner.ops.operations import DEFAULT_OP_LAYERS, OperationTable, derive_operations
-from popliner.profile.cache import PendingStore, cache_path, load_cached
-from popliner.profile.cachecheck import Bad, check_csr, check_len, check_range
+from popliner.profile.cache import Bad, PendingStore, cache_path, check_csr, check_len, check_range, load_cached
 from popliner.profile.files import read_profile_bytes
 from popliner.profile.model import Profile
 from popliner.progress import phase

@@ -96,15 +96,15 @@ def rewrite_cache_entry(entry: Path, change: Callable[[dict[str, Any], dict[str,
                         resign: bool = False) -> None:
     """Load a cache entry's members, let ``change`` edit the arrays (and metadata), write it back like popliner.
 
-    ``resign``: give the edited arrays a new digest, as a forger who knows the format would.
+    ``resign``: give the edited entry a new digest, as a forger who knows the format would.
     """
     with np.load(entry, allow_pickle=False) as data:
         arrays = {k: data[k] for k in data.files}
     meta = json.loads(zcodec.decompress(arrays["__meta__"]).decode())
     change(arrays, meta)
-    if resign:
-        meta["digest"] = cache_mod._digest(meta["sha256"], {k: v for k, v in arrays.items() if k != "__meta__"})
     arrays["__meta__"] = np.frombuffer(zcodec.compress(json.dumps(meta).encode()), np.uint8)
+    if resign:
+        cache_mod.seal(arrays, meta["sha256"])
     with open(entry, "wb") as fh:
         np.savez(fh, **arrays)
 

@@ -14,8 +14,9 @@ from popliner.memory import model as memory_model
 from popliner.memory.model import whole_program_memory
 from popliner.ops.operations import derive_operations
 from popliner.plan import SplitRequest, plan_split
-from popliner.profile import cachefs, load_profile
-from popliner.profile.cachepack import column_range, pack, unpack
+from popliner.profile import load_profile
+from popliner.profile.cache import trust as cachefs
+from popliner.profile.cache.archive import column_range, pack, unpack
 from popliner.profile.lazycol import deferred
 from popliner.training_choice import reanalyse
 from tests.helpers import rewrite_cache_entry
