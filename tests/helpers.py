@@ -19,6 +19,9 @@ from popliner.profile import cache as cache_mod
 from popliner.profile import zcodec
 from popliner.profile.loader import parse_profile_bytes
 
+#: The bundled profiles (fixtures/profiles/), one name for every test.
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "profiles"
+
 
 def chain_document(contexts: list[dict[str, Any]], tiles: int = 2) -> dict[str, Any]:
     """One leaf program per debug context, run in order, one step each.

@@ -19,9 +19,10 @@ from popliner.cli import cli
 from popliner.errors import ProfileFormatError
 from popliner.profile import gunzip
 from popliner.profile.loader import load_profile
+from tests.helpers import FIXTURES
 
 REPO = Path(__file__).resolve().parent.parent
-TINY = REPO / "fixtures" / "profiles" / "tiny.json"
+TINY = FIXTURES / "tiny.json"
 MIB = 1 << 20
 
 
@@ -70,7 +71,7 @@ def test_ratio_limit_refuses_a_bomb_under_the_absolute_limit(tmp_path: Path, mon
 
 
 def test_real_profiles_are_far_below_the_ratio() -> None:
-    for path in sorted((REPO / "fixtures" / "profiles").glob("*.gz")):
+    for path in sorted(FIXTURES.glob("*.gz")):
         raw = path.read_bytes()
         assert len(gzip.decompress(raw)) < gunzip.max_gzip_ratio() * len(raw) / 5, path.name
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import shutil
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,9 +15,9 @@ from popliner.ops.operations import OperationTable
 from popliner.profile import cache as cache_mod
 from popliner.profile import load_profile
 from popliner.profile.cache import archive as cachepack
-from tests.helpers import rewrite_cache_entry
+from tests.helpers import FIXTURES, rewrite_cache_entry
 
-TINY = Path(__file__).resolve().parent.parent / "fixtures" / "profiles" / "tiny.json"
+TINY = FIXTURES / "tiny.json"
 
 
 @pytest.fixture()

@@ -19,9 +19,9 @@ from popliner.profile.cache import trust as cachefs
 from popliner.profile.cache.archive import column_range, pack, unpack
 from popliner.profile.lazycol import deferred
 from popliner.training_choice import reanalyse
-from tests.helpers import rewrite_cache_entry
+from tests.helpers import FIXTURES, rewrite_cache_entry
 
-BASE = Path(__file__).resolve().parent.parent / "fixtures" / "profiles" / "bert-base-training.json.gz"
+BASE = FIXTURES / "bert-base-training.json.gz"
 KEY = "p.programs.var_idx."
 
 

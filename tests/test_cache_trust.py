@@ -22,9 +22,9 @@ import pytest
 
 from popliner.analysis import load_analysis
 from popliner.profile.cache import trust as cachefs
-from tests.helpers import rewrite_cache_entry
+from tests.helpers import FIXTURES, rewrite_cache_entry
 
-TINY = Path(__file__).resolve().parent.parent / "fixtures" / "profiles" / "tiny.json"
+TINY = FIXTURES / "tiny.json"
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -213,7 +213,7 @@ def test_free_form_data_nested_too_deep_is_not_cached(tmp_path, caplog):
 
 # Issue 39, point 4: the digest covers the metadata too, and nothing is built from an entry before it matches.
 
-BERT_TINY = REPO / "fixtures" / "profiles" / "bert-tiny-training.json"
+BERT_TINY = FIXTURES / "bert-tiny-training.json"
 
 
 def _target(meta):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import random
-from pathlib import Path
 
 import pytest
 
@@ -14,8 +13,7 @@ from popliner.profile import load_profile
 from popliner.solvers.fewest import fewest_within
 from popliner.solvers.problem import ArrayRanges, SplitProblem
 from popliner.solvers.solve import minimum_ipus
-
-FIXTURES = Path(__file__).parent.parent / "fixtures" / "profiles"
+from tests.helpers import FIXTURES
 
 
 def _random_request(rng: random.Random) -> tuple[ArrayRanges, SplitProblem]:

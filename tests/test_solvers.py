@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -20,9 +19,10 @@ from popliner.solvers.greedy import greedy_bounds, layers_needed
 from popliner.solvers.objective import MEMORY
 from popliner.solvers.problem import ArrayRanges, SplitProblem
 from popliner.solvers.solve import solve_bounds
+from tests.helpers import FIXTURES
 from tests.ilp_oracle import ilp_bounds
 
-TINY = Path(__file__).resolve().parent.parent / "fixtures" / "profiles" / "tiny.json"
+TINY = FIXTURES / "tiny.json"
 
 
 def flat(n, mem=10, cycles=1, cross=0):

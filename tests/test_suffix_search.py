@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 import random
-from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -18,8 +17,7 @@ from popliner.solvers.objective import MEMORY
 from popliner.solvers.problem import ArrayRanges, SplitProblem
 from popliner.solvers.solve import best_effort, minimum_ipus, split_memory
 from popliner.solvers.suffix import estimated_split, suffix_table
-
-FIXTURES = Path(__file__).parent.parent / "fixtures" / "profiles"
+from tests.helpers import FIXTURES
 
 
 def _relaxed_dp(relaxed, problem):
