@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from popliner.analysis import Analysis, analyse_profile, load_analysis
+from popliner.analysis import Analysis, analyse_profile, load_analysis, solve_split
 from popliner.check import check_config
 from popliner.cli import cli
 from popliner.config.options import analysis_options
@@ -26,6 +26,7 @@ from popliner.pod.output import pipeline_config, pod_ipu_config
 from popliner.pod.plan import PodPlan, PodRequest, plan_pod
 from popliner.simulator.engine import SimStage, simulate
 from popliner.simulator.inputs import inputs_from_analysis
+from popliner.solvers.problem import SplitProblem
 from tests.helpers import FIXTURES
 
 PROFILES = sorted(p for p in FIXTURES.glob("*.json*"))
@@ -313,3 +314,15 @@ def test_an_option_sets_engine_goes_once_searched() -> None:
     gc.collect()
     assert len(built) == 2 and plan.fitting
     assert [ref() for ref in built] == [None, None]
+
+
+def test_each_depth_is_the_split_solve_exact_ipus_gives(fixture_plans: list[tuple[Path, Analysis, PodPlan]]) -> None:
+    # One door: plan's split over K IPUs is the exact solver's over exactly K, ties and all.
+    for _, _, plan in fixture_plans:
+        for config in plan.fitting:
+            analysis = plan.analysis_of(config)
+            problem = SplitProblem(num_ipus=config.ipus_per_replica, budget=config.budget, exact_ipus=True,
+                                   training=analysis.mode == "training")
+            solved = solve_split(analysis, problem, link_bytes_per_second=plan.request.constants.link_bandwidth)
+            assert config.split is not None and solved.status == "OPTIMAL"
+            assert [s.layers for s in solved.stages] == [s.layers for s in config.split.stages]

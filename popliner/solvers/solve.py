@@ -25,7 +25,7 @@ from popliner.solvers.objective import objective_order, split_value
 from popliner.solvers.problem import Bounds, SplitProblem
 from popliner.solvers.suffix import estimated_split, forward_bounds, suffix_table
 
-__all__ = ["BEST_EFFORT_LIMIT", "SolverName", "SplitOutcome", "best_effort", "infeasibility_reason",
+__all__ = ["BEST_EFFORT_LIMIT", "SolverName", "SplitOutcome", "best_effort", "exact_optimum", "infeasibility_reason",
            "minimum_ipus", "solve_bounds", "split_memory"]
 
 log = logging.getLogger(__name__)
@@ -101,6 +101,15 @@ def solve_bounds(table: RangeCosts, problem: SplitProblem, *, solver: SolverName
             + "; proved optimal by the exact DP, each objective in turn (CP-SAT not needed)")
     return SplitOutcome("ilp", "OPTIMAL", outcome.bounds, objective=float(outcome.objectives[0]),
                         bound=outcome.bound, gap=0.0, note=note)
+
+
+def exact_optimum(table: RangeCosts, problem: SplitProblem) -> Bounds:
+    """The exact solver's split (the lexicographic optimum, as ``--solve`` gives it); () when none fits."""
+    first = objective_order(table, problem.objectives)[0]
+    values = None if first.uses_memory else RangeValues(table, first, math.inf)
+    per_count = _exact_per_count(table, problem, None, values=values)
+    outcome = lexicographic_optimum(table, problem, per_count, range_values=values)
+    return () if outcome is None else outcome.bounds
 
 
 def _exact_per_count(table: RangeCosts, problem: SplitProblem, deadline: float | None, *,
