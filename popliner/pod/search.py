@@ -104,7 +104,7 @@ def _split_result(analysis: Analysis, table: ProfileRanges, bounds: Bounds, budg
         stages.append(stage_result(range_figure(engine, i, j, k, len(bounds)), analysis.layer_names, budget))
     return SplitResult("dp", "OPTIMAL", analysis.mode, len(bounds), budget, tuple(stages),
                        note="popliner plan: the fastest split that fits (largest stage cycles), then the least "
-                            "memory on the fullest IPU")
+                            "memory on the fullest IPU, then the fewest bytes between IPUs (as --solve --exact-ipus)")
 
 
 @dataclass(frozen=True, eq=False)
