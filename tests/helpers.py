@@ -131,3 +131,20 @@ def structural_splits(n: int, problem: Any, stages: int, forbidden: frozenset[in
         if all(problem.allowed_split(j, forbidden) for j in cuts):
             out.append(bounds)
     return out
+
+
+def dp_bounds(table: Any, problem: Any, objective: Any = None, deadline: float | None = None) -> Any:
+    """The exact DP's best split over every stage count the problem allows, and its value (None if none fits)."""
+    from popliner.solvers.dp import dp_per_count
+
+    found = [f for f in dp_per_count(table, problem, objective, deadline).values() if f is not None]
+    return min(found, key=lambda f: f[1]) if found else None  # ties: the fewest stages (counts in order)
+
+
+def value_floor(table: Any, problem: Any, objective: Any = None, *, values: Any = None) -> float:
+    """The smallest per-count floor of :func:`popliner.solvers.dp.value_floors` (``inf``: none)."""
+    import math
+
+    from popliner.solvers.dp import value_floors
+
+    return min(value_floors(table, problem, objective, values=values).values(), default=math.inf)

@@ -21,13 +21,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from popliner.pipeline import position_memory
-from popliner.solvers.dp import RangeValues, dp_for_stages, dp_per_count, value_floor, value_floors
+from popliner.solvers.dp import RangeValues, dp_for_stages, dp_per_count, value_floors
 from popliner.solvers.edges import position_edges
 from popliner.solvers.lexdp import lexicographic_optimum
 from popliner.solvers.objective import CYCLES, MEMORY, Objective, objective_order
 from popliner.solvers.problem import ArrayRanges, Bounds, SplitProblem
 from popliner.solvers.solve import _exact_per_count
-from tests.helpers import structural_splits
+from tests.helpers import structural_splits, value_floor
 
 INF = math.inf
 

@@ -18,10 +18,9 @@ from popliner.pipeline import (
     range_cost,
     stash_depth,
 )
-from popliner.solvers.dp import dp_bounds
 from popliner.solvers.greedy import greedy_bounds
 from popliner.solvers.problem import ArrayRanges, SplitProblem
-from tests.helpers import FIXTURES
+from tests.helpers import FIXTURES, dp_bounds
 from tests.ilp_oracle import ilp_bounds
 
 

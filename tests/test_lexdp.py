@@ -132,8 +132,8 @@ def test_a_proved_solve_says_so_and_never_imports_or_tools() -> None:
 @given(problems())
 def test_the_capped_dp_finds_every_count_that_reaches_the_optimum(case: tuple[ArrayRanges, SplitProblem]) -> None:
     """Capped at the best value with memory left out, the DP loses no count that reaches the optimum."""
-    from popliner.solvers.dp import value_floor
     from popliner.solvers.solve import _exact_per_count
+    from tests.helpers import value_floor
 
     table, problem = case
     plain = dp_per_count(table, problem)
@@ -167,8 +167,8 @@ def test_the_capped_dp_finds_every_count_that_reaches_the_optimum(case: tuple[Ar
 def test_the_cap_grows_until_a_split_reaches_it() -> None:
     """Stashes keep 4 stages off (IPU 0 would need 10 + 6 x 10 = 70 > 60): one layer per IPU (10 cycles) is out
     of reach, and the cap grows 10 -> 12.5 -> 15.6 -> 19.5 -> 24.4, where 2 and 3 stages reach 20 (1 stage: 40)."""
-    from popliner.solvers.dp import value_floor
     from popliner.solvers.solve import _exact_per_count
+    from tests.helpers import value_floor
 
     table = ArrayRanges([10] * 4, [0] * 4, [10] * 4, [0] * 3, stash=[10] * 4, limit=60)
     problem = SplitProblem(4, 60, training=True)

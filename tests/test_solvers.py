@@ -14,12 +14,12 @@ from popliner.deadline import OutOfTime
 from popliner.memory.ranges import ProfileRanges
 from popliner.pipeline import range_cost, stash_depth
 from popliner.profile import load_profile
-from popliner.solvers.dp import dp_bounds, dp_for_stages, dp_per_count
+from popliner.solvers.dp import dp_for_stages, dp_per_count
 from popliner.solvers.greedy import greedy_bounds, layers_needed
 from popliner.solvers.objective import MEMORY
 from popliner.solvers.problem import ArrayRanges, SplitProblem
 from popliner.solvers.solve import solve_bounds
-from tests.helpers import FIXTURES
+from tests.helpers import FIXTURES, dp_bounds
 from tests.ilp_oracle import ilp_bounds
 
 TINY = FIXTURES / "tiny.json"

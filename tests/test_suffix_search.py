@@ -12,12 +12,11 @@ from popliner.analysis import analyse_profile
 from popliner.memory.ranges import ProfileRanges
 from popliner.pipeline import position_memory
 from popliner.profile import load_profile
-from popliner.solvers.dp import dp_bounds
 from popliner.solvers.objective import MEMORY
 from popliner.solvers.problem import ArrayRanges, SplitProblem
 from popliner.solvers.solve import best_effort, minimum_ipus, split_memory
 from popliner.solvers.suffix import estimated_split, suffix_table
-from tests.helpers import FIXTURES
+from tests.helpers import FIXTURES, dp_bounds
 
 
 def _relaxed_dp(relaxed, problem):

@@ -117,7 +117,7 @@ def _exact_per_count(table: RangeCosts, problem: SplitProblem, deadline: float |
                      values: RangeValues | None = None) -> dict[int, tuple[Bounds, float] | None]:
     """The exact DP's optimum of objective 1 for every stage count that reaches the best one (others may be None).
 
-    First capped at the best value with memory left out (:func:`value_floor`):
+    First capped at the best value with memory left out (the smallest of :func:`value_floors`):
     when a split reaches it, it is the optimum, and only the ranges within it
     were read. Otherwise memory binds: the cap grows by :data:`CAP_STEP` at a
     time (a few times, then no cap), and the first cap some split reaches
@@ -225,7 +225,7 @@ def best_effort(relaxed: Callable[[float], RangeCosts], problem: SplitProblem, d
     best = min(values.values(), default=math.inf)
     if best == math.inf:
         return ()
-    stages = min(k for k, v in values.items() if v == best)  # the fewest stages of that value, as dp_bounds picks
+    stages = min(k for k, v in values.items() if v == best)  # the fewest stages of that value, as the exact DP picks
     return forward_bounds(suffixes, stages, best, n)
 
 
