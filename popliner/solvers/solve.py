@@ -23,7 +23,7 @@ from popliner.solvers.greedy import greedy_bounds
 from popliner.solvers.lexdp import lexicographic_optimum
 from popliner.solvers.objective import objective_order, split_value
 from popliner.solvers.problem import Bounds, SplitProblem
-from popliner.solvers.suffix import estimated_split, forward_bounds, suffix_table
+from popliner.solvers.suffix import forward_bounds, suffix_table
 
 __all__ = ["BEST_EFFORT_LIMIT", "SolverName", "SplitOutcome", "best_effort", "exact_optimum", "infeasibility_reason",
            "minimum_ipus", "solve_bounds", "split_memory"]
@@ -202,24 +202,14 @@ def best_effort(relaxed: Callable[[float], RangeCosts], problem: SplitProblem, d
     :data:`BEST_EFFORT_LIMIT` times the budget.
 
     Ranges come from ``relaxed(BEST_EFFORT_LIMIT)`` (best as a lazy table,
-    evaluated only as far as read). A split guessed from two ranges per
-    layer gives an upper bound; the suffix DP then reads only the ranges
-    at or under it, and the split is the one the forward DP over the whole
-    table would give (docs/solvers.md). Past ``deadline`` it raises
-    :class:`OutOfTime` with the guessed split when its memory is known.
+    evaluated only as far as read). The suffix DP reads only the ranges at
+    or under that limit, and the split is the one the forward DP over the
+    whole table would give (docs/solvers.md). Past ``deadline`` it raises
+    :class:`OutOfTime`.
     """
     table = relaxed(BEST_EFFORT_LIMIT)
     n = table.num_layers
-    guess = estimated_split(table, problem, problem.num_ipus, deadline)
-    bound, known = float(table.limit), None
-    if guess:
-        value = split_memory(table, problem, guess)
-        if value <= bound:
-            bound, known = value, (guess, value)
-    try:
-        suffixes = suffix_table(table, problem, bound, problem.num_ipus, deadline)
-    except OutOfTime as stop:
-        raise OutOfTime(known) from stop
+    suffixes = suffix_table(table, problem, float(table.limit), problem.num_ipus, deadline)
     counts = problem.stage_counts
     values = {k: suffixes.whole(k) for k in counts if k <= n}
     best = min(values.values(), default=math.inf)
