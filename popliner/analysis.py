@@ -37,8 +37,7 @@ from popliner.ops.layers import (
     layers_key,
 )
 from popliner.ops.operations import OperationTable, derive_operations
-from popliner.profile.cache import PendingStore, cache_path, load_cached
-from popliner.profile.cachecheck import Bad, check_csr, check_len, check_range
+from popliner.profile.cache import Bad, PendingStore, cache_path, check_csr, check_len, check_range, load_cached
 from popliner.profile.files import read_profile_bytes
 from popliner.profile.model import Profile
 from popliner.progress import phase
@@ -399,7 +398,7 @@ class CachedDerived:
 
 
 def _check_cached(profile: Profile, derived: CachedDerived, layers: LayerAssignment | None) -> None:
-    """Raise ``cachecheck.Bad`` when a cached operation table or layer assignment indexes outside the profile."""
+    """Raise ``cache.trust.Bad`` when a cached operation table or layer assignment indexes outside the profile."""
     from popliner.memory.categories import other_categories
     from popliner.memory.types import COMPONENTS
 

@@ -212,7 +212,7 @@ def _plan(analysis: Analysis, requested: RecomputeRequest, request: SplitRequest
     facts = None
     if split.fits and request.fit_facts:
         with phase("checking fewer IPUs"):
-            facts = fit_facts(analysis, problem, request.link_bandwidth, used=split.num_ipus_used)
+            facts = fit_facts(analysis, problem, request.link_bandwidth)
     if split.num_ipus_requested != asked:
         split = dataclasses.replace(split, num_ipus_requested=asked)  # what was asked, though one IPU per layer at most
     engine = analysis.engine
@@ -329,21 +329,16 @@ def _suggest(analysis: Analysis, problem: SplitProblem, request: SplitRequest, s
                                setup_seconds=setup)
 
 
-def fit_facts(analysis: Analysis, problem: SplitProblem, link_bytes_per_second: float = DEFAULT_LINK_BANDWIDTH,
-              used: int | None = None) -> FitFacts:
+def fit_facts(analysis: Analysis, problem: SplitProblem,
+              link_bytes_per_second: float = DEFAULT_LINK_BANDWIDTH) -> FitFacts:
     """Fewest IPUs that fit under ``problem``'s constraints, and the whole model's worst tile on one IPU.
 
-    ``used``: the IPUs of a split known to fit. The fewest is then settled
-    from a few rows of the range table (:func:`popliner.solvers.fewest.fewest_within`),
-    not from the suffix DP over nearly every range under the budget, which
-    answers when those rows cannot: the same count either way. The table
-    is lazy and shares the ranges the solve evaluated.
+    The fewest comes from the suffix DP (:func:`popliner.solvers.solve.minimum_ipus`); the table is lazy
+    and shares the ranges the solve evaluated.
     """
     from popliner.memory.ranges import ProfileRanges
-    from popliner.solvers.fewest import fewest_within
     from popliner.solvers.solve import minimum_ipus
 
     table = ProfileRanges(analysis.engine, problem.budget, link_bytes_per_second, lazy=True)
     whole = table.stage_memory(0, table.num_layers - 1).worst_bytes if table.num_layers else 0
-    fewest = fewest_within(table, problem, used) if used is not None else None
-    return FitFacts(fewest if fewest is not None else minimum_ipus(table, problem), int(whole))
+    return FitFacts(minimum_ipus(table, problem), int(whole))

@@ -19,6 +19,9 @@ from popliner.profile import cache as cache_mod
 from popliner.profile import zcodec
 from popliner.profile.loader import parse_profile_bytes
 
+#: The bundled profiles (fixtures/profiles/), one name for every test.
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "profiles"
+
 
 def chain_document(contexts: list[dict[str, Any]], tiles: int = 2) -> dict[str, Any]:
     """One leaf program per debug context, run in order, one step each.
@@ -96,15 +99,15 @@ def rewrite_cache_entry(entry: Path, change: Callable[[dict[str, Any], dict[str,
                         resign: bool = False) -> None:
     """Load a cache entry's members, let ``change`` edit the arrays (and metadata), write it back like popliner.
 
-    ``resign``: give the edited arrays a new digest, as a forger who knows the format would.
+    ``resign``: give the edited entry a new digest, as a forger who knows the format would.
     """
     with np.load(entry, allow_pickle=False) as data:
         arrays = {k: data[k] for k in data.files}
     meta = json.loads(zcodec.decompress(arrays["__meta__"]).decode())
     change(arrays, meta)
-    if resign:
-        meta["digest"] = cache_mod._digest(meta["sha256"], {k: v for k, v in arrays.items() if k != "__meta__"})
     arrays["__meta__"] = np.frombuffer(zcodec.compress(json.dumps(meta).encode()), np.uint8)
+    if resign:
+        cache_mod.seal(arrays, meta["sha256"])
     with open(entry, "wb") as fh:
         np.savez(fh, **arrays)
 
@@ -128,3 +131,20 @@ def structural_splits(n: int, problem: Any, stages: int, forbidden: frozenset[in
         if all(problem.allowed_split(j, forbidden) for j in cuts):
             out.append(bounds)
     return out
+
+
+def dp_bounds(table: Any, problem: Any, objective: Any = None, deadline: float | None = None) -> Any:
+    """The exact DP's best split over every stage count the problem allows, and its value (None if none fits)."""
+    from popliner.solvers.dp import dp_per_count
+
+    found = [f for f in dp_per_count(table, problem, objective, deadline).values() if f is not None]
+    return min(found, key=lambda f: f[1]) if found else None  # ties: the fewest stages (counts in order)
+
+
+def value_floor(table: Any, problem: Any, objective: Any = None, *, values: Any = None) -> float:
+    """The smallest per-count floor of :func:`popliner.solvers.dp.value_floors` (``inf``: none)."""
+    import math
+
+    from popliner.solvers.dp import value_floors
+
+    return min(value_floors(table, problem, objective, values=values).values(), default=math.inf)

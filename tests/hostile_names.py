@@ -11,8 +11,10 @@ import json
 from pathlib import Path
 from typing import Any
 
+from tests.helpers import FIXTURES
+
 REPO = Path(__file__).resolve().parent.parent
-TINY = REPO / "fixtures" / "profiles" / "tiny.json"
+TINY = FIXTURES / "tiny.json"
 
 #: A newline that starts a live Python line, quotes of both kinds, a backslash before the closing quote.
 LAYER_0 = 'a\nimport os; os.system("touch PWNED")  # \'"\\'

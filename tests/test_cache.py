@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 import shutil
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,9 +13,11 @@ from popliner.analysis import load_analysis
 from popliner.ops.layers import LayerAssignment
 from popliner.ops.operations import OperationTable
 from popliner.profile import cache as cache_mod
-from popliner.profile import cachepack, load_profile
+from popliner.profile import load_profile
+from popliner.profile.cache import archive as cachepack
+from tests.helpers import FIXTURES, rewrite_cache_entry
 
-TINY = Path(__file__).resolve().parent.parent / "fixtures" / "profiles" / "tiny.json"
+TINY = FIXTURES / "tiny.json"
 
 
 @pytest.fixture()
@@ -78,13 +80,15 @@ def test_truncated_cache_is_rebuilt(profile, tmp_path):
     assert not load_analysis(str(profile)).from_cache
 
 
-def test_stale_version_is_rebuilt(profile, tmp_path, monkeypatch):
+def test_stale_version_is_rebuilt(profile, tmp_path, caplog):
     load_analysis(str(profile))
     (path,) = cache_files(tmp_path)
-    # A file at the same name written by another version: its metadata disagrees.
-    monkeypatch.setattr(cache_mod, "__version__", "0.0.0-other")
-    assert cache_mod.load_cached(path, "x" * 64, "ops:popart,poptorch,xla_op,popxl", "p", OperationTable,
-                                 LayerAssignment) is None
+    # A file at the same name written by another version (its digest whole): its metadata disagrees.
+    rewrite_cache_entry(path, lambda arrays, meta: meta.update(version="0.0.0-other"), resign=True)
+    with caplog.at_level(logging.DEBUG, logger="popliner.profile.cache.store"):
+        load_analysis(str(profile))
+    assert any("is stale; rebuilding" in r.getMessage() for r in caplog.records)
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
 
 
 def test_no_cache_neither_reads_nor_writes(profile, tmp_path):
@@ -140,7 +144,7 @@ def test_cache_format_names_the_derived_part(profile, tmp_path):
     (path,) = cache_files(tmp_path)
     with np.load(path, allow_pickle=False) as data:
         meta = json.loads(zcodec.decompress(data["__meta__"]).decode("utf-8"))
-    assert meta["format"] == cache_mod.CACHE_FORMAT == 6
+    assert meta["format"] == cache_mod.CACHE_FORMAT == 7
     assert meta["derived"]["__class__"] == "CachedDerived"
     assert meta["derived"]["fields"]["ops"]["__class__"] == "OperationTable"
     assert meta["layers"][1]["__class__"] == "LayerAssignment"
@@ -196,9 +200,8 @@ def test_recompute_flags_survive_the_cache(profile, tmp_path):
 
 
 @pytest.mark.parametrize("dtype", [np.int8, np.uint8, np.int16, np.int32, np.uint32, np.int64, np.bool_])
-def test_packed_columns_come_back_exactly(dtype, monkeypatch):
+def test_packed_columns_come_back_exactly(dtype):
     # Small pieces, so that every column spans several (the running total carries across them).
-    monkeypatch.setattr(cachepack, "_PIECE", 1000)
     rng = np.random.default_rng(7)
     info = np.iinfo(dtype) if dtype != np.bool_ else None
     cases = []
@@ -210,9 +213,9 @@ def test_packed_columns_come_back_exactly(dtype, monkeypatch):
         cases.append(np.asfortranarray(rng.integers(0, 100, (1000, 5), dtype=dtype)))
     seen = set()
     for a in cases:
-        data, codec = cachepack.pack(a)
+        data, codec = cachepack.pack(a, piece=1000)
         seen.add(codec["delta"])
-        back = cachepack.unpack(data, codec)
+        back = cachepack.unpack(data, codec, piece=1000)
         assert back.dtype == a.dtype and back.shape == a.shape and np.array_equal(back, a)
     assert seen == ({False} if info is None else {False, True})  # both ways of storing were tried
     extremes = np.array([np.iinfo(np.int64).min, np.iinfo(np.int64).max] * 3000, np.int64)  # differences wrap

@@ -14,12 +14,13 @@ from popliner.memory import model as memory_model
 from popliner.memory.model import whole_program_memory
 from popliner.ops.operations import derive_operations
 from popliner.plan import SplitRequest, plan_split
-from popliner.profile import cachefs, load_profile
-from popliner.profile.cachepack import column_range, pack, unpack
+from popliner.profile import load_profile
+from popliner.profile.cache import trust as cachefs
+from popliner.profile.cache.archive import column_range, pack, unpack
 from popliner.profile.lazycol import deferred
-from tests.helpers import rewrite_cache_entry
+from tests.helpers import FIXTURES, rewrite_cache_entry
 
-BASE = Path(__file__).resolve().parent.parent / "fixtures" / "profiles" / "bert-base-training.json.gz"
+BASE = FIXTURES / "bert-base-training.json.gz"
 KEY = "p.programs.var_idx."
 
 

@@ -21,10 +21,10 @@ import numpy as np
 import pytest
 
 from popliner.analysis import load_analysis
-from popliner.profile import cachefs
-from tests.helpers import rewrite_cache_entry
+from popliner.profile.cache import trust as cachefs
+from tests.helpers import FIXTURES, rewrite_cache_entry
 
-TINY = Path(__file__).resolve().parent.parent / "fixtures" / "profiles" / "tiny.json"
+TINY = FIXTURES / "tiny.json"
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -209,3 +209,60 @@ def test_free_form_data_nested_too_deep_is_not_cached(tmp_path, caplog):
     a = load_analysis(str(path))
     assert a.ops.count == 2 and not a.from_cache
     assert any("not caching" in w for w in warnings(caplog))
+
+
+# Issue 39, point 4: the digest covers the metadata too, and nothing is built from an entry before it matches.
+
+BERT_TINY = FIXTURES / "bert-tiny-training.json"
+
+
+def _target(meta):
+    return meta["profile"]["fields"]["target"]["fields"]
+
+
+def test_a_doubled_budget_in_the_metadata_is_caught(setup, caplog):
+    # The repro: doubling the stored bytes_per_tile turned an INFEASIBLE solve into OPTIMAL.
+    profile, _, entry = setup
+    cold = load_analysis(str(profile), use_cache=False)
+    rewrite_cache_entry(entry, lambda arrays, meta: _target(meta).update(bytes_per_tile=2 * 638976))
+    a = load_analysis(str(profile))
+    assert not a.from_cache and a.profile.target == cold.profile.target and figures(a) == figures(cold)
+    assert [w for w in warnings(caplog) if "changed since it was written" in w and "digest" in w]
+
+
+def test_renamed_contexts_in_the_metadata_are_caught(setup, caplog):
+    profile, _, entry = setup
+    cold = load_analysis(str(profile), use_cache=False)
+
+    def rename(arrays, meta):
+        names = meta["profile"]["fields"]["contexts"]["fields"]["layer"]
+        names["__strs__"] = ["poptorch" if n else n for n in names["__strs__"]]
+
+    rewrite_cache_entry(entry, rename)
+    a = load_analysis(str(profile))
+    assert not a.from_cache and figures(a) == figures(cold) and a.framework == cold.framework
+    assert [w for w in warnings(caplog) if "changed since it was written" in w]
+
+
+@pytest.mark.parametrize("resign", [False, True])
+def test_a_huge_codec_shape_allocates_nothing(tmp_path, monkeypatch, caplog, resign):
+    # The repro: a codec shape of 2^40 items made every later run of the profile end in "out of memory",
+    # as the column was allocated before the digest was compared. Unsigned, the digest catches it; signed
+    # again (a forger), the shape is more than its deflated bytes can give, and the entry is rebuilt.
+    monkeypatch.setenv("POPLINER_CACHE_DIR", str(tmp_path / "cache"))
+    cachefs._REFUSED.clear()
+    profile = tmp_path / "bert.json"
+    shutil.copy(BERT_TINY, profile)
+    cold = figures(load_analysis(str(profile)))
+    (entry,) = (tmp_path / "cache").glob("*.npz")
+
+    def grow(arrays, meta):
+        assert meta["codecs"]  # the profile has packed columns
+        for codec in meta["codecs"].values():
+            codec["shape"] = [2**40]
+
+    rewrite_cache_entry(entry, grow, resign=resign)
+    for _ in range(2):  # and the run after it reads the rebuilt entry
+        assert figures(load_analysis(str(profile))) == cold
+    assert load_analysis(str(profile)).from_cache
+    assert bool(warnings(caplog)) != resign  # the digest's warning; a shape past its bytes is a quiet miss

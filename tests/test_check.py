@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import shutil
-from pathlib import Path
 from xml.etree import ElementTree as ET
 
 import numpy as np
@@ -15,9 +14,7 @@ from popliner.config.yaml_io import read_config
 from popliner.pipeline import extra_stash_entries
 from popliner.simulator.engine import simulate
 from popliner.simulator.inputs import inputs_from_analysis
-from tests.helpers import invoke
-
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "profiles"
+from tests.helpers import FIXTURES, invoke
 
 
 @pytest.fixture(scope="module")

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 
 from popliner.memory import stash_row
 from popliner.memory.liveness import SegmentGrid
+from tests.helpers import FIXTURES
 
 Columns = tuple[np.ndarray, tuple[np.ndarray, np.ndarray], np.ndarray, np.ndarray, np.ndarray, int]
 
@@ -56,7 +55,7 @@ def test_stash_columns_of_an_engine_equal_the_columns_of_every_variable(name: st
     from popliner.analysis import AnalysisOptions, load_analysis
     from popliner.memory.training import TrainingOptions
 
-    fixtures = Path(__file__).parent.parent / "fixtures" / "profiles"
+    fixtures = FIXTURES
     analysis = load_analysis(str(fixtures / name), AnalysisOptions(training=TrainingOptions(**options)),  # type: ignore[arg-type]
                              use_cache=False)
     engine = analysis.engine

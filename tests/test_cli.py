@@ -14,9 +14,10 @@ import yaml
 from click.testing import CliRunner
 
 from popliner.cli import cli
+from tests.helpers import FIXTURES
 
 ROOT = Path(__file__).resolve().parent.parent
-TINY = ROOT / "fixtures" / "profiles" / "tiny.json"
+TINY = FIXTURES / "tiny.json"
 GOLDEN = Path(__file__).resolve().parent / "golden" / "cli"
 UPDATE = os.environ.get("POPLINER_UPDATE_GOLDEN") == "1"
 
@@ -156,7 +157,6 @@ def test_workbook_and_plots(tiny, tmp_path):
     book = tmp_path / "review.xlsx"
     plot = tmp_path / "layers.png"
     run(tiny, "-o", book, "--solve", "--num-ipus", "2", "--plot", plot)
-    assert book.stat().st_size > 0
     for name in ("layers.png", "layers-split.png", "layers-tiles.png"):
         assert (tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     from openpyxl import load_workbook

@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 
 from popliner.errors import ProfileFormatError
-from popliner.profile import columns, namelist
+from popliner.profile import columns
 from popliner.profile.builder import Builder
-from popliner.profile.columns import extract_columns, parse_uint_list
+from popliner.profile.columns import PIECE_BYTES, extract_columns, parse_uint_list
 from popliner.profile.jsontext import parse_json
 from popliner.profile.loader import parse_profile_bytes
 from popliner.synth import preset_spec, write_profile
@@ -109,26 +109,26 @@ def _variants(doc: dict[str, Any]) -> list[tuple[str, bytes]]:
     return out
 
 
-def _agrees(label: str, text: bytes) -> None:
+def _agrees(label: str, text: bytes, piece: int = PIECE_BYTES) -> None:
     """The loader gives what the ordinary path gives: the same profile and names, or the same error."""
     try:
         ref: Any = slow(text)
     except ProfileFormatError as exc:
         with pytest.raises(ProfileFormatError) as got:
-            parse_profile_bytes(text, "t.json")
+            parse_profile_bytes(text, "t.json", piece=piece)
         assert str(got.value) == str(exc), label
         return
-    fast = parse_profile_bytes(text, "t.json")
+    fast = parse_profile_bytes(text, "t.json", piece=piece)
     same(fast, ref, label)
     v, w = fast.variables, ref.variables
     assert [v.name(i) for i in range(v.count)] == [w.name(i) for i in range(w.count)], label
 
 
-def test_shortcut_steps_aside_or_agrees(tiny_text: bytes) -> None:
+def test_shortcut_steps_aside_or_agrees(tiny_text: bytes, piece: int = PIECE_BYTES) -> None:
     doc = json.loads(tiny_text)
     for label, text in _variants(doc):
         assert text != compact(doc), label
-        _agrees(label, text)
+        _agrees(label, text, piece)
 
 
 def _indented_variants(doc: dict[str, Any]) -> list[tuple[str, bytes]]:
@@ -183,15 +183,13 @@ def test_spaced_shortcut_steps_aside_or_agrees(tiny_text: bytes) -> None:
 
 @pytest.mark.parametrize("piece", [pytest.param(1, marks=pytest.mark.slow), pytest.param(5, marks=pytest.mark.slow),
                                    64])
-def test_small_pieces_read_the_same(tiny_text: bytes, piece: int, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_small_pieces_read_the_same(tiny_text: bytes, piece: int) -> None:
     """Integer lists cut into pieces and names scanned in pieces give the same profile, or the same refusal."""
-    monkeypatch.setattr(columns, "_PIECE_BYTES", piece)
-    monkeypatch.setattr(namelist, "SCAN", piece)
-    fast = parse_profile_bytes(tiny_text, "t.json")
+    fast = parse_profile_bytes(tiny_text, "t.json", piece=piece)
     assert fast.variables.names.pad == 3  # the shortcut was taken
     same(fast, slow(tiny_text))
-    test_shortcut_steps_aside_or_agrees(tiny_text)
-    test_spaced_and_indented_profiles_read_the_same(tiny_text, {"indent": 1}, 7)
+    test_shortcut_steps_aside_or_agrees(tiny_text, piece)
+    test_spaced_and_indented_profiles_read_the_same(tiny_text, {"indent": 1}, 7, piece)
 
 
 @pytest.mark.parametrize("body", [
@@ -200,11 +198,10 @@ def test_small_pieces_read_the_same(tiny_text: bytes, piece: int, monkeypatch: p
     b"9223372036854775807,1", b"1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20",
 ])
 @pytest.mark.parametrize("piece", [1, 2, 3, 7, 1 << 23])
-def test_integer_lists_in_pieces(body: bytes, piece: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(columns, "_PIECE_BYTES", piece)
+def test_integer_lists_in_pieces(body: bytes, piece: int) -> None:
     text = b"[" + body + b"]"
     whole = parse_uint_list(body)
-    got = columns._parse_span(text, 1, len(text) - 1)
+    got = columns._parse_span(text, 1, len(text) - 1, piece=piece)
     assert (got is None) == (whole is None)
     if whole is not None and got is not None:
         assert got.dtype == np.int64 and got.tolist() == whole.tolist()
@@ -217,7 +214,7 @@ def test_integer_lists_in_pieces(body: bytes, piece: int, monkeypatch: pytest.Mo
         at += len(part)
     expected = parse_uint_list(b",".join(joined[a:b] for a, b in bodies if b > a))
     count = sum(joined.count(b",", a, b) + 1 for a, b in bodies if b > a)
-    filled = columns._fill(np.empty(count, np.int64), columns._joined(joined, bodies))
+    filled = columns._fill(np.empty(count, np.int64), columns._joined(joined, bodies, piece))
     assert (filled is None) == (expected is None)
     if expected is not None and filled is not None:
         assert filled.tolist() == expected.tolist()
@@ -225,12 +222,13 @@ def test_integer_lists_in_pieces(body: bytes, piece: int, monkeypatch: pytest.Mo
 
 @pytest.mark.parametrize(("layout", "pad"), [({"indent": 1}, 7), ({"indent": "\t"}, 7), ({}, 4),
                                             ({"separators": (" , ", " : ")}, 5)])
-def test_spaced_and_indented_profiles_read_the_same(tiny_text: bytes, layout: dict[str, Any], pad: int) -> None:
+def test_spaced_and_indented_profiles_read_the_same(tiny_text: bytes, layout: dict[str, Any], pad: int,
+                                                    piece: int = PIECE_BYTES) -> None:
     """What json.dumps writes with spaces or indentation is read by the column reader, to the same profile."""
     doc = json.loads(tiny_text)
     pretty = json.dumps(doc, **layout).encode()
-    assert extract_columns(pretty) is not None
-    got = parse_profile_bytes(pretty, "t.json")
+    assert extract_columns(pretty, piece=piece) is not None
+    got = parse_profile_bytes(pretty, "t.json", piece=piece)
     # The names' separator and their two quotes: ",\n" and three spaces or tabs (the list is three deep),
     # ", " or " , ".
     assert got.variables.names.pad == pad
@@ -364,12 +362,10 @@ def test_bulk_program_reading_agrees_with_the_reference(tiny_text: bytes, monkey
 @pytest.mark.parametrize("body", [b"7,0,12", b"2147483647,0,1", b"1,2147483648,3", b"0,1,2,3,9223372036854775806", b" ",
                                   b"1, 2,\n 3", b"1,,2"])
 @pytest.mark.parametrize("piece", [1, 3, 1 << 23])
-def test_tiles_and_classes_read_as_int32_when_they_fit(body: bytes, piece: int,
-                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+def test_tiles_and_classes_read_as_int32_when_they_fit(body: bytes, piece: int) -> None:
     """The narrow columns: int32 when every value fits (2**31 - 1 does, 2**31 does not), else int64; same values."""
-    monkeypatch.setattr(columns, "_PIECE_BYTES", piece)
     text = b"[" + body + b"]"
-    got = columns._parse_span(text, 1, len(text) - 1, np.int32)
+    got = columns._parse_span(text, 1, len(text) - 1, np.int32, piece)
     wide = parse_uint_list(body)
     assert (got is None) == (wide is None)
     if got is not None and wide is not None:

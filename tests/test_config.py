@@ -27,6 +27,7 @@ from popliner.fileio import atomic_write
 from popliner.memory.types import ComponentBytes
 from popliner.solvers.result import SplitResult, StageResult
 from popliner.writers.pipeline_yaml import config_to_document, write_config
+from tests.helpers import FIXTURES
 
 SHA = "0123456789abcdef" * 4
 LAYERS = (("embed", "enc/0"), ("enc/1", "enc:2", "7"), ("enc/3", "head"))
@@ -360,13 +361,12 @@ def test_document_is_not_modified_by_validation() -> None:
      "gradient_accumulation: 1000000000000 is above the limit"),
 ])
 def test_absurd_sizes_are_refused_not_run(tmp_path, old, new, message):
-    from pathlib import Path
 
     from click.testing import CliRunner
 
     from popliner.cli import cli
 
-    profile = Path(__file__).resolve().parent.parent / "fixtures" / "profiles" / "tiny.json"
+    profile = FIXTURES / "tiny.json"
     cfg = tmp_path / "p.yaml"
     args = [str(profile), "--solve", "--num-ipus", "2", "--config-out", str(cfg)]
     assert CliRunner().invoke(cli, args).exit_code == 0

@@ -26,9 +26,9 @@ from popliner.config.snippets import optimum_snippet, popart_snippet, poptorch_s
 from popliner.config.yaml_io import config_from_document
 from popliner.errors import ConfigError
 from popliner.writers.pipeline_yaml import write_config
+from tests.helpers import FIXTURES
 from tests.test_config import SHA, make_split
 
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "profiles"
 TINY = FIXTURES / "tiny-training.json"
 BERT = FIXTURES / "bert-tiny-training.json"
 EVERY_OFF = ("--recompute", "every-layer", "--optimizer-state", "off-chip")

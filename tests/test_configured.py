@@ -11,8 +11,9 @@ from click.testing import CliRunner
 from popliner.cli import cli
 from popliner.cli.configured import budget_for_config
 from popliner.config.yaml_io import read_config
+from tests.helpers import FIXTURES
 
-TINY = Path(__file__).resolve().parent.parent / "fixtures" / "profiles" / "tiny.json"
+TINY = FIXTURES / "tiny.json"
 
 
 def invoke(*args: object, ok: tuple[int, ...] = (0,)) -> tuple[str, str]:

@@ -9,8 +9,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from popliner.cli import cli
-
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "profiles"
+from tests.helpers import FIXTURES
 
 
 def produce(folder: Path, profile: Path) -> dict[str, bytes]:

@@ -8,6 +8,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from popliner.cli import SUBCOMMANDS, cli
+from tests.helpers import FIXTURES
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text(encoding="utf-8")
@@ -15,7 +16,7 @@ README = (ROOT / "README.md").read_text(encoding="utf-8")
 
 def _run_readme_example(index: int) -> None:
     code = re.findall(r"```python\n(.*?)```", README, flags=re.S)[index]
-    profile = ROOT / "fixtures" / "profiles" / "bert-base-training.json.gz"
+    profile = FIXTURES / "bert-base-training.json.gz"
     exec(compile(code.replace('"model.json.gz"', repr(str(profile))), "README.md", "exec"), {})  # noqa: S102
 
 

@@ -21,13 +21,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from popliner.pipeline import position_memory
-from popliner.solvers.dp import RangeValues, dp_for_stages, dp_per_count, value_floor, value_floors
+from popliner.solvers.dp import RangeValues, dp_for_stages, dp_per_count, value_floors
 from popliner.solvers.edges import position_edges
 from popliner.solvers.lexdp import lexicographic_optimum
 from popliner.solvers.objective import CYCLES, MEMORY, Objective, objective_order
 from popliner.solvers.problem import ArrayRanges, Bounds, SplitProblem
 from popliner.solvers.solve import _exact_per_count
-from tests.helpers import structural_splits
+from tests.helpers import structural_splits, value_floor
 
 INF = math.inf
 
@@ -231,7 +231,7 @@ def test_the_edges_are_every_fitting_range_and_from_start_those_reached(case: tu
 @given(cases())
 def test_the_lexicographic_optimum_is_the_best_split_counted_out(case: tuple[Forbidding, SplitProblem]) -> None:
     """The whole pruned chain against the list of every split: objectives, then fewest stages, then latest ends."""
-    from popliner.solvers.ilp import hint_objectives
+    from tests.ilp_oracle import hint_objectives
 
     table, problem = case
     got = lexicographic_optimum(table, problem, _exact_per_count(table, problem, None))

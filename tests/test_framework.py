@@ -20,8 +20,7 @@ from popliner.cli import cli
 from popliner.errors import ConfigError, UsageProblem
 from popliner.framework import choose_framework, detect_framework, framework_of_layers, parse_framework
 from popliner.synth import preset_spec, write_profile
-
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "profiles"
+from tests.helpers import FIXTURES
 
 
 def synth(tmp_path: Path, framework: str, *, keep_source: bool = True, mode: str = "training") -> Path:

@@ -16,8 +16,7 @@ from popliner.analysis import AnalysisOptions, load_analysis
 from popliner.cli import cli
 from popliner.defaults import framework_defaults
 from popliner.plan import SplitRequest, plan_split
-
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "profiles"
+from tests.helpers import FIXTURES
 
 
 @pytest.mark.parametrize(("framework", "ipus", "tied", "recompute", "head"), [

@@ -6,6 +6,8 @@ import importlib.util
 import sys
 from pathlib import Path
 
+from tests.helpers import FIXTURES
+
 SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "fuzz.py"
 
 
@@ -39,7 +41,7 @@ def test_structural_sample_has_no_problem(tmp_path: Path) -> None:
     import fuzz_schema
 
     rng = random.Random(7)
-    base = json.loads((SCRIPT.parent.parent / "fixtures" / "profiles" / "tiny.json").read_text(encoding="utf-8"))
+    base = json.loads((FIXTURES / "tiny.json").read_text(encoding="utf-8"))
     by_kind: dict[str, list[tuple[str, str, bytes]]] = {}
     for case in fuzz_schema.profile_cases(base, "tiny.json", 40, rng):
         by_kind.setdefault(case[0], []).append(case)

@@ -18,10 +18,10 @@ from popliner.pipeline import (
     range_cost,
     stash_depth,
 )
-from popliner.solvers.dp import dp_bounds
 from popliner.solvers.greedy import greedy_bounds
-from popliner.solvers.ilp import ilp_bounds
 from popliner.solvers.problem import ArrayRanges, SplitProblem
+from tests.helpers import FIXTURES, dp_bounds
+from tests.ilp_oracle import ilp_bounds
 
 
 def test_stage_numbering_with_a_wrapped_head():
@@ -86,14 +86,13 @@ def test_a_wrapped_head_can_make_a_split_infeasible():
 
 @pytest.mark.parametrize("fixture", ["bert-tiny-training.json", "tiny-training.json"])
 def test_wrap_engine_and_range_table_agree_on_every_split_point(fixture):
-    from pathlib import Path
 
     from popliner.analysis import AnalysisOptions, load_analysis
     from popliner.memory.ranges import ProfileRanges
     from popliner.memory.training import TrainingOptions
     from popliner.pipeline import range_figure
 
-    path = Path(__file__).resolve().parent.parent / "fixtures" / "profiles" / fixture
+    path = FIXTURES / fixture
     for kwargs in ({}, {"recompute": "every-layer", "optimizer_state": "off-chip"}, {"recompute": "pipeline"}):
         analysis = load_analysis(str(path), AnalysisOptions(training=TrainingOptions(head_placement="wrap", **kwargs)),
                                  use_cache=False)
@@ -113,13 +112,12 @@ def test_exit_3_names_the_option_that_fits_with_a_wrapped_head(budget, fits):
     # 475 and 641. Pipeline recomputation leaves one IPU as it is (475) but takes [embedding + head | 0 1]
     # to 265 and 395: it is tried before every-layer (445 on one IPU), and fits 450, not 390; off-chip
     # optimizer state holds the whole model on one IPU at 335.
-    from pathlib import Path
 
     from click.testing import CliRunner
 
     from popliner.cli import cli
 
-    tiny = Path(__file__).resolve().parent.parent / "fixtures" / "profiles" / "tiny-training.json"
+    tiny = FIXTURES / "tiny-training.json"
     result = CliRunner().invoke(cli, [str(tiny), "--solve", "--num-ipus", "2", "--head-placement", "wrap",
                                       "--mem-per-tile", budget])
     assert result.exit_code == 3
@@ -134,7 +132,6 @@ def test_exit_3_names_the_option_that_fits_with_a_wrapped_head(budget, fits):
                                                  ("training", "pipeline")])
 def test_every_view_agrees_on_a_wrapped_split(mode, recompute, tmp_path, monkeypatch):
     import json
-    from pathlib import Path
 
     from click.testing import CliRunner
 
@@ -145,7 +142,7 @@ def test_every_view_agrees_on_a_wrapped_split(mode, recompute, tmp_path, monkeyp
     from tests.test_one_figure import _table_rows
 
     monkeypatch.setenv("POPLINER_CACHE_DIR", str(tmp_path / "cache"))
-    profile = Path(__file__).resolve().parent.parent / "fixtures" / "profiles" / "bert-tiny-training.json"
+    profile = FIXTURES / "bert-tiny-training.json"
     config = tmp_path / "pipeline.yaml"
 
     def run(*args: object, ok: tuple[int, ...] = (0,)) -> tuple[str, str]:
@@ -351,7 +348,6 @@ def test_simulating_a_wrapped_config_alone_runs_the_head_as_its_own_stage(tmp_pa
     # before it recorded them keeps the head's work in IPU 0's backward stage: the same work per
     # micro-batch on IPU 0, the head's stage empty.
     import json
-    from pathlib import Path
 
     import yaml
     from click.testing import CliRunner
@@ -359,7 +355,7 @@ def test_simulating_a_wrapped_config_alone_runs_the_head_as_its_own_stage(tmp_pa
     from popliner.cli import cli
 
     monkeypatch.setenv("POPLINER_CACHE_DIR", str(tmp_path / "cache"))
-    profile = Path(__file__).resolve().parent.parent / "fixtures" / "profiles" / "bert-tiny-training.json"
+    profile = FIXTURES / "bert-tiny-training.json"
     config = tmp_path / "pipeline.yaml"
 
     def run(*args: object) -> str:

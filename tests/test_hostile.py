@@ -20,11 +20,11 @@ from popliner.errors import UsageProblem
 from popliner.ops import operations
 from popliner.ops.layers import compile_regex
 from popliner.profile.loader import parse_profile_bytes
-from tests.helpers import chain_document
+from tests.helpers import FIXTURES, chain_document
 from tests.hostile import context_chain, no_contexts, write_json
 
 REPO = Path(__file__).resolve().parent.parent
-TINY = REPO / "fixtures" / "profiles" / "tiny.json"
+TINY = FIXTURES / "tiny.json"
 RUNAWAY = "(a|aa)+$"
 
 
@@ -250,7 +250,7 @@ def test_real_profiles_are_far_below_the_limits() -> None:
     from popliner.memory.work import LIMITS, liveness_events, range_cells, tile_cells
 
     for name in ("bert-base-training.json.gz", "gpt2-small-inference.json.gz", "tiny-training.json"):
-        a = load_analysis(str(REPO / "fixtures" / "profiles" / name), use_cache=False)
+        a = load_analysis(str(FIXTURES / name), use_cache=False)
         assert max(liveness_events(a.profile, a.ops)) < LIMITS["POPLINER_MAX_LIVENESS_EVENTS"] / 100
         assert tile_cells(a.profile, a.ops) < LIMITS["POPLINER_MAX_TILE_CELLS"] / 100
         assert range_cells(a.profile.tiles, len(a.layer_names)) < LIMITS["POPLINER_MAX_RANGE_CELLS"] / 100
@@ -315,7 +315,7 @@ def test_per_operation_totals_hold_no_operations_x_tiles_table(tmp_path: Path) -
     from tests.hostile import many_operations
 
     for name in ("tiny-training.json", "bert-base-training.json.gz"):
-        a = load_analysis(str(REPO / "fixtures" / "profiles" / name), use_cache=False)
+        a = load_analysis(str(FIXTURES / name), use_cache=False)
         ops = a.ops
         chunk = np.arange(ops.count)
         group = np.repeat(chunk, np.diff(ops.var_ptr))

@@ -25,10 +25,11 @@ from popliner.config.snippets import popart_snippet, poptorch_snippet
 from popliner.config.yaml_io import read_config
 from popliner.errors import EXIT_BAD_INPUT
 from popliner.textsafe import shell_word, shown, shown_lines
+from tests.helpers import FIXTURES
 from tests.hostile_names import HOSTILE_CHARACTERS, LAYER_0, LAYER_1, LAYER_REGEX, TINY, write_hostile
 
 REPO = Path(__file__).resolve().parent.parent
-TINY_TRAINING = REPO / "fixtures" / "profiles" / "tiny-training.json"
+TINY_TRAINING = FIXTURES / "tiny-training.json"
 
 #: One hostile feature per name, then all of them at once.
 HOSTILE_NAMES = [

@@ -11,10 +11,11 @@ from click.testing import CliRunner
 
 from popliner.cli import cli
 from popliner.config.snippets import ModelOptions, memory_settings
+from tests.helpers import FIXTURES
 
 ROOT = Path(__file__).resolve().parent.parent
-BERT = ROOT / "fixtures" / "profiles" / "bert-base-training.json.gz"
-TINY = ROOT / "fixtures" / "profiles" / "tiny.json"
+BERT = FIXTURES / "bert-base-training.json.gz"
+TINY = FIXTURES / "tiny.json"
 
 #: The keyword parameters of optimum.graphcore.IPUConfig.__init__ (optimum-graphcore, ipu_configuration.py).
 #: IPUConfig refuses unknown keys, so every key popliner writes must be one of these.
@@ -143,7 +144,7 @@ def test_training_options_reach_the_ipu_config(tmp_path: Path) -> None:
     assert cfg["replication_factor"] == 2
 
 
-TINY_TRAINING = ROOT / "fixtures" / "profiles" / "tiny-training.json"
+TINY_TRAINING = FIXTURES / "tiny-training.json"
 
 
 @pytest.mark.parametrize(("placement", "layers", "expected"), [

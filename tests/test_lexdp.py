@@ -1,7 +1,7 @@
 """The exact DP over all three objectives (popliner.solvers.lexdp) against a brute force and against CP-SAT.
 
 The brute force counts out every contiguous split allowed by the problem and
-compares their objective tuples directly; CP-SAT (popliner.solvers.ilp) is
+compares their objective tuples directly; CP-SAT (tests/ilp_oracle.py) is
 the independent exact solver the DP stands in for.
 """
 
@@ -10,16 +10,18 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from popliner.errors import UsageProblem
 from popliner.solvers.dp import dp_per_count
-from popliner.solvers.ilp import hint_objectives, ilp_bounds
-from popliner.solvers.lexdp import lexicographic_optimum, supported
+from popliner.solvers.lexdp import lexicographic_optimum
 from popliner.solvers.objective import objective_order
 from popliner.solvers.problem import ArrayRanges, Bounds, SplitProblem
 from popliner.solvers.solve import solve_bounds
 from tests.helpers import structural_splits
+from tests.ilp_oracle import hint_objectives, ilp_bounds
 
 
 def every_split(table: ArrayRanges, problem: SplitProblem) -> list[tuple[tuple[int, int, int], Bounds]]:
@@ -64,7 +66,7 @@ def test_the_dp_gives_the_brute_force_optimum_and_tie_break(case: tuple[ArrayRan
         assert got is None
         return
     best = min(values for values, _ in splits)
-    assert got is not None and got.optimal and got.gap == 0.0
+    assert got is not None and got.bound == got.objectives[0]
     assert got.objectives == best
     assert got.bound == best[0]
     assert hint_objectives(table, problem, got.bounds) == best
@@ -100,14 +102,14 @@ def test_by_hand_memory_then_crossing_break_the_cycle_ties() -> None:
     assert got is not None and got.objectives == (10, 10, 1) and got.bounds == ((0, 4), (5, 5))
 
 
-def test_an_order_with_a_max_after_a_sum_is_left_to_cp_sat() -> None:
+def test_an_order_with_a_max_after_a_sum_is_refused() -> None:
+    # memory, crossing, then cycles: a worst-stage objective after one that adds up, which the
+    # elimination cannot take; no option asks for it, and the library says why instead of solving it.
     table = ArrayRanges([10] * 3, [0] * 3, [1] * 3, [1, 2])
-    order = objective_order(table, ("memory", "crossing"))
-    assert [o.name for o in order] == ["memory", "crossing", "cycles"] and not supported(order)
-    problem = SplitProblem(2, 1000, objectives=("memory", "crossing"))
-    assert lexicographic_optimum(table, problem, dp_per_count(table, problem)) is None
-    outcome = solve_bounds(table, problem, time_limit=10)
-    assert outcome.status == "OPTIMAL" and "CP-SAT not needed" not in outcome.note
+    with pytest.raises(UsageProblem, match="memory, crossing, cycles: an objective that adds up"):
+        objective_order(table, ("memory", "crossing"))
+    with pytest.raises(UsageProblem, match="adds up"):
+        solve_bounds(table, SplitProblem(2, 1000, objectives=("memory", "crossing")), time_limit=10)
 
 
 def test_a_proved_solve_says_so_and_never_imports_or_tools() -> None:
@@ -130,8 +132,8 @@ def test_a_proved_solve_says_so_and_never_imports_or_tools() -> None:
 @given(problems())
 def test_the_capped_dp_finds_every_count_that_reaches_the_optimum(case: tuple[ArrayRanges, SplitProblem]) -> None:
     """Capped at the best value with memory left out, the DP loses no count that reaches the optimum."""
-    from popliner.solvers.dp import value_floor
     from popliner.solvers.solve import _exact_per_count
+    from tests.helpers import value_floor
 
     table, problem = case
     plain = dp_per_count(table, problem)
@@ -165,8 +167,8 @@ def test_the_capped_dp_finds_every_count_that_reaches_the_optimum(case: tuple[Ar
 def test_the_cap_grows_until_a_split_reaches_it() -> None:
     """Stashes keep 4 stages off (IPU 0 would need 10 + 6 x 10 = 70 > 60): one layer per IPU (10 cycles) is out
     of reach, and the cap grows 10 -> 12.5 -> 15.6 -> 19.5 -> 24.4, where 2 and 3 stages reach 20 (1 stage: 40)."""
-    from popliner.solvers.dp import value_floor
     from popliner.solvers.solve import _exact_per_count
+    from tests.helpers import value_floor
 
     table = ArrayRanges([10] * 4, [0] * 4, [10] * 4, [0] * 3, stash=[10] * 4, limit=60)
     problem = SplitProblem(4, 60, training=True)

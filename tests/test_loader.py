@@ -33,9 +33,10 @@ from popliner.profile.loader import MAX_TILES, load_profile, parse_profile_bytes
 from popliner.profile.model import NameTable, Profile
 from popliner.profile.schema import load_schema, schema_path
 from popliner.profile.tilevector import MAX_VALUE, RunTableBuilder, decode_tilevector
+from tests.helpers import FIXTURES
 
 ROOT = Path(__file__).resolve().parent.parent
-TINY = ROOT / "fixtures" / "profiles" / "tiny.json"
+TINY = FIXTURES / "tiny.json"
 BAD_INPUTS_DOC = ROOT / "docs" / "bad-inputs.md"
 
 Doc = dict[str, Any]

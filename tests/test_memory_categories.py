@@ -26,9 +26,8 @@ from popliner.memory.ranges import ProfileRanges
 from popliner.memory.training import TrainingOptions
 from popliner.synth import generate_document, preset_spec
 from popliner.writers.tables import layers_grid, operations_grid
-from tests.helpers import analyse_document, range_table_equals_engine
+from tests.helpers import FIXTURES, analyse_document, range_table_equals_engine
 
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "profiles"
 FIELD_DATA = [100, 80, 50, 30]
 
 

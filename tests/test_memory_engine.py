@@ -25,9 +25,9 @@ from popliner.pipeline import (
     stage_figures,
     stash_depth,
 )
-from tests.helpers import range_table_equals_engine
+from tests.helpers import FIXTURES, range_table_equals_engine
 
-FIXTURES = sorted((Path(__file__).resolve().parent.parent / "fixtures" / "profiles").glob("*.json*"))
+PROFILES = sorted(FIXTURES.glob("*.json*"))
 
 
 def _analysis(path: Path, mode: str) -> Analysis:
@@ -36,7 +36,7 @@ def _analysis(path: Path, mode: str) -> Analysis:
 
 @pytest.mark.parametrize("liveness", ["grid", "events"])
 @pytest.mark.parametrize("mode", ["training", "inference"])
-@pytest.mark.parametrize("path", FIXTURES, ids=lambda p: p.name.split(".")[0])
+@pytest.mark.parametrize("path", PROFILES, ids=lambda p: p.name.split(".")[0])
 def test_incremental_ranges_equal_the_direct_model(path: Path, mode: str, liveness: str) -> None:
     analysis = _analysis(path, mode)
     engine = analysis.engine
@@ -55,7 +55,7 @@ def test_incremental_ranges_equal_the_direct_model(path: Path, mode: str, livene
             assert table.memory(i, j, 2) == int((total + 2 * stash).max())
 
 
-@pytest.mark.parametrize("path", FIXTURES[:2], ids=lambda p: p.name.split(".")[0])
+@pytest.mark.parametrize("path", PROFILES[:2], ids=lambda p: p.name.split(".")[0])
 def test_a_lower_limit_reuses_and_stops(path: Path) -> None:
     engine = _analysis(path, "training").engine
     wide = ProfileRanges(engine, limit=2**62)
@@ -87,7 +87,7 @@ def test_copy_buffers_by_hand() -> None:
 @pytest.mark.parametrize("mode", ["training", "inference"])
 def test_range_figure_equals_the_placement_figure(mode: str) -> None:
     # bert-tiny: 3 layers; split 0 | 1..2. The contiguous form and the general form agree.
-    path = next(p for p in FIXTURES if p.name.startswith("bert-tiny-training"))
+    path = next(p for p in PROFILES if p.name.startswith("bert-tiny-training"))
     engine = _analysis(path, mode).engine
     general = stage_figures(engine, [[0], [1, 2]])
     contiguous = (range_figure(engine, 0, 0, 0, 2), range_figure(engine, 1, 2, 1, 2))

@@ -9,11 +9,11 @@ import pytest
 from popliner.errors import UsageProblem
 from popliner.pipeline import RangeCosts, position_memory
 from popliner.solvers import objective as objective_module
-from popliner.solvers.dp import dp_bounds
-from popliner.solvers.ilp import ilp_bounds
 from popliner.solvers.objective import CROSSING, CYCLES, MEMORY, Objective, objective_order, split_value
 from popliner.solvers.problem import ArrayRanges, SplitProblem
 from popliner.solvers.solve import first_objective, solve_bounds
+from tests.helpers import dp_bounds
+from tests.ilp_oracle import ilp_bounds
 
 
 def table(cycles: list[int]) -> ArrayRanges:

@@ -27,8 +27,7 @@ from popliner.cli import cli
 from popliner.config.yaml_io import read_config
 from popliner.report.data import ipu_memories
 from popliner.writers.planner import planner_figures
-
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "profiles"
+from tests.helpers import FIXTURES
 
 
 @dataclass(frozen=True)

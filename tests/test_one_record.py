@@ -36,8 +36,8 @@ from popliner.simulator.inputs import inputs_from_config
 from popliner.writers.formats import writer_for
 from popliner.writers.simulation import Simulation
 from popliner.writers.split import split_config
+from tests.helpers import FIXTURES
 
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "profiles"
 PLACEMENTS = ("first", "last", "wrap")
 TRAINING_SET = ("--recompute", "every-layer", "--optimizer-state", "off-chip")
 FAST = ("tiny-training.json", "tiny.json", "bert-tiny-training.json", "bert-tiny-inference.json")

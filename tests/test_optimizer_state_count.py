@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -13,8 +12,7 @@ from popliner.memory import whatif
 from popliner.memory.whatif import optimizer_state_variables
 from popliner.ops.roles import called_operations, update_operations
 from popliner.profile import load_profile
-
-FIXTURES = Path(__file__).parent.parent / "fixtures" / "profiles"
+from tests.helpers import FIXTURES
 
 
 def _by_flags(count: int, var_ptr: np.ndarray, var_idx: np.ndarray, always: np.ndarray, is_update: np.ndarray):

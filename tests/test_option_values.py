@@ -21,10 +21,11 @@ from click.testing import CliRunner
 from popliner.cli import cli
 from popliner.errors import EXIT_BAD_INPUT, EXIT_DOES_NOT_FIT
 from popliner.textsafe import shown
+from tests.helpers import FIXTURES
 from tests.hostile_names import HOSTILE_CHARACTERS, LAYER_REGEX, VARIABLE, write_hostile
 
 REPO = Path(__file__).resolve().parent.parent
-TINY = REPO / "fixtures" / "profiles" / "tiny.json"
+TINY = FIXTURES / "tiny.json"
 BIG = "1" + "0" * 22  # 10^22, 23 digits
 #: A layer rule that names tiny.json's layers differently from every preset ("layer0" instead of "0").
 REGEX = r"^(layer\d)"

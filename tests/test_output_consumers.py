@@ -12,9 +12,7 @@ from xml.etree import ElementTree as ET
 
 import pytest
 
-from tests.helpers import invoke
-
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "profiles"
+from tests.helpers import FIXTURES, invoke
 
 
 @pytest.fixture(scope="module")

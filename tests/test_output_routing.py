@@ -20,8 +20,8 @@ from click.testing import CliRunner, Result
 
 from popliner.cli import cli
 from popliner.config.yaml_io import read_config
+from tests.helpers import FIXTURES
 
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "profiles"
 PROFILE = FIXTURES / "bert-tiny-training.json"
 TINY = FIXTURES / "tiny-training.json"
 SOLVE = ("--solve", "--num-ipus", "3", "--no-cache")

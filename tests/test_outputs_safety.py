@@ -30,10 +30,11 @@ from click.testing import CliRunner
 
 from popliner.cli import cli
 from popliner.errors import EXIT_BAD_INPUT, EXIT_DOES_NOT_FIT, EXIT_INTERNAL, EXIT_NO_SPLIT
+from tests.helpers import FIXTURES
 
 REPO = Path(__file__).resolve().parent.parent
-TINY = REPO / "fixtures" / "profiles" / "tiny.json"
-BERT_TRAIN = REPO / "fixtures" / "profiles" / "bert-tiny-training.json"
+TINY = FIXTURES / "tiny.json"
+BERT_TRAIN = FIXTURES / "bert-tiny-training.json"
 
 
 def env() -> dict[str, str]:

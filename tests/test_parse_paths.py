@@ -28,9 +28,10 @@ from popliner.analysis import analyse_profile
 from popliner.errors import PoplinerError
 from popliner.profile.loader import parse_profile_bytes
 from popliner.profile.model import NameTable
+from tests.helpers import FIXTURES
 
 REPO = Path(__file__).resolve().parent.parent
-FIXTURES = sorted(p for p in (REPO / "fixtures" / "profiles").iterdir() if p.name.endswith((".json", ".json.gz")))
+PROFILES = sorted(p for p in FIXTURES.iterdir() if p.name.endswith((".json", ".json.gz")))
 
 
 def _reversed_keys(doc: Any) -> Any:
@@ -110,7 +111,7 @@ def assert_same_everywhere(doc: Any, label: str) -> None:
         assert got == first, f"{label}: {key} differs from compact plain"
 
 
-@pytest.mark.parametrize("path", FIXTURES, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", PROFILES, ids=lambda p: p.name)
 def test_fixtures_every_layout(path: Path) -> None:
     raw = path.read_bytes()
     doc = json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
@@ -146,7 +147,7 @@ def test_omission_cases_every_layout(case: tuple[str, str], base: Path) -> None:
 
 def test_compact_profile_without_vars_loads_like_the_spaced_one() -> None:
     """The case of the issue: programs with no ``vars`` key, written compact (it ended in exit 70)."""
-    doc = json.loads((REPO / "fixtures" / "profiles" / "tiny.json").read_text(encoding="utf-8"))
+    doc = json.loads((FIXTURES / "tiny.json").read_text(encoding="utf-8"))
     for p in doc["programs"]:
         p.pop("vars", None)
     compact = outcome(LAYOUTS["compact"](doc), False)

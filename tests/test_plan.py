@@ -8,7 +8,6 @@ a request, and where the head goes is read in one place.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import openpyxl
 import pytest
@@ -21,8 +20,8 @@ from popliner.errors import UsageProblem
 from popliner.layout import Layout
 from popliner.memory.training import TrainingOptions
 from popliner.plan import SplitRequest, plan_split
+from tests.helpers import FIXTURES
 
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "profiles"
 BERT_TINY = str(FIXTURES / "bert-tiny-training.json")
 BERT_BASE = str(FIXTURES / "bert-base-training.json.gz")
 

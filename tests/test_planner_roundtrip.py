@@ -30,8 +30,8 @@ from popliner.config.yaml_io import read_config
 from popliner.errors import ConfigError
 from popliner.writers import xlsx
 from popliner.writers.planner import FIRST_LAYER_ROW, FITS_ROW, STATUS_ROW, WORST_ROW
+from tests.helpers import FIXTURES
 
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "profiles"
 IPUS = 3
 
 

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from popliner.analysis import Analysis, analyse_profile, load_analysis
+from popliner.analysis import Analysis, analyse_profile, load_analysis, solve_split
 from popliner.check import check_config
 from popliner.cli import cli
 from popliner.config.options import analysis_options
@@ -26,9 +26,11 @@ from popliner.pod.output import pipeline_config, pod_ipu_config
 from popliner.pod.plan import PodPlan, PodRequest, plan_pod
 from popliner.simulator.engine import SimStage, simulate
 from popliner.simulator.inputs import inputs_from_analysis
+from popliner.solvers.problem import SplitProblem
+from tests.helpers import FIXTURES
 
-FIXTURES = sorted(p for p in (Path(__file__).parent.parent / "fixtures" / "profiles").glob("*.json*"))
-TINY = Path(__file__).parent.parent / "fixtures" / "profiles" / "tiny-training.json"
+PROFILES = sorted(p for p in FIXTURES.glob("*.json*"))
+TINY = FIXTURES / "tiny-training.json"
 
 
 def run(*args: Any) -> Any:
@@ -108,7 +110,7 @@ def fixture_plans() -> list[tuple[Path, Analysis, PodPlan]]:
     request = PodRequest(pod_ipus=4, recompute=("none", "every-layer"), head_placement=("first", "wrap"),
                          optimizer_state=("on-chip",))
     out = []
-    for path in FIXTURES:
+    for path in PROFILES:
         analysis = load_analysis(str(path), use_cache=False)
         out.append((path, analysis, plan_pod(analysis, request)))
     return out
@@ -218,7 +220,7 @@ def test_plan_bad_options_are_one_line_exit_2(tmp_path: Path, args: tuple[Any, .
 
 
 def test_plan_ipu_config_of_a_head_optimum_cannot_build_writes_nothing(tmp_path: Path) -> None:
-    profile = FIXTURES[0]  # bert-base-training: an embedding and a head
+    profile = PROFILES[0]  # bert-base-training: an embedding and a head
     cfg, ipu = tmp_path / "pod.yaml", tmp_path / "ipu_config.json"
     result = run("plan", profile, "--ipus", 4, "--recompute", "none", "--optimizer-state", "on-chip",
                  "--head-placement", "first", "--config-out", cfg, "--ipu-config-out", ipu)
@@ -237,7 +239,7 @@ def test_plan_refuses_an_existing_config_before_any_work(tmp_path: Path) -> None
 @pytest.mark.slow
 def test_every_fixture_every_option_every_pod(tmp_path: Path) -> None:
     """All option sets (sharding too) for pods of 4, 16 and 64 on every fixture; each config checks and simulates."""
-    for path in FIXTURES:
+    for path in PROFILES:
         base = load_analysis(str(path), use_cache=False)
         for pod in (4, 16, 64):
             plan = plan_pod(base, PodRequest(pod_ipus=pod, sharded_optimizer_state=pod == 16))
@@ -265,7 +267,7 @@ def test_notebook_plan() -> None:
 
 
 def test_sharded_state_halves_what_is_streamed_and_still_checks() -> None:
-    path = FIXTURES[0]  # bert-base-training: Adam state
+    path = PROFILES[0]  # bert-base-training: Adam state
     base = load_analysis(str(path), use_cache=False)
     asked = {"recompute": ("none",), "head_placement": ("first",), "optimizer_state": ("off-chip",)}
     plain = plan_pod(base, PodRequest(pod_ipus=4, **asked))  # type: ignore[arg-type]
@@ -302,7 +304,7 @@ def test_an_option_sets_engine_goes_once_searched() -> None:
         original(self, *args, **kwargs)
         built.append(weakref.ref(self))
 
-    base = load_analysis(str(FIXTURES[0]), use_cache=False)
+    base = load_analysis(str(PROFILES[0]), use_cache=False)
     MemoryEngine.__init__ = watched  # type: ignore[method-assign]
     try:
         plan = plan_pod(base, PodRequest(pod_ipus=4, recompute=("none", "pipeline"), head_placement=("first",),
@@ -312,3 +314,15 @@ def test_an_option_sets_engine_goes_once_searched() -> None:
     gc.collect()
     assert len(built) == 2 and plan.fitting
     assert [ref() for ref in built] == [None, None]
+
+
+def test_each_depth_is_the_split_solve_exact_ipus_gives(fixture_plans: list[tuple[Path, Analysis, PodPlan]]) -> None:
+    # One door: plan's split over K IPUs is the exact solver's over exactly K, ties and all.
+    for _, _, plan in fixture_plans:
+        for config in plan.fitting:
+            analysis = plan.analysis_of(config)
+            problem = SplitProblem(num_ipus=config.ipus_per_replica, budget=config.budget, exact_ipus=True,
+                                   training=analysis.mode == "training")
+            solved = solve_split(analysis, problem, link_bytes_per_second=plan.request.constants.link_bandwidth)
+            assert config.split is not None and solved.status == "OPTIMAL"
+            assert [s.layers for s in solved.stages] == [s.layers for s in config.split.stages]

@@ -12,7 +12,6 @@ against the engine's own rule, growth by growth, on random windows.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -25,9 +24,8 @@ from popliner.memory.liveness import sweep
 from popliner.memory.ranges import ProfileRanges
 from popliner.memory.stash_rule import StashWindows
 from popliner.memory.training import TrainingOptions
-from tests.helpers import range_table_equals_engine
+from tests.helpers import FIXTURES, range_table_equals_engine
 
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "profiles"
 OPTIONS = [
     {},
     {"recompute": "every-layer"},

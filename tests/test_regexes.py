@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 import regex
@@ -15,8 +14,8 @@ from popliner.ops.layers import DEFAULT_INPUTS_REGEX_LAYER_0, DEFAULT_LAYER_NAME
 from popliner.ops.roles import DEFAULT_UPDATE_REGEX
 from popliner.profile import load_profile
 from popliner.regexes import BoundedRegex
+from tests.helpers import FIXTURES
 
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "profiles"
 BUILTIN = sorted({DEFAULT_BACKWARD_REGEX, DEFAULT_INPUTS_REGEX_LAYER_0, DEFAULT_LAYER_NAME_REGEX, DEFAULT_UPDATE_REGEX,
                   *(p.regex for p in LAYER_PRESETS)})
 

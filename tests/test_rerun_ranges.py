@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from functools import cache
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -28,9 +27,7 @@ from popliner.memory.liveness import SegmentGrid, window_peak
 from popliner.memory.ranges import ProfileRanges
 from popliner.memory.training import TrainingOptions
 from popliner.synth import generate_document, preset_spec
-from tests.helpers import analyse_document
-
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "profiles"
+from tests.helpers import FIXTURES, analyse_document
 
 
 @cache

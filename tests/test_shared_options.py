@@ -14,9 +14,10 @@ from click.testing import CliRunner
 
 from popliner.cli import PoplinerFailure, cli, failure_for
 from popliner.errors import EXIT_DOES_NOT_FIT, EXIT_NO_SPLIT, DoesNotFitError, InfeasibleSplitError
+from tests.helpers import FIXTURES
 
 REPO = Path(__file__).resolve().parent.parent
-TINY = REPO / "fixtures" / "profiles" / "tiny.json"
+TINY = FIXTURES / "tiny.json"
 COMMANDS = ("analyse", "check", "report", "simulate")
 
 

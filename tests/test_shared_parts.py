@@ -14,7 +14,6 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterator
 from functools import cache
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -27,9 +26,7 @@ from popliner.memory.ranges import Liveness, ProfileRanges, release
 from popliner.memory.ranges_shared import SharedParts
 from popliner.memory.training import TrainingOptions
 from popliner.synth import generate_document, preset_spec
-from tests.helpers import analyse_document
-
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "profiles"
+from tests.helpers import FIXTURES, analyse_document
 
 #: Every kind of change: none, off-chip state, every-layer cuts, pipeline's forward cut, sharded bytes, head placements.
 OPTION_SETS = [

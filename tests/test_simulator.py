@@ -10,7 +10,6 @@ import json
 import re
 import subprocess
 import sys
-from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -44,6 +43,7 @@ from popliner.writers.jsondoc import result_document
 from popliner.writers.pipeline_yaml import write_config
 from popliner.writers.simulation import render_text
 from popliner.writers.trace import trace_document
+from tests.helpers import FIXTURES
 
 # ------------------------------------------------------------------ schedule
 
@@ -490,7 +490,7 @@ def test_single_ipu_has_no_sync() -> None:
     assert r.step_cycles == 20
 
 
-TINY = Path(__file__).resolve().parent.parent / "fixtures" / "profiles" / "tiny.json"
+TINY = FIXTURES / "tiny.json"
 
 
 @pytest.mark.skipif(not TINY.exists(), reason="fixture profile not present")

@@ -25,8 +25,9 @@ from popliner.simulator.inputs import inputs_from_analysis, inputs_from_config
 from popliner.solvers.result import SplitResult, stage_result
 from popliner.training_record import training_of
 from popliner.writers.gantt import legend_entries, schedule_bars
+from tests.helpers import FIXTURES
 
-TINY = Path(__file__).resolve().parent.parent / "fixtures" / "profiles" / "tiny-training.json"
+TINY = FIXTURES / "tiny-training.json"
 STAGES = [["embedding", "0"], ["1", "head"]]
 
 

@@ -18,10 +18,11 @@ from click.testing import CliRunner
 from popliner.cli import cli
 from popliner.simulator import SimStage, simulate
 from popliner.simulator.schedule import Fragment, sharded_schedule
+from tests.helpers import FIXTURES
 
 CLOCK = 1e9
 BANDWIDTH = 1e9  # one byte per clock cycle: send_bytes are copy cycles
-TINY_TRAINING = Path(__file__).resolve().parent.parent / "fixtures" / "profiles" / "tiny-training.json"
+TINY_TRAINING = FIXTURES / "tiny-training.json"
 
 
 def two_stages() -> list[SimStage]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,14 +14,15 @@ from popliner.deadline import OutOfTime
 from popliner.memory.ranges import ProfileRanges
 from popliner.pipeline import range_cost, stash_depth
 from popliner.profile import load_profile
-from popliner.solvers.dp import dp_bounds, dp_for_stages, dp_per_count
+from popliner.solvers.dp import dp_for_stages, dp_per_count
 from popliner.solvers.greedy import greedy_bounds, layers_needed
-from popliner.solvers.ilp import ilp_bounds
 from popliner.solvers.objective import MEMORY
 from popliner.solvers.problem import ArrayRanges, SplitProblem
 from popliner.solvers.solve import solve_bounds
+from tests.helpers import FIXTURES, dp_bounds
+from tests.ilp_oracle import ilp_bounds
 
-TINY = Path(__file__).resolve().parent.parent / "fixtures" / "profiles" / "tiny.json"
+TINY = FIXTURES / "tiny.json"
 
 
 def flat(n, mem=10, cycles=1, cross=0):
@@ -518,9 +518,8 @@ def test_pruned_stage_counts_change_nothing(data, ipus, training, by_memory, no_
             assert found[1] > min(values.values())
 
 
-def test_the_ilp_works_out_greedy_only_to_seed_cp_sat(monkeypatch):
-    # Greedy's split is the CP-SAT hint: when the exact DP proves the optimum, greedy never runs
-    # (it would read ranges the DP does not need); when CP-SAT runs, greedy seeds it first.
+def test_the_ilp_never_works_out_greedy_when_the_exact_dp_proves_the_optimum(monkeypatch):
+    # Greedy stands in only when the exact DP runs out of time: a proved solve never reads its ranges.
     import popliner.solvers.solve as solve_module
 
     calls: list[int] = []
@@ -530,22 +529,8 @@ def test_the_ilp_works_out_greedy_only_to_seed_cp_sat(monkeypatch):
         return greedy_bounds(table, problem)
 
     monkeypatch.setattr(solve_module, "greedy_bounds", counted)
-    seen: list[list] = []
-    real_ilp = solve_module.ilp_bounds
-
-    def spy(table, problem, **kwargs):
-        seen.append(list(kwargs["hints"]))
-        return real_ilp(table, problem, **kwargs)
-
-    monkeypatch.setattr(solve_module, "ilp_bounds", spy)
     table = ArrayRanges(base=[10] * 6, peak=[0] * 6, cycles=[5, 1, 1, 1, 5, 1], crossing=[3, 1, 4, 1, 5, 0],
                         limit=40)
     proved = solve_bounds(table, SplitProblem(3, 40), solver="ilp")
     assert proved.status == "OPTIMAL" and "CP-SAT not needed" in proved.note
-    assert calls == [] and seen == []
-    # A max objective after a sum one: not the lexicographic DP's, so CP-SAT solves it, seeded by greedy.
-    problem = SplitProblem(3, 40, objectives=("cycles", "crossing"))
-    by_cp_sat = solve_bounds(table, problem, solver="ilp")
-    assert by_cp_sat.status == "OPTIMAL" and "CP-SAT not needed" not in by_cp_sat.note
-    greedy = greedy_bounds(table, problem)
-    assert calls == [3] and greedy is not None and seen[0][0] == greedy[0]
+    assert calls == []

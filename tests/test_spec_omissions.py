@@ -23,10 +23,11 @@ from popliner.analysis import analyse_profile
 from popliner.breakdown import build_breakdown
 from popliner.profile.loader import load_profile
 from popliner.writers import tables
+from tests.helpers import FIXTURES
 
 REPO = Path(__file__).resolve().parent.parent
 SCHEMA = json.loads((REPO / "popliner" / "profile" / "profile-v1.schema.json").read_text(encoding="utf-8"))
-BASES = [REPO / "fixtures" / "profiles" / "tiny.json", REPO / "fixtures" / "profiles" / "bert-tiny-training.json"]
+BASES = [FIXTURES / "tiny.json", FIXTURES / "bert-tiny-training.json"]
 TILEVECTOR = "#/$defs/TileVector"
 
 #: What the spec says an absent key means, as an explicit value. ``ZEROS`` is a

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 import random
-from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -13,13 +12,11 @@ from popliner.analysis import analyse_profile
 from popliner.memory.ranges import ProfileRanges
 from popliner.pipeline import position_memory
 from popliner.profile import load_profile
-from popliner.solvers.dp import dp_bounds
 from popliner.solvers.objective import MEMORY
 from popliner.solvers.problem import ArrayRanges, SplitProblem
-from popliner.solvers.solve import best_effort, minimum_ipus, split_memory
-from popliner.solvers.suffix import estimated_split, suffix_table
-
-FIXTURES = Path(__file__).parent.parent / "fixtures" / "profiles"
+from popliner.solvers.solve import best_effort, minimum_ipus
+from popliner.solvers.suffix import suffix_table
+from tests.helpers import FIXTURES, dp_bounds
 
 
 def _relaxed_dp(relaxed, problem):
@@ -93,26 +90,6 @@ def test_suffix_table_by_hand():
     # Under a bound of 19 only the three-stage split is left.
     tight = suffix_table(table, problem, 19, 3)
     assert [tight.whole(k) for k in (1, 2, 3)] == [math.inf, math.inf, 14]
-
-
-def test_estimated_split_is_a_valid_split_whose_memory_bounds_the_optimum():
-    rng = random.Random(7)
-    for _ in range(200):
-        n = rng.randint(1, 10)
-        table = ArrayRanges([rng.randint(1, 20) for _ in range(n)], [rng.randint(0, 20) for _ in range(n)],
-                            [0] * n, [rng.randint(0, 9) for _ in range(n)], [rng.randint(0, 5) for _ in range(n)],
-                            limit=2000, tiles=rng.choice([0, 4]))
-        problem = SplitProblem(rng.randint(1, 6), 50, min_layers=rng.choice([1, 2]), training=rng.random() < 0.7,
-                               split_after=tuple(sorted({rng.randrange(n)})) if rng.random() < 0.3 else ())
-        guess = estimated_split(table, problem, problem.num_ipus)
-        optimum = dp_bounds(table, problem, objective=MEMORY)
-        if not guess:
-            continue
-        assert guess[0][0] == 0 and guess[-1][1] == n - 1 and len(guess) <= problem.num_ipus
-        assert all(b + 1 == c for (_, b), (c, _) in zip(guess, guess[1:]))
-        assert all(j - i + 1 >= problem.min_layers for i, j in guess)
-        assert not any(i <= p < j for p in problem.split_after for i, j in guess)
-        assert optimum is not None and split_memory(table, problem, guess) >= optimum[1]
 
 
 def test_a_lazy_table_gives_the_same_figures_and_builds_rows_only_as_far_as_read():

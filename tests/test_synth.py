@@ -32,9 +32,9 @@ from popliner.synth import (
 )
 from popliner.synth.build import build_model
 from popliner.synth.graph import ALWAYS_LIVE, GraphBuilder
+from tests.helpers import FIXTURES
 
 ROOT = Path(__file__).resolve().parent.parent
-FIXTURES = ROOT / "fixtures" / "profiles"
 LAYER_RE = re.compile(r"(?:^|\/)(?:[L|l]ayer|blocks|encoder)[\/_\.]?(\d+)")
 OP_LAYERS = ("popart", "poptorch", "xla_op", "popxl")
 MIB = 1 << 20

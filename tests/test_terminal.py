@@ -26,10 +26,11 @@ import pytest
 from click.testing import CliRunner
 
 from popliner.cli import cli
+from tests.helpers import FIXTURES
 
 ROOT = Path(__file__).resolve().parent.parent
-TINY = ROOT / "fixtures" / "profiles" / "tiny.json"
-BERT = ROOT / "fixtures" / "profiles" / "bert-base-training.json.gz"
+TINY = FIXTURES / "tiny.json"
+BERT = FIXTURES / "bert-base-training.json.gz"
 
 
 @pytest.fixture()

@@ -14,10 +14,11 @@ from popliner.analysis import AnalysisOptions, _stage_results, analyse_profile
 from popliner.memory.training import TrainingOptions
 from popliner.profile import load_profile
 from popliner.solvers.problem import SplitProblem
+from tests.helpers import FIXTURES
 
 ROOT = Path(__file__).resolve().parent.parent
-TINY_TRAINING = ROOT / "fixtures" / "profiles" / "tiny-training.json"
-BERT = ROOT / "fixtures" / "profiles" / "bert-base-training.json.gz"
+TINY_TRAINING = FIXTURES / "tiny-training.json"
+BERT = FIXTURES / "bert-base-training.json.gz"
 
 
 def _popliner(*args: str) -> subprocess.CompletedProcess[str]:

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 
 from popliner.analysis import AnalysisOptions, load_analysis
 from popliner.memory.training import TrainingOptions
-
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "profiles"
+from tests.helpers import FIXTURES
 
 
 def analysed(name: str, **kwargs):

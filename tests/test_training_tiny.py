@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 import json
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -18,8 +17,9 @@ from popliner.ops.head import head_groups
 from popliner.ops.roles import recompute_operations, update_operations
 from popliner.profile import load_profile
 from popliner.profile.loader import parse_profile_bytes
+from tests.helpers import FIXTURES
 
-TINY = Path(__file__).resolve().parent.parent / "fixtures" / "profiles" / "tiny-training.json"
+TINY = FIXTURES / "tiny-training.json"
 STATE = ["mE", "vE", "m0", "v0", "m1", "v1", "mh", "vh"]
 
 

@@ -20,9 +20,10 @@ from popliner.cli import cli
 from popliner.config.workbook import DEFAULT_MAX_WORKBOOK_BYTES
 from popliner.errors import EXIT_BAD_INPUT
 from tests import workbook_bombs as bombs
+from tests.helpers import FIXTURES
 
 REPO = Path(__file__).resolve().parent.parent
-TINY = REPO / "fixtures" / "profiles" / "tiny.json"
+TINY = FIXTURES / "tiny.json"
 
 
 @pytest.fixture(scope="module")
@@ -137,7 +138,7 @@ def test_not_a_workbook(tmp_path: Path) -> None:
 
 def _training_review(tmp_path: Path) -> Path:
     path = tmp_path / "training.xlsx"
-    r = CliRunner().invoke(cli, ["-q", str(REPO / "fixtures" / "profiles" / "tiny-training.json"), "-o", str(path),
+    r = CliRunner().invoke(cli, ["-q", str(FIXTURES / "tiny-training.json"), "-o", str(path),
                                  "--num-ipus", "2"])
     assert r.exit_code == 0, r.stderr
     return path
@@ -152,7 +153,7 @@ def test_training_options_nested_too_deep_are_one_line(tmp_path: Path) -> None:
     book["Split planner"]["G4"] = "[" * 16_000 + "]" * 16_000  # deep enough for json's recursion limit
     book.save(path)
     r = CliRunner().invoke(cli, ["-q", "check", str(path), "--profile",
-                                 str(REPO / "fixtures" / "profiles" / "tiny-training.json")])
+                                 str(FIXTURES / "tiny-training.json")])
     assert r.exit_code == EXIT_BAD_INPUT, r.stderr
     _one_line(r.stderr, "sheet Split planner, cell G4", "nested too deeply")
 

@@ -17,9 +17,7 @@ from popliner.errors import UsageProblem
 from popliner.writers import formats
 from popliner.writers.formats import suffixes_for, writer_for
 from popliner.writers.writer import FormatWriter
-from tests.helpers import invoke
-
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "profiles"
+from tests.helpers import FIXTURES, invoke
 
 
 @pytest.fixture(scope="module")

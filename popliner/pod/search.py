@@ -2,16 +2,17 @@
 
 The suffix search (:mod:`popliner.solvers.suffix`) reads each range of the
 table once and answers every stage count at once: ``best[K][0]`` says
-whether K IPUs fit, and its ``edges`` keep every range that can be a stage
-of a fitting split. A min-max DP over those edges then gives, per K, the
-split with the smallest slowest stage (compute plus received transfer,
-popliner's first objective), and among those the one with the least
-memory on its fullest IPU. Only the chosen splits' stages get their exact
-per-tile figures.
+whether K IPUs fit. For each K that fits, the split is the exact solver's
+over exactly K IPUs (:func:`popliner.solvers.solve.exact_optimum`, as
+``--solve --exact-ipus`` gives it): the smallest slowest stage (compute
+plus received transfer), then the least memory on the fullest IPU, then
+the fewest bytes between IPUs. Only the chosen splits' stages get their
+exact per-tile figures.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -22,12 +23,13 @@ from popliner.analysis import Analysis
 from popliner.arrays import gather_csr
 from popliner.memory.ranges import ProfileRanges
 from popliner.ops.remote import remote_update_operations, streamed_state_variables
-from popliner.pipeline import RangeCosts, range_cost, range_figure
+from popliner.pipeline import range_figure
 from popliner.solvers.problem import Bounds, SplitProblem
 from popliner.solvers.result import SplitResult, stage_result
-from popliner.solvers.suffix import SuffixTable, suffix_table
+from popliner.solvers.solve import exact_optimum
+from popliner.solvers.suffix import suffix_table
 
-__all__ = ["DepthSplit", "IpuTraffic", "OptionSearch", "TrafficTable", "fastest_bounds", "search_options"]
+__all__ = ["DepthSplit", "IpuTraffic", "OptionSearch", "TrafficTable", "search_options"]
 
 _INF = math.inf
 
@@ -85,63 +87,12 @@ def search_options(analysis: Analysis, depths: Sequence[int], budget: int, link_
         if suffixes.whole(k) == _INF:
             out[k] = DepthSplit(k, None, (), (), f"no split over {k} IPUs fits in {budget:,} bytes per tile")
             continue
-        bounds = fastest_bounds(table, suffixes, k)
+        # The split --solve --exact-ipus gives: fastest first (the objectives in their order), the same ties.
+        bounds = exact_optimum(table, dataclasses.replace(problem, num_ipus=k, exact_ipus=True))
         split = _split_result(analysis, table, bounds, budget)
         out[k] = DepthSplit(k, split, bounds, tuple(traffic_table.of_ops(table.stage_ops(i, j), off_chip, options.shard)
                                                      for i, j in bounds))
     return OptionSearch(analysis, out, engine.view.recompute, traffic_table)
-
-
-def fastest_bounds(table: RangeCosts, suffixes: SuffixTable, stages: int) -> Bounds:
-    """The split into ``stages`` stages with the smallest largest stage cost, then the least largest memory.
-
-    Over the ranges the suffix search kept (``edges[(r, i)]``: every range
-    from layer ``i`` with ``r`` stages left whose memory fits and after
-    which the rest fits in ``r - 1`` stages), so every split found fits.
-    """
-    n = table.num_layers
-    edges = suffixes.edges
-
-    def cost(i: int, j: int, memory: float) -> float:
-        return float(range_cost(table, i, j)) if table.has_cycles else memory
-
-    slowest: dict[tuple[int, int], float] = {(0, n): -_INF}
-    for r in range(1, stages + 1):  # fewest stages left first: each reads only r - 1
-        for i in range(n - 1, -1, -1):
-            if (i == 0) != (r == stages):
-                continue  # only the first stage starts at layer 0
-            best = _INF
-            for j, memory in edges.get((r, i), ()):
-                after = slowest.get((r - 1, j + 1), _INF)
-                best = min(best, max(cost(i, j, memory), after))
-            if best < _INF:
-                slowest[(r, i)] = best
-    target = slowest.get((stages, 0), _INF)
-    if target == _INF:
-        return ()  # pragma: no cover - only called for a stage count the suffix search found to fit
-    # Among the splits of that cost, the least memory on the fullest IPU (then the earliest ends).
-    fullest: dict[tuple[int, int], tuple[float, int]] = {(0, n): (-_INF, -1)}
-    for r in range(1, stages + 1):
-        for i in range(n - 1, -1, -1):
-            if (i == 0) != (r == stages):
-                continue
-            pick: tuple[float, int] | None = None
-            for j, memory in edges.get((r, i), ()):
-                rest = fullest.get((r - 1, j + 1))
-                if rest is None or cost(i, j, memory) > target or slowest.get((r - 1, j + 1), _INF) > target:
-                    continue
-                value = max(memory, rest[0])
-                if pick is None or value < pick[0]:
-                    pick = (value, j)
-            if pick is not None:
-                fullest[(r, i)] = pick
-    bounds: list[tuple[int, int]] = []
-    i = 0
-    for r in range(stages, 0, -1):
-        j = fullest[(r, i)][1]
-        bounds.append((i, j))
-        i = j + 1
-    return tuple(bounds)
 
 
 def _split_result(analysis: Analysis, table: ProfileRanges, bounds: Bounds, budget: int) -> SplitResult:
@@ -153,7 +104,7 @@ def _split_result(analysis: Analysis, table: ProfileRanges, bounds: Bounds, budg
         stages.append(stage_result(range_figure(engine, i, j, k, len(bounds)), analysis.layer_names, budget))
     return SplitResult("dp", "OPTIMAL", analysis.mode, len(bounds), budget, tuple(stages),
                        note="popliner plan: the fastest split that fits (largest stage cycles), then the least "
-                            "memory on the fullest IPU")
+                            "memory on the fullest IPU, then the fewest bytes between IPUs (as --solve --exact-ipus)")
 
 
 @dataclass(frozen=True, eq=False)

@@ -46,7 +46,7 @@ _INT_COLUMNS = ("id", "bytes", "tile", "class")
 _VARIABLES_KEY = b'"variables"'
 _VARS_KEY = b'"vars"'
 #: Bytes of text read at once by the integer list reader (see _parse_span).
-_PIECE_BYTES = 1 << 23
+PIECE_BYTES = 1 << 23
 
 
 @dataclass
@@ -74,19 +74,21 @@ class Extracted:
             self.names, self.packing = self.packing.result(), None
 
 
-def extract_columns(text: bytes | bytearray, pool: Executor | None = None) -> tuple[bytes, Extracted] | None:
+def extract_columns(text: bytes | bytearray, pool: Executor | None = None, *,
+                    piece: int = PIECE_BYTES) -> tuple[bytes, Extracted] | None:
     """``(rest of the document, extracted lists)``, or None to parse it the ordinary way.
 
     With a ``pool``, the names are packed on it while this thread reads the
     rest (zlib lets go of the GIL); the caller then calls
-    :meth:`Extracted.wait_for_names`.
+    :meth:`Extracted.wait_for_names`. ``piece``: bytes of text read at once (lists are read
+    in pieces, names scanned in pieces); the answer is the same for any.
     """
     # The first "variables" object is taken; if it is not the top-level one, the loader finds
     # the top-level key without its placeholder and parses the ordinary way.
     at, brace = _find_key(text, _VARIABLES_KEY, 0x7B, 0, len(text))
     if at < 0:
         return None
-    found = _variables_object(text, brace)
+    found = _variables_object(text, brace, piece)
     if found is None:
         return None
     var_end, columns, names = found
@@ -102,7 +104,7 @@ def extract_columns(text: bytes | bytearray, pool: Executor | None = None) -> tu
     # No list found is zero lists, not "not read": the programs then have no variables (or the
     # loader finds a list the reader did not take and parses the ordinary way).
     program_lens = np.array([text.count(b",", a, b) + 1 if b > a else 0 for a, b in bodies], np.int64)
-    program_vars = _fill(np.empty(int(program_lens.sum()), np.int64), _joined(text, bodies))
+    program_vars = _fill(np.empty(int(program_lens.sum()), np.int64), _joined(text, bodies, piece))
     if program_vars is None:
         return None
     del bodies
@@ -179,7 +181,7 @@ def _program_lists(text: Text, lo: int, hi: int, bodies: list[tuple[int, int]],
     return True
 
 
-def _variables_object(text: Text, pos: int) -> tuple[int, dict[str, np.ndarray], tuple[
+def _variables_object(text: Text, pos: int, piece: int) -> tuple[int, dict[str, np.ndarray], tuple[
         np.ndarray, np.ndarray, int, int] | None] | None:
     """Read the ``{"id":[..],...}`` object at ``pos``: (end, int columns, names)."""
     columns: dict[str, np.ndarray] = {}
@@ -191,7 +193,7 @@ def _variables_object(text: Text, pos: int) -> tuple[int, dict[str, np.ndarray],
         key, j = _column_key(text, i)
         if key is None or key in columns or (key == "name" and names is not None):
             return None
-        found = _column(text, key, j)
+        found = _column(text, key, j, piece)
         if found is None:
             return None
         end, value = found
@@ -223,18 +225,20 @@ def _column_key(text: Text, i: int) -> tuple[str | None, int]:
     return key, j
 
 
-def _column(text: Text, key: str, j: int) -> tuple[int, np.ndarray | tuple[np.ndarray, np.ndarray, int, int]] | None:
+def _column(text: Text, key: str, j: int,
+            piece: int) -> tuple[int, np.ndarray | tuple[np.ndarray, np.ndarray, int, int]] | None:
     """The list at ``j`` (its ``[``): (index of its ``]``, the integers or the names), or None."""
     if key == "name":
         end = names_end(text, j)
-        names = None if end is None else parse_names(text, j, end + 1)
+        names = None if end is None else parse_names(text, j, end + 1, scan=piece)
         return None if end is None or names is None else (end, names)
     end = text.find(b"]", j)
-    col = None if end < 0 else _parse_span(text, j + 1, end, np.int32 if key in _NARROW_COLUMNS else np.int64)
+    col = None if end < 0 else _parse_span(text, j + 1, end, np.int32 if key in _NARROW_COLUMNS else np.int64, piece)
     return None if col is None else (end, col)
 
 
-def _parse_span(text: Text, start: int, end: int, dtype: type[np.integer[Any]] = np.int64) -> np.ndarray | None:
+def _parse_span(text: Text, start: int, end: int, dtype: type[np.integer[Any]] = np.int64,
+                piece: int = PIECE_BYTES) -> np.ndarray | None:
     """``parse_uint_list(text[start:end])``, read in pieces cut at commas, straight into one array.
 
     A piece's copy and numbers are the same size every time, so the
@@ -242,19 +246,19 @@ def _parse_span(text: Text, start: int, end: int, dtype: type[np.integer[Any]] =
     fresh memory, a page fault every 4 KiB. With ``dtype`` int32 the array
     is int32 unless a value does not fit (then int64, values unchanged).
     """
-    if end - start <= _PIECE_BYTES:
+    if end - start <= piece:
         col = parse_uint_list(text[start:end])
         if col is None or dtype is np.int64 or (len(col) and int(col.max()) > _INT32_MAX):
             return col
         return col.astype(dtype)
-    return _fill(np.empty(text.count(b",", start, end) + 1, dtype), _cut_at_commas(text, start, end))
+    return _fill(np.empty(text.count(b",", start, end) + 1, dtype), _cut_at_commas(text, start, end, piece))
 
 
-def _cut_at_commas(text: Text, start: int, end: int) -> Iterator[Text]:
-    """``text[start:end]`` in pieces of about :data:`_PIECE_BYTES`, each cut just before a comma (dropped)."""
+def _cut_at_commas(text: Text, start: int, end: int, piece: int) -> Iterator[Text]:
+    """``text[start:end]`` in pieces of about ``piece`` bytes, each cut just before a comma (dropped)."""
     pos = start
     while True:
-        stop = end if end - pos <= _PIECE_BYTES else text.rfind(b",", pos, pos + _PIECE_BYTES)
+        stop = end if end - pos <= piece else text.rfind(b",", pos, pos + piece)
         if stop < pos:
             stop = end  # no comma in a whole piece: the rest at once (it cannot be a valid list anyway)
         yield text[pos:stop]
@@ -263,8 +267,8 @@ def _cut_at_commas(text: Text, start: int, end: int) -> Iterator[Text]:
         pos = stop + 1
 
 
-def _joined(text: Text, bodies: list[tuple[int, int]]) -> Iterator[bytes]:
-    """The non-empty list bodies at ``bodies``, joined with commas, in pieces of about :data:`_PIECE_BYTES`."""
+def _joined(text: Text, bodies: list[tuple[int, int]], piece: int) -> Iterator[bytes]:
+    """The non-empty list bodies at ``bodies``, joined with commas, in pieces of about ``piece`` bytes."""
     view = memoryview(text)  # joined straight from the text, not copied one by one first
     group: list[memoryview] = []
     size = 0
@@ -272,7 +276,7 @@ def _joined(text: Text, bodies: list[tuple[int, int]]) -> Iterator[bytes]:
         if b > a:
             group.append(view[a:b])
             size += b - a + 1
-            if size >= _PIECE_BYTES:
+            if size >= piece:
                 yield b",".join(group)
                 group, size = [], 0
     if group:

@@ -29,7 +29,7 @@ GZIP_MAGIC = b"\x1f\x8b"
 _DEFAULT_MAX_BYTES = 8 << 30
 _DEFAULT_RATIO = 100
 #: The ratio limit never goes below this: small files may be sparse and compress very well.
-_RATIO_FLOOR = 512 << 20
+RATIO_FLOOR = 512 << 20
 #: The trailer's size is believed up to this many times the compressed size (real profiles: 7 to 9).
 _HINT_RATIO = 32
 #: Decompressed bytes produced per step: the limit is checked this often.
@@ -58,14 +58,15 @@ def is_gzip(raw: bytes, path: str) -> bool:
     return path.endswith(".gz") or raw[:2] == GZIP_MAGIC
 
 
-def decompress(raw: bytes, path: str) -> bytes:
-    """The JSON text of the file's bytes (``raw`` itself when it is not gzip)."""
+def decompress(raw: bytes, path: str, *, ratio_floor: int = RATIO_FLOOR) -> bytes:
+    """The JSON text of the file's bytes (``raw`` itself when it is not gzip); ``ratio_floor``: the least the
+    ratio limit allows."""
     limit = max_profile_bytes()
     if not is_gzip(raw, path):
         if len(raw) > limit:
             raise ProfileFormatError(path, "", _too_big(len(raw), limit, "POPLINER_MAX_PROFILE_BYTES"))
         return raw
-    ratio_cap = max(_RATIO_FLOOR, max_gzip_ratio() * len(raw))
+    ratio_cap = max(ratio_floor, max_gzip_ratio() * len(raw))
     cap, knob = (limit, "POPLINER_MAX_PROFILE_BYTES") if limit <= ratio_cap else (
         ratio_cap, f"POPLINER_MAX_GZIP_RATIO (now {max_gzip_ratio()} times the {len(raw):,} compressed bytes)")
     try:

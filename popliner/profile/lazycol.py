@@ -1,14 +1,14 @@
 """Columns of a cached profile left packed until something reads them.
 
 A cached run reads the profile's columns from the cache file, where the
-large integer ones are deflated (:mod:`popliner.profile.cachepack`). Some are
+large integer ones are deflated (:mod:`popliner.profile.cache.archive`). Some are
 only read to derive what the cache already holds: ``programs.var_idx``
 (every variable of every program, 64 MB at 1x and 1.2 GB at 10x as int64)
 is only read to derive the operations; ``variables.ids`` and the name
 offsets only to name a variable in a report. Unpacking a column costs its
 pages as much as its inflating, so a cached load keeps these packed: the field holds a
 :class:`Deferred`, unpacked the first time the field is read and then
-kept. Its checks (:mod:`popliner.profile.cachecheck`) run at load all the
+kept. Its checks (:mod:`popliner.profile.cache.trust`) run at load all the
 same, on the figures one streaming pass took (length, smallest and
 largest value), so a bad entry is still rebuilt before anything uses it.
 """

@@ -25,7 +25,7 @@ from popliner.allocator import give_back_freed_memory
 from popliner.arrays import huge_page_setter
 from popliner.errors import ProfileFormatError
 from popliner.profile.builder import Builder
-from popliner.profile.columns import extract_columns
+from popliner.profile.columns import PIECE_BYTES, extract_columns
 from popliner.profile.files import read_profile_bytes
 from popliner.profile.gunzip import decompress, max_profile_bytes
 from popliner.profile.jsontext import ORJSON_SAFE_DEPTH, objects_nested_deeper, parse_json
@@ -44,11 +44,12 @@ def load_profile(path: str | os.PathLike[str]) -> Profile:
     return parse_profile_bytes(raw, str(path))
 
 
-def parse_profile_bytes(raw: bytes, path: str, sha256: str | None = None) -> Profile:
+def parse_profile_bytes(raw: bytes, path: str, sha256: str | None = None, *, piece: int = PIECE_BYTES) -> Profile:
+    """The profile in ``raw`` (JSON, gzipped or not); ``piece``: bytes the column reader takes at once."""
     digest = sha256 or hashlib.sha256(raw).hexdigest()
     with _gc_paused(), small_pages():
         box = [decompress(raw, path)]
-        fast = _parse_fast(box, path, digest)
+        fast = _parse_fast(box, path, digest, piece)
         if fast is not None:
             return fast
         # The shortcut let go of the text once it had its lists: only a document it then
@@ -57,7 +58,7 @@ def parse_profile_bytes(raw: bytes, path: str, sha256: str | None = None) -> Pro
         return Builder(parse_json(text, path), path, digest).build()
 
 
-def _parse_fast(box: list[bytes], path: str, digest: str) -> Profile | None:
+def _parse_fast(box: list[bytes], path: str, digest: str, piece: int) -> Profile | None:
     """The profile read through :mod:`popliner.profile.columns`, or None to take the ordinary path.
 
     ``box`` holds the text; it is emptied once the bulky lists are arrays, so
@@ -73,7 +74,7 @@ def _parse_fast(box: list[bytes], path: str, digest: str) -> Profile | None:
     # The names are packed on another thread while this one reads the other columns and
     # parses the rest of the document.
     with ThreadPoolExecutor(1) as pool:
-        found = extract_columns(box[0], pool)
+        found = extract_columns(box[0], pool, piece=piece)
         if found is None:
             return None
         box.clear()  # the bulky lists are arrays now; the rest is a small document

@@ -53,7 +53,8 @@ def _last_before(text: Text, i: int) -> int:
     return text[i] if i >= 0 else -1
 
 
-def parse_names(text: Text, start: int, end: int) -> tuple[np.ndarray, np.ndarray, int, int] | None:
+def parse_names(text: Text, start: int, end: int, *,
+                scan: int = SCAN) -> tuple[np.ndarray, np.ndarray, int, int] | None:
     """``["a","bc",...]`` from ``start`` (``[``) to ``end`` (after ``]``) as (blob, ptr, lead, pad), or None.
 
     The blob is a view of the text from the first name's opening quote to
@@ -74,7 +75,7 @@ def parse_names(text: Text, start: int, end: int) -> tuple[np.ndarray, np.ndarra
         return None
     blob = np.frombuffer(text, np.uint8, hi - lo, lo)
     # One scratch buffer for every piece: fresh temporaries this size cost page faults each time.
-    flags = np.empty(min(len(blob), SCAN), bool)
+    flags = np.empty(max(min(len(blob), scan), 1), bool)  # its length is the piece every scan reads
     ptr = _name_offsets(blob, flags, sep)
     if ptr is None:
         return None
@@ -108,10 +109,10 @@ def _name_offsets(blob: np.ndarray, flags: np.ndarray, sep: bytes) -> np.ndarray
     whole-column quote positions cost more in page faults than the scan
     itself).
     """
-    n = len(blob)
+    n, step = len(blob), len(flags)
     quotes = 0
-    for lo in range(0, n, SCAN):
-        k = min(SCAN, n - lo)
+    for lo in range(0, n, step):
+        k = min(step, n - lo)
         quotes += int(np.count_nonzero(np.equal(blob[lo : lo + k], 0x22, out=flags[:k])))
     if quotes % 2 or not quotes:
         return None
@@ -120,8 +121,8 @@ def _name_offsets(blob: np.ndarray, flags: np.ndarray, sep: bytes) -> np.ndarray
     ptr = np.empty(count + 1, np.int64)
     seen = 0  # quotes before this piece; the even ones (counting from 0) open a name
     last = -gap  # the previous quote: the first one must open at 0
-    for lo in range(0, n, SCAN):
-        k = min(SCAN, n - lo)
+    for lo in range(0, n, step):
+        k = min(step, n - lo)
         q = np.flatnonzero(np.equal(blob[lo : lo + k], 0x22, out=flags[:k]))
         if not len(q):
             continue
@@ -156,8 +157,8 @@ def _quotes_in_place(blob: np.ndarray, q: np.ndarray, last: int, first_open: int
 def _printable(blob: np.ndarray, flags: np.ndarray) -> bool:
     """Every byte is printable ASCII (0x20 to 0x7E), checked piece by piece (``flags``: scratch space)."""
     shifted = np.empty(len(flags), np.uint8)
-    for lo in range(0, len(blob), SCAN):
-        piece = blob[lo : lo + SCAN]
+    for lo in range(0, len(blob), len(flags)):
+        piece = blob[lo : lo + len(flags)]
         k = len(piece)
         np.subtract(piece, 0x20, out=shifted[:k])  # below 0x20 wraps round to the top
         if bool(np.greater_equal(shifted[:k], 0x5F, out=flags[:k]).any()):
@@ -168,8 +169,8 @@ def _printable(blob: np.ndarray, flags: np.ndarray) -> bool:
 def _plain_text(text: Text, lo: int, hi: int, blob: np.ndarray, flags: np.ndarray, sep: bytes, count: int) -> bool:
     """The names are UTF-8 with no raw control character (the separators' newlines and tabs aside)."""
     controls = high = 0
-    for at in range(0, len(blob), SCAN):
-        piece = blob[at : at + SCAN]
+    for at in range(0, len(blob), len(flags)):
+        piece = blob[at : at + len(flags)]
         k = len(piece)
         controls += int(np.count_nonzero(np.less(piece, 0x20, out=flags[:k])))
         high += int(np.count_nonzero(np.greater_equal(piece, 0x80, out=flags[:k])))

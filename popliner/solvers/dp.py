@@ -22,22 +22,8 @@ from popliner.pipeline import (
 from popliner.solvers.objective import MEMORY, Objective, objective_order
 from popliner.solvers.problem import Bounds, SplitProblem
 
-__all__ = ["OutOfTime", "RangeValues", "copy_buffers", "dp_bounds", "dp_for_stages", "dp_per_count", "value_floor",
+__all__ = ["OutOfTime", "RangeValues", "copy_buffers", "dp_for_stages", "dp_per_count",
            "value_floors"]
-
-
-def dp_bounds(table: RangeCosts, problem: SplitProblem, objective: Objective | None = None,
-              deadline: float | None = None) -> tuple[Bounds, float] | None:
-    """Optimal stages (``(first, last)`` pairs) and their largest value, or None if none fits.
-
-    ``objective`` (a ``max`` one; default: the problem's first) is what is minimised.
-    Past ``deadline`` it raises :class:`OutOfTime` with the best found so far.
-    """
-    best: tuple[Bounds, float] | None = None
-    for found in dp_per_count(table, problem, objective, deadline).values():
-        if found is not None and (best is None or found[1] < best[1]):
-            best = found
-    return best
 
 
 def dp_per_count(table: RangeCosts, problem: SplitProblem, objective: Objective | None = None,
@@ -55,11 +41,11 @@ def dp_per_count(table: RangeCosts, problem: SplitProblem, objective: Objective 
     ``cap``: only splits whose value is at most ``cap`` are searched; a count
     whose optimum is above it is None. For an objective that does not read
     memory, a range whose value is over the cap is then never read from the
-    table (:func:`value_floor` gives a cap that loses nothing). ``values``:
+    table (the smallest of :func:`value_floors` is a cap that loses nothing). ``values``:
     the objective's :class:`RangeValues`, when the caller has them.
     """
     objective = objective or objective_order(table, problem.objectives)[0]
-    counts = [problem.num_ipus] if problem.exact_ipus else range(1, problem.num_ipus + 1)
+    counts = problem.stage_counts
     out: dict[int, tuple[Bounds, float] | None] = {}
     best = math.inf
     # What every count reads alike, worked out once: copy buffers, and (when it needs no memory) each range's
@@ -86,18 +72,6 @@ def dp_per_count(table: RangeCosts, problem: SplitProblem, objective: Objective 
     return out
 
 
-def value_floor(table: RangeCosts, problem: SplitProblem, objective: Objective | None = None, *,
-                values: RangeValues | None = None) -> float:
-    """The best value of any allowed split with memory left out (``inf``: none), for an objective that does not
-    read memory.
-
-    No split that fits does better, so it is a cap for :func:`dp_per_count`
-    that loses nothing when a split reaches it. It reads no range
-    (:func:`value_floors`: the same per stage count).
-    """
-    return min(value_floors(table, problem, objective, values=values).values(), default=math.inf)
-
-
 def value_floors(table: RangeCosts, problem: SplitProblem, objective: Objective | None = None, *,
                  values: RangeValues | None = None) -> dict[int, float]:
     """Per stage count, the best value of a split with memory left out (``inf``: none), for an objective that does
@@ -114,7 +88,7 @@ def value_floors(table: RangeCosts, problem: SplitProblem, objective: Objective 
     if objective.uses_memory:
         return {}
     n = table.num_layers
-    counts = [problem.num_ipus] if problem.exact_ipus else list(range(1, problem.num_ipus + 1))
+    counts = problem.stage_counts
     stages = min(max(counts), n)
     if values is None:
         values = RangeValues(table, objective, math.inf)

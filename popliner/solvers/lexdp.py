@@ -1,4 +1,4 @@
-"""The lexicographic optimum by dynamic programming: all three objectives, without CP-SAT.
+"""The exact solver: the lexicographic optimum of all three objectives, by dynamic programming.
 
 A split into K stages is a path through a layered graph: node ``(p, i)`` is
 "stage position ``p`` starts at layer ``i``", and an edge is a range ``i..j``
@@ -19,44 +19,46 @@ memory, crossing), the lexicographic optimum is exact by elimination:
    paths that are left (a shortest-path DP from the end).
 
 A path that keeps to the kept edges has every earlier optimum, so the result
-is the same tuple CP-SAT proves (tests/test_lexdp.py holds both, and a brute
-force over every split, against each other). Among splits equal on all three
-objectives it takes the fewest stages, then the latest stage ends, stage by
-stage (each IPU holds as many layers as the optimum allows, in order, as a
-pipeline is filled): a rule of its own, where CP-SAT returns whichever tied
-split its search meets first.
+is the same tuple a CP-SAT model proves (tests/ilp_oracle.py: tests/test_lexdp.py
+holds both, and a brute force over every split, against each other). Among
+splits equal on all three objectives it takes the fewest stages, then the
+latest stage ends, stage by stage (each IPU holds as many layers as the
+optimum allows, in order, as a pipeline is filled).
 
-An order with a ``max`` objective after a ``sum`` one is not handled here
-(None): CP-SAT solves it.
+Only orders with every ``max`` objective before the ``sum`` ones are
+allowed (:func:`popliner.solvers.objective.objective_order` refuses others).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
 from popliner.deadline import check_deadline
 from popliner.pipeline import RangeCosts
 from popliner.solvers.dp import RangeValues, copy_buffers
 from popliner.solvers.edges import Edges, position_edges
-from popliner.solvers.ilp import IlpOutcome, hint_objectives
-from popliner.solvers.objective import Objective, objective_order
+from popliner.solvers.objective import Objective, objective_order, split_objectives
 from popliner.solvers.problem import Bounds, SplitProblem
 
-__all__ = ["lexicographic_optimum", "supported"]
+__all__ = ["ExactOutcome", "lexicographic_optimum"]
 
 
-def supported(order: tuple[Objective, ...]) -> bool:
-    """Does the elimination above solve this order exactly (no ``max`` objective after a ``sum`` one)?"""
-    combines = [o.combine for o in order]
-    return "sum" not in combines or "max" not in combines[combines.index("sum"):]
+@dataclass(frozen=True)
+class ExactOutcome:
+    """The optimal split, its three objectives, and objective 1's optimum (the bound it is proved against)."""
+
+    bounds: Bounds
+    objectives: tuple[int, int, int]
+    bound: float
 
 
 def lexicographic_optimum(table: RangeCosts, problem: SplitProblem,
                           per_count: Mapping[int, tuple[Bounds, float] | None],
                           deadline: float | None = None, *,
-                          range_values: RangeValues | None = None) -> IlpOutcome | None:
-    """The lexicographically optimal split, proved; None when the order is not :func:`supported` or none fits.
+                          range_values: RangeValues | None = None) -> ExactOutcome | None:
+    """The lexicographically optimal split, proved; None when none fits.
 
     ``per_count``: the exact DP's optimum of objective 1 per stage count
     (:func:`popliner.solvers.dp.dp_per_count`). Past ``deadline`` it raises
@@ -65,7 +67,7 @@ def lexicographic_optimum(table: RangeCosts, problem: SplitProblem,
     """
     order = objective_order(table, problem.objectives)
     reachable = {k: found for k, found in per_count.items() if found is not None}
-    if not reachable or not supported(order):
+    if not reachable:
         return None
     target = min(found[1] for found in reachable.values())
     best: tuple[tuple[int, int, int], Bounds] | None = None
@@ -75,14 +77,14 @@ def lexicographic_optimum(table: RangeCosts, problem: SplitProblem,
     copies = copy_buffers(table, problem.training)  # each range's, once for every count
     for k in candidates:
         bounds = _best_of_count(table, problem, k, order, target, deadline, first, copies)
-        values = hint_objectives(table, problem, bounds) if bounds is not None else None
+        values = split_objectives(table, problem, bounds) if bounds is not None else None
         if bounds is None or values is None:  # pragma: no cover - the DP found a split of this count within it
             return None
         if best is None or values < best[0]:  # ties: the fewest stages
             best = values, bounds
     assert best is not None  # every candidate count has a split (the DP's)
     values, bounds = best
-    return IlpOutcome(bounds, values, True, float(target), 0.0, len(candidates))
+    return ExactOutcome(bounds, values, float(target))
 
 
 def _best_of_count(table: RangeCosts, problem: SplitProblem, stages: int, order: tuple[Objective, ...],

@@ -6,8 +6,9 @@ figure per stage, combined over the stages of a split by ``max`` (the worst
 stage) or by ``sum`` (for figures that add up, like the bytes sent between
 IPUs). The exact DP (:mod:`popliner.solvers.dp`) minimises the first
 objective (it must be a ``max``: that is what the DP's recursion takes);
-CP-SAT (:mod:`popliner.solvers.ilp`) minimises all of them, one after the
-other with the previous optimum fixed; greedy reports the first.
+:mod:`popliner.solvers.lexdp` then minimises the others, one after the
+other with the previous optimum fixed (every ``max`` one before the ``sum``
+ones); greedy reports the first.
 
 The order today (:func:`objective_order`):
 
@@ -25,14 +26,17 @@ default order follows as tie-breakers).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 from popliner.errors import UsageProblem
-from popliner.pipeline import RangeCosts, range_cost
+from popliner.pipeline import RangeCosts, position_memory, range_cost
+from popliner.solvers.problem import Bounds, SplitProblem
 
-__all__ = ["CROSSING", "CYCLES", "MEMORY", "OBJECTIVES", "Objective", "objective_order", "split_value"]
+__all__ = ["CROSSING", "CYCLES", "MEMORY", "OBJECTIVES", "Objective", "objective_order", "split_objectives",
+           "split_value"]
 
 #: One stage's figure: (table, first layer, last layer, the stage's worst-tile memory at its position).
 StageValue = Callable[[RangeCosts, int, int, float], float]
@@ -89,6 +93,10 @@ def objective_order(table: RangeCosts, first: Sequence[str] = ()) -> tuple[Objec
     if order[0].combine != "max":
         raise UsageProblem(f"objective {order[0].name} adds up over the stages: it cannot come first "
                            "(the exact DP minimises the worst stage)")
+    sums = [n for n, o in enumerate(order) if o.combine == "sum"]
+    if sums and any(o.combine == "max" for o in order[sums[0]:]):
+        raise UsageProblem(f"objective order {', '.join(o.name for o in order)}: an objective that adds up "
+                           "comes before a worst-stage one (the exact DP needs every worst-stage one first)")
     return order[0], order[1], order[2]
 
 
@@ -97,3 +105,17 @@ def split_value(objective: Objective, table: RangeCosts, bounds: Sequence[tuple[
     """``objective`` over a whole split, from each stage's bounds and memory at its position."""
     values = [objective.stage_value(table, i, j, m) for (i, j), m in zip(bounds, memories, strict=True)]
     return max(values) if objective.combine == "max" else float(sum(values))
+
+
+def split_objectives(table: RangeCosts, problem: SplitProblem, bounds: Bounds) -> tuple[int, int, int] | None:
+    """The three objectives of a split, in order, or None if it breaks a limit (a stage over it, too many)."""
+    k = len(bounds)
+    if k == 0 or k not in problem.stage_counts:
+        return None
+    order = objective_order(table, problem.objectives)
+    memories = [position_memory(table, i, j, p, k, problem.training) for p, (i, j) in enumerate(bounds)]
+    if math.inf in memories:
+        return None
+    values = [[int(o.stage_value(table, i, j, m)) for (i, j), m in zip(bounds, memories, strict=True)] for o in order]
+    a, b, c = (max(v) if o.combine == "max" else sum(v) for o, v in zip(order, values, strict=True))
+    return a, b, c

@@ -35,6 +35,11 @@ class SplitProblem:
     #: Objectives to minimise ahead of the default order (names in popliner.solvers.objective.OBJECTIVES).
     objectives: tuple[str, ...] = ()
 
+    @property
+    def stage_counts(self) -> range:
+        """The stage counts a split may have: exactly ``num_ipus`` with ``exact_ipus``, else 1 to ``num_ipus``."""
+        return range(self.num_ipus, self.num_ipus + 1) if self.exact_ipus else range(1, self.num_ipus + 1)
+
     def allowed_split(self, j: int, forbidden: frozenset[int]) -> bool:
         """May a stage end after layer ``j`` (with more layers after it)?"""
         if j in forbidden:

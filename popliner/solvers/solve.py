@@ -1,4 +1,4 @@
-"""Solve a split over range costs: greedy and/or CP-SAT, and a best effort when nothing fits.
+"""Solve a split over range costs: greedy or the exact DP, and a best effort when nothing fits.
 
 Plain data in (a :class:`SplitProblem` and :class:`popliner.pipeline.RangeCosts`),
 plain data out (a :class:`SplitOutcome`: the stages' layer bounds and how
@@ -20,13 +20,12 @@ from popliner.pipeline import RangeCosts, position_memory
 from popliner.progress import phase
 from popliner.solvers.dp import RangeValues, dp_per_count, value_floors
 from popliner.solvers.greedy import greedy_bounds
-from popliner.solvers.ilp import ilp_bounds
 from popliner.solvers.lexdp import lexicographic_optimum
 from popliner.solvers.objective import objective_order, split_value
 from popliner.solvers.problem import Bounds, SplitProblem
-from popliner.solvers.suffix import estimated_split, forward_bounds, suffix_table
+from popliner.solvers.suffix import forward_bounds, suffix_table
 
-__all__ = ["BEST_EFFORT_LIMIT", "SolverName", "SplitOutcome", "best_effort", "infeasibility_reason",
+__all__ = ["BEST_EFFORT_LIMIT", "SolverName", "SplitOutcome", "best_effort", "exact_optimum", "infeasibility_reason",
            "minimum_ipus", "solve_bounds", "split_memory"]
 
 log = logging.getLogger(__name__)
@@ -56,13 +55,13 @@ def solve_bounds(table: RangeCosts, problem: SplitProblem, *, solver: SolverName
                  layer_need: Callable[[int], str] | None = None, started: float | None = None) -> SplitOutcome:
     """Split ``table``'s layers over at most ``problem.num_ipus`` IPUs.
 
-    ``relaxed(factor)`` gives the same costs with a limit ``factor`` times the
+    ``seed`` changes nothing (the exact solver has no randomness): it is taken for the callers that
+    still pass ``--seed``. ``relaxed(factor)`` gives the same costs with a limit ``factor`` times the
     budget, for a best-effort split when nothing fits; ``layer_need(k)`` the
     phrase saying what layer ``k`` alone needs, to say which layer is too large.
 
     ``time_limit`` bounds the whole solve (from ``started`` when given), the
-    range tables it builds included: CP-SAT gets what is left once the tables, the greedy split and
-    the exact DP are done. When nothing is left, the best split known so far
+    range tables it builds included. When nothing is left, the best split known so far
     (the DP's optimum of the first objective, or greedy's) comes back as
     FEASIBLE, with a note saying so.
     """
@@ -74,16 +73,14 @@ def solve_bounds(table: RangeCosts, problem: SplitProblem, *, solver: SolverName
             try:
                 greedy = greedy_bounds(table, problem)
             except OutOfTime:  # the table's rows stopped at the deadline: nothing found, nothing proved
-                return _out_of_time(table, problem, None, [], relaxed, layer_need, time_limit, solver, "greedy")
+                return _out_of_time(table, problem, None, relaxed, layer_need, time_limit, solver, "greedy")
         if greedy is None:
             return _infeasible(table, problem, "greedy", relaxed, layer_need, deadline, time_limit)
         bounds, cap, min_layers = greedy
         return SplitOutcome("greedy", "GREEDY", bounds, objective=first_objective(table, problem, bounds),
                             note=f"greedy: cap {cap:.0%} of the budget, at least {min_layers} layer(s) per stage "
                                  "as PopLiner counts them (the unlayered group is one; fewer on the last)")
-    # The greedy split only seeds CP-SAT, or stands in when the exact DP runs out of time: it is worked
-    # out then, not first. PopLiner's greedy tries pipeline depths at every cap, and reads ranges
-    # the exact DP does not need (186 and 189 on the 96-layer profile over 64 IPUs, 37 of them in common).
+    # The greedy split stands in only when the exact DP runs out of time: it is worked out then, not first.
     with phase("building range tables"):
         try:
             # Each range's value of objective 1 when it needs no memory: once for the floor, the DP and the edges.
@@ -91,56 +88,36 @@ def solve_bounds(table: RangeCosts, problem: SplitProblem, *, solver: SolverName
             values = None if first.uses_memory else RangeValues(table, first, math.inf)
             per_count = _exact_per_count(table, problem, deadline, values=values)
         except OutOfTime as stop:
-            return _out_of_time(table, problem, stop.best, _hints(table, problem, None), relaxed, layer_need,
-                                time_limit, "ilp")
+            return _out_of_time(table, problem, stop.best, relaxed, layer_need, time_limit, "ilp")
     dp = min((f for f in per_count.values() if f is not None), key=lambda f: f[1], default=None)
     with phase("solving (exact DP)"):
         try:
-            # The exact DP carried on to every objective in turn: when it proves the optimum, CP-SAT
-            # (and its import, half a second) is not needed.
-            outcome = lexicographic_optimum(table, problem, per_count, deadline,
-                                            range_values=values)
+            # The exact DP carried on to every objective in turn.
+            outcome = lexicographic_optimum(table, problem, per_count, deadline, range_values=values)
         except OutOfTime:
-            hints = _hints(table, problem, dp)
-            return _out_of_time(table, problem, dp, hints, relaxed, layer_need, time_limit, "ilp")
-    by_dp = outcome is not None
-    if outcome is None:
-        with phase("building range tables"):
-            hints = _hints(table, problem, dp)
-        with phase("solving (CP-SAT)"):
-            try:
-                outcome = ilp_bounds(table, problem, time_limit=max(deadline - time.monotonic(), 0.0), seed=seed,
-                                     hints=hints, per_count=per_count)
-            except OutOfTime:  # a range the DP did not need was read past the deadline: the DP's optimum stands
-                return _out_of_time(table, problem, dp, hints, relaxed, layer_need, time_limit, "ilp", "CP-SAT")
+            return _out_of_time(table, problem, dp, relaxed, layer_need, time_limit, "ilp")
     if outcome is None:
         return _infeasible(table, problem, "ilp", relaxed, layer_need, deadline, time_limit)
+    note = (f"objective: {first.title}" + ("" if table.has_cycles else " (the profile has no cycles)")
+            + "; proved optimal by the exact DP, each objective in turn (CP-SAT not needed)")
+    return SplitOutcome("ilp", "OPTIMAL", outcome.bounds, objective=float(outcome.objectives[0]),
+                        bound=outcome.bound, gap=0.0, note=note)
+
+
+def exact_optimum(table: RangeCosts, problem: SplitProblem) -> Bounds:
+    """The exact solver's split (the lexicographic optimum, as ``--solve`` gives it); () when none fits."""
     first = objective_order(table, problem.objectives)[0]
-    note = f"objective: {first.title}" + ("" if table.has_cycles else " (the profile has no cycles)")
-    if by_dp:
-        note += "; proved optimal by the exact DP, each objective in turn (CP-SAT not needed)"
-    if not outcome.optimal and time.monotonic() >= deadline:
-        note += f"; the {time_limit:g} s time limit ran out: the best split found by then, not proved optimal"
-    return SplitOutcome(
-        "ilp", "OPTIMAL" if outcome.optimal else "FEASIBLE", outcome.bounds, objective=float(outcome.objectives[0]),
-        bound=float(outcome.bound), gap=outcome.gap, note=note,
-    )
+    values = None if first.uses_memory else RangeValues(table, first, math.inf)
+    per_count = _exact_per_count(table, problem, None, values=values)
+    outcome = lexicographic_optimum(table, problem, per_count, range_values=values)
+    return () if outcome is None else outcome.bounds
 
-
-def _hints(table: RangeCosts, problem: SplitProblem, dp: tuple[Bounds, float] | None) -> list[Bounds]:
-    """Greedy's split, then the DP's, as far as known: past the table's deadline greedy reads only the ranges
-    read already (and gives none if it needs another)."""
-    try:
-        found = greedy_bounds(table, problem)
-    except OutOfTime:
-        found = None
-    return ([found[0]] if found is not None else []) + ([dp[0]] if dp is not None else [])
 
 def _exact_per_count(table: RangeCosts, problem: SplitProblem, deadline: float | None, *,
                      values: RangeValues | None = None) -> dict[int, tuple[Bounds, float] | None]:
     """The exact DP's optimum of objective 1 for every stage count that reaches the best one (others may be None).
 
-    First capped at the best value with memory left out (:func:`value_floor`):
+    First capped at the best value with memory left out (the smallest of :func:`value_floors`):
     when a split reaches it, it is the optimum, and only the ranges within it
     were read. Otherwise memory binds: the cap grows by :data:`CAP_STEP` at a
     time (a few times, then no cap), and the first cap some split reaches
@@ -159,18 +136,23 @@ def _exact_per_count(table: RangeCosts, problem: SplitProblem, deadline: float |
     return dp_per_count(table, problem, deadline=deadline, values=values, floors=floors)
 
 
-def _out_of_time(table: RangeCosts, problem: SplitProblem, best: tuple[Bounds, float] | None, hints: list[Bounds],
+def _out_of_time(table: RangeCosts, problem: SplitProblem, best: tuple[Bounds, float] | None,
                  relaxed: Callable[[float], RangeCosts] | None, layer_need: Callable[[int], str] | None,
                  time_limit: float, solver: str, step: str = "the exact DP") -> SplitOutcome:
     """``step`` did not finish in time: the best split so far (the DP's, else greedy's), not proved optimal.
 
-    With none known (greedy's table rows stopped at the deadline), the
-    outcome is INFEASIBLE with no stages, and the note says that nothing
-    was proved: the time ran out first.
+    Greedy is asked only when the DP found none: past the table's deadline it reads only the ranges read
+    already, and gives none if it needs another. With none known either, the outcome is INFEASIBLE with no
+    stages, and the note says that nothing was proved: the time ran out first.
     """
     ran_out = f"the {time_limit:g} s time limit ran out before {step} finished"
-    if best is None and hints:
-        best = hints[0], first_objective(table, problem, hints[0])
+    if best is None and solver == "ilp":
+        try:
+            greedy = greedy_bounds(table, problem)
+        except OutOfTime:
+            greedy = None
+        if greedy is not None:
+            best = greedy[0], first_objective(table, problem, greedy[0])
     if best is None:
         # Nothing found in time, so nothing is proved either: a best effort with no time left says so.
         outcome = _infeasible(table, problem, solver, relaxed, layer_need, time.monotonic(), time_limit)
@@ -220,30 +202,20 @@ def best_effort(relaxed: Callable[[float], RangeCosts], problem: SplitProblem, d
     :data:`BEST_EFFORT_LIMIT` times the budget.
 
     Ranges come from ``relaxed(BEST_EFFORT_LIMIT)`` (best as a lazy table,
-    evaluated only as far as read). A split guessed from two ranges per
-    layer gives an upper bound; the suffix DP then reads only the ranges
-    at or under it, and the split is the one the forward DP over the whole
-    table would give (docs/solvers.md). Past ``deadline`` it raises
-    :class:`OutOfTime` with the guessed split when its memory is known.
+    evaluated only as far as read). The suffix DP reads only the ranges at
+    or under that limit, and the split is the one the forward DP over the
+    whole table would give (docs/solvers.md). Past ``deadline`` it raises
+    :class:`OutOfTime`.
     """
     table = relaxed(BEST_EFFORT_LIMIT)
     n = table.num_layers
-    guess = estimated_split(table, problem, problem.num_ipus, deadline)
-    bound, known = float(table.limit), None
-    if guess:
-        value = split_memory(table, problem, guess)
-        if value <= bound:
-            bound, known = value, (guess, value)
-    try:
-        suffixes = suffix_table(table, problem, bound, problem.num_ipus, deadline)
-    except OutOfTime as stop:
-        raise OutOfTime(known) from stop
-    counts = [problem.num_ipus] if problem.exact_ipus else range(1, problem.num_ipus + 1)
+    suffixes = suffix_table(table, problem, float(table.limit), problem.num_ipus, deadline)
+    counts = problem.stage_counts
     values = {k: suffixes.whole(k) for k in counts if k <= n}
     best = min(values.values(), default=math.inf)
     if best == math.inf:
         return ()
-    stages = min(k for k, v in values.items() if v == best)  # the fewest stages of that value, as dp_bounds picks
+    stages = min(k for k, v in values.items() if v == best)  # the fewest stages of that value, as the exact DP picks
     return forward_bounds(suffixes, stages, best, n)
 
 

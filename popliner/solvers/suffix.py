@@ -28,14 +28,12 @@ from dataclasses import dataclass, field
 from popliner.deadline import check_deadline
 from popliner.pipeline import (
     RangeCosts,
-    copy_buffer_per_tile,
     extra_stash_entries,
     position_memory,
-    range_boundaries,
 )
 from popliner.solvers.problem import Bounds, SplitProblem
 
-__all__ = ["SuffixTable", "estimated_split", "forward_bounds", "slot", "suffix_table"]
+__all__ = ["SuffixTable", "forward_bounds", "slot", "suffix_table"]
 
 _INF = math.inf
 
@@ -156,78 +154,3 @@ def forward_bounds(suffixes: SuffixTable, stages: int, value: float, n: int) -> 
         bounds.append((i, j))
         j = i - 1
     return tuple(reversed(bounds))
-
-
-def estimated_split(table: RangeCosts, problem: SplitProblem, max_stages: int,
-                    deadline: float | None = None) -> Bounds:
-    """A split whose largest memory is close to the smallest, guessed from two ranges per layer; () if none.
-
-    A range's memory is taken as additive: layer ``l`` adds what ``l..l+1``
-    has more than ``l+1..l+1``, and its stash entry what ``l..l`` has with two
-    entries more than with none. The smallest largest estimate is found by
-    bisection, filling stages from the last layer backwards, each as long
-    as the estimate allows (the longest last stages leave the most room to
-    the first ones, which carry the deepest stashes). Only the split is kept:
-    its real memory is an upper bound on the optimum; its estimate is not.
-    """
-    n = table.num_layers
-    if problem.exact_ipus or n == 0:
-        return ()
-    alone, pair, stash = [], [], []
-    for k in range(n):  # row by row, two ranges each: a lazy table builds each row once
-        check_deadline(deadline)
-        alone.append(table.memory(k, k, 0))
-        pair.append(table.memory(k, k + 1, 0) if k + 1 < n else 0.0)
-        stash.append((table.memory(k, k, 2) - alone[k]) / 2 if problem.training else 0.0)
-    if any(math.isinf(x) for x in (*alone, *pair, *stash)):
-        return ()
-    adds = [0.0]  # prefix sums of what each layer adds to the layers after it
-    for k in range(n - 1):
-        adds.append(adds[-1] + max(pair[k] - alone[k + 1], 0.0))
-    stashes = [0.0]
-    for k in range(n):
-        stashes.append(stashes[-1] + stash[k])
-    forbidden = table.forbidden_splits(problem.keep_shared_together)
-    end_ok = [j == n - 1 or problem.allowed_split(j, forbidden) for j in range(n)]
-    pins = frozenset(p for p in problem.split_after if p < n - 1)
-
-    def estimate(i: int, j: int, r: int) -> float:
-        position, count = slot(i, r)
-        extra = extra_stash_entries(position, count, table.head_wraps) if problem.training else 0
-        copy = copy_buffer_per_tile(*range_boundaries(table, i, j), table.tiles, problem.training)
-        return alone[j] + adds[j] - adds[i] + extra * (stashes[j + 1] - stashes[i]) + copy
-
-    def fill(target: float) -> Bounds:
-        bounds: list[tuple[int, int]] = []
-        end = n - 1
-        for r in range(1, max_stages + 1):
-            start = None
-            for i in range(end, -1, -1):
-                if (i in pins and i < end) or estimate(i, end, r) > target:
-                    break
-                if end - i + 1 >= problem.min_layers and (i == 0 or end_ok[i - 1]):
-                    start = i
-            if start is None:
-                return ()
-            bounds.append((start, end))
-            if start == 0:
-                return tuple(reversed(bounds))
-            end = start - 1
-        return ()
-
-    lo, hi = 0.0, float(table.limit)
-    if math.isinf(hi):  # a table with no limit (plain numbers): a target that fits, by doubling
-        hi = 1.0
-        while not fill(hi) and hi < 2.0**80:
-            hi *= 2
-    found = fill(hi)
-    if not found:
-        return ()
-    for _ in range(40):  # to a few bytes: what matters is the split, not the figure
-        mid = (lo + hi) / 2
-        trial = fill(mid)
-        if trial:
-            hi, found = mid, trial
-        else:
-            lo = mid
-    return found

@@ -42,10 +42,11 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.helpers import FIXTURES
+
 pytestmark = pytest.mark.client
 
 ROOT = Path(__file__).resolve().parents[2]
-FIXTURES = ROOT / "fixtures" / "profiles"
 BIG_TILE = "1000000000"  # every split fits: the test is about placement, not memory
 
 #: fixture -> (model family for optimum, modes, IPUs)

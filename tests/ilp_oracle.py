@@ -1,4 +1,9 @@
-"""Exact split with CP-SAT: contiguous stages, memory a hard limit, lexicographic objective.
+"""The tests' oracle for the exact solver: the same split problem as a CP-SAT model (OR-Tools).
+
+popliner's exact solver is the lexicographic DP (:mod:`popliner.solvers.lexdp`); this
+independent statement of the problem is what the tests hold it against.
+
+Contiguous stages, memory a hard limit, lexicographic objective.
 
 For a given number of stages K the model picks one range per stage position
 ``k``: a path from layer 0 to the last layer through the feasible ranges
@@ -54,7 +59,7 @@ def ilp_bounds(table: RangeCosts, problem: SplitProblem, *, time_limit: float = 
     already run it (:func:`popliner.solvers.dp.dp_per_count`).
     """
     deadline = time.monotonic() + time_limit  # the DP below counts against the limit too
-    counts = [problem.num_ipus] if problem.exact_ipus else list(range(1, problem.num_ipus + 1))
+    counts = list(problem.stage_counts)
     if per_count is None:  # else the caller's exact DP per count (dp_per_count), already done
         per_count = {k: dp_for_stages(table, problem, k) for k in counts if k <= table.num_layers}
     reachable = {k: found for k, found in per_count.items() if found is not None}

@@ -1,24 +1,4 @@
-"""The derived-data cache: one ``.npz`` per (profile content, popliner version, options).
-
-Stored with numpy's own format and loaded with ``allow_pickle=False``: the
-arrays of the frozen dataclasses go in as arrays, everything else (strings,
-small scalars) as one deflated JSON document held in a ``uint8`` array. The
-file is a plain ``np.savez`` archive (stored members), read member by
-member (:mod:`popliner.profile.cachearchive`). Large integer columns are
-stored narrowed and deflated so that the cache stays smaller than the
-profile (:mod:`popliner.profile.cachepack`); the JSON document says how to
-undo it. The variable names stay compressed in memory too
-(:class:`NameTable` inflates a chunk when a name in it is read). A file that
-is unreadable, truncated, damaged, from another version or for another
-profile is ignored and rebuilt; nothing here ever raises to the user.
-
-Beside the profile, a file holds what the caller derived from it (the
-operation table, the layer assignment): frozen dataclasses of arrays,
-tuples and scalars, stored the same way. The caller names their types when
-it loads, so this module, like all of ``profile/``, imports nothing from the
-layers above it. Where the cache lives, and ``popliner cache info|clear``,
-are :mod:`popliner.profile.cacheinfo`.
-"""
+"""Writing and reading a cache entry: one ``.npz`` per (profile content, popliner version, options)."""
 
 from __future__ import annotations
 
@@ -38,34 +18,21 @@ import numpy as np
 
 from popliner import __version__
 from popliner.profile import zcodec
-from popliner.profile.cachearchive import flatten, read_npz, unflatten
-from popliner.profile.cachecheck import Bad, check_profile
-from popliner.profile.cachefs import open_entry, usable_dir, write_entry
-from popliner.profile.cacheinfo import CacheEntry, CacheInfo, cache_dir, cache_info, clear_cache
-from popliner.profile.cachepack import pack, packable, unpack_all
+from popliner.profile.cache.archive import flatten, pack, packable, read_npz, unflatten, unpack_all
+from popliner.profile.cache.info import cache_dir
+from popliner.profile.cache.trust import Bad, check_profile, digest, open_entry, usable_dir, write_entry
 from popliner.profile.model import Contexts, NameTable, Profile, Programs, Target, Variables, VertexTypes
 from popliner.profile.tilevector import RunTable
 
-__all__ = [
-    "CACHE_FORMAT",
-    "CacheEntry",
-    "CacheHit",
-    "CacheInfo",
-    "PendingStore",
-    "cache_dir",
-    "cache_info",
-    "cache_path",
-    "clear_cache",
-    "load_cached",
-    "store_cached",
-]
+__all__ = ["CACHE_FORMAT", "CacheHit", "PendingStore", "cache_path", "load_cached", "seal", "store_cached"]
 
 log = logging.getLogger(__name__)
 
 #: 4: the derived data under "derived" (its type named by the caller), names tuples as lists, layers stored.
 #: 5: "digest" binds the stored arrays to the profile.
 #: 6: the caller's derived part holds the operations and the whole program's figures (popliner.analysis).
-CACHE_FORMAT = 6
+#: 7: the digest is a member of its own and covers the metadata document too.
+CACHE_FORMAT = 7
 _CLASSES: dict[str, type] = {
     c.__name__: c for c in (Profile, Target, Programs, Variables, NameTable, Contexts, VertexTypes, RunTable)
 }
@@ -79,8 +46,8 @@ _READ_ERRORS: tuple[type[Exception], ...] = (
 
 
 def cache_path(sha256: str, options_key: str, directory: str | os.PathLike[str] | None = None) -> Path:
-    digest = hashlib.sha256(f"{__version__}|{CACHE_FORMAT}|{options_key}".encode()).hexdigest()[:16]
-    return cache_dir(directory) / f"{sha256[:40]}-{digest}.npz"
+    key = hashlib.sha256(f"{__version__}|{CACHE_FORMAT}|{options_key}".encode()).hexdigest()[:16]
+    return cache_dir(directory) / f"{sha256[:40]}-{key}.npz"
 
 
 def store_cached(path: Path, sha256: str, options_key: str, profile: Profile, derived: object,
@@ -141,7 +108,6 @@ class PendingStore:
         for k, future in self._packing.items():  # in the order of the arrays: the same file every time
             arrays[k], codecs[k] = future.result()
         meta["codecs"] = codecs
-        meta["digest"] = _digest(sha256, arrays)
         try:
             # The document (names of programs and contexts, their data) is deflated too.
             document = json.dumps(meta).encode("utf-8")
@@ -150,6 +116,7 @@ class PendingStore:
                         type(exc).__name__)
             return
         arrays["__meta__"] = np.frombuffer(zcodec.compress(document), dtype=np.uint8)
+        seal(arrays, sha256)
         if not usable_dir(path.parent):
             return
 
@@ -179,11 +146,13 @@ def load_cached(path: Path, sha256: str, options_key: str, profile_path: str, de
 
     ``parts``: the dataclasses ``derived`` holds (the only other types built).
 
-    An entry whose arrays do not match the digest it was written with, or
-    that breaks the profile's invariants (:func:`check_profile`, then
-    ``check`` on the derived data), was tampered with: one warning line, and
-    the caller rebuilds it. An entry that is no regular file of ours, or a
-    cache folder others can write, is never read (see :mod:`cachefs`).
+    An entry whose members (its metadata document included) do not match the
+    digest it was written with, or that breaks the profile's invariants
+    (:func:`check_profile`, then ``check`` on the derived data), was tampered
+    with: one warning line, and the caller rebuilds it. Nothing is decoded
+    from an entry before its digest matches. An entry that is no regular
+    file of ours, or a cache folder others can write, is never read (see
+    :mod:`popliner.profile.cache.trust`).
     """
     if not usable_dir(path.parent):
         return None
@@ -192,14 +161,15 @@ def load_cached(path: Path, sha256: str, options_key: str, profile_path: str, de
         return None
     try:
         with fh:
-            arrays = read_npz(fh)
+            arrays = read_npz(fh)  # each member's size checked against the file's before it is allocated
+        _verify(arrays, sha256)
         meta = json.loads(zcodec.decompress(arrays.pop("__meta__")).decode("utf-8"))
         if (meta.get("version"), meta.get("format"), meta.get("sha256"), meta.get("options")) != (
             __version__, CACHE_FORMAT, sha256, options_key,
         ):
             log.debug("cache %s is stale; rebuilding", path)
             return None
-        _unpack_checked(arrays, meta, sha256)
+        unpack_all(arrays, meta["codecs"], _KEEP_PACKED)
         profile, extra, layers = _objects(meta, arrays, derived, layers_type, parts)
         check_profile(profile)
         if check is not None:
@@ -217,19 +187,26 @@ def load_cached(path: Path, sha256: str, options_key: str, profile_path: str, de
     return CacheHit(dataclasses.replace(profile, path=profile_path), extra, layers)
 
 
+#: The member holding the digest (hex, ASCII) of all the others.
+_DIGEST = "__digest__"
 #: Columns a cached run does not read (the operations are cached; names only in reports): left packed until
 #: read (lazycol).
 _KEEP_PACKED = frozenset({"p.programs.var_idx.", "p.variables.ids.", "p.variables.names.ptr."})
 
 
-def _unpack_checked(arrays: dict[str, np.ndarray], meta: dict[str, Any], sha256: str) -> None:
-    """Unpack the columns in place; :class:`Bad` when the stored arrays are not the ones the digest was taken of."""
-    # The digest is taken on its own thread (hashlib lets go of the GIL) while the columns are unpacked.
-    with ThreadPoolExecutor(1) as pool:
-        digest = pool.submit(_digest, sha256, dict(arrays))
-        unpack_all(arrays, meta["codecs"], _KEEP_PACKED)
-        if meta.get("digest") != digest.result():
-            raise Bad("its arrays do not match their digest")
+def seal(arrays: dict[str, np.ndarray], sha256: str) -> None:
+    """Add the digest member over every other member (the metadata document included) and the profile's digest."""
+    arrays.pop(_DIGEST, None)
+    arrays[_DIGEST] = np.frombuffer(digest(sha256, arrays).encode("ascii"), dtype=np.uint8)
+
+
+def _verify(arrays: dict[str, np.ndarray], sha256: str) -> None:
+    """Take the digest member out; :class:`Bad` when the other members are not the ones it was taken of."""
+    stored = arrays.pop(_DIGEST, None)
+    if stored is None or stored.dtype != np.uint8 or stored.ndim != 1:
+        raise KeyError("no digest")  # not an entry of this format: unreadable, rebuilt
+    if stored.tobytes() != digest(sha256, arrays).encode("ascii"):
+        raise Bad("its contents do not match their digest")
 
 
 def _objects(meta: dict[str, Any], arrays: dict[str, np.ndarray], derived: type[D], layers_type: type[L],
@@ -250,21 +227,3 @@ def _objects(meta: dict[str, Any], arrays: dict[str, np.ndarray], derived: type[
 
 class _OtherTypes(Exception):
     """The entry holds other types than the caller asked for (written by another caller): a miss."""
-
-
-def _digest(sha256: str, arrays: dict[str, np.ndarray]) -> str:
-    """SHA-256 of the profile's digest and every stored array (name, type, shape, bytes) but the metadata.
-
-    Taken over the arrays as stored (packed), so it costs a few milliseconds
-    per ten megabytes of cache file.
-    """
-    h = hashlib.sha256(sha256.encode())
-    for k in sorted(arrays):
-        if k == "__meta__":
-            continue
-        a = arrays[k]
-        h.update(f"{k}|{a.dtype.str}|{a.shape}|".encode())
-        flat = a.reshape(-1, order="A")  # a view of a C- or Fortran-ordered array: its bytes as stored
-        if a.size:
-            h.update(np.ascontiguousarray(flat).view(np.uint8).data)
-    return h.hexdigest()
