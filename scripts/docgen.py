@@ -233,3 +233,11 @@ def split_rows(rows: Sequence[tuple[str, str]], *, setup: Sequence[str] = ()) ->
                  for key in ("worst_tile_bytes", "stash_entries", "copy_buffer_bytes_per_tile")]
         # A bar inside a table cell must be escaped, even in code.
         print(f"| {label} | `{picture(split).replace('|', chr(92) + '|')}` | " + " | ".join(cells) + " |")
+
+
+def set_cells(workbook: str, sheet: str, **cells: object) -> str:
+    """A shell command that types values into a workbook's cells, as a reader would by hand (None: clear)."""
+    typed = "; ".join(f"ws[{cell!r}] = {value!r}" for cell, value in cells.items())
+    code = (f"import openpyxl; wb = openpyxl.load_workbook({workbook!r}); ws = wb[{sheet!r}]; {typed}; "
+            f"wb.save({workbook!r})")
+    return f"python -c {shlex.quote(code)}"
