@@ -241,3 +241,11 @@ def set_cells(workbook: str, sheet: str, **cells: object) -> str:
     code = (f"import openpyxl; wb = openpyxl.load_workbook({workbook!r}); ws = wb[{sheet!r}]; {typed}; "
             f"wb.save({workbook!r})")
     return f"python -c {shlex.quote(code)}"
+
+
+def edit_yaml(path: str, change: str) -> str:
+    """A shell command that edits a YAML file by hand, as a reader would: ``change`` is Python on ``d``,
+    the document (PyYAML writes it back)."""
+    code = (f"import yaml; d = yaml.safe_load(open({path!r})); {change}; "
+            f"yaml.safe_dump(d, open({path!r}, 'w'), sort_keys=False)")
+    return f"python -c {shlex.quote(code)}"
