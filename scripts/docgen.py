@@ -249,3 +249,11 @@ def edit_yaml(path: str, change: str) -> str:
     code = (f"import yaml; d = yaml.safe_load(open({path!r})); {change}; "
             f"yaml.safe_dump(d, open({path!r}, 'w'), sort_keys=False)")
     return f"python -c {shlex.quote(code)}"
+
+
+def in_order(commands: Sequence[str], *, model: bool = False) -> None:
+    """Run a page's commands one after the other in ONE fresh directory, as a reader following the page
+    would; stops the generation when one fails (a file an earlier one left, for instance). Prints nothing."""
+    with fresh_directory(model=model) as where:
+        for command in commands:
+            run(command, where)
