@@ -107,7 +107,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
         images = [] if args.no_images or args.page else [pool.submit(_image, i, args.check) for i in IMAGES]
         for page, ok, text, seconds in pool.map(lambda p: _cog(p, args.check), todo):
-            name = page.relative_to(ROOT)
+            name = page.relative_to(ROOT) if page.is_relative_to(ROOT) else page
             print(f"{'ok' if ok else 'DIFFERS' if args.check else 'FAILED'}  {name}  ({seconds:.0f} s)", flush=True)
             if not ok:
                 failed = True
