@@ -7,9 +7,9 @@ them again and fails when a page would change.
 
 Every example runs in a fresh empty directory of its own (its commands in order, one after the
 other): ``fixtures`` there is the repository's fixtures folder, the cache starts empty, ``popliner``
-is this checkout's, and ``$HOME`` is that directory, so no example sees what another one left. Two
-things that change from run to run are masked: elapsed times print as ``…`` (``in … s``), and the
-directory's own path as ``~``.
+is this checkout's, and ``$HOME`` is that directory, so no example sees what another one left. Three
+things that change from run to run are masked: elapsed times print as ``…`` (``in … s``), dates and
+times of day as ``YYYY-MM-DD hh:mm``, and the directory's own path as ``~``.
 """
 
 from __future__ import annotations
@@ -32,6 +32,8 @@ ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"
 #: An elapsed time in a log line ("in 0.38 s", "0.2 s"): never the same twice.
 _SECONDS = re.compile(r"\b\d+\.\d+ s\b")
+#: A date and time of day (a cache entry's, a file's): never the same twice.
+_WHEN = re.compile(r"\b\d{4}-\d\d-\d\d \d\d:\d\d\b")
 #: Width of --help and of anything else that asks the terminal (there is none: output goes to a pipe).
 COLUMNS = "80"
 #: One example's commands may take this long in all (seconds) before the page's generation fails.
@@ -66,7 +68,7 @@ def _environment(where: Path) -> dict[str, str]:
 
 def _masked(text: str, where: Path) -> str:
     text = text.replace(str(where.resolve()), "~").replace(str(where), "~")
-    return _SECONDS.sub("… s", text)
+    return _WHEN.sub("YYYY-MM-DD hh:mm", _SECONDS.sub("… s", text))
 
 
 def run(command: str, where: Path, *, stream: str = "both", expect: int | tuple[int, ...] = 0) -> str:
