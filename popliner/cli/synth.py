@@ -140,7 +140,7 @@ def _spec(preset: str | None, mode: str | None, kind: str | None, no_var_names: 
 def _print_presets() -> None:
     """One row per preset; each column as wide as its longest cell (names and kinds vary in length)."""
     keys = ("kind", "mode", "layers", "hidden", "seq", "batch", "vocab", "tiles")
-    rows = [("preset", *keys)]
+    rows: list[tuple[str, ...]] = [("preset", *keys)]
     rows += [(name, *(str(getattr(preset_spec(name), k)) for k in keys)) for name in preset_names()]
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
