@@ -89,7 +89,8 @@ def _image(image: Image, check: bool) -> tuple[str, bool, str, float]:
             if not check:
                 shutil.copyfile(where / written, target)
             elif image.compare and not (target.is_file() and filecmp.cmp(where / written, target, shallow=False)):
-                problems.append(f"docs/images/{name} differs from what `{image.commands[0]}` draws now")
+                problems.append(f"docs/images/{name} differs from what its commands draw now: "
+                                + "; ".join(f"`{c}`" for c in image.commands))
     names = ", ".join(name for _, name in image.files)
     return names, not problems, "\n".join(problems), time.monotonic() - start
 
@@ -99,10 +100,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="change nothing; exit 1 when a page or image differs")
     parser.add_argument("--jobs", type=int, default=4, help="pages and images generated at once (default 4)")
     parser.add_argument("--no-images", action="store_true", help="the pages only")
+    parser.add_argument("--no-pages", action="store_true", help="the images only")
     parser.add_argument("page", nargs="*", type=Path, help="only these pages (default: every page)")
     args = parser.parse_args(argv)
     start = time.monotonic()
-    todo = [p.resolve() for p in args.page] or pages()
+    todo = [] if args.no_pages else [p.resolve() for p in args.page] or pages()
     failed = False
     with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
         # In --check an image that is not compared (the browser screenshot) is not drawn either.
