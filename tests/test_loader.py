@@ -728,7 +728,7 @@ def render_bad_inputs_table(cache_dir: Path) -> str:
 def test_bad_inputs_doc_matches_the_cli(tmp_path: Path) -> None:
     text = BAD_INPUTS_DOC.read_text(encoding="utf-8")
     block = text.split(TABLE_START, 1)[1].split(TABLE_END, 1)[0].strip()
-    assert block == render_bad_inputs_table(tmp_path), "regenerate with: python -m tests.test_loader"
+    assert block == render_bad_inputs_table(tmp_path), "regenerate with: python scripts/docs.py"
 
 
 # -- the JSON Schema ------------------------------------------------------------

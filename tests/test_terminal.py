@@ -279,8 +279,11 @@ def test_readme_quick_start_shows_the_real_summary(monkeypatch: pytest.MonkeyPat
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     command = "popliner fixtures/profiles/bert-base-training.json.gz --solve --num-ipus 4"
     assert command in readme
-    shown = readme.split("a summary of what it means and what to run next:\n\n```\n", 1)[1].split("```", 1)[0]
+    after = readme.split("what to run next:\n\n", 1)[1]
+    shown = after.split("```\n", 1)[1].split("```", 1)[0]
     monkeypatch.chdir(ROOT)
     err = run(*command.split()[1:]).stderr
+    # The page shows a first run (no cache yet), its times masked (scripts/docgen.py); the summary is exact.
     start = err.index("[ (unlayered)")
-    assert err[start:] == shown
+    assert err[start:] == shown[shown.index("[ (unlayered)"):]
+    assert err[:start].count("\n") == shown[:shown.index("[ (unlayered)")].count("\n")

@@ -10,6 +10,7 @@ into a one-line message and an exit code.
 from __future__ import annotations
 
 import contextlib
+import copy as copy_module
 import errno
 import functools
 import importlib
@@ -340,11 +341,12 @@ class PoplinerGroup(click.Group):
         if module is None:
             return None
         try:
-            return importlib.import_module(module).command  # type: ignore[no-any-return]
+            command: click.Command = importlib.import_module(module).command
         except ModuleNotFoundError as exc:
             if exc.name == module:
                 return None
             raise
+        return _with_verbosity(command)
 
     def resolve_command(
         self, ctx: click.Context, args: list[str]
@@ -376,6 +378,24 @@ class PoplinerGroup(click.Group):
 
 
 _VERBOSITY = {"-q", "--quiet", "-v", "--verbose", "-vv", "-vvv"}
+_VERBOSE_HELP = "More log output on stderr (-vv for debug)."
+_QUIET_HELP = "Only errors on stderr."
+
+
+def _with_verbosity(command: click.Command) -> click.Command:
+    """A copy of ``command`` whose --help lists -v/-q, which work on every command.
+
+    :func:`_hoist_verbosity` hands them to the group wherever they stand, so the copies' own
+    -v/-q never receive a value: they are there for the help page.
+    """
+    shown_too = [click.Option(["-v", "--verbose"], count=True, expose_value=False, help=_VERBOSE_HELP),
+                 click.Option(["-q", "--quiet"], is_flag=True, expose_value=False, help=_QUIET_HELP)]
+    copy = copy_module.copy(command)
+    copy.params = [*command.params, *shown_too]
+    if isinstance(command, click.Group):
+        assert isinstance(copy, click.Group)
+        copy.commands = {name: _with_verbosity(sub) for name, sub in command.commands.items()}
+    return copy
 _GROUP_OPTIONS = _VERBOSITY | {"--help", "-h", "--version"}
 
 
@@ -390,17 +410,25 @@ def _hoist_verbosity(args: list[str]) -> list[str]:
 @click.group(cls=PoplinerGroup, context_settings={"help_option_names": ["-h", "--help"]},
              invoke_without_command=False)
 @click.version_option(__version__, prog_name="popliner")
-@click.option("-v", "--verbose", count=True, help="More log output on stderr (-vv for debug).")
-@click.option("-q", "--quiet", is_flag=True, help="Only errors on stderr.")
+@click.option("-v", "--verbose", count=True, help=_VERBOSE_HELP)
+@click.option("-q", "--quiet", is_flag=True, help=_QUIET_HELP)
 def cli(verbose: int, quiet: bool) -> None:
     """Split a model too large for one IPU into a pipeline over several IPUs.
 
     \b
-    popliner PROFILE [options]          analyse a profile (see `popliner analyse --help`)
-    popliner PROFILE --solve --num-ipus 4
-    popliner simulate pipeline.yaml     run a pipeline config on the bundled simulator
-    popliner check pipeline.yaml --profile PROFILE   CI memory-budget gate
-    popliner cache info                 where the cache is and how big it is
+    popliner PROFILE [options]               analyse a profile (`popliner analyse --help`)
+    popliner PROFILE --solve --num-ipus 4    split it over at most 4 IPUs
+    popliner simulate PIPELINE.yaml          one step of the pipeline, simulated
+    popliner check PIPELINE.yaml --profile PROFILE    CI gate: exit 1 if an IPU is over
+    popliner check REVIEW.xlsx --profile PROFILE      the split typed into the workbook
+    popliner report PIPELINE.yaml --profile PROFILE -o report.html    HTML review
+    popliner plan PROFILE --ipus 16          every pod configuration, fastest first
+    popliner config-from REVIEW.xlsx -o PIPELINE.yaml   the workbook's split as a config
+    popliner synth --preset NAME -o PROFILE  a synthetic profile (--list-presets)
+    popliner export profile.pop debug.cbor -o PROFILE   from Poplar (needs the SDK)
+    popliner cache info|clear                where the cache is, how big; empty it
+
+    -v and -q work on every command, wherever they stand on the line.
     """
     level = logging.ERROR if quiet else (logging.WARNING, logging.INFO, logging.DEBUG)[min(verbose + 1, 2)]
     setup_logging(level)

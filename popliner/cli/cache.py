@@ -6,12 +6,13 @@ import time
 
 import click
 
+from popliner.cli.options import CACHE_DIR_HELP
 from popliner.profile.cache import cache_info, clear_cache
 
 __all__ = ["command"]
 
 _CACHE_DIR = click.option("--cache-dir", type=click.Path(file_okay=False, path_type=str), default=None,
-                          help="Cache folder (default $POPLINER_CACHE_DIR, else ~/.cache/popliner).")
+                          help=CACHE_DIR_HELP)
 
 
 def _size(nbytes: int) -> str:

@@ -9,7 +9,13 @@ from typing import Any
 import click
 
 from popliner.analysis import load_analysis
-from popliner.cli.options import MICRO_BATCHES, force_option, layer_options, layering, output_option
+from popliner.cli.options import (
+    force_option,
+    gradient_accumulation_option,
+    layer_options,
+    layering,
+    output_option,
+)
 from popliner.errors import ConfigError, UsageProblem
 from popliner.fileio import distinct_files
 from popliner.writers.formats import check_output
@@ -24,8 +30,7 @@ log = logging.getLogger("popliner")
 @click.argument("workbook", type=click.Path(dir_okay=False, path_type=str), metavar="REVIEW.xlsx")
 @click.option("--profile", type=click.Path(dir_okay=False, path_type=str), default=None,
               help="The profile to compute the figures from (default: the one the workbook names).")
-@click.option("--gradient-accumulation", type=MICRO_BATCHES, default=None,
-              help="Micro-batches per step (default: max(16, 2 x stages)).")
+@gradient_accumulation_option("max(16, 2 x stages)")
 @output_option("Write the pipeline YAML to FILE instead of stdout; a .json FILE gets optimum-graphcore's "
                "ipu_config.json of the split instead.")
 @force_option("Overwrite an existing -o file.")

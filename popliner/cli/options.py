@@ -20,9 +20,10 @@ from popliner.errors import UsageProblem
 from popliner.fileio import atomic_write
 from popliner.hardware import DEFAULT_LINK_BANDWIDTH, DEFAULT_SYNC_CYCLES
 
-__all__ = ["BUDGET_DEFAULT", "BYTES_PER_TILE", "CONFIG_TRAINING_PARAMS", "LAYERS_PER_STAGE", "LAYER_PARAMS",
-           "LINK_BANDWIDTH", "MICRO_BATCHES", "MICRO_BATCH_SIZE", "NUM_IPUS", "REPLICAS", "SECONDS", "SEED",
-           "SYNC_CYCLES", "FiniteFloat", "budget_given", "budget_options", "cache_options", "config_training_options",
+__all__ = ["BUDGET_DEFAULT", "BYTES_PER_TILE", "CACHE_DIR_HELP", "CONFIG_TRAINING_PARAMS", "LAYERS_PER_STAGE",
+           "LAYER_PARAMS", "LINK_BANDWIDTH", "MICRO_BATCHES", "MICRO_BATCH_SIZE", "NUM_IPUS", "REPLICAS", "SECONDS",
+           "SEED", "SYNC_CYCLES", "FiniteFloat", "budget_given", "budget_options", "cache_options",
+           "config_training_options",
            "force_option", "gradient_accumulation_option", "headroom_given", "layer_options", "layering",
            "link_bandwidth_option", "output_option", "output_stream", "schedule_options"]
 
@@ -124,12 +125,16 @@ def _apply(func: F, decorators: list[Callable[[F], F]]) -> F:
     return func
 
 
+#: Where the cache is when --cache-dir is not given (popliner.profile.cacheinfo.cache_dir decides).
+CACHE_DIR_HELP = "Cache folder (default $POPLINER_CACHE_DIR, else $XDG_CACHE_HOME/popliner, else ~/.cache/popliner)."
+
+
 def cache_options(func: F) -> F:
     """``--no-cache`` and ``--cache-dir``: the derived-data cache of every command that reads a profile."""
     return _apply(func, [
         click.option("--no-cache", is_flag=True, help="Do not read or write the derived-data cache."),
         click.option("--cache-dir", type=click.Path(file_okay=False, path_type=str), default=None,
-                     help="Cache folder (default $POPLINER_CACHE_DIR, else ~/.cache/popliner)."),
+                     help=CACHE_DIR_HELP),
     ])
 
 

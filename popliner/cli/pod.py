@@ -16,6 +16,7 @@ from popliner.cli.options import (
     SYNC_CYCLES,
     FiniteFloat,
     budget_options,
+    cache_options,
     force_option,
     headroom_given,
     output_option,
@@ -96,9 +97,7 @@ def _choices(allowed: tuple[str, ...], flag: str) -> Any:
               help="Training keeps stashes; auto looks for gradient operations.")
 @click.option("--layer-preset", default="auto", show_default=True, help="Layer naming rule (see popliner analyse).")
 @click.option("--layer-name-regex", default=None, help="Regex on operation names, group 1 is the layer.")
-@click.option("--no-cache", is_flag=True, help="Do not read or write the derived-data cache.")
-@click.option("--cache-dir", type=click.Path(file_okay=False, path_type=str), default=None,
-              help="Cache folder (default $POPLINER_CACHE_DIR, else ~/.cache/popliner).")
+@cache_options
 def command(profile: str, ipus: int, global_batch: int | None, micro_batch: int, recompute: tuple[str, ...] | None,
             head_placement: tuple[str, ...] | None, optimizer_state: tuple[str, ...] | None,
             sharded_optimizer_state: bool, mem_per_tile: int | None, budget: float | None, headroom: float | None,

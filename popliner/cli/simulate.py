@@ -92,6 +92,8 @@ def command(config_path: str, profile_path: str | None, gradient_accumulation: i
     # A trace or chart written to stdout takes it; the summary then goes to stderr.
     to_stderr = output is None and any(p is not None and is_stdout(p) for p in (trace_path, plot_path))
     write_output(sim, "/dev/stderr" if to_stderr else output, force, writer)
+    if output and not is_stdout(output):
+        logger.info("wrote %s", output)
     for path, file_writer in files:
         write_output(sim, path, force, file_writer)
         logger.info("wrote %s", path)

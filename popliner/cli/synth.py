@@ -39,7 +39,9 @@ _OVERRIDES = {
 @click.command("synth", context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("-p", "--preset", type=click.Choice(preset_names()), default=None,
               help="Start from a named model (default: a small custom encoder; see --list-presets).")
-@click.option("-m", "--mode", type=click.Choice(MODES), default="inference", show_default=True)
+@click.option("-m", "--mode", type=click.Choice(MODES), default=None,
+              help="Default: the mode of the real profile a preset follows (poptorch-bert-tiny: training), "
+                   "else inference.")
 @click.option("--kind", type=click.Choice(KINDS), default=None, help="Model family, when no --preset is given.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, allow_dash=True), default=None,
               help="Profile to write; .gz compresses; '-' writes to stdout.")
@@ -81,7 +83,7 @@ _OVERRIDES = {
 @click.option("--no-var-names", is_flag=True, help="Leave out variable names (smaller, faster files).")
 @click.option("-f", "--force", is_flag=True, help="Overwrite an existing output file.")
 @click.option("--list-presets", is_flag=True, help="List the presets and exit.")
-def command(preset: str | None, mode: str, kind: str | None, output: str | None, gzip_out: bool | None,
+def command(preset: str | None, mode: str | None, kind: str | None, output: str | None, gzip_out: bool | None,
             no_var_names: bool, force: bool, list_presets: bool, split_after: str | None,
             sharded_optimizer_state: bool, uncalibrated: bool, checkpoint_every_layer: bool,
             **options: Any) -> None:
@@ -123,20 +125,24 @@ def _layer_list(text: str) -> tuple[int, ...]:
         raise UsageProblem(f"--split-after takes layer numbers separated by commas, got {text!r}") from None
 
 
-def _spec(preset: str | None, mode: str, kind: str | None, no_var_names: bool, options: dict[str, Any]) -> SynthSpec:
+def _spec(preset: str | None, mode: str | None, kind: str | None, no_var_names: bool,
+          options: dict[str, Any]) -> SynthSpec:
     changes = {_OVERRIDES.get(k, k): v for k, v in options.items() if v is not None}
     if no_var_names:
         changes["var_names"] = False
     if preset is None:
-        return SynthSpec(kind=kind or "encoder", mode=mode).replace(**changes)
+        return SynthSpec(kind=kind or "encoder", mode=mode or "inference").replace(**changes)
     if kind is not None and kind != PRESETS[preset]["kind"]:
         raise UsageProblem(f"--kind {kind} contradicts --preset {preset} (kind {PRESETS[preset]['kind']}); drop one")
     return preset_spec(preset, mode, **changes)
 
 
 def _print_presets() -> None:
-    keys = ("kind", "layers", "hidden", "seq", "batch", "vocab", "tiles")
-    click.echo("preset        " + " ".join(f"{k:>7}" for k in keys))
-    for name in preset_names():
-        spec = preset_spec(name)
-        click.echo(f"{name:<13} " + " ".join(f"{getattr(spec, k)!s:>7}" for k in keys))
+    """One row per preset; each column as wide as its longest cell (names and kinds vary in length)."""
+    keys = ("kind", "mode", "layers", "hidden", "seq", "batch", "vocab", "tiles")
+    rows: list[tuple[str, ...]] = [("preset", *keys)]
+    rows += [(name, *(str(getattr(preset_spec(name), k)) for k in keys)) for name in preset_names()]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        cells = [row[0].ljust(widths[0]), row[1].ljust(widths[1]), row[2].ljust(widths[2])]
+        click.echo("  ".join(cells + [cell.rjust(width) for cell, width in zip(row[3:], widths[3:])]))

@@ -283,7 +283,8 @@ def optimum_problem(cfg: PipelineConfig) -> str | None:
 #: Why optimum-graphcore cannot build a ``--head-placement first`` split.
 FIRST_PROBLEM = ("its models put the head either back on IPU 0 after the last IPU (pretraining, masked-LM and LM "
                  "heads) or on the last IPU (classification and QA heads), never on IPU 0 in its first stage as "
-                 "--head-placement first plans; solve with --head-placement wrap or last")
+                 "--head-placement first plans; solve with --head-placement wrap or last (popliner plan: "
+                 "--head-placement last,wrap)")
 
 
 def optimum_warnings(cfg: PipelineConfig) -> list[str]:

@@ -10,7 +10,7 @@ physically plausible for a Mk2 IPU. See ``docs/synthetic-profiles.md``.
 """
 
 from popliner.synth.document import SynthSummary, generate_document, write_profile
-from popliner.synth.spec import PRESETS, SynthSpec, preset_names, preset_spec
+from popliner.synth.spec import PRESETS, SynthSpec, preset_mode, preset_names, preset_spec
 
-__all__ = ["PRESETS", "SynthSpec", "SynthSummary", "generate_document", "preset_names", "preset_spec",
+__all__ = ["PRESETS", "SynthSpec", "SynthSummary", "generate_document", "preset_mode", "preset_names", "preset_spec",
            "write_profile"]

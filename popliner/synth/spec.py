@@ -19,7 +19,7 @@ from popliner.synth.frameworks import SYNTH_FRAMEWORKS
 from popliner.synth.naming import NAMINGS
 
 __all__ = ["CALIBRATION_FIELDS", "FIRST_MOMENTS", "HEADS", "KINDS", "MODES", "OPTIMIZERS", "OPTIMIZER_STATES",
-           "PRESETS", "RECOMPUTES", "UNCALIBRATED", "SynthSpec", "preset_names", "preset_spec"]
+           "PRESETS", "RECOMPUTES", "UNCALIBRATED", "SynthSpec", "preset_mode", "preset_names", "preset_spec"]
 
 #: Model families the generator knows.
 KINDS: Final = ("encoder", "decoder", "cnn", "efficientnet")
@@ -297,17 +297,25 @@ PRESETS: Final = MappingProxyType(_PRESETS)
 #: Parameters a preset takes in training only (compiled-with options are refused in inference; the real
 #: demo_tiny_128 trains Adam with a half first moment).
 _TRAINING_ONLY: dict[str, dict[str, Any]] = {"poptorch-bert-tiny": {"first_moment": "half"}}
+#: The mode of the real profile a preset was calibrated to, where that was training (else inference).
+_CALIBRATED_MODE: dict[str, str] = {"poptorch-bert-tiny": "training"}
+
+
+def preset_mode(name: str) -> str:
+    """The mode a preset generates when none is asked for: that of the real profile it follows."""
+    return _CALIBRATED_MODE.get(name, "inference")
 
 
 def preset_names() -> tuple[str, ...]:
     return tuple(_PRESETS)
 
 
-def preset_spec(name: str, mode: str = "inference", **overrides: Any) -> SynthSpec:
-    """The spec of a named preset in ``mode``, with some fields overridden."""
+def preset_spec(name: str, mode: str | None = None, **overrides: Any) -> SynthSpec:
+    """The spec of a named preset in ``mode`` (default: :func:`preset_mode`), with some fields overridden."""
     params = _PRESETS.get(name)
     if params is None:
         raise UsageProblem(f"unknown preset {name!r}; choose one of {', '.join(_PRESETS)}")
+    mode = mode or preset_mode(name)
     training = _TRAINING_ONLY.get(name, {}) if mode == "training" else {}
     base = SynthSpec(**{**params, **training, "mode": mode, "model": name})
     return base.replace(**overrides) if overrides else base

@@ -15,6 +15,7 @@ import click
 from popliner.errors import UsageProblem
 from popliner.plan import SplitPlan
 from popliner.progress import phase
+from popliner.textsafe import shown
 from popliner.writers.writer import write_output
 
 __all__ = ["check_ipu_config", "split_config", "suffixed", "write_ipu_config", "write_plots", "write_report",
@@ -157,6 +158,8 @@ def write_summary(plan: SplitPlan, argv: list[str], config_out: str | None, ipu_
 
     coverage = profile_coverage(analysis) if analysis.model.has_other else None
     click.echo(split_summary(split, plan.facts, steps, plan.request.ipus == "fewest", coverage=coverage), err=True)
+    if config_out and split.stages and not split.fits:  # when it fits, the summary's "next:" line says it
+        click.echo(f"popliner: wrote {shown(config_out)} (the best-effort split above, over budget)", err=True)
     if ipu_config_out and split.stages:
         click.echo(f"popliner: wrote {ipu_config_out} (optimum-graphcore IPUConfig)", err=True)
     if plan.suggestion is not None:

@@ -126,9 +126,21 @@ def _shell_word(text: str) -> str:
     return shell_word(text)  # a name that is not printable goes in as $'...' with escapes
 
 
+#: Options of the main command that name an output file (their files exist once the command ran) or that
+#: only shape such a file; the hint's command leaves them out, so that it does not stop with "file exists".
+_OUTPUT_OPTIONS = ("-o", "--output", "--plot", "--report", "--ipu-config-out", "--format")
+
+
 def solve_command(argv: Sequence[str], config: str) -> str:
-    """The user's command line with ``--config-out CONFIG`` added (verbosity flags dropped)."""
-    kept = [a for a in argv if a not in ("-v", "-vv", "-vvv", "--verbose", "-q", "--quiet")]
+    """The user's command line with ``--config-out CONFIG`` added (verbosity flags and outputs dropped)."""
+    kept: list[str] = []
+    words = iter(a for a in argv if a not in ("-v", "-vv", "-vvv", "--verbose", "-q", "--quiet"))
+    for word in words:
+        if word in _OUTPUT_OPTIONS:
+            next(words, None)  # and its value
+        elif not word.startswith(tuple(f"{o}=" for o in _OUTPUT_OPTIONS)) and not (
+                word.startswith("-o") and not word.startswith("--")):
+            kept.append(word)
     if kept and kept[0] == "analyse":
         kept = kept[1:]
     return " ".join(shell_word(word) for word in ["popliner", *kept, "--config-out", config])
