@@ -1,12 +1,26 @@
 """Figures of the hardware between IPUs that the simulator and the solvers assume unless told otherwise.
 
-A module of its own, importing nothing: the command line names them as option
-defaults without importing the simulator.
+A module of its own, importing only the errors: the command line names them as
+option defaults without importing the simulator.
 """
 
 from __future__ import annotations
 
-__all__ = ["DEFAULT_LINK_BANDWIDTH", "DEFAULT_SYNC_CYCLES"]
+import math
+
+from popliner.errors import UsageProblem
+
+__all__ = ["BANDWIDTH_RANGE", "CLOCK_HZ_RANGE", "DEFAULT_LINK_BANDWIDTH", "DEFAULT_SYNC_CYCLES", "MAX_CYCLES",
+           "transfer_cycles"]
+
+#: Clocks (Hz) and bandwidths (bytes/s) popliner accepts, from a profile, a config or an option: far beyond any
+#: real IPU either way (1.33-1.85 GHz; links and streaming memory of tens of GB/s). Bounded below so that
+#: what is derived from them (seconds = cycles / clock, copy cycles = bytes x clock / bandwidth) stays finite:
+#: a clock of 1e-300 Hz made a step last "inf" seconds, written as Infinity into JSON.
+CLOCK_HZ_RANGE = (1e3, 1e12)
+BANDWIDTH_RANGE = (1e3, 1e15)
+#: The most cycles one figure may count: integer cycles are summed and handed to the solvers as 64-bit integers.
+MAX_CYCLES = 1 << 62
 
 #: Bytes/s between neighbouring IPUs: one IPU-Link, 512 Gbit/s as Graphcore
 #: quotes it for Bow-2000/IPU-M2000 systems. A GC200 has several links; this
@@ -16,3 +30,19 @@ DEFAULT_LINK_BANDWIDTH = 64e9
 #: estimate of a hardware sync plus exchange set-up; calibrate it against a
 #: real profile of the pipelined model when you have one.
 DEFAULT_SYNC_CYCLES = 1000
+
+
+def transfer_cycles(nbytes: int, bytes_per_cycle: float) -> int:
+    """Whole clock cycles to move ``nbytes`` at ``bytes_per_cycle``; refused past :data:`MAX_CYCLES`.
+
+    Within the clock and bandwidth ranges the quotient is finite, but a profile's sizes can still make it
+    pass what 64-bit sums hold (a terabyte at 1 kB/s): one line then, not an overflow deep in a solver.
+    """
+    if not nbytes:
+        return 0
+    cycles = nbytes / bytes_per_cycle
+    if not cycles <= MAX_CYCLES:
+        raise UsageProblem(
+            f"copying {nbytes:,} bytes at {bytes_per_cycle:.3g} bytes per clock cycle takes {cycles:.3g} cycles, "
+            f"beyond the {MAX_CYCLES:.3g} popliner counts; raise --link-bandwidth (bytes/s), or check the clock")
+    return math.ceil(cycles)

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from popliner.deadline import check_deadline
-from popliner.hardware import DEFAULT_LINK_BANDWIDTH
+from popliner.hardware import DEFAULT_LINK_BANDWIDTH, transfer_cycles
 from popliner.memory.range_state import Liveness, LivenessPath
 from popliner.memory.running import RunningStage
 from popliner.memory.types import StageMemory
@@ -168,7 +168,7 @@ class ProfileRanges:
         return int(self._cross[j]) if 0 <= j < len(self._cross) else 0
 
     def transfer(self, nbytes: int) -> int:
-        return math.ceil(nbytes / self._bytes_per_cycle) if nbytes else 0
+        return transfer_cycles(nbytes, self._bytes_per_cycle)
 
     def forbidden_splits(self, keep_shared_together: bool) -> frozenset[int]:
         """Boundaries inside the span of an always-live variable several layers use (when asked).

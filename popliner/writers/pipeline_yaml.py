@@ -11,6 +11,8 @@ from typing import IO, Any
 from popliner.config.model import ConfigStage, ConfigTraining, PipelineConfig
 from popliner.config.snippets import FlowList as _FlowList
 from popliner.config.snippets import snippets
+from popliner.config.yaml_io import CONFIG_BYTES_ENV, max_config_chars
+from popliner.errors import OutputTooLarge
 from popliner.writers.writer import FormatWriter
 
 __all__ = ["HEADER", "YAML", "config_to_document", "write_config"]
@@ -49,12 +51,21 @@ def _dumper() -> type:
 
 
 def write_config(cfg: PipelineConfig, stream: IO[str]) -> None:
-    """Write ``cfg`` as YAML to an open text stream (the caller uses atomic_write)."""
+    """Write ``cfg`` as YAML to an open text stream (the caller uses atomic_write).
+
+    A config longer than popliner reads back is refused before a character is written (a thousand layers of
+    long names make a megabyte): popliner writes no config it would then refuse to read.
+    """
     import yaml
 
-    stream.write(HEADER)
-    yaml.dump(config_to_document(cfg), stream, Dumper=_dumper(), sort_keys=False, default_flow_style=False,
-              allow_unicode=True, width=1000)  # one-line rows stay on one line
+    text = HEADER + yaml.dump(config_to_document(cfg), Dumper=_dumper(), sort_keys=False, default_flow_style=False,
+                              allow_unicode=True, width=1000)  # one-line rows stay on one line
+    if len(text) > max_config_chars():
+        raise OutputTooLarge(
+            f"the pipeline config would be {len(text):,} characters, over the {max_config_chars():,} that popliner "
+            f"reads back; use fewer or shorter layer names (--layer-name-regex), or set {CONFIG_BYTES_ENV} to a "
+            "larger count (for writing it and for every command that reads it)")
+    stream.write(text)
 
 
 def config_to_document(cfg: PipelineConfig) -> dict[str, Any]:
