@@ -29,6 +29,9 @@ LIMITS: dict[str, int] = {
     "POPLINER_MAX_PLANNER_LAYERS": 10_000,
     # Characters of a pipeline config, read back and written alike: PyYAML reads some 150-300 KB/s.
     "POPLINER_MAX_CONFIG_BYTES": 1 << 20,
+    # Fragments of a simulated step (popliner.simulator.schedule.schedule_fragments): each is timed, traced
+    # and drawn; about 200 us each from the schedule to the trace on a loaded machine.
+    "POPLINER_MAX_SIM_FRAGMENTS": 150_000,
     # Bytes the parts of a review workbook that are read may unpack to (popliner.config.workbook).
     "POPLINER_MAX_WORKBOOK_BYTES": 32 << 20,
 }
