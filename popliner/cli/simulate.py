@@ -25,12 +25,12 @@ from popliner.config.yaml_io import read_config
 from popliner.errors import UsageProblem
 from popliner.fileio import check_writable, distinct_files, is_stdout, one_stdout
 from popliner.simulator.engine import simulate
-from popliner.simulator.schedule import check_fragments
 from popliner.simulator.inputs import (
     SimInputs,
     inputs_from_analysis,
     inputs_from_config,
 )
+from popliner.simulator.schedule import check_fragments
 from popliner.writers.formats import check_output, writer_for
 from popliner.writers.simulation import Simulation
 from popliner.writers.writer import Writer, write_output
