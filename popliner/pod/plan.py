@@ -27,6 +27,7 @@ from popliner.memory.training import (
     OPTIMIZER_STATES,
     TrainingOptions,
 )
+from popliner.memory.work import check_range_tables
 from popliner.ops.head import place_unlayered
 from popliner.ops.layers import LayerAssignment
 from popliner.pod.model import PodConstants, StepTime, allreduce_seconds, step_time, streaming_seconds
@@ -188,9 +189,26 @@ def plan_pod(analysis: Analysis, request: PodRequest) -> PodPlan:
     traffic: TrafficTable | None = None  # one for every option set (popliner.pod.search)
     shared = SharedParts(analysis.profile, analysis.ops)  # each layer's option-free parts, for every option set
     placed: dict[tuple[str, str], LayerAssignment] = {}  # the layers of each head placement
-    for options, depths in _option_sets(analysis, request, notes):
-        with phase("planning the pod"):
-            found = _search(analysis, options, depths, budget, request, analyses, notes, traffic, placed, shared)
+    option_sets = list(_option_sets(analysis, request, notes))
+    # Each option set searched builds range tables of its own: their work, all counted before any is built
+    # (a head placed last or wrapped may add a layer).
+    searched = sum(1 for _, depths in option_sets if min(depths) <= len(analysis.layer_names) + 1)
+    check_range_tables(analysis.profile, len(analysis.layer_names) + 1, searched)
+    # Sharded by R, each depth is an option set of its own: one deeper than its layers builds no engine, it
+    # takes what the same options said at a smaller depth (the depths come in increasing order).
+    known: dict[tuple[str, str, str], OptionSearch | None] = {}
+    for options, depths in option_sets:
+        key = (options.head_placement, options.optimizer_state, options.recompute)
+        if key in known and known[key] is None:
+            continue  # the same options repeat another set's (recomputation compiled in)
+        earlier = known.get(key)
+        if earlier is not None and min(depths) > _placed_layers(earlier):
+            found: OptionSearch | None = _beyond(earlier, depths)
+        else:
+            with phase("planning the pod"):
+                found = _search(analysis, options, depths, budget, request, analyses, notes, traffic, placed,
+                                shared)
+            known.setdefault(key, found)
         if found is None:
             continue
         traffic = found.traffic
@@ -227,6 +245,19 @@ def _option_sets(analysis: Analysis, request: PodRequest,
                     r = request.pod_ipus // k
                     yield (dataclasses.replace(options, replication_factor=r, sharded_optimizer_state=r > 1),
                            (k,))
+
+
+def _placed_layers(found: OptionSearch) -> int:
+    """The layers a split of the option set places (a wrapped head goes with IPU 0)."""
+    return len(found.analysis.layer_names) - (1 if found.head_wraps else 0)
+
+
+def _beyond(earlier: OptionSearch, depths: tuple[int, ...]) -> OptionSearch:
+    """Depths deeper than the layers: no split, the reason search_options gives, and no engine built."""
+    layers = _placed_layers(earlier)
+    return dataclasses.replace(earlier, depths={
+        k: DepthSplit(k, None, (), (), f"{k} IPUs per replica is more than the {layers} layers to place")
+        for k in depths})
 
 
 def _has_unlayered(analysis: Analysis) -> bool:
