@@ -25,8 +25,8 @@ from popliner.profile.limits import LIMITS, check_tile_cells
 from popliner.profile.limits import limit as _limit
 from popliner.profile.model import Profile
 
-__all__ = ["LIMITS", "RANGE_OVERHEAD_CELLS", "check_range_tables", "check_work", "check_workbook_rows",
-           "liveness_events", "range_cells", "tile_cells"]
+__all__ = ["LAYER_ROW_OVERHEAD_CELLS", "LIMITS", "RANGE_OVERHEAD_CELLS", "check_layer_rows", "check_range_tables",
+           "check_work", "check_workbook_rows", "liveness_events", "range_cells", "tile_cells"]
 
 
 def liveness_events(profile: Profile, ops: OperationTable) -> tuple[int, int]:
@@ -122,6 +122,27 @@ def check_range_tables(profile: Profile, layers: int, tables: int = 1) -> None:
             f"above the limit of {_limit(env):,} (8 bytes each, about 0.5 us to evaluate); use a coarser layer "
             f"regex (fewer layers){', fewer option sets' if tables > 1 else ''}, or set {env} to a larger count "
             "to solve it anyway")
+
+
+#: What one layer row costs beyond its per-tile arrays, in cells (about 600 us of Python a row, on a loaded
+#: machine): 300,000 layers on a few tiles took 116 s for the layer table.
+LAYER_ROW_OVERHEAD_CELLS = 1024
+
+
+def check_layer_rows(path: str, tiles: int, layers: int) -> None:
+    """Refuse per-layer rows (the layer table, the report's) whose work passes ``POPLINER_MAX_LAYER_CELLS``.
+
+    Each row sums its operations' memory per tile, so a row costs its tiles and a fixed share; counted from
+    the number of layers, before any row is built.
+    """
+    cells = (max(tiles, 0) + LAYER_ROW_OVERHEAD_CELLS) * layers
+    env = "POPLINER_MAX_LAYER_CELLS"
+    if cells > _limit(env):
+        raise ProfileFormatError(
+            path, "debugContexts",
+            f"{layers:,} layers x ({tiles:,} tiles + {LAYER_ROW_OVERHEAD_CELLS} for a row's fixed cost) = "
+            f"{cells:,} layer-row cells, above the limit of {_limit(env):,} (about 0.5 us each); use a coarser "
+            f"layer regex (fewer layers), or set {env} to a larger count to tabulate them anyway")
 
 
 def check_workbook_rows(path: str, operations: int) -> None:

@@ -29,6 +29,8 @@ LIMITS: dict[str, int] = {
     "POPLINER_MAX_PLANNER_LAYERS": 10_000,
     # Characters of a pipeline config, read back and written alike: PyYAML reads some 150-300 KB/s.
     "POPLINER_MAX_CONFIG_BYTES": 1 << 20,
+    # Per-layer rows x (tiles + a row's fixed cost): 24,000 layers on a few tiles, 10,000 on 1,472 tiles.
+    "POPLINER_MAX_LAYER_CELLS": 25_000_000,
     # Fragments of a simulated step (popliner.simulator.schedule.schedule_fragments): each is timed, traced
     # and drawn; about 200 us each from the schedule to the trace on a loaded machine.
     "POPLINER_MAX_SIM_FRAGMENTS": 150_000,
