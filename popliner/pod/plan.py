@@ -191,9 +191,10 @@ def plan_pod(analysis: Analysis, request: PodRequest) -> PodPlan:
     placed: dict[tuple[str, str], LayerAssignment] = {}  # the layers of each head placement
     option_sets = list(_option_sets(analysis, request, notes))
     # Each option set searched builds range tables of its own: their work, all counted before any is built
-    # (a head placed last or wrapped may add a layer).
-    searched = sum(1 for _, depths in option_sets if min(depths) <= len(analysis.layer_names) + 1)
-    check_range_tables(analysis.profile, len(analysis.layer_names) + 1, searched)
+    # (a head placed last or wrapped makes the unlayered operations a layer).
+    layers = len(analysis.layer_names) + (_has_unlayered(analysis) and request.head_placement != ("first",))
+    searched = sum(1 for _, depths in option_sets if min(depths) <= layers)
+    check_range_tables(analysis.profile, layers, searched)
     # Sharded by R, each depth is an option set of its own: one deeper than its layers builds no engine, it
     # takes what the same options said at a smaller depth (the depths come in increasing order).
     known: dict[tuple[str, str, str], OptionSearch | None] = {}
