@@ -216,11 +216,6 @@ def check_writable(path: str | os.PathLike[str], force: bool, *, suffixes: Itera
     return real
 
 
-#: Folders of devices and processes: an existing character device or FIFO there is written into, but popliner
-#: creates and replaces nothing in them (as root, ``-o /dev/stdin --force`` replaced the system's link).
-_SYSTEM_FOLDERS = ("/dev", "/proc")
-
-
 def _refuse_device_link(link: Path, shown: str) -> None:
     """A link to a device, FIFO, socket or folder is never replaced, even with --force (nor written through)."""
     try:
@@ -235,12 +230,16 @@ def _refuse_device_link(link: Path, shown: str) -> None:
 
 
 def _in_system_folder(folder: Path) -> str | None:
-    """The system folder (``/dev``, ``/proc``) that ``folder`` is in, by its real path, or None."""
+    """The system folder that ``folder`` is (``/dev``) or is in (``/proc``), by its real path, or None.
+
+    An existing character device or FIFO there is written into, but popliner creates and replaces nothing in
+    them (as root, ``-o /dev/stdin --force`` replaced the system's link). /dev itself only: its subfolders such
+    as /dev/shm are scratch space.
+    """
     real = os.path.realpath(folder)
-    for top in _SYSTEM_FOLDERS:
-        if real == top or real.startswith(top + "/"):
-            return top
-    return None
+    if real == "/dev":
+        return real
+    return "/proc" if real == "/proc" or real.startswith("/proc/") else None
 
 
 def _check_folder(real: Path, shown: str) -> None:
