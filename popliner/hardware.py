@@ -1,17 +1,12 @@
 """Figures of the hardware between IPUs that the simulator and the solvers assume unless told otherwise.
 
-A module of its own, importing only the errors: the command line names them as
-option defaults without importing the simulator.
+A module of its own, importing nothing: the command line names them as option
+defaults without importing the simulator.
 """
 
 from __future__ import annotations
 
-import math
-
-from popliner.errors import UsageProblem
-
-__all__ = ["BANDWIDTH_RANGE", "CLOCK_HZ_RANGE", "DEFAULT_LINK_BANDWIDTH", "DEFAULT_SYNC_CYCLES", "MAX_CYCLES",
-           "transfer_cycles"]
+__all__ = ["BANDWIDTH_RANGE", "CLOCK_HZ_RANGE", "DEFAULT_LINK_BANDWIDTH", "DEFAULT_SYNC_CYCLES", "MAX_CYCLES"]
 
 #: Clocks (Hz) and bandwidths (bytes/s) popliner accepts, from a profile, a config or an option: far beyond any
 #: real IPU either way (1.33-1.85 GHz; links and streaming memory of tens of GB/s). Bounded below so that
@@ -31,18 +26,3 @@ DEFAULT_LINK_BANDWIDTH = 64e9
 #: real profile of the pipelined model when you have one.
 DEFAULT_SYNC_CYCLES = 1000
 
-
-def transfer_cycles(nbytes: int, bytes_per_cycle: float) -> int:
-    """Whole clock cycles to move ``nbytes`` at ``bytes_per_cycle``; refused past :data:`MAX_CYCLES`.
-
-    Within the clock and bandwidth ranges the quotient is finite, but a profile's sizes can still make it
-    pass what 64-bit sums hold (a terabyte at 1 kB/s): one line then, not an overflow deep in a solver.
-    """
-    if not nbytes:
-        return 0
-    cycles = nbytes / bytes_per_cycle
-    if not cycles <= MAX_CYCLES:
-        raise UsageProblem(
-            f"copying {nbytes:,} bytes at {bytes_per_cycle:.3g} bytes per clock cycle takes {cycles:.3g} cycles, "
-            f"beyond the {MAX_CYCLES:.3g} popliner counts; raise --link-bandwidth (bytes/s), or check the clock")
-    return math.ceil(cycles)

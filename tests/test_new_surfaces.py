@@ -230,7 +230,8 @@ def test_json_at_the_ends_of_the_clock_and_bandwidth_ranges_is_strict(tmp_path: 
 
 def test_transfer_cycles_past_64_bits_are_one_line() -> None:
     from popliner.errors import UsageProblem
-    from popliner.hardware import MAX_CYCLES, transfer_cycles
+    from popliner.hardware import MAX_CYCLES
+    from popliner.memory.ranges import transfer_cycles
 
     assert transfer_cycles(0, 1e-9) == 0
     assert transfer_cycles(10, 3.0) == 4  # ceil(10 / 3)

@@ -78,10 +78,11 @@ def _label(name: str) -> str:
     """A name from the profile as plot text: non-printable characters escaped (they would make the SVG
     unparseable XML and garble a PNG), ``$`` escaped so that matplotlib does not read it as math, and at
     most :data:`LABEL_CHARS` characters."""
-    if len(name) > LABEL_CHARS:
+    text = shown(name)  # escaped first: an escape is several characters of the label
+    if len(text) > LABEL_CHARS:
         keep = (LABEL_CHARS - 1) // 2
-        name = f"{name[:keep]}\u2026{name[-keep:]}"
-    return shown(name).replace("$", r"\$")
+        text = f"{text[:keep]}\u2026{text[-keep:]}"
+    return text.replace("$", r"\$")
 
 
 @contextlib.contextmanager
