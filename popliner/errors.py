@@ -12,6 +12,7 @@ __all__ = [
     "EXIT_INTERNAL",
     "EXIT_NO_SPLIT",
     "EXIT_OK",
+    "BaselineError",
     "ConfigError",
     "DoesNotFitError",
     "ExportError",
@@ -28,7 +29,8 @@ __all__ = [
 # The exit codes of the CLI (the table in README.md lists the same).
 #: Success.
 EXIT_OK = 0
-#: ``popliner check`` found an IPU over its budget; used for nothing else.
+#: ``popliner check`` found an IPU over its budget, or grown by more than ``--max-growth`` allows against its
+#: ``--baseline``; used for nothing else.
 EXIT_DOES_NOT_FIT = 1
 #: Bad input, usage or OS error: unreadable or invalid profile, config or
 #: option values, an output that cannot be written.
@@ -62,6 +64,10 @@ class ProfileFormatError(PoplinerError):
 
 class ConfigError(PoplinerError):
     """A pipeline config (YAML) that cannot be read or is inconsistent."""
+
+
+class BaselineError(PoplinerError):
+    """A ``--baseline`` result file that is missing, unreadable, or not comparable with this check."""
 
 
 class UsageProblem(PoplinerError):

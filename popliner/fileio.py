@@ -38,8 +38,8 @@ from typing import IO, Literal, overload
 from popliner.errors import OutputError, OutputExistsError, UsageProblem
 from popliner.interrupts import uninterrupted
 
-__all__ = ["STDOUT_NAMES", "atomic_write", "check_writable", "describe_os_error", "distinct_files", "is_stdout",
-           "one_stdout", "writes_in_place"]
+__all__ = ["STDOUT_NAMES", "append_whole", "atomic_write", "check_appendable", "check_writable", "describe_os_error",
+           "distinct_files", "is_stdout", "one_stdout", "writes_in_place"]
 
 #: Output names that mean standard output.
 STDOUT_NAMES = frozenset({"-", "/dev/stdout", "/proc/self/fd/1", "/dev/fd/1"})
@@ -421,3 +421,47 @@ def _standard_stream(shown: str, binary: bool) -> Iterator[IO]:  # type: ignore[
         if isinstance(exc, OutputError) or exc.filename is not None:
             raise
         raise _os_error(exc, name) from None
+
+
+def append_whole(path: str, text: str) -> None:
+    """Append ``text`` to the file ``path`` in one write (a file another program hands us to add to, such as
+    GitHub's ``$GITHUB_STEP_SUMMARY``): created if missing, never through a symbolic link, only a regular file.
+
+    One ``O_APPEND`` write per chunk, and the chunks in a loop until all is written; an error before the first
+    byte leaves the file as it was.
+    """
+    data = text.encode("utf-8")
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
+                     | getattr(os, "O_CLOEXEC", 0), 0o666)  # O_NONBLOCK: a FIFO without a reader fails, never hangs
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:  # O_NOFOLLOW's answer to a link
+            raise OutputError(path, "is a symbolic link; popliner does not write through links: give a file") from None
+        raise _os_error(exc, path) from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OutputError(path, "is not a regular file; give a file to append to")
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    except OSError as exc:
+        if isinstance(exc, OutputError):
+            raise
+        raise _os_error(exc, path) from None
+    finally:
+        os.close(fd)
+
+
+def check_appendable(path: str) -> None:
+    """Before any work: ``path`` can be appended to by :func:`append_whole` (a regular file or none, no link)."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        _check_folder(Path(path), path)
+        return
+    except OSError as exc:
+        raise _os_error(exc, path) from None
+    if stat.S_ISLNK(st.st_mode):
+        raise OutputError(path, "is a symbolic link; popliner does not write through links: give a file")
+    if not stat.S_ISREG(st.st_mode):
+        raise OutputError(path, "is not a regular file; give a file to append to")

@@ -12,8 +12,8 @@ popliner records it in every output. It comes from, in order:
 3. the debug-context layers: ``poptorch`` (PopTorch lowers through PopART,
    so its profiles have ``popart`` contexts too and ``poptorch`` wins), then
    ``popxl``, then TensorFlow's ``xla_op`` / ``tensorflow`` layers, then
-   ``popart`` / ``popartbuilder`` / ``onnx`` (the same order as
-   ``popliner export`` uses);
+   ``popart`` / ``popartbuilder`` / ``onnx`` (:func:`framework_of_layers`,
+   which ``popliner export`` also calls to write ``source.framework``);
 4. else PopART, said as a default.
 """
 

@@ -145,7 +145,8 @@ def suggest_options(analysis: Analysis, problem: SplitProblem, link_bytes_per_se
     if analysis.mode != "training":
         return Suggestion(None, None, 0, 0)
     current = analysis.options.training
-    options = list(_candidates(current, streams_optimizer_state(analysis.ops, analysis.is_backward)))
+    streamed = streams_optimizer_state(analysis.ops, analysis.is_backward, analysis.profile.contexts)
+    options = list(_candidates(current, streamed))
     found: list[tuple[TrainingOptions, int]] = []
     tried = 0
     try:

@@ -112,6 +112,7 @@ def training_of(analysis: Analysis, requested_recompute: RecomputeRequest | None
     if analysis.mode != "training":
         return None
     options = analysis.options.training
-    if options.optimizer_state == "on-chip" and streams_optimizer_state(analysis.ops, analysis.is_backward):
+    if options.optimizer_state == "on-chip" and streams_optimizer_state(analysis.ops, analysis.is_backward,
+                                                                        analysis.profile.contexts):
         options = dataclasses.replace(options, optimizer_state="off-chip")
     return config_training(options, analysis.engine.view.recompute, requested_recompute)

@@ -17,13 +17,13 @@ import subprocess
 import tempfile
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CHROMIUM_FLAGS", "PageLoad", "chromium_path", "load_page"]
+__all__ = ["CHROMIUM_FLAGS", "Driver", "PageLoad", "chromium_path", "load_page"]
 
 CHROMIUM_FLAGS = (
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -105,6 +105,40 @@ class _Session:
         self.ws.close()
 
 
+class Driver:
+    """What a test does on a loaded page: evaluate script, press keys, drag the mouse (real input events)."""
+
+    #: DOM key name -> (code, Windows virtual key code), for the keys the tests press.
+    KEYS = {"ArrowLeft": 37, "ArrowUp": 38, "ArrowRight": 39, "ArrowDown": 40, "Home": 36, "End": 35,
+            "PageUp": 33, "PageDown": 34, "Tab": 9}
+
+    def __init__(self, session: _Session) -> None:
+        self._session = session
+
+    def evaluate(self, expression: str) -> Any:
+        return self._session.evaluate(expression)
+
+    def press(self, key: str, shift: bool = False) -> None:
+        """A key press (down and up) at the focused element."""
+        code = self.KEYS[key]
+        for kind in ("rawKeyDown", "keyUp"):
+            self._session.call("Input.dispatchKeyEvent", type=kind, key=key, code=key, windowsVirtualKeyCode=code,
+                               nativeVirtualKeyCode=code, modifiers=8 if shift else 0)
+
+    def drag(self, start: tuple[float, float], end: tuple[float, float], steps: int = 8) -> None:
+        """Press the left button at ``start`` (CSS pixels in the viewport), move to ``end``, release."""
+        x0, y0 = start
+        x1, y1 = end
+        self._session.call("Input.dispatchMouseEvent", type="mouseMoved", x=x0, y=y0)
+        self._session.call("Input.dispatchMouseEvent", type="mousePressed", x=x0, y=y0, button="left",
+                           buttons=1, clickCount=1)
+        for k in range(1, steps + 1):
+            x, y = x0 + (x1 - x0) * k / steps, y0 + (y1 - y0) * k / steps
+            self._session.call("Input.dispatchMouseEvent", type="mouseMoved", x=x, y=y, button="left", buttons=1)
+        self._session.call("Input.dispatchMouseEvent", type="mouseReleased", x=x1, y=y1, button="left",
+                           buttons=0, clickCount=1)
+
+
 @contextmanager
 def _browser(chromium: str) -> Iterator[str]:
     """Start Chromium on a free DevTools port; yield the first page's websocket URL."""
@@ -154,8 +188,13 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 
 
 def load_page(path: Path, expressions: dict[str, str], *, ready: str, width: int = 1400, height: int = 900,
-              timeout: float = 60.0, full_page: bool = False) -> PageLoad:
-    """Open ``path`` in headless Chromium, wait until ``ready`` is true, evaluate ``expressions``, screenshot."""
+              timeout: float = 60.0, full_page: bool = False,
+              interact: Callable[[Driver], dict[str, Any]] | None = None) -> PageLoad:
+    """Open ``path`` in headless Chromium, wait until ``ready`` is true, evaluate ``expressions``, screenshot.
+
+    ``interact`` gets a :class:`Driver` once the page is ready (before the expressions): it types and
+    clicks as a user does (the DevTools protocol's input events) and returns values for ``PageLoad.values``.
+    """
     chromium = chromium_path()
     if chromium is None:
         raise FileNotFoundError("no Chromium found (install the Debian package chromium)")
@@ -175,7 +214,9 @@ def load_page(path: Path, expressions: dict[str, str], *, ready: str, width: int
                 session.pump(0.1)
             out.seconds_to_render = time.monotonic() - start
             session.pump(0.3)  # late console messages
-            out.values = {name: session.evaluate(expr) for name, expr in expressions.items()}
+            if interact is not None:
+                out.values.update(interact(Driver(session)))
+            out.values.update({name: session.evaluate(expr) for name, expr in expressions.items()})
             shot: dict[str, Any] = {"format": "png"}
             if full_page:
                 size = session.call("Page.getLayoutMetrics")["cssContentSize"]

@@ -16,6 +16,8 @@ from popliner.profile.loader import load_profile
 from tests.pva_double import make_pva
 
 DATA = Path(__file__).resolve().parent / "data"
+#: Control-flow program types, which no operation owns.
+CONTROL = {"Sequence", "Repeat", "Call", "If", "Switch", "Sync"}
 
 
 @pytest.fixture
@@ -51,16 +53,42 @@ def test_no_program_context_is_refused_and_nothing_written(small_doc, inputs, tm
     with pytest.raises(ExportError) as info:
         export_report(*inputs, out, pva_module=make_pva(doc, program_contexts=program_contexts))
     message = str(info.value)
-    total = len(doc["programs"])
-    assert f"{total} of {total} programs have no debug context" in message
+    leaves = sum(1 for p in doc["programs"] if not p.get("children") and p["type"] not in CONTROL)
+    assert f"{leaves} of {leaves} leaf programs have no debug context" in message
+    # The message says what libpva gave: an empty attribute, or none (and no operation listing them).
+    assert ("`debugContext` is empty on every program" if program_contexts
+            else "carry no `debugContext` attribute and pva.OperationAnalysis lists them under no operation") in message
     assert "group nothing" in message and "--allow-missing-contexts" in message and "\n" not in message
     assert sorted(p.name for p in tmp_path.iterdir()) == ["debug.cbor", "profile.pop"]  # no output, no temp file
 
 
 def test_most_programs_without_context_is_refused(small_doc, inputs, tmp_path):
-    doc = _without_contexts(small_doc, 2)  # 2 of 12 programs keep one
-    with pytest.raises(ExportError, match="10 of 12 programs have no debug context"):
+    doc = _without_contexts(small_doc, 2)  # 2 of 12 programs keep one; of the 6 leaves (no Sync), 2 keep one
+    with pytest.raises(ExportError, match="4 of 6 leaf programs have no debug context"):
         export_report(*inputs, tmp_path / "out.json", pva_module=make_pva(doc))
+
+
+def test_structural_programs_without_context_are_not_counted(small_doc, inputs, tmp_path):
+    """Sequences, Repeats and Syncs belong to no operation: only the leaves an operation can own count.
+
+    The old check counted every program, so a report whose leaves all have
+    contexts but whose (many) structural programs have none was refused.
+    """
+    doc = copy.deepcopy(small_doc)
+    leaves = [p for p in doc["programs"] if not p.get("children") and p["type"] not in CONTROL]
+    structural = [p for p in doc["programs"] if p not in leaves]
+    for p in structural:
+        p.pop("debugContext", None)
+    for p in leaves:
+        p.setdefault("debugContext", 40)
+    # Pad with context-less Syncs and Sequences until they are the majority of all programs.
+    top = max(p["id"] for p in doc["programs"]) + 1
+    for k in range(2 * len(leaves)):
+        doc["programs"].append({"id": top + k, "type": "Sync" if k % 2 else "Sequence"})
+    assert all(p.get("debugContext") is not None for p in leaves)
+    assert 2 * len(leaves) < len(doc["programs"])
+    export_report(*inputs, tmp_path / "out.json", pva_module=make_pva(doc))
+    assert load_profile(tmp_path / "out.json").programs.count == len(doc["programs"])
 
 
 def test_allow_flag_writes_it_with_a_warning(small_doc, inputs, tmp_path, caplog):

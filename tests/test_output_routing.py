@@ -84,7 +84,7 @@ def test_main_format_keeps_meaning_the_tables(tmp_path: Path) -> None:
     (("-o", "{d}/x.json"), ("-o", "x.json: the split JSON needs --solve", ".csv, .tsv, .txt or .xlsx")),
     (("-o", "{d}/x.yaml"), ("the pipeline config needs --solve",)),
     ((*SOLVE, "-o", "{d}/x.png"), ("x.png", ".txt, .csv, .tsv, .xlsx, .json, .yaml, .yml, .html or .htm",
-                                   "any other name: csv")),
+                                   "not as .png", "a name with none of popliner's endings gets csv")),
     ((*SOLVE, "-o", "{d}/x.trace.json"), ("x.trace.json", ".json, .yaml")),
     ((*SOLVE, "-o", "{d}/x.yaml", "--config-out", "{d}/y.yaml"), ("-o", "and --config-out both write",)),
     ((*SOLVE, "-o", "{d}/x.html", "--report", "{d}/y.html"), ("and --report both write",)),
@@ -119,7 +119,7 @@ def test_plan_yaml_is_the_picked_config(tmp_path: Path) -> None:
     to_file = run("plan", TINY, "--ipus", 4, "--global-batch", 64, "-o", as_json)
     assert to_file.stdout == "" and as_json.read_text() == flag.stdout
     refused(run("plan", TINY, "--ipus", 4, "-o", tmp_path / "plan.csv"), "plan.csv: a pod plan can be written as",
-            ".json, .yaml or .yml; any other name: json")
+            ".json, .yaml or .yml, not as .csv (csv output); a name with none of popliner's endings gets json")
     refused(run("plan", TINY, "--ipus", 4, "-o", via_o, "--config-out", tmp_path / "c.yaml", "--force"),
             "both write")
 

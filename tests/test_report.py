@@ -27,6 +27,7 @@ from popliner.fileio import atomic_write
 from popliner.report import Report, build_report
 from popliner.solvers.problem import SplitProblem
 from popliner.writers.html import SECTIONS, _script_json, render_report
+from popliner.writers.html_planner import planner_script
 from popliner.writers.pipeline_yaml import write_config
 
 from .browser import chromium_path, load_page
@@ -110,9 +111,11 @@ def test_page_is_self_contained_and_reproducible(training: Any) -> None:
     analysis, cfg, report = training
     page = render_report(report)
     assert page == render_report(build_report(analysis, cfg, budget=cfg.effective_budget, source="test"))
-    assert page.count("<script") == 3  # figures (JSON), plotly.js, the page's own script
+    assert page.count("<script") == 5  # figures and planner (JSON), the planner's script, plotly.js, the page's own
+    assert page.index('id="popliner-planner"') < page.index("<script>") < page.index(planner_script()[:40])
     # Outside plotly.js (whose code holds URL strings it never loads here): no external resource at all.
-    start = page.index("<script>")
+    start = page.index("<script>", page.index(planner_script()[:40]))  # plotly.js follows the planner's script
+    assert page[start:].startswith("<script>/**") and "plotly" in page[start:start + 200].lower()
     ours = page[:start] + page[page.index("</script>", start):]
     assert not re.search(r"""(src|href|url)\s*[=(]\s*["']?(https?:)?//""", ours, re.I)
     assert "<link" not in ours.lower() and "@import" not in ours

@@ -53,7 +53,8 @@ def test_summary_says_the_model_fits_on_one_ipu(tiny: Path) -> None:
     err = result.stderr
     assert "[ (unlayered) 0 | 1 ]" in err and "None" not in err
     assert "the split uses 2 of the 2 IPUs asked for: 2 layers, inference, fits in 1,000 bytes per tile" in err
-    assert "fits on ONE IPU (worst tile 472 bytes, 47% of the budget)" in err
+    # 472 / 1000 bytes, to one decimal.
+    assert "fits on ONE IPU (worst tile 472 bytes, 47.2% of the budget)" in err
     assert "more IPUs only buy throughput" in err
     assert "--min-ipus (or --num-ipus 1) keeps it on one IPU" in err
     # stdout is the JSON document only
@@ -65,7 +66,8 @@ def test_summary_says_fewer_ipus_do_not_fit(tiny: Path) -> None:
     err = run(tiny, "--solve", "--num-ipus", "3", "--mem-per-tile", "450").stderr
     assert "the split uses 2 of the 3 IPUs asked for" in err
     assert "2 IPUs is the fewest that fit (no split fits on 1)" in err
-    assert "not on one: its worst tile would need 472 bytes, 1.0x the budget" in err
+    # 472 / 450 = 1.0489: over the budget, and the message says so (it read "1.0x the budget" before).
+    assert "not on one: its worst tile would need 472 bytes, 104.9% of the budget" in err
 
 
 def test_summary_next_steps_are_exact_commands(tiny: Path, tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ from xml.etree import ElementTree as ET
 
 import pytest
 
-from popliner.check import CheckResult
+from popliner.checkreport import CheckReport
 from popliner.errors import UsageProblem
 from popliner.writers import formats
 from popliner.writers.formats import suffixes_for, writer_for
@@ -69,16 +69,20 @@ def test_the_longest_suffix_wins_and_other_names_get_the_default() -> None:
     assert writer_for("STEP.JSON", "Simulation", "text").name == "json"
     assert writer_for("step.log", "Simulation", "text").name == "text"
     assert writer_for(None, "Simulation", "text").name == "text"
-    assert writer_for("-", "CheckResult", "text").name == "text"
-    assert writer_for("memory.xml", "CheckResult", "text").name == "junit"
+    assert writer_for("-", "CheckReport", "text").name == "text"
+    assert writer_for("memory.xml", "CheckReport", "text").name == "junit"
+    assert writer_for("result.json", "CheckReport", "text").name == "check_json"
+    assert writer_for("summary.md", "CheckReport", "text").name == "markdown"
     assert writer_for("layers.tsv", "Tables", "csv").name == "tsv"
 
 
 def test_a_suffix_of_another_kind_is_refused_with_the_ones_that_fit() -> None:
     with pytest.raises(UsageProblem) as caught:
-        writer_for("check.png", "CheckResult", "text", what="a check")
-    assert str(caught.value) == ("-o check.png: a check can be written as .txt or .xml; any other name: text; "
-                                 "give a name with one of these endings")
+        writer_for("check.png", "CheckReport", "text", what="a check")
+    # Issue 36 point 9: the message read ".txt or .xml; any other name: text", which .png is. It names the
+    # ending it refuses, and what names popliner does not know get.
+    assert str(caught.value) == ("-o check.png: a check can be written as .txt, .json, .md, .markdown or .xml, "
+                                 "not as .png (png output); a name with none of popliner's endings gets text")
     assert suffixes_for("Figure") == (".png", ".svg")
 
 
@@ -120,11 +124,11 @@ def test_check_writes_junit_by_the_name_of_o(split: tuple[Path, Path], tmp_path:
 def test_a_new_format_is_one_writer_and_one_line_in_the_map(split: tuple[Path, Path], tmp_path: Path,
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     # The walkthrough of docs/writers.md: a toy format that says, per IPU, how full its worst tile is.
-    def write_fill(result: CheckResult, stream: IO[str]) -> None:
-        for ipu in result.ipus:
+    def write_fill(report: CheckReport, stream: IO[str]) -> None:
+        for ipu in report.result.ipus:
             stream.write(f"{ipu.ipu} {ipu.worst_tile_bytes / ipu.budget:.4f}\n")
 
-    toy = FormatWriter("fill", (".fill",), {"CheckResult": write_fill})
+    toy = FormatWriter("fill", (".fill",), {"CheckReport": write_fill})
     monkeypatch.setattr(formats, "WRITERS", [*formats.writers(), toy])
     profile, config = split
     invoke("check", config, "--profile", profile, "-o", tmp_path / "ipus.fill")

@@ -8,6 +8,7 @@ the library, and hands what comes back to the writers.
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -18,15 +19,17 @@ from popliner.analysis import AnalysisOptions, load_analysis
 from popliner.cli.analyse_options import HiddenArgument, analyse_options
 from popliner.cli.analyse_outputs import Outputs, check_outputs, route_output, tables_writer
 from popliner.cli.analyse_outputs import outputs as chosen_outputs
+from popliner.cli.check_ci import Gate, finish, gate
 from popliner.cli.options import headroom_given
 from popliner.errors import InfeasibleSplitError, UsageProblem
+from popliner.fileio import one_stdout
 from popliner.layout import HeadPlacement
 from popliner.memory.training import Recompute, TrainingOptions
 from popliner.memory.work import check_workbook_rows
 from popliner.plan import SplitPlan, SplitRequest, plan_split
 from popliner.progress import Tracker, phase, progress_wanted, tracking
 from popliner.writers import split as split_writers
-from popliner.writers.formats import writer_for
+from popliner.writers.formats import check_output, writer_for
 from popliner.writers.tables import Tables
 from popliner.writers.writer import Writer, write_output
 
@@ -69,6 +72,7 @@ def _run(p: dict[str, Any]) -> None:
     route_output(p)
     outputs = chosen_outputs(p)
     check_outputs(p, outputs)
+    gate = _check_gate(p)
     writer = _tables_writer(p["fmt"], p["output"])
     options = _analysis_options(p)
     analysis = load_analysis(p["profile"], options, use_cache=not p["no_cache"], cache_dir=p["cache_dir"])
@@ -86,7 +90,7 @@ def _run(p: dict[str, Any]) -> None:
     if p["plot"]:
         split_writers.write_plots(plan, analysis, p["plot"], p["force"], budget)
     if plan is not None:
-        _write_split(plan, p)
+        _write_split(plan, p, gate)
 
 
 def _analysis_options(p: dict[str, Any]) -> AnalysisOptions:
@@ -170,8 +174,41 @@ def _write_tables(analysis: Any, outputs: Outputs, writer: Writer, p: dict[str, 
         log.info("wrote %s", p["output"])
 
 
-def _write_split(plan: SplitPlan, p: dict[str, Any]) -> None:
-    """The split's outputs, the summary, and exit 3 when nothing fits."""
+def _check_gate(p: dict[str, Any]) -> Gate | None:
+    """--check-out and --baseline: checked before any work (names, the baseline file, the job summary)."""
+    if not (p["check_out"] or p["baseline"] or p["max_growth"] is not None or p["max_growth_bytes"] is not None):
+        return None
+    if not (p["solve"] and p["config_out"]):
+        raise UsageProblem(f"{'--check-out' if p['check_out'] else '--baseline'} needs --solve and --config-out: "
+                           "the config written is checked as `popliner check` checks it")
+    from popliner.fileio import distinct_files
+
+    distinct_files({"PROFILE": p["profile"], "--baseline": p["baseline"]},
+                   {"--check-out": p["check_out"], "--config-out": p["config_out"], "-o": p["output"] or p["split_out"],
+                    "--ipu-config-out": p["ipu_config_out"], "--report": p["report"], "--plot": p["plot"]})
+    check_output(p["check_out"], p["force"], "CheckReport", "text", option="--check-out", what="a check")
+    one_stdout({"--check-out -": p["check_out"], "the split JSON (--solve)": not p["split_out"]})
+    return gate(p["baseline"], p["max_growth"], p["max_growth_bytes"], os.environ)
+
+
+def _gate_split(plan: SplitPlan, p: dict[str, Any], checks: Gate) -> None:
+    """The config just written, checked as `popliner check CONFIG --profile PROFILE` checks it (the same library
+    door), kept in --check-out and compared with --baseline; exit 1 when it fails."""
+    from popliner.checkreport import check_report
+    from popliner.writers.check_delta import comparison_lines
+
+    cfg = split_writers.split_config(plan, p["gradient_accumulation"], p["matmul_proportion"])
+    report = check_report(plan.analysis, cfg, p["config_out"], budget=plan.split.budget_bytes,
+                          budget_fraction=headroom_given(p["budget"], p["headroom"]), baseline=checks.baseline)
+    if report.comparison is not None and log.isEnabledFor(logging.WARNING):
+        click.echo("popliner: " + "\n          ".join(comparison_lines(report.comparison)), err=True)
+    writer = writer_for(p["check_out"], "CheckReport", "text")
+    finish(report, checks.ci, {"--check-out": (p["check_out"], writer)} if p["check_out"] else {}, p["force"])
+
+
+def _write_split(plan: SplitPlan, p: dict[str, Any], checks: Gate | None = None) -> None:
+    """The split's outputs, the summary, the check of the config (--check-out, --baseline), and exit 3 when
+    nothing fits."""
     g = p["gradient_accumulation"]
     mp = p["matmul_proportion"]
     split_writers.write_split(plan, p["config_out"], p["force"], g, mp, split_out=p["split_out"])
@@ -183,3 +220,5 @@ def _write_split(plan: SplitPlan, p: dict[str, Any]) -> None:
     split_writers.write_summary(plan, argv, p["config_out"], p["ipu_config_out"])
     if not plan.fits:
         raise InfeasibleSplitError("")  # the summary above says why and what would fit
+    if checks is not None:
+        _gate_split(plan, p, checks)

@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 import click
 
 from popliner.analysis import DEFAULT_BACKWARD_REGEX
+from popliner.cli.check_ci import baseline_options
 from popliner.cli.options import (
     BYTES_PER_TILE,
     LAYERS_PER_STAGE,
@@ -130,6 +131,10 @@ _OPTIONS: list[Callable[[Any], Any]] = [
                   help="ipu_config.json matmul_proportion: once for every IPU, or once per IPU (default 0.6)."),
     click.option("--report", "report", type=click.Path(dir_okay=False, path_type=str), metavar="FILE.html",
                   help="With --solve: write the HTML review report of the split here (one self-contained file)."),
+    click.option("--check-out", type=click.Path(dir_okay=False, path_type=str), metavar="FILE",
+                  help="With --solve and --config-out: write `popliner check`'s result of the config here, in the "
+                       "format of its name (.json the result file, .md Markdown, .xml JUnit, else the table)."),
+    baseline_options,
     cache_options,
 ]
 

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import replace
 
 import click
 
+from popliner.cli.check_ci import baseline_options, finish, gate
 from popliner.cli.configured import analysis_for_config, budget_for_config
 from popliner.cli.options import (
     budget_given,
@@ -17,7 +19,6 @@ from popliner.cli.options import (
     layer_options,
     output_option,
 )
-from popliner.errors import DoesNotFitError
 from popliner.fileio import check_writable, distinct_files, is_stdout, one_stdout
 
 __all__ = ["command"]
@@ -32,15 +33,18 @@ log = logging.getLogger("popliner")
 @budget_options("the config's budget, else 1.0")
 @click.option("--junit", type=click.Path(dir_okay=False, path_type=str),
               help="Also write JUnit XML to FILE, whatever its name (-o FILE.xml writes it instead of the table).")
-@output_option("Write to FILE instead of stdout, in the format of its name: .xml JUnit XML, anything else the "
-               "per-IPU table.")
+@output_option("Write to FILE instead of stdout, in the format of its name: .json the result file (a later "
+               "--baseline), .md a Markdown summary, .xml JUnit XML, anything else the per-IPU table.")
 @force_option("Overwrite existing -o/--junit files.")
+@baseline_options
 @cache_options
 @config_training_options
 @layer_options
 def command(config: str, profile: str, budget: float | None, headroom: float | None, junit: str | None,
-            output: str | None, force: bool, no_cache: bool, cache_dir: str | None, **training: object) -> None:
-    """Check that every IPU of CONFIG fits: exit 0 if all fit, 1 if any does not, 2 on bad input.
+            output: str | None, force: bool, baseline: str | None, max_growth: float | None,
+            max_growth_bytes: int | None, no_cache: bool, cache_dir: str | None, **training: object) -> None:
+    """Check that every IPU of CONFIG fits: exit 0 if all fit, 1 if any does not (or grew beyond --max-growth
+    against --baseline), 2 on bad input.
 
     CONFIG is a pipeline YAML, or a review workbook (.xlsx) whose Split
     planner sheet holds the split typed into its IPU column.
@@ -49,19 +53,19 @@ def command(config: str, profile: str, budget: float | None, headroom: float | N
     with the training options the config records (its `training` block),
     not copied from the config's predictions.
     """
-    from popliner.check import check_config
+    from popliner.checkreport import check_report
     from popliner.config.planner import config_from_planner, is_workbook, read_planner
     from popliner.config.yaml_io import read_config
     from popliner.writers.formats import check_output
-    from popliner.writers.writer import write_output
 
     fraction = budget_given(budget, headroom)
     one_stdout({"-o -": output, "--junit -": junit})
-    distinct_files({"CONFIG": config, "--profile": profile}, {"-o": output, "--junit": junit})
-    junit_writer = check_output(None, force, "CheckResult", "junit")  # --junit: JUnit whatever the name
+    distinct_files({"CONFIG": config, "--profile": profile, "--baseline": baseline}, {"-o": output, "--junit": junit})
+    junit_writer = check_output(None, force, "CheckReport", "junit")  # --junit: JUnit whatever the name
     if junit:
         check_writable(junit, force)
-    writer = check_output(output, force, "CheckResult", "text", what="a check")
+    writer = check_output(output, force, "CheckReport", "text", what="a check")
+    ci = gate(baseline, max_growth, max_growth_bytes, os.environ)
     if is_workbook(config):
         # The split typed into the review workbook's planner, checked exactly as a config.
         choice = read_planner(config)
@@ -77,12 +81,8 @@ def command(config: str, profile: str, budget: float | None, headroom: float | N
                                        layer_groups=cfg.layer_groups, recorded_sha256=cfg.profile_sha256,
                                        use_cache=not no_cache, cache_dir=cache_dir, recorded_layers=cfg.layer_options)
     limit = budget_for_config(analysis, cfg, fraction)
-    result = check_config(analysis, cfg, config, budget=limit)
+    report = check_report(analysis, cfg, config, budget=limit, budget_fraction=fraction, baseline=ci.baseline)
     # JUnit to stdout takes it; the table then goes to stderr.
     to_stderr = output is None and bool(junit and is_stdout(junit))
-    write_output(result, "/dev/stderr" if to_stderr else output, force, writer)
-    if junit:
-        write_output(result, junit, force, junit_writer)
-        log.info("wrote %s", junit)
-    if not result.fits:
-        raise DoesNotFitError(f"{sum(not i.fits for i in result.ipus)} of {len(result.ipus)} IPUs do not fit")
+    outputs = {"-o": (output, writer), **({"--junit": (junit, junit_writer)} if junit else {})}
+    finish(report, ci.ci, outputs, force, stderr_outputs=frozenset({"-o"} if to_stderr else ()))

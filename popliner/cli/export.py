@@ -25,9 +25,10 @@ __all__ = ["command"]
 )
 @click.option("-f", "--force", is_flag=True, help="Overwrite OUT if it exists.")
 @click.option("--allow-flat-contexts", is_flag=True,
-              help="Export even when no debug context has a parent (names and layers will be wrong).")
+              help="Export even when libpva gives no debug context a `parents` attribute (names and layers "
+                   "will be wrong).")
 @click.option("--allow-missing-contexts", is_flag=True,
-              help="Export even when most programs have no debug context (popliner will group nothing).")
+              help="Export even when most leaf programs have no debug context (popliner will group nothing).")
 def command(profile: Path, debug_info: Path, output: Path, force: bool, allow_flat_contexts: bool,
             allow_missing_contexts: bool) -> None:
     """Convert a Poplar compilation report to popliner's profile format (v1).

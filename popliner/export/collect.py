@@ -19,11 +19,24 @@ from typing import Any
 import numpy as np
 
 from popliner.export.jsonstream import FragmentSpool
-from popliner.export.pvaread import as_int, attr, context_id, encode_tilevector, read_context
+from popliner.export.pvaread import (
+    as_int,
+    attr,
+    check_size,
+    context_id,
+    encode_tilevector,
+    raw_context_id,
+    read_context,
+)
+from popliner.profile.limits import limit
 
-__all__ = ["CATEGORY_NAMES", "ContextCollector", "Progress", "TileTotals", "VertexTypeTable"]
+__all__ = ["CATEGORY_NAMES", "ContextCollector", "ContextProblem", "OverLimit", "Progress", "TileTotals",
+           "VertexTypeTable"]
 
 log = logging.getLogger("popliner.export")
+
+#: The loader's bound on tiles x vertex types (popliner/profile/limits.py), applied while exporting.
+CELLS_ENV = "POPLINER_MAX_TILE_CELLS"
 
 #: Storage categories seen in libpva reports (``tile.memory.category.<name>``).
 #: Other public attributes of the category object are picked up too.
@@ -82,6 +95,12 @@ class VertexTypeTable:
         key = (name, size)
         found = self._index.get(key)
         if found is None:
+            check_size(size, f"the state size of vertex type {name!r}")
+            cells = self.tiles * (len(self.names) + 1)
+            if cells > limit(CELLS_ENV):
+                raise OverLimit(f"{self.tiles:,} tiles x {len(self.names) + 1:,} vertex types = {cells:,} per-tile "
+                               f"cells, above the limit of {limit(CELLS_ENV):,} that popliner reads; set "
+                               f"{CELLS_ENV} to a larger count to export it anyway")
             found = self._index[key] = len(self.names)
             self.names.append(name)
             self.sizes.append(size)
@@ -98,6 +117,7 @@ class VertexTypeTable:
             # No size here: the code belongs to every sized type of this
             # name, as in the original PopLiner (code keyed by name only).
             targets = self._by_name.get(name) or [self._register(name, as_int(size, 0))]
+        check_size(code_bytes, f"the code of vertex type {name!r} on tile {tile}")
         for t in targets:
             code = self._code.get(t)
             if code is None:
@@ -114,14 +134,21 @@ class VertexTypeTable:
 
 
 class ContextCollector:
-    """Debug contexts reachable from programs, each written once with its ancestors."""
+    """Debug contexts reachable from programs, each written once with its ancestors.
+
+    Refuses (:class:`ContextProblem`) what the loader would refuse: parent
+    links that form a cycle, and two contexts whose ids fold to one id of the
+    format (Poplar's ids are uint64, the format's int64).
+    """
 
     def __init__(self, folder: Path | None) -> None:
         self.spool = FragmentSpool(folder)
-        self._seen: set[int] = set()
+        self._raw: dict[int, int] = {}  # written id -> the id libpva gave
         self.layers: set[str] = set()
-        #: Whether any written context has a parent; with none, layers (taken from ancestors) are wrong.
+        #: Whether any written context has a parent.
         self.any_parent = False
+        #: Whether any context object had a ``parents`` (or ``parent``) attribute, empty or not.
+        self.any_linked = False
 
     @property
     def count(self) -> int:
@@ -130,21 +157,45 @@ class ContextCollector:
     def add(self, ctx: Any) -> int:
         """Register ``ctx`` and every ancestor not seen yet; return ``ctx``'s id."""
         cid = context_id(ctx)
-        if cid in self._seen:  # the common case: parse no JSON
+        if cid in self._raw:  # the common case: parse no JSON
+            self._same(cid, raw_context_id(ctx))
             return cid
         rec = read_context(ctx)
-        while rec.id not in self._seen:
-            self._seen.add(rec.id)
+        walk: set[int] = set()
+        while True:
+            walk.add(rec.id)
+            self._raw[rec.id] = rec.raw_id
             parent = read_context(rec.parent) if rec.parent is not None else None
-            # A self-link would be a cycle; the loader refuses those.
+            # A self-link is read as a root (documented); a longer loop is refused.
             parent_id = parent.id if parent is not None and parent.id != rec.id else None
+            if parent_id is not None and parent_id in walk:
+                raise ContextProblem(f"the parents of debug context {rec.raw_id} lead back to it (a cycle "
+                                     "in the debug information)")
             self.spool.add(rec.as_json(parent_id))
             self.any_parent = self.any_parent or parent_id is not None
+            self.any_linked = self.any_linked or rec.linked
             self.layers.add(rec.layer)
-            if parent is None:
+            if parent is None or parent_id is None:
+                break
+            if parent.id in self._raw:
+                self._same(parent.id, parent.raw_id)
                 break
             rec = parent
         return cid
+
+    def _same(self, cid: int, raw: int) -> None:
+        first = self._raw[cid]
+        if first != raw:
+            raise ContextProblem(f"debug context ids {first} and {raw} both become {cid} in the format's "
+                                 "64-bit signed ids, so one context would be lost")
+
+
+class OverLimit(ValueError):
+    """A count past one of the loader's work limits (popliner/profile/limits.py)."""
+
+
+class ContextProblem(ValueError):
+    """Debug contexts that the format cannot hold as libpva gives them."""
 
 
 class TileTotals:
@@ -156,15 +207,17 @@ class TileTotals:
         self.not_always = np.zeros(tiles, np.int64)
         self.categories: dict[str, np.ndarray] = {}
         self._category_names: list[str] | None = None
-        self.found = False
+        self.has_always = False
+        self.has_not_always = False
 
     def add(self, tile: int, memory: Any) -> None:
         always = attr(memory, "alwaysLiveBytes")
         not_always = attr(memory, "notAlwaysLiveBytes")
-        if always is not None or not_always is not None:
-            self.found = True
-        self.always[tile] = as_int(always)
-        self.not_always[tile] = as_int(not_always)
+        # Absent is not zero: a figure libpva did not give is left out of the document, not written as zeros.
+        self.has_always = self.has_always or always is not None
+        self.has_not_always = self.has_not_always or not_always is not None
+        self.always[tile] = check_size(as_int(always), f"tile {tile}'s alwaysLiveBytes")
+        self.not_always[tile] = check_size(as_int(not_always), f"tile {tile}'s notAlwaysLiveBytes")
         category = attr(memory, "category")
         if category is None:
             return
@@ -175,16 +228,17 @@ class TileTotals:
             if total is not None:
                 if name not in self.categories:
                     self.categories[name] = np.zeros(self.tiles, np.int64)
-                self.categories[name][tile] = as_int(total)
+                self.categories[name][tile] = check_size(as_int(total), f"tile {tile}'s {name} total")
 
     def record(self) -> dict[str, Any] | None:
-        if not (self.found or self.categories):
+        if not (self.has_always or self.has_not_always or self.categories):
             return None
         none: dict[str, Any] = {"runs": []}
-        out: dict[str, Any] = {
-            "alwaysLive": encode_tilevector(self.always) or none,
-            "notAlwaysLivePeak": encode_tilevector(self.not_always) or none,
-        }
+        out: dict[str, Any] = {}
+        if self.has_always:
+            out["alwaysLive"] = encode_tilevector(self.always) or none
+        if self.has_not_always:
+            out["notAlwaysLivePeak"] = encode_tilevector(self.not_always) or none
         out["categories"] = {k: encode_tilevector(v) or none for k, v in self.categories.items()}
         return out
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import gzip
 import logging
+import math
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -30,18 +31,40 @@ from popliner import __version__
 from popliner.errors import ExportError, PoplinerError
 from popliner.export.checks import (
     SDK_MESSAGE,
+    ContextCount,
     check_context_tree,
     check_inputs,
     check_program_contexts,
     load_pva,
     open_report,
 )
-from popliner.export.collect import ContextCollector, Progress, TileTotals, VertexTypeTable
-from popliner.export.jsonstream import FragmentSpool, IntSpool, JsonWriter, spool_folder
+from popliner.export.collect import (
+    ContextCollector,
+    ContextProblem,
+    OverLimit,
+    Progress,
+    TileTotals,
+    VertexTypeTable,
+)
+from popliner.export.jsonstream import DocumentTooLarge, FragmentSpool, IntSpool, JsonWriter, spool_folder
 from popliner.export.program_contexts import ProgramContexts
 from popliner.export.programs import ProgramsSection
-from popliner.export.pvaread import as_int, attr, enum_name, ident, read_intervals, safe_len
+from popliner.export.pvaread import (
+    BadValue,
+    arch_name,
+    as_int,
+    attr,
+    check_size,
+    enum_name,
+    ident,
+    read_intervals,
+    safe_len,
+)
 from popliner.fileio import atomic_write, check_writable
+from popliner.framework import framework_of_layers
+from popliner.profile.gunzip import max_profile_bytes
+from popliner.profile.rules import INT64_MAX, MAX_TILES
+from popliner.profile.tilevector import MAX_VALUE
 
 __all__ = ["SDK_MESSAGE", "ExportSummary", "export_report", "load_pva"]
 
@@ -53,15 +76,6 @@ CHUNK = 1 << 16
 #: Mk2 figures, used only when the report lacks them (the format requires both).
 _DEFAULT_BYTES_PER_TILE = 638976
 _DEFAULT_CLOCK_HZ = 1.33e9
-
-_FRAMEWORK_BY_LAYER = (
-    ("poptorch", "poptorch"),
-    ("xla_op", "tensorflow"),
-    ("popxl", "popxl"),
-    ("popart", "popart"),
-    ("popartbuilder", "popart"),
-    ("onnx", "popart"),
-)
 
 
 @dataclass(frozen=True)
@@ -111,16 +125,26 @@ def export_report(
     run = _Export(report, pva, profile, spool_folder(out))
     try:
         with atomic_write(out, force=force, binary=True) as raw, _maybe_gzip(raw, out) as stream:
-            writer = JsonWriter(stream)
+            writer = JsonWriter(stream, limit=max_profile_bytes())
             run.write(writer)
             writer.flush()
             programs = run.programs
             assert programs is not None  # written, or the write raised
-            check_program_contexts(programs.written, programs.with_context, profile,
-                                   allow_missing_contexts)  # before the rename
+            check_program_contexts(ContextCount(programs.ownable, programs.ownable_with_context,
+                                                programs.with_context, programs.own_attribute,
+                                                programs.program_contexts.has_analysis),
+                                   profile, allow_missing_contexts)  # before the rename
             check_context_tree(run.contexts, profile, allow_flat_contexts)
     except PoplinerError:
         raise
+    except DocumentTooLarge as exc:
+        raise ExportError(f"{profile}: the exported profile would pass {exc.limit:,} bytes, the most popliner "
+                          "reads (POPLINER_MAX_PROFILE_BYTES); raise that limit to export it anyway") from None
+    except (BadValue, ContextProblem) as exc:
+        # What the loader would refuse in the written document: refused here, before anything is in place.
+        raise ExportError(f"{profile}: while {run.stage}: {exc}; profile the compilation again") from None
+    except OverLimit as exc:
+        raise ExportError(f"{profile}: while {run.stage}: {exc}") from None
     except Exception as exc:
         # libpva errors (and any bug here) become one line; -vv shows the traceback.
         log.debug("export failed", exc_info=True)
@@ -216,10 +240,16 @@ class _Export:
         tiles = as_int(attr(t, "tilesPerIpu"))
         if tiles <= 0:
             raise ExportError(f"{self.profile}: the report's target has no tilesPerIpu")
+        if tiles > MAX_TILES:
+            # Refused before any per-tile array is made: the loader refuses it too.
+            raise ExportError(f"{self.profile}: the report's target gives {tiles:,} tiles per IPU, beyond any IPU "
+                              f"(popliner reads at most {MAX_TILES:,}); the report is corrupt; profile the "
+                              "compilation again")
         self.tiles = tiles
         self.vtypes = VertexTypeTable(tiles)
-        num_tiles = as_int(attr(t, "numTiles"), tiles)
-        num_ipus = as_int(attr(t, "numIPUs", "numIpus"), max(1, num_tiles // tiles))
+        num_tiles = check_size(as_int(attr(t, "numTiles"), tiles), "the target's numTiles") or tiles
+        num_ipus = check_size(as_int(attr(t, "numIPUs", "numIpus"), max(1, num_tiles // tiles)),
+                              "the target's numIPUs")
         out: dict[str, Any] = {
             "tilesPerIpu": tiles,
             "numTiles": num_tiles,
@@ -227,8 +257,9 @@ class _Export:
             "bytesPerTile": self._bytes_per_tile(t, tiles),
             "clockFrequency": self._clock(t),
         }
-        arch = attr(t, "arch", "ipuVersion", "architecture")  # [U]: no documented name
-        if isinstance(arch, str) and arch:
+        # SDK 3.x: an enum, pva.IPU.Architecture.Ipu2 (PopART's report_test.py); a string is taken too.
+        arch = arch_name(attr(t, "architecture", "arch", "ipuVersion"))
+        if arch is not None:
             out["arch"] = arch
         kind = attr(t, "type")
         if kind is not None and enum_name(kind) not in ("Ipu", "IPU"):
@@ -245,13 +276,16 @@ class _Export:
             log.warning("%s: the target gives no bytesPerTile; assuming %d (Mk2)", self.profile,
                         _DEFAULT_BYTES_PER_TILE)
             bpt = _DEFAULT_BYTES_PER_TILE
-        return bpt
+        return check_size(bpt, "the target's bytesPerTile")
 
     def _clock(self, t: Any) -> float:
         try:
             clock = float(attr(t, "clockFrequency", default=0.0))
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             clock = 0.0
+        if not math.isfinite(clock):
+            raise ExportError(f"{self.profile}: the report's target gives clockFrequency {clock}, not a "
+                              "frequency; the report is corrupt; profile the compilation again")
         if 0 < clock < 1e5:  # documented as Hz; a value this small can only be MHz
             clock *= 1e6
         if not clock > 0:
@@ -320,32 +354,53 @@ class _Export:
                         self.profile)
 
     def _spool_variables(self, brief: Any, columns: dict[str, IntSpool], classes: FragmentSpool) -> None:
-        """One pass over ``allBriefVars``: columns and new classes to the spools."""
-        num_steps = len(self.step_ids)
+        """One pass over ``allBriefVars``: columns and new classes to the spools.
+
+        The loop runs once per lowered variable (millions): plain ``getattr``
+        with an int fast path, and the general readers only for other types.
+        """
+        num_steps, tiles = len(self.step_ids), self.tiles
         class_index: dict[Any, int] = {}
-        buffers: dict[str, list[int]] = {key: [] for key in columns}
+        ids: list[int] = []
+        sizes: list[int] = []
+        tile_ids: list[int] = []
+        klass: list[int] = []
         progress = Progress("lowered variables", safe_len(brief))
-        for n, var in enumerate(brief, 1):
-            tile = as_int(attr(var, "tileId"), -1)
-            if not 0 <= tile < self.tiles:
+        n = 0
+        for n, var in enumerate(brief, 1):  # noqa: B007 - n is read after the loop
+            tile = getattr(var, "tileId", None)
+            if type(tile) is not int:
+                tile = as_int(tile, -1)
+            if not 0 <= tile < tiles:
                 self.dropped_vars += 1  # another IPU or replica (or no tile at all)
                 continue
-            eq = attr(var, "equivalenceClass")
-            key = as_int(attr(eq, "id"), -1) if eq is not None else None
+            eq = getattr(var, "equivalenceClass", None)
+            key: int | None = None
+            if eq is not None:
+                key = getattr(eq, "id", None)
+                if type(key) is not int:
+                    key = as_int(key, -1)
             index = class_index.get(key)
             if index is None:
                 index = class_index[key] = classes.count
                 # A variable with no class is treated as always live: over- rather than under-estimate.
                 classes.add(read_intervals(eq, num_steps) if eq is not None else [[0, num_steps]])
-            buffers["id"].append(ident(var))
-            buffers["bytes"].append(as_int(attr(var, "bytes")))
-            buffers["tile"].append(tile)
-            buffers["class"].append(index)
-            if len(buffers["id"]) >= CHUNK:
-                _flush(buffers, columns)
+            vid = getattr(var, "id", None)  # brief records have `id` (the original PopLiner's stage.py)
+            if type(vid) is not int or not 0 <= vid <= INT64_MAX:
+                vid = ident(var)  # other types, and the refusal of an id the format cannot hold
+            nbytes = getattr(var, "bytes", None)
+            if type(nbytes) is not int:
+                nbytes = as_int(nbytes)
+            if not 0 <= nbytes <= MAX_VALUE:
+                check_size(nbytes, f"lowered variable {vid}'s bytes")
+            ids.append(vid)
+            sizes.append(nbytes)
+            tile_ids.append(tile)
+            klass.append(index)
+            if len(ids) >= CHUNK:
+                _flush({"id": ids, "bytes": sizes, "tile": tile_ids, "class": klass}, columns)
                 progress.update(n)
-        _flush(buffers, columns)
-
+        _flush({"id": ids, "bytes": sizes, "tile": tile_ids, "class": klass}, columns)
 
     def _tiles(self, w: JsonWriter) -> None:
         tiles = attr(self.comp, "tiles", default=()) or ()
@@ -377,10 +432,9 @@ class _Export:
         sdk = attr(attr(self.report, "poplarVersion"), "string")
         if isinstance(sdk, str) and sdk:
             src["sdkVersion"] = sdk
-        for layer, framework in _FRAMEWORK_BY_LAYER:
-            if layer in self.contexts.layers:
-                src["framework"] = framework
-                break
+        found = framework_of_layers(self.contexts.layers)  # the detector's own rule
+        if found is not None:
+            src["framework"] = found[0]
         if self.notes:
             src["note"] = " ".join(self.notes)
         return src

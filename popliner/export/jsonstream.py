@@ -20,7 +20,7 @@ from typing import IO, Any
 
 import numpy as np
 
-__all__ = ["FragmentSpool", "IntSpool", "JsonWriter", "dumps", "int_items", "spool_folder"]
+__all__ = ["DocumentTooLarge", "FragmentSpool", "IntSpool", "JsonWriter", "dumps", "int_items", "spool_folder"]
 
 _orjson: Any
 try:  # orjson is much faster on big documents, but stays optional.
@@ -59,8 +59,11 @@ class JsonWriter:
     ``flush_bytes`` so that a gzip stream below gets large writes.
     """
 
-    def __init__(self, stream: IO[bytes], flush_bytes: int = 1 << 20) -> None:
+    def __init__(self, stream: IO[bytes], flush_bytes: int = 1 << 20, limit: int | None = None) -> None:
         self._stream = stream
+        #: Bytes written so far, and the most the document may take (:class:`DocumentTooLarge` past it).
+        self.total = 0
+        self.limit = limit
         self._buf = bytearray()
         self._flush_bytes = flush_bytes
         self._first: list[bool] = []  # per open container: nothing written yet
@@ -139,9 +142,20 @@ class JsonWriter:
             self._first[-1] = False
 
     def _write(self, data: bytes) -> None:
+        self.total += len(data)
+        if self.limit is not None and self.total > self.limit:
+            raise DocumentTooLarge(self.limit)
         self._buf += data
         if len(self._buf) >= self._flush_bytes:
             self.flush()
+
+
+class DocumentTooLarge(ValueError):
+    """The document grew past the size its reader accepts."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(limit)
+        self.limit = limit
 
 
 class IntSpool:

@@ -2,10 +2,22 @@
 
 A program's context names its operation and, through the context's
 ancestors, its layer. libpva gives it three ways, in this order of trust:
-an operation's ``replacedDebugContext`` (the original operation, when a
-PopART transform replaced it), the program's own ``debugContext``, and,
-for SDKs whose programs carry none, the context of the operation
-``pva.OperationAnalysis`` lists the program under.
+
+1. an operation's ``replacedDebugContext``: a list, empty unless a PopART
+   transform replaced the operation (PopTorch's ``precompilation_test.py``
+   takes its first entry when it is not empty). With exactly one entry it
+   names the original operation and wins. With several, the operation is an
+   outlined ``Call`` that stands for all of them (PopART's subgraph outliner
+   records one id per replaced op): no single one of them owns the call's
+   programs, so they keep the call's own context, as the original PopLiner
+   kept ``Call`` as an operation of its own;
+2. the program's own ``debugContext`` ([U]: no public code reads it);
+3. for programs without that attribute, the ``debugContext`` of the
+   operation ``pva.OperationAnalysis`` lists the program under.
+
+``pva.OperationAnalysis`` is read on every export when libpva has it: the
+replaced contexts exist nowhere else, and no cheaper sign tells whether a
+report has any (docs/libpva-mapping.md, "Cost").
 """
 
 from __future__ import annotations
@@ -14,7 +26,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from popliner.export.pvaread import attr, ident
+from popliner.export.pvaread import attr, context_list, ident
 
 __all__ = ["ProgramContexts"]
 
@@ -24,75 +36,92 @@ _ABSENT = object()
 
 
 class ProgramContexts:
-    """The debug context of each program of one report (the operation analysis is read once, if needed)."""
+    """The debug context of each program of one report (the operation analysis is read once)."""
 
     def __init__(self, pva: Any, report: Any, profile: Path) -> None:
         self.pva = pva
         self.report = report
         self.profile = profile
-        self._op_contexts: dict[int, Any] | None = None
         self._ops: list[tuple[Any, list[Any]]] | None = None
+        self._op_contexts: dict[int, Any] | None = None
         self._replaced: dict[int, Any] | None = None
+        self._op_vars: dict[int, list[Any]] | None = None
+        #: Operations whose replaced list has several entries (outlined calls), kept on their own context.
+        self.outlined_calls = 0
+        #: Whether libpva offers ``OperationAnalysis`` (real libpva always does).
+        self.has_analysis = getattr(pva, "OperationAnalysis", None) is not None
 
     def of(self, p: Any, pid: int) -> Any:
         """The context of program ``p`` (id ``pid``) as libpva gives it, or None."""
-        ctx = self._replaced_contexts().get(pid, _ABSENT)
-        if ctx is _ABSENT:
-            ctx = getattr(p, "debugContext", _ABSENT)
-        if ctx is _ABSENT:
-            ctx = self._operation_contexts().get(pid)
-        if isinstance(ctx, (list, tuple)):
-            ctx = ctx[0] if ctx else None
-        return ctx
+        ctx = self._replaced_contexts().get(pid)
+        if ctx is not None:
+            return ctx
+        own = getattr(p, "debugContext", _ABSENT)
+        if own is _ABSENT:
+            return self._operation_contexts().get(pid)
+        found = context_list(own, f"program {pid}'s debugContext")
+        if len(found) > 1:
+            raise ValueError(f"program {pid}'s debugContext lists {len(found)} contexts; a program has one")
+        return found[0] if found else None
+
+    def operation_vars(self, pid: int) -> list[Any]:
+        """The lowered variables of the operation whose first program is ``pid`` (for programs without ``vars``).
+
+        The original PopLiner reads variables from ``OperationAnalysis``'s
+        operations (``op.vars``); no public code reads ``Program.vars``. When
+        programs lack it, each operation's variables go on its first program:
+        popliner groups programs by operation, so the operation's set is the same.
+        """
+        if self._op_vars is None:
+            self._op_vars = {}
+            for op, programs in self._operations():
+                if programs:
+                    self._op_vars.setdefault(ident(programs[0]), []).extend(attr(op, "vars", default=()) or ())
+        return self._op_vars.get(pid, [])
 
     def _operation_contexts(self) -> dict[int, Any]:
-        """Program id -> debug context from ``pva.OperationAnalysis`` (computed once).
-
-        Used only when programs have no ``debugContext`` attribute.
-        """
+        """Program id -> its operation's ``debugContext`` (for programs that carry none themselves)."""
         if self._op_contexts is None:
             self._op_contexts = {}
-            analysis = getattr(self.pva, "OperationAnalysis", None)
-            if analysis is None:
+            if not self.has_analysis:
                 log.warning("%s: programs carry no debug context and pva has no OperationAnalysis; "
                             "operations cannot be named", self.profile)
                 return self._op_contexts
             log.info("export: programs carry no debugContext; taking contexts from pva.OperationAnalysis")
             for op, programs in self._operations():
-                # PopTorch's own tests prefer replacedDebugContext when it is set.
-                ctx = attr(op, "replacedDebugContext")
-                if ctx is None:
-                    ctx = attr(op, "debugContext")
-                if ctx is not None:
+                found = context_list(attr(op, "debugContext"), f"operation {attr(op, 'name')!r}'s debugContext")
+                if found:
                     for prog in programs:
-                        self._op_contexts.setdefault(ident(prog), ctx)
+                        self._op_contexts.setdefault(ident(prog), found[0])
         return self._op_contexts
 
     def _operations(self) -> list[tuple[Any, list[Any]]]:
         """(operation, its programs) from ``pva.OperationAnalysis``, computed once; empty without it."""
         if self._ops is None:
             self._ops = []
-            analysis = getattr(self.pva, "OperationAnalysis", None)
-            if analysis is not None:
-                for op in attr(analysis(self.report), "operations", default=()) or ():
+            if self.has_analysis:
+                for op in attr(self.pva.OperationAnalysis(self.report), "operations", default=()) or ():
                     programs = getattr(op, "programs", None)
                     programs = programs() if callable(programs) else programs
                     self._ops.append((op, list(programs or ())))
         return self._ops
 
     def _replaced_contexts(self) -> dict[int, Any]:
-        """Program id -> an operation's ``replacedDebugContext``, where libpva sets one.
-
-        It wins over the program's own ``debugContext``: when an operation
-        replaced another (PopART transforms), it names the original one.
-        """
+        """Program id -> the one operation an operation's ``replacedDebugContext`` names."""
         if self._replaced is None:
             self._replaced = {}
             for op, programs in self._operations():
-                ctx = attr(op, "replacedDebugContext")
-                if ctx is not None:
-                    for prog in programs:
-                        self._replaced.setdefault(ident(prog), ctx)
+                found = context_list(attr(op, "replacedDebugContext"),
+                                     f"operation {attr(op, 'name')!r}'s replacedDebugContext")
+                if len(found) > 1:
+                    self.outlined_calls += 1
+                if len(found) != 1:
+                    continue
+                for prog in programs:
+                    self._replaced.setdefault(ident(prog), found[0])
             if self._replaced:
                 log.info("export: %d programs take an operation's replacedDebugContext", len(self._replaced))
+            if self.outlined_calls:
+                log.info("export: %d operations replaced several others (outlined calls); their programs keep "
+                         "the call's own context", self.outlined_calls)
         return self._replaced

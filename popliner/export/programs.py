@@ -22,11 +22,14 @@ from popliner.errors import ExportError
 from popliner.export.collect import ContextCollector, Progress, VertexTypeTable
 from popliner.export.jsonstream import JsonWriter
 from popliner.export.program_contexts import ProgramContexts
-from popliner.export.pvaread import as_int, attr, encode_tilevector, ident, per_tile, program_type, safe_len
+from popliner.export.pvaread import as_int, attr, check_size, encode_tilevector, ident, per_tile, program_type, safe_len
 
 __all__ = ["ProgramsSection"]
 
 log = logging.getLogger("popliner.export")
+
+#: Program types that only order or synchronise others: no operation owns them (see check_program_contexts).
+_CONTROL_TYPES = frozenset({"Sequence", "Repeat", "Call", "If", "Switch", "Sync"})
 
 
 class ProgramsSection:
@@ -43,9 +46,14 @@ class ProgramsSection:
         self.var_ids = var_ids  # sorted ids of the written variables
         self.step_ids = step_ids
         self.dropped_refs = 0
-        #: Programs written, and those of them with a debug context.
+        #: Programs written; leaf programs other than Sync (an operation can own them); those with a context.
         self.written = 0
         self.with_context = 0
+        self.ownable = 0
+        self.ownable_with_context = 0
+        #: Whether any program has a ``debugContext`` attribute (None or not).
+        self.own_attribute = False
+        self._children: dict[int, list[int]] = {}
         self.emitted: set[int] = set()
         self.order: list[int] = []
         self.child_ids: set[int] = set()
@@ -64,6 +72,7 @@ class ProgramsSection:
             progress.update(n)
         self._emit_missing(w)
         w.end_array()
+        self._check_tree()
         if self.dropped_refs:
             log.info("export: %d program-variable references to variables outside IPU 0 were left out",
                      self.dropped_refs)
@@ -87,34 +96,39 @@ class ProgramsSection:
         if children:
             rec["children"] = children
             self.child_ids.update(children)
+            self._children[pid] = children
         ctx = self._context_of(p, pid)
         self.written += 1
+        self.own_attribute = self.own_attribute or hasattr(p, "debugContext")
+        ownable = not children and ptype not in _CONTROL_TYPES
+        self.ownable += ownable
         if ctx is not None:
             rec["debugContext"] = ctx
             self.with_context += 1
-        self._put(rec, "controlCode", attr(p, "controlCodeByTile"))
+            self.ownable_with_context += ownable
+        self._put(rec, "controlCode", attr(p, "controlCodeByTile"), f"program {pid}'s controlCodeByTile")
         if ptype == "DoExchange":
             # codeBytesByTile means internal-exchange code only for DoExchange.
-            self._put(rec, "exchangeCode", attr(p, "codeBytesByTile"))
+            self._put(rec, "exchangeCode", attr(p, "codeBytesByTile"), f"program {pid}'s codeBytesByTile")
         cs = attr(p, "computeset", "computeSet")
         vertices = self._vertices(cs) if cs is not None else []
         if vertices:
             rec["vertices"] = vertices
-        var_ids = self._program_vars(p)
+        var_ids = self._program_vars(p, pid)
         if var_ids:
             rec["vars"] = var_ids
         cycles = attr(p, "estimatedCyclesByTile")
         if not safe_len(cycles) and cs is not None:
             cycles = attr(cs, "estimatedCyclesByTile")
-        self._put(rec, "cycles", cycles)
+        self._put(rec, "cycles", cycles, f"program {pid}'s estimatedCyclesByTile")
         if ptype == "Repeat":
             count = attr(p, "repeatCount", "count", "numIterations")  # [U]
             if count is not None:
-                rec["repeatCount"] = as_int(count)
+                rec["repeatCount"] = check_size(as_int(count), f"program {pid}'s repeat count")
         return rec
 
-    def _put(self, rec: dict[str, Any], key: str, values: Any) -> None:
-        tv = encode_tilevector(per_tile(values, self.tiles)) if values is not None else None
+    def _put(self, rec: dict[str, Any], key: str, values: Any, what: str) -> None:
+        tv = encode_tilevector(per_tile(values, self.tiles, what)) if values is not None else None
         if tv is not None:
             rec[key] = tv
 
@@ -122,7 +136,7 @@ class ProgramsSection:
         counts: dict[int, np.ndarray] = {}
         for vertex in attr(cs, "vertices", default=()) or ():
             tid = self.vtypes.type_id(attr(vertex, "type"))
-            arr = per_tile(attr(vertex, "countByTile"), self.tiles)
+            arr = per_tile(attr(vertex, "countByTile"), self.tiles, "a compute set's vertex countByTile")
             if tid in counts:
                 counts[tid] += arr
             else:
@@ -134,9 +148,14 @@ class ProgramsSection:
                 out.append([tid, tv])
         return out
 
-    def _program_vars(self, p: Any) -> list[int]:
-        raw = attr(p, "vars", default=()) or ()
+    def _program_vars(self, p: Any, pid: int) -> list[int]:
+        raw: Any = getattr(p, "vars", None)
+        from_operation = raw is None
+        if from_operation:  # [U] no public code reads Program.vars: take the operation's, as the original PopLiner
+            raw = self.program_contexts.operation_vars(pid)
         ids = np.fromiter((ident(v) for v in raw), dtype=np.int64)
+        if from_operation:
+            ids = np.unique(ids)  # an operation may list a variable once per program
         if ids.size == 0:
             return []
         pos = np.searchsorted(self.var_ids, ids)
@@ -144,6 +163,28 @@ class ProgramsSection:
         ok[ok] = self.var_ids[pos[ok]] == ids[ok]
         self.dropped_refs += int(ids.size - ok.sum())
         return ids[ok].tolist()  # type: ignore[no-any-return]
+
+    def _check_tree(self) -> None:
+        """Refuse a program that is its own ancestor (the loader would refuse the document)."""
+        state: dict[int, int] = {}  # 1 on the current path, 2 done
+        for root in self._children:
+            if state.get(root):
+                continue
+            stack = [(root, iter(self._children[root]))]
+            state[root] = 1
+            while stack:
+                pid, kids = stack[-1]
+                child = next(kids, None)
+                if child is None:
+                    state[pid] = 2
+                    stack.pop()
+                elif state.get(child) == 1:
+                    raise ExportError(f"{self.profile}: program {child} is its own ancestor in libpva's program "
+                                      "tree (a cycle through `children`); the report is corrupt; profile the "
+                                      "compilation again")
+                elif not state.get(child):
+                    state[child] = 1
+                    stack.append((child, iter(self._children.get(child, ()))))
 
     def _context_of(self, p: Any, pid: int) -> int | None:
         ctx = self.program_contexts.of(p, pid)

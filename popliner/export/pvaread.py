@@ -11,18 +11,25 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from popliner.profile.model import PROGRAM_TYPES
+from popliner.profile.tilevector import MAX_VALUE
 
 __all__ = [
+    "BadValue",
     "ContextRecord",
     "as_int",
+    "check_size",
     "attr",
+    "arch_name",
     "context_id",
+    "context_list",
+    "raw_context_id",
     "encode_tilevector",
     "enum_name",
     "ident",
@@ -38,7 +45,7 @@ log = logging.getLogger(__name__)
 #: Debug-context ids are uint64 in Poplar; the format (and the loader) keep
 #: them in int64. Ids beyond that range are folded into it.
 _MAX_ID = 2**63 - 1
-_MISSING = object()
+_MISSING: Any = object()
 
 
 def attr(obj: Any, *names: str, default: Any = None) -> Any:
@@ -70,12 +77,47 @@ def as_int(value: Any, default: int = 0) -> int:
         return default
 
 
+def context_list(value: Any, where: str) -> list[Any]:
+    """The debug contexts in ``value``: one context, none, or any sequence of them.
+
+    libpva gives ``Operation.replacedDebugContext`` as a list (PopTorch's
+    tests index it); a program's ``debugContext`` is one context or None. A
+    sequence type other than ``list`` (a bound vector) is unwrapped the same
+    way. A value that is neither a context nor a sequence is refused: taking
+    it as one context would give every program the same wrong id.
+    """
+    if value is None:
+        return []
+    if getattr(value, "id", None) is not None or getattr(value, "_id", None) is not None:
+        return [value]
+    if isinstance(value, (str, bytes, dict)) or safe_len(value) is None:
+        raise ValueError(f"{where} has type {type(value).__name__}, neither a debug context nor a list of them")
+    items = list(value)
+    for item in items:
+        if getattr(item, "id", None) is None and getattr(item, "_id", None) is None:
+            raise ValueError(f"{where} holds a value of type {type(item).__name__}, not a debug context")
+    return items
+
+
+def arch_name(value: Any) -> str | None:
+    """``ipu2`` from libpva's ``target.architecture`` (``pva.IPU.Architecture.Ipu2``) or a string."""
+    if value is None:
+        return None
+    name = value if isinstance(value, str) else enum_name(value)
+    name = name.strip().lower()
+    return name if name and name.isascii() and name.replace("_", "").isalnum() else None
+
+
 def ident(obj: Any) -> int:
-    """The id of a program or lowered variable (``_id`` in libpva, else ``id``)."""
+    """The id of a program or lowered variable (``_id`` in libpva, else ``id``): 0 to 2**63 - 1, as the format's."""
     value = attr(obj, "_id", "id")
     if value is None:
         raise ValueError(f"a libpva {type(obj).__name__} has neither _id nor id")
-    return int(value)
+    value = int(value)
+    if not 0 <= value <= _MAX_ID:
+        raise BadValue(f"a libpva {type(obj).__name__} has id {value}, outside 0 to {_MAX_ID} (the format's ids): "
+                       "the report is corrupt")
+    return value
 
 
 def safe_len(seq: Any) -> int | None:
@@ -85,20 +127,38 @@ def safe_len(seq: Any) -> int | None:
         return None
 
 
-def per_tile(values: Any, tiles: int) -> np.ndarray:
+class BadValue(ValueError):
+    """A number libpva gave that no profile can hold (the loader would refuse the document)."""
+
+
+def check_size(value: int, what: str) -> int:
+    """``value`` when it is a size the format holds (0 to 2**40), else :class:`BadValue`."""
+    if not 0 <= value <= MAX_VALUE:
+        raise BadValue(f"{what} is {value:,}, outside 0 to {MAX_VALUE:,} (libpva sizes are unsigned and far "
+                       "smaller): the report is corrupt")
+    return value
+
+
+def per_tile(values: Any, tiles: int, what: str = "a per-tile list") -> np.ndarray:
     """A libpva per-tile list as int64[tiles].
 
     Lists cover every tile of the target (all IPUs and replicas); only the
     first ``tiles`` (IPU 0) are kept. A missing or short list is padded with 0.
+    A value outside what the format holds (negative, or beyond 2**40) is
+    refused: the loader would refuse the exported document.
     """
     out = np.zeros(tiles, np.int64)
     if values is None:
         return out
-    arr = np.asarray(values, dtype=np.int64).ravel()
+    try:
+        arr = np.asarray(values, dtype=np.int64).ravel()
+    except OverflowError:
+        raise BadValue(f"{what} holds a value beyond 64 bits: the report is corrupt") from None
     n = min(len(arr), tiles)
     out[:n] = arr[:n]
-    # libpva sizes are unsigned; a negative value can only be an overflow.
-    np.maximum(out, 0, out=out)
+    if n and (int(out.min()) < 0 or int(out.max()) > MAX_VALUE):
+        bad = int(np.flatnonzero((out < 0) | (out > MAX_VALUE))[0])
+        check_size(int(out[bad]), f"{what} at tile {bad}")
     return out
 
 
@@ -176,10 +236,14 @@ class ContextRecord:
     """One debug context, ready for the format (``parent`` still an object)."""
 
     id: int
+    #: The id libpva gave, before folding into int64 (two raw ids must not fold to one).
+    raw_id: int
     parent: Any
     layer: str
     name: str
     data: dict[str, Any] | None
+    #: Whether libpva's object has a ``parents`` (or ``parent``) attribute at all: a root has one, empty.
+    linked: bool
 
     def as_json(self, parent_id: int | None) -> dict[str, Any]:
         out: dict[str, Any] = {"id": self.id, "parent": parent_id, "layer": self.layer, "name": self.name}
@@ -188,29 +252,50 @@ class ContextRecord:
         return out
 
 
+def raw_context_id(ctx: Any) -> int:
+    return int(attr(ctx, "id", "_id", default=0))
+
+
 def context_id(ctx: Any) -> int:
-    raw = int(attr(ctx, "id", "_id", default=0))
+    raw = raw_context_id(ctx)
     return raw if 0 <= raw <= _MAX_ID else raw & _MAX_ID
 
 
 def read_context(ctx: Any) -> ContextRecord:
     """Id, parent, layer, name and layer data of a libpva debug context.
 
-    ``parents`` is documented only as a list: the first entry is taken as the
-    direct parent ([I]). ``json`` is text; its keys become ``data``, minus
-    those that repeat the structured fields. The name comes from a ``name``
-    attribute when libpva has one, else from the JSON's ``name`` ([U]).
+    ``parents`` is a list (PopTorch's test walks ``parents[0]``); its first
+    entry is taken as the direct parent, and an empty list means a root. A
+    context with neither ``parents`` nor ``parent`` says nothing about its
+    place. ``json`` is text; its keys become ``data``, minus those that
+    repeat the structured fields. The name comes from a ``name`` attribute
+    when libpva has one, else from the JSON's ``name`` ([U]).
     """
-    cid = context_id(ctx)
-    parents = attr(ctx, "parents", default=())
-    parent = parents[0] if safe_len(parents) else attr(ctx, "parent")
+    raw = raw_context_id(ctx)
+    cid = raw if 0 <= raw <= _MAX_ID else raw & _MAX_ID
+    parents = getattr(ctx, "parents", _MISSING)
+    single = getattr(ctx, "parent", _MISSING)
+    linked = parents is not _MISSING or single is not _MISSING
+    if parents is not _MISSING and parents is not None and safe_len(parents):
+        parent = parents[0]
+    else:
+        parent = None if single is _MISSING else single
     data = _json_object(attr(ctx, "json"), cid)
     layer = _layer(attr(ctx, "layer"), data)
     name = attr(ctx, "name")
     if not isinstance(name, str):
         name = data.pop("name") if isinstance(data.get("name"), str) else ""
     _drop_repeats(data, cid, layer)
-    return ContextRecord(cid, parent, layer, name, data or None)
+    return ContextRecord(cid, raw, parent, layer, name, data or None, linked)
+
+
+#: Nesting kept in a context's free-form data; deeper data is left out (the JSON encoder stops at 255).
+MAX_DATA_DEPTH = 64
+_INT64 = (-(2**63), 2**63 - 1)
+
+
+class _TooDeep(Exception):
+    pass
 
 
 def _json_object(raw: Any, cid: int) -> dict[str, Any]:
@@ -220,13 +305,34 @@ def _json_object(raw: Any, cid: int) -> dict[str, Any]:
     if isinstance(raw, (str, bytes)):
         try:
             value = json.loads(raw)
-        except ValueError:
+        except (ValueError, RecursionError):
             log.debug("debug context %d: json is not valid JSON; data left out", cid)
             return {}
     if not isinstance(value, dict):
         log.debug("debug context %d: json is not an object; data left out", cid)
         return {}
-    return _sanitise(value)
+    try:
+        clean = _plain(value, 0)
+    except _TooDeep:
+        log.warning("debug context %d: its json nests deeper than %d levels; its data is left out", cid,
+                    MAX_DATA_DEPTH)
+        return {}
+    return _sanitise(clean)
+
+
+def _plain(value: Any, depth: int) -> Any:
+    """``value`` with integers beyond int64 as text (the format's readers stop at 64 bits)."""
+    if depth > MAX_DATA_DEPTH:
+        raise _TooDeep
+    if isinstance(value, dict):
+        return {str(k): _plain(v, depth + 1) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v, depth + 1) for v in value]
+    if type(value) is int and not _INT64[0] <= value <= _INT64[1]:
+        return str(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        return None  # JSON has no NaN or infinity
+    return value
 
 
 def _sanitise(data: dict[str, Any]) -> dict[str, Any]:
@@ -239,17 +345,15 @@ def _sanitise(data: dict[str, Any]) -> dict[str, Any]:
         else:
             data["inputs"] = [str(inputs)]
     return data
-
-
 def _layer(raw: Any, data: dict[str, Any]) -> str:
-    # One SDK's test json.loads() the layer, so it may be JSON text ([U]).
+    # PopTorch's test (SDK 3.0-3.4) does json.loads(ctx.layer)["layer"]: the layer may be a JSON object's text.
     if isinstance(raw, str) and raw[:1] in ('"', "{"):
         try:
             raw = json.loads(raw)
-        except ValueError:
+        except (ValueError, RecursionError):
             pass
-        if isinstance(raw, dict):
-            raw = raw.get("layer", "")
+    if isinstance(raw, dict):
+        raw = raw.get("layer")
     if raw is None:
         raw = data.get("layer", "")
     return raw if isinstance(raw, str) else enum_name(raw)

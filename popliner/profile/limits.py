@@ -36,6 +36,8 @@ LIMITS: dict[str, int] = {
     "POPLINER_MAX_SIM_FRAGMENTS": 150_000,
     # Bytes the parts of a review workbook that are read may unpack to (popliner.config.workbook).
     "POPLINER_MAX_WORKBOOK_BYTES": 32 << 20,
+    # A check's result file read as --baseline: a few KB per IPU (layers, largest variables).
+    "POPLINER_MAX_RESULT_BYTES": 16 * 1024 * 1024,
 }
 
 

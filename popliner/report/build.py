@@ -21,11 +21,12 @@ from popliner.memory.timeline import stage_live_bytes
 from popliner.report.aggregate import Pooled, max_pool
 from popliner.report.data import ipu_memories
 from popliner.report.options import OptionRow, model_options
+from popliner.report.planner import Planner, build_planner
 from popliner.simulator.engine import DEFAULT_LINK_BANDWIDTH, DEFAULT_SYNC_CYCLES, SimResult, simulate
 from popliner.simulator.inputs import inputs_from_analysis
 from popliner.solvers.result import StageResult
 
-__all__ = ["LIVENESS_POINTS", "Liveness", "Report", "build_report", "fullest_ipu", "liveness"]
+__all__ = ["LIVENESS_POINTS", "Liveness", "Report", "build_report", "fullest_ipu", "liveness", "split_simulation"]
 
 #: Most points a liveness curve keeps (max-pooled: every bucket keeps its peak).
 LIVENESS_POINTS = 1500
@@ -74,6 +75,8 @@ class Report:
     training: str = ""
     #: How much of the compiler's own figure the model accounts for (profiles with other categories; else empty).
     coverage: str = ""
+    #: Every contiguous split over the report's IPUs, for the page's planner (None: not asked for).
+    planner: Planner | None = None
 
     @property
     def fits(self) -> bool:
@@ -90,18 +93,19 @@ class Report:
 
 def build_report(analysis: Analysis, config: PipelineConfig, *, budget: int, source: str,
                  link_bandwidth: float = DEFAULT_LINK_BANDWIDTH, sync_cycles: float = DEFAULT_SYNC_CYCLES,
-                 micro_batch_size: int = 1, gradient_accumulation: int | None = None) -> Report:
-    """The report of ``config``'s split of the analysed profile, against ``budget`` bytes per tile."""
+                 micro_batch_size: int = 1, gradient_accumulation: int | None = None,
+                 with_planner: bool = True) -> Report:
+    """The report of ``config``'s split of the analysed profile, against ``budget`` bytes per tile.
+
+    ``with_planner``: with the figures of every contiguous split over the config's IPUs (the page's planner).
+    """
     from popliner.breakdown import layer_rows, unlayered_row
 
     ipus = tuple(ipu_memories(analysis, [s.layers for s in config.stages], budget=budget))
     g = gradient_accumulation if gradient_accumulation is not None else config.gradient_accumulation
     target = analysis.profile.target
-    inputs = inputs_from_analysis(config, analysis, tiles_per_ipu=int(target.tiles_per_ipu),
-                                  clock_hz=float(target.clock_hz))
-    sim = simulate(inputs.stages, g, clock_hz=inputs.clock_hz, link_bandwidth=link_bandwidth,
-                   sync_cycles=sync_cycles, budget_bytes=budget, micro_batch_size=micro_batch_size,
-                   tiles_per_ipu=inputs.tiles_per_ipu, sharded=config.execution == "sharded")
+    sim = split_simulation(analysis, config, budget=budget, micro_batches=g, link_bandwidth=link_bandwidth,
+                           sync_cycles=sync_cycles, micro_batch_size=micro_batch_size)
     return Report(
         version=__version__, profile_path=analysis.profile.path, profile_sha256=analysis.profile.sha256,
         source=source, mode=analysis.mode, tiles=int(target.tiles_per_ipu), bytes_per_tile=int(target.bytes_per_tile),
@@ -110,7 +114,21 @@ def build_report(analysis: Analysis, config: PipelineConfig, *, budget: int, sou
         options=model_options(analysis, config, g, micro_batch_size, link_bandwidth, sync_cycles),
         training=config.options.summary() if config.options is not None else "",
         coverage=_coverage(analysis),
+        planner=build_planner(analysis, config, budget=budget, micro_batches=g, micro_batch_size=micro_batch_size,
+                              clock_hz=float(target.clock_hz), link_bandwidth=link_bandwidth,
+                              sync_cycles=sync_cycles, ipus=ipus) if with_planner else None,
     )
+
+
+def split_simulation(analysis: Analysis, config: PipelineConfig, *, budget: int, micro_batches: int,
+                     link_bandwidth: float, sync_cycles: float, micro_batch_size: int) -> SimResult:
+    """One step of ``config``'s split on the simulator, its IPUs' figures recomputed from the profile."""
+    target = analysis.profile.target
+    inputs = inputs_from_analysis(config, analysis, tiles_per_ipu=int(target.tiles_per_ipu),
+                                  clock_hz=float(target.clock_hz))
+    return simulate(inputs.stages, micro_batches, clock_hz=inputs.clock_hz, link_bandwidth=link_bandwidth,
+                    sync_cycles=sync_cycles, budget_bytes=budget, micro_batch_size=micro_batch_size,
+                    tiles_per_ipu=inputs.tiles_per_ipu, sharded=config.execution == "sharded")
 
 
 def _coverage(analysis: Analysis) -> str:

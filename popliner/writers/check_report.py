@@ -5,11 +5,12 @@ from __future__ import annotations
 from typing import IO
 
 from popliner.check import CheckResult
+from popliner.checkreport import CheckReport
 from popliner.solvers.result import StageResult
 from popliner.textsafe import shown
 from popliner.writers.ipu_table import IpuLine, ipu_table
 
-__all__ = ["check_table", "overflow_text", "write_check_text"]
+__all__ = ["check_table", "overflow_text", "write_check_report_text"]
 
 
 def check_table(result: CheckResult) -> str:
@@ -40,5 +41,11 @@ def overflow_text(ipu: StageResult) -> str:
     return "\n".join(parts)
 
 
-def write_check_text(result: CheckResult, stream: IO[str]) -> None:
-    stream.write(check_table(result) + "\n")
+def write_check_report_text(report: CheckReport, stream: IO[str]) -> None:
+    """The table, then the comparison with the baseline when there is one."""
+    from popliner.writers.check_delta import comparison_lines
+
+    text = check_table(report.result)
+    if report.comparison is not None:
+        text += "\n" + "\n".join(comparison_lines(report.comparison))
+    stream.write(text + "\n")

@@ -3,7 +3,7 @@
 A writer is one format (CSV, JUnit XML, a PNG image ...): the suffixes that
 choose it, whether it writes bytes or text, and the kinds of value it can
 write, named by their types (a command's result: ``Simulation``,
-``CheckResult``, ``Tables``, ``PipelineConfig``, ``Report`` ...). Every
+``CheckReport``, ``Tables``, ``PipelineConfig``, ``Report`` ...). Every
 command picks its writer here, from the name given to ``-o`` (or to a flag
 of its own, such as ``--trace``):
 
@@ -66,9 +66,10 @@ def _declared(name: str, suffixes: tuple[str, ...], kinds: str, module: str, att
 
 
 #: The one map: every writer, each with the suffixes that choose it. A suffix may belong to two writers
-#: only when they write different kinds (``.json``: a split or a simulation, or an optimum IPU config).
+#: only when they write different kinds (``.json``: a split or a simulation, an optimum IPU config, or a check's
+#: result file).
 WRITERS: Sequence[Writer] = (
-    _declared("text", (".txt",), "Simulation CheckResult Tables", "text", "TEXT", newline=""),
+    _declared("text", (".txt",), "Simulation CheckReport Tables", "text", "TEXT", newline=""),
     _declared("csv", (".csv",), "Tables", "tables", "CSV", newline=""),
     _declared("tsv", (".tsv",), "Tables", "tables", "TSV", newline=""),
     _declared("xlsx", (".xlsx",), "Tables", "xlsx", "XLSX", binary=True),
@@ -77,7 +78,9 @@ WRITERS: Sequence[Writer] = (
     _declared("yaml", (".yaml", ".yml"), "PipelineConfig", "pipeline_yaml", "YAML"),
     _declared("ipu_config", (".json",), "PipelineConfig", "ipu_config", "IPU_CONFIG"),
     _declared("html", (".html", ".htm"), "Report", "html", "HTML", newline=""),
-    _declared("junit", (".xml",), "CheckResult", "junit", "JUNIT", binary=True),
+    _declared("check_json", (".json",), "CheckReport", "check_json", "CHECK_JSON"),
+    _declared("markdown", (".md", ".markdown"), "CheckReport", "check_md", "MARKDOWN"),
+    _declared("junit", (".xml",), "CheckReport", "junit", "JUNIT", binary=True),
     _declared("png", (".png",), "Figure Simulation", "plots", "PNG", binary=True),
     _declared("svg", (".svg",), "Figure Simulation", "plots", "SVG", binary=True),
 )
@@ -145,9 +148,12 @@ def writer_among(path: str | os.PathLike[str] | None, kinds: Sequence[str], defa
             if kind in w.kinds:
                 return kind, w
     endings = tuple(dict.fromkeys(s for kind in kinds for s in suffixes_for(kind)))
-    raise UsageProblem(f"{option} {os.fspath(path or '')}: {what or kinds[0]} can be written as {_listed(endings)}"
-                       f"; any other name: {_by_name(default, default_kind).name}; "
-                       "give a name with one of these endings")
+    # The ending is one the map knows, for another kind of output: say so, so that the default for names
+    # the map does not know ("any other name") does not read as if it applied to this one.
+    ending = max((s for w in claims for s in w.suffixes if os.fspath(path or "").lower().endswith(s)), key=len)
+    raise UsageProblem(f"{option} {os.fspath(path or '')}: {what or kinds[0]} can be written as {_listed(endings)}, "
+                       f"not as {ending} ({_listed(tuple(w.name for w in claims))} output); a name with none of "
+                       f"popliner's endings gets {_by_name(default, default_kind).name}")
 
 
 def check_output(path: str | None, force: bool, kind: str, default: str, *, option: str = "-o",

@@ -23,6 +23,7 @@ from popliner.fileio import check_writable
 from popliner.memory.types import COMPONENT_TITLES, OTHER, components
 from popliner.report.build import LIVENESS_POINTS, Report
 from popliner.writers.html_figures import heatmap_figure, liveness_figure, memory_figure, schedule_figure, short_bytes
+from popliner.writers.html_planner import PLANNER_CSS, planner_data, planner_script, planner_section
 from popliner.writers.simulation import seconds_text
 from popliner.writers.writer import FormatWriter, write_output
 
@@ -31,6 +32,7 @@ __all__ = ["HTML", "SECTIONS", "plotly_js", "render_html", "render_report", "wri
 #: (id, heading) of every section, in page order.
 SECTIONS: tuple[tuple[str, str], ...] = (
     ("split", "The split"),
+    ("planner", "Plan it yourself"),
     ("memory", "Memory per IPU"),
     ("layers", "Layers"),
     ("tiles", "Memory per tile"),
@@ -75,12 +77,19 @@ def render_html(report: Report, plotly_js: str) -> str:
     if report.sim is not None:
         figures["fig-schedule"] = schedule_figure(report.sim)
     body = "\n".join((
-        _header(report), _nav(), _split(report), _memory(report), _layers(report), _tiles(report),
+        _header(report), _nav(), _split(report), _planner(report), _memory(report), _layers(report), _tiles(report),
         _liveness(report), _schedule(report), _options(report), _about(report),
     ))
+    planner = report.planner
+    data = _script_json(planner_data(planner)) if planner is not None and not planner.refused else ""
+    script = planner_script().replace("</script", "<\\/script") if data else ""
     return _TEMPLATE.format(
-        title=_e(f"popliner report: {_basename(report.profile_path)}"), css=_CSS, body=body,
-        figures=_script_json(figures), plotly=plotly_js.replace("</script", "<\\/script"), script=_SCRIPT,
+        title=_e(f"popliner report: {_basename(report.profile_path)}"), css=_CSS + PLANNER_CSS, body=body,
+        figures=_script_json(figures), plotly=plotly_js.replace("</script", "<\\/script"),
+        script=_SCRIPT,
+        # Before plotly.js: the planner draws without waiting for the 4.8 MB bundle to be parsed.
+        planner=(f'<script type="application/json" id="popliner-planner">{data}</script>\n'
+                 f"<script>{script}</script>\n") if data else "",
     )
 
 
@@ -122,6 +131,10 @@ def _split(r: Report) -> str:
     intro = ("<p>Each box is one IPU, as wide as its share of the layers, green when its worst tile "
              "(stash and copy buffers included) is within the budget.</p>")
     return _section("split", intro, f"<div class='split'>{''.join(boxes)}</div>{note}")
+
+
+def _planner(r: Report) -> str:
+    return _section("planner", "", planner_section(r.planner))
 
 
 def _memory(r: Report) -> str:
@@ -376,7 +389,7 @@ _TEMPLATE = """<!DOCTYPE html>
 <body>
 {body}
 <script type="application/json" id="popliner-figures">{figures}</script>
-<script>{plotly}</script>
+{planner}<script>{plotly}</script>
 <script>{script}</script>
 </body>
 </html>

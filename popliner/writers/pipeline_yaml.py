@@ -6,6 +6,7 @@ table and the snippets are derived from ``stages[].layers``.
 
 from __future__ import annotations
 
+import io
 from typing import IO, Any
 
 from popliner.config.model import ConfigStage, ConfigTraining, PipelineConfig
@@ -15,7 +16,7 @@ from popliner.config.yaml_io import CONFIG_BYTES_ENV, max_config_chars
 from popliner.errors import OutputTooLarge
 from popliner.writers.writer import FormatWriter
 
-__all__ = ["HEADER", "YAML", "config_to_document", "write_config"]
+__all__ = ["HEADER", "YAML", "config_to_document", "dump_document", "predicted_document", "write_config"]
 
 HEADER = (
     "# popliner pipeline config (schema: docs/pipeline-config.md).\n"
@@ -56,16 +57,23 @@ def write_config(cfg: PipelineConfig, stream: IO[str]) -> None:
     A config longer than popliner reads back is refused before a character is written (a thousand layers of
     long names make a megabyte): popliner writes no config it would then refuse to read.
     """
-    import yaml
-
-    text = HEADER + yaml.dump(config_to_document(cfg), Dumper=_dumper(), sort_keys=False, default_flow_style=False,
-                              allow_unicode=True, width=1000)  # one-line rows stay on one line
+    body = io.StringIO()
+    dump_document(config_to_document(cfg), body)
+    text = HEADER + body.getvalue()
     if len(text) > max_config_chars():
         raise OutputTooLarge(
             f"the pipeline config would be {len(text):,} characters, over the {max_config_chars():,} that popliner "
             f"reads back; use fewer or shorter layer names (--layer-name-regex), or set {CONFIG_BYTES_ENV} to a "
             "larger count (for writing it and for every command that reads it)")
     stream.write(text)
+
+
+def dump_document(doc: dict[str, Any], stream: IO[str]) -> None:
+    """A (part of a) config document as this writer writes it."""
+    import yaml
+
+    yaml.dump(doc, stream, Dumper=_dumper(), sort_keys=False, default_flow_style=False,
+              allow_unicode=True, width=1000)  # one-line rows stay on one line
 
 
 def config_to_document(cfg: PipelineConfig) -> dict[str, Any]:
@@ -101,28 +109,33 @@ def _training_document(t: ConfigTraining) -> dict[str, Any]:
 
 def _stage_document(cfg: PipelineConfig, s: ConfigStage) -> dict[str, Any]:
     stages = list(cfg.stage_layout.ipu_stages(s.ipu))  # forward, a wrapped head, backward
-    memory = s.memory.as_dict()
-    memory["total"] = s.memory.total
     return {
         "index": s.index,
         "ipu": s.ipu,
         "pipeline_stages": _FlowList(stages),
         "layers": list(s.layers),
-        "predicted": {
-            "for_layers": s.predicted_for,
-            "memory": memory,
-            "worst_tile": s.worst_tile,
-            "worst_tile_bytes": s.worst_tile_bytes,
-            "stash_bytes": s.stash_bytes,
-            "stash_entries": s.stash_entries,
-            "cycles": s.cycles,
-            "bytes_in": s.bytes_in,
-            **({} if s.forward_cycles is None else {"forward_cycles": s.forward_cycles}),
-            **({} if s.recompute_cycles is None else {"recompute_cycles": s.recompute_cycles}),
-            **({} if s.head_cycles is None else {"head_cycles": s.head_cycles}),
-            **({} if s.gradient_bytes_in is None else {"gradient_bytes_in": s.gradient_bytes_in}),
-            **({} if s.stash_entry_bytes is None else {"stash_entry_bytes": s.stash_entry_bytes}),
-        },
+        "predicted": predicted_document(s),
+    }
+
+
+def predicted_document(s: ConfigStage) -> dict[str, Any]:
+    """A stage's ``predicted`` block (the optional figures only when recorded)."""
+    memory = s.memory.as_dict()
+    memory["total"] = s.memory.total
+    return {
+        "for_layers": s.predicted_for,
+        "memory": memory,
+        "worst_tile": s.worst_tile,
+        "worst_tile_bytes": s.worst_tile_bytes,
+        "stash_bytes": s.stash_bytes,
+        "stash_entries": s.stash_entries,
+        "cycles": s.cycles,
+        "bytes_in": s.bytes_in,
+        **({} if s.forward_cycles is None else {"forward_cycles": s.forward_cycles}),
+        **({} if s.recompute_cycles is None else {"recompute_cycles": s.recompute_cycles}),
+        **({} if s.head_cycles is None else {"head_cycles": s.head_cycles}),
+        **({} if s.gradient_bytes_in is None else {"gradient_bytes_in": s.gradient_bytes_in}),
+        **({} if s.stash_entry_bytes is None else {"stash_entry_bytes": s.stash_entry_bytes}),
     }
 
 

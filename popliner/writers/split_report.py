@@ -11,6 +11,7 @@ from popliner.memory.coverage import Coverage, coverage_line
 from popliner.solvers.result import TIMEOUT, SplitResult
 from popliner.textsafe import shell_word, shown
 from popliner.writers.ipu_table import IpuLine, ipu_table
+from popliner.writers.shares import percent
 
 if TYPE_CHECKING:
     from popliner.plan import FitFacts
@@ -99,12 +100,12 @@ def _fewer_ipus_lines(split: SplitResult, facts: FitFacts, min_ipus_used: bool) 
     share = facts.one_ipu_worst_bytes / budget if budget else 0.0
     if facts.fewest_ipus == 1:
         out = [f"popliner: the whole model fits on ONE IPU (worst tile {facts.one_ipu_worst_bytes:,} bytes, "
-               f"{share:.0%} of the budget): more IPUs only buy throughput, not memory."]
+               f"{percent(share)} of the budget): more IPUs only buy throughput, not memory."]
         if used > 1:
             out.append("          --min-ipus (or --num-ipus 1) keeps it on one IPU; --num-ipus N pipelines it over N.")
         return out
     one = (f"not on one: its worst tile would need {facts.one_ipu_worst_bytes:,} bytes, "
-           f"{share:.1f}x the budget")
+           f"{percent(share)} of the budget")
     if facts.fewest_ipus is None or facts.fewest_ipus >= used:
         why = "--min-ipus" if min_ipus_used else f"no split fits on {used - 1}"
         return [f"popliner: {used} IPUs is the fewest that fit ({why});", f"          {one}."]
