@@ -229,7 +229,7 @@ def solve_split(analysis: Analysis, problem: SplitProblem, *, solver: SolverName
     what the limit cut short.
     """
     from popliner.memory.ranges import ProfileRanges
-    from popliner.solvers.result import SplitResult
+    from popliner.solvers.result import TIMEOUT, SplitResult
     from popliner.solvers.solve import SplitOutcome, solve_bounds
 
     t0 = time.perf_counter()
@@ -238,7 +238,7 @@ def solve_split(analysis: Analysis, problem: SplitProblem, *, solver: SolverName
     engine = analysis.engine  # the engine and its training view: set-up the limit counts
     if time.monotonic() >= deadline:
         # Spent on the engine: no range table is set up either (its liveness grid takes a while too).
-        outcome = SplitOutcome(solver, "INFEASIBLE", (), note=f"the {time_limit:g} s time limit ran out while "
+        outcome = SplitOutcome(solver, TIMEOUT, (), note=f"the {time_limit:g} s time limit ran out while "
                                "the memory engine was set up, before any range was evaluated: nothing was searched")
     else:
         # The tables stop their own row extension at the deadline, so that greedy's fill and the first
@@ -253,8 +253,8 @@ def solve_split(analysis: Analysis, problem: SplitProblem, *, solver: SolverName
                                                  deadline=deadline, lazy=True),
             layer_need=lambda k: _layer_need(engine, table, k),
         )
-    stages, note = _stage_results(analysis, problem, outcome.bounds, outcome.status == "INFEASIBLE", deadline,
-                                  time_limit)
+    explain = outcome.status in ("INFEASIBLE", TIMEOUT)
+    stages, note = _stage_results(analysis, problem, outcome.bounds, explain, deadline, time_limit)
     return SplitResult(outcome.solver, outcome.status, analysis.mode, problem.num_ipus, problem.budget, stages,
                        objective=outcome.objective, bound=outcome.bound, gap=outcome.gap,
                        wall_seconds=time.perf_counter() - t0, note=outcome.note + note)

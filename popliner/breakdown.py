@@ -17,6 +17,7 @@ from popliner.memory.ranges import ProfileRanges
 from popliner.memory.sharing import handed_over_bytes, shared_bytes
 from popliner.memory.training import RecomputeRequest
 from popliner.memory.types import COMPONENT_TITLES, ComponentBytes, StageMemory, components
+from popliner.memory.work import check_layer_rows
 from popliner.pipeline import position_memory
 from popliner.training_record import ConfigTraining, training_of
 
@@ -226,6 +227,7 @@ def _row(analysis: Analysis, name: str, ops: np.ndarray) -> LayerRow:
 
 
 def layer_rows(analysis: Analysis) -> tuple[LayerRow, ...]:
+    check_layer_rows(analysis.profile.path, analysis.profile.tiles, len(analysis.layer_names))
     return tuple(_row(analysis, name, analysis.layers.ops_of(k)) for k, name in enumerate(analysis.layer_names))
 
 

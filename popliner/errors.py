@@ -20,6 +20,7 @@ __all__ = [
     "Interrupted",
     "OutputError",
     "OutputExistsError",
+    "OutputTooLarge",
     "PoplinerError",
     "ProfileFormatError",
     "UsageProblem",
@@ -71,6 +72,11 @@ class BaselineError(PoplinerError):
 
 class UsageProblem(PoplinerError):
     """Options that make no sense together or name things that do not exist."""
+
+
+class OutputTooLarge(UsageProblem):
+    """An output longer than popliner would read back; the message has no path (the writer knows none):
+    :func:`popliner.writers.writer.write_output` names the file."""
 
 
 class OutputExistsError(PoplinerError):

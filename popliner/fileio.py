@@ -198,6 +198,7 @@ def check_writable(path: str | os.PathLike[str], force: bool, *, suffixes: Itera
     except OSError as exc:
         raise _os_error(exc, shown) from None
     if st is not None and stat.S_ISLNK(st.st_mode):
+        _refuse_device_link(real, shown)
         if not force:
             raise OutputError(shown, f"is a symbolic link (to {os.readlink(real)}); popliner does not write through "
                                      "links: pass --force to replace the link itself (its target is left alone), or "
@@ -215,10 +216,40 @@ def check_writable(path: str | os.PathLike[str], force: bool, *, suffixes: Itera
     return real
 
 
+def _refuse_device_link(link: Path, shown: str) -> None:
+    """A link to a device, FIFO, socket or folder is never replaced, even with --force (nor written through)."""
+    try:
+        kind = _kind(os.stat(link).st_mode)  # what the link leads to
+    except (OSError, ValueError):
+        return  # dangling: replaced (with --force) like a file
+    if kind is not None:
+        what = kind.removeprefix("is a ")
+        raise OutputError(shown, f"is a symbolic link to a {what} ({os.readlink(link)}); popliner neither writes "
+                                 "through links nor replaces links to devices: give the device's own name, "
+                                 "or a file name")
+
+
+def _in_system_folder(folder: Path) -> str | None:
+    """The system folder that ``folder`` is (``/dev``) or is in (``/proc``), by its real path, or None.
+
+    An existing character device or FIFO there is written into, but popliner creates and replaces nothing in
+    them (as root, ``-o /dev/stdin --force`` replaced the system's link). /dev itself only: its subfolders such
+    as /dev/shm are scratch space.
+    """
+    real = os.path.realpath(folder)
+    if real == "/dev":
+        return real
+    return "/proc" if real == "/proc" or real.startswith("/proc/") else None
+
+
 def _check_folder(real: Path, shown: str) -> None:
     parent = real.parent
     if not parent.is_dir():
         raise UsageProblem(f"{shown}: folder {parent} does not exist; create it first")
+    system = _in_system_folder(parent)
+    if system is not None:
+        raise OutputError(shown, f"is in {system}, the system's folder of devices and processes; popliner writes "
+                                 "into a device there but creates and replaces no file: write somewhere else")
     try:
         name_max = os.pathconf(parent, "PC_NAME_MAX")
     except (OSError, ValueError):

@@ -27,8 +27,8 @@ import regex
 
 from popliner.errors import UsageProblem
 
-__all__ = ["PER_NAME_SECONDS", "SEARCH_SECONDS", "TOTAL_SECONDS", "BoundedRegex", "Searcher", "compile_bounded",
-           "regex_error"]
+__all__ = ["PER_NAME_SECONDS", "SEARCH_SECONDS", "TOTAL_SECONDS", "BoundedRegex", "RegexRunaway", "Searcher",
+           "compile_bounded", "regex_error"]
 
 #: Seconds one search may take (a profile's names are at most a few hundred characters).
 SEARCH_SECONDS = 1.0
@@ -89,9 +89,20 @@ class BoundedRegex:
         return f"{allowed:.3g} s over {searches} names"
 
     def _runaway(self, how: str) -> None:
-        raise UsageProblem(f"regex {self.pattern!r} ({self.source}) runs too long ({how}): it backtracks, as "
-                           f"nested repeats like (a|aa)+ do; simplify it, or set {_ENV} to allow more seconds "
-                           f"per name (now {self._each:g})") from None
+        raise RegexRunaway(self.pattern, self.source, how, self._each) from None
+
+
+class RegexRunaway(UsageProblem):
+    """A pattern stopped past its time bound; :meth:`from_source` names another source (the config file)."""
+
+    def __init__(self, pattern: str, source: str, how: str, seconds: float) -> None:
+        self.pattern, self.source, self.how, self.seconds = pattern, source, how, seconds
+        super().__init__(f"regex {pattern!r} ({source}) runs too long ({how}): it backtracks, as nested repeats "
+                         f"like (a|aa)+ do; simplify it, or set {_ENV} to allow more seconds per name "
+                         f"(now {seconds:g})")
+
+    def from_source(self, source: str) -> RegexRunaway:
+        return RegexRunaway(self.pattern, source, self.how, self.seconds)
 
 
 def _shown(text: str) -> str:

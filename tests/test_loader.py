@@ -569,6 +569,9 @@ BAD_INPUTS: list[Bad] = [
         f"1000000000 tiles per IPU is beyond any IPU (limit {MAX_TILES})"),
     Bad("tiles-2e41", "tilesPerIpu 2^41", mutated(_set("target.tilesPerIpu", 2**41)), "target.tilesPerIpu",
         f"2199023255552 tiles per IPU is beyond any IPU (limit {MAX_TILES})"),
+    # a positive clock too small to divide by: every time derived from it was infinite (issue 39)
+    Bad("clock-1e-300", "clockFrequency 1e-300", mutated(_set("target.clockFrequency", 1e-300)),
+        "target.clockFrequency", "1e-300 Hz is no IPU clock (expected 1000 to 1e+12 Hz)"),
 ]
 
 

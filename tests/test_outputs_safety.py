@@ -557,14 +557,16 @@ def test_a_symlink_is_never_written_through(option: str, tmp_path: Path, config:
     assert _listing(here, elsewhere) == {str(here): [link.name], str(elsewhere): [target.name]}  # no temp file
 
 
-def test_a_link_to_dev_null_is_replaced_not_written_through(tmp_path: Path) -> None:
+def test_a_link_to_dev_null_is_neither_written_through_nor_replaced(tmp_path: Path) -> None:
+    # Since issue 39 a link to a device is not replaced with --force either (as root, -o /dev/stdin --force
+    # replaced the system's link): the user names the device itself, or a file.
     to_null = tmp_path / "null"
     to_null.symlink_to("/dev/null")
     r = CliRunner().invoke(cli, ["-q", str(TINY), "-o", str(to_null)])
     assert r.exit_code == EXIT_BAD_INPUT and "symbolic link" in r.stderr
     r = CliRunner().invoke(cli, ["-q", str(TINY), "-o", str(to_null), "--force"])
-    assert r.exit_code == 0, r.stderr
-    assert not to_null.is_symlink() and to_null.read_text().startswith("Layer,")
+    assert r.exit_code == EXIT_BAD_INPUT and "symbolic link to a character device" in r.stderr
+    assert to_null.is_symlink() and os.readlink(to_null) == "/dev/null"
     assert Path("/dev/null").is_char_device()
 
 

@@ -446,6 +446,9 @@ def setup_logging(level: int) -> None:
     logger.addHandler(handler)
     logger.setLevel(level)
     logger.propagate = False
+    # matplotlib's own log lines ("created a temporary cache directory" when HOME is read-only) say nothing
+    # about the user's run: shown only with -v.
+    logging.getLogger("matplotlib").setLevel(logging.WARNING if level <= logging.DEBUG else logging.ERROR)
 
 
 class _ShownFormatter(logging.Formatter):

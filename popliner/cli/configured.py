@@ -7,11 +7,13 @@ figures from a profile, so they read that profile the same way.
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from popliner.cli.options import CONFIG_TRAINING_PARAMS
+from popliner.regexes import RegexRunaway
 
 if TYPE_CHECKING:
     from popliner.analysis import Analysis
@@ -47,14 +49,34 @@ def analysis_for_config(source: str, profile: str, mode: str, recorded: ConfigTr
 
     layer_options = merged_layer_options(recorded_layers, given, source)
     options = analysis_options(mode, recorded, layer_groups, analysis_fields(layer_options))
-    analysis = load_analysis(profile, options, use_cache=use_cache, cache_dir=cache_dir)
-    resolve_recorded(analysis, source)
-    check_applied(recorded, analysis, source)
+    with regexes_of_config(source, recorded, recorded_layers):
+        analysis = load_analysis(profile, options, use_cache=use_cache, cache_dir=cache_dir)
+        resolve_recorded(analysis, source)
+        check_applied(recorded, analysis, source)
     sha = analysis.profile.sha256
     if recorded_sha256 and recorded_sha256.lower() != sha.lower():
         log.warning("%s differs from the profile the config was written for: sha256 %s.. vs %s..; "
                     "the figures are recomputed from %s", profile, sha[:12], recorded_sha256[:12], profile)
     return analysis
+
+
+@contextlib.contextmanager
+def regexes_of_config(source: str, recorded: ConfigTraining | None,
+                      recorded_layers: tuple[tuple[str, object], ...]) -> Iterator[None]:
+    """A regex of the config that runs away is refused naming the config's key and file, not an option the
+    user did not give (the message said ``--update-regex or training.update_regex``, with no file)."""
+    keys = {f"layer_options.{key}": value for key, value in recorded_layers}
+    if recorded is not None:
+        keys |= {"training.update_regex": recorded.update_regex,
+                 "training.optimizer_state_regex": recorded.optimizer_state_regex}
+    try:
+        yield
+    except RegexRunaway as exc:
+        # An option given too must agree with the config (checked before): the config's key is named either way.
+        for key, value in keys.items():
+            if value == exc.pattern:
+                raise exc.from_source(f"{key} in {source}") from None
+        raise
 
 
 def budget_for_config(analysis: Analysis, cfg: PipelineConfig, fraction: float | None) -> int:

@@ -18,12 +18,12 @@ import click
 
 from popliner.errors import UsageProblem
 from popliner.fileio import atomic_write
-from popliner.hardware import DEFAULT_LINK_BANDWIDTH, DEFAULT_SYNC_CYCLES
+from popliner.hardware import BANDWIDTH_RANGE, CLOCK_HZ_RANGE, DEFAULT_LINK_BANDWIDTH, DEFAULT_SYNC_CYCLES
 
-__all__ = ["BUDGET_DEFAULT", "BYTES_PER_TILE", "CACHE_DIR_HELP", "CONFIG_TRAINING_PARAMS", "LAYERS_PER_STAGE",
-           "LAYER_PARAMS", "LINK_BANDWIDTH", "MICRO_BATCHES", "MICRO_BATCH_SIZE", "NUM_IPUS", "REPLICAS", "SECONDS",
-           "SEED", "SYNC_CYCLES", "FiniteFloat", "budget_given", "budget_options", "cache_options",
-           "config_training_options",
+__all__ = ["BUDGET_DEFAULT", "BYTES_PER_TILE", "CACHE_DIR_HELP", "CLOCK_HZ", "CONFIG_TRAINING_PARAMS",
+           "LAYERS_PER_STAGE", "LAYER_PARAMS", "LINK_BANDWIDTH", "MICRO_BATCHES", "MICRO_BATCH_SIZE", "NUM_IPUS",
+           "REPLICAS", "SECONDS", "SEED", "SYNC_CYCLES", "FiniteFloat", "budget_given", "budget_options",
+           "cache_options", "config_training_options",
            "force_option", "gradient_accumulation_option", "headroom_given", "layer_options", "layering",
            "link_bandwidth_option", "output_option", "output_stream", "schedule_options"]
 
@@ -108,7 +108,8 @@ SECONDS = FiniteFloat(0.0, 1e7, min_open=True)
 #: OR-Tools takes a 32-bit seed.
 SEED = click.IntRange(0, 2**31 - 1)
 #: Bytes per second of a link: up to 1 PB/s.
-LINK_BANDWIDTH = FiniteFloat(0.0, 1e15, min_open=True)
+LINK_BANDWIDTH = FiniteFloat(*BANDWIDTH_RANGE)
+CLOCK_HZ = FiniteFloat(*CLOCK_HZ_RANGE)
 MICRO_BATCHES = click.IntRange(1, 100_000)  # as the simulator's MAX_MICRO_BATCHES
 REPLICAS = click.IntRange(1, 65_536)
 LAYERS_PER_STAGE = click.IntRange(1, 1_000_000)

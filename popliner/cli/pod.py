@@ -10,11 +10,11 @@ import click
 from popliner.cli.options import (
     BUDGET_DEFAULT,
     BYTES_PER_TILE,
+    CLOCK_HZ,
     LINK_BANDWIDTH,
     MICRO_BATCH_SIZE,
     NUM_IPUS,
     SYNC_CYCLES,
-    FiniteFloat,
     budget_options,
     cache_options,
     force_option,
@@ -22,7 +22,7 @@ from popliner.cli.options import (
     output_option,
 )
 from popliner.errors import UsageProblem
-from popliner.fileio import atomic_write, check_writable, is_stdout, one_stdout
+from popliner.fileio import atomic_write, check_writable, distinct_files, is_stdout, one_stdout
 from popliner.memory.training import HEAD_PLACEMENTS, OPTIMIZER_STATES
 from popliner.pod.model import (
     DEFAULT_LINK_BANDWIDTH,
@@ -81,7 +81,7 @@ def _choices(allowed: tuple[str, ...], flag: str) -> Any:
               show_default=True, help="Bytes/s between an IPU and Streaming Memory (off-chip optimizer state).")
 @click.option("--sync-cycles", type=SYNC_CYCLES, default=DEFAULT_SYNC_CYCLES, show_default=True,
               help="Clock cycles of the sync before each pipeline cycle's copies.")
-@click.option("--clock", type=FiniteFloat(0.0, 1e12, min_open=True), default=None,
+@click.option("--clock", type=CLOCK_HZ, default=None,
               help="Clock in Hz (default: the profile's, 1.33e9 on a GC200).")
 @click.option("--all", "everything", is_flag=True, help="Also list the configurations that do not fit, with why.")
 @click.option("--pick", type=click.IntRange(1, 10**6), default=1, show_default=True,
@@ -122,7 +122,7 @@ def command(profile: str, ipus: int, global_batch: int | None, micro_batch: int,
 
     if layer_preset not in ("auto", *preset_names()):
         raise UsageProblem(f"--layer-preset {layer_preset!r}: expected auto or one of {', '.join(preset_names())}")
-    writer, output, config_out = _check_outputs(output, config_out, ipu_config_out, force)
+    writer, output, config_out = _check_outputs(profile, output, config_out, ipu_config_out, force)
     request = PodRequest(
         pod_ipus=ipus, global_batch=global_batch, micro_batch=micro_batch,
         recompute=recompute or RECOMPUTES, head_placement=head_placement or HEAD_PLACEMENTS,
@@ -143,9 +143,11 @@ def command(profile: str, ipus: int, global_batch: int | None, micro_batch: int,
         _write_configs(chosen, pick, documents, config_out, ipu_config_out, force)
 
 
-def _check_outputs(output: str | None, config_out: str | None, ipu_config_out: str | None,
+def _check_outputs(profile: str, output: str | None, config_out: str | None, ipu_config_out: str | None,
                    force: bool) -> tuple[Writer, str | None, str | None]:
     """Every output checked before any work, -o routed by its name: the writer, -o and --config-out after it."""
+    # No output over the profile, none over another output, even with --force.
+    distinct_files({"PROFILE": profile}, {"-o": output, "--config-out": config_out, "--ipu-config-out": ipu_config_out})
     writer, output, config_out = _route(output, config_out)
     if output:
         check_writable(output, force)
@@ -207,12 +209,11 @@ def _documents(plan: Any, chosen: Any, with_ipu_config: bool) -> tuple[Any, dict
 def _write_configs(chosen: Any, rank: int, documents: tuple[Any, dict[str, Any] | None], config_out: str | None,
                    ipu_config_out: str | None, force: bool) -> None:
     from popliner.writers.ipu_config import write_ipu_config
-    from popliner.writers.pipeline_yaml import write_config
+    from popliner.writers.pipeline_yaml import YAML
 
     cfg, ipu_document = documents
     if config_out:
-        with atomic_write(config_out, force=force) as stream:
-            write_config(cfg, stream)
+        write_output(cfg, config_out, force, YAML)
         log.warning("wrote %s (configuration %d: %d IPUs x %d replicas, G = %d)", config_out, rank,
                     chosen.ipus_per_replica, chosen.replicas, chosen.gradient_accumulation)
     if ipu_config_out and ipu_document is not None:

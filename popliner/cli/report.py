@@ -54,6 +54,7 @@ def command(config: str, profile: str, output: str | None, force: bool, budget: 
     """
     from popliner.config.yaml_io import read_config
     from popliner.report import build_report
+    from popliner.simulator.schedule import check_fragments
     from popliner.writers.formats import suffixes_for
     from popliner.writers.html import write_report
 
@@ -62,6 +63,9 @@ def command(config: str, profile: str, output: str | None, force: bool, budget: 
     distinct_files({"PIPELINE.yaml": config, "--profile": profile}, {"-o": path})
     check_writable(path, force, suffixes=suffixes_for("Report"), what="report")
     cfg = read_config(config)
+    # The simulated schedule's size is known from the config: refused before the profile is read.
+    check_fragments(cfg.num_pipeline_stages, gradient_accumulation or cfg.gradient_accumulation,
+                    cfg.execution == "sharded")
     analysis = analysis_for_config(config, profile, cfg.mode, cfg.options, training, layer_groups=cfg.layer_groups,
                                    recorded_sha256=cfg.profile_sha256, use_cache=not no_cache, cache_dir=cache_dir,
                                    recorded_layers=cfg.layer_options)

@@ -30,6 +30,7 @@ from popliner.simulator.inputs import (
     inputs_from_analysis,
     inputs_from_config,
 )
+from popliner.simulator.schedule import check_fragments
 from popliner.writers.formats import check_output, writer_for
 from popliner.writers.simulation import Simulation
 from popliner.writers.writer import Writer, write_output
@@ -74,11 +75,13 @@ def command(config_path: str, profile_path: str | None, gradient_accumulation: i
     files = _check_outputs(trace_path, plot_path, force)
     one_stdout({"-o -": output, "--trace -": trace_path, "--plot -": plot_path})
     cfg = read_config(config_path)
+    g = gradient_accumulation if gradient_accumulation is not None else cfg.gradient_accumulation
+    check_fragments(cfg.num_pipeline_stages, g, cfg.execution == "sharded")  # before the profile is read
     check_cli_options(cfg.options, config_path, {k: training[k] for k in CONFIG_TRAINING_PARAMS})
     inputs = _inputs(cfg, config_path, profile_path, training, use_cache=not no_cache, cache_dir=cache_dir)
     result = simulate(
         inputs.stages,
-        gradient_accumulation if gradient_accumulation is not None else cfg.gradient_accumulation,
+        g,
         clock_hz=inputs.clock_hz,
         link_bandwidth=link_bandwidth,
         sync_cycles=sync_cycles,

@@ -27,6 +27,7 @@ from typing import IO, Any
 from xml.etree.ElementTree import ParseError
 
 from popliner.errors import ConfigError
+from popliner.profile.limits import LIMITS, limit
 
 __all__ = ["DEFAULT_MAX_WORKBOOK_BYTES", "IPU_COL", "LAYER_COL", "PLANNER_SHEET", "TRAINING_COL", "SheetCells",
            "max_workbook_bytes", "open_sheet"]
@@ -43,8 +44,8 @@ TRAINING_COL = 7
 #: Bytes the parts popliner reads may unpack to. A review workbook of a large model reads a few MB
 #: (its shared strings and the planner sheet); the other sheets are not read and do not count. At the
 #: limit, two million short shared strings take openpyxl 15-20 s and 250 MB.
-DEFAULT_MAX_WORKBOOK_BYTES = 32 * 2**20
 _LIMIT_VARIABLE = "POPLINER_MAX_WORKBOOK_BYTES"
+DEFAULT_MAX_WORKBOOK_BYTES = LIMITS[_LIMIT_VARIABLE]
 
 #: What starts a DTD or an entity declaration, in the encodings an XML parser accepts without a
 #: declaration to tell it otherwise (UTF-8 and the ASCII-compatible ones, UTF-16 either way round).
@@ -53,13 +54,8 @@ _DTD_MARKS = tuple(mark.encode(codec) for mark in ("<!DOCTYPE", "<!ENTITY")
 
 
 def max_workbook_bytes() -> int:
-    """The limit: ``$POPLINER_MAX_WORKBOOK_BYTES`` when set to a positive whole number, else the default."""
-    text = os.environ.get(_LIMIT_VARIABLE, "").strip()
-    if not text:
-        return DEFAULT_MAX_WORKBOOK_BYTES
-    if not text.isdigit() or int(text) <= 0:
-        raise ConfigError(f"{_LIMIT_VARIABLE}={text!r}: give a positive whole number of bytes")
-    return int(text)
+    """The limit: ``$POPLINER_MAX_WORKBOOK_BYTES`` when set to a whole number, else the default."""
+    return limit(_LIMIT_VARIABLE)
 
 
 _EMPTY_SHEET = b'<worksheet xmlns="http://schemas.openxmlformats.org/spreadsheetml/2006/main"/>'

@@ -33,14 +33,17 @@ from popliner.config.model import (
 from popliner.config.reader import Reader, describe
 from popliner.errors import ConfigError, UsageProblem
 from popliner.framework import FRAMEWORKS
+from popliner.hardware import CLOCK_HZ_RANGE
 from popliner.layout import HEAD_PLACEMENTS, Layout
 from popliner.memory.training import OPTIMIZER_STATES
 from popliner.memory.types import COMPONENTS, OTHER, ComponentBytes
 from popliner.pipeline import StageLayout
+from popliner.profile.limits import limit
 from popliner.profile.loader import MAX_TILES
 from popliner.training_record import CONFIG_RECOMPUTES
 
-__all__ = ["config_from_document", "parse_config", "read_config", "training_from_document"]
+__all__ = ["CONFIG_BYTES_ENV", "config_from_document", "max_config_chars", "parse_config", "read_config",
+           "training_from_document"]
 
 logger = logging.getLogger(__name__)
 
@@ -64,10 +67,10 @@ _SHA256 = re.compile(r"[0-9a-fA-F]{64}")
 def read_config(path: str | os.PathLike[str]) -> PipelineConfig:
     """Read and validate a config file; any problem raises :class:`ConfigError`."""
     source = os.fspath(path)
-    limit = _max_config_bytes()
+    limit = max_config_chars()
     try:
         with open(source, encoding="utf-8") as f:
-            text = f.read(limit + 1)  # characters: at least as many bytes
+            text = _read_at_most(f, limit + 1)  # characters: at least as many bytes
     except FileNotFoundError:
         raise ConfigError(f"{source}: no such file; check the path of the pipeline config") from None
     except IsADirectoryError:
@@ -80,20 +83,31 @@ def read_config(path: str | os.PathLike[str]) -> PipelineConfig:
         # PyYAML reads some 150-300 KB/s: a config of megabytes would take minutes. popliner's own are
         # about 10 KB (BERT-Large over 16 IPUs).
         raise ConfigError(f"{source}: larger than {limit:,} characters; a pipeline config is a few KB, so this is "
-                          f"no config popliner wrote (if it is genuine, raise {_CONFIG_BYTES_ENV})")
+                          f"no config popliner wrote (if it is genuine, raise {CONFIG_BYTES_ENV})")
     return parse_config(text, source)
 
 
-_CONFIG_BYTES_ENV = "POPLINER_MAX_CONFIG_BYTES"
+def _read_at_most(stream: Any, count: int) -> str:
+    """Up to ``count`` characters, read a piece at a time: a huge limit (POPLINER_MAX_CONFIG_BYTES=10^26)
+    allocates nothing up front, as one read of that size would."""
+    pieces: list[str] = []
+    held = 0
+    while held < count:
+        piece = stream.read(min(count - held, 1 << 16))
+        if not piece:
+            break
+        pieces.append(piece)
+        held += len(piece)
+    return "".join(pieces)
 
 
-def _max_config_bytes() -> int:
-    text = os.environ.get(_CONFIG_BYTES_ENV)
-    if not text:
-        return 1 << 20
-    if not text.isdigit():
-        raise UsageProblem(f"{_CONFIG_BYTES_ENV}={text!r}: expected a whole number of bytes")
-    return int(text)
+#: The characters a pipeline config may have, read or written (popliner writes none it would refuse to read).
+CONFIG_BYTES_ENV = "POPLINER_MAX_CONFIG_BYTES"
+
+
+def max_config_chars() -> int:
+    """The most characters a pipeline config may have (``POPLINER_MAX_CONFIG_BYTES``, default 1 MiB)."""
+    return limit(CONFIG_BYTES_ENV)
 
 
 def parse_config(text: str, source: str = "<config>") -> PipelineConfig:
@@ -134,6 +148,16 @@ def _tag_message(exc: yaml.constructor.ConstructorError, source: str) -> str:
             "(remove the tag)")
 
 
+def _clock(r: Reader, value: Any) -> float:
+    """target.clock_hz: within the clocks popliner accepts anywhere (5e-324 Hz made every time infinite)."""
+    clock = r.number(value, "target.clock_hz")
+    low, high = CLOCK_HZ_RANGE
+    if not low <= clock <= high:
+        r.fail("target.clock_hz", f"{clock:g} Hz is no IPU clock (expected {low:g} to {high:g} Hz)",
+               "write e.g. 1330000000.0")
+    return clock
+
+
 def config_from_document(doc: Any, source: str = "<config>") -> PipelineConfig:
     """Validate an already parsed document (see :func:`parse_config`)."""
     r = Reader(source)
@@ -157,7 +181,7 @@ def config_from_document(doc: Any, source: str = "<config>") -> PipelineConfig:
         profile_sha256=sha.lower(),
         tiles_per_ipu=tiles,
         bytes_per_tile=r.integer(target["bytes_per_tile"], "target.bytes_per_tile", minimum=1),
-        clock_hz=r.number(target["clock_hz"], "target.clock_hz"),
+        clock_hz=_clock(r, target["clock_hz"]),
         mode=mode,
         gradient_accumulation=g,
         stages=stages,

@@ -34,7 +34,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from popliner.deadline import check_deadline
-from popliner.hardware import DEFAULT_LINK_BANDWIDTH
+from popliner.errors import UsageProblem
+from popliner.hardware import DEFAULT_LINK_BANDWIDTH, MAX_CYCLES
 from popliner.memory.range_state import Liveness, LivenessPath
 from popliner.memory.running import RunningStage
 from popliner.memory.types import StageMemory
@@ -43,7 +44,7 @@ from popliner.memory.work import check_range_tables
 if TYPE_CHECKING:
     from popliner.memory.engine import MemoryEngine
 
-__all__ = ["OVERFLOW", "Liveness", "ProfileRanges", "release"]
+__all__ = ["OVERFLOW", "Liveness", "ProfileRanges", "release", "transfer_cycles"]
 
 #: A range that does not fit (or was not evaluated because a shorter one did not).
 OVERFLOW = math.inf
@@ -168,7 +169,7 @@ class ProfileRanges:
         return int(self._cross[j]) if 0 <= j < len(self._cross) else 0
 
     def transfer(self, nbytes: int) -> int:
-        return math.ceil(nbytes / self._bytes_per_cycle) if nbytes else 0
+        return transfer_cycles(nbytes, self._bytes_per_cycle)
 
     def forbidden_splits(self, keep_shared_together: bool) -> frozenset[int]:
         """Boundaries inside the span of an always-live variable several layers use (when asked).
@@ -353,3 +354,20 @@ def release(engine: MemoryEngine) -> None:
     frees each at once this way.
     """
     engine.release_range_state()
+
+
+def transfer_cycles(nbytes: int, bytes_per_cycle: float) -> int:
+    """Whole clock cycles to move ``nbytes`` at ``bytes_per_cycle``; refused past :data:`MAX_CYCLES`.
+
+    Within the clock and bandwidth ranges (:mod:`popliner.hardware`) the quotient is finite, but a profile's
+    sizes can still make it pass what 64-bit sums hold (a terabyte at 1 kB/s on a 1 THz clock): one line then,
+    not an overflow deep in a solver.
+    """
+    if not nbytes:
+        return 0
+    cycles = nbytes / bytes_per_cycle
+    if not cycles <= MAX_CYCLES:
+        raise UsageProblem(
+            f"copying {nbytes:,} bytes at {bytes_per_cycle:.3g} bytes per clock cycle takes {cycles:.3g} cycles, "
+            f"beyond the {MAX_CYCLES:.3g} popliner counts; raise --link-bandwidth (bytes/s), or check the clock")
+    return math.ceil(cycles)

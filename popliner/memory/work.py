@@ -25,8 +25,8 @@ from popliner.profile.limits import LIMITS, check_tile_cells
 from popliner.profile.limits import limit as _limit
 from popliner.profile.model import Profile
 
-__all__ = ["LIMITS", "check_range_tables", "check_work", "check_workbook_rows", "liveness_events", "range_cells",
-           "tile_cells"]
+__all__ = ["LAYER_ROW_OVERHEAD_CELLS", "LIMITS", "RANGE_OVERHEAD_CELLS", "check_layer_rows", "check_range_tables",
+           "check_work", "check_workbook_rows", "liveness_events", "range_cells", "tile_cells"]
 
 
 def liveness_events(profile: Profile, ops: OperationTable) -> tuple[int, int]:
@@ -97,21 +97,52 @@ def check_work(profile: Profile, ops: OperationTable) -> None:
                 "count to analyse it anyway")
 
 
-def range_cells(tiles: int, layers: int) -> int:
-    """Cells of the range tables: a per-tile row for every range of consecutive layers."""
-    return max(tiles, 0) * layers * (layers + 1) // 2
+#: What evaluating one range costs beyond its per-tile row, in cells of the row (about 150 us of Python per range
+#: against a fraction of a microsecond per cell; more in a pod plan): 1,000 layers on 2 tiles are 500,500 ranges
+#: of 2 cells, but a solve took 70 s.
+RANGE_OVERHEAD_CELLS = 512
 
 
-def check_range_tables(profile: Profile, layers: int) -> None:
-    """Refuse range tables (solves, the planner sheet) whose rows would pass the cells limit."""
-    cells = range_cells(profile.tiles, layers)
+def range_cells(tiles: int, layers: int, tables: int = 1) -> int:
+    """Cells of the range tables: a per-tile row, and the fixed cost of a range, for every range of consecutive
+    layers, in each of ``tables`` tables (the option sets a pod plan searches)."""
+    return (max(tiles, 0) + RANGE_OVERHEAD_CELLS) * layers * (layers + 1) // 2 * max(tables, 1)
+
+
+def check_range_tables(profile: Profile, layers: int, tables: int = 1) -> None:
+    """Refuse range tables (solves, pod plans, the planner sheet) whose rows would pass the cells limit."""
+    cells = range_cells(profile.tiles, layers, tables)
     env = "POPLINER_MAX_RANGE_CELLS"
     if cells > _limit(env):
+        each = f" in each of {tables:,} option sets" if tables > 1 else ""
         raise ProfileFormatError(
             profile.path, "target.tilesPerIpu",
-            f"{profile.tiles:,} tiles x {layers * (layers + 1) // 2:,} ranges of {layers:,} layers = {cells:,} "
-            f"range-table cells, above the limit of {_limit(env):,} (8 bytes each); use a coarser layer regex "
-            f"(fewer layers), or set {env} to a larger count to solve it anyway")
+            f"({profile.tiles:,} tiles + {RANGE_OVERHEAD_CELLS} for a range's fixed cost) x "
+            f"{layers * (layers + 1) // 2:,} ranges of {layers:,} layers{each} = {cells:,} range-table cells, "
+            f"above the limit of {_limit(env):,} (8 bytes each, about 0.5 us to evaluate); use a coarser layer "
+            f"regex (fewer layers){', fewer option sets' if tables > 1 else ''}, or set {env} to a larger count "
+            "to solve it anyway")
+
+
+#: What one layer row costs beyond its per-tile arrays, in cells (about 600 us of Python a row, on a loaded
+#: machine): 300,000 layers on a few tiles took 116 s for the layer table.
+LAYER_ROW_OVERHEAD_CELLS = 1024
+
+
+def check_layer_rows(path: str, tiles: int, layers: int) -> None:
+    """Refuse per-layer rows (the layer table, the report's) whose work passes ``POPLINER_MAX_LAYER_CELLS``.
+
+    Each row sums its operations' memory per tile, so a row costs its tiles and a fixed share; counted from
+    the number of layers, before any row is built.
+    """
+    cells = (max(tiles, 0) + LAYER_ROW_OVERHEAD_CELLS) * layers
+    env = "POPLINER_MAX_LAYER_CELLS"
+    if cells > _limit(env):
+        raise ProfileFormatError(
+            path, "debugContexts",
+            f"{layers:,} layers x ({tiles:,} tiles + {LAYER_ROW_OVERHEAD_CELLS} for a row's fixed cost) = "
+            f"{cells:,} layer-row cells, above the limit of {_limit(env):,} (about 0.5 us each); use a coarser "
+            f"layer regex (fewer layers), or set {env} to a larger count to tabulate them anyway")
 
 
 def check_workbook_rows(path: str, operations: int) -> None:

@@ -26,6 +26,7 @@ from popliner.memory.training import (
     OPTIMIZER_STATES,
     TrainingOptions,
 )
+from popliner.memory.work import check_range_tables
 from popliner.pod.model import PodConstants, StepTime, allreduce_seconds, step_time, streaming_seconds
 from popliner.pod.search import DepthSplit, OptionSearch, TrafficTable, search_options
 from popliner.progress import phase
@@ -191,9 +192,26 @@ def plan_pod(analysis: Analysis, request: PodRequest) -> PodPlan:
     analyses: dict[TrainingOptions, Analysis] = {}
     notes: list[str] = []
     traffic: TrafficTable | None = None  # one for every option set (popliner.pod.search)
-    for options, depths in _option_sets(base, analysis.options.training, request, notes):
-        with phase("planning the pod"):
-            found = _search(base, options, depths, budget, request, analyses, notes, traffic)
+    option_sets = list(_option_sets(base, analysis.options.training, request, notes))
+    # Each option set searched builds range tables of its own: their work, all counted before any is built
+    # (a head placed last or wrapped makes the unlayered operations a layer).
+    layers = len(base.named_layers.names) + (base.has_unlayered and request.head_placement != ("first",))
+    searched = sum(1 for _, depths in option_sets if min(depths) <= layers)
+    check_range_tables(base.profile, layers, searched)
+    # Sharded by R, each depth is an option set of its own: one deeper than its layers builds no engine, it
+    # takes what the same options said at a smaller depth (the depths come in increasing order).
+    known: dict[tuple[str, str, str], OptionSearch | None] = {}
+    for options, depths in option_sets:
+        key = (options.head_placement, options.optimizer_state, options.recompute)
+        if key in known and known[key] is None:
+            continue  # the same options repeat another set's (recomputation compiled in)
+        earlier = known.get(key)
+        if earlier is not None and min(depths) > _placed_layers(earlier):
+            found: OptionSearch | None = _beyond(earlier, depths)
+        else:
+            with phase("planning the pod"):
+                found = _search(base, options, depths, budget, request, analyses, notes, traffic)
+            known.setdefault(key, found)
         if found is None:
             continue
         traffic = found.traffic
@@ -239,6 +257,19 @@ def _option_sets(base: ProfileBase, given: TrainingOptions, request: PodRequest,
                     r = request.pod_ipus // k
                     yield (dataclasses.replace(options, replication_factor=r, sharded_optimizer_state=r > 1),
                            (k,))
+
+
+def _placed_layers(found: OptionSearch) -> int:
+    """The layers a split of the option set places (a wrapped head goes with IPU 0)."""
+    return len(found.analysis.layer_names) - (1 if found.analysis.layout.wraps else 0)
+
+
+def _beyond(earlier: OptionSearch, depths: tuple[int, ...]) -> OptionSearch:
+    """Depths deeper than the layers: no split, the reason search_options gives, and no engine built."""
+    layers = _placed_layers(earlier)
+    return dataclasses.replace(earlier, depths={
+        k: DepthSplit(k, None, (), (), f"{k} IPUs per replica is more than the {layers} layers to place")
+        for k in depths})
 
 
 def _search(base: ProfileBase, options: TrainingOptions, depths: tuple[int, ...], budget: int,

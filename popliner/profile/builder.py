@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from popliner.hardware import CLOCK_HZ_RANGE
 from popliner.profile import varcols
 from popliner.profile.build_state import BuildState
 from popliner.profile.columns import Extracted
@@ -93,8 +94,11 @@ class Builder(BuildState):
         bpt = self.int_at(self.need(t, "bytesPerTile", "target", (int,), "an integer"), "target.bytesPerTile", 1,
                           MAX_VALUE)
         clock = self.need(t, "clockFrequency", "target", (int, float), "a number")
+        low, high = CLOCK_HZ_RANGE
         if not clock > 0 or clock != clock or clock == float("inf"):
             self.fail("target.clockFrequency", f"expected a positive frequency in Hz, got {clock}")
+        if not low <= clock <= high:  # 1e-300 Hz made every time infinite
+            self.fail("target.clockFrequency", f"{clock:g} Hz is no IPU clock (expected {low:g} to {high:g} Hz)")
         arch = t.get("arch")
         if arch is not None:
             self.check(arch, "target.arch", (str,), "a string")

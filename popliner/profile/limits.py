@@ -11,6 +11,7 @@ operations are counted in :mod:`popliner.memory.work`, with the same limits.
 from __future__ import annotations
 
 import os
+import sys
 
 from popliner.errors import ProfileFormatError, UsageProblem
 
@@ -26,23 +27,33 @@ LIMITS: dict[str, int] = {
     "POPLINER_MAX_WORKBOOK_ROWS": 100_000,
     # Rows of a review workbook's planner table read back by check and config-from (one per layer).
     "POPLINER_MAX_PLANNER_LAYERS": 10_000,
+    # Characters of a pipeline config, read back and written alike: PyYAML reads some 150-300 KB/s.
+    "POPLINER_MAX_CONFIG_BYTES": 1 << 20,
+    # Per-layer rows x (tiles + a row's fixed cost): 24,000 layers on a few tiles, 10,000 on 1,472 tiles.
+    "POPLINER_MAX_LAYER_CELLS": 25_000_000,
+    # Fragments of a simulated step (popliner.simulator.schedule.schedule_fragments): each is timed, traced
+    # and drawn; about 200 us each from the schedule to the trace on a loaded machine.
+    "POPLINER_MAX_SIM_FRAGMENTS": 150_000,
+    # Bytes the parts of a review workbook that are read may unpack to (popliner.config.workbook).
+    "POPLINER_MAX_WORKBOOK_BYTES": 32 << 20,
     # A check's result file read as --baseline: a few KB per IPU (layers, largest variables).
     "POPLINER_MAX_RESULT_BYTES": 16 * 1024 * 1024,
 }
 
 
 def limit(env: str) -> int:
-    """The limit in force: the environment variable when set (a whole number), else the default."""
+    """The limit in force: the environment variable when set (a whole number), else the default.
+
+    A limit past ``sys.maxsize`` means no limit, and is read as ``sys.maxsize``: a count of things held in
+    memory never reaches it, and the C APIs the limits are passed to (a read's size) take no more.
+    """
     text = os.environ.get(env)
     if not text:
         return LIMITS[env]
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
+    value = int(text) if text.isascii() and text.isdigit() else -1
     if value < 0:
         raise UsageProblem(f"{env}={text!r}: expected a whole number")
-    return value
+    return min(value, sys.maxsize)
 
 
 def check_tile_cells(path: str, tiles: int, vertex_types: int) -> None:

@@ -37,6 +37,7 @@ from popliner.simulator.memory import (
 from popliner.simulator.schedule import (
     Fragment,
     Schedule,
+    check_fragments,
     check_pipeline,
     phase_of_cycle,
     schedule,
@@ -90,6 +91,7 @@ def simulate(
     """
     stages = tuple(stages)
     _check_inputs(stages, micro_batches, clock_hz, link_bandwidth, sync_cycles, micro_batch_size, sharded)
+    check_fragments(len(stages), micro_batches, sharded)
     plan = sharded_schedule if sharded else schedule
     sched = plan(len(stages), micro_batches, to_host_stage=_to_host_stage(stages))
     ipus = tuple(sorted({s.ipu for s in stages}))

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 from popliner.errors import UsageProblem
+from popliner.profile.limits import limit
 
 __all__ = [
     "FRAGMENT_KINDS",
@@ -26,8 +27,10 @@ __all__ = [
     "num_cycles",
     "phase_of_cycle",
     "render_ipu_view",
+    "check_fragments",
     "render_stage_view",
     "schedule",
+    "schedule_fragments",
     "sharded_schedule",
 ]
 
@@ -70,6 +73,31 @@ def loss_stage(num_stages: int, training: bool) -> int:
     In training that is the stage holding the loss, K-1 of P = 2K-1 stages.
     """
     return (num_stages - 1) // 2 if training else num_stages - 1
+
+
+def schedule_fragments(num_stages: int, micro_batches: int, sharded: bool = False) -> int:
+    """Fragments a step's schedule holds, counted before it is built (the simulation's work grows with it).
+
+    Pipelined: a copy of every stage in each of the G+P-1 cycles, a main fragment per stage and micro-batch,
+    a host stream each way per micro-batch. Sharded: a main and a copy fragment per stage and micro-batch,
+    and the host streams.
+    """
+    p, g = max(num_stages, 0), max(micro_batches, 0)
+    if sharded:
+        return 2 * p * g + 2 * g
+    return p * (g + p - 1) + p * g + 2 * g
+
+
+def check_fragments(num_stages: int, micro_batches: int, sharded: bool = False) -> None:
+    """Refuse a step of more fragments than ``POPLINER_MAX_SIM_FRAGMENTS``, before any is built."""
+    count = schedule_fragments(num_stages, micro_batches, sharded)
+    env = "POPLINER_MAX_SIM_FRAGMENTS"
+    if count > limit(env):
+        raise UsageProblem(
+            f"{num_stages:,} pipeline stages x {micro_batches:,} micro-batches make {count:,} fragments in one "
+            f"simulated step, above the limit of {limit(env):,} (each is timed, traced and drawn); simulate fewer "
+            f"micro-batches (-G), which scale the step's time in proportion once the pipeline is full, or set "
+            f"{env} to a larger count")
 
 
 def check_pipeline(num_stages: int, micro_batches: int) -> None:

@@ -12,7 +12,11 @@ from popliner.memory.overflow import LiveVariable, OverflowDetail
 from popliner.memory.types import ComponentBytes
 from popliner.pipeline import StageFigure
 
-__all__ = ["SplitResult", "StageResult", "stage_result"]
+__all__ = ["TIMEOUT", "SplitResult", "StageResult", "stage_result"]
+
+#: The status of a solve whose time ran out before it found any split: nothing was proved, so it is never
+#: reported as INFEASIBLE ("does not fit"); the stages, if any, are a best effort.
+TIMEOUT = "TIMEOUT"
 
 
 @dataclass(frozen=True)
@@ -142,7 +146,7 @@ class SplitResult:
     """A split of the layers over IPUs, as a solver found it."""
 
     solver: str  # "greedy" or "ilp"
-    status: str  # "OPTIMAL", "FEASIBLE", "GREEDY" or "INFEASIBLE" (stages then hold a best-effort split)
+    status: str  # "OPTIMAL", "FEASIBLE", "GREEDY", "INFEASIBLE" or TIMEOUT (the last two: a best-effort split)
     mode: str  # "inference" or "training"
     num_ipus_requested: int
     budget_bytes: int  # per-tile budget the split was solved against

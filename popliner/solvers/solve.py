@@ -23,6 +23,7 @@ from popliner.solvers.greedy import greedy_bounds
 from popliner.solvers.lexdp import lexicographic_optimum
 from popliner.solvers.objective import objective_order, split_value
 from popliner.solvers.problem import Bounds, SplitProblem
+from popliner.solvers.result import TIMEOUT
 from popliner.solvers.suffix import forward_bounds, suffix_table
 
 __all__ = ["BEST_EFFORT_LIMIT", "SolverName", "SplitOutcome", "best_effort", "exact_optimum", "infeasibility_reason",
@@ -141,9 +142,9 @@ def _out_of_time(table: RangeCosts, problem: SplitProblem, best: tuple[Bounds, f
                  time_limit: float, solver: str, step: str = "the exact DP") -> SplitOutcome:
     """``step`` did not finish in time: the best split so far (the DP's, else greedy's), not proved optimal.
 
-    Greedy is asked only when the DP found none: past the table's deadline it reads only the ranges read
-    already, and gives none if it needs another. With none known either, the outcome is INFEASIBLE with no
-    stages, and the note says that nothing was proved: the time ran out first.
+    With none known (greedy's table rows stopped at the deadline), the
+    outcome is TIMEOUT, never INFEASIBLE: nothing was proved, the time ran
+    out first (the stages are the best effort, if the time left one).
     """
     ran_out = f"the {time_limit:g} s time limit ran out before {step} finished"
     if best is None and solver == "ilp":
@@ -156,7 +157,7 @@ def _out_of_time(table: RangeCosts, problem: SplitProblem, best: tuple[Bounds, f
     if best is None:
         # Nothing found in time, so nothing is proved either: a best effort with no time left says so.
         outcome = _infeasible(table, problem, solver, relaxed, layer_need, time.monotonic(), time_limit)
-        return SplitOutcome(solver, outcome.status, outcome.bounds, note=f"{ran_out}; {outcome.note}")
+        return SplitOutcome(solver, TIMEOUT, outcome.bounds, note=f"{ran_out}; {outcome.note}")
     return SplitOutcome(solver, "FEASIBLE", best[0], objective=float(best[1]),
                         note=f"{ran_out}: the best split found by then, not proved optimal")
 

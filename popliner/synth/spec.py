@@ -15,6 +15,7 @@ from types import MappingProxyType
 from typing import Any, Final
 
 from popliner.errors import UsageProblem
+from popliner.hardware import CLOCK_HZ_RANGE
 from popliner.synth.frameworks import SYNTH_FRAMEWORKS
 from popliner.synth.naming import NAMINGS
 
@@ -126,7 +127,7 @@ class SynthSpec:
         _int_range("tiles", self.tiles, 1, MAX_TILES)
         _int_range("bytes_per_tile", self.bytes_per_tile, 1, 1 << 40)
         _int_range("seed", self.seed, 0, 2**63 - 1)
-        _number_range("clock_hz", self.clock_hz, 1e3, 1e12)
+        _number_range("clock_hz", self.clock_hz, *CLOCK_HZ_RANGE)
         _number_range("scale", self.scale, MIN_SCALE, MAX_SCALE)
         for name in CALIBRATION_FIELDS:
             _number_range(name, getattr(self, name), 0.01, 100.0)

@@ -274,7 +274,9 @@ def _n(count: int, one: str) -> str:
 
 
 def _basename(path: str) -> str:
-    return path.replace("\\", "/").rsplit("/", 1)[-1]
+    """The file's name: only ``/`` separates folders (a backslash is a character of a POSIX name, as in
+    ``a\\b.json``, whose title lost ``a\\`` when it was read as a Windows separator)."""
+    return path.rsplit("/", 1)[-1]
 
 
 def _plain(value: Any) -> Any:

@@ -7,6 +7,7 @@ plotly.js (embedded in the page) draws. Colours match the PNG plots.
 
 from __future__ import annotations
 
+import html
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -116,7 +117,8 @@ def heatmap_figure(ipus: Sequence[StageResult], budget: int) -> Figure:
                                     "scaleanchor": f"x{suffix}", "anchor": f"x{suffix}"}
         data.extend(_ipu_heatmap(ipu, f"x{suffix}", f"y{suffix}"))
         verdict = "fits" if ipu.fits else f"+{short_bytes(-ipu.headroom)} over"
-        annotations.append({"text": f"<b>{ipu.label}</b><br>tile {ipu.worst_tile}: "
+        # plotly reads a subset of HTML in text (links, styles): a layer's name is text, never markup.
+        annotations.append({"text": f"<b>{html.escape(ipu.label, quote=False)}</b><br>tile {ipu.worst_tile}: "
                                     f"{short_bytes(ipu.worst_tile_bytes)}, {verdict}",
                             "xref": "paper", "yref": "paper", "x": x0 + width / 2,
                             "y": y1, "yanchor": "bottom", "showarrow": False, "font": {"size": 11}})

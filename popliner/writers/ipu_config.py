@@ -18,7 +18,7 @@ __all__ = ["IPU_CONFIG", "write_ipu_config"]
 
 def write_ipu_config(document: dict[str, Any], stream: Any) -> None:
     """``ipu_config.json`` text: indented, keys in a fixed order, a final newline."""
-    json.dump(document, stream, indent=2)
+    json.dump(document, stream, indent=2, allow_nan=False)
     stream.write("\n")
 
 

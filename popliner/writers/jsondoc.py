@@ -80,7 +80,7 @@ def split_document(split: SplitResult, *, profile_path: str, profile_sha256: str
 
 
 def write_json(document: dict[str, Any], stream: IO[str]) -> None:
-    json.dump(document, stream, indent=2, sort_keys=False)
+    json.dump(document, stream, indent=2, sort_keys=False, allow_nan=False)  # strict JSON: finite numbers only
     stream.write("\n")
 
 
@@ -142,7 +142,7 @@ def _r(us: float) -> float:
 
 
 def _write_simulation(sim: Simulation, stream: IO[str]) -> None:
-    stream.write(json.dumps(simulation_document(sim), indent=2) + "\n")
+    stream.write(json.dumps(simulation_document(sim), indent=2, allow_nan=False) + "\n")
 
 
 def _write_document(wrapped: SplitDocument | PlanDocument, stream: IO[str]) -> None:

@@ -6,11 +6,14 @@ table and the snippets are derived from ``stages[].layers``.
 
 from __future__ import annotations
 
+import io
 from typing import IO, Any
 
 from popliner.config.model import ConfigStage, ConfigTraining, PipelineConfig
 from popliner.config.snippets import FlowList as _FlowList
 from popliner.config.snippets import snippets
+from popliner.config.yaml_io import CONFIG_BYTES_ENV, max_config_chars
+from popliner.errors import OutputTooLarge
 from popliner.writers.writer import FormatWriter
 
 __all__ = ["HEADER", "YAML", "config_to_document", "dump_document", "predicted_document", "write_config"]
@@ -49,9 +52,20 @@ def _dumper() -> type:
 
 
 def write_config(cfg: PipelineConfig, stream: IO[str]) -> None:
-    """Write ``cfg`` as YAML to an open text stream (the caller uses atomic_write)."""
-    stream.write(HEADER)
-    dump_document(config_to_document(cfg), stream)
+    """Write ``cfg`` as YAML to an open text stream (the caller uses atomic_write).
+
+    A config longer than popliner reads back is refused before a character is written (a thousand layers of
+    long names make a megabyte): popliner writes no config it would then refuse to read.
+    """
+    body = io.StringIO()
+    dump_document(config_to_document(cfg), body)
+    text = HEADER + body.getvalue()
+    if len(text) > max_config_chars():
+        raise OutputTooLarge(
+            f"the pipeline config would be {len(text):,} characters, over the {max_config_chars():,} that popliner "
+            f"reads back; use fewer or shorter layer names (--layer-name-regex), or set {CONFIG_BYTES_ENV} to a "
+            "larger count (for writing it and for every command that reads it)")
+    stream.write(text)
 
 
 def dump_document(doc: dict[str, Any], stream: IO[str]) -> None:

@@ -24,7 +24,9 @@ global figure state or GUI backend is involved.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
@@ -46,7 +48,9 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-__all__ = ["PNG", "SVG", "plot_layers", "plot_split", "plot_tiles", "plotted_layers"]
+log = logging.getLogger("popliner")
+
+__all__ = ["LABEL_CHARS", "PNG", "SVG", "plot_layers", "plot_split", "plot_tiles", "plotted_layers"]
 
 _BUDGET_COLOUR = "#d62728"
 _OVER_COLOUR = "#d62728"
@@ -65,10 +69,31 @@ def _image_format(path: str | os.PathLike[str], force: bool) -> str:
     return fmt
 
 
+#: Characters of a name on a plot: longer names keep their start and end around an ellipsis. Text is laid out
+#: character by character: a 100 KB name took a minute to draw, and no label that long is read.
+LABEL_CHARS = 60
+
+
 def _label(name: str) -> str:
     """A name from the profile as plot text: non-printable characters escaped (they would make the SVG
-    unparseable XML and garble a PNG), and ``$`` escaped so that matplotlib does not read it as math."""
-    return shown(name).replace("$", r"\$")
+    unparseable XML and garble a PNG), ``$`` escaped so that matplotlib does not read it as math, and at
+    most :data:`LABEL_CHARS` characters."""
+    text = shown(name)  # escaped first: an escape is several characters of the label
+    if len(text) > LABEL_CHARS:
+        keep = (LABEL_CHARS - 1) // 2
+        text = f"{text[:keep]}\u2026{text[-keep:]}"
+    return text.replace("$", r"\$")
+
+
+@contextlib.contextmanager
+def _warnings_logged() -> Iterator[None]:
+    """matplotlib's warnings while drawing as popliner's own log lines: one line each, no source line, and
+    none under -q (Python's default printed the warning's file and line of code, whatever -q said)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        yield
+    for message in dict.fromkeys(str(w.message) for w in caught):
+        log.warning("plot: %s", message)
 
 
 @contextlib.contextmanager
@@ -95,14 +120,16 @@ def _write_figure(fmt: str) -> Callable[[Figure, IO[bytes]], None]:
     def write(figure: Figure, stream: IO[bytes]) -> None:
         # No dates or version stamps: the same data gives the same file.
         metadata: dict[str, Any] = {"Date": None} if fmt == "svg" else {"Software": None}
-        figure.savefig(stream, format=fmt, metadata=metadata)
+        with _warnings_logged():
+            figure.savefig(stream, format=fmt, metadata=metadata)
 
     return write
 
 
 def _write_gantt(fmt: str) -> Callable[[Simulation, IO[bytes]], None]:
     def write(sim: Simulation, stream: IO[bytes]) -> None:
-        write_gantt(sim.result, stream, sim.note, fmt)
+        with _warnings_logged():
+            write_gantt(sim.result, stream, sim.note, fmt)
 
     return write
 

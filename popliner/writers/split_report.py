@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from popliner.memory.coverage import Coverage, coverage_line
-from popliner.solvers.result import SplitResult
+from popliner.solvers.result import TIMEOUT, SplitResult
 from popliner.textsafe import shell_word, shown
 from popliner.writers.ipu_table import IpuLine, ipu_table
 from popliner.writers.shares import percent
@@ -82,6 +82,12 @@ def split_summary(split: SplitResult, facts: FitFacts | None, steps: NextSteps |
 
 
 def _usage_line(split: SplitResult) -> str:
+    if split.status == TIMEOUT:  # nothing was proved: neither "fits" nor "does not fit"
+        effort = (f"the {split.num_ipus_used} IPU(s) below are a best effort" if split.stages
+                  else "there is no split to show")
+        return (f"popliner: the search ran out of time before it found a split ({split.solver} {split.status}): "
+                f"whether the model fits in {split.budget_bytes:,} bytes per tile over {split.num_ipus_requested} "
+                f"IPU(s) is not known, and {effort}; raise --time-limit")
     layers = sum(len(s.layers) for s in split.stages)
     fit = "fits" if split.fits else "does NOT fit"
     return (f"popliner: the split uses {split.num_ipus_used} of the {split.num_ipus_requested} IPUs asked for: "

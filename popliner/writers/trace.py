@@ -104,7 +104,7 @@ def _us(ns: int) -> float:
 
 
 def write_trace(result: SimResult, stream: IO[str]) -> None:
-    json.dump(trace_document(result), stream, indent=None, separators=(",", ":"))
+    json.dump(trace_document(result), stream, indent=None, separators=(",", ":"), allow_nan=False)
     stream.write("\n")
 
 

@@ -10,7 +10,8 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import IO, Any, Protocol
 
-from popliner.fileio import atomic_write
+from popliner.errors import OutputTooLarge, UsageProblem
+from popliner.fileio import atomic_write, is_stdout
 
 __all__ = ["FormatWriter", "Writer", "kind_of", "write_output"]
 
@@ -77,5 +78,8 @@ def _stream(path: str, force: bool, w: Writer) -> Iterator[IO[Any]]:
 
 def write_output(value: object, path: str | None, force: bool, w: Writer) -> None:
     """``value`` through ``w`` to ``path`` (stdout when None or ``-``), atomically."""
-    with _stream(path or "-", force, w) as stream:
-        w.write(value, stream)
+    try:
+        with _stream(path or "-", force, w) as stream:
+            w.write(value, stream)
+    except OutputTooLarge as exc:  # refused before a byte was written: no file is left
+        raise UsageProblem(f"{path if path and not is_stdout(path) else 'stdout'}: {exc}") from None
