@@ -18,9 +18,7 @@ from popliner.memory.ranges import ProfileRanges
 from popliner.profile import cache as cache_mod
 from popliner.profile import zcodec
 from popliner.profile.loader import parse_profile_bytes
-
-#: The bundled profiles (fixtures/profiles/), one name for every test.
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "profiles"
+from tests.paths import FIXTURES as FIXTURES  # the bundled profiles, one name for every test
 
 
 def chain_document(contexts: list[dict[str, Any]], tiles: int = 2) -> dict[str, Any]:

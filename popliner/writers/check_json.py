@@ -93,7 +93,7 @@ def report_document(report: CheckReport) -> dict[str, Any]:
 
 
 def _write(report: CheckReport, stream: IO[str]) -> None:
-    json.dump(report_document(report), stream, indent=2)
+    json.dump(report_document(report), stream, indent=2, allow_nan=False)  # strict JSON: finite numbers only
     stream.write("\n")
 
 

@@ -42,7 +42,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.helpers import FIXTURES
+from tests.paths import FIXTURES  # not tests.helpers: this environment has no click
 
 pytestmark = pytest.mark.client
 
