@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -29,3 +32,20 @@ def _reset_logger() -> None:
     logger.handlers.clear()
     logger.setLevel(logging.NOTSET)
     logger.propagate = True
+
+
+# The exporter's tests (test_export*.py) share these two.
+@pytest.fixture
+def small_doc() -> dict[str, Any]:
+    """The small profile document the libpva double is built from (tests/data/export_small.json)."""
+    path = Path(__file__).parent / "data" / "export_small.json"
+    return json.loads(path.read_text(encoding="utf-8"))  # type: ignore[no-any-return]
+
+
+@pytest.fixture
+def inputs(tmp_path: Path) -> tuple[Path, Path]:
+    """Placeholder profile.pop/debug.cbor: the double ignores their contents."""
+    pop, cbor = tmp_path / "profile.pop", tmp_path / "debug.cbor"
+    pop.write_bytes(b"SQLite format 3\x00")
+    cbor.write_bytes(b"\xa0")
+    return pop, cbor

@@ -45,20 +45,6 @@ DATA = Path(__file__).parent / "data"
 
 
 @pytest.fixture
-def small_doc() -> dict[str, Any]:
-    return json.loads((DATA / "export_small.json").read_text(encoding="utf-8"))
-
-
-@pytest.fixture
-def inputs(tmp_path: Path) -> tuple[Path, Path]:
-    """Placeholder profile.pop/debug.cbor: the double ignores their contents."""
-    pop, cbor = tmp_path / "profile.pop", tmp_path / "debug.cbor"
-    pop.write_bytes(b"SQLite format 3\x00")
-    cbor.write_bytes(b"\xa0")
-    return pop, cbor
-
-
-@pytest.fixture
 def popliner_log(caplog: pytest.LogCaptureFixture) -> Any:
     """caplog that also sees records when the CLI has made the "popliner" logger non-propagating."""
     logger = logging.getLogger("popliner")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import json
 import logging
 from pathlib import Path
 from typing import Any
@@ -18,19 +17,6 @@ from tests.pva_double import make_pva
 DATA = Path(__file__).resolve().parent / "data"
 #: Control-flow program types, which no operation owns.
 CONTROL = {"Sequence", "Repeat", "Call", "If", "Switch", "Sync"}
-
-
-@pytest.fixture
-def small_doc() -> dict[str, Any]:
-    return json.loads((DATA / "export_small.json").read_text(encoding="utf-8"))  # type: ignore[no-any-return]
-
-
-@pytest.fixture
-def inputs(tmp_path: Path) -> tuple[Path, Path]:
-    pop, cbor = tmp_path / "profile.pop", tmp_path / "debug.cbor"
-    pop.write_bytes(b"SQLite format 3\x00")
-    cbor.write_bytes(b"\xa0")
-    return pop, cbor
 
 
 def _without_contexts(doc: dict[str, Any], keep: int) -> dict[str, Any]:

@@ -40,19 +40,6 @@ SHAPES: list[dict[str, Any]] = [
 ]
 
 
-@pytest.fixture
-def small_doc() -> dict[str, Any]:
-    return json.loads((DATA / "export_small.json").read_text(encoding="utf-8"))  # type: ignore[no-any-return]
-
-
-@pytest.fixture
-def inputs(tmp_path: Path) -> tuple[Path, Path]:
-    pop, cbor = tmp_path / "profile.pop", tmp_path / "debug.cbor"
-    pop.write_bytes(b"SQLite format 3\x00")
-    cbor.write_bytes(b"\xa0")
-    return pop, cbor
-
-
 def contexts_of(path: Path) -> dict[int, int | None]:
     return {p["id"]: p.get("debugContext") for p in json.loads(path.read_text())["programs"]}
 
