@@ -48,7 +48,6 @@ if TYPE_CHECKING:
     from popliner.memory.engine import MemoryEngine
     from popliner.memory.model import MemoryModel
     from popliner.memory.ranges import ProfileRanges
-    from popliner.memory.ranges_shared import SharedParts
     from popliner.memory.types import StageMemory
     from popliner.pipeline import StageFigure
     from popliner.solvers.problem import SplitProblem
@@ -81,8 +80,6 @@ class Analysis:
     layers: LayerAssignment
     #: The base's reading options with this scenario's training options.
     options: AnalysisOptions
-    #: Option-free layer parts shared with the other scenarios of the base that a plan makes (None: none).
-    shared: SharedParts | None = None
 
     def __repr__(self) -> str:
         t = self.options.training
@@ -139,7 +136,7 @@ class Analysis:
 
         counted = self.layers.layer_of_op >= 0 if self.options.layered_vars_only else np.ones(self.ops.count, bool)
         return MemoryEngine(self.profile, self.ops, self.layers.layer_of_op, self.layers.names, counted,
-                            self.is_backward, self.mode == "training", self.options.training, self.shared,
+                            self.is_backward, self.mode == "training", self.options.training, self.base.shared,
                             layout=self.layout)
 
     @property
@@ -334,16 +331,17 @@ def _choose_layers(ops: OperationTable, options: AnalysisOptions) -> LayerAssign
                              options.layer_order)
 
 
-def scenario(base: ProfileBase, training: TrainingOptions, shared: SharedParts | None = None) -> Analysis:
+def scenario(base: ProfileBase, training: TrainingOptions) -> Analysis:
     """The base under ``training`` (options as applied, resolved by :func:`popliner.scenario.resolve`): pure.
 
     The layers are the base's named layers grouped for the head placement
     (memoised on the base); everything else the scenario reads of the profile
-    comes from the base. ``shared``: the base's option-free layer parts, for a
-    plan that makes scenarios of several option sets.
+    comes from the base, and so do the option-free layer parts its range
+    tables start from (:attr:`ProfileBase.shared`): each scenario adds only
+    its options' delta.
     """
     options = dataclasses.replace(base.options, training=training)
-    return Analysis(base, base.layers_for(training), options, shared)
+    return Analysis(base, base.layers_for(training), options)
 
 
 def analyse_profile(profile: Profile, options: AnalysisOptions = DEFAULT_OPTIONS,

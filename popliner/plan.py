@@ -175,7 +175,7 @@ def _best_placement(base: ProfileBase, resolved: Resolved, request: SplitRequest
     scored = []
     for placement in buildable_placements(base.framework.name):
         options = dataclasses.replace(resolved.options, head_placement=placement)
-        plan = _plan(scenario(base, options, base.shared), resolved.recompute,
+        plan = _plan(scenario(base, options), resolved.recompute,
                      dataclasses.replace(request, fit_facts=True, suggest=False), warn=False)
         fewest = plan.facts.fewest_ipus if plan.facts is not None else None
         slowest = max((s.cycles for s in plan.split.stages), default=0)
@@ -189,7 +189,7 @@ def _best_placement(base: ProfileBase, resolved: Resolved, request: SplitRequest
                 shown)
     if (request.fit_facts, request.suggest) != (True, False) and not best.fits:
         options = dataclasses.replace(resolved.options, head_placement=placement)
-        best = _plan(scenario(base, options, base.shared), resolved.recompute, request)
+        best = _plan(scenario(base, options), resolved.recompute, request)
     return dataclasses.replace(best, placements_tried=tried)
 
 
@@ -222,7 +222,7 @@ def _plan(analysis: Analysis, requested: RecomputeRequest, request: SplitRequest
         # The solve's engine and its range tables are done with: the plan keeps a scenario of the same options
         # whose engine is built again only if read, so that a large profile's two engines are not held at once
         # while each option of the hint builds its own.
-        plan = dataclasses.replace(plan, analysis=scenario(analysis.base, analysis.options.training, analysis.shared))
+        plan = dataclasses.replace(plan, analysis=scenario(analysis.base, analysis.options.training))
         del analysis, engine
         plan = dataclasses.replace(plan, suggestion=_suggest(plan.analysis, problem, request, started, setup))
     return plan
@@ -314,7 +314,7 @@ def _auto_recompute(analysis: Analysis, problem: SplitProblem, split: SplitResul
     for mode in AUTO_ORDER[1:]:
         if split.fits or analysis.mode != "training" or analysis.engine.view.recompute == "compiled":
             break
-        analysis = scenario(analysis.base, analysis.options.training.with_recompute(mode), analysis.shared)  # type: ignore[arg-type]
+        analysis = scenario(analysis.base, analysis.options.training.with_recompute(mode))  # type: ignore[arg-type]
         problem = dataclasses.replace(problem, training=analysis.mode == "training")
         split = _solve(analysis, problem, request, started)
     log.warning("%s chose %s", request.named("recompute", "auto"), analysis.engine.view.recompute)

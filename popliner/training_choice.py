@@ -128,7 +128,7 @@ def suggest_options(analysis: Analysis, problem: SplitProblem, link_bytes_per_se
         for option in options:
             check_deadline(None if deadline is None else deadline - setup_seconds)
             began = time.monotonic()
-            other = scenario(analysis.base, option, analysis.shared)
+            other = scenario(analysis.base, option)
             if option.recompute != "none" and other.engine.view.recompute == "compiled":
                 tried += 1
                 continue  # recomputation is compiled in: asking for it changes nothing

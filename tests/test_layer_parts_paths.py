@@ -9,9 +9,9 @@ replace, and it is still taken wherever the sums would not be grouped the
 same way. Each layer's private and shared variables come from the layer
 spans of all variables at once (:mod:`popliner.memory.layer_vars`), not from
 the union of its operations' variables. Here every field of every layer's
-parts, for every option set, both liveness paths and engines sharing parts
-or not, is held against the direct path with both turned off: the same
-arrays, dtypes and keys.
+parts, for every option set (in turn on one base, and each on a base of its
+own) and both liveness paths, is held against the direct path with both
+turned off: the same arrays, dtypes and keys.
 """
 
 from __future__ import annotations
@@ -24,16 +24,15 @@ from typing import Any
 import numpy as np
 import pytest
 
-from popliner.memory import ranges_shared, running
+from popliner.memory import ranges_shared
 from popliner.memory.layer_vars import LayerVariables
 from popliner.memory.liveness import SegmentGrid
-from popliner.memory.ranges_shared import SharedParts
 from popliner.memory.running import LayerParts
 from tests.test_shared_parts import SOURCES, _option_engines
 
 
 def _parts(source: str, liveness: str) -> list[tuple[str, LayerParts]]:
-    """Every layer's parts of every option set's two engines (sharing parts, alone), in a fixed order."""
+    """Every layer's parts of every option set's two engines (on the shared base, alone), in a fixed order."""
     out = []
     for changes, shared, alone in _option_engines(source):
         for name, engine in (("shared", shared), ("alone", alone)):
@@ -60,7 +59,7 @@ def _same(a: Any, b: Any, where: str) -> None:
         assert a == b, (where, a, b)
 
 
-_BY_CLASS = [(running, "class_sums"), (ranges_shared, "class_sums"), (ranges_shared, "changed_rows"),
+_BY_CLASS = [(ranges_shared, "class_sums"), (ranges_shared, "changed_rows"),
              (ranges_shared, "changed_stash")]
 
 
@@ -78,16 +77,13 @@ def _spied(monkeypatch: pytest.MonkeyPatch, found: Counter[str]) -> None:
     monkeypatch.setattr(LayerVariables, "split", spy(LayerVariables.split, "split"))
 
 
-@pytest.mark.parametrize("own_first", [True, False])
 @pytest.mark.parametrize("block", [None, 3])
 @pytest.mark.parametrize("liveness", ["grid", "events"])
 @pytest.mark.parametrize("source", SOURCES)
 def test_parts_from_class_sums_are_the_per_variable_parts(source: str, liveness: str, block: int | None,
-                                                           own_first: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     if block is not None:
         monkeypatch.setattr(SegmentGrid, "BLOCK", block)  # other segments: other dense-or-cells choices
-    if not own_first:  # every shared piece a profiled part and a correction: the corrections are made far more
-        monkeypatch.setattr(SharedParts, "claims", lambda self, piece, table: False)
     used: Counter[str] = Counter()
     with monkeypatch.context() as m:
         _spied(m, used)
@@ -104,21 +100,8 @@ def test_parts_from_class_sums_are_the_per_variable_parts(source: str, liveness:
     # The sums were used, so the comparison can fail. The corrections need a grid to correct, and on some
     # profiles their stash columns are not grouped by pairs (then both paths take the columns).
     assert used["class_sums"] > 0 and used["split"] > 0
-    if source == "bert-tiny-training.json" and not own_first:
+    if source == "bert-tiny-training.json":
         assert used["changed_stash"] > 0 and (liveness == "events" or used["changed_rows"] > 0)
-
-
-@pytest.mark.parametrize("source", SOURCES)
-def test_the_first_option_set_makes_its_shared_parts_as_an_engine_alone(source: str) -> None:
-    """The first variable table to ask for a layer's parts makes them on its own profile, as an unshared engine."""
-    changes, shared, alone = next(_option_engines(source))
-    assert shared.shared_parts is not None and alone.shared_parts is None
-    for liveness in ("grid", "events"):
-        a, b = shared.range_state(liveness), alone.range_state(liveness)
-        for j in range(shared.num_layers):
-            for field in dataclasses.fields(LayerParts):
-                where = f"{source} {changes} {liveness} layer {j} {field.name}"
-                _same(getattr(a.layer_parts(j), field.name), getattr(b.layer_parts(j), field.name), where)
 
 
 def test_positions_of_multi_layer_variables_are_their_ranks() -> None:

@@ -1,12 +1,16 @@
-"""Layer parts shared across option sets (:mod:`popliner.memory.ranges_shared`) against engines built alone.
+"""Layer parts: the profile's once, each option set's delta on top (:mod:`popliner.memory.ranges_shared`).
 
-``popliner plan`` builds one engine per option set and lets them share each
-layer's option-free parts: the events and stash columns of the variables as
-profiled, corrected for the variables an option set changes. Here every
-option set's engine takes its parts from one :class:`SharedParts` that the
-option sets before it filled, and every range figure (total per tile, stash
-entry, the wrapped head's ranges, the direct model's stage figures) is held
-against an engine of the same options that shares nothing.
+Every engine's range tables take each layer's parts from its profile base's
+:class:`SharedParts`: the events and stash columns of the variables as
+profiled, plus the delta of the variables its options change. ``popliner
+plan`` builds one engine per option set on the same parts, in turn. Here the
+option sets are built in turn on ONE base (each later one finding the parts,
+deltas and range figures the earlier ones left), and every range figure
+(total per tile, stash entry, the wrapped head's ranges, stage figures) is
+held against the direct model (:meth:`MemoryEngine.stage_memory` and
+:meth:`MemoryEngine.stash_entry_per_tile`: a sweep over the range's own
+variables, no layer parts) of an engine of the same options on a base of its
+own, loaded again, which sees no other option set.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import pytest
 
 from popliner.analysis import Analysis, AnalysisOptions, load_analysis, scenario
 from popliner.memory import ranges_shared
+from popliner.memory.engine import MemoryEngine
 from popliner.memory.liveness import SegmentGrid
 from popliner.memory.ranges import Liveness, ProfileRanges, release
 from popliner.memory.ranges_shared import SharedParts
@@ -56,19 +61,19 @@ def _analysis(source: str) -> Analysis:
     return analyse_document(_generated(source), AnalysisOptions())
 
 
-def _option_engines(source: str) -> Iterator[tuple[dict[str, Any], Any, Any]]:
-    """(options, engine sharing parts with the ones before it, engine sharing nothing) per option set."""
-    shared_base, alone_base = _analysis(source), _analysis(source)
-    shared = SharedParts(shared_base.profile, shared_base.ops)
+def _option_engines(source: str) -> Iterator[tuple[dict[str, Any], MemoryEngine, MemoryEngine]]:
+    """(options, engine on the one shared base, engine of the same options on a base of its own) per option set."""
+    shared_base = _analysis(source).base
     for changes in OPTION_SETS:
         options = dataclasses.replace(TrainingOptions(), **changes)
-        a, b = scenario(shared_base.base, options, shared), scenario(alone_base.base, options)
-        engine = a.engine  # its training view shares the roles and recomputation spans too
-        assert engine.shared_parts is shared and b.engine.shared_parts is None
-        np.testing.assert_array_equal(engine.view.rerun_ops, b.engine.view.rerun_ops)
-        np.testing.assert_array_equal(engine.view.forward_cut, b.engine.view.forward_cut)
-        np.testing.assert_array_equal(engine.view.never_stash, b.engine.view.never_stash)
-        yield changes, engine, b.engine
+        own_base = _analysis(source).base  # loaded again: its parts and memos see this option set only
+        engine, alone = scenario(shared_base, options).engine, scenario(own_base, options).engine
+        assert engine.shared_parts is shared_base.shared and alone.shared_parts is own_base.shared
+        # The training view shares the roles and recomputation spans across option sets: the same as alone.
+        np.testing.assert_array_equal(engine.view.rerun_ops, alone.view.rerun_ops)
+        np.testing.assert_array_equal(engine.view.forward_cut, alone.view.forward_cut)
+        np.testing.assert_array_equal(engine.view.never_stash, alone.view.never_stash)
+        yield changes, engine, alone
 
 
 @pytest.fixture
@@ -77,26 +82,46 @@ def tiny_blocks(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     yield
 
 
-def _all_ranges(table: ProfileRanges) -> Iterator[tuple[int, int]]:
-    n = table.num_layers
+def _all_ranges(n: int) -> Iterator[tuple[int, int]]:
     rng = np.random.default_rng(7)
     pairs = [(i, j) for i in range(n) for j in range(i, n)]
     for k in rng.permutation(len(pairs)):  # random order: rows resumed, grids restored
         yield pairs[int(k)]
 
 
-#: A range's total and stash entry per tile.
-_Figure = tuple[np.ndarray, np.ndarray]
+def _direct(engine: MemoryEngine, i: int, j: int) -> tuple[list[int], list[int]]:
+    """The direct model's total and stash entry per tile of the range ``i..j``."""
+    ops = engine.range_ops(i, j)
+    return engine.stage_memory(ops).total_per_tile.tolist(), engine.stash_entry_per_tile(ops).tolist()
 
 
-def _figure_pairs(shared: Any, alone: Any, liveness: Liveness) -> Iterator[tuple[int, int, _Figure, _Figure]]:
-    """Every range's (total, stash entry) per tile from a table of each engine, in a random order."""
-    t1 = ProfileRanges(shared, limit=2**62, liveness=liveness, lazy=True)
-    t2 = ProfileRanges(alone, limit=2**62, liveness=liveness, lazy=True)
-    for i, j in _all_ranges(t1):
-        a, b = t1.per_tile(i, j), t2.per_tile(i, j)
-        assert a is not None and b is not None
-        yield i, j, a, b
+def _held(source: str, liveness: Liveness) -> int:
+    """Every range of every option set's table on the shared base against the direct model alone; ranges checked."""
+    checked = 0
+    for changes, engine, alone in _option_engines(source):
+        table = ProfileRanges(engine, limit=2**62, liveness=liveness, lazy=True)
+        for i, j in _all_ranges(table.num_layers):
+            got = table.per_tile(i, j)
+            assert got is not None
+            total, stash = _direct(alone, i, j)
+            assert got[0].tolist() == total, f"{source} {changes} total {i}..{j}"
+            assert got[1].tolist() == stash, f"{source} {changes} stash {i}..{j}"
+            checked += 1
+        if engine.head_wraps:  # range 0..j with the head: the model of the union of both stages' operations
+            head = alone.range_ops(alone.head_layer, alone.head_layer)
+            for j in range(table.num_layers):
+                wrapped = table._wrapped_range(j)
+                assert wrapped is not None
+                ops = np.union1d(alone.range_ops(0, j), head)
+                assert wrapped[0].tolist() == alone.stage_memory(ops).total_per_tile.tolist(), (changes, j)
+        n = table.num_layers
+        for i, j in [(0, 0), (0, n - 1), (n - 1, n - 1), (1, max(n - 2, 1)), (min(1, n - 1), min(1, n - 1))]:
+            ops = table.stage_ops(i, j)
+            np.testing.assert_array_equal(table.stage_memory(i, j).per_tile, alone.stage_memory(ops).per_tile)
+        np.testing.assert_array_equal(engine.crossing, alone.crossing)
+        np.testing.assert_array_equal(engine.gradient_crossing, alone.gradient_crossing)
+        release(engine)  # as the planner does: the next option set's grids take this one's buffers
+    return checked
 
 
 SOURCES = ["tiny-training.json", "bert-tiny-training.json", "resnet-small-training.json.gz", "gpt2-tiny",
@@ -104,54 +129,35 @@ SOURCES = ["tiny-training.json", "bert-tiny-training.json", "resnet-small-traini
 
 
 @pytest.mark.parametrize("source", SOURCES)
-def test_shared_parts_give_the_figures_of_engines_built_alone(source: str, tiny_blocks: None) -> None:
-    checked = 0
-    parts = None
-    for changes, shared, alone in _option_engines(source):
-        parts = shared.shared_parts
-        t1 = ProfileRanges(shared, limit=2**62, liveness="grid", lazy=True)
-        t2 = ProfileRanges(alone, limit=2**62, liveness="grid", lazy=True)
-        assert t1._shared.share is not None and t2._shared.share is None
-        for i, j in _all_ranges(t1):
-            a, b = t1.per_tile(i, j), t2.per_tile(i, j)
-            assert a is not None and b is not None
-            np.testing.assert_array_equal(a[0], b[0], err_msg=f"{source} {changes} total {i}..{j}")
-            np.testing.assert_array_equal(a[1], b[1], err_msg=f"{source} {changes} stash {i}..{j}")
-            assert t1.memory(i, j, 2) == t2.memory(i, j, 2)
-            checked += 1
-        if shared.head_wraps:
-            for j in range(t1.num_layers):
-                np.testing.assert_array_equal(t1._wrapped_range(j)[0], t2._wrapped_range(j)[0])  # type: ignore[index]
-        n = t1.num_layers
-        for i, j in [(0, 0), (0, n - 1), (n - 1, n - 1), (1, max(n - 2, 1)), (min(1, n - 1), min(1, n - 1))]:
-            np.testing.assert_array_equal(t1.stage_memory(i, j).per_tile, t2.stage_memory(i, j).per_tile)
-        np.testing.assert_array_equal(shared.crossing, alone.crossing)
-        np.testing.assert_array_equal(shared.gradient_crossing, alone.gradient_crossing)
-        release(shared)  # as the planner does: the next option set's grids take this one's buffers
-    assert checked > 0
-    assert parts is not None and any(found for found in parts._buffers.values())  # buffers were given back
+def test_parts_and_deltas_give_the_direct_model_of_every_option_set(source: str, tiny_blocks: None) -> None:
+    assert _held(source, "grid") > 0
 
 
-def test_the_options_change_variables_the_sharing_corrects(monkeypatch: pytest.MonkeyPatch, tiny_blocks: None) -> None:
-    """Without the correction (every variable taken as profiled) the figures are wrong: the check above can fail."""
+def test_grids_buffers_go_back_to_the_parts(tiny_blocks: None) -> None:
+    """A released engine's grids are given back, cleared, for the next option set's grids."""
+    *_, (_, engine, _alone) = _option_engines("bert-tiny-training.json")
+    ProfileRanges(engine, limit=2**62, liveness="grid").per_tile(0, 0)
+    release(engine)
+    assert any(found for found in engine.shared_parts._buffers.values())
+    assert all(not b.any() for found in engine.shared_parts._buffers.values() for bufs in found for b in bufs)
+
+
+def test_the_options_change_variables_the_delta_corrects(monkeypatch: pytest.MonkeyPatch, tiny_blocks: None) -> None:
+    """Without the delta (every variable taken as profiled) the figures are wrong: the check above can fail."""
     monkeypatch.setattr(ranges_shared, "_changed",
                         lambda profile, base: np.zeros(base.variables.count, bool))
-    differ = 0
-    for _, shared, alone in _option_engines("bert-tiny-training.json"):
-        for _i, _j, a, b in _figure_pairs(shared, alone, "grid"):
-            differ += int(not (np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])))
-    assert differ > 0
+    with pytest.raises(AssertionError):
+        _held("bert-tiny-training.json", "grid")
 
 
 def test_parts_of_another_profile_are_refused() -> None:
     one, other = _analysis("tiny-training.json"), _analysis("tiny-training.json")
-    assert not other.engine.share_parts(SharedParts(one.profile, one.ops))
-    assert other.engine.shared_parts is None
+    with pytest.raises(ValueError, match="its own profile"):
+        MemoryEngine(other.profile, other.ops, other.layers.layer_of_op, other.layers.names,
+                     np.ones(other.ops.count, bool), other.is_backward, True, TrainingOptions(),
+                     SharedParts(one.profile, one.ops))
 
 
-def test_shared_stash_columns_on_the_event_list(tiny_blocks: None) -> None:
-    """Without a grid only the stash columns and programs are shared: the same figures as engines built alone."""
-    for changes, shared, alone in _option_engines("bert-tiny-training.json"):
-        for i, j, a, b in _figure_pairs(shared, alone, "events"):
-            np.testing.assert_array_equal(a[0], b[0], err_msg=f"{changes} total {i}..{j}")
-            np.testing.assert_array_equal(a[1], b[1], err_msg=f"{changes} stash {i}..{j}")
+def test_parts_and_deltas_on_the_event_list(tiny_blocks: None) -> None:
+    """Without a grid only the stash columns and programs come from the parts: the direct model's figures too."""
+    assert _held("bert-tiny-training.json", "events") > 0

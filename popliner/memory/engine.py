@@ -53,29 +53,27 @@ class MemoryEngine:
 
     def __init__(self, profile: Profile, ops: OperationTable, layer_of_op: np.ndarray, layer_names: Sequence[str],
                  counted_vars: np.ndarray, is_backward: np.ndarray, training: bool,
-                 options: TrainingOptions | None = None, shared: SharedParts | None = None, *,
-                 layout: Layout | None = None) -> None:
+                 options: TrainingOptions, shared: SharedParts, *, layout: Layout | None = None) -> None:
+        if shared.profile is not profile or shared.ops is not ops:
+            raise ValueError("a memory engine takes the option-free parts of its own profile and operations only")
         self.ops = ops
         self.layer_of_op = np.asarray(layer_of_op, np.int64)
         self.layer_names = tuple(layer_names)
         self.training = training
-        self.options = options if options is not None else TrainingOptions()
+        self.options = options
         #: Where the embedding and the head go: the scenario's layout (made here only for an engine built alone).
         self.layout = layout if layout is not None else Layout.of(self.layer_names, self.options.head_placement)
         # The one place the training options change figures: the what-if
         # profile (bytes and live steps of variables) and the view's rules
         # (backward part, stash entry, re-run cycles, pipeline recomputation).
-        # ``shared``: the option-free parts of engines of the same profile and operations under other options
-        # (popliner plan builds one engine per option set); parts of another profile are not taken.
-        if shared is not None and (shared.profile is not profile or shared.ops is not ops):
-            shared = None
+        # ``shared``: the profile's option-free parts, which every option set's engine of the profile starts
+        # from (popliner plan builds one per option set); each adds its options' delta.
         self.view = build_training_view(profile, ops, self.layer_of_op, len(self.layer_names),
-                                        np.asarray(is_backward, bool), self.options, training,
-                                        shared.view_memo if shared is not None else None)
+                                        np.asarray(is_backward, bool), self.options, training, shared.view_memo)
         #: The profile as given, before the options' what-if (what :class:`SharedParts` are made of).
         self.base_profile = profile
-        #: Layer parts shared with other engines of the same profile (:meth:`share_parts`).
-        self.shared_parts: SharedParts | None = None
+        #: The profile's option-free layer parts, shared with every other engine of the same profile.
+        self.shared_parts: SharedParts = shared
         self.profile = self.view.profile
         self.is_backward = self.view.is_backward
         self.model = MemoryModel(self.profile, ops, counted_vars)
@@ -83,8 +81,6 @@ class MemoryEngine:
         #: ``--recompute pipeline``: the figures of re-run sets, by their operations (the model memoises the rest).
         self._rerun_memo: dict[bytes, StageMemory] = {}
         self._range_states: dict[Liveness, RangeState] = {}
-        if shared is not None:
-            self.share_parts(shared)
 
     @property
     def tiles(self) -> int:
@@ -124,26 +120,14 @@ class MemoryEngine:
             self._range_states[path] = self._range_states[liveness] = found
         return found
 
-    def share_parts(self, shared: SharedParts) -> bool:
-        """Build layer parts from (and into) ``shared``, the option-free parts of this engine's profile.
-
-        Before any range table: the range state takes them when it is built.
-        False (nothing shared) when ``shared`` is of another profile.
-        """
-        if self._range_states or not shared.accepts(self):
-            return False
-        self.shared_parts = shared
-        return True
-
     def release_range_state(self) -> None:
         """Drop the range state now: the running sets it keeps hold the engine, a cycle the collector frees later.
 
-        With shared parts its grids' buffers go back to them, for the next
-        option set's engine (no table of this engine may be read after this).
+        Its grids' buffers go back to the shared parts, for the next option
+        set's engine (no table of this engine may be read after this).
         """
-        if self.shared_parts is not None:
-            for state in {id(s): s for s in self._range_states.values()}.values():
-                state.recycle(self.shared_parts)
+        for state in {id(s): s for s in self._range_states.values()}.values():
+            state.recycle(self.shared_parts)
         self._range_states.clear()
 
     # -- operations of a stage ---------------------------------------------------
@@ -254,8 +238,6 @@ class MemoryEngine:
         return self._cut_profile(cut)
 
     def _cut_profile(self, cut: np.ndarray) -> Profile:
-        if self.shared_parts is None:
-            return self._make_cut_profile(cut)
         # Option sets that cut the same variables of the same what-if profile (the head placements, often)
         # share one forward-cut profile, found by content.
         made: list[tuple[Profile, np.ndarray, Profile]] = self.shared_parts.view_memo.setdefault(b"cut-profiles", [])
@@ -443,20 +425,19 @@ class MemoryEngine:
     def boundaries(self) -> Boundaries:
         """What crosses a boundary between stages (see :mod:`popliner.memory.boundaries`)."""
         shared = self.shared_parts
-        span = None if shared is None else shared.layer_span(self)
+        span = shared.layer_span(self)
         # Constants read the operations and programs only: the same for every option set.
-        constant = None if shared is None else shared.view_memo.get(b"constant-var")
+        constant = shared.view_memo.get(b"constant-var")
         # With a wrapped head, each variable's last layer before the head: read the layering only, like the span.
-        wrapped_hi = None if shared is None or not self.head_wraps else shared.wrapped_hi(self)
+        wrapped_hi = shared.wrapped_hi(self) if self.head_wraps else None
         made = Boundaries(self.profile, self.ops, self.model, self.layer_of_op, self.num_layers, self.head_wraps,
                           self.is_backward, self.always_live_var, span, constant, wrapped_hi)
-        if shared is not None:
-            if span is None:
-                shared.keep_layer_span(self, made.variable_layer_span)
-            if constant is None:
-                shared.view_memo[b"constant-var"] = made.constant_var
-            if self.head_wraps and wrapped_hi is None:
-                shared.keep_wrapped_hi(self, made.wrapped_hi)
+        if span is None:
+            shared.keep_layer_span(self, made.variable_layer_span)
+        if constant is None:
+            shared.view_memo[b"constant-var"] = made.constant_var
+        if self.head_wraps and wrapped_hi is None:
+            shared.keep_wrapped_hi(self, made.wrapped_hi)
         return made
 
     # The figures every caller reads, named here so that the engine stays the one object to ask.

@@ -32,9 +32,9 @@ __all__ = ["LayerVariables", "SharingFacts"]
 
 
 class SharingFacts(MemoryFacts, Protocol):
-    """:class:`MemoryFacts` with the option-free parts the scenario shares with others of its profile (or None)."""
+    """:class:`MemoryFacts` with the option-free parts the scenario shares with others of its profile."""
 
-    shared_parts: SharedParts | None
+    shared_parts: SharedParts
 
 
 class LayerVariables:
@@ -55,12 +55,10 @@ class LayerVariables:
         at = np.flatnonzero(self.multi[var_idx])
         self.var_idx = var_idx[at]
         self.var_ptr = np.searchsorted(at, var_ptr)
-        # Each variable's layer if it is private (-1: shared or unused), then the runs of one such layer on one
-        # tile (a tensor's variables are laid out tile by tile: the runs are hardly more than the layer's).
+        # Each variable's layer if it is private (-1: shared or unused), then the runs of one such layer.
         label = np.where(lo == hi, lo, -1)
         n = label.size
-        self.tile_source = engine.profile.variables.tile
-        cut = np.flatnonzero((label[1:] != label[:-1]) | (self.tile_source[1:] != self.tile_source[:-1])) + 1
+        cut = np.flatnonzero(label[1:] != label[:-1]) + 1
         starts = np.concatenate(([0], cut)).astype(np.int64) if n else np.zeros(0, np.int64)
         stops = np.concatenate((cut, [n])).astype(np.int64) if n else np.zeros(0, np.int64)
         run_layer = label[starts]
@@ -69,7 +67,6 @@ class LayerVariables:
         # Stable: a layer's runs stay in variable order, so its expanded runs are sorted.
         order = np.argsort(run_layer, kind="stable")
         self.starts, self.lengths = starts[order], (stops - starts)[order]
-        self.run_tile = self.tile_source[self.starts]
         self.ptr = np.searchsorted(run_layer[order], np.arange(engine.num_layers + 1))
         self.index = engine.multi_layer_index
         self._ranks = _rank_words(self.multi)
@@ -79,8 +76,6 @@ class LayerVariables:
     def of(cls, engine: SharingFacts) -> LayerVariables:
         """The engine's, shared with the other engines of its profile and layering (head placements, plans)."""
         shared = engine.shared_parts
-        if shared is None:
-            return cls(engine)
         # What the split reads besides the operation table (the same for every engine of shared parts).
         key = b"layer-variables:" + engine.layer_of_op.tobytes() + engine.model.counted_vars.tobytes() + (
             engine.num_layers.to_bytes(8, "little"))
@@ -106,13 +101,6 @@ class LayerVariables:
         word = var >> 6
         below = words[word] & ((np.uint64(1) << (var & 63).astype(np.uint64)) - np.uint64(1))
         return np.asarray(before[word] + np.bitwise_count(below), np.int64)
-
-    def tiles(self, j: int, tile: np.ndarray) -> np.ndarray | None:
-        """``tile[self.private(j)]`` from the runs' tiles, without reading the column again (None: another column)."""
-        if tile is not self.tile_source:
-            return None
-        a, b = int(self.ptr[j]), int(self.ptr[j + 1])
-        return np.repeat(self.run_tile[a:b], self.lengths[a:b])
 
     def private(self, j: int) -> np.ndarray:
         """Layer ``j``'s counted variables that no other layer uses, sorted (int64)."""

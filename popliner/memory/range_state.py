@@ -50,20 +50,20 @@ class RangeState:
         self._engine = weakref.ref(engine)
         self.layer_ops = [engine.range_ops(k, k) for k in range(engine.num_layers)]
         shared = engine.shared_parts
-        dtype = shared.grid_dtype(engine.profile) if shared is not None else None
+        dtype = shared.grid_dtype(engine.profile)
         self.grid = SegmentGrid.of(engine.profile, dtype=dtype) if liveness == "grid" else None
         #: ``--recompute pipeline``: running sets keep their variables' forward-cut liveness too.
         self.rerun = engine.view.recompute == "pipeline"
         self.cut_grid = forward_cut_grid(engine, dtype) if self.rerun and self.grid is not None else None
-        if shared is not None:
-            for grid in (self.grid, self.cut_grid):
-                if grid is not None:
-                    shared.take_buffers(grid)  # zeroed buffers an earlier engine gave back: no page faults
+        for grid in (self.grid, self.cut_grid):
+            if grid is not None:
+                shared.take_buffers(grid)  # zeroed buffers an earlier engine gave back: no page faults
         self.liveness: LivenessPath = liveness
-        #: What other engines of the profile built already (``popliner plan``: one engine per option set).
-        self.share = EngineShare(shared, engine, self.grid, self.cut_grid) if shared is not None else None
-        #: What a range's figure depends on besides its operations, when other engines' figures can serve.
-        self._signature = self.share.signature(engine, self.rerun) if self.share is not None else None
+        #: The profile's option-free parts and this engine's delta on them (``popliner plan``: one engine per
+        #: option set, all on the same parts).
+        self.share = EngineShare(shared, engine, self.grid, self.cut_grid)
+        #: What a range's figure depends on besides its operations: engines of equal signatures share figures.
+        self._signature = self.share.signature(engine, self.rerun)
         self._layer_keys: list[bytes] = []
         if self._signature is not None:
             counted = engine.model.counted_vars
@@ -96,10 +96,8 @@ class RangeState:
             if self._variables is None:
                 self._variables = LayerVariables.of(engine)
             ops = self.layer_ops[j]
-            variables = self._variables.split(j, ops)
-            tiles = self._variables.tiles(j, engine.profile.variables.tile) if variables is not None else None
-            parts = self._parts[j] = LayerParts.of(engine, ops, self.grid, self.cut_grid, self.share, variables,
-                                                   tiles)
+            parts = self._parts[j] = LayerParts.of(engine, ops, self.grid, self.cut_grid, self.share,
+                                                   self._variables.split(j, ops))
         return parts
 
     def other_figure(self, i: int, j: int) -> tuple[int, np.ndarray, np.ndarray] | None:
@@ -110,7 +108,6 @@ class RangeState:
         key = self._other_key(i, j)
         if key is None:
             return None
-        assert self.share is not None
         found = self.share.shared.range_figures.get(key)
         if found is None:
             return None
@@ -128,7 +125,6 @@ class RangeState:
         key = self._other_key(i, j)
         if key is None:
             return
-        assert self.share is not None
         worst, stash, total = known
         parts = [stash, total] if peak is None else [stash, total, peak]
         small = worst < 2**31 and all(int(a.max(initial=0)) < 2**31 and int(a.min(initial=0)) >= 0 for a in parts)

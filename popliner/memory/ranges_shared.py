@@ -1,8 +1,6 @@
-"""Layer parts shared across training option sets: what the range states of several engines of one profile reuse.
+"""Layer parts: the profile's once, and each training option set's delta on top (the only way they are made).
 
-``popliner plan`` builds one memory engine per training option set
-(recomputation x head placement x optimizer state) on the same profile, and
-each engine's range state builds every layer's parts
+Every memory engine's range state builds each layer's parts
 (:class:`popliner.memory.running.LayerParts`): its programs' code and state,
 its counted variables, their liveness events on the grid and their stash
 columns. Most of that does not depend on the options: the programs are the
@@ -10,16 +8,21 @@ profile's, and an option set changes the live steps (or bytes) of a minority
 of variables (optimizer state off chip, recomputed activations), leaving the
 others exactly as profiled.
 
-:class:`SharedParts` keeps, per profile, what the options cannot change:
-each layer's programs part and counted variables, and the events and stash
-columns of a set of variables *as profiled* (on the profile's own grid).
-:class:`EngineShare` adapts them to one engine: the events move to the
-engine's grid (its segments refine the profile's: a what-if profile only
-adds liveness classes, so its segment ends include the profile's), and a
-correction is added for the variables the engine's options change: their
-what-if events or columns, minus their profiled ones. Liveness grids and
-stash entries are integer sums, so the corrected parts give every figure to
-the byte (tests/test_shared_parts.py holds them against engines built alone).
+:class:`SharedParts` (one per profile base: :attr:`popliner.base.ProfileBase.shared`)
+keeps what the options cannot change: each layer's programs part and counted
+variables, and the events and stash columns of a set of variables *as
+profiled* (on the profile's own grid). :class:`EngineShare` adapts them to
+one engine: the events move to the engine's grid (its segments refine the
+profile's: a what-if profile only adds liveness classes, so its segment ends
+include the profile's), and the option set's delta is added for the
+variables its options change: their what-if events or columns, minus their
+profiled ones. An engine whose options change nothing (inference, or the
+options the profile was compiled with) adds no delta. ``popliner plan``
+builds one engine per option set (recomputation x head placement x
+optimizer state) on the same parts; a single solve builds one. Liveness
+grids and stash entries are integer sums, so the parts plus the delta give
+every figure to the byte (tests/test_shared_parts.py holds them against the
+direct model and an independent per-variable sum).
 """
 
 from __future__ import annotations
@@ -69,8 +72,6 @@ class SharedParts:
         self._sums: dict[bytes, tuple[ClassSums | None, Columns]] = {}
         #: Per class as profiled: may a stash entry hold its variables (not always live), and its steps.
         self._class_stash: tuple[np.ndarray, tuple[np.ndarray, np.ndarray]] | None = None
-        #: Which variable table made each piece on its own profile (:meth:`claims`).
-        self._direct: dict[tuple[object, ...], object] = {}
         self._spans: dict[bytes, tuple[np.ndarray, np.ndarray]] = {}
         self._wrapped: dict[bytes, np.ndarray] = {}
         self._dtypes: list[tuple[np.ndarray, np.ndarray, type[np.signedinteger]]] = []
@@ -110,11 +111,6 @@ class SharedParts:
                 return k
         self._never.append(never)
         return len(self._never) - 1
-
-    def accepts(self, engine: MemoryFacts) -> bool:
-        """Was ``engine`` built on this profile and operation table (so its programs are these)?"""
-        return engine.base_profile is self.profile and engine.ops is self.ops and (
-            engine.profile.programs is self.profile.programs and engine.profile.tiles == self.profile.tiles)
 
     @property
     def grid(self) -> SegmentGrid:
@@ -211,20 +207,12 @@ class SharedParts:
     def forget_sums(self, key: bytes) -> None:
         self._sums.pop(key, None)
 
-    def claims(self, piece: tuple[object, ...], table: object) -> bool:
-        """Does ``table`` make ``piece`` on its own profile? The first table to ask for a piece does (the head
-        placements of one option set then share it whole, with no profiled part to correct); the others
-        correct the profiled part, made once for all of them."""
-        return bool(self._direct.setdefault(piece, table) == table)
-
-    def piece(self, where: tuple[int, str, bytes], own: Callable[[], Events] | None,
-              correct: Callable[[], tuple[Events, ...]]) -> tuple[Events, ...]:
-        """The piece ``where`` (its variable table first), memoised: made whole on that table's profile by ``own``
-        when the table claims it (:meth:`claims`), else the profiled part and its correction (``correct``)."""
+    def piece(self, where: tuple[int, str, bytes], correct: Callable[[], tuple[Events, ...]]) -> tuple[Events, ...]:
+        """The piece ``where`` (its variable table first), memoised: the profiled part and the table's delta,
+        made by ``correct`` for the first engine of that table to ask."""
         found = self.corrected.get(where)
         if found is None:
-            mine = own is not None and self.claims(where[1:], where[0])
-            found = self.corrected[where] = (own(),) if own is not None and mine else correct()
+            found = self.corrected[where] = correct()
         return found
 
     def owned(self, var: np.ndarray, key: bytes) -> Events:
@@ -286,25 +274,24 @@ class _GridShare:
         self.base_end = self.colmap[base.col_end]
 
     @classmethod
-    def of(cls, shared: SharedParts, grid: SegmentGrid, changed: np.ndarray) -> _GridShare | None:
-        """None when the grid's segments do not refine the profile's (then the engine makes its own events)."""
+    def of(cls, shared: SharedParts, grid: SegmentGrid, changed: np.ndarray) -> _GridShare:
+        """The adapter of ``grid``, whose segments refine the profile's (a what-if profile only adds classes)."""
         base = shared.grid.ends
         at = np.searchsorted(grid.ends, base)
         if grid.tiles != shared.grid.tiles or (at >= grid.ends.size).any() or not np.array_equal(grid.ends[at], base):
-            return None
+            raise AssertionError("a what-if grid's segments do not refine the profile's")  # with_live_steps appends
         return cls(shared, grid, changed)
 
-    def merged(self, var: np.ndarray, key: bytes, own: Callable[[], Events] | None = None) -> tuple[Events, ...]:
-        """The variables' net change on this grid: the profiled one moved here, plus the changed ones' correction.
+    def merged(self, var: np.ndarray, key: bytes) -> tuple[Events, ...]:
+        """The variables' net change on this grid: the profiled one moved here, plus the changed ones' delta.
 
-        ``key`` is ``var.tobytes()``, made once per layer (hashing it is most of a lookup's cost). ``own``
-        makes the change on this grid's profile, taken where this table makes it (:meth:`SharedParts.claims`).
+        ``key`` is ``var.tobytes()``, made once per layer (hashing it is most of a lookup's cost).
         """
-        return self.shared.piece((self.table, "merged:" + self.tag, key), own, lambda: self._merged(var, key))
+        return self.shared.piece((self.table, "merged:" + self.tag, key), lambda: self._merged(var, key))
 
-    def owned(self, var: np.ndarray, key: bytes, own: Callable[[], Events] | None = None) -> tuple[Events, ...]:
-        """:meth:`SegmentGrid.events_of` with owners (positions in ``var``), as a profiled part and a correction."""
-        return self.shared.piece((self.table, "owned:" + self.tag, key), own, lambda: self._owned(var, key))
+    def owned(self, var: np.ndarray, key: bytes) -> tuple[Events, ...]:
+        """:meth:`SegmentGrid.events_of` with owners (positions in ``var``), as a profiled part and a delta."""
+        return self.shared.piece((self.table, "owned:" + self.tag, key), lambda: self._owned(var, key))
 
     def _merged(self, var: np.ndarray, key: bytes) -> tuple[Events, ...]:
         out = [self._moved(self.shared.merged(var, key))]
@@ -371,6 +358,14 @@ class _GridShare:
                 "nbytes": events["nbytes"].astype(grid.dtype, copy=False), "owner": events["owner"]}
 
 
+def _changed_from(profile: Profile, base: Profile) -> np.ndarray:
+    """:func:`popliner.memory.variable_tables.changed_variables` of a what-if (or forward-cut) profile of ``base``."""
+    changed = _changed(profile, base)
+    if changed is None:  # with_live_steps only appends classes and keeps the tiles
+        raise AssertionError("a what-if profile's class table does not extend the profile's")
+    return changed
+
+
 def _expand(profile: Profile, var: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Interval indices of the variables' classes, and each interval's position in ``var``."""
     cls = profile.variables.klass[var]
@@ -385,14 +380,12 @@ class EngineShare:
                  cut_grid: SegmentGrid | None) -> None:
         self.shared = shared
         base = shared.profile
-        changed = _changed(engine.profile, base)
-        self.grid = None if grid is None or changed is None else _GridShare.of(shared, grid, changed)
-        cut_changed = None if cut_grid is None else _changed(cut_grid.p, base)
-        self.cut_grid = None if cut_grid is None or cut_changed is None else _GridShare.of(shared, cut_grid,
-                                                                                          cut_changed)
+        changed = _changed_from(engine.profile, base)
+        self.grid = None if grid is None else _GridShare.of(shared, grid, changed)
+        self.cut_grid = None if cut_grid is None else _GridShare.of(shared, cut_grid, _changed_from(cut_grid.p, base))
         self.stash_changed: np.ndarray | None = None
         self.stash_table, self.stash_key = -1, ""
-        if engine.training and changed is not None:
+        if engine.training:
             # A variable whose class and bytes are as profiled has the profiled steps and always-live flag
             # (the class table extends the profile's): only every-layer's never-stashed ones change besides.
             self.stash_changed = np.asarray(changed | engine.view.never_stash)
@@ -414,31 +407,20 @@ class EngineShare:
         The variable tables (what-if, forward cut) and the never-stashed set
         by number (:meth:`SharedParts.table`), the training rules by value.
         Ranges of equal operations and equal signatures have equal figures.
-        None when some part is not shared (then nothing is).
+        None on the event list (no grid names the tables): figures are not shared there.
         """
-        if self.grid is None or (rerun and self.cut_grid is None) or (engine.training and self.stash_changed is None):
+        if self.grid is None or (rerun and self.cut_grid is None):
             return None
         view = engine.view
         return (self.grid.table, self.cut_grid.table if rerun and self.cut_grid is not None else -1, self.stash_table,
                 self.stash_key, engine.training, view.recompute, view.stash_inputs, view.inputs_only,
                 np.asarray(view.is_backward, bool).tobytes())
 
-    def stash(self, var: np.ndarray, key: bytes, with_owner: bool = False, own: Callable[[], Events] | None = None
-              ) -> tuple[Events, ...] | None:
-        """The stash columns of ``var``: the profiled ones, plus the changed variables' own minus their profiled.
-
-        ``own`` makes them on the engine's profile, taken where its table makes them (:meth:`SharedParts.claims`).
-        """
-        engine = self.engine_columns
-        if not engine.training:
+    def stash(self, var: np.ndarray, key: bytes, with_owner: bool = False) -> tuple[Events, ...] | None:
+        """The stash columns of ``var``: the profiled ones, plus the changed variables' own minus their profiled."""
+        if not self.engine_columns.training:
             return None
-        if self.stash_changed is None:
-            from popliner.memory.stash_row import stash_columns
-
-            made = own() if own is not None else stash_columns(engine, var, with_owner)
-            assert made is not None  # training
-            return (made,)
-        return self.shared.piece((self.stash_table, f"{self.stash_key}:{with_owner}", key), own,
+        return self.shared.piece((self.stash_table, f"{self.stash_key}:{with_owner}", key),
                                  lambda: self._stash(var, with_owner, key))
 
     def _stash(self, var: np.ndarray, with_owner: bool, key: bytes) -> tuple[Events, ...]:

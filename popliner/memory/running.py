@@ -15,12 +15,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from popliner.memory.class_sums import ClassSums, class_sums
 from popliner.memory.liveness import EventList, SegmentGrid
-from popliner.memory.liveness.grid import Columns
-from popliner.memory.program_part import program_part
 from popliner.memory.rerun import ForwardCut
-from popliner.memory.stash_row import StashRow, stash_columns
+from popliner.memory.stash_row import StashRow
 
 if TYPE_CHECKING:
     from popliner.memory.facts import MemoryFacts
@@ -46,9 +43,8 @@ class LayerParts:
     ``shared`` of each row, so that variables already in a range are dropped.
     ``cut_*_events`` are the same variables' events on the forward-cut grid
     (``--recompute pipeline`` on the grid path: :mod:`popliner.memory.rerun`).
-    Events and stash columns are tuples of pieces that add up (the parts
-    shared across option sets and their corrections:
-    :mod:`popliner.memory.ranges_shared`).
+    Events and stash columns are tuples of pieces that add up (the profile's
+    parts and the option set's delta: :mod:`popliner.memory.ranges_shared`).
     """
 
     ops: np.ndarray
@@ -68,21 +64,17 @@ class LayerParts:
     cut_shared_events: tuple[Events, ...] | None = None
 
     @classmethod
-    def of(cls, engine: MemoryFacts, ops: np.ndarray, grid: SegmentGrid | None,
-           cut_grid: SegmentGrid | None = None, share: EngineShare | None = None,
-           variables: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
-           private_tiles: np.ndarray | None = None) -> LayerParts:
-        """The layer's parts; ``share``: the option-free parts taken from other engines of the profile.
+    def of(cls, engine: MemoryFacts, ops: np.ndarray, grid: SegmentGrid | None, cut_grid: SegmentGrid | None,
+           share: EngineShare, variables: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> LayerParts:
+        """The layer's parts: the profile's option-free parts (``share``) and the engine's delta on them.
 
         ``variables``: its (private, shared) counted variables and the
         shared ones' positions in ``multi_layer_index``, when known
         (:class:`popliner.memory.layer_vars.LayerVariables`), else taken
-        from the union of its operations' variables; ``private_tiles``:
-        the private variables' tiles in the engine's profile, if known.
+        from the union of its operations' variables.
         """
         counted = variables is None
-        additive, presence, units, lo, hi, var = (program_part(engine, ops, counted) if share is None
-                                                  else share.shared.programs(engine, ops, counted))
+        additive, presence, units, lo, hi, var = share.shared.programs(engine, ops, counted)
         if variables is not None:
             private, shared, shared_pos = variables
         else:
@@ -91,80 +83,21 @@ class LayerParts:
             private, shared = var[~multi], var[multi]
             shared_pos = np.searchsorted(engine.multi_layer_index, shared)
         # Each variable set's bytes, once: the shared parts are found by them.
-        keys = (private.tobytes(), shared.tobytes()) if share is not None else (b"", b"")
-        own = _Own(engine, grid, private, shared, private_tiles)
-        events = _events(grid, share.grid if share is not None else None, private, shared, keys, own)
-        cut = _events(cut_grid, share.cut_grid if share is not None else None, private, shared, keys)
-        stash: tuple[tuple[Events, ...] | None, tuple[Events, ...] | None] = (None, None)
-        if share is not None:
-            stash = (share.stash(private, keys[0], own=own.stash),
-                     share.stash(shared, keys[1], with_owner=True, own=own.stash_owned))
-            share.shared.forget_sums(keys[0])  # the layer's profiled events and stash columns are made
-        elif engine.training:
-            stash = (own.stash(),), (own.stash_owned(),)
+        keys = (private.tobytes(), shared.tobytes())
+        events = _events(share.grid, private, shared, keys)
+        cut = _events(share.cut_grid, private, shared, keys)
+        stash = (share.stash(private, keys[0]), share.stash(shared, keys[1], with_owner=True))
+        share.shared.forget_sums(keys[0])  # the layer's profiled events and stash columns are made
         return cls(ops, additive, presence, lo, hi, private, shared, shared_pos, events[0], events[1], stash[0],
                    stash[1], units, cut[0], cut[1])
 
 
-class _Own:
-    """A layer's parts made on the engine's own profile (not shared, or first made by its variable table), each
-    when first needed.
-
-    The private variables' classes, tiles and bytes are read, and summed per
-    liveness class, once for both the grid's change and the stash columns.
-    """
-
-    def __init__(self, engine: MemoryFacts, grid: SegmentGrid | None, private: np.ndarray, shared: np.ndarray,
-                 private_tiles: np.ndarray | None = None) -> None:
-        self.engine, self.grid, self.private, self.shared = engine, grid, private, shared
-        self.private_tiles = private_tiles
-        self._read: tuple[Columns, ClassSums | None] | None = None
-
-    def _sums(self) -> tuple[Columns, ClassSums | None]:
-        if self._read is None:
-            engine, var = self.engine, self.private
-            v = engine.profile.variables
-            tile = v.tile[var] if self.private_tiles is None else self.private_tiles
-            columns = (v.klass[var], tile, v.bytes[var])
-            candidate = engine.stash_candidate[var] if engine.training else None
-            self._read = (columns, class_sums(*columns, engine.tiles, candidate))
-        return self._read
-
-    def merged(self) -> Events:
-        assert self.grid is not None  # asked for on a grid only
-        return self.grid.merged(self.private, *self._sums())
-
-    def owned(self) -> Events:
-        assert self.grid is not None  # asked for on a grid only
-        return self.grid.events_of(self.shared, with_owner=True)
-
-    def stash(self) -> Events:
-        columns, sums = self._sums()
-        made = stash_columns(self.engine, self.private, columns=columns, sums=sums)
-        assert made is not None  # asked for in training only
-        return made
-
-    def stash_owned(self) -> Events:
-        made = stash_columns(self.engine, self.shared, with_owner=True)
-        assert made is not None  # asked for in training only
-        return made
-
-
-def _events(grid: SegmentGrid | None, share: _GridShare | None, private: np.ndarray, shared: np.ndarray,
-            keys: tuple[bytes, bytes], own: _Own | None = None
+def _events(share: _GridShare | None, private: np.ndarray, shared: np.ndarray, keys: tuple[bytes, bytes]
             ) -> tuple[tuple[Events, ...] | None, tuple[Events, ...] | None]:
-    """(private, shared) events on ``grid`` (none without one): from the shared parts when the grid has them.
-
-    ``own``: what makes them on ``grid``'s own profile (the engine's main grid; else the grid's methods do).
-    """
-    if grid is None:
+    """(private, shared) events on a grid (none without one): its profiled part and the engine's delta."""
+    if share is None:
         return None, None
-    if share is not None:
-        return (share.merged(private, keys[0], own.merged if own is not None else None),
-                share.owned(shared, keys[1], own.owned if own is not None else None))
-    if own is not None:
-        return (own.merged(),), (own.owned(),)
-    return (grid.merged(private),), (grid.events_of(shared, with_owner=True),)
+    return share.merged(private, keys[0]), share.owned(shared, keys[1])
 
 
 class RunningStage:

@@ -278,7 +278,7 @@ def _search(base: ProfileBase, options: TrainingOptions, depths: tuple[int, ...]
     """The option set's scenario and splits; None when it only repeats another (recomputation compiled in)."""
     from popliner.memory.ranges import release
 
-    other = scenario(base, options, base.shared)
+    other = scenario(base, options)
     if options.recompute != "none" and other.engine.view.recompute in ("compiled", "none"):
         note = "the profile was compiled with recomputation: --recompute pipeline and every-layer change nothing"
         if base.training and note not in notes:
@@ -289,7 +289,7 @@ def _search(base: ProfileBase, options: TrainingOptions, depths: tuple[int, ...]
     # The splits hold their figures; the engine (gigabytes on a large profile) goes now, and the plan keeps a
     # scenario of the same options whose engine is built again only if asked for (a config written from it).
     release(other.engine)
-    analyses[options] = scenario(base, options, base.shared)
+    analyses[options] = scenario(base, options)
     return dataclasses.replace(found, analysis=analyses[options])
 
 
