@@ -28,6 +28,7 @@ import numpy as np
 
 from popliner.layout import Layout
 from popliner.memory.boundaries import Boundaries
+from popliner.memory.cycles import CycleFacts, cycle_facts, op_cycles
 from popliner.memory.liveness import class_steps, window_peak
 from popliner.memory.model import MemoryModel
 from popliner.memory.range_state import Liveness, RangeState, liveness_path
@@ -333,59 +334,16 @@ class MemoryEngine:
             ops = self.pipeline_rerun_part(ops)
         return int(self.op_cycles[ops][self.view.rerun_ops[ops]].sum())
 
-    def range_cycles(self, i: int, j: int, with_head: bool = False) -> int:
-        """Cycles of one micro-batch through layers ``i..j`` (with re-run forward work).
-
-        ``with_head``: the IPU also holds a wrapped head (``i..j`` then index the
-        layers before it). The head is a stage of its own, whose forward work
-        ``pipeline`` does not re-run; with every layer on one IPU nothing is.
-        """
-        last = self.num_layers - 1
-        pipeline = self.view.recompute == "pipeline"
-        if with_head:
-            if pipeline and i == 0 and j == last - 1:
-                return int(self.layer_cycles.sum())
-            return self.range_cycles(i, j) + self.range_cycles(last, last)
-        base = int(self.layer_cycles[i : j + 1].sum())
-        if pipeline and j == last:
-            return base
-        return base + int(self.rerun_layer_cycles[i : j + 1].sum())
-
     @cached_property
-    def rerun_layer_cycles(self) -> np.ndarray:
-        """Per layer, the forward cycles a recomputing stage runs again (layer 0 with the unlayered operations)."""
-        if not self.num_layers:
-            return np.zeros(0, np.int64)
-        layer = np.where(self.layer_of_op < 0, 0, self.layer_of_op)
-        weights = np.where(self.view.rerun_ops, self.op_cycles, 0)
-        return np.bincount(layer, weights=weights, minlength=self.num_layers).astype(np.int64)
-
-    # -- cycles ------------------------------------------------------------------
-
-    @cached_property
-    def step_cycles(self) -> np.ndarray:
-        """Cycles of each step: its program's maximum over tiles."""
-        per_program = self.profile.programs.cycles.row_max()
-        return per_program[self.profile.steps] if self.profile.num_steps else np.zeros(0, np.int64)
-
-    @cached_property
-    def op_cycles(self) -> np.ndarray:
-        """Cycles per operation: the sum over the steps it runs at."""
-        owner = self.ops.op_of_step
-        keep = owner >= 0
-        return np.bincount(owner[keep], weights=self.step_cycles[keep], minlength=self.ops.count).astype(np.int64)
-
-    @cached_property
-    def layer_cycles(self) -> np.ndarray:
-        """Cycles per layer (layer 0 with the unlayered operations)."""
-        layer = np.where(self.layer_of_op < 0, 0, self.layer_of_op)
-        if not self.num_layers:
-            return np.zeros(0, np.int64)
-        return np.bincount(layer, weights=self.op_cycles, minlength=self.num_layers).astype(np.int64)
+    def cycles(self) -> CycleFacts:
+        """Cycles per operation and per layer, and what a re-run adds (:mod:`popliner.memory.cycles`)."""
+        return cycle_facts(self.profile, op_cycles(self.profile, self.ops), self.layer_of_op, self.num_layers,
+                           self.view.rerun_ops, self.view.recompute == "pipeline")
 
     @property
-    def has_cycles(self) -> bool:
-        return bool(self.profile.programs.has_cycles and self.layer_cycles.any())
+    def op_cycles(self) -> np.ndarray:
+        """Cycles per operation: the sum over the steps it runs at."""
+        return self.cycles.op_cycles
 
     # -- variables -------------------------------------------------------------
 

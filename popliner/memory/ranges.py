@@ -36,6 +36,7 @@ import numpy as np
 from popliner.deadline import check_deadline
 from popliner.errors import UsageProblem
 from popliner.hardware import DEFAULT_LINK_BANDWIDTH, MAX_CYCLES
+from popliner.memory.cycles import range_cycles
 from popliner.memory.range_state import Liveness, LivenessPath
 from popliner.memory.running import RunningStage
 from popliner.memory.types import StageMemory
@@ -88,10 +89,9 @@ class ProfileRanges:
         self._done_from: set[int] = set()
         self._memory: dict[tuple[int, int, int], float] = {}
         self._shared = engine.range_state(liveness)
-        self._layer_cycles = engine.layer_cycles
+        self._cycle_facts = engine.cycles
         self._cross = engine.crossing
         self._cycles: dict[tuple[int, int], int] = {}
-        self._has_cycles: bool | None = None
         self.deadline = deadline
         self.lazy = lazy
         #: The row a lazy table extended last, with the event list (no grid): (start, its running set).
@@ -121,10 +121,7 @@ class ProfileRanges:
 
     @property
     def has_cycles(self) -> bool:
-        # Read for every range cost a solver takes: the engine's answer, once.
-        if self._has_cycles is None:
-            self._has_cycles = self.engine.has_cycles
-        return self._has_cycles
+        return self._cycle_facts.has_cycles
 
     @property
     def head_wraps(self) -> bool:
@@ -161,7 +158,7 @@ class ProfileRanges:
         """Cycles of one micro-batch through the range (a wrapped head's with the range at position 0)."""
         found = self._cycles.get((i, j))
         if found is None:  # the DP and the ILP's edges ask for each range many times
-            found = self._cycles[(i, j)] = self.engine.range_cycles(i, j, with_head=self._wraps and i == 0)
+            found = self._cycles[(i, j)] = range_cycles(self._cycle_facts, i, j, with_head=self._wraps and i == 0)
         return found
 
     def crossing(self, j: int) -> int:
