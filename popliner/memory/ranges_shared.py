@@ -87,6 +87,18 @@ class SharedParts:
         self.range_figures: dict[tuple[object, ...], tuple[int, np.ndarray, np.ndarray, np.ndarray | None]] = {}
         #: Parts already corrected for a variable table: (table, what, variables) -> pieces.
         self.corrected: dict[tuple[int, str, bytes], tuple[Events, ...]] = {}
+        #: One bytes object per distinct variable set (:meth:`key`).
+        self._keys: dict[bytes, bytes] = {}
+
+    def key(self, var: np.ndarray) -> bytes:
+        """``var``'s bytes, the key its parts are found by: one object per distinct set, however often asked.
+
+        Every option set's engine asks again for each layer; its parts stay
+        under the first object, so that the plan keeps one copy of the key
+        (at 1x BERT-Large the copies were 225 MB, more than the parts).
+        """
+        made = var.tobytes()
+        return self._keys.setdefault(made, made)
 
     def table(self, profile: Profile, changed: np.ndarray) -> int:
         """A number per distinct variable table (classes, intervals, bytes, tiles): equal numbers, equal tables.
@@ -203,6 +215,17 @@ class SharedParts:
             columns = (v.klass[var], v.tile[var], v.bytes[var])
             found = self._sums[key] = (class_sums(*columns, self.profile.tiles), columns)
         return found
+
+    def forget_deltas(self) -> None:
+        """Drop the option sets' deltas and range figures; the profile's own parts stay.
+
+        For a caller whose next option sets change other variables (``popliner
+        plan`` between recomputation and optimizer-state groups): what it
+        drops is made again if asked for, the same to the byte. Table numbers
+        are kept, so an engine built before still finds nothing of another table.
+        """
+        self.corrected.clear()
+        self.range_figures.clear()
 
     def forget_sums(self, key: bytes) -> None:
         self._sums.pop(key, None)

@@ -83,7 +83,7 @@ class LayerParts:
             private, shared = var[~multi], var[multi]
             shared_pos = np.searchsorted(engine.multi_layer_index, shared)
         # Each variable set's bytes, once: the shared parts are found by them.
-        keys = (private.tobytes(), shared.tobytes())
+        keys = (share.shared.key(private), share.shared.key(shared))
         events = _events(share.grid, private, shared, keys)
         cut = _events(share.cut_grid, private, shared, keys)
         stash = (share.stash(private, keys[0]), share.stash(shared, keys[1], with_owner=True))

@@ -201,7 +201,13 @@ def plan_pod(analysis: Analysis, request: PodRequest) -> PodPlan:
     # Sharded by R, each depth is an option set of its own: one deeper than its layers builds no engine, it
     # takes what the same options said at a smaller depth (the depths come in increasing order).
     known: dict[tuple[str, str, str], OptionSearch | None] = {}
+    group: tuple[str, str] | None = None
     for options, depths in option_sets:
+        if group is not None and group != (options.optimizer_state, options.recompute):
+            # The head placements of one state and recomputation share their deltas and range figures; the
+            # next group's are others: a plan holds one group's at a time (gigabytes on a large profile).
+            base.shared.forget_deltas()
+        group = (options.optimizer_state, options.recompute)
         key = (options.head_placement, options.optimizer_state, options.recompute)
         if key in known and known[key] is None:
             continue  # the same options repeat another set's (recomputation compiled in)
@@ -243,9 +249,10 @@ def _option_sets(base: ProfileBase, given: TrainingOptions, request: PodRequest,
         notes.append("every operation has a layer: --head-placement last and wrap are the same as first")
         placements = ["first"] if "first" in placements else placements[:1]
     shard = training and request.sharded_optimizer_state
-    for placement in placements:
-        for state in states:
-            for recompute in recomputes:
+    # The placements innermost: they share the deltas of one state and recomputation (plan_pod).
+    for state in states:
+        for recompute in recomputes:
+            for placement in placements:
                 changes: dict[str, Any] = {"recompute": recompute, "head_placement": placement,
                                            "optimizer_state": state, "replication_factor": 1,
                                            "sharded_optimizer_state": False}
