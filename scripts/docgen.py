@@ -259,3 +259,35 @@ def in_order(commands: Sequence[str], *, model: bool = False) -> None:
     with fresh_directory(model=model) as where:
         for command in commands:
             run(command, where)
+
+
+def error_line(command: str, *, setup: Sequence[str] = (), expect: int = 2, starts: str = "popliner: error:",
+               model: bool = False) -> str:
+    """The one line on stderr that starts with ``starts`` (the error line, by default) when ``command`` runs
+    after ``setup`` in a fresh directory and exits ``expect``; stops the generation unless there is exactly one."""
+    with fresh_directory(model=model) as where:
+        for step in setup:
+            run(step, where)
+        text = run(command, where, stream="stderr", expect=expect)
+    found = [line for line in text.splitlines() if line.startswith(starts)]
+    if len(found) != 1:
+        raise SystemExit(f"docs: `{command}` printed {len(found)} lines starting {starts!r}, the page shows one:\n"
+                         + text)
+    return found[0]
+
+
+def _cell(text: str) -> str:
+    """Text as one Markdown table cell in code: bars escaped, backticks kept by a longer fence."""
+    fence = "``" if "`" in text else "`"
+    pad = " " if "`" in text else ""
+    return f"{fence}{pad}{text.replace('|', chr(92) + '|')}{pad}{fence}"
+
+
+def error_table(columns: Sequence[str], rows: Sequence[tuple[Sequence[str], str, dict[str, Any]]]) -> None:
+    """A table of bad inputs, its last column what each prints: ``rows`` are (the cells before it, the
+    command, keywords for :func:`error_line`: ``setup``, ``expect``, ``starts``). The cells before it are
+    the page's words (what the input is; what happened before, a record); the last one is run here."""
+    print("| " + " | ".join(columns) + " |")
+    print("|" + "---|" * len(columns))
+    for cells, command, options in rows:
+        print("| " + " | ".join([*cells, _cell(error_line(command, **options))]) + " |")
