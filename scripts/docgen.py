@@ -291,3 +291,17 @@ def error_table(columns: Sequence[str], rows: Sequence[tuple[Sequence[str], str,
     print("|" + "---|" * len(columns))
     for cells, command, options in rows:
         print("| " + " | ".join([*cells, _cell(error_line(command, **options))]) + " |")
+
+
+def error_text(command: str, **options: Any) -> None:
+    """The line :func:`error_line` finds, as a paragraph in code."""
+    print(f"`{error_line(command, **options)}`")
+
+
+def make_file(call: str, name: str, *, gzipped: bool = False) -> str:
+    """A shell command that writes the JSON document ``call`` returns (Python on the tests' generators of
+    hostile inputs, ``tests/hostile.py``) to ``name``, compact, gzipped when asked."""
+    opener = "gzip.open(n, 'wt')" if gzipped else "open(n, 'w')"
+    code = (f"import gzip, json; from tests.hostile import *; n = {name!r}; "
+            f"f = {opener}; json.dump({call}, f, separators=(',', ':')); f.close()")
+    return f"python -c {shlex.quote(code)}"
