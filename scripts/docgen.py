@@ -283,14 +283,17 @@ def _cell(text: str) -> str:
     return f"{fence}{pad}{text.replace('|', chr(92) + '|')}{pad}{fence}"
 
 
-def error_table(columns: Sequence[str], rows: Sequence[tuple[Sequence[str], str, dict[str, Any]]]) -> None:
+def error_table(columns: Sequence[str],
+                rows: Sequence[tuple[Sequence[str], str | Sequence[str], dict[str, Any]]]) -> None:
     """A table of bad inputs, its last column what each prints: ``rows`` are (the cells before it, the
-    command, keywords for :func:`error_line`: ``setup``, ``expect``, ``starts``). The cells before it are
-    the page's words (what the input is; what happened before, a record); the last one is run here."""
+    command or several (their lines joined by " / "), keywords for :func:`error_line`: ``setup``,
+    ``expect``, ``starts``). The cells before it are the page's words (what the input is; what happened
+    before, a record); the last one is run here, each command in a fresh directory after ``setup``."""
     print("| " + " | ".join(columns) + " |")
     print("|" + "---|" * len(columns))
-    for cells, command, options in rows:
-        print("| " + " | ".join([*cells, _cell(error_line(command, **options))]) + " |")
+    for cells, commands, options in rows:
+        lines = [error_line(c, **options) for c in ([commands] if isinstance(commands, str) else commands)]
+        print("| " + " | ".join([*cells, " / ".join(_cell(line) for line in lines)]) + " |")
 
 
 def error_text(command: str, **options: Any) -> None:
