@@ -22,7 +22,10 @@ if TYPE_CHECKING:
     from popliner.memory.liveness.sums import ClassSums
     from popliner.memory.stash_rule import StashWindows
 
-__all__ = ["StashRow", "candidate_columns", "grouped_of_sums", "pair_groups", "stash_columns"]
+__all__ = ["FIRST_HORIZON", "StashRow", "candidate_columns", "grouped_of_sums", "pair_groups", "stash_columns"]
+
+#: Growths a :class:`StashRow` looks ahead at first (the horizon doubles as needed).
+FIRST_HORIZON = 8
 
 
 def stash_columns(engine: MemoryFacts, var: np.ndarray, with_owner: bool = False,
@@ -188,12 +191,11 @@ class StashRow:
     join beyond it are looked at again when it grows. If the windows stop
     widening, every later entry is the masked sum over all candidates of
     the set, as the engine takes it. Exact either way: integer bytes summed
-    in float64 below 2**53, then as int64.
+    in float64 below 2**53, then as int64. ``first_horizon``: the horizon's
+    first size (any gives the same entries).
     """
 
-    FIRST_HORIZON = 8
-
-    def __init__(self, engine: MemoryFacts, row_ops: list[np.ndarray]) -> None:
+    def __init__(self, engine: MemoryFacts, row_ops: list[np.ndarray], first_horizon: int = FIRST_HORIZON) -> None:
         self.engine = engine
         self.tiles = engine.tiles
         self.row_ops = row_ops
@@ -205,7 +207,7 @@ class StashRow:
         self.pending = np.zeros((0, self.tiles), np.int64)
         self.total = np.zeros(self.tiles, np.int64)
         self.folded = 0  # growths already summed into ``total``
-        self._grow_horizon(min(self.FIRST_HORIZON, len(row_ops)))
+        self._grow_horizon(min(first_horizon, len(row_ops)))
 
     def add(self, cols: dict[str, np.ndarray], at: int) -> None:
         self.chunks.append(cols)

@@ -1,9 +1,11 @@
 """The liveness grid: live bytes per (liveness segment, tile) of a growing set of variables.
 
-One of the two running liveness back-ends of the range tables
-(:mod:`popliner.memory.running`); the other is :mod:`.events`. Adding
-variables is a scatter with no sort, and a reading costs the same whatever
-the number of variables, so a range table takes it whenever it is small.
+The running liveness of the range tables (:mod:`popliner.memory.running`).
+Adding variables is a scatter with no sort, and a reading costs the same
+whatever the number of variables. (A sorted event list per running set, its
+cost growing with the set, was the other path until issue 35: at 1x it made
+a solve several times slower; it is the tests' oracle now,
+``tests/liveness_oracle.py``.)
 """
 
 from __future__ import annotations
@@ -14,9 +16,15 @@ import numpy as np
 
 from popliner.arrays import expand_ranges, rank_by_table, unique_inverse
 from popliner.memory.liveness.sums import ClassSums
+from popliner.profile.limits import check_grid_cells
 from popliner.profile.model import Profile
 
-__all__ = ["ClassIntervals", "Columns", "SegmentGrid", "cell_dtype", "segment_ends"]
+__all__ = ["BLOCK", "ClassIntervals", "Columns", "SegmentGrid", "cell_dtype", "segment_ends"]
+
+#: Segments per block (:class:`SegmentGrid`). A reading refreshes the blocks a layer touched (a layer of the
+#: synthetic BERT-Large touches about 6 per part) and chains the touched blocks: 32 reads a range 15 % faster
+#: than 64 at 1x and 4x (16 is no faster at 4x). Any block gives the same figures.
+BLOCK = 32
 
 #: Some variables' liveness classes, tiles and bytes (gathered once, read by several parts of a layer).
 Columns = tuple[np.ndarray, np.ndarray, np.ndarray]
@@ -34,11 +42,11 @@ class SegmentGrid:
     on tile ``t``, so a running sum over segments gives the live bytes of
     every segment, and the peak over steps ``lo..hi`` is the largest of the
     segments holding ``lo`` to ``hi``. Adding variables is a scatter, with no
-    sort, and the grid's cost does not depend on the number of variables, so
-    it is used only when it is small (synthetic profiles have under 3,000
-    distinct interval ends at 1x, 13,111 at 4x).
+    sort, and the grid's cost does not depend on the number of variables
+    (synthetic profiles have under 3,000 distinct interval ends at 1x, 13,111
+    at 4x: 19.3 M cells on 1,472 tiles).
 
-    Segments are grouped in blocks of :attr:`BLOCK`. Each block keeps its own
+    Segments are grouped in blocks of ``block`` (default :data:`BLOCK`). Each block keeps its own
     running sums (``run``), their largest value (``block_max``) and its net
     change (``block_sum``), refreshed only for the blocks that variables were
     added to since the last reading: a layer's events fall in a few blocks
@@ -49,23 +57,13 @@ class SegmentGrid:
     all segments, to the byte.
     """
 
-    #: Largest grid, in cells (two int32 or int64 buffers of that size: differences and running sums).
-    #: 2**25 cells takes the 96-layer BERT-Large training profile (1472 tiles x 13,111 segments,
-    #: 19.3 M cells) on the grid: there the event list re-sorts millions of events for every layer
-    #: added and a solve took tens of minutes.
-    MAX_CELLS = 1 << 25
-    #: Segments per block. A reading refreshes the blocks a layer touched (a layer of the synthetic
-    #: BERT-Large touches about 6 per part) and chains the touched blocks: 32 reads a range 15 % faster
-    #: than 64 at 1x and 4x (16 is no faster at 4x).
-    BLOCK = 32
-
-    def __init__(self, profile: Profile, ends: np.ndarray, block: int | None = None,
+    def __init__(self, profile: Profile, ends: np.ndarray, block: int = BLOCK,
                  dtype: type[np.signedinteger] | None = None) -> None:
         self.p = profile
         self.ends = ends
         self.width = len(ends)
         self.tiles = profile.tiles
-        self.block = block if block is not None else self.BLOCK
+        self.block = block
         self.nblocks = max(-(-self.width // self.block), 1)
         # Column of each interval's start and end, once per profile.
         self.col_start = np.searchsorted(ends, profile.iv_start)
@@ -90,15 +88,12 @@ class SegmentGrid:
         self._known = self.nblocks
 
     @classmethod
-    def of(cls, profile: Profile, block: int | None = None, dtype: type[np.signedinteger] | None = None
+    def of(cls, profile: Profile, block: int = BLOCK, dtype: type[np.signedinteger] | None = None
            ) -> SegmentGrid:
-        """``dtype``: :func:`cell_dtype` of the profile when already known."""
-        return cls(profile, segment_ends(profile), block, dtype)
-
-    @classmethod
-    def fits(cls, profile: Profile) -> bool:
-        """Is the grid small enough for the automatic choice?"""
-        return profile.tiles * max(len(segment_ends(profile)), 1) <= cls.MAX_CELLS
+        """``dtype``: :func:`cell_dtype` of the profile when already known. Refused past the grid cells limit."""
+        ends = segment_ends(profile)
+        check_grid_cells(profile.path, profile.tiles, len(ends))
+        return cls(profile, ends, block, dtype)
 
     def clear(self) -> None:
         touched = np.flatnonzero(self.touched)
