@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from popliner.memory.class_sums import ClassSums, class_sums
 from popliner.memory.liveness import SegmentGrid
 from popliner.memory.liveness.grid import BLOCK, Columns
 from popliner.memory.program_part import program_part
@@ -118,7 +117,6 @@ class LayerParts:
         if share is not None:
             stash = (share.stash(private, keys[0], own=own.stash),
                      share.stash(shared, keys[1], with_owner=True, own=own.stash_owned))
-            share.shared.forget_sums(keys[0])  # the layer's profiled events and stash columns are made
         elif engine.training:
             stash = (own.stash(),), (own.stash_owned(),)
         return cls(ops, additive, presence, lo, hi, private, shared, shared_pos, events[0], events[1], stash[0],
@@ -129,35 +127,32 @@ class _Own:
     """A layer's parts made on the engine's own profile (not shared, or first made by its variable table), each
     when first needed.
 
-    The private variables' classes, tiles and bytes are read, and summed per
-    liveness class, once for both the grid's change and the stash columns.
+    The private variables' classes, tiles and bytes are read once, for both
+    the grid's change and the stash columns.
     """
 
     def __init__(self, engine: MemoryFacts, grid: SegmentGrid, private: np.ndarray, shared: np.ndarray,
                  private_tiles: np.ndarray | None = None) -> None:
         self.engine, self.grid, self.private, self.shared = engine, grid, private, shared
         self.private_tiles = private_tiles
-        self._read: tuple[Columns, ClassSums | None] | None = None
+        self._read: Columns | None = None
 
-    def _sums(self) -> tuple[Columns, ClassSums | None]:
+    def _columns(self) -> Columns:
         if self._read is None:
-            engine, var = self.engine, self.private
-            v = engine.profile.variables
+            v = self.engine.profile.variables
+            var = self.private
             tile = v.tile[var] if self.private_tiles is None else self.private_tiles
-            columns = (v.klass[var], tile, v.bytes[var])
-            candidate = engine.stash_candidate[var] if engine.training else None
-            self._read = (columns, class_sums(*columns, engine.tiles, candidate))
+            self._read = (v.klass[var], tile, v.bytes[var])
         return self._read
 
     def merged(self) -> Events:
-        return self.grid.merged(self.private, *self._sums())
+        return self.grid.merged(self.private, self._columns())
 
     def owned(self) -> Events:
         return self.grid.events_of(self.shared, with_owner=True)
 
     def stash(self) -> Events:
-        columns, sums = self._sums()
-        made = stash_columns(self.engine, self.private, columns=columns, sums=sums)
+        made = stash_columns(self.engine, self.private, columns=self._columns())
         assert made is not None  # asked for in training only
         return made
 
