@@ -26,9 +26,9 @@ import pytest
 from popliner.analysis import Analysis, AnalysisOptions, load_analysis, scenario
 from popliner.memory import ranges_shared
 from popliner.memory.engine import MemoryEngine
-from popliner.memory.liveness import SegmentGrid
-from popliner.memory.ranges import Liveness, ProfileRanges, release
+from popliner.memory.ranges import ProfileRanges, release
 from popliner.memory.ranges_shared import SharedParts
+from popliner.memory.running import PIECES, Pieces
 from popliner.memory.training import TrainingOptions
 from popliner.synth import generate_document, preset_spec
 from tests.helpers import FIXTURES, analyse_document
@@ -76,10 +76,9 @@ def _option_engines(source: str) -> Iterator[tuple[dict[str, Any], MemoryEngine,
         yield changes, engine, alone
 
 
-@pytest.fixture
-def tiny_blocks(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.setattr(SegmentGrid, "BLOCK", 3)
-    yield
+#: Grid blocks of 3 segments (the profile's own grid, which the shared parts' events are made on, keeps the
+#: default): windows start, end and span blocks on small profiles.
+TINY = Pieces(grid_block=3)
 
 
 def _all_ranges(n: int) -> Iterator[tuple[int, int]]:
@@ -95,11 +94,11 @@ def _direct(engine: MemoryEngine, i: int, j: int) -> tuple[list[int], list[int]]
     return engine.stage_memory(ops).total_per_tile.tolist(), engine.stash_entry_per_tile(ops).tolist()
 
 
-def _held(source: str, liveness: Liveness) -> int:
+def _held(source: str, pieces: Pieces) -> int:
     """Every range of every option set's table on the shared base against the direct model alone; ranges checked."""
     checked = 0
     for changes, engine, alone in _option_engines(source):
-        table = ProfileRanges(engine, limit=2**62, liveness=liveness, lazy=True)
+        table = ProfileRanges(engine, limit=2**62, pieces=pieces, lazy=True)
         for i, j in _all_ranges(table.num_layers):
             got = table.per_tile(i, j)
             assert got is not None
@@ -128,26 +127,27 @@ SOURCES = ["tiny-training.json", "bert-tiny-training.json", "resnet-small-traini
            "bert-tiny-mlm"]
 
 
+@pytest.mark.parametrize("pieces", [PIECES, TINY], ids=["default", "tiny"])
 @pytest.mark.parametrize("source", SOURCES)
-def test_parts_and_deltas_give_the_direct_model_of_every_option_set(source: str, tiny_blocks: None) -> None:
-    assert _held(source, "grid") > 0
+def test_parts_and_deltas_give_the_direct_model_of_every_option_set(source: str, pieces: Pieces) -> None:
+    assert _held(source, pieces) > 0
 
 
-def test_grids_buffers_go_back_to_the_parts(tiny_blocks: None) -> None:
+def test_grids_buffers_go_back_to_the_parts() -> None:
     """A released engine's grids are given back, cleared, for the next option set's grids."""
     *_, (_, engine, _alone) = _option_engines("bert-tiny-training.json")
-    ProfileRanges(engine, limit=2**62, liveness="grid").per_tile(0, 0)
+    ProfileRanges(engine, limit=2**62, pieces=TINY).per_tile(0, 0)
     release(engine)
     assert any(found for found in engine.shared_parts._buffers.values())
     assert all(not b.any() for found in engine.shared_parts._buffers.values() for bufs in found for b in bufs)
 
 
-def test_the_options_change_variables_the_delta_corrects(monkeypatch: pytest.MonkeyPatch, tiny_blocks: None) -> None:
+def test_the_options_change_variables_the_delta_corrects(monkeypatch: pytest.MonkeyPatch) -> None:
     """Without the delta (every variable taken as profiled) the figures are wrong: the check above can fail."""
     monkeypatch.setattr(ranges_shared, "_changed",
                         lambda profile, base: np.zeros(base.variables.count, bool))
     with pytest.raises(AssertionError):
-        _held("bert-tiny-training.json", "grid")
+        _held("bert-tiny-training.json", TINY)
 
 
 def test_parts_of_another_profile_are_refused() -> None:
@@ -157,7 +157,3 @@ def test_parts_of_another_profile_are_refused() -> None:
                      np.ones(other.ops.count, bool), other.is_backward, True, TrainingOptions(),
                      SharedParts(one.profile, one.ops))
 
-
-def test_parts_and_deltas_on_the_event_list(tiny_blocks: None) -> None:
-    """Without a grid only the stash columns and programs come from the parts: the direct model's figures too."""
-    assert _held("bert-tiny-training.json", "events") > 0

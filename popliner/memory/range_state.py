@@ -5,14 +5,13 @@ budgets for a best-effort split, the fewest-IPUs search, the exit-3 hint),
 and what they share (each layer's parts, the liveness grid, every range
 figure already evaluated, the running sets a row stopped at) is costly to
 build. The engine owns it (:meth:`popliner.memory.engine.MemoryEngine.range_state`),
-one per liveness path, so it lives exactly as long as the engine: no cache
+one per :class:`popliner.memory.running.Pieces`, so it lives exactly as long as the engine: no cache
 outside it, and a table built anywhere on the same engine reuses it.
 """
 
 from __future__ import annotations
 
 import weakref
-from typing import Literal
 
 import numpy as np
 
@@ -20,24 +19,13 @@ from popliner.memory.layer_vars import LayerVariables, SharingFacts
 from popliner.memory.liveness import SegmentGrid
 from popliner.memory.ranges_shared import EngineShare, SharedParts
 from popliner.memory.rerun import ForwardCut, forward_cut_grid
-from popliner.memory.running import LayerParts, RunningStage
+from popliner.memory.running import LayerParts, Pieces, RunningStage
 
-__all__ = ["Liveness", "LivenessPath", "RangeState", "liveness_path"]
-
-#: Which liveness path the running stages use (``auto``: the grid when it is small enough).
-Liveness = Literal["auto", "grid", "events"]
-LivenessPath = Literal["grid", "events"]
-
-
-def liveness_path(engine: SharingFacts, liveness: Liveness) -> LivenessPath:
-    """The path ``liveness`` names; ``auto`` takes the grid when it fits (:meth:`SegmentGrid.fits`)."""
-    if liveness != "auto":
-        return liveness
-    return "grid" if SegmentGrid.fits(engine.profile) else "events"
+__all__ = ["RangeState"]
 
 
 class RangeState:
-    """Per engine and liveness path: what every range table of the engine can reuse.
+    """Per engine (and :class:`Pieces`): what every range table of the engine can reuse.
 
     The engine holds it; it holds the engine only weakly, so that an engine
     no one else holds is freed at once, not when the cycle collector next
@@ -46,28 +34,26 @@ class RangeState:
     :func:`popliner.memory.ranges.release` drops them early.
     """
 
-    def __init__(self, engine: SharingFacts, liveness: LivenessPath) -> None:
+    def __init__(self, engine: SharingFacts, pieces: Pieces) -> None:
         self._engine = weakref.ref(engine)
         self.layer_ops = [engine.range_ops(k, k) for k in range(engine.num_layers)]
         shared = engine.shared_parts
         dtype = shared.grid_dtype(engine.profile)
-        self.grid = SegmentGrid.of(engine.profile, dtype=dtype) if liveness == "grid" else None
+        self.grid = SegmentGrid.of(engine.profile, pieces.grid_block, dtype)
         #: ``--recompute pipeline``: running sets keep their variables' forward-cut liveness too.
         self.rerun = engine.view.recompute == "pipeline"
-        self.cut_grid = forward_cut_grid(engine, dtype) if self.rerun and self.grid is not None else None
+        self.cut_grid = forward_cut_grid(engine, dtype, pieces.grid_block) if self.rerun else None
         for grid in (self.grid, self.cut_grid):
             if grid is not None:
                 shared.take_buffers(grid)  # zeroed buffers an earlier engine gave back: no page faults
-        self.liveness: LivenessPath = liveness
+        self.pieces = pieces
         #: The profile's option-free parts and this engine's delta on them (``popliner plan``: one engine per
         #: option set, all on the same parts).
         self.share = EngineShare(shared, engine, self.grid, self.cut_grid)
         #: What a range's figure depends on besides its operations: engines of equal signatures share figures.
-        self._signature = self.share.signature(engine, self.rerun)
-        self._layer_keys: list[bytes] = []
-        if self._signature is not None:
-            counted = engine.model.counted_vars
-            self._layer_keys = [ops.tobytes() + counted[ops].tobytes() for ops in self.layer_ops]
+        self._signature = self.share.signature(engine)
+        counted = engine.model.counted_vars
+        self._layer_keys = [ops.tobytes() + counted[ops].tobytes() for ops in self.layer_ops]
         self._parts: dict[int, LayerParts] = {}
         #: Every layer's private and shared variables, found for all layers at once when the first is needed.
         self._variables: LayerVariables | None = None
@@ -77,7 +63,7 @@ class RangeState:
         self.peaks: dict[tuple[int, int], np.ndarray] = {}
         #: Ranges whose model figure the engine holds (see ProfileRanges.stage_memory).
         self.staged: set[tuple[int, int, bool]] = set()
-        #: Per start: the running set where its row stopped (grid path), to grow it for a higher limit.
+        #: Per start: the running set where its row stopped, to grow it for a higher limit.
         self.resume: dict[int, RunningStage] = {}
 
     def recycle(self, shared: SharedParts) -> None:
@@ -96,8 +82,7 @@ class RangeState:
             if self._variables is None:
                 self._variables = LayerVariables.of(engine)
             ops = self.layer_ops[j]
-            parts = self._parts[j] = LayerParts.of(engine, ops, self.grid, self.cut_grid, self.share,
-                                                   self._variables.split(j, ops))
+            parts = self._parts[j] = LayerParts.of(engine, ops, self.share, self._variables.split(j, ops))
         return parts
 
     def other_figure(self, i: int, j: int) -> tuple[int, np.ndarray, np.ndarray] | None:
@@ -105,10 +90,7 @@ class RangeState:
 
         Kept here too (in :attr:`figures`) when found.
         """
-        key = self._other_key(i, j)
-        if key is None:
-            return None
-        found = self.share.shared.range_figures.get(key)
+        found = self.share.shared.range_figures.get(self._other_key(i, j))
         if found is None:
             return None
         worst, stash, total, peak = found
@@ -123,8 +105,6 @@ class RangeState:
         In int32 when every value fits: half the bytes.
         """
         key = self._other_key(i, j)
-        if key is None:
-            return
         worst, stash, total = known
         parts = [stash, total] if peak is None else [stash, total, peak]
         small = worst < 2**31 and all(int(a.max(initial=0)) < 2**31 and int(a.min(initial=0)) >= 0 for a in parts)
@@ -132,9 +112,7 @@ class RangeState:
         self.share.shared.range_figures[key] = (worst, stash.astype(dtype), total.astype(dtype),
                                                 None if peak is None else peak.astype(dtype))
 
-    def _other_key(self, i: int, j: int) -> tuple[object, ...] | None:
-        if self._signature is None:
-            return None
+    def _other_key(self, i: int, j: int) -> tuple[object, ...]:
         engine = self._engine()
         assert engine is not None  # a table holds its engine
         # Under pipeline recomputation the figure also depends on where the set's re-run part splits.
@@ -142,8 +120,8 @@ class RangeState:
         return (self._signature, tuple(self._layer_keys[i:j + 1]), rerun)
 
     def running_set(self, row_ops: list[np.ndarray] | None = None) -> RunningStage:
-        """A new, empty running set on this state's liveness (it takes the shared grids over)."""
+        """A new, empty running set (it takes the shared grids over)."""
         engine = self._engine()
         assert engine is not None  # a table holds its engine
-        cut = ForwardCut(engine, self.cut_grid) if self.rerun else None
-        return RunningStage(engine, self.grid, row_ops, cut)
+        cut = ForwardCut(engine, self.cut_grid) if self.cut_grid is not None else None
+        return RunningStage(engine, self.grid, row_ops, cut, self.pieces.stash_horizon)

@@ -33,11 +33,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from popliner.arrays import expand_ranges
-from popliner.memory.class_sums import ClassSums, changed_rows, changed_stash, class_sums, with_candidate_classes
-from popliner.memory.liveness import SegmentGrid, class_steps, variable_steps
-from popliner.memory.liveness.grid import Columns, cell_dtype
+from popliner.memory.liveness import SegmentGrid, variable_steps
+from popliner.memory.liveness.grid import cell_dtype
 from popliner.memory.program_part import ProgramPart, program_part
-from popliner.memory.stash_row import candidate_columns, grouped_of_sums
+from popliner.memory.stash_row import candidate_columns
 from popliner.memory.variable_tables import VariableTable
 from popliner.memory.variable_tables import changed_variables as _changed  # tests replace it by this name
 from popliner.ops.operations import OperationTable
@@ -68,10 +67,6 @@ class SharedParts:
         self._stash: dict[tuple[bytes, bool], Events] = {}
         self._grid: SegmentGrid | None = None
         self._columns: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
-        #: Per layer being built: its private variables' columns and sums per class (:meth:`_class_sums`).
-        self._sums: dict[bytes, tuple[ClassSums | None, Columns]] = {}
-        #: Per class as profiled: may a stash entry hold its variables (not always live), and its steps.
-        self._class_stash: tuple[np.ndarray, tuple[np.ndarray, np.ndarray]] | None = None
         self._spans: dict[bytes, tuple[np.ndarray, np.ndarray]] = {}
         self._wrapped: dict[bytes, np.ndarray] = {}
         self._dtypes: list[tuple[np.ndarray, np.ndarray, type[np.signedinteger]]] = []
@@ -202,18 +197,7 @@ class SharedParts:
         """:meth:`SegmentGrid.merged` of ``var`` (``key``: its bytes) on the profile's grid."""
         found = self._merged.get(key)
         if found is None:
-            sums, columns = self._class_sums(var, key)
-            found = self._merged[key] = self.grid.merged(var, columns, sums)
-        return found
-
-    def _class_sums(self, var: np.ndarray, key: bytes) -> tuple[ClassSums | None, Columns]:
-        """The variables' classes, tiles and bytes as profiled, and their sums per class: read once for the
-        grid's change and the stash columns (:meth:`forget_sums` drops them once the layer has both)."""
-        found = self._sums.get(key)
-        if found is None:
-            v = self.profile.variables
-            columns = (v.klass[var], v.tile[var], v.bytes[var])
-            found = self._sums[key] = (class_sums(*columns, self.profile.tiles), columns)
+            found = self._merged[key] = self.grid.merged(var)
         return found
 
     def forget_deltas(self) -> None:
@@ -226,9 +210,6 @@ class SharedParts:
         """
         self.corrected.clear()
         self.range_figures.clear()
-
-    def forget_sums(self, key: bytes) -> None:
-        self._sums.pop(key, None)
 
     def piece(self, where: tuple[int, str, bytes], correct: Callable[[], tuple[Events, ...]]) -> tuple[Events, ...]:
         """The piece ``where`` (its variable table first), memoised: the profiled part and the table's delta,
@@ -249,19 +230,8 @@ class SharedParts:
         """The stash columns of ``var`` as profiled (:func:`popliner.memory.stash_row.stash_columns`)."""
         found = self._stash.get((key, with_owner))
         if found is None:
-            # From the sums per class (a candidate as profiled: of a class not always live) where they group.
-            sums, (candidate, steps) = None if with_owner else self._class_sums(var, key)[0], self.class_stash
-            grouped = None if sums is None else grouped_of_sums(with_candidate_classes(sums, candidate), steps,
-                                                                 self.profile.tiles)
-            found = self._stash[(key, with_owner)] = grouped if grouped is not None else self.columns(var, with_owner)
+            found = self._stash[(key, with_owner)] = self.columns(var, with_owner)
         return found
-
-    @property
-    def class_stash(self) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]:
-        """Per class as profiled: may a stash entry hold its variables (not always live), its first and last step."""
-        if self._class_stash is None:
-            self._class_stash = (~self.profile.always_live_classes(), class_steps(self.profile))
-        return self._class_stash
 
     def columns(self, var: np.ndarray, with_owner: bool, sign: int = 1) -> Events:
         candidate, first, last = self.stash_columns
@@ -319,10 +289,7 @@ class _GridShare:
     def _merged(self, var: np.ndarray, key: bytes) -> tuple[Events, ...]:
         out = [self._moved(self.shared.merged(var, key))]
         pick = var[self.changed[var]]
-        rows = changed_rows(self.grid, self.shared.profile, self.base_start, self.base_end, pick) if pick.size else None
-        if rows is not None:
-            out.append(rows)
-        elif pick.size:  # the change as distinct cells: from every interval
+        if pick.size:  # the change: from every interval, as profiled and as this grid's profile has them
             s0, e0, t0, b0, _ = self._intervals(pick)
             s1, e1, t1, b1, _ = self._profiled(pick)
             out.append(self.grid.net_change(np.concatenate((s0, s1)), np.concatenate((e0, e1)),
@@ -399,12 +366,12 @@ def _expand(profile: Profile, var: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 class EngineShare:
     """One engine's view of the shared parts: which variables its options change, and its grids' adapters."""
 
-    def __init__(self, shared: SharedParts, engine: MemoryFacts, grid: SegmentGrid | None,
+    def __init__(self, shared: SharedParts, engine: MemoryFacts, grid: SegmentGrid,
                  cut_grid: SegmentGrid | None) -> None:
         self.shared = shared
         base = shared.profile
         changed = _changed_from(engine.profile, base)
-        self.grid = None if grid is None else _GridShare.of(shared, grid, changed)
+        self.grid = _GridShare.of(shared, grid, changed)
         self.cut_grid = None if cut_grid is None else _GridShare.of(shared, cut_grid, _changed_from(cut_grid.p, base))
         self.stash_changed: np.ndarray | None = None
         self.stash_table, self.stash_key = -1, ""
@@ -424,18 +391,16 @@ class EngineShare:
         self._class_last[nonempty] = p.iv_end[p.class_ptr[1:][nonempty] - 1] - 1
         self._class_always = p.always_live_classes()
 
-    def signature(self, engine: MemoryFacts, rerun: bool) -> tuple[object, ...] | None:
-        """What a range's figure reads besides its operations and counted flags, when all of it is known by content.
+    def signature(self, engine: MemoryFacts) -> tuple[object, ...]:
+        """What a range's figure reads besides its operations and counted flags, all of it known by content.
 
-        The variable tables (what-if, forward cut) and the never-stashed set
-        by number (:meth:`SharedParts.table`), the training rules by value.
-        Ranges of equal operations and equal signatures have equal figures.
-        None on the event list (no grid names the tables): figures are not shared there.
+        The variable tables (what-if, forward cut under ``--recompute
+        pipeline``) and the never-stashed set by number
+        (:meth:`SharedParts.table`), the training rules by value. Ranges of
+        equal operations and equal signatures have equal figures.
         """
-        if self.grid is None or (rerun and self.cut_grid is None):
-            return None
         view = engine.view
-        return (self.grid.table, self.cut_grid.table if rerun and self.cut_grid is not None else -1, self.stash_table,
+        return (self.grid.table, self.cut_grid.table if self.cut_grid is not None else -1, self.stash_table,
                 self.stash_key, engine.training, view.recompute, view.stash_inputs, view.inputs_only,
                 np.asarray(view.is_backward, bool).tobytes())
 
@@ -450,13 +415,7 @@ class EngineShare:
         out = [self.shared.stash(var, with_owner, key)]
         assert self.stash_changed is not None  # stash() took the shared path
         at = np.flatnonzero(self.stash_changed[var])
-        engine = self.engine_columns
-        by_class = None if with_owner or not at.size else changed_stash(
-            var[at], engine.profile, self.shared.profile, engine.view.never_stash,
-            (self._class_always, self._class_first, self._class_last), self.shared.class_stash)
-        if by_class is not None:
-            out += by_class
-        elif at.size:
+        if at.size:
             mine = self._columns(var[at], with_owner)
             theirs = self.shared.columns(var[at], with_owner, sign=-1)
             if with_owner:  # positions in var, not in var[at]
