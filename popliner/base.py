@@ -27,8 +27,8 @@ from popliner.profile.model import Profile
 
 if TYPE_CHECKING:
     from popliner.memory.ranges_shared import SharedParts
-    from popliner.ops.head import TiedWeight
     from popliner.memory.types import StageMemory
+    from popliner.ops.head import TiedWeight
 
 __all__ = ["DEFAULT_BACKWARD_REGEX", "AnalysisOptions", "Mode", "ProfileBase"]
 

@@ -22,8 +22,8 @@ from popliner.analysis import Analysis, scenario, solve_split
 from popliner.base import ProfileBase
 from popliner.deadline import OutOfTime
 from popliner.defaults import HeadPlacementRequest, PlannedDefaults, buildable_placements, tie_refusal
-from popliner.framework import framework_title
 from popliner.errors import UsageProblem
+from popliner.framework import framework_title
 from popliner.hardware import DEFAULT_LINK_BANDWIDTH
 from popliner.layout import HeadPlacement, Layout
 from popliner.memory.training import AppliedRecompute, OptimizerState, RecomputeRequest
@@ -198,8 +198,8 @@ def _near_choices(plan: SplitPlan) -> tuple[NearChoice, ...]:
     clock = float(analysis.profile.target.clock_hz)
     g = DEFAULT_BATCHES_PER_IPU * k
     counts = [tuple(layout.model_layer_counts([s.layers for s in x.stages])) for x in (other, split)]
-    found = NearChoice("an embedding-only IPU 0", counts[0], pipeline_step(analysis, other, g, constants, clock).seconds,
-                       counts[1], pipeline_step(analysis, split, g, constants, clock).seconds, g)
+    seconds = [pipeline_step(analysis, x, g, constants, clock).seconds for x in (other, split)]
+    found = NearChoice("an embedding-only IPU 0", counts[0], seconds[0], counts[1], seconds[1], g)
     return (found,) if found.shown else ()
 
 

@@ -29,7 +29,8 @@ from popliner.ops.roles import (
 )
 from popliner.profile.model import Profile
 
-__all__ = ["HeadOptions", "TiedWeight", "head_groups", "place_unlayered", "regroup_layers", "tied_head", "tied_variables", "tied_weight"]
+__all__ = ["HeadOptions", "TiedWeight", "head_groups", "place_unlayered", "regroup_layers", "tied_head",
+           "tied_variables", "tied_weight"]
 
 
 class HeadOptions(Protocol):
@@ -168,7 +169,8 @@ def tied_variables(profile: Profile, ops: OperationTable, layers: LayerAssignmen
     # The variables of each group, as sorted arrays: masks over every variable cost a pass over millions.
     used = [sorted_unique(gather_csr(ops.var_ptr, ops.var_idx, forward[groups[forward] == g])) for g in (0, 1)]
     both = np.intersect1d(used[0], used[1], assume_unique=True)
-    return both[profile.always_live_classes()[profile.variables.klass[both]]].astype(np.int64)
+    shared: np.ndarray = both[profile.always_live_classes()[profile.variables.klass[both]]].astype(np.int64)
+    return shared
 
 
 @dataclass(frozen=True)
