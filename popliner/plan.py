@@ -249,7 +249,7 @@ def placement_rule(framework: str, tied: TiedWeight | None, num_ipus: int, place
     if tied is not None and left:
         said = (f"the head reads the embedding's weight {tied.text()}, and {framework_title(framework)} does not "
                 f"build a weight read on two IPUs of a pipeline, so {' and '.join(left)} is left out; " + said)
-    if tie:
+    if tie and fits:
         which = (("a tied head goes on IPU 0 with the embedding, as optimum-graphcore's PipelinedBertForPreTraining "
                   "and PipelinedGPT2LMHeadModel place it") if tied is not None else
                  ("an untied head goes on the last IPU, as optimum-graphcore's classification and QA models "
