@@ -163,3 +163,63 @@ def test_plan_leaves_last_out_for_a_tied_head(profiles, fw):
     only = CliRunner().invoke(cli, ["plan", str(profiles[("gpt2-training", fw, True)]), "--ipus", "4",
                                     "--head-placement", "last"])
     assert only.exit_code == 2 and "does not build that" in only.stderr
+
+
+def _simulated_step(path: Path, tmp_path: Path, extra: list[str]) -> tuple[list[int], float]:
+    """(layers per IPU, step seconds) of a split's config simulated with G = 64: ``popliner simulate``, the
+    independent door to the same pipeline schedule."""
+    config = tmp_path / f"c{len(extra)}.yaml"
+    solved = CliRunner().invoke(cli, [str(path), "--solve", "--num-ipus", "4", *extra, "--config-out", str(config)])
+    assert solved.exit_code == 0, solved.output
+    sim = CliRunner().invoke(cli, ["simulate", str(config), "--profile", str(path), "-G", "64", "--json"])
+    assert sim.exit_code == 0, sim.output
+    return json.loads(solved.stdout)["layers_per_ipu"], json.loads(sim.stdout)["step_seconds"]
+
+
+def test_the_near_choice_is_both_splits_on_the_step_model(profiles, tmp_path, monkeypatch):
+    from popliner.plan import SplitRequest, plan_split
+
+    path = profiles[("bert-pretraining", "poptorch", True)]
+    monkeypatch.setattr("popliner.near.NEAR_SHARE", 10.0)  # shown whatever the share, to check its figures
+    plan = plan_split(load_analysis(path), SplitRequest(num_ipus=4))
+    (near,) = plan.near
+    assert near.micro_batches == 64 and near.layers_per_ipu[0] == 0 and near.pick_layers_per_ipu[0] > 0
+    pick = _simulated_step(path, tmp_path, [])
+    alt = _simulated_step(path, tmp_path, ["--split-after", "embedding", "--exact-ipus"])
+    assert (list(near.pick_layers_per_ipu), list(near.layers_per_ipu)) == (pick[0], alt[0])
+    assert near.pick_seconds == pytest.approx(pick[1], rel=1e-9)
+    assert near.seconds == pytest.approx(alt[1], rel=1e-9)
+    assert near.share == pytest.approx(alt[1] / pick[1] - 1, rel=1e-9)
+    counts = "[" + ",".join(map(str, alt[0])) + "]"
+    assert near.line().startswith(f"within {near.share * 100:.1f} %: {counts} (an embedding-only IPU 0) at ")
+
+
+def test_the_near_choice_is_said_only_within_five_percent(profiles):
+    from popliner.near import NearChoice
+
+    near = NearChoice("an embedding-only IPU 0", (0, 4, 4, 4), 1.04, (1, 4, 4, 3), 1.0, 64)
+    assert near.shown and near.line().startswith("within 4.0 %: [0,4,4,4] (an embedding-only IPU 0) at 1040 ms")
+    assert not dataclasses.replace(near, seconds=1.06).shown
+    faster = dataclasses.replace(near, seconds=0.98)
+    assert faster.shown and faster.line().startswith("2.0 % faster: [0,4,4,4]")
+    # --solve says it on stderr after the summary (here more than 5 %: not said).
+    code, _, err = _solve(profiles[("bert-pretraining", "poptorch", True)])
+    assert code == 0 and "an embedding-only IPU 0" not in err
+
+
+def test_plan_names_a_depth_within_five_percent(profiles):
+    result = CliRunner().invoke(cli, ["plan", str(profiles[("gpt2-training", "poptorch", True)]), "--ipus", "8",
+                                      "--all"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    fitting = [c for c in doc["configurations"] if c["fits"] and c["samples_per_second"]]
+    pick = fitting[0]
+    expected = set()
+    for k in {c["ipus_per_replica"] for c in fitting} - {pick["ipus_per_replica"]}:
+        best = max(c["samples_per_second"] for c in fitting if c["ipus_per_replica"] == k)
+        if best >= pick["samples_per_second"] * 0.95:
+            expected.add((k, f"{(1 - best / pick['samples_per_second']) * 100:.1f} %"))
+    said = {n for n in doc["notes"] if n.startswith("within ")}
+    assert len(said) == len(expected) >= 1
+    for k, share in expected:
+        assert any(n.startswith(f"within {share}: a ") and f" {k} IPU" in n for n in said)
