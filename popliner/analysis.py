@@ -255,7 +255,7 @@ def solve_split(analysis: Analysis, problem: SplitProblem, *, solver: SolverName
         )
     explain = outcome.status in ("INFEASIBLE", TIMEOUT)
     stages, note = _stage_results(analysis, problem, outcome.bounds, explain, deadline, time_limit)
-    return SplitResult(outcome.solver, outcome.status, analysis.mode, problem.num_ipus, problem.budget, stages,
+    return SplitResult(outcome.solver, outcome.status, analysis.mode, problem.requested, problem.budget, stages,
                        objective=outcome.objective, bound=outcome.bound, gap=outcome.gap,
                        wall_seconds=time.perf_counter() - t0, note=outcome.note + note)
 

@@ -263,8 +263,6 @@ def _plan(analysis: Analysis, requested: RecomputeRequest, request: SplitRequest
     started = time.monotonic()
     if warn:
         _warn_first_with_a_tied_head(analysis, request)
-    asked = request.num_ipus
-    request = dataclasses.replace(request, num_ipus=_ipus_for_layers(analysis, request))
     problem = split_problem(analysis, request)
     # The engine and (training) the liveness grid shared with the solve's tables: what the hint cannot stop.
     analysis.engine  # noqa: B018 - built here to time it: the hint's options each build one too
@@ -278,8 +276,6 @@ def _plan(analysis: Analysis, requested: RecomputeRequest, request: SplitRequest
     if split.fits and request.fit_facts:
         with phase("checking fewer IPUs"):
             facts = fit_facts(analysis, problem, request.link_bandwidth)
-    if split.num_ipus_requested != asked:
-        split = dataclasses.replace(split, num_ipus_requested=asked)  # what was asked, though one IPU per layer at most
     engine = analysis.engine
     plan = SplitPlan(request, analysis, problem, split, analysis.layout, requested, engine.view.recompute,
                      training_of(analysis, requested), facts)
@@ -306,13 +302,19 @@ def _warn_first_with_a_tied_head(analysis: Analysis, request: SplitRequest) -> N
                     request.named("head_placement", "first"), request.named("head_placement", "wrap"))
 
 
+def usable_ipus(analysis: Analysis, num_ipus: int) -> int:
+    """The IPUs a split of ``analysis`` can use of ``num_ipus``: one per layer it places at most."""
+    layers = len(analysis.layout.placed_names)
+    return num_ipus if num_ipus <= layers or layers == 0 else layers
+
+
 def _ipus_for_layers(analysis: Analysis, request: SplitRequest) -> int:
     """IPUs to split over: more than the layers a split places cannot all be used.
 
     At most N IPUs: solved over at most one IPU per layer, with a warning. Exactly N: refused.
     """
     layers = len(analysis.layout.placed_names)
-    if request.num_ipus <= layers or layers == 0:
+    if usable_ipus(analysis, request.num_ipus) == request.num_ipus:
         return request.num_ipus
     if request.ipus == "exactly":
         raise UsageProblem(f"{request.named('ipus', 'exactly')} {request.named('num_ipus', request.num_ipus)}: the "
@@ -331,7 +333,7 @@ def split_problem(analysis: Analysis, request: SplitRequest) -> SplitProblem:
     pairs = tuple((a, b) for a, b in (_layer_indices(analysis, pair, request.named("same_ipu"))
                                       for pair in request.same_ipu))
     return SplitProblem(
-        num_ipus=request.num_ipus, budget=request.budget(analysis),
+        num_ipus=_ipus_for_layers(analysis, request), asked_ipus=request.num_ipus, budget=request.budget(analysis),
         exact_ipus=request.ipus == "exactly", min_layers=request.min_layers,
         split_after=tuple(_layer_indices(analysis, request.split_after, request.named("split_after"))),
         same_ipu=pairs,
@@ -350,7 +352,6 @@ def _layer_indices(analysis: Analysis, names: tuple[str, ...], option: str) -> l
 
 def _solve(analysis: Analysis, problem: SplitProblem, request: SplitRequest, started: float) -> SplitResult:
     """One solve; with ``fewest``, over exactly the fewest IPUs that fit (at most ``num_ipus``)."""
-    asked = problem
     if request.ipus == "fewest":
         with phase("finding the fewest IPUs"):
             try:
@@ -368,8 +369,6 @@ def _solve(analysis: Analysis, problem: SplitProblem, request: SplitRequest, sta
     split = solve_split(analysis, problem, solver=request.solver, time_limit=request.time_limit, seed=request.seed,
                         link_bytes_per_second=request.link_bandwidth, started=started)
     log.info("solved in %.2f s: %s", split.wall_seconds, split.status)
-    if split.num_ipus_requested != asked.num_ipus:
-        split = dataclasses.replace(split, num_ipus_requested=asked.num_ipus)
     return split
 
 

@@ -7,9 +7,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 BENCH = Path(__file__).resolve().parent.parent / "scripts" / "bench.py"
 
 
+@pytest.mark.slow  # about 13 s: runs the bench script end to end
 def test_bench_quick_writes_tables_and_plot(tmp_path: Path) -> None:
     out = tmp_path / "bench-out"
     run = subprocess.run([sys.executable, str(BENCH), "--quick", "--out", str(out)], capture_output=True,

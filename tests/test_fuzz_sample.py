@@ -1,10 +1,13 @@
-"""A small sample of scripts/fuzz.py in every test run (the full run is 1,000 profiles + 300 configs)."""
+"""A small sample of scripts/fuzz.py in the test runs (the structural samples in the slow step; the full run is
+1,000 profiles + 300 configs)."""
 
 from __future__ import annotations
 
 import importlib.util
 import sys
 from pathlib import Path
+
+import pytest
 
 from tests.helpers import FIXTURES
 
@@ -32,6 +35,7 @@ def test_fuzz_sample_has_no_problem() -> None:
     assert sum(o.exit_code == 2 for o in outcomes) >= 60
 
 
+@pytest.mark.slow  # about 17 s: the fuzz sample runs in the slow step
 def test_structural_sample_has_no_problem(tmp_path: Path) -> None:
     """A few cases of every structural kind (scripts/fuzz_schema.py); the full run is ``--structural 1000``."""
     import json
@@ -63,6 +67,7 @@ def test_structural_sample_has_no_problem(tmp_path: Path) -> None:
     assert problems == [], fuzz.summarise(outcomes)
 
 
+@pytest.mark.slow  # about 13 s
 def test_workbook_structural_sample_has_no_problem(tmp_path: Path) -> None:
     """Two cases of every review-workbook kind (scripts/fuzz_workbook.py), through check and config-from -o."""
     import itertools

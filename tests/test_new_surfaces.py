@@ -131,6 +131,7 @@ def _stages_config(path: Path, count: int) -> Path:
     return path
 
 
+@pytest.mark.slow  # about 15 s: a bound on time, measured by running the whole case
 def test_a_hand_made_200_stage_config_is_bounded(tmp_path: Path) -> None:
     cfg = _stages_config(tmp_path / "s200.yaml", 200)
     line = _one_error(_run("simulate", str(cfg), "-G", "100000", "--plot", "s.png", cwd=tmp_path, timeout=60))

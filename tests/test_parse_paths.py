@@ -111,7 +111,12 @@ def assert_same_everywhere(doc: Any, label: str) -> None:
         assert got == first, f"{label}: {key} differs from compact plain"
 
 
-@pytest.mark.parametrize("path", PROFILES, ids=lambda p: p.name)
+# The three largest fixtures (15-20 s each) in the slow step; the others in the main suite (suite time).
+_LARGE = {"bert-base-training.json.gz", "gpt2-small-inference.json.gz", "resnet-small-training.json.gz"}
+
+
+@pytest.mark.parametrize("path", [pytest.param(p, marks=pytest.mark.slow) if p.name in _LARGE else p
+                                  for p in PROFILES], ids=lambda p: p.name)
 def test_fixtures_every_layout(path: Path) -> None:
     raw = path.read_bytes()
     doc = json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)

@@ -158,6 +158,7 @@ def test_training_options_nested_too_deep_are_one_line(tmp_path: Path) -> None:
     _one_line(r.stderr, "sheet Split planner, cell G4", "nested too deeply")
 
 
+@pytest.mark.slow  # about 12 s
 def test_a_planner_table_of_too_many_rows_is_refused_and_kept_narrow(
         review: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """200,000 typed-in rows held 1,029 columns each (1.7 GB); past the row limit they are refused."""

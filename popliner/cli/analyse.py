@@ -26,7 +26,7 @@ from popliner.fileio import one_stdout
 from popliner.layout import HeadPlacement
 from popliner.memory.training import Recompute, TrainingOptions
 from popliner.memory.work import check_workbook_rows
-from popliner.plan import SplitPlan, SplitRequest, plan_split
+from popliner.plan import SplitPlan, SplitRequest, plan_split, usable_ipus
 from popliner.progress import Tracker, phase, progress_wanted, tracking
 from popliner.scenario import tables_scenario
 from popliner.writers import split as split_writers
@@ -89,8 +89,11 @@ def _run(p: dict[str, Any]) -> None:
     if plan is not None:
         analysis = plan.analysis
     budget = plan.split.budget_bytes if plan is not None else _split_request(p).budget(analysis)
-    # The planner's count (one IPU per layer at most), also for a workbook without --solve.
-    ipus = plan.request.num_ipus if plan is not None else min(p["num_ipus"], max(len(analysis.layer_names), 1))
+    # The planner's count (one IPU per layer at most, as the solve's), also for a workbook without --solve.
+    if plan is not None:
+        ipus = plan.problem.num_ipus
+    else:
+        ipus = usable_ipus(analysis, p["num_ipus"]) if analysis.layer_names else 1
     with phase("writing tables"):
         _write_tables(analysis, outputs, writer, p, plan, budget, ipus)
     if p["plot"]:

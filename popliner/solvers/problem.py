@@ -34,6 +34,14 @@ class SplitProblem:
     training: bool = False
     #: Objectives to minimise ahead of the default order (names in popliner.solvers.objective.OBJECTIVES).
     objectives: tuple[str, ...] = ()
+    #: The IPUs the user asked for, when the solve runs over fewer (one per layer at most, or the fewest that
+    #: fit); 0: ``num_ipus``. Results report it as asked.
+    asked_ipus: int = 0
+
+    @property
+    def requested(self) -> int:
+        """The IPUs the user asked for (what a result reports as requested)."""
+        return self.asked_ipus or self.num_ipus
 
     @property
     def stage_counts(self) -> range:
