@@ -90,9 +90,13 @@ def resolve_recorded(analysis: Analysis, source: str, num_ipus: int = 1) -> None
     """A config's (or workbook's) recorded training options for ``num_ipus`` IPUs, resolved as every entry point
     resolves a request: one that contradicts what the profile was compiled with, or that the framework does not
     build, is refused, naming ``source``."""
-    if analysis.mode != "training":
-        return
     t = analysis.options.training
+    if analysis.mode != "training":
+        # Inference records no training options; its head placement is read from where the groups are.
+        refused = tie_refusal(analysis.base.framework.name, t.head_placement, analysis.base.tied_weight(t), num_ipus)
+        if refused is not None:
+            raise UsageProblem(f"{source}: its head placement {t.head_placement} over {num_ipus} IPUs: {refused}")
+        return
     try:
         resolve(analysis.base, TrainingRequest(t.recompute, t.head_placement, t.optimizer_state, t), num_ipus)
     except UsageProblem as e:

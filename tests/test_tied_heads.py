@@ -223,3 +223,15 @@ def test_plan_names_a_depth_within_five_percent(profiles):
     assert len(said) == len(expected) >= 1
     for k, share in expected:
         assert any(n.startswith(f"within {share}: a ") and f" {k} IPU" in n for n in said)
+
+
+def test_an_inference_config_that_puts_a_tied_head_last_is_refused(profiles, tmp_path):
+    """Inference configs record no placement: it is read from where the groups are, and refused the same."""
+    config = tmp_path / "p.yaml"
+    untied = profiles[("gpt2-inference", "popart", False)]
+    assert CliRunner().invoke(cli, [str(untied), "--solve", "--num-ipus", "3", "--head-placement", "last",
+                                    "--config-out", str(config)]).exit_code == 0
+    result = CliRunner().invoke(cli, ["check", str(config), "--profile", str(profiles[("gpt2-inference", "popart",
+                                                                                         True)])])
+    assert result.exit_code == 2
+    assert f"{config}: its head placement last over 3 IPUs: the head reads the embedding's weight" in result.stderr
