@@ -50,7 +50,8 @@ from popliner.memory.training import Recompute
 if TYPE_CHECKING:
     from popliner.ops.head import TiedWeight
 
-__all__ = ["HeadPlacementRequest", "PlannedDefaults", "buildable_placements", "framework_defaults", "tie_refusal"]
+__all__ = ["HeadPlacementRequest", "PlannedDefaults", "buildable_placements", "framework_defaults", "placement_order",
+           "tie_refusal"]
 
 #: What a user may ask for the head: a placement, or ``auto`` (the one that fits on the fewest IPUs).
 HeadPlacementRequest = Literal["first", "last", "wrap", "auto"]
@@ -122,6 +123,16 @@ def buildable_placements(framework: str, tied: TiedWeight | None = None,
     found: tuple[HeadPlacement, ...] = ("last", "wrap") if framework in ("poptorch", "optimum") else (
         "first", "last", "wrap")
     return tuple(p for p in found if tie_refusal(framework, p, tied, num_ipus) is None)
+
+
+def placement_order(framework: str, tied: TiedWeight | None, num_ipus: int) -> tuple[HeadPlacement, ...]:
+    """The placements ``auto`` tries, in the order it breaks ties: those the framework builds, a tied head's
+    ``wrap`` first (optimum-graphcore's pretraining and LM models), an untied head's ``last`` first (its
+    classification and QA models)."""
+    found = buildable_placements(framework, tied, num_ipus)
+    if tied is not None and "wrap" in found:
+        found = ("wrap", *(p for p in found if p != "wrap"))
+    return found
 
 
 #: Why each framework does not build a weight read on two IPUs of a pipeline (docs/pipeline-config.md, "Tied heads").

@@ -38,20 +38,26 @@ if TYPE_CHECKING:
 
 __all__ = ["Model", "analysis_options", "load", "split_frame"]
 
-def load(path: str, *, use_cache: bool = True, cache_dir: str | None = None, **options: Any) -> Model:
+def load(path: str, *, use_cache: bool = True, cache_dir: str | None = None, num_ipus: int = 4,
+         **options: Any) -> Model:
     """Load and analyse a profile; ``options`` are :class:`popliner.analysis.AnalysisOptions` fields and
     :class:`popliner.memory.training.TrainingOptions` fields.
+
+    The tables (:meth:`Model.layers` and the others) read the training options a split over ``num_ipus``
+    IPUs resolves to, as the command line's tables do for its ``--num-ipus`` (default 4 in both).
 
     For example ``layer_preset="gpt2"``, ``layer_name_regex=r"block(\\d+)"``,
     ``mode="training"``, ``layered_vars_only=False``, and the training options as the CLI spells them
     with underscores: ``recompute="every-layer"``, ``optimizer_state="off-chip"``,
     ``head_placement="wrap"``, ``replication_factor=4`` (or a whole ``training=TrainingOptions(...)``).
     """
-    from popliner.scenario import tables_scenario
+    from popliner.scenario import TrainingRequest, tables_scenario
 
     given = _given_choices(options)
     analysis = load_analysis(str(path), analysis_options(options), use_cache=use_cache, cache_dir=cache_dir)
-    return Model(tables_scenario(analysis, given.get("optimizer_state")), given)
+    request = TrainingRequest(given.get("recompute"), given.get("head_placement"), given.get("optimizer_state"),
+                              analysis.options.training)
+    return Model(tables_scenario(analysis, request, num_ipus), given)
 
 
 #: The training choices a plan resolves when they are not given (popliner.scenario.resolve).

@@ -21,11 +21,11 @@ from typing import TYPE_CHECKING, Literal
 from popliner.analysis import Analysis, scenario, solve_split
 from popliner.base import ProfileBase
 from popliner.deadline import OutOfTime
-from popliner.defaults import HeadPlacementRequest, PlannedDefaults, buildable_placements, tie_refusal
+from popliner.defaults import HeadPlacementRequest, PlannedDefaults, buildable_placements, placement_order, tie_refusal
 from popliner.errors import UsageProblem
 from popliner.framework import framework_title
 from popliner.hardware import DEFAULT_LINK_BANDWIDTH
-from popliner.layout import HeadPlacement, Layout
+from popliner.layout import Layout
 from popliner.memory.training import AppliedRecompute, OptimizerState, RecomputeRequest
 from popliner.near import NearChoice
 from popliner.progress import phase
@@ -229,16 +229,6 @@ def _best_placement(base: ProfileBase, resolved: Resolved, request: SplitRequest
         options = dataclasses.replace(resolved.options, head_placement=placement)
         best = _plan(scenario(base, options, base.shared), resolved.recompute, request)
     return dataclasses.replace(best, placements_tried=tried)
-
-
-def placement_order(framework: str, tied: TiedWeight | None, num_ipus: int) -> tuple[HeadPlacement, ...]:
-    """The placements ``auto`` tries, in the order it breaks ties: those the framework builds, a tied head's
-    ``wrap`` first (optimum-graphcore's pretraining and LM models), an untied head's ``last`` first (its
-    classification and QA models)."""
-    found = buildable_placements(framework, tied, num_ipus)
-    if tied is not None and "wrap" in found:
-        found = ("wrap", *(p for p in found if p != "wrap"))
-    return found
 
 
 def placement_rule(framework: str, tied: TiedWeight | None, num_ipus: int, placement: str, fits: bool,

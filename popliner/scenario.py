@@ -19,7 +19,13 @@ from dataclasses import dataclass
 
 from popliner.analysis import Analysis, scenario
 from popliner.base import ProfileBase
-from popliner.defaults import HeadPlacementRequest, PlannedDefaults, framework_defaults, tie_refusal
+from popliner.defaults import (
+    HeadPlacementRequest,
+    PlannedDefaults,
+    framework_defaults,
+    placement_order,
+    tie_refusal,
+)
 from popliner.errors import UsageProblem
 from popliner.framework import framework_title
 from popliner.memory.training import OptimizerState, Recompute, RecomputeRequest, TrainingOptions
@@ -145,12 +151,19 @@ def _said(base: ProfileBase, request: TrainingRequest, defaults: PlannedDefaults
     return f"planned as {title} builds it: " + ", ".join(parts) + "; an option you give wins"
 
 
-def tables_scenario(analysis: Analysis, optimizer_state: OptimizerState | None) -> Analysis:
-    """The scenario the breakdowns read (no split asked for): the analysis's recomputation and head placement
-    as given (none and first unless given: no pipeline to take a framework's defaults from), its optimizer
-    state resolved as every entry point resolves it (as compiled, else as given, else on chip)."""
-    t = analysis.options.training
-    resolved = resolve(analysis.base, TrainingRequest(t.recompute, t.head_placement, optimizer_state, t), 1)
-    if resolved.options == t:
+def tables_scenario(analysis: Analysis, request: TrainingRequest, num_ipus: int) -> Analysis:
+    """The scenario the tables read when no split is asked for: ``request`` resolved by :func:`resolve` as
+    for a split over ``num_ipus`` IPUs, so that the breakdowns and a workbook's planner read the options a
+    solve of the same request plans. What only a solve can decide is taken at its first choice: ``auto``
+    recomputation as none (tried first), ``auto`` head placement as the first placement the framework
+    builds, in the order ``auto`` breaks ties (:func:`popliner.defaults.placement_order`: a tied head's
+    ``wrap`` first)."""
+    resolved = resolve(analysis.base, request, num_ipus)
+    options = resolved.options
+    if resolved.head_placement == "auto":
+        base = analysis.base
+        first = placement_order(base.framework.name, base.tied_weight(options), num_ipus)[0]
+        options = dataclasses.replace(options, head_placement=first)
+    if options == analysis.options.training:
         return analysis
-    return scenario(analysis.base, resolved.options)
+    return scenario(analysis.base, options)

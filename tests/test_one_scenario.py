@@ -274,3 +274,42 @@ def test_library_messages_name_parameters_and_the_command_line_names_options(
     result = CliRunner().invoke(cli, [str(profile), "--solve", "--num-ipus", "40", "--recompute", "auto",
                                       "--no-cache"])
     assert "--num-ipus 40 is more than the 3 layers" in result.stderr and "--recompute auto chose" in result.stderr
+
+
+def _planner_options(path: Path) -> dict[str, Any]:
+    import openpyxl
+
+    book = openpyxl.load_workbook(path, read_only=True)
+    try:
+        value = book["Split planner"]["G4"].value
+    finally:
+        book.close()
+    assert isinstance(value, str)
+    loaded: dict[str, Any] = json.loads(value)
+    return loaded
+
+
+@pytest.mark.parametrize("framework,ipus,recompute", [
+    # PopTorch pipelines with recomputation on by itself; on one IPU there is no pipeline to recompute for;
+    # PopART leaves autoRecomputation off unless it is set (docs/frameworks.md).
+    ("poptorch", 2, "pipeline"), ("poptorch", 1, "none"), ("popart", 2, "none")])
+def test_tables_without_a_solve_read_the_options_a_solve_plans(tmp_path: Path, framework: str, ipus: int,
+                                                               recompute: str) -> None:
+    spec = preset_spec("bert-tiny", "training", layers=3, framework=framework)
+    profile = tmp_path / f"{framework}.json"
+    profile.write_text(json.dumps(generate_document(spec)))
+    _invoke(profile, "--num-ipus", ipus, "-o", tmp_path / "tables.xlsx", "--no-cache")
+    _invoke(profile, "--num-ipus", ipus, "--solve", "-o", tmp_path / "solved.xlsx", "--no-cache", ok=(0, 3))
+    tables, solved = _planner_options(tmp_path / "tables.xlsx"), _planner_options(tmp_path / "solved.xlsx")
+    assert tables["recompute"] == solved["recompute"] == recompute
+    assert tables["optimizer_state"] == solved["optimizer_state"]
+    # The notebook's tables read the same scenario as the command line's for the same IPUs.
+    import csv
+    import io
+
+    rows = {r["Layer"]: r for r in csv.DictReader(io.StringIO(_invoke(profile, "--num-ipus", ipus, "--no-cache")))}
+    model = popliner.load(str(profile), use_cache=False, num_ipus=ipus)
+    assert model.analysis.options.training.recompute == recompute
+    layers = model.layers()
+    assert [(int(rows[name]["Worst-tile bytes"]), int(rows[name]["Total (bytes)"])) for name in layers["layer"]] \
+        == list(zip(layers["worst_tile_bytes"], layers["total"]))

@@ -123,8 +123,9 @@ def test_wrap_and_first_are_built_for_a_tied_head(profiles):
 
 
 def test_placement_order_and_rule():
+    from popliner.defaults import placement_order
     from popliner.ops.head import TiedWeight
-    from popliner.plan import placement_order, placement_rule
+    from popliner.plan import placement_rule
 
     tied = TiedWeight("w", 4, 1024)
     assert placement_order("poptorch", None, 4) == ("last", "wrap")

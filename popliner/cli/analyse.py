@@ -28,7 +28,7 @@ from popliner.memory.training import Recompute, TrainingOptions
 from popliner.memory.work import check_workbook_rows
 from popliner.plan import SplitPlan, SplitRequest, plan_split, usable_ipus
 from popliner.progress import Tracker, phase, progress_wanted, tracking
-from popliner.scenario import tables_scenario
+from popliner.scenario import TrainingRequest, tables_scenario
 from popliner.writers import split as split_writers
 from popliner.writers.formats import check_output, writer_for
 from popliner.writers.tables import Tables
@@ -76,8 +76,10 @@ def _run(p: dict[str, Any]) -> None:
     gate = _check_gate(p)
     writer = _tables_writer(p["fmt"], p["output"])
     options = _analysis_options(p)
+    # Resolved as a split over --num-ipus would be (the framework's defaults, the compiled facts, the options).
+    request = TrainingRequest(p["recompute"], p["head_placement"], p["optimizer_state"], options.training)
     analysis = tables_scenario(load_analysis(p["profile"], options, use_cache=not p["no_cache"],
-                                             cache_dir=p["cache_dir"]), p["optimizer_state"])
+                                             cache_dir=p["cache_dir"]), request, p["num_ipus"])
     log.info("framework: %s", analysis.framework.describe())
     if analysis.framework.origin == "ipu-config-out":
         log.warning("--ipu-config-out: planned as optimum-graphcore builds the pipeline (its head placement and "
