@@ -236,3 +236,17 @@ def test_an_inference_config_that_puts_a_tied_head_last_is_refused(profiles, tmp
                                                                                          True)])])
     assert result.exit_code == 2
     assert f"{config}: its head placement last over 3 IPUs: the head reads the embedding's weight" in result.stderr
+
+
+@pytest.mark.parametrize("fw", FRAMEWORKS)
+def test_the_tables_read_the_placement_a_solve_plans(profiles, fw):
+    """No split asked for: the tables' scenario is the solve's; a tied head is wrapped over 4 IPUs."""
+    import popliner
+
+    for tied, expected in ((True, "wrap"), (False, "last" if fw == "poptorch" else "first")):
+        model = popliner.load(str(profiles[("gpt2-training", fw, tied)]), use_cache=False, num_ipus=4)
+        assert model.analysis.options.training.head_placement == expected
+    # One IPU pipelines nothing: PopART and TensorFlow keep first; PopTorch's auto still tries a tied head's
+    # wrap first (on one IPU it is the same split as last).
+    one = popliner.load(str(profiles[("gpt2-training", fw, True)]), use_cache=False, num_ipus=1)
+    assert one.analysis.options.training.head_placement == ("wrap" if fw == "poptorch" else "first")
