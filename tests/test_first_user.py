@@ -7,7 +7,6 @@ import dataclasses
 import numpy as np
 import pytest
 
-import popliner.ops.operations as operations
 from popliner.ops.operations import OperationTable
 
 
@@ -47,10 +46,9 @@ def _walk(ops: OperationTable) -> list[int]:
 
 @pytest.mark.parametrize("scatter_min", [0, 10**9])  # operation by operation, and the vectorised minimum
 @pytest.mark.parametrize("seed", range(20))
-def test_first_user_against_a_walk(seed: int, scatter_min: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(operations, "SCATTER_MIN_VARS_PER_OP", scatter_min)
+def test_first_user_against_a_walk(seed: int, scatter_min: int) -> None:
     rng, ops = _random_table(seed)
-    got = ops.first_user
+    got = ops.first_users(scatter_min)
     assert got.dtype == np.int32
     assert got.tolist() == _walk(ops)
 
@@ -82,10 +80,9 @@ def test_update_window_against_a_walk(seed: int, scatter_min: int, monkeypatch: 
 
 @pytest.mark.parametrize("factor", [0, 10**9])  # the mask over every variable, and the sort
 @pytest.mark.parametrize("seed", range(20))
-def test_vars_of_set_either_way(seed: int, factor: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(operations, "UNION_SORT_FACTOR", factor)
+def test_vars_of_set_either_way(seed: int, factor: int) -> None:
     rng, ops = _random_table(seed, least=1)
     picked = np.unique(rng.integers(0, ops.count, int(rng.integers(0, ops.count + 1))))
-    got = ops.vars_of_set(picked)
+    got = ops.vars_of_set(picked, factor)
     expect = sorted({v for op in picked.tolist() for v in ops.vars_of(op).tolist()})
     assert got.dtype == np.int64 and got.tolist() == expect

@@ -3,7 +3,7 @@
 For every fixture profile and every contiguous layer range, the range table
 (:class:`popliner.memory.ranges.ProfileRanges`) must give the same per-tile
 total and stash entry as the memory engine applied to the range's
-operations, whichever liveness path it takes, in training and in inference.
+operations, in pieces of any size (grid blocks, stash horizons), in training and in inference.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import pytest
 
 from popliner.analysis import Analysis, AnalysisOptions, load_analysis
 from popliner.memory.ranges import ProfileRanges
+from popliner.memory.running import PIECES, Pieces
 from popliner.pipeline import (
     backward_stage,
     copy_buffer_per_tile,
@@ -34,14 +35,13 @@ def _analysis(path: Path, mode: str) -> Analysis:
     return load_analysis(str(path), AnalysisOptions(mode=mode), use_cache=False)  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("liveness", ["grid", "events"])
+@pytest.mark.parametrize("pieces", [PIECES, Pieces(grid_block=3, stash_horizon=2)], ids=["default", "small"])
 @pytest.mark.parametrize("mode", ["training", "inference"])
 @pytest.mark.parametrize("path", PROFILES, ids=lambda p: p.name.split(".")[0])
-def test_incremental_ranges_equal_the_direct_model(path: Path, mode: str, liveness: str) -> None:
+def test_incremental_ranges_equal_the_direct_model(path: Path, mode: str, pieces: Pieces) -> None:
     analysis = _analysis(path, mode)
     engine = analysis.engine
-    table = ProfileRanges(engine, limit=2**62, liveness=liveness)  # type: ignore[arg-type]
-    assert table.liveness == liveness
+    table = ProfileRanges(engine, limit=2**62, pieces=pieces)
     n = engine.num_layers
     range_table_equals_engine(table, engine, n)
     for i in range(n):

@@ -11,20 +11,21 @@ against the engine's own rule, growth by growth, on random windows.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import numpy as np
 import pytest
 
 from popliner.analysis import AnalysisOptions, load_analysis
 from popliner.arrays import unique_inverse
+from popliner.errors import ProfileFormatError
 from popliner.memory import liveness, stash_row
 from popliner.memory.engine import MemoryEngine
 from popliner.memory.liveness import sweep
 from popliner.memory.ranges import ProfileRanges
+from popliner.memory.running import Pieces
 from popliner.memory.stash_rule import StashWindows
 from popliner.memory.training import TrainingOptions
 from tests.helpers import FIXTURES, range_table_equals_engine
+from tests.liveness_oracle import EventList
 
 OPTIONS = [
     {},
@@ -42,20 +43,16 @@ def _engine(name: str, **kwargs: str) -> MemoryEngine:
     return load_analysis(str(FIXTURES / name), options, use_cache=False).engine
 
 
-@pytest.fixture
-def small_paths(monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> Iterator[None]:
-    block, horizon = request.param
-    monkeypatch.setattr(liveness.SegmentGrid, "BLOCK", block)
-    monkeypatch.setattr(stash_row.StashRow, "FIRST_HORIZON", horizon)
-    yield
+#: Grid blocks of 3 segments and stash horizons of 2 growths: small profiles reach every branch.
+SMALL = Pieces(grid_block=3, stash_horizon=2)
 
 
-@pytest.mark.parametrize("small_paths", [(1, 1), (3, 2), (64, 8)], indirect=True, ids=["b1h1", "b3h2", "b64h8"])
+@pytest.mark.parametrize("pieces", [Pieces(1, 1), SMALL, Pieces(64, 8)], ids=["b1h1", "b3h2", "b64h8"])
 @pytest.mark.parametrize("options", OPTIONS, ids=lambda o: "-".join(o.values()) or "plain")
 @pytest.mark.parametrize("fixture", ["tiny-training.json", "bert-tiny-training.json"])
-def test_fast_paths_equal_the_direct_model(fixture: str, options: dict[str, str], small_paths: None) -> None:
+def test_fast_paths_equal_the_direct_model(fixture: str, options: dict[str, str], pieces: Pieces) -> None:
     engine = _engine(fixture, **options)
-    table = ProfileRanges(engine, limit=2**62, liveness="grid")
+    table = ProfileRanges(engine, limit=2**62, pieces=pieces)
     range_table_equals_engine(table, engine, table.num_layers)  # a wrapped head is no layer of the table's
 
 
@@ -134,9 +131,7 @@ def test_class_window_peak_equals_the_sweep(fixture: str) -> None:
         lo = 0 if k == 0 else int(rng.integers(-2, profile.num_steps + 1))
         hi = profile.num_steps - 1 if k == 0 else int(rng.integers(lo - 1, profile.num_steps + 3))
         block = int(rng.integers(1, profile.tiles + 2))
-        with pytest.MonkeyPatch.context() as mp:
-            mp.setattr(sweep, "CLASS_TILE_BLOCK", block)
-            by_class = sweep._class_window_peak(profile, var, lo, hi, factor=np.inf)
+        by_class = sweep._class_window_peak(profile, var, lo, hi, factor=np.inf, tile_block=block)
         swept = sweep.group_peaks(profile, np.zeros(len(var), np.int64), var, np.array([lo]), np.array([hi]))[0]
         if by_class is None:  # an empty window: the sweep says 0 everywhere
             assert hi < lo and not swept.any()
@@ -145,14 +140,12 @@ def test_class_window_peak_equals_the_sweep(fixture: str) -> None:
         assert sweep.window_peak(profile, var, lo, hi).tolist() == swept.tolist()
 
 
-@pytest.mark.parametrize("small_paths", [(3, 2)], indirect=True)
-@pytest.mark.parametrize("liveness", ["grid", "events"])
+@pytest.mark.parametrize("pieces", [Pieces(), SMALL], ids=["default", "small"])
 @pytest.mark.parametrize("options", OPTIONS, ids=lambda o: "-".join(o.values()) or "plain")
-def test_stage_memory_from_the_table_equals_the_sweep(options: dict[str, str], liveness: str,
-                                                       small_paths: None) -> None:
+def test_stage_memory_from_the_table_equals_the_sweep(options: dict[str, str], pieces: Pieces) -> None:
     tabled = _engine("bert-tiny-training.json", **options)
     direct = _engine("bert-tiny-training.json", **options)  # its own memo: every figure from a sweep
-    table = ProfileRanges(tabled, limit=2**62, liveness=liveness)  # type: ignore[arg-type]
+    table = ProfileRanges(tabled, limit=2**62, pieces=pieces)
     n = table.num_layers
     for i in range(n):
         for j in range(i, n):
@@ -239,9 +232,8 @@ def test_grid_readings_between_changes_equal_a_fresh_grid(dtype: type[np.signedi
             assert got.dtype == np.int64 and got.tolist() == fresh.peak(lo, hi).tolist(), (round_, lo, hi)
 
 
-@pytest.mark.parametrize("small_paths", [(3, 2)], indirect=True)
 @pytest.mark.parametrize("options", OPTIONS[:4], ids=lambda o: "-".join(o.values()) or "plain")
-def test_tables_of_rising_limits_equal_the_direct_model(options: dict[str, str], small_paths: None) -> None:
+def test_tables_of_rising_limits_equal_the_direct_model(options: dict[str, str]) -> None:
     """A best effort's relaxed tables: each row grown again past where a lower limit stopped it.
 
     The lower tables stop rows at ranges whose figures (and stash entries,
@@ -256,7 +248,7 @@ def test_tables_of_rising_limits_equal_the_direct_model(options: dict[str, str],
               for i in range(n) for j in range(i, n)}
     ordered = sorted(set(totals.values()))
     for limit in (ordered[0], ordered[len(ordered) // 3], ordered[2 * len(ordered) // 3], ordered[-1]):
-        table = ProfileRanges(engine, limit=limit, liveness="grid")
+        table = ProfileRanges(engine, limit=limit, pieces=SMALL)
         for i in range(n):
             for j in range(i, n):
                 got = table.per_tile(i, j)
@@ -270,3 +262,37 @@ def test_tables_of_rising_limits_equal_the_direct_model(options: dict[str, str],
         # Another set on the shared grid in between: the next table's rows put theirs back first.
         table.stage_memory(n // 2, n - 1)
 
+
+
+@pytest.mark.parametrize("block", [1, 3, 32])
+@pytest.mark.parametrize("fixture", ["tiny-training.json", "bert-tiny-training.json", "bert-base-training.json.gz"])
+def test_grid_equals_the_event_list(fixture: str, block: int) -> None:
+    """A growing set's peaks on the grid, over random windows, against the sorted event list and the sweep."""
+    profile = _engine(fixture).profile
+    rng = np.random.default_rng(block)
+    grid = liveness.SegmentGrid.of(profile, block=block)
+    events = EventList(profile)
+    held = np.zeros(0, np.int64)
+    n = profile.variables.count
+    for round_ in range(8):
+        var = np.setdiff1d(np.unique(rng.integers(0, n, int(rng.integers(1, n // 4 + 2)))), held)
+        grid.add(grid.merged(var) if round_ % 2 else grid.events_of(var))
+        events.add(var)
+        held = np.union1d(held, var)
+        for _ in range(4):
+            lo, hi = sorted(rng.integers(-1, profile.num_steps + 1, 2).tolist())
+            expect = events.peak(lo, hi)
+            assert grid.peak(lo, hi).tolist() == expect.tolist(), (round_, lo, hi)
+            assert sweep.window_peak(profile, held, lo, hi).tolist() == expect.tolist(), (round_, lo, hi)
+
+
+def test_a_grid_past_the_cells_limit_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tiles x segments past POPLINER_MAX_GRID_CELLS: one line naming the file and the variable, before any buffer."""
+    profile = _engine("bert-tiny-training.json").profile
+    cells = profile.tiles * len(liveness.grid.segment_ends(profile))
+    monkeypatch.setenv("POPLINER_MAX_GRID_CELLS", str(cells))
+    assert liveness.SegmentGrid.of(profile).diff.size >= cells  # at the limit: built
+    monkeypatch.setenv("POPLINER_MAX_GRID_CELLS", str(cells - 1))
+    with pytest.raises(ProfileFormatError, match=f"{cells:,} liveness grid cells.*POPLINER_MAX_GRID_CELLS") as info:
+        liveness.SegmentGrid.of(profile)
+    assert "bert-tiny-training.json" in str(info.value)

@@ -8,13 +8,12 @@ check here builds a second engine of the same profile and options, with
 its own memo, so that each expected figure is a sweep the table never saw:
 on bundled fixtures and on generated profiles named as other frameworks
 name them (PopTorch's contexts, GPT-2's ``h.N`` blocks, a tied MLM head),
-in random order from a lazy table, on both liveness paths, over grids of
-tiny blocks (windows that start, end and span blocks).
+in random order from a lazy table, over grids of the default blocks and of
+tiny ones (windows that start, end and span blocks).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from functools import cache
 from typing import Any
 
@@ -23,8 +22,9 @@ import pytest
 
 from popliner.analysis import AnalysisOptions, load_analysis
 from popliner.memory.engine import MemoryEngine
-from popliner.memory.liveness import SegmentGrid, window_peak
+from popliner.memory.liveness import window_peak
 from popliner.memory.ranges import ProfileRanges
+from popliner.memory.running import PIECES, Pieces
 from popliner.memory.training import TrainingOptions
 from popliner.synth import generate_document, preset_spec
 from tests.helpers import FIXTURES, analyse_document
@@ -57,10 +57,8 @@ PLACEMENTS = [{"head_placement": "first"}, {"head_placement": "last", "optimizer
               {"head_placement": "wrap"}]
 
 
-@pytest.fixture
-def tiny_blocks(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.setattr(SegmentGrid, "BLOCK", 3)
-    yield
+#: Grid blocks of 3 segments: windows start, end and span blocks on small profiles.
+TINY = Pieces(grid_block=3)
 
 
 def _wrapped_total(table: ProfileRanges, j: int) -> np.ndarray | None:
@@ -68,13 +66,12 @@ def _wrapped_total(table: ProfileRanges, j: int) -> np.ndarray | None:
     return None if found is None else found[0]
 
 
-@pytest.mark.parametrize("liveness", ["grid", "events"])
+@pytest.mark.parametrize("pieces", [PIECES, TINY], ids=["default", "tiny"])
 @pytest.mark.parametrize("placement", PLACEMENTS, ids=lambda o: "-".join(o.values()))
 @pytest.mark.parametrize("source", SOURCES)
-def test_pipeline_ranges_equal_the_direct_model(source: str, placement: dict[str, str], liveness: str,
-                                                tiny_blocks: None) -> None:
+def test_pipeline_ranges_equal_the_direct_model(source: str, placement: dict[str, str], pieces: Pieces) -> None:
     tabled, direct = _engines(source, recompute="pipeline", **placement)
-    table = ProfileRanges(tabled, limit=2**62, liveness=liveness, lazy=True)  # type: ignore[arg-type]
+    table = ProfileRanges(tabled, limit=2**62, pieces=pieces, lazy=True)
     n = table.num_layers
     pairs = [(i, j) for i in range(n) for j in range(i, n)]
     rng = np.random.default_rng(len(source) * 31 + n)
@@ -98,12 +95,12 @@ def test_pipeline_ranges_equal_the_direct_model(source: str, placement: dict[str
 
 
 @pytest.mark.parametrize("source", ["bert-tiny-training.json", "gpt2-tiny", "poptorch-bert-tiny"])
-def test_rerun_peak_equals_two_sweeps_on_random_windows(source: str, tiny_blocks: None) -> None:
+def test_rerun_peak_equals_two_sweeps_on_random_windows(source: str) -> None:
     """The running set's two readings against the sweeps, for every split step ``b0`` of a window, not only PopART's."""
     tabled, direct = _engines(source, recompute="pipeline", head_placement="wrap")
     rng = np.random.default_rng(3)
-    for liveness in ("grid", "events"):
-        state_of = tabled.range_state(liveness)  # type: ignore[arg-type]
+    for pieces in (PIECES, TINY):
+        state_of = tabled.range_state(pieces)
         n = tabled.num_layers
         for _ in range(12):
             i = int(rng.integers(0, n))
@@ -121,7 +118,7 @@ def test_rerun_peak_equals_two_sweeps_on_random_windows(source: str, tiny_blocks
             cut = direct.forward_cut_profile(kept)
             for b0 in sorted({lo - 1, lo, hi + 1, *rng.integers(lo, hi + 2, 4).tolist()}):
                 expect = np.maximum(window_peak(cut, var, lo, b0 - 1), window_peak(direct.profile, var, b0, hi))
-                assert state.rerun_variables_peak(b0).tolist() == expect.tolist(), (liveness, i, j, b0)
+                assert state.rerun_variables_peak(b0).tolist() == expect.tolist(), (pieces, i, j, b0)
 
 
 def test_the_forward_cut_changes_figures() -> None:
@@ -135,7 +132,7 @@ def test_the_forward_cut_changes_figures() -> None:
     assert differ > 0
 
 
-def test_tables_of_rising_limits_under_pipeline(tiny_blocks: None) -> None:
+def test_tables_of_rising_limits_under_pipeline() -> None:
     """Rows stopped by a low limit and grown again by a higher one (a best effort): the direct figures still."""
     tabled, direct = _engines("bert-tiny-training.json", recompute="pipeline", head_placement="last")
     n = tabled.num_layers
@@ -143,7 +140,7 @@ def test_tables_of_rising_limits_under_pipeline(tiny_blocks: None) -> None:
               for i in range(n) for j in range(i, n)}
     ordered = sorted(set(totals.values()))
     for limit in (ordered[0], ordered[len(ordered) // 2], ordered[-1]):
-        table = ProfileRanges(tabled, limit=limit, liveness="grid", lazy=True)
+        table = ProfileRanges(tabled, limit=limit, pieces=TINY, lazy=True)
         for (i, j), worst in totals.items():
             got = table.memory(i, j, 0)
             assert got == (worst if worst <= limit and all(totals[(i, k)] <= limit for k in range(i, j)) else np.inf)
@@ -151,11 +148,8 @@ def test_tables_of_rising_limits_under_pipeline(tiny_blocks: None) -> None:
 
 @pytest.mark.parametrize("scatter_min", [0, 10**9])  # operation by operation, and the vectorised minimum
 @pytest.mark.parametrize("source", ["tiny-training.json", "bert-tiny-training.json", "gpt2-tiny"])
-def test_first_user_is_the_earliest_user(source: str, scatter_min: int, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_first_user_is_the_earliest_user(source: str, scatter_min: int) -> None:
     """The operation table's first user (shared by every engine of a profile) against a walk over the operations."""
-    import popliner.ops.operations as operations
-
-    monkeypatch.setattr(operations, "SCATTER_MIN_VARS_PER_OP", scatter_min)
     engine, _ = _engines(source)
     ops = engine.ops
     expect = [-1] * engine.profile.variables.count
@@ -164,5 +158,6 @@ def test_first_user_is_the_earliest_user(source: str, scatter_min: int, monkeypa
         for v in ops.vars_of(op).tolist():
             if expect[v] < 0:
                 expect[v] = op
+    assert ops.first_users(scatter_min).tolist() == expect
     assert ops.first_user.tolist() == expect
     assert engine.boundaries.first_user is ops.first_user

@@ -21,9 +21,9 @@ import pytest
 
 from popliner.analysis import Analysis, AnalysisOptions, load_analysis, scenario
 from popliner.memory import ranges_shared
-from popliner.memory.liveness import SegmentGrid
-from popliner.memory.ranges import Liveness, ProfileRanges, release
+from popliner.memory.ranges import ProfileRanges, release
 from popliner.memory.ranges_shared import SharedParts
+from popliner.memory.running import PIECES, Pieces
 from popliner.memory.training import TrainingOptions
 from popliner.synth import generate_document, preset_spec
 from tests.helpers import FIXTURES, analyse_document
@@ -71,10 +71,9 @@ def _option_engines(source: str) -> Iterator[tuple[dict[str, Any], Any, Any]]:
         yield changes, engine, b.engine
 
 
-@pytest.fixture
-def tiny_blocks(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.setattr(SegmentGrid, "BLOCK", 3)
-    yield
+#: Grid blocks of 3 segments (the profile's own grid, which the shared parts' events are made on, keeps the
+#: default): windows start, end and span blocks on small profiles.
+TINY = Pieces(grid_block=3)
 
 
 def _all_ranges(table: ProfileRanges) -> Iterator[tuple[int, int]]:
@@ -89,10 +88,10 @@ def _all_ranges(table: ProfileRanges) -> Iterator[tuple[int, int]]:
 _Figure = tuple[np.ndarray, np.ndarray]
 
 
-def _figure_pairs(shared: Any, alone: Any, liveness: Liveness) -> Iterator[tuple[int, int, _Figure, _Figure]]:
+def _figure_pairs(shared: Any, alone: Any, pieces: Pieces) -> Iterator[tuple[int, int, _Figure, _Figure]]:
     """Every range's (total, stash entry) per tile from a table of each engine, in a random order."""
-    t1 = ProfileRanges(shared, limit=2**62, liveness=liveness, lazy=True)
-    t2 = ProfileRanges(alone, limit=2**62, liveness=liveness, lazy=True)
+    t1 = ProfileRanges(shared, limit=2**62, pieces=pieces, lazy=True)
+    t2 = ProfileRanges(alone, limit=2**62, pieces=pieces, lazy=True)
     for i, j in _all_ranges(t1):
         a, b = t1.per_tile(i, j), t2.per_tile(i, j)
         assert a is not None and b is not None
@@ -103,14 +102,15 @@ SOURCES = ["tiny-training.json", "bert-tiny-training.json", "resnet-small-traini
            "bert-tiny-mlm"]
 
 
+@pytest.mark.parametrize("pieces", [PIECES, TINY], ids=["default", "tiny"])
 @pytest.mark.parametrize("source", SOURCES)
-def test_shared_parts_give_the_figures_of_engines_built_alone(source: str, tiny_blocks: None) -> None:
+def test_shared_parts_give_the_figures_of_engines_built_alone(source: str, pieces: Pieces) -> None:
     checked = 0
     parts = None
     for changes, shared, alone in _option_engines(source):
         parts = shared.shared_parts
-        t1 = ProfileRanges(shared, limit=2**62, liveness="grid", lazy=True)
-        t2 = ProfileRanges(alone, limit=2**62, liveness="grid", lazy=True)
+        t1 = ProfileRanges(shared, limit=2**62, pieces=pieces, lazy=True)
+        t2 = ProfileRanges(alone, limit=2**62, pieces=pieces, lazy=True)
         assert t1._shared.share is not None and t2._shared.share is None
         for i, j in _all_ranges(t1):
             a, b = t1.per_tile(i, j), t2.per_tile(i, j)
@@ -132,13 +132,13 @@ def test_shared_parts_give_the_figures_of_engines_built_alone(source: str, tiny_
     assert parts is not None and any(found for found in parts._buffers.values())  # buffers were given back
 
 
-def test_the_options_change_variables_the_sharing_corrects(monkeypatch: pytest.MonkeyPatch, tiny_blocks: None) -> None:
+def test_the_options_change_variables_the_sharing_corrects(monkeypatch: pytest.MonkeyPatch) -> None:
     """Without the correction (every variable taken as profiled) the figures are wrong: the check above can fail."""
     monkeypatch.setattr(ranges_shared, "_changed",
                         lambda profile, base: np.zeros(base.variables.count, bool))
     differ = 0
     for _, shared, alone in _option_engines("bert-tiny-training.json"):
-        for _i, _j, a, b in _figure_pairs(shared, alone, "grid"):
+        for _i, _j, a, b in _figure_pairs(shared, alone, TINY):
             differ += int(not (np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])))
     assert differ > 0
 
@@ -147,11 +147,3 @@ def test_parts_of_another_profile_are_refused() -> None:
     one, other = _analysis("tiny-training.json"), _analysis("tiny-training.json")
     assert not other.engine.share_parts(SharedParts(one.profile, one.ops))
     assert other.engine.shared_parts is None
-
-
-def test_shared_stash_columns_on_the_event_list(tiny_blocks: None) -> None:
-    """Without a grid only the stash columns and programs are shared: the same figures as engines built alone."""
-    for changes, shared, alone in _option_engines("bert-tiny-training.json"):
-        for i, j, a, b in _figure_pairs(shared, alone, "events"):
-            np.testing.assert_array_equal(a[0], b[0], err_msg=f"{changes} total {i}..{j}")
-            np.testing.assert_array_equal(a[1], b[1], err_msg=f"{changes} stash {i}..{j}")

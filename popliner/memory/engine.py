@@ -30,8 +30,9 @@ from popliner.layout import Layout
 from popliner.memory.boundaries import Boundaries
 from popliner.memory.liveness import class_steps, window_peak
 from popliner.memory.model import MemoryModel
-from popliner.memory.range_state import Liveness, RangeState, liveness_path
+from popliner.memory.range_state import RangeState
 from popliner.memory.ranges_shared import SharedParts
+from popliner.memory.running import PIECES, Pieces
 from popliner.memory.stash_rule import StashWindows, stash_positions, stash_select
 from popliner.memory.training import TrainingOptions, build_training_view
 from popliner.memory.types import StageMemory
@@ -82,7 +83,7 @@ class MemoryEngine:
         self._stash_known: dict[bytes, np.ndarray] = {}
         #: ``--recompute pipeline``: the figures of re-run sets, by their operations (the model memoises the rest).
         self._rerun_memo: dict[bytes, StageMemory] = {}
-        self._range_states: dict[Liveness, RangeState] = {}
+        self._range_states: dict[Pieces, RangeState] = {}
         if shared is not None:
             self.share_parts(shared)
 
@@ -109,19 +110,14 @@ class MemoryEngine:
         """Index of the ``head`` layer (the last one; meaningful when :attr:`head_wraps`)."""
         return self.num_layers - 1
 
-    def range_state(self, liveness: Liveness = "auto") -> RangeState:
-        """What every range table of this engine shares on one liveness path, built by the first that needs it.
+    def range_state(self, pieces: Pieces = PIECES) -> RangeState:
+        """What every range table of this engine shares (in ``pieces``), built by the first that needs it.
 
         Owned here, not cached beside the engine: it goes when the engine goes.
         """
-        found = self._range_states.get(liveness)
+        found = self._range_states.get(pieces)
         if found is None:
-            # "auto" is resolved once (it sorts every interval end): kept under both names.
-            path = liveness_path(self, liveness)
-            found = self._range_states.get(path)
-            if found is None:
-                found = RangeState(self, path)
-            self._range_states[path] = self._range_states[liveness] = found
+            found = self._range_states[pieces] = RangeState(self, pieces)
         return found
 
     def share_parts(self, shared: SharedParts) -> bool:

@@ -5,14 +5,13 @@ budgets for a best-effort split, the fewest-IPUs search, the exit-3 hint),
 and what they share (each layer's parts, the liveness grid, every range
 figure already evaluated, the running sets a row stopped at) is costly to
 build. The engine owns it (:meth:`popliner.memory.engine.MemoryEngine.range_state`),
-one per liveness path, so it lives exactly as long as the engine: no cache
+one per :class:`popliner.memory.running.Pieces`, so it lives exactly as long as the engine: no cache
 outside it, and a table built anywhere on the same engine reuses it.
 """
 
 from __future__ import annotations
 
 import weakref
-from typing import Literal
 
 import numpy as np
 
@@ -20,24 +19,13 @@ from popliner.memory.layer_vars import LayerVariables, SharingFacts
 from popliner.memory.liveness import SegmentGrid
 from popliner.memory.ranges_shared import EngineShare, SharedParts
 from popliner.memory.rerun import ForwardCut, forward_cut_grid
-from popliner.memory.running import LayerParts, RunningStage
+from popliner.memory.running import LayerParts, Pieces, RunningStage
 
-__all__ = ["Liveness", "LivenessPath", "RangeState", "liveness_path"]
-
-#: Which liveness path the running stages use (``auto``: the grid when it is small enough).
-Liveness = Literal["auto", "grid", "events"]
-LivenessPath = Literal["grid", "events"]
-
-
-def liveness_path(engine: SharingFacts, liveness: Liveness) -> LivenessPath:
-    """The path ``liveness`` names; ``auto`` takes the grid when it fits (:meth:`SegmentGrid.fits`)."""
-    if liveness != "auto":
-        return liveness
-    return "grid" if SegmentGrid.fits(engine.profile) else "events"
+__all__ = ["RangeState"]
 
 
 class RangeState:
-    """Per engine and liveness path: what every range table of the engine can reuse.
+    """Per engine (and :class:`Pieces`): what every range table of the engine can reuse.
 
     The engine holds it; it holds the engine only weakly, so that an engine
     no one else holds is freed at once, not when the cycle collector next
@@ -46,20 +34,20 @@ class RangeState:
     :func:`popliner.memory.ranges.release` drops them early.
     """
 
-    def __init__(self, engine: SharingFacts, liveness: LivenessPath) -> None:
+    def __init__(self, engine: SharingFacts, pieces: Pieces) -> None:
         self._engine = weakref.ref(engine)
         self.layer_ops = [engine.range_ops(k, k) for k in range(engine.num_layers)]
         shared = engine.shared_parts
         dtype = shared.grid_dtype(engine.profile) if shared is not None else None
-        self.grid = SegmentGrid.of(engine.profile, dtype=dtype) if liveness == "grid" else None
+        self.grid = SegmentGrid.of(engine.profile, pieces.grid_block, dtype)
         #: ``--recompute pipeline``: running sets keep their variables' forward-cut liveness too.
         self.rerun = engine.view.recompute == "pipeline"
-        self.cut_grid = forward_cut_grid(engine, dtype) if self.rerun and self.grid is not None else None
+        self.cut_grid = forward_cut_grid(engine, dtype, pieces.grid_block) if self.rerun else None
         if shared is not None:
             for grid in (self.grid, self.cut_grid):
                 if grid is not None:
                     shared.take_buffers(grid)  # zeroed buffers an earlier engine gave back: no page faults
-        self.liveness: LivenessPath = liveness
+        self.pieces = pieces
         #: What other engines of the profile built already (``popliner plan``: one engine per option set).
         self.share = EngineShare(shared, engine, self.grid, self.cut_grid) if shared is not None else None
         #: What a range's figure depends on besides its operations, when other engines' figures can serve.
@@ -77,7 +65,7 @@ class RangeState:
         self.peaks: dict[tuple[int, int], np.ndarray] = {}
         #: Ranges whose model figure the engine holds (see ProfileRanges.stage_memory).
         self.staged: set[tuple[int, int, bool]] = set()
-        #: Per start: the running set where its row stopped (grid path), to grow it for a higher limit.
+        #: Per start: the running set where its row stopped, to grow it for a higher limit.
         self.resume: dict[int, RunningStage] = {}
 
     def recycle(self, shared: SharedParts) -> None:
@@ -146,8 +134,8 @@ class RangeState:
         return (self._signature, tuple(self._layer_keys[i:j + 1]), rerun)
 
     def running_set(self, row_ops: list[np.ndarray] | None = None) -> RunningStage:
-        """A new, empty running set on this state's liveness (it takes the shared grids over)."""
+        """A new, empty running set (it takes the shared grids over)."""
         engine = self._engine()
         assert engine is not None  # a table holds its engine
-        cut = ForwardCut(engine, self.cut_grid) if self.rerun else None
-        return RunningStage(engine, self.grid, row_ops, cut)
+        cut = ForwardCut(engine, self.cut_grid) if self.cut_grid is not None else None
+        return RunningStage(engine, self.grid, row_ops, cut, self.pieces.stash_horizon)

@@ -12,12 +12,11 @@ only grows as a range grows).
 The figures are the same as :meth:`popliner.memory.engine.MemoryEngine.stage_memory`
 and :meth:`~popliner.memory.engine.MemoryEngine.stash_entry_per_tile` of the
 range's operations, to the byte (a property test holds the two against each
-other on every fixture, with both liveness paths).
+other on every fixture, in pieces of several sizes).
 
-Liveness has two paths (:mod:`popliner.memory.liveness`): a dense (tile x
-liveness segment) grid when the profile has few distinct interval ends, else
-a sorted event list. ``liveness`` forces one (``"grid"`` or ``"events"``);
-``"auto"`` picks by size. The running sets are :mod:`popliner.memory.running`;
+Liveness goes through a dense (tile x liveness segment) grid
+(:mod:`popliner.memory.liveness.grid`). The running sets are :mod:`popliner.memory.running`
+(``pieces``: the sizes they work in, for tests);
 what the tables of one engine share is the engine's
 (:mod:`popliner.memory.range_state`).
 
@@ -36,15 +35,14 @@ import numpy as np
 from popliner.deadline import check_deadline
 from popliner.errors import UsageProblem
 from popliner.hardware import DEFAULT_LINK_BANDWIDTH, MAX_CYCLES
-from popliner.memory.range_state import Liveness, LivenessPath
-from popliner.memory.running import RunningStage
+from popliner.memory.running import PIECES, Pieces, RunningStage
 from popliner.memory.types import StageMemory
 from popliner.memory.work import check_range_tables
 
 if TYPE_CHECKING:
     from popliner.memory.engine import MemoryEngine
 
-__all__ = ["OVERFLOW", "Liveness", "ProfileRanges", "release", "transfer_cycles"]
+__all__ = ["OVERFLOW", "ProfileRanges", "release", "transfer_cycles"]
 
 #: A range that does not fit (or was not evaluated because a shorter one did not).
 OVERFLOW = math.inf
@@ -74,7 +72,7 @@ class ProfileRanges:
     """
 
     def __init__(self, engine: MemoryEngine, limit: int, link_bytes_per_second: float = DEFAULT_LINK_BANDWIDTH,
-                 liveness: Liveness = "auto", deadline: float | None = None, lazy: bool = False) -> None:
+                 pieces: Pieces = PIECES, deadline: float | None = None, lazy: bool = False) -> None:
         self.engine = engine
         self.limit = limit
         # A wrapped head is no layer the solvers place: it goes with the range at position 0.
@@ -87,15 +85,13 @@ class ProfileRanges:
         self._ranges: dict[tuple[int, int], tuple[np.ndarray, np.ndarray] | None] = {}
         self._done_from: set[int] = set()
         self._memory: dict[tuple[int, int, int], float] = {}
-        self._shared = engine.range_state(liveness)
+        self._shared = engine.range_state(pieces)
         self._layer_cycles = engine.layer_cycles
         self._cross = engine.crossing
         self._cycles: dict[tuple[int, int], int] = {}
         self._has_cycles: bool | None = None
         self.deadline = deadline
         self.lazy = lazy
-        #: The row a lazy table extended last, with the event list (no grid): (start, its running set).
-        self._open: tuple[int, RunningStage] | None = None
 
     # -- what a solver reads ------------------------------------------------------
 
@@ -129,11 +125,6 @@ class ProfileRanges:
     @property
     def head_wraps(self) -> bool:
         return self._wraps
-
-    @property
-    def liveness(self) -> LivenessPath:
-        """The liveness path this table's running stages take."""
-        return self._shared.liveness
 
     def memory(self, i: int, j: int, extra_stash: int) -> float:
         """Worst-tile bytes of the range with ``extra_stash`` stash entries beyond the profile's one.
@@ -298,9 +289,8 @@ class ProfileRanges:
             if upto < self.num_layers - 1:  # a lazy read: the row goes on when read further
                 self._keep(i, state)
                 return
-        if state is not None and state.grid is not None:
-            # A table with a higher limit (a best effort) grows the row further from here. With the
-            # event list the set holds every event of the range: it is rebuilt instead.
+        if state is not None:
+            # A table with a higher limit (a best effort) grows the row further from here.
             shared.resume[i] = state
         # Only once the row is complete: a row interrupted by the deadline is extended again when read.
         self._done_from.add(i)
@@ -318,23 +308,16 @@ class ProfileRanges:
 
     def _keep(self, i: int, state: RunningStage | None) -> None:
         """Keep the running set of a row a lazy read stopped, to grow it when the row is read further."""
-        if state is None:
-            return
-        if state.grid is not None:
+        if state is not None:
             self._shared.resume[i] = state
-        else:
-            self._open = (i, state)  # one at a time: with the event list each set holds all its events
 
     def _running_set(self, i: int, j: int) -> RunningStage:
         """The running set of layers ``i..j-1``: the one a lower limit's table left, else rebuilt."""
         shared = self._shared
         # Taken out while it grows: a row interrupted by the deadline leaves none half-grown behind.
         state = shared.resume.pop(i, None)
-        if state is None and self._open is not None and self._open[0] == i:
-            state = self._open[1]
-        self._open = None
         if state is not None and i + len(state.ops) <= j:
-            if state.grid is not None and not state.holds_grids:
+            if not state.holds_grids:
                 state.restore_grid()  # another set used the grids since: put this one back
         else:
             state = shared.running_set(shared.layer_ops[i:] if self._training else None)

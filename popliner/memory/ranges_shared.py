@@ -30,11 +30,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from popliner.arrays import expand_ranges
-from popliner.memory.class_sums import ClassSums, changed_rows, changed_stash, class_sums, with_candidate_classes
-from popliner.memory.liveness import SegmentGrid, class_steps, variable_steps
-from popliner.memory.liveness.grid import Columns, cell_dtype
+from popliner.memory.liveness import SegmentGrid, variable_steps
+from popliner.memory.liveness.grid import cell_dtype
 from popliner.memory.program_part import ProgramPart, program_part
-from popliner.memory.stash_row import candidate_columns, grouped_of_sums
+from popliner.memory.stash_row import candidate_columns
 from popliner.memory.variable_tables import VariableTable
 from popliner.memory.variable_tables import changed_variables as _changed  # tests replace it by this name
 from popliner.ops.operations import OperationTable
@@ -65,10 +64,7 @@ class SharedParts:
         self._stash: dict[tuple[bytes, bool], Events] = {}
         self._grid: SegmentGrid | None = None
         self._columns: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
-        #: Per layer being built: its private variables' columns and sums per class (:meth:`_class_sums`).
-        self._sums: dict[bytes, tuple[ClassSums | None, Columns]] = {}
         #: Per class as profiled: may a stash entry hold its variables (not always live), and its steps.
-        self._class_stash: tuple[np.ndarray, tuple[np.ndarray, np.ndarray]] | None = None
         #: Which variable table made each piece on its own profile (:meth:`claims`).
         self._direct: dict[tuple[object, ...], object] = {}
         self._spans: dict[bytes, tuple[np.ndarray, np.ndarray]] = {}
@@ -194,22 +190,8 @@ class SharedParts:
         """:meth:`SegmentGrid.merged` of ``var`` (``key``: its bytes) on the profile's grid."""
         found = self._merged.get(key)
         if found is None:
-            sums, columns = self._class_sums(var, key)
-            found = self._merged[key] = self.grid.merged(var, columns, sums)
+            found = self._merged[key] = self.grid.merged(var)
         return found
-
-    def _class_sums(self, var: np.ndarray, key: bytes) -> tuple[ClassSums | None, Columns]:
-        """The variables' classes, tiles and bytes as profiled, and their sums per class: read once for the
-        grid's change and the stash columns (:meth:`forget_sums` drops them once the layer has both)."""
-        found = self._sums.get(key)
-        if found is None:
-            v = self.profile.variables
-            columns = (v.klass[var], v.tile[var], v.bytes[var])
-            found = self._sums[key] = (class_sums(*columns, self.profile.tiles), columns)
-        return found
-
-    def forget_sums(self, key: bytes) -> None:
-        self._sums.pop(key, None)
 
     def claims(self, piece: tuple[object, ...], table: object) -> bool:
         """Does ``table`` make ``piece`` on its own profile? The first table to ask for a piece does (the head
@@ -238,19 +220,8 @@ class SharedParts:
         """The stash columns of ``var`` as profiled (:func:`popliner.memory.stash_row.stash_columns`)."""
         found = self._stash.get((key, with_owner))
         if found is None:
-            # From the sums per class (a candidate as profiled: of a class not always live) where they group.
-            sums, (candidate, steps) = None if with_owner else self._class_sums(var, key)[0], self.class_stash
-            grouped = None if sums is None else grouped_of_sums(with_candidate_classes(sums, candidate), steps,
-                                                                 self.profile.tiles)
-            found = self._stash[(key, with_owner)] = grouped if grouped is not None else self.columns(var, with_owner)
+            found = self._stash[(key, with_owner)] = self.columns(var, with_owner)
         return found
-
-    @property
-    def class_stash(self) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]:
-        """Per class as profiled: may a stash entry hold its variables (not always live), its first and last step."""
-        if self._class_stash is None:
-            self._class_stash = (~self.profile.always_live_classes(), class_steps(self.profile))
-        return self._class_stash
 
     def columns(self, var: np.ndarray, with_owner: bool, sign: int = 1) -> Events:
         candidate, first, last = self.stash_columns
@@ -309,10 +280,7 @@ class _GridShare:
     def _merged(self, var: np.ndarray, key: bytes) -> tuple[Events, ...]:
         out = [self._moved(self.shared.merged(var, key))]
         pick = var[self.changed[var]]
-        rows = changed_rows(self.grid, self.shared.profile, self.base_start, self.base_end, pick) if pick.size else None
-        if rows is not None:
-            out.append(rows)
-        elif pick.size:  # the change as distinct cells: from every interval
+        if pick.size:  # the change: from every interval, as profiled and as this grid's profile has them
             s0, e0, t0, b0, _ = self._intervals(pick)
             s1, e1, t1, b1, _ = self._profiled(pick)
             out.append(self.grid.net_change(np.concatenate((s0, s1)), np.concatenate((e0, e1)),
@@ -445,13 +413,7 @@ class EngineShare:
         out = [self.shared.stash(var, with_owner, key)]
         assert self.stash_changed is not None  # stash() took the shared path
         at = np.flatnonzero(self.stash_changed[var])
-        engine = self.engine_columns
-        by_class = None if with_owner or not at.size else changed_stash(
-            var[at], engine.profile, self.shared.profile, engine.view.never_stash,
-            (self._class_always, self._class_first, self._class_last), self.shared.class_stash)
-        if by_class is not None:
-            out += by_class
-        elif at.size:
+        if at.size:
             mine = self._columns(var[at], with_owner)
             theirs = self.shared.columns(var[at], with_owner, sign=-1)
             if with_owner:  # positions in var, not in var[at]

@@ -4,8 +4,8 @@ Under ``--recompute pipeline`` a stage that PopART re-runs peaks at the
 larger of two windows (:meth:`popliner.memory.engine.MemoryEngine.stage_memory`):
 its forward part, where every recomputed variable lives only up to its last
 forward read (the engine's forward-cut profile), and its backward part, with
-the live steps as profiled. The running set's own liveness (grid or event
-list) answers the backward window. :class:`ForwardCut` holds the same
+the live steps as profiled. The running set's own liveness grid answers the
+backward window. :class:`ForwardCut` holds the same
 variables under the forward-cut profile's live steps, added layer by layer
 as the set grows, so that a range's figure costs two window readings instead
 of two sweeps over every interval of the range's variables (the direct
@@ -25,7 +25,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from popliner.memory.liveness import EventList, SegmentGrid
+from popliner.memory.liveness import SegmentGrid
+from popliner.memory.liveness.grid import BLOCK
 
 if TYPE_CHECKING:
     from popliner.memory.facts import MemoryFacts
@@ -33,47 +34,43 @@ if TYPE_CHECKING:
 __all__ = ["ForwardCut", "forward_cut_grid"]
 
 
-def forward_cut_grid(engine: MemoryFacts, dtype: type[np.signedinteger] | None = None) -> SegmentGrid:
+def forward_cut_grid(engine: MemoryFacts, dtype: type[np.signedinteger] | None = None, block: int = BLOCK
+                     ) -> SegmentGrid:
     """The liveness grid of the engine's forward-cut profile (its segments refine the what-if profile's).
 
     ``dtype``: the what-if grid's cells, when known (the cut profile has the same variables' bytes).
     """
-    return SegmentGrid.of(engine.forward_cut_profile(), dtype=dtype)
+    return SegmentGrid.of(engine.forward_cut_profile(), block, dtype)
 
 
 class ForwardCut:
-    """A running set's variables under the forward-cut profile's live steps, on a shared grid or an event list.
+    """A running set's variables under the forward-cut profile's live steps, on a shared grid.
 
     ``grid`` is the range state's forward-cut grid (:func:`forward_cut_grid`),
     shared by every running set of the engine one at a time, as the what-if
     grid is: a new set clears it, and :meth:`restore` puts this set's
-    variables back after another set used it. Without a grid each set keeps
-    its own event list.
+    variables back after another set used it.
     """
 
-    def __init__(self, engine: MemoryFacts, grid: SegmentGrid | None) -> None:
+    def __init__(self, engine: MemoryFacts, grid: SegmentGrid) -> None:
         cut = engine.forward_cut_profile()
         # The what-if classes, valid in the forward-cut profile's class table (it only appends classes).
         self.kept_klass = engine.profile.variables.klass
         if len(cut.class_ptr) < len(engine.profile.class_ptr):  # pragma: no cover - with_live_steps only appends
             raise AssertionError("the forward-cut profile does not extend the what-if profile's classes")
         self.grid = grid
-        self.events = EventList(cut) if grid is None else None
         #: What went into the shared grid, to put the set back after other sets used it.
         self.adds: list[dict[str, np.ndarray]] = []
-        if grid is not None:
-            grid.clear()
-            grid.owner = self
+        grid.clear()
+        grid.owner = self
 
     @property
     def holds_grid(self) -> bool:
         """Does the shared grid hold this set's variables (no other set cleared it since)?"""
-        return self.grid is None or self.grid.owner is self
+        return self.grid.owner is self
 
     def restore(self) -> None:
         """Make the shared grid hold this set's variables again."""
-        if self.grid is None:
-            return
         self.grid.clear()
         self.grid.owner = self
         for events in self.adds:
@@ -81,16 +78,12 @@ class ForwardCut:
 
     def add(self, private_events: tuple[dict[str, np.ndarray], ...] | None,
             shared_events: tuple[dict[str, np.ndarray], ...] | None, var: np.ndarray | None, kept: bool) -> None:
-        """Add a layer's new variables ``var`` (sorted); with a grid, their forward-cut events (``*_events``).
+        """Add a layer's new variables: their forward-cut events (``*_events``).
 
         ``kept``: the variables keep their what-if live steps (a wrapped
-        head's on IPU 0); their events are then made here, once. ``var`` may
-        be None on the grid when not ``kept`` (the events say it all).
+        head's on IPU 0); their events are then made here, once, from ``var``
+        (the new variables, sorted; None when not ``kept``).
         """
-        if self.grid is None:
-            assert self.events is not None and var is not None
-            self.events.add(var, klass=self.kept_klass if kept else None)
-            return
         if kept:
             assert var is not None
             added: tuple[dict[str, np.ndarray], ...] = (self.grid.events_of(var, klass=self.kept_klass),)
@@ -103,7 +96,4 @@ class ForwardCut:
 
     def peak(self, lo: int, hi: int) -> np.ndarray:
         """Per tile, the most forward-cut bytes of the set's variables live at any step ``lo..hi``."""
-        if self.grid is not None:
-            return self.grid.peak(lo, hi)
-        assert self.events is not None
-        return self.events.peak(lo, hi)
+        return self.grid.peak(lo, hi)

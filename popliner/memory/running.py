@@ -4,8 +4,8 @@ A range ``i..j`` of layers is evaluated by adding layer ``j`` to the set of
 ``i..j-1`` (:class:`RunningStage`), never from scratch. What one layer adds
 is the same for every range that holds it, so it is computed once
 (:class:`LayerParts`) and kept by the engine's range state
-(:mod:`popliner.memory.range_state`). Variable liveness goes through one of
-the two running back-ends of :mod:`popliner.memory.liveness`.
+(:mod:`popliner.memory.range_state`). Variable liveness goes through the
+liveness grid (:class:`popliner.memory.liveness.SegmentGrid`).
 """
 
 from __future__ import annotations
@@ -15,21 +15,37 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from popliner.memory.class_sums import ClassSums, class_sums
-from popliner.memory.liveness import EventList, SegmentGrid
-from popliner.memory.liveness.grid import Columns
+from popliner.memory.liveness import SegmentGrid
+from popliner.memory.liveness.grid import BLOCK, Columns
 from popliner.memory.program_part import program_part
 from popliner.memory.rerun import ForwardCut
-from popliner.memory.stash_row import StashRow, stash_columns
+from popliner.memory.stash_row import FIRST_HORIZON, StashRow, stash_columns
 
 if TYPE_CHECKING:
     from popliner.memory.facts import MemoryFacts
     from popliner.memory.ranges_shared import EngineShare, _GridShare
 
-__all__ = ["LayerParts", "RunningStage"]
+__all__ = ["PIECES", "LayerParts", "Pieces", "RunningStage"]
 
 
 Events = dict[str, np.ndarray]
+
+
+@dataclass(frozen=True)
+class Pieces:
+    """The sizes a range table's running sets work in. Any sizes give the same figures, to the byte.
+
+    ``grid_block``: segments per block of the liveness grid; ``stash_horizon``:
+    growths a stash row looks ahead at first. Tests take small ones, so that
+    small profiles reach every branch.
+    """
+
+    grid_block: int = BLOCK
+    stash_horizon: int = FIRST_HORIZON
+
+
+#: The sizes the commands use.
+PIECES = Pieces()
 
 
 @dataclass(frozen=True, eq=False)
@@ -40,12 +56,12 @@ class LayerParts:
     programs (``additive``); ``presence`` is the layer's difference array of
     vertex instances per (type, tile). Its counted variables are split into
     ``private`` ones, used by no other layer, and ``shared`` ones, which may
-    already be in a range. With a liveness grid, ``*_events`` hold each
-    variable's grid cells and bytes; in training ``*_stash`` hold the columns a
+    already be in a range. ``*_events`` hold each variable's grid cells and
+    bytes; in training ``*_stash`` hold the columns a
     stash entry reads. The shared parts carry ``owner``, the position in
     ``shared`` of each row, so that variables already in a range are dropped.
     ``cut_*_events`` are the same variables' events on the forward-cut grid
-    (``--recompute pipeline`` on the grid path: :mod:`popliner.memory.rerun`).
+    (``--recompute pipeline``: :mod:`popliner.memory.rerun`).
     Events and stash columns are tuples of pieces that add up (the parts
     shared across option sets and their corrections:
     :mod:`popliner.memory.ranges_shared`).
@@ -59,8 +75,8 @@ class LayerParts:
     private: np.ndarray  # sorted variable indices
     shared: np.ndarray  # sorted variable indices
     shared_pos: np.ndarray  # their positions in engine.multi_layer_index
-    private_events: tuple[Events, ...] | None
-    shared_events: tuple[Events, ...] | None
+    private_events: tuple[Events, ...]
+    shared_events: tuple[Events, ...]
     private_stash: tuple[Events, ...] | None
     shared_stash: tuple[Events, ...] | None
     units: np.ndarray | None  # int64 [drivers, tiles] of the other categories (None: the profile has none)
@@ -68,7 +84,7 @@ class LayerParts:
     cut_shared_events: tuple[Events, ...] | None = None
 
     @classmethod
-    def of(cls, engine: MemoryFacts, ops: np.ndarray, grid: SegmentGrid | None,
+    def of(cls, engine: MemoryFacts, ops: np.ndarray, grid: SegmentGrid,
            cut_grid: SegmentGrid | None = None, share: EngineShare | None = None,
            variables: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
            private_tiles: np.ndarray | None = None) -> LayerParts:
@@ -94,12 +110,13 @@ class LayerParts:
         keys = (private.tobytes(), shared.tobytes()) if share is not None else (b"", b"")
         own = _Own(engine, grid, private, shared, private_tiles)
         events = _events(grid, share.grid if share is not None else None, private, shared, keys, own)
-        cut = _events(cut_grid, share.cut_grid if share is not None else None, private, shared, keys)
+        cut: tuple[tuple[Events, ...] | None, tuple[Events, ...] | None] = (None, None)
+        if cut_grid is not None:
+            cut = _events(cut_grid, share.cut_grid if share is not None else None, private, shared, keys)
         stash: tuple[tuple[Events, ...] | None, tuple[Events, ...] | None] = (None, None)
         if share is not None:
             stash = (share.stash(private, keys[0], own=own.stash),
                      share.stash(shared, keys[1], with_owner=True, own=own.stash_owned))
-            share.shared.forget_sums(keys[0])  # the layer's profiled events and stash columns are made
         elif engine.training:
             stash = (own.stash(),), (own.stash_owned(),)
         return cls(ops, additive, presence, lo, hi, private, shared, shared_pos, events[0], events[1], stash[0],
@@ -110,37 +127,32 @@ class _Own:
     """A layer's parts made on the engine's own profile (not shared, or first made by its variable table), each
     when first needed.
 
-    The private variables' classes, tiles and bytes are read, and summed per
-    liveness class, once for both the grid's change and the stash columns.
+    The private variables' classes, tiles and bytes are read once, for both
+    the grid's change and the stash columns.
     """
 
-    def __init__(self, engine: MemoryFacts, grid: SegmentGrid | None, private: np.ndarray, shared: np.ndarray,
+    def __init__(self, engine: MemoryFacts, grid: SegmentGrid, private: np.ndarray, shared: np.ndarray,
                  private_tiles: np.ndarray | None = None) -> None:
         self.engine, self.grid, self.private, self.shared = engine, grid, private, shared
         self.private_tiles = private_tiles
-        self._read: tuple[Columns, ClassSums | None] | None = None
+        self._read: Columns | None = None
 
-    def _sums(self) -> tuple[Columns, ClassSums | None]:
+    def _columns(self) -> Columns:
         if self._read is None:
-            engine, var = self.engine, self.private
-            v = engine.profile.variables
+            v = self.engine.profile.variables
+            var = self.private
             tile = v.tile[var] if self.private_tiles is None else self.private_tiles
-            columns = (v.klass[var], tile, v.bytes[var])
-            candidate = engine.stash_candidate[var] if engine.training else None
-            self._read = (columns, class_sums(*columns, engine.tiles, candidate))
+            self._read = (v.klass[var], tile, v.bytes[var])
         return self._read
 
     def merged(self) -> Events:
-        assert self.grid is not None  # asked for on a grid only
-        return self.grid.merged(self.private, *self._sums())
+        return self.grid.merged(self.private, self._columns())
 
     def owned(self) -> Events:
-        assert self.grid is not None  # asked for on a grid only
         return self.grid.events_of(self.shared, with_owner=True)
 
     def stash(self) -> Events:
-        columns, sums = self._sums()
-        made = stash_columns(self.engine, self.private, columns=columns, sums=sums)
+        made = stash_columns(self.engine, self.private, columns=self._columns())
         assert made is not None  # asked for in training only
         return made
 
@@ -150,15 +162,12 @@ class _Own:
         return made
 
 
-def _events(grid: SegmentGrid | None, share: _GridShare | None, private: np.ndarray, shared: np.ndarray,
-            keys: tuple[bytes, bytes], own: _Own | None = None
-            ) -> tuple[tuple[Events, ...] | None, tuple[Events, ...] | None]:
-    """(private, shared) events on ``grid`` (none without one): from the shared parts when the grid has them.
+def _events(grid: SegmentGrid, share: _GridShare | None, private: np.ndarray, shared: np.ndarray,
+            keys: tuple[bytes, bytes], own: _Own | None = None) -> tuple[tuple[Events, ...], tuple[Events, ...]]:
+    """(private, shared) events on ``grid``: from the shared parts when the grid has them.
 
     ``own``: what makes them on ``grid``'s own profile (the engine's main grid; else the grid's methods do).
     """
-    if grid is None:
-        return None, None
     if share is not None:
         return (share.merged(private, keys[0], own.merged if own is not None else None),
                 share.owned(shared, keys[1], own.owned if own is not None else None))
@@ -172,17 +181,17 @@ class RunningStage:
 
     Control code, exchange code and vertex state add up; vertex presence is a
     running count per (type, tile). Variable liveness goes into the dense
-    (liveness segment x tile) grid when there is one, else into the sorted
-    event list of the set. In training, ``row_ops`` are the operations of
+    (liveness segment x tile) grid, which the engine's running sets share
+    one at a time. In training, ``row_ops`` are the operations of
     the layers the set may grow by, in order (the first is the first layer
     added), and the stash columns of each layer's new variables are kept: see
-    :class:`StashRow`. ``forward_cut``, under ``--recompute pipeline``,
-    keeps the set's variables under the forward-cut live steps too
-    (:meth:`rerun_variables_peak`).
+    :class:`StashRow` (``stash_horizon``: its first horizon). ``forward_cut``,
+    under ``--recompute pipeline``, keeps the set's variables under the
+    forward-cut live steps too (:meth:`rerun_variables_peak`).
     """
 
-    def __init__(self, engine: MemoryFacts, grid: SegmentGrid | None,
-                 row_ops: list[np.ndarray] | None = None, forward_cut: ForwardCut | None = None) -> None:
+    def __init__(self, engine: MemoryFacts, grid: SegmentGrid, row_ops: list[np.ndarray] | None = None,
+                 forward_cut: ForwardCut | None = None, stash_horizon: int = FIRST_HORIZON) -> None:
         self.engine = engine
         p = engine.profile
         self.tiles = p.tiles
@@ -194,13 +203,11 @@ class RunningStage:
         # Only variables several layers use can be in the set already: marked by their compact number.
         self.in_set = np.zeros(len(engine.multi_layer_index), bool)
         self.grid = grid
-        if grid is not None:
-            grid.clear()
-            grid.owner = self
-        self.events = EventList(p) if grid is None else None
+        grid.clear()
+        grid.owner = self
         self.lo, self.hi = 0, -1
         self.ops: list[np.ndarray] = []
-        self.stash = StashRow(engine, row_ops) if row_ops is not None else None
+        self.stash = StashRow(engine, row_ops, stash_horizon) if row_ops is not None else None
         #: What went into the shared grid, to put the set back after other sets used it.
         self.grid_adds: list[dict[str, np.ndarray]] = []
         self.forward_cut = forward_cut
@@ -208,12 +215,11 @@ class RunningStage:
     @property
     def holds_grids(self) -> bool:
         """Do the shared grids hold this set's variables (no other set cleared them since)?"""
-        return (self.grid is None or self.grid.owner is self) and (
+        return self.grid.owner is self and (
             self.forward_cut is None or self.forward_cut.holds_grid)
 
     def restore_grid(self) -> None:
         """Make the shared grids hold this set's variables again (other sets clear them)."""
-        assert self.grid is not None
         self.grid.clear()
         self.grid.owner = self
         for events in self.grid_adds:
@@ -233,23 +239,16 @@ class RunningStage:
             self.lo, self.hi = (lo, hi) if self.hi < self.lo else (min(self.lo, lo), max(self.hi, hi))
         fresh = ~self.in_set[parts.shared_pos]
         self.in_set[parts.shared_pos] = True
-        # The layer's new variables, sorted: only the event lists (and a kept head's events) read them.
         cut = self.forward_cut
-        var = None
-        if self.grid is None or (cut is not None and (kept or cut.grid is None)):
-            var = np.sort(np.concatenate((parts.private, parts.shared[fresh])))
         if cut is not None:
+            # A kept head's new variables, sorted: their forward-cut events are made from them.
+            var = np.sort(np.concatenate((parts.private, parts.shared[fresh]))) if kept else None
             cut.add(parts.cut_private_events,
                     None if parts.cut_shared_events is None else _pieces_of(parts.cut_shared_events, fresh), var, kept)
-        if self.grid is not None:
-            assert parts.private_events is not None and parts.shared_events is not None
-            added = (*parts.private_events, *_pieces_of(parts.shared_events, fresh))
-            for events in added:
-                self.grid.add(events)
-            self.grid_adds.extend(added)
-        else:
-            assert self.events is not None and var is not None
-            self.events.add(var)
+        added = (*parts.private_events, *_pieces_of(parts.shared_events, fresh))
+        for events in added:
+            self.grid.add(events)
+        self.grid_adds.extend(added)
         if self.stash is not None and parts.private_stash is not None and parts.shared_stash is not None:
             for cols in (*parts.private_stash, *_pieces_of(parts.shared_stash, fresh)):
                 self.stash.add(cols, len(self.ops) - 1)
@@ -265,7 +264,7 @@ class RunningStage:
 
     def variables_peak(self) -> np.ndarray:
         """Per tile, the most bytes of the set's variables live at once in its window."""
-        return self._peak(self.lo, self.hi)
+        return self.grid.peak(self.lo, self.hi)
 
     def rerun_variables_peak(self, b0: int) -> np.ndarray:
         """A re-run stage's variables peak: the forward-cut window before step ``b0``, the backward from it.
@@ -274,13 +273,7 @@ class RunningStage:
         for the set's operations; the same figure as the engine's, to the byte.
         """
         assert self.forward_cut is not None  # built for pipeline recomputation
-        return np.asarray(np.maximum(self.forward_cut.peak(self.lo, b0 - 1), self._peak(b0, self.hi)))
-
-    def _peak(self, lo: int, hi: int) -> np.ndarray:
-        if self.grid is not None:
-            return self.grid.peak(lo, hi)
-        assert self.events is not None
-        return self.events.peak(lo, hi)
+        return np.asarray(np.maximum(self.forward_cut.peak(self.lo, b0 - 1), self.grid.peak(b0, self.hi)))
 
     def stash_entry(self) -> np.ndarray:
         """The engine's ``stash_entry_per_tile`` of the set so far (training)."""

@@ -19,25 +19,22 @@ from popliner.arrays import rank_by_table, unique_inverse
 if TYPE_CHECKING:
     from popliner.memory.facts import MemoryFacts
     from popliner.memory.liveness.grid import Columns
-    from popliner.memory.liveness.sums import ClassSums
     from popliner.memory.stash_rule import StashWindows
 
-__all__ = ["StashRow", "candidate_columns", "grouped_of_sums", "pair_groups", "stash_columns"]
+__all__ = ["FIRST_HORIZON", "StashRow", "candidate_columns", "pair_groups", "stash_columns"]
+
+#: Growths a :class:`StashRow` looks ahead at first (the horizon doubles as needed).
+FIRST_HORIZON = 8
 
 
 def stash_columns(engine: MemoryFacts, var: np.ndarray, with_owner: bool = False,
-                  columns: Columns | None = None, sums: ClassSums | None = None) -> dict[str, np.ndarray] | None:
+                  columns: Columns | None = None) -> dict[str, np.ndarray] | None:
     """What a stash entry reads of each variable that is not always live (training only).
 
-    ``columns``: the variables' classes, tiles and bytes in the engine's profile, when the caller has them;
-    ``sums``: the same summed per class, with the engine's stash candidates (:func:`class_sums`).
+    ``columns``: the variables' classes, tiles and bytes in the engine's profile, when the caller has them.
     """
     if not engine.training:
         return None
-    if sums is not None and not with_owner:
-        grouped = grouped_of_sums(sums, engine.class_steps, engine.tiles)
-        if grouped is not None:
-            return grouped
     v = engine.profile.variables
     keep = np.flatnonzero(engine.stash_candidate[var])  # the others are never part of a stash entry
     sv = var[keep]
@@ -82,34 +79,6 @@ def _grouped_by_class(sv: np.ndarray, klass: np.ndarray, class_steps: tuple[np.n
     # float64 bincount: exact while a tile's bytes in one group are below 2**53.
     dense = np.bincount(group * tiles + tile[sv], weights=nbytes[sv],
                         minlength=pairs[0].size * tiles).astype(np.int64).reshape(-1, tiles)
-    return {"first": pairs[0] - 1, "last": pairs[1] - 1, "dense": dense}
-
-
-def grouped_of_sums(sums: ClassSums, class_steps: tuple[np.ndarray, np.ndarray], tiles: int
-                    ) -> dict[str, np.ndarray] | None:
-    """:func:`_grouped_by_class` of the stash candidates summed per class already: no pass over the variables.
-
-    The candidates' bytes per (class, tile) are summed per (first, last)
-    pair of their classes: whole rows added, a few hundred of them. The same
-    rows and the same None as :func:`_grouped_by_class` of the candidates.
-    """
-    assert sums.stash_count is not None and sums.stash_bytes is not None  # made with the candidates
-    present = np.flatnonzero(sums.stash_count)
-    candidates = int(sums.stash_count.sum())
-    if candidates == 0:
-        return None
-    first, last = (steps[sums.classes[present]].astype(np.int64) for steps in class_steps)
-    if first.min() < -1 or last.min() < -1 or max(first.max(), last.max()) >= 2**31:
-        return None
-    pairs = pair_groups(first + 1, last + 1)
-    if pairs is None or pairs[0].size * tiles > 4 * candidates:
-        return None
-    # Every pair has a class (the pairs are those of the classes): sort the classes by pair, add each run.
-    group = pairs[2]
-    order = np.argsort(group, kind="stable")
-    ordered = group[order]
-    starts = np.flatnonzero(np.concatenate(([True], ordered[1:] != ordered[:-1])))
-    dense = np.add.reduceat(sums.stash_bytes[present[order]], starts, axis=0).astype(np.int64)
     return {"first": pairs[0] - 1, "last": pairs[1] - 1, "dense": dense}
 
 
@@ -188,12 +157,11 @@ class StashRow:
     join beyond it are looked at again when it grows. If the windows stop
     widening, every later entry is the masked sum over all candidates of
     the set, as the engine takes it. Exact either way: integer bytes summed
-    in float64 below 2**53, then as int64.
+    in float64 below 2**53, then as int64. ``first_horizon``: the horizon's
+    first size (any gives the same entries).
     """
 
-    FIRST_HORIZON = 8
-
-    def __init__(self, engine: MemoryFacts, row_ops: list[np.ndarray]) -> None:
+    def __init__(self, engine: MemoryFacts, row_ops: list[np.ndarray], first_horizon: int = FIRST_HORIZON) -> None:
         self.engine = engine
         self.tiles = engine.tiles
         self.row_ops = row_ops
@@ -205,7 +173,7 @@ class StashRow:
         self.pending = np.zeros((0, self.tiles), np.int64)
         self.total = np.zeros(self.tiles, np.int64)
         self.folded = 0  # growths already summed into ``total``
-        self._grow_horizon(min(self.FIRST_HORIZON, len(row_ops)))
+        self._grow_horizon(min(first_horizon, len(row_ops)))
 
     def add(self, cols: dict[str, np.ndarray], at: int) -> None:
         self.chunks.append(cols)

@@ -70,10 +70,10 @@ class OperationTable:
     def programs_of_set(self, ops: np.ndarray | Sequence[int]) -> np.ndarray:
         return gather_csr(self.prog_ptr, self.prog_idx, ops)
 
-    def vars_of_set(self, ops: np.ndarray | Sequence[int]) -> np.ndarray:
-        """Distinct variables used by any of ``ops`` (sorted, int64)."""
+    def vars_of_set(self, ops: np.ndarray | Sequence[int], sort_factor: int = UNION_SORT_FACTOR) -> np.ndarray:
+        """Distinct variables used by any of ``ops`` (sorted, int64); ``sort_factor``: see :data:`UNION_SORT_FACTOR`."""
         entries = gather_csr(self.var_ptr, self.var_idx, ops)
-        if len(entries) * UNION_SORT_FACTOR < self.num_variables:
+        if len(entries) * sort_factor < self.num_variables:
             # Few entries next to the variables (a layer of a large profile): each operation's list is sorted,
             # and a merge sort of such runs is cheaper than a mask over every variable.
             return np.asarray(sorted_unique(entries, nearly_sorted=True), np.int64)
@@ -81,17 +81,24 @@ class OperationTable:
 
     @cached_property
     def first_user(self) -> np.ndarray:
-        """Per variable, the operation that uses it at the earliest step, ties to the lowest index (-1: none runs).
+        """Per variable, the operation that uses it at the earliest step (:meth:`first_users`).
 
         Kept with the table: it depends on nothing else, and every memory
         engine of the profile (one per training option set) asks for it.
-        int32 while the operations fit (half the pages of int64).
+        """
+        return self.first_users()
+
+    def first_users(self, scatter_min: int = SCATTER_MIN_VARS_PER_OP) -> np.ndarray:
+        """Per variable, the operation that uses it at the earliest step, ties to the lowest index (-1: none runs).
+
+        int32 while the operations fit (half the pages of int64). ``scatter_min``: see
+        :data:`SCATTER_MIN_VARS_PER_OP` (either way the same answer).
         """
         # Each operation's rank by (first step, index): the smallest rank among a variable's users is its first.
         order = np.lexsort((np.arange(self.count), self.first_step))
         ran = order[self.first_step[order] >= 0]
         dtype = np.int32 if self.count < 2**31 else np.int64
-        if len(self.var_idx) < SCATTER_MIN_VARS_PER_OP * len(ran):
+        if len(self.var_idx) < scatter_min * len(ran):
             # Many small operations: one vectorised minimum over every (operation, variable) entry.
             rank = np.empty(self.count, np.int64)
             rank[order] = np.arange(self.count)

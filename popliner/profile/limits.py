@@ -15,7 +15,7 @@ import sys
 
 from popliner.errors import ProfileFormatError, UsageProblem
 
-__all__ = ["LIMITS", "check_tile_cells", "limit"]
+__all__ = ["LIMITS", "check_grid_cells", "check_tile_cells", "limit"]
 
 #: Environment variable -> default limit. Liveness events cost about 150 bytes each in a sweep and tile cells
 #: 8 bytes in each table that holds them (several do at once): the defaults keep a run under about 2 GB.
@@ -23,6 +23,10 @@ LIMITS: dict[str, int] = {
     "POPLINER_MAX_LIVENESS_EVENTS": 8_000_000,
     "POPLINER_MAX_TILE_CELLS": 20_000_000,
     "POPLINER_MAX_RANGE_CELLS": 50_000_000,
+    # Tiles x liveness segments of a range table's liveness grid (popliner.memory.liveness.grid): up to four
+    # buffers of 4 bytes a cell at once (differences and running sums, of the what-if and forward-cut grids).
+    # Synthetic BERT-Large training has 4.9 M at 1x and 19.3 M at 4x (96 layers).
+    "POPLINER_MAX_GRID_CELLS": 100_000_000,
     # A review workbook writes about 9 cells with formulas per operation, some 115 us of CPU a row.
     "POPLINER_MAX_WORKBOOK_ROWS": 100_000,
     # Rows of a review workbook's planner table read back by check and config-from (one per layer).
@@ -65,3 +69,15 @@ def check_tile_cells(path: str, tiles: int, vertex_types: int) -> None:
             path, "target.tilesPerIpu",
             f"{tiles:,} tiles x {vertex_types:,} vertex types = {cells:,} per-tile cells, above the limit of "
             f"{limit(env):,} (8 bytes each, in several tables); set {env} to a larger count to analyse it anyway")
+
+
+def check_grid_cells(path: str, tiles: int, segments: int) -> None:
+    """Refuse a liveness grid of tiles x segments past ``POPLINER_MAX_GRID_CELLS`` (before it is allocated)."""
+    cells = max(tiles, 0) * segments
+    env = "POPLINER_MAX_GRID_CELLS"
+    if cells > limit(env):
+        raise ProfileFormatError(
+            path, "livenessClasses",
+            f"{tiles:,} tiles x {segments:,} liveness segments (distinct interval starts and ends) = {cells:,} "
+            f"liveness grid cells, above the limit of {limit(env):,} (4 bytes each, in up to four buffers); "
+            f"set {env} to a larger count to solve it anyway")

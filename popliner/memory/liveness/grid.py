@@ -1,28 +1,30 @@
 """The liveness grid: live bytes per (liveness segment, tile) of a growing set of variables.
 
-One of the two running liveness back-ends of the range tables
-(:mod:`popliner.memory.running`); the other is :mod:`.events`. Adding
-variables is a scatter with no sort, and a reading costs the same whatever
-the number of variables, so a range table takes it whenever it is small.
+The running liveness of the range tables (:mod:`popliner.memory.running`).
+Adding variables is a scatter with no sort, and a reading costs the same
+whatever the number of variables. (A sorted event list per running set, its
+cost growing with the set, was the other path until issue 35: forced at 1x
+it took a solve 1.7 to 2 times the CPU seconds; it is the tests' oracle now,
+``tests/liveness_oracle.py``.)
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import numpy as np
 
 from popliner.arrays import expand_ranges, rank_by_table, unique_inverse
-from popliner.memory.liveness.sums import ClassSums
+from popliner.profile.limits import check_grid_cells
 from popliner.profile.model import Profile
 
-__all__ = ["ClassIntervals", "Columns", "SegmentGrid", "cell_dtype", "segment_ends"]
+__all__ = ["BLOCK", "Columns", "SegmentGrid", "cell_dtype", "segment_ends"]
+
+#: Segments per block (:class:`SegmentGrid`). A reading refreshes the blocks a layer touched (a layer of the
+#: synthetic BERT-Large touches about 6 per part) and chains the touched blocks: 32 reads a range 15 % faster
+#: than 64 at 1x and 4x (16 is no faster at 4x). Any block gives the same figures.
+BLOCK = 32
 
 #: Some variables' liveness classes, tiles and bytes (gathered once, read by several parts of a layer).
 Columns = tuple[np.ndarray, np.ndarray, np.ndarray]
-#: Variables given per liveness class (:meth:`SegmentGrid.interval_rows`): every interval's start and end column,
-#: intervals per class, variables per class, bytes per class and tile (or what makes them).
-ClassIntervals = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, "np.ndarray | Callable[[], np.ndarray]"]
 
 
 class SegmentGrid:
@@ -34,12 +36,12 @@ class SegmentGrid:
     on tile ``t``, so a running sum over segments gives the live bytes of
     every segment, and the peak over steps ``lo..hi`` is the largest of the
     segments holding ``lo`` to ``hi``. Adding variables is a scatter, with no
-    sort, and the grid's cost does not depend on the number of variables, so
-    it is used only when it is small (synthetic profiles have under 3,000
-    distinct interval ends at 1x, 13,111 at 4x).
+    sort, and the grid's cost does not depend on the number of variables
+    (synthetic BERT-Large training has 3,319 distinct interval ends at 1x and
+    13,111 at 4x: 4.9 M and 19.3 M cells on 1,472 tiles).
 
-    Segments are grouped in blocks of :attr:`BLOCK`. Each block keeps its own
-    running sums (``run``), their largest value (``block_max``) and its net
+    Segments are grouped in blocks of ``block`` (default :data:`BLOCK`). Each
+    block keeps its own running sums (``run``), their largest value (``block_max``) and its net
     change (``block_sum``), refreshed only for the blocks that variables were
     added to since the last reading: a layer's events fall in a few blocks
     (its forward and backward steps), so adding a layer to a range no longer
@@ -49,23 +51,13 @@ class SegmentGrid:
     all segments, to the byte.
     """
 
-    #: Largest grid, in cells (two int32 or int64 buffers of that size: differences and running sums).
-    #: 2**25 cells takes the 96-layer BERT-Large training profile (1472 tiles x 13,111 segments,
-    #: 19.3 M cells) on the grid: there the event list re-sorts millions of events for every layer
-    #: added and a solve took tens of minutes.
-    MAX_CELLS = 1 << 25
-    #: Segments per block. A reading refreshes the blocks a layer touched (a layer of the synthetic
-    #: BERT-Large touches about 6 per part) and chains the touched blocks: 32 reads a range 15 % faster
-    #: than 64 at 1x and 4x (16 is no faster at 4x).
-    BLOCK = 32
-
-    def __init__(self, profile: Profile, ends: np.ndarray, block: int | None = None,
+    def __init__(self, profile: Profile, ends: np.ndarray, block: int = BLOCK,
                  dtype: type[np.signedinteger] | None = None) -> None:
         self.p = profile
         self.ends = ends
         self.width = len(ends)
         self.tiles = profile.tiles
-        self.block = block if block is not None else self.BLOCK
+        self.block = block
         self.nblocks = max(-(-self.width // self.block), 1)
         # Column of each interval's start and end, once per profile.
         self.col_start = np.searchsorted(ends, profile.iv_start)
@@ -90,15 +82,12 @@ class SegmentGrid:
         self._known = self.nblocks
 
     @classmethod
-    def of(cls, profile: Profile, block: int | None = None, dtype: type[np.signedinteger] | None = None
+    def of(cls, profile: Profile, block: int = BLOCK, dtype: type[np.signedinteger] | None = None
            ) -> SegmentGrid:
-        """``dtype``: :func:`cell_dtype` of the profile when already known."""
-        return cls(profile, segment_ends(profile), block, dtype)
-
-    @classmethod
-    def fits(cls, profile: Profile) -> bool:
-        """Is the grid small enough for the automatic choice?"""
-        return profile.tiles * max(len(segment_ends(profile)), 1) <= cls.MAX_CELLS
+        """``dtype``: :func:`cell_dtype` of the profile when already known. Refused past the grid cells limit."""
+        ends = segment_ends(profile)
+        check_grid_cells(profile.path, profile.tiles, len(ends))
+        return cls(profile, ends, block, dtype)
 
     def clear(self) -> None:
         touched = np.flatnonzero(self.touched)
@@ -130,8 +119,7 @@ class SegmentGrid:
             events["owner"] = owner
         return events
 
-    def merged(self, var_idx: np.ndarray, columns: Columns | None = None, sums: ClassSums | None = None
-               ) -> dict[str, np.ndarray]:
+    def merged(self, var_idx: np.ndarray, columns: Columns | None = None) -> dict[str, np.ndarray]:
         """The events of the variables as one net change per cell, which :meth:`add` applies without ``add.at``.
 
         For a layer's private variables, added to every range that holds the
@@ -141,15 +129,12 @@ class SegmentGrid:
         is a plain add of rows; else as distinct cells and a plain indexed add
         (exact either way: integer sums in any order). ``columns``: the
         variables' classes, tiles and bytes in this grid's profile, when the
-        caller has them already; ``sums``: the same summed per class (:func:`popliner.memory.class_sums.class_sums`).
+        caller has them already.
         """
         p = self.p
         v = p.variables
         cls = v.klass[var_idx] if columns is None else columns[0]
-        if sums is not None:
-            by_class = self.class_rows(sums.classes, sums.count, sums.per_class)
-        else:
-            by_class = self._merged_by_class(var_idx, cls, columns)
+        by_class = self._merged_by_class(var_idx, cls, columns)
         if by_class is not None:
             return by_class
         counts = p.class_ptr[cls + 1] - p.class_ptr[cls]
@@ -167,68 +152,38 @@ class SegmentGrid:
         The variables of a class share its intervals, so the bytes per class
         and tile, once summed (one bincount over the variables), go live and
         die at the class's interval ends: a few hundred rows to add instead
-        of an event per variable interval. None when the change is not kept
-        dense (then :meth:`net_change` makes the distinct cells from the
-        events) or the classes span too many numbers.
+        of an event per variable interval. The same cells as the events
+        scattered (float64 sums of integer bytes, exact below 2**53). None
+        when the change is not kept dense (it weighs the segments against
+        the number of events, as :meth:`net_change` does; then that makes
+        the distinct cells from the events) or the classes span too many
+        numbers.
         """
         tiles = self.tiles
         ranked = rank_by_table(cls) if tiles else None
         if ranked is None:
             return None
         classes, rank = ranked
-
-        def per_class() -> np.ndarray:
-            v = self.p.variables
-            tile, nbytes = (v.tile[var_idx], v.bytes[var_idx]) if columns is None else columns[1:]
-            return np.bincount(rank * tiles + tile, weights=nbytes, minlength=len(classes) * tiles).reshape(-1, tiles)
-
-        return self.class_rows(classes, np.bincount(rank, minlength=len(classes)), per_class)
-
-    def class_rows(self, classes: np.ndarray, count: np.ndarray, per_class: np.ndarray | Callable[[], np.ndarray]
-                   ) -> dict[str, np.ndarray] | None:
-        """:meth:`merged`'s dense rows of variables given per liveness class (:class:`ClassSums`' columns).
-
-        ``classes``: sorted distinct classes; ``count``: variables in each;
-        ``per_class``: their bytes per class and tile (float64 of integers),
-        or what makes it, called only when the rows are kept dense. The
-        same cells as the events scattered (float64 sums of integer bytes,
-        exact below 2**53). None when the change is not kept dense.
-        """
         lo, hi = self.p.class_ptr[classes], self.p.class_ptr[classes + 1]
-        iv = expand_ranges(lo, hi - lo)
-        return self.interval_rows([(self.col_start[iv], self.col_end[iv], hi - lo, count, per_class)])
-
-    def interval_rows(self, groups: list[ClassIntervals]) -> dict[str, np.ndarray] | None:
-        """:meth:`net_change`'s dense rows of variables given per class, for one or more groups of classes.
-
-        Each group: the start and end column of every interval of its
-        classes, class after class, each class's number of intervals, of
-        variables, and the variables' bytes per class and tile (float64 of
-        integers, negative to take bytes away; or what makes them). The same
-        rows as :meth:`net_change` of every variable's intervals, and None
-        where it would keep distinct cells instead (it weighs the segments
-        against the number of events).
-        """
-        tiles = self.tiles
-        events = sum(int(np.dot(count, intervals)) if len(intervals) else 0 for _, _, intervals, count, _ in groups)
+        intervals = hi - lo
+        iv = expand_ranges(lo, intervals)
+        start, end = self.col_start[iv], self.col_end[iv]
+        events = int(np.dot(np.bincount(rank, minlength=len(classes)), intervals)) if len(intervals) else 0
         present = np.zeros(self.nblocks * self.block, bool)
-        for start, end, *_ in groups:
-            present[start] = True
-            present[end] = True
+        present[start] = True
+        present[end] = True
         segments = np.flatnonzero(present)
         if segments.size * tiles > 4 * events:
             return None
+        v = self.p.variables
+        tile, nbytes = (v.tile[var_idx], v.bytes[var_idx]) if columns is None else columns[1:]
+        per_class = np.bincount(rank * tiles + tile, weights=nbytes, minlength=len(classes) * tiles).reshape(-1, tiles)
         position = np.cumsum(present) - 1
         across = np.arange(tiles)
         size = segments.size * tiles
-        dense: np.ndarray | None = None
-        for start, end, intervals, _, per_class in groups:
-            sums = per_class() if callable(per_class) else per_class
-            rows = sums[np.repeat(np.arange(len(intervals)), intervals)].reshape(-1)
-            change = np.bincount((position[start][:, None] * tiles + across).reshape(-1), weights=rows, minlength=size)
-            change -= np.bincount((position[end][:, None] * tiles + across).reshape(-1), weights=rows, minlength=size)
-            dense = change if dense is None else dense + change
-        assert dense is not None  # one group at least
+        rows = per_class[np.repeat(np.arange(len(intervals)), intervals)].reshape(-1)
+        dense = np.bincount((position[start][:, None] * tiles + across).reshape(-1), weights=rows, minlength=size)
+        dense -= np.bincount((position[end][:, None] * tiles + across).reshape(-1), weights=rows, minlength=size)
         return {"rows": segments, "dense": dense.astype(np.int64).astype(self.dtype).reshape(-1, tiles),
                 "blocks": np.unique(segments // self.block)}
 

@@ -98,7 +98,7 @@ CLASS_TILE_BLOCK = 256
 
 
 def _class_window_peak(profile: Profile, var_idx: np.ndarray, lo: int, hi: int,
-                       factor: float | None = None) -> np.ndarray | None:
+                       factor: float | None = None, tile_block: int = CLASS_TILE_BLOCK) -> np.ndarray | None:
     """:func:`window_peak` summed per liveness class first; None when a set has too few variables per class.
 
     Every variable of a class lives at the same steps, so a large set (the
@@ -140,11 +140,11 @@ def _class_window_peak(profile: Profile, var_idx: np.ndarray, lo: int, hi: int,
     steps, rows, sign = steps[order], rows[order], sign[order]
     first_at_step = np.flatnonzero(np.concatenate(([True], steps[1:] != steps[:-1])))
     peak = np.zeros(tiles, np.int64)
-    for t0 in range(0, tiles, CLASS_TILE_BLOCK):
-        block = class_bytes[:, t0:t0 + CLASS_TILE_BLOCK]
+    for t0 in range(0, tiles, tile_block):
+        block = class_bytes[:, t0:t0 + tile_block]
         change = np.add.reduceat(block[rows] * sign[:, None], first_at_step, axis=0)
         np.cumsum(change, axis=0, out=change)
-        peak[t0:t0 + CLASS_TILE_BLOCK] = change.max(axis=0)
+        peak[t0:t0 + tile_block] = change.max(axis=0)
     return np.asarray(np.maximum(peak, 0))
 
 

@@ -34,7 +34,7 @@ from numpy.lib import format as npy_format
 from popliner.profile import zcodec
 from popliner.profile.model import NameTable
 
-__all__ = ["PIECE", "column_range", "flatten", "pack", "packable", "read_npz", "unflatten", "unpack", "unpack_all"]
+__all__ = ["PIECE", "flatten", "pack", "packable", "read_npz", "unflatten", "unpack", "unpack_all"]
 
 
 def read_npz(f: io.BufferedReader) -> dict[str, np.ndarray]:
@@ -235,21 +235,11 @@ def _narrowest_for(lo: int, hi: int) -> np.dtype[Any]:
     return np.dtype(np.int64)
 
 
-def unpack_all(arrays: dict[str, Any], codecs: dict[str, Any], keep_packed: frozenset[str] = frozenset()) -> None:
-    """Unpack, in place, every array ``codecs`` names, two at a time.
-
-    Those in ``keep_packed`` become a :class:`popliner.profile.lazycol.Deferred`
-    instead: one streaming pass takes their length and range for the checks,
-    without the whole column in memory.
-    """
-    from popliner.profile.lazycol import Deferred
+def unpack_all(arrays: dict[str, Any], codecs: dict[str, Any]) -> None:
+    """Unpack, in place, every array ``codecs`` names, two at a time."""
 
     def one(k: str) -> Any:
-        data, codec = arrays[k], codecs[k]
-        if k not in keep_packed:
-            return unpack(data, codec)
-        length, lo, hi = column_range(data, codec)
-        return Deferred(lambda: unpack(data, codec), length, lo, hi, np.dtype(codec["dtype"]))
+        return unpack(arrays[k], codecs[k])
 
     names = list(codecs)
     with ThreadPoolExecutor(2) as pool:
@@ -264,21 +254,6 @@ def unpack(data: np.ndarray, codec: dict[str, Any], *, piece: int = PIECE) -> np
     for _ in _decoded(data, codec, out, piece):
         pass
     return out.reshape(shape, order="F" if codec["fortran"] else "C")
-
-
-def column_range(data: np.ndarray, codec: dict[str, Any]) -> tuple[int, int, int]:
-    """(items, smallest, largest) of the array :func:`pack` packed, read piece by piece into one small buffer.
-
-    ValueError as :func:`unpack`; smallest and largest are 0 for an empty array.
-    """
-    lo = hi = None
-    count = 0
-    for piece in _decoded(data, codec, None, PIECE):
-        a, b = int(piece.min()), int(piece.max())
-        lo = a if lo is None else min(lo, a)
-        hi = b if hi is None else max(hi, b)
-        count += len(piece)
-    return count, lo or 0, hi or 0
 
 
 #: Deflate gives back at most 1032 bytes per byte it reads (RFC 1951's longest match per shortest code).

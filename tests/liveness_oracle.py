@@ -1,8 +1,10 @@
-"""The liveness event list: sorted +bytes/-bytes events per tile of a growing set of variables.
+"""The oracle of the liveness grid: sorted +bytes/-bytes events per tile of a growing set of variables.
 
-The running liveness back-end a range table takes when the grid
-(:mod:`.grid`) would be too large: its cost grows with the number of
-variables in the set, the grid's does not.
+Until issue 35 it was the range tables' second running liveness path, taken
+when the grid (:mod:`popliner.memory.liveness.grid`) was large; its cost
+grows with the set (a 1x ILP solve took 1.66x the CPU seconds), so only the
+grid is in ``popliner/`` now. Plainer than the grid (one sorted list of
+events, no blocks), it is what the grid is held against.
 """
 
 from __future__ import annotations
