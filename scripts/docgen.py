@@ -259,3 +259,52 @@ def in_order(commands: Sequence[str], *, model: bool = False) -> None:
     with fresh_directory(model=model) as where:
         for command in commands:
             run(command, where)
+
+
+def error_line(command: str, *, setup: Sequence[str] = (), expect: int = 2, starts: str = "popliner: error:",
+               model: bool = False) -> str:
+    """The one line on stderr that starts with ``starts`` (the error line, by default) when ``command`` runs
+    after ``setup`` in a fresh directory and exits ``expect``; stops the generation unless there is exactly one."""
+    with fresh_directory(model=model) as where:
+        for step in setup:
+            run(step, where)
+        text = run(command, where, stream="stderr", expect=expect)
+    found = [line for line in text.splitlines() if line.startswith(starts)]
+    if len(found) != 1:
+        raise SystemExit(f"docs: `{command}` printed {len(found)} lines starting {starts!r}, the page shows one:\n"
+                         + text)
+    return found[0]
+
+
+def _cell(text: str) -> str:
+    """Text as one Markdown table cell in code: bars escaped, backticks kept by a longer fence."""
+    fence = "``" if "`" in text else "`"
+    pad = " " if "`" in text else ""
+    return f"{fence}{pad}{text.replace('|', chr(92) + '|')}{pad}{fence}"
+
+
+def error_table(columns: Sequence[str],
+                rows: Sequence[tuple[Sequence[str], str | Sequence[str], dict[str, Any]]]) -> None:
+    """A table of bad inputs, its last column what each prints: ``rows`` are (the cells before it, the
+    command or several (their lines joined by " / "), keywords for :func:`error_line`: ``setup``,
+    ``expect``, ``starts``). The cells before it are the page's words (what the input is; what happened
+    before, a record); the last one is run here, each command in a fresh directory after ``setup``."""
+    print("| " + " | ".join(columns) + " |")
+    print("|" + "---|" * len(columns))
+    for cells, commands, options in rows:
+        lines = [error_line(c, **options) for c in ([commands] if isinstance(commands, str) else commands)]
+        print("| " + " | ".join([*cells, " / ".join(_cell(line) for line in lines)]) + " |")
+
+
+def error_text(command: str, **options: Any) -> None:
+    """The line :func:`error_line` finds, as a paragraph in code."""
+    print(f"`{error_line(command, **options)}`")
+
+
+def make_file(call: str, name: str, *, gzipped: bool = False) -> str:
+    """A shell command that writes the JSON document ``call`` returns (Python on the tests' generators of
+    hostile inputs, ``tests/hostile.py``) to ``name``, compact, gzipped when asked."""
+    opener = "gzip.open(n, 'wt')" if gzipped else "open(n, 'w')"
+    code = (f"import gzip, json; from tests.hostile import *; n = {name!r}; "
+            f"f = {opener}; json.dump({call}, f, separators=(',', ':')); f.close()")
+    return f"python -c {shlex.quote(code)}"

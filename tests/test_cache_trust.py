@@ -266,3 +266,46 @@ def test_a_huge_codec_shape_allocates_nothing(tmp_path, monkeypatch, caplog, res
         assert figures(load_analysis(str(profile))) == cold
     assert load_analysis(str(profile)).from_cache
     assert bool(warnings(caplog)) != resign  # the digest's warning; a shape past its bytes is a quiet miss
+
+
+@pytest.mark.parametrize("clock", [1e-300, 5e-324, 1e13])
+def test_an_entry_written_before_clocks_were_checked_is_not_trusted(tmp_path, clock):
+    """A cache entry of a profile whose clock the loader now refuses (an older popliner wrote it, with a
+    digest that covers it): the entry is not used, and the run ends as a cold one does, in one line and exit 2
+    (before: the entry's clock was believed, and its times were infinite)."""
+    import hashlib
+    import json
+
+    from popliner.analysis import AnalysisOptions
+    from popliner.profile.cache import cache_path
+
+    cache = tmp_path / "cache"
+    env = {**os.environ, "POPLINER_CACHE_DIR": str(cache), "PYTHONPATH": str(REPO), "MPLBACKEND": "Agg"}
+    good = tmp_path / "good.json"
+    shutil.copy(TINY, good)
+    doc = json.loads(TINY.read_text())
+    doc["target"]["clockFrequency"] = clock
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(doc))
+    sha = hashlib.sha256(bad.read_bytes()).hexdigest()
+    cold = subprocess.run([sys.executable, "-m", "popliner", str(bad), "--solve", "--num-ipus", "2"], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert cold.returncode == 2 and "Hz is no IPU clock" in cold.stderr
+    # The entry an older popliner wrote for bad.json: the good profile's, under bad.json's digest and clock.
+    subprocess.run([sys.executable, "-m", "popliner", str(good), "-q"], env=env, check=True, capture_output=True,
+                   timeout=120)
+    (entry,) = cache.glob("*.npz")
+
+    def older(arrays, meta):
+        meta["sha256"] = sha
+        _target(meta)["clock_hz"] = clock
+
+    rewrite_cache_entry(entry, older, resign=True)
+    entry.rename(cache_path(sha, AnalysisOptions().cache_key(), cache))
+    r = subprocess.run([sys.executable, "-m", "popliner", str(bad), "--solve", "--num-ipus", "2"], env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2, r.stderr
+    assert "Traceback" not in r.stderr and r.stdout == ""
+    errors = [line for line in r.stderr.splitlines() if line.startswith("popliner: error:")]
+    assert errors == [line for line in cold.stderr.splitlines() if line.startswith("popliner: error:")]
+    assert "outside the 1000 to 1e+12 Hz the loader accepts" in r.stderr  # the entry's warning

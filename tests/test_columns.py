@@ -380,3 +380,47 @@ def test_a_tile_beyond_int32_is_refused_in_the_same_words(tiny_text: bytes) -> N
     with pytest.raises(ProfileFormatError, match=r"variables\.tile\[0\].*tile outside"):
         slow(text)
     _agrees("tile beyond int32", text)
+
+
+@pytest.mark.parametrize("tiles", [1, 2, 7, 64])
+def test_dense_tilevectors_in_bulk_give_the_reference_runs(tiles: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Dense vectors turned into runs all at once (a few per chunk here, so chunks meet) agree with the
+    one-by-one decoder, mixed with the other forms, zero runs dropped, rows without a vector empty."""
+    from popliner.profile import programs
+    from popliner.profile.tilevector import RunTableBuilder, decode_tilevector_lists
+
+    monkeypatch.setattr(programs, "DENSE_CHUNK_CELLS", 3 * tiles)
+    rng = np.random.default_rng(tiles)
+    objs: list[Any] = []
+    rows: list[int] = []
+    for row in range(40):
+        if row % 5 == 4:
+            continue  # a program without this vector
+        rows.append(row)
+        if row % 7 == 3:
+            objs.append({"sparse": [[tiles - 1, 5]]})
+        else:
+            objs.append([int(v) for v in rng.choice([0, 0, 3, 2**40], size=tiles)])
+    got = programs.bulk_runs(rows, objs, None, 40, tiles)
+    assert got is not None
+    want = RunTableBuilder(keyed=False)
+    for row in range(40):
+        if row in rows:
+            want.add(*decode_tilevector_lists(objs[rows.index(row)], tiles, "x", _fail), None)
+        want.end_row()
+    expected = want.build()
+    for name in ("ptr", "first", "stop", "value"):
+        assert getattr(got, name).tolist() == getattr(expected, name).tolist(), name
+    assert int(got.ptr[-1]) > 0
+
+
+@pytest.mark.parametrize("bad", [[1, 2.0], [1, True], [1, -1], [1, 2**41], [1, 2**64], [1]])
+def test_dense_tilevectors_the_bulk_reader_does_not_take(bad: list[Any]) -> None:
+    """Floats, booleans, negative, huge values and wrong lengths step aside to the reference decoder."""
+    from popliner.profile import programs
+
+    assert programs.bulk_runs([0, 1], [[0, 0], bad], None, 2, 2) is None
+
+
+def _fail(where: str, problem: str) -> Exception:
+    return AssertionError(f"{where}: {problem}")

@@ -142,3 +142,36 @@ def test_simulate_says_what_it_wrote(tmp_path, name):
     assert (tmp_path / name).is_file()
     assert result.stderr.splitlines()[-1] == f"popliner: wrote {name}"
     assert result.stdout == ""
+
+
+@pytest.mark.parametrize("asked, said", [
+    ((), "no recomputation (autoRecomputation is off unless set)"),  # no option: the framework's way
+    (("--recompute", "every-layer"), "recompute every-layer as asked"),
+    (("--recompute", "every-layer", "--head-placement", "last"), None),  # nothing left to the framework
+])
+def test_the_planned_as_line_says_what_was_applied(tmp_path, asked, said):
+    """Issue 36 point 9: "planned as PopART builds it: ... no recomputation ...; an option you give wins" was
+    printed under --recompute every-layer too, and never said what was applied."""
+    result = _run(tmp_path, str(TINY_TRAINING), "--solve", "--num-ipus", "2", *asked)
+    assert result.returncode == 0, result.stderr
+    lines = [x for x in result.stderr.splitlines() if x.startswith("popliner: planned as PopART builds it:")]
+    if said is None:
+        assert lines == [], result.stderr
+        return
+    (line,) = lines
+    assert said in line, line
+    if "--recompute" in asked:
+        assert "no recomputation" not in line, line
+
+
+def test_simulate_with_a_profile_logs_each_line_once(tmp_path):
+    """Issue 36 point 9: `simulate --profile` logged its two loading lines twice."""
+    made = _run(tmp_path, str(TINY_TRAINING), "--solve", "--num-ipus", "2", "--config-out", "p.yaml")
+    assert made.returncode == 0, made.stderr
+    for cache in ("cold", "warm"):
+        result = _run(tmp_path, "simulate", "p.yaml", "--profile", str(TINY_TRAINING), "--no-cache"
+                      if cache == "cold" else "-v")
+        assert result.returncode == 0, result.stderr
+        lines = result.stderr.splitlines()
+        assert len(lines) == len(set(lines)), result.stderr
+        assert sum(x.startswith("popliner: layers by") for x in lines) == 1, result.stderr

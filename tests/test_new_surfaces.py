@@ -354,6 +354,48 @@ def test_the_layer_table_is_bounded_by_its_rows(tmp_path: Path) -> None:
     assert r.returncode == 0 and len(r.stdout.splitlines()) > 3000, r.stderr
 
 
+@pytest.mark.slow
+def test_300000_layers_are_refused_within_the_bounds(tmp_path: Path) -> None:
+    """Issue 39's 8.7 MB profile of 300,000 one-operation layers, in a fresh process: one line, exit 2,
+    within the promise for a 10 MB input (30 s, 2 GB). Before: 38 s on a loaded machine, 9.5 s of CPU,
+    about half of it in numpy calls of their own for each program's dense TileVector."""
+    import gzip
+
+    from tests.hostile import many_layers
+
+    profile = tmp_path / "l300k.json.gz"
+    with gzip.open(profile, "wt", compresslevel=6) as out:
+        json.dump(many_layers(300_000), out, separators=(",", ":"))
+    assert 7e6 < profile.stat().st_size < 10e6
+    err = tmp_path / "stderr"
+    start = time.monotonic()
+    with err.open("w") as err_file:
+        child = subprocess.Popen([sys.executable, "-m", "popliner", str(profile), "--layer-name-regex", OP_REGEX,
+                                  "--no-cache"], stdout=subprocess.DEVNULL, stderr=err_file,
+                                 stdin=subprocess.DEVNULL, env={**os.environ, "PYTHONPATH": str(REPO)})
+    status, usage = _reap(child, timeout=60)
+    seconds = time.monotonic() - start
+    line = _one_error(subprocess.CompletedProcess(child.args, os.waitstatus_to_exitcode(status), "",
+                                                  err.read_text()))
+    assert "300,000 layers x (2 tiles + 1024 for a row's fixed cost)" in line and "POPLINER_MAX_LAYER_CELLS" in line
+    assert seconds < 30, seconds
+    assert usage.ru_maxrss * 1024 < 2e9, usage.ru_maxrss  # KiB on Linux
+
+
+def _reap(child: subprocess.Popen[Any], timeout: float) -> tuple[int, Any]:
+    """The child's wait status and resource usage (its own peak memory), killed past ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        pid, status, usage = os.wait4(child.pid, os.WNOHANG)
+        if pid:
+            child.returncode = os.waitstatus_to_exitcode(status)
+            return status, usage
+        if time.monotonic() > deadline:
+            child.kill()
+            pytest.fail(f"still running after {timeout} s")
+        time.sleep(0.05)
+
+
 # -- 9. plots: long names, matplotlib's warnings and log lines --------------------------------
 
 

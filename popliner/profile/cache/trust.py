@@ -44,8 +44,10 @@ from typing import BinaryIO
 
 import numpy as np
 
-from popliner.profile.model import PROGRAM_TYPES, Profile
-from popliner.profile.tilevector import RunTable
+from popliner.hardware import CLOCK_HZ_RANGE
+from popliner.profile.model import PROGRAM_TYPES, Profile, Target
+from popliner.profile.rules import MAX_TILES
+from popliner.profile.tilevector import MAX_VALUE, RunTable
 
 __all__ = ["Bad", "check_csr", "check_len", "check_profile", "check_range", "digest",
            "open_entry", "usable_dir", "write_entry"]
@@ -239,11 +241,24 @@ def _check_acyclic(parent: np.ndarray) -> None:
         raise Bad("the debug-context parent links form a cycle")
 
 
+def _check_target(t: Target) -> None:
+    """The loader's ranges for the target (:meth:`popliner.profile.builder.Builder.build_target`), again: an
+    entry written before a range was checked (clocks, issue 39) holds what the loader now refuses."""
+    if type(t.tiles_per_ipu) is not int or not 1 <= t.tiles_per_ipu <= MAX_TILES:
+        raise Bad("tiles per IPU out of range")
+    for name in ("num_tiles", "num_ipus", "bytes_per_tile"):
+        value = getattr(t, name)
+        if type(value) is not int or not 1 <= value <= MAX_VALUE:
+            raise Bad(f"target {name} out of range")
+    low, high = CLOCK_HZ_RANGE
+    if type(t.clock_hz) is not float or not low <= t.clock_hz <= high:
+        raise Bad(f"a clock of {t.clock_hz!r} Hz, outside the {low:g} to {high:g} Hz the loader accepts")
+
+
 def check_profile(p: Profile) -> None:
     """Raise :class:`Bad` when an index in ``p`` points outside what it indexes."""
+    _check_target(p.target)
     tiles = p.target.tiles_per_ipu
-    if not isinstance(tiles, int) or not 1 <= tiles <= 1 << 16:
-        raise Bad("tiles per IPU out of range")
     v, progs, ctx, vt = p.variables, p.programs, p.contexts, p.vertex_types
     steps, classes, n_prog = p.num_steps, p.num_classes, progs.count
     for col in ("bytes", "tile", "klass", "recompute_tensor"):
