@@ -73,7 +73,8 @@ SCENARIOS = (
                                             "recompute": "every-layer"}, 1.5),
     Scenario("bert-base-training.json.gz", 5, {"head_placement": "wrap", "recompute": "pipeline"}, 1.0),
     Scenario("resnet-small-training.json.gz", 3, {"head_placement": "last"}, 1.0),
-    Scenario("gpt2-small-inference.json.gz", 4, {"head_placement": "last"}, 0.5),
+    # Its LM head reads the word embedding: last is not built over several IPUs (docs/pipeline-config.md).
+    Scenario("gpt2-small-inference.json.gz", 4, {"head_placement": "wrap"}, 0.5),
     Scenario("efficientnet-small-inference.json.gz", 3, {}, 0.6),
     Scenario("bert-tiny-inference.json", 2, {"head_placement": "wrap"}, 0.3),
     Scenario("tiny-training.json", 1, {}, 1.0),  # one IPU: no boundary to move, nothing pipelined
