@@ -3,7 +3,7 @@
 :class:`ProfileBase` is made once per load (:func:`popliner.analysis.load_analysis`):
 the profile, its operations, the layers the naming rule gave, the mode, the
 framework with its evidence, what the profile was compiled with (recomputation
-checkpoints in every layer, optimizer state in remote buffers, a tied head),
+checkpoints in every layer, optimizer state in remote buffers, a head tied to the embedding),
 the whole program's memory and the budget's default. Every scenario of the
 profile (:func:`popliner.analysis.scenario`: this base under one set of
 training options) reads these from here, so no entry point works them out
@@ -28,6 +28,7 @@ from popliner.profile.model import Profile
 if TYPE_CHECKING:
     from popliner.memory.ranges_shared import SharedParts
     from popliner.memory.types import StageMemory
+    from popliner.ops.head import TiedWeight
 
 __all__ = ["DEFAULT_BACKWARD_REGEX", "AnalysisOptions", "Mode", "ProfileBase"]
 
@@ -172,11 +173,26 @@ class ProfileBase:
         layers = self.named_layers
         return bool((layers.layer_of_op < 0).any()) or "inputs-layer-0" in layers.note
 
-    def tied_head(self, options: TrainingOptions) -> bool:
-        """Does the head share its weight with the embedding (training; ``options``' update regex)?"""
-        from popliner.ops.head import tied_head
+    def tied_weight(self, options: TrainingOptions) -> TiedWeight | None:
+        """The weight the head shares with the embedding (a tied LM or MLM head), in training and inference;
+        None when the head has its own (``options``' update regex tells the weight updates apart).
 
-        return self.training and tied_head(self.profile, self.ops, self.named_layers, self.is_backward, options)
+        Memoised by the update regex, the one option it reads.
+        """
+        from popliner.ops.head import tied_weight
+
+        key = options.update_regex
+        if key not in self._tied:
+            self._tied[key] = tied_weight(self.profile, self.ops, self.named_layers, self.is_backward, options)
+        return self._tied[key]
+
+    def tied_head(self, options: TrainingOptions) -> bool:
+        """Does the head share its weight with the embedding? (:meth:`tied_weight`)"""
+        return self.tied_weight(options) is not None
+
+    @cached_property
+    def _tied(self) -> dict[str, TiedWeight | None]:
+        return {}
 
     # -- what every scenario of the base shares -------------------------------------
 

@@ -21,11 +21,13 @@ from typing import TYPE_CHECKING, Literal
 from popliner.analysis import Analysis, scenario, solve_split
 from popliner.base import ProfileBase
 from popliner.deadline import OutOfTime
-from popliner.defaults import HeadPlacementRequest, PlannedDefaults, buildable_placements
+from popliner.defaults import HeadPlacementRequest, PlannedDefaults, buildable_placements, placement_order, tie_refusal
 from popliner.errors import UsageProblem
+from popliner.framework import framework_title
 from popliner.hardware import DEFAULT_LINK_BANDWIDTH
 from popliner.layout import Layout
 from popliner.memory.training import AppliedRecompute, OptimizerState, RecomputeRequest
+from popliner.near import NearChoice
 from popliner.progress import phase
 from popliner.scenario import Resolved, TrainingRequest, resolve
 from popliner.solvers.problem import SplitProblem
@@ -39,6 +41,9 @@ from popliner.training_choice import (
 from popliner.training_record import ConfigTraining, training_of
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from popliner.ops.head import TiedWeight
     from popliner.solvers.result import SplitResult
     from popliner.solvers.solve import SolverName
 
@@ -143,6 +148,8 @@ class SplitPlan:
     defaults: PlannedDefaults | None = None
     #: ``auto`` head placement: the fewest IPUs each placement fits on (None: none), first, last, wrap.
     placements_tried: tuple[tuple[str, int | None], ...] = ()
+    #: Splits engineers often pick instead, near the pick on the step model (:mod:`popliner.near`).
+    near: tuple[NearChoice, ...] = ()
 
     @property
     def fits(self) -> bool:
@@ -166,31 +173,79 @@ def plan_split(analysis: Analysis, request: SplitRequest = SplitRequest()) -> Sp
         plan = _best_placement(base, resolved, request)
     else:
         plan = _plan(scenario(base, resolved.options), resolved.recompute, request)
-    return dataclasses.replace(plan, defaults=resolved.defaults)
+    return dataclasses.replace(plan, defaults=resolved.defaults, near=_near_choices(plan))
+
+
+def _near_choices(plan: SplitPlan) -> tuple[NearChoice, ...]:
+    """An embedding-only IPU 0 over the same IPUs, when the pick puts layers there and it fits, if near or faster
+    on the step model (:mod:`popliner.near`)."""
+    from popliner.layout import EMBEDDING_GROUP
+    from popliner.pod.model import PodConstants
+    from popliner.pod.plan import DEFAULT_BATCHES_PER_IPU, pipeline_step
+
+    split, analysis, layout = plan.split, plan.analysis, plan.layout
+    k = split.num_ipus_used
+    if (not split.fits or k < 2 or not layout.grouped or EMBEDDING_GROUP in plan.request.split_after
+            or layout.model_layer_counts([s.layers for s in split.stages])[0] == 0):
+        return ()
+    request = dataclasses.replace(plan.request, num_ipus=k, ipus="exactly", fit_facts=False, suggest=False,
+                                  split_after=(*plan.request.split_after, EMBEDDING_GROUP))
+    with phase("solving with the embedding alone on IPU 0"):
+        other = _solve(analysis, split_problem(analysis, request), request, time.monotonic())
+    if not other.fits or other.num_ipus_used != k:
+        return ()
+    constants = PodConstants(link_bandwidth=plan.request.link_bandwidth)
+    clock = float(analysis.profile.target.clock_hz)
+    g = DEFAULT_BATCHES_PER_IPU * k
+    counts = [tuple(layout.model_layer_counts([s.layers for s in x.stages])) for x in (other, split)]
+    seconds = [pipeline_step(analysis, x, g, constants, clock).seconds for x in (other, split)]
+    found = NearChoice("an embedding-only IPU 0", counts[0], seconds[0], counts[1], seconds[1], g)
+    return (found,) if found.shown else ()
 
 
 def _best_placement(base: ProfileBase, resolved: Resolved, request: SplitRequest) -> SplitPlan:
     """``auto``: of the placements the framework builds, the one that fits on the fewest IPUs, then the one
-    whose slowest IPU is fastest. The placements' scenarios share the base's option-free layer parts."""
+    whose slowest IPU is fastest; on a tie, the one the framework's own models use for that head
+    (:func:`placement_order`). The placements' scenarios share the base's option-free layer parts."""
+    tied = base.tied_weight(resolved.options)
+    order = placement_order(base.framework.name, tied, request.num_ipus)
     scored = []
-    for placement in buildable_placements(base.framework.name):
+    for rank, placement in enumerate(order):
         options = dataclasses.replace(resolved.options, head_placement=placement)
         plan = _plan(scenario(base, options), resolved.recompute,
                      dataclasses.replace(request, fit_facts=True, suggest=False), warn=False)
         fewest = plan.facts.fewest_ipus if plan.facts is not None else None
         slowest = max((s.cycles for s in plan.split.stages), default=0)
-        scored.append(((not plan.fits, fewest if fewest is not None else 1 << 30, slowest), placement, fewest, plan))
-    _, placement, _, best = min(scored, key=lambda item: item[0])
-    tried = tuple((p, f) for _, p, f, _ in scored)
+        scored.append(((not plan.fits, fewest if fewest is not None else 1 << 30, slowest), rank, placement, fewest,
+                       plan))
+    key, _, placement, _, best = min(scored, key=lambda item: item[:2])
+    tried = tuple((p, f) for _, _, p, f, _ in scored)
     # A placement that does not fit on the IPUs asked for was not tried on more: say so, not "none".
     shown = ", ".join(f"{p}: {f if f is not None else f'more than {request.num_ipus}'}" for p, f in tried)
+    tie = [p for k, _, p, _, _ in scored if k == key and p != placement]
     log.warning("%s chose %s: %s (fewest IPUs that fit: %s)", request.named("head_placement", "auto"), placement,
-                "it fits on the fewest IPUs, then the slowest IPU is fastest" if best.fits else "nothing fits",
-                shown)
+                placement_rule(base.framework.name, tied, request.num_ipus, placement, best.fits, tie), shown)
     if (request.fit_facts, request.suggest) != (True, False) and not best.fits:
         options = dataclasses.replace(resolved.options, head_placement=placement)
         best = _plan(scenario(base, options), resolved.recompute, request)
     return dataclasses.replace(best, placements_tried=tried)
+
+
+def placement_rule(framework: str, tied: TiedWeight | None, num_ipus: int, placement: str, fits: bool,
+                   tie: Sequence[str]) -> str:
+    """Why ``auto`` chose ``placement`` (``tie``: the placements that scored the same), the rule and its source."""
+    said = "it fits on the fewest IPUs, then the slowest IPU is fastest" if fits else "nothing fits"
+    left = [p for p in buildable_placements(framework) if tie_refusal(framework, p, tied, num_ipus) is not None]
+    if tied is not None and left:
+        said = (f"the head reads the embedding's weight {tied.text()}, and {framework_title(framework)} does not "
+                f"build a weight read on two IPUs of a pipeline, so {' and '.join(left)} is left out; " + said)
+    if tie and fits:
+        which = (("a tied head goes on IPU 0 with the embedding, as optimum-graphcore's PipelinedBertForPreTraining "
+                  "and PipelinedGPT2LMHeadModel place it") if tied is not None else
+                 ("an untied head goes on the last IPU, as optimum-graphcore's classification and QA models "
+                  "(PipelinedBertForSequenceClassification, …ForQuestionAnswering) place it"))
+        said += f"; it ties with {' and '.join(tie)} on both: {which}"
+    return said
 
 
 def _plan(analysis: Analysis, requested: RecomputeRequest, request: SplitRequest, warn: bool = True) -> SplitPlan:

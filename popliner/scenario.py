@@ -5,7 +5,9 @@
 profile's framework builds (:func:`popliner.defaults.framework_defaults`),
 then what the profile was compiled with (its optimizer state in remote
 buffers), then what the user gave. A user option that contradicts a compiled
-fact the model cannot undo is refused with one line naming both. Every entry
+fact the model cannot undo is refused with one line naming both, and so is a
+head placement the framework does not build (a tied head on the last IPU,
+:func:`popliner.defaults.tie_refusal`). Every entry
 point (the command line, the notebook, ``popliner plan``, the configs) asks
 this function, so the same request gets the same options everywhere.
 """
@@ -17,7 +19,13 @@ from dataclasses import dataclass
 
 from popliner.analysis import Analysis, scenario
 from popliner.base import ProfileBase
-from popliner.defaults import HeadPlacementRequest, PlannedDefaults, buildable_placements, framework_defaults
+from popliner.defaults import (
+    HeadPlacementRequest,
+    PlannedDefaults,
+    framework_defaults,
+    placement_order,
+    tie_refusal,
+)
 from popliner.errors import UsageProblem
 from popliner.framework import framework_title
 from popliner.memory.training import OptimizerState, Recompute, RecomputeRequest, TrainingOptions
@@ -74,20 +82,29 @@ def resolve(base: ProfileBase, request: TrainingRequest, num_ipus: int) -> Resol
             recompute = defaults.recompute
         if request.head_placement is None:
             head = defaults.head_placement
+    if request.head_placement is not None:
+        refused = tie_refusal(base.framework.name, head, base.tied_weight(request.given), num_ipus)
+        if refused is not None:
+            raise UsageProblem(f"head placement {head} over {num_ipus} IPUs was asked, but {refused}")
     applied_recompute: Recompute = "none" if recompute == "auto" else recompute
     options = dataclasses.replace(request.given, recompute=applied_recompute, optimizer_state=state,
                                   head_placement="first" if head == "auto" else head)
     return Resolved(options, recompute, head, defaults, _said(base, request, defaults, recompute, head, state))
 
 
-def resolve_recorded(analysis: Analysis, source: str) -> None:
-    """A config's (or workbook's) recorded training options, resolved as every entry point resolves a request:
-    one that contradicts what the profile was compiled with is refused, naming ``source``."""
-    if analysis.mode != "training":
-        return
+def resolve_recorded(analysis: Analysis, source: str, num_ipus: int = 1) -> None:
+    """A config's (or workbook's) recorded training options for ``num_ipus`` IPUs, resolved as every entry point
+    resolves a request: one that contradicts what the profile was compiled with, or that the framework does not
+    build, is refused, naming ``source``."""
     t = analysis.options.training
+    if analysis.mode != "training":
+        # Inference records no training options; its head placement is read from where the groups are.
+        refused = tie_refusal(analysis.base.framework.name, t.head_placement, analysis.base.tied_weight(t), num_ipus)
+        if refused is not None:
+            raise UsageProblem(f"{source}: its head placement {t.head_placement} over {num_ipus} IPUs: {refused}")
+        return
     try:
-        resolve(analysis.base, TrainingRequest(t.recompute, t.head_placement, t.optimizer_state, t), 1)
+        resolve(analysis.base, TrainingRequest(t.recompute, t.head_placement, t.optimizer_state, t), num_ipus)
     except UsageProblem as e:
         raise UsageProblem(f"{source}: its training options: {e}") from None
 
@@ -139,11 +156,14 @@ def tables_scenario(analysis: Analysis, request: TrainingRequest, num_ipus: int)
     for a split over ``num_ipus`` IPUs, so that the breakdowns and a workbook's planner read the options a
     solve of the same request plans. What only a solve can decide is taken at its first choice: ``auto``
     recomputation as none (tried first), ``auto`` head placement as the first placement the framework
-    builds (:func:`popliner.defaults.buildable_placements`)."""
+    builds, in the order ``auto`` breaks ties (:func:`popliner.defaults.placement_order`: a tied head's
+    ``wrap`` first)."""
     resolved = resolve(analysis.base, request, num_ipus)
     options = resolved.options
     if resolved.head_placement == "auto":
-        options = dataclasses.replace(options, head_placement=buildable_placements(analysis.base.framework.name)[0])
+        base = analysis.base
+        first = placement_order(base.framework.name, base.tied_weight(options), num_ipus)[0]
+        options = dataclasses.replace(options, head_placement=first)
     if options == analysis.options.training:
         return analysis
     return scenario(analysis.base, options)

@@ -28,7 +28,7 @@ from popliner.analysis import analyse_profile
 from popliner.cli import cli
 from popliner.errors import ExportError, OutputExistsError
 from popliner.export import export_hint, export_report, is_poplar_report
-from popliner.export import exporter as exporter_module
+from popliner.export.exporter import CHUNK
 from popliner.export.pvaread import encode_tilevector, program_type, read_context
 from popliner.profile.loader import load_profile
 from popliner.profile.model import PROGRAM_TYPES, Profile
@@ -144,8 +144,9 @@ def assert_same_profile(original: Profile, exported: Profile) -> None:
     assert memory_figures(exported) == memory_figures(original)
 
 
-def export_double(doc: dict[str, Any], inputs: tuple[Path, Path], out: Path, **double: Any) -> Profile:
-    export_report(*inputs, out, pva_module=make_pva(doc, **double))
+def export_double(doc: dict[str, Any], inputs: tuple[Path, Path], out: Path, chunk: int = CHUNK,
+                  **double: Any) -> Profile:
+    export_report(*inputs, out, pva_module=make_pva(doc, **double), chunk=chunk)
     return load_profile(out)
 
 
@@ -236,13 +237,11 @@ def random_doc(seed: int, tiles: int = 16, num_programs: int = 60, num_vars: int
 
 
 @pytest.mark.parametrize("seed", [1, 2])
-def test_round_trip_in_small_chunks(seed: int, inputs: tuple[Path, Path], tmp_path: Path,
-                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_round_trip_in_small_chunks(seed: int, inputs: tuple[Path, Path], tmp_path: Path) -> None:
     """Chunked spooling/writing gives the same profile as one big chunk."""
-    monkeypatch.setattr(exporter_module, "CHUNK", 7)
     doc = random_doc(seed)
     original = load_profile(write_doc(doc, tmp_path / "original.json"))
-    exported = export_double(doc, inputs, tmp_path / "out.json.gz")
+    exported = export_double(doc, inputs, tmp_path / "out.json.gz", chunk=7)
     assert_same_profile(original, exported)
     assert exported.tile_memory is None  # the document had none, so the double has none
 
@@ -301,14 +300,12 @@ def test_without_pva_the_error_names_the_sdk(inputs: tuple[Path, Path], tmp_path
 
 @pytest.mark.parametrize("exc", [RuntimeError("profile.pop: read error"), KeyboardInterrupt()])
 def test_interrupted_export_leaves_no_file(small_doc: dict[str, Any], inputs: tuple[Path, Path],
-                                           tmp_path: Path, exc: BaseException,
-                                           monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(exporter_module, "CHUNK", 2)  # so that some output was written already
+                                           tmp_path: Path, exc: BaseException) -> None:
     pva = make_pva(small_doc, fail_after_vars=5, fail_with=exc)
     before = sorted(os.listdir(tmp_path))
     expected = ExportError if isinstance(exc, Exception) else KeyboardInterrupt
     with pytest.raises(expected) as info:
-        export_report(*inputs, tmp_path / "out.json.gz", pva_module=pva)
+        export_report(*inputs, tmp_path / "out.json.gz", pva_module=pva, chunk=2)  # some output written already
     if expected is ExportError:
         assert "while reading the lowered variables" in str(info.value)
         assert "read error" in str(info.value)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from popliner.analysis import analyse_profile
+from popliner.analysis import analyse_profile, scenario
 from popliner.memory.ranges import ProfileRanges
 from popliner.plan import SplitRequest, fit_facts, plan_split, split_problem
 from popliner.profile import load_profile
@@ -41,7 +41,8 @@ def test_fit_facts_on_profiles_are_the_suffix_dps(name, budget_share):
     budget = int(analysis.profile.target.bytes_per_tile * budget_share)
     plan = plan_split(analysis, SplitRequest(num_ipus=8, mem_per_tile=budget, solver="greedy", suggest=False))
     assert plan.fits and plan.facts is not None
-    fresh = analyse_profile(load_profile(path))
+    # The same scenario (the plan's resolved options: a tied head is wrapped by PopART's default), fresh.
+    fresh = scenario(analyse_profile(load_profile(path)).base, plan.analysis.options.training)
     problem = split_problem(fresh, plan.request)
     expected = minimum_ipus(ProfileRanges(fresh.engine, problem.budget), problem)
     assert plan.facts.fewest_ipus == expected

@@ -24,7 +24,9 @@ from tests.helpers import FIXTURES
     ("poptorch", 1, False, "none", "auto"),
     ("optimum", 4, True, "pipeline", "wrap"),
     ("optimum", 4, False, "pipeline", "last"),
-    ("popart", 4, True, "none", "first"),
+    ("popart", 4, True, "none", "wrap"),  # a tied head back on IPU 0, as Graphcore's PopART BERT runs it
+    ("popart", 1, True, "none", "first"),
+    ("popart", 4, False, "none", "first"),
     ("tensorflow", 8, False, "none", "first"),
 ])
 def test_framework_defaults_by_hand(framework, ipus, tied, recompute, head):
@@ -42,6 +44,16 @@ def gpt2_poptorch(tmp_path_factory) -> Path:
     return path
 
 
+@pytest.fixture(scope="module")
+def gpt2_untied(tmp_path_factory) -> Path:
+    """The same model with an LM head of its own (``--untied-head``): ``last`` and ``wrap`` are both built."""
+    path = tmp_path_factory.mktemp("gpt2") / "gpt2-untied.json"
+    result = CliRunner().invoke(cli, ["synth", "--preset", "gpt2-tiny", "--mode", "training", "--framework",
+                                      "poptorch", "--untied-head", "-o", str(path)])
+    assert result.exit_code == 0, result.output
+    return path
+
+
 def test_poptorch_profile_is_planned_as_poptorch_builds_it(gpt2_poptorch):
     result = CliRunner().invoke(cli, [str(gpt2_poptorch), "--solve", "--num-ipus", "2", "--no-cache"])
     assert result.exit_code in (0, 3), result.output
@@ -53,8 +65,8 @@ def test_poptorch_profile_is_planned_as_poptorch_builds_it(gpt2_poptorch):
     assert "--head-placement auto chose" in result.stderr
 
 
-def test_an_option_given_wins(gpt2_poptorch):
-    result = CliRunner().invoke(cli, [str(gpt2_poptorch), "--solve", "--num-ipus", "2", "--recompute", "none",
+def test_an_option_given_wins(gpt2_untied):
+    result = CliRunner().invoke(cli, [str(gpt2_untied), "--solve", "--num-ipus", "2", "--recompute", "none",
                                       "--head-placement", "last", "--no-cache"])
     doc = json.loads(result.stdout)
     assert doc["training"]["recompute"] == "none" and doc["training"]["head_placement"] == "last"
@@ -70,8 +82,8 @@ def test_optimum_wraps_a_tied_head_and_puts_another_last(gpt2_poptorch):
     assert json.loads(squad.stdout)["training"]["head_placement"] == "last"
 
 
-def test_auto_takes_the_placement_that_fits_on_the_fewest_ipus(gpt2_poptorch):
-    analysis = load_analysis(str(gpt2_poptorch), AnalysisOptions(), use_cache=False)
+def test_auto_takes_the_placement_that_fits_on_the_fewest_ipus(gpt2_untied):
+    analysis = load_analysis(str(gpt2_untied), AnalysisOptions(), use_cache=False)
     base = SplitRequest(num_ipus=4, recompute="pipeline", time_limit=30)
     plan = plan_split(analysis, SplitRequest(**{**base.__dict__, "head_placement": "auto"}))
     # Independently: each placement solved on its own, the fewest IPUs it fits on.
@@ -93,8 +105,13 @@ def test_auto_takes_the_placement_that_fits_on_the_fewest_ipus(gpt2_poptorch):
                                              s.copy_buffer, s.cycles, s.memory) for s in alone.split.stages]
 
 
-def test_auto_says_more_than_the_ipus_asked_when_nothing_fits(gpt2_poptorch):
-    result = CliRunner().invoke(cli, [str(gpt2_poptorch), "--solve", "--num-ipus", "2", "--head-placement", "auto",
+def test_auto_says_more_than_the_ipus_asked_when_nothing_fits(gpt2_untied, gpt2_poptorch):
+    result = CliRunner().invoke(cli, [str(gpt2_untied), "--solve", "--num-ipus", "2", "--head-placement", "auto",
                                       "--mem-per-tile", "2000", "--no-cache"])
     assert result.exit_code == 3, result.output
     assert "nothing fits (fewest IPUs that fit: last: more than 2, wrap: more than 2)" in result.stderr
+    # A tied head is never put last over 2 IPUs: auto tries wrap alone, and says why.
+    tied = CliRunner().invoke(cli, [str(gpt2_poptorch), "--solve", "--num-ipus", "2", "--head-placement", "auto",
+                                    "--mem-per-tile", "2000", "--no-cache"])
+    assert tied.exit_code == 3, tied.output
+    assert "so last is left out; nothing fits (fewest IPUs that fit: wrap: more than 2)" in tied.stderr

@@ -135,10 +135,10 @@ UPPER: tuple[str, ...] = ("base", "analysis", "training_choice", "training_recor
                           "report", "writers", "frames", "cli")
 
 #: Parts outside both flows, still held to "no cycle": the package's entry points, helpers the upper half
-#: shares (framework names, defaults, terminal-safe text), the pod planner and the
+#: shares (framework names, defaults, near choices, terminal-safe text), the pod planner and the
 #: commands of their own (synth, export).
 PLACED_ELSEWHERE: frozenset[str] = frozenset({"__init__", "__main__", "defaults", "export", "framework",
-                                              "pod", "synth", "textsafe"})
+                                              "near", "pod", "synth", "textsafe"})
 
 
 def package_edges(package: Path) -> dict[str, set[str]]:

@@ -17,13 +17,15 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
 
-from popliner.analysis import AnalysisOptions, load_analysis
+from popliner.analysis import load_analysis
 from popliner.breakdown import build_breakdown
 from popliner.cli import cli
+from popliner.config.options import analysis_options
 from popliner.config.yaml_io import read_config
 from popliner.report.data import ipu_memories
 from popliner.writers.planner import planner_figures
@@ -72,10 +74,17 @@ def solve_table_view(run: Run) -> list[tuple[int, int]]:
     return [rows[k] for k in sorted(rows)]
 
 
+def _config_analysis(run: Run) -> tuple[Any, Any]:
+    """The profile analysed with the config's options, as a config's reader does: its head placement is the
+    solve's (a tied head is wrapped by PopART's default, not the analysis default ``first``)."""
+    cfg = read_config(run.config)
+    options = analysis_options(run.mode, cfg.options, cfg.layer_groups)
+    return load_analysis(str(run.profile), options), cfg
+
+
 def tile_plot_view(run: Run) -> list[tuple[int, int]]:
     # What `--plot FILE` draws in FILE-tiles: each IPU's tiles and its worst tile marked.
-    analysis = load_analysis(str(run.profile), AnalysisOptions(mode=run.mode))  # type: ignore[arg-type]
-    cfg = read_config(run.config)
+    analysis, cfg = _config_analysis(run)
     ipus = ipu_memories(analysis, [s.layers for s in cfg.stages], budget=cfg.effective_budget)
     return [(ipu.worst_tile, ipu.worst_tile_bytes) for ipu in ipus]
 
@@ -83,8 +92,7 @@ def tile_plot_view(run: Run) -> list[tuple[int, int]]:
 def planner_view(run: Run) -> list[tuple[int | None, int]]:
     # The workbook's planner with the split typed into its IPU column, evaluated as a spreadsheet would
     # (its exact range sheet built as `-o FILE.xlsx --solve` builds it).
-    analysis = load_analysis(str(run.profile), AnalysisOptions(mode=run.mode))  # type: ignore[arg-type]
-    cfg = read_config(run.config)
+    analysis, cfg = _config_analysis(run)
     ipus = len(cfg.stages)
     breakdown = build_breakdown(analysis, with_operations=False, with_totals=False, planner_ipus=ipus)
     placed = {layer: k for k, stage in enumerate(cfg.stages) for layer in stage.layers}
@@ -132,8 +140,11 @@ def test_every_view_gives_the_same_worst_tile(name: str, mode: str, ipus: int, t
     monkeypatch.setenv("POPLINER_CACHE_DIR", str(cache_dir))
     profile = FIXTURES / name
     config = tmp_path / "pipeline.yaml"
+    # GPT-2's head reads the word embedding, so PopART's default wraps it onto IPU 0; the XLSX planner looks up
+    # contiguous splits only, so this profile keeps the placement it had before tied heads wrapped by default.
+    placement = ("--head-placement", "first") if name.startswith("gpt2") else ()
     out, err = _invoke(profile, "--mode", mode, "--solve", "--num-ipus", ipus, "--exact-ipus", "--time-limit", 20,
-                       "--config-out", config, ok=(0, 3))
+                       *placement, "--config-out", config, ok=(0, 3))
     check_out, _ = _invoke("check", config, "--profile", profile, ok=(0, 1))
     sim_out, _ = _invoke("simulate", config, "--profile", profile, "--json")
     run = Run(profile, mode, config, json.loads(out), err, check_out, json.loads(sim_out))

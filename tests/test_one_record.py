@@ -55,9 +55,15 @@ def _training(name: str) -> bool:
     return "training" in name
 
 
+#: Fixtures whose head reads the embedding's weight: ``last`` over several IPUs is refused for them
+#: (docs/pipeline-config.md, "Tied heads"; tests/test_tied_heads.py).
+TIED = ("gpt2-small-inference.json.gz",)
+
+
 def _cases(names: tuple[str, ...]) -> list[tuple[str, str, tuple[str, ...]]]:
     return [(name, placement, opts) for name in names for placement in PLACEMENTS
-            for opts in (((), TRAINING_SET) if _training(name) else ((),))]
+            for opts in (((), TRAINING_SET) if _training(name) else ((),))
+            if not (name in TIED and placement == "last")]
 
 
 def _live_json(profile: Path, placement: str, opts: tuple[str, ...], config: str, ipus: int) -> str:

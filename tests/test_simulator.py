@@ -475,7 +475,7 @@ def test_cli_profile_uses_the_analysis(config_file: Any, monkeypatch: pytest.Mon
     # The profile is read through cli/configured.py's analysis_for_config, as check and report read it.
     monkeypatch.setattr(popliner.analysis, "load_analysis", lambda path, options, **kw: FakeAnalysis())
     monkeypatch.setattr(popliner.config.options, "check_applied", lambda t, analysis, source: None)
-    monkeypatch.setattr(popliner.scenario, "resolve_recorded", lambda analysis, source: None)
+    monkeypatch.setattr(popliner.scenario, "resolve_recorded", lambda analysis, source, num_ipus=1: None)
     result = run(config_file, "--profile", "other.json", "--json")
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)

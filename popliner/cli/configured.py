@@ -51,7 +51,7 @@ def analysis_for_config(source: str, profile: str, mode: str, recorded: ConfigTr
     options = analysis_options(mode, recorded, layer_groups, analysis_fields(layer_options))
     with regexes_of_config(source, recorded, recorded_layers):
         analysis = load_analysis(profile, options, use_cache=use_cache, cache_dir=cache_dir)
-        resolve_recorded(analysis, source)
+        resolve_recorded(analysis, source, max(1, len(layer_groups)))
         check_applied(recorded, analysis, source)
     sha = analysis.profile.sha256
     if recorded_sha256 and recorded_sha256.lower() != sha.lower():

@@ -71,6 +71,8 @@ _OVERRIDES = {
               help="Type of Adam's first moment (default float).")
 @click.option("--head", type=click.Choice(HEADS), default=None,
               help="Encoder head: squad (default) or mlm (pretraining's masked-LM head, tied to the embedding).")
+@click.option("--untied-head", is_flag=True,
+              help="The LM head (decoder) or MLM head (--head mlm) gets a weight of its own, not the word embedding's.")
 @click.option("--checkpoint-every-layer", is_flag=True,
               help="The model puts a recomputation checkpoint after every layer, as optimum-graphcore does for "
                    "recompute_checkpoint_every_layer (encoder and decoder models).")
@@ -85,7 +87,7 @@ _OVERRIDES = {
 @click.option("--list-presets", is_flag=True, help="List the presets and exit.")
 def command(preset: str | None, mode: str | None, kind: str | None, output: str | None, gzip_out: bool | None,
             no_var_names: bool, force: bool, list_presets: bool, split_after: str | None,
-            sharded_optimizer_state: bool, uncalibrated: bool, checkpoint_every_layer: bool,
+            sharded_optimizer_state: bool, uncalibrated: bool, checkpoint_every_layer: bool, untied_head: bool,
             **options: Any) -> None:
     """Generate a deterministic synthetic profile (format v1) of a model on one IPU.
 
@@ -106,6 +108,8 @@ def command(preset: str | None, mode: str | None, kind: str | None, output: str 
         options["sharded_optimizer_state"] = True
     if checkpoint_every_layer:
         options["checkpoints"] = True
+    if untied_head:
+        options["untied_head"] = True
     if uncalibrated:
         options.update(UNCALIBRATED)
     spec = _spec(preset, mode, kind, no_var_names, options)

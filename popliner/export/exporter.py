@@ -28,7 +28,7 @@ from typing import IO, Any
 import numpy as np
 
 from popliner import __version__
-from popliner.errors import ExportError, PoplinerError
+from popliner.errors import ExportError, PoplinerError, UsageProblem
 from popliner.export.checks import (
     SDK_MESSAGE,
     ContextCount,
@@ -110,19 +110,23 @@ def export_report(
     pva_module: Any = None,
     allow_flat_contexts: bool = False,
     allow_missing_contexts: bool = False,
+    chunk: int = CHUNK,
 ) -> ExportSummary:
     """Write the format-v1 profile of one Poplar compilation to ``out_path``.
 
     gzip-compressed when ``out_path`` ends in ``.gz``. An existing file is
     replaced only with ``force``. Nothing is left under ``out_path`` when the
-    export fails or is interrupted.
+    export fails or is interrupted. ``chunk``: the values spooled and written
+    at a time (what bounds the export's memory; any size gives the same file).
     """
+    if chunk < 1:
+        raise UsageProblem(f"chunk must be at least 1, not {chunk}")
     profile, debug, out = Path(profile_pop), Path(debug_cbor), Path(out_path)
     check_inputs(profile, debug)
     pva = load_pva(pva_module)
     check_writable(out, force)
     report = open_report(pva, profile, debug)
-    run = _Export(report, pva, profile, spool_folder(out))
+    run = _Export(report, pva, profile, spool_folder(out), chunk)
     try:
         with atomic_write(out, force=force, binary=True) as raw, _maybe_gzip(raw, out) as stream:
             writer = JsonWriter(stream, limit=max_profile_bytes())
@@ -166,16 +170,17 @@ def _maybe_gzip(raw: IO[bytes], out: Path) -> Iterator[IO[bytes]]:
         yield gz  # type: ignore[misc]
 
 
-def _chunks(values: np.ndarray) -> Iterator[np.ndarray]:
-    for start in range(0, len(values), CHUNK):
-        yield values[start : start + CHUNK]
+def _chunks(values: np.ndarray, chunk: int) -> Iterator[np.ndarray]:
+    for start in range(0, len(values), chunk):
+        yield values[start : start + chunk]
 
 
 class _Export:
     """One export run: reads libpva sections and writes them in order."""
 
-    def __init__(self, report: Any, pva: Any, profile: Path, folder: Path | None) -> None:
+    def __init__(self, report: Any, pva: Any, profile: Path, folder: Path | None, chunk: int) -> None:
         self.report = report
+        self.chunk = chunk
         self.pva = pva
         self.profile = profile
         self.folder = folder
@@ -318,7 +323,7 @@ class _Export:
             progress.update(i + 1)
         self.step_ids = np.asarray(ids, dtype=np.int64)
         w.key("steps")
-        w.int_array(_chunks(self.step_ids))
+        w.int_array(_chunks(self.step_ids, self.chunk))
 
     # -- lowered variables and liveness classes -----------------------------
 
@@ -340,7 +345,7 @@ class _Export:
             w.begin_object()
             for key, spool in columns.items():
                 w.key(key)
-                w.int_array(_masked(spool.chunks(CHUNK), keep))
+                w.int_array(_masked(spool.chunks(self.chunk), keep))
             w.end_object()
             w.key("livenessClasses")
             classes.write_array(w)
@@ -397,7 +402,7 @@ class _Export:
             sizes.append(nbytes)
             tile_ids.append(tile)
             klass.append(index)
-            if len(ids) >= CHUNK:
+            if len(ids) >= self.chunk:
                 _flush({"id": ids, "bytes": sizes, "tile": tile_ids, "class": klass}, columns)
                 progress.update(n)
         _flush({"id": ids, "bytes": sizes, "tile": tile_ids, "class": klass}, columns)

@@ -11,6 +11,7 @@ layers of their own (``embedding`` first, ``head`` last).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
@@ -28,7 +29,8 @@ from popliner.ops.roles import (
 )
 from popliner.profile.model import Profile
 
-__all__ = ["HeadOptions", "head_groups", "place_unlayered", "regroup_layers", "tied_head"]
+__all__ = ["HeadOptions", "TiedWeight", "head_groups", "place_unlayered", "regroup_layers", "tied_head",
+           "tied_variables", "tied_weight"]
 
 
 class HeadOptions(Protocol):
@@ -150,20 +152,51 @@ def place_unlayered(profile: Profile, ops: OperationTable, layers: LayerAssignme
     return layers if found is None else regroup_layers(layers, found[0], options.head_placement)
 
 
-def tied_head(profile: Profile, ops: OperationTable, layers: LayerAssignment, backward_named: np.ndarray,
-              options: HeadOptions) -> bool:
-    """Does the head share a weight with the embedding (a tied LM or MLM head)?
+def tied_variables(profile: Profile, ops: OperationTable, layers: LayerAssignment, backward_named: np.ndarray,
+                   options: HeadOptions) -> np.ndarray:
+    """The always-live variables the head and the embedding both read (sorted indices; empty: no tie).
 
     The operations :func:`place_unlayered` would group as the head (forward
-    ones, run after the last layer) use an always-live variable that the
-    embedding's forward operations use too.
+    ones, run after the last layer) and the embedding's forward operations
+    read the same variable: a tied LM or MLM head. Found from the profile's
+    operations and variables, whatever they are called.
     """
     found = _unlayered_groups(profile, ops, layers, backward_named, options)
     if found is None:
-        return False
+        return np.zeros(0, np.int64)
     groups, backward, is_update = found
     forward = np.flatnonzero((groups >= 0) & ~backward & ~is_update)
     # The variables of each group, as sorted arrays: masks over every variable cost a pass over millions.
     used = [sorted_unique(gather_csr(ops.var_ptr, ops.var_idx, forward[groups[forward] == g])) for g in (0, 1)]
     both = np.intersect1d(used[0], used[1], assume_unique=True)
-    return bool(profile.always_live_classes()[profile.variables.klass[both]].any())
+    shared: np.ndarray = both[profile.always_live_classes()[profile.variables.klass[both]]].astype(np.int64)
+    return shared
+
+
+@dataclass(frozen=True)
+class TiedWeight:
+    """The weight a tied head shares with the embedding: its name, its pieces (variables) and its bytes."""
+
+    name: str
+    variables: int
+    bytes: int
+
+    def text(self) -> str:
+        return f"{self.name} ({self.bytes:,} bytes)"
+
+
+def tied_weight(profile: Profile, ops: OperationTable, layers: LayerAssignment, backward_named: np.ndarray,
+                options: HeadOptions) -> TiedWeight | None:
+    """The weight the head shares with the embedding (:func:`tied_variables`), or None."""
+    found = tied_variables(profile, ops, layers, backward_named, options)
+    if not found.size:
+        return None
+    sizes = profile.variables.bytes[found]
+    # Named by its largest piece: the pieces of one tensor carry its name.
+    return TiedWeight(profile.variables.name(int(found[int(np.argmax(sizes))])), int(found.size), int(sizes.sum()))
+
+
+def tied_head(profile: Profile, ops: OperationTable, layers: LayerAssignment, backward_named: np.ndarray,
+              options: HeadOptions) -> bool:
+    """Does the head share a weight with the embedding (a tied LM or MLM head)? (:func:`tied_variables`)"""
+    return bool(tied_variables(profile, ops, layers, backward_named, options).size)

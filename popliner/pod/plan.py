@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from popliner.analysis import Analysis, scenario
 from popliner.base import ProfileBase
 from popliner.config.yaml_io import MAX_MICRO_BATCHES
+from popliner.defaults import tie_refusal
 from popliner.errors import UsageProblem
 from popliner.memory.training import (
     HEAD_PLACEMENTS,
@@ -34,7 +35,7 @@ from popliner.scenario import compiled_state_refusal
 from popliner.solvers.result import SplitResult
 from popliner.training_choice import AUTO_ORDER
 
-__all__ = ["DEFAULT_BATCHES_PER_IPU", "PodConfig", "PodPlan", "PodRequest", "plan_pod"]
+__all__ = ["DEFAULT_BATCHES_PER_IPU", "PodConfig", "PodPlan", "PodRequest", "near_depths", "pipeline_step", "plan_pod"]
 
 log = logging.getLogger(__name__)
 
@@ -224,6 +225,7 @@ def plan_pod(analysis: Analysis, request: PodRequest) -> PodPlan:
         for k in depths:
             configs.append(_configure(found, found.depths[k], options, request, budget, bytes_per_tile, clock))
     ranked = sorted(configs, key=_rank_key)
+    notes.extend(near_depths(ranked))
     return PodPlan(request, base.profile.path, base.profile.sha256, base.mode, float(clock),
                    request.batch, tuple(ranked), analyses, tuple(notes))
 
@@ -248,6 +250,7 @@ def _option_sets(base: ProfileBase, given: TrainingOptions, request: PodRequest,
     if not base.has_unlayered and len(placements) > 1:
         notes.append("every operation has a layer: --head-placement last and wrap are the same as first")
         placements = ["first"] if "first" in placements else placements[:1]
+    placements = _buildable(base, given, request, placements, notes)
     shard = training and request.sharded_optimizer_state
     # The placements innermost: they share the deltas of one state and recomputation (plan_pod).
     for state in states:
@@ -264,6 +267,23 @@ def _option_sets(base: ProfileBase, given: TrainingOptions, request: PodRequest,
                     r = request.pod_ipus // k
                     yield (dataclasses.replace(options, replication_factor=r, sharded_optimizer_state=r > 1),
                            (k,))
+
+
+def _buildable(base: ProfileBase, given: TrainingOptions, request: PodRequest, placements: list[str],
+               notes: list[str]) -> list[str]:
+    """The placements the framework builds over the pod's deepest pipeline (a tied head is not put last,
+    :func:`popliner.defaults.tie_refusal`): the others are left out with a note, refused when none is left."""
+    deepest = max(request.depths)
+    tied = base.tied_weight(given)
+    refused = {p: tie_refusal(base.framework.name, p, tied, deepest) for p in placements}
+    kept = [p for p in placements if refused[p] is None]
+    dropped = [p for p in placements if refused[p] is not None]
+    if dropped and not kept:
+        raise UsageProblem(f"--head-placement {','.join(dropped)} over {deepest} IPUs per replica: "
+                           f"{refused[dropped[0]]}")
+    if dropped:
+        notes.append(f"--head-placement {','.join(dropped)} is left out: {refused[dropped[0]]}")
+    return kept
 
 
 def _placed_layers(found: OptionSearch) -> int:
@@ -341,25 +361,64 @@ def _configure(found: OptionSearch, depth: DepthSplit, options: TrainingOptions,
 def _step(depth: DepthSplit, analysis: Analysis, g: int, r: int, constants: PodConstants,
           clock: float) -> StepTime:
     """The step of the split's pipeline (the simulator's stages), then each IPU's all-reduce and streaming."""
+    assert depth.split is not None
+    tail = [(allreduce_seconds(t.gradient_bytes, r, constants.replica_bandwidth),
+             streaming_seconds(t.state_bytes, constants.streaming_bandwidth)) for t in depth.traffic]
+    return pipeline_step(analysis, depth.split, g, constants, clock, tail)
+
+
+def pipeline_step(analysis: Analysis, split: SplitResult, g: int, constants: PodConstants, clock: float,
+                  tail: Sequence[tuple[float, float]] = ()) -> StepTime:
+    """The step of one replica of ``split`` with G = ``g``: its pipeline stages as the simulator makes them
+    (each IPU through the record a config keeps of it, as simulate reads a config), then ``tail`` (each
+    IPU's all-reduce and streaming seconds; none: one replica, on-chip state)."""
     from popliner.layout import HEAD_GROUP
     from popliner.pipeline import StageLayout
     from popliner.simulator.inputs import pipeline_stages, split_ipu_figures
 
-    assert depth.split is not None
     training = analysis.mode == "training"
-    wraps = analysis.layout.wraps_at(len(depth.split.stages))
-    # Each IPU through the record a config keeps of it, as simulate reads a config.
-    ipus = split_ipu_figures(depth.split.stages, int(analysis.profile.target.tiles_per_ipu), training, wraps)
+    wraps = analysis.layout.wraps_at(len(split.stages))
+    ipus = split_ipu_figures(split.stages, int(analysis.profile.target.tiles_per_ipu), training, wraps)
     plan = StageLayout(len(ipus), training, HEAD_GROUP if wraps else None)
     stages = pipeline_stages(plan, ipus, None if wraps else 0)
     send = [0.0] * len(ipus)
     for s in stages:
         if s.index + 1 < len(stages) and stages[s.index + 1].ipu != s.ipu and s.send_bytes > 0:
             send[s.ipu] += s.send_bytes / constants.link_bandwidth * clock
-    tail = [(allreduce_seconds(t.gradient_bytes, r, constants.replica_bandwidth),
-             streaming_seconds(t.state_bytes, constants.streaming_bandwidth)) for t in depth.traffic]
     return step_time([s.cycles for s in stages], [s.ipu for s in stages], send, g, clock_hz=clock,
                      sync_cycles=constants.sync_cycles, tail=tail)
+
+
+def near_depths(ranked: Sequence[PodConfig]) -> list[str]:
+    """A line for each other depth whose fastest fitting configuration is within :data:`popliner.near.NEAR_SHARE`
+    of the pick's samples per second (the first of ``ranked``), shallower ones first."""
+    from popliner.near import NEAR_SHARE
+
+    fitting = [c for c in ranked if c.fits and c.samples_per_second]
+    if not fitting:
+        return []
+    pick = fitting[0]
+    assert pick.samples_per_second is not None
+    best: dict[int, PodConfig] = {}
+    for c in fitting:
+        best.setdefault(c.ipus_per_replica, c)
+    out = []
+    for k in sorted(best):
+        c = best[k]
+        assert c.samples_per_second is not None
+        share = 1.0 - c.samples_per_second / pick.samples_per_second
+        if k == pick.ipus_per_replica or share > NEAR_SHARE:
+            continue
+        out.append(f"within {share * 100:.1f} %: a {'shallower' if k < pick.ipus_per_replica else 'deeper'} "
+                   f"pipeline, {_config_text(c)} at {c.samples_per_second:,.1f} samples/s; the pick, "
+                   f"{_config_text(pick)}, at {pick.samples_per_second:,.1f}")
+    return out
+
+
+def _config_text(c: PodConfig) -> str:
+    k, r = c.ipus_per_replica, c.replicas
+    return (f"{k} IPU{'s' * (k > 1)} x {r} replica{'s' * (r > 1)}, G = {c.gradient_accumulation}, recompute "
+            f"{c.recompute}, head {c.head_placement}, [{c.split_text}]")
 
 
 def _rank_key(c: PodConfig) -> tuple[object, ...]:

@@ -120,11 +120,11 @@ def contiguous_counts(groups: Sequence[Sequence[str]], layers: Sequence[str]) ->
 
 def build_planner(analysis: Analysis, config: PipelineConfig, *, budget: int, micro_batches: int,
                   micro_batch_size: int, clock_hz: float, link_bandwidth: float, sync_cycles: float,
-                  ipus: Sequence[StageResult] | None = None) -> Planner:
+                  ipus: Sequence[StageResult] | None = None, max_records: int = MAX_PLANNER_RECORDS) -> Planner:
     """The planner of the report of ``config``'s split: every contiguous split over its IPU count.
 
     The report's split is where it starts (an even split when that is not contiguous). Past
-    :data:`MAX_PLANNER_RECORDS` records it holds none, and says why. ``ipus``: the figures of ``config``'s
+    ``max_records`` records (what a page holds) it holds none, and says why. ``ipus``: the figures of ``config``'s
     split against ``budget`` when the caller has them (the report does), so that they are not worked out twice.
     """
     engine = analysis.engine
@@ -142,9 +142,9 @@ def build_planner(analysis: Analysis, config: PipelineConfig, *, budget: int, mi
                       micro_batch_size=micro_batch_size, clock_hz=float(clock_hz),
                       link_bandwidth=float(link_bandwidth), sync_cycles=float(sync_cycles))
     records = planner_records(n, k)
-    if records > MAX_PLANNER_RECORDS:
+    if records > max_records:
         return dataclasses.replace(planner, refused=f"{n} layers over {k} IPUs have {records:,} ranges to embed, "
-                                   f"more than the {MAX_PLANNER_RECORDS:,} a page holds")
+                                   f"more than the {max_records:,} a page holds")
     tiles = int(analysis.profile.target.tiles_per_ipu)
     out = []
     # The solve's way to a stage's figure: the range table's running sets (each row grown one layer at a time)

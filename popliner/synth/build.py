@@ -20,9 +20,9 @@ def build_model(g: GraphBuilder, spec: SynthSpec) -> None:
     """Declare the whole model of ``spec`` on ``g``."""
     d = Dims(spec.batch, spec.seq, spec.hidden, spec.heads, spec.vocab, spec.training, spec.checkpoints)
     if spec.kind == "encoder":
-        out = bert(g, d, spec.layers, spec.head, spec.reference_bert)
+        out = bert(g, d, spec.layers, spec.head, spec.reference_bert, tied=not spec.untied_head)
     elif spec.kind == "decoder":
-        out = gpt(g, d, spec.layers)
+        out = gpt(g, d, spec.layers, tied=not spec.untied_head)
     elif spec.kind == "efficientnet":
         out = efficientnet(g, d, spec.layers, spec.edgetpu_builder, spec.shape_cache)
     else:

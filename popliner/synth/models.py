@@ -156,12 +156,13 @@ def loss_and_backward(g: GraphBuilder, logits: int, rows: int, classes: int) -> 
 # -- BERT-like encoder --------------------------------------------------------------
 
 
-def bert(g: GraphBuilder, d: Dims, layers: int, head_kind: str, reference: bool) -> tuple[int, int, int]:
+def bert(g: GraphBuilder, d: Dims, layers: int, head_kind: str, reference: bool,
+         tied: bool = True) -> tuple[int, int, int]:
     x, mask, word = _bert_embeddings(g, d, reference)
     for i in range(layers):
         x = _bert_layer(g, d, i, x, mask)
     if head_kind == "mlm":
-        return _bert_mlm_head(g, d, x, word)
+        return _bert_mlm_head(g, d, x, word, tied)
     head = "bert/squad"
     w = g.weight(f"{head}/dense/kernel", d.hidden * 2 * HALF, head)
     b = g.weight(f"{head}/dense/bias", 2 * HALF, head)
@@ -183,9 +184,10 @@ def masked_tokens(seq: int) -> int:
     return max(1, -(-15 * seq // 100))
 
 
-def _bert_mlm_head(g: GraphBuilder, d: Dims, x: int, word: int) -> tuple[int, int, int]:
+def _bert_mlm_head(g: GraphBuilder, d: Dims, x: int, word: int, tied: bool) -> tuple[int, int, int]:
     """The masked-LM head of pretraining: only the masked positions are gathered and classified, over
-    the whole vocabulary, by a decoder tied to the word embedding (the next-sentence head is left out)."""
+    the whole vocabulary, by a decoder tied to the word embedding (untied: a decoder weight of its own);
+    the next-sentence head is left out."""
     h = "bert/cls/predictions"
     rows = d.batch * masked_tokens(d.seq)
     positions = g.stream_in("masked_lm_positions", rows * INT)
@@ -198,6 +200,8 @@ def _bert_mlm_head(g: GraphBuilder, d: Dims, x: int, word: int) -> tuple[int, in
               GradRule("/GeluGrad", "GeluGrad", "gelu_grad", 0, ("i0",)))
     y = norm(g, f"{h}/transform/LayerNorm", "LayerNorm", h, y, g.weight(f"{h}/transform/LayerNorm/gamma",
              d.hidden * HALF, h), g.weight(f"{h}/transform/LayerNorm/beta", d.hidden * HALF, h), rows)
+    if not tied:
+        word = g.weight(f"{h}/decoder/kernel", d.vocab * d.hidden * HALF, h)
     logits = matmul(g, f"{h}/decoder/MatMul", h, y, word, rows, d.hidden, d.vocab)
     logits = bias_add(g, f"{h}/decoder/BiasAdd", h, logits, g.weight(f"{h}/output_bias", d.vocab * HALF, h))
     return logits, rows, d.vocab
@@ -311,7 +315,7 @@ def _attention(g: GraphBuilder, d: Dims, p: str, k: int, q: int, v: int, mask: i
 # -- GPT-like decoder ---------------------------------------------------------------
 
 
-def gpt(g: GraphBuilder, d: Dims, layers: int) -> tuple[int, int, int]:
+def gpt(g: GraphBuilder, d: Dims, layers: int, tied: bool = True) -> tuple[int, int, int]:
     ids = g.stream_in("input_ids", d.tokens * INT)
     pos = g.const("position_ids", d.seq * INT)
     causal = g.const("causal_mask", d.seq * d.seq)
@@ -328,8 +332,9 @@ def gpt(g: GraphBuilder, d: Dims, layers: int) -> tuple[int, int, int]:
     f = "gpt2/ln_f"
     x = norm(g, f"{f}/LayerNorm", "LayerNorm", f, x, g.weight(f"{f}/gamma", d.hidden * HALF, f),
              g.weight(f"{f}/beta", d.hidden * HALF, f), d.tokens)
-    # The LM head reuses the word-embedding table (tied weights).
-    logits = matmul(g, "gpt2/lm_head/MatMul", "gpt2/lm_head", x, wte, d.tokens, d.hidden, d.vocab)
+    # The LM head reuses the word-embedding table (tied weights), or has a weight of its own (untied).
+    w = wte if tied else g.weight("gpt2/lm_head/kernel", d.vocab * d.hidden * HALF, "gpt2/lm_head")
+    logits = matmul(g, "gpt2/lm_head/MatMul", "gpt2/lm_head", x, w, d.tokens, d.hidden, d.vocab)
     return logits, d.tokens, d.vocab
 
 

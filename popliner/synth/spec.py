@@ -86,6 +86,9 @@ class SynthSpec:
     sharded_optimizer_state: bool = False
     first_moment: str = "float"
     head: str = "squad"
+    #: The LM/MLM head has a decoder weight of its own instead of reading the word embedding (GPT-2's LM head and
+    #: BERT's MLM head are tied by default, as Hugging Face builds them).
+    untied_head: bool = False
     #: The model puts a recomputation checkpoint after every layer (optimum's recompute_checkpoint_every_layer).
     checkpoints: bool = False
     # Calibration: multipliers of the catalog's per-program amounts (docs/synthetic-profiles.md, "Calibration").
@@ -151,6 +154,11 @@ class SynthSpec:
         _choice("framework", self.framework, SYNTH_FRAMEWORKS)
         if self.head != "squad" and self.kind != "encoder":
             raise UsageProblem(f"head={self.head} is an encoder head; kind={self.kind} has its own")
+        if not isinstance(self.untied_head, bool):
+            raise UsageProblem(f"untied_head must be true or false, got {self.untied_head!r}")
+        if self.untied_head and not (self.kind == "decoder" or self.head == "mlm"):
+            raise UsageProblem("untied_head applies to a head tied to the embedding: a decoder's LM head or the "
+                               f"encoder's mlm head, not kind={self.kind} with head={self.head}")
         _int_range("replication_factor", self.replication_factor, 1, 1 << 12)
         if not isinstance(self.sharded_optimizer_state, bool):
             raise UsageProblem(f"sharded_optimizer_state must be true or false, got {self.sharded_optimizer_state!r}")
@@ -225,7 +233,7 @@ class SynthSpec:
 #: Fields omitted from :meth:`SynthSpec.record` at these values.
 _QUIET_DEFAULTS: Final = {"recompute": "none", "split_after": (), "optimizer_state": "on-chip",
                           "replication_factor": 1, "sharded_optimizer_state": False, "first_moment": "float",
-                          "head": "squad", "checkpoints": False,
+                          "head": "squad", "untied_head": False, "checkpoints": False,
                           "vertex_code_factor": 1.0, "vertex_state_factor": 1.0, "exchange_code_factor": 1.0,
                           "control_code_factor": 1.0, "reference_bert": False, "compiler_categories": False,
                           "exchange_by_size": False, "edgetpu_builder": False, "shape_cache": False,

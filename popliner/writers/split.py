@@ -158,6 +158,8 @@ def write_summary(plan: SplitPlan, argv: list[str], config_out: str | None, ipu_
 
     coverage = profile_coverage(analysis) if analysis.model.has_other else None
     click.echo(split_summary(split, plan.facts, steps, plan.request.ipus == "fewest", coverage=coverage), err=True)
+    for near in plan.near:
+        click.echo(f"popliner: {near.line()}", err=True)
     if config_out and split.stages and not split.fits:  # when it fits, the summary's "next:" line says it
         click.echo(f"popliner: wrote {shown(config_out)} (the best-effort split above, over budget)", err=True)
     if ipu_config_out and split.stages:

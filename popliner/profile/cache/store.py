@@ -178,7 +178,7 @@ def load_cached(path: Path, sha256: str, options_key: str, profile_path: str, de
         log.debug("cache %s: %s; rebuilding", path, exc)
         return None
     except Bad as exc:
-        log.warning("cache entry %s was changed since it was written (%s); rebuilding it", path, exc)
+        log.warning("cache entry %s cannot be used (%s); rebuilding it", path, exc)
         return None
     except _READ_ERRORS as exc:
         log.debug("cache %s is unreadable (%s); rebuilding", path, exc)
