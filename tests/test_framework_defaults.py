@@ -96,7 +96,7 @@ def test_auto_takes_the_placement_that_fits_on_the_fewest_ipus(gpt2_untied):
     assert fewest[plan.layout.placement] == best
     # The placements share their option-free parts (and the whole program's figure): the chosen one's split
     # is the one planned alone, to the byte.
-    again = load_analysis(str(gpt2_poptorch), AnalysisOptions(), use_cache=False)  # parts of its own
+    again = load_analysis(str(gpt2_untied), AnalysisOptions(), use_cache=False)  # parts of its own
     alone = plan_split(again, SplitRequest(**{**base.__dict__, "head_placement": plan.layout.placement}))
     assert alone.analysis.base.shared is not plan.analysis.base.shared
     assert plan.split.budget_bytes == alone.split.budget_bytes
