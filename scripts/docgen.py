@@ -82,7 +82,8 @@ def run(command: str, where: Path, *, stream: str = "both", expect: int | tuple[
         both = done.stdout.decode(errors="replace") + (done.stderr or b"").decode(errors="replace")
         raise SystemExit(f"docs: `{command}` exited {done.returncode}, the page expects {expect}:\n{both}")
     out = done.stdout if stream in ("both", "stdout") else done.stderr
-    return _masked(out.decode("utf-8"), where)
+    # CSV rows end in CRLF (the csv module's line end); a page shows them as the terminal does, one per line.
+    return _masked(out.decode("utf-8").replace("\r\n", "\n"), where)
 
 
 def _block(text: str, lang: str = "") -> None:
