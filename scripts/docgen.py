@@ -82,7 +82,8 @@ def run(command: str, where: Path, *, stream: str = "both", expect: int | tuple[
         both = done.stdout.decode(errors="replace") + (done.stderr or b"").decode(errors="replace")
         raise SystemExit(f"docs: `{command}` exited {done.returncode}, the page expects {expect}:\n{both}")
     out = done.stdout if stream in ("both", "stdout") else done.stderr
-    return _masked(out.decode("utf-8"), where)
+    # CSV rows end in CRLF (the csv module's line end); a page shows them as the terminal does, one per line.
+    return _masked(out.decode("utf-8").replace("\r\n", "\n"), where)
 
 
 def _block(text: str, lang: str = "") -> None:
@@ -308,3 +309,43 @@ def make_file(call: str, name: str, *, gzipped: bool = False) -> str:
     code = (f"import gzip, json; from tests.hostile import *; n = {name!r}; "
             f"f = {opener}; json.dump({call}, f, separators=(',', ':')); f.close()")
     return f"python -c {shlex.quote(code)}"
+
+
+def _tile_mean(vector: Any, tiles: int) -> float:
+    """The mean over tiles of a ground-truth TileVector: a dense list or ``{"runs": [[first, stop, value]]}``."""
+    if isinstance(vector, dict):
+        return sum((stop - first) * value for first, stop, value in vector["runs"]) / tiles
+    return float(sum(vector)) / tiles
+
+
+def _preset_label(name: str, spec: Any) -> str:
+    if spec.kind == "cnn":
+        return (f"{name} ({spec.layers} blocks, w{spec.hidden}, {spec.seq}px, b{spec.batch}, "
+                f"{spec.vocab} classes)")
+    return f"{name} ({spec.layers} layers, h{spec.hidden}, s{spec.seq}, b{spec.batch}, V{spec.vocab})"
+
+
+def preset_table(names: Sequence[str]) -> None:
+    """The presets' sizes at scale 1, each generated here as ``popliner synth`` generates it (in memory)."""
+    sys.path.insert(0, str(ROOT))
+    from popliner.synth import preset_spec
+    from popliner.synth.document import _build  # the document and its summary at once, as write_profile has them
+
+    print("| preset | mode | tiles | ops | programs | steps | variables | classes | IPUs | mean tile KiB "
+          "| worst tile KiB | code/state/control/exchange KiB |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for name in names:
+        for mode in ("inference", "training"):
+            spec = preset_spec(name, mode)
+            doc, summary = _build(spec)
+            tiles = int(doc["target"]["tilesPerIpu"])
+            truth = doc["tileMemory"]
+            total = [a + b for a, b in zip(truth["alwaysLive"], truth["notAlwaysLivePeak"])]
+            mean = sum(total) / tiles
+            kinds = ("vertexCode", "vertexInstanceState", "controlCode", "internalExchangeCode")
+            parts = " / ".join(f"{_tile_mean(truth['categories'][k], tiles) / 1024:.0f}" for k in kinds)
+            label = f"| {_preset_label(name, spec)} |" if mode == "inference" else "| |"
+            print(f"{label} {mode} | {tiles} | {summary.operations:,} | {summary.programs:,} | "
+                  f"{summary.steps:,} | {summary.variables:,} | {summary.classes:,} | "
+                  f"{mean / doc['target']['bytesPerTile']:.2f} | {mean / 1024:,.0f} | {max(total) / 1024:,.0f} | "
+                  f"{parts} |")
