@@ -54,9 +54,13 @@ class WhatIf:
 
 def optimizer_state_variables(
     profile: Profile, ops: OperationTable, always_live_var: np.ndarray, is_update: np.ndarray,
-    state_regex: str | None = None,
+    state_regex: str | None = None, scatter_min: int = SCATTER_MIN_VARS_PER_OP,
 ) -> np.ndarray:
-    """Bool per variable: optimizer state (see docs/solvers.md)."""
+    """Bool per variable: optimizer state (see docs/solvers.md).
+
+    ``scatter_min`` picks how the uses are marked (either way the same answer): operations averaging that
+    many variables or more are scattered one by one, fewer are counted in one pass.
+    """
     v = profile.variables
     if state_regex is not None:
         regex = compile_regex(state_regex, "--optimizer-state-regex or training.optimizer_state_regex")
@@ -64,7 +68,7 @@ def optimizer_state_variables(
         return np.asarray(names & always_live_var, bool)
     # Used, and only by updates: all its uses are update uses.
     is_update = np.asarray(is_update, bool)
-    if len(ops.var_idx) >= SCATTER_MIN_VARS_PER_OP * len(is_update):
+    if len(ops.var_idx) >= scatter_min * len(is_update):
         # Few large operations: each marks its variables, updates in one mask and the others in another
         # (plain scatters of True: 63 M entries at 10x in 0.2 s, where the counts below took 0.45-0.7 s).
         by_update, by_other = np.zeros(v.count, bool), np.zeros(v.count, bool)
@@ -253,11 +257,12 @@ def _unit_span(ops: OperationTable, unit: np.ndarray, num_vars: int,
 
 
 def _update_window(ops: OperationTable, is_update: np.ndarray, num_vars: int,
-                   dtype: type[np.signedinteger] = np.int64) -> tuple[np.ndarray, np.ndarray]:
+                   dtype: type[np.signedinteger] = np.int64,
+                   scatter_min: int = SCATTER_MIN_VARS_PER_OP) -> tuple[np.ndarray, np.ndarray]:
     """Per variable: first and last step of the weight updates that use it (-1 when none)."""
     picked = np.flatnonzero(is_update & (ops.first_step >= 0))
     lens = ops.var_ptr[picked + 1] - ops.var_ptr[picked]
-    if int(lens.sum()) < SCATTER_MIN_VARS_PER_OP * len(picked):  # many small updates: one vectorised pass
+    if int(lens.sum()) < scatter_min * len(picked):  # many small updates: one vectorised pass
         lo = np.full(num_vars, np.iinfo(dtype).max, dtype)
         hi = np.full(num_vars, -1, dtype)
         var = gather_csr(ops.var_ptr, ops.var_idx, picked)
