@@ -285,11 +285,9 @@ def test_recompute_tensors_found_at_load_either_way(tiny_text: bytes) -> None:
     assert slow(text).variables.recompute_tensor.tolist() == want.tolist()
 
 
-def _program_variants(doc: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
-    """Programs whose TileVectors take every form: the bulk reading must agree or step aside."""
-    tiles = doc["target"]["tilesPerIpu"]
-    out = []
-    for label, vec in [
+def _tilevector_forms(tiles: int) -> list[tuple[str, Any]]:
+    """TileVectors in every form the profile may hold: the bulk reader must agree or step aside."""
+    return [
         ("dense", [k % 3 for k in range(tiles)]),
         ("sparse", {"sparse": [[0, 5], [2, 0], [tiles - 1, 7]]}),
         ("zero run", {"runs": [[0, 1, 0], [1, tiles, 4]]}),
@@ -302,61 +300,47 @@ def _program_variants(doc: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
         ("huge value", {"runs": [[0, 1, 2**70]]}),
         ("two keys", {"runs": [], "sparse": []}),
         ("dense too short", [1, 2]),
-    ]:
-        for key in ("controlCode", "cycles"):
-            d = json.loads(json.dumps(doc))
-            d["programs"][1][key] = vec
-            out.append((f"{label} {key}", d))
-        d = json.loads(json.dumps(doc))
-        d["programs"][2]["vertices"] = [[0, vec], [0, {"runs": [[0, 1, 3]]}]]
-        out.append((f"{label} vertices", d))
-    d = json.loads(json.dumps(doc))
-    d["programs"][3]["repeatCount"] = None
-    out.append(("null repeat count", d))
-    d = json.loads(json.dumps(doc))
-    d["programs"][3]["children"] = None
-    out.append(("null children", d))
-    return out
+        ("not a tilevector", "7"),
+    ]
 
 
-@pytest.mark.slow
-def test_bulk_program_reading_agrees_with_the_reference(tiny_text: bytes, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each TileVector table read in bulk gives what the one-by-one reference decoder gives, or steps aside."""
+def _one_by_one(rows: list[int], objs: list[Any], keys: list[int] | None, n: int, tiles: int) -> Any:
+    """The reference: each TileVector through the one-by-one decoder (its error's words when it refuses)."""
+    from popliner.profile.tilevector import RunTableBuilder, decode_tilevector_lists
+
+    out = RunTableBuilder(keyed=keys is not None)
+    try:
+        for row in range(n):
+            for at in [k for k, r in enumerate(rows) if r == row]:
+                first, stop, value = decode_tilevector_lists(objs[at], tiles, "x", _fail)
+                out.add(first, stop, value, None if keys is None else [keys[at]] * len(first))
+            out.end_row()
+    except AssertionError as exc:
+        return str(exc)
+    return out.build()
+
+
+@pytest.mark.parametrize("keyed", [False, True], ids=["control code", "vertices"])
+def test_bulk_program_reading_agrees_with_the_reference(keyed: bool) -> None:
+    """Each TileVector table read in bulk gives what the one-by-one reference decoder gives, or steps aside
+    (then the reference reads it, and words any error); the usual forms are taken in bulk."""
     from popliner.profile import programs
 
-    doc = json.loads(tiny_text)
-    stepped_aside: list[str] = []
-    bulk = programs.bulk_runs
-
-    def spy(*args: Any) -> Any:
-        got = bulk(*args)
-        if got is None and watching:
-            stepped_aside.append(label)
-        return got
-
-    monkeypatch.setattr(programs, "bulk_runs", spy)
-    for label, variant in _program_variants(doc):
-        text = compact(variant)
-        watching = True
-        try:
-            want: Any = parse_profile_bytes(text, "t.json")
-        except ProfileFormatError as exc:
-            want = str(exc)
-        watching = False
-        with monkeypatch.context() as m:
-            m.setattr(programs, "bulk_runs", lambda *args: None)  # every table one vector at a time
-            try:
-                got: Any = parse_profile_bytes(text, "t.json")
-            except ProfileFormatError as exc:
-                got = str(exc)
-        if isinstance(want, str):
-            assert got == want, label
-        else:
-            same(want, got, label)
-    # The usual forms are read in bulk; the rest by the reference decoder.
-    read_in_bulk = {label for label, _ in _program_variants(doc)} - set(stepped_aside)
-    assert {lab.split()[0] for lab in read_in_bulk} == {"dense", "sparse", "zero", "empty", "null"}, sorted(
-        read_in_bulk)
+    tiles, taken = 5, set()
+    for label, vec in _tilevector_forms(tiles):
+        # A table of three programs: the vector in the middle one (beside a plain run for vertices).
+        objs = [vec, {"runs": [[0, 1, 3]]}] if keyed else [vec]
+        rows, keys = ([1, 1], [4, 2]) if keyed else ([1], None)
+        got = programs.bulk_runs(rows, objs, keys, 3, tiles)
+        want = _one_by_one(rows, objs, keys, 3, tiles)
+        if got is None:
+            continue
+        assert not isinstance(want, str), (label, want)  # taken in bulk, but the reference refuses it
+        for name in ("ptr", "first", "stop", "value", "key"):
+            a, b = getattr(got, name), getattr(want, name)
+            assert (a is None) == (b is None) and (a is None or a.tolist() == b.tolist()), (label, name)
+        taken.add(label)
+    assert taken == {"dense", "sparse", "zero run", "empty runs"}
 
 
 @pytest.mark.parametrize("body", [b"7,0,12", b"2147483647,0,1", b"1,2147483648,3", b"0,1,2,3,9223372036854775806", b" ",
@@ -383,13 +367,12 @@ def test_a_tile_beyond_int32_is_refused_in_the_same_words(tiny_text: bytes) -> N
 
 
 @pytest.mark.parametrize("tiles", [1, 2, 7, 64])
-def test_dense_tilevectors_in_bulk_give_the_reference_runs(tiles: int, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_dense_tilevectors_in_bulk_give_the_reference_runs(tiles: int) -> None:
     """Dense vectors turned into runs all at once (a few per chunk here, so chunks meet) agree with the
     one-by-one decoder, mixed with the other forms, zero runs dropped, rows without a vector empty."""
     from popliner.profile import programs
     from popliner.profile.tilevector import RunTableBuilder, decode_tilevector_lists
 
-    monkeypatch.setattr(programs, "DENSE_CHUNK_CELLS", 3 * tiles)
     rng = np.random.default_rng(tiles)
     objs: list[Any] = []
     rows: list[int] = []
@@ -401,7 +384,7 @@ def test_dense_tilevectors_in_bulk_give_the_reference_runs(tiles: int, monkeypat
             objs.append({"sparse": [[tiles - 1, 5]]})
         else:
             objs.append([int(v) for v in rng.choice([0, 0, 3, 2**40], size=tiles)])
-    got = programs.bulk_runs(rows, objs, None, 40, tiles)
+    got = programs.bulk_runs(rows, objs, None, 40, tiles, chunk_cells=3 * tiles)
     assert got is not None
     want = RunTableBuilder(keyed=False)
     for row in range(40):

@@ -159,21 +159,24 @@ class _Unusual(Exception):
     """A TileVector the bulk reader does not take: the table is read one vector at a time."""
 
 
-def bulk_runs(rows: list[int], objs: list[Any], keys: list[int] | None, n: int, tiles: int) -> RunTable | None:
+def bulk_runs(rows: list[int], objs: list[Any], keys: list[int] | None, n: int, tiles: int,
+              chunk_cells: int = 1 << 21) -> RunTable | None:
     """One table (a row per program) from TileVectors: dense, or ``{"runs": ...}`` or ``{"sparse": ...}`` in order.
 
     Accepts exactly what :func:`decode_tilevector_lists` reads without
     numpy (runs in order within tiles, sparse tiles ascending, values in
     range; dense lists of ``tiles`` integers, as :func:`~popliner.profile.tilevector.dense_runs` reads
-    them) and gives the same runs, zero values dropped; None on anything else.
+    them) and gives the same runs, zero values dropped; None on anything else. Dense vectors are read
+    ``chunk_cells`` values at a time (8 bytes each), which bounds the arrays made for them.
     """
     try:
-        return _bulk_runs(rows, objs, keys, n, tiles)
+        return _bulk_runs(rows, objs, keys, n, tiles, chunk_cells)
     except _Unusual:
         return None
 
 
-def _bulk_runs(rows: list[int], objs: list[Any], keys: list[int] | None, n: int, tiles: int) -> RunTable:
+def _bulk_runs(rows: list[int], objs: list[Any], keys: list[int] | None, n: int, tiles: int,
+               chunk_cells: int) -> RunTable:
     runs_at: list[int] = []
     runs_lists: list[Any] = []
     sparse_at: list[int] = []
@@ -204,7 +207,7 @@ def _bulk_runs(rows: list[int], objs: list[Any], keys: list[int] | None, n: int,
         pairs, lens = _int_rows(sparse_lists, 2)
         parts.append((sparse_at, np.stack([pairs[:, 0], pairs[:, 0] + 1, pairs[:, 1]], axis=1), lens))
     if dense_lists:
-        parts.append((dense_at, *_dense_rows(dense_lists, tiles)))
+        parts.append((dense_at, *_dense_rows(dense_lists, tiles, chunk_cells)))
     arr, counts = _in_object_order(parts, len(objs))
     first, stop, value = arr[:, 0], arr[:, 1], arr[:, 2]
     prev = np.empty_like(stop)
@@ -239,11 +242,7 @@ def _int_rows(lists: list[Any], width: int) -> tuple[np.ndarray, np.ndarray]:
         raise _Unusual from None
 
 
-#: Values of dense TileVectors turned into runs at once: bounds the arrays made for them (8 bytes a value).
-DENSE_CHUNK_CELLS = 1 << 21
-
-
-def _dense_rows(lists: list[Any], tiles: int) -> tuple[np.ndarray, np.ndarray]:
+def _dense_rows(lists: list[Any], tiles: int, chunk_cells: int) -> tuple[np.ndarray, np.ndarray]:
     """Dense TileVectors (a value per tile) as runs of equal values, zeros included, like :func:`_int_rows`.
 
     All at once rather than one numpy call per vector (300,000 one-operation programs: 15 s, issue 39),
@@ -253,7 +252,7 @@ def _dense_rows(lists: list[Any], tiles: int) -> tuple[np.ndarray, np.ndarray]:
         raise _Unusual  # the reference decoder words the wrong length
     if tiles == 0:
         return np.zeros((0, 3), np.int64), np.zeros(len(lists), np.int64)
-    step = max(DENSE_CHUNK_CELLS // tiles, 1)
+    step = max(chunk_cells // tiles, 1)
     runs: list[np.ndarray] = []
     lens: list[np.ndarray] = []
     for at in range(0, len(lists), step):
