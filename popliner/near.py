@@ -10,7 +10,7 @@ the embedding alone on IPU 0 (over the same IPUs) and compares the two on the
 pod planner's step model (:func:`popliner.pod.plan.pipeline_step`: one
 replica, G = 16 K micro-batches, fill, main and flush cycles plus every
 cycle's sync and copies). When the alternative is within :data:`NEAR_SHARE`
-of the pick, or faster, the summary says so with both figures.
+(the request's ``near_share``) of the pick, or faster, the summary says so with both figures.
 docs/solvers.md ("Near choices") works an example by hand.
 """
 
@@ -40,10 +40,9 @@ class NearChoice:
         """How much longer the alternative's step is than the pick's (negative: shorter)."""
         return (self.seconds - self.pick_seconds) / self.pick_seconds if self.pick_seconds > 0 else 0.0
 
-    @property
-    def shown(self) -> bool:
-        """Is it near enough (or faster) to be said?"""
-        return self.share <= NEAR_SHARE
+    def is_near(self, limit: float = NEAR_SHARE) -> bool:
+        """Is it within ``limit`` of the pick (a fraction of its step), or faster, and so said?"""
+        return self.share <= limit
 
     def line(self) -> str:
         """``within 1.8 %: [0,4,4,4] (an embedding-only IPU 0) at 12.3 ms per step; popliner's [1,4,4,3] at 12.1 ms``"""

@@ -27,7 +27,7 @@ from popliner.framework import framework_title
 from popliner.hardware import DEFAULT_LINK_BANDWIDTH
 from popliner.layout import Layout
 from popliner.memory.training import AppliedRecompute, OptimizerState, RecomputeRequest
-from popliner.near import NearChoice
+from popliner.near import NEAR_SHARE, NearChoice
 from popliner.progress import phase
 from popliner.scenario import Resolved, TrainingRequest, resolve
 from popliner.solvers.problem import SplitProblem
@@ -91,6 +91,8 @@ class SplitRequest:
     link_bandwidth: float = DEFAULT_LINK_BANDWIDTH
     fit_facts: bool = True
     suggest: bool = True
+    #: How close (a fraction of the pick's step) a near choice must be to be said (:mod:`popliner.near`).
+    near_share: float = NEAR_SHARE
     #: How messages name the request's fields: as the command line's options (``--num-ipus 4``), or as
     #: parameters (``num_ipus=4``) for a caller of the library.
     spelling: Spelling = "parameters"
@@ -200,7 +202,7 @@ def _near_choices(plan: SplitPlan) -> tuple[NearChoice, ...]:
     counts = [tuple(layout.model_layer_counts([s.layers for s in x.stages])) for x in (other, split)]
     seconds = [pipeline_step(analysis, x, g, constants, clock).seconds for x in (other, split)]
     found = NearChoice("an embedding-only IPU 0", counts[0], seconds[0], counts[1], seconds[1], g)
-    return (found,) if found.shown else ()
+    return (found,) if found.is_near(plan.request.near_share) else ()
 
 
 def _best_placement(base: ProfileBase, resolved: Resolved, request: SplitRequest) -> SplitPlan:
