@@ -30,16 +30,23 @@ LAYER_REGEX = r"(?s)^(.*)/[a-z]+$"
 HOSTILE_CHARACTERS = set("\n\r\x00\x1b\x07\x85\u2028\u2029\u202e\u2066\u2069\x0b\x0c\x7f\x9b\x08")
 
 
-def hostile_document() -> dict[str, Any]:
+def tiny_with_layers(layer_0: str, layer_1: str) -> dict[str, Any]:
+    """The tiny fixture with its two layers' operations renamed ``<layer_0>/matmul``, ``<layer_0>/add`` and
+    ``<layer_1>/matmul`` (the layer is what :data:`LAYER_REGEX` takes before the last slash)."""
     doc: dict[str, Any] = json.loads(TINY.read_text())
-    renames = {"layer0/matmul": f"{LAYER_0}/matmul", "layer0/add": f"{LAYER_0}/add",
-               "layer1/matmul": f"{LAYER_1}/matmul"}
+    renames = {"layer0/matmul": f"{layer_0}/matmul", "layer0/add": f"{layer_0}/add",
+               "layer1/matmul": f"{layer_1}/matmul"}
     for ctx in doc["debugContexts"]:
         data = ctx.get("data") or {}
         if data.get("opName") in renames:
             data["opName"] = renames[data["opName"]]
         if ctx.get("name") in renames:
             ctx["name"] = renames[ctx["name"]]
+    return doc
+
+
+def hostile_document() -> dict[str, Any]:
+    doc = tiny_with_layers(LAYER_0, LAYER_1)
     doc["variables"]["name"] = [f"{VARIABLE}{i}" for i in range(len(doc["variables"]["name"]))]
     return doc
 

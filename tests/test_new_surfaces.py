@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 
 from tests.helpers import chain_document
+from tests.hostile_names import tiny_with_layers
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "fixtures" / "profiles"
@@ -253,15 +254,7 @@ def test_layer_names_in_the_report_are_text_not_markup(tmp_path: Path) -> None:
 
     if chromium_path() is None:
         pytest.skip("no Chromium")
-    doc = json.loads(TINY.read_text())
-    renames = {"layer0/matmul": f"{MARKUP_LINK}/matmul", "layer0/add": f"{MARKUP_LINK}/add",
-               "layer1/matmul": f"{MARKUP_STYLE}/matmul"}
-    for ctx in doc["debugContexts"]:
-        data = ctx.get("data") or {}
-        if data.get("opName") in renames:
-            data["opName"] = renames[data["opName"]]
-        if ctx.get("name") in renames:
-            ctx["name"] = renames[ctx["name"]]
+    doc = tiny_with_layers(MARKUP_LINK, MARKUP_STYLE)
     profile = tmp_path / "odd\\name.json"  # a backslash is part of a POSIX file name
     profile.write_text(json.dumps(doc))
     env = {"POPLINER_CACHE_DIR": str(tmp_path / "c")}

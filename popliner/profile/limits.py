@@ -62,22 +62,23 @@ def limit(env: str) -> int:
 
 def check_tile_cells(path: str, tiles: int, vertex_types: int) -> None:
     """Refuse tiles x vertex types past ``POPLINER_MAX_TILE_CELLS`` (each type's code is held dense per tile)."""
-    cells = max(tiles, 0) * vertex_types
-    env = "POPLINER_MAX_TILE_CELLS"
-    if cells > limit(env):
-        raise ProfileFormatError(
-            path, "target.tilesPerIpu",
-            f"{tiles:,} tiles x {vertex_types:,} vertex types = {cells:,} per-tile cells, above the limit of "
-            f"{limit(env):,} (8 bytes each, in several tables); set {env} to a larger count to analyse it anyway")
+    _check_cells(path, "target.tilesPerIpu", "POPLINER_MAX_TILE_CELLS", tiles, vertex_types,
+                 "vertex types", "per-tile cells", "8 bytes each, in several tables", "analyse")
 
 
 def check_grid_cells(path: str, tiles: int, segments: int) -> None:
     """Refuse a liveness grid of tiles x segments past ``POPLINER_MAX_GRID_CELLS`` (before it is allocated)."""
-    cells = max(tiles, 0) * segments
-    env = "POPLINER_MAX_GRID_CELLS"
+    _check_cells(path, "livenessClasses", "POPLINER_MAX_GRID_CELLS", tiles, segments,
+                 "liveness segments (distinct interval starts and ends)", "liveness grid cells",
+                 "4 bytes each, in up to four buffers", "solve")
+
+
+def _check_cells(path: str, place: str, env: str, tiles: int, per_tile: int, what: str, cells_are: str,
+                 cost: str, verb: str) -> None:
+    """One refusal for a table of ``tiles`` x ``per_tile`` cells past the limit ``env`` sets."""
+    cells = max(tiles, 0) * per_tile
     if cells > limit(env):
         raise ProfileFormatError(
-            path, "livenessClasses",
-            f"{tiles:,} tiles x {segments:,} liveness segments (distinct interval starts and ends) = {cells:,} "
-            f"liveness grid cells, above the limit of {limit(env):,} (4 bytes each, in up to four buffers); "
-            f"set {env} to a larger count to solve it anyway")
+            path, place,
+            f"{tiles:,} tiles x {per_tile:,} {what} = {cells:,} {cells_are}, above the limit of {limit(env):,} "
+            f"({cost}); set {env} to a larger count to {verb} it anyway")
