@@ -146,9 +146,8 @@ def test_tables_of_rising_limits_under_pipeline() -> None:
             assert got == (worst if worst <= limit and all(totals[(i, k)] <= limit for k in range(i, j)) else np.inf)
 
 
-@pytest.mark.parametrize("scatter_min", [0, 10**9])  # operation by operation, and the vectorised minimum
 @pytest.mark.parametrize("source", ["tiny-training.json", "bert-tiny-training.json", "gpt2-tiny"])
-def test_first_user_is_the_earliest_user(source: str, scatter_min: int) -> None:
+def test_first_user_is_the_earliest_user(source: str) -> None:
     """The operation table's first user (shared by every engine of a profile) against a walk over the operations."""
     engine, _ = _engines(source)
     ops = engine.ops
@@ -158,6 +157,6 @@ def test_first_user_is_the_earliest_user(source: str, scatter_min: int) -> None:
         for v in ops.vars_of(op).tolist():
             if expect[v] < 0:
                 expect[v] = op
-    assert ops.first_users(scatter_min).tolist() == expect
+    assert ops.first_users().tolist() == expect
     assert ops.first_user.tolist() == expect
     assert engine.boundaries.first_user is ops.first_user

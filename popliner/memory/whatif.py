@@ -21,7 +21,7 @@ import numpy as np
 from popliner.arrays import expand_ranges, gather_csr, rank_by_table
 from popliner.memory.liveness import class_steps
 from popliner.ops.layers import compile_regex
-from popliner.ops.operations import SCATTER_MIN_VARS_PER_OP, OperationTable
+from popliner.ops.operations import OperationTable
 from popliner.ops.roles import unit_backward_start
 from popliner.profile.model import Profile
 
@@ -54,13 +54,9 @@ class WhatIf:
 
 def optimizer_state_variables(
     profile: Profile, ops: OperationTable, always_live_var: np.ndarray, is_update: np.ndarray,
-    state_regex: str | None = None, scatter_min: int = SCATTER_MIN_VARS_PER_OP,
+    state_regex: str | None = None,
 ) -> np.ndarray:
-    """Bool per variable: optimizer state (see docs/solvers.md).
-
-    ``scatter_min`` picks how the uses are marked (either way the same answer): operations averaging that
-    many variables or more are scattered one by one, fewer are counted in one pass.
-    """
+    """Bool per variable: optimizer state (see docs/solvers.md)."""
     v = profile.variables
     if state_regex is not None:
         regex = compile_regex(state_regex, "--optimizer-state-regex or training.optimizer_state_regex")
@@ -68,21 +64,13 @@ def optimizer_state_variables(
         return np.asarray(names & always_live_var, bool)
     # Used, and only by updates: all its uses are update uses.
     is_update = np.asarray(is_update, bool)
-    if len(ops.var_idx) >= scatter_min * len(is_update):
-        # Few large operations: each marks its variables, updates in one mask and the others in another
-        # (plain scatters of True: 63 M entries at 10x in 0.2 s, where the counts below took 0.45-0.7 s).
-        by_update, by_other = np.zeros(v.count, bool), np.zeros(v.count, bool)
-        ptr = ops.var_ptr.tolist()
-        for op, update in enumerate(is_update.tolist()):
-            (by_update if update else by_other)[ops.var_idx[ptr[op]:ptr[op + 1]]] = True
-        return np.asarray(always_live_var & by_update & ~by_other, bool)
-    # Many small operations: counted, not scattered: one bincount over every (operation, variable) entry,
-    # another over the updates' few (8 M entries at 1x: 0.09 -> 0.02 s).
-    uses = np.bincount(ops.var_idx, minlength=v.count)
-    updates = gather_csr(ops.var_ptr, ops.var_idx, np.flatnonzero(np.asarray(is_update, bool)))
-    by_update = np.bincount(updates, minlength=v.count)
-    return np.asarray(always_live_var & (uses > 0) & (uses == by_update), bool)
-
+    # Each operation marks its variables, updates in one mask and the others in another: plain scatters of
+    # True (63 M entries at 10x in 0.2 s, where counting every entry took 0.45-0.7 s; docs/benchmarks.md).
+    by_update, by_other = np.zeros(v.count, bool), np.zeros(v.count, bool)
+    ptr = ops.var_ptr.tolist()
+    for op, update in enumerate(is_update.tolist()):
+        (by_update if update else by_other)[ops.var_idx[ptr[op]:ptr[op + 1]]] = True
+    return np.asarray(always_live_var & by_update & ~by_other, bool)
 
 
 def rewrite(profile: Profile, ops: OperationTable, layer_of_op: np.ndarray, num_layers: int, roles: Roles,
@@ -257,23 +245,14 @@ def _unit_span(ops: OperationTable, unit: np.ndarray, num_vars: int,
 
 
 def _update_window(ops: OperationTable, is_update: np.ndarray, num_vars: int,
-                   dtype: type[np.signedinteger] = np.int64,
-                   scatter_min: int = SCATTER_MIN_VARS_PER_OP) -> tuple[np.ndarray, np.ndarray]:
+                   dtype: type[np.signedinteger] = np.int64) -> tuple[np.ndarray, np.ndarray]:
     """Per variable: first and last step of the weight updates that use it (-1 when none)."""
     picked = np.flatnonzero(is_update & (ops.first_step >= 0))
-    lens = ops.var_ptr[picked + 1] - ops.var_ptr[picked]
-    if int(lens.sum()) < scatter_min * len(picked):  # many small updates: one vectorised pass
-        lo = np.full(num_vars, np.iinfo(dtype).max, dtype)
-        hi = np.full(num_vars, -1, dtype)
-        var = gather_csr(ops.var_ptr, ops.var_idx, picked)
-        np.minimum.at(lo, var, np.repeat(ops.first_step[picked], lens).astype(dtype))
-        np.maximum.at(hi, var, np.repeat(ops.last_step[picked], lens).astype(dtype))
-        lo[hi < 0] = -1
-        return lo, hi
     lo = np.full(num_vars, -1, dtype)
     hi = np.full(num_vars, -1, dtype)
     # Plain scatters, one value each: in order of last step (a later one overwrites hi), and of first step
-    # from the last (an earlier one overwrites lo). np.minimum.at and np.maximum.at took 0.1 s at 10x.
+    # from the last (an earlier one overwrites lo); np.minimum.at and np.maximum.at over every entry took 1.3 s
+    # on 30 M entries (docs/benchmarks.md).
     ptr = ops.var_ptr.tolist()
     for op in picked[np.argsort(ops.last_step[picked], kind="stable")].tolist():
         hi[ops.var_idx[ptr[op]:ptr[op + 1]]] = ops.last_step[op]

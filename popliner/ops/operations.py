@@ -22,9 +22,6 @@ from popliner.profile.model import Profile
 __all__ = ["DEFAULT_OP_LAYERS", "OperationTable", "derive_operations", "reachable_programs"]
 
 DEFAULT_OP_LAYERS: tuple[str, ...] = ("popart", "poptorch", "xla_op", "popxl")
-#: :attr:`OperationTable.first_user` scatters operation by operation (a Python loop) when the operations that
-#: run use at least this many variables each on average, else takes one vectorised minimum over all entries.
-SCATTER_MIN_VARS_PER_OP = 64
 #: :meth:`OperationTable.vars_of_set` sorts the entries when they number fewer than the variables over this,
 #: else marks them in a mask over every variable.
 UNION_SORT_FACTOR = 32
@@ -88,28 +85,18 @@ class OperationTable:
         """
         return self.first_users()
 
-    def first_users(self, scatter_min: int = SCATTER_MIN_VARS_PER_OP) -> np.ndarray:
+    def first_users(self) -> np.ndarray:
         """Per variable, the operation that uses it at the earliest step, ties to the lowest index (-1: none runs).
 
-        int32 while the operations fit (half the pages of int64). ``scatter_min``: see
-        :data:`SCATTER_MIN_VARS_PER_OP` (either way the same answer).
+        int32 while the operations fit (half the pages of int64).
         """
         # Each operation's rank by (first step, index): the smallest rank among a variable's users is its first.
         order = np.lexsort((np.arange(self.count), self.first_step))
         ran = order[self.first_step[order] >= 0]
         dtype = np.int32 if self.count < 2**31 else np.int64
-        if len(self.var_idx) < scatter_min * len(ran):
-            # Many small operations: one vectorised minimum over every (operation, variable) entry.
-            rank = np.empty(self.count, np.int64)
-            rank[order] = np.arange(self.count)
-            counts = np.diff(self.var_ptr)
-            used = np.repeat(self.first_step >= 0, counts)
-            none = np.iinfo(np.int64).max
-            best = np.full(self.num_variables, none, np.int64)
-            np.minimum.at(best, self.var_idx[used], np.repeat(rank, counts)[used])
-            return np.asarray(np.where(best < none, order[np.minimum(best, max(self.count - 1, 0))], -1), dtype)
-        # Few large operations (a real profile: 13 k over 63 M entries at 10x, where np.minimum.at took 1.5 s):
-        # from the last rank to the first, each writes its number over its variables, so the first user's is
+        # One plain scatter per operation (np.minimum.at over every entry took 1.5 s at 10x, 13 k operations over
+        # 63 M entries; the loop stays under 0.6 s at 300 k operations, docs/benchmarks.md): from the last rank
+        # to the first, each writes its number over its variables, so the first user's is
         # written last. Every value one scatter writes is the same, so repeated indices cannot matter.
         first = np.full(self.num_variables, -1, dtype)
         ptr, idx = self.var_ptr.tolist(), self.var_idx
