@@ -32,10 +32,10 @@ from popliner.profile.gunzip import decompress
 from popliner.profile.loader import load_profile
 from popliner.profile.model import Profile
 from popliner.solvers.problem import SplitProblem
+from tests.paths import FIXTURES
 from tests.pva_double import make_pva
 from tests.test_export import assert_same_profile, canonical, memory_figures
 
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "profiles"
 NAMES = sorted(p.name for p in FIXTURES.iterdir() if p.name.endswith((".json", ".json.gz")))
 #: The two largest take 10-30 s each on a loaded machine: they run with the slow tests (CI runs those too).
 SLOW = {"bert-base-training.json.gz", "gpt2-small-inference.json.gz"}

@@ -25,11 +25,11 @@ from popliner.cli import cli
 from popliner.errors import ExportError
 from popliner.export import export_report
 from popliner.profile.loader import load_profile
+from tests.paths import FIXTURES
 from tests.pva_double import BoundVector, make_pva
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data"
-FIXTURES = ROOT / "fixtures" / "profiles"
 
 #: Every shape the double offers where public code does not settle it.
 SHAPES: list[dict[str, Any]] = [

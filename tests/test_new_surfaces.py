@@ -22,9 +22,9 @@ import pytest
 
 from tests.helpers import chain_document
 from tests.hostile_names import tiny_with_layers
+from tests.paths import FIXTURES
 
 REPO = Path(__file__).resolve().parent.parent
-FIXTURES = REPO / "fixtures" / "profiles"
 TINY = FIXTURES / "tiny.json"
 TINY_TRAINING = FIXTURES / "tiny-training.json"
 #: Each operation's name is LAYER/op: group 1 is the layer.

@@ -25,8 +25,8 @@ from popliner.cli import cli
 from popliner.config.yaml_io import read_config
 from popliner.errors import UsageProblem
 from popliner.synth import generate_document, preset_spec
+from tests.paths import FIXTURES
 
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "profiles"
 IPUS = 2
 
 
