@@ -104,23 +104,6 @@ def test_windows_that_narrow_take_the_masked_sum() -> None:
 
 
 @pytest.mark.parametrize("fixture", ["tiny-training.json", "bert-tiny-training.json", "bert-base-training.json.gz"])
-def test_dense_window_peak_equals_the_sweep(fixture: str) -> None:
-    profile = _engine(fixture).profile
-    rng = np.random.default_rng(11)
-    n = profile.variables.count
-    for _ in range(40):
-        var = np.unique(rng.integers(0, n, int(rng.integers(1, n + 1))))
-        lo = int(rng.integers(-2, profile.num_steps + 1))
-        hi = int(rng.integers(lo - 1, profile.num_steps + 3))
-        dense = sweep._dense_window_peak(profile, var, lo, hi, factor=np.inf)
-        swept = liveness.group_peaks(profile, np.zeros(len(var), np.int64), var, np.array([lo]), np.array([hi]))[0]
-        if dense is None:  # an empty window: the sweep says 0 everywhere
-            assert hi < lo and not swept.any()
-            continue
-        assert dense.tolist() == swept.tolist(), (lo, hi)
-
-
-@pytest.mark.parametrize("fixture", ["tiny-training.json", "bert-tiny-training.json", "bert-base-training.json.gz"])
 def test_class_window_peak_equals_the_sweep(fixture: str) -> None:
     """The per-class path (large sets, e.g. the whole program) against the event sweep, tile block by block."""
     profile = _engine(fixture).profile

@@ -17,11 +17,6 @@ from popliner.profile.model import Profile
 __all__ = ["class_steps", "group_peak_totals", "group_peaks", "variable_steps", "window_peak"]
 
 
-#: The dense sweep of :func:`window_peak` is taken when (tiles x distinct event steps) is at most this many
-#: times the number of interval events: a bincount and a running sum instead of a sort of the events.
-DENSE_FACTOR = 8
-
-
 def variable_steps(profile: Profile, dtype: type[np.signedinteger] = np.int64) -> tuple[np.ndarray, np.ndarray]:
     """Per variable: its first live step and its last (inclusive), -1 for both when it is never live.
 
@@ -48,46 +43,8 @@ def window_peak(profile: Profile, var_idx: np.ndarray, lo: int, hi: int) -> np.n
     by_class = _class_window_peak(profile, var_idx, lo, hi)
     if by_class is not None:
         return by_class
-    dense = _dense_window_peak(profile, var_idx, lo, hi)
-    if dense is not None:
-        return dense
     group = np.zeros(len(var_idx), np.int64)
     return np.asarray(group_peaks(profile, group, var_idx, np.array([lo]), np.array([hi]))[0])
-
-
-def _dense_window_peak(profile: Profile, var_idx: np.ndarray, lo: int, hi: int,
-                       factor: float | None = None) -> np.ndarray | None:
-    """:func:`window_peak` as a (tile x event step) table of net changes; None when that table would be sparse.
-
-    A large stage has millions of interval events but only a few thousand
-    distinct steps at which they happen: summing each step's net change per
-    tile (a bincount) and taking the running sum along the steps gives the
-    live bytes after each step. The sweep's peak is the same figure: at one
-    step its ends come before its starts, so the largest running value at
-    that step is the value once all its events are applied.
-    """
-    tiles = profile.tiles
-    if var_idx.size == 0 or hi < lo or tiles == 0:
-        return None
-    v = profile.variables
-    rep, start, end, has_end = _window_intervals(profile, v.klass[var_idx], lo, hi)
-    if not rep.size:
-        return np.zeros(tiles, np.int64)
-    steps = np.concatenate((start, end[has_end])).astype(np.int64) - lo
-    present = np.bincount(steps, minlength=hi - lo + 1) > 0
-    distinct = int(present.sum())
-    if tiles * distinct > (DENSE_FACTOR if factor is None else factor) * steps.size:
-        return None
-    column = np.cumsum(present) - 1
-    tile = v.tile[var_idx].astype(np.int64)[rep]
-    nbytes = v.bytes[var_idx].astype(np.int64)[rep]
-    cells = np.concatenate((tile, tile[has_end])) * distinct + column[steps]
-    delta = np.concatenate((nbytes, -nbytes[has_end]))
-    # float64 bincount: exact while a (tile, step) net change is below 2**53 bytes.
-    table = np.bincount(cells, weights=delta.astype(np.float64), minlength=tiles * distinct)
-    table = table.astype(np.int64).reshape(tiles, distinct)
-    np.cumsum(table, axis=1, out=table)
-    return np.asarray(np.maximum(table.max(axis=1), 0))
 
 
 #: :func:`_class_window_peak` is taken when its (class x tile) and (interval x tile) tables hold at most this
