@@ -275,8 +275,9 @@ def _stage_results(analysis: Analysis, problem: SplitProblem, bounds: Sequence[t
     stages: list[StageResult] = []
     skipped: list[int] = []
     for k, (i, j) in enumerate(bounds):
-        table.stage_memory(i, j)  # the model's figure of the range from the table's running set (memoised)
-        result = stage_result(range_figure(engine, i, j, k, len(bounds)), analysis.layer_names, problem.budget)
+        # The model's figure and stash entry of the range from the table's running sets (memoised).
+        result = stage_result(range_figure(engine, i, j, k, len(bounds), table), analysis.layer_names,
+                              problem.budget)
         if explain and not result.fits:
             if time.monotonic() < deadline:
                 detail = overflow_detail(engine.model, table.stage_ops(i, j) if k == 0 else engine.range_ops(i, j),

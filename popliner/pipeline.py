@@ -55,6 +55,7 @@ from popliner.memory.types import ComponentBytes, StageMemory
 
 if TYPE_CHECKING:
     from popliner.memory.engine import MemoryEngine
+    from popliner.memory.ranges import ProfileRanges
 
 __all__ = [
     "LayerPlacement",
@@ -424,19 +425,27 @@ class StageFigure:
 
 
 def _figure(engine: MemoryEngine, layers: Sequence[int], position: int, plan: StageLayout, bytes_in: int,
-            bytes_out: int, gradient_bytes_in: int = 0) -> StageFigure:
-    """One IPU's figure in the split ``plan`` (its stash depth; whether it holds a wrapped head)."""
+            bytes_out: int, gradient_bytes_in: int = 0, memory: StageMemory | None = None,
+            entry: np.ndarray | None = None) -> StageFigure:
+    """One IPU's figure in the split ``plan`` (its stash depth; whether it holds a wrapped head).
+
+    ``memory`` and ``entry``: the model's figure of the IPU's operations and the stash entry of its own ones
+    (without a wrapped head's), when the caller knows them already (a range table's).
+    """
     holds_head = plan.wraps and position == 0
     own = [k for k in layers if not (holds_head and k == engine.head_layer)]
     ops = engine.stage_ops(layers, first_stage=position == 0)
     own_ops = engine.stage_ops(own, first_stage=position == 0) if holds_head else ops
     depth = plan.stash_depth(position)
-    entry = engine.stash_entry_per_tile(own_ops) if depth else np.zeros(engine.tiles, np.int64)
+    if not depth:
+        entry = np.zeros(engine.tiles, np.int64)
+    elif entry is None:
+        entry = engine.stash_entry_per_tile(own_ops)
     forward, backward = engine.cycles_split(own_ops)
     head = sum(engine.cycles_split(engine.stage_ops([engine.head_layer], False))) if holds_head else 0
     return StageFigure(
         position=position, num_ipus=plan.num_ipus, layers=tuple(int(k) for k in layers),
-        memory=engine.stage_memory(ops),
+        memory=engine.stage_memory(ops) if memory is None else memory,
         stash_entry_per_tile=entry, stash_entries=depth,
         copy_buffer=copy_buffer_per_tile(bytes_in, bytes_out, engine.tiles, engine.training),
         bytes_in=bytes_in, bytes_out=bytes_out, forward_cycles=forward, backward_cycles=backward,
@@ -475,13 +484,16 @@ def stage_figures(engine: MemoryEngine, stages: Sequence[Sequence[int]]) -> tupl
                  for k, group in enumerate(stages))
 
 
-def range_figure(engine: MemoryEngine, i: int, j: int, position: int, num_ipus: int) -> StageFigure:
+def range_figure(engine: MemoryEngine, i: int, j: int, position: int, num_ipus: int,
+                 table: ProfileRanges | None = None) -> StageFigure:
     """The figure of the contiguous layer range ``i..j`` on the IPU at ``position`` of ``num_ipus``.
 
     Exact for any contiguous split (the planner's view): the range receives
     the bytes crossing the boundary before layer ``i`` and sends those after
     layer ``j``. With a wrapped head, ``i..j`` index the layers before the
-    head, and the range at position 0 holds the head too.
+    head, and the range at position 0 holds the head too. ``table``: a range
+    table of the same engine, whose running sets give the range's model
+    figure and stash entry (the same figures, without a sweep).
     """
     cross, back = engine.crossing, engine.gradient_crossing
     into = i - 1
@@ -496,4 +508,8 @@ def range_figure(engine: MemoryEngine, i: int, j: int, position: int, num_ipus: 
             bytes_out = 0  # one IPU holds everything: nothing crosses
     bytes_in = int(cross[into]) if 0 <= into < len(cross) else 0
     gradient_in = int(back[into]) if 0 <= into < len(back) else 0
-    return _figure(engine, layers, position, plan, bytes_in, bytes_out, gradient_in)
+    if table is None:
+        return _figure(engine, layers, position, plan, bytes_in, bytes_out, gradient_in)
+    # With a wrapped head at position 0 the IPU's operations are not the range's alone: its entry is worked out.
+    entry = None if engine.layout.wraps and position == 0 else table.stash_entry(i, j)
+    return _figure(engine, layers, position, plan, bytes_in, bytes_out, gradient_in, table.stage_memory(i, j), entry)

@@ -27,7 +27,7 @@ from functools import cached_property
 import numpy as np
 
 from popliner.layout import Layout
-from popliner.memory.boundaries import Boundaries
+from popliner.memory.boundaries import Boundaries, build_boundaries
 from popliner.memory.cycles import CycleFacts, cycle_facts, op_cycles
 from popliner.memory.liveness import class_steps, window_peak
 from popliner.memory.model import MemoryModel
@@ -79,7 +79,6 @@ class MemoryEngine:
         self.profile = self.view.profile
         self.is_backward = self.view.is_backward
         self.model = MemoryModel(self.profile, ops, counted_vars)
-        self._stash_known: dict[bytes, np.ndarray] = {}
         #: ``--recompute pipeline``: the figures of re-run sets, by their operations (the model memoises the rest).
         self._rerun_memo: dict[bytes, StageMemory] = {}
         self._range_states: dict[Pieces, RangeState] = {}
@@ -283,9 +282,6 @@ class MemoryEngine:
 
     def stash_entry_per_tile(self, ops: np.ndarray) -> np.ndarray:
         """Bytes per tile of one activation stash entry of the stage (zero in inference)."""
-        known = self._stash_known.get(np.asarray(ops, np.int64).tobytes())
-        if known is not None:
-            return known.copy()
         out = np.zeros(self.tiles, np.int64)
         windows = self.stash_windows(ops)
         if windows is None:
@@ -296,10 +292,6 @@ class MemoryEngine:
         v = self.profile.variables
         # float64 bincount: exact while a tile's entry is below 2**53 bytes.
         return np.bincount(v.tile[stash], weights=v.bytes[stash], minlength=self.tiles).astype(np.int64)
-
-    def remember_stash_entry(self, ops: np.ndarray, entry: np.ndarray) -> None:
-        """Keep the stash entry of a set of operations that another exact path found (the range table's)."""
-        self._stash_known[np.asarray(ops, np.int64).tobytes()] = np.asarray(entry, np.int64).copy()
 
     @cached_property
     def stash_candidate(self) -> np.ndarray:
@@ -384,13 +376,14 @@ class MemoryEngine:
         constant = shared.view_memo.get(b"constant-var")
         # With a wrapped head, each variable's last layer before the head: read the layering only, like the span.
         wrapped_hi = shared.wrapped_hi(self) if self.head_wraps else None
-        made = Boundaries(self.profile, self.ops, self.model, self.layer_of_op, self.num_layers, self.head_wraps,
-                          self.is_backward, self.always_live_var, span, constant, wrapped_hi)
+        made = build_boundaries(self.profile, self.ops, self.model, self.layer_of_op, self.num_layers,
+                                self.head_wraps, self.is_backward, self.always_live_var, span=span,
+                                constant=constant, wrapped_hi=wrapped_hi)
         if span is None:
             shared.keep_layer_span(self, made.variable_layer_span)
         if constant is None:
             shared.view_memo[b"constant-var"] = made.constant_var
-        if self.head_wraps and wrapped_hi is None:
+        if made.wrapped_hi is not None and wrapped_hi is None:
             shared.keep_wrapped_hi(self, made.wrapped_hi)
         return made
 

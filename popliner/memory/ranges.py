@@ -188,10 +188,19 @@ class ProfileRanges:
             ops = np.union1d(ops, self.engine.range_ops(self.engine.head_layer, self.engine.head_layer))
         return ops
 
+    def stash_entry(self, i: int, j: int) -> np.ndarray | None:
+        """One stash entry per tile of the range's own operations (no wrapped head's), when the table has it.
+
+        The same figure as :meth:`popliner.memory.engine.MemoryEngine.stash_entry_per_tile` of
+        :meth:`popliner.memory.engine.MemoryEngine.range_ops` (tests/test_range_paths.py); None in
+        inference or for a range not evaluated yet.
+        """
+        known = self._shared.figures.get((i, j))
+        return None if known is None or not self._training else known[1].copy()
+
     def stage_memory(self, i: int, j: int) -> StageMemory:
         """The direct model's figure of the range (memoised by the engine).
 
-        The engine also keeps the range's stash entry when the table has it.
         Its variables peak comes from the running set of the range's layers
         (a few layer additions and one reading of the liveness grid) rather
         than from a sweep over all the range's variable intervals: the same
@@ -199,9 +208,6 @@ class ProfileRanges:
         """
         ops = self.stage_ops(i, j)
         wrapped = self._wraps and i == 0  # with the head's operations too
-        known = self._shared.figures.get((i, j))
-        if known is not None and self._training and not wrapped:
-            self.engine.remember_stash_entry(ops, known[1])  # the same figure (tests/test_memory_engine.py)
         key = (i, j, wrapped)
         if key in self._shared.staged:
             return self.engine.stage_memory(ops)

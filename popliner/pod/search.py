@@ -100,8 +100,8 @@ def _split_result(analysis: Analysis, table: ProfileRanges, bounds: Bounds, budg
     engine = analysis.engine
     stages = []
     for k, (i, j) in enumerate(bounds):
-        table.stage_memory(i, j)  # the range's model figure from the table's running set (memoised)
-        stages.append(stage_result(range_figure(engine, i, j, k, len(bounds)), analysis.layer_names, budget))
+        # The range's model figure and stash entry from the table's running sets (memoised).
+        stages.append(stage_result(range_figure(engine, i, j, k, len(bounds), table), analysis.layer_names, budget))
     return SplitResult("dp", "OPTIMAL", analysis.mode, len(bounds), budget, tuple(stages),
                        note="popliner plan: the fastest split that fits (largest stage cycles), then the least "
                             "memory on the fullest IPU, then the fewest bytes between IPUs (as --solve --exact-ipus)")

@@ -148,12 +148,11 @@ def build_planner(analysis: Analysis, config: PipelineConfig, *, budget: int, mi
     tiles = int(analysis.profile.target.tiles_per_ipu)
     out = []
     # The solve's way to a stage's figure: the range table's running sets (each row grown one layer at a time)
-    # give each range's model and stash entry, which the engine keeps for range_figure (the same figures).
+    # give each range's model and stash entry, which range_figure takes from the table (the same figures).
     table = ProfileRanges(engine, np.iinfo(np.int64).max // 4, lazy=True)
     for (i, j), positions in _by_range(_valid(n, k)).items():
         table.per_tile(i, j)
-        table.stage_memory(i, j)
-        for p, figure in _range_figures(analysis, i, j, positions, k):
+        for p, figure in _range_figures(analysis, table, i, j, positions, k):
             result = stage_result(figure, analysis.layer_names, budget)
             record = config_stage(p, result, training)
             sim = ipu_figures(record, tiles=tiles, training=training, receives=p > 0 or wraps, bytes_out=0)
@@ -169,7 +168,7 @@ def _by_range(valid: Sequence[tuple[int, int, int]]) -> dict[tuple[int, int], li
     return out
 
 
-def _range_figures(analysis: Analysis, i: int, j: int, positions: Sequence[int],
+def _range_figures(analysis: Analysis, table: ProfileRanges, i: int, j: int, positions: Sequence[int],
                    k: int) -> list[tuple[int, StageFigure]]:
     """The range's figure at each of ``positions`` (ascending) of ``k`` IPUs.
 
@@ -180,7 +179,7 @@ def _range_figures(analysis: Analysis, i: int, j: int, positions: Sequence[int],
     from popliner.pipeline import range_figure, stash_depth
 
     training = analysis.mode == "training"
-    first = range_figure(analysis.engine, i, j, positions[0], k)
+    first = range_figure(analysis.engine, i, j, positions[0], k, table)
     wraps = analysis.engine.layout.wraps_at(k)
     out = [(positions[0], first)]
     for p in positions[1:]:
