@@ -36,9 +36,8 @@ def budget_table(analysis: Analysis, problem: SplitProblem, link_bytes_per_secon
     Making it builds the engine's liveness grid (shared with every other
     table of the engine), which, like the engine, is not interrupted.
     """
-    from popliner.memory.ranges import ProfileRanges
 
-    return ProfileRanges(analysis.engine, problem.budget, link_bytes_per_second, deadline=deadline, lazy=True)
+    return analysis.range_table(problem.budget, link_bytes_per_second, deadline=deadline, lazy=True)
 
 
 def fewest_ipus(analysis: Analysis, problem: SplitProblem, link_bytes_per_second: float = DEFAULT_LINK_BANDWIDTH,
@@ -129,7 +128,7 @@ def suggest_options(analysis: Analysis, problem: SplitProblem, link_bytes_per_se
             check_deadline(None if deadline is None else deadline - setup_seconds)
             began = time.monotonic()
             other = scenario(analysis.base, option)
-            if option.recompute != "none" and other.engine.view.recompute == "compiled":
+            if option.recompute != "none" and other.facts.view.recompute == "compiled":
                 tried += 1
                 continue  # recomputation is compiled in: asking for it changes nothing
             # The engine and the table's liveness grid are the part that cannot stop: time them together.

@@ -113,4 +113,4 @@ def training_of(analysis: Analysis, requested_recompute: RecomputeRequest | None
     options = analysis.options.training
     if options.optimizer_state == "on-chip" and analysis.base.state_off_chip:
         options = dataclasses.replace(options, optimizer_state="off-chip")
-    return config_training(options, analysis.engine.view.recompute, requested_recompute)
+    return config_training(options, analysis.facts.view.recompute, requested_recompute)

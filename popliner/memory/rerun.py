@@ -1,7 +1,7 @@
 """Pipeline recomputation in a range table: the forward window's liveness of a running set, grown with it.
 
 Under ``--recompute pipeline`` a stage that PopART re-runs peaks at the
-larger of two windows (:meth:`popliner.memory.engine.MemoryEngine.stage_memory`):
+larger of two windows (:func:`popliner.memory.stages.stage_memory`):
 its forward part, where every recomputed variable lives only up to its last
 forward read (the engine's forward-cut profile), and its backward part, with
 the live steps as profiled. The running set's own liveness grid answers the
@@ -34,13 +34,13 @@ if TYPE_CHECKING:
 __all__ = ["ForwardCut", "forward_cut_grid"]
 
 
-def forward_cut_grid(engine: MemoryFacts, dtype: type[np.signedinteger] | None = None, block: int = BLOCK
+def forward_cut_grid(facts: MemoryFacts, dtype: type[np.signedinteger] | None = None, block: int = BLOCK
                      ) -> SegmentGrid:
     """The liveness grid of the engine's forward-cut profile (its segments refine the what-if profile's).
 
     ``dtype``: the what-if grid's cells, when known (the cut profile has the same variables' bytes).
     """
-    return SegmentGrid.of(engine.forward_cut_profile(), block, dtype)
+    return SegmentGrid.of(facts.forward_cut_profile(), block, dtype)
 
 
 class ForwardCut:
@@ -52,11 +52,11 @@ class ForwardCut:
     variables back after another set used it.
     """
 
-    def __init__(self, engine: MemoryFacts, grid: SegmentGrid) -> None:
-        cut = engine.forward_cut_profile()
+    def __init__(self, facts: MemoryFacts, grid: SegmentGrid) -> None:
+        cut = facts.forward_cut_profile()
         # The what-if classes, valid in the forward-cut profile's class table (it only appends classes).
-        self.kept_klass = engine.profile.variables.klass
-        if len(cut.class_ptr) < len(engine.profile.class_ptr):  # pragma: no cover - with_live_steps only appends
+        self.kept_klass = facts.profile.variables.klass
+        if len(cut.class_ptr) < len(facts.profile.class_ptr):  # pragma: no cover - with_live_steps only appends
             raise AssertionError("the forward-cut profile does not extend the what-if profile's classes")
         self.grid = grid
         #: What went into the shared grid, to put the set back after other sets used it.
