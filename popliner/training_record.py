@@ -89,7 +89,7 @@ class ConfigTraining:
 
 def config_training(options: TrainingOptions, applied_recompute: AppliedRecompute,
                     requested: RecomputeRequest | None = None) -> ConfigTraining:
-    """The record of ``options`` as a config keeps it; ``applied_recompute`` is the mode the engine applied."""
+    """The record of ``options`` as a config keeps it; ``applied_recompute`` is the mode the memory facts applied."""
     return ConfigTraining(
         recompute=applied_recompute,
         optimizer_state=options.optimizer_state,

@@ -5,7 +5,7 @@ must be sent over the IPU link (activations forwards, their gradients
 backwards in training), unless it is always live (each IPU holds its own
 weights) or a constant each IPU makes itself. These figures depend on the
 layers and the variables only, not on a stage's memory, so they live apart
-from the memory engine, which offers them (:class:`popliner.memory.engine.MemoryEngine`).
+from the memory model; the memory facts make them once (:attr:`popliner.memory.facts.MemoryFacts.boundaries`).
 """
 
 from __future__ import annotations

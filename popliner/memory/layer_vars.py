@@ -4,10 +4,10 @@
 variables its operations use, split into the ones no other layer uses
 (private: most of them, some 150,000 per BERT-Large layer) and the others
 (shared). Taking the union of the layer's operations' variable lists and
-then looking each up in the engine's multi-layer flags sorts some 330,000
+then looking each up in the boundaries' multi-layer flags sorts some 330,000
 entries per layer. But the layer span of every variable
 (:attr:`popliner.memory.boundaries.Boundaries.variable_layer_span`, which
-the engine has anyway) says it already: a variable is private to layer
+the facts have anyway) says it already: a variable is private to layer
 ``j`` exactly when its first and last layer are both ``j``. Variables are
 numbered in long runs of one layer (tensors laid out tile by tile), so one
 pass finds the runs, and a layer's private variables are its runs expanded:
@@ -33,7 +33,7 @@ __all__ = ["LayerVariables"]
 class LayerVariables:
     """Per layer of one layering (the operations' layers and counted flags): private and shared variables.
 
-    ``layer_ops[j]`` must be the engine's operations of layer ``j``
+    ``layer_ops[j]`` must be the facts' operations of layer ``j``
     (:func:`popliner.memory.stages.range_ops` of ``j..j``),
     with the unlayered ones in layer 0, as the layer span counts them.
     """
@@ -78,7 +78,7 @@ class LayerVariables:
 
     def split(self, j: int, ops: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(private, shared) variables of layer ``j``, whose operations are ``ops``, and the shared ones'
-        positions in the engine's ``multi_layer_index`` (made once per layer)."""
+        positions in the boundaries' ``multi_layer_index`` (made once per layer)."""
         found = self._made.get(j)
         if found is None:
             shared = self.shared(ops)

@@ -76,12 +76,12 @@ class RangeState:
         self.cut_grid = forward_cut_grid(facts, dtype, pieces.grid_block) if self.rerun else None
         for grid in (self.grid, self.cut_grid):
             if grid is not None:
-                shared.take_buffers(grid)  # zeroed buffers an earlier engine gave back: no page faults
+                shared.take_buffers(grid)  # zeroed buffers an earlier option set gave back: no page faults
         self.pieces = pieces
-        #: The profile's option-free parts and this engine's delta on them (``popliner plan``: one engine per
+        #: The profile's option-free parts and these facts' delta on them (``popliner plan``: one scenario per
         #: option set, all on the same parts).
         self.share = EngineShare(shared, facts, self.grid, self.cut_grid)
-        #: What a range's figure depends on besides its operations: engines of equal signatures share figures.
+        #: What a range's figure depends on besides its operations: scenarios of equal signatures share figures.
         self._signature = self.share.signature(facts)
         counted = facts.model.counted_vars
         self._layer_keys = [ops.tobytes() + counted[ops].tobytes() for ops in self.layer_ops]
@@ -92,7 +92,7 @@ class RangeState:
         self.figures: dict[tuple[int, int], tuple[int, np.ndarray, np.ndarray]] = {}
         #: (i, j) -> the variables peak per tile of a range evaluated on a running set that re-runs nothing.
         self.peaks: dict[tuple[int, int], np.ndarray] = {}
-        #: Ranges whose model figure the engine holds (see ProfileRanges.stage_memory).
+        #: Ranges whose model figure the facts' model holds (see ProfileRanges.stage_memory).
         self.staged: set[tuple[int, int, bool]] = set()
         #: Per start: the running set where its row stopped, to grow it for a higher limit.
         self.resume: dict[int, RunningStage] = {}
@@ -116,7 +116,7 @@ class RangeState:
         return parts
 
     def other_figure(self, i: int, j: int) -> tuple[int, np.ndarray, np.ndarray] | None:
-        """The figure of ``i..j`` when an engine of the same variable tables and rules evaluated the same operations.
+        """The figure of ``i..j`` when a scenario of the same variable tables and rules evaluated the same operations.
 
         Kept here too (in :attr:`figures`) when found.
         """
@@ -130,7 +130,7 @@ class RangeState:
         return known
 
     def keep_figure(self, i: int, j: int, known: tuple[int, np.ndarray, np.ndarray], peak: np.ndarray | None) -> None:
-        """Offer the figure of ``i..j`` (and its variables peak, if kept) to the engines of other option sets.
+        """Offer the figure of ``i..j`` (and its variables peak, if kept) to the scenarios of other option sets.
 
         In int32 when every value fits: half the bytes.
         """

@@ -17,7 +17,7 @@ other on every fixture, in pieces of several sizes).
 Liveness goes through a dense (tile x liveness segment) grid
 (:mod:`popliner.memory.liveness.grid`). The running sets are :mod:`popliner.memory.running`
 (``pieces``: the sizes they work in, for tests);
-what the tables of one engine share is the engine's
+what the tables of one scenario share is its range memo
 (:mod:`popliner.memory.range_state`).
 
 :class:`ProfileRanges` offers what a solver reads (see
@@ -56,7 +56,7 @@ class ProfileRanges:
 
     ``limit`` is the largest worst-tile figure of interest: a range over it
     reads as :data:`OVERFLOW`, and no longer range from the same start is
-    evaluated. Tables of the same engine (a solve builds several: the asked
+    evaluated. Tables of the same scenario (a solve builds several: the asked
     budget, relaxed budgets for a best-effort split) share what does not
     depend on the limit: per-layer parts, crossing bytes and every range
     figure already evaluated, so a second table only evaluates ranges the
@@ -267,7 +267,7 @@ class ProfileRanges:
         for j in range(i, upto + 1):
             known = shared.figures.get((i, j))
             if known is None:
-                known = shared.other_figure(i, j)  # another option set's engine's, when the same
+                known = shared.other_figure(i, j)  # another option set's, when the same
             if known is None:
                 # One clock reading per layer added: noise next to the per-tile sums below.
                 check_deadline(self.deadline)
@@ -279,7 +279,7 @@ class ProfileRanges:
                 total = state.total_per_tile(rerun if rerun is not None else plain)
                 if plain is not None:
                     shared.peaks[(i, j)] = plain  # stage_memory's, if this range is chosen
-                # Same figure as the engine's stash_entry_per_tile, from the running set of variables. Taken
+                # Same figure as stages.stash_entry_per_tile, from the running set of variables. Taken
                 # over the limit too: a table with a higher limit (a best effort) then needs no second
                 # reading of this range's total, only the running set to grow it further.
                 stash = state.stash_entry() if self._training else np.zeros_like(total)
@@ -305,7 +305,7 @@ class ProfileRanges:
     def _rerun_peak(self, state: RunningStage) -> np.ndarray | None:
         """Under ``--recompute pipeline``, the variables peak of a re-run stage (None: the plain peak).
 
-        The engine says from its operations whether the set is re-run and
+        The facts say from its operations whether the set is re-run and
         where its backward starts; the running set reads both windows.
         """
         if state.forward_cut is None:

@@ -12,7 +12,7 @@ others exactly as profiled.
 keeps what the options cannot change: each layer's programs part and counted
 variables, and the events and stash columns of a set of variables *as
 profiled* (on the profile's own grid). :class:`EngineShare` adapts them to
-one facts: the events move to the engine's grid (its segments refine the
+one engine: the events move to the engine's grid (its segments refine the
 profile's: a what-if profile only adds liveness classes, so its segment ends
 include the profile's), and the option set's delta is added for the
 variables its options change: their what-if events or columns, minus their
@@ -160,15 +160,15 @@ class SharedParts:
         self._dtypes.append((v.tile, v.bytes, found))  # held, so that the identities stay meaningful
         return found
 
-    def programs(self, facts: MemoryFacts, ops: np.ndarray, counted: bool = True) -> ProgramPart:
+    def programs(self, engine: MemoryFacts, ops: np.ndarray, counted: bool = True) -> ProgramPart:
         """The layer's programs part and, if ``counted``, counted variables (the same for all options)."""
-        key = np.asarray(ops, np.int64).tobytes() + facts.model.counted_vars[ops].tobytes()
+        key = np.asarray(ops, np.int64).tobytes() + engine.model.counted_vars[ops].tobytes()
         found = self._programs.get(key)
         if found is None:
 
-            found = self._programs[key] = program_part(facts, ops, counted)
+            found = self._programs[key] = program_part(engine, ops, counted)
         elif counted and found[5] is None:
-            found = self._programs[key] = (*found[:5], facts.model.counted_variables(ops))
+            found = self._programs[key] = (*found[:5], engine.model.counted_variables(ops))
         return found
 
     def merged(self, var: np.ndarray, key: bytes) -> Events:
@@ -344,23 +344,23 @@ def _expand(profile: Profile, var: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 class EngineShare:
     """One engine's view of the shared parts: which variables its options change, and its grids' adapters."""
 
-    def __init__(self, shared: SharedParts, facts: MemoryFacts, grid: SegmentGrid,
+    def __init__(self, shared: SharedParts, engine: MemoryFacts, grid: SegmentGrid,
                  cut_grid: SegmentGrid | None) -> None:
         self.shared = shared
         base = shared.profile
-        changed = _changed_from(facts.profile, base)
+        changed = _changed_from(engine.profile, base)
         self.grid = _GridShare.of(shared, grid, changed)
         self.cut_grid = None if cut_grid is None else _GridShare.of(shared, cut_grid, _changed_from(cut_grid.p, base))
         self.stash_changed: np.ndarray | None = None
         self.stash_table, self.stash_key = -1, ""
-        if facts.training:
+        if engine.training:
             # A variable whose class and bytes are as profiled has the profiled steps and always-live flag
             # (the class table extends the profile's): only every-layer's never-stashed ones change besides.
-            self.stash_changed = np.asarray(changed | facts.view.never_stash)
-            self.stash_table = shared.table(facts.profile, changed)
-            self.stash_key = f"stash:{shared.never_stash(facts.view.never_stash)}"
-        self.engine_columns = facts
-        p = facts.profile
+            self.stash_changed = np.asarray(changed | engine.view.never_stash)
+            self.stash_table = shared.table(engine.profile, changed)
+            self.stash_key = f"stash:{shared.never_stash(engine.view.never_stash)}"
+        self.engine_columns = engine
+        p = engine.profile
         # Per class of the engine's profile: first and last live step, always live (a handful of classes).
         nonempty = np.diff(p.class_ptr) > 0
         self._class_first = np.full(p.num_classes, -1, np.int64)
@@ -369,7 +369,7 @@ class EngineShare:
         self._class_last[nonempty] = p.iv_end[p.class_ptr[1:][nonempty] - 1] - 1
         self._class_always = p.always_live_classes()
 
-    def signature(self, facts: MemoryFacts) -> tuple[object, ...]:
+    def signature(self, engine: MemoryFacts) -> tuple[object, ...]:
         """What a range's figure reads besides its operations and counted flags, all of it known by content.
 
         The variable tables (what-if, forward cut under ``--recompute
@@ -377,9 +377,9 @@ class EngineShare:
         (:meth:`SharedParts.table`), the training rules by value. Ranges of
         equal operations and equal signatures have equal figures.
         """
-        view = facts.view
+        view = engine.view
         return (self.grid.table, self.cut_grid.table if self.cut_grid is not None else -1, self.stash_table,
-                self.stash_key, facts.training, view.recompute, view.stash_inputs, view.inputs_only,
+                self.stash_key, engine.training, view.recompute, view.stash_inputs, view.inputs_only,
                 np.asarray(view.is_backward, bool).tobytes())
 
     def stash(self, var: np.ndarray, key: bytes, with_owner: bool = False) -> tuple[Events, ...] | None:
@@ -403,10 +403,10 @@ class EngineShare:
 
     def _columns(self, var: np.ndarray, with_owner: bool) -> Events:
         """:func:`popliner.memory.stash_row.stash_columns` of a few variables, from their classes."""
-        facts = self.engine_columns
-        v = facts.profile.variables
+        engine = self.engine_columns
+        v = engine.profile.variables
         cls = v.klass[var]
-        candidate = ~self._class_always[cls] & ~facts.view.never_stash[var]
+        candidate = ~self._class_always[cls] & ~engine.view.never_stash[var]
         at = np.arange(len(var))
         return candidate_columns(at, candidate, self._class_first[cls], self._class_last[cls], v.tile[var],
-                                 v.bytes[var], facts.tiles, with_owner)
+                                 v.bytes[var], engine.tiles, with_owner)

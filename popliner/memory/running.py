@@ -3,7 +3,7 @@
 A range ``i..j`` of layers is evaluated by adding layer ``j`` to the set of
 ``i..j-1`` (:class:`RunningStage`), never from scratch. What one layer adds
 is the same for every range that holds it, so it is computed once
-(:class:`LayerParts`) and kept by the engine's range state
+(:class:`LayerParts`) and kept by the scenario's range memo
 (:mod:`popliner.memory.range_state`). Variable liveness goes through the
 liveness grid (:class:`popliner.memory.liveness.SegmentGrid`).
 """
@@ -84,7 +84,7 @@ class LayerParts:
     @classmethod
     def of(cls, facts: MemoryFacts, ops: np.ndarray, share: EngineShare,
            variables: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> LayerParts:
-        """The layer's parts: the profile's option-free parts (``share``, with its grids) and the engine's delta.
+        """The layer's parts: the profile's option-free parts (``share``, with its grids) and the option set's delta.
 
         ``variables``: its (private, shared) counted variables and the
         shared ones' positions in ``multi_layer_index``, when known
@@ -111,7 +111,7 @@ class LayerParts:
 
 def _events(share: _GridShare, private: np.ndarray, shared: np.ndarray, keys: tuple[bytes, bytes]
             ) -> tuple[tuple[Events, ...], tuple[Events, ...]]:
-    """(private, shared) events on a grid: its profiled part and the engine's delta."""
+    """(private, shared) events on a grid: its profiled part and the option set's delta."""
     return share.merged(private, keys[0]), share.owned(shared, keys[1])
 
 
@@ -120,7 +120,7 @@ class RunningStage:
 
     Control code, exchange code and vertex state add up; vertex presence is a
     running count per (type, tile). Variable liveness goes into the dense
-    (liveness segment x tile) grid, which the engine's running sets share
+    (liveness segment x tile) grid, which the scenario's running sets share
     one at a time. In training, ``row_ops`` are the operations of
     the layers the set may grow by, in order (the first is the first layer
     added), and the stash columns of each layer's new variables are kept: see
@@ -209,13 +209,13 @@ class RunningStage:
         """A re-run stage's variables peak: the forward-cut window before step ``b0``, the backward from it.
 
         ``b0`` is :func:`popliner.memory.stages.pipeline_rerun_window`'s
-        for the set's operations; the same figure as the engine's, to the byte.
+        for the set's operations; the same figure as :func:`popliner.memory.stages.stage_memory`'s, to the byte.
         """
         assert self.forward_cut is not None  # built for pipeline recomputation
         return np.asarray(np.maximum(self.forward_cut.peak(self.lo, b0 - 1), self.grid.peak(b0, self.hi)))
 
     def stash_entry(self) -> np.ndarray:
-        """The engine's ``stash_entry_per_tile`` of the set so far (training)."""
+        """:func:`popliner.memory.stages.stash_entry_per_tile` of the set so far (training)."""
         assert self.stash is not None  # built with the row's operations in training
         return self.stash.entry(len(self.ops) - 1)
 

@@ -32,7 +32,7 @@ def stash_columns(facts: MemoryFacts, var: np.ndarray, with_owner: bool = False,
                   columns: Columns | None = None) -> dict[str, np.ndarray] | None:
     """What a stash entry reads of each variable that is not always live (training only).
 
-    ``columns``: the variables' classes, tiles and bytes in the engine's profile, when the caller has them.
+    ``columns``: the variables' classes, tiles and bytes in the facts' profile, when the caller has them.
     """
     if not facts.training:
         return None
@@ -157,7 +157,7 @@ class StashRow:
     taken for a horizon of growths that doubles as needed; candidates that
     join beyond it are looked at again when it grows. If the windows stop
     widening, every later entry is the masked sum over all candidates of
-    the set, as the engine takes it. Exact either way: integer bytes summed
+    the set, as :func:`popliner.memory.stages.stash_entry_per_tile` takes it. Exact either way: integer bytes summed
     in float64 below 2**53, then as int64. ``first_horizon``: the horizon's
     first size (any gives the same entries).
     """

@@ -55,11 +55,11 @@ class DepthSplit:
 
 @dataclass(frozen=True, eq=False)
 class OptionSearch:
-    """One option set's analysis and its splits by depth; what its engine said, kept once the engine is gone."""
+    """One option set's analysis and its splits by depth; what its memory facts said, kept once they are gone."""
 
     analysis: Analysis
     depths: dict[int, DepthSplit]
-    recompute: str  # the mode the engine applied
+    recompute: str  # the mode the memory facts applied
     traffic: TrafficTable | None = None
 
 
