@@ -19,7 +19,7 @@ entry written once and read only from then on.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -67,8 +67,8 @@ class MemoryFacts:
     #: The profile's option-free memo (see the module's docstring).
     memo: dict[bytes, Any] = field(repr=False)
     #: ``--recompute pipeline``: the figures of re-run sets, by their operations (the model memoises the rest);
-    #: filled by :func:`popliner.memory.stages.stage_memory` alone.
-    rerun_memo: dict[bytes, StageMemory] = field(default_factory=dict, repr=False)
+    #: read and filled by :meth:`rerun_figure` alone.
+    _rerun_memo: dict[bytes, StageMemory] = field(default_factory=dict, init=False, repr=False)
 
     def __repr__(self) -> str:
         return (f"<memory facts of {self.base_profile.path}: {'training' if self.training else 'inference'}, "
@@ -149,6 +149,14 @@ class MemoryFacts:
         if made.wrapped_hi is not None:
             self.memo.setdefault(wrapped_key, made.wrapped_hi)
         return made
+
+    def rerun_figure(self, ops: np.ndarray, make: Callable[[], StageMemory]) -> StageMemory:
+        """The figure of a re-run set of operations: ``make()``'s (a pure function of these facts), made once."""
+        key = np.unique(np.asarray(ops, np.int64)).tobytes()
+        found = self._rerun_memo.get(key)
+        if found is None:
+            found = self._rerun_memo[key] = make()
+        return found
 
     def forward_cut_profile(self, head_kept: bool = False) -> Profile:
         """``pipeline``: the what-if profile with every recomputed variable live only up to its last forward read.

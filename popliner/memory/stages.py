@@ -83,20 +83,21 @@ def stage_memory(facts: MemoryFacts, ops: np.ndarray, variables: np.ndarray | No
     rerun = pipeline_rerun_window(facts, ops)
     if rerun is None:
         return memory
-    key = np.unique(np.asarray(ops, np.int64)).tobytes()
-    hit = facts.rerun_memo.get(key)
-    if hit is None:
-        if rerun_variables is None:
+
+    def rerun_figure() -> StageMemory:
+        peak = rerun_variables
+        if peak is None:
             b0, head_kept = rerun
             lo, hi = facts.model.window(ops)
             var = facts.model.counted_variables(ops)
             forward = window_peak(facts.forward_cut_profile(head_kept), var, lo, b0 - 1)
             backward = window_peak(facts.profile, var, b0, hi)
-            rerun_variables = np.maximum(forward, backward)
+            peak = np.maximum(forward, backward)
         per_tile = memory.per_tile.copy()
-        per_tile[0] = rerun_variables
-        hit = facts.rerun_memo[key] = StageMemory(per_tile)
-    return hit
+        per_tile[0] = peak
+        return StageMemory(per_tile)
+
+    return facts.rerun_figure(ops, rerun_figure)
 
 
 def pipeline_rerun_window(facts: MemoryFacts, ops: np.ndarray) -> tuple[int, bool] | None:
