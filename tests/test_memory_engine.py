@@ -34,7 +34,7 @@ def _analysis(path: Path, mode: str) -> Analysis:
     return load_analysis(str(path), AnalysisOptions(mode=mode), use_cache=False)  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("pieces", [PIECES, Pieces(grid_block=3, stash_horizon=2)], ids=["default", "small"])
+@pytest.mark.parametrize("pieces", [PIECES, Pieces(grid_block=3)], ids=["default", "small"])
 @pytest.mark.parametrize("mode", ["training", "inference"])
 @pytest.mark.parametrize("path", PROFILES, ids=lambda p: p.name.split(".")[0])
 def test_incremental_ranges_equal_the_direct_model(path: Path, mode: str, pieces: Pieces) -> None:

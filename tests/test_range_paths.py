@@ -21,8 +21,7 @@ from popliner.memory import liveness, stash_row
 from popliner.memory.facts import MemoryFacts
 from popliner.memory.liveness import sweep
 from popliner.memory.running import Pieces
-from popliner.memory.stages import range_ops, select_stash, stage_memory, stash_entry_per_tile, stash_join_positions
-from popliner.memory.stash_rule import StashWindows
+from popliner.memory.stages import range_ops, stage_memory, stash_entry_per_tile
 from popliner.memory.training import TrainingOptions
 from tests.helpers import FIXTURES, range_table_equals_engine
 from tests.liveness_oracle import EventList
@@ -47,64 +46,17 @@ def _engine(name: str, **kwargs: str) -> MemoryFacts:
     return _scenario(name, **kwargs).facts
 
 
-#: Grid blocks of 3 segments and stash horizons of 2 growths: small profiles reach every branch.
-SMALL = Pieces(grid_block=3, stash_horizon=2)
+#: Grid blocks of 3 segments: small profiles reach every branch.
+SMALL = Pieces(grid_block=3)
 
 
-@pytest.mark.parametrize("pieces", [Pieces(1, 1), SMALL, Pieces(64, 8)], ids=["b1h1", "b3h2", "b64h8"])
+@pytest.mark.parametrize("pieces", [Pieces(1), SMALL, Pieces(64)], ids=["b1", "b3", "b64"])
 @pytest.mark.parametrize("options", OPTIONS, ids=lambda o: "-".join(o.values()) or "plain")
 @pytest.mark.parametrize("fixture", ["tiny-training.json", "bert-tiny-training.json"])
 def test_fast_paths_equal_the_direct_model(fixture: str, options: dict[str, str], pieces: Pieces) -> None:
     made = _scenario(fixture, **options)
     table = made.range_table(2**62, pieces=pieces)
     range_table_equals_engine(table, made.facts, table.num_layers)  # a wrapped head is no layer of the table's
-
-
-def _random_rows(rng: np.random.Generator, m: int, widening: bool) -> list[StashWindows | None]:
-    """Windows of a growing stage: nested when ``widening``, else with one step back somewhere."""
-    fwd_lo, fwd_hi = 100, 110
-    bwd_lo, bwd_hi = 300, 310
-    rows: list[StashWindows | None] = [None] * int(rng.integers(0, 2))
-    while len(rows) < m:
-        fwd_lo -= int(rng.integers(0, 3))
-        fwd_hi += int(rng.integers(0, 20))
-        bwd_lo -= int(rng.integers(0, 20))
-        bwd_hi += int(rng.integers(0, 3))
-        rows.append((fwd_lo, fwd_hi, bwd_lo, bwd_hi))
-    if not widening:
-        k = int(rng.integers(len(rows) - 1, len(rows)))
-        w = rows[k]
-        assert w is not None
-        rows[k] = (w[0], w[1] - 30, w[2], w[3])
-    return rows
-
-
-@pytest.mark.parametrize("options", OPTIONS[:3], ids=lambda o: "-".join(o.values()) or "plain")
-def test_join_growth_follows_the_stash_rule(options: dict[str, str]) -> None:
-    engine = _engine("tiny-training.json", **options)
-    rng = np.random.default_rng(7)
-    for trial in range(60):
-        m = int(rng.integers(1, 9))
-        rows = _random_rows(rng, m, widening=True)
-        first = rng.integers(-1, 420, 500)
-        last = np.maximum(first, rng.integers(-1, 420, 500))
-        at = stash_join_positions(engine, first, last, rows)
-        if at is None:
-            # Only pipeline's received inputs may refuse nested windows: the forward part started earlier.
-            assert engine.view.inputs_only
-            continue
-        for p, w in enumerate(rows):
-            expect = np.zeros(len(first), bool) if w is None else select_stash(engine, first, last, w)
-            assert ((at <= p) == expect).all(), (trial, p)
-
-
-def test_windows_that_narrow_take_the_masked_sum() -> None:
-    engine = _engine("tiny-training.json")
-    rows = _random_rows(np.random.default_rng(3), 5, widening=False)
-    assert stash_join_positions(engine, np.zeros(1, np.int64), np.zeros(1, np.int64), rows) is None
-    # A forward part that appears and then vanishes is no widening either.
-    assert stash_join_positions(engine, np.zeros(1, np.int64), np.zeros(1, np.int64),
-                                  [(1, 2, 5, 6), None, (1, 2, 5, 6)]) is None
 
 
 @pytest.mark.parametrize("fixture", ["tiny-training.json", "bert-tiny-training.json", "bert-base-training.json.gz"])

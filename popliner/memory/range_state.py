@@ -152,4 +152,4 @@ class RangeState:
         """A new, empty running set (it takes the shared grids over)."""
         facts = self.facts
         cut = ForwardCut(facts, self.cut_grid) if self.cut_grid is not None else None
-        return RunningStage(facts, self.grid, row_ops, cut, self.pieces.stash_horizon)
+        return RunningStage(facts, self.grid, row_ops, cut)

@@ -18,7 +18,7 @@ import numpy as np
 from popliner.memory.liveness import SegmentGrid
 from popliner.memory.liveness.grid import BLOCK
 from popliner.memory.rerun import ForwardCut
-from popliner.memory.stash_row import FIRST_HORIZON, StashRow
+from popliner.memory.stash_row import StashRow
 
 if TYPE_CHECKING:
     from popliner.memory.facts import MemoryFacts
@@ -34,13 +34,11 @@ Events = dict[str, np.ndarray]
 class Pieces:
     """The sizes a range table's running sets work in. Any sizes give the same figures, to the byte.
 
-    ``grid_block``: segments per block of the liveness grid; ``stash_horizon``:
-    growths a stash row looks ahead at first. Tests take small ones, so that
-    small profiles reach every branch.
+    ``grid_block``: segments per block of the liveness grid. Tests take small
+    blocks, so that small profiles reach every branch.
     """
 
     grid_block: int = BLOCK
-    stash_horizon: int = FIRST_HORIZON
 
 
 #: The sizes the commands use.
@@ -124,13 +122,13 @@ class RunningStage:
     one at a time. In training, ``row_ops`` are the operations of
     the layers the set may grow by, in order (the first is the first layer
     added), and the stash columns of each layer's new variables are kept: see
-    :class:`StashRow` (``stash_horizon``: its first horizon). ``forward_cut``,
+    :class:`StashRow`. ``forward_cut``,
     under ``--recompute pipeline``, keeps the set's variables under the
     forward-cut live steps too (:meth:`rerun_variables_peak`).
     """
 
     def __init__(self, facts: MemoryFacts, grid: SegmentGrid, row_ops: list[np.ndarray] | None = None,
-                 forward_cut: ForwardCut | None = None, stash_horizon: int = FIRST_HORIZON) -> None:
+                 forward_cut: ForwardCut | None = None) -> None:
         self.facts = facts
         p = facts.profile
         self.tiles = p.tiles
@@ -146,7 +144,7 @@ class RunningStage:
         grid.owner = self
         self.lo, self.hi = 0, -1
         self.ops: list[np.ndarray] = []
-        self.stash = StashRow(facts, row_ops, stash_horizon) if row_ops is not None else None
+        self.stash = StashRow(facts, row_ops) if row_ops is not None else None
         #: What went into the shared grid, to put the set back after other sets used it.
         self.grid_adds: list[dict[str, np.ndarray]] = []
         self.forward_cut = forward_cut
@@ -190,7 +188,7 @@ class RunningStage:
         self.grid_adds.extend(added)
         if self.stash is not None and parts.private_stash is not None and parts.shared_stash is not None:
             for cols in (*parts.private_stash, *_pieces_of(parts.shared_stash, fresh)):
-                self.stash.add(cols, len(self.ops) - 1)
+                self.stash.add(cols)
 
     def total_per_tile(self, variables: np.ndarray | None = None) -> np.ndarray:
         """Every component summed per tile; ``variables``: the variables peak when not :meth:`variables_peak`."""

@@ -24,7 +24,7 @@ import numpy as np
 
 from popliner.memory.facts import MemoryFacts
 from popliner.memory.liveness import window_peak
-from popliner.memory.stash_rule import StashWindows, stash_positions, stash_select
+from popliner.memory.stash_rule import StashWindows, stash_select
 from popliner.memory.types import StageMemory
 from popliner.ops.layers import ops_of_layers
 
@@ -40,7 +40,6 @@ __all__ = [
     "stage_memory",
     "stage_ops",
     "stash_entry_per_tile",
-    "stash_join_positions",
     "stash_windows",
     "steps_of",
 ]
@@ -189,15 +188,6 @@ def stash_entry_per_tile(facts: MemoryFacts, ops: np.ndarray) -> np.ndarray:
 def select_stash(facts: MemoryFacts, first: np.ndarray, last: np.ndarray, windows: StashWindows) -> np.ndarray:
     """Which candidates (first and last live step) one stash entry of a stage holds (:func:`stash_select`)."""
     return stash_select(first, last, windows, facts.view.stash_inputs, facts.view.inputs_only)
-
-
-def stash_join_positions(facts: MemoryFacts, first: np.ndarray, last: np.ndarray,
-                         rows: Sequence[StashWindows | None]) -> np.ndarray | None:
-    """For a stage that grows one layer at a time, the growth at which each candidate joins its stash.
-
-    See :func:`popliner.memory.stash_rule.stash_positions`.
-    """
-    return stash_positions(first, last, rows, facts.view.stash_inputs, facts.view.inputs_only)
 
 
 def cycles_split(facts: MemoryFacts, ops: np.ndarray) -> tuple[int, int]:

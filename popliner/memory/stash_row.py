@@ -4,8 +4,8 @@ A range table (:mod:`popliner.memory.ranges`) needs, for every range ``i..j``,
 one activation stash entry per tile: the figure of
 :func:`popliner.memory.stages.stash_entry_per_tile`. Taking it
 afresh for each ``j`` would read the range's variables again at every
-growth; :class:`StashRow` reads each candidate about once per row instead,
-from the columns :func:`stash_columns` keeps per layer.
+growth; :class:`StashRow` sums the columns :func:`stash_columns` keeps per
+layer instead.
 """
 
 from __future__ import annotations
@@ -15,17 +15,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from popliner.arrays import rank_by_table, unique_inverse
-from popliner.memory.stages import select_stash, stash_join_positions, stash_windows, steps_of
+from popliner.memory.stages import select_stash, stash_windows, steps_of
 
 if TYPE_CHECKING:
     from popliner.memory.facts import MemoryFacts
     from popliner.memory.liveness.grid import Columns
-    from popliner.memory.stash_rule import StashWindows
 
-__all__ = ["FIRST_HORIZON", "StashRow", "candidate_columns", "pair_groups", "stash_columns"]
-
-#: Growths a :class:`StashRow` looks ahead at first (the horizon doubles as needed).
-FIRST_HORIZON = 8
+__all__ = ["StashRow", "candidate_columns", "pair_groups", "stash_columns"]
 
 
 def stash_columns(facts: MemoryFacts, var: np.ndarray, with_owner: bool = False,
@@ -148,91 +144,27 @@ def pair_groups(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray, n
 
 
 class StashRow:
-    """One stash entry per tile of a set growing one layer at a time, each candidate read about once.
+    """One stash entry per tile of a set growing one layer at a time.
 
-    While the stage's windows only widen as it grows (the usual case: see
-    :func:`popliner.memory.stages.stash_join_positions`), each
-    candidate's growth of joining is found once, and its bytes wait in that
-    growth's row of ``pending`` until the entry gets there. Windows are
-    taken for a horizon of growths that doubles as needed; candidates that
-    join beyond it are looked at again when it grows. If the windows stop
-    widening, every later entry is the masked sum over all candidates of
-    the set, as :func:`popliner.memory.stages.stash_entry_per_tile` takes it. Exact either way: integer bytes summed
-    in float64 below 2**53, then as int64. ``first_horizon``: the horizon's
-    first size (any gives the same entries).
+    Each entry is the masked sum over the candidates of the set so far (the
+    columns :func:`stash_columns` keeps per layer), as
+    :func:`popliner.memory.stages.stash_entry_per_tile` takes it: integer
+    bytes summed in float64 below 2**53, then as int64. Placing each
+    candidate once at the growth it joins made no whole command faster
+    (docs/benchmarks.md, issue 35), so the entry is summed at each growth.
     """
 
-    def __init__(self, facts: MemoryFacts, row_ops: list[np.ndarray], first_horizon: int = FIRST_HORIZON) -> None:
+    def __init__(self, facts: MemoryFacts, row_ops: list[np.ndarray]) -> None:
         self.facts = facts
         self.tiles = facts.tiles
         self.row_ops = row_ops
-        self.chunks: list[dict[str, np.ndarray]] = []  # every candidate so far (the slow path reads them)
-        self.windows: list[StashWindows | None] = []
-        self.fast = True
-        #: (columns, growth added, rows of them) that join beyond the horizon, if ever.
-        self.deferred: list[tuple[dict[str, np.ndarray], int, np.ndarray]] = []
-        self.pending = np.zeros((0, self.tiles), np.int64)
-        self.total = np.zeros(self.tiles, np.int64)
-        self.folded = 0  # growths already summed into ``total``
-        self._grow_horizon(min(first_horizon, len(row_ops)))
+        self.chunks: list[dict[str, np.ndarray]] = []  # every candidate so far
 
-    def add(self, cols: dict[str, np.ndarray], at: int) -> None:
+    def add(self, cols: dict[str, np.ndarray]) -> None:
         self.chunks.append(cols)
-        if self.fast:
-            self._place(cols, at)
 
     def entry(self, at: int) -> np.ndarray:
         """The entry after ``at + 1`` growths."""
-        if self.fast and at >= len(self.windows):
-            self._grow_horizon(min(max(2 * len(self.windows), at + 1), len(self.row_ops)))
-        if not self.fast:
-            return self._masked_sum(at)
-        while self.folded <= at:
-            self.total += self.pending[self.folded]
-            self.folded += 1
-        return self.total.copy()
-
-    def _grow_horizon(self, horizon: int) -> None:
-        ops = np.concatenate(self.row_ops[: len(self.windows)]) if self.windows else np.zeros(0, np.int64)
-        for p in range(len(self.windows), horizon):
-            ops = np.concatenate((ops, self.row_ops[p]))
-            self.windows.append(stash_windows(self.facts, ops))
-        if stash_join_positions(self.facts, np.zeros(0, np.int64), np.zeros(0, np.int64), self.windows) is None:
-            self.fast = False  # the growths from the first that is not a widening take the slow path
-            return
-        grown = np.zeros((horizon, self.tiles), np.int64)
-        grown[: len(self.pending)] = self.pending
-        self.pending = grown
-        deferred, self.deferred = self.deferred, []
-        for cols, at, rows in deferred:
-            self._place(cols, at, rows)
-
-    def _place(self, cols: dict[str, np.ndarray], at: int, rows: np.ndarray | None = None) -> None:
-        """Put the candidates ``rows`` of ``cols`` (all when None) where they join; keep the others for later."""
-        first, last = (cols["first"], cols["last"]) if rows is None else (cols["first"][rows], cols["last"][rows])
-        positions = stash_join_positions(self.facts, first, last, self.windows)
-        assert positions is not None  # checked when the horizon grew
-        positions = np.maximum(positions, at)
-        horizon = len(self.windows)
-        now = positions < horizon
-        if now.any():
-            picked = np.flatnonzero(now) if rows is None else rows[now]
-            if "dense" in cols:
-                # Sum the groups joining at each growth, then add one row per growth.
-                order = np.argsort(positions[now], kind="stable")
-                joined = positions[now][order]
-                starts = np.flatnonzero(np.concatenate(([True], joined[1:] != joined[:-1])))
-                self.pending[joined[starts]] += np.add.reduceat(cols["dense"][picked[order]], starts, axis=0)
-            else:
-                slot = positions[now] * self.tiles + cols["tile"][picked]
-                # float64 bincount as in the facts: exact while a tile's bytes are below 2**53.
-                self.pending += np.bincount(slot, weights=cols["nbytes"][picked], minlength=horizon * self.tiles
-                                            ).astype(np.int64).reshape(horizon, self.tiles)
-        if horizon < len(self.row_ops) and not now.all():
-            # Only indices are kept: the columns stay shared with the layer's parts.
-            self.deferred.append((cols, at, np.flatnonzero(~now) if rows is None else rows[~now]))
-
-    def _masked_sum(self, at: int) -> np.ndarray:
         out = np.zeros(self.tiles, np.int64)
         windows = stash_windows(self.facts, np.concatenate(self.row_ops[: at + 1]))
         if windows is None:
@@ -245,4 +177,3 @@ class StashRow:
                 # float64 bincount as in the facts: exact while a tile's entry is below 2**53 bytes.
                 out += np.bincount(c["tile"][stash], weights=c["nbytes"][stash], minlength=self.tiles).astype(np.int64)
         return out
-

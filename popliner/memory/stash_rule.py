@@ -10,11 +10,9 @@ rules (:class:`popliner.memory.training.TrainingView`). The figures
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import numpy as np
 
-__all__ = ["StashWindows", "stash_mask", "stash_positions", "stash_select"]
+__all__ = ["StashWindows", "stash_mask", "stash_select"]
 
 #: (forward first step, forward last step, backward first step, backward last step) of a stage.
 StashWindows = tuple[int, int, int, int]
@@ -49,44 +47,3 @@ def stash_select(first: np.ndarray, last: np.ndarray, windows: StashWindows, sta
     early = first < fwd_lo if inputs_only else first <= fwd_hi
     in_bwd = (last - bwd_lo).view(np.uint64) <= np.uint64(bwd_hi - bwd_lo)
     return np.asarray(early & (first >= 0) & in_bwd)
-
-
-def stash_positions(first: np.ndarray, last: np.ndarray, rows: Sequence[StashWindows | None], stash_inputs: bool,
-                    inputs_only: bool) -> np.ndarray | None:
-    """For a stage that grows one layer at a time, the first growth at which each candidate joins its stash.
-
-    ``rows[p]`` are the stage's :func:`popliner.memory.stages.stash_windows` after ``p + 1``
-    layers. While the windows only widen (the forward part starts no
-    later and ends no earlier, and so does the backward part), every
-    condition of :func:`stash_select` that holds at one growth holds at
-    every later one, so a candidate, once in the entry, stays in it: the
-    growth it joins at is the latest of the first growths at which each
-    condition holds, a binary search each. The result is the position in
-    ``rows``, or ``len(rows)`` when it never joins; None when the windows
-    do not only widen (or ``pipeline``'s received inputs change with the
-    forward part's start), and the caller must use :func:`stash_select`
-    at each growth.
-    """
-    m = len(rows)
-    known = np.array([w is not None for w in rows], bool)
-    if known.any() and not known[int(np.argmax(known)):].all():
-        return None  # a stage with a forward and a backward part keeps them as it grows
-    big = np.iinfo(np.int64).max // 4
-    # A growth without windows holds nothing: bounds that no step meets.
-    w = np.array([r if r is not None else (big, -big, big, -big) for r in rows], np.int64).reshape(m, 4)
-    fwd_lo, fwd_hi, bwd_lo, bwd_hi = w[:, 0], w[:, 1], w[:, 2], w[:, 3]
-    if (np.diff(fwd_lo) > 0).any() or (np.diff(fwd_hi) < 0).any() or (np.diff(bwd_lo) > 0).any() or (
-            np.diff(bwd_hi) < 0).any():
-        return None
-    # searchsorted(a, x) on a non-decreasing a: the first growth with a[p] >= x.
-    in_bwd = np.maximum(np.searchsorted(-bwd_lo, -last), np.searchsorted(bwd_hi, last))
-    if not stash_inputs:
-        in_fwd = np.maximum(np.searchsorted(-fwd_lo, -first), np.searchsorted(fwd_hi, first))
-        return np.asarray(np.maximum(in_fwd, in_bwd))
-    if inputs_only:
-        starts = fwd_lo[known]
-        if starts.size and starts.min() != starts.max():
-            return None  # what counts as received changes as the forward part starts earlier
-        early = first < (starts[0] if starts.size else big)
-        return np.asarray(np.where(early & (first >= 0), in_bwd, m))
-    return np.asarray(np.where(first >= 0, np.maximum(np.searchsorted(fwd_hi, first), in_bwd), m))
