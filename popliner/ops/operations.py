@@ -16,15 +16,12 @@ from typing import Any
 
 import numpy as np
 
-from popliner.arrays import gather_csr, sorted_unique, union_of
+from popliner.arrays import gather_csr, sorted_unique
 from popliner.profile.model import Profile
 
 __all__ = ["DEFAULT_OP_LAYERS", "OperationTable", "derive_operations", "reachable_programs"]
 
 DEFAULT_OP_LAYERS: tuple[str, ...] = ("popart", "poptorch", "xla_op", "popxl")
-#: :meth:`OperationTable.vars_of_set` sorts the entries when they number fewer than the variables over this,
-#: else marks them in a mask over every variable.
-UNION_SORT_FACTOR = 32
 
 
 @dataclass(frozen=True, eq=False)
@@ -67,14 +64,14 @@ class OperationTable:
     def programs_of_set(self, ops: np.ndarray | Sequence[int]) -> np.ndarray:
         return gather_csr(self.prog_ptr, self.prog_idx, ops)
 
-    def vars_of_set(self, ops: np.ndarray | Sequence[int], sort_factor: int = UNION_SORT_FACTOR) -> np.ndarray:
-        """Distinct variables used by any of ``ops`` (sorted, int64); ``sort_factor``: see :data:`UNION_SORT_FACTOR`."""
+    def vars_of_set(self, ops: np.ndarray | Sequence[int]) -> np.ndarray:
+        """Distinct variables used by any of ``ops`` (sorted, int64).
+
+        Each operation's list is sorted, so a merge sort of the runs; a mask over every variable made no whole
+        command 20 % faster (docs/benchmarks.md, issue 35).
+        """
         entries = gather_csr(self.var_ptr, self.var_idx, ops)
-        if len(entries) * sort_factor < self.num_variables:
-            # Few entries next to the variables (a layer of a large profile): each operation's list is sorted,
-            # and a merge sort of such runs is cheaper than a mask over every variable.
-            return np.asarray(sorted_unique(entries, nearly_sorted=True), np.int64)
-        return union_of(entries, self.num_variables)
+        return np.asarray(sorted_unique(entries, nearly_sorted=True), np.int64)
 
     @cached_property
     def first_user(self) -> np.ndarray:
