@@ -265,7 +265,7 @@ def solve_split(analysis: Analysis, problem: SplitProblem, *, solver: SolverName
     if time.monotonic() >= deadline:
         # Spent on the facts: no range table is set up either (its liveness grid takes a while too).
         outcome = SplitOutcome(solver, TIMEOUT, (), note=f"the {time_limit:g} s time limit ran out while "
-                               "the memory engine was set up, before any range was evaluated: nothing was searched")
+                               "the memory facts were built, before any range was evaluated: nothing was searched")
     else:
         # The tables stop their own row extension at the deadline, so that greedy's fill and the first
         # rows read are bounded by --time-limit too; the stages' figures below are then read without it.

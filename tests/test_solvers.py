@@ -459,7 +459,7 @@ def test_a_deadline_passed_before_the_first_step_stops_the_whole_solve(solver):
     a = analyse_profile(load_profile(TINY))
     split = solve_split(a, SplitProblem(2, 1000), solver=solver, time_limit=0.0)
     assert split.status == "TIMEOUT" and split.stages == ()
-    assert "the 0 s time limit ran out while the memory engine was set up" in split.note
+    assert "the 0 s time limit ran out while the memory facts were built" in split.note
     assert "nothing was searched" in split.note
     assert _shared(a).figures == {}  # no range evaluated
     assert _shared(a)._parts == {}  # nor any layer's parts built

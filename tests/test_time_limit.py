@@ -37,7 +37,7 @@ def test_a_tiny_limit_cuts_the_solve_and_the_hint_short_and_says_so():
     rushed = _popliner(*args, "--time-limit", "1e-6")
     assert rushed.returncode == 3, rushed.stderr
     note = json.loads(rushed.stdout)["note"]
-    assert "the 1e-06 s time limit ran out while the memory engine was set up" in note
+    assert "the 1e-06 s time limit ran out while the memory facts were built" in note
     assert "the 1e-06 s time limit ran out after trying 0 of 5 other training options" in rushed.stderr
     assert "fits on 2 IPUs with" not in rushed.stderr and "Traceback" not in rushed.stderr
     full = _popliner(*args, "--time-limit", "60")

@@ -1,6 +1,6 @@
 """Layer parts: the profile's once, and each training option set's delta on top (the only way they are made).
 
-Every memory engine's range state builds each layer's parts
+Every scenario's range state builds each layer's parts
 (:class:`popliner.memory.running.LayerParts`): its programs' code and state,
 its counted variables, their liveness events on the grid and their stash
 columns. Most of that does not depend on the options: the programs are the
