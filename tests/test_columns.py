@@ -184,12 +184,19 @@ def test_spaced_shortcut_steps_aside_or_agrees(tiny_text: bytes) -> None:
 @pytest.mark.parametrize("piece", [pytest.param(1, marks=pytest.mark.slow), pytest.param(5, marks=pytest.mark.slow),
                                    64])
 def test_small_pieces_read_the_same(tiny_text: bytes, piece: int) -> None:
-    """Integer lists cut into pieces and names scanned in pieces give the same profile, or the same refusal."""
+    """Integer lists cut into pieces and names scanned in pieces give the same profile, compact or indented."""
     fast = parse_profile_bytes(tiny_text, "t.json", piece=piece)
     assert fast.variables.names.pad == 3  # the shortcut was taken
     same(fast, slow(tiny_text))
-    test_shortcut_steps_aside_or_agrees(tiny_text, piece)
     test_spaced_and_indented_profiles_read_the_same(tiny_text, {"indent": 1}, 7, piece)
+
+
+# The odd documents read in pieces: in the slow step (suite time, about 10 s in pieces of 64 bytes).
+@pytest.mark.slow
+@pytest.mark.parametrize("piece", [1, 5, 64])
+def test_small_pieces_step_aside_or_agree(tiny_text: bytes, piece: int) -> None:
+    """Odd but valid, or invalid, documents read in pieces give the same profile, or the same refusal."""
+    test_shortcut_steps_aside_or_agrees(tiny_text, piece)
 
 
 @pytest.mark.parametrize("body", [

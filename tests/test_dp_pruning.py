@@ -17,6 +17,7 @@ from __future__ import annotations
 import itertools
 import math
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -28,6 +29,7 @@ from popliner.solvers.objective import CYCLES, MEMORY, Objective, objective_orde
 from popliner.solvers.problem import ArrayRanges, Bounds, SplitProblem
 from popliner.solvers.solve import _exact_per_count
 from tests.helpers import structural_splits, value_floor
+from tests.sizes import examples
 
 INF = math.inf
 
@@ -126,56 +128,67 @@ def dp_choice(table: Forbidding, problem: SplitProblem, stages: int, objective: 
     return best(n - 1, stages) if stages <= n else None
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(cases())
-def test_value_floors_are_each_counts_best_with_memory_left_out(case: tuple[Forbidding, SplitProblem]) -> None:
-    table, problem = case
-    objective = objective_order(table)[0]
-    floors = value_floors(table, problem)
-    if objective.uses_memory:
-        assert floors == {} and value_floor(table, problem) == INF
-        return
-    for k in counts(table, problem):
-        expected = min((value(table, problem, b, objective, memory=False) for b in splits(table, problem, k)),
-                       default=INF)
-        assert floors[k] == expected
-    assert value_floor(table, problem) == min(floors.values())
+@pytest.mark.parametrize("count", examples(100, 300))
+def test_value_floors_are_each_counts_best_with_memory_left_out(count: int) -> None:
+    @settings(max_examples=count, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(cases())
+    def run(case: tuple[Forbidding, SplitProblem]) -> None:
+        table, problem = case
+        objective = objective_order(table)[0]
+        floors = value_floors(table, problem)
+        if objective.uses_memory:
+            assert floors == {} and value_floor(table, problem) == INF
+            return
+        for k in counts(table, problem):
+            expected = min((value(table, problem, b, objective, memory=False) for b in splits(table, problem, k)),
+                           default=INF)
+            assert floors[k] == expected
+        assert value_floor(table, problem) == min(floors.values())
+
+    run()
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(cases(), st.sampled_from(["none", "floor", "above"]), st.booleans())
-def test_each_count_gives_the_split_counted_out(case: tuple[Forbidding, SplitProblem], cap_kind: str,
-                                                by_memory: bool) -> None:
-    table, problem = case
-    objective = MEMORY if by_memory else objective_order(table)[0]
-    floor = value_floor(table, problem, objective)
-    cap = {"none": INF, "floor": floor, "above": floor * 1.25 + 1}[cap_kind] if floor < INF else INF
-    for k in counts(table, problem):
-        assert dp_for_stages(table, problem, k, objective, cap=cap) == dp_choice(table, problem, k, objective, cap)
+@pytest.mark.parametrize("count", examples(100, 300))
+def test_each_count_gives_the_split_counted_out(count: int) -> None:
+    @settings(max_examples=count, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(cases(), st.sampled_from(["none", "floor", "above"]), st.booleans())
+    def run(case: tuple[Forbidding, SplitProblem], cap_kind: str, by_memory: bool) -> None:
+        table, problem = case
+        objective = MEMORY if by_memory else objective_order(table)[0]
+        floor = value_floor(table, problem, objective)
+        cap = {"none": INF, "floor": floor, "above": floor * 1.25 + 1}[cap_kind] if floor < INF else INF
+        for k in counts(table, problem):
+            assert dp_for_stages(table, problem, k, objective, cap=cap) == dp_choice(table, problem, k, objective, cap)
+
+    run()
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(cases())
-def test_skipped_counts_could_neither_reach_nor_tie_the_optimum(case: tuple[Forbidding, SplitProblem]) -> None:
-    table, problem = case
-    objective = objective_order(table)[0]
-    full = {k: dp_choice(table, problem, k, objective, INF) for k in counts(table, problem)}
-    optimum = min((f[1] for f in full.values() if f is not None), default=INF)
-    floors = value_floors(table, problem)
-    for cap in (INF, value_floor(table, problem)):
-        got = dp_per_count(table, problem, cap=cap, values=None, floors=floors)
-        for k, found in got.items():
-            if found is not None:
-                assert found == full[k]
-            elif full[k] is not None and full[k][1] <= cap:  # type: ignore[index]
-                assert full[k][1] > optimum  # type: ignore[index]
-        if optimum <= cap:
-            assert {k: f for k, f in got.items() if f is not None and f[1] == optimum} == \
-                {k: f for k, f in full.items() if f is not None and f[1] == optimum}
-    # And the solve's own use of them: every count that reaches the optimum, with the split counted out.
-    exact = _exact_per_count(table, problem, None)
-    assert {k: f for k, f in exact.items() if f is not None and f[1] == optimum} == \
-        {k: f for k, f in full.items() if f is not None and f[1] == optimum}
+@pytest.mark.parametrize("count", examples(100, 300))
+def test_skipped_counts_could_neither_reach_nor_tie_the_optimum(count: int) -> None:
+    @settings(max_examples=count, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(cases())
+    def run(case: tuple[Forbidding, SplitProblem]) -> None:
+        table, problem = case
+        objective = objective_order(table)[0]
+        full = {k: dp_choice(table, problem, k, objective, INF) for k in counts(table, problem)}
+        optimum = min((f[1] for f in full.values() if f is not None), default=INF)
+        floors = value_floors(table, problem)
+        for cap in (INF, value_floor(table, problem)):
+            got = dp_per_count(table, problem, cap=cap, values=None, floors=floors)
+            for k, found in got.items():
+                if found is not None:
+                    assert found == full[k]
+                elif full[k] is not None and full[k][1] <= cap:  # type: ignore[index]
+                    assert full[k][1] > optimum  # type: ignore[index]
+            if optimum <= cap:
+                assert {k: f for k, f in got.items() if f is not None and f[1] == optimum} == \
+                    {k: f for k, f in full.items() if f is not None and f[1] == optimum}
+        # And the solve's own use of them: every count that reaches the optimum, with the split counted out.
+        exact = _exact_per_count(table, problem, None)
+        assert {k: f for k, f in exact.items() if f is not None and f[1] == optimum} == \
+            {k: f for k, f in full.items() if f is not None and f[1] == optimum}
+
+    run()
 
 
 def plain_edges(table: Forbidding, problem: SplitProblem, stages: int,
@@ -206,45 +219,52 @@ def plain_edges(table: Forbidding, problem: SplitProblem, stages: int,
     return out
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(cases(), st.sampled_from([INF, 0.0, 4.0, 9.0]))
-def test_the_edges_are_every_fitting_range_and_from_start_those_reached(case: tuple[Forbidding, SplitProblem],
-                                                                        cap: float) -> None:
-    table, problem = case
-    order = objective_order(table)
-    first = RangeValues(table, order[0], cap) if not order[0].uses_memory else None
-    for k in range(1, min(problem.num_ipus, table.num_layers) + 1):
-        plain = plain_edges(table, problem, k, cap)
-        got = position_edges(table, problem, k, order, cap, None, first)
-        assert [(p, *e) for p, row in enumerate(got) for e in row] == plain
-        assert position_edges(table, problem, k, order, cap, None) == got  # objective 1 read per range instead
-        reached, kept = {0}, []
-        for p in range(k):
-            row = [e for e in plain if e[0] == p and e[1] in reached]
-            kept += row
-            reached = {e[2] + 1 for e in row}
-        got = position_edges(table, problem, k, order, cap, None, first, from_start=True)
-        assert [(p, *e) for p, row in enumerate(got) for e in row] == kept
+@pytest.mark.parametrize("count", examples(100, 300))
+def test_the_edges_are_every_fitting_range_and_from_start_those_reached(count: int) -> None:
+    @settings(max_examples=count, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(cases(), st.sampled_from([INF, 0.0, 4.0, 9.0]))
+    def run(case: tuple[Forbidding, SplitProblem], cap: float) -> None:
+        table, problem = case
+        order = objective_order(table)
+        first = RangeValues(table, order[0], cap) if not order[0].uses_memory else None
+        for k in range(1, min(problem.num_ipus, table.num_layers) + 1):
+            plain = plain_edges(table, problem, k, cap)
+            got = position_edges(table, problem, k, order, cap, None, first)
+            assert [(p, *e) for p, row in enumerate(got) for e in row] == plain
+            assert position_edges(table, problem, k, order, cap, None) == got  # objective 1 read per range instead
+            reached, kept = {0}, []
+            for p in range(k):
+                row = [e for e in plain if e[0] == p and e[1] in reached]
+                kept += row
+                reached = {e[2] + 1 for e in row}
+            got = position_edges(table, problem, k, order, cap, None, first, from_start=True)
+            assert [(p, *e) for p, row in enumerate(got) for e in row] == kept
+
+    run()
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(cases())
-def test_the_lexicographic_optimum_is_the_best_split_counted_out(case: tuple[Forbidding, SplitProblem]) -> None:
+@pytest.mark.parametrize("count", examples(100, 200))
+def test_the_lexicographic_optimum_is_the_best_split_counted_out(count: int) -> None:
     """The whole pruned chain against the list of every split: objectives, then fewest stages, then latest ends."""
-    from tests.ilp_oracle import hint_objectives
+    @settings(max_examples=count, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(cases())
+    def run(case: tuple[Forbidding, SplitProblem]) -> None:
+        from tests.ilp_oracle import hint_objectives
 
-    table, problem = case
-    got = lexicographic_optimum(table, problem, _exact_per_count(table, problem, None))
-    scored = [(v, b) for k in counts(table, problem) for b in splits(table, problem, k)
-              if (v := hint_objectives(table, problem, b)) is not None]
-    if not scored:
-        assert got is None
-        return
-    best = min(v for v, _ in scored)
-    tied = [b for v, b in scored if v == best]
-    fewest = min(len(b) for b in tied)
-    assert got is not None and got.objectives == best
-    assert got.bounds == max((b for b in tied if len(b) == fewest), key=lambda b: [j for _, j in b])
+        table, problem = case
+        got = lexicographic_optimum(table, problem, _exact_per_count(table, problem, None))
+        scored = [(v, b) for k in counts(table, problem) for b in splits(table, problem, k)
+                  if (v := hint_objectives(table, problem, b)) is not None]
+        if not scored:
+            assert got is None
+            return
+        best = min(v for v, _ in scored)
+        tied = [b for v, b in scored if v == best]
+        fewest = min(len(b) for b in tied)
+        assert got is not None and got.objectives == best
+        assert got.bounds == max((b for b in tied if len(b) == fewest), key=lambda b: [j for _, j in b])
+
+    run()
 
 
 def test_a_column_stops_only_once_no_earlier_first_layer_can_do_better() -> None:
@@ -299,13 +319,17 @@ def plain_greedy(table: Forbidding, problem: SplitProblem) -> tuple[Bounds, floa
     return None
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(cases(), st.sampled_from([30, 45, 60, 1000]))
-def test_greedy_is_its_rule_spelled_out(case: tuple[Forbidding, SplitProblem], budget: int) -> None:
-    from dataclasses import replace
+@pytest.mark.parametrize("count", examples(100, 300))
+def test_greedy_is_its_rule_spelled_out(count: int) -> None:
+    @settings(max_examples=count, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(cases(), st.sampled_from([30, 45, 60, 1000]))
+    def run(case: tuple[Forbidding, SplitProblem], budget: int) -> None:
+        from dataclasses import replace
 
-    from popliner.solvers.greedy import greedy_bounds
+        from popliner.solvers.greedy import greedy_bounds
 
-    table, problem = case
-    problem = replace(problem, budget=budget)
-    assert greedy_bounds(table, problem) == plain_greedy(table, problem)
+        table, problem = case
+        problem = replace(problem, budget=budget)
+        assert greedy_bounds(table, problem) == plain_greedy(table, problem)
+
+    run()

@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import math
 
+import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from popliner.pipeline import copy_buffer_per_tile, extra_stash_entries, range_boundaries
 from popliner.solvers.greedy import CAPS, MIN_LAYERS, greedy_bounds
 from popliner.solvers.problem import ArrayRanges, SplitProblem
+from tests.sizes import examples
 
 
 def _needed(table, problem, start, min_layers):
@@ -112,10 +114,14 @@ def problems(draw):
     return table, problem
 
 
-@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(problems())
-def test_greedy_picks_the_plan_of_trying_every_depth_in_turn(case):
-    assert_same_plan(*case)
+@pytest.mark.parametrize("count", examples(150, 600))
+def test_greedy_picks_the_plan_of_trying_every_depth_in_turn(count):
+    @settings(max_examples=count, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(problems())
+    def run(case):
+        assert_same_plan(*case)
+
+    run()
 
 
 @st.composite
@@ -132,16 +138,20 @@ def deep_problems(draw):
 
 # Without the allowance for copy buffers that grow with a later start, this plan of 4 IPUs would be ruled
 # out wrongly.
-@example(case=(CountingRanges(
-    [5, 5, 5, 5, 5, 5, 7, 5, 5, 7, 11, 15, 5, 5, 5, 6, 15, 5, 5, 5, 5, 11, 15],
-    [0, 0, 0, 0, 10, 0, 0, 0, 0, 0, 0, 7, 0, 0, 0, 0, 8, 0, 0, 0, 0, 0, 0], [1] * 23,
-    [0, 0, 0, 0, 40, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 20, 0, 0, 0, 0, 0, 0, 0],
-    stash=[0, 0, 0, 0, 1, 3, 3, 0, 0, 0, 2, 3, 0, 3, 3, 3, 3, 0, 0, 0, 0, 0, 0], tiles=1),
-    SplitProblem(4, 110, training=True)))
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(deep_problems())
-def test_greedy_over_many_ipus_picks_the_same_plan(case):
-    assert_same_plan(*case)
+@pytest.mark.parametrize("count", examples(100, 300))
+def test_greedy_over_many_ipus_picks_the_same_plan(count):
+    @example(case=(CountingRanges(
+        [5, 5, 5, 5, 5, 5, 7, 5, 5, 7, 11, 15, 5, 5, 5, 6, 15, 5, 5, 5, 5, 11, 15],
+        [0, 0, 0, 0, 10, 0, 0, 0, 0, 0, 0, 7, 0, 0, 0, 0, 8, 0, 0, 0, 0, 0, 0], [1] * 23,
+        [0, 0, 0, 0, 40, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 20, 0, 0, 0, 0, 0, 0, 0],
+        stash=[0, 0, 0, 0, 1, 3, 3, 0, 0, 0, 2, 3, 0, 3, 3, 3, 3, 0, 0, 0, 0, 0, 0], tiles=1),
+        SplitProblem(4, 110, training=True)))
+    @settings(max_examples=count, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(deep_problems())
+    def run(case):
+        assert_same_plan(*case)
+
+    run()
 
 
 @st.composite
@@ -156,11 +166,15 @@ def wide_boundaries(draw):
 
 # A plan's first stage receives nothing, its partner in a deeper plan does: without comparing the two
 # first, the one-stage plan at the 80% cap would be ruled out.
-@example(case=(CountingRanges(
-    [1, 3, 1, 3, 1, 2, 2, 4, 1, 3, 1, 4, 3, 2, 4, 1, 1, 3, 3, 4, 2, 1, 2, 1], [0] * 24, [1] * 24, [30] * 24,
-    stash=[1, 8, 1, 0, 0, 3, 3, 3, 3, 8, 1, 0, 8, 3, 3, 8, 8, 0, 3, 3, 1, 8, 3, 1], tiles=1),
-    SplitProblem(3, 113, training=True)))
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(wide_boundaries())
-def test_greedy_with_wide_boundaries_picks_the_same_plan(case):
-    assert_same_plan(*case)
+@pytest.mark.parametrize("count", examples(100, 300))
+def test_greedy_with_wide_boundaries_picks_the_same_plan(count):
+    @example(case=(CountingRanges(
+        [1, 3, 1, 3, 1, 2, 2, 4, 1, 3, 1, 4, 3, 2, 4, 1, 1, 3, 3, 4, 2, 1, 2, 1], [0] * 24, [1] * 24, [30] * 24,
+        stash=[1, 8, 1, 0, 0, 3, 3, 3, 3, 8, 1, 0, 8, 3, 3, 8, 8, 0, 3, 3, 1, 8, 3, 1], tiles=1),
+        SplitProblem(3, 113, training=True)))
+    @settings(max_examples=count, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(wide_boundaries())
+    def run(case):
+        assert_same_plan(*case)
+
+    run()

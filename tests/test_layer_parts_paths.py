@@ -22,7 +22,7 @@ import pytest
 
 from popliner.memory.layer_vars import LayerVariables
 from popliner.memory.running import PIECES, LayerParts, Pieces
-from tests.test_shared_parts import SOURCES, _option_engines
+from tests.test_shared_parts import _option_engines, source_grids
 
 
 def _parts(source: str, pieces: Pieces) -> list[tuple[str, LayerParts]]:
@@ -66,8 +66,7 @@ def _spied(monkeypatch: pytest.MonkeyPatch, found: Counter[str]) -> None:
     monkeypatch.setattr(LayerVariables, "split", counted)
 
 
-@pytest.mark.parametrize("pieces", [PIECES, Pieces(grid_block=3)], ids=["default", "tiny"])
-@pytest.mark.parametrize("source", SOURCES)
+@pytest.mark.parametrize(("source", "pieces"), source_grids(PIECES, Pieces(grid_block=3)))
 def test_parts_from_split_variables_are_the_parts_from_the_union(source: str, pieces: Pieces,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     used: Counter[str] = Counter()

@@ -22,6 +22,7 @@ from popliner.solvers.problem import ArrayRanges, Bounds, SplitProblem
 from popliner.solvers.solve import solve_bounds
 from tests.helpers import structural_splits
 from tests.ilp_oracle import hint_objectives, ilp_bounds
+from tests.sizes import examples
 
 
 def every_split(table: ArrayRanges, problem: SplitProblem) -> list[tuple[tuple[int, int, int], Bounds]]:
@@ -56,24 +57,28 @@ def problems(draw: st.DrawFn) -> tuple[ArrayRanges, SplitProblem]:
     return table, problem
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(problems())
-def test_the_dp_gives_the_brute_force_optimum_and_tie_break(case: tuple[ArrayRanges, SplitProblem]) -> None:
-    table, problem = case
-    got = lexicographic_optimum(table, problem, dp_per_count(table, problem))
-    splits = every_split(table, problem)
-    if not splits:
-        assert got is None
-        return
-    best = min(values for values, _ in splits)
-    assert got is not None and got.bound == got.objectives[0]
-    assert got.objectives == best
-    assert got.bound == best[0]
-    assert hint_objectives(table, problem, got.bounds) == best
-    # Ties on all three: the fewest stages, then the latest ends stage by stage.
-    tied = [bounds for values, bounds in splits if values == best]
-    fewest = min(len(b) for b in tied)
-    assert got.bounds == max((b for b in tied if len(b) == fewest), key=lambda b: [j for _, j in b])
+@pytest.mark.parametrize("count", examples(100, 300))
+def test_the_dp_gives_the_brute_force_optimum_and_tie_break(count: int) -> None:
+    @settings(max_examples=count, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(problems())
+    def run(case: tuple[ArrayRanges, SplitProblem]) -> None:
+        table, problem = case
+        got = lexicographic_optimum(table, problem, dp_per_count(table, problem))
+        splits = every_split(table, problem)
+        if not splits:
+            assert got is None
+            return
+        best = min(values for values, _ in splits)
+        assert got is not None and got.bound == got.objectives[0]
+        assert got.objectives == best
+        assert got.bound == best[0]
+        assert hint_objectives(table, problem, got.bounds) == best
+        # Ties on all three: the fewest stages, then the latest ends stage by stage.
+        tied = [bounds for values, bounds in splits if values == best]
+        fewest = min(len(b) for b in tied)
+        assert got.bounds == max((b for b in tied if len(b) == fewest), key=lambda b: [j for _, j in b])
+
+    run()
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -128,40 +133,44 @@ def test_a_proved_solve_says_so_and_never_imports_or_tools() -> None:
     assert out[1] == "False"
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(problems())
-def test_the_capped_dp_finds_every_count_that_reaches_the_optimum(case: tuple[ArrayRanges, SplitProblem]) -> None:
+@pytest.mark.parametrize("count", examples(100, 300))
+def test_the_capped_dp_finds_every_count_that_reaches_the_optimum(count: int) -> None:
     """Capped at the best value with memory left out, the DP loses no count that reaches the optimum."""
-    from popliner.solvers.solve import _exact_per_count
-    from tests.helpers import value_floor
+    @settings(max_examples=count, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(problems())
+    def run(case: tuple[ArrayRanges, SplitProblem]) -> None:
+        from popliner.solvers.solve import _exact_per_count
+        from tests.helpers import value_floor
 
-    table, problem = case
-    plain = dp_per_count(table, problem)
-    capped = _exact_per_count(table, problem, None)
-    reached = [f[1] for f in plain.values() if f is not None]
-    if not reached:
-        assert all(f is None for f in capped.values())
-        return
-    best = min(reached)
-    floor = value_floor(table, problem)
-    if objective_order(table)[0].uses_memory:
-        assert floor == float("inf")  # memory first (no cycles): no cap
-    else:
-        assert floor <= best  # a floor: no split that fits does better
-        # Exactly the plain DP's best over every count with memory left out (nothing uses any, no limit).
-        n, head = table.num_layers, table._head
-        free = ArrayRanges([0] * n, [0] * n, table._cycles, table._cross, limit=float("inf"),
-                           bytes_per_cycle=table._bpc, head=(0, 0, head[2]) if head is not None else None)
-        assert floor == min((f[1] for f in dp_per_count(free, problem).values() if f is not None),
-                            default=float("inf"))
-    assert {k: f for k, f in plain.items() if f is not None and f[1] == best} == \
-        {k: f for k, f in capped.items() if f is not None and f[1] == best}
-    # The rest is above the optimum either way: left out within the cap, or the plain DP's (no split within it).
-    assert all(f is None or (f == plain[k] and f[1] > best) for k, f in capped.items() if f is None or f[1] != best)
-    # And the whole ILP solve gives the brute force's optimum.
-    outcome = solve_bounds(table, problem, time_limit=10)
-    assert outcome.status == "OPTIMAL" and hint_objectives(table, problem, outcome.bounds) == \
-        min(values for values, _ in every_split(table, problem))
+        table, problem = case
+        plain = dp_per_count(table, problem)
+        capped = _exact_per_count(table, problem, None)
+        reached = [f[1] for f in plain.values() if f is not None]
+        if not reached:
+            assert all(f is None for f in capped.values())
+            return
+        best = min(reached)
+        floor = value_floor(table, problem)
+        if objective_order(table)[0].uses_memory:
+            assert floor == float("inf")  # memory first (no cycles): no cap
+        else:
+            assert floor <= best  # a floor: no split that fits does better
+            # Exactly the plain DP's best over every count with memory left out (nothing uses any, no limit).
+            n, head = table.num_layers, table._head
+            free = ArrayRanges([0] * n, [0] * n, table._cycles, table._cross, limit=float("inf"),
+                               bytes_per_cycle=table._bpc, head=(0, 0, head[2]) if head is not None else None)
+            assert floor == min((f[1] for f in dp_per_count(free, problem).values() if f is not None),
+                                default=float("inf"))
+        assert {k: f for k, f in plain.items() if f is not None and f[1] == best} == \
+            {k: f for k, f in capped.items() if f is not None and f[1] == best}
+        # The rest is above the optimum either way: left out within the cap, or the plain DP's (no split within it).
+        assert all(f is None or (f == plain[k] and f[1] > best) for k, f in capped.items() if f is None or f[1] != best)
+        # And the whole ILP solve gives the brute force's optimum.
+        outcome = solve_bounds(table, problem, time_limit=10)
+        assert outcome.status == "OPTIMAL" and hint_objectives(table, problem, outcome.bounds) == \
+            min(values for values, _ in every_split(table, problem))
+
+    run()
 
 
 def test_the_cap_grows_until_a_split_reaches_it() -> None:

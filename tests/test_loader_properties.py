@@ -31,6 +31,7 @@ from popliner.profile.loader import parse_profile_bytes
 from popliner.profile.model import PROGRAM_TYPES, TYPE_CODE, Profile
 from popliner.profile.schema import load_schema
 from popliner.profile.tilevector import MAX_VALUE
+from tests.sizes import examples
 
 Doc = dict[str, Any]
 INT64_MAX = 2**63 - 1
@@ -298,22 +299,26 @@ def assert_matches(doc: Doc, p: Profile) -> None:
         assert {k: a.tolist() for k, a in p.tile_memory.items()} == expected
 
 
-@SETTINGS
-@given(doc=documents(), ascii_only=st.booleans(), packed=st.booleans())
-def test_random_valid_documents_load_exactly(doc: Doc, ascii_only: bool, packed: bool) -> None:
-    # The loader refuses a model whose byte or cycle sums reach 2**60 (int64 with room to add): a document
-    # the bound below keeps under that must load; the others are the checked-arithmetic tests' business.
-    assume(_sum_bound(doc) < 2**60)
-    raw = encode(doc, ascii_only)
-    path = "random.json"
-    if packed:
-        raw, path = gzip.compress(raw, mtime=0), "random.json.gz"
-    profile = parse_profile_bytes(raw, path)
-    assert profile.path == path
-    assert (profile.programs.count, profile.variables.count, profile.contexts.count, profile.num_steps) == (
-        len(doc["programs"]), len(doc["variables"]["id"]), len(doc["debugContexts"]), len(doc["steps"]))
-    assert_matches(doc, profile)
-    assert list(VALIDATOR.iter_errors(doc)) == []
+@pytest.mark.parametrize("count", examples(40, 120))
+def test_random_valid_documents_load_exactly(count: int) -> None:
+    @settings(SETTINGS, max_examples=count)
+    @given(doc=documents(), ascii_only=st.booleans(), packed=st.booleans())
+    def run(doc: Doc, ascii_only: bool, packed: bool) -> None:
+        # The loader refuses a model whose byte or cycle sums reach 2**60 (int64 with room to add): a document
+        # the bound below keeps under that must load; the others are the checked-arithmetic tests' business.
+        assume(_sum_bound(doc) < 2**60)
+        raw = encode(doc, ascii_only)
+        path = "random.json"
+        if packed:
+            raw, path = gzip.compress(raw, mtime=0), "random.json.gz"
+        profile = parse_profile_bytes(raw, path)
+        assert profile.path == path
+        assert (profile.programs.count, profile.variables.count, profile.contexts.count, profile.num_steps) == (
+            len(doc["programs"]), len(doc["variables"]["id"]), len(doc["debugContexts"]), len(doc["steps"]))
+        assert_matches(doc, profile)
+        assert list(VALIDATOR.iter_errors(doc)) == []
+
+    run()
 
 
 def _tile_sum(vector: Any) -> int:
@@ -746,16 +751,21 @@ def check_broken(broken: Broken) -> ProfileFormatError:
     return err
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(doc=documents(), kind=st.sampled_from(sorted(MUTATIONS)), data=st.data())
-def test_any_single_mutation_raises_profile_format_error(doc: Doc, kind: str, data: st.DataObject) -> None:
-    check_broken(MUTATIONS[kind](doc, data))
+@pytest.mark.parametrize("count", examples(60, 200))
+def test_any_single_mutation_raises_profile_format_error(count: int) -> None:
+    @settings(max_examples=count, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(doc=documents(), kind=st.sampled_from(sorted(MUTATIONS)), data=st.data())
+    def run(doc: Doc, kind: str, data: st.DataObject) -> None:
+        check_broken(MUTATIONS[kind](doc, data))
+
+    run()
 
 
+@pytest.mark.parametrize("count", examples(8, 25))
 @pytest.mark.parametrize("kind", sorted(MUTATIONS))
-def test_each_mutation_kind_on_its_own(kind: str) -> None:
+def test_each_mutation_kind_on_its_own(kind: str, count: int) -> None:
     # Every kind gets examples of its own, whatever the mixed run above happened to draw.
-    @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @settings(max_examples=count, deadline=None, suppress_health_check=[HealthCheck.too_slow])
     @given(doc=documents(), data=st.data())
     def run(doc: Doc, data: st.DataObject) -> None:
         check_broken(MUTATIONS[kind](doc, data))

@@ -104,6 +104,13 @@ OUTPUTS: dict[str, tuple[str, Callable[[str, Path, Path], list[str]]]] = {
 }
 
 
+def _halves(first: int) -> list[Any]:
+    """Every output option, every other one (from index ``first``) in the main suite and the rest in the slow
+    step (suite time: a process or two each). The tests below start at 0 or 1 in turn, so that each option
+    meets each kind of refusal in CI and every option runs in the main suite."""
+    return [name if k % 2 == first else pytest.param(name, marks=pytest.mark.slow) for k, name in enumerate(OUTPUTS)]
+
+
 def _can_unshare_mount() -> bool:
     if not shutil.which("unshare"):
         return False
@@ -120,7 +127,7 @@ def _readonly_mount_run(folder: Path, argv: list[str]) -> subprocess.CompletedPr
 
 
 @pytest.mark.skipif(not _can_unshare_mount(), reason="needs unshare -rm (user+mount namespaces)")
-@pytest.mark.parametrize("option", list(OUTPUTS))
+@pytest.mark.parametrize("option", _halves(1))
 def test_read_only_file_system(option: str, tmp_path: Path, config: Path, review: Path) -> None:
     suffix, argv = OUTPUTS[option]
     ro = tmp_path / "ro"
@@ -132,7 +139,7 @@ def test_read_only_file_system(option: str, tmp_path: Path, config: Path, review
     assert r.stdout == ""  # checked before any output
 
 
-@pytest.mark.parametrize("option", list(OUTPUTS))
+@pytest.mark.parametrize("option", _halves(0))
 def test_permission_denied_under_sys(option: str, config: Path, review: Path) -> None:
     """/sys refuses new files to everyone, root included."""
     suffix, argv = OUTPUTS[option]
@@ -209,7 +216,7 @@ def test_immutable_folder(tmp_path: Path) -> None:
     assert list(folder.iterdir()) == []
 
 
-@pytest.mark.parametrize("option", list(OUTPUTS))
+@pytest.mark.parametrize("option", _halves(1))
 def test_dev_full_and_force_keeps_the_device(option: str, config: Path, review: Path) -> None:
     suffix, argv = OUTPUTS[option]
     before = os.stat("/dev/full")
@@ -320,8 +327,10 @@ def test_block_device_socket_and_directory_are_refused(tmp_path: Path) -> None:
         assert Path(block).is_block_device()
 
 
-@pytest.mark.parametrize("name", ["-", "/dev/stdout"])
-@pytest.mark.parametrize("option", list(OUTPUTS))
+# Every output to "-" or "/dev/stdout" in turn in the main suite, to the other name in the slow step (suite time).
+@pytest.mark.parametrize(("option", "name"), [
+    pytest.param(option, name, id=f"{option}-{name}", marks=[] if (k + j) % 2 == 0 else [pytest.mark.slow])
+    for k, option in enumerate(OUTPUTS) for j, name in enumerate(["-", "/dev/stdout"])])
 def test_stdout_names_work_for_every_output(name: str, option: str, config: Path, review: Path) -> None:
     suffix, argv = OUTPUTS[option]
     args = argv(name, config, review)

@@ -258,9 +258,13 @@ def _assert_command(cfg: PipelineConfig, got: dict[str, Any]) -> None:
 
 #: The larger fixtures (12 layers and more, hundreds of tiles) run in the slow step of CI.
 LARGER = ("bert-base-training.json.gz", "resnet-small-training.json.gz", "gpt2-small-inference.json.gz")
+#: So do two more (suite time; a browser each): the main suite keeps bert-tiny's defaults, last with pipeline
+#: recomputation, the replicated sharded every-layer case, an inference wrap and the one-IPU case.
+MORE_IN_SLOW = (SCENARIOS[2], SCENARIOS[7])
 
 
-@pytest.mark.parametrize("scenario", [pytest.param(s, marks=pytest.mark.slow) if s.profile in LARGER else s
+@pytest.mark.parametrize("scenario", [pytest.param(s, marks=pytest.mark.slow)
+                                      if s.profile in LARGER or s in MORE_IN_SLOW else s
                                       for s in SCENARIOS], ids=lambda s: s.name)
 def test_page_figures_are_check_figures(scenario: Scenario, tmp_path: Path) -> None:
     _require_chromium()

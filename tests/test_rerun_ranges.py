@@ -67,9 +67,15 @@ def _wrapped_total(table: ProfileRanges, j: int) -> np.ndarray | None:
     return None if found is None else found[0]
 
 
-@pytest.mark.parametrize("pieces", [PIECES, TINY], ids=["default", "tiny"])
-@pytest.mark.parametrize("placement", PLACEMENTS, ids=lambda o: "-".join(o.values()))
-@pytest.mark.parametrize("source", SOURCES)
+def _cases() -> list[Any]:
+    """Every source, placement and grid. The main suite runs both grids on the two small fixtures and the tiny
+    grid on the others; their default grid runs in the slow step (suite time)."""
+    return [pytest.param(source, placement, pieces, id=f"{source}-{'-'.join(placement.values())}-{name}",
+                         marks=[pytest.mark.slow] if name == "default" and source not in SOURCES[:2] else [])
+            for source in SOURCES for placement in PLACEMENTS for name, pieces in (("default", PIECES), ("tiny", TINY))]
+
+
+@pytest.mark.parametrize(("source", "placement", "pieces"), _cases())
 def test_pipeline_ranges_equal_the_direct_model(source: str, placement: dict[str, str], pieces: Pieces) -> None:
     tabled, direct = _engines(source, recompute="pipeline", **placement)
     table = tabled.range_table(2**62, pieces=pieces, lazy=True)

@@ -130,10 +130,19 @@ def _held(source: str, pieces: Pieces) -> int:
 
 SOURCES = ["tiny-training.json", "bert-tiny-training.json", "resnet-small-training.json.gz", "gpt2-tiny",
            "bert-tiny-mlm"]
+#: Sources whose default grid runs in the slow step (suite time): the main suite keeps both grids on the two
+#: small fixtures and the tiny grid (windows that start, end and span blocks) on these.
+DEFAULT_GRID_IN_SLOW = ("resnet-small-training.json.gz", "gpt2-tiny", "bert-tiny-mlm")
 
 
-@pytest.mark.parametrize("pieces", [PIECES, TINY], ids=["default", "tiny"])
-@pytest.mark.parametrize("source", SOURCES)
+def source_grids(default: Pieces, tiny: Pieces) -> list[Any]:
+    """(source, pieces) parameters: every source with the default and the tiny grid, ids ``source-grid``."""
+    return [pytest.param(source, pieces, id=f"{source}-{name}",
+                         marks=[pytest.mark.slow] if name == "default" and source in DEFAULT_GRID_IN_SLOW else [])
+            for source in SOURCES for name, pieces in (("default", default), ("tiny", tiny))]
+
+
+@pytest.mark.parametrize(("source", "pieces"), source_grids(PIECES, TINY))
 def test_parts_and_deltas_give_the_direct_model_of_every_option_set(source: str, pieces: Pieces) -> None:
     assert _held(source, pieces) > 0
 
