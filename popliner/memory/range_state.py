@@ -54,6 +54,8 @@ class RangeState:
         self._signature = self.share.signature(engine)
         counted = engine.model.counted_vars
         self._layer_keys = [ops.tobytes() + counted[ops].tobytes() for ops in self.layer_ops]
+        #: Per layer, what this option set makes of its variables (:meth:`EngineShare.fingerprint`).
+        self._fingerprints: dict[int, bytes] = {}
         self._parts: dict[int, LayerParts] = {}
         #: Every layer's private and shared variables, found for all layers at once when the first is needed.
         self._variables: LayerVariables | None = None
@@ -79,11 +81,22 @@ class RangeState:
         if parts is None:
             engine = self._engine()
             assert engine is not None  # a table holds its engine
-            if self._variables is None:
-                self._variables = LayerVariables.of(engine)
             ops = self.layer_ops[j]
-            parts = self._parts[j] = LayerParts.of(engine, ops, self.share, self._variables.split(j, ops))
+            parts = self._parts[j] = LayerParts.of(engine, ops, self.share, self._layer_variables(engine, j))
         return parts
+
+    def _layer_variables(self, engine: SharingFacts, j: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        if self._variables is None:
+            self._variables = LayerVariables.of(engine)
+        return self._variables.split(j, self.layer_ops[j])
+
+    def _fingerprint(self, engine: SharingFacts, j: int) -> bytes:
+        found = self._fingerprints.get(j)
+        if found is None:
+            private, shared, _ = self._layer_variables(engine, j)
+            keys = (self.share.shared.key(private), self.share.shared.key(shared))
+            found = self._fingerprints[j] = self.share.fingerprint(engine, private, shared, keys)
+        return found
 
     def other_figure(self, i: int, j: int) -> tuple[int, np.ndarray, np.ndarray] | None:
         """The figure of ``i..j`` when an engine of the same variable tables and rules evaluated the same operations.
@@ -117,7 +130,8 @@ class RangeState:
         assert engine is not None  # a table holds its engine
         # Under pipeline recomputation the figure also depends on where the set's re-run part splits.
         rerun = engine.pipeline_rerun_window(np.concatenate(self.layer_ops[i:j + 1])) if self.rerun else None
-        return (self._signature, tuple(self._layer_keys[i:j + 1]), rerun)
+        fingerprints = tuple(self._fingerprint(engine, k) for k in range(i, j + 1))
+        return (self._signature, tuple(self._layer_keys[i:j + 1]), fingerprints, rerun)
 
     def running_set(self, row_ops: list[np.ndarray] | None = None) -> RunningStage:
         """A new, empty running set (it takes the shared grids over)."""
