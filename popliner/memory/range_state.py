@@ -94,8 +94,7 @@ class RangeState:
         found = self._fingerprints.get(j)
         if found is None:
             private, shared, _ = self._layer_variables(engine, j)
-            keys = (self.share.shared.key(private), self.share.shared.key(shared))
-            found = self._fingerprints[j] = self.share.fingerprint(engine, private, shared, keys)
+            found = self._fingerprints[j] = self.share.fingerprint(engine, private, shared, self._layer_keys[j])
         return found
 
     def other_figure(self, i: int, j: int) -> tuple[int, np.ndarray, np.ndarray] | None:

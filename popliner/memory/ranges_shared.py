@@ -376,12 +376,20 @@ def _changed_from(profile: Profile, base: Profile) -> np.ndarray:
 
 
 def _digest_changed(digest: Any, profile: Profile, var: np.ndarray) -> None:
-    """Feed ``digest`` the variables (sorted), each one's number of intervals, the intervals and the bytes."""
-    iv, owner = _expand(profile, var)
-    for part in (var, np.bincount(owner, minlength=len(var)), profile.iv_start[iv], profile.iv_end[iv],
-                 profile.variables.bytes[var]):
-        digest.update(b"|")
-        digest.update(np.asarray(part, np.int64).tobytes())
+    """Feed ``digest`` the variables, each one's number of intervals, the intervals and the bytes."""
+    v = profile.variables
+    cls = v.klass[var]
+    first = profile.class_ptr[cls]
+    counts = profile.class_ptr[cls + 1] - first
+    iv = expand_ranges(first, counts)
+    for part in (var, counts, profile.iv_start[iv], profile.iv_end[iv], v.bytes[var]):
+        _digest_part(digest, part)
+
+
+def _digest_part(digest: Any, part: np.ndarray) -> None:
+    """Feed ``digest`` an array's length, then its values (as int64): no two sequences of parts feed the same."""
+    digest.update(len(part).to_bytes(8, "little"))
+    digest.update(np.asarray(part, np.int64).tobytes())
 
 
 def _expand(profile: Profile, var: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -428,28 +436,28 @@ class EngineShare:
         return (engine.training, view.recompute, view.stash_inputs, view.inputs_only, self.cut_grid is not None,
                 np.asarray(view.is_backward, bool).tobytes())
 
-    def fingerprint(self, engine: MemoryFacts, private: np.ndarray, shared: np.ndarray,
-                    keys: tuple[bytes, bytes]) -> bytes:
-        """A digest of what this option set makes of one layer's variables (``private`` and ``shared``, ``keys``
-        their bytes, :meth:`SharedParts.key`): the live intervals and bytes of those whose class or bytes
-        it changes, on its grid and on its forward-cut grid, and which of them are never stashed.
+    def fingerprint(self, engine: MemoryFacts, private: np.ndarray, shared: np.ndarray, layer: bytes) -> bytes:
+        """A digest of what this option set makes of one layer's variables (``private`` and ``shared``: the
+        counted variables of its operations, which ``layer`` names: their indices and counted flags): the live
+        intervals and bytes of those whose class or bytes it changes, on its grid and on its forward-cut grid,
+        and which of them are never stashed.
 
         A range's figure reads nothing else of its variables (the unchanged ones are as profiled), so two
         option sets whose variable tables differ elsewhere (``every-layer`` with the head placed first and
         last: only the head's variables differ) share the figures of the ranges of equal fingerprints.
         Memoised per variable table, as the layer's parts are.
         """
-        where = (self.grid.table, self.cut_grid.table if self.cut_grid is not None else -1, self.stash_key, keys)
+        where = (self.grid.table, self.cut_grid.table if self.cut_grid is not None else -1, self.stash_key, layer)
         found = self.shared.fingerprints.get(where)
         if found is None:
             digest = hashlib.blake2b(digest_size=32)
-            var = np.concatenate((private, shared))
-            for share in (self.grid, self.cut_grid):
-                if share is not None:
-                    _digest_changed(digest, share.grid.p, np.sort(var[share.changed[var]]))
-            if engine.training:
-                digest.update(b"never-stashed")
-                digest.update(np.sort(var[np.asarray(engine.view.never_stash)[var]]).astype(np.int64).tobytes())
+            # Private and shared apart, each sorted (so are their parts): no sort of the layer's variables.
+            for var in (private, shared):
+                for share in (self.grid, self.cut_grid):
+                    if share is not None:
+                        _digest_changed(digest, share.grid.p, var[share.changed[var]])
+                if engine.training:
+                    _digest_part(digest, var[np.asarray(engine.view.never_stash)[var]])
             found = self.shared.fingerprints[where] = digest.digest()
         return found
 
