@@ -2,7 +2,8 @@
 
 :func:`load_analysis` is the entry point of the library for everything that
 works per layer: breakdowns, solvers, the simulator and the CI check. The
-memory figures come from :class:`popliner.memory.engine.MemoryEngine`, the
+memory figures come from :class:`popliner.memory.facts.MemoryFacts` and the
+pure functions of :mod:`popliner.memory.stages`, the
 pipeline rules from :mod:`popliner.pipeline`; the solvers take a
 :class:`popliner.solvers.problem.SplitProblem` and range costs
 (:func:`solve_split` hands them over).
@@ -42,12 +43,14 @@ from popliner.profile.files import read_profile_bytes
 from popliner.profile.model import Profile
 from popliner.progress import phase
 
-# The memory engine, the pipeline rules, the solvers and the document reader are imported
+# The memory facts, the pipeline rules, the solvers and the document reader are imported
 # where they are used: a cached load needs none of them, and every module costs start-up time.
 if TYPE_CHECKING:
-    from popliner.memory.engine import MemoryEngine
+    from popliner.memory.facts import MemoryFacts
     from popliner.memory.model import MemoryModel
+    from popliner.memory.range_state import RangeMemo
     from popliner.memory.ranges import ProfileRanges
+    from popliner.memory.running import Pieces
     from popliner.memory.types import StageMemory
     from popliner.pipeline import StageFigure
     from popliner.solvers.problem import SplitProblem
@@ -70,8 +73,8 @@ class Analysis:
     """One scenario: a profile's base (:class:`popliner.base.ProfileBase`) under one set of training options.
 
     Made only by :func:`scenario` (a pure function of the base and the
-    options). The figures come from :attr:`engine` (a
-    :class:`popliner.memory.engine.MemoryEngine`); the methods here take
+    options). The figures come from :attr:`facts` (a
+    :class:`popliner.memory.facts.MemoryFacts`); the methods here take
     layer names, as users and configs give them, and hand indices on.
     """
 
@@ -126,22 +129,41 @@ class Analysis:
 
     @cached_property
     def layout(self) -> Layout:
-        """Where the embedding and the head go: the one layout of this scenario, which the engine reads too."""
+        """Where the embedding and the head go: the one layout of this scenario, which the memory facts read too."""
         return Layout.of(self.layers.names, self.options.training.head_placement)
 
     @cached_property
-    def engine(self) -> MemoryEngine:
-        """The memory engine of this scenario (its memory facts)."""
-        from popliner.memory.engine import MemoryEngine
+    def facts(self) -> MemoryFacts:
+        """The memory facts of this scenario, made once when first read (a cached load needs none)."""
+        from popliner.memory.facts import memory_facts
 
         counted = self.layers.layer_of_op >= 0 if self.options.layered_vars_only else np.ones(self.ops.count, bool)
-        return MemoryEngine(self.profile, self.ops, self.layers.layer_of_op, self.layers.names, counted,
-                            self.is_backward, self.mode == "training", self.options.training, self.base.shared,
-                            layout=self.layout)
+        return memory_facts(self.profile, self.ops, self.layers.layer_of_op, self.layers.names, counted,
+                            self.is_backward, self.mode == "training", self.options.training,
+                            self.base.shared.view_memo, layout=self.layout)
+
+    @cached_property
+    def range_memo(self) -> RangeMemo:
+        """What this scenario's range tables share (:class:`popliner.memory.range_state.RangeMemo`)."""
+        from popliner.memory.range_state import RangeMemo
+
+        return RangeMemo(self.base.shared)
+
+    def range_table(self, limit: int, link_bytes_per_second: float = DEFAULT_LINK_BANDWIDTH, *,
+                    deadline: float | None = None, lazy: bool = False, pieces: Pieces | None = None) -> ProfileRanges:
+        """A range table of this scenario's facts up to ``limit`` (:class:`popliner.memory.ranges.ProfileRanges`).
+
+        Every table of the scenario shares its :attr:`range_memo`; ``pieces``: the running sets' sizes (tests).
+        """
+        from popliner.memory.ranges import ProfileRanges
+        from popliner.memory.running import PIECES
+
+        return ProfileRanges(self.facts, self.range_memo, limit, link_bytes_per_second,
+                             PIECES if pieces is None else pieces, deadline, lazy)
 
     @property
     def model(self) -> MemoryModel:
-        return self.engine.model
+        return self.facts.model
 
     # -- layers and operations -----------------------------------------------
 
@@ -160,51 +182,59 @@ class Analysis:
 
     def stage_ops(self, layers: Sequence[str], first_stage: bool) -> np.ndarray:
         """Operations of the given layers, plus the unlayered ones for the first stage."""
-        return self.engine.stage_ops(self.layer_indices(layers), first_stage)
+        from popliner.memory.stages import stage_ops
+
+        return stage_ops(self.facts, self.layer_indices(layers), first_stage)
 
     # -- figures (by layer name) -------------------------------------------------
 
     def stage_memory(self, layers: Sequence[str], first_stage: bool = False) -> StageMemory:
-        return self.engine.stage_memory(self.stage_ops(layers, first_stage))
+        from popliner.memory.stages import stage_memory
+
+        return stage_memory(self.facts, self.stage_ops(layers, first_stage))
 
     def stage_cycles_split(self, layers: Sequence[str], first_stage: bool = False) -> tuple[int, int]:
         """(forward, backward) cycles of one micro-batch through the stage."""
-        return self.engine.cycles_split(self.stage_ops(layers, first_stage))
+        from popliner.memory.stages import cycles_split
+
+        return cycles_split(self.facts, self.stage_ops(layers, first_stage))
 
     def stage_cycles(self, layers: Sequence[str], first_stage: bool = False) -> int:
         return sum(self.stage_cycles_split(layers, first_stage))
 
     def stash_entry_per_tile(self, layers: Sequence[str], first_stage: bool = False) -> np.ndarray:
         """Bytes per tile of one activation stash entry of the stage (zero in inference)."""
-        return self.engine.stash_entry_per_tile(self.stage_ops(layers, first_stage))
+        from popliner.memory.stages import stash_entry_per_tile
+
+        return stash_entry_per_tile(self.facts, self.stage_ops(layers, first_stage))
 
     def boundary_bytes(self, layers_before: Sequence[str], layers_after: Sequence[str]) -> int:
         """Bytes of non-always-live variables used on both sides of a stage boundary."""
-        return self.engine.boundary_bytes(self.layer_indices(layers_before), self.layer_indices(layers_after))
+        return self.facts.boundaries.boundary_bytes(self.layer_indices(layers_before), self.layer_indices(layers_after))
 
     def pipeline_figures(self, stages: Sequence[Sequence[str]]) -> tuple[StageFigure, ...]:
         """Each IPU's figure (model, stash, copy buffers) for a placement given by layer names."""
         from popliner.pipeline import stage_figures
 
-        return stage_figures(self.engine, [self.layer_indices(group) for group in stages])
+        return stage_figures(self.facts, [self.layer_indices(group) for group in stages])
 
     # Per-operation and per-variable arrays the review tables read.
 
     @property
     def op_cycles(self) -> np.ndarray:
-        return self.engine.op_cycles
+        return self.facts.cycles.op_cycles
 
     @property
     def var_first_step(self) -> np.ndarray:
-        return self.engine.var_first_step
+        return self.facts.variable_steps[0]
 
     @property
     def var_last_step(self) -> np.ndarray:
-        return self.engine.var_last_step
+        return self.facts.variable_steps[1]
 
     @property
     def always_live_var(self) -> np.ndarray:
-        return self.engine.always_live_var
+        return self.facts.always_live_var
 
 
 def solve_split(analysis: Analysis, problem: SplitProblem, *, solver: SolverName = "ilp", time_limit: float = 60.0,
@@ -218,23 +248,22 @@ def solve_split(analysis: Analysis, problem: SplitProblem, *, solver: SolverName
     and with which variables it overflows.
 
     ``time_limit`` bounds the whole solve, from ``started`` (a
-    ``time.monotonic()`` value; default: now): the memory engine and the
-    range tables it sets up, the search, a best effort and the overflow
+    ``time.monotonic()`` value; default: now): the memory facts and the
+    range tables set up on them, the search, a best effort and the overflow
     details. Each step checks the deadline between units of work (a range,
     a stage), so a step in progress may overrun it by one unit; the set-up
-    (the engine, the tables' liveness grid) is one such unit. The note says
+    (the memory facts, the tables' liveness grid) is one such unit. The note says
     what the limit cut short.
     """
-    from popliner.memory.ranges import ProfileRanges
     from popliner.solvers.result import TIMEOUT, SplitResult
     from popliner.solvers.solve import SplitOutcome, solve_bounds
 
     t0 = time.perf_counter()
     started = time.monotonic() if started is None else started
     deadline = started + time_limit
-    engine = analysis.engine  # the engine and its training view: set-up the limit counts
+    facts = analysis.facts  # the memory facts and their training view: set-up the limit counts
     if time.monotonic() >= deadline:
-        # Spent on the engine: no range table is set up either (its liveness grid takes a while too).
+        # Spent on the facts: no range table is set up either (its liveness grid takes a while too).
         outcome = SplitOutcome(solver, TIMEOUT, (), note=f"the {time_limit:g} s time limit ran out while "
                                "the memory engine was set up, before any range was evaluated: nothing was searched")
     else:
@@ -242,13 +271,13 @@ def solve_split(analysis: Analysis, problem: SplitProblem, *, solver: SolverName
         # rows read are bounded by --time-limit too; the stages' figures below are then read without it.
         # Lazy: greedy and the exact DP read each row in order and only as far as a split they look for can use
         # it (the DP only within the best value with memory left out, when a split reaches it).
-        table = ProfileRanges(engine, problem.budget, link_bytes_per_second, deadline=deadline, lazy=True)
+        table = analysis.range_table(problem.budget, link_bytes_per_second, deadline=deadline, lazy=True)
         outcome = solve_bounds(
             table, problem, solver=solver, time_limit=time_limit, seed=seed, started=started,
             # Lazy: the best effort and the fewest-IPUs search read rows in order and only as far as they need.
-            relaxed=lambda factor: ProfileRanges(engine, int(problem.budget * factor), link_bytes_per_second,
-                                                 deadline=deadline, lazy=True),
-            layer_need=lambda k: _layer_need(engine, table, k),
+            relaxed=lambda factor: analysis.range_table(int(problem.budget * factor), link_bytes_per_second,
+                                                        deadline=deadline, lazy=True),
+            layer_need=lambda k: _layer_need(facts, table, k),
         )
     explain = outcome.status in ("INFEASIBLE", TIMEOUT)
     stages, note = _stage_results(analysis, problem, outcome.bounds, explain, deadline, time_limit)
@@ -266,20 +295,21 @@ def _stage_results(analysis: Analysis, problem: SplitProblem, bounds: Sequence[t
     note (second item) says so.
     """
     from popliner.memory.overflow import overflow_detail
-    from popliner.memory.ranges import ProfileRanges
+    from popliner.memory.stages import range_ops
     from popliner.pipeline import range_figure
     from popliner.solvers.result import stage_result
 
-    engine = analysis.engine
-    table = ProfileRanges(engine, problem.budget)
+    facts = analysis.facts
+    table = analysis.range_table(problem.budget)
     stages: list[StageResult] = []
     skipped: list[int] = []
     for k, (i, j) in enumerate(bounds):
-        table.stage_memory(i, j)  # the model's figure of the range from the table's running set (memoised)
-        result = stage_result(range_figure(engine, i, j, k, len(bounds)), analysis.layer_names, problem.budget)
+        # The model's figure and stash entry of the range from the table's running sets (memoised).
+        result = stage_result(range_figure(facts, i, j, k, len(bounds), table), analysis.layer_names,
+                              problem.budget)
         if explain and not result.fits:
             if time.monotonic() < deadline:
-                detail = overflow_detail(engine.model, table.stage_ops(i, j) if k == 0 else engine.range_ops(i, j),
+                detail = overflow_detail(facts.model, table.stage_ops(i, j) if k == 0 else range_ops(facts, i, j),
                                          result.worst_tile)
                 result = dataclasses.replace(result, overflow=detail)
             else:
@@ -292,13 +322,16 @@ def _stage_results(analysis: Analysis, problem: SplitProblem, bounds: Sequence[t
     return tuple(stages), note
 
 
-def _layer_need(engine: MemoryEngine, table: ProfileRanges, k: int) -> str:
+def _layer_need(facts: MemoryFacts, table: ProfileRanges, k: int) -> str:
     """What layer ``k`` alone needs on its worst tile; at 0 with a wrapped head, also the two parts' own figures."""
+    from popliner.memory.stages import stage_memory, stage_ops
+
     need = f"needs {table.stage_memory(k, k).worst_bytes:,} bytes on its worst tile"
-    if k == 0 and engine.layout.wraps and engine.layout.head is not None:
-        first = engine.stage_memory(engine.stage_ops([0], first_stage=True)).worst_bytes
-        head = engine.stage_memory(engine.stage_ops([engine.layout.head], first_stage=False)).worst_bytes
-        need += (f" ({engine.layer_names[0]} {first:,} and {engine.layer_names[engine.layout.head]} {head:,} "
+    head_layer = facts.layout.head
+    if k == 0 and facts.layout.wraps and head_layer is not None:
+        first = stage_memory(facts, stage_ops(facts, [0], first_stage=True)).worst_bytes
+        head = stage_memory(facts, stage_ops(facts, [head_layer], first_stage=False)).worst_bytes
+        need += (f" ({facts.layer_names[0]} {first:,} and {facts.layer_names[head_layer]} {head:,} "
                  "on their own worst tiles)")
     return need
 

@@ -56,7 +56,7 @@ class AnalysisOptions:
     layered_vars_only: bool = True
     mode: Mode = "auto"
     backward_regex: str = DEFAULT_BACKWARD_REGEX
-    #: How training memory is modelled (read only by the memory engine and the pipeline rules).
+    #: How training memory is modelled (read only by the memory facts and the pipeline rules).
     training: TrainingOptions = field(default_factory=TrainingOptions)
     #: ``--framework``: overrides the framework found in the profile (popliner.framework).
     framework: str | None = None

@@ -13,7 +13,6 @@ import numpy as np
 from popliner.analysis import Analysis
 from popliner.memory.categories import MODELLED
 from popliner.memory.coverage import Coverage, coverage_of
-from popliner.memory.ranges import ProfileRanges
 from popliner.memory.sharing import handed_over_bytes, shared_bytes
 from popliner.memory.training import RecomputeRequest
 from popliner.memory.types import COMPONENT_TITLES, ComponentBytes, StageMemory, components
@@ -165,13 +164,13 @@ def range_table(analysis: Analysis, max_ipus: int) -> RangeTable:
     figure, through the stash, so it is evaluated at position ``k`` of ``k + 1 + d`` IPUs.
     """
     # The layers a split places in order: a wrapped head is none of them (it goes with the range at position 0).
-    names = analysis.engine.layout.placed_names
+    names = analysis.facts.layout.placed_names
     n = len(names)
     training = analysis.mode == "training"
     max_ipus = max(1, min(max_ipus, n))
     depths = max_ipus if training else 1
     values = np.full((n, n, depths), -1, np.int64)
-    costs = ProfileRanges(analysis.engine, np.iinfo(np.int64).max // 4)
+    costs = analysis.range_table(np.iinfo(np.int64).max // 4)
     for i in range(n):
         k = 0 if i == 0 else 1
         for j in range(i, n):
@@ -307,10 +306,10 @@ def profile_coverage(analysis: Analysis) -> Coverage | None:
 def affinity_matrix(analysis: Analysis) -> LayerMatrix:
     """For each pair of layers, the bytes of variables both use (diagonal: all a layer uses)."""
     return LayerMatrix("Memory affinity (bytes of variables both layers use)", analysis.layer_names,
-                       shared_bytes(analysis.engine), sheet="Affinity")
+                       shared_bytes(analysis.facts), sheet="Affinity")
 
 
 def interlayer_matrix(analysis: Analysis) -> LayerMatrix:
     """Bytes of variables that go live in the row's layer and die in the column's layer."""
     return LayerMatrix("Interlayer communication (bytes going live in row layer, dying in column layer)",
-                       analysis.layer_names, handed_over_bytes(analysis.engine), sheet="Interlayer")
+                       analysis.layer_names, handed_over_bytes(analysis.facts), sheet="Interlayer")

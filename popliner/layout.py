@@ -5,7 +5,7 @@ last`` or ``wrap``, two groups popliner makes of the operations that have no
 layer: ``embedding`` (first) and ``head`` (last). :class:`Layout` says which
 of the layer names are those groups and whether the head wraps round onto
 IPU 0 as a pipeline stage of its own. It is the only place that reads this
-from names: the memory engine builds it once from its layers, a pipeline
+from names: the memory facts build it once from its layers, a pipeline
 config from its recorded stages, and every other part (range tables,
 breakdowns, pipeline rules, solvers, configs, check, simulate, report) asks
 it.

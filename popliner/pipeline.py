@@ -22,7 +22,7 @@ holds the layers of position ``i``. PopART then runs:
   forward and backward back to back and stashes nothing (nor, under
   ``--recompute pipeline``, re-runs anything: the head, not the last IPU, is
   then the stage PopART leaves alone; see
-  :meth:`popliner.memory.engine.MemoryEngine.pipeline_rerun_part`). The backward of IPU
+  :func:`popliner.memory.stages.pipeline_rerun_part`). The backward of IPU
   ``i`` is then stage ``2K-i`` (2K+1 stages; K+1 in inference) and IPU ``i``
   keeps ``2(K-i)+1`` entries, the last IPU included. IPU 0 holds both its
   first stage and the head: its model is that of the union of their
@@ -34,7 +34,7 @@ The memory of an IPU, per tile, is therefore::
 
     model(its operations) + (depth - 1) x stash entry + copy buffer
 
-:func:`stage_figures` (any placement, from a memory engine),
+:func:`stage_figures` (any placement, from a scenario's memory facts),
 :func:`range_figure` (one contiguous range at position ``k`` of ``K``) and
 :func:`position_memory` (the worst tile from a range table, for solvers) all
 apply that one formula, so the solver, ``popliner check``, the simulator,
@@ -54,7 +54,8 @@ from popliner.layout import Layout
 from popliner.memory.types import ComponentBytes, StageMemory
 
 if TYPE_CHECKING:
-    from popliner.memory.engine import MemoryEngine
+    from popliner.memory.facts import MemoryFacts
+    from popliner.memory.ranges import ProfileRanges
 
 __all__ = [
     "LayerPlacement",
@@ -234,7 +235,7 @@ def copy_buffer_per_tile(bytes_in: int, bytes_out: int, tiles: int, training: bo
     """Per tile, the buffers of what an IPU receives (``bytes_in``) and sends on (``bytes_out``) per micro-batch.
 
     The bytes crossing a boundary are the variables used on both sides and
-    sent (:attr:`popliner.memory.engine.MemoryEngine.sent_var`): in training
+    sent (:attr:`popliner.memory.boundaries.Boundaries.sent_var`): in training
     they already hold each activation (sent forward) and its gradient (sent
     back) once each, so training adds nothing here; ``training`` is kept for
     the callers that pass it.
@@ -347,7 +348,7 @@ def position_memory(costs: RangeCosts, i: int, j: int, position: int, num_ipus: 
     return total if total <= costs.limit else math.inf
 
 
-# -- from the memory engine (exact per-tile figures) ------------------------------
+# -- from the memory facts (exact per-tile figures) ------------------------------
 
 
 @dataclass(frozen=True, eq=False)
@@ -423,29 +424,39 @@ class StageFigure:
         return self.forward_cycles + self.backward_cycles + self.head_cycles
 
 
-def _figure(engine: MemoryEngine, layers: Sequence[int], position: int, plan: StageLayout, bytes_in: int,
-            bytes_out: int, gradient_bytes_in: int = 0) -> StageFigure:
-    """One IPU's figure in the split ``plan`` (its stash depth; whether it holds a wrapped head)."""
+def _figure(facts: MemoryFacts, layers: Sequence[int], position: int, plan: StageLayout, bytes_in: int,
+            bytes_out: int, gradient_bytes_in: int = 0, memory: StageMemory | None = None,
+            entry: np.ndarray | None = None) -> StageFigure:
+    """One IPU's figure in the split ``plan`` (its stash depth; whether it holds a wrapped head).
+
+    ``memory`` and ``entry``: the model's figure of the IPU's operations and the stash entry of its own ones
+    (without a wrapped head's), when the caller knows them already (a range table's).
+    """
+    from popliner.memory.stages import cycles_split, rerun_cycles, stage_memory, stage_ops, stash_entry_per_tile
+
     holds_head = plan.wraps and position == 0
-    own = [k for k in layers if not (holds_head and k == engine.head_layer)]
-    ops = engine.stage_ops(layers, first_stage=position == 0)
-    own_ops = engine.stage_ops(own, first_stage=position == 0) if holds_head else ops
+    own = [k for k in layers if not (holds_head and k == facts.head_layer)]
+    ops = stage_ops(facts, layers, first_stage=position == 0)
+    own_ops = stage_ops(facts, own, first_stage=position == 0) if holds_head else ops
     depth = plan.stash_depth(position)
-    entry = engine.stash_entry_per_tile(own_ops) if depth else np.zeros(engine.tiles, np.int64)
-    forward, backward = engine.cycles_split(own_ops)
-    head = sum(engine.cycles_split(engine.stage_ops([engine.head_layer], False))) if holds_head else 0
+    if not depth:
+        entry = np.zeros(facts.tiles, np.int64)
+    elif entry is None:
+        entry = stash_entry_per_tile(facts, own_ops)
+    forward, backward = cycles_split(facts, own_ops)
+    head = sum(cycles_split(facts, stage_ops(facts, [facts.head_layer], False))) if holds_head else 0
     return StageFigure(
         position=position, num_ipus=plan.num_ipus, layers=tuple(int(k) for k in layers),
-        memory=engine.stage_memory(ops),
+        memory=stage_memory(facts, ops) if memory is None else memory,
         stash_entry_per_tile=entry, stash_entries=depth,
-        copy_buffer=copy_buffer_per_tile(bytes_in, bytes_out, engine.tiles, engine.training),
+        copy_buffer=copy_buffer_per_tile(bytes_in, bytes_out, facts.tiles, facts.training),
         bytes_in=bytes_in, bytes_out=bytes_out, forward_cycles=forward, backward_cycles=backward,
-        recompute_cycles=engine.rerun_cycles(own_ops) if engine.training else 0,
-        head_cycles=head, gradient_bytes_in=gradient_bytes_in if engine.training else 0,
+        recompute_cycles=rerun_cycles(facts, own_ops) if facts.training else 0,
+        head_cycles=head, gradient_bytes_in=gradient_bytes_in if facts.training else 0,
     )
 
 
-def stage_figures(engine: MemoryEngine, stages: Sequence[Sequence[int]]) -> tuple[StageFigure, ...]:
+def stage_figures(facts: MemoryFacts, stages: Sequence[Sequence[int]]) -> tuple[StageFigure, ...]:
     """Each IPU's figure for a placement: ``stages[k]`` are the layer indices on IPU k.
 
     Stages need not be contiguous (``popliner check`` takes hand-edited
@@ -454,46 +465,55 @@ def stage_figures(engine: MemoryEngine, stages: Sequence[Sequence[int]]) -> tupl
     on IPU 0 (and 2 IPUs or more) the head counts as a stage after IPU K-1:
     IPU 0 receives what it takes from IPU K-1.
     """
+    from popliner.memory.stages import boundary_bytes
+
     count = len(stages)
-    plan = StageLayout.of(engine.layout, [[engine.layout.names[k] for k in group] for group in stages],
-                          engine.training)
+    plan = StageLayout.of(facts.layout, [[facts.layout.names[k] for k in group] for group in stages],
+                          facts.training)
     wraps = plan.wraps
-    head = [engine.head_layer] if wraps else []
+    head = [facts.head_layer] if wraps else []
     order = [[x for x in stages[0] if x not in head], *stages[1:]]  # pipeline order, the head left out
     crossing = [0] * (count + 1)  # crossing[k]: into IPU k (0 into the first, 0 out of the last)
     gradients = [0] * (count + 1)  # the part of crossing[k] sent back (training)
     for k in range(1, count):
         before = [x for group in order[:k] for x in group]
         after = [x for group in order[k:] for x in group] + head
-        crossing[k] = engine.boundary_bytes(before, after)
-        gradients[k] = engine.boundary_bytes(before, after, gradients_only=True)
+        crossing[k] = boundary_bytes(facts, before, after)
+        gradients[k] = boundary_bytes(facts, before, after, gradients_only=True)
     if wraps:
         before = [x for group in order for x in group]
-        crossing[0] = crossing[count] = engine.boundary_bytes(before, head)
-        gradients[0] = engine.boundary_bytes(before, head, gradients_only=True)
-    return tuple(_figure(engine, group, k, plan, crossing[k], crossing[k + 1], gradients[k])
+        crossing[0] = crossing[count] = boundary_bytes(facts, before, head)
+        gradients[0] = boundary_bytes(facts, before, head, gradients_only=True)
+    return tuple(_figure(facts, group, k, plan, crossing[k], crossing[k + 1], gradients[k])
                  for k, group in enumerate(stages))
 
 
-def range_figure(engine: MemoryEngine, i: int, j: int, position: int, num_ipus: int) -> StageFigure:
+def range_figure(facts: MemoryFacts, i: int, j: int, position: int, num_ipus: int,
+                 table: ProfileRanges | None = None) -> StageFigure:
     """The figure of the contiguous layer range ``i..j`` on the IPU at ``position`` of ``num_ipus``.
 
     Exact for any contiguous split (the planner's view): the range receives
     the bytes crossing the boundary before layer ``i`` and sends those after
     layer ``j``. With a wrapped head, ``i..j`` index the layers before the
-    head, and the range at position 0 holds the head too.
+    head, and the range at position 0 holds the head too. ``table``: a range
+    table of the same facts, whose running sets give the range's model
+    figure and stash entry (the same figures, without a sweep).
     """
-    cross, back = engine.crossing, engine.gradient_crossing
+    cross, back = facts.boundaries.crossing, facts.boundaries.gradient_crossing
     into = i - 1
     bytes_out = int(cross[j]) if 0 <= j < len(cross) else 0
     layers = list(range(i, j + 1))
-    wraps = engine.layout.wraps_at(num_ipus)
-    plan = StageLayout(num_ipus, engine.training, engine.layout.head_name if wraps else None)
-    if engine.layout.wraps and position == 0:
-        layers.append(engine.head_layer)
-        into = engine.head_layer - 1 if wraps else -1
+    wraps = facts.layout.wraps_at(num_ipus)
+    plan = StageLayout(num_ipus, facts.training, facts.layout.head_name if wraps else None)
+    if facts.layout.wraps and position == 0:
+        layers.append(facts.head_layer)
+        into = facts.head_layer - 1 if wraps else -1
         if not wraps:
             bytes_out = 0  # one IPU holds everything: nothing crosses
     bytes_in = int(cross[into]) if 0 <= into < len(cross) else 0
     gradient_in = int(back[into]) if 0 <= into < len(back) else 0
-    return _figure(engine, layers, position, plan, bytes_in, bytes_out, gradient_in)
+    if table is None:
+        return _figure(facts, layers, position, plan, bytes_in, bytes_out, gradient_in)
+    # With a wrapped head at position 0 the IPU's operations are not the range's alone: its entry is worked out.
+    entry = None if facts.layout.wraps and position == 0 else table.stash_entry(i, j)
+    return _figure(facts, layers, position, plan, bytes_in, bytes_out, gradient_in, table.stage_memory(i, j), entry)

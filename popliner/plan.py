@@ -254,8 +254,8 @@ def _plan(analysis: Analysis, requested: RecomputeRequest, request: SplitRequest
     if warn:
         _warn_first_with_a_tied_head(analysis, request)
     problem = split_problem(analysis, request)
-    # The engine and (training) the liveness grid shared with the solve's tables: what the hint cannot stop.
-    analysis.engine  # noqa: B018 - built here to time it: the hint's options each build one too
+    # The memory facts and (training) the liveness grid shared with the solve's tables: what the hint cannot stop.
+    analysis.facts  # noqa: B018 - built here to time it: the hint's options each build theirs too
     if analysis.mode == "training":
         budget_table(analysis, problem, request.link_bandwidth)
     setup = time.monotonic() - started
@@ -266,15 +266,14 @@ def _plan(analysis: Analysis, requested: RecomputeRequest, request: SplitRequest
     if split.fits and request.fit_facts:
         with phase("checking fewer IPUs"):
             facts = fit_facts(analysis, problem, request.link_bandwidth)
-    engine = analysis.engine
-    plan = SplitPlan(request, analysis, problem, split, analysis.layout, requested, engine.view.recompute,
+    plan = SplitPlan(request, analysis, problem, split, analysis.layout, requested, analysis.facts.view.recompute,
                      training_of(analysis, requested), facts)
     if not split.fits and request.suggest and analysis.mode == "training":
-        # The solve's engine and its range tables are done with: the plan keeps a scenario of the same options
-        # whose engine is built again only if read, so that a large profile's two engines are not held at once
+        # The solve's facts and its range tables are done with: the plan keeps a scenario of the same options
+        # whose facts are built again only if read, so that a large profile's two sets of facts are not held at once
         # while each option of the hint builds its own.
         plan = dataclasses.replace(plan, analysis=scenario(analysis.base, analysis.options.training))
-        del analysis, engine
+        del analysis
         plan = dataclasses.replace(plan, suggestion=_suggest(plan.analysis, problem, request, started, setup))
     return plan
 
@@ -366,12 +365,12 @@ def _auto_recompute(analysis: Analysis, problem: SplitProblem, split: SplitResul
                     started: float) -> tuple[Analysis, SplitProblem, SplitResult]:
     """``auto``: the first of none, pipeline, every-layer whose split fits (the last tried otherwise)."""
     for mode in AUTO_ORDER[1:]:
-        if split.fits or analysis.mode != "training" or analysis.engine.view.recompute == "compiled":
+        if split.fits or analysis.mode != "training" or analysis.facts.view.recompute == "compiled":
             break
         analysis = scenario(analysis.base, analysis.options.training.with_recompute(mode))  # type: ignore[arg-type]
         problem = dataclasses.replace(problem, training=analysis.mode == "training")
         split = _solve(analysis, problem, request, started)
-    log.warning("%s chose %s", request.named("recompute", "auto"), analysis.engine.view.recompute)
+    log.warning("%s chose %s", request.named("recompute", "auto"), analysis.facts.view.recompute)
     return analysis, problem, split
 
 
@@ -390,9 +389,8 @@ def fit_facts(analysis: Analysis, problem: SplitProblem,
     The fewest comes from the suffix DP (:func:`popliner.solvers.solve.minimum_ipus`); the table is lazy
     and shares the ranges the solve evaluated.
     """
-    from popliner.memory.ranges import ProfileRanges
     from popliner.solvers.solve import minimum_ipus
 
-    table = ProfileRanges(analysis.engine, problem.budget, link_bytes_per_second, lazy=True)
+    table = analysis.range_table(problem.budget, link_bytes_per_second, lazy=True)
     whole = table.stage_memory(0, table.num_layers - 1).worst_bytes if table.num_layers else 0
     return FitFacts(minimum_ipus(table, problem), int(whole))

@@ -2,7 +2,7 @@
 
 Both make scenarios of the same profile base under other
 :class:`TrainingOptions` (:func:`popliner.analysis.scenario`: operations and
-layers are the base's; only the memory engine is new) and ask the solver's
+layers are the base's; only the memory facts are new) and ask the solver's
 range table for the fewest IPUs that fit.
 """
 
@@ -33,12 +33,10 @@ def budget_table(analysis: Analysis, problem: SplitProblem, link_bytes_per_secon
                  deadline: float | None = None) -> ProfileRanges:
     """A lazy range table at the budget: the search reads only the rows a fitting split could start at.
 
-    Making it builds the engine's liveness grid (shared with every other
-    table of the engine), which, like the engine, is not interrupted.
+    Making it builds the scenario's liveness grid (shared with every other
+    table of the scenario), which, like the memory facts, is not interrupted.
     """
-    from popliner.memory.ranges import ProfileRanges
-
-    return ProfileRanges(analysis.engine, problem.budget, link_bytes_per_second, deadline=deadline, lazy=True)
+    return analysis.range_table(problem.budget, link_bytes_per_second, deadline=deadline, lazy=True)
 
 
 def fewest_ipus(analysis: Analysis, problem: SplitProblem, link_bytes_per_second: float = DEFAULT_LINK_BANDWIDTH,
@@ -112,10 +110,10 @@ def suggest_options(analysis: Analysis, problem: SplitProblem, link_bytes_per_se
     Else the option that fits on the fewest IPUs, or none (no option fits,
     or the profile is not a training one). Past ``deadline`` (a
     ``time.monotonic()`` value) it stops, between two options or inside a
-    search, and says so. Each option rebuilds the memory engine and the
+    search, and says so. Each option rebuilds the memory facts and the
     liveness grid of its table, which are not interrupted: an option is not
     started when that set-up, expected to take as long as the longest seen
-    (at least ``setup_seconds``, the caller's own engine and table), would
+    (at least ``setup_seconds``, the caller's own facts and table), would
     end past the deadline.
     """
     if analysis.mode != "training":
@@ -129,10 +127,10 @@ def suggest_options(analysis: Analysis, problem: SplitProblem, link_bytes_per_se
             check_deadline(None if deadline is None else deadline - setup_seconds)
             began = time.monotonic()
             other = scenario(analysis.base, option)
-            if option.recompute != "none" and other.engine.view.recompute == "compiled":
+            if option.recompute != "none" and other.facts.view.recompute == "compiled":
                 tried += 1
                 continue  # recomputation is compiled in: asking for it changes nothing
-            # The engine and the table's liveness grid are the part that cannot stop: time them together.
+            # The facts and the table's liveness grid are the part that cannot stop: time them together.
             table = budget_table(other, problem, link_bytes_per_second, deadline)
             setup_seconds = max(setup_seconds, time.monotonic() - began)
             fewest = fewest_ipus(other, problem, link_bytes_per_second, deadline, table=table)

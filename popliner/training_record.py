@@ -89,7 +89,7 @@ class ConfigTraining:
 
 def config_training(options: TrainingOptions, applied_recompute: AppliedRecompute,
                     requested: RecomputeRequest | None = None) -> ConfigTraining:
-    """The record of ``options`` as a config keeps it; ``applied_recompute`` is the mode the engine applied."""
+    """The record of ``options`` as a config keeps it; ``applied_recompute`` is the mode the memory facts applied."""
     return ConfigTraining(
         recompute=applied_recompute,
         optimizer_state=options.optimizer_state,
@@ -113,4 +113,4 @@ def training_of(analysis: Analysis, requested_recompute: RecomputeRequest | None
     options = analysis.options.training
     if options.optimizer_state == "on-chip" and analysis.base.state_off_chip:
         options = dataclasses.replace(options, optimizer_state="off-chip")
-    return config_training(options, analysis.engine.view.recompute, requested_recompute)
+    return config_training(options, analysis.facts.view.recompute, requested_recompute)

@@ -81,7 +81,6 @@ def picture(stages: Any) -> str:
 def fits(work: Path) -> None:
     """Per model and options: the fewest IPUs that fit, and the ILP's split at the model's usual depth."""
     from popliner.analysis import solve_split
-    from popliner.memory.ranges import ProfileRanges
     from popliner.solvers.problem import SplitProblem
     from popliner.solvers.solve import minimum_ipus
 
@@ -93,7 +92,7 @@ def fits(work: Path) -> None:
             t0 = time.perf_counter()
             analysis = analysed(path, **training)
             budget = analysis.profile.target.bytes_per_tile
-            need = minimum_ipus(ProfileRanges(analysis.engine, budget), SplitProblem(MAX_IPUS, budget, training=True))
+            need = minimum_ipus(analysis.range_table(budget), SplitProblem(MAX_IPUS, budget, training=True))
             split = solve_split(analysis, SplitProblem(depth, budget, exact_ipus=True, training=True),
                                 solver="ilp", time_limit=30.0)
             worst = ", ".join(f"{s.worst_tile_bytes:,}" for s in split.stages)
@@ -124,8 +123,8 @@ def whatif(work: Path) -> None:
                                        {"recompute": "every-layer"}),
                                       ("--optimizer-state off-chip", {"optimizer_state": "off-chip"},
                                        {"optimizer_state": "off-chip"})):
-            what = analysed(plain, **training).engine
-            compiled = analysed(profile(work, preset, **gen)).engine
+            what = analysed(plain, **training).facts
+            compiled = analysed(profile(work, preset, **gen)).facts
             assert what.layer_names == compiled.layer_names
             for k in (2, 4, 8):
                 bounds = even_bounds(what.num_layers, k)
@@ -156,19 +155,20 @@ def calibration(work: Path) -> None:
     import numpy as np
 
     from popliner.analysis import solve_split
+    from popliner.memory.stages import stage_memory, stage_ops
     from popliner.solvers.problem import SplitProblem
 
     analysis = analysed(profile(work, "bert-large", "inference"), mode="inference")
-    engine = analysis.engine
+    engine = analysis.facts
     names = ("variables", "vertex code", "vertex state", "exchange code", "control code")
-    middle = np.array([engine.stage_memory(engine.stage_ops([k], False)).per_tile.sum(axis=1)
+    middle = np.array([stage_memory(engine, stage_ops(engine, [k], False)).per_tile.sum(axis=1)
                        for k in range(1, engine.num_layers - 1)]).mean(axis=0)
-    layer0 = int(engine.stage_memory(engine.stage_ops([0], False)).per_tile.sum())
+    layer0 = int(stage_memory(engine, stage_ops(engine, [0], False)).per_tile.sum())
     # As PopLiner's spreadsheet lists them: one row per operation, summed over the operations without
     # a layer (the previous calibration's convention); the figure of their union is shown beside it.
-    ops = engine.stage_ops([], True)
-    unlayered = sum(int(engine.stage_memory(np.array([op])).per_tile.sum()) for op in ops.tolist())
-    union = int(engine.stage_memory(ops).per_tile.sum())
+    ops = stage_ops(engine, [], True)
+    unlayered = sum(int(stage_memory(engine, np.array([op])).per_tile.sum()) for op in ops.tolist())
+    union = int(stage_memory(engine, ops).per_tile.sum())
     print("| component | real profile | generated | error |")
     print("|---|---|---|---|")
     for name, got in zip(names, middle):

@@ -13,8 +13,9 @@ from click.testing import CliRunner, Result
 
 from popliner.analysis import Analysis, AnalysisOptions, analyse_profile
 from popliner.cli import cli
-from popliner.memory.engine import MemoryEngine
+from popliner.memory.facts import MemoryFacts
 from popliner.memory.ranges import ProfileRanges
+from popliner.memory.stages import range_ops, stage_memory, stash_entry_per_tile
 from popliner.profile import cache as cache_mod
 from popliner.profile import zcodec
 from popliner.profile.loader import parse_profile_bytes
@@ -74,16 +75,16 @@ def ipu_memory(ipu: int, layers: tuple[str, ...], per_tile: Any, stash_per_tile:
     return stage_result(figure, layers, budget)
 
 
-def range_table_equals_engine(table: ProfileRanges, engine: MemoryEngine, num_layers: int) -> None:
+def range_table_equals_engine(table: ProfileRanges, engine: MemoryFacts, num_layers: int) -> None:
     """Every contiguous range's total and stash entry per tile: the incremental table equals the direct model."""
     for i in range(num_layers):
         for j in range(i, num_layers):
             got = table.per_tile(i, j)
             assert got is not None
             total, stash = got
-            ops = engine.range_ops(i, j)
-            assert total.tolist() == engine.stage_memory(ops).total_per_tile.tolist(), (i, j)
-            assert stash.tolist() == engine.stash_entry_per_tile(ops).tolist(), (i, j)
+            ops = range_ops(engine, i, j)
+            assert total.tolist() == stage_memory(engine, ops).total_per_tile.tolist(), (i, j)
+            assert stash.tolist() == stash_entry_per_tile(engine, ops).tolist(), (i, j)
 
 
 def invoke(*args: object, ok: tuple[int, ...] = (0,)) -> Result:

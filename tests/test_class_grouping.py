@@ -7,6 +7,7 @@ import pytest
 
 from popliner.memory import stash_row
 from popliner.memory.liveness import SegmentGrid
+from popliner.memory.stages import range_ops
 from tests.helpers import FIXTURES
 
 Columns = tuple[np.ndarray, tuple[np.ndarray, np.ndarray], np.ndarray, np.ndarray, np.ndarray, int]
@@ -58,13 +59,14 @@ def test_stash_columns_of_an_engine_equal_the_columns_of_every_variable(name: st
     fixtures = FIXTURES
     analysis = load_analysis(str(fixtures / name), AnalysisOptions(training=TrainingOptions(**options)),  # type: ignore[arg-type]
                              use_cache=False)
-    engine = analysis.engine
+    engine = analysis.facts
     v = engine.profile.variables
     for k in range(engine.num_layers):
-        var = engine.model.counted_variables(engine.range_ops(k, k))
-        for part, with_owner in ((var[~engine.multi_layer_var[var]], False), (var[engine.multi_layer_var[var]], True)):
-            expect = stash_row.candidate_columns(part, engine.stash_candidate, engine.var_first_step,
-                                                 engine.var_last_step, v.tile, v.bytes, engine.tiles, with_owner)
+        var = engine.model.counted_variables(range_ops(engine, k, k))
+        multi = engine.boundaries.multi_layer_var[var]
+        for part, with_owner in ((var[~multi], False), (var[multi], True)):
+            expect = stash_row.candidate_columns(part, engine.stash_candidate, engine.variable_steps[0],
+                                                 engine.variable_steps[1], v.tile, v.bytes, engine.tiles, with_owner)
             columns = (v.klass[part], v.tile[part], v.bytes[part])  # as a layer's parts pass them
             for got in (stash_row.stash_columns(engine, part, with_owner),
                         stash_row.stash_columns(engine, part, with_owner, columns)):

@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from popliner.analysis import analyse_profile, scenario
-from popliner.memory.ranges import ProfileRanges
 from popliner.plan import SplitRequest, fit_facts, plan_split, split_problem
 from popliner.profile import load_profile
 from popliner.solvers.problem import ArrayRanges, SplitProblem
@@ -44,6 +43,6 @@ def test_fit_facts_on_profiles_are_the_suffix_dps(name, budget_share):
     # The same scenario (the plan's resolved options: a tied head is wrapped by PopART's default), fresh.
     fresh = scenario(analyse_profile(load_profile(path)).base, plan.analysis.options.training)
     problem = split_problem(fresh, plan.request)
-    expected = minimum_ipus(ProfileRanges(fresh.engine, problem.budget), problem)
+    expected = minimum_ipus(fresh.range_table(problem.budget), problem)
     assert plan.facts.fewest_ipus == expected
     assert fit_facts(fresh, problem) == plan.facts

@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from popliner.memory.stages import boundary_bytes
 from popliner.pipeline import (
     backward_stage,
     extra_stash_entries,
@@ -88,7 +89,6 @@ def test_a_wrapped_head_can_make_a_split_infeasible():
 def test_wrap_engine_and_range_table_agree_on_every_split_point(fixture):
 
     from popliner.analysis import AnalysisOptions, load_analysis
-    from popliner.memory.ranges import ProfileRanges
     from popliner.memory.training import TrainingOptions
     from popliner.pipeline import range_figure
 
@@ -96,8 +96,8 @@ def test_wrap_engine_and_range_table_agree_on_every_split_point(fixture):
     for kwargs in ({}, {"recompute": "every-layer", "optimizer_state": "off-chip"}, {"recompute": "pipeline"}):
         analysis = load_analysis(str(path), AnalysisOptions(training=TrainingOptions(head_placement="wrap", **kwargs)),
                                  use_cache=False)
-        engine = analysis.engine
-        t = ProfileRanges(engine, 10**12)
+        engine = analysis.facts
+        t = analysis.range_table(10**12)
         n = t.num_layers
         for cut in range(n - 1):
             for k, (i, j) in enumerate(((0, cut), (cut + 1, n - 1))):
@@ -318,20 +318,20 @@ def test_tied_head_crossing_by_hand_last():
     # Linear order embedding, 0, 1, head. After the embedding: x0 + dx0, and dE (made by the head on the last
     # IPU, summed into the embedding's gradient): 1 + 512 + 64. After layer 0: h0 + dh0 + dE = 322. After
     # layer 1 (into the head): h1 + dh1 + dE = 196.
-    assert tied_head("last").engine.crossing.tolist() == [577, 322, 196]
+    assert tied_head("last").facts.boundaries.crossing.tolist() == [577, 322, 196]
 
 
 def test_tied_head_crossing_by_hand_wrap():
     # The head is on IPU 0 with the embedding: dE, made by the head and used by the embedding only, crosses
     # nothing; h1 and dh1 (layer 1 and the head, not the embedding) go from layer 1 round to the head.
     a = tied_head("wrap")
-    engine = a.engine
+    engine = a.facts
     assert engine.head_wraps
-    assert engine.crossing.tolist() == [513, 258, 132]
+    assert engine.boundaries.crossing.tolist() == [513, 258, 132]
     # Any two sets of layers use the same rule: {embedding, 1} against {0, head} share x0, dx0, h0, dh0, h1,
     # dh1 (dE is the head's and the embedding's: no crossing): 1 + 512 + 2 + 256 + 4 + 128.
-    assert engine.boundary_bytes([0, 2], [1, 3]) == 903
-    assert tied_head("last").engine.boundary_bytes([0, 2], [1, 3]) == 903 + 64
+    assert boundary_bytes(engine, [0, 2], [1, 3]) == 903
+    assert boundary_bytes(tied_head("last").facts, [0, 2], [1, 3]) == 903 + 64
     # Two IPUs [embedding + head | 0 1]: IPU 0 sends x0 + dx0 + ... after the embedding and receives what the
     # head takes from IPU 1.
     from popliner.pipeline import stage_figures

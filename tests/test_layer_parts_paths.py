@@ -29,9 +29,10 @@ def _parts(source: str, pieces: Pieces) -> list[tuple[str, LayerParts]]:
     """Every layer's parts of every option set's two engines (on the shared base, alone), in a fixed order."""
     out = []
     for changes, shared, alone in _option_engines(source):
-        for name, engine in (("shared", shared), ("alone", alone)):
-            state = engine.range_state(pieces)
-            out += [(f"{source} {changes} {name} layer {j}", state.layer_parts(j)) for j in range(engine.num_layers)]
+        for name, made in (("shared", shared), ("alone", alone)):
+            state = made.range_memo.state(made.facts, pieces)
+            out += [(f"{source} {changes} {name} layer {j}", state.layer_parts(j))
+                    for j in range(made.facts.num_layers)]
     return out
 
 
@@ -85,9 +86,10 @@ def test_parts_from_split_variables_are_the_parts_from_the_union(source: str, pi
 
 def test_positions_of_multi_layer_variables_are_their_ranks() -> None:
     """The popcount ranks (and the binary search numpy < 2 takes) are the positions in ``multi_layer_index``."""
-    for _, engine, _alone in _option_engines("bert-tiny-training.json"):
+    for _, made, _alone in _option_engines("bert-tiny-training.json"):
+        engine = made.facts
         split = LayerVariables.of(engine)
-        index = engine.multi_layer_index
+        index = engine.boundaries.multi_layer_index
         assert index.size > 64  # several words
         expected = np.arange(index.size)
         np.testing.assert_array_equal(split.positions(index), expected)

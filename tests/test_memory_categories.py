@@ -22,7 +22,6 @@ from popliner.analysis import Analysis, AnalysisOptions
 from popliner.breakdown import build_breakdown, default_headroom, profile_coverage, whole_profile_memory
 from popliner.cli import cli
 from popliner.memory.categories import MODELLED, category_rule
-from popliner.memory.ranges import ProfileRanges
 from popliner.memory.training import TrainingOptions
 from popliner.synth import generate_document, preset_spec
 from popliner.writers.tables import layers_grid, operations_grid
@@ -110,8 +109,8 @@ def test_per_operation_shares_add_up_to_the_following_categories(generated: dict
                          ids=["plain", "every-layer", "wrap"])
 def test_range_table_equals_the_direct_model(generated: dict[str, Any], options: dict[str, str]) -> None:
     analysis = analyse_document(generated, AnalysisOptions(training=TrainingOptions(**options)))  # type: ignore
-    engine = analysis.engine
-    table = ProfileRanges(engine, limit=2**62)
+    engine = analysis.facts
+    table = analysis.range_table(2**62)
     range_table_equals_engine(table, engine, table.num_layers)
 
 

@@ -14,7 +14,6 @@ import numpy as np
 import pytest
 
 from popliner.analysis import Analysis, AnalysisOptions, load_analysis
-from popliner.memory.ranges import ProfileRanges
 from popliner.memory.running import PIECES, Pieces
 from popliner.pipeline import (
     backward_stage,
@@ -40,8 +39,8 @@ def _analysis(path: Path, mode: str) -> Analysis:
 @pytest.mark.parametrize("path", PROFILES, ids=lambda p: p.name.split(".")[0])
 def test_incremental_ranges_equal_the_direct_model(path: Path, mode: str, pieces: Pieces) -> None:
     analysis = _analysis(path, mode)
-    engine = analysis.engine
-    table = ProfileRanges(engine, limit=2**62, pieces=pieces)
+    engine = analysis.facts
+    table = analysis.range_table(2**62, pieces=pieces)
     n = engine.num_layers
     range_table_equals_engine(table, engine, n)
     for i in range(n):
@@ -57,10 +56,11 @@ def test_incremental_ranges_equal_the_direct_model(path: Path, mode: str, pieces
 
 @pytest.mark.parametrize("path", PROFILES[:2], ids=lambda p: p.name.split(".")[0])
 def test_a_lower_limit_reuses_and_stops(path: Path) -> None:
-    engine = _analysis(path, "training").engine
-    wide = ProfileRanges(engine, limit=2**62)
+    made = _analysis(path, "training")
+    engine = made.facts
+    wide = made.range_table(2**62)
     full = wide.memory(0, engine.num_layers - 1, 0)
-    narrow = ProfileRanges(engine, limit=int(full) - 1)
+    narrow = made.range_table(int(full) - 1)
     assert narrow.memory(0, engine.num_layers - 1, 0) == np.inf
     assert narrow.per_tile(0, engine.num_layers - 1) is None
 
@@ -88,11 +88,11 @@ def test_copy_buffers_by_hand() -> None:
 def test_range_figure_equals_the_placement_figure(mode: str) -> None:
     # bert-tiny: 3 layers; split 0 | 1..2. The contiguous form and the general form agree.
     path = next(p for p in PROFILES if p.name.startswith("bert-tiny-training"))
-    engine = _analysis(path, mode).engine
+    engine = _analysis(path, mode).facts
     general = stage_figures(engine, [[0], [1, 2]])
     contiguous = (range_figure(engine, 0, 0, 0, 2), range_figure(engine, 1, 2, 1, 2))
     for a, b in zip(general, contiguous):
         assert a.total_per_tile.tolist() == b.total_per_tile.tolist()
         assert (a.bytes_in, a.bytes_out, a.copy_buffer) == (b.bytes_in, b.bytes_out, b.copy_buffer)
-    assert general[0].bytes_out == general[1].bytes_in == int(engine.crossing[0])
+    assert general[0].bytes_out == general[1].bytes_in == int(engine.boundaries.crossing[0])
     assert general[0].stash_entries == (3 if mode == "training" else 0)

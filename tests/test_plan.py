@@ -129,7 +129,7 @@ def test_wrap_with_a_workbook_writes_the_planner(tmp_path):
     from popliner.breakdown import range_table
 
     table = range_table(analysis, 3)
-    assert table.layers == analysis.engine.layout.placed_names
+    assert table.layers == analysis.facts.layout.placed_names
     assert "head" not in table.layers
 
 

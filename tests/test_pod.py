@@ -295,22 +295,22 @@ def test_an_option_sets_engine_goes_once_searched() -> None:
     import gc
     import weakref
 
-    from popliner.memory.engine import MemoryEngine
+    from popliner.memory.facts import MemoryFacts
 
-    built: list[weakref.ref[MemoryEngine]] = []
-    original = MemoryEngine.__init__
+    built: list[weakref.ref[MemoryFacts]] = []
+    original = MemoryFacts.__init__
 
-    def watched(self: MemoryEngine, *args: Any, **kwargs: Any) -> None:
+    def watched(self: MemoryFacts, *args: Any, **kwargs: Any) -> None:
         original(self, *args, **kwargs)
         built.append(weakref.ref(self))
 
     base = load_analysis(str(PROFILES[0]), use_cache=False)
-    MemoryEngine.__init__ = watched  # type: ignore[method-assign]
+    MemoryFacts.__init__ = watched  # type: ignore[method-assign]
     try:
         plan = plan_pod(base, PodRequest(pod_ipus=4, recompute=("none", "pipeline"), head_placement=("first",),
                                          optimizer_state=("on-chip",)))
     finally:
-        MemoryEngine.__init__ = original  # type: ignore[method-assign]
+        MemoryFacts.__init__ = original  # type: ignore[method-assign]
     gc.collect()
     assert len(built) == 2 and plan.fitting
     assert [ref() for ref in built] == [None, None]

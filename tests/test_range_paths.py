@@ -14,14 +14,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from popliner.analysis import AnalysisOptions, load_analysis
+from popliner.analysis import Analysis, AnalysisOptions, load_analysis
 from popliner.arrays import unique_inverse
 from popliner.errors import ProfileFormatError
 from popliner.memory import liveness, stash_row
-from popliner.memory.engine import MemoryEngine
+from popliner.memory.facts import MemoryFacts
 from popliner.memory.liveness import sweep
-from popliner.memory.ranges import ProfileRanges
 from popliner.memory.running import Pieces
+from popliner.memory.stages import range_ops, select_stash, stage_memory, stash_entry_per_tile, stash_join_positions
 from popliner.memory.stash_rule import StashWindows
 from popliner.memory.training import TrainingOptions
 from tests.helpers import FIXTURES, range_table_equals_engine
@@ -38,9 +38,13 @@ OPTIONS = [
 ]
 
 
-def _engine(name: str, **kwargs: str) -> MemoryEngine:
+def _scenario(name: str, **kwargs: str) -> Analysis:
     options = AnalysisOptions(training=TrainingOptions(**kwargs))  # type: ignore[arg-type]
-    return load_analysis(str(FIXTURES / name), options, use_cache=False).engine
+    return load_analysis(str(FIXTURES / name), options, use_cache=False)
+
+
+def _engine(name: str, **kwargs: str) -> MemoryFacts:
+    return _scenario(name, **kwargs).facts
 
 
 #: Grid blocks of 3 segments and stash horizons of 2 growths: small profiles reach every branch.
@@ -51,9 +55,9 @@ SMALL = Pieces(grid_block=3, stash_horizon=2)
 @pytest.mark.parametrize("options", OPTIONS, ids=lambda o: "-".join(o.values()) or "plain")
 @pytest.mark.parametrize("fixture", ["tiny-training.json", "bert-tiny-training.json"])
 def test_fast_paths_equal_the_direct_model(fixture: str, options: dict[str, str], pieces: Pieces) -> None:
-    engine = _engine(fixture, **options)
-    table = ProfileRanges(engine, limit=2**62, pieces=pieces)
-    range_table_equals_engine(table, engine, table.num_layers)  # a wrapped head is no layer of the table's
+    made = _scenario(fixture, **options)
+    table = made.range_table(2**62, pieces=pieces)
+    range_table_equals_engine(table, made.facts, table.num_layers)  # a wrapped head is no layer of the table's
 
 
 def _random_rows(rng: np.random.Generator, m: int, widening: bool) -> list[StashWindows | None]:
@@ -84,22 +88,22 @@ def test_join_growth_follows_the_stash_rule(options: dict[str, str]) -> None:
         rows = _random_rows(rng, m, widening=True)
         first = rng.integers(-1, 420, 500)
         last = np.maximum(first, rng.integers(-1, 420, 500))
-        at = engine.stash_positions(first, last, rows)
+        at = stash_join_positions(engine, first, last, rows)
         if at is None:
             # Only pipeline's received inputs may refuse nested windows: the forward part started earlier.
             assert engine.view.inputs_only
             continue
         for p, w in enumerate(rows):
-            expect = np.zeros(len(first), bool) if w is None else engine.stash_select(first, last, w)
+            expect = np.zeros(len(first), bool) if w is None else select_stash(engine, first, last, w)
             assert ((at <= p) == expect).all(), (trial, p)
 
 
 def test_windows_that_narrow_take_the_masked_sum() -> None:
     engine = _engine("tiny-training.json")
     rows = _random_rows(np.random.default_rng(3), 5, widening=False)
-    assert engine.stash_positions(np.zeros(1, np.int64), np.zeros(1, np.int64), rows) is None
+    assert stash_join_positions(engine, np.zeros(1, np.int64), np.zeros(1, np.int64), rows) is None
     # A forward part that appears and then vanishes is no widening either.
-    assert engine.stash_positions(np.zeros(1, np.int64), np.zeros(1, np.int64),
+    assert stash_join_positions(engine, np.zeros(1, np.int64), np.zeros(1, np.int64),
                                   [(1, 2, 5, 6), None, (1, 2, 5, 6)]) is None
 
 
@@ -143,18 +147,22 @@ def test_class_window_peak_equals_the_sweep(fixture: str) -> None:
 @pytest.mark.parametrize("pieces", [Pieces(), SMALL], ids=["default", "small"])
 @pytest.mark.parametrize("options", OPTIONS, ids=lambda o: "-".join(o.values()) or "plain")
 def test_stage_memory_from_the_table_equals_the_sweep(options: dict[str, str], pieces: Pieces) -> None:
-    tabled = _engine("bert-tiny-training.json", **options)
+    tabled = _scenario("bert-tiny-training.json", **options)
     direct = _engine("bert-tiny-training.json", **options)  # its own memo: every figure from a sweep
-    table = ProfileRanges(tabled, limit=2**62, pieces=pieces)
+    table = tabled.range_table(2**62, pieces=pieces)
     n = table.num_layers
     for i in range(n):
         for j in range(i, n):
             if (i + j) % 2:
-                assert table.per_tile(i, j) is not None  # then the engine also takes the table's stash entry
+                assert table.per_tile(i, j) is not None  # then the table also has the range's stash entry
             got = table.stage_memory(i, j).per_tile
             ops = table.stage_ops(i, j)  # with a wrapped head, range 0.. holds the head's operations too
-            assert got.tolist() == direct.stage_memory(ops).per_tile.tolist(), (i, j)
-            assert tabled.stash_entry_per_tile(ops).tolist() == direct.stash_entry_per_tile(ops).tolist(), (i, j)
+            assert got.tolist() == stage_memory(direct, ops).per_tile.tolist(), (i, j)
+            entry = table.stash_entry(i, j)
+            assert entry is not None or not (i + j) % 2, (i, j)  # a range read has its entry (training)
+            if entry is not None:  # the range's own operations: never a wrapped head's
+                own = range_ops(direct, i, j)
+                assert entry.tolist() == stash_entry_per_tile(direct, own).tolist(), (i, j)
             assert table.per_tile(i, j) is not None  # the table still reads right after a stage figure
 
 
@@ -242,13 +250,14 @@ def test_tables_of_rising_limits_equal_the_direct_model(options: dict[str, str])
     still the direct model's figure, and a table holds exactly the ranges
     within its limit.
     """
-    engine = _engine("bert-tiny-training.json", **options)
+    made = _scenario("bert-tiny-training.json", **options)
+    engine = made.facts
     n = engine.num_layers
-    totals = {(i, j): int(engine.stage_memory(engine.range_ops(i, j)).total_per_tile.max())
+    totals = {(i, j): int(stage_memory(engine, range_ops(engine, i, j)).total_per_tile.max())
               for i in range(n) for j in range(i, n)}
     ordered = sorted(set(totals.values()))
     for limit in (ordered[0], ordered[len(ordered) // 3], ordered[2 * len(ordered) // 3], ordered[-1]):
-        table = ProfileRanges(engine, limit=limit, pieces=SMALL)
+        table = made.range_table(limit, pieces=SMALL)
         for i in range(n):
             for j in range(i, n):
                 got = table.per_tile(i, j)
@@ -256,9 +265,9 @@ def test_tables_of_rising_limits_equal_the_direct_model(options: dict[str, str])
                 assert (got is not None) == fits, (limit, i, j)
                 if got is None:
                     continue
-                ops = engine.range_ops(i, j)
-                assert got[0].tolist() == engine.stage_memory(ops).total_per_tile.tolist(), (limit, i, j)
-                assert got[1].tolist() == engine.stash_entry_per_tile(ops).tolist(), (limit, i, j)
+                ops = range_ops(engine, i, j)
+                assert got[0].tolist() == stage_memory(engine, ops).total_per_tile.tolist(), (limit, i, j)
+                assert got[1].tolist() == stash_entry_per_tile(engine, ops).tolist(), (limit, i, j)
         # Another set on the shared grid in between: the next table's rows put theirs back first.
         table.stage_memory(n // 2, n - 1)
 

@@ -92,7 +92,7 @@ class Case:
 
 def even_config(analysis: Analysis, ipus: int, budget: int) -> PipelineConfig:
     """A config of an even contiguous split (the report's own split), as the solver's configs are made."""
-    names = analysis.engine.layout.placed_names
+    names = analysis.facts.layout.placed_names
     counts = [len(names) // ipus + (1 if u < len(names) % ipus else 0) for u in range(ipus)]
     figures = analysis.pipeline_figures(_groups(analysis, counts))
     stages = tuple(stage_result(f, analysis.layer_names, budget) for f in figures)

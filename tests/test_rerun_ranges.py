@@ -20,11 +20,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from popliner.analysis import AnalysisOptions, load_analysis
-from popliner.memory.engine import MemoryEngine
+from popliner.analysis import Analysis, AnalysisOptions, load_analysis
+from popliner.memory.facts import MemoryFacts
 from popliner.memory.liveness import window_peak
 from popliner.memory.ranges import ProfileRanges
 from popliner.memory.running import PIECES, Pieces
+from popliner.memory.stages import pipeline_rerun_window, range_ops, stage_memory
 from popliner.memory.training import TrainingOptions
 from popliner.synth import generate_document, preset_spec
 from tests.helpers import FIXTURES, analyse_document
@@ -40,15 +41,15 @@ def _generated(name: str) -> dict[str, Any]:
     return generate_document(specs[name])
 
 
-def _engines(source: str, **training: str) -> tuple[MemoryEngine, MemoryEngine]:
-    """Two engines of one profile and options: one for the table, one whose figures are all direct sweeps."""
+def _engines(source: str, **training: str) -> tuple[Analysis, MemoryFacts]:
+    """Two scenarios of one profile and options: one for the table, one whose figures are all direct sweeps."""
     options = AnalysisOptions(training=TrainingOptions(**training))  # type: ignore[arg-type]
     if source.endswith((".json", ".json.gz")):
         made = [load_analysis(str(FIXTURES / source), options, use_cache=False) for _ in range(2)]
     else:
         made = [analyse_document(_generated(source), options) for _ in range(2)]
     assert made[0].mode == "training"
-    return made[0].engine, made[1].engine
+    return made[0], made[1].facts
 
 
 SOURCES = ["tiny-training.json", "bert-tiny-training.json", "resnet-small-training.json.gz", "gpt2-tiny",
@@ -71,7 +72,7 @@ def _wrapped_total(table: ProfileRanges, j: int) -> np.ndarray | None:
 @pytest.mark.parametrize("source", SOURCES)
 def test_pipeline_ranges_equal_the_direct_model(source: str, placement: dict[str, str], pieces: Pieces) -> None:
     tabled, direct = _engines(source, recompute="pipeline", **placement)
-    table = ProfileRanges(tabled, limit=2**62, pieces=pieces, lazy=True)
+    table = tabled.range_table(2**62, pieces=pieces, lazy=True)
     n = table.num_layers
     pairs = [(i, j) for i in range(n) for j in range(i, n)]
     rng = np.random.default_rng(len(source) * 31 + n)
@@ -80,18 +81,18 @@ def test_pipeline_ranges_equal_the_direct_model(source: str, placement: dict[str
         i, j = pairs[k]
         got = table.per_tile(i, j)
         assert got is not None
-        ops = direct.range_ops(i, j)
-        assert got[0].tolist() == direct.stage_memory(ops).total_per_tile.tolist(), (i, j)
-        rerun += direct.pipeline_rerun_window(ops) is not None
+        ops = range_ops(direct, i, j)
+        assert got[0].tolist() == stage_memory(direct, ops).total_per_tile.tolist(), (i, j)
+        rerun += pipeline_rerun_window(direct, ops) is not None
         if table.head_wraps and i == 0:
             wrapped = _wrapped_total(table, j)
             assert wrapped is not None
-            assert wrapped.tolist() == direct.stage_memory(table.stage_ops(0, j)).total_per_tile.tolist(), j
+            assert wrapped.tolist() == stage_memory(direct, table.stage_ops(0, j)).total_per_tile.tolist(), j
     # Every range but those holding the last layer is re-run (with a wrapped head the head's stage is that one).
     assert rerun == len(pairs) - (0 if table.head_wraps else n)
     for i, j in pairs[:: max(len(pairs) // 5, 1)]:  # the exact figure of a chosen stage, from a running set
         ops = table.stage_ops(i, j)
-        assert table.stage_memory(i, j).per_tile.tolist() == direct.stage_memory(ops).per_tile.tolist(), (i, j)
+        assert table.stage_memory(i, j).per_tile.tolist() == stage_memory(direct, ops).per_tile.tolist(), (i, j)
 
 
 @pytest.mark.parametrize("source", ["bert-tiny-training.json", "gpt2-tiny", "poptorch-bert-tiny"])
@@ -100,17 +101,17 @@ def test_rerun_peak_equals_two_sweeps_on_random_windows(source: str) -> None:
     tabled, direct = _engines(source, recompute="pipeline", head_placement="wrap")
     rng = np.random.default_rng(3)
     for pieces in (PIECES, TINY):
-        state_of = tabled.range_state(pieces)
-        n = tabled.num_layers
+        state_of = tabled.range_memo.state(tabled.facts, pieces)
+        n = tabled.facts.num_layers
         for _ in range(12):
             i = int(rng.integers(0, n))
             j = int(rng.integers(i, n))
             state = state_of.running_set()
-            kept = bool(rng.integers(0, 2)) and tabled.head_wraps
+            kept = bool(rng.integers(0, 2)) and tabled.facts.head_wraps
             if kept:  # IPU 0 with the head: its variables keep their live steps
-                state.add(state_of.layer_parts(tabled.head_layer), kept=True)
+                state.add(state_of.layer_parts(tabled.facts.head_layer), kept=True)
             for k in range(i, j + 1):
-                if not (kept and k == tabled.head_layer):
+                if not (kept and k == tabled.facts.head_layer):
                     state.add(state_of.layer_parts(k))
             ops = np.concatenate(state.ops)
             lo, hi = direct.model.window(ops)
@@ -127,20 +128,20 @@ def test_the_forward_cut_changes_figures() -> None:
     differ = 0
     for i in range(direct.num_layers - 1):
         for j in range(i, direct.num_layers - 1):
-            ops = direct.range_ops(i, j)
-            differ += direct.stage_memory(ops).per_tile[0].tolist() != direct.model.stage(ops).per_tile[0].tolist()
+            ops = range_ops(direct, i, j)
+            differ += stage_memory(direct, ops).per_tile[0].tolist() != direct.model.stage(ops).per_tile[0].tolist()
     assert differ > 0
 
 
 def test_tables_of_rising_limits_under_pipeline() -> None:
     """Rows stopped by a low limit and grown again by a higher one (a best effort): the direct figures still."""
     tabled, direct = _engines("bert-tiny-training.json", recompute="pipeline", head_placement="last")
-    n = tabled.num_layers
-    totals = {(i, j): int(direct.stage_memory(direct.range_ops(i, j)).total_per_tile.max())
+    n = tabled.facts.num_layers
+    totals = {(i, j): int(stage_memory(direct, range_ops(direct, i, j)).total_per_tile.max())
               for i in range(n) for j in range(i, n)}
     ordered = sorted(set(totals.values()))
     for limit in (ordered[0], ordered[len(ordered) // 2], ordered[-1]):
-        table = ProfileRanges(tabled, limit=limit, pieces=TINY, lazy=True)
+        table = tabled.range_table(limit, pieces=TINY, lazy=True)
         for (i, j), worst in totals.items():
             got = table.memory(i, j, 0)
             assert got == (worst if worst <= limit and all(totals[(i, k)] <= limit for k in range(i, j)) else np.inf)
@@ -152,6 +153,7 @@ def test_first_user_is_the_earliest_user(source: str, scatter_min: int) -> None:
     """The operation table's first user (shared by every engine of a profile) against a walk over the operations."""
     engine, _ = _engines(source)
     ops = engine.ops
+    boundaries = engine.facts.boundaries
     expect = [-1] * engine.profile.variables.count
     ran = [op for op in range(ops.count) if ops.first_step[op] >= 0]
     for op in sorted(ran, key=lambda o: (int(ops.first_step[o]), o)):
@@ -160,4 +162,4 @@ def test_first_user_is_the_earliest_user(source: str, scatter_min: int) -> None:
                 expect[v] = op
     assert ops.first_users(scatter_min).tolist() == expect
     assert ops.first_user.tolist() == expect
-    assert engine.boundaries.first_user is ops.first_user
+    assert boundaries.first_user is ops.first_user

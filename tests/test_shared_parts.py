@@ -7,8 +7,8 @@ plan`` builds one engine per option set on the same parts, in turn. Here the
 option sets are built in turn on ONE base (each later one finding the parts,
 deltas and range figures the earlier ones left), and every range figure
 (total per tile, stash entry, the wrapped head's ranges, stage figures) is
-held against the direct model (:meth:`MemoryEngine.stage_memory` and
-:meth:`MemoryEngine.stash_entry_per_tile`: a sweep over the range's own
+held against the direct model (:meth:`MemoryFacts.stage_memory` and
+:meth:`MemoryFacts.stash_entry_per_tile`: a sweep over the range's own
 variables, no layer parts) of an engine of the same options on a base of its
 own, loaded again, which sees no other option set.
 """
@@ -25,10 +25,12 @@ import pytest
 
 from popliner.analysis import Analysis, AnalysisOptions, load_analysis, scenario
 from popliner.memory import ranges_shared
-from popliner.memory.engine import MemoryEngine
-from popliner.memory.ranges import ProfileRanges, release
+from popliner.memory.facts import MemoryFacts
+from popliner.memory.range_state import RangeMemo
+from popliner.memory.ranges import release
 from popliner.memory.ranges_shared import SharedParts
 from popliner.memory.running import PIECES, Pieces
+from popliner.memory.stages import range_ops, stage_memory, stash_entry_per_tile
 from popliner.memory.training import TrainingOptions
 from popliner.synth import generate_document, preset_spec
 from tests.helpers import FIXTURES, analyse_document
@@ -61,19 +63,21 @@ def _analysis(source: str) -> Analysis:
     return analyse_document(_generated(source), AnalysisOptions())
 
 
-def _option_engines(source: str) -> Iterator[tuple[dict[str, Any], MemoryEngine, MemoryEngine]]:
-    """(options, engine on the one shared base, engine of the same options on a base of its own) per option set."""
+def _option_engines(source: str) -> Iterator[tuple[dict[str, Any], Analysis, Analysis]]:
+    """(options, scenario on the one shared base, scenario of the same options on a base of its own) per option set."""
     shared_base = _analysis(source).base
     for changes in OPTION_SETS:
         options = dataclasses.replace(TrainingOptions(), **changes)
         own_base = _analysis(source).base  # loaded again: its parts and memos see this option set only
-        engine, alone = scenario(shared_base, options).engine, scenario(own_base, options).engine
-        assert engine.shared_parts is shared_base.shared and alone.shared_parts is own_base.shared
+        made, made_alone = scenario(shared_base, options), scenario(own_base, options)
+        engine, alone = made.facts, made_alone.facts
+        assert engine.memo is shared_base.shared.view_memo and alone.memo is own_base.shared.view_memo
+        assert made.range_memo.shared is shared_base.shared and made_alone.range_memo.shared is own_base.shared
         # The training view shares the roles and recomputation spans across option sets: the same as alone.
         np.testing.assert_array_equal(engine.view.rerun_ops, alone.view.rerun_ops)
         np.testing.assert_array_equal(engine.view.forward_cut, alone.view.forward_cut)
         np.testing.assert_array_equal(engine.view.never_stash, alone.view.never_stash)
-        yield changes, engine, alone
+        yield changes, made, made_alone
 
 
 #: Grid blocks of 3 segments (the profile's own grid, which the shared parts' events are made on, keeps the
@@ -88,17 +92,18 @@ def _all_ranges(n: int) -> Iterator[tuple[int, int]]:
         yield pairs[int(k)]
 
 
-def _direct(engine: MemoryEngine, i: int, j: int) -> tuple[list[int], list[int]]:
+def _direct(engine: MemoryFacts, i: int, j: int) -> tuple[list[int], list[int]]:
     """The direct model's total and stash entry per tile of the range ``i..j``."""
-    ops = engine.range_ops(i, j)
-    return engine.stage_memory(ops).total_per_tile.tolist(), engine.stash_entry_per_tile(ops).tolist()
+    ops = range_ops(engine, i, j)
+    return stage_memory(engine, ops).total_per_tile.tolist(), stash_entry_per_tile(engine, ops).tolist()
 
 
 def _held(source: str, pieces: Pieces) -> int:
     """Every range of every option set's table on the shared base against the direct model alone; ranges checked."""
     checked = 0
-    for changes, engine, alone in _option_engines(source):
-        table = ProfileRanges(engine, limit=2**62, pieces=pieces, lazy=True)
+    for changes, made, made_alone in _option_engines(source):
+        engine, alone = made.facts, made_alone.facts
+        table = made.range_table(2**62, pieces=pieces, lazy=True)
         for i, j in _all_ranges(table.num_layers):
             got = table.per_tile(i, j)
             assert got is not None
@@ -107,19 +112,19 @@ def _held(source: str, pieces: Pieces) -> int:
             assert got[1].tolist() == stash, f"{source} {changes} stash {i}..{j}"
             checked += 1
         if engine.head_wraps:  # range 0..j with the head: the model of the union of both stages' operations
-            head = alone.range_ops(alone.head_layer, alone.head_layer)
+            head = range_ops(alone, alone.head_layer, alone.head_layer)
             for j in range(table.num_layers):
                 wrapped = table._wrapped_range(j)
                 assert wrapped is not None
-                ops = np.union1d(alone.range_ops(0, j), head)
-                assert wrapped[0].tolist() == alone.stage_memory(ops).total_per_tile.tolist(), (changes, j)
+                ops = np.union1d(range_ops(alone, 0, j), head)
+                assert wrapped[0].tolist() == stage_memory(alone, ops).total_per_tile.tolist(), (changes, j)
         n = table.num_layers
         for i, j in [(0, 0), (0, n - 1), (n - 1, n - 1), (1, max(n - 2, 1)), (min(1, n - 1), min(1, n - 1))]:
             ops = table.stage_ops(i, j)
-            np.testing.assert_array_equal(table.stage_memory(i, j).per_tile, alone.stage_memory(ops).per_tile)
-        np.testing.assert_array_equal(engine.crossing, alone.crossing)
-        np.testing.assert_array_equal(engine.gradient_crossing, alone.gradient_crossing)
-        release(engine)  # as the planner does: the next option set's grids take this one's buffers
+            np.testing.assert_array_equal(table.stage_memory(i, j).per_tile, stage_memory(alone, ops).per_tile)
+        np.testing.assert_array_equal(engine.boundaries.crossing, alone.boundaries.crossing)
+        np.testing.assert_array_equal(engine.boundaries.gradient_crossing, alone.boundaries.gradient_crossing)
+        release(made.range_memo)  # as the planner does: the next option set's grids take this one's buffers
     return checked
 
 
@@ -135,11 +140,12 @@ def test_parts_and_deltas_give_the_direct_model_of_every_option_set(source: str,
 
 def test_grids_buffers_go_back_to_the_parts() -> None:
     """A released engine's grids are given back, cleared, for the next option set's grids."""
-    *_, (_, engine, _alone) = _option_engines("bert-tiny-training.json")
-    ProfileRanges(engine, limit=2**62, pieces=TINY).per_tile(0, 0)
-    release(engine)
-    assert any(found for found in engine.shared_parts._buffers.values())
-    assert all(not b.any() for found in engine.shared_parts._buffers.values() for bufs in found for b in bufs)
+    *_, (_, made, _alone) = _option_engines("bert-tiny-training.json")
+    made.range_table(2**62, pieces=TINY).per_tile(0, 0)
+    release(made.range_memo)
+    shared = made.range_memo.shared
+    assert any(found for found in shared._buffers.values())
+    assert all(not b.any() for found in shared._buffers.values() for bufs in found for b in bufs)
 
 
 def test_the_options_change_variables_the_delta_corrects(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -153,10 +159,11 @@ def test_the_options_change_variables_the_delta_corrects(monkeypatch: pytest.Mon
 def test_parts_of_another_profile_are_refused() -> None:
     one, other = _analysis("tiny-training.json"), _analysis("tiny-training.json")
     with pytest.raises(ValueError, match="its own profile"):
-        MemoryEngine(other.profile, other.ops, other.layers.layer_of_op, other.layers.names,
-                     np.ones(other.ops.count, bool), other.is_backward, True, TrainingOptions(),
-                     SharedParts(one.profile, one.ops))
-
+        RangeMemo(SharedParts(one.profile, one.ops)).state(other.facts, PIECES)
+    memo = RangeMemo(other.base.shared)
+    memo.state(other.facts, PIECES)
+    with pytest.raises(ValueError, match="one scenario only"):  # another scenario of the same profile
+        memo.state(scenario(other.base, TrainingOptions(recompute="every-layer")).facts, PIECES)
 
 
 def test_every_layer_with_the_head_first_and_last_share_the_figures_of_the_layers_between() -> None:
@@ -165,18 +172,17 @@ def test_every_layer_with_the_head_first_and_last_share_the_figures_of_the_layer
     layers' fingerprints, each the direct model's."""
     base = _analysis("bert-tiny-training.json").base
     assert base.has_unlayered
-    first = scenario(base, TrainingOptions(recompute="every-layer")).engine
-    ProfileRanges(first, limit=2**62).per_tile(0, 0)  # every row, in full
-    for i in range(first.num_layers):
-        ProfileRanges(first, limit=2**62).per_tile(i, i)
-    first_table = first.range_state().share.grid.table
-    release(first)
+    first = scenario(base, TrainingOptions(recompute="every-layer"))
+    for i in range(first.facts.num_layers):
+        first.range_table(2**62).per_tile(i, i)  # every row, in full
+    first_table = first.range_memo.state(first.facts, PIECES).share.grid.table
+    release(first.range_memo)
     options = TrainingOptions(recompute="every-layer", head_placement="last")
-    last = scenario(base, options).engine
-    alone = scenario(_analysis("bert-tiny-training.json").base, options).engine
-    state = last.range_state()
+    last = scenario(base, options)
+    alone = scenario(_analysis("bert-tiny-training.json").base, options).facts
+    state = last.range_memo.state(last.facts, PIECES)
     assert state.share.grid.table != first_table  # another table: only the fingerprints can match
-    n = last.num_layers
+    n = last.facts.num_layers
     found = [(i, j) for i in range(1, n - 1) for j in range(i, n - 1) if state.other_figure(i, j) is not None]
     assert found and all(state.other_figure(0, j) is None for j in range(n))  # layer 0 holds the head under first
     for i, j in found:

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from popliner.analysis import analyse_profile, solve_split
 from popliner.deadline import OutOfTime
-from popliner.memory.ranges import ProfileRanges
+from popliner.memory.running import PIECES
 from popliner.pipeline import range_cost, stash_depth
 from popliner.profile import load_profile
 from popliner.solvers.dp import dp_for_stages, dp_per_count
@@ -215,7 +215,7 @@ def _check_split(table, problem, bounds):
 
 def test_profile_ranges_match_the_memory_model():
     a = analyse_profile(load_profile(TINY))
-    table = ProfileRanges(a.engine, limit=10_000)
+    table = a.range_table(10_000)
     for i in range(2):
         for j in range(i, 2):
             total, _ = table._range(i, j)
@@ -226,7 +226,7 @@ def test_profile_ranges_match_the_memory_model():
 
 def test_profile_ranges_stop_at_the_limit():
     a = analyse_profile(load_profile(TINY))
-    table = ProfileRanges(a.engine, limit=450)
+    table = a.range_table(450)
     assert table.memory(0, 0, 0) == 422
     assert table.memory(0, 1, 0) == math.inf  # 472 > 450
     assert (0, 1) not in table._ranges
@@ -411,7 +411,7 @@ def test_time_limit_bounds_the_whole_solve():
     a = analyse_profile(load_profile(TINY))
     full = solve_split(a, SplitProblem(2, 1000), solver="ilp", time_limit=10)
     assert full.status == "OPTIMAL" and "time limit" not in full.note
-    split = solve_bounds(ProfileRanges(a.engine, 1000), SplitProblem(2, 1000), solver="ilp", time_limit=1e-9)
+    split = solve_bounds(a.range_table(1000), SplitProblem(2, 1000), solver="ilp", time_limit=1e-9)
     assert split.status == "FEASIBLE" and split.bounds
     assert "time limit ran out before the exact DP finished" in split.note
     assert split.objective >= full.objective
@@ -428,8 +428,8 @@ class _StepClock:
         return self.now
 
 
-def _shared(engine):
-    return engine.range_state()  # the per-engine rows every table of it reuses
+def _shared(analysis):
+    return analysis.range_memo.state(analysis.facts, PIECES)  # the rows every table of the scenario reuses
 
 
 def test_range_table_stops_its_rows_at_the_deadline(monkeypatch):
@@ -438,16 +438,16 @@ def test_range_table_stops_its_rows_at_the_deadline(monkeypatch):
     # not (reading 2.0): nothing after the deadline runs, and what ran stays memoised.
     monkeypatch.setattr("popliner.deadline.time", _StepClock())
     a = analyse_profile(load_profile(TINY))
-    table = ProfileRanges(a.engine, limit=1000, deadline=1.5)
+    table = a.range_table(1000, deadline=1.5)
     with pytest.raises(OutOfTime):
         table.memory(0, 1, 0)
-    assert set(_shared(a.engine).figures) == {(0, 0)}
+    assert set(_shared(a).figures) == {(0, 0)}
     assert 0 not in table._done_from  # an interrupted row is extended again on its next read
     # Without the deadline the same table gives the figures of tiny.md (422 and 472 bytes), as a
     # table that never had one does.
     table.deadline = None
     assert [table.memory(0, 0, 0), table.memory(0, 1, 0), table.memory(1, 1, 0)] == [422, 472, 235]
-    fresh = ProfileRanges(analyse_profile(load_profile(TINY)).engine, limit=1000)
+    fresh = analyse_profile(load_profile(TINY)).range_table(1000)
     assert [fresh.memory(0, 0, 0), fresh.memory(0, 1, 0), fresh.memory(1, 1, 0)] == [422, 472, 235]
 
 
@@ -461,18 +461,18 @@ def test_a_deadline_passed_before_the_first_step_stops_the_whole_solve(solver):
     assert split.status == "TIMEOUT" and split.stages == ()
     assert "the 0 s time limit ran out while the memory engine was set up" in split.note
     assert "nothing was searched" in split.note
-    assert _shared(a.engine).figures == {}  # no range evaluated
-    assert _shared(a.engine)._parts == {}  # nor any layer's parts built
+    assert _shared(a).figures == {}  # no range evaluated
+    assert _shared(a)._parts == {}  # nor any layer's parts built
     # Past the set-up (solve_bounds on a table): the first row read stops the first step (greedy's fill,
     # or the ILP's exact DP: its greedy split is only worked out to seed CP-SAT) and all after it.
-    outcome = solve_bounds(ProfileRanges(a.engine, 1000, deadline=0.0), SplitProblem(2, 1000), solver=solver,
+    outcome = solve_bounds(a.range_table(1000, deadline=0.0), SplitProblem(2, 1000), solver=solver,
                            time_limit=0.0, started=0.0,
-                           relaxed=lambda factor: ProfileRanges(a.engine, int(1000 * factor), deadline=0.0, lazy=True))
+                           relaxed=lambda factor: a.range_table(int(1000 * factor), deadline=0.0, lazy=True))
     assert outcome.status == "TIMEOUT" and outcome.bounds == ()  # nothing proved: never "INFEASIBLE"
     step = "greedy" if solver == "greedy" else "the exact DP"
     assert f"the 0 s time limit ran out before {step} finished" in outcome.note
     assert "before a best-effort split was found" in outcome.note
-    assert _shared(a.engine).figures == {}
+    assert _shared(a).figures == {}
 
 
 @pytest.mark.parametrize("solver", ["greedy", "ilp"])

@@ -9,7 +9,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from popliner.analysis import analyse_profile
-from popliner.memory.ranges import ProfileRanges
 from popliner.pipeline import position_memory
 from popliner.profile import load_profile
 from popliner.solvers.objective import MEMORY
@@ -94,11 +93,11 @@ def test_suffix_table_by_hand():
 
 def test_a_lazy_table_gives_the_same_figures_and_builds_rows_only_as_far_as_read():
     analysis = analyse_profile(load_profile(FIXTURES / "bert-tiny-training.json"))
-    eager = ProfileRanges(analysis.engine, 10**9)
+    eager = analysis.range_table(10**9)
     n = eager.num_layers
     expected = {(i, j, e): eager.memory(i, j, e) for i in range(n) for j in range(i, n) for e in (0, 2)}
     fresh = analyse_profile(load_profile(FIXTURES / "bert-tiny-training.json"))
-    lazy = ProfileRanges(fresh.engine, 10**9, lazy=True)
+    lazy = fresh.range_table(10**9, lazy=True)
     figures = lazy._shared.figures
     lazy.memory(0, 0, 0)
     assert set(figures) == {(0, 0)}  # an eager table would have built the whole row
@@ -115,12 +114,12 @@ def test_on_a_profile_lazy_tables_give_the_relaxed_forward_dps_split_and_fewest_
     # The old way reads eager tables of one engine, the new way lazy tables of another (nothing
     # shared between them).
     path = FIXTURES / "bert-base-training.json.gz"
-    old_engine = analyse_profile(load_profile(path)).engine
-    new_engine = analyse_profile(load_profile(path)).engine
+    old_engine = analyse_profile(load_profile(path))
+    new_engine = analyse_profile(load_profile(path))
     for budget, ipus in ((150_000, 2), (500_000, 2), (400_000, 8), (600_000, 2)):
         problem = SplitProblem(ipus, budget, training=True)
-        old = _relaxed_dp(lambda f: ProfileRanges(old_engine, int(budget * f)), problem)  # noqa: B023
-        new = best_effort(lambda f: ProfileRanges(new_engine, int(budget * f), lazy=True), problem)  # noqa: B023
+        old = _relaxed_dp(lambda f: old_engine.range_table(int(budget * f)), problem)  # noqa: B023
+        new = best_effort(lambda f: new_engine.range_table(int(budget * f), lazy=True), problem)  # noqa: B023
         assert new == old and new
-        assert minimum_ipus(ProfileRanges(new_engine, budget, lazy=True), problem) == _fewest_by_dp(
-            ProfileRanges(old_engine, budget), problem)
+        assert minimum_ipus(new_engine.range_table(budget, lazy=True), problem) == _fewest_by_dp(
+            old_engine.range_table(budget), problem)

@@ -796,7 +796,9 @@ def test_bert_large_preset_is_calibrated_against_the_real_profile(tmp_path: Path
     # The operations without a layer follow the reference BERT: one-hot token types, the [batch, seq, seq]
     # mask, the SQuAD head read through a Reshape. (Their figure against the real one, measured as PopLiner
     # measured it, one stage: tests/test_calibration.py.)
-    unlayered = a.engine.stage_ops([], True)
+    from popliner.memory.stages import stage_ops
+
+    unlayered = stage_ops(a.facts, [], True)
     names = {a.ops.names[k] for k in unlayered.tolist()}
     assert {"bert/embeddings/MatMul", "bert/squad/dense/MatMul", "bert/encoder/AttentionMask/mul"} <= names
     # Uncalibrated, the code and state would be several times the real figures.

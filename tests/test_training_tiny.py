@@ -11,6 +11,7 @@ import pytest
 
 from popliner.analysis import AnalysisOptions, analyse_profile
 from popliner.errors import UsageProblem
+from popliner.memory.stages import stage_memory, stage_ops
 from popliner.memory.training import TrainingOptions, build_training_view
 from popliner.memory.whatif import optimizer_state_variables
 from popliner.ops.head import head_groups
@@ -192,12 +193,11 @@ def test_rerun_cycles_by_hand(kwargs, expected):
 
 
 def test_range_table_agrees_with_the_figures():
-    from popliner.memory.ranges import ProfileRanges
     from popliner.pipeline import position_memory
 
     for kwargs in ({}, {"recompute": "every-layer"}, {"recompute": "pipeline"}, {"optimizer_state": "off-chip"}):
         analysis = analysed(head_placement="last", **kwargs)
-        table = ProfileRanges(analysis.engine, 10_000)
+        table = analysis.range_table(10_000)
         figures = analysis.pipeline_figures(LAST_2)
         # What the solvers read: the range at its position, with stash entries and copy buffers.
         assert position_memory(table, 0, 1, 0, 2, True) == figures[0].worst_bytes
@@ -296,12 +296,11 @@ def test_wrap_on_one_ipu_is_no_pipeline():
 @pytest.mark.parametrize("kwargs", [{}, {"recompute": "every-layer"}, {"optimizer_state": "off-chip"},
                                     {"recompute": "pipeline"}])
 def test_wrap_range_table_and_range_figure_agree_with_the_placement(kwargs):
-    from popliner.memory.ranges import ProfileRanges
     from popliner.pipeline import position_memory, range_figure
 
     analysis = analysed(head_placement="wrap", **kwargs)
-    engine = analysis.engine
-    table = ProfileRanges(engine, 10_000)
+    engine = analysis.facts
+    table = analysis.range_table(10_000)
     assert table.num_layers == 3 and table.head_wraps  # the head is not placed by the solvers
     for bounds, names in (([(0, 1), (2, 2)], [["embedding", "0", "head"], ["1"]]),
                           ([(0, 0), (1, 1), (2, 2)], [["embedding", "head"], ["0"], ["1"]]),
@@ -410,11 +409,11 @@ def test_a_constant_is_never_sent(tmp_path):
                                       "--tiles", "64", "-o", str(path)])
     assert result.exit_code == 0, result.output
     analysis = load_analysis(str(path), use_cache=False)
-    engine, names = analysis.engine, analysis.profile.variables
-    constants = {names.name(int(i)).split("/")[0] for i in engine.constant_var.nonzero()[0]}
+    engine, names = analysis.facts, analysis.profile.variables
+    constants = {names.name(int(i)).split("/")[0] for i in engine.boundaries.constant_var.nonzero()[0]}
     assert {"attention_bias", "causal_mask"} <= constants
-    assert engine.crossing.tolist() == [2 * 1024 * 768 * 2]
-    assert engine.gradient_crossing.tolist() == [1024 * 768 * 2]
+    assert engine.boundaries.crossing.tolist() == [2 * 1024 * 768 * 2]
+    assert engine.boundaries.gradient_crossing.tolist() == [1024 * 768 * 2]
 
 
 def test_over_budget_ipu_0_under_wrap_names_both_parts():
@@ -427,9 +426,9 @@ def test_over_budget_ipu_0_under_wrap_names_both_parts():
     assert result.exit_code == 3
     assert "IPU 0 with layer embedding and the wrapped head needs" in result.stderr
     assert "(with the operations that have no layer)" not in result.stderr  # with wrap, every operation has one
-    engine = analysed(head_placement="wrap").engine
-    emb = engine.stage_memory(engine.stage_ops([0], first_stage=True)).worst_bytes
-    head = engine.stage_memory(engine.stage_ops([engine.layout.head], first_stage=False)).worst_bytes
+    engine = analysed(head_placement="wrap").facts
+    emb = stage_memory(engine, stage_ops(engine, [0], first_stage=True)).worst_bytes
+    head = stage_memory(engine, stage_ops(engine, [engine.layout.head], first_stage=False)).worst_bytes
     assert f"(embedding {emb:,} and head {head:,} on their own worst tiles)" in result.stderr
 
 

@@ -101,7 +101,7 @@ def check_applied(t: ConfigTraining | None, analysis: Analysis, source: str) -> 
     if t is None or analysis.mode != "training":
         return
     log.info("training options from %s: %s", source, t.summary())
-    applied = analysis.engine.view.recompute
+    applied = analysis.facts.view.recompute
     if (t.recompute == "compiled") != (applied == "compiled"):
         log.warning("%s records recompute %s but the profile %s; its figures follow the profile",
                     source, t.recompute, "was compiled with recomputation" if applied == "compiled"

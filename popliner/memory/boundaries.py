@@ -5,12 +5,13 @@ must be sent over the IPU link (activations forwards, their gradients
 backwards in training), unless it is always live (each IPU holds its own
 weights) or a constant each IPU makes itself. These figures depend on the
 layers and the variables only, not on a stage's memory, so they live apart
-from the memory engine, which offers them (:class:`popliner.memory.engine.MemoryEngine`).
+from the memory model; the memory facts make them once (:attr:`popliner.memory.facts.MemoryFacts.boundaries`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
@@ -21,38 +22,41 @@ from popliner.ops.layers import ops_of_layers
 from popliner.ops.operations import OperationTable
 from popliner.profile.model import PROGRAM_TYPES, Profile
 
-__all__ = ["Boundaries"]
+__all__ = ["Boundaries", "build_boundaries", "constant_vars", "variable_layer_span", "wrapped_head_hi"]
 
 #: Program types that move data between the host and the IPU.
 _STREAM_TYPES = ("StreamCopyBegin", "StreamCopyMid", "StreamCopyEnd")
 
 
+@dataclass(frozen=True, eq=False)
 class Boundaries:
-    """Boundary figures of one profile's layers.
+    """Boundary figures of one profile's layers (made by :func:`build_boundaries`).
 
     ``head_wraps``: the last layer is a head wrapped back onto IPU 0, beside
     the embedding (layer 0), which changes what a variable both use crosses.
+    The figures read from it are worked out when first read, from its own
+    fields alone.
     """
 
-    def __init__(self, profile: Profile, ops: OperationTable, model: MemoryModel, layer_of_op: np.ndarray,
-                 num_layers: int, head_wraps: bool, is_backward: np.ndarray, always_live_var: np.ndarray,
-                 layer_span: tuple[np.ndarray, np.ndarray] | None = None, constant: np.ndarray | None = None,
-                 wrapped_hi: np.ndarray | None = None) -> None:
-        self.profile = profile
-        self.ops = ops
-        self.model = model
-        self.layer_of_op = layer_of_op
-        self.num_layers = num_layers
-        self.head_wraps = head_wraps
-        self.head_layer = num_layers - 1
-        self.is_backward = is_backward
-        self.always_live_var = always_live_var
-        if layer_span is not None:  # already worked out for the same layers and counted operations
-            self.__dict__["variable_layer_span"] = layer_span
-        if constant is not None:  # already worked out for the same operations
-            self.__dict__["constant_var"] = constant
-        if wrapped_hi is not None:  # already worked out for the same layers and counted operations
-            self.__dict__["wrapped_hi"] = wrapped_hi
+    profile: Profile
+    ops: OperationTable
+    model: MemoryModel
+    layer_of_op: np.ndarray
+    num_layers: int
+    head_wraps: bool
+    is_backward: np.ndarray
+    always_live_var: np.ndarray
+    #: Per variable: the first and last layer whose counted operations use it (:func:`variable_layer_span`).
+    variable_layer_span: tuple[np.ndarray, np.ndarray]
+    #: Variables each IPU that reads one makes itself (:func:`constant_vars`).
+    constant_var: np.ndarray
+    #: With a wrapped head: the span's ``hi`` with the head's use left out of the variables the embedding uses
+    #: too (:func:`wrapped_head_hi`); None without one.
+    wrapped_hi: np.ndarray | None
+
+    @property
+    def head_layer(self) -> int:
+        return self.num_layers - 1
 
     def _used_by(self, layers: Sequence[int], first_stage: bool) -> np.ndarray:
         """The counted variables of the layers' operations (with the unlayered ones for the first stage)."""
@@ -64,52 +68,9 @@ class Boundaries:
         return self.ops.first_user
 
     @cached_property
-    def constant_var(self) -> np.ndarray:
-        """Variables made on the device by an initialiser and sent nowhere: each IPU that reads one holds its own.
-
-        A constant (an attention bias, a causal mask, a loss scale) is first
-        used by a tensor initialiser (an operation ``Tensor/<id>`` with no
-        layer) that streams nothing from the host: a host input is sent on
-        like an activation, a constant is not.
-        """
-        ops, first_user = self.ops, self.first_user
-        streams = np.isin(self.profile.programs.type, [PROGRAM_TYPES.index(t) for t in _STREAM_TYPES])
-        init = np.zeros(ops.count, bool)
-        for op in np.flatnonzero(ops.is_tensor).tolist():
-            init[op] = not streams[ops.prog_idx[ops.prog_ptr[op]:ops.prog_ptr[op + 1]]].any()
-        return np.asarray((first_user >= 0) & init[np.maximum(first_user, 0)])
-
-    @cached_property
     def sent_var(self) -> np.ndarray:
         """Variables an IPU sends when a boundary cuts their users: neither always live nor constant."""
         return np.asarray(~self.always_live_var & ~self.constant_var)
-
-    @cached_property
-    def variable_layer_span(self) -> tuple[np.ndarray, np.ndarray]:
-        """Per variable: the first and last layer whose counted operations use it.
-
-        The unlayered operations count as layer 0 (they go with the first
-        stage). Unused variables get ``lo`` = the dtype's largest value and
-        ``hi = -1``; int32 while the layers fit (half the pages to fill).
-        """
-        ops = self.ops
-        layer_of_op = np.where(self.layer_of_op < 0, 0, self.layer_of_op)
-        counted = np.flatnonzero(self.model.counted_vars)
-        lay_of = layer_of_op[counted]
-        n = self.profile.variables.count
-        dtype = np.int32 if self.num_layers < 2**31 - 1 else np.int64
-        lo = np.full(n, np.iinfo(dtype).max, dtype)
-        hi = np.full(n, -1, dtype)
-        # One plain scatter per layer in layer order (later layers overwrite hi,
-        # earlier ones lo). Every value in one scatter is the same, so repeated
-        # indices cannot matter; several times faster than np.minimum.at.
-        per_layer = [(k, gather_csr(ops.var_ptr, ops.var_idx, counted[lay_of == k]))
-                     for k in np.unique(lay_of).tolist()]
-        for k, var in per_layer:
-            hi[var] = k
-        for k, var in reversed(per_layer):
-            lo[var] = k
-        return lo, hi
 
     @cached_property
     def multi_layer_var(self) -> np.ndarray:
@@ -151,7 +112,7 @@ class Boundaries:
     def _crossing(self, sent: np.ndarray) -> np.ndarray:
         lo, hi = self.variable_layer_span
         pick = self.multi_layer_var & sent
-        if self.head_wraps:
+        if self.wrapped_hi is not None:
             hi = self.wrapped_hi
             pick &= hi > lo
         nbytes = self.profile.variables.bytes[pick]
@@ -159,22 +120,6 @@ class Boundaries:
         diff = np.bincount(lo[pick], weights=nbytes, minlength=self.num_layers + 1).astype(np.int64)
         diff -= np.bincount(hi[pick], weights=nbytes, minlength=self.num_layers + 1).astype(np.int64)
         return np.cumsum(diff)[: max(self.num_layers - 1, 0)]
-
-    @cached_property
-    def wrapped_hi(self) -> np.ndarray:
-        """:meth:`_wrapped_head_hi` of the span (both crossings read it)."""
-        return self._wrapped_head_hi(*self.variable_layer_span)
-
-    def _wrapped_head_hi(self, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-        """``hi`` with the wrapped head's use left out of the variables the embedding uses too."""
-        both = (lo == 0) & (hi == self.head_layer)
-        if not both.any():
-            return hi
-        # The last layer before the head that uses each variable (0: only the embedding and the head).
-        before = np.zeros(self.profile.variables.count, np.int64)
-        for k in range(1, self.head_layer):
-            before[self._used_by([k], False)] = k
-        return np.where(both, before, hi)
 
     def _wrapped_head_variables(self, layers: Sequence[int]) -> np.ndarray:
         """The variables a set of layers uses; with a wrapped head in it, the head's alone that the embedding uses
@@ -217,3 +162,79 @@ class Boundaries:
         sent = self.sent_var & self.gradient_var if gradients_only else self.sent_var
         both = both[sent[both]]
         return int(self.profile.variables.bytes[both].sum())
+
+
+def build_boundaries(profile: Profile, ops: OperationTable, model: MemoryModel, layer_of_op: np.ndarray,
+                     num_layers: int, head_wraps: bool, is_backward: np.ndarray, always_live_var: np.ndarray, *,
+                     span: tuple[np.ndarray, np.ndarray] | None = None, constant: np.ndarray | None = None,
+                     wrapped_hi: np.ndarray | None = None) -> Boundaries:
+    """The boundary figures of one layering; ``span``, ``constant`` and ``wrapped_hi`` when already known.
+
+    Each known part must be the one worked out for the same layers and counted operations (``constant``: the same
+    operations); the others are worked out here, once.
+    """
+    if span is None:
+        span = variable_layer_span(profile, ops, model, layer_of_op, num_layers)
+    if constant is None:
+        constant = constant_vars(profile, ops)
+    if head_wraps and wrapped_hi is None:
+        wrapped_hi = wrapped_head_hi(profile, model, layer_of_op, num_layers, *span)
+    return Boundaries(profile, ops, model, layer_of_op, num_layers, head_wraps, is_backward, always_live_var,
+                      span, constant, wrapped_hi if head_wraps else None)
+
+
+def constant_vars(profile: Profile, ops: OperationTable) -> np.ndarray:
+    """Variables made on the device by an initialiser and sent nowhere: each IPU that reads one holds its own.
+
+    A constant (an attention bias, a causal mask, a loss scale) is first
+    used by a tensor initialiser (an operation ``Tensor/<id>`` with no
+    layer) that streams nothing from the host: a host input is sent on
+    like an activation, a constant is not.
+    """
+    first_user = ops.first_user
+    streams = np.isin(profile.programs.type, [PROGRAM_TYPES.index(t) for t in _STREAM_TYPES])
+    init = np.zeros(ops.count, bool)
+    for op in np.flatnonzero(ops.is_tensor).tolist():
+        init[op] = not streams[ops.prog_idx[ops.prog_ptr[op]:ops.prog_ptr[op + 1]]].any()
+    return np.asarray((first_user >= 0) & init[np.maximum(first_user, 0)])
+
+
+def variable_layer_span(profile: Profile, ops: OperationTable, model: MemoryModel, layer_of_op: np.ndarray,
+                        num_layers: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per variable: the first and last layer whose counted operations use it.
+
+    The unlayered operations count as layer 0 (they go with the first
+    stage). Unused variables get ``lo`` = the dtype's largest value and
+    ``hi = -1``; int32 while the layers fit (half the pages to fill).
+    """
+    layer_of_op = np.where(layer_of_op < 0, 0, layer_of_op)
+    counted = np.flatnonzero(model.counted_vars)
+    lay_of = layer_of_op[counted]
+    n = profile.variables.count
+    dtype = np.int32 if num_layers < 2**31 - 1 else np.int64
+    lo = np.full(n, np.iinfo(dtype).max, dtype)
+    hi = np.full(n, -1, dtype)
+    # One plain scatter per layer in layer order (later layers overwrite hi,
+    # earlier ones lo). Every value in one scatter is the same, so repeated
+    # indices cannot matter; several times faster than np.minimum.at.
+    per_layer = [(k, gather_csr(ops.var_ptr, ops.var_idx, counted[lay_of == k]))
+                 for k in np.unique(lay_of).tolist()]
+    for k, var in per_layer:
+        hi[var] = k
+    for k, var in reversed(per_layer):
+        lo[var] = k
+    return lo, hi
+
+
+def wrapped_head_hi(profile: Profile, model: MemoryModel, layer_of_op: np.ndarray, num_layers: int,
+                    lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """``hi`` of the span with the wrapped head's use left out of the variables the embedding uses too."""
+    head = num_layers - 1
+    both = (lo == 0) & (hi == head)
+    if not both.any():
+        return hi
+    # The last layer before the head that uses each variable (0: only the embedding and the head).
+    before = np.zeros(profile.variables.count, np.int64)
+    for k in range(1, head):
+        before[model.counted_variables(ops_of_layers(layer_of_op, [k], False))] = k
+    return np.where(both, before, hi)

@@ -1,77 +1,211 @@
-"""What the range machinery reads of a scenario's memory figures: one interface, below everything that reads it.
+"""A scenario's memory facts: one frozen value, made once, that every memory figure reads.
 
-The range tables' parts (:mod:`popliner.memory.range_state`,
-:mod:`popliner.memory.running`, :mod:`popliner.memory.ranges_shared`,
-:mod:`popliner.memory.layer_vars`, :mod:`popliner.memory.rerun`,
-:mod:`popliner.memory.stash_row`) take the scenario's memory figures as
-:class:`MemoryFacts`: the what-if profile, its operations and layers, the
-training view and the stash rule. :class:`popliner.memory.engine.MemoryEngine`
-provides them; naming them here, rather than the engine, keeps those modules
-below it (the engine builds the range state from them, never the other way).
+:func:`memory_facts` makes it from the profile, its operations and layers
+and the training options: the what-if profile and the training view
+(:mod:`popliner.memory.training`), the memory model, the layout. The facts
+the figures share (cycles, liveness steps of each variable, always-live
+and stash-candidate variables, boundary figures, the forward-cut profiles
+of ``--recompute pipeline``) are worked out from its own fields when first
+read: a command that never needs one does not pay for it, and nothing
+outside writes them.
+
+The figures of a set of operations are pure functions of the facts
+(:mod:`popliner.memory.stages`); the range tables (:mod:`popliner.memory.ranges`)
+take the facts too. ``memo`` is the profile's option-free memo, which
+every option set's facts of the same profile and operations share
+(``popliner plan`` makes one per option set): keyed by content, each
+entry written once and read only from then on.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from popliner.memory.boundaries import Boundaries
-    from popliner.memory.model import MemoryModel
-    from popliner.memory.stash_rule import StashWindows
-    from popliner.memory.training import TrainingView
-    from popliner.ops.operations import OperationTable
-    from popliner.profile.model import Profile
+from popliner.layout import Layout
+from popliner.memory.boundaries import Boundaries, build_boundaries
+from popliner.memory.cycles import CycleFacts, cycle_facts, op_cycles
+from popliner.memory.liveness import class_steps
+from popliner.memory.model import MemoryModel
+from popliner.memory.training import TrainingOptions, TrainingView, build_training_view
+from popliner.memory.types import StageMemory
+from popliner.memory.whatif import with_live_steps
+from popliner.ops.layers import ops_of_layers
+from popliner.ops.operations import OperationTable
+from popliner.profile.model import Profile
 
-__all__ = ["MemoryFacts"]
+__all__ = ["MemoryFacts", "memory_facts"]
 
 
-class MemoryFacts(Protocol):
-    """A scenario's memory figures as the range tables read them (see the module's docstring)."""
+@dataclass(frozen=True, eq=False)
+class MemoryFacts:
+    """The memory facts of one profile's operations and layers under one set of training options.
 
-    #: The what-if profile of the scenario's training options; ``base_profile`` the profile as loaded.
+    ``layer_of_op`` gives each operation's layer (an index into
+    ``layer_names``, -1 for none; the unlayered operations go with the
+    first stage). Made by :func:`memory_facts`.
+    """
+
+    #: The what-if profile of the training options (bytes and live steps of variables).
     profile: Profile
+    #: The profile as given, before the options' what-if.
     base_profile: Profile
     ops: OperationTable
     layer_of_op: np.ndarray
+    layer_names: tuple[str, ...]
+    #: Is the profile a training step?
     training: bool
-    model: MemoryModel
+    #: Where the embedding and the head go.
+    layout: Layout
+    #: What the training options change (backward part, stash entry, re-run cycles, pipeline recomputation).
     view: TrainingView
+    model: MemoryModel
+    #: The profile's option-free memo (see the module's docstring).
+    memo: dict[bytes, Any] = field(repr=False)
+    #: ``--recompute pipeline``: the figures of re-run sets, by their operations (the model memoises the rest);
+    #: read and filled by :meth:`rerun_figure` alone.
+    _rerun_memo: dict[bytes, StageMemory] = field(default_factory=dict, init=False, repr=False)
+
+    def __repr__(self) -> str:
+        return (f"<memory facts of {self.base_profile.path}: {'training' if self.training else 'inference'}, "
+                f"{self.num_layers} layers, recompute {self.view.recompute}>")
 
     @property
-    def tiles(self) -> int: ...
+    def tiles(self) -> int:
+        return self.profile.tiles
 
     @property
-    def num_layers(self) -> int: ...
+    def num_layers(self) -> int:
+        return len(self.layer_names)
 
     @property
-    def class_steps(self) -> tuple[np.ndarray, np.ndarray]: ...
+    def has_unlayered(self) -> bool:
+        """Are there operations without a layer (they go with the first stage)?"""
+        return bool((self.layer_of_op < 0).any())
 
     @property
-    def stash_candidate(self) -> np.ndarray: ...
+    def head_wraps(self) -> bool:
+        """``--head-placement wrap`` with a head: the last layer (``head``) is a stage of its own on IPU 0."""
+        return self.layout.wraps
 
     @property
-    def boundaries(self) -> Boundaries: ...
+    def head_layer(self) -> int:
+        """Index of the ``head`` layer (the last one; meaningful when :attr:`head_wraps`)."""
+        return self.num_layers - 1
 
     @property
-    def multi_layer_index(self) -> np.ndarray: ...
+    def is_backward(self) -> np.ndarray:
+        """Bool per operation: backward (call sites of backward bodies and recompute clones included)."""
+        return self.view.is_backward
 
-    @property
-    def multi_layer_var(self) -> np.ndarray: ...
+    # -- facts worked out when first read ------------------------------------------
 
-    def range_ops(self, i: int, j: int) -> np.ndarray: ...
+    @cached_property
+    def cycles(self) -> CycleFacts:
+        """Cycles per operation and per layer, and what a re-run adds (:mod:`popliner.memory.cycles`)."""
+        return cycle_facts(self.profile, op_cycles(self.profile, self.ops), self.layer_of_op, self.num_layers,
+                           self.view.rerun_ops, self.view.recompute == "pipeline")
 
-    def steps_of(self, var: np.ndarray) -> tuple[np.ndarray, np.ndarray]: ...
+    @cached_property
+    def class_steps(self) -> tuple[np.ndarray, np.ndarray]:
+        """First and last live step of each liveness class (:func:`popliner.memory.liveness.class_steps`)."""
+        return class_steps(self.profile)
 
-    def stash_windows(self, ops: np.ndarray) -> StashWindows | None: ...
+    @cached_property
+    def variable_steps(self) -> tuple[np.ndarray, np.ndarray]:
+        """First and last live step (inclusive) of each variable, through its class; -1 when never live."""
+        starts, ends, klass = *self.class_steps, self.profile.variables.klass
+        return starts[klass], ends[klass]
 
-    def stash_select(self, first: np.ndarray, last: np.ndarray, windows: StashWindows) -> np.ndarray: ...
+    @cached_property
+    def always_live_var(self) -> np.ndarray:
+        return np.asarray(self.profile.always_live_classes()[self.profile.variables.klass])
 
-    def stash_positions(self, first: np.ndarray, last: np.ndarray,
-                        rows: Sequence[StashWindows | None]) -> np.ndarray | None: ...
+    @cached_property
+    def stash_candidate(self) -> np.ndarray:
+        """Variables a stash entry may hold: not always live, not recomputed by ``every-layer``."""
+        return np.asarray(~self.always_live_var & ~self.view.never_stash)
 
-    def forward_cut_profile(self, head_kept: bool = False) -> Profile: ...
+    @cached_property
+    def boundaries(self) -> Boundaries:
+        """What crosses a boundary between stages (see :mod:`popliner.memory.boundaries`).
 
-    def pipeline_rerun_window(self, ops: np.ndarray) -> tuple[int, bool] | None: ...
+        The layer span (and a wrapped head's) reads the layering and the counted operations only, the
+        constants the operations only: the same for every option set, so worked out once per profile.
+        """
+        layering = self.layer_of_op.tobytes() + self.model.counted_vars.tobytes()
+        key = layering + self.num_layers.to_bytes(8, "little")
+        span_key, wrapped_key = b"layer-span:" + key, b"wrapped-hi:" + key
+        made = build_boundaries(self.profile, self.ops, self.model, self.layer_of_op, self.num_layers,
+                                self.head_wraps, self.is_backward, self.always_live_var,
+                                span=self.memo.get(span_key), constant=self.memo.get(b"constant-var"),
+                                wrapped_hi=self.memo.get(wrapped_key) if self.head_wraps else None)
+        self.memo.setdefault(span_key, made.variable_layer_span)
+        self.memo.setdefault(b"constant-var", made.constant_var)
+        if made.wrapped_hi is not None:
+            self.memo.setdefault(wrapped_key, made.wrapped_hi)
+        return made
+
+    def rerun_figure(self, ops: np.ndarray, make: Callable[[], StageMemory]) -> StageMemory:
+        """The figure of a re-run set of operations: ``make()``'s (a pure function of these facts), made once."""
+        key = np.unique(np.asarray(ops, np.int64)).tobytes()
+        found = self._rerun_memo.get(key)
+        if found is None:
+            found = self._rerun_memo[key] = make()
+        return found
+
+    def forward_cut_profile(self, head_kept: bool = False) -> Profile:
+        """``pipeline``: the what-if profile with every recomputed variable live only up to its last forward read.
+
+        ``head_kept`` (IPU 0 with a wrapped head): the head's variables not cut.
+        """
+        return self._forward_cut_profile_head_kept if head_kept else self._forward_cut_profile
+
+    @cached_property
+    def _forward_cut_profile(self) -> Profile:
+        return self._cut_profile(self.view.forward_cut)
+
+    @cached_property
+    def _forward_cut_profile_head_kept(self) -> Profile:
+        cut = self.view.forward_cut.copy()
+        cut[self.model.counted_variables(ops_of_layers(self.layer_of_op, [self.head_layer], False))] = -1
+        return self._cut_profile(cut)
+
+    def _cut_profile(self, cut: np.ndarray) -> Profile:
+        # Option sets that cut the same variables of the same what-if profile (the head placements, often)
+        # share one forward-cut profile, found by content.
+        made: list[tuple[Profile, np.ndarray, Profile]] = self.memo.setdefault(b"cut-profiles", [])
+        for what_if, known, found in made:
+            if what_if is self.profile and np.array_equal(known, cut):
+                return found
+        pick = cut >= 0
+        n = self.profile.variables.count
+        keep_lo = np.where(pick, 0, -1).astype(np.int64)
+        keep_hi = np.where(pick, cut, -1).astype(np.int64)
+        none = np.full(n, -1, np.int64)
+        found = with_live_steps(self.profile, self.profile.variables.bytes, none, none, keep_lo, keep_hi)
+        made.append((self.profile, cut, found))
+        return found
+
+
+def memory_facts(profile: Profile, ops: OperationTable, layer_of_op: np.ndarray, layer_names: Sequence[str],
+                 counted_vars: np.ndarray, is_backward: np.ndarray, training: bool, options: TrainingOptions,
+                 memo: dict[bytes, Any], *, layout: Layout | None = None) -> MemoryFacts:
+    """The memory facts of ``profile`` (as loaded) under ``options``: the one place the options change figures.
+
+    ``counted_vars``: which operations' variables count; ``is_backward``:
+    which operations' names mark the backward pass; ``memo``: the profile's
+    option-free memo (:attr:`MemoryFacts.memo`); ``layout``: the
+    scenario's (made here from the names and the head placement when not given).
+    """
+    layer_of_op = np.asarray(layer_of_op, np.int64)
+    names = tuple(layer_names)
+    view = build_training_view(profile, ops, layer_of_op, len(names), np.asarray(is_backward, bool), options,
+                               training, memo)
+    return MemoryFacts(view.profile, profile, ops, layer_of_op, names, training,
+                       layout if layout is not None else Layout.of(names, options.head_placement), view,
+                       MemoryModel(view.profile, ops, counted_vars), memo)

@@ -4,10 +4,10 @@
 variables its operations use, split into the ones no other layer uses
 (private: most of them, some 150,000 per BERT-Large layer) and the others
 (shared). Taking the union of the layer's operations' variable lists and
-then looking each up in the engine's multi-layer flags sorts some 330,000
+then looking each up in the boundaries' multi-layer flags sorts some 330,000
 entries per layer. But the layer span of every variable
 (:attr:`popliner.memory.boundaries.Boundaries.variable_layer_span`, which
-the engine has anyway) says it already: a variable is private to layer
+the facts have anyway) says it already: a variable is private to layer
 ``j`` exactly when its first and last layer are both ``j``. Variables are
 numbered in long runs of one layer (tensors laid out tile by tile), so one
 pass finds the runs, and a layer's private variables are its runs expanded:
@@ -18,40 +18,33 @@ picked from all the operations' entries once.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from popliner.arrays import expand_ranges, gather_csr, sorted_unique
-from popliner.memory.facts import MemoryFacts
 
 if TYPE_CHECKING:
-    from popliner.memory.ranges_shared import SharedParts
+    from popliner.memory.facts import MemoryFacts
 
-__all__ = ["LayerVariables", "SharingFacts"]
-
-
-class SharingFacts(MemoryFacts, Protocol):
-    """:class:`MemoryFacts` with the option-free parts the scenario shares with others of its profile."""
-
-    shared_parts: SharedParts
+__all__ = ["LayerVariables"]
 
 
 class LayerVariables:
     """Per layer of one layering (the operations' layers and counted flags): private and shared variables.
 
-    ``layer_ops[j]`` must be the engine's operations of layer ``j``
-    (:meth:`popliner.memory.engine.MemoryEngine.range_ops` of ``j..j``),
+    ``layer_ops[j]`` must be the facts' operations of layer ``j``
+    (:func:`popliner.memory.stages.range_ops` of ``j..j``),
     with the unlayered ones in layer 0, as the layer span counts them.
     """
 
-    def __init__(self, engine: SharingFacts) -> None:
-        lo, hi = engine.boundaries.variable_layer_span
-        self.multi = engine.multi_layer_var
-        self.counted = engine.model.counted_vars
+    def __init__(self, facts: MemoryFacts) -> None:
+        lo, hi = facts.boundaries.variable_layer_span
+        self.multi = facts.boundaries.multi_layer_var
+        self.counted = facts.model.counted_vars
         # Each operation's multi-layer variables (its entries of them, in order): a few percent of the entries,
         # picked in one pass, so that a layer's shared variables read only those.
-        var_ptr, var_idx = engine.ops.var_ptr, engine.ops.var_idx
+        var_ptr, var_idx = facts.ops.var_ptr, facts.ops.var_idx
         at = np.flatnonzero(self.multi[var_idx])
         self.var_idx = var_idx[at]
         self.var_ptr = np.searchsorted(at, var_ptr)
@@ -67,26 +60,25 @@ class LayerVariables:
         # Stable: a layer's runs stay in variable order, so its expanded runs are sorted.
         order = np.argsort(run_layer, kind="stable")
         self.starts, self.lengths = starts[order], (stops - starts)[order]
-        self.ptr = np.searchsorted(run_layer[order], np.arange(engine.num_layers + 1))
-        self.index = engine.multi_layer_index
+        self.ptr = np.searchsorted(run_layer[order], np.arange(facts.num_layers + 1))
+        self.index = facts.boundaries.multi_layer_index
         self._ranks = _rank_words(self.multi)
         self._made: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
 
     @classmethod
-    def of(cls, engine: SharingFacts) -> LayerVariables:
-        """The engine's, shared with the other engines of its profile and layering (head placements, plans)."""
-        shared = engine.shared_parts
-        # What the split reads besides the operation table (the same for every engine of shared parts).
-        key = b"layer-variables:" + engine.layer_of_op.tobytes() + engine.model.counted_vars.tobytes() + (
-            engine.num_layers.to_bytes(8, "little"))
-        found: LayerVariables | None = shared.view_memo.get(key)
+    def of(cls, facts: MemoryFacts) -> LayerVariables:
+        """The facts', shared with the other option sets of its profile and layering (head placements, plans)."""
+        # What the split reads besides the operation table (the same for every option set of the profile).
+        key = b"layer-variables:" + facts.layer_of_op.tobytes() + facts.model.counted_vars.tobytes() + (
+            facts.num_layers.to_bytes(8, "little"))
+        found: LayerVariables | None = facts.memo.get(key)
         if found is None:
-            found = shared.view_memo[key] = cls(engine)
+            found = facts.memo[key] = cls(facts)
         return found
 
     def split(self, j: int, ops: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(private, shared) variables of layer ``j``, whose operations are ``ops``, and the shared ones'
-        positions in the engine's ``multi_layer_index`` (made once per layer)."""
+        positions in the boundaries' ``multi_layer_index`` (made once per layer)."""
         found = self._made.get(j)
         if found is None:
             shared = self.shared(ops)

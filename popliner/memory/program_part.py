@@ -20,16 +20,16 @@ __all__ = ["ProgramPart", "program_part"]
 ProgramPart = tuple[np.ndarray, np.ndarray, "np.ndarray | None", int, int, "np.ndarray | None"]
 
 
-def program_part(engine: MemoryFacts, ops: np.ndarray, counted: bool = True) -> ProgramPart:
+def program_part(facts: MemoryFacts, ops: np.ndarray, counted: bool = True) -> ProgramPart:
     """What a layer's programs add (code, state, presence, other units), its window and its counted variables.
 
     ``counted``: take the counted variables (else None: the caller has them).
     """
-    p = engine.profile
+    p = facts.profile
     progs = p.programs
     tiles = p.tiles
-    model = engine.model
-    prog = engine.ops.programs_of_set(ops)
+    model = facts.model
+    prog = facts.ops.programs_of_set(ops)
     additive = progs.control.sum_rows(prog[model.leaf[prog]], tiles)
     additive += progs.exchange.sum_rows(prog[model.exchange[prog]], tiles)
     presence = np.zeros((len(p.vertex_types.names), tiles + 1), np.int64)

@@ -1,58 +1,89 @@
-"""What every range table of one memory engine shares, whatever its limit: the engine's range state.
+"""What every range table of one scenario shares, whatever its limit: the scenario's range memo.
 
-A solve builds several tables on one engine (the asked budget, relaxed
-budgets for a best-effort split, the fewest-IPUs search, the exit-3 hint),
-and what they share (each layer's parts, the liveness grid, every range
-figure already evaluated, the running sets a row stopped at) is costly to
-build. The engine owns it (:meth:`popliner.memory.engine.MemoryEngine.range_state`),
-one per :class:`popliner.memory.running.Pieces`, so it lives exactly as long as the engine: no cache
-outside it, and a table built anywhere on the same engine reuses it.
+A solve builds several tables on one scenario's memory facts (the asked
+budget, relaxed budgets for a best-effort split, the fewest-IPUs search,
+the exit-3 hint), and what they share (each layer's parts, the liveness
+grid, every range figure already evaluated, the running sets a row stopped
+at) is costly to build. :class:`RangeMemo` holds it, one
+:class:`RangeState` per :class:`popliner.memory.running.Pieces`; the
+scenario owns its memo (:attr:`popliner.analysis.Analysis.range_memo`), so
+it lives exactly as long as the scenario: no cache outside it, and a table
+built anywhere on the same scenario reuses it. The facts hold none of it.
 """
 
 from __future__ import annotations
 
-import weakref
-
 import numpy as np
 
-from popliner.memory.layer_vars import LayerVariables, SharingFacts
+from popliner.memory.facts import MemoryFacts
+from popliner.memory.layer_vars import LayerVariables
 from popliner.memory.liveness import SegmentGrid
 from popliner.memory.ranges_shared import EngineShare, SharedParts
 from popliner.memory.rerun import ForwardCut, forward_cut_grid
 from popliner.memory.running import LayerParts, Pieces, RunningStage
+from popliner.memory.stages import pipeline_rerun_window, range_ops
 
-__all__ = ["RangeState"]
+__all__ = ["RangeMemo", "RangeState"]
+
+
+class RangeMemo:
+    """One scenario's range states (one per :class:`Pieces`), built by the first table that needs each.
+
+    ``shared``: the option-free parts of the scenario's profile, which every
+    option set's tables start from (:class:`SharedParts`). The tables of the
+    memo read one memory facts value only (the first's).
+    """
+
+    def __init__(self, shared: SharedParts) -> None:
+        self.shared = shared
+        self._facts: MemoryFacts | None = None
+        self._states: dict[Pieces, RangeState] = {}
+
+    def state(self, facts: MemoryFacts, pieces: Pieces) -> RangeState:
+        """The range state of ``facts`` in ``pieces``."""
+        if self._facts is None:
+            if facts.base_profile is not self.shared.profile or facts.ops is not self.shared.ops:
+                raise ValueError("a range memo takes the memory facts of its own profile and operations only")
+            self._facts = facts
+        elif facts is not self._facts:
+            raise ValueError("a range memo serves the memory facts of one scenario only")
+        found = self._states.get(pieces)
+        if found is None:
+            found = self._states[pieces] = RangeState(facts, self.shared, pieces)
+        return found
+
+    def release(self) -> None:
+        """Drop the range states now, for a caller done with the scenario's tables.
+
+        Their grids' buffers go back to the shared parts, for the next option
+        set's tables (no table of this memo may be read after this).
+        """
+        for state in {id(s): s for s in self._states.values()}.values():
+            state.recycle(self.shared)
+        self._states.clear()
 
 
 class RangeState:
-    """Per engine (and :class:`Pieces`): what every range table of the engine can reuse.
+    """Per scenario (and :class:`Pieces`): what every range table of the scenario can reuse."""
 
-    The engine holds it; it holds the engine only weakly, so that an engine
-    no one else holds is freed at once, not when the cycle collector next
-    runs (a process that tries option set after option set builds an engine
-    for each). The running sets kept in :attr:`resume` do hold the engine:
-    :func:`popliner.memory.ranges.release` drops them early.
-    """
-
-    def __init__(self, engine: SharingFacts, pieces: Pieces) -> None:
-        self._engine = weakref.ref(engine)
-        self.layer_ops = [engine.range_ops(k, k) for k in range(engine.num_layers)]
-        shared = engine.shared_parts
-        dtype = shared.grid_dtype(engine.profile)
-        self.grid = SegmentGrid.of(engine.profile, pieces.grid_block, dtype)
+    def __init__(self, facts: MemoryFacts, shared: SharedParts, pieces: Pieces) -> None:
+        self.facts = facts
+        self.layer_ops = [range_ops(facts, k, k) for k in range(facts.num_layers)]
+        dtype = shared.grid_dtype(facts.profile)
+        self.grid = SegmentGrid.of(facts.profile, pieces.grid_block, dtype)
         #: ``--recompute pipeline``: running sets keep their variables' forward-cut liveness too.
-        self.rerun = engine.view.recompute == "pipeline"
-        self.cut_grid = forward_cut_grid(engine, dtype, pieces.grid_block) if self.rerun else None
+        self.rerun = facts.view.recompute == "pipeline"
+        self.cut_grid = forward_cut_grid(facts, dtype, pieces.grid_block) if self.rerun else None
         for grid in (self.grid, self.cut_grid):
             if grid is not None:
-                shared.take_buffers(grid)  # zeroed buffers an earlier engine gave back: no page faults
+                shared.take_buffers(grid)  # zeroed buffers an earlier option set gave back: no page faults
         self.pieces = pieces
-        #: The profile's option-free parts and this engine's delta on them (``popliner plan``: one engine per
+        #: The profile's option-free parts and these facts' delta on them (``popliner plan``: one scenario per
         #: option set, all on the same parts).
-        self.share = EngineShare(shared, engine, self.grid, self.cut_grid)
-        #: What a range's figure depends on besides its operations: engines of equal signatures share figures.
-        self._signature = self.share.signature(engine)
-        counted = engine.model.counted_vars
+        self.share = EngineShare(shared, facts, self.grid, self.cut_grid)
+        #: What a range's figure depends on besides its operations: scenarios of equal signatures share figures.
+        self._signature = self.share.signature(facts)
+        counted = facts.model.counted_vars
         self._layer_keys = [ops.tobytes() + counted[ops].tobytes() for ops in self.layer_ops]
         #: Per layer, what this option set makes of its variables (:meth:`EngineShare.fingerprint`).
         self._fingerprints: dict[int, bytes] = {}
@@ -63,7 +94,7 @@ class RangeState:
         self.figures: dict[tuple[int, int], tuple[int, np.ndarray, np.ndarray]] = {}
         #: (i, j) -> the variables peak per tile of a range evaluated on a running set that re-runs nothing.
         self.peaks: dict[tuple[int, int], np.ndarray] = {}
-        #: Ranges whose model figure the engine holds (see ProfileRanges.stage_memory).
+        #: Ranges whose model figure the facts' model holds (see ProfileRanges.stage_memory).
         self.staged: set[tuple[int, int, bool]] = set()
         #: Per start: the running set where its row stopped, to grow it for a higher limit.
         self.resume: dict[int, RunningStage] = {}
@@ -79,26 +110,24 @@ class RangeState:
         """What layer ``j`` adds to any range holding it (memoised: every start reuses it)."""
         parts = self._parts.get(j)
         if parts is None:
-            engine = self._engine()
-            assert engine is not None  # a table holds its engine
             ops = self.layer_ops[j]
-            parts = self._parts[j] = LayerParts.of(engine, ops, self.share, self._layer_variables(engine, j))
+            parts = self._parts[j] = LayerParts.of(self.facts, ops, self.share, self._layer_variables(j))
         return parts
 
-    def _layer_variables(self, engine: SharingFacts, j: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _layer_variables(self, j: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         if self._variables is None:
-            self._variables = LayerVariables.of(engine)
+            self._variables = LayerVariables.of(self.facts)
         return self._variables.split(j, self.layer_ops[j])
 
-    def _fingerprint(self, engine: SharingFacts, j: int) -> bytes:
+    def _fingerprint(self, j: int) -> bytes:
         found = self._fingerprints.get(j)
         if found is None:
-            private, shared, _ = self._layer_variables(engine, j)
-            found = self._fingerprints[j] = self.share.fingerprint(engine, private, shared, self._layer_keys[j])
+            private, shared, _ = self._layer_variables(j)
+            found = self._fingerprints[j] = self.share.fingerprint(self.facts, private, shared, self._layer_keys[j])
         return found
 
     def other_figure(self, i: int, j: int) -> tuple[int, np.ndarray, np.ndarray] | None:
-        """The figure of ``i..j`` when an engine of the same variable tables and rules evaluated the same operations.
+        """The figure of ``i..j`` when a scenario of the same variable tables and rules evaluated the same operations.
 
         Kept here too (in :attr:`figures`) when found.
         """
@@ -112,7 +141,7 @@ class RangeState:
         return known
 
     def keep_figure(self, i: int, j: int, known: tuple[int, np.ndarray, np.ndarray], peak: np.ndarray | None) -> None:
-        """Offer the figure of ``i..j`` (and its variables peak, if kept) to the engines of other option sets.
+        """Offer the figure of ``i..j`` (and its variables peak, if kept) to the scenarios of other option sets.
 
         In int32 when every value fits: half the bytes.
         """
@@ -125,16 +154,14 @@ class RangeState:
                                                 None if peak is None else peak.astype(dtype))
 
     def _other_key(self, i: int, j: int) -> tuple[object, ...]:
-        engine = self._engine()
-        assert engine is not None  # a table holds its engine
+        facts = self.facts
         # Under pipeline recomputation the figure also depends on where the set's re-run part splits.
-        rerun = engine.pipeline_rerun_window(np.concatenate(self.layer_ops[i:j + 1])) if self.rerun else None
-        fingerprints = tuple(self._fingerprint(engine, k) for k in range(i, j + 1))
+        rerun = pipeline_rerun_window(facts, np.concatenate(self.layer_ops[i:j + 1])) if self.rerun else None
+        fingerprints = tuple(self._fingerprint(k) for k in range(i, j + 1))
         return (self._signature, tuple(self._layer_keys[i:j + 1]), fingerprints, rerun)
 
     def running_set(self, row_ops: list[np.ndarray] | None = None) -> RunningStage:
         """A new, empty running set (it takes the shared grids over)."""
-        engine = self._engine()
-        assert engine is not None  # a table holds its engine
-        cut = ForwardCut(engine, self.cut_grid) if self.cut_grid is not None else None
-        return RunningStage(engine, self.grid, row_ops, cut, self.pieces.stash_horizon)
+        facts = self.facts
+        cut = ForwardCut(facts, self.cut_grid) if self.cut_grid is not None else None
+        return RunningStage(facts, self.grid, row_ops, cut, self.pieces.stash_horizon)

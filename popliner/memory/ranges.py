@@ -1,4 +1,4 @@
-"""The incremental range engine: per-tile memory of every contiguous layer range, grown one layer at a time.
+"""The incremental range facts: per-tile memory of every contiguous layer range, grown one layer at a time.
 
 A stage is a contiguous range ``i..j`` of layers (in layer order); the first
 stage also holds the operations without a layer, as PopLiner did. A stage's
@@ -9,15 +9,15 @@ time, adding the new layer's programs and variables to running state, and
 stops once the range no longer fits the largest budget of interest (memory
 only grows as a range grows).
 
-The figures are the same as :meth:`popliner.memory.engine.MemoryEngine.stage_memory`
-and :meth:`~popliner.memory.engine.MemoryEngine.stash_entry_per_tile` of the
+The figures are the same as :func:`popliner.memory.stages.stage_memory`
+and :func:`~popliner.memory.stages.stash_entry_per_tile` of the
 range's operations, to the byte (a property test holds the two against each
 other on every fixture, in pieces of several sizes).
 
 Liveness goes through a dense (tile x liveness segment) grid
 (:mod:`popliner.memory.liveness.grid`). The running sets are :mod:`popliner.memory.running`
 (``pieces``: the sizes they work in, for tests);
-what the tables of one engine share is the engine's
+what the tables of one scenario share is its range memo
 (:mod:`popliner.memory.range_state`).
 
 :class:`ProfileRanges` offers what a solver reads (see
@@ -37,11 +37,13 @@ from popliner.errors import UsageProblem
 from popliner.hardware import DEFAULT_LINK_BANDWIDTH, MAX_CYCLES
 from popliner.memory.cycles import range_cycles
 from popliner.memory.running import PIECES, Pieces, RunningStage
+from popliner.memory.stages import pipeline_rerun_window, range_ops, stage_memory
 from popliner.memory.types import StageMemory
 from popliner.memory.work import check_range_tables
 
 if TYPE_CHECKING:
-    from popliner.memory.engine import MemoryEngine
+    from popliner.memory.facts import MemoryFacts
+    from popliner.memory.range_state import RangeMemo
 
 __all__ = ["OVERFLOW", "ProfileRanges", "release", "transfer_cycles"]
 
@@ -50,11 +52,11 @@ OVERFLOW = math.inf
 
 
 class ProfileRanges:
-    """The range table of a profile's memory engine, evaluated lazily and memoised.
+    """The range table of a profile's memory facts, evaluated lazily and memoised.
 
     ``limit`` is the largest worst-tile figure of interest: a range over it
     reads as :data:`OVERFLOW`, and no longer range from the same start is
-    evaluated. Tables of the same engine (a solve builds several: the asked
+    evaluated. Tables of the same scenario (a solve builds several: the asked
     budget, relaxed budgets for a best-effort split) share what does not
     depend on the limit: per-layer parts, crossing bytes and every range
     figure already evaluated, so a second table only evaluates ranges the
@@ -72,23 +74,24 @@ class ProfileRanges:
     running set from where it stopped. Figures are the same either way.
     """
 
-    def __init__(self, engine: MemoryEngine, limit: int, link_bytes_per_second: float = DEFAULT_LINK_BANDWIDTH,
-                 pieces: Pieces = PIECES, deadline: float | None = None, lazy: bool = False) -> None:
-        self.engine = engine
+    def __init__(self, facts: MemoryFacts, memo: RangeMemo, limit: int,
+                 link_bytes_per_second: float = DEFAULT_LINK_BANDWIDTH, pieces: Pieces = PIECES,
+                 deadline: float | None = None, lazy: bool = False) -> None:
+        self.facts = facts
         self.limit = limit
         # A wrapped head is no layer the solvers place: it goes with the range at position 0.
-        self._wraps = engine.layout.wraps
-        self._names = engine.layout.placed_names
-        check_range_tables(engine.profile, len(self._names))  # before any row is built
+        self._wraps = facts.layout.wraps
+        self._names = facts.layout.placed_names
+        check_range_tables(facts.profile, len(self._names))  # before any row is built
         self._wrapped: dict[int, tuple[np.ndarray, np.ndarray]] | None = None
-        self._bytes_per_cycle = link_bytes_per_second / engine.profile.target.clock_hz
-        self._training = engine.training
+        self._bytes_per_cycle = link_bytes_per_second / facts.profile.target.clock_hz
+        self._training = facts.training
         self._ranges: dict[tuple[int, int], tuple[np.ndarray, np.ndarray] | None] = {}
         self._done_from: set[int] = set()
         self._memory: dict[tuple[int, int, int], float] = {}
-        self._shared = engine.range_state(pieces)
-        self._cycle_facts = engine.cycles
-        self._cross = engine.crossing
+        self._shared = memo.state(facts, pieces)
+        self._cycle_facts = facts.cycles
+        self._cross = facts.boundaries.crossing
         self._cycles: dict[tuple[int, int], int] = {}
         self.deadline = deadline
         self.lazy = lazy
@@ -105,7 +108,7 @@ class ProfileRanges:
 
     @property
     def tiles(self) -> int:
-        return self.engine.tiles
+        return self.facts.tiles
 
     @property
     def training(self) -> bool:
@@ -113,7 +116,7 @@ class ProfileRanges:
 
     @property
     def has_unlayered(self) -> bool:
-        return self.engine.has_unlayered
+        return self.facts.has_unlayered
 
     @property
     def has_cycles(self) -> bool:
@@ -168,8 +171,8 @@ class ProfileRanges:
         if not keep_shared_together:
             return frozenset()
         forbidden: set[int] = set()
-        for a, b in self.engine.always_live_spans:
-            if self._wraps and b == self.engine.head_layer:
+        for a, b in self.facts.boundaries.always_live_spans:
+            if self._wraps and b == self.facts.head_layer:
                 forbidden.update(range(0, a))
             else:
                 forbidden.update(range(a, b))
@@ -183,15 +186,25 @@ class ProfileRanges:
 
     def stage_ops(self, i: int, j: int) -> np.ndarray:
         """Operations of the range's IPU (a wrapped head's with the range at position 0)."""
-        ops = self.engine.range_ops(i, j)
+        facts = self.facts
+        ops = range_ops(facts, i, j)
         if self._wraps and i == 0:
-            ops = np.union1d(ops, self.engine.range_ops(self.engine.head_layer, self.engine.head_layer))
+            ops = np.union1d(ops, range_ops(facts, facts.head_layer, facts.head_layer))
         return ops
 
-    def stage_memory(self, i: int, j: int) -> StageMemory:
-        """The direct model's figure of the range (memoised by the engine).
+    def stash_entry(self, i: int, j: int) -> np.ndarray | None:
+        """One stash entry per tile of the range's own operations (no wrapped head's), when the table has it.
 
-        The engine also keeps the range's stash entry when the table has it.
+        The same figure as :func:`popliner.memory.stages.stash_entry_per_tile` of
+        :func:`popliner.memory.stages.range_ops` (tests/test_range_paths.py); None in
+        inference or for a range not evaluated yet.
+        """
+        known = self._shared.figures.get((i, j))
+        return None if known is None or not self._training else known[1].copy()
+
+    def stage_memory(self, i: int, j: int) -> StageMemory:
+        """The direct model's figure of the range (memoised by the facts).
+
         Its variables peak comes from the running set of the range's layers
         (a few layer additions and one reading of the liveness grid) rather
         than from a sweep over all the range's variable intervals: the same
@@ -199,23 +212,20 @@ class ProfileRanges:
         """
         ops = self.stage_ops(i, j)
         wrapped = self._wraps and i == 0  # with the head's operations too
-        known = self._shared.figures.get((i, j))
-        if known is not None and self._training and not wrapped:
-            self.engine.remember_stash_entry(ops, known[1])  # the same figure (tests/test_memory_engine.py)
         key = (i, j, wrapped)
         if key in self._shared.staged:
-            return self.engine.stage_memory(ops)
+            return stage_memory(self.facts, ops)
         peak = None if wrapped else self._shared.peaks.get((i, j))
         if peak is not None:  # read when the range was evaluated, and not re-run (its figure is the plain model's)
             self._shared.staged.add(key)
-            return self.engine.stage_memory(ops, variables=peak)
+            return stage_memory(self.facts, ops, variables=peak)
         state = self._shared.running_set()
         if wrapped:
-            state.add(self._shared.layer_parts(self.engine.head_layer), kept=True)
+            state.add(self._shared.layer_parts(self.facts.head_layer), kept=True)
         for k in range(i, j + 1):
             state.add(self._shared.layer_parts(k))
         self._shared.staged.add(key)
-        return self.engine.stage_memory(ops, variables=state.variables_peak(), rerun_variables=self._rerun_peak(state))
+        return stage_memory(self.facts, ops, variables=state.variables_peak(), rerun_variables=self._rerun_peak(state))
 
     # -- incremental evaluation -----------------------------------------------
 
@@ -237,7 +247,7 @@ class ProfileRanges:
             state = self._shared.running_set()
             # The head runs forward and backward back to back: under pipeline recomputation its variables
             # keep their live steps in IPU 0's re-run forward window.
-            state.add(self._shared.layer_parts(self.engine.head_layer), kept=True)
+            state.add(self._shared.layer_parts(self.facts.head_layer), kept=True)
             for k, entry in enumerate(plain):
                 if entry is None:
                     break  # the range alone is over the limit: with the head too
@@ -257,7 +267,7 @@ class ProfileRanges:
         for j in range(i, upto + 1):
             known = shared.figures.get((i, j))
             if known is None:
-                known = shared.other_figure(i, j)  # another option set's engine's, when the same
+                known = shared.other_figure(i, j)  # another option set's, when the same
             if known is None:
                 # One clock reading per layer added: noise next to the per-tile sums below.
                 check_deadline(self.deadline)
@@ -269,7 +279,7 @@ class ProfileRanges:
                 total = state.total_per_tile(rerun if rerun is not None else plain)
                 if plain is not None:
                     shared.peaks[(i, j)] = plain  # stage_memory's, if this range is chosen
-                # Same figure as the engine's stash_entry_per_tile, from the running set of variables. Taken
+                # Same figure as stages.stash_entry_per_tile, from the running set of variables. Taken
                 # over the limit too: a table with a higher limit (a best effort) then needs no second
                 # reading of this range's total, only the running set to grow it further.
                 stash = state.stash_entry() if self._training else np.zeros_like(total)
@@ -295,12 +305,12 @@ class ProfileRanges:
     def _rerun_peak(self, state: RunningStage) -> np.ndarray | None:
         """Under ``--recompute pipeline``, the variables peak of a re-run stage (None: the plain peak).
 
-        The engine says from its operations whether the set is re-run and
+        The facts say from its operations whether the set is re-run and
         where its backward starts; the running set reads both windows.
         """
         if state.forward_cut is None:
             return None
-        rerun = self.engine.pipeline_rerun_window(np.concatenate(state.ops))
+        rerun = pipeline_rerun_window(self.facts, np.concatenate(state.ops))
         return None if rerun is None else state.rerun_variables_peak(rerun[0])
 
     def _keep(self, i: int, state: RunningStage | None) -> None:
@@ -325,15 +335,14 @@ class ProfileRanges:
 
 
 
-def release(engine: MemoryEngine) -> None:
-    """Forget what the range tables of ``engine`` share, for a caller done with the engine.
+def release(memo: RangeMemo) -> None:
+    """Forget what the range tables of a scenario share (its ``memo``), for a caller done with them.
 
-    The running sets kept to grow a row further hold the engine, which holds
-    them: that cycle is freed only when Python's cycle collector next runs.
-    A process that builds engine after engine (one per training option set)
-    frees each at once this way.
+    The running sets kept to grow a row further hold grids of tens of MB;
+    a process that tries option set after option set frees each set's at
+    once this way, and gives their buffers to the next.
     """
-    engine.release_range_state()
+    memo.release()
 
 
 def transfer_cycles(nbytes: int, bytes_per_cycle: float) -> int:

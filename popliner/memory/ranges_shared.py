@@ -74,13 +74,11 @@ class SharedParts:
         self._stash: dict[tuple[bytes, bool], Events] = {}
         self._grid: SegmentGrid | None = None
         self._columns: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
-        self._spans: dict[bytes, tuple[np.ndarray, np.ndarray]] = {}
-        self._wrapped: dict[bytes, np.ndarray] = {}
         self._dtypes: list[tuple[np.ndarray, np.ndarray, type[np.signedinteger]]] = []
         #: Cleared grid buffers (diff, run, block max, block sum) by shape and type, for the next engine's grids.
         self._buffers: dict[tuple[object, ...], list[tuple[np.ndarray, ...]]] = {}
-        #: What the training views of several option sets share (:func:`popliner.memory.training.build_training_view`),
-        #: and their engines' layer variables (:meth:`popliner.memory.layer_vars.LayerVariables.of`).
+        #: The option-free memo every option set's memory facts share (:attr:`popliner.memory.facts.MemoryFacts.memo`):
+        #: their training views' roles, layer spans, constants, forward-cut profiles and layer variables.
         self.view_memo: dict[bytes, Any] = {}
         #: Each distinct variable table met (what-if and forward-cut profiles), and never-stashed set.
         #: Each distinct variable table met (what-if and forward-cut profiles), and never-stashed set; None once
@@ -172,26 +170,6 @@ class SharedParts:
         found = cell_dtype(profile)
         self._dtypes.append((v.tile, v.bytes, found))  # held, so that the identities stay meaningful
         return found
-
-    def layer_span(self, engine: MemoryFacts) -> tuple[np.ndarray, np.ndarray] | None:
-        """The first and last layer using each variable (:attr:`Boundaries.variable_layer_span`), if known."""
-        return self._spans.get(self._span_key(engine))
-
-    def keep_layer_span(self, engine: MemoryFacts, span: tuple[np.ndarray, np.ndarray]) -> None:
-        self._spans[self._span_key(engine)] = span
-
-    def wrapped_hi(self, engine: MemoryFacts) -> np.ndarray | None:
-        """With a wrapped head, :attr:`Boundaries.wrapped_hi` of the same layering, if known."""
-        return self._wrapped.get(self._span_key(engine))
-
-    def keep_wrapped_hi(self, engine: MemoryFacts, hi: np.ndarray) -> None:
-        self._wrapped[self._span_key(engine)] = hi
-
-    @staticmethod
-    def _span_key(engine: MemoryFacts) -> bytes:
-        # What the span reads besides the operation table: each operation's layer and whether it counts.
-        layering = engine.layer_of_op.tobytes() + engine.model.counted_vars.tobytes()
-        return layering + engine.num_layers.to_bytes(8, "little")
 
     def programs(self, engine: MemoryFacts, ops: np.ndarray, counted: bool = True) -> ProgramPart:
         """The layer's programs part and, if ``counted``, counted variables (the same for all options)."""

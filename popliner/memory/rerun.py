@@ -1,9 +1,9 @@
 """Pipeline recomputation in a range table: the forward window's liveness of a running set, grown with it.
 
 Under ``--recompute pipeline`` a stage that PopART re-runs peaks at the
-larger of two windows (:meth:`popliner.memory.engine.MemoryEngine.stage_memory`):
+larger of two windows (:func:`popliner.memory.stages.stage_memory`):
 its forward part, where every recomputed variable lives only up to its last
-forward read (the engine's forward-cut profile), and its backward part, with
+forward read (the facts' forward-cut profile), and its backward part, with
 the live steps as profiled. The running set's own liveness grid answers the
 backward window. :class:`ForwardCut` holds the same
 variables under the forward-cut profile's live steps, added layer by layer
@@ -15,7 +15,7 @@ pipeline table reads hundreds of them).
 The forward-cut profiles are the what-if profile with classes appended
 (:func:`popliner.memory.whatif.with_live_steps`), so a variable that keeps its
 live steps (a wrapped head's, on IPU 0) is added with its what-if class,
-which indexes the same class table: the figure of the engine's head-kept
+which indexes the same class table: the figure of the facts' head-kept
 profile, without a third liveness back-end.
 """
 
@@ -34,29 +34,29 @@ if TYPE_CHECKING:
 __all__ = ["ForwardCut", "forward_cut_grid"]
 
 
-def forward_cut_grid(engine: MemoryFacts, dtype: type[np.signedinteger] | None = None, block: int = BLOCK
+def forward_cut_grid(facts: MemoryFacts, dtype: type[np.signedinteger] | None = None, block: int = BLOCK
                      ) -> SegmentGrid:
-    """The liveness grid of the engine's forward-cut profile (its segments refine the what-if profile's).
+    """The liveness grid of the facts' forward-cut profile (its segments refine the what-if profile's).
 
     ``dtype``: the what-if grid's cells, when known (the cut profile has the same variables' bytes).
     """
-    return SegmentGrid.of(engine.forward_cut_profile(), block, dtype)
+    return SegmentGrid.of(facts.forward_cut_profile(), block, dtype)
 
 
 class ForwardCut:
     """A running set's variables under the forward-cut profile's live steps, on a shared grid.
 
     ``grid`` is the range state's forward-cut grid (:func:`forward_cut_grid`),
-    shared by every running set of the engine one at a time, as the what-if
+    shared by every running set of the scenario one at a time, as the what-if
     grid is: a new set clears it, and :meth:`restore` puts this set's
     variables back after another set used it.
     """
 
-    def __init__(self, engine: MemoryFacts, grid: SegmentGrid) -> None:
-        cut = engine.forward_cut_profile()
+    def __init__(self, facts: MemoryFacts, grid: SegmentGrid) -> None:
+        cut = facts.forward_cut_profile()
         # The what-if classes, valid in the forward-cut profile's class table (it only appends classes).
-        self.kept_klass = engine.profile.variables.klass
-        if len(cut.class_ptr) < len(engine.profile.class_ptr):  # pragma: no cover - with_live_steps only appends
+        self.kept_klass = facts.profile.variables.klass
+        if len(cut.class_ptr) < len(facts.profile.class_ptr):  # pragma: no cover - with_live_steps only appends
             raise AssertionError("the forward-cut profile does not extend the what-if profile's classes")
         self.grid = grid
         #: What went into the shared grid, to put the set back after other sets used it.

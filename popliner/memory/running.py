@@ -3,7 +3,7 @@
 A range ``i..j`` of layers is evaluated by adding layer ``j`` to the set of
 ``i..j-1`` (:class:`RunningStage`), never from scratch. What one layer adds
 is the same for every range that holds it, so it is computed once
-(:class:`LayerParts`) and kept by the engine's range state
+(:class:`LayerParts`) and kept by the scenario's range memo
 (:mod:`popliner.memory.range_state`). Variable liveness goes through the
 liveness grid (:class:`popliner.memory.liveness.SegmentGrid`).
 """
@@ -72,7 +72,7 @@ class LayerParts:
     hi: int
     private: np.ndarray  # sorted variable indices
     shared: np.ndarray  # sorted variable indices
-    shared_pos: np.ndarray  # their positions in engine.multi_layer_index
+    shared_pos: np.ndarray  # their positions in facts.boundaries.multi_layer_index
     private_events: tuple[Events, ...]
     shared_events: tuple[Events, ...]
     private_stash: tuple[Events, ...] | None
@@ -82,9 +82,9 @@ class LayerParts:
     cut_shared_events: tuple[Events, ...] | None = None
 
     @classmethod
-    def of(cls, engine: MemoryFacts, ops: np.ndarray, share: EngineShare,
+    def of(cls, facts: MemoryFacts, ops: np.ndarray, share: EngineShare,
            variables: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> LayerParts:
-        """The layer's parts: the profile's option-free parts (``share``, with its grids) and the engine's delta.
+        """The layer's parts: the profile's option-free parts (``share``, with its grids) and the option set's delta.
 
         ``variables``: its (private, shared) counted variables and the
         shared ones' positions in ``multi_layer_index``, when known
@@ -92,14 +92,14 @@ class LayerParts:
         from the union of its operations' variables.
         """
         counted = variables is None
-        additive, presence, units, lo, hi, var = share.shared.programs(engine, ops, counted)
+        additive, presence, units, lo, hi, var = share.shared.programs(facts, ops, counted)
         if variables is not None:
             private, shared, shared_pos = variables
         else:
             assert var is not None  # asked for
-            multi = engine.multi_layer_var[var]
+            multi = facts.boundaries.multi_layer_var[var]
             private, shared = var[~multi], var[multi]
-            shared_pos = np.searchsorted(engine.multi_layer_index, shared)
+            shared_pos = np.searchsorted(facts.boundaries.multi_layer_index, shared)
         # Each variable set's bytes, once: the shared parts are found by them.
         keys = (share.shared.key(private), share.shared.key(shared))
         events = _events(share.grid, private, shared, keys)
@@ -111,7 +111,7 @@ class LayerParts:
 
 def _events(share: _GridShare, private: np.ndarray, shared: np.ndarray, keys: tuple[bytes, bytes]
             ) -> tuple[tuple[Events, ...], tuple[Events, ...]]:
-    """(private, shared) events on a grid: its profiled part and the engine's delta."""
+    """(private, shared) events on a grid: its profiled part and the option set's delta."""
     return share.merged(private, keys[0]), share.owned(shared, keys[1])
 
 
@@ -120,7 +120,7 @@ class RunningStage:
 
     Control code, exchange code and vertex state add up; vertex presence is a
     running count per (type, tile). Variable liveness goes into the dense
-    (liveness segment x tile) grid, which the engine's running sets share
+    (liveness segment x tile) grid, which the scenario's running sets share
     one at a time. In training, ``row_ops`` are the operations of
     the layers the set may grow by, in order (the first is the first layer
     added), and the stash columns of each layer's new variables are kept: see
@@ -129,24 +129,24 @@ class RunningStage:
     forward-cut live steps too (:meth:`rerun_variables_peak`).
     """
 
-    def __init__(self, engine: MemoryFacts, grid: SegmentGrid, row_ops: list[np.ndarray] | None = None,
+    def __init__(self, facts: MemoryFacts, grid: SegmentGrid, row_ops: list[np.ndarray] | None = None,
                  forward_cut: ForwardCut | None = None, stash_horizon: int = FIRST_HORIZON) -> None:
-        self.engine = engine
-        p = engine.profile
+        self.facts = facts
+        p = facts.profile
         self.tiles = p.tiles
         self.additive = np.zeros(self.tiles, np.int64)
         self.presence = np.zeros((len(p.vertex_types.names), self.tiles + 1), np.int64)
-        self.code = engine.model.code_by_type
-        self.categories = engine.model.categories
+        self.code = facts.model.code_by_type
+        self.categories = facts.model.categories
         self.units = np.zeros_like(self.categories.whole) if self.categories is not None else None
         # Only variables several layers use can be in the set already: marked by their compact number.
-        self.in_set = np.zeros(len(engine.multi_layer_index), bool)
+        self.in_set = np.zeros(len(facts.boundaries.multi_layer_index), bool)
         self.grid = grid
         grid.clear()
         grid.owner = self
         self.lo, self.hi = 0, -1
         self.ops: list[np.ndarray] = []
-        self.stash = StashRow(engine, row_ops, stash_horizon) if row_ops is not None else None
+        self.stash = StashRow(facts, row_ops, stash_horizon) if row_ops is not None else None
         #: What went into the shared grid, to put the set back after other sets used it.
         self.grid_adds: list[dict[str, np.ndarray]] = []
         self.forward_cut = forward_cut
@@ -208,14 +208,14 @@ class RunningStage:
     def rerun_variables_peak(self, b0: int) -> np.ndarray:
         """A re-run stage's variables peak: the forward-cut window before step ``b0``, the backward from it.
 
-        ``b0`` is :meth:`popliner.memory.engine.MemoryEngine.pipeline_rerun_window`'s
-        for the set's operations; the same figure as the engine's, to the byte.
+        ``b0`` is :func:`popliner.memory.stages.pipeline_rerun_window`'s
+        for the set's operations; the same figure as :func:`popliner.memory.stages.stage_memory`'s, to the byte.
         """
         assert self.forward_cut is not None  # built for pipeline recomputation
         return np.asarray(np.maximum(self.forward_cut.peak(self.lo, b0 - 1), self.grid.peak(b0, self.hi)))
 
     def stash_entry(self) -> np.ndarray:
-        """The engine's ``stash_entry_per_tile`` of the set so far (training)."""
+        """:func:`popliner.memory.stages.stash_entry_per_tile` of the set so far (training)."""
         assert self.stash is not None  # built with the row's operations in training
         return self.stash.entry(len(self.ops) - 1)
 

@@ -2,7 +2,7 @@
 
 A range table (:mod:`popliner.memory.ranges`) needs, for every range ``i..j``,
 one activation stash entry per tile: the figure of
-:meth:`popliner.memory.engine.MemoryEngine.stash_entry_per_tile`. Taking it
+:func:`popliner.memory.stages.stash_entry_per_tile`. Taking it
 afresh for each ``j`` would read the range's variables again at every
 growth; :class:`StashRow` reads each candidate about once per row instead,
 from the columns :func:`stash_columns` keeps per layer.
@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from popliner.arrays import rank_by_table, unique_inverse
+from popliner.memory.stages import select_stash, stash_join_positions, stash_windows, steps_of
 
 if TYPE_CHECKING:
     from popliner.memory.facts import MemoryFacts
@@ -27,32 +28,32 @@ __all__ = ["FIRST_HORIZON", "StashRow", "candidate_columns", "pair_groups", "sta
 FIRST_HORIZON = 8
 
 
-def stash_columns(engine: MemoryFacts, var: np.ndarray, with_owner: bool = False,
+def stash_columns(facts: MemoryFacts, var: np.ndarray, with_owner: bool = False,
                   columns: Columns | None = None) -> dict[str, np.ndarray] | None:
     """What a stash entry reads of each variable that is not always live (training only).
 
-    ``columns``: the variables' classes, tiles and bytes in the engine's profile, when the caller has them.
+    ``columns``: the variables' classes, tiles and bytes in the facts' profile, when the caller has them.
     """
-    if not engine.training:
+    if not facts.training:
         return None
-    v = engine.profile.variables
-    keep = np.flatnonzero(engine.stash_candidate[var])  # the others are never part of a stash entry
+    v = facts.profile.variables
+    keep = np.flatnonzero(facts.stash_candidate[var])  # the others are never part of a stash entry
     sv = var[keep]
     if not with_owner:
         if columns is None:
-            grouped = _grouped_by_class(sv, v.klass, engine.class_steps, v.tile, v.bytes, engine.tiles)
+            grouped = _grouped_by_class(sv, v.klass, facts.class_steps, v.tile, v.bytes, facts.tiles)
         else:  # the candidates' own columns, taken from the variables' (no second reading of whole columns)
             cls, tile, nbytes = (c[keep] for c in columns)
-            grouped = _grouped_by_class(np.arange(len(keep)), cls, engine.class_steps, tile, nbytes, engine.tiles)
+            grouped = _grouped_by_class(np.arange(len(keep)), cls, facts.class_steps, tile, nbytes, facts.tiles)
         if grouped is not None:
             return grouped
     # candidate_columns' columns, the steps through the classes (no step columns over every variable).
-    first, last = engine.steps_of(sv)
+    first, last = steps_of(facts, sv)
     cols = {"first": first, "last": last, "tile": v.tile[sv], "nbytes": v.bytes[sv]}
     if with_owner:
         cols["owner"] = keep
         return cols
-    return _grouped(cols, engine.tiles)
+    return _grouped(cols, facts.tiles)
 
 
 def _grouped_by_class(sv: np.ndarray, klass: np.ndarray, class_steps: tuple[np.ndarray, np.ndarray],
@@ -150,20 +151,20 @@ class StashRow:
     """One stash entry per tile of a set growing one layer at a time, each candidate read about once.
 
     While the stage's windows only widen as it grows (the usual case: see
-    :meth:`popliner.memory.engine.MemoryEngine.stash_positions`), each
+    :func:`popliner.memory.stages.stash_join_positions`), each
     candidate's growth of joining is found once, and its bytes wait in that
     growth's row of ``pending`` until the entry gets there. Windows are
     taken for a horizon of growths that doubles as needed; candidates that
     join beyond it are looked at again when it grows. If the windows stop
     widening, every later entry is the masked sum over all candidates of
-    the set, as the engine takes it. Exact either way: integer bytes summed
+    the set, as :func:`popliner.memory.stages.stash_entry_per_tile` takes it. Exact either way: integer bytes summed
     in float64 below 2**53, then as int64. ``first_horizon``: the horizon's
     first size (any gives the same entries).
     """
 
-    def __init__(self, engine: MemoryFacts, row_ops: list[np.ndarray], first_horizon: int = FIRST_HORIZON) -> None:
-        self.engine = engine
-        self.tiles = engine.tiles
+    def __init__(self, facts: MemoryFacts, row_ops: list[np.ndarray], first_horizon: int = FIRST_HORIZON) -> None:
+        self.facts = facts
+        self.tiles = facts.tiles
         self.row_ops = row_ops
         self.chunks: list[dict[str, np.ndarray]] = []  # every candidate so far (the slow path reads them)
         self.windows: list[StashWindows | None] = []
@@ -195,8 +196,8 @@ class StashRow:
         ops = np.concatenate(self.row_ops[: len(self.windows)]) if self.windows else np.zeros(0, np.int64)
         for p in range(len(self.windows), horizon):
             ops = np.concatenate((ops, self.row_ops[p]))
-            self.windows.append(self.engine.stash_windows(ops))
-        if self.engine.stash_positions(np.zeros(0, np.int64), np.zeros(0, np.int64), self.windows) is None:
+            self.windows.append(stash_windows(self.facts, ops))
+        if stash_join_positions(self.facts, np.zeros(0, np.int64), np.zeros(0, np.int64), self.windows) is None:
             self.fast = False  # the growths from the first that is not a widening take the slow path
             return
         grown = np.zeros((horizon, self.tiles), np.int64)
@@ -209,7 +210,7 @@ class StashRow:
     def _place(self, cols: dict[str, np.ndarray], at: int, rows: np.ndarray | None = None) -> None:
         """Put the candidates ``rows`` of ``cols`` (all when None) where they join; keep the others for later."""
         first, last = (cols["first"], cols["last"]) if rows is None else (cols["first"][rows], cols["last"][rows])
-        positions = self.engine.stash_positions(first, last, self.windows)
+        positions = stash_join_positions(self.facts, first, last, self.windows)
         assert positions is not None  # checked when the horizon grew
         positions = np.maximum(positions, at)
         horizon = len(self.windows)
@@ -224,7 +225,7 @@ class StashRow:
                 self.pending[joined[starts]] += np.add.reduceat(cols["dense"][picked[order]], starts, axis=0)
             else:
                 slot = positions[now] * self.tiles + cols["tile"][picked]
-                # float64 bincount as in the engine: exact while a tile's bytes are below 2**53.
+                # float64 bincount as in the facts: exact while a tile's bytes are below 2**53.
                 self.pending += np.bincount(slot, weights=cols["nbytes"][picked], minlength=horizon * self.tiles
                                             ).astype(np.int64).reshape(horizon, self.tiles)
         if horizon < len(self.row_ops) and not now.all():
@@ -233,15 +234,15 @@ class StashRow:
 
     def _masked_sum(self, at: int) -> np.ndarray:
         out = np.zeros(self.tiles, np.int64)
-        windows = self.engine.stash_windows(np.concatenate(self.row_ops[: at + 1]))
+        windows = stash_windows(self.facts, np.concatenate(self.row_ops[: at + 1]))
         if windows is None:
             return out
         for c in self.chunks:
-            stash = self.engine.stash_select(c["first"], c["last"], windows)
+            stash = select_stash(self.facts, c["first"], c["last"], windows)
             if "dense" in c:
                 out += c["dense"][stash].sum(axis=0)
             else:
-                # float64 bincount as in the engine: exact while a tile's entry is below 2**53 bytes.
+                # float64 bincount as in the facts: exact while a tile's entry is below 2**53 bytes.
                 out += np.bincount(c["tile"][stash], weights=c["nbytes"][stash], minlength=self.tiles).astype(np.int64)
         return out
 

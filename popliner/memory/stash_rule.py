@@ -2,10 +2,10 @@
 
 A stage's stash keeps, for every micro-batch in flight between its forward
 and its backward part, the variables that cross from one to the other. The
-windows are the steps of the two parts (:meth:`MemoryEngine.stash_windows`);
+windows are the steps of the two parts (:func:`popliner.memory.stages.stash_windows`);
 ``stash_inputs`` and ``inputs_only`` are the training view's recomputation
-rules (:class:`popliner.memory.training.TrainingView`). The engine applies
-them to its own variables; kept apart so that the rule reads on its own.
+rules (:class:`popliner.memory.training.TrainingView`). The figures
+(:mod:`popliner.memory.stages`) apply them to the facts' variables; kept apart so that the rule reads on its own.
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ def stash_positions(first: np.ndarray, last: np.ndarray, rows: Sequence[StashWin
                     inputs_only: bool) -> np.ndarray | None:
     """For a stage that grows one layer at a time, the first growth at which each candidate joins its stash.
 
-    ``rows[p]`` are the stage's :meth:`MemoryEngine.stash_windows` after ``p + 1``
+    ``rows[p]`` are the stage's :func:`popliner.memory.stages.stash_windows` after ``p + 1``
     layers. While the windows only widen (the forward part starts no
     later and ends no earlier, and so does the backward part), every
     condition of :func:`stash_select` that holds at one growth holds at

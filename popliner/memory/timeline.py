@@ -21,7 +21,7 @@ def stage_live_bytes(model: MemoryModel, ops: np.ndarray, tile: int | None = Non
 
     The series whose peak is the stage's variables component: the same
     window, variables and profile as ``model`` (the training what-ifs' profile
-    when ``model`` is an engine's), on ``tile`` or summed over tiles.
+    when ``model`` is a scenario's), on ``tile`` or summed over tiles.
     """
     lo, hi = model.window(ops)
     return lo, live_bytes_per_step(model.profile, model.counted_variables(ops), lo, hi, tile=tile)

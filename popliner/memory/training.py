@@ -1,4 +1,4 @@
-"""Training as engineers run it: the options, and the view of them the memory engine reads.
+"""Training as engineers run it: the options, and the view of them the memory facts reads.
 
 The definitions are in docs/solvers.md ("Training options: exact
 definitions"). :class:`TrainingOptions` holds what a user asks for;
@@ -10,9 +10,9 @@ unlayered operations form the embedding and the head in
 with the bytes and live steps the options give them) in
 :mod:`popliner.memory.whatif`. Every change that does not depend on the
 split (off-chip state, sharding, ``every-layer`` recomputation) is applied
-there once, so the memory engine needs no special case for it; what does
+there once, so the memory facts needs no special case for it; what does
 depend on the stage (the stash rule, ``pipeline`` recomputation, re-run
-cycles) is described by :class:`TrainingView` for the engine to apply.
+cycles) is described by :class:`TrainingView` for the figures to apply.
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ __all__ = [
 Recompute = Literal["none", "pipeline", "every-layer"]
 #: What a user may ask for: a mode, or ``auto`` (the least recomputation that fits).
 RecomputeRequest = Literal["none", "pipeline", "every-layer", "auto"]
-#: The mode an engine applied: the one asked for, or ``compiled`` when the profile already recomputes.
+#: The mode a scenario applied: the one asked for, or ``compiled`` when the profile already recomputes.
 AppliedRecompute = Literal["none", "pipeline", "every-layer", "compiled"]
 OptimizerState = Literal["on-chip", "off-chip"]
 RECOMPUTE_MODES: tuple[str, ...] = ("none", "pipeline", "every-layer")
@@ -119,7 +119,7 @@ def _choice(flag: str, value: str, allowed: tuple[str, ...]) -> None:
 
 @dataclass(frozen=True, eq=False)
 class TrainingView:
-    """What the options change, for the memory engine.
+    """What the options change, for the memory facts.
 
     ``profile`` carries the variables' what-if bytes and live steps.
     ``is_backward`` marks backward operations (call sites of backward bodies

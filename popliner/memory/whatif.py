@@ -7,7 +7,7 @@ off-chip optimizer state is live only around its update, and
 ``every-layer`` recomputation frees each recomputed activation between its
 last forward read and its layer's backward part. ``pipeline``
 recomputation depends on the stage, so it is only described (``forward_cut``)
-for the engine to apply. :mod:`popliner.memory.training` decides which
+for the figures to apply. :mod:`popliner.memory.training` decides which
 variables and operations each rule touches; this module rewrites.
 """
 

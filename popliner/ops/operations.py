@@ -84,7 +84,7 @@ class OperationTable:
         """Per variable, the operation that uses it at the earliest step (:meth:`first_users`).
 
         Kept with the table: it depends on nothing else, and every memory
-        engine of the profile (one per training option set) asks for it.
+        facts value of the profile (one per training option set) asks for it.
         """
         return self.first_users()
 

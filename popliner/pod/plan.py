@@ -199,7 +199,7 @@ def plan_pod(analysis: Analysis, request: PodRequest) -> PodPlan:
     layers = len(base.named_layers.names) + (base.has_unlayered and request.head_placement != ("first",))
     searched = sum(1 for _, depths in option_sets if min(depths) <= layers)
     check_range_tables(base.profile, layers, searched)
-    # Sharded by R, each depth is an option set of its own: one deeper than its layers builds no engine, it
+    # Sharded by R, each depth is an option set of its own: one deeper than its layers builds no memory facts, it
     # takes what the same options said at a smaller depth (the depths come in increasing order).
     known: dict[tuple[str, str, str], OptionSearch | None] = {}
     group: tuple[str, str] | None = None
@@ -293,7 +293,7 @@ def _placed_layers(found: OptionSearch) -> int:
 
 
 def _beyond(earlier: OptionSearch, depths: tuple[int, ...]) -> OptionSearch:
-    """Depths deeper than the layers: no split, the reason search_options gives, and no engine built."""
+    """Depths deeper than the layers: no split, the reason search_options gives, and no memory facts built."""
     layers = _placed_layers(earlier)
     return dataclasses.replace(earlier, depths={
         k: DepthSplit(k, None, (), (), f"{k} IPUs per replica is more than the {layers} layers to place")
@@ -307,16 +307,16 @@ def _search(base: ProfileBase, options: TrainingOptions, depths: tuple[int, ...]
     from popliner.memory.ranges import release
 
     other = scenario(base, options)
-    if options.recompute != "none" and other.engine.view.recompute in ("compiled", "none"):
+    if options.recompute != "none" and other.facts.view.recompute in ("compiled", "none"):
         note = "the profile was compiled with recomputation: --recompute pipeline and every-layer change nothing"
         if base.training and note not in notes:
             notes.append(note)
         return None
     log.debug("planning %s over %s IPUs per replica", options.as_dict(), ",".join(map(str, depths)))
     found = search_options(other, depths, budget, request.constants.link_bandwidth, traffic)
-    # The splits hold their figures; the engine (gigabytes on a large profile) goes now, and the plan keeps a
-    # scenario of the same options whose engine is built again only if asked for (a config written from it).
-    release(other.engine)
+    # The splits hold their figures; the range tables' state (gigabytes on a large profile) goes now, and the
+    # plan keeps a scenario of the same options whose facts are built again only if asked for (a config from it).
+    release(other.range_memo)
     analyses[options] = scenario(base, options)
     return dataclasses.replace(found, analysis=analyses[options])
 

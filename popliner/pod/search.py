@@ -55,11 +55,11 @@ class DepthSplit:
 
 @dataclass(frozen=True, eq=False)
 class OptionSearch:
-    """One option set's analysis and its splits by depth; what its engine said, kept once the engine is gone."""
+    """One option set's analysis and its splits by depth; what its memory facts said, kept once they are gone."""
 
     analysis: Analysis
     depths: dict[int, DepthSplit]
-    recompute: str  # the mode the engine applied
+    recompute: str  # the mode the memory facts applied
     traffic: TrafficTable | None = None
 
 
@@ -74,11 +74,11 @@ def search_options(analysis: Analysis, depths: Sequence[int], budget: int, link_
     usable = [k for k in depths if k <= n_layers]
     out: dict[int, DepthSplit] = {k: DepthSplit(k, None, (), (), f"{k} IPUs per replica is more than the "
                                                 f"{n_layers} layers to place") for k in depths if k > n_layers}
-    engine = analysis.engine
+    facts = analysis.facts
     if not usable:
-        return OptionSearch(analysis, out, engine.view.recompute)
+        return OptionSearch(analysis, out, facts.view.recompute)
     problem = SplitProblem(num_ipus=max(usable), budget=budget, training=training)
-    table = ProfileRanges(analysis.engine, budget, link_bytes_per_second, lazy=True)
+    table = analysis.range_table(budget, link_bytes_per_second, lazy=True)
     suffixes = suffix_table(table, problem, float(budget), max(usable))
     traffic_table = traffic if traffic is not None else TrafficTable.of(analysis)
     options = analysis.options.training
@@ -94,16 +94,16 @@ def search_options(analysis: Analysis, depths: Sequence[int], budget: int, link_
         split = _split_result(analysis, table, bounds, budget)
         out[k] = DepthSplit(k, split, bounds, tuple(traffic_table.of_ops(table.stage_ops(i, j), off_chip, options.shard)
                                                      for i, j in bounds))
-    return OptionSearch(analysis, out, engine.view.recompute, traffic_table)
+    return OptionSearch(analysis, out, facts.view.recompute, traffic_table)
 
 
 def _split_result(analysis: Analysis, table: ProfileRanges, bounds: Bounds, budget: int) -> SplitResult:
     """The split's exact per-IPU figures (:func:`popliner.pipeline.range_figure`), as a solve reports them."""
-    engine = analysis.engine
+    facts = analysis.facts
     stages = []
     for k, (i, j) in enumerate(bounds):
-        table.stage_memory(i, j)  # the range's model figure from the table's running set (memoised)
-        stages.append(stage_result(range_figure(engine, i, j, k, len(bounds)), analysis.layer_names, budget))
+        # The range's model figure and stash entry from the table's running sets (memoised).
+        stages.append(stage_result(range_figure(facts, i, j, k, len(bounds), table), analysis.layer_names, budget))
     return SplitResult("dp", "OPTIMAL", analysis.mode, len(bounds), budget, tuple(stages),
                        note="popliner plan: the fastest split that fits (largest stage cycles), then the least "
                             "memory on the fullest IPU, then the fewest bytes between IPUs (as --solve --exact-ipus)")
@@ -129,16 +129,16 @@ class TrafficTable:
 
     @classmethod
     def of(cls, analysis: Analysis) -> TrafficTable:
-        engine = analysis.engine
-        ops = engine.ops
-        count = engine.profile.variables.count
-        if not engine.training:
+        facts = analysis.facts
+        ops = facts.ops
+        count = facts.profile.variables.count
+        if not facts.training:
             return cls(np.zeros(ops.count + 1, np.int64), np.zeros(0, np.int64), np.zeros(0, bool),
                        analysis.profile.variables.bytes)
-        view = engine.view
+        view = facts.view
         lens = np.diff(ops.var_ptr)
         update = np.asarray(view.is_update, bool)
-        forward = ~np.asarray(engine.is_backward, bool) & ~update
+        forward = ~np.asarray(facts.is_backward, bool) & ~update
         by_update = np.zeros(count, bool)
         by_update[ops.var_idx[np.repeat(update, lens)]] = True
         by_forward = np.zeros(count, bool)
@@ -150,7 +150,7 @@ class TrafficTable:
             # stores move; an IPU streams what its own loads and stores move (not what its updaters read).
             state = state | streamed_state_variables(ops, analysis.is_backward, analysis.profile.contexts, count)
             state_users = remote_update_operations(ops, analysis.is_backward, analysis.profile.contexts)
-        weights = np.asarray(engine.always_live_var, bool) & ~state & by_update & by_forward
+        weights = np.asarray(facts.always_live_var, bool) & ~state & by_update & by_forward
         keep = weights[ops.var_idx] | (state[ops.var_idx] & np.repeat(state_users, lens))
         kept = np.concatenate(([0], np.cumsum(keep)))
         var = ops.var_idx[keep].astype(np.int64)

@@ -127,11 +127,11 @@ def build_planner(analysis: Analysis, config: PipelineConfig, *, budget: int, mi
     ``max_records`` records (what a page holds) it holds none, and says why. ``ipus``: the figures of ``config``'s
     split against ``budget`` when the caller has them (the report does), so that they are not worked out twice.
     """
-    engine = analysis.engine
-    names = engine.layout.placed_names
+    facts = analysis.facts
+    names = facts.layout.placed_names
     n, k = len(names), config.num_ipus
     training = analysis.mode == "training"
-    wraps = engine.layout.wraps_at(k)
+    wraps = facts.layout.wraps_at(k)
     given = contiguous_counts(config.layer_groups, names)
     initial = given or _even(n, k)
     template = planner_config(analysis, config, budget, micro_batches, _groups(analysis, initial),
@@ -148,12 +148,11 @@ def build_planner(analysis: Analysis, config: PipelineConfig, *, budget: int, mi
     tiles = int(analysis.profile.target.tiles_per_ipu)
     out = []
     # The solve's way to a stage's figure: the range table's running sets (each row grown one layer at a time)
-    # give each range's model and stash entry, which the engine keeps for range_figure (the same figures).
-    table = ProfileRanges(engine, np.iinfo(np.int64).max // 4, lazy=True)
+    # give each range's model and stash entry, which range_figure takes from the table (the same figures).
+    table = analysis.range_table(np.iinfo(np.int64).max // 4, lazy=True)
     for (i, j), positions in _by_range(_valid(n, k)).items():
         table.per_tile(i, j)
-        table.stage_memory(i, j)
-        for p, figure in _range_figures(analysis, i, j, positions, k):
+        for p, figure in _range_figures(analysis, table, i, j, positions, k):
             result = stage_result(figure, analysis.layer_names, budget)
             record = config_stage(p, result, training)
             sim = ipu_figures(record, tiles=tiles, training=training, receives=p > 0 or wraps, bytes_out=0)
@@ -169,7 +168,7 @@ def _by_range(valid: Sequence[tuple[int, int, int]]) -> dict[tuple[int, int], li
     return out
 
 
-def _range_figures(analysis: Analysis, i: int, j: int, positions: Sequence[int],
+def _range_figures(analysis: Analysis, table: ProfileRanges, i: int, j: int, positions: Sequence[int],
                    k: int) -> list[tuple[int, StageFigure]]:
     """The range's figure at each of ``positions`` (ascending) of ``k`` IPUs.
 
@@ -180,8 +179,8 @@ def _range_figures(analysis: Analysis, i: int, j: int, positions: Sequence[int],
     from popliner.pipeline import range_figure, stash_depth
 
     training = analysis.mode == "training"
-    first = range_figure(analysis.engine, i, j, positions[0], k)
-    wraps = analysis.engine.layout.wraps_at(k)
+    first = range_figure(analysis.facts, i, j, positions[0], k, table)
+    wraps = analysis.facts.layout.wraps_at(k)
     out = [(positions[0], first)]
     for p in positions[1:]:
         depth = stash_depth(p, k, wraps) if training else 0
@@ -195,7 +194,7 @@ def _even(n: int, k: int) -> tuple[int, ...]:
 
 def _groups(analysis: Analysis, counts: Sequence[int]) -> list[list[str]]:
     """Layer names per IPU of a contiguous split given as counts (a wrapped head goes on IPU 0)."""
-    layout = analysis.engine.layout
+    layout = analysis.facts.layout
     names = layout.placed_names
     out, at = [], 0
     for count in counts:
@@ -242,7 +241,7 @@ def split_command_words(analysis: Analysis, budget: int, num_ipus: int) -> tuple
              "--mem-per-tile", str(budget), "--headroom", "0", "--mode", analysis.mode,
              "--head-placement", t.head_placement]
     if analysis.mode == "training":
-        applied = analysis.engine.view.recompute
+        applied = analysis.facts.view.recompute
         if applied != "compiled":
             words += ["--recompute", applied]
         if t.optimizer_state != "on-chip":

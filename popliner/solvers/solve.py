@@ -67,7 +67,7 @@ def solve_bounds(table: RangeCosts, problem: SplitProblem, *, solver: SolverName
     FEASIBLE, with a note saying so.
     """
     # ``started``: when the caller's solve began (its ``time.monotonic()``), so that what it did
-    # before (the memory engine and its training view) counts against the limit too.
+    # before (the memory facts and their training view) counts against the limit too.
     deadline = (time.monotonic() if started is None else started) + time_limit
     if solver == "greedy":
         with phase("building range tables"):

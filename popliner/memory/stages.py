@@ -1,0 +1,230 @@
+"""The figures of a set of operations: pure functions of a scenario's memory facts.
+
+Everything popliner says about the memory of a set of operations comes from
+here (or from :mod:`popliner.memory.ranges`, the incremental form of the same
+figures for contiguous layer ranges). Callers give plain data: operation
+indices, or layer indices into the facts' ``layer_names``; the unlayered
+operations go with the first stage (``first_stage=True``), as PopLiner did.
+
+Training-dependent figures each have one named function, so that a change
+to the training model (:class:`popliner.memory.training.TrainingView`, the
+facts' ``view``) changes them in one place:
+
+- :func:`backward_part`: which operations of a stage are backward;
+- :func:`stash_windows` and :mod:`popliner.memory.stash_rule`: what one
+  stash entry holds; :func:`stash_entry_per_tile` sums it per tile;
+- :func:`cycles_split`: forward and backward cycles of a stage.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from popliner.memory.facts import MemoryFacts
+from popliner.memory.liveness import window_peak
+from popliner.memory.stash_rule import StashWindows, stash_positions, stash_select
+from popliner.memory.types import StageMemory
+from popliner.ops.layers import ops_of_layers
+
+__all__ = [
+    "backward_part",
+    "boundary_bytes",
+    "cycles_split",
+    "pipeline_rerun_part",
+    "pipeline_rerun_window",
+    "range_ops",
+    "rerun_cycles",
+    "select_stash",
+    "stage_memory",
+    "stage_ops",
+    "stash_entry_per_tile",
+    "stash_join_positions",
+    "stash_windows",
+    "steps_of",
+]
+
+
+# -- operations of a stage ---------------------------------------------------
+
+
+def stage_ops(facts: MemoryFacts, layers: Sequence[int], first_stage: bool) -> np.ndarray:
+    """Operations of the given layers, plus the unlayered ones for the first stage."""
+    return ops_of_layers(facts.layer_of_op, layers, first_stage)
+
+
+def range_ops(facts: MemoryFacts, i: int, j: int) -> np.ndarray:
+    """Operations of the contiguous layer range ``i..j``; range 0.. holds the unlayered ones."""
+    return stage_ops(facts, range(i, j + 1), first_stage=i == 0)
+
+
+# -- memory ----------------------------------------------------------------
+
+
+def stage_memory(facts: MemoryFacts, ops: np.ndarray, variables: np.ndarray | None = None,
+                 rerun_variables: np.ndarray | None = None) -> StageMemory:
+    """Per-tile memory of a set of operations (the direct model, memoised).
+
+    ``variables``: the set's variables peak per tile when already known
+    exactly (see :meth:`popliner.memory.model.MemoryModel.stage`).
+
+    With ``--recompute pipeline`` a stage that PopART re-runs
+    (:func:`pipeline_rerun_part`) re-runs its forward part when its
+    backward starts: its variables peak is the larger of the forward
+    window's (recomputed variables cut at their last forward read) and the
+    backward part's (live steps as profiled). On IPU 0 with a wrapped head
+    the head's own variables keep their live steps in the forward window
+    too: the head runs forward and backward back to back, re-running nothing.
+    ``rerun_variables``: that peak when already known exactly (a range
+    table's running set, :mod:`popliner.memory.rerun`).
+    """
+    memory = facts.model.stage(ops, variables)
+    rerun = pipeline_rerun_window(facts, ops)
+    if rerun is None:
+        return memory
+
+    def rerun_figure() -> StageMemory:
+        peak = rerun_variables
+        if peak is None:
+            b0, head_kept = rerun
+            lo, hi = facts.model.window(ops)
+            var = facts.model.counted_variables(ops)
+            forward = window_peak(facts.forward_cut_profile(head_kept), var, lo, b0 - 1)
+            backward = window_peak(facts.profile, var, b0, hi)
+            peak = np.maximum(forward, backward)
+        per_tile = memory.per_tile.copy()
+        per_tile[0] = peak
+        return StageMemory(per_tile)
+
+    return facts.rerun_figure(ops, rerun_figure)
+
+
+def pipeline_rerun_window(facts: MemoryFacts, ops: np.ndarray) -> tuple[int, bool] | None:
+    """Under ``--recompute pipeline``, where the set's re-run part splits into forward and backward windows.
+
+    ``(b0, head_kept)``: the first step of the re-run part's backward
+    part, and whether the set also holds a wrapped head's operations
+    (whose variables keep their live steps). None when the set's figure
+    is the plain model's: nothing re-run (other modes, the last stage),
+    or a re-run part that is all forward or all backward.
+    """
+    own = pipeline_rerun_part(facts, ops)
+    if not own.size:
+        return None
+    back = backward_part(facts, own)
+    if not back.any() or back.all():
+        return None
+    return int(facts.model.window(own[back])[0]), own.size != len(ops)
+
+
+def pipeline_rerun_part(facts: MemoryFacts, ops: np.ndarray) -> np.ndarray:
+    """Under ``--recompute pipeline``, the operations of an IPU's set that PopART re-runs from the stash.
+
+    PopART leaves alone the one stage whose forward and backward are back
+    to back. Without a wrapped head that is the last IPU's stage (the set
+    holding the last layer): nothing is re-run there. With a wrapped head
+    it is the head's stage: a set holding ``head`` and ``embedding`` but not
+    every layer is IPU 0 of a pipeline, whose first stage (the set without
+    the head's operations) is re-run; a set holding every layer is one IPU,
+    no pipeline. Empty for the other modes.
+    """
+    n = facts.num_layers
+    if facts.view.recompute != "pipeline" or not n:
+        return ops[:0]
+    layers = facts.layer_of_op[ops]
+    holds_last = layers == n - 1
+    if not holds_last.any():
+        return ops
+    if facts.head_wraps and (layers == 0).any() and not np.isin(np.arange(n), layers).all():
+        return np.asarray(ops[~holds_last])
+    return ops[:0]
+
+
+# -- training ----------------------------------------------------------------
+
+
+def backward_part(facts: MemoryFacts, ops: np.ndarray) -> np.ndarray:
+    """Bool per operation of a stage: in the stage's backward part.
+
+    The backward part starts at the stage's first operation whose name marks
+    it as backward; everything from that step on belongs to it. Names alone
+    would leave out call sites and helpers of the backward pass that carry
+    no gradient name.
+    """
+    named = facts.is_backward[ops]
+    if not named.any():
+        return np.zeros(len(ops), bool)
+    first = facts.ops.first_step[ops]
+    start = int(first[named & (first >= 0)].min(initial=np.iinfo(np.int64).max))
+    return np.asarray(named | (first >= start))
+
+
+def stash_windows(facts: MemoryFacts, ops: np.ndarray) -> StashWindows | None:
+    """The steps of the stage's forward and backward parts; None when it has no stash (inference too)."""
+    if not facts.training:
+        return None
+    back = backward_part(facts, ops)
+    fwd_lo, fwd_hi = facts.model.window(ops[~back])
+    bwd_lo, bwd_hi = facts.model.window(ops[back])
+    if fwd_hi < fwd_lo or bwd_hi < bwd_lo:
+        return None
+    return fwd_lo, fwd_hi, bwd_lo, bwd_hi
+
+
+def stash_entry_per_tile(facts: MemoryFacts, ops: np.ndarray) -> np.ndarray:
+    """Bytes per tile of one activation stash entry of the stage (zero in inference)."""
+    out = np.zeros(facts.tiles, np.int64)
+    windows = stash_windows(facts, ops)
+    if windows is None:
+        return out
+    var = facts.model.counted_variables(ops)
+    var = var[facts.stash_candidate[var]]
+    stash = var[select_stash(facts, *steps_of(facts, var), windows)]
+    v = facts.profile.variables
+    # float64 bincount: exact while a tile's entry is below 2**53 bytes.
+    return np.bincount(v.tile[stash], weights=v.bytes[stash], minlength=facts.tiles).astype(np.int64)
+
+
+def select_stash(facts: MemoryFacts, first: np.ndarray, last: np.ndarray, windows: StashWindows) -> np.ndarray:
+    """Which candidates (first and last live step) one stash entry of a stage holds (:func:`stash_select`)."""
+    return stash_select(first, last, windows, facts.view.stash_inputs, facts.view.inputs_only)
+
+
+def stash_join_positions(facts: MemoryFacts, first: np.ndarray, last: np.ndarray,
+                         rows: Sequence[StashWindows | None]) -> np.ndarray | None:
+    """For a stage that grows one layer at a time, the growth at which each candidate joins its stash.
+
+    See :func:`popliner.memory.stash_rule.stash_positions`.
+    """
+    return stash_positions(first, last, rows, facts.view.stash_inputs, facts.view.inputs_only)
+
+
+def cycles_split(facts: MemoryFacts, ops: np.ndarray) -> tuple[int, int]:
+    """(forward, backward) cycles of one micro-batch through the stage, re-run forward work in the backward."""
+    back = backward_part(facts, ops)
+    cyc = facts.cycles.op_cycles[ops]
+    return int(cyc[~back].sum()), int(cyc[back].sum()) + rerun_cycles(facts, ops)
+
+
+def rerun_cycles(facts: MemoryFacts, ops: np.ndarray) -> int:
+    """Cycles of the forward work the stage runs again in its backward part (in :func:`cycles_split`'s backward)."""
+    if facts.view.recompute == "pipeline":
+        ops = pipeline_rerun_part(facts, ops)
+    return int(facts.cycles.op_cycles[ops][facts.view.rerun_ops[ops]].sum())
+
+
+# -- variables and boundaries ----------------------------------------------------
+
+
+def steps_of(facts: MemoryFacts, var: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """First and last live step of some variables (:attr:`MemoryFacts.variable_steps`), through their classes."""
+    starts, ends = facts.class_steps
+    klass = facts.profile.variables.klass[var]
+    return starts[klass], ends[klass]
+
+
+def boundary_bytes(facts: MemoryFacts, before: Sequence[int], after: Sequence[int],
+                   gradients_only: bool = False) -> int:
+    """Bytes sent over a boundary between two sets of layers (:meth:`Boundaries.boundary_bytes`)."""
+    return facts.boundaries.boundary_bytes(before, after, gradients_only)
