@@ -173,3 +173,34 @@ def test_parts_of_another_profile_are_refused() -> None:
     memo.state(other.facts, PIECES)
     with pytest.raises(ValueError, match="one scenario only"):  # another scenario of the same profile
         memo.state(scenario(other.base, TrainingOptions(recompute="every-layer")).facts, PIECES)
+
+
+def test_every_layer_with_the_head_first_and_last_share_the_figures_of_the_layers_between() -> None:
+    """Two variable tables that differ only in the head's variables (every-layer recomputation cuts the head's
+    activations by its own layer when it is placed last): the ranges between share their figures by the
+    layers' fingerprints, each the direct model's."""
+    base = _analysis("bert-tiny-training.json").base
+    assert base.has_unlayered
+    first = scenario(base, TrainingOptions(recompute="every-layer"))
+    for i in range(first.facts.num_layers):
+        first.range_table(2**62).per_tile(i, i)  # every row, in full
+    first_table = first.range_memo.state(first.facts, PIECES).share.grid.table
+    release(first.range_memo)
+    options = TrainingOptions(recompute="every-layer", head_placement="last")
+    last = scenario(base, options)
+    alone = scenario(_analysis("bert-tiny-training.json").base, options).facts
+    state = last.range_memo.state(last.facts, PIECES)
+    assert state.share.grid.table != first_table  # another table: only the fingerprints can match
+    n = last.facts.num_layers
+    found = [(i, j) for i in range(1, n - 1) for j in range(i, n - 1) if state.other_figure(i, j) is not None]
+    assert found and all(state.other_figure(0, j) is None for j in range(n))  # layer 0 holds the head under first
+    for i, j in found:
+        total, stash = _direct(alone, i, j)
+        assert state.figures[(i, j)][2].tolist() == total and state.figures[(i, j)][1].tolist() == stash
+
+
+def test_the_fingerprints_tell_the_option_sets_apart(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With one fingerprint for every layer of every option set, figures are taken from the wrong option set."""
+    monkeypatch.setattr(ranges_shared.EngineShare, "fingerprint", lambda *args: b"")
+    with pytest.raises(AssertionError):
+        _held("bert-tiny-training.json", TINY)

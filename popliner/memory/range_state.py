@@ -85,6 +85,8 @@ class RangeState:
         self._signature = self.share.signature(facts)
         counted = facts.model.counted_vars
         self._layer_keys = [ops.tobytes() + counted[ops].tobytes() for ops in self.layer_ops]
+        #: Per layer, what this option set makes of its variables (:meth:`EngineShare.fingerprint`).
+        self._fingerprints: dict[int, bytes] = {}
         self._parts: dict[int, LayerParts] = {}
         #: Every layer's private and shared variables, found for all layers at once when the first is needed.
         self._variables: LayerVariables | None = None
@@ -108,12 +110,21 @@ class RangeState:
         """What layer ``j`` adds to any range holding it (memoised: every start reuses it)."""
         parts = self._parts.get(j)
         if parts is None:
-            facts = self.facts
-            if self._variables is None:
-                self._variables = LayerVariables.of(facts)
             ops = self.layer_ops[j]
-            parts = self._parts[j] = LayerParts.of(facts, ops, self.share, self._variables.split(j, ops))
+            parts = self._parts[j] = LayerParts.of(self.facts, ops, self.share, self._layer_variables(j))
         return parts
+
+    def _layer_variables(self, j: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        if self._variables is None:
+            self._variables = LayerVariables.of(self.facts)
+        return self._variables.split(j, self.layer_ops[j])
+
+    def _fingerprint(self, j: int) -> bytes:
+        found = self._fingerprints.get(j)
+        if found is None:
+            private, shared, _ = self._layer_variables(j)
+            found = self._fingerprints[j] = self.share.fingerprint(self.facts, private, shared, self._layer_keys[j])
+        return found
 
     def other_figure(self, i: int, j: int) -> tuple[int, np.ndarray, np.ndarray] | None:
         """The figure of ``i..j`` when a scenario of the same variable tables and rules evaluated the same operations.
@@ -146,7 +157,8 @@ class RangeState:
         facts = self.facts
         # Under pipeline recomputation the figure also depends on where the set's re-run part splits.
         rerun = pipeline_rerun_window(facts, np.concatenate(self.layer_ops[i:j + 1])) if self.rerun else None
-        return (self._signature, tuple(self._layer_keys[i:j + 1]), rerun)
+        fingerprints = tuple(self._fingerprint(k) for k in range(i, j + 1))
+        return (self._signature, tuple(self._layer_keys[i:j + 1]), fingerprints, rerun)
 
     def running_set(self, row_ops: list[np.ndarray] | None = None) -> RunningStage:
         """A new, empty running set (it takes the shared grids over)."""

@@ -27,6 +27,7 @@ direct model and an independent per-variable sum).
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -48,6 +49,12 @@ if TYPE_CHECKING:
 __all__ = ["EngineShare", "ProgramPart", "SharedParts"]
 
 Events = dict[str, np.ndarray]
+
+
+#: The keys of :attr:`SharedParts.view_memo` that hold what some training options made (what-if and forward-cut
+#: profiles, :mod:`popliner.memory.whatif`, :meth:`popliner.memory.engine.MemoryEngine.forward_cut_profile`),
+#: as opposed to what every option set reads (the roles, the layering's variables).
+_OPTION_VIEWS = (b"whatif", b"cut-profiles")
 
 
 class SharedParts:
@@ -74,12 +81,16 @@ class SharedParts:
         #: their training views' roles, layer spans, constants, forward-cut profiles and layer variables.
         self.view_memo: dict[bytes, Any] = {}
         #: Each distinct variable table met (what-if and forward-cut profiles), and never-stashed set.
-        self._tables: list[VariableTable] = []
-        self._never: list[np.ndarray] = []
+        #: Each distinct variable table met (what-if and forward-cut profiles), and never-stashed set; None once
+        #: forgotten (:meth:`forget_deltas`: its number is not given again).
+        self._tables: list[VariableTable | None] = []
+        self._never: list[np.ndarray | None] = []
         #: Range figures by what they depend on (:meth:`RangeState.other_figure`): (worst, stash, total, peak).
         self.range_figures: dict[tuple[object, ...], tuple[int, np.ndarray, np.ndarray, np.ndarray | None]] = {}
         #: Parts already corrected for a variable table: (table, what, variables) -> pieces.
         self.corrected: dict[tuple[int, str, bytes], tuple[Events, ...]] = {}
+        #: Per variable table and layer variables, their digest (:meth:`EngineShare.fingerprint`).
+        self.fingerprints: dict[tuple[object, ...], bytes] = {}
         #: One bytes object per distinct variable set (:meth:`key`).
         self._keys: dict[bytes, bytes] = {}
 
@@ -104,7 +115,7 @@ class SharedParts:
         """
         table = VariableTable.of(profile, changed)
         for k, known in enumerate(self._tables):
-            if known.same(table):
+            if known is not None and known.same(table):
                 return k
         self._tables.append(table)
         return len(self._tables) - 1
@@ -112,7 +123,7 @@ class SharedParts:
     def never_stash(self, never: np.ndarray) -> int:
         """A number per distinct never-stashed set (``every-layer``'s recomputed variables)."""
         for k, known in enumerate(self._never):
-            if known is never or np.array_equal(known, never):
+            if known is not None and (known is never or np.array_equal(known, never)):
                 return k
         self._never.append(never)
         return len(self._never) - 1
@@ -179,15 +190,23 @@ class SharedParts:
         return found
 
     def forget_deltas(self) -> None:
-        """Drop the option sets' deltas and range figures; the profile's own parts stay.
+        """Drop what the option sets made so far; the profile's own parts stay.
 
         For a caller whose next option sets change other variables (``popliner
-        plan`` between recomputation and optimizer-state groups): what it
-        drops is made again if asked for, the same to the byte. Table numbers
-        are kept, so an engine built before still finds nothing of another table.
+        plan`` between recomputation and optimizer-state groups): their deltas,
+        range figures, variable tables, grid buffers and what-if profiles
+        (gigabytes on a large profile). What it drops is made again if asked
+        for, the same to the byte. Table numbers are not given again, so an
+        engine built before still finds nothing of another table.
         """
         self.corrected.clear()
         self.range_figures.clear()
+        self.fingerprints.clear()
+        self._buffers.clear()
+        self._tables = [None] * len(self._tables)
+        self._never = [None] * len(self._never)
+        for key in [k for k in self.view_memo if k.startswith(_OPTION_VIEWS)]:
+            del self.view_memo[key]
 
     def piece(self, where: tuple[int, str, bytes], correct: Callable[[], tuple[Events, ...]]) -> tuple[Events, ...]:
         """The piece ``where`` (its variable table first), memoised: the profiled part and the table's delta,
@@ -334,6 +353,23 @@ def _changed_from(profile: Profile, base: Profile) -> np.ndarray:
     return changed
 
 
+def _digest_changed(digest: Any, profile: Profile, var: np.ndarray) -> None:
+    """Feed ``digest`` the variables, each one's number of intervals, the intervals and the bytes."""
+    v = profile.variables
+    cls = v.klass[var]
+    first = profile.class_ptr[cls]
+    counts = profile.class_ptr[cls + 1] - first
+    iv = expand_ranges(first, counts)
+    for part in (var, counts, profile.iv_start[iv], profile.iv_end[iv], v.bytes[var]):
+        _digest_part(digest, part)
+
+
+def _digest_part(digest: Any, part: np.ndarray) -> None:
+    """Feed ``digest`` an array's length, then its values (as int64): no two sequences of parts feed the same."""
+    digest.update(len(part).to_bytes(8, "little"))
+    digest.update(np.asarray(part, np.int64).tobytes())
+
+
 def _expand(profile: Profile, var: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Interval indices of the variables' classes, and each interval's position in ``var``."""
     cls = profile.variables.klass[var]
@@ -370,17 +406,38 @@ class EngineShare:
         self._class_always = p.always_live_classes()
 
     def signature(self, engine: MemoryFacts) -> tuple[object, ...]:
-        """What a range's figure reads besides its operations and counted flags, all of it known by content.
-
-        The variable tables (what-if, forward cut under ``--recompute
-        pipeline``) and the never-stashed set by number
-        (:meth:`SharedParts.table`), the training rules by value. Ranges of
-        equal operations and equal signatures have equal figures.
+        """What a range's figure reads besides its layers' operations, counted flags and variables: the training
+        rules, by value. Ranges of equal operations, equal signatures and equal layer fingerprints
+        (:meth:`fingerprint`) have equal figures.
         """
         view = engine.view
-        return (self.grid.table, self.cut_grid.table if self.cut_grid is not None else -1, self.stash_table,
-                self.stash_key, engine.training, view.recompute, view.stash_inputs, view.inputs_only,
+        return (engine.training, view.recompute, view.stash_inputs, view.inputs_only, self.cut_grid is not None,
                 np.asarray(view.is_backward, bool).tobytes())
+
+    def fingerprint(self, engine: MemoryFacts, private: np.ndarray, shared: np.ndarray, layer: bytes) -> bytes:
+        """A digest of what this option set makes of one layer's variables (``private`` and ``shared``: the
+        counted variables of its operations, which ``layer`` names: their indices and counted flags): the live
+        intervals and bytes of those whose class or bytes it changes, on its grid and on its forward-cut grid,
+        and which of them are never stashed.
+
+        A range's figure reads nothing else of its variables (the unchanged ones are as profiled), so two
+        option sets whose variable tables differ elsewhere (``every-layer`` with the head placed first and
+        last: only the head's variables differ) share the figures of the ranges of equal fingerprints.
+        Memoised per variable table, as the layer's parts are.
+        """
+        where = (self.grid.table, self.cut_grid.table if self.cut_grid is not None else -1, self.stash_key, layer)
+        found = self.shared.fingerprints.get(where)
+        if found is None:
+            digest = hashlib.blake2b(digest_size=32)
+            # Private and shared apart, each sorted (so are their parts): no sort of the layer's variables.
+            for var in (private, shared):
+                for share in (self.grid, self.cut_grid):
+                    if share is not None:
+                        _digest_changed(digest, share.grid.p, var[share.changed[var]])
+                if engine.training:
+                    _digest_part(digest, var[np.asarray(engine.view.never_stash)[var]])
+            found = self.shared.fingerprints[where] = digest.digest()
+        return found
 
     def stash(self, var: np.ndarray, key: bytes, with_owner: bool = False) -> tuple[Events, ...] | None:
         """The stash columns of ``var``: the profiled ones, plus the changed variables' own minus their profiled."""

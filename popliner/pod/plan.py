@@ -205,8 +205,9 @@ def plan_pod(analysis: Analysis, request: PodRequest) -> PodPlan:
     group: tuple[str, str] | None = None
     for options, depths in option_sets:
         if group is not None and group != (options.optimizer_state, options.recompute):
-            # The head placements of one state and recomputation share their deltas and range figures; the
-            # next group's are others: a plan holds one group's at a time (gigabytes on a large profile).
+            # The head placements of one state and recomputation share their deltas, range figures and what-if
+            # profiles; the next group's are others: a plan holds one group's at a time (gigabytes on a large
+            # profile).
             base.shared.forget_deltas()
         group = (options.optimizer_state, options.recompute)
         key = (options.head_placement, options.optimizer_state, options.recompute)

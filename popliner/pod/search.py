@@ -26,7 +26,7 @@ from popliner.ops.remote import remote_update_operations, streamed_state_variabl
 from popliner.pipeline import range_figure
 from popliner.solvers.problem import Bounds, SplitProblem
 from popliner.solvers.result import SplitResult, stage_result
-from popliner.solvers.solve import exact_optimum
+from popliner.solvers.solve import exact_optimum, first_values
 from popliner.solvers.suffix import suffix_table
 
 __all__ = ["DepthSplit", "IpuTraffic", "OptionSearch", "TrafficTable", "search_options"]
@@ -83,12 +83,14 @@ def search_options(analysis: Analysis, depths: Sequence[int], budget: int, link_
     traffic_table = traffic if traffic is not None else TrafficTable.of(analysis)
     options = analysis.options.training
     off_chip = training and options.optimizer_state == "off-chip"
+    fitting = [k for k in usable if suffixes.whole(k) != _INF]
+    values = first_values(table, problem) if fitting else None  # every range's, once for all the depths
     for k in usable:
-        if suffixes.whole(k) == _INF:
+        if k not in fitting:
             out[k] = DepthSplit(k, None, (), (), f"no split over {k} IPUs fits in {budget:,} bytes per tile")
             continue
         # The split --solve --exact-ipus gives: fastest first (the objectives in their order), the same ties.
-        bounds = exact_optimum(table, dataclasses.replace(problem, num_ipus=k, exact_ipus=True))
+        bounds = exact_optimum(table, dataclasses.replace(problem, num_ipus=k, exact_ipus=True), values)
         split = _split_result(analysis, table, bounds, budget)
         out[k] = DepthSplit(k, split, bounds, tuple(traffic_table.of_ops(table.stage_ops(i, j), off_chip, options.shard)
                                                      for i, j in bounds))

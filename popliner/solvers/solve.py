@@ -105,13 +105,22 @@ def solve_bounds(table: RangeCosts, problem: SplitProblem, *, solver: SolverName
                         bound=outcome.bound, gap=0.0, note=note)
 
 
-def exact_optimum(table: RangeCosts, problem: SplitProblem) -> Bounds:
-    """The exact solver's split (the lexicographic optimum, as ``--solve`` gives it); () when none fits."""
-    first = objective_order(table, problem.objectives)[0]
-    values = None if first.uses_memory else RangeValues(table, first, math.inf)
+def exact_optimum(table: RangeCosts, problem: SplitProblem, values: RangeValues | None = None) -> Bounds:
+    """The exact solver's split (the lexicographic optimum, as ``--solve`` gives it); () when none fits.
+
+    ``values``: :func:`first_values` of the table, when the caller solves it for several stage counts
+    (every range's value, the same for each).
+    """
+    values = values if values is not None else first_values(table, problem)
     per_count = _exact_per_count(table, problem, None, values=values)
     outcome = lexicographic_optimum(table, problem, per_count, range_values=values)
     return () if outcome is None else outcome.bounds
+
+
+def first_values(table: RangeCosts, problem: SplitProblem) -> RangeValues | None:
+    """Objective 1's :class:`RangeValues` of every range, uncapped; None when it reads memory."""
+    first = objective_order(table, problem.objectives)[0]
+    return None if first.uses_memory else RangeValues(table, first, math.inf)
 
 
 def _exact_per_count(table: RangeCosts, problem: SplitProblem, deadline: float | None, *,

@@ -26,11 +26,8 @@ import math
 from dataclasses import dataclass, field
 
 from popliner.deadline import check_deadline
-from popliner.pipeline import (
-    RangeCosts,
-    extra_stash_entries,
-    position_memory,
-)
+from popliner.pipeline import RangeCosts, extra_stash_entries
+from popliner.solvers.dp import copy_buffers
 from popliner.solvers.problem import Bounds, SplitProblem
 
 __all__ = ["SuffixTable", "forward_bounds", "slot", "suffix_table"]
@@ -70,6 +67,8 @@ def suffix_table(table: RangeCosts, problem: SplitProblem, bound: float, max_sta
     forbidden = table.forbidden_splits(problem.keep_shared_together)
     end_ok = [j == n - 1 or problem.allowed_split(j, forbidden) for j in range(n)]
     pin = n - 1  # the first pinned split at or after i: no stage from i goes past it
+    copies = copy_buffers(table, problem.training)
+    limit = table.limit
     for i in range(n - 1, -1, -1):
         check_deadline(deadline)
         if i in problem.split_after and i < n - 1:
@@ -98,14 +97,16 @@ def suffix_table(table: RangeCosts, problem: SplitProblem, bound: float, max_sta
                 after = best[r - 1][j + 1]
                 if after == _INF or not end_ok[j]:
                     continue
-                if table.memory(i, j, extra) > bound:
+                base = table.memory(i, j, extra)
+                if base > bound:
                     # Memory only grows with the range: every longer one from here, and every
                     # range holding this one with as many stash entries or more, is over too.
                     over[extra] = min(over.get(extra, n), j)
                     stop = min(stop, j)
                     break
-                memory = position_memory(table, i, j, position, count, problem.training)
-                if memory > bound:
+                # position_memory's figure, the range's copy buffers taken once for every stage count.
+                memory = base + copies(i, j)
+                if memory > limit or memory > bound:
                     continue  # its copy buffers take it over; a longer range may still fit
                 kept.append((j, memory))
                 value = min(value, max(memory, after))
