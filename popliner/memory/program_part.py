@@ -15,16 +15,12 @@ if TYPE_CHECKING:
 
 __all__ = ["ProgramPart", "program_part"]
 
-#: (additive per tile, vertex presence, other-category units or None, first step, last step, counted variables
-#: or None when not asked for).
-ProgramPart = tuple[np.ndarray, np.ndarray, "np.ndarray | None", int, int, "np.ndarray | None"]
+#: (additive per tile, vertex presence, other-category units or None, first step, last step).
+ProgramPart = tuple[np.ndarray, np.ndarray, "np.ndarray | None", int, int]
 
 
-def program_part(facts: MemoryFacts, ops: np.ndarray, counted: bool = True) -> ProgramPart:
-    """What a layer's programs add (code, state, presence, other units), its window and its counted variables.
-
-    ``counted``: take the counted variables (else None: the caller has them).
-    """
+def program_part(facts: MemoryFacts, ops: np.ndarray) -> ProgramPart:
+    """What a layer's programs add (code, state, presence, other units) and its window."""
     p = facts.profile
     progs = p.programs
     tiles = p.tiles
@@ -42,4 +38,4 @@ def program_part(facts: MemoryFacts, ops: np.ndarray, counted: bool = True) -> P
         np.add.at(presence, (vtype, progs.vertices.stop[runs]), -1)
     lo, hi = model.window(ops)
     units = model.categories.units(p, prog) if model.categories is not None else None
-    return additive, presence, units, lo, hi, model.counted_variables(ops) if counted else None
+    return additive, presence, units, lo, hi

@@ -171,15 +171,12 @@ class SharedParts:
         self._dtypes.append((v.tile, v.bytes, found))  # held, so that the identities stay meaningful
         return found
 
-    def programs(self, engine: MemoryFacts, ops: np.ndarray, counted: bool = True) -> ProgramPart:
-        """The layer's programs part and, if ``counted``, counted variables (the same for all options)."""
+    def programs(self, engine: MemoryFacts, ops: np.ndarray) -> ProgramPart:
+        """The layer's programs part (the same for all options)."""
         key = np.asarray(ops, np.int64).tobytes() + engine.model.counted_vars[ops].tobytes()
         found = self._programs.get(key)
         if found is None:
-
-            found = self._programs[key] = program_part(engine, ops, counted)
-        elif counted and found[5] is None:
-            found = self._programs[key] = (*found[:5], engine.model.counted_variables(ops))
+            found = self._programs[key] = program_part(engine, ops)
         return found
 
     def merged(self, var: np.ndarray, key: bytes) -> Events:

@@ -81,23 +81,15 @@ class LayerParts:
 
     @classmethod
     def of(cls, facts: MemoryFacts, ops: np.ndarray, share: EngineShare,
-           variables: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> LayerParts:
+           variables: tuple[np.ndarray, np.ndarray, np.ndarray]) -> LayerParts:
         """The layer's parts: the profile's option-free parts (``share``, with its grids) and the option set's delta.
 
-        ``variables``: its (private, shared) counted variables and the
-        shared ones' positions in ``multi_layer_index``, when known
-        (:class:`popliner.memory.layer_vars.LayerVariables`), else taken
-        from the union of its operations' variables.
+        ``variables``: its (private, shared) counted variables and the shared
+        ones' positions in ``multi_layer_index``
+        (:meth:`popliner.memory.layer_vars.LayerVariables.split`).
         """
-        counted = variables is None
-        additive, presence, units, lo, hi, var = share.shared.programs(facts, ops, counted)
-        if variables is not None:
-            private, shared, shared_pos = variables
-        else:
-            assert var is not None  # asked for
-            multi = facts.boundaries.multi_layer_var[var]
-            private, shared = var[~multi], var[multi]
-            shared_pos = np.searchsorted(facts.boundaries.multi_layer_index, shared)
+        additive, presence, units, lo, hi = share.shared.programs(facts, ops)
+        private, shared, shared_pos = variables
         # Each variable set's bytes, once: the shared parts are found by them.
         keys = (share.shared.key(private), share.shared.key(shared))
         events = _events(share.grid, private, shared, keys)
