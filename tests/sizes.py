@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 
 def examples(main: int, full: int) -> list[Any]:
@@ -13,3 +14,9 @@ def examples(main: int, full: int) -> list[Any]:
     assert 0 < main < full
     return [pytest.param(main, id=f"{main}-examples"),
             pytest.param(full, id=f"{full}-examples", marks=pytest.mark.slow)]
+
+
+def sized(count: int) -> Any:
+    """The settings of a two-size property (:func:`examples`): ``count`` examples, no deadline (the machine is
+    shared), and no complaint about slow data generation."""
+    return settings(max_examples=count, deadline=None, suppress_health_check=[HealthCheck.too_slow])

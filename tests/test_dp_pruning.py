@@ -18,7 +18,7 @@ import itertools
 import math
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from popliner.pipeline import position_memory
@@ -29,7 +29,7 @@ from popliner.solvers.objective import CYCLES, MEMORY, Objective, objective_orde
 from popliner.solvers.problem import ArrayRanges, Bounds, SplitProblem
 from popliner.solvers.solve import _exact_per_count
 from tests.helpers import structural_splits, value_floor
-from tests.sizes import examples
+from tests.sizes import examples, sized
 
 INF = math.inf
 
@@ -130,7 +130,7 @@ def dp_choice(table: Forbidding, problem: SplitProblem, stages: int, objective: 
 
 @pytest.mark.parametrize("count", examples(100, 300))
 def test_value_floors_are_each_counts_best_with_memory_left_out(count: int) -> None:
-    @settings(max_examples=count, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @sized(count)
     @given(cases())
     def run(case: tuple[Forbidding, SplitProblem]) -> None:
         table, problem = case
@@ -150,7 +150,7 @@ def test_value_floors_are_each_counts_best_with_memory_left_out(count: int) -> N
 
 @pytest.mark.parametrize("count", examples(100, 300))
 def test_each_count_gives_the_split_counted_out(count: int) -> None:
-    @settings(max_examples=count, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @sized(count)
     @given(cases(), st.sampled_from(["none", "floor", "above"]), st.booleans())
     def run(case: tuple[Forbidding, SplitProblem], cap_kind: str, by_memory: bool) -> None:
         table, problem = case
@@ -165,7 +165,7 @@ def test_each_count_gives_the_split_counted_out(count: int) -> None:
 
 @pytest.mark.parametrize("count", examples(100, 300))
 def test_skipped_counts_could_neither_reach_nor_tie_the_optimum(count: int) -> None:
-    @settings(max_examples=count, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @sized(count)
     @given(cases())
     def run(case: tuple[Forbidding, SplitProblem]) -> None:
         table, problem = case
@@ -221,7 +221,7 @@ def plain_edges(table: Forbidding, problem: SplitProblem, stages: int,
 
 @pytest.mark.parametrize("count", examples(100, 300))
 def test_the_edges_are_every_fitting_range_and_from_start_those_reached(count: int) -> None:
-    @settings(max_examples=count, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @sized(count)
     @given(cases(), st.sampled_from([INF, 0.0, 4.0, 9.0]))
     def run(case: tuple[Forbidding, SplitProblem], cap: float) -> None:
         table, problem = case
@@ -246,7 +246,7 @@ def test_the_edges_are_every_fitting_range_and_from_start_those_reached(count: i
 @pytest.mark.parametrize("count", examples(100, 200))
 def test_the_lexicographic_optimum_is_the_best_split_counted_out(count: int) -> None:
     """The whole pruned chain against the list of every split: objectives, then fewest stages, then latest ends."""
-    @settings(max_examples=count, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @sized(count)
     @given(cases())
     def run(case: tuple[Forbidding, SplitProblem]) -> None:
         from tests.ilp_oracle import hint_objectives
@@ -321,7 +321,7 @@ def plain_greedy(table: Forbidding, problem: SplitProblem) -> tuple[Bounds, floa
 
 @pytest.mark.parametrize("count", examples(100, 300))
 def test_greedy_is_its_rule_spelled_out(count: int) -> None:
-    @settings(max_examples=count, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @sized(count)
     @given(cases(), st.sampled_from([30, 45, 60, 1000]))
     def run(case: tuple[Forbidding, SplitProblem], budget: int) -> None:
         from dataclasses import replace

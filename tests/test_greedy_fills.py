@@ -13,13 +13,13 @@ from __future__ import annotations
 import math
 
 import pytest
-from hypothesis import HealthCheck, example, given, settings
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from popliner.pipeline import copy_buffer_per_tile, extra_stash_entries, range_boundaries
 from popliner.solvers.greedy import CAPS, MIN_LAYERS, greedy_bounds
 from popliner.solvers.problem import ArrayRanges, SplitProblem
-from tests.sizes import examples
+from tests.sizes import examples, sized
 
 
 def _needed(table, problem, start, min_layers):
@@ -116,7 +116,7 @@ def problems(draw):
 
 @pytest.mark.parametrize("count", examples(150, 600))
 def test_greedy_picks_the_plan_of_trying_every_depth_in_turn(count):
-    @settings(max_examples=count, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @sized(count)
     @given(problems())
     def run(case):
         assert_same_plan(*case)
@@ -146,7 +146,7 @@ def test_greedy_over_many_ipus_picks_the_same_plan(count):
         [0, 0, 0, 0, 40, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 20, 0, 0, 0, 0, 0, 0, 0],
         stash=[0, 0, 0, 0, 1, 3, 3, 0, 0, 0, 2, 3, 0, 3, 3, 3, 3, 0, 0, 0, 0, 0, 0], tiles=1),
         SplitProblem(4, 110, training=True)))
-    @settings(max_examples=count, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @sized(count)
     @given(deep_problems())
     def run(case):
         assert_same_plan(*case)
@@ -172,7 +172,7 @@ def test_greedy_with_wide_boundaries_picks_the_same_plan(count):
         [1, 3, 1, 3, 1, 2, 2, 4, 1, 3, 1, 4, 3, 2, 4, 1, 1, 3, 3, 4, 2, 1, 2, 1], [0] * 24, [1] * 24, [30] * 24,
         stash=[1, 8, 1, 0, 0, 3, 3, 3, 3, 8, 1, 0, 8, 3, 3, 8, 8, 0, 3, 3, 1, 8, 3, 1], tiles=1),
         SplitProblem(3, 113, training=True)))
-    @settings(max_examples=count, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @sized(count)
     @given(wide_boundaries())
     def run(case):
         assert_same_plan(*case)

@@ -22,7 +22,7 @@ from popliner.solvers.problem import ArrayRanges, Bounds, SplitProblem
 from popliner.solvers.solve import solve_bounds
 from tests.helpers import structural_splits
 from tests.ilp_oracle import hint_objectives, ilp_bounds
-from tests.sizes import examples
+from tests.sizes import examples, sized
 
 
 def every_split(table: ArrayRanges, problem: SplitProblem) -> list[tuple[tuple[int, int, int], Bounds]]:
@@ -59,7 +59,7 @@ def problems(draw: st.DrawFn) -> tuple[ArrayRanges, SplitProblem]:
 
 @pytest.mark.parametrize("count", examples(100, 300))
 def test_the_dp_gives_the_brute_force_optimum_and_tie_break(count: int) -> None:
-    @settings(max_examples=count, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @sized(count)
     @given(problems())
     def run(case: tuple[ArrayRanges, SplitProblem]) -> None:
         table, problem = case
@@ -136,7 +136,7 @@ def test_a_proved_solve_says_so_and_never_imports_or_tools() -> None:
 @pytest.mark.parametrize("count", examples(100, 300))
 def test_the_capped_dp_finds_every_count_that_reaches_the_optimum(count: int) -> None:
     """Capped at the best value with memory left out, the DP loses no count that reaches the optimum."""
-    @settings(max_examples=count, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @sized(count)
     @given(problems())
     def run(case: tuple[ArrayRanges, SplitProblem]) -> None:
         from popliner.solvers.solve import _exact_per_count

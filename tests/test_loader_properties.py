@@ -31,7 +31,7 @@ from popliner.profile.loader import parse_profile_bytes
 from popliner.profile.model import PROGRAM_TYPES, TYPE_CODE, Profile
 from popliner.profile.schema import load_schema
 from popliner.profile.tilevector import MAX_VALUE
-from tests.sizes import examples
+from tests.sizes import examples, sized
 
 Doc = dict[str, Any]
 INT64_MAX = 2**63 - 1
@@ -753,7 +753,7 @@ def check_broken(broken: Broken) -> ProfileFormatError:
 
 @pytest.mark.parametrize("count", examples(60, 200))
 def test_any_single_mutation_raises_profile_format_error(count: int) -> None:
-    @settings(max_examples=count, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @sized(count)
     @given(doc=documents(), kind=st.sampled_from(sorted(MUTATIONS)), data=st.data())
     def run(doc: Doc, kind: str, data: st.DataObject) -> None:
         check_broken(MUTATIONS[kind](doc, data))
@@ -765,7 +765,7 @@ def test_any_single_mutation_raises_profile_format_error(count: int) -> None:
 @pytest.mark.parametrize("kind", sorted(MUTATIONS))
 def test_each_mutation_kind_on_its_own(kind: str, count: int) -> None:
     # Every kind gets examples of its own, whatever the mixed run above happened to draw.
-    @settings(max_examples=count, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @sized(count)
     @given(doc=documents(), data=st.data())
     def run(doc: Doc, data: st.DataObject) -> None:
         check_broken(MUTATIONS[kind](doc, data))
