@@ -8,16 +8,14 @@ any work.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
 from collections.abc import Callable, Mapping
-from typing import IO, Any, TypeVar
+from typing import Any, TypeVar
 
 import click
 
 from popliner.errors import UsageProblem
-from popliner.fileio import atomic_write
 from popliner.hardware import BANDWIDTH_RANGE, CLOCK_HZ_RANGE, DEFAULT_LINK_BANDWIDTH, DEFAULT_SYNC_CYCLES
 
 __all__ = ["BUDGET_DEFAULT", "BYTES_PER_TILE", "CACHE_DIR_HELP", "CLOCK_HZ", "CONFIG_TRAINING_PARAMS",
@@ -25,7 +23,7 @@ __all__ = ["BUDGET_DEFAULT", "BYTES_PER_TILE", "CACHE_DIR_HELP", "CLOCK_HZ", "CO
            "REPLICAS", "SECONDS", "SEED", "SYNC_CYCLES", "FiniteFloat", "budget_given", "budget_options",
            "cache_options", "config_source_options", "config_training_options",
            "force_option", "gradient_accumulation_option", "headroom_given", "layer_options", "layering",
-           "link_bandwidth_option", "output_option", "output_stream", "schedule_options", "stacked"]
+           "link_bandwidth_option", "output_option", "schedule_options", "stacked"]
 
 log = logging.getLogger("popliner")
 
@@ -46,12 +44,6 @@ def force_option(help_text: str = "Overwrite existing output files.") -> Callabl
 def output_option(help_text: str = "Write what would go to stdout to FILE instead.") -> Callable[[F], F]:
     return click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=str), default=None,
                         metavar="FILE", help=help_text)
-
-
-def output_stream(output: str | None, force: bool,
-                  newline: str | None = None) -> contextlib.AbstractContextManager[IO[str]]:
-    """stdout (no FILE, or ``-``), or FILE written to a temporary name and renamed into place on success."""
-    return atomic_write(output or "-", force=force, newline=newline)
 
 
 #: The parameters :func:`config_training_options` adds, in the names ``ConfigTraining`` uses.

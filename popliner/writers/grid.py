@@ -125,9 +125,6 @@ class Grid:
     def row_cells(self, row: int) -> list[Cell]:
         return list(self._rows[row - 1].cells)
 
-    def is_formula(self, row: int, col: int) -> bool:
-        return _is_formula(self.cell(row, col))
-
     def formula_text(self, row: int, col: int, row_offset: int = 0) -> str | None:
         """The cell's formula as a spreadsheet takes it (``=SUM(D2:D9)``), or None for a plain value.
 

@@ -156,7 +156,6 @@ class PlannerLayout:
     unplaced: CellRef
     exact: CellRef
     num_ipus: int
-    ipu_numbers: RangeRef  # one cell per IPU
     layer_counts: RangeRef
     worst_sums: RangeRef  # the per-IPU worst-tile figure (exact or estimate)
     headroom: RangeRef
@@ -169,10 +168,6 @@ class PlannerLayout:
     @property
     def has_layers(self) -> bool:
         return self.last_layer_row >= self.first_layer_row
-
-    def ipu_cell(self, layer_index: int) -> CellRef:
-        """The editable IPU cell of the ``layer_index``-th layer (0-based)."""
-        return CellRef(self.first_layer_row + layer_index, IPU_COL)
 
     def layer_column(self, col: int) -> RangeRef:
         """A column of the layer table as an absolute range (only when there are layers)."""
@@ -233,7 +228,6 @@ def _layout(n_layers: int, ipus: int) -> PlannerLayout:
         unplaced=CellRef(BUDGET_ROW, 3),
         exact=CellRef(STATUS_ROW, 3, abs_row=True, abs_col=True),
         num_ipus=ipus,
-        ipu_numbers=ipu_row(IPU_ROW),
         layer_counts=ipu_row(COUNT_ROW),
         worst_sums=ipu_row(WORST_ROW),
         headroom=ipu_row(HEADROOM_ROW),
