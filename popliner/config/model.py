@@ -12,11 +12,10 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from popliner import pipeline
 from popliner.errors import UsageProblem
 from popliner.layout import Layout
 from popliner.memory.types import ComponentBytes
-from popliner.pipeline import LayerPlacement, StageFigure, StageLayout, backward_stage, forward_stage
+from popliner.pipeline import LayerPlacement, StageFigure, StageLayout
 from popliner.solvers.result import SplitResult, StageResult
 from popliner.training_record import ConfigTraining, config_training
 
@@ -27,24 +26,16 @@ __all__ = [
     "ConfigTraining",
     "LayerPlacement",
     "PipelineConfig",
-    "backward_stage",
     "check_gradient_accumulation",
     "config_from_split",
     "config_stage",
     "config_training",
     "default_gradient_accumulation",
-    "forward_stage",
     "layers_fingerprint",
-    "num_pipeline_stages",
 ]
 
 CONFIG_VERSION = 1
 MODES: tuple[str, ...] = ("inference", "training")
-
-
-def num_pipeline_stages(mode: str, num_ipus: int, head_wraps: bool = False) -> int:
-    """P for a config's mode: the rule is :func:`popliner.pipeline.num_pipeline_stages`."""
-    return pipeline.num_pipeline_stages(mode == "training", num_ipus, head_wraps)
 
 
 def default_gradient_accumulation(num_stages: int) -> int:

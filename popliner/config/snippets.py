@@ -21,15 +21,10 @@ from popliner.textsafe import shown
 class FlowList(list):  # type: ignore[type-arg]
     """A list the YAML writer puts on one line (short lists of numbers)."""
 
-
-def flow_list(values: Any) -> FlowList:
-    return FlowList(values)
-
 __all__ = [
     "DEFAULT_MATMUL_PROPORTION",
     "FlowList",
     "ModelOptions",
-    "flow_list",
     "ipu_config",
     "memory_settings",
     "model_options",
@@ -190,7 +185,7 @@ def _poptorch_layout_notes(cfg: PipelineConfig) -> list[str]:
         return ["# The head runs on IPU 0 after the last IPU, a pipeline stage of its own",
                 f"# ({cfg.stage_layout.head_stage}): AutoIncrement gives each new block the next stage and PopTorch",
                 "# merges consecutive blocks on one IPU, so the stages are those of PIPELINE_STAGE."]
-    if _has_groups(cfg) or cfg.num_ipus == 1:
+    if cfg.layout.grouped or cfg.num_ipus == 1:
         return []
     return ["# --head-placement first: popliner's figures put the operations without a layer on IPU 0, in its",
             "# first stage. Give your embedding module a block on IPU 0 as well (begin_block(model, PATH, 0)).",
@@ -253,7 +248,7 @@ def optimum_snippet(cfg: PipelineConfig) -> dict[str, Any] | str:
     problem = optimum_problem(cfg)
     if problem is not None:
         return f"# optimum-graphcore cannot build this split: {problem}\n"
-    return {key: flow_list(value) if isinstance(value, list) else value for key, value in ipu_config(cfg).items()}
+    return {key: FlowList(value) if isinstance(value, list) else value for key, value in ipu_config(cfg).items()}
 
 
 #: The optimum-graphcore 0.7.1 models that build each layout (their parallelize() in models/bert and models/gpt2).
@@ -275,7 +270,7 @@ def optimum_problem(cfg: PipelineConfig) -> str | None:
     last IPU): optimum builds that too, as it does any placement of a
     profile that left no operation without a layer (``every_op_layered``).
     """
-    if cfg.num_ipus == 1 or _has_groups(cfg) or cfg.layout.placement != "first" or cfg.every_op_layered:
+    if cfg.num_ipus == 1 or cfg.layout.grouped or cfg.layout.placement != "first" or cfg.every_op_layered:
         return None
     return FIRST_PROBLEM
 
@@ -314,11 +309,6 @@ def optimum_note(cfg: PipelineConfig) -> str | None:
         return None
     where = "wraps the head onto IPU 0" if cfg.head_wraps else "puts the head on the last IPU"
     return f"ipu_config.json builds this split with an optimum-graphcore model that {where}: {', '.join(models)}"
-
-
-def _has_groups(cfg: PipelineConfig) -> bool:
-    """Are the embedding and head layers of their own (``--head-placement last`` or ``wrap``)?"""
-    return cfg.layout.grouped
 
 
 def model_options(t: ConfigTraining) -> ModelOptions:

@@ -265,25 +265,21 @@ def write_grids(grids: Sequence[Grid], stream: TextIO | IO[str], fmt: TableForma
 
 def write_operations(breakdown: Breakdown, stream: TextIO | IO[str], fmt: TableFormat = "csv") -> None:
     """The operation breakdown: one row per operation, then the column totals."""
-    _dialect(fmt)
     write_grid(operations_grid(breakdown), stream, fmt)
 
 
 def write_layers(breakdown: Breakdown, stream: TextIO | IO[str], fmt: TableFormat = "csv") -> None:
     """The layer breakdown: one row per layer, then the column totals."""
-    _dialect(fmt)
     write_grid(layers_grid(breakdown), stream, fmt)
 
 
 def write_totals(breakdown: Breakdown, stream: TextIO | IO[str], fmt: TableFormat = "csv") -> None:
     """The memory totals: model figure against the profile's ground truth."""
-    _dialect(fmt)
     write_grid(totals_grid(breakdown.totals), stream, fmt)
 
 
 def write_matrix(matrix: LayerMatrix, stream: TextIO | IO[str], fmt: TableFormat = "csv") -> None:
     """A layer x layer matrix (affinity or interlayer traffic) with row and column totals."""
-    _dialect(fmt)
     write_grid(matrix_grid(matrix), stream, fmt)
 
 
