@@ -19,7 +19,7 @@ from popliner.errors import UsageProblem
 from popliner.hardware import BANDWIDTH_RANGE, CLOCK_HZ_RANGE, DEFAULT_LINK_BANDWIDTH, DEFAULT_SYNC_CYCLES
 
 __all__ = ["BUDGET_DEFAULT", "BYTES_PER_TILE", "CACHE_DIR_HELP", "CLOCK_HZ", "CONFIG_TRAINING_PARAMS",
-           "LAYERS_PER_STAGE", "LAYER_PARAMS", "LINK_BANDWIDTH", "MICRO_BATCHES", "MICRO_BATCH_SIZE", "NUM_IPUS",
+           "LAYERS_PER_STAGE", "LINK_BANDWIDTH", "MICRO_BATCHES", "MICRO_BATCH_SIZE", "NUM_IPUS",
            "REPLICAS", "SECONDS", "SEED", "SYNC_CYCLES", "FiniteFloat", "budget_given", "budget_options",
            "cache_options", "config_source_options", "config_training_options",
            "force_option", "gradient_accumulation_option", "headroom_given", "layer_options", "layering",
@@ -190,15 +190,10 @@ def headroom_given(budget: float | None, headroom: float | None) -> float | None
     return headroom if budget is None else 1.0 - budget
 
 
-#: The main command's options that decide the layers (and the training view) of an analysis, as the
-#: commands that read a config take them: a config made with ``--layer-name-regex R`` is checked with it.
-LAYER_PARAMS: tuple[str, ...] = ("layer_preset", "layer_name_regex", "inputs_regex_layer_0", "layer_order",
-                                 "op_layers", "all_vars", "backward_regex")
-
-
 def layer_options(func: F) -> F:
-    """``--layer-preset``, ``--layer-name-regex`` ... on a command that reads a config (default: the main
-    command's defaults); give the ones the config or workbook was made with."""
+    """``--layer-preset``, ``--layer-name-regex`` ... (:data:`popliner.config.layering.LAYER_OPTION_KEYS`) on a
+    command that reads a config (default: the main command's defaults); give the ones the config or workbook was
+    made with: a config made with ``--layer-name-regex R`` is checked with it."""
     from popliner.ops.layers import AUTO_PRESET, preset_names
 
     note = " Give what the config was made with (default: the main command's default)."
@@ -226,6 +221,6 @@ def config_source_options(func: F) -> F:
 
 def layering(given: Mapping[str, object]) -> dict[str, object]:
     """The ``AnalysisOptions`` fields the layer options in ``given`` (a command's keyword arguments) set."""
-    from popliner.config.layering import analysis_fields
+    from popliner.config.layering import LAYER_OPTION_KEYS, analysis_fields
 
-    return analysis_fields({name: given.get(name) for name in LAYER_PARAMS})
+    return analysis_fields({name: given.get(name) for name in LAYER_OPTION_KEYS})
