@@ -9,6 +9,7 @@ and the user maps them onto their own module paths where those differ.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -28,15 +29,19 @@ __all__ = [
     "ipu_config",
     "memory_settings",
     "model_options",
+    "optimum_check",
     "optimum_models",
     "optimum_note",
     "optimum_problem",
+    "optimum_say",
     "optimum_snippet",
     "optimum_warnings",
     "popart_snippet",
     "poptorch_snippet",
     "snippets",
 ]
+
+log = logging.getLogger("popliner")
 
 #: Poplar's default ``availableMemoryProportion``: what a profile compiled
 #: without setting it used for matmul and convolution temporaries. popliner's
@@ -282,6 +287,22 @@ FIRST_PROBLEM = ("its models put the head either back on IPU 0 after the last IP
                  "--head-placement last,wrap)")
 
 
+def optimum_check(cfg: PipelineConfig, option: str) -> None:
+    """Refuse (UsageProblem) a split optimum-graphcore cannot build, naming the ``option`` that asked for it."""
+    problem = optimum_problem(cfg)
+    if problem is not None:
+        raise UsageProblem(f"{option}: optimum-graphcore cannot build this split: {problem}")
+
+
+def optimum_say(cfg: PipelineConfig) -> None:
+    """Before writing optimum-graphcore's IPUConfig: which of its models build the split, and what they cannot say."""
+    note = optimum_note(cfg)
+    if note:
+        log.info("%s", note)
+    for line in optimum_warnings(cfg):
+        log.warning("%s", line)
+
+
 def optimum_warnings(cfg: PipelineConfig) -> list[str]:
     """What the user must know for optimum-graphcore to build the plan from ``ipu_config.json``."""
     out = []
@@ -361,9 +382,7 @@ def ipu_config(cfg: PipelineConfig, matmul_proportion: Sequence[float] | None = 
     default. ``options`` default to the config's training record. Raises
     UsageProblem for a split optimum cannot build (:func:`optimum_problem`).
     """
-    problem = optimum_problem(cfg)
-    if problem is not None:
-        raise UsageProblem(f"--ipu-config-out: optimum-graphcore cannot build this split: {problem}")
+    optimum_check(cfg, "--ipu-config-out")
     k = cfg.num_ipus
     proportions = _per_ipu(cfg.matmul_proportion if matmul_proportion is None else matmul_proportion, k)
     if options is None:
