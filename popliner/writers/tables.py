@@ -55,6 +55,7 @@ __all__ = [
     "FORMULA_TRIGGERS",
     "MB_FORMAT",
     "TableFormat",
+    "append_operation",
     "escape_text",
     "layers_grid",
     "matrix_grid",
@@ -118,7 +119,7 @@ def operations_grid(breakdown: Breakdown, name: str = "Operations") -> Grid:
     grid.append(["Layer", "Note", "Operation", *component_headers(breakdown.has_other), "Total (bytes)"],
                 style="header")
     for op in breakdown.operations:
-        _append_operation(grid, op, breakdown.has_other)
+        append_operation(grid, op, breakdown.has_other)
     last = grid.n_rows
     sums = (sum_range(col, 2, last) for col in range(4, 5 + k))
     grid.append([SUM_OF_OPERATIONS, None, None, *sums], style="total")
@@ -135,7 +136,7 @@ LAYERS_NOTE = (
 )
 
 
-def _append_operation(grid: Grid, op: OperationRow, with_other: bool) -> int:
+def append_operation(grid: Grid, op: OperationRow, with_other: bool) -> int:
     row = grid.n_rows + 1
     parts = op.memory.as_tuple(with_other)
     return grid.append(
