@@ -9,7 +9,7 @@ from __future__ import annotations
 import io
 from typing import IO, Any
 
-from popliner.config.model import PREDICTED_FIGURES, PREDICTED_OPTIONAL, ConfigStage, ConfigTraining, PipelineConfig
+from popliner.config.model import PREDICTED_FIGURES, PREDICTED_OPTIONAL, ConfigStage, PipelineConfig
 from popliner.config.snippets import FlowList as _FlowList
 from popliner.config.snippets import snippets
 from popliner.config.yaml_io import CONFIG_BYTES_ENV, max_config_chars
@@ -91,7 +91,7 @@ def config_to_document(cfg: PipelineConfig) -> dict[str, Any]:
         "gradient_accumulation": cfg.gradient_accumulation,
     }
     if cfg.options is not None:
-        doc["training"] = _training_document(cfg.options)
+        doc["training"] = cfg.options.as_document()
     if cfg.layer_options:
         doc["layer_options"] = dict(cfg.layer_options)
     doc.update({
@@ -101,10 +101,6 @@ def config_to_document(cfg: PipelineConfig) -> dict[str, Any]:
         "snippets": snippets(cfg),
     })
     return doc
-
-
-def _training_document(t: ConfigTraining) -> dict[str, Any]:
-    return t.as_document()
 
 
 def _stage_document(cfg: PipelineConfig, s: ConfigStage) -> dict[str, Any]:
