@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,12 +21,12 @@ from popliner.writers.formula import (
     CountIf,
     Expr,
     FormulaError,
-    FunctionResolver,
     RangeRef,
     Ref,
     Round,
     Sum,
     SumIf,
+    Value,
     column_index,
     column_letter,
     mb,
@@ -69,6 +71,19 @@ def test_cell_and_range_rendering() -> None:
 
 # ---------------------------------------------------------------------------
 # One test per formula kind: text and value
+
+
+@dataclass(frozen=True)
+class FunctionResolver:
+    """A :class:`Resolver` over a function of one reference."""
+
+    lookup: Callable[[CellRef], Value]
+
+    def cell(self, ref: CellRef) -> Value:
+        return self.lookup(ref)
+
+    def range(self, cells: RangeRef) -> list[Value]:
+        return [self.lookup(ref) for ref in cells.cells()]
 
 
 def _values(cells: dict[str, Any]) -> FunctionResolver:

@@ -43,7 +43,6 @@ __all__ = [
     "CountIf",
     "Expr",
     "FormulaError",
-    "FunctionResolver",
     "If",
     "Index",
     "Match",
@@ -84,19 +83,6 @@ class Resolver(Protocol):
     def cell(self, ref: CellRef) -> Value: ...
 
     def range(self, cells: RangeRef) -> list[Value]: ...
-
-
-@dataclass(frozen=True)
-class FunctionResolver:
-    """A :class:`Resolver` over a function of one reference (for simple callers and tests)."""
-
-    lookup: Callable[[CellRef], Value]
-
-    def cell(self, ref: CellRef) -> Value:
-        return self.lookup(ref)
-
-    def range(self, cells: RangeRef) -> list[Value]:
-        return [self.lookup(ref) for ref in cells.cells()]
 
 
 class Expr(Protocol):
