@@ -199,9 +199,6 @@ class Analysis:
 
         return cycles_split(self.facts, self.stage_ops(layers, first_stage))
 
-    def stage_cycles(self, layers: Sequence[str], first_stage: bool = False) -> int:
-        return sum(self.stage_cycles_split(layers, first_stage))
-
     def stash_entry_per_tile(self, layers: Sequence[str], first_stage: bool = False) -> np.ndarray:
         """Bytes per tile of one activation stash entry of the stage (zero in inference)."""
         from popliner.memory.stages import stash_entry_per_tile
