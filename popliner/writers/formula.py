@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal
 from typing import ClassVar, Protocol, TypeAlias
 
-from popliner.writers.cells import CellRef, RangeRef, column_index, column_letter
+from popliner.writers.cells import CellRef, RangeRef, column_letter
 
 __all__ = [
     "BYTES_PER_MB",
@@ -53,7 +53,6 @@ __all__ = [
     "Sum",
     "SumIf",
     "Value",
-    "column_index",
     "column_letter",
     "mb",
     "shifted",
