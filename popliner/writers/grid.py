@@ -96,10 +96,6 @@ class Grid:
     def set_style(self, row: int, style: str) -> None:
         self._rows[row - 1].style = style
 
-    def ref(self, row: int, col: int) -> CellRef:
-        """A reference to a cell of this grid, as formulas on this grid use it."""
-        return CellRef(row, col)
-
     # -- reading ----------------------------------------------------------
 
     @property
