@@ -1,38 +1,11 @@
 """The split-planner sheet: layers with an editable IPU column and live per-IPU figures.
 
-Layout (rows are fixed so the XLSX writer can freeze everything above the
-layer table and keep the per-IPU figures in view while the IPU column is
-edited)::
-
-    1  title
-    2  note: exact figures for a contiguous split, an estimate otherwise
-    3  Budget per tile (bytes) | <budget> | <layers on no listed IPU> | explanation
-    4  Mode | <training/inference> | Profile sha256 | <sha256> (read back by config-from)
-    5  Operations of no layer (on IPU 0) | their worst-tile bytes
-    6  IPUs used | K | exact? | what the figures are
-    7  IPU                      | 0 | 1 | ...          (one column per IPU)
-    8  Layers                   | COUNTIF over the IPU column
-    9  First layer (#)          | MATCH of the IPU in the IPU column
-    10 Last layer (#)           | first + count - 1
-    11 Contiguous, in order     | one run of the IPU, right after the previous IPU's
-    12 Worst-tile bytes         | exact: INDEX/MATCH into the Pipeline figures sheet; else row 15
-    13 Headroom per tile        | budget - row 12
-    14 Fits the budget          | row 12 <= budget
-    15 Estimate (sum of layers) | SUMIF of the layers' own worst-tile bytes (+ row 5 on IPU 0)
-    16 Total (bytes)            | SUMIF of the layers' totals (summed over tiles)
-    17 Total (MB)               | ROUND(row 16 / 10^6, 1)
-    18 layer table header: Layer | IPU | Worst-tile bytes | five components | Total | Total MB | Cycles | # | run
-    19... one row per layer
-
-When every layer has an IPU, each IPU's layers are one run, and the IPUs
-follow the layer order (IPU 0 first, no IPU skipped), the split is a
-contiguous pipeline and row 12 looks up popliner's own figure of each IPU's
-layer range at its depth in the pipeline (the "Pipeline figures" sheet,
-:class:`~popliner.breakdown.RangeTable`): the bytes ``popliner check``
-reports for the same split. Otherwise row 12 falls back to the sum of the
-layers' own worst-tile bytes, an estimate (the layers' worst tiles need not
-coincide, shared code counts once per layer, and the stash is left out), and
-row 6 says so.
+Its rows are fixed (the constants below), so that the XLSX writer can freeze everything above the layer
+table and keep the per-IPU figures in view while the IPU column is edited. A contiguous split in layer
+order looks up popliner's own figure of each IPU's layer range on the "Pipeline figures" sheet
+(:class:`~popliner.breakdown.RangeTable`: the bytes ``popliner check`` reports); any other split gets the
+sum of its layers' own worst-tile bytes, an estimate, and the sheet says which. docs/spreadsheets.md
+("Split planner") draws the layout row by row, with the formulas.
 """
 
 from __future__ import annotations
