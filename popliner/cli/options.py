@@ -21,7 +21,7 @@ from popliner.hardware import BANDWIDTH_RANGE, CLOCK_HZ_RANGE, DEFAULT_LINK_BAND
 __all__ = ["BUDGET_DEFAULT", "BYTES_PER_TILE", "CACHE_DIR_HELP", "CLOCK_HZ", "CONFIG_TRAINING_PARAMS",
            "LAYERS_PER_STAGE", "LINK_BANDWIDTH", "MICRO_BATCHES", "MICRO_BATCH_SIZE", "NUM_IPUS",
            "REPLICAS", "SECONDS", "SEED", "SYNC_CYCLES", "FiniteFloat", "budget_given", "budget_options",
-           "cache_options", "config_source_options", "config_training_options",
+           "cache_dir_option", "cache_options", "config_source_options", "config_training_options",
            "force_option", "gradient_accumulation_option", "headroom_given", "layer_options", "layering",
            "link_bandwidth_option", "output_option", "schedule_options", "stacked"]
 
@@ -120,14 +120,16 @@ def stacked(*decorators: Callable[[F], F]) -> Callable[[F], F]:
 
 #: Where the cache is when --cache-dir is not given (popliner.profile.cacheinfo.cache_dir decides).
 CACHE_DIR_HELP = "Cache folder (default $POPLINER_CACHE_DIR, else $XDG_CACHE_HOME/popliner, else ~/.cache/popliner)."
+#: ``--cache-dir``: on every command that reads a profile, and on ``popliner cache``.
+cache_dir_option = click.option("--cache-dir", type=click.Path(file_okay=False, path_type=str), default=None,
+                                help=CACHE_DIR_HELP)
 
 
 def cache_options(func: F) -> F:
     """``--no-cache`` and ``--cache-dir``: the derived-data cache of every command that reads a profile."""
     return stacked(
         click.option("--no-cache", is_flag=True, help="Do not read or write the derived-data cache."),
-        click.option("--cache-dir", type=click.Path(file_okay=False, path_type=str), default=None,
-                     help=CACHE_DIR_HELP),
+        cache_dir_option,
     )(func)
 
 
