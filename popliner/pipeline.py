@@ -1,36 +1,9 @@
 """PopART's pipeline rules, in one place, and the figure of an IPU in a pipeline.
 
-A split puts a contiguous share of the layers on each of K IPUs; IPU ``i``
-holds the layers of position ``i``. PopART then runs:
-
-- **stages**: K pipeline stages in inference. In training, 2K-1: the forward
-  pass of IPU ``i`` is stage ``i``, its backward pass stage ``2K-2-i``, and the
-  last IPU runs forward and backward in one stage, K-1 (it computes the loss,
-  so nothing waits for another IPU in between). IPU ``i`` holds stages ``i``
-  and ``2K-2-i``;
-- **stash**: in training, IPU ``i < K-1`` keeps ``2(K-1-i)+1`` activation
-  stash entries, one per micro-batch between its forward and backward pass;
-  the last IPU keeps none. The single-IPU profile already holds one entry
-  (its activations live from forward to backward), so ``depth - 1`` entries
-  are added;
-- **copy buffers**: an IPU holds what it sends to and receives from its
-  neighbours per micro-batch: the bytes crossing its two boundaries, twice
-  in training (the gradients of the activations come back over the same
-  boundary), spread evenly over its tiles;
-- **head wrapped onto IPU 0** (``--head-placement wrap``, K >= 2): the head
-  is one more stage, K, on IPU 0, after the last IPU's forward; it runs its
-  forward and backward back to back and stashes nothing (nor, under
-  ``--recompute pipeline``, re-runs anything: the head, not the last IPU, is
-  then the stage PopART leaves alone; see
-  :func:`popliner.memory.stages.pipeline_rerun_part`). The backward of IPU
-  ``i`` is then stage ``2K-i`` (2K+1 stages; K+1 in inference) and IPU ``i``
-  keeps ``2(K-i)+1`` entries, the last IPU included. IPU 0 holds both its
-  first stage and the head: its model is that of the union of their
-  operations, its stash that of the first stage alone, and its copy buffers
-  those of what it sends to IPU 1 and what the head receives from IPU K-1.
-  With one IPU nothing is pipelined and the head is simply on it.
-
-The memory of an IPU, per tile, is therefore::
+The rules are stated in the docs: stage numbering in docs/pipeline-config.md,
+stash depth and copy buffers in docs/solvers.md ('Training', 'An IPU's
+memory'), a head wrapped onto IPU 0 in docs/solvers.md
+('--head-placement'). The memory of an IPU, per tile, is::
 
     model(its operations) + (depth - 1) x stash entry + copy buffer
 
@@ -66,7 +39,6 @@ __all__ = [
     "copy_buffer_per_tile",
     "extra_stash_entries",
     "forward_stage",
-    "grows_past_limit",
     "head_stage",
     "head_wraps_at",
     "num_pipeline_stages",
@@ -88,7 +60,7 @@ def head_wraps_at(head_wraps: bool, num_ipus: int) -> bool:
 
 
 def num_pipeline_stages(training: bool, num_ipus: int, head_wraps: bool = False) -> int:
-    """P: K stages in inference, 2K-1 in training; a wrapped head adds one (module docstring)."""
+    """P: K stages in inference, 2K-1 in training; a wrapped head adds one (docs/pipeline-config.md)."""
     extra = 1 if head_wraps_at(head_wraps, num_ipus) else 0
     return (2 * num_ipus - 1 + 2 * extra) if training else num_ipus + extra
 
@@ -114,7 +86,7 @@ def head_stage(num_ipus: int) -> int:
 
 
 def stash_depth(position: int, num_ipus: int, head_wraps: bool = False) -> int:
-    """Stash entries PopART keeps on the IPU at ``position`` of ``num_ipus`` (training; module docstring)."""
+    """Stash entries PopART keeps on the IPU at ``position`` of ``num_ipus`` (training; docs/solvers.md)."""
     if head_wraps_at(head_wraps, num_ipus):
         return 2 * (num_ipus - position) + 1
     if position >= num_ipus - 1:
@@ -217,14 +189,13 @@ def spread_over_tiles(nbytes: int, tiles: int) -> int:
     return math.ceil(nbytes / tiles) if tiles else 0
 
 
-def copy_buffer_per_tile(bytes_in: int, bytes_out: int, tiles: int, training: bool) -> int:
+def copy_buffer_per_tile(bytes_in: int, bytes_out: int, tiles: int) -> int:
     """Per tile, the buffers of what an IPU receives (``bytes_in``) and sends on (``bytes_out``) per micro-batch.
 
     The bytes crossing a boundary are the variables used on both sides and
     sent (:attr:`popliner.memory.boundaries.Boundaries.sent_var`): in training
     they already hold each activation (sent forward) and its gradient (sent
-    back) once each, so training adds nothing here; ``training`` is kept for
-    the callers that pass it.
+    back) once each, so training adds nothing here.
     """
     return spread_over_tiles(bytes_in + bytes_out, tiles)
 
@@ -290,10 +261,6 @@ class RangeCosts(Protocol):
         """Layers after which no stage may end."""
 
 
-def _extra(costs: RangeCosts, position: int, num_ipus: int, training: bool) -> int:
-    return extra_stash_entries(position, num_ipus, costs.head_wraps) if training else 0
-
-
 def range_boundaries(costs: RangeCosts, i: int, j: int) -> tuple[int, int]:
     """(bytes received, bytes sent on) per micro-batch by the IPU holding range ``i..j``.
 
@@ -315,11 +282,6 @@ def range_cost(costs: RangeCosts, i: int, j: int) -> int:
     return costs.compute(i, j) + costs.transfer(range_boundaries(costs, i, j)[0])
 
 
-def grows_past_limit(costs: RangeCosts, i: int, j: int, position: int, num_ipus: int, training: bool) -> bool:
-    """The range is over the limit before its copy buffers: so is every range that holds it."""
-    return costs.memory(i, j, _extra(costs, position, num_ipus, training)) == math.inf
-
-
 def position_memory(costs: RangeCosts, i: int, j: int, position: int, num_ipus: int, training: bool) -> float:
     """Worst-tile bytes of range ``i..j`` on the IPU at ``position`` of ``num_ipus``; ``inf`` over the limit.
 
@@ -327,10 +289,10 @@ def position_memory(costs: RangeCosts, i: int, j: int, position: int, num_ipus: 
     range's two boundaries (:func:`range_boundaries`). Copy buffers are the
     same on every tile, so they add to the worst tile as they are.
     """
-    base = costs.memory(i, j, _extra(costs, position, num_ipus, training))
+    base = costs.memory(i, j, extra_stash_entries(position, num_ipus, costs.head_wraps) if training else 0)
     if base == math.inf:
         return base
-    total = base + copy_buffer_per_tile(*range_boundaries(costs, i, j), costs.tiles, training)
+    total = base + copy_buffer_per_tile(*range_boundaries(costs, i, j), costs.tiles)
     return total if total <= costs.limit else math.inf
 
 
@@ -435,7 +397,7 @@ def _figure(facts: MemoryFacts, layers: Sequence[int], position: int, plan: Stag
         position=position, num_ipus=plan.num_ipus, layers=tuple(int(k) for k in layers),
         memory=stage_memory(facts, ops) if memory is None else memory,
         stash_entry_per_tile=entry, stash_entries=depth,
-        copy_buffer=copy_buffer_per_tile(bytes_in, bytes_out, facts.tiles, facts.training),
+        copy_buffer=copy_buffer_per_tile(bytes_in, bytes_out, facts.tiles),
         bytes_in=bytes_in, bytes_out=bytes_out, forward_cycles=forward, backward_cycles=backward,
         recompute_cycles=rerun_cycles(facts, own_ops) if facts.training else 0,
         head_cycles=head, gradient_bytes_in=gradient_bytes_in if facts.training else 0,

@@ -35,7 +35,7 @@ def _stage_end(table, problem, start, cap, position, stages):
     extra = extra_stash_entries(position, stages, table.head_wraps) if problem.training else 0
     best = None
     for j in range(start, table.num_layers):
-        copies = copy_buffer_per_tile(*range_boundaries(table, start, j), table.tiles, problem.training)
+        copies = copy_buffer_per_tile(*range_boundaries(table, start, j), table.tiles)
         total = table.memory(start, j, extra) + copies
         if total > min(cap, table.limit) or any(start <= p < j for p in problem.split_after):
             break

@@ -78,10 +78,9 @@ def test_stash_depth_and_stage_numbering_match_popart() -> None:
 def test_copy_buffers_by_hand() -> None:
     # 1000 B in, 3000 B out over 8 tiles: 500 per tile. In training the bytes crossing already hold the
     # gradients sent back (each tensor once): nothing is doubled.
-    assert copy_buffer_per_tile(1000, 3000, 8, training=False) == 500
-    assert copy_buffer_per_tile(1000, 3000, 8, training=True) == 500
-    assert copy_buffer_per_tile(1, 0, 8, training=False) == 1  # rounded up per tile
-    assert copy_buffer_per_tile(1, 0, 0, training=False) == 0
+    assert copy_buffer_per_tile(1000, 3000, 8) == 500
+    assert copy_buffer_per_tile(1, 0, 8) == 1  # rounded up per tile
+    assert copy_buffer_per_tile(1, 0, 0) == 0
 
 
 @pytest.mark.parametrize("mode", ["training", "inference"])

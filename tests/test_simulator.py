@@ -327,7 +327,7 @@ class FakeAnalysis:
                 position=k, num_ipus=count, layers=tuple(self.layer_names.index(x) for x in layers),
                 memory=self.stage_memory(layers, k == 0),
                 stash_entry_per_tile=self.stash_entry_per_tile(layers), stash_entries=stash_depth(k, count),
-                copy_buffer=copy_buffer_per_tile(bytes_in, bytes_out, 2, True), bytes_in=bytes_in,
+                copy_buffer=copy_buffer_per_tile(bytes_in, bytes_out, 2), bytes_in=bytes_in,
                 bytes_out=bytes_out, forward_cycles=forward, backward_cycles=backward, gradient_bytes_in=crossing[k]))
         return tuple(out)
 

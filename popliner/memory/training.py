@@ -147,10 +147,6 @@ class TrainingView:
     rerun_ops: np.ndarray
     notes: tuple[str, ...] = field(default=())
 
-    @property
-    def compiled_with_recomputation(self) -> bool:
-        return bool(self.recompute_ops.any())
-
 
 def build_training_view(profile: Profile, ops: OperationTable, layer_of_op: np.ndarray, num_layers: int,
                         backward_named: np.ndarray, options: TrainingOptions, training: bool = True,

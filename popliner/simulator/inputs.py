@@ -192,10 +192,8 @@ def ipu_figures(s: ConfigStage, *, tiles: int, training: bool, receives: bool, b
     else:  # older config: the average entry
         per_entry = math.ceil(s.stash_bytes / extra / tiles) if extra > 0 else 0
     bytes_in = s.bytes_in if receives else 0
-    if training and s.gradient_bytes_in is None:  # older config: the whole crossing each way
-        buffer = copy_buffer_per_tile(2 * bytes_in, 2 * bytes_out, tiles, True)
-    else:
-        buffer = copy_buffer_per_tile(bytes_in, bytes_out, tiles, training)
+    ways = 2 if training and s.gradient_bytes_in is None else 1  # older config: the whole crossing each way
+    buffer = copy_buffer_per_tile(ways * bytes_in, ways * bytes_out, tiles)
     memory = np.zeros(tiles, dtype=np.int64)
     memory[s.worst_tile] = max(0, s.worst_tile_bytes - s.stash_entries * per_entry - buffer)
     # A wrapped head's cycles are part of IPU 0's; the config records them apart (a config written

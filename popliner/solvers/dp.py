@@ -15,7 +15,6 @@ from popliner.pipeline import (
     RangeCosts,
     copy_buffer_per_tile,
     extra_stash_entries,
-    grows_past_limit,
     position_memory,
     range_boundaries,
 )
@@ -179,13 +178,16 @@ def _read_rows(table: RangeCosts, problem: SplitProblem, within: RangeValues | N
 
 
 def copy_buffers(table: RangeCosts, training: bool) -> Callable[[int, int], int]:
-    """Per tile, the copy buffers of range ``i..j`` (as :func:`position_memory` adds them), each computed once."""
+    """Per tile, the copy buffers of range ``i..j`` (as :func:`position_memory` adds them), each computed once.
+
+    ``training`` changes nothing (:func:`popliner.pipeline.copy_buffer_per_tile`).
+    """
     memo: dict[tuple[int, int], int] = {}
 
     def copies(i: int, j: int) -> int:
         hit = memo.get((i, j))
         if hit is None:
-            hit = memo[(i, j)] = copy_buffer_per_tile(*range_boundaries(table, i, j), table.tiles, training)
+            hit = memo[(i, j)] = copy_buffer_per_tile(*range_boundaries(table, i, j), table.tiles)
         return hit
 
     return copies
@@ -217,7 +219,7 @@ def dp_for_stages(table: RangeCosts, problem: SplitProblem, stages: int, objecti
     n = table.num_layers
     if stages > n:
         return None
-    if grows_past_limit(table, 0, 0, 0, stages, problem.training):
+    if table.memory(0, 0, extra_stash_entries(0, stages, table.head_wraps) if problem.training else 0) == math.inf:
         # The first stage holds layer 0 and cannot fit even that with its stash entries at this
         # depth: nothing fits (the loops below would find the same, after visiting every range).
         return None
@@ -237,7 +239,7 @@ def dp_for_stages(table: RangeCosts, problem: SplitProblem, stages: int, objecti
     least = max(problem.min_layers, 1)
     for k in range(stages):
         check_deadline(deadline)
-        # What grows_past_limit and position_memory read, once per range: the stash entries of position k.
+        # What position_memory reads, once per range: the stash entries of position k.
         extra = extra_stash_entries(k, stages, table.head_wraps) if problem.training else 0
         # Position k ends after its k + 1 positions' layers and leaves at least ``least`` for each one after
         # it: other ends are on no whole split (their best stays unused), so they are not visited.
