@@ -10,7 +10,8 @@ import pytest
 from click.testing import CliRunner
 
 from popliner.cli import cli
-from popliner.config.snippets import ModelOptions, memory_settings
+from popliner.config.model import ConfigTraining
+from popliner.config.snippets import memory_settings
 from tests.helpers import FIXTURES
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -119,14 +120,14 @@ def test_ipu_config_needs_solve_and_force(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("options, expected", [
-    (ModelOptions(), (False, False, False)),
-    (ModelOptions(recompute="every-layer"), (True, False, False)),
-    (ModelOptions(recompute="pipeline"), (False, False, False)),  # IPUConfig has no field for it
-    (ModelOptions(optimizer_state="off-chip"), (False, True, False)),
-    (ModelOptions(replication_factor=4, sharded_optimizer_state=True), (False, False, True)),
-    (ModelOptions(replication_factor=1, sharded_optimizer_state=True), (False, False, False)),
+    (ConfigTraining(), (False, False, False)),
+    (ConfigTraining(recompute="every-layer"), (True, False, False)),
+    (ConfigTraining(recompute="pipeline"), (False, False, False)),  # IPUConfig has no field for it
+    (ConfigTraining(optimizer_state="off-chip"), (False, True, False)),
+    (ConfigTraining(replication_factor=4, sharded_optimizer_state=True), (False, False, True)),
+    (ConfigTraining(replication_factor=1, sharded_optimizer_state=True), (False, False, False)),
 ])
-def test_model_options_map_onto_ipu_config_names(options: ModelOptions, expected: tuple[bool, bool, bool]) -> None:
+def test_model_options_map_onto_ipu_config_names(options: ConfigTraining, expected: tuple[bool, bool, bool]) -> None:
     got = memory_settings(options)
     assert set(got) <= IPU_CONFIG_PARAMETERS
     keys = ("recompute_checkpoint_every_layer", "optimizer_state_offchip", "replicated_tensor_sharding")

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from popliner.config.model import ConfigTraining, PipelineConfig
@@ -25,10 +24,8 @@ class FlowList(list):  # type: ignore[type-arg]
 __all__ = [
     "DEFAULT_MATMUL_PROPORTION",
     "FlowList",
-    "ModelOptions",
     "ipu_config",
     "memory_settings",
-    "model_options",
     "optimum_check",
     "optimum_models",
     "optimum_note",
@@ -332,34 +329,14 @@ def optimum_note(cfg: PipelineConfig) -> str | None:
     return f"ipu_config.json builds this split with an optimum-graphcore model that {where}: {', '.join(models)}"
 
 
-def model_options(t: ConfigTraining) -> ModelOptions:
-    """The ipu_config options of a config's training record."""
-    return ModelOptions(recompute=t.recompute, optimizer_state=t.optimizer_state,
-                        replication_factor=t.replication_factor, sharded_optimizer_state=t.sharded_optimizer_state)
-
-
 # -- optimum-graphcore ipu_config.json ------------------------------------------
 
 
-@dataclass(frozen=True)
-class ModelOptions:
-    """The training options of the model as popliner evaluated it (defaults: as the profile was compiled).
-
-    ``recompute``: ``none``, ``pipeline``, ``every-layer`` or ``auto``;
-    ``optimizer_state``: ``on-chip`` or ``off-chip``.
-    """
-
-    recompute: str = "none"
-    optimizer_state: str = "on-chip"
-    replication_factor: int = 1
-    sharded_optimizer_state: bool = False
-
-
-def memory_settings(options: ModelOptions) -> dict[str, Any]:
-    """The IPUConfig fields that follow the model options: recomputation and optimizer state.
+def memory_settings(options: ConfigTraining) -> dict[str, Any]:
+    """The IPUConfig fields that follow the training options: recomputation and optimizer state.
 
     The one place that maps popliner's options onto optimum-graphcore's names;
-    an option added to :class:`ModelOptions` gets its field here.
+    an option added to :class:`ConfigTraining` that IPUConfig has a field for gets it here.
     """
     return {
         "recompute_checkpoint_every_layer": options.recompute == "every-layer",
@@ -369,7 +346,7 @@ def memory_settings(options: ModelOptions) -> dict[str, Any]:
 
 
 def ipu_config(cfg: PipelineConfig, matmul_proportion: Sequence[float] | None = None,
-               options: ModelOptions | None = None) -> dict[str, Any]:
+               options: ConfigTraining | None = None) -> dict[str, Any]:
     """An optimum-graphcore ``IPUConfig`` (its ``ipu_config.json`` keys) for the config's split.
 
     Field names are those of ``optimum.graphcore.IPUConfig.__init__``. A
@@ -386,7 +363,7 @@ def ipu_config(cfg: PipelineConfig, matmul_proportion: Sequence[float] | None = 
     k = cfg.num_ipus
     proportions = _per_ipu(cfg.matmul_proportion if matmul_proportion is None else matmul_proportion, k)
     if options is None:
-        options = model_options(cfg.options) if cfg.options is not None else ModelOptions()
+        options = cfg.options or ConfigTraining()
     counts = [int(n) for n in cfg.layers_per_ipu]
     prefix = "" if cfg.training else "inference_"
     out: dict[str, Any] = {

@@ -6,7 +6,7 @@ import dataclasses
 from typing import TYPE_CHECKING, Any, cast
 
 from popliner.config.layering import layer_record
-from popliner.config.model import PipelineConfig, config_from_split, config_training
+from popliner.config.model import ConfigTraining, PipelineConfig, config_from_split, config_training
 from popliner.errors import UsageProblem
 from popliner.pod.plan import PodConfig, PodPlan
 from popliner.textsafe import shown
@@ -53,11 +53,9 @@ def pod_ipu_config(cfg: PipelineConfig, config: PodConfig) -> dict[str, Any]:
     optimum builds a head placed ``last`` or ``wrap`` (or one IPU): for ``first``
     this raises UsageProblem (``--head-placement last,wrap`` plans only those).
     """
-    from popliner.config.snippets import ModelOptions, ipu_config, model_options
+    from popliner.config.snippets import ipu_config
 
-    options = model_options(cfg.options) if cfg.options is not None else ModelOptions(
-        replication_factor=config.replicas)
-    return ipu_config(cfg, None, options)
+    return ipu_config(cfg, None, cfg.options or ConfigTraining(replication_factor=config.replicas))
 
 
 def _rank_of(plan: PodPlan) -> dict[int, int]:
