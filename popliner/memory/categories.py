@@ -1,34 +1,12 @@
 """The compiler's own memory categories (``tileMemory.categories``) that the five components leave out.
 
-A real profile's ``tileMemory`` gives, per tile, the bytes of every storage
-category the compiler counts. Four of them are what the five components
-already model from the program tree (:data:`MODELLED`); variables are in
-``alwaysLive`` and ``notAlwaysLivePeak``, not in a category. Every other
-category (stack, vertex field data, descriptors, host exchange code,
-instrumentation, ...) is the *other* component: per-tile terms whose rule
-says how much of the one-IPU figure a stage carries.
-
-- ``fixed``: every IPU holds the category's bytes on every tile, whatever
-  its stage runs (the stack, instrumentation results, constants, global
-  exchange, and any category popliner does not know);
-- a driver: the category follows programs the stage runs. On each tile the
-  category's bytes are shared out over the operations in proportion to the
-  driver's units their programs have on that tile; a stage carries
-  ``ceil(bytes x stage units / all operations' units)``. On a tile where no
-  operation has units of the driver, the bytes are fixed instead.
-
-The drivers (per program, per tile, summed over a set's distinct programs):
-
-- ``vertices``: vertex instances (``vertexFieldData``, ``vectorListDescriptor``);
-- ``copies``: control code of ``Copy`` and ``DoExchange`` programs (``copyDescriptor``);
-- ``streams``: control code of ``StreamCopy*`` programs (``hostExchangeCode``,
-  ``hostExchangePacketHeader``);
-- ``control``: control code of leaf programs (``controlId``, ``controlTable``).
-
-With every operation in the set, each category gives back the compiler's
-bytes on every tile exactly: the whole-model figure equals the profile's own.
-A profile without such categories has no *other* component at all, and its
-figures are what they were before this module existed.
+Every such category is the *other* component, with a rule saying how much of
+the one-IPU figure a stage carries: ``fixed`` on every tile of every IPU, or
+shared out over the operations by a driver (the units of the programs it
+follows). docs/profile-format.md ('Other categories') gives the rules, each
+category's and why; :data:`RULES` and :data:`DRIVERS` hold them here. With
+every operation in the set, each category gives back the compiler's bytes on
+every tile exactly.
 """
 
 from __future__ import annotations

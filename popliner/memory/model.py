@@ -1,18 +1,5 @@
-"""The per-tile memory of a set of operations (a "stage") on one IPU.
-
-For a set S of operations, per tile:
-
-- variables: the peak, over the steps from S's first step to its last, of the
-  bytes of S's variables live at that step (by default only variables of
-  operations that have a layer count, as PopLiner did);
-- vertex code: for each vertex type present on the tile in S's programs, its
-  code bytes there, once however many instances;
-- vertex state: instance count x state bytes per instance;
-- exchange code: the sum over S's distinct ``DoExchange`` programs;
-- control code: the sum over S's distinct leaf programs;
-- other (only when the profile's ``tileMemory`` has categories the five do
-  not model): the compiler's other categories, fixed per tile or following
-  S's programs (:mod:`popliner.memory.categories`).
+"""The per-tile memory of a set of operations (a "stage") on one IPU: the five components (six with the
+compiler's other categories, :mod:`popliner.memory.categories`) of the README's 'How the memory model works'.
 
 Every program belongs to exactly one operation, so a set's distinct programs
 are the disjoint union of its operations' programs: exchange code, control

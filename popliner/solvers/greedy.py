@@ -1,18 +1,7 @@
-"""PopLiner's greedy split, as PopLiner states it.
-
-For a minimum of 3, then 2, then 1 layers per stage, and a memory cap of
-50%, 60%, ... 100% of the per-tile budget: fill IPU 0 with layers until the
-next one would go over the cap, then IPU 1, and so on. The first (minimum,
-cap) pair that places every layer on at most N IPUs wins. Low caps come
-first, so the winner spreads memory as evenly as the greedy rule can; it may
-use fewer IPUs than asked.
-
-Two rules of the original bend that minimum. PopLiner's layer list starts
-with the group of operations without a layer, so on the first stage that
-group counts as one of the minimum's layers. And a stage that starts with
-fewer layers left than the minimum may hold any number of them (at least
-one). The user's ``--min-layers-per-stage`` is not bent: it is a constraint
-every solver honours alike.
+"""PopLiner's greedy split, as PopLiner states it: each minimum of layers per stage (3, 2, 1) and memory cap
+(50%, 60%, ... 100% of the budget) in turn, filling IPU after IPU, with the original's two bends of that
+minimum (the unlayered group counts as a layer; a short tail). docs/solvers.md ('Greedy') states the rule
+and works an example.
 """
 
 from __future__ import annotations

@@ -1,27 +1,11 @@
 """What the solvers minimise, and in what order: the one place an objective is defined.
 
-A split is scored by a tuple of objectives compared lexicographically (the
-first decides; ties go to the second, then the third). Every objective is a
-figure per stage, combined over the stages of a split by ``max`` (the worst
-stage) or by ``sum`` (for figures that add up, like the bytes sent between
-IPUs). The exact DP (:mod:`popliner.solvers.dp`) minimises the first
-objective (it must be a ``max``: that is what the DP's recursion takes);
-:mod:`popliner.solvers.lexdp` then minimises the others, one after the
-other with the previous optimum fixed (every ``max`` one before the ``sum``
-ones); greedy reports the first.
-
-The order today (:func:`objective_order`):
-
-1. ``cycles``: the largest stage cost, compute plus received transfer
-   (:func:`popliner.pipeline.range_cost`), the pipeline's throughput; when the
-   profile has no cycles, ``memory`` takes its place;
-2. ``memory``: the largest worst-tile bytes of a stage at its position
-   (stash and copy buffers included);
-3. ``crossing``: the bytes crossing stage boundaries.
-
-A new objective is one more :class:`Objective` in :data:`OBJECTIVES`; a
-``SplitProblem(objectives=("name", ...))`` puts it first (the rest of the
-default order follows as tie-breakers).
+A split is scored by a tuple of objectives compared lexicographically; each
+is a figure per stage combined over a split's stages by ``max`` or ``sum``.
+docs/solvers.md ('Exact') lists the default order (:func:`objective_order`:
+``cycles``, else ``memory`` when the profile has no cycles; ``memory``;
+``crossing``), which solver minimises which, and how a new objective is
+added (one more :class:`Objective` in :data:`OBJECTIVES`).
 """
 
 from __future__ import annotations
