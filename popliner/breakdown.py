@@ -144,7 +144,8 @@ def build_breakdown(analysis: Analysis, *, with_operations: bool = True, with_to
         layers=layer_rows(analysis),
         totals=profile_totals(analysis) if with_totals else (),
         unlayered=unlayered_row(analysis),
-        whole=whole_model_row(analysis),
+        # Code and variables that several layers share count once here: less than the sum of the layer rows.
+        whole=_row(analysis, WHOLE_MODEL, np.arange(analysis.ops.count), analysis.whole_memory),
         ranges=ranges,
         mode=analysis.mode,
         profile_sha256=p.sha256,
@@ -228,15 +229,6 @@ def unlayered_row(analysis: Analysis) -> LayerRow | None:
     """The operations of no layer as one stage (the first IPU carries them), None when every op has a layer."""
     ops = np.flatnonzero(analysis.layers.layer_of_op < 0)
     return _row(analysis, NO_LAYER, ops) if len(ops) else None
-
-
-def whole_model_row(analysis: Analysis) -> LayerRow:
-    """Every operation with every variable on one IPU: the Totals table's model figures, as a row.
-
-    Code and variables that several layers share count once here, so this is
-    smaller than the sum of the layer rows.
-    """
-    return _row(analysis, WHOLE_MODEL, np.arange(analysis.ops.count), analysis.whole_memory)
 
 
 #: The Totals table's last two categories (the others are the component names of every other table).

@@ -276,7 +276,10 @@ def _plan(analysis: Analysis, requested: RecomputeRequest, request: SplitRequest
         # while each option of the hint builds its own.
         plan = dataclasses.replace(plan, analysis=scenario(analysis.base, analysis.options.training))
         del analysis
-        plan = dataclasses.replace(plan, suggestion=_suggest(plan.analysis, problem, request, started, setup))
+        with phase("trying recomputation and off-chip optimizer state"):
+            suggestion = suggest_options(plan.analysis, problem, request.link_bandwidth, started + request.time_limit,
+                                         setup_seconds=setup)
+        plan = dataclasses.replace(plan, suggestion=suggestion)
     return plan
 
 
@@ -374,14 +377,6 @@ def _auto_recompute(analysis: Analysis, problem: SplitProblem, split: SplitResul
         split = _solve(analysis, problem, request, started)
     log.warning("%s chose %s", request.named("recompute", "auto"), analysis.facts.view.recompute)
     return analysis, problem, split
-
-
-def _suggest(analysis: Analysis, problem: SplitProblem, request: SplitRequest, started: float,
-             setup: float) -> Suggestion:
-    """The usual training option that would make the model fit, within what is left of the time limit."""
-    with phase("trying recomputation and off-chip optimizer state"):
-        return suggest_options(analysis, problem, request.link_bandwidth, started + request.time_limit,
-                               setup_seconds=setup)
 
 
 def fit_facts(analysis: Analysis, problem: SplitProblem,

@@ -27,7 +27,7 @@ from popliner.solvers.result import TIMEOUT
 from popliner.solvers.suffix import forward_bounds, suffix_table
 
 __all__ = ["BEST_EFFORT_LIMIT", "SolverName", "SplitOutcome", "best_effort", "exact_optimum", "infeasibility_reason",
-           "minimum_ipus", "solve_bounds", "split_memory"]
+           "minimum_ipus", "solve_bounds"]
 
 log = logging.getLogger(__name__)
 SolverName = Literal["greedy", "ilp"]
@@ -227,12 +227,6 @@ def best_effort(relaxed: Callable[[float], RangeCosts], problem: SplitProblem, d
         return ()
     stages = min(k for k, v in values.items() if v == best)  # the fewest stages of that value, as the exact DP picks
     return forward_bounds(suffixes, stages, best, n)
-
-
-def split_memory(table: RangeCosts, problem: SplitProblem, bounds: Bounds) -> float:
-    """The largest worst-tile memory of a split's stages (``inf`` when one is over the table's limit)."""
-    k = len(bounds)
-    return max(position_memory(table, i, j, p, k, problem.training) for p, (i, j) in enumerate(bounds))
 
 
 def infeasibility_reason(table: RangeCosts, problem: SplitProblem,
