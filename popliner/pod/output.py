@@ -109,16 +109,15 @@ def _config_document(c: PodConfig, rank: int | None) -> dict[str, Any]:
 
 
 def _ipu_document(s: Any, gradient_bytes: int, state_bytes: int) -> dict[str, Any]:
-    figure = s.figure
+    def of_figure(*names: str) -> dict[str, Any]:
+        return {name: None if s.figure is None else getattr(s.figure, name) for name in names}
+
     return {
         "ipu": s.ipu, "layers": list(s.layers), "worst_tile": s.worst_tile, "worst_tile_bytes": s.worst_tile_bytes,
-        "forward_cycles": figure.forward_cycles if figure is not None else None,
-        "backward_cycles": figure.backward_cycles if figure is not None else None,
-        "recompute_cycles": figure.recompute_cycles if figure is not None else None,
-        "head_cycles": figure.head_cycles if figure is not None else None,
+        **of_figure("forward_cycles", "backward_cycles", "recompute_cycles", "head_cycles"),
         "bytes_in": s.bytes_in,
         # The part of bytes_in sent back (gradients): the rest goes forwards, as the simulator sends them.
-        "gradient_bytes_in": figure.gradient_bytes_in if figure is not None else None,
+        **of_figure("gradient_bytes_in"),
         "gradient_bytes": gradient_bytes, "streamed_state_bytes": state_bytes,
     }
 
@@ -127,11 +126,8 @@ def plan_table(plan: PodPlan, everything: bool = False, limit: int | None = None
     """The ranked table for stderr: the first ``limit`` configurations that fit (all, and the rest, with
     ``everything``)."""
     header = ("rank", "K x R", "G", "recompute", "head", "opt. state", "fullest", "samples/s", "bound", "split")
-    rows = []
     ranks = _rank_of(plan)
-    fitting = plan.fitting[:limit] if limit is not None else plan.fitting
-    for c in fitting:
-        rows.append(_row(c, str(ranks[id(c)])))
+    rows = [_row(c, str(ranks[id(c)])) for c in plan.fitting[:limit]]
     if everything:
         rows.extend(_row(c, "-") for c in plan.configs if not c.fits)
     widths = [max(len(h), *(len(r[k]) for r in rows)) if rows else len(h) for k, h in enumerate(header)]
