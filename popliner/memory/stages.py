@@ -66,15 +66,10 @@ def stage_memory(facts: MemoryFacts, ops: np.ndarray, variables: np.ndarray | No
     """Per-tile memory of a set of operations (the direct model, memoised).
 
     ``variables``: the set's variables peak per tile when already known
-    exactly (see :meth:`popliner.memory.model.MemoryModel.stage`).
-
-    With ``--recompute pipeline`` a stage that PopART re-runs
-    (:func:`pipeline_rerun_part`) re-runs its forward part when its
-    backward starts: its variables peak is the larger of the forward
-    window's (recomputed variables cut at their last forward read) and the
-    backward part's (live steps as profiled). On IPU 0 with a wrapped head
-    the head's own variables keep their live steps in the forward window
-    too: the head runs forward and backward back to back, re-running nothing.
+    exactly (see :meth:`popliner.memory.model.MemoryModel.stage`). A stage
+    re-run under ``--recompute pipeline`` (:func:`pipeline_rerun_part`)
+    peaks as docs/solvers.md ('How popliner applies them') says, a wrapped
+    head's variables keeping their live steps (it re-runs nothing);
     ``rerun_variables``: that peak when already known exactly (a range
     table's running set, :mod:`popliner.memory.rerun`).
     """
