@@ -12,7 +12,7 @@ import numpy as np
 
 from popliner.analysis import Analysis
 from popliner.memory.categories import MODELLED
-from popliner.memory.coverage import Coverage, coverage_of
+from popliner.memory.coverage import Coverage, compiler_per_tile, coverage_of
 from popliner.memory.sharing import handed_over_bytes, shared_bytes
 from popliner.memory.training import RecomputeRequest
 from popliner.memory.types import COMPONENT_TITLES, ComponentBytes, StageMemory, components
@@ -249,8 +249,7 @@ def profile_totals(analysis: Analysis) -> tuple[TotalsRow, ...]:
         present = [truth[k] for k in keys if k in truth]
         ground = int(sum(int(v.sum()) for v in present)) if present else None
         rows.append(TotalsRow(COMPONENT_TITLES[comp], summed[comp], ground))
-    both = truth["alwaysLive"] + truth["notAlwaysLivePeak"] if {"alwaysLive", "notAlwaysLivePeak"} <= truth.keys() \
-        else None
+    both = compiler_per_tile(analysis.profile)
     rows.append(TotalsRow(TOTAL_SUMMED, int(mem.total_per_tile.sum()), None if both is None else int(both.sum())))
     rows.append(TotalsRow(TOTAL_WORST, mem.worst_bytes, None if both is None else int(both.max())))
     cov = profile_coverage(analysis) if cats is not None else None

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from popliner.memory import stash_row
-from popliner.memory.liveness import SegmentGrid
+from popliner.memory.liveness import SegmentGrid, variable_steps
 from popliner.memory.stages import range_ops
 from tests.helpers import FIXTURES
 
@@ -61,12 +61,13 @@ def test_stash_columns_of_an_engine_equal_the_columns_of_every_variable(name: st
                              use_cache=False)
     engine = analysis.facts
     v = engine.profile.variables
+    first, last = variable_steps(engine.profile)
     for k in range(engine.num_layers):
         var = engine.model.counted_variables(range_ops(engine, k, k))
         multi = engine.boundaries.multi_layer_var[var]
         for part, with_owner in ((var[~multi], False), (var[multi], True)):
-            expect = stash_row.candidate_columns(part, engine.stash_candidate, engine.variable_steps[0],
-                                                 engine.variable_steps[1], v.tile, v.bytes, engine.tiles, with_owner)
+            expect = stash_row.candidate_columns(part, engine.stash_candidate, first, last, v.tile, v.bytes,
+                                                 engine.tiles, with_owner)
             columns = (v.klass[part], v.tile[part], v.bytes[part])  # as a layer's parts pass them
             for got in (stash_row.stash_columns(engine, part, with_owner),
                         stash_row.stash_columns(engine, part, with_owner, columns)):

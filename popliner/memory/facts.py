@@ -116,12 +116,6 @@ class MemoryFacts:
         return class_steps(self.profile)
 
     @cached_property
-    def variable_steps(self) -> tuple[np.ndarray, np.ndarray]:
-        """First and last live step (inclusive) of each variable, through its class; -1 when never live."""
-        starts, ends, klass = *self.class_steps, self.profile.variables.klass
-        return starts[klass], ends[klass]
-
-    @cached_property
     def always_live_var(self) -> np.ndarray:
         return np.asarray(self.profile.always_live_classes()[self.profile.variables.klass])
 

@@ -203,7 +203,8 @@ def rerun_cycles(facts: MemoryFacts, ops: np.ndarray) -> int:
 
 
 def steps_of(facts: MemoryFacts, var: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """First and last live step of some variables (:attr:`MemoryFacts.variable_steps`), through their classes."""
+    """First and last live step of some variables (:func:`popliner.memory.liveness.variable_steps`), through their
+    classes."""
     starts, ends = facts.class_steps
     klass = facts.profile.variables.klass[var]
     return starts[klass], ends[klass]
