@@ -372,7 +372,7 @@ def _auto_recompute(analysis: Analysis, problem: SplitProblem, split: SplitResul
     for mode in AUTO_ORDER[1:]:
         if split.fits or analysis.mode != "training" or analysis.facts.view.recompute == "compiled":
             break
-        analysis = scenario(analysis.base, analysis.options.training.with_recompute(mode))  # type: ignore[arg-type]
+        analysis = scenario(analysis.base, dataclasses.replace(analysis.options.training, recompute=mode))  # type: ignore[arg-type]
         problem = dataclasses.replace(problem, training=analysis.mode == "training")
         split = _solve(analysis, problem, request, started)
     log.warning("%s chose %s", request.named("recompute", "auto"), analysis.facts.view.recompute)

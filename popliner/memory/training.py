@@ -17,7 +17,7 @@ cycles) is described by :class:`TrainingView` for the figures to apply.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
@@ -97,9 +97,6 @@ class TrainingOptions:
     def shard(self) -> int:
         """Divisor of optimizer-state bytes (1 without sharding)."""
         return self.replication_factor if self.sharded_optimizer_state else 1
-
-    def with_recompute(self, mode: Recompute) -> TrainingOptions:
-        return replace(self, recompute=mode)
 
     def as_dict(self) -> dict[str, object]:
         """The options as recorded in the ``--solve`` JSON and the pipeline config."""
