@@ -1,11 +1,5 @@
-"""Coverage: how much of the compiler's own per-tile total popliner's model accounts for.
-
-The compiler's total on a tile is ``alwaysLive + notAlwaysLivePeak`` of the
-profile's ``tileMemory`` (code, state, descriptors, stack and always-live
-variables, plus the peak of the others). The model's is the whole program on
-one IPU, every operation with every variable, all of its components
-(:func:`popliner.memory.model.whole_program_memory`). Coverage is model /
-compiler: overall (summed over tiles) and on the tile where it is lowest.
+"""Coverage: how much of the compiler's own per-tile total popliner's model accounts for (docs/profile-format.md,
+'TileMemory'): the whole program's figure (:func:`popliner.memory.model.whole_program_memory`) over the compiler's.
 """
 
 from __future__ import annotations

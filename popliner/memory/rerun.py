@@ -1,11 +1,9 @@
 """Pipeline recomputation in a range table: the forward window's liveness of a running set, grown with it.
 
-Under ``--recompute pipeline`` a stage that PopART re-runs peaks at the
-larger of two windows (:func:`popliner.memory.stages.stage_memory`):
-its forward part, where every recomputed variable lives only up to its last
-forward read (the facts' forward-cut profile), and its backward part, with
-the live steps as profiled. The running set's own liveness grid answers the
-backward window. :class:`ForwardCut` holds the same
+Under ``--recompute pipeline`` a re-run stage peaks at the larger of its
+forward window, in the facts' forward-cut profile, and its backward part
+(:func:`popliner.memory.stages.stage_memory`). The running set's own liveness
+grid answers the backward window; :class:`ForwardCut` holds the same
 variables under the forward-cut profile's live steps, added layer by layer
 as the set grows, so that a range's figure costs two window readings instead
 of two sweeps over every interval of the range's variables (the direct

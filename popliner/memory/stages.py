@@ -115,13 +115,12 @@ def pipeline_rerun_window(facts: MemoryFacts, ops: np.ndarray) -> tuple[int, boo
 def pipeline_rerun_part(facts: MemoryFacts, ops: np.ndarray) -> np.ndarray:
     """Under ``--recompute pipeline``, the operations of an IPU's set that PopART re-runs from the stash.
 
-    PopART leaves alone the one stage whose forward and backward are back
-    to back. Without a wrapped head that is the last IPU's stage (the set
-    holding the last layer): nothing is re-run there. With a wrapped head
-    it is the head's stage: a set holding ``head`` and ``embedding`` but not
-    every layer is IPU 0 of a pipeline, whose first stage (the set without
-    the head's operations) is re-run; a set holding every layer is one IPU,
-    no pipeline. Empty for the other modes.
+    Every stage but the one whose forward and backward are back to back
+    (docs/solvers.md, ``--recompute``): the set holding the last layer re-runs
+    nothing, unless that layer is a wrapped head: a set holding ``head`` and
+    ``embedding`` but not every layer is IPU 0 of a pipeline, whose own first
+    stage is re-run (one holding every layer is no pipeline). Empty for the
+    other modes.
     """
     n = facts.num_layers
     if facts.view.recompute != "pipeline" or not n:
