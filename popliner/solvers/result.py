@@ -23,16 +23,11 @@ TIMEOUT = "TIMEOUT"
 class StageResult:
     """One pipeline stage = the layers placed on one IPU.
 
-    ``memory`` is each component summed over tiles (without stash);
-    ``worst_tile``/``worst_tile_bytes`` are the tile with the largest total,
-    stash and copy buffers included (:mod:`popliner.pipeline`);
-    ``stash_entries`` is the stash depth PopART keeps on the IPU and
-    ``stash_bytes`` what the stash adds to the single-IPU profile: ``depth - 1``
-    entries (the profile already holds one), **summed over tiles**;
-    ``worst_tile_stash`` is that stash on the worst tile, ``copy_buffer`` the
-    copy buffers per tile (the same on every tile); ``bytes_in``/``bytes_out``
-    cross the IPU's boundaries per micro-batch; ``budget`` is the per-tile
-    budget it is held against.
+    The figures of a stage in the ``--solve`` JSON (docs/solvers.md, 'Output'):
+    ``memory`` summed over tiles, without stash; ``worst_tile_bytes`` with
+    stash and copy buffers (:mod:`popliner.pipeline`); ``stash_bytes``, the
+    ``depth - 1`` entries the profile does not hold, **summed over tiles**;
+    ``budget``, the per-tile budget it is held against.
 
     It is the one record of an IPU of a split, whoever places it (a solver,
     ``popliner check``, the report): :func:`stage_result` builds it from the
