@@ -79,13 +79,9 @@ class LayerMatrix:
 class RangeTable:
     """The exact worst-tile figure of every contiguous layer range, as the planner looks it up.
 
-    ``values[i, j, d]`` is popliner's figure (the pipeline rules of
-    :mod:`popliner.pipeline`: the model of the range's operations, with the
-    operations of no layer when ``i == 0``, the stash entries of an IPU that
-    has ``d`` IPUs after it, and the copy buffers of its two boundaries) for
-    layers ``i..j`` on an IPU with ``d`` IPUs after it; -1 where no contiguous
-    split over at most ``max_ipus`` IPUs puts that range at that depth. In
-    inference the figure does not depend on ``d`` and there is one column.
+    ``values[i, j, d]``: layers ``i..j`` on an IPU with ``d`` IPUs after it (:func:`range_table`; the
+    **Pipeline figures** sheet of docs/spreadsheets.md); -1 where no contiguous split over at most
+    ``max_ipus`` IPUs puts that range at that depth; one column in inference.
     """
 
     layers: tuple[str, ...]
