@@ -17,7 +17,7 @@ import numpy as np
 
 from popliner.arrays import expand_ranges
 
-__all__ = ["RunTable", "RunTableBuilder", "decode_tilevector", "decode_tilevector_lists", "dense_runs"]
+__all__ = ["RunTable", "RunTableBuilder", "decode_tilevector", "dense_runs"]
 
 #: Largest integer a profile may use for bytes, counts or cycles. JSON numbers
 #: beyond it are almost surely corruption, and they would overflow int64 sums.
@@ -43,74 +43,6 @@ def decode_tilevector(
             return _sparse_runs(raw["sparse"], tiles, f"{where}.sparse", fail)
         raise fail(where, 'a TileVector object must have exactly one key, "runs" or "sparse"')
     raise fail(where, f"expected a TileVector (list or object), got {_kind(raw)}")
-
-
-def decode_tilevector_lists(
-    raw: Any, tiles: int, where: str, fail: Raise
-) -> tuple[list[int], list[int], list[int]] | tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """:func:`decode_tilevector`, with plain lists for the common small cases.
-
-    A profile holds tens of thousands of TileVectors of one to a few runs; for
-    those, checking the integers in Python and handing lists to
-    :class:`RunTableBuilder` beats making numpy arrays per vector. Only runs
-    already in order and sparse entries in tile order are taken here; dense
-    lists, out-of-order input and anything invalid go to
-    :func:`decode_tilevector`, which sorts and words the errors, so the
-    result (and every message) is the same either way.
-    """
-    if type(raw) is dict and len(raw) == 1:
-        runs = raw.get("runs")
-        if type(runs) is list:
-            fast = _ordered_runs(runs, tiles)
-            if fast is not None:
-                return fast
-        else:
-            sparse = raw.get("sparse")
-            if type(sparse) is list:
-                fast = _ordered_sparse(sparse, tiles)
-                if fast is not None:
-                    return fast
-    return decode_tilevector(raw, tiles, where, fail)
-
-
-def _ordered_runs(runs: list[Any], tiles: int) -> tuple[list[int], list[int], list[int]] | None:
-    first: list[int] = []
-    stop: list[int] = []
-    value: list[int] = []
-    prev = 0
-    for run in runs:
-        if type(run) is not list or len(run) != 3:
-            return None
-        a, b, v = run
-        if type(a) is not int or type(b) is not int or type(v) is not int:
-            return None
-        if not (prev <= a < b <= tiles and 0 <= v <= MAX_VALUE):
-            return None
-        prev = b
-        if v:
-            first.append(a)
-            stop.append(b)
-            value.append(v)
-    return first, stop, value
-
-
-def _ordered_sparse(entries: list[Any], tiles: int) -> tuple[list[int], list[int], list[int]] | None:
-    first: list[int] = []
-    value: list[int] = []
-    prev = -1
-    for entry in entries:
-        if type(entry) is not list or len(entry) != 2:
-            return None
-        t, v = entry
-        if type(t) is not int or type(v) is not int:
-            return None
-        if not (prev < t < tiles and 0 <= v <= MAX_VALUE):
-            return None
-        prev = t
-        if v:
-            first.append(t)
-            value.append(v)
-    return first, [t + 1 for t in first], value
 
 
 def _kind(value: Any) -> str:
@@ -282,31 +214,12 @@ class RunTable:
             np.maximum.at(out, self.run_rows(), self.value)
         return out
 
-    def arrays(self, prefix: str) -> dict[str, np.ndarray]:
-        out = {f"{prefix}.ptr": self.ptr, f"{prefix}.first": self.first, f"{prefix}.stop": self.stop,
-               f"{prefix}.value": self.value}
-        if self.key is not None:
-            out[f"{prefix}.key"] = self.key
-        return out
-
-    @classmethod
-    def from_arrays(cls, arrays: dict[str, np.ndarray], prefix: str) -> RunTable:
-        return cls(
-            ptr=arrays[f"{prefix}.ptr"],
-            first=arrays[f"{prefix}.first"],
-            stop=arrays[f"{prefix}.stop"],
-            value=arrays[f"{prefix}.value"],
-            key=arrays.get(f"{prefix}.key"),
-        )
-
 
 class RunTableBuilder:
     """Collects rows of runs, then makes the arrays once.
 
-    Runs arrive as numpy arrays or as plain lists (see
-    :func:`decode_tilevector_lists`); both are kept as Python ints, because
-    most rows hold one or two runs and one conversion at the end is far
-    cheaper than an array per row.
+    Runs are kept as Python ints, because most rows hold one or two runs
+    and one conversion at the end is far cheaper than an array per row.
     """
 
     def __init__(self, keyed: bool = False) -> None:
