@@ -46,8 +46,7 @@ class ProgramsSection:
         self.var_ids = var_ids  # sorted ids of the written variables
         self.step_ids = step_ids
         self.dropped_refs = 0
-        #: Programs written; leaf programs other than Sync (an operation can own them); those with a context.
-        self.written = 0
+        #: Programs with a context; leaf programs other than Sync (an operation can own them), and those with one.
         self.with_context = 0
         self.ownable = 0
         self.ownable_with_context = 0
@@ -98,7 +97,6 @@ class ProgramsSection:
             self.child_ids.update(children)
             self._children[pid] = children
         ctx = self._context_of(p, pid)
-        self.written += 1
         self.own_attribute = self.own_attribute or hasattr(p, "debugContext")
         ownable = not children and ptype not in _CONTROL_TYPES
         self.ownable += ownable

@@ -39,7 +39,6 @@ PROGRAM_TYPES: tuple[str, ...] = (
 )
 TYPE_CODE = {name: i for i, name in enumerate(PROGRAM_TYPES)}
 DO_EXCHANGE = TYPE_CODE["DoExchange"]
-ON_TILE_EXECUTE = TYPE_CODE["OnTileExecute"]
 
 
 @dataclass(frozen=True)

@@ -374,14 +374,15 @@ def _gpt_block(g: GraphBuilder, d: Dims, i: int, x: int, mask: int, causal: int)
 _STAGES = (3, 4, 6, 3)
 
 
-def _stage_of(block: int, blocks: int) -> int:
-    pos = (block + 0.5) * sum(_STAGES) / blocks
+def stage_of(block: int, blocks: int, repeats: tuple[int, ...]) -> int:
+    """The stage of ``block`` among ``blocks``, spread over stages of ``repeats`` blocks in proportion."""
+    pos = (block + 0.5) * sum(repeats) / blocks
     edge = 0
-    for s, n in enumerate(_STAGES):
+    for s, n in enumerate(repeats):
         edge += n
         if pos < edge:
             return s
-    return len(_STAGES) - 1
+    return len(repeats) - 1
 
 
 def resnet(g: GraphBuilder, d: Dims, blocks: int) -> tuple[int, int, int]:
@@ -398,17 +399,21 @@ def resnet(g: GraphBuilder, d: Dims, blocks: int) -> tuple[int, int, int]:
              g.tensors[x].nbytes, grads=(GradRule("/MaxPoolGrad", "MaxPoolGrad", "maxpool_grad", 0, ("i0", "o0")),))[0]
     channels = width
     for i in range(blocks):
-        stage = _stage_of(i, blocks)
-        first = i == 0 or _stage_of(i - 1, blocks) != stage
+        stage = stage_of(i, blocks, _STAGES)
+        first = i == 0 or stage_of(i - 1, blocks, _STAGES) != stage
         stride = 2 if first and i > 0 else 1
         x, channels, hw = _bottleneck(g, d, i, x, channels, width << stage, hw, stride, first)
-    head = "resnet/head"
-    pooled = g.op(f"{head}/AvgPool", "GlobalAveragePool", "avgpool", head, [x], [(":0", b * channels * HALF)],
+    return classify(g, d, "resnet/head", "resnet/head/fc", x, channels)
+
+
+def classify(g: GraphBuilder, d: Dims, head: str, dense: str, x: int, channels: int) -> tuple[int, int, int]:
+    """A CNN's head: global average pooling, then the dense layer ``dense`` to the classes."""
+    pooled = g.op(f"{head}/AvgPool", "GlobalAveragePool", "avgpool", head, [x], [(":0", d.batch * channels * HALF)],
                   g.tensors[x].nbytes, grads=(GradRule("/AveragePoolGrad", "AveragePoolGrad", "avgpool_grad", 0),))[0]
-    w = g.weight(f"{head}/fc/kernel", channels * d.vocab * HALF, head)
-    bias = g.weight(f"{head}/fc/bias", d.vocab * HALF, head)
-    logits = matmul(g, f"{head}/fc/MatMul", head, pooled, w, b, channels, d.vocab)
-    return bias_add(g, f"{head}/fc/BiasAdd", head, logits, bias), b, d.vocab
+    w = g.weight(f"{dense}/kernel", channels * d.vocab * HALF, head)
+    bias = g.weight(f"{dense}/bias", d.vocab * HALF, head)
+    logits = matmul(g, f"{dense}/MatMul", head, pooled, w, d.batch, channels, d.vocab)
+    return bias_add(g, f"{dense}/BiasAdd", head, logits, bias), d.batch, d.vocab
 
 
 def bn_relu(g: GraphBuilder, name: str, group: str, x: int, channels: int, pixels: int,
