@@ -65,12 +65,12 @@ class ProgramsSection:
         programs = attr(self.comp, "programs", default=()) or ()
         progress = Progress("programs", safe_len(programs))
         w.key("programs")
-        w.begin_array()
+        w.begin(b"[")
         for n, program in enumerate(programs, 1):
             self._emit(w, program)
             progress.update(n)
         self._emit_missing(w)
-        w.end_array()
+        w.end(b"]")
         self._check_tree()
         if self.dropped_refs:
             log.info("export: %d program-variable references to variables outside IPU 0 were left out",
