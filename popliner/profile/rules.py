@@ -16,7 +16,7 @@ import numpy as np
 
 from popliner.errors import ProfileFormatError
 from popliner.profile.model import TYPE_CODE
-from popliner.profile.tilevector import MAX_VALUE
+from popliner.profile.tilevector import MAX_VALUE, kind, only_ints
 
 __all__ = ["INT64_MAX", "MAX_TILES", "NULL_MEANS_ABSENT", "Checker", "NotFast", "is_int64", "kind", "only_ints",
            "program_fields", "vertex_type_of"]
@@ -41,19 +41,6 @@ class NotFast(Exception):
 
 def is_int64(value: Any) -> bool:
     return type(value) is int and INT64_MIN <= value <= INT64_MAX
-
-
-def only_ints(values: list[Any]) -> bool:
-    """Every item is a Python int (not a bool, not a float): one C-level pass over the types."""
-    return set(map(type, values)) <= {int}
-
-
-def kind(value: Any) -> str:
-    if value is None:
-        return "null"
-    return {bool: "boolean", int: "integer", float: "number", str: "string", list: "list", dict: "object"}.get(
-        type(value), type(value).__name__
-    )
 
 
 class Checker:

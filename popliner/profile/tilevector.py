@@ -9,6 +9,7 @@ sum of many vectors is a difference array and one cumulative sum.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -17,7 +18,7 @@ import numpy as np
 
 from popliner.arrays import expand_ranges
 
-__all__ = ["RunTable", "RunTableBuilder", "decode_tilevector", "dense_runs"]
+__all__ = ["RunTable", "RunTableBuilder", "decode_tilevector", "dense_runs", "kind", "only_ints"]
 
 #: Largest integer a profile may use for bytes, counts or cycles. JSON numbers
 #: beyond it are almost surely corruption, and they would overflow int64 sums.
@@ -42,10 +43,11 @@ def decode_tilevector(
         if set(raw) == {"sparse"}:
             return _sparse_runs(raw["sparse"], tiles, f"{where}.sparse", fail)
         raise fail(where, 'a TileVector object must have exactly one key, "runs" or "sparse"')
-    raise fail(where, f"expected a TileVector (list or object), got {_kind(raw)}")
+    raise fail(where, f"expected a TileVector (list or object), got {kind(raw)}")
 
 
-def _kind(value: Any) -> str:
+def kind(value: Any) -> str:
+    """The JSON name of ``value``'s type, for messages."""
     if value is None:
         return "null"
     return {bool: "boolean", int: "integer", float: "number", str: "string", list: "list", dict: "object"}.get(
@@ -72,7 +74,7 @@ def _int_array(raw: Any, where: str, fail: Raise, width: int | None = None) -> n
     if arr.size and (arr.dtype.kind != "i"):
         raise fail(where, "expected integers")
     # np.asarray silently truncates floats when dtype is given; refuse them.
-    if arr.size and not _all_ints(raw, width):
+    if arr.size and not only_ints(raw if width is None else itertools.chain.from_iterable(raw)):
         raise fail(where, "expected integers, found a non-integer value")
     if arr.size and int(arr.min()) < 0:
         raise fail(where, "negative value; TileVector entries are non-negative integers")
@@ -90,10 +92,9 @@ def _first_huge(raw: list[Any]) -> int | None:
     return None
 
 
-def _all_ints(raw: Any, width: int | None) -> bool:
-    if width is None:
-        return all(type(v) is int for v in raw)
-    return all(type(v) is int for row in raw for v in row)
+def only_ints(values: Any) -> bool:
+    """Every item is a Python int (not a bool, not a float): one C-level pass over the types."""
+    return set(map(type, values)) <= {int}
 
 
 def dense_runs(raw: list[Any], tiles: int, where: str, fail: Raise) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
