@@ -23,6 +23,7 @@ from popliner.export.collect import ContextCollector, Progress, VertexTypeTable
 from popliner.export.jsonstream import JsonWriter
 from popliner.export.program_contexts import ProgramContexts
 from popliner.export.pvaread import as_int, attr, check_size, encode_tilevector, ident, per_tile, program_type, safe_len
+from popliner.profile.rules import back_edge
 
 __all__ = ["ProgramsSection"]
 
@@ -164,25 +165,11 @@ class ProgramsSection:
 
     def _check_tree(self) -> None:
         """Refuse a program that is its own ancestor (the loader would refuse the document)."""
-        state: dict[int, int] = {}  # 1 on the current path, 2 done
-        for root in self._children:
-            if state.get(root):
-                continue
-            stack = [(root, iter(self._children[root]))]
-            state[root] = 1
-            while stack:
-                pid, kids = stack[-1]
-                child = next(kids, None)
-                if child is None:
-                    state[pid] = 2
-                    stack.pop()
-                elif state.get(child) == 1:
-                    raise ExportError(f"{self.profile}: program {child} is its own ancestor in libpva's program "
-                                      "tree (a cycle through `children`); the report is corrupt; profile the "
-                                      "compilation again")
-                elif not state.get(child):
-                    state[child] = 1
-                    stack.append((child, iter(self._children.get(child, ()))))
+        found = back_edge(list(self._children), lambda pid: self._children.get(pid, []))
+        if found is not None:
+            raise ExportError(f"{self.profile}: program {self._children[found[0]][found[1]]} is its own ancestor in "
+                              "libpva's program tree (a cycle through `children`); the report is corrupt; profile "
+                              "the compilation again")
 
     def _context_of(self, p: Any, pid: int) -> int | None:
         ctx = self.program_contexts.of(p, pid)

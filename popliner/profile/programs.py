@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from popliner.profile.model import Programs, VertexTypes
-from popliner.profile.rules import NotFast, is_int64, kind, only_ints, program_fields, vertex_type_of
+from popliner.profile.rules import NotFast, back_edge, is_int64, kind, only_ints, program_fields, vertex_type_of
 from popliner.profile.tilevector import MAX_VALUE, RunTable, RunTableBuilder, decode_tilevector
 
 if TYPE_CHECKING:
@@ -354,27 +354,9 @@ def _var_place(var_ptr: np.ndarray, k: int) -> tuple[int, int]:
 
 
 def _check_cycles(child_ptr: np.ndarray, child_idx: np.ndarray, b: Builder, ids: np.ndarray) -> None:
-    """Iterative three-colour DFS over the whole program graph."""
-    n = len(child_ptr) - 1
-    colour = bytearray(n)  # 0 white, 1 grey (on stack), 2 black
-    ptr = child_ptr.tolist()
-    idx = child_idx.tolist()
-    for root in range(n):
-        if colour[root]:
-            continue
-        stack: list[tuple[int, int]] = [(root, ptr[root])]
-        colour[root] = 1
-        while stack:
-            node, k = stack[-1]
-            if k < ptr[node + 1]:
-                stack[-1] = (node, k + 1)
-                child = idx[k]
-                if colour[child] == 1:
-                    b.fail(f"programs[{node}].children[{k - ptr[node]}]",
-                           f"program {int(ids[child])} is its own ancestor (cycle in the tree)")
-                if colour[child] == 0:
-                    colour[child] = 1
-                    stack.append((child, ptr[child]))
-            else:
-                colour[node] = 2
-                stack.pop()
+    ptr, idx = child_ptr.tolist(), child_idx.tolist()
+    found = back_edge(range(len(ptr) - 1), lambda p: idx[ptr[p] : ptr[p + 1]])
+    if found is not None:
+        node, k = found
+        b.fail(f"programs[{node}].children[{k}]",
+               f"program {int(ids[idx[ptr[node] + k]])} is its own ancestor (cycle in the tree)")
