@@ -46,7 +46,7 @@ import numpy as np
 
 from popliner.hardware import CLOCK_HZ_RANGE
 from popliner.profile.model import PROGRAM_TYPES, Profile, Target
-from popliner.profile.rules import MAX_TILES
+from popliner.profile.rules import MAX_TILES, back_edge
 from popliner.profile.tilevector import MAX_VALUE, RunTable
 
 __all__ = ["Bad", "check_csr", "check_len", "check_profile", "check_range", "digest",
@@ -233,17 +233,6 @@ def _check_runs(name: str, table: RunTable, rows: int, tiles: int, keys: int | N
         check_range(f"{name} keys", table.key, 0, keys)
 
 
-def _check_acyclic(parent: np.ndarray) -> None:
-    """The parent links end at a root (-1) from every node: pointer doubling, log2(n) passes."""
-    anc = parent.astype(np.int64)
-    for _ in range(max(len(anc), 1).bit_length() + 1):
-        if not bool((anc >= 0).any()):
-            return
-        anc = np.where(anc >= 0, anc[np.maximum(anc, 0)], -1)
-    if bool((anc >= 0).any()):
-        raise Bad("the debug-context parent links form a cycle")
-
-
 def _check_target(t: Target) -> None:
     """The loader's ranges for the target (:meth:`popliner.profile.builder.Builder.build_target`), again: an
     entry written before a range was checked (clocks, issue 39) holds what the loader now refuses."""
@@ -297,6 +286,8 @@ def check_profile(p: Profile) -> None:
     for col in ("layer", "name", "data"):
         check_len(f"debug context {col}s", getattr(ctx, col), ctx.count)
     check_range("debug context parents", ctx.parent, -1, ctx.count)
-    _check_acyclic(ctx.parent)
+    par = ctx.parent.tolist()
+    if back_edge(range(len(par)), lambda c: () if par[c] == -1 else (par[c],)) is not None:
+        raise Bad("the debug-context parent links form a cycle")
     for key, column in (p.tile_memory or {}).items():
         check_len(f"tile memory {key}", column, tiles)
