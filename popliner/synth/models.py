@@ -70,6 +70,12 @@ def matmul(g: GraphBuilder, name: str, group: str, a: int, b: int, m: int, k: in
                 grads=(lhs, rhs), share=share, calls=calls)[0]
 
 
+def dense(g: GraphBuilder, name: str, group: str, x: int, rows: int, k: int, n: int) -> int:
+    """The dense layer ``name`` (``[rows, k] x [k, n]`` plus a bias): its kernel and bias made first."""
+    w, b = g.weight(f"{name}/kernel", k * n * HALF, group), g.weight(f"{name}/bias", n * HALF, group)
+    return bias_add(g, f"{name}/BiasAdd", group, matmul(g, f"{name}/MatMul", group, x, w, rows, k, n), b)
+
+
 def bias_add(g: GraphBuilder, name: str, group: str, x: int, bias: int) -> int:
     nbytes = g.tensors[x].nbytes
     rules = (GradRule("", "Identity", "identity", 0), GradRule("_grad/BiasGrad", "ReduceSum", "bias_grad", 1))
@@ -200,10 +206,7 @@ def _bert_mlm_head(g: GraphBuilder, d: Dims, x: int, word: int, tied: bool) -> t
     rows = d.batch * masked_tokens(d.seq)
     positions = g.stream_in("masked_lm_positions", rows * INT)
     y = gather(g, f"{h}/GatherMasked", h, x, positions, rows * d.hidden * HALF)
-    w = g.weight(f"{h}/transform/dense/kernel", d.hidden * d.hidden * HALF, h)
-    b = g.weight(f"{h}/transform/dense/bias", d.hidden * HALF, h)
-    y = matmul(g, f"{h}/transform/dense/MatMul", h, y, w, rows, d.hidden, d.hidden)
-    y = bias_add(g, f"{h}/transform/dense/BiasAdd", h, y, b)
+    y = dense(g, f"{h}/transform/dense", h, y, rows, d.hidden, d.hidden)
     y = unary(g, f"{h}/transform/Gelu", "Gelu", "gelu", h, y,
               GradRule("/GeluGrad", "GeluGrad", "gelu_grad", 0, ("i0",)))
     y = layer_norm(g, d, f"{h}/transform", h, y, rows)
@@ -337,23 +340,17 @@ def gpt(g: GraphBuilder, d: Dims, layers: int, tied: bool = True) -> tuple[int, 
 def _gpt_block(g: GraphBuilder, d: Dims, i: int, x: int, mask: int, causal: int) -> int:
     p = f"gpt2/blocks/{i}"
 
-    def dense(name: str, y: int, k: int, n: int) -> int:
-        w = g.weight(f"{p}/{name}/kernel", k * n * HALF, p)
-        b = g.weight(f"{p}/{name}/bias", n * HALF, p)
-        y = matmul(g, f"{p}/{name}/MatMul", p, y, w, d.tokens, k, n)
-        return bias_add(g, f"{p}/{name}/BiasAdd", p, y, b)
-
     a = layer_norm(g, d, f"{p}/ln_1", p, x, d.tokens, share=f"{p}/ln", weights=f"{p}/ln_1")
-    qkv = dense("attn/c_attn", a, d.hidden, 3 * d.hidden)
+    qkv = dense(g, f"{p}/attn/c_attn", p, a, d.tokens, d.hidden, 3 * d.hidden)
     ctx = _attention(g, d, f"{p}/attn", qkv, qkv, qkv, mask, causal)
-    o = dense("attn/c_proj", ctx, d.hidden, d.hidden)
+    o = dense(g, f"{p}/attn/c_proj", p, ctx, d.tokens, d.hidden, d.hidden)
     if d.training:
         o = dropout(g, f"{p}/attn/dropout/Dropout", p, o, share=f"{p}/dropout")
     x = add(g, f"{p}/add", p, x, o)
     m = layer_norm(g, d, f"{p}/ln_2", p, x, d.tokens, share=f"{p}/ln", weights=f"{p}/ln_2")
-    h = dense("mlp/c_fc", m, d.hidden, 4 * d.hidden)
+    h = dense(g, f"{p}/mlp/c_fc", p, m, d.tokens, d.hidden, 4 * d.hidden)
     h = unary(g, f"{p}/mlp/Gelu", "Gelu", "gelu", p, h, GradRule("/GeluGrad", "GeluGrad", "gelu_grad", 0, ("i0",)))
-    h = dense("mlp/c_proj", h, 4 * d.hidden, d.hidden)
+    h = dense(g, f"{p}/mlp/c_proj", p, h, d.tokens, 4 * d.hidden, d.hidden)
     if d.training:
         h = dropout(g, f"{p}/mlp/dropout/Dropout", p, h, share=f"{p}/dropout")
     return checkpoint(g, d, p, add(g, f"{p}/add_1", p, x, h))
@@ -397,14 +394,11 @@ def resnet(g: GraphBuilder, d: Dims, blocks: int) -> tuple[int, int, int]:
     return classify(g, d, "resnet/head", "resnet/head/fc", x, channels)
 
 
-def classify(g: GraphBuilder, d: Dims, head: str, dense: str, x: int, channels: int) -> tuple[int, int, int]:
-    """A CNN's head: global average pooling, then the dense layer ``dense`` to the classes."""
+def classify(g: GraphBuilder, d: Dims, head: str, fc: str, x: int, channels: int) -> tuple[int, int, int]:
+    """A CNN's head: global average pooling, then the dense layer ``fc`` to the classes."""
     pooled = g.op(f"{head}/AvgPool", "GlobalAveragePool", "avgpool", head, [x], [(":0", d.batch * channels * HALF)],
                   g.tensors[x].nbytes, grads=(GradRule("/AveragePoolGrad", "AveragePoolGrad", "avgpool_grad", 0),))[0]
-    w = g.weight(f"{dense}/kernel", channels * d.vocab * HALF, head)
-    bias = g.weight(f"{dense}/bias", d.vocab * HALF, head)
-    logits = matmul(g, f"{dense}/MatMul", head, pooled, w, d.batch, channels, d.vocab)
-    return bias_add(g, f"{dense}/BiasAdd", head, logits, bias), d.batch, d.vocab
+    return dense(g, fc, head, pooled, d.batch, channels, d.vocab), d.batch, d.vocab
 
 
 def bn_relu(g: GraphBuilder, name: str, group: str, x: int, channels: int, pixels: int,
