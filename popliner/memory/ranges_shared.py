@@ -1,4 +1,4 @@
-"""Layer parts: the profile's once, and each training option set's delta on top (the only way they are made).
+"""Layer parts: the profile's once, and each training option set's own on top (the only way they are made).
 
 Every scenario's range state builds each layer's parts
 (:class:`popliner.memory.running.LayerParts`): its programs' code and state,
@@ -9,20 +9,21 @@ of variables (optimizer state off chip, recomputed activations), leaving the
 others exactly as profiled.
 
 :class:`SharedParts` (one per profile base: :attr:`popliner.base.ProfileBase.shared`)
-keeps what the options cannot change: each layer's programs part and counted
-variables, and the events and stash columns of a set of variables *as
-profiled* (on the profile's own grid). :class:`EngineShare` adapts them to
-one engine: the events move to the engine's grid (its segments refine the
-profile's: a what-if profile only adds liveness classes, so its segment ends
-include the profile's), and the option set's delta is added for the
-variables its options change: their what-if events or columns, minus their
-profiled ones. An engine whose options change nothing (inference, or the
-options the profile was compiled with) adds no delta. ``popliner plan``
-builds one engine per option set (recomputation x head placement x
-optimizer state) on the same parts; a single solve builds one. Liveness
-grids and stash entries are integer sums, so the parts plus the delta give
-every figure to the byte (tests/test_shared_parts.py holds them against the
-direct model and an independent per-variable sum).
+keeps what the options cannot change: each layer's programs part, and the
+events and stash columns of the layer's variables that an option set leaves
+*as profiled* (made on the profile's own grid). An option set's parts of a
+layer are those, moved to its grid (its segments refine the profile's: a
+what-if profile only adds liveness classes, so its segment ends include the
+profile's), plus the variables it changes, made once on its own grid. No
+variable is read twice: a single solve reads each once, as the direct model
+would. The unchanged variables are kept in two pieces, the always-live ones
+(weights, optimizer state: what off-chip state and sharding change) and the
+others (activations: what recomputation changes), each found by its exact
+variables, so that option sets that change only one kind share the other's
+piece: ``popliner plan`` builds one engine per option set (recomputation x
+head placement x optimizer state) on the same parts. Liveness grids and stash
+entries are integer sums, so the pieces give every figure to the byte
+(tests/test_shared_parts.py holds them against the direct model).
 """
 
 from __future__ import annotations
@@ -33,11 +34,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from popliner.arrays import expand_ranges
-from popliner.memory.liveness import SegmentGrid, variable_steps
-from popliner.memory.liveness.grid import cell_dtype
+from popliner.memory.liveness import SegmentGrid, class_steps
+from popliner.memory.liveness.grid import Columns, cell_dtype
 from popliner.memory.program_part import ProgramPart, program_part
-from popliner.memory.stash_row import candidate_columns
+from popliner.memory.stash_row import class_columns, stash_columns
 from popliner.memory.variable_tables import VariableTable
 from popliner.memory.variable_tables import changed_variables as _changed  # tests replace it by this name
 from popliner.ops.operations import OperationTable
@@ -69,18 +69,16 @@ class SharedParts:
         self.profile = profile
         self.ops = ops
         self._programs: dict[bytes, ProgramPart] = {}
-        self._merged: dict[bytes, Events] = {}
-        self._owned: dict[bytes, Events] = {}
-        self._stash: dict[tuple[bytes, bool], Events] = {}
+        #: The unchanged variables' pieces as profiled, by (what, the layer's variables, which of them).
+        self._base: dict[tuple[str, bytes, bytes], Events] = {}
         self._grid: SegmentGrid | None = None
-        self._columns: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+        self._columns: tuple[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray]] | None = None
         self._dtypes: list[tuple[np.ndarray, np.ndarray, type[np.signedinteger]]] = []
         #: Cleared grid buffers (diff, run, block max, block sum) by shape and type, for the next engine's grids.
         self._buffers: dict[tuple[object, ...], list[tuple[np.ndarray, ...]]] = {}
         #: The option-free memo every option set's memory facts share (:attr:`popliner.memory.facts.MemoryFacts.memo`):
         #: their training views' roles, layer spans, constants, forward-cut profiles and layer variables.
         self.view_memo: dict[bytes, Any] = {}
-        #: Each distinct variable table met (what-if and forward-cut profiles), and never-stashed set.
         #: Each distinct variable table met (what-if and forward-cut profiles), and never-stashed set; None once
         #: forgotten (:meth:`forget_deltas`: its number is not given again).
         self._tables: list[VariableTable | None] = []
@@ -91,18 +89,20 @@ class SharedParts:
         self.corrected: dict[tuple[int, str, bytes], tuple[Events, ...]] = {}
         #: Per variable table and layer variables, their digest (:meth:`EngineShare.fingerprint`).
         self.fingerprints: dict[tuple[object, ...], bytes] = {}
-        #: One bytes object per distinct variable set (:meth:`key`).
-        self._keys: dict[bytes, bytes] = {}
+        #: A number per distinct list of live intervals of the what-if profiles' own classes (:meth:`class_ids`).
+        self._class_numbers: dict[bytes, int] = {}
 
     def key(self, var: np.ndarray) -> bytes:
-        """``var``'s bytes, the key its parts are found by: one object per distinct set, however often asked.
+        """The key ``var``'s parts are found by: a SHA-256 digest of its type and values.
 
-        Every option set's engine asks again for each layer; its parts stay
-        under the first object, so that the plan keeps one copy of the key
-        (at 1x BERT-Large the copies were 225 MB, more than the parts).
+        Every option set's engine asks again for each layer; a digest costs
+        no more than hashing the bytes and keeps no copy of them (at 1x
+        BERT-Large the copies were 225 MB in a plan, more than the parts, and
+        35 MB in a single solve).
         """
-        made = var.tobytes()
-        return self._keys.setdefault(made, made)
+        digest = hashlib.sha256(np.dtype(var.dtype).str.encode())
+        digest.update(np.ascontiguousarray(var).view(np.uint8).data)
+        return digest.digest()
 
     def table(self, profile: Profile, changed: np.ndarray) -> int:
         """A number per distinct variable table (classes, intervals, bytes, tiles): equal numbers, equal tables.
@@ -120,6 +120,22 @@ class SharedParts:
         self._tables.append(table)
         return len(self._tables) - 1
 
+    def class_ids(self, profile: Profile) -> np.ndarray:
+        """Per liveness class of ``profile`` (a what-if profile of this one): a number that classes of equal live
+        intervals share, in every what-if profile (the profiled classes keep theirs).
+
+        A what-if profile numbers its own classes by their rows (:func:`popliner.memory.whatif.with_live_steps`),
+        so one variable's class can take another number in another option set with the same intervals.
+        """
+        n = self.profile.num_classes
+        ids = np.arange(profile.num_classes, dtype=np.int64)
+        ptr, start, end = profile.class_ptr.tolist(), profile.iv_start, profile.iv_end
+        numbers = self._class_numbers
+        for k in range(n, profile.num_classes):
+            intervals = start[ptr[k]:ptr[k + 1]].tobytes() + end[ptr[k]:ptr[k + 1]].tobytes()
+            ids[k] = numbers.setdefault(intervals, n + len(numbers))
+        return ids
+
     def never_stash(self, never: np.ndarray) -> int:
         """A number per distinct never-stashed set (``every-layer``'s recomputed variables)."""
         for k, known in enumerate(self._never):
@@ -136,12 +152,11 @@ class SharedParts:
         return self._grid
 
     @property
-    def stash_columns(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(stash candidate, first live step, last live step) per variable, as profiled (no option applied)."""
+    def classes(self) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray]]:
+        """(always live, stash candidate) per variable and (first, last) live step per class, as profiled."""
         if self._columns is None:
-            first, last = variable_steps(self.profile)
             always = self.profile.always_live_classes()[self.profile.variables.klass]
-            self._columns = (np.asarray(~always), first, last)
+            self._columns = (always, np.asarray(~always), class_steps(self.profile))
         return self._columns
 
     def take_buffers(self, grid: SegmentGrid) -> None:
@@ -179,11 +194,32 @@ class SharedParts:
             found = self._programs[key] = program_part(engine, ops)
         return found
 
-    def merged(self, var: np.ndarray, key: bytes) -> Events:
-        """:meth:`SegmentGrid.merged` of ``var`` (``key``: its bytes) on the profile's grid."""
-        found = self._merged.get(key)
+    def base(self, what: str, var: np.ndarray, key: bytes, pick: np.ndarray, columns: Columns | None = None
+             ) -> Events:
+        """The piece ``what`` of the variables ``var[pick]`` as profiled, on the profile's grid (memoised).
+
+        ``what``: "merged" (:meth:`SegmentGrid.merged`), "owned"
+        (:meth:`SegmentGrid.events_of` with owners) or "stash" / "stash-owned"
+        (:func:`popliner.memory.stash_row.class_columns`); owners are positions
+        in ``var`` (``key``: :meth:`key` of it), ``pick`` a bool per variable; ``columns``: the classes, tiles
+        and bytes of ``var``, when the caller has them (an unchanged variable's are the profiled ones).
+        """
+        where = (what, key, self.key(pick))
+        found = self._base.get(where)
         if found is None:
-            found = self._merged[key] = self.grid.merged(var)
+            at = np.flatnonzero(pick)
+            sub = var[at]
+            picked = None if columns is None else _picked(columns, at)
+            if what == "merged":
+                found = self.grid.merged(sub, picked)
+            elif what == "owned":
+                found = self.grid.events_of(sub, with_owner=True)
+            else:
+                _, candidate, steps = self.classes
+                found = class_columns(self.profile, candidate, steps, sub, what == "stash-owned", picked)
+            if "owner" in found:
+                found["owner"] = at[found["owner"]]
+            self._base[where] = found
         return found
 
     def forget_deltas(self) -> None:
@@ -213,24 +249,10 @@ class SharedParts:
             found = self.corrected[where] = correct()
         return found
 
-    def owned(self, var: np.ndarray, key: bytes) -> Events:
-        """:meth:`SegmentGrid.events_of` of ``var`` (with owners) on the profile's grid."""
-        found = self._owned.get(key)
-        if found is None:
-            found = self._owned[key] = self.grid.events_of(var, with_owner=True)
-        return found
 
-    def stash(self, var: np.ndarray, with_owner: bool, key: bytes) -> Events:
-        """The stash columns of ``var`` as profiled (:func:`popliner.memory.stash_row.stash_columns`)."""
-        found = self._stash.get((key, with_owner))
-        if found is None:
-            found = self._stash[(key, with_owner)] = self.columns(var, with_owner)
-        return found
-
-    def columns(self, var: np.ndarray, with_owner: bool, sign: int = 1) -> Events:
-        candidate, first, last = self.stash_columns
-        v = self.profile.variables
-        return candidate_columns(var, candidate, first, last, v.tile, v.bytes, self.profile.tiles, with_owner, sign)
+def _picked(columns: Columns, at: np.ndarray) -> Columns:
+    """The columns of the variables at positions ``at``."""
+    return columns[0][at], columns[1][at], columns[2][at]
 
 
 def _buffer_key(grid: SegmentGrid) -> tuple[object, ...]:
@@ -238,7 +260,7 @@ def _buffer_key(grid: SegmentGrid) -> tuple[object, ...]:
 
 
 class _GridShare:
-    """The shared events of the profile's grid, moved to one engine's grid, and the correction for changed variables.
+    """One engine's grid: the profile's pieces moved to it, and the changed variables' own events made on it.
 
     ``profile`` is the grid's profile (the engine's what-if profile, or its
     forward-cut profile); ``changed`` marks the variables whose live steps or
@@ -249,7 +271,7 @@ class _GridShare:
         self.shared = shared
         self.grid = grid
         self.changed = changed
-        # Grids of equal tables have equal segments: their corrected parts are the same.
+        # Grids of equal tables have equal segments: their parts are the same.
         self.table = shared.table(grid.p, changed)
         self.tag = f"{grid.block}:{grid.ends.size}:{grid.dtype}:{grid.cell_dtype}"
         base = shared.grid
@@ -257,8 +279,21 @@ class _GridShare:
         self.colmap = np.searchsorted(grid.ends, base.ends)
         self.same = grid.ends.size == base.ends.size and grid.block == base.block and (
             grid.dtype == base.dtype and grid.cell_dtype == base.cell_dtype)
-        self.base_start = self.colmap[base.col_start]
-        self.base_end = self.colmap[base.col_end]
+        self._class_ids: np.ndarray | None = None
+
+    @property
+    def class_ids(self) -> np.ndarray:
+        """:meth:`SharedParts.class_ids` of this grid's profile."""
+        if self._class_ids is None:
+            self._class_ids = self.shared.class_ids(self.grid.p)
+        return self._class_ids
+
+    def digest(self, digest: Any, var: np.ndarray) -> None:
+        """Feed ``digest`` the changed variables of ``var``, their live intervals (by :attr:`class_ids`) and bytes."""
+        changed = var[self.changed[var]]
+        v = self.grid.p.variables
+        for part in (changed, self.class_ids[v.klass[changed]], v.bytes[changed]):
+            _digest_part(digest, part)
 
     @classmethod
     def of(cls, shared: SharedParts, grid: SegmentGrid, changed: np.ndarray) -> _GridShare:
@@ -269,58 +304,38 @@ class _GridShare:
             raise AssertionError("a what-if grid's segments do not refine the profile's")  # with_live_steps appends
         return cls(shared, grid, changed)
 
-    def merged(self, var: np.ndarray, key: bytes) -> tuple[Events, ...]:
-        """The variables' net change on this grid: the profiled one moved here, plus the changed ones' delta.
+    def merged(self, var: np.ndarray, key: bytes, columns: Callable[[], Columns] | None = None) -> tuple[Events, ...]:
+        """The variables' net change on this grid (:meth:`SegmentGrid.merged`), in pieces that add up.
 
-        ``key`` is ``var.tobytes()``, made once per layer (hashing it is most of a lookup's cost).
+        ``key`` is :meth:`SharedParts.key` of ``var``, made once per layer; ``columns`` gives the variables'
+        classes, tiles and bytes in this grid's profile (read once per layer for its events and stash columns).
         """
-        return self.shared.piece((self.table, "merged:" + self.tag, key), lambda: self._merged(var, key))
+        return self.shared.piece((self.table, "merged:" + self.tag, key),
+                                 lambda: self._pieces("merged", var, key, columns() if columns is not None else None))
 
     def owned(self, var: np.ndarray, key: bytes) -> tuple[Events, ...]:
-        """:meth:`SegmentGrid.events_of` with owners (positions in ``var``), as a profiled part and a delta."""
-        return self.shared.piece((self.table, "owned:" + self.tag, key), lambda: self._owned(var, key))
+        """:meth:`SegmentGrid.events_of` with owners (positions in ``var``), in pieces that add up."""
+        return self.shared.piece((self.table, "owned:" + self.tag, key), lambda: self._pieces("owned", var, key))
 
-    def _merged(self, var: np.ndarray, key: bytes) -> tuple[Events, ...]:
-        out = [self._moved(self.shared.merged(var, key))]
-        pick = var[self.changed[var]]
-        if pick.size:  # the change: from every interval, as profiled and as this grid's profile has them
-            s0, e0, t0, b0, _ = self._intervals(pick)
-            s1, e1, t1, b1, _ = self._profiled(pick)
-            out.append(self.grid.net_change(np.concatenate((s0, s1)), np.concatenate((e0, e1)),
-                                            np.concatenate((t0, t1)), np.concatenate((b0, -b1))))
-        return tuple(out)
-
-    def _owned(self, var: np.ndarray, key: bytes) -> tuple[Events, ...]:
-        out = [self._moved(self.shared.owned(var, key))]
-        at = np.flatnonzero(self.changed[var])
+    def _pieces(self, what: str, var: np.ndarray, key: bytes, columns: Columns | None = None
+                ) -> tuple[Events, ...]:
+        """The unchanged always-live and other variables as profiled (moved here), then the changed ones made here."""
+        changed = self.changed[var]
+        always = self.shared.classes[0][var]
+        out = [self._moved(self.shared.base(what, var, key, pick, columns))
+               for pick in (always & ~changed, ~always & ~changed) if pick.any()]
+        at = np.flatnonzero(changed)
         if at.size:
-            s0, e0, t0, b0, o0 = self._intervals(var[at])
-            s1, e1, t1, b1, o1 = self._profiled(var[at])
-            tiles = self.grid.tiles
-            out.append({"start": self._cells(np.concatenate((s0, s1)) * tiles + np.concatenate((t0, t1))),
-                        "end": self._cells(np.concatenate((e0, e1)) * tiles + np.concatenate((t0, t1))),
-                        "nbytes": np.concatenate((b0, -b1)).astype(self.grid.dtype),
-                        "owner": at[np.concatenate((o0, o1))]})
+            if what == "merged":
+                out.append(self.grid.merged(var[at], None if columns is None else _picked(columns, at)))
+            else:
+                own = self.grid.events_of(var[at], with_owner=True)
+                own["owner"] = at[own["owner"]]
+                out.append(own)
         return tuple(out)
 
     def _cells(self, cells: np.ndarray) -> np.ndarray:
         return cells.astype(self.grid.cell_dtype)
-
-    def _intervals(self, var: np.ndarray) -> tuple[np.ndarray, ...]:
-        """(start column, end column, tile, bytes, owner) of every interval of ``var`` in this grid's profile."""
-        p = self.grid.p
-        iv, owner = _expand(p, var)
-        v = p.variables
-        return (self.grid.col_start[iv], self.grid.col_end[iv], v.tile[var].astype(np.int64)[owner],
-                v.bytes[var].astype(np.int64)[owner], owner)
-
-    def _profiled(self, var: np.ndarray) -> tuple[np.ndarray, ...]:
-        """The same as profiled, in this grid's columns."""
-        p = self.shared.profile
-        iv, owner = _expand(p, var)
-        v = p.variables
-        return (self.base_start[iv], self.base_end[iv], v.tile[var].astype(np.int64)[owner],
-                v.bytes[var].astype(np.int64)[owner], owner)
 
     def _moved(self, events: Events) -> Events:
         """Events of the profile's grid in this grid's columns (the same when the segments are the same)."""
@@ -350,28 +365,10 @@ def _changed_from(profile: Profile, base: Profile) -> np.ndarray:
     return changed
 
 
-def _digest_changed(digest: Any, profile: Profile, var: np.ndarray) -> None:
-    """Feed ``digest`` the variables, each one's number of intervals, the intervals and the bytes."""
-    v = profile.variables
-    cls = v.klass[var]
-    first = profile.class_ptr[cls]
-    counts = profile.class_ptr[cls + 1] - first
-    iv = expand_ranges(first, counts)
-    for part in (var, counts, profile.iv_start[iv], profile.iv_end[iv], v.bytes[var]):
-        _digest_part(digest, part)
-
-
 def _digest_part(digest: Any, part: np.ndarray) -> None:
     """Feed ``digest`` an array's length, then its values (as int64): no two sequences of parts feed the same."""
     digest.update(len(part).to_bytes(8, "little"))
     digest.update(np.asarray(part, np.int64).tobytes())
-
-
-def _expand(profile: Profile, var: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Interval indices of the variables' classes, and each interval's position in ``var``."""
-    cls = profile.variables.klass[var]
-    counts = profile.class_ptr[cls + 1] - profile.class_ptr[cls]
-    return expand_ranges(profile.class_ptr[cls], counts), np.repeat(np.arange(len(var)), counts)
 
 
 class EngineShare:
@@ -392,15 +389,7 @@ class EngineShare:
             self.stash_changed = np.asarray(changed | engine.view.never_stash)
             self.stash_table = shared.table(engine.profile, changed)
             self.stash_key = f"stash:{shared.never_stash(engine.view.never_stash)}"
-        self.engine_columns = engine
-        p = engine.profile
-        # Per class of the engine's profile: first and last live step, always live (a handful of classes).
-        nonempty = np.diff(p.class_ptr) > 0
-        self._class_first = np.full(p.num_classes, -1, np.int64)
-        self._class_last = np.full(p.num_classes, -1, np.int64)
-        self._class_first[nonempty] = p.iv_start[p.class_ptr[:-1][nonempty]]
-        self._class_last[nonempty] = p.iv_end[p.class_ptr[1:][nonempty] - 1] - 1
-        self._class_always = p.always_live_classes()
+        self.facts = engine
 
     def signature(self, engine: MemoryFacts) -> tuple[object, ...]:
         """What a range's figure reads besides its layers' operations, counted flags and variables: the training
@@ -430,37 +419,36 @@ class EngineShare:
             for var in (private, shared):
                 for share in (self.grid, self.cut_grid):
                     if share is not None:
-                        _digest_changed(digest, share.grid.p, var[share.changed[var]])
+                        share.digest(digest, var)
                 if engine.training:
                     _digest_part(digest, var[np.asarray(engine.view.never_stash)[var]])
             found = self.shared.fingerprints[where] = digest.digest()
         return found
 
-    def stash(self, var: np.ndarray, key: bytes, with_owner: bool = False) -> tuple[Events, ...] | None:
-        """The stash columns of ``var``: the profiled ones, plus the changed variables' own minus their profiled."""
-        if not self.engine_columns.training:
+    def stash(self, var: np.ndarray, key: bytes, with_owner: bool = False,
+              columns: Callable[[], Columns] | None = None) -> tuple[Events, ...] | None:
+        """The stash columns of ``var``: the unchanged candidates' as profiled, then the changed variables' own.
+
+        ``columns``: as for :meth:`_GridShare.merged`, in the engine's profile.
+        """
+        if not self.facts.training:
             return None
         return self.shared.piece((self.stash_table, f"{self.stash_key}:{with_owner}", key),
-                                 lambda: self._stash(var, with_owner, key))
+                                 lambda: self._stash(var, with_owner, key, columns() if columns is not None else None))
 
-    def _stash(self, var: np.ndarray, with_owner: bool, key: bytes) -> tuple[Events, ...]:
-        out = [self.shared.stash(var, with_owner, key)]
-        assert self.stash_changed is not None  # stash() took the shared path
-        at = np.flatnonzero(self.stash_changed[var])
+    def _stash(self, var: np.ndarray, with_owner: bool, key: bytes, columns: Columns | None = None
+               ) -> tuple[Events, ...]:
+        assert self.stash_changed is not None  # made in training
+        changed = self.stash_changed[var]
+        # Always-live variables as profiled are never in a stash entry: only the others' piece can hold rows.
+        pick = ~self.shared.classes[0][var] & ~changed
+        out = ([self.shared.base("stash-owned" if with_owner else "stash", var, key, pick, columns)]
+               if pick.any() else [])
+        at = np.flatnonzero(changed)
         if at.size:
-            mine = self._columns(var[at], with_owner)
-            theirs = self.shared.columns(var[at], with_owner, sign=-1)
+            own = stash_columns(self.facts, var[at], with_owner, None if columns is None else _picked(columns, at))
+            assert own is not None  # in training
             if with_owner:  # positions in var, not in var[at]
-                mine["owner"], theirs["owner"] = at[mine["owner"]], at[theirs["owner"]]
-            out += [mine, theirs]
+                own["owner"] = at[own["owner"]]
+            out.append(own)
         return tuple(out)
-
-    def _columns(self, var: np.ndarray, with_owner: bool) -> Events:
-        """:func:`popliner.memory.stash_row.stash_columns` of a few variables, from their classes."""
-        engine = self.engine_columns
-        v = engine.profile.variables
-        cls = v.klass[var]
-        candidate = ~self._class_always[cls] & ~engine.view.never_stash[var]
-        at = np.arange(len(var))
-        return candidate_columns(at, candidate, self._class_first[cls], self._class_last[cls], v.tile[var],
-                                 v.bytes[var], engine.tiles, with_owner)

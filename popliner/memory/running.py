@@ -10,13 +10,14 @@ liveness grid (:class:`popliner.memory.liveness.SegmentGrid`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from popliner.memory.liveness import SegmentGrid
-from popliner.memory.liveness.grid import BLOCK
+from popliner.memory.liveness.grid import BLOCK, Columns
 from popliner.memory.rerun import ForwardCut
 from popliner.memory.stash_row import StashRow
 
@@ -90,13 +91,26 @@ class LayerParts:
         """
         additive, presence, units, lo, hi = share.shared.programs(facts, ops)
         private, shared, shared_pos = variables
-        # Each variable set's bytes, once: the shared parts are found by them.
+        # Each variable set's key, once: the shared parts are found by them.
         keys = (share.shared.key(private), share.shared.key(shared))
-        events = _events(share.grid, private, shared, keys)
+        columns = _columns_of(facts, private)  # the private variables' columns, read once for events and stash
+        events = (share.grid.merged(private, keys[0], columns), share.grid.owned(shared, keys[1]))
         cut = (None, None) if share.cut_grid is None else _events(share.cut_grid, private, shared, keys)
-        stash = (share.stash(private, keys[0]), share.stash(shared, keys[1], with_owner=True))
+        stash = (share.stash(private, keys[0], columns=columns), share.stash(shared, keys[1], with_owner=True))
         return cls(ops, additive, presence, lo, hi, private, shared, shared_pos, events[0], events[1], stash[0],
                    stash[1], units, cut[0], cut[1])
+
+
+def _columns_of(facts: MemoryFacts, var: np.ndarray) -> Callable[[], Columns]:
+    """The variables' classes, tiles and bytes in the facts' profile, read when first asked for."""
+    made: list[Columns] = []
+
+    def columns() -> Columns:
+        if not made:
+            v = facts.profile.variables
+            made.append((v.klass[var], v.tile[var], v.bytes[var]))
+        return made[0]
+    return columns
 
 
 def _events(share: _GridShare, private: np.ndarray, shared: np.ndarray, keys: tuple[bytes, bytes]

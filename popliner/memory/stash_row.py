@@ -15,13 +15,14 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from popliner.arrays import rank_by_table, unique_inverse
-from popliner.memory.stages import select_stash, stash_windows, steps_of
+from popliner.memory.stages import select_stash, stash_windows
 
 if TYPE_CHECKING:
     from popliner.memory.facts import MemoryFacts
     from popliner.memory.liveness.grid import Columns
+    from popliner.profile.model import Profile
 
-__all__ = ["StashRow", "candidate_columns", "pair_groups", "stash_columns"]
+__all__ = ["StashRow", "candidate_columns", "class_columns", "pair_groups", "stash_columns"]
 
 
 def stash_columns(facts: MemoryFacts, var: np.ndarray, with_owner: bool = False,
@@ -32,24 +33,34 @@ def stash_columns(facts: MemoryFacts, var: np.ndarray, with_owner: bool = False,
     """
     if not facts.training:
         return None
-    v = facts.profile.variables
-    keep = np.flatnonzero(facts.stash_candidate[var])  # the others are never part of a stash entry
+    return class_columns(facts.profile, facts.stash_candidate, facts.class_steps, var, with_owner, columns)
+
+
+def class_columns(profile: Profile, candidate: np.ndarray, steps: tuple[np.ndarray, np.ndarray], var: np.ndarray,
+                  with_owner: bool = False, columns: Columns | None = None) -> dict[str, np.ndarray]:
+    """:func:`stash_columns` of ``var`` in ``profile``: ``candidate`` marks the variables a stash entry may hold,
+    ``steps`` are each liveness class's first and last live step (:func:`popliner.memory.liveness.class_steps`).
+
+    ``with_owner``: one row per candidate, with its position in ``var`` (``owner``).
+    """
+    v = profile.variables
+    keep = np.flatnonzero(candidate[var])  # the others are never part of a stash entry
     sv = var[keep]
     if not with_owner:
         if columns is None:
-            grouped = _grouped_by_class(sv, v.klass, facts.class_steps, v.tile, v.bytes, facts.tiles)
+            grouped = _grouped_by_class(sv, v.klass, steps, v.tile, v.bytes, profile.tiles)
         else:  # the candidates' own columns, taken from the variables' (no second reading of whole columns)
             cls, tile, nbytes = (c[keep] for c in columns)
-            grouped = _grouped_by_class(np.arange(len(keep)), cls, facts.class_steps, tile, nbytes, facts.tiles)
+            grouped = _grouped_by_class(np.arange(len(keep)), cls, steps, tile, nbytes, profile.tiles)
         if grouped is not None:
             return grouped
     # candidate_columns' columns, the steps through the classes (no step columns over every variable).
-    first, last = steps_of(facts, sv)
-    cols = {"first": first, "last": last, "tile": v.tile[sv], "nbytes": v.bytes[sv]}
+    klass = v.klass[sv]
+    cols = {"first": steps[0][klass], "last": steps[1][klass], "tile": v.tile[sv], "nbytes": v.bytes[sv]}
     if with_owner:
         cols["owner"] = keep
         return cols
-    return _grouped(cols, facts.tiles)
+    return _grouped(cols, profile.tiles)
 
 
 def _grouped_by_class(sv: np.ndarray, klass: np.ndarray, class_steps: tuple[np.ndarray, np.ndarray],
