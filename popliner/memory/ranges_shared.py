@@ -46,7 +46,7 @@ from popliner.profile.model import Profile
 if TYPE_CHECKING:
     from popliner.memory.facts import MemoryFacts
 
-__all__ = ["EngineShare", "ProgramPart", "SharedParts"]
+__all__ = ["EngineShare", "ProgramPart", "SharedParts", "VarSet"]
 
 Events = dict[str, np.ndarray]
 
@@ -72,7 +72,7 @@ class SharedParts:
         #: The unchanged variables' pieces as profiled, by (what, the layer's variables, which of them).
         self._base: dict[tuple[str, bytes, bytes], Events] = {}
         self._grid: SegmentGrid | None = None
-        self._columns: tuple[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray]] | None = None
+        self._columns: tuple[np.ndarray, tuple[np.ndarray, np.ndarray]] | None = None
         self._dtypes: list[tuple[np.ndarray, np.ndarray, type[np.signedinteger]]] = []
         #: Cleared grid buffers (diff, run, block max, block sum) by shape and type, for the next engine's grids.
         self._buffers: dict[tuple[object, ...], list[tuple[np.ndarray, ...]]] = {}
@@ -93,15 +93,24 @@ class SharedParts:
         self._class_numbers: dict[bytes, int] = {}
 
     def key(self, var: np.ndarray) -> bytes:
-        """The key ``var``'s parts are found by: a SHA-256 digest of its type and values.
+        """The key ``var``'s parts are found by: a SHA-256 digest of its values (variable indices, or flags).
 
-        Every option set's engine asks again for each layer; a digest costs
-        no more than hashing the bytes and keeps no copy of them (at 1x
-        BERT-Large the copies were 225 MB in a plan, more than the parts, and
-        35 MB in a single solve).
+        Indices are digested as their runs of consecutive values (a layer's
+        variables come in long runs: tensors laid out tile by tile), flags
+        packed eight to a byte. Every option set's engine asks again for each
+        layer; a digest keeps no copy of the values (at 1x BERT-Large the
+        copies were 225 MB in a plan, more than the parts).
         """
-        digest = hashlib.sha256(np.dtype(var.dtype).str.encode())
-        digest.update(np.ascontiguousarray(var).view(np.uint8).data)
+        if var.dtype == bool:
+            parts = [np.array([var.size]), np.packbits(var)]
+        else:
+            v = var.astype(np.int64, copy=False)
+            cut = np.flatnonzero(np.diff(v) != 1) + 1  # each run: first and last value
+            parts = [np.array([var.size]), v[np.concatenate(([0], cut))], v[np.concatenate((cut - 1, [v.size - 1]))]
+                     ] if v.size else [np.array([0])]
+        digest = hashlib.sha256(b"flags" if var.dtype == bool else b"indices")
+        for part in parts:
+            _digest_part(digest, part)
         return digest.digest()
 
     def table(self, profile: Profile, changed: np.ndarray) -> int:
@@ -152,11 +161,11 @@ class SharedParts:
         return self._grid
 
     @property
-    def classes(self) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray]]:
-        """(always live, stash candidate) per variable and (first, last) live step per class, as profiled."""
+    def classes(self) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]:
+        """Always live per variable and (first, last) live step per class, as profiled."""
         if self._columns is None:
-            always = self.profile.always_live_classes()[self.profile.variables.klass]
-            self._columns = (always, np.asarray(~always), class_steps(self.profile))
+            self._columns = (self.profile.always_live_classes()[self.profile.variables.klass],
+                             class_steps(self.profile))
         return self._columns
 
     def take_buffers(self, grid: SegmentGrid) -> None:
@@ -194,29 +203,29 @@ class SharedParts:
             found = self._programs[key] = program_part(engine, ops)
         return found
 
-    def base(self, what: str, var: np.ndarray, key: bytes, pick: np.ndarray, columns: Columns | None = None
+    def base(self, what: str, part: VarSet, pick: tuple[bytes, np.ndarray], columns: Columns | None = None
              ) -> Events:
-        """The piece ``what`` of the variables ``var[pick]`` as profiled, on the profile's grid (memoised).
+        """The piece ``what`` of the variables of ``part`` at ``pick`` as profiled, on the profile's grid (memoised).
 
         ``what``: "merged" (:meth:`SegmentGrid.merged`), "owned"
         (:meth:`SegmentGrid.events_of` with owners) or "stash" / "stash-owned"
         (:func:`popliner.memory.stash_row.class_columns`); owners are positions
-        in ``var`` (``key``: :meth:`key` of it), ``pick`` a bool per variable; ``columns``: the classes, tiles
-        and bytes of ``var``, when the caller has them (an unchanged variable's are the profiled ones).
+        in ``part.var``. ``pick``: the key of the positions' flags and the
+        positions, none of them always live (so each a stash candidate as
+        profiled); ``columns``: the classes, tiles and bytes of those, when the
+        caller has them (an unchanged variable's are the profiled ones).
         """
-        where = (what, key, self.key(pick))
+        where = (what, part.key, pick[0])
         found = self._base.get(where)
         if found is None:
-            at = np.flatnonzero(pick)
-            sub = var[at]
-            picked = None if columns is None else _picked(columns, at)
+            at = pick[1]
+            sub = part.var[at]
             if what == "merged":
-                found = self.grid.merged(sub, picked)
+                found = self.grid.merged(sub, columns)
             elif what == "owned":
                 found = self.grid.events_of(sub, with_owner=True)
             else:
-                _, candidate, steps = self.classes
-                found = class_columns(self.profile, candidate, steps, sub, what == "stash-owned", picked)
+                found = class_columns(self.profile, None, self.classes[1], sub, what == "stash-owned", columns)
             if "owner" in found:
                 found["owner"] = at[found["owner"]]
             self._base[where] = found
@@ -250,6 +259,58 @@ class SharedParts:
         return found
 
 
+class VarSet:
+    """One set of a layer's variables (its private or its shared ones) as the parts read it: its key, and, each
+    read once when first needed, its columns in a profile and its split on an option set's changed variables."""
+
+    def __init__(self, shared: SharedParts, var: np.ndarray) -> None:
+        self.var = var
+        self.shared = shared
+        self.key = shared.key(var)
+        self._columns: list[tuple[Profile, Columns]] = []
+        self._splits: list[tuple[np.ndarray, tuple[tuple[bytes, np.ndarray], np.ndarray]]] = []
+        self._picked: list[tuple[Profile, np.ndarray, tuple[Columns, Columns]]] = []
+
+    def columns(self, profile: Profile) -> Columns:
+        """The variables' classes, tiles and bytes in ``profile``."""
+        for known, found in self._columns:
+            if known is profile:
+                return found
+        v = profile.variables
+        made = (v.klass[self.var], v.tile[self.var], v.bytes[self.var])
+        self._columns.append((profile, made))
+        return made
+
+    def picked(self, profile: Profile, own: np.ndarray) -> tuple[Columns, Columns]:
+        """:meth:`columns` in ``profile`` of the two sides of :meth:`split` (as profiled, made on the grid)."""
+        for known, mark, found in self._picked:
+            if known is profile and mark is own:
+                return found
+        (_, base), at = self.split(own)
+        columns = self.columns(profile)
+        made = _picked(columns, base), _picked(columns, at)
+        self._picked.append((profile, own, made))
+        return made
+
+    def split(self, own: np.ndarray) -> tuple[tuple[bytes, np.ndarray], np.ndarray]:
+        """((key, positions) of the variables taken as profiled, positions of the others) when ``own`` marks
+        the variables an option set makes on its own grid.
+
+        Taken as profiled: those neither always live nor marked; the others
+        (a few always-live ones per layer, the changed ones) are made on the
+        option set's grid, so that option sets that change only always-live
+        variables (optimizer state) or only activations (recomputation) share
+        the one large piece whenever their marks agree on it.
+        """
+        for known, found in self._splits:
+            if known is own:
+                return found
+        pick = ~self.shared.classes[0][self.var] & ~own[self.var]
+        made = ((self.shared.key(pick), np.flatnonzero(pick)), np.flatnonzero(~pick))
+        self._splits.append((own, made))
+        return made
+
+
 def _picked(columns: Columns, at: np.ndarray) -> Columns:
     """The columns of the variables at positions ``at``."""
     return columns[0][at], columns[1][at], columns[2][at]
@@ -267,10 +328,13 @@ class _GridShare:
     bytes there differ from the profiled ones.
     """
 
-    def __init__(self, shared: SharedParts, grid: SegmentGrid, changed: np.ndarray) -> None:
+    def __init__(self, shared: SharedParts, grid: SegmentGrid, changed: np.ndarray,
+                 own: np.ndarray | None = None) -> None:
         self.shared = shared
         self.grid = grid
         self.changed = changed
+        #: The variables made on this grid rather than taken as profiled: the changed ones, and any others asked.
+        self.own = changed if own is None else own
         # Grids of equal tables have equal segments: their parts are the same.
         self.table = shared.table(grid.p, changed)
         self.tag = f"{grid.block}:{grid.ends.size}:{grid.dtype}:{grid.cell_dtype}"
@@ -296,40 +360,34 @@ class _GridShare:
             _digest_part(digest, part)
 
     @classmethod
-    def of(cls, shared: SharedParts, grid: SegmentGrid, changed: np.ndarray) -> _GridShare:
+    def of(cls, shared: SharedParts, grid: SegmentGrid, changed: np.ndarray, own: np.ndarray | None = None
+           ) -> _GridShare:
         """The adapter of ``grid``, whose segments refine the profile's (a what-if profile only adds classes)."""
         base = shared.grid.ends
         at = np.searchsorted(grid.ends, base)
         if grid.tiles != shared.grid.tiles or (at >= grid.ends.size).any() or not np.array_equal(grid.ends[at], base):
             raise AssertionError("a what-if grid's segments do not refine the profile's")  # with_live_steps appends
-        return cls(shared, grid, changed)
+        return cls(shared, grid, changed, own)
 
-    def merged(self, var: np.ndarray, key: bytes, columns: Callable[[], Columns] | None = None) -> tuple[Events, ...]:
-        """The variables' net change on this grid (:meth:`SegmentGrid.merged`), in pieces that add up.
+    def merged(self, part: VarSet) -> tuple[Events, ...]:
+        """The variables' net change on this grid (:meth:`SegmentGrid.merged`), in pieces that add up."""
+        return self.shared.piece((self.table, "merged:" + self.tag, part.key), lambda: self._pieces("merged", part))
 
-        ``key`` is :meth:`SharedParts.key` of ``var``, made once per layer; ``columns`` gives the variables'
-        classes, tiles and bytes in this grid's profile (read once per layer for its events and stash columns).
-        """
-        return self.shared.piece((self.table, "merged:" + self.tag, key),
-                                 lambda: self._pieces("merged", var, key, columns() if columns is not None else None))
+    def owned(self, part: VarSet) -> tuple[Events, ...]:
+        """:meth:`SegmentGrid.events_of` with owners (positions in ``part.var``), in pieces that add up."""
+        return self.shared.piece((self.table, "owned:" + self.tag, part.key), lambda: self._pieces("owned", part))
 
-    def owned(self, var: np.ndarray, key: bytes) -> tuple[Events, ...]:
-        """:meth:`SegmentGrid.events_of` with owners (positions in ``var``), in pieces that add up."""
-        return self.shared.piece((self.table, "owned:" + self.tag, key), lambda: self._pieces("owned", var, key))
-
-    def _pieces(self, what: str, var: np.ndarray, key: bytes, columns: Columns | None = None
-                ) -> tuple[Events, ...]:
-        """The unchanged always-live and other variables as profiled (moved here), then the changed ones made here."""
-        changed = self.changed[var]
-        always = self.shared.classes[0][var]
-        out = [self._moved(self.shared.base(what, var, key, pick, columns))
-               for pick in (always & ~changed, ~always & ~changed) if pick.any()]
-        at = np.flatnonzero(changed)
+    def _pieces(self, what: str, part: VarSet) -> tuple[Events, ...]:
+        """The variables taken as profiled (moved here), then the others made here."""
+        pick, at = part.split(self.own)
+        columns = part.picked(self.grid.p, self.own) if what == "merged" else None
+        out = [self._moved(self.shared.base(what, part, pick, columns and columns[0]))] if pick[1].size else []
         if at.size:
-            if what == "merged":
-                out.append(self.grid.merged(var[at], None if columns is None else _picked(columns, at)))
+            var = part.var[at]
+            if columns is not None:
+                out.append(self.grid.merged(var, columns[1]))
             else:
-                own = self.grid.events_of(var[at], with_owner=True)
+                own = self.grid.events_of(var, with_owner=True)
                 own["owner"] = at[own["owner"]]
                 out.append(own)
         return tuple(out)
@@ -366,9 +424,9 @@ def _changed_from(profile: Profile, base: Profile) -> np.ndarray:
 
 
 def _digest_part(digest: Any, part: np.ndarray) -> None:
-    """Feed ``digest`` an array's length, then its values (as int64): no two sequences of parts feed the same."""
-    digest.update(len(part).to_bytes(8, "little"))
-    digest.update(np.asarray(part, np.int64).tobytes())
+    """Feed ``digest`` an array's type and length, then its values: no two sequences of parts feed the same."""
+    digest.update(np.dtype(part.dtype).str.encode() + len(part).to_bytes(8, "little"))
+    digest.update(np.ascontiguousarray(part).view(np.uint8).data)
 
 
 class EngineShare:
@@ -379,15 +437,17 @@ class EngineShare:
         self.shared = shared
         base = shared.profile
         changed = _changed_from(engine.profile, base)
-        self.grid = _GridShare.of(shared, grid, changed)
+        # Every-layer's never-stashed variables are made on the option set's grid too (changed or not), so that
+        # one split of a layer's variables serves its events and its stash columns.
+        never = np.asarray(engine.view.never_stash) if engine.training else None
+        self.grid = _GridShare.of(shared, grid, changed, None if never is None else changed | never)
         self.cut_grid = None if cut_grid is None else _GridShare.of(shared, cut_grid, _changed_from(cut_grid.p, base))
-        self.stash_changed: np.ndarray | None = None
         self.stash_table, self.stash_key = -1, ""
         if engine.training:
             # A variable whose class and bytes are as profiled has the profiled steps and always-live flag
-            # (the class table extends the profile's): only every-layer's never-stashed ones change besides.
-            self.stash_changed = np.asarray(changed | engine.view.never_stash)
-            self.stash_table = shared.table(engine.profile, changed)
+            # (the class table extends the profile's): only every-layer's never-stashed ones change besides,
+            # and those the main grid makes on its own already.
+            self.stash_table = self.grid.table
             self.stash_key = f"stash:{shared.never_stash(engine.view.never_stash)}"
         self.facts = engine
 
@@ -414,7 +474,7 @@ class EngineShare:
         where = (self.grid.table, self.cut_grid.table if self.cut_grid is not None else -1, self.stash_key, layer)
         found = self.shared.fingerprints.get(where)
         if found is None:
-            digest = hashlib.blake2b(digest_size=32)
+            digest = hashlib.sha256()  # SHA-256: twice as fast as BLAKE2b here (SHA extensions)
             # Private and shared apart, each sorted (so are their parts): no sort of the layer's variables.
             for var in (private, shared):
                 for share in (self.grid, self.cut_grid):
@@ -425,28 +485,20 @@ class EngineShare:
             found = self.shared.fingerprints[where] = digest.digest()
         return found
 
-    def stash(self, var: np.ndarray, key: bytes, with_owner: bool = False,
-              columns: Callable[[], Columns] | None = None) -> tuple[Events, ...] | None:
-        """The stash columns of ``var``: the unchanged candidates' as profiled, then the changed variables' own.
-
-        ``columns``: as for :meth:`_GridShare.merged`, in the engine's profile.
-        """
+    def stash(self, part: VarSet, with_owner: bool = False) -> tuple[Events, ...] | None:
+        """The stash columns of ``part``: those taken as profiled, then the others' own (the main grid's split)."""
         if not self.facts.training:
             return None
-        return self.shared.piece((self.stash_table, f"{self.stash_key}:{with_owner}", key),
-                                 lambda: self._stash(var, with_owner, key, columns() if columns is not None else None))
+        return self.shared.piece((self.stash_table, f"{self.stash_key}:{with_owner}", part.key),
+                                 lambda: self._stash(part, with_owner))
 
-    def _stash(self, var: np.ndarray, with_owner: bool, key: bytes, columns: Columns | None = None
-               ) -> tuple[Events, ...]:
-        assert self.stash_changed is not None  # made in training
-        changed = self.stash_changed[var]
-        # Always-live variables as profiled are never in a stash entry: only the others' piece can hold rows.
-        pick = ~self.shared.classes[0][var] & ~changed
-        out = ([self.shared.base("stash-owned" if with_owner else "stash", var, key, pick, columns)]
-               if pick.any() else [])
-        at = np.flatnonzero(changed)
+    def _stash(self, part: VarSet, with_owner: bool) -> tuple[Events, ...]:
+        pick, at = part.split(self.grid.own)
+        columns = None if with_owner else part.picked(self.facts.profile, self.grid.own)
+        out = ([self.shared.base("stash-owned" if with_owner else "stash", part, pick, columns and columns[0])]
+               if pick[1].size else [])
         if at.size:
-            own = stash_columns(self.facts, var[at], with_owner, None if columns is None else _picked(columns, at))
+            own = stash_columns(self.facts, part.var[at], with_owner, columns and columns[1])
             assert own is not None  # in training
             if with_owner:  # positions in var, not in var[at]
                 own["owner"] = at[own["owner"]]

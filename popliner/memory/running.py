@@ -10,20 +10,20 @@ liveness grid (:class:`popliner.memory.liveness.SegmentGrid`).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from popliner.memory.liveness import SegmentGrid
-from popliner.memory.liveness.grid import BLOCK, Columns
+from popliner.memory.liveness.grid import BLOCK
+from popliner.memory.ranges_shared import VarSet
 from popliner.memory.rerun import ForwardCut
 from popliner.memory.stash_row import StashRow
 
 if TYPE_CHECKING:
     from popliner.memory.facts import MemoryFacts
-    from popliner.memory.ranges_shared import EngineShare, _GridShare
+    from popliner.memory.ranges_shared import EngineShare
 
 __all__ = ["PIECES", "LayerParts", "Pieces", "RunningStage"]
 
@@ -91,32 +91,14 @@ class LayerParts:
         """
         additive, presence, units, lo, hi = share.shared.programs(facts, ops)
         private, shared, shared_pos = variables
-        # Each variable set's key, once: the shared parts are found by them.
-        keys = (share.shared.key(private), share.shared.key(shared))
-        columns = _columns_of(facts, private)  # the private variables' columns, read once for events and stash
-        events = (share.grid.merged(private, keys[0], columns), share.grid.owned(shared, keys[1]))
-        cut = (None, None) if share.cut_grid is None else _events(share.cut_grid, private, shared, keys)
-        stash = (share.stash(private, keys[0], columns=columns), share.stash(shared, keys[1], with_owner=True))
+        # Each variable set's key, columns and split once, for its events and stash columns.
+        sets = (VarSet(share.shared, private), VarSet(share.shared, shared))
+        events = share.grid.merged(sets[0]), share.grid.owned(sets[1])
+        cut_grid = share.cut_grid
+        cut = (None, None) if cut_grid is None else (cut_grid.merged(sets[0]), cut_grid.owned(sets[1]))
+        stash = share.stash(sets[0]), share.stash(sets[1], with_owner=True)
         return cls(ops, additive, presence, lo, hi, private, shared, shared_pos, events[0], events[1], stash[0],
                    stash[1], units, cut[0], cut[1])
-
-
-def _columns_of(facts: MemoryFacts, var: np.ndarray) -> Callable[[], Columns]:
-    """The variables' classes, tiles and bytes in the facts' profile, read when first asked for."""
-    made: list[Columns] = []
-
-    def columns() -> Columns:
-        if not made:
-            v = facts.profile.variables
-            made.append((v.klass[var], v.tile[var], v.bytes[var]))
-        return made[0]
-    return columns
-
-
-def _events(share: _GridShare, private: np.ndarray, shared: np.ndarray, keys: tuple[bytes, bytes]
-            ) -> tuple[tuple[Events, ...], tuple[Events, ...]]:
-    """(private, shared) events on a grid: its profiled part and the option set's delta."""
-    return share.merged(private, keys[0]), share.owned(shared, keys[1])
 
 
 class RunningStage:

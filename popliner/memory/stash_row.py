@@ -36,21 +36,22 @@ def stash_columns(facts: MemoryFacts, var: np.ndarray, with_owner: bool = False,
     return class_columns(facts.profile, facts.stash_candidate, facts.class_steps, var, with_owner, columns)
 
 
-def class_columns(profile: Profile, candidate: np.ndarray, steps: tuple[np.ndarray, np.ndarray], var: np.ndarray,
-                  with_owner: bool = False, columns: Columns | None = None) -> dict[str, np.ndarray]:
-    """:func:`stash_columns` of ``var`` in ``profile``: ``candidate`` marks the variables a stash entry may hold,
-    ``steps`` are each liveness class's first and last live step (:func:`popliner.memory.liveness.class_steps`).
+def class_columns(profile: Profile, candidate: np.ndarray | None, steps: tuple[np.ndarray, np.ndarray],
+                  var: np.ndarray, with_owner: bool = False, columns: Columns | None = None) -> dict[str, np.ndarray]:
+    """:func:`stash_columns` of ``var`` in ``profile``: ``candidate`` marks the variables a stash entry may hold
+    (None: all of ``var`` may), ``steps`` are each liveness class's first and last live step
+    (:func:`popliner.memory.liveness.class_steps`).
 
     ``with_owner``: one row per candidate, with its position in ``var`` (``owner``).
     """
     v = profile.variables
-    keep = np.flatnonzero(candidate[var])  # the others are never part of a stash entry
-    sv = var[keep]
+    keep = np.arange(len(var)) if candidate is None else np.flatnonzero(candidate[var])  # the others never are
+    sv = var if candidate is None else var[keep]
     if not with_owner:
         if columns is None:
             grouped = _grouped_by_class(sv, v.klass, steps, v.tile, v.bytes, profile.tiles)
         else:  # the candidates' own columns, taken from the variables' (no second reading of whole columns)
-            cls, tile, nbytes = (c[keep] for c in columns)
+            cls, tile, nbytes = columns if candidate is None else (c[keep] for c in columns)
             grouped = _grouped_by_class(np.arange(len(keep)), cls, steps, tile, nbytes, profile.tiles)
         if grouped is not None:
             return grouped
