@@ -157,7 +157,7 @@ class SharedParts:
     def grid(self) -> SegmentGrid:
         """The profile's own liveness grid: only its segments are used (events are made on it, never added)."""
         if self._grid is None:
-            self._grid = SegmentGrid.of(self.profile)
+            self._grid = SegmentGrid.of(self.profile, dtype=self.grid_dtype(self.profile))
         return self._grid
 
     @property
@@ -352,12 +352,14 @@ class _GridShare:
             self._class_ids = self.shared.class_ids(self.grid.p)
         return self._class_ids
 
-    def digest(self, digest: Any, var: np.ndarray) -> None:
-        """Feed ``digest`` the changed variables of ``var``, their live intervals (by :attr:`class_ids`) and bytes."""
-        changed = var[self.changed[var]]
-        v = self.grid.p.variables
-        for part in (changed, self.class_ids[v.klass[changed]], v.bytes[changed]):
-            _digest_part(digest, part)
+    def digest(self, digest: Any, part: VarSet) -> None:
+        """Feed ``digest`` which of ``part``'s variables this grid makes, their live intervals (by
+        :attr:`class_ids`) and their bytes in its profile."""
+        pick, _ = part.split(self.own)
+        klass, _, nbytes = part.picked(self.grid.p, self.own)[1]
+        digest.update(pick[0])
+        for column in (self.class_ids[klass], nbytes):
+            _digest_part(digest, column)
 
     @classmethod
     def of(cls, shared: SharedParts, grid: SegmentGrid, changed: np.ndarray, own: np.ndarray | None = None
@@ -460,28 +462,28 @@ class EngineShare:
         return (engine.training, view.recompute, view.stash_inputs, view.inputs_only, self.cut_grid is not None,
                 np.asarray(view.is_backward, bool).tobytes())
 
-    def fingerprint(self, engine: MemoryFacts, private: np.ndarray, shared: np.ndarray, layer: bytes) -> bytes:
-        """A digest of what this option set makes of one layer's variables (``private`` and ``shared``: the
-        counted variables of its operations, which ``layer`` names: their indices and counted flags): the live
-        intervals and bytes of those whose class or bytes it changes, on its grid and on its forward-cut grid,
-        and which of them are never stashed.
+    def fingerprint(self, engine: MemoryFacts, sets: tuple[VarSet, VarSet], layer: bytes) -> bytes:
+        """A digest of what this option set makes of one layer's variables (``sets``: the private and shared
+        counted variables of its operations, which ``layer`` names: their indices and counted flags): which of
+        them it makes on its own grids (:meth:`VarSet.split`), the live intervals and bytes of those there, and
+        which are never stashed.
 
-        A range's figure reads nothing else of its variables (the unchanged ones are as profiled), so two
-        option sets whose variable tables differ elsewhere (``every-layer`` with the head placed first and
-        last: only the head's variables differ) share the figures of the ranges of equal fingerprints.
-        Memoised per variable table, as the layer's parts are.
+        A range's figure reads nothing else of its variables (the others are as profiled), so two option sets
+        whose variable tables differ elsewhere (``every-layer`` with the head placed first and last: only the
+        head's variables differ) share the figures of the ranges of equal fingerprints. Memoised per variable
+        table, as the layer's parts are; it reads the columns and splits the parts read (no second pass).
         """
         where = (self.grid.table, self.cut_grid.table if self.cut_grid is not None else -1, self.stash_key, layer)
         found = self.shared.fingerprints.get(where)
         if found is None:
-            digest = hashlib.sha256()  # SHA-256: twice as fast as BLAKE2b here (SHA extensions)
-            # Private and shared apart, each sorted (so are their parts): no sort of the layer's variables.
-            for var in (private, shared):
+            digest = hashlib.sha256()
+            for part in sets:
+                digest.update(part.key)
                 for share in (self.grid, self.cut_grid):
                     if share is not None:
-                        share.digest(digest, var)
+                        share.digest(digest, part)
                 if engine.training:
-                    _digest_part(digest, var[np.asarray(engine.view.never_stash)[var]])
+                    digest.update(self.shared.key(np.asarray(engine.view.never_stash)[part.var]))
             found = self.shared.fingerprints[where] = digest.digest()
         return found
 

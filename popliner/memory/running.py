@@ -82,17 +82,20 @@ class LayerParts:
 
     @classmethod
     def of(cls, facts: MemoryFacts, ops: np.ndarray, share: EngineShare,
-           variables: tuple[np.ndarray, np.ndarray, np.ndarray]) -> LayerParts:
+           variables: tuple[np.ndarray, np.ndarray, np.ndarray], sets: tuple[VarSet, VarSet] | None = None
+           ) -> LayerParts:
         """The layer's parts: the profile's option-free parts (``share``, with its grids) and the option set's delta.
 
         ``variables``: its (private, shared) counted variables and the shared
         ones' positions in ``multi_layer_index``
-        (:meth:`popliner.memory.layer_vars.LayerVariables.split`).
+        (:meth:`popliner.memory.layer_vars.LayerVariables.split`); ``sets``: the
+        same two sets of variables as :class:`VarSet`, when the caller has them.
         """
         additive, presence, units, lo, hi = share.shared.programs(facts, ops)
         private, shared, shared_pos = variables
         # Each variable set's key, columns and split once, for its events and stash columns.
-        sets = (VarSet(share.shared, private), VarSet(share.shared, shared))
+        if sets is None:
+            sets = (VarSet(share.shared, private), VarSet(share.shared, shared))
         events = share.grid.merged(sets[0]), share.grid.owned(sets[1])
         cut_grid = share.cut_grid
         cut = (None, None) if cut_grid is None else (cut_grid.merged(sets[0]), cut_grid.owned(sets[1]))
