@@ -78,7 +78,7 @@ class RangeState:
             if grid is not None:
                 shared.take_buffers(grid)  # zeroed buffers an earlier option set gave back: no page faults
         self.pieces = pieces
-        #: The profile's option-free parts and these facts' delta on them (``popliner plan``: one scenario per
+        #: The profile's option-free parts and these facts' own pieces on them (``popliner plan``: one scenario per
         #: option set, all on the same parts).
         self.share = EngineShare(shared, facts, self.grid, self.cut_grid)
         #: What a range's figure depends on besides its operations: scenarios of equal signatures share figures.

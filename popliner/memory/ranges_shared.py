@@ -10,20 +10,22 @@ others exactly as profiled.
 
 :class:`SharedParts` (one per profile base: :attr:`popliner.base.ProfileBase.shared`)
 keeps what the options cannot change: each layer's programs part, and the
-events and stash columns of the layer's variables that an option set leaves
-*as profiled* (made on the profile's own grid). An option set's parts of a
-layer are those, moved to its grid (its segments refine the profile's: a
-what-if profile only adds liveness classes, so its segment ends include the
-profile's), plus the variables it changes, made once on its own grid. No
-variable is read twice: a single solve reads each once, as the direct model
-would. The unchanged variables are kept in two pieces, the always-live ones
-(weights, optimizer state: what off-chip state and sharding change) and the
-others (activations: what recomputation changes), each found by its exact
-variables, so that option sets that change only one kind share the other's
-piece: ``popliner plan`` builds one engine per option set (recomputation x
-head placement x optimizer state) on the same parts. Liveness grids and stash
-entries are integer sums, so the pieces give every figure to the byte
-(tests/test_shared_parts.py holds them against the direct model).
+events and stash columns of the layer's activations (variables not always
+live) that an option set leaves *as profiled*, made on the profile's own
+grid. An option set's parts of a layer are that piece, moved to its grid
+(its segments refine the profile's: a what-if profile only adds liveness
+classes, so its segment ends include the profile's), plus its own piece: the
+layer's other variables (its changed ones, and the few always-live ones,
+which off-chip state and sharding change), made once on its own grid
+(:meth:`VarSet.split`). No variable is read twice, so a single solve reads
+each once, as the direct model would. The profiled piece is found by its
+exact variables, so that option sets whose changes leave the same
+activations share it: ``popliner plan`` builds one engine per option set
+(recomputation x head placement x optimizer state) on the same parts, and
+off-chip state, which changes always-live variables only, shares every
+piece of on-chip state's. Liveness grids and stash entries are integer
+sums, so the pieces give every figure to the byte (tests/test_shared_parts.py
+holds them against the direct model).
 """
 
 from __future__ import annotations
@@ -85,7 +87,7 @@ class SharedParts:
         self._never: list[np.ndarray | None] = []
         #: Range figures by what they depend on (:meth:`RangeState.other_figure`): (worst, stash, total, peak).
         self.range_figures: dict[tuple[object, ...], tuple[int, np.ndarray, np.ndarray, np.ndarray | None]] = {}
-        #: Parts already corrected for a variable table: (table, what, variables) -> pieces.
+        #: Each variable table's pieces of a layer's variables: (table, what, variables) -> pieces.
         self.corrected: dict[tuple[int, str, bytes], tuple[Events, ...]] = {}
         #: Per variable table and layer variables, their digest (:meth:`EngineShare.fingerprint`).
         self.fingerprints: dict[tuple[object, ...], bytes] = {}
@@ -251,7 +253,7 @@ class SharedParts:
             del self.view_memo[key]
 
     def piece(self, where: tuple[int, str, bytes], correct: Callable[[], tuple[Events, ...]]) -> tuple[Events, ...]:
-        """The piece ``where`` (its variable table first), memoised: the profiled part and the table's delta,
+        """The pieces ``where`` (its variable table first), memoised: the profiled piece and the table's own,
         made by ``correct`` for the first engine of that table to ask."""
         found = self.corrected.get(where)
         if found is None:
@@ -298,9 +300,9 @@ class VarSet:
 
         Taken as profiled: those neither always live nor marked; the others
         (a few always-live ones per layer, the changed ones) are made on the
-        option set's grid, so that option sets that change only always-live
-        variables (optimizer state) or only activations (recomputation) share
-        the one large piece whenever their marks agree on it.
+        option set's grid. Option sets that change only always-live variables
+        (optimizer state) then share the large piece with those that change
+        nothing, and so do all whose marks agree on a layer's activations.
         """
         for known, found in self._splits:
             if known is own:

@@ -61,7 +61,7 @@ class LayerParts:
     ``cut_*_events`` are the same variables' events on the forward-cut grid
     (``--recompute pipeline``: :mod:`popliner.memory.rerun`).
     Events and stash columns are tuples of pieces that add up (the profile's
-    parts and the option set's delta: :mod:`popliner.memory.ranges_shared`).
+    piece and the option set's own: :mod:`popliner.memory.ranges_shared`).
     """
 
     ops: np.ndarray
@@ -84,7 +84,7 @@ class LayerParts:
     def of(cls, facts: MemoryFacts, ops: np.ndarray, share: EngineShare,
            variables: tuple[np.ndarray, np.ndarray, np.ndarray], sets: tuple[VarSet, VarSet] | None = None
            ) -> LayerParts:
-        """The layer's parts: the profile's option-free parts (``share``, with its grids) and the option set's delta.
+        """The layer's parts: the profile's option-free parts (``share``, with its grids) and the option set's own.
 
         ``variables``: its (private, shared) counted variables and the shared
         ones' positions in ``multi_layer_index``

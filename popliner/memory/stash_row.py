@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from popliner.memory.liveness.grid import Columns
     from popliner.profile.model import Profile
 
-__all__ = ["StashRow", "candidate_columns", "class_columns", "pair_groups", "stash_columns"]
+__all__ = ["StashRow", "class_columns", "pair_groups", "stash_columns"]
 
 
 def stash_columns(facts: MemoryFacts, var: np.ndarray, with_owner: bool = False,
@@ -55,7 +55,7 @@ def class_columns(profile: Profile, candidate: np.ndarray | None, steps: tuple[n
             grouped = _grouped_by_class(np.arange(len(keep)), cls, steps, tile, nbytes, profile.tiles)
         if grouped is not None:
             return grouped
-    # candidate_columns' columns, the steps through the classes (no step columns over every variable).
+    # One row per candidate, the steps through the classes (no step columns over every variable).
     klass = v.klass[sv]
     cols = {"first": steps[0][klass], "last": steps[1][klass], "tile": v.tile[sv], "nbytes": v.bytes[sv]}
     if with_owner:
@@ -89,19 +89,6 @@ def _grouped_by_class(sv: np.ndarray, klass: np.ndarray, class_steps: tuple[np.n
     dense = np.bincount(group * tiles + tile[sv], weights=nbytes[sv],
                         minlength=pairs[0].size * tiles).astype(np.int64).reshape(-1, tiles)
     return {"first": pairs[0] - 1, "last": pairs[1] - 1, "dense": dense}
-
-
-def candidate_columns(var: np.ndarray, candidate: np.ndarray, first: np.ndarray, last: np.ndarray, tile: np.ndarray,
-                      nbytes: np.ndarray, tiles: int, with_owner: bool = False, sign: int = 1) -> dict[str, np.ndarray]:
-    """:func:`stash_columns` from per-variable columns; ``sign`` -1 takes the bytes away (a correction)."""
-    keep = np.flatnonzero(candidate[var])  # the others are never part of a stash entry
-    sv = var[keep]
-    cols = {"first": first[sv], "last": last[sv], "tile": tile[sv],
-            "nbytes": nbytes[sv] if sign == 1 else -nbytes[sv].astype(np.int64)}
-    if with_owner:
-        cols["owner"] = keep
-        return cols
-    return _grouped(cols, tiles)
 
 
 def _grouped(cols: dict[str, np.ndarray], tiles: int) -> dict[str, np.ndarray]:
