@@ -484,8 +484,8 @@ class EngineShare:
                 for share in (self.grid, self.cut_grid):
                     if share is not None:
                         share.digest(digest, part)
-                if engine.training:
-                    digest.update(self.shared.key(np.asarray(engine.view.never_stash)[part.var]))
+                if engine.training:  # the never-stashed ones are among those the main grid makes (its own)
+                    digest.update(self.shared.key(np.asarray(engine.view.never_stash)[part.var[part.split(self.grid.own)[1]]]))
             found = self.shared.fingerprints[where] = digest.digest()
         return found
 
