@@ -52,7 +52,7 @@ def class_columns(profile: Profile, candidate: np.ndarray | None, steps: tuple[n
             grouped = _grouped_by_class(sv, v.klass, steps, v.tile, v.bytes, profile.tiles)
         else:  # the candidates' own columns, taken from the variables' (no second reading of whole columns)
             cls, tile, nbytes = columns if candidate is None else (c[keep] for c in columns)
-            grouped = _grouped_by_class(np.arange(len(keep)), cls, steps, tile, nbytes, profile.tiles)
+            grouped = _grouped_by_class(None, cls, steps, tile, nbytes, profile.tiles)
         if grouped is not None:
             return grouped
     # One row per candidate, the steps through the classes (no step columns over every variable).
@@ -64,9 +64,10 @@ def class_columns(profile: Profile, candidate: np.ndarray | None, steps: tuple[n
     return _grouped(cols, profile.tiles)
 
 
-def _grouped_by_class(sv: np.ndarray, klass: np.ndarray, class_steps: tuple[np.ndarray, np.ndarray],
+def _grouped_by_class(sv: np.ndarray | None, klass: np.ndarray, class_steps: tuple[np.ndarray, np.ndarray],
                       tile: np.ndarray, nbytes: np.ndarray, tiles: int) -> dict[str, np.ndarray] | None:
-    """:func:`_grouped` of the candidates ``sv``, with their (first, last) pairs found per liveness class.
+    """:func:`_grouped` of the candidates ``sv`` (None: every entry of the columns), with their (first, last)
+    pairs found per liveness class.
 
     A variable's first and last live steps are its class's, so the pairs of
     the few hundred classes present give every candidate's pair: no columns
@@ -74,7 +75,9 @@ def _grouped_by_class(sv: np.ndarray, klass: np.ndarray, class_steps: tuple[np.n
     None where it would not group them (or groups by a sort): the caller
     then takes the columns.
     """
-    ranked = rank_by_table(klass[sv]) if sv.size else None
+    if sv is not None:
+        klass, tile, nbytes = klass[sv], tile[sv], nbytes[sv]
+    ranked = rank_by_table(klass) if klass.size else None
     if ranked is None:
         return None
     classes, rank = ranked
@@ -82,11 +85,11 @@ def _grouped_by_class(sv: np.ndarray, klass: np.ndarray, class_steps: tuple[np.n
     if first.min() < -1 or last.min() < -1 or max(first.max(), last.max()) >= 2**31:
         return None
     pairs = pair_groups(first + 1, last + 1)
-    if pairs is None or pairs[0].size * tiles > 4 * sv.size:
+    if pairs is None or pairs[0].size * tiles > 4 * klass.size:
         return None
     group = pairs[2][rank]
     # float64 bincount: exact while a tile's bytes in one group are below 2**53.
-    dense = np.bincount(group * tiles + tile[sv], weights=nbytes[sv],
+    dense = np.bincount(group * tiles + tile, weights=nbytes,
                         minlength=pairs[0].size * tiles).astype(np.int64).reshape(-1, tiles)
     return {"first": pairs[0] - 1, "last": pairs[1] - 1, "dense": dense}
 
