@@ -198,33 +198,37 @@ def _recompute_cuts(profile: Profile, ops: OperationTable, layer_of_op: np.ndarr
         u = _last_forward_read(ops, forward_op, count, steps)
         # Unit numbers in int16 while they fit: a quarter of int64's pages.
         lo_unit, hi_unit = _unit_span(ops, unit, count, np.int16 if num_layers + 2 < 2**15 else steps)
-        found = (unit, bstart, forward_op, first, last, u, lo_unit, hi_unit)
+        # Kept for the variables a forward operation reads only (the others are never cut): under half of them.
+        read_idx = np.flatnonzero((u >= 0) & (lo_unit >= 0)).astype(np.int32 if count < 2**31 else np.int64)
+        found = (unit, bstart, forward_op, first, last, read_idx, u[read_idx], lo_unit[read_idx], hi_unit[read_idx])
         if memo is not None:
             # One layering at a time (the planner goes through the head placements in turn): tens of MB each.
             for old in [k for k in memo if k.startswith((b"cuts", b"whatif-cuts"))]:
                 del memo[old]
             memo[key] = found  # read only from here on
-    unit, bstart, forward_op, class_first, class_last, u, lo_unit, hi_unit = found
-    kept = ~roles.always_live & (u >= 0) & (lo_unit >= 0) & ~roles.optimizer_state
+    unit, bstart, forward_op, class_first, class_last, read_idx, u, lo_unit, hi_unit = found
+    # Of the variables a forward operation reads (u, lo_unit, hi_unit are theirs), the ones recomputation may cut.
+    kept = ~roles.always_live[read_idx] & ~roles.optimizer_state[read_idx]
     klass = profile.variables.klass
     if recompute == "every-layer":
         # Variables of one unit, read before their last forward read: the rest of the test on those only
         # (whole columns of int64 steps over millions of variables cost more than the test).
-        one = np.flatnonzero(kept & (lo_unit == hi_unit))
-        cls, u_one = klass[one], u[one]
+        at = np.flatnonzero(kept & (lo_unit == hi_unit))
+        one = read_idx[at].astype(np.int64)
+        cls, u_one, lo_one = klass[one], u[at], lo_unit[at]
         read = class_first[cls] <= u_one
-        near, u_near = one[read], u_one[read]
-        r = bstart[lo_unit[near]]  # the unit's backward start (lo_unit >= 0: kept)
+        near, u_near, lo_near = one[read], u_one[read], lo_one[read]
+        r = bstart[lo_near]  # the unit's backward start
         sel = (r <= class_last[cls[read]]) & (r > u_near + 1)
         picked = near[sel]
         pick = np.zeros(count, bool)
         pick[picked] = True
         cut = _Spread(picked, u_near[sel].astype(steps), r[sel].astype(steps))
         # Each layer owning a recomputed variable runs its forward part again.
-        return _Cuts(cut, pick, unchanged, forward_op & np.isin(unit, np.unique(lo_unit[picked])))
+        return _Cuts(cut, pick, unchanged, forward_op & np.isin(unit, np.unique(lo_near[sel])))
     forward_cut = unchanged.copy()
-    some = np.flatnonzero(kept)
-    cls, u_some = klass[some], u[some]
+    some = read_idx[kept].astype(np.int64)
+    cls, u_some = klass[some], u[kept]
     sel = (class_first[cls] <= u_some) & (class_last[cls] > u_some)
     forward_cut[some[sel]] = u_some[sel]
     return _Cuts(_Spread.none(), np.zeros(count, bool), forward_cut, forward_op.copy())
