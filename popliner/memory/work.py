@@ -25,8 +25,8 @@ from popliner.profile.limits import LIMITS, check_tile_cells
 from popliner.profile.limits import limit as _limit
 from popliner.profile.model import Profile
 
-__all__ = ["LAYER_ROW_OVERHEAD_CELLS", "LIMITS", "RANGE_OVERHEAD_CELLS", "check_layer_rows", "check_range_tables",
-           "check_work", "check_workbook_rows", "liveness_events", "range_cells", "tile_cells"]
+__all__ = ["LAYER_ROW_OVERHEAD_CELLS", "LIMITS", "RANGE_OVERHEAD_CELLS", "RangeWork", "check_layer_rows",
+           "check_range_tables", "check_work", "check_workbook_rows", "liveness_events", "range_cells", "tile_cells"]
 
 
 def liveness_events(profile: Profile, ops: OperationTable) -> tuple[int, int]:
@@ -122,6 +122,44 @@ def check_range_tables(profile: Profile, layers: int, tables: int = 1) -> None:
             f"above the limit of {_limit(env):,} (8 bytes each, about 0.5 us to evaluate); use a coarser layer "
             f"regex (fewer layers){', fewer option sets' if tables > 1 else ''}, or set {env} to a larger count "
             "to solve it anyway")
+
+
+class RangeWork:
+    """The range-table cells a pod plan evaluates, counted as its option sets evaluate them (one per plan).
+
+    A plan cannot know beforehand how many ranges its option sets read:
+    each reads only the ranges that fit, and takes what another option set
+    with the same figures evaluated. Counting every option set's whole
+    table (:func:`check_range_tables` with ``tables``) refused real plans
+    (a 120-layer BERT-Large on 64 IPUs: 263 M cells counted, about 6 M
+    evaluated). So a plan checks one table before anything is built, as a
+    solve does, and then counts each range as a table takes its figure
+    (evaluated, or another option set's); past the limit it stops with the
+    same line. Its work is then at most the limit's, whatever it shares.
+    """
+
+    def __init__(self, profile: Profile) -> None:
+        self._path = profile.path
+        self._tiles = max(profile.tiles, 0)
+        self._limit = _limit("POPLINER_MAX_RANGE_CELLS")
+        self.ranges = 0
+
+    @property
+    def cells(self) -> int:
+        """The cells counted so far: each range's per-tile row and its fixed cost."""
+        return (self._tiles + RANGE_OVERHEAD_CELLS) * self.ranges
+
+    def charge(self) -> None:
+        """Count one more range figure; refuse once the plan's cells pass the limit."""
+        self.ranges += 1
+        if self.cells > self._limit:
+            env = "POPLINER_MAX_RANGE_CELLS"
+            raise ProfileFormatError(
+                self._path, "target.tilesPerIpu",
+                f"({self._tiles:,} tiles + {RANGE_OVERHEAD_CELLS} for a range's fixed cost) x {self.ranges:,} ranges "
+                f"evaluated by the plan's option sets = {self.cells:,} range-table cells, above the limit of "
+                f"{self._limit:,} (8 bytes each, about 0.5 us to evaluate); use a coarser layer regex (fewer "
+                f"layers), fewer option sets, or set {env} to a larger count to plan it anyway")
 
 
 #: What one layer row costs beyond its per-tile arrays, in cells (about 600 us of Python a row, on a loaded

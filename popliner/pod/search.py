@@ -22,6 +22,7 @@ import numpy as np
 from popliner.analysis import Analysis
 from popliner.arrays import gather_csr
 from popliner.memory.ranges import ProfileRanges
+from popliner.memory.work import RangeWork
 from popliner.ops.remote import remote_update_operations, streamed_state_variables
 from popliner.pipeline import range_figure
 from popliner.solvers.problem import Bounds, SplitProblem
@@ -64,10 +65,11 @@ class OptionSearch:
 
 
 def search_options(analysis: Analysis, depths: Sequence[int], budget: int, link_bytes_per_second: float,
-                   traffic: TrafficTable | None = None) -> OptionSearch:
+                   traffic: TrafficTable | None = None, work: RangeWork | None = None) -> OptionSearch:
     """The fastest fitting split of ``analysis`` (already under its option set) for each of ``depths``.
 
-    ``traffic``: the profile's :class:`TrafficTable` when already made (one serves every option set).
+    ``traffic``: the profile's :class:`TrafficTable` when already made (one serves every option set);
+    ``work``: the plan's account of the ranges its tables evaluate (:class:`popliner.memory.work.RangeWork`).
     """
     training = analysis.mode == "training"
     n_layers = len(analysis.layout.placed_names)
@@ -78,7 +80,7 @@ def search_options(analysis: Analysis, depths: Sequence[int], budget: int, link_
     if not usable:
         return OptionSearch(analysis, out, facts.view.recompute)
     problem = SplitProblem(num_ipus=max(usable), budget=budget, training=training)
-    table = analysis.range_table(budget, link_bytes_per_second, lazy=True)
+    table = analysis.range_table(budget, link_bytes_per_second, lazy=True, work=work)
     suffixes = suffix_table(table, problem, float(budget), max(usable))
     traffic_table = traffic if traffic is not None else TrafficTable.of(analysis)
     options = analysis.options.training
