@@ -120,12 +120,17 @@ class TrafficTable:
     all-reduced); optimizer state is popliner's (docs/solvers.md). Neither
     depends on the recomputation, the head placement or where the state
     lives, so one table serves every option set of a profile.
+
+    The entries name the table's own variables (``slot``: their positions
+    among the distinct variables of every entry), so that the distinct ones
+    of a set of operations are found by marking a mask that small rather than
+    by sorting the set's entries (many operations use each weight).
     """
 
     ptr: np.ndarray
-    var: np.ndarray
+    slot: np.ndarray  # per entry: its variable's position among the table's distinct variables
     weight: np.ndarray  # per entry: a weight (else optimizer state)
-    nbytes: np.ndarray  # per variable, as profiled (not divided over shards)
+    nbytes: np.ndarray  # per distinct variable of the table, as profiled (not divided over shards)
     #: Figures already worked out, by operations and options (option sets often pick the same stages).
     _known: dict[tuple[bytes, bool, int], IpuTraffic] = field(default_factory=dict, repr=False)
 
@@ -136,7 +141,7 @@ class TrafficTable:
         count = facts.profile.variables.count
         if not facts.training:
             return cls(np.zeros(ops.count + 1, np.int64), np.zeros(0, np.int64), np.zeros(0, bool),
-                       analysis.profile.variables.bytes)
+                       np.zeros(0, np.int64))
         view = facts.view
         lens = np.diff(ops.var_ptr)
         update = np.asarray(view.is_update, bool)
@@ -156,7 +161,9 @@ class TrafficTable:
         keep = weights[ops.var_idx] | (state[ops.var_idx] & np.repeat(state_users, lens))
         kept = np.concatenate(([0], np.cumsum(keep)))
         var = ops.var_idx[keep].astype(np.int64)
-        return cls(kept[ops.var_ptr].astype(np.int64), var, weights[var], analysis.profile.variables.bytes)
+        distinct, slot = np.unique(var, return_inverse=True)
+        return cls(kept[ops.var_ptr].astype(np.int64), slot.astype(np.int64).reshape(-1), weights[var],
+                   np.asarray(analysis.profile.variables.bytes)[distinct])
 
     def of_ops(self, op_idx: np.ndarray, off_chip: bool, shard: int) -> IpuTraffic:
         """Gradient bytes, and (off chip) this replica's share of the optimizer state, of a set of operations."""
@@ -167,18 +174,15 @@ class TrafficTable:
         return found
 
     def _of_ops(self, op_idx: np.ndarray, off_chip: bool, shard: int) -> IpuTraffic:
-        var = gather_csr(self.ptr, self.var, op_idx)
+        slot = gather_csr(self.ptr, self.slot, op_idx)
         weight = gather_csr(self.ptr, self.weight, op_idx)
-        state = _distinct(var[~weight]) if off_chip else var[:0]
-        return IpuTraffic(int(self.nbytes[_distinct(var[weight])].sum()),
-                          int((-(-self.nbytes[state] // shard)).sum()))  # rounded up per variable, as sharding does
+        gradients = self.nbytes[self._distinct(slot[weight])]
+        state = self.nbytes[self._distinct(slot[~weight])] if off_chip else gradients[:0]
+        # The state's share is rounded up per variable, as sharding does.
+        return IpuTraffic(int(gradients.sum()), int((-(-state // shard)).sum()))
 
-
-def _distinct(var: np.ndarray) -> np.ndarray:
-    """The distinct variables of ``var`` (a variable several operations use counts once)."""
-    if var.size == 0:
-        return var
-    var = np.sort(var)
-    keep = np.ones(var.size, bool)
-    keep[1:] = var[1:] != var[:-1]
-    return var[keep]
+    def _distinct(self, slot: np.ndarray) -> np.ndarray:
+        """Whether each of the table's variables is among ``slot`` (a variable several operations use counts once)."""
+        mask = np.zeros(self.nbytes.size, bool)
+        mask[slot] = True
+        return mask
