@@ -103,25 +103,22 @@ def check_work(profile: Profile, ops: OperationTable) -> None:
 RANGE_OVERHEAD_CELLS = 512
 
 
-def range_cells(tiles: int, layers: int, tables: int = 1) -> int:
-    """Cells of the range tables: a per-tile row, and the fixed cost of a range, for every range of consecutive
-    layers, in each of ``tables`` tables (the option sets a pod plan searches)."""
-    return (max(tiles, 0) + RANGE_OVERHEAD_CELLS) * layers * (layers + 1) // 2 * max(tables, 1)
+def range_cells(tiles: int, layers: int) -> int:
+    """Cells of a range table: a per-tile row, and the fixed cost of a range, for every range of consecutive layers."""
+    return (max(tiles, 0) + RANGE_OVERHEAD_CELLS) * layers * (layers + 1) // 2
 
 
-def check_range_tables(profile: Profile, layers: int, tables: int = 1) -> None:
-    """Refuse range tables (solves, pod plans, the planner sheet) whose rows would pass the cells limit."""
-    cells = range_cells(profile.tiles, layers, tables)
+def check_range_tables(profile: Profile, layers: int) -> None:
+    """Refuse a range table (a solve's, a pod plan's option set's, the planner sheet's) past the cells limit."""
+    cells = range_cells(profile.tiles, layers)
     env = "POPLINER_MAX_RANGE_CELLS"
     if cells > _limit(env):
-        each = f" in each of {tables:,} option sets" if tables > 1 else ""
         raise ProfileFormatError(
             profile.path, "target.tilesPerIpu",
             f"({profile.tiles:,} tiles + {RANGE_OVERHEAD_CELLS} for a range's fixed cost) x "
-            f"{layers * (layers + 1) // 2:,} ranges of {layers:,} layers{each} = {cells:,} range-table cells, "
+            f"{layers * (layers + 1) // 2:,} ranges of {layers:,} layers = {cells:,} range-table cells, "
             f"above the limit of {_limit(env):,} (8 bytes each, about 0.5 us to evaluate); use a coarser layer "
-            f"regex (fewer layers){', fewer option sets' if tables > 1 else ''}, or set {env} to a larger count "
-            "to solve it anyway")
+            f"regex (fewer layers), or set {env} to a larger count to solve it anyway")
 
 
 class RangeWork:
