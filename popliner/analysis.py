@@ -58,7 +58,7 @@ if TYPE_CHECKING:
     from popliner.solvers.solve import SolverName
 
 __all__ = ["DEFAULT_BACKWARD_REGEX", "Analysis", "AnalysisOptions", "ProfileBase", "analyse_profile", "load_analysis",
-           "profile_base", "scenario", "solve_split"]
+           "scenario", "solve_split"]
 
 log = logging.getLogger(__name__)
 
@@ -201,9 +201,6 @@ class Analysis:
 
         return cycles_split(self.facts, self.stage_ops(layers, first_stage))
 
-    def stage_cycles(self, layers: Sequence[str], first_stage: bool = False) -> int:
-        return sum(self.stage_cycles_split(layers, first_stage))
-
     def stash_entry_per_tile(self, layers: Sequence[str], first_stage: bool = False) -> np.ndarray:
         """Bytes per tile of one activation stash entry of the stage (zero in inference)."""
         from popliner.memory.stages import stash_entry_per_tile
@@ -225,14 +222,6 @@ class Analysis:
     @property
     def op_cycles(self) -> np.ndarray:
         return self.facts.cycles.op_cycles
-
-    @property
-    def var_first_step(self) -> np.ndarray:
-        return self.facts.variable_steps[0]
-
-    @property
-    def var_last_step(self) -> np.ndarray:
-        return self.facts.variable_steps[1]
 
     @property
     def always_live_var(self) -> np.ndarray:
@@ -320,7 +309,7 @@ def _stage_results(analysis: Analysis, problem: SplitProblem, bounds: Sequence[t
     note = ""
     if skipped:
         note = (f"; the {time_limit:g} s time limit ran out before the overflow details of "
-                f"{len(skipped)} stage(s) over budget (IPUs {_ipu_list(skipped)}) were found")
+                f"{len(skipped)} stage(s) over budget (IPUs {_preview([str(k) for k in skipped], 6)}) were found")
     return tuple(stages), note
 
 
@@ -336,10 +325,6 @@ def _layer_need(facts: MemoryFacts, table: ProfileRanges, k: int) -> str:
         need += (f" ({facts.layer_names[0]} {first:,} and {facts.layer_names[head_layer]} {head:,} "
                  "on their own worst tiles)")
     return need
-
-
-def _ipu_list(ipus: Sequence[int]) -> str:
-    return ", ".join(str(k) for k in ipus[:6]) + (f", ... ({len(ipus)} in all)" if len(ipus) > 6 else "")
 
 
 def _preview(names: Sequence[str], limit: int = 8) -> str:
@@ -383,20 +368,12 @@ def analyse_profile(profile: Profile, options: AnalysisOptions = DEFAULT_OPTIONS
                     ops: OperationTable | None = None, layers: LayerAssignment | None = None,
                     announce: bool = True, from_cache: bool = False,
                     whole_per_tile: np.ndarray | None = None) -> Analysis:
-    """The base of an already loaded profile, and its scenario under ``options.training``.
+    """The base of an already loaded profile (its operations and named layers, checked), and its scenario under
+    ``options.training``.
 
     ``layers``: the assignment :func:`choose_layers` gives ``ops`` under these options, when already known.
     ``announce``: say what the operations left unattributed.
     """
-    return scenario(profile_base(profile, options, ops, layers, announce, from_cache, whole_per_tile),
-                    options.training)
-
-
-def profile_base(profile: Profile, options: AnalysisOptions = DEFAULT_OPTIONS,
-                 ops: OperationTable | None = None, layers: LayerAssignment | None = None,
-                 announce: bool = True, from_cache: bool = False,
-                 whole_per_tile: np.ndarray | None = None) -> ProfileBase:
-    """The base of an already loaded profile: its operations and named layers, checked (see :func:`analyse_profile`)."""
     _check_regexes(options)
     if ops is None:
         with phase("deriving operations"):
@@ -413,8 +390,9 @@ def profile_base(profile: Profile, options: AnalysisOptions = DEFAULT_OPTIONS,
     elif ops.unattributed_programs and announce:
         log.info("%d of %d reachable programs have no debug context and belong to no operation",
                  ops.unattributed_programs, ops.reachable_programs)
-    return ProfileBase(profile, ops, layers, dataclasses.replace(options, training=TrainingOptions()), from_cache,
+    base = ProfileBase(profile, ops, layers, dataclasses.replace(options, training=TrainingOptions()), from_cache,
                        whole_per_tile)
+    return scenario(base, options.training)
 
 
 @dataclass(frozen=True, eq=False)

@@ -21,8 +21,7 @@ from popliner.pipeline import position_memory
 from popliner.training_record import ConfigTraining, training_of
 
 __all__ = ["Breakdown", "LayerMatrix", "LayerRow", "OperationRow", "RangeTable", "TotalsRow", "affinity_matrix",
-           "build_breakdown", "default_headroom", "interlayer_matrix", "profile_coverage",
-           "profile_totals", "whole_profile_memory"]
+           "build_breakdown", "interlayer_matrix", "profile_coverage", "profile_totals"]
 
 
 @dataclass(frozen=True)
@@ -213,16 +212,11 @@ NO_LAYER = "(no layer)"
 WHOLE_MODEL = "Whole model on one IPU"
 
 
-def _row(analysis: Analysis, name: str, ops: np.ndarray) -> LayerRow:
-    mem = analysis.model.stage(ops)
-    return LayerRow(
-        layer=name,
-        num_operations=len(ops),
-        memory=mem.summed(),
-        worst_tile=mem.worst_tile,
-        worst_tile_bytes=mem.worst_bytes,
-        cycles=int(analysis.op_cycles[ops].sum()),
-    )
+def _row(analysis: Analysis, name: str, ops: np.ndarray, mem: StageMemory | None = None) -> LayerRow:
+    """The row of the operations ``ops`` as a stage of their own (``mem``: their figure, when known)."""
+    mem = analysis.model.stage(ops) if mem is None else mem
+    return LayerRow(layer=name, num_operations=len(ops), memory=mem.summed(), worst_tile=mem.worst_tile,
+                    worst_tile_bytes=mem.worst_bytes, cycles=int(analysis.op_cycles[ops].sum()))
 
 
 def layer_rows(analysis: Analysis) -> tuple[LayerRow, ...]:
@@ -242,20 +236,7 @@ def whole_model_row(analysis: Analysis) -> LayerRow:
     Code and variables that several layers share count once here, so this is
     smaller than the sum of the layer rows.
     """
-    mem = whole_profile_memory(analysis)
-    return LayerRow(
-        layer=WHOLE_MODEL,
-        num_operations=analysis.ops.count,
-        memory=mem.summed(),
-        worst_tile=mem.worst_tile,
-        worst_tile_bytes=mem.worst_bytes,
-        cycles=int(analysis.op_cycles.sum()),
-    )
-
-
-def whole_profile_memory(analysis: Analysis) -> StageMemory:
-    """Every operation with every one of its variables: the whole single-IPU program (the analysis keeps it)."""
-    return analysis.whole_memory
+    return _row(analysis, WHOLE_MODEL, np.arange(analysis.ops.count), analysis.whole_memory)
 
 
 #: The Totals table's last two categories (the others are the component names of every other table).
@@ -265,7 +246,7 @@ TOTAL_WORST = "Total on the worst tile"
 
 def profile_totals(analysis: Analysis) -> tuple[TotalsRow, ...]:
     """Model figures over the whole profile beside the profile's own ground truth."""
-    mem = whole_profile_memory(analysis)
+    mem = analysis.whole_memory
     truth = analysis.profile.tile_memory or {}
     cats = analysis.model.categories
     summed = mem.summed().as_dict(cats is not None)
@@ -276,14 +257,10 @@ def profile_totals(analysis: Analysis) -> tuple[TotalsRow, ...]:
         present = [truth[k] for k in keys if k in truth]
         ground = int(sum(int(v.sum()) for v in present)) if present else None
         rows.append(TotalsRow(COMPONENT_TITLES[comp], summed[comp], ground))
-    gt_total = None
-    if "alwaysLive" in truth and "notAlwaysLivePeak" in truth:
-        gt_total = int((truth["alwaysLive"] + truth["notAlwaysLivePeak"]).sum())
-    rows.append(TotalsRow(TOTAL_SUMMED, int(mem.total_per_tile.sum()), gt_total))
-    gt_worst = None
-    if "alwaysLive" in truth and "notAlwaysLivePeak" in truth:
-        gt_worst = int((truth["alwaysLive"] + truth["notAlwaysLivePeak"]).max())
-    rows.append(TotalsRow(TOTAL_WORST, mem.worst_bytes, gt_worst))
+    both = truth["alwaysLive"] + truth["notAlwaysLivePeak"] if {"alwaysLive", "notAlwaysLivePeak"} <= truth.keys() \
+        else None
+    rows.append(TotalsRow(TOTAL_SUMMED, int(mem.total_per_tile.sum()), None if both is None else int(both.sum())))
+    rows.append(TotalsRow(TOTAL_WORST, mem.worst_bytes, None if both is None else int(both.max())))
     cov = profile_coverage(analysis) if cats is not None else None
     if cov is not None:
         # Only with other categories, so that the tables of profiles without them keep their bytes.
@@ -293,14 +270,9 @@ def profile_totals(analysis: Analysis) -> tuple[TotalsRow, ...]:
     return tuple(rows)
 
 
-def default_headroom(analysis: Analysis) -> float:
-    """``--headroom``'s default: :attr:`popliner.base.ProfileBase.default_headroom` (one rule for every command)."""
-    return analysis.base.default_headroom
-
-
 def profile_coverage(analysis: Analysis) -> Coverage | None:
     """How much of the compiler's per-tile total the model accounts for (None without compiler totals)."""
-    return coverage_of(analysis.profile, whole_profile_memory(analysis))
+    return coverage_of(analysis.profile, analysis.whole_memory)
 
 
 def affinity_matrix(analysis: Analysis) -> LayerMatrix:

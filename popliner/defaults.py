@@ -1,41 +1,15 @@
 """What each framework builds when the user says nothing: the defaults a split is planned with.
 
-popliner's figures must describe the pipeline the framework will run. Two
-choices are the framework's, not the user's, unless the user overrides them:
-
-- **Recomputation.** PopTorch switches pipeline recomputation on by itself for
-  any model pipelined over more than one IPU (``poptorch/source/Compiler.cpp``
-  sets ``autoRecomputation`` to ``RecomputationType::Pipeline`` when pipelining,
-  with the comment that pipelining wants recompute on by default);
-  optimum-graphcore runs on PopTorch and never turns it off. PopART, PopXL and
-  TensorFlow recompute nothing unless asked (``SessionOptions.autoRecomputation``
-  defaults to ``RecomputationType::None``). When the model carries a
-  recomputation checkpoint in every layer (``poptorch.recomputationCheckpoint``,
-  as optimum-graphcore adds them for ``recompute_checkpoint_every_layer``; found
-  by popliner.ops.checkpoints), PopART recomputes each stage from those
-  checkpoints: recomputation per layer (``every-layer``).
-- **Where the head goes.** optimum-graphcore's pretraining, masked-LM and causal-LM
-  models (``PipelinedBertForPreTraining``, ``…ForMaskedLM``,
-  ``PipelinedGPT2LMHeadModel``) put the tied head back on IPU 0 after the last
-  layer (popliner's ``wrap``); its classification and question-answering models
-  put the head on the last IPU (``last``). With PopTorch alone the emitted blocks
-  decide: popliner writes a block for the head, so it picks the placement that
-  fits best (``auto``). PopART takes each operation's ``virtualGraph`` from the
-  config, so any placement is built as written; popliner keeps ``first`` there,
-  but for a tied head over two IPUs or more, which Graphcore's own PopART and
-  TensorFlow 2 BERT pretraining pipelines run on IPU 0 after the last layer
-  (``applications/popart/bert/README.md``: "IPU0: Tied Token
-  Embedding/Projection"; ``applications/tensorflow2/bert/configs``: the heads'
-  stage mapped to IPU 0): ``wrap``.
-- **A head tied to the embedding** (one weight read by both, found in the
-  profile: :meth:`popliner.base.ProfileBase.tied_weight`) is never built on
-  another IPU than the embedding's: PopART's pipeline transform stops with an
-  error when a variable would be copied between IPUs
-  (``willow/src/transforms/pipeline.cpp``), and PopTorch and optimum lower to
-  PopART. So ``last`` over two IPUs or more is refused for such a head
-  (:func:`tie_refusal`), and ``auto`` never picks it.
-
-docs/pipeline-config.md lists the same rules with their sources.
+popliner's figures must describe the pipeline the framework will run, so three choices follow the
+framework unless the user overrides them: **recomputation** (PopTorch and optimum-graphcore switch
+pipeline recomputation on over more than one IPU, every-layer when each layer holds a recomputation
+checkpoint; PopART, PopXL and TensorFlow recompute nothing unless asked), **where the head goes**
+(optimum's pretraining and LM models wrap it back onto IPU 0, its classification and QA models put it on
+the last IPU; with PopTorch alone popliner writes the head's block, so it picks what fits best; PopART
+builds any placement as written, ``wrap`` for a tied head as Graphcore's own BERT pipelines run it), and
+**a head tied to the embedding**, which no framework builds on another IPU than the embedding's
+(:func:`tie_refusal`). docs/pipeline-config.md lists the rules with their sources (PopTorch's
+``Compiler.cpp``, PopART's pipeline transform, graphcore/examples' BERT configs).
 """
 
 from __future__ import annotations

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from popliner.pod.plan import PodPlan
     from popliner.solvers.result import SplitResult
 
-__all__ = ["Model", "analysis_options", "load", "split_frame"]
+__all__ = ["Model", "analysis_options", "load"]
 
 def load(path: str, *, use_cache: bool = True, cache_dir: str | None = None, num_ipus: int = 4,
          **options: Any) -> Model:
@@ -220,12 +220,6 @@ class Model:
         for name in _CHOICES:
             request.setdefault(name, self.given.get(name))
         return plan_split(self.analysis, SplitRequest(**request))
-
-
-def split_frame(split: SplitResult) -> pd.DataFrame:
-    """One row per IPU of a split (the same as ``split.to_frame()``)."""
-    frame: pd.DataFrame = split.to_frame()
-    return frame
 
 
 def _matrix(matrix: LayerMatrix) -> pd.DataFrame:

@@ -31,15 +31,13 @@ HEAD_GROUP = "head"
 class Layout:
     """The layer names in model order and where the embedding and the head go.
 
-    ``embedding`` and ``head`` are the indices of popliner's groups in
-    ``names`` (None when the placement is ``first``, or when no operation was
-    left without a layer). The groups exist only as the first and the last
-    layer: a model's own layer that happens to be called ``head`` is a layer.
+    ``head`` is the index of popliner's head group in ``names`` (None when the placement is ``first``, or
+    when no operation was left without a layer); the embedding group is then layer 0. The groups exist only
+    as the first and the last layer: a model's own layer that happens to be called ``head`` is a layer.
     """
 
     names: tuple[str, ...]
     placement: HeadPlacement = "first"
-    embedding: int | None = None
     head: int | None = None
 
     @classmethod
@@ -50,7 +48,7 @@ class Layout:
                    and names[-1] == HEAD_GROUP)
         if not grouped:
             return cls(names, placement)
-        return cls(names, placement, 0, len(names) - 1)
+        return cls(names, placement, len(names) - 1)
 
     @classmethod
     def of_stages(cls, stages: Sequence[Sequence[str]], placement: HeadPlacement | None,

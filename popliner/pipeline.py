@@ -88,10 +88,7 @@ def head_wraps_at(head_wraps: bool, num_ipus: int) -> bool:
 
 
 def num_pipeline_stages(training: bool, num_ipus: int, head_wraps: bool = False) -> int:
-    """P: K stages in inference, 2K-1 in training (the last IPU's backward shares its stage).
-
-    A wrapped head adds one stage: K+1 in inference, 2K+1 in training.
-    """
+    """P: K stages in inference, 2K-1 in training; a wrapped head adds one (module docstring)."""
     extra = 1 if head_wraps_at(head_wraps, num_ipus) else 0
     return (2 * num_ipus - 1 + 2 * extra) if training else num_ipus + extra
 
@@ -102,11 +99,7 @@ def forward_stage(ipu: int) -> int:
 
 
 def backward_stage(ipu: int, num_ipus: int, head_wraps: bool = False) -> int:
-    """Pipeline stage of the backward pass on ``ipu`` in training.
-
-    ``2K-2-ipu`` (K-1 on the last IPU: forward and backward); with a wrapped
-    head, whose stage K sits between the forwards and the backwards, ``2K-ipu``.
-    """
+    """Pipeline stage of the backward pass on ``ipu`` in training: ``2K-2-ipu``, ``2K-ipu`` with a wrapped head."""
     if head_wraps_at(head_wraps, num_ipus):
         return 2 * num_ipus - ipu
     return 2 * num_ipus - 2 - ipu
@@ -121,12 +114,7 @@ def head_stage(num_ipus: int) -> int:
 
 
 def stash_depth(position: int, num_ipus: int, head_wraps: bool = False) -> int:
-    """Stash entries PopART keeps on the IPU at ``position`` of ``num_ipus`` (training).
-
-    One per stage between the IPU's forward and backward stages, both
-    included: ``2(K-1-i)+1``, none on the last IPU; with a wrapped head,
-    ``2(K-i)+1`` on every IPU (the head's own stage stashes nothing).
-    """
+    """Stash entries PopART keeps on the IPU at ``position`` of ``num_ipus`` (training; module docstring)."""
     if head_wraps_at(head_wraps, num_ipus):
         return 2 * (num_ipus - position) + 1
     if position >= num_ipus - 1:
@@ -212,10 +200,8 @@ class StageLayout:
         return stash_depth(ipu, self.num_ipus, self.wraps) if self.training else 0
 
     def placement(self, name: str, ipu: int) -> LayerPlacement:
-        if name == self.head:
-            return LayerPlacement(name, ipu, head_stage(self.num_ipus), head_stage(self.num_ipus) if self.training
-                                  else None)
-        return LayerPlacement(name, ipu, self.forward_stage(ipu), self.backward_stage(ipu) if self.training else None)
+        forward, backward = (head_stage(self.num_ipus),) * 2 if name == self.head else (ipu, self.backward_stage(ipu))
+        return LayerPlacement(name, ipu, forward, backward if self.training else None)
 
     def placements(self, order: Sequence[str]) -> tuple[LayerPlacement, ...]:
         """One row per part in ``order`` (model order) that the split places."""
@@ -501,7 +487,7 @@ def range_figure(facts: MemoryFacts, i: int, j: int, position: int, num_ipus: in
     """
     cross, back = facts.boundaries.crossing, facts.boundaries.gradient_crossing
     into = i - 1
-    bytes_out = int(cross[j]) if 0 <= j < len(cross) else 0
+    bytes_out = _at(cross, j)
     layers = list(range(i, j + 1))
     wraps = facts.layout.wraps_at(num_ipus)
     plan = StageLayout(num_ipus, facts.training, facts.layout.head_name if wraps else None)
@@ -510,10 +496,14 @@ def range_figure(facts: MemoryFacts, i: int, j: int, position: int, num_ipus: in
         into = facts.head_layer - 1 if wraps else -1
         if not wraps:
             bytes_out = 0  # one IPU holds everything: nothing crosses
-    bytes_in = int(cross[into]) if 0 <= into < len(cross) else 0
-    gradient_in = int(back[into]) if 0 <= into < len(back) else 0
     if table is None:
-        return _figure(facts, layers, position, plan, bytes_in, bytes_out, gradient_in)
+        return _figure(facts, layers, position, plan, _at(cross, into), bytes_out, _at(back, into))
     # With a wrapped head at position 0 the IPU's operations are not the range's alone: its entry is worked out.
     entry = None if facts.layout.wraps and position == 0 else table.stash_entry(i, j)
-    return _figure(facts, layers, position, plan, bytes_in, bytes_out, gradient_in, table.stage_memory(i, j), entry)
+    return _figure(facts, layers, position, plan, _at(cross, into), bytes_out, _at(back, into),
+                   table.stage_memory(i, j), entry)
+
+
+def _at(crossing: np.ndarray, k: int) -> int:
+    """The bytes of boundary ``k`` (after layer ``k``); 0 before the first layer and past the last."""
+    return int(crossing[k]) if 0 <= k < len(crossing) else 0

@@ -35,7 +35,6 @@ import numpy as np
 
 from popliner.analysis import Analysis, load_analysis
 from popliner.arrays import gather_csr, union_of
-from popliner.breakdown import whole_profile_memory
 from popliner.memory.liveness import window_peak
 from popliner.memory.types import COMPONENTS as MODEL_COMPONENTS
 from popliner.ops.layers import DEFAULT_INPUTS_REGEX_LAYER_0
@@ -73,7 +72,7 @@ def measure(preset: str, work: Path, **changes: Any) -> dict[str, Any]:
     if len(names) >= 3:
         rows["layer"] = rows[names[len(names) // 2]]
     rows["no layer"] = poplinerlike_row(a, np.flatnonzero(~counted), counted)
-    whole = whole_profile_memory(a)
+    whole = a.whole_memory
     five = whole.per_tile[:5].sum(axis=0)
     # The whole model in the real figures' order (state, code, exchange, control, variables).
     sums = dict(zip(MODEL_COMPONENTS, (int(x) for x in whole.per_tile[:5].sum(axis=1))))

@@ -114,3 +114,20 @@ def test_tampered_whole_figures_are_caught_even_with_a_new_digest(entry, caplog,
     rewrite_cache_entry(entry, change, resign=True)
     _, line = _rebuilt(caplog)
     assert "cannot be used" in line and words in line
+
+
+def test_debug_context_parents_in_a_loop_are_caught_even_with_a_new_digest(entry, caplog):
+    key = "p.contexts.parent."
+
+    def change(arrays, meta):
+        packed = key in meta["codecs"]
+        parent = (unpack(arrays[key], meta["codecs"][key]) if packed else arrays[key]).copy()
+        parent[0], parent[1] = 1, 0  # two contexts, each the other's parent
+        if packed:
+            arrays[key], meta["codecs"][key] = pack(parent)
+        else:
+            arrays[key] = parent
+
+    rewrite_cache_entry(entry, change, resign=True)
+    _, line = _rebuilt(caplog)
+    assert "cannot be used" in line and "debug-context parent links form a cycle" in line

@@ -313,13 +313,13 @@ def _tilevector_forms(tiles: int) -> list[tuple[str, Any]]:
 
 def _one_by_one(rows: list[int], objs: list[Any], keys: list[int] | None, n: int, tiles: int) -> Any:
     """The reference: each TileVector through the one-by-one decoder (its error's words when it refuses)."""
-    from popliner.profile.tilevector import RunTableBuilder, decode_tilevector_lists
+    from popliner.profile.tilevector import RunTableBuilder, decode_tilevector
 
     out = RunTableBuilder(keyed=keys is not None)
     try:
         for row in range(n):
             for at in [k for k, r in enumerate(rows) if r == row]:
-                first, stop, value = decode_tilevector_lists(objs[at], tiles, "x", _fail)
+                first, stop, value = decode_tilevector(objs[at], tiles, "x", _fail)
                 out.add(first, stop, value, None if keys is None else [keys[at]] * len(first))
             out.end_row()
     except AssertionError as exc:
@@ -378,7 +378,7 @@ def test_dense_tilevectors_in_bulk_give_the_reference_runs(tiles: int) -> None:
     """Dense vectors turned into runs all at once (a few per chunk here, so chunks meet) agree with the
     one-by-one decoder, mixed with the other forms, zero runs dropped, rows without a vector empty."""
     from popliner.profile import programs
-    from popliner.profile.tilevector import RunTableBuilder, decode_tilevector_lists
+    from popliner.profile.tilevector import RunTableBuilder, decode_tilevector
 
     rng = np.random.default_rng(tiles)
     objs: list[Any] = []
@@ -396,7 +396,7 @@ def test_dense_tilevectors_in_bulk_give_the_reference_runs(tiles: int) -> None:
     want = RunTableBuilder(keyed=False)
     for row in range(40):
         if row in rows:
-            want.add(*decode_tilevector_lists(objs[rows.index(row)], tiles, "x", _fail), None)
+            want.add(*decode_tilevector(objs[rows.index(row)], tiles, "x", _fail), None)
         want.end_row()
     expected = want.build()
     for name in ("ptr", "first", "stop", "value"):

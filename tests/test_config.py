@@ -15,7 +15,6 @@ from popliner.config import (
     PipelineConfig,
     config_from_split,
     default_gradient_accumulation,
-    num_pipeline_stages,
     parse_config,
     read_config,
 )
@@ -25,6 +24,7 @@ from popliner.config.yaml_io import config_from_document
 from popliner.errors import ConfigError, UsageProblem
 from popliner.fileio import atomic_write
 from popliner.memory.types import ComponentBytes
+from popliner.pipeline import num_pipeline_stages
 from popliner.solvers.result import SplitResult, StageResult
 from popliner.writers.pipeline_yaml import config_to_document, write_config
 from tests.helpers import FIXTURES
@@ -80,9 +80,9 @@ def rejected(doc: Any, source: str = "edited.yaml") -> str:
 
 
 def test_pipeline_stage_counts() -> None:
-    assert num_pipeline_stages("inference", 4) == 4
-    assert num_pipeline_stages("training", 3) == 5
-    assert num_pipeline_stages("training", 1) == 1
+    assert num_pipeline_stages(False, 4) == 4
+    assert num_pipeline_stages(True, 3) == 5
+    assert num_pipeline_stages(True, 1) == 1
 
 
 @pytest.mark.parametrize(("mode", "k", "expected"), [
@@ -91,7 +91,7 @@ def test_pipeline_stage_counts() -> None:
     ("training", 10, 38),  # P = 19
 ])
 def test_default_gradient_accumulation(mode: str, k: int, expected: int) -> None:
-    assert default_gradient_accumulation(num_pipeline_stages(mode, k)) == expected
+    assert default_gradient_accumulation(num_pipeline_stages(mode == "training", k)) == expected
     groups = tuple((f"l{i}",) for i in range(k))
     assert make_config(mode, None, groups).gradient_accumulation == expected
 

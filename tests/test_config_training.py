@@ -323,7 +323,7 @@ def test_planner_figures_with_options_equal_check_by_hand() -> None:
     from popliner.breakdown import build_breakdown
     from popliner.memory.training import TrainingOptions
     from popliner.profile import load_profile
-    from popliner.writers.planner import planner_figures
+    from tests.planner_reader import planner_figures
 
     training = TrainingOptions(recompute="every-layer", optimizer_state="off-chip", head_placement="last")
     analysis = analyse_profile(load_profile(TINY), AnalysisOptions(training=training))

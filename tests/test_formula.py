@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,13 +22,12 @@ from popliner.writers.formula import (
     CountIf,
     Expr,
     FormulaError,
-    FunctionResolver,
     RangeRef,
     Ref,
     Round,
     Sum,
     SumIf,
-    column_index,
+    Value,
     column_letter,
     mb,
     sum_range,
@@ -34,6 +36,18 @@ from popliner.writers.grid import Grid
 
 # ---------------------------------------------------------------------------
 # Addressing
+
+
+def column_index(letters: str) -> int:
+    """ "A" -> 1, "AA" -> 27: the inverse of column_letter, as the oracle of its round trip."""
+    index = 0
+    for char in letters.upper():
+        index = index * 26 + (ord(char) - ord("A") + 1)
+    return index
+
+
+def absolute(ref: CellRef) -> CellRef:
+    return dataclasses.replace(ref, abs_row=True, abs_col=True)
 
 
 @pytest.mark.parametrize(("col", "letters"), [(1, "A"), (26, "Z"), (27, "AA"), (52, "AZ"), (702, "ZZ"), (703, "AAA")])
@@ -58,7 +72,7 @@ def test_bad_positions_are_refused() -> None:
 
 def test_cell_and_range_rendering() -> None:
     assert CellRef(2, 4).render() == "D2"
-    assert CellRef(3, 2).absolute().render() == "$B$3"
+    assert absolute(CellRef(3, 2)).render() == "$B$3"
     assert CellRef(4, 3, abs_row=True).render() == "C$4"
     assert CellRef(1, 1, sheet="Layers").render() == "Layers!A1"
     assert CellRef(1, 1, sheet="Layers").render(here="Layers") == "A1"  # same sheet: no prefix
@@ -69,6 +83,21 @@ def test_cell_and_range_rendering() -> None:
 
 # ---------------------------------------------------------------------------
 # One test per formula kind: text and value
+
+
+@dataclass(frozen=True)
+class FunctionResolver:
+    """A :class:`Resolver` over a function of one reference."""
+
+    lookup: Callable[[CellRef], Value]
+
+    def cell(self, ref: CellRef) -> Value:
+        return self.lookup(ref)
+
+    def range(self, cells: RangeRef) -> list[Value]:
+        # Row by row, as spreadsheets pair up SUMIF's two ranges.
+        return [self.lookup(CellRef(row, col, cells.first.sheet)) for row in range(cells.first.row, cells.last.row + 1)
+                for col in range(cells.first.col, cells.last.col + 1)]
 
 
 def _values(cells: dict[str, Any]) -> FunctionResolver:
@@ -162,7 +191,7 @@ def test_arith() -> None:
 
 
 def test_compare() -> None:
-    fits = Compare(Ref(CellRef(6, 2)), "<=", Ref(CellRef(3, 2).absolute()))
+    fits = Compare(Ref(CellRef(6, 2)), "<=", Ref(absolute(CellRef(3, 2))))
     assert fits.render() == "B6<=$B$3"
     assert fits.evaluate(_values({"B6": 10, "B3": 10})) is True
     assert fits.evaluate(_values({"B6": 11, "B3": 10})) is False
@@ -247,7 +276,8 @@ def test_every_kind_agrees_with_the_formulas_engine(tmp_path: Path) -> None:
         mb(CellRef(1, 2)),
         mb(CellRef(2, 2)),
         mb(CellRef(3, 2)),
-        SumIf(keys.absolute(), Const(1), amounts.absolute()),
+        SumIf(RangeRef(absolute(keys.first), absolute(keys.last)), Const(1),
+              RangeRef(absolute(amounts.first), absolute(amounts.last))),
         CountIf(keys, Const(1)),
         Arith(Ref(CellRef(2, 2)), "-", Ref(CellRef(1, 2))),
         Compare(Ref(CellRef(2, 2)), ">", Const(5_000_000)),

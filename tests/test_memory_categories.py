@@ -19,7 +19,7 @@ import pytest
 from click.testing import CliRunner
 
 from popliner.analysis import Analysis, AnalysisOptions
-from popliner.breakdown import build_breakdown, default_headroom, profile_coverage, whole_profile_memory
+from popliner.breakdown import build_breakdown, profile_coverage
 from popliner.cli import cli
 from popliner.memory.categories import MODELLED, category_rule
 from popliner.memory.training import TrainingOptions
@@ -59,7 +59,7 @@ def test_hand_example_stage_shares() -> None:
     mm1 = analysis.model.stage(_ops(analysis, "layer1/matmul"))
     # 100*2/10 = 20, 80*2/8 = 20, 50*3/10 = 15, 30*2/10 = 6
     assert mm1.per_tile[-1].tolist() == [120, 120, 115, 106]
-    whole = whole_profile_memory(analysis)
+    whole = analysis.whole_memory
     assert whole.per_tile[-1].tolist() == [100 + v for v in FIELD_DATA]  # every operation: the compiler's bytes
     assert whole.summed().other == 400 + sum(FIELD_DATA)
 
@@ -67,11 +67,11 @@ def test_hand_example_stage_shares() -> None:
 def test_without_other_categories_nothing_changes() -> None:
     analysis = analyse_document(json.loads((FIXTURES / "tiny.json").read_text()))
     assert not analysis.model.has_other
-    assert whole_profile_memory(analysis).per_tile.shape[0] == 5
+    assert analysis.whole_memory.per_tile.shape[0] == 5
     breakdown = build_breakdown(analysis)
     assert not breakdown.has_other
     assert "Other categories (bytes)" not in layers_grid(breakdown)._rows[0].cells
-    assert default_headroom(analysis) == 0.0
+    assert analysis.base.default_headroom == 0.0
 
 
 @pytest.fixture(scope="module")
@@ -82,7 +82,7 @@ def generated() -> dict[str, Any]:
 
 def test_generated_profile_model_equals_compiler_on_every_tile(generated: dict[str, Any]) -> None:
     analysis = analyse_document(generated)
-    whole = whole_profile_memory(analysis)
+    whole = analysis.whole_memory
     truth = analysis.profile.tile_memory
     assert truth is not None
     compiler = truth["alwaysLive"] + truth["notAlwaysLivePeak"]
@@ -93,7 +93,7 @@ def test_generated_profile_model_equals_compiler_on_every_tile(generated: dict[s
     assert np.array_equal(whole.per_tile[-1], others)
     cov = profile_coverage(analysis)
     assert cov is not None and 0.99 <= cov.lowest <= cov.overall <= 1.01
-    assert 0.0 < default_headroom(analysis) <= 0.01
+    assert 0.0 < analysis.base.default_headroom <= 0.01
 
 
 def test_per_operation_shares_add_up_to_the_following_categories(generated: dict[str, Any]) -> None:

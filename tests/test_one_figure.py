@@ -28,8 +28,8 @@ from popliner.cli import cli
 from popliner.config.options import analysis_options
 from popliner.config.yaml_io import read_config
 from popliner.report.data import ipu_memories
-from popliner.writers.planner import planner_figures
 from tests.helpers import FIXTURES
+from tests.planner_reader import planner_figures
 
 
 @dataclass(frozen=True)

@@ -136,7 +136,6 @@ def test_wrap_with_a_workbook_writes_the_planner(tmp_path):
 def test_other_training_options_keep_the_whole_program_figure():
     """It depends on the profile and its operations only: a re-analysis takes it along, computed once."""
     from popliner.analysis import scenario
-    from popliner.breakdown import default_headroom
 
     analysis = load_analysis(BERT_TINY, AnalysisOptions(), use_cache=False)
     whole = analysis.whole_memory  # a cached load has it already; here the first reading makes it
@@ -147,4 +146,4 @@ def test_other_training_options_keep_the_whole_program_figure():
                                                                               head_placement="wrap")),
                           use_cache=False)
     assert (other.whole_memory.per_tile == fresh.whole_memory.per_tile).all()
-    assert default_headroom(other) == default_headroom(fresh)
+    assert other.base.default_headroom == fresh.base.default_headroom

@@ -271,7 +271,7 @@ def test_libreoffice_reads_the_written_workbook_like_the_csv(tmp_path: Path) -> 
 def test_planner_view_equals_check_and_solve(fixture: str, mode: str) -> None:
     from popliner.analysis import solve_split
     from popliner.solvers.problem import SplitProblem
-    from popliner.writers.planner import planner_figures
+    from tests.planner_reader import planner_figures
 
     analysis = load_analysis(str(FIXTURES / fixture), AnalysisOptions(mode=mode))  # type: ignore[arg-type]
     names = analysis.layer_names

@@ -20,7 +20,7 @@ from popliner.cli.analyse_options import HiddenArgument, analyse_options
 from popliner.cli.analyse_outputs import Outputs, check_outputs, route_output, tables_writer
 from popliner.cli.analyse_outputs import outputs as chosen_outputs
 from popliner.cli.check_ci import Gate, finish, gate
-from popliner.cli.options import headroom_given
+from popliner.cli.options import headroom_given, layering
 from popliner.errors import InfeasibleSplitError, UsageProblem
 from popliner.fileio import one_stdout
 from popliner.layout import HeadPlacement
@@ -105,9 +105,7 @@ def _run(p: dict[str, Any]) -> None:
 
 
 def _analysis_options(p: dict[str, Any]) -> AnalysisOptions:
-    op_layers = tuple(s.strip() for s in p["op_layers"].split(",") if s.strip())
-    if not op_layers:
-        raise UsageProblem("--op-layers: give at least one debug-context layer name")
+    layer_fields = layering(p)  # the layer options, read as a config's are
     # `auto` is a request for the planner: the profile is read with no recomputation, which auto tries first.
     # Unset or `auto`: the planner decides (the framework's defaults); the profile is read without them.
     recompute: Recompute = p["recompute"] if p["recompute"] not in (None, "auto") else "none"
@@ -118,11 +116,8 @@ def _analysis_options(p: dict[str, Any]) -> AnalysisOptions:
         replication_factor=p["replication_factor"],
         sharded_optimizer_state=p["sharded_optimizer_state"], head_placement=placement,
         update_regex=p["update_regex"], optimizer_state_regex=p["optimizer_state_regex"])
-    return AnalysisOptions(
-        op_layers=op_layers, layer_preset=p["layer_preset"], layer_name_regex=p["layer_name_regex"],
-        inputs_regex_layer_0=p["inputs_regex_layer_0"], layer_order=p["layer_order"],
-        layered_vars_only=not p["all_vars"], mode=p["mode"], backward_regex=p["backward_regex"], training=training,
-        framework=p["framework"], for_ipu_config=bool(p["ipu_config_out"]))
+    return AnalysisOptions(**layer_fields, mode=p["mode"], training=training,  # type: ignore[arg-type]
+                           framework=p["framework"], for_ipu_config=bool(p["ipu_config_out"]))
 
 
 def _split_request(p: dict[str, Any]) -> SplitRequest:

@@ -25,6 +25,7 @@ from popliner.cli.options import (
     cache_options,
     gradient_accumulation_option,
     link_bandwidth_option,
+    stacked,
 )
 from popliner.framework import FRAMEWORKS
 from popliner.layout import HEAD_PLACEMENTS
@@ -51,7 +52,8 @@ def _matmul_proportion(ctx: click.Context, param: click.Parameter, value: tuple[
     return value
 
 
-_OPTIONS: list[Callable[[Any], Any]] = [
+#: Every option of the command, the first listed first in ``--help``.
+analyse_options: Callable[[F], F] = stacked(
     click.option("--operation-breakdown", is_flag=True, help="One row per operation: layer, note, name, components."),
     click.option("--layer-breakdown", is_flag=True, help="One row per layer (the default table)."),
     click.option("--memory-totals", is_flag=True, help="Totals by category beside the profile's own figures."),
@@ -143,11 +145,4 @@ _OPTIONS: list[Callable[[Any], Any]] = [
                        "format of its name (.json the result file, .md Markdown, .xml JUnit, else the table)."),
     baseline_options,
     cache_options,
-]
-
-
-def analyse_options(func: F) -> F:
-    """Apply every option of the command (the first listed first in ``--help``)."""
-    for decorate in reversed(_OPTIONS):
-        func = decorate(func)
-    return func
+)

@@ -6,14 +6,10 @@ import time
 
 import click
 
-from popliner.cli.options import CACHE_DIR_HELP
+from popliner.cli.options import cache_dir_option
 from popliner.profile.cache import cache_info, clear_cache
 
 __all__ = ["command"]
-
-_CACHE_DIR = click.option("--cache-dir", type=click.Path(file_okay=False, path_type=str), default=None,
-                          help=CACHE_DIR_HELP)
-
 
 def _size(nbytes: int) -> str:
     """Bytes for people: 457.2 MB, 6.1 MB, 812 bytes."""
@@ -34,7 +30,7 @@ def command() -> None:
 
 
 @command.command(name="info")
-@_CACHE_DIR
+@cache_dir_option
 def info(cache_dir: str | None) -> None:
     """Location, entries (largest first), total size and the largest entry, on stdout."""
     found = cache_info(cache_dir)
@@ -50,7 +46,7 @@ def info(cache_dir: str | None) -> None:
 
 
 @command.command(name="clear")
-@_CACHE_DIR
+@cache_dir_option
 def clear(cache_dir: str | None) -> None:
     """Remove every cache entry; the next run on a profile rebuilds its entry."""
     removed, freed = clear_cache(cache_dir)

@@ -13,10 +13,8 @@ from popliner.cli.configured import analysis_for_config, budget_for_config
 from popliner.cli.options import (
     budget_given,
     budget_options,
-    cache_options,
-    config_training_options,
+    config_source_options,
     force_option,
-    layer_options,
     output_option,
 )
 from popliner.fileio import check_writable, distinct_files, is_stdout, one_stdout
@@ -37,9 +35,7 @@ log = logging.getLogger("popliner")
                "--baseline), .md a Markdown summary, .xml JUnit XML, anything else the per-IPU table.")
 @force_option("Overwrite existing -o/--junit files.")
 @baseline_options
-@cache_options
-@config_training_options
-@layer_options
+@config_source_options
 def command(config: str, profile: str, budget: float | None, headroom: float | None, junit: str | None,
             output: str | None, force: bool, baseline: str | None, max_growth: float | None,
             max_growth_bytes: int | None, no_cache: bool, cache_dir: str | None, **training: object) -> None:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from popliner.cli.options import FiniteFloat
+from popliner.cli.options import FiniteFloat, stacked
 from popliner.errors import DoesNotFitError, UsageProblem
 
 if TYPE_CHECKING:  # the command's module is imported for --help: the library only when it runs
@@ -32,7 +32,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 def baseline_options(func: F) -> F:
     """``--baseline``, ``--max-growth`` and ``--max-growth-bytes``."""
-    decorators = [
+    return stacked(
         click.option("--baseline", type=click.Path(dir_okay=False, path_type=str), metavar="OLD.json",
                      help="Compare with a saved result (`popliner check -o OLD.json` on the base branch): per IPU "
                           "the growth of the worst tile, and the layers and variables that changed most."),
@@ -41,10 +41,7 @@ def baseline_options(func: F) -> F:
                           "baseline's (0.01: 1%)."),
         click.option("--max-growth-bytes", type=click.IntRange(0, 2**40), default=None, metavar="N",
                      help="With --baseline: fail (exit 1) when an IPU's worst tile grew by more than N bytes."),
-    ]
-    for decorate in reversed(decorators):
-        func = decorate(func)
-    return func
+    )(func)
 
 
 @dataclass(frozen=True)

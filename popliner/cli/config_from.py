@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
 
 import click
 
@@ -16,7 +15,7 @@ from popliner.cli.options import (
     layering,
     output_option,
 )
-from popliner.errors import ConfigError, UsageProblem
+from popliner.errors import ConfigError
 from popliner.fileio import distinct_files
 from popliner.writers.formats import check_output
 from popliner.writers.writer import write_output
@@ -48,6 +47,7 @@ def command(workbook: str, profile: str | None, gradient_accumulation: int | Non
     """
     from popliner.config.options import analysis_options
     from popliner.config.planner import config_from_planner, read_planner
+    from popliner.config.snippets import optimum_check, optimum_say
     from popliner.scenario import resolve_recorded
 
     distinct_files({"REVIEW.xlsx": workbook, "--profile": profile}, {"-o": output})
@@ -63,25 +63,11 @@ def command(workbook: str, profile: str | None, gradient_accumulation: int | Non
         log.warning("%s was made from a profile with another content hash than %s", workbook, source)
     cfg = config_from_planner(choice, analysis, gradient_accumulation=gradient_accumulation)
     if writer.name == "ipu_config":
-        _say_optimum(cfg, output)
+        optimum_check(cfg, f"-o {output}")
+        optimum_say(cfg)
     write_output(cfg, output, force, writer)
     if output:
         log.info("wrote %s: %d IPUs", output, cfg.num_ipus)
-
-
-def _say_optimum(cfg: Any, output: str | None) -> None:
-    """Before writing optimum-graphcore's IPUConfig: a split it cannot build is refused; what it cannot say, said."""
-    from popliner.config.snippets import optimum_note, optimum_problem, optimum_warnings
-
-    problem = optimum_problem(cfg)
-    if problem is not None:
-        raise UsageProblem(f"-o {output}: optimum-graphcore cannot build this split: {problem}")
-
-    note = optimum_note(cfg)
-    if note:
-        log.info("%s", note)
-    for line in optimum_warnings(cfg):
-        log.warning("%s", line)
 
 
 def _recorded_profile(workbook: str, recorded: str) -> str:

@@ -8,24 +8,22 @@ any work.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
 from collections.abc import Callable, Mapping
-from typing import IO, Any, TypeVar
+from typing import Any, TypeVar
 
 import click
 
 from popliner.errors import UsageProblem
-from popliner.fileio import atomic_write
 from popliner.hardware import BANDWIDTH_RANGE, CLOCK_HZ_RANGE, DEFAULT_LINK_BANDWIDTH, DEFAULT_SYNC_CYCLES
 
 __all__ = ["BUDGET_DEFAULT", "BYTES_PER_TILE", "CACHE_DIR_HELP", "CLOCK_HZ", "CONFIG_TRAINING_PARAMS",
-           "LAYERS_PER_STAGE", "LAYER_PARAMS", "LINK_BANDWIDTH", "MICRO_BATCHES", "MICRO_BATCH_SIZE", "NUM_IPUS",
+           "LAYERS_PER_STAGE", "LINK_BANDWIDTH", "MICRO_BATCHES", "MICRO_BATCH_SIZE", "NUM_IPUS",
            "REPLICAS", "SECONDS", "SEED", "SYNC_CYCLES", "FiniteFloat", "budget_given", "budget_options",
-           "cache_options", "config_training_options",
+           "cache_dir_option", "cache_options", "config_source_options", "config_training_options",
            "force_option", "gradient_accumulation_option", "headroom_given", "layer_options", "layering",
-           "link_bandwidth_option", "output_option", "output_stream", "schedule_options"]
+           "link_bandwidth_option", "output_option", "schedule_options", "stacked"]
 
 log = logging.getLogger("popliner")
 
@@ -48,12 +46,6 @@ def output_option(help_text: str = "Write what would go to stdout to FILE instea
                         metavar="FILE", help=help_text)
 
 
-def output_stream(output: str | None, force: bool,
-                  newline: str | None = None) -> contextlib.AbstractContextManager[IO[str]]:
-    """stdout (no FILE, or ``-``), or FILE written to a temporary name and renamed into place on success."""
-    return atomic_write(output or "-", force=force, newline=newline)
-
-
 #: The parameters :func:`config_training_options` adds, in the names ``ConfigTraining`` uses.
 CONFIG_TRAINING_PARAMS: tuple[str, ...] = ("recompute", "optimizer_state", "replication_factor",
                                            "sharded_optimizer_state", "head_placement")
@@ -69,7 +61,7 @@ def config_training_options(func: F) -> F:
     from popliner.memory.training import HEAD_PLACEMENTS, OPTIMIZER_STATES, RECOMPUTE_REQUESTS
 
     note = " Default and only accepted value: the config's (training block)."
-    decorators = [
+    return stacked(
         click.option("--recompute", type=click.Choice(list(RECOMPUTE_REQUESTS)), default=None,
                      help="Training: recomputation." + note),
         click.option("--optimizer-state", type=click.Choice(list(OPTIMIZER_STATES)), default=None,
@@ -80,10 +72,7 @@ def config_training_options(func: F) -> F:
                      help="Training: optimizer state divided over the replicas." + note),
         click.option("--head-placement", type=click.Choice(list(HEAD_PLACEMENTS)), default=None,
                      help="Operations without a layer." + note),
-    ]
-    for decorate in reversed(decorators):
-        func = decorate(func)
-    return func
+    )(func)
 
 
 class FiniteFloat(click.FloatRange):
@@ -120,23 +109,28 @@ SYNC_CYCLES = click.IntRange(0, 10**12)
 # ------------------------------------------------------------------ one block per concept, on every command
 
 
-def _apply(func: F, decorators: list[Callable[[F], F]]) -> F:
-    for decorate in reversed(decorators):
-        func = decorate(func)
-    return func
+def stacked(*decorators: Callable[[F], F]) -> Callable[[F], F]:
+    """One decorator applying ``decorators``, the first listed first in ``--help``."""
+    def apply(func: F) -> F:
+        for decorate in reversed(decorators):
+            func = decorate(func)
+        return func
+    return apply
 
 
 #: Where the cache is when --cache-dir is not given (popliner.profile.cacheinfo.cache_dir decides).
 CACHE_DIR_HELP = "Cache folder (default $POPLINER_CACHE_DIR, else $XDG_CACHE_HOME/popliner, else ~/.cache/popliner)."
+#: ``--cache-dir``: on every command that reads a profile, and on ``popliner cache``.
+cache_dir_option = click.option("--cache-dir", type=click.Path(file_okay=False, path_type=str), default=None,
+                                help=CACHE_DIR_HELP)
 
 
 def cache_options(func: F) -> F:
     """``--no-cache`` and ``--cache-dir``: the derived-data cache of every command that reads a profile."""
-    return _apply(func, [
+    return stacked(
         click.option("--no-cache", is_flag=True, help="Do not read or write the derived-data cache."),
-        click.option("--cache-dir", type=click.Path(file_okay=False, path_type=str), default=None,
-                     help=CACHE_DIR_HELP),
-    ])
+        cache_dir_option,
+    )(func)
 
 
 def link_bandwidth_option(func: F) -> F:
@@ -146,12 +140,12 @@ def link_bandwidth_option(func: F) -> F:
 
 def schedule_options(func: F) -> F:
     """``--micro-batch-size`` and ``--sync-cycles``: what a simulated step assumes beyond the config."""
-    return _apply(func, [
+    return stacked(
         click.option("--micro-batch-size", type=MICRO_BATCH_SIZE, default=1, show_default=True,
                      help="Samples per micro-batch, for the throughput."),
         click.option("--sync-cycles", type=SYNC_CYCLES, default=DEFAULT_SYNC_CYCLES, show_default=True,
                      help="Clock cycles of the sync before each copy phase."),
-    ])
+    )(func)
 
 
 def gradient_accumulation_option(default: str) -> Callable[[F], F]:
@@ -168,12 +162,12 @@ BUDGET_DEFAULT = ("1 less the model's measured shortfall against the profile's o
 def budget_options(default: str) -> Callable[[F], F]:
     """``--budget F``, the fraction of each tile an IPU may use, and its alias ``--headroom F`` = ``--budget 1-F``
     (the fraction kept free); :func:`budget_given` turns the pair into one fraction."""
-    return lambda func: _apply(func, [
+    return stacked(
         click.option("--budget", type=float, default=None, callback=budget_fraction, metavar="FRACTION",
                      help=f"Fraction of each tile's bytes an IPU may use (default: {default})."),
         click.option("--headroom", type=float, default=None, callback=headroom_fraction, metavar="FRACTION",
                      help="Alias: --headroom F is --budget 1-F, the fraction of each tile kept free."),
-    ])
+    )
 
 
 def headroom_fraction(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
@@ -198,19 +192,14 @@ def headroom_given(budget: float | None, headroom: float | None) -> float | None
     return headroom if budget is None else 1.0 - budget
 
 
-#: The main command's options that decide the layers (and the training view) of an analysis, as the
-#: commands that read a config take them: a config made with ``--layer-name-regex R`` is checked with it.
-LAYER_PARAMS: tuple[str, ...] = ("layer_preset", "layer_name_regex", "inputs_regex_layer_0", "layer_order",
-                                 "op_layers", "all_vars", "backward_regex")
-
-
 def layer_options(func: F) -> F:
-    """``--layer-preset``, ``--layer-name-regex`` ... on a command that reads a config (default: the main
-    command's defaults); give the ones the config or workbook was made with."""
+    """``--layer-preset``, ``--layer-name-regex`` ... (:data:`popliner.config.layering.LAYER_OPTION_KEYS`) on a
+    command that reads a config (default: the main command's defaults); give the ones the config or workbook was
+    made with: a config made with ``--layer-name-regex R`` is checked with it."""
     from popliner.ops.layers import AUTO_PRESET, preset_names
 
     note = " Give what the config was made with (default: the main command's default)."
-    decorators = [
+    return stacked(
         click.option("--layer-preset", type=click.Choice([AUTO_PRESET, *preset_names()]), default=None,
                      help="Layer naming rule." + note),
         click.option("--layer-name-regex", default=None, help="Regex on operation names, group 1 is the layer." + note),
@@ -223,14 +212,17 @@ def layer_options(func: F) -> F:
                      help="Count variables of operations without a layer too." + note),
         click.option("--backward-regex", default=None,
                      help="Operation names of the backward pass and weight update." + note),
-    ]
-    for decorate in reversed(decorators):
-        func = decorate(func)
-    return func
+    )(func)
+
+
+def config_source_options(func: F) -> F:
+    """What a command that recomputes a config's figures from a profile takes: the cache, and the training and
+    layer options the config was made with."""
+    return stacked(cache_options, config_training_options, layer_options)(func)
 
 
 def layering(given: Mapping[str, object]) -> dict[str, object]:
     """The ``AnalysisOptions`` fields the layer options in ``given`` (a command's keyword arguments) set."""
-    from popliner.config.layering import analysis_fields
+    from popliner.config.layering import LAYER_OPTION_KEYS, analysis_fields
 
-    return analysis_fields({name: given.get(name) for name in LAYER_PARAMS})
+    return analysis_fields({name: given.get(name) for name in LAYER_OPTION_KEYS})

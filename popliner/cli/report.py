@@ -10,11 +10,9 @@ from popliner.cli.configured import analysis_for_config, budget_for_config
 from popliner.cli.options import (
     budget_given,
     budget_options,
-    cache_options,
-    config_training_options,
+    config_source_options,
     force_option,
     gradient_accumulation_option,
-    layer_options,
     link_bandwidth_option,
     output_option,
     schedule_options,
@@ -36,9 +34,7 @@ log = logging.getLogger("popliner")
 @gradient_accumulation_option("the config's")
 @schedule_options
 @link_bandwidth_option
-@cache_options
-@config_training_options
-@layer_options
+@config_source_options
 def command(config: str, profile: str, output: str | None, force: bool, budget: float | None,
             headroom: float | None, gradient_accumulation: int | None, micro_batch_size: int,
             link_bandwidth: float, sync_cycles: int, no_cache: bool, cache_dir: str | None, **training: object) -> None:

@@ -10,11 +10,9 @@ import click
 from popliner.cli.configured import analysis_for_config
 from popliner.cli.options import (
     CONFIG_TRAINING_PARAMS,
-    cache_options,
-    config_training_options,
+    config_source_options,
     force_option,
     gradient_accumulation_option,
-    layer_options,
     link_bandwidth_option,
     output_option,
     schedule_options,
@@ -56,9 +54,7 @@ logger = logging.getLogger(__name__)
 @force_option("Overwrite existing -o/--trace/--plot files.")
 @click.option("--json", "as_json", is_flag=True, help="The summary as JSON, whatever -o's name (-o FILE.json).")
 @click.option("--all-cycles", is_flag=True, help="Print every pipeline cycle in the schedule views.")
-@cache_options
-@config_training_options
-@layer_options
+@config_source_options
 def command(config_path: str, profile_path: str | None, gradient_accumulation: int | None, micro_batch_size: int,
             sync_cycles: int, link_bandwidth: float, trace_path: str | None, plot_path: str | None,
             output: str | None, force: bool, as_json: bool, all_cycles: bool, no_cache: bool, cache_dir: str | None,

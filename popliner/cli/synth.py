@@ -26,14 +26,8 @@ __all__ = ["command"]
 
 log = logging.getLogger("popliner.synth")
 
-#: CLI option -> SynthSpec field, for the options that override a preset.
-_OVERRIDES = {
-    "layers": "layers", "hidden": "hidden", "seq": "seq", "batch": "batch", "vocab": "vocab", "tiles": "tiles",
-    "bytes_per_tile": "bytes_per_tile", "clock": "clock_hz", "seed": "seed", "scale": "scale",
-    "optimizer": "optimizer", "recompute": "recompute", "optimizer_state": "optimizer_state",
-    "replication_factor": "replication_factor", "first_moment": "first_moment", "head": "head",
-    "framework": "framework",
-}
+#: The options that override a preset are named as the SynthSpec fields they set, but for these.
+_OVERRIDES = {"clock": "clock_hz"}
 
 
 @click.command("synth", context_settings={"help_option_names": ["-h", "--help"]})

@@ -9,11 +9,8 @@ from popliner.config.model import (
     ConfigStage,
     LayerPlacement,
     PipelineConfig,
-    backward_stage,
     config_from_split,
     default_gradient_accumulation,
-    forward_stage,
-    num_pipeline_stages,
 )
 
 if TYPE_CHECKING:
@@ -24,11 +21,8 @@ __all__ = [
     "ConfigStage",
     "LayerPlacement",
     "PipelineConfig",
-    "backward_stage",
     "config_from_split",
     "default_gradient_accumulation",
-    "forward_stage",
-    "num_pipeline_stages",
     "parse_config",
     "read_config",
 ]

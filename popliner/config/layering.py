@@ -32,19 +32,16 @@ def layer_record(options: AnalysisOptions) -> LayerRecord:
     """The layer options of ``options`` that differ from the defaults, for a config to record."""
     from popliner.analysis import AnalysisOptions
 
-    default = AnalysisOptions()
-    values: dict[str, Any] = {
-        "layer_preset": options.layer_preset, "layer_name_regex": options.layer_name_regex,
-        "inputs_regex_layer_0": options.inputs_regex_layer_0, "layer_order": options.layer_order,
-        "op_layers": ",".join(options.op_layers), "all_vars": not options.layered_vars_only,
-        "backward_regex": options.backward_regex,
-    }
-    defaults: dict[str, Any] = {
-        "layer_preset": default.layer_preset, "layer_name_regex": default.layer_name_regex,
-        "inputs_regex_layer_0": default.inputs_regex_layer_0, "layer_order": default.layer_order,
-        "op_layers": ",".join(default.op_layers), "all_vars": False, "backward_regex": default.backward_regex,
-    }
+    values, defaults = _layer_values(options), _layer_values(AnalysisOptions())
     return tuple((key, values[key]) for key in LAYER_OPTION_KEYS if values[key] != defaults[key])
+
+
+def _layer_values(options: AnalysisOptions) -> dict[str, Any]:
+    """Every layer option of ``options``, by its command-line name and as a config records it."""
+    return {"layer_preset": options.layer_preset, "layer_name_regex": options.layer_name_regex,
+            "inputs_regex_layer_0": options.inputs_regex_layer_0, "layer_order": options.layer_order,
+            "op_layers": ",".join(options.op_layers), "all_vars": not options.layered_vars_only,
+            "backward_regex": options.backward_regex}
 
 
 def read_layer_options(r: Any, value: Any) -> LayerRecord:
@@ -85,8 +82,7 @@ def merged_layer_options(recorded: LayerRecord, given: Mapping[str, object], sou
         if value is None or (key == "all_vars" and value is False):
             continue
         if key in record and record[key] != value:
-            flag = "--" + key.replace("_", "-")
-            raise UsageProblem(f"{flag} {value!r} conflicts with {source}, which was made with "
+            raise UsageProblem(f"--{key.replace('_', '-')} {value!r} conflicts with {source}, which was made with "
                                f"layer_options.{key}: {record[key]!r}; drop the option (the config's applies)")
         merged[key] = value
     return merged

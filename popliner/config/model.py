@@ -11,40 +11,39 @@ import hashlib
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
-from popliner import pipeline
 from popliner.errors import UsageProblem
 from popliner.layout import Layout
 from popliner.memory.types import ComponentBytes
-from popliner.pipeline import LayerPlacement, StageFigure, StageLayout, backward_stage, forward_stage
+from popliner.pipeline import LayerPlacement, StageFigure, StageLayout
 from popliner.solvers.result import SplitResult, StageResult
 from popliner.training_record import ConfigTraining, config_training
 
 __all__ = [
     "CONFIG_VERSION",
     "MODES",
+    "PREDICTED_FIGURES",
+    "PREDICTED_OPTIONAL",
     "ConfigStage",
     "ConfigTraining",
     "LayerPlacement",
     "PipelineConfig",
-    "backward_stage",
     "check_gradient_accumulation",
     "config_from_split",
     "config_stage",
     "config_training",
     "default_gradient_accumulation",
-    "forward_stage",
     "layers_fingerprint",
-    "num_pipeline_stages",
 ]
 
 CONFIG_VERSION = 1
 MODES: tuple[str, ...] = ("inference", "training")
-
-
-def num_pipeline_stages(mode: str, num_ipus: int, head_wraps: bool = False) -> int:
-    """P for a config's mode: the rule is :func:`popliner.pipeline.num_pipeline_stages`."""
-    return pipeline.num_pipeline_stages(mode == "training", num_ipus, head_wraps)
+#: The figures of a stage's ``predicted`` block, by their names in the file and on :class:`ConfigStage`, in the
+#: file's order (after ``for_layers`` and ``memory``).
+PREDICTED_FIGURES = ("worst_tile", "worst_tile_bytes", "stash_bytes", "stash_entries", "cycles", "bytes_in")
+#: Written since the training options are recorded (None when not): a config without them still loads.
+PREDICTED_OPTIONAL = ("forward_cycles", "recompute_cycles", "head_cycles", "gradient_bytes_in", "stash_entry_bytes")
 
 
 def default_gradient_accumulation(num_stages: int) -> int:
@@ -289,17 +288,13 @@ def config_stage(position: int, s: StageResult, training: bool) -> ConfigStage:
         raise UsageProblem(f"split stage {position} has no layers; every IPU of a pipeline needs at least one")
     layers = tuple(str(layer) for layer in s.layers)
     f = s.figure
+    figures: dict[str, Any] = {key: int(getattr(s, key)) for key in PREDICTED_FIGURES}
     return ConfigStage(
         index=position,
         ipu=position,
         layers=layers,
         memory=ComponentBytes(*(int(v) for v in s.memory.as_tuple(with_other=True))),
-        worst_tile=int(s.worst_tile),
-        worst_tile_bytes=int(s.worst_tile_bytes),
-        stash_bytes=int(s.stash_bytes),
-        stash_entries=int(s.stash_entries),
-        cycles=int(s.cycles),
-        bytes_in=int(s.bytes_in),
+        **figures,
         predicted_for=layers_fingerprint(layers),
         forward_cycles=int(f.forward_cycles) if f is not None else None,
         recompute_cycles=int(f.recompute_cycles) if f is not None else None,

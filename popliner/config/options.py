@@ -25,13 +25,8 @@ __all__ = ["FLAGS", "analysis_options", "check_applied", "check_cli_options"]
 log = logging.getLogger(__name__)
 
 #: Command-line flag of each recorded option (``ConfigTraining`` attribute -> flag).
-FLAGS: dict[str, str] = {
-    "recompute": "--recompute",
-    "optimizer_state": "--optimizer-state",
-    "replication_factor": "--replication-factor",
-    "sharded_optimizer_state": "--sharded-optimizer-state",
-    "head_placement": "--head-placement",
-}
+FLAGS: dict[str, str] = {name: "--" + name.replace("_", "-") for name in (
+    "recompute", "optimizer_state", "replication_factor", "sharded_optimizer_state", "head_placement")}
 
 
 def analysis_options(mode: str, training: ConfigTraining | None,

@@ -21,7 +21,7 @@ from typing import Any
 from popliner.analysis import Analysis
 from popliner.config.layering import layer_record
 from popliner.config.model import ConfigTraining, PipelineConfig, config_from_split
-from popliner.config.workbook import IPU_COL, LAYER_COL, PLANNER_SHEET, TRAINING_COL, SheetCells, open_sheet
+from popliner.config.workbook import IPU_COL, LAYER_COL, PLANNER_SHEET, TRAINING_COL, open_sheet
 from popliner.errors import ConfigError
 from popliner.profile.limits import limit
 from popliner.solvers.result import SplitResult, stage_result
@@ -80,7 +80,9 @@ def _where(path: str, cell: str) -> str:
 def read_planner(path: str | os.PathLike[str]) -> PlannerChoice:
     """The split in the planner sheet of ``path``; :class:`ConfigError` naming the cell on a bad edit."""
     source = os.fspath(path)
-    sheet = _planner_sheet(source)
+    # Lazily and within a size limit: only the planner sheet, only as far down as its layer table.
+    sheet = open_sheet(source, PLANNER_SHEET, _MAX_COLUMN, "write the review workbook with `popliner PROFILE -o "
+                       "review.xlsx`", narrow=(_SEARCH_ROWS, _TABLE_COLUMNS))
     try:
         return _read(source, sheet)
     finally:
@@ -137,13 +139,6 @@ def _training(source: str, sheet: Any, row: int, mode: str) -> ConfigTraining | 
         raise ConfigError(f"{_where(source, cell)}: the training options are JSON nested too deeply to read; "
                           "popliner writes one flat object there: restore the text popliner wrote") from None
     return training_from_document(document, _where(source, cell))
-
-
-def _planner_sheet(source: str) -> SheetCells:
-    # Lazily and within a size limit: only the planner sheet, only as far down as its layer table.
-    return open_sheet(source, PLANNER_SHEET, _MAX_COLUMN,
-                      "write the review workbook with `popliner PROFILE -o review.xlsx`",
-                      narrow=(_SEARCH_ROWS, _TABLE_COLUMNS))
 
 
 def _is_whole(value: object) -> bool:

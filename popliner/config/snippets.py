@@ -9,6 +9,7 @@ and the user maps them onto their own module paths where those differ.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -21,27 +22,26 @@ from popliner.textsafe import shown
 class FlowList(list):  # type: ignore[type-arg]
     """A list the YAML writer puts on one line (short lists of numbers)."""
 
-
-def flow_list(values: Any) -> FlowList:
-    return FlowList(values)
-
 __all__ = [
     "DEFAULT_MATMUL_PROPORTION",
     "FlowList",
     "ModelOptions",
-    "flow_list",
     "ipu_config",
     "memory_settings",
     "model_options",
+    "optimum_check",
     "optimum_models",
     "optimum_note",
     "optimum_problem",
+    "optimum_say",
     "optimum_snippet",
     "optimum_warnings",
     "popart_snippet",
     "poptorch_snippet",
     "snippets",
 ]
+
+log = logging.getLogger("popliner")
 
 #: Poplar's default ``availableMemoryProportion``: what a profile compiled
 #: without setting it used for matmul and convolution temporaries. popliner's
@@ -190,7 +190,7 @@ def _poptorch_layout_notes(cfg: PipelineConfig) -> list[str]:
         return ["# The head runs on IPU 0 after the last IPU, a pipeline stage of its own",
                 f"# ({cfg.stage_layout.head_stage}): AutoIncrement gives each new block the next stage and PopTorch",
                 "# merges consecutive blocks on one IPU, so the stages are those of PIPELINE_STAGE."]
-    if _has_groups(cfg) or cfg.num_ipus == 1:
+    if cfg.layout.grouped or cfg.num_ipus == 1:
         return []
     return ["# --head-placement first: popliner's figures put the operations without a layer on IPU 0, in its",
             "# first stage. Give your embedding module a block on IPU 0 as well (begin_block(model, PATH, 0)).",
@@ -253,7 +253,7 @@ def optimum_snippet(cfg: PipelineConfig) -> dict[str, Any] | str:
     problem = optimum_problem(cfg)
     if problem is not None:
         return f"# optimum-graphcore cannot build this split: {problem}\n"
-    return {key: flow_list(value) if isinstance(value, list) else value for key, value in ipu_config(cfg).items()}
+    return {key: FlowList(value) if isinstance(value, list) else value for key, value in ipu_config(cfg).items()}
 
 
 #: The optimum-graphcore 0.7.1 models that build each layout (their parallelize() in models/bert and models/gpt2).
@@ -275,7 +275,7 @@ def optimum_problem(cfg: PipelineConfig) -> str | None:
     last IPU): optimum builds that too, as it does any placement of a
     profile that left no operation without a layer (``every_op_layered``).
     """
-    if cfg.num_ipus == 1 or _has_groups(cfg) or cfg.layout.placement != "first" or cfg.every_op_layered:
+    if cfg.num_ipus == 1 or cfg.layout.grouped or cfg.layout.placement != "first" or cfg.every_op_layered:
         return None
     return FIRST_PROBLEM
 
@@ -285,6 +285,22 @@ FIRST_PROBLEM = ("its models put the head either back on IPU 0 after the last IP
                  "heads) or on the last IPU (classification and QA heads), never on IPU 0 in its first stage as "
                  "--head-placement first plans; solve with --head-placement wrap or last (popliner plan: "
                  "--head-placement last,wrap)")
+
+
+def optimum_check(cfg: PipelineConfig, option: str) -> None:
+    """Refuse (UsageProblem) a split optimum-graphcore cannot build, naming the ``option`` that asked for it."""
+    problem = optimum_problem(cfg)
+    if problem is not None:
+        raise UsageProblem(f"{option}: optimum-graphcore cannot build this split: {problem}")
+
+
+def optimum_say(cfg: PipelineConfig) -> None:
+    """Before writing optimum-graphcore's IPUConfig: which of its models build the split, and what they cannot say."""
+    note = optimum_note(cfg)
+    if note:
+        log.info("%s", note)
+    for line in optimum_warnings(cfg):
+        log.warning("%s", line)
 
 
 def optimum_warnings(cfg: PipelineConfig) -> list[str]:
@@ -314,11 +330,6 @@ def optimum_note(cfg: PipelineConfig) -> str | None:
         return None
     where = "wraps the head onto IPU 0" if cfg.head_wraps else "puts the head on the last IPU"
     return f"ipu_config.json builds this split with an optimum-graphcore model that {where}: {', '.join(models)}"
-
-
-def _has_groups(cfg: PipelineConfig) -> bool:
-    """Are the embedding and head layers of their own (``--head-placement last`` or ``wrap``)?"""
-    return cfg.layout.grouped
 
 
 def model_options(t: ConfigTraining) -> ModelOptions:
@@ -371,9 +382,7 @@ def ipu_config(cfg: PipelineConfig, matmul_proportion: Sequence[float] | None = 
     default. ``options`` default to the config's training record. Raises
     UsageProblem for a split optimum cannot build (:func:`optimum_problem`).
     """
-    problem = optimum_problem(cfg)
-    if problem is not None:
-        raise UsageProblem(f"--ipu-config-out: optimum-graphcore cannot build this split: {problem}")
+    optimum_check(cfg, "--ipu-config-out")
     k = cfg.num_ipus
     proportions = _per_ipu(cfg.matmul_proportion if matmul_proportion is None else matmul_proportion, k)
     if options is None:

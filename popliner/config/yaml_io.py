@@ -26,6 +26,8 @@ from popliner.config.layering import read_layer_options
 from popliner.config.model import (
     CONFIG_VERSION,
     MODES,
+    PREDICTED_FIGURES,
+    PREDICTED_OPTIONAL,
     ConfigStage,
     ConfigTraining,
     PipelineConfig,
@@ -56,10 +58,7 @@ TOP_KEYS = ("version", "profile", "target", "framework", "execution", "matmul_pr
 TRAINING_KEYS = ("recompute", "recompute_requested", "optimizer_state", "replication_factor",
                  "sharded_optimizer_state", "head_placement", "update_regex", "optimizer_state_regex")
 STAGE_KEYS = ("index", "ipu", "pipeline_stages", "layers", "predicted")
-PREDICTED_KEYS = ("for_layers", "memory", "worst_tile", "worst_tile_bytes", "stash_bytes", "stash_entries",
-                  "cycles", "bytes_in")
-#: Written since the training options are recorded; a config without them still loads.
-PREDICTED_OPTIONAL = ("forward_cycles", "recompute_cycles", "head_cycles", "gradient_bytes_in", "stash_entry_bytes")
+PREDICTED_KEYS = ("for_layers", "memory", *PREDICTED_FIGURES)
 LAYER_KEYS = ("name", "ipu", "pipelineStage", "backwardPipelineStage")
 _SHA256 = re.compile(r"[0-9a-fA-F]{64}")
 
@@ -352,25 +351,12 @@ def _read_stage(r: Reader, position: int, item: Any) -> ConfigStage:
     names = tuple(r.layer_name(name, f"{where}.layers[{j}]") for j, name in enumerate(layers))
     pw = f"{where}.predicted"
     pred = r.mapping(m["predicted"], pw, (*PREDICTED_KEYS, *PREDICTED_OPTIONAL), PREDICTED_KEYS)
-    optional = {key: r.integer(pred[key], f"{pw}.{key}") if key in pred else None for key in PREDICTED_OPTIONAL}
-    return ConfigStage(
-        index=index,
-        ipu=ipu,
-        layers=names,
-        memory=_read_memory(r, pred["memory"], f"{pw}.memory"),
-        worst_tile=r.integer(pred["worst_tile"], f"{pw}.worst_tile"),
-        worst_tile_bytes=r.integer(pred["worst_tile_bytes"], f"{pw}.worst_tile_bytes"),
-        stash_bytes=r.integer(pred["stash_bytes"], f"{pw}.stash_bytes"),
-        stash_entries=r.integer(pred["stash_entries"], f"{pw}.stash_entries"),
-        cycles=r.integer(pred["cycles"], f"{pw}.cycles"),
-        bytes_in=r.integer(pred["bytes_in"], f"{pw}.bytes_in"),
-        predicted_for=r.text(pred["for_layers"], f"{pw}.for_layers", allow_empty=True),
-        forward_cycles=optional["forward_cycles"],
-        recompute_cycles=optional["recompute_cycles"],
-        head_cycles=optional["head_cycles"],
-        gradient_bytes_in=optional["gradient_bytes_in"],
-        stash_entry_bytes=optional["stash_entry_bytes"],
-    )
+    optional: dict[str, Any] = {key: r.integer(pred[key], f"{pw}.{key}") if key in pred else None
+                                for key in PREDICTED_OPTIONAL}
+    memory = _read_memory(r, pred["memory"], f"{pw}.memory")
+    figures: dict[str, Any] = {key: r.integer(pred[key], f"{pw}.{key}") for key in PREDICTED_FIGURES}
+    return ConfigStage(index=index, ipu=ipu, layers=names, memory=memory, **figures,
+                       predicted_for=r.text(pred["for_layers"], f"{pw}.for_layers", allow_empty=True), **optional)
 
 
 def _read_memory(r: Reader, value: Any, where: str) -> ComponentBytes:

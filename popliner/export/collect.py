@@ -145,8 +145,6 @@ class ContextCollector:
         self.spool = FragmentSpool(folder)
         self._raw: dict[int, int] = {}  # written id -> the id libpva gave
         self.layers: set[str] = set()
-        #: Whether any written context has a parent.
-        self.any_parent = False
         #: Whether any context object had a ``parents`` (or ``parent``) attribute, empty or not.
         self.any_linked = False
 
@@ -172,7 +170,6 @@ class ContextCollector:
                 raise ContextProblem(f"the parents of debug context {rec.raw_id} lead back to it (a cycle "
                                      "in the debug information)")
             self.spool.add(rec.as_json(parent_id))
-            self.any_parent = self.any_parent or parent_id is not None
             self.any_linked = self.any_linked or rec.linked
             self.layers.add(rec.layer)
             if parent is None or parent_id is None:

@@ -201,7 +201,7 @@ class _Export:
     def write(self, w: JsonWriter) -> None:
         if self.comp is None:
             raise ExportError(f"{self.profile}: the report has no compilation section")
-        w.begin_object()
+        w.begin(b"{")
         w.field("format", "popliner-profile")
         w.field("version", 1)
         self.stage = "reading the target"
@@ -221,7 +221,7 @@ class _Export:
         w.key("debugContexts")
         self.contexts.spool.write_array(w)
         w.field("source", self._source())
-        w.end_object()
+        w.end(b"}")
         self.stage = "finishing the file"
 
     def close(self) -> None:
@@ -342,11 +342,11 @@ class _Export:
                             "is kept", self.profile, len(ids) - len(self.var_ids))
             self.stage = "writing the lowered variables"
             w.key("variables")
-            w.begin_object()
+            w.begin(b"{")
             for key, spool in columns.items():
                 w.key(key)
                 w.int_array(_masked(spool.chunks(self.chunk), keep))
-            w.end_object()
+            w.end(b"}")
             w.key("livenessClasses")
             classes.write_array(w)
             self.num_classes = classes.count

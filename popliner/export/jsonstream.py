@@ -71,23 +71,15 @@ class JsonWriter:
 
     # -- containers ---------------------------------------------------------
 
-    def begin_object(self) -> None:
+    def begin(self, opener: bytes) -> None:
+        """Open an object (``b"{"``) or an array (``b"["``)."""
         self._prefix()
-        self._write(b"{")
+        self._write(opener)
         self._first.append(True)
 
-    def end_object(self) -> None:
+    def end(self, closer: bytes) -> None:
         self._first.pop()
-        self._write(b"}")
-
-    def begin_array(self) -> None:
-        self._prefix()
-        self._write(b"[")
-        self._first.append(True)
-
-    def end_array(self) -> None:
-        self._first.pop()
-        self._write(b"]")
+        self._write(closer)
 
     # -- values -------------------------------------------------------------
 
@@ -120,10 +112,10 @@ class JsonWriter:
 
     def int_array(self, chunks: Iterator[np.ndarray]) -> None:
         """A JSON list of integers written chunk by chunk."""
-        self.begin_array()
+        self.begin(b"[")
         for chunk in chunks:
             self.items(int_items(chunk))
-        self.end_array()
+        self.end(b"]")
 
     def flush(self) -> None:
         if self._buf:
@@ -204,7 +196,7 @@ class FragmentSpool:
         """Copy the elements into ``writer`` as one JSON list."""
         self._file.flush()
         self._file.seek(0)
-        writer.begin_array()
+        writer.begin(b"[")
         first = True
         while True:
             data = self._file.read(block)
@@ -215,7 +207,7 @@ class FragmentSpool:
                 first = False
             else:
                 writer.raw(data)  # continues the same run of elements
-        writer.end_array()
+        writer.end(b"]")
 
     def close(self) -> None:
         self._file.close()

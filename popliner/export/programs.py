@@ -23,6 +23,7 @@ from popliner.export.collect import ContextCollector, Progress, VertexTypeTable
 from popliner.export.jsonstream import JsonWriter
 from popliner.export.program_contexts import ProgramContexts
 from popliner.export.pvaread import as_int, attr, check_size, encode_tilevector, ident, per_tile, program_type, safe_len
+from popliner.profile.rules import back_edge
 
 __all__ = ["ProgramsSection"]
 
@@ -46,8 +47,7 @@ class ProgramsSection:
         self.var_ids = var_ids  # sorted ids of the written variables
         self.step_ids = step_ids
         self.dropped_refs = 0
-        #: Programs written; leaf programs other than Sync (an operation can own them); those with a context.
-        self.written = 0
+        #: Programs with a context; leaf programs other than Sync (an operation can own them), and those with one.
         self.with_context = 0
         self.ownable = 0
         self.ownable_with_context = 0
@@ -66,12 +66,12 @@ class ProgramsSection:
         programs = attr(self.comp, "programs", default=()) or ()
         progress = Progress("programs", safe_len(programs))
         w.key("programs")
-        w.begin_array()
+        w.begin(b"[")
         for n, program in enumerate(programs, 1):
             self._emit(w, program)
             progress.update(n)
         self._emit_missing(w)
-        w.end_array()
+        w.end(b"]")
         self._check_tree()
         if self.dropped_refs:
             log.info("export: %d program-variable references to variables outside IPU 0 were left out",
@@ -98,7 +98,6 @@ class ProgramsSection:
             self.child_ids.update(children)
             self._children[pid] = children
         ctx = self._context_of(p, pid)
-        self.written += 1
         self.own_attribute = self.own_attribute or hasattr(p, "debugContext")
         ownable = not children and ptype not in _CONTROL_TYPES
         self.ownable += ownable
@@ -166,25 +165,11 @@ class ProgramsSection:
 
     def _check_tree(self) -> None:
         """Refuse a program that is its own ancestor (the loader would refuse the document)."""
-        state: dict[int, int] = {}  # 1 on the current path, 2 done
-        for root in self._children:
-            if state.get(root):
-                continue
-            stack = [(root, iter(self._children[root]))]
-            state[root] = 1
-            while stack:
-                pid, kids = stack[-1]
-                child = next(kids, None)
-                if child is None:
-                    state[pid] = 2
-                    stack.pop()
-                elif state.get(child) == 1:
-                    raise ExportError(f"{self.profile}: program {child} is its own ancestor in libpva's program "
-                                      "tree (a cycle through `children`); the report is corrupt; profile the "
-                                      "compilation again")
-                elif not state.get(child):
-                    state[child] = 1
-                    stack.append((child, iter(self._children.get(child, ()))))
+        found = back_edge(list(self._children), lambda pid: self._children.get(pid, []))
+        if found is not None:
+            raise ExportError(f"{self.profile}: program {self._children[found[0]][found[1]]} is its own ancestor in "
+                              "libpva's program tree (a cycle through `children`); the report is corrupt; profile "
+                              "the compilation again")
 
     def _context_of(self, p: Any, pid: int) -> int | None:
         ctx = self.program_contexts.of(p, pid)

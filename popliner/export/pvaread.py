@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from popliner.profile.model import PROGRAM_TYPES
+from popliner.profile.rules import INT64_MAX, is_int64
 from popliner.profile.tilevector import MAX_VALUE
 
 __all__ = [
@@ -44,7 +45,7 @@ log = logging.getLogger(__name__)
 
 #: Debug-context ids are uint64 in Poplar; the format (and the loader) keep
 #: them in int64. Ids beyond that range are folded into it.
-_MAX_ID = 2**63 - 1
+_MAX_ID = INT64_MAX
 _MISSING: Any = object()
 
 
@@ -272,7 +273,7 @@ def read_context(ctx: Any) -> ContextRecord:
     when libpva has one, else from the JSON's ``name`` ([U]).
     """
     raw = raw_context_id(ctx)
-    cid = raw if 0 <= raw <= _MAX_ID else raw & _MAX_ID
+    cid = context_id(ctx)
     parents = getattr(ctx, "parents", _MISSING)
     single = getattr(ctx, "parent", _MISSING)
     linked = parents is not _MISSING or single is not _MISSING
@@ -291,7 +292,6 @@ def read_context(ctx: Any) -> ContextRecord:
 
 #: Nesting kept in a context's free-form data; deeper data is left out (the JSON encoder stops at 255).
 MAX_DATA_DEPTH = 64
-_INT64 = (-(2**63), 2**63 - 1)
 
 
 class _TooDeep(Exception):
@@ -328,7 +328,7 @@ def _plain(value: Any, depth: int) -> Any:
         return {str(k): _plain(v, depth + 1) for k, v in value.items()}
     if isinstance(value, list):
         return [_plain(v, depth + 1) for v in value]
-    if type(value) is int and not _INT64[0] <= value <= _INT64[1]:
+    if type(value) is int and not is_int64(value):
         return str(value)
     if isinstance(value, float) and not math.isfinite(value):
         return None  # JSON has no NaN or infinity

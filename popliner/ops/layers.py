@@ -171,16 +171,12 @@ def choose_layers(
 ) -> LayerAssignment:
     """Layers from ``layer_name_regex`` when given, else from the preset (``auto``: the best one)."""
     if layer_name_regex is not None:
-        layers = assign_layers(ops, layer_name_regex, inputs_regex_layer_0, layer_order, warn=False)
-    elif preset != AUTO_PRESET:
-        chosen = _preset(preset)
-        layers = assign_layers(ops, chosen.regex, inputs_regex_layer_0, layer_order, rule=chosen.name,
-                               dots_to_slashes=chosen.dots_to_slashes, warn=False)
+        layers = assign_layers(ops, layer_name_regex, inputs_regex_layer_0, layer_order)
     else:
         best: LayerAssignment | None = None
-        for candidate in LAYER_PRESETS:
+        for candidate in LAYER_PRESETS if preset == AUTO_PRESET else (_preset(preset),):
             trial = assign_layers(ops, candidate.regex, inputs_regex_layer_0, layer_order, rule=candidate.name,
-                                  dots_to_slashes=candidate.dots_to_slashes, warn=False)
+                                  dots_to_slashes=candidate.dots_to_slashes)
             if best is None or (trial.layered_ops, len(trial.names)) > (best.layered_ops, len(best.names)):
                 best = trial
         assert best is not None
@@ -223,7 +219,6 @@ def assign_layers(
     *,
     rule: str = "regex",
     dots_to_slashes: bool = True,
-    warn: bool = True,
 ) -> LayerAssignment:
     if layer_order not in ("steps", "natural"):
         raise UsageProblem(f"--layer-order {layer_order!r}: expected 'steps' or 'natural'")
@@ -256,11 +251,7 @@ def assign_layers(
             found[op] = first
         if found[op] is not None:
             layer_of_op[op] = index[found[op]]  # type: ignore[index]
-    result = LayerAssignment(layer_of_op, tuple(notes), tuple(names), rule)
-    if warn:
-        what = f"--layer-preset {rule}" if rule != "regex" else f"--layer-name-regex (now {layer_name_regex!r})"
-        _warn_low_coverage(result, f"check {what}")
-    return result
+    return LayerAssignment(layer_of_op, tuple(notes), tuple(names), rule)
 
 
 def _warn_low_coverage(result: LayerAssignment, advice: str) -> None:

@@ -71,18 +71,10 @@ def update_operations(profile: Profile, ops: OperationTable, update_regex: str =
     return through_calls(named, called_operations(profile, ops) if called is None else called)
 
 
-def _recompute_tensor_variables(profile: Profile) -> np.ndarray:
-    """Bool per variable: its name holds ``__re`` followed by the end of the name or a non-word character.
-
-    Found once when the profile is loaded (and cached with it): reading every name here cost each solve.
-    """
-    return profile.variables.recompute_tensor
-
-
 def recompute_operations(profile: Profile, ops: OperationTable, backward_named: np.ndarray) -> np.ndarray:
     """Bool per operation: a PopART recompute clone (forward name, writes a ``__re`` tensor)."""
     out = np.zeros(ops.count, bool)
-    re_var = _recompute_tensor_variables(profile)
+    re_var = profile.variables.recompute_tensor  # found at load (and cached): reading every name cost each solve
     data = profile.contexts.data
     for op in np.flatnonzero(~backward_named).tolist():
         d = data[int(ops.context[op])] or {}

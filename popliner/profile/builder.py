@@ -22,7 +22,7 @@ from popliner.profile.columns import Extracted
 from popliner.profile.limits import check_tile_cells
 from popliner.profile.model import Contexts, Profile, Target, VertexTypes
 from popliner.profile.programs import build_programs
-from popliner.profile.rules import INT64_MAX, MAX_TILES, NotFast, kind
+from popliner.profile.rules import INT64_MAX, MAX_TILES, NotFast, back_edge, kind
 from popliner.profile.tilevector import MAX_VALUE, RunTableBuilder, decode_tilevector
 from popliner.profile.totals import check_totals
 
@@ -149,20 +149,10 @@ class Builder(BuildState):
         return Contexts(ids, parent, tuple(layers), tuple(names), tuple(data))
 
     def _check_context_cycles(self, parent: np.ndarray) -> None:
-        # Follow parent links with a per-walk visited mark; a node reached again
-        # within one walk is on a cycle. Finished nodes are skipped later.
-        state = np.zeros(len(parent), np.int8)  # 0 new, 1 on current walk, 2 done
         par = parent.tolist()
-        for start in range(len(par)):
-            node, walk = start, []
-            while node != -1 and state[node] == 0:
-                state[node] = 1
-                walk.append(node)
-                node = par[node]
-            if node != -1 and state[node] == 1:
-                self.fail(f"debugContexts[{node}].parent", "the parent links form a cycle")
-            for w in walk:
-                state[w] = 2
+        found = back_edge(range(len(par)), lambda c: () if par[c] == -1 else (par[c],))
+        if found is not None:
+            self.fail(f"debugContexts[{par[found[0]]}].parent", "the parent links form a cycle")
 
     def build_vertex_types(self, raw: list[Any]) -> VertexTypes:
         names: list[str] = []

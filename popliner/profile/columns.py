@@ -32,13 +32,13 @@ import numpy as np
 from popliner.profile.jsontext import JSON_SPACE, skip_space
 from popliner.profile.model import NameTable, recompute_tensors
 from popliner.profile.namelist import names_end, parse_names
+from popliner.profile.rules import INT64_MAX
 
 #: The document's text: bytes, or the bytearray the gunzip filled (no copy made of it).
 Text = bytes | bytearray
 
 __all__ = ["Extracted", "extract_columns", "parse_uint_list"]
 
-_INT64_MAX = 2**63 - 1
 _INT32_MAX = 2**31 - 1
 #: Columns the Profile holds as int32: read that way, they take half the memory while the text is still there.
 _NARROW_COLUMNS = ("tile", "class")
@@ -326,7 +326,7 @@ def parse_uint_list(body: bytes | bytearray) -> np.ndarray | None:
     except ValueError:  # numpy 2.x refuses data it cannot read to the end (",,")
         return None
     # fromstring saturates on overflow: a maximal value may be a clipped one.
-    if len(out) != count or int(out.max()) == _INT64_MAX:
+    if len(out) != count or int(out.max()) == INT64_MAX:
         return None
     # Every number read takes at least as many digits as its plain form, and a
     # separator at least one comma; equality with the body's length (less its

@@ -39,7 +39,6 @@ PROGRAM_TYPES: tuple[str, ...] = (
 )
 TYPE_CODE = {name: i for i, name in enumerate(PROGRAM_TYPES)}
 DO_EXCHANGE = TYPE_CODE["DoExchange"]
-ON_TILE_EXECUTE = TYPE_CODE["OnTileExecute"]
 
 
 @dataclass(frozen=True)
@@ -157,24 +156,21 @@ class NameTable:
             return [(0, self.blob.data)]  # searched in place: no copy
         out: list[tuple[int, bytes | memoryview]] = []
         count = len(self.chunk_ptr) - 1
-        nxt = self._inflate(0) if count else b""
+        nxt = self._chunk(0, keep=False) if count else b""
         for c in range(count):
-            raw, nxt = nxt, (self._inflate(c + 1) if c + 1 < count else b"")
+            raw, nxt = nxt, (self._chunk(c + 1, keep=False) if c + 1 < count else b"")
             out.append((c * self.chunk_bytes, raw + nxt[:overlap]))
         return out
 
-    def _inflate(self, c: int) -> bytes:
-        assert self.chunk_ptr is not None
-        if c in self._inflated:
-            return self._inflated[c]
-        return zcodec.decompress(self.blob[int(self.chunk_ptr[c]) : int(self.chunk_ptr[c + 1])])
-
-    def _chunk(self, c: int) -> bytes:
-        if c not in self._inflated:
+    def _chunk(self, c: int, keep: bool = True) -> bytes:
+        """Chunk ``c`` inflated; ``keep``: kept for the next read (a scan of every chunk keeps none)."""
+        raw = self._inflated.get(c)
+        if raw is None:
             assert self.chunk_ptr is not None
-            a, b = int(self.chunk_ptr[c]), int(self.chunk_ptr[c + 1])
-            self._inflated[c] = zcodec.decompress(self.blob[a:b])
-        return self._inflated[c]
+            raw = zcodec.decompress(self.blob[int(self.chunk_ptr[c]) : int(self.chunk_ptr[c + 1])])
+            if keep:
+                self._inflated[c] = raw
+        return raw
 
     def packed(self, chunk_bytes: int = NAME_CHUNK_BYTES) -> NameTable:
         """The same names with the blob as zlib chunks (compressed on two threads)."""

@@ -4,7 +4,7 @@ Every program goes through :func:`popliner.profile.rules.program_fields`
 (the one copy of the rules for a program's keys and their defaults). The
 TileVectors are collected in that pass and read per table afterwards: in
 bulk when they take the usual forms, else one by one through the reference
-decoder (:func:`decode_tilevector_lists`), which accepts the unusual forms
+decoder (:func:`~popliner.profile.tilevector.decode_tilevector`), which accepts the unusual forms
 and words every fault. Both give the same runs.
 """
 
@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from popliner.profile.model import Programs, VertexTypes
-from popliner.profile.rules import NotFast, is_int64, kind, only_ints, program_fields, vertex_type_of
-from popliner.profile.tilevector import MAX_VALUE, RunTable, RunTableBuilder, decode_tilevector_lists
+from popliner.profile.rules import NotFast, back_edge, is_int64, kind, only_ints, program_fields, vertex_type_of
+from popliner.profile.tilevector import MAX_VALUE, RunTable, RunTableBuilder, decode_tilevector
 
 if TYPE_CHECKING:
     from popliner.profile.build_state import BuildState as Builder
@@ -147,8 +147,7 @@ def _table(b: Builder, vec: _Vectors, n: int) -> RunTable:
     at = 0
     for row in range(n):
         while at < len(vec.rows) and vec.rows[at] == row:
-            first, stop, value = decode_tilevector_lists(vec.objs[at], b.tiles, f"programs[{row}].{vec.places[at]}",
-                                                         b.err)
+            first, stop, value = decode_tilevector(vec.objs[at], b.tiles, f"programs[{row}].{vec.places[at]}", b.err)
             out.add(first, stop, value, None if vec.keys is None else [vec.keys[at]] * len(first))
             at += 1
         out.end_row()
@@ -163,10 +162,9 @@ def bulk_runs(rows: list[int], objs: list[Any], keys: list[int] | None, n: int, 
               chunk_cells: int = 1 << 21) -> RunTable | None:
     """One table (a row per program) from TileVectors: dense, or ``{"runs": ...}`` or ``{"sparse": ...}`` in order.
 
-    Accepts exactly what :func:`decode_tilevector_lists` reads without
-    numpy (runs in order within tiles, sparse tiles ascending, values in
-    range; dense lists of ``tiles`` integers, as :func:`~popliner.profile.tilevector.dense_runs` reads
-    them) and gives the same runs, zero values dropped; None on anything else. Dense vectors are read
+    Accepts runs in order within tiles, sparse tiles ascending, values in range, and dense lists of
+    ``tiles`` integers, and gives the runs :func:`~popliner.profile.tilevector.decode_tilevector` gives,
+    zero values dropped; None on anything else. Dense vectors are read
     ``chunk_cells`` values at a time (8 bytes each), which bounds the arrays made for them.
     """
     try:
@@ -356,27 +354,9 @@ def _var_place(var_ptr: np.ndarray, k: int) -> tuple[int, int]:
 
 
 def _check_cycles(child_ptr: np.ndarray, child_idx: np.ndarray, b: Builder, ids: np.ndarray) -> None:
-    """Iterative three-colour DFS over the whole program graph."""
-    n = len(child_ptr) - 1
-    colour = bytearray(n)  # 0 white, 1 grey (on stack), 2 black
-    ptr = child_ptr.tolist()
-    idx = child_idx.tolist()
-    for root in range(n):
-        if colour[root]:
-            continue
-        stack: list[tuple[int, int]] = [(root, ptr[root])]
-        colour[root] = 1
-        while stack:
-            node, k = stack[-1]
-            if k < ptr[node + 1]:
-                stack[-1] = (node, k + 1)
-                child = idx[k]
-                if colour[child] == 1:
-                    b.fail(f"programs[{node}].children[{k - ptr[node]}]",
-                           f"program {int(ids[child])} is its own ancestor (cycle in the tree)")
-                if colour[child] == 0:
-                    colour[child] = 1
-                    stack.append((child, ptr[child]))
-            else:
-                colour[node] = 2
-                stack.pop()
+    ptr, idx = child_ptr.tolist(), child_idx.tolist()
+    found = back_edge(range(len(ptr) - 1), lambda p: idx[ptr[p] : ptr[p + 1]])
+    if found is not None:
+        node, k = found
+        b.fail(f"programs[{node}].children[{k}]",
+               f"program {int(ids[idx[ptr[node] + k]])} is its own ancestor (cycle in the tree)")

@@ -10,16 +10,17 @@ one path and refuse it on another.
 
 from __future__ import annotations
 
-from typing import Any, NoReturn
+from collections.abc import Callable, Hashable, Iterable, Sequence
+from typing import Any, NoReturn, TypeVar
 
 import numpy as np
 
 from popliner.errors import ProfileFormatError
 from popliner.profile.model import TYPE_CODE
-from popliner.profile.tilevector import MAX_VALUE
+from popliner.profile.tilevector import MAX_VALUE, kind, only_ints
 
 __all__ = ["INT64_MAX", "MAX_TILES", "NULL_MEANS_ABSENT", "Checker", "NotFast", "is_int64", "kind", "only_ints",
-           "program_fields", "vertex_type_of"]
+           "back_edge", "program_fields", "vertex_type_of"]
 
 #: Refuse targets beyond this many tiles per IPU (Mk2 has 1472): a typo or a
 #: corrupt number would otherwise make every per-tile array absurdly large.
@@ -35,25 +36,43 @@ PROGRAM_DEFAULTS: dict[str, Any] = {"name": "", "children": (), "debugContext": 
 TOTAL_LIMIT = 2**60
 
 
+H = TypeVar("H", bound=Hashable)
+
+
+def back_edge(roots: Iterable[H], children: Callable[[H], Sequence[H]]) -> tuple[H, int] | None:
+    """The first edge ``(node, k)`` to ``children(node)[k]`` that closes a cycle, or None.
+
+    Depth first from each root in turn, children in order, each node walked
+    once (iteratively: a tree may be deeper than Python's recursion limit).
+    """
+    on_path: dict[H, bool] = {}  # True while on the current path, False once done
+    for root in roots:
+        if root in on_path:
+            continue
+        on_path[root] = True
+        stack = [(root, children(root), 0)]
+        while stack:
+            node, kids, k = stack[-1]
+            if k == len(kids):
+                on_path[node] = False
+                stack.pop()
+                continue
+            stack[-1] = (node, kids, k + 1)
+            seen = on_path.get(kids[k])
+            if seen:
+                return node, k
+            if seen is None:
+                on_path[kids[k]] = True
+                stack.append((kids[k], children(kids[k]), 0))
+    return None
+
+
 class NotFast(Exception):
     """The column reader's placeholders are not where expected: parse the ordinary way."""
 
 
 def is_int64(value: Any) -> bool:
     return type(value) is int and INT64_MIN <= value <= INT64_MAX
-
-
-def only_ints(values: list[Any]) -> bool:
-    """Every item is a Python int (not a bool, not a float): one C-level pass over the types."""
-    return set(map(type, values)) <= {int}
-
-
-def kind(value: Any) -> str:
-    if value is None:
-        return "null"
-    return {bool: "boolean", int: "integer", float: "number", str: "string", list: "list", dict: "object"}.get(
-        type(value), type(value).__name__
-    )
 
 
 class Checker:

@@ -9,6 +9,7 @@ sum of many vectors is a difference array and one cumulative sum.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -17,7 +18,7 @@ import numpy as np
 
 from popliner.arrays import expand_ranges
 
-__all__ = ["RunTable", "RunTableBuilder", "decode_tilevector", "decode_tilevector_lists", "dense_runs"]
+__all__ = ["RunTable", "RunTableBuilder", "decode_tilevector", "dense_runs", "kind", "only_ints"]
 
 #: Largest integer a profile may use for bytes, counts or cycles. JSON numbers
 #: beyond it are almost surely corruption, and they would overflow int64 sums.
@@ -42,78 +43,11 @@ def decode_tilevector(
         if set(raw) == {"sparse"}:
             return _sparse_runs(raw["sparse"], tiles, f"{where}.sparse", fail)
         raise fail(where, 'a TileVector object must have exactly one key, "runs" or "sparse"')
-    raise fail(where, f"expected a TileVector (list or object), got {_kind(raw)}")
+    raise fail(where, f"expected a TileVector (list or object), got {kind(raw)}")
 
 
-def decode_tilevector_lists(
-    raw: Any, tiles: int, where: str, fail: Raise
-) -> tuple[list[int], list[int], list[int]] | tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """:func:`decode_tilevector`, with plain lists for the common small cases.
-
-    A profile holds tens of thousands of TileVectors of one to a few runs; for
-    those, checking the integers in Python and handing lists to
-    :class:`RunTableBuilder` beats making numpy arrays per vector. Only runs
-    already in order and sparse entries in tile order are taken here; dense
-    lists, out-of-order input and anything invalid go to
-    :func:`decode_tilevector`, which sorts and words the errors, so the
-    result (and every message) is the same either way.
-    """
-    if type(raw) is dict and len(raw) == 1:
-        runs = raw.get("runs")
-        if type(runs) is list:
-            fast = _ordered_runs(runs, tiles)
-            if fast is not None:
-                return fast
-        else:
-            sparse = raw.get("sparse")
-            if type(sparse) is list:
-                fast = _ordered_sparse(sparse, tiles)
-                if fast is not None:
-                    return fast
-    return decode_tilevector(raw, tiles, where, fail)
-
-
-def _ordered_runs(runs: list[Any], tiles: int) -> tuple[list[int], list[int], list[int]] | None:
-    first: list[int] = []
-    stop: list[int] = []
-    value: list[int] = []
-    prev = 0
-    for run in runs:
-        if type(run) is not list or len(run) != 3:
-            return None
-        a, b, v = run
-        if type(a) is not int or type(b) is not int or type(v) is not int:
-            return None
-        if not (prev <= a < b <= tiles and 0 <= v <= MAX_VALUE):
-            return None
-        prev = b
-        if v:
-            first.append(a)
-            stop.append(b)
-            value.append(v)
-    return first, stop, value
-
-
-def _ordered_sparse(entries: list[Any], tiles: int) -> tuple[list[int], list[int], list[int]] | None:
-    first: list[int] = []
-    value: list[int] = []
-    prev = -1
-    for entry in entries:
-        if type(entry) is not list or len(entry) != 2:
-            return None
-        t, v = entry
-        if type(t) is not int or type(v) is not int:
-            return None
-        if not (prev < t < tiles and 0 <= v <= MAX_VALUE):
-            return None
-        prev = t
-        if v:
-            first.append(t)
-            value.append(v)
-    return first, [t + 1 for t in first], value
-
-
-def _kind(value: Any) -> str:
+def kind(value: Any) -> str:
+    """The JSON name of ``value``'s type, for messages."""
     if value is None:
         return "null"
     return {bool: "boolean", int: "integer", float: "number", str: "string", list: "list", dict: "object"}.get(
@@ -140,7 +74,7 @@ def _int_array(raw: Any, where: str, fail: Raise, width: int | None = None) -> n
     if arr.size and (arr.dtype.kind != "i"):
         raise fail(where, "expected integers")
     # np.asarray silently truncates floats when dtype is given; refuse them.
-    if arr.size and not _all_ints(raw, width):
+    if arr.size and not only_ints(raw if width is None else itertools.chain.from_iterable(raw)):
         raise fail(where, "expected integers, found a non-integer value")
     if arr.size and int(arr.min()) < 0:
         raise fail(where, "negative value; TileVector entries are non-negative integers")
@@ -158,10 +92,9 @@ def _first_huge(raw: list[Any]) -> int | None:
     return None
 
 
-def _all_ints(raw: Any, width: int | None) -> bool:
-    if width is None:
-        return all(type(v) is int for v in raw)
-    return all(type(v) is int for row in raw for v in row)
+def only_ints(values: Any) -> bool:
+    """Every item is a Python int (not a bool, not a float): one C-level pass over the types."""
+    return set(map(type, values)) <= {int}
 
 
 def dense_runs(raw: list[Any], tiles: int, where: str, fail: Raise) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -282,31 +215,12 @@ class RunTable:
             np.maximum.at(out, self.run_rows(), self.value)
         return out
 
-    def arrays(self, prefix: str) -> dict[str, np.ndarray]:
-        out = {f"{prefix}.ptr": self.ptr, f"{prefix}.first": self.first, f"{prefix}.stop": self.stop,
-               f"{prefix}.value": self.value}
-        if self.key is not None:
-            out[f"{prefix}.key"] = self.key
-        return out
-
-    @classmethod
-    def from_arrays(cls, arrays: dict[str, np.ndarray], prefix: str) -> RunTable:
-        return cls(
-            ptr=arrays[f"{prefix}.ptr"],
-            first=arrays[f"{prefix}.first"],
-            stop=arrays[f"{prefix}.stop"],
-            value=arrays[f"{prefix}.value"],
-            key=arrays.get(f"{prefix}.key"),
-        )
-
 
 class RunTableBuilder:
     """Collects rows of runs, then makes the arrays once.
 
-    Runs arrive as numpy arrays or as plain lists (see
-    :func:`decode_tilevector_lists`); both are kept as Python ints, because
-    most rows hold one or two runs and one conversion at the end is far
-    cheaper than an array per row.
+    Runs are kept as Python ints, because most rows hold one or two runs
+    and one conversion at the end is far cheaper than an array per row.
     """
 
     def __init__(self, keyed: bool = False) -> None:

@@ -167,9 +167,6 @@ def _names(b: Builder, names: Any, n: int) -> tuple[np.ndarray, np.ndarray]:
     b.check(names, "variables.name", (list,), "a list of strings")
     if len(names) != n:
         b.fail("variables.name", f"has {len(names)} entries but variables.id has {n}")
-    fast = _ascii_names(names, n)
-    if fast is not None:
-        return fast
     try:
         encoded = [s.encode("utf-8") for s in names]
     except AttributeError:
@@ -225,20 +222,6 @@ def _permutation_order(ids: np.ndarray) -> np.ndarray | None:
         hi = min(n, lo + _BLOCK)
         order[ids[lo:hi]] = np.arange(lo, hi, dtype=np.int64)
     return order
-
-
-def _ascii_names(names: list[Any], n: int) -> tuple[np.ndarray, np.ndarray] | None:
-    """Name blob and offsets when every name is an ASCII string (one join, one encode), else None."""
-    try:
-        joined = "".join(names)
-    except TypeError:
-        return None  # a name that is not a string: the slow path names it
-    if not joined.isascii():
-        return None  # UTF-8 lengths differ from string lengths
-    ptr = np.zeros(n + 1, np.int64)
-    np.cumsum(np.fromiter(map(len, names), np.int64, n), out=ptr[1:])
-    # Encoded straight into a bytearray: a writable array with no second copy.
-    return np.frombuffer(bytearray(joined, "ascii"), dtype=np.uint8), ptr
 
 
 def _encodable(s: str) -> bool:

@@ -80,59 +80,39 @@ def pipeline_stages(plan: StageLayout, ipus: Sequence[IpuFigures], head_cycles: 
     if plan.num_ipus != k:
         raise ValueError(f"{k} IPUs of figures for a split over {plan.num_ipus}")
     head = head_cycles if head_cycles is not None else (ipus[0].head_cycles if ipus else 0)
-    stages = _wrapped_stages(plan, ipus, head) if plan.wraps else _plain_stages(plan, ipus)
+    stages = _stages(plan, ipus, head)
     return tuple(dataclasses.replace(s, figures=ipus[s.ipu]) for s in stages)
 
 
-def _plain_stages(plan: StageLayout, ipus: Sequence[IpuFigures]) -> tuple[SimStage, ...]:
-    """The stages without a wrapped head: forwards, the loss stage on the last IPU, backwards."""
-    k = len(ipus)
-    if not plan.training:
-        return tuple(
-            SimStage(plan.forward_stage(i), i, "forward", f.forward_cycles, ipus[i + 1].bytes_in if i + 1 < k else 0,
-                     f.memory_per_tile, None, f.label)
-            for i, f in enumerate(ipus)
-        )
-    out = [
-        SimStage(plan.forward_stage(i), i, "forward", f.forward_cycles, ipus[i + 1].received, f.memory_per_tile,
-                 f.stash_entry_per_tile, f.label)
-        for i, f in enumerate(ipus[:-1])
-    ]
-    last = ipus[-1]
-    # The last IPU computes the loss and sends the gradient of its input back.
-    # Its re-run forward work (every-layer recomputation) comes after its forward part.
-    out.append(SimStage(plan.forward_stage(k - 1), k - 1, "forward+backward", last.forward_cycles
-                        + last.backward_cycles, last.returned if k > 1 else 0, last.memory_per_tile, None, last.label,
-                        last.recompute_cycles, last.forward_cycles))
-    for i in range(k - 2, -1, -1):
-        f = ipus[i]
-        # Resident memory is given once per IPU, on its forward stage; the re-run
-        # forward work opens the backward stage.
-        out.append(SimStage(plan.backward_stage(i), i, "backward", f.backward_cycles, f.returned if i > 0 else 0,
-                            None, None, f.label, f.recompute_cycles, 0))
-    return tuple(out)
+def _stages(plan: StageLayout, ipus: Sequence[IpuFigures], head_cycles: int) -> tuple[SimStage, ...]:
+    """The forwards, the loss stage, then the backwards.
 
-
-def _wrapped_stages(plan: StageLayout, ipus: Sequence[IpuFigures], head_cycles: int) -> tuple[SimStage, ...]:
-    """The stages with a head wrapped onto IPU 0 (docs/solvers.md, ``--head-placement wrap``).
-
-    Forwards 0..K-1, the head at stage K on IPU 0 (forward and backward back
-    to back, no stash), then the backwards 2K-i; ``ipus[0].bytes_in`` is what
-    the head receives from the last IPU (and, in training, sends back).
+    Without a wrapped head the last IPU computes the loss (forward and
+    backward in one stage) and sends the gradient of its input back. With
+    one (docs/solvers.md, ``--head-placement wrap``), the forwards of every
+    IPU come first, the head at stage K on IPU 0 (forward and backward back
+    to back, no stash), then the backwards 2K-i; ``ipus[0].bytes_in`` is
+    what the head receives from the last IPU (and, in training, sends back).
+    Resident memory is given once per IPU, on its forward stage; the re-run
+    forward work (every-layer recomputation) opens a backward stage and
+    follows the forward part of the loss stage.
     """
-    k = len(ipus)
-    training = plan.training
-    head_stage = k if plan.head_stage is None else plan.head_stage
-    into_head = ipus[0].received if training else ipus[0].bytes_in
+    k, training, wraps = len(ipus), plan.training, plan.wraps
+    received = [f.received if training else f.bytes_in for f in ipus]
     out = [SimStage(plan.forward_stage(i), i, "forward", f.forward_cycles,
-                    (ipus[i + 1].received if training else ipus[i + 1].bytes_in) if i + 1 < k else into_head,
-                    f.memory_per_tile, f.stash_entry_per_tile if training else None, f.label)
-           for i, f in enumerate(ipus)]
-    if not training:
-        out.append(SimStage(head_stage, 0, "forward", head_cycles, 0, None, None, "head"))
-        return tuple(out)
-    out.append(SimStage(head_stage, 0, "forward+backward", head_cycles, ipus[0].returned, None, None, "head"))
-    for i in range(k - 1, -1, -1):
+                    received[(i + 1) % k] if i + 1 < k or wraps else 0, f.memory_per_tile,
+                    f.stash_entry_per_tile if training else None, f.label)
+           for i, f in enumerate(ipus if wraps or not training else ipus[:-1])]
+    if wraps:
+        out.append(SimStage(k if plan.head_stage is None else plan.head_stage, 0,
+                            "forward+backward" if training else "forward", head_cycles,
+                            ipus[0].returned if training else 0, None, None, "head"))
+    elif training:
+        last = ipus[-1]
+        out.append(SimStage(plan.forward_stage(k - 1), k - 1, "forward+backward", last.forward_cycles
+                            + last.backward_cycles, last.returned if k > 1 else 0, last.memory_per_tile, None,
+                            last.label, last.recompute_cycles, last.forward_cycles))
+    for i in range(k - 1 if wraps else k - 2, -1, -1) if training else ():
         f = ipus[i]
         out.append(SimStage(plan.backward_stage(i), i, "backward", f.backward_cycles, f.returned if i > 0 else 0,
                             None, None, f.label, f.recompute_cycles, 0))

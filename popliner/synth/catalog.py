@@ -59,112 +59,71 @@ class Kernel:
         return len(self.pre) + self.repeats + len(self.post)
 
 
-_V = VertexType
+# The vertex types, by the short names the kernel table below uses.
+CONV11 = VertexType("poplin::ConvPartial1x1Out<half,float,true,false,6>", 40, 3712, 1)
+CONV11H = VertexType("poplin::ConvPartial1x1Out<half,half,true,false,6>", 40, 3488, 1)
+CONVN1 = VertexType("poplin::ConvPartialnx1<half,float,true,false,6,4>", 48, 4096, 1)
+HMAC = VertexType("poplin::ConvPartialHorizontalMac<half,float,true>", 36, 2840, 1)
+RED_PARTIALS = VertexType("poplin::ReduceAdd<float,half,false,false>", 24, 1320, 2)
+TRANSPOSE = VertexType("popops::Transpose2d<half>", 16, 1104, 2)
+RED_ADD = VertexType(
+    "popops::Reduce<popops::ReduceAdd,half,float,false,popops::ReductionSpecialisation::DEFAULT>", 28, 1980, 2)
+RED_ADD_F = VertexType(
+    "popops::Reduce<popops::ReduceAdd,float,float,false,popops::ReductionSpecialisation::STRIDED_REDUCE>", 28, 1712, 1)
+RED_MAX = VertexType(
+    "popops::Reduce<popops::ReduceMax,half,half,false,popops::ReductionSpecialisation::STRIDED_REDUCE>", 28, 1650, 1)
+RED_SQ = VertexType(
+    "popops::Reduce<popops::ReduceSquareAdd,half,float,false,popops::ReductionSpecialisation::DEFAULT>", 28, 2044, 2)
+CAST_FH = VertexType("popops::Cast1DSupervisor<float,half>", 16, 612, 1)
+CAST_HF = VertexType("popops::Cast1DSupervisor<half,float>", 16, 580, 1)
+ADD = VertexType("popops::BinaryOp1DInPlaceSupervisor<popops::expr::BinaryOpType::ADD,half>", 12, 446, 1)
+MUL = VertexType("popops::BinaryOp1DSupervisor<popops::expr::BinaryOpType::MULTIPLY,half>", 16, 470, 1)
+MUL_F = VertexType("popops::BinaryOp1DSupervisor<popops::expr::BinaryOpType::MULTIPLY,float>", 16, 452, 1)
+DIV_F = VertexType("popops::BinaryOp1DSupervisor<popops::expr::BinaryOpType::DIVIDE,float>", 16, 738, 1)
+SCALAR_MUL = VertexType(
+    "popops::BroadcastScalar1DInPlaceSupervisor<popops::expr::BinaryOpType::MULTIPLY,half>", 12, 388, 1)
+BIAS_ADD = VertexType("popops::BroadcastVectorInnerInPlaceSupervisor<popops::expr::BinaryOpType::ADD,half>", 16, 824, 1)
+ROW_ADD = VertexType(
+    "popops::BroadcastVectorOuterByRowInPlaceSupervisor<popops::expr::BinaryOpType::ADD,half,false>", 20, 902, 1)
+EXP = VertexType("popops::UnaryOp1DSupervisor<popops::expr::UnaryOpType::EXPONENT,float>", 12, 964, 1)
+SQRT = VertexType("popops::UnaryOp1DSupervisor<popops::expr::UnaryOpType::SQRT,float>", 12, 690, 1)
+SADD = VertexType("popops::ScaledAddSupervisor<half,half,half,true>", 20, 536, 1)
+SADD_F = VertexType("popops::ScaledAddSupervisor<float,float,float,true>", 20, 508, 1)
+SADD_HF = VertexType("popops::ScaledAddSupervisor<half,float,half,true>", 20, 574, 1)
+SSUB = VertexType("popops::ScaledSubtractSupervisor<half,half,half,true>", 20, 540, 1)
+INV_STD = VertexType("poplin::InverseStdDeviation<float,float,half,true>", 24, 860, 6)
+CH_MUL = VertexType("popops::ChannelMul2D<half>", 24, 1240, 2)
+CH_ADD = VertexType("popops::AddToChannel2D<half>", 24, 1176, 2)
+CH_SADD = VertexType("popops::ScaledAddToChannel2D<half,half>", 24, 1230, 2)
+GELU = VertexType("popnn::NonLinearitySupervisor<half,popnn::NonLinearityType::GELU>", 12, 1290, 1)
+GELU_GRAD = VertexType("popnn::NonLinearityGradSupervisor<half,popnn::NonLinearityType::GELU>", 16, 1436, 1)
+RELU = VertexType("popnn::NonLinearitySupervisor<half,popnn::NonLinearityType::RELU>", 12, 402, 1)
+RELU_GRAD = VertexType("popnn::NonLinearityGradSupervisor<half,popnn::NonLinearityType::RELU>", 16, 488, 1)
+DROPOUT = VertexType("poprand::DropoutSupervisor<half>", 16, 820, 1)
+SLICE = VertexType("popops::MultiSlice<half,true>", 32, 1010, 1)
+UPDATE_ADD = VertexType("popops::MultiUpdateAdd<half,true>", 36, 1286, 1)
+FILL_H = VertexType("popops::Fill<half>", 12, 244, 1)
+FILL_F = VertexType("popops::Fill<float>", 12, 236, 1)
+SELECT = VertexType("popops::Select<half>", 20, 376, 6)
+ONE_HOT = VertexType("popops::EncodeOneHot<unsigned int,half>", 24, 530, 1)
+XENT = VertexType("popnn::LossCrossEntropyTransform<float>", 24, 690, 6)
+MAX_CLASS = VertexType("popnn::ReduceMaxClassGather<float,unsigned int>", 28, 612, 1)
+MAXPOOL = VertexType("popnn::MaxPooling<half>", 40, 1460, 1)
+MAXPOOL_GRAD = VertexType("popnn::MaxPoolingGrad<half>", 44, 1720, 1)
+SUMPOOL = VertexType("popnn::SumPooling<half>", 40, 1250, 1)
 VERTEX_TYPES: Final[tuple[VertexType, ...]] = (
-    _V("poplin::ConvPartial1x1Out<half,float,true,false,6>", 40, 3712, 1),
-    _V("poplin::ConvPartial1x1Out<half,half,true,false,6>", 40, 3488, 1),
-    _V("poplin::ConvPartialnx1<half,float,true,false,6,4>", 48, 4096, 1),
-    _V("poplin::ConvPartialHorizontalMac<half,float,true>", 36, 2840, 1),
-    _V("poplin::ReduceAdd<float,half,false,false>", 24, 1320, 2),
-    _V("popops::Transpose2d<half>", 16, 1104, 2),
-    _V("popops::Reduce<popops::ReduceAdd,half,float,false,popops::ReductionSpecialisation::DEFAULT>", 28, 1980, 2),
-    _V("popops::Reduce<popops::ReduceAdd,float,float,false,popops::ReductionSpecialisation::STRIDED_REDUCE>",
-       28, 1712, 1),
-    _V("popops::Reduce<popops::ReduceMax,half,half,false,popops::ReductionSpecialisation::STRIDED_REDUCE>",
-       28, 1650, 1),
-    _V("popops::Reduce<popops::ReduceSquareAdd,half,float,false,popops::ReductionSpecialisation::DEFAULT>",
-       28, 2044, 2),
-    _V("popops::Cast1DSupervisor<float,half>", 16, 612, 1),
-    _V("popops::Cast1DSupervisor<half,float>", 16, 580, 1),
-    _V("popops::BinaryOp1DInPlaceSupervisor<popops::expr::BinaryOpType::ADD,half>", 12, 446, 1),
-    _V("popops::BinaryOp1DSupervisor<popops::expr::BinaryOpType::MULTIPLY,half>", 16, 470, 1),
-    _V("popops::BinaryOp1DSupervisor<popops::expr::BinaryOpType::MULTIPLY,float>", 16, 452, 1),
-    _V("popops::BinaryOp1DSupervisor<popops::expr::BinaryOpType::DIVIDE,float>", 16, 738, 1),
-    _V("popops::BroadcastScalar1DInPlaceSupervisor<popops::expr::BinaryOpType::MULTIPLY,half>", 12, 388, 1),
-    _V("popops::BroadcastVectorInnerInPlaceSupervisor<popops::expr::BinaryOpType::ADD,half>", 16, 824, 1),
-    _V("popops::BroadcastVectorOuterByRowInPlaceSupervisor<popops::expr::BinaryOpType::ADD,half,false>",
-       20, 902, 1),
-    _V("popops::UnaryOp1DSupervisor<popops::expr::UnaryOpType::EXPONENT,float>", 12, 964, 1),
-    _V("popops::UnaryOp1DSupervisor<popops::expr::UnaryOpType::SQRT,float>", 12, 690, 1),
-    _V("popops::ScaledAddSupervisor<half,half,half,true>", 20, 536, 1),
-    _V("popops::ScaledAddSupervisor<float,float,float,true>", 20, 508, 1),
-    _V("popops::ScaledAddSupervisor<half,float,half,true>", 20, 574, 1),
-    _V("popops::ScaledSubtractSupervisor<half,half,half,true>", 20, 540, 1),
-    _V("poplin::InverseStdDeviation<float,float,half,true>", 24, 860, 6),
-    _V("popops::ChannelMul2D<half>", 24, 1240, 2),
-    _V("popops::AddToChannel2D<half>", 24, 1176, 2),
-    _V("popops::ScaledAddToChannel2D<half,half>", 24, 1230, 2),
-    _V("popnn::NonLinearitySupervisor<half,popnn::NonLinearityType::GELU>", 12, 1290, 1),
-    _V("popnn::NonLinearityGradSupervisor<half,popnn::NonLinearityType::GELU>", 16, 1436, 1),
-    _V("popnn::NonLinearitySupervisor<half,popnn::NonLinearityType::RELU>", 12, 402, 1),
-    _V("popnn::NonLinearityGradSupervisor<half,popnn::NonLinearityType::RELU>", 16, 488, 1),
-    _V("poprand::DropoutSupervisor<half>", 16, 820, 1),
-    _V("popops::MultiSlice<half,true>", 32, 1010, 1),
-    _V("popops::MultiUpdateAdd<half,true>", 36, 1286, 1),
-    _V("popops::Fill<half>", 12, 244, 1),
-    _V("popops::Fill<float>", 12, 236, 1),
-    _V("popops::Select<half>", 20, 376, 6),
-    _V("popops::EncodeOneHot<unsigned int,half>", 24, 530, 1),
-    _V("popnn::LossCrossEntropyTransform<float>", 24, 690, 6),
-    _V("popnn::ReduceMaxClassGather<float,unsigned int>", 28, 612, 1),
-    _V("popnn::MaxPooling<half>", 40, 1460, 1),
-    _V("popnn::MaxPoolingGrad<half>", 44, 1720, 1),
-    _V("popnn::SumPooling<half>", 40, 1250, 1),
+    CONV11, CONV11H, CONVN1, HMAC, RED_PARTIALS, TRANSPOSE, RED_ADD, RED_ADD_F, RED_MAX, RED_SQ, CAST_FH, CAST_HF,
+    ADD, MUL, MUL_F, DIV_F, SCALAR_MUL, BIAS_ADD, ROW_ADD, EXP, SQRT, SADD, SADD_F, SADD_HF, SSUB, INV_STD, CH_MUL,
+    CH_ADD, CH_SADD, GELU, GELU_GRAD, RELU, RELU_GRAD, DROPOUT, SLICE, UPDATE_ADD, FILL_H, FILL_F, SELECT, ONE_HOT,
+    XENT, MAX_CLASS, MAXPOOL, MAXPOOL_GRAD, SUMPOOL,
 )
 
-# Short local names for the kernel table below.
-CONV11 = "poplin::ConvPartial1x1Out<half,float,true,false,6>"
-CONV11H = "poplin::ConvPartial1x1Out<half,half,true,false,6>"
-CONVN1 = "poplin::ConvPartialnx1<half,float,true,false,6,4>"
-HMAC = "poplin::ConvPartialHorizontalMac<half,float,true>"
-RED_PARTIALS = "poplin::ReduceAdd<float,half,false,false>"
-TRANSPOSE = "popops::Transpose2d<half>"
-RED_ADD = "popops::Reduce<popops::ReduceAdd,half,float,false,popops::ReductionSpecialisation::DEFAULT>"
-RED_ADD_F = "popops::Reduce<popops::ReduceAdd,float,float,false,popops::ReductionSpecialisation::STRIDED_REDUCE>"
-RED_MAX = "popops::Reduce<popops::ReduceMax,half,half,false,popops::ReductionSpecialisation::STRIDED_REDUCE>"
-RED_SQ = "popops::Reduce<popops::ReduceSquareAdd,half,float,false,popops::ReductionSpecialisation::DEFAULT>"
-CAST_FH = "popops::Cast1DSupervisor<float,half>"
-CAST_HF = "popops::Cast1DSupervisor<half,float>"
-ADD = "popops::BinaryOp1DInPlaceSupervisor<popops::expr::BinaryOpType::ADD,half>"
-MUL = "popops::BinaryOp1DSupervisor<popops::expr::BinaryOpType::MULTIPLY,half>"
-MUL_F = "popops::BinaryOp1DSupervisor<popops::expr::BinaryOpType::MULTIPLY,float>"
-DIV_F = "popops::BinaryOp1DSupervisor<popops::expr::BinaryOpType::DIVIDE,float>"
-SCALAR_MUL = "popops::BroadcastScalar1DInPlaceSupervisor<popops::expr::BinaryOpType::MULTIPLY,half>"
-BIAS_ADD = "popops::BroadcastVectorInnerInPlaceSupervisor<popops::expr::BinaryOpType::ADD,half>"
-ROW_ADD = "popops::BroadcastVectorOuterByRowInPlaceSupervisor<popops::expr::BinaryOpType::ADD,half,false>"
-EXP = "popops::UnaryOp1DSupervisor<popops::expr::UnaryOpType::EXPONENT,float>"
-SQRT = "popops::UnaryOp1DSupervisor<popops::expr::UnaryOpType::SQRT,float>"
-SADD = "popops::ScaledAddSupervisor<half,half,half,true>"
-SADD_F = "popops::ScaledAddSupervisor<float,float,float,true>"
-SADD_HF = "popops::ScaledAddSupervisor<half,float,half,true>"
-SSUB = "popops::ScaledSubtractSupervisor<half,half,half,true>"
-INV_STD = "poplin::InverseStdDeviation<float,float,half,true>"
-CH_MUL = "popops::ChannelMul2D<half>"
-CH_ADD = "popops::AddToChannel2D<half>"
-CH_SADD = "popops::ScaledAddToChannel2D<half,half>"
-GELU = "popnn::NonLinearitySupervisor<half,popnn::NonLinearityType::GELU>"
-GELU_GRAD = "popnn::NonLinearityGradSupervisor<half,popnn::NonLinearityType::GELU>"
-RELU = "popnn::NonLinearitySupervisor<half,popnn::NonLinearityType::RELU>"
-RELU_GRAD = "popnn::NonLinearityGradSupervisor<half,popnn::NonLinearityType::RELU>"
-DROPOUT = "poprand::DropoutSupervisor<half>"
-SLICE = "popops::MultiSlice<half,true>"
-UPDATE_ADD = "popops::MultiUpdateAdd<half,true>"
-FILL_H = "popops::Fill<half>"
-FILL_F = "popops::Fill<float>"
-SELECT = "popops::Select<half>"
-ONE_HOT = "popops::EncodeOneHot<unsigned int,half>"
-XENT = "popnn::LossCrossEntropyTransform<float>"
-MAX_CLASS = "popnn::ReduceMaxClassGather<float,unsigned int>"
-MAXPOOL = "popnn::MaxPooling<half>"
-MAXPOOL_GRAD = "popnn::MaxPoolingGrad<half>"
-SUMPOOL = "popnn::SumPooling<half>"
+
+def _p(*vertices: tuple[VertexType, str], exchange: bool = True, weight: float = 1.0, label: str = "Compute") -> Phase:
+    return Phase(tuple((vt.name, coverage) for vt, coverage in vertices), exchange, weight, label)
 
 
-def _p(*vertices: tuple[str, str], exchange: bool = True, weight: float = 1.0, label: str = "Compute") -> Phase:
-    return Phase(tuple(vertices), exchange, weight, label)
-
-
-def _matmul_like(context: str, partial: str, temp: float) -> Kernel:
+def _matmul_like(context: str, partial: VertexType, temp: float) -> Kernel:
     return Kernel(
         context=context,
         pre=(_p((TRANSPOSE, "head"), weight=0.1, label="Transpose"),),
@@ -178,11 +137,11 @@ def _matmul_like(context: str, partial: str, temp: float) -> Kernel:
     )
 
 
-def _elementwise(context: str, vertex: str, exchange: bool = False, repeats: int = 2) -> Kernel:
+def _elementwise(context: str, vertex: VertexType, exchange: bool = False, repeats: int = 2) -> Kernel:
     return Kernel(context=context, main=_p((vertex, "all"), exchange=exchange), repeats=repeats, exchange_code=20)
 
 
-def _norm(context: str, apply_vertex: str, affine: str) -> Kernel:
+def _norm(context: str, apply_vertex: VertexType, affine: VertexType) -> Kernel:
     return Kernel(
         context=context,
         pre=(_p((RED_SQ, "all"), (RED_ADD_F, "strided"), weight=0.4, label="Statistics"),
@@ -195,7 +154,7 @@ def _norm(context: str, apply_vertex: str, affine: str) -> Kernel:
     )
 
 
-def _norm_grad(context: str, channel: str) -> Kernel:
+def _norm_grad(context: str, channel: VertexType) -> Kernel:
     return Kernel(
         context=context,
         pre=(_p((RED_ADD, "all"), (RED_ADD_F, "strided"), weight=0.4, label="GradStatistics"),),

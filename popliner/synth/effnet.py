@@ -26,8 +26,8 @@ is twice that, 112 x 112 x 256 x 4 (its expansion is not strided).
 
 from __future__ import annotations
 
-from popliner.synth.graph import GradRule, GraphBuilder
-from popliner.synth.models import HALF, Dims, add, bias_add, bn_relu, conv, matmul
+from popliner.synth.graph import GraphBuilder
+from popliner.synth.models import HALF, Dims, add, bn_relu, classify, conv, stage_of
 
 __all__ = ["efficientnet"]
 
@@ -44,18 +44,8 @@ _HEAD_FILTERS = 1280
 _STEM_WIDTH = 40
 #: The first stage's nominal input filters at stem width 40 (``i24`` at width 1.2, rounded to 8).
 _FIRST_INPUT_FILTERS = 32
-
-
-def stage_of(block: int, blocks: int) -> int:
-    """The stage (an index into STAGES) of ``block`` among ``blocks``, spread in proportion."""
-    total = sum(s[0] for s in STAGES)
-    pos = (block + 0.5) * total / blocks
-    edge = 0
-    for k, stage in enumerate(STAGES):
-        edge += stage[0]
-        if pos < edge:
-            return k
-    return len(STAGES) - 1
+#: Blocks per stage (L).
+REPEATS = tuple(s[0] for s in STAGES)
 
 
 def _width(filters: int, stem: int) -> int:
@@ -75,8 +65,8 @@ def efficientnet(g: GraphBuilder, d: Dims, blocks: int, exact: bool = False,
     x = bn_relu(g, f"{stem}/bn", stem, x, stem_w, b * hw * hw)
     channels = stem_w
     for i in range(blocks):
-        s = stage_of(i, blocks)
-        first = i == 0 or stage_of(i - 1, blocks) != s
+        s = stage_of(i, blocks, REPEATS)
+        first = i == 0 or stage_of(i - 1, blocks, REPEATS) != s
         _, ksize, stride, expand, filters, fused = STAGES[s]
         # The EdgeTPU builder expands the first block's nominal input filters, not the stem's width.
         nominal = _width(_FIRST_INPUT_FILTERS, stem_w) if exact and i == 0 else channels
@@ -88,12 +78,7 @@ def efficientnet(g: GraphBuilder, d: Dims, blocks: int, exact: bool = False,
     x = conv(g, f"{head}/conv2d/Conv2D", head, x, k, b * wide * hw * hw * HALF, 2.0 * b * hw * hw * channels * wide,
              share=_cache_key(g, x, k, b * wide * hw * hw, False) if cache else None)
     x = bn_relu(g, f"{head}/bn", head, x, wide, b * hw * hw)
-    pooled = g.op(f"{head}/AvgPool", "GlobalAveragePool", "avgpool", head, [x], [(":0", b * wide * HALF)],
-                  g.tensors[x].nbytes, grads=(GradRule("/AveragePoolGrad", "AveragePoolGrad", "avgpool_grad", 0),))[0]
-    w = g.weight(f"{head}/dense/kernel", wide * d.vocab * HALF, head)
-    bias = g.weight(f"{head}/dense/bias", d.vocab * HALF, head)
-    logits = matmul(g, f"{head}/dense/MatMul", head, pooled, w, b, wide, d.vocab)
-    return bias_add(g, f"{head}/dense/BiasAdd", head, logits, bias), b, d.vocab
+    return classify(g, d, head, f"{head}/dense", x, wide)
 
 
 def _cache_key(g: GraphBuilder, x: int, kernel: int, outputs: int, depthwise: bool) -> str:

@@ -251,7 +251,7 @@ class GraphBuilder:
                  work: float, calls: int, temp: int | None = None) -> int:
         """The shared body; with ``calls`` > 1 one call computes 1/calls of the outputs."""
         op = Op(len(self.ops), name, name, op_type, kind, self.phase, group, [], [], work=float(work),
-                is_body=True, plan=self.plan_of(group, inputs))
+                plan=self.plan_of(group, inputs))
         self.ops.append(op)
         op.start, op.count = self._op_span(inputs + outputs, op.plan)
         # A forward or backward body works on its own copies of the caller's

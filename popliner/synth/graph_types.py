@@ -94,7 +94,6 @@ class Op:
     instance_id: int | None = None  # Call operations
     body: int = -1  # Call operations: the shared body operation
     calls: int = 1  # Call operations: how many times the body is called in a row
-    is_body: bool = False
     grads: tuple[GradRule, ...] = ()
     share: str | None = None  # outlining key of a Call operation
     #: Input names its debug context shows instead of the tensors' own (a tensor read through a view, e.g. a Reshape).

@@ -70,6 +70,12 @@ def matmul(g: GraphBuilder, name: str, group: str, a: int, b: int, m: int, k: in
                 grads=(lhs, rhs), share=share, calls=calls)[0]
 
 
+def dense(g: GraphBuilder, name: str, group: str, x: int, rows: int, k: int, n: int) -> int:
+    """The dense layer ``name`` (``[rows, k] x [k, n]`` plus a bias): its kernel and bias made first."""
+    w, b = g.weight(f"{name}/kernel", k * n * HALF, group), g.weight(f"{name}/bias", n * HALF, group)
+    return bias_add(g, f"{name}/BiasAdd", group, matmul(g, f"{name}/MatMul", group, x, w, rows, k, n), b)
+
+
 def bias_add(g: GraphBuilder, name: str, group: str, x: int, bias: int) -> int:
     nbytes = g.tensors[x].nbytes
     rules = (GradRule("", "Identity", "identity", 0), GradRule("_grad/BiasGrad", "ReduceSum", "bias_grad", 1))
@@ -128,6 +134,14 @@ def norm(g: GraphBuilder, name: str, op_type: str, group: str, x: int, gamma: in
     outs = [(":0", nbytes), ("/mean", rows * FLOAT), ("/invStdDev", rows * FLOAT)]
     return g.op(name, op_type, kind, group, [x, gamma, beta, *extra], outs, 5 * nbytes, grads=rules,
                 share=share)[0]
+
+
+def layer_norm(g: GraphBuilder, d: Dims, scope: str, group: str, x: int, rows: int, share: str | None = None,
+               weights: str | None = None) -> int:
+    """``{scope}/LayerNorm`` of ``x``; its gamma and beta, made first, under ``weights`` (default: its own name)."""
+    w = f"{scope}/LayerNorm" if weights is None else weights
+    gamma, beta = g.weight(f"{w}/gamma", d.hidden * HALF, group), g.weight(f"{w}/beta", d.hidden * HALF, group)
+    return norm(g, f"{scope}/LayerNorm", "LayerNorm", group, x, gamma, beta, rows, share=share)
 
 
 def gather(g: GraphBuilder, name: str, group: str, table: int, ids: int, out_bytes: int) -> int:
@@ -192,14 +206,10 @@ def _bert_mlm_head(g: GraphBuilder, d: Dims, x: int, word: int, tied: bool) -> t
     rows = d.batch * masked_tokens(d.seq)
     positions = g.stream_in("masked_lm_positions", rows * INT)
     y = gather(g, f"{h}/GatherMasked", h, x, positions, rows * d.hidden * HALF)
-    w = g.weight(f"{h}/transform/dense/kernel", d.hidden * d.hidden * HALF, h)
-    b = g.weight(f"{h}/transform/dense/bias", d.hidden * HALF, h)
-    y = matmul(g, f"{h}/transform/dense/MatMul", h, y, w, rows, d.hidden, d.hidden)
-    y = bias_add(g, f"{h}/transform/dense/BiasAdd", h, y, b)
+    y = dense(g, f"{h}/transform/dense", h, y, rows, d.hidden, d.hidden)
     y = unary(g, f"{h}/transform/Gelu", "Gelu", "gelu", h, y,
               GradRule("/GeluGrad", "GeluGrad", "gelu_grad", 0, ("i0",)))
-    y = norm(g, f"{h}/transform/LayerNorm", "LayerNorm", h, y, g.weight(f"{h}/transform/LayerNorm/gamma",
-             d.hidden * HALF, h), g.weight(f"{h}/transform/LayerNorm/beta", d.hidden * HALF, h), rows)
+    y = layer_norm(g, d, f"{h}/transform", h, y, rows)
     if not tied:
         word = g.weight(f"{h}/decoder/kernel", d.vocab * d.hidden * HALF, h)
     logits = matmul(g, f"{h}/decoder/MatMul", h, y, word, rows, d.hidden, d.vocab)
@@ -227,9 +237,7 @@ def _bert_embeddings(g: GraphBuilder, d: Dims, reference: bool) -> tuple[int, in
     p = gather(g, f"{e}/Gather_2", e, posw, pos, d.seq * d.hidden * HALF)
     x = add(g, f"{e}/add", e, x, t)
     x = add(g, f"{e}/add_1", e, x, p, broadcast=True)
-    gamma = g.weight(f"{e}/LayerNorm/gamma", d.hidden * HALF, e)
-    beta = g.weight(f"{e}/LayerNorm/beta", d.hidden * HALF, e)
-    x = norm(g, f"{e}/LayerNorm", "LayerNorm", e, x, gamma, beta, d.tokens)
+    x = layer_norm(g, d, e, e, x, d.tokens)
     if d.training:
         x = dropout(g, f"{e}/dropout/Dropout", e, x)
     # The additive attention mask: a Call with no layer anywhere (only input_mask).
@@ -263,8 +271,7 @@ def _bert_layer(g: GraphBuilder, d: Dims, i: int, x: int, mask: int) -> int:
     if d.training:
         o = dropout(g, f"{p}/attention/output/dropout/Dropout", p, o, share=f"{p}/dropout")
     o = add(g, f"{p}/attention/output/add", p, o, x)
-    a = norm(g, f"{p}/attention/output/LayerNorm", "LayerNorm", p, o, *_ln_params(g, d, f"{p}/attention/output", p),
-             d.tokens, share=f"{p}/layernorm")
+    a = layer_norm(g, d, f"{p}/attention/output", p, o, d.tokens, share=f"{p}/layernorm")
     w1 = g.weight(f"{p}/intermediate/dense/kernel", h4, p)
     b1 = g.weight(f"{p}/intermediate/dense/bias", 4 * d.hidden * HALF, p)
     w2 = g.weight(f"{p}/output/dense/kernel", h4, p)
@@ -278,13 +285,7 @@ def _bert_layer(g: GraphBuilder, d: Dims, i: int, x: int, mask: int) -> int:
     if d.training:
         f = dropout(g, f"{p}/output/dropout/Dropout", p, f, share=f"{p}/dropout")
     f = add(g, f"{p}/output/add", p, f, a)
-    return checkpoint(g, d, p, norm(g, f"{p}/output/LayerNorm", "LayerNorm", p, f,
-                                    *_ln_params(g, d, f"{p}/output", p), d.tokens, share=f"{p}/layernorm"))
-
-
-def _ln_params(g: GraphBuilder, d: Dims, prefix: str, group: str) -> tuple[int, int]:
-    return (g.weight(f"{prefix}/LayerNorm/gamma", d.hidden * HALF, group),
-            g.weight(f"{prefix}/LayerNorm/beta", d.hidden * HALF, group))
+    return checkpoint(g, d, p, layer_norm(g, d, f"{p}/output", p, f, d.tokens, share=f"{p}/layernorm"))
 
 
 def _attention(g: GraphBuilder, d: Dims, p: str, k: int, q: int, v: int, mask: int, causal: int = -1) -> int:
@@ -329,9 +330,7 @@ def gpt(g: GraphBuilder, d: Dims, layers: int, tied: bool = True) -> tuple[int, 
         x = dropout(g, "gpt2/embeddings/dropout/Dropout", "gpt2/embeddings", x)
     for i in range(layers):
         x = _gpt_block(g, d, i, x, mask, causal)
-    f = "gpt2/ln_f"
-    x = norm(g, f"{f}/LayerNorm", "LayerNorm", f, x, g.weight(f"{f}/gamma", d.hidden * HALF, f),
-             g.weight(f"{f}/beta", d.hidden * HALF, f), d.tokens)
+    x = layer_norm(g, d, "gpt2/ln_f", "gpt2/ln_f", x, d.tokens, weights="gpt2/ln_f")
     # The LM head reuses the word-embedding table (tied weights), or has a weight of its own (untied).
     w = wte if tied else g.weight("gpt2/lm_head/kernel", d.vocab * d.hidden * HALF, "gpt2/lm_head")
     logits = matmul(g, "gpt2/lm_head/MatMul", "gpt2/lm_head", x, w, d.tokens, d.hidden, d.vocab)
@@ -341,28 +340,17 @@ def gpt(g: GraphBuilder, d: Dims, layers: int, tied: bool = True) -> tuple[int, 
 def _gpt_block(g: GraphBuilder, d: Dims, i: int, x: int, mask: int, causal: int) -> int:
     p = f"gpt2/blocks/{i}"
 
-    def ln(name: str, y: int) -> int:
-        gamma = g.weight(f"{p}/{name}/gamma", d.hidden * HALF, p)
-        beta = g.weight(f"{p}/{name}/beta", d.hidden * HALF, p)
-        return norm(g, f"{p}/{name}/LayerNorm", "LayerNorm", p, y, gamma, beta, d.tokens, share=f"{p}/ln")
-
-    def dense(name: str, y: int, k: int, n: int) -> int:
-        w = g.weight(f"{p}/{name}/kernel", k * n * HALF, p)
-        b = g.weight(f"{p}/{name}/bias", n * HALF, p)
-        y = matmul(g, f"{p}/{name}/MatMul", p, y, w, d.tokens, k, n)
-        return bias_add(g, f"{p}/{name}/BiasAdd", p, y, b)
-
-    a = ln("ln_1", x)
-    qkv = dense("attn/c_attn", a, d.hidden, 3 * d.hidden)
+    a = layer_norm(g, d, f"{p}/ln_1", p, x, d.tokens, share=f"{p}/ln", weights=f"{p}/ln_1")
+    qkv = dense(g, f"{p}/attn/c_attn", p, a, d.tokens, d.hidden, 3 * d.hidden)
     ctx = _attention(g, d, f"{p}/attn", qkv, qkv, qkv, mask, causal)
-    o = dense("attn/c_proj", ctx, d.hidden, d.hidden)
+    o = dense(g, f"{p}/attn/c_proj", p, ctx, d.tokens, d.hidden, d.hidden)
     if d.training:
         o = dropout(g, f"{p}/attn/dropout/Dropout", p, o, share=f"{p}/dropout")
     x = add(g, f"{p}/add", p, x, o)
-    m = ln("ln_2", x)
-    h = dense("mlp/c_fc", m, d.hidden, 4 * d.hidden)
+    m = layer_norm(g, d, f"{p}/ln_2", p, x, d.tokens, share=f"{p}/ln", weights=f"{p}/ln_2")
+    h = dense(g, f"{p}/mlp/c_fc", p, m, d.tokens, d.hidden, 4 * d.hidden)
     h = unary(g, f"{p}/mlp/Gelu", "Gelu", "gelu", p, h, GradRule("/GeluGrad", "GeluGrad", "gelu_grad", 0, ("i0",)))
-    h = dense("mlp/c_proj", h, 4 * d.hidden, d.hidden)
+    h = dense(g, f"{p}/mlp/c_proj", p, h, d.tokens, 4 * d.hidden, d.hidden)
     if d.training:
         h = dropout(g, f"{p}/mlp/dropout/Dropout", p, h, share=f"{p}/dropout")
     return checkpoint(g, d, p, add(g, f"{p}/add_1", p, x, h))
@@ -374,14 +362,15 @@ def _gpt_block(g: GraphBuilder, d: Dims, i: int, x: int, mask: int, causal: int)
 _STAGES = (3, 4, 6, 3)
 
 
-def _stage_of(block: int, blocks: int) -> int:
-    pos = (block + 0.5) * sum(_STAGES) / blocks
+def stage_of(block: int, blocks: int, repeats: tuple[int, ...]) -> int:
+    """The stage of ``block`` among ``blocks``, spread over stages of ``repeats`` blocks in proportion."""
+    pos = (block + 0.5) * sum(repeats) / blocks
     edge = 0
-    for s, n in enumerate(_STAGES):
+    for s, n in enumerate(repeats):
         edge += n
         if pos < edge:
             return s
-    return len(_STAGES) - 1
+    return len(repeats) - 1
 
 
 def resnet(g: GraphBuilder, d: Dims, blocks: int) -> tuple[int, int, int]:
@@ -398,17 +387,18 @@ def resnet(g: GraphBuilder, d: Dims, blocks: int) -> tuple[int, int, int]:
              g.tensors[x].nbytes, grads=(GradRule("/MaxPoolGrad", "MaxPoolGrad", "maxpool_grad", 0, ("i0", "o0")),))[0]
     channels = width
     for i in range(blocks):
-        stage = _stage_of(i, blocks)
-        first = i == 0 or _stage_of(i - 1, blocks) != stage
+        stage = stage_of(i, blocks, _STAGES)
+        first = i == 0 or stage_of(i - 1, blocks, _STAGES) != stage
         stride = 2 if first and i > 0 else 1
         x, channels, hw = _bottleneck(g, d, i, x, channels, width << stage, hw, stride, first)
-    head = "resnet/head"
-    pooled = g.op(f"{head}/AvgPool", "GlobalAveragePool", "avgpool", head, [x], [(":0", b * channels * HALF)],
+    return classify(g, d, "resnet/head", "resnet/head/fc", x, channels)
+
+
+def classify(g: GraphBuilder, d: Dims, head: str, fc: str, x: int, channels: int) -> tuple[int, int, int]:
+    """A CNN's head: global average pooling, then the dense layer ``fc`` to the classes."""
+    pooled = g.op(f"{head}/AvgPool", "GlobalAveragePool", "avgpool", head, [x], [(":0", d.batch * channels * HALF)],
                   g.tensors[x].nbytes, grads=(GradRule("/AveragePoolGrad", "AveragePoolGrad", "avgpool_grad", 0),))[0]
-    w = g.weight(f"{head}/fc/kernel", channels * d.vocab * HALF, head)
-    bias = g.weight(f"{head}/fc/bias", d.vocab * HALF, head)
-    logits = matmul(g, f"{head}/fc/MatMul", head, pooled, w, b, channels, d.vocab)
-    return bias_add(g, f"{head}/fc/BiasAdd", head, logits, bias), b, d.vocab
+    return dense(g, fc, head, pooled, d.batch, channels, d.vocab), d.batch, d.vocab
 
 
 def bn_relu(g: GraphBuilder, name: str, group: str, x: int, channels: int, pixels: int,

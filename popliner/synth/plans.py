@@ -18,7 +18,8 @@ from types import MappingProxyType
 from typing import Final
 
 from popliner.synth.choices import Plan
-from popliner.synth.effnet import stage_of
+from popliner.synth.effnet import REPEATS
+from popliner.synth.models import stage_of
 
 __all__ = ["PRESET_PLANS", "plan_group", "preset_plans"]
 
@@ -69,8 +70,8 @@ def preset_plans(model: str, layers: int) -> dict[str, Plan]:
         return dict(table)
     rows = {"no layer": table["no layer"]} if "no layer" in table else {}
     for i in range(layers):
-        s = stage_of(i, layers)
-        group = plan_group(s, i == 0 or stage_of(i - 1, layers) != s)
+        s = stage_of(i, layers, REPEATS)
+        group = plan_group(s, i == 0 or stage_of(i - 1, layers, REPEATS) != s)
         if group in table:
             rows[str(i)] = table[group]
     return rows

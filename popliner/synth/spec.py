@@ -43,7 +43,8 @@ MAX_TILES: Final = 1 << 16  # same limit as the loader
 
 #: The spec's true-or-false fields, each checked to be a bool.
 _FLAGS: Final = ("compiler_categories", "edgetpu_builder", "linear_mapping", "planner_inputs", "shape_cache",
-                 "exchange_by_size", "reference_bert", "checkpoints", "var_names")
+                 "exchange_by_size", "reference_bert", "checkpoints", "var_names", "untied_head",
+                 "sharded_optimizer_state")
 
 
 @dataclass(frozen=True)
@@ -154,14 +155,10 @@ class SynthSpec:
         _choice("framework", self.framework, SYNTH_FRAMEWORKS)
         if self.head != "squad" and self.kind != "encoder":
             raise UsageProblem(f"head={self.head} is an encoder head; kind={self.kind} has its own")
-        if not isinstance(self.untied_head, bool):
-            raise UsageProblem(f"untied_head must be true or false, got {self.untied_head!r}")
         if self.untied_head and not (self.kind == "decoder" or self.head == "mlm"):
             raise UsageProblem("untied_head applies to a head tied to the embedding: a decoder's LM head or the "
                                f"encoder's mlm head, not kind={self.kind} with head={self.head}")
         _int_range("replication_factor", self.replication_factor, 1, 1 << 12)
-        if not isinstance(self.sharded_optimizer_state, bool):
-            raise UsageProblem(f"sharded_optimizer_state must be true or false, got {self.sharded_optimizer_state!r}")
         if not isinstance(self.split_after, tuple):
             raise UsageProblem(f"split_after must be a tuple of layer numbers, got {self.split_after!r}")
         for layer in self.split_after:
@@ -218,27 +215,18 @@ class SynthSpec:
     def record(self) -> dict[str, Any]:
         """The parameters as written in a profile's ``source.generator``.
 
-        The compiled-with options are left out at their defaults, so that
-        profiles generated before they existed keep their exact bytes.
+        The fields after ``model`` (the compiled-with options, calibration and
+        naming, added since) are left out at their defaults, so that profiles
+        generated before they existed keep their exact bytes.
         """
         out = self.as_dict()
-        for name, default in _QUIET_DEFAULTS.items():
-            if out[name] == default:
-                del out[name]
+        fields = dataclasses.fields(self)
+        for f in fields[[f.name for f in fields].index("model") + 1:]:
+            if out[f.name] == f.default:
+                del out[f.name]
         if "split_after" in out:
             out["split_after"] = list(self.split_after)
         return out
-
-
-#: Fields omitted from :meth:`SynthSpec.record` at these values.
-_QUIET_DEFAULTS: Final = {"recompute": "none", "split_after": (), "optimizer_state": "on-chip",
-                          "replication_factor": 1, "sharded_optimizer_state": False, "first_moment": "float",
-                          "head": "squad", "untied_head": False, "checkpoints": False,
-                          "vertex_code_factor": 1.0, "vertex_state_factor": 1.0, "exchange_code_factor": 1.0,
-                          "control_code_factor": 1.0, "reference_bert": False, "compiler_categories": False,
-                          "exchange_by_size": False, "edgetpu_builder": False, "shape_cache": False,
-                          "planner_inputs": False, "linear_mapping": False,
-                          "naming": "popart", "framework": "synthetic"}
 
 
 def _choice(name: str, value: Any, allowed: tuple[str, ...]) -> None:

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Runs", "dense_to_runs", "encode_dense", "encode_runs", "runs_to_dense", "span_runs", "stride_runs",
+__all__ = ["Runs", "dense_to_runs", "encode_dense", "encode_runs", "span_runs", "stride_runs",
            "sum_runs"]
 
 Runs = list[tuple[int, int, int]]
@@ -67,13 +67,6 @@ def sum_runs(parts: Iterable[tuple[Runs, int]], tiles: int) -> Runs:
                 out[-1] = (out[-1][0], nxt, level)
             else:
                 out.append((here, nxt, level))
-    return out
-
-
-def runs_to_dense(runs: Runs, tiles: int) -> np.ndarray:
-    out = np.zeros(tiles, dtype=np.int64)
-    for f, s, v in runs:
-        out[f:s] += v
     return out
 
 

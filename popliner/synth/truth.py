@@ -120,21 +120,10 @@ def other_categories(tiles: int, low: Lowered, state: np.ndarray) -> dict[str, n
 
 def vertex_counts(tiles: int, types: int, vertex_runs: Sequence[tuple[int, Runs]]) -> np.ndarray:
     """Int [types, tiles]: instances of each vertex type on each tile, over all compute sets."""
-    flat_first: list[int] = []
-    flat_stop: list[int] = []
-    vals: list[int] = []
+    of_type: list[list[Runs]] = [[] for _ in range(types)]
     for vid, runs in vertex_runs:
-        base = vid * (tiles + 1)
-        for f, s, v in runs:
-            flat_first.append(base + f)
-            flat_stop.append(base + s)
-            vals.append(v)
-    diff = np.zeros(types * (tiles + 1), dtype=np.int64)
-    if vals:
-        arr = np.asarray(vals, dtype=np.int64)
-        np.add.at(diff, np.asarray(flat_first, dtype=np.int64), arr)
-        np.add.at(diff, np.asarray(flat_stop, dtype=np.int64), -arr)
-    return np.cumsum(diff.reshape(types, tiles + 1), axis=1)[:, :tiles]
+        of_type[vid].append(runs)
+    return np.array([_sum(tiles, vectors) for vectors in of_type], np.int64).reshape(types, tiles)
 
 
 def _sum(tiles: int, vectors: Sequence[Runs]) -> np.ndarray:

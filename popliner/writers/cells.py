@@ -6,10 +6,9 @@ Shared by the formula layer (:mod:`popliner.writers.formula`) and the sheets (:m
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from dataclasses import dataclass
 
-__all__ = ["CellRef", "RangeRef", "column_index", "column_letter"]
+__all__ = ["CellRef", "RangeRef", "column_letter"]
 
 
 def column_letter(col: int) -> str:
@@ -21,16 +20,6 @@ def column_letter(col: int) -> str:
         col, rest = divmod(col - 1, 26)
         letters = chr(ord("A") + rest) + letters
     return letters
-
-
-def column_index(letters: str) -> int:
-    """ "A" -> 1, "AA" -> 27; the inverse of :func:`column_letter`."""
-    if not letters or not letters.isalpha():
-        raise ValueError(f"not a column name: {letters!r}")
-    index = 0
-    for char in letters.upper():
-        index = index * 26 + (ord(char) - ord("A") + 1)
-    return index
 
 
 # Sheet names made only of these characters need no quotes in a reference.
@@ -65,9 +54,6 @@ class CellRef:
         row = ("$" if self.abs_row else "") + str(self.row)
         return col + row
 
-    def absolute(self) -> CellRef:
-        return CellRef(self.row, self.col, self.sheet, True, True)
-
     def render(self, here: str | None = None) -> str:
         return _sheet_prefix(self.sheet, here) + self.a1
 
@@ -89,18 +75,9 @@ class RangeRef:
         if self.last.row < self.first.row or self.last.col < self.first.col:
             raise ValueError(f"empty range {self.first.a1}:{self.last.a1}")
 
-    def cells(self) -> Iterator[CellRef]:
-        """Row by row, as spreadsheets pair up SUMIF's two ranges."""
-        for row in range(self.first.row, self.last.row + 1):
-            for col in range(self.first.col, self.last.col + 1):
-                yield CellRef(row, col, self.first.sheet)
-
     @property
     def shape(self) -> tuple[int, int]:
         return (self.last.row - self.first.row + 1, self.last.col - self.first.col + 1)
-
-    def absolute(self) -> RangeRef:
-        return RangeRef(self.first.absolute(), self.last.absolute())
 
     def render(self, here: str | None = None) -> str:
         return _sheet_prefix(self.first.sheet, here) + f"{self.first.a1}:{self.last.a1}"

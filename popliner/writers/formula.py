@@ -28,9 +28,9 @@ import operator
 from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal
-from typing import Protocol, TypeAlias
+from typing import ClassVar, Protocol, TypeAlias
 
-from popliner.writers.cells import CellRef, RangeRef, column_index, column_letter
+from popliner.writers.cells import CellRef, RangeRef, column_letter
 
 __all__ = [
     "BYTES_PER_MB",
@@ -43,7 +43,6 @@ __all__ = [
     "CountIf",
     "Expr",
     "FormulaError",
-    "FunctionResolver",
     "If",
     "Index",
     "Match",
@@ -54,7 +53,6 @@ __all__ = [
     "Sum",
     "SumIf",
     "Value",
-    "column_index",
     "column_letter",
     "mb",
     "shifted",
@@ -84,19 +82,6 @@ class Resolver(Protocol):
     def cell(self, ref: CellRef) -> Value: ...
 
     def range(self, cells: RangeRef) -> list[Value]: ...
-
-
-@dataclass(frozen=True)
-class FunctionResolver:
-    """A :class:`Resolver` over a function of one reference (for simple callers and tests)."""
-
-    lookup: Callable[[CellRef], Value]
-
-    def cell(self, ref: CellRef) -> Value:
-        return self.lookup(ref)
-
-    def range(self, cells: RangeRef) -> list[Value]:
-        return [self.lookup(ref) for ref in cells.cells()]
 
 
 class Expr(Protocol):
@@ -253,12 +238,10 @@ class CountIf:
         return sum(1 for value in resolve.range(self.range) if _criterion_matches(value, wanted))
 
 
-_ARITH: dict[str, Callable[[float, float], float]] = {
-    "+": operator.add,
-    "-": operator.sub,
-    "*": operator.mul,
-    "/": operator.truediv,
-}
+def _divide(left: float, right: float) -> float:
+    if right == 0:
+        raise FormulaError("#DIV/0!")
+    return left / right
 
 
 def _operand(expr: Expr, here: str | None) -> str:
@@ -268,57 +251,39 @@ def _operand(expr: Expr, here: str | None) -> str:
 
 
 @dataclass(frozen=True)
-class Arith:
-    """``left op right`` for op in ``+ - * /`` (``/`` turns bytes into MB)."""
+class _Infix:
+    """``left op right`` on two numbers (blanks as 0), ``op`` one of the kind's :attr:`OPS`."""
+
+    OPS: ClassVar[dict[str, Callable[[float, float], Value]]]
 
     left: Expr
     op: str
     right: Expr
 
     def __post_init__(self) -> None:
-        if self.op not in _ARITH:
-            raise ValueError(f"unknown operator {self.op!r}")
+        if self.op not in self.OPS:
+            raise ValueError(f"unknown {type(self).__name__} operator {self.op!r}")
 
     def render(self, here: str | None = None) -> str:
         return _operand(self.left, here) + self.op + _operand(self.right, here)
 
     def evaluate(self, resolve: Resolver) -> Value:
-        left = _as_number(self.left.evaluate(resolve))
-        right = _as_number(self.right.evaluate(resolve))
-        if self.op == "/" and right == 0:
-            raise FormulaError("#DIV/0!")
-        return _ARITH[self.op](left, right)
-
-
-_COMPARE: dict[str, Callable[[float, float], bool]] = {
-    "<": operator.lt,
-    "<=": operator.le,
-    ">": operator.gt,
-    ">=": operator.ge,
-    "=": operator.eq,
-    "<>": operator.ne,
-}
+        return self.OPS[self.op](_as_number(self.left.evaluate(resolve)), _as_number(self.right.evaluate(resolve)))
 
 
 @dataclass(frozen=True)
-class Compare:
+class Arith(_Infix):
+    """``left op right`` for op in ``+ - * /`` (``/`` turns bytes into MB)."""
+
+    OPS = {"+": operator.add, "-": operator.sub, "*": operator.mul, "/": _divide}
+
+
+@dataclass(frozen=True)
+class Compare(_Infix):
     """``left op right`` giving TRUE/FALSE, e.g. a stage figure against the budget cell."""
 
-    left: Expr
-    op: str
-    right: Expr
-
-    def __post_init__(self) -> None:
-        if self.op not in _COMPARE:
-            raise ValueError(f"unknown comparison {self.op!r}")
-
-    def render(self, here: str | None = None) -> str:
-        return _operand(self.left, here) + self.op + _operand(self.right, here)
-
-    def evaluate(self, resolve: Resolver) -> Value:
-        left = _as_number(self.left.evaluate(resolve))
-        right = _as_number(self.right.evaluate(resolve))
-        return bool(_COMPARE[self.op](left, right))
+    OPS = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge, "=": operator.eq,
+           "<>": operator.ne}
 
 
 @dataclass(frozen=True)

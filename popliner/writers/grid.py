@@ -96,10 +96,6 @@ class Grid:
     def set_style(self, row: int, style: str) -> None:
         self._rows[row - 1].style = style
 
-    def ref(self, row: int, col: int) -> CellRef:
-        """A reference to a cell of this grid, as formulas on this grid use it."""
-        return CellRef(row, col)
-
     # -- reading ----------------------------------------------------------
 
     @property
@@ -124,9 +120,6 @@ class Grid:
 
     def row_cells(self, row: int) -> list[Cell]:
         return list(self._rows[row - 1].cells)
-
-    def is_formula(self, row: int, col: int) -> bool:
-        return _is_formula(self.cell(row, col))
 
     def formula_text(self, row: int, col: int, row_offset: int = 0) -> str | None:
         """The cell's formula as a spreadsheet takes it (``=SUM(D2:D9)``), or None for a plain value.

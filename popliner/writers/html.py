@@ -120,8 +120,7 @@ def _split(r: Report) -> str:
     for i in r.ipus:
         grow = max(len(i.layers), 1) / total
         state = "ok" if i.fits else "bad"
-        span = (_e(i.layers[0]) if len(i.layers) == 1 else f"{_e(i.layers[0])} .. {_e(i.layers[-1])}") \
-            if i.layers else "(empty)"
+        span = _e(_span(i.layers))
         room = f"{short_bytes(i.headroom)} free" if i.fits else f"+{short_bytes(-i.headroom)} over"
         boxes.append(
             f"<div class='ipu {state}' style='flex-grow:{grow:.4f}' title='IPU {i.ipu}: {_e(_span(i.layers))}'>"

@@ -16,6 +16,7 @@ from typing import Any
 
 import yaml
 
+from popliner.config.model import PREDICTED_FIGURES, PREDICTED_OPTIONAL
 from popliner.memory.types import COMPONENT_COLOURS, COMPONENT_TITLES, COMPONENTS, OTHER, components
 from popliner.report.planner import Planner, PlannerRange
 from popliner.textsafe import shell_word
@@ -28,9 +29,7 @@ ROW_KEYS = ("first", "last", "ipu", "worst_tile", "worst_tile_bytes", "cycles", 
             "stash_entries", "sim_forward", "sim_backward", "sim_head", "sim_bytes_in", "sim_received",
             "sim_returned", "parts", "predicted")
 #: The ``predicted`` block's keys, in the writer's order (absent figures are null).
-PREDICTED_KEYS = ("for_layers", "memory", "worst_tile", "worst_tile_bytes", "stash_bytes", "stash_entries",
-                  "cycles", "bytes_in", "forward_cycles", "recompute_cycles", "head_cycles", "gradient_bytes_in",
-                  "stash_entry_bytes")
+PREDICTED_KEYS = ("for_layers", "memory", *PREDICTED_FIGURES, *PREDICTED_OPTIONAL)
 MEMORY_KEYS = (*COMPONENTS, OTHER, "total")
 YAML_NOTE = ("# Written by the split planner of popliner's HTML report. The PopART, PopTorch and\n"
              "# optimum-graphcore snippets are made when popliner reads this file; the\n"

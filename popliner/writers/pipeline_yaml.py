@@ -9,7 +9,7 @@ from __future__ import annotations
 import io
 from typing import IO, Any
 
-from popliner.config.model import ConfigStage, ConfigTraining, PipelineConfig
+from popliner.config.model import PREDICTED_FIGURES, PREDICTED_OPTIONAL, ConfigStage, PipelineConfig
 from popliner.config.snippets import FlowList as _FlowList
 from popliner.config.snippets import snippets
 from popliner.config.yaml_io import CONFIG_BYTES_ENV, max_config_chars
@@ -91,7 +91,7 @@ def config_to_document(cfg: PipelineConfig) -> dict[str, Any]:
         "gradient_accumulation": cfg.gradient_accumulation,
     }
     if cfg.options is not None:
-        doc["training"] = _training_document(cfg.options)
+        doc["training"] = cfg.options.as_document()
     if cfg.layer_options:
         doc["layer_options"] = dict(cfg.layer_options)
     doc.update({
@@ -101,10 +101,6 @@ def config_to_document(cfg: PipelineConfig) -> dict[str, Any]:
         "snippets": snippets(cfg),
     })
     return doc
-
-
-def _training_document(t: ConfigTraining) -> dict[str, Any]:
-    return t.as_document()
 
 
 def _stage_document(cfg: PipelineConfig, s: ConfigStage) -> dict[str, Any]:
@@ -122,21 +118,9 @@ def predicted_document(s: ConfigStage) -> dict[str, Any]:
     """A stage's ``predicted`` block (the optional figures only when recorded)."""
     memory = s.memory.as_dict()
     memory["total"] = s.memory.total
-    return {
-        "for_layers": s.predicted_for,
-        "memory": memory,
-        "worst_tile": s.worst_tile,
-        "worst_tile_bytes": s.worst_tile_bytes,
-        "stash_bytes": s.stash_bytes,
-        "stash_entries": s.stash_entries,
-        "cycles": s.cycles,
-        "bytes_in": s.bytes_in,
-        **({} if s.forward_cycles is None else {"forward_cycles": s.forward_cycles}),
-        **({} if s.recompute_cycles is None else {"recompute_cycles": s.recompute_cycles}),
-        **({} if s.head_cycles is None else {"head_cycles": s.head_cycles}),
-        **({} if s.gradient_bytes_in is None else {"gradient_bytes_in": s.gradient_bytes_in}),
-        **({} if s.stash_entry_bytes is None else {"stash_entry_bytes": s.stash_entry_bytes}),
-    }
+    optional = {key: getattr(s, key) for key in PREDICTED_OPTIONAL}
+    return {"for_layers": s.predicted_for, "memory": memory, **{key: getattr(s, key) for key in PREDICTED_FIGURES},
+            **{key: value for key, value in optional.items() if value is not None}}
 
 
 def _layer_row(cfg: PipelineConfig, name: str, ipu: int, fwd: int, bwd: int | None) -> _Flow:

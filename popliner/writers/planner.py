@@ -1,45 +1,17 @@
 """The split-planner sheet: layers with an editable IPU column and live per-IPU figures.
 
-Layout (rows are fixed so the XLSX writer can freeze everything above the
-layer table and keep the per-IPU figures in view while the IPU column is
-edited)::
-
-    1  title
-    2  note: exact figures for a contiguous split, an estimate otherwise
-    3  Budget per tile (bytes) | <budget> | <layers on no listed IPU> | explanation
-    4  Mode | <training/inference> | Profile sha256 | <sha256> (read back by config-from)
-    5  Operations of no layer (on IPU 0) | their worst-tile bytes
-    6  IPUs used | K | exact? | what the figures are
-    7  IPU                      | 0 | 1 | ...          (one column per IPU)
-    8  Layers                   | COUNTIF over the IPU column
-    9  First layer (#)          | MATCH of the IPU in the IPU column
-    10 Last layer (#)           | first + count - 1
-    11 Contiguous, in order     | one run of the IPU, right after the previous IPU's
-    12 Worst-tile bytes         | exact: INDEX/MATCH into the Pipeline figures sheet; else row 15
-    13 Headroom per tile        | budget - row 12
-    14 Fits the budget          | row 12 <= budget
-    15 Estimate (sum of layers) | SUMIF of the layers' own worst-tile bytes (+ row 5 on IPU 0)
-    16 Total (bytes)            | SUMIF of the layers' totals (summed over tiles)
-    17 Total (MB)               | ROUND(row 16 / 10^6, 1)
-    18 layer table header: Layer | IPU | Worst-tile bytes | five components | Total | Total MB | Cycles | # | run
-    19... one row per layer
-
-When every layer has an IPU, each IPU's layers are one run, and the IPUs
-follow the layer order (IPU 0 first, no IPU skipped), the split is a
-contiguous pipeline and row 12 looks up popliner's own figure of each IPU's
-layer range at its depth in the pipeline (the "Pipeline figures" sheet,
-:class:`~popliner.breakdown.RangeTable`): the bytes ``popliner check``
-reports for the same split. Otherwise row 12 falls back to the sum of the
-layers' own worst-tile bytes, an estimate (the layers' worst tiles need not
-coincide, shared code counts once per layer, and the stash is left out), and
-row 6 says so.
+Its rows are fixed (the constants below), so that the XLSX writer can freeze everything above the layer
+table and keep the per-IPU figures in view while the IPU column is edited. A contiguous split in layer
+order looks up popliner's own figure of each IPU's layer range on the "Pipeline figures" sheet
+(:class:`~popliner.breakdown.RangeTable`: the bytes ``popliner check`` reports); any other split gets the
+sum of its layers' own worst-tile bytes, an estimate, and the sheet says which. docs/spreadsheets.md
+("Split planner") draws the layout row by row, with the formulas.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import IO, TextIO
 
@@ -84,7 +56,6 @@ __all__ = [
     "RANGES_SHEET",
     "PlannerLayout",
     "default_num_ipus",
-    "planner_figures",
     "planner_grid",
     "ranges_grid",
     "training_assumed",
@@ -156,7 +127,6 @@ class PlannerLayout:
     unplaced: CellRef
     exact: CellRef
     num_ipus: int
-    ipu_numbers: RangeRef  # one cell per IPU
     layer_counts: RangeRef
     worst_sums: RangeRef  # the per-IPU worst-tile figure (exact or estimate)
     headroom: RangeRef
@@ -169,10 +139,6 @@ class PlannerLayout:
     @property
     def has_layers(self) -> bool:
         return self.last_layer_row >= self.first_layer_row
-
-    def ipu_cell(self, layer_index: int) -> CellRef:
-        """The editable IPU cell of the ``layer_index``-th layer (0-based)."""
-        return CellRef(self.first_layer_row + layer_index, IPU_COL)
 
     def layer_column(self, col: int) -> RangeRef:
         """A column of the layer table as an absolute range (only when there are layers)."""
@@ -233,7 +199,6 @@ def _layout(n_layers: int, ipus: int) -> PlannerLayout:
         unplaced=CellRef(BUDGET_ROW, 3),
         exact=CellRef(STATUS_ROW, 3, abs_row=True, abs_col=True),
         num_ipus=ipus,
-        ipu_numbers=ipu_row(IPU_ROW),
         layer_counts=ipu_row(COUNT_ROW),
         worst_sums=ipu_row(WORST_ROW),
         headroom=ipu_row(HEADROOM_ROW),
@@ -435,26 +400,6 @@ def ranges_grid(ranges: RangeTable, name: str = RANGES_SHEET, assumes: str | Non
             figures: list[Cell] = [int(v) if v >= 0 else None for v in ranges.values[i, j]]
             grid.append([i * n + j, i, j, ranges.layers[i], ranges.layers[j], *figures])
     return grid
-
-
-def planner_figures(breakdown: Breakdown, ipu_of_layer: Mapping[str, int], *, budget_bytes: int,
-                    num_ipus: int) -> tuple[list[int], bool]:
-    """The planner's worst-tile bytes per IPU for a split typed into its IPU column, and whether exact.
-
-    Evaluated by popliner's own formula layer over the planner and Pipeline
-    figures sheets, as a spreadsheet would (the tests also recalculate the
-    written workbook with independent engines).
-    """
-    grid, layout = planner_grid(breakdown, budget_bytes=budget_bytes, num_ipus=num_ipus)
-    book = {grid.name: grid}
-    if breakdown.ranges is not None:
-        ranges = ranges_grid(breakdown.ranges, assumes=training_assumed(breakdown))
-        book[ranges.name] = ranges
-    for k, layer in enumerate(breakdown.layers):
-        grid.put(layout.first_layer_row + k, IPU_COL, ipu_of_layer.get(layer.layer))
-    figures = [grid.value(WORST_ROW, 2 + ipu, book) for ipu in range(num_ipus)]
-    exact = grid.value(STATUS_ROW, 3, book)
-    return [int(v) for v in figures if isinstance(v, (int, float))], bool(exact)
 
 
 def write_planner(

@@ -12,7 +12,6 @@ from typing import Any
 
 import click
 
-from popliner.errors import UsageProblem
 from popliner.plan import SplitPlan
 from popliner.progress import phase
 from popliner.textsafe import shown
@@ -85,25 +84,19 @@ def write_split(plan: SplitPlan, config_out: str | None, force: bool, gradient_a
 
 def check_ipu_config(plan: SplitPlan, gradient_accumulation: int | None, matmul_proportion: tuple[float, ...]) -> None:
     """Raise UsageProblem when optimum-graphcore cannot build the split (before any output is written)."""
-    from popliner.config.snippets import optimum_problem
+    from popliner.config.snippets import optimum_check
 
-    problem = optimum_problem(split_config(plan, gradient_accumulation, matmul_proportion))
-    if problem is not None:
-        raise UsageProblem(f"--ipu-config-out: optimum-graphcore cannot build this split: {problem}")
+    optimum_check(split_config(plan, gradient_accumulation, matmul_proportion), "--ipu-config-out")
 
 
 def write_ipu_config(plan: SplitPlan, path: str, force: bool, gradient_accumulation: int | None,
                      matmul_proportion: tuple[float, ...]) -> None:
     """optimum-graphcore's ``ipu_config.json`` for the split: the config's own record (the YAML's optimum snippet)."""
-    from popliner.config.snippets import optimum_note, optimum_warnings
+    from popliner.config.snippets import optimum_say
     from popliner.writers.ipu_config import IPU_CONFIG
 
     cfg = split_config(plan, gradient_accumulation, matmul_proportion)
-    note = optimum_note(cfg)
-    if note:
-        log.info("%s", note)
-    for line in optimum_warnings(cfg):
-        log.warning("%s", line)
+    optimum_say(cfg)
     write_output(cfg, path, force, IPU_CONFIG)  # the summary says "wrote"
 
 

@@ -117,8 +117,8 @@ def _next_step_lines(steps: NextSteps) -> list[str]:
     rows: list[tuple[str, str]] = []
     if not steps.config_written:
         rows.append((steps.solve_command, "write the pipeline config"))
-    profile = _shell_word(steps.profile)
-    config = _shell_word(steps.config)
+    profile = shell_word(steps.profile)  # a name that is not printable goes in as $'...' with escapes
+    config = shell_word(steps.config)
     rows += [
         (f"popliner simulate {config} --profile {profile}", "fill/main/flush, bubbles, memory over time"),
         (f"popliner check {config} --profile {profile}", "CI gate: exit 1 if an IPU is over budget"),
@@ -126,10 +126,6 @@ def _next_step_lines(steps: NextSteps) -> list[str]:
     width = max(len(cmd) for cmd, _ in rows)
     head = f"popliner: wrote {shown(steps.config)}; next:" if steps.config_written else "popliner: next:"
     return [head, *(f"  {cmd:<{width}}  # {why}" for cmd, why in rows)]
-
-
-def _shell_word(text: str) -> str:
-    return shell_word(text)  # a name that is not printable goes in as $'...' with escapes
 
 
 #: Options of the main command that name an output file (their files exist once the command ran) or that

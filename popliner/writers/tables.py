@@ -55,6 +55,7 @@ __all__ = [
     "FORMULA_TRIGGERS",
     "MB_FORMAT",
     "TableFormat",
+    "append_operation",
     "escape_text",
     "layers_grid",
     "matrix_grid",
@@ -118,7 +119,7 @@ def operations_grid(breakdown: Breakdown, name: str = "Operations") -> Grid:
     grid.append(["Layer", "Note", "Operation", *component_headers(breakdown.has_other), "Total (bytes)"],
                 style="header")
     for op in breakdown.operations:
-        _append_operation(grid, op, breakdown.has_other)
+        append_operation(grid, op, breakdown.has_other)
     last = grid.n_rows
     sums = (sum_range(col, 2, last) for col in range(4, 5 + k))
     grid.append([SUM_OF_OPERATIONS, None, None, *sums], style="total")
@@ -135,7 +136,7 @@ LAYERS_NOTE = (
 )
 
 
-def _append_operation(grid: Grid, op: OperationRow, with_other: bool) -> int:
+def append_operation(grid: Grid, op: OperationRow, with_other: bool) -> int:
     row = grid.n_rows + 1
     parts = op.memory.as_tuple(with_other)
     return grid.append(
@@ -265,25 +266,21 @@ def write_grids(grids: Sequence[Grid], stream: TextIO | IO[str], fmt: TableForma
 
 def write_operations(breakdown: Breakdown, stream: TextIO | IO[str], fmt: TableFormat = "csv") -> None:
     """The operation breakdown: one row per operation, then the column totals."""
-    _dialect(fmt)
     write_grid(operations_grid(breakdown), stream, fmt)
 
 
 def write_layers(breakdown: Breakdown, stream: TextIO | IO[str], fmt: TableFormat = "csv") -> None:
     """The layer breakdown: one row per layer, then the column totals."""
-    _dialect(fmt)
     write_grid(layers_grid(breakdown), stream, fmt)
 
 
 def write_totals(breakdown: Breakdown, stream: TextIO | IO[str], fmt: TableFormat = "csv") -> None:
     """The memory totals: model figure against the profile's ground truth."""
-    _dialect(fmt)
     write_grid(totals_grid(breakdown.totals), stream, fmt)
 
 
 def write_matrix(matrix: LayerMatrix, stream: TextIO | IO[str], fmt: TableFormat = "csv") -> None:
     """A layer x layer matrix (affinity or interlayer traffic) with row and column totals."""
-    _dialect(fmt)
     write_grid(matrix_grid(matrix), stream, fmt)
 
 

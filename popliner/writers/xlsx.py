@@ -32,7 +32,6 @@ from popliner.writers.formula import (
     CellRef,
     FormulaError,
     RangeRef,
-    Sum,
     Value,
     mb,
     sum_range,
@@ -55,6 +54,7 @@ from popliner.writers.tables import (
     MB_FORMAT,
     SUM_OF_OPERATIONS,
     Tables,
+    append_operation,
     component_headers,
     layers_grid,
     matrix_grid,
@@ -131,9 +131,7 @@ def _append_group(grid: Grid, label: str, ops: list[OperationRow], with_other: b
     layer_total = sum_range(4 + k, first, last)
     grid.append([label, None, count, *([None] * (k + 1)), layer_total, mb(CellRef(head, 5 + k))], style="group")
     for op in ops:
-        row = grid.n_rows + 1
-        total = Sum((RangeRef(CellRef(row, 4), CellRef(row, 3 + k)),))
-        grid.append([op.layer, op.note, op.name, *op.memory.as_tuple(with_other), total])
+        append_operation(grid, op, with_other)
 
 
 def workbook_grids(

@@ -46,7 +46,7 @@ import numpy as np
 
 from popliner.hardware import CLOCK_HZ_RANGE
 from popliner.profile.model import PROGRAM_TYPES, Profile, Target
-from popliner.profile.rules import MAX_TILES
+from popliner.profile.rules import MAX_TILES, back_edge
 from popliner.profile.tilevector import MAX_VALUE, RunTable
 
 __all__ = ["Bad", "check_csr", "check_len", "check_profile", "check_range", "digest",
@@ -205,18 +205,21 @@ def check_range(name: str, a: np.ndarray, lo: int, hi: int) -> None:
 
 def check_csr(name: str, ptr: np.ndarray, idx: np.ndarray, rows: int, hi: int) -> None:
     """``ptr`` (rows + 1, non-decreasing, 0 to len(idx)) over ``idx`` (values in [0, hi))."""
-    check_len(f"{name} pointers", ptr, rows + 1)
-    check_range(f"{name} pointers", ptr, 0, len(idx) + 1)
-    if int(ptr[0]) != 0 or int(ptr[-1]) != len(idx) or bool((np.diff(ptr) < 0).any()):
-        raise Bad(f"{name} pointers are not a CSR index")
+    _check_ptr(name, ptr, rows, len(idx))
     check_range(name, idx, 0, hi)
+
+
+def _check_ptr(name: str, ptr: np.ndarray, rows: int, n: int) -> None:
+    """``ptr`` has rows + 1 integers, non-decreasing from 0 to ``n``."""
+    check_len(f"{name} pointers", ptr, rows + 1)
+    check_range(f"{name} pointers", ptr, 0, n + 1)
+    if int(ptr[0]) != 0 or int(ptr[-1]) != n or bool((np.diff(ptr) < 0).any()):
+        raise Bad(f"{name} pointers are not a CSR index")
 
 
 def _check_runs(name: str, table: RunTable, rows: int, tiles: int, keys: int | None = None) -> None:
     n = len(table.first)
-    check_len(f"{name} pointers", table.ptr, rows + 1)
-    if table.ptr.size and (int(table.ptr[0]) != 0 or int(table.ptr[-1]) != n or bool((np.diff(table.ptr) < 0).any())):
-        raise Bad(f"{name} pointers are not a CSR index")
+    _check_ptr(name, table.ptr, rows, n)
     check_len(f"{name} stops", table.stop, n)
     check_len(f"{name} values", table.value, n)
     check_range(f"{name} first tiles", table.first, 0, tiles)
@@ -228,17 +231,6 @@ def _check_runs(name: str, table: RunTable, rows: int, tiles: int, keys: int | N
             raise Bad(f"{name} has no keys")
         check_len(f"{name} keys", table.key, n)
         check_range(f"{name} keys", table.key, 0, keys)
-
-
-def _check_acyclic(parent: np.ndarray) -> None:
-    """The parent links end at a root (-1) from every node: pointer doubling, log2(n) passes."""
-    anc = parent.astype(np.int64)
-    for _ in range(max(len(anc), 1).bit_length() + 1):
-        if not bool((anc >= 0).any()):
-            return
-        anc = np.where(anc >= 0, anc[np.maximum(anc, 0)], -1)
-    if bool((anc >= 0).any()):
-        raise Bad("the debug-context parent links form a cycle")
 
 
 def _check_target(t: Target) -> None:
@@ -269,10 +261,9 @@ def check_profile(p: Profile) -> None:
     check_range("variable classes", v.klass, 0, max(classes, 0))
     check_range("variable bytes", v.bytes, 0, 1 << 62)
     check_len("interval ends", p.iv_end, len(p.iv_start))
-    check_range("liveness class pointers", p.class_ptr, 0, len(p.iv_start) + 1)
-    if classes < 0 or (p.class_ptr.size and (int(p.class_ptr[0]) != 0 or int(p.class_ptr[-1]) != len(p.iv_start)
-                                             or bool((np.diff(p.class_ptr) < 0).any()))):
+    if classes < 0:
         raise Bad("liveness class pointers are not a CSR index")
+    _check_ptr("liveness class", p.class_ptr, classes, len(p.iv_start))
     check_range("interval starts", p.iv_start, 0, steps + 1)
     check_range("interval ends", p.iv_end, 0, steps + 1)
     if bool((p.iv_end < p.iv_start).any()):
@@ -295,6 +286,8 @@ def check_profile(p: Profile) -> None:
     for col in ("layer", "name", "data"):
         check_len(f"debug context {col}s", getattr(ctx, col), ctx.count)
     check_range("debug context parents", ctx.parent, -1, ctx.count)
-    _check_acyclic(ctx.parent)
+    par = ctx.parent.tolist()
+    if back_edge(range(len(par)), lambda c: () if par[c] == -1 else (par[c],)) is not None:
+        raise Bad("the debug-context parent links form a cycle")
     for key, column in (p.tile_memory or {}).items():
         check_len(f"tile memory {key}", column, tiles)
