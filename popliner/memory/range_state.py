@@ -18,7 +18,7 @@ import numpy as np
 from popliner.memory.facts import MemoryFacts
 from popliner.memory.layer_vars import LayerVariables
 from popliner.memory.liveness import SegmentGrid
-from popliner.memory.ranges_shared import EngineShare, SharedParts
+from popliner.memory.ranges_shared import EngineShare, SharedParts, VarSet
 from popliner.memory.rerun import ForwardCut, forward_cut_grid
 from popliner.memory.running import LayerParts, Pieces, RunningStage
 from popliner.memory.stages import pipeline_rerun_window, range_ops
@@ -78,7 +78,7 @@ class RangeState:
             if grid is not None:
                 shared.take_buffers(grid)  # zeroed buffers an earlier option set gave back: no page faults
         self.pieces = pieces
-        #: The profile's option-free parts and these facts' delta on them (``popliner plan``: one scenario per
+        #: The profile's option-free parts and these facts' own pieces on them (``popliner plan``: one scenario per
         #: option set, all on the same parts).
         self.share = EngineShare(shared, facts, self.grid, self.cut_grid)
         #: What a range's figure depends on besides its operations: scenarios of equal signatures share figures.
@@ -88,6 +88,8 @@ class RangeState:
         #: Per layer, what this option set makes of its variables (:meth:`EngineShare.fingerprint`).
         self._fingerprints: dict[int, bytes] = {}
         self._parts: dict[int, LayerParts] = {}
+        #: Per layer, its variable sets until both its parts and its fingerprint have read them.
+        self._var_sets: dict[int, tuple[VarSet, VarSet]] = {}
         #: Every layer's private and shared variables, found for all layers at once when the first is needed.
         self._variables: LayerVariables | None = None
         #: (i, j) -> (worst tile bytes, stash entry per tile, total per tile)
@@ -111,7 +113,10 @@ class RangeState:
         parts = self._parts.get(j)
         if parts is None:
             ops = self.layer_ops[j]
-            parts = self._parts[j] = LayerParts.of(self.facts, ops, self.share, self._layer_variables(j))
+            parts = self._parts[j] = LayerParts.of(self.facts, ops, self.share, self._layer_variables(j),
+                                                   self._sets(j))
+            if j in self._fingerprints:
+                self._var_sets.pop(j, None)  # both read it: its columns go
         return parts
 
     def _layer_variables(self, j: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -119,11 +124,20 @@ class RangeState:
             self._variables = LayerVariables.of(self.facts)
         return self._variables.split(j, self.layer_ops[j])
 
+    def _sets(self, j: int) -> tuple[VarSet, VarSet]:
+        """Layer ``j``'s private and shared variables as its parts and its fingerprint read them (once)."""
+        found = self._var_sets.get(j)
+        if found is None:
+            private, shared, _ = self._layer_variables(j)
+            found = self._var_sets[j] = (VarSet(self.share.shared, private), VarSet(self.share.shared, shared))
+        return found
+
     def _fingerprint(self, j: int) -> bytes:
         found = self._fingerprints.get(j)
         if found is None:
-            private, shared, _ = self._layer_variables(j)
-            found = self._fingerprints[j] = self.share.fingerprint(self.facts, private, shared, self._layer_keys[j])
+            found = self._fingerprints[j] = self.share.fingerprint(self.facts, self._sets(j), self._layer_keys[j])
+            if j in self._parts:
+                self._var_sets.pop(j, None)  # both read it: its columns go
         return found
 
     def other_figure(self, i: int, j: int) -> tuple[int, np.ndarray, np.ndarray] | None:

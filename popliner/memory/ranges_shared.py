@@ -1,4 +1,4 @@
-"""Layer parts: the profile's once, and each training option set's delta on top (the only way they are made).
+"""Layer parts: the profile's once, and each training option set's own on top (the only way they are made).
 
 Every scenario's range state builds each layer's parts
 (:class:`popliner.memory.running.LayerParts`): its programs' code and state,
@@ -9,20 +9,23 @@ of variables (optimizer state off chip, recomputed activations), leaving the
 others exactly as profiled.
 
 :class:`SharedParts` (one per profile base: :attr:`popliner.base.ProfileBase.shared`)
-keeps what the options cannot change: each layer's programs part and counted
-variables, and the events and stash columns of a set of variables *as
-profiled* (on the profile's own grid). :class:`EngineShare` adapts them to
-one engine: the events move to the engine's grid (its segments refine the
-profile's: a what-if profile only adds liveness classes, so its segment ends
-include the profile's), and the option set's delta is added for the
-variables its options change: their what-if events or columns, minus their
-profiled ones. An engine whose options change nothing (inference, or the
-options the profile was compiled with) adds no delta. ``popliner plan``
-builds one engine per option set (recomputation x head placement x
-optimizer state) on the same parts; a single solve builds one. Liveness
-grids and stash entries are integer sums, so the parts plus the delta give
-every figure to the byte (tests/test_shared_parts.py holds them against the
-direct model and an independent per-variable sum).
+keeps what the options cannot change: each layer's programs part, and the
+events and stash columns of the layer's activations (variables not always
+live) that an option set leaves *as profiled*, made on the profile's own
+grid. An option set's parts of a layer are that piece, moved to its grid
+(its segments refine the profile's: a what-if profile only adds liveness
+classes, so its segment ends include the profile's), plus its own piece: the
+layer's other variables (its changed ones, and the few always-live ones,
+which off-chip state and sharding change), made once on its own grid
+(:meth:`VarSet.split`). No variable is read twice, so a single solve reads
+each once, as the direct model would. The profiled piece is found by its
+exact variables, so that option sets whose changes leave the same
+activations share it: ``popliner plan`` builds one engine per option set
+(recomputation x head placement x optimizer state) on the same parts, and
+off-chip state, which changes always-live variables only, shares every
+piece of on-chip state's. Liveness grids and stash entries are integer
+sums, so the pieces give every figure to the byte (tests/test_shared_parts.py
+holds them against the direct model).
 """
 
 from __future__ import annotations
@@ -33,11 +36,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from popliner.arrays import expand_ranges
-from popliner.memory.liveness import SegmentGrid, variable_steps
-from popliner.memory.liveness.grid import cell_dtype
+from popliner.memory.liveness import SegmentGrid, class_steps
+from popliner.memory.liveness.grid import Columns, cell_dtype
 from popliner.memory.program_part import ProgramPart, program_part
-from popliner.memory.stash_row import candidate_columns
+from popliner.memory.stash_row import class_columns, stash_columns
 from popliner.memory.variable_tables import VariableTable
 from popliner.memory.variable_tables import changed_variables as _changed  # tests replace it by this name
 from popliner.ops.operations import OperationTable
@@ -46,7 +48,7 @@ from popliner.profile.model import Profile
 if TYPE_CHECKING:
     from popliner.memory.facts import MemoryFacts
 
-__all__ = ["EngineShare", "ProgramPart", "SharedParts"]
+__all__ = ["EngineShare", "ProgramPart", "SharedParts", "VarSet"]
 
 Events = dict[str, np.ndarray]
 
@@ -69,40 +71,49 @@ class SharedParts:
         self.profile = profile
         self.ops = ops
         self._programs: dict[bytes, ProgramPart] = {}
-        self._merged: dict[bytes, Events] = {}
-        self._owned: dict[bytes, Events] = {}
-        self._stash: dict[tuple[bytes, bool], Events] = {}
+        #: The unchanged variables' pieces as profiled, by (what, the layer's variables, which of them).
+        self._base: dict[tuple[str, bytes, bytes], Events] = {}
         self._grid: SegmentGrid | None = None
-        self._columns: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+        self._columns: tuple[np.ndarray, tuple[np.ndarray, np.ndarray]] | None = None
         self._dtypes: list[tuple[np.ndarray, np.ndarray, type[np.signedinteger]]] = []
         #: Cleared grid buffers (diff, run, block max, block sum) by shape and type, for the next engine's grids.
         self._buffers: dict[tuple[object, ...], list[tuple[np.ndarray, ...]]] = {}
         #: The option-free memo every option set's memory facts share (:attr:`popliner.memory.facts.MemoryFacts.memo`):
         #: their training views' roles, layer spans, constants, forward-cut profiles and layer variables.
         self.view_memo: dict[bytes, Any] = {}
-        #: Each distinct variable table met (what-if and forward-cut profiles), and never-stashed set.
         #: Each distinct variable table met (what-if and forward-cut profiles), and never-stashed set; None once
         #: forgotten (:meth:`forget_deltas`: its number is not given again).
         self._tables: list[VariableTable | None] = []
         self._never: list[np.ndarray | None] = []
         #: Range figures by what they depend on (:meth:`RangeState.other_figure`): (worst, stash, total, peak).
         self.range_figures: dict[tuple[object, ...], tuple[int, np.ndarray, np.ndarray, np.ndarray | None]] = {}
-        #: Parts already corrected for a variable table: (table, what, variables) -> pieces.
+        #: Each variable table's pieces of a layer's variables: (table, what, variables) -> pieces.
         self.corrected: dict[tuple[int, str, bytes], tuple[Events, ...]] = {}
         #: Per variable table and layer variables, their digest (:meth:`EngineShare.fingerprint`).
         self.fingerprints: dict[tuple[object, ...], bytes] = {}
-        #: One bytes object per distinct variable set (:meth:`key`).
-        self._keys: dict[bytes, bytes] = {}
+        #: A number per distinct list of live intervals of the what-if profiles' own classes (:meth:`class_ids`).
+        self._class_numbers: dict[bytes, int] = {}
 
     def key(self, var: np.ndarray) -> bytes:
-        """``var``'s bytes, the key its parts are found by: one object per distinct set, however often asked.
+        """The key ``var``'s parts are found by: a SHA-256 digest of its values (variable indices, or flags).
 
-        Every option set's engine asks again for each layer; its parts stay
-        under the first object, so that the plan keeps one copy of the key
-        (at 1x BERT-Large the copies were 225 MB, more than the parts).
+        Indices are digested as their runs of consecutive values (a layer's
+        variables come in long runs: tensors laid out tile by tile), flags
+        packed eight to a byte. Every option set's engine asks again for each
+        layer; a digest keeps no copy of the values (at 1x BERT-Large the
+        copies were 225 MB in a plan, more than the parts).
         """
-        made = var.tobytes()
-        return self._keys.setdefault(made, made)
+        if var.dtype == bool:
+            parts = [np.array([var.size]), np.packbits(var)]
+        else:
+            v = var.astype(np.int64, copy=False)
+            cut = np.flatnonzero(np.diff(v) != 1) + 1  # each run: first and last value
+            parts = [np.array([var.size]), v[np.concatenate(([0], cut))], v[np.concatenate((cut - 1, [v.size - 1]))]
+                     ] if v.size else [np.array([0])]
+        digest = hashlib.sha256(b"flags" if var.dtype == bool else b"indices")
+        for part in parts:
+            _digest_part(digest, part)
+        return digest.digest()
 
     def table(self, profile: Profile, changed: np.ndarray) -> int:
         """A number per distinct variable table (classes, intervals, bytes, tiles): equal numbers, equal tables.
@@ -120,6 +131,22 @@ class SharedParts:
         self._tables.append(table)
         return len(self._tables) - 1
 
+    def class_ids(self, profile: Profile) -> np.ndarray:
+        """Per liveness class of ``profile`` (a what-if profile of this one): a number that classes of equal live
+        intervals share, in every what-if profile (the profiled classes keep theirs).
+
+        A what-if profile numbers its own classes by their rows (:func:`popliner.memory.whatif.with_live_steps`),
+        so one variable's class can take another number in another option set with the same intervals.
+        """
+        n = self.profile.num_classes
+        ids = np.arange(profile.num_classes, dtype=np.int64)
+        ptr, start, end = profile.class_ptr.tolist(), profile.iv_start, profile.iv_end
+        numbers = self._class_numbers
+        for k in range(n, profile.num_classes):
+            intervals = start[ptr[k]:ptr[k + 1]].tobytes() + end[ptr[k]:ptr[k + 1]].tobytes()
+            ids[k] = numbers.setdefault(intervals, n + len(numbers))
+        return ids
+
     def never_stash(self, never: np.ndarray) -> int:
         """A number per distinct never-stashed set (``every-layer``'s recomputed variables)."""
         for k, known in enumerate(self._never):
@@ -132,16 +159,15 @@ class SharedParts:
     def grid(self) -> SegmentGrid:
         """The profile's own liveness grid: only its segments are used (events are made on it, never added)."""
         if self._grid is None:
-            self._grid = SegmentGrid.of(self.profile)
+            self._grid = SegmentGrid.of(self.profile, dtype=self.grid_dtype(self.profile))
         return self._grid
 
     @property
-    def stash_columns(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(stash candidate, first live step, last live step) per variable, as profiled (no option applied)."""
+    def classes(self) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]:
+        """Always live per variable and (first, last) live step per class, as profiled."""
         if self._columns is None:
-            first, last = variable_steps(self.profile)
-            always = self.profile.always_live_classes()[self.profile.variables.klass]
-            self._columns = (np.asarray(~always), first, last)
+            self._columns = (self.profile.always_live_classes()[self.profile.variables.klass],
+                             class_steps(self.profile))
         return self._columns
 
     def take_buffers(self, grid: SegmentGrid) -> None:
@@ -179,11 +205,32 @@ class SharedParts:
             found = self._programs[key] = program_part(engine, ops)
         return found
 
-    def merged(self, var: np.ndarray, key: bytes) -> Events:
-        """:meth:`SegmentGrid.merged` of ``var`` (``key``: its bytes) on the profile's grid."""
-        found = self._merged.get(key)
+    def base(self, what: str, part: VarSet, pick: tuple[bytes, np.ndarray], columns: Columns | None = None
+             ) -> Events:
+        """The piece ``what`` of the variables of ``part`` at ``pick`` as profiled, on the profile's grid (memoised).
+
+        ``what``: "merged" (:meth:`SegmentGrid.merged`), "owned"
+        (:meth:`SegmentGrid.events_of` with owners) or "stash" / "stash-owned"
+        (:func:`popliner.memory.stash_row.class_columns`); owners are positions
+        in ``part.var``. ``pick``: the key of the positions' flags and the
+        positions, none of them always live (so each a stash candidate as
+        profiled); ``columns``: the classes, tiles and bytes of those, when the
+        caller has them (an unchanged variable's are the profiled ones).
+        """
+        where = (what, part.key, pick[0])
+        found = self._base.get(where)
         if found is None:
-            found = self._merged[key] = self.grid.merged(var)
+            at = pick[1]
+            sub = part.var[at]
+            if what == "merged":
+                found = self.grid.merged(sub, columns)
+            elif what == "owned":
+                found = self.grid.events_of(sub, with_owner=True)
+            else:
+                found = class_columns(self.profile, None, self.classes[1], sub, what == "stash-owned", columns)
+            if "owner" in found:
+                found["owner"] = at[found["owner"]]
+            self._base[where] = found
         return found
 
     def forget_deltas(self) -> None:
@@ -206,31 +253,69 @@ class SharedParts:
             del self.view_memo[key]
 
     def piece(self, where: tuple[int, str, bytes], correct: Callable[[], tuple[Events, ...]]) -> tuple[Events, ...]:
-        """The piece ``where`` (its variable table first), memoised: the profiled part and the table's delta,
+        """The pieces ``where`` (its variable table first), memoised: the profiled piece and the table's own,
         made by ``correct`` for the first engine of that table to ask."""
         found = self.corrected.get(where)
         if found is None:
             found = self.corrected[where] = correct()
         return found
 
-    def owned(self, var: np.ndarray, key: bytes) -> Events:
-        """:meth:`SegmentGrid.events_of` of ``var`` (with owners) on the profile's grid."""
-        found = self._owned.get(key)
-        if found is None:
-            found = self._owned[key] = self.grid.events_of(var, with_owner=True)
-        return found
 
-    def stash(self, var: np.ndarray, with_owner: bool, key: bytes) -> Events:
-        """The stash columns of ``var`` as profiled (:func:`popliner.memory.stash_row.stash_columns`)."""
-        found = self._stash.get((key, with_owner))
-        if found is None:
-            found = self._stash[(key, with_owner)] = self.columns(var, with_owner)
-        return found
+class VarSet:
+    """One set of a layer's variables (its private or its shared ones) as the parts read it: its key, and, each
+    read once when first needed, its columns in a profile and its split on an option set's changed variables."""
 
-    def columns(self, var: np.ndarray, with_owner: bool, sign: int = 1) -> Events:
-        candidate, first, last = self.stash_columns
-        v = self.profile.variables
-        return candidate_columns(var, candidate, first, last, v.tile, v.bytes, self.profile.tiles, with_owner, sign)
+    def __init__(self, shared: SharedParts, var: np.ndarray) -> None:
+        self.var = var
+        self.shared = shared
+        self.key = shared.key(var)
+        self._columns: list[tuple[Profile, Columns]] = []
+        self._splits: list[tuple[np.ndarray, tuple[tuple[bytes, np.ndarray], np.ndarray]]] = []
+        self._picked: list[tuple[Profile, np.ndarray, tuple[Columns, Columns]]] = []
+
+    def columns(self, profile: Profile) -> Columns:
+        """The variables' classes, tiles and bytes in ``profile``."""
+        for known, found in self._columns:
+            if known is profile:
+                return found
+        v = profile.variables
+        made = (v.klass[self.var], v.tile[self.var], v.bytes[self.var])
+        self._columns.append((profile, made))
+        return made
+
+    def picked(self, profile: Profile, own: np.ndarray) -> tuple[Columns, Columns]:
+        """:meth:`columns` in ``profile`` of the two sides of :meth:`split` (as profiled, made on the grid)."""
+        for known, mark, found in self._picked:
+            if known is profile and mark is own:
+                return found
+        (_, base), at = self.split(own)
+        columns = self.columns(profile)
+        made = _picked(columns, base), _picked(columns, at)
+        self._picked.append((profile, own, made))
+        return made
+
+    def split(self, own: np.ndarray) -> tuple[tuple[bytes, np.ndarray], np.ndarray]:
+        """((key, positions) of the variables taken as profiled, positions of the others) when ``own`` marks
+        the variables an option set makes on its own grid.
+
+        Taken as profiled: those neither always live nor marked; the others
+        (a few always-live ones per layer, the changed ones) are made on the
+        option set's grid. Option sets that change only always-live variables
+        (optimizer state) then share the large piece with those that change
+        nothing, and so do all whose marks agree on a layer's activations.
+        """
+        for known, found in self._splits:
+            if known is own:
+                return found
+        pick = ~self.shared.classes[0][self.var] & ~own[self.var]
+        made = ((self.shared.key(pick), np.flatnonzero(pick)), np.flatnonzero(~pick))
+        self._splits.append((own, made))
+        return made
+
+
+def _picked(columns: Columns, at: np.ndarray) -> Columns:
+    """The columns of the variables at positions ``at``."""
+    return columns[0][at], columns[1][at], columns[2][at]
 
 
 def _buffer_key(grid: SegmentGrid) -> tuple[object, ...]:
@@ -238,18 +323,21 @@ def _buffer_key(grid: SegmentGrid) -> tuple[object, ...]:
 
 
 class _GridShare:
-    """The shared events of the profile's grid, moved to one engine's grid, and the correction for changed variables.
+    """One engine's grid: the profile's pieces moved to it, and the changed variables' own events made on it.
 
     ``profile`` is the grid's profile (the engine's what-if profile, or its
     forward-cut profile); ``changed`` marks the variables whose live steps or
     bytes there differ from the profiled ones.
     """
 
-    def __init__(self, shared: SharedParts, grid: SegmentGrid, changed: np.ndarray) -> None:
+    def __init__(self, shared: SharedParts, grid: SegmentGrid, changed: np.ndarray,
+                 own: np.ndarray | None = None) -> None:
         self.shared = shared
         self.grid = grid
         self.changed = changed
-        # Grids of equal tables have equal segments: their corrected parts are the same.
+        #: The variables made on this grid rather than taken as profiled: the changed ones, and any others asked.
+        self.own = changed if own is None else own
+        # Grids of equal tables have equal segments: their parts are the same.
         self.table = shared.table(grid.p, changed)
         self.tag = f"{grid.block}:{grid.ends.size}:{grid.dtype}:{grid.cell_dtype}"
         base = shared.grid
@@ -257,70 +345,59 @@ class _GridShare:
         self.colmap = np.searchsorted(grid.ends, base.ends)
         self.same = grid.ends.size == base.ends.size and grid.block == base.block and (
             grid.dtype == base.dtype and grid.cell_dtype == base.cell_dtype)
-        self.base_start = self.colmap[base.col_start]
-        self.base_end = self.colmap[base.col_end]
+        self._class_ids: np.ndarray | None = None
+
+    @property
+    def class_ids(self) -> np.ndarray:
+        """:meth:`SharedParts.class_ids` of this grid's profile."""
+        if self._class_ids is None:
+            self._class_ids = self.shared.class_ids(self.grid.p)
+        return self._class_ids
+
+    def digest(self, digest: Any, part: VarSet) -> None:
+        """Feed ``digest`` which of ``part``'s variables this grid makes, their live intervals (by
+        :attr:`class_ids`) and their bytes in its profile."""
+        pick, _ = part.split(self.own)
+        klass, _, nbytes = part.picked(self.grid.p, self.own)[1]
+        digest.update(pick[0])
+        for column in (self.class_ids[klass], nbytes):
+            _digest_part(digest, column)
 
     @classmethod
-    def of(cls, shared: SharedParts, grid: SegmentGrid, changed: np.ndarray) -> _GridShare:
+    def of(cls, shared: SharedParts, grid: SegmentGrid, changed: np.ndarray, own: np.ndarray | None = None
+           ) -> _GridShare:
         """The adapter of ``grid``, whose segments refine the profile's (a what-if profile only adds classes)."""
         base = shared.grid.ends
         at = np.searchsorted(grid.ends, base)
         if grid.tiles != shared.grid.tiles or (at >= grid.ends.size).any() or not np.array_equal(grid.ends[at], base):
             raise AssertionError("a what-if grid's segments do not refine the profile's")  # with_live_steps appends
-        return cls(shared, grid, changed)
+        return cls(shared, grid, changed, own)
 
-    def merged(self, var: np.ndarray, key: bytes) -> tuple[Events, ...]:
-        """The variables' net change on this grid: the profiled one moved here, plus the changed ones' delta.
+    def merged(self, part: VarSet) -> tuple[Events, ...]:
+        """The variables' net change on this grid (:meth:`SegmentGrid.merged`), in pieces that add up."""
+        return self.shared.piece((self.table, "merged:" + self.tag, part.key), lambda: self._pieces("merged", part))
 
-        ``key`` is ``var.tobytes()``, made once per layer (hashing it is most of a lookup's cost).
-        """
-        return self.shared.piece((self.table, "merged:" + self.tag, key), lambda: self._merged(var, key))
+    def owned(self, part: VarSet) -> tuple[Events, ...]:
+        """:meth:`SegmentGrid.events_of` with owners (positions in ``part.var``), in pieces that add up."""
+        return self.shared.piece((self.table, "owned:" + self.tag, part.key), lambda: self._pieces("owned", part))
 
-    def owned(self, var: np.ndarray, key: bytes) -> tuple[Events, ...]:
-        """:meth:`SegmentGrid.events_of` with owners (positions in ``var``), as a profiled part and a delta."""
-        return self.shared.piece((self.table, "owned:" + self.tag, key), lambda: self._owned(var, key))
-
-    def _merged(self, var: np.ndarray, key: bytes) -> tuple[Events, ...]:
-        out = [self._moved(self.shared.merged(var, key))]
-        pick = var[self.changed[var]]
-        if pick.size:  # the change: from every interval, as profiled and as this grid's profile has them
-            s0, e0, t0, b0, _ = self._intervals(pick)
-            s1, e1, t1, b1, _ = self._profiled(pick)
-            out.append(self.grid.net_change(np.concatenate((s0, s1)), np.concatenate((e0, e1)),
-                                            np.concatenate((t0, t1)), np.concatenate((b0, -b1))))
-        return tuple(out)
-
-    def _owned(self, var: np.ndarray, key: bytes) -> tuple[Events, ...]:
-        out = [self._moved(self.shared.owned(var, key))]
-        at = np.flatnonzero(self.changed[var])
+    def _pieces(self, what: str, part: VarSet) -> tuple[Events, ...]:
+        """The variables taken as profiled (moved here), then the others made here."""
+        pick, at = part.split(self.own)
+        columns = part.picked(self.grid.p, self.own) if what == "merged" else None
+        out = [self._moved(self.shared.base(what, part, pick, columns and columns[0]))] if pick[1].size else []
         if at.size:
-            s0, e0, t0, b0, o0 = self._intervals(var[at])
-            s1, e1, t1, b1, o1 = self._profiled(var[at])
-            tiles = self.grid.tiles
-            out.append({"start": self._cells(np.concatenate((s0, s1)) * tiles + np.concatenate((t0, t1))),
-                        "end": self._cells(np.concatenate((e0, e1)) * tiles + np.concatenate((t0, t1))),
-                        "nbytes": np.concatenate((b0, -b1)).astype(self.grid.dtype),
-                        "owner": at[np.concatenate((o0, o1))]})
+            var = part.var[at]
+            if columns is not None:
+                out.append(self.grid.merged(var, columns[1]))
+            else:
+                own = self.grid.events_of(var, with_owner=True)
+                own["owner"] = at[own["owner"]]
+                out.append(own)
         return tuple(out)
 
     def _cells(self, cells: np.ndarray) -> np.ndarray:
         return cells.astype(self.grid.cell_dtype)
-
-    def _intervals(self, var: np.ndarray) -> tuple[np.ndarray, ...]:
-        """(start column, end column, tile, bytes, owner) of every interval of ``var`` in this grid's profile."""
-        p = self.grid.p
-        iv, owner = _expand(p, var)
-        v = p.variables
-        return (self.grid.col_start[iv], self.grid.col_end[iv], v.tile[var].astype(np.int64)[owner],
-                v.bytes[var].astype(np.int64)[owner], owner)
-
-    def _profiled(self, var: np.ndarray) -> tuple[np.ndarray, ...]:
-        """The same as profiled, in this grid's columns."""
-        p = self.shared.profile
-        iv, owner = _expand(p, var)
-        v = p.variables
-        return (self.base_start[iv], self.base_end[iv], v.tile[var].astype(np.int64)[owner],
-                v.bytes[var].astype(np.int64)[owner], owner)
 
     def _moved(self, events: Events) -> Events:
         """Events of the profile's grid in this grid's columns (the same when the segments are the same)."""
@@ -350,28 +427,10 @@ def _changed_from(profile: Profile, base: Profile) -> np.ndarray:
     return changed
 
 
-def _digest_changed(digest: Any, profile: Profile, var: np.ndarray) -> None:
-    """Feed ``digest`` the variables, each one's number of intervals, the intervals and the bytes."""
-    v = profile.variables
-    cls = v.klass[var]
-    first = profile.class_ptr[cls]
-    counts = profile.class_ptr[cls + 1] - first
-    iv = expand_ranges(first, counts)
-    for part in (var, counts, profile.iv_start[iv], profile.iv_end[iv], v.bytes[var]):
-        _digest_part(digest, part)
-
-
 def _digest_part(digest: Any, part: np.ndarray) -> None:
-    """Feed ``digest`` an array's length, then its values (as int64): no two sequences of parts feed the same."""
-    digest.update(len(part).to_bytes(8, "little"))
-    digest.update(np.asarray(part, np.int64).tobytes())
-
-
-def _expand(profile: Profile, var: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Interval indices of the variables' classes, and each interval's position in ``var``."""
-    cls = profile.variables.klass[var]
-    counts = profile.class_ptr[cls + 1] - profile.class_ptr[cls]
-    return expand_ranges(profile.class_ptr[cls], counts), np.repeat(np.arange(len(var)), counts)
+    """Feed ``digest`` an array's type and length, then its values: no two sequences of parts feed the same."""
+    digest.update(np.dtype(part.dtype).str.encode() + len(part).to_bytes(8, "little"))
+    digest.update(np.ascontiguousarray(part).view(np.uint8).data)
 
 
 class EngineShare:
@@ -382,25 +441,19 @@ class EngineShare:
         self.shared = shared
         base = shared.profile
         changed = _changed_from(engine.profile, base)
-        self.grid = _GridShare.of(shared, grid, changed)
+        # Every-layer's never-stashed variables are made on the option set's grid too (changed or not), so that
+        # one split of a layer's variables serves its events and its stash columns.
+        never = np.asarray(engine.view.never_stash) if engine.training else None
+        self.grid = _GridShare.of(shared, grid, changed, None if never is None else changed | never)
         self.cut_grid = None if cut_grid is None else _GridShare.of(shared, cut_grid, _changed_from(cut_grid.p, base))
-        self.stash_changed: np.ndarray | None = None
         self.stash_table, self.stash_key = -1, ""
         if engine.training:
             # A variable whose class and bytes are as profiled has the profiled steps and always-live flag
-            # (the class table extends the profile's): only every-layer's never-stashed ones change besides.
-            self.stash_changed = np.asarray(changed | engine.view.never_stash)
-            self.stash_table = shared.table(engine.profile, changed)
+            # (the class table extends the profile's): only every-layer's never-stashed ones change besides,
+            # and those the main grid makes on its own already.
+            self.stash_table = self.grid.table
             self.stash_key = f"stash:{shared.never_stash(engine.view.never_stash)}"
-        self.engine_columns = engine
-        p = engine.profile
-        # Per class of the engine's profile: first and last live step, always live (a handful of classes).
-        nonempty = np.diff(p.class_ptr) > 0
-        self._class_first = np.full(p.num_classes, -1, np.int64)
-        self._class_last = np.full(p.num_classes, -1, np.int64)
-        self._class_first[nonempty] = p.iv_start[p.class_ptr[:-1][nonempty]]
-        self._class_last[nonempty] = p.iv_end[p.class_ptr[1:][nonempty] - 1] - 1
-        self._class_always = p.always_live_classes()
+        self.facts = engine
 
     def signature(self, engine: MemoryFacts) -> tuple[object, ...]:
         """What a range's figure reads besides its layers' operations, counted flags and variables: the training
@@ -411,56 +464,47 @@ class EngineShare:
         return (engine.training, view.recompute, view.stash_inputs, view.inputs_only, self.cut_grid is not None,
                 np.asarray(view.is_backward, bool).tobytes())
 
-    def fingerprint(self, engine: MemoryFacts, private: np.ndarray, shared: np.ndarray, layer: bytes) -> bytes:
-        """A digest of what this option set makes of one layer's variables (``private`` and ``shared``: the
-        counted variables of its operations, which ``layer`` names: their indices and counted flags): the live
-        intervals and bytes of those whose class or bytes it changes, on its grid and on its forward-cut grid,
-        and which of them are never stashed.
+    def fingerprint(self, engine: MemoryFacts, sets: tuple[VarSet, VarSet], layer: bytes) -> bytes:
+        """A digest of what this option set makes of one layer's variables (``sets``: the private and shared
+        counted variables of its operations, which ``layer`` names: their indices and counted flags): which of
+        them it makes on its own grids (:meth:`VarSet.split`), the live intervals and bytes of those there, and
+        which are never stashed.
 
-        A range's figure reads nothing else of its variables (the unchanged ones are as profiled), so two
-        option sets whose variable tables differ elsewhere (``every-layer`` with the head placed first and
-        last: only the head's variables differ) share the figures of the ranges of equal fingerprints.
-        Memoised per variable table, as the layer's parts are.
+        A range's figure reads nothing else of its variables (the others are as profiled), so two option sets
+        whose variable tables differ elsewhere (``every-layer`` with the head placed first and last: only the
+        head's variables differ) share the figures of the ranges of equal fingerprints. Memoised per variable
+        table, as the layer's parts are; it reads the columns and splits the parts read (no second pass).
         """
         where = (self.grid.table, self.cut_grid.table if self.cut_grid is not None else -1, self.stash_key, layer)
         found = self.shared.fingerprints.get(where)
         if found is None:
-            digest = hashlib.blake2b(digest_size=32)
-            # Private and shared apart, each sorted (so are their parts): no sort of the layer's variables.
-            for var in (private, shared):
+            digest = hashlib.sha256()
+            for part in sets:
+                digest.update(part.key)
                 for share in (self.grid, self.cut_grid):
                     if share is not None:
-                        _digest_changed(digest, share.grid.p, var[share.changed[var]])
-                if engine.training:
-                    _digest_part(digest, var[np.asarray(engine.view.never_stash)[var]])
+                        share.digest(digest, part)
+                if engine.training:  # the never-stashed ones are among those the main grid makes (its own)
+                    digest.update(self.shared.key(np.asarray(engine.view.never_stash)[part.var[part.split(self.grid.own)[1]]]))
             found = self.shared.fingerprints[where] = digest.digest()
         return found
 
-    def stash(self, var: np.ndarray, key: bytes, with_owner: bool = False) -> tuple[Events, ...] | None:
-        """The stash columns of ``var``: the profiled ones, plus the changed variables' own minus their profiled."""
-        if not self.engine_columns.training:
+    def stash(self, part: VarSet, with_owner: bool = False) -> tuple[Events, ...] | None:
+        """The stash columns of ``part``: those taken as profiled, then the others' own (the main grid's split)."""
+        if not self.facts.training:
             return None
-        return self.shared.piece((self.stash_table, f"{self.stash_key}:{with_owner}", key),
-                                 lambda: self._stash(var, with_owner, key))
+        return self.shared.piece((self.stash_table, f"{self.stash_key}:{with_owner}", part.key),
+                                 lambda: self._stash(part, with_owner))
 
-    def _stash(self, var: np.ndarray, with_owner: bool, key: bytes) -> tuple[Events, ...]:
-        out = [self.shared.stash(var, with_owner, key)]
-        assert self.stash_changed is not None  # stash() took the shared path
-        at = np.flatnonzero(self.stash_changed[var])
+    def _stash(self, part: VarSet, with_owner: bool) -> tuple[Events, ...]:
+        pick, at = part.split(self.grid.own)
+        columns = None if with_owner else part.picked(self.facts.profile, self.grid.own)
+        out = ([self.shared.base("stash-owned" if with_owner else "stash", part, pick, columns and columns[0])]
+               if pick[1].size else [])
         if at.size:
-            mine = self._columns(var[at], with_owner)
-            theirs = self.shared.columns(var[at], with_owner, sign=-1)
+            own = stash_columns(self.facts, part.var[at], with_owner, columns and columns[1])
+            assert own is not None  # in training
             if with_owner:  # positions in var, not in var[at]
-                mine["owner"], theirs["owner"] = at[mine["owner"]], at[theirs["owner"]]
-            out += [mine, theirs]
+                own["owner"] = at[own["owner"]]
+            out.append(own)
         return tuple(out)
-
-    def _columns(self, var: np.ndarray, with_owner: bool) -> Events:
-        """:func:`popliner.memory.stash_row.stash_columns` of a few variables, from their classes."""
-        engine = self.engine_columns
-        v = engine.profile.variables
-        cls = v.klass[var]
-        candidate = ~self._class_always[cls] & ~engine.view.never_stash[var]
-        at = np.arange(len(var))
-        return candidate_columns(at, candidate, self._class_first[cls], self._class_last[cls], v.tile[var],
-                                 v.bytes[var], engine.tiles, with_owner)

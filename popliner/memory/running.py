@@ -17,12 +17,13 @@ import numpy as np
 
 from popliner.memory.liveness import SegmentGrid
 from popliner.memory.liveness.grid import BLOCK
+from popliner.memory.ranges_shared import VarSet
 from popliner.memory.rerun import ForwardCut
 from popliner.memory.stash_row import StashRow
 
 if TYPE_CHECKING:
     from popliner.memory.facts import MemoryFacts
-    from popliner.memory.ranges_shared import EngineShare, _GridShare
+    from popliner.memory.ranges_shared import EngineShare
 
 __all__ = ["PIECES", "LayerParts", "Pieces", "RunningStage"]
 
@@ -60,7 +61,7 @@ class LayerParts:
     ``cut_*_events`` are the same variables' events on the forward-cut grid
     (``--recompute pipeline``: :mod:`popliner.memory.rerun`).
     Events and stash columns are tuples of pieces that add up (the profile's
-    parts and the option set's delta: :mod:`popliner.memory.ranges_shared`).
+    piece and the option set's own: :mod:`popliner.memory.ranges_shared`).
     """
 
     ops: np.ndarray
@@ -81,28 +82,26 @@ class LayerParts:
 
     @classmethod
     def of(cls, facts: MemoryFacts, ops: np.ndarray, share: EngineShare,
-           variables: tuple[np.ndarray, np.ndarray, np.ndarray]) -> LayerParts:
-        """The layer's parts: the profile's option-free parts (``share``, with its grids) and the option set's delta.
+           variables: tuple[np.ndarray, np.ndarray, np.ndarray], sets: tuple[VarSet, VarSet] | None = None
+           ) -> LayerParts:
+        """The layer's parts: the profile's option-free parts (``share``, with its grids) and the option set's own.
 
         ``variables``: its (private, shared) counted variables and the shared
         ones' positions in ``multi_layer_index``
-        (:meth:`popliner.memory.layer_vars.LayerVariables.split`).
+        (:meth:`popliner.memory.layer_vars.LayerVariables.split`); ``sets``: the
+        same two sets of variables as :class:`VarSet`, when the caller has them.
         """
         additive, presence, units, lo, hi = share.shared.programs(facts, ops)
         private, shared, shared_pos = variables
-        # Each variable set's bytes, once: the shared parts are found by them.
-        keys = (share.shared.key(private), share.shared.key(shared))
-        events = _events(share.grid, private, shared, keys)
-        cut = (None, None) if share.cut_grid is None else _events(share.cut_grid, private, shared, keys)
-        stash = (share.stash(private, keys[0]), share.stash(shared, keys[1], with_owner=True))
+        # Each variable set's key, columns and split once, for its events and stash columns.
+        if sets is None:
+            sets = (VarSet(share.shared, private), VarSet(share.shared, shared))
+        events = share.grid.merged(sets[0]), share.grid.owned(sets[1])
+        cut_grid = share.cut_grid
+        cut = (None, None) if cut_grid is None else (cut_grid.merged(sets[0]), cut_grid.owned(sets[1]))
+        stash = share.stash(sets[0]), share.stash(sets[1], with_owner=True)
         return cls(ops, additive, presence, lo, hi, private, shared, shared_pos, events[0], events[1], stash[0],
                    stash[1], units, cut[0], cut[1])
-
-
-def _events(share: _GridShare, private: np.ndarray, shared: np.ndarray, keys: tuple[bytes, bytes]
-            ) -> tuple[tuple[Events, ...], tuple[Events, ...]]:
-    """(private, shared) events on a grid: its profiled part and the option set's delta."""
-    return share.merged(private, keys[0]), share.owned(shared, keys[1])
 
 
 class RunningStage:

@@ -15,13 +15,14 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from popliner.arrays import rank_by_table, unique_inverse
-from popliner.memory.stages import select_stash, stash_windows, steps_of
+from popliner.memory.stages import select_stash, stash_windows
 
 if TYPE_CHECKING:
     from popliner.memory.facts import MemoryFacts
     from popliner.memory.liveness.grid import Columns
+    from popliner.profile.model import Profile
 
-__all__ = ["StashRow", "candidate_columns", "pair_groups", "stash_columns"]
+__all__ = ["StashRow", "class_columns", "pair_groups", "stash_columns"]
 
 
 def stash_columns(facts: MemoryFacts, var: np.ndarray, with_owner: bool = False,
@@ -32,29 +33,41 @@ def stash_columns(facts: MemoryFacts, var: np.ndarray, with_owner: bool = False,
     """
     if not facts.training:
         return None
-    v = facts.profile.variables
-    keep = np.flatnonzero(facts.stash_candidate[var])  # the others are never part of a stash entry
-    sv = var[keep]
+    return class_columns(facts.profile, facts.stash_candidate, facts.class_steps, var, with_owner, columns)
+
+
+def class_columns(profile: Profile, candidate: np.ndarray | None, steps: tuple[np.ndarray, np.ndarray],
+                  var: np.ndarray, with_owner: bool = False, columns: Columns | None = None) -> dict[str, np.ndarray]:
+    """:func:`stash_columns` of ``var`` in ``profile``: ``candidate`` marks the variables a stash entry may hold
+    (None: all of ``var`` may), ``steps`` are each liveness class's first and last live step
+    (:func:`popliner.memory.liveness.class_steps`).
+
+    ``with_owner``: one row per candidate, with its position in ``var`` (``owner``).
+    """
+    v = profile.variables
+    keep = np.arange(len(var)) if candidate is None else np.flatnonzero(candidate[var])  # the others never are
+    sv = var if candidate is None else var[keep]
     if not with_owner:
         if columns is None:
-            grouped = _grouped_by_class(sv, v.klass, facts.class_steps, v.tile, v.bytes, facts.tiles)
+            grouped = _grouped_by_class(sv, v.klass, steps, v.tile, v.bytes, profile.tiles)
         else:  # the candidates' own columns, taken from the variables' (no second reading of whole columns)
-            cls, tile, nbytes = (c[keep] for c in columns)
-            grouped = _grouped_by_class(np.arange(len(keep)), cls, facts.class_steps, tile, nbytes, facts.tiles)
+            cls, tile, nbytes = columns if candidate is None else (c[keep] for c in columns)
+            grouped = _grouped_by_class(None, cls, steps, tile, nbytes, profile.tiles)
         if grouped is not None:
             return grouped
-    # candidate_columns' columns, the steps through the classes (no step columns over every variable).
-    first, last = steps_of(facts, sv)
-    cols = {"first": first, "last": last, "tile": v.tile[sv], "nbytes": v.bytes[sv]}
+    # One row per candidate, the steps through the classes (no step columns over every variable).
+    klass = v.klass[sv]
+    cols = {"first": steps[0][klass], "last": steps[1][klass], "tile": v.tile[sv], "nbytes": v.bytes[sv]}
     if with_owner:
         cols["owner"] = keep
         return cols
-    return _grouped(cols, facts.tiles)
+    return _grouped(cols, profile.tiles)
 
 
-def _grouped_by_class(sv: np.ndarray, klass: np.ndarray, class_steps: tuple[np.ndarray, np.ndarray],
+def _grouped_by_class(sv: np.ndarray | None, klass: np.ndarray, class_steps: tuple[np.ndarray, np.ndarray],
                       tile: np.ndarray, nbytes: np.ndarray, tiles: int) -> dict[str, np.ndarray] | None:
-    """:func:`_grouped` of the candidates ``sv``, with their (first, last) pairs found per liveness class.
+    """:func:`_grouped` of the candidates ``sv`` (None: every entry of the columns), with their (first, last)
+    pairs found per liveness class.
 
     A variable's first and last live steps are its class's, so the pairs of
     the few hundred classes present give every candidate's pair: no columns
@@ -62,7 +75,9 @@ def _grouped_by_class(sv: np.ndarray, klass: np.ndarray, class_steps: tuple[np.n
     None where it would not group them (or groups by a sort): the caller
     then takes the columns.
     """
-    ranked = rank_by_table(klass[sv]) if sv.size else None
+    if sv is not None:
+        klass, tile, nbytes = klass[sv], tile[sv], nbytes[sv]
+    ranked = rank_by_table(klass) if klass.size else None
     if ranked is None:
         return None
     classes, rank = ranked
@@ -70,26 +85,13 @@ def _grouped_by_class(sv: np.ndarray, klass: np.ndarray, class_steps: tuple[np.n
     if first.min() < -1 or last.min() < -1 or max(first.max(), last.max()) >= 2**31:
         return None
     pairs = pair_groups(first + 1, last + 1)
-    if pairs is None or pairs[0].size * tiles > 4 * sv.size:
+    if pairs is None or pairs[0].size * tiles > 4 * klass.size:
         return None
     group = pairs[2][rank]
     # float64 bincount: exact while a tile's bytes in one group are below 2**53.
-    dense = np.bincount(group * tiles + tile[sv], weights=nbytes[sv],
+    dense = np.bincount(group * tiles + tile, weights=nbytes,
                         minlength=pairs[0].size * tiles).astype(np.int64).reshape(-1, tiles)
     return {"first": pairs[0] - 1, "last": pairs[1] - 1, "dense": dense}
-
-
-def candidate_columns(var: np.ndarray, candidate: np.ndarray, first: np.ndarray, last: np.ndarray, tile: np.ndarray,
-                      nbytes: np.ndarray, tiles: int, with_owner: bool = False, sign: int = 1) -> dict[str, np.ndarray]:
-    """:func:`stash_columns` from per-variable columns; ``sign`` -1 takes the bytes away (a correction)."""
-    keep = np.flatnonzero(candidate[var])  # the others are never part of a stash entry
-    sv = var[keep]
-    cols = {"first": first[sv], "last": last[sv], "tile": tile[sv],
-            "nbytes": nbytes[sv] if sign == 1 else -nbytes[sv].astype(np.int64)}
-    if with_owner:
-        cols["owner"] = keep
-        return cols
-    return _grouped(cols, tiles)
 
 
 def _grouped(cols: dict[str, np.ndarray], tiles: int) -> dict[str, np.ndarray]:

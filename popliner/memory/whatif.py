@@ -92,7 +92,7 @@ def rewrite(profile: Profile, ops: OperationTable, layer_of_op: np.ndarray, num_
     steps = _step_dtype(profile.num_steps)
     unchanged = np.full(v.count, -1, steps)
     unchanged.flags.writeable = False
-    keep_lo = keep_hi = unchanged  # off chip: keep only steps keep_lo..keep_hi
+    window = _Spread.none()  # off chip: the state keeps only its steps lo..hi
     # The state's window reads the updates and the state; the what-if profile those, the sharding and
     # (every-layer only) the cuts, which read the layering (see _recompute_cuts).
     roles_key = b"".join(np.asarray(a, bool).tobytes() for a in (roles.is_update, roles.optimizer_state))
@@ -103,8 +103,8 @@ def rewrite(profile: Profile, ops: OperationTable, layer_of_op: np.ndarray, num_
             found = _off_chip_window(ops, roles, unchanged)
             if memo is not None:
                 memo[window_key] = found  # read only from here on
-        keep_lo, keep_hi = found
-    cuts = _Cuts(unchanged, unchanged, np.zeros(v.count, bool), unchanged, np.zeros(ops.count, bool))
+        window = found
+    cuts = _Cuts(_Spread.none(), np.zeros(v.count, bool), unchanged, np.zeros(ops.count, bool))
     layering = b""
     if recompute in ("every-layer", "pipeline"):
         # The cuts read the layering and the roles (not where the state lives): one per mode and layering.
@@ -121,7 +121,9 @@ def rewrite(profile: Profile, ops: OperationTable, layer_of_op: np.ndarray, num_
         key = b"whatif-cuts" + layering + key
     what_if = memo.get(key) if memo is not None else None
     if what_if is None:
-        what_if = with_live_steps(profile, nbytes, cuts.lo, cuts.hi, keep_lo, keep_hi)
+        cut_lo, cut_hi = cuts.cut.full(unchanged)
+        keep_lo, keep_hi = window.full(unchanged)
+        what_if = with_live_steps(profile, nbytes, cut_lo, cut_hi, keep_lo, keep_hi)
         if memo is not None:
             memo[key] = what_if
     return WhatIf(what_if, cuts.never_stash, cuts.forward_cut, cuts.rerun_ops)
@@ -133,21 +135,45 @@ def _cuts_key(layer_of_op: np.ndarray, num_layers: int, roles: Roles, steps: typ
                      np.asarray(roles.is_backward, bool).tobytes(), str((num_layers, np.dtype(steps).str)).encode()))
 
 
-def _off_chip_window(ops: OperationTable, roles: Roles, unchanged: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+@dataclass(frozen=True, eq=False)
+class _Spread:
+    """Two step columns that are -1 but at some variables: those, and their values (what a memo keeps).
+
+    A plan keeps one per option kind for the next option sets; columns over
+    every variable would hold tens of MB that a single solve then pages in
+    again for its layer parts.
+    """
+
+    at: np.ndarray
+    lo: np.ndarray
+    hi: np.ndarray
+
+    @classmethod
+    def none(cls) -> _Spread:
+        empty = np.zeros(0, np.int64)
+        return cls(empty, empty, empty)
+
+    def full(self, unchanged: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Both columns over every variable (``unchanged``: -1 for each, in the steps' type)."""
+        if self.at.size == 0:
+            return unchanged, unchanged
+        lo, hi = unchanged.copy(), unchanged.copy()
+        lo[self.at], hi[self.at] = self.lo, self.hi
+        return lo, hi
+
+
+def _off_chip_window(ops: OperationTable, roles: Roles, unchanged: np.ndarray) -> _Spread:
     """(keep_lo, keep_hi): optimizer state live only from its first update step to its last (never without one)."""
     state = np.flatnonzero(roles.optimizer_state)  # once: a mask over every variable costs a pass per use
-    keep_lo, keep_hi = unchanged.copy(), unchanged.copy()
     lo, hi = _update_window(ops, roles.is_update, len(unchanged), unchanged.dtype.type)
     state_hi = hi[state]
-    keep_lo[state] = np.where(state_hi >= 0, lo[state], _NEVER)
-    keep_hi[state] = state_hi
-    return keep_lo, keep_hi
+    steps = unchanged.dtype
+    return _Spread(state, np.where(state_hi >= 0, lo[state], _NEVER).astype(steps), state_hi.astype(steps))
 
 
 @dataclass(frozen=True, eq=False)
 class _Cuts:
-    lo: np.ndarray  # per variable: lose the steps strictly between lo and hi (-1: none)
-    hi: np.ndarray
+    cut: _Spread  # per variable: lose the steps strictly between lo and hi (-1: none)
     never_stash: np.ndarray
     forward_cut: np.ndarray
     rerun_ops: np.ndarray
@@ -172,37 +198,40 @@ def _recompute_cuts(profile: Profile, ops: OperationTable, layer_of_op: np.ndarr
         u = _last_forward_read(ops, forward_op, count, steps)
         # Unit numbers in int16 while they fit: a quarter of int64's pages.
         lo_unit, hi_unit = _unit_span(ops, unit, count, np.int16 if num_layers + 2 < 2**15 else steps)
-        found = (unit, bstart, forward_op, first, last, u, lo_unit, hi_unit)
+        # Kept for the variables a forward operation reads only (the others are never cut): under half of them.
+        read_idx = np.flatnonzero((u >= 0) & (lo_unit >= 0)).astype(np.int32 if count < 2**31 else np.int64)
+        found = (unit, bstart, forward_op, first, last, read_idx, u[read_idx], lo_unit[read_idx], hi_unit[read_idx])
         if memo is not None:
             # One layering at a time (the planner goes through the head placements in turn): tens of MB each.
             for old in [k for k in memo if k.startswith((b"cuts", b"whatif-cuts"))]:
                 del memo[old]
             memo[key] = found  # read only from here on
-    unit, bstart, forward_op, class_first, class_last, u, lo_unit, hi_unit = found
-    kept = ~roles.always_live & (u >= 0) & (lo_unit >= 0) & ~roles.optimizer_state
+    unit, bstart, forward_op, class_first, class_last, read_idx, u, lo_unit, hi_unit = found
+    # Of the variables a forward operation reads (u, lo_unit, hi_unit are theirs), the ones recomputation may cut.
+    kept = ~roles.always_live[read_idx] & ~roles.optimizer_state[read_idx]
     klass = profile.variables.klass
     if recompute == "every-layer":
-        cut_lo, cut_hi = unchanged.copy(), unchanged.copy()
         # Variables of one unit, read before their last forward read: the rest of the test on those only
         # (whole columns of int64 steps over millions of variables cost more than the test).
-        one = np.flatnonzero(kept & (lo_unit == hi_unit))
-        cls, u_one = klass[one], u[one]
+        at = np.flatnonzero(kept & (lo_unit == hi_unit))
+        one = read_idx[at].astype(np.int64)
+        cls, u_one, lo_one = klass[one], u[at], lo_unit[at]
         read = class_first[cls] <= u_one
-        near, u_near = one[read], u_one[read]
-        r = bstart[lo_unit[near]]  # the unit's backward start (lo_unit >= 0: kept)
+        near, u_near, lo_near = one[read], u_one[read], lo_one[read]
+        r = bstart[lo_near]  # the unit's backward start
         sel = (r <= class_last[cls[read]]) & (r > u_near + 1)
         picked = near[sel]
         pick = np.zeros(count, bool)
         pick[picked] = True
-        cut_lo[picked], cut_hi[picked] = u_near[sel], r[sel]
+        cut = _Spread(picked, u_near[sel].astype(steps), r[sel].astype(steps))
         # Each layer owning a recomputed variable runs its forward part again.
-        return _Cuts(cut_lo, cut_hi, pick, unchanged, forward_op & np.isin(unit, np.unique(lo_unit[picked])))
+        return _Cuts(cut, pick, unchanged, forward_op & np.isin(unit, np.unique(lo_near[sel])))
     forward_cut = unchanged.copy()
-    some = np.flatnonzero(kept)
-    cls, u_some = klass[some], u[some]
+    some = read_idx[kept].astype(np.int64)
+    cls, u_some = klass[some], u[kept]
     sel = (class_first[cls] <= u_some) & (class_last[cls] > u_some)
     forward_cut[some[sel]] = u_some[sel]
-    return _Cuts(unchanged, unchanged, np.zeros(count, bool), forward_cut, forward_op.copy())
+    return _Cuts(_Spread.none(), np.zeros(count, bool), forward_cut, forward_op.copy())
 
 
 def _unit_of_op(layer_of_op: np.ndarray, groups: np.ndarray, num_layers: int) -> np.ndarray:
