@@ -29,7 +29,7 @@ from popliner.framework import FrameworkChoice
 from popliner.hardware import DEFAULT_LINK_BANDWIDTH
 from popliner.layout import Layout
 from popliner.memory.training import TrainingOptions
-from popliner.memory.work import check_work
+from popliner.memory.work import RangeWork, check_work
 from popliner.ops.layers import (
     LayerAssignment,
     announce_layers,
@@ -150,16 +150,18 @@ class Analysis:
         return RangeMemo(self.base.shared)
 
     def range_table(self, limit: int, link_bytes_per_second: float = DEFAULT_LINK_BANDWIDTH, *,
-                    deadline: float | None = None, lazy: bool = False, pieces: Pieces | None = None) -> ProfileRanges:
+                    deadline: float | None = None, lazy: bool = False, pieces: Pieces | None = None,
+                    work: RangeWork | None = None) -> ProfileRanges:
         """A range table of this scenario's facts up to ``limit`` (:class:`popliner.memory.ranges.ProfileRanges`).
 
-        Every table of the scenario shares its :attr:`range_memo`; ``pieces``: the running sets' sizes (tests).
+        Every table of the scenario shares its :attr:`range_memo`; ``pieces``: the running sets' sizes (tests);
+        ``work``: a pod plan's account of the ranges evaluated.
         """
         from popliner.memory.ranges import ProfileRanges
         from popliner.memory.running import PIECES
 
         return ProfileRanges(self.facts, self.range_memo, limit, link_bytes_per_second,
-                             PIECES if pieces is None else pieces, deadline, lazy)
+                             PIECES if pieces is None else pieces, deadline, lazy, work)
 
     @property
     def model(self) -> MemoryModel:

@@ -286,7 +286,6 @@ def test_range_tables_count_a_ranges_fixed_cost() -> None:
     # 1,000 one-operation layers on 2 tiles: 500,500 ranges, each about 150 us whatever its tiles.
     assert range_cells(2, 1000) > LIMITS["POPLINER_MAX_RANGE_CELLS"]
     assert range_cells(1472, 24) < LIMITS["POPLINER_MAX_RANGE_CELLS"] / 50  # BERT-Large
-    assert range_cells(2, 10, tables=18) == 18 * range_cells(2, 10)
 
 
 @pytest.mark.parametrize("command", [("--solve", "--num-ipus", "4"), ("plan", "--ipus", "4")])
@@ -297,6 +296,73 @@ def test_a_thousand_layers_on_two_tiles_are_refused_at_once(tmp_path: Path, comm
     line = _one_error(_run(*args, "--layer-name-regex", OP_REGEX, "--no-cache", timeout=60))
     assert "500,500 ranges of 1,000 layers" in line and "POPLINER_MAX_RANGE_CELLS" in line
     assert time.monotonic() - start < 30  # before: 48 s and 2.9 GB (plan), 70 s (solve)
+
+
+def test_a_plan_counts_the_ranges_its_option_sets_evaluate_and_stops_at_the_limit(tmp_path: Path) -> None:
+    from popliner.memory.work import RANGE_OVERHEAD_CELLS
+
+    profile = FIXTURES / "bert-base-training.json.gz"  # 128 tiles; the embedding, 12 layers, the unlayered ops
+    table = (128 + RANGE_OVERHEAD_CELLS) * 14 * 15 // 2  # one option set's whole table (the head last: 14 layers)
+    # One table is allowed, so nothing is refused before the plan starts; its 18 option sets then evaluate more.
+    r = _run("plan", str(profile), "--ipus", "4", env={"POPLINER_MAX_RANGE_CELLS": str(table),
+                                                      "POPLINER_CACHE_DIR": str(tmp_path / "c")})
+    line = _one_error(r)
+    assert "ranges evaluated by the plan's option sets" in line and "POPLINER_MAX_RANGE_CELLS" in line
+    assert f"above the limit of {table:,}" in line and str(profile) in line
+    assert r.stdout == ""  # no partial plan
+    # Below one table: refused before anything is built, as a solve is.
+    r = _run("plan", str(profile), "--ipus", "4", env={"POPLINER_MAX_RANGE_CELLS": str(table - 1),
+                                                      "POPLINER_CACHE_DIR": str(tmp_path / "c")})
+    assert "105 ranges of 14 layers" in _one_error(r)
+
+
+def test_a_plans_range_account_counts_each_range_a_table_evaluates_or_takes(monkeypatch: pytest.MonkeyPatch) -> None:
+    from popliner.analysis import AnalysisOptions, load_analysis
+    from popliner.memory import range_state, ranges
+    from popliner.memory.work import RangeWork
+    from popliner.pod import plan as pod_plan
+
+    # The oracle: each figure evaluated (offered to the other option sets), taken from another option set, or a
+    # wrapped head's range, counted where each happens.
+    seen = {"kept": 0, "taken": 0, "wrapped": 0}
+    keep, other, wrapped = (range_state.RangeState.keep_figure, range_state.RangeState.other_figure,
+                            ranges.ProfileRanges._wrapped_range)
+
+    def counting_keep(self: Any, *args: Any) -> Any:
+        seen["kept"] += 1
+        return keep(self, *args)
+
+    def counting_other(self: Any, i: int, j: int) -> Any:
+        found = other(self, i, j)
+        seen["taken"] += found is not None
+        return found
+
+    def counting_wrapped(self: Any, j: int) -> Any:
+        before = self._wrapped is None
+        found = wrapped(self, j)
+        if before and self._wrapped is not None:
+            # With the head: each range 0..k within the limit alone, up to the first over it with the head.
+            plain = next((k for k in range(self.num_layers) if (0, k) not in self._ranges), self.num_layers)
+            seen["wrapped"] += min(plain, len(self._wrapped) + 1)
+        return found
+
+    accounts: list[RangeWork] = []
+
+    class Spy(RangeWork):
+        def __init__(self, profile: Any) -> None:
+            super().__init__(profile)
+            accounts.append(self)
+
+    monkeypatch.setattr(range_state.RangeState, "keep_figure", counting_keep)
+    monkeypatch.setattr(range_state.RangeState, "other_figure", counting_other)
+    monkeypatch.setattr(ranges.ProfileRanges, "_wrapped_range", counting_wrapped)
+    monkeypatch.setattr(pod_plan, "RangeWork", Spy)
+    analysis = load_analysis(str(FIXTURES / "bert-base-training.json.gz"), AnalysisOptions(mode="training"),
+                             use_cache=False)
+    pod_plan.plan_pod(analysis, pod_plan.PodRequest(pod_ipus=8))
+    assert len(accounts) == 1
+    assert accounts[0].ranges == seen["kept"] + seen["taken"] + seen["wrapped"] > 0
+    assert seen["taken"] > 0  # the head placements share figures: the account counts them as they are taken
 
 
 def test_a_solve_out_of_time_says_so_and_not_that_the_model_does_not_fit(tmp_path: Path) -> None:

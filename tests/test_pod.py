@@ -326,3 +326,40 @@ def test_each_depth_is_the_split_solve_exact_ipus_gives(fixture_plans: list[tupl
             solved = solve_split(analysis, problem, link_bytes_per_second=plan.request.constants.link_bandwidth)
             assert config.split is not None and solved.status == "OPTIMAL"
             assert [s.layers for s in solved.stages] == [s.layers for s in config.split.stages]
+
+
+@settings(max_examples=25, deadline=None)
+@given(data=st.data())
+def test_traffic_of_a_set_of_operations_is_the_sum_over_its_distinct_variables(data: st.DataObject) -> None:
+    """The table's mask over its own variables against a plain oracle: every entry of the operations, each variable
+    once (np.unique), gradients from weights and the state's share rounded up per variable."""
+    import numpy as np
+
+    from popliner.analysis import scenario
+    from popliner.memory.training import TrainingOptions
+    from popliner.pod.search import TrafficTable
+
+    analysis = scenario(_traffic_base(), TrainingOptions(optimizer_state="off-chip"))
+    table = TrafficTable.of(analysis)
+    count = analysis.ops.count
+    ops = np.array(sorted(data.draw(st.sets(st.integers(0, count - 1), max_size=min(count, 40)))), np.int64)
+    shard = data.draw(st.integers(1, 5))
+    entries = np.concatenate([np.arange(table.ptr[o], table.ptr[o + 1]) for o in ops] + [np.zeros(0, np.int64)])
+    weights = np.unique(table.slot[entries][table.weight[entries]])
+    state = np.unique(table.slot[entries][~table.weight[entries]])
+    got = table.of_ops(ops, True, shard)
+    assert got.gradient_bytes == sum(int(table.nbytes[v]) for v in weights)
+    assert got.state_bytes == sum(-(-int(table.nbytes[v]) // shard) for v in state)
+    assert table.of_ops(ops, False, shard).state_bytes == 0
+
+
+_TRAFFIC_BASE: list[Any] = []
+
+
+def _traffic_base() -> Any:
+    if not _TRAFFIC_BASE:
+        from popliner.base import AnalysisOptions
+
+        _TRAFFIC_BASE.append(load_analysis(str(FIXTURES / "bert-base-training.json.gz"),
+                                           AnalysisOptions(mode="training"), use_cache=False).base)
+    return _TRAFFIC_BASE[0]

@@ -39,7 +39,7 @@ from popliner.memory.cycles import range_cycles
 from popliner.memory.running import PIECES, Pieces, RunningStage
 from popliner.memory.stages import pipeline_rerun_window, range_ops, stage_memory
 from popliner.memory.types import StageMemory
-from popliner.memory.work import check_range_tables
+from popliner.memory.work import RangeWork, check_range_tables
 
 if TYPE_CHECKING:
     from popliner.memory.facts import MemoryFacts
@@ -68,6 +68,9 @@ class ProfileRanges:
     memoised and correct, so a solver can still read it after clearing the
     deadline (set the attribute to None).
 
+    ``work``: a pod plan's account of the ranges its tables evaluate (:class:`popliner.memory.work.RangeWork`),
+    charged once for each range a table of the scenario evaluates or takes from another option set.
+
     ``lazy`` extends a row only as far as it is read (``i..j`` evaluates
     ``i..i`` to ``i..j`` and no further), for a solver that reads rows in
     order and knows where to stop; reading the row further grows its
@@ -76,7 +79,7 @@ class ProfileRanges:
 
     def __init__(self, facts: MemoryFacts, memo: RangeMemo, limit: int,
                  link_bytes_per_second: float = DEFAULT_LINK_BANDWIDTH, pieces: Pieces = PIECES,
-                 deadline: float | None = None, lazy: bool = False) -> None:
+                 deadline: float | None = None, lazy: bool = False, work: RangeWork | None = None) -> None:
         self.facts = facts
         self.limit = limit
         # A wrapped head is no layer the solvers place: it goes with the range at position 0.
@@ -95,6 +98,7 @@ class ProfileRanges:
         self._cycles: dict[tuple[int, int], int] = {}
         self.deadline = deadline
         self.lazy = lazy
+        self._work = work
 
     # -- what a solver reads ------------------------------------------------------
 
@@ -252,6 +256,8 @@ class ProfileRanges:
                 if entry is None:
                     break  # the range alone is over the limit: with the head too
                 check_deadline(self.deadline)
+                if self._work is not None:
+                    self._work.charge()
                 state.add(self._shared.layer_parts(k))
                 total = state.total_per_tile(self._rerun_peak(state))
                 if int(total.max()) > self.limit:
@@ -266,6 +272,8 @@ class ProfileRanges:
         state: RunningStage | None = None
         for j in range(i, upto + 1):
             known = shared.figures.get((i, j))
+            if known is None and self._work is not None:
+                self._work.charge()  # a range this scenario has no figure of yet: evaluated or taken
             if known is None:
                 known = shared.other_figure(i, j)  # another option set's, when the same
             if known is None:

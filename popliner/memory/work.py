@@ -25,8 +25,8 @@ from popliner.profile.limits import LIMITS, check_tile_cells
 from popliner.profile.limits import limit as _limit
 from popliner.profile.model import Profile
 
-__all__ = ["LAYER_ROW_OVERHEAD_CELLS", "LIMITS", "RANGE_OVERHEAD_CELLS", "check_layer_rows", "check_range_tables",
-           "check_work", "check_workbook_rows", "liveness_events", "range_cells", "tile_cells"]
+__all__ = ["LAYER_ROW_OVERHEAD_CELLS", "LIMITS", "RANGE_OVERHEAD_CELLS", "RangeWork", "check_layer_rows",
+           "check_range_tables", "check_work", "check_workbook_rows", "liveness_events", "range_cells", "tile_cells"]
 
 
 def liveness_events(profile: Profile, ops: OperationTable) -> tuple[int, int]:
@@ -103,25 +103,61 @@ def check_work(profile: Profile, ops: OperationTable) -> None:
 RANGE_OVERHEAD_CELLS = 512
 
 
-def range_cells(tiles: int, layers: int, tables: int = 1) -> int:
-    """Cells of the range tables: a per-tile row, and the fixed cost of a range, for every range of consecutive
-    layers, in each of ``tables`` tables (the option sets a pod plan searches)."""
-    return (max(tiles, 0) + RANGE_OVERHEAD_CELLS) * layers * (layers + 1) // 2 * max(tables, 1)
+def range_cells(tiles: int, layers: int) -> int:
+    """Cells of a range table: a per-tile row, and the fixed cost of a range, for every range of consecutive layers."""
+    return (max(tiles, 0) + RANGE_OVERHEAD_CELLS) * layers * (layers + 1) // 2
 
 
-def check_range_tables(profile: Profile, layers: int, tables: int = 1) -> None:
-    """Refuse range tables (solves, pod plans, the planner sheet) whose rows would pass the cells limit."""
-    cells = range_cells(profile.tiles, layers, tables)
+def check_range_tables(profile: Profile, layers: int) -> None:
+    """Refuse a range table (a solve's, a pod plan's option set's, the planner sheet's) past the cells limit."""
+    cells = range_cells(profile.tiles, layers)
     env = "POPLINER_MAX_RANGE_CELLS"
     if cells > _limit(env):
-        each = f" in each of {tables:,} option sets" if tables > 1 else ""
         raise ProfileFormatError(
             profile.path, "target.tilesPerIpu",
             f"({profile.tiles:,} tiles + {RANGE_OVERHEAD_CELLS} for a range's fixed cost) x "
-            f"{layers * (layers + 1) // 2:,} ranges of {layers:,} layers{each} = {cells:,} range-table cells, "
+            f"{layers * (layers + 1) // 2:,} ranges of {layers:,} layers = {cells:,} range-table cells, "
             f"above the limit of {_limit(env):,} (8 bytes each, about 0.5 us to evaluate); use a coarser layer "
-            f"regex (fewer layers){', fewer option sets' if tables > 1 else ''}, or set {env} to a larger count "
-            "to solve it anyway")
+            f"regex (fewer layers), or set {env} to a larger count to solve it anyway")
+
+
+class RangeWork:
+    """The range-table cells a pod plan evaluates, counted as its option sets evaluate them (one per plan).
+
+    A plan cannot know beforehand how many ranges its option sets read:
+    each reads only the ranges that fit, and takes what another option set
+    with the same figures evaluated. Counting every option set's whole
+    table (:func:`check_range_tables` with ``tables``) refused real plans
+    (a 120-layer BERT-Large on 64 IPUs: 263.6 M cells counted, where its
+    option sets evaluate or take 9,042 ranges, 17.9 M cells). So a plan
+    checks one table before anything is built, as a solve does, and then
+    counts each range as a table takes its figure (evaluated, or another
+    option set's); past the limit it stops with one line. The range tables'
+    work is then at most the limit's, whatever the option sets share.
+    """
+
+    def __init__(self, profile: Profile) -> None:
+        self._path = profile.path
+        self._tiles = max(profile.tiles, 0)
+        self._limit = _limit("POPLINER_MAX_RANGE_CELLS")
+        self.ranges = 0
+
+    @property
+    def cells(self) -> int:
+        """The cells counted so far: each range's per-tile row and its fixed cost."""
+        return (self._tiles + RANGE_OVERHEAD_CELLS) * self.ranges
+
+    def charge(self) -> None:
+        """Count one more range figure; refuse once the plan's cells pass the limit (nothing is written then)."""
+        self.ranges += 1
+        if self.cells > self._limit:
+            env = "POPLINER_MAX_RANGE_CELLS"
+            raise ProfileFormatError(
+                self._path, "target.tilesPerIpu",
+                f"({self._tiles:,} tiles + {RANGE_OVERHEAD_CELLS} for a range's fixed cost) x {self.ranges:,} ranges "
+                f"evaluated by the plan's option sets = {self.cells:,} range-table cells, above the limit of "
+                f"{self._limit:,} (8 bytes each, about 0.5 us to evaluate); use a coarser layer regex (fewer "
+                f"layers), fewer option sets, or set {env} to a larger count to plan it anyway")
 
 
 #: What one layer row costs beyond its per-tile arrays, in cells (about 600 us of Python a row, on a loaded

@@ -27,7 +27,7 @@ from popliner.memory.training import (
     OPTIMIZER_STATES,
     TrainingOptions,
 )
-from popliner.memory.work import check_range_tables
+from popliner.memory.work import RangeWork, check_range_tables
 from popliner.pod.model import PodConstants, StepTime, allreduce_seconds, step_time, streaming_seconds
 from popliner.pod.search import DepthSplit, OptionSearch, TrafficTable, search_options
 from popliner.progress import phase
@@ -194,11 +194,11 @@ def plan_pod(analysis: Analysis, request: PodRequest) -> PodPlan:
     notes: list[str] = []
     traffic: TrafficTable | None = None  # one for every option set (popliner.pod.search)
     option_sets = list(_option_sets(base, analysis.options.training, request, notes))
-    # Each option set searched builds range tables of its own: their work, all counted before any is built
-    # (a head placed last or wrapped makes the unlayered operations a layer).
+    # One option set's range table, counted before any is built (a head placed last or wrapped makes the
+    # unlayered operations a layer); then every range the option sets' tables evaluate, as they do (RangeWork).
     layers = len(base.named_layers.names) + (base.has_unlayered and request.head_placement != ("first",))
-    searched = sum(1 for _, depths in option_sets if min(depths) <= layers)
-    check_range_tables(base.profile, layers, searched)
+    check_range_tables(base.profile, layers)
+    work = RangeWork(base.profile)
     # Sharded by R, each depth is an option set of its own: one deeper than its layers builds no memory facts, it
     # takes what the same options said at a smaller depth (the depths come in increasing order).
     known: dict[tuple[str, str, str], OptionSearch | None] = {}
@@ -218,13 +218,14 @@ def plan_pod(analysis: Analysis, request: PodRequest) -> PodPlan:
             found: OptionSearch | None = _beyond(earlier, depths)
         else:
             with phase("planning the pod"):
-                found = _search(base, options, depths, budget, request, analyses, notes, traffic)
+                found = _search(base, options, depths, budget, request, analyses, notes, traffic, work)
             known.setdefault(key, found)
         if found is None:
             continue
         traffic = found.traffic
         for k in depths:
             configs.append(_configure(found, found.depths[k], options, request, budget, bytes_per_tile, clock))
+    log.debug("the option sets' range tables took %s range figures, %s cells", f"{work.ranges:,}", f"{work.cells:,}")
     ranked = sorted(configs, key=_rank_key)
     notes.extend(near_depths(ranked))
     return PodPlan(request, base.profile.path, base.profile.sha256, base.mode, float(clock),
@@ -302,7 +303,7 @@ def _beyond(earlier: OptionSearch, depths: tuple[int, ...]) -> OptionSearch:
 
 def _search(base: ProfileBase, options: TrainingOptions, depths: tuple[int, ...], budget: int,
             request: PodRequest, analyses: dict[TrainingOptions, Analysis], notes: list[str],
-            traffic: TrafficTable | None) -> OptionSearch | None:
+            traffic: TrafficTable | None, work: RangeWork) -> OptionSearch | None:
     """The option set's scenario and splits; None when it only repeats another (recomputation compiled in)."""
     from popliner.memory.ranges import release
 
@@ -313,7 +314,7 @@ def _search(base: ProfileBase, options: TrainingOptions, depths: tuple[int, ...]
             notes.append(note)
         return None
     log.debug("planning %s over %s IPUs per replica", options.as_dict(), ",".join(map(str, depths)))
-    found = search_options(other, depths, budget, request.constants.link_bandwidth, traffic)
+    found = search_options(other, depths, budget, request.constants.link_bandwidth, traffic, work)
     # The splits hold their figures; the range tables' state (gigabytes on a large profile) goes now, and the
     # plan keeps a scenario of the same options whose facts are built again only if asked for (a config from it).
     release(other.range_memo)

@@ -22,6 +22,7 @@ import numpy as np
 from popliner.analysis import Analysis
 from popliner.arrays import gather_csr
 from popliner.memory.ranges import ProfileRanges
+from popliner.memory.work import RangeWork
 from popliner.ops.remote import remote_update_operations, streamed_state_variables
 from popliner.pipeline import range_figure
 from popliner.solvers.problem import Bounds, SplitProblem
@@ -64,10 +65,11 @@ class OptionSearch:
 
 
 def search_options(analysis: Analysis, depths: Sequence[int], budget: int, link_bytes_per_second: float,
-                   traffic: TrafficTable | None = None) -> OptionSearch:
+                   traffic: TrafficTable | None = None, work: RangeWork | None = None) -> OptionSearch:
     """The fastest fitting split of ``analysis`` (already under its option set) for each of ``depths``.
 
-    ``traffic``: the profile's :class:`TrafficTable` when already made (one serves every option set).
+    ``traffic``: the profile's :class:`TrafficTable` when already made (one serves every option set);
+    ``work``: the plan's account of the ranges its tables evaluate (:class:`popliner.memory.work.RangeWork`).
     """
     training = analysis.mode == "training"
     n_layers = len(analysis.layout.placed_names)
@@ -78,7 +80,7 @@ def search_options(analysis: Analysis, depths: Sequence[int], budget: int, link_
     if not usable:
         return OptionSearch(analysis, out, facts.view.recompute)
     problem = SplitProblem(num_ipus=max(usable), budget=budget, training=training)
-    table = analysis.range_table(budget, link_bytes_per_second, lazy=True)
+    table = analysis.range_table(budget, link_bytes_per_second, lazy=True, work=work)
     suffixes = suffix_table(table, problem, float(budget), max(usable))
     traffic_table = traffic if traffic is not None else TrafficTable.of(analysis)
     options = analysis.options.training
@@ -118,12 +120,17 @@ class TrafficTable:
     all-reduced); optimizer state is popliner's (docs/solvers.md). Neither
     depends on the recomputation, the head placement or where the state
     lives, so one table serves every option set of a profile.
+
+    The entries name the table's own variables (``slot``: their positions
+    among the distinct variables of every entry), so that the distinct ones
+    of a set of operations are found by marking a mask that small rather than
+    by sorting the set's entries (many operations use each weight).
     """
 
     ptr: np.ndarray
-    var: np.ndarray
+    slot: np.ndarray  # per entry: its variable's position among the table's distinct variables
     weight: np.ndarray  # per entry: a weight (else optimizer state)
-    nbytes: np.ndarray  # per variable, as profiled (not divided over shards)
+    nbytes: np.ndarray  # per distinct variable of the table, as profiled (not divided over shards)
     #: Figures already worked out, by operations and options (option sets often pick the same stages).
     _known: dict[tuple[bytes, bool, int], IpuTraffic] = field(default_factory=dict, repr=False)
 
@@ -134,7 +141,7 @@ class TrafficTable:
         count = facts.profile.variables.count
         if not facts.training:
             return cls(np.zeros(ops.count + 1, np.int64), np.zeros(0, np.int64), np.zeros(0, bool),
-                       analysis.profile.variables.bytes)
+                       np.zeros(0, np.int64))
         view = facts.view
         lens = np.diff(ops.var_ptr)
         update = np.asarray(view.is_update, bool)
@@ -154,7 +161,9 @@ class TrafficTable:
         keep = weights[ops.var_idx] | (state[ops.var_idx] & np.repeat(state_users, lens))
         kept = np.concatenate(([0], np.cumsum(keep)))
         var = ops.var_idx[keep].astype(np.int64)
-        return cls(kept[ops.var_ptr].astype(np.int64), var, weights[var], analysis.profile.variables.bytes)
+        distinct, slot = np.unique(var, return_inverse=True)
+        return cls(kept[ops.var_ptr].astype(np.int64), slot.astype(np.int64).reshape(-1), weights[var],
+                   np.asarray(analysis.profile.variables.bytes)[distinct])
 
     def of_ops(self, op_idx: np.ndarray, off_chip: bool, shard: int) -> IpuTraffic:
         """Gradient bytes, and (off chip) this replica's share of the optimizer state, of a set of operations."""
@@ -165,18 +174,15 @@ class TrafficTable:
         return found
 
     def _of_ops(self, op_idx: np.ndarray, off_chip: bool, shard: int) -> IpuTraffic:
-        var = gather_csr(self.ptr, self.var, op_idx)
+        slot = gather_csr(self.ptr, self.slot, op_idx)
         weight = gather_csr(self.ptr, self.weight, op_idx)
-        state = _distinct(var[~weight]) if off_chip else var[:0]
-        return IpuTraffic(int(self.nbytes[_distinct(var[weight])].sum()),
-                          int((-(-self.nbytes[state] // shard)).sum()))  # rounded up per variable, as sharding does
+        gradients = self.nbytes[self._distinct(slot[weight])]
+        state = self.nbytes[self._distinct(slot[~weight])] if off_chip else gradients[:0]
+        # The state's share is rounded up per variable, as sharding does.
+        return IpuTraffic(int(gradients.sum()), int((-(-state // shard)).sum()))
 
-
-def _distinct(var: np.ndarray) -> np.ndarray:
-    """The distinct variables of ``var`` (a variable several operations use counts once)."""
-    if var.size == 0:
-        return var
-    var = np.sort(var)
-    keep = np.ones(var.size, bool)
-    keep[1:] = var[1:] != var[:-1]
-    return var[keep]
+    def _distinct(self, slot: np.ndarray) -> np.ndarray:
+        """Whether each of the table's variables is among ``slot`` (a variable several operations use counts once)."""
+        mask = np.zeros(self.nbytes.size, bool)
+        mask[slot] = True
+        return mask
