@@ -50,7 +50,7 @@ def dp_per_count(table: RangeCosts, problem: SplitProblem, objective: Objective 
     # What every count reads alike, worked out once: copy buffers, and (when it needs no memory) each range's
     # value, listed within the cap (``values``: the caller's, worked out once per solve).
     shared = None if objective.uses_memory else RangeValues(table, objective, cap, of=values)
-    copies = copy_buffers(table, problem.training)
+    copies = copy_buffers(table)
     for k in counts:
         try:
             check_deadline(deadline)
@@ -177,11 +177,8 @@ def _read_rows(table: RangeCosts, problem: SplitProblem, within: RangeValues | N
             table.memory(i, ends[-1], 0)
 
 
-def copy_buffers(table: RangeCosts, training: bool) -> Callable[[int, int], int]:
-    """Per tile, the copy buffers of range ``i..j`` (as :func:`position_memory` adds them), each computed once.
-
-    ``training`` changes nothing (:func:`popliner.pipeline.copy_buffer_per_tile`).
-    """
+def copy_buffers(table: RangeCosts) -> Callable[[int, int], int]:
+    """Per tile, the copy buffers of range ``i..j`` (as :func:`position_memory` adds them), each computed once."""
     memo: dict[tuple[int, int], int] = {}
 
     def copies(i: int, j: int) -> int:
@@ -230,7 +227,7 @@ def dp_for_stages(table: RangeCosts, problem: SplitProblem, stages: int, objecti
     forbidden = table.forbidden_splits(problem.keep_shared_together)
     inf = math.inf
     limit = table.limit
-    copies = copies or copy_buffers(table, problem.training)
+    copies = copies or copy_buffers(table)
     # For each j, the largest layer after which a stage must end that lies before j: no range may cross it.
     cut = [max((p for p in problem.split_after if p < j), default=-1) for j in range(n)]
     best = [[inf] * n for _ in range(stages)]

@@ -37,7 +37,7 @@ def position_edges(table: RangeCosts, problem: SplitProblem, stages: int, order:
     """
     n = table.num_layers
     forbidden = table.forbidden_splits(problem.keep_shared_together)
-    copies = copies or copy_buffers(table, problem.training)
+    copies = copies or copy_buffers(table)
     limit = table.limit
     edges: Edges = []
     # Each position holds at least ``least`` layers, so position p starts no earlier than p * least and

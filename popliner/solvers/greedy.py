@@ -32,7 +32,7 @@ def greedy_bounds(table: RangeCosts, problem: SplitProblem) -> tuple[Bounds, flo
     planned the real stashes are only smaller, so it still fits).
     """
     forbidden = table.forbidden_splits(problem.keep_shared_together)
-    copies = copy_buffers(table, problem.training)  # each range's, once for every fill
+    copies = copy_buffers(table)  # each range's, once for every fill
     plans = range(1, problem.num_ipus + 1) if problem.training else [problem.num_ipus]
     for min_layers in MIN_LAYERS:
         for share in CAPS:

@@ -74,7 +74,7 @@ def lexicographic_optimum(table: RangeCosts, problem: SplitProblem,
     candidates = sorted(k for k, found in reachable.items() if found[1] == target)
     # Objective 1's value of each range, once for every count, when it needs no memory.
     first = RangeValues(table, order[0], target, of=range_values) if not order[0].uses_memory else None
-    copies = copy_buffers(table, problem.training)  # each range's, once for every count
+    copies = copy_buffers(table)  # each range's, once for every count
     for k in candidates:
         bounds = _best_of_count(table, problem, k, order, target, deadline, first, copies)
         values = split_objectives(table, problem, bounds) if bounds is not None else None

@@ -67,7 +67,7 @@ def suffix_table(table: RangeCosts, problem: SplitProblem, bound: float, max_sta
     forbidden = table.forbidden_splits(problem.keep_shared_together)
     end_ok = [j == n - 1 or problem.allowed_split(j, forbidden) for j in range(n)]
     pin = n - 1  # the first pinned split at or after i: no stage from i goes past it
-    copies = copy_buffers(table, problem.training)
+    copies = copy_buffers(table)
     limit = table.limit
     for i in range(n - 1, -1, -1):
         check_deadline(deadline)
