@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Used to check that a refactor leaves outputs byte-identical: capture before and after, then diff -r.
+# Used to check that a refactor leaves outputs byte-identical: capture before and after, then diff -r
+# (the scratch folders' names and the timings are masked, so two runs of one tree give the same files).
 # capture.sh OUTDIR : run a matrix of commands from the current dir's popliner, store outputs
 set -u
 final=$1; out=$(mktemp -d /tmp/capwork.XXXXXX); export POPLINER_CACHE_DIR=$(mktemp -d) PYTHONPATH=$PWD
@@ -30,4 +31,8 @@ run "exact" $F/bert-tiny-training.json --solve --num-ipus 3 --exact-ipus --solve
 # strip volatile bits: html report timestamps? xlsx zip dates
 for f in $(find "$out" -name '*.xlsx'); do (mkdir -p "$f.d" && cd "$f.d" && unzip -q -o "$f" && rm -f docProps/core.xml); rm "$f"; done
 
+# mask what differs between two runs of the same tree: the scratch folders' names and the timings
+find "$out" -type f ! -name '*.gz' -print0 | xargs -0 -r sed -i -E \
+  -e "s#$out#CAPWORK#g" -e "s#$POPLINER_CACHE_DIR#CACHEDIR#g" \
+  -e 's/ in [0-9]+(\.[0-9]+)? s\b/ in N s/g' -e 's/"wall_seconds": [0-9.eE+-]+/"wall_seconds": N/g'
 rm -rf "$final"; mv "$out" "$final"
