@@ -239,9 +239,13 @@ class SegmentGrid:
         self.stale[blocks] = True
         self.touched[blocks] = True
 
-    def _refresh(self) -> None:
-        """Running sums, largest value and net change of every block changed since the last reading."""
-        stale = np.flatnonzero(self.stale)
+    def _refresh(self, upto: int) -> None:
+        """Running sums, largest value and net change of every block up to ``upto`` changed since the last reading.
+
+        A reading uses no block after its window's last: a later block stays stale until a reading needs it (a
+        forward window under pipeline recomputation never reads the backward blocks of its forward-cut grid).
+        """
+        stale = np.flatnonzero(self.stale[: upto + 1])
         if stale.size == 0:
             return
         run = self.diff[stale]
@@ -303,9 +307,9 @@ class SegmentGrid:
         k_hi = int(np.searchsorted(self.ends, hi, side="right")) - 1
         if k_hi < 0:
             return out
-        self._refresh()
         first = max(k_lo, 0)
         b_lo, b_hi = first // self.block, k_hi // self.block
+        self._refresh(b_hi)
         # Live bytes before each touched block of the window, and their largest: kept between readings.
         touched = self._extend_known(b_hi)
         lo_row, hi_row = first % self.block, k_hi % self.block
