@@ -9,6 +9,7 @@ operations a stage runs again (``rerun_ops``), never a program's cycles.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 import numpy as np
@@ -33,6 +34,10 @@ class CycleFacts:
     has_cycles: bool
     #: ``--recompute pipeline``: the last stage (and a wrapped head's) re-runs nothing.
     pipeline: bool
+    #: Running sums of :attr:`layer_cycles` and :attr:`rerun_layer_cycles` from 0 (Python integers): a range's
+    #: cycles are two differences, not a sum over its layers (a plan reads tens of thousands of ranges).
+    layer_prefix: tuple[int, ...] = (0,)
+    rerun_prefix: tuple[int, ...] = (0,)
 
     @property
     def num_layers(self) -> int:
@@ -57,11 +62,17 @@ def cycle_facts(profile: Profile, per_op: np.ndarray, layer_of_op: np.ndarray, n
     layer = np.where(layer_of_op < 0, 0, layer_of_op)
     per_layer = np.bincount(layer, weights=per_op, minlength=num_layers).astype(np.int64)
     rerun = np.bincount(layer, weights=np.where(rerun_ops, per_op, 0), minlength=num_layers).astype(np.int64)
-    return CycleFacts(per_op, per_layer, rerun, bool(profile.programs.has_cycles and per_layer.any()), pipeline)
+    return CycleFacts(per_op, per_layer, rerun, bool(profile.programs.has_cycles and per_layer.any()), pipeline,
+                      _prefix(per_layer), _prefix(rerun))
+
+
+def _prefix(per_layer: np.ndarray) -> tuple[int, ...]:
+    """``out[k]``: the sum of the first ``k`` values, in Python integers (exact, as the int64 sums they replace)."""
+    return tuple(itertools.accumulate(per_layer.tolist(), initial=0))
 
 
 def range_cycles(facts: CycleFacts, i: int, j: int, with_head: bool = False) -> int:
-    """Cycles of one micro-batch through layers ``i..j`` (with re-run forward work).
+    """Cycles of one micro-batch through layers ``i..j``, ``i <= j`` (with re-run forward work).
 
     ``with_head``: the IPU also holds a wrapped head (``i..j`` then index the
     layers before it). The head is a stage of its own, whose forward work
@@ -72,7 +83,8 @@ def range_cycles(facts: CycleFacts, i: int, j: int, with_head: bool = False) -> 
         if facts.pipeline and i == 0 and j == last - 1:
             return int(facts.layer_cycles.sum())
         return range_cycles(facts, i, j) + range_cycles(facts, last, last)
-    base = int(facts.layer_cycles[i : j + 1].sum())
+    layer, rerun = facts.layer_prefix, facts.rerun_prefix
+    base = layer[j + 1] - layer[i]
     if facts.pipeline and j == last:
         return base
-    return base + int(facts.rerun_layer_cycles[i : j + 1].sum())
+    return base + rerun[j + 1] - rerun[i]

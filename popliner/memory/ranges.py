@@ -94,7 +94,7 @@ class ProfileRanges:
         self._memory: dict[tuple[int, int, int], float] = {}
         self._shared = memo.state(facts, pieces)
         self._cycle_facts = facts.cycles
-        self._cross = facts.boundaries.crossing
+        self._cross: list[int] = facts.boundaries.crossing.tolist()  # Python integers: the solvers read each often
         self._cycles: dict[tuple[int, int], int] = {}
         self.deadline = deadline
         self.lazy = lazy
@@ -161,7 +161,7 @@ class ProfileRanges:
 
     def crossing(self, j: int) -> int:
         # After the last layer placed: 0, or what a wrapped head receives.
-        return int(self._cross[j]) if 0 <= j < len(self._cross) else 0
+        return self._cross[j] if 0 <= j < len(self._cross) else 0
 
     def transfer(self, nbytes: int) -> int:
         return transfer_cycles(nbytes, self._bytes_per_cycle)

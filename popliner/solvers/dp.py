@@ -149,6 +149,10 @@ class RangeValues:
     def value(self, i: int, j: int) -> float:
         return self._values[i][j]
 
+    def row(self, i: int) -> list[float]:
+        """The values of the ranges from ``i`` (``row(i)[j]`` is :meth:`value`), for a loop over ``j``."""
+        return self._values[i]
+
 
 def _running_minima(column: list[float]) -> list[float]:
     """``out[i]``: the smallest of ``column[1..i]`` (``out[0]`` is ``inf``: the first layer starts no column)."""

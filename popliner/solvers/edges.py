@@ -60,10 +60,11 @@ def position_edges(table: RangeCosts, problem: SplitProblem, stages: int, order:
                 continue  # no path from layer 0 gets here: its ranges are on no whole split
             # A pinned split at or after i: no range from i goes past it.
             pin = min((q for q in problem.split_after if q >= i), default=n)
+            row_values = first.row(i) if first is not None else None
             for j in range(i + problem.min_layers - 1, min(pin, latest_end) + 1):
                 if (j == n - 1) != last_position or (j < n - 1 and not splittable[j]):
                     continue
-                if first is not None and first.value(i, j) > cap:
+                if row_values is not None and row_values[j] > cap:
                     continue
                 base = table.memory(i, j, extra)
                 if base == math.inf:
@@ -72,7 +73,7 @@ def position_edges(table: RangeCosts, problem: SplitProblem, stages: int, order:
                 if mem > limit:
                     continue
                 others = tuple(int(o.stage_value(table, i, j, mem)) for o in rest)
-                values = (int(first.value(i, j)), *others) if first is not None else others
+                values = (int(row_values[j]), *others) if row_values is not None else others
                 if values[0] <= cap:
                     row.append((i, j, values))
         edges.append(row)
