@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from popliner.memory.facts import MemoryFacts
     from popliner.memory.range_state import RangeMemo
 
-__all__ = ["OVERFLOW", "ProfileRanges", "release", "transfer_cycles"]
+__all__ = ["OVERFLOW", "ProfileRanges", "release", "transfer_cycles", "worst_tiles"]
 
 #: A range that does not fit (or was not evaluated because a shorter one did not).
 OVERFLOW = math.inf
@@ -92,6 +92,8 @@ class ProfileRanges:
         self._ranges: dict[tuple[int, int], tuple[np.ndarray, np.ndarray] | None] = {}
         self._done_from: set[int] = set()
         self._memory: dict[tuple[int, int, int], float] = {}
+        #: Per range evaluated: the tiles that can be the worst at some stash depth (:func:`worst_tiles`).
+        self._fronts: dict[tuple[int, int], tuple[tuple[int, int], ...]] = {}
         self._shared = memo.state(facts, pieces)
         self._cycle_facts = facts.cycles
         self._cross: list[int] = facts.boundaries.crossing.tolist()  # Python integers: the solvers read each often
@@ -131,7 +133,7 @@ class ProfileRanges:
         return self._wraps
 
     def memory(self, i: int, j: int, extra_stash: int) -> float:
-        """Worst-tile bytes of the range with ``extra_stash`` stash entries beyond the profile's one.
+        """Worst-tile bytes of the range with ``extra_stash`` (>= 0) stash entries beyond the profile's one.
 
         :data:`OVERFLOW` when over the limit; then every longer range from
         ``i`` overflows too. Copy buffers are not included: see
@@ -142,12 +144,16 @@ class ProfileRanges:
         if found is None:
             # The solvers ask for the same (range, depth) many times: every stage count of the DP,
             # the fewest-IPUs search and the ILP's edges read it again.
-            entry = self._wrapped_range(j) if self._wraps and i == 0 else self._range(i, j)
-            if entry is None:
+            front = self._fronts.get((i, j))
+            if front is None:
+                entry = self._wrapped_range(j) if self._wraps and i == 0 else self._range(i, j)
+                front = self._fronts[(i, j)] = () if entry is None else worst_tiles(*entry)
+            if not front:
                 found = OVERFLOW
             else:
-                total, stash = entry
-                worst = int((total + extra_stash * stash).max()) if extra_stash else int(total.max())
+                if extra_stash < 0:
+                    raise ValueError(f"extra stash entries {extra_stash}: expected a number >= 0")
+                worst = max(total + extra_stash * stash for total, stash in front)
                 found = worst if worst <= self.limit else OVERFLOW
             self._memory[key] = found
         return found
@@ -341,6 +347,30 @@ class ProfileRanges:
             state.add(shared.layer_parts(k))
         return state
 
+
+
+def worst_tiles(total: np.ndarray, stash: np.ndarray) -> tuple[tuple[int, int], ...]:
+    """(total, stash entry) of the tiles that can be a range's worst at some stash depth, as Python integers.
+
+    A range's memory with ``e >= 0`` extra stash entries is the largest
+    ``total + e * stash`` over its tiles. A tile whose total and stash entry
+    are both at most another's is never above that one, whatever ``e``: so
+    the tiles are taken by stash entry (largest first; equal entries, largest
+    total first) and a tile is kept only when its total is above every total
+    before it. For every ``e``, some kept tile is a worst one: were every
+    worst tile dropped, take the first of them in that order; the tile that
+    dropped it comes before it, has as large a total and stash entry, so it
+    is a worst tile as well, and an earlier one. The largest over the kept
+    tiles is then the largest over all, to the byte (Python integers: no
+    overflow), and each depth the solvers ask about costs a few additions
+    instead of a pass over every tile.
+    """
+    order = np.lexsort((-total, -stash))
+    totals = total[order]
+    kept = np.empty(totals.size, bool)
+    kept[:1] = True
+    np.greater(totals[1:], np.maximum.accumulate(totals)[:-1], out=kept[1:])
+    return tuple(zip(totals[kept].tolist(), stash[order][kept].tolist()))
 
 
 def release(memo: RangeMemo) -> None:
