@@ -347,12 +347,21 @@ class _GridShare:
 
     def digest(self, digest: Any, part: VarSet) -> None:
         """Feed ``digest`` which of ``part``'s variables this grid makes, their live intervals (by
-        :attr:`class_ids`) and their bytes in its profile."""
-        pick, _ = part.split(self.own)
-        klass, _, nbytes = part.picked(self.grid.p, self.own, 1)
+        :attr:`class_ids`) and their bytes in its profile.
+
+        It gathers only what it digests (a plan's later option sets take most figures and build no parts): the
+        classes, and the bytes only when the profile's differ from the loaded profile's array (sharding); else
+        the variables, which the split's key names, have the profiled bytes, and a marker says so.
+        """
+        pick, at = part.split(self.own)
+        v = self.grid.p.variables
+        sub = part.var[at]
         digest.update(pick[0])
-        for column in (self.class_ids[klass], nbytes):
-            _digest_part(digest, column)
+        _digest_part(digest, self.class_ids[v.klass[sub]])
+        if v.bytes is self.shared.profile.variables.bytes:
+            digest.update(b"bytes as profiled")
+        else:
+            _digest_part(digest, v.bytes[sub])
 
     @classmethod
     def of(cls, shared: SharedParts, grid: SegmentGrid, changed: np.ndarray, own: np.ndarray | None = None
