@@ -208,8 +208,8 @@ def _documents(plan: Any, chosen: Any, with_ipu_config: bool) -> tuple[Any, dict
 
 def _write_configs(chosen: Any, rank: int, documents: tuple[Any, dict[str, Any] | None], config_out: str | None,
                    ipu_config_out: str | None, force: bool) -> None:
-    from popliner.writers.ipu_config import write_ipu_config
     from popliner.writers.pipeline_yaml import YAML
+    from popliner.writers.writer import write_json
 
     cfg, ipu_document = documents
     if config_out:
@@ -218,5 +218,5 @@ def _write_configs(chosen: Any, rank: int, documents: tuple[Any, dict[str, Any] 
                     chosen.ipus_per_replica, chosen.replicas, chosen.gradient_accumulation)
     if ipu_config_out and ipu_document is not None:
         with atomic_write(ipu_config_out, force=force) as stream:
-            write_ipu_config(ipu_document, stream)
+            write_json(ipu_document, stream)
         log.warning("wrote %s (optimum-graphcore IPUConfig of configuration %d)", ipu_config_out, rank)

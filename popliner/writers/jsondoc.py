@@ -5,7 +5,6 @@ Both are plain JSON-ready data with no wall-clock figures, so the same inputs gi
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import IO, Any
 
@@ -13,10 +12,9 @@ from popliner.layout import Layout
 from popliner.simulator.engine import SimResult, memory_over_time
 from popliner.solvers.result import SplitResult
 from popliner.writers.simulation import Simulation, mode_of
-from popliner.writers.writer import FormatWriter
+from popliner.writers.writer import FormatWriter, write_json
 
-__all__ = ["JSON", "PlanDocument", "SplitDocument", "result_document", "simulation_document", "split_document",
-           "write_json"]
+__all__ = ["JSON", "PlanDocument", "SplitDocument", "result_document", "simulation_document", "split_document"]
 
 
 @dataclass(frozen=True)
@@ -79,11 +77,6 @@ def split_document(split: SplitResult, *, profile_path: str, profile_sha256: str
     }
 
 
-def write_json(document: dict[str, Any], stream: IO[str]) -> None:
-    json.dump(document, stream, indent=2, sort_keys=False, allow_nan=False)  # strict JSON: finite numbers only
-    stream.write("\n")
-
-
 def simulation_document(sim: Simulation) -> dict[str, Any]:
     """The summary of a simulation: where it came from, the result, and the config's training options."""
     doc: dict[str, Any] = {"config": sim.config, "figures_from": sim.source}
@@ -142,7 +135,7 @@ def _r(us: float) -> float:
 
 
 def _write_simulation(sim: Simulation, stream: IO[str]) -> None:
-    stream.write(json.dumps(simulation_document(sim), indent=2, allow_nan=False) + "\n")
+    write_json(simulation_document(sim), stream)
 
 
 def _write_document(wrapped: SplitDocument | PlanDocument, stream: IO[str]) -> None:

@@ -6,6 +6,7 @@ The map from file names to writers is :mod:`popliner.writers.formats`.
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import IO, Any, Protocol
@@ -13,7 +14,7 @@ from typing import IO, Any, Protocol
 from popliner.errors import OutputTooLarge, UsageProblem
 from popliner.fileio import atomic_write, is_stdout
 
-__all__ = ["FormatWriter", "Writer", "kind_of", "write_output"]
+__all__ = ["FormatWriter", "Writer", "kind_of", "write_json", "write_output"]
 
 
 def kind_of(value: object) -> str:
@@ -83,3 +84,9 @@ def write_output(value: object, path: str | None, force: bool, w: Writer) -> Non
             w.write(value, stream)
     except OutputTooLarge as exc:  # refused before a byte was written: no file is left
         raise UsageProblem(f"{path if path and not is_stdout(path) else 'stdout'}: {exc}") from None
+
+
+def write_json(document: dict[str, Any], stream: IO[str]) -> None:
+    """A JSON document as popliner writes one: indented, keys in the document's order, a final newline."""
+    json.dump(document, stream, indent=2, allow_nan=False)  # strict JSON: finite numbers only
+    stream.write("\n")
