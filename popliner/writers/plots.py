@@ -41,7 +41,7 @@ from popliner.report.aggregate import grid_values, tile_grid
 from popliner.solvers.result import SplitResult, StageResult
 from popliner.textsafe import shown
 from popliner.writers.gantt import write_gantt
-from popliner.writers.simulation import Simulation
+from popliner.writers.simulation import Simulation, plural
 from popliner.writers.writer import FormatWriter, write_output
 
 if TYPE_CHECKING:
@@ -140,9 +140,7 @@ SVG = FormatWriter("svg", (".svg",), {"Figure": _write_figure("svg"), "Simulatio
 
 
 def _bytes_axis(axes: Axes) -> None:
-    from matplotlib.ticker import EngFormatter
-
-    axes.yaxis.set_major_formatter(EngFormatter(unit="B", places=1))
+    _bytes_formatter(axes.yaxis)
     axes.grid(axis="y", alpha=0.3)
     axes.set_axisbelow(True)
 
@@ -245,7 +243,7 @@ def plot_split(
         axes = figure.subplots()
         _draw_stages(axes, split, budget)
         count = split.num_ipus_used
-        axes.set_title(f"{split.mode.capitalize()}: split over {count} IPU{'' if count == 1 else 's'} "
+        axes.set_title(f"{split.mode.capitalize()}: split over {plural(count, 'IPU')} "
                        f"({split.solver}, {split.status})" + (f"\ntraining options: {assumes}" if assumes else ""))
         _save(figure, path, fmt, force)
 

@@ -26,7 +26,6 @@ from typing import IO, TYPE_CHECKING, Any
 from popliner.breakdown import Breakdown, LayerMatrix, OperationRow
 from popliner.config.workbook import IPU_COL
 from popliner.errors import UsageProblem
-from popliner.fileio import check_writable
 from popliner.solvers.result import SplitResult
 from popliner.writers.formula import (
     CellRef,
@@ -75,7 +74,6 @@ _MAX_WIDTH = 48
 _MIN_WIDTH = 6
 # Characters Excel forbids in sheet names.
 _BAD_SHEET_CHARS = re.compile(r"[\[\]:*?/\\]")
-
 
 
 # ---------------------------------------------------------------------------
@@ -208,7 +206,6 @@ def write_workbook(
     target = Path(path)
     if target.suffix.lower() != ".xlsx":
         raise UsageProblem(f"{target}: a workbook file name must end in .xlsx")
-    check_writable(target, force)  # fail before the work, not after
     tables = Tables(breakdown, matrices=tuple(matrices), split=split, budget_bytes=budget_bytes, num_ipus=num_ipus)
     write_output(tables, os.fspath(target), force, XLSX)
 
