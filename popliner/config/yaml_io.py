@@ -245,9 +245,9 @@ def _read_tiles(r: Reader, value: Any, stages: tuple[ConfigStage, ...]) -> int:
     return tiles
 
 
-def training_from_document(value: Any, source: str, mode: str = "training") -> ConfigTraining:
+def training_from_document(value: Any, source: str) -> ConfigTraining:
     """Validate a ``training`` block given as plain data; ``source`` names where it was read (one-line errors)."""
-    return _read_training(Reader(source), value, mode, where="")
+    return _read_training(Reader(source), value, "training", where="")
 
 
 def _read_training(r: Reader, value: Any, mode: str, where: str = "training") -> ConfigTraining:

@@ -412,6 +412,6 @@ def sum_range(col: int, first_row: int, last_row: int) -> Cell:
     return Sum((RangeRef(CellRef(first_row, col), CellRef(last_row, col)),))
 
 
-def mb(cell: CellRef, digits: int = 1) -> Expr:
-    """Bytes in ``cell`` as MB with ``digits`` decimals: ``ROUND(H2/1000000,1)``."""
-    return Round(Arith(Ref(cell), "/", Const(BYTES_PER_MB)), digits)
+def mb(cell: CellRef) -> Expr:
+    """Bytes in ``cell`` as MB with one decimal: ``ROUND(H2/1000000,1)``."""
+    return Round(Arith(Ref(cell), "/", Const(BYTES_PER_MB)), 1)
