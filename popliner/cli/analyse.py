@@ -217,10 +217,12 @@ def _gate_split(plan: SplitPlan, p: dict[str, Any], checks: Gate) -> None:
 def _write_split(plan: SplitPlan, p: dict[str, Any], checks: Gate | None = None) -> None:
     """The split's outputs, the summary, the check of the config (--check-out, --baseline), and exit 3 when
     nothing fits."""
+    from popliner.config.snippets import optimum_check
+
     g = p["gradient_accumulation"]
     mp = p["matmul_proportion"]
-    if p["ipu_config_out"] and plan.split.stages:
-        split_writers.check_ipu_config(plan, g, mp)  # before anything is written or printed
+    if p["ipu_config_out"] and plan.split.stages:  # refused before anything is written or printed
+        optimum_check(split_writers.split_config(plan, g, mp), "--ipu-config-out")
     split_writers.write_split(plan, p["config_out"], p["force"], g, mp, split_out=p["split_out"])
     if p["ipu_config_out"] and plan.split.stages:
         split_writers.write_ipu_config(plan, p["ipu_config_out"], p["force"], g, mp)

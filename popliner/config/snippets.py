@@ -163,7 +163,8 @@ def poptorch_snippet(cfg: PipelineConfig) -> str:
         # A comment ends at the first line break: names go in with every non-printable character escaped.
         lines.append(f"# IPU {s.ipu}: {len(s.layers)} layer(s), {shown(s.layers[0])}{shown(tail)}")
     lines += _poptorch_layout_notes(cfg)
-    auto = "AutoIncrement" if _stages_leave_ipu_order(cfg) else "SameAsIpu"
+    # A part that runs in a stage other than its IPU's number (a wrapped head) cannot be staged by SameAsIpu.
+    auto = "AutoIncrement" if any(p.pipeline_stage != p.ipu for p in cfg.placements) else "SameAsIpu"
     lines += ["", "opts = poptorch.Options()",
               f"opts.setExecutionStrategy(poptorch.PipelinedExecution(poptorch.AutoStage.{auto}))"]
     if cfg.training:
@@ -172,11 +173,6 @@ def poptorch_snippet(cfg: PipelineConfig) -> str:
     else:
         lines.append(f"opts.deviceIterations({cfg.gradient_accumulation})")
     return "\n".join(lines) + "\n"
-
-
-def _stages_leave_ipu_order(cfg: PipelineConfig) -> bool:
-    """Does a part run in a stage other than its IPU's number (a wrapped head)? Then SameAsIpu cannot stage it."""
-    return any(p.pipeline_stage != p.ipu for p in cfg.placements)
 
 
 def _poptorch_layout_notes(cfg: PipelineConfig) -> list[str]:

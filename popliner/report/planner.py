@@ -133,7 +133,7 @@ def build_planner(analysis: Analysis, config: PipelineConfig, *, budget: int, mi
     training = analysis.mode == "training"
     wraps = facts.layout.wraps_at(k)
     given = contiguous_counts(config.layer_groups, names)
-    initial = given or _even(n, k)
+    initial = given or tuple(n // k + (1 if u < n % k else 0) for u in range(k))  # else an even split
     template = planner_config(analysis, config, budget, micro_batches, _groups(analysis, initial),
                               ipus if given is not None else None)
     planner = Planner(layers=names, num_ipus=k, budget=budget, initial=initial, ranges=(), config=template,
@@ -186,10 +186,6 @@ def _range_figures(analysis: Analysis, table: ProfileRanges, i: int, j: int, pos
         depth = stash_depth(p, k, wraps) if training else 0
         out.append((p, dataclasses.replace(first, position=p, stash_entries=depth)))
     return out
-
-
-def _even(n: int, k: int) -> tuple[int, ...]:
-    return tuple(n // k + (1 if u < n % k else 0) for u in range(k))
 
 
 def _groups(analysis: Analysis, counts: Sequence[int]) -> list[list[str]]:

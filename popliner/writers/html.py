@@ -26,7 +26,7 @@ from popliner.writers.html_planner import PLANNER_CSS, planner_data, planner_scr
 from popliner.writers.simulation import plural, seconds_text
 from popliner.writers.writer import FormatWriter, write_output
 
-__all__ = ["HTML", "SECTIONS", "plotly_js", "render_report", "write_report"]
+__all__ = ["HTML", "SECTIONS", "render_report", "write_report"]
 
 #: (id, heading) of every section, in page order.
 SECTIONS: tuple[tuple[str, str], ...] = (
@@ -40,13 +40,6 @@ SECTIONS: tuple[tuple[str, str], ...] = (
     ("options", "Options in force"),
     ("about", "About this report"),
 )
-
-
-def plotly_js() -> str:
-    """The plotly.js bundle shipped with the plotly package (no network)."""
-    from plotly.offline import get_plotlyjs
-
-    return str(get_plotlyjs())
 
 
 def write_report(report: Report, path: str | os.PathLike[str], *, force: bool) -> None:
@@ -63,7 +56,9 @@ HTML = FormatWriter("html", (".html", ".htm"), {"Report": _write_page}, newline=
 
 
 def render_report(report: Report) -> str:
-    """The whole page, the plotly.js bundle inlined."""
+    """The whole page, with the plotly.js bundle that the plotly package ships inlined (no network)."""
+    from plotly.offline import get_plotlyjs
+
     figures: dict[str, Any] = {"fig-memory": memory_figure(report.ipus, report.budget),
                                "fig-tiles": heatmap_figure(report.ipus, report.budget)}
     if report.liveness is not None:
@@ -78,7 +73,7 @@ def render_report(report: Report) -> str:
     script = planner_script().replace("</script", "<\\/script") if data else ""
     return _TEMPLATE.format(
         title=_e(f"popliner report: {_basename(report.profile_path)}"), css=_CSS + PLANNER_CSS, body=body,
-        figures=_script_json(figures), plotly=plotly_js().replace("</script", "<\\/script"),
+        figures=_script_json(figures), plotly=str(get_plotlyjs()).replace("</script", "<\\/script"),
         script=_SCRIPT,
         # Before plotly.js: the planner draws without waiting for the 4.8 MB bundle to be parsed.
         planner=(f'<script type="application/json" id="popliner-planner">{data}</script>\n'

@@ -17,8 +17,8 @@ from popliner.progress import phase
 from popliner.textsafe import shown
 from popliner.writers.writer import write_output
 
-__all__ = ["check_ipu_config", "split_config", "suffixed", "write_ipu_config", "write_plots", "write_report",
-           "write_split", "write_summary"]
+__all__ = ["split_config", "suffixed", "write_ipu_config", "write_plots", "write_report", "write_split",
+           "write_summary"]
 
 log = logging.getLogger("popliner")
 
@@ -80,13 +80,6 @@ def write_split(plan: SplitPlan, config_out: str | None, force: bool, gradient_a
 
         # The summary says "wrote".
         write_output(split_config(plan, gradient_accumulation, matmul_proportion), config_out, force, YAML)
-
-
-def check_ipu_config(plan: SplitPlan, gradient_accumulation: int | None, matmul_proportion: tuple[float, ...]) -> None:
-    """Raise UsageProblem when optimum-graphcore cannot build the split (before any output is written)."""
-    from popliner.config.snippets import optimum_check
-
-    optimum_check(split_config(plan, gradient_accumulation, matmul_proportion), "--ipu-config-out")
 
 
 def write_ipu_config(plan: SplitPlan, path: str, force: bool, gradient_accumulation: int | None,

@@ -303,7 +303,7 @@ def _fill(sheet: Worksheet, grid: Grid, values: list[list[Value | FormulaError]]
             if formula is not None:
                 sheet.write_formula(r, c, formula, styles.get(style, fmt), _cached(value))
             elif isinstance(cell, str):
-                text = _clean_text(cell)
+                text = _ILLEGAL_XML.sub("?", cell)
                 sheet.write_string(r, c, text, styles.get(style, None, quote=text.startswith(FORMULA_TRIGGERS)))
             elif isinstance(cell, bool):
                 sheet.write_boolean(r, c, cell, styles.get(style, fmt))
@@ -319,13 +319,8 @@ def _cached(value: Value | FormulaError) -> Value:
     return "" if value is None else value
 
 
-# Characters XML 1.0 cannot carry (XlsxWriter would write them and spoil the file).
+# Characters XML 1.0 cannot carry (XlsxWriter would write them and spoil the file): each is written as "?".
 _ILLEGAL_XML = re.compile(r"[\000-\010]|[\013-\014]|[\016-\037]")
-
-
-def _clean_text(text: str) -> str:
-    """Text without the control characters an XLSX cannot hold (each becomes "?")."""
-    return _ILLEGAL_XML.sub("?", text)
 
 
 def _display_width(value: Value | FormulaError) -> int:
