@@ -20,7 +20,8 @@ from popliner.cli.analyse_options import HiddenArgument, analyse_options
 from popliner.cli.analyse_outputs import Outputs, check_outputs, route_output, tables_writer
 from popliner.cli.analyse_outputs import outputs as chosen_outputs
 from popliner.cli.check_ci import Gate, finish, gate
-from popliner.cli.options import headroom_given, layering
+from popliner.cli.options import headroom_given
+from popliner.config.layering import analysis_fields
 from popliner.errors import InfeasibleSplitError, UsageProblem
 from popliner.fileio import one_stdout
 from popliner.layout import HeadPlacement
@@ -105,7 +106,7 @@ def _run(p: dict[str, Any]) -> None:
 
 
 def _analysis_options(p: dict[str, Any]) -> AnalysisOptions:
-    layer_fields = layering(p)  # the layer options, read as a config's are
+    layer_fields = analysis_fields(p)  # the layer options, read as a config's are
     # `auto` is a request for the planner: the profile is read with no recomputation, which auto tries first.
     # Unset or `auto`: the planner decides (the framework's defaults); the profile is read without them.
     recompute: Recompute = p["recompute"] if p["recompute"] not in (None, "auto") else "none"
