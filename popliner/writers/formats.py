@@ -73,7 +73,7 @@ WRITERS: Sequence[Writer] = (
     _declared("csv", (".csv",), "Tables", "tables", "CSV", newline=""),
     _declared("tsv", (".tsv",), "Tables", "tables", "TSV", newline=""),
     _declared("xlsx", (".xlsx",), "Tables", "xlsx", "XLSX", binary=True),
-    _declared("json", (".json",), "Simulation SplitDocument PlanDocument", "jsondoc", "JSON"),
+    _declared("json", (".json",), "Simulation SplitPlan PlanDocument", "jsondoc", "JSON"),
     _declared("trace", (".trace.json",), "Simulation", "trace", "TRACE"),
     _declared("yaml", (".yaml", ".yml"), "PipelineConfig", "pipeline_yaml", "YAML"),
     _declared("ipu_config", (".json",), "PipelineConfig", "ipu_config", "IPU_CONFIG"),
