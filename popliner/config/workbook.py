@@ -7,7 +7,7 @@ strings) or carry a DTD whose entities expand. ``popliner check`` and
 
 * openpyxl reads in read-only mode: the other sheets are never unpacked;
 * before anything is parsed, the parts openpyxl parses in full (all but
-  the worksheets) must fit in :func:`max_workbook_bytes` by their declared
+  the worksheets) must fit in ``$POPLINER_MAX_WORKBOOK_BYTES`` by their declared
   sizes (the zip reader never yields more than a part's declared size);
 * every part openpyxl opens goes through :class:`_GuardedZip`, which counts
   the bytes as they unpack against the same limit and refuses a part that
@@ -30,7 +30,7 @@ from popliner.errors import ConfigError
 from popliner.profile.limits import LIMITS, limit
 
 __all__ = ["DEFAULT_MAX_WORKBOOK_BYTES", "IPU_COL", "LAYER_COL", "PLANNER_SHEET", "TRAINING_COL", "SheetCells",
-           "max_workbook_bytes", "open_sheet"]
+           "open_sheet"]
 
 # Where the review workbook's Split planner sheet keeps what `check` and `config-from` read back. The
 # writer (popliner.writers.planner) lays the sheet out around these; the reader (config/planner.py) finds them.
@@ -51,11 +51,6 @@ DEFAULT_MAX_WORKBOOK_BYTES = LIMITS[_LIMIT_VARIABLE]
 #: declaration to tell it otherwise (UTF-8 and the ASCII-compatible ones, UTF-16 either way round).
 _DTD_MARKS = tuple(mark.encode(codec) for mark in ("<!DOCTYPE", "<!ENTITY")
                    for codec in ("ascii", "utf-16-le", "utf-16-be"))
-
-
-def max_workbook_bytes() -> int:
-    """The limit: ``$POPLINER_MAX_WORKBOOK_BYTES`` when set to a whole number, else the default."""
-    return limit(_LIMIT_VARIABLE)
 
 
 _EMPTY_SHEET = b'<worksheet xmlns="http://schemas.openxmlformats.org/spreadsheetml/2006/main"/>'
@@ -217,7 +212,7 @@ def open_sheet(source: str, name: str, max_column: int, hint: str,
     if not os.path.isfile(source):
         raise ConfigError(f"{source}: no such file")
     try:
-        guarded = _GuardedZip(source, max_workbook_bytes())
+        guarded = _GuardedZip(source, limit(_LIMIT_VARIABLE))
     except ConfigError:
         raise
     except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, ValueError) as exc:

@@ -44,7 +44,7 @@ from popliner.profile.limits import limit
 from popliner.profile.loader import MAX_TILES
 from popliner.training_record import CONFIG_RECOMPUTES
 
-__all__ = ["CONFIG_BYTES_ENV", "config_from_document", "max_config_chars", "parse_config", "read_config",
+__all__ = ["CONFIG_BYTES_ENV", "config_from_document", "parse_config", "read_config",
            "training_from_document"]
 
 logger = logging.getLogger(__name__)
@@ -66,10 +66,10 @@ _SHA256 = re.compile(r"[0-9a-fA-F]{64}")
 def read_config(path: str | os.PathLike[str]) -> PipelineConfig:
     """Read and validate a config file; any problem raises :class:`ConfigError`."""
     source = os.fspath(path)
-    limit = max_config_chars()
+    most = limit(CONFIG_BYTES_ENV)  # characters (default 1 MiB)
     try:
         with open(source, encoding="utf-8") as f:
-            text = _read_at_most(f, limit + 1)  # characters: at least as many bytes
+            text = _read_at_most(f, most + 1)  # characters: at least as many bytes
     except FileNotFoundError:
         raise ConfigError(f"{source}: no such file; check the path of the pipeline config") from None
     except IsADirectoryError:
@@ -78,10 +78,10 @@ def read_config(path: str | os.PathLike[str]) -> PipelineConfig:
         raise ConfigError(f"{source}: not UTF-8 text (byte {exc.start}); save the file as UTF-8") from None
     except OSError as exc:
         raise ConfigError(f"{source}: cannot read: {exc.strerror}; check the path and permissions") from None
-    if len(text) > limit:
+    if len(text) > most:
         # PyYAML reads some 150-300 KB/s: a config of megabytes would take minutes. popliner's own are
         # about 10 KB (BERT-Large over 16 IPUs).
-        raise ConfigError(f"{source}: larger than {limit:,} characters; a pipeline config is a few KB, so this is "
+        raise ConfigError(f"{source}: larger than {most:,} characters; a pipeline config is a few KB, so this is "
                           f"no config popliner wrote (if it is genuine, raise {CONFIG_BYTES_ENV})")
     return parse_config(text, source)
 
@@ -102,11 +102,6 @@ def _read_at_most(stream: Any, count: int) -> str:
 
 #: The characters a pipeline config may have, read or written (popliner writes none it would refuse to read).
 CONFIG_BYTES_ENV = "POPLINER_MAX_CONFIG_BYTES"
-
-
-def max_config_chars() -> int:
-    """The most characters a pipeline config may have (``POPLINER_MAX_CONFIG_BYTES``, default 1 MiB)."""
-    return limit(CONFIG_BYTES_ENV)
 
 
 def parse_config(text: str, source: str = "<config>") -> PipelineConfig:
