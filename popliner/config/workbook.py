@@ -151,28 +151,20 @@ _UNREADABLE = (zipfile.BadZipFile, zipfile.LargeZipFile, KeyError, ValueError, T
                AttributeError, OSError, ParseError, EOFError, NotImplementedError)
 
 
-class _Cell:
-    __slots__ = ("value",)
-
-    def __init__(self, value: Any) -> None:
-        self.value = value
-
-
 class SheetCells:
-    """The cell values of one sheet, parsed row by row only as far as :meth:`cell` asks."""
+    """The cell values of one sheet, parsed row by row only as far as :meth:`value` asks."""
 
-    def __init__(self, source: str, book: Any, sheet: Any, max_column: int,
-                 narrow: tuple[int, int] | None = None) -> None:
+    def __init__(self, source: str, book: Any, sheet: Any, max_column: int, narrow: tuple[int, int]) -> None:
         self._source = source
         self._book = book
         self._rows: list[tuple[Any, ...]] = []
         self._iter = sheet.iter_rows(min_row=1, max_col=max_column, values_only=True)
         self._max_column = max_column
         # (rows, columns): past the first ``rows`` rows only ``columns`` columns are kept.
-        self._narrow = narrow or (1 << 62, max_column)
+        self._narrow = narrow
         self._done = False
 
-    def cell(self, row: int, column: int) -> _Cell:
+    def value(self, row: int, column: int) -> Any:
         """The value at (``row``, ``column``), both from 1; None beyond the sheet or past ``max_column``."""
         wide, narrow = self._narrow
         if column > (self._max_column if row <= wide else narrow):
@@ -188,9 +180,9 @@ class SheetCells:
             except _UNREADABLE as exc:
                 raise ConfigError(f"{self._source}: its sheet cannot be read ({_short(exc)})") from None
         if row > len(self._rows):
-            return _Cell(None)
+            return None
         values = self._rows[row - 1]
-        return _Cell(values[column - 1] if column <= len(values) else None)
+        return values[column - 1] if column <= len(values) else None
 
     def close(self) -> None:
         self._book.close()
@@ -201,8 +193,7 @@ def _short(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[:200]}"
 
 
-def open_sheet(source: str, name: str, max_column: int, hint: str,
-               narrow: tuple[int, int] | None = None) -> SheetCells:
+def open_sheet(source: str, name: str, max_column: int, hint: str, narrow: tuple[int, int]) -> SheetCells:
     """The sheet ``name`` of workbook ``source``; close it when done. ``hint`` ends the no-such-sheet message.
 
     ``narrow``: (rows, columns), keep only that many columns past that many rows (a long table of a few columns).
