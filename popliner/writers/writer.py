@@ -14,12 +14,7 @@ from typing import IO, Any, Protocol
 from popliner.errors import OutputTooLarge, UsageProblem
 from popliner.fileio import atomic_write, is_stdout
 
-__all__ = ["FormatWriter", "Writer", "kind_of", "write_json", "write_output"]
-
-
-def kind_of(value: object) -> str:
-    """The kind of a value to write: its type's name."""
-    return type(value).__name__
+__all__ = ["FormatWriter", "Writer", "write_json", "write_output"]
 
 
 class Writer(Protocol):
@@ -43,7 +38,7 @@ class Writer(Protocol):
 
     @property
     def kinds(self) -> frozenset[str]:
-        """The kinds of value it writes (type names, :func:`kind_of`)."""
+        """The kinds of value it writes: the names of their types."""
 
     def write(self, value: Any, stream: IO[Any]) -> None:
         """Write ``value`` (of one of :attr:`kinds`) to ``stream``."""
@@ -64,7 +59,7 @@ class FormatWriter:
         return frozenset(self.by_kind)
 
     def write(self, value: Any, stream: IO[Any]) -> None:
-        self.by_kind[kind_of(value)](value, stream)
+        self.by_kind[type(value).__name__](value, stream)
 
 
 @contextlib.contextmanager
