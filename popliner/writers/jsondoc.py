@@ -128,15 +128,11 @@ def result_document(result: SimResult) -> dict[str, Any]:
              "worst_tile": u.worst_tile, "resident_bytes": u.base_bytes,
              "stash_in_flight_bytes": u.stash_bytes,
              "copy_buffer_bytes": u.copy_buffer_bytes, "peak_bytes": u.peak_bytes, "fits": u.fits,
-             "memory_over_time": [{"time_us": _r(p.time * 1e6 / result.clock_hz), "stash_entries": p.entries,
+             "memory_over_time": [{"time_us": round(p.time * 1e6 / result.clock_hz, 6), "stash_entries": p.entries,
                                    "bytes": p.bytes} for p in over_time.get(u.ipu, ())]}
             for u in result.ipus
         ],
     }
-
-
-def _r(us: float) -> float:
-    return round(us, 6)
 
 
 def _write_simulation(sim: Simulation, stream: IO[str]) -> None:
