@@ -185,7 +185,8 @@ def config_from_document(doc: Any, source: str = "<config>") -> PipelineConfig:
         budget_bytes=budget,
         layer_options=layer_options,
         training_options=training,
-        framework=_read_framework(r, top.get("framework")),
+        # One of popliner's names (popliner.framework), or absent in an older config.
+        framework=None if top.get("framework") is None else r.choice(top["framework"], "framework", FRAMEWORKS),
         matmul_proportion=_read_matmul_proportion(r, top.get("matmul_proportion"), len(stages)),
     )
     if "execution" in top:  # derived from the framework and the mode, like the layers table
@@ -282,13 +283,6 @@ def _read_training(r: Reader, value: Any, mode: str, where: str = "training") ->
     except UsageProblem as exc:  # anything the per-key checks above did not catch
         r.fail(where, str(exc), "fix the training options")
     return t
-
-
-def _read_framework(r: Reader, value: Any) -> str | None:
-    """``framework``: one of popliner's names (popliner.framework), or absent in an older config."""
-    if value is None:
-        return None
-    return r.choice(value, "framework", FRAMEWORKS)
 
 
 def _read_matmul_proportion(r: Reader, value: Any, num_ipus: int) -> tuple[float, ...]:
