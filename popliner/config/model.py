@@ -16,7 +16,7 @@ from typing import Any
 from popliner.errors import UsageProblem
 from popliner.layout import Layout
 from popliner.memory.types import ComponentBytes
-from popliner.pipeline import LayerPlacement, StageFigure, StageLayout
+from popliner.pipeline import LayerPlacement, StageLayout
 from popliner.solvers.result import SplitResult, StageResult
 from popliner.training_record import ConfigTraining, config_training
 
@@ -295,12 +295,6 @@ def config_stage(position: int, s: StageResult, training: bool) -> ConfigStage:
         recompute_cycles=int(f.recompute_cycles) if f is not None else None,
         head_cycles=int(f.head_cycles) if f is not None and f.head_cycles else None,
         gradient_bytes_in=int(f.gradient_bytes_in) if f is not None and training else None,
-        stash_entry_bytes=_stash_entry_bytes(f),
+        stash_entry_bytes=(int(f.stash_entry_per_tile[f.worst_tile])  # an entry on the worst tile, if it stashes
+                           if f is not None and f.stash_entries and f.memory.tiles else None),
     )
-
-
-def _stash_entry_bytes(f: StageFigure | None) -> int | None:
-    """One stash entry on the figure's worst tile, for an IPU that stashes."""
-    if f is None or not f.stash_entries or not f.memory.tiles:
-        return None
-    return int(f.stash_entry_per_tile[f.worst_tile])
