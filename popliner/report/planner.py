@@ -27,6 +27,7 @@ from popliner.config.model import ConfigStage, PipelineConfig, config_from_split
 from popliner.errors import UsageProblem
 from popliner.memory.ranges import ProfileRanges
 from popliner.pipeline import StageFigure
+from popliner.report.data import ipu_memories
 from popliner.simulator.inputs import ipu_figures
 from popliner.simulator.types import IpuFigures
 from popliner.solvers.result import SplitResult, StageResult, stage_result
@@ -210,8 +211,7 @@ def planner_config(analysis: Analysis, config: PipelineConfig, budget: int, micr
     if ipus is not None and [list(i.layers) for i in ipus] == [list(g) for g in groups]:
         stages = tuple(ipus)
     else:
-        figures = analysis.pipeline_figures(groups)
-        stages = tuple(stage_result(figure, analysis.layer_names, budget) for figure in figures)
+        stages = tuple(ipu_memories(analysis, groups, budget=budget))
     split = SplitResult("planner", "PLANNER", analysis.mode, len(stages), budget, stages)
     t = analysis.profile.target
     requested = config.options.requested if config.options is not None else None
