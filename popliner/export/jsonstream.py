@@ -11,7 +11,6 @@ which the OS removes even when the process dies.
 
 from __future__ import annotations
 
-import json
 import os
 import tempfile
 from collections.abc import Iterator
@@ -19,30 +18,13 @@ from pathlib import Path
 from typing import IO, Any
 
 import numpy as np
+import orjson
 
 __all__ = ["DocumentTooLarge", "FragmentSpool", "IntSpool", "JsonWriter", "dumps", "int_items", "spool_folder"]
 
-_orjson: Any
-try:  # orjson is much faster on big documents, but stays optional.
-    import orjson as _orjson
-except ImportError:  # pragma: no cover - exercised only without orjson
-    _orjson = None
-
-
 def dumps(obj: Any) -> bytes:
     """Compact UTF-8 JSON for one value (numpy arrays and ints allowed)."""
-    if _orjson is not None:
-        encoded: bytes = _orjson.dumps(obj, option=_orjson.OPT_SERIALIZE_NUMPY)
-        return encoded
-    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False, default=_numpy_default).encode("utf-8")
-
-
-def _numpy_default(obj: Any) -> Any:
-    if isinstance(obj, np.ndarray):
-        return obj.tolist()
-    if isinstance(obj, np.integer):
-        return int(obj)
-    raise TypeError(f"cannot write {type(obj).__name__} as JSON")
+    return orjson.dumps(obj, option=orjson.OPT_SERIALIZE_NUMPY)
 
 
 def int_items(values: np.ndarray) -> bytes:
