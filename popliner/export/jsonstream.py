@@ -132,12 +132,25 @@ class DocumentTooLarge(ValueError):
         self.limit = limit
 
 
-class IntSpool:
-    """An append-only int64 column kept in an unnamed temporary file."""
+class _Spool:
+    """An unnamed temporary file, written first, then read back from its start."""
 
     def __init__(self, folder: Path | None = None) -> None:
         self._file: IO[bytes] = tempfile.TemporaryFile(dir=folder)  # noqa: SIM115 - closed by close()
         self.count = 0
+
+    def _rewound(self) -> IO[bytes]:
+        """The file, flushed and back at its start."""
+        self._file.flush()
+        self._file.seek(0)
+        return self._file
+
+    def close(self) -> None:
+        self._file.close()
+
+
+class IntSpool(_Spool):
+    """An append-only int64 column kept in an unnamed temporary file."""
 
     def append(self, values: list[int] | np.ndarray) -> None:
         arr = np.asarray(values, dtype=np.int64)
@@ -146,29 +159,15 @@ class IntSpool:
 
     def chunks(self, size: int) -> Iterator[np.ndarray]:
         """Read the column back in order, ``size`` values at a time."""
-        self._file.flush()
-        self._file.seek(0)
-        while True:
-            block = self._file.read(size * 8)
-            if not block:
-                return
-            yield np.frombuffer(block, dtype=np.int64)
+        f = self._rewound()
+        return (np.frombuffer(block, dtype=np.int64) for block in iter(lambda: f.read(size * 8), b""))
 
     def read_all(self) -> np.ndarray:
-        self._file.flush()
-        self._file.seek(0)
-        return np.fromfile(self._file, dtype=np.int64) if self.count else np.zeros(0, np.int64)
-
-    def close(self) -> None:
-        self._file.close()
+        return np.fromfile(self._rewound(), dtype=np.int64) if self.count else np.zeros(0, np.int64)
 
 
-class FragmentSpool:
+class FragmentSpool(_Spool):
     """Encoded JSON array elements, comma-separated, in a temporary file."""
-
-    def __init__(self, folder: Path | None = None) -> None:
-        self._file: IO[bytes] = tempfile.TemporaryFile(dir=folder)  # noqa: SIM115 - closed by close()
-        self.count = 0
 
     def add(self, obj: Any) -> None:
         self._file.write((b"," if self.count else b"") + dumps(obj))
@@ -176,23 +175,14 @@ class FragmentSpool:
 
     def write_array(self, writer: JsonWriter, block: int = 1 << 20) -> None:
         """Copy the elements into ``writer`` as one JSON list."""
-        self._file.flush()
-        self._file.seek(0)
+        f = self._rewound()
         writer.begin(b"[")
-        first = True
-        while True:
-            data = self._file.read(block)
-            if not data:
-                break
-            if first:
-                writer.items(data)  # places the separator before the first element
-                first = False
-            else:
+        for k, data in enumerate(iter(lambda: f.read(block), b"")):
+            if k:
                 writer.raw(data)  # continues the same run of elements
+            else:
+                writer.items(data)  # places the separator before the first element
         writer.end(b"]")
-
-    def close(self) -> None:
-        self._file.close()
 
 
 def spool_folder(out_path: Path) -> Path | None:
