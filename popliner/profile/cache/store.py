@@ -78,7 +78,7 @@ class PendingStore:
 
     def finish(self, path: Path, sha256: str, options_key: str, derived: object,
                layers: tuple[str, object] | None = None) -> None:
-        """Add the caller's data, wait for the packing and write the file (a failure, such as a full disk, is only logged).
+        """Add the caller's data, wait for the packing and write the file (a failure, a full disk say, is logged).
 
         ``derived`` is what the caller built from the profile (the operation
         table), a frozen dataclass of arrays, tuples and scalars; ``layers``: the
