@@ -130,11 +130,9 @@ def _operation_context(profile: Profile, op_layers: frozenset[str]) -> np.ndarra
                 found = node
                 break
             node = parent[node]
-        if found == -1 and path:
-            # No operation layer on the way up: the outermost ancestor is the op.
+        if found == -1:
+            # No operation layer on the way up to a root (path[-1]): the outermost ancestor is the op.
             found = path[-1]
-            while parent[found] != -1:
-                found = parent[found]
         for n in path:
             # Nodes below the op context share its answer; the op context itself
             # maps to itself by the loop above.
