@@ -208,7 +208,7 @@ class RunTable:
         np.add.at(diff, self.stop[runs], -vals)
         return np.cumsum(diff[:-1])
 
-    def row_totals(self, tiles: int | None = None) -> np.ndarray:
+    def row_totals(self) -> np.ndarray:
         """Sum over tiles of each row."""
         per_run = self.value * (self.stop - self.first).astype(np.int64)
         return np.bincount(self.run_rows(), weights=per_run, minlength=self.rows).astype(np.int64)
