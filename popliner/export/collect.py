@@ -238,11 +238,6 @@ class TileTotals:
 
 def _category_names(category: Any) -> list[str]:
     """Known category names plus any other public attribute with a ``total``."""
-    names = list(CATEGORY_NAMES)
-    for name in dir(category):
-        if name.startswith("_") or name in names:
-            continue
-        if attr(getattr(category, name, None), "total") is not None:
-            names.append(name)
+    names = [*CATEGORY_NAMES, *(n for n in dir(category) if not n.startswith("_") and n not in CATEGORY_NAMES)]
     return [n for n in names if attr(getattr(category, n, None), "total") is not None]
 
