@@ -111,21 +111,28 @@ def check_pipeline(num_stages: int, micro_batches: int) -> None:
         )
 
 
-def schedule(num_stages: int, micro_batches: int, *, to_host_stage: int | None = None) -> Schedule:
-    """Every pipeline cycle as a tuple of fragments in program order (the host streams in from stage 0).
+def schedule(
+    num_stages: int,
+    micro_batches: int,
+    *,
+    to_device_stage: int = 0,
+    to_host_stage: int | None = None,
+) -> Schedule:
+    """Every pipeline cycle as a tuple of fragments in program order.
 
     ``to_host_stage`` defaults to the last stage (inference); pass
     :func:`loss_stage` for training.
     """
     check_pipeline(num_stages, micro_batches)
     host = num_stages - 1 if to_host_stage is None else to_host_stage
-    if not 0 <= host < num_stages:
-        raise UsageProblem(f"host stream stage {host} is outside 0..{num_stages - 1}")
+    if not (0 <= to_device_stage < num_stages and 0 <= host < num_stages):
+        raise UsageProblem(f"host stream stages {to_device_stage}/{host} are outside 0..{num_stages - 1}")
     cycles = range(num_cycles(num_stages, micro_batches))
-    return tuple(_cycle(c, num_stages, micro_batches, host) for c in cycles)
+    return tuple(_cycle(c, num_stages, micro_batches, to_device_stage, host) for c in cycles)
 
 
-def sharded_schedule(num_stages: int, micro_batches: int, *, to_host_stage: int | None = None) -> Schedule:
+def sharded_schedule(num_stages: int, micro_batches: int, *, to_device_stage: int = 0,
+                     to_host_stage: int | None = None) -> Schedule:
     """Sharded execution (optimum-graphcore's inference): one stage at a time, each micro-batch through all.
 
     Cycle ``c`` runs stage ``c mod P`` on micro-batch ``c div P`` and then
@@ -138,16 +145,16 @@ def sharded_schedule(num_stages: int, micro_batches: int, *, to_host_stage: int 
     out = []
     for c in range(num_stages * micro_batches):
         s, m = c % num_stages, c // num_stages
-        frags = [Fragment(s, "D", m)] if s == 0 else []
+        frags = [Fragment(s, "D", m)] if s == to_device_stage else []
         frags.append(Fragment(s, "M", m))
         frags += [Fragment(s, "H", m)] if s == host else []
         out.append(tuple([*frags, Fragment(s, "C", m)]))
     return tuple(out)
 
 
-def _cycle(c: int, p: int, g: int, h_stage: int) -> tuple[Fragment, ...]:
+def _cycle(c: int, p: int, g: int, d_stage: int, h_stage: int) -> tuple[Fragment, ...]:
     active = [s for s in range(p) if 0 <= c - s < g]
-    frags = [Fragment(0, "D", c)] if 0 <= c < g else []
+    frags = [Fragment(s, "D", c - s) for s in active if s == d_stage]
     frags += [Fragment(s, "M", c - s) for s in active]
     frags += [Fragment(s, "H", c - s) for s in active if s == h_stage]
     frags += [Fragment(s, "C", c - s if 0 <= c - s < g else None) for s in range(p)]
