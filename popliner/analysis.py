@@ -229,8 +229,7 @@ class Analysis:
 
 
 def solve_split(analysis: Analysis, problem: SplitProblem, *, solver: SolverName = "ilp", time_limit: float = 60.0,
-                seed: int = 0, link_bytes_per_second: float = DEFAULT_LINK_BANDWIDTH,
-                started: float | None = None) -> SplitResult:
+                link_bytes_per_second: float = DEFAULT_LINK_BANDWIDTH, started: float | None = None) -> SplitResult:
     """Split the analysed profile's layers over at most ``problem.num_ipus`` IPUs, with each stage's figures.
 
     The solvers see only the problem and the profile's range costs; each
@@ -264,7 +263,7 @@ def solve_split(analysis: Analysis, problem: SplitProblem, *, solver: SolverName
         # it (the DP only within the best value with memory left out, when a split reaches it).
         table = analysis.range_table(problem.budget, link_bytes_per_second, deadline=deadline, lazy=True)
         outcome = solve_bounds(
-            table, problem, solver=solver, time_limit=time_limit, seed=seed, started=started,
+            table, problem, solver=solver, time_limit=time_limit, started=started,
             # Lazy: the best effort and the fewest-IPUs search read rows in order and only as far as they need.
             relaxed=lambda factor: analysis.range_table(int(problem.budget * factor), link_bytes_per_second,
                                                         deadline=deadline, lazy=True),

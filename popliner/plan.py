@@ -360,7 +360,7 @@ def _solve(analysis: Analysis, problem: SplitProblem, request: SplitRequest, sta
     log.info("solving: %d layers over %s %d IPUs, %s bytes per tile, %s, solver %s", len(analysis.layer_names),
              "exactly" if problem.exact_ipus else "at most", problem.num_ipus, f"{problem.budget:,}", analysis.mode,
              request.solver)
-    split = solve_split(analysis, problem, solver=request.solver, time_limit=request.time_limit, seed=request.seed,
+    split = solve_split(analysis, problem, solver=request.solver, time_limit=request.time_limit,
                         link_bytes_per_second=request.link_bandwidth, started=started)
     log.info("solved in %.2f s: %s", split.wall_seconds, split.status)
     return split
