@@ -68,8 +68,7 @@ _CAUSES: dict[int, tuple[str, str]] = {
 
 def describe_os_error(exc: OSError, path: str) -> str:
     """``PATH: cause; fix`` for an OS error on an output."""
-    cause, fix = _CAUSES.get(exc.errno or 0, ((exc.strerror or str(exc)).lower(), "write somewhere else"))
-    return f"{path}: {cause}; {fix}"
+    return str(_os_error(exc, path))
 
 
 def is_stdout(path: str | os.PathLike[str]) -> bool:
@@ -158,7 +157,8 @@ def distinct_files(inputs: Mapping[str, str | None], outputs: Mapping[str, str |
 
 
 def _os_error(exc: OSError, shown: str) -> OutputError:
-    return OutputError(shown, describe_os_error(exc, shown).split(": ", 1)[1])
+    cause, fix = _CAUSES.get(exc.errno or 0, ((exc.strerror or str(exc)).lower(), "write somewhere else"))
+    return OutputError(shown, f"{cause}; {fix}")
 
 
 def _kind(mode: int) -> str | None:
