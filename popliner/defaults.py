@@ -31,7 +31,6 @@ __all__ = ["HeadPlacementRequest", "PlannedDefaults", "buildable_placements", "f
 HeadPlacementRequest = Literal["first", "last", "wrap", "auto"]
 
 
-
 @dataclass(frozen=True)
 class PlannedDefaults:
     """The recomputation and head placement a framework builds, and what to say of each."""
