@@ -336,12 +336,10 @@ def split_problem(analysis: Analysis, request: SplitRequest) -> SplitProblem:
 
 
 def _layer_indices(analysis: Analysis, names: tuple[str, ...], option: str) -> list[int]:
-    out = []
     for name in names:
         if name not in analysis.layer_names:
             raise UsageProblem(f"{option} {name!r}: no such layer; layers are {', '.join(analysis.layer_names)}")
-        out.append(analysis.layer_names.index(name))
-    return out
+    return [analysis.layer_names.index(name) for name in names]
 
 
 def _solve(analysis: Analysis, problem: SplitProblem, request: SplitRequest, started: float) -> SplitResult:
