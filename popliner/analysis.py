@@ -365,13 +365,11 @@ def scenario(base: ProfileBase, training: TrainingOptions) -> Analysis:
 
 def analyse_profile(profile: Profile, options: AnalysisOptions = DEFAULT_OPTIONS,
                     ops: OperationTable | None = None, layers: LayerAssignment | None = None,
-                    announce: bool = True, from_cache: bool = False,
-                    whole_per_tile: np.ndarray | None = None) -> Analysis:
+                    from_cache: bool = False, whole_per_tile: np.ndarray | None = None) -> Analysis:
     """The base of an already loaded profile (its operations and named layers, checked), and its scenario under
     ``options.training``.
 
     ``layers``: the assignment :func:`choose_layers` gives ``ops`` under these options, when already known.
-    ``announce``: say what the operations left unattributed.
     """
     _check_regexes(options)
     if ops is None:
@@ -380,13 +378,13 @@ def analyse_profile(profile: Profile, options: AnalysisOptions = DEFAULT_OPTIONS
     if layers is None:
         layers = _choose_layers(ops, options)
     check_work(profile, ops)  # before anything is allocated from the profile's sizes
-    if ops.count == 0 and ops.reachable_programs and announce:
+    if ops.count == 0 and ops.reachable_programs:
         # Not an error: every figure is still computed, but nothing can be grouped into layers or split.
         log.warning("%s: none of its %d programs carries a debug context (the profile has %d), so there are no "
                     "operations and no layers: memory is reported unattributed; export the profile again with "
                     "the compiler's debug information (debug.cbor) to get operations", profile.path,
                     ops.reachable_programs, profile.contexts.count)
-    elif ops.unattributed_programs and announce:
+    elif ops.unattributed_programs:
         log.info("%d of %d reachable programs have no debug context and belong to no operation",
                  ops.unattributed_programs, ops.reachable_programs)
     base = ProfileBase(profile, ops, layers, dataclasses.replace(options, training=TrainingOptions()), from_cache,

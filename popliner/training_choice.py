@@ -53,13 +53,12 @@ def fewest_ipus(analysis: Analysis, problem: SplitProblem, link_bytes_per_second
     return minimum_ipus(table, problem, deadline)
 
 
-def training_flags(training: TrainingOptions, relative_to: TrainingOptions | None = None) -> str:
-    """The command-line flags that give these options (those equal to ``relative_to``, or the defaults, left out)."""
-    default = relative_to if relative_to is not None else TrainingOptions()
+def training_flags(training: TrainingOptions, relative_to: TrainingOptions) -> str:
+    """The command-line flags that give these options (those equal to ``relative_to`` left out)."""
     parts = []
     for name in ("recompute", "optimizer_state", "replication_factor", "sharded_optimizer_state", "head_placement"):
         value = getattr(training, name)
-        if value != getattr(default, name) and value is not False:  # a switch is said only when it is on
+        if value != getattr(relative_to, name) and value is not False:  # a switch is said only when it is on
             flag = "--" + name.replace("_", "-")
             parts.append(flag if value is True else f"{flag} {value}")
     return " ".join(parts)
