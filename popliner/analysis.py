@@ -229,8 +229,7 @@ class Analysis:
 
 
 def solve_split(analysis: Analysis, problem: SplitProblem, *, solver: SolverName = "ilp", time_limit: float = 60.0,
-                seed: int = 0, link_bytes_per_second: float = DEFAULT_LINK_BANDWIDTH,
-                started: float | None = None) -> SplitResult:
+                link_bytes_per_second: float = DEFAULT_LINK_BANDWIDTH, started: float | None = None) -> SplitResult:
     """Split the analysed profile's layers over at most ``problem.num_ipus`` IPUs, with each stage's figures.
 
     The solvers see only the problem and the profile's range costs; each
@@ -264,7 +263,7 @@ def solve_split(analysis: Analysis, problem: SplitProblem, *, solver: SolverName
         # it (the DP only within the best value with memory left out, when a split reaches it).
         table = analysis.range_table(problem.budget, link_bytes_per_second, deadline=deadline, lazy=True)
         outcome = solve_bounds(
-            table, problem, solver=solver, time_limit=time_limit, seed=seed, started=started,
+            table, problem, solver=solver, time_limit=time_limit, started=started,
             # Lazy: the best effort and the fewest-IPUs search read rows in order and only as far as they need.
             relaxed=lambda factor: analysis.range_table(int(problem.budget * factor), link_bytes_per_second,
                                                         deadline=deadline, lazy=True),
@@ -366,13 +365,11 @@ def scenario(base: ProfileBase, training: TrainingOptions) -> Analysis:
 
 def analyse_profile(profile: Profile, options: AnalysisOptions = DEFAULT_OPTIONS,
                     ops: OperationTable | None = None, layers: LayerAssignment | None = None,
-                    announce: bool = True, from_cache: bool = False,
-                    whole_per_tile: np.ndarray | None = None) -> Analysis:
+                    from_cache: bool = False, whole_per_tile: np.ndarray | None = None) -> Analysis:
     """The base of an already loaded profile (its operations and named layers, checked), and its scenario under
     ``options.training``.
 
     ``layers``: the assignment :func:`choose_layers` gives ``ops`` under these options, when already known.
-    ``announce``: say what the operations left unattributed.
     """
     _check_regexes(options)
     if ops is None:
@@ -381,13 +378,13 @@ def analyse_profile(profile: Profile, options: AnalysisOptions = DEFAULT_OPTIONS
     if layers is None:
         layers = _choose_layers(ops, options)
     check_work(profile, ops)  # before anything is allocated from the profile's sizes
-    if ops.count == 0 and ops.reachable_programs and announce:
+    if ops.count == 0 and ops.reachable_programs:
         # Not an error: every figure is still computed, but nothing can be grouped into layers or split.
         log.warning("%s: none of its %d programs carries a debug context (the profile has %d), so there are no "
                     "operations and no layers: memory is reported unattributed; export the profile again with "
                     "the compiler's debug information (debug.cbor) to get operations", profile.path,
                     ops.reachable_programs, profile.contexts.count)
-    elif ops.unattributed_programs and announce:
+    elif ops.unattributed_programs:
         log.info("%d of %d reachable programs have no debug context and belong to no operation",
                  ops.unattributed_programs, ops.reachable_programs)
     base = ProfileBase(profile, ops, layers, dataclasses.replace(options, training=TrainingOptions()), from_cache,

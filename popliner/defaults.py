@@ -31,15 +31,13 @@ __all__ = ["HeadPlacementRequest", "PlannedDefaults", "buildable_placements", "f
 HeadPlacementRequest = Literal["first", "last", "wrap", "auto"]
 
 
-
 @dataclass(frozen=True)
 class PlannedDefaults:
-    """The recomputation and head placement a framework builds, and one line saying so."""
+    """The recomputation and head placement a framework builds, and what to say of each."""
 
     recompute: Recompute
     head_placement: HeadPlacementRequest
-    why: str
-    #: The two halves of ``why``: where the head goes, and (training) what is recomputed.
+    #: Where the head goes, and (training) what is recomputed, as phrases.
     where: str = ""
     redo: str = ""
 
@@ -51,7 +49,6 @@ def framework_defaults(framework: str, num_ipus: int, tied_head: bool, training:
 
     In inference only the head placement applies (nothing is recomputed).
     """
-    title = framework_title(framework)
     pipelined = num_ipus > 1
     if framework in ("poptorch", "optimum"):
         recompute: Recompute = ("every-layer" if checkpointed else "pipeline") if pipelined else "none"
@@ -77,8 +74,8 @@ def framework_defaults(framework: str, num_ipus: int, tied_head: bool, training:
     else:
         head, where = "first", "the operations without a layer on IPU 0"
     if not training:
-        return PlannedDefaults("none", head, f"as {title} builds it: {where}", where)
-    return PlannedDefaults(recompute, head, f"as {title} builds it: {where}, {redo}", where, redo)
+        return PlannedDefaults("none", head, where)
+    return PlannedDefaults(recompute, head, where, redo)
 
 
 def buildable_placements(framework: str, tied: TiedWeight | None = None,

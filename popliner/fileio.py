@@ -68,8 +68,7 @@ _CAUSES: dict[int, tuple[str, str]] = {
 
 def describe_os_error(exc: OSError, path: str) -> str:
     """``PATH: cause; fix`` for an OS error on an output."""
-    cause, fix = _CAUSES.get(exc.errno or 0, ((exc.strerror or str(exc)).lower(), "write somewhere else"))
-    return f"{path}: {cause}; {fix}"
+    return str(_os_error(exc, path))
 
 
 def is_stdout(path: str | os.PathLike[str]) -> bool:
@@ -158,7 +157,8 @@ def distinct_files(inputs: Mapping[str, str | None], outputs: Mapping[str, str |
 
 
 def _os_error(exc: OSError, shown: str) -> OutputError:
-    return OutputError(shown, describe_os_error(exc, shown).split(": ", 1)[1])
+    cause, fix = _CAUSES.get(exc.errno or 0, ((exc.strerror or str(exc)).lower(), "write somewhere else"))
+    return OutputError(shown, f"{cause}; {fix}")
 
 
 def _kind(mode: int) -> str | None:
@@ -284,21 +284,9 @@ def atomic_write(
     path: str | os.PathLike[str], *, force: bool, binary: bool = False, newline: str | None = None
 ) -> contextlib.AbstractContextManager[IO[str]] | contextlib.AbstractContextManager[IO[bytes]]:
     """A stream for the output ``path``; see the module docstring for what each kind of path gets."""
-    return _output(os.fspath(path), force, binary, newline)
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-@contextlib.contextmanager
-def _output(shown: str, force: bool, binary: bool, newline: str | None) -> Iterator[IO]:  # type: ignore[type-arg]
+    shown = os.fspath(path)
     if is_stdout(shown) or shown in _STDERR_NAMES:
-        with _standard_stream(shown, binary) as stream:
-            yield stream
-        return
+        return _standard_stream(shown, binary)
     real = check_writable(shown, force)
     try:
         st = os.lstat(real)
@@ -307,11 +295,14 @@ def _output(shown: str, force: bool, binary: bool, newline: str | None) -> Itera
     if st is not None and stat.S_ISLNK(st.st_mode):
         st = None  # with force: the temporary file is renamed over the link, never written through it
     if st is not None and not stat.S_ISREG(st.st_mode):
-        with _direct(real, shown, binary, newline) as stream:
-            yield stream
-        return
-    with _atomic(real, shown, force, binary, newline, st) as stream:
-        yield stream
+        return _direct(real, shown, binary, newline)
+    return _atomic(real, shown, force, binary, newline, st)
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def _ours(exc: OSError, *names: Path) -> bool:
@@ -409,11 +400,7 @@ def _standard_stream(shown: str, binary: bool) -> Iterator[IO]:  # type: ignore[
     try:
         text.flush()
         buffer: IO[bytes] = text.buffer
-        if binary:
-            yield buffer
-            buffer.flush()
-            return
-        yield _TextOnto(buffer)  # type: ignore[misc]
+        yield buffer if binary else _TextOnto(buffer)  # type: ignore[misc]
         buffer.flush()
     except BrokenPipeError:
         raise  # the reader went away: the CLI exits quietly

@@ -157,13 +157,12 @@ class Model:
         # Machine keys for notebooks (the component names of the other frames), titles as in the Totals table.
         keys = (*components(self.analysis.model.has_other), "total_summed_over_tiles", "total_worst_tile",
                 "total_least_covered_tile")
-        frame = pd.DataFrame({
+        return pd.DataFrame({
             "category": pd.array(keys[: len(rows)], dtype="string"),
             "title": pd.array([r.category for r in rows], dtype="string"),
             "model_bytes": pd.array([r.model for r in rows], dtype="int64"),
             "profile_bytes": pd.array([r.ground_truth for r in rows], dtype="Int64"),
         })
-        return frame
 
     def affinity(self) -> pd.DataFrame:
         """Layer x layer bytes of variables both layers use (the diagonal: all a layer uses)."""
@@ -196,7 +195,6 @@ class Model:
         from popliner.pod.plan import PodRequest, plan_pod
 
         return plan_pod(self.analysis, PodRequest(pod_ipus=ipus, **request))
-
 
     def plan(self, **request: Any) -> SplitPlan:
         """The command line's ``--solve`` workflow, with its defaults: ``request`` holds

@@ -71,16 +71,12 @@ class FrameworkChoice:
 
     def describe(self) -> str:
         """``PopTorch (from the debug contexts: poptorch)`` and the like, for summaries and reports."""
-        title = framework_title(self.name)
-        if self.origin == "option":
-            return f"{title} (--framework)"
-        if self.origin == "ipu-config-out":
-            return f"{title} (--ipu-config-out writes its IPUConfig; the profile says {self.evidence})"
-        if self.origin == "source":
-            return f"{title} (the profile's source.framework)"
-        if self.origin == "contexts":
-            return f"{title} (debug contexts of layer {self.evidence})"
-        return f"{title} (default: no framework named in the profile)"
+        said = {"option": "--framework",
+                "ipu-config-out": f"--ipu-config-out writes its IPUConfig; the profile says {self.evidence}",
+                "source": "the profile's source.framework",
+                "contexts": f"debug contexts of layer {self.evidence}",
+                "default": "default: no framework named in the profile"}[self.origin]
+        return f"{framework_title(self.name)} ({said})"
 
     def as_document(self) -> dict[str, str]:
         """The ``framework`` record of the JSON and YAML outputs."""

@@ -46,9 +46,7 @@ class Layout:
         names = tuple(names)
         grouped = (placement != "first" and len(names) >= 2 and names[0] == EMBEDDING_GROUP
                    and names[-1] == HEAD_GROUP)
-        if not grouped:
-            return cls(names, placement)
-        return cls(names, placement, len(names) - 1)
+        return cls(names, placement, len(names) - 1 if grouped else None)
 
     @classmethod
     def of_stages(cls, stages: Sequence[Sequence[str]], placement: HeadPlacement | None,

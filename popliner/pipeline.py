@@ -38,7 +38,6 @@ __all__ = [
     "backward_stage",
     "copy_buffer_per_tile",
     "extra_stash_entries",
-    "forward_stage",
     "head_stage",
     "head_wraps_at",
     "num_pipeline_stages",
@@ -63,11 +62,6 @@ def num_pipeline_stages(training: bool, num_ipus: int, head_wraps: bool = False)
     """P: K stages in inference, 2K-1 in training; a wrapped head adds one (docs/pipeline-config.md)."""
     extra = 1 if head_wraps_at(head_wraps, num_ipus) else 0
     return (2 * num_ipus - 1 + 2 * extra) if training else num_ipus + extra
-
-
-def forward_stage(ipu: int) -> int:
-    """Pipeline stage of the forward pass on ``ipu`` (the same in both modes)."""
-    return ipu
 
 
 def backward_stage(ipu: int, num_ipus: int, head_wraps: bool = False) -> int:
@@ -153,7 +147,8 @@ class StageLayout:
         return head_stage(self.num_ipus) if self.wraps else None
 
     def forward_stage(self, ipu: int) -> int:
-        return forward_stage(ipu)
+        """The stage of ``ipu``'s forward pass: its own index, in both modes."""
+        return ipu
 
     def backward_stage(self, ipu: int) -> int:
         """The stage of ``ipu``'s backward pass (in training)."""
@@ -329,13 +324,9 @@ class StageFigure:
     gradient_bytes_in: int = 0
 
     @property
-    def extra_stash_entries(self) -> int:
-        return max(self.stash_entries - 1, 0)
-
-    @property
     def stash_per_tile(self) -> np.ndarray:
         """What the stash adds to the profile, per tile: ``depth - 1`` entries."""
-        return np.asarray(self.stash_entry_per_tile * self.extra_stash_entries)
+        return np.asarray(self.stash_entry_per_tile * max(self.stash_entries - 1, 0))
 
     @property
     def total_per_tile(self) -> np.ndarray:
@@ -356,15 +347,6 @@ class StageFigure:
     def worst_tile_memory(self) -> ComponentBytes:
         """The model's five components on the worst tile (stash and copy buffer not included)."""
         return self.memory.on_tile(self.worst_tile) if self.memory.tiles else ComponentBytes()
-
-    @property
-    def worst_tile_stash(self) -> int:
-        return int(self.stash_per_tile[self.worst_tile]) if self.memory.tiles else 0
-
-    @property
-    def stash_bytes_summed(self) -> int:
-        """The stash's addition summed over tiles."""
-        return int(self.stash_per_tile.sum())
 
     @property
     def cycles(self) -> int:
@@ -458,12 +440,12 @@ def range_figure(facts: MemoryFacts, i: int, j: int, position: int, num_ipus: in
         into = facts.head_layer - 1 if wraps else -1
         if not wraps:
             bytes_out = 0  # one IPU holds everything: nothing crosses
-    if table is None:
-        return _figure(facts, layers, position, plan, _at(cross, into), bytes_out, _at(back, into))
-    # With a wrapped head at position 0 the IPU's operations are not the range's alone: its entry is worked out.
-    entry = None if facts.layout.wraps and position == 0 else table.stash_entry(i, j)
-    return _figure(facts, layers, position, plan, _at(cross, into), bytes_out, _at(back, into),
-                   table.stage_memory(i, j), entry)
+    memory = entry = None
+    if table is not None:
+        memory = table.stage_memory(i, j)
+        # With a wrapped head at position 0 the IPU's operations are not the range's alone: its entry is worked out.
+        entry = None if facts.layout.wraps and position == 0 else table.stash_entry(i, j)
+    return _figure(facts, layers, position, plan, _at(cross, into), bytes_out, _at(back, into), memory, entry)
 
 
 def _at(crossing: np.ndarray, k: int) -> int:

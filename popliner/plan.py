@@ -336,12 +336,10 @@ def split_problem(analysis: Analysis, request: SplitRequest) -> SplitProblem:
 
 
 def _layer_indices(analysis: Analysis, names: tuple[str, ...], option: str) -> list[int]:
-    out = []
     for name in names:
         if name not in analysis.layer_names:
             raise UsageProblem(f"{option} {name!r}: no such layer; layers are {', '.join(analysis.layer_names)}")
-        out.append(analysis.layer_names.index(name))
-    return out
+    return [analysis.layer_names.index(name) for name in names]
 
 
 def _solve(analysis: Analysis, problem: SplitProblem, request: SplitRequest, started: float) -> SplitResult:
@@ -360,7 +358,7 @@ def _solve(analysis: Analysis, problem: SplitProblem, request: SplitRequest, sta
     log.info("solving: %d layers over %s %d IPUs, %s bytes per tile, %s, solver %s", len(analysis.layer_names),
              "exactly" if problem.exact_ipus else "at most", problem.num_ipus, f"{problem.budget:,}", analysis.mode,
              request.solver)
-    split = solve_split(analysis, problem, solver=request.solver, time_limit=request.time_limit, seed=request.seed,
+    split = solve_split(analysis, problem, solver=request.solver, time_limit=request.time_limit,
                         link_bytes_per_second=request.link_bandwidth, started=started)
     log.info("solved in %.2f s: %s", split.wall_seconds, split.status)
     return split

@@ -18,7 +18,7 @@ import contextlib
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import IO, Any
@@ -38,49 +38,38 @@ class Tracker:
     _depth: int = 0
 
     @contextlib.contextmanager
-    def phase(self, label: str, total: int | None = None) -> Iterator[Callable[[int], None]]:
-        """Time the block; yields ``advance(n)`` for phases with a known ``total``."""
+    def phase(self, label: str) -> Iterator[None]:
+        """Time the block (and show it, when this is the outermost phase and there is a stream)."""
         start = time.perf_counter()
         outermost = self._depth == 0
         self._depth += 1
-        bar = _Bar(self.stream, label, total) if self.stream is not None and outermost else None
+        bar = _Bar(self.stream, label) if self.stream is not None and outermost else None
         try:
-            yield bar.advance if bar is not None else _ignore
+            yield
         finally:
             self._depth -= 1
             if bar is not None:
                 bar.close()
             self.timings.append((label, time.perf_counter() - start))
 
-    def totals(self) -> dict[str, float]:
-        """Seconds per phase label, summed over its runs, in order of first appearance."""
-        out: dict[str, float] = {}
-        for label, seconds in self.timings:
-            out[label] = out.get(label, 0.0) + seconds
-        return out
-
     def breakdown(self) -> str:
-        """One line per phase label with its total seconds."""
-        totals = self.totals()
+        """One line per phase label with its seconds summed over its runs, in order of first appearance."""
+        totals: dict[str, float] = {}
+        for label, seconds in self.timings:
+            totals[label] = totals.get(label, 0.0) + seconds
         width = max((len(label) for label in totals), default=5)
         return "\n".join(f"  {label:<{width}}  {seconds:8.2f} s" for label, seconds in totals.items())
-
-
-def _ignore(n: int = 1) -> None:
-    return None
 
 
 class _Bar:
     """A tqdm line with a label and the elapsed time, redrawn by a small thread."""
 
-    def __init__(self, stream: IO[str], label: str, total: int | None) -> None:
+    def __init__(self, stream: IO[str], label: str) -> None:
         from tqdm import tqdm
 
-        fmt = ("popliner: {desc} {percentage:3.0f}% |{bar:20}| {elapsed}" if total
-               else "popliner: {desc}... {elapsed}")
         sized = _columns(stream) > 0
         # A terminal that reports no size (a bare pty) would make tqdm hide the line: assume 80x24.
-        self._bar: Any = tqdm(total=total, desc=label, file=stream, leave=False, bar_format=fmt,
+        self._bar: Any = tqdm(desc=label, file=stream, leave=False, bar_format="popliner: {desc}... {elapsed}",
                               ncols=None if sized else 80, nrows=None if sized else 24, dynamic_ncols=sized,
                               mininterval=_REFRESH_SECONDS)
         self._stop = threading.Event()
@@ -90,9 +79,6 @@ class _Bar:
     def _redraw(self) -> None:
         while not self._stop.wait(_REFRESH_SECONDS):
             self._bar.refresh()
-
-    def advance(self, n: int = 1) -> None:
-        self._bar.update(n)
 
     def close(self) -> None:
         self._stop.set()
@@ -111,14 +97,14 @@ _current: ContextVar[Tracker | None] = ContextVar("popliner_progress", default=N
 
 
 @contextlib.contextmanager
-def phase(label: str, total: int | None = None) -> Iterator[Callable[[int], None]]:
+def phase(label: str) -> Iterator[None]:
     """Mark a possibly long step of the library; a no-op unless :func:`tracking` is active."""
     tracker = _current.get()
     if tracker is None:
-        yield _ignore
+        yield
         return
-    with tracker.phase(label, total) as advance:
-        yield advance
+    with tracker.phase(label):
+        yield
 
 
 @contextlib.contextmanager

@@ -53,20 +53,14 @@ def fewest_ipus(analysis: Analysis, problem: SplitProblem, link_bytes_per_second
     return minimum_ipus(table, problem, deadline)
 
 
-def training_flags(training: TrainingOptions, relative_to: TrainingOptions | None = None) -> str:
-    """The command-line flags that give these options (those equal to ``relative_to``, or the defaults, left out)."""
-    default = relative_to if relative_to is not None else TrainingOptions()
+def training_flags(training: TrainingOptions, relative_to: TrainingOptions) -> str:
+    """The command-line flags that give these options (those equal to ``relative_to`` left out)."""
     parts = []
-    if training.recompute != default.recompute:
-        parts.append(f"--recompute {training.recompute}")
-    if training.optimizer_state != default.optimizer_state:
-        parts.append(f"--optimizer-state {training.optimizer_state}")
-    if training.replication_factor != default.replication_factor:
-        parts.append(f"--replication-factor {training.replication_factor}")
-    if training.sharded_optimizer_state and not default.sharded_optimizer_state:
-        parts.append("--sharded-optimizer-state")
-    if training.head_placement != default.head_placement:
-        parts.append(f"--head-placement {training.head_placement}")
+    for name in ("recompute", "optimizer_state", "replication_factor", "sharded_optimizer_state", "head_placement"):
+        value = getattr(training, name)
+        if value != getattr(relative_to, name) and value is not False:  # a switch is said only when it is on
+            flag = "--" + name.replace("_", "-")
+            parts.append(flag if value is True else f"{flag} {value}")
     return " ".join(parts)
 
 

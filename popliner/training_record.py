@@ -64,16 +64,12 @@ class ConfigTraining:
 
     def as_document(self) -> dict[str, object]:
         """The ``training`` block of the YAML; the regexes and ``recompute_requested`` only when they say something."""
-        out: dict[str, object] = {"recompute": self.recompute}
-        if self.requested is not None:
-            out["recompute_requested"] = self.requested
-        out.update(optimizer_state=self.optimizer_state, replication_factor=self.replication_factor,
-                   sharded_optimizer_state=self.sharded_optimizer_state, head_placement=self.head_placement)
-        if self.update_regex is not None:
-            out["update_regex"] = self.update_regex
-        if self.optimizer_state_regex is not None:
-            out["optimizer_state_regex"] = self.optimizer_state_regex
-        return out
+        out: dict[str, object] = {
+            "recompute": self.recompute, "recompute_requested": self.requested,
+            "optimizer_state": self.optimizer_state, "replication_factor": self.replication_factor,
+            "sharded_optimizer_state": self.sharded_optimizer_state, "head_placement": self.head_placement,
+            "update_regex": self.update_regex, "optimizer_state_regex": self.optimizer_state_regex}
+        return {key: value for key, value in out.items() if value is not None}
 
     def summary(self) -> str:
         """One line for titles and notes: ``recompute every-layer, optimizer state off-chip, ...``."""

@@ -284,6 +284,17 @@ def test_disk_full_via_file_size_limit(option: str, tmp_path: Path, config: Path
     assert list(tmp_path.iterdir()) == []
 
 
+def test_an_os_error_names_a_path_holding_a_colon_once(tmp_path: Path) -> None:
+    # The message was once split at the first ": " to find the cause, which a name like this one also holds.
+    out = tmp_path / "run: 1.csv"
+    r = subprocess.run([sys.executable, "-m", "popliner", "-q", str(TINY), "-o", str(out)], capture_output=True,
+                       text=True, env=env(), preexec_fn=_limit_file_size(100), timeout=120)
+    assert r.returncode == EXIT_BAD_INPUT, r.stderr
+    line = one_error_line(r.stderr, "file too large")
+    assert line == f"popliner: error: {out}: file too large for the file system or the file size limit (ulimit -f); " \
+                   "raise the limit or write somewhere else", line
+
+
 def test_is_a_directory_and_name_too_long(tmp_path: Path) -> None:
     r = CliRunner().invoke(cli, ["-q", "synth", "-o", str(tmp_path)])
     assert r.exit_code == EXIT_BAD_INPUT

@@ -1,1 +1,1 @@
-"""Split solvers: greedy (PopLiner's algorithm) and exact (CP-SAT)."""
+"""Split solvers: greedy (PopLiner's algorithm) and exact (dynamic programming)."""

@@ -1,7 +1,7 @@
 """Dynamic programming min-max split over a range table.
 
 Exact for the first objective (:mod:`popliner.solvers.objective`: the largest stage cost) over contiguous
-splits; used to cross-check CP-SAT and to seed it. ``best[k][j]`` is the
+splits; the exact solver's first step. ``best[k][j]`` is the
 smallest possible largest cost of layers ``0..j`` in ``k+1`` stages.
 """
 

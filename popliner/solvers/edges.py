@@ -1,7 +1,7 @@
 """The ranges each stage position of a K-stage split may hold: one enumeration for the exact solvers.
 
-:mod:`popliner.solvers.lexdp` walks them as a layered graph; :mod:`popliner.solvers.ilp` makes them
-CP-SAT's variables.
+:mod:`popliner.solvers.lexdp` walks them as a layered graph; the tests' CP-SAT oracle (tests/ilp_oracle.py)
+makes them its variables.
 """
 
 from __future__ import annotations

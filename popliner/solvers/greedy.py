@@ -92,11 +92,8 @@ def _furthest_fit(table: RangeCosts, problem: SplitProblem, start: int, cap: int
         total = base + copies(start, j)
         if total > limit or total > cap:
             break
-        pinned = any(start <= p < j for p in problem.split_after)
-        if pinned:
-            break  # a pinned split inside the range: the stage must end there
         if j == table.num_layers - 1 or problem.allowed_split(j, forbidden):
             best = j
         if j in problem.split_after:
-            break
+            break  # a pinned split: the stage must end here, so no range from ``start`` goes further
     return best

@@ -197,10 +197,12 @@ class SplitResult:
 def stage_result(figure: StageFigure, layer_names: Sequence[str], budget: int,
                  overflow: OverflowDetail | None = None) -> StageResult:
     """The result of one stage from its pipeline figure (IPU = position): the one way a figure becomes a record."""
+    stash = figure.stash_per_tile  # summed over tiles, and on the worst tile
     return StageResult(
         index=figure.position, ipu=figure.position, layers=tuple(layer_names[k] for k in figure.layers),
         memory=figure.memory.summed(), worst_tile=figure.worst_tile, worst_tile_bytes=figure.worst_bytes,
-        stash_bytes=figure.stash_bytes_summed, stash_entries=figure.stash_entries, cycles=figure.cycles,
-        bytes_in=figure.bytes_in, budget=budget, overflow=overflow, worst_tile_stash=figure.worst_tile_stash,
+        stash_bytes=int(stash.sum()), stash_entries=figure.stash_entries, cycles=figure.cycles,
+        bytes_in=figure.bytes_in, budget=budget, overflow=overflow,
+        worst_tile_stash=int(stash[figure.worst_tile]) if figure.memory.tiles else 0,
         copy_buffer=figure.copy_buffer, bytes_out=figure.bytes_out, figure=figure,
     )

@@ -52,12 +52,11 @@ class SplitOutcome:
 
 
 def solve_bounds(table: RangeCosts, problem: SplitProblem, *, solver: SolverName = "ilp", time_limit: float = 60.0,
-                 seed: int = 0, relaxed: Callable[[float], RangeCosts] | None = None,
+                 relaxed: Callable[[float], RangeCosts] | None = None,
                  layer_need: Callable[[int], str] | None = None, started: float | None = None) -> SplitOutcome:
     """Split ``table``'s layers over at most ``problem.num_ipus`` IPUs.
 
-    ``seed`` changes nothing (the exact solver has no randomness): it is taken for the callers that
-    still pass ``--seed``. ``relaxed(factor)`` gives the same costs with a limit ``factor`` times the
+    ``relaxed(factor)`` gives the same costs with a limit ``factor`` times the
     budget, for a best-effort split when nothing fits; ``layer_need(k)`` the
     phrase saying what layer ``k`` alone needs, to say which layer is too large.
 
