@@ -233,8 +233,9 @@ def wrapped_head_hi(profile: Profile, model: MemoryModel, layer_of_op: np.ndarra
     both = (lo == 0) & (hi == head)
     if not both.any():
         return hi
-    # The last layer before the head that uses each variable (0: only the embedding and the head).
-    before = np.zeros(profile.variables.count, np.int64)
+    # The last layer before the head that uses each variable (0: only the embedding and the head), in the span's
+    # type (int32 while the layers fit: a column over every variable, kept for every option set of a plan).
+    before = np.zeros(profile.variables.count, hi.dtype)
     for k in range(1, head):
         before[model.counted_variables(ops_of_layers(layer_of_op, [k], False))] = k
     return np.where(both, before, hi)

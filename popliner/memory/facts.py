@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from popliner.arrays import content_key
 from popliner.layout import Layout
 from popliner.memory.boundaries import Boundaries, build_boundaries
 from popliner.memory.cycles import CycleFacts, cycle_facts, op_cycles
@@ -131,8 +132,7 @@ class MemoryFacts:
         The layer span (and a wrapped head's) reads the layering and the counted operations only, the
         constants the operations only: the same for every option set, so worked out once per profile.
         """
-        layering = self.layer_of_op.tobytes() + self.model.counted_vars.tobytes()
-        key = layering + self.num_layers.to_bytes(8, "little")
+        key = content_key(b"", self.layer_of_op, self.model.counted_vars, self.num_layers.to_bytes(8, "little"))
         span_key, wrapped_key = b"layer-span:" + key, b"wrapped-hi:" + key
         made = build_boundaries(self.profile, self.ops, self.model, self.layer_of_op, self.num_layers,
                                 self.head_wraps, self.is_backward, self.always_live_var,

@@ -36,11 +36,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from popliner.arrays import content_key, digest_array
 from popliner.memory.liveness import SegmentGrid, class_steps
 from popliner.memory.liveness.grid import Columns, cell_dtype
 from popliner.memory.program_part import ProgramPart, program_part
 from popliner.memory.stash_row import class_columns, stash_columns
-from popliner.memory.variable_tables import VariableTable
+from popliner.memory.variable_tables import table_key
 from popliner.memory.variable_tables import changed_variables as _changed  # tests replace it by this name
 from popliner.ops.operations import OperationTable
 from popliner.profile.model import Profile
@@ -81,10 +82,11 @@ class SharedParts:
         #: The option-free memo every option set's memory facts share (:attr:`popliner.memory.facts.MemoryFacts.memo`):
         #: their training views' roles, layer spans, constants, forward-cut profiles and layer variables.
         self.view_memo: dict[bytes, Any] = {}
-        #: Each distinct variable table met (what-if and forward-cut profiles), and never-stashed set; None once
-        #: forgotten (:meth:`forget_deltas`: its number is not given again).
-        self._tables: list[VariableTable | None] = []
-        self._never: list[np.ndarray | None] = []
+        #: The number of each distinct variable table met (what-if and forward-cut profiles) and never-stashed set,
+        #: by digest; numbers forgotten (:meth:`forget_deltas`) are not given again.
+        self._tables: dict[bytes, int] = {}
+        self._never: dict[bytes, int] = {}
+        self._numbers = 0
         #: Range figures by what they depend on (:meth:`RangeState.other_figure`): (worst, stash, total, peak).
         self.range_figures: dict[tuple[object, ...], tuple[int, np.ndarray, np.ndarray, np.ndarray | None]] = {}
         #: Each variable table's pieces of a layer's variables: (table, what, variables) -> pieces.
@@ -105,14 +107,13 @@ class SharedParts:
         """
         if var.dtype == bool:
             parts = [np.array([var.size]), np.packbits(var)]
-        else:
-            v = var.astype(np.int64, copy=False)
-            cut = np.flatnonzero(np.diff(v) != 1) + 1  # each run: first and last value
-            parts = [np.array([var.size]), v[np.concatenate(([0], cut))], v[np.concatenate((cut - 1, [v.size - 1]))]
-                     ] if v.size else [np.array([0])]
+        else:  # the runs' ends in int64, whatever the indices' type (no copy of them)
+            cut = np.flatnonzero(np.diff(var) != 1) + 1  # each run: first and last value
+            parts = [np.array([var.size]), var[np.concatenate(([0], cut))].astype(np.int64),
+                     var[np.concatenate((cut - 1, [var.size - 1]))].astype(np.int64)] if var.size else [np.array([0])]
         digest = hashlib.sha256(b"flags" if var.dtype == bool else b"indices")
         for part in parts:
-            _digest_part(digest, part)
+            digest_array(digest, part)
         return digest.digest()
 
     def table(self, profile: Profile, changed: np.ndarray) -> int:
@@ -124,12 +125,7 @@ class SharedParts:
         recomputation; the same forward cut whatever the head placement), and
         then share its corrected parts too.
         """
-        table = VariableTable.of(profile, changed)
-        for k, known in enumerate(self._tables):
-            if known is not None and known.same(table):
-                return k
-        self._tables.append(table)
-        return len(self._tables) - 1
+        return self._number(self._tables, table_key(profile, changed))
 
     def class_ids(self, profile: Profile) -> np.ndarray:
         """Per liveness class of ``profile`` (a what-if profile of this one): a number that classes of equal live
@@ -149,17 +145,20 @@ class SharedParts:
 
     def never_stash(self, never: np.ndarray) -> int:
         """A number per distinct never-stashed set (``every-layer``'s recomputed variables)."""
-        for k, known in enumerate(self._never):
-            if known is not None and (known is never or np.array_equal(known, never)):
-                return k
-        self._never.append(never)
-        return len(self._never) - 1
+        return self._number(self._never, content_key(b"never", np.asarray(never, bool)))
+
+    def _number(self, known: dict[bytes, int], key: bytes) -> int:
+        found = known.get(key)
+        if found is None:
+            found = known[key] = self._numbers
+            self._numbers += 1
+        return found
 
     @property
     def grid(self) -> SegmentGrid:
         """The profile's own liveness grid: only its segments are used (events are made on it, never added)."""
         if self._grid is None:
-            self._grid = SegmentGrid.of(self.profile, dtype=self.grid_dtype(self.profile))
+            self._grid = SegmentGrid.of(self.profile, dtype=self.grid_dtype(self.profile), buffers=False)
         return self._grid
 
     @property
@@ -247,8 +246,8 @@ class SharedParts:
         self.range_figures.clear()
         self.fingerprints.clear()
         self._buffers.clear()
-        self._tables = [None] * len(self._tables)
-        self._never = [None] * len(self._never)
+        self._tables.clear()
+        self._never.clear()
         for key in [k for k in self.view_memo if k.startswith(_OPTION_VIEWS)]:
             del self.view_memo[key]
 
@@ -361,7 +360,7 @@ class _GridShare:
         klass, _, nbytes = part.picked(self.grid.p, self.own)[1]
         digest.update(pick[0])
         for column in (self.class_ids[klass], nbytes):
-            _digest_part(digest, column)
+            digest_array(digest, column)
 
     @classmethod
     def of(cls, shared: SharedParts, grid: SegmentGrid, changed: np.ndarray, own: np.ndarray | None = None
@@ -425,12 +424,6 @@ def _changed_from(profile: Profile, base: Profile) -> np.ndarray:
     if changed is None:  # with_live_steps only appends classes and keeps the tiles
         raise AssertionError("a what-if profile's class table does not extend the profile's")
     return changed
-
-
-def _digest_part(digest: Any, part: np.ndarray) -> None:
-    """Feed ``digest`` an array's type and length, then its values: no two sequences of parts feed the same."""
-    digest.update(np.dtype(part.dtype).str.encode() + len(part).to_bytes(8, "little"))
-    digest.update(np.ascontiguousarray(part).view(np.uint8).data)
 
 
 class EngineShare:

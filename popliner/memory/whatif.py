@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from popliner.arrays import expand_ranges, gather_csr, rank_by_table
+from popliner.arrays import content_key, expand_ranges, gather_csr, rank_by_table
 from popliner.memory.liveness import class_steps
 from popliner.ops.layers import compile_regex
 from popliner.ops.operations import OperationTable
@@ -95,7 +95,7 @@ def rewrite(profile: Profile, ops: OperationTable, layer_of_op: np.ndarray, num_
     window = _Spread.none()  # off chip: the state keeps only its steps lo..hi
     # The state's window reads the updates and the state; the what-if profile those, the sharding and
     # (every-layer only) the cuts, which read the layering (see _recompute_cuts).
-    roles_key = b"".join(np.asarray(a, bool).tobytes() for a in (roles.is_update, roles.optimizer_state))
+    roles_key = content_key(b"", np.asarray(roles.is_update, bool), np.asarray(roles.optimizer_state, bool))
     if off_chip:
         window_key = b"offchip" + roles_key + np.dtype(steps).str.encode()
         found = memo.get(window_key) if memo is not None else None
@@ -108,7 +108,8 @@ def rewrite(profile: Profile, ops: OperationTable, layer_of_op: np.ndarray, num_
     layering = b""
     if recompute in ("every-layer", "pipeline"):
         # The cuts read the layering and the roles (not where the state lives): one per mode and layering.
-        layering = _cuts_key(layer_of_op, num_layers, roles, steps) + roles.always_live.tobytes() + roles_key
+        layering = content_key(b"", _cuts_key(layer_of_op, num_layers, roles, steps),
+                               np.asarray(roles.always_live, bool), roles_key)
         cuts_key = b"whatif-cuts-" + recompute.encode() + layering
         found_cuts = memo.get(cuts_key) if memo is not None else None
         if found_cuts is None:
@@ -130,9 +131,9 @@ def rewrite(profile: Profile, ops: OperationTable, layer_of_op: np.ndarray, num_
 
 
 def _cuts_key(layer_of_op: np.ndarray, num_layers: int, roles: Roles, steps: type[np.signedinteger]) -> bytes:
-    """What :func:`_recompute_cuts`'s spans read besides the profile and the operations: the layering."""
-    return b"".join((np.asarray(layer_of_op, np.int64).tobytes(), np.asarray(roles.groups, np.int64).tobytes(),
-                     np.asarray(roles.is_backward, bool).tobytes(), str((num_layers, np.dtype(steps).str)).encode()))
+    """What :func:`_recompute_cuts`'s spans read besides the profile and the operations: the layering (a digest)."""
+    return content_key(b"", np.asarray(layer_of_op, np.int64), np.asarray(roles.groups, np.int64),
+                       np.asarray(roles.is_backward, bool), str((num_layers, np.dtype(steps).str)).encode())
 
 
 @dataclass(frozen=True, eq=False)
