@@ -41,8 +41,8 @@ from popliner.memory.liveness import SegmentGrid, class_steps
 from popliner.memory.liveness.grid import Columns, cell_dtype
 from popliner.memory.program_part import ProgramPart, program_part
 from popliner.memory.stash_row import class_columns, stash_columns
-from popliner.memory.variable_tables import table_key
 from popliner.memory.variable_tables import changed_variables as _changed  # tests replace it by this name
+from popliner.memory.variable_tables import table_key
 from popliner.ops.operations import OperationTable
 from popliner.profile.model import Profile
 
