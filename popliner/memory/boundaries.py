@@ -205,13 +205,14 @@ def variable_layer_span(profile: Profile, ops: OperationTable, model: MemoryMode
 
     The unlayered operations count as layer 0 (they go with the first
     stage). Unused variables get ``lo`` = the dtype's largest value and
-    ``hi = -1``; int32 while the layers fit (half the pages to fill).
+    ``hi = -1``; int16 while the layers fit, else int32 (a quarter or half of int64's pages to fill; a plan keeps
+    one span per layering). Only compared, counted and listed, never added to.
     """
     layer_of_op = np.where(layer_of_op < 0, 0, layer_of_op)
     counted = np.flatnonzero(model.counted_vars)
     lay_of = layer_of_op[counted]
     n = profile.variables.count
-    dtype = np.int32 if num_layers < 2**31 - 1 else np.int64
+    dtype = np.int16 if num_layers < 2**15 - 1 else np.int32 if num_layers < 2**31 - 1 else np.int64
     lo = np.full(n, np.iinfo(dtype).max, dtype)
     hi = np.full(n, -1, dtype)
     # One plain scatter per layer in layer order (later layers overwrite hi,

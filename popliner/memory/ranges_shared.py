@@ -204,8 +204,8 @@ class SharedParts:
             found = self._programs[key] = program_part(engine, ops)
         return found
 
-    def base(self, what: str, part: VarSet, pick: tuple[bytes, np.ndarray], columns: Columns | None = None
-             ) -> Events:
+    def base(self, what: str, part: VarSet, pick: tuple[bytes, np.ndarray],
+             columns: Callable[[], Columns] | None = None) -> Events:
         """The piece ``what`` of the variables of ``part`` at ``pick`` as profiled, on the profile's grid (memoised).
 
         ``what``: "merged" (:meth:`SegmentGrid.merged`), "owned"
@@ -213,20 +213,21 @@ class SharedParts:
         (:func:`popliner.memory.stash_row.class_columns`); owners are positions
         in ``part.var``. ``pick``: the key of the positions' flags and the
         positions, none of them always live (so each a stash candidate as
-        profiled); ``columns``: the classes, tiles and bytes of those, when the
-        caller has them (an unchanged variable's are the profiled ones).
+        profiled); ``columns``: gives the classes, tiles and bytes of those, when the
+        caller has them (an unchanged variable's are the profiled ones); read only to make the piece.
         """
         where = (what, part.key, pick[0])
         found = self._base.get(where)
         if found is None:
             at = pick[1]
             sub = part.var[at]
+            given = None if columns is None else columns()
             if what == "merged":
-                found = self.grid.merged(sub, columns)
+                found = self.grid.merged(sub, given)
             elif what == "owned":
                 found = self.grid.events_of(sub, with_owner=True)
             else:
-                found = class_columns(self.profile, None, self.classes[1], sub, what == "stash-owned", columns)
+                found = class_columns(self.profile, None, self.classes[1], sub, what == "stash-owned", given)
             if "owner" in found:
                 found["owner"] = at[found["owner"]]
             self._base[where] = found
@@ -262,35 +263,30 @@ class SharedParts:
 
 class VarSet:
     """One set of a layer's variables (its private or its shared ones) as the parts read it: its key, and, each
-    read once when first needed, its columns in a profile and its split on an option set's changed variables."""
+    read once when first needed, its split on an option set's changed variables and each side's columns."""
 
     def __init__(self, shared: SharedParts, var: np.ndarray) -> None:
         self.var = var
         self.shared = shared
         self.key = shared.key(var)
-        self._columns: list[tuple[Profile, Columns]] = []
         self._splits: list[tuple[np.ndarray, tuple[tuple[bytes, np.ndarray], np.ndarray]]] = []
-        self._picked: list[tuple[Profile, np.ndarray, tuple[Columns, Columns]]] = []
+        self._picked: list[tuple[Profile, np.ndarray, int, Columns]] = []
 
-    def columns(self, profile: Profile) -> Columns:
-        """The variables' classes, tiles and bytes in ``profile``."""
-        for known, found in self._columns:
-            if known is profile:
-                return found
-        v = profile.variables
-        made = (v.klass[self.var], v.tile[self.var], v.bytes[self.var])
-        self._columns.append((profile, made))
-        return made
+    def picked(self, profile: Profile, own: np.ndarray, side: int) -> Columns:
+        """The classes, tiles and bytes in ``profile`` of one side of :meth:`split` (0: the variables taken as
+        profiled, 1: those made on the grid).
 
-    def picked(self, profile: Profile, own: np.ndarray) -> tuple[Columns, Columns]:
-        """:meth:`columns` in ``profile`` of the two sides of :meth:`split` (as profiled, made on the grid)."""
-        for known, mark, found in self._picked:
-            if known is profile and mark is own:
+        One side at a time: an option set that takes a range's figure from another reads the second side of
+        its layers only (for their fingerprints), and a layer's sets are kept until its parts are made, if ever.
+        """
+        for known, mark, which, found in self._picked:
+            if known is profile and mark is own and which == side:
                 return found
         (_, base), at = self.split(own)
-        columns = self.columns(profile)
-        made = _picked(columns, base), _picked(columns, at)
-        self._picked.append((profile, own, made))
+        var = self.var[(base, at)[side]]
+        v = profile.variables
+        made = v.klass[var], v.tile[var], v.bytes[var]
+        self._picked.append((profile, own, side, made))
         return made
 
     def split(self, own: np.ndarray) -> tuple[tuple[bytes, np.ndarray], np.ndarray]:
@@ -307,14 +303,16 @@ class VarSet:
             if known is own:
                 return found
         pick = ~self.shared.classes[0][self.var] & ~own[self.var]
-        made = ((self.shared.key(pick), np.flatnonzero(pick)), np.flatnonzero(~pick))
+        # Positions in int32 when they fit: kept with the set (a what-if grid's sides of every layer).
+        made = ((self.shared.key(pick), _positions(pick)), _positions(~pick))
         self._splits.append((own, made))
         return made
 
 
-def _picked(columns: Columns, at: np.ndarray) -> Columns:
-    """The columns of the variables at positions ``at``."""
-    return columns[0][at], columns[1][at], columns[2][at]
+def _positions(flags: np.ndarray) -> np.ndarray:
+    """The positions of the set flags (int32 when every position fits)."""
+    found = np.flatnonzero(flags)
+    return found.astype(np.int32) if flags.size < 2**31 else found
 
 
 def _buffer_key(grid: SegmentGrid) -> tuple[object, ...]:
@@ -357,7 +355,7 @@ class _GridShare:
         """Feed ``digest`` which of ``part``'s variables this grid makes, their live intervals (by
         :attr:`class_ids`) and their bytes in its profile."""
         pick, _ = part.split(self.own)
-        klass, _, nbytes = part.picked(self.grid.p, self.own)[1]
+        klass, _, nbytes = part.picked(self.grid.p, self.own, 1)
         digest.update(pick[0])
         for column in (self.class_ids[klass], nbytes):
             digest_array(digest, column)
@@ -383,12 +381,14 @@ class _GridShare:
     def _pieces(self, what: str, part: VarSet) -> tuple[Events, ...]:
         """The variables taken as profiled (moved here), then the others made here."""
         pick, at = part.split(self.own)
-        columns = part.picked(self.grid.p, self.own) if what == "merged" else None
-        out = [self._moved(self.shared.base(what, part, pick, columns and columns[0]))] if pick[1].size else []
+        merged = what == "merged"
+        out = ([self._moved(self.shared.base(what, part, pick,
+                                             (lambda: part.picked(self.grid.p, self.own, 0)) if merged else None))]
+               if pick[1].size else [])
         if at.size:
             var = part.var[at]
-            if columns is not None:
-                out.append(self.grid.merged(var, columns[1]))
+            if merged:
+                out.append(self.grid.merged(var, part.picked(self.grid.p, self.own, 1)))
             else:
                 own = self.grid.events_of(var, with_owner=True)
                 own["owner"] = at[own["owner"]]
@@ -491,11 +491,13 @@ class EngineShare:
 
     def _stash(self, part: VarSet, with_owner: bool) -> tuple[Events, ...]:
         pick, at = part.split(self.grid.own)
-        columns = None if with_owner else part.picked(self.facts.profile, self.grid.own)
-        out = ([self.shared.base("stash-owned" if with_owner else "stash", part, pick, columns and columns[0])]
+        profile, mark = self.facts.profile, self.grid.own
+        out = ([self.shared.base("stash-owned" if with_owner else "stash", part, pick,
+                                 None if with_owner else (lambda: part.picked(profile, mark, 0)))]
                if pick[1].size else [])
         if at.size:
-            own = stash_columns(self.facts, part.var[at], with_owner, columns and columns[1])
+            given = None if with_owner else part.picked(profile, mark, 1)
+            own = stash_columns(self.facts, part.var[at], with_owner, given)
             assert own is not None  # in training
             if with_owner:  # positions in var, not in var[at]
                 own["owner"] = at[own["owner"]]
