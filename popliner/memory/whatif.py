@@ -317,25 +317,35 @@ def _changed_intervals(profile: Profile, rows: np.ndarray) -> tuple[np.ndarray, 
 def _unique_rows(columns: list[np.ndarray], num_steps: int) -> tuple[np.ndarray, np.ndarray]:
     """Distinct rows of the columns (class, cut lo, cut hi, keep lo, keep hi) and each row's position among them.
 
-    The rows come back in lexicographic order, as a sort on the five columns gives them.
+    The rows come back in lexicographic order, as a sort on the five columns gives them, in int64.
     """
     # Steps fit in few bits once "never" is mapped to num_steps + 1; pack the
     # row into one int64 when it fits (a sort on one key instead of five).
     cap = num_steps + 2
-    steps = [np.minimum(np.where(col < 0, cap, col), cap) for col in columns[1:]]
     # Each column's values replaced by their rank among its distinct values: the same grouping and
     # the same (lexicographic) order in far fewer bits, so the row packs into one int64 (the rows of
     # changed variables have a few hundred distinct values per column, where steps alone take 15 bits).
-    ranks = [_dense_rank(col) for col in [columns[0], *steps]]
-    bits = [max(int(r.max()).bit_length(), 1) for r in ranks]
-    if sum(bits) <= 62:
-        packed = ranks[0]
-        for r, b in zip(ranks[1:], bits[1:]):
-            packed = (packed << b) | r
+    # Column by column into the packed key, so that one column's ranks are held at a time (millions of
+    # changed variables under every-layer: each column of int64 ranks is tens of MB).
+    packed: np.ndarray | None = None
+    bits = 0
+    for k, col in enumerate(columns):
+        rank = _dense_rank(col if k == 0 else np.minimum(np.where(col < 0, cap, col), cap))
+        width = max(int(rank.max()).bit_length(), 1)
+        bits += width
+        if bits > 62:
+            packed = None
+            break
+        if packed is None:
+            packed = rank
+        else:
+            packed <<= width
+            packed |= rank
+    if packed is not None:
         _, first, inverse = np.unique(packed, return_index=True, return_inverse=True)
-        return np.stack([col[first] for col in columns], axis=1), inverse.reshape(-1)
+        return np.stack([col[first] for col in columns], axis=1).astype(np.int64), inverse.reshape(-1)
     uniq, inverse = np.unique(np.stack(columns, axis=1), axis=0, return_inverse=True)
-    return uniq, inverse.reshape(-1)
+    return uniq.astype(np.int64), inverse.reshape(-1)
 
 
 def _dense_rank(values: np.ndarray) -> np.ndarray:
@@ -375,13 +385,14 @@ def with_live_steps(profile: Profile, nbytes: np.ndarray, cut_lo: np.ndarray, cu
         if np.array_equal(nbytes, v.bytes):
             return profile
         return replace(profile, variables=v.replace(bytes=nbytes.astype(v.bytes.dtype, copy=False)))
-    big = np.int64(_NEVER)
+    # The changed variables' columns in the steps' own type (int32 while steps fit, as the "never" marker does):
+    # under every-layer they are millions of rows each.
     is_cut = cut_hi[changed] >= 0
-    c_lo = np.where(is_cut, cut_lo[changed], big)
-    c_hi = np.where(is_cut, cut_hi[changed], big)
+    c_lo = np.where(is_cut, cut_lo[changed], _NEVER)
+    c_hi = np.where(is_cut, cut_hi[changed], _NEVER)
     k_lo = np.where(is_cut, 0, keep_lo[changed])
-    k_hi = np.where(is_cut, big, keep_hi[changed])
-    uniq, inverse = _unique_rows([v.klass[changed].astype(np.int64), c_lo, c_hi, k_lo, k_hi], profile.num_steps)
+    k_hi = np.where(is_cut, _NEVER, keep_hi[changed])
+    uniq, inverse = _unique_rows([v.klass[changed], c_lo, c_hi, k_lo, k_hi], profile.num_steps)
     own, starts, ends = _changed_intervals(profile, uniq)
     new_counts = np.bincount(own, minlength=len(uniq))
     base = int(profile.class_ptr[-1])
