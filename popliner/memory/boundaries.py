@@ -218,7 +218,9 @@ def variable_layer_span(profile: Profile, ops: OperationTable, model: MemoryMode
     # One plain scatter per layer in layer order (later layers overwrite hi,
     # earlier ones lo). Every value in one scatter is the same, so repeated
     # indices cannot matter; several times faster than np.minimum.at.
-    per_layer = [(k, gather_csr(ops.var_ptr, ops.var_idx, counted[lay_of == k]))
+    # Every layer's entries are held for the two passes: in int32 while the variables' indices fit (half the bytes).
+    index = np.int32 if n < 2**31 else np.int64
+    per_layer = [(k, gather_csr(ops.var_ptr, ops.var_idx, counted[lay_of == k]).astype(index))
                  for k in np.unique(lay_of).tolist()]
     for k, var in per_layer:
         hi[var] = k
