@@ -171,18 +171,20 @@ class MemoryFacts:
 
     def _cut_profile(self, cut: np.ndarray) -> Profile:
         # Option sets that cut the same variables of the same what-if profile (the head placements, often)
-        # share one forward-cut profile, found by content.
-        made: list[tuple[Profile, np.ndarray, Profile]] = self.memo.setdefault(b"cut-profiles", [])
+        # share one forward-cut profile, found by content (a digest of the cut: no copy of it is kept).
+        made: list[tuple[Profile, bytes, Profile]] = self.memo.setdefault(b"cut-profiles", [])
+        key = content_key(b"cut", cut)
         for what_if, known, found in made:
-            if what_if is self.profile and np.array_equal(known, cut):
+            if what_if is self.profile and known == key:
                 return found
         pick = cut >= 0
         n = self.profile.variables.count
-        keep_lo = np.where(pick, 0, -1).astype(np.int64)
-        keep_hi = np.where(pick, cut, -1).astype(np.int64)
-        none = np.full(n, -1, np.int64)
+        # In the cut's type (the steps' type: int32 while steps fit): three columns over every variable.
+        keep_lo = np.where(pick, 0, -1).astype(cut.dtype)
+        keep_hi = np.where(pick, cut, -1).astype(cut.dtype)
+        none = np.full(n, -1, cut.dtype)
         found = with_live_steps(self.profile, self.profile.variables.bytes, none, none, keep_lo, keep_hi)
-        made.append((self.profile, cut, found))
+        made.append((self.profile, key, found))
         return found
 
 
