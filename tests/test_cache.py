@@ -124,7 +124,8 @@ class Derived:
 def test_cache_stores_any_derived_dataclass(tmp_path):
     path = tmp_path / "entry.npz"
     counts = np.arange(10_000, dtype=np.int64) * 3  # long enough to be narrowed and deflated
-    cache_mod.store_cached(path, "s" * 64, "key", load_profile(TINY), Derived(("a", "b"), counts, 7))
+    with cache_mod.PendingStore(load_profile(TINY)) as pending:
+        pending.finish(path, "s" * 64, "key", Derived(("a", "b"), counts, 7))
     hit = cache_mod.load_cached(path, "s" * 64, "key", "shown.json", Derived, Derived)
     assert hit is not None and hit.layers is None
     profile, derived = hit.profile, hit.derived

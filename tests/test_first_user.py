@@ -47,7 +47,7 @@ def _walk(ops: OperationTable) -> list[int]:
 @pytest.mark.parametrize("seed", range(20))
 def test_first_user_against_a_walk(seed: int) -> None:
     rng, ops = _random_table(seed)
-    got = ops.first_users()
+    got = ops.first_user
     assert got.dtype == np.int32
     assert got.tolist() == _walk(ops)
 

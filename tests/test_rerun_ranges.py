@@ -165,6 +165,5 @@ def test_first_user_is_the_earliest_user(source: str) -> None:
         for v in ops.vars_of(op).tolist():
             if expect[v] < 0:
                 expect[v] = op
-    assert ops.first_users().tolist() == expect
     assert ops.first_user.tolist() == expect
     assert boundaries.first_user is ops.first_user

@@ -33,7 +33,7 @@ def split(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 def test_every_suffix_names_one_writer_per_kind() -> None:
     # Two writers may share a suffix only for different kinds (.json: a split or a simulation, or a config).
     seen: dict[tuple[str, str], str] = {}
-    for w in formats.writers():
+    for w in formats.WRITERS:
         for suffix in w.suffixes:
             assert suffix == suffix.lower() and suffix.startswith(".")
             for kind in w.kinds:
@@ -127,7 +127,7 @@ def test_a_new_format_is_one_writer_and_one_line_in_the_map(split: tuple[Path, P
             stream.write(f"{ipu.ipu} {ipu.worst_tile_bytes / ipu.budget:.4f}\n")
 
     toy = FormatWriter("fill", (".fill",), {"CheckReport": write_fill})
-    monkeypatch.setattr(formats, "WRITERS", [*formats.writers(), toy])
+    monkeypatch.setattr(formats, "WRITERS", [*formats.WRITERS, toy])
     profile, config = split
     invoke("check", config, "--profile", profile, "-o", tmp_path / "ipus.fill")
     # Independently, from the per-IPU table the same command prints: worst-tile total over the budget.

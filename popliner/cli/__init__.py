@@ -159,13 +159,10 @@ def translate_errors(invoke: Any) -> Any:
     """Run ``invoke`` turning every exception but SystemExit into :class:`PoplinerFailure`."""
     try:
         return invoke()
-    except (click.exceptions.Exit, QuietExit):
+    except (click.exceptions.Exit, QuietExit, SystemExit):
         raise
     except BaseException as exc:
-        if isinstance(exc, SystemExit):
-            raise
-        failure = failure_for(exc)
-        raise failure from None
+        raise failure_for(exc) from None
 
 
 #: While a signal waits for an import to finish, how often we look again (seconds).

@@ -20,7 +20,8 @@ from popliner.cli.analyse_options import HiddenArgument, analyse_options
 from popliner.cli.analyse_outputs import Outputs, check_outputs, route_output, tables_writer
 from popliner.cli.analyse_outputs import outputs as chosen_outputs
 from popliner.cli.check_ci import Gate, finish, gate
-from popliner.cli.options import headroom_given, layering
+from popliner.cli.options import headroom_given
+from popliner.config.layering import analysis_fields
 from popliner.errors import InfeasibleSplitError, UsageProblem
 from popliner.fileio import one_stdout
 from popliner.layout import HeadPlacement
@@ -105,7 +106,7 @@ def _run(p: dict[str, Any]) -> None:
 
 
 def _analysis_options(p: dict[str, Any]) -> AnalysisOptions:
-    layer_fields = layering(p)  # the layer options, read as a config's are
+    layer_fields = analysis_fields(p)  # the layer options, read as a config's are
     # `auto` is a request for the planner: the profile is read with no recomputation, which auto tries first.
     # Unset or `auto`: the planner decides (the framework's defaults); the profile is read without them.
     recompute: Recompute = p["recompute"] if p["recompute"] not in (None, "auto") else "none"
@@ -217,10 +218,12 @@ def _gate_split(plan: SplitPlan, p: dict[str, Any], checks: Gate) -> None:
 def _write_split(plan: SplitPlan, p: dict[str, Any], checks: Gate | None = None) -> None:
     """The split's outputs, the summary, the check of the config (--check-out, --baseline), and exit 3 when
     nothing fits."""
+    from popliner.config.snippets import optimum_check
+
     g = p["gradient_accumulation"]
     mp = p["matmul_proportion"]
-    if p["ipu_config_out"] and plan.split.stages:
-        split_writers.check_ipu_config(plan, g, mp)  # before anything is written or printed
+    if p["ipu_config_out"] and plan.split.stages:  # refused before anything is written or printed
+        optimum_check(split_writers.split_config(plan, g, mp), "--ipu-config-out")
     split_writers.write_split(plan, p["config_out"], p["force"], g, mp, split_out=p["split_out"])
     if p["ipu_config_out"] and plan.split.stages:
         split_writers.write_ipu_config(plan, p["ipu_config_out"], p["force"], g, mp)

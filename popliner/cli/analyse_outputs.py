@@ -22,10 +22,10 @@ from popliner.writers.writer import Writer
 __all__ = ["MAIN_KINDS", "Outputs", "check_outputs", "outputs", "route_output", "tables_writer"]
 
 #: What the main command's ``-o`` writes, in order of preference for an ending two formats share.
-MAIN_KINDS: tuple[str, ...] = ("Tables", "SplitDocument", "PipelineConfig", "Report")
+MAIN_KINDS: tuple[str, ...] = ("Tables", "SplitPlan", "PipelineConfig", "Report")
 #: The parameter each kind but the tables stands for, and what it is called in messages.
 _ROUTED: dict[str, tuple[str, str, str]] = {
-    "SplitDocument": ("split_out", "the split JSON", ""),
+    "SplitPlan": ("split_out", "the split JSON", ""),
     "PipelineConfig": ("config_out", "the pipeline config", "--config-out"),
     "Report": ("report", "the review report", "--report"),
 }
@@ -101,7 +101,7 @@ def check_outputs(p: dict[str, Any], chosen: Outputs) -> None:
     for name, fmt, kind, what in (("config_out", "yaml", "PipelineConfig", "pipeline config"),
                                   ("ipu_config_out", "ipu_config", "PipelineConfig", "IPU config"),
                                   ("report", "html", "Report", "report"),
-                                  ("split_out", "json", "SplitDocument", "split JSON")):
+                                  ("split_out", "json", "SplitPlan", "split JSON")):
         if p[name]:  # each flag writes one format of the map
             check_writable(p[name], force, suffixes=writer_for(None, kind, fmt).suffixes, what=what)
     one_stdout({"the tables" if not output else "-o -": chosen.any_table and (not output or is_stdout(output)),

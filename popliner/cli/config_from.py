@@ -12,7 +12,6 @@ from popliner.cli.options import (
     force_option,
     gradient_accumulation_option,
     layer_options,
-    layering,
     output_option,
 )
 from popliner.errors import ConfigError
@@ -45,6 +44,7 @@ def command(workbook: str, profile: str | None, gradient_accumulation: int | Non
     popliner config-from review.xlsx -o pipeline.yaml
     popliner check review.xlsx --profile model.json           or check it directly
     """
+    from popliner.config.layering import analysis_fields
     from popliner.config.options import analysis_options
     from popliner.config.planner import config_from_planner, read_planner
     from popliner.config.snippets import optimum_check, optimum_say
@@ -56,7 +56,7 @@ def command(workbook: str, profile: str | None, gradient_accumulation: int | Non
     choice = read_planner(workbook)
     source = profile or _recorded_profile(workbook, choice.profile_path)
     # The figures are computed with the training options the workbook records, as it showed them.
-    analysis = load_analysis(source, analysis_options(choice.mode, choice.training, layering=layering(layers)),
+    analysis = load_analysis(source, analysis_options(choice.mode, choice.training, layering=analysis_fields(layers)),
                              use_cache=not no_cache)
     resolve_recorded(analysis, workbook)
     if choice.profile_sha256 and choice.profile_sha256 != analysis.profile.sha256:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 import click
@@ -22,7 +22,7 @@ __all__ = ["BUDGET_DEFAULT", "BYTES_PER_TILE", "CACHE_DIR_HELP", "CLOCK_HZ", "CO
            "LAYERS_PER_STAGE", "LINK_BANDWIDTH", "MICRO_BATCHES", "MICRO_BATCH_SIZE", "NUM_IPUS",
            "REPLICAS", "SECONDS", "SEED", "SYNC_CYCLES", "FiniteFloat", "budget_given", "budget_options",
            "cache_dir_option", "cache_options", "config_source_options", "config_training_options",
-           "force_option", "gradient_accumulation_option", "headroom_given", "layer_options", "layering",
+           "force_option", "gradient_accumulation_option", "headroom_given", "layer_options",
            "link_bandwidth_option", "output_option", "schedule_options", "stacked"]
 
 log = logging.getLogger("popliner")
@@ -219,10 +219,3 @@ def config_source_options(func: F) -> F:
     """What a command that recomputes a config's figures from a profile takes: the cache, and the training and
     layer options the config was made with."""
     return stacked(cache_options, config_training_options, layer_options)(func)
-
-
-def layering(given: Mapping[str, object]) -> dict[str, object]:
-    """The ``AnalysisOptions`` fields the layer options in ``given`` (a command's keyword arguments) set."""
-    from popliner.config.layering import LAYER_OPTION_KEYS, analysis_fields
-
-    return analysis_fields({name: given.get(name) for name in LAYER_OPTION_KEYS})

@@ -117,7 +117,7 @@ def command(profile: str, ipus: int, global_batch: int | None, micro_batch: int,
     from popliner.ops.layers import preset_names
     from popliner.pod.model import PodConstants
     from popliner.pod.output import pick as pick_config
-    from popliner.pod.output import plan_document
+    from popliner.pod.output import pipeline_config, plan_document, pod_ipu_config
     from popliner.pod.plan import PodRequest, plan_pod
 
     if layer_preset not in ("auto", *preset_names()):
@@ -136,11 +136,13 @@ def command(profile: str, ipus: int, global_batch: int | None, micro_batch: int,
     chosen = pick_config(plan, pick) if (config_out or ipu_config_out) else None
     # The picked configuration's documents are made before anything is written: one that cannot be
     # (optimum builds no head placed first) stops the command with no output at all.
-    documents = _documents(plan, chosen, ipu_config_out is not None) if chosen is not None else None
+    if chosen is not None:
+        cfg = pipeline_config(plan, chosen)
+        ipu_document = pod_ipu_config(cfg, chosen) if ipu_config_out is not None else None
     _say(plan, everything)
     write_output(PlanDocument(plan_document(plan, everything)), output, force, writer)
-    if chosen is not None and documents is not None:
-        _write_configs(chosen, pick, documents, config_out, ipu_config_out, force)
+    if chosen is not None:
+        _write_configs(chosen, pick, cfg, ipu_document, config_out, ipu_config_out, force)
 
 
 def _check_outputs(profile: str, output: str | None, config_out: str | None, ipu_config_out: str | None,
@@ -199,24 +201,16 @@ def _summary(plan: Any) -> None:
                f"optimizer state {best.optimizer_state}: {rate}", err=True)
 
 
-def _documents(plan: Any, chosen: Any, with_ipu_config: bool) -> tuple[Any, dict[str, Any] | None]:
-    from popliner.pod.output import pipeline_config, pod_ipu_config
-
-    cfg = pipeline_config(plan, chosen)
-    return cfg, (pod_ipu_config(cfg, chosen) if with_ipu_config else None)
-
-
-def _write_configs(chosen: Any, rank: int, documents: tuple[Any, dict[str, Any] | None], config_out: str | None,
+def _write_configs(chosen: Any, rank: int, cfg: Any, ipu_document: dict[str, Any] | None, config_out: str | None,
                    ipu_config_out: str | None, force: bool) -> None:
-    from popliner.writers.ipu_config import write_ipu_config
     from popliner.writers.pipeline_yaml import YAML
+    from popliner.writers.writer import write_json
 
-    cfg, ipu_document = documents
     if config_out:
         write_output(cfg, config_out, force, YAML)
         log.warning("wrote %s (configuration %d: %d IPUs x %d replicas, G = %d)", config_out, rank,
                     chosen.ipus_per_replica, chosen.replicas, chosen.gradient_accumulation)
     if ipu_config_out and ipu_document is not None:
         with atomic_write(ipu_config_out, force=force) as stream:
-            write_ipu_config(ipu_document, stream)
+            write_json(ipu_document, stream)
         log.warning("wrote %s (optimum-graphcore IPUConfig of configuration %d)", ipu_config_out, rank)

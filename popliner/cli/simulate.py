@@ -67,7 +67,10 @@ def command(config_path: str, profile_path: str | None, gradient_accumulation: i
     """
     distinct_files({"PIPELINE.yaml": config_path, "--profile": profile_path},
                    {"-o": output, "--trace": trace_path, "--plot": plot_path})
-    writer = _main_writer(output, force, as_json)
+    # What -o (or stdout) gets: by -o's suffix; --json makes it the JSON summary whatever the name.
+    writer = check_output(output, force, "Simulation", "text", what="a simulation")
+    if as_json:
+        writer = writer_for(None, "Simulation", "json")
     files = _check_outputs(trace_path, plot_path, force)
     one_stdout({"-o -": output, "--trace -": trace_path, "--plot -": plot_path})
     cfg = read_config(config_path)
@@ -96,12 +99,6 @@ def command(config_path: str, profile_path: str | None, gradient_accumulation: i
     for path, file_writer in files:
         write_output(sim, path, force, file_writer)
         logger.info("wrote %s", path)
-
-
-def _main_writer(output: str | None, force: bool, as_json: bool) -> Writer:
-    """What -o (or stdout) gets: by -o's suffix; --json makes it the JSON summary whatever the name."""
-    writer = check_output(output, force, "Simulation", "text", what="a simulation")
-    return writer_for(None, "Simulation", "json") if as_json else writer
 
 
 def _check_outputs(trace_path: str | None, plot_path: str | None, force: bool) -> list[tuple[str, Writer]]:

@@ -16,7 +16,7 @@ from typing import Any
 from popliner.errors import UsageProblem
 from popliner.layout import Layout
 from popliner.memory.types import ComponentBytes
-from popliner.pipeline import LayerPlacement, StageFigure, StageLayout
+from popliner.pipeline import LayerPlacement, StageLayout
 from popliner.solvers.result import SplitResult, StageResult
 from popliner.training_record import ConfigTraining, config_training
 
@@ -232,9 +232,15 @@ def config_from_split(
         raise UsageProblem("the split has no stages; there is nothing to write a pipeline config for")
     if split.mode not in MODES:
         raise UsageProblem(f"split mode {split.mode!r} is neither 'inference' nor 'training'")
-    stages = tuple(config_stage(position, s, split.mode == "training") for position, s in enumerate(split.stages))
-    recorded = (training or ConfigTraining()) if split.mode == "training" else None
-    layout, g = _layout_and_g(stages, recorded, split.mode == "training", gradient_accumulation)
+    training_split = split.mode == "training"
+    stages = tuple(config_stage(position, s, training_split) for position, s in enumerate(split.stages))
+    recorded = (training or ConfigTraining()) if training_split else None
+    groups = [s.layers for s in stages]
+    layout = Layout.of_stages(groups, recorded.head_placement if recorded is not None else None)
+    num_stages = StageLayout.of(layout, groups, training_split).num_stages
+    # G: the one given (checked against the pipeline stages) or the default.
+    g = default_gradient_accumulation(num_stages) if gradient_accumulation is None else gradient_accumulation
+    check_gradient_accumulation(g, num_stages)
     return PipelineConfig(
         profile_path=os.fspath(profile_path), profile_sha256=profile_sha256, tiles_per_ipu=int(tiles),
         bytes_per_tile=int(bytes_per_tile), clock_hz=float(clock_hz), mode=split.mode, gradient_accumulation=int(g),
@@ -243,17 +249,6 @@ def config_from_split(
         framework=framework, matmul_proportion=check_matmul_proportion(matmul_proportion, len(stages)),
         every_op_layered=every_op_layered,
     )
-
-
-def _layout_and_g(stages: tuple[ConfigStage, ...], recorded: ConfigTraining | None, training: bool,
-                  gradient_accumulation: int | None) -> tuple[Layout, int]:
-    """The stages' layout, and G: the one given (checked against the pipeline stages) or the default."""
-    placement = recorded.head_placement if recorded is not None else None
-    layout = Layout.of_stages([s.layers for s in stages], placement)
-    num_stages = StageLayout.of(layout, [s.layers for s in stages], training).num_stages
-    g = default_gradient_accumulation(num_stages) if gradient_accumulation is None else gradient_accumulation
-    check_gradient_accumulation(g, num_stages)
-    return layout, g
 
 
 def check_matmul_proportion(values: Sequence[float], num_ipus: int) -> tuple[float, ...]:
@@ -300,12 +295,6 @@ def config_stage(position: int, s: StageResult, training: bool) -> ConfigStage:
         recompute_cycles=int(f.recompute_cycles) if f is not None else None,
         head_cycles=int(f.head_cycles) if f is not None and f.head_cycles else None,
         gradient_bytes_in=int(f.gradient_bytes_in) if f is not None and training else None,
-        stash_entry_bytes=_stash_entry_bytes(f),
+        stash_entry_bytes=(int(f.stash_entry_per_tile[f.worst_tile])  # an entry on the worst tile, if it stashes
+                           if f is not None and f.stash_entries and f.memory.tiles else None),
     )
-
-
-def _stash_entry_bytes(f: StageFigure | None) -> int | None:
-    """One stash entry on the figure's worst tile, for an IPU that stashes."""
-    if f is None or not f.stash_entries or not f.memory.tiles:
-        return None
-    return int(f.stash_entry_per_tile[f.worst_tile])

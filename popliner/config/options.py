@@ -35,7 +35,7 @@ def analysis_options(mode: str, training: ConfigTraining | None,
     """How to analyse a profile for a config: its mode, and its training options in training.
 
     ``layering``: further ``AnalysisOptions`` fields, the layer options the config was made with
-    (:func:`popliner.cli.options.layering`).
+    (:func:`popliner.config.layering.analysis_fields`).
 
     An inference config records no options; its head placement is then read
     from ``layers`` (each IPU's layers): popliner's ``embedding`` group first

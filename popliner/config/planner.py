@@ -16,12 +16,11 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass
-from typing import Any
 
 from popliner.analysis import Analysis
 from popliner.config.layering import layer_record
 from popliner.config.model import ConfigTraining, PipelineConfig, config_from_split
-from popliner.config.workbook import IPU_COL, LAYER_COL, PLANNER_SHEET, TRAINING_COL, open_sheet
+from popliner.config.workbook import IPU_COL, LAYER_COL, PLANNER_SHEET, TRAINING_COL, SheetCells, open_sheet
 from popliner.errors import ConfigError
 from popliner.profile.limits import limit
 from popliner.solvers.result import SplitResult, stage_result
@@ -89,21 +88,20 @@ def read_planner(path: str | os.PathLike[str]) -> PlannerChoice:
         sheet.close()
 
 
-def _read(source: str, sheet: Any) -> PlannerChoice:
-    labels = {str(sheet.cell(row=r, column=1).value).strip(): r for r in range(1, _SEARCH_ROWS + 1)
-              if sheet.cell(row=r, column=1).value is not None}
-    header = next((r for r in range(1, _SEARCH_ROWS + 1) if sheet.cell(row=r, column=LAYER_COL).value == "Layer"
-                   and sheet.cell(row=r, column=IPU_COL).value == "IPU"), None)
+def _read(source: str, sheet: SheetCells) -> PlannerChoice:
+    labels = {str(sheet.value(r, 1)).strip(): r for r in range(1, _SEARCH_ROWS + 1) if sheet.value(r, 1) is not None}
+    header = next((r for r in range(1, _SEARCH_ROWS + 1) if sheet.value(r, LAYER_COL) == "Layer"
+                   and sheet.value(r, IPU_COL) == "IPU"), None)
     if header is None or "IPU" not in labels:
         raise ConfigError(f"{source}, sheet {PLANNER_SHEET}: no layer table with a 'Layer' and an 'IPU' column; "
                           "is this a workbook written by popliner?")
     ipus = _ipu_numbers(sheet, labels["IPU"])
     mode_row = labels.get("Mode")
-    mode = str(sheet.cell(row=mode_row, column=2).value or "inference") if mode_row else "inference"
+    mode = str(sheet.value(mode_row, 2) or "inference") if mode_row else "inference"
     if mode not in ("inference", "training"):
         raise ConfigError(f"{_where(source, f'B{mode_row}')}: mode {mode!r} is neither inference nor training")
     budget_row = labels.get("Budget per tile (bytes)")
-    budget = sheet.cell(row=budget_row, column=2).value if budget_row else None
+    budget = sheet.value(budget_row, 2) if budget_row else None
     if budget is not None and (not _is_whole(budget) or int(budget) <= 0):
         raise ConfigError(f"{_where(source, f'B{budget_row}')}: the budget {budget!r} is not a positive whole number")
     stages, cells = _stages(source, sheet, header + 1, ipus)
@@ -111,8 +109,8 @@ def _read(source: str, sheet: Any) -> PlannerChoice:
     return PlannerChoice(
         path=source,
         mode=mode,
-        profile_path=str(sheet.cell(row=mode_row, column=4).value or "") if mode_row else "",
-        profile_sha256=str(sheet.cell(row=mode_row, column=5).value or "") if mode_row else "",
+        profile_path=str(sheet.value(mode_row, 4) or "") if mode_row else "",
+        profile_sha256=str(sheet.value(mode_row, 5) or "") if mode_row else "",
         budget_bytes=int(budget) if budget is not None else None,
         stages=stages,
         cells=cells,
@@ -120,14 +118,14 @@ def _read(source: str, sheet: Any) -> PlannerChoice:
     )
 
 
-def _training(source: str, sheet: Any, row: int, mode: str) -> ConfigTraining | None:
+def _training(source: str, sheet: SheetCells, row: int, mode: str) -> ConfigTraining | None:
     """The training options the planner records (as JSON) next to the mode; the defaults when none."""
     from popliner.config.yaml_io import training_from_document
 
     if mode != "training":
         return None
     cell = f"{_letter(TRAINING_COL)}{row}"
-    text = sheet.cell(row=row, column=TRAINING_COL).value
+    text = sheet.value(row, TRAINING_COL)
     if text is None or (isinstance(text, str) and not text.strip()):
         return ConfigTraining()
     try:
@@ -149,29 +147,29 @@ def _is_whole(value: object) -> bool:
     return isinstance(value, float) and value.is_integer()
 
 
-def _ipu_numbers(sheet: Any, row: int) -> int:
+def _ipu_numbers(sheet: SheetCells, row: int) -> int:
     """How many IPU columns the planner offers (0, 1, ... from column B of the IPU row)."""
     count = 0
-    while 2 + count <= _MAX_COLUMN and sheet.cell(row=row, column=2 + count).value == count:
+    while 2 + count <= _MAX_COLUMN and sheet.value(row, 2 + count) == count:
         count += 1
     return max(count, 1)
 
 
-def _stages(source: str, sheet: Any, first_row: int, num_ipus: int) -> tuple[tuple[tuple[str, ...], ...],
+def _stages(source: str, sheet: SheetCells, first_row: int, num_ipus: int) -> tuple[tuple[tuple[str, ...], ...],
                                                                             dict[str, str]]:
     stages: list[list[str]] = []
     cells: dict[str, str] = {}
     row = first_row
     ipu_letter = _letter(IPU_COL)
     most = limit(_ROWS_ENV)
-    while (name := sheet.cell(row=row, column=LAYER_COL).value) is not None and str(name) != "":
+    while (name := sheet.value(row, LAYER_COL)) is not None and str(name) != "":
         if row - first_row >= most:
             raise ConfigError(f"{_where(source, f'{_letter(LAYER_COL)}{row}')}: the layer table goes on past "
                               f"{most:,} rows; popliner writes one row per layer, and no profile within the "
                               f"range-table limit has that many layers (set {_ROWS_ENV} to read more)")
         layer = str(name)
         cell = f"{ipu_letter}{row}"
-        ipu = _ipu_of(source, cell, layer, sheet.cell(row=row, column=IPU_COL).value, num_ipus)
+        ipu = _ipu_of(source, cell, layer, sheet.value(row, IPU_COL), num_ipus)
         current = len(stages) - 1
         if ipu == current:
             stages[-1].append(layer)

@@ -89,17 +89,14 @@ def join_place(where: str, key: str) -> str:
     return f"{where}.{key}" if where else key
 
 
+#: How a message names a value it did not expect, by its type (the first that matches; bool before int).
+_DESCRIPTIONS: tuple[tuple[type | tuple[type, ...], str], ...] = (
+    (type(None), "nothing"), (bool, "the boolean {}"), ((int, float), "the number {}"), (str, "the text {!r}"),
+    (list, "a list"), (dict, "a mapping"))
+
+
 def describe(value: Any) -> str:
-    if value is None:
-        return "nothing"
-    if isinstance(value, bool):
-        return f"the boolean {value}"
-    if isinstance(value, (int, float)):
-        return f"the number {value}"
-    if isinstance(value, str):
-        return f"the text {value!r}"
-    if isinstance(value, list):
-        return "a list"
-    if isinstance(value, dict):
-        return "a mapping"
+    for kind, text in _DESCRIPTIONS:
+        if isinstance(value, kind):
+            return text.format(value)
     return type(value).__name__

@@ -28,11 +28,9 @@ __all__ = [
     "memory_settings",
     "optimum_check",
     "optimum_models",
-    "optimum_note",
     "optimum_problem",
     "optimum_say",
     "optimum_snippet",
-    "optimum_warnings",
     "popart_snippet",
     "poptorch_snippet",
     "snippets",
@@ -165,7 +163,8 @@ def poptorch_snippet(cfg: PipelineConfig) -> str:
         # A comment ends at the first line break: names go in with every non-printable character escaped.
         lines.append(f"# IPU {s.ipu}: {len(s.layers)} layer(s), {shown(s.layers[0])}{shown(tail)}")
     lines += _poptorch_layout_notes(cfg)
-    auto = "AutoIncrement" if _stages_leave_ipu_order(cfg) else "SameAsIpu"
+    # A part that runs in a stage other than its IPU's number (a wrapped head) cannot be staged by SameAsIpu.
+    auto = "AutoIncrement" if any(p.pipeline_stage != p.ipu for p in cfg.placements) else "SameAsIpu"
     lines += ["", "opts = poptorch.Options()",
               f"opts.setExecutionStrategy(poptorch.PipelinedExecution(poptorch.AutoStage.{auto}))"]
     if cfg.training:
@@ -174,11 +173,6 @@ def poptorch_snippet(cfg: PipelineConfig) -> str:
     else:
         lines.append(f"opts.deviceIterations({cfg.gradient_accumulation})")
     return "\n".join(lines) + "\n"
-
-
-def _stages_leave_ipu_order(cfg: PipelineConfig) -> bool:
-    """Does a part run in a stage other than its IPU's number (a wrapped head)? Then SameAsIpu cannot stage it."""
-    return any(p.pipeline_stage != p.ipu for p in cfg.placements)
 
 
 def _poptorch_layout_notes(cfg: PipelineConfig) -> list[str]:
@@ -292,23 +286,18 @@ def optimum_check(cfg: PipelineConfig, option: str) -> None:
 
 
 def optimum_say(cfg: PipelineConfig) -> None:
-    """Before writing optimum-graphcore's IPUConfig: which of its models build the split, and what they cannot say."""
-    note = optimum_note(cfg)
-    if note:
-        log.info("%s", note)
-    for line in optimum_warnings(cfg):
-        log.warning("%s", line)
-
-
-def optimum_warnings(cfg: PipelineConfig) -> list[str]:
-    """What the user must know for optimum-graphcore to build the plan from ``ipu_config.json``."""
-    out = []
+    """Before writing optimum-graphcore's IPUConfig: which of its models build the split (over more than one IPU),
+    and what the user must know for them to build the plan."""
+    models = optimum_models(cfg)
+    if cfg.num_ipus > 1 and models:
+        where = "wraps the head onto IPU 0" if cfg.head_wraps else "puts the head on the last IPU"
+        log.info("ipu_config.json builds this split with an optimum-graphcore model that %s: %s", where,
+                 ", ".join(models))
     t = cfg.options
     if t is not None and t.recompute == "none" and cfg.num_ipus > 1:
-        out.append("optimum-graphcore trains with pipeline recomputation over more than one IPU (PopTorch turns it "
-                   "on and optimum leaves it on); the figures are for none: solve with --recompute pipeline for "
-                   "figures of what it builds")
-    return out
+        log.warning("optimum-graphcore trains with pipeline recomputation over more than one IPU (PopTorch turns it "
+                    "on and optimum leaves it on); the figures are for none: solve with --recompute pipeline for "
+                    "figures of what it builds")
 
 
 def optimum_models(cfg: PipelineConfig) -> tuple[str, ...]:
@@ -318,15 +307,6 @@ def optimum_models(cfg: PipelineConfig) -> tuple[str, ...]:
     if optimum_problem(cfg) is not None:
         return ()
     return OPTIMUM_WRAP_MODELS if cfg.head_wraps else OPTIMUM_LAST_MODELS
-
-
-def optimum_note(cfg: PipelineConfig) -> str | None:
-    """Which optimum-graphcore models build the split from ``ipu_config.json`` (None on one IPU or when none does)."""
-    models = optimum_models(cfg)
-    if cfg.num_ipus == 1 or not models:
-        return None
-    where = "wraps the head onto IPU 0" if cfg.head_wraps else "puts the head on the last IPU"
-    return f"ipu_config.json builds this split with an optimum-graphcore model that {where}: {', '.join(models)}"
 
 
 # -- optimum-graphcore ipu_config.json ------------------------------------------

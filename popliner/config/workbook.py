@@ -7,7 +7,7 @@ strings) or carry a DTD whose entities expand. ``popliner check`` and
 
 * openpyxl reads in read-only mode: the other sheets are never unpacked;
 * before anything is parsed, the parts openpyxl parses in full (all but
-  the worksheets) must fit in :func:`max_workbook_bytes` by their declared
+  the worksheets) must fit in ``$POPLINER_MAX_WORKBOOK_BYTES`` by their declared
   sizes (the zip reader never yields more than a part's declared size);
 * every part openpyxl opens goes through :class:`_GuardedZip`, which counts
   the bytes as they unpack against the same limit and refuses a part that
@@ -30,7 +30,7 @@ from popliner.errors import ConfigError
 from popliner.profile.limits import LIMITS, limit
 
 __all__ = ["DEFAULT_MAX_WORKBOOK_BYTES", "IPU_COL", "LAYER_COL", "PLANNER_SHEET", "TRAINING_COL", "SheetCells",
-           "max_workbook_bytes", "open_sheet"]
+           "open_sheet"]
 
 # Where the review workbook's Split planner sheet keeps what `check` and `config-from` read back. The
 # writer (popliner.writers.planner) lays the sheet out around these; the reader (config/planner.py) finds them.
@@ -51,11 +51,6 @@ DEFAULT_MAX_WORKBOOK_BYTES = LIMITS[_LIMIT_VARIABLE]
 #: declaration to tell it otherwise (UTF-8 and the ASCII-compatible ones, UTF-16 either way round).
 _DTD_MARKS = tuple(mark.encode(codec) for mark in ("<!DOCTYPE", "<!ENTITY")
                    for codec in ("ascii", "utf-16-le", "utf-16-be"))
-
-
-def max_workbook_bytes() -> int:
-    """The limit: ``$POPLINER_MAX_WORKBOOK_BYTES`` when set to a whole number, else the default."""
-    return limit(_LIMIT_VARIABLE)
 
 
 _EMPTY_SHEET = b'<worksheet xmlns="http://schemas.openxmlformats.org/spreadsheetml/2006/main"/>'
@@ -156,28 +151,20 @@ _UNREADABLE = (zipfile.BadZipFile, zipfile.LargeZipFile, KeyError, ValueError, T
                AttributeError, OSError, ParseError, EOFError, NotImplementedError)
 
 
-class _Cell:
-    __slots__ = ("value",)
-
-    def __init__(self, value: Any) -> None:
-        self.value = value
-
-
 class SheetCells:
-    """The cell values of one sheet, parsed row by row only as far as :meth:`cell` asks."""
+    """The cell values of one sheet, parsed row by row only as far as :meth:`value` asks."""
 
-    def __init__(self, source: str, book: Any, sheet: Any, max_column: int,
-                 narrow: tuple[int, int] | None = None) -> None:
+    def __init__(self, source: str, book: Any, sheet: Any, max_column: int, narrow: tuple[int, int]) -> None:
         self._source = source
         self._book = book
         self._rows: list[tuple[Any, ...]] = []
         self._iter = sheet.iter_rows(min_row=1, max_col=max_column, values_only=True)
         self._max_column = max_column
         # (rows, columns): past the first ``rows`` rows only ``columns`` columns are kept.
-        self._narrow = narrow or (1 << 62, max_column)
+        self._narrow = narrow
         self._done = False
 
-    def cell(self, row: int, column: int) -> _Cell:
+    def value(self, row: int, column: int) -> Any:
         """The value at (``row``, ``column``), both from 1; None beyond the sheet or past ``max_column``."""
         wide, narrow = self._narrow
         if column > (self._max_column if row <= wide else narrow):
@@ -193,9 +180,9 @@ class SheetCells:
             except _UNREADABLE as exc:
                 raise ConfigError(f"{self._source}: its sheet cannot be read ({_short(exc)})") from None
         if row > len(self._rows):
-            return _Cell(None)
+            return None
         values = self._rows[row - 1]
-        return _Cell(values[column - 1] if column <= len(values) else None)
+        return values[column - 1] if column <= len(values) else None
 
     def close(self) -> None:
         self._book.close()
@@ -206,8 +193,7 @@ def _short(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[:200]}"
 
 
-def open_sheet(source: str, name: str, max_column: int, hint: str,
-               narrow: tuple[int, int] | None = None) -> SheetCells:
+def open_sheet(source: str, name: str, max_column: int, hint: str, narrow: tuple[int, int]) -> SheetCells:
     """The sheet ``name`` of workbook ``source``; close it when done. ``hint`` ends the no-such-sheet message.
 
     ``narrow``: (rows, columns), keep only that many columns past that many rows (a long table of a few columns).
@@ -217,7 +203,7 @@ def open_sheet(source: str, name: str, max_column: int, hint: str,
     if not os.path.isfile(source):
         raise ConfigError(f"{source}: no such file")
     try:
-        guarded = _GuardedZip(source, max_workbook_bytes())
+        guarded = _GuardedZip(source, limit(_LIMIT_VARIABLE))
     except ConfigError:
         raise
     except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, ValueError) as exc:

@@ -44,7 +44,7 @@ from popliner.profile.limits import limit
 from popliner.profile.loader import MAX_TILES
 from popliner.training_record import CONFIG_RECOMPUTES
 
-__all__ = ["CONFIG_BYTES_ENV", "config_from_document", "max_config_chars", "parse_config", "read_config",
+__all__ = ["CONFIG_BYTES_ENV", "config_from_document", "parse_config", "read_config",
            "training_from_document"]
 
 logger = logging.getLogger(__name__)
@@ -66,10 +66,10 @@ _SHA256 = re.compile(r"[0-9a-fA-F]{64}")
 def read_config(path: str | os.PathLike[str]) -> PipelineConfig:
     """Read and validate a config file; any problem raises :class:`ConfigError`."""
     source = os.fspath(path)
-    limit = max_config_chars()
+    most = limit(CONFIG_BYTES_ENV)  # characters (default 1 MiB)
     try:
         with open(source, encoding="utf-8") as f:
-            text = _read_at_most(f, limit + 1)  # characters: at least as many bytes
+            text = _read_at_most(f, most + 1)  # characters: at least as many bytes
     except FileNotFoundError:
         raise ConfigError(f"{source}: no such file; check the path of the pipeline config") from None
     except IsADirectoryError:
@@ -78,10 +78,10 @@ def read_config(path: str | os.PathLike[str]) -> PipelineConfig:
         raise ConfigError(f"{source}: not UTF-8 text (byte {exc.start}); save the file as UTF-8") from None
     except OSError as exc:
         raise ConfigError(f"{source}: cannot read: {exc.strerror}; check the path and permissions") from None
-    if len(text) > limit:
+    if len(text) > most:
         # PyYAML reads some 150-300 KB/s: a config of megabytes would take minutes. popliner's own are
         # about 10 KB (BERT-Large over 16 IPUs).
-        raise ConfigError(f"{source}: larger than {limit:,} characters; a pipeline config is a few KB, so this is "
+        raise ConfigError(f"{source}: larger than {most:,} characters; a pipeline config is a few KB, so this is "
                           f"no config popliner wrote (if it is genuine, raise {CONFIG_BYTES_ENV})")
     return parse_config(text, source)
 
@@ -102,11 +102,6 @@ def _read_at_most(stream: Any, count: int) -> str:
 
 #: The characters a pipeline config may have, read or written (popliner writes none it would refuse to read).
 CONFIG_BYTES_ENV = "POPLINER_MAX_CONFIG_BYTES"
-
-
-def max_config_chars() -> int:
-    """The most characters a pipeline config may have (``POPLINER_MAX_CONFIG_BYTES``, default 1 MiB)."""
-    return limit(CONFIG_BYTES_ENV)
 
 
 def parse_config(text: str, source: str = "<config>") -> PipelineConfig:
@@ -190,7 +185,8 @@ def config_from_document(doc: Any, source: str = "<config>") -> PipelineConfig:
         budget_bytes=budget,
         layer_options=layer_options,
         training_options=training,
-        framework=_read_framework(r, top.get("framework")),
+        # One of popliner's names (popliner.framework), or absent in an older config.
+        framework=None if top.get("framework") is None else r.choice(top["framework"], "framework", FRAMEWORKS),
         matmul_proportion=_read_matmul_proportion(r, top.get("matmul_proportion"), len(stages)),
     )
     if "execution" in top:  # derived from the framework and the mode, like the layers table
@@ -245,9 +241,9 @@ def _read_tiles(r: Reader, value: Any, stages: tuple[ConfigStage, ...]) -> int:
     return tiles
 
 
-def training_from_document(value: Any, source: str, mode: str = "training") -> ConfigTraining:
+def training_from_document(value: Any, source: str) -> ConfigTraining:
     """Validate a ``training`` block given as plain data; ``source`` names where it was read (one-line errors)."""
-    return _read_training(Reader(source), value, mode, where="")
+    return _read_training(Reader(source), value, "training", where="")
 
 
 def _read_training(r: Reader, value: Any, mode: str, where: str = "training") -> ConfigTraining:
@@ -287,13 +283,6 @@ def _read_training(r: Reader, value: Any, mode: str, where: str = "training") ->
     except UsageProblem as exc:  # anything the per-key checks above did not catch
         r.fail(where, str(exc), "fix the training options")
     return t
-
-
-def _read_framework(r: Reader, value: Any) -> str | None:
-    """``framework``: one of popliner's names (popliner.framework), or absent in an older config."""
-    if value is None:
-        return None
-    return r.choice(value, "framework", FRAMEWORKS)
 
 
 def _read_matmul_proportion(r: Reader, value: Any, num_ipus: int) -> tuple[float, ...]:

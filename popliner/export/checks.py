@@ -9,14 +9,16 @@ but split wrongly, without any other sign.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from popliner.errors import ExportError
 from popliner.export.collect import ContextCollector
 
-__all__ = ["SDK_MESSAGE", "ContextCount", "check_context_tree", "check_inputs", "check_program_contexts", "load_pva",
+if TYPE_CHECKING:
+    from popliner.export.programs import ProgramsSection
+
+__all__ = ["SDK_MESSAGE", "check_context_tree", "check_inputs", "check_program_contexts", "load_pva",
            "open_report"]
 
 log = logging.getLogger("popliner.export")
@@ -65,7 +67,7 @@ def check_context_tree(contexts: ContextCollector, profile: Path, allow_flat: bo
     log.warning("%s; exported anyway (--allow-flat-contexts)", problem)
 
 
-def check_program_contexts(count: ContextCount, profile: Path, allow_missing: bool) -> None:
+def check_program_contexts(programs: ProgramsSection, profile: Path, allow_missing: bool) -> None:
     """Refuse (or warn, with ``allow_missing``) when most programs an operation can own got no debug context.
 
     popliner groups programs into operations, and operations into layers,
@@ -76,14 +78,14 @@ def check_program_contexts(count: ContextCount, profile: Path, allow_missing: bo
     PopLiner's tests find 99.45 % of OnTileExecute and all DoExchange
     programs there); control flow belongs to no operation.
     """
-    total, with_context = count.ownable, count.ownable_with_context
+    total, with_context = programs.ownable, programs.ownable_with_context
     if total == 0 or 2 * with_context >= total:
         return
-    if count.own_attribute and count.with_context == 0:
+    if programs.own_attribute and programs.with_context == 0:
         source = "their `debugContext` is empty on every program"
-    elif count.own_attribute:
+    elif programs.own_attribute:
         source = "libpva gave them none"
-    elif count.analysis:
+    elif programs.program_contexts.has_analysis:
         source = "programs carry no `debugContext` attribute and pva.OperationAnalysis lists them under no operation"
     else:
         source = "programs carry no `debugContext` attribute and pva has no OperationAnalysis"
@@ -94,20 +96,6 @@ def check_program_contexts(count: ContextCount, profile: Path, allow_missing: bo
     if not allow_missing:
         raise ExportError(problem + ", or pass --allow-missing-contexts to export anyway")
     log.warning("%s; exported anyway (--allow-missing-contexts)", problem)
-
-
-@dataclass(frozen=True)
-class ContextCount:
-    """How many programs got a debug context, and where libpva offered one."""
-
-    #: Leaf programs that do work (what an operation can own), and those of them with a context.
-    ownable: int
-    ownable_with_context: int
-    #: All programs with a context.
-    with_context: int
-    #: Whether programs have a ``debugContext`` attribute; whether pva has ``OperationAnalysis``.
-    own_attribute: bool
-    analysis: bool
 
 
 def _first_line(exc: BaseException) -> str:

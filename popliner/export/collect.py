@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -49,20 +48,17 @@ CATEGORY_NAMES: tuple[str, ...] = (
 
 
 class Progress:
-    """Logs ``what: done / total`` at most every ``interval`` seconds."""
+    """Logs ``what: done / total`` at most every two seconds."""
 
-    def __init__(self, what: str, total: int | None, interval: float = 2.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, what: str, total: int | None) -> None:
         self.what = what
         self.total = total
-        self.interval = interval
-        self._clock = clock
-        self._next = clock() + interval
+        self._next = time.monotonic() + 2.0
 
     def update(self, done: int) -> None:
-        now = self._clock()
+        now = time.monotonic()
         if now >= self._next:
-            self._next = now + self.interval
+            self._next = now + 2.0
             of = f" / {self.total:,}" if self.total else ""
             log.info("export: %s %s%s", self.what, f"{done:,}", of)
 
@@ -242,11 +238,6 @@ class TileTotals:
 
 def _category_names(category: Any) -> list[str]:
     """Known category names plus any other public attribute with a ``total``."""
-    names = list(CATEGORY_NAMES)
-    for name in dir(category):
-        if name.startswith("_") or name in names:
-            continue
-        if attr(getattr(category, name, None), "total") is not None:
-            names.append(name)
+    names = [*CATEGORY_NAMES, *(n for n in dir(category) if not n.startswith("_") and n not in CATEGORY_NAMES)]
     return [n for n in names if attr(getattr(category, n, None), "total") is not None]
 

@@ -31,7 +31,6 @@ from popliner import __version__
 from popliner.errors import ExportError, PoplinerError, UsageProblem
 from popliner.export.checks import (
     SDK_MESSAGE,
-    ContextCount,
     check_context_tree,
     check_inputs,
     check_program_contexts,
@@ -132,12 +131,8 @@ def export_report(
             writer = JsonWriter(stream, limit=max_profile_bytes())
             run.write(writer)
             writer.flush()
-            programs = run.programs
-            assert programs is not None  # written, or the write raised
-            check_program_contexts(ContextCount(programs.ownable, programs.ownable_with_context,
-                                                programs.with_context, programs.own_attribute,
-                                                programs.program_contexts.has_analysis),
-                                   profile, allow_missing_contexts)  # before the rename
+            assert run.programs is not None  # written, or the write raised
+            check_program_contexts(run.programs, profile, allow_missing_contexts)  # before the rename
             check_context_tree(run.contexts, profile, allow_flat_contexts)
     except PoplinerError:
         raise

@@ -11,7 +11,6 @@ which the OS removes even when the process dies.
 
 from __future__ import annotations
 
-import json
 import os
 import tempfile
 from collections.abc import Iterator
@@ -19,30 +18,13 @@ from pathlib import Path
 from typing import IO, Any
 
 import numpy as np
+import orjson
 
 __all__ = ["DocumentTooLarge", "FragmentSpool", "IntSpool", "JsonWriter", "dumps", "int_items", "spool_folder"]
 
-_orjson: Any
-try:  # orjson is much faster on big documents, but stays optional.
-    import orjson as _orjson
-except ImportError:  # pragma: no cover - exercised only without orjson
-    _orjson = None
-
-
 def dumps(obj: Any) -> bytes:
     """Compact UTF-8 JSON for one value (numpy arrays and ints allowed)."""
-    if _orjson is not None:
-        encoded: bytes = _orjson.dumps(obj, option=_orjson.OPT_SERIALIZE_NUMPY)
-        return encoded
-    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False, default=_numpy_default).encode("utf-8")
-
-
-def _numpy_default(obj: Any) -> Any:
-    if isinstance(obj, np.ndarray):
-        return obj.tolist()
-    if isinstance(obj, np.integer):
-        return int(obj)
-    raise TypeError(f"cannot write {type(obj).__name__} as JSON")
+    return orjson.dumps(obj, option=orjson.OPT_SERIALIZE_NUMPY)
 
 
 def int_items(values: np.ndarray) -> bytes:
@@ -150,12 +132,25 @@ class DocumentTooLarge(ValueError):
         self.limit = limit
 
 
-class IntSpool:
-    """An append-only int64 column kept in an unnamed temporary file."""
+class _Spool:
+    """An unnamed temporary file, written first, then read back from its start."""
 
     def __init__(self, folder: Path | None = None) -> None:
         self._file: IO[bytes] = tempfile.TemporaryFile(dir=folder)  # noqa: SIM115 - closed by close()
         self.count = 0
+
+    def _rewound(self) -> IO[bytes]:
+        """The file, flushed and back at its start."""
+        self._file.flush()
+        self._file.seek(0)
+        return self._file
+
+    def close(self) -> None:
+        self._file.close()
+
+
+class IntSpool(_Spool):
+    """An append-only int64 column kept in an unnamed temporary file."""
 
     def append(self, values: list[int] | np.ndarray) -> None:
         arr = np.asarray(values, dtype=np.int64)
@@ -164,29 +159,15 @@ class IntSpool:
 
     def chunks(self, size: int) -> Iterator[np.ndarray]:
         """Read the column back in order, ``size`` values at a time."""
-        self._file.flush()
-        self._file.seek(0)
-        while True:
-            block = self._file.read(size * 8)
-            if not block:
-                return
-            yield np.frombuffer(block, dtype=np.int64)
+        f = self._rewound()
+        return (np.frombuffer(block, dtype=np.int64) for block in iter(lambda: f.read(size * 8), b""))
 
     def read_all(self) -> np.ndarray:
-        self._file.flush()
-        self._file.seek(0)
-        return np.fromfile(self._file, dtype=np.int64) if self.count else np.zeros(0, np.int64)
-
-    def close(self) -> None:
-        self._file.close()
+        return np.fromfile(self._rewound(), dtype=np.int64) if self.count else np.zeros(0, np.int64)
 
 
-class FragmentSpool:
+class FragmentSpool(_Spool):
     """Encoded JSON array elements, comma-separated, in a temporary file."""
-
-    def __init__(self, folder: Path | None = None) -> None:
-        self._file: IO[bytes] = tempfile.TemporaryFile(dir=folder)  # noqa: SIM115 - closed by close()
-        self.count = 0
 
     def add(self, obj: Any) -> None:
         self._file.write((b"," if self.count else b"") + dumps(obj))
@@ -194,23 +175,14 @@ class FragmentSpool:
 
     def write_array(self, writer: JsonWriter, block: int = 1 << 20) -> None:
         """Copy the elements into ``writer`` as one JSON list."""
-        self._file.flush()
-        self._file.seek(0)
+        f = self._rewound()
         writer.begin(b"[")
-        first = True
-        while True:
-            data = self._file.read(block)
-            if not data:
-                break
-            if first:
-                writer.items(data)  # places the separator before the first element
-                first = False
-            else:
+        for k, data in enumerate(iter(lambda: f.read(block), b"")):
+            if k:
                 writer.raw(data)  # continues the same run of elements
+            else:
+                writer.items(data)  # places the separator before the first element
         writer.end(b"]")
-
-    def close(self) -> None:
-        self._file.close()
 
 
 def spool_folder(out_path: Path) -> Path | None:

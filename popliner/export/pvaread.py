@@ -19,7 +19,7 @@ import numpy as np
 
 from popliner.profile.model import PROGRAM_TYPES
 from popliner.profile.rules import INT64_MAX, is_int64
-from popliner.profile.tilevector import MAX_VALUE
+from popliner.profile.tilevector import MAX_VALUE, value_runs
 
 __all__ = [
     "BadValue",
@@ -165,17 +165,11 @@ def per_tile(values: Any, tiles: int, what: str = "a per-tile list") -> np.ndarr
 
 def encode_tilevector(values: np.ndarray) -> list[int] | dict[str, Any] | None:
     """The shortest of the format's TileVector forms; None when all zero."""
-    nonzero = np.flatnonzero(values)
-    if nonzero.size == 0:
+    first, stop, value = value_runs(values)
+    if not first.size:
         return None
-    change = np.flatnonzero(np.diff(values)) + 1
-    first = np.concatenate(([0], change))
-    stop = np.concatenate((change, [len(values)]))
-    value = values[first]
-    keep = value != 0
-    runs = np.stack([first[keep], stop[keep], value[keep]], axis=1)
-    if 3 * len(runs) < len(values):
-        return {"runs": runs.tolist()}
+    if 3 * first.size < len(values):
+        return {"runs": np.stack([first, stop, value], axis=1).tolist()}
     dense: list[int] = values.tolist()
     return dense
 

@@ -29,8 +29,8 @@ from popliner.ops.roles import (
 )
 from popliner.profile.model import Profile
 
-__all__ = ["HeadOptions", "TiedWeight", "head_groups", "place_unlayered", "regroup_layers", "tied_head",
-           "tied_variables", "tied_weight"]
+__all__ = ["HeadOptions", "TiedWeight", "head_groups", "place_unlayered", "regroup_layers", "tied_variables",
+           "tied_weight"]
 
 
 class HeadOptions(Protocol):
@@ -129,7 +129,6 @@ def regroup_layers(layers: LayerAssignment, groups: np.ndarray, placement: HeadP
     return LayerAssignment(layer_of_op, notes, (EMBEDDING_GROUP, *names, HEAD_GROUP), layers.rule)
 
 
-
 def _unlayered_groups(profile: Profile, ops: OperationTable, layers: LayerAssignment, backward_named: np.ndarray,
                       options: HeadOptions) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
     """(groups, backward, is_update) of :func:`head_groups`, or None when no operation is left without a layer."""
@@ -194,9 +193,3 @@ def tied_weight(profile: Profile, ops: OperationTable, layers: LayerAssignment, 
     sizes = profile.variables.bytes[found]
     # Named by its largest piece: the pieces of one tensor carry its name.
     return TiedWeight(profile.variables.name(int(found[int(np.argmax(sizes))])), int(found.size), int(sizes.sum()))
-
-
-def tied_head(profile: Profile, ops: OperationTable, layers: LayerAssignment, backward_named: np.ndarray,
-              options: HeadOptions) -> bool:
-    """Does the head share a weight with the embedding (a tied LM or MLM head)? (:func:`tied_variables`)"""
-    return bool(tied_variables(profile, ops, layers, backward_named, options).size)

@@ -239,7 +239,7 @@ def assign_layers(
         if layer is None and not ops.is_tensor[op]:
             if joined and layer0_re.search(joined):
                 notes[op] = "inputs-layer-0"
-    names = _order_layers(ops, found, layer_order)
+    names = _order_layers(found, layer_order)
     first = names[0] if names else None
     index = {name: i for i, name in enumerate(names)}
     layer_of_op = np.full(n, -1, np.int64)
@@ -282,13 +282,7 @@ def _layer_of(
     return None, "none"
 
 
-def _order_layers(ops: OperationTable, found: list[str | None], order: LayerOrder) -> list[str]:
-    distinct = {name for name in found if name is not None}
-    if order == "natural":
-        return sorted(distinct, key=natural_key)
+def _order_layers(found: list[str | None], order: LayerOrder) -> list[str]:
     # Operations are already in order of first step: first appearance wins.
-    seen: dict[str, None] = {}
-    for name in found:
-        if name is not None and name not in seen:
-            seen[name] = None
-    return list(seen)
+    distinct = list(dict.fromkeys(name for name in found if name is not None))
+    return sorted(distinct, key=natural_key) if order == "natural" else distinct

@@ -75,16 +75,10 @@ class OperationTable:
 
     @cached_property
     def first_user(self) -> np.ndarray:
-        """Per variable, the operation that uses it at the earliest step (:meth:`first_users`).
+        """Per variable, the operation that uses it at the earliest step, ties to the lowest index (-1: none runs).
 
         Kept with the table: it depends on nothing else, and every memory
         facts value of the profile (one per training option set) asks for it.
-        """
-        return self.first_users()
-
-    def first_users(self) -> np.ndarray:
-        """Per variable, the operation that uses it at the earliest step, ties to the lowest index (-1: none runs).
-
         int32 while the operations fit (half the pages of int64).
         """
         # Each operation's rank by (first step, index): the smallest rank among a variable's users is its first.
@@ -136,11 +130,9 @@ def _operation_context(profile: Profile, op_layers: frozenset[str]) -> np.ndarra
                 found = node
                 break
             node = parent[node]
-        if found == -1 and path:
-            # No operation layer on the way up: the outermost ancestor is the op.
+        if found == -1:
+            # No operation layer on the way up to a root (path[-1]): the outermost ancestor is the op.
             found = path[-1]
-            while parent[found] != -1:
-                found = parent[found]
         for n in path:
             # Nodes below the op context share its answer; the op context itself
             # maps to itself by the loop above.

@@ -23,7 +23,7 @@ from popliner.profile.limits import check_tile_cells
 from popliner.profile.model import Contexts, Profile, Target, VertexTypes
 from popliner.profile.programs import build_programs
 from popliner.profile.rules import INT64_MAX, MAX_TILES, NotFast, back_edge, kind
-from popliner.profile.tilevector import MAX_VALUE, RunTableBuilder, decode_tilevector
+from popliner.profile.tilevector import MAX_VALUE, RunTable, RunTableBuilder, decode_tilevector
 from popliner.profile.totals import check_totals
 
 __all__ = ["Builder"]
@@ -183,18 +183,12 @@ class Builder(BuildState):
         if raw is None:
             return None
         self.check(raw, "tileMemory", (dict,), "an object")
-        out: dict[str, np.ndarray] = {}
-        tables: list[tuple[str, Any, str]] = []
-        for key in ("alwaysLive", "notAlwaysLivePeak"):
-            if key in raw:
-                tables.append((key, raw[key], f"tileMemory.{key}"))
+        tables = [(key, raw[key], f"tileMemory.{key}") for key in ("alwaysLive", "notAlwaysLivePeak") if key in raw]
         cats = raw.get("categories", {})
         self.check(cats, "tileMemory.categories", (dict,), "an object")
-        for name, vec in cats.items():
-            tables.append((f"category.{name}", vec, f"tileMemory.categories.{name}"))
+        tables += [(f"category.{name}", vec, f"tileMemory.categories.{name}") for name, vec in cats.items()]
+        out: dict[str, np.ndarray] = {}
         for key, vec, where in tables:
-            b = RunTableBuilder()
-            b.add(*decode_tilevector(vec, self.tiles, where, self.err))
-            b.end_row()
-            out[key] = b.build().dense(0, self.tiles)
+            first, stop, value = decode_tilevector(vec, self.tiles, where, self.err)
+            out[key] = RunTable(np.array([0, len(first)]), first, stop, value).dense(0, self.tiles)
         return out

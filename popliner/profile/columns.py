@@ -31,11 +31,8 @@ import numpy as np
 
 from popliner.profile.jsontext import JSON_SPACE, skip_space
 from popliner.profile.model import NameTable, recompute_tensors
-from popliner.profile.namelist import names_end, parse_names
+from popliner.profile.namelist import Text, names_end, parse_names
 from popliner.profile.rules import INT64_MAX
-
-#: The document's text: bytes, or the bytearray the gunzip filled (no copy made of it).
-Text = bytes | bytearray
 
 __all__ = ["Extracted", "extract_columns", "parse_uint_list"]
 

@@ -20,7 +20,7 @@ from popliner.profile.jsontext import JSON_SPACE, skip_space
 
 __all__ = ["names_end", "parse_names"]
 
-#: Text: bytes, or the bytearray the gunzip filled.
+#: The document's text: bytes, or the bytearray the gunzip filled (no copy made of it).
 Text = bytes | bytearray
 #: Bytes scanned at once, to bound the temporaries of the byte checks.
 SCAN = 1 << 24

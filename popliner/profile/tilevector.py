@@ -18,7 +18,7 @@ import numpy as np
 
 from popliner.arrays import expand_ranges
 
-__all__ = ["RunTable", "RunTableBuilder", "decode_tilevector", "dense_runs", "kind", "only_ints"]
+__all__ = ["RunTable", "RunTableBuilder", "decode_tilevector", "dense_runs", "kind", "only_ints", "value_runs"]
 
 #: Largest integer a profile may use for bytes, counts or cycles. JSON numbers
 #: beyond it are almost surely corruption, and they would overflow int64 sums.
@@ -100,15 +100,20 @@ def only_ints(values: Any) -> bool:
 def dense_runs(raw: list[Any], tiles: int, where: str, fail: Raise) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     if len(raw) != tiles:
         raise fail(where, f"dense TileVector has {len(raw)} entries; expected tilesPerIpu = {tiles}")
-    vals = _int_array(raw, where, fail)
-    if vals.size == 0:
+    first, stop, value = value_runs(_int_array(raw, where, fail))
+    return first.astype(np.int32), stop.astype(np.int32), value
+
+
+def value_runs(values: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(first, stop, value)`` of the maximal runs of equal non-zero values in a per-tile vector."""
+    if values.size == 0:
         return _empty()
-    change = np.flatnonzero(np.diff(vals)) + 1
+    change = np.flatnonzero(values[1:] != values[:-1]) + 1
     first = np.concatenate(([0], change))
-    stop = np.concatenate((change, [tiles]))
-    value = vals[first]
+    stop = np.concatenate((change, [values.size]))
+    value = values[first]
     keep = value != 0
-    return first[keep].astype(np.int32), stop[keep].astype(np.int32), value[keep]
+    return first[keep], stop[keep], value[keep]
 
 
 def _explicit_runs(raw: Any, tiles: int, where: str, fail: Raise) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -203,7 +208,7 @@ class RunTable:
         np.add.at(diff, self.stop[runs], -vals)
         return np.cumsum(diff[:-1])
 
-    def row_totals(self, tiles: int | None = None) -> np.ndarray:
+    def row_totals(self) -> np.ndarray:
         """Sum over tiles of each row."""
         per_run = self.value * (self.stop - self.first).astype(np.int64)
         return np.bincount(self.run_rows(), weights=per_run, minlength=self.rows).astype(np.int64)

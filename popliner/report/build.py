@@ -69,14 +69,14 @@ class Report:
     layers: tuple[LayerRow, ...]
     unlayered: LayerRow | None
     liveness: Liveness | None
-    sim: SimResult | None
+    sim: SimResult
     options: tuple[OptionRow, ...]
+    #: Every contiguous split over the report's IPUs, for the page's planner.
+    planner: Planner
     #: The training options of the figures in one line (empty in inference).
     training: str = ""
     #: How much of the compiler's own figure the model accounts for (profiles with other categories; else empty).
     coverage: str = ""
-    #: Every contiguous split over the report's IPUs, for the page's planner (None: not asked for).
-    planner: Planner | None = None
 
     @property
     def fits(self) -> bool:
@@ -93,12 +93,9 @@ class Report:
 
 def build_report(analysis: Analysis, config: PipelineConfig, *, budget: int, source: str,
                  link_bandwidth: float = DEFAULT_LINK_BANDWIDTH, sync_cycles: float = DEFAULT_SYNC_CYCLES,
-                 micro_batch_size: int = 1, gradient_accumulation: int | None = None,
-                 with_planner: bool = True) -> Report:
-    """The report of ``config``'s split of the analysed profile, against ``budget`` bytes per tile.
-
-    ``with_planner``: with the figures of every contiguous split over the config's IPUs (the page's planner).
-    """
+                 micro_batch_size: int = 1, gradient_accumulation: int | None = None) -> Report:
+    """The report of ``config``'s split of the analysed profile, against ``budget`` bytes per tile, with the
+    figures of every contiguous split over the config's IPUs (the page's planner)."""
     from popliner.breakdown import layer_rows, unlayered_row
 
     ipus = tuple(ipu_memories(analysis, [s.layers for s in config.stages], budget=budget))
@@ -116,7 +113,7 @@ def build_report(analysis: Analysis, config: PipelineConfig, *, budget: int, sou
         coverage=_coverage(analysis),
         planner=build_planner(analysis, config, budget=budget, micro_batches=g, micro_batch_size=micro_batch_size,
                               clock_hz=float(target.clock_hz), link_bandwidth=link_bandwidth,
-                              sync_cycles=sync_cycles, ipus=ipus) if with_planner else None,
+                              sync_cycles=sync_cycles, ipus=ipus),
     )
 
 

@@ -27,6 +27,7 @@ from popliner.config.model import ConfigStage, PipelineConfig, config_from_split
 from popliner.errors import UsageProblem
 from popliner.memory.ranges import ProfileRanges
 from popliner.pipeline import StageFigure
+from popliner.report.data import ipu_memories
 from popliner.simulator.inputs import ipu_figures
 from popliner.simulator.types import IpuFigures
 from popliner.solvers.result import SplitResult, StageResult, stage_result
@@ -133,7 +134,7 @@ def build_planner(analysis: Analysis, config: PipelineConfig, *, budget: int, mi
     training = analysis.mode == "training"
     wraps = facts.layout.wraps_at(k)
     given = contiguous_counts(config.layer_groups, names)
-    initial = given or _even(n, k)
+    initial = given or tuple(n // k + (1 if u < n % k else 0) for u in range(k))  # else an even split
     template = planner_config(analysis, config, budget, micro_batches, _groups(analysis, initial),
                               ipus if given is not None else None)
     planner = Planner(layers=names, num_ipus=k, budget=budget, initial=initial, ranges=(), config=template,
@@ -188,10 +189,6 @@ def _range_figures(analysis: Analysis, table: ProfileRanges, i: int, j: int, pos
     return out
 
 
-def _even(n: int, k: int) -> tuple[int, ...]:
-    return tuple(n // k + (1 if u < n % k else 0) for u in range(k))
-
-
 def _groups(analysis: Analysis, counts: Sequence[int]) -> list[list[str]]:
     """Layer names per IPU of a contiguous split given as counts (a wrapped head goes on IPU 0)."""
     layout = analysis.facts.layout
@@ -214,8 +211,7 @@ def planner_config(analysis: Analysis, config: PipelineConfig, budget: int, micr
     if ipus is not None and [list(i.layers) for i in ipus] == [list(g) for g in groups]:
         stages = tuple(ipus)
     else:
-        figures = analysis.pipeline_figures(groups)
-        stages = tuple(stage_result(figure, analysis.layer_names, budget) for figure in figures)
+        stages = tuple(ipu_memories(analysis, groups, budget=budget))
     split = SplitResult("planner", "PLANNER", analysis.mode, len(stages), budget, stages)
     t = analysis.profile.target
     requested = config.options.requested if config.options is not None else None

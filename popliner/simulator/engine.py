@@ -114,10 +114,8 @@ def simulate(
 
 def _check_inputs(stages: tuple[SimStage, ...], g: int, clock_hz: float, bandwidth: float, sync: float,
                   mbs: int, sharded: bool = False) -> None:
-    if not sharded:  # sharded execution has no pipeline to fill: any number of micro-batches runs
+    if not sharded:  # sharded execution has no pipeline to fill (sharded_schedule checks it has work)
         check_pipeline(len(stages), g)
-    elif g < 1 or not stages:
-        raise UsageProblem(f"sharded execution needs a stage and a micro-batch, got {len(stages)} and {g}")
     if not clock_hz > 0 or not bandwidth > 0:
         raise UsageProblem("clock and link bandwidth must be positive")
     if sync < 0 or mbs < 1:

@@ -119,24 +119,21 @@ def _stages(plan: StageLayout, ipus: Sequence[IpuFigures], head_cycles: int) -> 
     return tuple(out)
 
 
-def inputs_from_config(cfg: PipelineConfig, backward_fraction: float = BACKWARD_FRACTION, *,
-                       source: str = "config", tiles_per_ipu: int | None = None,
-                       clock_hz: float | None = None) -> SimInputs:
+def inputs_from_config(cfg: PipelineConfig, *, source: str = "config", clock_hz: float | None = None) -> SimInputs:
     """The simulator's stages of a pipeline config: each IPU's :func:`ipu_figures`, expanded by its layout.
 
     A config just planned, the same config read back from its file and one
     whose figures were recomputed from the profile (:func:`inputs_from_analysis`)
     all go through here, so they simulate alike. ``source`` says where the
-    figures came from; ``tiles_per_ipu`` and ``clock_hz`` default to the config's.
+    figures came from; ``clock_hz`` defaults to the config's.
     """
-    tiles = cfg.tiles_per_ipu if tiles_per_ipu is None else tiles_per_ipu
-    figures = config_ipu_figures(cfg.stages, tiles, cfg.training, cfg.head_wraps, backward_fraction)
-    return SimInputs(pipeline_stages(cfg.stage_layout, figures), tiles,
+    figures = config_ipu_figures(cfg.stages, cfg.tiles_per_ipu, cfg.training, cfg.head_wraps)
+    return SimInputs(pipeline_stages(cfg.stage_layout, figures), cfg.tiles_per_ipu,
                      cfg.clock_hz if clock_hz is None else clock_hz, source)
 
 
-def config_ipu_figures(stages: Sequence[ConfigStage], tiles: int, training: bool, wraps: bool,
-                       backward_fraction: float = BACKWARD_FRACTION) -> tuple[IpuFigures, ...]:
+def config_ipu_figures(stages: Sequence[ConfigStage], tiles: int, training: bool,
+                       wraps: bool) -> tuple[IpuFigures, ...]:
     """Each IPU's :func:`ipu_figures`, with the bytes it sends on (the next IPU's ``bytes_in``).
 
     ``wraps``: the head is wrapped onto IPU 0, whose ``bytes_in`` is then what
@@ -145,13 +142,11 @@ def config_ipu_figures(stages: Sequence[ConfigStage], tiles: int, training: bool
     out = []
     for k, s in enumerate(stages):
         bytes_out = stages[k + 1].bytes_in if k + 1 < len(stages) else (stages[0].bytes_in if wraps else 0)
-        out.append(ipu_figures(s, tiles=tiles, training=training, receives=bool(k) or wraps, bytes_out=bytes_out,
-                               backward_fraction=backward_fraction))
+        out.append(ipu_figures(s, tiles=tiles, training=training, receives=bool(k) or wraps, bytes_out=bytes_out))
     return tuple(out)
 
 
-def ipu_figures(s: ConfigStage, *, tiles: int, training: bool, receives: bool, bytes_out: int,
-                backward_fraction: float = BACKWARD_FRACTION) -> IpuFigures:
+def ipu_figures(s: ConfigStage, *, tiles: int, training: bool, receives: bool, bytes_out: int) -> IpuFigures:
     """What the simulator reads of an IPU: the one way an IPU's record becomes simulator input.
 
     The single-IPU profile already holds one stash entry of every stage (its
@@ -180,12 +175,12 @@ def ipu_figures(s: ConfigStage, *, tiles: int, training: bool, receives: bool, b
     # before it did keeps them in IPU 0's backward stage: the same work per micro-batch on IPU 0).
     head = s.head_cycles or 0
     own = dataclasses.replace(s, cycles=s.cycles - head) if head else s
-    backward, recompute = _backward_cycles(own, training, backward_fraction)
+    backward, recompute = _backward_cycles(own, training)
     return IpuFigures(own.cycles - backward, backward, memory, np.full(tiles, per_entry, dtype=np.int64), s.bytes_in,
                       _label(s.layers), recompute, s.gradient_bytes_in if training else None, head)
 
 
-def _backward_cycles(s: ConfigStage, training: bool, backward_fraction: float) -> tuple[int, int]:
+def _backward_cycles(s: ConfigStage, training: bool) -> tuple[int, int]:
     """(backward, of which recompute) cycles of a config stage: as recorded, else the fixed share."""
     if not training:
         return 0, 0
@@ -193,7 +188,7 @@ def _backward_cycles(s: ConfigStage, training: bool, backward_fraction: float) -
         backward = s.cycles - s.forward_cycles
         recompute = s.recompute_cycles if s.recompute_cycles is not None else 0
         return backward, min(max(recompute, 0), backward)
-    return round(s.cycles * backward_fraction), 0
+    return round(s.cycles * BACKWARD_FRACTION), 0
 
 
 def inputs_from_analysis(cfg: PipelineConfig, analysis: AnalysisLike, *, tiles_per_ipu: int,

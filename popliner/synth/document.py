@@ -3,8 +3,7 @@
 Large columns (variables, steps, program variable lists, dense vectors) stay
 numpy arrays inside the document and are written by orjson directly
 (``OPT_SERIALIZE_NUMPY``); nothing makes a Python object per variable except
-the optional name column, whose strings are shared per tensor. Without
-orjson the standard ``json`` module writes the same bytes, only slower.
+the optional name column, whose strings are shared per tensor.
 
 Output is deterministic: the same spec gives the same bytes (gzip with a
 zero timestamp and no file name in its header).
@@ -22,6 +21,7 @@ from typing import IO, Any
 
 import numpy as np
 
+from popliner.export.jsonstream import dumps
 from popliner.fileio import atomic_write, check_writable
 from popliner.synth.build import build_model
 from popliner.synth.frameworks import name_contexts
@@ -69,7 +69,7 @@ def generate_document(spec: SynthSpec) -> dict[str, Any]:
     into Python lists.
     """
     doc, _ = _build(spec)
-    return json.loads(_dumps(doc))  # type: ignore[no-any-return]
+    return json.loads(dumps(doc))  # type: ignore[no-any-return]
 
 
 def write_profile(spec: SynthSpec, out: str | os.PathLike[str] | IO[bytes], force: bool = False, *,
@@ -89,7 +89,7 @@ def write_profile(spec: SynthSpec, out: str | os.PathLike[str] | IO[bytes], forc
     doc, summary = _build(spec)
     log.info("generated %s %s: %d programs, %d steps, %d variables in %.1f s", summary.model, summary.mode,
              summary.programs, summary.steps, summary.variables, time.perf_counter() - started)
-    data = _dumps(doc)
+    data = dumps(doc)
     del doc  # the serialised bytes replace it: keep the peak memory down
     if gz:
         data = gzip.compress(data, compresslevel=GZIP_LEVEL, mtime=0)
@@ -101,21 +101,6 @@ def write_profile(spec: SynthSpec, out: str | os.PathLike[str] | IO[bytes], forc
         out.flush()
     return SynthSummary(**{**summary.__dict__, "bytes_written": len(data),
                            "seconds": round(time.perf_counter() - started, 3)})
-
-
-def _dumps(doc: dict[str, Any]) -> bytes:
-    """Compact UTF-8 JSON; numpy arrays written as lists."""
-    try:
-        import orjson
-    except ImportError:  # orjson is optional: same bytes from json, slower
-        return json.dumps(doc, separators=(",", ":"), default=_plain).encode("utf-8")
-    return orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY)
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, np.ndarray):
-        return value.tolist()
-    raise TypeError(f"cannot write {type(value).__name__} to JSON")
 
 
 def _build(spec: SynthSpec) -> tuple[dict[str, Any], SynthSummary]:

@@ -259,10 +259,7 @@ class _Lowerer:
         return special
 
     def vertex_type(self, name: str) -> int:
-        vid = self.vt_ids.get(name)
-        if vid is None:
-            vid = self.vt_ids[name] = len(self.vt_ids)
-        return vid
+        return self.vt_ids.setdefault(name, len(self.vt_ids))
 
     def control_runs(self, ptype: str, start: int, count: int, ratio: float) -> Runs:
         return span_runs(start, count, self.tiles, max(1, round(CONTROL[ptype] * ratio * self.calib.control_code)))

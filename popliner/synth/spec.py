@@ -209,9 +209,6 @@ class SynthSpec:
             raise UsageProblem(f"unknown synth parameter(s) {', '.join(unknown)}; known: {', '.join(sorted(names))}")
         return dataclasses.replace(self, **changes)
 
-    def as_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
     def record(self) -> dict[str, Any]:
         """The parameters as written in a profile's ``source.generator``.
 
@@ -219,7 +216,7 @@ class SynthSpec:
         naming, added since) are left out at their defaults, so that profiles
         generated before they existed keep their exact bytes.
         """
-        out = self.as_dict()
+        out = dataclasses.asdict(self)
         fields = dataclasses.fields(self)
         for f in fields[[f.name for f in fields].index("model") + 1:]:
             if out[f.name] == f.default:

@@ -20,6 +20,8 @@ from typing import Any
 
 import numpy as np
 
+from popliner.profile.tilevector import value_runs
+
 __all__ = ["Runs", "dense_to_runs", "encode_dense", "encode_runs", "span_runs", "stride_runs",
            "sum_runs"]
 
@@ -72,14 +74,7 @@ def sum_runs(parts: Iterable[tuple[Runs, int]], tiles: int) -> Runs:
 
 def dense_to_runs(dense: np.ndarray) -> Runs:
     """Maximal runs of equal non-zero values."""
-    if dense.size == 0:
-        return []
-    change = np.flatnonzero(dense[1:] != dense[:-1]) + 1
-    first = np.concatenate(([0], change))
-    stop = np.concatenate((change, [dense.size]))
-    value = dense[first]
-    keep = value != 0
-    return list(zip(first[keep].tolist(), stop[keep].tolist(), value[keep].tolist()))
+    return list(zip(*(column.tolist() for column in value_runs(dense))))
 
 
 def encode_runs(runs: Runs, tiles: int) -> Any | None:

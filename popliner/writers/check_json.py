@@ -7,13 +7,12 @@ holds no wall-clock figure, so the same inputs give the same bytes, and
 
 from __future__ import annotations
 
-import json
 from typing import IO, Any
 
 from popliner.baseline import Comparison, NameDelta
 from popliner.checkrecord import CHECK_FORMAT, CHECK_VERSION, CheckRecord
 from popliner.checkreport import CheckReport
-from popliner.writers.writer import FormatWriter
+from popliner.writers.writer import FormatWriter, write_json
 
 __all__ = ["CHECK_JSON", "comparison_document", "record_document", "report_document"]
 
@@ -93,8 +92,7 @@ def report_document(report: CheckReport) -> dict[str, Any]:
 
 
 def _write(report: CheckReport, stream: IO[str]) -> None:
-    json.dump(report_document(report), stream, indent=2, allow_nan=False)  # strict JSON: finite numbers only
-    stream.write("\n")
+    write_json(report_document(report), stream)
 
 
 CHECK_JSON = FormatWriter("check_json", (".json",), {"CheckReport": _write})

@@ -28,7 +28,7 @@ from popliner.errors import UsageProblem
 from popliner.fileio import check_writable, is_stdout, writes_in_place
 from popliner.writers.writer import Writer
 
-__all__ = ["WRITERS", "DeclaredWriter", "check_output", "suffixes_for", "writer_among", "writer_for", "writers"]
+__all__ = ["WRITERS", "DeclaredWriter", "check_output", "suffixes_for", "writer_among", "writer_for"]
 
 
 @dataclass(frozen=True)
@@ -73,7 +73,7 @@ WRITERS: Sequence[Writer] = (
     _declared("csv", (".csv",), "Tables", "tables", "CSV", newline=""),
     _declared("tsv", (".tsv",), "Tables", "tables", "TSV", newline=""),
     _declared("xlsx", (".xlsx",), "Tables", "xlsx", "XLSX", binary=True),
-    _declared("json", (".json",), "Simulation SplitDocument PlanDocument", "jsondoc", "JSON"),
+    _declared("json", (".json",), "Simulation SplitPlan PlanDocument", "jsondoc", "JSON"),
     _declared("trace", (".trace.json",), "Simulation", "trace", "TRACE"),
     _declared("yaml", (".yaml", ".yml"), "PipelineConfig", "pipeline_yaml", "YAML"),
     _declared("ipu_config", (".json",), "PipelineConfig", "ipu_config", "IPU_CONFIG"),
@@ -86,13 +86,9 @@ WRITERS: Sequence[Writer] = (
 )
 
 
-def writers() -> Sequence[Writer]:
-    return WRITERS
-
-
 def suffixes_for(kind: str) -> tuple[str, ...]:
     """The suffixes that write ``kind``, in the map's order."""
-    return tuple(dict.fromkeys(s for w in writers() if kind in w.kinds for s in w.suffixes))
+    return tuple(dict.fromkeys(s for w in WRITERS if kind in w.kinds for s in w.suffixes))
 
 
 def _listed(suffixes: Sequence[str]) -> str:
@@ -100,7 +96,7 @@ def _listed(suffixes: Sequence[str]) -> str:
 
 
 def _by_name(name: str, kind: str) -> Writer:
-    for w in writers():
+    for w in WRITERS:
         if w.name == name and kind in w.kinds:
             return w
     raise KeyError(f"no {name} writer for {kind}")
@@ -111,22 +107,17 @@ def _claims(path: str | os.PathLike[str] | None) -> list[Writer] | None:
     if path is None or is_stdout(os.fspath(path)) or writes_in_place(os.fspath(path)):
         return None
     name = os.fspath(path).lower()
-    claims = [(s, w) for w in writers() for s in w.suffixes if name.endswith(s)]
+    claims = [(s, w) for w in WRITERS for s in w.suffixes if name.endswith(s)]
     longest = max((len(s) for s, _ in claims), default=0)
     return [w for s, w in claims if len(s) == longest]
 
 
 def writer_for(path: str | os.PathLike[str] | None, kind: str, default: str, *, option: str = "-o",
-               what: str = "", strict: bool = False) -> Writer:
+               what: str = "") -> Writer:
     """The writer of ``path`` for a value of ``kind``: by its suffix; stdout and other names: ``default``.
 
-    A suffix the map gives only to formats that do not write ``kind`` is refused, naming the suffixes that
-    do; so is a name the map does not know, when ``strict``.
+    A suffix the map gives only to formats that do not write ``kind`` is refused, naming the suffixes that do.
     """
-    claims = _claims(path)
-    if strict and claims is not None and not any(kind in w.kinds for w in claims):
-        raise UsageProblem(f"{option} {os.fspath(path or '')}: {what or kind} can be written as "
-                           f"{_listed(suffixes_for(kind))}; give a name with one of these endings")
     return writer_among(path, (kind,), kind, default, option=option, what=what)[1]
 
 

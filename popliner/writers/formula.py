@@ -194,11 +194,6 @@ def _criterion_matches(value: Value, criterion: Value) -> bool:
     return False
 
 
-def _check_same_shape(first: RangeRef, second: RangeRef) -> None:
-    if first.shape != second.shape:
-        raise FormulaError(f"ranges {first.render()} and {second.render()} differ in shape")
-
-
 @dataclass(frozen=True)
 class SumIf:
     """``SUMIF(range, criterion, sum_range)``: sum where ``range`` equals the criterion."""
@@ -208,7 +203,8 @@ class SumIf:
     sum_range: RangeRef
 
     def __post_init__(self) -> None:
-        _check_same_shape(self.range, self.sum_range)
+        if self.range.shape != self.sum_range.shape:
+            raise FormulaError(f"ranges {self.range.render()} and {self.sum_range.render()} differ in shape")
 
     def render(self, here: str | None = None) -> str:
         parts = (self.range.render(here), self.criterion.render(here), self.sum_range.render(here))
@@ -412,6 +408,6 @@ def sum_range(col: int, first_row: int, last_row: int) -> Cell:
     return Sum((RangeRef(CellRef(first_row, col), CellRef(last_row, col)),))
 
 
-def mb(cell: CellRef, digits: int = 1) -> Expr:
-    """Bytes in ``cell`` as MB with ``digits`` decimals: ``ROUND(H2/1000000,1)``."""
-    return Round(Arith(Ref(cell), "/", Const(BYTES_PER_MB)), digits)
+def mb(cell: CellRef) -> Expr:
+    """Bytes in ``cell`` as MB with one decimal: ``ROUND(H2/1000000,1)``."""
+    return Round(Arith(Ref(cell), "/", Const(BYTES_PER_MB)), 1)

@@ -128,13 +128,10 @@ def write_gantt(result: SimResult, stream: IO[bytes], note: str | None = None, f
     left_out = _left_out(result, panels, span / us)
     fig.suptitle(schedule_title(result) + (f"\n{note}" if note else "") + left_out, fontsize=11)
     fig.legend(handles=_legend_handles(result, bars), loc="outside lower center", ncols=8, fontsize=8, frameon=False)
-    if fmt == "png":
-        fig.savefig(stream, format="png", metadata={"Software": None})
-        return
     import matplotlib
 
     with matplotlib.rc_context({"svg.hashsalt": "popliner"}):  # no date, fixed ids: the same step, the same bytes
-        fig.savefig(stream, format=fmt, metadata={"Date": None})
+        fig.savefig(stream, format=fmt, metadata={"Date": None} if fmt == "svg" else {"Software": None})
 
 
 def _panels_drawn(count: int, most: int) -> list[int]:

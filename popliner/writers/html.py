@@ -19,15 +19,14 @@ from typing import IO, Any
 import numpy as np
 
 from popliner.breakdown import LayerRow
-from popliner.fileio import check_writable
 from popliner.memory.types import COMPONENT_TITLES, OTHER, components
 from popliner.report.build import LIVENESS_POINTS, Report
 from popliner.writers.html_figures import heatmap_figure, liveness_figure, memory_figure, schedule_figure, short_bytes
 from popliner.writers.html_planner import PLANNER_CSS, planner_data, planner_script, planner_section
-from popliner.writers.simulation import seconds_text
+from popliner.writers.simulation import plural, seconds_text
 from popliner.writers.writer import FormatWriter, write_output
 
-__all__ = ["HTML", "SECTIONS", "plotly_js", "render_html", "render_report", "write_report"]
+__all__ = ["HTML", "SECTIONS", "render_report", "write_report"]
 
 #: (id, heading) of every section, in page order.
 SECTIONS: tuple[tuple[str, str], ...] = (
@@ -43,20 +42,8 @@ SECTIONS: tuple[tuple[str, str], ...] = (
 )
 
 
-def plotly_js() -> str:
-    """The plotly.js bundle shipped with the plotly package (no network)."""
-    from plotly.offline import get_plotlyjs
-
-    return str(get_plotlyjs())
-
-
-def render_report(report: Report) -> str:
-    return render_html(report, plotly_js())
-
-
 def write_report(report: Report, path: str | os.PathLike[str], *, force: bool) -> None:
     """Write the page to ``path`` (UTF-8), replacing a file only with ``force``."""
-    check_writable(path, force)
     write_output(report, os.fspath(path), force, HTML)
 
 
@@ -68,24 +55,25 @@ def _write_page(report: Report, stream: IO[str]) -> None:
 HTML = FormatWriter("html", (".html", ".htm"), {"Report": _write_page}, newline="")
 
 
-def render_html(report: Report, plotly_js: str) -> str:
-    """The whole page; ``plotly_js`` is the plotly.js bundle to inline."""
+def render_report(report: Report) -> str:
+    """The whole page, with the plotly.js bundle that the plotly package ships inlined (no network)."""
+    from plotly.offline import get_plotlyjs
+
     figures: dict[str, Any] = {"fig-memory": memory_figure(report.ipus, report.budget),
                                "fig-tiles": heatmap_figure(report.ipus, report.budget)}
     if report.liveness is not None:
         figures["fig-liveness"] = liveness_figure(report.liveness)
-    if report.sim is not None:
-        figures["fig-schedule"] = schedule_figure(report.sim)
+    figures["fig-schedule"] = schedule_figure(report.sim)
     body = "\n".join((
         _header(report), _nav(), _split(report), _planner(report), _memory(report), _layers(report), _tiles(report),
         _liveness(report), _schedule(report), _options(report), _about(report),
     ))
     planner = report.planner
-    data = _script_json(planner_data(planner)) if planner is not None and not planner.refused else ""
+    data = _script_json(planner_data(planner)) if not planner.refused else ""
     script = planner_script().replace("</script", "<\\/script") if data else ""
     return _TEMPLATE.format(
         title=_e(f"popliner report: {_basename(report.profile_path)}"), css=_CSS + PLANNER_CSS, body=body,
-        figures=_script_json(figures), plotly=plotly_js.replace("</script", "<\\/script"),
+        figures=_script_json(figures), plotly=str(get_plotlyjs()).replace("</script", "<\\/script"),
         script=_SCRIPT,
         # Before plotly.js: the planner draws without waiting for the 4.8 MB bundle to be parsed.
         planner=(f'<script type="application/json" id="popliner-planner">{data}</script>\n'
@@ -101,7 +89,7 @@ def _header(r: Report) -> str:
                f"<span class='bad'>{sum(not i.fits for i in r.ipus)} of {len(r.ipus)} IPUs over budget</span>")
     training = f" ({_e(r.training)})" if r.training else ""
     return (f"<header><h1>popliner report</h1><p class='lead'>{_e(_basename(r.profile_path))}: {r.mode}{training}, "
-            f"{_n(len(r.ipus), 'IPU')}, budget {r.budget:,} B per tile: {verdict}.</p></header>")
+            f"{plural(len(r.ipus), 'IPU')}, budget {r.budget:,} B per tile: {verdict}.</p></header>")
 
 
 def _nav() -> str:
@@ -124,7 +112,7 @@ def _split(r: Report) -> str:
         room = f"{short_bytes(i.headroom)} free" if i.fits else f"+{short_bytes(-i.headroom)} over"
         boxes.append(
             f"<div class='ipu {state}' style='flex-grow:{grow:.4f}' title='IPU {i.ipu}: {_e(_span(i.layers))}'>"
-            f"<b>IPU {i.ipu}</b><span>{span}</span><span>{_n(len(i.layers), 'layer')}</span>"
+            f"<b>IPU {i.ipu}</b><span>{span}</span><span>{plural(len(i.layers), 'layer')}</span>"
             f"<span>{short_bytes(i.worst_tile_bytes)}</span><span>tile {i.worst_tile}</span><span>{room}</span></div>")
     note = ("<p class='note'>Operations without a layer go with IPU 0.</p>" if r.unlayered is not None else "")
     intro = ("<p>Each box is one IPU, as wide as its share of the layers, green when its worst tile "
@@ -196,8 +184,6 @@ def _liveness(r: Report) -> str:
 
 def _schedule(r: Report) -> str:
     sim = r.sim
-    if sim is None:
-        return _section("schedule", "<p>Not simulated.</p>", "")
     tp = sim.throughput
     facts = (f"Step {seconds_text(sim.step_seconds)}, " + (f"{tp:,.1f} samples/s; " if tp else "")
              + f"compute {sim.compute_share:.1%}, bubbles {sim.bubble_share:.1%} (fill/flush "
@@ -266,10 +252,6 @@ def _span(layers: Sequence[str]) -> str:
 
 def _e(text: str) -> str:
     return html.escape(text, quote=True)
-
-
-def _n(count: int, one: str) -> str:
-    return f"{count} {one}{'' if count == 1 else 's'}"
 
 
 def _basename(path: str) -> str:

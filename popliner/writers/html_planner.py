@@ -11,6 +11,7 @@ joins pieces.
 
 from __future__ import annotations
 
+import html
 import io
 from typing import Any
 
@@ -112,12 +113,10 @@ def planner_data(planner: Planner) -> dict[str, Any]:
     }
 
 
-def planner_section(planner: Planner | None) -> str:
+def planner_section(planner: Planner) -> str:
     """The section's markup; the script fills it from the data."""
-    if planner is None:
-        return "<p>No planner for this report.</p>"
     if planner.refused:
-        return f"<p class='note' id='planner-refused'>No planner on this page: {_text(planner.refused)}.</p>"
+        return f"<p class='note' id='planner-refused'>No planner on this page: {html.escape(planner.refused)}.</p>"
     intro = (
         "<p>Move a boundary between two IPUs: drag its handle, or focus it (Tab) and press the arrow keys "
         "(Home and End move it as far as it goes). Every IPU's worst tile, its parts, headroom and fit, and the "
@@ -137,12 +136,6 @@ def planner_section(planner: Planner | None) -> str:
         "<p><button type='button' id='planner-copy-yaml'>Copy the YAML</button> "
         "<a id='planner-download' download='pipeline.yaml' href='#'>Download pipeline.yaml</a> "
         "<span class='note' id='planner-copied' aria-live='polite'></span></p></div>")
-
-
-def _text(text: str) -> str:
-    import html
-
-    return html.escape(text, quote=True)
 
 
 PLANNER_CSS = """

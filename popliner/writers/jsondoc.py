@@ -5,25 +5,17 @@ Both are plain JSON-ready data with no wall-clock figures, so the same inputs gi
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
-from popliner.layout import Layout
 from popliner.simulator.engine import SimResult, memory_over_time
-from popliner.solvers.result import SplitResult
 from popliner.writers.simulation import Simulation, mode_of
-from popliner.writers.writer import FormatWriter
+from popliner.writers.writer import FormatWriter, write_json
 
-__all__ = ["JSON", "PlanDocument", "SplitDocument", "result_document", "simulation_document", "split_document",
-           "write_json"]
+if TYPE_CHECKING:
+    from popliner.plan import SplitPlan
 
-
-@dataclass(frozen=True)
-class SplitDocument:
-    """The split JSON of ``--solve`` (:func:`split_document`, with the plan's framework and training)."""
-
-    document: dict[str, Any]
+__all__ = ["JSON", "PlanDocument", "result_document", "simulation_document", "split_document"]
 
 
 @dataclass(frozen=True)
@@ -33,23 +25,27 @@ class PlanDocument:
     document: dict[str, Any]
 
 
-def split_document(split: SplitResult, *, profile_path: str, profile_sha256: str, layout: Layout) -> dict[str, Any]:
-    """Plain JSON-able description; no wall-clock figures, so it is reproducible."""
-    return {
-        "profile": profile_path,
-        "profile_sha256": profile_sha256,
+def split_document(plan: SplitPlan) -> dict[str, Any]:
+    """The plan's split as plain JSON-able data, with its framework and training options; no wall-clock figures,
+    so it is reproducible."""
+    split, analysis, placement = plan.split, plan.analysis, plan.layout.placement
+    where = "the head is a pipeline stage of its own on IPU 0" if placement == "wrap" else "the head on the last IPU"
+    doc: dict[str, Any] = {
+        "profile": analysis.profile.path,
+        "profile_sha256": analysis.profile.sha256,
         "solver": split.solver,
         "status": split.status,
         "mode": split.mode,
         "num_ipus_requested": split.num_ipus_requested,
         "num_ipus_used": split.num_ipus_used,
-        "layers_per_ipu": layout.model_layer_counts([s.layers for s in split.stages]),
+        "layers_per_ipu": plan.layout.model_layer_counts([s.layers for s in split.stages]),
         "budget_bytes_per_tile": split.budget_bytes,
         "objective": split.objective,
         "bound": split.bound,
         "gap": split.gap,
         "note": split.note,
-        "unlayered_operations": "placed with the first stage",
+        "unlayered_operations": "placed with the first stage" if placement == "first" else (
+            f"embedding and head are layers of their own, {where} (--head-placement {placement})"),
         "stages": [
             {
                 "index": s.index,
@@ -76,12 +72,14 @@ def split_document(split: SplitResult, *, profile_path: str, profile_sha256: str
             }
             for s in split.stages
         ],
+        "framework": analysis.framework.as_document(),
     }
-
-
-def write_json(document: dict[str, Any], stream: IO[str]) -> None:
-    json.dump(document, stream, indent=2, sort_keys=False, allow_nan=False)  # strict JSON: finite numbers only
-    stream.write("\n")
+    if plan.training is not None:
+        # The options as asked, with the recomputation the figures assume (``compiled`` when the profile has it)
+        # and the optimizer state as recorded (``off-chip`` when the profile was compiled so).
+        doc["training"] = analysis.options.training.as_dict() | {
+            "recompute": plan.recompute_applied, "optimizer_state": plan.training.optimizer_state}
+    return doc
 
 
 def simulation_document(sim: Simulation) -> dict[str, Any]:
@@ -130,24 +128,24 @@ def result_document(result: SimResult) -> dict[str, Any]:
              "worst_tile": u.worst_tile, "resident_bytes": u.base_bytes,
              "stash_in_flight_bytes": u.stash_bytes,
              "copy_buffer_bytes": u.copy_buffer_bytes, "peak_bytes": u.peak_bytes, "fits": u.fits,
-             "memory_over_time": [{"time_us": _r(p.time * 1e6 / result.clock_hz), "stash_entries": p.entries,
+             "memory_over_time": [{"time_us": round(p.time * 1e6 / result.clock_hz, 6), "stash_entries": p.entries,
                                    "bytes": p.bytes} for p in over_time.get(u.ipu, ())]}
             for u in result.ipus
         ],
     }
 
 
-def _r(us: float) -> float:
-    return round(us, 6)
-
-
 def _write_simulation(sim: Simulation, stream: IO[str]) -> None:
-    stream.write(json.dumps(simulation_document(sim), indent=2, allow_nan=False) + "\n")
+    write_json(simulation_document(sim), stream)
 
 
-def _write_document(wrapped: SplitDocument | PlanDocument, stream: IO[str]) -> None:
+def _write_split(plan: SplitPlan, stream: IO[str]) -> None:
+    write_json(split_document(plan), stream)
+
+
+def _write_document(wrapped: PlanDocument, stream: IO[str]) -> None:
     write_json(wrapped.document, stream)
 
 
-JSON = FormatWriter("json", (".json",), {"Simulation": _write_simulation, "SplitDocument": _write_document,
+JSON = FormatWriter("json", (".json",), {"Simulation": _write_simulation, "SplitPlan": _write_split,
                                          "PlanDocument": _write_document})

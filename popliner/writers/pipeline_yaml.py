@@ -12,8 +12,9 @@ from typing import IO, Any
 from popliner.config.model import PREDICTED_FIGURES, PREDICTED_OPTIONAL, ConfigStage, PipelineConfig
 from popliner.config.snippets import FlowList as _FlowList
 from popliner.config.snippets import snippets
-from popliner.config.yaml_io import CONFIG_BYTES_ENV, max_config_chars
+from popliner.config.yaml_io import CONFIG_BYTES_ENV
 from popliner.errors import OutputTooLarge
+from popliner.profile.limits import limit
 from popliner.writers.writer import FormatWriter
 
 __all__ = ["HEADER", "YAML", "config_to_document", "dump_document", "predicted_document", "write_config"]
@@ -60,9 +61,10 @@ def write_config(cfg: PipelineConfig, stream: IO[str]) -> None:
     body = io.StringIO()
     dump_document(config_to_document(cfg), body)
     text = HEADER + body.getvalue()
-    if len(text) > max_config_chars():
+    most = limit(CONFIG_BYTES_ENV)
+    if len(text) > most:
         raise OutputTooLarge(
-            f"the pipeline config would be {len(text):,} characters, over the {max_config_chars():,} that popliner "
+            f"the pipeline config would be {len(text):,} characters, over the {most:,} that popliner "
             f"reads back; use fewer or shorter layer names (--layer-name-regex), or set {CONFIG_BYTES_ENV} to a "
             "larger count (for writing it and for every command that reads it)")
     stream.write(text)

@@ -10,6 +10,7 @@ sum of its layers' own worst-tile bytes, an estimate, and the sheet says which. 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from dataclasses import dataclass
@@ -110,6 +111,11 @@ RUN_COL = 13  # the IPU where a run of equal IPUs starts, else blank: one run pe
 #: that every other column stays where it is; the layer's Total adds it.
 OTHER_COL = 14
 
+#: Number formats of the layer table's columns.
+_LAYER_FORMATS = {IPU_COL: COUNT_FORMAT, WORST_COL: BYTES_FORMAT, MB_COL: MB_FORMAT, CYCLES_COL: BYTES_FORMAT,
+                  **{c: BYTES_FORMAT for c in range(FIRST_COMPONENT_COL, TOTAL_COL + 1)},
+                  INDEX_COL: COUNT_FORMAT, RUN_COL: COUNT_FORMAT}
+
 # Where the training options are (MODE_ROW): a label, then the options as JSON.
 TRAINING_LABEL_COL = 6
 TRAINING_LABEL = "Training options"
@@ -180,8 +186,7 @@ def planner_grid(
     if ipus < 1:
         raise UsageProblem(f"the planner needs at least one IPU, got {ipus}")
     layout = _layout(len(breakdown.layers), ipus)
-    formats = _layer_formats() | ({OTHER_COL: BYTES_FORMAT} if breakdown.has_other else {})
-    grid = Grid(name, column_formats=formats)
+    grid = Grid(name, column_formats=_LAYER_FORMATS | ({OTHER_COL: BYTES_FORMAT} if breakdown.has_other else {}))
     grid.append([PLANNER_TITLE], style="title")
     grid.append([PLANNER_NOTE], style="note")
     _add_params(grid, layout, breakdown, budget_bytes)
@@ -208,13 +213,6 @@ def _layout(n_layers: int, ipus: int) -> PlannerLayout:
         first_layer_row=FIRST_LAYER_ROW,
         last_layer_row=FIRST_LAYER_ROW + n_layers - 1,
     )
-
-
-def _layer_formats() -> dict[int, str]:
-    formats = {IPU_COL: COUNT_FORMAT, WORST_COL: BYTES_FORMAT, MB_COL: MB_FORMAT, CYCLES_COL: BYTES_FORMAT}
-    formats.update({c: BYTES_FORMAT for c in range(FIRST_COMPONENT_COL, TOTAL_COL + 1)})
-    formats.update({INDEX_COL: COUNT_FORMAT, RUN_COL: COUNT_FORMAT})
-    return formats
 
 
 def _add_params(grid: Grid, layout: PlannerLayout, breakdown: Breakdown, budget_bytes: int) -> None:
@@ -417,9 +415,7 @@ def write_planner(
     figures live on the workbook's second sheet); pasted into a spreadsheet at
     A1, the TSV behaves like the workbook's sheet otherwise.
     """
-    alone = Breakdown(breakdown.profile_path, breakdown.tiles, breakdown.bytes_per_tile, breakdown.operations,
-                      breakdown.layers, breakdown.totals, breakdown.unlayered, breakdown.whole, None,
-                      breakdown.mode, breakdown.profile_sha256)
+    alone = dataclasses.replace(breakdown, ranges=None, training=None, has_other=False)
     grid, _ = planner_grid(alone, budget_bytes=budget_bytes, split=split, num_ipus=num_ipus)
     write_grid(grid, stream, fmt)
 

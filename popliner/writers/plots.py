@@ -41,7 +41,7 @@ from popliner.report.aggregate import grid_values, tile_grid
 from popliner.solvers.result import SplitResult, StageResult
 from popliner.textsafe import shown
 from popliner.writers.gantt import write_gantt
-from popliner.writers.simulation import Simulation
+from popliner.writers.simulation import Simulation, plural
 from popliner.writers.writer import FormatWriter, write_output
 
 if TYPE_CHECKING:
@@ -140,9 +140,7 @@ SVG = FormatWriter("svg", (".svg",), {"Figure": _write_figure("svg"), "Simulatio
 
 
 def _bytes_axis(axes: Axes) -> None:
-    from matplotlib.ticker import EngFormatter
-
-    axes.yaxis.set_major_formatter(EngFormatter(unit="B", places=1))
+    axes.yaxis.set_major_formatter(_bytes_format())
     axes.grid(axis="y", alpha=0.3)
     axes.set_axisbelow(True)
 
@@ -191,7 +189,7 @@ def _draw_layer_components(axes: Axes, breakdown: Breakdown, rows: Sequence[Laye
         axes.bar(x, heights, bottom=base, color=COMPONENT_COLOURS[component], label=COMPONENT_TITLES[component])
         base += heights
     capacity = budget_bytes * breakdown.tiles
-    label = f"IPU capacity {_engineering(capacity)}\n({breakdown.tiles:,} tiles x budget)"
+    label = f"IPU capacity {_bytes_format().format_data(capacity)}\n({breakdown.tiles:,} tiles x budget)"
     # Single layers are usually a small part of an IPU: a capacity line far
     # above the bars would squash them, so it is then only named in the legend.
     if capacity <= 1.5 * max(base.max(initial=0.0), 1.0):
@@ -205,10 +203,11 @@ def _draw_layer_components(axes: Axes, breakdown: Breakdown, rows: Sequence[Laye
     axes.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
 
 
-def _engineering(value: float) -> str:
+def _bytes_format() -> Any:
+    """Bytes with SI prefixes and one decimal: 1.2 MB."""
     from matplotlib.ticker import EngFormatter
 
-    return str(EngFormatter(unit="B", places=1).format_data(value))
+    return EngFormatter(unit="B", places=1)
 
 
 def _draw_layer_worst(axes: Axes, rows: Sequence[LayerRow], budget_bytes: int) -> None:
@@ -245,7 +244,7 @@ def plot_split(
         axes = figure.subplots()
         _draw_stages(axes, split, budget)
         count = split.num_ipus_used
-        axes.set_title(f"{split.mode.capitalize()}: split over {count} IPU{'' if count == 1 else 's'} "
+        axes.set_title(f"{split.mode.capitalize()}: split over {plural(count, 'IPU')} "
                        f"({split.solver}, {split.status})" + (f"\ntraining options: {assumes}" if assumes else ""))
         _save(figure, path, fmt, force)
 
@@ -321,16 +320,10 @@ def plot_tiles(
         bar = figure.colorbar(images[0], ax=figure.axes[: len(ipus)], shrink=0.9,
                               label="Bytes on the tile\n(blue: within budget, red: over)")
         bar.ax.axhline(budget, color="black", linewidth=1.5)
-        _bytes_formatter(bar.ax.yaxis)
+        bar.ax.yaxis.set_major_formatter(_bytes_format())
         _draw_sorted(figure.add_subplot(grid[rows, :]), ipus, budget)
         figure.suptitle(title)
         _save(figure, path, fmt, force)
-
-
-def _bytes_formatter(axis: Any) -> None:
-    from matplotlib.ticker import EngFormatter
-
-    axis.set_major_formatter(EngFormatter(unit="B", places=1))
 
 
 def _tile_colours(budget: int, top: int) -> tuple[Any, Any]:

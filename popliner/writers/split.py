@@ -17,8 +17,8 @@ from popliner.progress import phase
 from popliner.textsafe import shown
 from popliner.writers.writer import write_output
 
-__all__ = ["check_ipu_config", "split_config", "suffixed", "write_ipu_config", "write_plots", "write_report",
-           "write_split", "write_summary"]
+__all__ = ["split_config", "suffixed", "write_ipu_config", "write_plots", "write_report", "write_split",
+           "write_summary"]
 
 log = logging.getLogger("popliner")
 
@@ -47,7 +47,7 @@ def write_split(plan: SplitPlan, config_out: str | None, force: bool, gradient_a
                 matmul_proportion: tuple[float, ...] = (), *, split_out: str | None = None) -> None:
     """The picture and table on stderr, the split JSON on stdout (or in ``split_out``: ``-o FILE.json``), and the
     pipeline config (``--config-out``)."""
-    from popliner.writers.jsondoc import JSON, SplitDocument, split_document
+    from popliner.writers.jsondoc import JSON
     from popliner.writers.split_report import split_picture, split_table
 
     analysis, split = plan.analysis, plan.split
@@ -58,21 +58,7 @@ def write_split(plan: SplitPlan, config_out: str | None, force: bool, gradient_a
                        + ("; the best effort below is over budget" if split.stages else ""), err=True)
         if split.stages:
             click.echo(split_table(split), err=True)
-    doc = split_document(split, profile_path=analysis.profile.path, profile_sha256=analysis.profile.sha256,
-                         layout=plan.layout)
-    doc["framework"] = analysis.framework.as_document()
-    if plan.training is not None:
-        # The options as asked, with the recomputation the figures assume (``compiled`` when the profile has it)
-        # and the optimizer state as recorded (``off-chip`` when the profile was compiled so).
-        doc["training"] = plan.analysis.options.training.as_dict() | {
-            "recompute": plan.recompute_applied, "optimizer_state": plan.training.optimizer_state}
-    placement = plan.layout.placement
-    if placement != "first" and "unlayered_operations" in doc:
-        where = ("the head is a pipeline stage of its own on IPU 0" if placement == "wrap"
-                 else "the head on the last IPU")
-        doc["unlayered_operations"] = (f"embedding and head are layers of their own, {where} "
-                                       f"(--head-placement {placement})")
-    write_output(SplitDocument(doc), split_out, force, JSON)
+    write_output(plan, split_out, force, JSON)
     if split_out:
         log.info("wrote %s", split_out)
     if config_out and split.stages:
@@ -80,13 +66,6 @@ def write_split(plan: SplitPlan, config_out: str | None, force: bool, gradient_a
 
         # The summary says "wrote".
         write_output(split_config(plan, gradient_accumulation, matmul_proportion), config_out, force, YAML)
-
-
-def check_ipu_config(plan: SplitPlan, gradient_accumulation: int | None, matmul_proportion: tuple[float, ...]) -> None:
-    """Raise UsageProblem when optimum-graphcore cannot build the split (before any output is written)."""
-    from popliner.config.snippets import optimum_check
-
-    optimum_check(split_config(plan, gradient_accumulation, matmul_proportion), "--ipu-config-out")
 
 
 def write_ipu_config(plan: SplitPlan, path: str, force: bool, gradient_accumulation: int | None,

@@ -254,11 +254,11 @@ def write_grid(grid: Grid, stream: TextIO | IO[str], fmt: TableFormat, *, first_
 
 def write_grids(grids: Sequence[Grid], stream: TextIO | IO[str], fmt: TableFormat) -> None:
     """Several tables in one stream, a blank line between them, each one's formulas on its own rows."""
-    _dialect(fmt)
+    blank = csv.writer(stream, dialect=_dialect(fmt))
     line = 1
     for k, grid in enumerate(grids):
         if k:
-            csv.writer(stream, dialect=_dialect(fmt)).writerow([])  # a blank row between tables
+            blank.writerow([])  # a blank row between tables
             line += 1
         write_grid(grid, stream, fmt, first_row=line)
         line += grid.n_rows

@@ -15,7 +15,6 @@ from popliner.writers.writer import FormatWriter
 __all__ = ["TRACE", "trace_document", "write_trace"]
 
 
-
 def trace_document(result: SimResult) -> dict[str, Any]:
     """Chrome trace-event JSON: pid = IPU, tid = pipeline stage, times in microseconds.
 

@@ -6,6 +6,7 @@ The map from file names to writers is :mod:`popliner.writers.formats`.
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import IO, Any, Protocol
@@ -13,12 +14,7 @@ from typing import IO, Any, Protocol
 from popliner.errors import OutputTooLarge, UsageProblem
 from popliner.fileio import atomic_write, is_stdout
 
-__all__ = ["FormatWriter", "Writer", "kind_of", "write_output"]
-
-
-def kind_of(value: object) -> str:
-    """The kind of a value to write: its type's name."""
-    return type(value).__name__
+__all__ = ["FormatWriter", "Writer", "write_json", "write_output"]
 
 
 class Writer(Protocol):
@@ -42,7 +38,7 @@ class Writer(Protocol):
 
     @property
     def kinds(self) -> frozenset[str]:
-        """The kinds of value it writes (type names, :func:`kind_of`)."""
+        """The kinds of value it writes: the names of their types."""
 
     def write(self, value: Any, stream: IO[Any]) -> None:
         """Write ``value`` (of one of :attr:`kinds`) to ``stream``."""
@@ -63,7 +59,7 @@ class FormatWriter:
         return frozenset(self.by_kind)
 
     def write(self, value: Any, stream: IO[Any]) -> None:
-        self.by_kind[kind_of(value)](value, stream)
+        self.by_kind[type(value).__name__](value, stream)
 
 
 @contextlib.contextmanager
@@ -83,3 +79,9 @@ def write_output(value: object, path: str | None, force: bool, w: Writer) -> Non
             w.write(value, stream)
     except OutputTooLarge as exc:  # refused before a byte was written: no file is left
         raise UsageProblem(f"{path if path and not is_stdout(path) else 'stdout'}: {exc}") from None
+
+
+def write_json(document: dict[str, Any], stream: IO[str]) -> None:
+    """A JSON document as popliner writes one: indented, keys in the document's order, a final newline."""
+    json.dump(document, stream, indent=2, allow_nan=False)  # strict JSON: finite numbers only
+    stream.write("\n")

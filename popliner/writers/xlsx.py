@@ -26,7 +26,6 @@ from typing import IO, TYPE_CHECKING, Any
 from popliner.breakdown import Breakdown, LayerMatrix, OperationRow
 from popliner.config.workbook import IPU_COL
 from popliner.errors import UsageProblem
-from popliner.fileio import check_writable
 from popliner.solvers.result import SplitResult
 from popliner.writers.formula import (
     CellRef,
@@ -75,7 +74,6 @@ _MAX_WIDTH = 48
 _MIN_WIDTH = 6
 # Characters Excel forbids in sheet names.
 _BAD_SHEET_CHARS = re.compile(r"[\[\]:*?/\\]")
-
 
 
 # ---------------------------------------------------------------------------
@@ -208,7 +206,6 @@ def write_workbook(
     target = Path(path)
     if target.suffix.lower() != ".xlsx":
         raise UsageProblem(f"{target}: a workbook file name must end in .xlsx")
-    check_writable(target, force)  # fail before the work, not after
     tables = Tables(breakdown, matrices=tuple(matrices), split=split, budget_bytes=budget_bytes, num_ipus=num_ipus)
     write_output(tables, os.fspath(target), force, XLSX)
 
@@ -306,7 +303,7 @@ def _fill(sheet: Worksheet, grid: Grid, values: list[list[Value | FormulaError]]
             if formula is not None:
                 sheet.write_formula(r, c, formula, styles.get(style, fmt), _cached(value))
             elif isinstance(cell, str):
-                text = _clean_text(cell)
+                text = _ILLEGAL_XML.sub("?", cell)
                 sheet.write_string(r, c, text, styles.get(style, None, quote=text.startswith(FORMULA_TRIGGERS)))
             elif isinstance(cell, bool):
                 sheet.write_boolean(r, c, cell, styles.get(style, fmt))
@@ -322,13 +319,8 @@ def _cached(value: Value | FormulaError) -> Value:
     return "" if value is None else value
 
 
-# Characters XML 1.0 cannot carry (XlsxWriter would write them and spoil the file).
+# Characters XML 1.0 cannot carry (XlsxWriter would write them and spoil the file): each is written as "?".
 _ILLEGAL_XML = re.compile(r"[\000-\010]|[\013-\014]|[\016-\037]")
-
-
-def _clean_text(text: str) -> str:
-    """Text without the control characters an XLSX cannot hold (each becomes "?")."""
-    return _ILLEGAL_XML.sub("?", text)
 
 
 def _display_width(value: Value | FormulaError) -> int:

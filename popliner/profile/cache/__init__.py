@@ -24,17 +24,8 @@ are :mod:`popliner.profile.cache.info`; writing and reading an entry
 """
 
 from popliner.profile.cache.info import CacheEntry, CacheInfo, cache_dir, cache_info, clear_cache
-from popliner.profile.cache.store import (
-           CACHE_FORMAT,
-           CacheHit,
-           PendingStore,
-           cache_path,
-           load_cached,
-           seal,
-           store_cached,
-)
+from popliner.profile.cache.store import CACHE_FORMAT, CacheHit, PendingStore, cache_path, load_cached, seal
 from popliner.profile.cache.trust import Bad, check_csr, check_len, check_range
 
 __all__ = ["CACHE_FORMAT", "Bad", "CacheEntry", "CacheHit", "CacheInfo", "PendingStore", "cache_dir", "cache_info",
-           "cache_path", "check_csr", "check_len", "check_range", "clear_cache", "load_cached", "seal",
-           "store_cached"]
+           "cache_path", "check_csr", "check_len", "check_range", "clear_cache", "load_cached", "seal"]

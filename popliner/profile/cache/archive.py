@@ -237,13 +237,9 @@ def _narrowest_for(lo: int, hi: int) -> np.dtype[Any]:
 
 def unpack_all(arrays: dict[str, Any], codecs: dict[str, Any]) -> None:
     """Unpack, in place, every array ``codecs`` names, two at a time."""
-
-    def one(k: str) -> Any:
-        return unpack(arrays[k], codecs[k])
-
     names = list(codecs)
     with ThreadPoolExecutor(2) as pool:
-        out = list(pool.map(one, names))
+        out = list(pool.map(lambda k: unpack(arrays[k], codecs[k]), names))
     arrays.update(zip(names, out))
 
 

@@ -24,7 +24,7 @@ from popliner.profile.cache.trust import Bad, check_profile, digest, open_entry,
 from popliner.profile.model import Contexts, NameTable, Profile, Programs, Target, Variables, VertexTypes
 from popliner.profile.tilevector import RunTable
 
-__all__ = ["CACHE_FORMAT", "CacheHit", "PendingStore", "cache_path", "load_cached", "seal", "store_cached"]
+__all__ = ["CACHE_FORMAT", "CacheHit", "PendingStore", "cache_path", "load_cached", "seal"]
 
 log = logging.getLogger(__name__)
 
@@ -50,26 +50,12 @@ def cache_path(sha256: str, options_key: str, directory: str | os.PathLike[str] 
     return cache_dir(directory) / f"{sha256[:40]}-{key}.npz"
 
 
-def store_cached(path: Path, sha256: str, options_key: str, profile: Profile, derived: object,
-                 layers: tuple[str, object] | None = None) -> None:
-    """Write the cache file; a failure (read-only disk, full disk) is only logged.
-
-    ``derived`` is what the caller built from the profile (the operation
-    table), a frozen dataclass of arrays, tuples and scalars; ``layers``: the
-    layer assignment of the operations (another such dataclass) and the key
-    of the options that chose it (it is only used again under the same key).
-    """
-    with PendingStore(profile) as pending:
-        pending.finish(path, sha256, options_key, derived, layers)
-
-
 class PendingStore:
     """A cache file under way: the profile's columns are packed on two threads from the start.
 
-    The caller derives its data meanwhile, then calls :meth:`finish`
-    (:func:`store_cached` in two steps). Used as a context manager, so that
-    the threads stop when the caller fails in between; nothing is written
-    unless :meth:`finish` runs. The file is the same as :func:`store_cached`'s.
+    The caller derives its data meanwhile, then calls :meth:`finish`. Used as
+    a context manager, so that the threads stop when the caller fails in
+    between; nothing is written unless :meth:`finish` runs.
     """
 
     def __init__(self, profile: Profile) -> None:
@@ -92,7 +78,13 @@ class PendingStore:
 
     def finish(self, path: Path, sha256: str, options_key: str, derived: object,
                layers: tuple[str, object] | None = None) -> None:
-        """Add the caller's data, wait for the packing and write the file (see :func:`store_cached`)."""
+        """Add the caller's data, wait for the packing and write the file (a failure, a full disk say, is logged).
+
+        ``derived`` is what the caller built from the profile (the operation
+        table), a frozen dataclass of arrays, tuples and scalars; ``layers``: the
+        layer assignment of the operations (another such dataclass) and the key
+        of the options that chose it (it is only used again under the same key).
+        """
         arrays = self._arrays
         meta = {
             "version": __version__,
