@@ -7,13 +7,36 @@ int64 keys a full-size profile produces.
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
-__all__ = ["expand_ranges", "gather_csr", "huge_page_setter", "rank_by_table", "sorted_unique", "union_of",
-           "unique_inverse"]
+__all__ = ["content_key", "digest_array", "expand_ranges", "gather_csr", "huge_page_setter", "rank_by_table",
+           "sorted_unique", "union_of", "unique_inverse"]
+
+
+def digest_array(digest: Any, part: np.ndarray) -> None:
+    """Feed ``digest`` an array's type and length, then its values: no two sequences of parts feed the same."""
+    digest.update(np.dtype(part.dtype).str.encode() + len(part).to_bytes(8, "little"))
+    digest.update(np.ascontiguousarray(part).view(np.uint8).data)
+
+
+def content_key(prefix: bytes, *parts: np.ndarray | bytes) -> bytes:
+    """A memo key: ``prefix``, then a SHA-256 digest of ``parts`` (arrays by type, length and values; bytes as given).
+
+    Equal parts give equal keys; the key keeps no copy of the values (a per-variable flag column of a large
+    profile is tens of MB, and a memo held several such keys).
+    """
+    digest = hashlib.sha256()
+    for part in parts:
+        if isinstance(part, bytes):
+            digest.update(b"bytes" + len(part).to_bytes(8, "little") + part)
+        else:
+            digest_array(digest, np.asarray(part).reshape(-1))
+    return prefix + digest.digest()
 
 
 def expand_ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:

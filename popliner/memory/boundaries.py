@@ -205,19 +205,22 @@ def variable_layer_span(profile: Profile, ops: OperationTable, model: MemoryMode
 
     The unlayered operations count as layer 0 (they go with the first
     stage). Unused variables get ``lo`` = the dtype's largest value and
-    ``hi = -1``; int32 while the layers fit (half the pages to fill).
+    ``hi = -1``; int16 while the layers fit, else int32 (a quarter or half of int64's pages to fill; a plan keeps
+    one span per layering). Only compared, counted and listed, never added to.
     """
     layer_of_op = np.where(layer_of_op < 0, 0, layer_of_op)
     counted = np.flatnonzero(model.counted_vars)
     lay_of = layer_of_op[counted]
     n = profile.variables.count
-    dtype = np.int32 if num_layers < 2**31 - 1 else np.int64
+    dtype = np.int16 if num_layers < 2**15 - 1 else np.int32 if num_layers < 2**31 - 1 else np.int64
     lo = np.full(n, np.iinfo(dtype).max, dtype)
     hi = np.full(n, -1, dtype)
     # One plain scatter per layer in layer order (later layers overwrite hi,
     # earlier ones lo). Every value in one scatter is the same, so repeated
     # indices cannot matter; several times faster than np.minimum.at.
-    per_layer = [(k, gather_csr(ops.var_ptr, ops.var_idx, counted[lay_of == k]))
+    # Every layer's entries are held for the two passes: in int32 while the variables' indices fit (half the bytes).
+    index = np.int32 if n < 2**31 else np.int64
+    per_layer = [(k, gather_csr(ops.var_ptr, ops.var_idx, counted[lay_of == k]).astype(index))
                  for k in np.unique(lay_of).tolist()]
     for k, var in per_layer:
         hi[var] = k
@@ -233,8 +236,9 @@ def wrapped_head_hi(profile: Profile, model: MemoryModel, layer_of_op: np.ndarra
     both = (lo == 0) & (hi == head)
     if not both.any():
         return hi
-    # The last layer before the head that uses each variable (0: only the embedding and the head).
-    before = np.zeros(profile.variables.count, np.int64)
+    # The last layer before the head that uses each variable (0: only the embedding and the head), in the span's
+    # type (int32 while the layers fit: a column over every variable, kept for every option set of a plan).
+    before = np.zeros(profile.variables.count, hi.dtype)
     for k in range(1, head):
         before[model.counted_variables(ops_of_layers(layer_of_op, [k], False))] = k
     return np.where(both, before, hi)

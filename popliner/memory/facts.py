@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from popliner.arrays import content_key
 from popliner.layout import Layout
 from popliner.memory.boundaries import Boundaries, build_boundaries
 from popliner.memory.cycles import CycleFacts, cycle_facts, op_cycles
@@ -131,8 +132,7 @@ class MemoryFacts:
         The layer span (and a wrapped head's) reads the layering and the counted operations only, the
         constants the operations only: the same for every option set, so worked out once per profile.
         """
-        layering = self.layer_of_op.tobytes() + self.model.counted_vars.tobytes()
-        key = layering + self.num_layers.to_bytes(8, "little")
+        key = content_key(b"", self.layer_of_op, self.model.counted_vars, self.num_layers.to_bytes(8, "little"))
         span_key, wrapped_key = b"layer-span:" + key, b"wrapped-hi:" + key
         made = build_boundaries(self.profile, self.ops, self.model, self.layer_of_op, self.num_layers,
                                 self.head_wraps, self.is_backward, self.always_live_var,
@@ -171,18 +171,20 @@ class MemoryFacts:
 
     def _cut_profile(self, cut: np.ndarray) -> Profile:
         # Option sets that cut the same variables of the same what-if profile (the head placements, often)
-        # share one forward-cut profile, found by content.
-        made: list[tuple[Profile, np.ndarray, Profile]] = self.memo.setdefault(b"cut-profiles", [])
+        # share one forward-cut profile, found by content (a digest of the cut: no copy of it is kept).
+        made: list[tuple[Profile, bytes, Profile]] = self.memo.setdefault(b"cut-profiles", [])
+        key = content_key(b"cut", cut)
         for what_if, known, found in made:
-            if what_if is self.profile and np.array_equal(known, cut):
+            if what_if is self.profile and known == key:
                 return found
         pick = cut >= 0
         n = self.profile.variables.count
-        keep_lo = np.where(pick, 0, -1).astype(np.int64)
-        keep_hi = np.where(pick, cut, -1).astype(np.int64)
-        none = np.full(n, -1, np.int64)
+        # In the cut's type (the steps' type: int32 while steps fit): three columns over every variable.
+        keep_lo = np.where(pick, 0, -1).astype(cut.dtype)
+        keep_hi = np.where(pick, cut, -1).astype(cut.dtype)
+        none = np.full(n, -1, cut.dtype)
         found = with_live_steps(self.profile, self.profile.variables.bytes, none, none, keep_lo, keep_hi)
-        made.append((self.profile, cut, found))
+        made.append((self.profile, key, found))
         return found
 
 

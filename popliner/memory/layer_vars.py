@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from popliner.arrays import expand_ranges, gather_csr, sorted_unique
+from popliner.arrays import content_key, expand_ranges, gather_csr, sorted_unique
 
 if TYPE_CHECKING:
     from popliner.memory.facts import MemoryFacts
@@ -63,14 +63,17 @@ class LayerVariables:
         self.ptr = np.searchsorted(run_layer[order], np.arange(facts.num_layers + 1))
         self.index = facts.boundaries.multi_layer_index
         self._ranks = _rank_words(self.multi)
+        #: The private variables in int32 when every index fits: they are every layer's, kept for every option
+        #: set of the layering (a plan's), and only index columns.
+        self._private_type = np.int32 if lo.size < 2**31 else np.int64
         self._made: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
 
     @classmethod
     def of(cls, facts: MemoryFacts) -> LayerVariables:
         """The facts', shared with the other option sets of its profile and layering (head placements, plans)."""
         # What the split reads besides the operation table (the same for every option set of the profile).
-        key = b"layer-variables:" + facts.layer_of_op.tobytes() + facts.model.counted_vars.tobytes() + (
-            facts.num_layers.to_bytes(8, "little"))
+        key = content_key(b"layer-variables:", facts.layer_of_op, facts.model.counted_vars,
+                          facts.num_layers.to_bytes(8, "little"))
         found: LayerVariables | None = facts.memo.get(key)
         if found is None:
             found = facts.memo[key] = cls(facts)
@@ -95,9 +98,9 @@ class LayerVariables:
         return np.asarray(before[word] + np.bitwise_count(below), np.int64)
 
     def private(self, j: int) -> np.ndarray:
-        """Layer ``j``'s counted variables that no other layer uses, sorted (int64)."""
+        """Layer ``j``'s counted variables that no other layer uses, sorted (int32 when every index fits)."""
         a, b = int(self.ptr[j]), int(self.ptr[j + 1])
-        return expand_ranges(self.starts[a:b], self.lengths[a:b])
+        return expand_ranges(self.starts[a:b], self.lengths[a:b]).astype(self._private_type, copy=False)
 
     def shared(self, ops: np.ndarray) -> np.ndarray:
         """The counted variables of the layer's operations ``ops`` that other layers use too, sorted (int64)."""

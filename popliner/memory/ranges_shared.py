@@ -36,12 +36,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from popliner.arrays import content_key, digest_array
 from popliner.memory.liveness import SegmentGrid, class_steps
 from popliner.memory.liveness.grid import Columns, cell_dtype
 from popliner.memory.program_part import ProgramPart, program_part
 from popliner.memory.stash_row import class_columns, stash_columns
-from popliner.memory.variable_tables import VariableTable
 from popliner.memory.variable_tables import changed_variables as _changed  # tests replace it by this name
+from popliner.memory.variable_tables import table_key
 from popliner.ops.operations import OperationTable
 from popliner.profile.model import Profile
 
@@ -81,10 +82,11 @@ class SharedParts:
         #: The option-free memo every option set's memory facts share (:attr:`popliner.memory.facts.MemoryFacts.memo`):
         #: their training views' roles, layer spans, constants, forward-cut profiles and layer variables.
         self.view_memo: dict[bytes, Any] = {}
-        #: Each distinct variable table met (what-if and forward-cut profiles), and never-stashed set; None once
-        #: forgotten (:meth:`forget_deltas`: its number is not given again).
-        self._tables: list[VariableTable | None] = []
-        self._never: list[np.ndarray | None] = []
+        #: The number of each distinct variable table met (what-if and forward-cut profiles) and never-stashed set,
+        #: by digest; numbers forgotten (:meth:`forget_deltas`) are not given again.
+        self._tables: dict[bytes, int] = {}
+        self._never: dict[bytes, int] = {}
+        self._numbers = 0
         #: Range figures by what they depend on (:meth:`RangeState.other_figure`): (worst, stash, total, peak).
         self.range_figures: dict[tuple[object, ...], tuple[int, np.ndarray, np.ndarray, np.ndarray | None]] = {}
         #: Each variable table's pieces of a layer's variables: (table, what, variables) -> pieces.
@@ -105,14 +107,13 @@ class SharedParts:
         """
         if var.dtype == bool:
             parts = [np.array([var.size]), np.packbits(var)]
-        else:
-            v = var.astype(np.int64, copy=False)
-            cut = np.flatnonzero(np.diff(v) != 1) + 1  # each run: first and last value
-            parts = [np.array([var.size]), v[np.concatenate(([0], cut))], v[np.concatenate((cut - 1, [v.size - 1]))]
-                     ] if v.size else [np.array([0])]
+        else:  # the runs' ends in int64, whatever the indices' type (no copy of them)
+            cut = np.flatnonzero(np.diff(var) != 1) + 1  # each run: first and last value
+            parts = [np.array([var.size]), var[np.concatenate(([0], cut))].astype(np.int64),
+                     var[np.concatenate((cut - 1, [var.size - 1]))].astype(np.int64)] if var.size else [np.array([0])]
         digest = hashlib.sha256(b"flags" if var.dtype == bool else b"indices")
         for part in parts:
-            _digest_part(digest, part)
+            digest_array(digest, part)
         return digest.digest()
 
     def table(self, profile: Profile, changed: np.ndarray) -> int:
@@ -124,12 +125,7 @@ class SharedParts:
         recomputation; the same forward cut whatever the head placement), and
         then share its corrected parts too.
         """
-        table = VariableTable.of(profile, changed)
-        for k, known in enumerate(self._tables):
-            if known is not None and known.same(table):
-                return k
-        self._tables.append(table)
-        return len(self._tables) - 1
+        return self._number(self._tables, table_key(profile, changed))
 
     def class_ids(self, profile: Profile) -> np.ndarray:
         """Per liveness class of ``profile`` (a what-if profile of this one): a number that classes of equal live
@@ -149,17 +145,20 @@ class SharedParts:
 
     def never_stash(self, never: np.ndarray) -> int:
         """A number per distinct never-stashed set (``every-layer``'s recomputed variables)."""
-        for k, known in enumerate(self._never):
-            if known is not None and (known is never or np.array_equal(known, never)):
-                return k
-        self._never.append(never)
-        return len(self._never) - 1
+        return self._number(self._never, content_key(b"never", np.asarray(never, bool)))
+
+    def _number(self, known: dict[bytes, int], key: bytes) -> int:
+        found = known.get(key)
+        if found is None:
+            found = known[key] = self._numbers
+            self._numbers += 1
+        return found
 
     @property
     def grid(self) -> SegmentGrid:
         """The profile's own liveness grid: only its segments are used (events are made on it, never added)."""
         if self._grid is None:
-            self._grid = SegmentGrid.of(self.profile, dtype=self.grid_dtype(self.profile))
+            self._grid = SegmentGrid.of(self.profile, dtype=self.grid_dtype(self.profile), buffers=False)
         return self._grid
 
     @property
@@ -214,8 +213,8 @@ class SharedParts:
         (:func:`popliner.memory.stash_row.class_columns`); owners are positions
         in ``part.var``. ``pick``: the key of the positions' flags and the
         positions, none of them always live (so each a stash candidate as
-        profiled); ``columns``: gives the classes, tiles and bytes of those, read
-        only when the piece is made (an unchanged variable's are the profiled ones).
+        profiled); ``columns``: gives the classes, tiles and bytes of those, when the
+        caller has them (an unchanged variable's are the profiled ones); read only to make the piece.
         """
         where = (what, part.key, pick[0])
         found = self._base.get(where)
@@ -248,8 +247,8 @@ class SharedParts:
         self.range_figures.clear()
         self.fingerprints.clear()
         self._buffers.clear()
-        self._tables = [None] * len(self._tables)
-        self._never = [None] * len(self._never)
+        self._tables.clear()
+        self._never.clear()
         for key in [k for k in self.view_memo if k.startswith(_OPTION_VIEWS)]:
             del self.view_memo[key]
 
@@ -264,7 +263,7 @@ class SharedParts:
 
 class VarSet:
     """One set of a layer's variables (its private or its shared ones) as the parts read it: its key, and, each
-    read once when first needed, its split on an option set's changed variables and the columns of each side."""
+    read once when first needed, its split on an option set's changed variables and each side's columns."""
 
     def __init__(self, shared: SharedParts, var: np.ndarray) -> None:
         self.var = var
@@ -274,19 +273,19 @@ class VarSet:
         self._picked: list[tuple[Profile, np.ndarray, int, Columns]] = []
 
     def picked(self, profile: Profile, own: np.ndarray, side: int) -> Columns:
-        """The classes, tiles and bytes in ``profile`` of one side of :meth:`split`: 0 the variables taken as
-        profiled (made on the profile's grid), 1 the others.
+        """The classes, tiles and bytes in ``profile`` of one side of :meth:`split` (0: the variables taken as
+        profiled, 1: those made on the grid).
 
-        Only the side asked is read: a layer's fingerprint reads the few variables an option set makes itself, and
-        the profiled side is read once, when the profile's piece is made (the profile's pieces are shared).
+        One side at a time: an option set that takes a range's figure from another reads the second side of
+        its layers only (for their fingerprints), and a layer's sets are kept until its parts are made, if ever.
         """
         for known, mark, which, found in self._picked:
             if known is profile and mark is own and which == side:
                 return found
         (_, base), at = self.split(own)
-        sub = self.var[base if side == 0 else at]
+        var = self.var[(base, at)[side]]
         v = profile.variables
-        made = (v.klass[sub], v.tile[sub], v.bytes[sub])
+        made = v.klass[var], v.tile[var], v.bytes[var]
         self._picked.append((profile, own, side, made))
         return made
 
@@ -304,9 +303,16 @@ class VarSet:
             if known is own:
                 return found
         pick = ~self.shared.classes[0][self.var] & ~own[self.var]
-        made = ((self.shared.key(pick), np.flatnonzero(pick)), np.flatnonzero(~pick))
+        # Positions in int32 when they fit: kept with the set (a what-if grid's sides of every layer).
+        made = ((self.shared.key(pick), _positions(pick)), _positions(~pick))
         self._splits.append((own, made))
         return made
+
+
+def _positions(flags: np.ndarray) -> np.ndarray:
+    """The positions of the set flags (int32 when every position fits)."""
+    found = np.flatnonzero(flags)
+    return found.astype(np.int32) if flags.size < 2**31 else found
 
 
 def _buffer_key(grid: SegmentGrid) -> tuple[object, ...]:
@@ -357,11 +363,11 @@ class _GridShare:
         v = self.grid.p.variables
         sub = part.var[at]
         digest.update(pick[0])
-        _digest_part(digest, self.class_ids[v.klass[sub]])
+        digest_array(digest, self.class_ids[v.klass[sub]])
         if v.bytes is self.shared.profile.variables.bytes:
             digest.update(b"bytes as profiled")
         else:
-            _digest_part(digest, v.bytes[sub])
+            digest_array(digest, v.bytes[sub])
 
     @classmethod
     def of(cls, shared: SharedParts, grid: SegmentGrid, changed: np.ndarray, own: np.ndarray | None = None
@@ -385,13 +391,13 @@ class _GridShare:
         """The variables taken as profiled (moved here), then the others made here."""
         pick, at = part.split(self.own)
         merged = what == "merged"
-        profile = self.grid.p
-        columns = (lambda: part.picked(profile, self.own, 0)) if merged else None
-        out = [self._moved(self.shared.base(what, part, pick, columns))] if pick[1].size else []
+        out = ([self._moved(self.shared.base(what, part, pick,
+                                             (lambda: part.picked(self.grid.p, self.own, 0)) if merged else None))]
+               if pick[1].size else [])
         if at.size:
             var = part.var[at]
             if merged:
-                out.append(self.grid.merged(var, part.picked(profile, self.own, 1)))
+                out.append(self.grid.merged(var, part.picked(self.grid.p, self.own, 1)))
             else:
                 own = self.grid.events_of(var, with_owner=True)
                 own["owner"] = at[own["owner"]]
@@ -427,12 +433,6 @@ def _changed_from(profile: Profile, base: Profile) -> np.ndarray:
     if changed is None:  # with_live_steps only appends classes and keeps the tiles
         raise AssertionError("a what-if profile's class table does not extend the profile's")
     return changed
-
-
-def _digest_part(digest: Any, part: np.ndarray) -> None:
-    """Feed ``digest`` an array's type and length, then its values: no two sequences of parts feed the same."""
-    digest.update(np.dtype(part.dtype).str.encode() + len(part).to_bytes(8, "little"))
-    digest.update(np.ascontiguousarray(part).view(np.uint8).data)
 
 
 class EngineShare:
@@ -501,8 +501,8 @@ class EngineShare:
     def _stash(self, part: VarSet, with_owner: bool) -> tuple[Events, ...]:
         pick, at = part.split(self.grid.own)
         profile, mark = self.facts.profile, self.grid.own
-        columns = None if with_owner else (lambda: part.picked(profile, mark, 0))
-        out = ([self.shared.base("stash-owned" if with_owner else "stash", part, pick, columns)]
+        out = ([self.shared.base("stash-owned" if with_owner else "stash", part, pick,
+                                 None if with_owner else (lambda: part.picked(profile, mark, 0)))]
                if pick[1].size else [])
         if at.size:
             given = None if with_owner else part.picked(profile, mark, 1)

@@ -87,10 +87,7 @@ def _grouped_by_class(sv: np.ndarray | None, klass: np.ndarray, class_steps: tup
     pairs = pair_groups(first + 1, last + 1)
     if pairs is None or pairs[0].size * tiles > 4 * klass.size:
         return None
-    group = pairs[2][rank]
-    # float64 bincount: exact while a tile's bytes in one group are below 2**53.
-    dense = np.bincount(group * tiles + tile, weights=nbytes,
-                        minlength=pairs[0].size * tiles).astype(np.int64).reshape(-1, tiles)
+    dense = _pair_bytes(pairs[2][rank], tile, nbytes, pairs[0].size, tiles)
     return {"first": pairs[0] - 1, "last": pairs[1] - 1, "dense": dense}
 
 
@@ -114,10 +111,21 @@ def _grouped(cols: dict[str, np.ndarray], tiles: int) -> dict[str, np.ndarray]:
         pair_first, pair_last, group = pairs[0] - 1, pairs[1] - 1, pairs[2]
     if pair_first.size * tiles > 4 * first.size:
         return cols
-    # float64 bincount: exact while a tile's bytes in one group are below 2**53.
-    dense = np.bincount(group * tiles + cols["tile"], weights=cols["nbytes"],
-                        minlength=pair_first.size * tiles).astype(np.int64).reshape(-1, tiles)
+    dense = _pair_bytes(group, cols["tile"], cols["nbytes"], pair_first.size, tiles)
     return {"first": pair_first, "last": pair_last, "dense": dense}
+
+
+def _pair_bytes(group: np.ndarray, tile: np.ndarray, nbytes: np.ndarray, pairs: int, tiles: int) -> np.ndarray:
+    """The bytes of each (pair, tile): a row per pair, in int32 when every sum fits (else int64).
+
+    The rows are kept per layer for every range that holds it (hundreds of MB at 120 BERT-Large layers in
+    int64); a sum of them (:meth:`StashRow.entry`) accumulates in int64 either way, so the figures are the same.
+    """
+    # float64 bincount: exact while a tile's bytes in one group are below 2**53.
+    dense = np.bincount(group * tiles + tile, weights=nbytes, minlength=pairs * tiles).astype(np.int64)
+    if dense.size and 0 <= int(dense.min()) and int(dense.max()) < 2**31:
+        dense = dense.astype(np.int32)
+    return dense.reshape(-1, tiles)
 
 
 def pair_groups(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
@@ -174,7 +182,7 @@ class StashRow:
         for c in self.chunks:
             stash = select_stash(self.facts, c["first"], c["last"], windows)
             if "dense" in c:
-                out += c["dense"][stash].sum(axis=0)
+                out += c["dense"][stash].sum(axis=0, dtype=np.int64)
             else:
                 # float64 bincount as in the facts: exact while a tile's entry is below 2**53 bytes.
                 out += np.bincount(c["tile"][stash], weights=c["nbytes"][stash], minlength=self.tiles).astype(np.int64)

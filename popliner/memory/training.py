@@ -22,6 +22,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from popliner.arrays import content_key
 from popliner.errors import UsageProblem
 from popliner.layout import EMBEDDING_GROUP, HEAD_GROUP, HEAD_PLACEMENTS, HeadPlacement
 from popliner.memory.whatif import Roles, optimizer_state_variables, rewrite
@@ -160,8 +161,8 @@ def build_training_view(profile: Profile, ops: OperationTable, layer_of_op: np.n
         none = np.zeros(ops.count, bool)
         return TrainingView(options, "none", profile, np.asarray(backward_named, bool), none, np.zeros(v.count, bool),
                             none, np.zeros(v.count, bool), False, False, np.full(v.count, -1, np.int64), none)
-    key = b"roles" + np.asarray(backward_named, bool).tobytes() + repr(
-        (options.update_regex, options.optimizer_state_regex)).encode()
+    key = content_key(b"roles", np.asarray(backward_named, bool),
+                      repr((options.update_regex, options.optimizer_state_regex)).encode())
     found = memo.get(key) if memo is not None else None
     if found is None:
         always = profile.always_live_classes()[v.klass]

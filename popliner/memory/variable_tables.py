@@ -10,30 +10,23 @@ from __future__ import annotations
 
 import numpy as np
 
+from popliner.arrays import content_key
 from popliner.profile.model import Profile
 
-__all__ = ["VariableTable", "changed_variables"]
+__all__ = ["changed_variables", "table_key"]
 
 
-class VariableTable:
-    """What tells one variable table from another of the same profile: the class table and the changed variables.
+def table_key(profile: Profile, changed: np.ndarray) -> bytes:
+    """What tells one variable table from another of the same profile: a digest of the class table and the
+    changed variables' indices, classes and bytes.
 
-    Both extend the same profiled table (:func:`changed_variables` checked that), so
-    two with equal class tables, equal changed variables and equal classes
-    and bytes of those give every variable the same live steps and bytes.
+    Every such table extends the same profiled one (:func:`changed_variables` checked that), so two of
+    equal keys give every variable the same live steps and bytes. A digest, not the arrays: a plan meets a
+    dozen tables of millions of changed variables each.
     """
-
-    def __init__(self, parts: tuple[np.ndarray, ...]) -> None:
-        self.parts = parts
-
-    @classmethod
-    def of(cls, profile: Profile, changed: np.ndarray) -> VariableTable:
-        at = np.flatnonzero(changed)
-        v = profile.variables
-        return cls((profile.class_ptr, profile.iv_start, profile.iv_end, at, v.klass[at], v.bytes[at]))
-
-    def same(self, other: VariableTable) -> bool:
-        return all(a.shape == b.shape and np.array_equal(a, b) for a, b in zip(self.parts, other.parts))
+    at = np.flatnonzero(changed)
+    v = profile.variables
+    return content_key(b"table", profile.class_ptr, profile.iv_start, profile.iv_end, at, v.klass[at], v.bytes[at])
 
 
 def changed_variables(profile: Profile, base: Profile) -> np.ndarray | None:

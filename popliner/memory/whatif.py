@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from popliner.arrays import expand_ranges, gather_csr, rank_by_table
+from popliner.arrays import content_key, expand_ranges, gather_csr, rank_by_table
 from popliner.memory.liveness import class_steps
 from popliner.ops.layers import compile_regex
 from popliner.ops.operations import OperationTable
@@ -95,7 +95,7 @@ def rewrite(profile: Profile, ops: OperationTable, layer_of_op: np.ndarray, num_
     window = _Spread.none()  # off chip: the state keeps only its steps lo..hi
     # The state's window reads the updates and the state; the what-if profile those, the sharding and
     # (every-layer only) the cuts, which read the layering (see _recompute_cuts).
-    roles_key = b"".join(np.asarray(a, bool).tobytes() for a in (roles.is_update, roles.optimizer_state))
+    roles_key = content_key(b"", np.asarray(roles.is_update, bool), np.asarray(roles.optimizer_state, bool))
     if off_chip:
         window_key = b"offchip" + roles_key + np.dtype(steps).str.encode()
         found = memo.get(window_key) if memo is not None else None
@@ -108,7 +108,8 @@ def rewrite(profile: Profile, ops: OperationTable, layer_of_op: np.ndarray, num_
     layering = b""
     if recompute in ("every-layer", "pipeline"):
         # The cuts read the layering and the roles (not where the state lives): one per mode and layering.
-        layering = _cuts_key(layer_of_op, num_layers, roles, steps) + roles.always_live.tobytes() + roles_key
+        layering = content_key(b"", _cuts_key(layer_of_op, num_layers, roles, steps),
+                               np.asarray(roles.always_live, bool), roles_key)
         cuts_key = b"whatif-cuts-" + recompute.encode() + layering
         found_cuts = memo.get(cuts_key) if memo is not None else None
         if found_cuts is None:
@@ -130,9 +131,9 @@ def rewrite(profile: Profile, ops: OperationTable, layer_of_op: np.ndarray, num_
 
 
 def _cuts_key(layer_of_op: np.ndarray, num_layers: int, roles: Roles, steps: type[np.signedinteger]) -> bytes:
-    """What :func:`_recompute_cuts`'s spans read besides the profile and the operations: the layering."""
-    return b"".join((np.asarray(layer_of_op, np.int64).tobytes(), np.asarray(roles.groups, np.int64).tobytes(),
-                     np.asarray(roles.is_backward, bool).tobytes(), str((num_layers, np.dtype(steps).str)).encode()))
+    """What :func:`_recompute_cuts`'s spans read besides the profile and the operations: the layering (a digest)."""
+    return content_key(b"", np.asarray(layer_of_op, np.int64), np.asarray(roles.groups, np.int64),
+                       np.asarray(roles.is_backward, bool), str((num_layers, np.dtype(steps).str)).encode())
 
 
 @dataclass(frozen=True, eq=False)
@@ -264,7 +265,11 @@ def _unit_span(ops: OperationTable, unit: np.ndarray, num_vars: int,
     lo = np.full(num_vars, -1, dtype)
     hi = np.full(num_vars, -1, dtype)
     units = np.unique(unit[unit >= 0])
-    per_unit = [(int(k), gather_csr(ops.var_ptr, ops.var_idx, np.flatnonzero(unit == k))) for k in units.tolist()]
+    # Every unit's entries are held for the two passes: in int32 while the variables' indices fit (half the bytes
+    # of the operation table's entries, tens of millions at 120 BERT-Large layers).
+    index = np.int32 if num_vars < 2**31 else np.int64
+    per_unit = [(int(k), gather_csr(ops.var_ptr, ops.var_idx, np.flatnonzero(unit == k)).astype(index))
+                for k in units.tolist()]
     # One plain scatter per unit, in unit order (hi) and reversed (lo): each writes one value.
     for k, var in per_unit:
         hi[var] = k
@@ -316,25 +321,35 @@ def _changed_intervals(profile: Profile, rows: np.ndarray) -> tuple[np.ndarray, 
 def _unique_rows(columns: list[np.ndarray], num_steps: int) -> tuple[np.ndarray, np.ndarray]:
     """Distinct rows of the columns (class, cut lo, cut hi, keep lo, keep hi) and each row's position among them.
 
-    The rows come back in lexicographic order, as a sort on the five columns gives them.
+    The rows come back in lexicographic order, as a sort on the five columns gives them, in int64.
     """
     # Steps fit in few bits once "never" is mapped to num_steps + 1; pack the
     # row into one int64 when it fits (a sort on one key instead of five).
     cap = num_steps + 2
-    steps = [np.minimum(np.where(col < 0, cap, col), cap) for col in columns[1:]]
     # Each column's values replaced by their rank among its distinct values: the same grouping and
     # the same (lexicographic) order in far fewer bits, so the row packs into one int64 (the rows of
     # changed variables have a few hundred distinct values per column, where steps alone take 15 bits).
-    ranks = [_dense_rank(col) for col in [columns[0], *steps]]
-    bits = [max(int(r.max()).bit_length(), 1) for r in ranks]
-    if sum(bits) <= 62:
-        packed = ranks[0]
-        for r, b in zip(ranks[1:], bits[1:]):
-            packed = (packed << b) | r
+    # Column by column into the packed key, so that one column's ranks are held at a time (millions of
+    # changed variables under every-layer: each column of int64 ranks is tens of MB).
+    packed: np.ndarray | None = None
+    bits = 0
+    for k, col in enumerate(columns):
+        rank = _dense_rank(col if k == 0 else np.minimum(np.where(col < 0, cap, col), cap))
+        width = max(int(rank.max()).bit_length(), 1)
+        bits += width
+        if bits > 62:
+            packed = None
+            break
+        if packed is None:
+            packed = rank
+        else:
+            packed <<= width
+            packed |= rank
+    if packed is not None:
         _, first, inverse = np.unique(packed, return_index=True, return_inverse=True)
-        return np.stack([col[first] for col in columns], axis=1), inverse.reshape(-1)
+        return np.stack([col[first] for col in columns], axis=1).astype(np.int64), inverse.reshape(-1)
     uniq, inverse = np.unique(np.stack(columns, axis=1), axis=0, return_inverse=True)
-    return uniq, inverse.reshape(-1)
+    return uniq.astype(np.int64), inverse.reshape(-1)
 
 
 def _dense_rank(values: np.ndarray) -> np.ndarray:
@@ -374,13 +389,14 @@ def with_live_steps(profile: Profile, nbytes: np.ndarray, cut_lo: np.ndarray, cu
         if np.array_equal(nbytes, v.bytes):
             return profile
         return replace(profile, variables=v.replace(bytes=nbytes.astype(v.bytes.dtype, copy=False)))
-    big = np.int64(_NEVER)
+    # The changed variables' columns in the steps' own type (int32 while steps fit, as the "never" marker does):
+    # under every-layer they are millions of rows each.
     is_cut = cut_hi[changed] >= 0
-    c_lo = np.where(is_cut, cut_lo[changed], big)
-    c_hi = np.where(is_cut, cut_hi[changed], big)
+    c_lo = np.where(is_cut, cut_lo[changed], _NEVER)
+    c_hi = np.where(is_cut, cut_hi[changed], _NEVER)
     k_lo = np.where(is_cut, 0, keep_lo[changed])
-    k_hi = np.where(is_cut, big, keep_hi[changed])
-    uniq, inverse = _unique_rows([v.klass[changed].astype(np.int64), c_lo, c_hi, k_lo, k_hi], profile.num_steps)
+    k_hi = np.where(is_cut, _NEVER, keep_hi[changed])
+    uniq, inverse = _unique_rows([v.klass[changed], c_lo, c_hi, k_lo, k_hi], profile.num_steps)
     own, starts, ends = _changed_intervals(profile, uniq)
     new_counts = np.bincount(own, minlength=len(uniq))
     base = int(profile.class_ptr[-1])

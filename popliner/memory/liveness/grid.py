@@ -52,7 +52,7 @@ class SegmentGrid:
     """
 
     def __init__(self, profile: Profile, ends: np.ndarray, block: int = BLOCK,
-                 dtype: type[np.signedinteger] | None = None) -> None:
+                 dtype: type[np.signedinteger] | None = None, buffers: bool = True) -> None:
         self.p = profile
         self.ends = ends
         self.width = len(ends)
@@ -65,11 +65,13 @@ class SegmentGrid:
         self.dtype = dtype if dtype is not None else cell_dtype(profile)
         cells = self.nblocks * self.block * max(self.tiles, 1)
         self.cell_dtype = np.int32 if cells < 2**31 else np.int64
-        shape = (self.nblocks, self.block, self.tiles)
-        self.diff = np.zeros(shape, self.dtype)
-        self.run = np.zeros(shape, self.dtype)
-        self.block_max = np.zeros((self.nblocks, self.tiles), self.dtype)
-        self.block_sum = np.zeros((self.nblocks, self.tiles), self.dtype)
+        # ``buffers`` False: a grid whose segments alone are read (events made on it, never added), with empty
+        # buffers, as a grid that gave its buffers back (tens to hundreds of MB on a large profile).
+        rows = self.nblocks if buffers else 0
+        self.diff = np.zeros((rows, self.block, self.tiles), self.dtype)
+        self.run = np.zeros((rows, self.block, self.tiles), self.dtype)
+        self.block_max = np.zeros((rows, self.tiles), self.dtype)
+        self.block_sum = np.zeros((rows, self.tiles), self.dtype)
         self.stale = np.zeros(self.nblocks, bool)  # events added since the block's sums were taken
         self.touched = np.zeros(self.nblocks, bool)  # events added since the last clear
         self.owner: object | None = None  # the running set whose variables the grid holds
@@ -82,12 +84,12 @@ class SegmentGrid:
         self._known = self.nblocks
 
     @classmethod
-    def of(cls, profile: Profile, block: int = BLOCK, dtype: type[np.signedinteger] | None = None
-           ) -> SegmentGrid:
+    def of(cls, profile: Profile, block: int = BLOCK, dtype: type[np.signedinteger] | None = None,
+           buffers: bool = True) -> SegmentGrid:
         """``dtype``: :func:`cell_dtype` of the profile when already known. Refused past the grid cells limit."""
         ends = segment_ends(profile)
         check_grid_cells(profile.path, profile.tiles, len(ends))
-        return cls(profile, ends, block, dtype)
+        return cls(profile, ends, block, dtype, buffers)
 
     def clear(self) -> None:
         touched = np.flatnonzero(self.touched)
