@@ -111,10 +111,7 @@ class SharedParts:
             cut = np.flatnonzero(np.diff(var) != 1) + 1  # each run: first and last value
             parts = [np.array([var.size]), var[np.concatenate(([0], cut))].astype(np.int64),
                      var[np.concatenate((cut - 1, [var.size - 1]))].astype(np.int64)] if var.size else [np.array([0])]
-        digest = hashlib.sha256(b"flags" if var.dtype == bool else b"indices")
-        for part in parts:
-            digest_array(digest, part)
-        return digest.digest()
+        return content_key(b"", b"flags" if var.dtype == bool else b"indices", *parts)
 
     def table(self, profile: Profile, changed: np.ndarray) -> int:
         """A number per distinct variable table (classes, intervals, bytes, tiles): equal numbers, equal tables.
