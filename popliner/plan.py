@@ -211,6 +211,7 @@ def _best_placement(base: ProfileBase, resolved: Resolved, request: SplitRequest
     (:func:`placement_order`). The placements' scenarios share the base's option-free layer parts."""
     tied = base.tied_weight(resolved.options)
     order = placement_order(base.framework.name, tied, request.num_ipus)
+    base.shared.share_between_option_sets()
     scored = []
     for rank, placement in enumerate(order):
         options = dataclasses.replace(resolved.options, head_placement=placement)
@@ -370,6 +371,7 @@ def _auto_recompute(analysis: Analysis, problem: SplitProblem, split: SplitResul
     for mode in AUTO_ORDER[1:]:
         if split.fits or analysis.mode != "training" or analysis.facts.view.recompute == "compiled":
             break
+        analysis.base.shared.share_between_option_sets()
         analysis = scenario(analysis.base, dataclasses.replace(analysis.options.training, recompute=mode))  # type: ignore[arg-type]
         problem = dataclasses.replace(problem, training=analysis.mode == "training")
         split = _solve(analysis, problem, request, started)

@@ -116,6 +116,7 @@ def suggest_options(analysis: Analysis, problem: SplitProblem, link_bytes_per_se
     options = list(_candidates(current, analysis.base.state_off_chip))
     found: list[tuple[TrainingOptions, int]] = []
     tried = 0
+    analysis.base.shared.share_between_option_sets()
     try:
         for option in options:
             check_deadline(None if deadline is None else deadline - setup_seconds)

@@ -66,6 +66,7 @@ def _analysis(source: str) -> Analysis:
 def _option_engines(source: str) -> Iterator[tuple[dict[str, Any], Analysis, Analysis]]:
     """(options, scenario on the one shared base, scenario of the same options on a base of its own) per option set."""
     shared_base = _analysis(source).base
+    shared_base.shared.share_between_option_sets()
     for changes in OPTION_SETS:
         options = dataclasses.replace(TrainingOptions(), **changes)
         own_base = _analysis(source).base  # loaded again: its parts and memos see this option set only
@@ -180,6 +181,7 @@ def test_every_layer_with_the_head_first_and_last_share_the_figures_of_the_layer
     activations by its own layer when it is placed last): the ranges between share their figures by the
     layers' fingerprints, each the direct model's."""
     base = _analysis("bert-tiny-training.json").base
+    base.shared.share_between_option_sets()
     assert base.has_unlayered
     first = scenario(base, TrainingOptions(recompute="every-layer"))
     for i in range(first.facts.num_layers):

@@ -115,8 +115,8 @@ class RangeState:
             ops = self.layer_ops[j]
             parts = self._parts[j] = LayerParts.of(self.facts, ops, self.share, self._layer_variables(j),
                                                    self._sets(j))
-            if j in self._fingerprints:
-                self._var_sets.pop(j, None)  # both read it: its columns go
+            if j in self._fingerprints or not self.share.shares:
+                self._var_sets.pop(j, None)  # both read it (alone, no fingerprint will): its columns go
         return parts
 
     def _layer_variables(self, j: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -143,8 +143,10 @@ class RangeState:
     def other_figure(self, i: int, j: int) -> tuple[int, np.ndarray, np.ndarray] | None:
         """The figure of ``i..j`` when a scenario of the same variable tables and rules evaluated the same operations.
 
-        Kept here too (in :attr:`figures`) when found.
+        Kept here too (in :attr:`figures`) when found. None for an option set alone (no other shares its parts).
         """
+        if not self.share.shares:
+            return None
         found = self.share.shared.range_figures.get(self._other_key(i, j))
         if found is None:
             return None
@@ -157,8 +159,10 @@ class RangeState:
     def keep_figure(self, i: int, j: int, known: tuple[int, np.ndarray, np.ndarray], peak: np.ndarray | None) -> None:
         """Offer the figure of ``i..j`` (and its variables peak, if kept) to the scenarios of other option sets.
 
-        In int32 when every value fits: half the bytes.
+        In int32 when every value fits: half the bytes. An option set alone offers nothing.
         """
+        if not self.share.shares:
+            return
         key = self._other_key(i, j)
         worst, stash, total = known
         parts = [stash, total] if peak is None else [stash, total, peak]

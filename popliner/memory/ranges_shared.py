@@ -26,6 +26,13 @@ off-chip state, which changes always-live variables only, shares every
 piece of on-chip state's. Liveness grids and stash entries are integer
 sums, so the pieces give every figure to the byte (tests/test_shared_parts.py
 holds them against the direct model).
+
+Sharing is asked for (:meth:`SharedParts.share_between_option_sets`) by a
+caller that builds several option sets on one base. An option set alone (a
+single solve) has nothing to share with: its split takes no variable as
+profiled (every one is made on its own grids, by the same functions), and
+nothing is digested, memoised here or offered to other option sets. Whether
+to share decides only what is kept, never how a figure is computed.
 """
 
 from __future__ import annotations
@@ -95,6 +102,16 @@ class SharedParts:
         self.fingerprints: dict[tuple[object, ...], bytes] = {}
         #: A number per distinct list of live intervals of the what-if profiles' own classes (:meth:`class_ids`).
         self._class_numbers: dict[bytes, int] = {}
+        #: Do the option sets built from now on share their parts and range figures?
+        self.shares = False
+
+    def share_between_option_sets(self) -> None:
+        """Share parts and range figures between the option sets built on these parts from now on.
+
+        For a caller about to build several option sets on one base (``popliner plan``, the head placements of
+        ``auto``, ``--recompute auto``, the hint's options). An option set built before keeps to itself.
+        """
+        self.shares = True
 
     def key(self, var: np.ndarray) -> bytes:
         """The key ``var``'s parts are found by: a SHA-256 digest of its values (variable indices, or flags).
@@ -201,22 +218,21 @@ class SharedParts:
             found = self._programs[key] = program_part(engine, ops)
         return found
 
-    def base(self, what: str, part: VarSet, pick: tuple[bytes, np.ndarray],
-             columns: Callable[[], Columns] | None = None) -> Events:
+    def base(self, what: str, part: VarSet, own: np.ndarray, columns: Callable[[], Columns] | None = None) -> Events:
         """The piece ``what`` of the variables of ``part`` at ``pick`` as profiled, on the profile's grid (memoised).
 
         ``what``: "merged" (:meth:`SegmentGrid.merged`), "owned"
         (:meth:`SegmentGrid.events_of` with owners) or "stash" / "stash-owned"
         (:func:`popliner.memory.stash_row.class_columns`); owners are positions
-        in ``part.var``. ``pick``: the key of the positions' flags and the
-        positions, none of them always live (so each a stash candidate as
+        in ``part.var``. The variables are those of ``part`` that ``own`` leaves as
+        profiled (:meth:`VarSet.split`), none of them always live (so each a stash candidate as
         profiled); ``columns``: gives the classes, tiles and bytes of those, when the
         caller has them (an unchanged variable's are the profiled ones); read only to make the piece.
         """
-        where = (what, part.key, pick[0])
+        where = (what, part.key, part.profiled_key(own))
         found = self._base.get(where)
         if found is None:
-            at = pick[1]
+            at = part.split(own)[0]
             sub = part.var[at]
             given = None if columns is None else columns()
             if what == "merged":
@@ -265,11 +281,19 @@ class VarSet:
     def __init__(self, shared: SharedParts, var: np.ndarray) -> None:
         self.var = var
         self.shared = shared
-        self.key = shared.key(var)
-        self._splits: list[tuple[np.ndarray, tuple[tuple[bytes, np.ndarray], np.ndarray]]] = []
-        self._picked: list[tuple[Profile, np.ndarray, int, Columns]] = []
+        self._key: bytes | None = None
+        #: Per ``own`` (by identity): the split's two sides and, once asked, the key of the first.
+        self._splits: list[tuple[np.ndarray | None, tuple[np.ndarray, np.ndarray], list[bytes]]] = []
+        self._picked: list[tuple[Profile, np.ndarray | None, int, Columns]] = []
 
-    def picked(self, profile: Profile, own: np.ndarray, side: int) -> Columns:
+    @property
+    def key(self) -> bytes:
+        """The key the set's parts are found by (:meth:`SharedParts.key`), digested when first asked (sharing)."""
+        if self._key is None:
+            self._key = self.shared.key(self.var)
+        return self._key
+
+    def picked(self, profile: Profile, own: np.ndarray | None, side: int) -> Columns:
         """The classes, tiles and bytes in ``profile`` of one side of :meth:`split` (0: the variables taken as
         profiled, 1: those made on the grid).
 
@@ -279,16 +303,15 @@ class VarSet:
         for known, mark, which, found in self._picked:
             if known is profile and mark is own and which == side:
                 return found
-        (_, base), at = self.split(own)
-        var = self.var[(base, at)[side]]
+        var = self.var[self.split(own)[side]]
         v = profile.variables
         made = v.klass[var], v.tile[var], v.bytes[var]
         self._picked.append((profile, own, side, made))
         return made
 
-    def split(self, own: np.ndarray) -> tuple[tuple[bytes, np.ndarray], np.ndarray]:
-        """((key, positions) of the variables taken as profiled, positions of the others) when ``own`` marks
-        the variables an option set makes on its own grid.
+    def split(self, own: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+        """(positions of the variables taken as profiled, positions of the others) when ``own`` marks the
+        variables an option set makes on its own grid (None: every one, an option set alone).
 
         Taken as profiled: those neither always live nor marked; the others
         (a few always-live ones per layer, the changed ones) are made on the
@@ -296,14 +319,25 @@ class VarSet:
         (optimizer state) then share the large piece with those that change
         nothing, and so do all whose marks agree on a layer's activations.
         """
-        for known, found in self._splits:
+        return self._split(own)[0]
+
+    def profiled_key(self, own: np.ndarray) -> bytes:
+        """The key of which variables ``own`` leaves as profiled (digested when first asked)."""
+        sides, key = self._split(own)
+        if not key:
+            key.append(self.shared.key(sides[0]))
+        return key[0]
+
+    def _split(self, own: np.ndarray | None) -> tuple[tuple[np.ndarray, np.ndarray], list[bytes]]:
+        for known, found, key in self._splits:
             if known is own:
-                return found
-        pick = ~self.shared.classes[0][self.var] & ~own[self.var]
+                return found, key
+        pick = np.zeros(self.var.size, bool) if own is None else ~self.shared.classes[0][self.var] & ~own[self.var]
         # Positions in int32 when they fit: kept with the set (a what-if grid's sides of every layer).
-        made = ((self.shared.key(pick), _positions(pick)), _positions(~pick))
-        self._splits.append((own, made))
-        return made
+        made = (_positions(pick), _positions(~pick))
+        key: list[bytes] = []
+        self._splits.append((own, made, key))
+        return made, key
 
 
 def _positions(flags: np.ndarray) -> np.ndarray:
@@ -321,25 +355,45 @@ class _GridShare:
 
     ``profile`` is the grid's profile (the engine's what-if profile, or its
     forward-cut profile); ``changed`` marks the variables whose live steps or
-    bytes there differ from the profiled ones.
+    bytes there differ from the profiled ones; ``own`` the variables made on
+    this grid rather than taken as profiled (the changed ones and any others
+    asked). Both None for an option set alone: every variable is made here,
+    and nothing is memoised in the shared parts.
     """
 
-    def __init__(self, shared: SharedParts, grid: SegmentGrid, changed: np.ndarray,
+    def __init__(self, shared: SharedParts, grid: SegmentGrid, changed: np.ndarray | None,
                  own: np.ndarray | None = None) -> None:
         self.shared = shared
         self.grid = grid
         self.changed = changed
-        #: The variables made on this grid rather than taken as profiled: the changed ones, and any others asked.
         self.own = changed if own is None else own
-        # Grids of equal tables have equal segments: their parts are the same.
-        self.table = shared.table(grid.p, changed)
         self.tag = f"{grid.block}:{grid.ends.size}:{grid.dtype}:{grid.cell_dtype}"
-        base = shared.grid
-        # Column of each profiled segment start in this grid (its ends include the profile's).
-        self.colmap = np.searchsorted(grid.ends, base.ends)
-        self.same = grid.ends.size == base.ends.size and grid.block == base.block and (
-            grid.dtype == base.dtype and grid.cell_dtype == base.cell_dtype)
+        self._table: int | None = None
+        self._colmap: tuple[np.ndarray | None] | None = None
         self._class_ids: np.ndarray | None = None
+
+    @property
+    def table(self) -> int:
+        """:meth:`SharedParts.table` of this grid's variables: grids of equal tables have equal segments and
+        parts (sharing only)."""
+        if self._table is None:
+            assert self.changed is not None  # asked by an option set that shares
+            self._table = self.shared.table(self.grid.p, self.changed)
+        return self._table
+
+    @property
+    def colmap(self) -> np.ndarray | None:
+        """Column of each profiled segment start in this grid, whose segments refine the profile's (a what-if
+        profile only adds classes); None when the segments are the same."""
+        if self._colmap is None:
+            grid, base = self.grid, self.shared.grid
+            at = np.searchsorted(grid.ends, base.ends)
+            if grid.tiles != base.tiles or (at >= grid.ends.size).any() or not np.array_equal(grid.ends[at], base.ends):
+                raise AssertionError("a what-if grid's segments do not refine the profile's")  # with_live_steps appends
+            same = grid.ends.size == base.ends.size and grid.block == base.block and (
+                grid.dtype == base.dtype and grid.cell_dtype == base.cell_dtype)
+            self._colmap = (None if same else at,)
+        return self._colmap[0]
 
     @property
     def class_ids(self) -> np.ndarray:
@@ -356,49 +410,49 @@ class _GridShare:
         classes, and the bytes only when the profile's differ from the loaded profile's array (sharding); else
         the variables, which the split's key names, have the profiled bytes, and a marker says so.
         """
-        pick, at = part.split(self.own)
+        assert self.own is not None  # asked by an option set that shares
+        at = part.split(self.own)[1]
         v = self.grid.p.variables
         sub = part.var[at]
-        digest.update(pick[0])
+        digest.update(part.profiled_key(self.own))
         digest_array(digest, self.class_ids[v.klass[sub]])
         if v.bytes is self.shared.profile.variables.bytes:
             digest.update(b"bytes as profiled")
         else:
             digest_array(digest, v.bytes[sub])
 
-    @classmethod
-    def of(cls, shared: SharedParts, grid: SegmentGrid, changed: np.ndarray, own: np.ndarray | None = None
-           ) -> _GridShare:
-        """The adapter of ``grid``, whose segments refine the profile's (a what-if profile only adds classes)."""
-        base = shared.grid.ends
-        at = np.searchsorted(grid.ends, base)
-        if grid.tiles != shared.grid.tiles or (at >= grid.ends.size).any() or not np.array_equal(grid.ends[at], base):
-            raise AssertionError("a what-if grid's segments do not refine the profile's")  # with_live_steps appends
-        return cls(shared, grid, changed, own)
-
     def merged(self, part: VarSet) -> tuple[Events, ...]:
         """The variables' net change on this grid (:meth:`SegmentGrid.merged`), in pieces that add up."""
-        return self.shared.piece((self.table, "merged:" + self.tag, part.key), lambda: self._pieces("merged", part))
+        return self._kept("merged", part)
 
     def owned(self, part: VarSet) -> tuple[Events, ...]:
         """:meth:`SegmentGrid.events_of` with owners (positions in ``part.var``), in pieces that add up."""
-        return self.shared.piece((self.table, "owned:" + self.tag, part.key), lambda: self._pieces("owned", part))
+        return self._kept("owned", part)
+
+    def _kept(self, what: str, part: VarSet) -> tuple[Events, ...]:
+        """:meth:`_pieces`, memoised in the shared parts when shared (an option set alone keeps its own)."""
+        if self.own is None:
+            return self._pieces(what, part)
+        return self.shared.piece((self.table, f"{what}:{self.tag}", part.key), lambda: self._pieces(what, part))
 
     def _pieces(self, what: str, part: VarSet) -> tuple[Events, ...]:
         """The variables taken as profiled (moved here), then the others made here."""
-        pick, at = part.split(self.own)
+        base, at = part.split(self.own)
         merged = what == "merged"
-        out = ([self._moved(self.shared.base(what, part, pick,
-                                             (lambda: part.picked(self.grid.p, self.own, 0)) if merged else None))]
-               if pick[1].size else [])
+        own = self.own
+        out = []
+        if base.size:
+            assert own is not None  # an option set alone takes nothing as profiled
+            out.append(self._moved(self.shared.base(what, part, own, (lambda: part.picked(self.grid.p, own, 0))
+                                                    if merged else None)))
         if at.size:
             var = part.var[at]
             if merged:
-                out.append(self.grid.merged(var, part.picked(self.grid.p, self.own, 1)))
+                out.append(self.grid.merged(var, part.picked(self.grid.p, own, 1)))
             else:
-                own = self.grid.events_of(var, with_owner=True)
-                own["owner"] = at[own["owner"]]
-                out.append(own)
+                made = self.grid.events_of(var, with_owner=True)
+                made["owner"] = at[made["owner"]]
+                out.append(made)
         return tuple(out)
 
     def _cells(self, cells: np.ndarray) -> np.ndarray:
@@ -406,20 +460,21 @@ class _GridShare:
 
     def _moved(self, events: Events) -> Events:
         """Events of the profile's grid in this grid's columns (the same when the segments are the same)."""
-        if self.same:
+        colmap = self.colmap
+        if colmap is None:
             return events
         tiles, grid = self.grid.tiles, self.grid
         if "rows" in events:
-            rows = self.colmap[events["rows"]]
+            rows = colmap[events["rows"]]
             return {"rows": rows, "dense": events["dense"].astype(grid.dtype, copy=False),
                     "blocks": np.unique(rows // grid.block)}
         if "cells" in events:
-            cols = self.colmap[events["cells"] // tiles]
+            cols = colmap[events["cells"] // tiles]
             return {"cells": self._cells(cols * tiles + events["cells"] % tiles),
                     "delta": events["delta"].astype(grid.dtype, copy=False),
                     "blocks": np.unique(cols // grid.block)}
-        start = self.colmap[events["start"] // tiles] * tiles + events["start"] % tiles
-        end = self.colmap[events["end"] // tiles] * tiles + events["end"] % tiles
+        start = colmap[events["start"] // tiles] * tiles + events["start"] % tiles
+        end = colmap[events["end"] // tiles] * tiles + events["end"] % tiles
         return {"start": self._cells(start), "end": self._cells(end),
                 "nbytes": events["nbytes"].astype(grid.dtype, copy=False), "owner": events["owner"]}
 
@@ -433,26 +488,35 @@ def _changed_from(profile: Profile, base: Profile) -> np.ndarray:
 
 
 class EngineShare:
-    """One engine's view of the shared parts: which variables its options change, and its grids' adapters."""
+    """One engine's view of the shared parts: which variables its options change, and its grids' adapters.
+
+    ``shares``: the parts' :attr:`SharedParts.shares` when the engine was made. Alone, the engine's grids make
+    every variable themselves and it reads no changed variables, tables or fingerprints.
+    """
 
     def __init__(self, shared: SharedParts, engine: MemoryFacts, grid: SegmentGrid,
                  cut_grid: SegmentGrid | None) -> None:
         self.shared = shared
+        self.shares = shared.shares
+        self.facts = engine
+        self.stash_table, self.stash_key = -1, ""
+        if not self.shares:
+            self.grid = _GridShare(shared, grid, None)
+            self.cut_grid = None if cut_grid is None else _GridShare(shared, cut_grid, None)
+            return
         base = shared.profile
         changed = _changed_from(engine.profile, base)
         # Every-layer's never-stashed variables are made on the option set's grid too (changed or not), so that
         # one split of a layer's variables serves its events and its stash columns.
         never = np.asarray(engine.view.never_stash) if engine.training else None
-        self.grid = _GridShare.of(shared, grid, changed, None if never is None else changed | never)
-        self.cut_grid = None if cut_grid is None else _GridShare.of(shared, cut_grid, _changed_from(cut_grid.p, base))
-        self.stash_table, self.stash_key = -1, ""
+        self.grid = _GridShare(shared, grid, changed, None if never is None else changed | never)
+        self.cut_grid = None if cut_grid is None else _GridShare(shared, cut_grid, _changed_from(cut_grid.p, base))
         if engine.training:
             # A variable whose class and bytes are as profiled has the profiled steps and always-live flag
             # (the class table extends the profile's): only every-layer's never-stashed ones change besides,
             # and those the main grid makes on its own already.
             self.stash_table = self.grid.table
             self.stash_key = f"stash:{shared.never_stash(engine.view.never_stash)}"
-        self.facts = engine
 
     def signature(self, engine: MemoryFacts) -> tuple[object, ...]:
         """What a range's figure reads besides its layers' operations, counted flags and variables: the training
@@ -489,18 +553,23 @@ class EngineShare:
         return found
 
     def stash(self, part: VarSet, with_owner: bool = False) -> tuple[Events, ...] | None:
-        """The stash columns of ``part``: those taken as profiled, then the others' own (the main grid's split)."""
+        """The stash columns of ``part``: those taken as profiled, then the others' own (the main grid's split);
+        memoised in the shared parts when shared."""
         if not self.facts.training:
             return None
+        if not self.shares:
+            return self._stash(part, with_owner)
         return self.shared.piece((self.stash_table, f"{self.stash_key}:{with_owner}", part.key),
                                  lambda: self._stash(part, with_owner))
 
     def _stash(self, part: VarSet, with_owner: bool) -> tuple[Events, ...]:
-        pick, at = part.split(self.grid.own)
         profile, mark = self.facts.profile, self.grid.own
-        out = ([self.shared.base("stash-owned" if with_owner else "stash", part, pick,
-                                 None if with_owner else (lambda: part.picked(profile, mark, 0)))]
-               if pick[1].size else [])
+        base, at = part.split(mark)
+        out = []
+        if base.size:
+            assert mark is not None  # an option set alone takes nothing as profiled
+            out.append(self.shared.base("stash-owned" if with_owner else "stash", part, mark,
+                                        None if with_owner else (lambda: part.picked(profile, mark, 0))))
         if at.size:
             given = None if with_owner else part.picked(profile, mark, 1)
             own = stash_columns(self.facts, part.var[at], with_owner, given)

@@ -199,6 +199,7 @@ def plan_pod(analysis: Analysis, request: PodRequest) -> PodPlan:
     layers = len(base.named_layers.names) + (base.has_unlayered and request.head_placement != ("first",))
     check_range_tables(base.profile, layers)
     work = RangeWork(base.profile)
+    base.shared.share_between_option_sets()
     # Sharded by R, each depth is an option set of its own: one deeper than its layers builds no memory facts, it
     # takes what the same options said at a smaller depth (the depths come in increasing order).
     known: dict[tuple[str, str, str], OptionSearch | None] = {}
