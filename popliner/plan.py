@@ -182,14 +182,14 @@ def _near_choices(plan: SplitPlan) -> tuple[NearChoice, ...]:
     """An embedding-only IPU 0 over the same IPUs, when the pick puts layers there and it fits, if near or faster
     on the step model (:mod:`popliner.near`)."""
     from popliner.layout import EMBEDDING_GROUP
-    from popliner.pod.model import PodConstants
-    from popliner.pod.plan import DEFAULT_BATCHES_PER_IPU, pipeline_step
 
     split, analysis, layout = plan.split, plan.analysis, plan.layout
     k = split.num_ipus_used
     if (not split.fits or k < 2 or not layout.grouped or EMBEDDING_GROUP in plan.request.split_after
             or layout.model_layer_counts([s.layers for s in split.stages])[0] == 0):
         return ()
+    from popliner.pod.model import PodConstants  # the pod planner only when a near choice is weighed (its imports)
+    from popliner.pod.plan import DEFAULT_BATCHES_PER_IPU, pipeline_step
     request = dataclasses.replace(plan.request, num_ipus=k, ipus="exactly", fit_facts=False, suggest=False,
                                   split_after=(*plan.request.split_after, EMBEDDING_GROUP))
     with phase("solving with the embedding alone on IPU 0"):

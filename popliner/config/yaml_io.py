@@ -41,7 +41,7 @@ from popliner.memory.training import OPTIMIZER_STATES
 from popliner.memory.types import COMPONENTS, OTHER, ComponentBytes
 from popliner.pipeline import StageLayout
 from popliner.profile.limits import limit
-from popliner.profile.loader import MAX_TILES
+from popliner.profile.rules import MAX_TILES
 from popliner.training_record import CONFIG_RECOMPUTES
 
 __all__ = ["CONFIG_BYTES_ENV", "config_from_document", "parse_config", "read_config",

@@ -8,12 +8,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any
 
-from popliner.simulator.engine import SimResult, memory_over_time
-from popliner.writers.simulation import Simulation, mode_of
 from popliner.writers.writer import FormatWriter, write_json
 
 if TYPE_CHECKING:
     from popliner.plan import SplitPlan
+    from popliner.simulator.engine import SimResult
+    from popliner.writers.simulation import Simulation
 
 __all__ = ["JSON", "PlanDocument", "result_document", "simulation_document", "split_document"]
 
@@ -93,6 +93,9 @@ def simulation_document(sim: Simulation) -> dict[str, Any]:
 
 def result_document(result: SimResult) -> dict[str, Any]:
     """Summary as JSON-ready data (no schedule; see the trace for that)."""
+    from popliner.simulator.engine import memory_over_time  # the simulator only for a simulation (a solve's time)
+    from popliner.writers.simulation import mode_of
+
     over_time = memory_over_time(result)
     return {
         "mode": mode_of(result),
