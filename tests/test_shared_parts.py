@@ -3,9 +3,10 @@
 Every engine's range tables take each layer's parts from its profile base's
 :class:`SharedParts`: the events and stash columns of the variables as
 profiled, plus the delta of the variables its options change. ``popliner
-plan`` builds one engine per option set on the same parts, in turn. Here the
-option sets are built in turn on ONE base (each later one finding the parts,
-deltas and range figures the earlier ones left), and every range figure
+plan`` asks the parts to be shared and builds one engine per option set on
+them, in turn. Here the option sets are built in turn on ONE base that shares
+(each later one finding the parts, deltas and range figures the earlier ones
+left), and every range figure
 (total per tile, stash entry, the wrapped head's ranges, stage figures) is
 held against the direct model (:meth:`MemoryFacts.stage_memory` and
 :meth:`MemoryFacts.stash_entry_per_tile`: a sweep over the range's own

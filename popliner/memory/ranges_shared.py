@@ -329,9 +329,9 @@ class VarSet:
         return key[0]
 
     def _split(self, own: np.ndarray | None) -> tuple[tuple[np.ndarray, np.ndarray], list[bytes]]:
-        for known, found, key in self._splits:
+        for known, found, digested in self._splits:
             if known is own:
-                return found, key
+                return found, digested
         pick = np.zeros(self.var.size, bool) if own is None else ~self.shared.classes[0][self.var] & ~own[self.var]
         # Positions in int32 when they fit: kept with the set (a what-if grid's sides of every layer).
         made = (_positions(pick), _positions(~pick))
