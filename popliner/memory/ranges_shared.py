@@ -218,21 +218,22 @@ class SharedParts:
             found = self._programs[key] = program_part(engine, ops)
         return found
 
-    def base(self, what: str, part: VarSet, own: np.ndarray, columns: Callable[[], Columns] | None = None) -> Events:
+    def base(self, what: str, part: VarSet, pick: tuple[bytes, np.ndarray],
+             columns: Callable[[], Columns] | None = None) -> Events:
         """The piece ``what`` of the variables of ``part`` at ``pick`` as profiled, on the profile's grid (memoised).
 
         ``what``: "merged" (:meth:`SegmentGrid.merged`), "owned"
         (:meth:`SegmentGrid.events_of` with owners) or "stash" / "stash-owned"
         (:func:`popliner.memory.stash_row.class_columns`); owners are positions
-        in ``part.var``. The variables are those of ``part`` that ``own`` leaves as
-        profiled (:meth:`VarSet.split`), none of them always live (so each a stash candidate as
+        in ``part.var``. ``pick``: the key of the positions' flags and the
+        positions, none of them always live (so each a stash candidate as
         profiled); ``columns``: gives the classes, tiles and bytes of those, when the
         caller has them (an unchanged variable's are the profiled ones); read only to make the piece.
         """
-        where = (what, part.key, part.profiled_key(own))
+        where = (what, part.key, pick[0])
         found = self._base.get(where)
         if found is None:
-            at = part.split(own)[0]
+            at = pick[1]
             sub = part.var[at]
             given = None if columns is None else columns()
             if what == "merged":
@@ -282,8 +283,7 @@ class VarSet:
         self.var = var
         self.shared = shared
         self._key: bytes | None = None
-        #: Per ``own`` (by identity): the split's two sides and, once asked, the key of the first.
-        self._splits: list[tuple[np.ndarray | None, tuple[np.ndarray, np.ndarray], list[bytes]]] = []
+        self._splits: list[tuple[np.ndarray | None, tuple[tuple[bytes, np.ndarray], np.ndarray]]] = []
         self._picked: list[tuple[Profile, np.ndarray | None, int, Columns]] = []
 
     @property
@@ -303,15 +303,16 @@ class VarSet:
         for known, mark, which, found in self._picked:
             if known is profile and mark is own and which == side:
                 return found
-        var = self.var[self.split(own)[side]]
+        (_, base), at = self.split(own)
+        var = self.var[(base, at)[side]]
         v = profile.variables
         made = v.klass[var], v.tile[var], v.bytes[var]
         self._picked.append((profile, own, side, made))
         return made
 
-    def split(self, own: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
-        """(positions of the variables taken as profiled, positions of the others) when ``own`` marks the
-        variables an option set makes on its own grid (None: every one, an option set alone).
+    def split(self, own: np.ndarray | None) -> tuple[tuple[bytes, np.ndarray], np.ndarray]:
+        """((key, positions) of the variables taken as profiled, positions of the others) when ``own`` marks
+        the variables an option set makes on its own grid (None: every one, for an option set alone).
 
         Taken as profiled: those neither always live nor marked; the others
         (a few always-live ones per layer, the changed ones) are made on the
@@ -319,25 +320,14 @@ class VarSet:
         (optimizer state) then share the large piece with those that change
         nothing, and so do all whose marks agree on a layer's activations.
         """
-        return self._split(own)[0]
-
-    def profiled_key(self, own: np.ndarray) -> bytes:
-        """The key of which variables ``own`` leaves as profiled (digested when first asked)."""
-        sides, key = self._split(own)
-        if not key:
-            key.append(self.shared.key(sides[0]))
-        return key[0]
-
-    def _split(self, own: np.ndarray | None) -> tuple[tuple[np.ndarray, np.ndarray], list[bytes]]:
-        for known, found, digested in self._splits:
+        for known, found in self._splits:
             if known is own:
-                return found, digested
+                return found
         pick = np.zeros(self.var.size, bool) if own is None else ~self.shared.classes[0][self.var] & ~own[self.var]
         # Positions in int32 when they fit: kept with the set (a what-if grid's sides of every layer).
-        made = (_positions(pick), _positions(~pick))
-        key: list[bytes] = []
-        self._splits.append((own, made, key))
-        return made, key
+        made = ((b"" if own is None else self.shared.key(pick), _positions(pick)), _positions(~pick))
+        self._splits.append((own, made))
+        return made
 
 
 def _positions(flags: np.ndarray) -> np.ndarray:
@@ -367,19 +357,11 @@ class _GridShare:
         self.grid = grid
         self.changed = changed
         self.own = changed if own is None else own
+        # Grids of equal tables have equal segments: their parts are the same (-1: alone, nothing is kept).
+        self.table = -1 if changed is None else shared.table(grid.p, changed)
         self.tag = f"{grid.block}:{grid.ends.size}:{grid.dtype}:{grid.cell_dtype}"
-        self._table: int | None = None
         self._colmap: tuple[np.ndarray | None] | None = None
         self._class_ids: np.ndarray | None = None
-
-    @property
-    def table(self) -> int:
-        """:meth:`SharedParts.table` of this grid's variables: grids of equal tables have equal segments and
-        parts (sharing only)."""
-        if self._table is None:
-            assert self.changed is not None  # asked by an option set that shares
-            self._table = self.shared.table(self.grid.p, self.changed)
-        return self._table
 
     @property
     def colmap(self) -> np.ndarray | None:
@@ -410,11 +392,10 @@ class _GridShare:
         classes, and the bytes only when the profile's differ from the loaded profile's array (sharding); else
         the variables, which the split's key names, have the profiled bytes, and a marker says so.
         """
-        assert self.own is not None  # asked by an option set that shares
-        at = part.split(self.own)[1]
+        pick, at = part.split(self.own)
         v = self.grid.p.variables
         sub = part.var[at]
-        digest.update(part.profiled_key(self.own))
+        digest.update(pick[0])
         digest_array(digest, self.class_ids[v.klass[sub]])
         if v.bytes is self.shared.profile.variables.bytes:
             digest.update(b"bytes as profiled")
@@ -437,22 +418,19 @@ class _GridShare:
 
     def _pieces(self, what: str, part: VarSet) -> tuple[Events, ...]:
         """The variables taken as profiled (moved here), then the others made here."""
-        base, at = part.split(self.own)
+        pick, at = part.split(self.own)
         merged = what == "merged"
-        own = self.own
-        out = []
-        if base.size:
-            assert own is not None  # an option set alone takes nothing as profiled
-            out.append(self._moved(self.shared.base(what, part, own, (lambda: part.picked(self.grid.p, own, 0))
-                                                    if merged else None)))
+        out = ([self._moved(self.shared.base(what, part, pick,
+                                             (lambda: part.picked(self.grid.p, self.own, 0)) if merged else None))]
+               if pick[1].size else [])
         if at.size:
             var = part.var[at]
             if merged:
-                out.append(self.grid.merged(var, part.picked(self.grid.p, own, 1)))
+                out.append(self.grid.merged(var, part.picked(self.grid.p, self.own, 1)))
             else:
-                made = self.grid.events_of(var, with_owner=True)
-                made["owner"] = at[made["owner"]]
-                out.append(made)
+                own = self.grid.events_of(var, with_owner=True)
+                own["owner"] = at[own["owner"]]
+                out.append(own)
         return tuple(out)
 
     def _cells(self, cells: np.ndarray) -> np.ndarray:
@@ -563,13 +541,11 @@ class EngineShare:
                                  lambda: self._stash(part, with_owner))
 
     def _stash(self, part: VarSet, with_owner: bool) -> tuple[Events, ...]:
+        pick, at = part.split(self.grid.own)
         profile, mark = self.facts.profile, self.grid.own
-        base, at = part.split(mark)
-        out = []
-        if base.size:
-            assert mark is not None  # an option set alone takes nothing as profiled
-            out.append(self.shared.base("stash-owned" if with_owner else "stash", part, mark,
-                                        None if with_owner else (lambda: part.picked(profile, mark, 0))))
+        out = ([self.shared.base("stash-owned" if with_owner else "stash", part, pick,
+                                 None if with_owner else (lambda: part.picked(profile, mark, 0)))]
+               if pick[1].size else [])
         if at.size:
             given = None if with_owner else part.picked(profile, mark, 1)
             own = stash_columns(self.facts, part.var[at], with_owner, given)
