@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import re
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from popliner.profile import zcodec
+from popliner.profile.lazycol import make_lazy, replace_lazy
 from popliner.profile.tilevector import RunTable
 
 __all__ = ["PROGRAM_TYPES", "Contexts", "NameTable", "Profile", "Programs", "Target", "Variables", "VertexTypes",
@@ -217,11 +218,11 @@ class Variables:
 
     @property
     def count(self) -> int:
-        return len(self.bytes)
+        return len(self.bytes)  # not ids: a cached load leaves them packed (every column has this length)
 
-    def replace(self, **columns: Any) -> Variables:
-        """The same variables with some columns replaced."""
-        return replace(self, **columns)
+    def replace(self, **columns: np.ndarray) -> Variables:
+        """The same variables with some columns replaced; a column still packed stays packed."""
+        return replace_lazy(self, **columns)
 
     def name(self, i: int) -> str:
         raw = self.names.get(i)
@@ -282,3 +283,9 @@ class Profile:
                               weights=lens, minlength=self.num_classes)
         return (covered >= n) & (n > 0)
 
+
+# Read only to derive the operations (which a cached run has already) or to name a variable in a report:
+# a cached load leaves them packed (popliner.profile.lazycol).
+make_lazy(Programs, "var_idx")
+make_lazy(Variables, "ids")
+make_lazy(NameTable, "ptr")

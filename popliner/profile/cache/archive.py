@@ -34,7 +34,7 @@ from numpy.lib import format as npy_format
 from popliner.profile import zcodec
 from popliner.profile.model import NameTable
 
-__all__ = ["PIECE", "flatten", "pack", "packable", "read_npz", "unflatten", "unpack", "unpack_all"]
+__all__ = ["PIECE", "column_range", "flatten", "pack", "packable", "read_npz", "unflatten", "unpack", "unpack_all"]
 
 
 def read_npz(f: io.BufferedReader) -> dict[str, np.ndarray]:
@@ -235,45 +235,50 @@ def _narrowest_for(lo: int, hi: int) -> np.dtype[Any]:
     return np.dtype(np.int64)
 
 
-def unpack_all(arrays: dict[str, Any], codecs: dict[str, Any]) -> None:
-    """Unpack, in place, every array ``codecs`` names, two at a time."""
+def unpack_all(arrays: dict[str, Any], codecs: dict[str, Any], keep_packed: frozenset[str] = frozenset()) -> None:
+    """Unpack, in place, every array ``codecs`` names, two at a time.
+
+    Those in ``keep_packed`` become a :class:`popliner.profile.lazycol.Deferred`
+    instead: one streaming pass takes their length and range for the checks,
+    without the whole column in memory.
+    """
+    from popliner.profile.lazycol import Deferred
+
+    def one(k: str) -> Any:
+        data, codec = arrays[k], codecs[k]
+        if k not in keep_packed:
+            return unpack(data, codec)
+        length, lo, hi = column_range(data, codec)
+        return Deferred(lambda: unpack(data, codec), length, lo, hi, np.dtype(codec["dtype"]))
+
     names = list(codecs)
     with ThreadPoolExecutor(2) as pool:
-        out = list(pool.map(lambda k: unpack(arrays[k], codecs[k]), names))
+        out = list(pool.map(one, names))
     arrays.update(zip(names, out))
 
 
 def unpack(data: np.ndarray, codec: dict[str, Any], *, piece: int = PIECE) -> np.ndarray:
     """The array :func:`pack` packed; ValueError when the bytes do not give the codec's array."""
-    dtype = _unpacked_type(codec)
-    narrow = np.dtype(codec["as"])
-    count = _count(data, codec)
-    out = np.empty(count, dtype)
-    # Inflated piece by piece straight into the result (a numpy array, which the
-    # kernel backs with huge pages): one whole inflated copy would cost a page fault
-    # every 4 KiB. The running total carries over between pieces for differences.
-    # Differences are summed straight in the stored type: their running sums are the values, which fit it.
-    stream = zcodec.decompressobj(15)
-    pending: Any = data
-    at = 0
-    carry = 0
-    while at < count:
-        raw = stream.decompress(pending, piece * narrow.itemsize)
-        pending = stream.unconsumed_tail
-        if not raw or len(raw) % narrow.itemsize or at + len(raw) // narrow.itemsize > count:
-            raise ValueError("packed array has the wrong size")
-        got = np.frombuffer(raw, narrow)
-        part = out[at : at + len(got)]
-        if codec["delta"]:
-            np.cumsum(got, dtype=dtype, out=part)
-            part += carry
-            carry = int(part[-1])
-        else:
-            part[...] = got if dtype != np.bool_ else got != 0
-        at += len(got)
-    if stream.decompress(pending) or not stream.eof or stream.unused_data:
-        raise ValueError("packed array has the wrong size")
-    return out.reshape(tuple(codec["shape"]), order="F" if codec["fortran"] else "C")
+    shape = tuple(codec["shape"])
+    out = np.empty(_count(data, codec), _unpacked_type(codec))
+    for _ in _decoded(data, codec, out, piece):
+        pass
+    return out.reshape(shape, order="F" if codec["fortran"] else "C")
+
+
+def column_range(data: np.ndarray, codec: dict[str, Any]) -> tuple[int, int, int]:
+    """(items, smallest, largest) of the array :func:`pack` packed, read piece by piece into one small buffer.
+
+    ValueError as :func:`unpack`; smallest and largest are 0 for an empty array.
+    """
+    lo = hi = None
+    count = 0
+    for piece in _decoded(data, codec, None, PIECE):
+        a, b = int(piece.min()), int(piece.max())
+        lo = a if lo is None else min(lo, a)
+        hi = b if hi is None else max(hi, b)
+        count += len(piece)
+    return count, lo or 0, hi or 0
 
 
 #: Deflate gives back at most 1032 bytes per byte it reads (RFC 1951's longest match per shortest code).
@@ -294,3 +299,37 @@ def _unpacked_type(codec: dict[str, Any]) -> np.dtype[Any]:
     if dtype not in _INT_TYPES and dtype != np.bool_:
         raise ValueError(f"unexpected packed type {dtype}")
     return dtype
+
+
+def _decoded(data: np.ndarray, codec: dict[str, Any], out: np.ndarray | None, piece: int) -> Iterator[np.ndarray]:
+    """The packed array's values piece by piece: into ``out`` (the whole array) when given, else into one
+    reused scratch buffer (each piece valid until the next is asked for); ValueError on a wrong size."""
+    dtype = _unpacked_type(codec)
+    narrow = np.dtype(codec["as"])
+    count = _count(data, codec)
+    # Inflated piece by piece straight into the result (a numpy array, which the
+    # kernel backs with huge pages): one whole inflated copy would cost a page fault
+    # every 4 KiB. The running total carries over between pieces for differences.
+    # Differences are summed straight in the stored type: their running sums are the values, which fit it.
+    scratch = np.empty(min(count, piece), dtype) if out is None else None
+    stream = zcodec.decompressobj(15)
+    pending: Any = data
+    at = 0
+    carry = 0
+    while at < count:
+        raw = stream.decompress(pending, piece * narrow.itemsize)
+        pending = stream.unconsumed_tail
+        if not raw or len(raw) % narrow.itemsize or at + len(raw) // narrow.itemsize > count:
+            raise ValueError("packed array has the wrong size")
+        got = np.frombuffer(raw, narrow)
+        part = out[at : at + len(got)] if out is not None else scratch[: len(got)]  # type: ignore[index]
+        if codec["delta"]:
+            np.cumsum(got, dtype=dtype, out=part)
+            part += carry
+            carry = int(part[-1])
+        else:
+            part[...] = got if dtype != np.bool_ else got != 0
+        at += len(got)
+        yield part
+    if stream.decompress(pending) or not stream.eof or stream.unused_data:
+        raise ValueError("packed array has the wrong size")

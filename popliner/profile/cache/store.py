@@ -161,7 +161,7 @@ def load_cached(path: Path, sha256: str, options_key: str, profile_path: str, de
         ):
             log.debug("cache %s is stale; rebuilding", path)
             return None
-        unpack_all(arrays, meta["codecs"])
+        unpack_all(arrays, meta["codecs"], _KEEP_PACKED)
         profile, extra, layers = _objects(meta, arrays, derived, layers_type, parts)
         check_profile(profile)
         if check is not None:
@@ -181,6 +181,9 @@ def load_cached(path: Path, sha256: str, options_key: str, profile_path: str, de
 
 #: The member holding the digest (hex, ASCII) of all the others.
 _DIGEST = "__digest__"
+#: Columns a cached run does not read (the operations are cached; names only in reports): left packed until
+#: read (lazycol).
+_KEEP_PACKED = frozenset({"p.programs.var_idx.", "p.variables.ids.", "p.variables.names.ptr."})
 
 
 def seal(arrays: dict[str, np.ndarray], sha256: str) -> None:

@@ -1,5 +1,5 @@
-"""What a cached load does not redo: the whole program's figures come from the entry; it and the program variables
-(which only deriving operations reads) are checked all the same."""
+"""What a cached load does not redo: ``programs.var_idx`` stays packed until read (popliner.profile.lazycol), the
+whole program's figures come from the entry; both checked all the same."""
 
 from __future__ import annotations
 
@@ -13,9 +13,11 @@ from popliner.analysis import load_analysis
 from popliner.memory import model as memory_model
 from popliner.memory.model import whole_program_memory
 from popliner.ops.operations import derive_operations
+from popliner.plan import SplitRequest, plan_split
 from popliner.profile import load_profile
 from popliner.profile.cache import trust as cachefs
-from popliner.profile.cache.archive import pack, unpack
+from popliner.profile.cache.archive import column_range, pack, unpack
+from popliner.profile.lazycol import deferred
 from tests.helpers import FIXTURES, rewrite_cache_entry
 
 BASE = FIXTURES / "bert-base-training.json.gz"
@@ -31,6 +33,36 @@ def entry(tmp_path, monkeypatch):
     load_analysis(str(BASE))
     (found,) = cache.glob("*.npz")
     return found
+
+
+def test_a_cached_load_leaves_ids_and_name_offsets_packed_through_a_training_solve(entry):
+    # The engine's training view replaces the variables' bytes (off-chip state): the copy keeps them packed.
+    cold = load_analysis(str(BASE), use_cache=False).profile.variables
+    a = load_analysis(str(BASE))
+    assert a.from_cache
+    plan = plan_split(a, SplitRequest(num_ipus=4, solver="greedy", optimizer_state="off-chip"))
+    assert plan.split.stages
+    for v in (a.profile.variables, plan.analysis.engine.profile.variables):
+        ids, ptr = deferred(v, "ids"), deferred(v.names, "ptr")
+        assert ids is not None and ptr is not None and ids.length == v.count == cold.count
+        assert ptr.length == cold.count + 1
+    v = plan.analysis.engine.profile.variables
+    assert [v.name(i) for i in (0, 7, cold.count - 1)] == [cold.name(i) for i in (0, 7, cold.count - 1)]
+    assert np.array_equal(v.ids, cold.ids) and v.ids.dtype == cold.ids.dtype
+    assert np.array_equal(v.names.ptr, cold.names.ptr) and deferred(v, "ids") is None
+
+
+def test_a_cached_load_leaves_program_variables_packed_until_read(entry):
+    cold = load_analysis(str(BASE), use_cache=False).profile.programs
+    a = load_analysis(str(BASE))
+    assert a.from_cache
+    a.layer_names, a.whole_memory  # noqa: B018 - what a cached run reads does not unpack it
+    packed = deferred(a.profile.programs, "var_idx")
+    assert packed is not None and packed.length == len(cold.var_idx) > 4096
+    assert (packed.lo, packed.hi) == (int(cold.var_idx.min()), int(cold.var_idx.max()))
+    got = a.profile.programs.var_idx  # read: unpacked, the same array, then kept
+    assert got.dtype == cold.var_idx.dtype and np.array_equal(got, cold.var_idx)
+    assert deferred(a.profile.programs, "var_idx") is None and a.profile.programs.var_idx is got
 
 
 def _tamper(entry: Path, edit) -> None:
@@ -51,7 +83,7 @@ def _rebuilt(caplog):
     return a, line
 
 
-def test_ids_of_another_length_are_caught(entry, caplog):
+def test_packed_ids_of_another_length_are_caught(entry, caplog):
     key = "p.variables.ids."
 
     def change(arrays, meta):
@@ -73,13 +105,26 @@ def _past_the_end(a: np.ndarray) -> np.ndarray:
     (lambda a: a[:-1], "program variables pointers"),  # one entry short of its pointers
     (lambda a: a - (a.max() + 1), "program variables holds values outside"),  # negative
 ])
-def test_program_variables_with_a_new_digest_are_still_checked(entry, caplog, edit, words):
+def test_a_packed_column_with_a_new_digest_is_still_checked(entry, caplog, edit, words):
     cold = load_analysis(str(BASE), use_cache=False)
     _tamper(entry, edit)
     a, line = _rebuilt(caplog)
     assert "cannot be used" in line and words in line
     assert np.array_equal(a.profile.programs.var_idx, cold.profile.programs.var_idx)
     assert load_analysis(str(BASE)).from_cache  # rebuilt
+
+
+@pytest.mark.parametrize("values", [
+    np.arange(5000, dtype=np.int64) * 3 - 7,  # sorted: packed as differences
+    np.random.default_rng(0).integers(-(2**40), 2**40, 70_000),  # wide, unsorted
+    np.random.default_rng(1).integers(0, 200, 3 * (1 << 20) + 5).astype(np.int32),  # several pieces
+    np.zeros(0, np.int64),
+])
+def test_column_range_is_the_unpacked_arrays(values):
+    data, codec = pack(values)
+    lo, hi = (int(values.min()), int(values.max())) if values.size else (0, 0)
+    assert column_range(data, codec) == (len(values), lo, hi)
+    assert np.array_equal(unpack(data, codec), values)
 
 
 @pytest.mark.parametrize("name", ["bert-base-training.json.gz", "efficientnet-small-inference.json.gz", "tiny.json"])
