@@ -42,11 +42,11 @@ def test_a_cached_load_leaves_ids_and_name_offsets_packed_through_a_training_sol
     assert a.from_cache
     plan = plan_split(a, SplitRequest(num_ipus=4, solver="greedy", optimizer_state="off-chip"))
     assert plan.split.stages
-    for v in (a.profile.variables, plan.analysis.engine.profile.variables):
+    for v in (a.profile.variables, plan.analysis.facts.profile.variables):
         ids, ptr = deferred(v, "ids"), deferred(v.names, "ptr")
         assert ids is not None and ptr is not None and ids.length == v.count == cold.count
         assert ptr.length == cold.count + 1
-    v = plan.analysis.engine.profile.variables
+    v = plan.analysis.facts.profile.variables
     assert [v.name(i) for i in (0, 7, cold.count - 1)] == [cold.name(i) for i in (0, 7, cold.count - 1)]
     assert np.array_equal(v.ids, cold.ids) and v.ids.dtype == cold.ids.dtype
     assert np.array_equal(v.names.ptr, cold.names.ptr) and deferred(v, "ids") is None
