@@ -75,11 +75,15 @@ class ProfileRanges:
     ``i..i`` to ``i..j`` and no further), for a solver that reads rows in
     order and knows where to stop; reading the row further grows its
     running set from where it stopped. Figures are the same either way.
+
+    ``regrow``: keep each finished row's running set, for a table of a higher limit on the same scenario to grow it
+    (a pod plan builds none: without, its rows' sets go as they finish, hundreds of MB on a large profile).
     """
 
     def __init__(self, facts: MemoryFacts, memo: RangeMemo, limit: int,
                  link_bytes_per_second: float = DEFAULT_LINK_BANDWIDTH, pieces: Pieces = PIECES,
-                 deadline: float | None = None, lazy: bool = False, work: RangeWork | None = None) -> None:
+                 deadline: float | None = None, lazy: bool = False, work: RangeWork | None = None,
+                 regrow: bool = True) -> None:
         self.facts = facts
         self.limit = limit
         # A wrapped head is no layer the solvers place: it goes with the range at position 0.
@@ -101,6 +105,7 @@ class ProfileRanges:
         self.deadline = deadline
         self.lazy = lazy
         self._work = work
+        self._regrow = regrow
 
     # -- what a solver reads ------------------------------------------------------
 
@@ -310,7 +315,7 @@ class ProfileRanges:
             if upto < self.num_layers - 1:  # a lazy read: the row goes on when read further
                 self._keep(i, state)
                 return
-        if state is not None:
+        if state is not None and self._regrow:
             # A table with a higher limit (a best effort) grows the row further from here.
             shared.resume[i] = state
         # Only once the row is complete: a row interrupted by the deadline is extended again when read.
