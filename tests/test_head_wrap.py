@@ -20,7 +20,8 @@ from popliner.pipeline import (
     stash_depth,
 )
 from popliner.solvers.greedy import greedy_bounds
-from popliner.solvers.problem import ArrayRanges, SplitProblem
+from popliner.solvers.problem import SplitProblem
+from tests.array_ranges import ArrayRanges
 from tests.helpers import FIXTURES, dp_bounds
 from tests.ilp_oracle import ilp_bounds
 
