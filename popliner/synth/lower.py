@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from popliner.synth.catalog import KERNELS, VERTEX_TYPES, Kernel, Phase, VertexType
+from popliner.synth.catalog import KERNELS, Kernel, Phase, VertexType
 from popliner.synth.graph import ALWAYS_LIVE, Graph, Op
 from popliner.synth.layout import Layout
 from popliner.synth.tilevec import (
@@ -53,8 +53,6 @@ HOST_BYTES_PER_CYCLE = 1
 CONTROL = {"OnTileExecute": 10, "DoExchange": 12, "Copy": 6, "Sync": 4, "Stream": 16}
 #: Tiles between two vertices of a "strided" coverage.
 STRIDE = 8
-
-_VT_BY_NAME = {vt.name: vt for vt in VERTEX_TYPES}
 
 
 @dataclass(frozen=True)
@@ -136,8 +134,8 @@ class _Lowerer:
         self.contexts: list[dict[str, Any]] = []
         self.ranges: list[list[tuple[int, int]]] = [[] for _ in graph.ops]
         self.bodies: dict[int, tuple[int, int, int]] = {}  # body op -> (Sequence id, first step, stop step)
-        self.vt_ids: dict[str, int] = {}
-        self.types = dict(_VT_BY_NAME)  # the catalog's vertex types and the planned specialisations made so far
+        self.vt_ids: dict[VertexType, int] = {}
+        self.types: dict[str, VertexType] = {}  # the planned specialisations made so far
         self.leaf_control: list[Runs] = []
         self.leaf_types: list[str] = []
         self.exchange: list[Runs] = []
@@ -149,7 +147,7 @@ class _Lowerer:
         roots.append(self.composite("Sequence", "main", None, self.main_children()))
         vts = sorted(self.vt_ids, key=self.vt_ids.__getitem__)
         return Lowered(self.programs, roots, self.steps, self.contexts, self.ranges,
-                       [self.calib.vertex_type(self.types[n]) for n in vts], self.leaf_control, self.exchange,
+                       [self.calib.vertex_type(vt) for vt in vts], self.leaf_control, self.exchange,
                        self.vertex_runs, self.leaf_types)
 
     def main_children(self) -> list[int]:
@@ -243,7 +241,7 @@ class _Lowerer:
             return f"Call({op.instance_id})"
         return op.name
 
-    def specialised(self, name: str, code: float) -> str:
+    def specialised(self, vt: VertexType, code: float) -> VertexType:
         """The vertex type a planned operation uses: the catalog's, or its own specialisation with ``code`` x the code.
 
         Codelets are templates: an operation whose plan instantiates them with
@@ -251,15 +249,11 @@ class _Lowerer:
         the catalog's (a calibrated preset's fitted choice, see :class:`Plan`).
         """
         if code == 1.0:
-            return name
-        special = f"{name} [specialised x{code:g}]"
+            return vt
+        special = f"{vt.name} [specialised x{code:g}]"
         if special not in self.types:
-            vt = self.types[name]
             self.types[special] = VertexType(special, vt.size, max(1, round(vt.code * code)), vt.per_tile)
-        return special
-
-    def vertex_type(self, name: str) -> int:
-        return self.vt_ids.setdefault(name, len(self.vt_ids))
+        return self.types[special]
 
     def control_runs(self, ptype: str, start: int, count: int, ratio: float) -> Runs:
         return span_runs(start, count, self.tiles, max(1, round(CONTROL[ptype] * ratio * self.calib.control_code)))
@@ -399,10 +393,10 @@ class _Lowerer:
     def compute(self, op: Op, name: str, ctx: int, ph: Phase, j: int, computes: int, ratio: float, cycles: int,
                 jitter: bool) -> int:
         vertices = []
-        for vname, coverage in ph.vertices:
-            vname = self.specialised(vname, op.plan.code)
-            vid = self.vertex_type(vname)
-            runs = self.coverage(op, coverage, self.types[vname].per_tile * ratio * op.plan.vertices, j)
+        for catalog_type, coverage in ph.vertices:
+            vt = self.specialised(catalog_type, op.plan.code)
+            vid = self.vt_ids.setdefault(vt, len(self.vt_ids))
+            runs = self.coverage(op, coverage, vt.per_tile * ratio * op.plan.vertices, j)
             if runs:
                 self.vertex_runs.append((vid, runs))
                 vertices.append([vid, encode_runs(runs, self.tiles)])
