@@ -197,8 +197,8 @@ class _Lowerer:
     def composite(self, ptype: str, name: str, ctx: int | None, children: list[int], repeat: int = 1,
                   extra: dict[str, Any] | None = None) -> int:
         # Control code of a parent includes its children's; cycles are per execution.
-        cycles = sum_runs(((self.cycles[c], repeat) for c in children), self.tiles)
-        control = sum_runs(((self.control_of[c], 1) for c in children), self.tiles)
+        cycles = sum_runs((self.cycles[c], repeat) for c in children)
+        control = sum_runs((self.control_of[c], 1) for c in children)
         return self.program(ptype, name, ctx, cycles, control, children, extra)
 
     def context(self, layer: str, name: str, parent: int | None, data: dict[str, Any] | None = None) -> int:
@@ -383,7 +383,7 @@ class _Lowerer:
         edge = min(8, op.count)
         hot = op.start + (op.index * 97) % (op.count - edge + 1)
         runs = sum_runs([(span_runs(op.start, op.count, self.tiles, code), 1),
-                         (span_runs(hot, edge, self.tiles, code), 1)], self.tiles)
+                         (span_runs(hot, edge, self.tiles, code), 1)])
         self.exchange.append(runs)
         return self.leaf("DoExchange", f"{name}/Exchange", ctx, span_runs(op.start, op.count, self.tiles, cycles),
                          self.control_runs("DoExchange", op.start, op.count, ratio * op.plan.programs),
@@ -434,7 +434,7 @@ class _Lowerer:
             base, extra = int(per_tile), per_tile - int(per_tile)
             more = round(count * extra)
             return sum_runs([(span_runs(start, count, self.tiles, base), 1),
-                             (span_runs(start, more, self.tiles, 1), 1)], self.tiles) if more else span_runs(
+                             (span_runs(start, more, self.tiles, 1), 1)]) if more else span_runs(
                 start, count, self.tiles, base)
         return span_runs(start, count, self.tiles, value)
 
@@ -444,7 +444,7 @@ class _Lowerer:
             # The last tiles of a span get the remainder of the work: a little less.
             tail = max(1, op.count // 16)
             less = span_runs(op.start + op.count - tail, tail, self.tiles, cycles // 4)
-            return sum_runs([(base, 1), (less, -1)], self.tiles) if op.count > 16 else base
+            return sum_runs([(base, 1), (less, -1)]) if op.count > 16 else base
         # Data-dependent work (gathers, losses): a different count on every tile.
         noise = self.rng.integers(cycles * 3 // 4, cycles * 5 // 4 + 2, size=op.count)
         dense = np.zeros(self.tiles, dtype=np.int64)
