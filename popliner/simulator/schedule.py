@@ -20,7 +20,6 @@ from popliner.errors import UsageProblem
 from popliner.profile.limits import limit
 
 __all__ = [
-    "FRAGMENT_KINDS",
     "Fragment",
     "Schedule",
     "num_cycles",
@@ -32,10 +31,6 @@ __all__ = [
     "schedule_fragments",
     "sharded_schedule",
 ]
-
-#: Fragment kinds in the order they run within a pipeline cycle.
-FRAGMENT_KINDS: tuple[str, ...] = ("D", "M", "H", "C")
-
 
 class Fragment(NamedTuple):
     """One program fragment: pipeline ``stage``, ``kind`` (D/M/H/C), ``microbatch``.

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Final
 
-__all__ = ["COVERAGES", "KERNELS", "Kernel", "Phase", "VertexType"]
+__all__ = ["KERNELS", "Kernel", "Phase", "VertexType"]
 
 
 @dataclass(frozen=True)
@@ -28,14 +28,11 @@ class VertexType:
     per_tile: int  # usual instances on a tile in one compute set (1 for supervisor vertices)
 
 
-#: Where on an operation's tiles a vertex type is placed.
-#: all: every tile; head: the first half; few: up to 4 tiles; strided: every 8th tile.
-COVERAGES: Final = ("all", "head", "few", "strided")
-
-
 @dataclass(frozen=True)
 class Phase:
-    vertices: tuple[tuple[VertexType, str], ...]  # (vertex type, coverage)
+    #: (vertex type, coverage): where on the operation's tiles it is placed. all: every tile; head: the first
+    #: half; few: up to 4 tiles; strided: every 8th tile.
+    vertices: tuple[tuple[VertexType, str], ...]
     exchange: bool = True  # a DoExchange runs before the compute set
     weight: float = 1.0  # share of the operation's compute cycles
     label: str = "Compute"
