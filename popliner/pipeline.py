@@ -202,7 +202,7 @@ class RangeCosts(Protocol):
     """What a solver reads about contiguous layer ranges ``i..j`` (inclusive).
 
     :class:`popliner.memory.ranges.ProfileRanges` reads a profile;
-    the tests' ``ArrayRanges`` (tests/array_ranges.py) takes plain numbers.
+    :class:`popliner.solvers.problem.ArrayRanges` takes plain numbers.
     """
 
     @property

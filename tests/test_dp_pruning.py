@@ -26,9 +26,8 @@ from popliner.solvers.dp import RangeValues, dp_for_stages, dp_per_count, value_
 from popliner.solvers.edges import position_edges
 from popliner.solvers.lexdp import lexicographic_optimum
 from popliner.solvers.objective import CYCLES, MEMORY, Objective, objective_order
-from popliner.solvers.problem import Bounds, SplitProblem
+from popliner.solvers.problem import ArrayRanges, Bounds, SplitProblem
 from popliner.solvers.solve import _exact_per_count
-from tests.array_ranges import ArrayRanges
 from tests.helpers import structural_splits, value_floor
 from tests.sizes import examples, sized
 

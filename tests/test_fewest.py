@@ -7,9 +7,8 @@ import pytest
 from popliner.analysis import analyse_profile, scenario
 from popliner.plan import SplitRequest, fit_facts, plan_split, split_problem
 from popliner.profile import load_profile
-from popliner.solvers.problem import SplitProblem
+from popliner.solvers.problem import ArrayRanges, SplitProblem
 from popliner.solvers.solve import minimum_ipus
-from tests.array_ranges import ArrayRanges
 from tests.helpers import FIXTURES
 
 

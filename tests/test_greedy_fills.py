@@ -18,8 +18,7 @@ from hypothesis import strategies as st
 
 from popliner.pipeline import copy_buffer_per_tile, extra_stash_entries, range_boundaries
 from popliner.solvers.greedy import CAPS, MIN_LAYERS, greedy_bounds
-from popliner.solvers.problem import SplitProblem
-from tests.array_ranges import ArrayRanges
+from popliner.solvers.problem import ArrayRanges, SplitProblem
 from tests.sizes import examples, sized
 
 

@@ -20,8 +20,7 @@ from popliner.pipeline import (
     stash_depth,
 )
 from popliner.solvers.greedy import greedy_bounds
-from popliner.solvers.problem import SplitProblem
-from tests.array_ranges import ArrayRanges
+from popliner.solvers.problem import ArrayRanges, SplitProblem
 from tests.helpers import FIXTURES, dp_bounds
 from tests.ilp_oracle import ilp_bounds
 

@@ -18,9 +18,8 @@ from popliner.errors import UsageProblem
 from popliner.solvers.dp import dp_per_count
 from popliner.solvers.lexdp import lexicographic_optimum
 from popliner.solvers.objective import objective_order
-from popliner.solvers.problem import Bounds, SplitProblem
+from popliner.solvers.problem import ArrayRanges, Bounds, SplitProblem
 from popliner.solvers.solve import solve_bounds
-from tests.array_ranges import ArrayRanges
 from tests.helpers import structural_splits
 from tests.ilp_oracle import hint_objectives, ilp_bounds
 from tests.sizes import examples, sized
@@ -121,8 +120,7 @@ def test_an_order_with_a_max_after_a_sum_is_refused() -> None:
 def test_a_proved_solve_says_so_and_never_imports_or_tools() -> None:
     code = (
         "import sys\n"
-        "from popliner.solvers.problem import SplitProblem\n"
-        "from tests.array_ranges import ArrayRanges\n"
+        "from popliner.solvers.problem import ArrayRanges, SplitProblem\n"
         "from popliner.solvers.solve import solve_bounds\n"
         "t = ArrayRanges([10] * 6, [5] * 6, [3, 1, 4, 1, 5, 9], [2, 7, 1, 8, 2], stash=[1] * 6, limit=200)\n"
         "o = solve_bounds(t, SplitProblem(3, 200, training=True), solver='ilp')\n"

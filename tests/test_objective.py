@@ -10,9 +10,8 @@ from popliner.errors import UsageProblem
 from popliner.pipeline import RangeCosts, position_memory
 from popliner.solvers import objective as objective_module
 from popliner.solvers.objective import CROSSING, CYCLES, MEMORY, Objective, objective_order, split_value
-from popliner.solvers.problem import SplitProblem
+from popliner.solvers.problem import ArrayRanges, SplitProblem
 from popliner.solvers.solve import first_objective, solve_bounds
-from tests.array_ranges import ArrayRanges
 from tests.helpers import dp_bounds
 from tests.ilp_oracle import ilp_bounds
 

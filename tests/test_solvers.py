@@ -17,9 +17,8 @@ from popliner.profile import load_profile
 from popliner.solvers.dp import dp_for_stages, dp_per_count
 from popliner.solvers.greedy import greedy_bounds, layers_needed
 from popliner.solvers.objective import MEMORY
-from popliner.solvers.problem import SplitProblem
+from popliner.solvers.problem import ArrayRanges, SplitProblem
 from popliner.solvers.solve import solve_bounds
-from tests.array_ranges import ArrayRanges
 from tests.helpers import FIXTURES, dp_bounds
 from tests.ilp_oracle import ilp_bounds
 

@@ -12,10 +12,9 @@ from popliner.analysis import analyse_profile
 from popliner.pipeline import position_memory
 from popliner.profile import load_profile
 from popliner.solvers.objective import MEMORY
-from popliner.solvers.problem import SplitProblem
+from popliner.solvers.problem import ArrayRanges, SplitProblem
 from popliner.solvers.solve import best_effort, minimum_ipus
 from popliner.solvers.suffix import suffix_table
-from tests.array_ranges import ArrayRanges
 from tests.helpers import FIXTURES, dp_bounds
 
 
