@@ -32,7 +32,7 @@ from popliner.writers.formula import (
     mb,
     sum_range,
 )
-from popliner.writers.grid import Grid
+from popliner.writers.grid import Grid, evaluate_book
 
 # ---------------------------------------------------------------------------
 # Addressing
@@ -215,7 +215,7 @@ def test_grid_places_rows_and_evaluates() -> None:
     assert grid.formula_text(2, 2) is None
     assert grid.value(2, 3) == 4
     assert grid.value(4, 3) == 0.0
-    assert grid.values()[1] == ["b", 3, 4]
+    assert evaluate_book([grid])["S"][1] == ["b", 3, 4]
 
 
 def test_grid_follows_other_sheets() -> None:

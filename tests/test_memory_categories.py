@@ -24,6 +24,7 @@ from popliner.cli import cli
 from popliner.memory.categories import MODELLED, category_rule
 from popliner.memory.training import TrainingOptions
 from popliner.synth import generate_document, preset_spec
+from popliner.writers.grid import evaluate_book
 from popliner.writers.tables import layers_grid, operations_grid
 from tests.helpers import FIXTURES, analyse_document, range_table_equals_engine
 
@@ -186,15 +187,15 @@ def test_workbook_with_the_sixth_column_evaluates_to_popliner_figures(tmp_path: 
     engine = engine_values(path)
     assert_no_errors(engine)
     grids, _ = xlsx.workbook_grids(breakdown, budget_bytes=638_976)
-    book = {g.name: g for g in grids}
+    values = evaluate_book(grids)
     for grid in grids:
-        for r, row in enumerate(grid.values(book), start=1):
+        for r, row in enumerate(values[grid.name], start=1):
             for c, mine in enumerate(row, start=1):
                 theirs = engine.get((grid.name.upper(), f"{column_letter(c)}{r}"))
                 if mine not in (None, ""):
                     assert same(mine, theirs), f"{grid.name}!{column_letter(c)}{r}: {mine!r} vs {theirs!r}"
     # The whole-model row's Total is its six components: the model's own total.
-    layers = book["Layers"].values(book)
+    layers = values["Layers"]
     whole = next(row for row in layers if row[0] == "Whole model on one IPU")
     assert whole[8] == breakdown.whole.memory.total == sum(whole[2:8])  # type: ignore[union-attr]
 

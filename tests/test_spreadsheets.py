@@ -31,6 +31,7 @@ from popliner.memory.types import ComponentBytes, StageMemory
 from popliner.solvers.result import SplitResult, StageResult
 from popliner.writers import plots, tables, xlsx
 from popliner.writers.formula import column_letter
+from popliner.writers.grid import evaluate_book
 from popliner.writers.planner import PLANNER_NOTE, planner_grid, write_planner
 from tests.helpers import ipu_memory
 
@@ -405,9 +406,9 @@ def test_workbook_formulas_agree_with_popliner_and_csv(tmp_path: Path) -> None:
     engine = engine_values(path)
     assert_no_errors(engine)
     grids, _ = xlsx.workbook_grids(make_breakdown(), budget_bytes=BUDGET, split=make_split(), matrices=make_matrices())
-    book = {g.name: g for g in grids}
+    values = evaluate_book(grids)
     for grid in grids:
-        for r, row in enumerate(grid.values(book), start=1):
+        for r, row in enumerate(values[grid.name], start=1):
             for c, mine in enumerate(row, start=1):
                 theirs = engine.get((grid.name.upper(), f"{column_letter(c)}{r}"))
                 if mine is None:

@@ -7,6 +7,7 @@ the library, and hands what comes back to the writers.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import sys
@@ -200,13 +201,12 @@ def _check_gate(p: dict[str, Any]) -> Gate | None:
     return gate(p["baseline"], p["max_growth"], p["max_growth_bytes"], os.environ)
 
 
-def _gate_split(plan: SplitPlan, p: dict[str, Any], checks: Gate) -> None:
+def _gate_split(plan: SplitPlan, cfg: Any, p: dict[str, Any], checks: Gate) -> None:
     """The config just written, checked as `popliner check CONFIG --profile PROFILE` checks it (the same library
     door), kept in --check-out and compared with --baseline; exit 1 when it fails."""
     from popliner.checkreport import check_report
     from popliner.writers.check_delta import comparison_lines
 
-    cfg = split_writers.split_config(plan, p["gradient_accumulation"], p["matmul_proportion"])
     report = check_report(plan.analysis, cfg, p["config_out"], budget=plan.split.budget_bytes,
                           budget_fraction=headroom_given(p["budget"], p["headroom"]), baseline=checks.baseline)
     if report.comparison is not None and log.isEnabledFor(logging.WARNING):
@@ -220,18 +220,19 @@ def _write_split(plan: SplitPlan, p: dict[str, Any], checks: Gate | None = None)
     nothing fits."""
     from popliner.config.snippets import optimum_check
 
-    g = p["gradient_accumulation"]
-    mp = p["matmul_proportion"]
+    # Made when first wanted: a --gradient-accumulation it refuses stops the command where it always did.
+    config = functools.cache(lambda: split_writers.split_config(plan, p["gradient_accumulation"],
+                                                                p["matmul_proportion"]))
     if p["ipu_config_out"] and plan.split.stages:  # refused before anything is written or printed
-        optimum_check(split_writers.split_config(plan, g, mp), "--ipu-config-out")
-    split_writers.write_split(plan, p["config_out"], p["force"], g, mp, split_out=p["split_out"])
+        optimum_check(config(), "--ipu-config-out")
+    split_writers.write_split(plan, p["config_out"], p["force"], config, split_out=p["split_out"])
     if p["ipu_config_out"] and plan.split.stages:
-        split_writers.write_ipu_config(plan, p["ipu_config_out"], p["force"], g, mp)
+        split_writers.write_ipu_config(config(), p["ipu_config_out"], p["force"])
     if p["report"] and plan.split.stages:
-        split_writers.write_report(plan, p["report"], p["force"], g, mp)
+        split_writers.write_report(plan, config(), p["report"], p["force"])
     argv = click.get_current_context().find_root().meta.get("popliner.argv", [])
     split_writers.write_summary(plan, argv, p["config_out"], p["ipu_config_out"])
     if not plan.fits:
         raise InfeasibleSplitError("")  # the summary above says why and what would fit
     if checks is not None:
-        _gate_split(plan, p, checks)
+        _gate_split(plan, config(), p, checks)

@@ -23,6 +23,7 @@ from popliner.cli.options import (
     SEED,
     budget_options,
     cache_options,
+    fraction,
     gradient_accumulation_option,
     link_bandwidth_option,
     stacked,
@@ -43,13 +44,6 @@ class HiddenArgument(click.Argument):
 
     def get_usage_pieces(self, ctx: click.Context) -> list[str]:
         return []
-
-
-def _matmul_proportion(ctx: click.Context, param: click.Parameter, value: tuple[float, ...]) -> tuple[float, ...]:
-    for v in value:
-        if not 0.0 < v <= 1.0:
-            raise click.BadParameter(f"{v} is not a fraction in (0, 1]")
-    return value
 
 
 #: Every option of the command, the first listed first in ``--help``.
@@ -136,7 +130,7 @@ analyse_options: Callable[[F], F] = stacked(
                   help="With --solve: write an optimum-graphcore ipu_config.json for the split here. Without "
                        "--framework the split is planned as optimum-graphcore builds it (head placement, "
                        "recomputation), which stderr says when the profile names another framework."),
-    click.option("--matmul-proportion", type=float, multiple=True, callback=_matmul_proportion, metavar="F",
+    click.option("--matmul-proportion", type=float, multiple=True, callback=fraction, metavar="F",
                   help="ipu_config.json matmul_proportion: once for every IPU, or once per IPU (default 0.6)."),
     click.option("--report", "report", type=click.Path(dir_okay=False, path_type=str), metavar="FILE.html",
                   help="With --solve: write the HTML review report of the split here (one self-contained file)."),

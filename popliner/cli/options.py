@@ -30,10 +30,11 @@ log = logging.getLogger("popliner")
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def budget_fraction(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
-    """Click callback for ``--budget``: a fraction of the tile in (0, 1], or unset."""
-    if value is not None and not 0.0 < value <= 1.0:
-        raise click.BadParameter(f"{value} is not a fraction in (0, 1]")
+def fraction(ctx: click.Context, param: click.Parameter, value: float | tuple[float, ...] | None) -> Any:
+    """Click callback: every value given is a fraction in (0, 1] (``--budget``, each ``--matmul-proportion``)."""
+    for v in value if isinstance(value, tuple) else (value,):
+        if v is not None and not 0.0 < v <= 1.0:
+            raise click.BadParameter(f"{v} is not a fraction in (0, 1]")
     return value
 
 
@@ -163,7 +164,7 @@ def budget_options(default: str) -> Callable[[F], F]:
     """``--budget F``, the fraction of each tile an IPU may use, and its alias ``--headroom F`` = ``--budget 1-F``
     (the fraction kept free); :func:`budget_given` turns the pair into one fraction."""
     return stacked(
-        click.option("--budget", type=float, default=None, callback=budget_fraction, metavar="FRACTION",
+        click.option("--budget", type=float, default=None, callback=fraction, metavar="FRACTION",
                      help=f"Fraction of each tile's bytes an IPU may use (default: {default})."),
         click.option("--headroom", type=float, default=None, callback=headroom_fraction, metavar="FRACTION",
                      help="Alias: --headroom F is --budget 1-F, the fraction of each tile kept free."),

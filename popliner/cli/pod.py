@@ -42,7 +42,7 @@ log = logging.getLogger("popliner")
 TABLE_ROWS = 10
 
 
-def _choices(allowed: tuple[str, ...], flag: str) -> Any:
+def _choices(allowed: tuple[str, ...]) -> Any:
     """A click callback for a comma-separated subset of ``allowed`` (in the order of ``allowed``)."""
     def parse(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[str, ...] | None:
         if value is None:
@@ -62,11 +62,11 @@ def _choices(allowed: tuple[str, ...], flag: str) -> Any:
               help="Samples per step of the pod (default: 16 x micro-batch x IPUs).")
 @click.option("--micro-batch", type=MICRO_BATCH_SIZE, default=1, show_default=True,
               help="Samples per micro-batch: the batch the profile was compiled with.")
-@click.option("--recompute", callback=_choices(RECOMPUTES, "--recompute"), default=None, metavar="LIST",
+@click.option("--recompute", callback=_choices(RECOMPUTES), default=None, metavar="LIST",
               help="Recomputation modes to try, comma separated (default: none,pipeline,every-layer).")
-@click.option("--head-placement", callback=_choices(HEAD_PLACEMENTS, "--head-placement"), default=None,
+@click.option("--head-placement", callback=_choices(HEAD_PLACEMENTS), default=None,
               metavar="LIST", help="Head placements to try (default: first,last,wrap).")
-@click.option("--optimizer-state", callback=_choices(OPTIMIZER_STATES, "--optimizer-state"), default=None,
+@click.option("--optimizer-state", callback=_choices(OPTIMIZER_STATES), default=None,
               metavar="LIST", help="Where optimizer state may live (default: on-chip,off-chip).")
 @click.option("--sharded-optimizer-state", is_flag=True,
               help="Shard optimizer state over the R replicas (replicated tensor sharding) when R >= 2.")

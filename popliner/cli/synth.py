@@ -26,8 +26,9 @@ __all__ = ["command"]
 
 log = logging.getLogger("popliner.synth")
 
-#: The options that override a preset are named as the SynthSpec fields they set, but for these.
-_OVERRIDES = {"clock": "clock_hz"}
+#: The options that override a preset are named as the SynthSpec fields they set, but for these. An option not
+#: given is None (its flags too) and leaves the preset's value.
+_OVERRIDES = {"clock": "clock_hz", "checkpoint_every_layer": "checkpoints"}
 
 
 @click.command("synth", context_settings={"help_option_names": ["-h", "--help"]})
@@ -59,15 +60,15 @@ _OVERRIDES = {"clock": "clock_hz"}
               help="off-chip: optimizer state in streaming memory, loaded for its update only.")
 @click.option("--replication-factor", type=int, default=None,
               help="Replicas (default 1); see --sharded-optimizer-state.")
-@click.option("--sharded-optimizer-state", is_flag=True,
+@click.option("--sharded-optimizer-state", is_flag=True, default=None,
               help="Divide the optimizer state over the replicas (replicated tensor sharding).")
 @click.option("--first-moment", type=click.Choice(FIRST_MOMENTS), default=None,
               help="Type of Adam's first moment (default float).")
 @click.option("--head", type=click.Choice(HEADS), default=None,
               help="Encoder head: squad (default) or mlm (pretraining's masked-LM head, tied to the embedding).")
-@click.option("--untied-head", is_flag=True,
+@click.option("--untied-head", is_flag=True, default=None,
               help="The LM head (decoder) or MLM head (--head mlm) gets a weight of its own, not the word embedding's.")
-@click.option("--checkpoint-every-layer", is_flag=True,
+@click.option("--checkpoint-every-layer", is_flag=True, default=None,
               help="The model puts a recomputation checkpoint after every layer, as optimum-graphcore does for "
                    "recompute_checkpoint_every_layer (encoder and decoder models).")
 @click.option("--framework", type=click.Choice(SYNTH_FRAMEWORKS), default=None,
@@ -76,13 +77,12 @@ _OVERRIDES = {"clock": "clock_hz"}
 @click.option("--uncalibrated", is_flag=True,
               help="Use the catalog's own code and state sizes, not the preset's calibration.")
 @click.option("--gzip/--no-gzip", "gzip_out", default=None, help="Compress (default: when the name ends .gz).")
-@click.option("--no-var-names", is_flag=True, help="Leave out variable names (smaller, faster files).")
+@click.option("--no-var-names", "var_names", is_flag=True, flag_value=False, default=None,
+              help="Leave out variable names (smaller, faster files).")
 @click.option("-f", "--force", is_flag=True, help="Overwrite an existing output file.")
 @click.option("--list-presets", is_flag=True, help="List the presets and exit.")
 def command(preset: str | None, mode: str | None, kind: str | None, output: str | None, gzip_out: bool | None,
-            no_var_names: bool, force: bool, list_presets: bool, split_after: str | None,
-            sharded_optimizer_state: bool, uncalibrated: bool, checkpoint_every_layer: bool, untied_head: bool,
-            **options: Any) -> None:
+            force: bool, list_presets: bool, split_after: str | None, uncalibrated: bool, **options: Any) -> None:
     """Generate a deterministic synthetic profile (format v1) of a model on one IPU.
 
     \b
@@ -98,15 +98,9 @@ def command(preset: str | None, mode: str | None, kind: str | None, output: str 
         raise UsageProblem("give the output file with -o/--output ('-' for stdout)")
     if split_after is not None:
         options["split_after"] = _layer_list(split_after)
-    if sharded_optimizer_state:
-        options["sharded_optimizer_state"] = True
-    if checkpoint_every_layer:
-        options["checkpoints"] = True
-    if untied_head:
-        options["untied_head"] = True
     if uncalibrated:
         options.update(UNCALIBRATED)
-    spec = _spec(preset, mode, kind, no_var_names, options)
+    spec = _spec(preset, mode, kind, options)
     log.info("generating %s %s (%d layers, %d tiles, scale %g, seed %d)", spec.model, spec.mode, spec.layers,
              spec.tiles, spec.scale, spec.seed)
     target: Any = sys.stdout.buffer if output == "-" else output
@@ -123,11 +117,8 @@ def _layer_list(text: str) -> tuple[int, ...]:
         raise UsageProblem(f"--split-after takes layer numbers separated by commas, got {text!r}") from None
 
 
-def _spec(preset: str | None, mode: str | None, kind: str | None, no_var_names: bool,
-          options: dict[str, Any]) -> SynthSpec:
+def _spec(preset: str | None, mode: str | None, kind: str | None, options: dict[str, Any]) -> SynthSpec:
     changes = {_OVERRIDES.get(k, k): v for k, v in options.items() if v is not None}
-    if no_var_names:
-        changes["var_names"] = False
     if preset is None:
         return SynthSpec(kind=kind or "encoder", mode=mode or "inference").replace(**changes)
     if kind is not None and kind != PRESETS[preset]["kind"]:

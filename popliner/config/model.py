@@ -252,12 +252,9 @@ def config_from_split(
 
 
 def check_matmul_proportion(values: Sequence[float], num_ipus: int) -> tuple[float, ...]:
-    """One value for every IPU or one per IPU, each a fraction in (0, 1]."""
+    """One value for every IPU or one per IPU (each is a fraction in (0, 1]: the option's callback checks it)."""
     if len(values) not in (0, 1, num_ipus):
         raise UsageProblem(f"--matmul-proportion: give one value or one per IPU ({num_ipus}), not {len(values)}")
-    for v in values:
-        if not 0.0 < float(v) <= 1.0:
-            raise UsageProblem(f"--matmul-proportion: {v} is not a fraction in (0, 1]")
     return tuple(float(v) for v in values)
 
 

@@ -363,10 +363,6 @@ def ipu_config(cfg: PipelineConfig, matmul_proportion: Sequence[float] | None = 
 
 
 def _per_ipu(values: Sequence[float], k: int) -> list[float]:
-    if not values:
-        return [DEFAULT_MATMUL_PROPORTION] * k
-    if len(values) == 1:
-        return [float(values[0])] * k
-    if len(values) != k:
-        raise UsageProblem(f"--matmul-proportion: give one value or one per IPU ({k}), not {len(values)}")
-    return [float(v) for v in values]
+    """One value per IPU: the config's were checked when it was made or read (one, or one per IPU)."""
+    values = values or (DEFAULT_MATMUL_PROPORTION,)
+    return [float(v) for v in values] * (k if len(values) == 1 else 1)

@@ -86,10 +86,6 @@ class Report:
     def ipu_of_layer(self) -> dict[str, int]:
         return {layer: i.ipu for i in self.ipus for layer in i.layers}
 
-    @property
-    def fullest(self) -> StageResult:
-        return fullest_ipu(self.ipus)
-
 
 def build_report(analysis: Analysis, config: PipelineConfig, *, budget: int, source: str,
                  link_bandwidth: float = DEFAULT_LINK_BANDWIDTH, sync_cycles: float = DEFAULT_SYNC_CYCLES,

@@ -146,14 +146,6 @@ class Grid:
         memo = self._cache if book is None else {}
         return self._evaluate(row, col, _Context(book, memo, set()))
 
-    def values(self, book: Book | None = None) -> list[list[Value]]:
-        """Every cell evaluated, row by row (rows keep their own lengths)."""
-        context = _Context(book, self._cache if book is None else {}, set())
-        return [
-            [self._evaluate(r, c, context) for c in range(1, len(self._rows[r - 1].cells) + 1)]
-            for r in range(1, self.n_rows + 1)
-        ]
-
     def _evaluate(self, row: int, col: int, context: _Context) -> Value:
         cell = self.cell(row, col)
         if not _is_formula(cell):

@@ -136,7 +136,6 @@ class PlannerLayout:
     layer_counts: RangeRef
     worst_sums: RangeRef  # the per-IPU worst-tile figure (exact or estimate)
     headroom: RangeRef
-    totals: RangeRef
     fits: RangeRef
     header_row: int
     first_layer_row: int
@@ -207,7 +206,6 @@ def _layout(n_layers: int, ipus: int) -> PlannerLayout:
         layer_counts=ipu_row(COUNT_ROW),
         worst_sums=ipu_row(WORST_ROW),
         headroom=ipu_row(HEADROOM_ROW),
-        totals=ipu_row(TOTAL_ROW),
         fits=ipu_row(FITS_ROW),
         header_row=HEADER_ROW,
         first_layer_row=FIRST_LAYER_ROW,

@@ -7,6 +7,7 @@ none of them solves anything: what they show was decided by the planner.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -43,10 +44,10 @@ def split_config(plan: SplitPlan, gradient_accumulation: int | None, matmul_prop
                              every_op_layered=not analysis.base.has_unlayered)
 
 
-def write_split(plan: SplitPlan, config_out: str | None, force: bool, gradient_accumulation: int | None,
-                matmul_proportion: tuple[float, ...] = (), *, split_out: str | None = None) -> None:
+def write_split(plan: SplitPlan, config_out: str | None, force: bool, config: Callable[[], Any], *,
+                split_out: str | None = None) -> None:
     """The picture and table on stderr, the split JSON on stdout (or in ``split_out``: ``-o FILE.json``), and the
-    pipeline config (``--config-out``)."""
+    pipeline config (``--config-out``; ``config`` makes it, once it is wanted)."""
     from popliner.writers.jsondoc import JSON
     from popliner.writers.split_report import split_picture, split_table
 
@@ -65,29 +66,25 @@ def write_split(plan: SplitPlan, config_out: str | None, force: bool, gradient_a
         from popliner.writers.pipeline_yaml import YAML
 
         # The summary says "wrote".
-        write_output(split_config(plan, gradient_accumulation, matmul_proportion), config_out, force, YAML)
+        write_output(config(), config_out, force, YAML)
 
 
-def write_ipu_config(plan: SplitPlan, path: str, force: bool, gradient_accumulation: int | None,
-                     matmul_proportion: tuple[float, ...]) -> None:
+def write_ipu_config(cfg: Any, path: str, force: bool) -> None:
     """optimum-graphcore's ``ipu_config.json`` for the split: the config's own record (the YAML's optimum snippet)."""
     from popliner.config.snippets import optimum_say
     from popliner.writers.ipu_config import IPU_CONFIG
 
-    cfg = split_config(plan, gradient_accumulation, matmul_proportion)
     optimum_say(cfg)
     write_output(cfg, path, force, IPU_CONFIG)  # the summary says "wrote"
 
 
-def write_report(plan: SplitPlan, path: str, force: bool, gradient_accumulation: int | None,
-                 matmul_proportion: tuple[float, ...] = ()) -> None:
-    """The HTML review report of the split."""
+def write_report(plan: SplitPlan, cfg: Any, path: str, force: bool) -> None:
+    """The HTML review report of the split (``cfg``: its pipeline config)."""
     from popliner.report import build_report
     from popliner.writers.html import write_report as write_page
 
     with phase("writing the report"):
-        page = build_report(plan.analysis, split_config(plan, gradient_accumulation, matmul_proportion),
-                            budget=plan.split.budget_bytes,
+        page = build_report(plan.analysis, cfg, budget=plan.split.budget_bytes,
                             source=f"popliner --solve ({plan.split.solver})",
                             link_bandwidth=plan.request.link_bandwidth)
         write_page(page, path, force=force)
