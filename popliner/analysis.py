@@ -151,17 +151,18 @@ class Analysis:
 
     def range_table(self, limit: int, link_bytes_per_second: float = DEFAULT_LINK_BANDWIDTH, *,
                     deadline: float | None = None, lazy: bool = False, pieces: Pieces | None = None,
-                    work: RangeWork | None = None) -> ProfileRanges:
+                    work: RangeWork | None = None, regrow: bool = True) -> ProfileRanges:
         """A range table of this scenario's facts up to ``limit`` (:class:`popliner.memory.ranges.ProfileRanges`).
 
         Every table of the scenario shares its :attr:`range_memo`; ``pieces``: the running sets' sizes (tests);
-        ``work``: a pod plan's account of the ranges evaluated.
+        ``work``: a pod plan's account of the ranges evaluated; ``regrow``: keep finished rows for a table of a
+        higher limit (a plan builds none).
         """
         from popliner.memory.ranges import ProfileRanges
         from popliner.memory.running import PIECES
 
         return ProfileRanges(self.facts, self.range_memo, limit, link_bytes_per_second,
-                             PIECES if pieces is None else pieces, deadline, lazy, work)
+                             PIECES if pieces is None else pieces, deadline, lazy, work, regrow)
 
     @property
     def model(self) -> MemoryModel:

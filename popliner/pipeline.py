@@ -188,7 +188,7 @@ def copy_buffer_per_tile(bytes_in: int, bytes_out: int, tiles: int) -> int:
     """Per tile, the buffers of what an IPU receives (``bytes_in``) and sends on (``bytes_out``) per micro-batch.
 
     The bytes crossing a boundary are the variables used on both sides and
-    sent (:attr:`popliner.memory.boundaries.Boundaries.sent_var`): in training
+    sent (:meth:`popliner.memory.boundaries.Boundaries.sent`): in training
     they already hold each activation (sent forward) and its gradient (sent
     back) once each, so training adds nothing here.
     """

@@ -145,7 +145,7 @@ def test_cache_format_names_the_derived_part(profile, tmp_path):
     (path,) = cache_files(tmp_path)
     with np.load(path, allow_pickle=False) as data:
         meta = json.loads(zcodec.decompress(data["__meta__"]).decode("utf-8"))
-    assert meta["format"] == cache_mod.CACHE_FORMAT == 7
+    assert meta["format"] == cache_mod.CACHE_FORMAT == 8
     assert meta["derived"]["__class__"] == "CachedDerived"
     assert meta["derived"]["fields"]["ops"]["__class__"] == "OperationTable"
     assert meta["layers"][1]["__class__"] == "LayerAssignment"

@@ -16,7 +16,7 @@ import pytest
 
 from popliner.synth import generate_document, plans, preset_spec
 from popliner.synth.build import build_model
-from popliner.synth.catalog import VERTEX_TYPES
+from popliner.synth.catalog import KERNELS
 from popliner.synth.choices import Plan
 from popliner.synth.effnet import conv_partials
 from popliner.synth.graph import Compiled, Graph, GraphBuilder, TKind
@@ -189,7 +189,7 @@ def test_plan_spread_and_specialised_code_by_hand() -> None:
     lowered = _lower_one(Plan(code=2.0))
     special = [vt for vt in lowered.vertex_types if "[specialised x2]" in vt.name]
     assert special
-    catalog = {vt.name: vt for vt in VERTEX_TYPES}
+    catalog = {vt.name: vt for k in KERNELS.values() for ph in (*k.pre, k.main, *k.post) for vt, _ in ph.vertices}
     for vt in special:
         assert vt.code == 2 * catalog[vt.name.split(" [")[0]].code
 

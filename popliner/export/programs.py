@@ -136,16 +136,8 @@ class ProgramsSection:
         for vertex in attr(cs, "vertices", default=()) or ():
             tid = self.vtypes.type_id(attr(vertex, "type"))
             arr = per_tile(attr(vertex, "countByTile"), self.tiles, "a compute set's vertex countByTile")
-            if tid in counts:
-                counts[tid] += arr
-            else:
-                counts[tid] = arr
-        out = []
-        for tid, arr in counts.items():
-            tv = encode_tilevector(arr)
-            if tv is not None:
-                out.append([tid, tv])
-        return out
+            counts[tid] = counts[tid] + arr if tid in counts else arr
+        return [[tid, tv] for tid, arr in counts.items() if (tv := encode_tilevector(arr)) is not None]
 
     def _program_vars(self, p: Any, pid: int) -> list[int]:
         raw: Any = getattr(p, "vars", None)

@@ -48,6 +48,8 @@ class Boundaries:
     always_live_var: np.ndarray
     #: Per variable: the first and last layer whose counted operations use it (:func:`variable_layer_span`).
     variable_layer_span: tuple[np.ndarray, np.ndarray]
+    #: The variables that more than one layer uses, sorted (a compact numbering of them).
+    multi_layer_index: np.ndarray
     #: Variables each IPU that reads one makes itself (:func:`constant_vars`).
     constant_var: np.ndarray
     #: With a wrapped head: the span's ``hi`` with the head's use left out of the variables the embedding uses
@@ -67,21 +69,23 @@ class Boundaries:
         """Per variable, the operation that uses it at the earliest step (-1: none runs)."""
         return self.ops.first_user
 
-    @cached_property
-    def sent_var(self) -> np.ndarray:
-        """Variables an IPU sends when a boundary cuts their users: neither always live nor constant."""
-        return np.asarray(~self.always_live_var & ~self.constant_var)
+    def sent(self, var: np.ndarray, gradients_only: bool = False) -> np.ndarray:
+        """Which of the variables ``var`` an IPU sends when a boundary cuts their users: neither always live nor
+        constant; ``gradients_only``: also first used by a backward operation (gradients; none in inference).
+
+        Read at the variables asked about only: the crossings read the multi-layer ones, a few percent of all.
+        """
+        out = ~self.always_live_var[var] & ~self.constant_var[var]
+        if gradients_only:
+            first = self.first_user[var]
+            out &= (first >= 0) & self.is_backward[np.maximum(first, 0)]
+        return np.asarray(out)
 
     @cached_property
     def multi_layer_var(self) -> np.ndarray:
         """Variables that more than one layer uses."""
         lo, hi = self.variable_layer_span
         return np.asarray(hi > lo)
-
-    @cached_property
-    def multi_layer_index(self) -> np.ndarray:
-        """The variables that more than one layer uses, sorted (a compact numbering of them)."""
-        return np.flatnonzero(self.multi_layer_var)
 
     @cached_property
     def crossing(self) -> np.ndarray:
@@ -97,28 +101,25 @@ class Boundaries:
         embedding's, crosses nothing); a variable the head uses and the
         embedding does not goes on from its first layer round to the head.
         """
-        return self._crossing(self.sent_var)
+        return self._crossing()
 
     @cached_property
     def gradient_crossing(self) -> np.ndarray:
         """The part of :attr:`crossing` sent backwards: variables first used by a backward operation."""
-        return self._crossing(self.sent_var & self.gradient_var)
+        return self._crossing(gradients_only=True)
 
-    @cached_property
-    def gradient_var(self) -> np.ndarray:
-        """Variables first used by a backward operation (gradients; none in inference)."""
-        return np.asarray((self.first_user >= 0) & self.is_backward[np.maximum(self.first_user, 0)])
-
-    def _crossing(self, sent: np.ndarray) -> np.ndarray:
+    def _crossing(self, gradients_only: bool = False) -> np.ndarray:
         lo, hi = self.variable_layer_span
-        pick = self.multi_layer_var & sent
+        var = self.multi_layer_index  # a variable one layer uses crosses no boundary
+        lo, hi = lo[var], (hi if self.wrapped_hi is None else self.wrapped_hi)[var]
+        pick = self.sent(var, gradients_only)
         if self.wrapped_hi is not None:
-            hi = self.wrapped_hi
             pick &= hi > lo
-        nbytes = self.profile.variables.bytes[pick]
+        var, lo, hi = var[pick], lo[pick], hi[pick]
+        nbytes = self.profile.variables.bytes[var]
         # float64 bincounts: exact while the bytes of all variables are below 2**53.
-        diff = np.bincount(lo[pick], weights=nbytes, minlength=self.num_layers + 1).astype(np.int64)
-        diff -= np.bincount(hi[pick], weights=nbytes, minlength=self.num_layers + 1).astype(np.int64)
+        diff = np.bincount(lo, weights=nbytes, minlength=self.num_layers + 1).astype(np.int64)
+        diff -= np.bincount(hi, weights=nbytes, minlength=self.num_layers + 1).astype(np.int64)
         return np.cumsum(diff)[: max(self.num_layers - 1, 0)]
 
     def _wrapped_head_variables(self, layers: Sequence[int]) -> np.ndarray:
@@ -136,8 +137,9 @@ class Boundaries:
     def always_live_spans(self) -> tuple[tuple[int, int], ...]:
         """(first, last) layer of every always-live variable several layers use (tied weights)."""
         lo, hi = self.variable_layer_span
-        pick = self.multi_layer_var & self.always_live_var
-        return tuple(zip(lo[pick].tolist(), hi[pick].tolist()))
+        var = self.multi_layer_index
+        var = var[self.always_live_var[var]]
+        return tuple(zip(lo[var].tolist(), hi[var].tolist()))
 
     def boundary_bytes(self, before: Sequence[int], after: Sequence[int], gradients_only: bool = False) -> int:
         """Bytes sent over a boundary between two sets of layers: sent variables both sides use.
@@ -159,28 +161,30 @@ class Boundaries:
             used_before = self._used_by(b, True)
             used_after = self._used_by(a, False)
         both = np.intersect1d(used_before, used_after, assume_unique=True)
-        sent = self.sent_var & self.gradient_var if gradients_only else self.sent_var
-        both = both[sent[both]]
+        both = both[self.sent(both, gradients_only)]
         return int(self.profile.variables.bytes[both].sum())
 
 
 def build_boundaries(profile: Profile, ops: OperationTable, model: MemoryModel, layer_of_op: np.ndarray,
                      num_layers: int, head_wraps: bool, is_backward: np.ndarray, always_live_var: np.ndarray, *,
                      span: tuple[np.ndarray, np.ndarray] | None = None, constant: np.ndarray | None = None,
-                     wrapped_hi: np.ndarray | None = None) -> Boundaries:
-    """The boundary figures of one layering; ``span``, ``constant`` and ``wrapped_hi`` when already known.
+                     wrapped_hi: np.ndarray | None = None, multi: np.ndarray | None = None) -> Boundaries:
+    """The boundary figures of one layering; ``span``, ``constant``, ``wrapped_hi`` and ``multi`` (the
+    multi-layer variables) when already known.
 
     Each known part must be the one worked out for the same layers and counted operations (``constant``: the same
     operations); the others are worked out here, once.
     """
     if span is None:
         span = variable_layer_span(profile, ops, model, layer_of_op, num_layers)
+    if multi is None:
+        multi = np.flatnonzero(span[1] > span[0])
     if constant is None:
         constant = constant_vars(profile, ops)
     if head_wraps and wrapped_hi is None:
         wrapped_hi = wrapped_head_hi(profile, model, layer_of_op, num_layers, *span)
     return Boundaries(profile, ops, model, layer_of_op, num_layers, head_wraps, is_backward, always_live_var,
-                      span, constant, wrapped_hi if head_wraps else None)
+                      span, multi, constant, wrapped_hi if head_wraps else None)
 
 
 def constant_vars(profile: Profile, ops: OperationTable) -> np.ndarray:

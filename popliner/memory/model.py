@@ -69,6 +69,18 @@ class MemoryModel:
             self._memo[key] = hit
         return hit
 
+    def with_variables(self, op_idx: np.ndarray | Sequence[int], variables: np.ndarray) -> StageMemory:
+        """The set's figure with ``variables`` as its variables peak per tile (not memoised): a stage whose
+        variables peak is not the set's plain one (a re-run stage, :func:`popliner.memory.stages.stage_memory`).
+
+        The other components are :meth:`stage`'s, to the byte; the figure's rows keep their type.
+        """
+        ops = sorted_unique(np.asarray(op_idx, dtype=np.int64).ravel())
+        hit = self._memo.get(ops.tobytes())
+        rows = hit.per_tile.copy() if hit is not None else np.stack(self._components(ops, np.asarray(variables)))
+        rows[0] = variables
+        return StageMemory(rows)
+
     def _components(self, ops: np.ndarray, variables: np.ndarray | None = None) -> tuple[np.ndarray, ...]:
         p = self.ops.programs_of_set(ops)
         code, state, exchange, control = self.program_code(p)

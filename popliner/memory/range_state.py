@@ -94,7 +94,7 @@ class RangeState:
         self._variables: LayerVariables | None = None
         #: (i, j) -> (worst tile bytes, stash entry per tile, total per tile)
         self.figures: dict[tuple[int, int], tuple[int, np.ndarray, np.ndarray]] = {}
-        #: (i, j) -> the variables peak per tile of a range evaluated on a running set that re-runs nothing.
+        #: (i, j) -> the variables peak per tile the figure of a range evaluated took (a re-run range's, re-run).
         self.peaks: dict[tuple[int, int], np.ndarray] = {}
         #: Ranges whose model figure the facts' model holds (see ProfileRanges.stage_memory).
         self.staged: set[tuple[int, int, bool]] = set()

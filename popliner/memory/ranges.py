@@ -75,11 +75,15 @@ class ProfileRanges:
     ``i..i`` to ``i..j`` and no further), for a solver that reads rows in
     order and knows where to stop; reading the row further grows its
     running set from where it stopped. Figures are the same either way.
+
+    ``regrow``: keep each finished row's running set, for a table of a higher limit on the same scenario to grow it
+    (a pod plan builds none: without, its rows' sets go as they finish, hundreds of MB on a large profile).
     """
 
     def __init__(self, facts: MemoryFacts, memo: RangeMemo, limit: int,
                  link_bytes_per_second: float = DEFAULT_LINK_BANDWIDTH, pieces: Pieces = PIECES,
-                 deadline: float | None = None, lazy: bool = False, work: RangeWork | None = None) -> None:
+                 deadline: float | None = None, lazy: bool = False, work: RangeWork | None = None,
+                 regrow: bool = True) -> None:
         self.facts = facts
         self.limit = limit
         # A wrapped head is no layer the solvers place: it goes with the range at position 0.
@@ -101,6 +105,7 @@ class ProfileRanges:
         self.deadline = deadline
         self.lazy = lazy
         self._work = work
+        self._regrow = regrow
 
     # -- what a solver reads ------------------------------------------------------
 
@@ -226,8 +231,10 @@ class ProfileRanges:
         if key in self._shared.staged:
             return stage_memory(self.facts, ops)
         peak = None if wrapped else self._shared.peaks.get((i, j))
-        if peak is not None:  # read when the range was evaluated, and not re-run (its figure is the plain model's)
+        if peak is not None:  # read when the range was evaluated: the peak its figure took, re-run or not
             self._shared.staged.add(key)
+            if pipeline_rerun_window(self.facts, ops) is not None:
+                return stage_memory(self.facts, ops, rerun_variables=peak)
             return stage_memory(self.facts, ops, variables=peak)
         state = self._shared.running_set()
         if wrapped:
@@ -235,7 +242,9 @@ class ProfileRanges:
         for k in range(i, j + 1):
             state.add(self._shared.layer_parts(k))
         self._shared.staged.add(key)
-        return stage_memory(self.facts, ops, variables=state.variables_peak(), rerun_variables=self._rerun_peak(state))
+        rerun_peak = self._rerun_peak(state)  # a re-run set's figure reads no plain peak
+        return stage_memory(self.facts, ops, variables=state.variables_peak() if rerun_peak is None else None,
+                            rerun_variables=rerun_peak)
 
     # -- incremental evaluation -----------------------------------------------
 
@@ -289,16 +298,15 @@ class ProfileRanges:
                     state = self._running_set(i, j)
                 state.add(shared.layer_parts(j))
                 rerun = self._rerun_peak(state)
-                plain = state.variables_peak() if rerun is None else None
-                total = state.total_per_tile(rerun if rerun is not None else plain)
-                if plain is not None:
-                    shared.peaks[(i, j)] = plain  # stage_memory's, if this range is chosen
+                peak = state.variables_peak() if rerun is None else rerun
+                total = state.total_per_tile(peak)
+                shared.peaks[(i, j)] = peak  # stage_memory's, if this range is chosen
                 # Same figure as stages.stash_entry_per_tile, from the running set of variables. Taken
                 # over the limit too: a table with a higher limit (a best effort) then needs no second
                 # reading of this range's total, only the running set to grow it further.
                 stash = state.stash_entry() if self._training else np.zeros_like(total)
                 known = shared.figures[(i, j)] = (int(total.max()), stash, total)
-                shared.keep_figure(i, j, known, plain)
+                shared.keep_figure(i, j, known, peak)
             elif state is not None:
                 check_deadline(self.deadline)
                 state.add(shared.layer_parts(j))
@@ -310,7 +318,7 @@ class ProfileRanges:
             if upto < self.num_layers - 1:  # a lazy read: the row goes on when read further
                 self._keep(i, state)
                 return
-        if state is not None:
+        if state is not None and self._regrow:
             # A table with a higher limit (a best effort) grows the row further from here.
             shared.resume[i] = state
         # Only once the row is complete: a row interrupted by the deadline is extended again when read.

@@ -66,17 +66,16 @@ def stage_memory(facts: MemoryFacts, ops: np.ndarray, variables: np.ndarray | No
     """Per-tile memory of a set of operations (the direct model, memoised).
 
     ``variables``: the set's variables peak per tile when already known
-    exactly (see :meth:`popliner.memory.model.MemoryModel.stage`). A stage
+    exactly (see :meth:`popliner.memory.model.MemoryModel.stage`; not read for a re-run set). A stage
     re-run under ``--recompute pipeline`` (:func:`pipeline_rerun_part`)
     peaks as docs/solvers.md ('How popliner applies them') says, a wrapped
     head's variables keeping their live steps (it re-runs nothing);
     ``rerun_variables``: that peak when already known exactly (a range
     table's running set, :mod:`popliner.memory.rerun`).
     """
-    memory = facts.model.stage(ops, variables)
     rerun = pipeline_rerun_window(facts, ops)
     if rerun is None:
-        return memory
+        return facts.model.stage(ops, variables)
 
     def rerun_figure() -> StageMemory:
         peak = rerun_variables
@@ -87,9 +86,8 @@ def stage_memory(facts: MemoryFacts, ops: np.ndarray, variables: np.ndarray | No
             forward = window_peak(facts.forward_cut_profile(head_kept), var, lo, b0 - 1)
             backward = window_peak(facts.profile, var, b0, hi)
             peak = np.maximum(forward, backward)
-        per_tile = memory.per_tile.copy()
-        per_tile[0] = peak
-        return StageMemory(per_tile)
+        # The set's other components, with the re-run peak for its variables (the plain peak is never read).
+        return facts.model.with_variables(ops, peak)
 
     return facts.rerun_figure(ops, rerun_figure)
 

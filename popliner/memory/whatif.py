@@ -115,6 +115,10 @@ def rewrite(profile: Profile, ops: OperationTable, layer_of_op: np.ndarray, num_
         if found_cuts is None:
             found_cuts = _recompute_cuts(profile, ops, layer_of_op, num_layers, roles, recompute, unchanged, memo)
             if memo is not None:
+                # One layering's cuts and what-if profiles at a time (the planner goes through the head placements
+                # in turn): tens of MB each. What they are made from stays for every layering (_recompute_cuts).
+                for old in [k for k in memo if k.startswith(b"whatif-cuts")]:
+                    del memo[old]
                 memo[cuts_key] = found_cuts  # read only from here on
         cuts = found_cuts
     key = b"whatif" + repr((shard, off_chip, recompute == "every-layer")).encode() + roles_key
@@ -203,9 +207,8 @@ def _recompute_cuts(profile: Profile, ops: OperationTable, layer_of_op: np.ndarr
         read_idx = np.flatnonzero((u >= 0) & (lo_unit >= 0)).astype(np.int32 if count < 2**31 else np.int64)
         found = (unit, bstart, forward_op, first, last, read_idx, u[read_idx], lo_unit[read_idx], hi_unit[read_idx])
         if memo is not None:
-            # One layering at a time (the planner goes through the head placements in turn): tens of MB each.
-            for old in [k for k in memo if k.startswith((b"cuts", b"whatif-cuts"))]:
-                del memo[old]
+            # Kept for every layering (a plan's head placements give two or three): the option sets go through the
+            # placements innermost, so each layering comes back once per optimizer state and recomputation mode.
             memo[key] = found  # read only from here on
     unit, bstart, forward_op, class_first, class_last, read_idx, u, lo_unit, hi_unit = found
     # Of the variables a forward operation reads (u, lo_unit, hi_unit are theirs), the ones recomputation may cut.

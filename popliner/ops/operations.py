@@ -44,7 +44,7 @@ class OperationTable:
     prog_ptr: np.ndarray
     prog_idx: np.ndarray
     var_ptr: np.ndarray
-    var_idx: np.ndarray
+    var_idx: np.ndarray  # int32 while every variable's index fits (half the bytes of the largest column), else int64
     op_of_program: np.ndarray  # int64 per program, -1 unattributed or unreachable
     op_of_step: np.ndarray  # int64 per step, -1 when its program is unattributed
     unattributed_programs: int  # reachable programs with no debug context
@@ -275,12 +275,13 @@ def _op_variables(profile: Profile, op_of_program: np.ndarray, n: int) -> tuple[
     if not bool(owner.min(initial=0) >= 0):  # some programs belong to no operation
         keep = owner >= 0
         owner, var = owner[keep], var[keep]
+    count = profile.variables.count
+    index = np.int32 if count <= 2**31 else np.int64  # the variables' indices, 0 to count - 1
     if var.size == 0:
-        return np.zeros(n + 1, np.int64), np.zeros(0, np.int64)
+        return np.zeros(n + 1, np.int64), np.zeros(0, index)
     # Programs list their variables in order and an operation's programs mostly
     # follow each other, so the keys come nearly sorted (the merge sort's best case).
     # The keys are built and sorted in place: fresh arrays of this size cost page faults.
-    count = profile.variables.count
     key = owner
     key *= count
     key += var
@@ -296,4 +297,4 @@ def _op_variables(profile: Profile, op_of_program: np.ndarray, n: int) -> tuple[
     ptr: np.ndarray = np.searchsorted(key, np.arange(n + 1, dtype=np.int64) * count).astype(np.int64)
     for k in np.flatnonzero(np.diff(ptr)).tolist():
         key[ptr[k] : ptr[k + 1]] -= k * count
-    return ptr, key
+    return ptr, key.astype(index, copy=False)

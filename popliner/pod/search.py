@@ -80,7 +80,8 @@ def search_options(analysis: Analysis, depths: Sequence[int], budget: int, link_
     if not usable:
         return OptionSearch(analysis, out, facts.view.recompute)
     problem = SplitProblem(num_ipus=max(usable), budget=budget, training=training)
-    table = analysis.range_table(budget, link_bytes_per_second, lazy=True, work=work)
+    # One limit per option set: no table of a higher limit grows its rows afterwards.
+    table = analysis.range_table(budget, link_bytes_per_second, lazy=True, work=work, regrow=False)
     suffixes = suffix_table(table, problem, float(budget), max(usable))
     traffic_table = traffic if traffic is not None else TrafficTable.of(analysis)
     options = analysis.options.training
@@ -159,11 +160,16 @@ class TrafficTable:
             state_users = remote_update_operations(ops, analysis.is_backward, analysis.profile.contexts)
         weights = np.asarray(facts.always_live_var, bool) & ~state & by_update & by_forward
         keep = weights[ops.var_idx] | (state[ops.var_idx] & np.repeat(state_users, lens))
-        kept = np.concatenate(([0], np.cumsum(keep)))
+        # Where each operation's kept entries start: the running count of kept entries before its first entry
+        # (counts in int32 while they fit: a column over every entry of the operation table).
+        ends = np.cumsum(keep, dtype=np.int32 if keep.size < 2**31 else np.int64)[np.maximum(ops.var_ptr - 1, 0)]
+        ptr = np.where(ops.var_ptr > 0, ends, 0).astype(np.int64)
         var = ops.var_idx[keep].astype(np.int64)
-        distinct, slot = np.unique(var, return_inverse=True)
-        return cls(kept[ops.var_ptr].astype(np.int64), slot.astype(np.int64).reshape(-1), weights[var],
-                   np.asarray(analysis.profile.variables.bytes)[distinct])
+        # The distinct variables in order, and each entry's position among them: a mask over the variables (no sort).
+        mark = np.zeros(count, bool)
+        mark[var] = True
+        slot = (np.cumsum(mark, dtype=np.int32 if count < 2**31 else np.int64) - 1)[var].astype(np.int64)
+        return cls(ptr, slot, weights[var], np.asarray(analysis.profile.variables.bytes)[np.flatnonzero(mark)])
 
     def of_ops(self, op_idx: np.ndarray, off_chip: bool, shard: int) -> IpuTraffic:
         """Gradient bytes, and (off chip) this replica's share of the optimizer state, of a set of operations."""

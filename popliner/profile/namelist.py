@@ -79,7 +79,7 @@ def parse_names(text: Text, start: int, end: int, *,
     ptr = _name_offsets(blob, flags, sep)
     if ptr is None:
         return None
-    if not _printable(blob, flags) and not _plain_text(text, lo, hi, blob, flags, sep, len(ptr) - 1):
+    if not _plain_text(text, lo, hi, blob, flags, sep, len(ptr) - 1):
         return None
     # name i: from opens[i] + 1 = ptr[i] + pad*i + 1 (each earlier name adds its quotes and the separator).
     return blob, ptr, 1, len(sep) + 2
@@ -152,18 +152,6 @@ def _quotes_in_place(blob: np.ndarray, q: np.ndarray, last: int, first_open: int
     if len(after_close) and after_close[-1] == len(blob):
         after_close = after_close[:-1]  # the last name's closing quote ends the list
     return not any(np.any(blob[after_close + k] != byte) for k, byte in enumerate(sep))
-
-
-def _printable(blob: np.ndarray, flags: np.ndarray) -> bool:
-    """Every byte is printable ASCII (0x20 to 0x7E), checked piece by piece (``flags``: scratch space)."""
-    shifted = np.empty(len(flags), np.uint8)
-    for lo in range(0, len(blob), len(flags)):
-        piece = blob[lo : lo + len(flags)]
-        k = len(piece)
-        np.subtract(piece, 0x20, out=shifted[:k])  # below 0x20 wraps round to the top
-        if bool(np.greater_equal(shifted[:k], 0x5F, out=flags[:k]).any()):
-            return False
-    return True
 
 
 def _plain_text(text: Text, lo: int, hi: int, blob: np.ndarray, flags: np.ndarray, sep: bytes, count: int) -> bool:

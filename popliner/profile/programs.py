@@ -42,10 +42,10 @@ class _Vectors:
 class _Rows:
     ids: np.ndarray
     types: np.ndarray
-    names: list[str]
+    names: tuple[str, ...]
     context: np.ndarray
     repeat: np.ndarray
-    child_ids: list[Any]
+    child_ids: tuple[Any, ...]
     var_ids: list[Any]  # the programs' own lists (none when the column reader took them)
     var_lens: np.ndarray
     vectors: dict[str, _Vectors]
@@ -67,7 +67,7 @@ def build_programs(b: Builder, raw: list[Any], vtypes: VertexTypes) -> Programs:
         var_idx = _var_positions(b, b.extracted.program_vars, var_ptr)
     else:
         var_idx = _var_refs(b, rows.var_ids, var_ptr)
-    return Programs(ids=rows.ids, type=rows.types, names=tuple(rows.names), child_ptr=child_ptr, child_idx=child_idx,
+    return Programs(ids=rows.ids, type=rows.types, names=rows.names, child_ptr=child_ptr, child_idx=child_idx,
                     context=rows.context, control=tables["controlCode"], exchange=tables["exchangeCode"],
                     cycles=tables["cycles"], vertices=tables["vertices"], var_ptr=var_ptr, var_idx=var_idx,
                     repeat_count=rows.repeat, has_cycles=rows.has_cycles)
@@ -75,12 +75,7 @@ def build_programs(b: Builder, raw: list[Any], vtypes: VertexTypes) -> Programs:
 
 def _read_rows(b: Builder, raw: list[Any], num_types: int, fast_lens: np.ndarray | None) -> _Rows:
     """One pass: each program's own keys checked (and defaulted), its TileVectors and lists collected."""
-    ids: list[int] = []
-    types: list[int] = []
-    names: list[str] = []
-    context: list[int] = []
-    repeat: list[int] = []
-    child_ids: list[Any] = []
+    fields: list[tuple[int, int, str, Any, int, int]] = []  # per program: program_fields' answer
     var_ids: list[Any] = []
     var_lens: list[int] = []
     vectors = {k: _Vectors([], [], []) for k in _PROGRAM_VECTORS}
@@ -91,7 +86,7 @@ def _read_rows(b: Builder, raw: list[Any], num_types: int, fast_lens: np.ndarray
     ctx_index = b.ctx_index
     has_cycles = False
     for i, p in enumerate(raw):
-        pid, code, name, children, ctx, count = program_fields(b, p, i, ctx_index)
+        fields.append(program_fields(b, p, i, ctx_index))
         for key in _PROGRAM_VECTORS:
             if key in p:
                 table = vectors[key]
@@ -125,17 +120,12 @@ def _read_rows(b: Builder, raw: list[Any], num_types: int, fast_lens: np.ndarray
             length = len(pvars)
         else:
             b.check(pvars, f"programs[{i}].vars", (list,), "a list of variable ids")
-        ids.append(pid)
-        types.append(code)
-        names.append(name)
-        context.append(ctx)
-        repeat.append(count)
-        child_ids.append(children)
         var_lens.append(length)
     if lens is not None and taken != len(lens):
         raise NotFast  # a list was taken from somewhere other than a program
+    ids, types, names, children, context, repeat = zip(*fields, strict=True) if fields else ((),) * 6
     return _Rows(np.array(ids, np.int64), np.array(types, np.int8), names, np.array(context, np.int64),
-                 np.array(repeat, np.int64), child_ids, var_ids, np.array(var_lens, np.int64), vectors, has_cycles)
+                 np.array(repeat, np.int64), children, var_ids, np.array(var_lens, np.int64), vectors, has_cycles)
 
 
 def _table(b: Builder, vec: _Vectors, n: int) -> RunTable:
@@ -286,7 +276,7 @@ def _in_object_order(parts: list[tuple[list[int], np.ndarray, np.ndarray]], coun
     return runs[np.argsort(owner, kind="stable")], counts
 
 
-def _children(b: Builder, child_ids: list[Any], index: dict[int, int]) -> tuple[np.ndarray, np.ndarray]:
+def _children(b: Builder, child_ids: tuple[Any, ...], index: dict[int, int]) -> tuple[np.ndarray, np.ndarray]:
     lens = np.fromiter((len(c) for c in child_ids), np.int64, len(child_ids))
     ptr = np.zeros(len(child_ids) + 1, np.int64)
     np.cumsum(lens, out=ptr[1:])

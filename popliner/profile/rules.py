@@ -19,16 +19,14 @@ from popliner.errors import ProfileFormatError
 from popliner.profile.model import TYPE_CODE
 from popliner.profile.tilevector import MAX_VALUE, kind, only_ints
 
-__all__ = ["INT64_MAX", "MAX_TILES", "NULL_MEANS_ABSENT", "Checker", "NotFast", "is_int64", "kind", "only_ints",
-           "back_edge", "program_fields", "vertex_type_of"]
+__all__ = ["INT64_MAX", "MAX_TILES", "Checker", "NotFast", "is_int64", "kind", "only_ints", "back_edge",
+           "program_fields", "vertex_type_of"]
 
 #: Refuse targets beyond this many tiles per IPU (Mk2 has 1472): a typo or a
 #: corrupt number would otherwise make every per-tile array absurdly large.
 MAX_TILES = 1 << 16
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
-#: Program keys whose ``null`` means the same as leaving the key out (exporters write null for "none").
-NULL_MEANS_ABSENT = frozenset({"children", "debugContext", "vertices", "vars"})
-#: What an absent program key means (``vars``: no variables; TileVectors absent are all zeros).
+#: What an absent program key means, and null for the lists and the context (exporters write null for "none").
 PROGRAM_DEFAULTS: dict[str, Any] = {"name": "", "children": (), "debugContext": None, "repeatCount": 1,
                                     "vertices": (), "vars": ()}
 #: Whole-model totals popliner forms (bytes or cycles summed over tiles) must stay below this, so

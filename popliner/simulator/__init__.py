@@ -12,7 +12,6 @@ from popliner.simulator.engine import (
 )
 from popliner.simulator.schedule import (
     Fragment,
-    loss_stage,
     num_cycles,
     phase_of_cycle,
     render_ipu_view,
@@ -29,7 +28,6 @@ __all__ = [
     "IpuSummary",
     "SimResult",
     "SimStage",
-    "loss_stage",
     "num_cycles",
     "phase_of_cycle",
     "render_ipu_view",

@@ -20,10 +20,8 @@ from popliner.errors import UsageProblem
 from popliner.profile.limits import limit
 
 __all__ = [
-    "FRAGMENT_KINDS",
     "Fragment",
     "Schedule",
-    "loss_stage",
     "num_cycles",
     "phase_of_cycle",
     "render_ipu_view",
@@ -33,10 +31,6 @@ __all__ = [
     "schedule_fragments",
     "sharded_schedule",
 ]
-
-#: Fragment kinds in the order they run within a pipeline cycle.
-FRAGMENT_KINDS: tuple[str, ...] = ("D", "M", "H", "C")
-
 
 class Fragment(NamedTuple):
     """One program fragment: pipeline ``stage``, ``kind`` (D/M/H/C), ``microbatch``.
@@ -65,14 +59,6 @@ def phase_of_cycle(cycle: int, num_stages: int, micro_batches: int) -> str:
     if cycle >= micro_batches:
         return "flush"
     return "main"
-
-
-def loss_stage(num_stages: int, training: bool) -> int:
-    """The stage that streams results to the host: the last forward stage.
-
-    In training that is the stage holding the loss, K-1 of P = 2K-1 stages.
-    """
-    return (num_stages - 1) // 2 if training else num_stages - 1
 
 
 def schedule_fragments(num_stages: int, micro_batches: int, sharded: bool = False) -> int:
@@ -120,8 +106,8 @@ def schedule(
 ) -> Schedule:
     """Every pipeline cycle as a tuple of fragments in program order.
 
-    ``to_host_stage`` defaults to the last stage (inference); pass
-    :func:`loss_stage` for training.
+    ``to_host_stage`` defaults to the last stage (inference); in training it
+    is the stage with the loss, K-1 of 2K-1.
     """
     check_pipeline(num_stages, micro_batches)
     host = num_stages - 1 if to_host_stage is None else to_host_stage

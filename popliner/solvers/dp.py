@@ -7,6 +7,7 @@ smallest possible largest cost of layers ``0..j`` in ``k+1`` stages.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Iterable, Mapping
 
@@ -141,7 +142,9 @@ class RangeValues:
         if of is None:
             self._values = [[objective.stage_value(table, i, j, 0.0) if i <= j else math.inf for j in range(n)]
                             for i in range(n)]
-            self.lowest = [_running_minima([self._values[i][j] for i in range(j + 1)]) for j in range(n)]
+            # Running minima from layer 1 (layer 0 starts only the first stage, which has no bound).
+            self.lowest = [[math.inf, *itertools.accumulate((self._values[i][j] for i in range(1, j + 1)), min)]
+                           for j in range(n)]
         else:
             self._values, self.lowest = of._values, of.lowest
         self.starts = [[i for i in range(j, 0, -1) if self._values[i][j] <= cap] for j in range(n)]
@@ -152,16 +155,6 @@ class RangeValues:
     def row(self, i: int) -> list[float]:
         """The values of the ranges from ``i`` (``row(i)[j]`` is :meth:`value`), for a loop over ``j``."""
         return self._values[i]
-
-
-def _running_minima(column: list[float]) -> list[float]:
-    """``out[i]``: the smallest of ``column[1..i]`` (``out[0]`` is ``inf``: the first layer starts no column)."""
-    out = [math.inf] * len(column)
-    low = math.inf
-    for i in range(1, len(column)):
-        low = min(low, column[i])
-        out[i] = low
-    return out
 
 
 def _read_rows(table: RangeCosts, problem: SplitProblem, within: RangeValues | None, stages: int) -> None:

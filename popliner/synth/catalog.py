@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Final
 
-__all__ = ["COVERAGES", "KERNELS", "VERTEX_TYPES", "Kernel", "Phase", "VertexType"]
+__all__ = ["KERNELS", "Kernel", "Phase", "VertexType"]
 
 
 @dataclass(frozen=True)
@@ -28,14 +28,11 @@ class VertexType:
     per_tile: int  # usual instances on a tile in one compute set (1 for supervisor vertices)
 
 
-#: Where on an operation's tiles a vertex type is placed.
-#: all: every tile; head: the first half; few: up to 4 tiles; strided: every 8th tile.
-COVERAGES: Final = ("all", "head", "few", "strided")
-
-
 @dataclass(frozen=True)
 class Phase:
-    vertices: tuple[tuple[str, str], ...]  # (vertex type name, coverage)
+    #: (vertex type, coverage): where on the operation's tiles it is placed. all: every tile; head: the first
+    #: half; few: up to 4 tiles; strided: every 8th tile.
+    vertices: tuple[tuple[VertexType, str], ...]
     exchange: bool = True  # a DoExchange runs before the compute set
     weight: float = 1.0  # share of the operation's compute cycles
     label: str = "Compute"
@@ -111,16 +108,10 @@ MAX_CLASS = VertexType("popnn::ReduceMaxClassGather<float,unsigned int>", 28, 61
 MAXPOOL = VertexType("popnn::MaxPooling<half>", 40, 1460, 1)
 MAXPOOL_GRAD = VertexType("popnn::MaxPoolingGrad<half>", 44, 1720, 1)
 SUMPOOL = VertexType("popnn::SumPooling<half>", 40, 1250, 1)
-VERTEX_TYPES: Final[tuple[VertexType, ...]] = (
-    CONV11, CONV11H, CONVN1, HMAC, RED_PARTIALS, TRANSPOSE, RED_ADD, RED_ADD_F, RED_MAX, RED_SQ, CAST_FH, CAST_HF,
-    ADD, MUL, MUL_F, DIV_F, SCALAR_MUL, BIAS_ADD, ROW_ADD, EXP, SQRT, SADD, SADD_F, SADD_HF, SSUB, INV_STD, CH_MUL,
-    CH_ADD, CH_SADD, GELU, GELU_GRAD, RELU, RELU_GRAD, DROPOUT, SLICE, UPDATE_ADD, FILL_H, FILL_F, SELECT, ONE_HOT,
-    XENT, MAX_CLASS, MAXPOOL, MAXPOOL_GRAD, SUMPOOL,
-)
 
 
 def _p(*vertices: tuple[VertexType, str], exchange: bool = True, weight: float = 1.0, label: str = "Compute") -> Phase:
-    return Phase(tuple((vt.name, coverage) for vt, coverage in vertices), exchange, weight, label)
+    return Phase(vertices, exchange, weight, label)
 
 
 def _matmul_like(context: str, partial: VertexType, temp: float) -> Kernel:

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from popliner.synth.catalog import KERNELS, VERTEX_TYPES, Kernel, Phase, VertexType
+from popliner.synth.catalog import KERNELS, Kernel, Phase, VertexType
 from popliner.synth.graph import ALWAYS_LIVE, Graph, Op
 from popliner.synth.layout import Layout
 from popliner.synth.tilevec import (
@@ -53,8 +53,6 @@ HOST_BYTES_PER_CYCLE = 1
 CONTROL = {"OnTileExecute": 10, "DoExchange": 12, "Copy": 6, "Sync": 4, "Stream": 16}
 #: Tiles between two vertices of a "strided" coverage.
 STRIDE = 8
-
-_VT_BY_NAME = {vt.name: vt for vt in VERTEX_TYPES}
 
 
 @dataclass(frozen=True)
@@ -136,8 +134,8 @@ class _Lowerer:
         self.contexts: list[dict[str, Any]] = []
         self.ranges: list[list[tuple[int, int]]] = [[] for _ in graph.ops]
         self.bodies: dict[int, tuple[int, int, int]] = {}  # body op -> (Sequence id, first step, stop step)
-        self.vt_ids: dict[str, int] = {}
-        self.types = dict(_VT_BY_NAME)  # the catalog's vertex types and the planned specialisations made so far
+        self.vt_ids: dict[VertexType, int] = {}
+        self.types: dict[str, VertexType] = {}  # the planned specialisations made so far
         self.leaf_control: list[Runs] = []
         self.leaf_types: list[str] = []
         self.exchange: list[Runs] = []
@@ -149,7 +147,7 @@ class _Lowerer:
         roots.append(self.composite("Sequence", "main", None, self.main_children()))
         vts = sorted(self.vt_ids, key=self.vt_ids.__getitem__)
         return Lowered(self.programs, roots, self.steps, self.contexts, self.ranges,
-                       [self.calib.vertex_type(self.types[n]) for n in vts], self.leaf_control, self.exchange,
+                       [self.calib.vertex_type(vt) for vt in vts], self.leaf_control, self.exchange,
                        self.vertex_runs, self.leaf_types)
 
     def main_children(self) -> list[int]:
@@ -199,8 +197,8 @@ class _Lowerer:
     def composite(self, ptype: str, name: str, ctx: int | None, children: list[int], repeat: int = 1,
                   extra: dict[str, Any] | None = None) -> int:
         # Control code of a parent includes its children's; cycles are per execution.
-        cycles = sum_runs(((self.cycles[c], repeat) for c in children), self.tiles)
-        control = sum_runs(((self.control_of[c], 1) for c in children), self.tiles)
+        cycles = sum_runs((self.cycles[c], repeat) for c in children)
+        control = sum_runs((self.control_of[c], 1) for c in children)
         return self.program(ptype, name, ctx, cycles, control, children, extra)
 
     def context(self, layer: str, name: str, parent: int | None, data: dict[str, Any] | None = None) -> int:
@@ -243,7 +241,7 @@ class _Lowerer:
             return f"Call({op.instance_id})"
         return op.name
 
-    def specialised(self, name: str, code: float) -> str:
+    def specialised(self, vt: VertexType, code: float) -> VertexType:
         """The vertex type a planned operation uses: the catalog's, or its own specialisation with ``code`` x the code.
 
         Codelets are templates: an operation whose plan instantiates them with
@@ -251,15 +249,11 @@ class _Lowerer:
         the catalog's (a calibrated preset's fitted choice, see :class:`Plan`).
         """
         if code == 1.0:
-            return name
-        special = f"{name} [specialised x{code:g}]"
+            return vt
+        special = f"{vt.name} [specialised x{code:g}]"
         if special not in self.types:
-            vt = self.types[name]
             self.types[special] = VertexType(special, vt.size, max(1, round(vt.code * code)), vt.per_tile)
-        return special
-
-    def vertex_type(self, name: str) -> int:
-        return self.vt_ids.setdefault(name, len(self.vt_ids))
+        return self.types[special]
 
     def control_runs(self, ptype: str, start: int, count: int, ratio: float) -> Runs:
         return span_runs(start, count, self.tiles, max(1, round(CONTROL[ptype] * ratio * self.calib.control_code)))
@@ -389,7 +383,7 @@ class _Lowerer:
         edge = min(8, op.count)
         hot = op.start + (op.index * 97) % (op.count - edge + 1)
         runs = sum_runs([(span_runs(op.start, op.count, self.tiles, code), 1),
-                         (span_runs(hot, edge, self.tiles, code), 1)], self.tiles)
+                         (span_runs(hot, edge, self.tiles, code), 1)])
         self.exchange.append(runs)
         return self.leaf("DoExchange", f"{name}/Exchange", ctx, span_runs(op.start, op.count, self.tiles, cycles),
                          self.control_runs("DoExchange", op.start, op.count, ratio * op.plan.programs),
@@ -399,10 +393,10 @@ class _Lowerer:
     def compute(self, op: Op, name: str, ctx: int, ph: Phase, j: int, computes: int, ratio: float, cycles: int,
                 jitter: bool) -> int:
         vertices = []
-        for vname, coverage in ph.vertices:
-            vname = self.specialised(vname, op.plan.code)
-            vid = self.vertex_type(vname)
-            runs = self.coverage(op, coverage, self.types[vname].per_tile * ratio * op.plan.vertices, j)
+        for catalog_type, coverage in ph.vertices:
+            vt = self.specialised(catalog_type, op.plan.code)
+            vid = self.vt_ids.setdefault(vt, len(self.vt_ids))
+            runs = self.coverage(op, coverage, vt.per_tile * ratio * op.plan.vertices, j)
             if runs:
                 self.vertex_runs.append((vid, runs))
                 vertices.append([vid, encode_runs(runs, self.tiles)])
@@ -440,7 +434,7 @@ class _Lowerer:
             base, extra = int(per_tile), per_tile - int(per_tile)
             more = round(count * extra)
             return sum_runs([(span_runs(start, count, self.tiles, base), 1),
-                             (span_runs(start, more, self.tiles, 1), 1)], self.tiles) if more else span_runs(
+                             (span_runs(start, more, self.tiles, 1), 1)]) if more else span_runs(
                 start, count, self.tiles, base)
         return span_runs(start, count, self.tiles, value)
 
@@ -450,7 +444,7 @@ class _Lowerer:
             # The last tiles of a span get the remainder of the work: a little less.
             tail = max(1, op.count // 16)
             less = span_runs(op.start + op.count - tail, tail, self.tiles, cycles // 4)
-            return sum_runs([(base, 1), (less, -1)], self.tiles) if op.count > 16 else base
+            return sum_runs([(base, 1), (less, -1)]) if op.count > 16 else base
         # Data-dependent work (gathers, losses): a different count on every tile.
         noise = self.rng.integers(cycles * 3 // 4, cycles * 5 // 4 + 2, size=op.count)
         dense = np.zeros(self.tiles, dtype=np.int64)

@@ -11,6 +11,8 @@ word-embedding table name (``.../word_embeddings``) appears in their inputs.
 
 from __future__ import annotations
 
+import bisect
+import itertools
 from dataclasses import dataclass
 
 from popliner.synth.graph import GradRule, GraphBuilder
@@ -365,12 +367,7 @@ _STAGES = (3, 4, 6, 3)
 def stage_of(block: int, blocks: int, repeats: tuple[int, ...]) -> int:
     """The stage of ``block`` among ``blocks``, spread over stages of ``repeats`` blocks in proportion."""
     pos = (block + 0.5) * sum(repeats) / blocks
-    edge = 0
-    for s, n in enumerate(repeats):
-        edge += n
-        if pos < edge:
-            return s
-    return len(repeats) - 1
+    return min(bisect.bisect_right(list(itertools.accumulate(repeats)), pos), len(repeats) - 1)
 
 
 def resnet(g: GraphBuilder, d: Dims, blocks: int) -> tuple[int, int, int]:

@@ -3,8 +3,8 @@
 While generating, a per-tile vector is a short Python list of runs
 ``(first, stop, value)`` (sorted, non-overlapping, value > 0): most vectors
 of a program are one or two runs, and plain tuples are much cheaper than
-numpy arrays at that size. Sums of many vectors (a Sequence's cycles, the
-ground truth) go through numpy difference arrays.
+numpy arrays at that size. Sums of vectors (a Sequence's cycles) go through
+a difference map of their edges; the ground truth's sums, numpy difference arrays.
 
 :func:`encode_runs` writes a vector in whichever of the three TileVector
 forms is shortest, so a document naturally uses all of them: ``runs`` for
@@ -48,17 +48,13 @@ def stride_runs(start: int, count: int, tiles: int, value: int, stride: int) -> 
     return [(t, t + 1, value) for t in picked]
 
 
-def sum_runs(parts: Iterable[tuple[Runs, int]], tiles: int) -> Runs:
+def sum_runs(parts: Iterable[tuple[Runs, int]]) -> Runs:
     """Sum of vectors, each multiplied by its integer weight."""
     edges: dict[int, int] = {}
     for runs, weight in parts:
         for f, s, v in runs:
             edges[f] = edges.get(f, 0) + v * weight
             edges[s] = edges.get(s, 0) - v * weight
-    if len(edges) > 256:  # long vectors (a root program's): numpy is faster
-        pos = np.fromiter(edges.keys(), dtype=np.int64, count=len(edges))
-        val = np.fromiter(edges.values(), dtype=np.int64, count=len(edges))
-        return dense_to_runs(np.cumsum(np.bincount(pos, weights=val, minlength=tiles + 1)[:-1]).astype(np.int64))
     out: Runs = []
     level = 0
     keys = sorted(edges)

@@ -32,7 +32,8 @@ log = logging.getLogger(__name__)
 #: 5: "digest" binds the stored arrays to the profile.
 #: 6: the caller's derived part holds the operations and the whole program's figures (popliner.analysis).
 #: 7: the digest is a member of its own and covers the metadata document too.
-CACHE_FORMAT = 7
+#: 8: the operations' variable indices in int32 while they fit (popliner.ops.operations).
+CACHE_FORMAT = 8
 _CLASSES: dict[str, type] = {
     c.__name__: c for c in (Profile, Target, Programs, Variables, NameTable, Contexts, VertexTypes, RunTable)
 }
