@@ -93,15 +93,16 @@ def rank_by_table(values: np.ndarray, max_span: int = 1 << 24) -> tuple[np.ndarr
     No sort: one boolean per value in ``min..max``. None when that range
     spans ``max_span`` values or more (then sort, e.g. :func:`unique_inverse`).
     """
-    values = values.astype(np.int64, copy=False)
     if values.size == 0:
-        return values.copy(), np.zeros(0, np.int64)
+        return values.astype(np.int64), np.zeros(0, np.int64)
     lo, hi = int(values.min()), int(values.max())
     if hi - lo >= max_span:
         return None
+    at = values - values.dtype.type(lo)  # in the values' own type: no int64 copy of a long column
     seen = np.zeros(hi - lo + 1, bool)
-    seen[values - lo] = True
-    return np.flatnonzero(seen) + lo, np.asarray((np.cumsum(seen) - 1)[values - lo], np.int64)
+    seen[at] = True
+    # np.take: a plain gather, about twice as fast as an index of a long column.
+    return np.flatnonzero(seen) + lo, np.take(np.cumsum(seen) - 1, at)
 
 
 def unique_inverse(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

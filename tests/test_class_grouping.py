@@ -7,6 +7,7 @@ import pytest
 
 from popliner.memory import stash_row
 from popliner.memory.liveness import SegmentGrid, variable_steps
+from popliner.memory.liveness.grid import Columns as VarColumns
 from popliner.memory.stages import range_ops
 from tests.helpers import FIXTURES
 
@@ -41,14 +42,18 @@ def test_grouped_by_class_equals_the_columns_grouped(seed: int) -> None:
     rng = np.random.default_rng(seed)
     klass, steps, tile, nbytes, candidate, tiles = _columns(rng)
     var = np.unique(rng.integers(0, len(klass), int(rng.integers(0, len(klass) + 1))))
-    got = stash_row._grouped_by_class(var[candidate[var]], klass, steps, tile, nbytes, tiles)
+    sv = var[candidate[var]]
     expect = candidate_columns(var, candidate, steps[0][klass], steps[1][klass], tile, nbytes, tiles)
-    if got is None:  # only where the columns stay ungrouped
-        assert "dense" not in expect
-        return
-    assert got.keys() == expect.keys()
-    for key in got:
-        assert got[key].dtype == expect[key].dtype and got[key].tolist() == expect[key].tolist(), key
+    # The candidates' own columns, and all the variables' columns with the candidates' positions in them.
+    for got in (stash_row._grouped_by_class(VarColumns(klass[sv], tile[sv], nbytes[sv]), None, steps, tiles),
+                stash_row._grouped_by_class(VarColumns(klass[var], tile[var], nbytes[var]), candidate[var], steps,
+                                            tiles)):
+        if got is None:  # only where the columns stay ungrouped
+            assert "dense" not in expect
+            continue
+        assert got.keys() == expect.keys()
+        for key in got:
+            assert got[key].dtype == expect[key].dtype and got[key].tolist() == expect[key].tolist(), key
 
 
 def test_both_outcomes_are_met() -> None:
@@ -58,7 +63,8 @@ def test_both_outcomes_are_met() -> None:
         rng = np.random.default_rng(seed)
         klass, steps, tile, nbytes, candidate, tiles = _columns(rng)
         var = np.unique(rng.integers(0, len(klass), int(rng.integers(0, len(klass) + 1))))
-        seen.add(stash_row._grouped_by_class(var[candidate[var]], klass, steps, tile, nbytes, tiles) is None)
+        sv = var[candidate[var]]
+        seen.add(stash_row._grouped_by_class(VarColumns(klass[sv], tile[sv], nbytes[sv]), None, steps, tiles) is None)
     assert seen == {True, False}
 
 
@@ -81,7 +87,7 @@ def test_stash_columns_of_an_engine_equal_the_columns_of_every_variable(name: st
         for part, with_owner in ((var[~multi], False), (var[multi], True)):
             expect = candidate_columns(part, engine.stash_candidate, first, last, v.tile, v.bytes, engine.tiles,
                                        with_owner)
-            columns = (v.klass[part], v.tile[part], v.bytes[part])  # as a layer's parts pass them
+            columns = VarColumns(v.klass[part], v.tile[part], v.bytes[part])  # as a layer's parts pass them
             for got in (stash_row.stash_columns(engine, part, with_owner),
                         stash_row.stash_columns(engine, part, with_owner, columns)):
                 assert got is not None and got.keys() == expect.keys()

@@ -304,9 +304,9 @@ class VarSet:
             if known is profile and mark is own and which == side:
                 return found
         (_, base), at = self.split(own)
-        var = self.var[(base, at)[side]]
+        var = _take(self.var, (base, at)[side])
         v = profile.variables
-        made = v.klass[var], v.tile[var], v.bytes[var]
+        made = Columns(*(np.take(column, var) for column in (v.klass, v.tile, v.bytes)))  # take: a plain gather
         self._picked.append((profile, own, side, made))
         return made
 
@@ -334,6 +334,11 @@ def _positions(flags: np.ndarray) -> np.ndarray:
     """The positions of the set flags (int32 when every position fits)."""
     found = np.flatnonzero(flags)
     return found.astype(np.int32) if flags.size < 2**31 else found
+
+
+def _take(var: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """``var[at]`` (``at``: distinct positions in order, as :meth:`VarSet.split` gives them); ``var`` when all."""
+    return var if at.size == var.size else var[at]
 
 
 def _buffer_key(grid: SegmentGrid) -> tuple[object, ...]:
@@ -424,7 +429,7 @@ class _GridShare:
                                              (lambda: part.picked(self.grid.p, self.own, 0)) if merged else None))]
                if pick[1].size else [])
         if at.size:
-            var = part.var[at]
+            var = _take(part.var, at)
             if merged:
                 out.append(self.grid.merged(var, part.picked(self.grid.p, self.own, 1)))
             else:
@@ -548,7 +553,7 @@ class EngineShare:
                if pick[1].size else [])
         if at.size:
             given = None if with_owner else part.picked(profile, mark, 1)
-            own = stash_columns(self.facts, part.var[at], with_owner, given)
+            own = stash_columns(self.facts, _take(part.var, at), with_owner, given)
             assert own is not None  # in training
             if with_owner:  # positions in var, not in var[at]
                 own["owner"] = at[own["owner"]]

@@ -96,10 +96,11 @@ class LayerParts:
         # Each variable set's key, columns and split once, for its events and stash columns.
         if sets is None:
             sets = (VarSet(share.shared, private), VarSet(share.shared, shared))
+        # The stash columns first: their sums per class, candidates apart, give the grid's change its own.
+        stash = share.stash(sets[0]), share.stash(sets[1], with_owner=True)
         events = share.grid.merged(sets[0]), share.grid.owned(sets[1])
         cut_grid = share.cut_grid
         cut = (None, None) if cut_grid is None else (cut_grid.merged(sets[0]), cut_grid.owned(sets[1]))
-        stash = share.stash(sets[0]), share.stash(sets[1], with_owner=True)
         return cls(ops, additive, presence, lo, hi, private, shared, shared_pos, events[0], events[1], stash[0],
                    stash[1], units, cut[0], cut[1])
 

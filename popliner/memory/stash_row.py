@@ -17,9 +17,10 @@ import numpy as np
 from popliner.arrays import rank_by_table, unique_inverse
 from popliner.memory.stages import select_stash, stash_windows
 
+from popliner.memory.liveness.grid import Columns
+
 if TYPE_CHECKING:
     from popliner.memory.facts import MemoryFacts
-    from popliner.memory.liveness.grid import Columns
     from popliner.profile.model import Profile
 
 __all__ = ["StashRow", "class_columns", "pair_groups", "stash_columns"]
@@ -45,16 +46,15 @@ def class_columns(profile: Profile, candidate: np.ndarray | None, steps: tuple[n
     ``with_owner``: one row per candidate, with its position in ``var`` (``owner``).
     """
     v = profile.variables
-    keep = np.arange(len(var)) if candidate is None else np.flatnonzero(candidate[var])  # the others never are
-    sv = var if candidate is None else var[keep]
+    flags = None if candidate is None else np.take(candidate, var)
     if not with_owner:
-        if columns is None:
-            grouped = _grouped_by_class(sv, v.klass, steps, v.tile, v.bytes, profile.tiles)
-        else:  # the candidates' own columns, taken from the variables' (no second reading of whole columns)
-            cls, tile, nbytes = columns if candidate is None else (c[keep] for c in columns)
-            grouped = _grouped_by_class(None, cls, steps, tile, nbytes, profile.tiles)
+        # Summed per class from the variables' columns (those the grid's change reads too, when given).
+        given = Columns(v.klass[var], v.tile[var], v.bytes[var]) if columns is None else columns
+        grouped = _grouped_by_class(given, flags, steps, profile.tiles)
         if grouped is not None:
             return grouped
+    keep = np.arange(len(var)) if flags is None else np.flatnonzero(flags)  # the others never are
+    sv = var if flags is None else var[keep]
     # One row per candidate, the steps through the classes (no step columns over every variable).
     klass = v.klass[sv]
     cols = {"first": steps[0][klass], "last": steps[1][klass], "tile": v.tile[sv], "nbytes": v.bytes[sv]}
@@ -64,30 +64,39 @@ def class_columns(profile: Profile, candidate: np.ndarray | None, steps: tuple[n
     return _grouped(cols, profile.tiles)
 
 
-def _grouped_by_class(sv: np.ndarray | None, klass: np.ndarray, class_steps: tuple[np.ndarray, np.ndarray],
-                      tile: np.ndarray, nbytes: np.ndarray, tiles: int) -> dict[str, np.ndarray] | None:
-    """:func:`_grouped` of the candidates ``sv`` (None: every entry of the columns), with their (first, last)
-    pairs found per liveness class.
+def _grouped_by_class(columns: Columns, candidate: np.ndarray | None, class_steps: tuple[np.ndarray, np.ndarray],
+                      tiles: int) -> dict[str, np.ndarray] | None:
+    """:func:`_grouped` of the variables of ``columns`` flagged in ``candidate`` (None: every one), with their
+    (first, last) pairs and bytes found per liveness class (:meth:`Columns.class_bytes`).
 
     A variable's first and last live steps are its class's, so the pairs of
-    the few hundred classes present give every candidate's pair: no columns
-    of steps over all the variables. The same rows as :func:`_grouped`;
-    None where it would not group them (or groups by a sort): the caller
-    then takes the columns.
+    the few hundred classes present give every candidate's pair, and the
+    classes' rows of bytes add up to the pairs': no columns of steps over
+    all the variables, and no second scatter of them. The same rows as
+    :func:`_grouped`; None where it would not group them (or groups by a
+    sort): the caller then takes the columns.
     """
-    if sv is not None:
-        klass, tile, nbytes = klass[sv], tile[sv], nbytes[sv]
-    ranked = rank_by_table(klass) if klass.size else None
+    ranked = columns.ranked() if columns.klass.size and tiles else None
     if ranked is None:
         return None
-    classes, rank = ranked
+    count, rows, flagged = columns.class_bytes(tiles, candidate)
+    if flagged is not None:
+        count, rows = flagged
+    present = count > 0
+    candidates = int(count.sum())
+    if not candidates:
+        return None
+    classes, rows = ranked[0][present], rows[present]
     first, last = (steps[classes].astype(np.int64) for steps in class_steps)
     if first.min() < -1 or last.min() < -1 or max(first.max(), last.max()) >= 2**31:
         return None
     pairs = pair_groups(first + 1, last + 1)
-    if pairs is None or pairs[0].size * tiles > 4 * klass.size:
+    if pairs is None or pairs[0].size * tiles > 4 * candidates:
         return None
-    dense = _pair_bytes(pairs[2][rank], tile, nbytes, pairs[0].size, tiles)
+    # Each pair's row: the sum of its classes' rows (integer-valued float64 below 2**53: exact).
+    order = np.argsort(pairs[2], kind="stable")
+    starts = np.flatnonzero(np.diff(pairs[2][order], prepend=-1))
+    dense = _exact_rows(np.add.reduceat(rows[order], starts, axis=0))
     return {"first": pairs[0] - 1, "last": pairs[1] - 1, "dense": dense}
 
 
@@ -116,16 +125,21 @@ def _grouped(cols: dict[str, np.ndarray], tiles: int) -> dict[str, np.ndarray]:
 
 
 def _pair_bytes(group: np.ndarray, tile: np.ndarray, nbytes: np.ndarray, pairs: int, tiles: int) -> np.ndarray:
-    """The bytes of each (pair, tile): a row per pair, in int32 when every sum fits (else int64).
+    """The bytes of each (pair, tile) (:func:`_exact_rows`)."""
+    # float64 bincount: exact while a tile's bytes in one group are below 2**53.
+    return _exact_rows(np.bincount(group * tiles + tile, weights=nbytes, minlength=pairs * tiles).reshape(-1, tiles))
+
+
+def _exact_rows(rows: np.ndarray) -> np.ndarray:
+    """Integer-valued float64 rows of bytes per tile as integers: int32 when every sum fits (else int64).
 
     The rows are kept per layer for every range that holds it (hundreds of MB at 120 BERT-Large layers in
     int64); a sum of them (:meth:`StashRow.entry`) accumulates in int64 either way, so the figures are the same.
     """
-    # float64 bincount: exact while a tile's bytes in one group are below 2**53.
-    dense = np.bincount(group * tiles + tile, weights=nbytes, minlength=pairs * tiles).astype(np.int64)
+    dense = rows.astype(np.int64)
     if dense.size and 0 <= int(dense.min()) and int(dense.max()) < 2**31:
         dense = dense.astype(np.int32)
-    return dense.reshape(-1, tiles)
+    return dense
 
 
 def pair_groups(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:

@@ -10,6 +10,8 @@ it took a solve 1.7 to 2 times the CPU seconds; it is the tests' oracle now,
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 
 from popliner.arrays import expand_ranges, rank_by_table, unique_inverse
@@ -23,8 +25,53 @@ __all__ = ["BLOCK", "Columns", "SegmentGrid", "cell_dtype", "segment_ends"]
 #: than 64 at 1x and 4x (16 is no faster at 4x). Any block gives the same figures.
 BLOCK = 32
 
-#: Some variables' liveness classes, tiles and bytes (gathered once, read by several parts of a layer).
-Columns = tuple[np.ndarray, np.ndarray, np.ndarray]
+class Columns:
+    """Some variables' liveness classes, tiles and bytes (gathered once, read by several parts of a layer).
+
+    The parts that sum bytes per liveness class (the grid's net change, the
+    stash columns) rank the classes and scatter the variables once here
+    (:meth:`class_bytes`).
+    """
+
+    __slots__ = ("klass", "tile", "nbytes", "_ranked", "_whole")
+
+    def __init__(self, klass: np.ndarray, tile: np.ndarray, nbytes: np.ndarray) -> None:
+        self.klass, self.tile, self.nbytes = klass, tile, nbytes
+        self._ranked: tuple[tuple[np.ndarray, np.ndarray] | None] | None = None
+        self._whole: tuple[np.ndarray, np.ndarray] | None = None
+
+    def ranked(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """:func:`popliner.arrays.rank_by_table` of the classes (sorted distinct classes, each variable's rank)."""
+        if self._ranked is None:
+            self._ranked = (rank_by_table(self.klass),)
+        return self._ranked[0]
+
+    def class_bytes(self, tiles: int, candidate: np.ndarray | None = None
+                    ) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray] | None]:
+        """(variables, bytes per tile) per class of :meth:`ranked` (not None), and the same of the variables
+        flagged in ``candidate`` (bool per variable) when given.
+
+        Bytes in float64, exact while a tile's bytes in one class are below
+        2**53. One scatter of the variables gives both (a layer's stash
+        columns ask with the candidates first, its grid change then reads the
+        whole sums kept here).
+        """
+        ranked = self.ranked()
+        assert ranked is not None  # asked for only when the classes are ranked
+        rank = ranked[1]
+        k = ranked[0].size
+        if candidate is None:
+            if self._whole is None:
+                self._whole = (np.bincount(rank, minlength=k),
+                               np.bincount(rank * tiles + self.tile, weights=self.nbytes,
+                                           minlength=k * tiles).reshape(k, tiles))
+            return (*self._whole, None)
+        key = 2 * rank + candidate  # one key per (class, candidate or not)
+        counts = np.bincount(key, minlength=2 * k).reshape(k, 2)
+        sums = np.bincount(key * tiles + self.tile, weights=self.nbytes, minlength=2 * k * tiles).reshape(k, 2, tiles)
+        # Integer-valued float64 below 2**53: the sum of the two halves is exact.
+        self._whole = (counts.sum(axis=1), sums[:, 0] + sums[:, 1])
+        return (*self._whole, (counts[:, 1], sums[:, 1]))
 
 
 class SegmentGrid:
@@ -135,24 +182,25 @@ class SegmentGrid:
         """
         p = self.p
         v = p.variables
-        cls = v.klass[var_idx] if columns is None else columns[0]
-        by_class = self._merged_by_class(var_idx, cls, columns)
+        if columns is None:
+            columns = Columns(v.klass[var_idx], v.tile[var_idx], v.bytes[var_idx])
+        by_class = self._merged_by_class(columns)
         if by_class is not None:
             return by_class
+        cls = columns.klass
         counts = p.class_ptr[cls + 1] - p.class_ptr[cls]
         iv = expand_ranges(p.class_ptr[cls], counts)
-        tile, nbytes = v.tile[var_idx].astype(np.int64), v.bytes[var_idx].astype(np.int64)
+        tile, nbytes = columns.tile.astype(np.int64), columns.nbytes.astype(np.int64)
         if iv.size != var_idx.size or not (counts == 1).all():  # else one interval per variable, in order
             owner = np.repeat(np.arange(len(var_idx)), counts)
             tile, nbytes = tile[owner], nbytes[owner]
         return self.net_change(self.col_start[iv], self.col_end[iv], tile, nbytes)
 
-    def _merged_by_class(self, var_idx: np.ndarray, cls: np.ndarray, columns: Columns | None = None
-                         ) -> dict[str, np.ndarray] | None:
+    def _merged_by_class(self, columns: Columns) -> dict[str, np.ndarray] | None:
         """:meth:`merged`'s dense rows, from the variables' bytes summed per (liveness class, tile) first.
 
         The variables of a class share its intervals, so the bytes per class
-        and tile, once summed (one bincount over the variables), go live and
+        and tile, once summed (:meth:`Columns.class_bytes`), go live and
         die at the class's interval ends: a few hundred rows to add instead
         of an event per variable interval. The same cells as the events
         scattered (float64 sums of integer bytes, exact below 2**53). None
@@ -162,26 +210,23 @@ class SegmentGrid:
         numbers.
         """
         tiles = self.tiles
-        ranked = rank_by_table(cls) if tiles else None
+        ranked = columns.ranked() if tiles else None
         if ranked is None:
             return None
-        classes, rank = ranked
+        classes = ranked[0]
         lo, hi = self.p.class_ptr[classes], self.p.class_ptr[classes + 1]
         intervals = hi - lo
         iv = expand_ranges(lo, intervals)
         start, end = self.col_start[iv], self.col_end[iv]
-        events = int(np.dot(np.bincount(rank, minlength=len(classes)), intervals)) if len(intervals) else 0
+        count, whole, _ = columns.class_bytes(tiles)
+        events = int(np.dot(count, intervals)) if len(intervals) else 0
         present = np.zeros(self.nblocks * self.block, bool)
         present[start] = True
         present[end] = True
         segments = np.flatnonzero(present)
         if segments.size * tiles > 4 * events:
             return None
-        v = self.p.variables
-        tile, nbytes = (v.tile[var_idx], v.bytes[var_idx]) if columns is None else columns[1:]
-        # float64 bincount: exact while a tile's bytes in one class are below 2**53.
-        per_class = np.bincount(rank * tiles + tile, weights=nbytes, minlength=len(classes) * tiles)
-        per_class = per_class.astype(np.int64).reshape(-1, tiles)
+        per_class = whole.astype(np.int64)
         position = np.cumsum(present) - 1
         dense = np.zeros((segments.size, tiles), np.int64)
         # Each interval adds its class's row where it starts and takes it where it ends: a few hundred rows per
