@@ -16,7 +16,7 @@ from functools import cached_property
 
 import numpy as np
 
-from popliner.arrays import gather_csr
+from popliner.arrays import csr_span
 from popliner.memory.model import MemoryModel
 from popliner.ops.layers import ops_of_layers
 from popliner.ops.operations import OperationTable
@@ -213,24 +213,9 @@ def variable_layer_span(profile: Profile, ops: OperationTable, model: MemoryMode
     one span per layering). Only compared, counted and listed, never added to.
     """
     layer_of_op = np.where(layer_of_op < 0, 0, layer_of_op)
-    counted = np.flatnonzero(model.counted_vars)
-    lay_of = layer_of_op[counted]
-    n = profile.variables.count
     dtype = np.int16 if num_layers < 2**15 - 1 else np.int32 if num_layers < 2**31 - 1 else np.int64
-    lo = np.full(n, np.iinfo(dtype).max, dtype)
-    hi = np.full(n, -1, dtype)
-    # One plain scatter per layer in layer order (later layers overwrite hi,
-    # earlier ones lo). Every value in one scatter is the same, so repeated
-    # indices cannot matter; several times faster than np.minimum.at.
-    # Every layer's entries are held for the two passes: in int32 while the variables' indices fit (half the bytes).
-    index = np.int32 if n < 2**31 else np.int64
-    per_layer = [(k, gather_csr(ops.var_ptr, ops.var_idx, counted[lay_of == k]).astype(index))
-                 for k in np.unique(lay_of).tolist()]
-    for k, var in per_layer:
-        hi[var] = k
-    for k, var in reversed(per_layer):
-        lo[var] = k
-    return lo, hi
+    return csr_span(ops.var_ptr, ops.var_idx, np.flatnonzero(model.counted_vars), layer_of_op,
+                    profile.variables.count, dtype, lo_none=int(np.iinfo(dtype).max))
 
 
 def wrapped_head_hi(profile: Profile, model: MemoryModel, layer_of_op: np.ndarray, num_layers: int,

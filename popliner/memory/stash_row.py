@@ -15,9 +15,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from popliner.arrays import rank_by_table, unique_inverse
-from popliner.memory.stages import select_stash, stash_windows
-
 from popliner.memory.liveness.grid import Columns
+from popliner.memory.stages import select_stash, stash_windows
 
 if TYPE_CHECKING:
     from popliner.memory.facts import MemoryFacts

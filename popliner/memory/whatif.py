@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from popliner.arrays import content_key, expand_ranges, gather_csr, rank_by_table
+from popliner.arrays import content_key, csr_span, expand_ranges, rank_by_table
 from popliner.memory.liveness import class_steps
 from popliner.ops.layers import compile_regex
 from popliner.ops.operations import OperationTable
@@ -265,20 +265,7 @@ def _last_forward_read(ops: OperationTable, forward_op: np.ndarray, num_vars: in
 def _unit_span(ops: OperationTable, unit: np.ndarray, num_vars: int,
                dtype: type[np.signedinteger] = np.int64) -> tuple[np.ndarray, np.ndarray]:
     """Per variable: the smallest and largest unit of the operations that use it (-1 when none)."""
-    lo = np.full(num_vars, -1, dtype)
-    hi = np.full(num_vars, -1, dtype)
-    units = np.unique(unit[unit >= 0])
-    # Every unit's entries are held for the two passes: in int32 while the variables' indices fit (half the bytes
-    # of the operation table's entries, tens of millions at 120 BERT-Large layers).
-    index = np.int32 if num_vars < 2**31 else np.int64
-    per_unit = [(int(k), gather_csr(ops.var_ptr, ops.var_idx, np.flatnonzero(unit == k)).astype(index))
-                for k in units.tolist()]
-    # One plain scatter per unit, in unit order (hi) and reversed (lo): each writes one value.
-    for k, var in per_unit:
-        hi[var] = k
-    for k, var in reversed(per_unit):
-        lo[var] = k
-    return lo, hi
+    return csr_span(ops.var_ptr, ops.var_idx, np.flatnonzero(unit >= 0), unit, num_vars, dtype)
 
 
 def _update_window(ops: OperationTable, is_update: np.ndarray, num_vars: int,

@@ -10,8 +10,6 @@ it took a solve 1.7 to 2 times the CPU seconds; it is the tests' oracle now,
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import numpy as np
 
 from popliner.arrays import expand_ranges, rank_by_table, unique_inverse
