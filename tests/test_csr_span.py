@@ -1,0 +1,41 @@
+"""arrays.csr_span and arrays.rank_by_table against plain loops over random tables."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from popliner.arrays import csr_span, rank_by_table
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_span_of_each_entry_is_the_smallest_and_largest_value_of_its_rows(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    rows, size = int(rng.integers(0, 40)), int(rng.integers(1, 60))
+    counts = rng.integers(0, 12, rows)
+    ptr = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
+    idx = rng.integers(0, size, int(ptr[-1])).astype(np.int32)  # repeats within a row too
+    values = rng.integers(0, 20, rows)  # layers or units: never negative
+    picked = np.flatnonzero(rng.random(rows) < 0.7)
+    lo, hi = csr_span(ptr, idx, picked, values, size, np.int16, lo_none=99)
+    seen: dict[int, list[int]] = {}
+    for row in picked.tolist():
+        for entry in idx[ptr[row]:ptr[row + 1]].tolist():
+            seen.setdefault(entry, []).append(int(values[row]))
+    expect_lo = [min(seen[e]) if e in seen else 99 for e in range(size)]
+    expect_hi = [max(seen[e]) if e in seen else -1 for e in range(size)]
+    assert lo.dtype == hi.dtype == np.int16
+    assert lo.tolist() == expect_lo and hi.tolist() == expect_hi
+
+
+@pytest.mark.parametrize("dtype", [np.int16, np.int32, np.int64])
+def test_ranks_by_table_are_the_ranks_of_a_sort(dtype: type[np.signedinteger]) -> None:
+    rng = np.random.default_rng(7)
+    for _ in range(20):
+        values = rng.integers(-50, 300, int(rng.integers(0, 200))).astype(dtype)
+        found = rank_by_table(values)
+        assert found is not None
+        distinct, rank = np.unique(values, return_inverse=True)
+        assert found[0].dtype == found[1].dtype == np.int64
+        assert found[0].tolist() == distinct.tolist() and found[1].tolist() == rank.tolist()
+    assert rank_by_table(np.array([0, 1 << 30])) is None
