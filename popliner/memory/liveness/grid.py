@@ -51,19 +51,20 @@ class Columns:
 
         Bytes in float64, exact while a tile's bytes in one class are below
         2**53. One scatter of the variables gives both (a layer's stash
-        columns ask with the candidates first, its grid change then reads the
-        whole sums kept here).
+        columns ask with the candidates first; its grid change then takes the
+        whole sums kept from that, once).
         """
         ranked = self.ranked()
         assert ranked is not None  # asked for only when the classes are ranked
         rank = ranked[1]
         k = ranked[0].size
         if candidate is None:
-            if self._whole is None:
-                self._whole = (np.bincount(rank, minlength=k),
-                               np.bincount(rank * tiles + self.tile, weights=self.nbytes,
-                                           minlength=k * tiles).reshape(k, tiles))
-            return (*self._whole, None)
+            # Taken, not kept: the grid's change reads them once, and a layer's sets may be kept a while (a plan).
+            whole, self._whole = self._whole, None
+            if whole is None:
+                sums = np.bincount(rank * tiles + self.tile, weights=self.nbytes, minlength=k * tiles)
+                whole = (np.bincount(rank, minlength=k), sums.reshape(k, tiles))
+            return (*whole, None)
         key = 2 * rank + candidate  # one key per (class, candidate or not)
         counts = np.bincount(key, minlength=2 * k).reshape(k, 2)
         sums = np.bincount(key * tiles + self.tile, weights=self.nbytes, minlength=2 * k * tiles).reshape(k, 2, tiles)
