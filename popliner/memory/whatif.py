@@ -311,35 +311,23 @@ def _changed_intervals(profile: Profile, rows: np.ndarray) -> tuple[np.ndarray, 
 def _unique_rows(columns: list[np.ndarray], num_steps: int) -> tuple[np.ndarray, np.ndarray]:
     """Distinct rows of the columns (class, cut lo, cut hi, keep lo, keep hi) and each row's position among them.
 
-    The rows come back in lexicographic order, as a sort on the five columns gives them, in int64.
+    The rows come back in lexicographic order, as a sort on the five columns gives them, in int64; each distinct
+    row as its first occurrence has it.
     """
-    # Steps fit in few bits once "never" is mapped to num_steps + 1; pack the
-    # row into one int64 when it fits (a sort on one key instead of five).
+    # Steps fit in few bits once "never" is mapped to num_steps + 1. Each column's values are replaced by their
+    # rank among its distinct values, and the rows ranked a column at a time: the rank of (rank of the row so
+    # far, next column's rank) pairs, in lexicographic order. Tables over the ranks, no sort of millions of rows
+    # (a few thousand distinct rows among millions of changed variables under every-layer).
     cap = num_steps + 2
-    # Each column's values replaced by their rank among its distinct values: the same grouping and
-    # the same (lexicographic) order in far fewer bits, so the row packs into one int64 (the rows of
-    # changed variables have a few hundred distinct values per column, where steps alone take 15 bits).
-    # Column by column into the packed key, so that one column's ranks are held at a time (millions of
-    # changed variables under every-layer: each column of int64 ranks is tens of MB).
-    packed: np.ndarray | None = None
-    bits = 0
+    inverse: np.ndarray | None = None
     for k, col in enumerate(columns):
         rank = _dense_rank(col if k == 0 else np.minimum(np.where(col < 0, cap, col), cap))
-        width = max(int(rank.max()).bit_length(), 1)
-        bits += width
-        if bits > 62:
-            packed = None
-            break
-        if packed is None:
-            packed = rank
-        else:
-            packed <<= width
-            packed |= rank
-    if packed is not None:
-        _, first, inverse = np.unique(packed, return_index=True, return_inverse=True)
-        return np.stack([col[first] for col in columns], axis=1).astype(np.int64), inverse.reshape(-1)
-    uniq, inverse = np.unique(np.stack(columns, axis=1), axis=0, return_inverse=True)
-    return uniq.astype(np.int64), inverse.reshape(-1)
+        inverse = rank if inverse is None else _dense_rank(inverse * (int(rank.max(initial=0)) + 1) + rank)
+    assert inverse is not None  # five columns
+    count = int(inverse.max(initial=-1)) + 1
+    first = np.full(count, inverse.size, np.int64)
+    np.minimum.at(first, inverse, np.arange(inverse.size))  # each distinct row's first occurrence
+    return np.stack([col[first] for col in columns], axis=1).astype(np.int64).reshape(count, len(columns)), inverse
 
 
 def _dense_rank(values: np.ndarray) -> np.ndarray:
