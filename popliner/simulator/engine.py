@@ -27,7 +27,6 @@ import numpy as np
 from popliner.errors import UsageProblem
 from popliner.hardware import DEFAULT_LINK_BANDWIDTH, DEFAULT_SYNC_CYCLES
 from popliner.simulator.memory import (
-    MemoryPoint,
     StashTrace,
     memory_over_time,
     memory_peak,
@@ -46,7 +45,6 @@ from popliner.simulator.types import (
     SIM_KINDS,
     CycleTiming,
     FragmentTiming,
-    IpuFigures,
     IpuSummary,
     SimResult,
     SimStage,
@@ -58,9 +56,7 @@ __all__ = [
     "SIM_KINDS",
     "CycleTiming",
     "FragmentTiming",
-    "IpuFigures",
     "IpuSummary",
-    "MemoryPoint",
     "SimResult",
     "SimStage",
     "memory_over_time",
