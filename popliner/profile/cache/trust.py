@@ -38,7 +38,7 @@ import logging
 import os
 import secrets
 import stat
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sized
 from pathlib import Path
 from typing import BinaryIO
 
@@ -191,9 +191,9 @@ class Bad(ValueError):
     """A cached array that breaks the profile's invariants (the entry is rebuilt)."""
 
 
-def check_len(name: str, a: object, n: int) -> None:
-    if len(a) != n:  # type: ignore[arg-type]
-        raise Bad(f"{name} has {len(a)} entries, expected {n}")  # type: ignore[arg-type]
+def check_len(name: str, a: Sized, n: int) -> None:
+    if len(a) != n:
+        raise Bad(f"{name} has {len(a)} entries, expected {n}")
 
 
 def check_range(name: str, a: np.ndarray | Deferred, lo: int, hi: int) -> None:
