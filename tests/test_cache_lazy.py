@@ -110,6 +110,7 @@ def _past_the_end(a: np.ndarray) -> np.ndarray:
     (_past_the_end, "program variables holds values outside"),
     (lambda a: a[:-1], "program variables pointers"),  # one entry short of its pointers
     (lambda a: a - (a.max() + 1), "program variables holds values outside"),  # negative
+    (lambda a: a > 0, "program variables is not an integer array"),  # flags, packed as such
 ])
 def test_a_packed_column_with_a_new_digest_is_still_checked(entry, caplog, edit, words):
     cold = load_analysis(str(BASE), use_cache=False)
