@@ -218,6 +218,12 @@ class Analysis:
 
         return stage_figures(self.facts, [self.layer_indices(group) for group in stages])
 
+    def stage_results(self, stages: Sequence[Sequence[str]], budget: int) -> list[StageResult]:
+        """Each IPU of a placement given by layer names, as its record against ``budget`` bytes per tile."""
+        from popliner.solvers.result import stage_result
+
+        return [stage_result(figure, self.layer_names, budget) for figure in self.pipeline_figures(stages)]
+
     # Per-operation and per-variable arrays the review tables read.
 
     @property

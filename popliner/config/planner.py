@@ -22,7 +22,7 @@ from popliner.config.model import ConfigTraining, PipelineConfig, analysis_confi
 from popliner.config.workbook import IPU_COL, LAYER_COL, PLANNER_SHEET, TRAINING_COL, SheetCells, open_sheet
 from popliner.errors import ConfigError
 from popliner.profile.limits import limit
-from popliner.solvers.result import SplitResult, stage_result
+from popliner.solvers.result import SplitResult
 from popliner.training_record import training_of
 
 __all__ = ["PlannerChoice", "config_from_planner", "is_workbook", "read_planner"]
@@ -230,8 +230,7 @@ def config_from_planner(choice: PlannerChoice, analysis: Analysis, *,
         raise ConfigError(f"{choice.path}, sheet {PLANNER_SHEET}: layers {', '.join(missing[:8])} of the profile "
                           "are not in the planner; add a row for each")
     budget = choice.budget_bytes or analysis.profile.target.bytes_per_tile
-    figures = analysis.pipeline_figures(choice.stages)
-    stages = tuple(stage_result(figure, analysis.layer_names, budget) for figure in figures)
+    stages = tuple(analysis.stage_results(choice.stages, budget))
     split = SplitResult("planner", "PLANNER", analysis.mode, len(stages), budget, stages)
     return analysis_config(analysis, split, gradient_accumulation,
                            training_of(analysis, choice.training.requested if choice.training else None))

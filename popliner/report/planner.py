@@ -27,7 +27,6 @@ from popliner.config.model import ConfigStage, PipelineConfig, analysis_config, 
 from popliner.errors import UsageProblem
 from popliner.memory.ranges import ProfileRanges
 from popliner.pipeline import StageFigure
-from popliner.report.data import ipu_memories
 from popliner.simulator.inputs import ipu_figures
 from popliner.simulator.types import IpuFigures
 from popliner.solvers.result import SplitResult, StageResult, stage_result
@@ -211,7 +210,7 @@ def planner_config(analysis: Analysis, config: PipelineConfig, budget: int, micr
     if ipus is not None and [list(i.layers) for i in ipus] == [list(g) for g in groups]:
         stages = tuple(ipus)
     else:
-        stages = tuple(ipu_memories(analysis, groups, budget=budget))
+        stages = tuple(analysis.stage_results(groups, budget))
     split = SplitResult("planner", "PLANNER", analysis.mode, len(stages), budget, stages)
     requested = config.options.requested if config.options is not None else None
     # The framework the report's config records (None in an older one), as a config made from it would.

@@ -79,7 +79,6 @@ def write_report(plan: SplitPlan, cfg: Any, path: str, force: bool) -> None:
 def write_plots(plan: SplitPlan | None, analysis: Any, plot: str, force: bool, budget: int) -> None:
     """``--plot``: memory per layer; with a split, also NAME-split and NAME-tiles beside it."""
     from popliner.breakdown import build_breakdown
-    from popliner.report.data import ipu_memories
     from popliner.writers.plots import plot_layers, plot_split, plot_tiles
 
     with phase("plotting"):
@@ -92,8 +91,7 @@ def write_plots(plan: SplitPlan | None, analysis: Any, plot: str, force: bool, b
         # The plots name the training options their figures assume (the applied recomputation).
         assumes = breakdown.training.summary() if breakdown.training is not None else None
         plot_split(split, suffixed(plot, "split"), force=force, assumes=assumes)
-        ipus = ipu_memories(analysis, [s.layers for s in split.stages], budget=budget)
-        plot_tiles(ipus, suffixed(plot, "tiles"), force=force,
+        plot_tiles(split.stages, suffixed(plot, "tiles"), force=force,
                    title=f"Memory per tile of each IPU ({analysis.mode}, stash and copy buffers included)"
                    + (f"\ntraining options: {assumes}" if assumes else ""))
         log.info("wrote %s and %s", suffixed(plot, "split"), suffixed(plot, "tiles"))
