@@ -24,7 +24,6 @@ from popliner.errors import ConfigError
 from popliner.profile.limits import limit
 from popliner.solvers.result import SplitResult
 from popliner.training_record import training_of
-from popliner.writers.cells import column_letter
 
 __all__ = ["PlannerChoice", "config_from_planner", "is_workbook", "read_planner"]
 
@@ -38,6 +37,13 @@ _TABLE_COLUMNS = max(LAYER_COL, IPU_COL) + 1
 #: Rows of the layer table read at most (a planner has one per layer; the range-table limit allows
 #: 9,999 layers on a one-tile profile, far fewer on real ones). Reading costs some 40 us a row.
 _ROWS_ENV = "POPLINER_MAX_PLANNER_LAYERS"
+
+
+def _letter(column: int) -> str:
+    """A column's letters, for the cells an error names."""
+    from openpyxl.utils import get_column_letter  # openpyxl loads only when a workbook is read
+
+    return str(get_column_letter(column))
 
 
 def is_workbook(path: str | os.PathLike[str]) -> bool:
@@ -117,7 +123,7 @@ def _training(source: str, sheet: SheetCells, row: int, mode: str) -> ConfigTrai
 
     if mode != "training":
         return None
-    cell = f"{column_letter(TRAINING_COL)}{row}"
+    cell = f"{_letter(TRAINING_COL)}{row}"
     text = sheet.value(row, TRAINING_COL)
     if text is None or (isinstance(text, str) and not text.strip()):
         return ConfigTraining()
@@ -153,11 +159,11 @@ def _stages(source: str, sheet: SheetCells, first_row: int, num_ipus: int) -> tu
     stages: list[list[str]] = []
     cells: dict[str, str] = {}
     row = first_row
-    ipu_letter = column_letter(IPU_COL)
+    ipu_letter = _letter(IPU_COL)
     most = limit(_ROWS_ENV)
     while (name := sheet.value(row, LAYER_COL)) is not None and str(name) != "":
         if row - first_row >= most:
-            raise ConfigError(f"{_where(source, f'{column_letter(LAYER_COL)}{row}')}: the layer table goes on past "
+            raise ConfigError(f"{_where(source, f'{_letter(LAYER_COL)}{row}')}: the layer table goes on past "
                               f"{most:,} rows; popliner writes one row per layer, and no profile within the "
                               f"range-table limit has that many layers (set {_ROWS_ENV} to read more)")
         layer = str(name)
@@ -177,7 +183,7 @@ def _stages(source: str, sheet: SheetCells, first_row: int, num_ipus: int) -> tu
         else:
             raise ConfigError(f"{_where(source, cell)}: layer {layer!r} is on IPU {ipu} right after IPU {current}; "
                               f"IPU {current + 1} has no layers (number the IPUs 0, 1, 2, ... in layer order)")
-        cells[layer] = f"{column_letter(LAYER_COL)}{row}"
+        cells[layer] = f"{_letter(LAYER_COL)}{row}"
         row += 1
     if not stages:
         raise ConfigError(f"{_where(source, f'A{first_row}')}: the planner lists no layers")
