@@ -17,11 +17,17 @@ from popliner.plan import SplitRequest, plan_split
 from popliner.profile import load_profile
 from popliner.profile.cache import trust as cachefs
 from popliner.profile.cache.archive import column_range, pack, unpack
-from popliner.profile.lazycol import deferred
+from popliner.profile.lazycol import Deferred
 from tests.helpers import FIXTURES, rewrite_cache_entry
 
 BASE = FIXTURES / "bert-base-training.json.gz"
 KEY = "p.programs.var_idx."
+
+
+def deferred(obj: object, name: str) -> Deferred | None:
+    """The field's value as stored while it is still packed, else None (reading the field would unpack it)."""
+    value = vars(obj)[name]
+    return value if isinstance(value, Deferred) else None
 
 
 @pytest.fixture()
@@ -44,8 +50,8 @@ def test_a_cached_load_leaves_ids_and_name_offsets_packed_through_a_training_sol
     assert plan.split.stages
     for v in (a.profile.variables, plan.analysis.facts.profile.variables):
         ids, ptr = deferred(v, "ids"), deferred(v.names, "ptr")
-        assert ids is not None and ptr is not None and ids.length == v.count == cold.count
-        assert ptr.length == cold.count + 1
+        assert ids is not None and ptr is not None and ids.size == v.count == cold.count
+        assert ptr.size == cold.count + 1
     v = plan.analysis.facts.profile.variables
     assert [v.name(i) for i in (0, 7, cold.count - 1)] == [cold.name(i) for i in (0, 7, cold.count - 1)]
     assert np.array_equal(v.ids, cold.ids) and v.ids.dtype == cold.ids.dtype
@@ -58,7 +64,7 @@ def test_a_cached_load_leaves_program_variables_packed_until_read(entry):
     assert a.from_cache
     a.layer_names, a.whole_memory  # noqa: B018 - what a cached run reads does not unpack it
     packed = deferred(a.profile.programs, "var_idx")
-    assert packed is not None and packed.length == len(cold.var_idx) > 4096
+    assert packed is not None and packed.size == len(cold.var_idx) > 4096
     assert (packed.lo, packed.hi) == (int(cold.var_idx.min()), int(cold.var_idx.max()))
     got = a.profile.programs.var_idx  # read: unpacked, the same array, then kept
     assert got.dtype == cold.var_idx.dtype and np.array_equal(got, cold.var_idx)
@@ -104,6 +110,7 @@ def _past_the_end(a: np.ndarray) -> np.ndarray:
     (_past_the_end, "program variables holds values outside"),
     (lambda a: a[:-1], "program variables pointers"),  # one entry short of its pointers
     (lambda a: a - (a.max() + 1), "program variables holds values outside"),  # negative
+    (lambda a: a > 0, "program variables is not an integer array"),  # flags, packed as such
 ])
 def test_a_packed_column_with_a_new_digest_is_still_checked(entry, caplog, edit, words):
     cold = load_analysis(str(BASE), use_cache=False)

@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from popliner.export.exporter import SDK_MESSAGE, ExportSummary, export_report
+    from popliner.export.exporter import ExportSummary, export_report
 
-__all__ = ["SDK_MESSAGE", "ExportSummary", "export_hint", "export_report", "is_poplar_report"]
+__all__ = ["ExportSummary", "export_hint", "export_report", "is_poplar_report"]
 
 
 def is_poplar_report(path: str | os.PathLike[str]) -> bool:
@@ -35,7 +35,7 @@ def export_hint(path: str | os.PathLike[str]) -> str:
 
 def __getattr__(name: str) -> Any:
     # The exporter is imported on first use: every analyse run asks is_poplar_report first.
-    if name in ("SDK_MESSAGE", "ExportSummary", "export_report"):
+    if name in ("ExportSummary", "export_report"):
         from popliner.export import exporter
 
         return getattr(exporter, name)

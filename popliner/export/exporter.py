@@ -30,7 +30,6 @@ import numpy as np
 from popliner import __version__
 from popliner.errors import ExportError, PoplinerError, UsageProblem
 from popliner.export.checks import (
-    SDK_MESSAGE,
     check_context_tree,
     check_inputs,
     check_program_contexts,
@@ -65,7 +64,7 @@ from popliner.profile.gunzip import max_profile_bytes
 from popliner.profile.rules import INT64_MAX, MAX_TILES
 from popliner.profile.tilevector import MAX_VALUE
 
-__all__ = ["SDK_MESSAGE", "ExportSummary", "export_report", "load_pva"]
+__all__ = ["ExportSummary", "export_report"]
 
 log = logging.getLogger("popliner.export")
 

@@ -67,9 +67,7 @@ class JsonWriter:
 
     def key(self, name: str) -> None:
         """Start a member of the current object; the next value is its value."""
-        if not self._first[-1]:
-            self._write(b",")
-        self._first[-1] = False
+        self._prefix()
         self._write(dumps(name) + b":")
         self._after_key = True
 

@@ -27,13 +27,12 @@ from popliner.errors import ProfileFormatError
 from popliner.profile.builder import Builder
 from popliner.profile.columns import PIECE_BYTES, extract_columns
 from popliner.profile.files import read_profile_bytes
-from popliner.profile.gunzip import decompress, max_profile_bytes
+from popliner.profile.gunzip import decompress
 from popliner.profile.jsontext import ORJSON_SAFE_DEPTH, objects_nested_deeper, parse_json
 from popliner.profile.model import Profile
 from popliner.profile.rules import MAX_TILES, NotFast
 
-__all__ = ["MAX_TILES", "load_profile", "max_profile_bytes", "parse_profile_bytes", "read_profile_bytes",
-           "small_pages"]
+__all__ = ["MAX_TILES", "load_profile", "parse_profile_bytes", "small_pages"]
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from popliner.profile import zcodec
-from popliner.profile.lazycol import make_lazy, replace_lazy
+from popliner.profile.lazycol import make_lazy
 from popliner.profile.tilevector import RunTable
 
 __all__ = ["PROGRAM_TYPES", "Contexts", "NameTable", "Profile", "Programs", "Target", "Variables", "VertexTypes",
@@ -221,8 +221,8 @@ class Variables:
         return len(self.bytes)  # not ids: a cached load leaves them packed (every column has this length)
 
     def replace(self, **columns: np.ndarray) -> Variables:
-        """The same variables with some columns replaced; a column still packed stays packed."""
-        return replace_lazy(self, **columns)
+        """The same variables with some columns replaced; a column still packed stays packed (as ``vars`` holds it)."""
+        return Variables(**{**vars(self), **columns})
 
     def name(self, i: int) -> str:
         raw = self.names.get(i)

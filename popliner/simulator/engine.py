@@ -27,7 +27,6 @@ import numpy as np
 from popliner.errors import UsageProblem
 from popliner.hardware import DEFAULT_LINK_BANDWIDTH, DEFAULT_SYNC_CYCLES
 from popliner.simulator.memory import (
-    MemoryPoint,
     StashTrace,
     memory_over_time,
     memory_peak,
@@ -38,7 +37,6 @@ from popliner.simulator.schedule import (
     Fragment,
     Schedule,
     check_fragments,
-    check_pipeline,
     phase_of_cycle,
     schedule,
     sharded_schedule,
@@ -47,7 +45,6 @@ from popliner.simulator.types import (
     SIM_KINDS,
     CycleTiming,
     FragmentTiming,
-    IpuFigures,
     IpuSummary,
     SimResult,
     SimStage,
@@ -59,9 +56,7 @@ __all__ = [
     "SIM_KINDS",
     "CycleTiming",
     "FragmentTiming",
-    "IpuFigures",
     "IpuSummary",
-    "MemoryPoint",
     "SimResult",
     "SimStage",
     "memory_over_time",
@@ -90,7 +85,7 @@ def simulate(
     each cycle has one stage's compute, then only its own copy.
     """
     stages = tuple(stages)
-    _check_inputs(stages, micro_batches, clock_hz, link_bandwidth, sync_cycles, micro_batch_size, sharded)
+    _check_inputs(stages, clock_hz, link_bandwidth, sync_cycles, micro_batch_size)
     check_fragments(len(stages), micro_batches, sharded)
     plan = sharded_schedule if sharded else schedule
     sched = plan(len(stages), micro_batches, to_host_stage=_to_host_stage(stages))
@@ -112,10 +107,8 @@ def simulate(
 # ----------------------------------------------------------------- validation
 
 
-def _check_inputs(stages: tuple[SimStage, ...], g: int, clock_hz: float, bandwidth: float, sync: float,
-                  mbs: int, sharded: bool = False) -> None:
-    if not sharded:  # sharded execution has no pipeline to fill (sharded_schedule checks it has work)
-        check_pipeline(len(stages), g)
+def _check_inputs(stages: tuple[SimStage, ...], clock_hz: float, bandwidth: float, sync: float, mbs: int) -> None:
+    """The stages and figures; the schedule checks the pipeline (stages and micro-batches)."""
     if not clock_hz > 0 or not bandwidth > 0:
         raise UsageProblem("clock and link bandwidth must be positive")
     if sync < 0 or mbs < 1:

@@ -51,15 +51,14 @@ class StashTrace:
 def stash_in_flight(stages: tuple[SimStage, ...], sched: Schedule) -> StashTrace:
     """Walk the M fragments in program order: a forward pushes, its backward pops."""
     pairs = _stash_pairs(stages)
-    stashing = set(pairs.values())
-    entries = {f: 0 for f in stashing}
+    entries = dict.fromkeys(pairs.values(), 0)  # per stashing forward stage
     snapshots: dict[int, list[dict[int, int]]] = {s.ipu: [] for s in stages}
     max_entries = {s.ipu: 0 for s in stages}
     for frags in sched:
         for fr in frags:
             if fr.kind != "M":
                 continue
-            if fr.stage in stashing:
+            if fr.stage in entries:
                 entries[fr.stage] += 1
                 u = stages[fr.stage].ipu
                 state = {f: n for f, n in entries.items() if stages[f].ipu == u}
@@ -136,8 +135,7 @@ def memory_over_time(result: SimResult) -> dict[int, tuple[MemoryPoint, ...]]:
     """
     stages = result.stages
     pairs = _stash_pairs(stages)
-    stashing = set(pairs.values())
-    entries = {f: 0 for f in stashing}
+    entries = dict.fromkeys(pairs.values(), 0)  # per stashing forward stage
     points: dict[int, list[MemoryPoint]] = {}
     tile_of = {u.ipu: u for u in result.ipus}
     for summary in result.ipus:
@@ -145,7 +143,7 @@ def memory_over_time(result: SimResult) -> dict[int, tuple[MemoryPoint, ...]]:
             points[summary.ipu] = [MemoryPoint(0.0, 0, _bytes_at(stages, summary.ipu, summary.worst_tile, entries,
                                                                  summary))]
     for stage, start, end in _compute_runs(result.fragments):
-        if stage in stashing:
+        if stage in entries:
             entries[stage] += 1
             at = start
         elif stage in pairs:

@@ -93,11 +93,10 @@ def add(g: GraphBuilder, name: str, group: str, a: int, b: int, broadcast: bool 
                 grads=(GradRule("", "Identity", "identity", 0), rule_b))[0]
 
 
-def unary(g: GraphBuilder, name: str, op_type: str, kind: str, group: str, x: int, grad: GradRule | None,
-          share: str | None = None) -> int:
+def unary(g: GraphBuilder, name: str, op_type: str, kind: str, group: str, x: int, grad: GradRule | None) -> int:
     nbytes = g.tensors[x].nbytes
     rules = (grad,) if grad else ()
-    return g.op(name, op_type, kind, group, [x], [(":0", nbytes)], 2 * nbytes, grads=rules, share=share)[0]
+    return g.op(name, op_type, kind, group, [x], [(":0", nbytes)], 2 * nbytes, grads=rules)[0]
 
 
 def checkpoint(g: GraphBuilder, d: Dims, scope: str, x: int) -> int:

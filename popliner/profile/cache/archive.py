@@ -32,6 +32,7 @@ import numpy as np
 from numpy.lib import format as npy_format
 
 from popliner.profile import zcodec
+from popliner.profile.lazycol import Deferred
 from popliner.profile.model import NameTable
 
 __all__ = ["PIECE", "column_range", "flatten", "pack", "packable", "read_npz", "unflatten", "unpack", "unpack_all"]
@@ -160,7 +161,7 @@ def pack(a: np.ndarray, *, piece: int = PIECE) -> tuple[np.ndarray, dict[str, An
     plain = _narrowest(flat)
     delta = False
     if a.ndim == 1 and flat.size:
-        lo, hi = _diff_range(flat, piece)
+        _, lo, hi = _span(_pieces(flat, True, piece))  # of the differences (the first item's from 0)
         narrow = _narrowest_for(lo, hi)
         first = next(_pieces(flat, True, piece)).copy()
         if narrow.itemsize < plain.itemsize or (narrow.itemsize == plain.itemsize and _smaller(first, flat, narrow)):
@@ -205,15 +206,10 @@ def _pieces(flat: np.ndarray, delta: bool, piece: int, as_type: np.dtype[Any] | 
         yield part
 
 
-def _diff_range(flat: np.ndarray, piece: int) -> tuple[int, int]:
-    """Smallest and largest difference of consecutive items (the first item's from 0)."""
-    lo = hi = None
-    for part in _pieces(flat, True, piece):
-        a, b = int(part.min()), int(part.max())
-        lo = a if lo is None else min(lo, a)
-        hi = b if hi is None else max(hi, b)
-    assert lo is not None and hi is not None
-    return lo, hi
+def _span(pieces: Iterator[np.ndarray]) -> tuple[int, int, int]:
+    """(items, smallest, largest) over non-empty ``pieces``; smallest and largest are 0 when there are none."""
+    spans = [(len(part), int(part.min()), int(part.max())) for part in pieces]
+    return sum(s[0] for s in spans), min((s[1] for s in spans), default=0), max((s[2] for s in spans), default=0)
 
 
 def _smaller(a: np.ndarray, b: np.ndarray, dtype: np.dtype[Any]) -> bool:
@@ -235,14 +231,13 @@ def _narrowest_for(lo: int, hi: int) -> np.dtype[Any]:
     return np.dtype(np.int64)
 
 
-def unpack_all(arrays: dict[str, Any], codecs: dict[str, Any], keep_packed: frozenset[str] = frozenset()) -> None:
+def unpack_all(arrays: dict[str, Any], codecs: dict[str, Any], keep_packed: frozenset[str]) -> None:
     """Unpack, in place, every array ``codecs`` names, two at a time.
 
     Those in ``keep_packed`` become a :class:`popliner.profile.lazycol.Deferred`
     instead: one streaming pass takes their length and range for the checks,
     without the whole column in memory.
     """
-    from popliner.profile.lazycol import Deferred
 
     def one(k: str) -> Any:
         data, codec = arrays[k], codecs[k]
@@ -271,14 +266,7 @@ def column_range(data: np.ndarray, codec: dict[str, Any]) -> tuple[int, int, int
 
     ValueError as :func:`unpack`; smallest and largest are 0 for an empty array.
     """
-    lo = hi = None
-    count = 0
-    for piece in _decoded(data, codec, None, PIECE):
-        a, b = int(piece.min()), int(piece.max())
-        lo = a if lo is None else min(lo, a)
-        hi = b if hi is None else max(hi, b)
-        count += len(piece)
-    return count, lo or 0, hi or 0
+    return _span(_decoded(data, codec, None, PIECE))
 
 
 #: Deflate gives back at most 1032 bytes per byte it reads (RFC 1951's longest match per shortest code).

@@ -38,19 +38,19 @@ import logging
 import os
 import secrets
 import stat
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sized
 from pathlib import Path
 from typing import BinaryIO
 
 import numpy as np
 
 from popliner.hardware import CLOCK_HZ_RANGE
-from popliner.profile.lazycol import Deferred, deferred
+from popliner.profile.lazycol import Deferred
 from popliner.profile.model import PROGRAM_TYPES, Profile, Target
 from popliner.profile.rules import MAX_TILES, back_edge
 from popliner.profile.tilevector import MAX_VALUE, RunTable
 
-__all__ = ["Bad", "check_csr", "check_len", "check_packed_csr", "check_profile", "check_range", "digest",
+__all__ = ["Bad", "check_csr", "check_len", "check_profile", "check_range", "digest",
            "open_entry", "usable_dir", "write_entry"]
 
 log = logging.getLogger(__name__)
@@ -191,20 +191,20 @@ class Bad(ValueError):
     """A cached array that breaks the profile's invariants (the entry is rebuilt)."""
 
 
-def check_len(name: str, a: object, n: int) -> None:
-    if len(a) != n:  # type: ignore[arg-type]
-        raise Bad(f"{name} has {len(a)} entries, expected {n}")  # type: ignore[arg-type]
+def check_len(name: str, a: Sized, n: int) -> None:
+    if len(a) != n:
+        raise Bad(f"{name} has {len(a)} entries, expected {n}")
 
 
-def check_range(name: str, a: np.ndarray, lo: int, hi: int) -> None:
+def check_range(name: str, a: np.ndarray | Deferred, lo: int, hi: int) -> None:
     """Every item in [lo, hi); integers only."""
-    if not isinstance(a, np.ndarray) or a.dtype.kind not in "iu":
+    if not isinstance(a, (np.ndarray, Deferred)) or a.dtype.kind not in "iu":
         raise Bad(f"{name} is not an integer array")
     if a.size and (int(a.min()) < lo or int(a.max()) >= hi):
         raise Bad(f"{name} holds values outside [{lo}, {hi})")
 
 
-def check_csr(name: str, ptr: np.ndarray, idx: np.ndarray, rows: int, hi: int) -> None:
+def check_csr(name: str, ptr: np.ndarray, idx: np.ndarray | Deferred, rows: int, hi: int) -> None:
     """``ptr`` (rows + 1, non-decreasing, 0 to len(idx)) over ``idx`` (values in [0, hi))."""
     _check_ptr(name, ptr, rows, len(idx))
     check_range(name, idx, 0, hi)
@@ -216,24 +216,6 @@ def _check_ptr(name: str, ptr: np.ndarray, rows: int, n: int) -> None:
     check_range(f"{name} pointers", ptr, 0, n + 1)
     if int(ptr[0]) != 0 or int(ptr[-1]) != n or bool((np.diff(ptr) < 0).any()):
         raise Bad(f"{name} pointers are not a CSR index")
-
-
-def _check_len_packed(name: str, obj: object, field: str, n: int) -> None:
-    """:func:`check_len` of a field, from its recorded length while it is still packed."""
-    packed = deferred(obj, field)
-    if packed is None:
-        check_len(name, getattr(obj, field), n)
-    elif packed.length != n:
-        raise Bad(f"{name} has {packed.length} entries, expected {n}")
-
-
-def check_packed_csr(name: str, ptr: np.ndarray, idx: Deferred, rows: int, hi: int) -> None:
-    """:func:`check_csr` of a column left packed, from its length and range."""
-    _check_ptr(name, ptr, rows, idx.length)
-    if idx.dtype.kind not in "iu":
-        raise Bad(f"{name} is not an integer array")
-    if idx.length and (idx.lo < 0 or idx.hi >= hi):
-        raise Bad(f"{name} holds values outside [0, {hi})")
 
 
 def _check_runs(name: str, table: RunTable, rows: int, tiles: int, keys: int | None = None) -> None:
@@ -274,8 +256,9 @@ def check_profile(p: Profile) -> None:
     steps, classes, n_prog = p.num_steps, p.num_classes, progs.count
     for col in ("bytes", "tile", "klass", "recompute_tensor"):
         check_len(f"variables.{col}", getattr(v, col), v.count)
-    _check_len_packed("variables.ids", v, "ids", v.count)
-    _check_len_packed("variable name pointers", v.names, "ptr", v.count + 1)
+    # vars(): the columns a cached load leaves packed are checked as stored, without unpacking them
+    check_len("variables.ids", vars(v)["ids"], v.count)
+    check_len("variable name pointers", vars(v.names)["ptr"], v.count + 1)
     check_range("variable tiles", v.tile, 0, tiles)
     check_range("variable classes", v.klass, 0, max(classes, 0))
     check_range("variable bytes", v.bytes, 0, 1 << 62)
@@ -294,11 +277,7 @@ def check_profile(p: Profile) -> None:
     check_range("program contexts", progs.context, -1, ctx.count)
     check_range("repeat counts", progs.repeat_count, 0, 1 << 62)
     check_csr("program children", progs.child_ptr, progs.child_idx, n_prog, n_prog)
-    packed = deferred(progs, "var_idx")
-    if packed is None:
-        check_csr("program variables", progs.var_ptr, progs.var_idx, n_prog, v.count)
-    else:  # checked on what a streaming pass found, so that it stays packed
-        check_packed_csr("program variables", progs.var_ptr, packed, n_prog, v.count)
+    check_csr("program variables", progs.var_ptr, vars(progs)["var_idx"], n_prog, v.count)
     for name in ("control", "exchange", "cycles"):
         _check_runs(f"program {name}", getattr(progs, name), n_prog, tiles)
     _check_runs("program vertices", progs.vertices, n_prog, tiles, keys=len(vt.names))
