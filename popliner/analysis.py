@@ -196,27 +196,17 @@ class Analysis:
 
         return stage_memory(self.facts, self.stage_ops(layers, first_stage))
 
-    def stage_cycles_split(self, layers: Sequence[str], first_stage: bool = False) -> tuple[int, int]:
-        """(forward, backward) cycles of one micro-batch through the stage."""
-        from popliner.memory.stages import cycles_split
-
-        return cycles_split(self.facts, self.stage_ops(layers, first_stage))
-
-    def stash_entry_per_tile(self, layers: Sequence[str], first_stage: bool = False) -> np.ndarray:
-        """Bytes per tile of one activation stash entry of the stage (zero in inference)."""
-        from popliner.memory.stages import stash_entry_per_tile
-
-        return stash_entry_per_tile(self.facts, self.stage_ops(layers, first_stage))
-
-    def boundary_bytes(self, layers_before: Sequence[str], layers_after: Sequence[str]) -> int:
-        """Bytes of non-always-live variables used on both sides of a stage boundary."""
-        return self.facts.boundaries.boundary_bytes(self.layer_indices(layers_before), self.layer_indices(layers_after))
-
     def pipeline_figures(self, stages: Sequence[Sequence[str]]) -> tuple[StageFigure, ...]:
         """Each IPU's figure (model, stash, copy buffers) for a placement given by layer names."""
         from popliner.pipeline import stage_figures
 
         return stage_figures(self.facts, [self.layer_indices(group) for group in stages])
+
+    def stage_results(self, stages: Sequence[Sequence[str]], budget: int) -> list[StageResult]:
+        """Each IPU of a placement given by layer names, as its record against ``budget`` bytes per tile."""
+        from popliner.solvers.result import stage_result
+
+        return [stage_result(figure, self.layer_names, budget) for figure in self.pipeline_figures(stages)]
 
     # Per-operation and per-variable arrays the review tables read.
 

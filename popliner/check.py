@@ -13,7 +13,7 @@ from popliner.analysis import Analysis
 from popliner.config.model import PipelineConfig
 from popliner.errors import ConfigError
 from popliner.memory.overflow import LiveVariable, overflow_detail
-from popliner.solvers.result import StageResult, stage_result
+from popliner.solvers.result import StageResult
 
 __all__ = ["CheckResult", "LiveVariable", "check_config"]
 
@@ -38,10 +38,8 @@ def check_config(analysis: Analysis, config: PipelineConfig, config_path: str, *
                  largest: int = 5) -> CheckResult:
     """Each IPU of the config against ``budget``, from the profile (:func:`popliner.pipeline.stage_figures`)."""
     _check_layers(analysis, config, config_path)
-    figures = analysis.pipeline_figures([stage.layers for stage in config.stages])
     results = []
-    for k, (stage, figure) in enumerate(zip(config.stages, figures)):
-        result = stage_result(figure, analysis.layer_names, budget)
+    for k, (stage, result) in enumerate(zip(config.stages, analysis.stage_results(config.layer_groups, budget))):
         if not result.fits:
             detail = overflow_detail(analysis.model, analysis.stage_ops(stage.layers, k == 0), result.worst_tile,
                                      largest)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +73,23 @@ def ipu_memory(ipu: int, layers: tuple[str, ...], per_tile: Any, stash_per_tile:
                          memory=StageMemory(per_tile), stash_entry_per_tile=stash_per_tile, stash_entries=2,
                          copy_buffer=copy_buffer, bytes_in=0, bytes_out=0, forward_cycles=0, backward_cycles=0)
     return stage_result(figure, layers, budget)
+
+
+def stage_cycles_split(analysis: Analysis, layers: Sequence[str], first_stage: bool = False) -> tuple[int, int]:
+    """(forward, backward) cycles of one micro-batch through the stage, from the stage's own operations."""
+    from popliner.memory.stages import cycles_split
+
+    return cycles_split(analysis.facts, analysis.stage_ops(layers, first_stage))
+
+
+def stage_stash_entry(analysis: Analysis, layers: Sequence[str], first_stage: bool = False) -> np.ndarray:
+    """Bytes per tile of one activation stash entry of the stage (zero in inference)."""
+    return stash_entry_per_tile(analysis.facts, analysis.stage_ops(layers, first_stage))
+
+
+def boundary_bytes(analysis: Analysis, before: Sequence[str], after: Sequence[str]) -> int:
+    """Bytes of non-always-live variables used on both sides of a stage boundary."""
+    return analysis.facts.boundaries.boundary_bytes(analysis.layer_indices(before), analysis.layer_indices(after))
 
 
 def range_table_equals_engine(table: ProfileRanges, engine: MemoryFacts, num_layers: int) -> None:

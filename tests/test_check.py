@@ -14,7 +14,7 @@ from popliner.config.yaml_io import read_config
 from popliner.pipeline import extra_stash_entries
 from popliner.simulator.engine import simulate
 from popliner.simulator.inputs import inputs_from_analysis
-from tests.helpers import FIXTURES, invoke
+from tests.helpers import FIXTURES, boundary_bytes, invoke, stage_stash_entry
 
 
 @pytest.fixture(scope="module")
@@ -42,11 +42,11 @@ def test_check_recomputes_each_ipu_from_the_profile(training):
         after = [x for s in cfg.stages[k:] for x in s.layers]
         upto = [x for s in cfg.stages[: k + 1] for x in s.layers]
         rest = [x for s in cfg.stages[k + 1 :] for x in s.layers]
-        crossing = (analysis.boundary_bytes(before, after) if before else 0) + (
-            analysis.boundary_bytes(upto, rest) if rest else 0)
+        crossing = (boundary_bytes(analysis, before, after) if before else 0) + (
+            boundary_bytes(analysis, upto, rest) if rest else 0)
         buffers = -(-crossing // analysis.profile.tiles)
         assert ipu.copy_buffer == buffers > 0
-        total = mem.total_per_tile + extra * analysis.stash_entry_per_tile(stage.layers, first_stage=k == 0) + buffers
+        total = mem.total_per_tile + extra * stage_stash_entry(analysis, stage.layers, first_stage=k == 0) + buffers
         assert ipu.worst_tile_bytes == int(total.max())
         assert ipu.worst_tile == int(np.argmax(total))
         # The solver predicted the same figures when it wrote the config.
@@ -109,8 +109,8 @@ def test_check_of_a_hand_moved_layer(training, tmp_path):
     result = check_config(analysis, read_config(moved), str(moved), budget=10**9)
     assert result.ipus[0].layers == (*first, second[0])
     expected = analysis.stage_memory([*first, second[0]], first_stage=True).total_per_tile
-    stash = analysis.stash_entry_per_tile([*first, second[0]], first_stage=True) * extra_stash_entries(0, 4)
-    out = analysis.boundary_bytes([*first, second[0]], [x for s in cfg.stages[1:] for x in s.layers if x != second[0]])
+    stash = stage_stash_entry(analysis, [*first, second[0]], first_stage=True) * extra_stash_entries(0, 4)
+    out = boundary_bytes(analysis, [*first, second[0]], [x for s in cfg.stages[1:] for x in s.layers if x != second[0]])
     buffers = -(-out // analysis.profile.tiles)
     assert result.ipus[0].worst_tile_bytes == int((expected + stash).max()) + buffers
     assert result.ipus[0].worst_tile_bytes > cfg.stages[0].worst_tile_bytes  # one more layer costs memory

@@ -233,13 +233,12 @@ def views(profile: Path, config_path: Path, solve: Any) -> dict[str, list[tuple[
     """Every view of the split's per-IPU worst tile, each reading the config as its command does."""
     from popliner.analysis import load_analysis
     from popliner.config.options import analysis_options
-    from popliner.report.data import ipu_memories
 
     cfg = read_config(config_path)
     check = invoke("check", config_path, "--profile", profile, ok=(0, 1)).stdout
     sim = json.loads(invoke("simulate", config_path, "--profile", profile, "--json").stdout)
     analysis = load_analysis(str(profile), analysis_options(cfg.mode, cfg.options))
-    tiles = ipu_memories(analysis, [s.layers for s in cfg.stages], budget=cfg.effective_budget)
+    tiles = analysis.stage_results(cfg.layer_groups, cfg.effective_budget)
     doc = json.loads(solve.stdout)
     return {
         "solve JSON": [(s["worst_tile"], s["worst_tile_bytes"]) for s in doc["stages"]],

@@ -138,7 +138,6 @@ def test_every_view_agrees_on_a_wrapped_split(mode, recompute, tmp_path, monkeyp
     from popliner.analysis import AnalysisOptions, load_analysis
     from popliner.cli import cli
     from popliner.config.yaml_io import read_config
-    from popliner.report.data import ipu_memories
     from tests.test_one_figure import _table_rows
 
     monkeypatch.setenv("POPLINER_CACHE_DIR", str(tmp_path / "cache"))
@@ -173,7 +172,7 @@ def test_every_view_agrees_on_a_wrapped_split(mode, recompute, tmp_path, monkeyp
 
         options = AnalysisOptions(mode=mode, training=TrainingOptions(head_placement="wrap"))  # type: ignore[arg-type]
     analysis = load_analysis(str(profile), options)
-    plot = ipu_memories(analysis, [s.layers for s in cfg.stages], budget=cfg.effective_budget)
+    plot = analysis.stage_results(cfg.layer_groups, cfg.effective_budget)
     views = {
         "solve table": [v for _, v in sorted(_table_rows(err).items())],
         "check": [v for _, v in sorted(_table_rows(check_out).items())],

@@ -9,7 +9,7 @@ from popliner.analysis import AnalysisOptions, analyse_profile
 from popliner.breakdown import affinity_matrix, interlayer_matrix, profile_totals
 from popliner.memory.liveness import window_peak
 from popliner.profile import load_profile
-from tests.helpers import FIXTURES
+from tests.helpers import FIXTURES, boundary_bytes, stage_cycles_split
 
 TINY = FIXTURES / "tiny.json"
 
@@ -132,9 +132,9 @@ def test_window_peak_by_brute_force(tiny):
 
 def test_cycles(tiny):
     assert tiny.op_cycles.tolist() == [5, 100, 350, 80, 0, 800, 60, 30]
-    assert sum(tiny.stage_cycles_split(["0"])) == 530
-    assert sum(tiny.stage_cycles_split(["1"])) == 860
-    assert sum(tiny.stage_cycles_split(["0"], first_stage=True)) == 565
+    assert sum(stage_cycles_split(tiny, ["0"])) == 530
+    assert sum(stage_cycles_split(tiny, ["1"])) == 860
+    assert sum(stage_cycles_split(tiny, ["0"], first_stage=True)) == 565
 
 
 def test_totals_against_ground_truth(tiny):
@@ -168,15 +168,15 @@ def test_boundary_bytes_fast_path_agrees_with_set_intersection():
         after = a.model.counted_variables(a.stage_ops(names[cut:], False))
         both = np.intersect1d(before, after)
         both = both[~a.always_live_var[both]]
-        assert a.boundary_bytes(names[:cut], names[cut:]) == int(a.profile.variables.bytes[both].sum())
+        assert boundary_bytes(a, names[:cut], names[cut:]) == int(a.profile.variables.bytes[both].sum())
     # A boundary that is not a cut through the layer order takes the general path: the same intersection.
     before = a.model.counted_variables(a.stage_ops([names[0], names[2]], False))
     after = a.model.counted_variables(a.stage_ops([names[1]], False))
     both = np.intersect1d(before, after)
     both = both[~a.always_live_var[both]]
-    assert a.boundary_bytes([names[0], names[2]], [names[1]]) == int(a.profile.variables.bytes[both].sum()) > 0
+    assert boundary_bytes(a, [names[0], names[2]], [names[1]]) == int(a.profile.variables.bytes[both].sum()) > 0
 
 
 def test_boundary_bytes_on_tiny(tiny):
     # emb/out (10) and l0/add/out (20) are used by both layers.
-    assert tiny.boundary_bytes(["0"], ["1"]) == 30
+    assert boundary_bytes(tiny, ["0"], ["1"]) == 30

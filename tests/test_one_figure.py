@@ -27,7 +27,6 @@ from popliner.breakdown import build_breakdown
 from popliner.cli import cli
 from popliner.config.options import analysis_options
 from popliner.config.yaml_io import read_config
-from popliner.report.data import ipu_memories
 from tests.helpers import FIXTURES
 from tests.planner_reader import planner_figures
 
@@ -85,7 +84,7 @@ def _config_analysis(run: Run) -> tuple[Any, Any]:
 def tile_plot_view(run: Run) -> list[tuple[int, int]]:
     # What `--plot FILE` draws in FILE-tiles: each IPU's tiles and its worst tile marked.
     analysis, cfg = _config_analysis(run)
-    ipus = ipu_memories(analysis, [s.layers for s in cfg.stages], budget=cfg.effective_budget)
+    ipus = analysis.stage_results(cfg.layer_groups, cfg.effective_budget)
     return [(ipu.worst_tile, ipu.worst_tile_bytes) for ipu in ipus]
 
 

@@ -28,6 +28,7 @@ from click.testing import CliRunner
 
 from popliner.analysis import AnalysisOptions, load_analysis
 from popliner.cli import cli
+from popliner.config.model import analysis_config
 from popliner.config.yaml_io import read_config
 from popliner.memory.training import TrainingOptions
 from popliner.plan import SplitRequest, plan_split
@@ -35,7 +36,6 @@ from popliner.simulator.engine import simulate
 from popliner.simulator.inputs import inputs_from_config
 from popliner.writers.formats import writer_for
 from popliner.writers.simulation import Simulation
-from popliner.writers.split import split_config
 from tests.helpers import FIXTURES
 
 PLACEMENTS = ("first", "last", "wrap")
@@ -73,7 +73,7 @@ def _live_json(profile: Path, placement: str, opts: tuple[str, ...], config: str
     plan = plan_split(analysis, SplitRequest(num_ipus=ipus, recompute=training.recompute if opts else None,
                                              head_placement=placement,
                                              optimizer_state=training.optimizer_state if opts else None))
-    cfg = split_config(plan, None)
+    cfg = analysis_config(plan.analysis, plan.split, None, plan.training)
     inputs = inputs_from_config(cfg)
     result = simulate(inputs.stages, cfg.gradient_accumulation, clock_hz=inputs.clock_hz,
                       budget_bytes=cfg.effective_budget, tiles_per_ipu=inputs.tiles_per_ipu,

@@ -178,7 +178,6 @@ def test_tile_figures_are_the_check_figures(name: str) -> None:
     from popliner.analysis import load_analysis, solve_split
     from popliner.check import check_config
     from popliner.config.model import config_from_split
-    from popliner.report.data import ipu_memories
     from popliner.solvers.problem import SplitProblem
 
     analysis = load_analysis(str(Path(__file__).parents[1] / "fixtures" / "profiles" / name), use_cache=False)
@@ -189,7 +188,7 @@ def test_tile_figures_are_the_check_figures(name: str) -> None:
     cfg = config_from_split(split, profile_path=name, profile_sha256=analysis.profile.sha256, tiles=t.tiles_per_ipu,
                             bytes_per_tile=t.bytes_per_tile, clock_hz=t.clock_hz, gradient_accumulation=None)
     checked = check_config(analysis, cfg, "cfg.yaml", budget=budget)
-    shown = ipu_memories(analysis, [s.layers for s in cfg.stages], budget=budget)
+    shown = analysis.stage_results(cfg.layer_groups, budget)
     worst = [(m.worst_tile, m.worst_tile_bytes) for m in shown]
     assert worst == [(c.worst_tile, c.worst_tile_bytes) for c in checked.ipus]
     assert [(s.worst_tile, s.worst_tile_bytes) for s in split.stages] == worst

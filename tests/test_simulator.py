@@ -42,7 +42,7 @@ from popliner.writers.jsondoc import result_document
 from popliner.writers.pipeline_yaml import write_config
 from popliner.writers.simulation import render_text
 from popliner.writers.trace import trace_document
-from tests.helpers import FIXTURES
+from tests.helpers import FIXTURES, stage_cycles_split
 
 # ------------------------------------------------------------------ schedule
 
@@ -516,7 +516,7 @@ def test_cli_with_a_real_profile(tmp_path: Any, monkeypatch: pytest.MonkeyPatch)
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)
     assert doc["figures_from"] == "profile" and "differs" not in result.stderr
-    first = analysis.stage_cycles_split(groups[0], True)
+    first = stage_cycles_split(analysis, groups[0], True)
     # stage 0 is the forward pass in training, the whole stage in inference
     assert doc["stages"][0]["cycles"] == (first[0] if analysis.mode == "training" else sum(first))
     assert doc["ipus"][0]["peak_bytes"] >= int(analysis.stage_memory(groups[0], True).worst_bytes)

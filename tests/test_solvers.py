@@ -19,7 +19,7 @@ from popliner.solvers.greedy import greedy_bounds, layers_needed
 from popliner.solvers.objective import MEMORY
 from popliner.solvers.problem import ArrayRanges, SplitProblem
 from popliner.solvers.solve import solve_bounds
-from tests.helpers import FIXTURES, dp_bounds
+from tests.helpers import FIXTURES, dp_bounds, stage_stash_entry
 from tests.ilp_oracle import ilp_bounds
 
 TINY = FIXTURES / "tiny.json"
@@ -380,8 +380,8 @@ def test_training_stash_by_hand():
     assert a.mode == "training"
     # One entry: the activations going live in the forward part and dying in the
     # backward part; the always-live weight is not stashed.
-    assert a.stash_entry_per_tile(["0"], first_stage=True).tolist() == [100, 0]
-    assert a.stash_entry_per_tile(["1"]).tolist() == [0, 40]
+    assert stage_stash_entry(a, ["0"], first_stage=True).tolist() == [100, 0]
+    assert stage_stash_entry(a, ["1"]).tolist() == [0, 40]
     split = solve_split(a, SplitProblem(2, 1000, exact_ipus=True, training=True), solver="ilp", time_limit=5)
     first, last = split.stages
     # IPU 0 of 2 keeps 2(2-1-0)+1 = 3 entries: 2 more than the profile holds.

@@ -218,11 +218,13 @@ def _gate_split(plan: SplitPlan, cfg: Any, p: dict[str, Any], checks: Gate) -> N
 def _write_split(plan: SplitPlan, p: dict[str, Any], checks: Gate | None = None) -> None:
     """The split's outputs, the summary, the check of the config (--check-out, --baseline), and exit 3 when
     nothing fits."""
+    from popliner.config.model import analysis_config
     from popliner.config.snippets import optimum_check
 
     # Made when first wanted: a --gradient-accumulation it refuses stops the command where it always did.
-    config = functools.cache(lambda: split_writers.split_config(plan, p["gradient_accumulation"],
-                                                                p["matmul_proportion"]))
+    # The training options recorded are those the split's figures were computed with.
+    config = functools.cache(lambda: analysis_config(plan.analysis, plan.split, p["gradient_accumulation"],
+                                                     plan.training, p["matmul_proportion"]))
     if p["ipu_config_out"] and plan.split.stages:  # refused before anything is written or printed
         optimum_check(config(), "--ipu-config-out")
     split_writers.write_split(plan, p["config_out"], p["force"], config, split_out=p["split_out"])

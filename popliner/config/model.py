@@ -11,14 +11,18 @@ import hashlib
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from popliner.config.layering import layer_record
 from popliner.errors import UsageProblem
 from popliner.layout import Layout
 from popliner.memory.types import ComponentBytes
 from popliner.pipeline import LayerPlacement, StageLayout
 from popliner.solvers.result import SplitResult, StageResult
 from popliner.training_record import ConfigTraining, config_training
+
+if TYPE_CHECKING:
+    from popliner.analysis import Analysis
 
 __all__ = [
     "CONFIG_VERSION",
@@ -29,6 +33,7 @@ __all__ = [
     "ConfigTraining",
     "LayerPlacement",
     "PipelineConfig",
+    "analysis_config",
     "check_gradient_accumulation",
     "config_from_split",
     "config_stage",
@@ -249,6 +254,17 @@ def config_from_split(
         framework=framework, matmul_proportion=check_matmul_proportion(matmul_proportion, len(stages)),
         every_op_layered=every_op_layered,
     )
+
+
+def analysis_config(analysis: Analysis, split: SplitResult, gradient_accumulation: int | None,
+                    training: ConfigTraining | None, matmul_proportion: Sequence[float] = ()) -> PipelineConfig:
+    """:func:`config_from_split` for a split of ``analysis``: its profile, target, layer options and framework."""
+    t = analysis.profile.target
+    return config_from_split(split, profile_path=analysis.profile.path, profile_sha256=analysis.profile.sha256,
+                             tiles=t.tiles_per_ipu, bytes_per_tile=t.bytes_per_tile, clock_hz=t.clock_hz,
+                             gradient_accumulation=gradient_accumulation, training=training,
+                             layer_options=layer_record(analysis.options), framework=analysis.framework.name,
+                             matmul_proportion=matmul_proportion, every_op_layered=not analysis.base.has_unlayered)
 
 
 def check_matmul_proportion(values: Sequence[float], num_ipus: int) -> tuple[float, ...]:

@@ -18,12 +18,11 @@ import os
 from dataclasses import dataclass
 
 from popliner.analysis import Analysis
-from popliner.config.layering import layer_record
-from popliner.config.model import ConfigTraining, PipelineConfig, config_from_split
+from popliner.config.model import ConfigTraining, PipelineConfig, analysis_config
 from popliner.config.workbook import IPU_COL, LAYER_COL, PLANNER_SHEET, TRAINING_COL, SheetCells, open_sheet
 from popliner.errors import ConfigError
 from popliner.profile.limits import limit
-from popliner.solvers.result import SplitResult, stage_result
+from popliner.solvers.result import SplitResult
 from popliner.training_record import training_of
 
 __all__ = ["PlannerChoice", "config_from_planner", "is_workbook", "read_planner"]
@@ -231,13 +230,7 @@ def config_from_planner(choice: PlannerChoice, analysis: Analysis, *,
         raise ConfigError(f"{choice.path}, sheet {PLANNER_SHEET}: layers {', '.join(missing[:8])} of the profile "
                           "are not in the planner; add a row for each")
     budget = choice.budget_bytes or analysis.profile.target.bytes_per_tile
-    figures = analysis.pipeline_figures(choice.stages)
-    stages = tuple(stage_result(figure, analysis.layer_names, budget) for figure in figures)
+    stages = tuple(analysis.stage_results(choice.stages, budget))
     split = SplitResult("planner", "PLANNER", analysis.mode, len(stages), budget, stages)
-    t = analysis.profile.target
-    return config_from_split(split, profile_path=analysis.profile.path, profile_sha256=analysis.profile.sha256,
-                             tiles=t.tiles_per_ipu, bytes_per_tile=t.bytes_per_tile, clock_hz=t.clock_hz,
-                             gradient_accumulation=gradient_accumulation,
-                             training=training_of(analysis, choice.training.requested if choice.training else None),
-                             layer_options=layer_record(analysis.options),
-                             framework=analysis.framework.name, every_op_layered=not analysis.base.has_unlayered)
+    return analysis_config(analysis, split, gradient_accumulation,
+                           training_of(analysis, choice.training.requested if choice.training else None))

@@ -325,8 +325,7 @@ def memory_settings(options: ConfigTraining) -> dict[str, Any]:
     }
 
 
-def ipu_config(cfg: PipelineConfig, matmul_proportion: Sequence[float] | None = None,
-               options: ConfigTraining | None = None) -> dict[str, Any]:
+def ipu_config(cfg: PipelineConfig, options: ConfigTraining | None = None) -> dict[str, Any]:
     """An optimum-graphcore ``IPUConfig`` (its ``ipu_config.json`` keys) for the config's split.
 
     Field names are those of ``optimum.graphcore.IPUConfig.__init__``. A
@@ -341,7 +340,7 @@ def ipu_config(cfg: PipelineConfig, matmul_proportion: Sequence[float] | None = 
     """
     optimum_check(cfg, "--ipu-config-out")
     k = cfg.num_ipus
-    proportions = _per_ipu(cfg.matmul_proportion if matmul_proportion is None else matmul_proportion, k)
+    proportions = _per_ipu(cfg.matmul_proportion, k)
     if options is None:
         options = cfg.options or ConfigTraining()
     counts = [int(n) for n in cfg.layers_per_ipu]

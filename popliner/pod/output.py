@@ -5,8 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Any, cast
 
-from popliner.config.layering import layer_record
-from popliner.config.model import ConfigTraining, PipelineConfig, config_from_split, config_training
+from popliner.config.model import ConfigTraining, PipelineConfig, analysis_config, config_training
 from popliner.errors import UsageProblem
 from popliner.pod.plan import PodConfig, PodPlan
 from popliner.textsafe import shown
@@ -38,13 +37,8 @@ def pipeline_config(plan: PodPlan, config: PodConfig) -> PipelineConfig:
         options = analysis.options.training
         training = dataclasses.replace(config_training(options, cast("AppliedRecompute", config.recompute)),
                                        replication_factor=config.replicas)
-    t = analysis.profile.target
     # The layer options and framework recorded as --solve records them: check and simulate apply them.
-    return config_from_split(config.split, profile_path=analysis.profile.path, profile_sha256=analysis.profile.sha256,
-                             tiles=t.tiles_per_ipu, bytes_per_tile=t.bytes_per_tile, clock_hz=t.clock_hz,
-                             gradient_accumulation=config.gradient_accumulation, training=training,
-                             layer_options=layer_record(analysis.options), framework=analysis.framework.name,
-                             every_op_layered=not analysis.base.has_unlayered)
+    return analysis_config(analysis, config.split, config.gradient_accumulation, training)
 
 
 def pod_ipu_config(cfg: PipelineConfig, config: PodConfig) -> dict[str, Any]:
@@ -55,7 +49,7 @@ def pod_ipu_config(cfg: PipelineConfig, config: PodConfig) -> dict[str, Any]:
     """
     from popliner.config.snippets import ipu_config
 
-    return ipu_config(cfg, None, cfg.options or ConfigTraining(replication_factor=config.replicas))
+    return ipu_config(cfg, cfg.options or ConfigTraining(replication_factor=config.replicas))
 
 
 def _rank_of(plan: PodPlan) -> dict[int, int]:

@@ -1,7 +1,7 @@
 """What the HTML report shows, gathered from the library as plain values.
 
 :func:`build_report` asks each figure of the library that computes it: the
-IPUs' per-tile memory from the pipeline rules (:mod:`popliner.report.data`),
+IPUs' per-tile memory from the pipeline rules (:meth:`Analysis.stage_results`),
 the layer rows from the breakdown, the liveness series from the memory
 model's own window and variables, the schedule from the simulator. The page
 (:mod:`popliner.writers.html`) only formats them.
@@ -19,7 +19,6 @@ from popliner.breakdown import LayerRow
 from popliner.config.model import PipelineConfig
 from popliner.memory.timeline import stage_live_bytes
 from popliner.report.aggregate import Pooled, max_pool
-from popliner.report.data import ipu_memories
 from popliner.report.options import OptionRow, model_options
 from popliner.report.planner import Planner, build_planner
 from popliner.simulator.engine import DEFAULT_LINK_BANDWIDTH, DEFAULT_SYNC_CYCLES, SimResult, simulate
@@ -94,7 +93,7 @@ def build_report(analysis: Analysis, config: PipelineConfig, *, budget: int, sou
     figures of every contiguous split over the config's IPUs (the page's planner)."""
     from popliner.breakdown import layer_rows, unlayered_row
 
-    ipus = tuple(ipu_memories(analysis, [s.layers for s in config.stages], budget=budget))
+    ipus = tuple(analysis.stage_results(config.layer_groups, budget))
     g = gradient_accumulation if gradient_accumulation is not None else config.gradient_accumulation
     target = analysis.profile.target
     sim = split_simulation(analysis, config, budget=budget, micro_batches=g, link_bandwidth=link_bandwidth,

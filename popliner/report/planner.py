@@ -23,11 +23,10 @@ import numpy as np
 
 from popliner.analysis import Analysis
 from popliner.config.layering import layer_record
-from popliner.config.model import ConfigStage, PipelineConfig, config_from_split, config_stage
+from popliner.config.model import ConfigStage, PipelineConfig, analysis_config, config_stage
 from popliner.errors import UsageProblem
 from popliner.memory.ranges import ProfileRanges
 from popliner.pipeline import StageFigure
-from popliner.report.data import ipu_memories
 from popliner.simulator.inputs import ipu_figures
 from popliner.simulator.types import IpuFigures
 from popliner.solvers.result import SplitResult, StageResult, stage_result
@@ -211,15 +210,12 @@ def planner_config(analysis: Analysis, config: PipelineConfig, budget: int, micr
     if ipus is not None and [list(i.layers) for i in ipus] == [list(g) for g in groups]:
         stages = tuple(ipus)
     else:
-        stages = tuple(ipu_memories(analysis, groups, budget=budget))
+        stages = tuple(analysis.stage_results(groups, budget))
     split = SplitResult("planner", "PLANNER", analysis.mode, len(stages), budget, stages)
-    t = analysis.profile.target
     requested = config.options.requested if config.options is not None else None
-    return config_from_split(split, profile_path=analysis.profile.path, profile_sha256=analysis.profile.sha256,
-                             tiles=t.tiles_per_ipu, bytes_per_tile=t.bytes_per_tile, clock_hz=t.clock_hz,
-                             gradient_accumulation=micro_batches, training=training_of(analysis, requested),
-                             layer_options=layer_record(analysis.options), framework=config.framework,
-                             matmul_proportion=config.matmul_proportion)
+    # The framework the report's config records (None in an older one), as a config made from it would.
+    return dataclasses.replace(analysis_config(analysis, split, micro_batches, training_of(analysis, requested),
+                                               config.matmul_proportion), framework=config.framework)
 
 
 def split_command_words(analysis: Analysis, budget: int, num_ipus: int) -> tuple[str, ...]:

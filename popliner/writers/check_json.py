@@ -7,12 +7,12 @@ holds no wall-clock figure, so the same inputs give the same bytes, and
 
 from __future__ import annotations
 
-from typing import IO, Any
+from typing import Any
 
 from popliner.baseline import Comparison, NameDelta
 from popliner.checkrecord import CHECK_FORMAT, CHECK_VERSION, CheckRecord
 from popliner.checkreport import CheckReport
-from popliner.writers.writer import FormatWriter, write_json
+from popliner.writers.writer import FormatWriter, json_of
 
 __all__ = ["CHECK_JSON", "comparison_document", "record_document", "report_document"]
 
@@ -91,8 +91,4 @@ def report_document(report: CheckReport) -> dict[str, Any]:
     return doc
 
 
-def _write(report: CheckReport, stream: IO[str]) -> None:
-    write_json(report_document(report), stream)
-
-
-CHECK_JSON = FormatWriter("check_json", (".json",), {"CheckReport": _write})
+CHECK_JSON = FormatWriter("check_json", (".json",), {"CheckReport": json_of(report_document)})

@@ -6,18 +6,11 @@ optimum snippet); this module only writes it.
 
 from __future__ import annotations
 
-from typing import IO
-
-from popliner.config.model import PipelineConfig
 from popliner.config.snippets import ipu_config
-from popliner.writers.writer import FormatWriter, write_json
+from popliner.writers.writer import FormatWriter, json_of
 
 __all__ = ["IPU_CONFIG"]
 
 
-def _write_config(cfg: PipelineConfig, stream: IO[str]) -> None:
-    write_json(ipu_config(cfg), stream)
-
-
 #: ``.json`` writes a pipeline config as optimum's IPU config (a split or a simulation as popliner's JSON).
-IPU_CONFIG = FormatWriter("ipu_config", (".json",), {"PipelineConfig": _write_config})
+IPU_CONFIG = FormatWriter("ipu_config", (".json",), {"PipelineConfig": json_of(ipu_config)})

@@ -5,10 +5,11 @@ Both are plain JSON-ready data with no wall-clock figures, so the same inputs gi
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
-from typing import IO, TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any
 
-from popliner.writers.writer import FormatWriter, write_json
+from popliner.writers.writer import FormatWriter, json_of
 
 if TYPE_CHECKING:
     from popliner.plan import SplitPlan
@@ -138,17 +139,6 @@ def result_document(result: SimResult) -> dict[str, Any]:
     }
 
 
-def _write_simulation(sim: Simulation, stream: IO[str]) -> None:
-    write_json(simulation_document(sim), stream)
-
-
-def _write_split(plan: SplitPlan, stream: IO[str]) -> None:
-    write_json(split_document(plan), stream)
-
-
-def _write_document(wrapped: PlanDocument, stream: IO[str]) -> None:
-    write_json(wrapped.document, stream)
-
-
-JSON = FormatWriter("json", (".json",), {"Simulation": _write_simulation, "SplitPlan": _write_split,
-                                         "PlanDocument": _write_document})
+JSON = FormatWriter("json", (".json",), {"Simulation": json_of(simulation_document),
+                                         "SplitPlan": json_of(split_document),
+                                         "PlanDocument": json_of(operator.attrgetter("document"))})

@@ -18,8 +18,7 @@ from popliner.progress import phase
 from popliner.textsafe import shown
 from popliner.writers.writer import write_output
 
-__all__ = ["split_config", "suffixed", "write_ipu_config", "write_plots", "write_report", "write_split",
-           "write_summary"]
+__all__ = ["suffixed", "write_ipu_config", "write_plots", "write_report", "write_split", "write_summary"]
 
 log = logging.getLogger("popliner")
 
@@ -28,20 +27,6 @@ def suffixed(path: str, tag: str) -> str:
     """``NAME-tag.EXT`` beside ``NAME.EXT`` (the split and tiles images next to ``--plot``)."""
     p = Path(path)
     return str(p.with_name(f"{p.stem}-{tag}{p.suffix}"))
-
-
-def split_config(plan: SplitPlan, gradient_accumulation: int | None, matmul_proportion: tuple[float, ...] = ()) -> Any:
-    """The pipeline config of the plan's split, with the training options its figures were computed with."""
-    from popliner.config.layering import layer_record
-    from popliner.config.model import config_from_split
-
-    analysis, t = plan.analysis, plan.analysis.profile.target
-    return config_from_split(plan.split, profile_path=analysis.profile.path, profile_sha256=analysis.profile.sha256,
-                             tiles=t.tiles_per_ipu, bytes_per_tile=t.bytes_per_tile, clock_hz=t.clock_hz,
-                             gradient_accumulation=gradient_accumulation, training=plan.training,
-                             framework=analysis.framework.name, matmul_proportion=matmul_proportion,
-                             layer_options=layer_record(analysis.options),
-                             every_op_layered=not analysis.base.has_unlayered)
 
 
 def write_split(plan: SplitPlan, config_out: str | None, force: bool, config: Callable[[], Any], *,
@@ -94,7 +79,6 @@ def write_report(plan: SplitPlan, cfg: Any, path: str, force: bool) -> None:
 def write_plots(plan: SplitPlan | None, analysis: Any, plot: str, force: bool, budget: int) -> None:
     """``--plot``: memory per layer; with a split, also NAME-split and NAME-tiles beside it."""
     from popliner.breakdown import build_breakdown
-    from popliner.report.data import ipu_memories
     from popliner.writers.plots import plot_layers, plot_split, plot_tiles
 
     with phase("plotting"):
@@ -107,8 +91,7 @@ def write_plots(plan: SplitPlan | None, analysis: Any, plot: str, force: bool, b
         # The plots name the training options their figures assume (the applied recomputation).
         assumes = breakdown.training.summary() if breakdown.training is not None else None
         plot_split(split, suffixed(plot, "split"), force=force, assumes=assumes)
-        ipus = ipu_memories(analysis, [s.layers for s in split.stages], budget=budget)
-        plot_tiles(ipus, suffixed(plot, "tiles"), force=force,
+        plot_tiles(split.stages, suffixed(plot, "tiles"), force=force,
                    title=f"Memory per tile of each IPU ({analysis.mode}, stash and copy buffers included)"
                    + (f"\ntraining options: {assumes}" if assumes else ""))
         log.info("wrote %s and %s", suffixed(plot, "split"), suffixed(plot, "tiles"))

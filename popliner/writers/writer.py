@@ -14,7 +14,7 @@ from typing import IO, Any, Protocol
 from popliner.errors import OutputTooLarge, UsageProblem
 from popliner.fileio import atomic_write, is_stdout
 
-__all__ = ["FormatWriter", "Writer", "write_json", "write_output"]
+__all__ = ["FormatWriter", "Writer", "json_of", "write_json", "write_output"]
 
 
 class Writer(Protocol):
@@ -85,3 +85,8 @@ def write_json(document: dict[str, Any], stream: IO[str]) -> None:
     """A JSON document as popliner writes one: indented, keys in the document's order, a final newline."""
     json.dump(document, stream, indent=2, allow_nan=False)  # strict JSON: finite numbers only
     stream.write("\n")
+
+
+def json_of(document: Callable[[Any], dict[str, Any]]) -> Callable[[Any, IO[str]], None]:
+    """A writer's function for one kind of value: the JSON ``document`` makes of it, as :func:`write_json` writes."""
+    return lambda value, stream: write_json(document(value), stream)

@@ -66,7 +66,7 @@ if TYPE_CHECKING:  # XlsxWriter is imported when a workbook is written, not by e
     from xlsxwriter.workbook import Workbook
     from xlsxwriter.worksheet import Worksheet
 
-__all__ = ["BOOL_FORMAT", "XLSX", "grouped_operations_grid", "workbook_bytes", "workbook_grids", "write_workbook"]
+__all__ = ["BOOL_FORMAT", "XLSX", "grouped_operations_grid", "workbook_grids", "write_workbook"]
 
 NO_LAYER = "(no layer)"
 _SHEET_MAX = 31
@@ -210,13 +210,6 @@ def write_workbook(
     write_output(tables, os.fspath(target), force, XLSX)
 
 
-def _write_tables(tables: Tables, stream: IO[bytes]) -> None:
-    grids, layout = workbook_grids(tables.breakdown, budget_bytes=tables.budget_bytes, split=tables.split,
-                                   matrices=tables.matrices, num_ipus=tables.num_ipus)
-    stream.write(workbook_bytes(grids, layout))
-
-
-XLSX = FormatWriter("xlsx", (".xlsx",), {"Tables": _write_tables}, binary=True)
 
 
 #: Document dates written instead of the time of saving, so reruns give identical bytes.
@@ -226,14 +219,16 @@ _ERROR_CODES = ("#DIV/0!", "#N/A", "#NAME?", "#NULL!", "#NUM!", "#REF!", "#VALUE
 BOOL_FORMAT = '"TRUE";"TRUE";"FALSE"'
 
 
-def workbook_bytes(grids: Sequence[Grid], layout: PlannerLayout) -> bytes:
-    """The workbook of ``grids`` as XLSX bytes; the same grids always give the same bytes.
+def _write_tables(tables: Tables, stream: IO[bytes]) -> None:
+    """The workbook of the tables; the same tables always give the same bytes.
 
     XlsxWriter stamps zip entries with a fixed date; the document's creation
     date is fixed here.
     """
     from xlsxwriter.workbook import Workbook
 
+    grids, layout = workbook_grids(tables.breakdown, budget_bytes=tables.budget_bytes, split=tables.split,
+                                   matrices=tables.matrices, num_ipus=tables.num_ipus)
     buffer = io.BytesIO()
     book = Workbook(buffer, {"in_memory": True, "strings_to_formulas": False, "strings_to_urls": False,
                              "strings_to_numbers": False})
@@ -251,7 +246,10 @@ def workbook_bytes(grids: Sequence[Grid], layout: PlannerLayout) -> bytes:
     for grid in grids[3:]:
         _decorate_table(sheets[grid.name], grid, freeze=(1, 1), autofilter=False)
     book.close()
-    return buffer.getvalue()
+    stream.write(buffer.getvalue())
+
+
+XLSX = FormatWriter("xlsx", (".xlsx",), {"Tables": _write_tables}, binary=True)
 
 
 class _Styles:
