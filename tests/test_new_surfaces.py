@@ -490,7 +490,7 @@ def test_matplotlib_warnings_are_one_log_line(caplog: pytest.LogCaptureFixture) 
     figure.add_subplot().set_xticks(range(3), ["y" * 400] * 3, rotation=90)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # any warning escaping the writer fails here
-        PNG.write(figure, io.BytesIO())
+        PNG["Figure"](figure, io.BytesIO())
     records = [r for r in caplog.records if r.name == "popliner" and r.getMessage().startswith("plot: ")]
     assert records and all("\n" not in r.getMessage() for r in records)
 

@@ -203,11 +203,10 @@ def _summary(plan: Any) -> None:
 
 def _write_configs(chosen: Any, rank: int, cfg: Any, ipu_document: dict[str, Any] | None, config_out: str | None,
                    ipu_config_out: str | None, force: bool) -> None:
-    from popliner.writers.pipeline_yaml import YAML
     from popliner.writers.writer import write_json
 
     if config_out:
-        write_output(cfg, config_out, force, YAML)
+        write_output(cfg, config_out, force, writer_for(None, "PipelineConfig", "yaml"))
         log.warning("wrote %s (configuration %d: %d IPUs x %d replicas, G = %d)", config_out, rank,
                     chosen.ipus_per_replica, chosen.replicas, chosen.gradient_accumulation)
     if ipu_config_out and ipu_document is not None:

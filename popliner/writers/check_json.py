@@ -12,7 +12,7 @@ from typing import Any
 from popliner.baseline import Comparison, NameDelta
 from popliner.checkrecord import CHECK_FORMAT, CHECK_VERSION, CheckRecord
 from popliner.checkreport import CheckReport
-from popliner.writers.writer import FormatWriter, json_of
+from popliner.writers.writer import Functions, json_of
 
 __all__ = ["CHECK_JSON", "comparison_document", "record_document", "report_document"]
 
@@ -91,4 +91,4 @@ def report_document(report: CheckReport) -> dict[str, Any]:
     return doc
 
 
-CHECK_JSON = FormatWriter("check_json", (".json",), {"CheckReport": json_of(report_document)})
+CHECK_JSON: Functions = {"CheckReport": json_of(report_document)}

@@ -17,7 +17,7 @@ from popliner.solvers.result import StageResult
 from popliner.textsafe import shown
 from popliner.writers.check_delta import failure_line, growth_words, verdict_line
 from popliner.writers.shares import percent, signed_bytes
-from popliner.writers.writer import FormatWriter
+from popliner.writers.writer import Functions
 
 __all__ = ["MARKDOWN", "code", "markdown_summary"]
 
@@ -127,4 +127,4 @@ def _write(report: CheckReport, stream: IO[str]) -> None:
     stream.write(markdown_summary(report))
 
 
-MARKDOWN = FormatWriter("markdown", (".md", ".markdown"), {"CheckReport": _write})
+MARKDOWN: Functions = {"CheckReport": _write}

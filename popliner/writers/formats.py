@@ -13,56 +13,24 @@ of its own, such as ``--trace``):
 * any other name, and stdout, get the command's default format.
 
 The protocol is :mod:`popliner.writers.writer`'s. A new format is one
-module holding a writer and one line in :data:`WRITERS`; see docs/writers.md.
+module holding its functions and one line in :data:`WRITERS`; see docs/writers.md.
 """
 
 from __future__ import annotations
 
-import importlib
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import IO, Any
 
 from popliner.errors import UsageProblem
 from popliner.fileio import check_writable, is_stdout, writes_in_place
 from popliner.writers.writer import Writer
 
-__all__ = ["WRITERS", "DeclaredWriter", "check_output", "suffixes_for", "writer_among", "writer_for"]
-
-
-@dataclass(frozen=True)
-class DeclaredWriter:
-    """A format as the map names it: its suffixes and kinds, and where its writer lives.
-
-    The writer's module is imported on the first write, not when the map is
-    read: every command consults the map, and the HTML, XLSX and JUnit
-    modules (with what they import) would cost a command that writes CSV
-    tens of milliseconds. ``tests/test_writers.py`` checks each declaration
-    against the writer it names.
-    """
-
-    name: str
-    suffixes: tuple[str, ...]
-    kinds: frozenset[str]
-    module: str
-    attr: str
-    binary: bool = False
-    newline: str | None = None
-
-    def load(self) -> Writer:
-        """The writer itself, from its module."""
-        writer: Writer = getattr(importlib.import_module(self.module), self.attr)
-        return writer
-
-    def write(self, value: Any, stream: IO[Any]) -> None:
-        self.load().write(value, stream)
+__all__ = ["WRITERS", "check_output", "suffixes_for", "writer_among", "writer_for"]
 
 
 def _declared(name: str, suffixes: tuple[str, ...], kinds: str, module: str, attr: str, *, binary: bool = False,
-              newline: str | None = None) -> DeclaredWriter:
-    return DeclaredWriter(name, suffixes, frozenset(kinds.split()), f"popliner.writers.{module}", attr, binary,
-                          newline)
+              newline: str | None = None) -> Writer:
+    return Writer(name, suffixes, frozenset(kinds.split()), f"popliner.writers.{module}", attr, binary, newline)
 
 
 #: The one map: every writer, each with the suffixes that choose it. A suffix may belong to two writers

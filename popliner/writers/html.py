@@ -21,10 +21,11 @@ import numpy as np
 from popliner.breakdown import LayerRow
 from popliner.memory.types import COMPONENT_TITLES, OTHER, components
 from popliner.report.build import LIVENESS_POINTS, Report
+from popliner.writers.formats import writer_for
 from popliner.writers.html_figures import heatmap_figure, liveness_figure, memory_figure, schedule_figure, short_bytes
 from popliner.writers.html_planner import PLANNER_CSS, planner_data, planner_script, planner_section
 from popliner.writers.simulation import plural, seconds_text
-from popliner.writers.writer import FormatWriter, write_output
+from popliner.writers.writer import Functions, write_output
 
 __all__ = ["HTML", "SECTIONS", "render_report", "write_report"]
 
@@ -44,7 +45,7 @@ SECTIONS: tuple[tuple[str, str], ...] = (
 
 def write_report(report: Report, path: str | os.PathLike[str], *, force: bool) -> None:
     """Write the page to ``path`` (UTF-8), replacing a file only with ``force``."""
-    write_output(report, os.fspath(path), force, HTML)
+    write_output(report, os.fspath(path), force, writer_for(None, "Report", "html"))
 
 
 def _write_page(report: Report, stream: IO[str]) -> None:
@@ -52,7 +53,7 @@ def _write_page(report: Report, stream: IO[str]) -> None:
 
 
 #: The page is written with its own line ends (newline="").
-HTML = FormatWriter("html", (".html", ".htm"), {"Report": _write_page}, newline="")
+HTML: Functions = {"Report": _write_page}
 
 
 def render_report(report: Report) -> str:

@@ -7,10 +7,10 @@ optimum snippet); this module only writes it.
 from __future__ import annotations
 
 from popliner.config.snippets import ipu_config
-from popliner.writers.writer import FormatWriter, json_of
+from popliner.writers.writer import Functions, json_of
 
 __all__ = ["IPU_CONFIG"]
 
 
 #: ``.json`` writes a pipeline config as optimum's IPU config (a split or a simulation as popliner's JSON).
-IPU_CONFIG = FormatWriter("ipu_config", (".json",), {"PipelineConfig": json_of(ipu_config)})
+IPU_CONFIG: Functions = {"PipelineConfig": json_of(ipu_config)}

@@ -9,7 +9,7 @@ import operator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from popliner.writers.writer import FormatWriter, json_of
+from popliner.writers.writer import Functions, json_of
 
 if TYPE_CHECKING:
     from popliner.plan import SplitPlan
@@ -139,6 +139,6 @@ def result_document(result: SimResult) -> dict[str, Any]:
     }
 
 
-JSON = FormatWriter("json", (".json",), {"Simulation": json_of(simulation_document),
-                                         "SplitPlan": json_of(split_document),
-                                         "PlanDocument": json_of(operator.attrgetter("document"))})
+JSON: Functions = {"Simulation": json_of(simulation_document),
+                   "SplitPlan": json_of(split_document),
+                   "PlanDocument": json_of(operator.attrgetter("document"))}

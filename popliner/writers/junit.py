@@ -15,7 +15,7 @@ from popliner.textsafe import shown
 from popliner.writers.check_delta import growth_words, limit_words
 from popliner.writers.check_report import overflow_text
 from popliner.writers.shares import percent, signed_bytes
-from popliner.writers.writer import FormatWriter
+from popliner.writers.writer import Functions
 
 __all__ = ["JUNIT", "write_junit"]
 
@@ -88,4 +88,4 @@ def _stem(path: str) -> str:
     return name.rsplit(".", 1)[0].replace(".", "_") or "config"
 
 
-JUNIT = FormatWriter("junit", (".xml",), {"CheckReport": write_junit}, binary=True)
+JUNIT: Functions = {"CheckReport": write_junit}

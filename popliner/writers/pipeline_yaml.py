@@ -15,7 +15,7 @@ from popliner.config.snippets import snippets
 from popliner.config.yaml_io import CONFIG_BYTES_ENV
 from popliner.errors import OutputTooLarge
 from popliner.profile.limits import limit
-from popliner.writers.writer import FormatWriter
+from popliner.writers.writer import Functions
 
 __all__ = ["HEADER", "YAML", "config_to_document", "dump_document", "predicted_document", "write_config"]
 
@@ -132,4 +132,4 @@ def _layer_row(cfg: PipelineConfig, name: str, ipu: int, fwd: int, bwd: int | No
     return row
 
 
-YAML = FormatWriter("yaml", (".yaml", ".yml"), {"PipelineConfig": write_config})
+YAML: Functions = {"PipelineConfig": write_config}

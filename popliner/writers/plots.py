@@ -40,9 +40,10 @@ from popliner.memory.types import COMPONENT_COLOURS, COMPONENT_TITLES, component
 from popliner.report.aggregate import grid_values, tile_grid
 from popliner.solvers.result import SplitResult, StageResult
 from popliner.textsafe import shown
+from popliner.writers.formats import writer_for
 from popliner.writers.gantt import write_gantt
 from popliner.writers.simulation import Simulation, plural
-from popliner.writers.writer import FormatWriter, write_output
+from popliner.writers.writer import Functions, write_output
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -113,7 +114,7 @@ def _new_figure(width: float, height: float) -> Figure:
 
 
 def _save(figure: Figure, path: str | os.PathLike[str], fmt: str, force: bool) -> None:
-    write_output(figure, os.fspath(path), force, PNG if fmt == "png" else SVG)
+    write_output(figure, os.fspath(path), force, writer_for(None, "Figure", fmt))
 
 
 def _write_figure(fmt: str) -> Callable[[Figure, IO[bytes]], None]:
@@ -135,8 +136,8 @@ def _write_gantt(fmt: str) -> Callable[[Simulation, IO[bytes]], None]:
 
 
 #: The images: the plots of ``--plot`` (matplotlib figures) and a simulation's Gantt chart.
-PNG = FormatWriter("png", (".png",), {"Figure": _write_figure("png"), "Simulation": _write_gantt("png")}, binary=True)
-SVG = FormatWriter("svg", (".svg",), {"Figure": _write_figure("svg"), "Simulation": _write_gantt("svg")}, binary=True)
+PNG: Functions = {"Figure": _write_figure("png"), "Simulation": _write_gantt("png")}
+SVG: Functions = {"Figure": _write_figure("svg"), "Simulation": _write_gantt("svg")}
 
 
 def _bytes_axis(axes: Axes) -> None:

@@ -16,6 +16,7 @@ import click
 from popliner.plan import SplitPlan
 from popliner.progress import phase
 from popliner.textsafe import shown
+from popliner.writers.formats import writer_for
 from popliner.writers.writer import write_output
 
 __all__ = ["suffixed", "write_ipu_config", "write_plots", "write_report", "write_split", "write_summary"]
@@ -33,7 +34,6 @@ def write_split(plan: SplitPlan, config_out: str | None, force: bool, config: Ca
                 split_out: str | None = None) -> None:
     """The picture and table on stderr, the split JSON on stdout (or in ``split_out``: ``-o FILE.json``), and the
     pipeline config (``--config-out``; ``config`` makes it, once it is wanted)."""
-    from popliner.writers.jsondoc import JSON
     from popliner.writers.split_report import split_picture, split_table
 
     analysis, split = plan.analysis, plan.split
@@ -44,23 +44,20 @@ def write_split(plan: SplitPlan, config_out: str | None, force: bool, config: Ca
                        + ("; the best effort below is over budget" if split.stages else ""), err=True)
         if split.stages:
             click.echo(split_table(split), err=True)
-    write_output(plan, split_out, force, JSON)
+    write_output(plan, split_out, force, writer_for(None, "SplitPlan", "json"))
     if split_out:
         log.info("wrote %s", split_out)
     if config_out and split.stages:
-        from popliner.writers.pipeline_yaml import YAML
-
         # The summary says "wrote".
-        write_output(config(), config_out, force, YAML)
+        write_output(config(), config_out, force, writer_for(None, "PipelineConfig", "yaml"))
 
 
 def write_ipu_config(cfg: Any, path: str, force: bool) -> None:
     """optimum-graphcore's ``ipu_config.json`` for the split: the config's own record (the YAML's optimum snippet)."""
     from popliner.config.snippets import optimum_say
-    from popliner.writers.ipu_config import IPU_CONFIG
 
     optimum_say(cfg)
-    write_output(cfg, path, force, IPU_CONFIG)  # the summary says "wrote"
+    write_output(cfg, path, force, writer_for(None, "PipelineConfig", "ipu_config"))  # the summary says "wrote"
 
 
 def write_report(plan: SplitPlan, cfg: Any, path: str, force: bool) -> None:

@@ -43,7 +43,7 @@ from popliner.writers.formula import (
     sum_range,
 )
 from popliner.writers.grid import Book, Grid
-from popliner.writers.writer import FormatWriter
+from popliner.writers.writer import Functions
 
 __all__ = [
     "CSV",
@@ -326,5 +326,5 @@ def _writer(fmt: TableFormat) -> Callable[[Tables, IO[str]], None]:
 
 
 #: The csv module writes its own line ends (newline="").
-CSV = FormatWriter("csv", (".csv",), {"Tables": _writer("csv")}, newline="")
-TSV = FormatWriter("tsv", (".tsv",), {"Tables": _writer("tsv")}, newline="")
+CSV: Functions = {"Tables": _writer("csv")}
+TSV: Functions = {"Tables": _writer("tsv")}

@@ -10,7 +10,7 @@ from typing import IO, Any
 
 from popliner.simulator.engine import SimResult, memory_over_time
 from popliner.writers.simulation import Simulation
-from popliner.writers.writer import FormatWriter
+from popliner.writers.writer import Functions
 
 __all__ = ["TRACE", "trace_document", "write_trace"]
 
@@ -112,4 +112,4 @@ def _write_simulation(sim: Simulation, stream: IO[str]) -> None:
 
 
 #: ``--trace FILE`` writes this whatever FILE's name; ``-o`` wants ``.trace.json`` (``.json`` is the summary).
-TRACE = FormatWriter("trace", (".trace.json",), {"Simulation": _write_simulation})
+TRACE: Functions = {"Simulation": _write_simulation}

@@ -6,60 +6,52 @@ The map from file names to writers is :mod:`popliner.writers.formats`.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import json
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
-from typing import IO, Any, Protocol
+from dataclasses import dataclass
+from typing import IO, Any
 
 from popliner.errors import OutputTooLarge, UsageProblem
 from popliner.fileio import atomic_write, is_stdout
 
-__all__ = ["FormatWriter", "Writer", "json_of", "write_json", "write_output"]
+__all__ = ["Functions", "WriteFunction", "Writer", "json_of", "write_json", "write_output"]
 
 
-class Writer(Protocol):
-    """One output format."""
-
-    @property
-    def name(self) -> str:
-        """What messages and ``--format`` call it: ``csv``, ``junit``, ``png`` ..."""
-
-    @property
-    def suffixes(self) -> tuple[str, ...]:
-        """The file name endings that choose it, in lower case with the dot (``.trace.json``)."""
-
-    @property
-    def binary(self) -> bool:
-        """Whether it writes bytes (a stream of bytes) or text."""
-
-    @property
-    def newline(self) -> str | None:
-        """The text stream's ``newline`` (``""``: the writer writes its line ends itself)."""
-
-    @property
-    def kinds(self) -> frozenset[str]:
-        """The kinds of value it writes: the names of their types."""
-
-    def write(self, value: Any, stream: IO[Any]) -> None:
-        """Write ``value`` (of one of :attr:`kinds`) to ``stream``."""
+#: One kind of value written to a stream: a function of the value and the stream.
+WriteFunction = Callable[[Any, IO[Any]], None]
+#: A format's functions, one per kind of value, by the name of the value's type (``Simulation``, ``Tables`` ...).
+Functions = Mapping[str, WriteFunction]
 
 
 @dataclass(frozen=True)
-class FormatWriter:
-    """A :class:`Writer` from one function per kind of value."""
+class Writer:
+    """One output format: its name, the suffixes that choose it, how its file is opened, the kinds of value
+    it writes, and the module attribute that holds its :data:`Functions`.
 
-    name: str
-    suffixes: tuple[str, ...]
-    by_kind: Mapping[str, Callable[[Any, IO[Any]], None]] = field(repr=False)
-    binary: bool = False
-    newline: str | None = None
+    The module is imported on the first write, not when the map of
+    :mod:`popliner.writers.formats` is read: every command consults the map,
+    and the HTML, XLSX and JUnit modules (with what they import) would cost a
+    command that writes CSV tens of milliseconds. ``tests/test_writers.py``
+    checks that each format's functions write exactly its ``kinds``.
+    """
 
-    @property
-    def kinds(self) -> frozenset[str]:
-        return frozenset(self.by_kind)
+    name: str  # what messages and --format call it: csv, junit, png ...
+    suffixes: tuple[str, ...]  # the file name endings that choose it, lower case with the dot (.trace.json)
+    kinds: frozenset[str]
+    module: str
+    attr: str
+    binary: bool = False  # bytes, or text
+    newline: str | None = None  # the text stream's newline ("": the writer writes its line ends itself)
+
+    def functions(self) -> Functions:
+        """The format's functions, from its module."""
+        found: Functions = getattr(importlib.import_module(self.module), self.attr)
+        return found
 
     def write(self, value: Any, stream: IO[Any]) -> None:
-        self.by_kind[type(value).__name__](value, stream)
+        """Write ``value`` (of one of :attr:`kinds`) to ``stream``."""
+        self.functions()[type(value).__name__](value, stream)
 
 
 @contextlib.contextmanager

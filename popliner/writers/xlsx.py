@@ -27,6 +27,7 @@ from popliner.breakdown import Breakdown, LayerMatrix, OperationRow
 from popliner.config.workbook import IPU_COL
 from popliner.errors import UsageProblem
 from popliner.solvers.result import SplitResult
+from popliner.writers.formats import writer_for
 from popliner.writers.formula import (
     CellRef,
     FormulaError,
@@ -59,7 +60,7 @@ from popliner.writers.tables import (
     matrix_grid,
     totals_grid,
 )
-from popliner.writers.writer import FormatWriter, write_output
+from popliner.writers.writer import Functions, write_output
 
 if TYPE_CHECKING:  # XlsxWriter is imported when a workbook is written, not by every command that maps suffixes
     from xlsxwriter.format import Format
@@ -207,7 +208,7 @@ def write_workbook(
     if target.suffix.lower() != ".xlsx":
         raise UsageProblem(f"{target}: a workbook file name must end in .xlsx")
     tables = Tables(breakdown, matrices=tuple(matrices), split=split, budget_bytes=budget_bytes, num_ipus=num_ipus)
-    write_output(tables, os.fspath(target), force, XLSX)
+    write_output(tables, os.fspath(target), force, writer_for(None, "Tables", "xlsx"))
 
 
 
@@ -249,7 +250,7 @@ def _write_tables(tables: Tables, stream: IO[bytes]) -> None:
     stream.write(buffer.getvalue())
 
 
-XLSX = FormatWriter("xlsx", (".xlsx",), {"Tables": _write_tables}, binary=True)
+XLSX: Functions = {"Tables": _write_tables}
 
 
 class _Styles:
