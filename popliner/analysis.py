@@ -30,18 +30,13 @@ from popliner.hardware import DEFAULT_LINK_BANDWIDTH
 from popliner.layout import Layout
 from popliner.memory.training import TrainingOptions
 from popliner.memory.work import RangeWork, check_work
-from popliner.ops.layers import (
-    LayerAssignment,
-    announce_layers,
-    choose_layers,
-    compile_regex,
-    layers_key,
-)
+from popliner.ops.layers import LayerAssignment, announce_layers, choose_layers, layers_key
 from popliner.ops.operations import OperationTable, derive_operations
 from popliner.profile.cache import Bad, PendingStore, cache_path, check_csr, check_len, check_range, load_cached
 from popliner.profile.files import read_profile_bytes
 from popliner.profile.model import Profile
 from popliner.progress import phase
+from popliner.regexes import compile_bounded
 
 # The memory facts, the pipeline rules, the solvers and the document reader are imported
 # where they are used: a cached load needs none of them, and every module costs start-up time.
@@ -327,7 +322,7 @@ def _check_regexes(options: AnalysisOptions) -> None:
                           (options.inputs_regex_layer_0, "--inputs-regex-layer-0"),
                           (options.backward_regex, "--backward-regex")):
         if pattern is not None:
-            compile_regex(pattern, flag)
+            compile_bounded(pattern, flag)
 
 
 def _layers_key(options: AnalysisOptions) -> str:

@@ -21,9 +21,10 @@ import numpy as np
 
 from popliner.framework import FrameworkChoice, choose_framework
 from popliner.memory.training import TrainingOptions
-from popliner.ops.layers import AUTO_PRESET, DEFAULT_INPUTS_REGEX_LAYER_0, LayerAssignment, compile_regex
+from popliner.ops.layers import AUTO_PRESET, DEFAULT_INPUTS_REGEX_LAYER_0, LayerAssignment
 from popliner.ops.operations import DEFAULT_OP_LAYERS, OperationTable
 from popliner.profile.model import Profile
+from popliner.regexes import compile_bounded
 
 if TYPE_CHECKING:
     from popliner.memory.ranges_shared import SharedParts
@@ -93,7 +94,7 @@ class ProfileBase:
     @cached_property
     def is_backward(self) -> np.ndarray:
         """Bool per operation: its name marks the backward pass or the weight update."""
-        regex = compile_regex(self.options.backward_regex, "--backward-regex", DEFAULT_BACKWARD_REGEX)
+        regex = compile_bounded(self.options.backward_regex, "--backward-regex", DEFAULT_BACKWARD_REGEX)
         return np.array([bool(regex.search(name)) for name in self.ops.names], bool)
 
     @cached_property

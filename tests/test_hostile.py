@@ -18,8 +18,8 @@ from popliner.analysis import AnalysisOptions, load_analysis
 from popliner.cli import cli
 from popliner.errors import UsageProblem
 from popliner.ops import operations
-from popliner.ops.layers import compile_regex
 from popliner.profile.loader import parse_profile_bytes
+from popliner.regexes import compile_bounded
 from tests.helpers import FIXTURES, chain_document
 from tests.hostile import context_chain, no_contexts, write_json
 
@@ -42,7 +42,7 @@ def _error_lines(stderr: str) -> list[str]:
 
 def test_runaway_regex_is_stopped_with_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("POPLINER_REGEX_SECONDS", "0.2")
-    regex = compile_regex(RUNAWAY, "--layer-name-regex")
+    regex = compile_bounded(RUNAWAY, "--layer-name-regex")
     assert regex.search("aaaa") is not None and regex.search("b") is None
     with pytest.raises(UsageProblem) as info:
         regex.search("a" * 40 + "!")  # about 2**20 times the work of 20 characters: hours with `re`
@@ -53,7 +53,7 @@ def test_runaway_regex_is_stopped_with_one_line(monkeypatch: pytest.MonkeyPatch)
 
 def test_many_names_share_one_total_bound(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("POPLINER_REGEX_SECONDS", "0.01")  # 0.01 s per name, 0.2 s in all
-    regex = compile_regex("(a|aa)+x", "--backward-regex")
+    regex = compile_bounded("(a|aa)+x", "--backward-regex")
     with pytest.raises(UsageProblem, match="names"):
         for _ in range(100_000):
             regex.search("a" * 16 + "!")  # each search is well under 0.01 s, together they are not

@@ -10,10 +10,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from popliner.analysis import DEFAULT_BACKWARD_REGEX, analyse_profile
-from popliner.ops.layers import DEFAULT_INPUTS_REGEX_LAYER_0, DEFAULT_LAYER_NAME_REGEX, LAYER_PRESETS, compile_regex
+from popliner.ops.layers import DEFAULT_INPUTS_REGEX_LAYER_0, DEFAULT_LAYER_NAME_REGEX, LAYER_PRESETS
 from popliner.ops.roles import DEFAULT_UPDATE_REGEX
 from popliner.profile import load_profile
-from popliner.regexes import BoundedRegex
+from popliner.regexes import BoundedRegex, compile_bounded
 from tests.helpers import FIXTURES
 
 BUILTIN = sorted({DEFAULT_BACKWARD_REGEX, DEFAULT_INPUTS_REGEX_LAYER_0, DEFAULT_LAYER_NAME_REGEX, DEFAULT_UPDATE_REGEX,
@@ -59,7 +59,7 @@ def test_builtin_patterns_match_alike_on_random_names(pattern: str, text: str) -
 
 
 def test_only_the_options_own_default_runs_unbounded() -> None:
-    assert isinstance(compile_regex(DEFAULT_BACKWARD_REGEX, "--backward-regex", DEFAULT_BACKWARD_REGEX), re.Pattern)
-    assert isinstance(compile_regex(DEFAULT_BACKWARD_REGEX, "--backward-regex"), BoundedRegex)
+    assert isinstance(compile_bounded(DEFAULT_BACKWARD_REGEX, "--backward-regex", DEFAULT_BACKWARD_REGEX), re.Pattern)
+    assert isinstance(compile_bounded(DEFAULT_BACKWARD_REGEX, "--backward-regex"), BoundedRegex)
     # Another option's default given by a user is a user's pattern: bounded.
-    assert isinstance(compile_regex(DEFAULT_UPDATE_REGEX, "--backward-regex", DEFAULT_BACKWARD_REGEX), BoundedRegex)
+    assert isinstance(compile_bounded(DEFAULT_UPDATE_REGEX, "--backward-regex", DEFAULT_BACKWARD_REGEX), BoundedRegex)

@@ -27,7 +27,6 @@ from popliner.errors import UsageProblem
 from popliner.layout import EMBEDDING_GROUP, HEAD_GROUP, HEAD_PLACEMENTS, HeadPlacement
 from popliner.memory.whatif import Roles, optimizer_state_variables, rewrite
 from popliner.ops.head import head_groups
-from popliner.ops.layers import compile_regex
 from popliner.ops.operations import OperationTable
 from popliner.ops.roles import (
     DEFAULT_UPDATE_REGEX,
@@ -37,6 +36,7 @@ from popliner.ops.roles import (
     update_operations,
 )
 from popliner.profile.model import Profile
+from popliner.regexes import compile_bounded
 
 __all__ = [
     "DEFAULT_UPDATE_REGEX",
@@ -90,9 +90,9 @@ class TrainingOptions:
             raise UsageProblem(f"--replication-factor {self.replication_factor!r}: expected an integer >= 1")
         if self.sharded_optimizer_state and self.replication_factor < 2:
             raise UsageProblem("--sharded-optimizer-state needs --replication-factor 2 or more")
-        compile_regex(self.update_regex, "--update-regex or training.update_regex")
+        compile_bounded(self.update_regex, "--update-regex or training.update_regex")
         if self.optimizer_state_regex is not None:
-            compile_regex(self.optimizer_state_regex, "--optimizer-state-regex or training.optimizer_state_regex")
+            compile_bounded(self.optimizer_state_regex, "--optimizer-state-regex or training.optimizer_state_regex")
 
     @property
     def shard(self) -> int:

@@ -20,10 +20,10 @@ import numpy as np
 
 from popliner.arrays import content_key, csr_span, expand_ranges, rank_by_table
 from popliner.memory.liveness import class_steps
-from popliner.ops.layers import compile_regex
 from popliner.ops.operations import OperationTable
 from popliner.ops.roles import unit_backward_start
 from popliner.profile.model import Profile
+from popliner.regexes import compile_bounded
 
 __all__ = ["Roles", "WhatIf", "optimizer_state_variables", "rewrite", "with_live_steps"]
 
@@ -59,7 +59,7 @@ def optimizer_state_variables(
     """Bool per variable: optimizer state (see docs/solvers.md)."""
     v = profile.variables
     if state_regex is not None:
-        regex = compile_regex(state_regex, "--optimizer-state-regex or training.optimizer_state_regex")
+        regex = compile_bounded(state_regex, "--optimizer-state-regex or training.optimizer_state_regex")
         names = np.array([bool(regex.search(v.name(i))) for i in range(v.count)], bool)
         return np.asarray(names & always_live_var, bool)
     # Used, and only by updates: all its uses are update uses.

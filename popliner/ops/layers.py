@@ -45,7 +45,6 @@ __all__ = [
     "announce_layers",
     "assign_layers",
     "choose_layers",
-    "compile_regex",
     "layers_key",
     "natural_key",
     "ops_of_layers",
@@ -141,14 +140,6 @@ def ops_of_layers(layer_of_op: np.ndarray, layers: Sequence[int], first_stage: b
     return np.flatnonzero(mask)
 
 
-def compile_regex(pattern: str, option: str, builtin: str | None = None) -> Searcher:
-    """``pattern`` with a time bound on its searches (see :mod:`popliner.regexes`); ``option`` names its source.
-
-    ``builtin``: the option's default; that pattern runs unbounded (:func:`popliner.regexes.compile_bounded`).
-    """
-    return compile_bounded(pattern, option, builtin)
-
-
 def natural_key(text: str) -> tuple[tuple[int, int | str], ...]:
     """Sort key that orders ``layer2`` before ``layer10``."""
     return tuple((0, int(part)) if part.isdigit() else (1, part) for part in re.split(r"(\d+)", text) if part)
@@ -223,9 +214,9 @@ def assign_layers(
     if layer_order not in ("steps", "natural"):
         raise UsageProblem(f"--layer-order {layer_order!r}: expected 'steps' or 'natural'")
     # A preset's pattern (and the default inputs pattern) is the project's own: searched unbounded.
-    name_re = compile_regex(layer_name_regex, "--layer-name-regex",
+    name_re = compile_bounded(layer_name_regex, "--layer-name-regex",
                             layer_name_regex if rule != "regex" else DEFAULT_LAYER_NAME_REGEX)
-    layer0_re = compile_regex(inputs_regex_layer_0, "--inputs-regex-layer-0", DEFAULT_INPUTS_REGEX_LAYER_0)
+    layer0_re = compile_bounded(inputs_regex_layer_0, "--inputs-regex-layer-0", DEFAULT_INPUTS_REGEX_LAYER_0)
     n = ops.count
     found: list[str | None] = [None] * n
     notes = ["none"] * n

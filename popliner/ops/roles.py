@@ -11,9 +11,9 @@ import re
 
 import numpy as np
 
-from popliner.ops.layers import compile_regex
 from popliner.ops.operations import OperationTable
 from popliner.profile.model import Profile
+from popliner.regexes import compile_bounded
 
 __all__ = [
     "DEFAULT_UPDATE_REGEX",
@@ -66,7 +66,7 @@ def through_calls(named: np.ndarray, called: np.ndarray) -> np.ndarray:
 def update_operations(profile: Profile, ops: OperationTable, update_regex: str = DEFAULT_UPDATE_REGEX,
                       called: np.ndarray | None = None) -> np.ndarray:
     """Bool per operation: a weight update (by name, or a call site whose body is one)."""
-    regex = compile_regex(update_regex, "--update-regex or training.update_regex", DEFAULT_UPDATE_REGEX)
+    regex = compile_bounded(update_regex, "--update-regex or training.update_regex", DEFAULT_UPDATE_REGEX)
     named = np.array([bool(regex.search(n)) for n in ops.names], bool)
     return through_calls(named, called_operations(profile, ops) if called is None else called)
 
