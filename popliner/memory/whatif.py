@@ -327,7 +327,7 @@ def _unique_rows(columns: list[np.ndarray], num_steps: int) -> tuple[np.ndarray,
     count = int(inverse.max(initial=-1)) + 1
     first = np.full(count, inverse.size, np.int64)
     np.minimum.at(first, inverse, np.arange(inverse.size))  # each distinct row's first occurrence
-    return np.stack([col[first] for col in columns], axis=1).astype(np.int64).reshape(count, len(columns)), inverse
+    return np.stack([col[first] for col in columns], axis=1).astype(np.int64), inverse
 
 
 def _dense_rank(values: np.ndarray) -> np.ndarray:

@@ -215,7 +215,7 @@ def assign_layers(
         raise UsageProblem(f"--layer-order {layer_order!r}: expected 'steps' or 'natural'")
     # A preset's pattern (and the default inputs pattern) is the project's own: searched unbounded.
     name_re = compile_bounded(layer_name_regex, "--layer-name-regex",
-                            layer_name_regex if rule != "regex" else DEFAULT_LAYER_NAME_REGEX)
+                              layer_name_regex if rule != "regex" else DEFAULT_LAYER_NAME_REGEX)
     layer0_re = compile_bounded(inputs_regex_layer_0, "--inputs-regex-layer-0", DEFAULT_INPUTS_REGEX_LAYER_0)
     n = ops.count
     found: list[str | None] = [None] * n
