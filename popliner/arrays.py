@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 __all__ = ["content_key", "csr_span", "digest_array", "expand_ranges", "gather_csr", "huge_page_setter",
-           "rank_by_table", "sorted_unique", "union_of", "unique_inverse"]
+           "rank_by_table", "sorted_unique", "union_of", "unique_inverse", "widen_span"]
 
 
 def digest_array(digest: Any, part: np.ndarray) -> None:
@@ -81,6 +81,20 @@ def csr_span(ptr: np.ndarray, idx: np.ndarray, rows: np.ndarray, values: np.ndar
         hi[idx[starts[row]:starts[row + 1]]] = value[row]
     for row in reversed(order):
         lo[idx[starts[row]:starts[row + 1]]] = value[row]
+    return lo, hi
+
+
+def widen_span(span: tuple[np.ndarray, np.ndarray], ptr: np.ndarray, idx: np.ndarray, rows: np.ndarray,
+               values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`csr_span`'s ``span`` (its ``lo_none`` above every value) with more ``rows`` of the table taken in:
+    copies (``span`` itself when there are none). For a few rows: each a minimum and a maximum over its entries,
+    gathered before they are written (so a repeated entry writes the same value)."""
+    if rows.size == 0:
+        return span
+    lo, hi = span[0].copy(), span[1].copy()
+    for row, value in zip(rows.tolist(), values[rows].tolist()):
+        at = idx[ptr[row]:ptr[row + 1]]
+        lo[at], hi[at] = np.minimum(lo[at], value), np.maximum(hi[at], value)
     return lo, hi
 
 

@@ -1,11 +1,11 @@
-"""arrays.csr_span and arrays.rank_by_table against plain loops over random tables."""
+"""arrays.csr_span, arrays.widen_span and arrays.rank_by_table against plain loops over random tables."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from popliner.arrays import csr_span, rank_by_table
+from popliner.arrays import csr_span, rank_by_table, widen_span
 
 
 @pytest.mark.parametrize("seed", range(30))
@@ -26,6 +26,15 @@ def test_span_of_each_entry_is_the_smallest_and_largest_value_of_its_rows(seed: 
     expect_hi = [max(seen[e]) if e in seen else -1 for e in range(size)]
     assert lo.dtype == hi.dtype == np.int16
     assert lo.tolist() == expect_lo and hi.tolist() == expect_hi
+    # The other rows taken in afterwards, by widen_span, give the span of all rows, whatever the split.
+    more = np.setdiff1d(np.arange(rows), picked)
+    wide = widen_span((lo, hi), ptr, idx, more, values)
+    for row in more.tolist():
+        for entry in idx[ptr[row]:ptr[row + 1]].tolist():
+            seen.setdefault(entry, []).append(int(values[row]))
+    assert wide[0].tolist() == [min(seen[e]) if e in seen else 99 for e in range(size)]
+    assert wide[1].tolist() == [max(seen[e]) if e in seen else -1 for e in range(size)]
+    assert lo.tolist() == expect_lo and hi.tolist() == expect_hi  # copies: the span given is unchanged
 
 
 @pytest.mark.parametrize("dtype", [np.int16, np.int32, np.int64])

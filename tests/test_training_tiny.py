@@ -125,7 +125,7 @@ def test_recompute_clone_is_detected_and_belongs_to_the_backward():
     clone = int(np.flatnonzero(clones)[0])
     assert analysis.ops.first_step[clone] == 9
     view = build_training_view(analysis.profile, analysis.ops, analysis.layers.layer_of_op, 2, analysis.is_backward,
-                               TrainingOptions(recompute="every-layer"))
+                               TrainingOptions(recompute="every-layer"), counted=np.ones(analysis.ops.count, bool))
     assert view.recompute == "compiled"
     assert view.is_backward[clone]
     assert not view.never_stash.any()

@@ -13,16 +13,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Any
 
 import numpy as np
 
-from popliner.arrays import csr_span
+from popliner.arrays import content_key, csr_span, widen_span
 from popliner.memory.model import MemoryModel
 from popliner.ops.layers import ops_of_layers
 from popliner.ops.operations import OperationTable
 from popliner.profile.model import PROGRAM_TYPES, Profile
 
-__all__ = ["Boundaries", "build_boundaries", "constant_vars", "variable_layer_span", "wrapped_head_hi"]
+__all__ = ["Boundaries", "build_boundaries", "constant_vars", "counted_layer_span", "variable_layer_span",
+           "wrapped_head_hi"]
 
 #: Program types that move data between the host and the IPU.
 _STREAM_TYPES = ("StreamCopyBegin", "StreamCopyMid", "StreamCopyEnd")
@@ -168,15 +170,16 @@ class Boundaries:
 def build_boundaries(profile: Profile, ops: OperationTable, model: MemoryModel, layer_of_op: np.ndarray,
                      num_layers: int, head_wraps: bool, is_backward: np.ndarray, always_live_var: np.ndarray, *,
                      span: tuple[np.ndarray, np.ndarray] | None = None, constant: np.ndarray | None = None,
-                     wrapped_hi: np.ndarray | None = None, multi: np.ndarray | None = None) -> Boundaries:
+                     wrapped_hi: np.ndarray | None = None, multi: np.ndarray | None = None,
+                     memo: dict[bytes, Any] | None = None) -> Boundaries:
     """The boundary figures of one layering; ``span``, ``constant``, ``wrapped_hi`` and ``multi`` (the
-    multi-layer variables) when already known.
+    multi-layer variables) when already known; ``memo``: :func:`counted_layer_span`'s.
 
     Each known part must be the one worked out for the same layers and counted operations (``constant``: the same
     operations); the others are worked out here, once.
     """
     if span is None:
-        span = variable_layer_span(profile, ops, model, layer_of_op, num_layers)
+        span = variable_layer_span(profile, ops, model, layer_of_op, num_layers, memo)
     if multi is None:
         multi = np.flatnonzero(span[1] > span[0])
     if constant is None:
@@ -204,18 +207,35 @@ def constant_vars(profile: Profile, ops: OperationTable) -> np.ndarray:
 
 
 def variable_layer_span(profile: Profile, ops: OperationTable, model: MemoryModel, layer_of_op: np.ndarray,
-                        num_layers: int) -> tuple[np.ndarray, np.ndarray]:
+                        num_layers: int, memo: dict[bytes, Any] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Per variable: the first and last layer whose counted operations use it.
 
     The unlayered operations count as layer 0 (they go with the first
-    stage). Unused variables get ``lo`` = the dtype's largest value and
-    ``hi = -1``; int16 while the layers fit, else int32 (a quarter or half of int64's pages to fill; a plan keeps
-    one span per layering). Only compared, counted and listed, never added to.
+    stage): :func:`counted_layer_span` (``memo``: its memo) with them taken in.
+    Only compared, counted and listed, never added to.
     """
-    layer_of_op = np.where(layer_of_op < 0, 0, layer_of_op)
-    dtype = np.int16 if num_layers < 2**15 - 1 else np.int32 if num_layers < 2**31 - 1 else np.int64
-    return csr_span(ops.var_ptr, ops.var_idx, np.flatnonzero(model.counted_vars), layer_of_op,
-                    profile.variables.count, dtype, lo_none=int(np.iinfo(dtype).max))
+    counted = model.counted_vars
+    return widen_span(counted_layer_span(ops, layer_of_op, counted, num_layers, memo), ops.var_ptr, ops.var_idx,
+                      np.flatnonzero(counted & (layer_of_op < 0)), np.maximum(layer_of_op, 0))
+
+
+def counted_layer_span(ops: OperationTable, layer_of_op: np.ndarray, counted: np.ndarray, num_layers: int,
+                       memo: dict[bytes, Any] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Per variable: the first and last layer of the ``counted`` operations with a layer that use it (unused: the
+    dtype's largest value and -1; int16 while the layers and two groups fit, else int32); memoised in ``memo``.
+
+    The layer span and every-layer's unit span (:mod:`popliner.memory.whatif`) each widen it by a few operations:
+    one pass over every operation's variables for both (0.6 s each at 10x BERT-Large).
+    """
+    key = content_key(b"counted-layer-span:", layer_of_op, counted, num_layers.to_bytes(8, "little"))
+    found: tuple[np.ndarray, np.ndarray] | None = None if memo is None else memo.get(key)
+    if found is None:
+        dtype = np.int16 if num_layers + 2 < 2**15 else np.int32 if num_layers + 2 < 2**31 else np.int64
+        found = csr_span(ops.var_ptr, ops.var_idx, np.flatnonzero(counted & (layer_of_op >= 0)), layer_of_op,
+                         ops.num_variables, dtype, lo_none=int(np.iinfo(dtype).max))
+        if memo is not None:
+            memo[key] = found  # read only from here on
+    return found
 
 
 def wrapped_head_hi(profile: Profile, model: MemoryModel, layer_of_op: np.ndarray, num_layers: int,

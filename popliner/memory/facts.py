@@ -146,7 +146,7 @@ class MemoryFacts:
                                 self.head_wraps, self.is_backward, self.always_live_var,
                                 span=self.memo.get(span_key), constant=self.memo.get(b"constant-var"),
                                 wrapped_hi=self.memo.get(wrapped_key) if self.head_wraps else None,
-                                multi=self.memo.get(multi_key))
+                                multi=self.memo.get(multi_key), memo=self.memo)
         self.memo.setdefault(span_key, made.variable_layer_span)
         self.memo.setdefault(multi_key, made.multi_layer_index)
         self.memo.setdefault(b"constant-var", made.constant_var)
@@ -211,7 +211,7 @@ def memory_facts(profile: Profile, ops: OperationTable, layer_of_op: np.ndarray,
     layer_of_op = np.asarray(layer_of_op, np.int64)
     names = tuple(layer_names)
     view = build_training_view(profile, ops, layer_of_op, len(names), np.asarray(is_backward, bool), options,
-                               training, memo)
+                               training, memo, counted=counted_vars)
     return MemoryFacts(view.profile, profile, ops, layer_of_op, names, training,
                        layout if layout is not None else Layout.of(names, options.head_placement), view,
                        MemoryModel(view.profile, ops, counted_vars), memo)

@@ -18,7 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from popliner.arrays import content_key, csr_span, expand_ranges, rank_by_table
+from popliner.arrays import content_key, expand_ranges, rank_by_table, widen_span
+from popliner.memory.boundaries import counted_layer_span
 from popliner.memory.liveness import class_steps
 from popliner.ops.operations import OperationTable
 from popliner.ops.roles import unit_backward_start
@@ -74,12 +75,14 @@ def optimizer_state_variables(
 
 
 def rewrite(profile: Profile, ops: OperationTable, layer_of_op: np.ndarray, num_layers: int, roles: Roles,
-            shard: int, off_chip: bool, recompute: str, memo: dict[bytes, Any] | None = None) -> WhatIf:
+            shard: int, off_chip: bool, recompute: str, memo: dict[bytes, Any] | None,
+            counted: np.ndarray) -> WhatIf:
     """Apply sharding (``shard`` replicas), off-chip state and ``recompute`` to the profile's variables.
 
     ``memo``: kept across calls on the same profile and operations (several
     option sets), so that what the recomputation modes read of the layers is
-    worked out once per layering.
+    worked out once per layering; ``counted``: the operations whose variables count
+    (:func:`popliner.memory.boundaries.counted_layer_span`, which the modes start from).
     """
     v = profile.variables
     nbytes = v.bytes
@@ -113,7 +116,8 @@ def rewrite(profile: Profile, ops: OperationTable, layer_of_op: np.ndarray, num_
         cuts_key = b"whatif-cuts-" + recompute.encode() + layering
         found_cuts = memo.get(cuts_key) if memo is not None else None
         if found_cuts is None:
-            found_cuts = _recompute_cuts(profile, ops, layer_of_op, num_layers, roles, recompute, unchanged, memo)
+            found_cuts = _recompute_cuts(profile, ops, layer_of_op, num_layers, roles, recompute, unchanged, memo,
+                                         counted)
             if memo is not None:
                 # One layering's cuts and what-if profiles at a time (the planner goes through the head placements
                 # in turn): tens of MB each. What they are made from stays for every layering (_recompute_cuts).
@@ -185,8 +189,12 @@ class _Cuts:
 
 
 def _recompute_cuts(profile: Profile, ops: OperationTable, layer_of_op: np.ndarray, num_layers: int, roles: Roles,
-                    recompute: str, unchanged: np.ndarray, memo: dict[bytes, Any] | None = None) -> _Cuts:
-    """What ``every-layer`` (cut live steps) or ``pipeline`` (a forward cut per stage) recomputes."""
+                    recompute: str, unchanged: np.ndarray, memo: dict[bytes, Any] | None, counted: np.ndarray) -> _Cuts:
+    """What ``every-layer`` (cut live steps) or ``pipeline`` (a forward cut per stage) recomputes.
+
+    ``counted``: the operations whose variables count (the figures do not depend on it: the unit span starts from
+    their layer span, which the boundaries read too).
+    """
     steps = unchanged.dtype.type
     count = profile.variables.count
     # What follows reads the layering and the backward operations only: the same for both modes and
@@ -201,10 +209,12 @@ def _recompute_cuts(profile: Profile, ops: OperationTable, layer_of_op: np.ndarr
         # Each variable's first and last live steps are its class's: read through the classes where tested.
         first, last = class_steps(profile, steps)
         u = _last_forward_read(ops, forward_op, count, steps)
-        # Unit numbers in int16 while they fit: a quarter of int64's pages.
-        lo_unit, hi_unit = _unit_span(ops, unit, count, np.int16 if num_layers + 2 < 2**15 else steps)
+        # The counted layer span with the other operations of a unit taken in (the same units: layers, then groups).
+        layered = counted_layer_span(ops, layer_of_op, counted, num_layers, memo)
+        lo_unit, hi_unit = widen_span(layered, ops.var_ptr, ops.var_idx,
+                                      np.flatnonzero((unit >= 0) & ~(counted & (layer_of_op >= 0))), unit)
         # Kept for the variables a forward operation reads only (the others are never cut): under half of them.
-        read_idx = np.flatnonzero((u >= 0) & (lo_unit >= 0)).astype(np.int32 if count < 2**31 else np.int64)
+        read_idx = np.flatnonzero((u >= 0) & (hi_unit >= 0)).astype(np.int32 if count < 2**31 else np.int64)
         found = (unit, bstart, forward_op, first, last, read_idx, u[read_idx], lo_unit[read_idx], hi_unit[read_idx])
         if memo is not None:
             # Kept for every layering (a plan's head placements give two or three): the option sets go through the
@@ -260,12 +270,6 @@ def _last_forward_read(ops: OperationTable, forward_op: np.ndarray, num_vars: in
     for op in picked[np.argsort(ops.last_step[picked], kind="stable")].tolist():
         u[ops.vars_of(op)] = int(ops.last_step[op])
     return u
-
-
-def _unit_span(ops: OperationTable, unit: np.ndarray, num_vars: int,
-               dtype: type[np.signedinteger] = np.int64) -> tuple[np.ndarray, np.ndarray]:
-    """Per variable: the smallest and largest unit of the operations that use it (-1 when none)."""
-    return csr_span(ops.var_ptr, ops.var_idx, np.flatnonzero(unit >= 0), unit, num_vars, dtype)
 
 
 def _update_window(ops: OperationTable, is_update: np.ndarray, num_vars: int,
