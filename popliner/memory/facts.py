@@ -34,7 +34,7 @@ from popliner.memory.liveness import class_steps
 from popliner.memory.model import MemoryModel
 from popliner.memory.training import TrainingOptions, TrainingView, build_training_view
 from popliner.memory.types import StageMemory
-from popliner.memory.whatif import with_live_steps
+from popliner.memory.whatif import Spread, with_live_steps
 from popliner.ops.layers import ops_of_layers
 from popliner.ops.operations import OperationTable
 from popliner.profile.model import Profile
@@ -187,13 +187,9 @@ class MemoryFacts:
         for what_if, known, found in made:
             if what_if is self.profile and known == key:
                 return found
-        pick = cut >= 0
-        n = self.profile.variables.count
-        # In the cut's type (the steps' type: int32 while steps fit): three columns over every variable.
-        keep_lo = np.where(pick, 0, -1).astype(cut.dtype)
-        keep_hi = np.where(pick, cut, -1).astype(cut.dtype)
-        none = np.full(n, -1, cut.dtype)
-        found = with_live_steps(self.profile, self.profile.variables.bytes, none, none, keep_lo, keep_hi)
+        at = np.flatnonzero(cut >= 0)
+        keep = Spread(at, np.zeros(at.size, cut.dtype), cut[at])  # each cut variable keeps steps 0..its cut
+        found = with_live_steps(self.profile, self.profile.variables.bytes, Spread.none(), keep)
         made.append((self.profile, key, found))
         return found
 

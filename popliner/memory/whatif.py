@@ -26,7 +26,7 @@ from popliner.ops.roles import unit_backward_start
 from popliner.profile.model import Profile
 from popliner.regexes import compile_bounded
 
-__all__ = ["Roles", "WhatIf", "optimizer_state_variables", "rewrite", "with_live_steps"]
+__all__ = ["Roles", "Spread", "WhatIf", "optimizer_state_variables", "rewrite", "with_live_steps"]
 
 #: A step after every profile's last (int32 range, so sums stay small).
 _NEVER = 2**31 - 1
@@ -95,7 +95,7 @@ def rewrite(profile: Profile, ops: OperationTable, layer_of_op: np.ndarray, num_
     steps = _step_dtype(profile.num_steps)
     unchanged = np.full(v.count, -1, steps)
     unchanged.flags.writeable = False
-    window = _Spread.none()  # off chip: the state keeps only its steps lo..hi
+    window = Spread.none()  # off chip: the state keeps only its steps lo..hi
     # The state's window reads the updates and the state; the what-if profile those, the sharding and
     # (every-layer only) the cuts, which read the layering (see _recompute_cuts).
     roles_key = content_key(b"", np.asarray(roles.is_update, bool), np.asarray(roles.optimizer_state, bool))
@@ -107,7 +107,7 @@ def rewrite(profile: Profile, ops: OperationTable, layer_of_op: np.ndarray, num_
             if memo is not None:
                 memo[window_key] = found  # read only from here on
         window = found
-    cuts = _Cuts(_Spread.none(), np.zeros(v.count, bool), unchanged, np.zeros(ops.count, bool))
+    cuts = _Cuts(Spread.none(), np.zeros(v.count, bool), unchanged, np.zeros(ops.count, bool))
     layering = b""
     if recompute in ("every-layer", "pipeline"):
         # The cuts read the layering and the roles (not where the state lives): one per mode and layering.
@@ -130,9 +130,7 @@ def rewrite(profile: Profile, ops: OperationTable, layer_of_op: np.ndarray, num_
         key = b"whatif-cuts" + layering + key
     what_if = memo.get(key) if memo is not None else None
     if what_if is None:
-        cut_lo, cut_hi = cuts.cut.full(unchanged)
-        keep_lo, keep_hi = window.full(unchanged)
-        what_if = with_live_steps(profile, nbytes, cut_lo, cut_hi, keep_lo, keep_hi)
+        what_if = with_live_steps(profile, nbytes, cuts.cut, window)
         if memo is not None:
             memo[key] = what_if
     return WhatIf(what_if, cuts.never_stash, cuts.forward_cut, cuts.rerun_ops)
@@ -145,8 +143,9 @@ def _cuts_key(layer_of_op: np.ndarray, num_layers: int, roles: Roles, steps: typ
 
 
 @dataclass(frozen=True, eq=False)
-class _Spread:
-    """Two step columns that are -1 but at some variables: those, and their values (what a memo keeps).
+class Spread:
+    """Two steps (``lo``, ``hi``) for each of some variables (``at``, distinct): what a memo keeps, and what
+    :func:`with_live_steps` reads.
 
     A plan keeps one per option kind for the next option sets; columns over
     every variable would hold tens of MB that a single solve then pages in
@@ -158,31 +157,23 @@ class _Spread:
     hi: np.ndarray
 
     @classmethod
-    def none(cls) -> _Spread:
+    def none(cls) -> Spread:
         empty = np.zeros(0, np.int64)
         return cls(empty, empty, empty)
 
-    def full(self, unchanged: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Both columns over every variable (``unchanged``: -1 for each, in the steps' type)."""
-        if self.at.size == 0:
-            return unchanged, unchanged
-        lo, hi = unchanged.copy(), unchanged.copy()
-        lo[self.at], hi[self.at] = self.lo, self.hi
-        return lo, hi
 
-
-def _off_chip_window(ops: OperationTable, roles: Roles, unchanged: np.ndarray) -> _Spread:
+def _off_chip_window(ops: OperationTable, roles: Roles, unchanged: np.ndarray) -> Spread:
     """(keep_lo, keep_hi): optimizer state live only from its first update step to its last (never without one)."""
     state = np.flatnonzero(roles.optimizer_state)  # once: a mask over every variable costs a pass per use
     lo, hi = _update_window(ops, roles.is_update, len(unchanged), unchanged.dtype.type)
     state_hi = hi[state]
     steps = unchanged.dtype
-    return _Spread(state, np.where(state_hi >= 0, lo[state], _NEVER).astype(steps), state_hi.astype(steps))
+    return Spread(state, np.where(state_hi >= 0, lo[state], _NEVER).astype(steps), state_hi.astype(steps))
 
 
 @dataclass(frozen=True, eq=False)
 class _Cuts:
-    cut: _Spread  # per variable: lose the steps strictly between lo and hi (-1: none)
+    cut: Spread  # per variable: lose the steps strictly between lo and hi (-1: none)
     never_stash: np.ndarray
     forward_cut: np.ndarray
     rerun_ops: np.ndarray
@@ -237,7 +228,7 @@ def _recompute_cuts(profile: Profile, ops: OperationTable, layer_of_op: np.ndarr
         picked = near[sel]
         pick = np.zeros(count, bool)
         pick[picked] = True
-        cut = _Spread(picked, u_near[sel].astype(steps), r[sel].astype(steps))
+        cut = Spread(picked, u_near[sel].astype(steps), r[sel].astype(steps))
         # Each layer owning a recomputed variable runs its forward part again.
         return _Cuts(cut, pick, unchanged, forward_op & np.isin(unit, np.unique(lo_near[sel])))
     forward_cut = unchanged.copy()
@@ -245,7 +236,7 @@ def _recompute_cuts(profile: Profile, ops: OperationTable, layer_of_op: np.ndarr
     cls, u_some = klass[some], u[kept]
     sel = (class_first[cls] <= u_some) & (class_last[cls] > u_some)
     forward_cut[some[sel]] = u_some[sel]
-    return _Cuts(_Spread.none(), np.zeros(count, bool), forward_cut, forward_op.copy())
+    return _Cuts(Spread.none(), np.zeros(count, bool), forward_cut, forward_op.copy())
 
 
 def _unit_of_op(layer_of_op: np.ndarray, groups: np.ndarray, num_layers: int) -> np.ndarray:
@@ -356,28 +347,30 @@ def _dense_rank(values: np.ndarray) -> np.ndarray:
     return np.asarray(np.unique(values, return_inverse=True)[1].reshape(-1), np.int64)
 
 
-def with_live_steps(profile: Profile, nbytes: np.ndarray, cut_lo: np.ndarray, cut_hi: np.ndarray,
-                    keep_lo: np.ndarray, keep_hi: np.ndarray) -> Profile:
+def with_live_steps(profile: Profile, nbytes: np.ndarray, cut: Spread, keep: Spread) -> Profile:
     """A copy of the profile with new bytes and new live steps where asked.
 
-    A variable with ``cut_hi >= 0`` loses the steps strictly between
-    ``cut_lo`` and ``cut_hi``; one with ``keep_lo >= 0`` keeps only the steps
-    ``keep_lo..keep_hi``. Variables with the same class and the same change
+    A variable of ``cut`` loses the steps strictly between its ``lo`` and
+    ``hi``; one of ``keep`` (and not of ``cut``) keeps only the steps
+    ``lo..hi``. Variables with the same class and the same change
     share one new class, so the number of classes stays small.
     """
     v = profile.variables
-    changed = np.flatnonzero((cut_hi >= 0) | (keep_lo >= 0))
+    taken = np.zeros(v.count, bool)
+    taken[cut.at] = True
+    alone = np.flatnonzero(~taken[keep.at])
+    changed = np.concatenate((cut.at, keep.at[alone]))
     if changed.size == 0:
         if np.array_equal(nbytes, v.bytes):
             return profile
         return replace(profile, variables=v.replace(bytes=nbytes.astype(v.bytes.dtype, copy=False)))
-    # The changed variables' columns in the steps' own type (int32 while steps fit, as the "never" marker does):
-    # under every-layer they are millions of rows each.
-    is_cut = cut_hi[changed] >= 0
-    c_lo = np.where(is_cut, cut_lo[changed], _NEVER)
-    c_hi = np.where(is_cut, cut_hi[changed], _NEVER)
-    k_lo = np.where(is_cut, 0, keep_lo[changed])
-    k_hi = np.where(is_cut, _NEVER, keep_hi[changed])
+    # One row per changed variable, the cut ones first, in the steps' type (int32 while steps fit, as the "never"
+    # marker does): under every-layer they are millions of rows each.
+    steps, cuts, keeps = _step_dtype(profile.num_steps), cut.at.size, alone.size
+    never = np.full(max(cuts, keeps), _NEVER, steps)
+    c_lo, c_hi = (np.concatenate((col, never[:keeps]), dtype=steps) for col in (cut.lo, cut.hi))
+    k_lo = np.concatenate((np.zeros(cuts, steps), keep.lo[alone]), dtype=steps)
+    k_hi = np.concatenate((never[:cuts], keep.hi[alone]), dtype=steps)
     uniq, inverse = _unique_rows([v.klass[changed], c_lo, c_hi, k_lo, k_hi], profile.num_steps)
     own, starts, ends = _changed_intervals(profile, uniq)
     new_counts = np.bincount(own, minlength=len(uniq))
