@@ -19,9 +19,11 @@ import gzip
 import io
 import os
 import zlib
+from typing import cast
+
+from isal import isal_zlib
 
 from popliner.errors import ProfileFormatError
-from popliner.profile import zcodec
 
 __all__ = ["decompress", "max_gzip_ratio", "max_profile_bytes"]
 
@@ -71,7 +73,7 @@ def decompress(raw: bytes, path: str, *, ratio_floor: int = RATIO_FLOOR) -> byte
         ratio_cap, f"POPLINER_MAX_GZIP_RATIO (now {max_gzip_ratio()} times the {len(raw):,} compressed bytes)")
     try:
         return _inflate(raw, path, cap, knob)
-    except zcodec.ERRORS:
+    except (zlib.error, cast("type[Exception]", isal_zlib.error)):  # isal's stub types its error as an instance
         # Only a damaged stream gets here: the standard reader words the fault the same way every time.
         return _inflate_for_message(raw, path, cap, knob)
 
@@ -95,7 +97,7 @@ def _inflate(raw: bytes, path: str, cap: int, knob: str) -> bytes:
     pieces: list[bytes] = []
     size = 0
     pending = raw
-    d = zcodec.decompressobj(wbits=31)  # one member, header and trailer (CRC-32, length) checked
+    d = isal_zlib.decompressobj(wbits=31)  # one member, header and trailer (CRC-32, length) checked
     while True:
         if not pending:
             raise zlib.error("cut short")  # the standard reader words it
@@ -112,7 +114,7 @@ def _inflate(raw: bytes, path: str, cap: int, knob: str) -> bytes:
                 break  # the end, or zero padding after it (gzip(1) allows it too)
             if pending[:2] != GZIP_MAGIC:
                 raise zlib.error("trailing garbage")
-            d = zcodec.decompressobj(wbits=31)  # the next member
+            d = isal_zlib.decompressobj(wbits=31)  # the next member
     return pieces[0] if len(pieces) == 1 else b"".join(pieces)
 
 
