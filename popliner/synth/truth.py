@@ -3,18 +3,7 @@
 The ground truth is computed from the generator's own records (the pieces of
 every tensor, the leaf programs as they were made), not from the document
 and not with popliner's memory model, so that the model can be checked
-against it:
-
-- ``vertexCode``: the code of each vertex type on every tile where any
-  compute set places an instance of it, counted once per tile;
-- ``vertexInstanceState``: instances x state size, over all compute sets;
-- ``controlCode``: over leaf programs (each program once, however often it runs);
-- ``internalExchangeCode``: over DoExchange programs;
-- with ``other`` (the calibrated presets), the categories popliner's five
-  components leave out, written with the sizes of :data:`OTHER_SIZES`;
-- ``alwaysLive``: always-live variables plus every category;
-- ``notAlwaysLivePeak``: the largest, over steps, of the bytes of
-  not-always-live variables live on the tile.
+against it; docs/synthetic-profiles.md ("Ground truth") lists each figure.
 """
 
 from __future__ import annotations
