@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from popliner.profile.tilevector import RunTable
 from popliner.synth.graph import ALWAYS_LIVE, Graph, TKind
 from popliner.synth.layout import Layout
 from popliner.synth.lower import Lowered
@@ -116,13 +117,8 @@ def vertex_counts(tiles: int, types: int, vertex_runs: Sequence[tuple[int, Runs]
 
 
 def _sum(tiles: int, vectors: Sequence[Runs]) -> np.ndarray:
-    diff = np.zeros(tiles + 1, dtype=np.int64)
-    runs = [r for vec in vectors for r in vec]
-    if runs:
-        arr = np.asarray(runs, dtype=np.int64)
-        np.add.at(diff, arr[:, 0], arr[:, 2])
-        np.add.at(diff, arr[:, 1], -arr[:, 2])
-    return np.cumsum(diff[:-1])
+    runs = np.asarray([r for vec in vectors for r in vec], dtype=np.int64).reshape(-1, 3)
+    return RunTable(np.array([0, len(runs)]), runs[:, 0], runs[:, 1], runs[:, 2]).dense(0, tiles)
 
 
 def _peak(tiles: int, layout: Layout, piece_class: np.ndarray, classes: Sequence[tuple[Interval, ...]],
