@@ -50,9 +50,11 @@ def parse_json(text: bytes | bytearray, path: str) -> Any:
     # isspace() stops at the first other byte; strip() would copy a big file.
     if not text or text.isspace():
         raise ProfileFormatError(path, "", "empty file; a profile is one JSON object")
-    import orjson
-
-    if not objects_nested_deeper(text, ORJSON_SAFE_DEPTH):
+    try:
+        import orjson
+    except ImportError:  # pragma: no cover - orjson is a dependency, but the fallback stays correct
+        orjson = None  # type: ignore[assignment]
+    if orjson is not None and not objects_nested_deeper(text, ORJSON_SAFE_DEPTH):
         try:
             return orjson.loads(text)
         except orjson.JSONDecodeError:

@@ -66,7 +66,10 @@ def _parse_fast(box: list[bytes], path: str, digest: str, piece: int) -> Profile
     document, the ordinary path runs from the start and words the error, so
     every message comes from one place.
     """
-    import orjson
+    try:
+        import orjson
+    except ImportError:  # pragma: no cover - orjson is a dependency
+        return None
     # The names are packed on another thread while this one reads the other columns and
     # parses the rest of the document.
     with ThreadPoolExecutor(1) as pool:
