@@ -1,16 +1,9 @@
 """The profile's bytes as JSON text: gunzip streamed, with the decompressed size bounded while it grows.
 
-A gzip stream can inflate about a thousand times (a 10 MB "bomb" is 10 GB of
-spaces). The text is therefore inflated a piece at a time and the limit is
-checked after every piece, so a bomb is refused once it passes the limit,
-holding no more than the limit plus one piece, and the message names the
-file, the size reached, the limit and the variable that raises it.
-
-Two limits apply, the smaller wins: an absolute one
-(``$POPLINER_MAX_PROFILE_BYTES``, default 8 GiB) and one relative to the
-compressed size (``$POPLINER_MAX_GZIP_RATIO`` times it, default 100, never
-below 512 MiB). Real profiles inflate 7 to 9 times; only a bomb or a profile
-of nothing but zeros comes near 100.
+A gzip stream can inflate about a thousand times, so the text is inflated a
+piece at a time and the limit checked after every piece: a bomb is refused
+holding no more than the limit plus one piece. The two limits (the smaller
+wins) and the message are docs/bad-inputs.md's ("Bounded work", gzip bombs).
 """
 
 from __future__ import annotations
