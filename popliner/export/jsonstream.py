@@ -22,6 +22,7 @@ import orjson
 
 __all__ = ["DocumentTooLarge", "FragmentSpool", "IntSpool", "JsonWriter", "dumps", "int_items", "spool_folder"]
 
+
 def dumps(obj: Any) -> bytes:
     """Compact UTF-8 JSON for one value (numpy arrays and ints allowed)."""
     return orjson.dumps(obj, option=orjson.OPT_SERIALIZE_NUMPY)

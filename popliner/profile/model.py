@@ -88,8 +88,6 @@ class Programs:
         return leaf
 
 
-
-
 #: Raw bytes of names per compressed chunk in a packed NameTable.
 NAME_CHUNK_BYTES = 1 << 22
 

@@ -53,7 +53,6 @@ __all__ = [
 ]
 
 
-
 def simulate(
     stages: Sequence[SimStage],
     micro_batches: int,

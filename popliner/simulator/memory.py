@@ -108,7 +108,6 @@ def _copy_buffer_per_tile(stages: tuple[SimStage, ...], u: int, tiles: int) -> i
     return spread_over_tiles(total, tiles)
 
 
-
 @dataclass(frozen=True)
 class MemoryPoint:
     """An IPU's bytes on its peak tile from ``time`` (clock cycles) on, with ``entries`` stash entries in flight."""

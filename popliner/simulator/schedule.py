@@ -22,6 +22,7 @@ __all__ = [
     "sharded_schedule",
 ]
 
+
 class Fragment(NamedTuple):
     """One program fragment: pipeline ``stage``, ``kind`` (D/M/H/C), ``microbatch``.
 

@@ -176,8 +176,6 @@ def pack(a: np.ndarray, *, piece: int = PIECE) -> tuple[np.ndarray, dict[str, An
     return np.frombuffer(b"".join(parts), np.uint8), codec
 
 
-
-
 def _pieces(flat: np.ndarray, delta: bool, piece: int, as_type: np.dtype[Any] | None = None) -> Iterator[np.ndarray]:
     """``flat`` in pieces; with ``delta``, its differences (int64, the first from 0) instead; cast to ``as_type``.
 
