@@ -79,12 +79,12 @@ class OperationTable:
 
         Kept with the table: it depends on nothing else, and every memory
         facts value of the profile (one per training option set) asks for it.
-        int32 while the operations fit (half the pages of int64).
+        int16 while the operations fit, else int32 (a quarter or half of int64's pages to fill).
         """
         # Each operation's rank by (first step, index): the smallest rank among a variable's users is its first.
         order = np.lexsort((np.arange(self.count), self.first_step))
         ran = order[self.first_step[order] >= 0]
-        dtype = np.int32 if self.count < 2**31 else np.int64
+        dtype = np.int16 if self.count < 2**15 else np.int32 if self.count < 2**31 else np.int64
         # One plain scatter per operation (np.minimum.at over every entry took 1.5 s at 10x, 13 k operations over
         # 63 M entries; the loop stays under 0.6 s at 300 k operations, docs/benchmarks.md): from the last rank
         # to the first, each writes its number over its variables, so the first user's is
