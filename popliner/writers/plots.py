@@ -245,8 +245,6 @@ def plot_split(
 
 
 def _stage_label(stage: StageResult) -> str:
-    if not stage.layers:
-        return f"IPU {stage.ipu}\n(empty)"
     span = stage.first_layer if len(stage.layers) == 1 else f"{stage.first_layer} .. {stage.last_layer}"
     return f"IPU {stage.ipu}\n{_label(span or '')}"
 
