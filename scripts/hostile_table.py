@@ -193,18 +193,17 @@ def _rewrite(entry: Path, column: str, change: Callable[[object], object], redig
     import json
 
     import numpy as np
-
-    from popliner.profile import zcodec
+    from isal import isal_zlib
 
     with np.load(entry, allow_pickle=False) as data:
         arrays = {k: data[k] for k in data.files}
-    meta = json.loads(zcodec.decompress(arrays["__meta__"]).decode())
+    meta = json.loads(isal_zlib.decompress(arrays["__meta__"]).decode())
     arrays[column] = change(arrays[column].copy())  # type: ignore[assignment]
     if redigest and "digest" in meta:
         from popliner.profile import cache
 
         meta["digest"] = cache._digest(meta["sha256"], {k: v for k, v in arrays.items() if k != "__meta__"})
-    arrays["__meta__"] = np.frombuffer(zcodec.compress(json.dumps(meta).encode()), np.uint8)
+    arrays["__meta__"] = np.frombuffer(isal_zlib.compress(json.dumps(meta).encode(), 1), np.uint8)
     with open(entry, "wb") as fh:
         np.savez(fh, **arrays)  # type: ignore[arg-type]
 

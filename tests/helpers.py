@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 from click.testing import CliRunner, Result
+from isal import isal_zlib
 
 from popliner.analysis import Analysis, AnalysisOptions, analyse_profile
 from popliner.cli import cli
@@ -17,7 +18,6 @@ from popliner.memory.facts import MemoryFacts
 from popliner.memory.ranges import ProfileRanges
 from popliner.memory.stages import range_ops, stage_memory, stash_entry_per_tile
 from popliner.profile import cache as cache_mod
-from popliner.profile import zcodec
 from popliner.profile.loader import parse_profile_bytes
 from tests.paths import FIXTURES as FIXTURES  # the bundled profiles, one name for every test
 
@@ -119,9 +119,9 @@ def rewrite_cache_entry(entry: Path, change: Callable[[dict[str, Any], dict[str,
     """
     with np.load(entry, allow_pickle=False) as data:
         arrays = {k: data[k] for k in data.files}
-    meta = json.loads(zcodec.decompress(arrays["__meta__"]).decode())
+    meta = json.loads(isal_zlib.decompress(arrays["__meta__"]).decode())
     change(arrays, meta)
-    arrays["__meta__"] = np.frombuffer(zcodec.compress(json.dumps(meta).encode()), np.uint8)
+    arrays["__meta__"] = np.frombuffer(isal_zlib.compress(json.dumps(meta).encode(), 1), np.uint8)
     if resign:
         cache_mod.seal(arrays, meta["sha256"])
     with open(entry, "wb") as fh:

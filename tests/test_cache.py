@@ -139,12 +139,12 @@ def test_cache_stores_any_derived_dataclass(tmp_path):
 def test_cache_format_names_the_derived_part(profile, tmp_path):
     import json
 
-    from popliner.profile import zcodec
+    from isal import isal_zlib
 
     load_analysis(str(profile))
     (path,) = cache_files(tmp_path)
     with np.load(path, allow_pickle=False) as data:
-        meta = json.loads(zcodec.decompress(data["__meta__"]).decode("utf-8"))
+        meta = json.loads(isal_zlib.decompress(data["__meta__"]).decode("utf-8"))
     assert meta["format"] == cache_mod.CACHE_FORMAT == 8
     assert meta["derived"]["__class__"] == "CachedDerived"
     assert meta["derived"]["fields"]["ops"]["__class__"] == "OperationTable"

@@ -10,7 +10,7 @@ import click
 
 from popliner.errors import UsageProblem
 from popliner.synth import PRESETS, SynthSpec, preset_names, preset_spec, write_profile
-from popliner.synth.frameworks import SYNTH_FRAMEWORKS
+from popliner.synth.naming import SYNTH_FRAMEWORKS
 from popliner.synth.spec import (
     FIRST_MOMENTS,
     HEADS,

@@ -103,7 +103,6 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else "(no message)"
 
 
-
 def check_inputs(profile: Path, debug: Path) -> None:
     """Both inputs are files, given in the order the command takes them."""
     for path, what in ((profile, "Poplar profile (profile.pop)"), (debug, "debug information (debug.cbor)")):

@@ -164,11 +164,6 @@ def _maybe_gzip(raw: IO[bytes], out: Path) -> Iterator[IO[bytes]]:
         yield gz  # type: ignore[misc]
 
 
-def _chunks(values: np.ndarray, chunk: int) -> Iterator[np.ndarray]:
-    for start in range(0, len(values), chunk):
-        yield values[start : start + chunk]
-
-
 class _Export:
     """One export run: reads libpva sections and writes them in order."""
 
@@ -317,7 +312,7 @@ class _Export:
             progress.update(i + 1)
         self.step_ids = np.asarray(ids, dtype=np.int64)
         w.key("steps")
-        w.int_array(_chunks(self.step_ids, self.chunk))
+        w.int_array(np.split(self.step_ids, np.arange(self.chunk, len(self.step_ids), self.chunk)))
 
     # -- lowered variables and liveness classes -----------------------------
 

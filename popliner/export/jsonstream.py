@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -21,6 +21,7 @@ import numpy as np
 import orjson
 
 __all__ = ["DocumentTooLarge", "FragmentSpool", "IntSpool", "JsonWriter", "dumps", "int_items", "spool_folder"]
+
 
 def dumps(obj: Any) -> bytes:
     """Compact UTF-8 JSON for one value (numpy arrays and ints allowed)."""
@@ -90,7 +91,7 @@ class JsonWriter:
         """Bytes that continue what the last call wrote (no separator added)."""
         self._write(data)
 
-    def int_array(self, chunks: Iterator[np.ndarray]) -> None:
+    def int_array(self, chunks: Iterable[np.ndarray]) -> None:
         """A JSON list of integers written chunk by chunk."""
         self.begin(b"[")
         for chunk in chunks:

@@ -1,23 +1,9 @@
 """Which debug context each exported program gets: its own, or one libpva's operation analysis gives.
 
 A program's context names its operation and, through the context's
-ancestors, its layer. libpva gives it three ways, in this order of trust:
-
-1. an operation's ``replacedDebugContext``: a list, empty unless a PopART
-   transform replaced the operation (PopTorch's ``precompilation_test.py``
-   takes its first entry when it is not empty). With exactly one entry it
-   names the original operation and wins. With several, the operation is an
-   outlined ``Call`` that stands for all of them (PopART's subgraph outliner
-   records one id per replaced op): no single one of them owns the call's
-   programs, so they keep the call's own context, as the original PopLiner
-   kept ``Call`` as an operation of its own;
-2. the program's own ``debugContext`` ([U]: no public code reads it);
-3. for programs without that attribute, the ``debugContext`` of the
-   operation ``pva.OperationAnalysis`` lists the program under.
-
-``pva.OperationAnalysis`` is read on every export when libpva has it: the
-replaced contexts exist nowhere else, and no cheaper sign tells whether a
-report has any (docs/libpva-mapping.md, "Cost").
+ancestors, its layer. The three ways libpva gives it, in the order they are
+trusted, and why ``pva.OperationAnalysis`` is read on every export, are
+docs/libpva-mapping.md's "Which context a program gets".
 """
 
 from __future__ import annotations

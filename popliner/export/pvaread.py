@@ -339,6 +339,8 @@ def _sanitise(data: dict[str, Any]) -> dict[str, Any]:
         else:
             data["inputs"] = [str(inputs)]
     return data
+
+
 def _layer(raw: Any, data: dict[str, Any]) -> str:
     # PopTorch's test (SDK 3.0-3.4) does json.loads(ctx.layer)["layer"]: the layer may be a JSON object's text.
     if isinstance(raw, str) and raw[:1] in ('"', "{"):

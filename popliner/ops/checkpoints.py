@@ -1,17 +1,10 @@
 """Recomputation checkpoints the model itself carries.
 
-A user asks PopTorch for a checkpoint with ``poptorch.recomputationCheckpoint``
-(optimum-graphcore puts one after every layer when the IPU config sets
-``recompute_checkpoint_every_layer``); PopART's ``checkpointOutput`` does it for
-PopART models. Both end in the same operation: an ONNX ``Identity`` named
-``Checkpoint`` on the tensor, marked as a checkpoint for recomputation
-(PopART ``willow/src/builder_impl.cpp``, ``BuilderImpl::checkpointOutput``).
-
-A one-IPU profile records those operations even though nothing is recomputed
-there. Once the framework pipelines the model with recomputation, each stage's
-forward pass is recomputed from its nearest checkpoint, so a model with a
-checkpoint in every layer is recomputed layer by layer (popliner's
-``every-layer``), not from the stage's start (``pipeline``).
+``poptorch.recomputationCheckpoint`` and PopART's ``checkpointOutput`` both
+end in an ONNX ``Identity`` named ``Checkpoint`` on the tensor, which a
+one-IPU profile records though nothing is recomputed there; what they
+change once the model is pipelined is docs/pipeline-config.md's
+"Checkpoints in the model".
 """
 
 from __future__ import annotations

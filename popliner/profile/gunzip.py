@@ -1,16 +1,9 @@
 """The profile's bytes as JSON text: gunzip streamed, with the decompressed size bounded while it grows.
 
-A gzip stream can inflate about a thousand times (a 10 MB "bomb" is 10 GB of
-spaces). The text is therefore inflated a piece at a time and the limit is
-checked after every piece, so a bomb is refused once it passes the limit,
-holding no more than the limit plus one piece, and the message names the
-file, the size reached, the limit and the variable that raises it.
-
-Two limits apply, the smaller wins: an absolute one
-(``$POPLINER_MAX_PROFILE_BYTES``, default 8 GiB) and one relative to the
-compressed size (``$POPLINER_MAX_GZIP_RATIO`` times it, default 100, never
-below 512 MiB). Real profiles inflate 7 to 9 times; only a bomb or a profile
-of nothing but zeros comes near 100.
+A gzip stream can inflate about a thousand times, so the text is inflated a
+piece at a time and the limit checked after every piece: a bomb is refused
+holding no more than the limit plus one piece. The two limits (the smaller
+wins) and the message are docs/bad-inputs.md's ("Bounded work", gzip bombs).
 """
 
 from __future__ import annotations
@@ -19,9 +12,11 @@ import gzip
 import io
 import os
 import zlib
+from typing import cast
+
+from isal import isal_zlib
 
 from popliner.errors import ProfileFormatError
-from popliner.profile import zcodec
 
 __all__ = ["decompress", "max_gzip_ratio", "max_profile_bytes"]
 
@@ -71,7 +66,7 @@ def decompress(raw: bytes, path: str, *, ratio_floor: int = RATIO_FLOOR) -> byte
         ratio_cap, f"POPLINER_MAX_GZIP_RATIO (now {max_gzip_ratio()} times the {len(raw):,} compressed bytes)")
     try:
         return _inflate(raw, path, cap, knob)
-    except zcodec.ERRORS:
+    except (zlib.error, cast("type[Exception]", isal_zlib.error)):  # isal's stub types its error as an instance
         # Only a damaged stream gets here: the standard reader words the fault the same way every time.
         return _inflate_for_message(raw, path, cap, knob)
 
@@ -95,7 +90,7 @@ def _inflate(raw: bytes, path: str, cap: int, knob: str) -> bytes:
     pieces: list[bytes] = []
     size = 0
     pending = raw
-    d = zcodec.decompressobj(wbits=31)  # one member, header and trailer (CRC-32, length) checked
+    d = isal_zlib.decompressobj(wbits=31)  # one member, header and trailer (CRC-32, length) checked
     while True:
         if not pending:
             raise zlib.error("cut short")  # the standard reader words it
@@ -112,7 +107,7 @@ def _inflate(raw: bytes, path: str, cap: int, knob: str) -> bytes:
                 break  # the end, or zero padding after it (gzip(1) allows it too)
             if pending[:2] != GZIP_MAGIC:
                 raise zlib.error("trailing garbage")
-            d = zcodec.decompressobj(wbits=31)  # the next member
+            d = isal_zlib.decompressobj(wbits=31)  # the next member
     return pieces[0] if len(pieces) == 1 else b"".join(pieces)
 
 

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from isal import isal_zlib
 
-from popliner.profile import zcodec
 from popliner.profile.lazycol import make_lazy
 from popliner.profile.tilevector import RunTable
 
@@ -86,8 +86,6 @@ class Programs:
     def is_leaf(self) -> np.ndarray:
         leaf: np.ndarray = np.diff(self.child_ptr) == 0
         return leaf
-
-
 
 
 #: Raw bytes of names per compressed chunk in a packed NameTable.
@@ -168,7 +166,7 @@ class NameTable:
         raw = self._inflated.get(c)
         if raw is None:
             assert self.chunk_ptr is not None
-            raw = zcodec.decompress(self.blob[int(self.chunk_ptr[c]) : int(self.chunk_ptr[c + 1])])
+            raw = isal_zlib.decompress(self.blob[int(self.chunk_ptr[c]) : int(self.chunk_ptr[c + 1])])
             if keep:
                 self._inflated[c] = raw
         return raw
@@ -180,7 +178,7 @@ class NameTable:
         raw = self.blob
         parts = [raw[k : k + chunk_bytes] for k in range(0, len(raw), chunk_bytes)]
         with ThreadPoolExecutor(2) as pool:  # zlib lets go of the GIL while it compresses
-            chunks = list(pool.map(zcodec.compress, parts))
+            chunks = list(pool.map(lambda part: isal_zlib.compress(part, 1), parts))
         ptr = np.zeros(len(chunks) + 1, np.int64)
         np.cumsum([len(c) for c in chunks], out=ptr[1:])
         blob = np.frombuffer(b"".join(chunks), np.uint8)

@@ -1,21 +1,10 @@
 """Run a pipeline schedule against a time and memory model (pure; no I/O).
 
-Time model, per pipeline cycle (all figures in IPU clock cycles):
-
-* **compute phase**: every IPU runs the ``M`` fragments of its participating
-  stages one after the other; the phase lasts as long as the slowest IPU.
-  ``D``/``H`` (host streams) take no time in this model.
-* **sync**: one fixed cost; the IPUs must meet before the copy program.
-* **copy phase**: the ``C`` fragments of all stages; an IPU needs
-  ``bytes it sends / link bandwidth`` for its stages' copies; the phase lasts
-  as long as the slowest IPU. Copies run in every cycle (see the schedule).
-
-The phases are sequential because the copy program involves sender and
-receiver at once: a copy cannot overlap the other IPU's compute.
-
-The memory model (stash in flight, peaks, bytes over time) is in
-:mod:`popliner.simulator.memory`, the plain values in
-:mod:`popliner.simulator.types`; both are re-exported here.
+The time model is docs/simulator.md's ("Time model"): per pipeline cycle a
+compute phase, a sync and a copy phase, one after the other; ``D``/``H``
+(host streams) take no time. The memory model (stash in flight, peaks,
+bytes over time) is in :mod:`popliner.simulator.memory`, the plain values
+in :mod:`popliner.simulator.types`; both are re-exported here.
 """
 
 from __future__ import annotations
@@ -62,7 +51,6 @@ __all__ = [
     "memory_over_time",
     "simulate",
 ]
-
 
 
 def simulate(

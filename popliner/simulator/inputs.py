@@ -1,9 +1,7 @@
 """Turn a pipeline config (and optionally a profile's analysis) into simulator stages.
 
-K IPUs give K pipeline stages in inference and 2K-1 in training:
-forward of IPU i is stage i, backward of IPU i is stage 2K-2-i, and the last
-IPU runs forward and backward in one stage K-1. A head wrapped onto IPU 0
-adds stage K (its forward and backward) and moves the backwards to 2K-i.
+Which stages K IPUs give, what each sends and where its figures come from is
+docs/simulator.md's "Stages given to the simulator".
 """
 
 from __future__ import annotations
@@ -85,17 +83,11 @@ def pipeline_stages(plan: StageLayout, ipus: Sequence[IpuFigures], head_cycles: 
 
 
 def _stages(plan: StageLayout, ipus: Sequence[IpuFigures], head_cycles: int) -> tuple[SimStage, ...]:
-    """The forwards, the loss stage, then the backwards.
+    """The forwards, the loss stage (or a wrapped head's), then the backwards, as docs/simulator.md lists them.
 
-    Without a wrapped head the last IPU computes the loss (forward and
-    backward in one stage) and sends the gradient of its input back. With
-    one (docs/solvers.md, ``--head-placement wrap``), the forwards of every
-    IPU come first, the head at stage K on IPU 0 (forward and backward back
-    to back, no stash), then the backwards 2K-i; ``ipus[0].bytes_in`` is
-    what the head receives from the last IPU (and, in training, sends back).
-    Resident memory is given once per IPU, on its forward stage; the re-run
-    forward work (every-layer recomputation) opens a backward stage and
-    follows the forward part of the loss stage.
+    With a wrapped head ``ipus[0].bytes_in`` is what the head receives from the last IPU (and, in training,
+    sends back). The re-run forward work (recomputation) opens a backward stage and follows the forward part
+    of the loss stage.
     """
     k, training, wraps = len(ipus), plan.training, plan.wraps
     received = [f.received if training else f.bytes_in for f in ipus]
@@ -149,17 +141,10 @@ def config_ipu_figures(stages: Sequence[ConfigStage], tiles: int, training: bool
 def ipu_figures(s: ConfigStage, *, tiles: int, training: bool, receives: bool, bytes_out: int) -> IpuFigures:
     """What the simulator reads of an IPU: the one way an IPU's record becomes simulator input.
 
-    The single-IPU profile already holds one stash entry of every stage (its
-    activations live from forward to backward), so the resident memory is
-    the worst tile's predicted bytes less every stash entry the IPU keeps and
-    less its copy buffers; the simulator adds back the entries in flight and
-    its own copy buffers. With ``stash_entries`` entries in flight, the peak
-    is the prediction on the same tile. One entry is the recorded bytes on
-    the worst tile (``stash_entry_bytes``), on every tile; a config written
-    before they were recorded spreads ``stash_bytes`` evenly instead. Only
-    the worst tile's bytes are kept: the simulator reads no other tile's.
-    ``receives``: whether the IPU's ``bytes_in`` crosses into it (not IPU 0,
-    unless a head wraps onto it); ``bytes_out``: what it sends on.
+    The worst tile's resident bytes and one stash entry per tile, as docs/simulator.md ("Figures from the
+    config") gives them; only the worst tile's bytes are kept, as the simulator reads no other tile's.
+    ``receives``: whether the IPU's ``bytes_in`` crosses into it (not IPU 0, unless a head wraps onto it);
+    ``bytes_out``: what it sends on.
     """
     extra = s.stash_entries - 1
     if s.stash_entry_bytes is not None:

@@ -1,11 +1,5 @@
-"""The simulator's memory model: stash entries in flight, each IPU's peak, and its bytes over the step.
-
-Per IPU, on each tile: the resident memory of its stages (summed; every
-stage's code and variables stay on the IPU for the whole run), plus the
-stash entries in flight times the per-entry stash bytes, plus the copy
-buffers (bytes the IPU sends and receives per micro-batch, spread evenly
-over its tiles). The peak is taken over the run on the worst tile.
-"""
+"""The simulator's memory model (docs/simulator.md, "Memory model"): stash entries in flight, each IPU's peak on
+its worst tile, and its bytes over the step."""
 
 from __future__ import annotations
 
@@ -112,7 +106,6 @@ def _copy_buffer_per_tile(stages: tuple[SimStage, ...], u: int, tiles: int) -> i
         if s.ipu == u or stages[s.index + 1].ipu == u:
             total += s.send_bytes
     return spread_over_tiles(total, tiles)
-
 
 
 @dataclass(frozen=True)

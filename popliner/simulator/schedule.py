@@ -1,15 +1,5 @@
-"""The pipeline schedule as PopART lowers it, as pure data, and its two text views.
-
-With P pipeline stages and G micro-batches the program has
-``N = 2(P-1) + (G-(P-1))`` pipeline cycles: P-1 fill cycles, G-(P-1) main
-cycles and P-1 flush cycles. In cycle c, stage s works on micro-batch c-s
-when ``0 <= c-s < G``. A cycle is assembled from fragments in this order:
-the ``D`` (host-to-device stream) fragments of the participating stages,
-their ``M`` (main) fragments, their ``H`` (device-to-host) fragments, then
-the ``C`` (inter-IPU copy) fragments of *all* stages, because Poplar can
-only run the copies of all IPUs in parallel if the copy program is the same
-in every cycle.
-"""
+"""The pipeline schedule as PopART lowers it (docs/simulator.md, "The schedule"), as pure data, and its two text
+views."""
 
 from __future__ import annotations
 
@@ -31,6 +21,7 @@ __all__ = [
     "schedule_fragments",
     "sharded_schedule",
 ]
+
 
 class Fragment(NamedTuple):
     """One program fragment: pipeline ``stage``, ``kind`` (D/M/H/C), ``microbatch``.

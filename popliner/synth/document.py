@@ -24,11 +24,10 @@ import numpy as np
 from popliner.export.jsonstream import dumps
 from popliner.fileio import atomic_write, check_writable
 from popliner.synth.build import build_model
-from popliner.synth.frameworks import name_contexts
 from popliner.synth.graph import Compiled, GraphBuilder
 from popliner.synth.layout import Layout, lay_out
 from popliner.synth.lower import Calibration, Lowered, lower
-from popliner.synth.naming import rename_contexts
+from popliner.synth.naming import name_contexts, rename_contexts
 from popliner.synth.plans import preset_plans
 from popliner.synth.spec import SynthSpec
 from popliner.synth.tilevec import encode_dense

@@ -5,23 +5,13 @@ to the EdgeTPU-S blocks): 27 blocks of 2, 3, 6, 7, 6 and 3, the first three
 stages "fused" (a k x k expansion convolution, then a 1x1 projection), the
 last three with a 1x1 expansion, a k x k depthwise convolution and a 1x1
 projection. ReLU throughout, as the EdgeTPU models use. ``hidden`` is the
-stem width (40 for L), other widths scale with it; ``seq`` is the image side
-(300 for L); other depths spread the blocks over the stages in proportion.
+stem width (40 for L), other widths scale with it; ``seq`` is the image side;
+other depths spread the blocks over the stages in proportion.
 
 With ``exact`` (``SynthSpec.edgetpu_builder``) the blocks follow TensorFlow's
-EdgeTPU builder (``efficientnet_builder``/``efficientnet_model``) where the
-first version approximated it:
-
-- a fused block's k x k expansion runs at stride 1 and its 1x1 projection
-  carries the stride (``MBConvBlockWithoutDepthwise``);
-- a block expands its stage's nominal input filters (``input_filters`` of
-  the block arguments), so the first block expands the 32 filters of
-  ``i24`` at width 1.2, not the stem's 40;
-- the first stage has no skip connection (``noskip``).
-
-The real profile's tensors bear this out: block 0's ReLU output is
-12,845,056 bytes, 112 x 112 x 128 channels x 4 images in fp16, and block 2's
-is twice that, 112 x 112 x 256 x 4 (its expansion is not strided).
+EdgeTPU builder where the first version approximated it: the three rules,
+and the real profile's tensors that bear them out, are
+docs/synthetic-profiles.md's ("Rules that follow the architecture").
 """
 
 from __future__ import annotations

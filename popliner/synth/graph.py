@@ -3,32 +3,11 @@
 A model builder (:mod:`popliner.synth.models`) declares forward operations
 with :meth:`GraphBuilder.op`. For training, :meth:`GraphBuilder.backward`
 walks the forward operations in reverse and emits, for each, the gradient
-operations its :class:`GradRule` list describes. Forward tensors a gradient
-rule reads ("saved" tensors) become inputs of the backward operation, so
-their live range runs from the forward to the backward pass, as in a real
-training graph. Gradients that reach a tensor along several paths are summed
-by ``GradSum_<n>`` operations, whose names carry no layer (only their inputs
-do). Once a weight's gradient is complete, its optimizer operations follow.
-
-Operations declared with ``share=KEY`` become PopART-style outlined calls:
-the first one with a given key creates a shared body operation; every one
-becomes a ``Call`` operation whose program calls that body.
-
-:class:`Compiled` says how the training graph was "compiled":
-
-- recomputation (``every-layer`` or ``pipeline``): the forward operations
-  of a segment (one layer; or one pipeline stage's layers, the last stage
-  excepted and the first with the operations before the first layer) whose results
-  the segment's backward reads are cloned, in forward order, just before
-  that backward. Clones keep their forward names; their outputs are named
-  ``<tensor>__re`` as in PopART's explicit recomputation, and the backward
-  reads those instead of the originals. Only what a segment reads from
-  outside it (its checkpoints) lives from the forward to the backward pass;
-- off-chip optimizer state: the state is an activation of the update,
-  streamed in by a ``RemoteLoad`` before it and out by a ``RemoteStore``
-  after it, instead of an always-live variable;
-- sharded optimizer state: each replica holds and updates 1/R of it;
-- a half-precision first moment (Adam's ``Accl1``).
+operations its :class:`GradRule` list describes; operations declared with
+``share=KEY`` become PopART-style outlined calls of one shared body. What
+that gives, and how :class:`Compiled` (recomputation, off-chip or sharded
+optimizer state, a half first moment) changes it before lowering, is
+docs/synthetic-profiles.md's "What it models" and "Compiled-with options".
 """
 
 from __future__ import annotations

@@ -74,7 +74,6 @@ class GradRule:
     calls: int = 1  # > 1: serialised into this many calls of one body
 
 
-
 @dataclass
 class Op:
     index: int

@@ -1,17 +1,8 @@
 """Lowered variables: every tensor cut into per-tile pieces, all in numpy.
 
-A tensor of ``B`` bytes spread over a span of ``c`` tiles becomes
-``n = round(c * scale)`` pieces (at least one, at most one per two bytes,
-and enough that a piece stays under 1/16 of a tile's memory).
-With ``n >= c`` each tile of the span holds about ``n / c`` pieces; with
-``n < c`` the pieces sit on evenly spaced tiles of the span. Piece ``j`` of
-a tensor has id ``first_id + j``, so a program's variable list is a few
-contiguous id ranges.
-
-Pieces are not all equal: the first quarter of a tensor's pieces is a
-quarter larger than the rest, as Poplar's grain-rounded mappings leave some
-tiles fuller than others. With tensors starting on different tiles, this
-makes per-tile totals uneven, as in real profiles.
+How many pieces a tensor gets, on which tiles and of which sizes, is
+docs/synthetic-profiles.md's "Variables". Piece ``j`` of a tensor has id
+``first_id + j``, so a program's variable list is a few contiguous id ranges.
 """
 
 from __future__ import annotations

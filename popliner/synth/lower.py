@@ -1,17 +1,10 @@
 """Lowering: operations -> debug contexts, programs and liveness steps.
 
-Every operation gets a ``popart`` debug context carrying ``opName``,
-``opType``, ``inputs`` and ``outputs`` (forward operations also get an
-``onnx`` parent, as PopART makes one per ONNX node). Its programs point at
-child contexts: compute sets at a ``poplibs`` context, exchanges at a
-``poplar`` grandchild, so that finding the operation of a program means
-walking up more than one level.
-
-An operation lowers to a Sequence of leaves: for each phase of its kernel an
-optional DoExchange and an OnTileExecute. Leaves are appended to the step
-list as they are created, which is execution order. A shared body (an
-outlined subgraph) is lowered once, at its first call; later calls append
-its leaves to the steps again, so its programs run at several places.
+The contexts and programs are docs/synthetic-profiles.md's ("Debug
+contexts", "Programs", "Outlining and serialisation"). Leaves are appended
+to the step list as they are created, which is execution order; a shared
+body is lowered once, at its first call, and later calls append its leaves
+to the steps again.
 
 Per-leaf amounts (control code, exchange code, vertex instances, cycles) are
 divided over the phases actually generated, so ``scale`` changes how finely

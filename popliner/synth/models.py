@@ -1,12 +1,9 @@
 """Model builders: BERT-like encoders, GPT-like decoders, ResNet-like CNNs.
 
 Each builder declares the forward graph on a :class:`GraphBuilder`; in
-training mode it then adds a loss and calls ``backward``. Names follow what
-PopART produces from TensorFlow/ONNX models, so the default layer regex
-``(?:^|/)(?:[L|l]ayer|blocks|encoder)[/_.]?(\\d+)`` finds one layer number
-per block: ``bert/encoder/layer_3/...``, ``gpt2/blocks/3/...`` and
-``resnet/blocks.3/...``. Embedding operations carry no layer number; the
-word-embedding table name (``.../word_embeddings``) appears in their inputs.
+training mode it then adds a loss and calls ``backward``. Operation names
+are docs/synthetic-profiles.md's ("Names"): the default layer regex finds
+one layer number per block.
 """
 
 from __future__ import annotations

@@ -12,6 +12,12 @@ for presets calibrated to real profiles compiled from those frameworks:
   (``popart``) regex.
 
 Only names change: programs, tiles, bytes and liveness are the same.
+
+``popliner synth --framework`` (:func:`name_contexts`) renames only the
+framework layers above Poplar's, all that popliner reads to tell frameworks
+apart (popliner.framework); docs/synthetic-profiles.md, ``framework``, says
+which each writes. PopTorch builds the PopART graph from its own traced
+graph, not from ONNX; TensorFlow lowers XLA operations straight to Poplar.
 """
 
 from __future__ import annotations
@@ -20,9 +26,17 @@ import re
 from collections.abc import Callable
 from typing import Any, Final
 
-__all__ = ["NAMINGS", "rename_contexts"]
+__all__ = ["NAMINGS", "SYNTH_FRAMEWORKS", "name_contexts", "rename_contexts"]
 
 NAMINGS: Final = ("popart", "poptorch", "tensorflow")
+#: What ``popliner synth --framework`` accepts; ``synthetic`` writes today's profiles unchanged.
+SYNTH_FRAMEWORKS: Final = ("synthetic", "popart", "poptorch", "tensorflow")
+_FRAMEWORK_LAYERS: Final[dict[str, dict[str, str]]] = {
+    "synthetic": {},
+    "popart": {},
+    "poptorch": {"onnx": "poptorch"},
+    "tensorflow": {"onnx": "tensorflow", "popart": "xla_op"},
+}
 
 _LAYER = re.compile(r"bert/encoder/layer_(\d+)(?=/|$)")
 _BLOCK = re.compile(r"(^|/)(resnet|efficientnet)/blocks\.(\d+)(?=/|$)")
@@ -74,3 +88,11 @@ def rename_contexts(contexts: list[dict[str, Any]], naming: str) -> None:
             if key in data:
                 new[key] = [rename(n) for n in data[key]]
         c["layer"], c["name"], c["data"] = layer, rename(c.get("name", "")), new
+
+
+def name_contexts(contexts: list[dict[str, Any]], framework: str) -> list[dict[str, Any]]:
+    """The contexts with their framework layers renamed for ``framework`` (the same list when nothing changes)."""
+    rename = _FRAMEWORK_LAYERS[framework]
+    if not rename:
+        return contexts
+    return [{**c, "layer": rename.get(c["layer"], c["layer"])} for c in contexts]

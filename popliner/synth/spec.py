@@ -16,8 +16,7 @@ from typing import Any, Final
 
 from popliner.errors import UsageProblem
 from popliner.hardware import CLOCK_HZ_RANGE
-from popliner.synth.frameworks import SYNTH_FRAMEWORKS
-from popliner.synth.naming import NAMINGS
+from popliner.synth.naming import NAMINGS, SYNTH_FRAMEWORKS
 
 __all__ = ["CALIBRATION_FIELDS", "FIRST_MOMENTS", "HEADS", "KINDS", "MODES", "OPTIMIZERS", "OPTIMIZER_STATES",
            "PRESETS", "RECOMPUTES", "UNCALIBRATED", "SynthSpec", "preset_mode", "preset_names", "preset_spec"]
@@ -116,7 +115,7 @@ class SynthSpec:
     linear_mapping: bool = False
     #: How operations are named: ``popart``, or as ``poptorch`` or ``tensorflow`` would (popliner/synth/naming.py).
     naming: str = "popart"
-    #: Whose debug contexts and ``source.framework`` to write (popliner.synth.frameworks).
+    #: Whose debug contexts and ``source.framework`` to write (popliner.synth.naming).
     framework: str = "synthetic"
 
     def __post_init__(self) -> None:

@@ -6,10 +6,8 @@ of a program are one or two runs, and plain tuples are much cheaper than
 numpy arrays at that size. Sums of vectors (a Sequence's cycles) go through
 a difference map of their edges; the ground truth's sums, numpy difference arrays.
 
-:func:`encode_runs` writes a vector in whichever of the three TileVector
-forms is shortest, so a document naturally uses all of them: ``runs`` for
-contiguous ranges, ``sparse`` for scattered tiles, a dense list for vectors
-that change on almost every tile. A zero vector is left out (absent key).
+:func:`encode_runs` writes a vector in its shortest TileVector form
+(docs/synthetic-profiles.md, "TileVectors"); a zero vector is left out.
 """
 
 from __future__ import annotations

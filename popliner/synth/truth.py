@@ -3,18 +3,7 @@
 The ground truth is computed from the generator's own records (the pieces of
 every tensor, the leaf programs as they were made), not from the document
 and not with popliner's memory model, so that the model can be checked
-against it:
-
-- ``vertexCode``: the code of each vertex type on every tile where any
-  compute set places an instance of it, counted once per tile;
-- ``vertexInstanceState``: instances x state size, over all compute sets;
-- ``controlCode``: over leaf programs (each program once, however often it runs);
-- ``internalExchangeCode``: over DoExchange programs;
-- with ``other`` (the calibrated presets), the categories popliner's five
-  components leave out, written with the sizes of :data:`OTHER_SIZES`;
-- ``alwaysLive``: always-live variables plus every category;
-- ``notAlwaysLivePeak``: the largest, over steps, of the bytes of
-  not-always-live variables live on the tile.
+against it; docs/synthetic-profiles.md ("Ground truth") lists each figure.
 """
 
 from __future__ import annotations
@@ -23,6 +12,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from popliner.profile.tilevector import RunTable
 from popliner.synth.graph import ALWAYS_LIVE, Graph, TKind
 from popliner.synth.layout import Layout
 from popliner.synth.lower import Lowered
@@ -127,13 +117,8 @@ def vertex_counts(tiles: int, types: int, vertex_runs: Sequence[tuple[int, Runs]
 
 
 def _sum(tiles: int, vectors: Sequence[Runs]) -> np.ndarray:
-    diff = np.zeros(tiles + 1, dtype=np.int64)
-    runs = [r for vec in vectors for r in vec]
-    if runs:
-        arr = np.asarray(runs, dtype=np.int64)
-        np.add.at(diff, arr[:, 0], arr[:, 2])
-        np.add.at(diff, arr[:, 1], -arr[:, 2])
-    return np.cumsum(diff[:-1])
+    runs = np.asarray([r for vec in vectors for r in vec], dtype=np.int64).reshape(-1, 3)
+    return RunTable(np.array([0, len(runs)]), runs[:, 0], runs[:, 1], runs[:, 2]).dense(0, tiles)
 
 
 def _peak(tiles: int, layout: Layout, piece_class: np.ndarray, classes: Sequence[tuple[Interval, ...]],

@@ -29,9 +29,9 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
+from isal import isal_zlib
 from numpy.lib import format as npy_format
 
-from popliner.profile import zcodec
 from popliner.profile.lazycol import Deferred
 from popliner.profile.model import NameTable
 
@@ -154,7 +154,7 @@ def packable(key: str, a: np.ndarray) -> bool:
 def pack(a: np.ndarray, *, piece: int = PIECE) -> tuple[np.ndarray, dict[str, Any]]:
     """The array as deflated bytes, and the codec that :func:`unpack` reads to give it back."""
     if a.dtype == np.bool_:  # flags: one byte each, deflated (mostly one value)
-        data = zcodec.compress(np.ascontiguousarray(a).data)
+        data = isal_zlib.compress(np.ascontiguousarray(a).data, 1)
         return np.frombuffer(data, np.uint8), {"dtype": a.dtype.str, "shape": list(a.shape), "fortran": False,
                                                "as": "|u1", "delta": False}
     flat = a.reshape(-1, order="A")
@@ -168,14 +168,12 @@ def pack(a: np.ndarray, *, piece: int = PIECE) -> tuple[np.ndarray, dict[str, An
             delta, plain = True, narrow
     # Piece by piece into one zlib stream: the temporaries stay small and are reused,
     # where whole-column copies cost as much in page faults as the deflating.
-    stream = zcodec.compressobj()
+    stream = isal_zlib.compressobj(1)
     parts = [stream.compress(np.ascontiguousarray(part).data) for part in _pieces(flat, delta, piece, plain)]
     parts.append(stream.flush())
     codec = {"dtype": a.dtype.str, "shape": list(a.shape), "fortran": bool(a.flags.f_contiguous and a.ndim > 1),
              "as": plain.str, "delta": delta}
     return np.frombuffer(b"".join(parts), np.uint8), codec
-
-
 
 
 def _pieces(flat: np.ndarray, delta: bool, piece: int, as_type: np.dtype[Any] | None = None) -> Iterator[np.ndarray]:
@@ -300,7 +298,7 @@ def _decoded(data: np.ndarray, codec: dict[str, Any], out: np.ndarray | None, pi
     # every 4 KiB. The running total carries over between pieces for differences.
     # Differences are summed straight in the stored type: their running sums are the values, which fit it.
     scratch = np.empty(min(count, piece), dtype) if out is None else None
-    stream = zcodec.decompressobj(15)
+    stream = isal_zlib.decompressobj(15)
     pending: Any = data
     at = 0
     carry = 0

@@ -12,12 +12,12 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO, Generic, TypeVar
+from typing import Any, BinaryIO, Generic, TypeVar, cast
 
 import numpy as np
+from isal import isal_zlib
 
 from popliner import __version__
-from popliner.profile import zcodec
 from popliner.profile.cache.archive import flatten, pack, packable, read_npz, unflatten, unpack_all
 from popliner.profile.cache.info import cache_dir
 from popliner.profile.cache.trust import Bad, check_profile, digest, open_entry, usable_dir, write_entry
@@ -39,11 +39,11 @@ _CLASSES: dict[str, type] = {
 }
 D = TypeVar("D")
 L = TypeVar("L")
-#: What a bad cache file can raise while it is read (it is then rebuilt).
+#: What a bad cache file can raise while it is read (it is then rebuilt); isal's stub types its error as an instance.
 _READ_ERRORS: tuple[type[Exception], ...] = (
     OSError, ValueError, KeyError, TypeError, IndexError, EOFError, zipfile.BadZipFile, json.JSONDecodeError,
-    UnicodeDecodeError, RecursionError,
-) + zcodec.ERRORS
+    UnicodeDecodeError, RecursionError, cast("type[Exception]", isal_zlib.error),
+)
 
 
 def cache_path(sha256: str, options_key: str, directory: str | os.PathLike[str] | None = None) -> Path:
@@ -108,7 +108,7 @@ class PendingStore:
             log.warning("not caching %s: its free-form data cannot be stored (%s)", path,
                         type(exc).__name__)
             return
-        arrays["__meta__"] = np.frombuffer(zcodec.compress(document), dtype=np.uint8)
+        arrays["__meta__"] = np.frombuffer(isal_zlib.compress(document, 1), dtype=np.uint8)
         seal(arrays, sha256)
         if not usable_dir(path.parent):
             return
@@ -156,7 +156,7 @@ def load_cached(path: Path, sha256: str, options_key: str, profile_path: str, de
         with fh:
             arrays = read_npz(fh)  # each member's size checked against the file's before it is allocated
         _verify(arrays, sha256)
-        meta = json.loads(zcodec.decompress(arrays.pop("__meta__")).decode("utf-8"))
+        meta = json.loads(isal_zlib.decompress(arrays.pop("__meta__")).decode("utf-8"))
         if (meta.get("version"), meta.get("format"), meta.get("sha256"), meta.get("options")) != (
             __version__, CACHE_FORMAT, sha256, options_key,
         ):

@@ -1,32 +1,18 @@
 """What makes a cache entry trusted: its folder and file, its digest, and its arrays' invariants.
 
-The folder and its files. A cache entry's name is predictable (the profile's digest), so whoever can
-write in the folder could plant something under it. The rules, as ssh and
-pip apply them to their own folders:
+A cache entry's name is predictable (the profile's digest), so whoever can
+write in the folder could plant something under it. The folder and file
+rules (as ssh and pip apply them to their own folders), what each refusal
+says and how an entry is written are docs/bad-inputs.md's "The cache folder".
 
-* The folder is created mode 0700. One that another user owns, or that its
-  group or others may write (or whose parent folders they may write, except
-  sticky ones such as /tmp), is not used: one warning line and the run goes
-  on without the cache (its figures are the same, only slower).
-* An entry is opened only when ``lstat`` says it is a regular file of ours;
-  a symlink, FIFO, device or folder under an entry's name is never opened
-  or followed (one warning line; the next write replaces the name itself,
-  never what a link points at). Opening uses O_NOFOLLOW and O_NONBLOCK, so a
-  swap between the check and the open fails instead of following or hanging.
-* An entry is written to a fresh temporary name in the same folder, created
-  with O_EXCL|O_NOFOLLOW and mode 0600, then renamed over the entry's name.
-
-The digest: taken when the entry is written, over everything it holds (the
-metadata document as stored, and every array as stored), and compared before
-anything is built from the entry: a codec, a shape or a name is used only once
-it is known to be what popliner wrote.
-
-The invariants. A cache entry passes its digest check unless someone changed it and wrote
-the digest again; these checks make sure that even then every index the
-code later follows stays in range (a tile id past the last tile, a pointer
-past the end of its column, a parent chain that loops) and so never crashes
-or hangs a run: the entry is rebuilt instead. Each check is a few vectorised
-passes over a column, cheap beside reading it.
+The digest is taken when the entry is written, over everything it holds,
+and compared before anything is built from the entry: a codec, a shape or a
+name is used only once it is known to be what popliner wrote. The
+invariants make sure that even an entry changed and signed again keeps
+every index the code later follows in range (a tile id past the last tile,
+a pointer past the end of its column, a parent chain that loops), so it
+never crashes or hangs a run: the entry is rebuilt instead. Each check is a
+few vectorised passes over a column, cheap beside reading it.
 """
 
 from __future__ import annotations
