@@ -1,23 +1,9 @@
 """The smallest worst-tile memory of a split, reading only the ranges that can matter: a DP over suffixes.
 
-In training a stage's stash depth depends only on how many stages there
-are from it to the end (``r``: ``2(r-1)+1`` entries, ``2r+1`` with a
-wrapped head), not on the pipeline's length. So ``best[r][i]``, the
-smallest largest memory of layers ``i..n-1`` in exactly ``r`` stages,
-serves every stage count at once: a split into ``K`` stages is
-``best[K][0]``. The table is filled from the last layer backwards, one row
-of the range table (ranges ``i..j``, growing ``j``) at a time, so a lazy
-:class:`popliner.memory.ranges.ProfileRanges` evaluates each row once and
-only as far as it is read.
-
-Only ranges at or under ``bound`` are read: a row stops at the first range
-over it, and a range holding one known to be over it (same or fewer stash
-entries) is not read at all. With ``bound`` at least the optimum, the
-values at or under it are exact.
-
-:func:`forward_bounds` then picks, for the chosen stage count, the split
-:func:`popliner.solvers.dp.dp_for_stages` would (the same tie-breaking), from
-the ranges this pass kept; see docs/solvers.md for why it is the same.
+``best[r][i]`` (layers ``i..n-1`` in exactly ``r`` stages) serves every stage
+count at once, read from a lazy range table only as far as ``bound`` allows;
+:func:`forward_bounds` then rebuilds the split the forward DP would pick.
+Why it reads so little and gives the same split: docs/solvers.md, "Exact" (its paragraphs on suffix.py).
 """
 
 from __future__ import annotations
