@@ -24,12 +24,8 @@ def greedy_bounds(table: RangeCosts, problem: SplitProblem) -> tuple[Bounds, flo
 
     Constraints the greedy rule cannot express (pins, same-IPU pairs) are
     honoured by refusing a split where it is not allowed: the stage then
-    keeps growing, and the attempt fails if that overflows.
-
-    In training the stash depth of IPU k depends on how many IPUs the
-    pipeline has, so each cap plans for K = 1, 2, ... IPUs and keeps the
-    first plan that places every layer on at most K (with fewer stages than
-    planned the real stashes are only smaller, so it still fits).
+    keeps growing, and the attempt fails if that overflows. In training each
+    cap plans for K = 1, 2, ... IPUs in turn (docs/solvers.md, 'Greedy', says why).
     """
     forbidden = table.forbidden_splits(problem.keep_shared_together)
     copies = copy_buffers(table)  # each range's, once for every fill
