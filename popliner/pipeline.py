@@ -395,8 +395,7 @@ def stage_figures(facts: MemoryFacts, stages: Sequence[Sequence[int]]) -> tuple[
     on IPU 0 (and 2 IPUs or more) the head counts as a stage after IPU K-1:
     IPU 0 receives what it takes from IPU K-1.
     """
-    from popliner.memory.stages import boundary_bytes
-
+    boundary_bytes = facts.boundaries.boundary_bytes
     count = len(stages)
     plan = StageLayout.of(facts.layout, [[facts.layout.names[k] for k in group] for group in stages],
                           facts.training)
@@ -408,12 +407,12 @@ def stage_figures(facts: MemoryFacts, stages: Sequence[Sequence[int]]) -> tuple[
     for k in range(1, count):
         before = [x for group in order[:k] for x in group]
         after = [x for group in order[k:] for x in group] + head
-        crossing[k] = boundary_bytes(facts, before, after)
-        gradients[k] = boundary_bytes(facts, before, after, gradients_only=True)
+        crossing[k] = boundary_bytes(before, after)
+        gradients[k] = boundary_bytes(before, after, gradients_only=True)
     if wraps:
         before = [x for group in order for x in group]
-        crossing[0] = crossing[count] = boundary_bytes(facts, before, head)
-        gradients[0] = boundary_bytes(facts, before, head, gradients_only=True)
+        crossing[0] = crossing[count] = boundary_bytes(before, head)
+        gradients[0] = boundary_bytes(before, head, gradients_only=True)
     return tuple(_figure(facts, group, k, plan, crossing[k], crossing[k + 1], gradients[k])
                  for k, group in enumerate(stages))
 

@@ -30,7 +30,6 @@ from popliner.ops.layers import ops_of_layers
 
 __all__ = [
     "backward_part",
-    "boundary_bytes",
     "cycles_split",
     "pipeline_rerun_part",
     "pipeline_rerun_window",
@@ -206,8 +205,3 @@ def steps_of(facts: MemoryFacts, var: np.ndarray) -> tuple[np.ndarray, np.ndarra
     klass = facts.profile.variables.klass[var]
     return starts[klass], ends[klass]
 
-
-def boundary_bytes(facts: MemoryFacts, before: Sequence[int], after: Sequence[int],
-                   gradients_only: bool = False) -> int:
-    """Bytes sent over a boundary between two sets of layers (:meth:`Boundaries.boundary_bytes`)."""
-    return facts.boundaries.boundary_bytes(before, after, gradients_only)
