@@ -16,14 +16,9 @@ from popliner.pipeline import RangeCosts, extra_stash_entries
 from popliner.solvers.dp import copy_buffers
 from popliner.solvers.problem import Bounds, SplitProblem
 
-__all__ = ["SuffixTable", "forward_bounds", "slot", "suffix_table"]
+__all__ = ["SuffixTable", "forward_bounds", "suffix_table"]
 
 _INF = math.inf
-
-
-def slot(i: int, stages_left: int) -> tuple[int, int]:
-    """A (position, stage count) with ``stages_left`` stages from it to the end; position 0 only for layer 0."""
-    return (0, stages_left) if i == 0 else (1, stages_left + 1)
 
 
 @dataclass
@@ -67,7 +62,8 @@ def suffix_table(table: RangeCosts, problem: SplitProblem, bound: float, max_sta
                 break  # a stage after the first leaves room for at least one before it
             if lowest[r - 1] > n:
                 continue  # no r-1 stages fit after any end: none from here either
-            position, count = slot(i, r)
+            # A (position, stage count) with r stages from it to the end; position 0 only for layer 0.
+            position, count = (0, r) if i == 0 else (1, r + 1)
             extra = extra_stash_entries(position, count, table.head_wraps) if problem.training else 0
             # Ranges over the bound with at most this many stash entries bound this one too.
             while taken < len(known_over) and known_over[taken][0] <= extra:
