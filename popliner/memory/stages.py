@@ -1,10 +1,7 @@
 """The figures of a set of operations: pure functions of a scenario's memory facts.
 
-Everything popliner says about the memory of a set of operations comes from
-here (or from :mod:`popliner.memory.ranges`, the incremental form of the same
-figures for contiguous layer ranges). Callers give plain data: operation
-indices, or layer indices into the facts' ``layer_names``; the unlayered
-operations go with the first stage (``first_stage=True``), as PopLiner did.
+Their place among the figures: docs/solvers.md, 'Where the figures come from'. Callers give operation
+indices, or layer indices; the unlayered operations go with the first stage (``first_stage=True``).
 
 Training-dependent figures each have one named function, so that a change
 to the training model (:class:`popliner.memory.training.TrainingView`, the
