@@ -43,10 +43,8 @@ def greedy_bounds(table: RangeCosts, problem: SplitProblem) -> tuple[Bounds, flo
 def layers_needed(table: RangeCosts, problem: SplitProblem, start: int, min_layers: int) -> int:
     """Layers (with a name) the stage starting at layer ``start`` must hold under greedy minimum ``min_layers``.
 
-    On the first stage the unlayered group, when there is one, counts as a
-    layer; with fewer layers left than the minimum, one is enough. The
-    user's minimum applies as it is (capped by the number of layers, as
-    a single stage cannot hold more).
+    PopLiner's two bends of its minimum (docs/solvers.md, 'Greedy'); the user's minimum applies as it is,
+    capped by the number of layers (a single stage cannot hold more).
     """
     group = 1 if start == 0 and table.has_unlayered else 0
     left = table.num_layers - start + group

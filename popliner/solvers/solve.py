@@ -201,11 +201,8 @@ def best_effort(relaxed: Callable[[float], RangeCosts], problem: SplitProblem, d
     """The split over the IPUs asked for whose fullest tile is smallest, when nothing fits; () if none is within
     :data:`BEST_EFFORT_LIMIT` times the budget.
 
-    Ranges come from ``relaxed(BEST_EFFORT_LIMIT)`` (best as a lazy table,
-    evaluated only as far as read). The suffix DP reads only the ranges at
-    or under that limit, and the split is the one the forward DP over the
-    whole table would give (docs/solvers.md). Past ``deadline`` it raises
-    :class:`OutOfTime`.
+    Ranges come from ``relaxed(BEST_EFFORT_LIMIT)`` (best as a lazy table), through the suffix DP
+    (docs/solvers.md, 'Exact'). Past ``deadline`` it raises :class:`OutOfTime`.
     """
     table = relaxed(BEST_EFFORT_LIMIT)
     n = table.num_layers
