@@ -101,11 +101,13 @@ def solve_bounds(table: RangeCosts, problem: SplitProblem, *, solver: SolverName
                         bound=outcome.bound, gap=0.0, note=note)
 
 
-def exact_optimum(table: RangeCosts, problem: SplitProblem, values: RangeValues | None) -> Bounds:
+def exact_optimum(table: RangeCosts, problem: SplitProblem, values: RangeValues | None = None) -> Bounds:
     """The exact solver's split (the lexicographic optimum, as ``--solve`` gives it); () when none fits.
 
-    ``values``: :func:`first_values` of the table, worked out once for every stage count the caller solves.
+    ``values``: :func:`first_values` of the table, when the caller solves it for several stage counts
+    (every range's value, the same for each).
     """
+    values = values if values is not None else first_values(table, problem)
     per_count = _exact_per_count(table, problem, None, values=values)
     outcome = lexicographic_optimum(table, problem, per_count, range_values=values)
     return () if outcome is None else outcome.bounds
