@@ -34,15 +34,13 @@ class CheckResult:
         return all(i.fits for i in self.ipus)
 
 
-def check_config(analysis: Analysis, config: PipelineConfig, config_path: str, *, budget: int,
-                 largest: int = 5) -> CheckResult:
+def check_config(analysis: Analysis, config: PipelineConfig, config_path: str, *, budget: int) -> CheckResult:
     """Each IPU of the config against ``budget``, from the profile (:func:`popliner.pipeline.stage_figures`)."""
     _check_layers(analysis, config, config_path)
     results = []
     for k, (stage, result) in enumerate(zip(config.stages, analysis.stage_results(config.layer_groups, budget))):
         if not result.fits:
-            detail = overflow_detail(analysis.model, analysis.stage_ops(stage.layers, k == 0), result.worst_tile,
-                                     largest)
+            detail = overflow_detail(analysis.model, analysis.stage_ops(stage.layers, k == 0), result.worst_tile)
             result = dataclasses.replace(result, overflow=detail)
         results.append(result)
     return CheckResult(analysis.profile.path, config_path, budget, tuple(results))

@@ -115,14 +115,10 @@ class _Reader:
         return doc[key]
 
     def obj(self, doc: dict[str, Any], key: str, where: str = "") -> dict[str, Any]:
-        value = self._get(doc, key, where)
-        self.need(isinstance(value, dict), f"{where}{key}", "not an object")
-        return dict(value)
+        return self.dict_item(self._get(doc, key, where), f"{where}{key}")
 
     def string(self, doc: dict[str, Any], key: str, where: str = "") -> str:
-        value = self._get(doc, key, where)
-        self.need(isinstance(value, str), f"{where}{key}", "not a string")
-        return str(value)
+        return self.string_item(self._get(doc, key, where), f"{where}{key}")
 
     def whole(self, doc: dict[str, Any], key: str, where: str = "", *, low: int = 0) -> int:
         value = self._get(doc, key, where)

@@ -88,7 +88,7 @@ class CheckRecord:
 
 
 def check_record(analysis: Analysis, result: CheckResult, config: PipelineConfig, *,
-                 budget_fraction: float | None, largest: int = LARGEST_VARIABLES) -> CheckRecord:
+                 budget_fraction: float | None) -> CheckRecord:
     """The record of ``result``, the check of ``config`` from ``analysis``."""
     from popliner import __version__
     from popliner.breakdown import layer_rows
@@ -97,7 +97,7 @@ def check_record(analysis: Analysis, result: CheckResult, config: PipelineConfig
     rows = {row.layer: row for row in layer_rows(analysis)}
     ipus = []
     for k, (ipu, layers) in enumerate(zip(result.ipus, config.layer_groups)):
-        detail = overflow_detail(analysis.model, analysis.stage_ops(layers, k == 0), ipu.worst_tile, largest)
+        detail = overflow_detail(analysis.model, analysis.stage_ops(layers, k == 0), ipu.worst_tile, LARGEST_VARIABLES)
         ipus.append(CheckedIpu(
             ipu=ipu.ipu, layers=ipu.layers, worst_tile=ipu.worst_tile, worst_tile_bytes=ipu.worst_tile_bytes,
             budget=ipu.budget, components=tuple(ipu.worst_components.items()), stash_entries=ipu.stash_entries,

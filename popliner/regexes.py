@@ -77,7 +77,7 @@ class BoundedRegex:
         except TimeoutError:
             if self._left < self._each:  # cut short by what is left of the total: the total ran out
                 self._runaway(self._total_spent(self._searches + 1))
-            self._runaway(f"over {self._each:.3g} s on {_shown(text)}")
+            self._runaway(f"over {self._each:.3g} s on {text if len(text) <= 60 else text[:57] + '...'!r}")
         self._searches += 1
         self._left += self._per_name - (time.monotonic() - start)
         if self._left <= 0:
@@ -103,10 +103,6 @@ class RegexRunaway(UsageProblem):
 
     def from_source(self, source: str) -> RegexRunaway:
         return RegexRunaway(self.pattern, source, self.how, self.seconds)
-
-
-def _shown(text: str) -> str:
-    return repr(text if len(text) <= 60 else text[:57] + "...")
 
 
 class Searcher(Protocol):

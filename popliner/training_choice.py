@@ -40,17 +40,12 @@ def budget_table(analysis: Analysis, problem: SplitProblem, link_bytes_per_secon
 
 
 def fewest_ipus(analysis: Analysis, problem: SplitProblem, link_bytes_per_second: float = DEFAULT_LINK_BANDWIDTH,
-                deadline: float | None = None, table: ProfileRanges | None = None) -> int | None:
-    """The smallest number of IPUs on which the analysed model fits (:class:`OutOfTime` past ``deadline``).
-
-    Over ``table`` when given, else over a new :func:`budget_table`
-    (:func:`popliner.solvers.solve.minimum_ipus`).
-    """
+                deadline: float | None = None) -> int | None:
+    """The smallest number of IPUs on which the analysed model fits (:class:`OutOfTime` past ``deadline``), over
+    a new :func:`budget_table` (:func:`popliner.solvers.solve.minimum_ipus`)."""
     from popliner.solvers.solve import minimum_ipus
 
-    if table is None:
-        table = budget_table(analysis, problem, link_bytes_per_second, deadline)
-    return minimum_ipus(table, problem, deadline)
+    return minimum_ipus(budget_table(analysis, problem, link_bytes_per_second, deadline), problem, deadline)
 
 
 def training_flags(training: TrainingOptions, relative_to: TrainingOptions) -> str:
@@ -110,6 +105,8 @@ def suggest_options(analysis: Analysis, problem: SplitProblem, link_bytes_per_se
     (at least ``setup_seconds``, the caller's own facts and table), would
     end past the deadline.
     """
+    from popliner.solvers.solve import minimum_ipus
+
     if analysis.mode != "training":
         return Suggestion(None, None, 0, 0)
     current = analysis.options.training
@@ -128,7 +125,7 @@ def suggest_options(analysis: Analysis, problem: SplitProblem, link_bytes_per_se
             # The facts and the table's liveness grid are the part that cannot stop: time them together.
             table = budget_table(other, problem, link_bytes_per_second, deadline)
             setup_seconds = max(setup_seconds, time.monotonic() - began)
-            fewest = fewest_ipus(other, problem, link_bytes_per_second, deadline, table=table)
+            fewest = minimum_ipus(table, problem, deadline)
             tried += 1
             if fewest is not None and fewest <= problem.num_ipus:
                 return Suggestion(option, fewest, tried, len(options))

@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+import popliner.solvers.solve as solve
 import popliner.training_choice as training_choice
 from popliner.analysis import AnalysisOptions, _stage_results, analyse_profile
 from popliner.memory.training import TrainingOptions
@@ -52,7 +53,7 @@ def test_the_hint_stops_between_options_when_the_deadline_passes(monkeypatch):
     analysis = analyse_profile(load_profile(TINY_TRAINING),
                                AnalysisOptions(training=TrainingOptions(head_placement="last")))
     problem = SplitProblem(2, 400, training=True)
-    original = training_choice.fewest_ipus
+    original = solve.minimum_ipus
     deadline = time.monotonic() + 3600
 
     def slow(*args, **kwargs):
@@ -60,7 +61,7 @@ def test_the_hint_stops_between_options_when_the_deadline_passes(monkeypatch):
         monkeypatch.setattr("popliner.deadline.time", _After(deadline))
         return found
 
-    monkeypatch.setattr(training_choice, "fewest_ipus", slow)
+    monkeypatch.setattr(solve, "minimum_ipus", slow)
     out = training_choice.suggest_options(analysis, problem, deadline=deadline)
     assert (out.tried, out.candidates, out.out_of_time) == (1, 5, True)
     # Without a deadline the same search goes on to the option that fits (400 B: pipeline recomputation

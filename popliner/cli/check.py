@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import os
 from dataclasses import replace
 
@@ -20,8 +19,6 @@ from popliner.cli.options import (
 from popliner.fileio import check_writable, distinct_files, is_stdout, one_stdout
 
 __all__ = ["command"]
-
-log = logging.getLogger("popliner")
 
 
 @click.command(name="check", context_settings={"help_option_names": ["-h", "--help"]})

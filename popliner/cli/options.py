@@ -8,7 +8,6 @@ any work.
 
 from __future__ import annotations
 
-import logging
 import math
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -24,8 +23,6 @@ __all__ = ["BUDGET_DEFAULT", "BYTES_PER_TILE", "CACHE_DIR_HELP", "CLOCK_HZ", "CO
            "cache_dir_option", "cache_options", "config_source_options", "config_training_options",
            "force_option", "gradient_accumulation_option", "headroom_given", "layer_options",
            "link_bandwidth_option", "output_option", "schedule_options", "stacked"]
-
-log = logging.getLogger("popliner")
 
 F = TypeVar("F", bound=Callable[..., Any])
 

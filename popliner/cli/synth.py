@@ -128,10 +128,8 @@ def _spec(preset: str | None, mode: str | None, kind: str | None, options: dict[
 
 def _print_presets() -> None:
     """One row per preset; each column as wide as its longest cell (names and kinds vary in length)."""
+    from popliner.writers.ipu_table import text_table
+
     keys = ("kind", "mode", "layers", "hidden", "seq", "batch", "vocab", "tiles")
-    rows: list[tuple[str, ...]] = [("preset", *keys)]
-    rows += [(name, *(str(getattr(preset_spec(name), k)) for k in keys)) for name in preset_names()]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    for row in rows:
-        cells = [row[0].ljust(widths[0]), row[1].ljust(widths[1]), row[2].ljust(widths[2])]
-        click.echo("  ".join(cells + [cell.rjust(width) for cell, width in zip(row[3:], widths[3:])]))
+    rows = [(name, *(str(getattr(preset_spec(name), k)) for k in keys)) for name in preset_names()]
+    click.echo(text_table(("preset", *keys), rows, left=(0, 1, 2)))

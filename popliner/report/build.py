@@ -67,7 +67,7 @@ class Report:
     ipus: tuple[StageResult, ...]
     layers: tuple[LayerRow, ...]
     unlayered: LayerRow | None
-    liveness: Liveness | None
+    liveness: Liveness
     sim: SimResult
     options: tuple[OptionRow, ...]
     #: Every contiguous split over the report's IPUs, for the page's planner.
@@ -102,7 +102,7 @@ def build_report(analysis: Analysis, config: PipelineConfig, *, budget: int, sou
         version=__version__, profile_path=analysis.profile.path, profile_sha256=analysis.profile.sha256,
         source=source, mode=analysis.mode, tiles=int(target.tiles_per_ipu), bytes_per_tile=int(target.bytes_per_tile),
         budget=budget, ipus=ipus, layers=layer_rows(analysis), unlayered=unlayered_row(analysis),
-        liveness=liveness(analysis, fullest_ipu(ipus)) if ipus else None, sim=sim,
+        liveness=liveness(analysis, fullest_ipu(ipus)), sim=sim,
         options=model_options(analysis, config, g, micro_batch_size, link_bandwidth, sync_cycles),
         training=config.options.summary() if config.options is not None else "",
         coverage=_coverage(analysis),

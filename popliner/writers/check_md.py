@@ -68,8 +68,6 @@ def _reasons(report: CheckReport) -> list[str]:
 
 
 def _span(layers: tuple[str, ...]) -> str:
-    if not layers:
-        return "(none)"
     return code(layers[0], cell=True) if len(layers) == 1 else \
         f"{code(layers[0], cell=True)} .. {code(layers[-1], cell=True)}"
 

@@ -61,10 +61,9 @@ def render_report(report: Report) -> str:
     from plotly.offline import get_plotlyjs
 
     figures: dict[str, Any] = {"fig-memory": memory_figure(report.ipus, report.budget),
-                               "fig-tiles": heatmap_figure(report.ipus, report.budget)}
-    if report.liveness is not None:
-        figures["fig-liveness"] = liveness_figure(report.liveness)
-    figures["fig-schedule"] = schedule_figure(report.sim)
+                               "fig-tiles": heatmap_figure(report.ipus, report.budget),
+                               "fig-liveness": liveness_figure(report.liveness),
+                               "fig-schedule": schedule_figure(report.sim)}
     body = "\n".join((
         _header(report), _nav(), _split(report), _planner(report), _memory(report), _layers(report), _tiles(report),
         _liveness(report), _schedule(report), _options(report), _about(report),
@@ -171,8 +170,6 @@ def _tiles(r: Report) -> str:
 
 def _liveness(r: Report) -> str:
     live = r.liveness
-    if live is None:
-        return _section("liveness", "<p>No IPU to show.</p>", "")
     steps = live.last_step - live.first_step + 1
     pooled = (f" The {steps:,} steps are shown as {len(live.on_tile.y):,} points, each the maximum of "
               f"{live.on_tile.bucket} consecutive steps, so no peak is lost." if live.on_tile.bucket > 1 else "")
@@ -246,8 +243,6 @@ def _cell(value: object) -> tuple[str, str | None]:
 
 
 def _span(layers: Sequence[str]) -> str:
-    if not layers:
-        return "(empty)"
     return layers[0] if len(layers) == 1 else f"{layers[0]} .. {layers[-1]}"
 
 

@@ -28,22 +28,21 @@ import logging
 import os
 import warnings
 from collections.abc import Callable, Iterator, Sequence
-from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 import numpy as np
 
 from popliner.breakdown import Breakdown, LayerRow
 from popliner.errors import UsageProblem
-from popliner.fileio import check_writable, writes_in_place
+from popliner.fileio import check_writable
 from popliner.memory.types import COMPONENT_COLOURS, COMPONENT_TITLES, components
 from popliner.report.aggregate import grid_values, tile_grid
 from popliner.solvers.result import SplitResult, StageResult
 from popliner.textsafe import shown
-from popliner.writers.formats import writer_for
+from popliner.writers.formats import suffixes_for, writer_for
 from popliner.writers.gantt import write_gantt
 from popliner.writers.simulation import Simulation, plural
-from popliner.writers.writer import Functions, write_output
+from popliner.writers.writer import Functions, Writer, write_output
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -57,17 +56,12 @@ _BUDGET_COLOUR = "#d62728"
 _OVER_COLOUR = "#d62728"
 _FIT_COLOUR = "#4c72b0"
 _HEADROOM_COLOUR = "#c7e9c0"
-_SUFFIXES = {".png": "png", ".svg": "svg"}
 
 
-def _image_format(path: str | os.PathLike[str], force: bool) -> str:
-    """PNG or SVG from the suffix; checked (with overwrite) before any drawing."""
-    target = Path(path)
-    fmt = _SUFFIXES.get(target.suffix.lower()) or ("png" if writes_in_place(target) else None)
-    if fmt is None:
-        raise UsageProblem(f"{target}: plot file names end in .png or .svg")
-    check_writable(target, force)
-    return fmt
+def _image_writer(path: str | os.PathLike[str], force: bool) -> Writer:
+    """PNG or SVG from the suffix (the map's); checked (with overwrite) before any drawing."""
+    check_writable(path, force, suffixes=suffixes_for("Figure"), what="plot")
+    return writer_for(path, "Figure", "png")
 
 
 #: Characters of a name on a plot: longer names keep their start and end around an ellipsis. Text is laid out
@@ -113,8 +107,8 @@ def _new_figure(width: float, height: float) -> Figure:
     return Figure(figsize=(width, height), dpi=100, layout="constrained")
 
 
-def _save(figure: Figure, path: str | os.PathLike[str], fmt: str, force: bool) -> None:
-    write_output(figure, os.fspath(path), force, writer_for(None, "Figure", fmt))
+def _save(figure: Figure, path: str | os.PathLike[str], writer: Writer, force: bool) -> None:
+    write_output(figure, os.fspath(path), force, writer)
 
 
 def _write_figure(fmt: str) -> Callable[[Figure, IO[bytes]], None]:
@@ -164,7 +158,7 @@ def plot_layers(breakdown: Breakdown, path: str | os.PathLike[str], *, budget_by
     The operations of no layer come first as a bar of their own, as on the report's and the
     workbook's layer tables (they go with the first IPU).
     """
-    fmt = _image_format(path, force)
+    writer = _image_writer(path, force)
     with _plot_style():
         rows = plotted_layers(breakdown)
         names = [_label(layer.layer) for layer in rows]
@@ -174,7 +168,7 @@ def plot_layers(breakdown: Breakdown, path: str | os.PathLike[str], *, budget_by
         _draw_layer_worst(bottom, rows, budget_bytes)
         bottom.set_xticks(range(len(names)), names, rotation=90, fontsize=8)
         bottom.set_xlabel("Layer (program order)")
-        _save(figure, path, fmt, force)
+        _save(figure, path, writer, force)
 
 
 def plotted_layers(breakdown: Breakdown) -> tuple[LayerRow, ...]:
@@ -238,7 +232,7 @@ def plot_split(
 
     ``assumes`` names the training options of the figures (a second title line).
     """
-    fmt = _image_format(path, force)
+    writer = _image_writer(path, force)
     budget = split.budget_bytes
     with _plot_style():
         figure = _new_figure(_width_for(2 * len(split.stages)), 5.0)
@@ -247,12 +241,10 @@ def plot_split(
         count = split.num_ipus_used
         axes.set_title(f"{split.mode.capitalize()}: split over {plural(count, 'IPU')} "
                        f"({split.solver}, {split.status})" + (f"\ntraining options: {assumes}" if assumes else ""))
-        _save(figure, path, fmt, force)
+        _save(figure, path, writer, force)
 
 
 def _stage_label(stage: StageResult) -> str:
-    if not stage.layers:
-        return f"IPU {stage.ipu}\n(empty)"
     span = stage.first_layer if len(stage.layers) == 1 else f"{stage.first_layer} .. {stage.last_layer}"
     return f"IPU {stage.ipu}\n{_label(span or '')}"
 
@@ -302,7 +294,7 @@ def plot_tiles(
     out row by row (:func:`tile_grid`), one cell per tile; a tile over the
     budget is red whatever its excess.
     """
-    fmt = _image_format(path, force)
+    writer = _image_writer(path, force)
     if not ipus:
         raise UsageProblem("the split has no IPUs to plot")
     with _plot_style():
@@ -324,7 +316,7 @@ def plot_tiles(
         bar.ax.yaxis.set_major_formatter(_bytes_format())
         _draw_sorted(figure.add_subplot(grid[rows, :]), ipus, budget)
         figure.suptitle(title)
-        _save(figure, path, fmt, force)
+        _save(figure, path, writer, force)
 
 
 def _tile_colours(budget: int, top: int) -> tuple[Any, Any]:

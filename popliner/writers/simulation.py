@@ -5,13 +5,13 @@ Only formatting happens here; the numbers come from :func:`popliner.simulator.si
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING
 
 from popliner.simulator.engine import SimResult
 from popliner.simulator.schedule import render_ipu_view, render_stage_view
 from popliner.textsafe import shown
+from popliner.writers.ipu_table import text_table
 
 if TYPE_CHECKING:
     from popliner.training_record import ConfigTraining
@@ -83,7 +83,7 @@ def mode_of(result: SimResult) -> str:
 def _stage_table(result: SimResult) -> str:
     rows = [[str(s.index), str(s.ipu), s.kind, _int(s.cycles), _int(s.recompute_cycles), _int(s.send_bytes),
              shown(s.label)] for s in result.stages]
-    return _table(["PS", "IPU", "kind", "cycles/mb", "of which recompute", "sends B/mb", "layers"], rows,
+    return text_table(["PS", "IPU", "kind", "cycles/mb", "of which recompute", "sends B/mb", "layers"], rows,
                   left=(2, 6))
 
 
@@ -99,7 +99,7 @@ def _ipu_table(result: SimResult) -> str:
         ])
     head = ["IPU", "stages", "busy", "fill/flush", "imbalance", "copy+sync", "stash entries", "worst tile",
             "resident", "stash in flight", "copy buf", "peak", "budget", "fits"]
-    return _table(head, rows, left=(1, 13))
+    return text_table(head, rows, left=(1, 13))
 
 
 def _totals(result: SimResult) -> list[str]:
@@ -121,16 +121,6 @@ def _totals(result: SimResult) -> list[str]:
     else:
         lines.append(f"Memory: fits the budget of {_int(result.budget_bytes or 0)} B/tile on every IPU")
     return lines
-
-
-def _table(head: Sequence[str], rows: Sequence[Sequence[str]], left: Sequence[int] = ()) -> str:
-    """Columns padded to width; numbers right-aligned, columns in ``left`` left-aligned."""
-    widths = [max(len(r[k]) for r in [head, *rows]) for k in range(len(head))]
-    out = []
-    for r in [head, *rows]:
-        cells = [v.ljust(w) if k in left else v.rjust(w) for k, (v, w) in enumerate(zip(r, widths))]
-        out.append("  ".join(cells).rstrip())
-    return "\n".join(out)
 
 
 def _int(v: float) -> str:

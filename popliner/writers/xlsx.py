@@ -211,8 +211,6 @@ def write_workbook(
     write_output(tables, os.fspath(target), force, writer_for(None, "Tables", "xlsx"))
 
 
-
-
 #: Document dates written instead of the time of saving, so reruns give identical bytes.
 _FIXED_DATE = datetime.datetime(2000, 1, 1, tzinfo=datetime.timezone.utc)
 _ERROR_CODES = ("#DIV/0!", "#N/A", "#NAME?", "#NULL!", "#NUM!", "#REF!", "#VALUE!")
