@@ -1,17 +1,13 @@
 """PopART's pipeline rules, in one place, and the figure of an IPU in a pipeline.
 
 The rules are stated in the docs: stage numbering in docs/pipeline-config.md,
-stash depth and copy buffers in docs/solvers.md ('Training', 'An IPU's
-memory'), a head wrapped onto IPU 0 in docs/solvers.md
-('--head-placement'). The memory of an IPU, per tile, is::
-
-    model(its operations) + (depth - 1) x stash entry + copy buffer
-
-:func:`stage_figures` (any placement, from a scenario's memory facts),
-:func:`range_figure` (one contiguous range at position ``k`` of ``K``) and
-:func:`position_memory` (the worst tile from a range table, for solvers) all
-apply that one formula, so the solver, ``popliner check``, the simulator,
-the pipeline config, the tile plot and the planner give the same bytes.
+stash depth, copy buffers and an IPU's memory (model + stash + copy buffers)
+in docs/solvers.md ('Training', 'An IPU's memory'), a head wrapped onto IPU 0
+in docs/solvers.md ('--head-placement'). :func:`stage_figures` (any placement,
+from a scenario's memory facts), :func:`range_figure` (one contiguous range at
+position ``k`` of ``K``) and :func:`position_memory` (the worst tile from a range
+table, for solvers) all apply that one formula, so the solver, ``popliner check``,
+the simulator, the pipeline config, the tile plot and the planner give the same bytes.
 """
 
 from __future__ import annotations
@@ -187,10 +183,7 @@ def spread_over_tiles(nbytes: int, tiles: int) -> int:
 def copy_buffer_per_tile(bytes_in: int, bytes_out: int, tiles: int) -> int:
     """Per tile, the buffers of what an IPU receives (``bytes_in``) and sends on (``bytes_out``) per micro-batch.
 
-    The bytes crossing a boundary are the variables used on both sides and
-    sent (:meth:`popliner.memory.boundaries.Boundaries.sent`): in training
-    they already hold each activation (sent forward) and its gradient (sent
-    back) once each, so training adds nothing here.
+    In training the bytes already hold each gradient sent back (docs/solvers.md, 'An IPU's memory').
     """
     return spread_over_tiles(bytes_in + bytes_out, tiles)
 
@@ -280,9 +273,8 @@ def range_cost(costs: RangeCosts, i: int, j: int) -> int:
 def position_memory(costs: RangeCosts, i: int, j: int, position: int, num_ipus: int, training: bool) -> float:
     """Worst-tile bytes of range ``i..j`` on the IPU at ``position`` of ``num_ipus``; ``inf`` over the limit.
 
-    The model, the stash entries of the position and the copy buffers of the
-    range's two boundaries (:func:`range_boundaries`). Copy buffers are the
-    same on every tile, so they add to the worst tile as they are.
+    The model, the stash entries of the position and the copy buffers of the range's two boundaries
+    (:func:`range_boundaries`), the same on every tile.
     """
     base = costs.memory(i, j, extra_stash_entries(position, num_ipus, costs.head_wraps) if training else 0)
     if base == math.inf:
@@ -395,8 +387,7 @@ def stage_figures(facts: MemoryFacts, stages: Sequence[Sequence[int]]) -> tuple[
     on IPU 0 (and 2 IPUs or more) the head counts as a stage after IPU K-1:
     IPU 0 receives what it takes from IPU K-1.
     """
-    from popliner.memory.stages import boundary_bytes
-
+    boundary_bytes = facts.boundaries.boundary_bytes
     count = len(stages)
     plan = StageLayout.of(facts.layout, [[facts.layout.names[k] for k in group] for group in stages],
                           facts.training)
@@ -408,12 +399,12 @@ def stage_figures(facts: MemoryFacts, stages: Sequence[Sequence[int]]) -> tuple[
     for k in range(1, count):
         before = [x for group in order[:k] for x in group]
         after = [x for group in order[k:] for x in group] + head
-        crossing[k] = boundary_bytes(facts, before, after)
-        gradients[k] = boundary_bytes(facts, before, after, gradients_only=True)
+        crossing[k] = boundary_bytes(before, after)
+        gradients[k] = boundary_bytes(before, after, gradients_only=True)
     if wraps:
         before = [x for group in order for x in group]
-        crossing[0] = crossing[count] = boundary_bytes(facts, before, head)
-        gradients[0] = boundary_bytes(facts, before, head, gradients_only=True)
+        crossing[0] = crossing[count] = boundary_bytes(before, head)
+        gradients[0] = boundary_bytes(before, head, gradients_only=True)
     return tuple(_figure(facts, group, k, plan, crossing[k], crossing[k + 1], gradients[k])
                  for k, group in enumerate(stages))
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from popliner.memory.stages import boundary_bytes
 from popliner.pipeline import (
     backward_stage,
     extra_stash_entries,
@@ -329,8 +328,8 @@ def test_tied_head_crossing_by_hand_wrap():
     assert engine.boundaries.crossing.tolist() == [513, 258, 132]
     # Any two sets of layers use the same rule: {embedding, 1} against {0, head} share x0, dx0, h0, dh0, h1,
     # dh1 (dE is the head's and the embedding's: no crossing): 1 + 512 + 2 + 256 + 4 + 128.
-    assert boundary_bytes(engine, [0, 2], [1, 3]) == 903
-    assert boundary_bytes(tied_head("last").facts, [0, 2], [1, 3]) == 903 + 64
+    assert engine.boundaries.boundary_bytes([0, 2], [1, 3]) == 903
+    assert tied_head("last").facts.boundaries.boundary_bytes([0, 2], [1, 3]) == 903 + 64
     # Two IPUs [embedding + head | 0 1]: IPU 0 sends x0 + dx0 + ... after the embedding and receives what the
     # head takes from IPU 1.
     from popliner.pipeline import stage_figures

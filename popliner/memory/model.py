@@ -18,7 +18,6 @@ from popliner.memory.liveness import group_peak_totals, window_peak
 from popliner.memory.types import ComponentBytes, StageMemory
 from popliner.ops.operations import OperationTable
 from popliner.profile.model import DO_EXCHANGE, Profile
-from popliner.profile.tilevector import RunTable
 
 __all__ = ["MemoryModel", "whole_program_memory"]
 
@@ -103,7 +102,8 @@ class MemoryModel:
         if runs.size == 0:
             zero = np.zeros(self.tiles, np.int64)
             return zero, zero.copy()
-        vtype = _keys(verts)[runs].astype(np.int64)
+        assert verts.key is not None  # the loader always keys vertex counts by type
+        vtype = verts.key[runs].astype(np.int64)
         state = verts.sum_runs(runs, self.tiles, weights=sizes[vtype])
         # Presence of each type on each tile: a difference array per type.
         width = self.tiles + 1
@@ -179,7 +179,8 @@ class MemoryModel:
         run_op = self.ops.op_of_program[verts.run_rows()]
         keep = run_op >= 0
         run_op = run_op[keep]
-        vtype = _keys(verts)[keep].astype(np.int64)
+        assert verts.key is not None  # the loader always keys vertex counts by type
+        vtype = verts.key[keep].astype(np.int64)
         first, stop = verts.first[keep].astype(np.int64), verts.stop[keep].astype(np.int64)
         length = stop - first
         sizes = self.profile.vertex_types.size
@@ -215,13 +216,6 @@ def whole_program_memory(profile: Profile, ops: OperationTable) -> StageMemory:
     count too, so it compares with the profile's own totals.
     """
     return MemoryModel(profile, ops, np.ones(ops.count, bool)).stage(np.arange(ops.count))
-
-
-def _keys(table: RunTable) -> np.ndarray:
-    """The vertex type of every run of a vertex-count table (always keyed)."""
-    if table.key is None:  # pragma: no cover - the loader always builds it keyed
-        raise ValueError("vertex-count table without vertex types")
-    return table.key
 
 
 def _owner_sum(per_program: np.ndarray, owner: np.ndarray, mask: np.ndarray, n: int) -> np.ndarray:

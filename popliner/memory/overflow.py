@@ -8,6 +8,7 @@ import numpy as np
 
 from popliner.arrays import expand_ranges
 from popliner.memory.model import MemoryModel
+from popliner.memory.timeline import live_bytes_per_step
 
 __all__ = ["LiveVariable", "OverflowDetail", "overflow_detail"]
 
@@ -36,20 +37,13 @@ def overflow_detail(model: MemoryModel, ops: np.ndarray, tile: int, count: int =
     var = var[v.tile[var] == tile]
     if var.size == 0 or hi < lo:
         return OverflowDetail(tile, -1, ())
+    step = lo + int(np.argmax(live_bytes_per_step(p, var, lo, hi)))
     # Every liveness interval of those variables at once: its owner (position in ``var``) and bounds.
     klass = v.klass[var]
     counts = p.class_ptr[klass + 1] - p.class_ptr[klass]
     interval = expand_ranges(p.class_ptr[klass], counts)
     owner = np.repeat(np.arange(var.size), counts)
-    start, end = p.iv_start[interval].astype(np.int64), p.iv_end[interval].astype(np.int64)
-    nbytes = v.bytes[var].astype(np.int64)[owner]
-    # Per-step live bytes on this one tile: a difference array over the window (integer sums, any order).
-    a, b = np.maximum(start, lo), np.minimum(end, hi + 1)
-    inside = a < b
-    live_by_step = np.zeros(hi - lo + 2, np.int64)
-    np.add.at(live_by_step, a[inside] - lo, nbytes[inside])
-    np.add.at(live_by_step, b[inside] - lo, -nbytes[inside])
-    step = lo + int(np.argmax(np.cumsum(live_by_step)[:-1]))
+    start, end = p.iv_start[interval], p.iv_end[interval]
     live = np.zeros(var.size, bool)
     live[owner[(start <= step) & (step < end)]] = True
     alive = var[live].tolist()

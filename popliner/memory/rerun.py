@@ -1,14 +1,9 @@
 """Pipeline recomputation in a range table: the forward window's liveness of a running set, grown with it.
 
-Under ``--recompute pipeline`` a re-run stage peaks at the larger of its
-forward window, in the facts' forward-cut profile, and its backward part
-(:func:`popliner.memory.stages.stage_memory`). The running set's own liveness
-grid answers the backward window; :class:`ForwardCut` holds the same
-variables under the forward-cut profile's live steps, added layer by layer
-as the set grows, so that a range's figure costs two window readings instead
-of two sweeps over every interval of the range's variables (the direct
-figure: one range of the 1x BERT-Large profile took about 40 ms, and a
-pipeline table reads hundreds of them).
+The running set's own liveness grid answers a re-run range's backward window;
+:class:`ForwardCut` holds the same variables under the forward-cut profile's
+live steps, added layer by layer, for its forward window (docs/solvers.md,
+'The range table'; the direct figure took about 40 ms a range at 1x BERT-Large).
 
 The forward-cut profiles are the what-if profile with classes appended
 (:func:`popliner.memory.whatif.with_live_steps`), so a variable that keeps its

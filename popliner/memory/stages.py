@@ -1,10 +1,7 @@
 """The figures of a set of operations: pure functions of a scenario's memory facts.
 
-Everything popliner says about the memory of a set of operations comes from
-here (or from :mod:`popliner.memory.ranges`, the incremental form of the same
-figures for contiguous layer ranges). Callers give plain data: operation
-indices, or layer indices into the facts' ``layer_names``; the unlayered
-operations go with the first stage (``first_stage=True``), as PopLiner did.
+Their place among the figures: docs/solvers.md, 'Where the figures come from'. Callers give operation
+indices, or layer indices; the unlayered operations go with the first stage (``first_stage=True``).
 
 Training-dependent figures each have one named function, so that a change
 to the training model (:class:`popliner.memory.training.TrainingView`, the
@@ -30,7 +27,6 @@ from popliner.ops.layers import ops_of_layers
 
 __all__ = [
     "backward_part",
-    "boundary_bytes",
     "cycles_split",
     "pipeline_rerun_part",
     "pipeline_rerun_window",
@@ -206,8 +202,3 @@ def steps_of(facts: MemoryFacts, var: np.ndarray) -> tuple[np.ndarray, np.ndarra
     klass = facts.profile.variables.klass[var]
     return starts[klass], ends[klass]
 
-
-def boundary_bytes(facts: MemoryFacts, before: Sequence[int], after: Sequence[int],
-                   gradients_only: bool = False) -> int:
-    """Bytes sent over a boundary between two sets of layers (:meth:`Boundaries.boundary_bytes`)."""
-    return facts.boundaries.boundary_bytes(before, after, gradients_only)

@@ -1,17 +1,7 @@
 """Bounded work for any input: the sizes a profile makes popliner allocate, estimated before anything is.
 
-A small file can ask for a lot: one liveness class of 50,000 intervals
-shared by variables on 500 tiles is 25 million events for one sweep (1 MB
-of JSON, 3.5 GB and 15 s), and 50,000 vertex types on 65,536 tiles are a
-dense table of 3.3 billion cells (4.6 MB of JSON); the range tables of a
-solve or a review workbook hold a per-tile row for every range of layers
-(150 layers on 65,536 tiles: 742 million cells, from 30 KB of JSON). :func:`check_work`
-counts these quantities from the columns, in time proportional to the file,
-and refuses past a limit with one line that names the file, the quantity,
-its size, the limit and the environment variable that raises it
-(``docs/bad-inputs.md``, "Bounded work"). The limits leave every real
-profile through: BERT-Large training at 4x has few multi-interval classes
-and 1,472 tiles.
+The quantities, their limits, the variables that raise them and the sizes a small file can reach:
+docs/bad-inputs.md, "Bounded work". Each is counted from the columns, in time proportional to the file.
 """
 
 from __future__ import annotations
@@ -124,16 +114,12 @@ def check_range_tables(profile: Profile, layers: int) -> None:
 class RangeWork:
     """The range-table cells a pod plan evaluates, counted as its option sets evaluate them (one per plan).
 
-    A plan cannot know beforehand how many ranges its option sets read:
-    each reads only the ranges that fit, and takes what another option set
-    with the same figures evaluated. Counting every option set's whole
-    table (:func:`check_range_tables` with ``tables``) refused real plans
-    (a 120-layer BERT-Large on 64 IPUs: 263.6 M cells counted, where its
-    option sets evaluate or take 9,042 ranges, 17.9 M cells). So a plan
-    checks one table before anything is built, as a solve does, and then
-    counts each range as a table takes its figure (evaluated, or another
-    option set's); past the limit it stops with one line. The range tables'
-    work is then at most the limit's, whatever the option sets share.
+    A plan cannot know beforehand how many ranges its option sets read (each
+    reads only the ranges that fit, and takes what another with the same
+    figures evaluated), and counting every whole table refused real plans
+    (docs/bad-inputs.md, "Bounded work"). So a plan checks one table before
+    anything is built, as a solve does, then counts each range as a table
+    takes its figure; past the limit it stops with one line.
     """
 
     def __init__(self, profile: Profile) -> None:

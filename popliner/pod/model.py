@@ -1,11 +1,6 @@
 """The step-time model of one pod configuration: plain numbers in, seconds out (no profile, no I/O).
 
-A step of a replica is the pipeline schedule of its K IPUs (the simulator's:
-fill, main and flush cycles, each as long as its busiest IPU, then the sync
-and the inter-IPU copies of every cycle), followed on each IPU by the ring
-all-reduce of its gradients with the other replicas and, with off-chip
-optimizer state, the load and store of that state. docs/pod-planner.md
-writes the formulas out and works an example by hand.
+docs/pod-planner.md ("The step-time model") writes the formulas out and works an example by hand.
 """
 
 from __future__ import annotations
@@ -66,12 +61,8 @@ class PodConstants:
 def pipeline_cycles(work: Sequence[float], ipu_of_stage: Sequence[int], micro_batches: int) -> tuple[float, float]:
     """(compute phases summed over the step, the busiest IPU's work per micro-batch), in clock cycles.
 
-    Stage ``s`` (work ``work[s]`` per micro-batch, on IPU ``ipu_of_stage[s]``)
-    runs micro-batch ``c - s`` in cycle ``c``; a cycle's compute phase lasts
-    as long as the IPU with the most work in it. With G >= P every stage runs
-    in the G-P+1 main cycles, so the sum is the P-1 fill cycles (stages
-    ``0..c``), the main cycles (all stages) and the P-1 flush cycles (stages
-    ``d..P-1``): O(P x IPUs), whatever G.
+    Stage ``s`` has work ``work[s]`` per micro-batch, on IPU ``ipu_of_stage[s]``. The fill, main and flush
+    cycles' sum of docs/pod-planner.md: O(P x IPUs), whatever G.
     """
     p = len(work)
     if p == 0:
@@ -107,13 +98,7 @@ def streaming_seconds(state_bytes: float, bandwidth: float) -> float:
 
 @dataclass(frozen=True)
 class StepTime:
-    """One step of the pod, in seconds, split into parts that add up to ``seconds``.
-
-    ``compute``: the busiest IPU's work for the G micro-batches; ``bubble``:
-    what the pipeline's compute phases take beyond it (fill, flush and
-    imbalance); ``copies``: the sync and copy phase of every cycle;
-    ``allreduce`` and ``streaming``: the IPU whose end of step is last.
-    """
+    """One step of the pod, in seconds, split into the five parts of docs/pod-planner.md that add up to ``seconds``."""
 
     compute: float
     bubble: float

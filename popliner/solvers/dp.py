@@ -32,11 +32,9 @@ def dp_per_count(table: RangeCosts, problem: SplitProblem, objective: Objective 
                  floors: Mapping[int, float] | None = None) -> dict[int, tuple[Bounds, float] | None]:
     """The optimal split for each stage count the problem allows (exactly ``num_ipus`` when ``exact_ipus``).
 
-    A count whose first stage alone is above the best value of a smaller
-    count is not searched (None): its optimum is at least that first stage's,
-    so it can neither be the optimum nor tie with it. Nor is a count whose
-    floor (``floors``, from :func:`value_floors`) is above the cap or above
-    the best value of a smaller count, for the same reason.
+    A count is not searched (None) when its first stage alone is above the best value of a smaller count,
+    or its floor (``floors``, :func:`value_floors`) above that or the cap: it can neither be the optimum
+    nor tie with it (docs/solvers.md, 'Exact').
 
     ``cap``: only splits whose value is at most ``cap`` are searched; a count
     whose optimum is above it is None. For an objective that does not read
@@ -75,11 +73,9 @@ def dp_per_count(table: RangeCosts, problem: SplitProblem, objective: Objective 
 def value_floors(table: RangeCosts, problem: SplitProblem, objective: Objective | None = None, *,
                  values: RangeValues | None = None) -> dict[int, float]:
     """Per stage count, the best value of a split with memory left out (``inf``: none), for an objective that does
-    not read memory (else no count: no floor).
+    not read memory (else no count: no floor); no split of that count that fits does better.
 
-    No split of that count that fits does better: :func:`dp_per_count` need
-    not search a count whose floor is above its cap or above a count's
-    optimum. With no memory a range's value is the same at every position of
+    With no memory a range's value is the same at every position of
     every count, so one pass over ``k`` stages gives every count (``k``
     stages end at the last layer in row ``k - 1``), from each range's value
     taken once (``values``: the objective's, when the caller has them).
@@ -129,10 +125,8 @@ class RangeValues:
     """Each range's value (for an objective that does not read memory), and per last layer the first layers
     of the ranges within ``cap`` (later first, as the DP visits them).
 
-    ``lowest[j][i]``: the smallest value of a range ending at ``j`` that starts
-    at a layer from 1 to ``i``. The DPs visit the first layers of a column from
-    ``j`` down to 1, so it bounds every value still to come: once it is no
-    better than the best found, the rest of the column cannot improve on it.
+    ``lowest[j][i]``: the smallest value of a range ending at ``j`` that starts at a layer from 1 to ``i``,
+    the bound on a column's values still to come (docs/solvers.md, 'Exact').
     ``of``: the same values under another cap (worked out once per solve).
     """
 

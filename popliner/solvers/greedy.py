@@ -24,12 +24,8 @@ def greedy_bounds(table: RangeCosts, problem: SplitProblem) -> tuple[Bounds, flo
 
     Constraints the greedy rule cannot express (pins, same-IPU pairs) are
     honoured by refusing a split where it is not allowed: the stage then
-    keeps growing, and the attempt fails if that overflows.
-
-    In training the stash depth of IPU k depends on how many IPUs the
-    pipeline has, so each cap plans for K = 1, 2, ... IPUs and keeps the
-    first plan that places every layer on at most K (with fewer stages than
-    planned the real stashes are only smaller, so it still fits).
+    keeps growing, and the attempt fails if that overflows. In training each
+    cap plans for K = 1, 2, ... IPUs in turn (docs/solvers.md, 'Greedy', says why).
     """
     forbidden = table.forbidden_splits(problem.keep_shared_together)
     copies = copy_buffers(table)  # each range's, once for every fill
@@ -47,10 +43,8 @@ def greedy_bounds(table: RangeCosts, problem: SplitProblem) -> tuple[Bounds, flo
 def layers_needed(table: RangeCosts, problem: SplitProblem, start: int, min_layers: int) -> int:
     """Layers (with a name) the stage starting at layer ``start`` must hold under greedy minimum ``min_layers``.
 
-    On the first stage the unlayered group, when there is one, counts as a
-    layer; with fewer layers left than the minimum, one is enough. The
-    user's minimum applies as it is (capped by the number of layers, as
-    a single stage cannot hold more).
+    PopLiner's two bends of its minimum (docs/solvers.md, 'Greedy'); the user's minimum applies as it is,
+    capped by the number of layers (a single stage cannot hold more).
     """
     group = 1 if start == 0 and table.has_unlayered else 0
     left = table.num_layers - start + group

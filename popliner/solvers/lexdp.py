@@ -2,29 +2,9 @@
 
 A split into K stages is a path through a layered graph: node ``(p, i)`` is
 "stage position ``p`` starts at layer ``i``", and an edge is a range ``i..j``
-that may sit at position ``p`` (it fits with that position's stash entries and
-copy buffers, and honours pins, same-IPU pairs and the minimum layers per
-stage). Every objective is a figure per edge combined along the path by
-``max`` or ``sum`` (:mod:`popliner.solvers.objective`). With the objectives in
-order, each ``max`` one before every ``sum`` one (the default order: cycles,
-memory, crossing), the lexicographic optimum is exact by elimination:
-
-1. objective 1's optimum over every stage count is the exact DP's
-   (:func:`popliner.solvers.dp.dp_per_count`); only the counts that reach it
-   can win, and on them only edges within it can be used;
-2. each following ``max`` objective: its smallest largest edge value over the
-   paths the earlier objectives leave (a bottleneck DP from the end), after
-   which only edges within it are kept;
-3. the ``sum`` objectives: the smallest sums, compared in order, over the
-   paths that are left (a shortest-path DP from the end).
-
-A path that keeps to the kept edges has every earlier optimum, so the result
-is the same tuple a CP-SAT model proves (tests/ilp_oracle.py: tests/test_lexdp.py
-holds both, and a brute force over every split, against each other). Among
-splits equal on all three objectives it takes the fewest stages, then the
-latest stage ends, stage by stage (each IPU holds as many layers as the
-optimum allows, in order, as a pipeline is filled).
-
+that may sit at position ``p`` (:mod:`popliner.solvers.edges`). The objectives
+are eliminated in order over those paths; docs/solvers.md ("Exact") gives the
+steps, why the result is the tuple a CP-SAT model proves, and the tie-break.
 Only orders with every ``max`` objective before the ``sum`` ones are
 allowed (:func:`popliner.solvers.objective.objective_order` refuses others).
 """

@@ -21,13 +21,8 @@ TIMEOUT = "TIMEOUT"
 
 @dataclass(frozen=True)
 class StageResult:
-    """One pipeline stage = the layers placed on one IPU.
-
-    The figures of a stage in the ``--solve`` JSON (docs/solvers.md, 'Output'):
-    ``memory`` summed over tiles, without stash; ``worst_tile_bytes`` with
-    stash and copy buffers (:mod:`popliner.pipeline`); ``stash_bytes``, the
-    ``depth - 1`` entries the profile does not hold, **summed over tiles**;
-    ``budget``, the per-tile budget it is held against.
+    """One pipeline stage = the layers placed on one IPU: its figures are those of the ``--solve`` JSON
+    (docs/solvers.md, 'Output'; ``budget``: the per-tile budget it is held against).
 
     It is the one record of an IPU of a split, whoever places it (a solver,
     ``popliner check``, the report): :func:`stage_result` builds it from the

@@ -60,10 +60,7 @@ def solve_bounds(table: RangeCosts, problem: SplitProblem, *, solver: SolverName
     budget, for a best-effort split when nothing fits; ``layer_need(k)`` the
     phrase saying what layer ``k`` alone needs, to say which layer is too large.
 
-    ``time_limit`` bounds the whole solve (from ``started`` when given), the
-    range tables it builds included. When nothing is left, the best split known so far
-    (the DP's optimum of the first objective, or greedy's) comes back as
-    FEASIBLE, with a note saying so.
+    ``time_limit`` bounds the whole solve, from ``started`` when given (docs/solvers.md, ``--time-limit``).
     """
     # ``started``: when the caller's solve began (its ``time.monotonic()``), so that what it did
     # before (the memory facts and their training view) counts against the limit too.
@@ -84,8 +81,7 @@ def solve_bounds(table: RangeCosts, problem: SplitProblem, *, solver: SolverName
     with phase("building range tables"):
         try:
             # Each range's value of objective 1 when it needs no memory: once for the floor, the DP and the edges.
-            first = objective_order(table, problem.objectives)[0]
-            values = None if first.uses_memory else RangeValues(table, first, math.inf)
+            values = first_values(table, problem)
             per_count = _exact_per_count(table, problem, deadline, values=values)
         except OutOfTime as stop:
             return _out_of_time(table, problem, stop.best, relaxed, layer_need, time_limit, "ilp")
@@ -98,6 +94,7 @@ def solve_bounds(table: RangeCosts, problem: SplitProblem, *, solver: SolverName
             return _out_of_time(table, problem, dp, relaxed, layer_need, time_limit, "ilp")
     if outcome is None:
         return _infeasible(table, problem, "ilp", relaxed, layer_need, deadline, time_limit)
+    first = objective_order(table, problem.objectives)[0]
     note = (f"objective: {first.title}" + ("" if table.has_cycles else " (the profile has no cycles)")
             + "; proved optimal by the exact DP, each objective in turn (CP-SAT not needed)")
     return SplitOutcome("ilp", "OPTIMAL", outcome.bounds, objective=float(outcome.objectives[0]),
@@ -126,13 +123,9 @@ def _exact_per_count(table: RangeCosts, problem: SplitProblem, deadline: float |
                      values: RangeValues | None = None) -> dict[int, tuple[Bounds, float] | None]:
     """The exact DP's optimum of objective 1 for every stage count that reaches the best one (others may be None).
 
-    First capped at the best value with memory left out (the smallest of :func:`value_floors`):
-    when a split reaches it, it is the optimum, and only the ranges within it
-    were read. Otherwise memory binds: the cap grows by :data:`CAP_STEP` at a
-    time (a few times, then no cap), and the first cap some split reaches
-    gives the optimum exactly (every count that reaches it, with the plain
-    DP's split), having read only the ranges within at most that step past it.
-    ``values``: objective 1's :class:`RangeValues`, when the caller has them.
+    First capped at the best value with memory left out (the smallest of :func:`value_floors`), then, while
+    no split reaches the cap, by :data:`CAP_STEP` more at a time (docs/solvers.md, 'Exact', says why the
+    first cap reached gives the optimum). ``values``: objective 1's :class:`RangeValues`, when the caller has them.
     """
     # Each count's floor: a count whose floor is above the cap has no split within it, and is not searched.
     floors = value_floors(table, problem, values=values)
@@ -210,11 +203,8 @@ def best_effort(relaxed: Callable[[float], RangeCosts], problem: SplitProblem, d
     """The split over the IPUs asked for whose fullest tile is smallest, when nothing fits; () if none is within
     :data:`BEST_EFFORT_LIMIT` times the budget.
 
-    Ranges come from ``relaxed(BEST_EFFORT_LIMIT)`` (best as a lazy table,
-    evaluated only as far as read). The suffix DP reads only the ranges at
-    or under that limit, and the split is the one the forward DP over the
-    whole table would give (docs/solvers.md). Past ``deadline`` it raises
-    :class:`OutOfTime`.
+    Ranges come from ``relaxed(BEST_EFFORT_LIMIT)`` (best as a lazy table), through the suffix DP
+    (docs/solvers.md, 'Exact'). Past ``deadline`` it raises :class:`OutOfTime`.
     """
     table = relaxed(BEST_EFFORT_LIMIT)
     n = table.num_layers
@@ -250,9 +240,7 @@ def infeasibility_reason(table: RangeCosts, problem: SplitProblem,
 def minimum_ipus(table: RangeCosts, problem: SplitProblem, deadline: float | None = None) -> int | None:
     """Fewest stages that fit (ignoring the IPU count asked for), or None (:class:`OutOfTime` past ``deadline``).
 
-    One suffix DP at the table's limit answers every stage count at once
-    (:mod:`popliner.solvers.suffix`); with a lazy table it reads only the
-    rows a fitting split could start at, and them only as far as they fit.
+    One suffix DP at the table's limit (:mod:`popliner.solvers.suffix`) answers every stage count at once.
     """
     n = table.num_layers
     suffixes = suffix_table(table, problem, float(table.limit), n, deadline)

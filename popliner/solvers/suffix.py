@@ -1,23 +1,9 @@
 """The smallest worst-tile memory of a split, reading only the ranges that can matter: a DP over suffixes.
 
-In training a stage's stash depth depends only on how many stages there
-are from it to the end (``r``: ``2(r-1)+1`` entries, ``2r+1`` with a
-wrapped head), not on the pipeline's length. So ``best[r][i]``, the
-smallest largest memory of layers ``i..n-1`` in exactly ``r`` stages,
-serves every stage count at once: a split into ``K`` stages is
-``best[K][0]``. The table is filled from the last layer backwards, one row
-of the range table (ranges ``i..j``, growing ``j``) at a time, so a lazy
-:class:`popliner.memory.ranges.ProfileRanges` evaluates each row once and
-only as far as it is read.
-
-Only ranges at or under ``bound`` are read: a row stops at the first range
-over it, and a range holding one known to be over it (same or fewer stash
-entries) is not read at all. With ``bound`` at least the optimum, the
-values at or under it are exact.
-
-:func:`forward_bounds` then picks, for the chosen stage count, the split
-:func:`popliner.solvers.dp.dp_for_stages` would (the same tie-breaking), from
-the ranges this pass kept; see docs/solvers.md for why it is the same.
+``best[r][i]`` (layers ``i..n-1`` in exactly ``r`` stages) serves every stage
+count at once, read from a lazy range table only as far as ``bound`` allows;
+:func:`forward_bounds` then rebuilds the split the forward DP would pick.
+Why it reads so little and gives the same split: docs/solvers.md, "Exact" (its paragraphs on suffix.py).
 """
 
 from __future__ import annotations
@@ -30,14 +16,9 @@ from popliner.pipeline import RangeCosts, extra_stash_entries
 from popliner.solvers.dp import copy_buffers
 from popliner.solvers.problem import Bounds, SplitProblem
 
-__all__ = ["SuffixTable", "forward_bounds", "slot", "suffix_table"]
+__all__ = ["SuffixTable", "forward_bounds", "suffix_table"]
 
 _INF = math.inf
-
-
-def slot(i: int, stages_left: int) -> tuple[int, int]:
-    """A (position, stage count) with ``stages_left`` stages from it to the end; position 0 only for layer 0."""
-    return (0, stages_left) if i == 0 else (1, stages_left + 1)
 
 
 @dataclass
@@ -81,7 +62,8 @@ def suffix_table(table: RangeCosts, problem: SplitProblem, bound: float, max_sta
                 break  # a stage after the first leaves room for at least one before it
             if lowest[r - 1] > n:
                 continue  # no r-1 stages fit after any end: none from here either
-            position, count = slot(i, r)
+            # A (position, stage count) with r stages from it to the end; position 0 only for layer 0.
+            position, count = (0, r) if i == 0 else (1, r + 1)
             extra = extra_stash_entries(position, count, table.head_wraps) if problem.training else 0
             # Ranges over the bound with at most this many stash entries bound this one too.
             while taken < len(known_over) and known_over[taken][0] <= extra:
