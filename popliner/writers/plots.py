@@ -1,24 +1,8 @@
 """Review plots (matplotlib, Agg): per-layer memory, a split's IPUs, one IPU's tiles.
 
-Which figure each plot shows:
-
-* :func:`plot_layers` has two panels. The top one stacks the five components
-  of each layer *summed over tiles* (the only per-component view the layer
-  rows carry), with the IPU's capacity (budget x tiles) as a reference line.
-  The bottom one shows each layer's *worst-tile* bytes against the per-tile
-  budget: that is the figure that decides whether a layer fits, and a layer
-  over the line cannot fit on any IPU by itself.
-* :func:`plot_split` shows each IPU's worst tile (stash included) against the
-  budget, with the headroom left on top of each bar.
-* :func:`plot_tiles` shows every IPU of a split tile by tile: a heatmap per
-  IPU (tiles in a grid, worst tile boxed) and the per-tile totals of all IPUs
-  sorted, both with the stash and copy buffers included.
-
-Output is PNG or SVG by the file suffix and is reproducible: matplotlib's
-default style (not the user's matplotlibrc), a fixed SVG hash salt and no
-date or software stamp in the metadata. matplotlib is imported inside the
-functions so importing popliner stays cheap; pyplot is never used, so no
-global figure state or GUI backend is involved.
+What each plot shows, and how the output is kept reproducible: docs/spreadsheets.md
+('Plots'). matplotlib is imported inside the functions so importing popliner stays
+cheap; pyplot is never used, so no global figure state or GUI backend is involved.
 """
 
 from __future__ import annotations
