@@ -1,24 +1,10 @@
 """A small spreadsheet-formula layer shared by the CSV, TSV and XLSX writers.
 
-Every derived figure in a review table (a row total, a column sum, a byte
-count shown in MB, a per-IPU sum in the split planner) is built once as a
-formula object. The same object
-
-* renders as spreadsheet text (``=SUM(D2:D9)``) for TSV and XLSX, so an
-  engineer sees how the figure is obtained and edits propagate, and
-* evaluates in Python to the value popliner writes into CSV.
-
-Because both come from one object the two outputs agree cell for cell; the
-tests check that against an independent engine (the ``formulas`` package).
-
-Evaluation follows the spreadsheet rules that matter here: blank cells count
-as 0 in arithmetic, SUM ignores text, blanks and booleans in ranges, ROUND
-takes halves away from zero, and SUMIF/COUNTIF match by equality only (no
-``">5"``-style criteria; popliner never needs them).
-
-A :class:`Grid` is one sheet: it places rows, knows each cell's A1 address
-and evaluates its formula cells, following references into other grids of a
-:class:`Book` when a reference names another sheet.
+Every derived figure is built once as a formula object that both renders as
+spreadsheet text (TSV, XLSX) and evaluates in Python to the value written into
+CSV, so the outputs agree cell for cell. The formula kinds, the spreadsheet rules
+their evaluation follows, and :class:`Grid` and :class:`Book`: docs/spreadsheets.md
+('The formula layer').
 """
 
 from __future__ import annotations
