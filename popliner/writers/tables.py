@@ -1,20 +1,10 @@
 """CSV and TSV review tables: operations, layers, memory totals, layer matrices.
 
 Each table is first built as a :class:`~popliner.writers.formula.Grid`, the
-same grid the XLSX workbook uses, then written row by row:
-
-* CSV (``fmt="csv"``) holds plain values: every derived cell evaluated;
-* TSV (``fmt="tsv"``) holds the formulas (``=SUM(D2:D9)``,
-  ``=ROUND(H2/1000000,1)``) wherever a value is derived, for pasting into a
-  spreadsheet. Evaluated, the TSV equals the CSV cell for cell.
-
-Text cells that a spreadsheet program could take for a formula (a leading
-``=``, ``+``, ``-``, ``@``, tab or carriage return) get a leading ``'`` so
-that opening a table never runs an operation name as a formula. Quoting
-otherwise follows the csv module's ``excel`` / ``excel-tab`` dialects.
-
-The writers take an open text stream; the caller opens it, normally with
-:func:`open_table` (atomic write, ``newline=""`` as the csv module wants).
+same grid the XLSX workbook uses, then written row by row. What CSV and TSV
+hold, the escaping of formula-like text and the dialects: docs/spreadsheets.md
+('CSV and TSV'). The writers take an open text stream; the caller opens it,
+normally with :func:`open_table`.
 """
 
 from __future__ import annotations
