@@ -5,12 +5,8 @@ the CSV/TSV writers use, so derived cells are live formulas that evaluate to
 the figures popliner reports. This module only places the grids in a
 workbook and makes them readable: frozen headers, column widths, number
 formats, outline groups, the planner's highlighting and input validation.
-
-Each formula cell is stored with its formula *and* the value popliner
-computed for it, so readers that do not recalculate (pandas, openpyxl with
-``data_only=True``, file previewers) see numbers; spreadsheet programs still
-recalculate on opening. Booleans carry a ``TRUE``/``FALSE`` number format so
-that programs which show a comparison's result as a number show the words.
+Why each formula cell also stores its value, and the booleans' number format:
+docs/spreadsheets.md ('The workbook').
 """
 
 from __future__ import annotations
