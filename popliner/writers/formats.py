@@ -1,19 +1,9 @@
 """Every output format popliner writes, and the one map from a file name's suffix to its writer.
 
-A writer is one format (CSV, JUnit XML, a PNG image ...): the suffixes that
-choose it, whether it writes bytes or text, and the kinds of value it can
-write, named by their types (a command's result: ``Simulation``,
-``CheckReport``, ``Tables``, ``PipelineConfig``, ``Report`` ...). Every
-command picks its writer here, from the name given to ``-o`` (or to a flag
-of its own, such as ``--trace``):
-
-* a suffix in the map writes that format, when the format writes what the
-  command makes; a suffix of another format is refused (exit 2) with the
-  suffixes the command takes;
-* any other name, and stdout, get the command's default format.
-
-The protocol is :mod:`popliner.writers.writer`'s. A new format is one
-module holding its functions and one line in :data:`WRITERS`; see docs/writers.md.
+What a writer is, how every command picks one from the name given to ``-o``
+(or to a flag of its own, such as ``--trace``), and how a new format is one
+module and one line in :data:`WRITERS`: docs/writers.md. The protocol is
+:mod:`popliner.writers.writer`'s.
 """
 
 from __future__ import annotations
