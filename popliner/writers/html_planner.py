@@ -1,12 +1,9 @@
 """The report's split planner on the page: its data (JSON), its section, its styles; its script is planner.js.
 
 The data are the records of :mod:`popliner.report.planner`, one per range and
-position, as arrays (a key list says what each column is). Every name from
-the profile reaches the page as JSON inside a ``<script type="application/json">``
-(``<`` escaped) and is put on the page as text (``textContent``), never as
-markup. Text that goes into the YAML and the command is quoted by Python's
-own quoting (a YAML double-quoted scalar, a shell word), so the page only
-joins pieces.
+position, as arrays (a key list says what each column is). How profile names
+reach the page and the YAML and command safely: docs/report.md ('Plan it
+yourself: the split planner', its last paragraph).
 """
 
 from __future__ import annotations
