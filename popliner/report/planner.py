@@ -1,16 +1,9 @@
 """The report's split planner: the figures of every contiguous split over the report's IPUs, for the page.
 
-A contiguous split over K IPUs puts layers ``i..j`` on the IPU at position
-``p``; that IPU's figure depends on nothing else (:func:`popliner.pipeline.range_figure`,
-the door ``--solve`` and ``--split-after`` take for each stage). So the page
-needs one record per valid ``(i, j, p)`` (:func:`planner_records`: 648 for
-24 layers over 16 IPUs). Each record holds what ``popliner check`` and the
-pipeline config say of that IPU: the worst tile and its bytes, the
-components on it, stash and copy buffers, the config's ``predicted`` block,
-and what the simulator reads of the IPU. The page looks the records up; the
-only rules it applies itself are headroom (budget - worst tile), the stage
-expansion and the step time of the simulator, which the browser test holds
-equal to Python's over many splits.
+Why one record per range and position (:func:`planner_records`) makes the page
+exact, what a record holds, and the only rules the page applies itself:
+docs/report.md ('Plan it yourself: the split planner'). The browser test holds
+those rules equal to Python's over many splits.
 """
 
 from __future__ import annotations
