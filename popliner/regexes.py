@@ -4,16 +4,11 @@ A pattern such as ``(a|aa)+$`` backtracks exponentially: Python's ``re``
 takes seconds on a 34-character name and doubles with every few more, and
 it cannot be interrupted. Patterns given in options, configs and workbooks
 are therefore compiled with the ``regex`` package (the same syntax as
-``re``, its version 0 behaviour) and each search gets a timeout. A search
-that runs out of time, or searches with one pattern that together run past
-their total, stop the run with one line naming the pattern and where it came
-from (exit 2).
-
-Bounds: :data:`SEARCH_SECONDS` per search, and for all searches with one
-compiled pattern :data:`TOTAL_SECONDS` plus :data:`PER_NAME_SECONDS` per
-name searched (so millions of names, a few microseconds each, always fit,
-while many names that each backtrack for almost a second do not);
-``POPLINER_REGEX_SECONDS`` raises (or lowers) all three in proportion.
+``re``, its version 0 behaviour) and each search gets a timeout. The bounds
+(:data:`SEARCH_SECONDS`, :data:`TOTAL_SECONDS`, :data:`PER_NAME_SECONDS`,
+``POPLINER_REGEX_SECONDS``), their price and the message: docs/bad-inputs.md
+('Regexes from options and files'). The total grows per name so that millions
+of quick names always fit, while many names that each backtrack do not.
 """
 
 from __future__ import annotations
