@@ -2,19 +2,10 @@
 
 The framework decides what a pipeline config turns into (how blocks get
 their pipeline stages, what it recomputes by itself, where a head goes), so
-popliner records it in every output. It comes from, in order:
-
-1. ``--framework`` (the user knows best; optimum-graphcore is PopTorch
-   underneath and leaves no trace of its own in a profile);
-2. the profile's ``source.framework`` when it names one of the frameworks
-   (an exporter or ``popliner synth --framework`` writes it; ``synthetic``
-   names none);
-3. the debug-context layers: ``poptorch`` (PopTorch lowers through PopART,
-   so its profiles have ``popart`` contexts too and ``poptorch`` wins), then
-   ``popxl``, then TensorFlow's ``xla_op`` / ``tensorflow`` layers, then
-   ``popart`` / ``popartbuilder`` / ``onnx`` (:func:`framework_of_layers`,
-   which ``popliner export`` also calls to write ``source.framework``);
-4. else PopART, said as a default.
+popliner records it in every output. Where the choice comes from, in order,
+and where it is recorded: docs/frameworks.md ('Which framework').
+:func:`framework_of_layers` is the debug-context step, which ``popliner
+export`` also calls to write ``source.framework``.
 """
 
 from __future__ import annotations
