@@ -1,17 +1,11 @@
 """Near choices: a split engineers often pick instead of popliner's, and how far it is on the step model.
 
-Graphcore's published pipelines often leave IPU 0 to the embedding (with a
-tied head wrapped back onto it): the TensorFlow 2 BERT pretraining configs
-of graphcore/examples map ``[emb] [4 layers] [4 layers] [4 layers] [heads]``
-onto IPUs ``[0, 1, 2, 3, 0]``, layers per IPU ``[0, 4, 4, 4]``. popliner's
-solvers balance the slowest IPU's cycles and memory instead, so their pick can
-put layers on IPU 0. :func:`popliner.plan.plan_split` solves once more with
-the embedding alone on IPU 0 (over the same IPUs) and compares the two on the
-pod planner's step model (:func:`popliner.pod.plan.pipeline_step`: one
-replica, G = 16 K micro-batches, fill, main and flush cycles plus every
-cycle's sync and copies). When the alternative is within :data:`NEAR_SHARE`
-(the request's ``near_share``) of the pick, or faster, the summary says so with both figures.
-docs/solvers.md ("Near choices") works an example by hand.
+The split compared (an embedding-only IPU 0, as the TensorFlow 2 BERT
+pretraining configs of graphcore/examples map ``[emb] [4 layers] [4 layers]
+[4 layers] [heads]`` onto IPUs ``[0, 1, 2, 3, 0]``), solved by
+:func:`popliner.plan.plan_split` over the same IPUs, the step model
+(:func:`popliner.pod.plan.pipeline_step`) and when the summary says so
+(:data:`NEAR_SHARE`, or the request's ``near_share``): docs/solvers.md ("Near choices"), with an example worked by hand.
 """
 
 from __future__ import annotations
