@@ -1,21 +1,11 @@
 """Every output file of popliner goes through here.
 
-* A regular file is written to a temporary file in its folder and renamed
-  into place, so an error, Ctrl-C, SIGTERM or SIGHUP never leaves a
-  half-written file under the user's name (nor the temporary file). An
-  existing file is replaced only with ``force=True``.
-* A symbolic link is never written through, dangling or not: without
-  ``force`` it is refused like an existing file (so its target is never
-  created), and with ``force`` the new file replaces the link itself, leaving
-  its target alone.
-* ``-`` and ``/dev/stdout`` write to standard output; ``/dev/stderr`` to
-  standard error.
-* A character device (``/dev/null``) or a FIFO is written straight into, as
-  the shell's ``>`` would; ``force`` never changes what kind of thing is
-  there. Directories, block devices and sockets are refused.
-* Any ``OSError`` of the file system (read-only, permission denied, no space,
-  name too long ...) becomes :class:`~popliner.errors.OutputError`, one line
-  naming the path, the cause and a fix.
+What happens to each kind of path (a regular file written to a temporary file
+and renamed into place, a symbolic link never written through, ``-`` and the
+standard streams, devices and FIFOs written into, what is refused), how an
+interrupted run leaves no partial file, and the one-line messages for
+``OSError``: docs/bad-inputs.md ('Outputs that cannot be written',
+'Interrupted runs'). An ``OSError`` becomes :class:`~popliner.errors.OutputError`.
 
 :func:`check_writable` runs the same checks up front (including creating and
 removing a probe file in the folder) so that commands fail before any work or
