@@ -12,12 +12,9 @@ can see the layer of the operation after it):
    embedding) -> the first layer;
 6. ``none``: no layer.
 
-The layer regex comes from a named preset (:data:`LAYER_PRESETS`): PopART's
-slash-separated scopes, or the dot-separated module paths of PyTorch models
-(Hugging Face, GPT-2, Llama, timm, torchvision). ``auto`` tries them in order
-and keeps the one that gives the most operations a layer; on a tie, the one
-with more layers (finer stages to split between), then the earlier one. An
-explicit ``--layer-name-regex`` overrides any preset.
+The layer regex comes from a named preset (:data:`LAYER_PRESETS`); the presets,
+how ``auto`` picks one and ``--layer-name-regex`` overriding them: README
+('Layer names'). A tie goes to more layers because they are finer stages to split between.
 """
 
 from __future__ import annotations
