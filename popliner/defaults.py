@@ -1,15 +1,10 @@
 """What each framework builds when the user says nothing: the defaults a split is planned with.
 
 popliner's figures must describe the pipeline the framework will run, so three choices follow the
-framework unless the user overrides them: **recomputation** (PopTorch and optimum-graphcore switch
-pipeline recomputation on over more than one IPU, every-layer when each layer holds a recomputation
-checkpoint; PopART, PopXL and TensorFlow recompute nothing unless asked), **where the head goes**
-(optimum's pretraining and LM models wrap it back onto IPU 0, its classification and QA models put it on
-the last IPU; with PopTorch alone popliner writes the head's block, so it picks what fits best; PopART
-builds any placement as written, ``wrap`` for a tied head as Graphcore's own BERT pipelines run it), and
-**a head tied to the embedding**, which no framework builds on another IPU than the embedding's
-(:func:`tie_refusal`). docs/pipeline-config.md lists the rules with their sources (PopTorch's
-``Compiler.cpp``, PopART's pipeline transform, graphcore/examples' BERT configs).
+framework unless the user overrides them: recomputation, where the head goes, and a head tied to the
+embedding, which no framework builds on another IPU than the embedding's (:func:`tie_refusal`).
+docs/pipeline-config.md ('What the framework builds') gives each framework's rules with their sources
+(PopTorch's ``Compiler.cpp``, PopART's pipeline transform, graphcore/examples' BERT configs).
 """
 
 from __future__ import annotations
