@@ -3,16 +3,13 @@
 A workbook is a zip of XML parts, and a small file can unpack into
 gigabytes (a huge sheet that compresses 1000:1, a million long shared
 strings) or carry a DTD whose entities expand. ``popliner check`` and
-``config-from`` need one sheet, so:
-
-* openpyxl reads in read-only mode: the other sheets are never unpacked;
-* before anything is parsed, the parts openpyxl parses in full (all but
-  the worksheets) must fit in ``$POPLINER_MAX_WORKBOOK_BYTES`` by their declared
-  sizes (the zip reader never yields more than a part's declared size);
-* every part openpyxl opens goes through :class:`_GuardedZip`, which counts
-  the bytes as they unpack against the same limit and refuses a part that
-  declares a DTD or entities before any XML parser sees the declaration;
-* the sheet's rows are parsed only as far down as they are asked for.
+``config-from`` need one sheet. The guards (read-only mode, the size limit on
+the declared sizes before parsing and again on the bytes as they unpack, a
+DTD refused before any parser sees it) are docs/bad-inputs.md's 'Review
+workbooks'; the declared sizes bound the parse because the zip reader never
+yields more than a part's declared size. :class:`_GuardedZip` does the
+counting and the DTD check, and the sheet's rows are parsed only as far down
+as they are asked for.
 
 Every refusal is a :class:`~popliner.errors.ConfigError` (exit 2) naming the
 file and the part.
