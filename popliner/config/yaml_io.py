@@ -3,13 +3,8 @@
 
 Reading uses ``yaml.safe_load`` only and checks everything a hand edit can break; every
 problem is a :class:`ConfigError` whose one-line message names the file, the
-place (``stages[2].layers[0]``) and the fix.
-
-``stages[].layers`` is the source of truth for placement. The per-layer
-table ``layers`` contributes the model's layer names and their order (so a
-misspelt or forgotten layer is caught); its ``ipu``/``pipelineStage`` columns
-and the ``snippets`` are derived and regenerated on read, with a warning when
-the file's copy disagrees.
+place (``stages[2].layers[0]``) and the fix. Which parts decide the placement and
+which are regenerated on read: docs/pipeline-config.md ('Editing by hand').
 """
 
 from __future__ import annotations
