@@ -1,14 +1,10 @@
 """Read the split a user typed into a review workbook's planner, and turn it into a pipeline config.
 
-The planner sheet (:mod:`popliner.writers.planner`) has an IPU column in its
-layer table. Editing it is how people choose a split by hand; this module
-reads that column back (openpyxl, plain cell values, no recalculation; lazily and
-within a size limit, :mod:`popliner.config.workbook`) so
-that ``popliner check review.xlsx`` and ``popliner config-from review.xlsx``
-take the split exactly as typed.
-
-Every problem names the cell, e.g. ``review.xlsx, sheet Split planner, cell
-B21: ...``, and raises :class:`~popliner.errors.ConfigError` (exit code 2).
+The IPU column of the planner sheet's layer table (:mod:`popliner.writers.planner`)
+is read back as typed (lazily and within a size limit, :mod:`popliner.config.workbook`);
+what ``check`` and ``config-from`` do with it and the messages:
+docs/spreadsheets.md ('Reading an edited planner back'). Every problem names the
+cell and raises :class:`~popliner.errors.ConfigError` (exit code 2).
 """
 
 from __future__ import annotations
