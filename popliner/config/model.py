@@ -71,18 +71,10 @@ def layers_fingerprint(layers: tuple[str, ...]) -> str:
 class ConfigStage:
     """One IPU's share of the model and what popliner predicted for it.
 
-    ``memory`` is each component summed over tiles (stash excluded);
-    ``worst_tile_bytes`` is the total on the worst tile including the stash;
-    ``stash_bytes`` is summed over tiles and over ``stash_entries`` entries;
-    ``cycles`` are compute cycles per micro-batch (forward + backward in
-    training); ``bytes_in`` crosses from the previous IPU per micro-batch.
-    ``predicted_for`` is :func:`layers_fingerprint` of the layers the figures
-    were computed for. ``forward_cycles`` and ``recompute_cycles`` split
-    ``cycles`` (the rest is the backward pass; the re-run forward work of a
-    recomputing stage is part of its backward); None in a config written
-    before they were recorded. ``head_cycles`` (IPU 0 of a wrapped head) are
-    the head's own stage's cycles, part of ``cycles``; None elsewhere and in
-    a config written before they were recorded.
+    The figures are the stage's ``predicted`` keys (``predicted_for`` is ``for_layers``:
+    :func:`layers_fingerprint` of the layers they were computed for), each meaning what
+    docs/pipeline-config.md ('Schema') says; an optional one is None in a config written
+    before it was recorded, and ``head_cycles`` is None on all IPUs but IPU 0 of a wrapped head.
     """
 
     index: int
