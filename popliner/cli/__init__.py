@@ -182,13 +182,11 @@ def _importing(frame: FrameType | None) -> bool:
 def signals_interrupt(then_ignore: bool = False) -> Iterator[None]:
     """SIGINT, SIGTERM and SIGHUP raise :class:`Interrupted`; later signals wait for the cleanup.
 
-    An exception must not be raised inside an import: a C extension's module
-    init calls back into Python (orjson 3.8 imports uuid, datetime ... from its
-    init) and some do not check for failure, so a signal landing there ended
-    the process with SIGSEGV (ijl/orjson#310). A signal that arrives during an
-    import, or during a step marked :func:`~popliner.interrupts.uninterrupted`,
-    is kept and raised, via a short SIGALRM timer, once that is over (if the
-    run ends first, its outputs are complete and it exits as it would have).
+    A signal that arrives during an import, or during a step marked
+    :func:`~popliner.interrupts.uninterrupted`, is kept and raised, via a short
+    SIGALRM timer, once that is over (if the run ends first, its outputs are
+    complete and it exits as it would have). Why not inside an import (orjson's
+    init, SIGSEGV): docs/bad-inputs.md ('Interrupted runs').
 
     ``then_ignore``: on the way out, ignore the signals instead of restoring the old handlers (the
     process is about to exit and its work is complete or cleaned up; a late signal changes nothing).
