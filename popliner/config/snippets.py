@@ -127,14 +127,9 @@ def _popart_training(t: ConfigTraining) -> list[str]:
 def poptorch_snippet(cfg: PipelineConfig) -> str:
     """A ``poptorch.BeginBlock`` on every part (embedding, each layer, head) and the AutoStage that stages them.
 
-    PopTorch gives a block's operations the pipeline stage its ``AutoStage``
-    says: ``SameAsIpu`` the IPU's number, ``AutoIncrement`` the next number
-    for every new block (PopTorch's ``options.py``, ``_DefaultStageManager``),
-    and it merges consecutive blocks on one IPU into one stage
-    (``CompilerImpl::numPipelineStages``). A head wrapped onto IPU 0 comes
-    after the last IPU, so ``SameAsIpu`` would give it stage 0, before the
-    stages it follows, and the compile fails (PopTorch's ``AutoStage``
-    documentation): a layout whose stage is not its IPU takes ``AutoIncrement``.
+    A layout whose stage is not its IPU (a head wrapped onto IPU 0) takes
+    ``AutoIncrement``, any other ``SameAsIpu``; why, with PopTorch's sources:
+    docs/pipeline-config.md ('Snippets').
     """
     lines = _header(cfg, "PopTorch")
     lines += ["import poptorch", "", "IPU_OF_LAYER = {  # layer -> ipu_id, in model order"]
@@ -256,11 +251,8 @@ OPTIMUM_LAST_MODELS = ("PipelinedBertForSequenceClassification", "PipelinedBertF
 def optimum_problem(cfg: PipelineConfig) -> str | None:
     """Why optimum-graphcore cannot build the split's layout, or None when it can.
 
-    Its models put the embedding in a block on IPU 0, the layers where
-    ``layers_per_ipu`` says, and the head either back on IPU 0 after the last
-    IPU (pretraining, masked-LM and LM heads: ``--head-placement wrap``) or on
-    the last IPU (classification and QA heads: ``last``). Neither is
-    ``first``, which keeps the head on IPU 0 in its first stage. A split
+    Where optimum's models put the embedding and the head, and why none builds
+    ``first``: docs/pipeline-config.md ('What optimum-graphcore builds from it'). A split
     recorded ``last`` or ``wrap`` without the two groups had no operation
     left without a layer (the head is part of the model's last layer, on the
     last IPU): optimum builds that too, as it does any placement of a
@@ -328,14 +320,9 @@ def memory_settings(options: ConfigTraining) -> dict[str, Any]:
 def ipu_config(cfg: PipelineConfig, options: ConfigTraining | None = None) -> dict[str, Any]:
     """An optimum-graphcore ``IPUConfig`` (its ``ipu_config.json`` keys) for the config's split.
 
-    Field names are those of ``optimum.graphcore.IPUConfig.__init__``. A
-    training split sets the training fields (``layers_per_ipu``,
-    ``ipus_per_replica``, ``matmul_proportion``, ``gradient_accumulation_steps``,
-    ``replication_factor``, ``device_iterations``); an inference split sets the
-    ``inference_`` ones instead, because IPUConfig keeps the two apart and the
-    split only holds for the mode it was solved in. ``matmul_proportion`` is
-    one value per IPU: the config's (``--matmul-proportion``), else Poplar's
-    default. ``options`` default to the config's training record. Raises
+    The keys written for a training and for an inference split, and why the two
+    sets: docs/pipeline-config.md ('optimum-graphcore ``ipu_config.json``').
+    ``options`` default to the config's training record. Raises
     UsageProblem for a split optimum cannot build (:func:`optimum_problem`).
     """
     optimum_check(cfg, "--ipu-config-out")
