@@ -1,10 +1,7 @@
 """The report as one self-contained HTML page.
 
-Everything is inside the file: the CSS, a few lines of script (sortable
-tables, drawing the charts), the figures' data as JSON, and plotly.js itself,
-taken from the plotly package and inlined. Nothing is fetched when the page
-opens, so it works offline and from an attachment. The page has no date in
-it: the same report gives the same bytes.
+What is inlined, and why the page fetches nothing and carries no date:
+docs/report.md (its opening).
 """
 
 from __future__ import annotations
