@@ -1,9 +1,7 @@
 """A check in GitHub Actions' own language: workflow-command annotations, and the job summary.
 
-An IPU over budget or grown beyond ``--max-growth`` is an ``::error``, a
-growth near the limit a ``::warning`` (GitHub shows both on the pull
-request, at the config file). The job summary is the Markdown summary,
-appended to the file ``$GITHUB_STEP_SUMMARY`` names.
+What each annotation marks, and the Markdown summary appended to
+``$GITHUB_STEP_SUMMARY``: docs/ci.md ('What CI reads').
 """
 
 from __future__ import annotations
