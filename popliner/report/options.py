@@ -1,10 +1,8 @@
 """The model and run options a report states, in one place.
 
-Every option that changes the figures belongs in :func:`model_options`. The
-training options come from the config's ``training`` record
-(:meth:`ConfigTraining.as_document`, what the YAML keeps), which the report's
-analysis applied, so a new training option appears here as soon as the config
-records it; give it a line in :data:`MEANINGS` to explain it.
+Every option that changes the figures belongs in :func:`model_options`. Where
+the training options come from, and how a new one is given a line in
+:data:`MEANINGS`: docs/report.md ('Adding an option').
 """
 
 from __future__ import annotations
