@@ -1,11 +1,8 @@
 """The layer options a config was made with: recorded in it, applied when it is read back.
 
-A config names its layers as the analysis that wrote it did (a
-``--layer-name-regex``, a ``--layer-preset`` ...). ``check``, ``simulate
---profile`` and ``report`` must name them the same way, or the layers are
-not the config's. So the config records the options that differ from the
-defaults (``layer_options:``), those commands apply the record, and an option
-given on their command line must say what the record says.
+Why ``check``, ``simulate --profile`` and ``report`` apply the record, and how
+an option given on their command line must agree with it: docs/pipeline-config.md
+('Layer options').
 """
 
 from __future__ import annotations

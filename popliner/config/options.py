@@ -1,11 +1,7 @@
 """The training options a config records, applied by ``check``, ``simulate`` and ``report``.
 
-A config's figures hold for the training options it was solved with (its
-``training`` block). The commands that read a config analyse the profile
-with exactly those options, so they give the figures ``--solve`` gave.
-The config is the source of truth: a training option given on their command
-line must say what the config says, or the command stops with one line
-(exit 2) naming the option, the config's value and the fix.
+The config is the source of truth; why, and what a conflicting option on the
+command line does: docs/pipeline-config.md ('Training options', 'Who reads them').
 """
 
 from __future__ import annotations
