@@ -1,11 +1,8 @@
 """The main command's outputs: which ones were asked for, where ``-o`` goes by its name, and the checks before work.
 
 ``-o FILE`` picks what it writes by FILE's ending, through the one map of
-:mod:`popliner.writers.formats`: the tables (``.csv``, ``.tsv``, ``.txt``,
-``.xlsx`` and any name the map does not know), or with ``--solve`` the split
-JSON (``.json``), the pipeline config (``.yaml``, ``.yml``; as
-``--config-out``) or the review report (``.html``, ``.htm``; as
-``--report``). ``--format`` keeps meaning the tables whatever the name.
+:mod:`popliner.writers.formats`; which endings the main command takes, with and
+without ``--solve``: docs/writers.md ('The map', its second table).
 """
 
 from __future__ import annotations
