@@ -1,10 +1,8 @@
 """Operations: the programs of a profile grouped by the debug context that made them.
 
-The rule (format v1, "Operations"): a program belongs to the nearest debug
-context, walking up from its own, whose layer is an operation layer (by
-default ``popart``, ``poptorch``, ``xla_op``, ``popxl``); failing that, to
-the outermost ancestor. Each distinct operation context is one operation,
-stored once; programs without a debug context are unattributed.
+The rule, each operation's name, steps and order: docs/profile-format.md
+('What popliner derives'). Each distinct operation context is one operation,
+stored once.
 """
 
 from __future__ import annotations
