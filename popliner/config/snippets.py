@@ -1,9 +1,7 @@
 """Ready-to-paste placement code for PopART, PopTorch and optimum-graphcore.
 
-All three are derived from ``stages[].layers``; they are regenerated every
-time a config is written or read, so hand edits to them are not kept.
-Layer names are the profile's; the snippets quote them as Python strings,
-and the user maps them onto their own module paths where those differ.
+What each holds, and that all three are regenerated from ``stages[].layers``
+whenever a config is written or read: docs/pipeline-config.md ('Snippets').
 """
 
 from __future__ import annotations
