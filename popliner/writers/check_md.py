@@ -1,9 +1,8 @@
 """A check as a Markdown summary (``-o summary.md``, and GitHub's job summary): the verdict first, then a table.
 
-The Markdown is GitHub's (GFM): names go in code spans, fenced by more
-backticks than they hold, and a ``|`` in a table cell is escaped, so a
-layer or variable named with Markdown's own characters shows as it is
-(``tests/test_check_baseline.py`` renders it with GitHub's cmark-gfm).
+The Markdown is GitHub's (GFM): names go in code spans fenced by more backticks
+than they hold, and a ``|`` in a table cell is escaped; why, and the test that
+renders it: docs/ci.md ('What CI reads').
 """
 
 from __future__ import annotations
