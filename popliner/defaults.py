@@ -111,11 +111,9 @@ _POPART_TIE = "PopART's pipelining refuses to copy a weight between IPUs"
 def tie_refusal(framework: str, placement: str, tied: TiedWeight | None, num_ipus: int) -> str | None:
     """Why ``framework`` cannot build ``placement`` over ``num_ipus`` IPUs for a head tied by ``tied``; None if it can.
 
-    ``last`` over two IPUs or more puts the head on the last IPU and the
-    embedding on IPU 0, both reading one weight. No framework copies a weight
-    between the IPUs of a pipeline: PopART (so PopTorch and optimum-graphcore,
-    which lower to it) stops the compilation, and TensorFlow's pipeline lets a
-    variable feed one stage. ``first`` and ``wrap`` keep the head on IPU 0.
+    ``last`` over two IPUs or more puts the head and the embedding, both reading
+    one weight, on two IPUs, which no framework builds: docs/pipeline-config.md
+    ('Tied heads') cites each. ``first`` and ``wrap`` keep the head on IPU 0.
     """
     if tied is None or placement != "last" or num_ipus < 2:
         return None
