@@ -1,14 +1,6 @@
 """pandas DataFrames of an analysed profile, for notebooks.
 
-::
-
-    import popliner
-
-    model = popliner.load("model.json.gz", layer_preset="huggingface")
-    model.layers()                    # one row per layer
-    split = model.solve(num_ipus=4)
-    split.to_frame()                  # one row per IPU
-
+An example session is the README's ('A typical session', "In a notebook").
 Every frame has typed columns: ``string`` for names, ``int64`` for bytes,
 counts and cycles, nullable ``Int64`` where a figure may be missing. The
 frames hold the same figures as the CSV tables (``popliner PROFILE
