@@ -409,9 +409,8 @@ def write_planner(
 ) -> None:
     """The planner as a table: TSV keeps the formulas, CSV their values.
 
-    A table holds one sheet, so this planner shows estimates only (the exact
-    figures live on the workbook's second sheet); pasted into a spreadsheet at
-    A1, the TSV behaves like the workbook's sheet otherwise.
+    Why it shows estimates only: docs/spreadsheets.md ('Split planner
+    (``planner.write_planner``)'); pasted at A1, the TSV otherwise behaves like the workbook's sheet.
     """
     alone = dataclasses.replace(breakdown, ranges=None, training=None, has_other=False)
     grid, _ = planner_grid(alone, budget_bytes=budget_bytes, split=split, num_ipus=num_ipus)

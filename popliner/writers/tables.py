@@ -141,11 +141,8 @@ def _row_sum(row: int, first_col: int, last_col: int) -> Cell:
 def layers_grid(breakdown: Breakdown, name: str = "Layers") -> Grid:
     """One row per layer: operations, components (C-G), Total (H), Total MB (I), worst tile, cycles.
 
-    The operations of no layer come first, as in PopLiner (the first IPU
-    carries them). Below the layers: the sum of the rows (every additive
-    column; the worst-tile columns stay blank because adding worst tiles of
-    different layers is no figure of any single tile), the whole model on one
-    IPU, and a note saying why the two differ.
+    The "(no layer)" row first and the three rows below the layers, with why the
+    worst-tile columns of their sum stay blank: docs/spreadsheets.md ('Layers').
     """
     other = breakdown.has_other
     x = len(component_headers(other)) - len(COMPONENT_HEADERS)  # columns after the five move right by x

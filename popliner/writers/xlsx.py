@@ -80,11 +80,8 @@ _BAD_SHEET_CHARS = re.compile(r"[\[\]:*?/\\]")
 def grouped_operations_grid(breakdown: Breakdown, name: str = "Operations") -> Grid:
     """Operations grouped by layer (layer order, then operation order).
 
-    Each layer starts with a group row holding the sum of its operations in
-    columns J and K; its operations follow. Group sums live in their own
-    columns so the grand sum of columns D-I adds each operation exactly once.
-    Operations of no (known) layer come first under "(no layer)", as on the
-    Layers sheet.
+    The layout, and why group sums have columns of their own: docs/spreadsheets.md
+    ('The workbook', **Operations**).
     """
     other = breakdown.has_other
     x = len(component_headers(other)) - len(COMPONENT_HEADERS)  # columns after the five move right by x
