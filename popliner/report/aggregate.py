@@ -1,13 +1,9 @@
 """Aggregation that keeps big profiles readable and the report light.
 
-Two reductions, shared by the PNG plots and the HTML report:
-
-* :func:`tile_grid` lays an IPU's tiles out as a near-rectangular grid, so a
-  heatmap of 1472 tiles is a 32 x 46 picture rather than a 1472-wide stripe.
-  Every tile keeps its own cell: nothing is averaged away.
-* :func:`max_pool` shortens a series (live bytes per program step) to at most
-  ``points`` buckets, keeping each bucket's maximum and where it is, so the
-  peaks that decide whether a stage fits survive the downsampling.
+Two reductions, shared by the PNG plots and the HTML report: :func:`tile_grid`
+(a heatmap grid, one cell per tile) and :func:`max_pool` (a series cut to at
+most ``points`` buckets, each keeping its maximum and where it is). Why these
+keep what matters: docs/report.md ('Staying light at full size').
 """
 
 from __future__ import annotations
