@@ -52,11 +52,10 @@ def load_pva(module: Any = None) -> Any:
 def check_context_tree(contexts: ContextCollector, profile: Path, allow_flat: bool) -> None:
     """Refuse (or warn, with ``allow_flat``) when libpva gave no parent links at all.
 
-    Layers and operation names come from a context's ancestors. A context
-    that is a root is legal (TensorFlow's ``xla_op`` contexts are roots); a
-    libpva whose context objects have no ``parents`` attribute, on any of
-    them, says nothing about the tree, and the split would come out
-    different without any other sign.
+    Layers and operation names come from a context's ancestors, so without
+    the links the split would come out different without any other sign. A
+    root is legal (TensorFlow's ``xla_op`` contexts are roots):
+    docs/libpva-mapping.md ('What the export refuses').
     """
     if contexts.count == 0 or contexts.any_linked:
         return
@@ -72,11 +71,8 @@ def check_program_contexts(programs: ProgramsSection, profile: Path, allow_missi
 
     popliner groups programs into operations, and operations into layers,
     by their debug contexts: a profile without them loads, but every program
-    is unattributed and nothing can be split. Only leaf programs that do work
-    (not Sequence, Repeat, Call, If, Switch or Sync) are counted: they are
-    what ``pva.OperationAnalysis`` lists under operations (the original
-    PopLiner's tests find 99.45 % of OnTileExecute and all DoExchange
-    programs there); control flow belongs to no operation.
+    is unattributed and nothing can be split. Which programs are counted, and
+    why: docs/libpva-mapping.md ('What the export refuses').
     """
     total, with_context = programs.ownable, programs.ownable_with_context
     if total == 0 or 2 * with_context >= total:
