@@ -9,10 +9,8 @@ stored narrowed and deflated so that the cache stays smaller than the
 profile (also there); the JSON document says how to undo it. The variable names stay compressed in memory too
 (:class:`NameTable` inflates a chunk when a name in it is read). A file that
 is unreadable, truncated, damaged, from another version or for another
-profile is ignored and rebuilt; nothing here ever raises to the user. An
-entry is trusted only when everything it holds, the JSON document included,
-matches the digest written with it (:mod:`popliner.profile.cache.trust`):
-it is compared before anything is decoded from the entry.
+profile is ignored and rebuilt; nothing here ever raises to the user. When
+an entry is trusted: :mod:`popliner.profile.cache.trust`.
 
 Beside the profile, a file holds what the caller derived from it (the
 operation table, the layer assignment): frozen dataclasses of arrays,

@@ -5,14 +5,11 @@ write in the folder could plant something under it. The folder and file
 rules (as ssh and pip apply them to their own folders), what each refusal
 says and how an entry is written are docs/bad-inputs.md's "The cache folder".
 
-The digest is taken when the entry is written, over everything it holds,
-and compared before anything is built from the entry: a codec, a shape or a
-name is used only once it is known to be what popliner wrote. The
-invariants make sure that even an entry changed and signed again keeps
-every index the code later follows in range (a tile id past the last tile,
-a pointer past the end of its column, a parent chain that loops), so it
-never crashes or hangs a run: the entry is rebuilt instead. Each check is a
-few vectorised passes over a column, cheap beside reading it.
+The digest (over everything the entry holds, compared before a codec, a
+shape or a name from it is used) and the invariants (every index the code
+later follows in range, even in an entry changed and signed again), with what
+each refusal does: the same section. Each check is a few vectorised passes
+over a column, cheap beside reading it.
 """
 
 from __future__ import annotations
