@@ -1,15 +1,13 @@
 """The one place a request's training options get their defaults: the framework's, the profile's, the user's.
 
 :func:`resolve` takes a profile's base and the training options a user gave
-(None: not given) and returns the options a scenario applies: first what the
-profile's framework builds (:func:`popliner.defaults.framework_defaults`),
-then what the profile was compiled with (its optimizer state in remote
-buffers), then what the user gave. A user option that contradicts a compiled
-fact the model cannot undo is refused with one line naming both, and so is a
-head placement the framework does not build (a tied head on the last IPU,
-:func:`popliner.defaults.tie_refusal`). Every entry
-point (the command line, the notebook, ``popliner plan``, the configs) asks
-this function, so the same request gets the same options everywhere.
+(None: not given) and returns the options a scenario applies, in that order
+(:func:`popliner.defaults.framework_defaults`, then the profile's optimizer
+state in remote buffers, then the user's); every entry point asks it (README,
+'A typical session', after the notebook example). A user option that
+contradicts a compiled fact the model cannot undo is refused with one line
+naming both, and so is a head placement the framework does not build
+(:func:`popliner.defaults.tie_refusal`).
 """
 
 from __future__ import annotations
