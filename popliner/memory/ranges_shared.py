@@ -84,7 +84,7 @@ class SharedParts:
         self._grid: SegmentGrid | None = None
         self._columns: tuple[np.ndarray, tuple[np.ndarray, np.ndarray]] | None = None
         self._dtypes: list[tuple[np.ndarray, np.ndarray, type[np.signedinteger]]] = []
-        #: Cleared grid buffers (diff, run, block max, block sum) by shape and type, for the next engine's grids.
+        #: Cleared grid buffers (diff, block max, block sum) by shape and type, for the next engine's grids.
         self._buffers: dict[tuple[object, ...], list[tuple[np.ndarray, ...]]] = {}
         #: The option-free memo every option set's memory facts share (:attr:`popliner.memory.facts.MemoryFacts.memo`):
         #: their training views' roles, layer spans, constants, forward-cut profiles and layer variables.
@@ -191,14 +191,14 @@ class SharedParts:
         """
         found = self._buffers.get(_buffer_key(grid))
         if found:
-            grid.diff, grid.run, grid.block_max, grid.block_sum = found.pop()
+            grid.diff, grid.block_max, grid.block_sum = found.pop()
 
     def give_buffers(self, grid: SegmentGrid) -> None:
         """Take a grid's buffers back, cleared; the grid is left with empty ones (reading it again fails)."""
         grid.clear()  # every cell written is in a touched block: all zero again
-        self._buffers.setdefault(_buffer_key(grid), []).append((grid.diff, grid.run, grid.block_max, grid.block_sum))
+        self._buffers.setdefault(_buffer_key(grid), []).append((grid.diff, grid.block_max, grid.block_sum))
         empty = np.zeros((0, grid.block, grid.tiles), grid.dtype)
-        grid.diff, grid.run, grid.block_max, grid.block_sum = empty, empty, empty[:, 0], empty[:, 0]
+        grid.diff, grid.block_max, grid.block_sum = empty, empty[:, 0], empty[:, 0]
 
     def grid_dtype(self, profile: Profile) -> type[np.signedinteger]:
         """:func:`popliner.memory.liveness.grid.cell_dtype` of a profile of these variables (their tiles and bytes)."""

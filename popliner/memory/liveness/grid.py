@@ -87,12 +87,13 @@ class SegmentGrid:
     13,111 at 4x: 4.9 M and 19.3 M cells on 1,472 tiles).
 
     Segments are grouped in blocks of ``block`` (default :data:`BLOCK`). Each
-    block keeps its own running sums (``run``), their largest value (``block_max``) and its net
+    block keeps the largest of its running sums (``block_max``) and its net
     change (``block_sum``), refreshed only for the blocks that variables were
     added to since the last reading: a layer's events fall in a few blocks
     (its forward and backward steps), so adding a layer to a range no longer
     costs a pass over the whole grid. A reading chains the blocks' net
-    changes (one row per block) and takes the blocks inside the window whole.
+    changes (one row per block), takes the blocks inside the window whole and
+    sums again the rows of its two end blocks.
     Integer sums in any order: the figures are those of one running sum over
     all segments, to the byte.
     """
@@ -115,7 +116,6 @@ class SegmentGrid:
         # buffers, as a grid that gave its buffers back (tens to hundreds of MB on a large profile).
         rows = self.nblocks if buffers else 0
         self.diff = np.zeros((rows, self.block, self.tiles), self.dtype)
-        self.run = np.zeros((rows, self.block, self.tiles), self.dtype)
         self.block_max = np.zeros((rows, self.tiles), self.dtype)
         self.block_sum = np.zeros((rows, self.tiles), self.dtype)
         self.stale = np.zeros(self.nblocks, bool)  # events added since the block's sums were taken
@@ -140,7 +140,7 @@ class SegmentGrid:
     def clear(self) -> None:
         touched = np.flatnonzero(self.touched)
         if touched.size:
-            for buffer in (self.diff, self.run, self.block_max, self.block_sum):
+            for buffer in (self.diff, self.block_max, self.block_sum):
                 buffer[touched] = 0
             self.touched[:] = False
             self.stale[:] = False
@@ -286,10 +286,12 @@ class SegmentGrid:
         self.touched[blocks] = True
 
     def _refresh(self, upto: int) -> None:
-        """Running sums, largest value and net change of every block up to ``upto`` changed since the last reading.
+        """Largest running sum and net change of every block up to ``upto`` changed since the last reading.
 
         A reading uses no block after its window's last: a later block stays stale until a reading needs it (a
         forward window under pipeline recomputation never reads the backward blocks of its forward-cut grid).
+        The running sums themselves are not kept: a reading takes them again for its window's two end blocks
+        only (:meth:`_rows`), which halves the grid's memory.
         """
         stale = np.flatnonzero(self.stale[: upto + 1])
         if stale.size == 0:
@@ -298,11 +300,21 @@ class SegmentGrid:
         # Row by row along the block: numpy's cumsum over a middle axis is several times slower.
         for r in range(1, self.block):
             np.add(run[:, r - 1], run[:, r], out=run[:, r])
-        self.run[stale] = run
         self.block_max[stale] = run.max(axis=1)
         self.block_sum[stale] = run[:, -1]
         self.stale[stale] = False
         self._known = min(self._known, int(stale[0]))
+
+    def _rows(self, block: int, lo_row: int, hi_row: int) -> np.ndarray:
+        """Per tile, the largest running sum of rows ``lo_row..hi_row`` of ``block`` (from the block's start)."""
+        rows = self.diff[block, : hi_row + 1]
+        run = rows[0].copy()
+        top = run.copy() if lo_row == 0 else np.full(self.tiles, np.iinfo(self.dtype).min, self.dtype)
+        for r in range(1, hi_row + 1):
+            np.add(run, rows[r], out=run)
+            if r >= lo_row:
+                np.maximum(top, run, out=top)
+        return top
 
     def _extend_known(self, upto: int) -> np.ndarray:
         """Make :attr:`_before` valid at the touched blocks up to ``upto`` and :attr:`_top` at those below it.
@@ -360,10 +372,10 @@ class SegmentGrid:
         touched = self._extend_known(b_hi)
         lo_row, hi_row = first % self.block, k_hi % self.block
         if b_lo == b_hi:
-            out = self.run[b_lo, lo_row : hi_row + 1].max(axis=0) + self._before_of(b_lo, touched)
+            out = self._rows(b_lo, lo_row, hi_row) + self._before_of(b_lo, touched)
         else:
-            out = self.run[b_lo, lo_row:].max(axis=0) + self._before_of(b_lo, touched)
-            np.maximum(out, self.run[b_hi, : hi_row + 1].max(axis=0) + self._before_of(b_hi, touched), out=out)
+            out = self._rows(b_lo, lo_row, self.block - 1) + self._before_of(b_lo, touched)
+            np.maximum(out, self._rows(b_hi, 0, hi_row) + self._before_of(b_hi, touched), out=out)
             # Inside the window only touched blocks count: an untouched one holds the bytes at the end of the
             # block before it, which that block's rows (in the window) already reach.
             inside = touched[(touched > b_lo) & (touched < b_hi)]
