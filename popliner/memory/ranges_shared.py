@@ -247,8 +247,8 @@ class SharedParts:
             self._base[where] = found
         return found
 
-    def forget_deltas(self) -> None:
-        """Drop what the option sets made so far; the profile's own parts stay.
+    def forget_deltas(self, profiled: bool = False) -> None:
+        """Drop what the option sets made so far; the profile's own parts stay unless ``profiled``.
 
         For a caller whose next option sets change other variables (``popliner
         plan`` between recomputation and optimizer-state groups): their deltas,
@@ -256,7 +256,14 @@ class SharedParts:
         (gigabytes on a large profile). What it drops is made again if asked
         for, the same to the byte. Table numbers are not given again, so an
         engine built before still finds nothing of another table.
+
+        ``profiled``: the profiled pieces too, for a caller whose next option sets
+        take other variables as profiled (another recomputation mode: each
+        mode's own grids make the variables it changes, so the pieces of one
+        mode's layers are found by keys no other mode asks for).
         """
+        if profiled:
+            self._base.clear()
         self.corrected.clear()
         self.range_figures.clear()
         self.fingerprints.clear()

@@ -205,12 +205,13 @@ def plan_pod(analysis: Analysis, request: PodRequest) -> PodPlan:
     known: dict[tuple[str, str, str], OptionSearch | None] = {}
     group: tuple[str, str] | None = None
     for options, depths in option_sets:
-        if group is not None and group != (options.optimizer_state, options.recompute):
-            # The head placements of one state and recomputation share their deltas, range figures and what-if
+        if group is not None and group != (options.recompute, options.optimizer_state):
+            # The head placements of one recomputation and state share their deltas, range figures and what-if
             # profiles; the next group's are others: a plan holds one group's at a time (gigabytes on a large
-            # profile).
-            base.shared.forget_deltas()
-        group = (options.optimizer_state, options.recompute)
+            # profile). Both states of one recomputation take the same variables as profiled (the state is
+            # always live on chip): those pieces go only with the mode.
+            base.shared.forget_deltas(profiled=group[0] != options.recompute)
+        group = (options.recompute, options.optimizer_state)
         key = (options.head_placement, options.optimizer_state, options.recompute)
         if key in known and known[key] is None:
             continue  # the same options repeat another set's (recomputation compiled in)
@@ -255,9 +256,10 @@ def _option_sets(base: ProfileBase, given: TrainingOptions, request: PodRequest,
         placements = ["first"] if "first" in placements else placements[:1]
     placements = _buildable(base, given, request, placements, notes)
     shard = training and request.sharded_optimizer_state
-    # The placements innermost: they share the deltas of one state and recomputation (plan_pod).
-    for state in states:
-        for recompute in recomputes:
+    # The placements innermost: they share the deltas of one recomputation and state, and the states of one
+    # recomputation its profiled pieces (plan_pod).
+    for recompute in recomputes:
+        for state in states:
             for placement in placements:
                 changes: dict[str, Any] = {"recompute": recompute, "head_placement": placement,
                                            "optimizer_state": state, "replication_factor": 1,
