@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 
 from popliner.analysis import Analysis, AnalysisOptions, load_analysis, scenario
-from popliner.memory import ranges_shared
+from popliner.memory import figure_share, ranges_shared
 from popliner.memory.facts import MemoryFacts
 from popliner.memory.range_state import RangeMemo
 from popliner.memory.ranges import release
@@ -180,7 +180,7 @@ def test_parts_of_another_profile_are_refused() -> None:
 def test_every_layer_with_the_head_first_and_last_share_the_figures_of_the_layers_between() -> None:
     """Two variable tables that differ only in the head's variables (every-layer recomputation cuts the head's
     activations by its own layer when it is placed last): the ranges between share their figures by the
-    layers' fingerprints, each the direct model's."""
+    layers' variables treated alike (figure_share), each the direct model's."""
     base = _analysis("bert-tiny-training.json").base
     base.shared.share_between_option_sets()
     assert base.has_unlayered
@@ -193,7 +193,7 @@ def test_every_layer_with_the_head_first_and_last_share_the_figures_of_the_layer
     last = scenario(base, options)
     alone = scenario(_analysis("bert-tiny-training.json").base, options).facts
     state = last.range_memo.state(last.facts, PIECES)
-    assert state.share.grid.table != first_table  # another table: only the fingerprints can match
+    assert state.share.grid.table != first_table  # another table: only the layers treated alike share
     n = last.facts.num_layers
     found = [(i, j) for i in range(1, n - 1) for j in range(i, n - 1) if state.other_figure(i, j) is not None]
     assert found and all(state.other_figure(0, j) is None for j in range(n))  # layer 0 holds the head under first
@@ -202,8 +202,9 @@ def test_every_layer_with_the_head_first_and_last_share_the_figures_of_the_layer
         assert state.figures[(i, j)][2].tolist() == total and state.figures[(i, j)][1].tolist() == stash
 
 
-def test_the_fingerprints_tell_the_option_sets_apart(monkeypatch: pytest.MonkeyPatch) -> None:
-    """With one fingerprint for every layer of every option set, figures are taken from the wrong option set."""
-    monkeypatch.setattr(ranges_shared.EngineShare, "fingerprint", lambda *args: b"")
+def test_the_comparison_with_the_reference_tells_the_option_sets_apart(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Were every variable treated alike by every option set, figures would be taken from the wrong option set."""
+    monkeypatch.setattr(figure_share.TableView, "differs",
+                        lambda self, reference: np.zeros(self.grids[0].made.size, bool))
     with pytest.raises(AssertionError):
         _held("bert-tiny-training.json", TINY)

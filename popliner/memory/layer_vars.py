@@ -87,11 +87,18 @@ class LayerVariables:
         (all 120 layers of a 120-layer BERT-Large in 0.03 s), not kept: every layering's, kept for a plan,
         were 120 MB each.
         """
+        return (self.private(j), *self._shared_of(j, ops))
+
+    def shared_of(self, j: int, ops: np.ndarray) -> np.ndarray:
+        """Layer ``j``'s shared variables (its operations ``ops``), as :meth:`split` gives them."""
+        return self._shared_of(j, ops)[0]
+
+    def _shared_of(self, j: int, ops: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         found = self._made.get(j)
         if found is None:
             shared = self.shared(ops)
             found = self._made[j] = (shared, self.positions(shared))
-        return (self.private(j), *found)
+        return found
 
     def positions(self, var: np.ndarray) -> np.ndarray:
         """Positions of multi-layer variables in the sorted ``multi_layer_index``: how many come before each."""

@@ -16,9 +16,10 @@ from __future__ import annotations
 import numpy as np
 
 from popliner.memory.facts import MemoryFacts
+from popliner.memory.figure_share import layers_touched
 from popliner.memory.layer_vars import LayerVariables
 from popliner.memory.liveness import SegmentGrid
-from popliner.memory.ranges_shared import EngineShare, SharedParts, VarSet
+from popliner.memory.ranges_shared import EngineShare, SharedParts
 from popliner.memory.rerun import ForwardCut, forward_cut_grid
 from popliner.memory.running import LayerParts, Pieces, RunningStage
 from popliner.memory.stages import pipeline_rerun_window, range_ops
@@ -85,11 +86,9 @@ class RangeState:
         self._signature = self.share.signature(facts)
         counted = facts.model.counted_vars
         self._layer_keys = [ops.tobytes() + counted[ops].tobytes() for ops in self.layer_ops]
-        #: Per layer, what this option set makes of its variables (:meth:`EngineShare.fingerprint`).
-        self._fingerprints: dict[int, bytes] = {}
+        #: Per layer: do its variables take the figures of the group's reference (:mod:`popliner.memory.figure_share`)?
+        self._alike: np.ndarray | None = None
         self._parts: dict[int, LayerParts] = {}
-        #: Per layer, its variable sets until both its parts and its fingerprint have read them.
-        self._var_sets: dict[int, tuple[VarSet, VarSet]] = {}
         #: Every layer's private and shared variables, found for all layers at once when the first is needed.
         self._variables: LayerVariables | None = None
         #: (i, j) -> (worst tile bytes, stash entry per tile, total per tile)
@@ -112,40 +111,44 @@ class RangeState:
         """What layer ``j`` adds to any range holding it (memoised: every start reuses it)."""
         parts = self._parts.get(j)
         if parts is None:
-            ops = self.layer_ops[j]
-            parts = self._parts[j] = LayerParts.of(self.facts, ops, self.share, self._layer_variables(j),
-                                                   self._sets(j))
-            if j in self._fingerprints or not self.share.shares:
-                self._var_sets.pop(j, None)  # both read it (alone, no fingerprint will): its columns go
+            variables = self._layer_variables().split(j, self.layer_ops[j])
+            parts = self._parts[j] = LayerParts.of(self.facts, self.layer_ops[j], self.share, variables)
         return parts
 
-    def _layer_variables(self, j: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _layer_variables(self) -> LayerVariables:
         if self._variables is None:
             self._variables = LayerVariables.of(self.facts)
-        return self._variables.split(j, self.layer_ops[j])
+        return self._variables
 
-    def _sets(self, j: int) -> tuple[VarSet, VarSet]:
-        """Layer ``j``'s private and shared variables as its parts and its fingerprint read them (once)."""
-        found = self._var_sets.get(j)
-        if found is None:
-            private, shared, _ = self._layer_variables(j)
-            found = self._var_sets[j] = (VarSet(self.share.shared, private), VarSet(self.share.shared, shared))
-        return found
+    def _shares(self, i: int, j: int) -> bool:
+        """Does range ``i..j`` take (and offer) the figures of the group's reference?"""
+        if not self.share.shares:
+            return False
+        if self._alike is None:
+            self._alike = self._layers_alike()
+        return bool(self._alike[i:j + 1].all())
 
-    def _fingerprint(self, j: int) -> bytes:
-        found = self._fingerprints.get(j)
-        if found is None:
-            found = self._fingerprints[j] = self.share.fingerprint(self.facts, self._sets(j), self._layer_keys[j])
-            if j in self._parts:
-                self._var_sets.pop(j, None)  # both read it: its columns go
-        return found
+    def _layers_alike(self) -> np.ndarray:
+        """Per layer: does this option set treat its variables as the group's reference does? The first to ask is
+        the reference."""
+        shared = self.share.shared
+        view = self.share.view(self._signature)
+        if shared.reference is None:
+            shared.reference = view
+            return np.ones(len(self.layer_ops), bool)
+        differs = view.differs(shared.reference)
+        if differs is None:
+            return np.zeros(len(self.layer_ops), bool)
+        v = self._layer_variables()
+        return ~layers_touched(differs, v.starts, v.lengths, v.ptr,
+                               [v.shared_of(k, ops) for k, ops in enumerate(self.layer_ops)])
 
     def other_figure(self, i: int, j: int) -> tuple[int, np.ndarray, np.ndarray] | None:
         """The figure of ``i..j`` when a scenario of the same variable tables and rules evaluated the same operations.
 
         Kept here too (in :attr:`figures`) when found. None for an option set alone (no other shares its parts).
         """
-        if not self.share.shares:
+        if not self._shares(i, j):
             return None
         found = self.share.shared.range_figures.get(self._other_key(i, j))
         if found is None:
@@ -161,7 +164,7 @@ class RangeState:
 
         In int32 when every value fits: half the bytes. An option set alone offers nothing.
         """
-        if not self.share.shares:
+        if not self._shares(i, j):
             return
         key = self._other_key(i, j)
         worst, stash, total = known
@@ -175,8 +178,7 @@ class RangeState:
         facts = self.facts
         # Under pipeline recomputation the figure also depends on where the set's re-run part splits.
         rerun = pipeline_rerun_window(facts, np.concatenate(self.layer_ops[i:j + 1])) if self.rerun else None
-        fingerprints = tuple(self._fingerprint(k) for k in range(i, j + 1))
-        return (self._signature, tuple(self._layer_keys[i:j + 1]), fingerprints, rerun)
+        return (tuple(self._layer_keys[i:j + 1]), rerun)
 
     def running_set(self, row_ops: list[np.ndarray] | None = None) -> RunningStage:
         """A new, empty running set (it takes the shared grids over)."""

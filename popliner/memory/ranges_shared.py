@@ -37,13 +37,13 @@ to share decides only what is kept, never how a figure is computed.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from popliner.arrays import content_key, digest_array
+from popliner.arrays import content_key
+from popliner.memory.figure_share import GridView, TableView
 from popliner.memory.liveness import SegmentGrid, class_steps
 from popliner.memory.liveness.grid import Columns, cell_dtype
 from popliner.memory.program_part import ProgramPart, program_part
@@ -98,8 +98,9 @@ class SharedParts:
         self.range_figures: dict[tuple[object, ...], tuple[int, np.ndarray, np.ndarray, np.ndarray | None]] = {}
         #: Each variable table's pieces of a layer's variables: (table, what, variables) -> pieces.
         self.corrected: dict[tuple[int, str, bytes], tuple[Events, ...]] = {}
-        #: Per variable table and layer variables, their digest (:meth:`EngineShare.fingerprint`).
-        self.fingerprints: dict[tuple[object, ...], bytes] = {}
+        #: The option set whose figures the later ones of its group take where they treat a range's variables alike
+        #: (:mod:`popliner.memory.figure_share`); the first to ask since :meth:`forget_deltas`.
+        self.reference: TableView | None = None
         #: A number per distinct list of live intervals of the what-if profiles' own classes (:meth:`class_ids`).
         self._class_numbers: dict[bytes, int] = {}
         #: Do the option sets built from now on share their parts and range figures?
@@ -266,7 +267,7 @@ class SharedParts:
             self._base.clear()
         self.corrected.clear()
         self.range_figures.clear()
-        self.fingerprints.clear()
+        self.reference = None
         self._buffers.clear()
         self._tables.clear()
         self._never.clear()
@@ -304,8 +305,7 @@ class VarSet:
         """The classes, tiles and bytes in ``profile`` of one side of :meth:`split` (0: the variables taken as
         profiled, 1: those made on the grid).
 
-        One side at a time: an option set that takes a range's figure from another reads the second side of
-        its layers only (for their fingerprints), and a layer's sets are kept until its parts are made, if ever.
+        One side at a time: a layer's stash columns and grid changes each read the side they make.
         """
         for known, mark, which, found in self._picked:
             if known is profile and mark is own and which == side:
@@ -395,24 +395,6 @@ class _GridShare:
         if self._class_ids is None:
             self._class_ids = self.shared.class_ids(self.grid.p)
         return self._class_ids
-
-    def digest(self, digest: Any, part: VarSet) -> None:
-        """Feed ``digest`` which of ``part``'s variables this grid makes, their live intervals (by
-        :attr:`class_ids`) and their bytes in its profile.
-
-        It gathers only what it digests (a plan's later option sets take most figures and build no parts): the
-        classes, and the bytes only when the profile's differ from the loaded profile's array (sharding); else
-        the variables, which the split's key names, have the profiled bytes, and a marker says so.
-        """
-        pick, at = part.split(self.own)
-        v = self.grid.p.variables
-        sub = part.var[at]
-        digest.update(pick[0])
-        digest_array(digest, self.class_ids[v.klass[sub]])
-        if v.bytes is self.shared.profile.variables.bytes:
-            digest.update(b"bytes as profiled")
-        else:
-            digest_array(digest, v.bytes[sub])
 
     def merged(self, part: VarSet) -> tuple[Events, ...]:
         """The variables' net change on this grid (:meth:`SegmentGrid.merged`), in pieces that add up."""
@@ -510,37 +492,21 @@ class EngineShare:
 
     def signature(self, engine: MemoryFacts) -> tuple[object, ...]:
         """What a range's figure reads besides its layers' operations, counted flags and variables: the training
-        rules, by value. Ranges of equal operations, equal signatures and equal layer fingerprints
-        (:meth:`fingerprint`) have equal figures.
+        rules, by value. Ranges of equal operations and equal signatures whose layers' variables two option sets
+        treat alike (:mod:`popliner.memory.figure_share`) have equal figures.
         """
         view = engine.view
         return (engine.training, view.recompute, view.stash_inputs, view.inputs_only, self.cut_grid is not None,
                 np.asarray(view.is_backward, bool).tobytes())
 
-    def fingerprint(self, engine: MemoryFacts, sets: tuple[VarSet, VarSet], layer: bytes) -> bytes:
-        """A digest of what this option set makes of one layer's variables (``sets``: the private and shared
-        counted variables of its operations, which ``layer`` names: their indices and counted flags): which of
-        them it makes on its own grids (:meth:`VarSet.split`), the live intervals and bytes of those there, and
-        which are never stashed.
-
-        A range's figure reads nothing else of its variables (the others are as profiled), so two option sets
-        whose variable tables differ elsewhere (``every-layer`` with the head placed first and last: only the
-        head's variables differ) share the figures of the ranges of equal fingerprints. Memoised per variable
-        table, as the layer's parts are; it reads the columns and splits the parts read (no second pass).
-        """
-        where = (self.grid.table, self.cut_grid.table if self.cut_grid is not None else -1, self.stash_key, layer)
-        found = self.shared.fingerprints.get(where)
-        if found is None:
-            digest = hashlib.sha256()
-            for part in sets:
-                digest.update(part.key)
-                for share in (self.grid, self.cut_grid):
-                    if share is not None:
-                        share.digest(digest, part)
-                if engine.training:  # the never-stashed ones are among those the main grid makes (its own)
-                    digest.update(self.shared.key(np.asarray(engine.view.never_stash)[part.var[part.split(self.grid.own)[1]]]))
-            found = self.shared.fingerprints[where] = digest.digest()
-        return found
+    def view(self, signature: tuple[object, ...]) -> TableView:
+        """What this option set's range figures read of its variables (:mod:`popliner.memory.figure_share`)."""
+        always = self.shared.classes[0]
+        grids = tuple(GridView(always | share.own, share.grid.p.variables.klass, share.class_ids,
+                               share.grid.p.variables.bytes)
+                      for share in (self.grid, self.cut_grid) if share is not None and share.own is not None)
+        never = np.asarray(self.facts.view.never_stash, bool) if self.facts.training else None
+        return TableView(signature, grids, never, self.shared.profile.num_classes)
 
     def stash(self, part: VarSet, with_owner: bool = False) -> tuple[Events, ...] | None:
         """The stash columns of ``part``: those taken as profiled, then the others' own (the main grid's split);

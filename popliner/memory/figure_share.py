@@ -1,0 +1,81 @@
+"""When one option set may take another's range figure: the layers whose variables both treat alike.
+
+A range's figure reads, besides its layers' operations and the training
+rules (the signature), only what an option set makes of the layers'
+variables: which of them its grids make themselves rather than take as
+profiled (:meth:`popliner.memory.ranges_shared.VarSet.split`), and of
+those their live intervals and bytes on each grid, and which are never
+stashed. ``popliner plan`` goes through the head placements of one
+recomputation and state in turn; the first to build a range state is the
+group's reference (:attr:`popliner.memory.ranges_shared.SharedParts.reference`),
+and each later one compares its variables with the reference's once, in
+a few passes over the variable columns: a range whose layers hold no
+variable treated otherwise has the reference's figure, to the byte. The
+reference itself compares nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["GridView", "TableView", "layers_touched"]
+
+
+@dataclass(frozen=True, eq=False)
+class GridView:
+    """One grid of an option set: per variable, made on the grid (else taken as profiled), its class there and
+    its bytes; per class, a number classes of equal live intervals share across option sets."""
+
+    made: np.ndarray  # bool per variable
+    klass: np.ndarray  # per variable, in the grid's profile
+    class_ids: np.ndarray  # per class of the grid's profile
+    nbytes: np.ndarray  # per variable, in the grid's profile
+
+
+@dataclass(frozen=True, eq=False)
+class TableView:
+    """What an option set's range figures read of its variables, and its training rules (``signature``)."""
+
+    signature: tuple[object, ...]
+    grids: tuple[GridView, ...]  # the main grid, then the forward-cut grid under pipeline recomputation
+    never_stash: np.ndarray | None  # bool per variable, in training
+    profiled_classes: int  # the loaded profile's classes: every grid's profile numbers them the same
+
+    def differs(self, reference: TableView) -> np.ndarray | None:
+        """Bool per variable: treated otherwise than by ``reference``; None when the rules differ (nothing shared)."""
+        if self.signature != reference.signature or len(self.grids) != len(reference.grids) or (
+                (self.never_stash is None) != (reference.never_stash is None)):
+            return None
+        out = np.zeros(self.grids[0].made.size, bool)
+        for mine, theirs in zip(self.grids, reference.grids):
+            out |= mine.made != theirs.made
+            both = mine.made & theirs.made
+            if mine.nbytes is not theirs.nbytes:
+                out |= both & (mine.nbytes != theirs.nbytes)
+            if mine.klass is not theirs.klass:
+                # A class below the profile's count is the profile's in every grid's profile (their tables extend
+                # it); the others are numbered per profile, so their intervals are compared by their ids.
+                at = np.flatnonzero(both & ((mine.klass != theirs.klass) | (mine.klass >= self.profiled_classes)))
+                out[at] |= mine.class_ids[mine.klass[at]] != theirs.class_ids[theirs.klass[at]]
+        if self.never_stash is not None and reference.never_stash is not None:
+            out |= self.grids[0].made & (self.never_stash != reference.never_stash)
+        return out
+
+
+def layers_touched(flags: np.ndarray, starts: np.ndarray, lengths: np.ndarray, ptr: np.ndarray,
+                   shared: list[np.ndarray]) -> np.ndarray:
+    """Bool per layer: does it hold a flagged variable?
+
+    ``starts``, ``lengths``: the runs of the layers' private variables, layer ``j``'s at ``ptr[j]:ptr[j + 1]``
+    (:class:`popliner.memory.layer_vars.LayerVariables`); ``shared[j]``: layer ``j``'s shared variables.
+    """
+    at = np.flatnonzero(flags)
+    # Flagged variables in each run: those before its end less those before its start.
+    per_run = np.searchsorted(at, starts + lengths) - np.searchsorted(at, starts)
+    before = np.concatenate(([0], np.cumsum(per_run)))
+    out = before[ptr[1:]] > before[ptr[:-1]]
+    for j, var in enumerate(shared):
+        out[j] = out[j] or bool(flags[var].any())
+    return np.asarray(out, bool)
