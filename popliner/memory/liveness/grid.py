@@ -296,12 +296,16 @@ class SegmentGrid:
         stale = np.flatnonzero(self.stale[: upto + 1])
         if stale.size == 0:
             return
-        run = self.diff[stale]
-        # Row by row along the block: numpy's cumsum over a middle axis is several times slower.
+        # Row by row along the blocks, the largest taken as the sums grow: one read of the blocks' rows (numpy's
+        # cumsum over a middle axis is several times slower, and a copy of the blocks then a maximum over them
+        # reads them three times).
+        run = self.diff[stale, 0]
+        top = run.copy()
         for r in range(1, self.block):
-            np.add(run[:, r - 1], run[:, r], out=run[:, r])
-        self.block_max[stale] = run.max(axis=1)
-        self.block_sum[stale] = run[:, -1]
+            np.add(run, self.diff[stale, r], out=run)
+            np.maximum(top, run, out=top)
+        self.block_max[stale] = top
+        self.block_sum[stale] = run
         self.stale[stale] = False
         self._known = min(self._known, int(stale[0]))
 
