@@ -115,7 +115,8 @@ def test_rerun_peak_equals_two_sweeps_on_random_windows(source: str) -> None:
             state = state_of.running_set()
             kept = bool(rng.integers(0, 2)) and tabled.facts.head_wraps
             if kept:  # IPU 0 with the head: its variables keep their live steps
-                state.add(state_of.layer_parts(tabled.facts.head_layer), kept=True)
+                state.add(state_of.layer_parts(tabled.facts.head_layer),
+                          kept=state_of.private_variables(tabled.facts.head_layer))
             for k in range(i, j + 1):
                 if not (kept and k == tabled.facts.head_layer):
                     state.add(state_of.layer_parts(k))

@@ -115,6 +115,10 @@ class RangeState:
             parts = self._parts[j] = LayerParts.of(self.facts, self.layer_ops[j], self.share, variables)
         return parts
 
+    def private_variables(self, j: int) -> np.ndarray:
+        """Layer ``j``'s private counted variables (sorted): what a kept head's forward-cut liveness reads."""
+        return self._layer_variables().private(j)
+
     def _layer_variables(self) -> LayerVariables:
         if self._variables is None:
             self._variables = LayerVariables.of(self.facts)

@@ -238,7 +238,8 @@ class ProfileRanges:
             return stage_memory(self.facts, ops, variables=peak)
         state = self._shared.running_set()
         if wrapped:
-            state.add(self._shared.layer_parts(self.facts.head_layer), kept=True)
+            head = self.facts.head_layer
+            state.add(self._shared.layer_parts(head), kept=self._shared.private_variables(head))
         for k in range(i, j + 1):
             state.add(self._shared.layer_parts(k))
         self._shared.staged.add(key)
@@ -266,7 +267,8 @@ class ProfileRanges:
             state = self._shared.running_set()
             # The head runs forward and backward back to back: under pipeline recomputation its variables
             # keep their live steps in IPU 0's re-run forward window.
-            state.add(self._shared.layer_parts(self.facts.head_layer), kept=True)
+            head = self.facts.head_layer
+            state.add(self._shared.layer_parts(head), kept=self._shared.private_variables(head))
             for k, entry in enumerate(plain):
                 if entry is None:
                     break  # the range alone is over the limit: with the head too

@@ -55,17 +55,18 @@ class ForwardCut:
         #: What went into the shared grid, to put the set back after other sets used it.
         self.adds: list[dict[str, np.ndarray]] = []
         grid.clear()
-        grid.owner = self
+        self._token = object()  # the grid's holder, by a token: no reference cycle (RunningStage)
+        grid.owner = self._token
 
     @property
     def holds_grid(self) -> bool:
         """Does the shared grid hold this set's variables (no other set cleared it since)?"""
-        return self.grid.owner is self
+        return self.grid.owner is self._token
 
     def restore(self) -> None:
         """Make the shared grid hold this set's variables again."""
         self.grid.clear()
-        self.grid.owner = self
+        self.grid.owner = self._token
         for events in self.adds:
             self.grid.add(events)
 

@@ -53,7 +53,7 @@ class LayerParts:
     Control code, exchange code and vertex state add up over the layer's
     programs (``additive``); ``presence`` is the layer's difference array of
     vertex instances per (type, tile). Its counted variables are split into
-    ``private`` ones, used by no other layer, and ``shared`` ones, which may
+    private ones, used by no other layer (not kept here: their events are), and ``shared`` ones, which may
     already be in a range. ``*_events`` hold each variable's grid cells and
     bytes; in training ``*_stash`` hold the columns a
     stash entry reads. The shared parts carry ``owner``, the position in
@@ -69,7 +69,6 @@ class LayerParts:
     presence: np.ndarray  # int64 [types, tiles + 1]
     lo: int
     hi: int
-    private: np.ndarray  # sorted variable indices
     shared: np.ndarray  # sorted variable indices
     shared_pos: np.ndarray  # their positions in facts.boundaries.multi_layer_index
     private_events: tuple[Events, ...]
@@ -101,7 +100,7 @@ class LayerParts:
         events = share.grid.merged(sets[0]), share.grid.owned(sets[1])
         cut_grid = share.cut_grid
         cut = (None, None) if cut_grid is None else (cut_grid.merged(sets[0]), cut_grid.owned(sets[1]))
-        return cls(ops, additive, presence, lo, hi, private, shared, shared_pos, events[0], events[1], stash[0],
+        return cls(ops, additive, presence, lo, hi, shared, shared_pos, events[0], events[1], stash[0],
                    stash[1], units, cut[0], cut[1])
 
 
@@ -133,31 +132,37 @@ class RunningStage:
         self.in_set = np.zeros(len(facts.boundaries.multi_layer_index), bool)
         self.grid = grid
         grid.clear()
-        grid.owner = self
+        # The grid names its holder by a token, not the set itself: no reference cycle keeps a set (and the facts
+        # it holds, hundreds of MB on a large profile) alive once its table is done with it.
+        self._token = object()
+        grid.owner = self._token
         self.lo, self.hi = 0, -1
         self.ops: list[np.ndarray] = []
         self.stash = StashRow(facts, row_ops) if row_ops is not None else None
-        #: What went into the shared grid, to put the set back after other sets used it.
-        self.grid_adds: list[dict[str, np.ndarray]] = []
+        #: What went into the shared grid, to put the set back after other sets used it: each layer's parts and
+        #: which of its shared variables were new to the set (not the filtered events: a plan keeps a set per row).
+        self.grid_adds: list[tuple[LayerParts, np.ndarray]] = []
         self.forward_cut = forward_cut
 
     @property
     def holds_grids(self) -> bool:
         """Do the shared grids hold this set's variables (no other set cleared them since)?"""
-        return self.grid.owner is self and (
+        return self.grid.owner is self._token and (
             self.forward_cut is None or self.forward_cut.holds_grid)
 
     def restore_grid(self) -> None:
         """Make the shared grids hold this set's variables again (other sets clear them)."""
         self.grid.clear()
-        self.grid.owner = self
-        for events in self.grid_adds:
-            self.grid.add(events)
+        self.grid.owner = self._token
+        for parts, fresh in self.grid_adds:
+            for events in (*parts.private_events, *_pieces_of(parts.shared_events, fresh)):
+                self.grid.add(events)
         if self.forward_cut is not None:
             self.forward_cut.restore()
 
-    def add(self, parts: LayerParts, kept: bool = False) -> None:
-        """Add a layer; ``kept``: its variables keep their live steps in the forward-cut liveness (a wrapped head's)."""
+    def add(self, parts: LayerParts, kept: np.ndarray | None = None) -> None:
+        """Add a layer; ``kept``: its private variables, when its variables keep their live steps in the forward-cut
+        liveness (a wrapped head's)."""
         self.ops.append(parts.ops)
         self.additive += parts.additive
         self.presence += parts.presence
@@ -171,13 +176,13 @@ class RunningStage:
         cut = self.forward_cut
         if cut is not None:
             # A kept head's new variables, sorted: their forward-cut events are made from them.
-            var = np.sort(np.concatenate((parts.private, parts.shared[fresh]))) if kept else None
+            var = None if kept is None else np.sort(np.concatenate((kept, parts.shared[fresh])))
             cut.add(parts.cut_private_events,
-                    None if parts.cut_shared_events is None else _pieces_of(parts.cut_shared_events, fresh), var, kept)
-        added = (*parts.private_events, *_pieces_of(parts.shared_events, fresh))
-        for events in added:
+                    None if parts.cut_shared_events is None else _pieces_of(parts.cut_shared_events, fresh), var,
+                    kept is not None)
+        for events in (*parts.private_events, *_pieces_of(parts.shared_events, fresh)):
             self.grid.add(events)
-        self.grid_adds.extend(added)
+        self.grid_adds.append((parts, fresh))
         if self.stash is not None and parts.private_stash is not None and parts.shared_stash is not None:
             for cols in (*parts.private_stash, *_pieces_of(parts.shared_stash, fresh)):
                 self.stash.add(cols)
@@ -219,5 +224,7 @@ def _pieces_of(pieces: tuple[Events, ...], fresh: np.ndarray) -> tuple[Events, .
 def _rows_of(cols: dict[str, np.ndarray], fresh: np.ndarray) -> dict[str, np.ndarray]:
     """The rows whose owner variable is fresh (not yet in the range)."""
     keep = fresh[cols["owner"]]
+    if keep.all():  # read only: the layer's own rows serve
+        return cols
     return {name: col[keep] for name, col in cols.items()}
 

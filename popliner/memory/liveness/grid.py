@@ -120,7 +120,7 @@ class SegmentGrid:
         self.block_sum = np.zeros((rows, self.tiles), self.dtype)
         self.stale = np.zeros(self.nblocks, bool)  # events added since the block's sums were taken
         self.touched = np.zeros(self.nblocks, bool)  # events added since the last clear
-        self.owner: object | None = None  # the running set whose variables the grid holds
+        self.owner: object | None = None  # the token of the running set whose variables the grid holds
         # Live bytes before each block (the net changes of the blocks before it) and each block's largest live
         # bytes, kept between readings: valid for the blocks before ``_known``, which a change to a block's
         # sums lowers to that block. A reading extends them only to its window's last block. In the cells' type:
