@@ -37,7 +37,7 @@ from popliner.errors import UsageProblem
 from popliner.hardware import DEFAULT_LINK_BANDWIDTH, MAX_CYCLES
 from popliner.memory.cycles import range_cycles
 from popliner.memory.running import PIECES, Pieces, RunningStage
-from popliner.memory.stages import pipeline_rerun_window, range_ops, stage_memory
+from popliner.memory.stages import pipeline_rerun_window, stage_memory
 from popliner.memory.types import StageMemory
 from popliner.memory.work import RangeWork, check_range_tables
 
@@ -98,6 +98,7 @@ class ProfileRanges:
         self._memory: dict[tuple[int, int, int], float] = {}
         #: Per range evaluated: the tiles that can be the worst at some stash depth (:func:`worst_tiles`).
         self._fronts: dict[tuple[int, int], tuple[tuple[int, int], ...]] = {}
+        self._positions: np.ndarray | None = None
         self._shared = memo.state(facts, pieces)
         self._cycle_facts = facts.cycles
         self._cross: list[int] = facts.boundaries.crossing.tolist()  # Python integers: the solvers read each often
@@ -201,11 +202,23 @@ class ProfileRanges:
 
     def stage_ops(self, i: int, j: int) -> np.ndarray:
         """Operations of the range's IPU (a wrapped head's with the range at position 0)."""
-        facts = self.facts
-        ops = range_ops(facts, i, j)
-        if self._wraps and i == 0:
-            ops = np.union1d(ops, range_ops(facts, facts.head_layer, facts.head_layer))
-        return ops
+        positions = self.op_positions()
+        return np.flatnonzero((positions >= i) & (positions <= j))
+
+    def op_positions(self) -> np.ndarray:
+        """Per operation, the first layer of a range whose IPU holds it: range ``i..j`` holds those from ``i`` to ``j``.
+
+        Its own layer, but 0 for the operations without one (they go with
+        the first stage) and for a wrapped head's (with the range at position
+        0; the head is no layer of the table).
+        """
+        if self._positions is None:
+            facts = self.facts
+            positions = np.maximum(facts.layer_of_op, 0)
+            if self._wraps:
+                positions[facts.layer_of_op == facts.head_layer] = 0
+            self._positions = positions
+        return self._positions
 
     def stash_entry(self, i: int, j: int) -> np.ndarray | None:
         """One stash entry per tile of the range's own operations (no wrapped head's), when the table has it.
