@@ -375,23 +375,34 @@ def worst_tiles(total: np.ndarray, stash: np.ndarray) -> tuple[tuple[int, int], 
 
     A range's memory with ``e >= 0`` extra stash entries is the largest
     ``total + e * stash`` over its tiles. A tile whose total and stash entry
-    are both at most another's is never above that one, whatever ``e``: so
-    the tiles are taken by stash entry (largest first; equal entries, largest
-    total first) and a tile is kept only when its total is above every total
-    before it. For every ``e``, some kept tile is a worst one: were every
-    worst tile dropped, take the first of them in that order; the tile that
-    dropped it comes before it, has as large a total and stash entry, so it
-    is a worst tile as well, and an earlier one. The largest over the kept
-    tiles is then the largest over all, to the byte (Python integers: no
-    overflow), and each depth the solvers ask about costs a few additions
-    instead of a pass over every tile.
+    are both at most another's is never above that one, whatever ``e``: the
+    kept tiles are the others, each (total, stash entry) once, by stash entry
+    (largest first) and so by total (smallest first). For every ``e`` some
+    kept tile is a worst one, so the largest over them is the largest over
+    all, to the byte (Python integers: no overflow), and each depth the
+    solvers ask about costs a few additions instead of a pass over every tile.
+
+    The last kept tile has the largest total (of those, the largest stash
+    entry), the first the largest stash entry (of those, the largest total):
+    only a tile of a larger stash entry than the last and a larger total than
+    the first can lie between them, usually a few of the range's tiles. Those
+    are taken by stash entry (largest first; equal entries, largest total
+    first) and one is kept when its total is above every total before it.
     """
-    order = np.lexsort((-total, -stash))
-    totals = total[order]
-    kept = np.empty(totals.size, bool)
-    kept[:1] = True
-    np.greater(totals[1:], np.maximum.accumulate(totals)[:-1], out=kept[1:])
-    return tuple(zip(totals[kept].tolist(), stash[order][kept].tolist()))
+    top = int(total.max())
+    low = int(stash[total == top].max())
+    between = np.flatnonzero(stash > low)
+    if not between.size:
+        return ((top, low),)
+    totals, stashes = total[between], stash[between]
+    high = int(stashes.max())
+    first = int(totals[stashes == high].max())
+    inner = totals > first
+    totals, stashes = totals[inner], stashes[inner]
+    order = np.lexsort((-totals, -stashes))
+    totals, stashes = totals[order], stashes[order]
+    kept = totals > np.maximum.accumulate(np.concatenate(([first], totals[:-1])))
+    return ((first, high), *zip(totals[kept].tolist(), stashes[kept].tolist(), strict=True), (top, low))
 
 
 def release(memo: RangeMemo) -> None:
