@@ -25,6 +25,7 @@ from popliner.memory.ranges import ProfileRanges
 from popliner.memory.work import RangeWork
 from popliner.ops.remote import remote_update_operations, streamed_state_variables
 from popliner.pipeline import range_figure
+from popliner.solvers.dp import value_floors
 from popliner.solvers.problem import Bounds, SplitProblem
 from popliner.solvers.result import SplitResult, stage_result
 from popliner.solvers.solve import exact_optimum, first_values
@@ -88,12 +89,14 @@ def search_options(analysis: Analysis, depths: Sequence[int], budget: int, link_
     off_chip = training and options.optimizer_state == "off-chip"
     fitting = [k for k in usable if suffixes.whole(k) != _INF]
     values = first_values(table, problem) if fitting else None  # every range's, once for all the depths
+    # Each depth's floor on objective 1, from one pass for every depth (a depth's does not depend on the others).
+    floors = value_floors(table, problem, values=values) if values is not None else None
     for k in usable:
         if k not in fitting:
             out[k] = DepthSplit(k, None, (), (), f"no split over {k} IPUs fits in {budget:,} bytes per tile")
             continue
         # The split --solve --exact-ipus gives: fastest first (the objectives in their order), the same ties.
-        bounds = exact_optimum(table, dataclasses.replace(problem, num_ipus=k, exact_ipus=True), values)
+        bounds = exact_optimum(table, dataclasses.replace(problem, num_ipus=k, exact_ipus=True), values, floors)
         split = _split_result(analysis, table, bounds, budget)
         out[k] = DepthSplit(k, split, bounds, tuple(traffic_table.of_range(table, i, j, off_chip, options.shard)
                                                      for i, j in bounds))
