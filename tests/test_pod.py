@@ -329,7 +329,7 @@ def test_each_depth_is_the_split_solve_exact_ipus_gives(fixture_plans: list[tupl
 
 
 class _Positions:
-    """What :meth:`TrafficTable.of_range` reads of a range table: each operation's position, and how many."""
+    """What :meth:`TrafficTable.of_stages` reads of a range table: each operation's position, and how many."""
 
     def __init__(self, positions: Any, num_layers: int) -> None:
         self.positions, self.num_layers = positions, num_layers
@@ -374,9 +374,9 @@ def test_traffic_of_a_range_is_the_sum_over_its_distinct_variables(data: st.Data
     for i in range(layers):
         for j in range(i, layers):
             ops = np.flatnonzero((positions >= i) & (positions <= j))
-            got = table.of_range(ranges, i, j, True, shard)  # type: ignore[arg-type]
+            (got,) = table.of_stages(ranges, ((i, j),), True, shard)  # type: ignore[arg-type]
             assert (got.gradient_bytes, got.state_bytes) == _traffic_oracle(table, ops, shard), (i, j)
-            assert table.of_range(ranges, i, j, False, shard).state_bytes == 0  # type: ignore[arg-type]
+            assert table.of_stages(ranges, ((i, j),), False, shard)[0].state_bytes == 0  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("placement", ["first", "last", "wrap"])
@@ -396,7 +396,7 @@ def test_traffic_of_a_stage_on_a_profile(placement: str) -> None:
     facts = analysis.facts
     ranges = analysis.range_table(2**40)
     n = ranges.num_layers
-    assert table.of_range(ranges, 0, n - 1, True, 1).state_bytes > 0 and bool(table.weight.any())
+    assert table.of_stages(ranges, ((0, n - 1),), True, 1)[0].state_bytes > 0 and bool(table.weight.any())
     for i in range(n):
         for j in range(i, n):
             ops = range_ops(facts, i, j)
@@ -404,7 +404,7 @@ def test_traffic_of_a_stage_on_a_profile(placement: str) -> None:
                 ops = np.union1d(ops, range_ops(facts, facts.head_layer, facts.head_layer))
             assert ranges.stage_ops(i, j).tolist() == ops.tolist()
             shard = 1 + (i + j) % 3
-            got = table.of_range(ranges, i, j, True, shard)
+            (got,) = table.of_stages(ranges, ((i, j),), True, shard)
             assert (got.gradient_bytes, got.state_bytes) == _traffic_oracle(table, ops, shard), (i, j)
 
 

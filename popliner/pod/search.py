@@ -98,8 +98,7 @@ def search_options(analysis: Analysis, depths: Sequence[int], budget: int, link_
         # The split --solve --exact-ipus gives: fastest first (the objectives in their order), the same ties.
         bounds = exact_optimum(table, dataclasses.replace(problem, num_ipus=k, exact_ipus=True), values, floors)
         split = _split_result(analysis, table, bounds, budget)
-        out[k] = DepthSplit(k, split, bounds, tuple(traffic_table.of_range(table, i, j, off_chip, options.shard)
-                                                     for i, j in bounds))
+        out[k] = DepthSplit(k, split, bounds, traffic_table.of_stages(table, bounds, off_chip, options.shard))
     return OptionSearch(analysis, out, facts.view.recompute, traffic_table)
 
 
@@ -138,7 +137,6 @@ class TrafficTable:
     nbytes: np.ndarray  # per distinct variable of the table, as profiled (not divided over shards)
     #: Per layering of the operations (option sets often share one): its range sums.
     _sums: dict[bytes, _RangeSums] = field(default_factory=dict, repr=False)
-    _shares: dict[tuple[bool, int], np.ndarray] = field(default_factory=dict, repr=False)
 
     @classmethod
     def of(cls, analysis: Analysis) -> TrafficTable:
@@ -180,24 +178,22 @@ class TrafficTable:
         distinct = np.flatnonzero(mark)
         return cls(ptr, slot, weights[distinct], np.asarray(analysis.profile.variables.bytes)[distinct])
 
-    def of_range(self, table: ProfileRanges, i: int, j: int, off_chip: bool, shard: int) -> IpuTraffic:
-        """Gradient bytes, and (off chip) this replica's share of the optimizer state, of range ``i..j``'s IPU
-        (:meth:`ProfileRanges.stage_ops`: the operations whose position is in ``i..j``)."""
+    def of_stages(self, table: ProfileRanges, bounds: Bounds, off_chip: bool, shard: int) -> tuple[IpuTraffic, ...]:
+        """Per stage ``(i, j)``: gradient bytes, and (off chip) this replica's share of the optimizer state, of the
+        range's IPU (:meth:`ProfileRanges.stage_ops`: the operations whose position is in ``i..j``)."""
         positions = table.op_positions()
         key = positions.tobytes()
         sums = self._sums.get(key)
         if sums is None:
             sums = self._sums[key] = _RangeSums.of(self, positions, table.num_layers)
-        return IpuTraffic(sums.total(self, True, 1, i, j), sums.total(self, False, shard, i, j) if off_chip else 0)
+        return tuple(IpuTraffic(sums.total(self, True, 1, i, j),
+                                sums.total(self, False, shard, i, j) if off_chip else 0) for i, j in bounds)
 
     def shares(self, weights: bool, shard: int) -> np.ndarray:
         """Per variable: a weight's bytes (its gradient's), else 0; or a state variable's share, else 0."""
-        found = self._shares.get((weights, shard))
-        if found is None:
-            # The state's share is rounded up per variable, as sharding does.
-            found = self._shares[(weights, shard)] = (np.where(self.weight, self.nbytes, 0) if weights
-                                                      else np.where(self.weight, 0, -(-self.nbytes // shard)))
-        return found
+        if weights:
+            return np.where(self.weight, self.nbytes, 0)
+        return np.where(self.weight, 0, -(-self.nbytes // shard))  # rounded up per variable, as sharding does
 
 
 @dataclass(frozen=True, eq=False)
@@ -223,11 +219,13 @@ class _RangeSums:
 
     @classmethod
     def of(cls, traffic: TrafficTable, op_position: np.ndarray, positions: int) -> _RangeSums:
-        # Each variable's first and last position (in int32: a column over every entry; positions are layers).
-        at = np.repeat(np.asarray(op_position, np.int32), np.diff(traffic.ptr))
-        first = np.full(traffic.nbytes.size, positions, np.int32)
+        # Each variable's first and last position (positions are layers: int16 while they fit, a column over every
+        # entry and one over every variable, the latter kept).
+        small = np.dtype(np.int16 if positions < 2**15 else np.int32)
+        at = np.repeat(np.asarray(op_position, small), np.diff(traffic.ptr))
+        first = np.full(traffic.nbytes.size, positions, small)
         np.minimum.at(first, traffic.slot, at)
-        last = np.full(traffic.nbytes.size, -1, np.int32)
+        last = np.full(traffic.nbytes.size, -1, small)
         np.maximum.at(last, traffic.slot, at)
         several = first < last
         if not several.any():
