@@ -408,6 +408,56 @@ def test_traffic_of_a_stage_on_a_profile(placement: str) -> None:
             assert (got.gradient_bytes, got.state_bytes) == _traffic_oracle(table, ops, shard), (i, j)
 
 
+@pytest.mark.parametrize("compiled", ["on-chip", "off-chip"])
+def test_the_traffic_table_keeps_each_operations_weights_and_state(compiled: str, tmp_path: Path) -> None:
+    """TrafficTable.of against a loop over the operations: a weight is always live, no state, used by a forward
+    operation and by an update; each operation keeps its weights' entries and (compiled off chip: only a remote
+    load's or store's) its state's, in order, each variable under one slot of its own."""
+    import numpy as np
+
+    from popliner.analysis import scenario
+    from popliner.memory.training import TrainingOptions
+    from popliner.ops.remote import remote_update_operations, streamed_state_variables
+    from popliner.pod.search import TrafficTable
+    from popliner.synth import generate_document, preset_spec
+
+    if compiled == "on-chip":
+        base = _traffic_base()
+    else:
+        spec = preset_spec("bert-tiny", "training", layers=3, framework="poptorch", optimizer_state="off-chip")
+        path = tmp_path / "off-chip.json"
+        path.write_text(json.dumps(generate_document(spec)))
+        base = load_analysis(str(path), use_cache=False).base
+    assert base.state_off_chip == (compiled == "off-chip")
+    analysis = scenario(base, TrainingOptions(optimizer_state="off-chip"))
+    facts, ops = analysis.facts, analysis.facts.ops
+    update, backward = facts.view.is_update, facts.is_backward
+    rows = [ops.var_idx[ops.var_ptr[k]:ops.var_ptr[k + 1]].tolist() for k in range(ops.count)]
+    by_update = {v for k, row in enumerate(rows) if update[k] for v in row}
+    by_forward = {v for k, row in enumerate(rows) if not update[k] and not backward[k] for v in row}
+    state = set(np.flatnonzero(facts.view.optimizer_state).tolist())
+    users = set(range(ops.count))
+    if base.state_off_chip:
+        count = analysis.profile.variables.count
+        state |= set(np.flatnonzero(streamed_state_variables(ops, analysis.is_backward, analysis.profile.contexts,
+                                                             count)).tolist())
+        users = set(np.flatnonzero(remote_update_operations(ops, analysis.is_backward,
+                                                            analysis.profile.contexts)).tolist())
+    live = facts.always_live_var
+    weights = {v for v in by_update & by_forward if live[v] and v not in state}
+    table = TrafficTable.of(analysis)
+    slot_of: dict[int, int] = {}
+    nbytes = analysis.profile.variables.bytes
+    for k, row in enumerate(rows):
+        kept = [v for v in row if v in weights or (v in state and k in users)]
+        slots = table.slot[table.ptr[k]:table.ptr[k + 1]].tolist()
+        assert len(slots) == len(kept), k
+        for v, slot in zip(kept, slots, strict=True):
+            assert slot_of.setdefault(v, slot) == slot
+            assert (bool(table.weight[slot]), int(table.nbytes[slot])) == (v in weights, int(nbytes[v]))
+    assert len(set(slot_of.values())) == len(slot_of) == table.nbytes.size and weights and state
+
+
 _TRAFFIC_BASE: list[Any] = []
 
 

@@ -23,6 +23,7 @@ from popliner.analysis import Analysis
 from popliner.arrays import sorted_unique
 from popliner.memory.ranges import ProfileRanges
 from popliner.memory.work import RangeWork
+from popliner.ops.operations import OperationTable
 from popliner.ops.remote import remote_update_operations, streamed_state_variables
 from popliner.pipeline import range_figure
 from popliner.solvers.dp import value_floors
@@ -149,11 +150,8 @@ class TrafficTable:
         view = facts.view
         lens = np.diff(ops.var_ptr)
         update = np.asarray(view.is_update, bool)
-        forward = ~np.asarray(facts.is_backward, bool) & ~update
-        by_update = np.zeros(count, bool)
-        by_update[ops.var_idx[np.repeat(update, lens)]] = True
-        by_forward = np.zeros(count, bool)
-        by_forward[ops.var_idx[np.repeat(forward, lens)]] = True
+        by_update = _used_by(ops, update, count)
+        by_forward = _used_by(ops, ~np.asarray(facts.is_backward, bool) & ~update, count)
         state = np.asarray(view.optimizer_state, bool)
         state_users = np.ones(ops.count, bool)
         if analysis.base.state_off_chip:
@@ -194,6 +192,17 @@ class TrafficTable:
         if weights:
             return np.where(self.weight, self.nbytes, 0)
         return np.where(self.weight, 0, -(-self.nbytes // shard))  # rounded up per variable, as sharding does
+
+
+def _used_by(ops: OperationTable, chosen: np.ndarray, count: int) -> np.ndarray:
+    """Per variable: does one of the ``chosen`` operations use it? One scatter per run of consecutive chosen
+    operations (their entries are one slice: the forward pass is one run, the updates a few per layer), no
+    column over every entry."""
+    edges = np.flatnonzero(np.diff(chosen, prepend=False, append=False))
+    used = np.zeros(count, bool)
+    for start, stop in zip(ops.var_ptr[edges[::2]].tolist(), ops.var_ptr[edges[1::2]].tolist(), strict=True):
+        used[ops.var_idx[start:stop]] = True
+    return used
 
 
 @dataclass(frozen=True, eq=False)
