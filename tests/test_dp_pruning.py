@@ -148,6 +148,28 @@ def test_value_floors_are_each_counts_best_with_memory_left_out(count: int) -> N
     run()
 
 
+@pytest.mark.parametrize("count", examples(60, 200))
+def test_exact_over_each_count_with_the_floors_of_every_count(count: int) -> None:
+    """A pod plan solves exactly over each depth K with one pass of floors for every count (popliner.pod.search):
+    the same split as the exact solver over exactly K working out its own."""
+    import dataclasses
+
+    from popliner.solvers.solve import exact_optimum, first_values
+
+    @sized(count)
+    @given(cases())
+    def run(case: tuple[Forbidding, SplitProblem]) -> None:
+        table, problem = case
+        problem = dataclasses.replace(problem, exact_ipus=False)
+        values = first_values(table, problem)
+        floors = value_floors(table, problem, values=values)
+        for k in range(1, problem.num_ipus + 1):
+            exact = dataclasses.replace(problem, num_ipus=k, exact_ipus=True)
+            assert exact_optimum(table, exact, values, floors) == exact_optimum(table, exact)
+
+    run()
+
+
 @pytest.mark.parametrize("count", examples(100, 300))
 def test_each_count_gives_the_split_counted_out(count: int) -> None:
     @sized(count)

@@ -328,29 +328,134 @@ def test_each_depth_is_the_split_solve_exact_ipus_gives(fixture_plans: list[tupl
             assert [s.layers for s in solved.stages] == [s.layers for s in config.split.stages]
 
 
-@settings(max_examples=25, deadline=None)
+class _Positions:
+    """What :meth:`TrafficTable.of_stages` reads of a range table: each operation's position, and how many."""
+
+    def __init__(self, positions: Any, num_layers: int) -> None:
+        self.positions, self.num_layers = positions, num_layers
+
+    def op_positions(self) -> Any:
+        return self.positions
+
+
+def _traffic_oracle(table: Any, ops: Any, shard: int) -> tuple[int, int]:
+    """Gradient and state bytes of a set of operations the plain way: every entry of the operations, each variable
+    once (np.unique), gradients from weights, the state's share rounded up per variable."""
+    import numpy as np
+
+    entries = np.concatenate([np.arange(table.ptr[o], table.ptr[o + 1]) for o in ops] + [np.zeros(0, np.int64)])
+    slots = np.unique(table.slot[entries])
+    weights = slots[table.weight[slots]]
+    state = slots[~table.weight[slots]]
+    return (sum(int(table.nbytes[v]) for v in weights), sum(-(-int(table.nbytes[v]) // shard) for v in state))
+
+
+@settings(max_examples=60, deadline=None)
 @given(data=st.data())
-def test_traffic_of_a_set_of_operations_is_the_sum_over_its_distinct_variables(data: st.DataObject) -> None:
-    """The table's mask over its own variables against a plain oracle: every entry of the operations, each variable
-    once (np.unique), gradients from weights and the state's share rounded up per variable."""
+def test_traffic_of_a_range_is_the_sum_over_its_distinct_variables(data: st.DataObject) -> None:
+    """Random tables, many variables used at several positions (and several times at one): the range sums against
+    the oracle, for every range."""
+    import numpy as np
+
+    from popliner.pod.search import TrafficTable
+
+    layers = data.draw(st.integers(1, 6))
+    rows = data.draw(st.lists(st.lists(st.integers(0, 7), max_size=5), min_size=1, max_size=12))
+    positions = np.array(data.draw(st.lists(st.integers(0, layers - 1), min_size=len(rows), max_size=len(rows))))
+    # The table's variables are those of its entries (TrafficTable.of), numbered in order.
+    used, slot = np.unique(np.array([v for r in rows for v in r], np.int64), return_inverse=True)
+    weight = np.array(data.draw(st.lists(st.booleans(), min_size=used.size, max_size=used.size)), bool)
+    nbytes = np.array(data.draw(st.lists(st.integers(0, 2**40), min_size=used.size, max_size=used.size)), np.int64)
+    ptr = np.concatenate(([0], np.cumsum([len(r) for r in rows]))).astype(np.int64)
+    slot = slot.astype(np.int64)
+    table = TrafficTable(ptr, slot, weight, nbytes)
+    shard = data.draw(st.integers(1, 5))
+    ranges = _Positions(positions, layers)
+    for i in range(layers):
+        for j in range(i, layers):
+            ops = np.flatnonzero((positions >= i) & (positions <= j))
+            (got,) = table.of_stages(ranges, ((i, j),), True, shard)  # type: ignore[arg-type]
+            assert (got.gradient_bytes, got.state_bytes) == _traffic_oracle(table, ops, shard), (i, j)
+            assert table.of_stages(ranges, ((i, j),), False, shard)[0].state_bytes == 0  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("placement", ["first", "last", "wrap"])
+def test_traffic_of_a_stage_on_a_profile(placement: str) -> None:
+    """One table for every option set, as a plan uses it: each range's IPU (its stage_ops, a wrapped head's with
+    range 0..) against the oracle; and stage_ops is the layers' operations (the unlayered and a wrapped head's
+    with range 0..)."""
+    import numpy as np
+
+    from popliner.analysis import scenario
+    from popliner.memory.stages import range_ops
+    from popliner.memory.training import TrainingOptions
+    from popliner.pod.search import TrafficTable
+
+    table = TrafficTable.of(scenario(_traffic_base(), TrainingOptions(optimizer_state="off-chip")))
+    analysis = scenario(_traffic_base(), TrainingOptions(optimizer_state="off-chip", head_placement=placement))
+    facts = analysis.facts
+    ranges = analysis.range_table(2**40)
+    n = ranges.num_layers
+    assert table.of_stages(ranges, ((0, n - 1),), True, 1)[0].state_bytes > 0 and bool(table.weight.any())
+    for i in range(n):
+        for j in range(i, n):
+            ops = range_ops(facts, i, j)
+            if i == 0 and ranges.head_wraps:
+                ops = np.union1d(ops, range_ops(facts, facts.head_layer, facts.head_layer))
+            assert ranges.stage_ops(i, j).tolist() == ops.tolist()
+            shard = 1 + (i + j) % 3
+            (got,) = table.of_stages(ranges, ((i, j),), True, shard)
+            assert (got.gradient_bytes, got.state_bytes) == _traffic_oracle(table, ops, shard), (i, j)
+
+
+@pytest.mark.parametrize("compiled", ["on-chip", "off-chip"])
+def test_the_traffic_table_keeps_each_operations_weights_and_state(compiled: str, tmp_path: Path) -> None:
+    """TrafficTable.of against a loop over the operations: a weight is always live, no state, used by a forward
+    operation and by an update; each operation keeps its weights' entries and (compiled off chip: only a remote
+    load's or store's) its state's, in order, each variable under one slot of its own."""
     import numpy as np
 
     from popliner.analysis import scenario
     from popliner.memory.training import TrainingOptions
+    from popliner.ops.remote import remote_update_operations, streamed_state_variables
     from popliner.pod.search import TrafficTable
+    from popliner.synth import generate_document, preset_spec
 
-    analysis = scenario(_traffic_base(), TrainingOptions(optimizer_state="off-chip"))
+    if compiled == "on-chip":
+        base = _traffic_base()
+    else:
+        spec = preset_spec("bert-tiny", "training", layers=3, framework="poptorch", optimizer_state="off-chip")
+        path = tmp_path / "off-chip.json"
+        path.write_text(json.dumps(generate_document(spec)))
+        base = load_analysis(str(path), use_cache=False).base
+    assert base.state_off_chip == (compiled == "off-chip")
+    analysis = scenario(base, TrainingOptions(optimizer_state="off-chip"))
+    facts, ops = analysis.facts, analysis.facts.ops
+    update, backward = facts.view.is_update, facts.is_backward
+    rows = [ops.var_idx[ops.var_ptr[k]:ops.var_ptr[k + 1]].tolist() for k in range(ops.count)]
+    by_update = {v for k, row in enumerate(rows) if update[k] for v in row}
+    by_forward = {v for k, row in enumerate(rows) if not update[k] and not backward[k] for v in row}
+    state = set(np.flatnonzero(facts.view.optimizer_state).tolist())
+    users = set(range(ops.count))
+    if base.state_off_chip:
+        count = analysis.profile.variables.count
+        state |= set(np.flatnonzero(streamed_state_variables(ops, analysis.is_backward, analysis.profile.contexts,
+                                                             count)).tolist())
+        users = set(np.flatnonzero(remote_update_operations(ops, analysis.is_backward,
+                                                            analysis.profile.contexts)).tolist())
+    live = facts.always_live_var
+    weights = {v for v in by_update & by_forward if live[v] and v not in state}
     table = TrafficTable.of(analysis)
-    count = analysis.ops.count
-    ops = np.array(sorted(data.draw(st.sets(st.integers(0, count - 1), max_size=min(count, 40)))), np.int64)
-    shard = data.draw(st.integers(1, 5))
-    entries = np.concatenate([np.arange(table.ptr[o], table.ptr[o + 1]) for o in ops] + [np.zeros(0, np.int64)])
-    weights = np.unique(table.slot[entries][table.weight[entries]])
-    state = np.unique(table.slot[entries][~table.weight[entries]])
-    got = table.of_ops(ops, True, shard)
-    assert got.gradient_bytes == sum(int(table.nbytes[v]) for v in weights)
-    assert got.state_bytes == sum(-(-int(table.nbytes[v]) // shard) for v in state)
-    assert table.of_ops(ops, False, shard).state_bytes == 0
+    slot_of: dict[int, int] = {}
+    nbytes = analysis.profile.variables.bytes
+    for k, row in enumerate(rows):
+        kept = [v for v in row if v in weights or (v in state and k in users)]
+        slots = table.slot[table.ptr[k]:table.ptr[k + 1]].tolist()
+        assert len(slots) == len(kept), k
+        for v, slot in zip(kept, slots, strict=True):
+            assert slot_of.setdefault(v, slot) == slot
+            assert (bool(table.weight[slot]), int(table.nbytes[slot])) == (v in weights, int(nbytes[v]))
+    assert len(set(slot_of.values())) == len(slot_of) == table.nbytes.size and weights and state
 
 
 _TRAFFIC_BASE: list[Any] = []

@@ -20,11 +20,13 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from popliner.analysis import Analysis
-from popliner.arrays import gather_csr
+from popliner.arrays import sorted_unique
 from popliner.memory.ranges import ProfileRanges
 from popliner.memory.work import RangeWork
+from popliner.ops.operations import OperationTable
 from popliner.ops.remote import remote_update_operations, streamed_state_variables
 from popliner.pipeline import range_figure
+from popliner.solvers.dp import value_floors
 from popliner.solvers.problem import Bounds, SplitProblem
 from popliner.solvers.result import SplitResult, stage_result
 from popliner.solvers.solve import exact_optimum, first_values
@@ -88,15 +90,16 @@ def search_options(analysis: Analysis, depths: Sequence[int], budget: int, link_
     off_chip = training and options.optimizer_state == "off-chip"
     fitting = [k for k in usable if suffixes.whole(k) != _INF]
     values = first_values(table, problem) if fitting else None  # every range's, once for all the depths
+    # Each depth's floor on objective 1, from one pass for every depth (a depth's does not depend on the others).
+    floors = value_floors(table, problem, values=values) if values is not None else None
     for k in usable:
         if k not in fitting:
             out[k] = DepthSplit(k, None, (), (), f"no split over {k} IPUs fits in {budget:,} bytes per tile")
             continue
         # The split --solve --exact-ipus gives: fastest first (the objectives in their order), the same ties.
-        bounds = exact_optimum(table, dataclasses.replace(problem, num_ipus=k, exact_ipus=True), values)
+        bounds = exact_optimum(table, dataclasses.replace(problem, num_ipus=k, exact_ipus=True), values, floors)
         split = _split_result(analysis, table, bounds, budget)
-        out[k] = DepthSplit(k, split, bounds, tuple(traffic_table.of_ops(table.stage_ops(i, j), off_chip, options.shard)
-                                                     for i, j in bounds))
+        out[k] = DepthSplit(k, split, bounds, traffic_table.of_stages(table, bounds, off_chip, options.shard))
     return OptionSearch(analysis, out, facts.view.recompute, traffic_table)
 
 
@@ -123,17 +126,18 @@ class TrafficTable:
     lives, so one table serves every option set of a profile.
 
     The entries name the table's own variables (``slot``: their positions
-    among the distinct variables of every entry), so that the distinct ones
-    of a set of operations are found by marking a mask that small rather than
-    by sorting the set's entries (many operations use each weight).
+    among the distinct variables of every entry). A stage's figures are sums
+    over the DISTINCT variables of its operations (a variable several
+    operations or layers use counts once per IPU): :class:`_RangeSums` gives
+    them for every range of a layering at once.
     """
 
     ptr: np.ndarray
     slot: np.ndarray  # per entry: its variable's position among the table's distinct variables
-    weight: np.ndarray  # per entry: a weight (else optimizer state)
+    weight: np.ndarray  # per distinct variable of the table: a weight (else optimizer state)
     nbytes: np.ndarray  # per distinct variable of the table, as profiled (not divided over shards)
-    #: Figures already worked out, by operations and options (option sets often pick the same stages).
-    _known: dict[tuple[bytes, bool, int], IpuTraffic] = field(default_factory=dict, repr=False)
+    #: Per layering of the operations (option sets often share one): its range sums.
+    _sums: dict[bytes, _RangeSums] = field(default_factory=dict, repr=False)
 
     @classmethod
     def of(cls, analysis: Analysis) -> TrafficTable:
@@ -146,11 +150,8 @@ class TrafficTable:
         view = facts.view
         lens = np.diff(ops.var_ptr)
         update = np.asarray(view.is_update, bool)
-        forward = ~np.asarray(facts.is_backward, bool) & ~update
-        by_update = np.zeros(count, bool)
-        by_update[ops.var_idx[np.repeat(update, lens)]] = True
-        by_forward = np.zeros(count, bool)
-        by_forward[ops.var_idx[np.repeat(forward, lens)]] = True
+        by_update = _used_by(ops, update, count)
+        by_forward = _used_by(ops, ~np.asarray(facts.is_backward, bool) & ~update, count)
         state = np.asarray(view.optimizer_state, bool)
         state_users = np.ones(ops.count, bool)
         if analysis.base.state_off_chip:
@@ -159,36 +160,110 @@ class TrafficTable:
             state = state | streamed_state_variables(ops, analysis.is_backward, analysis.profile.contexts, count)
             state_users = remote_update_operations(ops, analysis.is_backward, analysis.profile.contexts)
         weights = np.asarray(facts.always_live_var, bool) & ~state & by_update & by_forward
-        keep = weights[ops.var_idx] | (state[ops.var_idx] & np.repeat(state_users, lens))
-        # Where each operation's kept entries start: the running count of kept entries before its first entry
-        # (counts in int32 while they fit: a column over every entry of the operation table).
-        ends = np.cumsum(keep, dtype=np.int32 if keep.size < 2**31 else np.int64)[np.maximum(ops.var_ptr - 1, 0)]
-        ptr = np.where(ops.var_ptr > 0, ends, 0).astype(np.int64)
-        var = ops.var_idx[keep].astype(np.int64)
+        # The kept entries: a weight's, or the state's of a user (every operation, unless compiled off chip).
+        keep = (weights | state)[ops.var_idx]
+        if not state_users.all():
+            keep &= weights[ops.var_idx] | np.repeat(state_users, lens)
+        entries = np.flatnonzero(keep)
+        del keep
+        ptr = np.searchsorted(entries, ops.var_ptr).astype(np.int64)  # each operation's first kept entry
+        var = ops.var_idx[entries]
+        del entries
         # The distinct variables in order, and each entry's position among them: a mask over the variables (no sort).
         mark = np.zeros(count, bool)
         mark[var] = True
-        slot = (np.cumsum(mark, dtype=np.int32 if count < 2**31 else np.int64) - 1)[var].astype(np.int64)
-        return cls(ptr, slot, weights[var], np.asarray(analysis.profile.variables.bytes)[np.flatnonzero(mark)])
+        slot = (np.cumsum(mark, dtype=np.int32 if count < 2**31 else np.int64) - 1)[var]
+        distinct = np.flatnonzero(mark)
+        return cls(ptr, slot, weights[distinct], np.asarray(analysis.profile.variables.bytes)[distinct])
 
-    def of_ops(self, op_idx: np.ndarray, off_chip: bool, shard: int) -> IpuTraffic:
-        """Gradient bytes, and (off chip) this replica's share of the optimizer state, of a set of operations."""
-        key = (np.asarray(op_idx, np.int64).tobytes(), off_chip, shard)
-        found = self._known.get(key)
-        if found is None:
-            found = self._known[key] = self._of_ops(op_idx, off_chip, shard)
-        return found
+    def of_stages(self, table: ProfileRanges, bounds: Bounds, off_chip: bool, shard: int) -> tuple[IpuTraffic, ...]:
+        """Per stage ``(i, j)``: gradient bytes, and (off chip) this replica's share of the optimizer state, of the
+        range's IPU (:meth:`ProfileRanges.stage_ops`: the operations whose position is in ``i..j``)."""
+        positions = table.op_positions()
+        key = positions.tobytes()
+        sums = self._sums.get(key)
+        if sums is None:
+            sums = self._sums[key] = _RangeSums.of(self, positions, table.num_layers)
+        return tuple(IpuTraffic(sums.total(self, True, 1, i, j),
+                                sums.total(self, False, shard, i, j) if off_chip else 0) for i, j in bounds)
 
-    def _of_ops(self, op_idx: np.ndarray, off_chip: bool, shard: int) -> IpuTraffic:
-        slot = gather_csr(self.ptr, self.slot, op_idx)
-        weight = gather_csr(self.ptr, self.weight, op_idx)
-        gradients = self.nbytes[self._distinct(slot[weight])]
-        state = self.nbytes[self._distinct(slot[~weight])] if off_chip else gradients[:0]
-        # The state's share is rounded up per variable, as sharding does.
-        return IpuTraffic(int(gradients.sum()), int((-(-state // shard)).sum()))
+    def shares(self, weights: bool, shard: int) -> np.ndarray:
+        """Per variable: a weight's bytes (its gradient's), else 0; or a state variable's share, else 0."""
+        if weights:
+            return np.where(self.weight, self.nbytes, 0)
+        return np.where(self.weight, 0, -(-self.nbytes // shard))  # rounded up per variable, as sharding does
 
-    def _distinct(self, slot: np.ndarray) -> np.ndarray:
-        """Whether each of the table's variables is among ``slot`` (a variable several operations use counts once)."""
-        mask = np.zeros(self.nbytes.size, bool)
-        mask[slot] = True
-        return mask
+
+def _used_by(ops: OperationTable, chosen: np.ndarray, count: int) -> np.ndarray:
+    """Per variable: does one of the ``chosen`` operations use it? One scatter per run of consecutive chosen
+    operations (their entries are one slice: the forward pass is one run, the updates a few per layer), no
+    column over every entry."""
+    edges = np.flatnonzero(np.diff(chosen, prepend=False, append=False))
+    used = np.zeros(count, bool)
+    for start, stop in zip(ops.var_ptr[edges[::2]].tolist(), ops.var_ptr[edges[1::2]].tolist(), strict=True):
+        used[ops.var_idx[start:stop]] = True
+    return used
+
+
+@dataclass(frozen=True, eq=False)
+class _RangeSums:
+    """A traffic table's distinct-variable sums over every range of one layering, each read in O(1).
+
+    Each (variable, position it is used at) is a pair, with the variable's
+    previous position (-1: none). The distinct variables of range ``i..j`` are
+    the pairs at a position in ``i..j`` whose previous one is before ``i``: a
+    variable used in the range has exactly one such pair, at its first
+    position there. So a range's sum is a sum over a rectangle of (position,
+    previous position + 1), read from 2-D prefix sums. Nearly every variable
+    is used at one position only (a pair with no previous one): those are
+    kept as their position alone.
+    """
+
+    alone: np.ndarray  # per variable: its position when it is used at one only, else ``positions``
+    cell: np.ndarray  # per pair of the others: position * (positions + 1) + previous position + 1
+    slot: np.ndarray  # per pair of the others: the variable
+    positions: int
+    #: Per (weights or state, shard): the prefix sums, worked out when first read.
+    _prefix: dict[tuple[bool, int], list[list[int]]] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def of(cls, traffic: TrafficTable, op_position: np.ndarray, positions: int) -> _RangeSums:
+        # Each variable's first and last position (positions are layers: int16 while they fit, a column over every
+        # entry and one over every variable, the latter kept).
+        small = np.dtype(np.int16 if positions < 2**15 else np.int32)
+        at = np.repeat(np.asarray(op_position, small), np.diff(traffic.ptr))
+        first = np.full(traffic.nbytes.size, positions, small)
+        np.minimum.at(first, traffic.slot, at)
+        last = np.full(traffic.nbytes.size, -1, small)
+        np.maximum.at(last, traffic.slot, at)
+        several = first < last
+        if not several.any():
+            return cls(first, np.zeros(0, np.int64), np.zeros(0, np.int64), positions)
+        # The others: their distinct (variable, position) pairs in order, each after its variable's previous one.
+        shared = several[traffic.slot]
+        pairs = sorted_unique(traffic.slot[shared].astype(np.int64) * positions + at[shared])
+        slot, position = np.divmod(pairs, positions)
+        previous = np.full(pairs.size, -1, np.int64)
+        same = slot[1:] == slot[:-1]
+        previous[1:][same] = position[:-1][same]
+        first[several] = positions
+        return cls(first, position * (positions + 1) + previous + 1, slot, positions)
+
+    def total(self, traffic: TrafficTable, weights: bool, shard: int, i: int, j: int) -> int:
+        """The sum over range ``i..j``'s distinct weights (gradient bytes), else its state's shares."""
+        prefix = self._prefix.get((weights, shard))
+        if prefix is None:
+            prefix = self._prefix[(weights, shard)] = self._prefix_sums(traffic.shares(weights, shard))
+        return prefix[j + 1][i] - prefix[i][i]
+
+    def _prefix_sums(self, shares: np.ndarray) -> list[list[int]]:
+        """``[p][i]``: the sum over the pairs at a position before ``p`` whose previous position is before ``i``."""
+        n = self.positions
+        alone = np.zeros(n + 1, np.int64)  # the last: the variables used at several positions
+        np.add.at(alone, self.alone, shares)
+        cells = np.zeros((n, n + 1), np.int64)
+        cells[:, 0] = alone[:n]
+        np.add.at(cells.reshape(-1), self.cell, shares[self.slot])
+        grid = np.cumsum(np.cumsum(cells, axis=1), axis=0)
+        # Python integers: no overflow in the differences, and the answers are plain ints.
+        return [[0] * (n + 1), *grid.tolist()]

@@ -134,14 +134,15 @@ class RangeValues:
         n = table.num_layers
         self.cap = cap
         if of is None:
-            self._values = [[objective.stage_value(table, i, j, 0.0) if i <= j else math.inf for j in range(n)]
-                            for i in range(n)]
+            stage_value = objective.stage_value
+            self._values = [[math.inf] * i + [stage_value(table, i, j, 0.0) for j in range(i, n)] for i in range(n)]
+            # By last layer (the columns the DP walks), once: read as tuples rather than value by value.
+            self._columns = list(zip(*self._values, strict=True))
             # Running minima from layer 1 (layer 0 starts only the first stage, which has no bound).
-            self.lowest = [[math.inf, *itertools.accumulate((self._values[i][j] for i in range(1, j + 1)), min)]
-                           for j in range(n)]
+            self.lowest = [[math.inf, *itertools.accumulate(self._columns[j][1:j + 1], min)] for j in range(n)]
         else:
-            self._values, self.lowest = of._values, of.lowest
-        self.starts = [[i for i in range(j, 0, -1) if self._values[i][j] <= cap] for j in range(n)]
+            self._values, self._columns, self.lowest = of._values, of._columns, of.lowest
+        self.starts = [[i for i in range(j, 0, -1) if column[i] <= cap] for j, column in enumerate(self._columns)]
 
     def value(self, i: int, j: int) -> float:
         return self._values[i][j]

@@ -46,7 +46,9 @@ def position_edges(table: RangeCosts, problem: SplitProblem, stages: int, order:
     least = max(problem.min_layers, 1)
     splittable = [problem.allowed_split(j, forbidden) for j in range(n)]  # once, not once per range
     # Objective 1's value from ``first`` (the same figure: it reads no memory); the others per range.
-    rest = order[1:] if first is not None else order
+    rest = [o.stage_value for o in (order[1:] if first is not None else order)]
+    # Per first layer, the first pinned split at or after it: no range from it goes past it (once, not per position).
+    pins = [min((q for q in problem.split_after if q >= i), default=n) for i in range(n + 1)]
     reached = {0}
     for p in range(stages):
         check_deadline(deadline)
@@ -58,8 +60,7 @@ def position_edges(table: RangeCosts, problem: SplitProblem, stages: int, order:
         for i in [0] if p == 0 else range(max(1, p * least), n - (stages - p) * least + 1):
             if from_start and i not in reached:
                 continue  # no path from layer 0 gets here: its ranges are on no whole split
-            # A pinned split at or after i: no range from i goes past it.
-            pin = min((q for q in problem.split_after if q >= i), default=n)
+            pin = pins[i]
             row_values = first.row(i) if first is not None else None
             for j in range(i + problem.min_layers - 1, min(pin, latest_end) + 1):
                 if (j == n - 1) != last_position or (j < n - 1 and not splittable[j]):
@@ -72,7 +73,7 @@ def position_edges(table: RangeCosts, problem: SplitProblem, stages: int, order:
                 mem = base + copies(i, j)  # position_memory's figure
                 if mem > limit:
                     continue
-                others = tuple(int(o.stage_value(table, i, j, mem)) for o in rest)
+                others = tuple([int(value_of(table, i, j, mem)) for value_of in rest])
                 values = (int(row_values[j]), *others) if row_values is not None else others
                 if values[0] <= cap:
                     row.append((i, j, values))

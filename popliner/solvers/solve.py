@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
@@ -101,14 +101,19 @@ def solve_bounds(table: RangeCosts, problem: SplitProblem, *, solver: SolverName
                         bound=outcome.bound, gap=0.0, note=note)
 
 
-def exact_optimum(table: RangeCosts, problem: SplitProblem, values: RangeValues | None = None) -> Bounds:
+def exact_optimum(table: RangeCosts, problem: SplitProblem, values: RangeValues | None = None,
+                  floors: Mapping[int, float] | None = None) -> Bounds:
     """The exact solver's split (the lexicographic optimum, as ``--solve`` gives it); () when none fits.
 
     ``values``: :func:`first_values` of the table, when the caller solves it for several stage counts
-    (every range's value, the same for each).
+    (every range's value, the same for each); ``floors``: :func:`popliner.solvers.dp.value_floors` of the
+    table under the same problem with these counts and more (a count's floor does not depend on the others:
+    one pass gives every count's).
     """
     values = values if values is not None else first_values(table, problem)
-    per_count = _exact_per_count(table, problem, None, values=values)
+    if floors is not None:
+        floors = {k: floors[k] for k in problem.stage_counts if k in floors}
+    per_count = _exact_per_count(table, problem, None, values=values, floors=floors)
     outcome = lexicographic_optimum(table, problem, per_count, range_values=values)
     return () if outcome is None else outcome.bounds
 
@@ -120,15 +125,17 @@ def first_values(table: RangeCosts, problem: SplitProblem) -> RangeValues | None
 
 
 def _exact_per_count(table: RangeCosts, problem: SplitProblem, deadline: float | None, *,
-                     values: RangeValues | None = None) -> dict[int, tuple[Bounds, float] | None]:
+                     values: RangeValues | None = None,
+                     floors: Mapping[int, float] | None = None) -> dict[int, tuple[Bounds, float] | None]:
     """The exact DP's optimum of objective 1 for every stage count that reaches the best one (others may be None).
 
     First capped at the best value with memory left out (the smallest of :func:`value_floors`), then, while
     no split reaches the cap, by :data:`CAP_STEP` more at a time (docs/solvers.md, 'Exact', says why the
-    first cap reached gives the optimum). ``values``: objective 1's :class:`RangeValues`, when the caller has them.
+    first cap reached gives the optimum). ``values``: objective 1's :class:`RangeValues`, and ``floors``
+    (:func:`value_floors`, of these counts), when the caller has them.
     """
     # Each count's floor: a count whose floor is above the cap has no split within it, and is not searched.
-    floors = value_floors(table, problem, values=values)
+    floors = value_floors(table, problem, values=values) if floors is None else floors
     cap = min(floors.values(), default=math.inf)
     for _ in range(CAP_STEPS):
         per_count = dp_per_count(table, problem, deadline=deadline, cap=cap, values=values, floors=floors)
