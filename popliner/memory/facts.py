@@ -171,19 +171,19 @@ class MemoryFacts:
 
     @cached_property
     def _forward_cut_profile(self) -> Profile:
-        return self._cut_profile(self.view.forward_cut)
+        return self._cut_profile(self.view.forward_cut, self.view.forward_cut_key)
 
     @cached_property
     def _forward_cut_profile_head_kept(self) -> Profile:
         cut = self.view.forward_cut.copy()
-        cut[self.model.counted_variables(ops_of_layers(self.layer_of_op, [self.head_layer], False))] = -1
-        return self._cut_profile(cut)
+        head = self.model.counted_variables(ops_of_layers(self.layer_of_op, [self.head_layer], False))
+        cut[head] = -1
+        return self._cut_profile(cut, content_key(b"head kept", self.view.forward_cut_key, head))
 
-    def _cut_profile(self, cut: np.ndarray) -> Profile:
+    def _cut_profile(self, cut: np.ndarray, key: bytes) -> Profile:
         # Option sets that cut the same variables of the same what-if profile (the head placements, often)
-        # share one forward-cut profile, found by content (a digest of the cut: no copy of it is kept).
+        # share one forward-cut profile, found by the cut's key (equal keys, equal cuts: no copy of it is kept).
         made: list[tuple[Profile, bytes, Profile]] = self.memo.setdefault(b"cut-profiles", [])
-        key = content_key(b"cut", cut)
         for what_if, known, found in made:
             if what_if is self.profile and known == key:
                 return found

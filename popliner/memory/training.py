@@ -143,6 +143,8 @@ class TrainingView:
     inputs_only: bool
     forward_cut: np.ndarray
     rerun_ops: np.ndarray
+    #: A key of ``forward_cut``'s values: equal keys, equal cuts (what the forward-cut profiles are found by).
+    forward_cut_key: bytes
     notes: tuple[str, ...] = field(default=())
 
 
@@ -161,7 +163,8 @@ def build_training_view(profile: Profile, ops: OperationTable, layer_of_op: np.n
         # Inference: nothing to stash, recompute or update.
         none = np.zeros(ops.count, bool)
         return TrainingView(options, "none", profile, np.asarray(backward_named, bool), none, np.zeros(v.count, bool),
-                            none, np.zeros(v.count, bool), False, False, np.full(v.count, -1, np.int64), none)
+                            none, np.zeros(v.count, bool), False, False, np.full(v.count, -1, np.int64), none,
+                            b"none")
     key = content_key(b"roles", np.asarray(backward_named, bool),
                       repr((options.update_regex, options.optimizer_state_regex)).encode())
     found = memo.get(key) if memo is not None else None
@@ -185,7 +188,7 @@ def build_training_view(profile: Profile, ops: OperationTable, layer_of_op: np.n
                       options.optimizer_state == "off-chip", recompute, memo, counted)
     return TrainingView(options, recompute, what_if.profile, is_backward, is_update, state, clones,
                         what_if.never_stash, recompute in ("pipeline", "every-layer", "compiled"),
-                        recompute == "pipeline", what_if.forward_cut, what_if.rerun_ops, notes)
+                        recompute == "pipeline", what_if.forward_cut, what_if.rerun_ops, what_if.forward_cut_key, notes)
 
 
 def _applied_recompute(asked: Recompute, clones: np.ndarray) -> tuple[AppliedRecompute, tuple[str, ...]]:

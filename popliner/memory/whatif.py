@@ -59,6 +59,7 @@ class WhatIf:
     never_stash: np.ndarray  # bool per variable: recomputed by every-layer, never in a stash entry
     forward_cut: np.ndarray  # per variable: pipeline's last forward step in a stage (-1: not cut)
     rerun_ops: np.ndarray  # bool per operation: forward work a recomputing stage runs again
+    forward_cut_key: bytes  # a digest of forward_cut's values (made from the cut variables and steps alone)
 
 
 def optimizer_state_variables(
@@ -114,7 +115,7 @@ def rewrite(profile: Profile, ops: OperationTable, layer_of_op: np.ndarray, num_
             if memo is not None:
                 memo[window_key] = found  # read only from here on
         window = found
-    cuts = _Cuts(Spread.none(), np.zeros(v.count, bool), unchanged, np.zeros(ops.count, bool))
+    cuts = _Cuts(Spread.none(), np.zeros(v.count, bool), unchanged, np.zeros(ops.count, bool), b"none")
     key = b"whatif" + repr((shard, off_chip, recompute == "every-layer")).encode() + roles.key
     if recompute in ("every-layer", "pipeline"):
         # The cuts read the layering and the roles (not where the state lives): one per mode and layering, kept.
@@ -132,7 +133,7 @@ def rewrite(profile: Profile, ops: OperationTable, layer_of_op: np.ndarray, num_
                 for old in [k for k in memo if k.startswith(b"whatif-cuts")]:
                     del memo[old]
             memo[key] = what_if
-    return WhatIf(what_if, cuts.never_stash, cuts.forward_cut, cuts.rerun_ops)
+    return WhatIf(what_if, cuts.never_stash, cuts.forward_cut, cuts.rerun_ops, cuts.forward_cut_key)
 
 
 def _cuts_key(layer_of_op: np.ndarray, num_layers: int, roles: Roles, steps: type[np.signedinteger]) -> bytes:
@@ -176,6 +177,7 @@ class _Cuts:
     never_stash: np.ndarray
     forward_cut: np.ndarray
     rerun_ops: np.ndarray
+    forward_cut_key: bytes
 
 
 def _recompute_cuts(profile: Profile, ops: OperationTable, layer_of_op: np.ndarray, num_layers: int, roles: Roles,
@@ -202,14 +204,14 @@ def _recompute_cuts(profile: Profile, ops: OperationTable, layer_of_op: np.ndarr
             memo[mode_key] = made  # read only from here on
             if all(b"cuts-" + mode.encode() + key + roles.key in memo for mode in ("every-layer", "pipeline")):
                 memo.pop(key, None)  # both modes made: what they read of the layering goes (tens of MB)
-    at, lo, hi, rerun = made
+    at, lo, hi, rerun, cut_key = made
     if recompute == "every-layer":
         pick = np.zeros(count, bool)
         pick[at] = True
-        return mode_key, _Cuts(Spread(at, lo, hi), pick, unchanged, rerun)
+        return mode_key, _Cuts(Spread(at, lo, hi), pick, unchanged, rerun, cut_key)
     forward_cut = unchanged.copy()
     forward_cut[at] = hi
-    return mode_key, _Cuts(Spread.none(), np.zeros(count, bool), forward_cut, rerun)
+    return mode_key, _Cuts(Spread.none(), np.zeros(count, bool), forward_cut, rerun, cut_key)
 
 
 def _unit_reads(profile: Profile, ops: OperationTable, layer_of_op: np.ndarray, num_layers: int, roles: Roles,
@@ -243,9 +245,10 @@ def _unit_reads(profile: Profile, ops: OperationTable, layer_of_op: np.ndarray, 
 
 
 def _mode_cuts(found: tuple[np.ndarray, ...], profile: Profile, roles: Roles, recompute: str,
-               steps: type[np.signedinteger]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(variables, lo, hi, rerun operations) of one mode: ``every-layer``'s cut variables and the steps they lose
-    (strictly between lo and hi); ``pipeline``'s forward-cut variables and their cut step (hi; lo empty)."""
+               steps: type[np.signedinteger]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, bytes]:
+    """(variables, lo, hi, rerun operations, forward cut's key) of one mode: ``every-layer``'s cut variables and the
+    steps they lose (strictly between lo and hi); ``pipeline``'s forward-cut variables and their cut step (hi; lo
+    empty), in order, which give every value of the forward cut (the others -1): its key digests them."""
     unit, bstart, forward_op, class_first, class_last, read_idx, u, lo_unit, hi_unit = found
     # Of the variables a forward operation reads (u, lo_unit, hi_unit are theirs), the ones recomputation may cut.
     kept = ~roles.always_live[read_idx] & ~roles.optimizer_state[read_idx]
@@ -270,7 +273,8 @@ def _mode_cuts(found: tuple[np.ndarray, ...], profile: Profile, roles: Roles, re
         made = (some[sel], np.zeros(0, steps), u_some[sel], forward_op.copy())
     for column in made:
         column.flags.writeable = False  # shared by the option sets of the mode and layering
-    return made
+    cut_key = b"none" if recompute == "every-layer" else content_key(b"cut", made[0], made[2])
+    return (*made, cut_key)
 
 
 def _unit_of_op(layer_of_op: np.ndarray, groups: np.ndarray, num_layers: int) -> np.ndarray:
