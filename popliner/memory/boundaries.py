@@ -247,7 +247,12 @@ def wrapped_head_hi(profile: Profile, model: MemoryModel, layer_of_op: np.ndarra
         return hi
     # The last layer before the head that uses each variable (0: only the embedding and the head), in the span's
     # type (int32 while the layers fit: a column over every variable, kept for every option set of a plan).
+    # Plain scatters of each counted operation's layer, in order of layer (a later one overwrites): no set of
+    # variables made per layer (three times the time at 120 layers).
     before = np.zeros(profile.variables.count, hi.dtype)
-    for k in range(1, head):
-        before[model.counted_variables(ops_of_layers(layer_of_op, [k], False))] = k
+    ops = model.ops
+    rows = np.flatnonzero(model.counted_vars & (layer_of_op >= 1) & (layer_of_op < head))
+    ptr, layer = ops.var_ptr.tolist(), layer_of_op.tolist()
+    for row in rows[np.argsort(layer_of_op[rows], kind="stable")].tolist():
+        before[ops.var_idx[ptr[row]:ptr[row + 1]]] = layer[row]
     return np.where(both, before, hi)
