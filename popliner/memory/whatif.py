@@ -354,12 +354,17 @@ def _unique_rows(columns: list[np.ndarray], num_steps: int) -> tuple[np.ndarray,
     cap = num_steps + 2
     inverse: np.ndarray | None = None
     for k, col in enumerate(columns):
+        if inverse is not None and col.size and col.min() == col.max():
+            # One value (a mode's rows keep or cut nothing): each pair's rank is the row's rank so far. Two or
+            # three of the five columns under every option but off-chip state with every-layer.
+            continue
         rank = _dense_rank(col if k == 0 else np.minimum(np.where(col < 0, cap, col), cap))
         inverse = rank if inverse is None else _dense_rank(inverse * (int(rank.max(initial=0)) + 1) + rank)
     assert inverse is not None  # five columns
     count = int(inverse.max(initial=-1)) + 1
     first = np.full(count, inverse.size, np.int64)
-    np.minimum.at(first, inverse, np.arange(inverse.size))  # each distinct row's first occurrence
+    # Each distinct row's first occurrence: plain scatters from the last row back (an earlier one overwrites).
+    first[inverse[::-1]] = np.arange(inverse.size - 1, -1, -1)
     return np.stack([col[first] for col in columns], axis=1).astype(np.int64), inverse
 
 
