@@ -172,7 +172,9 @@ class SharedParts:
 
     def never_stash(self, never: np.ndarray) -> int:
         """A number per distinct never-stashed set (``every-layer``'s recomputed variables)."""
-        return self._number(self._never, content_key(b"never", np.asarray(never, bool)))
+        never = np.asarray(never, bool)
+        # Most option sets stash every variable: their set is empty, and needs no digest (a pass over millions).
+        return self._number(self._never, content_key(b"never", never) if never.any() else b"never: none")
 
     def _number(self, known: dict[bytes, int], key: bytes) -> int:
         found = known.get(key)

@@ -102,8 +102,7 @@ def rewrite(profile: Profile, ops: OperationTable, layer_of_op: np.ndarray, num_
     # so the others share it (several 8-byte columns over millions of variables cost time to fill).
     # Steps and unit numbers in int32 when they fit (always, in practice): half the pages to fill.
     steps = _step_dtype(profile.num_steps)
-    unchanged = np.full(v.count, -1, steps)
-    unchanged.flags.writeable = False
+    unchanged = _constant_column(memo, v.count, steps, -1)
     window = Spread.none()  # off chip: the state keeps only its steps lo..hi
     # The state's window reads the updates and the state; the what-if profile those, the sharding and
     # (every-layer only) the cuts, which read the layering (see _recompute_cuts).
@@ -115,7 +114,8 @@ def rewrite(profile: Profile, ops: OperationTable, layer_of_op: np.ndarray, num_
             if memo is not None:
                 memo[window_key] = found  # read only from here on
         window = found
-    cuts = _Cuts(Spread.none(), np.zeros(v.count, bool), unchanged, np.zeros(ops.count, bool), b"none")
+    cuts = _Cuts(Spread.none(), _constant_column(memo, v.count, np.bool_, False), unchanged,
+                 np.zeros(ops.count, bool), b"none")
     key = b"whatif" + repr((shard, off_chip, recompute == "every-layer")).encode() + roles.key
     if recompute in ("every-layer", "pipeline"):
         # The cuts read the layering and the roles (not where the state lives): one per mode and layering, kept.
@@ -134,6 +134,19 @@ def rewrite(profile: Profile, ops: OperationTable, layer_of_op: np.ndarray, num_
                     del memo[old]
             memo[key] = what_if
     return WhatIf(what_if, cuts.never_stash, cuts.forward_cut, cuts.rerun_ops, cuts.forward_cut_key)
+
+
+def _constant_column(memo: dict[bytes, Any] | None, count: int, dtype: type[np.generic], value: int) -> np.ndarray:
+    """A read-only column of ``count`` times ``value``: one per plan in ``memo`` (its option sets share it; a
+    fill of tens of MB each), else made here."""
+    key = b"constant-column:" + repr((count, np.dtype(dtype).str, value)).encode()
+    found: np.ndarray | None = memo.get(key) if memo is not None else None
+    if found is None:
+        found = np.full(count, value, dtype)
+        found.flags.writeable = False
+        if memo is not None:
+            memo[key] = found
+    return found
 
 
 def _cuts_key(layer_of_op: np.ndarray, num_layers: int, roles: Roles, steps: type[np.signedinteger]) -> bytes:
@@ -211,7 +224,7 @@ def _recompute_cuts(profile: Profile, ops: OperationTable, layer_of_op: np.ndarr
         return mode_key, _Cuts(Spread(at, lo, hi), pick, unchanged, rerun, cut_key)
     forward_cut = unchanged.copy()
     forward_cut[at] = hi
-    return mode_key, _Cuts(Spread.none(), np.zeros(count, bool), forward_cut, rerun, cut_key)
+    return mode_key, _Cuts(Spread.none(), _constant_column(memo, count, np.bool_, False), forward_cut, rerun, cut_key)
 
 
 def _unit_reads(profile: Profile, ops: OperationTable, layer_of_op: np.ndarray, num_layers: int, roles: Roles,
