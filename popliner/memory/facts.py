@@ -119,7 +119,14 @@ class MemoryFacts:
     @cached_property
     def always_live_var(self) -> np.ndarray:
         if self.profile is not self.base_profile:
-            return np.asarray(self.profile.always_live_classes()[self.profile.variables.klass])
+            # A what-if profile: the head placements of one option set share it (and this column), one after another.
+            last: list[tuple[Profile, np.ndarray]] = self.memo.setdefault(b"whatif-always-live", [])
+            if last and last[0][0] is self.profile:
+                return last[0][1]
+            made = np.asarray(self.profile.always_live_classes()[self.profile.variables.klass])
+            made.flags.writeable = False
+            last[:] = [(self.profile, made)]  # the last one only: an earlier what-if profile may be gone from the memo
+            return made
         # The profile as loaded (no option changed its variables): the same for every such option set.
         found = self.memo.get(b"always-live")
         if found is None:
