@@ -150,7 +150,7 @@ class SharedParts:
                 return changed, number
         changed = _changed_from(profile, self.profile)
         changed.flags.writeable = False
-        number = self._number(self._tables, table_key(profile, changed))
+        number = self._number(self._tables, table_key(profile, changed, self.profile))
         self._recent = [*self._recent[-1:], (profile, changed, number)]
         return changed, number
 
