@@ -505,8 +505,9 @@ class EngineShare:
             return
         changes = shared.changes(engine.profile)
         # Every-layer's never-stashed variables are made on the option set's grid too (changed or not), so that
-        # one split of a layer's variables serves its events and its stash columns.
-        never = np.asarray(engine.view.never_stash) if engine.training else None
+        # one split of a layer's variables serves its events and its stash columns (the others have none: their
+        # grid makes the changed variables, no copy of the flags over every variable).
+        never = np.asarray(engine.view.never_stash) if engine.training and engine.view.never_stash.any() else None
         self.grid = _GridShare(shared, grid, changes, None if never is None else changes[0] | never)
         self.cut_grid = None if cut_grid is None else _GridShare(shared, cut_grid, shared.changes(cut_grid.p))
         if engine.training:
