@@ -119,7 +119,14 @@ class MemoryFacts:
     @cached_property
     def always_live_var(self) -> np.ndarray:
         if self.profile is not self.base_profile:
-            return np.asarray(self.profile.always_live_classes()[self.profile.variables.klass])
+            # A what-if profile: the head placements of one option set share it (and this column), one after another.
+            last: list[tuple[Profile, np.ndarray]] = self.memo.setdefault(b"whatif-always-live", [])
+            if last and last[0][0] is self.profile:
+                return last[0][1]
+            made = np.asarray(self.profile.always_live_classes()[self.profile.variables.klass])
+            made.flags.writeable = False
+            last[:] = [(self.profile, made)]  # the last one only: an earlier what-if profile may be gone from the memo
+            return made
         # The profile as loaded (no option changed its variables): the same for every such option set.
         found = self.memo.get(b"always-live")
         if found is None:
@@ -171,19 +178,19 @@ class MemoryFacts:
 
     @cached_property
     def _forward_cut_profile(self) -> Profile:
-        return self._cut_profile(self.view.forward_cut)
+        return self._cut_profile(self.view.forward_cut, self.view.forward_cut_key)
 
     @cached_property
     def _forward_cut_profile_head_kept(self) -> Profile:
         cut = self.view.forward_cut.copy()
-        cut[self.model.counted_variables(ops_of_layers(self.layer_of_op, [self.head_layer], False))] = -1
-        return self._cut_profile(cut)
+        head = self.model.counted_variables(ops_of_layers(self.layer_of_op, [self.head_layer], False))
+        cut[head] = -1
+        return self._cut_profile(cut, content_key(b"head kept", self.view.forward_cut_key, head))
 
-    def _cut_profile(self, cut: np.ndarray) -> Profile:
+    def _cut_profile(self, cut: np.ndarray, key: bytes) -> Profile:
         # Option sets that cut the same variables of the same what-if profile (the head placements, often)
-        # share one forward-cut profile, found by content (a digest of the cut: no copy of it is kept).
+        # share one forward-cut profile, found by the cut's key (equal keys, equal cuts: no copy of it is kept).
         made: list[tuple[Profile, bytes, Profile]] = self.memo.setdefault(b"cut-profiles", [])
-        key = content_key(b"cut", cut)
         for what_if, known, found in made:
             if what_if is self.profile and known == key:
                 return found

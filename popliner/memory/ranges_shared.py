@@ -92,6 +92,8 @@ class SharedParts:
         #: The number of each distinct variable table met (what-if and forward-cut profiles) and never-stashed set,
         #: by digest; numbers forgotten (:meth:`forget_deltas`) are not given again.
         self._tables: dict[bytes, int] = {}
+        #: The last profiles :meth:`changes` was asked about, with their changed variables and table numbers.
+        self._recent: list[tuple[Profile, np.ndarray, int]] = []
         self._never: dict[bytes, int] = {}
         self._numbers = 0
         #: Range figures by what they depend on (:meth:`RangeState.other_figure`): (worst, stash, total, peak).
@@ -131,16 +133,27 @@ class SharedParts:
                      var[np.concatenate((cut - 1, [var.size - 1]))].astype(np.int64)] if var.size else [np.array([0])]
         return content_key(b"", b"flags" if var.dtype == bool else b"indices", *parts)
 
-    def table(self, profile: Profile, changed: np.ndarray) -> int:
-        """A number per distinct variable table (classes, intervals, bytes, tiles): equal numbers, equal tables.
+    def changes(self, profile: Profile) -> tuple[np.ndarray, int]:
+        """The variables ``profile`` (a what-if or forward-cut profile of this one) changes, and a number per
+        distinct variable table (classes, intervals, bytes, tiles): equal numbers, equal tables.
 
         ``changed``: the variables whose class or bytes differ from the
-        profiled ones (:func:`_changed`), the only ones a table keeps.
+        profiled ones (:func:`_changed`), the only ones a table keeps (read only).
         Option sets often give the same table (off-chip state whatever the
         recomputation; the same forward cut whatever the head placement), and
-        then share its corrected parts too.
+        then share its corrected parts too. Memoised for the last two profiles
+        asked, by identity: the head placements of a plan's option set come one
+        after another on the same what-if (and forward-cut) profiles, each a
+        pass over millions of variables to compare and digest.
         """
-        return self._number(self._tables, table_key(profile, changed))
+        for known, changed, number in self._recent:
+            if known is profile:
+                return changed, number
+        changed = _changed_from(profile, self.profile)
+        changed.flags.writeable = False
+        number = self._number(self._tables, table_key(profile, changed, self.profile))
+        self._recent = [*self._recent[-1:], (profile, changed, number)]
+        return changed, number
 
     def class_ids(self, profile: Profile) -> np.ndarray:
         """Per liveness class of ``profile`` (a what-if profile of this one): a number that classes of equal live
@@ -160,7 +173,9 @@ class SharedParts:
 
     def never_stash(self, never: np.ndarray) -> int:
         """A number per distinct never-stashed set (``every-layer``'s recomputed variables)."""
-        return self._number(self._never, content_key(b"never", np.asarray(never, bool)))
+        never = np.asarray(never, bool)
+        # Most option sets stash every variable: their set is empty, and needs no digest (a pass over millions).
+        return self._number(self._never, content_key(b"never", never) if never.any() else b"never: none")
 
     def _number(self, known: dict[bytes, int], key: bytes) -> int:
         found = known.get(key)
@@ -270,6 +285,7 @@ class SharedParts:
         self.reference = None
         self._buffers.clear()
         self._tables.clear()
+        self._recent.clear()
         self._never.clear()
         for key in [k for k in self.view_memo if k.startswith(_OPTION_VIEWS)]:
             del self.view_memo[key]
@@ -363,14 +379,14 @@ class _GridShare:
     and nothing is memoised in the shared parts.
     """
 
-    def __init__(self, shared: SharedParts, grid: SegmentGrid, changed: np.ndarray | None,
+    def __init__(self, shared: SharedParts, grid: SegmentGrid, changes: tuple[np.ndarray, int] | None,
                  own: np.ndarray | None = None) -> None:
         self.shared = shared
         self.grid = grid
-        self.changed = changed
-        self.own = changed if own is None else own
         # Grids of equal tables have equal segments: their parts are the same (-1: alone, nothing is kept).
-        self.table = -1 if changed is None else shared.table(grid.p, changed)
+        self.changed: np.ndarray | None = None if changes is None else changes[0]
+        self.table = -1 if changes is None else changes[1]
+        self.own = self.changed if own is None else own
         self.tag = f"{grid.block}:{grid.ends.size}:{grid.dtype}:{grid.cell_dtype}"
         self._colmap: tuple[np.ndarray | None] | None = None
         self._class_ids: np.ndarray | None = None
@@ -476,13 +492,13 @@ class EngineShare:
             self.grid = _GridShare(shared, grid, None)
             self.cut_grid = None if cut_grid is None else _GridShare(shared, cut_grid, None)
             return
-        base = shared.profile
-        changed = _changed_from(engine.profile, base)
+        changes = shared.changes(engine.profile)
         # Every-layer's never-stashed variables are made on the option set's grid too (changed or not), so that
-        # one split of a layer's variables serves its events and its stash columns.
-        never = np.asarray(engine.view.never_stash) if engine.training else None
-        self.grid = _GridShare(shared, grid, changed, None if never is None else changed | never)
-        self.cut_grid = None if cut_grid is None else _GridShare(shared, cut_grid, _changed_from(cut_grid.p, base))
+        # one split of a layer's variables serves its events and its stash columns (the others have none: their
+        # grid makes the changed variables, no copy of the flags over every variable).
+        never = np.asarray(engine.view.never_stash) if engine.training and engine.view.never_stash.any() else None
+        self.grid = _GridShare(shared, grid, changes, None if never is None else changes[0] | never)
+        self.cut_grid = None if cut_grid is None else _GridShare(shared, cut_grid, shared.changes(cut_grid.p))
         if engine.training:
             # A variable whose class and bytes are as profiled has the profiled steps and always-live flag
             # (the class table extends the profile's): only every-layer's never-stashed ones change besides,

@@ -25,7 +25,7 @@ import numpy as np
 from popliner.arrays import content_key
 from popliner.errors import UsageProblem
 from popliner.layout import EMBEDDING_GROUP, HEAD_GROUP, HEAD_PLACEMENTS, HeadPlacement
-from popliner.memory.whatif import Roles, optimizer_state_variables, rewrite
+from popliner.memory.whatif import Roles, optimizer_state_variables, rewrite, roles_key
 from popliner.ops.head import head_groups
 from popliner.ops.operations import OperationTable
 from popliner.ops.roles import (
@@ -143,6 +143,8 @@ class TrainingView:
     inputs_only: bool
     forward_cut: np.ndarray
     rerun_ops: np.ndarray
+    #: A key of ``forward_cut``'s values: equal keys, equal cuts (what the forward-cut profiles are found by).
+    forward_cut_key: bytes
     notes: tuple[str, ...] = field(default=())
 
 
@@ -161,7 +163,8 @@ def build_training_view(profile: Profile, ops: OperationTable, layer_of_op: np.n
         # Inference: nothing to stash, recompute or update.
         none = np.zeros(ops.count, bool)
         return TrainingView(options, "none", profile, np.asarray(backward_named, bool), none, np.zeros(v.count, bool),
-                            none, np.zeros(v.count, bool), False, False, np.full(v.count, -1, np.int64), none)
+                            none, np.zeros(v.count, bool), False, False, np.full(v.count, -1, np.int64), none,
+                            b"none")
     key = content_key(b"roles", np.asarray(backward_named, bool),
                       repr((options.update_regex, options.optimizer_state_regex)).encode())
     found = memo.get(key) if memo is not None else None
@@ -173,19 +176,19 @@ def build_training_view(profile: Profile, ops: OperationTable, layer_of_op: np.n
         backward_named = through_calls(backward_named, called)
         clones = recompute_operations(profile, ops, backward_named)
         state = optimizer_state_variables(profile, ops, always, is_update, options.optimizer_state_regex)
-        found = (always, is_update, backward_named, clones, state)
+        found = (always, is_update, backward_named, clones, state, roles_key(always, state, is_update))
         if memo is not None:
             memo[key] = found  # read only from here on
-    always, is_update, backward_named, clones, state = found
+    always, is_update, backward_named, clones, state, key = found
     is_backward = backward_named | clones
     recompute, notes = _applied_recompute(options.recompute, clones)
     groups = head_groups(ops, layer_of_op, num_layers, is_backward, is_update)
-    roles = Roles(always, state, is_update, is_backward, groups)
+    roles = Roles(always, state, is_update, is_backward, groups, key)
     what_if = rewrite(profile, ops, layer_of_op, num_layers, roles, options.shard,
                       options.optimizer_state == "off-chip", recompute, memo, counted)
     return TrainingView(options, recompute, what_if.profile, is_backward, is_update, state, clones,
                         what_if.never_stash, recompute in ("pipeline", "every-layer", "compiled"),
-                        recompute == "pipeline", what_if.forward_cut, what_if.rerun_ops, notes)
+                        recompute == "pipeline", what_if.forward_cut, what_if.rerun_ops, what_if.forward_cut_key, notes)
 
 
 def _applied_recompute(asked: Recompute, clones: np.ndarray) -> tuple[AppliedRecompute, tuple[str, ...]]:

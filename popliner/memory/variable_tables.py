@@ -16,9 +16,9 @@ from popliner.profile.model import Profile
 __all__ = ["changed_variables", "table_key"]
 
 
-def table_key(profile: Profile, changed: np.ndarray) -> bytes:
-    """What tells one variable table from another of the same profile: a digest of the class table and the
-    changed variables' indices, classes and bytes.
+def table_key(profile: Profile, changed: np.ndarray, base: Profile) -> bytes:
+    """What tells one variable table from another of the same profile (``base``): a digest of the class table and
+    the changed variables' indices, classes and bytes (a marker for the bytes when they are the profiled array).
 
     Every such table extends the same profiled one (:func:`changed_variables` checked that), so two of
     equal keys give every variable the same live steps and bytes. A digest, not the arrays: a plan meets a
@@ -26,7 +26,8 @@ def table_key(profile: Profile, changed: np.ndarray) -> bytes:
     """
     at = np.flatnonzero(changed)
     v = profile.variables
-    return content_key(b"table", profile.class_ptr, profile.iv_start, profile.iv_end, at, v.klass[at], v.bytes[at])
+    nbytes = b"bytes as profiled" if v.bytes is base.variables.bytes else v.bytes[at]
+    return content_key(b"table", profile.class_ptr, profile.iv_start, profile.iv_end, at, v.klass[at], nbytes)
 
 
 def changed_variables(profile: Profile, base: Profile) -> np.ndarray | None:

@@ -26,7 +26,7 @@ from popliner.ops.roles import unit_backward_start
 from popliner.profile.model import Profile
 from popliner.regexes import compile_bounded
 
-__all__ = ["Roles", "Spread", "WhatIf", "optimizer_state_variables", "rewrite", "with_live_steps"]
+__all__ = ["Roles", "Spread", "WhatIf", "optimizer_state_variables", "rewrite", "roles_key", "with_live_steps"]
 
 #: A step after every profile's last (int32 range, so sums stay small).
 _NEVER = 2**31 - 1
@@ -41,6 +41,14 @@ class Roles:
     is_update: np.ndarray  # bool per operation
     is_backward: np.ndarray  # bool per operation (call sites of backward bodies and recompute clones included)
     groups: np.ndarray  # per operation: 0 embedding, 1 head, -1 in its layer (popliner.ops.head.head_groups)
+    #: A digest of ``always_live``, ``optimizer_state`` and ``is_update`` (:func:`roles_key`): what the memo keys
+    #: of the rewrite read of them, made once with them (they are the same for every option set of a profile).
+    key: bytes
+
+
+def roles_key(always_live: np.ndarray, optimizer_state: np.ndarray, is_update: np.ndarray) -> bytes:
+    """:attr:`Roles.key`: a digest of the roles every option set of a profile shares."""
+    return content_key(b"", *(np.asarray(a, bool) for a in (always_live, optimizer_state, is_update)))
 
 
 @dataclass(frozen=True, eq=False)
@@ -51,6 +59,7 @@ class WhatIf:
     never_stash: np.ndarray  # bool per variable: recomputed by every-layer, never in a stash entry
     forward_cut: np.ndarray  # per variable: pipeline's last forward step in a stage (-1: not cut)
     rerun_ops: np.ndarray  # bool per operation: forward work a recomputing stage runs again
+    forward_cut_key: bytes  # a digest of forward_cut's values (made from the cut variables and steps alone)
 
 
 def optimizer_state_variables(
@@ -93,47 +102,51 @@ def rewrite(profile: Profile, ops: OperationTable, layer_of_op: np.ndarray, num_
     # so the others share it (several 8-byte columns over millions of variables cost time to fill).
     # Steps and unit numbers in int32 when they fit (always, in practice): half the pages to fill.
     steps = _step_dtype(profile.num_steps)
-    unchanged = np.full(v.count, -1, steps)
-    unchanged.flags.writeable = False
+    unchanged = _constant_column(memo, v.count, steps, -1)
     window = Spread.none()  # off chip: the state keeps only its steps lo..hi
     # The state's window reads the updates and the state; the what-if profile those, the sharding and
     # (every-layer only) the cuts, which read the layering (see _recompute_cuts).
-    roles_key = content_key(b"", np.asarray(roles.is_update, bool), np.asarray(roles.optimizer_state, bool))
     if off_chip:
-        window_key = b"offchip" + roles_key + np.dtype(steps).str.encode()
+        window_key = b"offchip" + roles.key + np.dtype(steps).str.encode()
         found = memo.get(window_key) if memo is not None else None
         if found is None:
             found = _off_chip_window(ops, roles, unchanged)
             if memo is not None:
                 memo[window_key] = found  # read only from here on
         window = found
-    cuts = _Cuts(Spread.none(), np.zeros(v.count, bool), unchanged, np.zeros(ops.count, bool))
-    layering = b""
+    cuts = _Cuts(Spread.none(), _constant_column(memo, v.count, np.bool_, False), unchanged,
+                 np.zeros(ops.count, bool), b"none")
+    key = b"whatif" + repr((shard, off_chip, recompute == "every-layer")).encode() + roles.key
     if recompute in ("every-layer", "pipeline"):
-        # The cuts read the layering and the roles (not where the state lives): one per mode and layering.
-        layering = content_key(b"", _cuts_key(layer_of_op, num_layers, roles, steps),
-                               np.asarray(roles.always_live, bool), roles_key)
-        cuts_key = b"whatif-cuts-" + recompute.encode() + layering
-        found_cuts = memo.get(cuts_key) if memo is not None else None
-        if found_cuts is None:
-            found_cuts = _recompute_cuts(profile, ops, layer_of_op, num_layers, roles, recompute, unchanged, memo,
+        # The cuts read the layering and the roles (not where the state lives): one per mode and layering, kept.
+        cuts_key, cuts = _recompute_cuts(profile, ops, layer_of_op, num_layers, roles, recompute, unchanged, memo,
                                          counted)
-            if memo is not None:
-                # One layering's cuts and what-if profiles at a time (the planner goes through the head placements
-                # in turn): tens of MB each. What they are made from stays for every layering (_recompute_cuts).
-                for old in [k for k in memo if k.startswith(b"whatif-cuts")]:
-                    del memo[old]
-                memo[cuts_key] = found_cuts  # read only from here on
-        cuts = found_cuts
-    key = b"whatif" + repr((shard, off_chip, recompute == "every-layer")).encode() + roles_key
-    if recompute == "every-layer":
-        key = b"whatif-cuts" + layering + key
+        if recompute == "every-layer":
+            key = b"whatif-cuts" + cuts_key + key
     what_if = memo.get(key) if memo is not None else None
     if what_if is None:
         what_if = with_live_steps(profile, nbytes, cuts.cut, window)
         if memo is not None:
+            if recompute == "every-layer":
+                # One layering's every-layer what-if profile at a time (the planner goes through the head placements
+                # in turn): tens of MB each. The cuts they are made from stay for every layering (_recompute_cuts).
+                for old in [k for k in memo if k.startswith(b"whatif-cuts")]:
+                    del memo[old]
             memo[key] = what_if
-    return WhatIf(what_if, cuts.never_stash, cuts.forward_cut, cuts.rerun_ops)
+    return WhatIf(what_if, cuts.never_stash, cuts.forward_cut, cuts.rerun_ops, cuts.forward_cut_key)
+
+
+def _constant_column(memo: dict[bytes, Any] | None, count: int, dtype: type[np.generic], value: int) -> np.ndarray:
+    """A read-only column of ``count`` times ``value``: one per plan in ``memo`` (its option sets share it; a
+    fill of tens of MB each), else made here."""
+    key = b"constant-column:" + repr((count, np.dtype(dtype).str, value)).encode()
+    found: np.ndarray | None = memo.get(key) if memo is not None else None
+    if found is None:
+        found = np.full(count, value, dtype)
+        found.flags.writeable = False
+        if memo is not None:
+            memo[key] = found
+    return found
 
 
 def _cuts_key(layer_of_op: np.ndarray, num_layers: int, roles: Roles, steps: type[np.signedinteger]) -> bytes:
@@ -177,22 +190,52 @@ class _Cuts:
     never_stash: np.ndarray
     forward_cut: np.ndarray
     rerun_ops: np.ndarray
+    forward_cut_key: bytes
 
 
 def _recompute_cuts(profile: Profile, ops: OperationTable, layer_of_op: np.ndarray, num_layers: int, roles: Roles,
-                    recompute: str, unchanged: np.ndarray, memo: dict[bytes, Any] | None, counted: np.ndarray) -> _Cuts:
-    """What ``every-layer`` (cut live steps) or ``pipeline`` (a forward cut per stage) recomputes.
+                    recompute: str, unchanged: np.ndarray, memo: dict[bytes, Any] | None,
+                    counted: np.ndarray) -> tuple[bytes, _Cuts]:
+    """What ``every-layer`` (cut live steps) or ``pipeline`` (a forward cut per stage) recomputes, and the key it is
+    memoised by (the mode, the layering and the roles).
 
     ``counted``: the operations whose variables count (the figures do not depend on it: the unit span starts from
-    their layer span, which the boundaries read too).
+    their layer span, which the boundaries read too). The memo keeps what the mode picks, compactly, for every
+    layering and optimizer state (a plan's option sets come back to each); the columns over every variable are
+    made again from it for each option set (tens of MB each, a fill and a scatter).
     """
     steps = unchanged.dtype.type
     count = profile.variables.count
-    # What follows reads the layering and the backward operations only: the same for both modes and
-    # wherever the optimizer state lives.
+    # The layering and the backward operations; the same for both modes and wherever the optimizer state lives.
     key = b"cuts" + _cuts_key(layer_of_op, num_layers, roles, steps)
-    found = memo.get(key) if memo is not None else None
+    mode_key = b"cuts-" + recompute.encode() + key + roles.key
+    made = memo.get(mode_key) if memo is not None else None
+    if made is None:
+        made = _mode_cuts(_unit_reads(profile, ops, layer_of_op, num_layers, roles, steps, memo, counted, key),
+                          profile, roles, recompute, steps)
+        if memo is not None:
+            memo[mode_key] = made  # read only from here on
+            if all(b"cuts-" + mode.encode() + key + roles.key in memo for mode in ("every-layer", "pipeline")):
+                memo.pop(key, None)  # both modes made: what they read of the layering goes (tens of MB)
+    at, lo, hi, rerun, cut_key = made
+    if recompute == "every-layer":
+        pick = np.zeros(count, bool)
+        pick[at] = True
+        return mode_key, _Cuts(Spread(at, lo, hi), pick, unchanged, rerun, cut_key)
+    forward_cut = unchanged.copy()
+    forward_cut[at] = hi
+    return mode_key, _Cuts(Spread.none(), _constant_column(memo, count, np.bool_, False), forward_cut, rerun, cut_key)
+
+
+def _unit_reads(profile: Profile, ops: OperationTable, layer_of_op: np.ndarray, num_layers: int, roles: Roles,
+                steps: type[np.signedinteger], memo: dict[bytes, Any] | None, counted: np.ndarray,
+                key: bytes) -> tuple[np.ndarray, ...]:
+    """What both recomputation modes read of one layering (memoised by ``key``): each operation's unit, each unit's
+    backward start, the forward operations, each class's first and last step, and, of the variables a forward
+    operation reads, their indices, last forward read and unit span."""
+    found: tuple[np.ndarray, ...] | None = memo.get(key) if memo is not None else None
     if found is None:
+        count = profile.variables.count
         unit = _unit_of_op(layer_of_op, roles.groups, num_layers)
         bstart = unit_backward_start(unit, ops.first_step, roles.is_backward, num_layers + 2)
         forward_op = (ops.first_step >= 0) & ~roles.is_backward
@@ -208,9 +251,17 @@ def _recompute_cuts(profile: Profile, ops: OperationTable, layer_of_op: np.ndarr
         read_idx = np.flatnonzero((u >= 0) & (hi_unit >= 0)).astype(np.int32 if count < 2**31 else np.int64)
         found = (unit, bstart, forward_op, first, last, read_idx, u[read_idx], lo_unit[read_idx], hi_unit[read_idx])
         if memo is not None:
-            # Kept for every layering (a plan's head placements give two or three): the option sets go through the
-            # placements innermost, so each layering comes back once per optimizer state and recomputation mode.
+            # Kept for every layering (a plan's head placements give two or three) until both modes are made
+            # (_recompute_cuts).
             memo[key] = found  # read only from here on
+    return found
+
+
+def _mode_cuts(found: tuple[np.ndarray, ...], profile: Profile, roles: Roles, recompute: str,
+               steps: type[np.signedinteger]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, bytes]:
+    """(variables, lo, hi, rerun operations, forward cut's key) of one mode: ``every-layer``'s cut variables and the
+    steps they lose (strictly between lo and hi); ``pipeline``'s forward-cut variables and their cut step (hi; lo
+    empty), in order, which give every value of the forward cut (the others -1): its key digests them."""
     unit, bstart, forward_op, class_first, class_last, read_idx, u, lo_unit, hi_unit = found
     # Of the variables a forward operation reads (u, lo_unit, hi_unit are theirs), the ones recomputation may cut.
     kept = ~roles.always_live[read_idx] & ~roles.optimizer_state[read_idx]
@@ -219,24 +270,24 @@ def _recompute_cuts(profile: Profile, ops: OperationTable, layer_of_op: np.ndarr
         # Variables of one unit, read before their last forward read: the rest of the test on those only
         # (whole columns of int64 steps over millions of variables cost more than the test).
         at = np.flatnonzero(kept & (lo_unit == hi_unit))
-        one = read_idx[at].astype(np.int64)
+        one = read_idx[at]
         cls, u_one, lo_one = klass[one], u[at], lo_unit[at]
         read = class_first[cls] <= u_one
         near, u_near, lo_near = one[read], u_one[read], lo_one[read]
         r = bstart[lo_near]  # the unit's backward start
         sel = (r <= class_last[cls[read]]) & (r > u_near + 1)
-        picked = near[sel]
-        pick = np.zeros(count, bool)
-        pick[picked] = True
-        cut = Spread(picked, u_near[sel].astype(steps), r[sel].astype(steps))
         # Each layer owning a recomputed variable runs its forward part again.
-        return _Cuts(cut, pick, unchanged, forward_op & np.isin(unit, np.unique(lo_near[sel])))
-    forward_cut = unchanged.copy()
-    some = read_idx[kept].astype(np.int64)
-    cls, u_some = klass[some], u[kept]
-    sel = (class_first[cls] <= u_some) & (class_last[cls] > u_some)
-    forward_cut[some[sel]] = u_some[sel]
-    return _Cuts(Spread.none(), np.zeros(count, bool), forward_cut, forward_op.copy())
+        made = (near[sel], u_near[sel].astype(steps), r[sel].astype(steps),
+                forward_op & np.isin(unit, np.unique(lo_near[sel])))
+    else:
+        some = read_idx[kept]
+        cls, u_some = klass[some], u[kept]
+        sel = (class_first[cls] <= u_some) & (class_last[cls] > u_some)
+        made = (some[sel], np.zeros(0, steps), u_some[sel], forward_op.copy())
+    for column in made:
+        column.flags.writeable = False  # shared by the option sets of the mode and layering
+    cut_key = b"none" if recompute == "every-layer" else content_key(b"cut", made[0], made[2])
+    return (*made, cut_key)
 
 
 def _unit_of_op(layer_of_op: np.ndarray, groups: np.ndarray, num_layers: int) -> np.ndarray:
@@ -316,12 +367,17 @@ def _unique_rows(columns: list[np.ndarray], num_steps: int) -> tuple[np.ndarray,
     cap = num_steps + 2
     inverse: np.ndarray | None = None
     for k, col in enumerate(columns):
+        if inverse is not None and col.size and col.min() == col.max():
+            # One value (a mode's rows keep or cut nothing): each pair's rank is the row's rank so far. Two or
+            # three of the five columns under every option but off-chip state with every-layer.
+            continue
         rank = _dense_rank(col if k == 0 else np.minimum(np.where(col < 0, cap, col), cap))
         inverse = rank if inverse is None else _dense_rank(inverse * (int(rank.max(initial=0)) + 1) + rank)
     assert inverse is not None  # five columns
     count = int(inverse.max(initial=-1)) + 1
     first = np.full(count, inverse.size, np.int64)
-    np.minimum.at(first, inverse, np.arange(inverse.size))  # each distinct row's first occurrence
+    # Each distinct row's first occurrence: plain scatters from the last row back (an earlier one overwrites).
+    first[inverse[::-1]] = np.arange(inverse.size - 1, -1, -1)
     return np.stack([col[first] for col in columns], axis=1).astype(np.int64), inverse
 
 
