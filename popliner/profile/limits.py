@@ -23,8 +23,8 @@ LIMITS: dict[str, int] = {
     "POPLINER_MAX_LIVENESS_EVENTS": 8_000_000,
     "POPLINER_MAX_TILE_CELLS": 20_000_000,
     "POPLINER_MAX_RANGE_CELLS": 50_000_000,
-    # Tiles x liveness segments of a range table's liveness grid (popliner.memory.liveness.grid): up to four
-    # buffers of 4 bytes a cell at once (differences and running sums, of the what-if and forward-cut grids).
+    # Tiles x liveness segments of a range table's liveness grid (popliner.memory.liveness.grid): up to two
+    # buffers of 4 bytes a cell at once (the differences of the what-if and forward-cut grids).
     # Synthetic BERT-Large training has 4.9 M at 1x and 19.3 M at 4x (96 layers).
     "POPLINER_MAX_GRID_CELLS": 100_000_000,
     # A review workbook writes about 9 cells with formulas per operation, some 115 us of CPU a row.
