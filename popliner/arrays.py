@@ -85,14 +85,13 @@ def csr_span(ptr: np.ndarray, idx: np.ndarray, rows: np.ndarray, values: np.ndar
 
 
 def widen_span(span: tuple[np.ndarray, np.ndarray], ptr: np.ndarray, idx: np.ndarray, rows: np.ndarray,
-               values: np.ndarray, copy: bool = True) -> tuple[np.ndarray, np.ndarray]:
+               values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """:func:`csr_span`'s ``span`` (its ``lo_none`` above every value) with more ``rows`` of the table taken in:
-    copies (``span`` itself when there are none; written in place when not ``copy``). For a few rows: each a
-    minimum and a maximum over its entries, gathered before they are written (so a repeated entry writes the same
-    value)."""
+    copies (``span`` itself when there are none). For a few rows: each a minimum and a maximum over its entries,
+    gathered before they are written (so a repeated entry writes the same value)."""
     if rows.size == 0:
         return span
-    lo, hi = (span[0].copy(), span[1].copy()) if copy else span
+    lo, hi = span[0].copy(), span[1].copy()
     for row, value in zip(rows.tolist(), values[rows].tolist()):
         at = idx[ptr[row]:ptr[row + 1]]
         lo[at], hi[at] = np.minimum(lo[at], value), np.maximum(hi[at], value)

@@ -225,69 +225,17 @@ def counted_layer_span(ops: OperationTable, layer_of_op: np.ndarray, counted: np
     dtype's largest value and -1; int16 while the layers and two groups fit, else int32); memoised in ``memo``.
 
     The layer span and every-layer's unit span (:mod:`popliner.memory.whatif`) each widen it by a few operations:
-    one pass over every operation's variables for both (0.6 s each at 10x BERT-Large). Another layering of the
-    same operations (a head placed last or wrapped: the named layers one later, a few of the first and last
-    layers' operations and the loose ones grouped) is the first one's span renumbered (:func:`_renumbered`).
+    one pass over every operation's variables for both (0.6 s each at 10x BERT-Large).
     """
     key = content_key(b"counted-layer-span:", layer_of_op, counted, num_layers.to_bytes(8, "little"))
     found: tuple[np.ndarray, np.ndarray] | None = None if memo is None else memo.get(key)
     if found is None:
         dtype = np.int16 if num_layers + 2 < 2**15 else np.int32 if num_layers + 2 < 2**31 else np.int64
-        rows = np.flatnonzero(counted & (layer_of_op >= 0))
-        first = None if memo is None else memo.get(b"counted-layer-span-first")
-        found = None if first is None else _renumbered(first, ops, rows, layer_of_op, dtype)
-        if found is None:
-            found = csr_span(ops.var_ptr, ops.var_idx, rows, layer_of_op, ops.num_variables, dtype,
-                             lo_none=int(np.iinfo(dtype).max))
-            if memo is not None and first is None:
-                memo[b"counted-layer-span-first"] = (rows, layer_of_op[rows], found)  # the span: the entry below
+        found = csr_span(ops.var_ptr, ops.var_idx, np.flatnonzero(counted & (layer_of_op >= 0)), layer_of_op,
+                         ops.num_variables, dtype, lo_none=int(np.iinfo(dtype).max))
         if memo is not None:
             memo[key] = found  # read only from here on
     return found
-
-
-def _renumbered(first: tuple[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray]], ops: OperationTable,
-                rows: np.ndarray, layer_of_op: np.ndarray, dtype: type[np.signedinteger]
-                ) -> tuple[np.ndarray, np.ndarray] | None:
-    """:func:`counted_layer_span` of ``rows`` (layers ``layer_of_op``) from ``first`` (the rows, layers and span of
-    another layering of the operations), or None where it cannot be: unless each of those rows is one of these and
-    their layers keep their order (a row of a smaller layer there has no larger layer here).
-
-    A variable's first layer there is that of its first users; here it is the smallest layer those users have (the
-    later ones' are no smaller), the same for all of them unless that layer is split (its rows have several layers
-    here): then it is taken from the split layers' rows that use it, alone (a few of the first and last layers').
-    Likewise the last layer; then the rows there are not are taken in (:func:`popliner.arrays.widen_span`).
-    """
-    rows0, layer0, (lo0, hi0) = first
-    if not rows0.size or lo0.dtype != dtype or dtype != np.int16 or not np.isin(rows0, rows, assume_unique=True).all():
-        return None  # (int16: the tables below are over every value of the type; more layers are not met)
-    now = layer_of_op[rows0]
-    order = np.lexsort((now, layer0))
-    was, now = layer0[order], now[order]
-    if (np.diff(now) < 0).any():
-        return None  # the layers' order is not kept
-    # Per layer there: the smallest and largest layer its rows have here, in tables over every int16 value, read at
-    # the span's values themselves (the "none" markers: lo's the largest value, hi's -1, the last entry).
-    starts = np.flatnonzero(np.r_[True, was[1:] != was[:-1]])
-    ends = np.r_[starts[1:], was.size] - 1
-    none = np.iinfo(dtype).max
-    to_lo, to_hi = np.full(none + 1, none, dtype), np.full(none + 1, -1, dtype)
-    to_lo[was[starts]], to_hi[was[starts]] = now[starts], now[ends]
-    lo, hi = np.take(to_lo, lo0), np.take(to_hi, hi0)
-    split = was[starts][now[starts] != now[ends]]
-    if split.size:
-        # Variables whose first (last) layer there is split: the smallest (largest) layer here of the split layers'
-        # rows that use them (rows of a later split layer have no smaller layer, of an earlier one use them not).
-        picked = rows0[order][np.isin(was, split)]
-        lo_s, hi_s = csr_span(ops.var_ptr, ops.var_idx, picked, layer_of_op, ops.num_variables, dtype, lo_none=none)
-        in_split = np.zeros(none + 1, bool)
-        in_split[split] = True
-        at = np.flatnonzero(np.take(in_split, lo0))
-        lo[at] = lo_s[at]
-        at = np.flatnonzero(np.take(in_split, hi0))
-        hi[at] = hi_s[at]
-    return widen_span((lo, hi), ops.var_ptr, ops.var_idx, np.setdiff1d(rows, rows0, assume_unique=True), layer_of_op,
-                      copy=False)
 
 
 def wrapped_head_hi(profile: Profile, model: MemoryModel, layer_of_op: np.ndarray, num_layers: int,

@@ -376,8 +376,7 @@ def _unique_rows(columns: list[np.ndarray], num_steps: int) -> tuple[np.ndarray,
     assert inverse is not None  # five columns
     count = int(inverse.max(initial=-1)) + 1
     first = np.full(count, inverse.size, np.int64)
-    # Each distinct row's first occurrence: plain scatters from the last row back (an earlier one overwrites).
-    first[inverse[::-1]] = np.arange(inverse.size - 1, -1, -1)
+    np.minimum.at(first, inverse, np.arange(inverse.size))  # each distinct row's first occurrence
     return np.stack([col[first] for col in columns], axis=1).astype(np.int64), inverse
 
 
