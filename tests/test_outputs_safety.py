@@ -403,8 +403,8 @@ def _signal_run(argv: list[str], folder: Path, sig: int, rng: random.Random, fin
     assert "pid" in first, first
     time.sleep(rng.uniform(0.0, 0.8 * finish_s))  # mostly before the end, at a random point
     p.send_signal(sig)
-    text = first + p.stderr.read().decode()
-    code = p.wait(timeout=120)
+    code, text = _finish(p, 120)
+    text = first + text
     assert "Traceback" not in text, text
     assert code in (0, 128 + sig), (code, text)
     if code:
@@ -421,9 +421,21 @@ def _timed(argv: list[str], folder: Path) -> float:
     assert p.stderr is not None
     p.stderr.readline()
     started = time.perf_counter()
-    err = p.stderr.read()
-    assert p.wait(timeout=300) == 0, err
+    code, err = _finish(p, 300)
+    assert code == 0, err
     return time.perf_counter() - started
+
+
+def _finish(p: subprocess.Popen[bytes], seconds: float) -> tuple[int, str]:
+    """The run's exit code and the rest of its stderr; a run still going after ``seconds`` is killed and fails
+    the test (a hang must not hold the suite)."""
+    try:
+        _, err = p.communicate(timeout=seconds)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        _, err = p.communicate()
+        pytest.fail(f"popliner {p.args[3:]} still running after {seconds} s: {err.decode(errors='replace')[-2000:]}")
+    return p.returncode, err.decode(errors="replace")
 
 
 SIGNALS = [signal.SIGTERM, signal.SIGHUP, signal.SIGINT]

@@ -14,7 +14,6 @@ import itertools
 import os
 import re
 import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +30,7 @@ from popliner.errors import ConfigError
 from popliner.writers import xlsx
 from popliner.writers.planner import FIRST_LAYER_ROW, FITS_ROW, STATUS_ROW, WORST_ROW
 from tests.helpers import FIXTURES
+from tests.procs import run_group
 
 IPUS = 3
 
@@ -217,8 +217,8 @@ def _libreoffice_sheet(path: Path, sheet: str, tmp_path: Path) -> list[list[str]
     (profile / "user").mkdir(parents=True, exist_ok=True)
     (profile / "user" / "registrymodifications.xcu").write_text(_LO_SETTINGS)
     out = tmp_path / "lo-out"
-    subprocess.run([_soffice(), f"-env:UserInstallation={profile.as_uri()}", "--headless", "--convert-to", _LO_CSV,
-                    "--outdir", str(out), str(path)], check=True, capture_output=True, timeout=180)
+    run_group([_soffice(), f"-env:UserInstallation={profile.as_uri()}", "--headless", "--convert-to", _LO_CSV,
+               "--outdir", str(out), str(path)], timeout=180)
     with open(out / f"{path.stem}-{sheet}.csv", newline="", encoding="utf-8") as stream:
         return list(csv.reader(stream))
 
