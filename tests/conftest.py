@@ -1,14 +1,21 @@
-"""Shared test set-up: an isolated cache folder, and the package logger reset around each test."""
+"""Shared test set-up: the Hypothesis profile, an isolated cache folder, the package logger reset per test."""
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import settings
+
+# CI draws the same examples on every run (HYPOTHESIS_PROFILE=ci, set by .ci/run): a submission passes or fails there
+# as it did on the machine that ran its suite, whatever the seed. Elsewhere each run draws new examples.
+settings.register_profile("ci", derandomize=True, print_blob=True)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 
 @pytest.fixture(autouse=True)
