@@ -72,7 +72,11 @@ class _Session:
         self.next_id += 1
         my_id = self.next_id
         self.ws.send(json.dumps({"id": my_id, "method": method, "params": params}))
+        # The socket's timeout bounds a silence; this bounds a page that keeps sending events but never the reply.
+        deadline = time.monotonic() + 120
         while True:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{method}: no reply from Chromium in 120 s")
             msg = json.loads(self.ws.recv())
             if msg.get("id") == my_id:
                 if "error" in msg:
