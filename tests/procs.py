@@ -14,15 +14,14 @@ import signal
 import subprocess
 import tempfile
 from collections.abc import Sequence
-from pathlib import Path
 
 import pytest
 
 
-def run_group(argv: Sequence[str], *, timeout: float, cwd: Path | None = None) -> subprocess.CompletedProcess[bytes]:
+def run_group(argv: Sequence[str], *, timeout: float) -> subprocess.CompletedProcess[bytes]:
     """Run ``argv`` to its end (a non-zero exit raises CalledProcessError); past ``timeout`` s the test fails."""
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        proc = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=out, stderr=err, cwd=cwd,
+        proc = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=out, stderr=err,
                                 start_new_session=True)
         try:
             code = proc.wait(timeout=timeout)
