@@ -99,6 +99,8 @@ class RangeState:
         self.staged: set[tuple[int, int, bool]] = set()
         #: Per start: the running set where its row stopped, to grow it for a higher limit.
         self.resume: dict[int, RunningStage] = {}
+        #: (i, j) -> :func:`pipeline_rerun_window` of the range's layers (pipeline recomputation).
+        self._rerun_windows: dict[tuple[int, int], tuple[int, bool] | None] = {}
 
     def recycle(self, shared: SharedParts) -> None:
         """Give the grids' buffers back to ``shared`` (cleared); this state is not to be read again."""
@@ -179,10 +181,20 @@ class RangeState:
                                                 None if peak is None else peak.astype(dtype))
 
     def _other_key(self, i: int, j: int) -> tuple[object, ...]:
-        facts = self.facts
         # Under pipeline recomputation the figure also depends on where the set's re-run part splits.
-        rerun = pipeline_rerun_window(facts, np.concatenate(self.layer_ops[i:j + 1])) if self.rerun else None
-        return (tuple(self._layer_keys[i:j + 1]), rerun)
+        return (tuple(self._layer_keys[i:j + 1]), self.rerun_window(i, j))
+
+    def rerun_window(self, i: int, j: int) -> tuple[int, bool] | None:
+        """:func:`pipeline_rerun_window` of layers ``i..j`` (no wrapped head); None unless pipeline recomputation.
+
+        Memoised: a range's evaluation, and the key its figure is offered and looked for by, each read it.
+        """
+        if not self.rerun:
+            return None
+        key = (i, j)
+        if key not in self._rerun_windows:
+            self._rerun_windows[key] = pipeline_rerun_window(self.facts, np.concatenate(self.layer_ops[i:j + 1]))
+        return self._rerun_windows[key]
 
     def running_set(self, row_ops: list[np.ndarray] | None = None) -> RunningStage:
         """A new, empty running set (it takes the shared grids over)."""

@@ -317,7 +317,8 @@ class ProfileRanges:
                 if state is None:
                     state = self._running_set(i, j)
                 state.add(shared.layer_parts(j))
-                rerun = self._rerun_peak(state)
+                window = shared.rerun_window(i, j)  # the set holds layers i..j, no wrapped head
+                rerun = None if window is None else state.rerun_variables_peak(window[0])
                 peak = state.variables_peak() if rerun is None else rerun
                 total = state.total_per_tile(peak)
                 shared.peaks[(i, j)] = peak  # stage_memory's, if this range is chosen
