@@ -124,6 +124,8 @@ def _agrees(label: str, text: bytes, piece: int = PIECE_BYTES) -> None:
     assert [v.name(i) for i in range(v.count)] == [w.name(i) for i in range(w.count)], label
 
 
+# The odd documents, each read both ways: in the slow step (main suite time, about 10 s on a quiet machine).
+@pytest.mark.slow
 def test_shortcut_steps_aside_or_agrees(tiny_text: bytes, piece: int = PIECE_BYTES) -> None:
     doc = json.loads(tiny_text)
     for label, text in _variants(doc):
@@ -170,6 +172,7 @@ def _one_variable(doc: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+@pytest.mark.slow  # as test_shortcut_steps_aside_or_agrees
 def test_spaced_shortcut_steps_aside_or_agrees(tiny_text: bytes) -> None:
     doc = json.loads(tiny_text)
     read = {"non-ascii name", "empty vars list of spaces", "a value spelt like the keys", "spaced keys",

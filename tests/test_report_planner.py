@@ -143,7 +143,9 @@ def some_splits(n: int, k: int, count: int, seed: int) -> list[list[int]]:
 # ------------------------------------------------------------------- records
 
 
-@pytest.mark.parametrize(("n", "k"), [(1, 1), (3, 1), (3, 3), (5, 2), (7, 4), (12, 5), (24, 16)])
+# 24 layers over 16 IPUs (every split of them enumerated) in the slow step: main suite time.
+@pytest.mark.parametrize(("n", "k"), [(1, 1), (3, 1), (3, 3), (5, 2), (7, 4), (12, 5),
+                                      pytest.param(24, 16, marks=pytest.mark.slow)])
 def test_records_are_the_ranges_of_every_split(n: int, k: int) -> None:
     # Brute force: the (first, last, position) every split over exactly k IPUs uses.
     used = {(a, b - 1, u) for counts in all_splits(n, k)
@@ -258,9 +260,9 @@ def _assert_command(cfg: PipelineConfig, got: dict[str, Any]) -> None:
 
 #: The larger fixtures (12 layers and more, hundreds of tiles) run in the slow step of CI.
 LARGER = ("bert-base-training.json.gz", "resnet-small-training.json.gz", "gpt2-small-inference.json.gz")
-#: So do two more (suite time; a browser each): the main suite keeps bert-tiny's defaults, last with pipeline
-#: recomputation, the replicated sharded every-layer case, an inference wrap and the one-IPU case.
-MORE_IN_SLOW = (SCENARIOS[2], SCENARIOS[7])
+#: So do four more (suite time; a browser each): the main suite keeps bert-tiny's defaults, last with pipeline
+#: recomputation and the replicated sharded every-layer case.
+MORE_IN_SLOW = (SCENARIOS[2], SCENARIOS[7], SCENARIOS[8], SCENARIOS[9])
 
 
 @pytest.mark.parametrize("scenario", [pytest.param(s, marks=pytest.mark.slow)
