@@ -125,7 +125,7 @@ def rewrite(profile: Profile, ops: OperationTable, layer_of_op: np.ndarray, num_
             key = b"whatif-cuts" + cuts_key + key
     what_if = memo.get(key) if memo is not None else None
     if what_if is None:
-        what_if = with_live_steps(profile, nbytes, cuts.cut, window)
+        what_if = with_live_steps(profile, nbytes, cuts.cut, window, memo)
         if memo is not None:
             if recompute == "every-layer":
                 # One layering's every-layer what-if profile at a time (the planner goes through the head placements
@@ -385,7 +385,10 @@ def _dense_rank(values: np.ndarray) -> np.ndarray:
     values = values.astype(np.int64, copy=False)
     if values.size == 0:
         return values
-    ranked = rank_by_table(values)  # a table over the range: no sort
+    # A table over the range, no sort, while the range is not far wider than the values (then a sort is cheaper:
+    # the few thousand distinct rows of two kinds of change, :func:`_merged_rows`).
+    span = min(1 << 24, max(1 << 16, 8 * values.size))
+    ranked = rank_by_table(values, span)
     if ranked is not None:
         return ranked[1]
     top = int(values.max())
@@ -394,7 +397,7 @@ def _dense_rank(values: np.ndarray) -> np.ndarray:
     if rest.size == 0:
         return np.zeros(values.size, np.int64)
     lo, hi = int(rest.min()), int(rest.max())
-    if hi - lo < 1 << 24:
+    if hi - lo < span:
         present = np.bincount(rest - lo, minlength=hi - lo + 1) > 0
         rank = np.cumsum(present) - 1
         return np.asarray(np.where(values == top, int(present.sum()), rank[np.clip(values - lo, 0, hi - lo)]),
@@ -402,13 +405,16 @@ def _dense_rank(values: np.ndarray) -> np.ndarray:
     return np.asarray(np.unique(values, return_inverse=True)[1].reshape(-1), np.int64)
 
 
-def with_live_steps(profile: Profile, nbytes: np.ndarray, cut: Spread, keep: Spread) -> Profile:
+def with_live_steps(profile: Profile, nbytes: np.ndarray, cut: Spread, keep: Spread,
+                    memo: dict[bytes, Any] | None = None) -> Profile:
     """A copy of the profile with new bytes and new live steps where asked.
 
     A variable of ``cut`` loses the steps strictly between its ``lo`` and
     ``hi``; one of ``keep`` (and not of ``cut``) keeps only the steps
     ``lo..hi``. Variables with the same class and the same change
     share one new class, so the number of classes stays small.
+
+    ``memo``: the plan's option-free memo, where each kind's rows are ranked once (:func:`_ranked_rows`).
     """
     v = profile.variables
     taken = np.zeros(v.count, bool)
@@ -419,14 +425,16 @@ def with_live_steps(profile: Profile, nbytes: np.ndarray, cut: Spread, keep: Spr
         if np.array_equal(nbytes, v.bytes):
             return profile
         return replace(profile, variables=v.replace(bytes=nbytes.astype(v.bytes.dtype, copy=False)))
-    # One row per changed variable, the cut ones first, in the steps' type (int32 while steps fit, as the "never"
-    # marker does): under every-layer they are millions of rows each.
-    steps, cuts, keeps = _step_dtype(profile.num_steps), cut.at.size, alone.size
-    never = np.full(max(cuts, keeps), _NEVER, steps)
-    c_lo, c_hi = (np.concatenate((col, never[:keeps]), dtype=steps) for col in (cut.lo, cut.hi))
-    k_lo = np.concatenate((np.zeros(cuts, steps), keep.lo[alone]), dtype=steps)
-    k_hi = np.concatenate((never[:cuts], keep.hi[alone]), dtype=steps)
-    uniq, inverse = _unique_rows([v.klass[changed], c_lo, c_hi, k_lo, k_hi], profile.num_steps)
+    # One row (class, cut lo, cut hi, keep lo, keep hi) per changed variable, the cut ones first. Each kind is
+    # ranked on its own, where the other kind's two steps are constant (never cut; kept 0..never): fewer columns
+    # to rank than in one table of both, and each kind's ranking is found again by the option sets that make the
+    # same change (off-chip state under every recomputation, a layering's cuts on or off chip).
+    parts = []
+    if cut.at.size:
+        parts.append(_ranked_rows(profile, cut.at, cut.lo, cut.hi, True, memo))
+    if alone.size:
+        parts.append(_ranked_rows(profile, keep.at[alone], keep.lo[alone], keep.hi[alone], False, memo))
+    uniq, inverse = _merged_rows(parts, profile.num_steps)
     own, starts, ends = _changed_intervals(profile, uniq)
     new_counts = np.bincount(own, minlength=len(uniq))
     base = int(profile.class_ptr[-1])
@@ -438,3 +446,37 @@ def with_live_steps(profile: Profile, nbytes: np.ndarray, cut: Spread, keep: Spr
     return replace(profile, variables=variables, class_ptr=class_ptr.astype(profile.class_ptr.dtype),
                    iv_start=np.concatenate((profile.iv_start, starts)).astype(profile.iv_start.dtype),
                    iv_end=np.concatenate((profile.iv_end, ends)).astype(profile.iv_end.dtype))
+
+
+def _ranked_rows(profile: Profile, at: np.ndarray, lo: np.ndarray, hi: np.ndarray, cut: bool,
+                 memo: dict[bytes, Any] | None) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_unique_rows` of one kind's rows: the variables ``at`` with their class and ``lo``, ``hi`` as the cut
+    steps (``cut``) or the kept ones, the other two steps constant.
+
+    The rows read the variables' classes, not the variables: memoised in ``memo`` by those values (a plan's
+    option sets make the same change again on other what-if profiles, millions of rows each).
+    """
+    steps = _step_dtype(profile.num_steps)
+    klass, lo, hi = profile.variables.klass[at], lo.astype(steps, copy=False), hi.astype(steps, copy=False)
+    key = content_key(b"live-step-rows", klass, lo, hi, repr((cut, profile.num_steps)).encode())
+    found: tuple[np.ndarray, np.ndarray] | None = memo.get(key) if memo is not None else None
+    if found is None:
+        never, first = np.full(at.size, _NEVER, steps), np.zeros(at.size, steps)
+        uniq, inverse = _unique_rows([klass, lo, hi, first, never] if cut else [klass, never, never, lo, hi],
+                                     profile.num_steps)
+        found = (uniq, inverse.astype(np.int32 if len(uniq) < 2**31 else np.int64))  # kept: half the bytes
+        if memo is not None:
+            memo[key] = found  # read only from here on
+    return found
+
+
+def _merged_rows(parts: list[tuple[np.ndarray, np.ndarray]], num_steps: int) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_unique_rows` of the rows of ``parts`` one after another, from each part's own: the distinct rows of
+    the parts' distinct rows (a few thousand), each part's rows then numbered through them. A row in several parts
+    takes its first part's first occurrence, as in one table (each part's distinct row is its first occurrence)."""
+    if len(parts) == 1:
+        return parts[0]
+    table = np.concatenate([uniq for uniq, _ in parts])
+    uniq, position = _unique_rows(list(table.T), num_steps)
+    offsets = np.cumsum([0] + [len(u) for u, _ in parts])
+    return uniq, np.concatenate([position[offset + inverse] for offset, (_, inverse) in zip(offsets, parts)])
