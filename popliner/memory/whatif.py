@@ -206,16 +206,17 @@ def _recompute_cuts(profile: Profile, ops: OperationTable, layer_of_op: np.ndarr
     """
     steps = unchanged.dtype.type
     count = profile.variables.count
-    # The layering and the backward operations; the same for both modes and wherever the optimizer state lives.
-    key = b"cuts" + _cuts_key(layer_of_op, num_layers, roles, steps)
-    mode_key = b"cuts-" + recompute.encode() + key + roles.key
+    # The layering, the backward operations and the roles; the same for both modes and wherever the optimizer
+    # state lives.
+    key = b"cuts" + _cuts_key(layer_of_op, num_layers, roles, steps) + roles.key
+    mode_key = b"cuts-" + recompute.encode() + key
     made = memo.get(mode_key) if memo is not None else None
     if made is None:
         made = _mode_cuts(_unit_reads(profile, ops, layer_of_op, num_layers, roles, steps, memo, counted, key),
-                          profile, roles, recompute, steps)
+                          profile, recompute, steps)
         if memo is not None:
             memo[mode_key] = made  # read only from here on
-            if all(b"cuts-" + mode.encode() + key + roles.key in memo for mode in ("every-layer", "pipeline")):
+            if all(b"cuts-" + mode.encode() + key in memo for mode in ("every-layer", "pipeline")):
                 memo.pop(key, None)  # both modes made: what they read of the layering goes (tens of MB)
     at, lo, hi, rerun, cut_key = made
     if recompute == "every-layer":
@@ -232,7 +233,8 @@ def _unit_reads(profile: Profile, ops: OperationTable, layer_of_op: np.ndarray, 
                 key: bytes) -> tuple[np.ndarray, ...]:
     """What both recomputation modes read of one layering (memoised by ``key``): each operation's unit, each unit's
     backward start, the forward operations, each class's first and last step, and, of the variables a forward
-    operation reads, their indices, last forward read and unit span."""
+    operation reads that recomputation may cut (neither always live nor optimizer state), their indices, last
+    forward read and unit span."""
     found: tuple[np.ndarray, ...] | None = memo.get(key) if memo is not None else None
     if found is None:
         count = profile.variables.count
@@ -247,8 +249,11 @@ def _unit_reads(profile: Profile, ops: OperationTable, layer_of_op: np.ndarray, 
         layered = counted_layer_span(ops, layer_of_op, counted, num_layers, memo)
         lo_unit, hi_unit = widen_span(layered, ops.var_ptr, ops.var_idx,
                                       np.flatnonzero((unit >= 0) & ~(counted & (layer_of_op >= 0))), unit)
-        # Kept for the variables a forward operation reads only (the others are never cut): under half of them.
-        read_idx = np.flatnonzero((u >= 0) & (hi_unit >= 0)).astype(np.int32 if count < 2**31 else np.int64)
+        # Kept for the variables a forward operation reads that recomputation may cut only (the others are never cut):
+        # under half of them, picked once for both modes.
+        read = (u >= 0) & (hi_unit >= 0) & ~roles.always_live & ~roles.optimizer_state
+        read_idx = np.flatnonzero(read).astype(np.int32 if count < 2**31 else np.int64)
+        del read
         found = (unit, bstart, forward_op, first, last, read_idx, u[read_idx], lo_unit[read_idx], hi_unit[read_idx])
         if memo is not None:
             # Kept for every layering (a plan's head placements give two or three) until both modes are made
@@ -257,19 +262,18 @@ def _unit_reads(profile: Profile, ops: OperationTable, layer_of_op: np.ndarray, 
     return found
 
 
-def _mode_cuts(found: tuple[np.ndarray, ...], profile: Profile, roles: Roles, recompute: str,
+def _mode_cuts(found: tuple[np.ndarray, ...], profile: Profile, recompute: str,
                steps: type[np.signedinteger]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, bytes]:
     """(variables, lo, hi, rerun operations, forward cut's key) of one mode: ``every-layer``'s cut variables and the
     steps they lose (strictly between lo and hi); ``pipeline``'s forward-cut variables and their cut step (hi; lo
     empty), in order, which give every value of the forward cut (the others -1): its key digests them."""
+    # The variables a forward operation reads that recomputation may cut (u, lo_unit, hi_unit are theirs).
     unit, bstart, forward_op, class_first, class_last, read_idx, u, lo_unit, hi_unit = found
-    # Of the variables a forward operation reads (u, lo_unit, hi_unit are theirs), the ones recomputation may cut.
-    kept = ~roles.always_live[read_idx] & ~roles.optimizer_state[read_idx]
     klass = profile.variables.klass
     if recompute == "every-layer":
         # Variables of one unit, read before their last forward read: the rest of the test on those only
         # (whole columns of int64 steps over millions of variables cost more than the test).
-        at = np.flatnonzero(kept & (lo_unit == hi_unit))
+        at = np.flatnonzero(lo_unit == hi_unit)
         one = read_idx[at]
         cls, u_one, lo_one = klass[one], u[at], lo_unit[at]
         read = class_first[cls] <= u_one
@@ -280,8 +284,8 @@ def _mode_cuts(found: tuple[np.ndarray, ...], profile: Profile, roles: Roles, re
         made = (near[sel], u_near[sel].astype(steps), r[sel].astype(steps),
                 forward_op & np.isin(unit, np.unique(lo_near[sel])))
     else:
-        some = read_idx[kept]
-        cls, u_some = klass[some], u[kept]
+        some = read_idx
+        cls, u_some = klass[some], u
         sel = (class_first[cls] <= u_some) & (class_last[cls] > u_some)
         made = (some[sel], np.zeros(0, steps), u_some[sel], forward_op.copy())
     for column in made:
