@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from popliner.arrays import csr_span, rank_by_table, widen_span
+from popliner.arrays import csr_span, rank_by_table, span_at, widen_span
 
 
 @pytest.mark.parametrize("seed", range(30))
@@ -48,3 +48,19 @@ def test_ranks_by_table_are_the_ranks_of_a_sort(dtype: type[np.signedinteger]) -
         assert found[0].dtype == found[1].dtype == np.int64
         assert found[0].tolist() == distinct.tolist() and found[1].tolist() == rank.tolist()
     assert rank_by_table(np.array([0, 1 << 30])) is None
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_span_at_some_entries_is_csr_span_there(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    rows, size = int(rng.integers(0, 40)), int(rng.integers(1, 60))
+    counts = rng.integers(0, 12, rows)
+    ptr = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
+    idx = rng.integers(0, size, int(ptr[-1])).astype(np.int32)
+    values = rng.integers(0, 20, rows)
+    picked = np.flatnonzero(rng.random(rows) < 0.7)
+    at = np.flatnonzero(rng.random(size) < 0.3)
+    lo, hi = span_at(ptr, idx, picked, values, at, size, np.int32, lo_none=99)
+    whole = csr_span(ptr, idx, picked, values, size, np.int32, lo_none=99)
+    assert lo.dtype == hi.dtype == np.int32
+    assert lo.tolist() == whole[0][at].tolist() and hi.tolist() == whole[1][at].tolist()

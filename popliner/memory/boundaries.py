@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from popliner.arrays import content_key, csr_span, widen_span
+from popliner.arrays import content_key, csr_span, span_at, widen_span
 from popliner.memory.model import MemoryModel
 from popliner.ops.layers import ops_of_layers
 from popliner.ops.operations import OperationTable
@@ -245,14 +245,12 @@ def wrapped_head_hi(profile: Profile, model: MemoryModel, layer_of_op: np.ndarra
     both = (lo == 0) & (hi == head)
     if not both.any():
         return hi
-    # The last layer before the head that uses each variable (0: only the embedding and the head), in the span's
-    # type (int32 while the layers fit: a column over every variable, kept for every option set of a plan).
-    # Plain scatters of each counted operation's layer, in order of layer (a later one overwrites): no set of
-    # variables made per layer (three times the time at 120 layers).
-    before = np.zeros(profile.variables.count, hi.dtype)
+    # The last layer before the head that uses each variable (0: only the embedding and the head), found for those
+    # variables alone (a few): one pass over the entries, not a scatter of every counted operation's variables.
+    at = np.flatnonzero(both)
     ops = model.ops
     rows = np.flatnonzero(model.counted_vars & (layer_of_op >= 1) & (layer_of_op < head))
-    ptr, layer = ops.var_ptr.tolist(), layer_of_op.tolist()
-    for row in rows[np.argsort(layer_of_op[rows], kind="stable")].tolist():
-        before[ops.var_idx[ptr[row]:ptr[row + 1]]] = layer[row]
-    return np.where(both, before, hi)
+    before = span_at(ops.var_ptr, ops.var_idx, rows, layer_of_op, at, profile.variables.count, hi.dtype.type)[1]
+    out = hi.copy()
+    out[at] = np.maximum(before, 0)
+    return out

@@ -196,7 +196,7 @@ class MemoryFacts:
                 return found
         at = np.flatnonzero(cut >= 0)
         keep = Spread(at, np.zeros(at.size, cut.dtype), cut[at])  # each cut variable keeps steps 0..its cut
-        found = with_live_steps(self.profile, self.profile.variables.bytes, Spread.none(), keep)
+        found = with_live_steps(self.profile, self.profile.variables.bytes, Spread.none(), keep, self.memo)
         made.append((self.profile, key, found))
         return found
 

@@ -125,7 +125,7 @@ def rewrite(profile: Profile, ops: OperationTable, layer_of_op: np.ndarray, num_
             key = b"whatif-cuts" + cuts_key + key
     what_if = memo.get(key) if memo is not None else None
     if what_if is None:
-        what_if = with_live_steps(profile, nbytes, cuts.cut, window)
+        what_if = with_live_steps(profile, nbytes, cuts.cut, window, memo)
         if memo is not None:
             if recompute == "every-layer":
                 # One layering's every-layer what-if profile at a time (the planner goes through the head placements
@@ -206,16 +206,17 @@ def _recompute_cuts(profile: Profile, ops: OperationTable, layer_of_op: np.ndarr
     """
     steps = unchanged.dtype.type
     count = profile.variables.count
-    # The layering and the backward operations; the same for both modes and wherever the optimizer state lives.
-    key = b"cuts" + _cuts_key(layer_of_op, num_layers, roles, steps)
-    mode_key = b"cuts-" + recompute.encode() + key + roles.key
+    # The layering, the backward operations and the roles; the same for both modes and wherever the optimizer
+    # state lives.
+    key = b"cuts" + _cuts_key(layer_of_op, num_layers, roles, steps) + roles.key
+    mode_key = b"cuts-" + recompute.encode() + key
     made = memo.get(mode_key) if memo is not None else None
     if made is None:
         made = _mode_cuts(_unit_reads(profile, ops, layer_of_op, num_layers, roles, steps, memo, counted, key),
-                          profile, roles, recompute, steps)
+                          profile, recompute, steps)
         if memo is not None:
             memo[mode_key] = made  # read only from here on
-            if all(b"cuts-" + mode.encode() + key + roles.key in memo for mode in ("every-layer", "pipeline")):
+            if all(b"cuts-" + mode.encode() + key in memo for mode in ("every-layer", "pipeline")):
                 memo.pop(key, None)  # both modes made: what they read of the layering goes (tens of MB)
     at, lo, hi, rerun, cut_key = made
     if recompute == "every-layer":
@@ -232,7 +233,8 @@ def _unit_reads(profile: Profile, ops: OperationTable, layer_of_op: np.ndarray, 
                 key: bytes) -> tuple[np.ndarray, ...]:
     """What both recomputation modes read of one layering (memoised by ``key``): each operation's unit, each unit's
     backward start, the forward operations, each class's first and last step, and, of the variables a forward
-    operation reads, their indices, last forward read and unit span."""
+    operation reads that recomputation may cut (neither always live nor optimizer state), their indices, last
+    forward read and unit span."""
     found: tuple[np.ndarray, ...] | None = memo.get(key) if memo is not None else None
     if found is None:
         count = profile.variables.count
@@ -247,8 +249,11 @@ def _unit_reads(profile: Profile, ops: OperationTable, layer_of_op: np.ndarray, 
         layered = counted_layer_span(ops, layer_of_op, counted, num_layers, memo)
         lo_unit, hi_unit = widen_span(layered, ops.var_ptr, ops.var_idx,
                                       np.flatnonzero((unit >= 0) & ~(counted & (layer_of_op >= 0))), unit)
-        # Kept for the variables a forward operation reads only (the others are never cut): under half of them.
-        read_idx = np.flatnonzero((u >= 0) & (hi_unit >= 0)).astype(np.int32 if count < 2**31 else np.int64)
+        # Kept for the variables a forward operation reads that recomputation may cut only (the others are never cut):
+        # under half of them, picked once for both modes.
+        read = (u >= 0) & (hi_unit >= 0) & ~roles.always_live & ~roles.optimizer_state
+        read_idx = np.flatnonzero(read).astype(np.int32 if count < 2**31 else np.int64)
+        del read
         found = (unit, bstart, forward_op, first, last, read_idx, u[read_idx], lo_unit[read_idx], hi_unit[read_idx])
         if memo is not None:
             # Kept for every layering (a plan's head placements give two or three) until both modes are made
@@ -257,19 +262,18 @@ def _unit_reads(profile: Profile, ops: OperationTable, layer_of_op: np.ndarray, 
     return found
 
 
-def _mode_cuts(found: tuple[np.ndarray, ...], profile: Profile, roles: Roles, recompute: str,
+def _mode_cuts(found: tuple[np.ndarray, ...], profile: Profile, recompute: str,
                steps: type[np.signedinteger]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, bytes]:
     """(variables, lo, hi, rerun operations, forward cut's key) of one mode: ``every-layer``'s cut variables and the
     steps they lose (strictly between lo and hi); ``pipeline``'s forward-cut variables and their cut step (hi; lo
     empty), in order, which give every value of the forward cut (the others -1): its key digests them."""
+    # The variables a forward operation reads that recomputation may cut (u, lo_unit, hi_unit are theirs).
     unit, bstart, forward_op, class_first, class_last, read_idx, u, lo_unit, hi_unit = found
-    # Of the variables a forward operation reads (u, lo_unit, hi_unit are theirs), the ones recomputation may cut.
-    kept = ~roles.always_live[read_idx] & ~roles.optimizer_state[read_idx]
     klass = profile.variables.klass
     if recompute == "every-layer":
         # Variables of one unit, read before their last forward read: the rest of the test on those only
         # (whole columns of int64 steps over millions of variables cost more than the test).
-        at = np.flatnonzero(kept & (lo_unit == hi_unit))
+        at = np.flatnonzero(lo_unit == hi_unit)
         one = read_idx[at]
         cls, u_one, lo_one = klass[one], u[at], lo_unit[at]
         read = class_first[cls] <= u_one
@@ -280,8 +284,8 @@ def _mode_cuts(found: tuple[np.ndarray, ...], profile: Profile, roles: Roles, re
         made = (near[sel], u_near[sel].astype(steps), r[sel].astype(steps),
                 forward_op & np.isin(unit, np.unique(lo_near[sel])))
     else:
-        some = read_idx[kept]
-        cls, u_some = klass[some], u[kept]
+        some = read_idx
+        cls, u_some = klass[some], u
         sel = (class_first[cls] <= u_some) & (class_last[cls] > u_some)
         made = (some[sel], np.zeros(0, steps), u_some[sel], forward_op.copy())
     for column in made:
@@ -385,7 +389,10 @@ def _dense_rank(values: np.ndarray) -> np.ndarray:
     values = values.astype(np.int64, copy=False)
     if values.size == 0:
         return values
-    ranked = rank_by_table(values)  # a table over the range: no sort
+    # A table over the range, no sort, while the range is not far wider than the values (then a sort is cheaper:
+    # the few thousand distinct rows of two kinds of change, :func:`_merged_rows`).
+    span = min(1 << 24, max(1 << 16, 8 * values.size))
+    ranked = rank_by_table(values, span)
     if ranked is not None:
         return ranked[1]
     top = int(values.max())
@@ -394,7 +401,7 @@ def _dense_rank(values: np.ndarray) -> np.ndarray:
     if rest.size == 0:
         return np.zeros(values.size, np.int64)
     lo, hi = int(rest.min()), int(rest.max())
-    if hi - lo < 1 << 24:
+    if hi - lo < span:
         present = np.bincount(rest - lo, minlength=hi - lo + 1) > 0
         rank = np.cumsum(present) - 1
         return np.asarray(np.where(values == top, int(present.sum()), rank[np.clip(values - lo, 0, hi - lo)]),
@@ -402,13 +409,16 @@ def _dense_rank(values: np.ndarray) -> np.ndarray:
     return np.asarray(np.unique(values, return_inverse=True)[1].reshape(-1), np.int64)
 
 
-def with_live_steps(profile: Profile, nbytes: np.ndarray, cut: Spread, keep: Spread) -> Profile:
+def with_live_steps(profile: Profile, nbytes: np.ndarray, cut: Spread, keep: Spread,
+                    memo: dict[bytes, Any] | None = None) -> Profile:
     """A copy of the profile with new bytes and new live steps where asked.
 
     A variable of ``cut`` loses the steps strictly between its ``lo`` and
     ``hi``; one of ``keep`` (and not of ``cut``) keeps only the steps
     ``lo..hi``. Variables with the same class and the same change
     share one new class, so the number of classes stays small.
+
+    ``memo``: the plan's option-free memo, where each kind's rows are ranked once (:func:`_ranked_rows`).
     """
     v = profile.variables
     taken = np.zeros(v.count, bool)
@@ -419,14 +429,16 @@ def with_live_steps(profile: Profile, nbytes: np.ndarray, cut: Spread, keep: Spr
         if np.array_equal(nbytes, v.bytes):
             return profile
         return replace(profile, variables=v.replace(bytes=nbytes.astype(v.bytes.dtype, copy=False)))
-    # One row per changed variable, the cut ones first, in the steps' type (int32 while steps fit, as the "never"
-    # marker does): under every-layer they are millions of rows each.
-    steps, cuts, keeps = _step_dtype(profile.num_steps), cut.at.size, alone.size
-    never = np.full(max(cuts, keeps), _NEVER, steps)
-    c_lo, c_hi = (np.concatenate((col, never[:keeps]), dtype=steps) for col in (cut.lo, cut.hi))
-    k_lo = np.concatenate((np.zeros(cuts, steps), keep.lo[alone]), dtype=steps)
-    k_hi = np.concatenate((never[:cuts], keep.hi[alone]), dtype=steps)
-    uniq, inverse = _unique_rows([v.klass[changed], c_lo, c_hi, k_lo, k_hi], profile.num_steps)
+    # One row (class, cut lo, cut hi, keep lo, keep hi) per changed variable, the cut ones first. Each kind is
+    # ranked on its own, where the other kind's two steps are constant (never cut; kept 0..never): fewer columns
+    # to rank than in one table of both, and each kind's ranking is found again by the option sets that make the
+    # same change (off-chip state under every recomputation, a layering's cuts on or off chip).
+    parts = []
+    if cut.at.size:
+        parts.append(_ranked_rows(profile, cut.at, cut.lo, cut.hi, True, memo))
+    if alone.size:
+        parts.append(_ranked_rows(profile, keep.at[alone], keep.lo[alone], keep.hi[alone], False, memo))
+    uniq, inverse = _merged_rows(parts, profile.num_steps)
     own, starts, ends = _changed_intervals(profile, uniq)
     new_counts = np.bincount(own, minlength=len(uniq))
     base = int(profile.class_ptr[-1])
@@ -438,3 +450,37 @@ def with_live_steps(profile: Profile, nbytes: np.ndarray, cut: Spread, keep: Spr
     return replace(profile, variables=variables, class_ptr=class_ptr.astype(profile.class_ptr.dtype),
                    iv_start=np.concatenate((profile.iv_start, starts)).astype(profile.iv_start.dtype),
                    iv_end=np.concatenate((profile.iv_end, ends)).astype(profile.iv_end.dtype))
+
+
+def _ranked_rows(profile: Profile, at: np.ndarray, lo: np.ndarray, hi: np.ndarray, cut: bool,
+                 memo: dict[bytes, Any] | None) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_unique_rows` of one kind's rows: the variables ``at`` with their class and ``lo``, ``hi`` as the cut
+    steps (``cut``) or the kept ones, the other two steps constant.
+
+    The rows read the variables' classes, not the variables: memoised in ``memo`` by those values (a plan's
+    option sets make the same change again on other what-if profiles, millions of rows each).
+    """
+    steps = _step_dtype(profile.num_steps)
+    klass, lo, hi = profile.variables.klass[at], lo.astype(steps, copy=False), hi.astype(steps, copy=False)
+    key = content_key(b"live-step-rows", klass, lo, hi, repr((cut, profile.num_steps)).encode())
+    found: tuple[np.ndarray, np.ndarray] | None = memo.get(key) if memo is not None else None
+    if found is None:
+        never, first = np.full(at.size, _NEVER, steps), np.zeros(at.size, steps)
+        uniq, inverse = _unique_rows([klass, lo, hi, first, never] if cut else [klass, never, never, lo, hi],
+                                     profile.num_steps)
+        found = (uniq, inverse.astype(np.int32 if len(uniq) < 2**31 else np.int64))  # kept: half the bytes
+        if memo is not None:
+            memo[key] = found  # read only from here on
+    return found
+
+
+def _merged_rows(parts: list[tuple[np.ndarray, np.ndarray]], num_steps: int) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_unique_rows` of the rows of ``parts`` one after another, from each part's own: the distinct rows of
+    the parts' distinct rows (a few thousand), each part's rows then numbered through them. A row in several parts
+    takes its first part's first occurrence, as in one table (each part's distinct row is its first occurrence)."""
+    if len(parts) == 1:
+        return parts[0]
+    table = np.concatenate([uniq for uniq, _ in parts])
+    uniq, position = _unique_rows(list(table.T), num_steps)
+    offsets = np.cumsum([0] + [len(u) for u, _ in parts])
+    return uniq, np.concatenate([position[offset + inverse] for offset, (_, inverse) in zip(offsets, parts)])
