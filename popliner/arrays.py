@@ -7,16 +7,15 @@ int64 keys a full-size profile produces.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import importlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
 __all__ = ["content_key", "csr_span", "digest_array", "expand_ranges", "gather_csr", "huge_page_setter",
-           "page_advice", "rank_by_table", "sorted_unique", "span_at", "union_of", "unique_inverse", "widen_span"]
+           "rank_by_table", "sorted_unique", "span_at", "union_of", "unique_inverse", "widen_span"]
 
 
 def digest_array(digest: Any, part: np.ndarray) -> None:
@@ -192,22 +191,3 @@ def huge_page_setter() -> Callable[[bool], bool] | None:
         found: Callable[[bool], bool] | None = getattr(module, "_set_madvise_hugepage", None)
         return found
     return None  # pragma: no cover
-
-
-@contextlib.contextmanager
-def page_advice(huge: bool) -> Iterator[None]:
-    """numpy's huge-page advice set to ``huge`` for the arrays made inside; the previous setting is restored.
-
-    Off for arrays that live for moments (a cold load's gigabytes: once memory is fragmented, each huge page
-    costs a compaction, :func:`popliner.profile.loader.parse_profile_bytes`); on for the profile's columns a
-    cached load makes, which every command then gathers from at random, millions of times: with 4 KiB pages
-    nearly every such read misses the TLB (docs/benchmarks.md, issue 41). Nothing changes where this numpy has
-    no switch.
-    """
-    setter = huge_page_setter()
-    previous = setter(huge) if setter is not None else None
-    try:
-        yield
-    finally:
-        if setter is not None and previous is not None:
-            setter(previous)

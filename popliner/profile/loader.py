@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 from popliner.allocator import give_back_freed_memory
-from popliner.arrays import page_advice
+from popliner.arrays import huge_page_setter
 from popliner.errors import ProfileFormatError
 from popliner.profile.builder import Builder
 from popliner.profile.columns import PIECE_BYTES, extract_columns
@@ -114,13 +114,21 @@ def _gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def small_pages() -> contextlib.AbstractContextManager[None]:
-    """numpy's huge-page advice off while a document is read (:func:`popliner.arrays.page_advice`).
+@contextlib.contextmanager
+def small_pages() -> Iterator[None]:
+    """Turn numpy's huge-page advice off while the document is read (the previous state is restored).
 
-    A cold load makes several gigabytes of arrays of 4 MB or more that live
-    for moments; once the machine's memory is fragmented, each huge page
-    costs a compaction, which took more system time than the ordinary page
-    faults it saves (bert-large 4x: 4.2-4.3 s of system time with the
-    advice, 2.9-3.1 s without, in pairs of fresh processes).
+    numpy asks the kernel for transparent huge pages on every array of 4 MB
+    or more. A cold load makes several gigabytes of such arrays that live for
+    moments; once the machine's memory is fragmented, each huge page costs a
+    compaction, which took more system time than the ordinary page faults it
+    saves (bert-large 4x: 4.2-4.3 s of system time with the advice, 2.9-3.1 s
+    without, in pairs of fresh processes).
     """
-    return page_advice(False)
+    setter = huge_page_setter()
+    previous = setter(False) if setter is not None else None
+    try:
+        yield
+    finally:
+        if setter is not None and previous is not None:
+            setter(previous)

@@ -18,7 +18,6 @@ import numpy as np
 from isal import isal_zlib
 
 from popliner import __version__
-from popliner.arrays import page_advice
 from popliner.profile.cache.archive import flatten, pack, packable, read_npz, unflatten, unpack_all
 from popliner.profile.cache.info import cache_dir
 from popliner.profile.cache.trust import Bad, check_profile, digest, open_entry, usable_dir, write_entry
@@ -163,8 +162,7 @@ def load_cached(path: Path, sha256: str, options_key: str, profile_path: str, de
         ):
             log.debug("cache %s is stale; rebuilding", path)
             return None
-        with page_advice(True):  # the columns every command then reads at random (popliner.arrays.page_advice)
-            unpack_all(arrays, meta["codecs"], _KEEP_PACKED)
+        unpack_all(arrays, meta["codecs"], _KEEP_PACKED)
         profile, extra, layers = _objects(meta, arrays, derived, layers_type, parts)
         check_profile(profile)
         if check is not None:
