@@ -83,6 +83,7 @@ class SharedParts:
         self._base: dict[tuple[str, bytes, bytes], Events] = {}
         self._grid: SegmentGrid | None = None
         self._columns: tuple[np.ndarray, tuple[np.ndarray, np.ndarray]] | None = None
+        self._always: np.ndarray | None = None
         self._dtypes: list[tuple[np.ndarray, np.ndarray, type[np.signedinteger]]] = []
         #: Cleared grid buffers (diff, block max, block sum) by shape and type, for the next engine's grids.
         self._buffers: dict[tuple[object, ...], list[tuple[np.ndarray, ...]]] = {}
@@ -195,9 +196,15 @@ class SharedParts:
     def classes(self) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]:
         """Always live per variable and (first, last) live step per class, as profiled."""
         if self._columns is None:
-            self._columns = (self.profile.always_live_classes()[self.profile.variables.klass],
-                             class_steps(self.profile))
+            self._columns = (self.always_classes[self.profile.variables.klass], class_steps(self.profile))
         return self._columns
+
+    @property
+    def always_classes(self) -> np.ndarray:
+        """Always live per class, as profiled."""
+        if self._always is None:
+            self._always = self.profile.always_live_classes()
+        return self._always
 
     def take_buffers(self, grid: SegmentGrid) -> None:
         """Give a new grid zeroed buffers of its shape that another engine's grid gave back, if any.
@@ -301,7 +308,14 @@ class SharedParts:
 
 class VarSet:
     """One set of a layer's variables (its private or its shared ones) as the parts read it: its key, and, each
-    read once when first needed, its split on an option set's changed variables and each side's columns."""
+    read once when first needed, its split on an option set's changed variables and each side's columns.
+
+    A layer's variables lie spread over the variable columns (tensors laid out tile by tile: some 3,000 runs of
+    about 50 in 18 M variables at 120 BERT-Large layers), so a gather of one column for them reads mostly cache
+    lines it reads for no other column, and each side of a split touches nearly every line the whole set does.
+    Each column is therefore gathered once, for the whole set (:meth:`gathered`), and the sides and grids take
+    theirs from that copy.
+    """
 
     def __init__(self, shared: SharedParts, var: np.ndarray) -> None:
         self.var = var
@@ -309,6 +323,7 @@ class VarSet:
         self._key: bytes | None = None
         self._splits: list[tuple[np.ndarray | None, tuple[tuple[bytes, np.ndarray], np.ndarray]]] = []
         self._picked: list[tuple[Profile, np.ndarray | None, int, Columns]] = []
+        self._gathered: list[tuple[np.ndarray, np.ndarray]] = []
 
     @property
     def key(self) -> bytes:
@@ -316,6 +331,16 @@ class VarSet:
         if self._key is None:
             self._key = self.shared.key(self.var)
         return self._key
+
+    def gathered(self, column: np.ndarray) -> np.ndarray:
+        """``column[var]`` (a column over every variable), gathered once per column array: the grids' profiles
+        share their tiles and most of their bytes and classes with the loaded profile's."""
+        for known, found in self._gathered:
+            if known is column:
+                return found
+        found = np.take(column, self.var)  # take: a plain gather, no index conversion
+        self._gathered.append((column, found))
+        return found
 
     def picked(self, profile: Profile, own: np.ndarray | None, side: int) -> Columns:
         """The classes, tiles and bytes in ``profile`` of one side of :meth:`split` (0: the variables taken as
@@ -326,27 +351,37 @@ class VarSet:
         for known, mark, which, found in self._picked:
             if known is profile and mark is own and which == side:
                 return found
-        (_, base), at = self.split(own)
-        var = _take(self.var, (base, at)[side])
+        (_, base), at = self.split(own, profile)
         v = profile.variables
-        made = Columns(*(np.take(column, var) for column in (v.klass, v.tile, v.bytes)))  # take: a plain gather
+        made = Columns(*(_take(self.gathered(column), (base, at)[side]) for column in (v.klass, v.tile, v.bytes)))
         self._picked.append((profile, own, side, made))
         return made
 
-    def split(self, own: np.ndarray | None) -> tuple[tuple[bytes, np.ndarray], np.ndarray]:
+    def split(self, own: np.ndarray | None, profile: Profile) -> tuple[tuple[bytes, np.ndarray], np.ndarray]:
         """((key, positions) of the variables taken as profiled, positions of the others) when ``own`` marks
-        the variables an option set makes on its own grid (None: every one, for an option set alone).
+        the variables an option set makes on its own grid, whose profile is ``profile`` (None: every one, for an
+        option set alone).
 
         Taken as profiled: those neither always live nor marked; the others
         (a few always-live ones per layer, the changed ones) are made on the
         option set's grid. Option sets that change only always-live variables
         (optimizer state) then share the large piece with those that change
         nothing, and so do all whose marks agree on a layer's activations.
+        ``own`` marks every variable whose class in ``profile`` is not the
+        profiled one (the grid's changed variables, and maybe others): an
+        unmarked variable's class there is its profiled class, whose
+        always-live flag is then read from the classes, in the set's gathered
+        classes (read by its columns too), rather than from a column over every variable.
         """
         for known, found in self._splits:
             if known is own:
                 return found
-        pick = np.zeros(self.var.size, bool) if own is None else ~self.shared.classes[0][self.var] & ~own[self.var]
+        if own is None:
+            pick = np.zeros(self.var.size, bool)
+        else:
+            # A marked variable's class may be one the profile does not have (clipped): it is not taken either way.
+            always = np.take(self.shared.always_classes, self.gathered(profile.variables.klass), mode="clip")
+            pick = ~always & ~self.gathered(own)
         # Positions in int32 when they fit: kept with the set (a what-if grid's sides of every layer).
         made = ((b"" if own is None else self.shared.key(pick), _positions(pick)), _positions(~pick))
         self._splits.append((own, made))
@@ -428,7 +463,7 @@ class _GridShare:
 
     def _pieces(self, what: str, part: VarSet) -> tuple[Events, ...]:
         """The variables taken as profiled (moved here), then the others made here."""
-        pick, at = part.split(self.own)
+        pick, at = part.split(self.own, self.grid.p)
         merged = what == "merged"
         out = ([self._moved(self.shared.base(what, part, pick,
                                              (lambda: part.picked(self.grid.p, self.own, 0)) if merged else None))]
@@ -535,7 +570,7 @@ class EngineShare:
                                  lambda: self._stash(part, with_owner))
 
     def _stash(self, part: VarSet, with_owner: bool) -> tuple[Events, ...]:
-        pick, at = part.split(self.grid.own)
+        pick, at = part.split(self.grid.own, self.facts.profile)
         profile, mark = self.facts.profile, self.grid.own
         out = ([self.shared.base("stash-owned" if with_owner else "stash", part, pick,
                                  None if with_owner else (lambda: part.picked(profile, mark, 0)))]
