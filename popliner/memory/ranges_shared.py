@@ -83,7 +83,6 @@ class SharedParts:
         self._base: dict[tuple[str, bytes, bytes], Events] = {}
         self._grid: SegmentGrid | None = None
         self._columns: tuple[np.ndarray, tuple[np.ndarray, np.ndarray]] | None = None
-        self._always: np.ndarray | None = None
         self._dtypes: list[tuple[np.ndarray, np.ndarray, type[np.signedinteger]]] = []
         #: Cleared grid buffers (diff, block max, block sum) by shape and type, for the next engine's grids.
         self._buffers: dict[tuple[object, ...], list[tuple[np.ndarray, ...]]] = {}
@@ -196,15 +195,9 @@ class SharedParts:
     def classes(self) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]:
         """Always live per variable and (first, last) live step per class, as profiled."""
         if self._columns is None:
-            self._columns = (self.always_classes[self.profile.variables.klass], class_steps(self.profile))
+            self._columns = (self.profile.always_live_classes()[self.profile.variables.klass],
+                             class_steps(self.profile))
         return self._columns
-
-    @property
-    def always_classes(self) -> np.ndarray:
-        """Always live per class, as profiled."""
-        if self._always is None:
-            self._always = self.profile.always_live_classes()
-        return self._always
 
     def take_buffers(self, grid: SegmentGrid) -> None:
         """Give a new grid zeroed buffers of its shape that another engine's grid gave back, if any.
@@ -257,7 +250,7 @@ class SharedParts:
         found = self._base.get(where)
         if found is None:
             at = pick[1]
-            sub = part.var[at]
+            sub = _take(part.var, at)
             given = None if columns is None else columns()
             if what == "merged":
                 found = self.grid.merged(sub, given)
@@ -311,10 +304,11 @@ class VarSet:
     read once when first needed, its split on an option set's changed variables and each side's columns.
 
     A layer's variables lie spread over the variable columns (tensors laid out tile by tile: some 3,000 runs of
-    about 50 in 18 M variables at 120 BERT-Large layers), so a gather of one column for them reads mostly cache
-    lines it reads for no other column, and each side of a split touches nearly every line the whole set does.
-    Each column is therefore gathered once, for the whole set (:meth:`gathered`), and the sides and grids take
-    theirs from that copy.
+    about 50 in 18 M variables at 120 BERT-Large layers), so a gather for them costs about a millisecond per
+    column and set, mostly cache misses, and the two sides of a split each touch nearly every run of the set.
+    A column read for the side taken as profiled (both sides are read then) is therefore gathered once, whole
+    (:meth:`gathered`), and the sides are taken from that copy; the made side alone (a layer whose profiled
+    pieces another option set made) is gathered alone.
     """
 
     def __init__(self, shared: SharedParts, var: np.ndarray) -> None:
@@ -333,8 +327,8 @@ class VarSet:
         return self._key
 
     def gathered(self, column: np.ndarray) -> np.ndarray:
-        """``column[var]`` (a column over every variable), gathered once per column array: the grids' profiles
-        share their tiles and most of their bytes and classes with the loaded profile's."""
+        """``column[var]`` (a column over every variable), gathered once per column array (the grids' profiles
+        share their tiles and bytes, and the option sets the profiled always-live flags)."""
         for known, found in self._gathered:
             if known is column:
                 return found
@@ -351,37 +345,33 @@ class VarSet:
         for known, mark, which, found in self._picked:
             if known is profile and mark is own and which == side:
                 return found
-        (_, base), at = self.split(own, profile)
-        v = profile.variables
-        made = Columns(*(_take(self.gathered(column), (base, at)[side]) for column in (v.klass, v.tile, v.bytes)))
+        (_, base), at = self.split(own)
+        columns = (profile.variables.klass, profile.variables.tile, profile.variables.bytes)
+        if side == 0 or any(column is known for column in columns for known, _ in self._gathered):
+            made = Columns(*(_take(self.gathered(column), (base, at)[side]) for column in columns))
+        else:  # the made side alone: no whole column read for it
+            var = _take(self.var, at)
+            made = Columns(*(np.take(column, var) for column in columns))
         self._picked.append((profile, own, side, made))
         return made
 
-    def split(self, own: np.ndarray | None, profile: Profile) -> tuple[tuple[bytes, np.ndarray], np.ndarray]:
+    def split(self, own: np.ndarray | None) -> tuple[tuple[bytes, np.ndarray], np.ndarray]:
         """((key, positions) of the variables taken as profiled, positions of the others) when ``own`` marks
-        the variables an option set makes on its own grid, whose profile is ``profile`` (None: every one, for an
-        option set alone).
+        the variables an option set makes on its own grid (None: every one, for an option set alone).
 
         Taken as profiled: those neither always live nor marked; the others
         (a few always-live ones per layer, the changed ones) are made on the
         option set's grid. Option sets that change only always-live variables
         (optimizer state) then share the large piece with those that change
         nothing, and so do all whose marks agree on a layer's activations.
-        ``own`` marks every variable whose class in ``profile`` is not the
-        profiled one (the grid's changed variables, and maybe others): an
-        unmarked variable's class there is its profiled class, whose
-        always-live flag is then read from the classes, in the set's gathered
-        classes (read by its columns too), rather than from a column over every variable.
         """
         for known, found in self._splits:
             if known is own:
                 return found
         if own is None:
             pick = np.zeros(self.var.size, bool)
-        else:
-            # A marked variable's class may be one the profile does not have (clipped): it is not taken either way.
-            always = np.take(self.shared.always_classes, self.gathered(profile.variables.klass), mode="clip")
-            pick = ~always & ~self.gathered(own)
+        else:  # the always-live flags gathered once for the set's grids (the main one and the forward cut's)
+            pick = ~self.gathered(self.shared.classes[0]) & ~self.gathered(own)
         # Positions in int32 when they fit: kept with the set (a what-if grid's sides of every layer).
         made = ((b"" if own is None else self.shared.key(pick), _positions(pick)), _positions(~pick))
         self._splits.append((own, made))
@@ -466,7 +456,7 @@ class _GridShare:
 
     def _pieces(self, what: str, part: VarSet) -> tuple[Events, ...]:
         """The variables taken as profiled (moved here), then the others made here."""
-        pick, at = part.split(self.own, self.grid.p)
+        pick, at = part.split(self.own)
         merged = what == "merged"
         out = ([self._moved(self.shared.base(what, part, pick,
                                              (lambda: part.picked(self.grid.p, self.own, 0)) if merged else None))]
@@ -573,7 +563,7 @@ class EngineShare:
                                  lambda: self._stash(part, with_owner))
 
     def _stash(self, part: VarSet, with_owner: bool) -> tuple[Events, ...]:
-        pick, at = part.split(self.grid.own, self.facts.profile)
+        pick, at = part.split(self.grid.own)
         profile, mark = self.facts.profile, self.grid.own
         out = ([self.shared.base("stash-owned" if with_owner else "stash", part, pick,
                                  None if with_owner else (lambda: part.picked(profile, mark, 0)))]

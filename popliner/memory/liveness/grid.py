@@ -60,7 +60,7 @@ class Columns:
         k = ranked[0].size
         if candidate is None:
             # Kept: a layer's profiled side gives its stash columns (all candidates) and its grid change the same
-            # sums. The columns live only while the layer's parts are made (:class:`popliner.memory.ranges_shared.VarSet`).
+            # sums. The columns live only while the layer's parts are made (ranges_shared.VarSet).
             if self._whole is None:
                 sums = np.bincount(rank * tiles + self.tile, weights=self.nbytes, minlength=k * tiles)
                 self._whole = (np.bincount(rank, minlength=k), sums.reshape(k, tiles))
