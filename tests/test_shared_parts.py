@@ -208,3 +208,27 @@ def test_the_comparison_with_the_reference_tells_the_option_sets_apart(monkeypat
                         lambda self, reference: np.zeros(self.grids[0].made.size, bool))
     with pytest.raises(AssertionError):
         _held("bert-tiny-training.json", TINY)
+
+
+def test_a_sets_made_side_is_the_same_gathered_alone_or_from_its_whole_columns() -> None:
+    """VarSet.picked reads the made side alone when the profiled side is not read (its pieces found), else from the
+    set's whole gathered columns: both give the side's classes, tiles and bytes in the grid's profile."""
+    base = _analysis("bert-tiny-training.json").base
+    base.shared.share_between_option_sets()
+    made = scenario(base, TrainingOptions(recompute="every-layer", optimizer_state="off-chip"))
+    state = made.range_memo.state(made.facts, PIECES)
+    own, profile = state.share.grid.own, made.facts.profile
+    assert own is not None and own.any()
+    for j in range(made.facts.num_layers):
+        var = state.private_variables(j)
+        alone, whole = ranges_shared.VarSet(base.shared, var), ranges_shared.VarSet(base.shared, var)
+        side = alone.picked(profile, own, 1)
+        whole.picked(profile, own, 0)
+        (_, taken), at = alone.split(own)
+        assert at.size and taken.size  # both sides hold variables
+        v = profile.variables
+        for got, other, column in zip((side.klass, side.tile, side.nbytes), (whole.picked(profile, own, 1).klass,
+                                      whole.picked(profile, own, 1).tile, whole.picked(profile, own, 1).nbytes),
+                                      (v.klass, v.tile, v.bytes)):
+            np.testing.assert_array_equal(got, column[var[at]])
+            np.testing.assert_array_equal(other, column[var[at]])

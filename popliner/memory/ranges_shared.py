@@ -250,7 +250,7 @@ class SharedParts:
         found = self._base.get(where)
         if found is None:
             at = pick[1]
-            sub = part.var[at]
+            sub = _take(part.var, at)
             given = None if columns is None else columns()
             if what == "merged":
                 found = self.grid.merged(sub, given)
@@ -301,7 +301,15 @@ class SharedParts:
 
 class VarSet:
     """One set of a layer's variables (its private or its shared ones) as the parts read it: its key, and, each
-    read once when first needed, its split on an option set's changed variables and each side's columns."""
+    read once when first needed, its split on an option set's changed variables and each side's columns.
+
+    A layer's variables lie spread over the variable columns (tensors laid out tile by tile: some 3,000 runs of
+    about 50 in 18 M variables at 120 BERT-Large layers), so a gather for them costs about a millisecond per
+    column and set, mostly cache misses, and the two sides of a split each touch nearly every run of the set.
+    A column read for the side taken as profiled (both sides are read then) is therefore gathered once, whole
+    (:meth:`gathered`), and the sides are taken from that copy; the made side alone (a layer whose profiled
+    pieces another option set made) is gathered alone.
+    """
 
     def __init__(self, shared: SharedParts, var: np.ndarray) -> None:
         self.var = var
@@ -309,6 +317,7 @@ class VarSet:
         self._key: bytes | None = None
         self._splits: list[tuple[np.ndarray | None, tuple[tuple[bytes, np.ndarray], np.ndarray]]] = []
         self._picked: list[tuple[Profile, np.ndarray | None, int, Columns]] = []
+        self._gathered: list[tuple[np.ndarray, np.ndarray]] = []
 
     @property
     def key(self) -> bytes:
@@ -316,6 +325,16 @@ class VarSet:
         if self._key is None:
             self._key = self.shared.key(self.var)
         return self._key
+
+    def gathered(self, column: np.ndarray) -> np.ndarray:
+        """``column[var]`` (a column over every variable), gathered once per column array (the grids' profiles
+        share their tiles and bytes, and the option sets the profiled always-live flags)."""
+        for known, found in self._gathered:
+            if known is column:
+                return found
+        found = np.take(column, self.var)  # take: a plain gather, no index conversion
+        self._gathered.append((column, found))
+        return found
 
     def picked(self, profile: Profile, own: np.ndarray | None, side: int) -> Columns:
         """The classes, tiles and bytes in ``profile`` of one side of :meth:`split` (0: the variables taken as
@@ -327,9 +346,12 @@ class VarSet:
             if known is profile and mark is own and which == side:
                 return found
         (_, base), at = self.split(own)
-        var = _take(self.var, (base, at)[side])
-        v = profile.variables
-        made = Columns(*(np.take(column, var) for column in (v.klass, v.tile, v.bytes)))  # take: a plain gather
+        columns = (profile.variables.klass, profile.variables.tile, profile.variables.bytes)
+        if side == 0 or any(column is known for column in columns for known, _ in self._gathered):
+            made = Columns(*(_take(self.gathered(column), (base, at)[side]) for column in columns))
+        else:  # the made side alone: no whole column read for it
+            var = _take(self.var, at)
+            made = Columns(*(np.take(column, var) for column in columns))
         self._picked.append((profile, own, side, made))
         return made
 
@@ -346,7 +368,10 @@ class VarSet:
         for known, found in self._splits:
             if known is own:
                 return found
-        pick = np.zeros(self.var.size, bool) if own is None else ~self.shared.classes[0][self.var] & ~own[self.var]
+        if own is None:
+            pick = np.zeros(self.var.size, bool)
+        else:  # the always-live flags gathered once for the set's grids (the main one and the forward cut's)
+            pick = ~self.gathered(self.shared.classes[0]) & ~self.gathered(own)
         # Positions in int32 when they fit: kept with the set (a what-if grid's sides of every layer).
         made = ((b"" if own is None else self.shared.key(pick), _positions(pick)), _positions(~pick))
         self._splits.append((own, made))
@@ -360,8 +385,11 @@ def _positions(flags: np.ndarray) -> np.ndarray:
 
 
 def _take(var: np.ndarray, at: np.ndarray) -> np.ndarray:
-    """``var[at]`` (``at``: distinct positions in order, as :meth:`VarSet.split` gives them); ``var`` when all."""
-    return var if at.size == var.size else var[at]
+    """``var[at]`` (``at``: distinct positions in order, as :meth:`VarSet.split` gives them); ``var`` when all.
+
+    np.take: a plain gather, where an index converts int32 positions to a new int64 array first (twice the time).
+    """
+    return var if at.size == var.size else np.take(var, at)
 
 
 def _buffer_key(grid: SegmentGrid) -> tuple[object, ...]:

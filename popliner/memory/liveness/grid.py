@@ -59,12 +59,12 @@ class Columns:
         rank = ranked[1]
         k = ranked[0].size
         if candidate is None:
-            # Taken, not kept: the grid's change reads them once, and a layer's sets may be kept a while (a plan).
-            whole, self._whole = self._whole, None
-            if whole is None:
+            # Kept: a layer's profiled side gives its stash columns (all candidates) and its grid change the same
+            # sums. The columns live only while the layer's parts are made (ranges_shared.VarSet).
+            if self._whole is None:
                 sums = np.bincount(rank * tiles + self.tile, weights=self.nbytes, minlength=k * tiles)
-                whole = (np.bincount(rank, minlength=k), sums.reshape(k, tiles))
-            return (*whole, None)
+                self._whole = (np.bincount(rank, minlength=k), sums.reshape(k, tiles))
+            return (*self._whole, None)
         key = 2 * rank + candidate  # one key per (class, candidate or not)
         counts = np.bincount(key, minlength=2 * k).reshape(k, 2)
         sums = np.bincount(key * tiles + self.tile, weights=self.nbytes, minlength=2 * k * tiles).reshape(k, 2, tiles)
