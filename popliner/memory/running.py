@@ -51,8 +51,8 @@ class LayerParts:
     """What one layer adds to a range: computed once, reused by every start ``i``.
 
     Control code, exchange code and vertex state add up over the layer's
-    programs (``additive``); ``presence`` is the layer's difference array of
-    vertex instances per (type, tile). Its counted variables are split into
+    programs (``additive``); ``present`` flags the (vertex type, tile) pairs
+    where the layer has a vertex. Its counted variables are split into
     private ones, used by no other layer (not kept here: their events are), and ``shared`` ones, which may
     already be in a range. ``*_events`` hold each variable's grid cells and
     bytes; in training ``*_stash`` hold the columns a
@@ -66,7 +66,7 @@ class LayerParts:
 
     ops: np.ndarray
     additive: np.ndarray  # int64 [tiles]
-    presence: np.ndarray  # int64 [types, tiles + 1]
+    present: np.ndarray  # bool [types, tiles]
     lo: int
     hi: int
     shared: np.ndarray  # sorted variable indices
@@ -91,6 +91,8 @@ class LayerParts:
         same two sets of variables as :class:`VarSet`, when the caller has them.
         """
         additive, presence, units, lo, hi = share.shared.programs(facts, ops)
+        # The difference array of vertex instances per (type, tile) summed once per layer, not per range read.
+        present = np.cumsum(presence, axis=1)[:, : facts.profile.tiles] > 0
         private, shared, shared_pos = variables
         # Each variable set's key, columns and split once, for its events and stash columns.
         if sets is None:
@@ -100,15 +102,15 @@ class LayerParts:
         events = share.grid.merged(sets[0]), share.grid.owned(sets[1])
         cut_grid = share.cut_grid
         cut = (None, None) if cut_grid is None else (cut_grid.merged(sets[0]), cut_grid.owned(sets[1]))
-        return cls(ops, additive, presence, lo, hi, shared, shared_pos, events[0], events[1], stash[0],
+        return cls(ops, additive, present, lo, hi, shared, shared_pos, events[0], events[1], stash[0],
                    stash[1], units, cut[0], cut[1])
 
 
 class RunningStage:
     """Running per-tile memory of a growing set of operations.
 
-    Control code, exchange code and vertex state add up; vertex presence is a
-    running count per (type, tile). Variable liveness goes into the dense
+    Control code, exchange code and vertex state add up; the (vertex type, tile)
+    pairs with a vertex only grow. Variable liveness goes into the dense
     (liveness segment x tile) grid, which the scenario's running sets share
     one at a time. In training, ``row_ops`` are the operations of
     the layers the set may grow by, in order (the first is the first layer
@@ -124,8 +126,11 @@ class RunningStage:
         p = facts.profile
         self.tiles = p.tiles
         self.additive = np.zeros(self.tiles, np.int64)
-        self.presence = np.zeros((len(p.vertex_types.names), self.tiles + 1), np.int64)
         self.code = facts.model.code_by_type
+        # The (vertex type, tile) pairs where the set has a vertex, and the code bytes of those pairs per tile:
+        # grown by the pairs a layer adds (after the first layer, seldom any), not summed again per reading.
+        self.present = np.zeros(self.code.shape, bool)
+        self.code_bytes = np.zeros(self.tiles, np.int64)
         self.categories = facts.model.categories
         self.units = np.zeros_like(self.categories.whole) if self.categories is not None else None
         # Only variables several layers use can be in the set already: marked by their compact number.
@@ -165,7 +170,10 @@ class RunningStage:
         liveness (a wrapped head's)."""
         self.ops.append(parts.ops)
         self.additive += parts.additive
-        self.presence += parts.presence
+        new = parts.present & ~self.present
+        if new.any():
+            self.present |= new
+            self.code_bytes += (self.code * new).sum(axis=0)
         if self.units is not None and parts.units is not None:
             self.units += parts.units
         lo, hi = parts.lo, parts.hi
@@ -189,9 +197,7 @@ class RunningStage:
 
     def total_per_tile(self, variables: np.ndarray | None = None) -> np.ndarray:
         """Every component summed per tile; ``variables``: the variables peak when not :meth:`variables_peak`."""
-        present = np.cumsum(self.presence, axis=1)[:, : self.tiles] > 0
-        code = (self.code * present).sum(axis=0)
-        total = self.additive + code + (self.variables_peak() if variables is None else variables)
+        total = self.additive + self.code_bytes + (self.variables_peak() if variables is None else variables)
         if self.categories is not None and self.units is not None:
             total = total + self.categories.per_tile(self.units)
         return np.asarray(total)
@@ -218,13 +224,15 @@ class RunningStage:
 
 def _pieces_of(pieces: tuple[Events, ...], fresh: np.ndarray) -> tuple[Events, ...]:
     """Each piece's rows whose owner variable is fresh."""
+    if fresh.all():  # read only: the layer's own rows serve (no gather of the owners)
+        return pieces
     return tuple(_rows_of(cols, fresh) for cols in pieces)
 
 
 def _rows_of(cols: dict[str, np.ndarray], fresh: np.ndarray) -> dict[str, np.ndarray]:
     """The rows whose owner variable is fresh (not yet in the range)."""
-    keep = fresh[cols["owner"]]
-    if keep.all():  # read only: the layer's own rows serve
+    # The positions once: a boolean mask would be scanned again by every column.
+    keep = np.flatnonzero(fresh[cols["owner"]])
+    if keep.size == len(cols["owner"]):  # read only: the layer's own rows serve
         return cols
     return {name: col[keep] for name, col in cols.items()}
-

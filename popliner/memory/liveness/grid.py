@@ -128,6 +128,10 @@ class SegmentGrid:
         self._before = np.zeros((self.nblocks + 1, self.tiles), self.dtype)
         self._top = np.zeros((self.nblocks, self.tiles), self.dtype)
         self._known = self.nblocks
+        # The last reading's end-block rows (:meth:`_rows`) by (block, first row, last row): a range grown by a
+        # layer is mostly read in the same window, whose end blocks the layer seldom touches. Dropped once the
+        # block changes (:meth:`_refresh`, :meth:`clear`).
+        self._end_rows: dict[tuple[int, int, int], np.ndarray] = {}
 
     @classmethod
     def of(cls, profile: Profile, block: int = BLOCK, dtype: type[np.signedinteger] | None = None,
@@ -145,6 +149,7 @@ class SegmentGrid:
             self.touched[:] = False
             self.stale[:] = False
             self._known = min(self._known, int(touched[0]))
+            self._end_rows = {}
 
     def events_of(self, var_idx: np.ndarray, with_owner: bool = False,
                   klass: np.ndarray | None = None) -> dict[str, np.ndarray]:
@@ -296,6 +301,7 @@ class SegmentGrid:
         stale = np.flatnonzero(self.stale[: upto + 1])
         if stale.size == 0:
             return
+        self._end_rows = {key: top for key, top in self._end_rows.items() if not self.stale[key[0]]}
         # Row by row along the blocks, the largest taken as the sums grow: one read of the blocks' rows (numpy's
         # cumsum over a middle axis is several times slower, and a copy of the blocks then a maximum over them
         # reads them three times).
@@ -308,6 +314,16 @@ class SegmentGrid:
         self.block_sum[stale] = run
         self.stale[stale] = False
         self._known = min(self._known, int(stale[0]))
+
+    def _end_rows_of(self, kept: dict[tuple[int, int, int], np.ndarray], block: int, lo_row: int, hi_row: int
+                     ) -> np.ndarray:
+        """:meth:`_rows`, the last reading's when the block has not changed since; kept in ``kept`` (read only)."""
+        key = (block, lo_row, hi_row)
+        top = self._end_rows.get(key)
+        if top is None:
+            top = self._rows(block, lo_row, hi_row)
+        kept[key] = top
+        return top
 
     def _rows(self, block: int, lo_row: int, hi_row: int) -> np.ndarray:
         """Per tile, the largest running sum of rows ``lo_row..hi_row`` of ``block`` (from the block's start)."""
@@ -375,16 +391,18 @@ class SegmentGrid:
         # Live bytes before each touched block of the window, and their largest: kept between readings.
         touched = self._extend_known(b_hi)
         lo_row, hi_row = first % self.block, k_hi % self.block
+        kept: dict[tuple[int, int, int], np.ndarray] = {}
         if b_lo == b_hi:
-            out = self._rows(b_lo, lo_row, hi_row) + self._before_of(b_lo, touched)
+            out = self._end_rows_of(kept, b_lo, lo_row, hi_row) + self._before_of(b_lo, touched)
         else:
-            out = self._rows(b_lo, lo_row, self.block - 1) + self._before_of(b_lo, touched)
-            np.maximum(out, self._rows(b_hi, 0, hi_row) + self._before_of(b_hi, touched), out=out)
+            out = self._end_rows_of(kept, b_lo, lo_row, self.block - 1) + self._before_of(b_lo, touched)
+            np.maximum(out, self._end_rows_of(kept, b_hi, 0, hi_row) + self._before_of(b_hi, touched), out=out)
             # Inside the window only touched blocks count: an untouched one holds the bytes at the end of the
             # block before it, which that block's rows (in the window) already reach.
             inside = touched[(touched > b_lo) & (touched < b_hi)]
             if inside.size:
                 np.maximum(out, self._top[inside].max(axis=0), out=out)
+        self._end_rows = kept
         return np.asarray(np.maximum(out, 0), np.int64)
 
 
