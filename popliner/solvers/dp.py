@@ -28,8 +28,8 @@ __all__ = ["OutOfTime", "RangeValues", "copy_buffers", "dp_for_stages", "dp_per_
 
 def dp_per_count(table: RangeCosts, problem: SplitProblem, objective: Objective | None = None,
                  deadline: float | None = None, cap: float = math.inf, *,
-                 values: RangeValues | None = None,
-                 floors: Mapping[int, float] | None = None) -> dict[int, tuple[Bounds, float] | None]:
+                 values: RangeValues | None = None, floors: Mapping[int, float] | None = None,
+                 copies: Callable[[int, int], int] | None = None) -> dict[int, tuple[Bounds, float] | None]:
     """The optimal split for each stage count the problem allows (exactly ``num_ipus`` when ``exact_ipus``).
 
     A count is not searched (None) when its first stage alone is above the best value of a smaller count,
@@ -40,7 +40,7 @@ def dp_per_count(table: RangeCosts, problem: SplitProblem, objective: Objective 
     whose optimum is above it is None. For an objective that does not read
     memory, a range whose value is over the cap is then never read from the
     table (the smallest of :func:`value_floors` is a cap that loses nothing). ``values``:
-    the objective's :class:`RangeValues`, when the caller has them.
+    the objective's :class:`RangeValues`, and ``copies`` (:func:`copy_buffers`), when the caller has them.
     """
     objective = objective or objective_order(table, problem.objectives)[0]
     counts = problem.stage_counts
@@ -49,7 +49,7 @@ def dp_per_count(table: RangeCosts, problem: SplitProblem, objective: Objective 
     # What every count reads alike, worked out once: copy buffers, and (when it needs no memory) each range's
     # value, listed within the cap (``values``: the caller's, worked out once per solve).
     shared = None if objective.uses_memory else RangeValues(table, objective, cap, of=values)
-    copies = copy_buffers(table)
+    copies = copies or copy_buffers(table)
     for k in counts:
         try:
             check_deadline(deadline)
