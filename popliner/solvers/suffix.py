@@ -70,6 +70,7 @@ def suffix_table(table: RangeCosts, problem: SplitProblem, bound: float, max_sta
         known_over = sorted(over.items())  # by stash entries: a row's stages left, and so its entries, only grow
         taken = 0
         extras = first_row if i == 0 else later
+        row_copies: list[int | None] = [None] * n  # copies(i, j) of this row, read once for every stage count
         for r in range(1, min(rows, n - i) + 1):
             if i > 0 and r == max_stages:
                 break  # a stage after the first leaves room for at least one before it
@@ -100,7 +101,10 @@ def suffix_table(table: RangeCosts, problem: SplitProblem, bound: float, max_sta
                     stop = min(stop, j)
                     break
                 # position_memory's figure, the range's copy buffers taken once for every stage count.
-                memory = base + copies(i, j)
+                extra_bytes = row_copies[j]
+                if extra_bytes is None:
+                    extra_bytes = row_copies[j] = copies(i, j)
+                memory = base + extra_bytes
                 if memory > fits:
                     continue  # its copy buffers take it over; a longer range may still fit
                 kept.append((j, memory))
