@@ -112,13 +112,14 @@ def _latest_path(edges: Edges, n: int, sums: list[int]) -> Bounds | None:
     rest: list[dict[int, tuple[int, ...]]] = [{} for _ in range(stages + 1)]
     rest[stages][n] = tuple(0 for _ in sums)
     for p in range(stages - 1, -1, -1):
+        after, here = rest[p + 1], rest[p]
         for i, j, values in edges[p]:
-            tail = rest[p + 1].get(j + 1)
+            tail = after.get(j + 1)
             if tail is not None:
-                total = tuple(values[idx] + t for idx, t in zip(sums, tail, strict=True))
-                known = rest[p].get(i)
+                total = tuple([values[idx] + t for idx, t in zip(sums, tail, strict=True)])
+                known = here.get(i)
                 if known is None or total < known:
-                    rest[p][i] = total
+                    here[i] = total
     if 0 not in rest[0]:
         return None
     bounds = []
