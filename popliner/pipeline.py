@@ -256,9 +256,9 @@ def range_boundaries(costs: RangeCosts, i: int, j: int) -> tuple[int, int]:
     the last IPU, which sends it on; when one range holds every layer there is
     no pipeline and nothing crosses.
     """
-    last = costs.num_layers - 1
     if not costs.head_wraps:
         return costs.crossing(i - 1), costs.crossing(j)
+    last = costs.num_layers - 1
     if i == 0 and j == last:
         return 0, 0
     into_head = costs.crossing(last)

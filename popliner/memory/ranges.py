@@ -102,6 +102,8 @@ class ProfileRanges:
         self._shared = memo.state(facts, pieces)
         self._cycle_facts = facts.cycles
         self._cross: list[int] = facts.boundaries.crossing.tolist()  # Python integers: the solvers read each often
+        self._boundaries = len(self._cross)  # read at every crossing(): hundreds of thousands of times a plan
+        self._layers = len(self._names)
         self._cycles: dict[tuple[int, int], int] = {}
         self.deadline = deadline
         self.lazy = lazy
@@ -112,7 +114,7 @@ class ProfileRanges:
 
     @property
     def num_layers(self) -> int:
-        return len(self._names)
+        return self._layers
 
     @property
     def layer_names(self) -> tuple[str, ...]:
@@ -178,7 +180,7 @@ class ProfileRanges:
 
     def crossing(self, j: int) -> int:
         # After the last layer placed: 0, or what a wrapped head receives.
-        return self._cross[j] if 0 <= j < len(self._cross) else 0
+        return self._cross[j] if 0 <= j < self._boundaries else 0
 
     def transfer(self, nbytes: int) -> int:
         return transfer_cycles(nbytes, self._bytes_per_cycle)

@@ -26,7 +26,7 @@ from popliner.memory.work import RangeWork
 from popliner.ops.operations import OperationTable
 from popliner.ops.remote import remote_update_operations, streamed_state_variables
 from popliner.pipeline import range_figure
-from popliner.solvers.dp import value_floors
+from popliner.solvers.dp import copy_buffers, value_floors
 from popliner.solvers.problem import Bounds, SplitProblem
 from popliner.solvers.result import SplitResult, stage_result
 from popliner.solvers.solve import exact_optimum, first_values
@@ -84,7 +84,8 @@ def search_options(analysis: Analysis, depths: Sequence[int], budget: int, link_
     problem = SplitProblem(num_ipus=max(usable), budget=budget, training=training)
     # One limit per option set: no table of a higher limit grows its rows afterwards.
     table = analysis.range_table(budget, link_bytes_per_second, lazy=True, work=work, regrow=False)
-    suffixes = suffix_table(table, problem, float(budget), max(usable))
+    copies = copy_buffers(table)  # each range's copy buffers, once for the suffix search and every depth's solve
+    suffixes = suffix_table(table, problem, float(budget), max(usable), copies=copies)
     traffic_table = traffic if traffic is not None else TrafficTable.of(analysis)
     options = analysis.options.training
     off_chip = training and options.optimizer_state == "off-chip"
@@ -97,7 +98,8 @@ def search_options(analysis: Analysis, depths: Sequence[int], budget: int, link_
             out[k] = DepthSplit(k, None, (), (), f"no split over {k} IPUs fits in {budget:,} bytes per tile")
             continue
         # The split --solve --exact-ipus gives: fastest first (the objectives in their order), the same ties.
-        bounds = exact_optimum(table, dataclasses.replace(problem, num_ipus=k, exact_ipus=True), values, floors)
+        bounds = exact_optimum(table, dataclasses.replace(problem, num_ipus=k, exact_ipus=True), values, floors,
+                               copies=copies)
         split = _split_result(analysis, table, bounds, budget)
         out[k] = DepthSplit(k, split, bounds, traffic_table.of_stages(table, bounds, off_chip, options.shard))
     return OptionSearch(analysis, out, facts.view.recompute, traffic_table)

@@ -28,8 +28,8 @@ __all__ = ["OutOfTime", "RangeValues", "copy_buffers", "dp_for_stages", "dp_per_
 
 def dp_per_count(table: RangeCosts, problem: SplitProblem, objective: Objective | None = None,
                  deadline: float | None = None, cap: float = math.inf, *,
-                 values: RangeValues | None = None,
-                 floors: Mapping[int, float] | None = None) -> dict[int, tuple[Bounds, float] | None]:
+                 values: RangeValues | None = None, floors: Mapping[int, float] | None = None,
+                 copies: Callable[[int, int], int] | None = None) -> dict[int, tuple[Bounds, float] | None]:
     """The optimal split for each stage count the problem allows (exactly ``num_ipus`` when ``exact_ipus``).
 
     A count is not searched (None) when its first stage alone is above the best value of a smaller count,
@@ -40,7 +40,7 @@ def dp_per_count(table: RangeCosts, problem: SplitProblem, objective: Objective 
     whose optimum is above it is None. For an objective that does not read
     memory, a range whose value is over the cap is then never read from the
     table (the smallest of :func:`value_floors` is a cap that loses nothing). ``values``:
-    the objective's :class:`RangeValues`, when the caller has them.
+    the objective's :class:`RangeValues`, and ``copies`` (:func:`copy_buffers`), when the caller has them.
     """
     objective = objective or objective_order(table, problem.objectives)[0]
     counts = problem.stage_counts
@@ -49,7 +49,7 @@ def dp_per_count(table: RangeCosts, problem: SplitProblem, objective: Objective 
     # What every count reads alike, worked out once: copy buffers, and (when it needs no memory) each range's
     # value, listed within the cap (``values``: the caller's, worked out once per solve).
     shared = None if objective.uses_memory else RangeValues(table, objective, cap, of=values)
-    copies = copy_buffers(table)
+    copies = copies or copy_buffers(table)
     for k in counts:
         try:
             check_deadline(deadline)
@@ -101,19 +101,22 @@ def value_floors(table: RangeCosts, problem: SplitProblem, objective: Objective 
     row = [row[j] if j in ends else inf for j in range(n)] if len(ends) < n else row
     if 1 in floors:
         floors[1] = row[n - 1]
+    # Per end j: its column of values, the bound on them, and the first layers to visit (once, not once per k).
+    visits = [(j, values.column(j), values.lowest[j], range(min(j, j - least + 1), max(cut[j], 0), -1)) for j in ends]
     for k in range(1, stages):
         new = [inf] * n
-        for j in ends:
+        for j, column, lowest, starts in visits:
             best = inf
-            column, lowest = values.value, values.lowest[j]
             # From the latest first layer down; pins stop it, and so does the bound on every value left.
-            for i in range(min(j, j - least + 1), max(cut[j], 0), -1):
+            for i in starts:
                 if lowest[i] >= best:
                     break  # every range from an earlier layer is worth at least this: none improves the minimum
                 prev = row[i - 1]
                 if prev < inf:
-                    value = column(i, j)
-                    best = min(best, prev if prev > value else value)
+                    value = column[i]
+                    value = prev if prev > value else value
+                    if value < best:  # min(best, value): ties keep the best
+                        best = value
             new[j] = best
         row = new
         if k + 1 in floors:
@@ -146,6 +149,10 @@ class RangeValues:
 
     def value(self, i: int, j: int) -> float:
         return self._values[i][j]
+
+    def column(self, j: int) -> tuple[float, ...]:
+        """The values of the ranges ending at ``j`` (``column(j)[i]`` is :meth:`value`), for a loop over ``i``."""
+        return self._columns[j]
 
     def row(self, i: int) -> list[float]:
         """The values of the ranges from ``i`` (``row(i)[j]`` is :meth:`value`), for a loop over ``j``."""
@@ -220,6 +227,7 @@ def dp_for_stages(table: RangeCosts, problem: SplitProblem, stages: int, objecti
     inf = math.inf
     limit = table.limit
     copies = copies or copy_buffers(table)
+    memory_of = table.memory
     # For each j, the largest layer after which a stage must end that lies before j: no range may cross it.
     cut = [max((p for p in problem.split_after if p < j), default=-1) for j in range(n)]
     best = [[inf] * n for _ in range(stages)]
@@ -230,6 +238,7 @@ def dp_for_stages(table: RangeCosts, problem: SplitProblem, stages: int, objecti
         check_deadline(deadline)
         # What position_memory reads, once per range: the stash entries of position k.
         extra = extra_stash_entries(k, stages, table.head_wraps) if problem.training else 0
+        here, before = best[k], (best[k - 1] if k > 0 else None)  # this position's best, and the one before's
         # Position k ends after its k + 1 positions' layers and leaves at least ``least`` for each one after
         # it: other ends are on no whole split (their best stays unused), so they are not visited.
         for j in range((k + 1) * least - 1, n - (stages - 1 - k) * least):
@@ -244,27 +253,34 @@ def dp_for_stages(table: RangeCosts, problem: SplitProblem, stages: int, objecti
             # A bound on the value of every range left in the column (later first layers first); none on
             # the first stage, which has a single range.
             lowest = shared.lowest[j] if shared is not None and k > 0 else None
+            column = shared.column(j) if shared is not None else None
+            cut_j = cut[j]
+            latest = j - problem.min_layers + 1  # the latest first layer of a range with enough layers
+            found = here[j]
             for i in starts:
-                if lowest is not None and lowest[i] >= best[k][j]:
+                if lowest is not None and lowest[i] >= found:
                     break  # no range still to come is worth less than the best: none replaces it (ties keep it)
-                if j - i + 1 < problem.min_layers:
+                if i > latest:
                     continue
-                if i <= cut[j]:
+                if i <= cut_j:
                     break
-                prev = 0.0 if k == 0 else best[k - 1][i - 1]
+                prev = 0.0 if before is None else before[i - 1]
                 if prev == inf:
                     continue
-                base = table.memory(i, j, extra)
+                base = memory_of(i, j, extra)
                 if base == inf:
                     break  # over the limit before its copy buffers: longer ranges (smaller i) only use more
                 total = base + copies(i, j)
                 if total > limit:
                     continue  # over the limit with its copy buffers; a longer range may still fit
-                value = max(prev, shared.value(i, j) if shared is not None else value_of(table, i, j, total))
+                value = column[i] if column is not None else value_of(table, i, j, total)
+                if not value > prev:  # max(prev, value): ties keep prev
+                    value = prev
                 if value > cap:
                     continue
-                if value < best[k][j]:
-                    best[k][j], back[k][j] = value, i
+                if value < found:
+                    found = here[j] = value
+                    back[k][j] = i
     if best[stages - 1][n - 1] == inf:
         return None
     bounds: list[tuple[int, int]] = []

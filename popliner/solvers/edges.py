@@ -50,6 +50,9 @@ def position_edges(table: RangeCosts, problem: SplitProblem, stages: int, order:
     # Per first layer, the first pinned split at or after it: no range from it goes past it (once, not per position).
     pins = [min((q for q in problem.split_after if q >= i), default=n) for i in range(n + 1)]
     reached = {0}
+    memory_of = table.memory
+    # Where a range may end: the last layer at the last position only, elsewhere an allowed split before it.
+    inner_end = [j < n - 1 and splittable[j] for j in range(n)]
     for p in range(stages):
         check_deadline(deadline)
         row = []
@@ -60,21 +63,25 @@ def position_edges(table: RangeCosts, problem: SplitProblem, stages: int, order:
         for i in [0] if p == 0 else range(max(1, p * least), n - (stages - p) * least + 1):
             if from_start and i not in reached:
                 continue  # no path from layer 0 gets here: its ranges are on no whole split
-            pin = pins[i]
+            ends = range(i + problem.min_layers - 1, min(pins[i], latest_end) + 1)
+            if last_position:
+                ends = range(n - 1, n) if n - 1 in ends else range(0)  # no other end is read
             row_values = first.row(i) if first is not None else None
-            for j in range(i + problem.min_layers - 1, min(pin, latest_end) + 1):
-                if (j == n - 1) != last_position or (j < n - 1 and not splittable[j]):
+            for j in ends:
+                if not last_position and not inner_end[j]:
                     continue
                 if row_values is not None and row_values[j] > cap:
                     continue
-                base = table.memory(i, j, extra)
+                base = memory_of(i, j, extra)
                 if base == math.inf:
                     break  # over the limit before its copy buffers: longer ranges only use more memory
                 mem = base + copies(i, j)  # position_memory's figure
                 if mem > limit:
                     continue
-                others = tuple([int(value_of(table, i, j, mem)) for value_of in rest])
-                values = (int(row_values[j]), *others) if row_values is not None else others
+                if row_values is not None:
+                    values = (int(row_values[j]), *[int(value_of(table, i, j, mem)) for value_of in rest])
+                else:
+                    values = tuple([int(value_of(table, i, j, mem)) for value_of in rest])
                 if values[0] <= cap:
                     row.append((i, j, values))
         edges.append(row)

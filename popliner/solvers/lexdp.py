@@ -37,13 +37,15 @@ class ExactOutcome:
 def lexicographic_optimum(table: RangeCosts, problem: SplitProblem,
                           per_count: Mapping[int, tuple[Bounds, float] | None],
                           deadline: float | None = None, *,
-                          range_values: RangeValues | None = None) -> ExactOutcome | None:
+                          range_values: RangeValues | None = None,
+                          copies: Callable[[int, int], int] | None = None) -> ExactOutcome | None:
     """The lexicographically optimal split, proved; None when none fits.
 
     ``per_count``: the exact DP's optimum of objective 1 per stage count
     (:func:`popliner.solvers.dp.dp_per_count`). Past ``deadline`` it raises
     :class:`popliner.deadline.OutOfTime`. ``range_values``: objective 1's
-    :class:`popliner.solvers.dp.RangeValues`, when the caller has them.
+    :class:`popliner.solvers.dp.RangeValues`, and ``copies`` (:func:`popliner.solvers.dp.copy_buffers`), when the
+    caller has them.
     """
     order = objective_order(table, problem.objectives)
     reachable = {k: found for k, found in per_count.items() if found is not None}
@@ -54,7 +56,7 @@ def lexicographic_optimum(table: RangeCosts, problem: SplitProblem,
     candidates = sorted(k for k, found in reachable.items() if found[1] == target)
     # Objective 1's value of each range, once for every count, when it needs no memory.
     first = RangeValues(table, order[0], target, of=range_values) if not order[0].uses_memory else None
-    copies = copy_buffers(table)  # each range's, once for every count
+    copies = copies or copy_buffers(table)  # each range's, once for every count
     for k in candidates:
         bounds = _best_of_count(table, problem, k, order, target, deadline, first, copies)
         values = split_objectives(table, problem, bounds) if bounds is not None else None
@@ -110,13 +112,14 @@ def _latest_path(edges: Edges, n: int, sums: list[int]) -> Bounds | None:
     rest: list[dict[int, tuple[int, ...]]] = [{} for _ in range(stages + 1)]
     rest[stages][n] = tuple(0 for _ in sums)
     for p in range(stages - 1, -1, -1):
+        after, here = rest[p + 1], rest[p]
         for i, j, values in edges[p]:
-            tail = rest[p + 1].get(j + 1)
+            tail = after.get(j + 1)
             if tail is not None:
-                total = tuple(values[idx] + t for idx, t in zip(sums, tail, strict=True))
-                known = rest[p].get(i)
+                total = tuple([values[idx] + t for idx, t in zip(sums, tail, strict=True)])
+                known = here.get(i)
                 if known is None or total < known:
-                    rest[p][i] = total
+                    here[i] = total
     if 0 not in rest[0]:
         return None
     bounds = []

@@ -18,7 +18,7 @@ from typing import Literal
 from popliner.deadline import OutOfTime
 from popliner.pipeline import RangeCosts, position_memory
 from popliner.progress import phase
-from popliner.solvers.dp import RangeValues, dp_per_count, value_floors
+from popliner.solvers.dp import RangeValues, copy_buffers, dp_per_count, value_floors
 from popliner.solvers.greedy import greedy_bounds
 from popliner.solvers.lexdp import lexicographic_optimum
 from popliner.solvers.objective import objective_order, split_value
@@ -82,14 +82,15 @@ def solve_bounds(table: RangeCosts, problem: SplitProblem, *, solver: SolverName
         try:
             # Each range's value of objective 1 when it needs no memory: once for the floor, the DP and the edges.
             values = first_values(table, problem)
-            per_count = _exact_per_count(table, problem, deadline, values=values)
+            copies = copy_buffers(table)  # each range's copy buffers: once for the DP and the edges
+            per_count = _exact_per_count(table, problem, deadline, values=values, copies=copies)
         except OutOfTime as stop:
             return _out_of_time(table, problem, stop.best, relaxed, layer_need, time_limit, "ilp")
     dp = min((f for f in per_count.values() if f is not None), key=lambda f: f[1], default=None)
     with phase("solving (exact DP)"):
         try:
             # The exact DP carried on to every objective in turn.
-            outcome = lexicographic_optimum(table, problem, per_count, deadline, range_values=values)
+            outcome = lexicographic_optimum(table, problem, per_count, deadline, range_values=values, copies=copies)
         except OutOfTime:
             return _out_of_time(table, problem, dp, relaxed, layer_need, time_limit, "ilp")
     if outcome is None:
@@ -102,19 +103,22 @@ def solve_bounds(table: RangeCosts, problem: SplitProblem, *, solver: SolverName
 
 
 def exact_optimum(table: RangeCosts, problem: SplitProblem, values: RangeValues | None = None,
-                  floors: Mapping[int, float] | None = None) -> Bounds:
+                  floors: Mapping[int, float] | None = None, *,
+                  copies: Callable[[int, int], int] | None = None) -> Bounds:
     """The exact solver's split (the lexicographic optimum, as ``--solve`` gives it); () when none fits.
 
     ``values``: :func:`first_values` of the table, when the caller solves it for several stage counts
     (every range's value, the same for each); ``floors``: :func:`popliner.solvers.dp.value_floors` of the
     table under the same problem with these counts and more (a count's floor does not depend on the others:
-    one pass gives every count's).
+    one pass gives every count's); ``copies``: :func:`popliner.solvers.dp.copy_buffers` of the table, when the
+    caller has them (each range's copy buffers, the same for every count).
     """
     values = values if values is not None else first_values(table, problem)
+    copies = copies or copy_buffers(table)
     if floors is not None:
         floors = {k: floors[k] for k in problem.stage_counts if k in floors}
-    per_count = _exact_per_count(table, problem, None, values=values, floors=floors)
-    outcome = lexicographic_optimum(table, problem, per_count, range_values=values)
+    per_count = _exact_per_count(table, problem, None, values=values, floors=floors, copies=copies)
+    outcome = lexicographic_optimum(table, problem, per_count, range_values=values, copies=copies)
     return () if outcome is None else outcome.bounds
 
 
@@ -126,23 +130,26 @@ def first_values(table: RangeCosts, problem: SplitProblem) -> RangeValues | None
 
 def _exact_per_count(table: RangeCosts, problem: SplitProblem, deadline: float | None, *,
                      values: RangeValues | None = None,
-                     floors: Mapping[int, float] | None = None) -> dict[int, tuple[Bounds, float] | None]:
+                     floors: Mapping[int, float] | None = None,
+                     copies: Callable[[int, int], int] | None = None) -> dict[int, tuple[Bounds, float] | None]:
     """The exact DP's optimum of objective 1 for every stage count that reaches the best one (others may be None).
 
     First capped at the best value with memory left out (the smallest of :func:`value_floors`), then, while
     no split reaches the cap, by :data:`CAP_STEP` more at a time (docs/solvers.md, 'Exact', says why the
     first cap reached gives the optimum). ``values``: objective 1's :class:`RangeValues`, and ``floors``
-    (:func:`value_floors`, of these counts), when the caller has them.
+    (:func:`value_floors`, of these counts), and ``copies`` (:func:`popliner.solvers.dp.copy_buffers`), when the
+    caller has them.
     """
     # Each count's floor: a count whose floor is above the cap has no split within it, and is not searched.
     floors = value_floors(table, problem, values=values) if floors is None else floors
     cap = min(floors.values(), default=math.inf)
     for _ in range(CAP_STEPS):
-        per_count = dp_per_count(table, problem, deadline=deadline, cap=cap, values=values, floors=floors)
+        per_count = dp_per_count(table, problem, deadline=deadline, cap=cap, values=values, floors=floors,
+                                 copies=copies)
         if cap == math.inf or any(found is not None for found in per_count.values()):
             return per_count
         cap = cap * CAP_STEP if cap > 0 else math.inf
-    return dp_per_count(table, problem, deadline=deadline, values=values, floors=floors)
+    return dp_per_count(table, problem, deadline=deadline, values=values, floors=floors, copies=copies)
 
 
 def _out_of_time(table: RangeCosts, problem: SplitProblem, best: tuple[Bounds, float] | None,

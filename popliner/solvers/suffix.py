@@ -9,6 +9,7 @@ Why it reads so little and gives the same split: docs/solvers.md, "Exact" (its p
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from popliner.deadline import check_deadline
@@ -35,8 +36,11 @@ class SuffixTable:
 
 
 def suffix_table(table: RangeCosts, problem: SplitProblem, bound: float, max_stages: int,
-                 deadline: float | None = None) -> SuffixTable:
-    """``best[r][i]`` for ``r <= max_stages``, rows ``n-1`` down to ``0`` (:class:`OutOfTime` past ``deadline``)."""
+                 deadline: float | None = None, *, copies: Callable[[int, int], int] | None = None) -> SuffixTable:
+    """``best[r][i]`` for ``r <= max_stages``, rows ``n-1`` down to ``0`` (:class:`OutOfTime` past ``deadline``).
+
+    ``copies``: each range's copy buffers per tile, when the caller has them (:func:`popliner.solvers.dp.copy_buffers`).
+    """
     n = table.num_layers
     rows = min(max_stages, n)
     best = [[_INF] * (n + 1) for _ in range(rows + 1)]
@@ -48,8 +52,16 @@ def suffix_table(table: RangeCosts, problem: SplitProblem, bound: float, max_sta
     forbidden = table.forbidden_splits(problem.keep_shared_together)
     end_ok = [j == n - 1 or problem.allowed_split(j, forbidden) for j in range(n)]
     pin = n - 1  # the first pinned split at or after i: no stage from i goes past it
-    copies = copy_buffers(table)
-    limit = table.limit
+    copies = copies or copy_buffers(table)
+    memory_of = table.memory
+    # A range kept fits both the table's limit and the bound.
+    fits = min(table.limit, bound)
+    # Per stage count r: the stash entries of a range with r stages from it to the end, at position 1 (from
+    # layer i > 0: a stage before it) and at position 0 (from layer 0), once rather than once per layer.
+    wraps = table.head_wraps
+    later = [extra_stash_entries(1, r + 1, wraps) if problem.training else 0 for r in range(rows + 1)]
+    first_row = [extra_stash_entries(0, r, wraps) if problem.training else 0 for r in range(rows + 1)]
+    edges = out.edges
     for i in range(n - 1, -1, -1):
         check_deadline(deadline)
         if i in problem.split_after and i < n - 1:
@@ -57,14 +69,15 @@ def suffix_table(table: RangeCosts, problem: SplitProblem, bound: float, max_sta
         stop = n  # ends at or past it are over the bound (a known range over it lies inside)
         known_over = sorted(over.items())  # by stash entries: a row's stages left, and so its entries, only grow
         taken = 0
+        extras = first_row if i == 0 else later
+        row_copies: list[int | None] = [None] * n  # copies(i, j) of this row, read once for every stage count
         for r in range(1, min(rows, n - i) + 1):
             if i > 0 and r == max_stages:
                 break  # a stage after the first leaves room for at least one before it
             if lowest[r - 1] > n:
                 continue  # no r-1 stages fit after any end: none from here either
             # A (position, stage count) with r stages from it to the end; position 0 only for layer 0.
-            position, count = (0, r) if i == 0 else (1, r + 1)
-            extra = extra_stash_entries(position, count, table.head_wraps) if problem.training else 0
+            extra = extras[r]
             # Ranges over the bound with at most this many stash entries bound this one too.
             while taken < len(known_over) and known_over[taken][0] <= extra:
                 stop = min(stop, known_over[taken][1])
@@ -75,11 +88,12 @@ def suffix_table(table: RangeCosts, problem: SplitProblem, bound: float, max_sta
                 first = max(first, n - 1)
             kept: list[tuple[int, float]] = []
             value = _INF
+            rest = best[r - 1]  # rest[j + 1]: the best of the layers after a range ending at j
             for j in range(first, last + 1):
-                after = best[r - 1][j + 1]
+                after = rest[j + 1]
                 if after == _INF or not end_ok[j]:
                     continue
-                base = table.memory(i, j, extra)
+                base = memory_of(i, j, extra)
                 if base > bound:
                     # Memory only grows with the range: every longer one from here, and every
                     # range holding this one with as many stash entries or more, is over too.
@@ -87,16 +101,23 @@ def suffix_table(table: RangeCosts, problem: SplitProblem, bound: float, max_sta
                     stop = min(stop, j)
                     break
                 # position_memory's figure, the range's copy buffers taken once for every stage count.
-                memory = base + copies(i, j)
-                if memory > limit or memory > bound:
+                extra_bytes = row_copies[j]
+                if extra_bytes is None:
+                    extra_bytes = row_copies[j] = copies(i, j)
+                memory = base + extra_bytes
+                if memory > fits:
                     continue  # its copy buffers take it over; a longer range may still fit
                 kept.append((j, memory))
-                value = min(value, max(memory, after))
+                # min(value, max(memory, after)), without the calls (the same ties).
+                worst = after if after > memory else memory
+                if worst < value:
+                    value = worst
             if kept:
-                out.edges[(r, i)] = kept
+                edges[(r, i)] = kept
             if value < _INF:
                 best[r][i] = value
-                lowest[r] = min(lowest[r], i)
+                if i < lowest[r]:
+                    lowest[r] = i
     return out
 
 
