@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
 __all__ = ["ProgramPart", "program_part"]
 
-#: (additive per tile, vertex presence, other-category units or None, first step, last step).
+#: (additive per tile, the (vertex type, tile) pairs with a vertex, other units or None, first step, last step).
 ProgramPart = tuple[np.ndarray, np.ndarray, "np.ndarray | None", int, int]
 
 
@@ -38,4 +38,5 @@ def program_part(facts: MemoryFacts, ops: np.ndarray) -> ProgramPart:
         np.add.at(presence, (vtype, progs.vertices.stop[runs]), -1)
     lo, hi = model.window(ops)
     units = model.categories.units(p, prog) if model.categories is not None else None
-    return additive, presence, units, lo, hi
+    # The difference array summed here, once per layer for every option set (the part is memoised).
+    return additive, np.cumsum(presence, axis=1)[:, :tiles] > 0, units, lo, hi

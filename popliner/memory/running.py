@@ -90,9 +90,7 @@ class LayerParts:
         (:meth:`popliner.memory.layer_vars.LayerVariables.split`); ``sets``: the
         same two sets of variables as :class:`VarSet`, when the caller has them.
         """
-        additive, presence, units, lo, hi = share.shared.programs(facts, ops)
-        # The difference array of vertex instances per (type, tile) summed once per layer, not per range read.
-        present = np.cumsum(presence, axis=1)[:, : facts.profile.tiles] > 0
+        additive, present, units, lo, hi = share.shared.programs(facts, ops)
         private, shared, shared_pos = variables
         # Each variable set's key, columns and split once, for its events and stash columns.
         if sets is None:
