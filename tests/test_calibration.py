@@ -109,6 +109,7 @@ def test_poplinerlike_rows_count_a_called_body_in_every_caller(tmp_path: Path) -
         assert totals[i].vertex_state < row[0]
 
 
+@pytest.mark.slow  # a long case (about 3 s)
 def test_the_shape_cache_makes_the_whole_model_agree(real: dict[str, Any], tmp_path: Path) -> None:
     """The planner choices are fitted to the blocks' rows only; the one-stage whole model is not fitted.
 

@@ -82,6 +82,7 @@ def _workspace(tmp_path: Path, name: str, profiles: dict[str, Path], which: str)
     return folder
 
 
+@pytest.mark.slow  # a long case (about 4 s)
 def test_the_example_prints_the_summary_the_page_shows(tmp_path: Path) -> None:
     commands = _block("## An example", "sh")
     r = _run(commands, tmp_path, _env(_bin(tmp_path.parent / f"{tmp_path.name}-bin")), ("bash",))

@@ -361,6 +361,7 @@ def test_check_of_a_workbook_uses_the_options_it_records(cache: Path) -> None:
 # -- plots and the HTML report name the options ----------------------------------------------
 
 
+@pytest.mark.slow  # a long case (about 4 s)
 def test_plots_name_the_options_they_assume(cache: Path) -> None:
     plot = cache / "m.svg"
     invoke(TINY, "--solve", "--num-ipus", "2", "--head-placement", "last", *EVERY_OFF, "--mem-per-tile", "460",

@@ -6,6 +6,7 @@ import shutil
 import time
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from popliner.cli import cli
@@ -34,6 +35,7 @@ def produce(folder: Path, profile: Path) -> dict[str, bytes]:
     return outputs
 
 
+@pytest.mark.slow  # a long case (about 8 s): every output written twice, in fresh processes
 def test_two_runs_are_byte_identical(tmp_path):
     profile = tmp_path / "model.json.gz"
     shutil.copy(FIXTURES / "bert-base-training.json.gz", profile)

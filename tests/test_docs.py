@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from popliner.cli import SUBCOMMANDS, cli
@@ -65,6 +66,7 @@ def _check(page: Path) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=300, check=False)
 
 
+@pytest.mark.slow  # a long case (about 2.5 s)
 def test_the_docs_check_fails_on_a_changed_figure(tmp_path):
     """A page whose shown output no longer matches what its command prints fails the check, with a diff."""
     page = tmp_path / "page.md"

@@ -38,7 +38,7 @@ from tests.test_export import assert_same_profile, canonical, memory_figures
 
 NAMES = sorted(p.name for p in FIXTURES.iterdir() if p.name.endswith((".json", ".json.gz")))
 #: The two largest take 10-30 s each on a loaded machine: they run with the slow tests (CI runs those too).
-SLOW = {"bert-base-training.json.gz", "gpt2-small-inference.json.gz"}
+SLOW = {"bert-base-training.json.gz", "gpt2-small-inference.json.gz", "resnet-small-training.json.gz"}
 SHAPES: list[dict[str, Any]] = [
     {},
     {"program_contexts": False},

@@ -198,6 +198,7 @@ def test_what_the_loader_refuses_is_refused_before_writing(small_doc, inputs, tm
     assert nothing_written(tmp_path)
 
 
+@pytest.mark.slow  # a long case (about 7 s): a process per corruption
 def test_every_corruption_is_one_line_and_exit_2_from_the_cli(small_doc, inputs, tmp_path):
     """A real process, as a user runs it; the lines docs/bad-inputs.md shows are these very lines."""
     documented = (ROOT / "docs" / "bad-inputs.md").read_text()

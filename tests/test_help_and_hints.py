@@ -72,6 +72,7 @@ def test_verbosity_after_the_command_still_works(tmp_path):
     assert loud.returncode == 2 and "popliner: popliner " in loud.stderr  # -vv's first debug line
 
 
+@pytest.mark.slow  # a long case (about 3 s)
 def test_config_from_takes_dash_g(tmp_path):
     made = _run(tmp_path, str(TINY_TRAINING), "-o", "review.xlsx", "--solve", "--num-ipus", "2")
     assert made.returncode == 0, made.stderr
@@ -113,6 +114,7 @@ def _next_solve_command(stderr: str) -> str:
     return hint.split("  # ")[0].strip()
 
 
+@pytest.mark.slow  # a long case (about 6 s)
 def test_the_next_hint_after_outputs_runs_as_printed(tmp_path):
     first = _run(tmp_path, str(TINY_TRAINING), "-o", "review.xlsx", "--plot=layers.png", "--solve",
                  "--num-ipus", "2")
@@ -126,6 +128,7 @@ def test_the_next_hint_after_outputs_runs_as_printed(tmp_path):
     assert (tmp_path / "pipeline.yaml").is_file()
 
 
+@pytest.mark.slow  # a long case (about 2.5 s)
 def test_exit_3_says_it_wrote_the_config(tmp_path):
     result = _run(tmp_path, str(BERT), "--solve", "--num-ipus", "2", "--config-out", "p.yaml")
     assert result.returncode == 3
@@ -164,6 +167,7 @@ def test_the_planned_as_line_says_what_was_applied(tmp_path, asked, said):
         assert "no recomputation" not in line, line
 
 
+@pytest.mark.slow  # a long case (about 3 s)
 def test_simulate_with_a_profile_logs_each_line_once(tmp_path):
     """Issue 36 point 9: `simulate --profile` logged its two loading lines twice."""
     made = _run(tmp_path, str(TINY_TRAINING), "--solve", "--num-ipus", "2", "--config-out", "p.yaml")

@@ -334,6 +334,7 @@ def test_per_operation_totals_hold_no_operations_x_tiles_table(tmp_path: Path) -
     assert peak < 100 << 20  # the dense table: 3,000 x 65,536 x 8 bytes = 1.5 GB
 
 
+@pytest.mark.slow  # a long case (about 3 s)
 def test_review_workbook_rows_are_limited_before_any_work(tmp_path: Path) -> None:
     ops = load_analysis(str(TINY), use_cache=False).ops.count
     out = tmp_path / "review.xlsx"
@@ -366,8 +367,8 @@ def _config_text(tmp_path: Path) -> str:
 @pytest.mark.parametrize(("edit", "expected"), [
     (lambda t: t.replace("gradient_accumulation: 16", "gradient_accumulation: 1" + "0" * 4400),
      "a number in it is too long to read"),
-    (lambda t: t.replace("mode: training", "mode: training\nextra: " + "[" * 50_000 + "]" * 50_000),
-     "YAML nested too deeply"),
+    pytest.param(lambda t: t.replace("mode: training", "mode: training\nextra: " + "[" * 50_000 + "]" * 50_000),
+                 "YAML nested too deeply", marks=pytest.mark.slow),  # a long case (about 5 s)
     (lambda t: t + "extra:\n" + "".join(" " * i + "a:\n" for i in range(1200)), "YAML nested too deeply"),
     (lambda t: t.replace("clock_hz: 1000000000.0", "clock_hz: .inf"), "expected a positive finite number, got inf"),
     (lambda t: t.replace("clock_hz: 1000000000.0", "clock_hz: 1" + "0" * 400),
@@ -385,6 +386,7 @@ def test_config_that_is_no_config_is_one_line_exit_2(tmp_path: Path, edit: Any, 
         assert len(r.stderr.splitlines()) == 1 and len(line) < 400
 
 
+@pytest.mark.slow  # a long case (about 3 s)
 def test_config_larger_than_the_limit_is_refused_before_parsing(tmp_path: Path) -> None:
     text = _config_text(tmp_path)
     path = tmp_path / "big.yaml"

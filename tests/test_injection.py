@@ -105,6 +105,7 @@ def test_a_name_adds_no_statement_to_the_snippets(configs: list[PipelineConfig],
             assert all(line.isprintable() for line in source.split("\n"))
 
 
+@pytest.mark.slow  # a long case (about 5 s)
 def test_hostile_profile_end_to_end(tmp_path: Path) -> None:
     """The real run: snippets parse the same as a plain profile's, the SVGs are XML, stderr is escaped."""
     hostile = write_hostile(tmp_path / "hostile.json")

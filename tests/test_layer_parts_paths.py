@@ -71,7 +71,9 @@ def _same(a: Any, b: Any, where: str) -> None:
         assert a == b, (where, a, b)
 
 
-@pytest.mark.parametrize(("source", "pieces"), source_grids(PIECES, Pieces(grid_block=3)))
+# Each source is long on the tiny grid (many blocks, about 5-7 s); two run in the main suite.
+@pytest.mark.parametrize(("source", "pieces"), source_grids(
+    PIECES, Pieces(grid_block=3), ("resnet-small-training.json.gz", "gpt2-tiny", "bert-tiny-mlm")))
 def test_parts_from_split_variables_are_the_parts_from_the_union(source: str, pieces: Pieces) -> None:
     fast = _parts(source, pieces)
     slow = _parts(source, pieces, union=True)

@@ -345,6 +345,7 @@ def _sum_bound(doc: Doc) -> int:
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(doc=documents())
+@pytest.mark.slow  # a long case (about 2.5 s)
 def test_fallback_json_parser_gives_the_same_arrays(doc: Doc) -> None:
     assume(_sum_bound(doc) < 2**60)  # as above: past that the loader refuses the sums
     with mock.patch.dict(sys.modules, {"orjson": None}):  # `import orjson` fails inside the loader

@@ -35,7 +35,9 @@ def _analysis(path: Path, mode: str) -> Analysis:
 
 @pytest.mark.parametrize("pieces", [PIECES, Pieces(grid_block=3)], ids=["default", "small"])
 @pytest.mark.parametrize("mode", ["training", "inference"])
-@pytest.mark.parametrize("path", PROFILES, ids=lambda p: p.name.split(".")[0])
+# BERT-Base (the largest fixture, about 2 s a case) in the slow step.
+@pytest.mark.parametrize("path", [pytest.param(p, marks=pytest.mark.slow) if p.name.startswith("bert-base") else p
+                                  for p in PROFILES], ids=lambda p: p.name.split(".")[0])
 def test_incremental_ranges_equal_the_direct_model(path: Path, mode: str, pieces: Pieces) -> None:
     analysis = _analysis(path, mode)
     engine = analysis.facts

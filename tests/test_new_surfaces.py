@@ -142,6 +142,7 @@ def test_a_hand_made_200_stage_config_is_bounded(tmp_path: Path) -> None:
     assert (tmp_path / "s.png").stat().st_size > 0
 
 
+@pytest.mark.slow  # a long case (about 4 s)
 def test_the_gantt_draws_at_most_eight_panels_and_names_the_cycles_left_out() -> None:
     import io
 
@@ -182,7 +183,8 @@ def test_the_gantt_title_names_the_left_out_cycles() -> None:
 # -- 3. clocks and bandwidths -----------------------------------------------------------------
 
 
-@pytest.mark.parametrize("command", ["solve", "simulate", "plan", "report"])
+@pytest.mark.parametrize("command", ["solve", "simulate", pytest.param("plan", marks=pytest.mark.slow),
+                                     pytest.param("report", marks=pytest.mark.slow)])
 def test_a_tiny_link_bandwidth_is_one_line(tmp_path: Path, command: str) -> None:
     cfg = _config(tmp_path, TINY_TRAINING)
     args = {"solve": [str(TINY_TRAINING), "--solve", "--num-ipus", "2"], "simulate": ["simulate", str(cfg)],
@@ -203,7 +205,8 @@ def test_a_profile_clock_of_1e_300_hz_is_refused_before_any_output(tmp_path: Pat
     assert r.stdout == "" and not (tmp_path / "c.yaml").exists() and not (tmp_path / "r.html").exists()
 
 
-@pytest.mark.parametrize("outputs", [("-o", "t.trace.json"), ("--plot", "t.png"), ("--json",)])
+@pytest.mark.parametrize("outputs", [("-o", "t.trace.json"), pytest.param(("--plot", "t.png"), marks=pytest.mark.slow),
+                                     pytest.param(("--json",), marks=pytest.mark.slow)])
 def test_a_config_clock_of_5e_324_hz_is_refused(tmp_path: Path, outputs: tuple[str, ...]) -> None:
     cfg = _config(tmp_path)
     cfg.write_text(re.sub(r"clock_hz: .*", "clock_hz: 5.0e-324", cfg.read_text()))
@@ -217,6 +220,7 @@ def _strict(text: str) -> Any:
     return json.loads(text, parse_constant=refuse)
 
 
+@pytest.mark.slow  # a long case (about 10 s): many whole commands at the range ends
 def test_json_at_the_ends_of_the_clock_and_bandwidth_ranges_is_strict(tmp_path: Path) -> None:
     cfg = _config(tmp_path, TINY_TRAINING)
     for clock in ("1000.0", "1000000000000.0"):
@@ -249,6 +253,7 @@ MARKUP_LINK = '<a href="https://evil.example/x">FIX-OOM-HERE</a>'
 MARKUP_STYLE = '<span style="color:red;font-size:40px">STYLED</span>'
 
 
+@pytest.mark.slow  # a long case (about 6 s): a report of hostile names
 def test_layer_names_in_the_report_are_text_not_markup(tmp_path: Path) -> None:
     from tests.browser import chromium_path, load_page
 
@@ -298,6 +303,7 @@ def test_a_thousand_layers_on_two_tiles_are_refused_at_once(tmp_path: Path, comm
     assert time.monotonic() - start < 30  # before: 48 s and 2.9 GB (plan), 70 s (solve)
 
 
+@pytest.mark.slow  # a long case (about 4 s)
 def test_a_plan_counts_the_ranges_its_option_sets_evaluate_and_stops_at_the_limit(tmp_path: Path) -> None:
     from popliner.memory.work import RANGE_OVERHEAD_CELLS
 
@@ -316,6 +322,7 @@ def test_a_plan_counts_the_ranges_its_option_sets_evaluate_and_stops_at_the_limi
     assert "105 ranges of 14 layers" in _one_error(r)
 
 
+@pytest.mark.slow  # a long case (about 5 s)
 def test_a_plans_range_account_counts_each_range_a_table_evaluates_or_takes(monkeypatch: pytest.MonkeyPatch) -> None:
     from popliner.analysis import AnalysisOptions, load_analysis
     from popliner.memory import range_state, ranges
@@ -402,6 +409,7 @@ def test_a_sharded_pod_plan_builds_no_engine_deeper_than_the_layers(monkeypatch:
 # -- 7. the layer table -----------------------------------------------------------------------
 
 
+@pytest.mark.slow  # a long case (about 4 s)
 def test_the_layer_table_is_bounded_by_its_rows(tmp_path: Path) -> None:
     profile = _layers_profile(tmp_path / "l3000.json", 3000)
     env = {"POPLINER_MAX_LAYER_CELLS": "1000000"}
@@ -467,6 +475,7 @@ def test_plot_labels_are_bounded() -> None:
     assert _label("short$name") == r"short\$name"
 
 
+@pytest.mark.slow  # a long case (about 5 s)
 def test_plots_of_100_kb_names_are_quick(tmp_path: Path) -> None:
     profile = _layers_profile(tmp_path / "long.json", 3, name_chars=100_000)
     start = time.monotonic()
@@ -501,6 +510,7 @@ def _unshare_works() -> bool:
     return subprocess.run(["unshare", "-rm", "true"], capture_output=True).returncode == 0
 
 
+@pytest.mark.slow  # a long case (about 6 s): every plotting command in a fresh process
 def test_a_read_only_home_gives_no_matplotlib_lines(tmp_path: Path) -> None:
     if not _unshare_works():
         pytest.skip("needs unshare -rm (user and mount namespaces)")
@@ -526,6 +536,7 @@ def test_a_link_to_a_device_is_never_replaced(tmp_path: Path) -> None:
     assert link.is_symlink() and os.readlink(link) == "/dev/null"  # before: replaced by a CSV file
 
 
+@pytest.mark.slow  # a long case (about 2.5 s)
 def test_nothing_is_created_in_dev(tmp_path: Path) -> None:
     name = f"/dev/popliner-test-{os.getpid()}.csv"
     try:
@@ -554,6 +565,7 @@ def test_dev_stdin_survives_o_dev_stdin_force(tmp_path: Path) -> None:
 # -- 13. configs popliner writes are configs it reads -----------------------------------------
 
 
+@pytest.mark.slow  # a long case (about 6 s)
 def test_a_config_too_long_to_read_back_is_not_written(tmp_path: Path) -> None:
     # 60 layers of 2,000-character names, each written several times: about 600 KB of config.
     profile = _layers_profile(tmp_path / "long.json", 60, name_chars=2_000)
@@ -571,7 +583,8 @@ def test_a_config_too_long_to_read_back_is_not_written(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
 
 
-@pytest.mark.parametrize(("value", "exit_code"), [("1" + "0" * 26, 0), ("\u00b2", 2), ("-5", 2)])
+@pytest.mark.parametrize(("value", "exit_code"), [pytest.param("1" + "0" * 26, 0, marks=pytest.mark.slow),
+                                                   pytest.param("\u00b2", 2, marks=pytest.mark.slow), ("-5", 2)])
 def test_config_limit_values(tmp_path: Path, value: str, exit_code: int) -> None:
     cfg = _config(tmp_path)
     r = _run("simulate", str(cfg), "-q", cwd=tmp_path, env={"POPLINER_MAX_CONFIG_BYTES": value})
@@ -583,6 +596,7 @@ def test_config_limit_values(tmp_path: Path, value: str, exit_code: int) -> None
 # -- a config's regex that runs away names the config -----------------------------------------
 
 
+@pytest.mark.slow  # a long case (about 3 s)
 def test_a_runaway_regex_of_a_config_names_the_config(tmp_path: Path) -> None:
     env = {"POPLINER_CACHE_DIR": str(tmp_path / "c"), "POPLINER_REGEX_SECONDS": "0.2"}
     r = _run(str(TINY), "--solve", "--num-ipus", "2", "--layer-name-regex", r"^(layer\d)", "--config-out", "lr.yaml",

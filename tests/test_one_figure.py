@@ -133,7 +133,10 @@ def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.mark.parametrize("ipus", [2, 3])
-@pytest.mark.parametrize("name, mode", CASES, ids=[f"{n.split('.')[0]}-{m}" for n, m in CASES])
+# BERT-Base (the largest fixture, about 2 s a case) in the slow step.
+@pytest.mark.parametrize("name, mode", [pytest.param(n, m, marks=pytest.mark.slow) if n.startswith("bert-base")
+                                        else (n, m) for n, m in CASES],
+                         ids=[f"{n.split('.')[0]}-{m}" for n, m in CASES])
 def test_every_view_gives_the_same_worst_tile(name: str, mode: str, ipus: int, tmp_path: Path,
                                               cache_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("POPLINER_CACHE_DIR", str(cache_dir))

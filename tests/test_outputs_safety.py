@@ -441,7 +441,7 @@ def _finish(p: subprocess.Popen[bytes], seconds: float) -> tuple[int, str]:
 SIGNALS = [signal.SIGTERM, signal.SIGHUP, signal.SIGINT]
 
 
-@pytest.mark.parametrize("what", ["synth", "workbook", pytest.param("export", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("what", ["synth", *(pytest.param(w, marks=pytest.mark.slow) for w in ("workbook", "export"))])
 def test_signals_at_random_points_leave_nothing(what: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     rng = random.Random(f"signals-{what}")
     folder = tmp_path / "run"

@@ -59,7 +59,8 @@ def test_fast_paths_equal_the_direct_model(fixture: str, options: dict[str, str]
     range_table_equals_engine(table, made.facts, table.num_layers)  # a wrapped head is no layer of the table's
 
 
-@pytest.mark.parametrize("fixture", ["tiny-training.json", "bert-tiny-training.json", "bert-base-training.json.gz"])
+@pytest.mark.parametrize("fixture", ["tiny-training.json", "bert-tiny-training.json",
+                                     pytest.param("bert-base-training.json.gz", marks=pytest.mark.slow)])
 def test_class_window_peak_equals_the_sweep(fixture: str) -> None:
     """The per-class path (large sets, e.g. the whole program) against the event sweep, tile block by block."""
     profile = _engine(fixture).profile

@@ -262,7 +262,7 @@ def _assert_command(cfg: PipelineConfig, got: dict[str, Any]) -> None:
 LARGER = ("bert-base-training.json.gz", "resnet-small-training.json.gz", "gpt2-small-inference.json.gz")
 #: So do four more (suite time; a browser each): the main suite keeps bert-tiny's defaults, last with pipeline
 #: recomputation and the replicated sharded every-layer case.
-MORE_IN_SLOW = (SCENARIOS[2], SCENARIOS[7], SCENARIOS[8], SCENARIOS[9])
+MORE_IN_SLOW = (SCENARIOS[1], SCENARIOS[2], SCENARIOS[3], SCENARIOS[7], SCENARIOS[8], SCENARIOS[9])
 
 
 @pytest.mark.parametrize("scenario", [pytest.param(s, marks=pytest.mark.slow)
@@ -354,6 +354,7 @@ def test_keyboard_and_pointer_move_the_boundaries(tmp_path: Path) -> None:
 MARKUP = '</script><script>window.pwned=1</script><img src="https://evil.invalid/x" onerror="window.pwned=2">&amp;'
 
 
+@pytest.mark.slow  # a long case (about 3 s)
 def test_hostile_names_stay_text(tmp_path: Path) -> None:
     _require_chromium()
     doc = hostile_document()

@@ -137,10 +137,14 @@ SOURCES = ["tiny-training.json", "bert-tiny-training.json", "resnet-small-traini
 DEFAULT_GRID_IN_SLOW = ("resnet-small-training.json.gz", "gpt2-tiny", "bert-tiny-mlm")
 
 
-def source_grids(default: Pieces, tiny: Pieces) -> list[Any]:
-    """(source, pieces) parameters: every source with the default and the tiny grid, ids ``source-grid``."""
+def source_grids(default: Pieces, tiny: Pieces, tiny_grid_in_slow: tuple[str, ...] = ()) -> list[Any]:
+    """(source, pieces) parameters: every source with the default and the tiny grid, ids ``source-grid``.
+
+    ``tiny_grid_in_slow``: the sources whose tiny-grid case is long too (run in the slow step).
+    """
+    slow = {(s, "default") for s in DEFAULT_GRID_IN_SLOW} | {(s, "tiny") for s in tiny_grid_in_slow}
     return [pytest.param(source, pieces, id=f"{source}-{name}",
-                         marks=[pytest.mark.slow] if name == "default" and source in DEFAULT_GRID_IN_SLOW else [])
+                         marks=[pytest.mark.slow] if (source, name) in slow else [])
             for source in SOURCES for name, pieces in (("default", default), ("tiny", tiny))]
 
 

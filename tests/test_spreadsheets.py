@@ -309,6 +309,7 @@ def _tsv_workbook(path: Path, kinds: list[str]) -> None:
     book.save(path)
 
 
+@pytest.mark.slow  # a long case (about 4 s): LibreOffice recalculates every formula
 def test_tsv_formulas_evaluate_to_the_csv_values(tmp_path: Path) -> None:
     kinds = list(WRITERS)
     path = tmp_path / "tsv.xlsx"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import random
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -68,6 +69,7 @@ def test_best_effort_is_the_split_the_relaxed_forward_dp_gave(request):
     assert best_effort(relaxed, problem) == _relaxed_dp(relaxed, problem)
 
 
+@pytest.mark.slow  # a long case (about 3 s)
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(requests())
 def test_fewest_ipus_is_the_first_stage_count_the_forward_dp_fits(request):

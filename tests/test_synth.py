@@ -383,6 +383,7 @@ def test_tile_memory_matches_an_independent_recomputation(spec: SynthSpec) -> No
 # -- scale and parameters -----------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # a long case (about 3 s)
 def test_scale_changes_granularity_roughly_linearly() -> None:
     counts = {}
     for scale in (0.5, 1.0, 2.0):

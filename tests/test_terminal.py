@@ -156,7 +156,8 @@ def _env(tmp_path: Path) -> dict[str, str]:
     return env
 
 
-@pytest.mark.parametrize("size", [(30, 100), (0, 0)], ids=["terminal", "bare-pty"])
+@pytest.mark.parametrize("size", [(30, 100), pytest.param((0, 0), marks=pytest.mark.slow)],
+                         ids=["terminal", "bare-pty"])
 def test_progress_shows_on_a_terminal_and_not_in_a_pipe(tmp_path: Path, size: tuple[int, int]) -> None:
     args = [str(BERT), "--solve", "--num-ipus", "4", "--no-cache"]
     code, out, tty = _run_in_pty(args, _env(tmp_path), size=size)

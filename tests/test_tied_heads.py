@@ -33,18 +33,27 @@ MODELS = {"gpt2-training": ("gpt2-tiny", "training", "squad"), "gpt2-inference":
 WORD_EMBEDDING_BYTES = 4096 * 128 * 2
 
 
+class _Profiles(dict[tuple[str, str, bool], Path]):
+    """(model, framework, tied) -> the generated profile, written when first asked for: most of the 18 are read by
+    a few tests only, and writing all of them up front took a quarter of this file's time."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__()
+        self.root = root
+
+    def __missing__(self, key: tuple[str, str, bool]) -> Path:
+        model, fw, tied = key
+        preset, mode, head = MODELS[model]
+        spec = dataclasses.replace(preset_spec(preset, mode), framework=fw, head=head, untied_head=not tied)
+        path = self.root / f"{model}-{fw}-{'tied' if tied else 'untied'}.json"
+        write_profile(spec, str(path))
+        self[key] = path
+        return path
+
+
 @pytest.fixture(scope="module")
-def profiles(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str, bool], Path]:
-    out = {}
-    root = tmp_path_factory.mktemp("tied")
-    for model, (preset, mode, head) in MODELS.items():
-        for fw in FRAMEWORKS:
-            for tied in (True, False):
-                spec = dataclasses.replace(preset_spec(preset, mode), framework=fw, head=head, untied_head=not tied)
-                path = root / f"{model}-{fw}-{'tied' if tied else 'untied'}.json"
-                write_profile(spec, str(path))
-                out[(model, fw, tied)] = path
-    return out
+def profiles(tmp_path_factory: pytest.TempPathFactory) -> _Profiles:
+    return _Profiles(tmp_path_factory.mktemp("tied"))
 
 
 def _solve(path: Path, *args: str) -> tuple[int, dict[str, object] | None, str]:
@@ -54,7 +63,9 @@ def _solve(path: Path, *args: str) -> tuple[int, dict[str, object] | None, str]:
     return result.exit_code, doc, result.stderr
 
 
-@pytest.mark.parametrize("model", MODELS)
+# The untied profiles of the other models are read by this test only: their cases run in the slow step.
+@pytest.mark.parametrize("model", [m if m == "gpt2-training" else pytest.param(m, marks=pytest.mark.slow)
+                                   for m in MODELS])
 @pytest.mark.parametrize("fw", FRAMEWORKS)
 def test_the_tie_is_found_from_the_profile(profiles, model, fw):
     tied = load_analysis(profiles[(model, fw, True)]).base
@@ -151,7 +162,7 @@ def test_a_config_that_puts_a_tied_head_last_is_refused(profiles, tmp_path):
     assert f"{config}: its training options: head placement last over 4 IPUs was asked" in result.stderr
 
 
-@pytest.mark.parametrize("fw", FRAMEWORKS)
+@pytest.mark.parametrize("fw", [f if f == "poptorch" else pytest.param(f, marks=pytest.mark.slow) for f in FRAMEWORKS])
 def test_plan_leaves_last_out_for_a_tied_head(profiles, fw):
     tied = CliRunner().invoke(cli, ["plan", str(profiles[("gpt2-training", fw, True)]), "--ipus", "4"])
     assert tied.exit_code == 0
