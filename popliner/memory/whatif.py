@@ -232,32 +232,62 @@ def _unit_reads(profile: Profile, ops: OperationTable, layer_of_op: np.ndarray, 
                 steps: type[np.signedinteger], memo: dict[bytes, Any] | None, counted: np.ndarray,
                 key: bytes) -> tuple[np.ndarray, ...]:
     """What both recomputation modes read of one layering (memoised by ``key``): each operation's unit, each unit's
-    backward start, the forward operations, each class's first and last step, and, of the variables a forward
-    operation reads that recomputation may cut (neither always live nor optimizer state), their indices, last
-    forward read and unit span."""
+    backward start, the forward operations, each class's last step, and the variables ``pipeline`` cuts (of those
+    a forward operation reads, neither always live nor optimizer state, the ones live before and after their last
+    forward read), with their last forward read and their unit (-1 when several units use them).
+
+    ``every-layer`` cuts some of those same variables (one unit's, live up to its backward start): it picks them
+    from these, so each mode's test reads only the variables it may cut."""
     found: tuple[np.ndarray, ...] | None = memo.get(key) if memo is not None else None
     if found is None:
-        count = profile.variables.count
         unit = _unit_of_op(layer_of_op, roles.groups, num_layers)
         bstart = unit_backward_start(unit, ops.first_step, roles.is_backward, num_layers + 2)
         forward_op = (ops.first_step >= 0) & ~roles.is_backward
         forward_op &= ops.first_step < bstart[np.maximum(unit, 0)]
-        # Each variable's first and last live steps are its class's: read through the classes where tested.
-        first, last = class_steps(profile, steps)
-        u = _last_forward_read(ops, forward_op, count, steps)
         # The counted layer span with the other operations of a unit taken in (the same units: layers, then groups).
         layered = counted_layer_span(ops, layer_of_op, counted, num_layers, memo)
         lo_unit, hi_unit = widen_span(layered, ops.var_ptr, ops.var_idx,
                                       np.flatnonzero((unit >= 0) & ~(counted & (layer_of_op >= 0))), unit)
-        # Kept for the variables a forward operation reads that recomputation may cut only (the others are never cut):
-        # under half of them, picked once for both modes.
-        read = (u >= 0) & (hi_unit >= 0) & ~roles.always_live & ~roles.optimizer_state
-        read_idx = np.flatnonzero(read).astype(np.int32 if count < 2**31 else np.int64)
-        del read
-        found = (unit, bstart, forward_op, first, last, read_idx, u[read_idx], lo_unit[read_idx], hi_unit[read_idx])
+        at, u_at = _pipeline_cut(profile, ops, forward_op, unit >= 0, hi_unit, roles, steps, memo)
+        lo_at, hi_at = lo_unit[at], hi_unit[at]
+        last = class_steps(profile, steps)[1]
+        found = (unit, bstart, forward_op, last, at, u_at, np.where(lo_at == hi_at, lo_at, -1))
+        for column in found:
+            column.flags.writeable = False  # shared by the modes and option sets of the layering
         if memo is not None:
             # Kept for every layering (a plan's head placements give two or three) until both modes are made
             # (_recompute_cuts).
+            memo[key] = found  # read only from here on
+    return found
+
+
+def _pipeline_cut(profile: Profile, ops: OperationTable, forward_op: np.ndarray, in_unit: np.ndarray,
+                  hi_unit: np.ndarray, roles: Roles, steps: type[np.signedinteger],
+                  memo: dict[bytes, Any] | None) -> tuple[np.ndarray, np.ndarray]:
+    """The variables ``pipeline`` cuts, in order, and their last forward read: of the variables a forward operation
+    reads, neither always live nor optimizer state, the ones live before and after their last forward read.
+
+    Only variables an operation of a unit uses (``in_unit``, per operation) are cut: those with ``hi_unit`` (their
+    unit span's last unit) set. That reads no unit number, so the head placements' layerings, which number some
+    operations' units differently but give the same forward operations and units, share it (``memo``): a pass over
+    the forward operations' variables and tests over every variable, once per plan.
+    """
+    key = content_key(b"pipeline-cut", np.asarray(forward_op, bool), np.asarray(in_unit, bool), roles.key,
+                      np.dtype(steps).str.encode())
+    found: tuple[np.ndarray, np.ndarray] | None = memo.get(key) if memo is not None else None
+    if found is None:
+        count = profile.variables.count
+        u = _last_forward_read(ops, forward_op, count, steps)
+        read = (u >= 0) & (hi_unit >= 0) & ~roles.always_live & ~roles.optimizer_state
+        read_idx = np.flatnonzero(read).astype(np.int32 if count < 2**31 else np.int64)
+        del read
+        # Each variable's first and last live steps are its class's: read through the classes where tested.
+        first, last = class_steps(profile, steps)
+        u_read = u[read_idx]
+        cls = profile.variables.klass[read_idx]
+        cut = (first[cls] <= u_read) & (last[cls] > u_read)
+        found = (read_idx[cut], u_read[cut])
+        if memo is not None:
             memo[key] = found  # read only from here on
     return found
 
@@ -267,27 +297,20 @@ def _mode_cuts(found: tuple[np.ndarray, ...], profile: Profile, recompute: str,
     """(variables, lo, hi, rerun operations, forward cut's key) of one mode: ``every-layer``'s cut variables and the
     steps they lose (strictly between lo and hi); ``pipeline``'s forward-cut variables and their cut step (hi; lo
     empty), in order, which give every value of the forward cut (the others -1): its key digests them."""
-    # The variables a forward operation reads that recomputation may cut (u, lo_unit, hi_unit are theirs).
-    unit, bstart, forward_op, class_first, class_last, read_idx, u, lo_unit, hi_unit = found
-    klass = profile.variables.klass
+    # Pipeline's cut variables, their last forward read and their one unit (see _unit_reads).
+    unit, bstart, forward_op, class_last, at, u, one_unit = found
     if recompute == "every-layer":
-        # Variables of one unit, read before their last forward read: the rest of the test on those only
-        # (whole columns of int64 steps over millions of variables cost more than the test).
-        at = np.flatnonzero(lo_unit == hi_unit)
-        one = read_idx[at]
-        cls, u_one, lo_one = klass[one], u[at], lo_unit[at]
-        read = class_first[cls] <= u_one
-        near, u_near, lo_near = one[read], u_one[read], lo_one[read]
+        # Variables of one unit live up to its backward start, which comes after the step after their last forward
+        # read: the test on those only (whole columns of int64 steps over millions of variables cost more).
+        one = np.flatnonzero(one_unit >= 0)
+        near, u_near, lo_near = at[one], u[one], one_unit[one]
         r = bstart[lo_near]  # the unit's backward start
-        sel = (r <= class_last[cls[read]]) & (r > u_near + 1)
+        sel = (r <= class_last[profile.variables.klass[near]]) & (r > u_near + 1)
         # Each layer owning a recomputed variable runs its forward part again.
         made = (near[sel], u_near[sel].astype(steps), r[sel].astype(steps),
                 forward_op & np.isin(unit, np.unique(lo_near[sel])))
     else:
-        some = read_idx
-        cls, u_some = klass[some], u
-        sel = (class_first[cls] <= u_some) & (class_last[cls] > u_some)
-        made = (some[sel], np.zeros(0, steps), u_some[sel], forward_op.copy())
+        made = (at, np.zeros(0, steps), u, forward_op.copy())
     for column in made:
         column.flags.writeable = False  # shared by the option sets of the mode and layering
     cut_key = b"none" if recompute == "every-layer" else content_key(b"cut", made[0], made[2])
