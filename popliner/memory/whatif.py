@@ -394,12 +394,15 @@ def _unique_rows(columns: list[np.ndarray], num_steps: int) -> tuple[np.ndarray,
     cap = num_steps + 2
     inverse: np.ndarray | None = None
     for k, col in enumerate(columns):
-        if inverse is not None and col.size and col.min() == col.max():
+        lo, hi = (int(col.min()), int(col.max())) if col.size else (0, 0)
+        if inverse is not None and lo == hi:
             # One value (a mode's rows keep or cut nothing): each pair's rank is the row's rank so far. Two or
             # three of the five columns under every option but off-chip state with every-layer.
             continue
-        rank = _dense_rank(col if k == 0 else np.minimum(np.where(col < 0, cap, col), cap))
-        inverse = rank if inverse is None else _dense_rank(inverse * (int(rank.max(initial=0)) + 1) + rank)
+        if k and (lo < 0 or hi > cap):
+            col = np.minimum(np.where(col < 0, cap, col), cap)  # "never" markers (and -1) past every step
+        rank, distinct = _dense_rank(col)
+        inverse = rank if inverse is None else _dense_rank(inverse * distinct + rank)[0]
     assert inverse is not None  # five columns
     count = int(inverse.max(initial=-1)) + 1
     first = np.full(count, inverse.size, np.int64)
@@ -407,29 +410,31 @@ def _unique_rows(columns: list[np.ndarray], num_steps: int) -> tuple[np.ndarray,
     return np.stack([col[first] for col in columns], axis=1).astype(np.int64), inverse
 
 
-def _dense_rank(values: np.ndarray) -> np.ndarray:
-    """Each value's rank among the distinct values (int64, 0 for the smallest)."""
+def _dense_rank(values: np.ndarray) -> tuple[np.ndarray, int]:
+    """Each value's rank among the distinct values (int64, 0 for the smallest), and how many distinct values."""
+    # In int64: numpy gathers and scatters through int64 indices about twice as fast as through int32 ones.
     values = values.astype(np.int64, copy=False)
     if values.size == 0:
-        return values
+        return values, 0
     # A table over the range, no sort, while the range is not far wider than the values (then a sort is cheaper:
     # the few thousand distinct rows of two kinds of change, :func:`_merged_rows`).
     span = min(1 << 24, max(1 << 16, 8 * values.size))
     ranked = rank_by_table(values, span)
     if ranked is not None:
-        return ranked[1]
+        return ranked[1], len(ranked[0])
     top = int(values.max())
     # "Never" markers sit far above every step: rank them last, the rest through a dense table.
     rest = values[values != top]
     if rest.size == 0:
-        return np.zeros(values.size, np.int64)
+        return np.zeros(values.size, np.int64), 1
     lo, hi = int(rest.min()), int(rest.max())
     if hi - lo < span:
         present = np.bincount(rest - lo, minlength=hi - lo + 1) > 0
         rank = np.cumsum(present) - 1
-        return np.asarray(np.where(values == top, int(present.sum()), rank[np.clip(values - lo, 0, hi - lo)]),
-                          np.int64)
-    return np.asarray(np.unique(values, return_inverse=True)[1].reshape(-1), np.int64)
+        count = int(present.sum())
+        return np.asarray(np.where(values == top, count, rank[np.clip(values - lo, 0, hi - lo)]), np.int64), count + 1
+    distinct, inverse = np.unique(values, return_inverse=True)
+    return np.asarray(inverse.reshape(-1), np.int64), len(distinct)
 
 
 def with_live_steps(profile: Profile, nbytes: np.ndarray, cut: Spread, keep: Spread,
