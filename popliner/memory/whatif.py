@@ -58,7 +58,7 @@ class WhatIf:
 
     profile: Profile
     never_stash: np.ndarray  # bool per variable: recomputed by every-layer, never in a stash entry
-    forward_cut: np.ndarray  # per variable: pipeline's last forward step in a stage (-1: not cut)
+    forward_cut: Spread  # pipeline: the cut variables, each live in a stage's forward part from step lo to hi only
     rerun_ops: np.ndarray  # bool per operation: forward work a recomputing stage runs again
     forward_cut_key: bytes  # a digest of forward_cut's values (made from the cut variables and steps alone)
 
@@ -99,11 +99,8 @@ def rewrite(profile: Profile, ops: OperationTable, layer_of_op: np.ndarray, num_
     if shard > 1:
         nbytes = v.bytes.copy()
         nbytes[roles.optimizer_state] = -(-nbytes[roles.optimizer_state] // shard)
-    # Per variable, -1 where nothing changes. Each mode writes only into its own copies of this,
-    # so the others share it (several 8-byte columns over millions of variables cost time to fill).
     # Steps and unit numbers in int32 when they fit (always, in practice): half the pages to fill.
     steps = _step_dtype(profile.num_steps)
-    unchanged = _constant_column(memo, v.count, steps, -1)
     window = Spread.none()  # off chip: the state keeps only its steps lo..hi
     # The state's window reads the updates and the state; the what-if profile those, the sharding and
     # (every-layer only) the cuts, which read the layering (see _recompute_cuts).
@@ -111,16 +108,16 @@ def rewrite(profile: Profile, ops: OperationTable, layer_of_op: np.ndarray, num_
         window_key = b"offchip" + roles.key + np.dtype(steps).str.encode()
         found = memo.get(window_key) if memo is not None else None
         if found is None:
-            found = _off_chip_window(ops, roles, unchanged)
+            found = _off_chip_window(ops, roles, v.count, steps)
             if memo is not None:
                 memo[window_key] = found  # read only from here on
         window = found
-    cuts = _Cuts(Spread.none(), _constant_column(memo, v.count, np.bool_, False), unchanged,
+    cuts = _Cuts(Spread.none(), _constant_column(memo, v.count, np.bool_, False), Spread.none(),
                  np.zeros(ops.count, bool), b"none")
     key = b"whatif" + repr((shard, off_chip, recompute == "every-layer")).encode() + roles.key
     if recompute in ("every-layer", "pipeline"):
         # The cuts read the layering and the roles (not where the state lives): one per mode and layering, kept.
-        cuts_key, cuts = _recompute_cuts(profile, ops, layer_of_op, num_layers, roles, recompute, unchanged, memo,
+        cuts_key, cuts = _recompute_cuts(profile, ops, layer_of_op, num_layers, roles, recompute, steps, memo,
                                          counted)
         if recompute == "every-layer":
             key = b"whatif-cuts" + cuts_key + key
@@ -176,36 +173,34 @@ class Spread:
         return cls(empty, empty, empty)
 
 
-def _off_chip_window(ops: OperationTable, roles: Roles, unchanged: np.ndarray) -> Spread:
+def _off_chip_window(ops: OperationTable, roles: Roles, count: int, steps: type[np.signedinteger]) -> Spread:
     """(keep_lo, keep_hi): optimizer state live only from its first update step to its last (never without one)."""
     state = np.flatnonzero(roles.optimizer_state)  # once: a mask over every variable costs a pass per use
-    lo, hi = _update_window(ops, roles.is_update, len(unchanged), unchanged.dtype.type)
+    lo, hi = _update_window(ops, roles.is_update, count, steps)
     state_hi = hi[state]
-    steps = unchanged.dtype
     return Spread(state, np.where(state_hi >= 0, lo[state], _NEVER).astype(steps), state_hi.astype(steps))
 
 
 @dataclass(frozen=True, eq=False)
 class _Cuts:
-    cut: Spread  # per variable: lose the steps strictly between lo and hi (-1: none)
+    cut: Spread  # every-layer: the cut variables, each losing the steps strictly between lo and hi
     never_stash: np.ndarray
-    forward_cut: np.ndarray
+    forward_cut: Spread  # pipeline: the cut variables, each keeping steps lo..hi in a stage's forward part
     rerun_ops: np.ndarray
     forward_cut_key: bytes
 
 
 def _recompute_cuts(profile: Profile, ops: OperationTable, layer_of_op: np.ndarray, num_layers: int, roles: Roles,
-                    recompute: str, unchanged: np.ndarray, memo: dict[bytes, Any] | None,
+                    recompute: str, steps: type[np.signedinteger], memo: dict[bytes, Any] | None,
                     counted: np.ndarray) -> tuple[bytes, _Cuts]:
     """What ``every-layer`` (cut live steps) or ``pipeline`` (a forward cut per stage) recomputes, and the key it is
     memoised by (the mode, the layering and the roles).
 
     ``counted``: the operations whose variables count (the figures do not depend on it: the unit span starts from
     their layer span, which the boundaries read too). The memo keeps what the mode picks, compactly, for every
-    layering and optimizer state (a plan's option sets come back to each); the columns over every variable are
-    made again from it for each option set (tens of MB each, a fill and a scatter).
+    layering and optimizer state (a plan's option sets come back to each); every-layer's never-stashed column is
+    made again from it for each option set.
     """
-    steps = unchanged.dtype.type
     count = profile.variables.count
     # The layering, the backward operations and the roles; the same for both modes and wherever the optimizer
     # state lives.
@@ -223,10 +218,9 @@ def _recompute_cuts(profile: Profile, ops: OperationTable, layer_of_op: np.ndarr
     if recompute == "every-layer":
         pick = np.zeros(count, bool)
         pick[at] = True
-        return mode_key, _Cuts(Spread(at, lo, hi), pick, unchanged, rerun, cut_key)
-    forward_cut = unchanged.copy()
-    forward_cut[at] = hi
-    return mode_key, _Cuts(Spread.none(), _constant_column(memo, count, np.bool_, False), forward_cut, rerun, cut_key)
+        return mode_key, _Cuts(Spread(at, lo, hi), pick, Spread.none(), rerun, cut_key)
+    return mode_key, _Cuts(Spread.none(), _constant_column(memo, count, np.bool_, False), Spread(at, lo, hi), rerun,
+                           cut_key)
 
 
 def _unit_reads(profile: Profile, ops: OperationTable, layer_of_op: np.ndarray, num_layers: int, roles: Roles,
@@ -296,8 +290,8 @@ def _pipeline_cut(profile: Profile, ops: OperationTable, forward_op: np.ndarray,
 def _mode_cuts(found: tuple[np.ndarray, ...], profile: Profile, recompute: str,
                steps: type[np.signedinteger]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, bytes]:
     """(variables, lo, hi, rerun operations, forward cut's key) of one mode: ``every-layer``'s cut variables and the
-    steps they lose (strictly between lo and hi); ``pipeline``'s forward-cut variables and their cut step (hi; lo
-    empty), in order, which give every value of the forward cut (the others -1): its key digests them."""
+    steps they lose (strictly between lo and hi); ``pipeline``'s forward-cut variables, in order, and the steps they
+    keep in a stage's forward part (from 0 to their last forward read): its key digests the variables and reads."""
     # Pipeline's cut variables, their last forward read and their one unit (see _unit_reads).
     unit, bstart, forward_op, class_last, at, u, one_unit = found
     if recompute == "every-layer":
@@ -311,7 +305,7 @@ def _mode_cuts(found: tuple[np.ndarray, ...], profile: Profile, recompute: str,
         made = (near[sel], u_near[sel].astype(steps), r[sel].astype(steps),
                 forward_op & np.isin(unit, np.unique(lo_near[sel])))
     else:
-        made = (at, np.zeros(0, steps), u, forward_op.copy())
+        made = (at, np.zeros(at.size, steps), u, forward_op.copy())
     for column in made:
         column.flags.writeable = False  # shared by the option sets of the mode and layering
     cut_key = b"none" if recompute == "every-layer" else content_key(b"cut", made[0], made[2])
