@@ -455,30 +455,32 @@ def with_live_steps(profile: Profile, nbytes: np.ndarray, cut: Spread, keep: Spr
     ``memo``: the plan's option-free memo, where each kind's rows are ranked once (:func:`_ranked_rows`).
     """
     v = profile.variables
-    taken = np.zeros(v.count, bool)
-    taken[cut.at] = True
-    alone = np.flatnonzero(~taken[keep.at])
-    changed = np.concatenate((cut.at, keep.at[alone]))
-    if changed.size == 0:
-        if np.array_equal(nbytes, v.bytes):
+    if cut.at.size and keep.at.size:
+        # Both kinds (every-layer with off-chip state): the cut ones are left out of the kept ones.
+        taken = np.zeros(v.count, bool)
+        taken[cut.at] = True
+        alone = np.flatnonzero(~taken[keep.at])
+        keep = Spread(keep.at[alone], keep.lo[alone], keep.hi[alone])
+    if cut.at.size + keep.at.size == 0:
+        if nbytes is v.bytes or np.array_equal(nbytes, v.bytes):
             return profile
         return replace(profile, variables=v.replace(bytes=nbytes.astype(v.bytes.dtype, copy=False)))
     # One row (class, cut lo, cut hi, keep lo, keep hi) per changed variable, the cut ones first. Each kind is
     # ranked on its own, where the other kind's two steps are constant (never cut; kept 0..never): fewer columns
     # to rank than in one table of both, and each kind's ranking is found again by the option sets that make the
     # same change (off-chip state under every recomputation, a layering's cuts on or off chip).
-    parts = []
-    if cut.at.size:
-        parts.append(_ranked_rows(profile, cut.at, cut.lo, cut.hi, True, memo))
-    if alone.size:
-        parts.append(_ranked_rows(profile, keep.at[alone], keep.lo[alone], keep.hi[alone], False, memo))
+    changed = [spread.at for spread in (cut, keep) if spread.at.size]
+    parts = [_ranked_rows(profile, spread.at, spread.lo, spread.hi, spread is cut, memo)
+             for spread in (cut, keep) if spread.at.size]
     uniq, inverse = _merged_rows(parts, profile.num_steps)
     own, starts, ends = _changed_intervals(profile, uniq)
     new_counts = np.bincount(own, minlength=len(uniq))
     base = int(profile.class_ptr[-1])
     class_ptr = np.concatenate((profile.class_ptr, base + np.cumsum(new_counts)))
     klass = v.klass.copy()
-    klass[changed] = profile.num_classes + inverse
+    # Each kind's variables (distinct) take their rows' new classes, in the order of the rows.
+    for at, offset in zip(changed, (0, len(changed[0]))):
+        klass[at] = profile.num_classes + inverse[offset:offset + len(at)]
     variables = v.replace(bytes=nbytes.astype(v.bytes.dtype, copy=False),
                           klass=klass.astype(v.klass.dtype, copy=False))  # both already copies, or unchanged
     return replace(profile, variables=variables, class_ptr=class_ptr.astype(profile.class_ptr.dtype),
