@@ -156,11 +156,16 @@ def rank_by_table(values: np.ndarray, max_span: int = 1 << 24) -> tuple[np.ndarr
     lo, hi = int(values.min()), int(values.max())
     if hi - lo >= max_span:
         return None
-    at = values - values.dtype.type(lo)  # in the values' own type: no int64 copy of a long column
+    at = values - values.dtype.type(lo) if lo else values  # in the values' own type: no int64 copy of a long column
     seen = np.zeros(hi - lo + 1, bool)
     seen[at] = True
+    present = np.flatnonzero(seen)
+    # Each present value's rank written at its place only: a table far wider than the values it holds (a pair of
+    # ranks, whatif._unique_rows) is neither summed nor filled, only the places the values read are touched.
+    rank = np.empty(seen.size, np.int64)
+    rank[present] = np.arange(present.size)
     # np.take: a plain gather, about twice as fast as an index of a long column.
-    return np.flatnonzero(seen) + lo, np.take(np.cumsum(seen) - 1, at)
+    return present + lo, np.take(rank, at)
 
 
 def unique_inverse(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

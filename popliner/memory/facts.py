@@ -182,20 +182,21 @@ class MemoryFacts:
 
     @cached_property
     def _forward_cut_profile_head_kept(self) -> Profile:
-        cut = self.view.forward_cut.copy()
+        cut = self.view.forward_cut
         head = self.model.counted_variables(ops_of_layers(self.layer_of_op, [self.head_layer], False))
-        cut[head] = -1
-        return self._cut_profile(cut, content_key(b"head kept", self.view.forward_cut_key, head))
+        in_head = np.zeros(self.profile.variables.count, bool)
+        in_head[head] = True
+        kept = ~in_head[cut.at]
+        return self._cut_profile(Spread(cut.at[kept], cut.lo[kept], cut.hi[kept]),
+                                 content_key(b"head kept", self.view.forward_cut_key, head))
 
-    def _cut_profile(self, cut: np.ndarray, key: bytes) -> Profile:
+    def _cut_profile(self, keep: Spread, key: bytes) -> Profile:
         # Option sets that cut the same variables of the same what-if profile (the head placements, often)
         # share one forward-cut profile, found by the cut's key (equal keys, equal cuts: no copy of it is kept).
         made: list[tuple[Profile, bytes, Profile]] = self.memo.setdefault(b"cut-profiles", [])
         for what_if, known, found in made:
             if what_if is self.profile and known == key:
                 return found
-        at = np.flatnonzero(cut >= 0)
-        keep = Spread(at, np.zeros(at.size, cut.dtype), cut[at])  # each cut variable keeps steps 0..its cut
         found = with_live_steps(self.profile, self.profile.variables.bytes, Spread.none(), keep, self.memo)
         made.append((self.profile, key, found))
         return found

@@ -25,7 +25,7 @@ import numpy as np
 from popliner.arrays import content_key
 from popliner.errors import UsageProblem
 from popliner.layout import EMBEDDING_GROUP, HEAD_GROUP, HEAD_PLACEMENTS, HeadPlacement
-from popliner.memory.whatif import Roles, optimizer_state_variables, rewrite, roles_key
+from popliner.memory.whatif import Roles, Spread, optimizer_state_variables, rewrite, roles_key
 from popliner.ops.head import head_groups
 from popliner.ops.operations import OperationTable
 from popliner.ops.roles import (
@@ -125,8 +125,8 @@ class TrainingView:
     entry leaves out (recomputed by ``every-layer``); ``stash_inputs`` says the
     entry also takes variables that went live before the stage's forward part
     (received inputs); ``inputs_only`` (``pipeline``) that it takes nothing
-    else. ``forward_cut`` (``pipeline``) is, per variable, the last step it
-    stays live in a stage's forward part, or -1 when it is not cut.
+    else. ``forward_cut`` (``pipeline``) holds the cut variables, in order, each
+    with the steps it stays live in a stage's forward part (0 to its last forward read); none otherwise.
     ``rerun_ops`` are the operations whose cycles a recomputing stage runs
     again in its backward part.
     """
@@ -141,7 +141,7 @@ class TrainingView:
     never_stash: np.ndarray
     stash_inputs: bool
     inputs_only: bool
-    forward_cut: np.ndarray
+    forward_cut: Spread
     rerun_ops: np.ndarray
     #: A key of ``forward_cut``'s values: equal keys, equal cuts (what the forward-cut profiles are found by).
     forward_cut_key: bytes
@@ -163,8 +163,7 @@ def build_training_view(profile: Profile, ops: OperationTable, layer_of_op: np.n
         # Inference: nothing to stash, recompute or update.
         none = np.zeros(ops.count, bool)
         return TrainingView(options, "none", profile, np.asarray(backward_named, bool), none, np.zeros(v.count, bool),
-                            none, np.zeros(v.count, bool), False, False, np.full(v.count, -1, np.int64), none,
-                            b"none")
+                            none, np.zeros(v.count, bool), False, False, Spread.none(), none, b"none")
     key = content_key(b"roles", np.asarray(backward_named, bool),
                       repr((options.update_regex, options.optimizer_state_regex)).encode())
     found = memo.get(key) if memo is not None else None

@@ -13,6 +13,7 @@ variables and operations each rule touches; this module rewrites.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -57,7 +58,7 @@ class WhatIf:
 
     profile: Profile
     never_stash: np.ndarray  # bool per variable: recomputed by every-layer, never in a stash entry
-    forward_cut: np.ndarray  # per variable: pipeline's last forward step in a stage (-1: not cut)
+    forward_cut: Spread  # pipeline: the cut variables, each live in a stage's forward part from step lo to hi only
     rerun_ops: np.ndarray  # bool per operation: forward work a recomputing stage runs again
     forward_cut_key: bytes  # a digest of forward_cut's values (made from the cut variables and steps alone)
 
@@ -77,9 +78,9 @@ def optimizer_state_variables(
     # Each operation marks its variables, updates in one mask and the others in another: plain scatters of
     # True (63 M entries at 10x in 0.2 s, where counting every entry took 0.45-0.7 s; docs/benchmarks.md).
     by_update, by_other = np.zeros(v.count, bool), np.zeros(v.count, bool)
-    ptr = ops.var_ptr.tolist()
+    entries = _entries(ops)
     for op, update in enumerate(is_update.tolist()):
-        (by_update if update else by_other)[ops.var_idx[ptr[op]:ptr[op + 1]]] = True
+        (by_update if update else by_other)[entries(op)] = True
     return np.asarray(always_live_var & by_update & ~by_other, bool)
 
 
@@ -98,11 +99,8 @@ def rewrite(profile: Profile, ops: OperationTable, layer_of_op: np.ndarray, num_
     if shard > 1:
         nbytes = v.bytes.copy()
         nbytes[roles.optimizer_state] = -(-nbytes[roles.optimizer_state] // shard)
-    # Per variable, -1 where nothing changes. Each mode writes only into its own copies of this,
-    # so the others share it (several 8-byte columns over millions of variables cost time to fill).
     # Steps and unit numbers in int32 when they fit (always, in practice): half the pages to fill.
     steps = _step_dtype(profile.num_steps)
-    unchanged = _constant_column(memo, v.count, steps, -1)
     window = Spread.none()  # off chip: the state keeps only its steps lo..hi
     # The state's window reads the updates and the state; the what-if profile those, the sharding and
     # (every-layer only) the cuts, which read the layering (see _recompute_cuts).
@@ -110,16 +108,16 @@ def rewrite(profile: Profile, ops: OperationTable, layer_of_op: np.ndarray, num_
         window_key = b"offchip" + roles.key + np.dtype(steps).str.encode()
         found = memo.get(window_key) if memo is not None else None
         if found is None:
-            found = _off_chip_window(ops, roles, unchanged)
+            found = _off_chip_window(ops, roles, v.count, steps)
             if memo is not None:
                 memo[window_key] = found  # read only from here on
         window = found
-    cuts = _Cuts(Spread.none(), _constant_column(memo, v.count, np.bool_, False), unchanged,
+    cuts = _Cuts(Spread.none(), _constant_column(memo, v.count, np.bool_, False), Spread.none(),
                  np.zeros(ops.count, bool), b"none")
     key = b"whatif" + repr((shard, off_chip, recompute == "every-layer")).encode() + roles.key
     if recompute in ("every-layer", "pipeline"):
         # The cuts read the layering and the roles (not where the state lives): one per mode and layering, kept.
-        cuts_key, cuts = _recompute_cuts(profile, ops, layer_of_op, num_layers, roles, recompute, unchanged, memo,
+        cuts_key, cuts = _recompute_cuts(profile, ops, layer_of_op, num_layers, roles, recompute, steps, memo,
                                          counted)
         if recompute == "every-layer":
             key = b"whatif-cuts" + cuts_key + key
@@ -175,36 +173,34 @@ class Spread:
         return cls(empty, empty, empty)
 
 
-def _off_chip_window(ops: OperationTable, roles: Roles, unchanged: np.ndarray) -> Spread:
+def _off_chip_window(ops: OperationTable, roles: Roles, count: int, steps: type[np.signedinteger]) -> Spread:
     """(keep_lo, keep_hi): optimizer state live only from its first update step to its last (never without one)."""
     state = np.flatnonzero(roles.optimizer_state)  # once: a mask over every variable costs a pass per use
-    lo, hi = _update_window(ops, roles.is_update, len(unchanged), unchanged.dtype.type)
+    lo, hi = _update_window(ops, roles.is_update, count, steps)
     state_hi = hi[state]
-    steps = unchanged.dtype
     return Spread(state, np.where(state_hi >= 0, lo[state], _NEVER).astype(steps), state_hi.astype(steps))
 
 
 @dataclass(frozen=True, eq=False)
 class _Cuts:
-    cut: Spread  # per variable: lose the steps strictly between lo and hi (-1: none)
+    cut: Spread  # every-layer: the cut variables, each losing the steps strictly between lo and hi
     never_stash: np.ndarray
-    forward_cut: np.ndarray
+    forward_cut: Spread  # pipeline: the cut variables, each keeping steps lo..hi in a stage's forward part
     rerun_ops: np.ndarray
     forward_cut_key: bytes
 
 
 def _recompute_cuts(profile: Profile, ops: OperationTable, layer_of_op: np.ndarray, num_layers: int, roles: Roles,
-                    recompute: str, unchanged: np.ndarray, memo: dict[bytes, Any] | None,
+                    recompute: str, steps: type[np.signedinteger], memo: dict[bytes, Any] | None,
                     counted: np.ndarray) -> tuple[bytes, _Cuts]:
     """What ``every-layer`` (cut live steps) or ``pipeline`` (a forward cut per stage) recomputes, and the key it is
     memoised by (the mode, the layering and the roles).
 
     ``counted``: the operations whose variables count (the figures do not depend on it: the unit span starts from
     their layer span, which the boundaries read too). The memo keeps what the mode picks, compactly, for every
-    layering and optimizer state (a plan's option sets come back to each); the columns over every variable are
-    made again from it for each option set (tens of MB each, a fill and a scatter).
+    layering and optimizer state (a plan's option sets come back to each); every-layer's never-stashed column is
+    made again from it for each option set.
     """
-    steps = unchanged.dtype.type
     count = profile.variables.count
     # The layering, the backward operations and the roles; the same for both modes and wherever the optimizer
     # state lives.
@@ -222,39 +218,37 @@ def _recompute_cuts(profile: Profile, ops: OperationTable, layer_of_op: np.ndarr
     if recompute == "every-layer":
         pick = np.zeros(count, bool)
         pick[at] = True
-        return mode_key, _Cuts(Spread(at, lo, hi), pick, unchanged, rerun, cut_key)
-    forward_cut = unchanged.copy()
-    forward_cut[at] = hi
-    return mode_key, _Cuts(Spread.none(), _constant_column(memo, count, np.bool_, False), forward_cut, rerun, cut_key)
+        return mode_key, _Cuts(Spread(at, lo, hi), pick, Spread.none(), rerun, cut_key)
+    return mode_key, _Cuts(Spread.none(), _constant_column(memo, count, np.bool_, False), Spread(at, lo, hi), rerun,
+                           cut_key)
 
 
 def _unit_reads(profile: Profile, ops: OperationTable, layer_of_op: np.ndarray, num_layers: int, roles: Roles,
                 steps: type[np.signedinteger], memo: dict[bytes, Any] | None, counted: np.ndarray,
                 key: bytes) -> tuple[np.ndarray, ...]:
     """What both recomputation modes read of one layering (memoised by ``key``): each operation's unit, each unit's
-    backward start, the forward operations, each class's first and last step, and, of the variables a forward
-    operation reads that recomputation may cut (neither always live nor optimizer state), their indices, last
-    forward read and unit span."""
+    backward start, the forward operations, each class's last step, and the variables ``pipeline`` cuts (of those
+    a forward operation reads, neither always live nor optimizer state, the ones live before and after their last
+    forward read), with their last forward read and their unit (-1 when several units use them).
+
+    ``every-layer`` cuts some of those same variables (one unit's, live up to its backward start): it picks them
+    from these, so each mode's test reads only the variables it may cut."""
     found: tuple[np.ndarray, ...] | None = memo.get(key) if memo is not None else None
     if found is None:
-        count = profile.variables.count
         unit = _unit_of_op(layer_of_op, roles.groups, num_layers)
         bstart = unit_backward_start(unit, ops.first_step, roles.is_backward, num_layers + 2)
         forward_op = (ops.first_step >= 0) & ~roles.is_backward
         forward_op &= ops.first_step < bstart[np.maximum(unit, 0)]
-        # Each variable's first and last live steps are its class's: read through the classes where tested.
-        first, last = class_steps(profile, steps)
-        u = _last_forward_read(ops, forward_op, count, steps)
         # The counted layer span with the other operations of a unit taken in (the same units: layers, then groups).
         layered = counted_layer_span(ops, layer_of_op, counted, num_layers, memo)
         lo_unit, hi_unit = widen_span(layered, ops.var_ptr, ops.var_idx,
                                       np.flatnonzero((unit >= 0) & ~(counted & (layer_of_op >= 0))), unit)
-        # Kept for the variables a forward operation reads that recomputation may cut only (the others are never cut):
-        # under half of them, picked once for both modes.
-        read = (u >= 0) & (hi_unit >= 0) & ~roles.always_live & ~roles.optimizer_state
-        read_idx = np.flatnonzero(read).astype(np.int32 if count < 2**31 else np.int64)
-        del read
-        found = (unit, bstart, forward_op, first, last, read_idx, u[read_idx], lo_unit[read_idx], hi_unit[read_idx])
+        at, u_at = _pipeline_cut(profile, ops, forward_op, unit >= 0, hi_unit, roles, steps, memo)
+        lo_at, hi_at = lo_unit[at], hi_unit[at]
+        last = class_steps(profile, steps)[1]
+        found = (unit, bstart, forward_op, last, at, u_at, np.where(lo_at == hi_at, lo_at, -1))
+        for column in found:
+            column.flags.writeable = False  # shared by the modes and option sets of the layering
         if memo is not None:
             # Kept for every layering (a plan's head placements give two or three) until both modes are made
             # (_recompute_cuts).
@@ -262,32 +256,56 @@ def _unit_reads(profile: Profile, ops: OperationTable, layer_of_op: np.ndarray, 
     return found
 
 
+def _pipeline_cut(profile: Profile, ops: OperationTable, forward_op: np.ndarray, in_unit: np.ndarray,
+                  hi_unit: np.ndarray, roles: Roles, steps: type[np.signedinteger],
+                  memo: dict[bytes, Any] | None) -> tuple[np.ndarray, np.ndarray]:
+    """The variables ``pipeline`` cuts, in order, and their last forward read: of the variables a forward operation
+    reads, neither always live nor optimizer state, the ones live before and after their last forward read.
+
+    Only variables an operation of a unit uses (``in_unit``, per operation) are cut: those with ``hi_unit`` (their
+    unit span's last unit) set. That reads no unit number, so the head placements' layerings, which number some
+    operations' units differently but give the same forward operations and units, share it (``memo``): a pass over
+    the forward operations' variables and tests over every variable, once per plan.
+    """
+    key = content_key(b"pipeline-cut", np.asarray(forward_op, bool), np.asarray(in_unit, bool), roles.key,
+                      np.dtype(steps).str.encode())
+    found: tuple[np.ndarray, np.ndarray] | None = memo.get(key) if memo is not None else None
+    if found is None:
+        count = profile.variables.count
+        u = _last_forward_read(ops, forward_op, count, steps)
+        read = (u >= 0) & (hi_unit >= 0) & ~roles.always_live & ~roles.optimizer_state
+        read_idx = np.flatnonzero(read).astype(np.int32 if count < 2**31 else np.int64)
+        del read
+        # Each variable's first and last live steps are its class's: read through the classes where tested.
+        first, last = class_steps(profile, steps)
+        u_read = u[read_idx]
+        cls = profile.variables.klass[read_idx]
+        cut = (first[cls] <= u_read) & (last[cls] > u_read)
+        found = (read_idx[cut], u_read[cut])
+        if memo is not None:
+            memo[key] = found  # read only from here on
+    return found
+
+
 def _mode_cuts(found: tuple[np.ndarray, ...], profile: Profile, recompute: str,
                steps: type[np.signedinteger]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, bytes]:
     """(variables, lo, hi, rerun operations, forward cut's key) of one mode: ``every-layer``'s cut variables and the
-    steps they lose (strictly between lo and hi); ``pipeline``'s forward-cut variables and their cut step (hi; lo
-    empty), in order, which give every value of the forward cut (the others -1): its key digests them."""
-    # The variables a forward operation reads that recomputation may cut (u, lo_unit, hi_unit are theirs).
-    unit, bstart, forward_op, class_first, class_last, read_idx, u, lo_unit, hi_unit = found
-    klass = profile.variables.klass
+    steps they lose (strictly between lo and hi); ``pipeline``'s forward-cut variables, in order, and the steps they
+    keep in a stage's forward part (from 0 to their last forward read): its key digests the variables and reads."""
+    # Pipeline's cut variables, their last forward read and their one unit (see _unit_reads).
+    unit, bstart, forward_op, class_last, at, u, one_unit = found
     if recompute == "every-layer":
-        # Variables of one unit, read before their last forward read: the rest of the test on those only
-        # (whole columns of int64 steps over millions of variables cost more than the test).
-        at = np.flatnonzero(lo_unit == hi_unit)
-        one = read_idx[at]
-        cls, u_one, lo_one = klass[one], u[at], lo_unit[at]
-        read = class_first[cls] <= u_one
-        near, u_near, lo_near = one[read], u_one[read], lo_one[read]
+        # Variables of one unit live up to its backward start, which comes after the step after their last forward
+        # read: the test on those only (whole columns of int64 steps over millions of variables cost more).
+        one = np.flatnonzero(one_unit >= 0)
+        near, u_near, lo_near = at[one], u[one], one_unit[one]
         r = bstart[lo_near]  # the unit's backward start
-        sel = (r <= class_last[cls[read]]) & (r > u_near + 1)
+        sel = (r <= class_last[profile.variables.klass[near]]) & (r > u_near + 1)
         # Each layer owning a recomputed variable runs its forward part again.
         made = (near[sel], u_near[sel].astype(steps), r[sel].astype(steps),
                 forward_op & np.isin(unit, np.unique(lo_near[sel])))
     else:
-        some = read_idx
-        cls, u_some = klass[some], u
-        sel = (class_first[cls] <= u_some) & (class_last[cls] > u_some)
-        made = (some[sel], np.zeros(0, steps), u_some[sel], forward_op.copy())
+        made = (at, np.zeros(at.size, steps), u, forward_op.copy())
     for column in made:
         column.flags.writeable = False  # shared by the option sets of the mode and layering
     cut_key = b"none" if recompute == "every-layer" else content_key(b"cut", made[0], made[2])
@@ -313,9 +331,20 @@ def _last_forward_read(ops: OperationTable, forward_op: np.ndarray, num_vars: in
     u = np.full(num_vars, -1, dtype)
     picked = np.flatnonzero(forward_op)
     # Plain scatters in order of last step: a later (larger) one overwrites.
+    entries = _entries(ops)
     for op in picked[np.argsort(ops.last_step[picked], kind="stable")].tolist():
-        u[ops.vars_of(op)] = int(ops.last_step[op])
+        u[entries(op)] = int(ops.last_step[op])
     return u
+
+
+def _entries(ops: OperationTable) -> Callable[[int], np.ndarray]:
+    """Each operation's variables as native (intp) indices, for a scatter over them.
+
+    numpy scatters through an int32 index by casting it in small buffers, slower than one cast of the slice
+    first (over the 40 M entries of the 120-layer BERT profile: 0.25 -> 0.17 s).
+    """
+    ptr, idx = ops.var_ptr.tolist(), ops.var_idx
+    return lambda op: idx[ptr[op]:ptr[op + 1]].astype(np.intp, copy=False)
 
 
 def _update_window(ops: OperationTable, is_update: np.ndarray, num_vars: int,
@@ -327,11 +356,11 @@ def _update_window(ops: OperationTable, is_update: np.ndarray, num_vars: int,
     # Plain scatters, one value each: in order of last step (a later one overwrites hi), and of first step
     # from the last (an earlier one overwrites lo); np.minimum.at and np.maximum.at over every entry took 1.3 s
     # on 30 M entries (docs/benchmarks.md).
-    ptr = ops.var_ptr.tolist()
+    entries = _entries(ops)
     for op in picked[np.argsort(ops.last_step[picked], kind="stable")].tolist():
-        hi[ops.var_idx[ptr[op]:ptr[op + 1]]] = ops.last_step[op]
+        hi[entries(op)] = ops.last_step[op]
     for op in picked[np.argsort(ops.first_step[picked], kind="stable")][::-1].tolist():
-        lo[ops.var_idx[ptr[op]:ptr[op + 1]]] = ops.first_step[op]
+        lo[entries(op)] = ops.first_step[op]
     return lo, hi
 
 
@@ -371,12 +400,15 @@ def _unique_rows(columns: list[np.ndarray], num_steps: int) -> tuple[np.ndarray,
     cap = num_steps + 2
     inverse: np.ndarray | None = None
     for k, col in enumerate(columns):
-        if inverse is not None and col.size and col.min() == col.max():
+        lo, hi = (int(col.min()), int(col.max())) if col.size else (0, 0)
+        if inverse is not None and lo == hi:
             # One value (a mode's rows keep or cut nothing): each pair's rank is the row's rank so far. Two or
             # three of the five columns under every option but off-chip state with every-layer.
             continue
-        rank = _dense_rank(col if k == 0 else np.minimum(np.where(col < 0, cap, col), cap))
-        inverse = rank if inverse is None else _dense_rank(inverse * (int(rank.max(initial=0)) + 1) + rank)
+        if k and (lo < 0 or hi > cap):
+            col = np.minimum(np.where(col < 0, cap, col), cap)  # "never" markers (and -1) past every step
+        rank, distinct = _dense_rank(col)
+        inverse = rank if inverse is None else _dense_rank(inverse * distinct + rank)[0]
     assert inverse is not None  # five columns
     count = int(inverse.max(initial=-1)) + 1
     first = np.full(count, inverse.size, np.int64)
@@ -384,29 +416,31 @@ def _unique_rows(columns: list[np.ndarray], num_steps: int) -> tuple[np.ndarray,
     return np.stack([col[first] for col in columns], axis=1).astype(np.int64), inverse
 
 
-def _dense_rank(values: np.ndarray) -> np.ndarray:
-    """Each value's rank among the distinct values (int64, 0 for the smallest)."""
+def _dense_rank(values: np.ndarray) -> tuple[np.ndarray, int]:
+    """Each value's rank among the distinct values (int64, 0 for the smallest), and how many distinct values."""
+    # In int64: numpy gathers and scatters through int64 indices about twice as fast as through int32 ones.
     values = values.astype(np.int64, copy=False)
     if values.size == 0:
-        return values
+        return values, 0
     # A table over the range, no sort, while the range is not far wider than the values (then a sort is cheaper:
     # the few thousand distinct rows of two kinds of change, :func:`_merged_rows`).
     span = min(1 << 24, max(1 << 16, 8 * values.size))
     ranked = rank_by_table(values, span)
     if ranked is not None:
-        return ranked[1]
+        return ranked[1], len(ranked[0])
     top = int(values.max())
     # "Never" markers sit far above every step: rank them last, the rest through a dense table.
     rest = values[values != top]
     if rest.size == 0:
-        return np.zeros(values.size, np.int64)
+        return np.zeros(values.size, np.int64), 1
     lo, hi = int(rest.min()), int(rest.max())
     if hi - lo < span:
         present = np.bincount(rest - lo, minlength=hi - lo + 1) > 0
         rank = np.cumsum(present) - 1
-        return np.asarray(np.where(values == top, int(present.sum()), rank[np.clip(values - lo, 0, hi - lo)]),
-                          np.int64)
-    return np.asarray(np.unique(values, return_inverse=True)[1].reshape(-1), np.int64)
+        count = int(present.sum())
+        return np.asarray(np.where(values == top, count, rank[np.clip(values - lo, 0, hi - lo)]), np.int64), count + 1
+    distinct, inverse = np.unique(values, return_inverse=True)
+    return np.asarray(inverse.reshape(-1), np.int64), len(distinct)
 
 
 def with_live_steps(profile: Profile, nbytes: np.ndarray, cut: Spread, keep: Spread,
@@ -421,30 +455,32 @@ def with_live_steps(profile: Profile, nbytes: np.ndarray, cut: Spread, keep: Spr
     ``memo``: the plan's option-free memo, where each kind's rows are ranked once (:func:`_ranked_rows`).
     """
     v = profile.variables
-    taken = np.zeros(v.count, bool)
-    taken[cut.at] = True
-    alone = np.flatnonzero(~taken[keep.at])
-    changed = np.concatenate((cut.at, keep.at[alone]))
-    if changed.size == 0:
-        if np.array_equal(nbytes, v.bytes):
+    if cut.at.size and keep.at.size:
+        # Both kinds (every-layer with off-chip state): the cut ones are left out of the kept ones.
+        taken = np.zeros(v.count, bool)
+        taken[cut.at] = True
+        alone = np.flatnonzero(~taken[keep.at])
+        keep = Spread(keep.at[alone], keep.lo[alone], keep.hi[alone])
+    if cut.at.size + keep.at.size == 0:
+        if nbytes is v.bytes or np.array_equal(nbytes, v.bytes):
             return profile
         return replace(profile, variables=v.replace(bytes=nbytes.astype(v.bytes.dtype, copy=False)))
     # One row (class, cut lo, cut hi, keep lo, keep hi) per changed variable, the cut ones first. Each kind is
     # ranked on its own, where the other kind's two steps are constant (never cut; kept 0..never): fewer columns
     # to rank than in one table of both, and each kind's ranking is found again by the option sets that make the
     # same change (off-chip state under every recomputation, a layering's cuts on or off chip).
-    parts = []
-    if cut.at.size:
-        parts.append(_ranked_rows(profile, cut.at, cut.lo, cut.hi, True, memo))
-    if alone.size:
-        parts.append(_ranked_rows(profile, keep.at[alone], keep.lo[alone], keep.hi[alone], False, memo))
+    changed = [spread.at for spread in (cut, keep) if spread.at.size]
+    parts = [_ranked_rows(profile, spread.at, spread.lo, spread.hi, spread is cut, memo)
+             for spread in (cut, keep) if spread.at.size]
     uniq, inverse = _merged_rows(parts, profile.num_steps)
     own, starts, ends = _changed_intervals(profile, uniq)
     new_counts = np.bincount(own, minlength=len(uniq))
     base = int(profile.class_ptr[-1])
     class_ptr = np.concatenate((profile.class_ptr, base + np.cumsum(new_counts)))
     klass = v.klass.copy()
-    klass[changed] = profile.num_classes + inverse
+    # Each kind's variables (distinct) take their rows' new classes, in the order of the rows.
+    for at, offset in zip(changed, (0, len(changed[0]))):
+        klass[at] = profile.num_classes + inverse[offset:offset + len(at)]
     variables = v.replace(bytes=nbytes.astype(v.bytes.dtype, copy=False),
                           klass=klass.astype(v.klass.dtype, copy=False))  # both already copies, or unchanged
     return replace(profile, variables=variables, class_ptr=class_ptr.astype(profile.class_ptr.dtype),
