@@ -145,6 +145,8 @@ class RangeState:
         differs = view.differs(shared.reference)
         if differs is None:
             return np.zeros(len(self.layer_ops), bool)
+        if not differs.any():  # the head placements of a recomputation and state that cuts no head's variables
+            return np.ones(len(self.layer_ops), bool)
         v = self._layer_variables()
         return ~layers_touched(differs, v.starts, v.lengths, v.ptr,
                                [v.shared_of(k, ops) for k, ops in enumerate(self.layer_ops)])

@@ -433,9 +433,8 @@ class _GridShare:
             self._colmap = (None if same else at,)
         return self._colmap[0]
 
-    @property
     def class_ids(self) -> np.ndarray:
-        """:meth:`SharedParts.class_ids` of this grid's profile."""
+        """:meth:`SharedParts.class_ids` of this grid's profile (memoised)."""
         if self._class_ids is None:
             self._class_ids = self.shared.class_ids(self.grid.p)
         return self._class_ids
@@ -546,7 +545,7 @@ class EngineShare:
     def view(self, signature: tuple[object, ...]) -> TableView:
         """What this option set's range figures read of its variables (:mod:`popliner.memory.figure_share`)."""
         always = self.shared.classes[0]
-        grids = tuple(GridView(always | share.own, share.grid.p.variables.klass, share.class_ids,
+        grids = tuple(GridView(always, share.own, share.grid.p.variables.klass, share.class_ids,
                                share.grid.p.variables.bytes)
                       for share in (self.grid, self.cut_grid) if share is not None and share.own is not None)
         never = np.asarray(self.facts.view.never_stash, bool) if self.facts.training else None
