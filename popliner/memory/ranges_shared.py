@@ -175,7 +175,7 @@ class SharedParts:
         """A number per distinct never-stashed set (``every-layer``'s recomputed variables)."""
         never = np.asarray(never, bool)
         # Most option sets stash every variable: their set is empty, and needs no digest (a pass over millions).
-        return self._number(self._never, content_key(b"never", never) if never.any() else b"never: none")
+        return self._number(self._never, b"never" + self.key(never) if never.any() else b"never: none")
 
     def _number(self, known: dict[bytes, int], key: bytes) -> int:
         found = known.get(key)
