@@ -164,11 +164,14 @@ class SharedParts:
         """
         n = self.profile.num_classes
         ids = np.arange(profile.num_classes, dtype=np.int64)
-        ptr, start, end = profile.class_ptr.tolist(), profile.iv_start, profile.iv_end
+        ptr = profile.class_ptr.tolist()
+        # Sliced from the columns' bytes: a slice of bytes costs a tenth of an array's slice and its bytes.
+        width = profile.iv_start.itemsize
+        start, end = profile.iv_start.tobytes(), np.asarray(profile.iv_end, profile.iv_start.dtype).tobytes()
         numbers = self._class_numbers
         for k in range(n, profile.num_classes):
-            intervals = start[ptr[k]:ptr[k + 1]].tobytes() + end[ptr[k]:ptr[k + 1]].tobytes()
-            ids[k] = numbers.setdefault(intervals, n + len(numbers))
+            lo, hi = ptr[k] * width, ptr[k + 1] * width
+            ids[k] = numbers.setdefault(start[lo:hi] + end[lo:hi], n + len(numbers))
         return ids
 
     def never_stash(self, never: np.ndarray) -> int:
