@@ -210,7 +210,7 @@ def test_every_layer_with_the_head_first_and_last_share_the_figures_of_the_layer
 def test_the_comparison_with_the_reference_tells_the_option_sets_apart(monkeypatch: pytest.MonkeyPatch) -> None:
     """Were every variable treated alike by every option set, figures would be taken from the wrong option set."""
     monkeypatch.setattr(figure_share.TableView, "differs",
-                        lambda self, reference: np.zeros(self.grids[0].made.size, bool))
+                        lambda self, reference: np.zeros(self.grids[0].klass.size, bool))
     with pytest.raises(AssertionError):
         _held("bert-tiny-training.json", TINY)
 

@@ -23,11 +23,36 @@ from popliner.ops.layers import ops_of_layers
 from popliner.ops.operations import OperationTable
 from popliner.profile.model import PROGRAM_TYPES, Profile
 
-__all__ = ["Boundaries", "build_boundaries", "constant_vars", "counted_layer_span", "variable_layer_span",
-           "wrapped_head_hi"]
+__all__ = ["Boundaries", "MultiLayer", "build_boundaries", "constant_vars", "counted_layer_span", "multi_layer",
+           "variable_layer_span", "wrapped_head_hi"]
 
 #: Program types that move data between the host and the IPU.
 _STREAM_TYPES = ("StreamCopyBegin", "StreamCopyMid", "StreamCopyEnd")
+
+
+@dataclass(frozen=True, eq=False)
+class MultiLayer:
+    """The variables more than one layer uses (a few percent of all), with what the crossings read of them that no
+    option changes: the layering's, the same for every option set of it (:func:`multi_layer`)."""
+
+    #: The variables, sorted (a compact numbering of them).
+    index: np.ndarray
+    #: Their first layer, and their last (a wrapped head's use left out of those the embedding uses too).
+    lo: np.ndarray
+    hi: np.ndarray
+    #: Made by each IPU that reads them (:func:`constant_vars`).
+    constant: np.ndarray
+    #: The operation that uses each at the earliest step (-1: none runs).
+    first_user: np.ndarray
+
+
+def multi_layer(span: tuple[np.ndarray, np.ndarray], wrapped_hi: np.ndarray | None, constant: np.ndarray,
+                first_user: np.ndarray) -> MultiLayer:
+    """:class:`MultiLayer` of a layer span (``wrapped_hi``: its ``hi`` with a wrapped head, else None)."""
+    lo, hi = span
+    index = np.flatnonzero(hi > lo)  # a variable one layer uses crosses no boundary
+    return MultiLayer(index, lo[index], (hi if wrapped_hi is None else wrapped_hi)[index], constant[index],
+                      first_user[index])
 
 
 @dataclass(frozen=True, eq=False)
@@ -50,8 +75,8 @@ class Boundaries:
     always_live_var: np.ndarray
     #: Per variable: the first and last layer whose counted operations use it (:func:`variable_layer_span`).
     variable_layer_span: tuple[np.ndarray, np.ndarray]
-    #: The variables that more than one layer uses, sorted (a compact numbering of them).
-    multi_layer_index: np.ndarray
+    #: The variables that more than one layer uses, and what the crossings read of them.
+    multi: MultiLayer
     #: Variables each IPU that reads one makes itself (:func:`constant_vars`).
     constant_var: np.ndarray
     #: With a wrapped head: the span's ``hi`` with the head's use left out of the variables the embedding uses
@@ -61,6 +86,11 @@ class Boundaries:
     @property
     def head_layer(self) -> int:
         return self.num_layers - 1
+
+    @property
+    def multi_layer_index(self) -> np.ndarray:
+        """The variables that more than one layer uses, sorted (a compact numbering of them)."""
+        return self.multi.index
 
     def _used_by(self, layers: Sequence[int], first_stage: bool) -> np.ndarray:
         """The counted variables of the layers' operations (with the unlayered ones for the first stage)."""
@@ -110,15 +140,23 @@ class Boundaries:
         """The part of :attr:`crossing` sent backwards: variables first used by a backward operation."""
         return self._crossing(gradients_only=True)
 
+    @cached_property
+    def _multi_sent(self) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`sent` of the multi-layer variables (not gradients only), and their bytes: what both crossings
+        read of this option set's variable columns, gathered once."""
+        m = self.multi
+        return np.asarray(~self.always_live_var[m.index] & ~m.constant), self.profile.variables.bytes[m.index]
+
     def _crossing(self, gradients_only: bool = False) -> np.ndarray:
-        lo, hi = self.variable_layer_span
-        var = self.multi_layer_index  # a variable one layer uses crosses no boundary
-        lo, hi = lo[var], (hi if self.wrapped_hi is None else self.wrapped_hi)[var]
-        pick = self.sent(var, gradients_only)
+        m = self.multi
+        lo, hi = m.lo, m.hi
+        sent, nbytes = self._multi_sent
+        pick = sent.copy()
+        if gradients_only:
+            pick &= (m.first_user >= 0) & self.is_backward[np.maximum(m.first_user, 0)]
         if self.wrapped_hi is not None:
             pick &= hi > lo
-        var, lo, hi = var[pick], lo[pick], hi[pick]
-        nbytes = self.profile.variables.bytes[var]
+        lo, hi, nbytes = lo[pick], hi[pick], nbytes[pick]
         # float64 bincounts: exact while the bytes of all variables are below 2**53.
         diff = np.bincount(lo, weights=nbytes, minlength=self.num_layers + 1).astype(np.int64)
         diff -= np.bincount(hi, weights=nbytes, minlength=self.num_layers + 1).astype(np.int64)
@@ -138,7 +176,7 @@ class Boundaries:
     @cached_property
     def always_live_spans(self) -> tuple[tuple[int, int], ...]:
         """(first, last) layer of every always-live variable several layers use (tied weights)."""
-        lo, hi = self.variable_layer_span
+        lo, hi = self.variable_layer_span  # not a wrapped head's
         var = self.multi_layer_index
         var = var[self.always_live_var[var]]
         return tuple(zip(lo[var].tolist(), hi[var].tolist()))
@@ -170,24 +208,25 @@ class Boundaries:
 def build_boundaries(profile: Profile, ops: OperationTable, model: MemoryModel, layer_of_op: np.ndarray,
                      num_layers: int, head_wraps: bool, is_backward: np.ndarray, always_live_var: np.ndarray, *,
                      span: tuple[np.ndarray, np.ndarray] | None = None, constant: np.ndarray | None = None,
-                     wrapped_hi: np.ndarray | None = None, multi: np.ndarray | None = None,
+                     wrapped_hi: np.ndarray | None = None, multi: MultiLayer | None = None,
                      memo: dict[bytes, Any] | None = None) -> Boundaries:
-    """The boundary figures of one layering; ``span``, ``constant``, ``wrapped_hi`` and ``multi`` (the
-    multi-layer variables) when already known; ``memo``: :func:`counted_layer_span`'s.
+    """The boundary figures of one layering; ``span``, ``constant``, ``wrapped_hi`` and ``multi``
+    (:func:`multi_layer`) when already known; ``memo``: :func:`counted_layer_span`'s.
 
-    Each known part must be the one worked out for the same layers and counted operations (``constant``: the same
-    operations); the others are worked out here, once.
+    Each known part must be the one worked out for the same layers, head placement and counted operations
+    (``constant``: the same operations); the others are worked out here, once.
     """
     if span is None:
         span = variable_layer_span(profile, ops, model, layer_of_op, num_layers, memo)
-    if multi is None:
-        multi = np.flatnonzero(span[1] > span[0])
     if constant is None:
         constant = constant_vars(profile, ops)
     if head_wraps and wrapped_hi is None:
         wrapped_hi = wrapped_head_hi(profile, model, layer_of_op, num_layers, *span)
+    wrapped_hi = wrapped_hi if head_wraps else None
+    if multi is None:
+        multi = multi_layer(span, wrapped_hi, constant, ops.first_user)
     return Boundaries(profile, ops, model, layer_of_op, num_layers, head_wraps, is_backward, always_live_var,
-                      span, multi, constant, wrapped_hi if head_wraps else None)
+                      span, multi, constant, wrapped_hi)
 
 
 def constant_vars(profile: Profile, ops: OperationTable) -> np.ndarray:

@@ -148,14 +148,15 @@ class MemoryFacts:
         constants the operations only: the same for every option set, so worked out once per profile.
         """
         key = content_key(b"", self.layer_of_op, self.model.counted_vars, self.num_layers.to_bytes(8, "little"))
-        span_key, wrapped_key, multi_key = b"layer-span:" + key, b"wrapped-hi:" + key, b"multi-layer:" + key
+        span_key, wrapped_key = b"layer-span:" + key, b"wrapped-hi:" + key
+        multi_key = (b"multi-layer-wrapped:" if self.head_wraps else b"multi-layer:") + key
         made = build_boundaries(self.profile, self.ops, self.model, self.layer_of_op, self.num_layers,
                                 self.head_wraps, self.is_backward, self.always_live_var,
                                 span=self.memo.get(span_key), constant=self.memo.get(b"constant-var"),
                                 wrapped_hi=self.memo.get(wrapped_key) if self.head_wraps else None,
                                 multi=self.memo.get(multi_key), memo=self.memo)
         self.memo.setdefault(span_key, made.variable_layer_span)
-        self.memo.setdefault(multi_key, made.multi_layer_index)
+        self.memo.setdefault(multi_key, made.multi)
         self.memo.setdefault(b"constant-var", made.constant_var)
         if made.wrapped_hi is not None:
             self.memo.setdefault(wrapped_key, made.wrapped_hi)

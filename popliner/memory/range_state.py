@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from popliner.arrays import content_key
 from popliner.memory.facts import MemoryFacts
 from popliner.memory.figure_share import layers_touched
 from popliner.memory.layer_vars import LayerVariables
@@ -25,6 +26,19 @@ from popliner.memory.running import LayerParts, Pieces, RunningStage
 from popliner.memory.stages import pipeline_rerun_window, range_ops
 
 __all__ = ["RangeMemo", "RangeState"]
+
+
+def _layer_ops(facts: MemoryFacts) -> list[np.ndarray]:
+    """Each layer's operations (:func:`range_ops` of ``k..k``; read only), made once per layering in the facts'
+    option-free memo: the option sets of a plan have two or three layerings (the head placements)."""
+    key = content_key(b"layer-ops:", facts.layer_of_op, facts.num_layers.to_bytes(8, "little"))
+    found: tuple[np.ndarray, ...] | None = facts.memo.get(key)
+    if found is None:
+        found = tuple(range_ops(facts, k, k) for k in range(facts.num_layers))
+        for ops in found:
+            ops.flags.writeable = False
+        facts.memo[key] = found
+    return list(found)
 
 
 class RangeMemo:
@@ -69,7 +83,7 @@ class RangeState:
 
     def __init__(self, facts: MemoryFacts, shared: SharedParts, pieces: Pieces) -> None:
         self.facts = facts
-        self.layer_ops = [range_ops(facts, k, k) for k in range(facts.num_layers)]
+        self.layer_ops = _layer_ops(facts)
         dtype = shared.grid_dtype(facts.profile)
         self.grid = SegmentGrid.of(facts.profile, pieces.grid_block, dtype)
         #: ``--recompute pipeline``: running sets keep their variables' forward-cut liveness too.
@@ -145,6 +159,8 @@ class RangeState:
         differs = view.differs(shared.reference)
         if differs is None:
             return np.zeros(len(self.layer_ops), bool)
+        if not differs.any():  # the head placements of a recomputation and state that cuts no head's variables
+            return np.ones(len(self.layer_ops), bool)
         v = self._layer_variables()
         return ~layers_touched(differs, v.starts, v.lengths, v.ptr,
                                [v.shared_of(k, ops) for k, ops in enumerate(self.layer_ops)])

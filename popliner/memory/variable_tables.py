@@ -18,16 +18,18 @@ __all__ = ["changed_variables", "table_key"]
 
 def table_key(profile: Profile, changed: np.ndarray, base: Profile) -> bytes:
     """What tells one variable table from another of the same profile (``base``): a digest of the class table and
-    the changed variables' indices, classes and bytes (a marker for the bytes when they are the profiled array).
+    the changed variables (their flags, eight to a byte), classes and bytes (a marker for the bytes when they are
+    the profiled array).
 
     Every such table extends the same profiled one (:func:`changed_variables` checked that), so two of
     equal keys give every variable the same live steps and bytes. A digest, not the arrays: a plan meets a
-    dozen tables of millions of changed variables each.
+    dozen tables of millions of changed variables each (a bit per variable to digest, where their indices
+    took eight bytes per changed one).
     """
-    at = np.flatnonzero(changed)
     v = profile.variables
-    nbytes = b"bytes as profiled" if v.bytes is base.variables.bytes else v.bytes[at]
-    return content_key(b"table", profile.class_ptr, profile.iv_start, profile.iv_end, at, v.klass[at], nbytes)
+    nbytes = b"bytes as profiled" if v.bytes is base.variables.bytes else v.bytes[changed]
+    return content_key(b"table", profile.class_ptr, profile.iv_start, profile.iv_end,
+                       np.array([changed.size]), np.packbits(changed), v.klass[changed], nbytes)
 
 
 def changed_variables(profile: Profile, base: Profile) -> np.ndarray | None:
@@ -46,4 +48,7 @@ def changed_variables(profile: Profile, base: Profile) -> np.ndarray | None:
     a, b = profile.variables, base.variables
     if a.tile is not b.tile and not np.array_equal(a.tile, b.tile):
         return None
-    return np.asarray((a.klass != b.klass) | (a.bytes != b.bytes))
+    changed = np.asarray(a.klass != b.klass)
+    if a.bytes is not b.bytes:  # the what-if profiles keep the profiled bytes unless sharded: no pass then
+        changed |= a.bytes != b.bytes
+    return changed

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from popliner.arrays import gather_csr, sorted_unique
+from popliner.arrays import gather_csr, overwrite_slices, row_slices, sorted_unique
 from popliner.profile.model import Profile
 
 __all__ = ["DEFAULT_OP_LAYERS", "OperationTable", "derive_operations", "reachable_programs"]
@@ -83,14 +83,13 @@ class OperationTable:
         order = np.lexsort((np.arange(self.count), self.first_step))
         ran = order[self.first_step[order] >= 0]
         dtype = np.int16 if self.count < 2**15 else np.int32 if self.count < 2**31 else np.int64
-        # One plain scatter per operation (np.minimum.at over every entry took 1.5 s at 10x, 13 k operations over
-        # 63 M entries; the loop stays under 0.6 s at 300 k operations, docs/benchmarks.md): from the last rank
-        # to the first, each writes its number over its variables, so the first user's is
-        # written last. Every value one scatter writes is the same, so repeated indices cannot matter.
+        # Plain scatters (np.minimum.at over every entry took 1.5 s at 10x, 13 k operations over 63 M entries; the
+        # loop stays under 0.6 s at 300 k operations, docs/benchmarks.md): from the last rank to the first, each
+        # operation writes its number over its variables, so the first user's is written last. Every value one
+        # scatter writes is the same, so repeated indices cannot matter.
         first = np.full(self.num_variables, -1, dtype)
-        ptr, idx = self.var_ptr.tolist(), self.var_idx
-        for op in ran[::-1].tolist():
-            first[idx[ptr[op]:ptr[op + 1]]] = op
+        last_first = np.asarray(ran[::-1], np.int64)
+        overwrite_slices(first, self.var_idx, row_slices(self.var_ptr, last_first, last_first))
         return first
 
 
