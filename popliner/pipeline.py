@@ -346,27 +346,28 @@ class StageFigure:
         return self.forward_cycles + self.backward_cycles + self.head_cycles
 
 
-def _figure(facts: MemoryFacts, layers: Sequence[int], position: int, plan: StageLayout, bytes_in: int,
-            bytes_out: int, gradient_bytes_in: int = 0, memory: StageMemory | None = None,
+def _figure(facts: MemoryFacts, layers: Sequence[int], ops: np.ndarray, position: int, plan: StageLayout,
+            bytes_in: int, bytes_out: int, gradient_bytes_in: int = 0, memory: StageMemory | None = None,
             entry: np.ndarray | None = None) -> StageFigure:
     """One IPU's figure in the split ``plan`` (its stash depth; whether it holds a wrapped head).
 
-    ``memory`` and ``entry``: the model's figure of the IPU's operations and the stash entry of its own ones
-    (without a wrapped head's), when the caller knows them already (a range table's).
+    ``ops``: the IPU's operations (those of ``layers``, and the unlayered ones at position 0). ``memory`` and
+    ``entry``: the model's figure of the IPU's operations and the stash entry of its own ones (without a wrapped
+    head's), when the caller knows them already (a range table's).
     """
-    from popliner.memory.stages import cycles_split, rerun_cycles, stage_memory, stage_ops, stash_entry_per_tile
+    from popliner.memory.stages import cycles_split, rerun_cycles, stage_memory, stash_entry_per_tile
 
+    # A wrapped head is in ``layers`` (StageLayout.wraps: on IPU 0): its operations are the IPU's of its layer.
     holds_head = plan.wraps and position == 0
-    own = [k for k in layers if not (holds_head and k == facts.head_layer)]
-    ops = stage_ops(facts, layers, first_stage=position == 0)
-    own_ops = stage_ops(facts, own, first_stage=position == 0) if holds_head else ops
+    of_head = facts.layer_of_op[ops] == facts.head_layer if holds_head else None
+    own_ops = ops[~of_head] if of_head is not None else ops
     depth = plan.stash_depth(position)
     if not depth:
         entry = np.zeros(facts.tiles, np.int64)
     elif entry is None:
         entry = stash_entry_per_tile(facts, own_ops)
     forward, backward = cycles_split(facts, own_ops)
-    head = sum(cycles_split(facts, stage_ops(facts, [facts.head_layer], False))) if holds_head else 0
+    head = sum(cycles_split(facts, ops[of_head])) if of_head is not None else 0
     return StageFigure(
         position=position, num_ipus=plan.num_ipus, layers=tuple(int(k) for k in layers),
         memory=stage_memory(facts, ops) if memory is None else memory,
@@ -387,6 +388,8 @@ def stage_figures(facts: MemoryFacts, stages: Sequence[Sequence[int]]) -> tuple[
     on IPU 0 (and 2 IPUs or more) the head counts as a stage after IPU K-1:
     IPU 0 receives what it takes from IPU K-1.
     """
+    from popliner.memory.stages import stage_ops
+
     boundary_bytes = facts.boundaries.boundary_bytes
     count = len(stages)
     plan = StageLayout.of(facts.layout, [[facts.layout.names[k] for k in group] for group in stages],
@@ -405,8 +408,8 @@ def stage_figures(facts: MemoryFacts, stages: Sequence[Sequence[int]]) -> tuple[
         before = [x for group in order for x in group]
         crossing[0] = crossing[count] = boundary_bytes(before, head)
         gradients[0] = boundary_bytes(before, head, gradients_only=True)
-    return tuple(_figure(facts, group, k, plan, crossing[k], crossing[k + 1], gradients[k])
-                 for k, group in enumerate(stages))
+    return tuple(_figure(facts, group, stage_ops(facts, group, first_stage=k == 0), k, plan, crossing[k],
+                         crossing[k + 1], gradients[k]) for k, group in enumerate(stages))
 
 
 def range_figure(facts: MemoryFacts, i: int, j: int, position: int, num_ipus: int,
@@ -420,13 +423,16 @@ def range_figure(facts: MemoryFacts, i: int, j: int, position: int, num_ipus: in
     table of the same facts, whose running sets give the range's model
     figure and stash entry (the same figures, without a sweep).
     """
+    from popliner.memory.stages import range_ops
+
     cross, back = facts.boundaries.crossing, facts.boundaries.gradient_crossing
     into = i - 1
     bytes_out = _at(cross, j)
     layers = list(range(i, j + 1))
     wraps = facts.layout.wraps_at(num_ipus)
     plan = StageLayout(num_ipus, facts.training, facts.layout.head_name if wraps else None)
-    if facts.layout.wraps and position == 0:
+    with_head = facts.layout.wraps and position == 0
+    if with_head:
         layers.append(facts.head_layer)
         into = facts.head_layer - 1 if wraps else -1
         if not wraps:
@@ -435,8 +441,9 @@ def range_figure(facts: MemoryFacts, i: int, j: int, position: int, num_ipus: in
     if table is not None:
         memory = table.stage_memory(i, j)
         # With a wrapped head at position 0 the IPU's operations are not the range's alone: its entry is worked out.
-        entry = None if facts.layout.wraps and position == 0 else table.stash_entry(i, j)
-    return _figure(facts, layers, position, plan, _at(cross, into), bytes_out, _at(back, into), memory, entry)
+        entry = None if with_head else table.stash_entry(i, j)
+    ops = range_ops(facts, i, j, with_head)  # the unlayered operations with layer 0: position 0 starts there
+    return _figure(facts, layers, ops, position, plan, _at(cross, into), bytes_out, _at(back, into), memory, entry)
 
 
 def _at(crossing: np.ndarray, k: int) -> int:

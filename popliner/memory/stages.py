@@ -49,9 +49,16 @@ def stage_ops(facts: MemoryFacts, layers: Sequence[int], first_stage: bool) -> n
     return ops_of_layers(facts.layer_of_op, layers, first_stage)
 
 
-def range_ops(facts: MemoryFacts, i: int, j: int) -> np.ndarray:
-    """Operations of the contiguous layer range ``i..j``; range 0.. holds the unlayered ones."""
-    return stage_ops(facts, range(i, j + 1), first_stage=i == 0)
+def range_ops(facts: MemoryFacts, i: int, j: int, with_head: bool = False) -> np.ndarray:
+    """Operations of the contiguous layer range ``i..j``; range 0.. holds the unlayered ones; ``with_head``: and
+    the wrapped head's (IPU 0's). :func:`stage_ops` of those layers, from two comparisons rather than a set test."""
+    layer = facts.layer_of_op
+    mask = (layer >= i) & (layer <= j)
+    if i == 0:
+        mask |= layer < 0
+    if with_head:
+        mask |= layer == facts.head_layer
+    return np.flatnonzero(mask)
 
 
 # -- memory ----------------------------------------------------------------

@@ -169,11 +169,14 @@ def _read_rows(table: RangeCosts, problem: SplitProblem, within: RangeValues | N
     reads only the row from layer 0.
     """
     n = table.num_layers
+    cap = within.cap if within is not None else math.inf
     for i in range(n if stages > 1 else min(n, 1)):
         first = i + problem.min_layers - 1
-        ends = [j for j in range(first, n) if within is None or within.value(i, j) <= within.cap]
-        if ends:
-            table.memory(i, ends[-1], 0)
+        row = within.row(i) if within is not None else None
+        # The row's last range within the cap: the first found from the end.
+        last = next((j for j in range(n - 1, first - 1, -1) if row is None or row[j] <= cap), None)
+        if last is not None:
+            table.memory(i, last, 0)
 
 
 def copy_buffers(table: RangeCosts) -> Callable[[int, int], int]:

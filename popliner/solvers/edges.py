@@ -51,8 +51,15 @@ def position_edges(table: RangeCosts, problem: SplitProblem, stages: int, order:
     pins = [min((q for q in problem.split_after if q >= i), default=n) for i in range(n + 1)]
     reached = {0}
     memory_of = table.memory
-    # Where a range may end: the last layer at the last position only, elsewhere an allowed split before it.
+    # Per first layer, where a range from it may end before the last position, in order: an allowed split, and
+    # (with ``first``) objective 1 within the cap. Once per call, not once per position: every position reads
+    # the same ends of a row, up to its own last end.
     inner_end = [j < n - 1 and splittable[j] for j in range(n)]
+    inner_ends = []
+    for i in range(n):
+        row_values = first.row(i) if first is not None else None
+        inner_ends.append([j for j in range(i + problem.min_layers - 1, n)
+                           if inner_end[j] and (row_values is None or row_values[j] <= cap)])
     for p in range(stages):
         check_deadline(deadline)
         row = []
@@ -63,15 +70,17 @@ def position_edges(table: RangeCosts, problem: SplitProblem, stages: int, order:
         for i in [0] if p == 0 else range(max(1, p * least), n - (stages - p) * least + 1):
             if from_start and i not in reached:
                 continue  # no path from layer 0 gets here: its ranges are on no whole split
-            ends = range(i + problem.min_layers - 1, min(pins[i], latest_end) + 1)
-            if last_position:
-                ends = range(n - 1, n) if n - 1 in ends else range(0)  # no other end is read
+            last_end = min(pins[i], latest_end)
             row_values = first.row(i) if first is not None else None
+            if last_position:
+                # Only the last layer ends the last position.
+                ends = [n - 1] if i + problem.min_layers - 1 <= n - 1 <= last_end and (
+                    row_values is None or row_values[n - 1] <= cap) else []
+            else:
+                ends = inner_ends[i]
             for j in ends:
-                if not last_position and not inner_end[j]:
-                    continue
-                if row_values is not None and row_values[j] > cap:
-                    continue
+                if j > last_end:
+                    break  # the ends are in order: the others are past this position's last end too
                 base = memory_of(i, j, extra)
                 if base == math.inf:
                     break  # over the limit before its copy buffers: longer ranges only use more memory
