@@ -74,15 +74,17 @@ def stage_memory(facts: MemoryFacts, ops: np.ndarray, variables: np.ndarray | No
     peaks as docs/solvers.md ('How popliner applies them') says, a wrapped
     head's variables keeping their live steps (it re-runs nothing);
     ``rerun_variables``: that peak when already known exactly (a range
-    table's running set, :mod:`popliner.memory.rerun`).
+    table's running set, :mod:`popliner.memory.rerun`), given only for a re-run set: the caller found its
+    window (:func:`pipeline_rerun_window`), which is then not worked out again.
     """
-    rerun = pipeline_rerun_window(facts, ops)
-    if rerun is None:
+    rerun = pipeline_rerun_window(facts, ops) if rerun_variables is None else None
+    if rerun is None and rerun_variables is None:
         return facts.model.stage(ops, variables)
 
     def rerun_figure() -> StageMemory:
         peak = rerun_variables
         if peak is None:
+            assert rerun is not None  # no peak given: the window was worked out above
             b0, head_kept = rerun
             lo, hi = facts.model.window(ops)
             var = facts.model.counted_variables(ops)
