@@ -219,4 +219,4 @@ def memory_facts(profile: Profile, ops: OperationTable, layer_of_op: np.ndarray,
                                training, memo, counted=counted_vars)
     return MemoryFacts(view.profile, profile, ops, layer_of_op, names, training,
                        layout if layout is not None else Layout.of(names, options.head_placement), view,
-                       MemoryModel(view.profile, ops, counted_vars), memo)
+                       MemoryModel(view.profile, ops, counted_vars, memo.setdefault(b"program-rows", {})), memo)

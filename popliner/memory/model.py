@@ -29,7 +29,8 @@ class MemoryModel:
     with a layer (``layer_of_op >= 0``).
     """
 
-    def __init__(self, profile: Profile, ops: OperationTable, counted_vars: np.ndarray) -> None:
+    def __init__(self, profile: Profile, ops: OperationTable, counted_vars: np.ndarray,
+                 program_rows: dict[bytes, tuple[np.ndarray, ...]] | None = None) -> None:
         self.profile = profile
         self.ops = ops
         self.counted_vars = np.asarray(counted_vars, bool)
@@ -45,6 +46,10 @@ class MemoryModel:
         #: The compiler's other categories, shared out over the operations' programs (None: the profile has none).
         self.categories: CategorySplit | None = split_categories(profile, np.flatnonzero(ops.op_of_program >= 0))
         self._memo: dict[bytes, StageMemory] = {}
+        #: Per set of operations, every component but its variables: its programs' alone, so the same for every
+        #: model of the profile's operations (the option sets change variables only): ``program_rows``, when given,
+        #: is the profile's option-free memo of them (a pod plan's option sets often figure the same sets).
+        self._program_rows: dict[bytes, tuple[np.ndarray, ...]] = {} if program_rows is None else program_rows
 
     @property
     def has_other(self) -> bool:
@@ -61,7 +66,7 @@ class MemoryModel:
         used instead of a new sweep if the set is not memoised yet.
         """
         ops = sorted_unique(np.asarray(op_idx, dtype=np.int64).ravel())  # not np.unique: it imports numpy.ma (7 ms)
-        key = ops.tobytes()
+        key = np.asarray(ops, np.int64).tobytes()  # one type: equal bytes, equal operations
         hit = self._memo.get(key)
         if hit is None:
             hit = StageMemory(np.stack(self._components(ops, variables)))
@@ -81,12 +86,17 @@ class MemoryModel:
         return StageMemory(rows)
 
     def _components(self, ops: np.ndarray, variables: np.ndarray | None = None) -> tuple[np.ndarray, ...]:
-        p = self.ops.programs_of_set(ops)
-        code, state, exchange, control = self.program_code(p)
-        five = (self.variables(ops) if variables is None else variables, code, state, exchange, control)
-        if self.categories is None:
-            return five
-        return (*five, self.categories.per_tile(self.categories.units(self.profile, p)))
+        key = np.asarray(ops, np.int64).tobytes()  # one type: equal bytes, equal operations
+        rows = self._program_rows.get(key)
+        if rows is None:
+            p = self.ops.programs_of_set(ops)
+            rows = self.program_code(p)
+            if self.categories is not None:
+                rows = (*rows, self.categories.per_tile(self.categories.units(self.profile, p)))
+            for row in rows:
+                row.flags.writeable = False  # shared by every model of the profile's operations
+            self._program_rows[key] = rows
+        return (self.variables(ops) if variables is None else variables, *rows)
 
     def program_code(self, p: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Vertex code, vertex state, exchange code and control code per tile of a set of distinct programs."""
