@@ -8,15 +8,22 @@ import pytest
 from popliner.arrays import csr_span, rank_by_table, span_at, widen_span
 
 
-@pytest.mark.parametrize("seed", range(30))
-def test_span_of_each_entry_is_the_smallest_and_largest_value_of_its_rows(seed: int) -> None:
+def _random_table(seed: int) -> tuple[np.random.Generator, int, int, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """A random CSR table (rng, rows, size, ptr, idx, values, picked rows): entries repeat within a row too, values
+    are layers or units (never negative), about 70 % of the rows picked."""
     rng = np.random.default_rng(seed)
     rows, size = int(rng.integers(0, 40)), int(rng.integers(1, 60))
     counts = rng.integers(0, 12, rows)
     ptr = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
-    idx = rng.integers(0, size, int(ptr[-1])).astype(np.int32)  # repeats within a row too
-    values = rng.integers(0, 20, rows)  # layers or units: never negative
+    idx = rng.integers(0, size, int(ptr[-1])).astype(np.int32)
+    values = rng.integers(0, 20, rows)
     picked = np.flatnonzero(rng.random(rows) < 0.7)
+    return rng, rows, size, ptr, idx, values, picked
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_span_of_each_entry_is_the_smallest_and_largest_value_of_its_rows(seed: int) -> None:
+    rng, rows, size, ptr, idx, values, picked = _random_table(seed)
     lo, hi = csr_span(ptr, idx, picked, values, size, np.int16, lo_none=99)
     seen: dict[int, list[int]] = {}
     for row in picked.tolist():
@@ -52,13 +59,7 @@ def test_ranks_by_table_are_the_ranks_of_a_sort(dtype: type[np.signedinteger]) -
 
 @pytest.mark.parametrize("seed", range(30))
 def test_span_at_some_entries_is_csr_span_there(seed: int) -> None:
-    rng = np.random.default_rng(seed)
-    rows, size = int(rng.integers(0, 40)), int(rng.integers(1, 60))
-    counts = rng.integers(0, 12, rows)
-    ptr = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
-    idx = rng.integers(0, size, int(ptr[-1])).astype(np.int32)
-    values = rng.integers(0, 20, rows)
-    picked = np.flatnonzero(rng.random(rows) < 0.7)
+    rng, rows, size, ptr, idx, values, picked = _random_table(seed)
     at = np.flatnonzero(rng.random(size) < 0.3)
     lo, hi = span_at(ptr, idx, picked, values, at, size, np.int32, lo_none=99)
     whole = csr_span(ptr, idx, picked, values, size, np.int32, lo_none=99)
