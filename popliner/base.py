@@ -29,7 +29,7 @@ from popliner.regexes import compile_bounded
 if TYPE_CHECKING:
     from popliner.memory.ranges_shared import SharedParts
     from popliner.memory.types import StageMemory
-    from popliner.ops.head import TiedWeight
+    from popliner.ops.head import TiedWeight, UnlayeredGroups
 
 __all__ = ["DEFAULT_BACKWARD_REGEX", "AnalysisOptions", "Mode", "ProfileBase"]
 
@@ -184,7 +184,7 @@ class ProfileBase:
 
         key = options.update_regex
         if key not in self._tied:
-            self._tied[key] = tied_weight(self.profile, self.ops, self.named_layers, self.is_backward, options)
+            self._tied[key] = tied_weight(self.profile, self.ops, self._unlayered(key))
         return self._tied[key]
 
     def tied_head(self, options: TrainingOptions) -> bool:
@@ -193,6 +193,20 @@ class ProfileBase:
 
     @cached_property
     def _tied(self) -> dict[str, TiedWeight | None]:
+        return {}
+
+    def _unlayered(self, update_regex: str) -> UnlayeredGroups:
+        """:func:`popliner.ops.head.unlayered_groups` of the named layers, memoised by the update regex (the one
+        option it reads): the tie and both grouping head placements read the same."""
+        from popliner.ops.head import unlayered_groups
+
+        if update_regex not in self._groups:
+            self._groups[update_regex] = unlayered_groups(self.profile, self.ops, self.named_layers, self.is_backward,
+                                                          update_regex)
+        return self._groups[update_regex]
+
+    @cached_property
+    def _groups(self) -> dict[str, UnlayeredGroups]:
         return {}
 
     # -- what every scenario of the base shares -------------------------------------
@@ -220,6 +234,6 @@ class ProfileBase:
         key = (options.head_placement, options.update_regex)
         found = self._placed.get(key)
         if found is None:
-            found = self._placed[key] = place_unlayered(self.profile, self.ops, self.named_layers, self.is_backward,
-                                                        options)
+            found = self._placed[key] = place_unlayered(self.named_layers, self._unlayered(options.update_regex),
+                                                        options.head_placement)
         return found
