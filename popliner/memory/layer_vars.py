@@ -111,8 +111,13 @@ class LayerVariables:
 
     def private(self, j: int) -> np.ndarray:
         """Layer ``j``'s counted variables that no other layer uses, sorted (int32 when every index fits)."""
+        return expand_ranges(*self.private_runs(j)).astype(self._private_type, copy=False)
+
+    def private_runs(self, j: int) -> tuple[np.ndarray, np.ndarray]:
+        """The runs of :meth:`private` (first variable and length of each; none adjacent to the next: a run holds
+        every variable of one layer from its first to the next of another layer or none)."""
         a, b = int(self.ptr[j]), int(self.ptr[j + 1])
-        return expand_ranges(self.starts[a:b], self.lengths[a:b]).astype(self._private_type, copy=False)
+        return self.starts[a:b], self.lengths[a:b]
 
     def shared(self, ops: np.ndarray) -> np.ndarray:
         """The counted variables of the layer's operations ``ops`` that other layers use too, sorted (int64)."""

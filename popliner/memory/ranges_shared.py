@@ -81,6 +81,8 @@ class SharedParts:
         self._programs: dict[bytes, ProgramPart] = {}
         #: The unchanged variables' pieces as profiled, by (what, the layer's variables, which of them).
         self._base: dict[tuple[str, bytes, bytes], Events] = {}
+        #: The positions of the always-live variables in each set of a layer's variables, by the set's key.
+        self._always: dict[bytes, np.ndarray] = {}
         self._grid: SegmentGrid | None = None
         self._columns: tuple[np.ndarray, tuple[np.ndarray, np.ndarray]] | None = None
         self._dtypes: list[tuple[np.ndarray, np.ndarray, type[np.signedinteger]]] = []
@@ -116,22 +118,39 @@ class SharedParts:
         """
         self.shares = True
 
-    def key(self, var: np.ndarray) -> bytes:
+    def key(self, var: np.ndarray, runs: tuple[np.ndarray, np.ndarray] | None = None) -> bytes:
         """The key ``var``'s parts are found by: a SHA-256 digest of its values (variable indices, or flags).
 
         Indices are digested as their runs of consecutive values (a layer's
         variables come in long runs: tensors laid out tile by tile), flags
         packed eight to a byte. Every option set's engine asks again for each
         layer; a digest keeps no copy of the values (at 1x BERT-Large the
-        copies were 225 MB in a plan, more than the parts).
+        copies were 225 MB in a plan, more than the parts). ``runs``: the
+        indices' runs (first value and length of each, none adjacent to the
+        next), when the caller has them (a layer's private variables: no pass
+        over the indices then).
         """
         if var.dtype == bool:
             parts = [np.array([var.size]), np.packbits(var)]
+        elif not var.size:
+            parts = [np.array([0])]
         else:  # the runs' ends in int64, whatever the indices' type (no copy of them)
-            cut = np.flatnonzero(np.diff(var) != 1) + 1  # each run: first and last value
-            parts = [np.array([var.size]), var[np.concatenate(([0], cut))].astype(np.int64),
-                     var[np.concatenate((cut - 1, [var.size - 1]))].astype(np.int64)] if var.size else [np.array([0])]
+            if runs is None:
+                cut = np.flatnonzero(np.diff(var) != 1) + 1  # each run: first and last value
+                first, last = var[np.concatenate(([0], cut))], var[np.concatenate((cut - 1, [var.size - 1]))]
+            else:
+                first, last = runs[0], runs[0] + runs[1] - 1
+            parts = [np.array([var.size]), first.astype(np.int64), last.astype(np.int64)]
         return content_key(b"", b"flags" if var.dtype == bool else b"indices", *parts)
+
+    def always_at(self, part: VarSet) -> np.ndarray:
+        """The positions in ``part.var`` of its variables always live as profiled (memoised by the set's key:
+        option-free, and a few per layer, where a gather of the flags over a layer's variables is a pass over
+        its runs for every option set)."""
+        found = self._always.get(part.key)
+        if found is None:
+            found = self._always[part.key] = _positions(part.gathered(self.classes[0]))
+        return found
 
     def changes(self, profile: Profile) -> tuple[np.ndarray, int]:
         """The variables ``profile`` (a what-if or forward-cut profile of this one) changes, and a number per
@@ -314,9 +333,12 @@ class VarSet:
     pieces another option set made) is gathered alone.
     """
 
-    def __init__(self, shared: SharedParts, var: np.ndarray) -> None:
+    def __init__(self, shared: SharedParts, var: np.ndarray, runs: tuple[np.ndarray, np.ndarray] | None = None
+                 ) -> None:
         self.var = var
         self.shared = shared
+        #: The runs of ``var`` (:meth:`SharedParts.key`), when the caller has them.
+        self.runs = runs
         self._key: bytes | None = None
         self._splits: list[tuple[np.ndarray | None, tuple[tuple[bytes, np.ndarray], np.ndarray]]] = []
         self._picked: list[tuple[Profile, np.ndarray | None, int, Columns]] = []
@@ -326,7 +348,7 @@ class VarSet:
     def key(self) -> bytes:
         """The key the set's parts are found by (:meth:`SharedParts.key`), digested when first asked (sharing)."""
         if self._key is None:
-            self._key = self.shared.key(self.var)
+            self._key = self.shared.key(self.var, self.runs)
         return self._key
 
     def gathered(self, column: np.ndarray) -> np.ndarray:
@@ -373,8 +395,9 @@ class VarSet:
                 return found
         if own is None:
             pick = np.zeros(self.var.size, bool)
-        else:  # the always-live flags gathered once for the set's grids (the main one and the forward cut's)
-            pick = ~self.gathered(self.shared.classes[0]) & ~self.gathered(own)
+        else:  # neither always live (a few positions, kept per set) nor marked
+            pick = ~self.gathered(own)
+            pick[self.shared.always_at(self)] = False
         # Positions in int32 when they fit: kept with the set (a what-if grid's sides of every layer).
         made = ((b"" if own is None else self.shared.key(pick), _positions(pick)), _positions(~pick))
         self._splits.append((own, made))
