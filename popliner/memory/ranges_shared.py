@@ -83,6 +83,8 @@ class SharedParts:
         self._base: dict[tuple[str, bytes, bytes], Events] = {}
         #: The positions of the always-live variables in each set of a layer's variables, by the set's key.
         self._always: dict[bytes, np.ndarray] = {}
+        #: The classes, tiles and bytes as profiled of each set of a layer's variables, by the set's key.
+        self._profiled: dict[bytes, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         self._grid: SegmentGrid | None = None
         self._columns: tuple[np.ndarray, tuple[np.ndarray, np.ndarray]] | None = None
         self._dtypes: list[tuple[np.ndarray, np.ndarray, type[np.signedinteger]]] = []
@@ -142,6 +144,21 @@ class SharedParts:
                 first, last = runs[0], runs[0] + runs[1] - 1
             parts = [np.array([var.size]), first.astype(np.int64), last.astype(np.int64)]
         return content_key(b"", b"flags" if var.dtype == bool else b"indices", *parts)
+
+    def profiled(self, part: VarSet) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The classes, tiles and bytes of the variables of ``part`` as profiled, kept by the set's key (in the
+        narrowest integer type that holds each: every layer's, some 8 bytes a variable, for every option set).
+
+        A layer's variables lie spread over the variable columns, so a gather of one column for them is a pass
+        over their runs, mostly cache misses; every option set's split sides read these, the variables its
+        options change aside (:meth:`VarSet.picked`).
+        """
+        found = self._profiled.get(part.key)
+        if found is None:
+            v = self.profile.variables
+            klass, tile, nbytes = (_narrow(np.take(column, part.var)) for column in (v.klass, v.tile, v.bytes))
+            found = self._profiled[part.key] = (klass, tile, nbytes)
+        return found
 
     def always_at(self, part: VarSet) -> np.ndarray:
         """The positions in ``part.var`` of its variables always live as profiled (memoised by the set's key:
@@ -328,9 +345,10 @@ class VarSet:
     A layer's variables lie spread over the variable columns (tensors laid out tile by tile: some 3,000 runs of
     about 50 in 18 M variables at 120 BERT-Large layers), so a gather for them costs about a millisecond per
     column and set, mostly cache misses, and the two sides of a split each touch nearly every run of the set.
-    A column read for the side taken as profiled (both sides are read then) is therefore gathered once, whole
-    (:meth:`gathered`), and the sides are taken from that copy; the made side alone (a layer whose profiled
-    pieces another option set made) is gathered alone.
+    The set's classes, tiles and bytes as profiled are therefore gathered once for every option set
+    (:meth:`SharedParts.profiled`, by the set's key), and each side's columns taken from that copy; only the
+    arrays an option set's profile holds of its own (its classes, sharded bytes) are gathered again, for the
+    made side alone. An option set alone gathers its columns itself (nothing is kept).
     """
 
     def __init__(self, shared: SharedParts, var: np.ndarray, runs: tuple[np.ndarray, np.ndarray] | None = None
@@ -343,6 +361,7 @@ class VarSet:
         self._splits: list[tuple[np.ndarray | None, tuple[tuple[bytes, np.ndarray], np.ndarray]]] = []
         self._picked: list[tuple[Profile, np.ndarray | None, int, Columns]] = []
         self._gathered: list[tuple[np.ndarray, np.ndarray]] = []
+        self._made: list[tuple[np.ndarray | None, np.ndarray]] = []
 
     @property
     def key(self) -> bytes:
@@ -352,8 +371,7 @@ class VarSet:
         return self._key
 
     def gathered(self, column: np.ndarray) -> np.ndarray:
-        """``column[var]`` (a column over every variable), gathered once per column array (the grids' profiles
-        share their tiles and bytes, and the option sets the profiled always-live flags)."""
+        """``column[var]`` (a flag per variable: the grids' marks, the always-live flags), gathered once per array."""
         for known, found in self._gathered:
             if known is column:
                 return found
@@ -365,20 +383,41 @@ class VarSet:
         """The classes, tiles and bytes in ``profile`` of one side of :meth:`split` (0: the variables taken as
         profiled, 1: those made on the grid).
 
-        One side at a time: a layer's stash columns and grid changes each read the side they make.
+        One side at a time: a layer's stash columns and grid changes each read the side they make. When shared,
+        from the set's columns as profiled (:meth:`SharedParts.profiled`): a variable ``own`` does not mark has
+        its class, tile and bytes as profiled in ``profile`` (its changed ones are marked), and every variable
+        its tile; the marked side gathers only what ``profile`` holds in other arrays (its own classes).
         """
         for known, mark, which, found in self._picked:
             if known is profile and mark is own and which == side:
                 return found
         (_, base), at = self.split(own)
         columns = (profile.variables.klass, profile.variables.tile, profile.variables.bytes)
-        if side == 0 or any(column is known for column in columns for known, _ in self._gathered):
-            made = Columns(*(_take(self.gathered(column), (base, at)[side]) for column in columns))
-        else:  # the made side alone: no whole column read for it
+        if own is None:  # alone: nothing kept, every variable on the made side
             var = _take(self.var, at)
             made = Columns(*(np.take(column, var) for column in columns))
+        else:
+            kept = self.shared.profiled(self)
+            if side == 0:
+                made = Columns(*(_take(column, base) for column in kept))
+            else:
+                v = self.shared.profile.variables
+                # Every variable's tile is as profiled (a what-if profile keeps them), its class and bytes unless
+                # ``profile`` holds them in arrays of its own.
+                same = (columns[0] is v.klass, True, columns[2] is v.bytes)
+                made = Columns(*(_take(found, at) if as_profiled else np.take(column, self.made_var(own))
+                                 for column, found, as_profiled in zip(columns, kept, same)))
         self._picked.append((profile, own, side, made))
         return made
+
+    def made_var(self, own: np.ndarray | None) -> np.ndarray:
+        """The variables :meth:`split` of ``own`` makes on the grid (``var`` at its made positions; memoised)."""
+        for mark, found in self._made:
+            if mark is own:
+                return found
+        found = _take(self.var, self.split(own)[1])
+        self._made.append((own, found))
+        return found
 
     def split(self, own: np.ndarray | None) -> tuple[tuple[bytes, np.ndarray], np.ndarray]:
         """((key, positions) of the variables taken as profiled, positions of the others) when ``own`` marks
@@ -408,6 +447,16 @@ def _positions(flags: np.ndarray) -> np.ndarray:
     """The positions of the set flags (int32 when every position fits)."""
     found = np.flatnonzero(flags)
     return found.astype(np.int32) if flags.size < 2**31 else found
+
+
+def _narrow(column: np.ndarray) -> np.ndarray:
+    """``column`` (integers) in int16 or int32 when every value, and one more, fits (else as it is): a class
+    index plus one is a table's end."""
+    for dtype in (np.int16, np.int32):
+        if column.dtype.itemsize > np.dtype(dtype).itemsize and (not column.size or (
+                int(column.min()) >= np.iinfo(dtype).min and int(column.max()) < np.iinfo(dtype).max)):
+            return column.astype(dtype)
+    return column
 
 
 def _take(var: np.ndarray, at: np.ndarray) -> np.ndarray:
@@ -487,7 +536,7 @@ class _GridShare:
                                              (lambda: part.picked(self.grid.p, self.own, 0)) if merged else None))]
                if pick[1].size else [])
         if at.size:
-            var = _take(part.var, at)
+            var = part.made_var(self.own)
             if merged:
                 out.append(self.grid.merged(var, part.picked(self.grid.p, self.own, 1)))
             else:
@@ -595,7 +644,7 @@ class EngineShare:
                if pick[1].size else [])
         if at.size:
             given = None if with_owner else part.picked(profile, mark, 1)
-            own = stash_columns(self.facts, _take(part.var, at), with_owner, given)
+            own = stash_columns(self.facts, part.made_var(mark), with_owner, given)
             assert own is not None  # in training
             if with_owner:  # positions in var, not in var[at]
                 own["owner"] = at[own["owner"]]
