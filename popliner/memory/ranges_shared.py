@@ -437,16 +437,15 @@ class VarSet:
         else:  # neither always live (a few positions, kept per set) nor marked
             pick = ~self.gathered(own)
             pick[self.shared.always_at(self)] = False
-        # Positions in int32 when they fit: kept with the set (a what-if grid's sides of every layer).
         made = ((b"" if own is None else self.shared.key(pick), _positions(pick)), _positions(~pick))
         self._splits.append((own, made))
         return made
 
 
 def _positions(flags: np.ndarray) -> np.ndarray:
-    """The positions of the set flags (int32 when every position fits)."""
-    found = np.flatnonzero(flags)
-    return found.astype(np.int32) if flags.size < 2**31 else found
+    """The positions of the set flags, in the index type: each side's columns are taken at them (np.take converts
+    narrower positions to a new array first), and the set's split lives only while its layer's parts are made."""
+    return np.flatnonzero(flags)
 
 
 def _narrow(column: np.ndarray) -> np.ndarray:
