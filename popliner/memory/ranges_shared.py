@@ -402,8 +402,8 @@ class VarSet:
                 made = Columns(*(_take(column, base) for column in kept))
             else:
                 v = self.shared.profile.variables
-                # Every variable's tile is as profiled (a what-if profile keeps them), its class and bytes unless
-                # ``profile`` holds them in arrays of its own.
+                # Every variable's tile is as profiled (a profile whose tiles differ shares nothing:
+                # _changed_from), its class and bytes too unless ``profile`` holds them in arrays of its own.
                 same = (columns[0] is v.klass, True, columns[2] is v.bytes)
                 made = Columns(*(_take(found, at) if as_profiled else np.take(column, self.made_var(own))
                                  for column, found, as_profiled in zip(columns, kept, same)))
