@@ -166,7 +166,9 @@ class SharedParts:
         its runs for every option set)."""
         found = self._always.get(part.key)
         if found is None:
-            found = self._always[part.key] = _positions(part.gathered(self.classes[0]))
+            # Kept for the plan: in int32 when every position fits (a few million in all at 120 layers).
+            at = _positions(part.gathered(self.classes[0]))
+            found = self._always[part.key] = at.astype(np.int32) if part.var.size < 2**31 else at
         return found
 
     def changes(self, profile: Profile) -> tuple[np.ndarray, int]:
