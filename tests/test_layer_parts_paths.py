@@ -45,12 +45,11 @@ def _parts(source: str, pieces: Pieces, union: bool = False) -> list[tuple[str, 
 def _union_split(facts: Any, ops: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """A layer's (private, shared) counted variables and the shared ones' positions, from the union of its
     operations' counted variables: the plain statement of what :meth:`LayerVariables.split` finds at once.
-    The private ones in int32, as every variable index here fits (the split keeps them so)."""
+    The private ones in int64, the index type (the split gives them so)."""
     var = facts.model.counted_variables(ops)
     multi = facts.boundaries.multi_layer_var[var]
     shared = var[multi]
-    assert facts.profile.variables.count < 2**31
-    return var[~multi].astype(np.int32), shared, np.searchsorted(facts.boundaries.multi_layer_index, shared)
+    return var[~multi].astype(np.int64), shared, np.searchsorted(facts.boundaries.multi_layer_index, shared)
 
 
 def _same(a: Any, b: Any, where: str) -> None:

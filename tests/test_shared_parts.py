@@ -27,6 +27,7 @@ import pytest
 from popliner.analysis import Analysis, AnalysisOptions, load_analysis, scenario
 from popliner.memory import figure_share, ranges_shared
 from popliner.memory.facts import MemoryFacts
+from popliner.memory.layer_vars import LayerVariables
 from popliner.memory.range_state import RangeMemo
 from popliner.memory.ranges import release
 from popliner.memory.ranges_shared import SharedParts
@@ -215,25 +216,39 @@ def test_the_comparison_with_the_reference_tells_the_option_sets_apart(monkeypat
         _held("bert-tiny-training.json", TINY)
 
 
-def test_a_sets_made_side_is_the_same_gathered_alone_or_from_its_whole_columns() -> None:
-    """VarSet.picked reads the made side alone when the profiled side is not read (its pieces found), else from the
-    set's whole gathered columns: both give the side's classes, tiles and bytes in the grid's profile."""
+def test_a_sets_sides_read_from_its_columns_as_profiled_are_the_grids_profiles() -> None:
+    """VarSet.picked takes both sides from the set's columns as profiled (SharedParts.profiled, narrowed), and the
+    made side's own classes from the what-if profile: either side read first, each holds the side's classes,
+    tiles and bytes in the grid's profile."""
     base = _analysis("bert-tiny-training.json").base
     base.shared.share_between_option_sets()
     made = scenario(base, TrainingOptions(recompute="every-layer", optimizer_state="off-chip"))
     state = made.range_memo.state(made.facts, PIECES)
     own, profile = state.share.grid.own, made.facts.profile
     assert own is not None and own.any()
+    assert profile.variables.klass is not base.shared.profile.variables.klass  # the made side's classes its own
+    v = profile.variables
     for j in range(made.facts.num_layers):
         var = state.private_variables(j)
-        alone, whole = ranges_shared.VarSet(base.shared, var), ranges_shared.VarSet(base.shared, var)
-        side = alone.picked(profile, own, 1)
-        whole.picked(profile, own, 0)
-        (_, taken), at = alone.split(own)
+        made_first, taken_first = ranges_shared.VarSet(base.shared, var), ranges_shared.VarSet(base.shared, var)
+        made_first.picked(profile, own, 1)
+        taken_first.picked(profile, own, 0)
+        (_, taken), at = made_first.split(own)
         assert at.size and taken.size  # both sides hold variables
-        v = profile.variables
-        for got, other, column in zip((side.klass, side.tile, side.nbytes), (whole.picked(profile, own, 1).klass,
-                                      whole.picked(profile, own, 1).tile, whole.picked(profile, own, 1).nbytes),
-                                      (v.klass, v.tile, v.bytes)):
-            np.testing.assert_array_equal(got, column[var[at]])
-            np.testing.assert_array_equal(other, column[var[at]])
+        for vs in (made_first, taken_first):
+            for side, where in ((0, taken), (1, at)):
+                got = vs.picked(profile, own, side)
+                for values, column in zip((got.klass, got.tile, got.nbytes), (v.klass, v.tile, v.bytes)):
+                    np.testing.assert_array_equal(values, column[var[where]])
+
+
+def test_a_private_sets_key_from_its_runs_is_the_key_of_its_values() -> None:
+    """RangeState keys a layer's private variables from their runs (LayerVariables.private_runs), with no pass over
+    them: the same key as their values give, so that every option set finds the same parts."""
+    base = _analysis("bert-tiny-training.json").base
+    base.shared.share_between_option_sets()
+    made = scenario(base, TrainingOptions(recompute="pipeline"))
+    layers = LayerVariables.of(made.facts)
+    for j in range(made.facts.num_layers):
+        var = layers.private(j)
+        assert ranges_shared.VarSet(base.shared, var, layers.private_runs(j)).key == base.shared.key(var)

@@ -63,9 +63,6 @@ class LayerVariables:
         self.ptr = np.searchsorted(run_layer[order], np.arange(facts.num_layers + 1))
         self.index = facts.boundaries.multi_layer_index
         self._ranks = _rank_words(self.multi)
-        #: The private variables in int32 when every index fits: they are every layer's, kept for every option
-        #: set of the layering (a plan's), and only index columns.
-        self._private_type = np.int32 if lo.size < 2**31 else np.int64
         self._made: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 
     @classmethod
@@ -110,9 +107,15 @@ class LayerVariables:
         return np.asarray(before[word] + np.bitwise_count(below), np.int64)
 
     def private(self, j: int) -> np.ndarray:
-        """Layer ``j``'s counted variables that no other layer uses, sorted (int32 when every index fits)."""
+        """Layer ``j``'s counted variables that no other layer uses, sorted (int64: the index type, which gathers
+        at them read without converting them first; they are made again at each call, never kept)."""
+        return expand_ranges(*self.private_runs(j))
+
+    def private_runs(self, j: int) -> tuple[np.ndarray, np.ndarray]:
+        """The runs of :meth:`private` (first variable and length of each; none adjacent to the next: a run holds
+        every variable of one layer from its first to the next of another layer or none)."""
         a, b = int(self.ptr[j]), int(self.ptr[j + 1])
-        return expand_ranges(self.starts[a:b], self.lengths[a:b]).astype(self._private_type, copy=False)
+        return self.starts[a:b], self.lengths[a:b]
 
     def shared(self, ops: np.ndarray) -> np.ndarray:
         """The counted variables of the layer's operations ``ops`` that other layers use too, sorted (int64)."""

@@ -20,7 +20,7 @@ from popliner.memory.facts import MemoryFacts
 from popliner.memory.figure_share import layers_touched
 from popliner.memory.layer_vars import LayerVariables
 from popliner.memory.liveness import SegmentGrid
-from popliner.memory.ranges_shared import EngineShare, SharedParts
+from popliner.memory.ranges_shared import EngineShare, SharedParts, VarSet
 from popliner.memory.rerun import ForwardCut, forward_cut_grid
 from popliner.memory.running import LayerParts, Pieces, RunningStage
 from popliner.memory.stages import pipeline_rerun_window, range_ops
@@ -127,8 +127,12 @@ class RangeState:
         """What layer ``j`` adds to any range holding it (memoised: every start reuses it)."""
         parts = self._parts.get(j)
         if parts is None:
-            variables = self._layer_variables().split(j, self.layer_ops[j])
-            parts = self._parts[j] = LayerParts.of(self.facts, self.layer_ops[j], self.share, variables)
+            found = self._layer_variables()
+            variables = found.split(j, self.layer_ops[j])
+            # The private variables' runs give their key without a pass over them.
+            sets = (VarSet(self.share.shared, variables[0], found.private_runs(j)),
+                    VarSet(self.share.shared, variables[1]))
+            parts = self._parts[j] = LayerParts.of(self.facts, self.layer_ops[j], self.share, variables, sets)
         return parts
 
     def private_variables(self, j: int) -> np.ndarray:

@@ -81,6 +81,10 @@ class SharedParts:
         self._programs: dict[bytes, ProgramPart] = {}
         #: The unchanged variables' pieces as profiled, by (what, the layer's variables, which of them).
         self._base: dict[tuple[str, bytes, bytes], Events] = {}
+        #: The positions of the always-live variables in each set of a layer's variables, by the set's key.
+        self._always: dict[bytes, np.ndarray] = {}
+        #: The classes, tiles and bytes as profiled of each set of a layer's variables, by the set's key.
+        self._profiled: dict[bytes, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         self._grid: SegmentGrid | None = None
         self._columns: tuple[np.ndarray, tuple[np.ndarray, np.ndarray]] | None = None
         self._dtypes: list[tuple[np.ndarray, np.ndarray, type[np.signedinteger]]] = []
@@ -116,22 +120,56 @@ class SharedParts:
         """
         self.shares = True
 
-    def key(self, var: np.ndarray) -> bytes:
+    def key(self, var: np.ndarray, runs: tuple[np.ndarray, np.ndarray] | None = None) -> bytes:
         """The key ``var``'s parts are found by: a SHA-256 digest of its values (variable indices, or flags).
 
         Indices are digested as their runs of consecutive values (a layer's
         variables come in long runs: tensors laid out tile by tile), flags
         packed eight to a byte. Every option set's engine asks again for each
         layer; a digest keeps no copy of the values (at 1x BERT-Large the
-        copies were 225 MB in a plan, more than the parts).
+        copies were 225 MB in a plan, more than the parts). ``runs``: the
+        indices' runs (first value and length of each, none adjacent to the
+        next), when the caller has them (a layer's private variables: no pass
+        over the indices then).
         """
         if var.dtype == bool:
             parts = [np.array([var.size]), np.packbits(var)]
+        elif not var.size:
+            parts = [np.array([0])]
         else:  # the runs' ends in int64, whatever the indices' type (no copy of them)
-            cut = np.flatnonzero(np.diff(var) != 1) + 1  # each run: first and last value
-            parts = [np.array([var.size]), var[np.concatenate(([0], cut))].astype(np.int64),
-                     var[np.concatenate((cut - 1, [var.size - 1]))].astype(np.int64)] if var.size else [np.array([0])]
+            if runs is None:
+                cut = np.flatnonzero(np.diff(var) != 1) + 1  # each run: first and last value
+                first, last = var[np.concatenate(([0], cut))], var[np.concatenate((cut - 1, [var.size - 1]))]
+            else:
+                first, last = runs[0], runs[0] + runs[1] - 1
+            parts = [np.array([var.size]), first.astype(np.int64), last.astype(np.int64)]
         return content_key(b"", b"flags" if var.dtype == bool else b"indices", *parts)
+
+    def profiled(self, part: VarSet) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The classes, tiles and bytes of the variables of ``part`` as profiled, kept by the set's key (in the
+        narrowest integer type that holds each: every layer's, some 8 bytes a variable, for every option set).
+
+        A layer's variables lie spread over the variable columns, so a gather of one column for them is a pass
+        over their runs, mostly cache misses; every option set's split sides read these, the variables its
+        options change aside (:meth:`VarSet.picked`).
+        """
+        found = self._profiled.get(part.key)
+        if found is None:
+            v = self.profile.variables
+            klass, tile, nbytes = (_narrow(np.take(column, part.var)) for column in (v.klass, v.tile, v.bytes))
+            found = self._profiled[part.key] = (klass, tile, nbytes)
+        return found
+
+    def always_at(self, part: VarSet) -> np.ndarray:
+        """The positions in ``part.var`` of its variables always live as profiled (memoised by the set's key:
+        option-free, and a few per layer, where a gather of the flags over a layer's variables is a pass over
+        its runs for every option set)."""
+        found = self._always.get(part.key)
+        if found is None:
+            # Kept for the plan: in int32 when every position fits (a few million in all at 120 layers).
+            at = _positions(part.gathered(self.classes[0]))
+            found = self._always[part.key] = at.astype(np.int32) if part.var.size < 2**31 else at
+        return found
 
     def changes(self, profile: Profile) -> tuple[np.ndarray, int]:
         """The variables ``profile`` (a what-if or forward-cut profile of this one) changes, and a number per
@@ -309,29 +347,33 @@ class VarSet:
     A layer's variables lie spread over the variable columns (tensors laid out tile by tile: some 3,000 runs of
     about 50 in 18 M variables at 120 BERT-Large layers), so a gather for them costs about a millisecond per
     column and set, mostly cache misses, and the two sides of a split each touch nearly every run of the set.
-    A column read for the side taken as profiled (both sides are read then) is therefore gathered once, whole
-    (:meth:`gathered`), and the sides are taken from that copy; the made side alone (a layer whose profiled
-    pieces another option set made) is gathered alone.
+    The set's classes, tiles and bytes as profiled are therefore gathered once for every option set
+    (:meth:`SharedParts.profiled`, by the set's key), and each side's columns taken from that copy; only the
+    arrays an option set's profile holds of its own (its classes, sharded bytes) are gathered again, for the
+    made side alone. An option set alone gathers its columns itself (nothing is kept).
     """
 
-    def __init__(self, shared: SharedParts, var: np.ndarray) -> None:
+    def __init__(self, shared: SharedParts, var: np.ndarray, runs: tuple[np.ndarray, np.ndarray] | None = None
+                 ) -> None:
         self.var = var
         self.shared = shared
+        #: The runs of ``var`` (:meth:`SharedParts.key`), when the caller has them.
+        self.runs = runs
         self._key: bytes | None = None
         self._splits: list[tuple[np.ndarray | None, tuple[tuple[bytes, np.ndarray], np.ndarray]]] = []
         self._picked: list[tuple[Profile, np.ndarray | None, int, Columns]] = []
         self._gathered: list[tuple[np.ndarray, np.ndarray]] = []
+        self._made: list[tuple[np.ndarray | None, np.ndarray]] = []
 
     @property
     def key(self) -> bytes:
         """The key the set's parts are found by (:meth:`SharedParts.key`), digested when first asked (sharing)."""
         if self._key is None:
-            self._key = self.shared.key(self.var)
+            self._key = self.shared.key(self.var, self.runs)
         return self._key
 
     def gathered(self, column: np.ndarray) -> np.ndarray:
-        """``column[var]`` (a column over every variable), gathered once per column array (the grids' profiles
-        share their tiles and bytes, and the option sets the profiled always-live flags)."""
+        """``column[var]`` (a flag per variable: the grids' marks, the always-live flags), gathered once per array."""
         for known, found in self._gathered:
             if known is column:
                 return found
@@ -343,20 +385,41 @@ class VarSet:
         """The classes, tiles and bytes in ``profile`` of one side of :meth:`split` (0: the variables taken as
         profiled, 1: those made on the grid).
 
-        One side at a time: a layer's stash columns and grid changes each read the side they make.
+        One side at a time: a layer's stash columns and grid changes each read the side they make. When shared,
+        from the set's columns as profiled (:meth:`SharedParts.profiled`): a variable ``own`` does not mark has
+        its class, tile and bytes as profiled in ``profile`` (its changed ones are marked), and every variable
+        its tile; the marked side gathers only what ``profile`` holds in other arrays (its own classes).
         """
         for known, mark, which, found in self._picked:
             if known is profile and mark is own and which == side:
                 return found
         (_, base), at = self.split(own)
         columns = (profile.variables.klass, profile.variables.tile, profile.variables.bytes)
-        if side == 0 or any(column is known for column in columns for known, _ in self._gathered):
-            made = Columns(*(_take(self.gathered(column), (base, at)[side]) for column in columns))
-        else:  # the made side alone: no whole column read for it
+        if own is None:  # alone: nothing kept, every variable on the made side
             var = _take(self.var, at)
             made = Columns(*(np.take(column, var) for column in columns))
+        else:
+            kept = self.shared.profiled(self)
+            if side == 0:
+                made = Columns(*(_take(column, base) for column in kept))
+            else:
+                v = self.shared.profile.variables
+                # Every variable's tile is as profiled (a profile whose tiles differ shares nothing:
+                # _changed_from), its class and bytes too unless ``profile`` holds them in arrays of its own.
+                same = (columns[0] is v.klass, True, columns[2] is v.bytes)
+                made = Columns(*(_take(found, at) if as_profiled else np.take(column, self.made_var(own))
+                                 for column, found, as_profiled in zip(columns, kept, same)))
         self._picked.append((profile, own, side, made))
         return made
+
+    def made_var(self, own: np.ndarray | None) -> np.ndarray:
+        """The variables :meth:`split` of ``own`` makes on the grid (``var`` at its made positions; memoised)."""
+        for mark, found in self._made:
+            if mark is own:
+                return found
+        found = _take(self.var, self.split(own)[1])
+        self._made.append((own, found))
+        return found
 
     def split(self, own: np.ndarray | None) -> tuple[tuple[bytes, np.ndarray], np.ndarray]:
         """((key, positions) of the variables taken as profiled, positions of the others) when ``own`` marks
@@ -373,18 +436,28 @@ class VarSet:
                 return found
         if own is None:
             pick = np.zeros(self.var.size, bool)
-        else:  # the always-live flags gathered once for the set's grids (the main one and the forward cut's)
-            pick = ~self.gathered(self.shared.classes[0]) & ~self.gathered(own)
-        # Positions in int32 when they fit: kept with the set (a what-if grid's sides of every layer).
+        else:  # neither always live (a few positions, kept per set) nor marked
+            pick = ~self.gathered(own)
+            pick[self.shared.always_at(self)] = False
         made = ((b"" if own is None else self.shared.key(pick), _positions(pick)), _positions(~pick))
         self._splits.append((own, made))
         return made
 
 
 def _positions(flags: np.ndarray) -> np.ndarray:
-    """The positions of the set flags (int32 when every position fits)."""
-    found = np.flatnonzero(flags)
-    return found.astype(np.int32) if flags.size < 2**31 else found
+    """The positions of the set flags, in the index type: each side's columns are taken at them (np.take converts
+    narrower positions to a new array first), and the set's split lives only while its layer's parts are made."""
+    return np.flatnonzero(flags)
+
+
+def _narrow(column: np.ndarray) -> np.ndarray:
+    """``column`` (integers) in int16 or int32 when every value, and one more, fits (else as it is): a class
+    index plus one is a table's end."""
+    for dtype in (np.int16, np.int32):
+        if column.dtype.itemsize > np.dtype(dtype).itemsize and (not column.size or (
+                int(column.min()) >= np.iinfo(dtype).min and int(column.max()) < np.iinfo(dtype).max)):
+            return column.astype(dtype)
+    return column
 
 
 def _take(var: np.ndarray, at: np.ndarray) -> np.ndarray:
@@ -464,7 +537,7 @@ class _GridShare:
                                              (lambda: part.picked(self.grid.p, self.own, 0)) if merged else None))]
                if pick[1].size else [])
         if at.size:
-            var = _take(part.var, at)
+            var = part.made_var(self.own)
             if merged:
                 out.append(self.grid.merged(var, part.picked(self.grid.p, self.own, 1)))
             else:
@@ -572,7 +645,7 @@ class EngineShare:
                if pick[1].size else [])
         if at.size:
             given = None if with_owner else part.picked(profile, mark, 1)
-            own = stash_columns(self.facts, _take(part.var, at), with_owner, given)
+            own = stash_columns(self.facts, part.made_var(mark), with_owner, given)
             assert own is not None  # in training
             if with_owner:  # positions in var, not in var[at]
                 own["owner"] = at[own["owner"]]
