@@ -186,10 +186,13 @@ class StashRow:
         self.tiles = facts.tiles
         self.row_ops = row_ops
         self.chunks: list[dict[str, np.ndarray]] = []  # every candidate so far
+        # The operations of the growths so far, end to end, and where each growth's end there.
+        self._ops = _Growing(np.int64)
+        self._ops_ends: list[int] = []
         # Each chunk's first and last steps, end to end (as far as the last entry took them), where each chunk's
         # start there, which the last entry held, and that entry.
-        self._first = np.zeros(0, np.int64)
-        self._last = np.zeros(0, np.int64)
+        self._first = _Growing(np.int64)
+        self._last = _Growing(np.int64)
         self._starts: list[int] = []
         self._held = np.zeros(0, bool)
         self._entry = np.zeros(self.tiles, np.int64)
@@ -199,33 +202,39 @@ class StashRow:
 
     def entry(self, at: int) -> np.ndarray:
         """The entry after ``at + 1`` growths."""
-        windows = stash_windows(self.facts, np.concatenate(self.row_ops[: at + 1]))
+        windows = stash_windows(self.facts, self._ops_upto(at))
         if windows is None:
             return np.zeros(self.tiles, np.int64)
         self._take_new()
-        held = select_stash(self.facts, self._first, self._last, windows)
-        moved = np.flatnonzero(held != self._held)
+        held = select_stash(self.facts, self._first.array, self._last.array, windows)
+        old = len(self._held)
+        # The new candidates were held by no entry yet.
+        moved = np.concatenate((np.flatnonzero(held[:old] != self._held), old + np.flatnonzero(held[old:])))
         if moved.size:
             # The chunk of each moved candidate, chunk by chunk (``moved`` is sorted).
             chunk_of = np.searchsorted(self._starts, moved, side="right") - 1
             cut = np.flatnonzero(np.diff(chunk_of)) + 1
             for k, part in zip(chunk_of[np.concatenate(([0], cut))].tolist(), np.split(moved, cut), strict=True):
                 self._entry += self._change(self.chunks[k], part - self._starts[k], held[part])
-            self._held = held
+        self._held = held
         return self._entry.copy()
 
+    def _ops_upto(self, at: int) -> np.ndarray:
+        """The operations of the first ``at + 1`` growths."""
+        for ops in self.row_ops[len(self._ops_ends): at + 1]:
+            self._ops.extend((ops,))
+            self._ops_ends.append(len(self._ops.array))
+        return self._ops.array[: self._ops_ends[at]]
+
     def _take_new(self) -> None:
-        """Put the chunks added since the last entry end to end with the others, none held yet."""
+        """Put the chunks added since the last entry end to end with the others."""
         new = self.chunks[len(self._starts):]
-        if not new:
-            return
-        size = len(self._first)
+        size = len(self._first.array)
         for c in new:
             self._starts.append(size)
             size += len(c["first"])
-        self._first = np.concatenate((self._first, *(c["first"] for c in new)))
-        self._last = np.concatenate((self._last, *(c["last"] for c in new)))
-        self._held = np.concatenate((self._held, np.zeros(size - len(self._held), bool)))
+        self._first.extend([c["first"] for c in new])
+        self._last.extend([c["last"] for c in new])
 
     def _change(self, cols: dict[str, np.ndarray], rows: np.ndarray, joins: np.ndarray) -> np.ndarray:
         """Bytes per tile that ``rows`` of a chunk add to the entry (``joins``) or take from it (the others)."""
@@ -238,3 +247,25 @@ class StashRow:
         nbytes = cols["nbytes"][rows].astype(np.float64)
         return np.bincount(cols["tile"][rows], weights=np.where(joins, nbytes, -nbytes),
                            minlength=self.tiles).astype(np.int64)
+
+
+class _Growing:
+    """A 1-D array grown at its end: its storage doubles when full, so a growth copies only what it adds."""
+
+    def __init__(self, dtype: type[np.signedinteger]) -> None:
+        self._buffer = np.zeros(0, dtype)
+        self._size = 0
+
+    @property
+    def array(self) -> np.ndarray:
+        return self._buffer[: self._size]
+
+    def extend(self, parts: list[np.ndarray] | tuple[np.ndarray, ...]) -> None:
+        size = self._size + sum(len(p) for p in parts)
+        if size > len(self._buffer):
+            buffer = np.empty(max(size, 2 * len(self._buffer)), self._buffer.dtype)
+            buffer[: self._size] = self._buffer[: self._size]
+            self._buffer = buffer
+        for p in parts:
+            self._buffer[self._size: self._size + len(p)] = p
+            self._size += len(p)
