@@ -112,8 +112,10 @@ class FreshParts:
     """A layer's shared variables new to a range: their net change on the grid and on the forward-cut grid
     (``--recompute pipeline``), and their stash columns (training).
 
-    The changes are merged (:meth:`SegmentGrid.net_change`): an indexed add
-    of distinct cells (or rows) instead of a scatter of every variable's events at each range.
+    Those of a range the layer does not start are merged (:meth:`SegmentGrid.net_change`): an indexed add of
+    distinct cells (or rows) instead of a scatter of every variable's events at each range that takes them. All the
+    shared variables are new to a range the layer starts, a pattern met about once per row: the layer's own events
+    serve, at no merge.
     """
 
     events: tuple[Events, ...]
@@ -123,8 +125,10 @@ class FreshParts:
     @classmethod
     def of(cls, parts: LayerParts, fresh: np.ndarray, grid: SegmentGrid, cut_grid: SegmentGrid | None
            ) -> FreshParts:
-        cut = parts.cut_shared_events
+        cut = None if cut_grid is None else parts.cut_shared_events
         stash = parts.shared_stash
+        if fresh.all():
+            return cls(parts.shared_events, cut, stash)
         return cls(_merged(grid, _pieces_of(parts.shared_events, fresh)),
                    None if cut is None or cut_grid is None else _merged(cut_grid, _pieces_of(cut, fresh)),
                    None if stash is None else _pieces_of(stash, fresh))
