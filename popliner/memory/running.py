@@ -10,7 +10,7 @@ liveness grid (:class:`popliner.memory.liveness.SegmentGrid`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from popliner.memory.facts import MemoryFacts
     from popliner.memory.ranges_shared import EngineShare
 
-__all__ = ["PIECES", "LayerParts", "Pieces", "RunningStage"]
+__all__ = ["PIECES", "FreshParts", "LayerParts", "Pieces", "RunningStage"]
 
 
 Events = dict[str, np.ndarray]
@@ -78,6 +78,9 @@ class LayerParts:
     units: np.ndarray | None  # int64 [drivers, tiles] of the other categories (None: the profile has none)
     cut_private_events: tuple[Events, ...] | None = None
     cut_shared_events: tuple[Events, ...] | None = None
+    #: The shared parts a range takes, by which shared variables are new to it (:class:`FreshParts`): a layer
+    #: meets a few such patterns (first in its range, or after the layer before it), each kept once it is seen.
+    fresh_parts: dict[bytes, FreshParts] = field(default_factory=dict, repr=False)
 
     @classmethod
     def of(cls, facts: MemoryFacts, ops: np.ndarray, share: EngineShare,
@@ -102,6 +105,33 @@ class LayerParts:
         cut = (None, None) if cut_grid is None else (cut_grid.merged(sets[0]), cut_grid.owned(sets[1]))
         return cls(ops, additive, present, lo, hi, shared, shared_pos, events[0], events[1], stash[0],
                    stash[1], units, cut[0], cut[1])
+
+
+@dataclass(frozen=True)
+class FreshParts:
+    """A layer's shared variables new to a range: their net change on the grid and on the forward-cut grid
+    (``--recompute pipeline``), and their stash columns (training).
+
+    Those of a range the layer does not start are merged (:meth:`SegmentGrid.net_change`): an indexed add of
+    distinct cells (or rows) instead of a scatter of every variable's events at each range that takes them. All the
+    shared variables are new to a range the layer starts, a pattern met about once per row: the layer's own events
+    serve, at no merge.
+    """
+
+    events: tuple[Events, ...]
+    cut_events: tuple[Events, ...] | None
+    stash: tuple[Events, ...] | None
+
+    @classmethod
+    def of(cls, parts: LayerParts, fresh: np.ndarray, grid: SegmentGrid, cut_grid: SegmentGrid | None
+           ) -> FreshParts:
+        cut = None if cut_grid is None else parts.cut_shared_events
+        stash = parts.shared_stash
+        if fresh.all():
+            return cls(parts.shared_events, cut, stash)
+        return cls(_merged(grid, _pieces_of(parts.shared_events, fresh)),
+                   None if cut is None or cut_grid is None else _merged(cut_grid, _pieces_of(cut, fresh)),
+                   None if stash is None else _pieces_of(stash, fresh))
 
 
 class RunningStage:
@@ -158,7 +188,7 @@ class RunningStage:
         self.grid.clear()
         self.grid.owner = self._token
         for parts, fresh in self.grid_adds:
-            for events in (*parts.private_events, *_pieces_of(parts.shared_events, fresh)):
+            for events in (*parts.private_events, *self._fresh_parts(parts, fresh).events):
                 self.grid.add(events)
         if self.forward_cut is not None:
             self.forward_cut.restore()
@@ -179,19 +209,27 @@ class RunningStage:
             self.lo, self.hi = (lo, hi) if self.hi < self.lo else (min(self.lo, lo), max(self.hi, hi))
         fresh = ~self.in_set[parts.shared_pos]
         self.in_set[parts.shared_pos] = True
+        taken = self._fresh_parts(parts, fresh)
         cut = self.forward_cut
         if cut is not None:
             # A kept head's new variables, sorted: their forward-cut events are made from them.
             var = None if kept is None else np.sort(np.concatenate((kept, parts.shared[fresh])))
-            cut.add(parts.cut_private_events,
-                    None if parts.cut_shared_events is None else _pieces_of(parts.cut_shared_events, fresh), var,
-                    kept is not None)
-        for events in (*parts.private_events, *_pieces_of(parts.shared_events, fresh)):
+            cut.add(parts.cut_private_events, taken.cut_events, var, kept is not None)
+        for events in (*parts.private_events, *taken.events):
             self.grid.add(events)
         self.grid_adds.append((parts, fresh))
-        if self.stash is not None and parts.private_stash is not None and parts.shared_stash is not None:
-            for cols in (*parts.private_stash, *_pieces_of(parts.shared_stash, fresh)):
+        if self.stash is not None and parts.private_stash is not None and taken.stash is not None:
+            for cols in (*parts.private_stash, *taken.stash):
                 self.stash.add(cols)
+
+    def _fresh_parts(self, parts: LayerParts, fresh: np.ndarray) -> FreshParts:
+        """The layer's shared parts new to the set (``fresh``: per shared variable), made at the pattern's first use."""
+        key = fresh.tobytes()
+        found = parts.fresh_parts.get(key)
+        if found is None:
+            cut = self.forward_cut
+            found = parts.fresh_parts[key] = FreshParts.of(parts, fresh, self.grid, None if cut is None else cut.grid)
+        return found
 
     def total_per_tile(self, variables: np.ndarray | None = None) -> np.ndarray:
         """Every component summed per tile; ``variables``: the variables peak when not :meth:`variables_peak`."""
@@ -218,6 +256,18 @@ class RunningStage:
         assert self.stash is not None  # built with the row's operations in training
         return self.stash.entry(len(self.ops) - 1)
 
+
+
+def _merged(grid: SegmentGrid, pieces: tuple[Events, ...]) -> tuple[Events, ...]:
+    """Pieces of events (start and end cells, bytes) as one net change of ``grid`` (other pieces as they are)."""
+    events = [p for p in pieces if "nbytes" in p]
+    if not grid.tiles or not events:
+        return pieces
+    tiles = grid.tiles
+    start, end = (np.concatenate([p[name].astype(np.int64) for p in events]) for name in ("start", "end"))
+    nbytes = np.concatenate([p["nbytes"].astype(np.int64) for p in events])
+    merged = grid.net_change(start // tiles, end // tiles, start % tiles, nbytes)
+    return (*(p for p in pieces if "nbytes" not in p), merged)
 
 
 def _pieces_of(pieces: tuple[Events, ...], fresh: np.ndarray) -> tuple[Events, ...]:

@@ -172,10 +172,13 @@ class StashRow:
 
     Each entry is the masked sum over the candidates of the set so far (the
     columns :func:`stash_columns` keeps per layer), as
-    :func:`popliner.memory.stages.stash_entry_per_tile` takes it: integer
-    bytes summed in float64 below 2**53, then as int64. Placing each
-    candidate once at the growth it joins made no whole command faster
-    (docs/benchmarks.md, issue 35), so the entry is summed at each growth.
+    :func:`popliner.memory.stages.stash_entry_per_tile` takes it. The set's
+    windows move a little at each growth, so most candidates keep their
+    place in or out of the entry: the last entry is kept with which
+    candidates (or (first, last) pairs) it held, and the next adds those that
+    joined and takes those that left (integer bytes, summed in int64 or in
+    float64 below 2**53: the same figure as a sum afresh, to the byte). One
+    selection over every candidate of the set, not one per layer's chunk.
     """
 
     def __init__(self, facts: MemoryFacts, row_ops: list[np.ndarray]) -> None:
@@ -183,21 +186,86 @@ class StashRow:
         self.tiles = facts.tiles
         self.row_ops = row_ops
         self.chunks: list[dict[str, np.ndarray]] = []  # every candidate so far
+        # The operations of the growths so far, end to end, and where each growth's end there.
+        self._ops = _Growing(np.int64)
+        self._ops_ends: list[int] = []
+        # Each chunk's first and last steps, end to end (as far as the last entry took them), where each chunk's
+        # start there, which the last entry held, and that entry.
+        self._first = _Growing(np.int64)
+        self._last = _Growing(np.int64)
+        self._starts: list[int] = []
+        self._held = np.zeros(0, bool)
+        self._entry = np.zeros(self.tiles, np.int64)
 
     def add(self, cols: dict[str, np.ndarray]) -> None:
         self.chunks.append(cols)
 
     def entry(self, at: int) -> np.ndarray:
         """The entry after ``at + 1`` growths."""
-        out = np.zeros(self.tiles, np.int64)
-        windows = stash_windows(self.facts, np.concatenate(self.row_ops[: at + 1]))
+        windows = stash_windows(self.facts, self._ops_upto(at))
         if windows is None:
-            return out
-        for c in self.chunks:
-            stash = select_stash(self.facts, c["first"], c["last"], windows)
-            if "dense" in c:
-                out += c["dense"][stash].sum(axis=0, dtype=np.int64)
-            else:
-                # float64 bincount as in the facts: exact while a tile's entry is below 2**53 bytes.
-                out += np.bincount(c["tile"][stash], weights=c["nbytes"][stash], minlength=self.tiles).astype(np.int64)
-        return out
+            return np.zeros(self.tiles, np.int64)
+        self._take_new()
+        held = select_stash(self.facts, self._first.array, self._last.array, windows)
+        old = len(self._held)
+        # The new candidates were held by no entry yet.
+        moved = np.concatenate((np.flatnonzero(held[:old] != self._held), old + np.flatnonzero(held[old:])))
+        if moved.size:
+            # The chunk of each moved candidate, chunk by chunk (``moved`` is sorted).
+            chunk_of = np.searchsorted(self._starts, moved, side="right") - 1
+            cut = np.flatnonzero(np.diff(chunk_of)) + 1
+            for k, part in zip(chunk_of[np.concatenate(([0], cut))].tolist(), np.split(moved, cut), strict=True):
+                self._entry += self._change(self.chunks[k], part - self._starts[k], held[part])
+        self._held = held
+        return self._entry.copy()
+
+    def _ops_upto(self, at: int) -> np.ndarray:
+        """The operations of the first ``at + 1`` growths."""
+        for ops in self.row_ops[len(self._ops_ends): at + 1]:
+            self._ops.extend((ops,))
+            self._ops_ends.append(len(self._ops.array))
+        return self._ops.array[: self._ops_ends[at]]
+
+    def _take_new(self) -> None:
+        """Put the chunks added since the last entry end to end with the others."""
+        new = self.chunks[len(self._starts):]
+        size = len(self._first.array)
+        for c in new:
+            self._starts.append(size)
+            size += len(c["first"])
+        self._first.extend([c["first"] for c in new])
+        self._last.extend([c["last"] for c in new])
+
+    def _change(self, cols: dict[str, np.ndarray], rows: np.ndarray, joins: np.ndarray) -> np.ndarray:
+        """Bytes per tile that ``rows`` of a chunk add to the entry (``joins``) or take from it (the others)."""
+        if "dense" in cols:
+            dense = cols["dense"]
+            change = np.asarray(dense[rows[joins]].sum(axis=0, dtype=np.int64))
+            change -= dense[rows[~joins]].sum(axis=0, dtype=np.int64)
+            return change
+        # float64 bincount as in the facts: exact while a tile's entry is below 2**53 bytes.
+        nbytes = cols["nbytes"][rows].astype(np.float64)
+        return np.bincount(cols["tile"][rows], weights=np.where(joins, nbytes, -nbytes),
+                           minlength=self.tiles).astype(np.int64)
+
+
+class _Growing:
+    """A 1-D array grown at its end: its storage doubles when full, so a growth copies only what it adds."""
+
+    def __init__(self, dtype: type[np.signedinteger]) -> None:
+        self._buffer = np.zeros(0, dtype)
+        self._size = 0
+
+    @property
+    def array(self) -> np.ndarray:
+        return self._buffer[: self._size]
+
+    def extend(self, parts: list[np.ndarray] | tuple[np.ndarray, ...]) -> None:
+        size = self._size + sum(len(p) for p in parts)
+        if size > len(self._buffer):
+            buffer = np.empty(max(size, 2 * len(self._buffer)), self._buffer.dtype)
+            buffer[: self._size] = self._buffer[: self._size]
+            self._buffer = buffer
+        for p in parts:
+            self._buffer[self._size: self._size + len(p)] = p
+            self._size += len(p)

@@ -119,14 +119,16 @@ class SegmentGrid:
         self.block_max = np.zeros((rows, self.tiles), self.dtype)
         self.block_sum = np.zeros((rows, self.tiles), self.dtype)
         self.stale = np.zeros(self.nblocks, bool)  # events added since the block's sums were taken
+        # The block's net change taken since, but not its largest running sum: a reading takes that only of the
+        # blocks it takes whole (:meth:`_refresh`).
+        self.max_stale = np.zeros(self.nblocks, bool)
         self.touched = np.zeros(self.nblocks, bool)  # events added since the last clear
         self.owner: object | None = None  # the token of the running set whose variables the grid holds
-        # Live bytes before each block (the net changes of the blocks before it) and each block's largest live
-        # bytes, kept between readings: valid for the blocks before ``_known``, which a change to a block's
-        # sums lowers to that block. A reading extends them only to its window's last block. In the cells' type:
-        # each is the live bytes of a subset of the variables on one tile, which the type holds (cell_dtype).
+        # Live bytes before each block (the net changes of the blocks before it), kept between readings: valid
+        # for the blocks before ``_known``, which a change to a block's sums lowers to that block. A reading
+        # extends them only to its window's last block. In the cells' type: each is the live bytes of a subset of
+        # the variables on one tile, which the type holds (cell_dtype).
         self._before = np.zeros((self.nblocks + 1, self.tiles), self.dtype)
-        self._top = np.zeros((self.nblocks, self.tiles), self.dtype)
         self._known = self.nblocks
         # The last reading's end-block rows (:meth:`_rows`) by (block, first row, last row): a range grown by a
         # layer is mostly read in the same window, whose end blocks the layer seldom touches. Dropped once the
@@ -148,6 +150,7 @@ class SegmentGrid:
                 buffer[touched] = 0
             self.touched[:] = False
             self.stale[:] = False
+            self.max_stale[:] = False
             self._known = min(self._known, int(touched[0]))
             self._end_rows = {}
 
@@ -290,30 +293,40 @@ class SegmentGrid:
         self.stale[blocks] = True
         self.touched[blocks] = True
 
-    def _refresh(self, upto: int) -> None:
-        """Largest running sum and net change of every block up to ``upto`` changed since the last reading.
+    def _refresh(self, lo: int, upto: int) -> None:
+        """Net change of every block up to ``upto`` changed since the last reading, and the largest running sum of
+        those after ``lo`` and before ``upto`` (the blocks a reading of blocks ``lo..upto`` takes whole).
 
         A reading uses no block after its window's last: a later block stays stale until a reading needs it (a
         forward window under pipeline recomputation never reads the backward blocks of its forward-cut grid).
-        The running sums themselves are not kept: a reading takes them again for its window's two end blocks
-        only (:meth:`_rows`), which halves the grid's memory.
+        Of a block before the window (or at its ends) a reading needs the net change alone, a plain sum of its
+        rows (the backward window of a re-run stage follows all its forward blocks); its largest running sum is
+        taken when a reading takes the block whole. The running sums themselves are not kept: a reading takes
+        them again for its window's two end blocks only (:meth:`_rows`), which halves the grid's memory.
         """
         stale = np.flatnonzero(self.stale[: upto + 1])
-        if stale.size == 0:
+        if stale.size:
+            self._end_rows = {key: top for key, top in self._end_rows.items() if not self.stale[key[0]]}
+            self.max_stale[stale] = True
+            self._known = min(self._known, int(stale[0]))
+            self.stale[stale] = False
+            summed = stale[(stale <= lo) | (stale == upto)]
+            if summed.size:
+                self.block_sum[summed] = self.diff[summed].sum(axis=1, dtype=self.dtype)
+        whole = np.flatnonzero(self.max_stale[lo + 1: upto]) + lo + 1
+        if whole.size == 0:
             return
-        self._end_rows = {key: top for key, top in self._end_rows.items() if not self.stale[key[0]]}
         # Row by row along the blocks, the largest taken as the sums grow: one read of the blocks' rows (numpy's
         # cumsum over a middle axis is several times slower, and a copy of the blocks then a maximum over them
         # reads them three times).
-        run = self.diff[stale, 0]
+        run = self.diff[whole, 0]
         top = run.copy()
         for r in range(1, self.block):
-            np.add(run, self.diff[stale, r], out=run)
+            np.add(run, self.diff[whole, r], out=run)
             np.maximum(top, run, out=top)
-        self.block_max[stale] = top
-        self.block_sum[stale] = run
-        self.stale[stale] = False
-        self._known = min(self._known, int(stale[0]))
+        self.block_max[whole] = top
+        self.block_sum[whole] = run
+        self.max_stale[whole] = False
 
     def _end_rows_of(self, kept: dict[tuple[int, int, int], np.ndarray], block: int, lo_row: int, hi_row: int
                      ) -> np.ndarray:
@@ -337,7 +350,7 @@ class SegmentGrid:
         return top
 
     def _extend_known(self, upto: int) -> np.ndarray:
-        """Make :attr:`_before` valid at the touched blocks up to ``upto`` and :attr:`_top` at those below it.
+        """Make :attr:`_before` valid at the touched blocks up to ``upto``.
 
         Returns the touched blocks up to ``upto``. An untouched block holds no
         change: its live bytes are, all through, those at the end of the last
@@ -359,9 +372,6 @@ class SegmentGrid:
             else:
                 np.add(before[prev], block_sum[prev], out=before[t])
             prev = t
-        fresh = touched[k0:]
-        fresh = fresh[fresh < upto]
-        self._top[fresh] = self.block_max[fresh] + before[fresh]
         self._known = upto
         return touched
 
@@ -387,8 +397,8 @@ class SegmentGrid:
             return out
         first = max(k_lo, 0)
         b_lo, b_hi = first // self.block, k_hi // self.block
-        self._refresh(b_hi)
-        # Live bytes before each touched block of the window, and their largest: kept between readings.
+        self._refresh(b_lo, b_hi)
+        # Live bytes before each touched block of the window: kept between readings.
         touched = self._extend_known(b_hi)
         lo_row, hi_row = first % self.block, k_hi % self.block
         kept: dict[tuple[int, int, int], np.ndarray] = {}
@@ -401,7 +411,7 @@ class SegmentGrid:
             # block before it, which that block's rows (in the window) already reach.
             inside = touched[(touched > b_lo) & (touched < b_hi)]
             if inside.size:
-                np.maximum(out, self._top[inside].max(axis=0), out=out)
+                np.maximum(out, (self.block_max[inside] + self._before[inside]).max(axis=0), out=out)
         self._end_rows = kept
         return np.asarray(np.maximum(out, 0), np.int64)
 
