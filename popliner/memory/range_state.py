@@ -85,13 +85,15 @@ class RangeState:
         self.facts = facts
         self.layer_ops = _layer_ops(facts)
         dtype = shared.grid_dtype(facts.profile)
-        self.grid = SegmentGrid.of(facts.profile, pieces.grid_block, dtype)
+        # Made without buffers: each takes those an earlier option set gave back (no page faults, no zeroing), else
+        # new ones.
+        self.grid = SegmentGrid.of(facts.profile, pieces.grid_block, dtype, buffers=False)
         #: ``--recompute pipeline``: running sets keep their variables' forward-cut liveness too.
         self.rerun = facts.view.recompute == "pipeline"
-        self.cut_grid = forward_cut_grid(facts, dtype, pieces.grid_block) if self.rerun else None
+        self.cut_grid = forward_cut_grid(facts, dtype, pieces.grid_block, buffers=False) if self.rerun else None
         for grid in (self.grid, self.cut_grid):
             if grid is not None:
-                shared.take_buffers(grid)  # zeroed buffers an earlier option set gave back: no page faults
+                shared.take_buffers(grid)
         self.pieces = pieces
         #: The profile's option-free parts and these facts' own pieces on them (``popliner plan``: one scenario per
         #: option set, all on the same parts).

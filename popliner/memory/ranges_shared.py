@@ -241,17 +241,20 @@ class SharedParts:
         return self._columns
 
     def take_buffers(self, grid: SegmentGrid) -> None:
-        """Give a new grid zeroed buffers of its shape that another engine's grid gave back, if any.
+        """Give a grid made without buffers zeroed ones of its shape: those another engine's grid gave back, else new.
 
         Each engine's grids are tens of MB that a plan would otherwise fault
-        in again for every option set (most of its system time).
+        in again for every option set (most of its system time), and zero
+        first: the grid is made without them (``buffers=False``), so that
+        a recycled set takes their place at no cost.
         """
         found = self._buffers.get(_buffer_key(grid))
-        if found:
-            grid.diff, grid.block_max, grid.block_sum = found.pop()
+        grid.diff, grid.block_max, grid.block_sum = found.pop() if found else grid.zeroed_buffers()
 
     def give_buffers(self, grid: SegmentGrid) -> None:
         """Take a grid's buffers back, cleared; the grid is left with empty ones (reading it again fails)."""
+        if len(grid.diff) != grid.nblocks:
+            return  # none to give: given back already (kept by its shape, empty ones would serve a later grid)
         grid.clear()  # every cell written is in a touched block: all zero again
         self._buffers.setdefault(_buffer_key(grid), []).append((grid.diff, grid.block_max, grid.block_sum))
         empty = np.zeros((0, grid.block, grid.tiles), grid.dtype)
@@ -469,7 +472,8 @@ def _take(var: np.ndarray, at: np.ndarray) -> np.ndarray:
 
 
 def _buffer_key(grid: SegmentGrid) -> tuple[object, ...]:
-    return (grid.diff.shape, grid.block_max.shape, np.dtype(grid.dtype).str)
+    # The grid's shape, not its buffers' (a grid is made without them, and takes them here).
+    return (grid.nblocks, grid.block, grid.tiles, np.dtype(grid.dtype).str)
 
 
 class _GridShare:

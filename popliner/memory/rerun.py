@@ -27,13 +27,14 @@ if TYPE_CHECKING:
 __all__ = ["ForwardCut", "forward_cut_grid"]
 
 
-def forward_cut_grid(facts: MemoryFacts, dtype: type[np.signedinteger] | None = None, block: int = BLOCK
-                     ) -> SegmentGrid:
+def forward_cut_grid(facts: MemoryFacts, dtype: type[np.signedinteger] | None = None, block: int = BLOCK,
+                     buffers: bool = True) -> SegmentGrid:
     """The liveness grid of the facts' forward-cut profile (its segments refine the what-if profile's).
 
-    ``dtype``: the what-if grid's cells, when known (the cut profile has the same variables' bytes).
+    ``dtype``: the what-if grid's cells, when known (the cut profile has the same variables' bytes);
+    ``buffers``: as :meth:`SegmentGrid.of`'s.
     """
-    return SegmentGrid.of(facts.forward_cut_profile(), block, dtype)
+    return SegmentGrid.of(facts.forward_cut_profile(), block, dtype, buffers)
 
 
 class ForwardCut:

@@ -114,10 +114,7 @@ class SegmentGrid:
         self.cell_dtype = np.int32 if cells < 2**31 else np.int64
         # ``buffers`` False: a grid whose segments alone are read (events made on it, never added), with empty
         # buffers, as a grid that gave its buffers back (tens to hundreds of MB on a large profile).
-        rows = self.nblocks if buffers else 0
-        self.diff = np.zeros((rows, self.block, self.tiles), self.dtype)
-        self.block_max = np.zeros((rows, self.tiles), self.dtype)
-        self.block_sum = np.zeros((rows, self.tiles), self.dtype)
+        self.diff, self.block_max, self.block_sum = self.zeroed_buffers(self.nblocks if buffers else 0)
         self.stale = np.zeros(self.nblocks, bool)  # events added since the block's sums were taken
         # The block's net change taken since, but not its largest running sum: a reading takes that only of the
         # blocks it takes whole (:meth:`_refresh`).
@@ -134,6 +131,12 @@ class SegmentGrid:
         # layer is mostly read in the same window, whose end blocks the layer seldom touches. Dropped once the
         # block changes (:meth:`_refresh`, :meth:`clear`).
         self._end_rows: dict[tuple[int, int, int], np.ndarray] = {}
+
+    def zeroed_buffers(self, rows: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """New zeroed buffers (diff, block max, block sum) of ``rows`` blocks (default: the grid's)."""
+        rows = self.nblocks if rows is None else rows
+        return (np.zeros((rows, self.block, self.tiles), self.dtype), np.zeros((rows, self.tiles), self.dtype),
+                np.zeros((rows, self.tiles), self.dtype))
 
     @classmethod
     def of(cls, profile: Profile, block: int = BLOCK, dtype: type[np.signedinteger] | None = None,
