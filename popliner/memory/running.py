@@ -106,6 +106,15 @@ class LayerParts:
         return cls(ops, additive, present, lo, hi, shared, shared_pos, events[0], events[1], stash[0],
                    stash[1], units, cut[0], cut[1])
 
+    def fresh(self, fresh: np.ndarray, grid: SegmentGrid, cut_grid: SegmentGrid | None) -> FreshParts:
+        """The shared parts a range takes when ``fresh`` (per shared variable) flags those new to it, on the range
+        state's grids: made at the pattern's first use and kept here (:attr:`fresh_parts`)."""
+        key = fresh.tobytes()
+        found = self.fresh_parts.get(key)
+        if found is None:
+            found = self.fresh_parts[key] = FreshParts.of(self, fresh, grid, cut_grid)
+        return found
+
 
 @dataclass(frozen=True)
 class FreshParts:
@@ -156,7 +165,7 @@ class RunningStage:
         self.additive = np.zeros(self.tiles, np.int64)
         self.code = facts.model.code_by_type
         # The (vertex type, tile) pairs where the set has a vertex, and the code bytes of those pairs per tile:
-        # grown by the pairs a layer adds (after the first layer, seldom any), not summed again per reading.
+        # grown by the pairs a layer adds that the set lacks, not summed again over every pair at each reading.
         self.present = np.zeros(self.code.shape, bool)
         self.code_bytes = np.zeros(self.tiles, np.int64)
         self.categories = facts.model.categories
@@ -223,13 +232,8 @@ class RunningStage:
                 self.stash.add(cols)
 
     def _fresh_parts(self, parts: LayerParts, fresh: np.ndarray) -> FreshParts:
-        """The layer's shared parts new to the set (``fresh``: per shared variable), made at the pattern's first use."""
-        key = fresh.tobytes()
-        found = parts.fresh_parts.get(key)
-        if found is None:
-            cut = self.forward_cut
-            found = parts.fresh_parts[key] = FreshParts.of(parts, fresh, self.grid, None if cut is None else cut.grid)
-        return found
+        """The layer's shared parts new to the set (``fresh``: per shared variable)."""
+        return parts.fresh(fresh, self.grid, None if self.forward_cut is None else self.forward_cut.grid)
 
     def total_per_tile(self, variables: np.ndarray | None = None) -> np.ndarray:
         """Every component summed per tile; ``variables``: the variables peak when not :meth:`variables_peak`."""
