@@ -40,6 +40,7 @@ from popliner.memory.running import PIECES, Pieces, RunningStage
 from popliner.memory.stages import pipeline_rerun_window, stage_memory
 from popliner.memory.types import StageMemory
 from popliner.memory.work import RangeWork, check_range_tables
+from popliner.pipeline import Front, front_memory
 
 if TYPE_CHECKING:
     from popliner.memory.facts import MemoryFacts
@@ -95,9 +96,8 @@ class ProfileRanges:
         self._training = facts.training
         self._ranges: dict[tuple[int, int], tuple[np.ndarray, np.ndarray] | None] = {}
         self._done_from: set[int] = set()
-        self._memory: dict[tuple[int, int, int], float] = {}
-        #: Per range evaluated: the tiles that can be the worst at some stash depth (:func:`worst_tiles`).
-        self._fronts: dict[tuple[int, int], tuple[tuple[int, int], ...]] = {}
+        #: Per range read: the tiles that can be the worst at some stash depth (:func:`worst_tiles`).
+        self._fronts: dict[tuple[int, int], Front] = {}
         self._positions: np.ndarray | None = None
         self._shared = memo.state(facts, pieces)
         self._cycle_facts = facts.cycles
@@ -145,31 +145,23 @@ class ProfileRanges:
 
         :data:`OVERFLOW` when over the limit; then every longer range from
         ``i`` overflows too. Copy buffers are not included: see
-        :func:`popliner.pipeline.position_memory`.
+        :func:`popliner.pipeline.position_memory`. A few additions over the
+        range's :meth:`front` (no memo per depth: the solvers read hundreds of
+        thousands of (range, depth) pairs, most of them once).
         """
-        key = (i, j, extra_stash)
-        found = self._memory.get(key)
-        if found is None:
-            # The solvers ask for the same (range, depth) many times: every stage count of the DP,
-            # the fewest-IPUs search and the ILP's edges read it again.
-            front = self._fronts.get((i, j))
-            if front is None:
-                entry = self._wrapped_range(j) if self._wraps and i == 0 else self._range(i, j)
-                front = self._fronts[(i, j)] = () if entry is None else worst_tiles(*entry)
-            if not front:
-                found = OVERFLOW
-            else:
-                if extra_stash < 0:
-                    raise ValueError(f"extra stash entries {extra_stash}: expected a number >= 0")
-                # A plain loop: about twice as fast as max() over a generator (hundreds of thousands of reads).
-                worst = front[0][0] + extra_stash * front[0][1]
-                for total, stash in front:
-                    value = total + extra_stash * stash
-                    if value > worst:
-                        worst = value
-                found = worst if worst <= self.limit else OVERFLOW
-            self._memory[key] = found
-        return found
+        front = self._fronts.get((i, j))
+        if front is None:
+            front = self.front(i, j)
+        return front_memory(front, extra_stash, self.limit)
+
+    def front(self, i: int, j: int) -> Front:
+        """The range's tiles that can be its worst at some stash depth (:func:`worst_tiles`), memoised; () over the
+        limit."""
+        front = self._fronts.get((i, j))
+        if front is None:
+            entry = self._wrapped_range(j) if self._wraps and i == 0 else self._range(i, j)
+            front = self._fronts[(i, j)] = () if entry is None else worst_tiles(*entry)
+        return front
 
     def compute(self, i: int, j: int) -> int:
         """Cycles of one micro-batch through the range (a wrapped head's with the range at position 0)."""
@@ -393,26 +385,31 @@ def worst_tiles(total: np.ndarray, stash: np.ndarray) -> tuple[tuple[int, int], 
     solvers ask about costs a few additions instead of a pass over every tile.
 
     The last kept tile has the largest total (of those, the largest stash
-    entry), the first the largest stash entry (of those, the largest total):
-    only a tile of a larger stash entry than the last and a larger total than
-    the first can lie between them, usually a few of the range's tiles. Those
-    are taken by stash entry (largest first; equal entries, largest total
-    first) and one is kept when its total is above every total before it.
+    entry): only tiles of a larger stash entry can come before it, usually a
+    few hundred of the range's tiles. From those, the kept ones are taken
+    largest stash entry first (of those, the largest total), each time
+    dropping the tiles of no larger total: the few kept tiles cost a few
+    passes over fewer and fewer tiles, no sort (a range table reads thousands
+    of ranges; numpy calls on small arrays are most of their cost).
     """
-    top = int(total.max())
-    low = int(stash[total == top].max())
-    between = np.flatnonzero(stash > low)
-    if not between.size:
-        return ((top, low),)
-    totals, stashes = total[between], stash[between]
-    high = int(stashes.max())
-    first = int(totals[stashes == high].max())
-    inner = totals > first
-    totals, stashes = totals[inner], stashes[inner]
-    order = np.lexsort((-totals, -stashes))
-    totals, stashes = totals[order], stashes[order]
-    kept = totals > np.maximum.accumulate(np.concatenate(([first], totals[:-1])))
-    return ((first, high), *zip(totals[kept].tolist(), stashes[kept].tolist(), strict=True), (top, low))
+    k = int(total.argmax())  # argmax, not max(): a fraction of the call's overhead
+    top, low = int(total[k]), int(stash[k])
+    inside = stash > low
+    totals, stashes = total[inside], stash[inside]
+    tied = totals == top
+    if tied.any():  # another tile of the largest total has a larger stash entry: the largest of those ends it
+        low = int(stashes[tied].max())
+        inside = stashes > low
+        totals, stashes = totals[inside], stashes[inside]
+    kept = []
+    while totals.size:
+        high = int(stashes[stashes.argmax()])
+        first = int(totals[stashes == high].max())
+        kept.append((first, high))
+        inside = totals > first  # the others are at most this tile in both
+        totals, stashes = totals[inside], stashes[inside]
+    kept.append((top, low))
+    return tuple(kept)
 
 
 def release(memo: RangeMemo) -> None:

@@ -12,6 +12,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from popliner.pipeline import Front, front_memory
+
 __all__ = ["OVERFLOW", "ArrayRanges", "Bounds", "SplitProblem"]
 
 #: A range that does not fit.
@@ -112,13 +114,16 @@ class ArrayRanges:
         return self._head is not None
 
     def memory(self, i: int, j: int, extra_stash: int) -> float:
+        return front_memory(self.front(i, j), extra_stash, self._limit)
+
+    def front(self, i: int, j: int) -> Front:
+        """One tile: the range's figure and its stash entry (() over the limit)."""
         peak = max(self._peak[i : j + 1])
         base = sum(self._base[i : j + 1])
         if self._head is not None and i == 0:
             base += self._head[0]
             peak = max(peak, self._head[1])
-        value = peak + base + extra_stash * sum(self._stash[i : j + 1])
-        return value if value <= self._limit else OVERFLOW
+        return ((peak + base, sum(self._stash[i : j + 1])),) if peak + base <= self._limit else ()
 
     def compute(self, i: int, j: int) -> int:
         head = self._head[2] if self._head is not None and i == 0 else 0

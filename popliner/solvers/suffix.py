@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from popliner.deadline import check_deadline
-from popliner.pipeline import RangeCosts, extra_stash_entries
+from popliner.pipeline import Front, RangeCosts, extra_stash_entries, front_memory
 from popliner.solvers.dp import copy_buffers
 from popliner.solvers.problem import Bounds, SplitProblem
 
@@ -53,9 +53,10 @@ def suffix_table(table: RangeCosts, problem: SplitProblem, bound: float, max_sta
     end_ok = [j == n - 1 or problem.allowed_split(j, forbidden) for j in range(n)]
     pin = n - 1  # the first pinned split at or after i: no stage from i goes past it
     copies = copies or copy_buffers(table)
-    memory_of = table.memory
+    front_of = table.front
+    limit = table.limit
     # A range kept fits both the table's limit and the bound.
-    fits = min(table.limit, bound)
+    fits = min(limit, bound)
     # Per stage count r: the stash entries of a range with r stages from it to the end, at position 1 (from
     # layer i > 0: a stage before it) and at position 0 (from layer 0), once rather than once per layer.
     wraps = table.head_wraps
@@ -70,7 +71,9 @@ def suffix_table(table: RangeCosts, problem: SplitProblem, bound: float, max_sta
         known_over = sorted(over.items())  # by stash entries: a row's stages left, and so its entries, only grow
         taken = 0
         extras = first_row if i == 0 else later
-        row_copies: list[int | None] = [None] * n  # copies(i, j) of this row, read once for every stage count
+        # The row's worst tiles and copy buffers, each range's read once for every stage count (its stash entries).
+        row_fronts: list[Front | None] = [None] * n
+        row_copies: list[int | None] = [None] * n
         for r in range(1, min(rows, n - i) + 1):
             if i > 0 and r == max_stages:
                 break  # a stage after the first leaves room for at least one before it
@@ -93,7 +96,10 @@ def suffix_table(table: RangeCosts, problem: SplitProblem, bound: float, max_sta
                 after = rest[j + 1]
                 if after == _INF or not end_ok[j]:
                     continue
-                base = memory_of(i, j, extra)
+                front = row_fronts[j]
+                if front is None:
+                    front = row_fronts[j] = front_of(i, j)
+                base = front_memory(front, extra, limit)  # table.memory(i, j, extra)
                 if base > bound:
                     # Memory only grows with the range: every longer one from here, and every
                     # range holding this one with as many stash entries or more, is over too.
