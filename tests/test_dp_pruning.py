@@ -28,6 +28,7 @@ from popliner.solvers.lexdp import lexicographic_optimum
 from popliner.solvers.objective import CYCLES, MEMORY, Objective, objective_order
 from popliner.solvers.problem import ArrayRanges, Bounds, SplitProblem
 from popliner.solvers.solve import _exact_per_count
+from popliner.solvers.suffix import suffix_table
 from tests.helpers import structural_splits, value_floor
 from tests.sizes import examples, sized
 
@@ -261,6 +262,57 @@ def test_the_edges_are_every_fitting_range_and_from_start_those_reached(count: i
                 reached = {e[2] + 1 for e in row}
             got = position_edges(table, problem, k, order, cap, None, first, from_start=True)
             assert [(p, *e) for p, row in enumerate(got) for e in row] == kept
+
+    run()
+
+
+@pytest.mark.parametrize("count", examples(100, 300))
+def test_with_the_suffix_dp_the_edges_are_those_reached_from_which_the_end_is_reached(count: int) -> None:
+    """The suffix DP (memory only, bound by the table's limit) leaves out every edge after which the layers left
+    fit in no split of the positions left: the edges reached from layer 0 from which a path of fitting edges,
+    whatever their objective 1, reaches the end."""
+    @sized(count)
+    @given(cases(), st.sampled_from([INF, 0.0, 4.0, 9.0]))
+    def run(case: tuple[Forbidding, SplitProblem], cap: float) -> None:
+        table, problem = case
+        order = objective_order(table)
+        first = RangeValues(table, order[0], cap) if not order[0].uses_memory else None
+        most = min(problem.num_ipus, table.num_layers)
+        suffixes = suffix_table(table, problem, float(table.limit), most)
+        for k in range(1, most + 1):
+            fitting = plain_edges(table, problem, k, INF)
+            ends = {(k, table.num_layers)}  # (position, first layer) from which the end is reached
+            for p in range(k - 1, -1, -1):
+                ends |= {(p, e[1]) for e in fitting if e[0] == p and (p + 1, e[2] + 1) in ends}
+            reached = position_edges(table, problem, k, order, cap, None, first, from_start=True)
+            expected = [(p, *e) for p, row in enumerate(reached) for e in row if (p + 1, e[1] + 1) in ends]
+            got = position_edges(table, problem, k, order, cap, None, first, from_start=True,
+                                 suffix_best=suffixes.best)
+            assert [(p, *e) for p, row in enumerate(got) for e in row] == expected
+
+    run()
+
+
+@pytest.mark.parametrize("count", examples(60, 200))
+def test_with_the_suffix_dp_the_exact_solver_gives_the_same_split(count: int) -> None:
+    """A pod plan hands its suffix search to the exact solver over each depth K (popliner.pod.search): the DP's
+    split of every count and the lexicographic optimum are those it finds without."""
+    import dataclasses
+
+    from popliner.solvers.solve import exact_optimum
+
+    @sized(count)
+    @given(cases())
+    def run(case: tuple[Forbidding, SplitProblem]) -> None:
+        table, problem = case
+        objective = objective_order(table)[0]
+        most = min(problem.num_ipus, table.num_layers)
+        suffixes = suffix_table(table, problem, float(table.limit), most)
+        for k in range(1, most + 1):
+            assert dp_for_stages(table, problem, k, objective, suffix_best=suffixes.best) == \
+                dp_for_stages(table, problem, k, objective)
+            exact = dataclasses.replace(problem, num_ipus=k, exact_ipus=True)
+            assert exact_optimum(table, exact, suffixes=suffixes) == exact_optimum(table, exact)
 
     run()
 

@@ -98,8 +98,9 @@ def search_options(analysis: Analysis, depths: Sequence[int], budget: int, link_
             out[k] = DepthSplit(k, None, (), (), f"no split over {k} IPUs fits in {budget:,} bytes per tile")
             continue
         # The split --solve --exact-ipus gives: fastest first (the objectives in their order), the same ties.
+        # The suffix search's table (bound by the budget, the table's limit) says which stages are on no whole split.
         bounds = exact_optimum(table, dataclasses.replace(problem, num_ipus=k, exact_ipus=True), values, floors,
-                               copies=copies)
+                               copies=copies, suffixes=suffixes)
         split = _split_result(analysis, table, bounds, budget)
         out[k] = DepthSplit(k, split, bounds, traffic_table.of_stages(table, bounds, off_chip, options.shard))
     return OptionSearch(analysis, out, facts.view.recompute, traffic_table)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from popliner.deadline import OutOfTime, check_deadline
 from popliner.pipeline import (
@@ -22,14 +22,15 @@ from popliner.pipeline import (
 from popliner.solvers.objective import MEMORY, Objective, objective_order
 from popliner.solvers.problem import Bounds, SplitProblem
 
-__all__ = ["OutOfTime", "RangeValues", "copy_buffers", "dp_for_stages", "dp_per_count",
+__all__ = ["OutOfTime", "RangeValues", "copy_buffers", "dp_for_stages", "dp_per_count", "suffix_rows",
            "value_floors"]
 
 
 def dp_per_count(table: RangeCosts, problem: SplitProblem, objective: Objective | None = None,
                  deadline: float | None = None, cap: float = math.inf, *,
                  values: RangeValues | None = None, floors: Mapping[int, float] | None = None,
-                 copies: Callable[[int, int], int] | None = None) -> dict[int, tuple[Bounds, float] | None]:
+                 copies: Callable[[int, int], int] | None = None,
+                 suffix_best: Sequence[Sequence[float]] | None = None) -> dict[int, tuple[Bounds, float] | None]:
     """The optimal split for each stage count the problem allows (exactly ``num_ipus`` when ``exact_ipus``).
 
     A count is not searched (None) when its first stage alone is above the best value of a smaller count,
@@ -40,7 +41,8 @@ def dp_per_count(table: RangeCosts, problem: SplitProblem, objective: Objective 
     whose optimum is above it is None. For an objective that does not read
     memory, a range whose value is over the cap is then never read from the
     table (the smallest of :func:`value_floors` is a cap that loses nothing). ``values``:
-    the objective's :class:`RangeValues`, and ``copies`` (:func:`copy_buffers`), when the caller has them.
+    the objective's :class:`RangeValues`, and ``copies`` (:func:`copy_buffers`), when the caller has them;
+    ``suffix_best``: see :func:`dp_for_stages`.
     """
     objective = objective or objective_order(table, problem.objectives)[0]
     counts = problem.stage_counts
@@ -61,7 +63,8 @@ def dp_per_count(table: RangeCosts, problem: SplitProblem, objective: Objective 
             if k <= table.num_layers and _first_stage_floor(table, problem, k, objective) > best:
                 out[k] = None
                 continue
-            out[k] = found = dp_for_stages(table, problem, k, objective, deadline, cap, shared=shared, copies=copies)
+            out[k] = found = dp_for_stages(table, problem, k, objective, deadline, cap, shared=shared, copies=copies,
+                                           suffix_best=suffix_best)
         except OutOfTime as stop:
             known = [f for f in out.values() if f is not None]
             raise OutOfTime(min(known, key=lambda f: f[1]) if known else None) from stop
@@ -179,6 +182,16 @@ def _read_rows(table: RangeCosts, problem: SplitProblem, within: RangeValues | N
             table.memory(i, last, 0)
 
 
+def suffix_rows(suffix_best: Sequence[Sequence[float]] | None, stages: int, n: int) -> list[Sequence[float]]:
+    """Per position ``p`` of ``stages``: per layer ``i``, whether layers ``i..`` fit in the ``stages - 1 - p``
+    stages after it (``inf``: no), from the suffix DP's ``best`` (every layer fits, without it)."""
+    if suffix_best is None:
+        return [[0.0] * (n + 1)] * stages
+    if len(suffix_best) < stages:
+        raise ValueError(f"a suffix DP of {len(suffix_best) - 1} stages at most, for a split of {stages}")
+    return [suffix_best[stages - 1 - p] for p in range(stages)]
+
+
 def copy_buffers(table: RangeCosts) -> Callable[[int, int], int]:
     """Per tile, the copy buffers of range ``i..j`` (as :func:`position_memory` adds them), each computed once."""
     memo: dict[tuple[int, int], int] = {}
@@ -207,11 +220,16 @@ def _first_stage_floor(table: RangeCosts, problem: SplitProblem, stages: int, ob
 
 def dp_for_stages(table: RangeCosts, problem: SplitProblem, stages: int, objective: Objective | None = None,
                   deadline: float | None = None, cap: float = math.inf, *, shared: RangeValues | None = None,
-                  copies: Callable[[int, int], int] | None = None) -> tuple[Bounds, float] | None:
+                  copies: Callable[[int, int], int] | None = None,
+                  suffix_best: Sequence[Sequence[float]] | None = None) -> tuple[Bounds, float] | None:
     """Optimal split into exactly ``stages`` stages, or None when none fits (:class:`OutOfTime` past ``deadline``).
 
     ``cap``: None too when the optimum is above it (see :func:`dp_per_count`).
     ``shared`` and ``copies``: what :func:`dp_per_count` works out once for every count.
+    ``suffix_best``: the suffix DP's ``best`` of the table under the same problem, bound by the table's limit, for
+    ``stages`` stages or more (:class:`popliner.solvers.suffix.SuffixTable`): ``suffix_best[r][i]`` is ``inf`` when
+    layers ``i..`` fit in no ``r`` stages. A stage ending at ``j`` with the layers after it fitting in no split of
+    the stages left is on no whole split: its column is not visited (:func:`suffix_rows`).
     """
     objective = objective or objective_order(table, problem.objectives)[0]
     value_of = objective.stage_value
@@ -237,16 +255,20 @@ def dp_for_stages(table: RangeCosts, problem: SplitProblem, stages: int, objecti
     back = [[-1] * n for _ in range(stages)]
     splittable = [problem.allowed_split(j, forbidden) for j in range(n)]  # once, not once per position
     least = max(problem.min_layers, 1)
+    fits_after = suffix_rows(suffix_best, stages, n)
     for k in range(stages):
         check_deadline(deadline)
         # What position_memory reads, once per range: the stash entries of position k.
         extra = extra_stash_entries(k, stages, table.head_wraps) if problem.training else 0
         here, before = best[k], (best[k - 1] if k > 0 else None)  # this position's best, and the one before's
+        after = fits_after[k]  # after[j + 1]: inf when the layers after j fit in no split of the stages after k
         # Position k ends after its k + 1 positions' layers and leaves at least ``least`` for each one after
         # it: other ends are on no whole split (their best stays unused), so they are not visited.
         for j in range((k + 1) * least - 1, n - (stages - 1 - k) * least):
             if j < n - 1 and (k == stages - 1 or not splittable[j]):
                 continue  # only the last stage ends at the last layer; splits must be allowed
+            if after[j + 1] == inf:
+                continue  # the layers after it fit in no split of the stages left: on no whole split
             # The first stage starts at layer 0, and only it does. Within a cap, only the ranges within it
             # are visited (and read): still in the same order, so that ties go the same way.
             if k == 0:

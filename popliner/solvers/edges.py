@@ -7,11 +7,11 @@ makes them its variables.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from popliner.deadline import check_deadline
 from popliner.pipeline import RangeCosts, extra_stash_entries
-from popliner.solvers.dp import RangeValues, copy_buffers
+from popliner.solvers.dp import RangeValues, copy_buffers, suffix_rows
 from popliner.solvers.objective import Objective
 from popliner.solvers.problem import SplitProblem
 
@@ -23,7 +23,7 @@ Edges = list[list[tuple[int, int, tuple[int, ...]]]]
 
 def position_edges(table: RangeCosts, problem: SplitProblem, stages: int, order: tuple[Objective, ...], cap: float,
            deadline: float | None, first: RangeValues | None = None, *, from_start: bool = False,
-           copies: Callable[[int, int], int] | None = None) -> Edges:
+           copies: Callable[[int, int], int] | None = None, suffix_best: Sequence[Sequence[float]] | None = None) -> Edges:
     """Per stage position, every range it may hold whose objective 1 is within ``cap``, with each objective's value.
 
     The exact DPs' graph and the CP-SAT model's variables: a range fits its
@@ -33,7 +33,10 @@ def position_edges(table: RangeCosts, problem: SplitProblem, stages: int, order:
     ``first``: objective 1's value of each range, when it needs no memory: a range over the cap is then
     no edge without its memory being read. ``from_start``: only the edges some path from layer 0 reaches
     (the DP's paths are the same; CP-SAT's model keeps every edge). ``copies``: each range's copy buffers
-    per tile, when the caller has them (:func:`popliner.solvers.dp.copy_buffers`).
+    per tile, when the caller has them (:func:`popliner.solvers.dp.copy_buffers`). ``suffix_best``: the suffix
+    DP's ``best`` of the table (:func:`popliner.solvers.dp.dp_for_stages` says which): a range after which the
+    layers left fit in no split of the positions left is on no whole split, and no edge (CP-SAT's model, which
+    keeps every edge, is built without it).
     """
     n = table.num_layers
     forbidden = table.forbidden_splits(problem.keep_shared_together)
@@ -51,6 +54,7 @@ def position_edges(table: RangeCosts, problem: SplitProblem, stages: int, order:
     pins = [min((q for q in problem.split_after if q >= i), default=n) for i in range(n + 1)]
     reached = {0}
     memory_of = table.memory
+    fits_after = suffix_rows(suffix_best, stages, n)
     # Per first layer, where a range from it may end before the last position, in order: an allowed split, and
     # (with ``first``) objective 1 within the cap. Once per call, not once per position: every position reads
     # the same ends of a row, up to its own last end.
@@ -67,6 +71,7 @@ def position_edges(table: RangeCosts, problem: SplitProblem, stages: int, order:
         latest_end = n - 1 - (stages - 1 - p) * least
         # What position_memory adds to the range's own model: this position's stash entries (once per position).
         extra = extra_stash_entries(p, stages, table.head_wraps) if problem.training else 0
+        after = fits_after[p]  # after[j + 1]: inf when the layers after j fit in no split of the positions after p
         for i in [0] if p == 0 else range(max(1, p * least), n - (stages - p) * least + 1):
             if from_start and i not in reached:
                 continue  # no path from layer 0 gets here: its ranges are on no whole split
@@ -81,6 +86,8 @@ def position_edges(table: RangeCosts, problem: SplitProblem, stages: int, order:
             for j in ends:
                 if j > last_end:
                     break  # the ends are in order: the others are past this position's last end too
+                if after[j + 1] == math.inf:
+                    continue  # on no whole split (a later end may be)
                 base = memory_of(i, j, extra)
                 if base == math.inf:
                     break  # over the limit before its copy buffers: longer ranges only use more memory

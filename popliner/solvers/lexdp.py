@@ -12,7 +12,7 @@ allowed (:func:`popliner.solvers.objective.objective_order` refuses others).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from popliner.deadline import check_deadline
@@ -38,14 +38,16 @@ def lexicographic_optimum(table: RangeCosts, problem: SplitProblem,
                           per_count: Mapping[int, tuple[Bounds, float] | None],
                           deadline: float | None = None, *,
                           range_values: RangeValues | None = None,
-                          copies: Callable[[int, int], int] | None = None) -> ExactOutcome | None:
+                          copies: Callable[[int, int], int] | None = None,
+                          suffix_best: Sequence[Sequence[float]] | None = None) -> ExactOutcome | None:
     """The lexicographically optimal split, proved; None when none fits.
 
     ``per_count``: the exact DP's optimum of objective 1 per stage count
     (:func:`popliner.solvers.dp.dp_per_count`). Past ``deadline`` it raises
     :class:`popliner.deadline.OutOfTime`. ``range_values``: objective 1's
     :class:`popliner.solvers.dp.RangeValues`, and ``copies`` (:func:`popliner.solvers.dp.copy_buffers`), when the
-    caller has them.
+    caller has them; ``suffix_best``: the suffix DP's (:func:`popliner.solvers.dp.dp_for_stages` says which), to
+    build no edge on no whole split.
     """
     order = objective_order(table, problem.objectives)
     reachable = {k: found for k, found in per_count.items() if found is not None}
@@ -58,7 +60,7 @@ def lexicographic_optimum(table: RangeCosts, problem: SplitProblem,
     first = RangeValues(table, order[0], target, of=range_values) if not order[0].uses_memory else None
     copies = copies or copy_buffers(table)  # each range's, once for every count
     for k in candidates:
-        bounds = _best_of_count(table, problem, k, order, target, deadline, first, copies)
+        bounds = _best_of_count(table, problem, k, order, target, deadline, first, copies, suffix_best)
         values = split_objectives(table, problem, bounds) if bounds is not None else None
         if bounds is None or values is None:  # pragma: no cover - the DP found a split of this count within it
             return None
@@ -71,10 +73,13 @@ def lexicographic_optimum(table: RangeCosts, problem: SplitProblem,
 
 def _best_of_count(table: RangeCosts, problem: SplitProblem, stages: int, order: tuple[Objective, ...],
                    target: float, deadline: float | None, values: RangeValues | None,
-                   copies: Callable[[int, int], int]) -> Bounds | None:
+                   copies: Callable[[int, int], int],
+                   suffix_best: Sequence[Sequence[float]] | None = None) -> Bounds | None:
     """The lexicographically best split into exactly ``stages`` stages whose objective 1 is within ``target``."""
-    # Only the edges reached from layer 0: the paths, and so every optimum and tie below, are the same.
-    edges = position_edges(table, problem, stages, order, target, deadline, values, from_start=True, copies=copies)
+    # Only the edges reached from layer 0 (and, with ``suffix_best``, from which the end is reached): the whole
+    # paths, and so every optimum and tie below, are the same.
+    edges = position_edges(table, problem, stages, order, target, deadline, values, from_start=True, copies=copies,
+                           suffix_best=suffix_best)
     n = table.num_layers
     for idx in range(1, len(order)):
         if order[idx].combine != "max":

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -24,7 +24,7 @@ from popliner.solvers.lexdp import lexicographic_optimum
 from popliner.solvers.objective import objective_order, split_value
 from popliner.solvers.problem import Bounds, SplitProblem
 from popliner.solvers.result import TIMEOUT
-from popliner.solvers.suffix import forward_bounds, suffix_table
+from popliner.solvers.suffix import SuffixTable, forward_bounds, suffix_table
 
 __all__ = ["BEST_EFFORT_LIMIT", "SolverName", "SplitOutcome", "best_effort", "exact_optimum", "infeasibility_reason",
            "minimum_ipus", "solve_bounds"]
@@ -104,21 +104,25 @@ def solve_bounds(table: RangeCosts, problem: SplitProblem, *, solver: SolverName
 
 def exact_optimum(table: RangeCosts, problem: SplitProblem, values: RangeValues | None = None,
                   floors: Mapping[int, float] | None = None, *,
-                  copies: Callable[[int, int], int] | None = None) -> Bounds:
+                  copies: Callable[[int, int], int] | None = None, suffixes: SuffixTable | None = None) -> Bounds:
     """The exact solver's split (the lexicographic optimum, as ``--solve`` gives it); () when none fits.
 
     ``values``: :func:`first_values` of the table, when the caller solves it for several stage counts
     (every range's value, the same for each); ``floors``: :func:`popliner.solvers.dp.value_floors` of the
     table under the same problem with these counts and more (a count's floor does not depend on the others:
     one pass gives every count's); ``copies``: :func:`popliner.solvers.dp.copy_buffers` of the table, when the
-    caller has them (each range's copy buffers, the same for every count).
+    caller has them (each range's copy buffers, the same for every count); ``suffixes``: the
+    :func:`popliner.solvers.suffix.suffix_table` of the table under the same problem, bound by the table's limit,
+    for these counts or more: the DPs then visit no stage after which the layers left fit in no split of the
+    stages left (on no whole split: the same optimum and ties).
     """
     values = values if values is not None else first_values(table, problem)
     copies = copies or copy_buffers(table)
     if floors is not None:
         floors = {k: floors[k] for k in problem.stage_counts if k in floors}
-    per_count = _exact_per_count(table, problem, None, values=values, floors=floors, copies=copies)
-    outcome = lexicographic_optimum(table, problem, per_count, range_values=values, copies=copies)
+    best = suffixes.best if suffixes is not None else None
+    per_count = _exact_per_count(table, problem, None, values=values, floors=floors, copies=copies, suffix_best=best)
+    outcome = lexicographic_optimum(table, problem, per_count, range_values=values, copies=copies, suffix_best=best)
     return () if outcome is None else outcome.bounds
 
 
@@ -131,25 +135,27 @@ def first_values(table: RangeCosts, problem: SplitProblem) -> RangeValues | None
 def _exact_per_count(table: RangeCosts, problem: SplitProblem, deadline: float | None, *,
                      values: RangeValues | None = None,
                      floors: Mapping[int, float] | None = None,
-                     copies: Callable[[int, int], int] | None = None) -> dict[int, tuple[Bounds, float] | None]:
+                     copies: Callable[[int, int], int] | None = None,
+                     suffix_best: Sequence[Sequence[float]] | None = None) -> dict[int, tuple[Bounds, float] | None]:
     """The exact DP's optimum of objective 1 for every stage count that reaches the best one (others may be None).
 
     First capped at the best value with memory left out (the smallest of :func:`value_floors`), then, while
     no split reaches the cap, by :data:`CAP_STEP` more at a time (docs/solvers.md, 'Exact', says why the
     first cap reached gives the optimum). ``values``: objective 1's :class:`RangeValues`, and ``floors``
     (:func:`value_floors`, of these counts), and ``copies`` (:func:`popliner.solvers.dp.copy_buffers`), when the
-    caller has them.
+    caller has them; ``suffix_best``: see :func:`popliner.solvers.dp.dp_for_stages`.
     """
     # Each count's floor: a count whose floor is above the cap has no split within it, and is not searched.
     floors = value_floors(table, problem, values=values) if floors is None else floors
     cap = min(floors.values(), default=math.inf)
     for _ in range(CAP_STEPS):
         per_count = dp_per_count(table, problem, deadline=deadline, cap=cap, values=values, floors=floors,
-                                 copies=copies)
+                                 copies=copies, suffix_best=suffix_best)
         if cap == math.inf or any(found is not None for found in per_count.values()):
             return per_count
         cap = cap * CAP_STEP if cap > 0 else math.inf
-    return dp_per_count(table, problem, deadline=deadline, values=values, floors=floors, copies=copies)
+    return dp_per_count(table, problem, deadline=deadline, values=values, floors=floors, copies=copies,
+                        suffix_best=suffix_best)
 
 
 def _out_of_time(table: RangeCosts, problem: SplitProblem, best: tuple[Bounds, float] | None,
