@@ -104,7 +104,6 @@ class ProfileRanges:
         self._cross: list[int] = facts.boundaries.crossing.tolist()  # Python integers: the solvers read each often
         self._boundaries = len(self._cross)  # read at every crossing(): hundreds of thousands of times a plan
         self._layers = len(self._names)
-        self._cycles: dict[tuple[int, int], int] = {}
         self.deadline = deadline
         self.lazy = lazy
         self._work = work
@@ -165,10 +164,9 @@ class ProfileRanges:
 
     def compute(self, i: int, j: int) -> int:
         """Cycles of one micro-batch through the range (a wrapped head's with the range at position 0)."""
-        found = self._cycles.get((i, j))
-        if found is None:  # the DP and the ILP's edges ask for each range many times
-            found = self._cycles[(i, j)] = range_cycles(self._cycle_facts, i, j, with_head=self._wraps and i == 0)
-        return found
+        # Two differences of running sums, not memoised: the solvers read each range's once (objective 1's values,
+        # popliner.solvers.dp.RangeValues), and a memo's keys woke the garbage collector.
+        return range_cycles(self._cycle_facts, i, j, with_head=self._wraps and i == 0)
 
     def crossing(self, j: int) -> int:
         # After the last layer placed: 0, or what a wrapped head receives.

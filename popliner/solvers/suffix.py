@@ -24,15 +24,27 @@ _INF = math.inf
 
 @dataclass
 class SuffixTable:
-    """``best[r][i]`` (``inf`` over the bound) and the ranges kept: ``edges[(r, i)]`` = [(j, worst-tile bytes)]."""
+    """``best[r][i]`` (``inf`` over the bound) and the ranges kept, per stage count ``r`` one after another:
+    those of ``(r, i)`` are ``ends[r][k]`` (last layer) and ``memories[r][k]`` (worst-tile bytes) for ``k`` from
+    ``starts[r][i]`` to ``starts[r][i + 1]`` (rows are filled from the last layer down). Flat lists of numbers
+    rather than a tuple per range: hundreds of thousands of small objects woke the garbage collector."""
 
     bound: float
     best: list[list[float]]
-    edges: dict[tuple[int, int], list[tuple[int, float]]] = field(default_factory=dict)
+    ends: list[list[int]] = field(default_factory=list)
+    memories: list[list[float]] = field(default_factory=list)
+    starts: list[list[int]] = field(default_factory=list)
 
     def whole(self, stages: int) -> float:
         """The smallest largest memory of a split into exactly ``stages`` stages (``inf`` over the bound)."""
         return self.best[stages][0] if stages < len(self.best) else _INF
+
+    def kept(self, r: int, i: int) -> zip[tuple[int, float]]:
+        """The ranges kept from layer ``i`` with ``r`` stages from it to the end: (last layer, worst-tile bytes)."""
+        if r >= len(self.starts):
+            return zip((), ())
+        lo, hi = self.starts[r][i + 1], self.starts[r][i]
+        return zip(self.ends[r][lo:hi], self.memories[r][lo:hi])
 
 
 def suffix_table(table: RangeCosts, problem: SplitProblem, bound: float, max_stages: int,
@@ -45,7 +57,10 @@ def suffix_table(table: RangeCosts, problem: SplitProblem, bound: float, max_sta
     rows = min(max_stages, n)
     best = [[_INF] * (n + 1) for _ in range(rows + 1)]
     best[0][n] = -_INF  # nothing left to place
-    out = SuffixTable(bound, best)
+    # Per r, where the ranges kept from layer i start: rows are filled from n - 1 down, so (r, i)'s are
+    # starts[r][i + 1] to starts[r][i].
+    out = SuffixTable(bound, best, [[] for _ in range(rows + 1)], [[] for _ in range(rows + 1)],
+                      [[0] * (n + 1) for _ in range(rows + 1)])
     lowest = [n + 1] * (rows + 1)  # per r: the smallest i with best[r][i] finite so far
     lowest[0] = n
     over: dict[int, int] = {}  # stash entries -> smallest last layer of a range over the bound (its start >= i)
@@ -62,7 +77,7 @@ def suffix_table(table: RangeCosts, problem: SplitProblem, bound: float, max_sta
     wraps = table.head_wraps
     later = [extra_stash_entries(1, r + 1, wraps) if problem.training else 0 for r in range(rows + 1)]
     first_row = [extra_stash_entries(0, r, wraps) if problem.training else 0 for r in range(rows + 1)]
-    edges = out.edges
+    ends, memories, starts = out.ends, out.memories, out.starts
     for i in range(n - 1, -1, -1):
         check_deadline(deadline)
         if i in problem.split_after and i < n - 1:
@@ -89,7 +104,7 @@ def suffix_table(table: RangeCosts, problem: SplitProblem, bound: float, max_sta
             last = min(pin, stop - 1, n - 1 if r == 1 else n - 2)
             if r == 1:
                 first = max(first, n - 1)
-            kept: list[tuple[int, float]] = []
+            ends_r, memories_r = ends[r], memories[r]
             value = _INF
             rest = best[r - 1]  # rest[j + 1]: the best of the layers after a range ending at j
             for j in range(first, last + 1):
@@ -113,17 +128,18 @@ def suffix_table(table: RangeCosts, problem: SplitProblem, bound: float, max_sta
                 memory = base + extra_bytes
                 if memory > fits:
                     continue  # its copy buffers take it over; a longer range may still fit
-                kept.append((j, memory))
+                ends_r.append(j)
+                memories_r.append(memory)
                 # min(value, max(memory, after)), without the calls (the same ties).
                 worst = after if after > memory else memory
                 if worst < value:
                     value = worst
-            if kept:
-                edges[(r, i)] = kept
             if value < _INF:
                 best[r][i] = value
                 if i < lowest[r]:
                     lowest[r] = i
+        for row_starts, row_ends in zip(starts, ends, strict=True):
+            row_starts[i] = len(row_ends)  # the ranges kept from i end here, for every r
     return out
 
 
@@ -144,7 +160,7 @@ def forward_bounds(suffixes: SuffixTable, stages: int, value: float, n: int) -> 
         for end in sorted(reached):
             i = end + 1
             prev = reached[end][0]
-            for j, memory in suffixes.edges.get((r, i), ()):
+            for j, memory in suffixes.kept(r, i):
                 if best[r - 1][j + 1] > value:
                     continue  # the rest does not fit within the optimum
                 v = max(prev, memory)
