@@ -23,7 +23,8 @@ Edges = list[list[tuple[int, int, tuple[int, ...]]]]
 
 def position_edges(table: RangeCosts, problem: SplitProblem, stages: int, order: tuple[Objective, ...], cap: float,
            deadline: float | None, first: RangeValues | None = None, *, from_start: bool = False,
-           copies: Callable[[int, int], int] | None = None, suffix_best: Sequence[Sequence[float]] | None = None) -> Edges:
+           copies: Callable[[int, int], int] | None = None,
+           suffix_best: Sequence[Sequence[float]] | None = None) -> Edges:
     """Per stage position, every range it may hold whose objective 1 is within ``cap``, with each objective's value.
 
     The exact DPs' graph and the CP-SAT model's variables: a range fits its

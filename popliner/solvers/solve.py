@@ -235,7 +235,7 @@ def best_effort(relaxed: Callable[[float], RangeCosts], problem: SplitProblem, d
     if best == math.inf:
         return ()
     stages = min(k for k, v in values.items() if v == best)  # the fewest stages of that value, as the exact DP picks
-    return forward_bounds(suffixes, stages, best, n)
+    return forward_bounds(table, problem, suffixes, stages, best)
 
 
 def infeasibility_reason(table: RangeCosts, problem: SplitProblem,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from popliner.deadline import check_deadline
 from popliner.pipeline import Front, RangeCosts, extra_stash_entries, front_memory
@@ -24,27 +24,15 @@ _INF = math.inf
 
 @dataclass
 class SuffixTable:
-    """``best[r][i]`` (``inf`` over the bound) and the ranges kept, per stage count ``r`` one after another:
-    those of ``(r, i)`` are ``ends[r][k]`` (last layer) and ``memories[r][k]`` (worst-tile bytes) for ``k`` from
-    ``starts[r][i]`` to ``starts[r][i + 1]`` (rows are filled from the last layer down). Flat lists of numbers
-    rather than a tuple per range: hundreds of thousands of small objects woke the garbage collector."""
+    """``best[r][i]``: the smallest largest memory of layers ``i..n-1`` in exactly ``r`` stages (``inf`` over the
+    bound). The ranges themselves are not kept: :func:`forward_bounds` reads again the few it follows."""
 
     bound: float
     best: list[list[float]]
-    ends: list[list[int]] = field(default_factory=list)
-    memories: list[list[float]] = field(default_factory=list)
-    starts: list[list[int]] = field(default_factory=list)
 
     def whole(self, stages: int) -> float:
         """The smallest largest memory of a split into exactly ``stages`` stages (``inf`` over the bound)."""
         return self.best[stages][0] if stages < len(self.best) else _INF
-
-    def kept(self, r: int, i: int) -> zip[tuple[int, float]]:
-        """The ranges kept from layer ``i`` with ``r`` stages from it to the end: (last layer, worst-tile bytes)."""
-        if r >= len(self.starts):
-            return zip((), ())
-        lo, hi = self.starts[r][i + 1], self.starts[r][i]
-        return zip(self.ends[r][lo:hi], self.memories[r][lo:hi])
 
 
 def suffix_table(table: RangeCosts, problem: SplitProblem, bound: float, max_stages: int,
@@ -57,10 +45,7 @@ def suffix_table(table: RangeCosts, problem: SplitProblem, bound: float, max_sta
     rows = min(max_stages, n)
     best = [[_INF] * (n + 1) for _ in range(rows + 1)]
     best[0][n] = -_INF  # nothing left to place
-    # Per r, where the ranges kept from layer i start: rows are filled from n - 1 down, so (r, i)'s are
-    # starts[r][i + 1] to starts[r][i].
-    out = SuffixTable(bound, best, [[] for _ in range(rows + 1)], [[] for _ in range(rows + 1)],
-                      [[0] * (n + 1) for _ in range(rows + 1)])
+    out = SuffixTable(bound, best)
     lowest = [n + 1] * (rows + 1)  # per r: the smallest i with best[r][i] finite so far
     lowest[0] = n
     over: dict[int, int] = {}  # stash entries -> smallest last layer of a range over the bound (its start >= i)
@@ -77,7 +62,6 @@ def suffix_table(table: RangeCosts, problem: SplitProblem, bound: float, max_sta
     wraps = table.head_wraps
     later = [extra_stash_entries(1, r + 1, wraps) if problem.training else 0 for r in range(rows + 1)]
     first_row = [extra_stash_entries(0, r, wraps) if problem.training else 0 for r in range(rows + 1)]
-    ends, memories, starts = out.ends, out.memories, out.starts
     for i in range(n - 1, -1, -1):
         check_deadline(deadline)
         if i in problem.split_after and i < n - 1:
@@ -104,7 +88,6 @@ def suffix_table(table: RangeCosts, problem: SplitProblem, bound: float, max_sta
             last = min(pin, stop - 1, n - 1 if r == 1 else n - 2)
             if r == 1:
                 first = max(first, n - 1)
-            ends_r, memories_r = ends[r], memories[r]
             value = _INF
             rest = best[r - 1]  # rest[j + 1]: the best of the layers after a range ending at j
             for j in range(first, last + 1):
@@ -121,6 +104,10 @@ def suffix_table(table: RangeCosts, problem: SplitProblem, bound: float, max_sta
                     over[extra] = min(over.get(extra, n), j)
                     stop = min(stop, j)
                     break
+                if base >= value:
+                    # Nor does any longer one improve on the best so far (its memory is at least this one's
+                    # base; ties keep the first): not read, and often never evaluated (a lazy table).
+                    break
                 # position_memory's figure, the range's copy buffers taken once for every stage count.
                 extra_bytes = row_copies[j]
                 if extra_bytes is None:
@@ -128,8 +115,6 @@ def suffix_table(table: RangeCosts, problem: SplitProblem, bound: float, max_sta
                 memory = base + extra_bytes
                 if memory > fits:
                     continue  # its copy buffers take it over; a longer range may still fit
-                ends_r.append(j)
-                memories_r.append(memory)
                 # min(value, max(memory, after)), without the calls (the same ties).
                 worst = after if after > memory else memory
                 if worst < value:
@@ -138,20 +123,22 @@ def suffix_table(table: RangeCosts, problem: SplitProblem, bound: float, max_sta
                 best[r][i] = value
                 if i < lowest[r]:
                     lowest[r] = i
-        for row_starts, row_ends in zip(starts, ends, strict=True):
-            row_starts[i] = len(row_ends)  # the ranges kept from i end here, for every r
     return out
 
 
-def forward_bounds(suffixes: SuffixTable, stages: int, value: float, n: int) -> Bounds:
+def forward_bounds(table: RangeCosts, problem: SplitProblem, suffixes: SuffixTable, stages: int,
+                   value: float) -> Bounds:
     """The split into ``stages`` stages of largest memory ``value`` that the forward DP would pick.
 
     :func:`popliner.solvers.dp.dp_for_stages` keeps, for each stage ending
     at ``j``, the latest start among those of smallest value; here the same
     choice is made over the states from which the rest of the layers still
     fit in ``value`` (every state on an optimal split is one of them).
+    ``suffixes``: :func:`suffix_table` of ``table`` and ``problem``.
     """
+    n = table.num_layers
     best = suffixes.best
+    fitting = _fitting(table, problem, suffixes)
     reached: dict[int, tuple[float, int]] = {-1: (-_INF, -1)}  # end of the previous stage -> (value, start)
     back: list[dict[int, tuple[float, int]]] = []
     for k in range(stages):
@@ -160,7 +147,7 @@ def forward_bounds(suffixes: SuffixTable, stages: int, value: float, n: int) -> 
         for end in sorted(reached):
             i = end + 1
             prev = reached[end][0]
-            for j, memory in suffixes.kept(r, i):
+            for j, memory in fitting(r, i):
                 if best[r - 1][j + 1] > value:
                     continue  # the rest does not fit within the optimum
                 v = max(prev, memory)
@@ -180,3 +167,38 @@ def forward_bounds(suffixes: SuffixTable, stages: int, value: float, n: int) -> 
         bounds.append((i, j))
         j = i - 1
     return tuple(reversed(bounds))
+
+
+def _fitting(table: RangeCosts, problem: SplitProblem,
+             suffixes: SuffixTable) -> Callable[[int, int], list[tuple[int, float]]]:
+    """``fitting(r, i)``: the ranges from layer ``i`` with ``r`` stages from it to the end that fit the bound and
+    after which the rest fits in ``r - 1`` stages, with their memory (stash entries, copy buffers), in order of
+    last layer: those :func:`suffix_table` weighs, by its rule without its shortcuts (it keeps none of them: a
+    pod plan reads hundreds of thousands, a best effort follows a few)."""
+    n = table.num_layers
+    best, bound = suffixes.best, suffixes.bound
+    fits = min(table.limit, bound)
+    forbidden = table.forbidden_splits(problem.keep_shared_together)
+    copies = copy_buffers(table)
+
+    def fitting(r: int, i: int) -> list[tuple[int, float]]:
+        # The stash entries of a stage with r stages from it to the end: at position 0 from layer 0, else at
+        # position 1 of r + 1 (as suffix_table's).
+        position, count = (0, r) if i == 0 else (1, r + 1)
+        extra = extra_stash_entries(position, count, table.head_wraps) if problem.training else 0
+        pin = min((q for q in problem.split_after if i <= q < n - 1), default=n - 1)
+        first = max(i + problem.min_layers - 1, n - 1 if r == 1 else 0)  # only the last stage ends at the last layer
+        last = min(pin, n - 1 if r == 1 else n - 2)
+        out: list[tuple[int, float]] = []
+        for j in range(first, last + 1):
+            if best[r - 1][j + 1] == _INF or not (j == n - 1 or problem.allowed_split(j, forbidden)):
+                continue
+            base = table.memory(i, j, extra)
+            if base > bound:
+                break  # memory only grows with the range
+            memory = base + copies(i, j)
+            if memory <= fits:
+                out.append((j, memory))
+        return out
+
+    return fitting
