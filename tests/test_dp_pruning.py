@@ -296,8 +296,7 @@ def test_with_the_suffix_dp_the_edges_are_those_reached_from_which_the_end_is_re
 @pytest.mark.parametrize("count", examples(60, 200))
 def test_with_the_suffix_dp_the_exact_solver_gives_the_same_split(count: int) -> None:
     """A pod plan hands its suffix search to the exact solver over each depth K (popliner.pod.search): the DP's
-    split of every count and the lexicographic optimum are those it finds without, from the least values or from
-    the first found that fit."""
+    split of every count and the lexicographic optimum are those it finds without."""
     import dataclasses
 
     from popliner.solvers.solve import exact_optimum
@@ -308,14 +307,12 @@ def test_with_the_suffix_dp_the_exact_solver_gives_the_same_split(count: int) ->
         table, problem = case
         objective = objective_order(table)[0]
         most = min(problem.num_ipus, table.num_layers)
-        # The least values, and (as a pod plan asks) the first split found that fits.
-        for enough in (-INF, float(table.limit)):
-            suffixes = suffix_table(table, problem, float(table.limit), most, enough=enough)
-            for k in range(1, most + 1):
-                assert dp_for_stages(table, problem, k, objective, suffix_best=suffixes.best) == \
-                    dp_for_stages(table, problem, k, objective)
-                exact = dataclasses.replace(problem, num_ipus=k, exact_ipus=True)
-                assert exact_optimum(table, exact, suffixes=suffixes) == exact_optimum(table, exact)
+        suffixes = suffix_table(table, problem, float(table.limit), most)
+        for k in range(1, most + 1):
+            assert dp_for_stages(table, problem, k, objective, suffix_best=suffixes.best) == \
+                dp_for_stages(table, problem, k, objective)
+            exact = dataclasses.replace(problem, num_ipus=k, exact_ipus=True)
+            assert exact_optimum(table, exact, suffixes=suffixes) == exact_optimum(table, exact)
 
     run()
 

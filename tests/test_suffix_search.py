@@ -77,22 +77,6 @@ def test_fewest_ipus_is_the_first_stage_count_the_forward_dp_fits(request):
     assert minimum_ipus(make(problem.budget), problem) == _fewest_by_dp(make(problem.budget), problem)
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(requests(), st.sampled_from([0.25, 0.5, 1.0]))
-def test_a_value_within_enough_is_found_where_the_least_is(request, share):
-    # A pod plan asks only whether each depth fits: with ``enough``, each row stops at its first split within it.
-    # Every value is within ``enough`` exactly where the least is, and above it the least itself.
-    make, problem = request
-    table = make(problem.budget)
-    exact = suffix_table(table, problem, problem.budget, problem.num_ipus)
-    enough = problem.budget * share
-    quick = suffix_table(table, problem, problem.budget, problem.num_ipus, enough=enough)
-    for row, least in zip(quick.best, exact.best, strict=True):
-        for value, low in zip(row, least, strict=True):
-            assert (value <= enough) == (low <= enough)
-            assert value == low or low <= enough
-
-
 def test_suffix_table_by_hand():
     # Three layers of 10 bytes, one stash entry of 1 byte each, training. A stage with r stages from
     # it to the end keeps 2(r-1) extra entries: layers i..j then weigh 10(j-i+1) + 2(r-1)(j-i+1).

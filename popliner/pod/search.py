@@ -85,9 +85,7 @@ def search_options(analysis: Analysis, depths: Sequence[int], budget: int, link_
     # One limit per option set: no table of a higher limit grows its rows afterwards.
     table = analysis.range_table(budget, link_bytes_per_second, lazy=True, work=work, regrow=False)
     copies = copy_buffers(table)  # each range's copy buffers, once for the suffix search and every depth's solve
-    # Only whether each depth fits is read (and, by the exact solves, whether the layers after a stage fit in the
-    # stages left): the first split found within the budget is enough.
-    suffixes = suffix_table(table, problem, float(budget), max(usable), copies=copies, enough=float(budget))
+    suffixes = suffix_table(table, problem, float(budget), max(usable), copies=copies)
     traffic_table = traffic if traffic is not None else TrafficTable.of(analysis)
     options = analysis.options.training
     off_chip = training and options.optimizer_state == "off-chip"

@@ -36,15 +36,10 @@ class SuffixTable:
 
 
 def suffix_table(table: RangeCosts, problem: SplitProblem, bound: float, max_stages: int,
-                 deadline: float | None = None, *, copies: Callable[[int, int], int] | None = None,
-                 enough: float = -_INF) -> SuffixTable:
+                 deadline: float | None = None, *, copies: Callable[[int, int], int] | None = None) -> SuffixTable:
     """``best[r][i]`` for ``r <= max_stages``, rows ``n-1`` down to ``0`` (:class:`OutOfTime` past ``deadline``).
 
     ``copies``: each range's copy buffers per tile, when the caller has them (:func:`popliner.solvers.dp.copy_buffers`).
-    ``enough``: a value at most this is as good as any, for a caller that asks only whether a split is within it
-    (with the bound: whether one fits). ``best[r][i]`` is then the value of the first split found within it, not
-    the least, and each row stops there: fewer ranges read, and so evaluated. Whether a value is within
-    ``enough`` (or finite) is the same either way.
     """
     n = table.num_layers
     rows = min(max_stages, n)
@@ -124,8 +119,6 @@ def suffix_table(table: RangeCosts, problem: SplitProblem, bound: float, max_sta
                 worst = after if after > memory else memory
                 if worst < value:
                     value = worst
-                    if value <= enough:
-                        break  # as good as any for the caller
             if value < _INF:
                 best[r][i] = value
                 if i < lowest[r]:
