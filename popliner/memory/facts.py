@@ -32,9 +32,9 @@ from popliner.memory.boundaries import Boundaries, build_boundaries
 from popliner.memory.cycles import CycleFacts, cycle_facts, op_cycles
 from popliner.memory.liveness import class_steps
 from popliner.memory.model import MemoryModel
-from popliner.memory.training import TrainingOptions, TrainingView, build_training_view
+from popliner.memory.training import TrainingOptions, TrainingView, build_training_view, profiled_always_live
 from popliner.memory.types import StageMemory
-from popliner.memory.whatif import Spread, with_live_steps
+from popliner.memory.whatif import Delta, Spread, with_live_steps
 from popliner.ops.layers import ops_of_layers
 from popliner.ops.operations import OperationTable
 from popliner.profile.model import Profile
@@ -118,27 +118,27 @@ class MemoryFacts:
 
     @cached_property
     def always_live_var(self) -> np.ndarray:
-        if self.profile is not self.base_profile:
-            # A what-if profile: the head placements of one option set share it (and this column), one after another.
-            last: list[tuple[Profile, np.ndarray]] = self.memo.setdefault(b"whatif-always-live", [])
-            if last and last[0][0] is self.profile:
-                return last[0][1]
-            made = np.asarray(self.profile.always_live_classes()[self.profile.variables.klass])
-            made.flags.writeable = False
-            last[:] = [(self.profile, made)]  # the last one only: an earlier what-if profile may be gone from the memo
-            return made
-        # The profile as loaded (no option changed its variables): the same for every such option set.
-        found = self.memo.get(b"always-live")
-        if found is None:
-            found = np.asarray(self.profile.always_live_classes()[self.profile.variables.klass])
-            found.flags.writeable = False
-            self.memo[b"always-live"] = found  # read only from here on
-        return np.asarray(found)
+        profiled = profiled_always_live(self.base_profile, self.memo)
+        if self.profile is self.base_profile:
+            return profiled  # no option changed the variables: the same for every such option set
+        # A what-if profile: the head placements of one option set share it (and this column), one after another.
+        last: list[tuple[Profile, np.ndarray]] = self.memo.setdefault(b"whatif-always-live", [])
+        if last and last[0][0] is self.profile:
+            return last[0][1]
+        # Only the variables it changes can differ from the profile as loaded: read at those alone.
+        at = np.flatnonzero(self.view.delta.changed)
+        made = profiled.copy()
+        made[at] = self.profile.always_live_classes()[self.profile.variables.klass[at]]
+        made.flags.writeable = False
+        last[:] = [(self.profile, made)]  # the last one only: an earlier what-if profile may be gone from the memo
+        return made
 
     @cached_property
     def stash_candidate(self) -> np.ndarray:
         """Variables a stash entry may hold: not always live, not recomputed by ``every-layer``."""
-        return np.asarray(~self.always_live_var & ~self.view.never_stash)
+        out: np.ndarray = np.logical_or(self.always_live_var, self.view.never_stash)
+        np.logical_not(out, out=out)  # in place: one column over every variable, not three
+        return out
 
     @cached_property
     def boundaries(self) -> Boundaries:
@@ -175,14 +175,18 @@ class MemoryFacts:
 
         ``head_kept`` (IPU 0 with a wrapped head): the head's variables not cut.
         """
-        return self._forward_cut_profile_head_kept if head_kept else self._forward_cut_profile
+        return self.forward_cut(head_kept)[0]
+
+    def forward_cut(self, head_kept: bool = False) -> tuple[Profile, Delta]:
+        """:meth:`forward_cut_profile`, and what it changes of the profile as loaded."""
+        return self._forward_cut_head_kept if head_kept else self._forward_cut
 
     @cached_property
-    def _forward_cut_profile(self) -> Profile:
+    def _forward_cut(self) -> tuple[Profile, Delta]:
         return self._cut_profile(self.view.forward_cut, self.view.forward_cut_key)
 
     @cached_property
-    def _forward_cut_profile_head_kept(self) -> Profile:
+    def _forward_cut_head_kept(self) -> tuple[Profile, Delta]:
         cut = self.view.forward_cut
         head = self.model.counted_variables(ops_of_layers(self.layer_of_op, [self.head_layer], False))
         in_head = np.zeros(self.profile.variables.count, bool)
@@ -191,14 +195,17 @@ class MemoryFacts:
         return self._cut_profile(Spread(cut.at[kept], cut.lo[kept], cut.hi[kept]),
                                  content_key(b"head kept", self.view.forward_cut_key, head))
 
-    def _cut_profile(self, keep: Spread, key: bytes) -> Profile:
+    def _cut_profile(self, keep: Spread, key: bytes) -> tuple[Profile, Delta]:
         # Option sets that cut the same variables of the same what-if profile (the head placements, often)
         # share one forward-cut profile, found by the cut's key (equal keys, equal cuts: no copy of it is kept).
-        made: list[tuple[Profile, bytes, Profile]] = self.memo.setdefault(b"cut-profiles", [])
+        made: list[tuple[Profile, bytes, tuple[Profile, Delta]]] = self.memo.setdefault(b"cut-profiles", [])
         for what_if, known, found in made:
             if what_if is self.profile and known == key:
                 return found
-        found = with_live_steps(self.profile, self.profile.variables.bytes, Spread.none(), keep, self.memo)
+        cut, changed = with_live_steps(self.profile, self.profile.variables.bytes, Spread.none(), keep,
+                                       self.view.delta.changed, self.memo)
+        # Made from the what-if profile (its delta's key) and the cut (its key).
+        found = (cut, Delta.of(changed, b"forward cut:" + self.view.delta.key + key))
         made.append((self.profile, key, found))
         return found
 

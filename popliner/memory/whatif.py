@@ -27,7 +27,7 @@ from popliner.ops.roles import unit_backward_start
 from popliner.profile.model import Profile
 from popliner.regexes import compile_bounded
 
-__all__ = ["Roles", "Spread", "WhatIf", "optimizer_state_variables", "rewrite", "roles_key", "with_live_steps"]
+__all__ = ["Delta", "Roles", "Spread", "WhatIf", "optimizer_state_variables", "rewrite", "roles_key", "with_live_steps"]
 
 #: A step after every profile's last (int32 range, so sums stay small).
 _NEVER = 2**31 - 1
@@ -53,10 +53,30 @@ def roles_key(always_live: np.ndarray, optimizer_state: np.ndarray, is_update: n
 
 
 @dataclass(frozen=True, eq=False)
+class Delta:
+    """What a what-if (or forward-cut) profile changes of the profile as loaded: the variables whose class or bytes
+    differ, flagged (read only), and a key that only equal variable tables share.
+
+    The key says how the table was made (the memo keys of the options and cuts that made it), not what it holds:
+    no digest of millions of changed variables per option set. Every table without a change has the same key.
+    """
+
+    changed: np.ndarray  # bool per variable
+    key: bytes
+
+    @classmethod
+    def of(cls, changed: np.ndarray, key: bytes) -> Delta:
+        """The delta of ``changed`` made as ``key`` says (a change of nothing: the profile's own key)."""
+        changed.flags.writeable = False
+        return cls(changed, key if changed.any() else b"as profiled")
+
+
+@dataclass(frozen=True, eq=False)
 class WhatIf:
     """The rewritten profile, and what a stage's figures still apply (see TrainingView)."""
 
     profile: Profile
+    delta: Delta  # what the profile changes of the one given
     never_stash: np.ndarray  # bool per variable: recomputed by every-layer, never in a stash entry
     forward_cut: Spread  # pipeline: the cut variables, each live in a stage's forward part from step lo to hi only
     rerun_ops: np.ndarray  # bool per operation: forward work a recomputing stage runs again
@@ -96,9 +116,11 @@ def rewrite(profile: Profile, ops: OperationTable, layer_of_op: np.ndarray, num_
     """
     v = profile.variables
     nbytes = v.bytes
+    resized = _constant_column(memo, v.count, np.bool_, False)  # the variables whose bytes change
     if shard > 1:
         nbytes = v.bytes.copy()
         nbytes[roles.optimizer_state] = -(-nbytes[roles.optimizer_state] // shard)
+        resized = nbytes != v.bytes
     # Steps and unit numbers in int32 when they fit (always, in practice): half the pages to fill.
     steps = _step_dtype(profile.num_steps)
     window = Spread.none()  # off chip: the state keeps only its steps lo..hi
@@ -121,9 +143,11 @@ def rewrite(profile: Profile, ops: OperationTable, layer_of_op: np.ndarray, num_
                                          counted)
         if recompute == "every-layer":
             key = b"whatif-cuts" + cuts_key + key
-    what_if = memo.get(key) if memo is not None else None
+    # The memo key says all the what-if profile is made from: its delta's key.
+    what_if: tuple[Profile, Delta] | None = memo.get(key) if memo is not None else None
     if what_if is None:
-        what_if = with_live_steps(profile, nbytes, cuts.cut, window, memo)
+        made, changed = with_live_steps(profile, nbytes, cuts.cut, window, resized, memo)
+        what_if = (made, Delta.of(changed, key))
         if memo is not None:
             if recompute == "every-layer":
                 # One layering's every-layer what-if profile at a time (the planner goes through the head placements
@@ -131,7 +155,7 @@ def rewrite(profile: Profile, ops: OperationTable, layer_of_op: np.ndarray, num_
                 for old in [k for k in memo if k.startswith(b"whatif-cuts")]:
                     del memo[old]
             memo[key] = what_if
-    return WhatIf(what_if, cuts.never_stash, cuts.forward_cut, cuts.rerun_ops, cuts.forward_cut_key)
+    return WhatIf(*what_if, cuts.never_stash, cuts.forward_cut, cuts.rerun_ops, cuts.forward_cut_key)
 
 
 def _constant_column(memo: dict[bytes, Any] | None, count: int, dtype: type[np.generic], value: int) -> np.ndarray:
@@ -443,14 +467,20 @@ def _dense_rank(values: np.ndarray) -> tuple[np.ndarray, int]:
     return np.asarray(inverse.reshape(-1), np.int64), len(distinct)
 
 
-def with_live_steps(profile: Profile, nbytes: np.ndarray, cut: Spread, keep: Spread,
-                    memo: dict[bytes, Any] | None = None) -> Profile:
-    """A copy of the profile with new bytes and new live steps where asked.
+def with_live_steps(profile: Profile, nbytes: np.ndarray, cut: Spread, keep: Spread, changed: np.ndarray,
+                    memo: dict[bytes, Any] | None = None) -> tuple[Profile, np.ndarray]:
+    """A copy of the profile with new bytes and new live steps where asked, and the flags of its changed variables.
 
     A variable of ``cut`` loses the steps strictly between its ``lo`` and
     ``hi``; one of ``keep`` (and not of ``cut``) keeps only the steps
     ``lo..hi``. Variables with the same class and the same change
     share one new class, so the number of classes stays small.
+
+    ``changed`` flags the variables whose class or bytes already differ from
+    the profile as loaded (those of ``profile``, and those ``nbytes`` resizes):
+    the flags returned add the variables given a new class (read only; a new
+    class never is one of the profile as loaded), found without a pass over
+    every variable's class.
 
     ``memo``: the plan's option-free memo, where each kind's rows are ranked once (:func:`_ranked_rows`).
     """
@@ -463,13 +493,13 @@ def with_live_steps(profile: Profile, nbytes: np.ndarray, cut: Spread, keep: Spr
         keep = Spread(keep.at[alone], keep.lo[alone], keep.hi[alone])
     if cut.at.size + keep.at.size == 0:
         if nbytes is v.bytes or np.array_equal(nbytes, v.bytes):
-            return profile
-        return replace(profile, variables=v.replace(bytes=nbytes.astype(v.bytes.dtype, copy=False)))
+            return profile, changed
+        return replace(profile, variables=v.replace(bytes=nbytes.astype(v.bytes.dtype, copy=False))), changed
     # One row (class, cut lo, cut hi, keep lo, keep hi) per changed variable, the cut ones first. Each kind is
     # ranked on its own, where the other kind's two steps are constant (never cut; kept 0..never): fewer columns
     # to rank than in one table of both, and each kind's ranking is found again by the option sets that make the
     # same change (off-chip state under every recomputation, a layering's cuts on or off chip).
-    changed = [spread.at for spread in (cut, keep) if spread.at.size]
+    kinds = [spread.at for spread in (cut, keep) if spread.at.size]
     parts = [_ranked_rows(profile, spread.at, spread.lo, spread.hi, spread is cut, memo)
              for spread in (cut, keep) if spread.at.size]
     uniq, inverse = _merged_rows(parts, profile.num_steps)
@@ -478,14 +508,17 @@ def with_live_steps(profile: Profile, nbytes: np.ndarray, cut: Spread, keep: Spr
     base = int(profile.class_ptr[-1])
     class_ptr = np.concatenate((profile.class_ptr, base + np.cumsum(new_counts)))
     klass = v.klass.copy()
+    changed = changed.copy()
     # Each kind's variables (distinct) take their rows' new classes, in the order of the rows.
-    for at, offset in zip(changed, (0, len(changed[0]))):
+    for at, offset in zip(kinds, (0, len(kinds[0]))):
         klass[at] = profile.num_classes + inverse[offset:offset + len(at)]
+        changed[at] = True
     variables = v.replace(bytes=nbytes.astype(v.bytes.dtype, copy=False),
                           klass=klass.astype(v.klass.dtype, copy=False))  # both already copies, or unchanged
-    return replace(profile, variables=variables, class_ptr=class_ptr.astype(profile.class_ptr.dtype),
+    made = replace(profile, variables=variables, class_ptr=class_ptr.astype(profile.class_ptr.dtype),
                    iv_start=np.concatenate((profile.iv_start, starts)).astype(profile.iv_start.dtype),
                    iv_end=np.concatenate((profile.iv_end, ends)).astype(profile.iv_end.dtype))
+    return made, changed
 
 
 def _ranked_rows(profile: Profile, at: np.ndarray, lo: np.ndarray, hi: np.ndarray, cut: bool,
