@@ -67,6 +67,10 @@ class MemoryFacts:
     model: MemoryModel
     #: The profile's option-free memo (see the module's docstring).
     memo: dict[bytes, Any] = field(repr=False)
+    #: The core of the layering: each operation's layer in every layering of the profile this one is of (-1: the
+    #: operations they place differently), or None (the layering alone): what its layer span is made from
+    #: (:func:`popliner.memory.boundaries.counted_layer_span`).
+    layer_core: np.ndarray | None = field(default=None, repr=False)
     #: ``--recompute pipeline``: the figures of re-run sets, by their operations (the model memoises the rest);
     #: read and filled by :meth:`rerun_figure` alone.
     _rerun_memo: dict[bytes, StageMemory] = field(default_factory=dict, init=False, repr=False)
@@ -154,7 +158,7 @@ class MemoryFacts:
                                 self.head_wraps, self.is_backward, self.always_live_var,
                                 span=self.memo.get(span_key), constant=self.memo.get(b"constant-var"),
                                 wrapped_hi=self.memo.get(wrapped_key) if self.head_wraps else None,
-                                multi=self.memo.get(multi_key), memo=self.memo)
+                                multi=self.memo.get(multi_key), memo=self.memo, core=self.layer_core)
         self.memo.setdefault(span_key, made.variable_layer_span)
         self.memo.setdefault(multi_key, made.multi)
         self.memo.setdefault(b"constant-var", made.constant_var)
@@ -212,18 +216,21 @@ class MemoryFacts:
 
 def memory_facts(profile: Profile, ops: OperationTable, layer_of_op: np.ndarray, layer_names: Sequence[str],
                  counted_vars: np.ndarray, is_backward: np.ndarray, training: bool, options: TrainingOptions,
-                 memo: dict[bytes, Any], *, layout: Layout | None = None) -> MemoryFacts:
+                 memo: dict[bytes, Any], *, layout: Layout | None = None,
+                 core: np.ndarray | None = None) -> MemoryFacts:
     """The memory facts of ``profile`` (as loaded) under ``options``: the one place the options change figures.
 
     ``counted_vars``: which operations' variables count; ``is_backward``:
     which operations' names mark the backward pass; ``memo``: the profile's
     option-free memo (:attr:`MemoryFacts.memo`); ``layout``: the
-    scenario's (made here from the names and the head placement when not given).
+    scenario's (made here from the names and the head placement when not given); ``core``: the layering's core
+    (:attr:`MemoryFacts.layer_core`).
     """
     layer_of_op = np.asarray(layer_of_op, np.int64)
     names = tuple(layer_names)
     view = build_training_view(profile, ops, layer_of_op, len(names), np.asarray(is_backward, bool), options,
-                               training, memo, counted=counted_vars)
+                               training, memo, counted=counted_vars, core=core)
     return MemoryFacts(view.profile, profile, ops, layer_of_op, names, training,
                        layout if layout is not None else Layout.of(names, options.head_placement), view,
-                       MemoryModel(view.profile, ops, counted_vars, memo.setdefault(b"program-rows", {})), memo)
+                       MemoryModel(view.profile, ops, counted_vars, memo.setdefault(b"program-rows", {})), memo,
+                       core)

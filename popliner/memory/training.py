@@ -153,13 +153,15 @@ class TrainingView:
 
 def build_training_view(profile: Profile, ops: OperationTable, layer_of_op: np.ndarray, num_layers: int,
                         backward_named: np.ndarray, options: TrainingOptions, training: bool = True,
-                        memo: dict[bytes, Any] | None = None, *, counted: np.ndarray) -> TrainingView:
+                        memo: dict[bytes, Any] | None = None, *, counted: np.ndarray,
+                        core: np.ndarray | None = None) -> TrainingView:
     """Apply the options that do not depend on the split; describe the rest (docs/solvers.md).
 
     ``memo``: kept across the option sets of one profile and operation table
     (``popliner plan``): the roles of operations and variables, which no
     option but the regexes changes, are found once. ``counted``: the operations whose variables count, whose
-    layer span the recomputation modes start from (the figures do not depend on it).
+    layer span the recomputation modes start from (the figures do not depend on it); ``core``: the layering's core
+    (:func:`popliner.memory.boundaries.counted_layer_span`).
     """
     v = profile.variables
     if not training:
@@ -188,7 +190,7 @@ def build_training_view(profile: Profile, ops: OperationTable, layer_of_op: np.n
     groups = head_groups(ops, layer_of_op, num_layers, is_backward, is_update)
     roles = Roles(always, state, is_update, is_backward, groups, key)
     what_if = rewrite(profile, ops, layer_of_op, num_layers, roles, options.shard,
-                      options.optimizer_state == "off-chip", recompute, memo, counted)
+                      options.optimizer_state == "off-chip", recompute, memo, counted, core)
     return TrainingView(options, recompute, what_if.profile, what_if.delta, is_backward, is_update, state, clones,
                         what_if.never_stash, recompute in ("pipeline", "every-layer", "compiled"),
                         recompute == "pipeline", what_if.forward_cut, what_if.rerun_ops, what_if.forward_cut_key, notes)

@@ -106,13 +106,13 @@ def optimizer_state_variables(
 
 def rewrite(profile: Profile, ops: OperationTable, layer_of_op: np.ndarray, num_layers: int, roles: Roles,
             shard: int, off_chip: bool, recompute: str, memo: dict[bytes, Any] | None,
-            counted: np.ndarray) -> WhatIf:
+            counted: np.ndarray, core: np.ndarray | None = None) -> WhatIf:
     """Apply sharding (``shard`` replicas), off-chip state and ``recompute`` to the profile's variables.
 
     ``memo``: kept across calls on the same profile and operations (several
     option sets), so that what the recomputation modes read of the layers is
-    worked out once per layering; ``counted``: the operations whose variables count
-    (:func:`popliner.memory.boundaries.counted_layer_span`, which the modes start from).
+    worked out once per layering; ``counted``: the operations whose variables count, and ``core``: the layering's
+    core (:func:`popliner.memory.boundaries.counted_layer_span`, which the modes start from).
     """
     v = profile.variables
     nbytes = v.bytes
@@ -140,7 +140,7 @@ def rewrite(profile: Profile, ops: OperationTable, layer_of_op: np.ndarray, num_
     if recompute in ("every-layer", "pipeline"):
         # The cuts read the layering and the roles (not where the state lives): one per mode and layering, kept.
         cuts_key, cuts = _recompute_cuts(profile, ops, layer_of_op, num_layers, roles, recompute, steps, memo,
-                                         counted)
+                                         counted, core)
         if recompute == "every-layer":
             key = b"whatif-cuts" + cuts_key + key
     # The memo key says all the what-if profile is made from: its delta's key.
@@ -216,14 +216,14 @@ class _Cuts:
 
 def _recompute_cuts(profile: Profile, ops: OperationTable, layer_of_op: np.ndarray, num_layers: int, roles: Roles,
                     recompute: str, steps: type[np.signedinteger], memo: dict[bytes, Any] | None,
-                    counted: np.ndarray) -> tuple[bytes, _Cuts]:
+                    counted: np.ndarray, core: np.ndarray | None) -> tuple[bytes, _Cuts]:
     """What ``every-layer`` (cut live steps) or ``pipeline`` (a forward cut per stage) recomputes, and the key it is
     memoised by (the mode, the layering and the roles).
 
     ``counted``: the operations whose variables count (the figures do not depend on it: the unit span starts from
-    their layer span, which the boundaries read too). The memo keeps what the mode picks, compactly, for every
-    layering and optimizer state (a plan's option sets come back to each); every-layer's never-stashed column is
-    made again from it for each option set.
+    their layer span, which the boundaries read too), ``core``: the layering's core (that span's). The memo keeps
+    what the mode picks, compactly, for every layering and optimizer state (a plan's option sets come back to each);
+    every-layer's never-stashed column is made again from it for each option set.
     """
     count = profile.variables.count
     # The layering, the backward operations and the roles; the same for both modes and wherever the optimizer
@@ -232,8 +232,8 @@ def _recompute_cuts(profile: Profile, ops: OperationTable, layer_of_op: np.ndarr
     mode_key = b"cuts-" + recompute.encode() + key
     made = memo.get(mode_key) if memo is not None else None
     if made is None:
-        made = _mode_cuts(_unit_reads(profile, ops, layer_of_op, num_layers, roles, steps, memo, counted, key),
-                          profile, recompute, steps)
+        made = _mode_cuts(_unit_reads(profile, ops, layer_of_op, num_layers, roles, steps, memo, counted, core,
+                                      key), profile, recompute, steps)
         if memo is not None:
             memo[mode_key] = made  # read only from here on
             if all(b"cuts-" + mode.encode() + key in memo for mode in ("every-layer", "pipeline")):
@@ -249,7 +249,7 @@ def _recompute_cuts(profile: Profile, ops: OperationTable, layer_of_op: np.ndarr
 
 def _unit_reads(profile: Profile, ops: OperationTable, layer_of_op: np.ndarray, num_layers: int, roles: Roles,
                 steps: type[np.signedinteger], memo: dict[bytes, Any] | None, counted: np.ndarray,
-                key: bytes) -> tuple[np.ndarray, ...]:
+                core: np.ndarray | None, key: bytes) -> tuple[np.ndarray, ...]:
     """What both recomputation modes read of one layering (memoised by ``key``): each operation's unit, each unit's
     backward start, the forward operations, each class's last step, and the variables ``pipeline`` cuts (of those
     a forward operation reads, neither always live nor optimizer state, the ones live before and after their last
@@ -264,7 +264,7 @@ def _unit_reads(profile: Profile, ops: OperationTable, layer_of_op: np.ndarray, 
         forward_op = (ops.first_step >= 0) & ~roles.is_backward
         forward_op &= ops.first_step < bstart[np.maximum(unit, 0)]
         # The counted layer span with the other operations of a unit taken in (the same units: layers, then groups).
-        layered = counted_layer_span(ops, layer_of_op, counted, num_layers, memo)
+        layered = counted_layer_span(ops, layer_of_op, counted, num_layers, memo, core)
         lo_unit, hi_unit = widen_span(layered, ops.var_ptr, ops.var_idx,
                                       np.flatnonzero((unit >= 0) & ~(counted & (layer_of_op >= 0))), unit)
         at, u_at = _pipeline_cut(profile, ops, forward_op, unit >= 0, hi_unit, roles, steps, memo)
@@ -552,4 +552,6 @@ def _merged_rows(parts: list[tuple[np.ndarray, np.ndarray]], num_steps: int) -> 
     table = np.concatenate([uniq for uniq, _ in parts])
     uniq, position = _unique_rows(list(table.T), num_steps)
     offsets = np.cumsum([0] + [len(u) for u, _ in parts])
-    return uniq, np.concatenate([position[offset + inverse] for offset, (_, inverse) in zip(offsets, parts)])
+    # Each part's rows read its own slice of the positions (a few thousand, in cache): no sum over millions first.
+    return uniq, np.concatenate([position[offset:offset + len(u)][inverse]
+                                 for offset, (u, inverse) in zip(offsets, parts)])

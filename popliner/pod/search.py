@@ -174,7 +174,8 @@ class TrafficTable:
         # The distinct variables in order, and each entry's position among them: a mask over the variables (no sort).
         mark = np.zeros(count, bool)
         mark[var] = True
-        slot = (np.cumsum(mark, dtype=np.int32 if count < 2**31 else np.int64) - 1)[var]
+        slot = np.cumsum(mark, dtype=np.int32 if count < 2**31 else np.int64)[var]
+        slot -= 1  # in place: no second column over every variable
         distinct = np.flatnonzero(mark)
         return cls(ptr, slot, weights[distinct], np.asarray(analysis.profile.variables.bytes)[distinct])
 
