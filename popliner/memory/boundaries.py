@@ -17,14 +17,14 @@ from typing import Any
 
 import numpy as np
 
-from popliner.arrays import content_key, csr_span, span_at, widen_span
+from popliner.arrays import content_key, csr_span, gather_csr, span_at, widen_span
 from popliner.memory.model import MemoryModel
 from popliner.ops.layers import ops_of_layers
 from popliner.ops.operations import OperationTable
 from popliner.profile.model import PROGRAM_TYPES, Profile
 
-__all__ = ["Boundaries", "MultiLayer", "build_boundaries", "constant_vars", "counted_layer_span", "multi_layer",
-           "variable_layer_span", "wrapped_head_hi"]
+__all__ = ["Boundaries", "MultiLayer", "build_boundaries", "constant_vars", "core_span", "counted_layer_span",
+           "multi_layer", "multi_layer_entries", "span_dtype", "variable_layer_span", "wrapped_head_hi"]
 
 #: Program types that move data between the host and the IPU.
 _STREAM_TYPES = ("StreamCopyBegin", "StreamCopyMid", "StreamCopyEnd")
@@ -221,7 +221,8 @@ def build_boundaries(profile: Profile, ops: OperationTable, model: MemoryModel, 
     if constant is None:
         constant = constant_vars(profile, ops)
     if head_wraps and wrapped_hi is None:
-        wrapped_hi = wrapped_head_hi(profile, model, layer_of_op, num_layers, *span)
+        entries = multi_layer_entries(ops, layer_of_op if core is None else core, model.counted_vars, num_layers, memo)
+        wrapped_hi = wrapped_head_hi(profile, model, layer_of_op, num_layers, *span, entries)
     wrapped_hi = wrapped_hi if head_wraps else None
     if multi is None:
         multi = multi_layer(span, wrapped_hi, constant, ops.first_user)
@@ -318,18 +319,48 @@ def core_span(ops: OperationTable, core: np.ndarray, counted: np.ndarray, num_la
 
 
 def wrapped_head_hi(profile: Profile, model: MemoryModel, layer_of_op: np.ndarray, num_layers: int,
-                    lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-    """``hi`` of the span with the wrapped head's use left out of the variables the embedding uses too."""
+                    lo: np.ndarray, hi: np.ndarray, entries: np.ndarray) -> np.ndarray:
+    """``hi`` of the span with the wrapped head's use left out of the variables the embedding uses too.
+
+    ``entries``: the positions of the operations' entries that hold every multi-layer variable's
+    (:func:`multi_layer_entries`); the variables both the embedding and the head use are some.
+    """
     head = num_layers - 1
     both = (lo == 0) & (hi == head)
     if not both.any():
         return hi
     # The last layer before the head that uses each variable (0: only the embedding and the head), found for those
-    # variables alone (a few): one pass over the entries, not a scatter of every counted operation's variables.
+    # variables alone (a few): one pass over the multi-layer variables' entries (a table of those alone), not a
+    # scatter of every counted operation's variables.
     at = np.flatnonzero(both)
     ops = model.ops
     rows = np.flatnonzero(model.counted_vars & (layer_of_op >= 1) & (layer_of_op < head))
-    before = span_at(ops.var_ptr, ops.var_idx, rows, layer_of_op, at, profile.variables.count, hi.dtype.type)[1]
+    before = span_at(np.searchsorted(entries, ops.var_ptr), ops.var_idx[entries], rows, layer_of_op, at,
+                     profile.variables.count, hi.dtype.type)[1]
     out = hi.copy()
     out[at] = np.maximum(before, 0)
     return out
+
+
+def multi_layer_entries(ops: OperationTable, core: np.ndarray, counted: np.ndarray, num_layers: int,
+                        memo: dict[bytes, Any] | None = None) -> np.ndarray:
+    """The entries (positions in the operations' variable lists) of every variable that more than one layer may use
+    in a layering of ``core`` (:func:`counted_layer_span`) whose ``counted`` operations count: those the core's
+    span puts in several layers, and those of the operations out of the core, whatever layer a layering gives them.
+
+    A variable only core operations use is in several layers of such a layering exactly when it is in several of
+    the core's (they number the core's layers all one amount higher). One pass over every entry per core, kept in
+    ``memo`` (read only): the layerings of a plan pick their multi-layer entries from these.
+    """
+    counted = counted & (core >= 0)
+    key = content_key(b"multi-layer-entries:", np.asarray(core, np.int64), counted)  # whatever the layering
+    found: np.ndarray | None = None if memo is None else memo.get(key)
+    if found is None:
+        lo, hi = core_span(ops, core, counted, num_layers, memo)
+        flags = hi > lo
+        flags[gather_csr(ops.var_ptr, ops.var_idx, np.flatnonzero(core < 0))] = True
+        found = np.flatnonzero(flags[ops.var_idx])
+        found.flags.writeable = False
+        if memo is not None:
+            memo[key] = found  # read only from here on
+    return found
