@@ -187,13 +187,28 @@ def build_training_view(profile: Profile, ops: OperationTable, layer_of_op: np.n
     always, is_update, backward_named, clones, state, key = found
     is_backward = backward_named | clones
     recompute, notes = _applied_recompute(options.recompute, clones)
-    groups = head_groups(ops, layer_of_op, num_layers, is_backward, is_update)
+    groups = _head_groups(ops, layer_of_op, num_layers, is_backward, is_update, memo)
     roles = Roles(always, state, is_update, is_backward, groups, key)
     what_if = rewrite(profile, ops, layer_of_op, num_layers, roles, options.shard,
                       options.optimizer_state == "off-chip", recompute, memo, counted, core)
     return TrainingView(options, recompute, what_if.profile, what_if.delta, is_backward, is_update, state, clones,
                         what_if.never_stash, recompute in ("pipeline", "every-layer", "compiled"),
                         recompute == "pipeline", what_if.forward_cut, what_if.rerun_ops, what_if.forward_cut_key, notes)
+
+
+def _head_groups(ops: OperationTable, layer_of_op: np.ndarray, num_layers: int, is_backward: np.ndarray,
+                 is_update: np.ndarray, memo: dict[bytes, Any] | None) -> np.ndarray:
+    """:func:`popliner.ops.head.head_groups` of the layering, kept in ``memo`` (read only): the option sets of a
+    layering and its recomputation mode (the clones) read the same."""
+    key = content_key(b"head-groups", np.asarray(layer_of_op, np.int64), np.asarray(is_backward, bool),
+                      np.asarray(is_update, bool), num_layers.to_bytes(8, "little"))
+    found: np.ndarray | None = memo.get(key) if memo is not None else None
+    if found is None:
+        found = head_groups(ops, layer_of_op, num_layers, is_backward, is_update)
+        found.flags.writeable = False
+        if memo is not None:
+            memo[key] = found  # read only from here on
+    return found
 
 
 def profiled_always_live(profile: Profile, memo: dict[bytes, Any] | None) -> np.ndarray:
