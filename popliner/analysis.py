@@ -135,7 +135,8 @@ class Analysis:
         counted = self.layers.layer_of_op >= 0 if self.options.layered_vars_only else np.ones(self.ops.count, bool)
         return memory_facts(self.profile, self.ops, self.layers.layer_of_op, self.layers.names, counted,
                             self.is_backward, self.mode == "training", self.options.training,
-                            self.base.shared.view_memo, layout=self.layout)
+                            self.base.shared.view_memo, layout=self.layout,
+                            core=self.base.layer_core(self.options.training.update_regex))
 
     @cached_property
     def range_memo(self) -> RangeMemo:

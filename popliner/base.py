@@ -209,6 +209,25 @@ class ProfileBase:
     def _groups(self) -> dict[str, UnlayeredGroups]:
         return {}
 
+    def layer_core(self, update_regex: str) -> np.ndarray:
+        """Each operation's named layer, -1 for the operations a head placement groups (:meth:`layers_for`): the
+        layer every placement keeps it in, numbered one higher by ``last``/``wrap`` (the core their layer spans
+        share, :func:`popliner.memory.boundaries.counted_layer_span`). Memoised by the update regex, which the
+        grouping reads."""
+        found = self._cores.get(update_regex)
+        if found is None:
+            groups = self._unlayered(update_regex)
+            core = np.asarray(self.named_layers.layer_of_op, np.int64)
+            if groups is not None:
+                core = np.where(groups[0] >= 0, -1, core)
+            core.flags.writeable = False
+            found = self._cores[update_regex] = core
+        return found
+
+    @cached_property
+    def _cores(self) -> dict[str, np.ndarray]:
+        return {}
+
     # -- what every scenario of the base shares -------------------------------------
 
     @cached_property

@@ -168,7 +168,7 @@ def test_grids_buffers_go_back_to_the_parts() -> None:
 def test_the_options_change_variables_the_delta_corrects(monkeypatch: pytest.MonkeyPatch) -> None:
     """Without the delta (every variable taken as profiled) the figures are wrong: the check above can fail."""
     monkeypatch.setattr(ranges_shared, "_changed",
-                        lambda profile, base: np.zeros(base.variables.count, bool))
+                        lambda profile, base, changed: np.zeros(base.variables.count, bool))
     with pytest.raises(AssertionError):
         _held("bert-tiny-training.json", TINY)
 

@@ -17,14 +17,14 @@ from typing import Any
 
 import numpy as np
 
-from popliner.arrays import content_key, csr_span, span_at, widen_span
+from popliner.arrays import content_key, csr_span, gather_csr, span_at, widen_span
 from popliner.memory.model import MemoryModel
 from popliner.ops.layers import ops_of_layers
 from popliner.ops.operations import OperationTable
 from popliner.profile.model import PROGRAM_TYPES, Profile
 
-__all__ = ["Boundaries", "MultiLayer", "build_boundaries", "constant_vars", "counted_layer_span", "multi_layer",
-           "variable_layer_span", "wrapped_head_hi"]
+__all__ = ["Boundaries", "MultiLayer", "build_boundaries", "constant_vars", "core_span", "counted_layer_span",
+           "multi_layer", "multi_layer_entries", "span_dtype", "variable_layer_span", "wrapped_head_hi"]
 
 #: Program types that move data between the host and the IPU.
 _STREAM_TYPES = ("StreamCopyBegin", "StreamCopyMid", "StreamCopyEnd")
@@ -209,19 +209,20 @@ def build_boundaries(profile: Profile, ops: OperationTable, model: MemoryModel, 
                      num_layers: int, head_wraps: bool, is_backward: np.ndarray, always_live_var: np.ndarray, *,
                      span: tuple[np.ndarray, np.ndarray] | None = None, constant: np.ndarray | None = None,
                      wrapped_hi: np.ndarray | None = None, multi: MultiLayer | None = None,
-                     memo: dict[bytes, Any] | None = None) -> Boundaries:
+                     memo: dict[bytes, Any] | None = None, core: np.ndarray | None = None) -> Boundaries:
     """The boundary figures of one layering; ``span``, ``constant``, ``wrapped_hi`` and ``multi``
-    (:func:`multi_layer`) when already known; ``memo``: :func:`counted_layer_span`'s.
+    (:func:`multi_layer`) when already known; ``memo`` and ``core``: :func:`counted_layer_span`'s.
 
     Each known part must be the one worked out for the same layers, head placement and counted operations
     (``constant``: the same operations); the others are worked out here, once.
     """
     if span is None:
-        span = variable_layer_span(profile, ops, model, layer_of_op, num_layers, memo)
+        span = variable_layer_span(profile, ops, model, layer_of_op, num_layers, memo, core)
     if constant is None:
         constant = constant_vars(profile, ops)
     if head_wraps and wrapped_hi is None:
-        wrapped_hi = wrapped_head_hi(profile, model, layer_of_op, num_layers, *span)
+        entries = multi_layer_entries(ops, layer_of_op if core is None else core, model.counted_vars, num_layers, memo)
+        wrapped_hi = wrapped_head_hi(profile, model, layer_of_op, num_layers, *span, entries)
     wrapped_hi = wrapped_hi if head_wraps else None
     if multi is None:
         multi = multi_layer(span, wrapped_hi, constant, ops.first_user)
@@ -239,57 +240,127 @@ def constant_vars(profile: Profile, ops: OperationTable) -> np.ndarray:
     """
     first_user = ops.first_user
     streams = np.isin(profile.programs.type, [PROGRAM_TYPES.index(t) for t in _STREAM_TYPES])
-    init = np.zeros(ops.count, bool)
+    out = np.zeros(first_user.size, bool)
+    # A variable an initialiser first uses is one of its own: read at those (a few), not a gather over every variable.
     for op in np.flatnonzero(ops.is_tensor).tolist():
-        init[op] = not streams[ops.prog_idx[ops.prog_ptr[op]:ops.prog_ptr[op + 1]]].any()
-    return np.asarray((first_user >= 0) & init[np.maximum(first_user, 0)])
+        if not streams[ops.prog_idx[ops.prog_ptr[op]:ops.prog_ptr[op + 1]]].any():
+            var = ops.var_idx[ops.var_ptr[op]:ops.var_ptr[op + 1]]
+            out[var[first_user[var] == op]] = True
+    return out
 
 
 def variable_layer_span(profile: Profile, ops: OperationTable, model: MemoryModel, layer_of_op: np.ndarray,
-                        num_layers: int, memo: dict[bytes, Any] | None = None) -> tuple[np.ndarray, np.ndarray]:
+                        num_layers: int, memo: dict[bytes, Any] | None = None,
+                        core: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Per variable: the first and last layer whose counted operations use it.
 
     The unlayered operations count as layer 0 (they go with the first
-    stage): :func:`counted_layer_span` (``memo``: its memo) with them taken in.
+    stage): :func:`counted_layer_span` (``memo``, ``core``: its own) with them taken in.
     Only compared, counted and listed, never added to.
     """
     counted = model.counted_vars
-    return widen_span(counted_layer_span(ops, layer_of_op, counted, num_layers, memo), ops.var_ptr, ops.var_idx,
-                      np.flatnonzero(counted & (layer_of_op < 0)), np.maximum(layer_of_op, 0))
+    return widen_span(counted_layer_span(ops, layer_of_op, counted, num_layers, memo, core), ops.var_ptr,
+                      ops.var_idx, np.flatnonzero(counted & (layer_of_op < 0)), np.maximum(layer_of_op, 0))
 
 
 def counted_layer_span(ops: OperationTable, layer_of_op: np.ndarray, counted: np.ndarray, num_layers: int,
-                       memo: dict[bytes, Any] | None = None) -> tuple[np.ndarray, np.ndarray]:
+                       memo: dict[bytes, Any] | None = None,
+                       core: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Per variable: the first and last layer of the ``counted`` operations with a layer that use it (unused: the
     dtype's largest value and -1; int16 while the layers and two groups fit, else int32); memoised in ``memo``.
 
     The layer span and every-layer's unit span (:mod:`popliner.memory.whatif`) each widen it by a few operations:
     one pass over every operation's variables for both (0.6 s each at 10x BERT-Large).
+
+    ``core``: per operation, its layer in every layering of the profile that ``layer_of_op`` is one of (-1: the
+    few operations these layerings place differently; :meth:`popliner.base.ProfileBase.layer_core`); None:
+    ``layer_of_op`` itself. ``layer_of_op`` numbers the core's operations all one amount above it: the span is
+    the core's (one pass over the entries, made once in ``memo`` for every layering) shifted by that amount, with
+    the other operations taken in (:func:`core_span`).
     """
     key = content_key(b"counted-layer-span:", layer_of_op, counted, num_layers.to_bytes(8, "little"))
     found: tuple[np.ndarray, np.ndarray] | None = None if memo is None else memo.get(key)
     if found is None:
-        dtype = np.int16 if num_layers + 2 < 2**15 else np.int32 if num_layers + 2 < 2**31 else np.int64
-        found = csr_span(ops.var_ptr, ops.var_idx, np.flatnonzero(counted & (layer_of_op >= 0)), layer_of_op,
-                         ops.num_variables, dtype, lo_none=int(np.iinfo(dtype).max))
+        core = layer_of_op if core is None else np.asarray(core, np.int64)
+        in_core = core >= 0
+        shift = (layer_of_op - core)[in_core]
+        if shift.size and not (shift == shift[0]).all():
+            raise ValueError("a layering's core operations must all be numbered one amount above their core layer")
+        lo, hi = core_span(ops, core, counted & in_core, num_layers, memo)
+        if shift.size and shift[0]:
+            # The unused keep their marks (the dtype's largest value, -1).
+            lo = np.where(hi >= 0, lo + lo.dtype.type(shift[0]), lo)
+            hi = np.where(hi >= 0, hi + hi.dtype.type(shift[0]), hi)
+        found = widen_span((lo, hi), ops.var_ptr, ops.var_idx, np.flatnonzero(counted & (layer_of_op >= 0) & ~in_core),
+                           layer_of_op)
+        if memo is not None:
+            memo[key] = found  # read only from here on
+    return found
+
+
+def span_dtype(num_layers: int) -> type[np.signedinteger]:
+    """The type of a layer span: int16 while the layers and two groups fit, else int32 (else int64)."""
+    return np.int16 if num_layers + 2 < 2**15 else np.int32 if num_layers + 2 < 2**31 else np.int64
+
+
+def core_span(ops: OperationTable, core: np.ndarray, counted: np.ndarray, num_layers: int,
+              memo: dict[bytes, Any] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`csr_span` of the ``counted`` operations' ``core`` layers, in :func:`span_dtype` of ``num_layers``
+    (unused: the dtype's largest value and -1); memoised in ``memo`` (read only): one per core, for its layerings."""
+    dtype = span_dtype(num_layers)
+    key = content_key(b"core-span:", core, counted, np.dtype(dtype).str.encode())
+    found: tuple[np.ndarray, np.ndarray] | None = None if memo is None else memo.get(key)
+    if found is None:
+        found = csr_span(ops.var_ptr, ops.var_idx, np.flatnonzero(counted & (core >= 0)), core, ops.num_variables,
+                         dtype, lo_none=int(np.iinfo(dtype).max))
         if memo is not None:
             memo[key] = found  # read only from here on
     return found
 
 
 def wrapped_head_hi(profile: Profile, model: MemoryModel, layer_of_op: np.ndarray, num_layers: int,
-                    lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-    """``hi`` of the span with the wrapped head's use left out of the variables the embedding uses too."""
+                    lo: np.ndarray, hi: np.ndarray, entries: np.ndarray) -> np.ndarray:
+    """``hi`` of the span with the wrapped head's use left out of the variables the embedding uses too.
+
+    ``entries``: the positions of the operations' entries that hold every multi-layer variable's
+    (:func:`multi_layer_entries`); the variables both the embedding and the head use are some.
+    """
     head = num_layers - 1
     both = (lo == 0) & (hi == head)
     if not both.any():
         return hi
     # The last layer before the head that uses each variable (0: only the embedding and the head), found for those
-    # variables alone (a few): one pass over the entries, not a scatter of every counted operation's variables.
+    # variables alone (a few): one pass over the multi-layer variables' entries (a table of those alone), not a
+    # scatter of every counted operation's variables.
     at = np.flatnonzero(both)
     ops = model.ops
     rows = np.flatnonzero(model.counted_vars & (layer_of_op >= 1) & (layer_of_op < head))
-    before = span_at(ops.var_ptr, ops.var_idx, rows, layer_of_op, at, profile.variables.count, hi.dtype.type)[1]
+    before = span_at(np.searchsorted(entries, ops.var_ptr), ops.var_idx[entries], rows, layer_of_op, at,
+                     profile.variables.count, hi.dtype.type)[1]
     out = hi.copy()
     out[at] = np.maximum(before, 0)
     return out
+
+
+def multi_layer_entries(ops: OperationTable, core: np.ndarray, counted: np.ndarray, num_layers: int,
+                        memo: dict[bytes, Any] | None = None) -> np.ndarray:
+    """The entries (positions in the operations' variable lists) of every variable that more than one layer may use
+    in a layering of ``core`` (:func:`counted_layer_span`) whose ``counted`` operations count: those the core's
+    span puts in several layers, and those of the operations out of the core, whatever layer a layering gives them.
+
+    A variable only core operations use is in several layers of such a layering exactly when it is in several of
+    the core's (they number the core's layers all one amount higher). One pass over every entry per core, kept in
+    ``memo`` (read only): the layerings of a plan pick their multi-layer entries from these.
+    """
+    counted = counted & (core >= 0)
+    key = content_key(b"multi-layer-entries:", np.asarray(core, np.int64), counted)  # whatever the layering
+    found: np.ndarray | None = None if memo is None else memo.get(key)
+    if found is None:
+        lo, hi = core_span(ops, core, counted, num_layers, memo)
+        flags = hi > lo
+        flags[gather_csr(ops.var_ptr, ops.var_idx, np.flatnonzero(core < 0))] = True
+        found = np.flatnonzero(flags[ops.var_idx])
+        found.flags.writeable = False
+        if memo is not None:
+            memo[key] = found  # read only from here on
+    return found

@@ -32,9 +32,9 @@ from popliner.memory.boundaries import Boundaries, build_boundaries
 from popliner.memory.cycles import CycleFacts, cycle_facts, op_cycles
 from popliner.memory.liveness import class_steps
 from popliner.memory.model import MemoryModel
-from popliner.memory.training import TrainingOptions, TrainingView, build_training_view
+from popliner.memory.training import TrainingOptions, TrainingView, build_training_view, profiled_always_live
 from popliner.memory.types import StageMemory
-from popliner.memory.whatif import Spread, with_live_steps
+from popliner.memory.whatif import Delta, Spread, with_live_steps
 from popliner.ops.layers import ops_of_layers
 from popliner.ops.operations import OperationTable
 from popliner.profile.model import Profile
@@ -67,6 +67,10 @@ class MemoryFacts:
     model: MemoryModel
     #: The profile's option-free memo (see the module's docstring).
     memo: dict[bytes, Any] = field(repr=False)
+    #: The core of the layering: each operation's layer in every layering of the profile this one is of (-1: the
+    #: operations they place differently), or None (the layering alone): what its layer span is made from
+    #: (:func:`popliner.memory.boundaries.counted_layer_span`).
+    layer_core: np.ndarray | None = field(default=None, repr=False)
     #: ``--recompute pipeline``: the figures of re-run sets, by their operations (the model memoises the rest);
     #: read and filled by :meth:`rerun_figure` alone.
     _rerun_memo: dict[bytes, StageMemory] = field(default_factory=dict, init=False, repr=False)
@@ -118,27 +122,27 @@ class MemoryFacts:
 
     @cached_property
     def always_live_var(self) -> np.ndarray:
-        if self.profile is not self.base_profile:
-            # A what-if profile: the head placements of one option set share it (and this column), one after another.
-            last: list[tuple[Profile, np.ndarray]] = self.memo.setdefault(b"whatif-always-live", [])
-            if last and last[0][0] is self.profile:
-                return last[0][1]
-            made = np.asarray(self.profile.always_live_classes()[self.profile.variables.klass])
-            made.flags.writeable = False
-            last[:] = [(self.profile, made)]  # the last one only: an earlier what-if profile may be gone from the memo
-            return made
-        # The profile as loaded (no option changed its variables): the same for every such option set.
-        found = self.memo.get(b"always-live")
-        if found is None:
-            found = np.asarray(self.profile.always_live_classes()[self.profile.variables.klass])
-            found.flags.writeable = False
-            self.memo[b"always-live"] = found  # read only from here on
-        return np.asarray(found)
+        profiled = profiled_always_live(self.base_profile, self.memo)
+        if self.profile is self.base_profile:
+            return profiled  # no option changed the variables: the same for every such option set
+        # A what-if profile: the head placements of one option set share it (and this column), one after another.
+        last: list[tuple[Profile, np.ndarray]] = self.memo.setdefault(b"whatif-always-live", [])
+        if last and last[0][0] is self.profile:
+            return last[0][1]
+        # Only the variables it changes can differ from the profile as loaded: read at those alone.
+        at = np.flatnonzero(self.view.delta.changed)
+        made = profiled.copy()
+        made[at] = self.profile.always_live_classes()[self.profile.variables.klass[at]]
+        made.flags.writeable = False
+        last[:] = [(self.profile, made)]  # the last one only: an earlier what-if profile may be gone from the memo
+        return made
 
     @cached_property
     def stash_candidate(self) -> np.ndarray:
         """Variables a stash entry may hold: not always live, not recomputed by ``every-layer``."""
-        return np.asarray(~self.always_live_var & ~self.view.never_stash)
+        out: np.ndarray = np.logical_or(self.always_live_var, self.view.never_stash)
+        np.logical_not(out, out=out)  # in place: one column over every variable, not three
+        return out
 
     @cached_property
     def boundaries(self) -> Boundaries:
@@ -154,7 +158,7 @@ class MemoryFacts:
                                 self.head_wraps, self.is_backward, self.always_live_var,
                                 span=self.memo.get(span_key), constant=self.memo.get(b"constant-var"),
                                 wrapped_hi=self.memo.get(wrapped_key) if self.head_wraps else None,
-                                multi=self.memo.get(multi_key), memo=self.memo)
+                                multi=self.memo.get(multi_key), memo=self.memo, core=self.layer_core)
         self.memo.setdefault(span_key, made.variable_layer_span)
         self.memo.setdefault(multi_key, made.multi)
         self.memo.setdefault(b"constant-var", made.constant_var)
@@ -175,14 +179,18 @@ class MemoryFacts:
 
         ``head_kept`` (IPU 0 with a wrapped head): the head's variables not cut.
         """
-        return self._forward_cut_profile_head_kept if head_kept else self._forward_cut_profile
+        return self.forward_cut(head_kept)[0]
+
+    def forward_cut(self, head_kept: bool = False) -> tuple[Profile, Delta]:
+        """:meth:`forward_cut_profile`, and what it changes of the profile as loaded."""
+        return self._forward_cut_head_kept if head_kept else self._forward_cut
 
     @cached_property
-    def _forward_cut_profile(self) -> Profile:
+    def _forward_cut(self) -> tuple[Profile, Delta]:
         return self._cut_profile(self.view.forward_cut, self.view.forward_cut_key)
 
     @cached_property
-    def _forward_cut_profile_head_kept(self) -> Profile:
+    def _forward_cut_head_kept(self) -> tuple[Profile, Delta]:
         cut = self.view.forward_cut
         head = self.model.counted_variables(ops_of_layers(self.layer_of_op, [self.head_layer], False))
         in_head = np.zeros(self.profile.variables.count, bool)
@@ -191,32 +199,38 @@ class MemoryFacts:
         return self._cut_profile(Spread(cut.at[kept], cut.lo[kept], cut.hi[kept]),
                                  content_key(b"head kept", self.view.forward_cut_key, head))
 
-    def _cut_profile(self, keep: Spread, key: bytes) -> Profile:
+    def _cut_profile(self, keep: Spread, key: bytes) -> tuple[Profile, Delta]:
         # Option sets that cut the same variables of the same what-if profile (the head placements, often)
         # share one forward-cut profile, found by the cut's key (equal keys, equal cuts: no copy of it is kept).
-        made: list[tuple[Profile, bytes, Profile]] = self.memo.setdefault(b"cut-profiles", [])
+        made: list[tuple[Profile, bytes, tuple[Profile, Delta]]] = self.memo.setdefault(b"cut-profiles", [])
         for what_if, known, found in made:
             if what_if is self.profile and known == key:
                 return found
-        found = with_live_steps(self.profile, self.profile.variables.bytes, Spread.none(), keep, self.memo)
+        cut, changed = with_live_steps(self.profile, self.profile.variables.bytes, Spread.none(), keep,
+                                       self.view.delta.changed, self.memo)
+        # Made from the what-if profile (its delta's key) and the cut (its key).
+        found = (cut, Delta.of(changed, b"forward cut:" + self.view.delta.key + key))
         made.append((self.profile, key, found))
         return found
 
 
 def memory_facts(profile: Profile, ops: OperationTable, layer_of_op: np.ndarray, layer_names: Sequence[str],
                  counted_vars: np.ndarray, is_backward: np.ndarray, training: bool, options: TrainingOptions,
-                 memo: dict[bytes, Any], *, layout: Layout | None = None) -> MemoryFacts:
+                 memo: dict[bytes, Any], *, layout: Layout | None = None,
+                 core: np.ndarray | None = None) -> MemoryFacts:
     """The memory facts of ``profile`` (as loaded) under ``options``: the one place the options change figures.
 
     ``counted_vars``: which operations' variables count; ``is_backward``:
     which operations' names mark the backward pass; ``memo``: the profile's
     option-free memo (:attr:`MemoryFacts.memo`); ``layout``: the
-    scenario's (made here from the names and the head placement when not given).
+    scenario's (made here from the names and the head placement when not given); ``core``: the layering's core
+    (:attr:`MemoryFacts.layer_core`).
     """
     layer_of_op = np.asarray(layer_of_op, np.int64)
     names = tuple(layer_names)
     view = build_training_view(profile, ops, layer_of_op, len(names), np.asarray(is_backward, bool), options,
-                               training, memo, counted=counted_vars)
+                               training, memo, counted=counted_vars, core=core)
     return MemoryFacts(view.profile, profile, ops, layer_of_op, names, training,
                        layout if layout is not None else Layout.of(names, options.head_placement), view,
-                       MemoryModel(view.profile, ops, counted_vars, memo.setdefault(b"program-rows", {})), memo)
+                       MemoryModel(view.profile, ops, counted_vars, memo.setdefault(b"program-rows", {})), memo,
+                       core)

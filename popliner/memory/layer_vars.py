@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from popliner.arrays import content_key, expand_ranges, gather_csr, sorted_unique
+from popliner.memory.boundaries import multi_layer_entries
 
 if TYPE_CHECKING:
     from popliner.memory.facts import MemoryFacts
@@ -45,7 +46,9 @@ class LayerVariables:
         # Each operation's multi-layer variables (its entries of them, in order): a few percent of the entries,
         # picked in one pass, so that a layer's shared variables read only those.
         var_ptr, var_idx = facts.ops.var_ptr, facts.ops.var_idx
-        at = np.flatnonzero(self.multi[var_idx])
+        core = facts.layer_of_op if facts.layer_core is None else facts.layer_core
+        some = multi_layer_entries(facts.ops, core, self.counted, facts.num_layers, facts.memo)
+        at = some[self.multi[var_idx[some]]]
         self.var_idx = var_idx[at]
         self.var_ptr = np.searchsorted(at, var_ptr)
         # Each variable's layer if it is private (-1: shared or unused), then the runs of one such layer.

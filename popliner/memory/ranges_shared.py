@@ -49,12 +49,12 @@ from popliner.memory.liveness.grid import Columns, cell_dtype
 from popliner.memory.program_part import ProgramPart, program_part
 from popliner.memory.stash_row import class_columns, stash_columns
 from popliner.memory.variable_tables import changed_variables as _changed  # tests replace it by this name
-from popliner.memory.variable_tables import table_key
 from popliner.ops.operations import OperationTable
 from popliner.profile.model import Profile
 
 if TYPE_CHECKING:
     from popliner.memory.facts import MemoryFacts
+    from popliner.memory.whatif import Delta
 
 __all__ = ["EngineShare", "ProgramPart", "SharedParts", "VarSet"]
 
@@ -96,8 +96,6 @@ class SharedParts:
         #: The number of each distinct variable table met (what-if and forward-cut profiles) and never-stashed set,
         #: by digest; numbers forgotten (:meth:`forget_deltas`) are not given again.
         self._tables: dict[bytes, int] = {}
-        #: The last profiles :meth:`changes` was asked about, with their changed variables and table numbers.
-        self._recent: list[tuple[Profile, np.ndarray, int]] = []
         self._never: dict[bytes, int] = {}
         self._numbers = 0
         #: Range figures by what they depend on (:meth:`RangeState.other_figure`): (worst, stash, total, peak).
@@ -171,27 +169,21 @@ class SharedParts:
             found = self._always[part.key] = at.astype(np.int32) if part.var.size < 2**31 else at
         return found
 
-    def changes(self, profile: Profile) -> tuple[np.ndarray, int]:
+    def changes(self, profile: Profile, delta: Delta) -> tuple[np.ndarray, int]:
         """The variables ``profile`` (a what-if or forward-cut profile of this one) changes, and a number per
         distinct variable table (classes, intervals, bytes, tiles): equal numbers, equal tables.
 
-        ``changed``: the variables whose class or bytes differ from the
-        profiled ones (:func:`_changed`), the only ones a table keeps (read only).
-        Option sets often give the same table (off-chip state whatever the
-        recomputation; the same forward cut whatever the head placement), and
-        then share its corrected parts too. Memoised for the last two profiles
-        asked, by identity: the head placements of a plan's option set come one
-        after another on the same what-if (and forward-cut) profiles, each a
-        pass over millions of variables to compare and digest.
+        ``delta``: what the profile's maker says it changes. ``changed``: the
+        variables whose class or bytes differ from the profiled ones
+        (:func:`_changed`), the only ones a table keeps (read only). The
+        number is the delta's key's: option sets often give the same table (off-chip state whatever the
+        recomputation; the same forward cut whatever the head placement), made the same way, and
+        then share its corrected parts too. No pass over millions of variables to compare and digest.
         """
-        for known, changed, number in self._recent:
-            if known is profile:
-                return changed, number
-        changed = _changed_from(profile, self.profile)
-        changed.flags.writeable = False
-        number = self._number(self._tables, table_key(profile, changed, self.profile))
-        self._recent = [*self._recent[-1:], (profile, changed, number)]
-        return changed, number
+        changed = _changed(profile, self.profile, delta.changed)
+        if changed is None:  # with_live_steps only appends classes and keeps the tiles
+            raise AssertionError("a what-if profile's class table does not extend the profile's")
+        return changed, self._number(self._tables, delta.key)
 
     def class_ids(self, profile: Profile) -> np.ndarray:
         """Per liveness class of ``profile`` (a what-if profile of this one): a number that classes of equal live
@@ -329,7 +321,6 @@ class SharedParts:
         self.reference = None
         self._buffers.clear()
         self._tables.clear()
-        self._recent.clear()
         self._never.clear()
         for key in [k for k in self.view_memo if k.startswith(_OPTION_VIEWS)]:
             del self.view_memo[key]
@@ -574,14 +565,6 @@ class _GridShare:
                 "nbytes": events["nbytes"].astype(grid.dtype, copy=False), "owner": events["owner"]}
 
 
-def _changed_from(profile: Profile, base: Profile) -> np.ndarray:
-    """:func:`popliner.memory.variable_tables.changed_variables` of a what-if (or forward-cut) profile of ``base``."""
-    changed = _changed(profile, base)
-    if changed is None:  # with_live_steps only appends classes and keeps the tiles
-        raise AssertionError("a what-if profile's class table does not extend the profile's")
-    return changed
-
-
 class EngineShare:
     """One engine's view of the shared parts: which variables its options change, and its grids' adapters.
 
@@ -599,13 +582,15 @@ class EngineShare:
             self.grid = _GridShare(shared, grid, None)
             self.cut_grid = None if cut_grid is None else _GridShare(shared, cut_grid, None)
             return
-        changes = shared.changes(engine.profile)
+        changes = shared.changes(engine.profile, engine.view.delta)
         # Every-layer's never-stashed variables are made on the option set's grid too (changed or not), so that
         # one split of a layer's variables serves its events and its stash columns (the others have none: their
         # grid makes the changed variables, no copy of the flags over every variable).
         never = np.asarray(engine.view.never_stash) if engine.training and engine.view.never_stash.any() else None
         self.grid = _GridShare(shared, grid, changes, None if never is None else changes[0] | never)
-        self.cut_grid = None if cut_grid is None else _GridShare(shared, cut_grid, shared.changes(cut_grid.p))
+        # The cut grid is made from the facts' forward-cut profile (popliner.memory.rerun.forward_cut_grid).
+        self.cut_grid = None if cut_grid is None else _GridShare(
+            shared, cut_grid, shared.changes(cut_grid.p, engine.forward_cut()[1]))
         if engine.training:
             # A variable whose class and bytes are as profiled has the profiled steps and always-live flag
             # (the class table extends the profile's): only every-layer's never-stashed ones change besides,

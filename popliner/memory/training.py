@@ -25,7 +25,7 @@ import numpy as np
 from popliner.arrays import content_key
 from popliner.errors import UsageProblem
 from popliner.layout import EMBEDDING_GROUP, HEAD_GROUP, HEAD_PLACEMENTS, HeadPlacement
-from popliner.memory.whatif import Roles, Spread, optimizer_state_variables, rewrite, roles_key
+from popliner.memory.whatif import Delta, Roles, Spread, optimizer_state_variables, rewrite, roles_key
 from popliner.ops.head import head_groups
 from popliner.ops.operations import OperationTable
 from popliner.ops.roles import (
@@ -52,6 +52,7 @@ __all__ = [
     "TrainingOptions",
     "TrainingView",
     "build_training_view",
+    "profiled_always_live",
 ]
 
 #: The recomputation the library models. ``auto`` is no mode: it is a request that only the
@@ -119,7 +120,8 @@ def _choice(flag: str, value: str, allowed: tuple[str, ...]) -> None:
 class TrainingView:
     """What the options change, for the memory facts.
 
-    ``profile`` carries the variables' what-if bytes and live steps.
+    ``profile`` carries the variables' what-if bytes and live steps; ``delta`` says which variables it changes of the
+    profile as loaded, and tells its variable table from others'.
     ``is_backward`` marks backward operations (call sites of backward bodies
     and recompute clones included). ``never_stash`` marks variables the stash
     entry leaves out (recomputed by ``every-layer``); ``stash_inputs`` says the
@@ -134,6 +136,7 @@ class TrainingView:
     options: TrainingOptions
     recompute: AppliedRecompute
     profile: Profile
+    delta: Delta
     is_backward: np.ndarray
     is_update: np.ndarray
     optimizer_state: np.ndarray
@@ -150,25 +153,28 @@ class TrainingView:
 
 def build_training_view(profile: Profile, ops: OperationTable, layer_of_op: np.ndarray, num_layers: int,
                         backward_named: np.ndarray, options: TrainingOptions, training: bool = True,
-                        memo: dict[bytes, Any] | None = None, *, counted: np.ndarray) -> TrainingView:
+                        memo: dict[bytes, Any] | None = None, *, counted: np.ndarray,
+                        core: np.ndarray | None = None) -> TrainingView:
     """Apply the options that do not depend on the split; describe the rest (docs/solvers.md).
 
     ``memo``: kept across the option sets of one profile and operation table
     (``popliner plan``): the roles of operations and variables, which no
     option but the regexes changes, are found once. ``counted``: the operations whose variables count, whose
-    layer span the recomputation modes start from (the figures do not depend on it).
+    layer span the recomputation modes start from (the figures do not depend on it); ``core``: the layering's core
+    (:func:`popliner.memory.boundaries.counted_layer_span`).
     """
     v = profile.variables
     if not training:
         # Inference: nothing to stash, recompute or update.
-        none = np.zeros(ops.count, bool)
-        return TrainingView(options, "none", profile, np.asarray(backward_named, bool), none, np.zeros(v.count, bool),
-                            none, np.zeros(v.count, bool), False, False, Spread.none(), none, b"none")
+        none, nothing = np.zeros(ops.count, bool), np.zeros(v.count, bool)
+        return TrainingView(options, "none", profile, Delta.of(nothing, b"as profiled"),
+                            np.asarray(backward_named, bool), none, nothing, none, nothing, False, False, Spread.none(),
+                            none, b"none")
     key = content_key(b"roles", np.asarray(backward_named, bool),
                       repr((options.update_regex, options.optimizer_state_regex)).encode())
     found = memo.get(key) if memo is not None else None
     if found is None:
-        always = profile.always_live_classes()[v.klass]
+        always = profiled_always_live(profile, memo)
         called = called_operations(profile, ops)
         is_update = update_operations(profile, ops, options.update_regex, called)
         # A call site is backward when what it calls is (its name, Call(<n>), says nothing).
@@ -181,13 +187,40 @@ def build_training_view(profile: Profile, ops: OperationTable, layer_of_op: np.n
     always, is_update, backward_named, clones, state, key = found
     is_backward = backward_named | clones
     recompute, notes = _applied_recompute(options.recompute, clones)
-    groups = head_groups(ops, layer_of_op, num_layers, is_backward, is_update)
+    groups = _head_groups(ops, layer_of_op, num_layers, is_backward, is_update, memo)
     roles = Roles(always, state, is_update, is_backward, groups, key)
     what_if = rewrite(profile, ops, layer_of_op, num_layers, roles, options.shard,
-                      options.optimizer_state == "off-chip", recompute, memo, counted)
-    return TrainingView(options, recompute, what_if.profile, is_backward, is_update, state, clones,
+                      options.optimizer_state == "off-chip", recompute, memo, counted, core)
+    return TrainingView(options, recompute, what_if.profile, what_if.delta, is_backward, is_update, state, clones,
                         what_if.never_stash, recompute in ("pipeline", "every-layer", "compiled"),
                         recompute == "pipeline", what_if.forward_cut, what_if.rerun_ops, what_if.forward_cut_key, notes)
+
+
+def _head_groups(ops: OperationTable, layer_of_op: np.ndarray, num_layers: int, is_backward: np.ndarray,
+                 is_update: np.ndarray, memo: dict[bytes, Any] | None) -> np.ndarray:
+    """:func:`popliner.ops.head.head_groups` of the layering, kept in ``memo`` (read only): the option sets of a
+    layering and its recomputation mode (the clones) read the same."""
+    key = content_key(b"head-groups", np.asarray(layer_of_op, np.int64), np.asarray(is_backward, bool),
+                      np.asarray(is_update, bool), num_layers.to_bytes(8, "little"))
+    found: np.ndarray | None = memo.get(key) if memo is not None else None
+    if found is None:
+        found = head_groups(ops, layer_of_op, num_layers, is_backward, is_update)
+        found.flags.writeable = False
+        if memo is not None:
+            memo[key] = found  # read only from here on
+    return found
+
+
+def profiled_always_live(profile: Profile, memo: dict[bytes, Any] | None) -> np.ndarray:
+    """Always live per variable of the profile as loaded (read only): one column, kept in ``memo`` (the plan's
+    option-free memo), for the roles and every option set's memory facts."""
+    found: np.ndarray | None = memo.get(b"always-live") if memo is not None else None
+    if found is None:
+        found = np.asarray(profile.always_live_classes()[profile.variables.klass])
+        found.flags.writeable = False
+        if memo is not None:
+            memo[b"always-live"] = found  # read only from here on
+    return found
 
 
 def _applied_recompute(asked: Recompute, clones: np.ndarray) -> tuple[AppliedRecompute, tuple[str, ...]]:

@@ -27,7 +27,7 @@ from popliner.ops.roles import unit_backward_start
 from popliner.profile.model import Profile
 from popliner.regexes import compile_bounded
 
-__all__ = ["Roles", "Spread", "WhatIf", "optimizer_state_variables", "rewrite", "roles_key", "with_live_steps"]
+__all__ = ["Delta", "Roles", "Spread", "WhatIf", "optimizer_state_variables", "rewrite", "roles_key", "with_live_steps"]
 
 #: A step after every profile's last (int32 range, so sums stay small).
 _NEVER = 2**31 - 1
@@ -53,10 +53,30 @@ def roles_key(always_live: np.ndarray, optimizer_state: np.ndarray, is_update: n
 
 
 @dataclass(frozen=True, eq=False)
+class Delta:
+    """What a what-if (or forward-cut) profile changes of the profile as loaded: the variables whose class or bytes
+    differ, flagged (read only), and a key that only equal variable tables share.
+
+    The key says how the table was made (the memo keys of the options and cuts that made it), not what it holds:
+    no digest of millions of changed variables per option set. Every table without a change has the same key.
+    """
+
+    changed: np.ndarray  # bool per variable
+    key: bytes
+
+    @classmethod
+    def of(cls, changed: np.ndarray, key: bytes) -> Delta:
+        """The delta of ``changed`` made as ``key`` says (a change of nothing: the profile's own key)."""
+        changed.flags.writeable = False
+        return cls(changed, key if changed.any() else b"as profiled")
+
+
+@dataclass(frozen=True, eq=False)
 class WhatIf:
     """The rewritten profile, and what a stage's figures still apply (see TrainingView)."""
 
     profile: Profile
+    delta: Delta  # what the profile changes of the one given
     never_stash: np.ndarray  # bool per variable: recomputed by every-layer, never in a stash entry
     forward_cut: Spread  # pipeline: the cut variables, each live in a stage's forward part from step lo to hi only
     rerun_ops: np.ndarray  # bool per operation: forward work a recomputing stage runs again
@@ -86,19 +106,21 @@ def optimizer_state_variables(
 
 def rewrite(profile: Profile, ops: OperationTable, layer_of_op: np.ndarray, num_layers: int, roles: Roles,
             shard: int, off_chip: bool, recompute: str, memo: dict[bytes, Any] | None,
-            counted: np.ndarray) -> WhatIf:
+            counted: np.ndarray, core: np.ndarray | None = None) -> WhatIf:
     """Apply sharding (``shard`` replicas), off-chip state and ``recompute`` to the profile's variables.
 
     ``memo``: kept across calls on the same profile and operations (several
     option sets), so that what the recomputation modes read of the layers is
-    worked out once per layering; ``counted``: the operations whose variables count
-    (:func:`popliner.memory.boundaries.counted_layer_span`, which the modes start from).
+    worked out once per layering; ``counted``: the operations whose variables count, and ``core``: the layering's
+    core (:func:`popliner.memory.boundaries.counted_layer_span`, which the modes start from).
     """
     v = profile.variables
     nbytes = v.bytes
+    resized = _constant_column(memo, v.count, np.bool_, False)  # the variables whose bytes change
     if shard > 1:
         nbytes = v.bytes.copy()
         nbytes[roles.optimizer_state] = -(-nbytes[roles.optimizer_state] // shard)
+        resized = nbytes != v.bytes
     # Steps and unit numbers in int32 when they fit (always, in practice): half the pages to fill.
     steps = _step_dtype(profile.num_steps)
     window = Spread.none()  # off chip: the state keeps only its steps lo..hi
@@ -118,12 +140,14 @@ def rewrite(profile: Profile, ops: OperationTable, layer_of_op: np.ndarray, num_
     if recompute in ("every-layer", "pipeline"):
         # The cuts read the layering and the roles (not where the state lives): one per mode and layering, kept.
         cuts_key, cuts = _recompute_cuts(profile, ops, layer_of_op, num_layers, roles, recompute, steps, memo,
-                                         counted)
+                                         counted, core)
         if recompute == "every-layer":
             key = b"whatif-cuts" + cuts_key + key
-    what_if = memo.get(key) if memo is not None else None
+    # The memo key says all the what-if profile is made from: its delta's key.
+    what_if: tuple[Profile, Delta] | None = memo.get(key) if memo is not None else None
     if what_if is None:
-        what_if = with_live_steps(profile, nbytes, cuts.cut, window, memo)
+        made, changed = with_live_steps(profile, nbytes, cuts.cut, window, resized, memo)
+        what_if = (made, Delta.of(changed, key))
         if memo is not None:
             if recompute == "every-layer":
                 # One layering's every-layer what-if profile at a time (the planner goes through the head placements
@@ -131,7 +155,7 @@ def rewrite(profile: Profile, ops: OperationTable, layer_of_op: np.ndarray, num_
                 for old in [k for k in memo if k.startswith(b"whatif-cuts")]:
                     del memo[old]
             memo[key] = what_if
-    return WhatIf(what_if, cuts.never_stash, cuts.forward_cut, cuts.rerun_ops, cuts.forward_cut_key)
+    return WhatIf(*what_if, cuts.never_stash, cuts.forward_cut, cuts.rerun_ops, cuts.forward_cut_key)
 
 
 def _constant_column(memo: dict[bytes, Any] | None, count: int, dtype: type[np.generic], value: int) -> np.ndarray:
@@ -192,14 +216,14 @@ class _Cuts:
 
 def _recompute_cuts(profile: Profile, ops: OperationTable, layer_of_op: np.ndarray, num_layers: int, roles: Roles,
                     recompute: str, steps: type[np.signedinteger], memo: dict[bytes, Any] | None,
-                    counted: np.ndarray) -> tuple[bytes, _Cuts]:
+                    counted: np.ndarray, core: np.ndarray | None) -> tuple[bytes, _Cuts]:
     """What ``every-layer`` (cut live steps) or ``pipeline`` (a forward cut per stage) recomputes, and the key it is
     memoised by (the mode, the layering and the roles).
 
     ``counted``: the operations whose variables count (the figures do not depend on it: the unit span starts from
-    their layer span, which the boundaries read too). The memo keeps what the mode picks, compactly, for every
-    layering and optimizer state (a plan's option sets come back to each); every-layer's never-stashed column is
-    made again from it for each option set.
+    their layer span, which the boundaries read too), ``core``: the layering's core (that span's). The memo keeps
+    what the mode picks, compactly, for every layering and optimizer state (a plan's option sets come back to each);
+    every-layer's never-stashed column is made again from it for each option set.
     """
     count = profile.variables.count
     # The layering, the backward operations and the roles; the same for both modes and wherever the optimizer
@@ -208,8 +232,8 @@ def _recompute_cuts(profile: Profile, ops: OperationTable, layer_of_op: np.ndarr
     mode_key = b"cuts-" + recompute.encode() + key
     made = memo.get(mode_key) if memo is not None else None
     if made is None:
-        made = _mode_cuts(_unit_reads(profile, ops, layer_of_op, num_layers, roles, steps, memo, counted, key),
-                          profile, recompute, steps)
+        made = _mode_cuts(_unit_reads(profile, ops, layer_of_op, num_layers, roles, steps, memo, counted, core,
+                                      key), profile, recompute, steps)
         if memo is not None:
             memo[mode_key] = made  # read only from here on
             if all(b"cuts-" + mode.encode() + key in memo for mode in ("every-layer", "pipeline")):
@@ -225,7 +249,7 @@ def _recompute_cuts(profile: Profile, ops: OperationTable, layer_of_op: np.ndarr
 
 def _unit_reads(profile: Profile, ops: OperationTable, layer_of_op: np.ndarray, num_layers: int, roles: Roles,
                 steps: type[np.signedinteger], memo: dict[bytes, Any] | None, counted: np.ndarray,
-                key: bytes) -> tuple[np.ndarray, ...]:
+                core: np.ndarray | None, key: bytes) -> tuple[np.ndarray, ...]:
     """What both recomputation modes read of one layering (memoised by ``key``): each operation's unit, each unit's
     backward start, the forward operations, each class's last step, and the variables ``pipeline`` cuts (of those
     a forward operation reads, neither always live nor optimizer state, the ones live before and after their last
@@ -240,7 +264,7 @@ def _unit_reads(profile: Profile, ops: OperationTable, layer_of_op: np.ndarray, 
         forward_op = (ops.first_step >= 0) & ~roles.is_backward
         forward_op &= ops.first_step < bstart[np.maximum(unit, 0)]
         # The counted layer span with the other operations of a unit taken in (the same units: layers, then groups).
-        layered = counted_layer_span(ops, layer_of_op, counted, num_layers, memo)
+        layered = counted_layer_span(ops, layer_of_op, counted, num_layers, memo, core)
         lo_unit, hi_unit = widen_span(layered, ops.var_ptr, ops.var_idx,
                                       np.flatnonzero((unit >= 0) & ~(counted & (layer_of_op >= 0))), unit)
         at, u_at = _pipeline_cut(profile, ops, forward_op, unit >= 0, hi_unit, roles, steps, memo)
@@ -443,14 +467,20 @@ def _dense_rank(values: np.ndarray) -> tuple[np.ndarray, int]:
     return np.asarray(inverse.reshape(-1), np.int64), len(distinct)
 
 
-def with_live_steps(profile: Profile, nbytes: np.ndarray, cut: Spread, keep: Spread,
-                    memo: dict[bytes, Any] | None = None) -> Profile:
-    """A copy of the profile with new bytes and new live steps where asked.
+def with_live_steps(profile: Profile, nbytes: np.ndarray, cut: Spread, keep: Spread, changed: np.ndarray,
+                    memo: dict[bytes, Any] | None = None) -> tuple[Profile, np.ndarray]:
+    """A copy of the profile with new bytes and new live steps where asked, and the flags of its changed variables.
 
     A variable of ``cut`` loses the steps strictly between its ``lo`` and
     ``hi``; one of ``keep`` (and not of ``cut``) keeps only the steps
     ``lo..hi``. Variables with the same class and the same change
     share one new class, so the number of classes stays small.
+
+    ``changed`` flags the variables whose class or bytes already differ from
+    the profile as loaded (those of ``profile``, and those ``nbytes`` resizes):
+    the flags returned add the variables given a new class (read only; a new
+    class never is one of the profile as loaded), found without a pass over
+    every variable's class.
 
     ``memo``: the plan's option-free memo, where each kind's rows are ranked once (:func:`_ranked_rows`).
     """
@@ -463,13 +493,13 @@ def with_live_steps(profile: Profile, nbytes: np.ndarray, cut: Spread, keep: Spr
         keep = Spread(keep.at[alone], keep.lo[alone], keep.hi[alone])
     if cut.at.size + keep.at.size == 0:
         if nbytes is v.bytes or np.array_equal(nbytes, v.bytes):
-            return profile
-        return replace(profile, variables=v.replace(bytes=nbytes.astype(v.bytes.dtype, copy=False)))
+            return profile, changed
+        return replace(profile, variables=v.replace(bytes=nbytes.astype(v.bytes.dtype, copy=False))), changed
     # One row (class, cut lo, cut hi, keep lo, keep hi) per changed variable, the cut ones first. Each kind is
     # ranked on its own, where the other kind's two steps are constant (never cut; kept 0..never): fewer columns
     # to rank than in one table of both, and each kind's ranking is found again by the option sets that make the
     # same change (off-chip state under every recomputation, a layering's cuts on or off chip).
-    changed = [spread.at for spread in (cut, keep) if spread.at.size]
+    kinds = [spread.at for spread in (cut, keep) if spread.at.size]
     parts = [_ranked_rows(profile, spread.at, spread.lo, spread.hi, spread is cut, memo)
              for spread in (cut, keep) if spread.at.size]
     uniq, inverse = _merged_rows(parts, profile.num_steps)
@@ -478,14 +508,17 @@ def with_live_steps(profile: Profile, nbytes: np.ndarray, cut: Spread, keep: Spr
     base = int(profile.class_ptr[-1])
     class_ptr = np.concatenate((profile.class_ptr, base + np.cumsum(new_counts)))
     klass = v.klass.copy()
+    changed = changed.copy()
     # Each kind's variables (distinct) take their rows' new classes, in the order of the rows.
-    for at, offset in zip(changed, (0, len(changed[0]))):
+    for at, offset in zip(kinds, (0, len(kinds[0]))):
         klass[at] = profile.num_classes + inverse[offset:offset + len(at)]
+        changed[at] = True
     variables = v.replace(bytes=nbytes.astype(v.bytes.dtype, copy=False),
                           klass=klass.astype(v.klass.dtype, copy=False))  # both already copies, or unchanged
-    return replace(profile, variables=variables, class_ptr=class_ptr.astype(profile.class_ptr.dtype),
+    made = replace(profile, variables=variables, class_ptr=class_ptr.astype(profile.class_ptr.dtype),
                    iv_start=np.concatenate((profile.iv_start, starts)).astype(profile.iv_start.dtype),
                    iv_end=np.concatenate((profile.iv_end, ends)).astype(profile.iv_end.dtype))
+    return made, changed
 
 
 def _ranked_rows(profile: Profile, at: np.ndarray, lo: np.ndarray, hi: np.ndarray, cut: bool,
@@ -519,4 +552,6 @@ def _merged_rows(parts: list[tuple[np.ndarray, np.ndarray]], num_steps: int) -> 
     table = np.concatenate([uniq for uniq, _ in parts])
     uniq, position = _unique_rows(list(table.T), num_steps)
     offsets = np.cumsum([0] + [len(u) for u, _ in parts])
-    return uniq, np.concatenate([position[offset + inverse] for offset, (_, inverse) in zip(offsets, parts)])
+    # Each part's rows read its own slice of the positions (a few thousand, in cache): no sum over millions first.
+    return uniq, np.concatenate([position[offset:offset + len(u)][inverse]
+                                 for offset, (u, inverse) in zip(offsets, parts)])

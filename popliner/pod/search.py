@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from popliner.analysis import Analysis
-from popliner.arrays import sorted_unique
+from popliner.arrays import csr_span, sorted_unique
 from popliner.memory.ranges import ProfileRanges
 from popliner.memory.work import RangeWork
 from popliner.ops.operations import OperationTable
@@ -175,7 +175,8 @@ class TrafficTable:
         # The distinct variables in order, and each entry's position among them: a mask over the variables (no sort).
         mark = np.zeros(count, bool)
         mark[var] = True
-        slot = (np.cumsum(mark, dtype=np.int32 if count < 2**31 else np.int64) - 1)[var]
+        slot = np.cumsum(mark, dtype=np.int32 if count < 2**31 else np.int64)[var]
+        slot -= 1  # in place: no second column over every variable
         distinct = np.flatnonzero(mark)
         return cls(ptr, slot, weights[distinct], np.asarray(analysis.profile.variables.bytes)[distinct])
 
@@ -233,16 +234,16 @@ class _RangeSums:
     def of(cls, traffic: TrafficTable, op_position: np.ndarray, positions: int) -> _RangeSums:
         # Each variable's first and last position (positions are layers: int16 while they fit, a column over every
         # entry and one over every variable, the latter kept).
-        small = np.dtype(np.int16 if positions < 2**15 else np.int32)
-        at = np.repeat(np.asarray(op_position, small), np.diff(traffic.ptr))
-        first = np.full(traffic.nbytes.size, positions, small)
-        np.minimum.at(first, traffic.slot, at)
-        last = np.full(traffic.nbytes.size, -1, small)
-        np.maximum.at(last, traffic.slot, at)
+        small = np.int16 if positions < 2**15 else np.int32
+        # Plain scatters of each operation's position, in order and back (csr_span), not a minimum and a maximum
+        # per entry.
+        first, last = csr_span(traffic.ptr, traffic.slot, np.arange(traffic.ptr.size - 1),
+                               np.asarray(op_position, np.int64), traffic.nbytes.size, small, lo_none=positions)
         several = first < last
         if not several.any():
             return cls(first, np.zeros(0, np.int64), np.zeros(0, np.int64), positions)
         # The others: their distinct (variable, position) pairs in order, each after its variable's previous one.
+        at = np.repeat(np.asarray(op_position, small), np.diff(traffic.ptr))
         shared = several[traffic.slot]
         pairs = sorted_unique(traffic.slot[shared].astype(np.int64) * positions + at[shared])
         slot, position = np.divmod(pairs, positions)
@@ -262,11 +263,11 @@ class _RangeSums:
     def _prefix_sums(self, shares: np.ndarray) -> list[list[int]]:
         """``[p][i]``: the sum over the pairs at a position before ``p`` whose previous position is before ``i``."""
         n = self.positions
-        alone = np.zeros(n + 1, np.int64)  # the last: the variables used at several positions
-        np.add.at(alone, self.alone, shares)
-        cells = np.zeros((n, n + 1), np.int64)
-        cells[:, 0] = alone[:n]
-        np.add.at(cells.reshape(-1), self.cell, shares[self.slot])
+        # float64 bincounts, not additions per entry: exact while the bytes of all variables are below 2**53.
+        alone = np.bincount(self.alone, weights=shares, minlength=n + 1).astype(np.int64)  # the last: several
+        cells = np.bincount(self.cell, weights=shares[self.slot], minlength=n * (n + 1)).astype(np.int64)
+        cells = cells.reshape(n, n + 1)
+        cells[:, 0] += alone[:n]
         grid = np.cumsum(np.cumsum(cells, axis=1), axis=0)
         # Python integers: no overflow in the differences, and the answers are plain ints.
         return [[0] * (n + 1), *grid.tolist()]
