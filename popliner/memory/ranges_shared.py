@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from popliner.arrays import content_key
+from popliner.arrays import content_key, rank_by_table, unique_inverse
 from popliner.memory.figure_share import GridView, TableView
 from popliner.memory.liveness import SegmentGrid, class_steps
 from popliner.memory.liveness.grid import Columns, cell_dtype
@@ -83,8 +83,9 @@ class SharedParts:
         self._base: dict[tuple[str, bytes, bytes], Events] = {}
         #: The positions of the always-live variables in each set of a layer's variables, by the set's key.
         self._always: dict[bytes, np.ndarray] = {}
-        #: The classes, tiles and bytes as profiled of each set of a layer's variables, by the set's key.
-        self._profiled: dict[bytes, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        #: The classes (distinct, and each variable's rank), tiles and bytes as profiled of each set of a layer's
+        #: variables, by the set's key.
+        self._profiled: dict[bytes, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
         self._grid: SegmentGrid | None = None
         self._columns: tuple[np.ndarray, tuple[np.ndarray, np.ndarray]] | None = None
         self._dtypes: list[tuple[np.ndarray, np.ndarray, type[np.signedinteger]]] = []
@@ -145,19 +146,23 @@ class SharedParts:
             parts = [np.array([var.size]), first.astype(np.int64), last.astype(np.int64)]
         return content_key(b"", b"flags" if var.dtype == bool else b"indices", *parts)
 
-    def profiled(self, part: VarSet) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """The classes, tiles and bytes of the variables of ``part`` as profiled, kept by the set's key (in the
-        narrowest integer type that holds each: every layer's, some 8 bytes a variable, for every option set).
+    def profiled(self, part: VarSet) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The distinct classes of the variables of ``part`` as profiled, and each variable's rank among them, tile
+        and bytes, kept by the set's key (in the narrowest integer type that holds each: every layer's, some 6
+        bytes a variable, for every option set).
 
         A layer's variables lie spread over the variable columns, so a gather of one column for them is a pass
         over their runs, mostly cache misses; every option set's split sides read these, the variables its
-        options change aside (:meth:`VarSet.picked`).
+        options change aside (:meth:`VarSet.picked`). The ranks are taken once here: each side's columns come
+        ranked (:meth:`Columns.of_ranks`), with no table of their classes again.
         """
         found = self._profiled.get(part.key)
         if found is None:
             v = self.profile.variables
-            klass, tile, nbytes = (_narrow(np.take(column, part.var)) for column in (v.klass, v.tile, v.bytes))
-            found = self._profiled[part.key] = (klass, tile, nbytes)
+            klass = np.take(v.klass, part.var)
+            classes, rank = rank_by_table(klass) or unique_inverse(klass)  # a sort only for classes far apart
+            tile, nbytes = (_narrow(np.take(column, part.var)) for column in (v.tile, v.bytes))
+            found = self._profiled[part.key] = (classes, _narrow(rank), tile, nbytes)
         return found
 
     def always_at(self, part: VarSet) -> np.ndarray:
@@ -400,18 +405,19 @@ class VarSet:
         columns = (profile.variables.klass, profile.variables.tile, profile.variables.bytes)
         if own is None:  # alone: nothing kept, every variable on the made side
             var = _take(self.var, at)
-            made = Columns(*(np.take(column, var) for column in columns))
+            made = Columns(np.take(columns[0], var), np.take(columns[1], var), np.take(columns[2], var))
         else:
-            kept = self.shared.profiled(self)
+            classes, *kept = self.shared.profiled(self)
             if side == 0:
-                made = Columns(*(_take(column, base) for column in kept))
+                made = Columns.of_ranks(classes, *(_take(column, base) for column in kept))
             else:
                 v = self.shared.profile.variables
                 # Every variable's tile is as profiled (a profile whose tiles differ shares nothing:
                 # _changed_from), its class and bytes too unless ``profile`` holds them in arrays of its own.
-                same = (columns[0] is v.klass, True, columns[2] is v.bytes)
-                made = Columns(*(_take(found, at) if as_profiled else np.take(column, self.made_var(own))
-                                 for column, found, as_profiled in zip(columns, kept, same)))
+                tile = _take(kept[1], at)
+                nbytes = _take(kept[2], at) if columns[2] is v.bytes else np.take(columns[2], self.made_var(own))
+                made = (Columns.of_ranks(classes, _take(kept[0], at), tile, nbytes) if columns[0] is v.klass
+                        else Columns(np.take(columns[0], self.made_var(own)), tile, nbytes))
         self._picked.append((profile, own, side, made))
         return made
 

@@ -28,18 +28,37 @@ class Columns:
 
     The parts that sum bytes per liveness class (the grid's net change, the
     stash columns) rank the classes and scatter the variables once here
-    (:meth:`class_bytes`).
+    (:meth:`class_bytes`). A set's ranks as profiled are kept for every
+    option set (:meth:`popliner.memory.ranges_shared.SharedParts.profiled`):
+    columns taken from them come ranked (:meth:`of_ranks`), their classes
+    read only where asked.
     """
 
-    __slots__ = ("klass", "tile", "nbytes", "_ranked", "_whole")
+    __slots__ = ("_klass", "tile", "nbytes", "_ranked", "_whole")
 
-    def __init__(self, klass: np.ndarray, tile: np.ndarray, nbytes: np.ndarray) -> None:
-        self.klass, self.tile, self.nbytes = klass, tile, nbytes
-        self._ranked: tuple[tuple[np.ndarray, np.ndarray] | None] | None = None
+    def __init__(self, klass: np.ndarray | None, tile: np.ndarray, nbytes: np.ndarray,
+                 ranked: tuple[np.ndarray, np.ndarray] | None = None) -> None:
+        self._klass, self.tile, self.nbytes = klass, tile, nbytes
+        self._ranked: tuple[tuple[np.ndarray, np.ndarray] | None] | None = None if ranked is None else (ranked,)
         self._whole: tuple[np.ndarray, np.ndarray] | None = None
 
+    @classmethod
+    def of_ranks(cls, classes: np.ndarray, rank: np.ndarray, tile: np.ndarray, nbytes: np.ndarray) -> Columns:
+        """Columns whose classes are ``classes[rank]`` (``classes`` sorted and distinct; some may be no
+        variable's)."""
+        return cls(None, tile, nbytes, (classes, rank))
+
+    @property
+    def klass(self) -> np.ndarray:
+        if self._klass is None:
+            assert self._ranked is not None and self._ranked[0] is not None  # made of ranks
+            classes, rank = self._ranked[0]
+            self._klass = np.take(classes, rank)
+        return self._klass
+
     def ranked(self) -> tuple[np.ndarray, np.ndarray] | None:
-        """:func:`popliner.arrays.rank_by_table` of the classes (sorted distinct classes, each variable's rank)."""
+        """Sorted distinct classes (all the variables', perhaps others) and each variable's rank among them:
+        :func:`popliner.arrays.rank_by_table` of the classes unless made of ranks."""
         if self._ranked is None:
             self._ranked = (rank_by_table(self.klass),)
         return self._ranked[0]
@@ -56,7 +75,7 @@ class Columns:
         """
         ranked = self.ranked()
         assert ranked is not None  # asked for only when the classes are ranked
-        rank = ranked[1]
+        rank = ranked[1].astype(np.int64, copy=False)  # kept ranks are narrow: their keys are not
         k = ranked[0].size
         if candidate is None:
             # Kept: a layer's profiled side gives its stash columns (all candidates) and its grid change the same
@@ -223,12 +242,15 @@ class SegmentGrid:
         ranked = columns.ranked() if tiles else None
         if ranked is None:
             return None
+        count, whole, _ = columns.class_bytes(tiles)
         classes = ranked[0]
+        if classes.size and not count.all():  # ranks kept for a larger set: the classes no variable here has go
+            present = count > 0
+            classes, count, whole = classes[present], count[present], whole[present]
         lo, hi = self.p.class_ptr[classes], self.p.class_ptr[classes + 1]
         intervals = hi - lo
         iv = expand_ranges(lo, intervals)
         start, end = self.col_start[iv], self.col_end[iv]
-        count, whole, _ = columns.class_bytes(tiles)
         events = int(np.dot(count, intervals)) if len(intervals) else 0
         present = np.zeros(self.nblocks * self.block, bool)
         present[start] = True
