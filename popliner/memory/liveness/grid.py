@@ -197,7 +197,7 @@ class SegmentGrid:
             events["owner"] = owner
         return events
 
-    def merged(self, var_idx: np.ndarray, columns: Columns | None = None) -> dict[str, np.ndarray]:
+    def merged(self, var_idx: np.ndarray | None, columns: Columns | None = None) -> dict[str, np.ndarray]:
         """The events of the variables as one net change per cell, which :meth:`add` applies without ``add.at``.
 
         For a layer's private variables, added to every range that holds the
@@ -207,11 +207,12 @@ class SegmentGrid:
         is a plain add of rows; else as distinct cells and a plain indexed add
         (exact either way: integer sums in any order). ``columns``: the
         variables' classes, tiles and bytes in this grid's profile, when the
-        caller has them already.
+        caller has them already (then ``var_idx`` is not read: it may be None).
         """
         p = self.p
         v = p.variables
         if columns is None:
+            assert var_idx is not None  # the variables, when their columns are not given
             columns = Columns(v.klass[var_idx], v.tile[var_idx], v.bytes[var_idx])
         by_class = self._merged_by_class(columns)
         if by_class is not None:
@@ -220,8 +221,8 @@ class SegmentGrid:
         counts = p.class_ptr[cls + 1] - p.class_ptr[cls]
         iv = expand_ranges(p.class_ptr[cls], counts)
         tile, nbytes = columns.tile.astype(np.int64), columns.nbytes.astype(np.int64)
-        if iv.size != var_idx.size or not (counts == 1).all():  # else one interval per variable, in order
-            owner = np.repeat(np.arange(len(var_idx)), counts)
+        if iv.size != cls.size or not (counts == 1).all():  # else one interval per variable, in order
+            owner = np.repeat(np.arange(cls.size), counts)
             tile, nbytes = tile[owner], nbytes[owner]
         return self.net_change(self.col_start[iv], self.col_end[iv], tile, nbytes)
 
