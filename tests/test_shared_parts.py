@@ -217,9 +217,9 @@ def test_the_comparison_with_the_reference_tells_the_option_sets_apart(monkeypat
 
 
 def test_a_sets_sides_read_from_its_columns_as_profiled_are_the_grids_profiles() -> None:
-    """VarSet.picked takes both sides from the set's columns as profiled (SharedParts.profiled, narrowed), and the
-    made side's own classes from the what-if profile: either side read first, each holds the side's classes,
-    tiles and bytes in the grid's profile."""
+    """VarSet.picked takes every side from the set's columns as profiled (SharedParts.profiled: ranks, narrowed),
+    and the made side's own classes from the what-if profile: whichever side read first, each holds the side's
+    classes, tiles and bytes in the grid's profile."""
     base = _analysis("bert-tiny-training.json").base
     base.shared.share_between_option_sets()
     made = scenario(base, TrainingOptions(recompute="every-layer", optimizer_state="off-chip"))
@@ -231,12 +231,14 @@ def test_a_sets_sides_read_from_its_columns_as_profiled_are_the_grids_profiles()
     for j in range(made.facts.num_layers):
         var = state.private_variables(j)
         made_first, taken_first = ranges_shared.VarSet(base.shared, var), ranges_shared.VarSet(base.shared, var)
-        made_first.picked(profile, own, 1)
-        taken_first.picked(profile, own, 0)
-        (_, taken), at = made_first.split(own)
-        assert at.size and taken.size  # both sides hold variables
+        made_first.picked(profile, own, ranges_shared.MADE)
+        taken_first.picked(profile, own, ranges_shared.TAKEN)
+        split = made_first.split(own)
+        taken, always, at = split.taken.at, split.always.at, split.made
+        assert at.size and taken.size and always.size  # every side holds variables
+        sides = ((ranges_shared.TAKEN, taken), (ranges_shared.ALWAYS, always), (ranges_shared.MADE, at))
         for vs in (made_first, taken_first):
-            for side, where in ((0, taken), (1, at)):
+            for side, where in sides:
                 got = vs.picked(profile, own, side)
                 for values, column in zip((got.klass, got.tile, got.nbytes), (v.klass, v.tile, v.bytes)):
                     np.testing.assert_array_equal(values, column[var[where]])

@@ -10,20 +10,21 @@ others exactly as profiled.
 
 :class:`SharedParts` (one per profile base: :attr:`popliner.base.ProfileBase.shared`)
 keeps what the options cannot change: each layer's programs part, and the
-events and stash columns of the layer's activations (variables not always
-live) that an option set leaves *as profiled*, made on the profile's own
-grid. An option set's parts of a layer are that piece, moved to its grid
-(its segments refine the profile's: a what-if profile only adds liveness
+events and stash columns of the layer's variables that an option set leaves
+*as profiled*, made on the profile's own grid, in two pieces: its
+activations (variables not always live) and its always-live variables
+(those off-chip state and sharding leave alone; they are no stash
+candidates). An option set's parts of a layer are those pieces, moved to its
+grid (its segments refine the profile's: a what-if profile only adds liveness
 classes, so its segment ends include the profile's), plus its own piece: the
-layer's other variables (its changed ones, and the few always-live ones,
-which off-chip state and sharding change), made once on its own grid
+layer's changed variables, made once on its own grid
 (:meth:`VarSet.split`). No variable is read twice, so a single solve reads
 each once, as the direct model would. The profiled piece is found by its
 exact variables, so that option sets whose changes leave the same
 activations share it: ``popliner plan`` builds one engine per option set
 (recomputation x head placement x optimizer state) on the same parts, and
-off-chip state, which changes always-live variables only, shares every
-piece of on-chip state's. Liveness grids and stash entries are integer
+off-chip state, which changes always-live variables only, shares the
+activations' piece of on-chip state's. Liveness grids and stash entries are integer
 sums, so the pieces give every figure to the byte (tests/test_shared_parts.py
 holds them against the direct model).
 
@@ -38,11 +39,12 @@ to share decides only what is kept, never how a figure is computed.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from functools import partial
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
-from popliner.arrays import content_key
+from popliner.arrays import content_key, rank_by_table, unique_inverse
 from popliner.memory.figure_share import GridView, TableView
 from popliner.memory.liveness import SegmentGrid, class_steps
 from popliner.memory.liveness.grid import Columns, cell_dtype
@@ -59,6 +61,46 @@ if TYPE_CHECKING:
 __all__ = ["EngineShare", "ProgramPart", "SharedParts", "VarSet"]
 
 Events = dict[str, np.ndarray]
+
+
+class Pick:
+    """Some variables of a set taken as profiled: the key of their flags (or positions) and their positions.
+
+    Given by their flags, the positions are found when first asked: a piece is found by its key
+    (:meth:`SharedParts.base`), and an option set whose pieces as profiled another made already reads none.
+    """
+
+    __slots__ = ("key", "_flags", "_at")
+
+    def __init__(self, key: bytes, flags: np.ndarray | None = None, at: np.ndarray | None = None) -> None:
+        self.key, self._flags, self._at = key, flags, at
+
+    @property
+    def at(self) -> np.ndarray:
+        """The positions in the set."""
+        if self._at is None:
+            assert self._flags is not None  # given by positions or flags
+            self._at = _positions(self._flags)
+        return self._at
+
+    @property
+    def empty(self) -> bool:
+        """Does the pick hold no variable? (From the flags when given: no positions found for it.)"""
+        return not self._flags.any() if self._at is None and self._flags is not None else not self.at.size
+
+
+class Split(NamedTuple):
+    """The sides of a set of a layer's variables (:meth:`VarSet.split`): two pieces taken as profiled, the
+    variables not always live and those always live, then the positions of those made on the option set's
+    grid."""
+
+    taken: Pick
+    always: Pick
+    made: np.ndarray
+
+
+#: The sides :meth:`VarSet.picked` names: those of :class:`Split`, in order.
+TAKEN, ALWAYS, MADE = 0, 1, 2
 
 
 #: The keys of :attr:`SharedParts.view_memo` that hold what some training options made (what-if and forward-cut
@@ -83,8 +125,9 @@ class SharedParts:
         self._base: dict[tuple[str, bytes, bytes], Events] = {}
         #: The positions of the always-live variables in each set of a layer's variables, by the set's key.
         self._always: dict[bytes, np.ndarray] = {}
-        #: The classes, tiles and bytes as profiled of each set of a layer's variables, by the set's key.
-        self._profiled: dict[bytes, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        #: The classes (distinct, and each variable's rank), tiles and bytes as profiled of each set of a layer's
+        #: variables, by the set's key.
+        self._profiled: dict[bytes, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
         self._grid: SegmentGrid | None = None
         self._columns: tuple[np.ndarray, tuple[np.ndarray, np.ndarray]] | None = None
         self._dtypes: list[tuple[np.ndarray, np.ndarray, type[np.signedinteger]]] = []
@@ -143,25 +186,29 @@ class SharedParts:
             parts = [np.array([var.size]), first.astype(np.int64), last.astype(np.int64)]
         return content_key(b"", b"flags" if var.dtype == bool else b"indices", *parts)
 
-    def profiled(self, part: VarSet) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """The classes, tiles and bytes of the variables of ``part`` as profiled, kept by the set's key (in the
-        narrowest integer type that holds each: every layer's, some 8 bytes a variable, for every option set).
+    def profiled(self, part: VarSet) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The distinct classes of the variables of ``part`` as profiled, and each variable's rank among them, tile
+        and bytes, kept by the set's key (in the narrowest integer type that holds each: every layer's, some 8
+        bytes a variable, for every option set).
 
         A layer's variables lie spread over the variable columns, so a gather of one column for them is a pass
         over their runs, mostly cache misses; every option set's split sides read these, the variables its
-        options change aside (:meth:`VarSet.picked`).
+        options change aside (:meth:`VarSet.picked`). The ranks are taken once here: each side's columns come
+        ranked (:meth:`Columns.of_ranks`), with no table of their classes again.
         """
         found = self._profiled.get(part.key)
         if found is None:
             v = self.profile.variables
-            klass, tile, nbytes = (_narrow(np.take(column, part.var)) for column in (v.klass, v.tile, v.bytes))
-            found = self._profiled[part.key] = (klass, tile, nbytes)
+            klass = np.take(v.klass, part.var)
+            classes, rank = rank_by_table(klass) or unique_inverse(klass)  # a sort only for classes far apart
+            tile, nbytes = (_narrow(np.take(column, part.var)) for column in (v.tile, v.bytes))
+            found = self._profiled[part.key] = (classes, _narrow(rank), tile, nbytes)
         return found
 
     def always_at(self, part: VarSet) -> np.ndarray:
         """The positions in ``part.var`` of its variables always live as profiled (memoised by the set's key:
-        option-free, and a few per layer, where a gather of the flags over a layer's variables is a pass over
-        its runs for every option set)."""
+        option-free, and a sixth of a layer's at BERT-Large, where a gather of the flags over a layer's variables
+        is a pass over its runs for every option set)."""
         found = self._always.get(part.key)
         if found is None:
             # Kept for the plan: in int32 when every position fits (a few million in all at 120 layers).
@@ -270,27 +317,30 @@ class SharedParts:
             found = self._programs[key] = program_part(engine, ops)
         return found
 
-    def base(self, what: str, part: VarSet, pick: tuple[bytes, np.ndarray],
+    def base(self, what: str, part: VarSet, pick: Pick,
              columns: Callable[[], Columns] | None = None) -> Events:
         """The piece ``what`` of the variables of ``part`` at ``pick`` as profiled, on the profile's grid (memoised).
 
-        ``what``: "merged" (:meth:`SegmentGrid.merged`), "owned"
+        ``what``: "merged" (:meth:`SegmentGrid.merged`, ``columns`` given), "owned"
         (:meth:`SegmentGrid.events_of` with owners) or "stash" / "stash-owned"
         (:func:`popliner.memory.stash_row.class_columns`); owners are positions
-        in ``part.var``. ``pick``: the key of the positions' flags and the
-        positions, none of them always live (so each a stash candidate as
+        in ``part.var``. ``pick``: one side taken as profiled of :meth:`VarSet.split` (the
+        stash reads only the side not always live, each a stash candidate as
         profiled); ``columns``: gives the classes, tiles and bytes of those, when the
         caller has them (an unchanged variable's are the profiled ones); read only to make the piece.
         """
-        where = (what, part.key, pick[0])
+        where = (what, part.key, pick.key)
         found = self._base.get(where)
         if found is None:
-            at = pick[1]
-            sub = _take(part.var, at)
+            at = pick.at
             given = None if columns is None else columns()
-            if what == "merged":
-                found = self.grid.merged(sub, given)
-            elif what == "owned":
+            if what == "merged":  # from the columns alone: no gather of the variables
+                assert given is not None
+                found = self.grid.merged(None, given)
+                self._base[where] = found
+                return found
+            sub = _take(part.var, at)
+            if what == "owned":
                 found = self.grid.events_of(sub, with_owner=True)
             else:
                 found = class_columns(self.profile, None, self.classes[1], sub, what == "stash-owned", given)
@@ -354,7 +404,7 @@ class VarSet:
         #: The runs of ``var`` (:meth:`SharedParts.key`), when the caller has them.
         self.runs = runs
         self._key: bytes | None = None
-        self._splits: list[tuple[np.ndarray | None, tuple[tuple[bytes, np.ndarray], np.ndarray]]] = []
+        self._splits: list[tuple[np.ndarray | None, Split]] = []
         self._picked: list[tuple[Profile, np.ndarray | None, int, Columns]] = []
         self._gathered: list[tuple[np.ndarray, np.ndarray]] = []
         self._made: list[tuple[np.ndarray | None, np.ndarray]] = []
@@ -376,8 +426,8 @@ class VarSet:
         return found
 
     def picked(self, profile: Profile, own: np.ndarray | None, side: int) -> Columns:
-        """The classes, tiles and bytes in ``profile`` of one side of :meth:`split` (0: the variables taken as
-        profiled, 1: those made on the grid).
+        """The classes, tiles and bytes in ``profile`` of one side of :meth:`split` (:data:`TAKEN`,
+        :data:`ALWAYS`: the variables taken as profiled, :data:`MADE`: those made on the grid).
 
         One side at a time: a layer's stash columns and grid changes each read the side they make. When shared,
         from the set's columns as profiled (:meth:`SharedParts.profiled`): a variable ``own`` does not mark has
@@ -387,22 +437,25 @@ class VarSet:
         for known, mark, which, found in self._picked:
             if known is profile and mark is own and which == side:
                 return found
-        (_, base), at = self.split(own)
+        split = self.split(own)
+        at = split.made
         columns = (profile.variables.klass, profile.variables.tile, profile.variables.bytes)
         if own is None:  # alone: nothing kept, every variable on the made side
             var = _take(self.var, at)
-            made = Columns(*(np.take(column, var) for column in columns))
+            made = Columns(np.take(columns[0], var), np.take(columns[1], var), np.take(columns[2], var))
         else:
-            kept = self.shared.profiled(self)
-            if side == 0:
-                made = Columns(*(_take(column, base) for column in kept))
+            classes, *kept = self.shared.profiled(self)
+            if side != MADE:
+                where = split.taken.at if side == TAKEN else split.always.at
+                made = Columns.of_ranks(classes, *(_take(column, where) for column in kept))
             else:
                 v = self.shared.profile.variables
                 # Every variable's tile is as profiled (a profile whose tiles differ shares nothing:
                 # _changed_from), its class and bytes too unless ``profile`` holds them in arrays of its own.
-                same = (columns[0] is v.klass, True, columns[2] is v.bytes)
-                made = Columns(*(_take(found, at) if as_profiled else np.take(column, self.made_var(own))
-                                 for column, found, as_profiled in zip(columns, kept, same)))
+                tile = _take(kept[1], at)
+                nbytes = _take(kept[2], at) if columns[2] is v.bytes else np.take(columns[2], self.made_var(own))
+                made = (Columns.of_ranks(classes, _take(kept[0], at), tile, nbytes) if columns[0] is v.klass
+                        else Columns(np.take(columns[0], self.made_var(own)), tile, nbytes))
         self._picked.append((profile, own, side, made))
         return made
 
@@ -411,29 +464,38 @@ class VarSet:
         for mark, found in self._made:
             if mark is own:
                 return found
-        found = _take(self.var, self.split(own)[1])
+        found = _take(self.var, self.split(own).made)
         self._made.append((own, found))
         return found
 
-    def split(self, own: np.ndarray | None) -> tuple[tuple[bytes, np.ndarray], np.ndarray]:
-        """((key, positions) of the variables taken as profiled, positions of the others) when ``own`` marks
-        the variables an option set makes on its own grid (None: every one, for an option set alone).
+    def split(self, own: np.ndarray | None) -> Split:
+        """The sides of the set when ``own`` marks the variables an option set makes on its own grid (None: every
+        one, for an option set alone): at :data:`TAKEN` and :data:`ALWAYS` the two pieces taken as profiled
+        (:class:`Pick`), at :data:`MADE` the positions of the variables made on the grid.
 
-        Taken as profiled: those neither always live nor marked; the others
-        (a few always-live ones per layer, the changed ones) are made on the
-        option set's grid. Option sets that change only always-live variables
-        (optimizer state) then share the large piece with those that change
-        nothing, and so do all whose marks agree on a layer's activations.
+        Taken as profiled: those not marked, in two pieces, those not always
+        live and those always live (a sixth of a layer's at BERT-Large), so
+        that option sets that change only always-live variables (optimizer
+        state) share the large piece with those that change nothing, and so
+        do all whose marks agree on a layer's activations. An always-live
+        variable no option marks is the same in every option set: its piece
+        is made once (on the profile's grid, a few rows moved to each grid),
+        not again on each option set's grids.
         """
         for known, found in self._splits:
             if known is own:
                 return found
         if own is None:
-            pick = np.zeros(self.var.size, bool)
-        else:  # neither always live (a few positions, kept per set) nor marked
-            pick = ~self.gathered(own)
-            pick[self.shared.always_at(self)] = False
-        made = ((b"" if own is None else self.shared.key(pick), _positions(pick)), _positions(~pick))
+            none = Pick(b"", at=np.zeros(0, np.int64))
+            made = Split(none, none, np.arange(self.var.size))
+        else:
+            marked = self.gathered(own)
+            always = self.shared.always_at(self)  # kept per set
+            pick = ~marked
+            pick[always] = False
+            kept = ~marked[always]
+            made = Split(Pick(self.shared.key(pick), pick), Pick(b"always:" + self.shared.key(kept), at=always[kept]),
+                         _positions(marked))
         self._splits.append((own, made))
         return made
 
@@ -526,15 +588,16 @@ class _GridShare:
 
     def _pieces(self, what: str, part: VarSet) -> tuple[Events, ...]:
         """The variables taken as profiled (moved here), then the others made here."""
-        pick, at = part.split(self.own)
+        split = part.split(self.own)
+        at = split.made
         merged = what == "merged"
-        out = ([self._moved(self.shared.base(what, part, pick,
-                                             (lambda: part.picked(self.grid.p, self.own, 0)) if merged else None))]
-               if pick[1].size else [])
+        out = [self._moved(self.shared.base(what, part, pick,
+                                            partial(part.picked, self.grid.p, self.own, side) if merged else None))
+               for side, pick in ((TAKEN, split.taken), (ALWAYS, split.always)) if not pick.empty]
         if at.size:
             var = part.made_var(self.own)
             if merged:
-                out.append(self.grid.merged(var, part.picked(self.grid.p, self.own, 1)))
+                out.append(self.grid.merged(var, part.picked(self.grid.p, self.own, MADE)))
             else:
                 own = self.grid.events_of(var, with_owner=True)
                 own["owner"] = at[own["owner"]]
@@ -627,13 +690,15 @@ class EngineShare:
                                  lambda: self._stash(part, with_owner))
 
     def _stash(self, part: VarSet, with_owner: bool) -> tuple[Events, ...]:
-        pick, at = part.split(self.grid.own)
+        split = part.split(self.grid.own)
+        pick, at = split.taken, split.made
         profile, mark = self.facts.profile, self.grid.own
+        # The always-live variables taken as profiled are no stash candidates (an option that changes one marks it).
         out = ([self.shared.base("stash-owned" if with_owner else "stash", part, pick,
-                                 None if with_owner else (lambda: part.picked(profile, mark, 0)))]
-               if pick[1].size else [])
+                                 None if with_owner else partial(part.picked, profile, mark, TAKEN))]
+               if not pick.empty else [])
         if at.size:
-            given = None if with_owner else part.picked(profile, mark, 1)
+            given = None if with_owner else part.picked(profile, mark, MADE)
             own = stash_columns(self.facts, part.made_var(mark), with_owner, given)
             assert own is not None  # in training
             if with_owner:  # positions in var, not in var[at]

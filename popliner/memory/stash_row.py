@@ -75,7 +75,7 @@ def _grouped_by_class(columns: Columns, candidate: np.ndarray | None, class_step
     :func:`_grouped`; None where it would not group them (or groups by a
     sort): the caller then takes the columns.
     """
-    ranked = columns.ranked() if columns.klass.size and tiles else None
+    ranked = columns.ranked() if columns.tile.size and tiles else None
     if ranked is None:
         return None
     count, rows, flagged = columns.class_bytes(tiles, candidate)

@@ -28,18 +28,37 @@ class Columns:
 
     The parts that sum bytes per liveness class (the grid's net change, the
     stash columns) rank the classes and scatter the variables once here
-    (:meth:`class_bytes`).
+    (:meth:`class_bytes`). A set's ranks as profiled are kept for every
+    option set (:meth:`popliner.memory.ranges_shared.SharedParts.profiled`):
+    columns taken from them come ranked (:meth:`of_ranks`), their classes
+    read only where asked.
     """
 
-    __slots__ = ("klass", "tile", "nbytes", "_ranked", "_whole")
+    __slots__ = ("_klass", "tile", "nbytes", "_ranked", "_whole")
 
-    def __init__(self, klass: np.ndarray, tile: np.ndarray, nbytes: np.ndarray) -> None:
-        self.klass, self.tile, self.nbytes = klass, tile, nbytes
-        self._ranked: tuple[tuple[np.ndarray, np.ndarray] | None] | None = None
+    def __init__(self, klass: np.ndarray | None, tile: np.ndarray, nbytes: np.ndarray,
+                 ranked: tuple[np.ndarray, np.ndarray] | None = None) -> None:
+        self._klass, self.tile, self.nbytes = klass, tile, nbytes
+        self._ranked: tuple[tuple[np.ndarray, np.ndarray] | None] | None = None if ranked is None else (ranked,)
         self._whole: tuple[np.ndarray, np.ndarray] | None = None
 
+    @classmethod
+    def of_ranks(cls, classes: np.ndarray, rank: np.ndarray, tile: np.ndarray, nbytes: np.ndarray) -> Columns:
+        """Columns whose classes are ``classes[rank]`` (``classes`` sorted and distinct; some may be no
+        variable's)."""
+        return cls(None, tile, nbytes, (classes, rank))
+
+    @property
+    def klass(self) -> np.ndarray:
+        if self._klass is None:
+            assert self._ranked is not None and self._ranked[0] is not None  # made of ranks
+            classes, rank = self._ranked[0]
+            self._klass = np.take(classes, rank)
+        return self._klass
+
     def ranked(self) -> tuple[np.ndarray, np.ndarray] | None:
-        """:func:`popliner.arrays.rank_by_table` of the classes (sorted distinct classes, each variable's rank)."""
+        """Sorted distinct classes (all the variables', perhaps others) and each variable's rank among them:
+        :func:`popliner.arrays.rank_by_table` of the classes unless made of ranks."""
         if self._ranked is None:
             self._ranked = (rank_by_table(self.klass),)
         return self._ranked[0]
@@ -56,7 +75,7 @@ class Columns:
         """
         ranked = self.ranked()
         assert ranked is not None  # asked for only when the classes are ranked
-        rank = ranked[1]
+        rank = ranked[1].astype(np.int64, copy=False)  # kept ranks are narrow: their keys are not
         k = ranked[0].size
         if candidate is None:
             # Kept: a layer's profiled side gives its stash columns (all candidates) and its grid change the same
@@ -178,7 +197,7 @@ class SegmentGrid:
             events["owner"] = owner
         return events
 
-    def merged(self, var_idx: np.ndarray, columns: Columns | None = None) -> dict[str, np.ndarray]:
+    def merged(self, var_idx: np.ndarray | None, columns: Columns | None = None) -> dict[str, np.ndarray]:
         """The events of the variables as one net change per cell, which :meth:`add` applies without ``add.at``.
 
         For a layer's private variables, added to every range that holds the
@@ -188,11 +207,12 @@ class SegmentGrid:
         is a plain add of rows; else as distinct cells and a plain indexed add
         (exact either way: integer sums in any order). ``columns``: the
         variables' classes, tiles and bytes in this grid's profile, when the
-        caller has them already.
+        caller has them already (then ``var_idx`` is not read: it may be None).
         """
         p = self.p
         v = p.variables
         if columns is None:
+            assert var_idx is not None  # the variables, when their columns are not given
             columns = Columns(v.klass[var_idx], v.tile[var_idx], v.bytes[var_idx])
         by_class = self._merged_by_class(columns)
         if by_class is not None:
@@ -201,8 +221,8 @@ class SegmentGrid:
         counts = p.class_ptr[cls + 1] - p.class_ptr[cls]
         iv = expand_ranges(p.class_ptr[cls], counts)
         tile, nbytes = columns.tile.astype(np.int64), columns.nbytes.astype(np.int64)
-        if iv.size != var_idx.size or not (counts == 1).all():  # else one interval per variable, in order
-            owner = np.repeat(np.arange(len(var_idx)), counts)
+        if iv.size != cls.size or not (counts == 1).all():  # else one interval per variable, in order
+            owner = np.repeat(np.arange(cls.size), counts)
             tile, nbytes = tile[owner], nbytes[owner]
         return self.net_change(self.col_start[iv], self.col_end[iv], tile, nbytes)
 
@@ -223,12 +243,15 @@ class SegmentGrid:
         ranked = columns.ranked() if tiles else None
         if ranked is None:
             return None
+        count, whole, _ = columns.class_bytes(tiles)
         classes = ranked[0]
+        if classes.size and not count.all():  # ranks kept for a larger set: the classes no variable here has go
+            present = count > 0
+            classes, count, whole = classes[present], count[present], whole[present]
         lo, hi = self.p.class_ptr[classes], self.p.class_ptr[classes + 1]
         intervals = hi - lo
         iv = expand_ranges(lo, intervals)
         start, end = self.col_start[iv], self.col_end[iv]
-        count, whole, _ = columns.class_bytes(tiles)
         events = int(np.dot(count, intervals)) if len(intervals) else 0
         present = np.zeros(self.nblocks * self.block, bool)
         present[start] = True
