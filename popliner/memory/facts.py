@@ -140,8 +140,17 @@ class MemoryFacts:
     @cached_property
     def stash_candidate(self) -> np.ndarray:
         """Variables a stash entry may hold: not always live, not recomputed by ``every-layer``."""
-        out: np.ndarray = np.logical_or(self.always_live_var, self.view.never_stash)
+        always, never = self.always_live_var, self.view.never_stash
+        # The head placements of an option set, and the sets without every-layer's cuts (their never-stashed
+        # column is one constant column), share both columns: the last one made serves them (forgotten with the
+        # what-if profiles, key "whatif...").
+        last: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = self.memo.setdefault(b"whatif-stash-candidate", [])
+        if last and last[0][0] is always and last[0][1] is never:
+            return last[0][2]
+        out: np.ndarray = np.logical_or(always, never)
         np.logical_not(out, out=out)  # in place: one column over every variable, not three
+        out.flags.writeable = False
+        last[:] = [(always, never, out)]
         return out
 
     @cached_property
