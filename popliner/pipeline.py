@@ -24,7 +24,7 @@ from popliner.memory.types import ComponentBytes, StageMemory
 
 if TYPE_CHECKING:
     from popliner.memory.facts import MemoryFacts
-    from popliner.memory.ranges import ProfileRanges
+    from popliner.memory.ranges import Front, ProfileRanges
 
 __all__ = [
     "LayerPlacement",
@@ -32,10 +32,8 @@ __all__ = [
     "StageFigure",
     "StageLayout",
     "backward_stage",
-    "Front",
     "copy_buffer_per_tile",
     "extra_stash_entries",
-    "front_memory",
     "head_stage",
     "head_wraps_at",
     "num_pipeline_stages",
@@ -192,27 +190,6 @@ def copy_buffer_per_tile(bytes_in: int, bytes_out: int, tiles: int) -> int:
 
 # -- from a range table (solvers) ------------------------------------------------
 
-#: The tiles of a range that can be its worst at some stash depth: (total, one stash entry) per tile, in bytes
-#: (Python integers); () when the range is over its table's limit. :func:`front_memory` reads it at a depth.
-Front = tuple[tuple[int, int], ...]
-
-
-def front_memory(front: Front, extra_stash: int, limit: float) -> float:
-    """Worst-tile bytes of a range of ``front`` with ``extra_stash`` (>= 0) stash entries beyond the profile's one:
-    the largest ``total + extra_stash * stash`` over its tiles; ``inf`` over ``limit``, or with no front."""
-    if not front:
-        return math.inf
-    if extra_stash < 0:
-        raise ValueError(f"extra stash entries {extra_stash}: expected a number >= 0")
-    # A plain loop: about twice as fast as max() over a generator (hundreds of thousands of reads).
-    worst = front[0][0] + extra_stash * front[0][1]
-    for total, stash in front:
-        value = total + extra_stash * stash
-        if value > worst:
-            worst = value
-    return worst if worst <= limit else math.inf
-
-
 class RangeCosts(Protocol):
     """What a solver reads about contiguous layer ranges ``i..j`` (inclusive).
 
@@ -254,7 +231,7 @@ class RangeCosts(Protocol):
         """Worst-tile bytes of the range's operations plus ``extra_stash`` stash entries, without copy buffers.
 
         ``inf`` over the limit; it only grows with the range, so every range
-        holding an ``inf`` one is ``inf`` too. :func:`front_memory` of :meth:`front`.
+        holding an ``inf`` one is ``inf`` too. :func:`popliner.memory.ranges.front_memory` of :meth:`front`.
         """
 
     def front(self, i: int, j: int) -> Front:

@@ -40,13 +40,12 @@ from popliner.memory.running import PIECES, Pieces, RunningStage
 from popliner.memory.stages import pipeline_rerun_window, stage_memory
 from popliner.memory.types import StageMemory
 from popliner.memory.work import RangeWork, check_range_tables
-from popliner.pipeline import Front, front_memory
 
 if TYPE_CHECKING:
     from popliner.memory.facts import MemoryFacts
     from popliner.memory.range_state import RangeMemo
 
-__all__ = ["OVERFLOW", "ProfileRanges", "release", "transfer_cycles", "worst_tiles"]
+__all__ = ["OVERFLOW", "Front", "ProfileRanges", "front_memory", "release", "transfer_cycles", "worst_tiles"]
 
 #: A range that does not fit (or was not evaluated because a shorter one did not).
 OVERFLOW = math.inf
@@ -368,6 +367,27 @@ class ProfileRanges:
             state.add(shared.layer_parts(k))
         return state
 
+
+
+#: The tiles of a range that can be its worst at some stash depth: (total, one stash entry) per tile, in bytes
+#: (Python integers); () when the range is over its table's limit. :func:`front_memory` reads it at a depth.
+Front = tuple[tuple[int, int], ...]
+
+
+def front_memory(front: Front, extra_stash: int, limit: float) -> float:
+    """Worst-tile bytes of a range of ``front`` with ``extra_stash`` (>= 0) stash entries beyond the profile's one:
+    the largest ``total + extra_stash * stash`` over its tiles; ``inf`` over ``limit``, or with no front."""
+    if not front:
+        return math.inf
+    if extra_stash < 0:
+        raise ValueError(f"extra stash entries {extra_stash}: expected a number >= 0")
+    # A plain loop: about twice as fast as max() over a generator (hundreds of thousands of reads).
+    worst = front[0][0] + extra_stash * front[0][1]
+    for total, stash in front:
+        value = total + extra_stash * stash
+        if value > worst:
+            worst = value
+    return worst if worst <= limit else math.inf
 
 
 def worst_tiles(total: np.ndarray, stash: np.ndarray) -> tuple[tuple[int, int], ...]:

@@ -12,7 +12,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from popliner.pipeline import Front, front_memory
+from popliner.memory.ranges import Front, front_memory
 
 __all__ = ["OVERFLOW", "ArrayRanges", "Bounds", "SplitProblem"]
 

@@ -13,7 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from popliner.deadline import check_deadline
-from popliner.pipeline import Front, RangeCosts, extra_stash_entries, front_memory
+from popliner.memory.ranges import Front, front_memory
+from popliner.pipeline import RangeCosts, extra_stash_entries
 from popliner.solvers.dp import copy_buffers
 from popliner.solvers.problem import Bounds, SplitProblem
 
