@@ -451,7 +451,7 @@ class VarSet:
             else:
                 v = self.shared.profile.variables
                 # Every variable's tile is as profiled (a profile whose tiles differ shares nothing:
-                # _changed_from), its class and bytes too unless ``profile`` holds them in arrays of its own.
+                # SharedParts.changes), its class and bytes too unless ``profile`` holds them in arrays of its own.
                 tile = _take(kept[1], at)
                 nbytes = _take(kept[2], at) if columns[2] is v.bytes else np.take(columns[2], self.made_var(own))
                 made = (Columns.of_ranks(classes, _take(kept[0], at), tile, nbytes) if columns[0] is v.klass
