@@ -23,16 +23,18 @@ def _fuzz_module():  # type: ignore[no-untyped-def]
     return module
 
 
-def test_fuzz_sample_has_no_problem() -> None:
+# The main suite runs half the sample (main suite time); the slow step the whole one.
+@pytest.mark.parametrize(("profiles", "configs"), [(35, 15), pytest.param(70, 30, marks=pytest.mark.slow)])
+def test_fuzz_sample_has_no_problem(profiles: int, configs: int) -> None:
     fuzz = _fuzz_module()
-    outcomes = fuzz.fuzz(n_profiles=70, n_configs=30, seed=20261124, timeout=20.0, jobs=1)
-    assert len(outcomes) == 100
+    outcomes = fuzz.fuzz(n_profiles=profiles, n_configs=configs, seed=20261124, timeout=20.0, jobs=1)
+    assert len(outcomes) == profiles + configs
     kinds = {(o.target, o.kind) for o in outcomes}
     assert {k for _, k in kinds} == set(fuzz.PROFILE_KINDS)  # every kind of mutation ran
     problems = [o for o in outcomes if o.problem]
     assert problems == [], fuzz.summarise(outcomes)
-    # Most mutations must be refused with a message, not silently accepted.
-    assert sum(o.exit_code == 2 for o in outcomes) >= 60
+    # Most mutations must be refused with a message, not silently accepted: at least 60 %.
+    assert sum(o.exit_code == 2 for o in outcomes) * 10 >= 6 * len(outcomes)
 
 
 @pytest.mark.slow  # about 17 s: the fuzz sample runs in the slow step

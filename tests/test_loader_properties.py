@@ -752,7 +752,7 @@ def check_broken(broken: Broken) -> ProfileFormatError:
     return err
 
 
-@pytest.mark.parametrize("count", examples(60, 200))
+@pytest.mark.parametrize("count", examples(30, 200))
 def test_any_single_mutation_raises_profile_format_error(count: int) -> None:
     @sized(count)
     @given(doc=documents(), kind=st.sampled_from(sorted(MUTATIONS)), data=st.data())

@@ -13,6 +13,7 @@ optimizer state off chip (the facts every door must read the same way).
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,8 @@ from popliner.synth import generate_document, preset_spec
 from tests.paths import FIXTURES
 
 IPUS = 2
+#: The module's generated profiles, by framework (the fixture ``generated``).
+Generated = Callable[[str], Path]
 
 
 def _invoke(*args: object, ok: tuple[int, ...] = (0,)) -> str:
@@ -36,12 +39,21 @@ def _invoke(*args: object, ok: tuple[int, ...] = (0,)) -> str:
     return result.stdout
 
 
-def _generated(tmp_path: Path, framework: str) -> Path:
-    spec = preset_spec("bert-tiny", "training", layers=3, framework=framework, checkpoints=True,
-                       optimizer_state="off-chip", compiler_categories=True)
-    path = tmp_path / f"bert-tiny-{framework}.json"
-    path.write_text(json.dumps(generate_document(spec)))
-    return path
+@pytest.fixture(scope="module")
+def generated(tmp_path_factory: pytest.TempPathFactory) -> Generated:
+    """A generated profile per framework, compiled with a checkpoint in every layer and its state off chip: made
+    once for the module's tests (each only reads it), not again by every test."""
+    folder = tmp_path_factory.mktemp("generated")
+
+    def make(framework: str) -> Path:
+        path = folder / f"bert-tiny-{framework}.json"
+        if not path.exists():
+            spec = preset_spec("bert-tiny", "training", layers=3, framework=framework, checkpoints=True,
+                               optimizer_state="off-chip", compiler_categories=True)
+            path.write_text(json.dumps(generate_document(spec)))
+        return path
+
+    return make
 
 
 def _record(split: list[list[str]], worst: list[int], budget: int, framework: str,
@@ -162,8 +174,9 @@ CASES = [("bert-tiny-training.json", {"recompute": "pipeline"}), ("tiny-training
 
 
 @pytest.mark.parametrize(("case", "given"), CASES)
-def test_every_entry_point_gives_the_same_answer(tmp_path: Path, case: str, given: dict[str, str]) -> None:
-    profile = FIXTURES / case if case.endswith(".json") else _generated(tmp_path, case)
+def test_every_entry_point_gives_the_same_answer(tmp_path: Path, generated: Generated, case: str,
+                                                 given: dict[str, str]) -> None:
+    profile = FIXTURES / case if case.endswith(".json") else generated(case)
     cli_answer, solved = _cli(profile, tmp_path, given)
     answers = {
         "notebook": _notebook(profile, given),
@@ -179,17 +192,17 @@ def test_every_entry_point_gives_the_same_answer(tmp_path: Path, case: str, give
         assert answer == cli_answer, f"{case}: {door} differs from the command line"
 
 
-def test_the_generated_profiles_carry_the_compiled_facts(tmp_path: Path) -> None:
+def test_the_generated_profiles_carry_the_compiled_facts(generated: Generated) -> None:
     """What the cross-door test relies on: each generated profile is read as compiled (checkpoints, off chip)."""
     for framework in ("poptorch", "popart", "tensorflow"):
-        base = popliner.load(str(_generated(tmp_path, framework)), use_cache=False).analysis.base
+        base = popliner.load(str(generated(framework)), use_cache=False).analysis.base
         assert base.framework.name == framework
         assert base.checkpointed and base.state_off_chip
 
 
-def test_on_chip_state_is_refused_for_a_profile_compiled_off_chip(tmp_path: Path) -> None:
+def test_on_chip_state_is_refused_for_a_profile_compiled_off_chip(generated: Generated) -> None:
     """The user's option contradicts what the profile was compiled with: one line naming both, not a relabel."""
-    profile = _generated(tmp_path, "poptorch")
+    profile = generated("poptorch")
     result = CliRunner().invoke(cli, [str(profile), "--solve", "--num-ipus", "2", "--optimizer-state", "on-chip",
                                       "--no-cache"])
     assert result.exit_code == 2 and result.stdout == ""
@@ -199,9 +212,9 @@ def test_on_chip_state_is_refused_for_a_profile_compiled_off_chip(tmp_path: Path
         popliner.load(str(profile), use_cache=False).plan(num_ipus=2, optimizer_state="on-chip")
 
 
-def test_plan_counts_the_streamed_state_of_a_profile_compiled_off_chip(tmp_path: Path) -> None:
+def test_plan_counts_the_streamed_state_of_a_profile_compiled_off_chip(generated: Generated) -> None:
     """Its on-chip rows are left out with a note; every off-chip row streams the state the update loads."""
-    profile = _generated(tmp_path, "poptorch")
+    profile = generated("poptorch")
     result = CliRunner().invoke(cli, ["plan", str(profile), "--ipus", "2", "--all", "--no-cache"])
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)
@@ -228,8 +241,9 @@ def test_a_model_and_a_scenario_print_as_one_line(tmp_path: Path) -> None:
         assert "\n" not in text and len(text) < 300, text
 
 
-def test_check_refuses_a_config_recording_on_chip_state_for_a_profile_compiled_off_chip(tmp_path: Path) -> None:
-    profile = _generated(tmp_path, "popart")
+def test_check_refuses_a_config_recording_on_chip_state_for_a_profile_compiled_off_chip(
+        tmp_path: Path, generated: Generated) -> None:
+    profile = generated("popart")
     _cli(profile, tmp_path, {})
     config = tmp_path / "c.yaml"
     text = config.read_text()

@@ -17,6 +17,7 @@ from popliner.solvers.problem import ArrayRanges, SplitProblem
 from popliner.solvers.solve import best_effort, minimum_ipus
 from popliner.solvers.suffix import suffix_table
 from tests.helpers import FIXTURES, dp_bounds
+from tests.sizes import examples, sized
 
 
 def _relaxed_dp(relaxed, problem):
@@ -59,14 +60,18 @@ def requests(draw):
     return make, problem
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(requests())
-def test_best_effort_is_the_split_the_relaxed_forward_dp_gave(request):
+@pytest.mark.parametrize("count", examples(100, 300))
+def test_best_effort_is_the_split_the_relaxed_forward_dp_gave(count):
     # Same split, tie-breaking included: the fewest stages of the smallest largest memory, and the
     # latest start of each stage among those of smallest value (dp_for_stages' choice).
-    make, problem = request
-    relaxed = lambda factor: make(int(problem.budget * factor))  # noqa: E731
-    assert best_effort(relaxed, problem) == _relaxed_dp(relaxed, problem)
+    @sized(count)
+    @given(requests())
+    def run(request):
+        make, problem = request
+        relaxed = lambda factor: make(int(problem.budget * factor))  # noqa: E731
+        assert best_effort(relaxed, problem) == _relaxed_dp(relaxed, problem)
+
+    run()
 
 
 @pytest.mark.slow  # a long case (about 3 s)
