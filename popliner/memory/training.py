@@ -28,13 +28,7 @@ from popliner.layout import EMBEDDING_GROUP, HEAD_GROUP, HEAD_PLACEMENTS, HeadPl
 from popliner.memory.whatif import Delta, Roles, Spread, optimizer_state_variables, rewrite, roles_key
 from popliner.ops.head import head_groups
 from popliner.ops.operations import OperationTable
-from popliner.ops.roles import (
-    DEFAULT_UPDATE_REGEX,
-    called_operations,
-    recompute_operations,
-    through_calls,
-    update_operations,
-)
+from popliner.ops.roles import DEFAULT_UPDATE_REGEX, operation_roles
 from popliner.profile.model import Profile
 from popliner.regexes import compile_bounded
 
@@ -175,11 +169,9 @@ def build_training_view(profile: Profile, ops: OperationTable, layer_of_op: np.n
     found = memo.get(key) if memo is not None else None
     if found is None:
         always = profiled_always_live(profile, memo)
-        called = called_operations(profile, ops)
-        is_update = update_operations(profile, ops, options.update_regex, called)
         # A call site is backward when what it calls is (its name, Call(<n>), says nothing).
-        backward_named = through_calls(backward_named, called)
-        clones = recompute_operations(profile, ops, backward_named)
+        _, is_update, backward_named, clones = operation_roles(profile, ops, backward_named, options.update_regex,
+                                                               memo)
         state = optimizer_state_variables(profile, ops, always, is_update, options.optimizer_state_regex)
         found = (always, is_update, backward_named, clones, state, roles_key(always, state, is_update))
         if memo is not None:
