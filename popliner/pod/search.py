@@ -195,7 +195,8 @@ class TrafficTable:
         """Per variable: a weight's bytes (its gradient's), else 0; or a state variable's share, else 0."""
         if weights:
             return np.where(self.weight, self.nbytes, 0)
-        return np.where(self.weight, 0, -(-self.nbytes // shard))  # rounded up per variable, as sharding does
+        # Rounded up per variable, as sharding does; one replica holds it all (no division over millions).
+        return np.where(self.weight, 0, self.nbytes if shard == 1 else -(-self.nbytes // shard))
 
 
 def _used_by(ops: OperationTable, chosen: np.ndarray, count: int) -> np.ndarray:
