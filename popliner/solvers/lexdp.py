@@ -71,9 +71,9 @@ def lexicographic_optimum(table: RangeCosts, problem: SplitProblem,
     return ExactOutcome(bounds, values, float(target))
 
 
-def _best_of_count(table: RangeCosts, problem: SplitProblem, stages: int, order: tuple[Objective, ...],
-                   target: float, deadline: float | None, values: RangeValues | None,
-                   copies: Callable[[int, int], int],
+def _best_of_count(table: RangeCosts, problem: SplitProblem, stages: int,
+                   order: tuple[Objective, Objective, Objective], target: float, deadline: float | None,
+                   values: RangeValues | None, copies: Callable[[int, int], int],
                    suffix_best: Sequence[Sequence[float]] | None = None) -> Bounds | None:
     """The lexicographically best split into exactly ``stages`` stages whose objective 1 is within ``target``."""
     # Only the edges reached from layer 0 (and, with ``suffix_best``, from which the end is reached): the whole
