@@ -27,7 +27,7 @@ from popliner.ops.roles import unit_backward_start
 from popliner.profile.model import Profile
 from popliner.regexes import compile_bounded
 
-__all__ = ["Delta", "Roles", "Spread", "WhatIf", "optimizer_state_variables", "rewrite", "roles_key", "with_live_steps"]
+__all__ = ["Delta", "Roles", "Spread", "WhatIf", "rewrite", "roles_key", "variable_roles", "with_live_steps"]
 
 #: A step after every profile's last (int32 range, so sums stay small).
 _NEVER = 2**31 - 1
@@ -83,25 +83,35 @@ class WhatIf:
     forward_cut_key: bytes  # a digest of forward_cut's values (made from the cut variables and steps alone)
 
 
-def optimizer_state_variables(
+def variable_roles(
     profile: Profile, ops: OperationTable, always_live_var: np.ndarray, is_update: np.ndarray,
-    state_regex: str | None = None,
-) -> np.ndarray:
-    """Bool per variable: optimizer state (see docs/solvers.md)."""
+    is_backward: np.ndarray, state_regex: str | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(optimizer state, weights): bool per variable (see docs/solvers.md).
+
+    Optimizer state is always live and used, and only by weight updates (``state_regex``: named by it instead, and
+    always live); a weight is always live, no state, and used both by a weight update and by a forward operation
+    (neither an update nor ``is_backward``): its gradient is all-reduced (:class:`popliner.pod.search.TrafficTable`).
+    """
     v = profile.variables
+    is_update = np.asarray(is_update, bool)
+    # Each operation marks its variables in the mask of its kind (update, forward, other): plain scatters of True
+    # (63 M entries at 10x in 0.2 s, where counting every entry took 0.45-0.7 s; docs/benchmarks.md), one pass
+    # over the entries for both roles.
+    kind = np.where(is_update, 0, np.where(np.asarray(is_backward, bool), 2, 1))
+    users = [np.zeros(v.count, bool) for _ in range(3)]
+    entries = _entries(ops)
+    for op, k in enumerate(kind.tolist()):
+        users[k][entries(op)] = True
+    by_update, by_forward, by_other = users
     if state_regex is not None:
         regex = compile_bounded(state_regex, "--optimizer-state-regex or training.optimizer_state_regex")
         names = np.array([bool(regex.search(v.name(i))) for i in range(v.count)], bool)
-        return np.asarray(names & always_live_var, bool)
-    # Used, and only by updates: all its uses are update uses.
-    is_update = np.asarray(is_update, bool)
-    # Each operation marks its variables, updates in one mask and the others in another: plain scatters of
-    # True (63 M entries at 10x in 0.2 s, where counting every entry took 0.45-0.7 s; docs/benchmarks.md).
-    by_update, by_other = np.zeros(v.count, bool), np.zeros(v.count, bool)
-    entries = _entries(ops)
-    for op, update in enumerate(is_update.tolist()):
-        (by_update if update else by_other)[entries(op)] = True
-    return np.asarray(always_live_var & by_update & ~by_other, bool)
+        state = np.asarray(names & always_live_var, bool)
+    else:
+        # Used, and only by updates: all its uses are update uses.
+        state = np.asarray(always_live_var & by_update & ~by_forward & ~by_other, bool)
+    return state, np.asarray(always_live_var & ~state & by_update & by_forward, bool)
 
 
 def rewrite(profile: Profile, ops: OperationTable, layer_of_op: np.ndarray, num_layers: int, roles: Roles,
