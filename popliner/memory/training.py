@@ -25,7 +25,7 @@ import numpy as np
 from popliner.arrays import content_key
 from popliner.errors import UsageProblem
 from popliner.layout import EMBEDDING_GROUP, HEAD_GROUP, HEAD_PLACEMENTS, HeadPlacement
-from popliner.memory.whatif import Delta, Roles, Spread, rewrite, roles_key, variable_roles
+from popliner.memory.whatif import PROFILED, Delta, Roles, Spread, rewrite, roles_key, variable_roles
 from popliner.ops.head import head_groups
 from popliner.ops.operations import OperationTable
 from popliner.ops.roles import DEFAULT_UPDATE_REGEX, operation_roles
@@ -163,7 +163,7 @@ def build_training_view(profile: Profile, ops: OperationTable, layer_of_op: np.n
     if not training:
         # Inference: nothing to stash, recompute or update.
         none, nothing = np.zeros(ops.count, bool), np.zeros(v.count, bool)
-        return TrainingView(options, "none", profile, Delta.of(nothing, b"as profiled"),
+        return TrainingView(options, "none", profile, Delta.of(nothing, PROFILED),
                             np.asarray(backward_named, bool), none, nothing, nothing, none, nothing, False, False,
                             Spread.none(), none, b"none")
     key = content_key(b"roles", np.asarray(backward_named, bool),
