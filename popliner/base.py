@@ -202,7 +202,7 @@ class ProfileBase:
 
         if update_regex not in self._groups:
             self._groups[update_regex] = unlayered_groups(self.profile, self.ops, self.named_layers, self.is_backward,
-                                                          update_regex)
+                                                          update_regex, self.shared.view_memo)
         return self._groups[update_regex]
 
     @cached_property

@@ -13,7 +13,7 @@ from popliner.analysis import AnalysisOptions, analyse_profile
 from popliner.errors import UsageProblem
 from popliner.memory.stages import stage_memory, stage_ops
 from popliner.memory.training import TrainingOptions, build_training_view
-from popliner.memory.whatif import optimizer_state_variables
+from popliner.memory.whatif import variable_roles
 from popliner.ops.head import head_groups
 from popliner.ops.roles import recompute_operations, update_operations
 from popliner.profile import load_profile
@@ -48,10 +48,10 @@ def test_weight_updates_include_the_call_site_of_an_update_body(tiny):
 
 def test_optimizer_state_is_always_live_and_used_by_updates_only(tiny):
     upd = update_operations(tiny.profile, tiny.ops)
-    state = optimizer_state_variables(tiny.profile, tiny.ops, tiny.always_live_var, upd)
+    state = variable_roles(tiny.profile, tiny.ops, tiny.always_live_var, upd, tiny.is_backward)[0]
     assert var_names(tiny, state) == sorted(STATE)
     # The regex replaces the rule; it still takes always-live variables only.
-    by_name = optimizer_state_variables(tiny.profile, tiny.ops, tiny.always_live_var, upd, r"^m|^x0$")
+    by_name = variable_roles(tiny.profile, tiny.ops, tiny.always_live_var, upd, tiny.is_backward, r"^m|^x0$")[0]
     assert var_names(tiny, by_name) == sorted(["mE", "m0", "m1", "mh"])
 
 

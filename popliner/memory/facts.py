@@ -34,7 +34,7 @@ from popliner.memory.liveness import class_steps
 from popliner.memory.model import MemoryModel
 from popliner.memory.training import TrainingOptions, TrainingView, build_training_view, profiled_always_live
 from popliner.memory.types import StageMemory
-from popliner.memory.whatif import Delta, Spread, with_live_steps
+from popliner.memory.whatif import PROFILED, Delta, Spread, with_live_steps
 from popliner.ops.layers import ops_of_layers
 from popliner.ops.operations import OperationTable
 from popliner.profile.model import Profile
@@ -205,8 +205,8 @@ class MemoryFacts:
         in_head = np.zeros(self.profile.variables.count, bool)
         in_head[head] = True
         kept = ~in_head[cut.at]
-        return self._cut_profile(Spread(cut.at[kept], cut.lo[kept], cut.hi[kept]),
-                                 content_key(b"head kept", self.view.forward_cut_key, head))
+        key = content_key(b"head kept", self.view.forward_cut_key, head)
+        return self._cut_profile(Spread(cut.at[kept], cut.lo[kept], cut.hi[kept], key), key)
 
     def _cut_profile(self, keep: Spread, key: bytes) -> tuple[Profile, Delta]:
         # Option sets that cut the same variables of the same what-if profile (the head placements, often)
@@ -215,8 +215,12 @@ class MemoryFacts:
         for what_if, known, found in made:
             if what_if is self.profile and known == key:
                 return found
-        cut, changed = with_live_steps(self.profile, self.profile.variables.bytes, Spread.none(), keep,
-                                       self.view.delta.changed, self.memo)
+        # The cut variables' classes are those of the profile as loaded unless the what-if profile changes one of
+        # them: the rows' ranking is then the same whatever else it changes (the optimizer state off chip).
+        delta = self.view.delta
+        classes = delta.key if delta.changed[keep.at].any() else PROFILED
+        cut, changed = with_live_steps(self.profile, self.profile.variables.bytes, Spread.none(), keep, delta.changed,
+                                       self.memo, classes)
         # Made from the what-if profile (its delta's key) and the cut (its key).
         found = (cut, Delta.of(changed, b"forward cut:" + self.view.delta.key + key))
         made.append((self.profile, key, found))

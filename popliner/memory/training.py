@@ -25,16 +25,10 @@ import numpy as np
 from popliner.arrays import content_key
 from popliner.errors import UsageProblem
 from popliner.layout import EMBEDDING_GROUP, HEAD_GROUP, HEAD_PLACEMENTS, HeadPlacement
-from popliner.memory.whatif import Delta, Roles, Spread, optimizer_state_variables, rewrite, roles_key
+from popliner.memory.whatif import PROFILED, Delta, Roles, Spread, rewrite, roles_key, variable_roles
 from popliner.ops.head import head_groups
 from popliner.ops.operations import OperationTable
-from popliner.ops.roles import (
-    DEFAULT_UPDATE_REGEX,
-    called_operations,
-    recompute_operations,
-    through_calls,
-    update_operations,
-)
+from popliner.ops.roles import DEFAULT_UPDATE_REGEX, operation_roles
 from popliner.profile.model import Profile
 from popliner.regexes import compile_bounded
 
@@ -140,6 +134,8 @@ class TrainingView:
     is_backward: np.ndarray
     is_update: np.ndarray
     optimizer_state: np.ndarray
+    #: Bool per variable: a weight (always live, no state, used by an update and a forward operation).
+    weights: np.ndarray
     recompute_ops: np.ndarray
     never_stash: np.ndarray
     stash_inputs: bool
@@ -167,32 +163,31 @@ def build_training_view(profile: Profile, ops: OperationTable, layer_of_op: np.n
     if not training:
         # Inference: nothing to stash, recompute or update.
         none, nothing = np.zeros(ops.count, bool), np.zeros(v.count, bool)
-        return TrainingView(options, "none", profile, Delta.of(nothing, b"as profiled"),
-                            np.asarray(backward_named, bool), none, nothing, none, nothing, False, False, Spread.none(),
-                            none, b"none")
+        return TrainingView(options, "none", profile, Delta.of(nothing, PROFILED),
+                            np.asarray(backward_named, bool), none, nothing, nothing, none, nothing, False, False,
+                            Spread.none(), none, b"none")
     key = content_key(b"roles", np.asarray(backward_named, bool),
                       repr((options.update_regex, options.optimizer_state_regex)).encode())
     found = memo.get(key) if memo is not None else None
     if found is None:
         always = profiled_always_live(profile, memo)
-        called = called_operations(profile, ops)
-        is_update = update_operations(profile, ops, options.update_regex, called)
         # A call site is backward when what it calls is (its name, Call(<n>), says nothing).
-        backward_named = through_calls(backward_named, called)
-        clones = recompute_operations(profile, ops, backward_named)
-        state = optimizer_state_variables(profile, ops, always, is_update, options.optimizer_state_regex)
-        found = (always, is_update, backward_named, clones, state, roles_key(always, state, is_update))
+        _, is_update, backward_named, clones = operation_roles(profile, ops, backward_named, options.update_regex,
+                                                               memo)
+        state, weights = variable_roles(profile, ops, always, is_update, backward_named | clones,
+                                        options.optimizer_state_regex)
+        found = (always, is_update, backward_named, clones, state, weights, roles_key(always, state, is_update))
         if memo is not None:
             memo[key] = found  # read only from here on
-    always, is_update, backward_named, clones, state, key = found
+    always, is_update, backward_named, clones, state, weights, key = found
     is_backward = backward_named | clones
     recompute, notes = _applied_recompute(options.recompute, clones)
     groups = _head_groups(ops, layer_of_op, num_layers, is_backward, is_update, memo)
     roles = Roles(always, state, is_update, is_backward, groups, key)
     what_if = rewrite(profile, ops, layer_of_op, num_layers, roles, options.shard,
                       options.optimizer_state == "off-chip", recompute, memo, counted, core)
-    return TrainingView(options, recompute, what_if.profile, what_if.delta, is_backward, is_update, state, clones,
-                        what_if.never_stash, recompute in ("pipeline", "every-layer", "compiled"),
+    return TrainingView(options, recompute, what_if.profile, what_if.delta, is_backward, is_update, state, weights,
+                        clones, what_if.never_stash, recompute in ("pipeline", "every-layer", "compiled"),
                         recompute == "pipeline", what_if.forward_cut, what_if.rerun_ops, what_if.forward_cut_key, notes)
 
 

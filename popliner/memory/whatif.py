@@ -27,8 +27,11 @@ from popliner.ops.roles import unit_backward_start
 from popliner.profile.model import Profile
 from popliner.regexes import compile_bounded
 
-__all__ = ["Delta", "Roles", "Spread", "WhatIf", "optimizer_state_variables", "rewrite", "roles_key", "with_live_steps"]
+__all__ = ["PROFILED", "Delta", "Roles", "Spread", "WhatIf", "rewrite", "roles_key", "variable_roles",
+           "with_live_steps"]
 
+#: The key of the profile as loaded (:class:`Delta`): every table without a change has it.
+PROFILED = b"as profiled"
 #: A step after every profile's last (int32 range, so sums stay small).
 _NEVER = 2**31 - 1
 
@@ -68,7 +71,7 @@ class Delta:
     def of(cls, changed: np.ndarray, key: bytes) -> Delta:
         """The delta of ``changed`` made as ``key`` says (a change of nothing: the profile's own key)."""
         changed.flags.writeable = False
-        return cls(changed, key if changed.any() else b"as profiled")
+        return cls(changed, key if changed.any() else PROFILED)
 
 
 @dataclass(frozen=True, eq=False)
@@ -83,25 +86,35 @@ class WhatIf:
     forward_cut_key: bytes  # a digest of forward_cut's values (made from the cut variables and steps alone)
 
 
-def optimizer_state_variables(
+def variable_roles(
     profile: Profile, ops: OperationTable, always_live_var: np.ndarray, is_update: np.ndarray,
-    state_regex: str | None = None,
-) -> np.ndarray:
-    """Bool per variable: optimizer state (see docs/solvers.md)."""
+    is_backward: np.ndarray, state_regex: str | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(optimizer state, weights): bool per variable (see docs/solvers.md).
+
+    Optimizer state is always live and used, and only by weight updates (``state_regex``: named by it instead, and
+    always live); a weight is always live, no state, and used both by a weight update and by a forward operation
+    (neither an update nor ``is_backward``): its gradient is all-reduced (:class:`popliner.pod.search.TrafficTable`).
+    """
     v = profile.variables
+    is_update = np.asarray(is_update, bool)
+    # Each operation marks its variables in the mask of its kind (update, forward, other): plain scatters of True
+    # (63 M entries at 10x in 0.2 s, where counting every entry took 0.45-0.7 s; docs/benchmarks.md), one pass
+    # over the entries for both roles.
+    kind = np.where(is_update, 0, np.where(np.asarray(is_backward, bool), 2, 1))
+    users = [np.zeros(v.count, bool) for _ in range(3)]
+    entries = _entries(ops)
+    for op, k in enumerate(kind.tolist()):
+        users[k][entries(op)] = True
+    by_update, by_forward, by_other = users
     if state_regex is not None:
         regex = compile_bounded(state_regex, "--optimizer-state-regex or training.optimizer_state_regex")
         names = np.array([bool(regex.search(v.name(i))) for i in range(v.count)], bool)
-        return np.asarray(names & always_live_var, bool)
-    # Used, and only by updates: all its uses are update uses.
-    is_update = np.asarray(is_update, bool)
-    # Each operation marks its variables, updates in one mask and the others in another: plain scatters of
-    # True (63 M entries at 10x in 0.2 s, where counting every entry took 0.45-0.7 s; docs/benchmarks.md).
-    by_update, by_other = np.zeros(v.count, bool), np.zeros(v.count, bool)
-    entries = _entries(ops)
-    for op, update in enumerate(is_update.tolist()):
-        (by_update if update else by_other)[entries(op)] = True
-    return np.asarray(always_live_var & by_update & ~by_other, bool)
+        state = np.asarray(names & always_live_var, bool)
+    else:
+        # Used, and only by updates: all its uses are update uses.
+        state = np.asarray(always_live_var & by_update & ~by_forward & ~by_other, bool)
+    return state, np.asarray(always_live_var & ~state & by_update & by_forward, bool)
 
 
 def rewrite(profile: Profile, ops: OperationTable, layer_of_op: np.ndarray, num_layers: int, roles: Roles,
@@ -130,7 +143,7 @@ def rewrite(profile: Profile, ops: OperationTable, layer_of_op: np.ndarray, num_
         window_key = b"offchip" + roles.key + np.dtype(steps).str.encode()
         found = memo.get(window_key) if memo is not None else None
         if found is None:
-            found = _off_chip_window(ops, roles, v.count, steps)
+            found = _off_chip_window(ops, roles, v.count, steps, window_key)
             if memo is not None:
                 memo[window_key] = found  # read only from here on
         window = found
@@ -146,7 +159,7 @@ def rewrite(profile: Profile, ops: OperationTable, layer_of_op: np.ndarray, num_
     # The memo key says all the what-if profile is made from: its delta's key.
     what_if: tuple[Profile, Delta] | None = memo.get(key) if memo is not None else None
     if what_if is None:
-        made, changed = with_live_steps(profile, nbytes, cuts.cut, window, resized, memo)
+        made, changed = with_live_steps(profile, nbytes, cuts.cut, window, resized, memo, PROFILED)
         what_if = (made, Delta.of(changed, key))
         if memo is not None:
             if recompute == "every-layer":
@@ -190,19 +203,24 @@ class Spread:
     at: np.ndarray
     lo: np.ndarray
     hi: np.ndarray
+    #: What the three columns are made from (a memo key, or a digest of their values): equal keys, equal columns,
+    #: for the variables of one profile (what :func:`with_live_steps` finds a ranking of rows again by).
+    key: bytes
 
     @classmethod
     def none(cls) -> Spread:
         empty = np.zeros(0, np.int64)
-        return cls(empty, empty, empty)
+        return cls(empty, empty, empty, b"none")
 
 
-def _off_chip_window(ops: OperationTable, roles: Roles, count: int, steps: type[np.signedinteger]) -> Spread:
-    """(keep_lo, keep_hi): optimizer state live only from its first update step to its last (never without one)."""
+def _off_chip_window(ops: OperationTable, roles: Roles, count: int, steps: type[np.signedinteger],
+                     key: bytes) -> Spread:
+    """(keep_lo, keep_hi): optimizer state live only from its first update step to its last (never without one);
+    ``key``: what it is made from (the roles' and the steps' type)."""
     state = np.flatnonzero(roles.optimizer_state)  # once: a mask over every variable costs a pass per use
     lo, hi = _update_window(ops, roles.is_update, count, steps)
     state_hi = hi[state]
-    return Spread(state, np.where(state_hi >= 0, lo[state], _NEVER).astype(steps), state_hi.astype(steps))
+    return Spread(state, np.where(state_hi >= 0, lo[state], _NEVER).astype(steps), state_hi.astype(steps), key)
 
 
 @dataclass(frozen=True, eq=False)
@@ -242,9 +260,9 @@ def _recompute_cuts(profile: Profile, ops: OperationTable, layer_of_op: np.ndarr
     if recompute == "every-layer":
         pick = np.zeros(count, bool)
         pick[at] = True
-        return mode_key, _Cuts(Spread(at, lo, hi), pick, Spread.none(), rerun, cut_key)
-    return mode_key, _Cuts(Spread.none(), _constant_column(memo, count, np.bool_, False), Spread(at, lo, hi), rerun,
-                           cut_key)
+        return mode_key, _Cuts(Spread(at, lo, hi, mode_key), pick, Spread.none(), rerun, cut_key)
+    return mode_key, _Cuts(Spread.none(), _constant_column(memo, count, np.bool_, False), Spread(at, lo, hi, cut_key),
+                           rerun, cut_key)
 
 
 def _unit_reads(profile: Profile, ops: OperationTable, layer_of_op: np.ndarray, num_layers: int, roles: Roles,
@@ -468,7 +486,7 @@ def _dense_rank(values: np.ndarray) -> tuple[np.ndarray, int]:
 
 
 def with_live_steps(profile: Profile, nbytes: np.ndarray, cut: Spread, keep: Spread, changed: np.ndarray,
-                    memo: dict[bytes, Any] | None = None) -> tuple[Profile, np.ndarray]:
+                    memo: dict[bytes, Any] | None, classes: bytes) -> tuple[Profile, np.ndarray]:
     """A copy of the profile with new bytes and new live steps where asked, and the flags of its changed variables.
 
     A variable of ``cut`` loses the steps strictly between its ``lo`` and
@@ -482,7 +500,9 @@ def with_live_steps(profile: Profile, nbytes: np.ndarray, cut: Spread, keep: Spr
     class never is one of the profile as loaded), found without a pass over
     every variable's class.
 
-    ``memo``: the plan's option-free memo, where each kind's rows are ranked once (:func:`_ranked_rows`).
+    ``memo``: the plan's option-free memo, where each kind's rows are ranked once (:func:`_ranked_rows`), found by
+    ``classes`` (what the variables' classes are made from, as a :class:`Delta` key says: :data:`PROFILED` for the
+    profile as loaded, which is the memo's) and each spread's key.
     """
     v = profile.variables
     if cut.at.size and keep.at.size:
@@ -490,7 +510,8 @@ def with_live_steps(profile: Profile, nbytes: np.ndarray, cut: Spread, keep: Spr
         taken = np.zeros(v.count, bool)
         taken[cut.at] = True
         alone = np.flatnonzero(~taken[keep.at])
-        keep = Spread(keep.at[alone], keep.lo[alone], keep.hi[alone])
+        if alone.size < keep.at.size:
+            keep = Spread(keep.at[alone], keep.lo[alone], keep.hi[alone], content_key(b"without", keep.key, cut.key))
     if cut.at.size + keep.at.size == 0:
         if nbytes is v.bytes or np.array_equal(nbytes, v.bytes):
             return profile, changed
@@ -500,8 +521,7 @@ def with_live_steps(profile: Profile, nbytes: np.ndarray, cut: Spread, keep: Spr
     # to rank than in one table of both, and each kind's ranking is found again by the option sets that make the
     # same change (off-chip state under every recomputation, a layering's cuts on or off chip).
     kinds = [spread.at for spread in (cut, keep) if spread.at.size]
-    parts = [_ranked_rows(profile, spread.at, spread.lo, spread.hi, spread is cut, memo)
-             for spread in (cut, keep) if spread.at.size]
+    parts = [_ranked_rows(profile, spread, spread is cut, memo, classes) for spread in (cut, keep) if spread.at.size]
     uniq, inverse = _merged_rows(parts, profile.num_steps)
     own, starts, ends = _changed_intervals(profile, uniq)
     new_counts = np.bincount(own, minlength=len(uniq))
@@ -521,19 +541,22 @@ def with_live_steps(profile: Profile, nbytes: np.ndarray, cut: Spread, keep: Spr
     return made, changed
 
 
-def _ranked_rows(profile: Profile, at: np.ndarray, lo: np.ndarray, hi: np.ndarray, cut: bool,
-                 memo: dict[bytes, Any] | None) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`_unique_rows` of one kind's rows: the variables ``at`` with their class and ``lo``, ``hi`` as the cut
-    steps (``cut``) or the kept ones, the other two steps constant.
+def _ranked_rows(profile: Profile, spread: Spread, cut: bool, memo: dict[bytes, Any] | None,
+                 classes: bytes) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_unique_rows` of one kind's rows: the variables ``spread.at`` with their class and ``lo``, ``hi`` as the
+    cut steps (``cut``) or the kept ones, the other two steps constant.
 
-    The rows read the variables' classes, not the variables: memoised in ``memo`` by those values (a plan's
-    option sets make the same change again on other what-if profiles, millions of rows each).
+    Memoised in ``memo`` by what the rows are made from: the spread's key and ``classes`` (what the profile's classes
+    are made from, :func:`with_live_steps`): a plan's option sets make the same change again on other what-if
+    profiles, millions of rows each, and a key of the rows' values took a digest of tens of MB each time.
     """
-    steps = _step_dtype(profile.num_steps)
-    klass, lo, hi = profile.variables.klass[at], lo.astype(steps, copy=False), hi.astype(steps, copy=False)
-    key = content_key(b"live-step-rows", klass, lo, hi, repr((cut, profile.num_steps)).encode())
+    key = content_key(b"live-step-rows", classes, spread.key, repr((cut, profile.num_steps)).encode())
     found: tuple[np.ndarray, np.ndarray] | None = memo.get(key) if memo is not None else None
     if found is None:
+        steps = _step_dtype(profile.num_steps)
+        at = spread.at
+        klass = profile.variables.klass[at]
+        lo, hi = spread.lo.astype(steps, copy=False), spread.hi.astype(steps, copy=False)
         never, first = np.full(at.size, _NEVER, steps), np.zeros(at.size, steps)
         uniq, inverse = _unique_rows([klass, lo, hi, first, never] if cut else [klass, never, never, lo, hi],
                                      profile.num_steps)

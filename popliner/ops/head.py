@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -19,13 +20,7 @@ from popliner.arrays import gather_csr, sorted_unique
 from popliner.layout import EMBEDDING_GROUP, HEAD_GROUP, HeadPlacement
 from popliner.ops.layers import LayerAssignment
 from popliner.ops.operations import OperationTable
-from popliner.ops.roles import (
-    called_operations,
-    recompute_operations,
-    through_calls,
-    unit_backward_start,
-    update_operations,
-)
+from popliner.ops.roles import operation_roles, through_calls, unit_backward_start
 from popliner.profile.model import Profile
 
 __all__ = ["TiedWeight", "UnlayeredGroups", "head_groups", "place_unlayered", "regroup_layers", "tied_variables",
@@ -123,19 +118,18 @@ def regroup_layers(layers: LayerAssignment, groups: np.ndarray, placement: HeadP
 
 
 def unlayered_groups(profile: Profile, ops: OperationTable, layers: LayerAssignment, backward_named: np.ndarray,
-                     update_regex: str) -> UnlayeredGroups:
+                     update_regex: str, memo: dict[bytes, Any] | None = None) -> UnlayeredGroups:
     """(groups, backward, is_update) of :func:`head_groups`, or None when no operation is left without a layer.
 
     It reads the update regex and no other option: the head placements and the tie share it (the caller keeps it,
     :meth:`popliner.base.ProfileBase.layers_for`; 38 ms at 1x BERT-Large, mostly the regex and the call sites).
+    ``memo``: :func:`popliner.ops.roles.operation_roles`'s (the training views read the same roles).
     """
     loose = (layers.layer_of_op < 0) | (np.asarray(layers.note, dtype=object) == "inputs-layer-0")
     if not loose.any() or not layers.names:
         return None
-    called = called_operations(profile, ops)
-    is_update = update_operations(profile, ops, update_regex, called)
-    backward = through_calls(backward_named, called)
-    backward |= recompute_operations(profile, ops, backward)
+    called, is_update, backward, clones = operation_roles(profile, ops, backward_named, update_regex, memo)
+    backward = backward | clones
     groups = head_groups(ops, layers.layer_of_op, len(layers.names), backward, is_update, layers.note, called)
     return groups, backward, is_update
 

@@ -8,16 +8,20 @@ head grouping (:mod:`popliner.ops.head`) and the training view
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import numpy as np
 
+from popliner.arrays import content_key
 from popliner.ops.operations import OperationTable
 from popliner.profile.model import Profile
 from popliner.regexes import compile_bounded
 
 __all__ = [
     "DEFAULT_UPDATE_REGEX",
+    "OperationRoles",
     "called_operations",
+    "operation_roles",
     "recompute_operations",
     "through_calls",
     "unit_backward_start",
@@ -84,6 +88,33 @@ def recompute_operations(profile: Profile, ops: OperationTable, backward_named: 
         else:
             out[op] = bool(re_var[ops.vars_of(op)].any())
     return out
+
+
+#: (called, is_update, backward, clones) of :func:`operation_roles`.
+OperationRoles = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+
+
+def operation_roles(profile: Profile, ops: OperationTable, backward_named: np.ndarray, update_regex: str,
+                    memo: dict[bytes, Any] | None = None) -> OperationRoles:
+    """(called, is_update, backward, clones): the operation each call site calls (:func:`called_operations`), the
+    weight updates, the operations ``backward_named`` marks with the call sites of those (:func:`through_calls`), and
+    the recompute clones among the others; read only.
+
+    Memoised in ``memo`` (the profile's option-free memo) by the two things they read besides the profile: the head
+    grouping and every option set's training view read the same ones.
+    """
+    key = content_key(b"operation-roles", np.asarray(backward_named, bool), update_regex.encode())
+    found: OperationRoles | None = memo.get(key) if memo is not None else None
+    if found is None:
+        called = called_operations(profile, ops)
+        is_update = update_operations(profile, ops, update_regex, called)
+        backward = through_calls(backward_named, called)
+        found = (called, is_update, backward, recompute_operations(profile, ops, backward))
+        for column in found:
+            column.flags.writeable = False
+        if memo is not None:
+            memo[key] = found
+    return found
 
 
 def unit_backward_start(unit: np.ndarray, first_step: np.ndarray, backward_named: np.ndarray,

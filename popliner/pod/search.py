@@ -23,7 +23,6 @@ from popliner.analysis import Analysis
 from popliner.arrays import csr_span, sorted_unique
 from popliner.memory.ranges import ProfileRanges
 from popliner.memory.work import RangeWork
-from popliner.ops.operations import OperationTable
 from popliner.ops.remote import remote_update_operations, streamed_state_variables
 from popliner.pipeline import range_figure
 from popliner.solvers.dp import copy_buffers, value_floors
@@ -152,17 +151,15 @@ class TrafficTable:
                        np.zeros(0, np.int64))
         view = facts.view
         lens = np.diff(ops.var_ptr)
-        update = np.asarray(view.is_update, bool)
-        by_update = _used_by(ops, update, count)
-        by_forward = _used_by(ops, ~np.asarray(facts.is_backward, bool) & ~update, count)
         state = np.asarray(view.optimizer_state, bool)
+        weights = np.asarray(view.weights, bool)  # found with the state, in one pass over the entries
         state_users = np.ones(ops.count, bool)
         if analysis.base.state_off_chip:
             # Compiled off chip: the state is no always-live variable but what the update's remote loads and
             # stores move; an IPU streams what its own loads and stores move (not what its updaters read).
             state = state | streamed_state_variables(ops, analysis.is_backward, analysis.profile.contexts, count)
             state_users = remote_update_operations(ops, analysis.is_backward, analysis.profile.contexts)
-        weights = np.asarray(facts.always_live_var, bool) & ~state & by_update & by_forward
+            weights = weights & ~state
         # The kept entries: a weight's, or the state's of a user (every operation, unless compiled off chip).
         keep = (weights | state)[ops.var_idx]
         if not state_users.all():
@@ -195,18 +192,8 @@ class TrafficTable:
         """Per variable: a weight's bytes (its gradient's), else 0; or a state variable's share, else 0."""
         if weights:
             return np.where(self.weight, self.nbytes, 0)
-        return np.where(self.weight, 0, -(-self.nbytes // shard))  # rounded up per variable, as sharding does
-
-
-def _used_by(ops: OperationTable, chosen: np.ndarray, count: int) -> np.ndarray:
-    """Per variable: does one of the ``chosen`` operations use it? One scatter per run of consecutive chosen
-    operations (their entries are one slice: the forward pass is one run, the updates a few per layer), no
-    column over every entry."""
-    edges = np.flatnonzero(np.diff(chosen, prepend=False, append=False))
-    used = np.zeros(count, bool)
-    for start, stop in zip(ops.var_ptr[edges[::2]].tolist(), ops.var_ptr[edges[1::2]].tolist(), strict=True):
-        used[ops.var_idx[start:stop]] = True
-    return used
+        # Rounded up per variable, as sharding does; one replica holds it all (no division over millions).
+        return np.where(self.weight, 0, self.nbytes if shard == 1 else -(-self.nbytes // shard))
 
 
 @dataclass(frozen=True, eq=False)

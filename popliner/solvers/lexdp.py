@@ -56,8 +56,11 @@ def lexicographic_optimum(table: RangeCosts, problem: SplitProblem,
     target = min(found[1] for found in reachable.values())
     best: tuple[tuple[int, int, int], Bounds] | None = None
     candidates = sorted(k for k, found in reachable.items() if found[1] == target)
-    # Objective 1's value of each range, once for every count, when it needs no memory.
-    first = RangeValues(table, order[0], target, of=range_values) if not order[0].uses_memory else None
+    # Objective 1's value of each range, once for every count, when it needs no memory (the edges read the values
+    # alone and compare them with the target themselves: the caller's uncapped ones serve).
+    first = None
+    if not order[0].uses_memory:
+        first = range_values if range_values is not None else RangeValues(table, order[0], target)
     copies = copies or copy_buffers(table)  # each range's, once for every count
     for k in candidates:
         bounds = _best_of_count(table, problem, k, order, target, deadline, first, copies, suffix_best)
@@ -71,9 +74,9 @@ def lexicographic_optimum(table: RangeCosts, problem: SplitProblem,
     return ExactOutcome(bounds, values, float(target))
 
 
-def _best_of_count(table: RangeCosts, problem: SplitProblem, stages: int, order: tuple[Objective, ...],
-                   target: float, deadline: float | None, values: RangeValues | None,
-                   copies: Callable[[int, int], int],
+def _best_of_count(table: RangeCosts, problem: SplitProblem, stages: int,
+                   order: tuple[Objective, Objective, Objective], target: float, deadline: float | None,
+                   values: RangeValues | None, copies: Callable[[int, int], int],
                    suffix_best: Sequence[Sequence[float]] | None = None) -> Bounds | None:
     """The lexicographically best split into exactly ``stages`` stages whose objective 1 is within ``target``."""
     # Only the edges reached from layer 0 (and, with ``suffix_best``, from which the end is reached): the whole
@@ -113,11 +116,13 @@ def _bottleneck(edges: Edges, n: int, idx: int) -> float:
 def _latest_path(edges: Edges, n: int, sums: list[int]) -> Bounds | None:
     """The path with the smallest sums (in order) of the objectives ``sums``; ties: the latest stage ends."""
     stages = len(edges)
-    # rest[p][i]: the smallest sums from position p starting at layer i to the end.
+    # rest[p][i]: the smallest sums from position p starting at layer i to the end; end[p][i]: the last layer of the
+    # stage at p of such a path (of those, the latest).
     rest: list[dict[int, tuple[int, ...]]] = [{} for _ in range(stages + 1)]
+    end: list[dict[int, int]] = [{} for _ in range(stages)]
     rest[stages][n] = tuple(0 for _ in sums)
     for p in range(stages - 1, -1, -1):
-        after, here = rest[p + 1], rest[p]
+        after, here, ends = rest[p + 1], rest[p], end[p]
         for i, j, values in edges[p]:
             tail = after.get(j + 1)
             if tail is not None:
@@ -125,15 +130,14 @@ def _latest_path(edges: Edges, n: int, sums: list[int]) -> Bounds | None:
                 known = here.get(i)
                 if known is None or total < known:
                     here[i] = total
+                    ends[i] = j
+                elif total == known and j > ends[i]:
+                    ends[i] = j
     if 0 not in rest[0]:
         return None
     bounds = []
     i = 0
     for p in range(stages):
-        want = rest[p][i]
-        # Edges of a row are in order of first layer, then last layer: the last match ends latest.
-        i_end = max(j for a, j, values in edges[p] if a == i and (tail := rest[p + 1].get(j + 1)) is not None
-                    and tuple(values[idx] + t for idx, t in zip(sums, tail, strict=True)) == want)
-        bounds.append((i, i_end))
-        i = i_end + 1
+        bounds.append((i, end[p][i]))
+        i = end[p][i] + 1
     return tuple(bounds)

@@ -50,27 +50,18 @@ def suffix_table(table: RangeCosts, problem: SplitProblem, bound: float, max_sta
     lowest = [n + 1] * (rows + 1)  # per r: the smallest i with best[r][i] finite so far
     lowest[0] = n
     over: dict[int, int] = {}  # stash entries -> smallest last layer of a range over the bound (its start >= i)
-    forbidden = table.forbidden_splits(problem.keep_shared_together)
-    end_ok = [j == n - 1 or problem.allowed_split(j, forbidden) for j in range(n)]
-    pin = n - 1  # the first pinned split at or after i: no stage from i goes past it
+    rule = _StageRule.of(table, problem, bound, rows)
+    end_ok = rule.end_ok
     copies = copies or copy_buffers(table)
     front_of = table.front
     limit = table.limit
-    # A range kept fits both the table's limit and the bound.
-    fits = min(limit, bound)
-    # Per stage count r: the stash entries of a range with r stages from it to the end, at position 1 (from
-    # layer i > 0: a stage before it) and at position 0 (from layer 0), once rather than once per layer.
-    wraps = table.head_wraps
-    later = [extra_stash_entries(1, r + 1, wraps) if problem.training else 0 for r in range(rows + 1)]
-    first_row = [extra_stash_entries(0, r, wraps) if problem.training else 0 for r in range(rows + 1)]
+    fits = rule.fits
     for i in range(n - 1, -1, -1):
         check_deadline(deadline)
-        if i in problem.split_after and i < n - 1:
-            pin = i
         stop = n  # ends at or past it are over the bound (a known range over it lies inside)
         known_over = sorted(over.items())  # by stash entries: a row's stages left, and so its entries, only grow
         taken = 0
-        extras = first_row if i == 0 else later
+        extras = rule.extras(i)
         # The row's worst tiles and copy buffers, each range's read once for every stage count (its stash entries).
         row_fronts: list[Front | None] = [None] * n
         row_copies: list[int | None] = [None] * n
@@ -85,10 +76,9 @@ def suffix_table(table: RangeCosts, problem: SplitProblem, bound: float, max_sta
             while taken < len(known_over) and known_over[taken][0] <= extra:
                 stop = min(stop, known_over[taken][1])
                 taken += 1
-            first = max(i + problem.min_layers - 1, lowest[r - 1] - 1)
-            last = min(pin, stop - 1, n - 1 if r == 1 else n - 2)
-            if r == 1:
-                first = max(first, n - 1)
+            first, last = rule.ends(r, i)
+            first = max(first, lowest[r - 1] - 1)  # no r - 1 stages fit after an earlier end
+            last = min(last, stop - 1)
             value = _INF
             rest = best[r - 1]  # rest[j + 1]: the best of the layers after a range ending at j
             for j in range(first, last + 1):
@@ -174,32 +164,77 @@ def _fitting(table: RangeCosts, problem: SplitProblem,
              suffixes: SuffixTable) -> Callable[[int, int], list[tuple[int, float]]]:
     """``fitting(r, i)``: the ranges from layer ``i`` with ``r`` stages from it to the end that fit the bound and
     after which the rest fits in ``r - 1`` stages, with their memory (stash entries, copy buffers), in order of
-    last layer: those :func:`suffix_table` weighs, by its rule without its shortcuts (it keeps none of them: a
-    pod plan reads hundreds of thousands, a best effort follows a few)."""
-    n = table.num_layers
+    last layer: those :func:`suffix_table` weighs, by its rule (:class:`_StageRule`) without its shortcuts (it keeps
+    none of them: a pod plan reads hundreds of thousands, a best effort follows a few)."""
     best, bound = suffixes.best, suffixes.bound
-    fits = min(table.limit, bound)
-    forbidden = table.forbidden_splits(problem.keep_shared_together)
+    rule = _StageRule.of(table, problem, bound, len(best) - 1)
     copies = copy_buffers(table)
 
     def fitting(r: int, i: int) -> list[tuple[int, float]]:
-        # The stash entries of a stage with r stages from it to the end: at position 0 from layer 0, else at
-        # position 1 of r + 1 (as suffix_table's).
-        position, count = (0, r) if i == 0 else (1, r + 1)
-        extra = extra_stash_entries(position, count, table.head_wraps) if problem.training else 0
-        pin = min((q for q in problem.split_after if i <= q < n - 1), default=n - 1)
-        first = max(i + problem.min_layers - 1, n - 1 if r == 1 else 0)  # only the last stage ends at the last layer
-        last = min(pin, n - 1 if r == 1 else n - 2)
+        extra = rule.extras(i)[r]
+        first, last = rule.ends(r, i)
         out: list[tuple[int, float]] = []
         for j in range(first, last + 1):
-            if best[r - 1][j + 1] == _INF or not (j == n - 1 or problem.allowed_split(j, forbidden)):
+            if best[r - 1][j + 1] == _INF or not rule.end_ok[j]:
                 continue
             base = table.memory(i, j, extra)
             if base > bound:
                 break  # memory only grows with the range
             memory = base + copies(i, j)
-            if memory <= fits:
+            if memory <= rule.fits:
                 out.append((j, memory))
         return out
 
     return fitting
+
+
+@dataclass(frozen=True)
+class _StageRule:
+    """Which ranges a stage from layer ``i`` with ``r`` stages from it to the end (itself included) may be, and its
+    stash entries: the rule :func:`suffix_table` weighs ranges by (with its shortcuts) and :func:`forward_bounds`
+    follows again (:func:`_fitting`), made once per table and problem."""
+
+    #: The layers.
+    n: int
+    #: The fewest layers of a stage.
+    min_layers: int
+    #: Per last layer ``j``: may a stage end there (the last layer, or an allowed split)?
+    end_ok: list[bool]
+    #: Per first layer ``i``: the first pinned split at or after it (``n - 1``: none); no stage goes past it.
+    pins: list[int]
+    #: Per ``r``: the stash entries of a stage from layer ``i > 0`` (position 1 of ``r + 1``: a stage before it).
+    later: list[int]
+    #: Per ``r``: the stash entries of a stage from layer 0 (position 0 of ``r``).
+    first_row: list[int]
+    #: What a range's memory with its copy buffers must stay within: the table's limit and the bound.
+    fits: float
+
+    @classmethod
+    def of(cls, table: RangeCosts, problem: SplitProblem, bound: float, rows: int) -> _StageRule:
+        """The rule of ``table`` and ``problem`` under ``bound``, for up to ``rows`` stages from a layer to the end."""
+        n = table.num_layers
+        forbidden = table.forbidden_splits(problem.keep_shared_together)
+        pins = []
+        pin = n - 1
+        for i in range(n - 1, -1, -1):
+            if i in problem.split_after and i < n - 1:
+                pin = i
+            pins.append(pin)
+        wraps = table.head_wraps
+        return cls(n, problem.min_layers, [j == n - 1 or problem.allowed_split(j, forbidden) for j in range(n)],
+                   pins[::-1],
+                   [extra_stash_entries(1, r + 1, wraps) if problem.training else 0 for r in range(rows + 1)],
+                   [extra_stash_entries(0, r, wraps) if problem.training else 0 for r in range(rows + 1)],
+                   min(table.limit, bound))
+
+    def extras(self, i: int) -> list[int]:
+        """Per ``r``: the stash entries of a stage from layer ``i`` with ``r`` stages from it to the end."""
+        return self.first_row if i == 0 else self.later
+
+    def ends(self, r: int, i: int) -> tuple[int, int]:
+        """The first and last layer a stage from ``i`` with ``r`` stages from it to the end may end at: it holds
+        the fewest layers or more and goes past no pin; only the last stage (``r`` = 1) ends at the last layer."""
+        last_layer = self.n - 1
+        if r == 1:
+            return max(i + self.min_layers - 1, last_layer), min(self.pins[i], last_layer)
+        return i + self.min_layers - 1, min(self.pins[i], last_layer - 1)
