@@ -125,7 +125,7 @@ class SharedParts:
         #: keys of those asked for since the last :meth:`forget_deltas` (the others go then).
         self._base: dict[tuple[str, bytes, bytes], Events] = {}
         self._asked: set[tuple[str, bytes, bytes]] = set()
-        #: The positions of the always-live variables in each set of a layer's variables, by the set's key.
+        #: Which variables of each set of a layer's variables are always live, by the set's key.
         self._always: dict[bytes, np.ndarray] = {}
         #: The classes (distinct, and each variable's rank), tiles and bytes as profiled of each set of a layer's
         #: variables, by the set's key.
@@ -207,15 +207,13 @@ class SharedParts:
             found = self._profiled[part.key] = (classes, _narrow(rank), tile, nbytes)
         return found
 
-    def always_at(self, part: VarSet) -> np.ndarray:
-        """The positions in ``part.var`` of its variables always live as profiled (memoised by the set's key:
-        option-free, and a sixth of a layer's at BERT-Large, where a gather of the flags over a layer's variables
-        is a pass over its runs for every option set)."""
+    def always_live(self, part: VarSet) -> np.ndarray:
+        """Which variables of ``part.var`` are always live as profiled (memoised by the set's key: option-free, and
+        a sixth of a layer's at BERT-Large, where a gather of the flags over a layer's variables is a pass over its
+        runs for every option set). Flags, not positions: each split's sides are then two plain comparisons."""
         found = self._always.get(part.key)
         if found is None:
-            # Kept for the plan: in int32 when every position fits (a few million in all at 120 layers).
-            at = _positions(part.gathered(self.classes[0]))
-            found = self._always[part.key] = at.astype(np.int32) if part.var.size < 2**31 else at
+            found = self._always[part.key] = part.gathered(self.classes[0])
         return found
 
     def changes(self, profile: Profile, delta: Delta) -> tuple[np.ndarray, int]:
@@ -497,11 +495,10 @@ class VarSet:
             made = Split(none, none, np.arange(self.var.size))
         else:
             marked = self.gathered(own)
-            always = self.shared.always_at(self)  # kept per set
-            pick = ~marked
-            pick[always] = False
-            kept = ~marked[always]
-            made = Split(Pick(self.shared.key(pick), pick), Pick(b"always:" + self.shared.key(kept), at=always[kept]),
+            always = self.shared.always_live(self)  # kept per set
+            pick = np.greater(~always, marked)  # neither always live nor marked
+            kept = np.greater(always, marked)
+            made = Split(Pick(self.shared.key(pick), pick), Pick(b"always:" + self.shared.key(kept), kept),
                          _positions(marked))
         self._splits.append((own, made))
         return made
