@@ -46,8 +46,16 @@ def expand_ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
     total = int(counts.sum())
     if total == 0:
         return np.zeros(0, np.int64)
-    offsets = np.repeat(np.asarray(starts, np.int64) - np.concatenate(([0], np.cumsum(counts)[:-1])), counts)
-    return np.arange(total, dtype=np.int64) + offsets
+    starts = np.asarray(starts, np.int64)
+    if not counts.all():  # an empty range adds nothing (and would share its place with the next)
+        keep = counts > 0
+        starts, counts = starts[keep], counts[keep]
+    # One running sum: each value is the one before plus one, but a range's first jumps to its start. (np.repeat of
+    # each range's offset was ten times as slow for a layer's private variables: some 3,000 runs of 50.)
+    out = np.ones(total, np.int64)
+    out[0] = starts[0]
+    out[np.cumsum(counts[:-1])] = starts[1:] - starts[:-1] - counts[:-1] + 1
+    return np.cumsum(out, out=out)
 
 
 def gather_csr(ptr: np.ndarray, idx: np.ndarray, rows: np.ndarray | Sequence[int]) -> np.ndarray:

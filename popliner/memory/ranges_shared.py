@@ -121,9 +121,11 @@ class SharedParts:
         self.profile = profile
         self.ops = ops
         self._programs: dict[bytes, ProgramPart] = {}
-        #: The unchanged variables' pieces as profiled, by (what, the layer's variables, which of them).
+        #: The unchanged variables' pieces as profiled, by (what, the layer's variables, which of them); and the
+        #: keys of those asked for since the last :meth:`forget_deltas` (the others go then).
         self._base: dict[tuple[str, bytes, bytes], Events] = {}
-        #: The positions of the always-live variables in each set of a layer's variables, by the set's key.
+        self._asked: set[tuple[str, bytes, bytes]] = set()
+        #: Which variables of each set of a layer's variables are always live, by the set's key.
         self._always: dict[bytes, np.ndarray] = {}
         #: The classes (distinct, and each variable's rank), tiles and bytes as profiled of each set of a layer's
         #: variables, by the set's key.
@@ -205,15 +207,13 @@ class SharedParts:
             found = self._profiled[part.key] = (classes, _narrow(rank), tile, nbytes)
         return found
 
-    def always_at(self, part: VarSet) -> np.ndarray:
-        """The positions in ``part.var`` of its variables always live as profiled (memoised by the set's key:
-        option-free, and a sixth of a layer's at BERT-Large, where a gather of the flags over a layer's variables
-        is a pass over its runs for every option set)."""
+    def always_live(self, part: VarSet) -> np.ndarray:
+        """Which variables of ``part.var`` are always live as profiled (memoised by the set's key: option-free, and
+        a sixth of a layer's at BERT-Large, where a gather of the flags over a layer's variables is a pass over its
+        runs for every option set). Flags, not positions: each split's sides are then two plain comparisons."""
         found = self._always.get(part.key)
         if found is None:
-            # Kept for the plan: in int32 when every position fits (a few million in all at 120 layers).
-            at = _positions(part.gathered(self.classes[0]))
-            found = self._always[part.key] = at.astype(np.int32) if part.var.size < 2**31 else at
+            found = self._always[part.key] = part.gathered(self.classes[0])
         return found
 
     def changes(self, profile: Profile, delta: Delta) -> tuple[np.ndarray, int]:
@@ -330,6 +330,7 @@ class SharedParts:
         caller has them (an unchanged variable's are the profiled ones); read only to make the piece.
         """
         where = (what, part.key, pick.key)
+        self._asked.add(where)
         found = self._base.get(where)
         if found is None:
             at = pick.at
@@ -349,8 +350,8 @@ class SharedParts:
             self._base[where] = found
         return found
 
-    def forget_deltas(self, profiled: bool = False) -> None:
-        """Drop what the option sets made so far; the profile's own parts stay unless ``profiled``.
+    def forget_deltas(self) -> None:
+        """Drop what the option sets made so far, and the profiled pieces none asked for since the last call.
 
         For a caller whose next option sets change other variables (``popliner
         plan`` between recomputation and optimizer-state groups): their deltas,
@@ -359,13 +360,18 @@ class SharedParts:
         for, the same to the byte. Table numbers are not given again, so an
         engine built before still finds nothing of another table.
 
-        ``profiled``: the profiled pieces too, for a caller whose next option sets
-        take other variables as profiled (another recomputation mode: each
-        mode's own grids make the variables it changes, so the pieces of one
-        mode's layers are found by keys no other mode asks for).
+        A profiled piece stays while each group of option sets asks for it: the
+        two states of one recomputation take the same variables as profiled, and
+        the next recomputation's grids often take those of another's (at 120
+        BERT-Large layers, every-layer's grids find about 450 of the pieces
+        pipeline's made: its on-chip first set's layer parts about 2.4 to 1.3 s).
+        A piece the next group does not ask for goes at the call after, so a plan
+        holds about one recomputation's pieces (those of two, at 120 layers, were
+        0.14 GB more).
         """
-        if profiled:
-            self._base.clear()
+        for where in [k for k in self._base if k not in self._asked]:
+            del self._base[where]
+        self._asked.clear()
         self.corrected.clear()
         self.range_figures.clear()
         self.reference = None
@@ -490,11 +496,10 @@ class VarSet:
             made = Split(none, none, np.arange(self.var.size))
         else:
             marked = self.gathered(own)
-            always = self.shared.always_at(self)  # kept per set
-            pick = ~marked
-            pick[always] = False
-            kept = ~marked[always]
-            made = Split(Pick(self.shared.key(pick), pick), Pick(b"always:" + self.shared.key(kept), at=always[kept]),
+            always = self.shared.always_live(self)  # kept per set
+            pick = np.greater(~always, marked)  # neither always live nor marked
+            kept = np.greater(always, marked)
+            made = Split(Pick(self.shared.key(pick), pick), Pick(b"always:" + self.shared.key(kept), kept),
                          _positions(marked))
         self._splits.append((own, made))
         return made

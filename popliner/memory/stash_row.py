@@ -95,8 +95,9 @@ def _grouped_by_class(columns: Columns, candidate: np.ndarray | None, class_step
     # Each pair's row: the sum of its classes' rows (integer-valued float64 below 2**53: exact in any order). A row
     # add per class (a hundred or so): np.add.reduceat over the sorted rows took several times as long.
     summed = np.zeros((pairs[0].size, tiles))
+    out = list(summed)  # views: no view made per add
     for row, pair in zip(rows, pairs[2].tolist()):
-        summed[pair] += row
+        out[pair] += row
     return {"first": pairs[0] - 1, "last": pairs[1] - 1, "dense": _exact_rows(summed)}
 
 

@@ -208,9 +208,8 @@ def plan_pod(analysis: Analysis, request: PodRequest) -> PodPlan:
         if group is not None and group != (options.recompute, options.optimizer_state):
             # The head placements of one recomputation and state share their deltas, range figures and what-if
             # profiles; the next group's are others: a plan holds one group's at a time (gigabytes on a large
-            # profile). Both states of one recomputation take the same variables as profiled (the state is
-            # always live on chip): those pieces go only with the mode.
-            base.shared.forget_deltas(profiled=group[0] != options.recompute)
+            # profile). The profiled pieces stay while the groups ask for them (SharedParts.forget_deltas).
+            base.shared.forget_deltas()
         group = (options.recompute, options.optimizer_state)
         key = (options.head_placement, options.optimizer_state, options.recompute)
         if key in known and known[key] is None:

@@ -259,18 +259,21 @@ class SegmentGrid:
         segments = np.flatnonzero(present)
         if segments.size * tiles > 4 * events:
             return None
-        per_class = whole.astype(np.int64)
+        # In the cells' type: each row's sum is a difference of two subsets' bytes on a tile, which it holds
+        # (cell_dtype), and wrapping integer sums come out exact whenever the result fits.
+        per_class = list(whole.astype(self.dtype))
         position = np.cumsum(present) - 1
-        dense = np.zeros((segments.size, tiles), np.int64)
+        dense = np.zeros((segments.size, tiles), self.dtype)
+        rows = list(dense)  # views: no view made per add
         # Each interval adds its class's row where it starts and takes it where it ends: a few hundred rows per
         # layer, each a contiguous add. (One scatter of every interval x tile cost ten times as much at 1x
         # BERT-Large, and its float64 temporaries were most of a layer's page faults.)
         owner = np.repeat(np.arange(len(intervals)), intervals)
         for k, a, b in zip(owner.tolist(), position[start].tolist(), position[end].tolist()):
             row = per_class[k]
-            dense[a] += row
-            dense[b] -= row
-        return {"rows": segments, "dense": dense.astype(self.dtype), "blocks": np.unique(segments // self.block)}
+            rows[a] += row
+            rows[b] -= row
+        return {"rows": segments, "dense": dense, "blocks": np.unique(segments // self.block)}
 
     def net_change(self, start: np.ndarray, end: np.ndarray, tile: np.ndarray, nbytes: np.ndarray
                    ) -> dict[str, np.ndarray]:
