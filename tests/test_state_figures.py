@@ -111,6 +111,23 @@ def test_a_range_whose_stash_could_hold_the_state_is_evaluated_on_chip(monkeypat
     _held(on, alone, TINY)
 
 
+def test_a_state_live_in_the_forward_cut_window_is_taken_out_of_that_grid_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under pipeline recomputation the state is first live after a re-run set's forward window, whose reading then
+    keeps the set's own; were it live earlier, the forward-cut grid's reading takes it out too."""
+    add = running.StateSide.add
+
+    def early(self: running.StateSide, rows: running.StateRows) -> None:
+        add(self, rows)
+        self.first = 0
+
+    monkeypatch.setattr(running.StateSide, "add", early)
+    # The state is still never stashed in fact (the bundled profiles update after the backward part).
+    monkeypatch.setattr(running.RunningStage, "stash_holds_no_state", lambda self: True)
+    on, state, alone = _both("bert-tiny-training.json", TrainingOptions(recompute="pipeline"), TINY)
+    assert state._state_figure(0, 0) is not None
+    _held(on, alone, TINY)
+
+
 def test_layers_treated_otherwise_take_no_figure(monkeypatch: pytest.MonkeyPatch) -> None:
     """Were some other variable of a layer treated otherwise on chip, that layer's ranges are evaluated on chip."""
     real = figure_share.TableView.differs

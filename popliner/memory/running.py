@@ -17,7 +17,7 @@ import numpy as np
 
 from popliner.memory.liveness import SegmentGrid
 from popliner.memory.liveness.grid import BLOCK, Columns
-from popliner.memory.ranges_shared import VarSet
+from popliner.memory.ranges_shared import MADE, VarSet
 from popliner.memory.rerun import ForwardCut
 from popliner.memory.stash_row import StashRow
 
@@ -106,7 +106,7 @@ class LayerParts:
         events = share.grid.merged(sets[0]), share.grid.owned(sets[1])
         cut_grid = share.cut_grid
         cut = (None, None) if cut_grid is None else (cut_grid.merged(sets[0]), cut_grid.owned(sets[1]))
-        layer_state = None if state is None else LayerState.of(facts, share, private, shared, state)
+        layer_state = None if state is None else LayerState.of(facts, share, sets[0], shared, state)
         return cls(ops, additive, present, lo, hi, shared, shared_pos, events[0], events[1], stash[0],
                    stash[1], units, cut[0], cut[1], state=layer_state)
 
@@ -170,14 +170,16 @@ class StateRows:
         self._cut: tuple[Events, Events] | None = None
 
     @classmethod
-    def of(cls, facts: MemoryFacts, grid: SegmentGrid, var: np.ndarray) -> StateRows:
+    def of(cls, facts: MemoryFacts, grid: SegmentGrid, var: np.ndarray, columns: Columns | None = None) -> StateRows:
+        """``columns``: the variables' classes, tiles and bytes in the facts' profile, when the caller has them."""
         v = facts.profile.variables
-        columns = Columns(v.klass[var], v.tile[var], v.bytes[var])
+        if columns is None:
+            columns = Columns(v.klass[var], v.tile[var], v.bytes[var])
         add = grid.merged(None, columns)
         first = _NEVER_LIVE
         ranked = columns.ranked() if var.size and facts.tiles else None
         if ranked is None:  # float64 bincount: exact while a tile's bytes are below 2**53
-            per_tile = np.bincount(v.tile[var], weights=v.bytes[var], minlength=facts.tiles).astype(np.int64)
+            per_tile = np.bincount(columns.tile, weights=columns.nbytes, minlength=facts.tiles).astype(np.int64)
             steps = np.take(facts.class_steps[0], columns.klass)
         else:  # from the sums per class the grid's change took (float64, exact below 2**53)
             count, whole, _ = columns.class_bytes(facts.tiles)
@@ -198,16 +200,29 @@ class StateRows:
 
 @dataclass(frozen=True)
 class LayerState:
-    """A layer's optimizer state in an off-chip option set that offers its on-chip figures: its private state
-    variables' :class:`StateRows`, and which of its shared variables are state (the set takes those new to it)."""
+    """A layer's optimizer state in an off-chip option set that offers its on-chip figures: the :class:`StateRows` of
+    its private state variables the option set makes on its grid, and which of its shared variables are state (the
+    set takes those new to it).
+
+    A state variable taken as profiled (none, off chip: each has its own live steps there) would be always live in
+    both placements: it stays in the grid, and out of the state's rows and bytes.
+    """
 
     private: StateRows
     shared: np.ndarray  # bool per shared variable of the layer
 
     @classmethod
-    def of(cls, facts: MemoryFacts, share: EngineShare, private: np.ndarray, shared: np.ndarray,
+    def of(cls, facts: MemoryFacts, share: EngineShare, private: VarSet, shared: np.ndarray,
            state: np.ndarray) -> LayerState:
-        return cls(StateRows.of(facts, share.grid.grid, private[np.take(state, private)]), np.take(state, shared))
+        grid, own = share.grid.grid, share.grid.own
+        # The made side's variables and columns, which the layer's own grid change read already (no gather over
+        # the variable columns again); the state among them (all of them unless other variables change too).
+        var, columns = private.made_var(own), private.picked(grid.p, own, MADE)
+        flags = np.take(state, var)
+        if not flags.all():
+            at = np.flatnonzero(flags)
+            var, columns = var[at], Columns(columns.klass[at], columns.tile[at], columns.nbytes[at])
+        return cls(StateRows.of(facts, grid, var, columns), np.take(state, shared))
 
 
 class StateSide:
@@ -269,6 +284,8 @@ class RunningStage:
         self.forward_cut = forward_cut
         #: An off-chip option set that offers its on-chip figures: the set's optimizer state (:meth:`on_chip_peak`).
         self.state = StateSide(self.tiles) if state else None
+        #: The last re-run reading's forward-cut figure: (layers in the set, b0, peak per tile).
+        self._cut_read: tuple[int, int, np.ndarray] | None = None
 
     @property
     def holds_grids(self) -> bool:
@@ -343,7 +360,10 @@ class RunningStage:
         for the set's operations; the same figure as :func:`popliner.memory.stages.stage_memory`'s, to the byte.
         """
         assert self.forward_cut is not None  # built for pipeline recomputation
-        return np.asarray(np.maximum(self.forward_cut.peak(self.lo, b0 - 1), self.grid.peak(b0, self.hi)))
+        cut = self.forward_cut.peak(self.lo, b0 - 1)
+        # Kept for an on-chip reading of the same set (on_chip_peak), whose forward window usually holds no state.
+        self._cut_read = (len(self.ops), b0, cut)
+        return np.asarray(np.maximum(cut, self.grid.peak(b0, self.hi)))
 
     def on_chip_peak(self, b0: int | None) -> np.ndarray:
         """The variables peak of the same set with its optimizer state always live (on chip), from this set's, whose
@@ -360,9 +380,11 @@ class RunningStage:
         if self.hi < self.lo:
             return np.zeros(self.tiles, np.int64)  # no step: nothing is live
         grids = [(self.grid, [(r.add, r.take) for r in side.rows])]
+        cut_read = self._cut_read
         if b0 is not None and side.first < b0:  # the forward-cut window, before b0, holds some state
             assert self.forward_cut is not None  # a re-run set
             grids.append((self.forward_cut.grid, [r.cut(self.forward_cut.grid) for r in side.rows]))
+            cut_read = None
         held = []
         for grid, rows in grids:
             rows = [(add, take) for add, take in rows if add["blocks"].size]
@@ -370,7 +392,13 @@ class RunningStage:
                 held.append((grid, rows, grid.hold(np.unique(np.concatenate([add["blocks"] for add, _ in rows])))))
                 for _, take in rows:
                     grid.add(take)
-        peak = self.variables_peak() if b0 is None else self.rerun_variables_peak(b0)
+        if b0 is None:
+            peak = self.variables_peak()
+        elif cut_read is not None and cut_read[:2] == (len(self.ops), b0):  # the set's own reading's, unchanged
+            peak = np.maximum(cut_read[2], self.grid.peak(b0, self.hi))
+        else:
+            peak = self.rerun_variables_peak(b0)
+            self._cut_read = None  # of the set without its state: no reading of the set's own
         for grid, rows, kept in held:
             for add, _ in rows:
                 grid.add(add)
