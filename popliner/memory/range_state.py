@@ -9,6 +9,10 @@ at) is costly to build. :class:`RangeMemo` holds it, one
 scenario owns its memo (:attr:`popliner.analysis.Analysis.range_memo`), so
 it lives exactly as long as the scenario: no cache outside it, and a table
 built anywhere on the same scenario reuses it. The facts hold none of it.
+
+Between scenarios, when their base shares (``popliner plan``): figures of ranges that other option sets treat
+alike (:mod:`popliner.memory.figure_share`), and the on-chip figures an off-chip option set offers the on-chip one
+of the same recomputation and layering (:class:`StateFigures`).
 """
 
 from __future__ import annotations
