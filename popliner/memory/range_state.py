@@ -84,8 +84,9 @@ class _StateShelf:
 def share_state_figures(shared: SharedParts) -> None:
     """Have the off-chip option sets built on ``shared`` from now on offer their on-chip figures
     (:class:`StateFigures`): for a caller that builds both states of a recomputation, the off-chip one first
-    (``popliner plan``). Sharing must be on (:meth:`SharedParts.share_between_option_sets`)."""
-    shared.view_memo.setdefault(_STATE_FIGURES, _StateShelf())
+    (``popliner plan``). Sharing must be on (:meth:`SharedParts.share_between_option_sets`). An offer an earlier
+    caller left (no on-chip set took it) goes."""
+    shared.view_memo[_STATE_FIGURES] = _StateShelf()
 
 
 class RangeMemo:
