@@ -23,6 +23,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -52,12 +53,39 @@ def fresh_directory(*, model: bool = False) -> Iterator[Path]:
         yield where
 
 
+#: Held while a launcher is written and while a command is started. scripts/docs.py runs pages and images in
+#: threads: a command forked by one thread while another has its launcher open for writing holds that file open
+#: until it execs, and the other's launcher then fails to start ("Text file busy"). Popen returns once its child
+#: has exec'd, so under this lock no child holds a launcher open.
+_SPAWNING = threading.Lock()
+
+
+def completed(args: list[str], cwd: Path, stderr: int, env: dict[str, str] | None = None,
+              timeout: float | None = TIMEOUT) -> subprocess.CompletedProcess[bytes]:
+    """``args`` run to their end in ``cwd``, stdout captured: as ``subprocess.run``, started under
+    :data:`_SPAWNING` (every command the docs run is started here)."""
+    with _SPAWNING:
+        proc = subprocess.Popen(args, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=stderr)
+    with proc:
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            raise
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
 def _environment(where: Path) -> dict[str, str]:
+    """The commands' environment in ``where``; its ``popliner`` launcher is written once, under :data:`_SPAWNING`."""
     shim = where / ".bin"
-    shim.mkdir(exist_ok=True)
     launcher = shim / "popliner"
-    launcher.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} -m popliner "$@"\n', encoding="utf-8")
-    launcher.chmod(0o755)
+    with _SPAWNING:
+        if not launcher.exists():
+            shim.mkdir(exist_ok=True)
+            launcher.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} -m popliner "$@"\n',
+                                encoding="utf-8")
+            launcher.chmod(0o755)
     return {
         "PATH": f"{shim}{os.pathsep}{os.path.dirname(sys.executable)}{os.pathsep}/usr/bin{os.pathsep}/bin",
         "PYTHONPATH": str(ROOT), "HOME": str(where), "POPLINER_CACHE_DIR": str(where / ".cache" / "popliner"),
@@ -71,13 +99,15 @@ def _masked(text: str, where: Path) -> str:
     return _WHEN.sub("YYYY-MM-DD hh:mm", _SECONDS.sub("… s", text))
 
 
+def _shell(command: str, where: Path, stderr: int) -> subprocess.CompletedProcess[bytes]:
+    """``bash -c command`` in ``where`` with the docs' environment, its stdout captured."""
+    return completed(["bash", "-c", command], where, stderr, _environment(where))
+
+
 def run(command: str, where: Path, *, stream: str = "both", expect: int | tuple[int, ...] = 0) -> str:
     """Run one shell command in ``where``; its output (``stream``: stdout, stderr or both as a terminal
     shows them), masked. A command whose exit status is not ``expect`` stops the generation."""
-    env = _environment(where)
-    err = subprocess.STDOUT if stream == "both" else subprocess.PIPE
-    done = subprocess.run(["bash", "-c", command], cwd=where, env=env, stdout=subprocess.PIPE, stderr=err,
-                          timeout=TIMEOUT, check=False)
+    done = _shell(command, where, subprocess.STDOUT if stream == "both" else subprocess.PIPE)
     if done.returncode not in ((expect,) if isinstance(expect, int) else expect):
         both = done.stdout.decode(errors="replace") + (done.stderr or b"").decode(errors="replace")
         raise SystemExit(f"docs: `{command}` exited {done.returncode}, the page expects {expect}:\n{both}")
@@ -159,8 +189,7 @@ def python_output(code: str, *, model: bool = False) -> None:
 def split_of(command: str, model: bool = False) -> dict[str, Any]:
     """The split JSON (stdout) of a ``--solve`` command, for a figure the prose states."""
     with fresh_directory(model=model) as where:
-        done = subprocess.run(["bash", "-c", command], cwd=where, env=_environment(where), stdout=subprocess.PIPE,
-                              stderr=subprocess.DEVNULL, timeout=TIMEOUT, check=False)
+        done = _shell(command, where, subprocess.DEVNULL)
     if done.returncode not in (0, 3):
         raise SystemExit(f"docs: `{command}` exited {done.returncode}")
     return json.loads(done.stdout)  # type: ignore[no-any-return]

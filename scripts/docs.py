@@ -28,7 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from docgen import ROOT, fresh_directory, run  # noqa: E402
+from docgen import ROOT, completed, fresh_directory, run  # noqa: E402
 
 IMAGES_DIR = ROOT / "docs" / "images"
 BERT = "fixtures/profiles/bert-base-training.json.gz"
@@ -73,9 +73,9 @@ def pages() -> list[Path]:
 def _cog(page: Path, check: bool) -> tuple[Path, bool, str, float]:
     start = time.monotonic()
     mode = ["--check", "--diff", "--check-fail-msg=run: python scripts/docs.py"] if check else ["-r"]
-    done = subprocess.run([sys.executable, "-m", "cogapp", "-P", "-I", str(ROOT / "scripts"), *mode, str(page)],
-                          cwd=ROOT, capture_output=True, text=True, check=False)
-    return page, done.returncode == 0, done.stdout + done.stderr, time.monotonic() - start
+    done = completed([sys.executable, "-m", "cogapp", "-P", "-I", str(ROOT / "scripts"), *mode, str(page)], ROOT,
+                     subprocess.PIPE, timeout=None)
+    return page, done.returncode == 0, (done.stdout + done.stderr).decode(errors="replace"), time.monotonic() - start
 
 
 def _image(image: Image, check: bool) -> tuple[str, bool, str, float]:
