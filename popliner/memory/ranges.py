@@ -296,9 +296,6 @@ class ProfileRanges:
         """Evaluate ``i..j`` for growing ``j`` up to ``upto`` or until the range overflows the limit."""
         shared = self._shared
         state: RunningStage | None = None
-        # Off chip, offering on-chip figures (range_state.StateFigures): the row's on-chip figures so far are within
-        # the limit (the on-chip table reads no further than the first over it).
-        on_chip = shared.on_chip_open(i, i, self.limit)
         for j in range(i, upto + 1):
             known = shared.figures.get((i, j))
             if known is None and self._work is not None:
@@ -310,11 +307,10 @@ class ProfileRanges:
                 check_deadline(self.deadline)
                 if state is None:
                     state = self._running_set(i, j)
-                    on_chip = on_chip and state.state is not None and shared.on_chip_open(i, j, self.limit)
                 state.add(shared.layer_parts(j))
                 window = shared.rerun_window(i, j)  # the set holds layers i..j, no wrapped head
-                b0 = None if window is None else window[0]
-                peak = state.variables_peak() if b0 is None else state.rerun_variables_peak(b0)
+                rerun = None if window is None else state.rerun_variables_peak(window[0])
+                peak = state.variables_peak() if rerun is None else rerun
                 total = state.total_per_tile(peak)
                 shared.peaks[(i, j)] = peak  # stage_memory's, if this range is chosen
                 # Same figure as stages.stash_entry_per_tile, from the running set of variables. Taken
@@ -323,9 +319,6 @@ class ProfileRanges:
                 stash = state.stash_entry() if self._training else np.zeros_like(total)
                 known = shared.figures[(i, j)] = (int(total.max()), stash, total)
                 shared.keep_figure(i, j, known, peak)
-                if on_chip:
-                    worst = shared.offer_on_chip(i, j, state, b0, known, peak)
-                    on_chip = worst is None or worst <= self.limit
             elif state is not None:
                 check_deadline(self.deadline)
                 state.add(shared.layer_parts(j))
@@ -368,7 +361,7 @@ class ProfileRanges:
             if not state.holds_grids:
                 state.restore_grid()  # another set used the grids since: put this one back
         else:
-            state = shared.running_set(shared.layer_ops[i:] if self._training else None, offer=True)
+            state = shared.running_set(shared.layer_ops[i:] if self._training else None)
         for k in range(i + len(state.ops), j):  # figures known: grow the running set only
             check_deadline(self.deadline)
             state.add(shared.layer_parts(k))

@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from popliner.memory.liveness import SegmentGrid
-from popliner.memory.liveness.grid import BLOCK, Columns
-from popliner.memory.ranges_shared import MADE, VarSet
+from popliner.memory.liveness.grid import BLOCK
+from popliner.memory.ranges_shared import VarSet
 from popliner.memory.rerun import ForwardCut
 from popliner.memory.stash_row import StashRow
 
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from popliner.memory.facts import MemoryFacts
     from popliner.memory.ranges_shared import EngineShare
 
-__all__ = ["PIECES", "FreshParts", "LayerParts", "LayerState", "Pieces", "RunningStage", "StateSide"]
+__all__ = ["PIECES", "FreshParts", "LayerParts", "Pieces", "RunningStage"]
 
 
 Events = dict[str, np.ndarray]
@@ -81,20 +81,17 @@ class LayerParts:
     #: The shared parts a range takes, by which shared variables are new to it (:class:`FreshParts`): a layer
     #: meets a few such patterns (first in its range, or after the layer before it), each kept once it is seen.
     fresh_parts: dict[bytes, FreshParts] = field(default_factory=dict, repr=False)
-    #: An off-chip option set that offers its on-chip figures: the layer's optimizer state (:class:`LayerState`).
-    state: LayerState | None = None
 
     @classmethod
     def of(cls, facts: MemoryFacts, ops: np.ndarray, share: EngineShare,
-           variables: tuple[np.ndarray, np.ndarray, np.ndarray], sets: tuple[VarSet, VarSet] | None = None,
-           state: np.ndarray | None = None) -> LayerParts:
+           variables: tuple[np.ndarray, np.ndarray, np.ndarray], sets: tuple[VarSet, VarSet] | None = None
+           ) -> LayerParts:
         """The layer's parts: the profile's option-free parts (``share``, with its grids) and the option set's own.
 
         ``variables``: its (private, shared) counted variables and the shared
         ones' positions in ``multi_layer_index``
         (:meth:`popliner.memory.layer_vars.LayerVariables.split`); ``sets``: the
-        same two sets of variables as :class:`VarSet`, when the caller has them. ``state``: the optimizer state
-        (bool per variable) of an off-chip option set that offers its on-chip figures (:class:`LayerState`).
+        same two sets of variables as :class:`VarSet`, when the caller has them.
         """
         additive, present, units, lo, hi = share.shared.programs(facts, ops)
         private, shared, shared_pos = variables
@@ -106,9 +103,8 @@ class LayerParts:
         events = share.grid.merged(sets[0]), share.grid.owned(sets[1])
         cut_grid = share.cut_grid
         cut = (None, None) if cut_grid is None else (cut_grid.merged(sets[0]), cut_grid.owned(sets[1]))
-        layer_state = None if state is None else LayerState.of(facts, share, sets[0], shared, state)
         return cls(ops, additive, present, lo, hi, shared, shared_pos, events[0], events[1], stash[0],
-                   stash[1], units, cut[0], cut[1], state=layer_state)
+                   stash[1], units, cut[0], cut[1])
 
     def fresh(self, fresh: np.ndarray, grid: SegmentGrid, cut_grid: SegmentGrid | None) -> FreshParts:
         """The shared parts a range takes when ``fresh`` (per shared variable) flags those new to it, on the range
@@ -147,99 +143,6 @@ class FreshParts:
                    None if stash is None else _pieces_of(stash, fresh))
 
 
-
-#: The first live step of no variable: a set whose optimizer state is never live off chip.
-_NEVER_LIVE = 2**62
-
-
-class StateRows:
-    """Some optimizer-state variables of an off-chip option set: what its on-chip twin reads otherwise.
-
-    Off chip each is live only around its own update (:func:`popliner.memory.whatif.rewrite`), on chip always: the
-    variables' net change of the grid (:meth:`SegmentGrid.merged`) and its negation (``add``, ``take``), their bytes
-    per tile (all live at every step on chip) and the earliest step any of them is live off chip (``first``), by
-    which a stash entry, or a reading of the forward-cut grid (``--recompute pipeline``), is seen to hold none of
-    them. Their change of the forward-cut grid is made only for a reading that holds some (:meth:`cut`).
-    """
-
-    def __init__(self, var: np.ndarray, add: Events, per_tile: np.ndarray, first: int) -> None:
-        self.var = var
-        self.add, self.take = add, _negated(add)
-        self.per_tile = per_tile
-        self.first = first
-        self._cut: tuple[Events, Events] | None = None
-
-    @classmethod
-    def of(cls, facts: MemoryFacts, grid: SegmentGrid, var: np.ndarray, columns: Columns | None = None) -> StateRows:
-        """``columns``: the variables' classes, tiles and bytes in the facts' profile, when the caller has them."""
-        v = facts.profile.variables
-        if columns is None:
-            columns = Columns(v.klass[var], v.tile[var], v.bytes[var])
-        add = grid.merged(None, columns)
-        first = _NEVER_LIVE
-        ranked = columns.ranked() if var.size and facts.tiles else None
-        if ranked is None:  # float64 bincount: exact while a tile's bytes are below 2**53
-            per_tile = np.bincount(columns.tile, weights=columns.nbytes, minlength=facts.tiles).astype(np.int64)
-            steps = np.take(facts.class_steps[0], columns.klass)
-        else:  # from the sums per class the grid's change took (float64, exact below 2**53)
-            count, whole, _ = columns.class_bytes(facts.tiles)
-            per_tile = whole.sum(axis=0).astype(np.int64)
-            steps = np.take(facts.class_steps[0], ranked[0][count > 0])
-        steps = steps[steps >= 0]
-        if steps.size:
-            first = int(steps.min())
-        return cls(var, add, per_tile, first)
-
-    def cut(self, grid: SegmentGrid) -> tuple[Events, Events]:
-        """(add, take) on the forward-cut grid ``grid`` (made when first asked)."""
-        if self._cut is None:
-            add = grid.merged(self.var)
-            self._cut = (add, _negated(add))
-        return self._cut
-
-
-@dataclass(frozen=True)
-class LayerState:
-    """A layer's optimizer state in an off-chip option set that offers its on-chip figures: the :class:`StateRows` of
-    its private state variables the option set makes on its grid, and which of its shared variables are state (the
-    set takes those new to it).
-
-    A state variable taken as profiled (none, off chip: each has its own live steps there) would be always live in
-    both placements: it stays in the grid, and out of the state's rows and bytes.
-    """
-
-    private: StateRows
-    shared: np.ndarray  # bool per shared variable of the layer
-
-    @classmethod
-    def of(cls, facts: MemoryFacts, share: EngineShare, private: VarSet, shared: np.ndarray,
-           state: np.ndarray) -> LayerState:
-        grid, own = share.grid.grid, share.grid.own
-        # The made side's variables and columns, which the layer's own grid change read already (no gather over
-        # the variable columns again); the state among them (all of them unless other variables change too).
-        var, columns = private.made_var(own), private.picked(grid.p, own, MADE)
-        flags = np.take(state, var)
-        if not flags.all():
-            at = np.flatnonzero(flags)
-            var, columns = var[at], Columns(columns.klass[at], columns.tile[at], columns.nbytes[at])
-        return cls(StateRows.of(facts, grid, var, columns), np.take(state, shared))
-
-
-class StateSide:
-    """The optimizer state of an off-chip running set, layer by layer: what its on-chip reading takes out of the
-    grids, and its bytes per tile, which that reading adds as always live (:meth:`RunningStage.on_chip_peak`)."""
-
-    def __init__(self, tiles: int) -> None:
-        self.rows: list[StateRows] = []
-        self.per_tile = np.zeros(tiles, np.int64)
-        self.first = _NEVER_LIVE
-
-    def add(self, rows: StateRows) -> None:
-        self.rows.append(rows)
-        self.per_tile += rows.per_tile
-        self.first = min(self.first, rows.first)
-
-
 class RunningStage:
     """Running per-tile memory of a growing set of operations.
 
@@ -255,7 +158,7 @@ class RunningStage:
     """
 
     def __init__(self, facts: MemoryFacts, grid: SegmentGrid, row_ops: list[np.ndarray] | None = None,
-                 forward_cut: ForwardCut | None = None, state: bool = False) -> None:
+                 forward_cut: ForwardCut | None = None) -> None:
         self.facts = facts
         p = facts.profile
         self.tiles = p.tiles
@@ -282,10 +185,6 @@ class RunningStage:
         #: which of its shared variables were new to the set (not the filtered events: a plan keeps a set per row).
         self.grid_adds: list[tuple[LayerParts, np.ndarray]] = []
         self.forward_cut = forward_cut
-        #: An off-chip option set that offers its on-chip figures: the set's optimizer state (:meth:`on_chip_peak`).
-        self.state = StateSide(self.tiles) if state else None
-        #: The last re-run reading's forward-cut figure: (layers in the set, b0, peak per tile).
-        self._cut_read: tuple[int, int, np.ndarray] | None = None
 
     @property
     def holds_grids(self) -> bool:
@@ -331,12 +230,6 @@ class RunningStage:
         if self.stash is not None and parts.private_stash is not None and taken.stash is not None:
             for cols in (*parts.private_stash, *taken.stash):
                 self.stash.add(cols)
-        if self.state is not None:
-            assert parts.state is not None  # made for a set that keeps its state apart
-            self.state.add(parts.state.private)
-            new = parts.shared[fresh & parts.state.shared]
-            if new.size:  # shared state variables new to the set (none in the bundled profiles)
-                self.state.add(StateRows.of(self.facts, self.grid, new))
 
     def _fresh_parts(self, parts: LayerParts, fresh: np.ndarray) -> FreshParts:
         """The layer's shared parts new to the set (``fresh``: per shared variable)."""
@@ -360,72 +253,13 @@ class RunningStage:
         for the set's operations; the same figure as :func:`popliner.memory.stages.stage_memory`'s, to the byte.
         """
         assert self.forward_cut is not None  # built for pipeline recomputation
-        cut = self.forward_cut.peak(self.lo, b0 - 1)
-        # Kept for an on-chip reading of the same set (on_chip_peak), whose forward window usually holds no state.
-        self._cut_read = (len(self.ops), b0, cut)
-        return np.asarray(np.maximum(cut, self.grid.peak(b0, self.hi)))
-
-    def on_chip_peak(self, b0: int | None) -> np.ndarray:
-        """The variables peak of the same set with its optimizer state always live (on chip), from this set's, whose
-        state is live around its updates only (off chip): read with the state's rows taken out of the grids, plus
-        its bytes per tile. ``b0``: a re-run set's backward start (:meth:`rerun_variables_peak`), else None.
-
-        The same figure as the on-chip set's own to the byte: every other variable has the same live steps in
-        both, and this grid's segments refine the on-chip one's (a step is read in both). Read right after the
-        set's own figure in the same window: the grids are left as that reading left them, their sums too
-        (:meth:`SegmentGrid.hold`), so the next reading refreshes no block of the state again.
-        """
-        side = self.state
-        assert side is not None  # a set that keeps its state apart
-        if self.hi < self.lo:
-            return np.zeros(self.tiles, np.int64)  # no step: nothing is live
-        grids = [(self.grid, [(r.add, r.take) for r in side.rows])]
-        cut_read = self._cut_read
-        if b0 is not None and side.first < b0:  # the forward-cut window, before b0, holds some state
-            assert self.forward_cut is not None  # a re-run set
-            grids.append((self.forward_cut.grid, [r.cut(self.forward_cut.grid) for r in side.rows]))
-            cut_read = None
-        held = []
-        for grid, rows in grids:
-            rows = [(add, take) for add, take in rows if add["blocks"].size]
-            if rows:
-                held.append((grid, rows, grid.hold(np.unique(np.concatenate([add["blocks"] for add, _ in rows])))))
-                for _, take in rows:
-                    grid.add(take)
-        if b0 is None:
-            peak = self.variables_peak()
-        elif cut_read is not None and cut_read[:2] == (len(self.ops), b0):  # the set's own reading's, unchanged
-            peak = np.maximum(cut_read[2], self.grid.peak(b0, self.hi))
-        else:
-            peak = self.rerun_variables_peak(b0)
-            self._cut_read = None  # of the set without its state: no reading of the set's own
-        for grid, rows, kept in held:
-            for add, _ in rows:
-                grid.add(add)
-            grid.put_back(kept)
-        return np.asarray(peak + side.per_tile)
-
-    def stash_holds_no_state(self) -> bool:
-        """Does the last stash entry hold none of the set's optimizer state (off chip a stash candidate)? Its
-        forward part ends before the state is first live."""
-        assert self.state is not None and self.stash is not None
-        windows = self.stash.windows
-        return windows is None or self.state.first > windows[1]
+        return np.asarray(np.maximum(self.forward_cut.peak(self.lo, b0 - 1), self.grid.peak(b0, self.hi)))
 
     def stash_entry(self) -> np.ndarray:
         """:func:`popliner.memory.stages.stash_entry_per_tile` of the set so far (training)."""
         assert self.stash is not None  # built with the row's operations in training
         return self.stash.entry(len(self.ops) - 1)
 
-
-
-def _negated(events: Events) -> Events:
-    """A net change of the grid (:meth:`SegmentGrid.merged`) taken back."""
-    if "rows" in events:
-        return {**events, "dense": -events["dense"]}
-    if "cells" in events:
-        return {**events, "delta": -events["delta"]}
-    return {**events, "nbytes": -events["nbytes"]}
 
 
 def _merged(grid: SegmentGrid, pieces: tuple[Events, ...]) -> tuple[Events, ...]:

@@ -17,7 +17,6 @@ import numpy as np
 from popliner.arrays import rank_by_table, unique_inverse
 from popliner.memory.liveness.grid import Columns
 from popliner.memory.stages import select_stash, stash_windows
-from popliner.memory.stash_rule import StashWindows
 
 if TYPE_CHECKING:
     from popliner.memory.facts import MemoryFacts
@@ -198,16 +197,13 @@ class StashRow:
         self._starts: list[int] = []
         self._held = np.zeros(0, bool)
         self._entry = np.zeros(self.tiles, np.int64)
-        #: The last entry's stash windows (None: no stash), which an on-chip figure taken from an off-chip set
-        #: reads (:meth:`popliner.memory.running.RunningStage.stash_holds_no_state`).
-        self.windows: StashWindows | None = None
 
     def add(self, cols: dict[str, np.ndarray]) -> None:
         self.chunks.append(cols)
 
     def entry(self, at: int) -> np.ndarray:
         """The entry after ``at + 1`` growths."""
-        windows = self.windows = stash_windows(self.facts, self._ops_upto(at))
+        windows = stash_windows(self.facts, self._ops_upto(at))
         if windows is None:
             return np.zeros(self.tiles, np.int64)
         self._take_new()

@@ -200,12 +200,6 @@ def plan_pod(analysis: Analysis, request: PodRequest) -> PodPlan:
     check_range_tables(base.profile, layers)
     work = RangeWork(base.profile)
     base.shared.share_between_option_sets()
-    if len({o.optimizer_state for o, _ in option_sets}) > 1:
-        from popliner.memory.range_state import share_state_figures
-
-        # The off-chip option sets come first (_option_sets) and offer their ranges' on-chip figures: the on-chip
-        # sets evaluate only the ranges they do not give.
-        share_state_figures(base.shared)
     # Sharded by R, each depth is an option set of its own: one deeper than its layers builds no memory facts, it
     # takes what the same options said at a smaller depth (the depths come in increasing order).
     known: dict[tuple[str, str, str], OptionSearch | None] = {}
@@ -262,12 +256,9 @@ def _option_sets(base: ProfileBase, given: TrainingOptions, request: PodRequest,
     placements = _buildable(base, given, request, placements, notes)
     shard = training and request.sharded_optimizer_state
     # The placements innermost: they share the deltas of one recomputation and state, and the states of one
-    # recomputation its profiled pieces (plan_pod). Off chip first: its tables read every range the on-chip ones
-    # do and more (the state is live in fewer steps), and give the on-chip figures of those on the way
-    # (popliner.memory.range_state.StateFigures). The order of the option sets changes no answer: the
-    # configurations are ranked by a key that tells every two apart.
+    # recomputation its profiled pieces (plan_pod).
     for recompute in recomputes:
-        for state in sorted(states, key=lambda s: s != "off-chip"):
+        for state in states:
             for placement in placements:
                 changes: dict[str, Any] = {"recompute": recompute, "head_placement": placement,
                                            "optimizer_state": state, "replication_factor": 1,

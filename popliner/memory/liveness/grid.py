@@ -10,15 +10,13 @@ it took a solve 1.7 to 2 times the CPU seconds; it is the tests' oracle now,
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
 from popliner.arrays import expand_ranges, rank_by_table, union_of, unique_inverse
 from popliner.profile.limits import check_grid_cells
 from popliner.profile.model import Profile
 
-__all__ = ["BLOCK", "Columns", "Held", "SegmentGrid", "cell_dtype", "segment_ends"]
+__all__ = ["BLOCK", "Columns", "SegmentGrid", "cell_dtype", "segment_ends"]
 
 #: Segments per block (:class:`SegmentGrid`). A reading refreshes the blocks a layer touched (a layer of the
 #: synthetic BERT-Large touches about 6 per part) and chains the touched blocks: 32 reads a range 15 % faster
@@ -92,21 +90,6 @@ class Columns:
         # Integer-valued float64 below 2**53: the sum of the two halves is exact.
         self._whole = (counts.sum(axis=1), sums[:, 0] + sums[:, 1])
         return (*self._whole, (counts[:, 1], sums[:, 1]))
-
-
-@dataclass(frozen=True)
-class Held:
-    """A grid's sums at some blocks, kept by :meth:`SegmentGrid.hold` (fancy-indexed: copies)."""
-
-    blocks: np.ndarray
-    block_sum: np.ndarray
-    block_max: np.ndarray
-    stale: np.ndarray
-    max_stale: np.ndarray
-    touched: np.ndarray
-    known: int
-    before: np.ndarray | None
-    end_rows: dict[tuple[int, int, int], np.ndarray]
 
 
 class SegmentGrid:
@@ -192,33 +175,6 @@ class SegmentGrid:
             self.max_stale[:] = False
             self._known = min(self._known, int(touched[0]))
             self._end_rows = {}
-
-    def hold(self, blocks: np.ndarray) -> Held:
-        """What a reading can change of the sums kept at ``blocks`` (sorted, distinct) and at the blocks stale now,
-        for :meth:`put_back` once their cells are as they were: a reading in between (of other cells, added then
-        taken back) leaves the grid as it found it, with no block to refresh again."""
-        stale = np.flatnonzero(self.stale)
-        if stale.size:
-            blocks = np.union1d(blocks, stale)
-        first = int(blocks[0])
-        known = self._known
-        before = self._before[first:known + 1].copy() if known >= first else None
-        return Held(blocks, self.block_sum[blocks], self.block_max[blocks], self.stale[blocks],
-                    self.max_stale[blocks], self.touched[blocks], known, before, self._end_rows)
-
-    def put_back(self, held: Held) -> None:
-        """Take the sums :meth:`hold` kept back (the cells must be as they were then)."""
-        blocks = held.blocks
-        self.block_sum[blocks] = held.block_sum
-        self.block_max[blocks] = held.block_max
-        self.stale[blocks] = held.stale
-        self.max_stale[blocks] = held.max_stale
-        self.touched[blocks] = held.touched
-        if held.before is not None:
-            first = int(blocks[0])
-            self._before[first:first + len(held.before)] = held.before
-        self._known = held.known
-        self._end_rows = held.end_rows
 
     def events_of(self, var_idx: np.ndarray, with_owner: bool = False,
                   klass: np.ndarray | None = None) -> dict[str, np.ndarray]:
