@@ -242,14 +242,20 @@ def plain_edges(table: Forbidding, problem: SplitProblem, stages: int,
     return out
 
 
+def _ordered(case: tuple[Forbidding, SplitProblem], cap: float
+             ) -> tuple[Forbidding, SplitProblem, tuple[Objective, Objective, Objective], RangeValues | None]:
+    """A drawn case with its objective order and objective 1's values under ``cap`` (None when it is memory)."""
+    table, problem = case
+    order = objective_order(table)
+    return table, problem, order, RangeValues(table, order[0], cap) if not order[0].uses_memory else None
+
+
 @pytest.mark.parametrize("count", examples(100, 300))
 def test_the_edges_are_every_fitting_range_and_from_start_those_reached(count: int) -> None:
     @sized(count)
     @given(cases(), st.sampled_from([INF, 0.0, 4.0, 9.0]))
     def run(case: tuple[Forbidding, SplitProblem], cap: float) -> None:
-        table, problem = case
-        order = objective_order(table)
-        first = RangeValues(table, order[0], cap) if not order[0].uses_memory else None
+        table, problem, order, first = _ordered(case, cap)
         for k in range(1, min(problem.num_ipus, table.num_layers) + 1):
             plain = plain_edges(table, problem, k, cap)
             got = position_edges(table, problem, k, order, cap, None, first)
@@ -274,9 +280,7 @@ def test_with_the_suffix_dp_the_edges_are_those_reached_from_which_the_end_is_re
     @sized(count)
     @given(cases(), st.sampled_from([INF, 0.0, 4.0, 9.0]))
     def run(case: tuple[Forbidding, SplitProblem], cap: float) -> None:
-        table, problem = case
-        order = objective_order(table)
-        first = RangeValues(table, order[0], cap) if not order[0].uses_memory else None
+        table, problem, order, first = _ordered(case, cap)
         most = min(problem.num_ipus, table.num_layers)
         suffixes = suffix_table(table, problem, float(table.limit), most)
         for k in range(1, most + 1):
