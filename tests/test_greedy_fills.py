@@ -114,7 +114,7 @@ def problems(draw):
     return table, problem
 
 
-@pytest.mark.parametrize("count", examples(150, 600))
+@pytest.mark.parametrize("count", examples(75, 600))
 def test_greedy_picks_the_plan_of_trying_every_depth_in_turn(count):
     @sized(count)
     @given(problems())

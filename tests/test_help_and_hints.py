@@ -136,7 +136,9 @@ def test_exit_3_says_it_wrote_the_config(tmp_path):
     assert re.search(r"^popliner: wrote p\.yaml \(.*over budget\)$", result.stderr, flags=re.M), result.stderr
 
 
-@pytest.mark.parametrize("name", ["step.trace.json", "step.txt", "step.json", "step.svg"])
+# Two writers in the main suite, all four in the slow step (main suite time: a simulate run each).
+@pytest.mark.parametrize("name", [pytest.param("step.trace.json", marks=pytest.mark.slow),
+                                  pytest.param("step.txt", marks=pytest.mark.slow), "step.json", "step.svg"])
 def test_simulate_says_what_it_wrote(tmp_path, name):
     made = _run(tmp_path, str(TINY_TRAINING), "--solve", "--num-ipus", "2", "--config-out", "p.yaml")
     assert made.returncode == 0, made.stderr

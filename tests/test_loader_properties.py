@@ -299,7 +299,7 @@ def assert_matches(doc: Doc, p: Profile) -> None:
         assert {k: a.tolist() for k, a in p.tile_memory.items()} == expected
 
 
-@pytest.mark.parametrize("count", examples(40, 120))
+@pytest.mark.parametrize("count", examples(20, 120))
 def test_random_valid_documents_load_exactly(count: int) -> None:
     @settings(SETTINGS, max_examples=count)
     @given(doc=documents(), ascii_only=st.booleans(), packed=st.booleans())

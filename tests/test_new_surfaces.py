@@ -102,7 +102,8 @@ def test_simulate_refuses_a_step_past_the_fragment_limit_before_building_it() ->
         simulate(stages, 100_000, clock_hz=1e9)  # 2 x (100,001) + 2 x 100,000 + 200,000 = 600,002 fragments
 
 
-@pytest.mark.parametrize("outputs", [("--plot", "g.png"), ("--trace", "t.trace.json"), ()])
+@pytest.mark.parametrize("outputs", [("--plot", "g.png"), pytest.param(("--trace", "t.trace.json"),
+                                     marks=pytest.mark.slow), ()])
 def test_simulate_with_100000_micro_batches_is_refused_at_once(tmp_path: Path, outputs: tuple[str, ...]) -> None:
     cfg = _config(tmp_path)
     start = time.monotonic()
