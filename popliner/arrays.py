@@ -14,9 +14,9 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["content_key", "csr_span", "digest_array", "expand_ranges", "gather_csr", "huge_page_setter",
-           "overwrite_slices", "rank_by_table", "row_slices", "sorted_unique", "span_at", "union_of", "unique_inverse",
-           "widen_span"]
+__all__ = ["content_key", "csr_span", "digest_array", "expand_ranges", "flagged_entries", "gather_csr",
+           "huge_page_setter", "overwrite_slices", "rank_by_table", "row_slices", "sorted_unique", "span_at",
+           "union_of", "unique_inverse", "widen_span"]
 
 
 def digest_array(digest: Any, part: np.ndarray) -> None:
@@ -118,6 +118,29 @@ def overwrite_slices(target: np.ndarray, idx: np.ndarray, slices: Sequence[tuple
 
 #: Entries per scatter of :func:`overwrite_slices`.
 _PIECE = 1 << 13
+
+
+def flagged_entries(flags: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    """``np.flatnonzero(flags[idx])``: the positions of the entries whose value is flagged, in order (int64).
+
+    Gathered in pieces through one index buffer of the platform's index type, and the flagged ones of each piece
+    found while it is in the cache: no whole column of flags over the entries (40 M at 120 BERT-Large layers), and
+    no gather through the tables' int32 index, which numpy converts in small buffers (0.28 -> 0.20 s a pass there,
+    medians of 9).
+    """
+    found = []
+    buffer = np.empty(min(_GATHER_PIECE, idx.size), np.intp)
+    got = np.empty(buffer.size, bool)
+    for at in range(0, idx.size, _GATHER_PIECE):
+        into, out = buffer[:min(idx.size - at, _GATHER_PIECE)], got[:min(idx.size - at, _GATHER_PIECE)]
+        into[...] = idx[at:at + into.size]
+        np.take(flags, into, out=out)
+        found.append(np.flatnonzero(out) + at)
+    return np.concatenate(found) if found else np.zeros(0, np.int64)
+
+
+#: Entries per gather of :func:`flagged_entries`.
+_GATHER_PIECE = 1 << 16
 
 
 def span_at(ptr: np.ndarray, idx: np.ndarray, rows: np.ndarray, values: np.ndarray, at: np.ndarray, size: int,

@@ -1,11 +1,12 @@
-"""arrays.csr_span, arrays.widen_span and arrays.rank_by_table against plain loops over random tables."""
+"""arrays.csr_span, arrays.widen_span, arrays.rank_by_table and arrays.flagged_entries against plain loops or numpy
+over random tables."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from popliner.arrays import csr_span, rank_by_table, span_at, widen_span
+from popliner.arrays import csr_span, flagged_entries, rank_by_table, span_at, widen_span
 
 
 def _random_table(seed: int) -> tuple[np.random.Generator, int, int, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -65,3 +66,14 @@ def test_span_at_some_entries_is_csr_span_there(seed: int) -> None:
     whole = csr_span(ptr, idx, picked, values, size, np.int32, lo_none=99)
     assert lo.dtype == hi.dtype == np.int32
     assert lo.tolist() == whole[0][at].tolist() and hi.tolist() == whole[1][at].tolist()
+
+
+@pytest.mark.parametrize("entries", [0, 1, 70_000, (1 << 16) * 2])
+def test_flagged_entries_are_flatnonzero_of_the_gathered_flags(entries: int) -> None:
+    # Across the pieces it gathers in (1 << 16 entries), exactly on a piece's end, and with nothing to gather.
+    rng = np.random.default_rng(entries)
+    flags = rng.random(1000) < 0.1
+    idx = rng.integers(0, flags.size, entries).astype(np.int32)
+    found = flagged_entries(flags, idx)
+    assert found.dtype == np.int64
+    assert found.tolist() == np.flatnonzero(flags[idx]).tolist()

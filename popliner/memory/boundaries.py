@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from popliner.arrays import content_key, csr_span, gather_csr, span_at, widen_span
+from popliner.arrays import content_key, csr_span, flagged_entries, gather_csr, span_at, widen_span
 from popliner.memory.model import MemoryModel
 from popliner.ops.layers import ops_of_layers
 from popliner.ops.operations import OperationTable
@@ -359,7 +359,7 @@ def multi_layer_entries(ops: OperationTable, core: np.ndarray, counted: np.ndarr
         lo, hi = core_span(ops, core, counted, num_layers, memo)
         flags = hi > lo
         flags[gather_csr(ops.var_ptr, ops.var_idx, np.flatnonzero(core < 0))] = True
-        found = np.flatnonzero(flags[ops.var_idx])
+        found = flagged_entries(flags, ops.var_idx)
         found.flags.writeable = False
         if memo is not None:
             memo[key] = found  # read only from here on

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from popliner.arrays import sorted_unique, union_of
+from popliner.arrays import flagged_entries, sorted_unique, union_of
 from popliner.errors import ProfileFormatError
 from popliner.ops.operations import OperationTable
 from popliner.profile.limits import LIMITS, check_tile_cells
@@ -45,7 +45,7 @@ def liveness_events(profile: Profile, ops: OperationTable) -> tuple[int, int]:
     whole_keys = _distinct(v.klass[multi].astype(np.int64) * tiles + v.tile[multi], span)
     whole = int(lens[whole_keys // tiles].sum())
     # The owner of each kept (operation, variable) entry only: a search, not an owner for every entry.
-    entries = np.flatnonzero(is_multi[ops.var_idx])
+    entries = flagged_entries(is_multi, ops.var_idx)
     owner = np.searchsorted(ops.var_ptr, entries, side="right") - 1
     var = ops.var_idx[entries]
     pair = v.klass[var].astype(np.int64) * tiles + v.tile[var]

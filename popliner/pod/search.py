@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from popliner.analysis import Analysis
-from popliner.arrays import csr_span, sorted_unique
+from popliner.arrays import csr_span, flagged_entries, sorted_unique
 from popliner.memory.ranges import ProfileRanges
 from popliner.memory.work import RangeWork
 from popliner.ops.remote import remote_update_operations, streamed_state_variables
@@ -150,7 +150,6 @@ class TrafficTable:
             return cls(np.zeros(ops.count + 1, np.int64), np.zeros(0, np.int64), np.zeros(0, bool),
                        np.zeros(0, np.int64))
         view = facts.view
-        lens = np.diff(ops.var_ptr)
         state = np.asarray(view.optimizer_state, bool)
         weights = np.asarray(view.weights, bool)  # found with the state, in one pass over the entries
         state_users = np.ones(ops.count, bool)
@@ -161,11 +160,10 @@ class TrafficTable:
             state_users = remote_update_operations(ops, analysis.is_backward, analysis.profile.contexts)
             weights = weights & ~state
         # The kept entries: a weight's, or the state's of a user (every operation, unless compiled off chip).
-        keep = (weights | state)[ops.var_idx]
+        entries = flagged_entries(weights | state, ops.var_idx)
         if not state_users.all():
-            keep &= weights[ops.var_idx] | np.repeat(state_users, lens)
-        entries = np.flatnonzero(keep)
-        del keep
+            owner = np.searchsorted(ops.var_ptr, entries, side="right") - 1
+            entries = entries[weights[ops.var_idx[entries]] | state_users[owner]]
         ptr = np.searchsorted(entries, ops.var_ptr).astype(np.int64)  # each operation's first kept entry
         var = ops.var_idx[entries]
         del entries
