@@ -19,9 +19,11 @@ from popliner.profile.model import Profile
 __all__ = ["BLOCK", "Columns", "SegmentGrid", "cell_dtype", "segment_ends"]
 
 #: Segments per block (:class:`SegmentGrid`). A reading refreshes the blocks a layer touched (a layer of the
-#: synthetic BERT-Large touches about 6 per part) and chains the touched blocks: 32 reads a range 15 % faster
-#: than 64 at 1x and 4x (16 is no faster at 4x). Any block gives the same figures.
-BLOCK = 32
+#: synthetic BERT-Large touches about 6 per part) and chains the touched blocks: 32 read a range 15 % faster
+#: than 64 at 1x and 4x. Since additions add their rows as slices (:meth:`SegmentGrid.row_change`), the refresh
+#: of a touched block's rows is most of a reading: 16 cut the grid's readings by a sixth at 120 BERT-Large
+#: layers and at 1x (8 was no faster at 1x: more blocks to chain). Any block gives the same figures.
+BLOCK = 16
 
 class Columns:
     """Some variables' liveness classes, tiles and bytes (gathered once, read by several parts of a layer).
