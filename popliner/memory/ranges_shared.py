@@ -619,9 +619,7 @@ class _GridShare:
             return events
         tiles, grid = self.grid.tiles, self.grid
         if "rows" in events:
-            rows = colmap[events["rows"]]
-            return {"rows": rows, "dense": events["dense"].astype(grid.dtype, copy=False),
-                    "blocks": np.unique(rows // grid.block)}
+            return grid.row_change(colmap[events["rows"]], events["dense"].astype(grid.dtype, copy=False))
         if "cells" in events:
             cols = colmap[events["cells"] // tiles]
             return {"cells": self._cells(cols * tiles + events["cells"] % tiles),
