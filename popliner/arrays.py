@@ -132,8 +132,9 @@ def flagged_entries(flags: np.ndarray, idx: np.ndarray) -> np.ndarray:
     buffer = np.empty(min(_GATHER_PIECE, idx.size), np.intp)
     got = np.empty(buffer.size, bool)
     for at in range(0, idx.size, _GATHER_PIECE):
-        into, out = buffer[:min(idx.size - at, _GATHER_PIECE)], got[:min(idx.size - at, _GATHER_PIECE)]
-        into[...] = idx[at:at + into.size]
+        size = min(idx.size - at, _GATHER_PIECE)
+        into, out = buffer[:size], got[:size]
+        into[...] = idx[at:at + size]
         np.take(flags, into, out=out)
         found.append(np.flatnonzero(out) + at)
     return np.concatenate(found) if found else np.zeros(0, np.int64)
